@@ -1,0 +1,1 @@
+"""From IR to callable native code (LLVM through llvmlite)."""

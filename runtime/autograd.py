@@ -1,0 +1,208 @@
+"""The eager autograd tape: PyTorch's dynamic graph, recorded as operations run.
+
+Each operation on Tensors that need gradients records a ``Node`` holding its rule (a
+primitive and its parameters) and the values it saved; ``backward`` walks the nodes in
+reverse topological order with a loop (no recursion, so a graph 100,000 ops deep works),
+applying the op table's VJP rules through ``tracer.autodiff.cotangent``, the same code
+compiled autograd differentiates with.
+
+>>> from runtime import tensor
+>>> x = tensor([1.0, 2.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad
+tensor([2., 4.])
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from tracer.autodiff import cotangent
+
+_FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward(). Specify retain_graph=True if you need to backward through "
+    "the graph a second time or if you need to access saved tensors after calling backward."
+)
+
+
+class _GradMode(threading.local):
+    enabled = True
+
+
+_grad_mode = _GradMode()
+
+
+def is_grad_enabled():
+    return _grad_mode.enabled
+
+
+class no_grad:  # noqa: N801 - PyTorch's name
+    """Disable recording, as a context manager or a decorator.
+
+    >>> from runtime import tensor
+    >>> with no_grad():
+    ...     y = tensor([1.0], requires_grad=True) * 2
+    >>> y.requires_grad
+    False
+    """
+
+    enabled = False
+
+    def __enter__(self):
+        self._previous = _grad_mode.enabled
+        _grad_mode.enabled = self.enabled
+
+    def __exit__(self, *exc_info):
+        _grad_mode.enabled = self._previous
+
+    def __call__(self, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            with type(self)():  # a fresh instance per call: safe under recursion and threads
+                return function(*args, **kwargs)
+
+        return wrapper
+
+
+class enable_grad(no_grad):  # noqa: N801
+    """Re-enable recording inside a ``no_grad`` region."""
+
+    enabled = True
+
+
+class Node:
+    """A recorded operation. ``parents`` has one entry per input: ``None`` (no gradient
+    wanted), the ``Node`` that produced it, or the leaf ``Tensor`` that accumulates it.
+    Subclasses implement ``apply(cotangent) -> one cotangent per parent`` and ``release``."""
+
+    __slots__ = ("parents",)
+
+    def apply(self, g):
+        raise NotImplementedError
+
+    def release(self):
+        """Free saved values (after a backward without ``retain_graph``)."""
+
+    @property
+    def name(self):
+        return type(self).__name__
+
+
+class PrimitiveNode(Node):
+    """A primitive applied eagerly: its VJP rules and the values they need."""
+
+    __slots__ = ("prim", "params", "primals", "out", "saved_versions")
+
+    def __init__(self, prim, params, primals, out, parents, saved_versions):
+        self.prim = prim
+        self.params = params
+        self.primals = primals
+        self.out = out
+        self.parents = parents
+        self.saved_versions = saved_versions
+
+    @property
+    def name(self):
+        return self.prim.name
+
+    def apply(self, g):
+        if self.primals is None:
+            raise RuntimeError(_FREED_MESSAGE)
+        for tensor, version in self.saved_versions:
+            if tensor._version != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: [{tensor.dtype} array of shape {tensor.shape}] "
+                    f"is at version {tensor._version}; expected version {version} instead "
+                    f"(saved by {self.prim.name})."
+                )
+        return tuple(
+            None
+            if parent is None
+            else cotangent(self.prim, argnum, g, self.primals, self.out, self.params)
+            for argnum, parent in enumerate(self.parents)
+        )
+
+    def release(self):
+        self.primals = self.out = None
+
+
+def _count_consumers(root):
+    """How many edges lead into each node reachable from ``root`` (iteratively)."""
+    counts = {root: 0}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for parent in node.parents:
+            if isinstance(parent, Node):
+                if parent in counts:
+                    counts[parent] += 1
+                else:
+                    counts[parent] = 1
+                    stack.append(parent)
+    return counts
+
+
+def _accumulate(leaf, g):
+    from .tensor import Tensor
+
+    g = np.asarray(g)
+    if leaf.grad is None:
+        # Own the buffer: a cotangent may be shared by several leaves (x + y).
+        leaf.grad = Tensor._wrap(np.array(g, dtype=leaf.dtype, copy=True))
+    else:
+        leaf.grad.data += g
+
+
+def _seed(tensor, gradient):
+    if not tensor.requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn "
+            f"(a {tensor.dtype} tensor of shape {tensor.shape}; create its inputs with "
+            "requires_grad=True, outside no_grad)"
+        )
+    if gradient is None:
+        if tensor.size != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return np.ones(tensor.shape, tensor.dtype)
+    gradient = np.asarray(getattr(gradient, "data", gradient))
+    if gradient.shape != tensor.shape:
+        raise RuntimeError(
+            f"Mismatch in shape: grad_output[0] has a shape of {gradient.shape} and "
+            f"output[0] has a shape of {tensor.shape}."
+        )
+    return gradient.astype(tensor.dtype, copy=False)
+
+
+def backward(tensor, gradient=None, retain_graph=False):
+    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad`` (see ``Tensor.backward``)."""
+    seed = _seed(tensor, gradient)
+    root = tensor._node
+    if root is None:
+        _accumulate(tensor, seed)
+        return
+    consumers = _count_consumers(root)
+    pending = {root: seed}
+    ready = [root]
+    # Gradients may legitimately be inf/nan (log at 0); PyTorch does not warn either.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        while ready:
+            node = ready.pop()
+            g = pending.pop(node, None)
+            cotangents = node.apply(g) if g is not None else (None,) * len(node.parents)
+            for parent, value in zip(node.parents, cotangents):
+                if isinstance(parent, Node):
+                    if value is not None:
+                        pending[parent] = value if parent not in pending else pending[parent] + value
+                    consumers[parent] -= 1
+                    if consumers[parent] == 0:
+                        ready.append(parent)
+                elif parent is not None and value is not None:
+                    _accumulate(parent, value)
+            if not retain_graph:
+                node.release()

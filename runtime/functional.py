@@ -1,0 +1,91 @@
+"""``grad`` and ``value_and_grad``: gradients of a scalar function of NumPy inputs.
+
+The function runs on Tensors with the tape; NumPy arrays come back. Arguments may be
+arrays or pytrees (tuples, lists, dicts) of arrays; the gradient has the same structure.
+
+>>> import numpy as np
+>>> grad(lambda x: np.sum(x * x))(np.array([1.0, 2.0]))
+array([2., 4.])
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tracer import pytree
+
+from .autograd import enable_grad
+from .tensor import Tensor, tensor
+
+
+def _leaf_for(value):
+    data = value.data if isinstance(value, Tensor) else value
+    array = np.asarray(data)
+    if array.dtype.kind != "f":
+        raise TypeError(
+            f"grad: differentiated arguments must be floating point, got {array.dtype}; "
+            "cast with .astype(np.float64)"
+        )
+    return tensor(array, requires_grad=True)
+
+
+def value_and_grad(function, argnums=0, has_aux=False):
+    """A function returning ``(value, gradient)`` (``((value, aux), gradient)`` with
+    ``has_aux``); ``argnums`` may be an int or a tuple of ints (then a tuple of gradients)."""
+    single = isinstance(argnums, int)
+    positions = (argnums,) if single else tuple(argnums)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        args = list(args)
+        trees = {}
+        for position in positions:
+            leaves, treedef = pytree.flatten(args[position])
+            leaves = [_leaf_for(leaf) for leaf in leaves]
+            trees[position] = (leaves, treedef)
+            args[position] = pytree.unflatten(treedef, leaves)
+        with enable_grad():
+            result = function(*args, **kwargs)
+        value, aux = result if has_aux else (result, None)
+        if not isinstance(value, Tensor) or value.size != 1:
+            raise TypeError(
+                f"grad requires {function.__name__} to return a scalar that depends on the "
+                f"differentiated arguments, got {type(value).__name__} "
+                f"of shape {np.shape(value)}"
+            )
+        if value.requires_grad:
+            value.backward()
+        gradients = tuple(
+            pytree.unflatten(
+                treedef,
+                [leaf.grad.data if leaf.grad is not None else np.zeros_like(leaf.data)
+                 for leaf in leaves],
+            )
+            for leaves, treedef in (trees[position] for position in positions)
+        )
+        plain_value = value.data[()]
+        output = (plain_value, _plain(aux)) if has_aux else plain_value
+        return output, gradients[0] if single else gradients
+
+    return wrapper
+
+
+def grad(function, argnums=0, has_aux=False):
+    """The gradient of a scalar ``function`` with respect to argument ``argnums``."""
+    evaluate = value_and_grad(function, argnums, has_aux)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        (value, gradient) = evaluate(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+
+    return wrapper
+
+
+def _plain(tree):
+    leaves, treedef = pytree.flatten(tree)
+    return pytree.unflatten(
+        treedef, [leaf.data if isinstance(leaf, Tensor) else leaf for leaf in leaves]
+    )

@@ -1,0 +1,286 @@
+"""``Tensor``: a NumPy array with PyTorch's dynamic autograd.
+
+Operators, methods and NumPy functions (``np.tanh(t)``, ``np.concatenate([t, u])``) all
+reach the op table through ``bind``; when gradients are wanted the operation is recorded
+on the tape (``runtime.autograd``).
+
+>>> x = tensor([1.0, -1.0, 2.0], requires_grad=True)
+>>> y = np.where(x > 0, x * 2, x - 2)
+>>> y.backward(np.ones(3))
+>>> x.grad
+tensor([2., 1., 2.])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracer.array_methods import ArrayMethods
+from tracer.errors import TracejitError
+from tracer.ops import scatter_add
+
+from . import autograd
+from .autograd import PrimitiveNode, is_grad_enabled
+
+_DEFAULT_REPR_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
+
+
+class TensorError(TracejitError, TypeError):
+    """Data that cannot become a Tensor (object arrays, strings, ragged lists)."""
+
+
+def as_array(data, dtype=None):
+    """``data`` as a numeric ndarray, or a ``TensorError`` that says what was wrong."""
+    if isinstance(data, Tensor):
+        data = data.data
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except ValueError as error:
+        if "inhomogeneous" in str(error) or "sequence" in str(error):
+            raise TensorError(
+                "tensor(): the data is a ragged nested sequence (rows of different lengths); "
+                "pad the rows to one length or build one tensor per row"
+            ) from None
+        raise TensorError(f"tensor(): cannot convert the data to an array: {error}") from None
+    except TypeError as error:
+        raise TensorError(f"tensor(): cannot convert the data to an array: {error}") from None
+    if array.dtype.kind not in "biuf":
+        kind = {"O": "Python objects", "U": "strings", "S": "bytes"}.get(
+            array.dtype.kind, f"dtype {array.dtype}"
+        )
+        raise TensorError(
+            f"tensor(): the data holds {kind} (dtype {array.dtype}); tensors hold booleans, "
+            "integers and floats - convert the data to numbers first"
+        )
+    return array
+
+
+def _check_can_require_grad(dtype):
+    if np.dtype(dtype).kind not in "fc":
+        raise RuntimeError(
+            f"Only Tensors of floating point dtype can require gradients (got {dtype}); "
+            "cast with .astype(np.float32) or .astype(np.float64) first"
+        )
+
+
+class Tensor(ArrayMethods):
+    """An n-dimensional array that can record its history for ``backward()``."""
+
+    __slots__ = ("data", "requires_grad", "grad", "_node", "_version", "__weakref__")
+    __tracejit_priority__ = 1
+
+    def __init__(self, data, requires_grad=False):
+        self.data = as_array(data)
+        self.grad = None
+        self._node = None
+        self._version = 0
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _wrap(cls, array):
+        tensor = cls.__new__(cls)
+        tensor.data = array
+        tensor.requires_grad = False
+        tensor.grad = None
+        tensor._node = None
+        tensor._version = 0
+        return tensor
+
+    # --- the one place Tensors meet the op table ----------------------------------------
+    @staticmethod
+    def __tracejit_bind__(prim, args, params):
+        values = tuple(arg.data if isinstance(arg, Tensor) else arg for arg in args)
+        out = prim.impl(*values, **params)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        result = Tensor._wrap(out)
+        if prim.vjp is not None and out.dtype.kind == "f" and _grad_mode.enabled:
+            parents = tuple(
+                (arg._node or arg) if isinstance(arg, Tensor) and arg.requires_grad else None
+                for arg in args
+            )
+            if any(parent is not None for parent in parents):
+                saved = tuple(
+                    (arg, arg._version) for arg in args if isinstance(arg, Tensor)
+                )
+                result._node = PrimitiveNode(prim, params, values, out, parents, saved)
+                result.requires_grad = True
+        return result
+
+    # --- array facts -------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def size(self):
+        return self.data.size
+
+    def item(self):
+        return self.data.item()
+
+    def numpy(self):
+        """The underlying array (shared, not copied; gradients are not tracked on it)."""
+        return self.data
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return np.array(self.data, dtype=dtype, copy=True)
+        return self.data if dtype is None else self.data.astype(dtype, copy=False)
+
+    def __bool__(self):
+        return bool(self.data)
+
+    def __float__(self):
+        return float(self.data)
+
+    def __int__(self):
+        return int(self.data)
+
+    def __index__(self):
+        if self.data.dtype.kind not in "iu" or self.data.ndim:
+            raise TypeError("only integer scalar tensors can be converted to a scalar index")
+        return int(self.data)
+
+    # --- autograd ----------------------------------------------------------------------
+    @property
+    def grad_fn(self):
+        return self._node
+
+    @property
+    def is_leaf(self):
+        return self._node is None
+
+    def requires_grad_(self, requires_grad=True):
+        if not self.is_leaf:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables; use .detach() "
+                "to get a leaf"
+            )
+        if requires_grad:
+            _check_can_require_grad(self.dtype)
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self):
+        """The same data, cut off from the graph."""
+        return Tensor._wrap(self.data)
+
+    def backward(self, gradient=None, retain_graph=False):
+        """Accumulate gradients into the ``.grad`` of every leaf this tensor depends on.
+
+        A scalar output needs no ``gradient``; any other needs one of its shape. The graph's
+        saved values are freed afterwards unless ``retain_graph=True``.
+        """
+        autograd.backward(self, gradient, retain_graph)
+
+    # --- in-place updates --------------------------------------------------------------
+    def _inplace(self, operation, other):
+        other_value = other.data if isinstance(other, Tensor) else other
+        tracked = _grad_mode.enabled and (
+            self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)
+        )
+        if not tracked:
+            # NumPy's in-place semantics: same buffer, same dtype, its casting rules.
+            getattr(np, operation)(self.data, other_value, out=self.data)
+            self._version += 1
+            return self
+        if self.is_leaf and self.requires_grad:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation; "
+                "update it under `with no_grad():` or use an out-of-place operation"
+            )
+        result = getattr(np, operation)(self, other)
+        if result.dtype != self.dtype:
+            raise TypeError(
+                f"Cannot cast ufunc '{operation}' output from dtype('{result.dtype}') to "
+                f"dtype('{self.dtype}') with casting rule 'same_kind'"
+            )
+        # Rebind instead of writing into the buffer: nodes may have saved the old values.
+        self.data, self._node, self.requires_grad = result.data, result._node, True
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("add", other)
+
+    def __isub__(self, other):
+        return self._inplace("subtract", other)
+
+    def __imul__(self, other):
+        return self._inplace("multiply", other)
+
+    def __itruediv__(self, other):
+        return self._inplace("true_divide", other)
+
+    def __setitem__(self, index, value):
+        value_is_tracked = isinstance(value, Tensor) and value.requires_grad
+        if not (_grad_mode.enabled and (self.requires_grad or value_is_tracked)):
+            self.data[index] = value.data if isinstance(value, Tensor) else value
+            self._version += 1
+            return
+        if self.is_leaf and self.requires_grad:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation; "
+                "update it under `with no_grad():` or build a new tensor with np.where"
+            )
+        # Differentiable assignment: keep self where the index does not point, scatter the
+        # (broadcast) value where it does.
+        selected = np.arange(self.size).reshape(self.shape)[index]
+        positions = selected.ravel()
+        if np.unique(positions).size != positions.size:
+            raise IndexError(
+                "a differentiable assignment needs an index without repeated positions"
+            )
+        mask = np.zeros(self.size, bool)
+        mask[positions] = True
+        flat_value = np.reshape(np.broadcast_to(value, selected.shape), (-1,))
+        scattered = scatter_add(flat_value, positions, 0, self.size)
+        result = np.where(mask, scattered, np.reshape(self, (-1,))).reshape(self.shape)
+        result = result.astype(self.dtype)
+        self.data, self._node, self.requires_grad = result.data, result._node, True
+
+    # --- printing ----------------------------------------------------------------------
+    def __repr__(self):
+        prefix = "tensor("
+        body = np.array2string(self.data, separator=", ", prefix=prefix)
+        extras = []
+        if self.data.dtype not in _DEFAULT_REPR_DTYPES or self.data.size == 0:
+            extras.append(f"dtype={self.data.dtype}")
+        if self._node is not None:
+            extras.append(f"grad_fn=<{self._node.name}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return prefix + body + "".join(", " + extra for extra in extras) + ")"
+
+    def __str__(self):
+        return str(self.data)
+
+
+_grad_mode = autograd._grad_mode
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A new leaf Tensor from array-like ``data`` (copied), NumPy's dtype unless given.
+
+    >>> tensor([[1, 2], [3, 4]], dtype=np.float32)
+    tensor([[1., 2.],
+            [3., 4.]], dtype=float32)
+    """
+    array = np.array(as_array(data, dtype), copy=True)
+    result = Tensor._wrap(array)
+    if requires_grad:
+        result.requires_grad_(True)
+    return result

@@ -1,0 +1,169 @@
+"""Operators and NumPy-style methods shared by ``runtime.Tensor`` and the tracer's proxies.
+
+A class that inherits ``ArrayMethods`` and defines ``shape``, ``dtype`` and
+``__tracejit_bind__`` behaves like an ndarray under Python operators, methods and the
+NumPy protocols; every operation goes through ``bind`` to the op table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy_api, ops
+from .indexing import getitem
+from .primitives import bind
+
+
+def _binary(prim):
+    def forward(self, other):
+        return bind(prim, self, other)
+
+    def reflected(self, other):
+        return bind(prim, other, self)
+
+    forward.__name__ = reflected.__name__ = prim.name
+    return forward, reflected
+
+
+def _axes_arguments(axes):
+    """``t.reshape(2, 3)`` and ``t.reshape((2, 3))`` both mean shape ``(2, 3)``."""
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        return tuple(axes[0])
+    return axes
+
+
+class ArrayMethods:
+    __slots__ = ()
+    # NumPy defers binary operators to us (ndarray + tensor -> tensor).
+    __array_priority__ = 1000
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return numpy_api.array_ufunc(ufunc, method, *inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return numpy_api.array_function(func, args, kwargs)
+
+    __add__, __radd__ = _binary(ops.add_p)
+    __sub__, __rsub__ = _binary(ops.subtract_p)
+    __mul__, __rmul__ = _binary(ops.multiply_p)
+    __truediv__, __rtruediv__ = _binary(ops.true_divide_p)
+    __floordiv__, __rfloordiv__ = _binary(ops.floor_divide_p)
+    __mod__, __rmod__ = _binary(ops.mod_p)
+    __pow__, __rpow__ = _binary(ops.power_p)
+    __matmul__, __rmatmul__ = _binary(ops.matmul_p)
+    __lt__, __gt__ = _binary(ops.less_p)[0], _binary(ops.greater_p)[0]
+    __le__, __ge__ = _binary(ops.less_equal_p)[0], _binary(ops.greater_equal_p)[0]
+    __eq__, __ne__ = _binary(ops.equal_p)[0], _binary(ops.not_equal_p)[0]
+    __hash__ = object.__hash__  # by identity, as torch.Tensor: usable as a dict key
+
+    def __and__(self, other):
+        return numpy_api.UFUNC_COMPOSITES[np.bitwise_and](self, other)
+
+    def __or__(self, other):
+        return numpy_api.UFUNC_COMPOSITES[np.bitwise_or](self, other)
+
+    def __xor__(self, other):
+        return numpy_api.UFUNC_COMPOSITES[np.bitwise_xor](self, other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __invert__(self):
+        return numpy_api.UFUNC_COMPOSITES[np.invert](self)
+
+    def __neg__(self):
+        return bind(ops.neg_p, self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return bind(ops.abs_p, self)
+
+    def __getitem__(self, index):
+        return getitem(self, index)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # --- shape -------------------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return numpy_api.size(self)
+
+    @property
+    def T(self):  # noqa: N802 - NumPy's name
+        return ops.transpose(self)
+
+    def reshape(self, *shape, order="C"):
+        return numpy_api.reshape(self, _axes_arguments(shape), order=order)
+
+    def transpose(self, *axes):
+        return ops.transpose(self, _axes_arguments(axes) or None)
+
+    def swapaxes(self, axis1, axis2):
+        return ops.swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis=None):
+        return numpy_api.squeeze(self, axis)
+
+    def flatten(self):
+        return numpy_api.copy(ops.reshape(self, (-1,)))
+
+    def ravel(self):
+        return ops.reshape(self, (-1,))
+
+    def astype(self, dtype, copy=True):
+        return numpy_api.astype(self, dtype)
+
+    def copy(self):
+        return numpy_api.copy(self)
+
+    # --- reductions and friends --------------------------------------------------------
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return numpy_api.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return numpy_api.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return numpy_api.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def var(self, axis=None, ddof=0, keepdims=False):
+        return numpy_api.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis=None, ddof=0, keepdims=False):
+        return numpy_api.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return numpy_api.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return numpy_api.min(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return numpy_api.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return numpy_api.argmin(self, axis=axis, keepdims=keepdims)
+
+    def any(self, axis=None, keepdims=False):
+        return numpy_api.any(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis=None, keepdims=False):
+        return numpy_api.all(self, axis=axis, keepdims=keepdims)
+
+    def clip(self, min=None, max=None):  # noqa: A002 - NumPy's names
+        return numpy_api.clip(self, min, max)
+
+    def dot(self, other):
+        return numpy_api.dot(self, other)

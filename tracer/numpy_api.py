@@ -1,0 +1,588 @@
+"""The NumPy API over primitives: what ``np.tanh(t)`` or ``np.sum(t, axis=0)`` means for a
+``runtime.Tensor`` or a tracer proxy.
+
+Two tables, ``UFUNCS`` and ``FUNCTIONS``, map NumPy's own callables to implementations
+with NumPy's signatures; ``array_ufunc`` and ``array_function`` are the
+``__array_ufunc__`` / ``__array_function__`` bodies that Tensor and the tracer share.
+Composites (mean, var, clip, stack, eye, ...) are written here with primitives, so their
+gradients and fusion come for free.
+
+>>> float(mean(np.arange(4.0))), clip(np.array([-2.0, 0.5, 3.0]), 0.0, 1.0).tolist()
+(1.5, [0.0, 0.5, 1.0])
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+from .indexing import getitem
+from .primitives import bind
+from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
+
+shape_of, ndim_of = ops.shape_of, ops.ndim_of
+
+
+def dtype_of(value):
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise UnsupportedError(
+            f"np.{name}(..., out=...) is not supported on tracejit arrays; "
+            "assign the result instead"
+        )
+
+
+# --- reductions ------------------------------------------------------------------------
+def _reduce(prim, x, axis, keepdims):
+    return bind(prim, x, axes=normalize_axes(axis, ndim_of(x)), keepdims=bool(keepdims))
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001 - NumPy's name
+    _no_out("sum", out)
+    if dtype is not None:
+        a = astype(a, dtype)
+    return _reduce(ops.sum_p, a, axis, keepdims)
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("prod", out)
+    if dtype is not None:
+        a = astype(a, dtype)
+    return _reduce(ops.prod_p, a, axis, keepdims)
+
+
+def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    _no_out("max", out)
+    return _reduce(ops.max_p, a, axis, keepdims)
+
+
+def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    _no_out("min", out)
+    return _reduce(ops.min_p, a, axis, keepdims)
+
+
+def any(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    _no_out("any", out)
+    return _reduce(ops.any_p, a, axis, keepdims)
+
+
+def all(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    _no_out("all", out)
+    return _reduce(ops.all_p, a, axis, keepdims)
+
+
+def _arg_reduce(prim, a, axis, out, keepdims):
+    _no_out(prim.name, out)
+    if axis is None:
+        result = bind(prim, ops.reshape(a, (-1,)), axis=0, keepdims=False)
+        return ops.reshape(result, (1,) * ndim_of(a)) if keepdims else result
+    return bind(prim, a, axis=normalize_axis(axis, ndim_of(a)), keepdims=bool(keepdims))
+
+
+def argmax(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(ops.argmax_p, a, axis, out, keepdims)
+
+
+def argmin(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(ops.argmin_p, a, axis, out, keepdims)
+
+
+def _mean_dtype(a, dtype):
+    if dtype is not None:
+        return np.dtype(dtype)
+    # np.mean computes integer and bool means in float64.
+    return dtype_of(a) if dtype_of(a).kind in "fc" else np.dtype(np.float64)
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("mean", out)
+    dtype = _mean_dtype(a, dtype)
+    axes = normalize_axes(axis, ndim_of(a))
+    count = size_of(shape_of(a)[i] for i in axes)
+    total = bind(ops.sum_p, astype(a, dtype), axes=axes, keepdims=bool(keepdims))
+    return total / _as_scalar(count, dtype)
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    _no_out("var", out)
+    dtype = _mean_dtype(a, dtype)
+    a = astype(a, dtype)
+    axes = normalize_axes(axis, ndim_of(a))
+    centered = a - mean(a, axis=axes, keepdims=True)
+    count = size_of(shape_of(a)[i] for i in axes) - ddof
+    squares = bind(ops.sum_p, centered * centered, axes=axes, keepdims=bool(keepdims))
+    return squares / _as_scalar(count, dtype)
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return np.sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims))
+
+
+def _as_scalar(count, dtype):
+    """A count as a weak divisor, so the mean keeps ``dtype`` (symbolic counts stay)."""
+    return float(count) if isinstance(count, int) else count
+
+
+# --- shape manipulation ----------------------------------------------------------------
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    if order != "C":
+        raise UnsupportedError(f"np.reshape(order={order!r}) is not supported; use order='C'")
+    return ops.reshape(a, shape if shape is not None else newshape)
+
+
+def transpose(a, axes=None):
+    return ops.transpose(a, axes)
+
+
+def swapaxes(a, axis1, axis2):
+    return ops.swapaxes(a, axis1, axis2)
+
+
+def moveaxis(a, source, destination):
+    ndim = ndim_of(a)
+    sources = [normalize_axis(axis, ndim) for axis in _as_list(source)]
+    destinations = [normalize_axis(axis, ndim) for axis in _as_list(destination)]
+    order = [axis for axis in range(ndim) if axis not in sources]
+    for destination_axis, source_axis in sorted(zip(destinations, sources)):
+        order.insert(destination_axis, source_axis)
+    return ops.transpose(a, order)
+
+
+def _as_list(axes):
+    return list(axes) if isinstance(axes, (tuple, list)) else [axes]
+
+
+def expand_dims(a, axis):
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    ndim = ndim_of(a) + len(axes)
+    axes = normalize_axes(axes, ndim)
+    dims = iter(shape_of(a))
+    return ops.reshape(a, tuple(1 if i in axes else next(dims) for i in range(ndim)))
+
+
+def squeeze(a, axis=None):
+    shape = shape_of(a)
+    if axis is None:
+        axes = tuple(i for i, dim in enumerate(shape) if isinstance(dim, int) and dim == 1)
+    else:
+        axes = normalize_axes(axis, len(shape))
+        for i in axes:
+            if shape[i] != 1:
+                raise ShapeError(
+                    "cannot select an axis to squeeze out which has size not equal to one"
+                )
+    return ops.reshape(a, tuple(dim for i, dim in enumerate(shape) if i not in axes))
+
+
+def ravel(a, order="C"):
+    return reshape(a, (-1,), order=order)
+
+
+def broadcast_to(array, shape, subok=False):
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    return ops.broadcast_to(array, tuple(shape))
+
+
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _no_out("concatenate", out)
+    result = ops.concatenate(arrays, axis=axis)
+    return astype(result, dtype) if dtype is not None else result
+
+
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _no_out("stack", out)
+    arrays = tuple(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    shapes = {tuple(shape_of(a)) for a in arrays}
+    if len(shapes) > 1:
+        raise ShapeError("all input arrays must have the same shape")
+    axis = normalize_axis(axis, ndim_of(arrays[0]) + 1)
+    result = ops.concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
+    return astype(result, dtype) if dtype is not None else result
+
+
+def hstack(tup, dtype=None, casting="same_kind"):
+    arrays = [atleast_1d(a) for a in tup]
+    return concatenate(arrays, axis=0 if ndim_of(arrays[0]) == 1 else 1, dtype=dtype)
+
+
+def vstack(tup, dtype=None, casting="same_kind"):
+    arrays = [a if ndim_of(a) >= 2 else ops.reshape(a, (1, -1)) for a in tup]
+    return concatenate(arrays, axis=0, dtype=dtype)
+
+
+def atleast_1d(a):
+    return ops.reshape(a, (1,)) if ndim_of(a) == 0 else a
+
+
+def split(ary, indices_or_sections, axis=0):
+    axis = normalize_axis(axis, ndim_of(ary))
+    length = shape_of(ary)[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        sections = int(indices_or_sections)
+        if length % sections:
+            raise ValueError("array split does not result in an equal division")
+        step = length // sections
+        bounds = [i * step for i in range(sections + 1)]
+    else:
+        bounds = [0, *indices_or_sections, length]
+    return [
+        _take_range(ary, axis, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+def _take_range(a, axis, start, stop):
+    shape = shape_of(a)
+    starts = tuple(start if i == axis else 0 for i in range(len(shape)))
+    limits = tuple(stop if i == axis else dim for i, dim in enumerate(shape))
+    return ops.slice_axes(a, starts, limits, (1,) * len(shape))
+
+
+def flip(m, axis=None):
+    return ops.flip(m, normalize_axes(axis, ndim_of(m)))
+
+
+def pad(array, pad_width, mode="constant", constant_values=0):
+    if mode != "constant" or constant_values != 0:
+        raise UnsupportedError("np.pad supports mode='constant' with constant_values=0 only")
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=object), (ndim_of(array), 2))
+    return ops.pad(array, tuple((int(low), int(high), 0) for low, high in widths))
+
+
+def tril(m, k=0):
+    return where(_band_mask(m, k, lower=True), m, 0)
+
+
+def triu(m, k=0):
+    return where(_band_mask(m, k, lower=False), m, 0)
+
+
+def _band_mask(m, k, lower):
+    rows, cols = shape_of(m)[-2:]
+    row = ops.reshape(ops.iota(rows, np.int64, like=m), (rows, 1))
+    col = ops.reshape(ops.iota(cols, np.int64, like=m), (1, cols))
+    return (col - row <= k) if lower else (col - row >= k)
+
+
+# --- selection and element-wise composites ----------------------------------------------
+def where(condition, x=None, y=None):
+    if x is None and y is None:
+        return nonzero(condition)
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
+    return bind(ops.where_p, condition, x, y)
+
+
+def nonzero(a):
+    """Data-dependent shape: only eager values (NumPy arrays, Tensors) support it."""
+    return np.nonzero(np.asarray(a))
+
+
+def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A002
+    _no_out("clip", out)
+    low = a_min if a_min is not None else min
+    high = a_max if a_max is not None else max
+    if low is not None:
+        a = np.maximum(a, low)
+    if high is not None:
+        a = np.minimum(a, high)
+    return a
+
+
+def take(a, indices, axis=None, out=None, mode="raise"):
+    _no_out("take", out)
+    if mode != "raise":
+        raise UnsupportedError(f"np.take(mode={mode!r}) is not supported; use mode='raise'")
+    if axis is None:
+        return ops.gather(ops.reshape(a, (-1,)), indices, axis=0)
+    return ops.gather(a, indices, axis=normalize_axis(axis, ndim_of(a)))
+
+
+def take_along_axis(arr, indices, axis):
+    """``arr`` gathered along ``axis`` at ``indices`` (same rank, other axes broadcast)."""
+    axis = normalize_axis(axis, ndim_of(arr))
+    ndim = ndim_of(arr)
+    index = [
+        ops.reshape(
+            ops.iota(dim, np.int64, like=arr), tuple(dim if j == i else 1 for j in range(ndim))
+        )
+        for i, dim in enumerate(shape_of(arr))
+    ]
+    index[axis] = indices
+    return getitem(arr, tuple(index))
+
+
+def dot(a, b, out=None):
+    _no_out("dot", out)
+    if ndim_of(a) == 0 or ndim_of(b) == 0:
+        return a * b
+    if ndim_of(b) > 2:
+        raise UnsupportedError("np.dot with a >2-D second operand is not supported; use matmul")
+    return ops.matmul(a, b)
+
+
+def outer(a, b, out=None):
+    _no_out("outer", out)
+    return ops.reshape(a, (-1, 1)) * ops.reshape(b, (1, -1))
+
+
+def copy(a, order="K", subok=False):
+    # A cast to its own dtype: a new array for Tensors, a no-op that codegen folds.
+    return bind(ops.cast_p, a, dtype=dtype_of(a))
+
+
+def astype(x, dtype, copy=True, **_):
+    dtype = np.dtype(dtype)
+    if dtype_of(x) == dtype:
+        return x
+    return bind(ops.cast_p, x, dtype=dtype)
+
+
+# --- creation with a template ----------------------------------------------------------
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    shape = shape_of(a) if shape is None else shape
+    return ops.full(shape, fill_value, dtype if dtype is not None else dtype_of(a), like=a)
+
+
+def zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return full_like(a, 0, dtype=dtype, shape=shape)
+
+
+def ones_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return full_like(a, 1, dtype=dtype, shape=shape)
+
+
+def empty_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    # Zeros, not garbage: compiled and eager runs must agree bit for bit.
+    return full_like(a, 0, dtype=dtype, shape=shape)
+
+
+def eye(n, m=None, k=0, dtype=float, like=None):
+    m = n if m is None else m
+    row = ops.reshape(ops.iota(n, np.int64, like=like), (n, 1))
+    col = ops.reshape(ops.iota(m, np.int64, like=like), (1, m))
+    return astype(col - row == k, dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None, like=None):
+    if stop is None:
+        start, stop = 0, start
+    dtype = np.result_type(start, stop, step) if dtype is None else np.dtype(dtype)
+    length = builtins.max(math.ceil((stop - start) / step), 0)
+    values = ops.iota(length, np.int64, like=like)
+    if step != 1:
+        values = values * step
+    if start != 0:
+        values = values + start
+    return astype(values, dtype)
+
+
+# --- shape queries ---------------------------------------------------------------------
+def shape(a):
+    return tuple(shape_of(a))
+
+
+def ndim(a):
+    return ndim_of(a)
+
+
+def size(a, axis=None):
+    return size_of(shape_of(a)) if axis is None else shape_of(a)[axis]
+
+
+# --- ufuncs ----------------------------------------------------------------------------
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _bool_only(name, logical):
+    def apply(x, y):
+        if dtype_of(x) != np.bool_ or dtype_of(y) != np.bool_:
+            raise UnsupportedError(f"np.{name} is supported on boolean arrays only")
+        return logical(x, y)
+
+    return apply
+
+
+def _invert(x):
+    if dtype_of(x) != np.bool_:
+        raise UnsupportedError("np.invert (~) is supported on boolean arrays only")
+    return bind(ops.logical_not_p, x)
+
+
+def _logaddexp(x, y):
+    high = np.maximum(x, y)
+    return high + np.log1p(np.exp(-np.abs(x - y)))
+
+
+UFUNCS = {
+    np.negative: ops.neg_p,
+    np.absolute: ops.abs_p,
+    np.fabs: ops.abs_p,
+    np.sign: ops.sign_p,
+    np.exp: ops.exp_p,
+    np.expm1: ops.expm1_p,
+    np.log: ops.log_p,
+    np.log1p: ops.log1p_p,
+    np.sqrt: ops.sqrt_p,
+    np.square: ops.square_p,
+    np.reciprocal: ops.reciprocal_p,
+    np.tanh: ops.tanh_p,
+    np.sin: ops.sin_p,
+    np.cos: ops.cos_p,
+    np.floor: ops.floor_p,
+    np.ceil: ops.ceil_p,
+    np.isnan: ops.isnan_p,
+    np.isinf: ops.isinf_p,
+    np.isfinite: ops.isfinite_p,
+    np.logical_not: ops.logical_not_p,
+    np.add: ops.add_p,
+    np.subtract: ops.subtract_p,
+    np.multiply: ops.multiply_p,
+    np.true_divide: ops.true_divide_p,
+    np.floor_divide: ops.floor_divide_p,
+    np.remainder: ops.mod_p,
+    np.power: ops.power_p,
+    np.maximum: ops.maximum_p,
+    np.minimum: ops.minimum_p,
+    np.equal: ops.equal_p,
+    np.not_equal: ops.not_equal_p,
+    np.less: ops.less_p,
+    np.less_equal: ops.less_equal_p,
+    np.greater: ops.greater_p,
+    np.greater_equal: ops.greater_equal_p,
+    np.logical_and: ops.logical_and_p,
+    np.logical_or: ops.logical_or_p,
+    np.matmul: ops.matmul_p,
+}
+
+# ufuncs composed from primitives (same call signature as the ufunc).
+UFUNC_COMPOSITES = {
+    np.positive: lambda x: x,
+    np.exp2: lambda x: np.exp(x * _LN2),
+    np.log2: lambda x: np.log(x) / _LN2,
+    np.log10: lambda x: np.log(x) / _LN10,
+    np.sinh: lambda x: (np.exp(x) - np.exp(-x)) * 0.5,
+    np.cosh: lambda x: (np.exp(x) + np.exp(-x)) * 0.5,
+    np.tan: lambda x: np.sin(x) / np.cos(x),
+    np.logaddexp: _logaddexp,
+    np.logical_xor: lambda x, y: np.not_equal(astype(x, bool), astype(y, bool)),
+    np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),
+    np.bitwise_or: _bool_only("bitwise_or", lambda x, y: bind(ops.logical_or_p, x, y)),
+    np.bitwise_xor: _bool_only("bitwise_xor", lambda x, y: bind(ops.not_equal_p, x, y)),
+    np.invert: _invert,
+}
+
+# ``ufunc.reduce`` as the matching reduction.
+UFUNC_REDUCTIONS = {
+    np.add: sum,
+    np.multiply: prod,
+    np.maximum: max,
+    np.minimum: min,
+    np.logical_and: all,
+    np.logical_or: any,
+}
+
+
+def array_ufunc(ufunc, method, *inputs, **kwargs):
+    """The body of ``__array_ufunc__`` for tracejit arrays."""
+    name = f"np.{ufunc.__name__}"
+    if method == "reduce" and ufunc in UFUNC_REDUCTIONS:
+        kwargs = {key: value for key, value in kwargs.items() if value is not None}
+        kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
+        return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
+    if method != "__call__":
+        raise UnsupportedError(f"{name}.{method} is not supported on tracejit arrays")
+    out = kwargs.pop("out", None)
+    if out is not None and out != (None,) * len(out):
+        raise UnsupportedError(
+            f"{name}(..., out=...) is not supported on tracejit arrays; assign the result"
+        )
+    dtype = kwargs.pop("dtype", None)
+    if kwargs:
+        raise UnsupportedError(f"{name} keyword arguments {sorted(kwargs)} are not supported")
+    if ufunc in UFUNCS:
+        result = bind(UFUNCS[ufunc], *inputs)
+    elif ufunc in UFUNC_COMPOSITES:
+        result = UFUNC_COMPOSITES[ufunc](*inputs)
+    else:
+        raise UnsupportedError(
+            f"{name} is not supported by tracejit yet (no primitive or composition for it); "
+            "convert with .numpy() for plain NumPy, or write it with supported ops"
+        )
+    return astype(result, dtype) if dtype is not None else result
+
+
+FUNCTIONS = {
+    np.sum: sum,
+    np.prod: prod,
+    np.max: max,
+    np.amax: max,
+    np.min: min,
+    np.amin: min,
+    np.any: any,
+    np.all: all,
+    np.argmax: argmax,
+    np.argmin: argmin,
+    np.mean: mean,
+    np.var: var,
+    np.std: std,
+    np.reshape: reshape,
+    np.transpose: transpose,
+    np.swapaxes: swapaxes,
+    np.moveaxis: moveaxis,
+    np.expand_dims: expand_dims,
+    np.squeeze: squeeze,
+    np.ravel: ravel,
+    np.broadcast_to: broadcast_to,
+    np.concatenate: concatenate,
+    np.stack: stack,
+    np.hstack: hstack,
+    np.vstack: vstack,
+    np.atleast_1d: atleast_1d,
+    np.split: split,
+    np.flip: flip,
+    np.pad: pad,
+    np.tril: tril,
+    np.triu: triu,
+    np.where: where,
+    np.nonzero: nonzero,
+    np.clip: clip,
+    np.take: take,
+    np.take_along_axis: take_along_axis,
+    np.dot: dot,
+    np.outer: outer,
+    np.copy: copy,
+    np.astype: astype,
+    np.full_like: full_like,
+    np.zeros_like: zeros_like,
+    np.ones_like: ones_like,
+    np.empty_like: empty_like,
+    np.shape: shape,
+    np.ndim: ndim,
+    np.size: size,
+}
+
+
+def array_function(func, args, kwargs):
+    """The body of ``__array_function__`` for tracejit arrays."""
+    implementation = FUNCTIONS.get(func)
+    if implementation is None:
+        name = getattr(func, "__name__", repr(func))
+        module = getattr(func, "__module__", "numpy") or "numpy"
+        module = "np" if module == "numpy" else module.replace("numpy", "np")
+        raise UnsupportedError(
+            f"{module}.{name} is not supported by tracejit yet (no primitive or composition "
+            "for it); convert with .numpy() for plain NumPy, or write it with supported ops"
+        )
+    return implementation(*args, **kwargs)
+

@@ -1,0 +1,152 @@
+"""Pointwise primitives: NumPy ufuncs with broadcasting, plus ``where`` and ``cast``.
+
+Each primitive is a ufunc; its dtype rule is the ufunc's own (``resolve_dtypes``, with
+Python scalars weak as in NumPy 2), so eager and traced code promote identically.
+VJP rules are written with NumPy operators and functions, which dispatch back to these
+primitives when the values are tensors or tracer proxies.
+
+>>> float(exp_p(0.0)), add_p(np.float32(1), 2.0).dtype
+(1.0, dtype('float32'))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..abstract import AbstractArray, result_dtype
+from ..primitives import Primitive
+from ..shapes import broadcast_shapes
+
+
+def ufunc_rule(ufunc):
+    """The shape/dtype rule of a ufunc: broadcast shapes, NumPy's own dtype resolution."""
+
+    def abstract_eval(*avals):
+        shape = broadcast_shapes(*(aval.shape for aval in avals))
+        if all(aval.weak for aval in avals):
+            dtypes = tuple(aval.dtype for aval in avals)
+        else:
+            dtypes = tuple(aval.dtype_for_promotion() for aval in avals)
+        try:
+            resolved = ufunc.resolve_dtypes(dtypes + (None,))
+        except TypeError as error:
+            names = ", ".join(str(aval.dtype) for aval in avals)
+            raise TypeError(f"np.{ufunc.__name__} does not support dtypes ({names})") from error
+        return AbstractArray(shape, resolved[-1])
+
+    return abstract_eval
+
+
+def pointwise(name, ufunc, vjp):
+    return Primitive(name, "pointwise", impl=ufunc, abstract_eval=ufunc_rule(ufunc), vjp=vjp)
+
+
+def _maximum_share(g, x, y):
+    """Gradient share of ``x`` in maximum(x, y): all of it where x wins, half at ties."""
+    return np.where(x > y, g, np.where(x == y, g * 0.5, 0.0))
+
+
+def _power_exponent_grad(g, x, y, out):
+    # NOTE: d(x**y)/dy = out * log(x); at x == 0 (y >= 0) the limit is 0, not 0 * -inf.
+    return np.where((x == 0) & (y >= 0), 0.0, g * out * np.log(x))
+
+
+# --- unary -----------------------------------------------------------------------------
+neg_p = pointwise("neg", np.negative, (lambda g, x, out: -g,))
+abs_p = pointwise("abs", np.absolute, (lambda g, x, out: g * np.sign(x),))
+sign_p = pointwise("sign", np.sign, (None,))
+exp_p = pointwise("exp", np.exp, (lambda g, x, out: g * out,))
+expm1_p = pointwise("expm1", np.expm1, (lambda g, x, out: g * (out + 1.0),))
+log_p = pointwise("log", np.log, (lambda g, x, out: g / x,))
+log1p_p = pointwise("log1p", np.log1p, (lambda g, x, out: g / (x + 1.0),))
+sqrt_p = pointwise("sqrt", np.sqrt, (lambda g, x, out: g * 0.5 / out,))
+square_p = pointwise("square", np.square, (lambda g, x, out: g * 2.0 * x,))
+reciprocal_p = pointwise("reciprocal", np.reciprocal, (lambda g, x, out: -g * out * out,))
+tanh_p = pointwise("tanh", np.tanh, (lambda g, x, out: g * (1.0 - out * out),))
+sin_p = pointwise("sin", np.sin, (lambda g, x, out: g * np.cos(x),))
+cos_p = pointwise("cos", np.cos, (lambda g, x, out: -g * np.sin(x),))
+floor_p = pointwise("floor", np.floor, (None,))
+ceil_p = pointwise("ceil", np.ceil, (None,))
+isnan_p = pointwise("isnan", np.isnan, None)
+isinf_p = pointwise("isinf", np.isinf, None)
+isfinite_p = pointwise("isfinite", np.isfinite, None)
+logical_not_p = pointwise("logical_not", np.logical_not, None)
+
+# --- binary ----------------------------------------------------------------------------
+add_p = pointwise("add", np.add, (lambda g, x, y, out: g, lambda g, x, y, out: g))
+subtract_p = pointwise("subtract", np.subtract, (lambda g, x, y, out: g, lambda g, x, y, out: -g))
+multiply_p = pointwise(
+    "multiply", np.multiply, (lambda g, x, y, out: g * y, lambda g, x, y, out: g * x)
+)
+true_divide_p = pointwise(
+    "true_divide",
+    np.true_divide,
+    (lambda g, x, y, out: g / y, lambda g, x, y, out: -g * out / y),
+)
+floor_divide_p = pointwise("floor_divide", np.floor_divide, (None, None))
+mod_p = pointwise(
+    "mod",
+    np.remainder,
+    (lambda g, x, y, out: g, lambda g, x, y, out: -g * np.floor_divide(x, y)),
+)
+power_p = pointwise(
+    "power",
+    np.power,
+    (lambda g, x, y, out: g * y * np.power(x, y - 1), _power_exponent_grad),
+)
+maximum_p = pointwise(
+    "maximum",
+    np.maximum,
+    (
+        lambda g, x, y, out: _maximum_share(g, x, y),
+        lambda g, x, y, out: _maximum_share(g, y, x),
+    ),
+)
+minimum_p = pointwise(
+    "minimum",
+    np.minimum,
+    (
+        lambda g, x, y, out: _maximum_share(g, y, x),
+        lambda g, x, y, out: _maximum_share(g, x, y),
+    ),
+)
+equal_p = pointwise("equal", np.equal, None)
+not_equal_p = pointwise("not_equal", np.not_equal, None)
+less_p = pointwise("less", np.less, None)
+less_equal_p = pointwise("less_equal", np.less_equal, None)
+greater_p = pointwise("greater", np.greater, None)
+greater_equal_p = pointwise("greater_equal", np.greater_equal, None)
+logical_and_p = pointwise("logical_and", np.logical_and, None)
+logical_or_p = pointwise("logical_or", np.logical_or, None)
+
+
+# --- select and cast -------------------------------------------------------------------
+def _where_rule(condition, x, y):
+    shape = broadcast_shapes(condition.shape, x.shape, y.shape)
+    return AbstractArray(shape, result_dtype(x, y))
+
+
+where_p = Primitive(
+    "where",
+    "pointwise",
+    impl=np.where,
+    abstract_eval=_where_rule,
+    vjp=(
+        None,
+        lambda g, c, x, y, out: np.where(c, g, 0.0),
+        lambda g, c, x, y, out: np.where(c, 0.0, g),
+    ),
+)
+
+
+def _cast_impl(x, dtype):
+    return np.asarray(x).astype(dtype)
+
+
+cast_p = Primitive(
+    "cast",
+    "pointwise",
+    impl=_cast_impl,
+    abstract_eval=lambda x, dtype: AbstractArray(x.shape, dtype),
+    vjp=(lambda g, x, out, dtype: g,),
+)

@@ -1,0 +1,285 @@
+"""Structural primitives: they move elements, they never compute new values.
+
+reshape, transpose, broadcast_to, slice (positive steps), pad (its transpose), flip and
+concatenate. Codegen turns most of them into index arithmetic rather than copies.
+The functions below the primitives are the friendly entry points (``reshape`` accepts
+``-1``; ``transpose`` accepts ``None``) used by the NumPy layer and by VJP rules.
+
+>>> reshape(np.arange(6), (2, -1)).shape
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..abstract import AbstractArray
+from ..primitives import Primitive, bind
+from ..shapes import ShapeError, broadcast_shapes, normalize_axis, size_of
+
+
+def shape_of(value):
+    return getattr(value, "shape", ())
+
+
+def ndim_of(value):
+    return len(shape_of(value))
+
+
+# --- reshape ---------------------------------------------------------------------------
+def _reshape_rule(x, shape):
+    if size_of(x.shape) != size_of(shape):
+        raise ShapeError(
+            f"cannot reshape array of shape {tuple(x.shape)} into shape {tuple(shape)}"
+        )
+    return AbstractArray(shape, x.dtype)
+
+
+reshape_p = Primitive(
+    "reshape",
+    "structural",
+    impl=lambda x, shape: np.reshape(x, shape),
+    abstract_eval=_reshape_rule,
+    vjp=(lambda g, x, out, shape: reshape(g, shape_of(x)),),
+)
+
+
+def reshape(x, shape):
+    """NumPy's reshape: ``shape`` may be an int and may hold one ``-1``."""
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    # NumPy integers become ints; symbolic dims from the tracer stay symbolic.
+    shape = tuple(int(dim) if isinstance(dim, np.integer) else dim for dim in shape)
+    unknown = [i for i, dim in enumerate(shape) if isinstance(dim, int) and dim == -1]
+    if len(unknown) > 1:
+        raise ShapeError("can only specify one unknown dimension")
+    if unknown:
+        known = size_of(dim for i, dim in enumerate(shape) if i != unknown[0])
+        total = size_of(shape_of(x))
+        if known == 0 or total % known != 0:
+            raise ShapeError(
+                f"cannot reshape array of shape {tuple(shape_of(x))} into shape {shape}"
+            )
+        shape = shape[: unknown[0]] + (total // known,) + shape[unknown[0] + 1 :]
+    if tuple(shape_of(x)) == shape:
+        return x
+    return bind(reshape_p, x, shape=shape)
+
+
+# --- transpose -------------------------------------------------------------------------
+transpose_p = Primitive(
+    "transpose",
+    "structural",
+    impl=lambda x, perm: np.transpose(x, perm),
+    abstract_eval=lambda x, perm: AbstractArray(tuple(x.shape[i] for i in perm), x.dtype),
+    vjp=(lambda g, x, out, perm: transpose(g, tuple(np.argsort(perm))),),
+)
+
+
+def transpose(x, axes=None):
+    ndim = ndim_of(x)
+    if axes is None:
+        perm = tuple(reversed(range(ndim)))
+    else:
+        perm = tuple(normalize_axis(axis, ndim) for axis in axes)
+        if sorted(perm) != list(range(ndim)):
+            raise ShapeError(f"axes {tuple(axes)} don't match array of dimension {ndim}")
+    if perm == tuple(range(ndim)):
+        return x
+    return bind(transpose_p, x, perm=perm)
+
+
+def swapaxes(x, axis1, axis2):
+    ndim = ndim_of(x)
+    perm = list(range(ndim))
+    axis1, axis2 = normalize_axis(axis1, ndim), normalize_axis(axis2, ndim)
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return transpose(x, perm)
+
+
+# --- broadcast_to ----------------------------------------------------------------------
+def _broadcast_to_rule(x, shape):
+    if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != tuple(shape):
+        raise ShapeError(
+            f"operands could not be broadcast together with remapped shapes "
+            f"[original->remapped]: {tuple(x.shape)} and requested shape {tuple(shape)}"
+        )
+    return AbstractArray(shape, x.dtype)
+
+
+broadcast_to_p = Primitive(
+    "broadcast_to",
+    "structural",
+    # A copy, not NumPy's read-only view: eager results must be writable arrays.
+    impl=lambda x, shape: np.array(np.broadcast_to(x, shape)),
+    abstract_eval=_broadcast_to_rule,
+    vjp=(lambda g, x, out, shape: g,),
+)
+
+
+def broadcast_to(x, shape):
+    shape = tuple(int(dim) if isinstance(dim, np.integer) else dim for dim in shape)
+    if tuple(shape_of(x)) == shape:
+        return x
+    return bind(broadcast_to_p, x, shape=shape)
+
+
+# --- slice and its transpose, pad ------------------------------------------------------
+def slice_length(start, limit, step):
+    """How many elements ``range(start, limit, step)`` has, for ``step > 0``."""
+    return (limit - start + step - 1) // step if limit > start else 0
+
+
+def _slice_rule(x, starts, limits, steps):
+    shape = tuple(slice_length(*bounds) for bounds in zip(starts, limits, steps))
+    return AbstractArray(shape, x.dtype)
+
+
+def _slice_impl(x, starts, limits, steps):
+    return np.asarray(x)[tuple(map(slice, starts, limits, steps))]
+
+
+def _slice_vjp(g, x, out, starts, limits, steps):
+    config = []
+    for dim, count, start, step in zip(shape_of(x), shape_of(out), starts, steps):
+        used = (count - 1) * step + 1 if count else 0
+        config.append((start, dim - start - used, step - 1))
+    return pad(g, tuple(config))
+
+
+slice_p = Primitive(
+    "slice",
+    "structural",
+    impl=_slice_impl,
+    abstract_eval=_slice_rule,
+    vjp=(_slice_vjp,),
+)
+
+
+def slice_axes(x, starts, limits, steps):
+    """``x[start:limit:step, ...]`` per axis, with in-range bounds and positive steps."""
+    if all(
+        start == 0 and limit == dim and step == 1
+        for start, limit, step, dim in zip(starts, limits, steps, shape_of(x))
+    ):
+        return x
+    return bind(slice_p, x, starts=tuple(starts), limits=tuple(limits), steps=tuple(steps))
+
+
+def padded_length(count, low, high, interior):
+    return low + high + count + (count - 1) * interior if count else low + high
+
+
+def _pad_rule(x, config):
+    shape = tuple(padded_length(dim, *axis_config) for dim, axis_config in zip(x.shape, config))
+    return AbstractArray(shape, x.dtype)
+
+
+def _pad_impl(x, config):
+    x = np.asarray(x)
+    shape = tuple(padded_length(dim, *axis_config) for dim, axis_config in zip(x.shape, config))
+    out = np.zeros(shape, x.dtype)
+    out[
+        tuple(
+            slice(low, low + (count - 1) * (interior + 1) + 1, interior + 1)
+            for count, (low, _, interior) in zip(x.shape, config)
+        )
+    ] = x
+    return out
+
+
+def _pad_vjp(g, x, out, config):
+    starts = tuple(low for low, _, _ in config)
+    steps = tuple(interior + 1 for _, _, interior in config)
+    limits = tuple(
+        start + (dim - 1) * step + 1 if dim else start
+        for start, step, dim in zip(starts, steps, shape_of(x))
+    )
+    return slice_axes(g, starts, limits, steps)
+
+
+pad_p = Primitive(
+    "pad",
+    "structural",
+    impl=_pad_impl,
+    abstract_eval=_pad_rule,
+    vjp=(_pad_vjp,),
+)
+
+
+def pad(x, config):
+    """Zero padding: per axis ``(low, high, interior)`` zeros, as ``lax.pad`` (no negatives)."""
+    if all(axis_config == (0, 0, 0) for axis_config in config):
+        return x
+    return bind(pad_p, x, config=tuple(config))
+
+
+# --- flip ------------------------------------------------------------------------------
+flip_p = Primitive(
+    "flip",
+    "structural",
+    impl=lambda x, axes: np.flip(x, axes),
+    abstract_eval=lambda x, axes: x,
+    vjp=(lambda g, x, out, axes: flip(g, axes),),
+)
+
+
+def flip(x, axes):
+    return bind(flip_p, x, axes=tuple(axes)) if axes else x
+
+
+# --- concatenate -----------------------------------------------------------------------
+def _concatenate_rule(*avals, axis):
+    first = avals[0]
+    if first.ndim == 0:
+        raise ShapeError("zero-dimensional arrays cannot be concatenated")
+    for aval in avals[1:]:
+        if aval.ndim != first.ndim:
+            raise ShapeError(
+                "all the input array dimensions except for the concatenation axis must match "
+                f"exactly, but got {first.ndim} and {aval.ndim} dimensions"
+            )
+        for i, (dim, other) in enumerate(zip(first.shape, aval.shape)):
+            if i != axis and dim != other:
+                raise ShapeError(
+                    "all the input array dimensions except for the concatenation axis must "
+                    f"match exactly, but along dimension {i} the sizes are {dim} and {other}"
+                )
+    shape = list(first.shape)
+    shape[axis] = sum((aval.shape[axis] for aval in avals[1:]), first.shape[axis])
+    dtype = np.result_type(*(aval.dtype for aval in avals))
+    return AbstractArray(shape, dtype)
+
+
+def _concatenate_vjp(g, *primals, out, axis, argnum):
+    start = sum((shape_of(p)[axis] for p in primals[:argnum]), 0)
+    shape = shape_of(g)
+    starts = tuple(start if i == axis else 0 for i in range(len(shape)))
+    limits = tuple(
+        start + shape_of(primals[argnum])[axis] if i == axis else dim
+        for i, dim in enumerate(shape)
+    )
+    return slice_axes(g, starts, limits, (1,) * len(shape))
+
+
+concatenate_p = Primitive(
+    "concatenate",
+    "structural",
+    impl=lambda *xs, axis: np.concatenate(xs, axis=axis),
+    abstract_eval=_concatenate_rule,
+    vjp=_concatenate_vjp,
+)
+
+
+def concatenate(arrays, axis=0):
+    arrays = tuple(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to concatenate")
+    if axis is None:
+        arrays = tuple(reshape(a, (-1,)) for a in arrays)
+        axis = 0
+    axis = normalize_axis(axis, max(ndim_of(arrays[0]), 1))
+    if len(arrays) == 1:
+        return arrays[0]
+    return bind(concatenate_p, *arrays, axis=axis)
+

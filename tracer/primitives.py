@@ -1,0 +1,76 @@
+"""Primitives and ``bind``: the single place where an operation meets its arguments.
+
+Every operation tracejit knows is a ``Primitive`` declared once in ``tracer/ops`` with
+its rules beside it: the NumPy implementation (which *is* eager semantics), the
+shape/dtype rule, and the VJP written with other primitives. ``bind`` picks who handles a
+call: plain NumPy values run the implementation directly; an eager ``runtime.Tensor``
+or a tracer proxy among the arguments takes over (the one with the highest
+``__tracejit_priority__``), so the same model code runs on all three.
+
+>>> from tracer.ops import exp_p
+>>> float(bind(exp_p, 0.0))
+1.0
+"""
+
+from __future__ import annotations
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+class Primitive:
+    """One IR operation.
+
+    ``impl(*args, **params)``: the NumPy reference implementation.
+    ``abstract_eval(*avals, **params) -> AbstractArray``: the shape/dtype rule.
+    ``vjp``: a tuple with one rule per argument, ``rule(cotangent, *primals, out=..., **params)``,
+    ``None`` where that argument's gradient is zero; a variadic primitive (concatenate)
+    gives one rule that also takes ``argnum=``. Rules may return values at the output's
+    broadcast shape and dtype: ``tracer.autodiff.cotangent`` sums them back to the
+    primal's shape and casts. ``vjp=None`` marks an output that carries no gradient
+    (comparisons, argmax). Only the rules of arguments that need a gradient are called.
+    ``kind`` groups primitives for scheduling: pointwise, reduction, structural, index,
+    matmul, creation.
+    """
+
+    def __init__(self, name, kind, *, impl, abstract_eval, vjp):
+        if name in PRIMITIVES:
+            raise ValueError(f"primitive {name!r} is declared twice")
+        self.name = name
+        self.kind = kind
+        self.impl = impl
+        self.abstract_eval = abstract_eval
+        self.vjp = vjp
+        PRIMITIVES[name] = self
+
+    @property
+    def differentiable(self):
+        return self.vjp is not None
+
+    def vjp_rule(self, argnum):
+        if callable(self.vjp):
+            return lambda *args, **params: self.vjp(*args, argnum=argnum, **params)
+        return self.vjp[argnum]
+
+    def __call__(self, *args, **params):
+        return bind(self, *args, **params)
+
+    def __repr__(self):
+        return f"<primitive {self.name}>"
+
+
+def find_handler(values):
+    """The type that handles a call on ``values`` (highest priority), or ``None``."""
+    handler, best = None, 0
+    for value in values:
+        priority = getattr(type(value), "__tracejit_priority__", 0)
+        if priority > best:
+            handler, best = type(value), priority
+    return handler
+
+
+def bind(prim, *args, like=None, **params):
+    """Apply ``prim``; ``like`` lends its handler to calls with no array arguments."""
+    handler = find_handler(args if like is None else (*args, like))
+    if handler is None:
+        return prim.impl(*args, **params)
+    return handler.__tracejit_bind__(prim, args, params)

@@ -1,0 +1,74 @@
+"""Nested tuples, lists and dicts of leaves ("pytrees"): flatten to a list, rebuild.
+
+>>> leaves, tree = flatten({"w": 1, "b": (2, [3])})
+>>> leaves, unflatten(tree, [10, 20, 30])
+([2, 3, 1], {'b': (10, [20]), 'w': 30})
+"""
+
+from __future__ import annotations
+
+
+class TreeDef:
+    """The structure of a pytree without its leaves; hashable and comparable."""
+
+    __slots__ = ("kind", "keys", "children")
+
+    def __init__(self, kind, keys, children):
+        self.kind, self.keys, self.children = kind, keys, children
+
+    def _key(self):
+        return (self.kind, self.keys, self.children)
+
+    def __eq__(self, other):
+        return isinstance(other, TreeDef) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        if self.kind == "leaf":
+            return "*"
+        inner = ", ".join(
+            f"{key!r}: {child!r}" if self.kind == "dict" else repr(child)
+            for key, child in zip(
+                self.keys if self.kind == "dict" else (None,) * len(self.children),
+                self.children,
+            )
+        )
+        return {"tuple": f"({inner})", "list": f"[{inner}]", "dict": f"{{{inner}}}"}[self.kind]
+
+
+LEAF = TreeDef("leaf", None, ())
+
+
+def flatten(tree):
+    """Leaves in a fixed order (dict keys sorted) and the structure to rebuild them."""
+    leaves = []
+    return leaves, _flatten_into(tree, leaves)
+
+
+def _flatten_into(tree, leaves):
+    if isinstance(tree, (tuple, list)):
+        kind = "list" if isinstance(tree, list) else "tuple"
+        named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
+        return TreeDef(kind, named, tuple(_flatten_into(item, leaves) for item in tree))
+    if isinstance(tree, dict):
+        keys = tuple(sorted(tree, key=repr))
+        return TreeDef("dict", keys, tuple(_flatten_into(tree[key], leaves) for key in keys))
+    leaves.append(tree)
+    return LEAF
+
+
+def unflatten(treedef, leaves):
+    return _build(treedef, iter(leaves))
+
+
+def _build(treedef, leaves):
+    if treedef.kind == "leaf":
+        return next(leaves)
+    children = [_build(child, leaves) for child in treedef.children]
+    if treedef.kind == "dict":
+        return dict(zip(treedef.keys, children))
+    if treedef.kind == "list":
+        return children
+    return treedef.keys(*children) if treedef.keys is not None else tuple(children)

@@ -1,0 +1,73 @@
+"""Shape arithmetic shared by the shape rules: broadcasting and axis normalization.
+
+Dims are Python ints or symbolic dims (from the tracer) that support the same
+arithmetic and comparisons, so every rule here is written once for both.
+
+>>> broadcast_shapes((3, 1), (4,))
+(3, 4)
+>>> normalize_axes(-1, ndim=3)
+(2,)
+"""
+
+from __future__ import annotations
+
+import operator
+
+
+class ShapeError(ValueError):
+    """Shapes that NumPy would also reject (the message says which and why)."""
+
+
+def broadcast_shapes(*shapes):
+    ndim = max((len(shape) for shape in shapes), default=0)
+    result = []
+    for axis in range(-ndim, 0):
+        dim = 1
+        for shape in shapes:
+            if len(shape) < -axis:
+                continue
+            other = shape[axis]
+            if other == 1:
+                continue
+            if dim == 1 or dim is other:
+                dim = other
+            elif dim != other:
+                shown = " ".join(str(tuple(shape)) for shape in shapes)
+                raise ShapeError(
+                    f"operands could not be broadcast together with shapes {shown}"
+                )
+        result.append(dim)
+    return tuple(result)
+
+
+def normalize_axis(axis, ndim):
+    """One axis as a non-negative int; NumPy's AxisError text when out of range."""
+    axis = operator.index(axis)
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(axis, ndim):
+    """``None``, an int or a tuple of ints as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, ndim) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"duplicate value in 'axis': {tuple(axis)}")
+        return tuple(sorted(axes))
+    return (normalize_axis(axis, ndim),)
+
+
+def size_of(shape):
+    size = 1
+    for dim in shape:
+        size = size * dim
+    return size
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else dim for i, dim in enumerate(shape))
+    return tuple(dim for i, dim in enumerate(shape) if i not in axes)

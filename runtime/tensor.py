@@ -20,7 +20,7 @@ from tracer.errors import TracejitError
 from tracer.ops import scatter_add
 
 from . import autograd
-from .autograd import PrimitiveNode, is_grad_enabled
+from .autograd import PrimitiveNode
 
 _DEFAULT_REPR_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
 

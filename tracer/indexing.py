@@ -124,75 +124,177 @@ def _check_mask_shape(index, shape):
             axis += 1
 
 
+class IndexPlan:
+    """How ``x[index]`` is built: ``slice`` (positive steps), ``flip``, ``reshape`` (drop
+    int axes, add ``None`` axes), then a gather for integer arrays at ``advanced``
+    ``(position, source_axis, index)`` entries. ``setitem`` runs it backwards."""
+
+    def __init__(self, shape, index):
+        _check_mask_shape(index, shape)
+        entries = _expand(index, len(shape))
+        has_arrays = any(_is_array(entry) for entry in entries)
+        self.shape = shape
+        self.starts, self.limits, self.steps, self.flipped = [], [], [], []
+        sliced_shape, new_shape, self.advanced = [], [], []
+        axis = 0
+        for entry in entries:
+            if entry is None:
+                new_shape.append(1)
+                continue
+            dim = shape[axis]
+            if isinstance(entry, slice):
+                start, limit, step, flip = normalize_slice(entry, dim)
+                if flip:
+                    self.flipped.append(axis)
+                new_shape.append(ops.slice_length(start, limit, step))
+            elif _is_integer(entry) and not has_arrays:
+                position = int(entry) + dim if entry < 0 else int(entry)
+                if not 0 <= position < dim:
+                    raise _index_error(int(entry), axis, dim)
+                start, limit, step = position, position + 1, 1
+            elif _is_integer(entry) or _is_array(entry):
+                if _is_array(entry) and np.dtype(entry.dtype).kind not in "iu":
+                    # Checked here: eager gather would fail later inside np.take.
+                    raise IndexError(
+                        "arrays used as indices must be of integer (or boolean) type, "
+                        f"not {np.dtype(entry.dtype)}"
+                    )
+                start, limit, step = 0, dim, 1
+                self.advanced.append((len(new_shape), axis, entry))
+                new_shape.append(dim)
+            else:
+                raise IndexError(
+                    "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) "
+                    f"and integer or boolean arrays are valid indices, not {type(entry).__name__}"
+                )
+            self.starts.append(start)
+            self.limits.append(limit)
+            self.steps.append(step)
+            sliced_shape.append(ops.slice_length(start, limit, step))
+            axis += 1
+        self.new_shape = tuple(new_shape)
+        self.sliced_shape = tuple(sliced_shape)
+
+    def result_shape(self):
+        """The shape of ``x[index]``."""
+        if not self.advanced:
+            return self.new_shape
+        positions = [position for position, _, _ in self.advanced]
+        index_shape = broadcast_shapes(*(tuple(shape_of(index)) for _, _, index in self.advanced))
+        rest = [dim for axis, dim in enumerate(self.new_shape) if axis not in positions]
+        if positions != list(range(positions[0], positions[0] + len(positions))):
+            return index_shape + tuple(rest)
+        first = positions[0]
+        return tuple(rest[:first]) + index_shape + tuple(rest[first:])
+
+    def pad_config(self):
+        """The ``pad`` that puts a sliced block back in place (``slice``'s transpose)."""
+        config = []
+        for dim, count, start, step in zip(self.shape, self.sliced_shape, self.starts, self.steps):
+            used = (count - 1) * step + 1 if count else 0
+            config.append((start, dim - start - used, step - 1))
+        return tuple(config)
+
+
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
-    shape = tuple(shape_of(x))
-    _check_mask_shape(index, shape)
-    entries = _expand(index, len(shape))
-    has_arrays = any(_is_array(entry) for entry in entries)
+    plan = IndexPlan(tuple(shape_of(x)), index)
+    result = ops.slice_axes(x, plan.starts, plan.limits, plan.steps)
+    result = ops.flip(result, plan.flipped)
+    result = ops.reshape(result, plan.new_shape)
+    return _gather_advanced(result, plan.advanced) if plan.advanced else result
 
-    starts, limits, steps, flipped, new_shape, advanced = [], [], [], [], [], []
-    axis = 0
-    for entry in entries:
-        if entry is None:
-            new_shape.append(1)
-            continue
-        dim = shape[axis]
-        if isinstance(entry, slice):
-            start, limit, step, flip = normalize_slice(entry, dim)
-            count = ops.slice_length(start, limit, step)
-            if flip:
-                flipped.append(axis)
-            new_shape.append(count)
-        elif _is_integer(entry) and not has_arrays:
-            position = int(entry) + dim if entry < 0 else int(entry)
-            if not 0 <= position < dim:
-                raise _index_error(int(entry), axis, dim)
-            start, limit, step = position, position + 1, 1
-        elif _is_integer(entry) or _is_array(entry):
-            start, limit, step = 0, dim, 1
-            advanced.append((len(new_shape), axis, entry))
-            new_shape.append(dim)
-        else:
-            raise IndexError(
-                "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and "
-                f"integer or boolean arrays are valid indices, not {type(entry).__name__}"
-            )
-        starts.append(start)
-        limits.append(limit)
-        steps.append(step)
-        axis += 1
 
-    result = ops.slice_axes(x, starts, limits, steps)
-    result = ops.flip(result, flipped)
-    result = ops.reshape(result, tuple(new_shape))
-    return _gather_advanced(result, advanced) if advanced else result
+def setitem(x, index, value):
+    """``x`` after ``x[index] = value``, as a new array.
+
+    NumPy's assignment semantics (``value`` broadcast to the selection and cast to ``x``'s
+    dtype), built from primitives: the value is scattered into place by running
+    ``getitem``'s plan backwards, and a mask built the same way selects it over ``x``.
+    """
+    plan = IndexPlan(tuple(shape_of(x)), index)
+    selected_shape = plan.result_shape()
+    value = ops.broadcast_to(value, selected_shape)
+    if getattr(value, "dtype", None) != x.dtype:
+        value = ops.bind(ops.cast_p, value, dtype=x.dtype)
+    ones = ops.full(selected_shape, True, np.bool_, like=x)
+    return ops.bind(ops.where_p, _scatter(plan, ones), _scatter(plan, value), x)
+
+
+def _scatter(plan, value):
+    if plan.advanced:
+        value = _scatter_advanced(value, plan)
+    value = ops.reshape(value, plan.sliced_shape)
+    value = ops.flip(value, plan.flipped)
+    return ops.pad(value, plan.pad_config())
+
+
+def _advanced_layout(shape, advanced):
+    """Where the index arrays act: ``(permutation or None, first axis, dims, flat index)``.
+    Separated index arrays move their axes to the front first (NumPy's rule); several
+    index arrays act as one flat index into their merged axes."""
+    positions = [position for position, _, _ in advanced]
+    permutation = None
+    if positions != list(range(positions[0], positions[0] + len(positions))):
+        rest = [axis for axis in range(len(shape)) if axis not in positions]
+        permutation = positions + rest
+        positions = list(range(len(positions)))
+        shape = tuple(shape[axis] for axis in permutation)
+    dims = [shape[position] for position in positions]
+    indices = [index for _, _, index in advanced]
+    if len(indices) == 1:
+        index = indices[0]
+        return permutation, positions[0], dims, np.asarray(index) if _is_integer(index) else index
+    index_shape = broadcast_shapes(*(tuple(shape_of(index)) for index in indices))
+    flat = 0
+    for (_, source_axis, index), dim in zip(advanced, dims):
+        flat = flat * dim + _wrap_negative(index, dim, source_axis)
+    flat = ops.broadcast_to(np.asarray(flat) if _is_integer(flat) else flat, index_shape)
+    return permutation, positions[0], dims, flat
+
+
+def _merged(shape, first, dims):
+    return shape[:first] + (size_of(dims),) + shape[first + len(dims) :]
 
 
 def _gather_advanced(x, advanced):
     """Integer-array indexing of ``x`` at ``(position, source_axis, index)`` entries."""
-    positions = [position for position, _, _ in advanced]
-    if positions != list(range(positions[0], positions[0] + len(positions))):
-        # Separated index arrays: NumPy puts the broadcast index dims first.
-        rest = [axis for axis in range(ndim_of(x)) if axis not in positions]
-        x = ops.transpose(x, positions + rest)
-        positions = list(range(len(positions)))
-    first = positions[0]
-    shape = tuple(shape_of(x))
-    indices = [index for _, _, index in advanced]
-    if len(indices) == 1:
-        index = indices[0]
-        return ops.gather(x, np.asarray(index) if _is_integer(index) else index, axis=first)
+    permutation, first, dims, flat = _advanced_layout(tuple(shape_of(x)), advanced)
+    if permutation is not None:
+        x = ops.transpose(x, permutation)
+    x = ops.reshape(x, _merged(tuple(shape_of(x)), first, dims))
+    return ops.gather(x, flat, axis=first)
 
-    dims = [shape[position] for position in positions]
-    index_shape = broadcast_shapes(*(tuple(shape_of(index)) for index in indices))
-    flat = 0
-    for (_, source_axis, index), dim in zip(advanced, dims):
-        index = _wrap_negative(index, dim, source_axis)
-        flat = flat * dim + index
-    merged = shape[:first] + (size_of(dims),) + shape[first + len(dims) :]
-    flat = ops.broadcast_to(np.asarray(flat) if _is_integer(flat) else flat, index_shape)
-    return ops.gather(ops.reshape(x, merged), flat, axis=first)
+
+def _scatter_advanced(value, plan):
+    """The transpose of ``_gather_advanced``: ``value`` placed into ``plan.new_shape``."""
+    permutation, first, dims, flat = _advanced_layout(plan.new_shape, plan.advanced)
+    positions = _concrete_indices(flat)
+    if positions.size and np.unique(positions).size != positions.size:
+        raise IndexError(
+            "assignment through an index array that repeats positions: NumPy keeps the last "
+            "write, which tracejit does not reproduce; use unique indices"
+        )
+    shape = plan.new_shape
+    if permutation is not None:
+        shape = tuple(shape[axis] for axis in permutation)
+    if value.dtype == np.bool_:
+        placed = ops.scatter_add(
+            ops.bind(ops.cast_p, value, dtype=np.int32), flat, first, size_of(dims)
+        )
+        placed = placed > 0
+    else:
+        placed = ops.scatter_add(value, flat, first, size_of(dims))
+    placed = ops.reshape(placed, shape)
+    if permutation is not None:
+        placed = ops.transpose(placed, tuple(int(axis) for axis in np.argsort(permutation)))
+    return placed
+
+
+def _concrete_indices(index):
+    """The real values of an index: a tracer's carried value, a Tensor's data."""
+    concrete = getattr(index, "value", index)
+    return np.asarray(getattr(concrete, "data", concrete))
 
 
 def _wrap_negative(index, dim, axis):

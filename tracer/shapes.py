@@ -71,3 +71,34 @@ def reduced_shape(shape, axes, keepdims):
     if keepdims:
         return tuple(1 if i in axes else dim for i, dim in enumerate(shape))
     return tuple(dim for i, dim in enumerate(shape) if i not in axes)
+
+
+def pow2_bucket(size):
+    """The inclusive ``(low, high)`` bucket of a dim: ``(2^(k-1), 2^k]``; sizes 0 and 1 are
+    alone (``None``: they stay static, so broadcasting decisions hold across a bucket).
+
+    >>> pow2_bucket(5), pow2_bucket(8), pow2_bucket(1)
+    ((5, 8), (5, 8), None)
+    """
+    if size <= 1:
+        return None
+    high = 1 << (int(size) - 1).bit_length()
+    return high // 2 + 1, high
+
+
+def edges_bucket(size, edges):
+    """The inclusive bucket of ``size`` between sorted ``edges`` (``(e_i, e_{i+1}]``);
+    beyond the last edge, powers of two. ``None`` for sizes 0 and 1.
+
+    >>> edges_bucket(20, [16, 64]), edges_bucket(100, [16, 64])
+    ((17, 64), (65, 128))
+    """
+    if size <= 1:
+        return None
+    low = 1
+    for edge in sorted(edges):
+        if size <= edge:
+            return low + 1, edge
+        low = max(low, edge)
+    bucket = pow2_bucket(size)
+    return max(bucket[0], low + 1), bucket[1]

@@ -1,0 +1,465 @@
+"""Symbolic dimensions.
+
+``DimExpr`` is IR data: an integer polynomial over dim symbols (``2*s0*s1 + 3``), with
+floor division and modulo kept as opaque factors when they do not divide exactly. It is
+immutable, hashable, compared structurally, and printed in a form ``parse_dim`` reads back.
+
+``SymInt`` is what the tracer hands to user code and to shape rules: a ``DimExpr`` plus
+the concrete value of this call and a ``context`` that decides comparisons. A comparison
+whose answer is the same across every symbol's bucket range is answered with no guard;
+otherwise the context answers from the concrete value and records a shape guard. Using a
+``SymInt`` where Python needs an int (``range(n)``) specializes it with a guard.
+
+>>> s0 = DimExpr.symbol("s0")
+>>> str((s0 * 6 + 3) // 3), str(s0 * 2 - s0 - s0)
+('2*s0 + 1', '0')
+>>> parse_dim("2*s0 + 1") == s0 * 2 + 1
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+
+
+class DimExpr:
+    """An integer polynomial: ``terms`` maps monomials (sorted tuples of factors: symbol
+    names or ``Opaque`` nodes) to integer coefficients; ``()`` is the constant term."""
+
+    __slots__ = ("terms", "_hash")
+
+    def __init__(self, terms):
+        items = tuple(sorted(((m, c) for m, c in terms.items() if c), key=_term_key))
+        self.terms = items
+        self._hash = hash(items)
+
+    # --- construction ----------------------------------------------------------------
+    @staticmethod
+    def symbol(name):
+        return DimExpr({(name,): 1})
+
+    @staticmethod
+    def make(terms):
+        """A ``DimExpr``, or a plain ``int`` when the polynomial is constant."""
+        expr = DimExpr(terms)
+        if not expr.terms:
+            return 0
+        if len(expr.terms) == 1 and expr.terms[0][0] == ():
+            return expr.terms[0][1]
+        return expr
+
+    # --- arithmetic (results are DimExpr or int) -------------------------------------
+    def _as_terms(self):
+        return dict(self.terms)
+
+    def __add__(self, other):
+        terms = self._as_terms()
+        for monomial, coeff in _terms_of(other).items():
+            terms[monomial] = terms.get(monomial, 0) + coeff
+        return DimExpr.make(terms)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return DimExpr.make({m: -c for m, c in self.terms})
+
+    def __sub__(self, other):
+        return self + (-_as_expr(other))
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        terms = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in _terms_of(other).items():
+                monomial = tuple(sorted(m1 + m2, key=_factor_key))
+                terms[monomial] = terms.get(monomial, 0) + c1 * c2
+        return DimExpr.make(terms)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        return floordiv(self, other)
+
+    def __rfloordiv__(self, other):
+        return floordiv(other, self)
+
+    def __mod__(self, other):
+        return mod(self, other)
+
+    def __rmod__(self, other):
+        return mod(other, self)
+
+    # --- structure --------------------------------------------------------------------
+    def __eq__(self, other):
+        return isinstance(other, DimExpr) and self.terms == other.terms
+
+    def __hash__(self):
+        return self._hash
+
+    def symbols(self):
+        names = set()
+        for monomial, _ in self.terms:
+            for factor in monomial:
+                names |= {factor} if isinstance(factor, str) else factor.symbols()
+        return names
+
+    def evaluate(self, bindings):
+        """The value with symbols bound to ints (``{"s0": 5}``)."""
+        total = 0
+        for monomial, coeff in self.terms:
+            product = coeff
+            for factor in monomial:
+                product *= bindings[factor] if isinstance(factor, str) else factor.evaluate(
+                    bindings
+                )
+            total += product
+        return total
+
+    def bounds(self, ranges):
+        """``(low, high)`` over symbols in their inclusive ``ranges`` (all non-negative)."""
+        low = high = 0
+        for monomial, coeff in self.terms:
+            m_low = m_high = 1
+            for factor in monomial:
+                f_low, f_high = ranges[factor] if isinstance(factor, str) else factor.bounds(
+                    ranges
+                )
+                m_low, m_high = m_low * f_low, m_high * f_high
+            if coeff >= 0:
+                low, high = low + coeff * m_low, high + coeff * m_high
+            else:
+                low, high = low + coeff * m_high, high + coeff * m_low
+        return low, high
+
+    def __str__(self):
+        parts = []
+        for monomial, coeff in self.terms:
+            alone = len(monomial) == 1 and coeff == 1
+            factors = [f if isinstance(f, str) else str(f) if alone else f"({f})" for f in monomial]
+            if not factors:
+                text = str(abs(coeff))
+            elif abs(coeff) == 1:
+                text = "*".join(factors)
+            else:
+                text = "*".join([str(abs(coeff)), *factors])
+            if not parts:
+                parts.append(text if coeff > 0 else "-" + text)
+            else:
+                parts.append(("+ " if coeff > 0 else "- ") + text)
+        return " ".join(parts) if parts else "0"
+
+    def __repr__(self):
+        return f"DimExpr({self})"
+
+
+class Opaque:
+    """``numerator // denominator`` or ``numerator % denominator`` that does not simplify."""
+
+    __slots__ = ("op", "numerator", "denominator", "_hash")
+
+    def __init__(self, op, numerator, denominator):
+        self.op, self.numerator, self.denominator = op, numerator, denominator
+        self._hash = hash((op, numerator, denominator))
+
+    def __eq__(self, other):
+        return isinstance(other, Opaque) and (self.op, self.numerator, self.denominator) == (
+            other.op,
+            other.numerator,
+            other.denominator,
+        )
+
+    def __hash__(self):
+        return self._hash
+
+    def symbols(self):
+        names = set()
+        for part in (self.numerator, self.denominator):
+            if isinstance(part, DimExpr):
+                names |= part.symbols()
+        return names
+
+    def evaluate(self, bindings):
+        numerator = _evaluate(self.numerator, bindings)
+        denominator = _evaluate(self.denominator, bindings)
+        return numerator // denominator if self.op == "//" else numerator % denominator
+
+    def bounds(self, ranges):
+        n_low, n_high = _bounds(self.numerator, ranges)
+        d_low, d_high = _bounds(self.denominator, ranges)
+        if self.op == "%":
+            return 0, max(d_high - 1, 0)
+        d_low = max(d_low, 1)
+        return n_low // d_high if n_low >= 0 else n_low // d_low, n_high // d_low
+
+    def __str__(self):
+        def wrap(part):
+            return str(part) if isinstance(part, int) or len(part.terms) == 1 else f"({part})"
+
+        return f"{wrap(self.numerator)} {self.op} {wrap(self.denominator)}"
+
+
+def _factor_key(factor):
+    return (0, factor) if isinstance(factor, str) else (1, str(factor))
+
+
+def _term_key(item):
+    monomial, _ = item
+    return (-len(monomial), tuple(_factor_key(f) for f in monomial))
+
+
+def _as_expr(value):
+    return value if isinstance(value, DimExpr) else DimExpr({(): int(value)})
+
+
+def _terms_of(value):
+    return dict(value.terms) if isinstance(value, DimExpr) else {(): int(value)}
+
+
+def _evaluate(value, bindings):
+    return value.evaluate(bindings) if isinstance(value, DimExpr) else value
+
+
+def _bounds(value, ranges):
+    return value.bounds(ranges) if isinstance(value, DimExpr) else (value, value)
+
+
+def _exact_quotient(numerator, denominator):
+    """``numerator / denominator`` if every term divides exactly, else ``None``."""
+    d_terms = _terms_of(denominator)
+    if len(d_terms) != 1:
+        return DimExpr.make({(): 1}) if numerator == denominator else None
+    (d_monomial, d_coeff), = d_terms.items()
+    quotient = {}
+    for monomial, coeff in _terms_of(numerator).items():
+        remaining = list(monomial)
+        for factor in d_monomial:
+            if factor not in remaining:
+                return None
+            remaining.remove(factor)
+        if coeff % d_coeff:
+            return None
+        quotient[tuple(remaining)] = coeff // d_coeff
+    return DimExpr.make(quotient)
+
+
+def floordiv(numerator, denominator):
+    if isinstance(numerator, int) and isinstance(denominator, int):
+        return numerator // denominator
+    exact = _exact_quotient(numerator, denominator)
+    if exact is not None:
+        return exact
+    return DimExpr({(Opaque("//", numerator, denominator),): 1})
+
+
+def mod(numerator, denominator):
+    if isinstance(numerator, int) and isinstance(denominator, int):
+        return numerator % denominator
+    if _exact_quotient(numerator, denominator) is not None:
+        return 0
+    return DimExpr({(Opaque("%", numerator, denominator),): 1})
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: floordiv, ast.Mod: mod}
+
+
+def parse_dim(text):
+    """Read a printed dim (``"2*s0 + 1"``, ``"(s0 + 1) // 2"``) back into ``DimExpr``/int."""
+    return _eval_dim(ast.parse(text.strip(), mode="eval").body)
+
+
+def _eval_dim(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return DimExpr.symbol(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval_dim(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_eval_dim(node.left), _eval_dim(node.right))
+    raise ValueError(f"not a dim expression: {ast.unparse(node)}")
+
+
+# --- the live symbolic int -------------------------------------------------------------
+class SymInt:
+    """A dim (or int derived from dims) during tracing: expression + concrete value.
+
+    ``context`` implements ``ranges`` (symbol -> (low, high)), ``decide(symint, op,
+    other) -> bool`` for comparisons the ranges leave open, and ``specialize(symint,
+    reason) -> int``. ``value`` is ``None`` where no call is being traced (the verifier).
+    """
+
+    __slots__ = ("expr", "value", "context")
+    __tracejit_dim__ = True
+
+    def __init__(self, expr, value, context):
+        self.expr, self.value, self.context = expr, value, context
+
+    def _combine(self, other, function):
+        if isinstance(other, SymInt):
+            other_expr, other_value = other.expr, other.value
+        elif isinstance(other, int) and not isinstance(other, bool):
+            other_expr = other_value = other
+        else:
+            return NotImplemented
+        value = None if self.value is None or other_value is None else function(
+            self.value, other_value
+        )
+        return wrap(function(self.expr, other_expr), value, self.context)
+
+    def _rcombine(self, other, function):
+        if isinstance(other, int) and not isinstance(other, bool):
+            value = None if self.value is None else function(other, self.value)
+            return wrap(function(other, self.expr), value, self.context)
+        return NotImplemented
+
+    def __add__(self, other):
+        return self._combine(other, operator.add)
+
+    def __radd__(self, other):
+        return self._rcombine(other, operator.add)
+
+    def __sub__(self, other):
+        return self._combine(other, operator.sub)
+
+    def __rsub__(self, other):
+        return self._rcombine(other, operator.sub)
+
+    def __mul__(self, other):
+        return self._combine(other, operator.mul)
+
+    def __rmul__(self, other):
+        return self._rcombine(other, operator.mul)
+
+    def __floordiv__(self, other):
+        return self._combine(other, floordiv)
+
+    def __rfloordiv__(self, other):
+        return self._rcombine(other, floordiv)
+
+    def __mod__(self, other):
+        return self._combine(other, mod)
+
+    def __rmod__(self, other):
+        return self._rcombine(other, mod)
+
+    def __neg__(self):
+        return wrap(-self.expr, None if self.value is None else -self.value, self.context)
+
+    def __truediv__(self, other):
+        # A Python float cannot stay symbolic: it is specialized like int().
+        return self.context.specialize(self, "used in a true division") / other
+
+    def __rtruediv__(self, other):
+        return other / self.context.specialize(self, "used in a true division")
+
+    # --- comparisons: answered over the bucket, or guarded ---------------------------
+    def _compare(self, other, op):
+        if isinstance(other, float) and not other.is_integer():
+            op, other = _integer_comparison(op, other)
+            if isinstance(op, bool):
+                return op
+        if isinstance(other, SymInt):
+            rhs = other.expr
+        elif isinstance(other, (int, float)) and not isinstance(other, bool):
+            rhs = other = int(other)
+        else:
+            return NotImplemented
+        answer = decide_by_bounds(self.expr - rhs, op, self.context.ranges)
+        if answer is None:
+            answer = self.context.decide(self, op, other)
+        return answer
+
+    def __eq__(self, other):
+        return self._compare(other, "==")
+
+    def __ne__(self, other):
+        return self._compare(other, "!=")
+
+    def __lt__(self, other):
+        return self._compare(other, "<")
+
+    def __le__(self, other):
+        return self._compare(other, "<=")
+
+    def __gt__(self, other):
+        return self._compare(other, ">")
+
+    def __ge__(self, other):
+        return self._compare(other, ">=")
+
+    def __hash__(self):
+        return hash(self.expr)
+
+    def __bool__(self):
+        return bool(self != 0)
+
+    # --- places where Python needs a real int -----------------------------------------
+    def __index__(self):
+        return self.context.specialize(self, "used as a Python int (index, range(), len())")
+
+    def __int__(self):
+        return self.context.specialize(self, "converted with int()")
+
+    def __float__(self):
+        return float(self.context.specialize(self, "converted with float()"))
+
+    def __repr__(self):
+        return str(self.expr)
+
+    __str__ = __repr__
+
+
+_COMPARE = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def _integer_comparison(op, bound):
+    """An int comparison equivalent to comparing an int with a non-integral float;
+    ``(answer, None)`` where the answer does not depend on the int at all."""
+    below = math.floor(bound)
+    if op in ("==", "!="):
+        return op == "!=", None
+    return {"<": "<=", "<=": "<=", ">": ">", ">=": ">"}[op], below
+
+
+def decide_by_bounds(difference, op, ranges):
+    """``difference op 0`` when it is the same for every value in the symbols' ranges;
+    ``None`` when it depends on where in the ranges the values fall."""
+    if isinstance(difference, int):
+        return _COMPARE[op](difference, 0)
+    low, high = difference.bounds(ranges)
+    if low == high:
+        return _COMPARE[op](low, 0)
+    if op in ("==", "!="):
+        return (op == "!=") if (low > 0 or high < 0) else None
+    if _COMPARE[op](low, 0) and _COMPARE[op](high, 0):
+        return True
+    if not _COMPARE[op](low, 0) and not _COMPARE[op](high, 0):
+        return False
+    return None
+
+
+def wrap(expr, value, context):
+    """A ``SymInt`` for a symbolic ``expr``; a plain int when ``expr`` is constant."""
+    return SymInt(expr, value, context) if isinstance(expr, DimExpr) else expr
+
+
+def expr_of(dim):
+    """IR data for a dim: the ``DimExpr`` of a ``SymInt``, ints as they are."""
+    return dim.expr if isinstance(dim, SymInt) else int(dim)
+
+
+def value_of(dim):
+    """The concrete value of a dim in this call."""
+    return dim.value if isinstance(dim, SymInt) else int(dim)

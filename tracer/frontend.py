@@ -1,0 +1,452 @@
+"""The source front end: rewrite a model function so that tracing sees what it does.
+
+The function's source is parsed (``ast``), rewritten, and compiled with the user's file
+name and line numbers, so tracebacks and guard locations point at the user's code. The
+rewrite routes through hooks (``__tracejit__``) what a compiled run would otherwise skip
+or get wrong:
+
+* every call: ``np.random`` and random generators are refused (their numbers would be
+  frozen), logging of traced values is refused, ``print`` becomes an ``Effect`` node that
+  compiled code replays, and user-defined Python functions are rewritten in turn;
+* ``a[i] = v`` and ``a[i] += v``: functional updates; writes into input arrays become
+  outputs written back after a call succeeds; writes into outside containers are refused;
+* ``x += v`` where ``x`` is a NumPy array and ``v`` is traced: rebinds ``x``;
+* ``obj.attr = v``, and ``global``/``nonlocal`` writes: refused (outside state).
+
+``render(fn)`` shows the rewritten source (astor), which the cache CLI prints. Functions
+whose source cannot be read (REPL, ``exec``, lambdas) run as they are: tracing still works,
+and locations come from frames.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import logging
+import operator
+import sys
+import textwrap
+import types
+
+import astor
+import numpy as np
+
+from .dims import SymInt
+from .errors import TraceError
+from .ir import Effect
+from .locations import is_internal, user_location
+
+HOOK = "__tracejit__"
+
+_MUTATING_METHODS = {
+    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
+    "popitem", "add", "discard", "sort", "reverse", "fill", "put", "resize", "itemset",
+}
+_INPLACE = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
+    ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul",
+    ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor",
+}
+
+
+def _refusal(message):
+    location = user_location(skip=2)
+    prefix = f"{location.file}:{location.line}: " if location else ""
+    source = f"\n    {location.source}" if location and location.source else ""
+    return TraceError(f"{prefix}{message}{source}")
+
+
+# --- analysis ------------------------------------------------------------------------
+class _Scope(ast.NodeVisitor):
+    """Which names the function binds locally, which are parameters, which it declares
+    ``global``/``nonlocal`` and writes."""
+
+    def __init__(self, function_node):
+        arguments = function_node.args
+        self.parameters = {
+            a.arg
+            for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+            + [arguments.vararg, arguments.kwarg]
+            if a is not None
+        }
+        self.assigned, self.declared, self.problems = set(), {}, []
+        for statement in function_node.body:
+            self.visit(statement)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.assigned.add(node.id)
+
+    def visit_Global(self, node):
+        for name in node.names:
+            self.declared[name] = ("global", node.lineno)
+
+    def visit_Nonlocal(self, node):
+        for name in node.names:
+            self.declared[name] = ("nonlocal", node.lineno)
+
+    def visit_Yield(self, node):
+        self.problems.append((node.lineno, "a generator (yield) cannot be compiled"))
+
+    visit_YieldFrom = visit_Yield
+
+    def visit_FunctionDef(self, node):
+        self.assigned.add(node.name)  # nested functions are locals; their bodies are theirs
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        pass
+
+    def is_local(self, name):
+        return name in self.assigned and name not in self.parameters and name not in self.declared
+
+
+# --- rewriting -----------------------------------------------------------------------
+def _hook(method, *args, node):
+    call = ast.Call(
+        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method, ctx=ast.Load()),
+        args=list(args),
+        keywords=[],
+    )
+    return ast.copy_location(call, node)
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, scope):
+        self.scope = scope
+
+    def visit_FunctionDef(self, node):
+        return node  # nested definitions run as written (their calls go through ours)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "super":
+            return node  # zero-argument super() needs the real frame
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in _MUTATING_METHODS
+            and isinstance(func.value, ast.Name)
+            and not self.scope.is_local(func.value.id)
+        ):
+            what = ast.Constant(f"{func.value.id}.{func.attr}(...)")
+            return _hook("outside_mutation", what, node=node)
+        call = ast.Call(
+            func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
+                               ctx=ast.Load()),
+            args=[func, *node.args],
+            keywords=node.keywords,
+        )
+        return ast.copy_location(call, node)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if len(node.targets) != 1:
+            return node
+        target = node.targets[0]
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            return self._subscript_store(target, node.value, node)
+        if isinstance(target, ast.Attribute):
+            what = ast.Constant(ast.unparse(target))
+            return ast.copy_location(
+                ast.Expr(_hook("outside_mutation", what, node=node)), node
+            )
+        return node
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        operation = ast.Constant(_INPLACE.get(type(node.op), ""))
+        target = node.target
+        if isinstance(target, ast.Name):
+            value = _hook("inplace", ast.Name(id=target.id, ctx=ast.Load()), node.value,
+                          operation, node=node)
+            return ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=target.id, ctx=ast.Store())], value=value), node
+            )
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            name = target.value.id
+            outside = ast.Constant(not self.scope.is_local(name))
+            value = _hook("update_item", ast.Name(id=name, ctx=ast.Load()), target.slice,
+                          node.value, operation, outside, node=node)
+            return ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
+            )
+        if isinstance(target, ast.Attribute):
+            what = ast.Constant(ast.unparse(target))
+            return ast.copy_location(
+                ast.Expr(_hook("outside_mutation", what, node=node)), node
+            )
+        return node
+
+    def _subscript_store(self, target, value, node):
+        name = target.value.id
+        outside = ast.Constant(not self.scope.is_local(name))
+        call = _hook("set_item", ast.Name(id=name, ctx=ast.Load()), target.slice, value,
+                     outside, node=node)
+        return ast.copy_location(
+            ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call), node
+        )
+
+
+class RewriteUnavailable(Exception):
+    """The function runs as written (no readable source, a lambda, ...)."""
+
+
+def _function_node(function):
+    if function.__code__.co_name == "<lambda>":
+        raise RewriteUnavailable("lambda")
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError) as error:
+        raise RewriteUnavailable(f"source unavailable: {error}") from None
+    module = ast.parse(source)
+    node = module.body[0] if module.body else None
+    if not isinstance(node, ast.FunctionDef) or node.name != function.__code__.co_name:
+        raise RewriteUnavailable("source does not start with the function's def")
+    ast.increment_lineno(node, function.__code__.co_firstlineno - node.lineno)
+    node.decorator_list = []
+    return node, source
+
+
+def rewrite_tree(function):
+    """The rewritten ``FunctionDef`` of ``function`` and its original source."""
+    node, source = _function_node(function)
+    scope = _Scope(node)
+    for name, (kind, line) in scope.declared.items():
+        if name in scope.assigned:
+            raise TraceError(
+                f"{function.__code__.co_filename}:{line}: `{kind} {name}` is written inside "
+                f"{function.__qualname__}; compiled runs would skip writes to outside state. "
+                "Return the new value instead"
+            )
+    if scope.problems:
+        line, message = scope.problems[0]
+        raise TraceError(f"{function.__code__.co_filename}:{line}: {message}")
+    rewritten = _Rewriter(scope).generic_visit(node)  # the body; nested defs stay as written
+    if "__class__" in function.__code__.co_freevars:
+        # Keep the __class__ cell that zero-argument super() reads.
+        keep = ast.Expr(ast.Name(id="__class__", ctx=ast.Load()))
+        rewritten.body.insert(0, ast.copy_location(keep, rewritten.body[0]))
+    return ast.fix_missing_locations(rewritten), source
+
+
+def _compile(function, tree, hooks):
+    freevars = function.__code__.co_freevars
+    factory = ast.FunctionDef(
+        name="__tracejit_factory__",
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg=name) for name in (HOOK, *freevars)],
+            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
+        ),
+        body=[tree, ast.Return(value=ast.Name(id=tree.name, ctx=ast.Load()))],
+        decorator_list=[],
+        returns=None,
+    )
+    if sys.version_info >= (3, 12):
+        factory.type_params = []
+    module = ast.fix_missing_locations(ast.Module(body=[factory], type_ignores=[]))
+    code = compile(module, function.__code__.co_filename, "exec")
+    factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    inner = next(
+        c for c in factory_code.co_consts
+        if isinstance(c, types.CodeType) and c.co_name == tree.name
+    )
+    cells = dict(zip(freevars, function.__closure__ or ()))
+    cells[HOOK] = types.CellType(hooks)
+    closure = tuple(cells[name] for name in inner.co_freevars)
+    rebuilt = types.FunctionType(
+        inner, function.__globals__, function.__name__, function.__defaults__, closure
+    )
+    rebuilt.__kwdefaults__ = function.__kwdefaults__
+    rebuilt.__qualname__ = function.__qualname__
+    return rebuilt
+
+
+def render(function):
+    """The rewritten source of ``function`` as text (what the compiled run traced)."""
+    tree, _ = rewrite_tree(function)
+    return astor.to_source(tree)
+
+
+# --- hooks -----------------------------------------------------------------------------
+def _is_tracer(value):
+    return getattr(type(value), "__tracejit_priority__", 0) >= 2
+
+
+def _any_tracer(values):
+    return any(_is_tracer(value) for value in values)
+
+
+def _is_random(function, args, kwargs):
+    owner = getattr(function, "__self__", None)
+    random_types = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+    if isinstance(owner, random_types) or (
+        getattr(function, "__module__", "") or ""
+    ).startswith("numpy.random"):
+        return True
+    return any(isinstance(value, random_types) for value in (*args, *kwargs.values()))
+
+
+def _is_logging(function):
+    owner = getattr(function, "__self__", None)
+    return isinstance(owner, (logging.Logger, logging.LoggerAdapter)) or getattr(
+        function, "__module__", None
+    ) == "logging"
+
+
+def _is_user_function(function):
+    if not isinstance(function, types.FunctionType):
+        return False
+    filename = function.__code__.co_filename
+    return not (is_internal(filename) or filename.startswith(_LIBRARY_PREFIXES))
+
+
+def _library_prefixes():
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(path.rstrip("/") + "/" for path in paths if path)
+
+
+_LIBRARY_PREFIXES = _library_prefixes()
+
+
+class Hooks:
+    """What rewritten code calls; one instance per trace (it records the functions the
+    trace passed through, for the cache key)."""
+
+    def __init__(self, context):
+        self.context = context
+        self.functions = {}  # code -> (qualname, file, source)
+        self.rewritten = {}
+
+    # calls ---------------------------------------------------------------------------
+    def call(self, function, *args, **kwargs):
+        if function is print:
+            return self.print(*args, **kwargs)
+        if _is_random(function, args, kwargs):
+            name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
+            raise _refusal(
+                f"{name} draws random numbers inside a compiled function; they would be "
+                "frozen into the compiled code. Draw them outside and pass them in as an "
+                "argument (for dropout: pass the mask, or run it eagerly)"
+            )
+        if _is_logging(function) and _any_tracer((*args, *kwargs.values())):
+            raise _refusal(
+                "logging a traced value inside a compiled function: compiled runs would "
+                "skip it. Return the value and log it outside, or use print (replayed)"
+            )
+        return self.function_for(function)(*args, **kwargs)
+
+    def function_for(self, function):
+        target = function.__func__ if isinstance(function, types.MethodType) else function
+        if isinstance(target, functools.partial) or not _is_user_function(target):
+            return function
+        if target.__code__ not in self.rewritten:
+            self.rewritten[target.__code__] = self.rewrite(target)
+        rewritten = self.rewritten[target.__code__]
+        if isinstance(function, types.MethodType):
+            return types.MethodType(rewritten, function.__self__)
+        return rewritten
+
+    def rewrite(self, function):
+        try:
+            tree, source = rewrite_tree(function)
+        except RewriteUnavailable:
+            self.functions[function.__code__] = (
+                function.__qualname__, function.__code__.co_filename, None
+            )
+            return function
+        self.functions[function.__code__] = (
+            function.__qualname__, function.__code__.co_filename, source
+        )
+        return _compile(function, tree, self)
+
+    # effects -------------------------------------------------------------------------
+    def print(self, *args, sep=" ", end="\n", file=None, flush=False):
+        stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)
+        if stream is None:
+            raise _refusal("print(..., file=...) to a file inside a compiled function; "
+                           "return the values and write them outside")
+        segments, atoms = [], []
+        for arg in args:
+            if _is_tracer(arg) or isinstance(arg, SymInt):
+                atom, _, _ = self.context.atom(arg)
+                segments.append(("value", len(atoms)))
+                atoms.append(atom)
+            else:
+                segments.append(("text", str(arg)))
+        params = (("end", end), ("segments", tuple(segments)), ("sep", sep),
+                  ("stream", stream))
+        self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))
+        texts = [
+            str(arg.value) if _is_tracer(arg) or isinstance(arg, SymInt) else str(arg)
+            for arg in args
+        ]
+        print(*texts, sep=sep, end=end, file=file, flush=flush)
+
+    # assignments ---------------------------------------------------------------------
+    def set_item(self, container, index, value, outside):
+        if _is_tracer(container):
+            container[index] = value
+            return container
+        if isinstance(container, np.ndarray) and _is_tracer(value):
+            if id(container) in self.context.implicit_candidates:
+                raise _refusal("writing a traced value into a global array; compiled runs "
+                               "would skip it. Return the new array instead")
+            traced = self._traced_copy(container)
+            traced[index] = value
+            return traced
+        if outside and not isinstance(container, np.ndarray):
+            self.outside_mutation(f"item assignment into {type(container).__name__}")
+        container[index] = value
+        return container
+
+    def update_item(self, container, index, value, operation, outside):
+        # a[i] += v is a[i] = a[i] + v (``a[i]`` is a view: updating it in place would not
+        # reach ``a`` under tracing).
+        updated = getattr(operator, operation)(container[index], value)
+        return self.set_item(container, index, updated, outside)
+
+    def inplace(self, target, value, operation):
+        if isinstance(target, np.ndarray) and _is_tracer(value):
+            # NumPy would write into ``target``'s buffer; tracing rebinds the local name.
+            if id(target) in self.context.implicit_candidates:
+                raise _refusal("in-place update of a global array with a traced value; "
+                               "compiled runs would skip it. Return the new array instead")
+            return getattr(operator, operation)(target, value)
+        return getattr(operator, "i" + operation.rstrip("_"))(target, value)
+
+    def _traced_copy(self, array):
+        from .tracing import Tracer
+
+        atom, value, aval = self.context.atom(np.array(array))
+        return Tracer(self.context, atom, value, aval.shape)
+
+    def outside_mutation(self, what):
+        raise _refusal(
+            f"`{what}` changes state outside the compiled function; compiled runs would skip "
+            "it. Return the new value instead"
+        )
+
+
+def run_rewritten(fn, args, kwargs):
+    """Call ``fn`` rewritten (when its source allows) under the current trace; returns the
+    result and the functions the trace passed through ``[(qualname, file, source)]``."""
+    from .tracing import current_context
+
+    hooks = Hooks(current_context())
+    target = hooks.function_for(fn) if not isinstance(fn, functools.partial) else fn
+    if target is fn and isinstance(fn, (types.FunctionType, types.MethodType)):
+        function = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        hooks.functions.setdefault(
+            function.__code__, (function.__qualname__, function.__code__.co_filename, None)
+        )
+    result = target(*args, **kwargs)
+    return result, list(hooks.functions.values())
+

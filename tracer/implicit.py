@@ -1,0 +1,155 @@
+"""Implicit inputs: arrays a function reads without taking them as arguments.
+
+Arrays reached through globals, closures, default arguments and attributes (``self.w``,
+``model.layers[0]``) must be read at every call, never frozen into the compiled code. Before
+tracing, ``find_implicit_inputs`` walks what the function can reach - its globals and
+closure cells, those of the Python functions it references, defaults, and a bounded depth
+of attributes and containers - and returns ``{id(array): (path, array)}``. The tracer turns
+the ones the function actually uses into graph inputs; the runtime re-reads them through
+their ``Path`` at every call.
+
+>>> import numpy as np
+>>> W = np.ones(3)
+>>> def f(x):
+...     return x * W
+>>> [str(path) for path, _ in find_implicit_inputs(f, ()).values()]
+['global W']
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+
+import numpy as np
+
+from .locations import is_internal
+
+_MAX_DEPTH = 3
+
+
+def _is_array(value):
+    return isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__", 0) == 1
+
+
+@dataclass(frozen=True)
+class Path:
+    """How to read an implicit input again: a root and steps (``attr``, ``item``).
+
+    Roots: ``("global", globals_dict, name)``, ``("closure", cell, name)``,
+    ``("default", function, index)``, ``("arg", leaf_index)``, ``("self", bound_self)``.
+    """
+
+    root: tuple
+    steps: tuple = ()
+
+    def resolve(self, argument_leaves=()):
+        kind = self.root[0]
+        if kind == "global":
+            value = self.root[1][self.root[2]]
+        elif kind == "closure":
+            value = self.root[1].cell_contents
+        elif kind == "default":
+            value = self.root[1].__defaults__[self.root[2]]
+        elif kind == "kwdefault":
+            value = self.root[1].__kwdefaults__[self.root[2]]
+        elif kind == "arg":
+            value = argument_leaves[self.root[1]]
+        else:  # "self"
+            value = self.root[1]
+        for step, key in self.steps:
+            value = getattr(value, key) if step == "attr" else value[key]
+        return value
+
+    def __repr__(self):
+        return f"Path({self})"
+
+    def __str__(self):
+        kind = self.root[0]
+        head = {
+            "global": lambda: f"global {self.root[2]}",
+            "closure": lambda: f"closure {self.root[2]}",
+            "default": lambda: f"default argument {self.root[2]}",
+            "kwdefault": lambda: f"default argument {self.root[2]}",
+            "arg": lambda: f"argument {self.root[1]}",
+            "self": lambda: "self",
+        }[kind]()
+        for step, key in self.steps:
+            head += f".{key}" if step == "attr" else f"[{key!r}]"
+        return head
+
+
+def _scan(value, path, found, depth, seen):
+    if _is_array(value):
+        found.setdefault(id(value), (path, value))
+        return
+    if depth >= _MAX_DEPTH or id(value) in seen:
+        return
+    if isinstance(value, (str, bytes, int, float, bool, type(None), types.ModuleType, type)):
+        return
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return
+    seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value[:64]):
+            _scan(item, Path(path.root, path.steps + (("item", index),)), found, depth + 1, seen)
+    elif isinstance(value, dict):
+        for key, item in list(value.items())[:64]:
+            if isinstance(key, (str, int)):
+                _scan(item, Path(path.root, path.steps + (("item", key),)), found, depth + 1, seen)
+    elif hasattr(value, "__dict__") and not isinstance(value, np.generic):
+        for name, item in list(vars(value).items())[:64]:
+            _scan(item, Path(path.root, path.steps + (("attr", name),)), found, depth + 1, seen)
+
+
+def _names(code):
+    """Global names a code object (and the code nested in it) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _scan_function(function, found, seen, visited):
+    code = function.__code__
+    if code in visited or is_internal(code.co_filename):
+        return
+    visited.add(code)
+    globals_ = function.__globals__
+    for name in sorted(_names(code)):
+        if name not in globals_:
+            continue
+        value = globals_[name]
+        if isinstance(value, types.FunctionType):
+            _scan_function(value, found, seen, visited)
+        else:
+            _scan(value, Path(("global", globals_, name)), found, 0, seen)
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (not assigned yet)
+            continue
+        if isinstance(value, types.FunctionType):
+            _scan_function(value, found, seen, visited)
+        else:
+            _scan(value, Path(("closure", cell, name)), found, 0, seen)
+    for index, value in enumerate(function.__defaults__ or ()):
+        _scan(value, Path(("default", function, index)), found, 0, seen)
+    for name, value in (function.__kwdefaults__ or {}).items():
+        _scan(value, Path(("kwdefault", function, name)), found, 0, seen)
+
+
+def find_implicit_inputs(fn, argument_leaves):
+    """``{id(array): (Path, array)}`` for arrays ``fn`` can read without arguments."""
+    found, seen, visited = {}, set(), set()
+    target = fn
+    if isinstance(fn, types.MethodType):
+        _scan(fn.__self__, Path(("self", fn.__self__)), found, 0, seen)
+        target = fn.__func__
+    for index, leaf in enumerate(argument_leaves):
+        if not _is_array(leaf):
+            _scan(leaf, Path(("arg", index)), found, 1, seen)
+    if isinstance(target, types.FunctionType):
+        _scan_function(target, found, seen, visited)
+    return found

@@ -1,0 +1,37 @@
+"""Where in the user's code something happened: the first frame outside tracejit and NumPy.
+
+Rewritten functions are compiled with the user's file name and line numbers, so their
+frames point at the user's source as well.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+import numpy as np
+
+from .ir import Location
+
+_TRACEJIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INTERNAL_DIRS = tuple(
+    os.path.join(_TRACEJIT_ROOT, package) + os.sep for package in ("tracer", "runtime", "codegen")
+) + (os.path.dirname(np.__file__) + os.sep,)
+
+
+def is_internal(filename):
+    return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
+
+
+def user_location(skip=1):
+    """The ``Location`` of the innermost frame in user code, or ``None``."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_internal(filename):
+            line = frame.f_lineno
+            source = linecache.getline(filename, line).strip()
+            return Location(filename, line, frame.f_code.co_name, source)
+        frame = frame.f_back
+    return None

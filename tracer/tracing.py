@@ -1,0 +1,553 @@
+"""Tracing: run a function once on its real inputs and record what it computed.
+
+Inputs become ``Tracer`` proxies that carry the real value, so the trace's outputs are the
+call's real results. Every primitive applied to a proxy is recorded (``bind`` hands the
+call to ``Tracer.__tracejit_bind__``, the only place an op is intercepted). Where Python
+needs a concrete answer from data - ``bool()``, ``int()``, ``float()``, ``.item()``,
+``__index__`` - the real value is used and a value guard records the assumption. Dims
+marked dynamic are ``SymInt``s: comparisons the bucket ranges cannot decide become shape
+guards.
+
+>>> import numpy as np
+>>> def f(x):
+...     return x * 2 if x.sum() > 0 else x - 2
+>>> t = trace(f, np.array([1.0, -1.0, 2.0]))
+>>> t.outputs
+array([ 2., -2.,  4.])
+>>> [guard.expected for guard in t.graph.guards]
+[True]
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import pytree
+from .abstract import PYTHON_SCALARS, AbstractArray
+from .array_methods import ArrayMethods
+from .dims import DimExpr, SymInt, expr_of, value_of, wrap
+from .errors import TraceError
+from .indexing import setitem
+from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
+from .locations import user_location
+from .shapes import pow2_bucket
+
+_state = threading.local()
+
+
+def current_context():
+    return getattr(_state, "context", None)
+
+
+def _error(message, location=None):
+    location = location or user_location(skip=2)
+    prefix = f"{location.file}:{location.line}: " if location else ""
+    source = f"\n    {location.source}" if location and location.source else ""
+    return TraceError(f"{prefix}{message}{source}")
+
+
+class Tracer(ArrayMethods):
+    """A traced array: the IR var it stands for, its real value, and its live shape."""
+
+    __slots__ = ("context", "var", "value", "shape", "base", "views", "__weakref__")
+    __tracejit_priority__ = 2
+
+    def __init__(self, context, var, value, shape):
+        self.context = context
+        self.var = var
+        self.value = value
+        self.shape = shape
+        # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
+        # ``views`` (a WeakSet) of the views of this one that are still alive.
+        self.base = None
+        self.views = None
+
+    @property
+    def dtype(self):
+        return self.var.aval.dtype
+
+    @property
+    def aval(self):
+        return AbstractArray(self.shape, self.var.aval.dtype)
+
+    @staticmethod
+    def __tracejit_bind__(prim, args, params):
+        for arg in args:
+            if isinstance(arg, Tracer):
+                return arg.context.process(prim, args, params)
+        return current_context().process(prim, args, params)  # creation ops: no operands
+
+    # --- where Python needs concrete values: value guards ------------------------------
+    def __bool__(self):
+        return self.context.guard(self, "bool", bool(self.value))
+
+    def __int__(self):
+        return self.context.guard(self, "int", int(self.value))
+
+    def __float__(self):
+        return self.context.guard(self, "float", float(self.value))
+
+    def __index__(self):
+        if self.dtype.kind not in "iu" or np.ndim(self.value):
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return self.context.guard(self, "index", int(self.value))
+
+    def item(self):
+        return self.context.guard(self, "item", np.asarray(self.value).item())
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return int(self.shape[0]) if isinstance(self.shape[0], SymInt) else self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        raise _error(
+            "a traced array was converted to a NumPy array (np.asarray, a NumPy function "
+            "tracejit does not support, or a write into a NumPy array); that would freeze "
+            "its value into the compiled code. Keep it as an array operand, or compute it "
+            "outside the compiled function"
+        )
+
+    def tolist(self):
+        raise _error(
+            "tolist() on a traced array would freeze every element into the compiled code; "
+            "return the array instead, or call tolist() outside the compiled function"
+        )
+
+    def numpy(self):
+        return self.__array__()
+
+    # --- in-place updates: functional underneath ---------------------------------------
+    def __setitem__(self, index, value):
+        self._update(setitem(self, index, value))
+
+    def _inplace(self, operation, other):
+        result = operation(self, other)
+        if result.dtype != self.dtype:
+            result = result.astype(self.dtype)
+        self._update(result)
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace(np.add, other)
+
+    def __isub__(self, other):
+        return self._inplace(np.subtract, other)
+
+    def __imul__(self, other):
+        return self._inplace(np.multiply, other)
+
+    def __itruediv__(self, other):
+        return self._inplace(np.true_divide, other)
+
+    def _update(self, result):
+        is_view = self.base is not None and self.base() is not None
+        if is_view or self.views:
+            raise _error(
+                "in-place write to an array that shares memory with another one (a slice, "
+                "reshape or transpose of it, or it of another); NumPy would update both, "
+                "which tracejit does not follow. Write to a copy instead: x = x.copy()",
+                user_location(skip=3),
+            )
+        self.var, self.value, self.shape = result.var, result.value, result.shape
+        self.context.note_mutation(self)
+
+    def __repr__(self):
+        return f"Tracer({self.var}: {self.aval}, value={self.value!r})"
+
+
+# Primitives whose NumPy result is a view of their first operand (basic indexing & co).
+_VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
+
+
+@dataclass
+class InputSpec:
+    """How one leaf of the arguments enters the graph."""
+
+    kind: str  # "array", "scalar" (dynamic Python scalar), "static"
+    input_index: int | None = None  # position in graph.inputs
+    type_name: str = ""
+    value: object = None  # static leaves: the value the trace specialized on
+
+
+@dataclass
+class ImplicitInput:
+    """An array read from a global, closure, default argument or attribute."""
+
+    path: tuple
+    input_index: int
+    value: object = field(repr=False)
+
+
+@dataclass
+class Trace:
+    """The result of ``trace``: the graph, the real outputs, and what the trace assumed."""
+
+    name: str
+    graph: Graph
+    outputs: object
+    output_tree: pytree.TreeDef
+    output_statics: dict  # output leaf index -> a value that is not an array or scalar
+    input_tree: pytree.TreeDef
+    input_specs: list
+    implicit_inputs: list
+    mutated_inputs: dict  # argument leaf index -> graph output index of its new value
+    functions: list = field(default_factory=list)
+
+    @property
+    def value_guards(self):
+        return self.graph.guards
+
+    @property
+    def shape_guards(self):
+        return self.graph.shape_guards
+
+    def __str__(self):
+        return str(self.graph)
+
+
+class TracingContext:
+    """The state of one trace while the function runs."""
+
+    def __init__(self, name, implicit=None):
+        self.name = name
+        self.body = []
+        self.inputs = []
+        self.constants = []
+        self.constant_vars = {}  # id(array) -> (array, Var); the array keeps the id valid
+        self.implicit_candidates = implicit or {}  # id(obj) -> (path, obj)
+        self.implicit_used = {}  # id(obj) -> ImplicitInput
+        self.symbols = {}
+        self.ranges = {}
+        self.shape_guards = []
+        self.counter = 0
+        self.mutated = {}  # id(input tracer) -> tracer
+        self.input_tracers = []
+        self.finished = False
+
+    # --- vars and atoms ----------------------------------------------------------------
+    def new_var(self, aval):
+        var = Var(f"%{self.counter}", aval)
+        self.counter += 1
+        return var
+
+    def add_input(self, value, shape):
+        aval = AbstractArray(tuple(expr_of(dim) for dim in shape), value.dtype)
+        var = self.new_var(aval)
+        self.inputs.append(var)
+        tracer = Tracer(self, var, value, tuple(shape))
+        self.input_tracers.append(tracer)
+        return tracer
+
+    def new_symbol(self, value, low, high):
+        name = f"s{len(self.symbols)}"
+        self.symbols[name] = Symbol(name, low, high)
+        self.ranges[name] = (low, high)
+        return SymInt(DimExpr.symbol(name), value, self)
+
+    def atom(self, value):
+        """``(atom, concrete value, live abstract value)`` for an operand of a primitive."""
+        if isinstance(value, Tracer):
+            if value.context is not self:
+                raise _error(
+                    "a traced value from another (finished) trace was used: a value computed "
+                    "while tracing escaped, e.g. stored in a global or an attribute"
+                )
+            return value.var, value.value, value.aval
+        if isinstance(value, SymInt):
+            literal = Literal.of(value)
+            return literal, value.value, literal.aval
+        if type(value) in PYTHON_SCALARS or isinstance(value, np.generic):
+            literal = Literal.of(value)
+            return literal, value, literal.aval
+        key = id(value)
+        if key in self.implicit_candidates or key in self.implicit_used:
+            return self._implicit_input(value)
+        array = np.asarray(value)
+        if array.dtype == object:
+            raise _error(f"an operand of type {type(value).__name__} is not an array")
+        if key not in self.constant_vars:
+            var = self.new_var(AbstractArray(array.shape, array.dtype))
+            self.constants.append((var, Constant.of(array)))
+            self.constant_vars[key] = (value, var)
+        var = self.constant_vars[key][1]
+        return var, array, AbstractArray(array.shape, array.dtype)
+
+    def _implicit_input(self, value):
+        key = id(value)
+        if key not in self.implicit_used:
+            path, _ = self.implicit_candidates[key]
+            array = np.asarray(value)
+            var = self.new_var(AbstractArray(array.shape, array.dtype))
+            self.inputs.append(var)
+            self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
+        spec = self.implicit_used[key]
+        var = self.inputs[spec.input_index]
+        return var, np.asarray(value), var.aval
+
+    # --- recording ---------------------------------------------------------------------
+    def process(self, prim, args, params):
+        if self.finished:
+            raise _error("a traced value was used after its trace finished (it escaped)")
+        atoms, values, avals = [], [], []
+        for arg in args:
+            atom, value, aval = self.atom(arg)
+            atoms.append(atom)
+            values.append(value)
+            avals.append(aval)
+        concrete = {key: _concrete_param(value) for key, value in params.items()}
+        out_value = prim.impl(*values, **concrete)
+        out_aval = prim.abstract_eval(*avals, **params)
+        out_array = np.asarray(out_value)
+        concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
+        if concrete_shape != out_array.shape or np.dtype(out_aval.dtype) != out_array.dtype:
+            raise AssertionError(
+                f"tracejit bug: the shape rule of {prim.name} gives {out_aval} but NumPy "
+                f"gives {out_array.dtype}{out_array.shape}"
+            )
+        var = self.new_var(
+            AbstractArray(tuple(expr_of(dim) for dim in out_aval.shape), out_aval.dtype)
+        )
+        record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
+        self.body.append(Eqn(prim, tuple(atoms), record, var))
+        result = Tracer(self, var, out_value, tuple(out_aval.shape))
+        if prim.name in _VIEW_PRIMITIVES and isinstance(args[0], Tracer):
+            source = args[0]
+            root = (source.base() if source.base is not None else None) or source
+            result.base = weakref.ref(root)
+            if root.views is None:
+                root.views = weakref.WeakSet()
+            root.views.add(result)
+        return result
+
+    def guard(self, tracer, convert, expected):
+        if self.finished:
+            raise _error("a traced value was used after its trace finished (it escaped)")
+        atom, _, _ = self.atom(tracer)
+        self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
+        return expected
+
+    def decide(self, symint, op, other):
+        other_value = other.value if isinstance(other, SymInt) else other
+        answer = {
+            "==": symint.value == other_value,
+            "!=": symint.value != other_value,
+            "<": symint.value < other_value,
+            "<=": symint.value <= other_value,
+            ">": symint.value > other_value,
+            ">=": symint.value >= other_value,
+        }[op]
+        rhs = other.expr if isinstance(other, SymInt) else other
+        self.shape_guards.append(
+            ShapeGuard(symint.expr, op, rhs, bool(answer), user_location(skip=3))
+        )
+        return answer
+
+    def specialize(self, symint, reason):
+        self.shape_guards.append(
+            ShapeGuard(symint.expr, "==", symint.value, True, user_location(skip=3), reason)
+        )
+        return symint.value
+
+    def note_mutation(self, tracer):
+        if any(tracer is original for original in self.input_tracers):
+            self.mutated[id(tracer)] = tracer
+
+    # --- finishing ---------------------------------------------------------------------
+    def graph(self, outputs):
+        return Graph(
+            self.name,
+            tuple(self.inputs),
+            tuple(self.constants),
+            tuple(self.body),
+            tuple(outputs),
+            tuple(self.symbols.values()),
+            tuple(_unique(self.shape_guards)),
+        )
+
+
+def _unique(guards):
+    seen, result = set(), []
+    for guard in guards:
+        key = (guard.lhs, guard.op, guard.rhs, guard.expected)
+        if key not in seen:
+            seen.add(key)
+            result.append(guard)
+    return result
+
+
+def _concrete_param(value):
+    if isinstance(value, SymInt):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(_concrete_param(item) for item in value)
+    return value
+
+
+def _record_param(value):
+    if isinstance(value, SymInt):
+        return value.expr
+    if isinstance(value, tuple):
+        return tuple(_record_param(item) for item in value)
+    return value
+
+
+# --- entry ----------------------------------------------------------------------------
+def _is_array_leaf(leaf):
+    return isinstance(leaf, np.ndarray) or getattr(type(leaf), "__tracejit_priority__", 0) == 1
+
+
+def _dynamic_axes(dynamic, position, name, array):
+    """The dynamic axes of one argument leaf, with their inclusive bucket ranges."""
+    if not dynamic:
+        return {}
+    if dynamic is True:
+        spec = tuple(range(array.ndim))
+    elif callable(dynamic):
+        spec = dynamic(position, array)
+    else:
+        spec = dynamic.get(position, dynamic.get(name, ()))
+    if isinstance(spec, dict):
+        return {axis % max(array.ndim, 1): tuple(bounds) for axis, bounds in spec.items()}
+    axes = (spec,) if isinstance(spec, int) else tuple(spec)
+    result = {}
+    for axis in axes:
+        axis = axis % max(array.ndim, 1)
+        bucket = pow2_bucket(array.shape[axis])
+        if bucket is not None:
+            result[axis] = bucket
+    return result
+
+
+def _leaf_names(fn, args, kwargs, treedef_count):
+    """Best-effort parameter names for top-level arguments (for ``dynamic={"x": ...}``)."""
+    import inspect
+
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+        return list(bound.arguments)
+    except (TypeError, ValueError):
+        return [None] * treedef_count
+
+
+def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
+    """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
+
+    ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
+    argument dynamic, bucketed by powers of two), or a dict from argument position or
+    name to the dynamic axes (``{"x": (0,)}``) or to ``{axis: (low, high)}`` ranges.
+    Dims of size 0 and 1 are never dynamic. Equal dynamic dims share one symbol.
+    ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
+    closures, defaults and attributes (``tracer.implicit.find_implicit_inputs``); they
+    become graph inputs instead of constants.
+    """
+    from .frontend import run_rewritten
+    from .implicit import find_implicit_inputs
+
+    name = name or getattr(fn, "__name__", "function")
+    leaves, input_tree = pytree.flatten((args, kwargs))
+    if implicit is None:
+        implicit = find_implicit_inputs(fn, leaves)
+    context = TracingContext(name, implicit)
+    argument_names = _leaf_names(fn, args, kwargs, len(args))
+    top_level = _top_level_positions(args, kwargs)
+
+    input_specs, traced_leaves, symbols_by_size = [], [], {}
+    for position, leaf in enumerate(leaves):
+        if _is_array_leaf(leaf):
+            array = np.asarray(leaf)
+            if array.dtype.kind not in "biuf":
+                raise TraceError(
+                    f"argument {position} of {name} is an array of {array.dtype}; compiled "
+                    "functions take boolean, integer and float arrays"
+                )
+            argument, argument_name = top_level[position], None
+            if isinstance(argument, int) and argument < len(argument_names):
+                argument_name = argument_names[argument]
+            elif isinstance(argument, str):
+                argument_name = argument
+            axes = _dynamic_axes(dynamic, argument, argument_name, array)
+            shape = []
+            for axis, size in enumerate(array.shape):
+                if axis in axes and size > 1:
+                    key = (size, axes[axis])
+                    if key not in symbols_by_size:
+                        symbols_by_size[key] = context.new_symbol(size, *axes[axis])
+                    shape.append(symbols_by_size[key])
+                else:
+                    shape.append(size)
+            tracer = context.add_input(array, shape)
+            input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))
+            traced_leaves.append(tracer)
+        else:
+            input_specs.append(InputSpec("static", value=leaf, type_name=type(leaf).__name__))
+            traced_leaves.append(leaf)
+
+    traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
+    previous = current_context()
+    _state.context = context
+    try:
+        result, functions = run_rewritten(fn, traced_args, traced_kwargs)
+    finally:
+        _state.context = previous
+
+    out_leaves, output_tree = pytree.flatten(result)
+    outputs, output_atoms, statics = [], [], {}
+    for index, leaf in enumerate(out_leaves):
+        if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
+            type(leaf) in PYTHON_SCALARS
+        ):
+            atom, value, _ = context.atom(leaf)
+            output_atoms.append(atom)
+            outputs.append(value)
+        else:
+            statics[index] = leaf
+            outputs.append(leaf)
+
+    mutated = {}
+    for position, tracer in enumerate(traced_leaves):
+        if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
+            mutated[position] = len(output_atoms)
+            output_atoms.append(tracer.var)
+    context.finished = True
+    graph = verify(context.graph(output_atoms))
+
+    # Eager semantics: the caller's input arrays see the in-place writes.
+    for position, output_index in mutated.items():
+        np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
+
+    return Trace(
+        name=name,
+        graph=graph,
+        outputs=pytree.unflatten(output_tree, [_plain(value) for value in outputs]),
+        output_tree=output_tree,
+        output_statics=statics,
+        input_tree=input_tree,
+        input_specs=input_specs,
+        implicit_inputs=list(context.implicit_used.values()),
+        mutated_inputs=mutated,
+        functions=functions,
+    )
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    return value
+
+
+def _top_level_positions(args, kwargs):
+    """For each leaf of ``(args, kwargs)``, the position or keyword of its argument."""
+    positions = []
+    for position, arg in enumerate(args):
+        positions += [position] * len(pytree.flatten(arg)[0])
+    for key in sorted(kwargs, key=repr):
+        positions += [key] * len(pytree.flatten(kwargs[key])[0])
+    return positions
+
+
+__all__ = ["InputSpec", "Trace", "Tracer", "TracingContext", "current_context", "trace", "wrap"]

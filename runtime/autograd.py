@@ -94,7 +94,11 @@ class Node:
 
 
 class PrimitiveNode(Node):
-    """A primitive applied eagerly: its VJP rules and the values they need."""
+    """A primitive applied eagerly: its VJP rules and the values they need.
+
+    ``saved_versions`` holds ``(version counter, version, dtype, shape)`` for each saved
+    Tensor input and the output: counters rather than Tensors, so the output's own node
+    does not refer back to it (a cycle would leave every graph to the cyclic GC)."""
 
     __slots__ = ("prim", "params", "primals", "out", "saved_versions")
 
@@ -113,12 +117,12 @@ class PrimitiveNode(Node):
     def apply(self, g):
         if self.primals is None:
             raise RuntimeError(_FREED_MESSAGE)
-        for tensor, version in self.saved_versions:
-            if tensor._version != version:
+        for versions, version, dtype, shape in self.saved_versions:
+            if versions.value != version:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: [{tensor.dtype} array of shape {tensor.shape}] "
-                    f"is at version {tensor._version}; expected version {version} instead "
+                    f"by an inplace operation: [{dtype} array of shape {shape}] "
+                    f"is at version {versions.value}; expected version {version} instead "
                     f"(saved by {self.prim.name})."
                 )
         return tuple(

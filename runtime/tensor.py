@@ -63,30 +63,49 @@ def _check_can_require_grad(dtype):
         )
 
 
+class VersionCounter:
+    """How many times a buffer was written in place. A Tensor shares it with its views
+    and its ``detach()``, as in PyTorch: a write through any of them must invalidate the
+    graphs that saved the others, or backward would silently use the new values."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
 class Tensor(ArrayMethods):
     """An n-dimensional array that can record its history for ``backward()``."""
 
-    __slots__ = ("data", "requires_grad", "grad", "_node", "_version", "__weakref__")
+    __slots__ = ("data", "requires_grad", "grad", "_node", "_versions", "__weakref__")
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
         self.data = as_array(data)
         self.grad = None
         self._node = None
-        self._version = 0
+        self._versions = VersionCounter()
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
 
     @classmethod
-    def _wrap(cls, array):
+    def _wrap(cls, array, versions=None):
         tensor = cls.__new__(cls)
         tensor.data = array
         tensor.requires_grad = False
         tensor.grad = None
         tensor._node = None
-        tensor._version = 0
+        tensor._versions = VersionCounter() if versions is None else versions
         return tensor
+
+    @property
+    def _version(self):
+        return self._versions.value
+
+    @_version.setter
+    def _version(self, value):
+        self._versions.value = value
 
     # --- the one place Tensors meet the op table ----------------------------------------
     @staticmethod
@@ -95,15 +114,18 @@ class Tensor(ArrayMethods):
         out = prim.impl(*values, **params)
         if type(out) is not np.ndarray:
             out = np.asarray(out)
-        result = Tensor._wrap(out)
+        result = Tensor._wrap(out, _versions_of_base(out, args))
         if prim.vjp is not None and out.dtype.kind == "f" and _grad_mode.enabled:
             parents = tuple(
                 (arg._node or arg) if isinstance(arg, Tensor) and arg.requires_grad else None
                 for arg in args
             )
             if any(parent is not None for parent in parents):
+                # The output too: VJPs such as exp's read it.
                 saved = tuple(
-                    (arg, arg._version) for arg in args if isinstance(arg, Tensor)
+                    (arg._versions, arg._versions.value, arg.data.dtype, arg.data.shape)
+                    for arg in (*args, result)
+                    if isinstance(arg, Tensor)
                 )
                 result._node = PrimitiveNode(prim, params, values, out, parents, saved)
                 result.requires_grad = True
@@ -176,8 +198,8 @@ class Tensor(ArrayMethods):
         return self
 
     def detach(self):
-        """The same data, cut off from the graph."""
-        return Tensor._wrap(self.data)
+        """The same data (and version counter), cut off from the graph."""
+        return Tensor._wrap(self.data, self._versions)
 
     def backward(self, gradient=None, retain_graph=False):
         """Accumulate gradients into the ``.grad`` of every leaf this tensor depends on.
@@ -210,8 +232,14 @@ class Tensor(ArrayMethods):
                 f"dtype('{self.dtype}') with casting rule 'same_kind'"
             )
         # Rebind instead of writing into the buffer: nodes may have saved the old values.
-        self.data, self._node, self.requires_grad = result.data, result._node, True
+        self._rebind(result)
         return self
+
+    def _rebind(self, result):
+        # The new buffer's counter too: result's node saved it, and this Tensor is no
+        # longer a view of whatever it viewed before.
+        self.data, self._node, self._versions = result.data, result._node, result._versions
+        self.requires_grad = True
 
     def __iadd__(self, other):
         return self._inplace("add", other)
@@ -249,8 +277,7 @@ class Tensor(ArrayMethods):
         flat_value = np.reshape(np.broadcast_to(value, selected.shape), (-1,))
         scattered = scatter_add(flat_value, positions, 0, self.size)
         result = np.where(mask, scattered, np.reshape(self, (-1,))).reshape(self.shape)
-        result = result.astype(self.dtype)
-        self.data, self._node, self.requires_grad = result.data, result._node, True
+        self._rebind(result.astype(self.dtype))
 
     # --- printing ----------------------------------------------------------------------
     def __repr__(self):
@@ -270,6 +297,17 @@ class Tensor(ArrayMethods):
 
 
 _grad_mode = autograd._grad_mode
+
+
+def _versions_of_base(out, args):
+    """The version counter of the Tensor argument whose buffer ``out`` views, if any
+    (reshape, transpose and basic slicing return NumPy views)."""
+    if out.base is None:
+        return None
+    for arg in args:
+        if isinstance(arg, Tensor) and np.may_share_memory(out, arg.data):
+            return arg._versions
+    return None
 
 
 def tensor(data, dtype=None, requires_grad=False):

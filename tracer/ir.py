@@ -57,7 +57,8 @@ def format_dim(dim):
 
 def format_aval(aval):
     dims = ", ".join(format_dim(dim) for dim in aval.shape)
-    return f"{dtype_name(aval.dtype)}[{dims}]"
+    text = f"{dtype_name(aval.dtype)}[{dims}]"
+    return f"weak {text}" if aval.weak else text
 
 
 # --- records ---------------------------------------------------------------------------
@@ -305,7 +306,7 @@ def format_item(item):
 
 
 def format_shape_guard(guard):
-    text = f"shape_guard {guard.lhs} {guard.op} {guard.rhs} == {guard.expected}"
+    text = f"shape_guard {guard.lhs} {guard.op} {guard.rhs} is {guard.expected}"
     if guard.reason:
         text += f" ; {guard.reason!r}"
     return text + _comment(guard.location)
@@ -331,12 +332,15 @@ class ParseError(ValueError):
 
 def parse_aval(text):
     text = text.strip()
+    weak = text.startswith("weak ")
+    if weak:
+        text = text[len("weak ") :]
     name, _, rest = text.partition("[")
     if name not in _SHORT_DTYPES or not rest.endswith("]"):
         raise ParseError(f"not a type: {text!r}")
     inner = rest[:-1].strip()
     dims = tuple(parse_dim(part) for part in _split_top(inner)) if inner else ()
-    return AbstractArray(dims, _SHORT_DTYPES[name])
+    return AbstractArray(dims, _SHORT_DTYPES[name], weak)
 
 
 def _split_top(text, separator=","):
@@ -461,7 +465,7 @@ def parse_graph(text, constants=None):
             symbols.append(Symbol(symbol.strip(), low, high))
         elif keyword == "shape_guard":
             expression, _, reason = rest.partition(" ; ")
-            relation, _, expected = expression.rpartition(" == ")
+            relation, _, expected = expression.rpartition(" is ")
             for op in ("==", "!=", "<=", ">=", "<", ">"):
                 lhs, found, rhs = relation.partition(f" {op} ")
                 if found:

@@ -20,6 +20,7 @@ array([ 2., -2.,  4.])
 
 from __future__ import annotations
 
+import linecache
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -30,10 +31,10 @@ from . import pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
 from .array_methods import ArrayMethods
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
-from .errors import TraceError
+from .errors import TraceError, UnsupportedError
 from .indexing import setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
-from .locations import user_location
+from .locations import is_internal, user_location
 from .shapes import pow2_bucket
 
 _state = threading.local()
@@ -72,7 +73,7 @@ class Tracer(ArrayMethods):
 
     @property
     def aval(self):
-        return AbstractArray(self.shape, self.var.aval.dtype)
+        return AbstractArray(self.shape, self.var.aval.dtype, self.var.aval.weak)
 
     @staticmethod
     def __tracejit_bind__(prim, args, params):
@@ -120,6 +121,15 @@ class Tracer(ArrayMethods):
 
     def numpy(self):
         return self.__array__()
+
+    def __format__(self, spec):
+        raise _error(
+            "formatting a traced array into a string would freeze its value; pass it to "
+            "print() as a separate argument (print('loss', loss)) or format it outside"
+        )
+
+    def __str__(self):
+        return self.__format__("")
 
     # --- in-place updates: functional underneath ---------------------------------------
     def __setitem__(self, index, value):
@@ -235,8 +245,9 @@ class TracingContext:
         self.counter += 1
         return var
 
-    def add_input(self, value, shape):
-        aval = AbstractArray(tuple(expr_of(dim) for dim in shape), value.dtype)
+    def add_input(self, value, shape, weak=False):
+        dtype = type(value) if weak else value.dtype
+        aval = AbstractArray(tuple(expr_of(dim) for dim in shape), dtype, weak)
         var = self.new_var(aval)
         self.inputs.append(var)
         tracer = Tracer(self, var, value, tuple(shape))
@@ -317,7 +328,8 @@ class TracingContext:
         result = Tracer(self, var, out_value, tuple(out_aval.shape))
         if prim.name in _VIEW_PRIMITIVES and isinstance(args[0], Tracer):
             source = args[0]
-            root = (source.base() if source.base is not None else None) or source
+            root = source.base() if source.base is not None else None
+            root = source if root is None else root
             result.base = weakref.ref(root)
             if root.views is None:
                 root.views = weakref.WeakSet()
@@ -423,6 +435,16 @@ def _dynamic_axes(dynamic, position, name, array):
     return result
 
 
+def _is_dynamic_scalar(dynamic, argument, argument_names):
+    """Python scalars are specialized by value unless ``dynamic`` names their argument."""
+    if not isinstance(dynamic, dict):
+        return False
+    name = argument_names[argument] if isinstance(argument, int) and argument < len(
+        argument_names
+    ) else argument
+    return argument in dynamic or name in dynamic
+
+
 def _leaf_names(fn, args, kwargs, treedef_count):
     """Best-effort parameter names for top-level arguments (for ``dynamic={"x": ...}``)."""
     import inspect
@@ -483,6 +505,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
             tracer = context.add_input(array, shape)
             input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
+        elif type(leaf) in (int, float) and _is_dynamic_scalar(
+            dynamic, top_level[position], argument_names
+        ):
+            tracer = context.add_input(leaf, (), weak=True)
+            input_specs.append(InputSpec("scalar", len(context.inputs) - 1, type(leaf).__name__))
+            traced_leaves.append(tracer)
         else:
             input_specs.append(InputSpec("static", value=leaf, type_name=type(leaf).__name__))
             traced_leaves.append(leaf)
@@ -492,6 +520,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
     _state.context = context
     try:
         result, functions = run_rewritten(fn, traced_args, traced_kwargs)
+    except UnsupportedError as error:
+        context.finished = True  # tracers that escaped now refuse to be used
+        raise _with_user_line(error) from None
+    except BaseException:
+        context.finished = True
+        raise
     finally:
         _state.context = previous
 
@@ -517,7 +551,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
     graph = verify(context.graph(output_atoms))
 
     # Eager semantics: the caller's input arrays see the in-place writes.
-    for position, output_index in mutated.items():
+    for position in mutated:
         np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
 
     return Trace(
@@ -532,6 +566,22 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
         mutated_inputs=mutated,
         functions=functions,
     )
+
+
+def _with_user_line(error):
+    """``error`` as a ``TraceError`` that starts with the innermost user line of its
+    traceback (the line that called what tracejit does not support)."""
+    location = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if not is_internal(filename):
+            location = (filename, traceback.tb_lineno)
+        traceback = traceback.tb_next
+    if location is None:
+        return TraceError(str(error))
+    source = linecache.getline(*location).strip()
+    return TraceError(f"{location[0]}:{location[1]}: {error}\n    {source}")
 
 
 def _plain(value):

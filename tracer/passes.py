@@ -1,0 +1,70 @@
+"""IR -> IR passes, run as one visible pipeline; each says why it runs.
+
+>>> import numpy as np
+>>> from tracer.tracing import trace
+>>> t = trace(lambda x: (x + 1, x * 2)[1], np.ones(3))
+>>> len(t.graph.equations), len(optimize(t.graph).equations)
+(2, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .ir import Eqn, Var, verify
+
+
+def eliminate_dead_code(graph):
+    """Drop equations whose values reach no output, guard or effect."""
+    live = {atom.name for atom in graph.outputs if isinstance(atom, Var)}
+    kept = []
+    for item in reversed(graph.body):
+        if isinstance(item, Eqn) and item.out.name not in live:
+            continue
+        atoms = item.inputs if not hasattr(item, "predicate") else (item.predicate,)
+        live.update(atom.name for atom in atoms if isinstance(atom, Var))
+        kept.append(item)
+    used_constants = tuple((var, c) for var, c in graph.constants if var.name in live)
+    return replace(graph, body=tuple(reversed(kept)), constants=used_constants)
+
+
+def eliminate_common_subexpressions(graph):
+    """Compute each (primitive, operands, parameters) once; later copies reuse it."""
+    seen, renames, body = {}, {}, []
+
+    def rename(atom):
+        return renames.get(atom.name, atom) if isinstance(atom, Var) else atom
+
+    for item in graph.body:
+        if isinstance(item, Eqn):
+            inputs = tuple(rename(atom) for atom in item.inputs)
+            key = (item.prim.name, inputs, item.params)
+            if key in seen:
+                renames[item.out.name] = seen[key]
+                continue
+            item = replace(item, inputs=inputs)
+            seen[key] = item.out
+        elif hasattr(item, "predicate"):
+            item = replace(item, predicate=rename(item.predicate))
+        else:
+            item = replace(item, inputs=tuple(rename(atom) for atom in item.inputs))
+        body.append(item)
+    outputs = tuple(rename(atom) for atom in graph.outputs)
+    return replace(graph, body=tuple(body), outputs=outputs)
+
+
+PIPELINE = [
+    (eliminate_common_subexpressions, "composites and indexing repeat work (x.shape-based "
+     "reductions, masks); compute it once"),
+    (eliminate_dead_code, "tracing records what the function computed but never used "
+     "(discarded values, shape probes)"),
+]
+
+
+def optimize(graph, check=True):
+    """Run ``PIPELINE``; with ``check``, verify the graph after every pass."""
+    for run_pass, _why in PIPELINE:
+        graph = run_pass(graph)
+        if check:
+            verify(graph)
+    return graph

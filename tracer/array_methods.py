@@ -74,7 +74,7 @@ class ArrayMethods:
         return bind(ops.neg_p, self)
 
     def __pos__(self):
-        return self
+        return numpy_api.UFUNC_COMPOSITES[np.positive](self)
 
     def __abs__(self):
         return bind(ops.abs_p, self)

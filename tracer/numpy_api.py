@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from . import ops
+from .abstract import abstractify
 from .errors import UnsupportedError
 from .indexing import getitem
 from .primitives import bind
@@ -260,11 +261,11 @@ def pad(array, pad_width, mode="constant", constant_values=0):
 
 
 def tril(m, k=0):
-    return where(_band_mask(m, k, lower=True), m, 0)
+    return where(_band_mask(m, k, lower=True), m, np.zeros((), dtype_of(m)))
 
 
 def triu(m, k=0):
-    return where(_band_mask(m, k, lower=False), m, 0)
+    return where(_band_mask(m, k, lower=False), m, np.zeros((), dtype_of(m)))
 
 
 def _band_mask(m, k, lower):
@@ -420,14 +421,35 @@ def _invert(x):
 
 
 def _logaddexp(x, y):
+    # NumPy's formula: equal operands (including equal infinities) give x + ln 2.
     high = np.maximum(x, y)
-    return high + np.log1p(np.exp(-np.abs(x - y)))
+    spread = np.where(x == y, 0.0, -np.abs(x - y))
+    return np.where(x == y, x + _LN2, high + np.log1p(np.exp(spread)))
+
+
+def _in_loop_dtypes(ufunc, composite):
+    """A composite computed in the dtypes NumPy's own ufunc loop would use (bool and
+    integer inputs become the ufunc's float type; unsupported inputs raise like NumPy)."""
+
+    def apply(*inputs):
+        avals = [abstractify(value) for value in inputs]
+        if all(aval.weak for aval in avals):
+            key = tuple(aval.dtype for aval in avals)
+        else:
+            key = tuple(aval.dtype_for_promotion() for aval in avals)
+        loop = ufunc.resolve_dtypes(key + (None,) * ufunc.nout)
+        cast = [
+            value if aval.weak or aval.dtype == dtype else astype(value, dtype)
+            for value, aval, dtype in zip(inputs, avals, loop)
+        ]
+        return composite(*cast)
+
+    return apply
 
 
 UFUNCS = {
     np.negative: ops.neg_p,
     np.absolute: ops.abs_p,
-    np.fabs: ops.abs_p,
     np.sign: ops.sign_p,
     np.exp: ops.exp_p,
     np.expm1: ops.expm1_p,
@@ -467,14 +489,15 @@ UFUNCS = {
 
 # ufuncs composed from primitives (same call signature as the ufunc).
 UFUNC_COMPOSITES = {
-    np.positive: lambda x: x,
-    np.exp2: lambda x: np.exp(x * _LN2),
-    np.log2: lambda x: np.log(x) / _LN2,
-    np.log10: lambda x: np.log(x) / _LN10,
-    np.sinh: lambda x: (np.exp(x) - np.exp(-x)) * 0.5,
-    np.cosh: lambda x: (np.exp(x) + np.exp(-x)) * 0.5,
-    np.tan: lambda x: np.sin(x) / np.cos(x),
-    np.logaddexp: _logaddexp,
+    np.positive: _in_loop_dtypes(np.positive, lambda x: x),
+    np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
+    np.exp2: _in_loop_dtypes(np.exp2, lambda x: np.exp(x * _LN2)),
+    np.log2: _in_loop_dtypes(np.log2, lambda x: np.log(x) / _LN2),
+    np.log10: _in_loop_dtypes(np.log10, lambda x: np.log(x) / _LN10),
+    np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
+    np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
+    np.tan: _in_loop_dtypes(np.tan, lambda x: np.sin(x) / np.cos(x)),
+    np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
     np.logical_xor: lambda x, y: np.not_equal(astype(x, bool), astype(y, bool)),
     np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),
     np.bitwise_or: _bool_only("bitwise_or", lambda x, y: bind(ops.logical_or_p, x, y)),
@@ -497,7 +520,9 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
     """The body of ``__array_ufunc__`` for tracejit arrays."""
     name = f"np.{ufunc.__name__}"
     if method == "reduce" and ufunc in UFUNC_REDUCTIONS:
-        kwargs = {key: value for key, value in kwargs.items() if value is not None}
+        kwargs = {
+            key: value for key, value in kwargs.items() if value is not None or key == "axis"
+        }
         kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
         return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
     if method != "__call__":

@@ -366,7 +366,6 @@ def test_python_scalars_are_weak(expression, dtype, expected_dtype):
     assert expression(tensor(array)).dtype == expected_dtype
 
 
-@pytest.mark.xfail(strict=True, reason="np.fabs maps to abs_p, which keeps integer dtypes")
 @pytest.mark.parametrize("dtype", [I32, I64, BOOL], ids=str)
 def test_fabs_of_integers_is_float_like_numpy(dtype):
     array = make_array((7,), dtype)
@@ -436,12 +435,7 @@ def test_bitwise_operator_on_integers_is_refused_clearly(function):
 def _unary_operator_cases():
     for function in [operator.neg, operator.pos, abs, operator.invert]:
         for dtype in DTYPES:
-            marks = ()
-            if function is operator.pos and dtype == BOOL:
-                marks = pytest.mark.xfail(
-                    strict=True, reason="+bool Tensor is accepted; NumPy refuses np.positive(bool)"
-                )
-            yield pytest.param(function, dtype, id=f"{function.__name__}-{dtype}", marks=marks)
+            yield pytest.param(function, dtype, id=f"{function.__name__}-{dtype}")
 
 
 @pytest.mark.parametrize("function, dtype", list(_unary_operator_cases()))
@@ -459,14 +453,6 @@ COMPOSITE_SHAPES = {
     2: [((), ()), ((0,), (1,)), ((7,), (7,)), ((3, 1), (4,))],
 }
 BITWISE = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
-# Known differences from NumPy on bool inputs (numpy_api composites; see the report).
-BOOL_COMPOSITE_BUGS = {
-    np.positive: "np.positive(bool) returns its input; NumPy refuses it",
-    np.exp2: "exp2(bool) is float64 (bool * Python float); NumPy's is float16",
-    np.sinh: "sinh(bool) raises TypeError: the composite negates a bool array",
-    np.cosh: "cosh(bool) raises TypeError: the composite negates a bool array",
-    np.logaddexp: "logaddexp(bool, bool) raises TypeError: the composite subtracts bools",
-}
 
 
 def _composite_cases():
@@ -474,10 +460,7 @@ def _composite_cases():
         for dtype in DTYPES:
             if ufunc in BITWISE and dtype != BOOL:
                 continue  # refused on purpose: test_bitwise_operator_on_integers...
-            marks = ()
-            if dtype == BOOL and ufunc in BOOL_COMPOSITE_BUGS:
-                marks = pytest.mark.xfail(strict=True, reason=BOOL_COMPOSITE_BUGS[ufunc])
-            yield pytest.param(ufunc, dtype, id=f"{ufunc.__name__}-{dtype}", marks=marks)
+            yield pytest.param(ufunc, dtype, id=f"{ufunc.__name__}-{dtype}")
 
 
 @pytest.mark.parametrize("ufunc, dtype", list(_composite_cases()))
@@ -496,7 +479,6 @@ def test_ufunc_composite_matches_numpy(ufunc, dtype):
         assert_same(result, expected, rtol=1e-6 if expected.dtype != np.float16 else 1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="logaddexp composite gives NaN at infinities")
 def test_logaddexp_at_infinities_matches_numpy():
     x = np.array([-np.inf, np.inf, -np.inf, 1.0])
     y = np.array([-np.inf, np.inf, 0.0, np.inf])
@@ -614,7 +596,6 @@ def test_ufunc_reduce_matches_numpy(ufunc, axis):
     assert_same(ufunc.reduce(tensor(array), axis=axis), ufunc.reduce(array, axis=axis))
 
 
-@pytest.mark.xfail(strict=True, reason="array_ufunc drops axis=None, so axis 0 is reduced")
 def test_ufunc_reduce_with_axis_none_reduces_everything():
     array = make_array((4, 3), F64)
     assert_same(np.maximum.reduce(tensor(array), axis=None), np.maximum.reduce(array, axis=None))
@@ -918,10 +899,7 @@ def _function_cases():
             _, error = numpy_result(case.call, case.function, *arrays)
             if error is not None:
                 continue
-            marks = ()
-            if dtype == BOOL and case.function in (np.tril, np.triu):
-                marks = pytest.mark.xfail(strict=True, reason="tril/triu of bool give int64")
-            yield pytest.param(case, dtype, id=f"{case.id}-{dtype}", marks=marks)
+            yield pytest.param(case, dtype, id=f"{case.id}-{dtype}")
 
 
 def test_function_cases_cover_the_function_table():

@@ -1,1 +1,12 @@
-"""From IR to callable native code (LLVM through llvmlite)."""
+"""From IR to callable native code (LLVM through llvmlite).
+
+>>> import numpy as np
+>>> from tracer import trace
+>>> program = compile(trace(lambda x: x + 1, np.zeros(3)).graph)
+>>> program(np.zeros(3))
+(array([1., 1., 1.]),)
+"""
+
+from .program import Program, SideExit, compile
+
+__all__ = ["Program", "SideExit", "compile"]

@@ -295,6 +295,21 @@ class SymInt:
 
     __slots__ = ("expr", "value", "context")
     __tracejit_dim__ = True
+    # In NumPy calls (np.sqrt(x.shape[-1])) a SymInt is a traced 0-d int64: the trace that
+    # made it records the operation on the symbolic value instead of specializing it.
+    __tracejit_priority__ = 2
+
+    @staticmethod
+    def __tracejit_bind__(prim, args, params):
+        for arg in args:
+            if isinstance(arg, SymInt):
+                return arg.context.process(prim, args, params)
+        raise AssertionError("a SymInt handler without a SymInt operand")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .numpy_api import array_ufunc
+
+        return array_ufunc(ufunc, method, *inputs, **kwargs)
 
     def __init__(self, expr, value, context):
         self.expr, self.value, self.context = expr, value, context

@@ -54,12 +54,12 @@ def _error(message, location=None):
 class Tracer(ArrayMethods):
     """A traced array: the IR var it stands for, its real value, and its live shape."""
 
-    __slots__ = ("context", "var", "value", "shape", "base", "views", "__weakref__")
+    __slots__ = ("context", "ir_var", "value", "shape", "base", "views", "__weakref__")
     __tracejit_priority__ = 2
 
     def __init__(self, context, var, value, shape):
         self.context = context
-        self.var = var
+        self.ir_var = var
         self.value = value
         self.shape = shape
         # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
@@ -69,11 +69,11 @@ class Tracer(ArrayMethods):
 
     @property
     def dtype(self):
-        return self.var.aval.dtype
+        return self.ir_var.aval.dtype
 
     @property
     def aval(self):
-        return AbstractArray(self.shape, self.var.aval.dtype, self.var.aval.weak)
+        return AbstractArray(self.shape, self.ir_var.aval.dtype, self.ir_var.aval.weak)
 
     @staticmethod
     def __tracejit_bind__(prim, args, params):
@@ -163,11 +163,11 @@ class Tracer(ArrayMethods):
                 "which tracejit does not follow. Write to a copy instead: x = x.copy()",
                 user_location(skip=3),
             )
-        self.var, self.value, self.shape = result.var, result.value, result.shape
+        self.ir_var, self.value, self.shape = result.ir_var, result.value, result.shape
         self.context.note_mutation(self)
 
     def __repr__(self):
-        return f"Tracer({self.var}: {self.aval}, value={self.value!r})"
+        return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
 
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
@@ -268,7 +268,7 @@ class TracingContext:
                     "a traced value from another (finished) trace was used: a value computed "
                     "while tracing escaped, e.g. stored in a global or an attribute"
                 )
-            return value.var, value.value, value.aval
+            return value.ir_var, value.value, value.aval
         if isinstance(value, SymInt):
             literal = Literal.of(value)
             return literal, value.value, literal.aval
@@ -546,7 +546,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
     for position, tracer in enumerate(traced_leaves):
         if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
             mutated[position] = len(output_atoms)
-            output_atoms.append(tracer.var)
+            output_atoms.append(tracer.ir_var)
     context.finished = True
     graph = verify(context.graph(output_atoms))
 

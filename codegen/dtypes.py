@@ -1,0 +1,97 @@
+"""NumPy dtypes as LLVM types: registers, memory, constants and casts with NumPy's rules.
+
+Booleans are ``i1`` in registers and one byte (0 or 1) in memory, as NumPy stores them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from tracer.errors import UnsupportedError
+
+SUPPORTED = {
+    np.dtype(np.bool_): ir.IntType(1),
+    np.dtype(np.int32): ir.IntType(32),
+    np.dtype(np.int64): ir.IntType(64),
+    np.dtype(np.float32): ir.FloatType(),
+    np.dtype(np.float64): ir.DoubleType(),
+}
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+
+
+def check_supported(dtype, what):
+    if np.dtype(dtype) not in SUPPORTED:
+        raise UnsupportedError(
+            f"compiled code supports bool, int32, int64, float32 and float64; {what} is "
+            f"{np.dtype(dtype)}"
+        )
+
+
+def register_type(dtype):
+    return SUPPORTED[np.dtype(dtype)]
+
+
+def memory_type(dtype):
+    return I8 if np.dtype(dtype) == np.bool_ else SUPPORTED[np.dtype(dtype)]
+
+
+def is_float(dtype):
+    return np.dtype(dtype).kind == "f"
+
+
+def is_signed(dtype):
+    return np.dtype(dtype).kind == "i"
+
+
+def constant(dtype, value):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return ir.Constant(I1, int(bool(value)))
+    if dtype.kind in "iu":
+        return ir.Constant(register_type(dtype), int(value))
+    return ir.Constant(register_type(dtype), float(value))
+
+
+def load(builder, pointer, dtype):
+    value = builder.load(pointer)
+    return builder.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
+
+
+def store(builder, value, pointer, dtype):
+    if np.dtype(dtype) == np.bool_:
+        value = builder.zext(value, I8)
+    builder.store(value, pointer)
+
+
+def cast(builder, value, source, target):
+    """``value.astype(target)`` with NumPy's semantics for in-range values (float to int
+    truncates toward zero; to bool means ``!= 0``; NaN to bool is True)."""
+    source, target = np.dtype(source), np.dtype(target)
+    if source == target:
+        return value
+    target_type = register_type(target)
+    if target == np.bool_:
+        if is_float(source):
+            return builder.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+        return builder.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    if source == np.bool_:
+        return (
+            builder.uitofp(value, target_type) if is_float(target) else builder.zext(
+                value, target_type
+            )
+        )
+    if is_float(source) and is_float(target):
+        return (
+            builder.fpext(value, target_type)
+            if target.itemsize > source.itemsize
+            else builder.fptrunc(value, target_type)
+        )
+    if is_float(source):
+        return builder.fptosi(value, target_type)
+    if is_float(target):
+        return builder.sitofp(value, target_type)
+    if target.itemsize > source.itemsize:
+        return builder.sext(value, target_type)
+    return builder.trunc(value, target_type)

@@ -1,0 +1,132 @@
+"""llvmlite behind one small interface: parse -> verify -> optimize -> object code -> load.
+
+``compile_module(ir_text)`` returns optimized LLVM IR, assembly and object code (bytes the
+disk cache stores); ``load(object_code, exports, imports)`` links object code into the
+process (LLVM's ORC JIT) and returns the exported function addresses. A warm start from
+disk calls only ``load``: no LLVM optimization runs.
+
+>>> ir = '''
+... define i64 @twice(i64 %x) {
+...   %y = mul i64 %x, 2
+...   ret i64 %y
+... }'''
+>>> module = compile_module(ir)
+>>> library = load(module.object_code, ["twice"])
+>>> import ctypes
+>>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(library.addresses["twice"])(21)
+42
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import llvmlite
+import llvmlite.binding as llvm
+
+log = logging.getLogger("tracejit.kernels")
+
+_lock = threading.Lock()  # LLVM contexts are not thread-safe; compile one module at a time
+_library_ids = itertools.count()
+
+
+@lru_cache(maxsize=None)
+def _initialized():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return True
+
+
+@lru_cache(maxsize=None)
+def target_machine():
+    """The host CPU with all its features, at O3, position independent (for object code
+    that is loaded anywhere)."""
+    _initialized()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        reloc="pic",
+        codemodel="default",
+    )
+
+
+def host_description():
+    """What compiled code depends on: part of every disk cache key."""
+    _initialized()
+    return {
+        "triple": llvm.get_process_triple(),
+        "cpu": llvm.get_host_cpu_name(),
+        "features": llvm.get_host_cpu_features().flatten(),
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "llvmlite": llvmlite.__version__,
+    }
+
+
+@dataclass
+class CompiledModule:
+    llvm_ir: str  # after optimization
+    assembly: str
+    object_code: bytes
+    seconds: float
+
+
+def compile_module(ir_text, opt_level=3):
+    """Parse, verify, optimize (new pass manager, loop and SLP vectorization on), verify
+    again, and emit object code for the host."""
+    _initialized()
+    start = time.perf_counter()
+    with _lock:
+        module = llvm.parse_assembly(str(ir_text))
+        module.verify()
+        machine = target_machine()
+        module.triple = machine.triple
+        module.data_layout = str(machine.target_data)
+        options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        options.loop_vectorization = True
+        options.slp_vectorization = True
+        options.loop_interleaving = True
+        options.loop_unrolling = True
+        builder = llvm.create_pass_builder(machine, options)
+        builder.getModulePassManager().run(module, builder)
+        module.verify()
+        optimized = str(module)
+        assembly = machine.emit_assembly(module)
+        object_code = machine.emit_object(module)
+    seconds = time.perf_counter() - start
+    log.debug("compiled a module in %.1f ms (%d bytes of object code)", seconds * 1e3,
+              len(object_code))
+    return CompiledModule(optimized, assembly, object_code, seconds)
+
+
+@lru_cache(maxsize=None)
+def _jit():
+    _initialized()
+    return llvm.create_lljit_compiler(target_machine())
+
+
+@dataclass
+class NativeLibrary:
+    """Loaded object code; the addresses stay valid while this object lives."""
+
+    addresses: dict
+    tracker: object
+
+
+def load(object_code, exports, imports=None):
+    """Link ``object_code`` into this process and return the ``exports``' addresses.
+    ``imports`` maps symbol names the code calls to addresses (BLAS, thread pool)."""
+    builder = llvm.JITLibraryBuilder().add_object_img(object_code).add_current_process()
+    for name, address in (imports or {}).items():
+        builder.import_symbol(name, address)
+    for name in exports:
+        builder.export_symbol(name)
+    with _lock:
+        tracker = builder.link(_jit(), f"tracejit_{next(_library_ids)}")
+    return NativeLibrary({name: tracker[name] for name in exports}, tracker)

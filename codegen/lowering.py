@@ -1,0 +1,970 @@
+"""Lowering: a schedule's kernels to LLVM IR functions, and the program that runs them.
+
+Each kernel is a loop nest over the shape it stores. The value of the root at an index is
+computed by inlining its producers: pointwise rules from ``codegen.pointwise``, views as
+index arithmetic (transpose permutes the index, slice scales and shifts it, broadcasting
+zeroes it, pad and concatenate select), reductions fused as stages read their row's
+accumulator. Symbolic dims are kernel arguments; static dims are constants, so LLVM folds
+them. Inner loops are unit-stride over contiguous buffers and branch-free, so LLVM
+vectorizes them.
+
+The program function ``i32 program(ptr arrays, i64 s0, ...)`` takes a tuple of NumPy
+arrays (inputs, constants, outputs, workspace) and reads each array's data pointer from
+its ``PyArrayObject`` fields; it calls the kernels in order and checks each value guard
+right after the kernel that computed its predicate. It returns 0, ``g + 1`` when guard
+``g`` failed (a side exit: nothing after it ran), or ``-code`` for a kernel error.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from llvmlite import ir
+
+from tracer.dims import DimExpr
+from tracer.ir import Literal, Var
+
+from . import dtypes as dt
+from .pointwise import RULES, KernelStatus, loop_dtypes
+from .schedule import REDUCTIONS
+
+I1, I32, I64 = dt.I1, dt.I32, dt.I64
+PTR = ir.PointerType()
+Ix = namedtuple("Ix", "value inner")  # one index component; inner: varies in the row loop
+
+# CPython and NumPy object layouts the program reads (checked at import by codegen.program).
+TUPLE_ITEMS_OFFSET = 24
+ARRAY_DATA_OFFSET = 16
+
+_REASSOC = ("reassoc", "contract")
+
+
+class FusionConflict(Exception):
+    """A value cannot be inlined where the kernel needs it; materialize it and reschedule."""
+
+    def __init__(self, var):
+        super().__init__(var.name)
+        self.var = var
+
+
+class FlatIndex:
+    """A single linear index into same-shaped contiguous buffers (collapsed loop nest)."""
+
+    __slots__ = ("value", "inner")
+
+    def __init__(self, value):
+        self.value, self.inner = value, True
+
+
+def _const(value):
+    return ir.Constant(I64, value)
+
+
+ZERO = Ix(_const(0), False)
+
+
+class _RuleContext:
+    """What a pointwise rule sees: the builder, the loop dtype, error reporting."""
+
+    def __init__(self, kernel, dtype):
+        self.kernel, self.builder, self.dtype = kernel, kernel.b, np.dtype(dtype)
+
+    def report_if(self, condition, code):
+        self.kernel.report_if(condition, code)
+
+    def as_bool(self, value):
+        return as_bool(self.builder, value)
+
+
+def as_bool(builder, value):
+    """Python's truth of a number: nonzero (NaN is true)."""
+    if value.type == I1:
+        return value
+    if isinstance(value.type, (ir.FloatType, ir.DoubleType)):
+        return builder.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+    return builder.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+
+
+class DimValues:
+    """Dims as i64 values, computed once in a function's entry block from its symbols."""
+
+    def __init__(self, builder, symbols):
+        self.builder, self.symbols, self.cache = builder, symbols, {}
+
+    def dim(self, dim):
+        if isinstance(dim, (int, np.integer)):
+            return _const(int(dim))
+        if dim not in self.cache:
+            self.cache[dim] = self._evaluate(dim)
+        return self.cache[dim]
+
+    def _evaluate(self, expr):
+        builder = self.builder
+        total = _const(0)
+        for monomial, coeff in expr.terms:
+            product = _const(coeff)
+            for factor in monomial:
+                value = self.symbols[factor] if isinstance(factor, str) else self._opaque(factor)
+                product = builder.mul(product, value)
+            total = builder.add(total, product)
+        return total
+
+    def _opaque(self, factor):
+        builder = self.builder
+        numerator, denominator = self.dim(factor.numerator), self.dim(factor.denominator)
+        quotient = builder.sdiv(numerator, denominator)
+        remainder = builder.srem(numerator, denominator)
+        adjust = builder.and_(
+            builder.icmp_signed("!=", remainder, _const(0)),
+            builder.icmp_signed("!=", builder.icmp_signed("<", remainder, _const(0)),
+                                builder.icmp_signed("<", denominator, _const(0))),
+        )
+        if factor.op == "//":
+            return builder.sub(quotient, builder.zext(adjust, I64))
+        return builder.select(adjust, builder.add(remainder, denominator), remainder)
+
+
+class KernelBuilder:
+    """Emits one kernel as ``void kernel(ptr buffer..., i64 symbol..., ptr status)``."""
+
+    def __init__(self, program, kernel):
+        self.program = program
+        self.schedule = program.schedule
+        self.kernel = kernel
+        self.producers = self.schedule.producers
+        names = program.buffer_names
+        arguments = [PTR] * len(names) + [I64] * len(program.symbols) + [PTR]
+        self.function = ir.Function(program.module, ir.FunctionType(ir.VoidType(), arguments),
+                                    kernel.name)
+        self.function.linkage = "internal"
+        for argument in self.function.args[: len(names)]:
+            argument.add_attribute("noalias")
+        self.pointers = dict(zip(names, self.function.args))
+        self.symbols = dict(zip(program.symbols, self.function.args[len(names):]))
+        self.status = self.function.args[-1]
+        entry = self.function.append_basic_block("entry")
+        body = self.function.append_basic_block("body")
+        self.entry = ir.IRBuilder(entry)
+        self.b = ir.IRBuilder(body)
+        self.first_body = body
+        self.dim_values = DimValues(self.entry, self.symbols)
+        self.strides = {}
+        self.cache = [{}]
+        self.stage_values = {}
+        self.errors = {}
+        self.overrides = {}
+
+    # --- dims -------------------------------------------------------------------------
+    def dim(self, dim):
+        return self.dim_values.dim(dim)
+
+    def buffer_strides(self, name):
+        if name not in self.strides:
+            shape = self.schedule.buffers[name].shape
+            strides, running = [], _const(1)
+            for dim in reversed(shape):
+                strides.append(running)
+                running = self.entry.mul(running, self.dim(dim))
+            self.strides[name] = list(reversed(strides))
+        return self.strides[name]
+
+    # --- memory -----------------------------------------------------------------------
+    def address(self, name, index, dtype):
+        if isinstance(index, FlatIndex):
+            offset = index.value
+        else:
+            offset = _const(0)
+            for component, stride in zip(index, self.buffer_strides(name)):
+                offset = self.b.add(offset, self.b.mul(component.value, stride))
+        return self.b.gep(self.pointers[name], [offset], inbounds=True,
+                          source_etype=dt.memory_type(dtype))
+
+    def load(self, name, index, dtype):
+        pointer = self.address(name, index, dtype)
+        value = self.b.load(pointer, typ=dt.memory_type(dtype))
+        return self.b.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
+
+    def store(self, name, index, value, dtype):
+        pointer = self.address(name, index, dtype)
+        if np.dtype(dtype) == np.bool_:
+            value = self.b.zext(value, dt.I8)
+        self.b.store(value, pointer)
+
+    def report_if(self, condition, code):
+        if code not in self.errors:
+            self.errors[code] = self.entry.alloca(I1)
+            self.entry.store(ir.Constant(I1, 0), self.errors[code])
+        flag = self.errors[code]
+        self.b.store(self.b.or_(self.b.load(flag, typ=I1), condition), flag)
+
+    # --- loops ------------------------------------------------------------------------
+    def loop(self, count, body, inner):
+        header = self.function.append_basic_block("loop")
+        loop_body = self.function.append_basic_block("loop.body")
+        after = self.function.append_basic_block("loop.end")
+        before = self.b.block
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        counter = self.b.phi(I64)
+        counter.add_incoming(_const(0), before)
+        self.b.cbranch(self.b.icmp_signed("<", counter, count), loop_body, after)
+        self.b.position_at_end(loop_body)
+        self.cache.append({})
+        body(Ix(counter, inner))
+        self.cache.pop()
+        following = self.b.add(counter, _const(1), flags=["nsw", "nuw"])
+        counter.add_incoming(following, self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(after)
+
+    def loops(self, shape, body, inner_from=None, prefix=()):
+        """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner."""
+        inner_from = len(shape) - 1 if inner_from is None else inner_from
+        if len(prefix) == len(shape):
+            body(tuple(prefix))
+            return
+        depth = len(prefix)
+        self.loop(self.dim(shape[depth]),
+                  lambda ix: self.loops(shape, body, inner_from, (*prefix, ix)),
+                  inner=depth >= inner_from)
+
+    # --- values -----------------------------------------------------------------------
+    def literal(self, literal, dtype):
+        value = literal.value
+        if isinstance(value, DimExpr):
+            return dt.cast(self.b, self.dim(value), np.int64, dtype)
+        if isinstance(value, np.generic):
+            value = value.item()
+        with np.errstate(all="ignore"):
+            converted = np.array(value).astype(dtype)[()]
+        return dt.constant(dtype, converted)
+
+    def value(self, atom, index, dtype=None):
+        """The value of ``atom`` at ``index``, cast to ``dtype`` if given."""
+        if isinstance(atom, Literal):
+            return self.literal(atom, dtype or atom.aval.dtype)
+        result = self._var_value(atom, index)
+        if dtype is not None:
+            result = dt.cast(self.b, result, atom.aval.dtype, dtype)
+        return result
+
+    def _key(self, name, index):
+        if isinstance(index, FlatIndex):
+            return (name, "flat", id(index.value))
+        return (name, tuple(id(ix.value) for ix in index))
+
+    def _var_value(self, var, index):
+        name = var.name
+        if name in self.stage_values:
+            if _is_inner(index):
+                raise FusionConflict(var)
+            return self.stage_values[name]
+        if name in self.overrides:
+            return self.load(self.overrides[name], index, var.aval.dtype)
+        if name in self.schedule.buffers and name != self.kernel.root.name:
+            return self.load(name, index, var.aval.dtype)
+        key = self._key(name, index)
+        for layer in reversed(self.cache):
+            if key in layer:
+                return layer[key]
+        eqn = self.producers.get(name)
+        if eqn is None or eqn.prim.name in REDUCTIONS or eqn.prim.name in (
+            "matmul", "scatter_add"
+        ):
+            raise FusionConflict(var)
+        result = self.compute(eqn, index)
+        self.cache[-1][key] = result
+        return result
+
+    def compute(self, eqn, index):
+        name = eqn.prim.name
+        out_shape = eqn.out.aval.shape
+        if name in RULES:
+            operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
+            operands = [
+                self.value(atom, broadcast_index(index, atom.aval.shape, out_shape), dtype)
+                for atom, dtype in zip(eqn.inputs, operand_dtypes)
+            ]
+            dtype = operand_dtypes[-1] if name == "where" else operand_dtypes[0]
+            return RULES[name](_RuleContext(self, dtype), *operands)
+        return getattr(self, "compute_" + name)(eqn, index)
+
+    def compute_cast(self, eqn, index):
+        source = eqn.inputs[0]
+        value = self.value(source, broadcast_index(index, source.aval.shape, eqn.out.aval.shape))
+        target = eqn.params_dict["dtype"]
+        if dt.is_float(source.aval.dtype) and np.dtype(target).kind in "iu":
+            # NumPy on x86: out-of-range and NaN become the most negative integer.
+            limit = float(2 ** (np.dtype(target).itemsize * 8 - 1))
+            ty = value.type
+            in_range = self.b.and_(
+                self.b.fcmp_ordered(">=", value, ir.Constant(ty, -limit)),
+                self.b.fcmp_ordered("<", value, ir.Constant(ty, limit)),
+            )
+            converted = dt.cast(self.b, value, source.aval.dtype, target)
+            smallest = dt.constant(target, -int(limit))
+            return self.b.select(in_range, converted, smallest)
+        return dt.cast(self.b, value, source.aval.dtype, target)
+
+    def compute_broadcast_to(self, eqn, index):
+        source = eqn.inputs[0]
+        return self.value(source, broadcast_index(index, source.aval.shape, eqn.out.aval.shape))
+
+    def compute_reshape(self, eqn, index):
+        source = eqn.inputs[0]
+        if _is_flat(index):
+            return self.value(source, index)
+        source_shape, out_shape = source.aval.shape, eqn.out.aval.shape
+        positions = [d for d, dim in enumerate(out_shape) if not _unit(dim)]
+        source_positions = [d for d, dim in enumerate(source_shape) if not _unit(dim)]
+        if [out_shape[d] for d in positions] == [source_shape[d] for d in source_positions]:
+            mapped = [ZERO] * len(source_shape)
+            for out_position, source_position in zip(positions, source_positions):
+                mapped[source_position] = index[out_position]
+            return self.value(source, tuple(mapped))
+        base = self._reshape_base(source)
+        if base is None:
+            raise FusionConflict(source)
+        linear = _const(0)
+        for component, stride in zip(index, self._shape_strides(out_shape)):
+            linear = self.b.add(linear, self.b.mul(component.value, stride))
+        flat = FlatIndex(linear)
+        flat.inner = _is_inner(index)
+        return self.load(base.name, flat, base.aval.dtype)
+
+    def _reshape_base(self, var):
+        """The buffer a chain of reshapes reads (reshapes keep the linear order)."""
+        while var.name not in self.schedule.buffers or var.name == self.kernel.root.name:
+            eqn = self.producers.get(var.name)
+            if eqn is None or eqn.prim.name != "reshape":
+                return None
+            var = eqn.inputs[0]
+        return var
+
+    def _shape_strides(self, shape):
+        strides, running = [], _const(1)
+        for dim in reversed(shape):
+            strides.append(running)
+            running = self.entry.mul(running, self.dim(dim))
+        return list(reversed(strides))
+
+    def compute_transpose(self, eqn, index):
+        perm = eqn.params_dict["perm"]
+        mapped = [None] * len(perm)
+        for position, axis in enumerate(perm):
+            mapped[axis] = index[position]
+        return self.value(eqn.inputs[0], tuple(mapped))
+
+    def compute_slice(self, eqn, index):
+        params = eqn.params_dict
+        mapped = []
+        for component, start, step in zip(index, params["starts"], params["steps"]):
+            value = component.value
+            if not (isinstance(step, int) and step == 1):
+                value = self.b.mul(value, self.dim(step))
+            if not (isinstance(start, int) and start == 0):
+                value = self.b.add(value, self.dim(start))
+            mapped.append(Ix(value, component.inner))
+        return self.value(eqn.inputs[0], tuple(mapped))
+
+    def compute_flip(self, eqn, index):
+        axes = eqn.params_dict["axes"]
+        shape = eqn.inputs[0].aval.shape
+        mapped = list(index)
+        for axis in axes:
+            last = self.entry.sub(self.dim(shape[axis]), _const(1))
+            mapped[axis] = Ix(self.b.sub(last, index[axis].value), index[axis].inner)
+        return self.value(eqn.inputs[0], tuple(mapped))
+
+    def compute_pad(self, eqn, index):
+        source = eqn.inputs[0]
+        valid, mapped = ir.Constant(I1, 1), []
+        for component, dim, (low, _, interior) in zip(index, source.aval.shape,
+                                                       eqn.params_dict["config"]):
+            relative = self.b.sub(component.value, self.dim(low))
+            position = relative
+            ok = self.b.icmp_signed(">=", relative, _const(0))
+            if interior:
+                stride = _const(interior + 1)
+                position = self.b.sdiv(relative, stride)
+                ok = self.b.and_(ok, self.b.icmp_signed(
+                    "==", self.b.srem(relative, stride), _const(0)))
+            count = self.dim(dim)
+            ok = self.b.and_(ok, self.b.icmp_signed("<", position, count))
+            valid = self.b.and_(valid, ok)
+            mapped.append(Ix(self._clamp(position, count), component.inner))
+        value = self.value(source, tuple(mapped))
+        return self.b.select(valid, value, dt.constant(source.aval.dtype, 0))
+
+    def _clamp(self, position, count):
+        last = self.b.sub(count, _const(1))
+        position = self.b.select(self.b.icmp_signed(">", position, last), last, position)
+        return self.b.select(self.b.icmp_signed("<", position, _const(0)), _const(0), position)
+
+    def compute_concatenate(self, eqn, index):
+        axis = eqn.params_dict["axis"]
+        dtype = eqn.out.aval.dtype
+        component = index[axis]
+        offset, result = _const(0), None
+        for operand in eqn.inputs:
+            count = self.dim(operand.aval.shape[axis])
+            local = self.b.sub(component.value, offset)
+            mapped = list(index)
+            mapped[axis] = Ix(self._clamp(local, count), component.inner)
+            value = self.value(operand, tuple(mapped), dtype)
+            inside = self.b.icmp_signed(">=", local, _const(0))
+            result = value if result is None else self.b.select(inside, value, result)
+            offset = self.entry.add(offset, count)
+        return result
+
+    def compute_gather(self, eqn, index):
+        source, indices = eqn.inputs
+        axis = eqn.params_dict["axis"]
+        depth = len(indices.aval.shape)
+        position = self.value(indices, tuple(index[axis:axis + depth]), np.int64)
+        count = self.dim(source.aval.shape[axis])
+        position = self.b.select(self.b.icmp_signed("<", position, _const(0)),
+                                 self.b.add(position, count), position)
+        out_of_range = self.b.or_(self.b.icmp_signed("<", position, _const(0)),
+                                  self.b.icmp_signed(">=", position, count))
+        self.report_if(out_of_range, KernelStatus.INDEX_OUT_OF_RANGE)
+        inner = any(component.inner for component in index[axis:axis + depth])
+        mapped = (*index[:axis], Ix(self._clamp(position, count), inner),
+                  *index[axis + depth:])
+        return self.value(source, mapped)
+
+    def compute_iota(self, eqn, index):
+        return dt.cast(self.b, index[0].value, np.int64, eqn.out.aval.dtype)
+
+    def compute_full(self, eqn, index):
+        return self.literal(Literal.of(eqn.params_dict["value"]), eqn.out.aval.dtype)
+
+    # --- kernel bodies ----------------------------------------------------------------
+    def build(self):
+        kind = self.kernel.kind
+        getattr(self, "build_" + kind)()
+        for code, flag in self.errors.items():
+            failed = self.b.load(flag, typ=I1)
+            old = self.b.load(self.status, typ=I32)
+            self.b.store(self.b.select(failed, ir.Constant(I32, code), old), self.status)
+        self.b.ret_void()
+        self.entry.branch(self.first_body)
+        return self.function
+
+    def _root_eqn(self):
+        return self.producers[self.kernel.root.name]
+
+    def build_pointwise(self):
+        root = self.kernel.root
+        eqn = self._root_eqn()
+        shape = root.aval.shape
+        if self.kernel.stages:
+            self.rows(shape, lambda index: self.store(root.name, index, self.compute(eqn, index),
+                                                      root.aval.dtype))
+        elif self._flat_ok(root):
+            self.loop(self.dim(_size(shape)) if shape else _const(1),
+                      lambda ix: self.store(root.name, FlatIndex(ix.value),
+                                            self.compute(eqn, FlatIndex(ix.value)),
+                                            root.aval.dtype), inner=True)
+        else:
+            self.loops(shape, lambda index: self.store(root.name, index,
+                                                       self.compute(eqn, index), root.aval.dtype))
+
+    def _flat_ok(self, root):
+        """A single flat loop when the expression is elementwise on same-shaped buffers."""
+        shape = tuple(root.aval.shape)
+        stack, seen = [root], set()
+        while stack:
+            var = stack.pop()
+            if var.name in seen:
+                continue
+            seen.add(var.name)
+            if var.name in self.schedule.buffers and var.name != root.name:
+                if tuple(var.aval.shape) not in (shape, ()):
+                    return False
+                continue
+            eqn = self.producers[var.name]
+            if eqn.prim.name not in RULES and eqn.prim.name != "cast":
+                return False
+            for atom in eqn.inputs:
+                if isinstance(atom, Var):
+                    if tuple(atom.aval.shape) not in (shape, ()):
+                        return False
+                    stack.append(atom)
+        return True
+
+    def rows(self, shape, store_row):
+        """Outer loops over the kept dims; per row, each stage's reduction in order, then
+        ``store_row`` over the row."""
+        axes = _stage_axes(self.producers[self.kernel.stages[0].name])
+        inner_from = len(shape) - len(axes)
+
+        def per_row(outer):
+            for stage in self.kernel.stages:
+                self.stage_values[stage.name] = self.reduce_row(
+                    self.producers[stage.name], shape, inner_from, outer)
+            self.loops(shape, store_row, inner_from, outer)
+
+        self.loops(shape[:inner_from], per_row, inner_from=len(shape), prefix=())
+
+    def reduce_row(self, eqn, shape, inner_from, outer):
+        reducer = Reducer(self, eqn)
+        reducer.start()
+        self.loops(shape, reducer.add, inner_from, outer)
+        return reducer.result()
+
+    def build_reduce(self):
+        eqn = self._root_eqn()
+        root = self.kernel.root
+        source_shape = eqn.inputs[0].aval.shape
+        axes = _stage_axes(eqn)
+        rank = len(source_shape)
+        keepdims = eqn.params_dict["keepdims"]
+
+        def out_index(full_index):
+            kept = []
+            for axis in range(rank):
+                if axis in axes:
+                    if keepdims:
+                        kept.append(ZERO)
+                else:
+                    kept.append(full_index[axis])
+            return tuple(kept)
+
+        trailing = axes == tuple(range(rank - len(axes), rank))
+        if trailing or self.kernel.stages:
+            inner_from = rank - len(axes)
+
+            def per_row(outer):
+                for stage in self.kernel.stages:
+                    self.stage_values[stage.name] = self.reduce_row(
+                        self.producers[stage.name], source_shape, inner_from, outer)
+                value = self.reduce_row(eqn, source_shape, inner_from, outer)
+                padded = tuple(outer) + (ZERO,) * len(axes)
+                self.store(root.name, out_index(padded), value, root.aval.dtype)
+
+            self.loops(source_shape[:inner_from], per_row, inner_from=rank)
+        elif _leading(axes, rank) and eqn.prim.name not in ("argmax", "argmin"):
+            self.reduce_columns(eqn, source_shape, axes, out_index)
+        else:
+            self.reduce_generic(eqn, source_shape, axes, out_index)
+
+    def reduce_columns(self, eqn, shape, axes, out_index):
+        """Reductions over leading axes: accumulate whole rows into the output (NumPy's
+        order for axis=0, and unit-stride inner loops)."""
+        root = self.kernel.root
+        reducer = Reducer(self, eqn)
+        reducer.dtype = np.dtype(root.aval.dtype)  # accumulate in the output, NumPy's order
+        kept = shape[len(axes):]
+        zeros = (ZERO,) * len(axes)
+        self.loops(kept, lambda index: self.store(
+            root.name, out_index(zeros + tuple(index)), reducer.identity_in(root.aval.dtype),
+            root.aval.dtype))
+
+        def accumulate(index):
+            target = out_index(index)
+            current = self.load(root.name, target, root.aval.dtype)
+            updated = reducer.combine_into(current, index)
+            self.store(root.name, target, updated, root.aval.dtype)
+
+        self.loops(shape, accumulate, inner_from=len(axes))
+
+    def reduce_generic(self, eqn, shape, axes, out_index):
+        """Any axes: kept dims outside, reduced dims inside (strided reads)."""
+        root = self.kernel.root
+        rank = len(shape)
+        kept_axes = [axis for axis in range(rank) if axis not in axes]
+        order = kept_axes + list(axes)
+
+        def reorder(ordered):
+            index = [None] * rank
+            for position, axis in enumerate(order):
+                index[axis] = ordered[position]
+            return tuple(index)
+
+        permuted_shape = tuple(shape[axis] for axis in order)
+
+        def per_output(kept):
+            reducer = Reducer(self, eqn)
+            reducer.start()
+            self.loops(permuted_shape, lambda ordered: reducer.add(reorder(ordered)),
+                       inner_from=len(kept_axes), prefix=kept)
+            full = reorder(tuple(kept) + (ZERO,) * len(axes))
+            self.store(root.name, out_index(full), reducer.result(), root.aval.dtype)
+
+        self.loops(permuted_shape[:len(kept_axes)], per_output, inner_from=rank)
+
+    def build_matmul(self):
+        matmul = self.kernel.matmul
+        root = self.kernel.root
+        product = matmul.out
+        if product.name != root.name:
+            self.overrides[product.name] = root.name  # the epilogue reads the product in place
+        a, b = matmul.inputs
+        dtype = product.aval.dtype
+        a_rank, b_rank = len(a.aval.shape), len(b.aval.shape)
+        shape = product.aval.shape
+        batch = shape[: len(shape) - (a_rank > 1) - (b_rank > 1)] if a_rank > 1 or b_rank > 1 \
+            else ()
+        k_dim = a.aval.shape[-1]
+        has_m, has_n = a_rank > 1, b_rank > 1
+
+        def operand_index(operand, batch_index, row, column):
+            rank = len(operand.aval.shape)
+            if rank == 1:
+                return (column if operand is a else row,)
+            core = (row, column)
+            batch_shape = operand.aval.shape[:-2]
+            return broadcast_index(batch_index, batch_shape, batch) + core
+
+        def epilogue(out_index):
+            if product.name != root.name:
+                value = self.compute(self._root_eqn(), out_index)
+                self.store(root.name, out_index, value, root.aval.dtype)
+
+        def per_batch(batch_index):
+            def per_row(row):
+                if has_n:
+                    out_row = (*batch_index, *((row,) if has_m else ()))
+                    zero = dt.constant(dtype, 0)
+                    self.loop(self.dim(shape[-1]),
+                              lambda j: self.store(root.name, (*out_row, j), zero, dtype),
+                              inner=True)
+
+                    def per_k(k):
+                        left = self.value(a, operand_index(a, batch_index, row, k), dtype)
+
+                        def per_column(j):
+                            right = self.value(b, operand_index(b, batch_index, k, j), dtype)
+                            out_index = (*out_row, j)
+                            current = self.load(root.name, out_index, dtype)
+                            self.store(root.name, out_index,
+                                       self._multiply_add(current, left, right, dtype), dtype)
+
+                        self.loop(self.dim(shape[-1]), per_column, inner=True)
+
+                    self.loop(self.dim(k_dim), per_k, inner=False)
+                    self.loop(self.dim(shape[-1]), lambda j: epilogue((*out_row, j)), inner=True)
+                else:
+                    accumulator = self.entry.alloca(dt.register_type(dtype))
+                    self.b.store(dt.constant(dtype, 0), accumulator)
+
+                    def per_k(k):
+                        left = self.value(a, operand_index(a, batch_index, row, k), dtype)
+                        right = self.value(b, operand_index(b, batch_index, k, ZERO), dtype)
+                        current = self.b.load(accumulator, typ=dt.register_type(dtype))
+                        self.b.store(self._multiply_add(current, left, right, dtype,
+                                                        reassociate=True), accumulator)
+
+                    self.loop(self.dim(k_dim), per_k, inner=True)
+                    out_index = (*batch_index, *((row,) if has_m else ()))
+                    self.store(root.name, out_index,
+                               self.b.load(accumulator, typ=dt.register_type(dtype)), dtype)
+                    epilogue(out_index)
+
+            if has_m:
+                self.loop(self.dim(a.aval.shape[-2]), per_row, inner=False)
+            else:
+                per_row(ZERO)
+
+        self.loops(batch, per_batch, inner_from=len(batch))
+
+    def _multiply_add(self, current, left, right, dtype, reassociate=False):
+        if dt.is_float(dtype):
+            flags = _REASSOC if reassociate else ("contract",)
+            return self.b.fadd(current, self.b.fmul(left, right, flags=("contract",)),
+                               flags=flags)
+        if np.dtype(dtype) == np.bool_:
+            return self.b.or_(current, self.b.and_(left, right))
+        return self.b.add(current, self.b.mul(left, right))
+
+    def build_scatter(self):
+        eqn = self._root_eqn()
+        root = self.kernel.root
+        updates, indices = eqn.inputs
+        axis = eqn.params_dict["axis"]
+        depth = len(indices.aval.shape)
+        dtype = root.aval.dtype
+        zero = dt.constant(dtype, 0)
+        self.loop(self.dim(_size(root.aval.shape)) if root.aval.shape else _const(1),
+                  lambda ix: self.store(root.name, FlatIndex(ix.value), zero, dtype), inner=True)
+        count = self.dim(root.aval.shape[axis])
+
+        def add(index):
+            position = self.value(indices, tuple(index[axis:axis + depth]), np.int64)
+            position = self.b.select(self.b.icmp_signed("<", position, _const(0)),
+                                     self.b.add(position, count), position)
+            out_of_range = self.b.or_(self.b.icmp_signed("<", position, _const(0)),
+                                      self.b.icmp_signed(">=", position, count))
+            self.report_if(out_of_range, KernelStatus.INDEX_OUT_OF_RANGE)
+            target = (*index[:axis], Ix(self._clamp(position, count), False),
+                      *index[axis + depth:])
+            current = self.load(root.name, target, dtype)
+            value = self.value(updates, index, dtype)
+            combined = self.b.fadd(current, value) if dt.is_float(dtype) else (
+                self.b.or_(current, value) if np.dtype(dtype) == np.bool_
+                else self.b.add(current, value))
+            self.store(root.name, target, combined, dtype)
+
+        self.loops(updates.aval.shape, add)
+
+
+class Reducer:
+    """The accumulator of one reduction: identity, combine, finish."""
+
+    def __init__(self, kernel, eqn):
+        self.k = kernel
+        self.eqn = eqn
+        self.name = eqn.prim.name
+        self.source = eqn.inputs[0]
+        self.out_dtype = eqn.out.aval.dtype
+        source_dtype = self.source.aval.dtype
+        if self.name in ("argmax", "argmin"):
+            self.dtype = source_dtype
+        elif self.name == "sum" and np.dtype(self.out_dtype) == np.float32:
+            self.dtype = np.dtype(np.float64)  # float32 sums accumulate in double
+        else:
+            self.dtype = self.out_dtype
+
+    def identity_in(self, dtype):
+        dtype = np.dtype(dtype)
+        name = self.name
+        if name in ("sum", "any"):
+            return dt.constant(dtype, 0)
+        if name in ("prod", "all"):
+            return dt.constant(dtype, 1)
+        if dtype == np.bool_:
+            return dt.constant(dtype, name in ("min", "argmin"))
+        if dt.is_float(dtype):
+            return dt.constant(dtype, -np.inf if name in ("max", "argmax") else np.inf)
+        info = np.iinfo(dtype)
+        return dt.constant(dtype, info.min if name in ("max", "argmax") else info.max)
+
+    def start(self):
+        entry = self.k.entry
+        self.slot = entry.alloca(dt.register_type(self.dtype))
+        self.k.b.store(self.identity_in(self.dtype), self.slot)
+        if self.name in ("argmax", "argmin"):
+            self.position = entry.alloca(I64)
+            self.k.b.store(_const(0), self.position)
+            self.count = entry.alloca(I64)
+            self.k.b.store(_const(0), self.count)
+
+    def combine(self, current, value):
+        builder, dtype = self.k.b, np.dtype(self.dtype)
+        name = self.name
+        if dtype == np.bool_:
+            return builder.or_(current, value) if name in ("sum", "any", "max") else (
+                builder.and_(current, value))
+        if dt.is_float(dtype):
+            if name == "sum":
+                return builder.fadd(current, value, flags=_REASSOC)
+            if name == "prod":
+                return builder.fmul(current, value, flags=_REASSOC)
+            intrinsic = "maximum" if name == "max" else "minimum"
+            return _float_intrinsic(builder, intrinsic, current, value)
+        if name == "sum":
+            return builder.add(current, value)
+        if name == "prod":
+            return builder.mul(current, value)
+        compare = ">" if name == "max" else "<"
+        return builder.select(builder.icmp_signed(compare, value, current), value, current)
+
+    def combine_into(self, current, index):
+        value = self.k.value(self.source, index, self.dtype)
+        return self.combine(current, value)
+
+    def add(self, index):
+        builder = self.k.b
+        value = self.k.value(self.source, index, self.dtype)
+        ty = dt.register_type(self.dtype)
+        current = builder.load(self.slot, typ=ty)
+        if self.name in ("argmax", "argmin"):
+            better = self._better(value, current)
+            count = builder.load(self.count, typ=I64)
+            position = builder.load(self.position, typ=I64)
+            builder.store(builder.select(better, value, current), self.slot)
+            builder.store(builder.select(better, count, position), self.position)
+            builder.store(builder.add(count, _const(1)), self.count)
+            return
+        builder.store(self.combine(current, value), self.slot)
+
+    def _better(self, value, best):
+        builder = self.k.b
+        if dt.is_float(self.dtype):
+            op = ">" if self.name == "argmax" else "<"
+            strictly = builder.fcmp_ordered(op, value, best)
+            # NumPy: the first NaN wins.
+            nan_first = builder.and_(builder.fcmp_unordered("uno", value, value),
+                                     builder.fcmp_ordered("ord", best, best))
+            return builder.or_(strictly, nan_first)
+        compare = builder.icmp_unsigned if np.dtype(self.dtype) == np.bool_ else (
+            builder.icmp_signed)
+        return compare(">" if self.name == "argmax" else "<", value, best)
+
+    def result(self):
+        builder = self.k.b
+        if self.name in ("argmax", "argmin"):
+            return dt.cast(builder, builder.load(self.position, typ=I64), np.int64,
+                           self.out_dtype)
+        value = builder.load(self.slot, typ=dt.register_type(self.dtype))
+        return dt.cast(builder, value, self.dtype, self.out_dtype)
+
+
+def _float_intrinsic(builder, name, a, b):
+    module = builder.module
+    full = f"llvm.{name}.{'f64' if a.type == dt.F64 else 'f32'}"
+    function = module.globals.get(full) or ir.Function(
+        module, ir.FunctionType(a.type, [a.type, a.type]), full)
+    return builder.call(function, [a, b])
+
+
+def _unit(dim):
+    return isinstance(dim, int) and dim == 1
+
+
+def _size(shape):
+    size = 1
+    for dim in shape:
+        size = size * dim
+    return size
+
+
+def _is_flat(index):
+    return isinstance(index, FlatIndex)
+
+
+def _is_inner(index):
+    if isinstance(index, FlatIndex):
+        return index.inner
+    return any(component.inner for component in index)
+
+
+def _stage_axes(eqn):
+    params = eqn.params_dict
+    return tuple(params["axes"]) if "axes" in params else (params["axis"],)
+
+
+def _leading(axes, rank):
+    return len(axes) < rank and axes == tuple(range(len(axes)))
+
+
+def broadcast_index(index, in_shape, out_shape):
+    """The index into an operand of shape ``in_shape`` broadcast to ``out_shape``."""
+    if isinstance(index, FlatIndex):
+        # Flat loops only read same-shaped buffers and scalars (see _flat_ok).
+        return () if not in_shape and out_shape else index
+    lead = len(out_shape) - len(in_shape)
+    return tuple(
+        ZERO if _unit(dim) and not _unit(out_shape[lead + d]) else index[lead + d]
+        for d, dim in enumerate(in_shape)
+    )
+
+
+
+class ProgramLowering:
+    """The module for a schedule: its kernels and the entry that runs them."""
+
+    def __init__(self, schedule, name):
+        self.schedule = schedule
+        self.name = name
+        self.module = ir.Module(name=name)
+        self.symbols = [symbol.name for symbol in schedule.graph.symbols]
+        self.slots = program_slots(schedule)
+        temps = [name for name, b in schedule.buffers.items() if b.kind == "temp"]
+        self.buffer_names = [name for _, name in self.slots if name is not None] + temps
+
+    def build(self):
+        kernels = [KernelBuilder(self, kernel).build() for kernel in self.schedule.kernels]
+        entry_name = f"{self.name}_entry"
+        function = ir.Function(
+            self.module, ir.FunctionType(I32, [PTR] + [I64] * len(self.symbols)), entry_name
+        )
+        arrays, *symbols = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        dims = DimValues(builder, dict(zip(self.symbols, symbols)))
+        pointers = {}
+        for slot, (_, name) in enumerate(self.slots):
+            item = builder.load(builder.gep(arrays, [_const(TUPLE_ITEMS_OFFSET + 8 * slot)],
+                                            source_etype=dt.I8), typ=PTR)
+            data = builder.load(builder.gep(item, [_const(ARRAY_DATA_OFFSET)],
+                                            source_etype=dt.I8), typ=PTR)
+            pointers[name] = data  # name None: the workspace
+        workspace = pointers.pop(None)
+        for name, buffer in self.schedule.buffers.items():
+            if buffer.kind == "temp":
+                pointers[name] = builder.gep(workspace, [dims.dim(buffer.offset)],
+                                             source_etype=dt.I8)
+        status = builder.alloca(I32)
+        builder.store(ir.Constant(I32, 0), status)
+        guard_numbers = {id(guard): number for number, guard in
+                         enumerate(self.schedule.graph.guards)}
+        arguments = [pointers[name] for name in self.buffer_names] + list(symbols) + [status]
+
+        def check(guards):
+            for guard in guards:
+                buffer = self.schedule.buffers[guard.predicate.name]
+                value = builder.load(pointers[buffer.name],
+                                     typ=dt.memory_type(buffer.dtype))
+                if buffer.dtype == np.bool_:
+                    value = builder.trunc(value, I1)
+                holds = guard_holds(builder, value, buffer.dtype, guard)
+                passed = function.append_basic_block("guard.ok")
+                failed = function.append_basic_block("guard.failed")
+                builder.cbranch(holds, passed, failed)
+                builder.position_at_end(failed)
+                builder.ret(ir.Constant(I32, guard_numbers[id(guard)] + 1))
+                builder.position_at_end(passed)
+
+        check(self.schedule.entry_guards)
+        for kernel, compiled in zip(self.schedule.kernels, kernels):
+            builder.call(compiled, arguments)
+            check(kernel.guards)
+        builder.ret(builder.neg(builder.load(status, typ=I32)))
+        return self.module, entry_name
+
+
+def program_slots(schedule):
+    """The arrays the entry receives, in order: ``(kind, buffer name)``; the workspace is
+    last, with name ``None``."""
+    graph = schedule.graph
+    slots = [("input", var.name) for var in graph.inputs]
+    slots += [("constant", var.name) for var, _ in graph.constants]
+    seen = set()
+    for atom in (*graph.outputs, *schedule.effect_outputs):
+        if isinstance(atom, Var) and schedule.buffers.get(atom.name) is not None:
+            buffer = schedule.buffers[atom.name]
+            if buffer.kind == "output" and atom.name not in seen:
+                seen.add(atom.name)
+                slots.append(("output", atom.name))
+    slots.append(("workspace", None))
+    return slots
+
+
+def guard_holds(builder, value, dtype, guard):
+    """Is ``convert(value) == expected`` (the assumption the trace made)?"""
+    dtype = np.dtype(dtype)
+    if guard.convert == "bool":
+        truth = as_bool(builder, value)
+        return builder.icmp_unsigned("==", truth, ir.Constant(I1, int(bool(guard.expected))))
+    if dt.is_float(dtype):
+        wide = dt.cast(builder, value, dtype, np.float64)
+        if guard.convert in ("int", "index"):
+            wide = _float_intrinsic1(builder, "trunc", wide)
+        expected = float(guard.expected)
+        if expected != expected:
+            return builder.fcmp_unordered("uno", wide, wide)
+        return builder.fcmp_ordered("==", wide, ir.Constant(dt.F64, expected))
+    wide = dt.cast(builder, value, dtype, np.int64)
+    if isinstance(guard.expected, float) and not float(guard.expected).is_integer():
+        return ir.Constant(I1, 0)
+    return builder.icmp_signed("==", wide, _const(int(guard.expected)))
+
+
+def _float_intrinsic1(builder, name, value):
+    module = builder.module
+    full = f"llvm.{name}.f64"
+    function = module.globals.get(full) or ir.Function(
+        module, ir.FunctionType(value.type, [value.type]), full)
+    return builder.call(function, [value])

@@ -1,0 +1,321 @@
+"""LLVM lowering of pointwise primitives: one rule per primitive, keyed by its name.
+
+A rule takes the builder, the operands (already cast to the primitive's NumPy loop dtypes)
+and the loop and output dtypes, and returns the result. Rules reproduce NumPy exactly where
+NumPy defines it: NaN propagation in maximum/minimum, signed zeros, integer floor division
+and modulo (Python's signs, 0 for division by zero), wrapping integer overflow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from . import mathlib
+from .dtypes import constant, is_float
+
+
+class KernelStatus:
+    """Error codes kernels report (a side exit runs the call eagerly, which raises NumPy's
+    own error)."""
+
+    INDEX_OUT_OF_RANGE = 1
+    NEGATIVE_INTEGER_POWER = 2
+
+
+def _zero(value):
+    return ir.Constant(value.type, 0.0 if isinstance(value.type, (ir.FloatType, ir.DoubleType))
+                       else 0)
+
+
+def _float_binary(float_op, int_op, bool_op=None):
+    def rule(ctx, x, y):
+        if is_float(ctx.dtype):
+            return getattr(ctx.builder, float_op)(x, y)
+        if ctx.dtype == np.bool_ and bool_op is not None:
+            return getattr(ctx.builder, bool_op)(x, y)
+        return getattr(ctx.builder, int_op)(x, y)
+
+    return rule
+
+
+def _neg(ctx, x):
+    return ctx.builder.fneg(x) if is_float(ctx.dtype) else ctx.builder.neg(x)
+
+
+def _abs(ctx, x):
+    if is_float(ctx.dtype):
+        return mathlib.fabs(ctx.builder, x)
+    if ctx.dtype == np.bool_:
+        return x
+    negative = ctx.builder.icmp_signed("<", x, _zero(x))
+    return ctx.builder.select(negative, ctx.builder.neg(x), x)
+
+
+def _sign(ctx, x):
+    builder = ctx.builder
+    one, minus_one = constant(ctx.dtype, 1), constant(ctx.dtype, -1)
+    if is_float(ctx.dtype):
+        # NumPy: x > 0 ? 1 : (x < 0 ? -1 : (x == 0 ? 0 : x))  (NaN stays NaN, -0.0 gives 0.0)
+        zero_or_nan = builder.select(builder.fcmp_ordered("==", x, _zero(x)), _zero(x), x)
+        negative = builder.select(builder.fcmp_ordered("<", x, _zero(x)), minus_one, zero_or_nan)
+        return builder.select(builder.fcmp_ordered(">", x, _zero(x)), one, negative)
+    if ctx.dtype == np.bool_:
+        return x
+    positive = builder.zext(builder.icmp_signed(">", x, _zero(x)), x.type)
+    negative = builder.zext(builder.icmp_signed("<", x, _zero(x)), x.type)
+    return builder.sub(positive, negative)
+
+
+def _math(name):
+    def rule(ctx, x):
+        return getattr(mathlib, name)(ctx.builder, x)
+
+    return rule
+
+
+def _libm(name):
+    def rule(ctx, *args):
+        return mathlib.libm(ctx.builder, name, args[0].type, *args)
+
+    return rule
+
+
+def _square(ctx, x):
+    return _float_binary("fmul", "mul", "and_")(ctx, x, x)
+
+
+def _reciprocal(ctx, x):
+    builder = ctx.builder
+    if is_float(ctx.dtype):
+        return builder.fdiv(constant(ctx.dtype, 1.0), x)
+    # Integer reciprocal is 1 // x: 1 and -1 map to themselves, everything else to 0.
+    one, minus_one = constant(ctx.dtype, 1), constant(ctx.dtype, -1)
+    result = builder.select(builder.icmp_signed("==", x, minus_one), minus_one, _zero(x))
+    return builder.select(builder.icmp_signed("==", x, one), one, result)
+
+
+def _isnan(ctx, x):
+    if not is_float(ctx.dtype):
+        return ir.Constant(ir.IntType(1), 0)
+    return ctx.builder.fcmp_unordered("uno", x, x)
+
+
+def _isinf(ctx, x):
+    if not is_float(ctx.dtype):
+        return ir.Constant(ir.IntType(1), 0)
+    return ctx.builder.fcmp_ordered("==", mathlib.fabs(ctx.builder, x), constant(ctx.dtype, np.inf))
+
+
+def _isfinite(ctx, x):
+    if not is_float(ctx.dtype):
+        return ir.Constant(ir.IntType(1), 1)
+    return ctx.builder.fcmp_ordered("<", mathlib.fabs(ctx.builder, x), constant(ctx.dtype, np.inf))
+
+
+def _logical_not(ctx, x):
+    if ctx.dtype == np.bool_:
+        return ctx.builder.not_(x)
+    if is_float(ctx.dtype):
+        return ctx.builder.fcmp_ordered("==", x, _zero(x))
+    return ctx.builder.icmp_unsigned("==", x, _zero(x))
+
+
+def _true_divide(ctx, x, y):
+    # arcp: a division by a loop-invariant value (a row's sum or norm) may become a
+    # multiplication by its hoisted reciprocal - within 1 ulp of NumPy, several times faster.
+    return ctx.builder.fdiv(x, y, flags=("arcp",))
+
+
+def _integer_divmod(builder, x, y):
+    """Python's floor division and modulo; x // 0 and x % 0 are 0 (NumPy's result), and
+    MIN // -1 wraps instead of trapping."""
+    zero = _zero(x)
+    one = ir.Constant(x.type, 1)
+    safe_y = builder.select(builder.icmp_signed("==", y, zero), one, y)
+    minus_one = builder.icmp_signed("==", safe_y, ir.Constant(x.type, -1))
+    safe_y = builder.select(minus_one, one, safe_y)
+    quotient = builder.sdiv(x, safe_y)
+    quotient = builder.select(minus_one, builder.neg(x), quotient)
+    remainder = builder.sub(x, builder.mul(quotient, builder.select(minus_one,
+                                                                    ir.Constant(x.type, -1),
+                                                                    safe_y)))
+    adjust = builder.and_(
+        builder.icmp_signed("!=", remainder, zero),
+        builder.icmp_signed("!=", builder.icmp_signed("<", remainder, zero),
+                            builder.icmp_signed("<", y, zero)),
+    )
+    quotient = builder.select(adjust, builder.sub(quotient, one), quotient)
+    remainder = builder.select(adjust, builder.add(remainder, y), remainder)
+    is_zero = builder.icmp_signed("==", y, zero)
+    return builder.select(is_zero, zero, quotient), builder.select(is_zero, zero, remainder)
+
+
+def _float_divmod(ctx, x, y):
+    """NumPy's npy_divmod: floor division and modulo with Python's signs."""
+    builder, dtype = ctx.builder, ctx.dtype
+    zero, one, half = constant(dtype, 0.0), constant(dtype, 1.0), constant(dtype, 0.5)
+    mod = builder.frem(x, y)
+    div = builder.fdiv(builder.fsub(x, mod), y)
+    mod_nonzero = builder.fcmp_unordered("!=", mod, zero)
+    signs_differ = builder.icmp_unsigned("!=", builder.fcmp_ordered("<", y, zero),
+                                         builder.fcmp_ordered("<", mod, zero))
+    adjust = builder.and_(mod_nonzero, signs_differ)
+    mod = builder.select(adjust, builder.fadd(mod, y), mod)
+    div = builder.select(adjust, builder.fsub(div, one), div)
+    mod = builder.select(mod_nonzero, mod, mathlib.copysign(builder, zero, y))
+    floor = mathlib.floor(builder, div)
+    floor = builder.select(builder.fcmp_ordered(">", builder.fsub(div, floor), half),
+                           builder.fadd(floor, one), floor)
+    div_nonzero = builder.fcmp_unordered("!=", div, zero)
+    quotient = builder.select(div_nonzero, floor,
+                              mathlib.copysign(builder, zero, builder.fdiv(x, y)))
+    y_zero = builder.fcmp_ordered("==", y, zero)
+    quotient = builder.select(y_zero, builder.fdiv(x, y), quotient)
+    return quotient, builder.select(y_zero, builder.frem(x, y), mod)
+
+
+def _floor_divide(ctx, x, y):
+    if is_float(ctx.dtype):
+        return _float_divmod(ctx, x, y)[0]
+    return _integer_divmod(ctx.builder, x, y)[0]
+
+
+def _mod(ctx, x, y):
+    if is_float(ctx.dtype):
+        return _float_divmod(ctx, x, y)[1]
+    return _integer_divmod(ctx.builder, x, y)[1]
+
+
+def _power(ctx, x, y):
+    builder = ctx.builder
+    if is_float(ctx.dtype):
+        if isinstance(y, ir.Constant):
+            exponent = float(y.constant)
+            if exponent == 2.0:
+                return builder.fmul(x, x)
+            if exponent == 1.0:
+                return x
+            if exponent == -1.0:
+                return builder.fdiv(constant(ctx.dtype, 1.0), x)
+        return mathlib.libm(builder, "pow", x.type, x, y)
+    return _integer_power(ctx, x, y)
+
+
+def _integer_power(ctx, x, y):
+    """Exponentiation by squaring (wrapping); negative exponents report an error (NumPy
+    raises ValueError)."""
+    builder = ctx.builder
+    negative = builder.icmp_signed("<", y, _zero(y))
+    ctx.report_if(negative, KernelStatus.NEGATIVE_INTEGER_POWER)
+    one = ir.Constant(x.type, 1)
+    result, base, exponent = one, x, builder.select(negative, _zero(y), y)
+    bits = x.type.width
+    for _ in range(bits):
+        odd = builder.trunc(exponent, ir.IntType(1))
+        result = builder.select(odd, builder.mul(result, base), result)
+        base = builder.mul(base, base)
+        exponent = builder.lshr(exponent, one)
+    return result
+
+
+def _maximum(ctx, x, y):
+    builder = ctx.builder
+    if is_float(ctx.dtype):
+        # NumPy: (x >= y || isnan(x)) ? x : y
+        keep = builder.or_(builder.fcmp_ordered(">=", x, y), builder.fcmp_unordered("uno", x, x))
+        return builder.select(keep, x, y)
+    compare = builder.icmp_unsigned if ctx.dtype == np.bool_ else builder.icmp_signed
+    return builder.select(compare(">=", x, y), x, y)
+
+
+def _minimum(ctx, x, y):
+    builder = ctx.builder
+    if is_float(ctx.dtype):
+        keep = builder.or_(builder.fcmp_ordered("<=", x, y), builder.fcmp_unordered("uno", x, x))
+        return builder.select(keep, x, y)
+    compare = builder.icmp_unsigned if ctx.dtype == np.bool_ else builder.icmp_signed
+    return builder.select(compare("<=", x, y), x, y)
+
+
+def _compare(op):
+    def rule(ctx, x, y):
+        builder = ctx.builder
+        if is_float(ctx.dtype):
+            # NaN compares unequal to everything: only != is True on unordered operands.
+            return (builder.fcmp_unordered if op == "!=" else builder.fcmp_ordered)(op, x, y)
+        if ctx.dtype == np.bool_:
+            return builder.icmp_unsigned(op, x, y)
+        return builder.icmp_signed(op, x, y)
+
+    return rule
+
+
+def _logical(op):
+    def rule(ctx, x, y):
+        return getattr(ctx.builder, op)(ctx.as_bool(x), ctx.as_bool(y))
+
+    return rule
+
+
+def _where(ctx, condition, x, y):
+    return ctx.builder.select(condition, x, y)
+
+
+RULES = {
+    "neg": _neg,
+    "abs": _abs,
+    "sign": _sign,
+    "exp": _math("exp"),
+    "expm1": _math("expm1"),
+    "log": _math("log"),
+    "log1p": _math("log1p"),
+    "sqrt": _math("sqrt"),
+    "square": _square,
+    "reciprocal": _reciprocal,
+    "tanh": _math("tanh"),
+    "sin": _libm("sin"),
+    "cos": _libm("cos"),
+    "floor": _math("floor"),
+    "ceil": _math("ceil"),
+    "isnan": _isnan,
+    "isinf": _isinf,
+    "isfinite": _isfinite,
+    "logical_not": _logical_not,
+    "add": _float_binary("fadd", "add", "or_"),
+    "subtract": _float_binary("fsub", "sub"),
+    "multiply": _float_binary("fmul", "mul", "and_"),
+    "true_divide": _true_divide,
+    "floor_divide": _floor_divide,
+    "mod": _mod,
+    "power": _power,
+    "maximum": _maximum,
+    "minimum": _minimum,
+    "equal": _compare("=="),
+    "not_equal": _compare("!="),
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "greater": _compare(">"),
+    "greater_equal": _compare(">="),
+    "logical_and": _logical("and_"),
+    "logical_or": _logical("or_"),
+    "where": _where,
+}
+
+
+def loop_dtypes(prim, avals):
+    """The dtypes NumPy computes a pointwise primitive in: ``(operand dtypes, output)``."""
+    if prim.name == "where":
+        from tracer.abstract import result_dtype
+
+        out = result_dtype(avals[1], avals[2])
+        return (np.dtype(np.bool_), out, out), out
+    if prim.name == "cast":
+        return (avals[0].dtype,), None
+    if all(aval.weak for aval in avals):
+        key = tuple(aval.dtype for aval in avals)
+    else:
+        key = tuple(aval.dtype_for_promotion() for aval in avals)
+    resolved = prim.impl.resolve_dtypes(key + (None,))
+    return tuple(resolved[:-1]), resolved[-1]
+

@@ -1,0 +1,287 @@
+"""``compile(graph) -> Program``: a graph for one shape bucket as callable native code.
+
+A ``Program`` holds the object code of its kernels and a generated Python wrapper. The
+wrapper (built as a Python AST, rendered with astor: that text is what ``tracejit cache
+show --source`` prints) binds the symbolic dims from the input shapes, allocates outputs
+and one workspace for the temporaries, calls the native entry once, and either returns the
+outputs or raises ``SideExit`` - a failed value guard or a kernel error - before anything
+escapes. Sizes inside a bucket never recompile: dims are arguments of the native code.
+
+>>> import numpy as np
+>>> from tracer import trace
+>>> t = trace(lambda x: np.tanh(x) * 2.0, np.ones(5, np.float32), dynamic=True)
+>>> program = compile(t.graph)
+>>> program(np.zeros(7, np.float32))
+(array([0., 0., 0., 0., 0., 0., 0.], dtype=float32),)
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import ctypes
+import sys
+import time
+from dataclasses import dataclass, field
+
+import astor
+import numpy as np
+
+from tracer.dims import DimExpr
+from tracer.ir import Effect, Literal, Var
+from tracer.passes import optimize
+
+from . import llvm
+from .lowering import FusionConflict, ProgramLowering, program_slots
+from .schedule import schedule as make_schedule
+
+
+class SideExit(Exception):
+    """The compiled run stopped: guard ``guard_index`` failed (``code > 0``) or a kernel
+    reported an error (``code < 0``, e.g. an index out of range). Nothing was returned
+    and no input was written; the caller runs the function eagerly instead."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+        self.guard_index = code - 1 if code > 0 else None
+
+
+def _check_object_layout():
+    """The native entry reads tuple items and array data pointers at fixed offsets (the
+    CPython and NumPy ABIs); confirm them once."""
+    array = np.arange(3.0)
+    items = (array,)
+    item = ctypes.c_void_p.from_address(id(items) + 24).value
+    data = ctypes.c_void_p.from_address(id(array) + 16).value
+    if item != id(array) or data != array.ctypes.data:
+        raise RuntimeError("unexpected CPython/NumPy object layout; tracejit cannot call "
+                           "compiled code on this interpreter")
+
+
+_check_object_layout()
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    kind: str
+    root: str
+    stages: list
+    llvm_ir: str = ""
+
+
+@dataclass
+class Program:
+    """Native code for one graph, and the Python wrapper that calls it."""
+
+    name: str
+    graph: object
+    kernels: list
+    llvm_ir: str
+    optimized_ir: str
+    assembly: str
+    object_code: bytes
+    wrapper_source: str
+    compile_seconds: dict = field(default_factory=dict)
+    _run: object = None
+    _library: object = None
+
+    def __call__(self, *inputs):
+        return self._run(*inputs)
+
+    @property
+    def kernel_count(self):
+        return len(self.kernels)
+
+
+def _schedule_with_retries(graph):
+    forced = set()
+    while True:
+        plan = make_schedule(graph, materialize=forced)
+        try:
+            module, entry = ProgramLowering(plan, _symbol_safe(graph.name)).build()
+            return plan, module, entry
+        except FusionConflict as conflict:
+            if conflict.var.name in forced:
+                raise
+            forced.add(conflict.var.name)
+
+
+def _symbol_safe(name):
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return f"tj_{cleaned}"
+
+
+def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
+    """Compile ``graph`` (any bucket of its symbols) to a ``Program``."""
+    times = {}
+    start = time.perf_counter()
+    graph = optimize(graph, check=check)
+    plan, module, entry = _schedule_with_retries(graph)
+    times["schedule+lower"] = time.perf_counter() - start
+    llvm_ir = str(module)
+    compiled = llvm.compile_module(llvm_ir)
+    times["llvm"] = compiled.seconds
+    program = Program(
+        name=name or graph.name,
+        graph=graph,
+        kernels=[KernelInfo(k.name, k.kind, k.root.name, [s.name for s in k.stages])
+                 for k in plan.kernels],
+        llvm_ir=llvm_ir,
+        optimized_ir=compiled.llvm_ir,
+        assembly=compiled.assembly,
+        object_code=compiled.object_code,
+        wrapper_source=wrapper_source(plan, entry),
+        compile_seconds=times,
+    )
+    link(program)
+    times["total"] = time.perf_counter() - start
+    return program
+
+
+def link(program):
+    """Load the object code and build the wrapper (also after loading from disk)."""
+    entry = f"{_symbol_safe(program.graph.name)}_entry"
+    library = llvm.load(program.object_code, [entry])
+    symbols = len(program.graph.symbols)
+    native = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object,
+                              *([ctypes.c_int64] * symbols))(library.addresses[entry])
+    namespace = {
+        "_native": native,
+        "_empty": np.empty,
+        "_contiguous": np.ascontiguousarray,
+        "_asarray": np.asarray,
+        "_SideExit": SideExit,
+        "_sys": sys,
+        "_np": np,
+    }
+    for index, (_, constant) in enumerate(program.graph.constants):
+        namespace[f"_c{index}"] = constant.data
+    code = builtins.compile(program.wrapper_source, f"<tracejit program {program.name}>", "exec")
+    exec(code, namespace)
+    program._run = namespace["run"]
+    program._library = library
+    return program
+
+
+# --- the wrapper ---------------------------------------------------------------------
+def _name(identifier):
+    return ast.Name(id=identifier, ctx=ast.Load())
+
+
+def _store(identifier):
+    return ast.Name(id=identifier, ctx=ast.Store())
+
+
+def _call(function, *args, **keywords):
+    return ast.Call(func=function if isinstance(function, ast.AST) else _name(function),
+                    args=list(args), keywords=[ast.keyword(arg=k, value=v)
+                                               for k, v in keywords.items()])
+
+
+def _assign(target, value):
+    return ast.Assign(targets=[_store(target)], value=value)
+
+
+def dim_source(dim):
+    """A dim as a Python expression over the symbol variables (``s0 // 2 + 1``)."""
+    return ast.parse(str(dim), mode="eval").body if isinstance(dim, DimExpr) else ast.Constant(
+        int(dim))
+
+
+def _symbol_bindings(graph):
+    """For each symbol, an input dim that is exactly it: ``(input position, axis)``."""
+    bindings = {}
+    for position, var in enumerate(graph.inputs):
+        for axis, dim in enumerate(var.aval.shape):
+            if isinstance(dim, DimExpr) and len(dim.terms) == 1:
+                (monomial, coeff), = dim.terms
+                if coeff == 1 and len(monomial) == 1 and isinstance(monomial[0], str):
+                    bindings.setdefault(monomial[0], (position, axis))
+    return bindings
+
+
+def wrapper_source(plan, entry):
+    graph = plan.graph
+    body = []
+    parameters = [f"x{position}" for position in range(len(graph.inputs))]
+    for position, var in enumerate(graph.inputs):
+        dtype = ast.Constant(var.aval.dtype.str)
+        body.append(_assign(parameters[position],
+                            _call("_contiguous", _name(parameters[position]), dtype=dtype)))
+    for symbol, (position, axis) in _symbol_bindings(graph).items():
+        shape = ast.Attribute(value=_name(parameters[position]), attr="shape", ctx=ast.Load())
+        body.append(_assign(symbol, ast.Subscript(value=shape, slice=ast.Constant(axis),
+                                                  ctx=ast.Load())))
+    names = {var.name: parameters[position] for position, var in enumerate(graph.inputs)}
+    names.update({var.name: f"_c{index}" for index, (var, _) in enumerate(graph.constants)})
+    slots = program_slots(plan)
+    for kind, name in slots:
+        if kind == "output":
+            buffer = plan.buffers[name]
+            local = f"out{len([n for n in names if names[n].startswith('out')])}"
+            names[name] = local
+            shape = ast.Tuple(elts=[dim_source(dim) for dim in buffer.shape], ctx=ast.Load())
+            body.append(_assign(local, _call("_empty", shape, ast.Constant(buffer.dtype.str))))
+    workspace = _call("max", dim_source(plan.workspace_bytes), ast.Constant(64))
+    body.append(_assign("workspace", _call("_empty", workspace, ast.Constant("u1"))))
+    arrays = ast.Tuple(elts=[_name(names[name]) if name is not None else _name("workspace")
+                             for _, name in slots], ctx=ast.Load())
+    symbols = [_name(symbol.name) for symbol in graph.symbols]
+    body.append(_assign("status", _call("_native", arrays, *symbols)))
+    body.append(ast.If(test=_name("status"),
+                       body=[ast.Raise(exc=_call("_SideExit", _name("status")), cause=None)],
+                       orelse=[]))
+    for item in graph.body:
+        if isinstance(item, Effect) and item.kind == "print":
+            body.append(ast.Expr(_print_call(item, names)))
+    outputs = [_output_source(atom, names) for atom in graph.outputs]
+    body.append(ast.Return(value=ast.Tuple(elts=outputs, ctx=ast.Load())))
+    function = ast.FunctionDef(
+        name="run",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in parameters],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body,
+        decorator_list=[],
+        returns=None,
+    )
+    if sys.version_info >= (3, 12):
+        function.type_params = []
+    module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+    header = f"# tracejit program {graph.name}: native entry {entry}\n"
+    return header + astor.to_source(module)
+
+
+def _output_source(atom, names):
+    if isinstance(atom, Literal):
+        value = atom.value
+        if isinstance(value, DimExpr):
+            return dim_source(value)
+        if isinstance(value, np.generic):
+            return _call(ast.Attribute(value=_name("_np"), attr=value.dtype.name,
+                                       ctx=ast.Load()), ast.Constant(value.item()))
+        return ast.Constant(value)
+    source = _name(names[atom.name])
+    if names[atom.name].startswith("_c"):
+        return _call(ast.Attribute(value=source, attr="copy", ctx=ast.Load()))
+    return source
+
+
+def _print_call(effect, names):
+    params = dict(effect.params)
+    arguments = []
+    for kind, value in params["segments"]:
+        if kind == "text":
+            arguments.append(ast.Constant(value))
+            continue
+        atom = effect.inputs[value]
+        source = _output_source(atom, names)
+        if isinstance(atom, Var) and not atom.aval.shape:
+            source = ast.Subscript(value=source, slice=ast.Tuple(elts=[], ctx=ast.Load()),
+                                   ctx=ast.Load())
+        arguments.append(_call("str", source))
+    stream = ast.Attribute(value=_name("_sys"), attr=params["stream"], ctx=ast.Load())
+    return _call("print", *arguments, sep=ast.Constant(params["sep"]),
+                 end=ast.Constant(params["end"]), file=stream)
+

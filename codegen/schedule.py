@@ -1,0 +1,392 @@
+"""Scheduling: group a graph's equations into kernels.
+
+Every value is either *materialized* (stored in a buffer) or *inlined* (recomputed inside
+the kernels that read it, through index arithmetic for views). A kernel stores one
+materialized value, its *root*:
+
+* pointwise chains, broadcasting and views (reshape, transpose, slices, pad, concatenate,
+  gather) inline into their consumer: ``gelu(x * w + b)`` is one loop nest;
+* a reduction over the trailing axes inlines into a consumer that iterates over the same
+  rows as a *stage*: softmax and layer norm are one kernel that goes over each row a few
+  times while it sits in cache; reductions needed by several kernels, or over other axes,
+  get kernels of their own;
+* matmul is its own kernel; a pointwise consumer of the whole product (bias, activation)
+  becomes its epilogue: ``relu(x @ W + b)`` is one matmul kernel;
+* scatter_add (the transpose of gather) is its own kernel.
+
+Outputs, guard predicates and printed values are materialized; temporaries share a
+workspace, reusing space between values whose lifetimes do not overlap.
+
+>>> import numpy as np
+>>> from tracer import trace
+>>> from runtime import nn
+>>> t = trace(lambda x: nn.softmax(nn.layer_norm(x)), np.ones((4, 8), np.float32))
+>>> [kernel.kind for kernel in schedule(t.graph).kernels]
+['pointwise']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracer.ir import Effect, Eqn, Guard, Var
+from tracer.shapes import size_of
+
+from .dtypes import check_supported
+
+VIEW_PRIMITIVES = {"reshape", "transpose", "broadcast_to", "slice", "flip", "pad",
+                   "concatenate", "gather"}
+REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
+CREATION = {"full", "iota"}
+
+
+@dataclass
+class Buffer:
+    """Storage for a materialized value: ``kind`` is input, constant, output or temp;
+    ``slot`` is its position in the program's argument tuple (temps: in the workspace at
+    ``offset`` bytes)."""
+
+    var: Var
+    kind: str
+    slot: int | None = None
+    offset: object = 0
+
+    @property
+    def name(self):
+        return self.var.name
+
+    @property
+    def dtype(self):
+        return self.var.aval.dtype
+
+    @property
+    def shape(self):
+        return self.var.aval.shape
+
+    @property
+    def nbytes(self):
+        return size_of(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class Kernel:
+    """One loop nest. ``root`` is the value it stores; ``stages`` the reductions it computes
+    row by row first (in order); a matmul kernel stores ``matmul`` and then applies the
+    root's expression as its epilogue."""
+
+    name: str
+    kind: str  # pointwise, reduce, matmul, scatter
+    root: Var
+    stages: list = field(default_factory=list)
+    matmul: Eqn | None = None
+    guards: list = field(default_factory=list)
+
+
+@dataclass
+class Schedule:
+    graph: object
+    producers: dict
+    buffers: dict  # var name -> Buffer
+    kernels: list
+    entry_guards: list  # guards on input values, checked before any kernel
+    workspace_bytes: object
+    effect_outputs: list  # vars printed by effects (materialized as extra outputs)
+    scheduler: object = None
+
+    def is_materialized(self, var):
+        return var.name in self.buffers
+
+
+def _trivial_reshape(source_shape, target_shape):
+    """Does the reshape only add or remove dims of size 1 (an index relabelling)?"""
+    def non_unit(shape):
+        return [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
+
+    return non_unit(source_shape) == non_unit(target_shape)
+
+
+def _uses(graph):
+    uses = {}
+    for item in graph.body:
+        atoms = (item.predicate,) if isinstance(item, Guard) else item.inputs
+        for atom in atoms:
+            if isinstance(atom, Var):
+                uses.setdefault(atom.name, []).append(item)
+    return uses
+
+
+class _Scheduler:
+    def __init__(self, graph):
+        self.graph = graph
+        self.producers = {eqn.out.name: eqn for eqn in graph.equations}
+        self.uses = _uses(graph)
+        self.buffers = {}
+        self.order = {eqn.out.name: index for index, eqn in enumerate(graph.equations)}
+        for var in graph.inputs:
+            self.buffers[var.name] = Buffer(var, "input")
+        for var, _ in graph.constants:
+            self.buffers[var.name] = Buffer(var, "constant")
+
+    def materialize(self, var, kind="temp"):
+        if var.name not in self.buffers:
+            self.buffers[var.name] = Buffer(var, kind)
+            return True
+        if kind == "output" and self.buffers[var.name].kind == "temp":
+            self.buffers[var.name].kind = "output"
+        return False
+
+    # --- which values need buffers ----------------------------------------------------
+    def initial_materialization(self):
+        for item in self.graph.body:
+            if isinstance(item, Eqn):
+                check_supported(item.out.aval.dtype, f"the result of {item.prim.name}")
+        for atom in self.graph.outputs:
+            if isinstance(atom, Var) and atom.name in self.producers:
+                self.materialize(atom, "output")
+        for item in self.graph.body:
+            if isinstance(item, Guard) and item.predicate.name in self.producers:
+                self.materialize(item.predicate)
+            elif isinstance(item, Effect):
+                for atom in item.inputs:
+                    if isinstance(atom, Var) and atom.name in self.producers:
+                        self.materialize(atom, "output")
+            elif isinstance(item, Eqn):
+                name = item.prim.name
+                if name in ("matmul", "scatter_add"):
+                    self.materialize(item.out)
+                    for operand in item.inputs:
+                        if isinstance(operand, Var) and operand.name in self.producers:
+                            if name == "scatter_add" or not self._readable_by_matmul(operand):
+                                self.materialize(operand)
+                elif name == "reshape":
+                    source = item.inputs[0]
+                    if (
+                        isinstance(source, Var)
+                        and source.name in self.producers
+                        and not _trivial_reshape(source.aval.shape, item.out.aval.shape)
+                    ):
+                        self.materialize(source)
+
+    def _readable_by_matmul(self, operand):
+        """Matmul reads buffers, or transposes (of the last two axes) of buffers."""
+        eqn = self.producers.get(operand.name)
+        if eqn is not None and eqn.prim.name == "transpose":
+            perm = eqn.params_dict["perm"]
+            rank = len(perm)
+            swaps_last_two = perm[:-2] == tuple(range(rank - 2)) and perm[-2:] == (
+                rank - 1, rank - 2)
+            base = eqn.inputs[0]
+            if swaps_last_two and rank >= 2 and isinstance(base, Var):
+                if base.name in self.producers:
+                    self.materialize(base)
+                return True
+        return False
+
+    # --- what each root inlines -------------------------------------------------------
+    def inlined(self, root):
+        """Non-materialized vars a root's kernel computes (its expression tree)."""
+        eqn = self.producers[root.name]
+        seen, stack = set(), [atom for atom in eqn.inputs if isinstance(atom, Var)]
+        while stack:
+            var = stack.pop()
+            if var.name in seen or var.name in self.buffers:
+                continue
+            seen.add(var.name)
+            producer = self.producers[var.name]
+            stack.extend(atom for atom in producer.inputs if isinstance(atom, Var))
+        return seen
+
+    def roots(self):
+        names = [name for name, buffer in self.buffers.items()
+                 if buffer.kind in ("temp", "output") and name in self.producers]
+        return sorted(names, key=self.order.__getitem__)
+
+    def settle_reductions(self):
+        """Materialize reductions that cannot be stages of the one kernel that reads them."""
+        changed = True
+        while changed:
+            changed = False
+            owners = {}
+            for name in self.roots():
+                root = self.buffers[name].var
+                for inner in self.inlined(root):
+                    owners.setdefault(inner, []).append(root)
+            for inner, roots in owners.items():
+                eqn = self.producers[inner]
+                if eqn.prim.name not in REDUCTIONS:
+                    continue
+                if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
+                    changed |= self.materialize(eqn.out)
+
+    def _row_shape(self, root):
+        """The shape a root's kernel iterates over: its own, or a reduction root's input."""
+        eqn = self.producers[root.name]
+        if eqn.prim.name in REDUCTIONS:
+            return eqn.inputs[0].aval.shape, _reduced_axes(eqn)
+        return root.aval.shape, None
+
+    def _fits_rows(self, root, reduction):
+        shape, root_axes = self._row_shape(root)
+        axes = _reduced_axes(reduction)
+        rank = len(shape)
+        trailing = axes == tuple(range(rank - len(axes), rank)) and len(axes) > 0
+        same_shape = tuple(reduction.inputs[0].aval.shape) == tuple(shape)
+        return trailing and same_shape and (root_axes is None or root_axes == axes)
+
+    def epilogues(self):
+        """Matmul products read only elementwise by one pointwise root become that root's
+        kernel: the product is written and the root's expression applied in place."""
+        fused = {}
+        outputs = _output_names(self.graph)
+        for name in self.roots():
+            eqn = self.producers[name]
+            if eqn.prim.name != "matmul" or name in outputs:
+                continue
+            root = self._epilogue_root(eqn.out)
+            if root is not None and root.name not in fused:
+                fused[root.name] = eqn
+        for eqn in fused.values():
+            del self.buffers[eqn.out.name]
+        return fused
+
+    def _epilogue_root(self, product):
+        """The one root whose expression reads ``product``, if it reads it only elementwise:
+        every equation between the product and the root is pointwise at the product's
+        shape, and nothing else reads the product."""
+        users = self.uses.get(product.name, [])
+        if not users or not all(isinstance(user, Eqn) for user in users):
+            return None
+        for name in self.roots():
+            root = self.buffers[name].var
+            if name == product.name or root.aval.shape != product.aval.shape:
+                continue
+            tree = self.inlined(root) | {name}
+            if not all(user.out.name in tree for user in users):
+                continue
+            depends = {product.name}
+            for inner in sorted(tree, key=self.order.__getitem__):
+                eqn = self.producers[inner]
+                if any(isinstance(a, Var) and a.name in depends for a in eqn.inputs):
+                    if eqn.prim.kind != "pointwise" or eqn.out.aval.shape != product.aval.shape:
+                        return None
+                    depends.add(inner)
+                if eqn.prim.name in REDUCTIONS or eqn.prim.name == "matmul":
+                    return None
+            return root
+        return None
+
+    # --- kernels ----------------------------------------------------------------------
+    def kernels(self, epilogues):
+        kernels = []
+        for name in self.roots():
+            root = self.buffers[name].var
+            eqn = self.producers[name]
+            stages = [
+                self.producers[inner].out
+                for inner in sorted(self.inlined(root), key=self.order.__getitem__)
+                if self.producers[inner].prim.name in REDUCTIONS
+            ]
+            if name in epilogues:
+                kind, matmul = "matmul", epilogues[name]
+            elif eqn.prim.name == "matmul":
+                kind, matmul = "matmul", eqn
+            elif eqn.prim.name == "scatter_add":
+                kind, matmul = "scatter", None
+            elif eqn.prim.name in REDUCTIONS:
+                kind, matmul = "reduce", None
+            else:
+                kind, matmul = "pointwise", None
+            label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
+            kernels.append(Kernel(label, kind, root, stages, matmul))
+        return kernels
+
+
+def _reduced_axes(eqn):
+    params = eqn.params_dict
+    return tuple(params["axes"]) if "axes" in params else (params["axis"],)
+
+
+def _output_names(graph):
+    return {atom.name for atom in graph.outputs if isinstance(atom, Var)}
+
+
+def _round_up(nbytes):
+    return (nbytes + 63) // 64 * 64
+
+
+def kernel_reads(scheduler, kernel):
+    """Names of the buffers a kernel reads."""
+    eqns = [scheduler.producers[name] for name in scheduler.inlined(kernel.root)]
+    eqns.append(scheduler.producers[kernel.root.name])
+    if kernel.matmul is not None:
+        eqns.append(kernel.matmul)
+        eqns.extend(scheduler.producers[name] for name in _matmul_inputs_inlined(
+            scheduler, kernel.matmul))
+    return {
+        atom.name
+        for eqn in eqns
+        for atom in eqn.inputs
+        if isinstance(atom, Var) and atom.name in scheduler.buffers
+    }
+
+
+def _matmul_inputs_inlined(scheduler, matmul):
+    """Transposes the matmul reads through (their bases are buffers)."""
+    return [atom.name for atom in matmul.inputs
+            if isinstance(atom, Var) and atom.name not in scheduler.buffers]
+
+
+def _plan_workspace(scheduler, kernels):
+    """Offsets of temporaries in one workspace; a slot is reused by a later temp of the same
+    size once its previous tenant is dead (sizes may be symbolic, so only equal sizes
+    share)."""
+    born = {kernel.root.name: index for index, kernel in enumerate(kernels)}
+    last_use = {}
+    for index, kernel in enumerate(kernels):
+        for name in kernel_reads(scheduler, kernel):
+            last_use[name] = index
+        for guard in kernel.guards:
+            last_use[guard.predicate.name] = index
+    slots = []  # [size, offset, free after kernel]
+    total = 0
+    temps = sorted((b for b in scheduler.buffers.values() if b.kind == "temp"),
+                   key=lambda b: born.get(b.name, -1))
+    for buffer in temps:
+        size = _round_up(buffer.nbytes)
+        start = born.get(buffer.name, -1)
+        end = max(last_use.get(buffer.name, start), start)
+        for slot in slots:
+            if slot[0] == size and slot[2] < start:
+                buffer.offset, slot[2] = slot[1], end
+                break
+        else:
+            buffer.offset = total
+            slots.append([size, total, end])
+            total = total + size
+    return total
+
+
+def schedule(graph, materialize=()):
+    """Group ``graph``'s equations into kernels and plan their buffers; ``materialize``
+    names values that must get buffers (lowering found it could not inline them)."""
+    scheduler = _Scheduler(graph)
+    scheduler.initial_materialization()
+    for name in materialize:
+        scheduler.materialize(scheduler.producers[name].out)
+    scheduler.settle_reductions()
+    epilogues = scheduler.epilogues()
+    kernels = scheduler.kernels(epilogues)
+    # Guards are checked right after the kernel that computes their predicate.
+    kernel_of = {kernel.root.name: kernel for kernel in kernels}
+    entry_guards = []
+    for item in graph.body:
+        if isinstance(item, Guard):
+            owner = kernel_of.get(item.predicate.name)
+            (owner.guards if owner is not None else entry_guards).append(item)
+    effect_outputs = [
+        atom for item in graph.body if isinstance(item, Effect)
+        for atom in item.inputs if isinstance(atom, Var)
+    ]
+    workspace = _plan_workspace(scheduler, kernels)
+    return Schedule(graph, scheduler.producers, scheduler.buffers, kernels, entry_guards,
+                    workspace, effect_outputs, scheduler)

@@ -134,15 +134,17 @@ class KernelBuilder:
         self.kernel = kernel
         self.producers = self.schedule.producers
         names = program.buffer_names
-        arguments = [PTR] * len(names) + [I64] * len(program.symbols) + [PTR]
-        self.function = ir.Function(program.module, ir.FunctionType(ir.VoidType(), arguments),
-                                    kernel.name)
+        self.argument_types = [PTR] * len(names) + [I64] * len(program.symbols) + [PTR]
+        self.function = ir.Function(
+            program.module, ir.FunctionType(ir.VoidType(), [I64, I64] + self.argument_types),
+            kernel.name + "_impl")
         self.function.linkage = "internal"
-        for argument in self.function.args[: len(names)]:
+        self.start, self.end, *arguments = self.function.args
+        for argument in arguments[: len(names)]:
             argument.add_attribute("noalias")
-        self.pointers = dict(zip(names, self.function.args))
-        self.symbols = dict(zip(program.symbols, self.function.args[len(names):]))
-        self.status = self.function.args[-1]
+        self.pointers = dict(zip(names, arguments))
+        self.symbols = dict(zip(program.symbols, arguments[len(names):]))
+        self.status = arguments[-1]
         entry = self.function.append_basic_block("entry")
         body = self.function.append_basic_block("body")
         self.entry = ir.IRBuilder(entry)
@@ -199,7 +201,11 @@ class KernelBuilder:
         self.b.store(self.b.or_(self.b.load(flag, typ=I1), condition), flag)
 
     # --- loops ------------------------------------------------------------------------
-    def loop(self, count, body, inner):
+    def loop(self, count, body, inner, split=False):
+        """``for i in range(count)``; a ``split`` loop runs ``range(start, end)``: the share
+        of the iterations the thread pool gave this call."""
+        if split:
+            count = self.end
         header = self.function.append_basic_block("loop")
         loop_body = self.function.append_basic_block("loop.body")
         after = self.function.append_basic_block("loop.end")
@@ -207,7 +213,7 @@ class KernelBuilder:
         self.b.branch(header)
         self.b.position_at_end(header)
         counter = self.b.phi(I64)
-        counter.add_incoming(_const(0), before)
+        counter.add_incoming(self.start if split else _const(0), before)
         self.b.cbranch(self.b.icmp_signed("<", counter, count), loop_body, after)
         self.b.position_at_end(loop_body)
         self.cache.append({})
@@ -218,16 +224,17 @@ class KernelBuilder:
         self.b.branch(header)
         self.b.position_at_end(after)
 
-    def loops(self, shape, body, inner_from=None, prefix=()):
-        """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner."""
+    def loops(self, shape, body, inner_from=None, prefix=(), split_level=None):
+        """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner;
+        the loop at depth ``split_level`` covers only this call's share (see ``loop``)."""
         inner_from = len(shape) - 1 if inner_from is None else inner_from
         if len(prefix) == len(shape):
             body(tuple(prefix))
             return
         depth = len(prefix)
         self.loop(self.dim(shape[depth]),
-                  lambda ix: self.loops(shape, body, inner_from, (*prefix, ix)),
-                  inner=depth >= inner_from)
+                  lambda ix: self.loops(shape, body, inner_from, (*prefix, ix), split_level),
+                  inner=depth >= inner_from, split=depth == split_level)
 
     # --- values -----------------------------------------------------------------------
     def literal(self, literal, dtype):
@@ -442,15 +449,114 @@ class KernelBuilder:
 
     # --- kernel bodies ----------------------------------------------------------------
     def build(self):
-        kind = self.kernel.kind
-        getattr(self, "build_" + kind)()
+        """The kernel: ``impl(start, end, ...)`` over its outer loop, a trampoline for the
+        thread pool, and the entry the program calls, which splits big work across
+        threads and runs small work inline."""
+        plan = self.parallel_plan()
+        getattr(self, "build_" + self.kernel.kind)()
         for code, flag in self.errors.items():
             failed = self.b.load(flag, typ=I1)
             old = self.b.load(self.status, typ=I32)
             self.b.store(self.b.select(failed, ir.Constant(I32, code), old), self.status)
         self.b.ret_void()
         self.entry.branch(self.first_body)
-        return self.function
+        return self._entry_function(plan)
+
+    def parallel_plan(self):
+        """``(extent, work per iteration)`` of the loop split across threads, or None."""
+        kernel, root = self.kernel, self.kernel.root
+        eqn = self._root_eqn()
+        if kernel.kind == "scatter":
+            return None
+        if kernel.kind == "matmul":
+            product = kernel.matmul.out
+            a, b = kernel.matmul.inputs
+            batch_rank = len(product.aval.shape) - (len(a.aval.shape) > 1) - (
+                len(b.aval.shape) > 1)
+            k_dim = a.aval.shape[-1]
+            if batch_rank > 0:
+                extent = product.aval.shape[0]
+            elif len(a.aval.shape) > 1:
+                extent = a.aval.shape[-2]
+            else:
+                return None
+            return extent, _size(product.aval.shape[1:]) * k_dim
+        if kernel.kind == "reduce":
+            shape = eqn.inputs[0].aval.shape
+            axes = _stage_axes(eqn)
+            kept = [dim for axis, dim in enumerate(shape) if axis not in axes]
+            if not kept or _unit(kept[0]) or kept[0] == 0:
+                return None
+            return kept[0], _size(shape) // kept[0]
+        shape = root.aval.shape
+        if not shape:
+            return None
+        if not kernel.stages and self._flat_ok(root):
+            return _size(shape), 1
+        if kernel.stages:
+            axes = _stage_axes(self.producers[kernel.stages[0].name])
+            if len(axes) >= len(shape):
+                return None
+        return shape[0], _size(shape[1:]) * (len(kernel.stages) + 1)
+
+    def _entry_function(self, plan):
+        from .parallel import PARALLEL_THRESHOLD, POOL_FIELDS, THREADS
+
+        module = self.program.module
+        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), self.argument_types),
+                            self.kernel.name)
+        entry.linkage = "internal"
+        builder = ir.IRBuilder(entry.append_basic_block("entry"))
+        arguments = list(entry.args)
+        if plan is None:
+            builder.call(self.function, [_const(0), _const(1), *arguments])
+            builder.ret_void()
+            return entry
+        dims = DimValues(builder, dict(zip(self.program.symbols,
+                                           arguments[len(self.program.buffer_names):])))
+        extent, work = dims.dim(plan[0]), dims.dim(plan[1])
+        pool = self.program.pool_state(POOL_FIELDS)
+        threads = builder.load(builder.gep(pool, [_const(0), _const(THREADS)],
+                                           source_etype=ir.ArrayType(I64, POOL_FIELDS)), typ=I64)
+        parallel = builder.and_(
+            builder.and_(builder.icmp_signed(">", threads, _const(1)),
+                         builder.icmp_signed(">", extent, _const(1))),
+            builder.icmp_signed(">=", builder.mul(extent, work), _const(PARALLEL_THRESHOLD)))
+        split = entry.append_basic_block("parallel")
+        inline = entry.append_basic_block("inline")
+        builder.cbranch(parallel, split, inline)
+        builder.position_at_end(inline)
+        builder.call(self.function, [_const(0), extent, *arguments])
+        builder.ret_void()
+        builder.position_at_end(split)
+        context = builder.alloca(I64, size=len(arguments))
+        for index, argument in enumerate(arguments):
+            slot = builder.gep(context, [_const(index)])
+            value = builder.ptrtoint(argument, I64) if argument.type == PTR else argument
+            builder.store(value, slot)
+        pieces = builder.mul(threads, _const(4))
+        chunk = builder.sdiv(builder.add(extent, builder.sub(pieces, _const(1))), pieces)
+        builder.call(self.program.parallel_for(), [pool, self._trampoline(len(arguments)),
+                                                   context, extent, chunk])
+        builder.ret_void()
+        return entry
+
+    def _trampoline(self, count):
+        """``body(context, start, end)`` for the pool: unpack the arguments, run impl."""
+        function = ir.Function(self.program.module,
+                               ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
+                               self.kernel.name + "_chunk")
+        function.linkage = "internal"
+        context, start, end = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        values = []
+        for index, kind in enumerate(self.argument_types):
+            slot = builder.gep(context, [_const(index)], source_etype=I64)
+            value = builder.load(slot, typ=I64)
+            values.append(builder.inttoptr(value, PTR) if kind == PTR else value)
+        builder.call(self.function, [start, end, *values])
+        builder.ret_void()
+        return function
 
     def _root_eqn(self):
         return self.producers[self.kernel.root.name]
@@ -466,10 +572,11 @@ class KernelBuilder:
             self.loop(self.dim(_size(shape)) if shape else _const(1),
                       lambda ix: self.store(root.name, FlatIndex(ix.value),
                                             self.compute(eqn, FlatIndex(ix.value)),
-                                            root.aval.dtype), inner=True)
+                                            root.aval.dtype), inner=True, split=bool(shape))
         else:
             self.loops(shape, lambda index: self.store(root.name, index,
-                                                       self.compute(eqn, index), root.aval.dtype))
+                                                       self.compute(eqn, index), root.aval.dtype),
+                       split_level=0 if shape else None)
 
     def _flat_ok(self, root):
         """A single flat loop when the expression is elementwise on same-shaped buffers."""
@@ -506,7 +613,8 @@ class KernelBuilder:
                     self.producers[stage.name], shape, inner_from, outer)
             self.loops(shape, store_row, inner_from, outer)
 
-        self.loops(shape[:inner_from], per_row, inner_from=len(shape), prefix=())
+        self.loops(shape[:inner_from], per_row, inner_from=len(shape),
+                   split_level=0 if inner_from > 0 else None)
 
     def reduce_row(self, eqn, shape, inner_from, outer):
         reducer = Reducer(self, eqn)
@@ -544,7 +652,8 @@ class KernelBuilder:
                 padded = tuple(outer) + (ZERO,) * len(axes)
                 self.store(root.name, out_index(padded), value, root.aval.dtype)
 
-            self.loops(source_shape[:inner_from], per_row, inner_from=rank)
+            self.loops(source_shape[:inner_from], per_row, inner_from=rank,
+                       split_level=0 if inner_from > 0 else None)
         elif _leading(axes, rank) and eqn.prim.name not in ("argmax", "argmin"):
             self.reduce_columns(eqn, source_shape, axes, out_index)
         else:
@@ -560,7 +669,7 @@ class KernelBuilder:
         zeros = (ZERO,) * len(axes)
         self.loops(kept, lambda index: self.store(
             root.name, out_index(zeros + tuple(index)), reducer.identity_in(root.aval.dtype),
-            root.aval.dtype))
+            root.aval.dtype), split_level=0)
 
         def accumulate(index):
             target = out_index(index)
@@ -568,7 +677,7 @@ class KernelBuilder:
             updated = reducer.combine_into(current, index)
             self.store(root.name, target, updated, root.aval.dtype)
 
-        self.loops(shape, accumulate, inner_from=len(axes))
+        self.loops(shape, accumulate, inner_from=len(axes), split_level=len(axes))
 
     def reduce_generic(self, eqn, shape, axes, out_index):
         """Any axes: kept dims outside, reduced dims inside (strided reads)."""
@@ -593,7 +702,8 @@ class KernelBuilder:
             full = reorder(tuple(kept) + (ZERO,) * len(axes))
             self.store(root.name, out_index(full), reducer.result(), root.aval.dtype)
 
-        self.loops(permuted_shape[:len(kept_axes)], per_output, inner_from=rank)
+        self.loops(permuted_shape[:len(kept_axes)], per_output, inner_from=rank,
+                   split_level=0 if kept_axes else None)
 
     def build_matmul(self):
         matmul = self.kernel.matmul
@@ -664,11 +774,11 @@ class KernelBuilder:
                     epilogue(out_index)
 
             if has_m:
-                self.loop(self.dim(a.aval.shape[-2]), per_row, inner=False)
+                self.loop(self.dim(a.aval.shape[-2]), per_row, inner=False, split=not batch)
             else:
                 per_row(ZERO)
 
-        self.loops(batch, per_batch, inner_from=len(batch))
+        self.loops(batch, per_batch, inner_from=len(batch), split_level=0 if batch else None)
 
     def _multiply_add(self, current, left, right, dtype, reassociate=False):
         if dt.is_float(dtype):
@@ -874,6 +984,21 @@ class ProgramLowering:
         self.slots = program_slots(schedule)
         temps = [name for name, b in schedule.buffers.items() if b.kind == "temp"]
         self.buffer_names = [name for _, name in self.slots if name is not None] + temps
+
+    def pool_state(self, fields):
+        """The process's thread pool (an imported symbol: object code stays relocatable)."""
+        state = self.module.globals.get("tj_pool")
+        if state is None:
+            state = ir.GlobalVariable(self.module, ir.ArrayType(I64, fields), "tj_pool")
+        return state
+
+    def parallel_for(self):
+        function = self.module.globals.get("tj_parallel_for")
+        if function is None:
+            function = ir.Function(self.module, ir.FunctionType(
+                ir.VoidType(), [ir.PointerType(ir.ArrayType(I64, 10)), PTR, PTR, I64, I64]),
+                "tj_parallel_for")
+        return function
 
     def build(self):
         kernels = [KernelBuilder(self, kernel).build() for kernel in self.schedule.kernels]

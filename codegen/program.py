@@ -142,8 +142,10 @@ def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
 
 def link(program):
     """Load the object code and build the wrapper (also after loading from disk)."""
+    from .parallel import pool
+
     entry = f"{_symbol_safe(program.graph.name)}_entry"
-    library = llvm.load(program.object_code, [entry])
+    library = llvm.load(program.object_code, [entry], imports=pool().symbols())
     symbols = len(program.graph.symbols)
     native = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object,
                               *([ctypes.c_int64] * symbols))(library.addresses[entry])

@@ -1,0 +1,284 @@
+"""A thread pool in native code: kernels split their outer loop across all cores.
+
+Worker threads are started once per process (Python threads that call
+``tj_worker_loop`` and never return; ctypes releases the GIL) and wait for jobs in native
+code - spinning briefly, then sleeping on a futex - so handing out a job costs a few
+microseconds and no Python. ``tj_parallel_for(pool, body, context, count, chunk)`` runs
+``body(context, start, end)`` over ``[0, count)`` in chunks; the calling thread works too,
+and returns when every chunk is done.
+
+Chunks are claimed with a compare-exchange on a counter whose high 32 bits are the job's
+generation, so a worker that is late from a previous job can never claim (or skip) a chunk
+of the next one.
+
+The thread count follows ``TRACEJIT_NUM_THREADS`` (default: the cores this process may
+use). Kernels below a size threshold run on the calling thread alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import threading
+from functools import lru_cache
+
+from llvmlite import ir
+
+from . import llvm
+
+I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
+POOL = ir.PointerType(I64)  # typed, so llvmlite's atomic instructions can check value types
+VOID = ir.VoidType()
+BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])
+
+# Pool layout (i64 fields): generation, claim counter, done counter, chunk count, body,
+# context, total, chunk size, sleepers, thread count.
+GENERATION, CLAIM, DONE, CHUNKS, BODY, CONTEXT, TOTAL, CHUNK, SLEEPERS, THREADS = range(10)
+POOL_FIELDS = 10
+
+# Below this many innermost iterations a kernel runs on the calling thread.
+PARALLEL_THRESHOLD = 1 << 15
+SPINS_BEFORE_SLEEP = 1 << 14
+
+_FUTEX_SYSCALL = {("Linux", "x86_64"): 202, ("Linux", "aarch64"): 98}.get(
+    (platform.system(), platform.machine())
+)
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+
+
+def thread_count():
+    configured = os.environ.get("TRACEJIT_NUM_THREADS", "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            raise ValueError(
+                f"TRACEJIT_NUM_THREADS must be a positive integer, not {configured!r}"
+            ) from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _field(builder, pool, index):
+    return builder.gep(pool, [ir.Constant(I64, index)])
+
+
+def _atomic_load(builder, pointer):
+    return builder.load_atomic(pointer, "acquire", 8, typ=I64)
+
+
+def _pause(builder, module):
+    if platform.machine() in ("x86_64", "AMD64"):
+        function = module.globals.get("llvm.x86.sse2.pause") or ir.Function(
+            module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
+        builder.call(function, [])
+
+
+def _syscall(module):
+    return module.globals.get("syscall") or ir.Function(
+        module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+
+
+def _sched_yield(module):
+    return module.globals.get("sched_yield") or ir.Function(
+        module, ir.FunctionType(I32, []), "sched_yield")
+
+
+def _run_chunks(module):
+    """Claim and run chunks of the current job until none are left (or the job changed)."""
+    function = ir.Function(module, ir.FunctionType(VOID, [POOL, I64]), "tj_run_chunks")
+    pool, generation = function.args
+    entry = function.append_basic_block("entry")
+    claim = function.append_basic_block("claim")
+    run = function.append_basic_block("run")
+    finished = function.append_basic_block("finished")
+    builder = ir.IRBuilder(entry)
+    builder.branch(claim)
+
+    builder.position_at_end(claim)
+    counter = _field(builder, pool, CLAIM)
+    current = _atomic_load(builder, counter)
+    same_job = builder.icmp_unsigned("==", builder.lshr(current, ir.Constant(I64, 32)),
+                                     generation)
+    index = builder.and_(current, ir.Constant(I64, 0xFFFFFFFF))
+    chunks = _atomic_load(builder, _field(builder, pool, CHUNKS))
+    available = builder.and_(same_job, builder.icmp_unsigned("<", index, chunks))
+    try_claim = function.append_basic_block("try_claim")
+    builder.cbranch(available, try_claim, finished)
+
+    builder.position_at_end(try_claim)
+    exchanged = builder.cmpxchg(counter, current, builder.add(current, ir.Constant(I64, 1)),
+                                "acq_rel", "acquire")
+    builder.cbranch(builder.extract_value(exchanged, 1), run, claim)
+
+    builder.position_at_end(run)
+    total = _atomic_load(builder, _field(builder, pool, TOTAL))
+    chunk = _atomic_load(builder, _field(builder, pool, CHUNK))
+    start = builder.mul(index, chunk)
+    end = builder.add(start, chunk)
+    end = builder.select(builder.icmp_unsigned(">", end, total), total, end)
+    # A pointer typed with its function type: llvmlite reads the callee's signature there.
+    body = builder.inttoptr(_atomic_load(builder, _field(builder, pool, BODY)),
+                            ir.PointerType(BODY_TYPE))
+    context = builder.inttoptr(_atomic_load(builder, _field(builder, pool, CONTEXT)), PTR)
+    builder.call(body, [context, start, end])
+    builder.atomic_rmw("add", _field(builder, pool, DONE), ir.Constant(I64, 1), "acq_rel")
+    builder.branch(claim)
+
+    builder.position_at_end(finished)
+    builder.ret_void()
+    return function
+
+
+def _parallel_for(module, run_chunks):
+    function = ir.Function(module, ir.FunctionType(VOID, [POOL, PTR, PTR, I64, I64]),
+                           "tj_parallel_for")
+    pool, body, context, total, chunk = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    chunks = builder.udiv(builder.add(total, builder.sub(chunk, ir.Constant(I64, 1))), chunk)
+    for index, value in ((BODY, builder.ptrtoint(body, I64)),
+                         (CONTEXT, builder.ptrtoint(context, I64)),
+                         (TOTAL, total), (CHUNK, chunk), (CHUNKS, chunks)):
+        builder.store_atomic(value, _field(builder, pool, index), "release", 8)
+    builder.store_atomic(ir.Constant(I64, 0), _field(builder, pool, DONE), "release", 8)
+    generation = builder.add(_atomic_load(builder, _field(builder, pool, GENERATION)),
+                             ir.Constant(I64, 1))
+    generation = builder.and_(generation, ir.Constant(I64, 0x7FFFFFFF))
+    # Publish the claim counter for this generation, then the generation itself.
+    builder.store_atomic(builder.shl(generation, ir.Constant(I64, 32)),
+                         _field(builder, pool, CLAIM), "release", 8)
+    builder.store_atomic(generation, _field(builder, pool, GENERATION), "seq_cst", 8)
+    sleepers = builder.load_atomic(_field(builder, pool, SLEEPERS), "seq_cst", 8, typ=I64)
+    if _FUTEX_SYSCALL is not None:
+        wake = function.append_basic_block("wake")
+        work = function.append_basic_block("work")
+        builder.cbranch(builder.icmp_unsigned("!=", sleepers, ir.Constant(I64, 0)), wake, work)
+        builder.position_at_end(wake)
+        builder.call(_syscall(module), [ir.Constant(I64, _FUTEX_SYSCALL),
+                                        _field(builder, pool, GENERATION),
+                                        ir.Constant(I64, FUTEX_WAKE_PRIVATE),
+                                        ir.Constant(I64, 0x7FFFFFFF)])
+        builder.branch(work)
+        builder.position_at_end(work)
+    builder.call(run_chunks, [pool, generation])
+    wait = function.append_basic_block("wait")
+    spin = function.append_basic_block("spin")
+    done = function.append_basic_block("done")
+    builder.branch(wait)
+    builder.position_at_end(wait)
+    finished = _atomic_load(builder, _field(builder, pool, DONE))
+    builder.cbranch(builder.icmp_unsigned("<", finished, chunks), spin, done)
+    builder.position_at_end(spin)
+    _pause(builder, module)
+    builder.branch(wait)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return function
+
+
+def _worker_loop(module, run_chunks):
+    """Wait for a new generation (spin, then sleep on the futex), run its chunks, repeat."""
+    function = ir.Function(module, ir.FunctionType(VOID, [POOL]), "tj_worker_loop")
+    (pool,) = function.args
+    entry = function.append_basic_block("entry")
+    builder = ir.IRBuilder(entry)
+    seen = builder.alloca(I64)
+    spins = builder.alloca(I64)
+    builder.store(_atomic_load(builder, _field(builder, pool, GENERATION)), seen)
+    wait = function.append_basic_block("wait")
+    check = function.append_basic_block("check")
+    sleep = function.append_basic_block("sleep")
+    work = function.append_basic_block("work")
+    builder.store(ir.Constant(I64, 0), spins)
+    builder.branch(wait)
+
+    builder.position_at_end(wait)
+    generation = _atomic_load(builder, _field(builder, pool, GENERATION))
+    changed = builder.icmp_unsigned("!=", generation, builder.load(seen, typ=I64))
+    builder.cbranch(changed, work, check)
+
+    builder.position_at_end(check)
+    count = builder.add(builder.load(spins, typ=I64), ir.Constant(I64, 1))
+    builder.store(count, spins)
+    _pause(builder, module)
+    builder.cbranch(builder.icmp_unsigned("<", count, ir.Constant(I64, SPINS_BEFORE_SLEEP)),
+                    wait, sleep)
+
+    builder.position_at_end(sleep)
+    builder.store(ir.Constant(I64, 0), spins)
+    sleepers = _field(builder, pool, SLEEPERS)
+    builder.atomic_rmw("add", sleepers, ir.Constant(I64, 1), "seq_cst")
+    if _FUTEX_SYSCALL is not None:
+        # Sleep only if the generation is still the one we saw (the futex compares it).
+        seen_value = builder.trunc(builder.load(seen, typ=I64), I32)
+        builder.call(_syscall(module), [ir.Constant(I64, _FUTEX_SYSCALL),
+                                        _field(builder, pool, GENERATION),
+                                        ir.Constant(I64, FUTEX_WAIT_PRIVATE),
+                                        builder.zext(seen_value, I64),
+                                        ir.Constant(I64, 0)])
+    else:
+        builder.call(_sched_yield(module), [])
+    builder.atomic_rmw("sub", sleepers, ir.Constant(I64, 1), "seq_cst")
+    builder.branch(wait)
+
+    builder.position_at_end(work)
+    builder.store(generation, seen)
+    builder.store(ir.Constant(I64, 0), spins)
+    builder.call(run_chunks, [pool, generation])
+    builder.branch(wait)
+    return function
+
+
+def runtime_ir():
+    module = ir.Module(name="tracejit_runtime")
+    run_chunks = _run_chunks(module)
+    _parallel_for(module, run_chunks)
+    _worker_loop(module, run_chunks)
+    return str(module)
+
+
+class ThreadPool:
+    """The process's pool: its native state, and ``threads - 1`` worker threads."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.state = (ctypes.c_int64 * POOL_FIELDS)()
+        self.state[THREADS] = threads
+        compiled = llvm.compile_module(runtime_ir())
+        self.library = llvm.load(compiled.object_code, ["tj_parallel_for", "tj_worker_loop"])
+        self.address = ctypes.addressof(self.state)
+        worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+            self.library.addresses["tj_worker_loop"])
+        self._worker = worker
+        self.workers = [
+            threading.Thread(target=worker, args=(self.address,), daemon=True,
+                             name=f"tracejit-worker-{index}")
+            for index in range(threads - 1)
+        ]
+        for thread in self.workers:
+            thread.start()
+
+    @property
+    def parallel_for(self):
+        return self.library.addresses["tj_parallel_for"]
+
+    def symbols(self):
+        """What compiled kernels import from the pool."""
+        return {"tj_pool": self.address, "tj_parallel_for": self.parallel_for}
+
+
+_pool_lock = threading.Lock()
+
+
+@lru_cache(maxsize=None)
+def _pool_for(threads):
+    return ThreadPool(threads)
+
+
+def pool():
+    """The process's thread pool (started on first use)."""
+    with _pool_lock:
+        return _pool_for(thread_count())

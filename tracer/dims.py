@@ -196,10 +196,18 @@ class Opaque:
         return n_low // d_high if n_low >= 0 else n_low // d_low, n_high // d_low
 
     def __str__(self):
-        def wrap(part):
+        def numerator(part):
             return str(part) if isinstance(part, int) or len(part.terms) == 1 else f"({part})"
 
-        return f"{wrap(self.numerator)} {self.op} {wrap(self.denominator)}"
+        def denominator(part):
+            # Only an int or a bare symbol reads back unparenthesized after // or %.
+            bare = isinstance(part, int) or (
+                len(part.terms) == 1 and part.terms[0][1] == 1 and len(part.terms[0][0]) == 1
+                and isinstance(part.terms[0][0][0], str)
+            )
+            return str(part) if bare else f"({part})"
+
+        return f"{numerator(self.numerator)} {self.op} {denominator(self.denominator)}"
 
 
 def _factor_key(factor):
@@ -304,7 +312,9 @@ class SymInt:
         for arg in args:
             if isinstance(arg, SymInt):
                 return arg.context.process(prim, args, params)
-        raise AssertionError("a SymInt handler without a SymInt operand")
+        from .tracing import current_context  # creation ops sized by a dim (np.arange(n))
+
+        return current_context().process(prim, args, params)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         from .numpy_api import array_ufunc
@@ -319,6 +329,10 @@ class SymInt:
             other_expr, other_value = other.expr, other.value
         elif isinstance(other, int) and not isinstance(other, bool):
             other_expr = other_value = other
+        elif isinstance(other, float):
+            # A float result cannot stay symbolic: specialize, as int() would.
+            return function(self.context.specialize(self, "combined with a Python float"),
+                            other)
         else:
             return NotImplemented
         value = None if self.value is None or other_value is None else function(
@@ -327,6 +341,9 @@ class SymInt:
         return wrap(function(self.expr, other_expr), value, self.context)
 
     def _rcombine(self, other, function):
+        if isinstance(other, float):
+            return function(other,
+                            self.context.specialize(self, "combined with a Python float"))
         if isinstance(other, int) and not isinstance(other, bool):
             value = None if self.value is None else function(other, self.value)
             return wrap(function(other, self.expr), value, self.context)

@@ -14,6 +14,8 @@ computed with plain comparisons rather than ``slice.indices``.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from . import ops
@@ -40,13 +42,15 @@ def _clamp(value, low, high):
 def normalize_slice(entry, dim):
     """``(start, limit, step, flipped)`` with ``step > 0`` selecting what ``entry`` selects
     from an axis of length ``dim``, in reverse order when ``flipped``."""
-    step = 1 if entry.step is None else int(entry.step)
+    step = 1 if entry.step is None else operator.index(entry.step)
     if step == 0:
         raise ValueError("slice step cannot be zero")
 
     def bound(value, default, low, high):
         if value is None:
             return default
+        if not (isinstance(value, int) or hasattr(value, "__tracejit_dim__")):
+            value = operator.index(value)  # a traced int: Python needs it (an index guard)
         value = value + dim if value < 0 else value
         return _clamp(value, low, high)
 
@@ -75,7 +79,7 @@ def _expand(index, ndim):
                 raise IndexError("only integers, slices, None, Ellipsis and integer or "
                                  "boolean arrays are valid indices")
         if _is_array(entry) and np.dtype(entry.dtype) == np.bool_:
-            entries.append(("mask", entry))
+            entries.append(("mask", _concrete_mask(entry)))
         else:
             entries.append(entry)
     used = sum(
@@ -102,6 +106,29 @@ def _expand(index, ndim):
     if not ellipses:
         expanded.extend([slice(None)] * (ndim - used))
     return [entry[1] if isinstance(entry, tuple) else entry for entry in expanded]
+
+
+def _concrete_mask(mask):
+    """A boolean mask's values decide the result's shape, so they must be concrete: masks
+    of traced data are refused; a mask read from outside the function is an implicit input
+    whose values the trace guards."""
+    if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
+        from .errors import TraceError
+        from .locations import user_location
+
+        location = user_location()
+        where = f"{location.file}:{location.line}: " if location else ""
+        raise TraceError(
+            f"{where}indexing with a boolean mask computed from traced data gives a "
+            "data-dependent shape; use np.where(mask, x, 0) (or compute it outside the "
+            "compiled function)"
+        )
+    from .tracing import current_context
+
+    context = current_context()
+    if context is not None and isinstance(mask, np.ndarray):
+        context.guard_contents(mask)
+    return mask
 
 
 def _check_mask_shape(index, shape):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,7 +85,7 @@ class Literal:
             value = value.expr
         if isinstance(value, DimExpr):
             return Literal(value, AbstractArray((), np.int64, weak=True))
-        if isinstance(value, (bool, int, float)):
+        if type(value) in (bool, int, float):  # np.float64 subclasses float but is strong
             return Literal(value, AbstractArray((), type(value), weak=True))
         value = np.asarray(value)[()]
         return Literal(value, AbstractArray((), value.dtype))
@@ -132,7 +133,7 @@ class Constant:
 
     @staticmethod
     def of(array):
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C")  # a copy; ascontiguousarray would make 0-d 1-d
         array.setflags(write=False)
         digest = hashlib.sha1(
             array.tobytes() + str((array.dtype.str, array.shape)).encode()
@@ -360,9 +361,20 @@ def _split_top(text, separator=","):
     return [part.strip() for part in parts if part.strip()]
 
 
+_STRING_OR_VAR = re.compile(r"""('(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")|%(\d+)""")
+_STRING_OR_COMMENT = re.compile(r"""('(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")|(  # )""")
+
+
+def _rename_vars(text):
+    """``%3`` -> ``_v3`` outside string literals (so the text is a Python expression)."""
+    return _STRING_OR_VAR.sub(lambda m: m.group(1) or f"_v{m.group(2)}", text)
+
+
 def _split_comment(line):
-    code, marker, comment = line.partition("  # ")
-    return code.strip(), (comment.strip() if marker else None)
+    for match in _STRING_OR_COMMENT.finditer(line):
+        if match.group(2):
+            return line[: match.start()].strip(), line[match.end():].strip()
+    return line.strip(), None
 
 
 def parse_location(text):
@@ -431,15 +443,26 @@ def _dim_of(node):
     return parse_dim(ast.unparse(node))
 
 
+_STRING_OR_SEMICOLON = re.compile(r"""('(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")|(;)""")
+
+
+def _split_arguments(inner):
+    """``a, b; key=value`` -> (``a, b``, ``key=value``); ``;`` in strings is text."""
+    for match in _STRING_OR_SEMICOLON.finditer(inner):
+        if match.group(2):
+            return inner[: match.start()], inner[match.end():]
+    return inner, ""
+
+
 def _parse_call(text, reader):
     """``name(a, b; key=value)`` as (name, atoms, params)."""
     name, _, rest = text.partition("(")
     if not rest.endswith(")"):
         raise ParseError(f"not a call: {text!r}")
     inner = rest[:-1]
-    positional, _, keywords = inner.partition(";")
-    source = f"f({positional.replace('%', '_v')}{',' if positional.strip() and keywords else ''}"
-    source += f"{keywords.replace('%', '_v')})"
+    positional, keywords = _split_arguments(inner)
+    separator = "," if positional.strip() and keywords else ""
+    source = f"f({_rename_vars(positional)}{separator}{_rename_vars(keywords)})"
     call = ast.parse(source, mode="eval").body
     atoms = tuple(reader.atom(arg) for arg in call.args)
     params = tuple(sorted((kw.arg, reader.param(kw.value)) for kw in call.keywords))
@@ -500,7 +523,7 @@ def parse_graph(text, constants=None):
             body.append(Effect(kind, atoms, params, parse_location(comment)))
         elif keyword == "return":
             outputs = tuple(
-                reader.atom(ast.parse(part.replace("%", "_v"), mode="eval").body)
+                reader.atom(ast.parse(_rename_vars(part), mode="eval").body)
                 for part in _split_top(rest)
             )
         elif keyword.startswith("%"):

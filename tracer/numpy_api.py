@@ -378,8 +378,18 @@ def eye(n, m=None, k=0, dtype=float, like=None):
 def arange(start, stop=None, step=1, dtype=None, like=None):
     if stop is None:
         start, stop = 0, start
-    dtype = np.result_type(start, stop, step) if dtype is None else np.dtype(dtype)
-    length = builtins.max(math.ceil((stop - start) / step), 0)
+    bounds = (start, stop, step)
+    symbolic = [bound for bound in bounds if hasattr(bound, "__tracejit_dim__")]
+    if symbolic:
+        # Integer bounds from symbolic dims: the length stays symbolic too.
+        like = like if like is not None else symbolic[0]
+        dtype = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
+        span = stop - start
+        length = (span + step - 1) // step if step > 0 else (-span - step - 1) // -step
+        length = length if length > 0 else 0
+    else:
+        dtype = np.result_type(*bounds) if dtype is None else np.dtype(dtype)
+        length = builtins.max(math.ceil((stop - start) / step), 0)
     values = ops.iota(length, np.int64, like=like)
     if step != 1:
         values = values * step

@@ -343,6 +343,16 @@ class TracingContext:
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
 
+    def guard_contents(self, array):
+        """Guard that an implicit input holds the values it holds now (a mask whose
+        positions the trace used); arrays created inside the function need nothing."""
+        if id(array) not in self.implicit_candidates and id(array) not in self.implicit_used:
+            return
+        var, value, _ = self._implicit_input(array)
+        tracer = Tracer(self, var, value, var.aval.shape)
+        same = np.all(tracer == np.array(array, copy=True))
+        self.guard(same, "bool", True)
+
     def decide(self, symint, op, other):
         other_value = other.value if isinstance(other, SymInt) else other
         answer = {

@@ -18,6 +18,7 @@ use). Kernels below a size threshold run on the calling thread alone.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import platform
 import threading
@@ -240,6 +241,31 @@ def runtime_ir():
     return str(module)
 
 
+_object_store = None
+
+
+def set_object_store(load, save):
+    """Where the pool's compiled runtime may be kept between processes: ``load(key) ->
+    bytes | None`` and ``save(key, bytes)`` (the runtime's disk cache installs these)."""
+    global _object_store
+    _object_store = (load, save)
+
+
+def runtime_object():
+    """Object code of the pool's runtime, from the object store when it has it."""
+    text = runtime_ir()
+    key = hashlib.sha256((text + repr(sorted(llvm.host_description().items()))).encode())
+    key = key.hexdigest()[:32]
+    if _object_store is not None:
+        cached = _object_store[0](key)
+        if cached:
+            return cached
+    object_code = llvm.compile_module(text).object_code
+    if _object_store is not None:
+        _object_store[1](key, object_code)
+    return object_code
+
+
 class ThreadPool:
     """The process's pool: its native state, and ``threads - 1`` worker threads."""
 
@@ -247,8 +273,7 @@ class ThreadPool:
         self.threads = threads
         self.state = (ctypes.c_int64 * POOL_FIELDS)()
         self.state[THREADS] = threads
-        compiled = llvm.compile_module(runtime_ir())
-        self.library = llvm.load(compiled.object_code, ["tj_parallel_for", "tj_worker_loop"])
+        self.library = llvm.load(runtime_object(), ["tj_parallel_for", "tj_worker_loop"])
         self.address = ctypes.addressof(self.state)
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
             self.library.addresses["tj_worker_loop"])

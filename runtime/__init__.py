@@ -9,22 +9,26 @@
 (tensor([ 2., -2.,  4.], grad_fn=<multiply>), tensor([2., 2., 2.]))
 """
 
-from . import nn, optim
+from . import nn, optim, testing
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .functional import grad, value_and_grad
+from .jit import JitFunction, jit
 from .tensor import Tensor, TensorError, tensor
 from .version import __version__
 
 __all__ = [
+    "JitFunction",
     "Tensor",
     "TensorError",
     "__version__",
     "enable_grad",
     "grad",
     "is_grad_enabled",
+    "jit",
     "nn",
     "no_grad",
     "optim",
     "tensor",
+    "testing",
     "value_and_grad",
 ]

@@ -174,7 +174,7 @@ def _seed(tensor, gradient):
         if tensor.size != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         return np.ones(tensor.shape, tensor.dtype)
-    gradient = np.asarray(getattr(gradient, "data", gradient))
+    gradient = np.asarray(gradient.data if hasattr(gradient, "requires_grad") else gradient)
     if gradient.shape != tensor.shape:
         raise RuntimeError(
             f"Mismatch in shape: grad_output[0] has a shape of {gradient.shape} and "
@@ -202,7 +202,8 @@ def backward(tensor, gradient=None, retain_graph=False):
             for parent, value in zip(node.parents, cotangents):
                 if isinstance(parent, Node):
                     if value is not None:
-                        pending[parent] = value if parent not in pending else pending[parent] + value
+                        previous = pending.get(parent)
+                        pending[parent] = value if previous is None else previous + value
                     consumers[parent] -= 1
                     if consumers[parent] == 0:
                         ready.append(parent)

@@ -1,32 +1,359 @@
-"""The ``tracejit`` command (also ``python -m runtime``).
+"""The ``tracejit`` command (also ``python -m runtime``): inspect the on-disk compile cache.
 
-    tracejit --version
-    tracejit --help
+    tracejit cache list [--json]
+    tracejit cache show FUNC [--ir] [--llvm] [--asm] [--guards] [--source] [--json]
+    tracejit cache stats [--json]
+    tracejit cache clear [FUNC]
+    tracejit cache verify [--json]
+    tracejit cache prune --max-size SIZE        (SIZE like 500K, 200M, 1G)
+
+Every verb takes ``--cache-dir DIR`` (default: ``TRACEJIT_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tracejit``, else ``~/.cache/tracejit``). Problems are one line on
+stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 
+import numpy as np
+
+from .config import default_cache_dir
 from .version import __version__
 
 
+class CommandError(Exception):
+    """A user-facing problem: printed as one line, exit status 1."""
+
+
 def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cache-dir", default=None,
+                        help="the cache directory (default: TRACEJIT_CACHE_DIR or "
+                             "~/.cache/tracejit)")
     parser = argparse.ArgumentParser(
         prog="tracejit",
         description="tracejit: a tracing JIT for NumPy-style model functions. "
         "This command inspects tracejit's on-disk compile cache.",
+        parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"tracejit {__version__}")
+    topics = parser.add_subparsers(dest="topic", metavar="cache")
+    cache = topics.add_parser("cache", help="inspect the compile cache", parents=[common])
+    verbs = cache.add_subparsers(dest="verb", metavar="VERB", required=True)
+    listing = verbs.add_parser("list", help="one line per cached variant", parents=[common])
+    listing.add_argument("--json", action="store_true")
+    show = verbs.add_parser("show", help="details of a function's entries", parents=[common])
+    show.add_argument("function", metavar="FUNC", help="function name, module.name, or a key "
+                      "prefix")
+    for flag, what in (("--ir", "the IR of each path"), ("--llvm", "optimized LLVM IR"),
+                       ("--asm", "assembly"), ("--guards", "entry and value guards"),
+                       ("--source", "the rewritten model source and the generated wrapper")):
+        show.add_argument(flag, action="store_true", help=f"print {what}")
+    show.add_argument("--json", action="store_true")
+    stats = verbs.add_parser("stats", help="counters persisted across processes",
+                             parents=[common])
+    stats.add_argument("--json", action="store_true")
+    clear = verbs.add_parser("clear", help="delete entries (all, or one function's)",
+                             parents=[common])
+    clear.add_argument("function", metavar="FUNC", nargs="?")
+    verify = verbs.add_parser("verify", help="check every entry's checksum and contents",
+                              parents=[common])
+    verify.add_argument("--json", action="store_true")
+    prune = verbs.add_parser("prune", help="delete least recently used entries",
+                             parents=[common])
+    prune.add_argument("--max-size", required=True, metavar="SIZE")
     return parser
 
 
-def main(argv=None):
-    parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
+def _cache(args):
+    from .cache import DiskCache
+
+    return DiskCache(args.cache_dir or default_cache_dir())
+
+
+def _headers(cache):
+    from .cache import CorruptEntry, read_header
+
+    rows = []
+    for path in cache.entries():
+        try:
+            header = read_header(path)
+        except CorruptEntry:
+            header = {"corrupt": True, "key": os.path.basename(path)[:-4]}
+        header["path"] = path
+        header["bytes"] = os.path.getsize(path)
+        header["used"] = os.path.getmtime(path)
+        rows.append(header)
+    return rows
+
+
+def _matches(header, name):
+    qualified = f"{header.get('module')}.{header.get('function')}"
+    return name in (header.get("function"), qualified) or header.get("key", "").startswith(
+        name) or (header.get("function") or "").split(".")[-1] == name
+
+
+def _empty_message(cache):
+    return f"the cache at {os.path.dirname(cache.root)} is empty"
+
+
+def _signature_text(signature):
+    parts = []
+    for leaf in signature or []:
+        if len(leaf) == 3:
+            type_name, dtype, shape = leaf
+            dims = ",".join(f"{d[0]}..{d[1]}" if isinstance(d, list) else str(d)
+                            for d in shape)
+            parts.append(f"{np.dtype(dtype).name}[{dims}]" + (
+                " Tensor" if type_name == "Tensor" else ""))
+        else:
+            parts.append(repr(leaf[1]))
+    return "(" + ", ".join(parts) + ")"
+
+
+def command_list(args, out):
+    cache = _cache(args)
+    rows = _headers(cache)
+    if args.json:
+        json.dump([{k: v for k, v in row.items() if k != "entry_guards"} for row in rows], out,
+                  indent=2, default=str)
+        out.write("\n")
+        return 0
+    if not rows:
+        print(f"tracejit: {_empty_message(cache)}", file=out)
+        return 0
+    print(f"{'function':32} {'signature':36} {'paths':>5} {'kernels':>7} {'size':>8} "
+          f"{'key':12}", file=out)
+    for row in rows:
+        if row.get("corrupt"):
+            print(f"{'<corrupt entry>':32} {'':36} {'':>5} {'':>7} {row['bytes']:>8} "
+                  f"{row['key'][:12]}", file=out)
+            continue
+        print(f"{row['function'][:32]:32} {_signature_text(row.get('signature'))[:36]:36} "
+              f"{row['paths']:>5} {row['kernels']:>7} {_size_text(row['bytes']):>8} "
+              f"{row['key'][:12]}", file=out)
+    total = sum(row["bytes"] for row in rows)
+    print(f"{len(rows)} entries, {_size_text(total)} in {cache.root}", file=out)
     return 0
+
+
+def _entries_for(cache, name):
+    from .cache import CorruptEntry, read_entry
+
+    selected = [row for row in _headers(cache) if not row.get("corrupt") and
+                _matches(row, name)]
+    if not selected:
+        if not cache.entries():
+            raise CommandError(_empty_message(cache))
+        raise CommandError(f"no cache entry for {name!r} (see `tracejit cache list`)")
+    for row in selected:
+        try:
+            header, body = read_entry(row["path"])
+        except CorruptEntry as error:
+            raise CommandError(f"entry {row['key'][:12]} is corrupt: {error}") from None
+        yield header, body
+
+
+def command_show(args, out):
+    cache = _cache(args)
+    shown = []
+    for header, body in _entries_for(cache, args.function):
+        variant = body["variant"]
+        if args.json:
+            shown.append({"header": header, "dependencies": body["dependencies"],
+                          "paths": [{"via": path["via"], "graph": path["program"]["graph"],
+                                     "kernels": path["program"]["kernels"]}
+                                    for path in variant["paths"]]})
+            continue
+        print(f"{header['function']}  ({header.get('module')}, {header.get('file')})",
+              file=out)
+        print(f"  key {header['key']}", file=out)
+        print(f"  signature {_signature_text(header.get('signature'))}", file=out)
+        print(f"  created {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}"
+              f", tracejit {header.get('tracejit')}", file=out)
+        for dependency in body["dependencies"]:
+            print(f"  depends on {dependency['qualname']} ({dependency['file']})", file=out)
+        if args.guards:
+            print("  entry guards:", file=out)
+            for line in header.get("entry_guards", []):
+                print(f"    {line}", file=out)
+        if args.source and body.get("model_source"):
+            print("  rewritten model source:", file=out)
+            print(_indent(body["model_source"], 4), file=out)
+        for path in variant["paths"]:
+            program = path["program"]
+            via = " <- ".join(f"exit at guard {g}" for g in path["via"]) or "root"
+            kernels = ", ".join(f"{k['name']}" for k in program["kernels"])
+            print(f"  path [{via}]: {len(program['kernels'])} kernel(s): {kernels}", file=out)
+            if args.guards:
+                for line in program["graph"].splitlines():
+                    if line.strip().startswith(("guard ", "shape_guard ")):
+                        print(f"    {line.strip()}", file=out)
+            if args.ir:
+                print(_indent(program["graph"], 4), file=out)
+            if args.source:
+                print(_indent(program["wrapper"], 4), file=out)
+            if args.llvm:
+                print(_indent(program["optimized_ir"], 4), file=out)
+            if args.asm:
+                print(_indent(program["assembly"], 4), file=out)
+    if args.json:
+        json.dump(shown, out, indent=2, default=str)
+        out.write("\n")
+    return 0
+
+
+def command_stats(args, out):
+    cache = _cache(args)
+    rows = cache.persisted_stats()
+    if args.json:
+        json.dump(rows, out, indent=2, default=str)
+        out.write("\n")
+        return 0
+    if not rows:
+        if not cache.entries():
+            print(f"tracejit: {_empty_message(cache)}", file=out)
+        else:
+            print("tracejit: no counters recorded yet (they are written when a process "
+                  "using tracejit exits)", file=out)
+        return 0
+    for row in rows:
+        eager = row.get("eager_calls", {})
+        print(f"{row.get('function')}  ({row.get('module')}, {row.get('file')})", file=out)
+        print(f"  calls {row.get('calls', 0)}: compiled {row.get('compiled_calls', 0)}, traced "
+              f"{row.get('traced_calls', 0)}, eager {sum(eager.values())}; compiles "
+              f"{row.get('compiles', 0)}, loaded from disk {row.get('disk_hits', 0)}",
+              file=out)
+        for reason, count in sorted(eager.items()):
+            print(f"  eager: {count} x {reason}", file=out)
+        for guard, count in sorted(row.get("side_exits", {}).items()):
+            print(f"  side exits: {count} x {guard}", file=out)
+        for key, entry in sorted(row.get("entries", {}).items()):
+            print(f"  entry {key[:12]}: {entry.get('calls', 0)} compiled calls", file=out)
+    return 0
+
+
+def command_clear(args, out):
+    cache = _cache(args)
+    rows = _headers(cache)
+    selected = [row for row in rows if args.function is None or (
+        not row.get("corrupt") and _matches(row, args.function))]
+    if args.function is not None and not selected:
+        if not rows:
+            raise CommandError(_empty_message(cache))
+        raise CommandError(f"no cache entry for {args.function!r} (see `tracejit cache list`)")
+    for row in selected:
+        os.unlink(row["path"])
+    if args.function is None:
+        import shutil
+
+        shutil.rmtree(os.path.join(cache.root, "stats"), ignore_errors=True)
+    print(f"tracejit: removed {len(selected)} entr{'y' if len(selected) == 1 else 'ies'}",
+          file=out)
+    return 0
+
+
+def command_verify(args, out):
+    from .cache import CorruptEntry, read_entry
+
+    cache = _cache(args)
+    results = []
+    for path in cache.entries():
+        try:
+            header, body = read_entry(path)
+            expected = os.path.basename(path)[:-4]
+            if header.get("key") != expected:
+                raise CorruptEntry("its key does not match its file name")
+            for entry in body["variant"]["paths"]:
+                if entry["program"]["object"] >= len(body["blobs"]):
+                    raise CorruptEntry("object code is missing")
+            results.append({"path": path, "ok": True})
+        except (CorruptEntry, KeyError, TypeError) as error:
+            results.append({"path": path, "ok": False, "problem": str(error)})
+    if args.json:
+        json.dump(results, out, indent=2)
+        out.write("\n")
+    else:
+        if not results:
+            print(f"tracejit: {_empty_message(cache)}", file=out)
+        for result in results:
+            if not result["ok"]:
+                print(f"corrupt: {result['path']}: {result['problem']}", file=out)
+        bad = sum(not result["ok"] for result in results)
+        if results:
+            print(f"{len(results) - bad} of {len(results)} entries ok", file=out)
+    return 1 if any(not result["ok"] for result in results) else 0
+
+
+def parse_size(text):
+    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+             "g": 1 << 30, "gb": 1 << 30}
+    cleaned = text.strip().lower()
+    number = cleaned.rstrip("kmgb")
+    unit = cleaned[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if value < 0 or unit not in units:
+        raise CommandError(f"--max-size {text!r} is not a size (examples: 500K, 200M, 1G)")
+    return int(value * units[unit])
+
+
+def command_prune(args, out):
+    limit = parse_size(args.max_size)
+    cache = _cache(args)
+    rows = sorted(_headers(cache), key=lambda row: row["used"])
+    total = sum(row["bytes"] for row in rows)
+    removed = 0
+    for row in rows:
+        if total <= limit:
+            break
+        os.unlink(row["path"])
+        total -= row["bytes"]
+        removed += 1
+    print(f"tracejit: removed {removed} entries; {_size_text(total)} left (limit "
+          f"{_size_text(limit)})", file=out)
+    return 0
+
+
+def _size_text(size):
+    for unit in ("B", "K", "M", "G"):
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size}G"
+
+
+def _indent(text, spaces):
+    return "\n".join(" " * spaces + line for line in text.splitlines())
+
+
+COMMANDS = {"list": command_list, "show": command_show, "stats": command_stats,
+            "clear": command_clear, "verify": command_verify, "prune": command_prune}
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.topic is None:
+        parser.print_help(out)
+        return 0
+    try:
+        return COMMANDS[args.verb](args, out)
+    except CommandError as error:
+        print(f"tracejit: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"tracejit: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

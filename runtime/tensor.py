@@ -310,6 +310,12 @@ def _versions_of_base(out, args):
     return None
 
 
+def unwrap(value):
+    """The ndarray behind a Tensor; anything else as it is. (Not ``getattr(x, "data")``:
+    an ndarray's ``.data`` is a memoryview.)"""
+    return value.data if isinstance(value, Tensor) else value
+
+
 def tensor(data, dtype=None, requires_grad=False):
     """A new leaf Tensor from array-like ``data`` (copied), NumPy's dtype unless given.
 

@@ -321,7 +321,9 @@ def _scatter_advanced(value, plan):
 def _concrete_indices(index):
     """The real values of an index: a tracer's carried value, a Tensor's data."""
     concrete = getattr(index, "value", index)
-    return np.asarray(getattr(concrete, "data", concrete))
+    if hasattr(concrete, "requires_grad"):  # a runtime.Tensor
+        concrete = concrete.data
+    return np.asarray(concrete)
 
 
 def _wrap_negative(index, dim, axis):

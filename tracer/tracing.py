@@ -423,14 +423,14 @@ def _is_array_leaf(leaf):
     return isinstance(leaf, np.ndarray) or getattr(type(leaf), "__tracejit_priority__", 0) == 1
 
 
-def _dynamic_axes(dynamic, position, name, array):
+def _dynamic_axes(dynamic, leaf, position, name, array):
     """The dynamic axes of one argument leaf, with their inclusive bucket ranges."""
     if not dynamic:
         return {}
     if dynamic is True:
         spec = tuple(range(array.ndim))
     elif callable(dynamic):
-        spec = dynamic(position, array)
+        spec = dynamic(leaf, array)
     else:
         spec = dynamic.get(position, dynamic.get(name, ()))
     if isinstance(spec, dict):
@@ -470,8 +470,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
-    argument dynamic, bucketed by powers of two), or a dict from argument position or
-    name to the dynamic axes (``{"x": (0,)}``) or to ``{axis: (low, high)}`` ranges.
+    argument dynamic, bucketed by powers of two), a dict from argument position or name to
+    the dynamic axes (``{"x": (0,)}``) or to ``{axis: (low, high)}`` ranges, or a callable
+    ``(leaf index, array) -> axes or {axis: (low, high)}`` (how the runtime decides).
     Dims of size 0 and 1 are never dynamic. Equal dynamic dims share one symbol.
     ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
     closures, defaults and attributes (``tracer.implicit.find_implicit_inputs``); they
@@ -502,7 +503,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
                 argument_name = argument_names[argument]
             elif isinstance(argument, str):
                 argument_name = argument
-            axes = _dynamic_axes(dynamic, argument, argument_name, array)
+            axes = _dynamic_axes(dynamic, position, argument, argument_name, array)
             shape = []
             for axis, size in enumerate(array.shape):
                 if axis in axes and size > 1:

@@ -1,0 +1,128 @@
+"""Options: built once, at the edge, from ``jit``'s arguments and the environment.
+
+Nothing deeper in tracejit reads the environment; everything gets an ``Options``.
+
+    TRACEJIT_CACHE_DIR   where compiled code is kept (default $XDG_CACHE_HOME/tracejit,
+                         else ~/.cache/tracejit)
+    TRACEJIT_DISABLE=1   run every jit function eagerly
+    TRACEJIT_LOG=recompiles,guards,kernels,cache   log those topics to stderr
+
+>>> Options.build(dynamic=True).dynamic
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+
+LOG_TOPICS = ("recompiles", "guards", "kernels", "cache")
+
+
+class OptionError(ValueError):
+    """An option with a value tracejit does not accept; the message lists the choices."""
+
+
+def default_cache_dir(environ=os.environ):
+    explicit = environ.get("TRACEJIT_CACHE_DIR")
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tracejit")
+
+
+@dataclass(frozen=True)
+class Options:
+    dynamic: object = "auto"
+    buckets: object = "pow2"
+    max_variants: int = 8
+    hot_exit: int = 2
+    cache: object = True
+    fallback: str = "eager"
+    check: bool = False
+    disabled: bool = False
+    cache_dir: str = field(default_factory=default_cache_dir)
+
+    @staticmethod
+    def build(environ=os.environ, **options):
+        unknown = set(options) - {"dynamic", "buckets", "max_variants", "hot_exit", "cache",
+                                  "fallback", "check"}
+        if unknown:
+            raise OptionError(
+                f"jit() got unknown options {sorted(unknown)}; the options are dynamic, "
+                "buckets, max_variants, hot_exit, cache, fallback and check"
+            )
+        built = Options(
+            disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0"),
+            cache_dir=default_cache_dir(environ),
+            **options,
+        )
+        built.validate()
+        configure_logging(environ.get("TRACEJIT_LOG", ""))
+        return built
+
+    def validate(self):
+        if self.dynamic not in ("auto", True, False):
+            raise OptionError(f"dynamic must be 'auto', True or False, not {self.dynamic!r}")
+        if not (self.buckets == "pow2" or isinstance(self.buckets, (list, tuple, dict))):
+            raise OptionError(
+                "buckets must be 'pow2', a list of edges (e.g. [16, 64, 256]) or a dict "
+                f"naming arguments and dims, not {self.buckets!r}"
+            )
+        if isinstance(self.buckets, (list, tuple)) and (
+            not all(isinstance(edge, int) and edge > 1 for edge in self.buckets)
+        ):
+            raise OptionError(f"bucket edges must be integers > 1, not {self.buckets!r}")
+        for name in ("max_variants", "hot_exit"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name} must be a positive integer, not {value!r}")
+        if self.cache not in (True, False, "memory"):
+            raise OptionError(f"cache must be True, 'memory' or False, not {self.cache!r}")
+        if self.fallback not in ("eager", "raise"):
+            raise OptionError(f"fallback must be 'eager' or 'raise', not {self.fallback!r}")
+
+    @property
+    def disk_cache(self):
+        return self.cache is True
+
+    def key_fields(self):
+        """The options that change compiled code (part of the disk cache key)."""
+        fields = asdict(self)
+        for name in ("cache", "check", "disabled", "cache_dir", "fallback", "max_variants",
+                     "hot_exit"):
+            fields.pop(name)
+        fields["buckets"] = repr(fields["buckets"])
+        return fields
+
+
+_configured_topics = None
+
+
+def configure_logging(spec):
+    """Turn on the ``tracejit.<topic>`` loggers named in ``spec`` (comma separated)."""
+    global _configured_topics
+    topics = tuple(sorted(topic.strip() for topic in spec.split(",") if topic.strip()))
+    if topics == _configured_topics:
+        return
+    _configured_topics = topics
+    unknown = [topic for topic in topics if topic not in LOG_TOPICS and topic != "all"]
+    if unknown:
+        print(f"tracejit: TRACEJIT_LOG names unknown topics {unknown}; known: "
+              f"{', '.join(LOG_TOPICS)}", file=sys.stderr)
+    enabled = LOG_TOPICS if "all" in topics else topics
+    root = logging.getLogger("tracejit")
+    if enabled and not any(getattr(h, "_tracejit", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        handler._tracejit = True
+        root.addHandler(handler)
+    for topic in LOG_TOPICS:
+        logger = logging.getLogger(f"tracejit.{topic}")
+        logger.setLevel(logging.DEBUG if topic in enabled else logging.WARNING)
+
+
+def logger(topic):
+    return logging.getLogger(f"tracejit.{topic}")

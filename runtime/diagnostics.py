@@ -1,0 +1,115 @@
+"""Why things happened: which entry guard a call missed, and ``explain()``'s report."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .tensor import unwrap
+
+_live = weakref.WeakSet()
+_flush_registered = False
+
+
+def register(function):
+    """Remember a jit function: at exit its counters go to the disk cache, so ``tracejit
+    cache stats`` shows them after the process ends."""
+    global _flush_registered
+    _live.add(function)
+    if not _flush_registered:
+        import atexit
+
+        atexit.register(flush_all)
+        _flush_registered = True
+
+
+def flush_all():
+    for function in list(_live):
+        try:
+            function.flush_counters()
+        except Exception:  # never fail interpreter exit over counters
+            pass
+
+
+def live_functions():
+    return list(_live)
+
+
+def _leaf_shape(leaf):
+    array = unwrap(leaf)
+    return getattr(array, "shape", None), getattr(array, "dtype", None)
+
+
+def mismatch(spec, leaves):
+    """The first way ``leaves`` differ from what ``spec`` was compiled for (old -> new)."""
+    if len(leaves) != len(spec.leaves):
+        return f"{len(spec.leaves)} argument leaves -> {len(leaves)}"
+    for position, (leaf_spec, leaf) in enumerate(zip(spec.leaves, leaves)):
+        if leaf_spec.kind == "static":
+            if not (type(leaf) is type(leaf_spec.value) and leaf == leaf_spec.value) and (
+                leaf is not leaf_spec.value
+            ):
+                return f"argument leaf {position}: {leaf_spec.value!r} -> {leaf!r}"
+            continue
+        if leaf_spec.kind == "scalar":
+            continue
+        shape, dtype = _leaf_shape(leaf)
+        if shape is None:
+            return f"argument leaf {position}: an array -> {type(leaf).__name__}"
+        if np.dtype(leaf_spec.dtype) != dtype:
+            return f"argument leaf {position}: dtype {np.dtype(leaf_spec.dtype)} -> {dtype}"
+        if len(shape) != len(leaf_spec.shape):
+            return f"argument leaf {position}: rank {len(leaf_spec.shape)} -> {len(shape)}"
+        for axis, (dim, size) in enumerate(zip(leaf_spec.shape, shape)):
+            if isinstance(dim, int) and dim != size:
+                return f"argument leaf {position} dim {axis}: {dim} -> {size}"
+            if isinstance(dim, str):
+                low, high = spec.symbols[dim]
+                if not low <= size <= high:
+                    return (f"argument leaf {position} dim {axis}: {size} is outside bucket "
+                            f"[{low}, {high}]")
+    return "a shape relation or an implicit input changed"
+
+
+def why_no_variant_matches(variants, leaves):
+    return "; ".join(f"variant {number}: {mismatch(variant.spec, leaves)}"
+                     for number, variant in enumerate(variants, 1))
+
+
+def explain(function):
+    lines = [f"tracejit function {function.__qualname__}"]
+    stats = function.stats()
+    lines.append(
+        f"  calls {stats['calls']}: {stats['compiled_calls']} compiled, "
+        f"{stats['traced_calls']} traced, {sum(stats['eager_calls'].values())} eager; "
+        f"{stats['compiles']} compiles in {stats['compile_seconds'] * 1e3:.0f} ms"
+    )
+    if not function._variants:
+        lines.append("  no compiled variants yet")
+    for number, variant in enumerate(function._variants, 1):
+        origin = " (loaded from the disk cache)" if variant.from_disk else ""
+        lines.append(f"  variant {number}{origin}: {variant.calls} calls")
+        lines.append("    entry guards:")
+        lines.extend(f"      {line}" for line in variant.spec.describe())
+        for prefix, path in variant.root.walk():
+            via = " <- ".join(f"exit at guard {index}" for index in prefix) or "root"
+            program = path.program
+            lines.append(f"    path [{via}]: {path.calls} calls, {program.kernel_count} "
+                         f"kernel(s): " + ", ".join(
+                             f"{kernel.name}" for kernel in program.kernels))
+            for index, guard in enumerate(path.guards):
+                where = guard.location
+                place = f"{where.file}:{where.line} {where.source!r}" if where else "?"
+                exits = path.exits.get(index, 0)
+                taken = f", side exits {exits}" if exits else ""
+                lines.append(f"      guard {index}: {guard.convert}(...) == {guard.expected!r}"
+                             f" at {place}{taken}")
+    if stats["eager_calls"]:
+        lines.append("  eager runs:")
+        for reason, count in stats["eager_calls"].items():
+            lines.append(f"    {count} x {reason}")
+    for reason, detail in function._reasons.items():
+        if detail not in reason:
+            lines.append(f"    {detail}")
+    return "\n".join(lines)

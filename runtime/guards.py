@@ -1,0 +1,214 @@
+"""Entry guards: one generated Python function per variant, checked before native code runs.
+
+``EntrySpec`` describes what a variant was compiled for: the arguments' structure, each
+array leaf's type, dtype, static dims and dynamic dims (symbols with bucket ranges), the
+relations between dims the trace assumed (shape guards), Python scalars it specialized on,
+and the implicit inputs (arrays read through globals, closures, attributes). ``compile_guard``
+turns it into straight-line Python that returns the program's inputs when everything holds
+and ``None`` otherwise, so the hit path costs a few attribute reads and comparisons.
+
+>>> import numpy as np
+>>> from tracer import trace
+>>> spec = EntrySpec.from_trace(trace(lambda x: x * 2, np.ones(5), dynamic=True))
+>>> guard = compile_guard(spec)
+>>> [a.shape for a in guard((np.ones(7),), {})], guard((np.ones(9),), {})
+([(7,)], None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracer import pytree
+from tracer.dims import DimExpr
+from tracer.ir import format_shape_guard
+
+JSON_TYPES = (type(None), bool, int, float, str)
+
+
+def is_json_value(value):
+    if isinstance(value, JSON_TYPES):
+        return not isinstance(value, float) or value == value  # NaN is not == itself
+    if isinstance(value, (tuple, list)):
+        return all(is_json_value(item) for item in value)
+    return False
+
+
+@dataclass
+class LeafSpec:
+    """One leaf of the arguments: ``array`` (``type_name`` ndarray or Tensor), ``scalar``
+    (a Python scalar passed as a dynamic input) or ``static`` (specialized on its value)."""
+
+    kind: str
+    type_name: str = ""
+    dtype: str = ""
+    shape: tuple = ()  # ints and symbol names
+    value: object = None
+
+
+@dataclass
+class ImplicitSpec:
+    path: object  # tracer.implicit.Path
+    dtype: str
+    shape: tuple
+    type_name: str = "ndarray"
+
+
+@dataclass
+class EntrySpec:
+    treedef: object
+    leaves: list
+    symbols: dict  # name -> (low, high)
+    shape_guards: list  # tracer.ir.ShapeGuard
+    implicit: list
+    inputs: list  # graph input i comes from ("leaf", k) or ("implicit", j)
+    shape_guard_text: list = field(default_factory=list)
+
+    @staticmethod
+    def from_trace(trace):
+        graph = trace.graph
+        leaves = []
+        inputs = [None] * len(graph.inputs)
+        for position, spec in enumerate(trace.input_specs):
+            if spec.kind == "array":
+                aval = graph.inputs[spec.input_index].aval
+                shape = tuple(_dim_name(dim) for dim in aval.shape)
+                leaves.append(LeafSpec("array", spec.type_name, aval.dtype.str, shape))
+                inputs[spec.input_index] = ("leaf", position)
+            elif spec.kind == "scalar":
+                leaves.append(LeafSpec("scalar", spec.type_name))
+                inputs[spec.input_index] = ("leaf", position)
+            else:
+                leaves.append(LeafSpec("static", spec.type_name, value=spec.value))
+        implicit = []
+        for number, entry in enumerate(trace.implicit_inputs):
+            aval = graph.inputs[entry.input_index].aval
+            type_name = type(entry.value).__name__
+            implicit.append(ImplicitSpec(entry.path, aval.dtype.str, tuple(aval.shape),
+                                         type_name))
+            inputs[entry.input_index] = ("implicit", number)
+        symbols = {symbol.name: (symbol.low, symbol.high) for symbol in graph.symbols}
+        return EntrySpec(trace.input_tree, leaves, symbols, list(graph.shape_guards), implicit,
+                         inputs, [format_shape_guard(guard) for guard in graph.shape_guards])
+
+    def describe(self):
+        """Readable lines: what a call must look like to use this variant."""
+        lines = []
+        for position, leaf in enumerate(self.leaves):
+            if leaf.kind == "array":
+                dims = ", ".join(str(dim) for dim in leaf.shape)
+                lines.append(f"arg leaf {position}: {leaf.type_name} {np.dtype(leaf.dtype)}"
+                             f"[{dims}]")
+            elif leaf.kind == "scalar":
+                lines.append(f"arg leaf {position}: any {leaf.type_name} (dynamic)")
+            else:
+                lines.append(f"arg leaf {position}: == {leaf.value!r}")
+        for name, (low, high) in self.symbols.items():
+            lines.append(f"{name} in [{low}, {high}]")
+        lines.extend(self.shape_guard_text)
+        for spec in self.implicit:
+            lines.append(f"{spec.path}: {spec.type_name} {np.dtype(spec.dtype)}{list(spec.shape)}")
+        return lines
+
+
+def _dim_name(dim):
+    if isinstance(dim, DimExpr):
+        (monomial, _), = dim.terms
+        return monomial[0]
+    return int(dim)
+
+
+class _Source:
+    def __init__(self):
+        self.lines, self.namespace, self.counter = [], {}, 0
+
+    def constant(self, value, prefix="K"):
+        name = f"_{prefix}{self.counter}"
+        self.counter += 1
+        self.namespace[name] = value
+        return name
+
+    def add(self, line, depth=1):
+        self.lines.append("    " * depth + line)
+
+
+def _array_checks(source, variable, spec, bound, ranges):
+    """Checks of one array (``variable`` holds it); binds symbols on first sight and
+    checks their bucket, later sights must equal them."""
+    type_name = spec.type_name
+    from runtime.tensor import Tensor
+
+    array_type = source.constant(Tensor if type_name == "Tensor" else np.ndarray, "T")
+    source.add(f"if type({variable}) is not {array_type}: return None")
+    if type_name == "Tensor":
+        source.add(f"{variable} = {variable}.data")
+    dtype = source.constant(np.dtype(spec.dtype), "D")
+    source.add(f"if {variable}.dtype is not {dtype}: return None")
+    source.add(f"shape = {variable}.shape")
+    source.add(f"if len(shape) != {len(spec.shape)}: return None")
+    for axis, dim in enumerate(spec.shape):
+        if isinstance(dim, int):
+            source.add(f"if shape[{axis}] != {dim}: return None")
+        elif dim in bound:
+            source.add(f"if shape[{axis}] != {dim}: return None")
+        else:
+            bound.add(dim)
+            low, high = ranges[dim]
+            source.add(f"{dim} = shape[{axis}]")
+            source.add(f"if {dim} < {low} or {dim} > {high}: return None")
+
+
+def compile_guard(spec):
+    """The entry guard of ``spec`` as a function ``guard(args, kwargs) -> inputs | None``."""
+    source = _Source()
+    flat = spec.treedef == pytree.flatten((tuple([0] * len(spec.leaves)), {}))[1]
+    source.add("def guard(args, kwargs):", depth=0)
+    if flat:
+        source.add(f"if kwargs or len(args) != {len(spec.leaves)}: return None")
+        source.add("leaves = args")
+    else:
+        tree = source.constant(spec.treedef, "TREE")
+        flatten = source.constant(pytree.flatten, "F")
+        source.add(f"leaves, tree = {flatten}((args, kwargs))")
+        source.add(f"if tree != {tree}: return None")
+    bound = set()
+    values = {}
+    for position, leaf in enumerate(spec.leaves):
+        variable = f"leaf{position}"
+        source.add(f"{variable} = leaves[{position}]")
+        if leaf.kind == "array":
+            _array_checks(source, variable, leaf, bound, spec.symbols)
+        elif leaf.kind == "scalar":
+            kind = source.constant({"int": int, "float": float}.get(leaf.type_name, float), "T")
+            source.add(f"if type({variable}) is not {kind}: return None")
+        elif is_json_value(leaf.value):
+            kind = source.constant(type(leaf.value), "T")
+            value = source.constant(leaf.value, "V")
+            source.add(f"if type({variable}) is not {kind} or {variable} != {value}: "
+                       "return None")
+        else:
+            value = source.constant(leaf.value, "V")
+            source.add(f"if {variable} is not {value}: return None")
+        values[("leaf", position)] = variable
+    for guard in spec.shape_guards:
+        relation = f"({guard.lhs}) {guard.op} ({guard.rhs})"
+        source.add(f"if ({relation}) is not {guard.expected}: return None")
+    for number, implicit in enumerate(spec.implicit):
+        variable = f"implicit{number}"
+        path = source.constant(implicit.path, "P")
+        source.add("try:")
+        source.add(f"    {variable} = {path}.resolve(leaves)")
+        source.add("except (KeyError, AttributeError, IndexError, ValueError): return None")
+        _array_checks(source, variable, LeafSpec("array", implicit.type_name, implicit.dtype,
+                                                  implicit.shape), bound, spec.symbols)
+        values[("implicit", number)] = variable
+    outputs = ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+    source.add(f"return ({outputs}{',' if len(spec.inputs) == 1 else ''})")
+    text = "\n".join(source.lines)
+    namespace = dict(source.namespace)
+    exec(compile(text, "<tracejit entry guard>", "exec"), namespace)
+    guard = namespace["guard"]
+    guard.source = text
+    return guard

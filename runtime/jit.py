@@ -1,0 +1,527 @@
+"""``jit``: trace on the real inputs, compile per shape bucket, guard, fall back to eager.
+
+>>> import numpy as np
+>>> @jit
+... def dynamic_graph_example(x):
+...     if x.sum() > 0:
+...         y = x * 2
+...     else:
+...         y = x - 2
+...     return y
+>>> dynamic_graph_example(np.array([1.0, -1.0, 2.0]))
+array([ 2., -2.,  4.])
+>>> dynamic_graph_example(np.array([-3.0, -2.0, -1.0]))   # guard fails: eager, right answer
+array([-5., -4., -3.])
+>>> dynamic_graph_example.stats()["eager_calls"]
+{'side exit': 1}
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+import warnings
+from collections import Counter
+
+import numpy as np
+
+import codegen
+from tracer import pytree, trace
+from tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracer.shapes import edges_bucket, pow2_bucket
+
+from . import diagnostics
+from .autograd import is_grad_enabled
+from .config import Options, logger
+from .guards import EntrySpec, compile_guard
+from .tensor import Tensor, unwrap
+from .variants import OutputPlan, Path, Variant
+
+log_recompiles = logger("recompiles")
+log_guards = logger("guards")
+log_kernels = logger("kernels")
+
+
+def jit(fn=None, **options):
+    """Compile ``fn`` with tracejit: ``@jit`` or ``@jit(dynamic=True, ...)``.
+
+    Options: ``dynamic`` ("auto" | True | False), ``buckets`` ("pow2" | edges | dict),
+    ``max_variants`` (8), ``hot_exit`` (2), ``cache`` (True | "memory" | False),
+    ``fallback`` ("eager" | "raise"), ``check`` (False | True).
+    """
+    built = Options.build(**options)
+    if fn is None:
+        return lambda function: JitFunction(function, built)
+    return JitFunction(fn, built)
+
+
+class ShapePolicy:
+    """Which dims are dynamic, and their buckets: ``dynamic="auto"`` specializes the first
+    call's shapes and makes a dim dynamic once it is seen with a second size."""
+
+    def __init__(self, options, fn):
+        self.mode = options.dynamic
+        self.buckets = options.buckets
+        self.first_sizes = {}
+        self.dynamic = set()
+        self.parameter_names = _parameter_names(fn)
+        self.leaf_arguments = {}
+
+    def observe(self, leaves, positions):
+        self.leaf_arguments = positions
+        for leaf_index, leaf in enumerate(leaves):
+            shape = getattr(leaf, "shape", None)
+            if shape is None or not _is_array(leaf):
+                continue
+            for axis, size in enumerate(shape):
+                key = (leaf_index, axis)
+                first = self.first_sizes.setdefault(key, size)
+                if first != size:
+                    self.dynamic.add(key)
+
+    def _named(self, leaf_index):
+        argument = self.leaf_arguments.get(leaf_index)
+        if isinstance(argument, int) and argument < len(self.parameter_names):
+            return self.parameter_names[argument]
+        return argument
+
+    def bucket(self, size, edges):
+        if edges in (None, "pow2"):
+            return pow2_bucket(size)
+        return edges_bucket(size, edges)
+
+    def __call__(self, leaf_index, array):
+        """The ``dynamic`` callable tracing uses: ``{axis: (low, high)}``."""
+        named = self.buckets.get(self._named(leaf_index)) if isinstance(
+            self.buckets, dict) else None
+        edges = self.buckets if isinstance(self.buckets, (list, tuple)) else None
+        result = {}
+        for axis, size in enumerate(array.shape):
+            if isinstance(named, dict) and (axis in named or axis - array.ndim in named):
+                chosen = named.get(axis, named.get(axis - array.ndim))
+                bucket = self.bucket(size, chosen)
+            elif isinstance(named, (tuple, list)) and (axis in named or
+                                                      axis - array.ndim in named):
+                bucket = self.bucket(size, edges)
+            elif self.mode is True or (self.mode == "auto" and (leaf_index, axis) in
+                                       self.dynamic):
+                bucket = self.bucket(size, edges)
+            else:
+                bucket = None
+            if bucket is not None:
+                result[axis] = bucket
+        return result
+
+
+def _parameter_names(fn):
+    try:
+        return [name for name in inspect.signature(fn).parameters]
+    except (TypeError, ValueError):
+        return []
+
+
+def _is_array(leaf):
+    return isinstance(leaf, (np.ndarray, Tensor))
+
+
+def _leaf_positions(args, kwargs):
+    positions, index = {}, 0
+    for position, arg in enumerate(args):
+        for _ in pytree.flatten(arg)[0]:
+            positions[index] = position
+            index += 1
+    for key in sorted(kwargs, key=repr):
+        for _ in pytree.flatten(kwargs[key])[0]:
+            positions[index] = key
+            index += 1
+    return positions
+
+
+def _wants_grad(leaves):
+    return any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves) and (
+        is_grad_enabled()
+    )
+
+
+def _wrap_tensor(value):
+    return Tensor._wrap(np.asarray(value)) if isinstance(value, (np.ndarray, np.generic)) else (
+        value)
+
+
+def _same_entry(a, b):
+    return (
+        [(leaf.kind, leaf.dtype, leaf.shape) for leaf in a.leaves]
+        == [(leaf.kind, leaf.dtype, leaf.shape) for leaf in b.leaves]
+        and a.symbols == b.symbols
+        and a.shape_guard_text == b.shape_guard_text
+        and [str(spec.path) for spec in a.implicit] == [str(spec.path) for spec in b.implicit]
+    )
+
+
+class JitFunction:
+    """A function compiled by tracejit. Call it like the function; see ``stats()`` and
+    ``explain()`` for what ran compiled and why anything ran eagerly."""
+
+    def __init__(self, fn, options):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.options = options
+        self.policy = ShapePolicy(options, fn)
+        self._variants = ()
+        self._lock = threading.RLock()
+        self._untraceable = {}
+        self._warned_limit = False
+        self._counters = Counter()
+        self._eager = Counter()
+        self._side_exits = Counter()
+        self._reasons = {}
+        self._compile_seconds = 0.0
+        self._cache = None
+        if options.disk_cache:
+            from .cache import DiskCache
+
+            self._cache = DiskCache(options.cache_dir)
+        diagnostics.register(self)
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return BoundJitFunction(self, instance)
+
+    def __repr__(self):
+        return f"<tracejit.jit {getattr(self.fn, '__qualname__', self.fn)}>"
+
+    # --- calls ------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        self._counters["calls"] += 1
+        if self.options.disabled:
+            return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
+        for variant in self._variants:
+            inputs = variant.guard(args, kwargs)
+            if inputs is not None:
+                return self._run(variant, inputs, args, kwargs)
+        return self._miss(args, kwargs)
+
+    def _run(self, variant, inputs, args, kwargs):
+        path = variant.root
+        while True:
+            try:
+                outputs = path.program(*inputs)
+            except codegen.SideExit as exit:
+                if exit.guard_index is None:
+                    return self._run_eager(args, kwargs, "kernel error (eager raises it)")
+                child = path.children.get(exit.guard_index)
+                if child is not None:
+                    path = child
+                    continue
+                return self._side_exit(variant, path, exit.guard_index, args, kwargs)
+            break
+        path.calls += 1
+        variant.calls += 1
+        self._counters["compiled_calls"] += 1
+        leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
+        wrap = _wrap_tensor if variant.wraps_tensors else _identity
+        result = path.outputs.result(outputs, leaves, wrap)
+        if self.options.check:
+            self._check(result, args, kwargs)
+        return result
+
+    def _run_eager(self, args, kwargs, reason):
+        self._eager[reason] += 1
+        return self.fn(*args, **kwargs)
+
+    # --- misses: trace and compile ----------------------------------------------------
+    def _miss(self, args, kwargs):
+        leaves, _ = pytree.flatten((args, kwargs))
+        if _wants_grad(leaves):
+            return self._run_eager(args, kwargs, "grad")
+        signature = _signature(leaves)
+        if signature in self._untraceable:
+            return self._run_eager(args, kwargs, self._untraceable[signature])
+        with self._lock:
+            for variant in self._variants:  # another thread may have compiled it
+                inputs = variant.guard(args, kwargs)
+                if inputs is not None:
+                    return self._run(variant, inputs, args, kwargs)
+            self.policy.observe(leaves, _leaf_positions(args, kwargs))
+            if not self._room():
+                self._warn_limit(self._why_missed(leaves))
+                return self._run_eager(args, kwargs, "variant limit")
+            variant = self._load_from_disk(leaves, args, kwargs)
+            if variant is not None:
+                inputs = variant.guard(args, kwargs)
+                if inputs is not None:
+                    self._add_variant(variant)
+                    return self._run(variant, inputs, args, kwargs)
+            reason = self._why_missed(leaves)
+            traced = self._trace(args, kwargs, self.policy, signature)
+            if traced is None:
+                return self._run_eager(args, kwargs, self._untraceable[signature])
+            path = self._compile_path(traced, signature)
+            if path is not None:
+                spec = EntrySpec.from_trace(traced)
+                variant = Variant(spec, compile_guard(spec), path)
+                variant.wraps_tensors = _has_tensor_leaf(spec)
+                self._add_variant(variant)
+                log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
+                                    len(self._variants), reason)
+                self._store_to_disk(variant, leaves)
+            self._counters["traced_calls"] += 1  # the trace itself computed the result
+            return _plain_result(traced.outputs, leaves)
+
+    def _trace(self, args, kwargs, dynamic, signature):
+        start = time.perf_counter()
+        try:
+            traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__, **kwargs)
+        except (TraceError, UnsupportedError) as error:
+            if self.options.fallback == "raise":
+                raise
+            reason = f"untraceable: {error}"
+            self._untraceable[signature] = reason
+            self._reasons[reason] = str(error)
+            log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
+            return None
+        finally:
+            self._compile_seconds += time.perf_counter() - start
+        return traced
+
+    def _compile_path(self, traced, signature):
+        start = time.perf_counter()
+        try:
+            program = codegen.compile(traced.graph, name=self.__name__)
+        except (TracejitError, UnsupportedError) as error:
+            if self.options.fallback == "raise":
+                raise
+            reason = f"not compiled: {error}"
+            self._untraceable[signature] = reason
+            self._reasons[reason] = str(error)
+            log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
+            return None
+        finally:
+            self._compile_seconds += time.perf_counter() - start
+        self._counters["compiles"] += 1
+        log_kernels.info("%s: %d kernel(s) %s in %.1f ms", self.__qualname__,
+                         program.kernel_count, [k.kind for k in program.kernels],
+                         program.compile_seconds["total"] * 1e3)
+        return Path(program, OutputPlan.from_trace(traced), traced.graph.guards,
+                    traced.functions)
+
+    def _add_variant(self, variant):
+        self._variants = self._variants + (variant,)
+
+    def _room(self):
+        used = sum(variant.path_count for variant in self._variants)
+        return used < self.options.max_variants
+
+    # --- side exits and the trace tree ------------------------------------------------
+    def _side_exit(self, variant, path, guard_index, args, kwargs):
+        guard = path.guards[guard_index]
+        label = _guard_label(guard)
+        with self._lock:
+            self._side_exits[label] += 1
+            taken = path.exits[guard_index] = path.exits.get(guard_index, 0) + 1
+            if taken >= self.options.hot_exit and guard_index not in path.children:
+                if self._room():
+                    grown = self._grow(variant, path, guard_index, args, kwargs)
+                    if grown is not None:
+                        return grown
+                else:
+                    self._warn_limit(f"guard {label} failed (it held {guard.expected!r})")
+            remaining = self.options.hot_exit - taken
+            note = ("the other path will be compiled on the next exit" if remaining == 1
+                    else f"the other path compiles after {remaining} more exits"
+                    if remaining > 1 else "no room for another path")
+            log_guards.info("guard %s failed (it held %r when traced); ran eagerly (%s time; "
+                            "%s)", label, guard.expected, _ordinal(taken), note)
+        return self._run_eager(args, kwargs, "side exit")
+
+    def _grow(self, variant, path, guard_index, args, kwargs):
+        """Trace the call that left through ``guard_index`` and hang it under that guard."""
+        leaves, _ = pytree.flatten((args, kwargs))
+
+        def same_dims(leaf_index, array):
+            shape = variant.spec.leaves[leaf_index].shape if leaf_index < len(
+                variant.spec.leaves) else ()
+            return {axis: variant.spec.symbols[dim] for axis, dim in enumerate(shape)
+                    if isinstance(dim, str)}
+
+        signature = _signature(leaves)
+        traced = self._trace(args, kwargs, same_dims, signature)
+        if traced is None:
+            return self._run_eager(args, kwargs, self._untraceable[signature])
+        if not _same_entry(EntrySpec.from_trace(traced), variant.spec):
+            log_recompiles.info("%s: the other path of %s needs a different entry; it runs "
+                                "eagerly", self.__qualname__,
+                                _guard_label(path.guards[guard_index]))
+            self._counters["traced_calls"] += 1
+            return _plain_result(traced.outputs, leaves)
+        child = self._compile_path(traced, signature)
+        if child is not None:
+            path.children[guard_index] = child
+            log_recompiles.info("%s: compiled the other path of %s", self.__qualname__,
+                                _guard_label(path.guards[guard_index]))
+            self._store_to_disk(variant, leaves)
+        self._counters["traced_calls"] += 1
+        return _plain_result(traced.outputs, leaves)
+
+    # --- messages ---------------------------------------------------------------------
+    def _why_missed(self, leaves):
+        if not self._variants:
+            return "first call"
+        return diagnostics.why_no_variant_matches(self._variants, leaves)
+
+    def _warn_limit(self, why):
+        if self._warned_limit:
+            return
+        self._warned_limit = True
+        code = getattr(self.fn, "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+        warnings.warn(
+            f"{where}: tracejit function {self.__qualname__} reached max_variants="
+            f"{self.options.max_variants} (compiled variants and paths); new cases run "
+            f"eagerly. Last miss: {why}. Raise jit(max_variants=...) or mark the changing "
+            "dims dynamic (jit(dynamic=True) or buckets=...)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def _check(self, result, args, kwargs):
+        from .testing import compare_results
+
+        expected = self.fn(*args, **kwargs)
+        problem = compare_results(result, expected)
+        if problem:
+            raise AssertionError(f"{self.__qualname__}: compiled result differs from eager "
+                                 f"(check=True): {problem}")
+
+    # --- disk cache -------------------------------------------------------------------
+    def _load_from_disk(self, leaves, args, kwargs):
+        if self._cache is None:
+            return None
+        try:
+            return self._cache.load(self, leaves)
+        except Exception as error:  # a broken cache never breaks the call
+            logger("cache").warning("%s: ignoring the disk cache: %s", self.__qualname__, error)
+            return None
+
+    def _store_to_disk(self, variant, leaves):
+        if self._cache is None:
+            return
+        try:
+            self._cache.store(self, variant, leaves)
+        except Exception as error:
+            logger("cache").warning("%s: could not write the disk cache: %s", self.__qualname__,
+                                    error)
+
+    # --- introspection ----------------------------------------------------------------
+    def stats(self):
+        """Counters: calls, compiled_calls, traced_calls (a trace computed the result),
+        eager_calls (by reason), compiles, disk_hits, variants, paths, side_exits (by
+        guard), compile_seconds."""
+        return {
+            "calls": self._counters["calls"],
+            "compiled_calls": self._counters["compiled_calls"],
+            "traced_calls": self._counters["traced_calls"],
+            "eager_calls": dict(self._eager),
+            "compiles": self._counters["compiles"],
+            "disk_hits": self._counters["disk_hits"],
+            "variants": len(self._variants),
+            "paths": sum(variant.path_count for variant in self._variants),
+            "side_exits": dict(self._side_exits),
+            "compile_seconds": round(self._compile_seconds, 6),
+        }
+
+    def explain(self):
+        """Readable text: each variant with its entry guards, paths with their value guards
+        (file:line and source) and kernels, and why anything ran eagerly."""
+        return diagnostics.explain(self)
+
+    def flush_counters(self):
+        """Add what happened since the last flush to the disk cache's persisted counters."""
+        if self._cache is None:
+            return
+        current = self.stats()
+        entries = {}
+        for variant in self._variants:
+            if variant.key:
+                entries[variant.key] = {"calls": variant.calls, "paths": {
+                    ".".join(map(str, prefix)) or "root": {
+                        "calls": path.calls,
+                        "side_exits": {str(g): n for g, n in path.exits.items()},
+                    } for prefix, path in variant.root.walk()}}
+        snapshot = {key: current[key] for key in ("calls", "compiled_calls", "traced_calls",
+                                                  "compiles", "disk_hits")}
+        snapshot.update(eager_calls=current["eager_calls"], side_exits=current["side_exits"],
+                        entries=entries)
+        deltas = _subtract(snapshot, getattr(self, "_flushed", {}))
+        self._flushed = snapshot
+        code = getattr(self.fn, "__code__", None)
+        self._cache.add_counters(self.__qualname__, getattr(self.fn, "__module__", None),
+                                 code.co_filename if code else None, deltas)
+
+
+def _subtract(now, before):
+    if isinstance(now, dict):
+        return {key: _subtract(value, (before or {}).get(key)) for key, value in now.items()}
+    return now - (before or 0)
+
+
+class BoundJitFunction:
+    """A jit method bound to its instance (the instance is the first argument)."""
+
+    def __init__(self, function, instance):
+        self.function, self.instance = function, instance
+        functools.update_wrapper(self, function.fn)
+
+    def __call__(self, *args, **kwargs):
+        return self.function(self.instance, *args, **kwargs)
+
+    def stats(self):
+        return self.function.stats()
+
+    def explain(self):
+        return self.function.explain()
+
+
+def _identity(value):
+    return value
+
+
+def _has_tensor_leaf(spec):
+    return any(leaf.type_name == "Tensor" for leaf in spec.leaves)
+
+
+def _plain_result(outputs, leaves):
+    """A trace's outputs as the call's result: Tensors out when Tensors went in."""
+    if not any(isinstance(leaf, Tensor) for leaf in leaves):
+        return outputs
+    flat, tree = pytree.flatten(outputs)
+    return pytree.unflatten(tree, [_wrap_tensor(value) for value in flat])
+
+
+def _signature(leaves):
+    """A hashable summary of a call, for remembering calls that cannot be compiled."""
+    parts = []
+    for leaf in leaves:
+        if _is_array(leaf):
+            array = unwrap(leaf)
+            parts.append((type(leaf).__name__, array.dtype.str, array.shape))
+        elif type(leaf) in (int, float, bool, str, type(None)):
+            parts.append((type(leaf).__name__, leaf))
+        else:
+            parts.append((type(leaf).__name__, id(leaf)))
+    return tuple(parts)
+
+
+def _guard_label(guard):
+    location = guard.location
+    if location is None:
+        return f"{guard.convert}(...)"
+    return f"`{location.source}` at {location.short}"
+
+
+def _ordinal(number):
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(number if number < 20 else number % 10, "th")
+    return f"{number}{suffix}"

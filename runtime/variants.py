@@ -1,0 +1,96 @@
+"""Variants and their trace trees.
+
+A ``Variant`` is what one entry signature compiled to: an entry guard and a tree of
+``Path``s. The root path is the first trace; when a value guard of a path fails at run
+time (a side exit), the call runs eagerly; once that exit has been taken ``hot_exit``
+times, the call is traced instead and the new path hangs under that guard, so from then on
+both directions run compiled. A path knows how to turn its program's outputs back into the
+function's result (pytree, NumPy scalars, statics) and which inputs it writes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracer import pytree
+from tracer.abstract import PYTHON_SCALARS
+
+from .tensor import unwrap
+
+
+@dataclass
+class OutputPlan:
+    """How program outputs become the function's result."""
+
+    tree: object  # pytree.TreeDef
+    leaves: list  # per result leaf: ("array", i) | ("scalar", i) | ("value", i) | ("static", v)
+    mutated: dict  # argument leaf position -> program output index
+
+    @staticmethod
+    def from_trace(trace):
+        leaves, program_index = [], 0
+        flat, _ = pytree.flatten(trace.outputs)
+        for position, value in enumerate(flat):
+            if position in trace.output_statics:
+                leaves.append(("static", trace.output_statics[position]))
+                continue
+            if isinstance(value, np.generic):
+                kind = "scalar"
+            elif type(value) in PYTHON_SCALARS:
+                kind = "value"
+            else:
+                kind = "array"
+            leaves.append((kind, program_index))
+            program_index += 1
+        return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs))
+
+    def result(self, outputs, argument_leaves, wrap):
+        for position, index in self.mutated.items():
+            target = argument_leaves[position]
+            np.copyto(unwrap(target), outputs[index])
+        leaves = []
+        for kind, value in self.leaves:
+            if kind == "static":
+                leaves.append(value)
+            elif kind == "scalar":
+                leaves.append(wrap(outputs[value][()]))
+            elif kind == "value":
+                leaves.append(outputs[value])
+            else:
+                leaves.append(wrap(outputs[value]))
+        return pytree.unflatten(self.tree, leaves)
+
+
+@dataclass
+class Path:
+    program: object  # codegen.Program
+    outputs: OutputPlan
+    guards: tuple  # the graph's value guards (locations for messages)
+    functions: list  # (qualname, file, source) the trace passed through
+    children: dict = field(default_factory=dict)  # guard index -> Path
+    exits: dict = field(default_factory=dict)  # guard index -> times taken eagerly
+    calls: int = 0
+
+    def count(self):
+        return 1 + sum(child.count() for child in self.children.values())
+
+    def walk(self, prefix=()):
+        yield prefix, self
+        for guard_index, child in sorted(self.children.items()):
+            yield from child.walk(prefix + (guard_index,))
+
+
+@dataclass
+class Variant:
+    spec: object  # runtime.guards.EntrySpec
+    guard: object  # the compiled entry guard
+    root: Path
+    key: str = ""  # the disk cache key, when it has one
+    from_disk: bool = False
+    calls: int = 0
+
+    @property
+    def path_count(self):
+        return self.root.count()

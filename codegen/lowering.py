@@ -39,6 +39,14 @@ ARRAY_DATA_OFFSET = 16
 
 _REASSOC = ("reassoc", "contract")
 
+# Row scratch: values that several passes over a row need are kept in a per-row buffer
+# (on the stack, so at most this many elements) when recomputing them would cost at least
+# ROW_SCRATCH_COST (a transcendental counts 10, a division 4, other pointwise ops 1).
+ROW_SCRATCH_LIMIT = 1 << 15
+ROW_SCRATCH_COST = 8
+OP_COSTS = {"exp": 10, "expm1": 10, "log": 10, "log1p": 10, "tanh": 10, "sin": 10,
+            "cos": 10, "power": 10, "true_divide": 4, "floor_divide": 4, "mod": 4, "sqrt": 4}
+
 
 class FusionConflict(Exception):
     """A value cannot be inlined where the kernel needs it; materialize it and reschedule."""
@@ -156,6 +164,9 @@ class KernelBuilder:
         self.stage_values = {}
         self.errors = {}
         self.overrides = {}
+        self.scratch = {}
+        self.scratch_filled = set()
+        self.row_index = None
 
     # --- dims -------------------------------------------------------------------------
     def dim(self, dim):
@@ -280,7 +291,7 @@ class KernelBuilder:
             "matmul", "scatter_add"
         ):
             raise FusionConflict(var)
-        result = self.compute(eqn, index)
+        result = self._scratch_value(var, index, lambda: self.compute(eqn, index))
         self.cache[-1][key] = result
         return result
 
@@ -606,12 +617,15 @@ class KernelBuilder:
         ``store_row`` over the row."""
         axes = _stage_axes(self.producers[self.kernel.stages[0].name])
         inner_from = len(shape) - len(axes)
+        stages = [self.producers[stage.name] for stage in self.kernel.stages]
+        self.plan_row_scratch(shape, inner_from, stages, self._root_eqn())
 
         def per_row(outer):
-            for stage in self.kernel.stages:
-                self.stage_values[stage.name] = self.reduce_row(
-                    self.producers[stage.name], shape, inner_from, outer)
-            self.loops(shape, store_row, inner_from, outer)
+            self.scratch_filled = set()
+            for stage in stages:
+                self.stage_values[stage.out.name] = self.reduce_row(stage, shape, inner_from,
+                                                                    outer)
+            self.loops(shape, self._in_row(store_row), inner_from, outer)
 
         self.loops(shape[:inner_from], per_row, inner_from=len(shape),
                    split_level=0 if inner_from > 0 else None)
@@ -619,8 +633,91 @@ class KernelBuilder:
     def reduce_row(self, eqn, shape, inner_from, outer):
         reducer = Reducer(self, eqn)
         reducer.start()
-        self.loops(shape, reducer.add, inner_from, outer)
+        self.loops(shape, self._in_row(reducer.add), inner_from, outer)
         return reducer.result()
+
+    def _in_row(self, body):
+        def run(index):
+            self.row_index = index
+            body(index)
+
+        return run
+
+    # --- row scratch: a value several row passes need is computed once per row ----------
+    def plan_row_scratch(self, shape, inner_from, stages, final):
+        """Values of the row's shape that two or more passes over the row need and that are
+        expensive to recompute get a scratch buffer the size of one row (it stays in L1):
+        the first pass computes and stores them, later passes load them."""
+        inner_shape = shape[inner_from:]
+        inner_size = _size(inner_shape)
+        high = inner_size if isinstance(inner_size, int) else inner_size.bounds(
+            self.schedule.graph.ranges)[1]
+        if inner_from == len(shape) or high > ROW_SCRATCH_LIMIT:
+            return
+        stage_names = {stage.out.name for stage in stages}
+        passes = [self._inlined_from(stage.inputs[0], stage_names) for stage in stages]
+        passes.append(self._inlined_from_eqn(final, stage_names))
+        uses = {}
+        for names in passes:
+            for name in names:
+                uses[name] = uses.get(name, 0) + 1
+        chosen = set()
+        for name in sorted(uses, key=self.schedule.scheduler.order.__getitem__):
+            var = self.producers[name].out
+            if uses[name] < 2 or tuple(var.aval.shape) != tuple(shape):
+                continue
+            if self._cost(name, stage_names | chosen) >= ROW_SCRATCH_COST:
+                chosen.add(name)
+        for name in sorted(chosen):
+            dtype = self.producers[name].out.aval.dtype
+            self.scratch[name] = self.entry.alloca(dt.memory_type(dtype),
+                                                   size=self.dim(inner_size))
+        self.scratch_strides = self._shape_strides(inner_shape)
+        self.scratch_inner_from = inner_from
+
+    def _inlined_from(self, atom, stops):
+        if not isinstance(atom, Var):
+            return set()
+        if atom.name in self.schedule.buffers or atom.name in stops:
+            return set()
+        return {atom.name} | self._inlined_from_eqn(self.producers[atom.name], stops)
+
+    def _inlined_from_eqn(self, eqn, stops):
+        names = set()
+        for atom in eqn.inputs:
+            names |= self._inlined_from(atom, stops)
+        return names
+
+    def _cost(self, name, stops):
+        eqn = self.producers[name]
+        cost = OP_COSTS.get(eqn.prim.name, 1 if eqn.prim.kind == "pointwise" else 0)
+        for atom in eqn.inputs:
+            if isinstance(atom, Var) and atom.name not in self.schedule.buffers and (
+                atom.name not in stops
+            ):
+                cost += self._cost(atom.name, stops)
+        return cost
+
+    def _scratch_value(self, var, index, compute):
+        """A scratched value at the row loop's own index: load it if an earlier pass
+        stored it, else compute and store it."""
+        if var.name not in self.scratch or self.row_index is None or _is_flat(index) or (
+            tuple(id(ix.value) for ix in index) != tuple(id(ix.value) for ix in self.row_index)
+        ):
+            return compute()
+        offset = _const(0)
+        for component, stride in zip(index[self.scratch_inner_from:], self.scratch_strides):
+            offset = self.b.add(offset, self.b.mul(component.value, stride))
+        dtype = var.aval.dtype
+        pointer = self.b.gep(self.scratch[var.name], [offset], source_etype=dt.memory_type(dtype))
+        if var.name in self.scratch_filled:
+            value = self.b.load(pointer, typ=dt.memory_type(dtype))
+            return self.b.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
+        value = compute()
+        stored = self.b.zext(value, dt.I8) if np.dtype(dtype) == np.bool_ else value
+        self.b.store(stored, pointer)
+        self.scratch_filled.add(var.name)
+        return value
 
     def build_reduce(self):
         eqn = self._root_eqn()
@@ -644,10 +741,15 @@ class KernelBuilder:
         if trailing or self.kernel.stages:
             inner_from = rank - len(axes)
 
+            stages = [self.producers[stage.name] for stage in self.kernel.stages]
+            if stages:
+                self.plan_row_scratch(source_shape, inner_from, stages + [eqn], eqn)
+
             def per_row(outer):
-                for stage in self.kernel.stages:
-                    self.stage_values[stage.name] = self.reduce_row(
-                        self.producers[stage.name], source_shape, inner_from, outer)
+                self.scratch_filled = set()
+                for stage in stages:
+                    self.stage_values[stage.out.name] = self.reduce_row(
+                        stage, source_shape, inner_from, outer)
                 value = self.reduce_row(eqn, source_shape, inner_from, outer)
                 padded = tuple(outer) + (ZERO,) * len(axes)
                 self.store(root.name, out_index(padded), value, root.aval.dtype)

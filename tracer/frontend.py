@@ -234,7 +234,43 @@ def rewrite_tree(function):
     return ast.fix_missing_locations(rewritten), source
 
 
-def _compile(function, tree, hooks):
+_REWRITTEN = {}  # code object -> (rewritten inner code, source) or the refusal it raised
+_REWRITTEN_LIMIT = 512
+
+
+def rewritten_code(function):
+    """The rewritten function's code object and the original source, computed once per
+    code object (tracing a function again does not parse and compile it again)."""
+    key = function.__code__
+    if key not in _REWRITTEN:
+        if len(_REWRITTEN) >= _REWRITTEN_LIMIT:
+            _REWRITTEN.clear()
+        try:
+            tree, source = rewrite_tree(function)
+            _REWRITTEN[key] = (_compile(function, tree), source)
+        except (RewriteUnavailable, TraceError) as error:
+            _REWRITTEN[key] = error
+    result = _REWRITTEN[key]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def _bind(function, inner, hooks):
+    """A function running ``inner`` with ``function``'s globals, defaults and closure cells
+    (live), plus a cell holding this trace's hooks."""
+    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
+    cells[HOOK] = types.CellType(hooks)
+    closure = tuple(cells[name] for name in inner.co_freevars)
+    rebuilt = types.FunctionType(
+        inner, function.__globals__, function.__name__, function.__defaults__, closure
+    )
+    rebuilt.__kwdefaults__ = function.__kwdefaults__
+    rebuilt.__qualname__ = function.__qualname__
+    return rebuilt
+
+
+def _compile(function, tree):
     freevars = function.__code__.co_freevars
     factory = ast.FunctionDef(
         name="__tracejit_factory__",
@@ -252,19 +288,10 @@ def _compile(function, tree, hooks):
     module = ast.fix_missing_locations(ast.Module(body=[factory], type_ignores=[]))
     code = compile(module, function.__code__.co_filename, "exec")
     factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    inner = next(
+    return next(
         c for c in factory_code.co_consts
         if isinstance(c, types.CodeType) and c.co_name == tree.name
     )
-    cells = dict(zip(freevars, function.__closure__ or ()))
-    cells[HOOK] = types.CellType(hooks)
-    closure = tuple(cells[name] for name in inner.co_freevars)
-    rebuilt = types.FunctionType(
-        inner, function.__globals__, function.__name__, function.__defaults__, closure
-    )
-    rebuilt.__kwdefaults__ = function.__kwdefaults__
-    rebuilt.__qualname__ = function.__qualname__
-    return rebuilt
 
 
 def render(function):
@@ -360,7 +387,7 @@ class Hooks:
 
     def rewrite(self, function):
         try:
-            tree, source = rewrite_tree(function)
+            inner, source = rewritten_code(function)
         except RewriteUnavailable:
             self.functions[function.__code__] = (
                 function.__qualname__, function.__code__.co_filename, None
@@ -369,7 +396,7 @@ class Hooks:
         self.functions[function.__code__] = (
             function.__qualname__, function.__code__.co_filename, source
         )
-        return _compile(function, tree, self)
+        return _bind(function, inner, self)
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

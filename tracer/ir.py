@@ -627,6 +627,18 @@ def _symbolic_param(value, context):
     return value
 
 
+class _Described:
+    __slots__ = ("item",)
+
+    def __init__(self, item):
+        self.item = item
+
+    def __format__(self, spec):
+        return format_item(self.item)
+
+    __str__ = __repr__ = lambda self: format_item(self.item)
+
+
 def verify(graph):
     """Check SSA form, types and shapes (by re-running every shape rule), guards, effects
     and symbols; raise ``VerifyError`` naming the first problem."""
@@ -666,7 +678,7 @@ def verify(graph):
         if constant.data.shape != var.aval.shape or constant.data.dtype != var.aval.dtype:
             raise VerifyError(f"constant {var} holds {constant.data.dtype}{constant.data.shape}")
     for item in graph.body:
-        where = format_item(item)
+        where = _Described(item)  # formatted only if a message needs it
         if isinstance(item, Eqn):
             for atom in item.inputs:
                 use(atom, where)

@@ -466,7 +466,7 @@ def _leaf_names(fn, args, kwargs, treedef_count):
         return [None] * treedef_count
 
 
-def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
+def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
@@ -476,7 +476,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
     Dims of size 0 and 1 are never dynamic. Equal dynamic dims share one symbol.
     ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
     closures, defaults and attributes (``tracer.implicit.find_implicit_inputs``); they
-    become graph inputs instead of constants.
+    become graph inputs instead of constants. ``check=True`` runs the verifier on the
+    graph (compiling verifies it after every pass anyway).
     """
     from .frontend import run_rewritten
     from .implicit import find_implicit_inputs
@@ -559,7 +560,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, **kwargs):
             mutated[position] = len(output_atoms)
             output_atoms.append(tracer.ir_var)
     context.finished = True
-    graph = verify(context.graph(output_atoms))
+    graph = context.graph(output_atoms)
+    if check:
+        verify(graph)
 
     # Eager semantics: the caller's input arrays see the in-place writes.
     for position in mutated:

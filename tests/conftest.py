@@ -1,9 +1,30 @@
 """Shared test setup: the tests/ directory is importable, so test modules anywhere below
-it can ``import model_corpus``."""
+it can ``import model_corpus``; the compile cache lives in a temporary directory for the
+whole session, so no test (nor a subprocess a test starts) touches ~/.cache/tracejit."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
+
+import pytest
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
+
+# Set when conftest is imported, not only in a fixture: jit reads TRACEJIT_CACHE_DIR when a
+# function is decorated, and a test module may decorate while it is being collected.
+# Registered before tracejit registers its own exit hook (which writes persisted counters),
+# so the directory is removed after that hook has run, not recreated by it.
+_SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="tracejit-test-cache-")
+os.environ["TRACEJIT_CACHE_DIR"] = _SESSION_CACHE_DIR
+atexit.register(shutil.rmtree, _SESSION_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache_dir():
+    """The session's ``TRACEJIT_CACHE_DIR`` (a fresh temporary directory)."""
+    os.environ["TRACEJIT_CACHE_DIR"] = _SESSION_CACHE_DIR
+    return _SESSION_CACHE_DIR

@@ -122,6 +122,7 @@ class _Scheduler:
         self.uses = _uses(graph)
         self.buffers = {}
         self.order = {eqn.out.name: index for index, eqn in enumerate(graph.equations)}
+        self.forced = set()
         for var in graph.inputs:
             self.buffers[var.name] = Buffer(var, "input")
         for var, _ in graph.constants:
@@ -256,13 +257,20 @@ class _Scheduler:
         users = self.uses.get(product.name, [])
         if not users or not all(isinstance(user, Eqn) for user in users):
             return None
+        if product.name in self.forced:
+            return None
+        trees = {name: self.inlined(self.buffers[name].var) | {name} for name in self.roots()}
         for name in self.roots():
             root = self.buffers[name].var
             if name == product.name or root.aval.shape != product.aval.shape:
                 continue
-            tree = self.inlined(root) | {name}
+            tree = trees[name]
             if not all(user.out.name in tree for user in users):
                 continue
+            if any(product.name in self.inlined(self.buffers[other].var) or
+                   any(user.out.name in trees[other] for user in users)
+                   for other in trees if other not in (name, product.name)):
+                return None  # another kernel reads the product too: it needs its buffer
             depends = {product.name}
             for inner in sorted(tree, key=self.order.__getitem__):
                 eqn = self.producers[inner]
@@ -373,6 +381,7 @@ def schedule(graph, materialize=()):
     scheduler.initial_materialization()
     for name in materialize:
         scheduler.materialize(scheduler.producers[name].out)
+    scheduler.forced = set(materialize)
     scheduler.settle_reductions()
     epilogues = scheduler.epilogues()
     kernels = scheduler.kernels(epilogues)

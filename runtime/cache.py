@@ -33,6 +33,7 @@ import zlib
 import numpy as np
 
 from codegen import llvm, parallel
+from tracer.implicit import find_implicit_inputs
 
 from . import serialize
 from .config import logger
@@ -144,6 +145,13 @@ class DiskCache:
             },
             "options": jitted.options.key_fields(),
             "signature": signature,
+            # Arrays the function can read from outside: their dtypes and shapes are
+            # compiled in too (entries for other shapes must not collide).
+            "implicit": sorted(
+                [str(path), str(array.dtype), list(array.shape)]
+                for path, array in find_implicit_inputs(fn, leaves).values()
+                if hasattr(array, "dtype")
+            ),
         }
         text = json.dumps(identity, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest(), signature
@@ -180,7 +188,6 @@ class DiskCache:
                      key[:12], error)
             return None
         variant.key = key
-        jitted._counters["disk_hits"] += 1
         log.info("%s: loaded %s from disk in %.1f ms (no tracing, no LLVM)",
                  jitted.__qualname__, key[:12], (time.perf_counter() - start) * 1e3)
         with contextlib.suppress(OSError):

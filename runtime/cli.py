@@ -32,7 +32,8 @@ class CommandError(Exception):
 
 def build_parser():
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--cache-dir", default=None,
+    # SUPPRESS: a sub-command's --cache-dir must not reset one given before it.
+    common.add_argument("--cache-dir", default=argparse.SUPPRESS,
                         help="the cache directory (default: TRACEJIT_CACHE_DIR or "
                              "~/.cache/tracejit)")
     parser = argparse.ArgumentParser(
@@ -73,7 +74,7 @@ def build_parser():
 def _cache(args):
     from .cache import DiskCache
 
-    return DiskCache(args.cache_dir or default_cache_dir())
+    return DiskCache(getattr(args, "cache_dir", None) or default_cache_dir())
 
 
 def _headers(cache):

@@ -6,6 +6,8 @@ import weakref
 
 import numpy as np
 
+from tracer.ir import format_shape_guard
+
 from .tensor import unwrap
 
 _live = weakref.WeakSet()
@@ -57,6 +59,8 @@ def mismatch(spec, leaves):
         shape, dtype = _leaf_shape(leaf)
         if shape is None:
             return f"argument leaf {position}: an array -> {type(leaf).__name__}"
+        if type(leaf).__name__ != leaf_spec.type_name:
+            return f"argument leaf {position}: {leaf_spec.type_name} -> {type(leaf).__name__}"
         if np.dtype(leaf_spec.dtype) != dtype:
             return f"argument leaf {position}: dtype {np.dtype(leaf_spec.dtype)} -> {dtype}"
         if len(shape) != len(leaf_spec.shape):
@@ -69,7 +73,31 @@ def mismatch(spec, leaves):
                 if not low <= size <= high:
                     return (f"argument leaf {position} dim {axis}: {size} is outside bucket "
                             f"[{low}, {high}]")
-    return "a shape relation or an implicit input changed"
+    for spec_implicit in spec.implicit:
+        try:
+            value = spec_implicit.path.resolve(leaves)
+        except (KeyError, AttributeError, IndexError, ValueError, TypeError):
+            return f"{spec_implicit.path} can no longer be read"
+        shape, dtype = _leaf_shape(value)
+        expected = tuple(spec_implicit.shape)
+        if type(value).__name__ != spec_implicit.type_name:
+            return f"{spec_implicit.path}: {spec_implicit.type_name} -> {type(value).__name__}"
+        if dtype != np.dtype(spec_implicit.dtype) or shape != expected:
+            return (f"{spec_implicit.path}: {np.dtype(spec_implicit.dtype)}{list(expected)} -> "
+                    f"{dtype}{list(shape)}")
+    for path, kind, expected in spec.outside:
+        try:
+            value = path.resolve(leaves)
+        except (KeyError, AttributeError, IndexError, ValueError, TypeError):
+            return f"{path} can no longer be read"
+        if kind == "len":
+            if not isinstance(value, (list, tuple)) or len(value) != expected[1]:
+                return f"len({path}): {expected[1]} -> {len(value)}"
+        elif type(value) is not type(expected) or value != expected:
+            return f"{path}: {expected!r} -> {value!r}"
+    for guard in spec.shape_guards:
+        return f"a relation between dims changed ({format_shape_guard(guard)})"
+    return "the arguments' structure changed"
 
 
 def why_no_variant_matches(variants, leaves):

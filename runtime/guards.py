@@ -65,6 +65,7 @@ class EntrySpec:
     implicit: list
     inputs: list  # graph input i comes from ("leaf", k) or ("implicit", j)
     shape_guard_text: list = field(default_factory=list)
+    outside: list = field(default_factory=list)  # (Path, "value"|"len", value) read at trace
 
     @staticmethod
     def from_trace(trace):
@@ -91,7 +92,8 @@ class EntrySpec:
             inputs[entry.input_index] = ("implicit", number)
         symbols = {symbol.name: (symbol.low, symbol.high) for symbol in graph.symbols}
         return EntrySpec(trace.input_tree, leaves, symbols, list(graph.shape_guards), implicit,
-                         inputs, [format_shape_guard(guard) for guard in graph.shape_guards])
+                         inputs, [format_shape_guard(guard) for guard in graph.shape_guards],
+                         list(trace.outside_values))
 
     def describe(self):
         """Readable lines: what a call must look like to use this variant."""
@@ -110,6 +112,11 @@ class EntrySpec:
         lines.extend(self.shape_guard_text)
         for spec in self.implicit:
             lines.append(f"{spec.path}: {spec.type_name} {np.dtype(spec.dtype)}{list(spec.shape)}")
+        for path, kind, value in self.outside:
+            if kind == "len":
+                lines.append(f"len({path}) == {value[1]} ({value[0]})")
+            else:
+                lines.append(f"{path} == {value!r}")
         return lines
 
 
@@ -204,6 +211,23 @@ def compile_guard(spec):
         _array_checks(source, variable, LeafSpec("array", implicit.type_name, implicit.dtype,
                                                   implicit.shape), bound, spec.symbols)
         values[("implicit", number)] = variable
+    for number, (path, kind, value) in enumerate(spec.outside):
+        variable = f"outside{number}"
+        reader = source.constant(path, "P")
+        source.add("try:")
+        source.add(f"    {variable} = {reader}.resolve(leaves)")
+        source.add("except (KeyError, AttributeError, IndexError, ValueError, TypeError): "
+                   "return None")
+        if kind == "len":
+            kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
+            source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
+                       f"{value[1]}: return None")
+        else:
+            kind_type = source.constant(type(value), "T")
+            expected = source.constant(value, "V")
+            source.add(f"if type({variable}) is not {kind_type} or not ({variable} == "
+                       f"{expected} or ({variable} != {variable} and {expected} != "
+                       f"{expected})): return None")
     outputs = ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
     source.add(f"return ({outputs}{',' if len(spec.inputs) == 1 else ''})")
     text = "\n".join(source.lines)

@@ -253,6 +253,7 @@ class JitFunction:
             if variant is not None:
                 inputs = variant.guard(args, kwargs)
                 if inputs is not None:
+                    self._counters["disk_hits"] += 1
                     self._add_variant(variant)
                     return self._run(variant, inputs, args, kwargs)
             reason = self._why_missed(leaves)
@@ -291,10 +292,14 @@ class JitFunction:
         start = time.perf_counter()
         try:
             program = codegen.compile(traced.graph, name=self.__name__)
-        except (TracejitError, UnsupportedError) as error:
+        except Exception as error:  # a compiler limitation or bug: never the user's problem
             if self.options.fallback == "raise":
                 raise
-            reason = f"not compiled: {error}"
+            internal = not isinstance(error, (TracejitError, UnsupportedError))
+            detail = f"{type(error).__name__}: {error}" if internal else str(error)
+            reason = f"not compiled: {detail}"
+            if internal:
+                log_recompiles.debug("compiler error", exc_info=True)
             self._untraceable[signature] = reason
             self._reasons[reason] = str(error)
             log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
@@ -328,7 +333,8 @@ class JitFunction:
                     if grown is not None:
                         return grown
                 else:
-                    self._warn_limit(f"guard {label} failed (it held {guard.expected!r})")
+                    self._warn_limit(f"guard {label} failed: it held {_held(guard)} when "
+                                     f"traced, and {_now(guard)} now")
             remaining = self.options.hot_exit - taken
             note = ("the other path will be compiled on the next exit" if remaining == 1
                     else f"the other path compiles after {remaining} more exits"
@@ -520,6 +526,16 @@ def _guard_label(guard):
     if location is None:
         return f"{guard.convert}(...)"
     return f"`{location.source}` at {location.short}"
+
+
+def _held(guard):
+    return f"{guard.convert}(...) == {guard.expected!r}"
+
+
+def _now(guard):
+    if guard.convert == "bool":
+        return f"{guard.convert}(...) == {not guard.expected!r}"
+    return f"{guard.convert}(...) != {guard.expected!r}"
 
 
 def _ordinal(number):

@@ -169,7 +169,29 @@ def spec_to_json(spec, fn):
         "implicit": [{"path": path_to_json(i.path, fn), "dtype": i.dtype,
                       "shape": list(i.shape), "type": i.type_name} for i in spec.implicit],
         "inputs": [list(source) for source in spec.inputs],
+        "outside": [_outside_to_json(path, kind, value, fn) for path, kind, value in
+                    spec.outside],
     }
+
+
+def _outside_to_json(path, kind, value, fn):
+    if kind == "value":
+        if isinstance(value, np.generic):
+            raise NotSerializable(f"{path} is a NumPy scalar")
+        if not is_json_value(value):
+            raise NotSerializable(f"{path} holds {type(value).__name__}")
+        return {"path": path_to_json(path, fn), "kind": kind, "value": value,
+                "type": type(value).__name__}
+    return {"path": path_to_json(path, fn), "kind": kind, "value": list(value)}
+
+
+def _outside_from_json(data, fn):
+    value = data["value"]
+    if data["kind"] == "len":
+        value = tuple(value)
+    elif data.get("type") == "float":
+        value = float(value)
+    return path_from_json(data["path"], fn), data["kind"], value
 
 
 def spec_from_json(data, fn):
@@ -183,7 +205,8 @@ def spec_from_json(data, fn):
     return EntrySpec(tree_from_json(data["tree"]), leaves,
                      {name: tuple(bounds) for name, bounds in data["symbols"].items()},
                      guards, implicit, [tuple(source) for source in data["inputs"]],
-                     list(data["shape_guard_text"]))
+                     list(data["shape_guard_text"]),
+                     [_outside_from_json(item, fn) for item in data.get("outside", [])])
 
 
 def _tuples(value):

@@ -114,19 +114,96 @@ def _hook(method, *args, node):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, scope):
+    def __init__(self, scope, freevars):
         self.scope = scope
+        self.freevars = set(freevars)
 
     def visit_FunctionDef(self, node):
         return node  # nested definitions run as written (their calls go through ours)
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
+    # Loads from outside the function (globals, closure cells, the arguments' attributes)
+    # go through ``load``: arrays become traced implicit inputs there, and Python scalars
+    # get entry guards, so nothing read from outside is frozen into compiled code.
+    def _origin(self, node):
+        """``(root kind, root name, steps)`` of a load chain rooted at a name, or None."""
+        steps = []
+        while True:
+            if isinstance(node, ast.Attribute):
+                steps.append(("attr", node.attr))
+                node = node.value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+                isinstance(node.slice.value, (str, int))
+            ):
+                steps.append(("item", node.slice.value))
+                node = node.value
+            elif isinstance(node, ast.Name):
+                break
+            else:
+                return None
+        name = node.id
+        if name in self.scope.parameters:
+            kind = "param"
+        elif self.scope.is_local(name) or name in self.scope.assigned:
+            return None
+        elif name in self.freevars:
+            kind = "closure"
+        else:
+            kind = "global"
+        return kind, name, tuple(reversed(steps))
+
+    def _load(self, node, original):
+        origin = self._origin(original)
+        if origin is None and not isinstance(original, ast.Name):
+            origin = ("expression", "", ())
+        if origin is None:
+            return node
+        kind, name, steps = origin
+        descriptor = ast.Tuple(elts=[ast.Constant(kind), ast.Constant(name),
+                                     ast.Constant(steps)], ctx=ast.Load())
+        return _hook("load", node, descriptor, node=original)
+
+    def visit_Name(self, node):
+        if not isinstance(node.ctx, ast.Load) or node.id in ("super", "__class__", HOOK):
+            return node
+        if node.id in self.scope.parameters or self.scope.is_local(node.id) or (
+            node.id in self.scope.assigned
+        ):
+            return node
+        return self._load(node, node)
+
+    def visit_Attribute(self, node):
+        if not isinstance(node.ctx, ast.Load):
+            return self.generic_visit(node)
+        original = node
+        node = self.generic_visit(ast.Attribute(value=node.value, attr=node.attr, ctx=node.ctx))
+        ast.copy_location(node, original)
+        return self._load(node, original)
+
+    def visit_Subscript(self, node):
+        if not isinstance(node.ctx, ast.Load):
+            return self.generic_visit(node)
+        original = node
+        node = self.generic_visit(ast.Subscript(value=node.value, slice=node.slice,
+                                                ctx=node.ctx))
+        ast.copy_location(node, original)
+        return self._load(node, original)
+
     def visit_Call(self, node):
-        self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id == "super":
             return node  # zero-argument super() needs the real frame
+        original = node.func
+        self.generic_visit(node)
         func = node.func
+        if (
+            isinstance(original, ast.Attribute)
+            and original.attr in _MUTATING_METHODS
+            and isinstance(original.value, ast.Name)
+            and not self.scope.is_local(original.value.id)
+        ):
+            what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
+            return _hook("outside_mutation", what, node=node)
         if (
             isinstance(func, ast.Attribute)
             and func.attr in _MUTATING_METHODS
@@ -196,18 +273,40 @@ class RewriteUnavailable(Exception):
     """The function runs as written (no readable source, a lambda, ...)."""
 
 
+def _lambda_node(function, module):
+    """The one lambda in ``module`` with ``function``'s parameters, as a ``def``."""
+    names = function.__code__.co_varnames[: function.__code__.co_argcount]
+    found = [node for node in ast.walk(module) if isinstance(node, ast.Lambda)
+             and tuple(arg.arg for arg in node.args.args) == names]
+    if len(found) != 1:
+        raise RewriteUnavailable("the lambda's line holds other lambdas with its parameters")
+    lambda_node = found[0]
+    body = [ast.copy_location(ast.Return(value=lambda_node.body), lambda_node.body)]
+    node = ast.FunctionDef(name="<lambda>", args=lambda_node.args, body=body,
+                           decorator_list=[], returns=None)
+    if sys.version_info >= (3, 12):
+        node.type_params = []
+    return ast.copy_location(node, lambda_node)
+
+
 def _function_node(function):
-    if function.__code__.co_name == "<lambda>":
-        raise RewriteUnavailable("lambda")
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError) as error:
         raise RewriteUnavailable(f"source unavailable: {error}") from None
-    module = ast.parse(source)
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        raise RewriteUnavailable("the source snippet does not parse on its own") from None
+    if function.__code__.co_name == "<lambda>":
+        node = _lambda_node(function, module)
+        ast.increment_lineno(node, function.__code__.co_firstlineno - 1)
+        return ast.fix_missing_locations(node), source
     node = module.body[0] if module.body else None
     if not isinstance(node, ast.FunctionDef) or node.name != function.__code__.co_name:
         raise RewriteUnavailable("source does not start with the function's def")
-    ast.increment_lineno(node, function.__code__.co_firstlineno - node.lineno)
+    # The snippet's line 1 is co_firstlineno (the first decorator's line, or the def's).
+    ast.increment_lineno(node, function.__code__.co_firstlineno - 1)
     node.decorator_list = []
     return node, source
 
@@ -226,7 +325,8 @@ def rewrite_tree(function):
     if scope.problems:
         line, message = scope.problems[0]
         raise TraceError(f"{function.__code__.co_filename}:{line}: {message}")
-    rewritten = _Rewriter(scope).generic_visit(node)  # the body; nested defs stay as written
+    # The body only: nested definitions stay as written.
+    rewritten = _Rewriter(scope, function.__code__.co_freevars).generic_visit(node)
     if "__class__" in function.__code__.co_freevars:
         # Keep the __class__ cell that zero-argument super() reads.
         keep = ast.Expr(ast.Name(id="__class__", ctx=ast.Load()))
@@ -347,10 +447,48 @@ class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
 
-    def __init__(self, context):
+    def __init__(self, context, top=None, parameter_leaves=None):
         self.context = context
         self.functions = {}  # code -> (qualname, file, source)
         self.rewritten = {}
+        self.originals = {}  # rewritten code -> the user's function (for its closure cells)
+        self.top = top  # the traced function's rewritten code
+        self.parameter_leaves = parameter_leaves or {}  # its parameters -> argument leaves
+
+    # loads from outside ------------------------------------------------------------------
+    def load(self, value, descriptor):
+        context = self.context
+        if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
+                                                    0) == 1:
+            return context.implicit_tracer(value) if context.is_implicit(value) else value
+        if type(value) in (bool, int, float, list, tuple) or isinstance(value, np.generic):
+            path = self._path(descriptor, sys._getframe(1))
+            if path is not None:
+                context.note_outside_value(path, value)
+        return value
+
+    def _path(self, descriptor, frame):
+        """Where a load came from, as a path a later call can read again."""
+        from .implicit import Path
+
+        kind, name, steps = descriptor
+        if kind == "global":
+            if name not in frame.f_globals:
+                return None  # a builtin
+            root = ("global", frame.f_globals, name)
+        elif kind == "closure":
+            function = self.originals.get(frame.f_code)
+            names = function.__code__.co_freevars if function is not None else ()
+            if name not in names:
+                return None
+            root = ("closure", function.__closure__[names.index(name)], name)
+        elif kind == "param" and frame.f_code is self.top and name in self.parameter_leaves:
+            if not steps:
+                return None  # the argument itself: already part of the entry guard
+            root = ("arg", self.parameter_leaves[name])
+        else:
+            return None
+        return Path(root, tuple(steps))
 
     # calls ---------------------------------------------------------------------------
     def call(self, function, *args, **kwargs):
@@ -396,6 +534,7 @@ class Hooks:
         self.functions[function.__code__] = (
             function.__qualname__, function.__code__.co_filename, source
         )
+        self.originals[inner] = function
         return _bind(function, inner, self)
 
     # effects -------------------------------------------------------------------------
@@ -466,13 +605,16 @@ class Hooks:
         )
 
 
-def run_rewritten(fn, args, kwargs):
+def run_rewritten(fn, args, kwargs, parameter_leaves=None):
     """Call ``fn`` rewritten (when its source allows) under the current trace; returns the
-    result and the functions the trace passed through ``[(qualname, file, source)]``."""
+    result and the functions the trace passed through ``[(qualname, file, source)]``.
+    ``parameter_leaves`` maps ``fn``'s parameter names to their argument leaf positions
+    (attributes read from them are guarded)."""
     from .tracing import current_context
 
-    hooks = Hooks(current_context())
+    hooks = Hooks(current_context(), parameter_leaves=parameter_leaves)
     target = hooks.function_for(fn) if not isinstance(fn, functools.partial) else fn
+    hooks.top = getattr(getattr(target, "__func__", target), "__code__", None)
     if target is fn and isinstance(fn, (types.FunctionType, types.MethodType)):
         function = fn.__func__ if isinstance(fn, types.MethodType) else fn
         hooks.functions.setdefault(

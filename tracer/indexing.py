@@ -113,6 +113,13 @@ def _concrete_mask(mask):
     of traced data are refused; a mask read from outside the function is an implicit input
     whose values the trace guards."""
     if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
+        from .tracing import current_context
+
+        context = current_context()
+        outside = context.outside_array(mask) if context is not None else None
+        if outside is not None:  # an outside mask, read as an implicit input
+            context.guard_contents(outside)
+            return outside
         from .errors import TraceError
         from .locations import user_location
 

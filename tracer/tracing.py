@@ -207,6 +207,7 @@ class Trace:
     implicit_inputs: list
     mutated_inputs: dict  # argument leaf index -> graph output index of its new value
     functions: list = field(default_factory=list)
+    outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
 
     @property
     def value_guards(self):
@@ -237,6 +238,8 @@ class TracingContext:
         self.counter = 0
         self.mutated = {}  # id(input tracer) -> tracer
         self.input_tracers = []
+        self.implicit_tracers = {}
+        self.outside_values = {}
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------
@@ -342,6 +345,38 @@ class TracingContext:
         atom, _, _ = self.atom(tracer)
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
+
+    # --- values read from outside the function ---------------------------------------
+    def is_implicit(self, value):
+        return id(value) in self.implicit_candidates or id(value) in self.implicit_used
+
+    def implicit_tracer(self, value):
+        """The traced input standing for an outside array (one per array)."""
+        tracer = self.implicit_tracers.get(id(value))
+        if tracer is None:
+            var, array, _ = self._implicit_input(value)
+            tracer = Tracer(self, var, array, var.aval.shape)
+            self.implicit_tracers[id(value)] = tracer
+        return tracer
+
+    def outside_array(self, tracer):
+        """The outside array an implicit-input tracer stands for, if it is still that."""
+        for key, candidate in self.implicit_tracers.items():
+            if candidate is tracer and tracer.ir_var is self.inputs[
+                self.implicit_used[key].input_index
+            ]:
+                return self.implicit_used[key].value
+        return None
+
+    def note_outside_value(self, path, value):
+        """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
+        later calls must see the same value (lists and tuples: the same length)."""
+        key = str(path)
+        if key not in self.outside_values:
+            if isinstance(value, (list, tuple)):
+                self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
+            else:
+                self.outside_values[key] = (path, "value", value)
 
     def guard_contents(self, array):
         """Guard that an implicit input holds the values it holds now (a mask whose
@@ -530,8 +565,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwar
     traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
     previous = current_context()
     _state.context = context
+    parameter_leaves = _parameter_leaves(fn, args, kwargs, top_level)
     try:
-        result, functions = run_rewritten(fn, traced_args, traced_kwargs)
+        result, functions = run_rewritten(fn, traced_args, traced_kwargs, parameter_leaves)
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         raise _with_user_line(error) from None
@@ -579,6 +615,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwar
         implicit_inputs=list(context.implicit_used.values()),
         mutated_inputs=mutated,
         functions=functions,
+        outside_values=list(context.outside_values.values()),
     )
 
 
@@ -602,6 +639,24 @@ def _plain(value):
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
     return value
+
+
+def _parameter_leaves(fn, args, kwargs, top_level):
+    """Parameter name -> argument leaf position, for arguments that are single leaves."""
+    import inspect
+
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {}
+    positions = {}
+    names = list(bound.arguments)
+    for leaf, argument in enumerate(top_level):
+        name = names[argument] if isinstance(argument, int) and argument < len(names) else (
+            argument)
+        if top_level.count(argument) == 1:
+            positions[name] = leaf
+    return positions
 
 
 def _top_level_positions(args, kwargs):

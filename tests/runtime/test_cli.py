@@ -288,11 +288,6 @@ def test_an_unknown_verb_is_a_usage_error_without_a_traceback(tmp_path):
     assert "invalid choice: 'explode'" in completed.stderr
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="`tracejit --cache-dir DIR cache VERB` ignores DIR: each sub-parser repeats "
-    "--cache-dir with default None, which overwrites the top-level value (runtime/cli.py "
-    "build_parser), so the command acts on TRACEJIT_CACHE_DIR instead (clear deletes there)")
 def test_cache_dir_before_the_topic_is_honoured(filled_cache, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     completed = run_cli("--cache-dir", str(filled_cache), "cache", "list", "--json",

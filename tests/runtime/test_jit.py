@@ -21,7 +21,6 @@ import warnings
 import numpy as np
 import pytest
 
-from codegen.lowering import FusionConflict
 from runtime import Tensor, jit, no_grad, tensor
 from runtime.config import OptionError
 from tracer.errors import TraceError
@@ -254,11 +253,6 @@ def test_closure_array_is_read_at_every_call():
     assert scaled.stats()["compiles"] == 1
 
 
-@known_bug(
-    "a Python scalar read through a closure cell is baked into the compiled code with no "
-    "entry guard: rebinding it gives a stale result (tracer/implicit.py tracks arrays "
-    "only; runtime/guards.py)"
-)
 def test_closure_python_scalar_rebound_gives_the_new_result():
     def make():
         offset = 2.0
@@ -284,10 +278,6 @@ def test_closure_python_scalar_rebound_gives_the_new_result():
 OFFSET = 2.0
 
 
-@known_bug(
-    "a Python scalar global is baked into the compiled code with no entry guard: "
-    "rebinding it gives a stale result"
-)
 def test_global_python_scalar_rebound_gives_the_new_result(monkeypatch):
     @jit
     def shifted(x):
@@ -380,12 +370,6 @@ def test_pytrees_in_and_out_with_static_leaves():
     assert jitted.stats()["compiled_calls"] == 2
 
 
-@known_bug(
-    "codegen raises FusionConflict for a matmul epilogue that feeds both a pointwise "
-    "output and a reduction, and runtime/jit.py _compile_path lets it escape instead of "
-    "running eagerly",
-    raises=FusionConflict,
-)
 def test_a_compile_failure_runs_eagerly_instead_of_crashing():
     def model(x, w, b):
         return x @ w + b + 1, (x @ w + b).sum()
@@ -558,11 +542,6 @@ def _line_of(function, fragment):
     return first + offset
 
 
-@known_bug(
-    "guard locations of a decorated function are one line too early (tracer/frontend.py "
-    "_function_node: co_firstlineno is the decorator's line, node.lineno the def's), so "
-    "labels name `def step(x):`"
-)
 def test_side_exit_label_names_the_users_line_and_source_text():
     step = _make_branchy()
     step(np.ones(3))
@@ -663,11 +642,6 @@ def test_max_variants_warns_once_naming_function_line_shape_and_option():
     assert stats["compiles"] == 2
 
 
-@known_bug(
-    "the limit warning for a path names the guard by the wrong line (`def step(x):`, see "
-    "the guard location bug) and gives only the old value ('it held True'), not the new "
-    "one"
-)
 def test_max_variants_warning_for_a_path_names_the_guard_with_old_and_new_values():
     step = _make_branchy(max_variants=1)
     with warnings.catch_warnings(record=True) as caught:
@@ -732,10 +706,6 @@ def test_fallback_raise_raises_trace_error_naming_the_users_line(function, fragm
     assert fragment in message
 
 
-@known_bug(
-    "errors in a decorated function name the line above the user's (tracer/frontend.py "
-    "_function_node line offset)"
-)
 def test_fallback_raise_in_a_decorated_function_names_the_users_line():
     @jit(fallback="raise")
     def decorated(x):
@@ -820,11 +790,6 @@ def test_global_array_rebound_to_another_shape_recompiles(weight):
     assert jitted.stats()["compiles"] == 3
 
 
-@known_bug(
-    "a method called on a global array (WEIGHT.sum()) never meets a tracer, so its value "
-    "is frozen into the compiled code (tracer/implicit.py: implicit inputs are lifted "
-    "only when they meet a traced value)"
-)
 def test_global_array_reduced_by_its_own_method_is_read_at_every_call(weight):
     jitted = jit(lambda x: x + WEIGHT.sum())
     x = np.zeros(2)
@@ -834,11 +799,6 @@ def test_global_array_reduced_by_its_own_method_is_read_at_every_call(weight):
     call_both(jitted, x)
 
 
-@known_bug(
-    "the disk cache key leaves out implicit inputs' shapes: after a global is rebound to "
-    "another shape, the old entry is loaded, fails its entry guard, and still counts as a "
-    "disk hit (runtime/cache.py DiskCache.key / load)"
-)
 def test_disk_hits_count_only_entries_that_were_used(weight):
     jitted = jit(_weighted)
     x = np.arange(2.0)
@@ -926,11 +886,6 @@ def test_recompile_log_names_what_changed_with_old_and_new(tracejit_logs, second
     assert expected in messages[1]
 
 
-@known_bug(
-    "when an implicit input changes shape or an argument changes type, the recompile line "
-    "says only 'a shape relation or an implicit input changed' (runtime/diagnostics.py "
-    "mismatch)"
-)
 @pytest.mark.parametrize("change", ["implicit-shape", "ndarray-to-tensor"])
 def test_recompile_log_names_an_implicit_input_or_type_change(tracejit_logs, weight, change):
     jitted = jit(_weighted)
@@ -971,10 +926,6 @@ def test_guard_failure_log_names_file_and_line(tracejit_logs):
     assert "ran eagerly (1st time; the other path will be compiled on the next exit)" in message
 
 
-@known_bug(
-    "the guard log line shows the source one line above the guard (`def step(x):`), see "
-    "the guard location bug"
-)
 def test_guard_failure_log_shows_the_guards_source_text(tracejit_logs):
     step = _make_branchy()
     caplog = tracejit_logs()

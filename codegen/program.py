@@ -21,6 +21,7 @@ import ast
 import builtins
 import ctypes
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -157,6 +158,8 @@ def link(program):
         "_SideExit": SideExit,
         "_sys": sys,
         "_np": np,
+        "_thread": threading.local(),
+        "_no_workspace": np.empty(64, np.uint8),
     }
     for index, (_, constant) in enumerate(program.graph.constants):
         namespace[f"_c{index}"] = constant.data
@@ -226,8 +229,7 @@ def wrapper_source(plan, entry):
             names[name] = local
             shape = ast.Tuple(elts=[dim_source(dim) for dim in buffer.shape], ctx=ast.Load())
             body.append(_assign(local, _call("_empty", shape, ast.Constant(buffer.dtype.str))))
-    workspace = _call("max", dim_source(plan.workspace_bytes), ast.Constant(64))
-    body.append(_assign("workspace", _call("_empty", workspace, ast.Constant("u1"))))
+    body.extend(_workspace_statements(plan.workspace_bytes))
     arrays = ast.Tuple(elts=[_name(names[name]) if name is not None else _name("workspace")
                              for _, name in slots], ctx=ast.Load())
     symbols = [_name(symbol.name) for symbol in graph.symbols]
@@ -253,6 +255,20 @@ def wrapper_source(plan, entry):
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     header = f"# tracejit program {graph.name}: native entry {entry}\n"
     return header + astor.to_source(module)
+
+
+def _workspace_statements(size):
+    """Temporaries live in one workspace per thread, reused across calls (fresh memory
+    for large temporaries would page-fault on every call); none at all when empty."""
+    if isinstance(size, int) and size == 0:
+        return [_assign("workspace", _name("_no_workspace"))]
+    needed = _call("max", dim_source(size), ast.Constant(64))
+    source = f"""
+workspace = getattr(_thread, "workspace", None)
+if workspace is None or workspace.size < {astor.to_source(needed).strip()}:
+    workspace = _thread.workspace = _empty({astor.to_source(needed).strip()}, "u1")
+"""
+    return ast.parse(source).body
 
 
 def _output_source(atom, names):

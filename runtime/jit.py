@@ -37,7 +37,7 @@ from .autograd import is_grad_enabled
 from .config import Options, logger
 from .guards import EntrySpec, compile_guard
 from .tensor import Tensor, unwrap
-from .variants import OutputPlan, Path, Variant
+from .variants import OutputPlan, Path, Variant, _wrap_tensor
 
 log_recompiles = logger("recompiles")
 log_guards = logger("guards")
@@ -145,11 +145,6 @@ def _wants_grad(leaves):
     )
 
 
-def _wrap_tensor(value):
-    return Tensor._wrap(np.asarray(value)) if isinstance(value, (np.ndarray, np.generic)) else (
-        value)
-
-
 def _same_entry(a, b):
     return (
         [(leaf.kind, leaf.dtype, leaf.shape) for leaf in a.leaves]
@@ -174,6 +169,7 @@ class JitFunction:
         self._untraceable = {}
         self._warned_limit = False
         self._counters = Counter()
+        self.calls = self.compiled_calls = 0  # plain ints: the hit path counts them
         self._eager = Counter()
         self._side_exits = Counter()
         self._reasons = {}
@@ -195,7 +191,7 @@ class JitFunction:
 
     # --- calls ------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        self._counters["calls"] += 1
+        self.calls += 1
         if self.options.disabled:
             return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
         for variant in self._variants:
@@ -220,10 +216,9 @@ class JitFunction:
             break
         path.calls += 1
         variant.calls += 1
-        self._counters["compiled_calls"] += 1
+        self.compiled_calls += 1
         leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
-        wrap = _wrap_tensor if variant.wraps_tensors else _identity
-        result = path.outputs.result(outputs, leaves, wrap)
+        result = path.result(outputs, leaves, variant.wrap)
         if self.options.check:
             self._check(result, args, kwargs)
         return result
@@ -264,7 +259,6 @@ class JitFunction:
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
                 variant = Variant(spec, compile_guard(spec), path)
-                variant.wraps_tensors = _has_tensor_leaf(spec)
                 self._add_variant(variant)
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)
@@ -427,8 +421,8 @@ class JitFunction:
         eager_calls (by reason), compiles, disk_hits, variants, paths, side_exits (by
         guard), compile_seconds."""
         return {
-            "calls": self._counters["calls"],
-            "compiled_calls": self._counters["compiled_calls"],
+            "calls": self.calls,
+            "compiled_calls": self.compiled_calls,
             "traced_calls": self._counters["traced_calls"],
             "eager_calls": dict(self._eager),
             "compiles": self._counters["compiles"],
@@ -489,14 +483,6 @@ class BoundJitFunction:
 
     def explain(self):
         return self.function.explain()
-
-
-def _identity(value):
-    return value
-
-
-def _has_tensor_leaf(spec):
-    return any(leaf.type_name == "Tensor" for leaf in spec.leaves)
 
 
 def _plain_result(outputs, leaves):

@@ -312,7 +312,5 @@ def variant_from_json(data, fn, blobs):
         for guard_index in entry["via"][:-1]:
             parent = parent.children[guard_index]
         parent.children[entry["via"][-1]] = path
-    variant = Variant(spec, compile_guard(spec), root, from_disk=True)
-    variant.wraps_tensors = any(leaf.type_name == "Tensor" for leaf in spec.leaves)
-    return variant
+    return Variant(spec, compile_guard(spec), root, from_disk=True)
 

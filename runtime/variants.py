@@ -20,6 +20,17 @@ from tracer.abstract import PYTHON_SCALARS
 from .tensor import unwrap
 
 
+def _identity(value):
+    return value
+
+
+def _wrap_tensor(value):
+    from .tensor import Tensor
+
+    return Tensor._wrap(np.asarray(value)) if isinstance(value, (np.ndarray, np.generic)) else (
+        value)
+
+
 @dataclass
 class OutputPlan:
     """How program outputs become the function's result."""
@@ -45,6 +56,13 @@ class OutputPlan:
             leaves.append((kind, program_index))
             program_index += 1
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs))
+
+    def fast_result(self):
+        """A specialized ``result`` for the common case of one array result, or None."""
+        if not self.mutated and self.tree == pytree.LEAF and self.leaves[0][0] == "array":
+            index = self.leaves[0][1]
+            return lambda outputs, argument_leaves, wrap: wrap(outputs[index])
+        return None
 
     def result(self, outputs, argument_leaves, wrap):
         for position, index in self.mutated.items():
@@ -73,6 +91,9 @@ class Path:
     exits: dict = field(default_factory=dict)  # guard index -> times taken eagerly
     calls: int = 0
 
+    def __post_init__(self):
+        self.result = self.outputs.fast_result() or self.outputs.result
+
     def count(self):
         return 1 + sum(child.count() for child in self.children.values())
 
@@ -90,6 +111,11 @@ class Variant:
     key: str = ""  # the disk cache key, when it has one
     from_disk: bool = False
     calls: int = 0
+
+    def __post_init__(self):
+        # Tensors in, Tensors out: results are wrapped when the call took Tensors.
+        takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
+        self.wrap = _wrap_tensor if takes_tensors else _identity
 
     @property
     def path_count(self):

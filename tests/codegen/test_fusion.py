@@ -1,0 +1,116 @@
+"""What fuses, by kernel count and kind (the claims of ``codegen/schedule.py``), with the
+fused programs' results equal to eager NumPy at several sizes of their buckets:
+
+* ``gelu(x * w + b)``: one pointwise kernel (broadcast operands read in place);
+* ``softmax(layer_norm(x))`` over rows: one kernel whose row reductions are stages;
+* ``relu(x @ W + b)``: one matmul kernel with the bias and activation as its epilogue;
+* views (transpose, slices, pad, concatenate) inline into their consumer;
+* a reduction read by two kernels, or over a leading axis, gets its own kernel.
+
+Also: every program records its compile time, in total and per phase (no thresholds:
+speed lives in ``benchmarks/codegen_speed.py``), and fused kernels are vectorized.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from compiled_checks import assert_within, bucket_sizes, compiled
+
+from runtime import nn
+
+F32 = np.float32
+
+
+def data(shape, seed):
+    return np.random.default_rng([seed, *shape]).standard_normal(shape).astype(F32)
+
+
+def gelu_affine(x, w, b):
+    return nn.gelu(x * w + b)
+
+
+def layer_norm_softmax(x):
+    return nn.softmax(nn.layer_norm(x), axis=-1)
+
+
+def dense_relu(x, weights, bias):
+    return nn.relu(x @ weights + bias)
+
+
+def mlp_forward(x, w1, b1, w2, b2):
+    hidden = nn.relu(x @ w1 + b1)
+    return nn.softmax(hidden @ w2 + b2, axis=-1)
+
+
+def close(actual, expected, rtol):
+    """Elementwise within ``rtol`` of NumPy relative to the result's scale (composites of
+    exp/tanh with their stated ulp bounds, and reassociated row sums)."""
+    scale = np.abs(expected).astype(np.float64) + np.max(np.abs(expected), initial=1e-30)
+    assert_within(actual, expected, rtol * scale, "compiled vs eager")
+
+
+# name: (function, example shapes, expected kernel kinds, relative tolerance)
+FUSED = {
+    "gelu(x*w+b)": (gelu_affine, [(33, 65), (65,), (65,)], ["pointwise"], 2e-6),
+    "softmax(layer_norm(x))": (layer_norm_softmax, [(9, 65)], ["pointwise"], 2e-6),
+    "relu(x@W+b)": (dense_relu, [(9, 33), (33, 17), (17,)], ["matmul"], 1e-5),
+    "softmax rows": (lambda x: nn.softmax(x, axis=-1), [(5, 129)], ["pointwise"], 2e-6),
+    "layer_norm rows": (lambda x: nn.layer_norm(x), [(5, 129)], ["pointwise"], 2e-6),
+    "views inline": (lambda x, y: np.tanh(np.pad(x.T[::-1], ((0, 0), (1, 3))))
+                     + np.concatenate([y, y], axis=1), [(4, 5), (5, 4)], ["pointwise"], 2e-6),
+    "matmul then reduce": (lambda x, w: np.sum(x @ w, axis=1), [(9, 5), (5, 17)],
+                           ["matmul", "reduce"], 1e-5),
+    "reduction over the leading axis": (lambda x: x - x.mean(axis=0), [(9, 17)],
+                                        ["reduce", "pointwise"], 1e-6),
+    "reduction read by two kernels": (lambda x: (x - x.max(), x * x.max()), [(9, 17)],
+                                      ["reduce", "pointwise", "pointwise"], 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(FUSED))
+def test_kernel_count_and_results(case):
+    function, shapes, kinds, rtol = FUSED[case]
+    program = compiled(("fusion", case), function, *[data(s, 0) for s in shapes])
+    assert [kernel.kind for kernel in program.kernels] == kinds
+    assert program.kernel_count == len(kinds)
+    for run, size in enumerate(bucket_sizes(shapes[0][-1])):
+        # The last dim of the first operand (and every dim of the same size) varies.
+        def resize(shape, traced=shapes[0][-1], size=size):
+            return tuple(size if dim == traced else dim for dim in shape)
+
+        inputs = [data(resize(shape), run + 1) for shape in shapes]
+        outputs = program(*inputs)
+        with np.errstate(all="ignore"):
+            expected = function(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for actual, want in zip(outputs, expected):
+            close(actual, np.asarray(want), rtol)
+
+
+def test_mlp_forward_kernels():
+    """x @ W1 + b1 -> relu -> @ W2 + b2 -> softmax: two matmul kernels (the first with its
+    bias and relu as epilogue) and at most one more for the softmax."""
+    shapes = [(16, 784), (784, 64), (64,), (64, 10), (10,)]
+    program = compiled(("fusion", "mlp"), mlp_forward, *[data(s, 0) for s in shapes])
+    kinds = [kernel.kind for kernel in program.kernels]
+    assert kinds.count("matmul") == 2 and len(kinds) <= 3, kinds
+    inputs = [data(shape, 1) for shape in shapes]
+    close(program(*inputs)[0], mlp_forward(*inputs), 1e-5)
+
+
+def test_compile_time_is_recorded_per_program_and_phase():
+    program = compiled(("fusion", "gelu(x*w+b)"), gelu_affine,
+                       *[data(s, 0) for s in FUSED["gelu(x*w+b)"][1]])
+    seconds = program.compile_seconds
+    phases = {name: value for name, value in seconds.items() if name != "total"}
+    assert seconds["total"] > 0
+    assert phases and all(value > 0 for value in phases.values()), seconds
+    assert seconds["total"] >= sum(phases.values()) * 0.999
+
+
+def test_fused_kernel_is_vectorized():
+    """The contiguous inner loop of the fused gelu kernel is SIMD code after optimization."""
+    program = compiled(("fusion", "gelu(x*w+b)"), gelu_affine,
+                       *[data(s, 0) for s in FUSED["gelu(x*w+b)"][1]])
+    assert " x float>" in program.optimized_ir

@@ -1,0 +1,318 @@
+"""The compiled math library against NumPy, over the whole float range.
+
+For exp, expm1, log, log1p and tanh in float32 and float64 (compiled from traces of the
+NumPy functions) this measures the largest error in ulps against NumPy over
+
+* a dense sweep of the whole float range, positive and negative (evenly spaced bit
+  patterns: log-spaced values from the smallest denormal to the largest float), plus
+  random bit patterns;
+* dense linear sweeps around each function's interesting points: the overflow and
+  underflow thresholds of exp/expm1, 1 for log, -1 for log1p, tanh's saturation, and 0,
+  where expm1, log1p and tanh must be relatively accurate;
+
+and asserts it stays within the bound ``codegen/mathlib.py`` states (``STATED_ULP``).
+Special values (NaN, signed infinities and zeros, denormals, domain edges) must match
+NumPy exactly. ``MEASURED_ULP`` collects the maxima; ``python tests/codegen/test_mathlib.py``
+prints them as a table.
+
+Compiled float32 sums (``np.sum``) must be at least as accurate as NumPy's pairwise
+summation, both measured against the exact sum (``math.fsum`` of the float64 values).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+from compiled_checks import F32, F64, assert_same, compiled, dtype_id, ulp_distance
+
+FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh"]
+# The table in codegen/mathlib.py's docstring (the same bound for float32 and float64).
+STATED_ULP = {"exp": 2, "expm1": 2, "log": 2, "log1p": 3, "tanh": 3}
+MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
+
+SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dynamic) size
+
+# Thresholds of the float formats where results change behaviour.
+POINTS = {
+    F32: {"exp_overflow": 88.72283935546875, "exp_denormal": -87.33654022216797,
+          "exp_underflow": -103.97208404541016, "expm1_saturation": -17.0,
+          "tanh_saturation": 9.5},
+    F64: {"exp_overflow": 709.782712893384, "exp_denormal": -708.3964185322641,
+          "exp_underflow": -745.1332191019411, "expm1_saturation": -38.0,
+          "tanh_saturation": 19.5},
+}
+INTERESTING = {
+    "exp": ["exp_overflow", "exp_denormal", "exp_underflow", 0.0],
+    "expm1": ["exp_overflow", "expm1_saturation", 0.0],
+    "log": [1.0, 0.0],
+    "log1p": [-1.0, 0.0],
+    "tanh": ["tanh_saturation", 0.0],
+}
+
+
+def program_for(name, dtype):
+    function = getattr(np, name)
+    return compiled(("mathlib", name, dtype), lambda x: function(x),
+                    np.ones(SWEEP_SIZE, dtype))
+
+
+def evaluate(name, dtype, values):
+    """The compiled ``np.<name>`` of ``values`` (padded into the program's size bucket)."""
+    values = np.asarray(values, dtype)
+    low = SWEEP_SIZE // 2 + 1
+    outputs = []
+    for start in range(0, max(values.size, 1), SWEEP_SIZE):
+        chunk = values[start:start + SWEEP_SIZE]
+        padded = np.concatenate([chunk, np.zeros(max(0, low - chunk.size), dtype)])
+        (result,) = program_for(name, dtype)(padded)
+        outputs.append(result[:chunk.size])
+    return np.concatenate(outputs)
+
+
+def numpy_of(name, values):
+    with np.errstate(all="ignore"):
+        return getattr(np, name)(values)
+
+
+# --- the sweeps ------------------------------------------------------------------------
+def whole_range(dtype, count):
+    """``count`` values of each sign evenly spaced in bit pattern from +0 to the largest
+    float: every binade, the denormals included, gets its share."""
+    int_type = np.int32 if dtype == F32 else np.int64
+    top = int(np.array(np.finfo(dtype).max, dtype).view(int_type))
+    bits = np.linspace(0, top, count, dtype=np.float64).astype(np.int64).astype(int_type)
+    positive = bits.view(dtype)
+    return np.concatenate([positive, -positive])
+
+
+def random_bits(dtype, count, seed):
+    int_type = np.int32 if dtype == F32 else np.int64
+    info = np.iinfo(int_type)
+    rng = np.random.default_rng(seed)
+    values = rng.integers(info.min, info.max, count, dtype=int_type, endpoint=True).view(dtype)
+    return values[np.isfinite(values)]
+
+
+def around(point, dtype, ulps=2000, width=None, count=20000):
+    """Every float within ``ulps`` of ``point``, and ``count`` values spread over
+    ``point +- width``."""
+    point = dtype.type(point)
+    steps = [point]
+    up, down = point, point
+    for _ in range(ulps):
+        up = np.nextafter(up, dtype.type(np.inf))
+        down = np.nextafter(down, dtype.type(-np.inf))
+        steps += [up, down]
+    width = width if width is not None else max(abs(float(point)) * 0.01, 1e-3)
+    spread = np.linspace(float(point) - width, float(point) + width, count)
+    return np.concatenate([np.array(steps, dtype), spread.astype(dtype)])
+
+
+def near_zero(dtype):
+    """Log-spaced tiny magnitudes of both signs, where relative accuracy matters most."""
+    smallest = math.log10(float(np.finfo(dtype).smallest_subnormal))
+    magnitudes = np.logspace(smallest, 0, 40000)
+    return np.concatenate([magnitudes, -magnitudes]).astype(dtype)
+
+
+def sweep(name, dtype):
+    parts = [whole_range(dtype, 200_000), random_bits(dtype, 100_000, seed=len(name)),
+             near_zero(dtype)]
+    for point in INTERESTING[name]:
+        value = POINTS[dtype][point] if isinstance(point, str) else point
+        parts.append(around(value, dtype))
+        parts.append(around(-value, dtype))
+    huge = np.array([np.finfo(dtype).max, 1e30, 1e20, 1e10, 1e5, 3e3], dtype)
+    parts.append(np.concatenate([huge, -huge]))
+    return np.concatenate(parts)
+
+
+def measure(name, dtype):
+    values = sweep(name, dtype)
+    actual, expected = evaluate(name, dtype, values), numpy_of(name, values)
+    distance = ulp_distance(actual, expected)
+    worst = int(np.argmax(distance))
+    MEASURED_ULP[(name, dtype_id(dtype))] = (float(distance[worst]), values[worst])
+    return values, actual, expected, distance
+
+
+CASES = [pytest.param(name, dtype, id=f"{name}-{dtype_id(dtype)}")
+         for name in FUNCTIONS for dtype in (F32, F64)]
+EXPM1_NAN = ("expm1 returns NaN just below the overflow threshold, where NumPy gives a finite "
+             "result: x in [88.3763, 88.7228] (float32), [709.4367, 709.7827] (float64). In "
+             "codegen/mathlib.py expm1, scale = 2^n overflows to inf for n = 128 (1024) and "
+             "inf * expm1(r) + (inf - 1) with expm1(r) < 0 is NaN")
+KNOWN_BOUND_BUGS = {
+    ("expm1", F32): EXPM1_NAN + "; away from it float32 still reaches 3 ulp (bound 2)",
+    ("expm1", F64): EXPM1_NAN,
+    ("log", F32): "log float32 reaches 4 ulp from NumPy (x = 0.782391), above the 2 ulp "
+                  "codegen/mathlib.py states: log() sums e*ln2 + log(m) with a 5-term atanh "
+                  "series (Float.log_terms) and s = (m-1)/(m+1) rounded once",
+    ("log", F64): "log float64 reaches 3 ulp from NumPy near 1 (x = 1.0018225911295564), "
+                  "above the stated 2 ulp: codegen/mathlib.py log(), s = (m-1)/(m+1)",
+    ("log1p", F32): "log1p float32 reaches 4 ulp (x = 0.0033313348), above the stated 3: "
+                    "codegen/mathlib.py log1p inherits log()'s error near 1",
+    ("log1p", F64): "log1p float64 reaches 4 ulp (x = 0.06018503595206084), above the "
+                    "stated 3: codegen/mathlib.py log1p inherits log()'s error near 1",
+}
+
+
+def bound_cases():
+    marked = []
+    for case in CASES:
+        reason = KNOWN_BOUND_BUGS.get(tuple(case.values))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        marked.append(pytest.param(*case.values, id=case.id, marks=marks))
+    return marked
+
+
+@pytest.mark.parametrize("name, dtype", bound_cases())
+def test_ulp_bound_over_the_whole_range(name, dtype):
+    values, actual, expected, distance = measure(name, dtype)
+    bound = STATED_ULP[name]
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= bound, (
+        f"{name} {dtype}: {distance[worst]:g} ulp at x = {values[worst]!r} "
+        f"(compiled {actual[worst]!r}, NumPy {expected[worst]!r}); "
+        f"{int(np.sum(distance > bound))} of {values.size} points above {bound} ulp"
+    )
+
+
+@pytest.mark.parametrize("name, dtype", CASES)
+def test_exact_results_where_numpy_gives_special_values(name, dtype):
+    """Across the sweep: NaN exactly where NumPy gives NaN, and NumPy's infinities and
+    zeros exactly (with their signs), e.g. exp overflowing to inf and underflowing to 0."""
+    values = sweep(name, dtype)
+    actual, expected = evaluate(name, dtype, values), numpy_of(name, values)
+    special = np.isnan(expected) | np.isinf(expected) | (expected == 0)
+    # expm1(-0.0) is tested (xfail) by test_special_values.
+    special &= ~((values == 0) & np.signbit(values)) if name == "expm1" else True
+    assert_same(actual[special], expected[special], 0, (values[special],),
+                f"{name} {dtype} where NumPy gives NaN, inf or 0")
+
+
+def special_inputs(dtype):
+    info = np.finfo(dtype)
+    return np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0,
+                     info.max, -info.max, info.tiny, -info.tiny, info.smallest_subnormal,
+                     -info.smallest_subnormal, np.nextafter(dtype.type(-1), dtype.type(0)),
+                     np.nextafter(dtype.type(-1), dtype.type(-2)),
+                     POINTS[dtype]["exp_overflow"], POINTS[dtype]["exp_underflow"],
+                     POINTS[dtype]["exp_denormal"], 1000.0, -1000.0], dtype)
+
+
+SPECIAL_BUGS = {
+    ("expm1", F32): "expm1(-0.0) is -0.0 in NumPy, 0.0 compiled (codegen/mathlib.py expm1: "
+                    "2^0 * expm1(-0.0) + (2^0 - 1) = -0.0 + 0.0 = +0.0)",
+    ("expm1", F64): "expm1(-0.0) is -0.0 in NumPy, 0.0 compiled (codegen/mathlib.py expm1)",
+}
+
+
+@pytest.mark.parametrize("name, dtype", [
+    pytest.param(name, dtype, id=f"{name}-{dtype_id(dtype)}", marks=[pytest.mark.xfail(
+        strict=True, reason=SPECIAL_BUGS[(name, dtype)])] if (name, dtype) in SPECIAL_BUGS
+        else [])
+    for name in FUNCTIONS for dtype in (F32, F64)])
+def test_special_values(name, dtype):
+    """NaN, +-inf, +-0, the extremes, denormals, domain edges (log of negatives and 0,
+    log1p at and beyond -1) and the exp thresholds: NumPy's results (within the stated ulp
+    bound where the result is an ordinary float)."""
+    values = special_inputs(dtype)
+    assert_same(evaluate(name, dtype, values), numpy_of(name, values), STATED_ULP[name],
+                (values,), f"{name} {dtype}")
+
+
+def test_ulp_distance_helper():
+    one = np.float32(1.0)
+    above = np.nextafter(one, np.float32(2))
+    assert ulp_distance(one, above) == 1
+    assert ulp_distance(np.float32(0.0), np.float32(-0.0)) == 0
+    smallest = np.finfo(np.float64).smallest_subnormal
+    assert ulp_distance(np.float64(smallest), np.float64(-smallest)) == 2
+    assert ulp_distance(np.float32(np.nan), np.float32(np.nan)) == 0
+    assert ulp_distance(np.float64(np.nan), np.float64(1.0)) == np.inf
+    largest = np.finfo(np.float32).max
+    assert ulp_distance(np.float32(largest), np.float32(np.inf)) == 1
+    assert ulp_distance(np.float64(-np.inf), np.float64(np.inf)) == 2 * (0x7FF << 52)
+
+
+# --- float32 sums ----------------------------------------------------------------------
+def summation_inputs():
+    rng = np.random.default_rng(2024)
+    n = 10**6
+    many_small = np.full(n, 1.0, np.float32)
+    return {
+        "uniform [0, 1)": rng.random(n).astype(np.float32),
+        "normal": rng.standard_normal(n).astype(np.float32),
+        "wide magnitudes": (rng.standard_normal(n) * 10.0 ** rng.uniform(-8, 8, n)).astype(
+            np.float32),
+        "one large first, many small": np.concatenate([[np.float32(1e8)], many_small[1:]]),
+        "many small, one large last": np.concatenate([many_small[1:], [np.float32(1e8)]]),
+        "large cancelling pair": np.concatenate([[np.float32(3e7)], rng.random(n - 2).astype(
+            np.float32), [np.float32(-3e7)]]),
+        "alternating 1e4 and small": np.where(np.arange(n) % 2 == 0, np.float32(1e4),
+                                              rng.random(n).astype(np.float32) * 1e-3),
+    }
+
+
+SUM_INPUTS = summation_inputs()
+
+
+def sum_program():
+    return compiled(("mathlib-sum",), lambda x: np.sum(x), np.ones(10**6, np.float32))
+
+
+@pytest.mark.parametrize("case", list(SUM_INPUTS))
+def test_float32_sum_at_least_as_accurate_as_numpy(case):
+    """|compiled - exact| <= max(|NumPy - exact|, 1 ulp of the exact sum): the compiled sum
+    is as accurate as pairwise summation (a correctly rounded result may still land one
+    ulp from a NumPy result that happens to round to the nearest float)."""
+    values = SUM_INPUTS[case]
+    exact = math.fsum(values.astype(np.float64).tolist())
+    (compiled_sum,) = sum_program()(values)
+    numpy_sum = np.sum(values)
+    compiled_error = abs(float(compiled_sum) - exact)
+    numpy_error = abs(float(numpy_sum) - exact)
+    one_ulp = float(np.spacing(np.float32(abs(exact))))
+    assert compiled_error <= max(numpy_error, one_ulp), (
+        f"{case}: compiled {float(compiled_sum)!r} is {compiled_error:g} from the exact sum "
+        f"{exact!r}, NumPy's {float(numpy_sum)!r} only {numpy_error:g}"
+    )
+
+
+def test_float32_row_sums_at_least_as_accurate_as_numpy():
+    rng = np.random.default_rng(5)
+    rows = (rng.random((16, 65536)) * 10.0 ** rng.uniform(-3, 3, (16, 65536))).astype(np.float32)
+    program = compiled(("mathlib-row-sums",), lambda x: np.sum(x, axis=1), rows)
+    (compiled_sums,) = program(rows)
+    exact = np.array([math.fsum(row.astype(np.float64).tolist()) for row in rows])
+    compiled_error = np.abs(compiled_sums.astype(np.float64) - exact)
+    numpy_error = np.abs(np.sum(rows, axis=1).astype(np.float64) - exact)
+    one_ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.all(compiled_error <= np.maximum(numpy_error, one_ulp)), (
+        compiled_error / one_ulp, numpy_error / one_ulp)
+
+
+def ulp_table():
+    """Measure every function and dtype; the table of maxima as text (NaN-for-number
+    mismatches are counted apart, the maximum is over the other points)."""
+    lines = [f"{'function':9} {'float32':>38} {'float64':>38}  stated"]
+    for name in FUNCTIONS:
+        cells = []
+        for dtype in (F32, F64):
+            values, _, _, distance = measure(name, dtype)
+            finite = np.isfinite(distance)
+            worst = int(np.argmax(np.where(finite, distance, -1)))
+            cell = f"{distance[worst]:g} ulp @ {float(values[worst]):.8g}"
+            if not finite.all():
+                cell += f", {np.sum(~finite)} NaN"
+            cells.append(cell)
+        lines.append(f"{name:9} {cells[0]:>38} {cells[1]:>38}  <= {STATED_ULP[name]}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(print(ulp_table()))

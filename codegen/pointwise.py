@@ -74,6 +74,15 @@ def _math(name):
     return rule
 
 
+def _rounding(name):
+    """floor and ceil: integers (and bools) are already whole (NumPy 2 keeps them)."""
+
+    def rule(ctx, x):
+        return getattr(mathlib, name)(ctx.builder, x) if is_float(ctx.dtype) else x
+
+    return rule
+
+
 def _libm(name):
     def rule(ctx, *args):
         return mathlib.libm(ctx.builder, name, args[0].type, *args)
@@ -222,8 +231,8 @@ def _integer_power(ctx, x, y):
 def _maximum(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
-        # NumPy: (x >= y || isnan(x)) ? x : y
-        keep = builder.or_(builder.fcmp_ordered(">=", x, y), builder.fcmp_unordered("uno", x, x))
+        # NumPy: (x > y || isnan(x)) ? x : y  (ties, such as 0.0 and -0.0, give y)
+        keep = builder.or_(builder.fcmp_ordered(">", x, y), builder.fcmp_unordered("uno", x, x))
         return builder.select(keep, x, y)
     compare = builder.icmp_unsigned if ctx.dtype == np.bool_ else builder.icmp_signed
     return builder.select(compare(">=", x, y), x, y)
@@ -232,7 +241,7 @@ def _maximum(ctx, x, y):
 def _minimum(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
-        keep = builder.or_(builder.fcmp_ordered("<=", x, y), builder.fcmp_unordered("uno", x, x))
+        keep = builder.or_(builder.fcmp_ordered("<", x, y), builder.fcmp_unordered("uno", x, x))
         return builder.select(keep, x, y)
     compare = builder.icmp_unsigned if ctx.dtype == np.bool_ else builder.icmp_signed
     return builder.select(compare("<=", x, y), x, y)
@@ -276,8 +285,8 @@ RULES = {
     "tanh": _math("tanh"),
     "sin": _libm("sin"),
     "cos": _libm("cos"),
-    "floor": _math("floor"),
-    "ceil": _math("ceil"),
+    "floor": _rounding("floor"),
+    "ceil": _rounding("ceil"),
     "isnan": _isnan,
     "isinf": _isinf,
     "isfinite": _isfinite,

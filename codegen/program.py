@@ -141,6 +141,12 @@ def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
     return program
 
 
+def _c_order(array, dtype):
+    """A C-contiguous array of ``dtype`` (the same array when it already is one; 0-d stays
+    0-d, unlike np.ascontiguousarray)."""
+    return np.asarray(array, dtype=dtype, order="C")
+
+
 def link(program):
     """Load the object code and build the wrapper (also after loading from disk)."""
     from .parallel import pool
@@ -153,7 +159,7 @@ def link(program):
     namespace = {
         "_native": native,
         "_empty": np.empty,
-        "_contiguous": np.ascontiguousarray,
+        "_contiguous": _c_order,
         "_asarray": np.asarray,
         "_SideExit": SideExit,
         "_sys": sys,
@@ -214,7 +220,7 @@ def wrapper_source(plan, entry):
     for position, var in enumerate(graph.inputs):
         dtype = ast.Constant(var.aval.dtype.str)
         body.append(_assign(parameters[position],
-                            _call("_contiguous", _name(parameters[position]), dtype=dtype)))
+                            _call("_contiguous", _name(parameters[position]), dtype)))
     for symbol, (position, axis) in _symbol_bindings(graph).items():
         shape = ast.Attribute(value=_name(parameters[position]), attr="shape", ctx=ast.Load())
         body.append(_assign(symbol, ast.Subscript(value=shape, slice=ast.Constant(axis),

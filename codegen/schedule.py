@@ -262,7 +262,10 @@ class _Scheduler:
         trees = {name: self.inlined(self.buffers[name].var) | {name} for name in self.roots()}
         for name in self.roots():
             root = self.buffers[name].var
-            if name == product.name or root.aval.shape != product.aval.shape:
+            # The epilogue runs in place over the product: same shape and same dtype.
+            if name == product.name or root.aval.shape != product.aval.shape or (
+                root.aval.dtype != product.aval.dtype
+            ):
                 continue
             tree = trees[name]
             if not all(user.out.name in tree for user in users):

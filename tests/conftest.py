@@ -1,8 +1,10 @@
-"""Shared test setup: the tests/ directory is importable, so test modules anywhere below
-it can ``import model_corpus``; the compile cache lives in a temporary directory for the
-whole session, so no test (nor a subprocess a test starts) touches ~/.cache/tracejit."""
+"""Shared test setup: ``import model_corpus`` works from any test module (it is registered
+from its file, not by putting tests/ on sys.path, where tests/codegen and tests/tracer would
+shadow the real packages); the compile cache lives in a temporary directory for the whole
+session, so no test (nor a subprocess a test starts) touches ~/.cache/tracejit."""
 
 import atexit
+import importlib.util
 import os
 import shutil
 import sys
@@ -11,8 +13,12 @@ import tempfile
 import pytest
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+if "model_corpus" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        "model_corpus", os.path.join(_TESTS_DIR, "model_corpus.py"))
+    _corpus = importlib.util.module_from_spec(_spec)
+    sys.modules["model_corpus"] = _corpus
+    _spec.loader.exec_module(_corpus)
 
 # Set when conftest is imported, not only in a fixture: jit reads TRACEJIT_CACHE_DIR when a
 # function is decorated, and a test module may decorate while it is being collected.

@@ -516,9 +516,11 @@ class Hooks:
         target = function.__func__ if isinstance(function, types.MethodType) else function
         if isinstance(target, functools.partial) or not _is_user_function(target):
             return function
-        if target.__code__ not in self.rewritten:
-            self.rewritten[target.__code__] = self.rewrite(target)
-        rewritten = self.rewritten[target.__code__]
+        # Per function object, not per code: closures made by one factory share code but
+        # not cells. (The rewritten code itself is cached per code object.)
+        if id(target) not in self.rewritten:
+            self.rewritten[id(target)] = (target, self.rewrite(target))
+        rewritten = self.rewritten[id(target)][1]
         if isinstance(function, types.MethodType):
             return types.MethodType(rewritten, function.__self__)
         return rewritten

@@ -271,9 +271,6 @@ def test_outputs_that_are_inputs_and_literals():
     assert seven == 7 and half == np.float32(0.5) and np.asarray(half).dtype == np.float32
 
 
-@pytest.mark.xfail(strict=True, reason="a 0-d input returned as an output comes back with "
-                   "shape (1,): the wrapper returns np.ascontiguousarray(x0), which is at "
-                   "least 1-d (codegen/program.py wrapper_source: _contiguous)")
 def test_zero_d_input_returned_as_output_keeps_its_shape():
     program = program_of("graph identity0d\n  in %0: f64[]\n  return %0\n")
     (result,) = program(np.array(2.5))

@@ -54,7 +54,8 @@ from tracer.errors import UnsupportedError
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 # --- tolerances ------------------------------------------------------------------------
-MATHLIB_ULP = {"exp": 2, "expm1": 2, "log": 2, "log1p": 3, "tanh": 3}  # codegen/mathlib.py
+# codegen/mathlib.py's bounds against NumPy (the larger of float32 and float64).
+MATHLIB_ULP = {"exp": 2, "expm1": 3, "log": 3, "log1p": 3, "tanh": 3}
 LIBM_ULP = {"sin": 2, "cos": 2, "power": 2}  # the C library vs NumPy's loops: both ~1 ulp
 ULP_BOUNDS = {**MATHLIB_ULP, **LIBM_ULP, "true_divide": 1}
 
@@ -140,26 +141,10 @@ def pointwise_cases():
 
 SUPPORTED_POINTWISE, REFUSED_POINTWISE = pointwise_cases()
 
-KNOWN_BUGS = {
-    ("floor", I32): "floor/ceil of integers call llvm.floor.f32 on an integer (NumPy 2 "
-                    "returns the integer unchanged): codegen/pointwise.py RULES['floor'] -> "
-                    "mathlib.floor",
-    ("floor", I64): "floor of int64: llvm.floor on an integer (codegen/pointwise.py)",
-    ("floor", BOOL): "floor of bool: llvm.floor on an i1 (codegen/pointwise.py)",
-    ("ceil", I32): "ceil of int32: llvm.ceil on an integer (codegen/pointwise.py)",
-    ("ceil", I64): "ceil of int64: llvm.ceil on an integer (codegen/pointwise.py)",
-    ("ceil", BOOL): "ceil of bool: llvm.ceil on an i1 (codegen/pointwise.py)",
-    ("log", F32): "log float32 is 3 ulp from NumPy at x = 1.2162076, above the 2 ulp "
-                  "codegen/mathlib.py states (see test_mathlib.py)",
-}
+KNOWN_BUGS = {}
 
 
-# Known bugs that only flip the sign of a zero: the table test compares these with
-# +0 == -0, and test_signed_zero_known_bugs pins the signed zeros (xfail).
-SIGN_OF_ZERO_BUGS = {
-    ("maximum", F32), ("maximum", F64), ("minimum", F32), ("minimum", F64),
-    ("expm1", F32), ("expm1", F64),
-}
+SIGN_OF_ZERO_BUGS = set()  # (name, dtype) compared with +0 == -0; none at present
 
 
 def with_known_bugs(cases):
@@ -228,25 +213,17 @@ def test_pointwise_primitive(name, dtype):
 
 
 SIGNED_ZERO_CASES = [
-    pytest.param("maximum", [0.0, -0.0], [-0.0, 0.0], F64, marks=pytest.mark.xfail(
-        strict=True, reason="maximum(0.0, -0.0): NumPy 2 returns the second operand when "
-        "the operands compare equal (-0.0), codegen/pointwise.py _maximum the first"),
+    pytest.param("maximum", [0.0, -0.0], [-0.0, 0.0], F64,
         id="maximum-f64"),
-    pytest.param("minimum", [0.0, -0.0], [-0.0, 0.0], F32, marks=pytest.mark.xfail(
-        strict=True, reason="minimum(0.0, -0.0): NumPy 2 returns the second operand when "
-        "the operands compare equal, codegen/pointwise.py _minimum the first"),
+    pytest.param("minimum", [0.0, -0.0], [-0.0, 0.0], F32,
         id="minimum-f32"),
-    pytest.param("expm1", [-0.0, 0.0], None, F32, marks=pytest.mark.xfail(
-        strict=True, reason="expm1(-0.0) is -0.0 in NumPy, 0.0 compiled "
-        "(codegen/mathlib.py expm1 loses the sign of zero)"), id="expm1-f32"),
-    pytest.param("expm1", [-0.0, 0.0], None, F64, marks=pytest.mark.xfail(
-        strict=True, reason="expm1(-0.0) is -0.0 in NumPy, 0.0 compiled "
-        "(codegen/mathlib.py expm1)"), id="expm1-f64"),
+    pytest.param("expm1", [-0.0, 0.0], None, F32, id="expm1-f32"),
+    pytest.param("expm1", [-0.0, 0.0], None, F64, id="expm1-f64"),
 ]
 
 
 @pytest.mark.parametrize("name, x, y, dtype", SIGNED_ZERO_CASES)
-def test_signed_zero_known_bugs(name, x, y, dtype):
+def test_signed_zeros(name, x, y, dtype):
     prim = PRIMITIVES[name]
     operands = [np.array(x, dtype)] + ([np.array(y, dtype)] if y is not None else [])
     program = compiled(("signed-zero", name, dtype), lambda *xs: bind(prim, *xs), *operands)
@@ -414,10 +391,6 @@ def test_cast(source, target):
                        lambda x: numpy_result(lambda v: v.astype(target), x), tolerance)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "x.astype(x.dtype) of a 0-d input comes back with shape (1,): the traced graph returns "
-    "its input and the wrapper returns np.ascontiguousarray(x), which is at least 1-d "
-    "(codegen/program.py wrapper_source, _contiguous)"))
 @pytest.mark.parametrize("dtype", [F64, I32], ids=dtype_id)
 def test_identity_cast_of_0d(dtype):
     x = np.array(3, dtype)
@@ -783,10 +756,6 @@ def test_matmul_mixed_with_pointwise(dtype):
                 assert_same(actual, want, 0, (), "matmul epilogue")
 
 
-@pytest.mark.xfail(strict=True, reason="a matmul epilogue that casts to a wider dtype "
-                   "((a @ b).astype(np.float64) with float32/int32 operands) reads the product "
-                   "with the wrong element size: codegen/schedule.py epilogues fuses it, "
-                   "codegen/lowering.py build_matmul stores the product in the wider root")
 @pytest.mark.parametrize("dtype", [F32, I32], ids=dtype_id)
 def test_matmul_epilogue_widening_cast(dtype):
     a, b = np.arange(6, dtype=dtype).reshape(2, 3), np.ones((3, 2), dtype)

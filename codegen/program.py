@@ -167,6 +167,7 @@ def link(program):
         "_thread": threading.local(),
         "_no_workspace": np.empty(64, np.uint8),
     }
+    namespace["_recycled"] = _recycler(namespace["_thread"])
     for index, (_, constant) in enumerate(program.graph.constants):
         namespace[f"_c{index}"] = constant.data
     code = builtins.compile(program.wrapper_source, f"<tracejit program {program.name}>", "exec")
@@ -231,10 +232,16 @@ def wrapper_source(plan, entry):
     for kind, name in slots:
         if kind == "output":
             buffer = plan.buffers[name]
-            local = f"out{len([n for n in names if names[n].startswith('out')])}"
+            number = len([n for n in names if names[n].startswith("out")])
+            local = f"out{number}"
             names[name] = local
             shape = ast.Tuple(elts=[dim_source(dim) for dim in buffer.shape], ctx=ast.Load())
-            body.append(_assign(local, _call("_empty", shape, ast.Constant(buffer.dtype.str))))
+            dtype = ast.Constant(buffer.dtype.str)
+            if _may_be_large(buffer, plan.graph):
+                allocation = _call("_recycled", ast.Constant(number), shape, dtype)
+            else:
+                allocation = _call("_empty", shape, dtype)
+            body.append(_assign(local, allocation))
     body.extend(_workspace_statements(plan.workspace_bytes))
     arrays = ast.Tuple(elts=[_name(names[name]) if name is not None else _name("workspace")
                              for _, name in slots], ctx=ast.Load())
@@ -261,6 +268,42 @@ def wrapper_source(plan, entry):
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     header = f"# tracejit program {graph.name}: native entry {entry}\n"
     return header + astor.to_source(module)
+
+
+RECYCLE_BYTES = 1 << 20
+
+
+def _may_be_large(buffer, graph):
+    """Outputs of a megabyte or more (at the top of their bucket) are recycled."""
+    size = buffer.nbytes
+    if not isinstance(size, int):
+        size = size.bounds(graph.ranges)[1]
+    return size >= RECYCLE_BYTES
+
+
+def _recycler(thread_state):
+    """``recycled(slot, shape, dtype)``: an output array, reusing one this thread returned
+    earlier if nobody holds it any more (only this pool references it). Fresh large
+    arrays are page-faulted on first touch - as slow as the kernel that fills them;
+    caching allocators (JAX, PyTorch) avoid that the same way."""
+    getrefcount = sys.getrefcount
+
+    def recycled(slot, shape, dtype):
+        pools = getattr(thread_state, "outputs", None)
+        if pools is None:
+            pools = thread_state.outputs = {}
+        pool = pools.setdefault(slot, [])
+        for array in pool:
+            # 3 references: the pool's list, this loop's name, getrefcount's argument.
+            if getrefcount(array) == 3 and array.shape == shape:
+                return array
+        array = np.empty(shape, dtype)
+        if len(pool) >= 2:
+            pool.pop(0)
+        pool.append(array)
+        return array
+
+    return recycled
 
 
 def _workspace_statements(size):

@@ -17,6 +17,7 @@ import numpy as np
 
 from tracer.array_methods import ArrayMethods
 from tracer.errors import TracejitError
+from tracer.indexing import getitem
 from tracer.ops import scatter_add
 
 from . import autograd
@@ -209,6 +210,15 @@ class Tensor(ArrayMethods):
         """
         autograd.backward(self, gradient, retain_graph)
 
+    def __getitem__(self, index):
+        if self.requires_grad and _grad_mode.enabled:
+            return getitem(self, index)  # recorded, from primitives with VJPs
+        # Nothing to record: NumPy's own indexing is the semantics, and fastest.
+        result = self.data[_plain_index(index)]
+        if type(result) is not np.ndarray:
+            return Tensor._wrap(np.asarray(result))
+        return Tensor._wrap(result, self._versions if result.base is not None else None)
+
     # --- in-place updates --------------------------------------------------------------
     def _inplace(self, operation, other):
         other_value = other.data if isinstance(other, Tensor) else other
@@ -308,6 +318,15 @@ def _versions_of_base(out, args):
         if isinstance(arg, Tensor) and np.may_share_memory(out, arg.data):
             return arg._versions
     return None
+
+
+def _plain_index(index):
+    """An index with Tensors replaced by their arrays (NumPy indexes with those)."""
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(item.data if isinstance(item, Tensor) else item for item in index)
+    return index
 
 
 def unwrap(value):

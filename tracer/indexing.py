@@ -208,6 +208,11 @@ class IndexPlan:
             axis += 1
         self.new_shape = tuple(new_shape)
         self.sliced_shape = tuple(sliced_shape)
+        self.static = all(type(dim) is int for dim in (*shape, *self.sliced_shape))
+        if self.static:  # which steps are no-ops, decided once (cached plans reuse this)
+            self.slices = tuple(self.sliced_shape) != tuple(shape) or any(
+                start != 0 for start in self.starts)
+            self.reshapes = self.new_shape != self.sliced_shape
 
     def result_shape(self):
         """The shape of ``x[index]``."""
@@ -230,12 +235,57 @@ class IndexPlan:
         return tuple(config)
 
 
+_PLANS = {}
+
+
+def _plan_key(shape, index):
+    """A hashable key for basic indexing on a static shape, or None (arrays, symbolic)."""
+    if not all(type(dim) is int for dim in shape):
+        return None
+    items = index if isinstance(index, tuple) else (index,)
+    key = []
+    for item in items:
+        if type(item) is int or item is None or item is Ellipsis:
+            key.append(item)
+        elif type(item) is slice:
+            bounds = (item.start, item.stop, item.step)
+            if not all(bound is None or type(bound) is int for bound in bounds):
+                return None
+            key.append(("slice",) + bounds)
+        else:
+            return None
+    return (shape, tuple(key), isinstance(index, tuple))
+
+
+def _plan(shape, index):
+    """The IndexPlan, cached for basic indexing on static shapes (it is pure Python work)."""
+    key = _plan_key(shape, index)
+    if key is None:
+        return IndexPlan(shape, index)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        plan = _PLANS[key] = IndexPlan(shape, index)
+    return plan
+
+
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
-    plan = IndexPlan(tuple(shape_of(x)), index)
-    result = ops.slice_axes(x, plan.starts, plan.limits, plan.steps)
-    result = ops.flip(result, plan.flipped)
-    result = ops.reshape(result, plan.new_shape)
+    plan = _plan(tuple(shape_of(x)), index)
+    if plan.static:
+        result = x
+        if plan.slices:
+            result = ops.bind(ops.slice_p, result, starts=tuple(plan.starts),
+                              limits=tuple(plan.limits), steps=tuple(plan.steps))
+        if plan.flipped:
+            result = ops.bind(ops.flip_p, result, axes=tuple(plan.flipped))
+        if plan.reshapes:
+            result = ops.bind(ops.reshape_p, result, shape=plan.new_shape)
+    else:
+        result = ops.slice_axes(x, plan.starts, plan.limits, plan.steps)
+        result = ops.flip(result, plan.flipped)
+        result = ops.reshape(result, plan.new_shape)
     return _gather_advanced(result, plan.advanced) if plan.advanced else result
 
 

@@ -9,7 +9,7 @@
 (tensor([ 2., -2.,  4.], grad_fn=<multiply>), tensor([2., 2., 2.]))
 """
 
-from . import nn, optim, testing
+from . import data, nn, optim, testing
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .functional import grad, value_and_grad
 from .jit import JitFunction, jit
@@ -21,6 +21,7 @@ __all__ = [
     "Tensor",
     "TensorError",
     "__version__",
+    "data",
     "enable_grad",
     "grad",
     "is_grad_enabled",

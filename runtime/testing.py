@@ -72,3 +72,101 @@ def compare_leaf(got, want, rtol=None, atol=None):
     if got != want and not (got != got and want != want):
         return f"{got!r} != {want!r}"
     return None
+
+
+class CompiledMismatch(AssertionError):
+    """A compiled result differs from the eager one; the message says where."""
+
+
+def _copy(tree):
+    import copy
+
+    return copy.deepcopy(tree)
+
+
+def _as_arguments(arguments):
+    return arguments if isinstance(arguments, tuple) else (arguments,)
+
+
+def assert_compiled_matches_eager(fn, *arg_sets, rtol=None, atol=None, grads=False,
+                                  **jit_options):
+    """Run ``fn`` eagerly and compiled on every argument set and compare.
+
+    Each argument set (a tuple of arguments, or a single argument) is run eagerly and
+    then twice through ``jit(fn, **jit_options)`` (the first call of a new variant is
+    computed by its trace, the second by native code); outputs are compared for structure,
+    shape, dtype and values (per-dtype tolerances, ``rtol``/``atol`` override), and so are
+    the arguments afterwards (for functions that write into their inputs). With
+    ``grads=True`` the gradients of a scalar result with respect to every floating-point
+    array argument are compared as well. Raises ``CompiledMismatch`` naming the argument
+    set, the call, the output leaf, the largest error and where it is; also fails if no
+    call ran compiled code. Returns a summary dict (calls compared, compiled calls).
+
+    >>> import numpy as np
+    >>> summary = assert_compiled_matches_eager(lambda x: np.tanh(x) * 2, np.ones(3),
+    ...                                         np.ones(5))
+    >>> summary["compiled_calls"] >= 2
+    True
+    """
+    from .jit import JitFunction, jit
+
+    jitted = fn if isinstance(fn, JitFunction) else jit(getattr(fn, "fn", fn), **jit_options)
+    eager = jitted.fn
+    compared = 0
+    for number, arguments in enumerate(arg_sets):
+        arguments = _as_arguments(arguments)
+        eager_arguments = _copy(arguments)
+        with np.errstate(all="ignore"):
+            expected = eager(*eager_arguments)
+        for call in ("first (traced)", "second (compiled)"):
+            compiled_arguments = _copy(arguments)
+            with np.errstate(all="ignore"):
+                actual = jitted(*compiled_arguments)
+            where = f"argument set {number}, {call} call"
+            problem = compare_results(actual, expected, rtol, atol)
+            if problem:
+                raise CompiledMismatch(f"{jitted.__qualname__}: {where}: {problem}")
+            problem = compare_results(compiled_arguments, eager_arguments, rtol, atol)
+            if problem:
+                raise CompiledMismatch(f"{jitted.__qualname__}: {where}: the arguments "
+                                       f"afterwards differ: {problem}")
+            compared += 1
+        if grads:
+            _compare_gradients(jitted, eager, arguments, number, rtol, atol)
+    stats = jitted.stats()
+    if stats["compiled_calls"] == 0:
+        raise CompiledMismatch(
+            f"{jitted.__qualname__}: no call ran compiled code (eager runs: "
+            f"{stats['eager_calls']}); see .explain():\n{jitted.explain()}"
+        )
+    return {"argument_sets": len(arg_sets), "calls": compared,
+            "compiled_calls": stats["compiled_calls"], "compiles": stats["compiles"]}
+
+
+def _compare_gradients(jitted, eager, arguments, number, rtol, atol):
+    from .tensor import Tensor, tensor
+
+    def leaves(values):
+        flat, tree = pytree.flatten(values)
+        return [tensor(leaf, requires_grad=True)
+                if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" else leaf
+                for leaf in flat], tree
+
+    results = []
+    for function in (eager, jitted):
+        flat, tree = leaves(_copy(arguments))
+        value = function(*pytree.unflatten(tree, flat))
+        if not isinstance(value, Tensor) or value.size != 1:
+            raise CompiledMismatch(f"grads=True needs a scalar result, got {type(value)}")
+        value.backward()
+        results.append([leaf.grad.data if isinstance(leaf, Tensor) and leaf.grad is not None
+                        else None for leaf in flat])
+    for index, (got, want) in enumerate(zip(results[1], results[0])):
+        if (got is None) != (want is None):
+            raise CompiledMismatch(f"{jitted.__qualname__}: argument set {number}: gradient "
+                                   f"of leaf {index}: one side has none")
+        if got is not None:
+            problem = compare_leaf(got, want, rtol, atol)
+            if problem:
+                raise CompiledMismatch(f"{jitted.__qualname__}: argument set {number}: "
+                                       f"gradient of argument leaf {index}: {problem}")

@@ -211,3 +211,74 @@ def backward(tensor, gradient=None, retain_graph=False):
                     _accumulate(parent, value)
             if not retain_graph:
                 node.release()
+
+
+class Cotangents(dict):
+    """Cotangents of some outputs of one compiled call, by output slot; they add up slot
+    by slot as the backward pass reaches each output."""
+
+    def __add__(self, other):
+        merged = Cotangents(self)
+        for slot, value in other.items():
+            merged[slot] = value if slot not in merged else merged[slot] + value
+        return merged
+
+
+class OutputNode(Node):
+    """Output ``slot`` of a compiled call: passes its cotangent on to the call's node."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, call, slot):
+        self.parents = (call,)
+        self.slot = slot
+
+    @property
+    def name(self):
+        return f"{self.parents[0].name}[{self.slot}]"
+
+    def apply(self, g):
+        return (Cotangents({self.slot: g}),)
+
+
+class CompiledNode(Node):
+    """A compiled call on the tape: its backward is a compiled program that takes the
+    forward's inputs, the residuals the forward saved, and the outputs' cotangents."""
+
+    __slots__ = ("backward", "inputs", "residuals", "output_avals", "function",
+                 "saved_versions")
+
+    def __init__(self, backward, inputs, residuals, output_avals, parents, saved_versions,
+                 function):
+        self.backward = backward
+        self.inputs = inputs
+        self.residuals = residuals
+        self.output_avals = output_avals  # (shape, dtype) of each differentiable output
+        self.parents = parents
+        self.saved_versions = saved_versions
+        self.function = function
+
+    @property
+    def name(self):
+        return f"compiled {self.function}"
+
+    def apply(self, cotangents):
+        if self.inputs is None:
+            raise RuntimeError(_FREED_MESSAGE)
+        for versions, version, dtype, shape in self.saved_versions:
+            if versions.value != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: [{dtype} array of shape {shape}] is at version "
+                    f"{versions.value}; expected version {version} instead (saved by "
+                    f"{self.name})."
+                )
+        seeds = [
+            np.asarray(cotangents[slot], dtype=dtype) if slot in cotangents
+            else np.zeros(shape, dtype)
+            for slot, (shape, dtype) in enumerate(self.output_avals)
+        ]
+        return self.backward(*self.inputs, *self.residuals, *seeds)
+
+    def release(self):
+        self.inputs = self.residuals = None

@@ -36,6 +36,7 @@ from codegen import llvm, parallel
 from tracer.implicit import find_implicit_inputs
 
 from . import serialize
+from .autograd import is_grad_enabled
 from .config import logger
 from .tensor import unwrap
 from .version import __version__
@@ -75,7 +76,9 @@ def call_signature(jitted, leaves):
             dynamic = jitted.policy(index, array)
             shape = [list(dynamic[axis]) if axis in dynamic else size
                      for axis, size in enumerate(array.shape)]
-            parts.append([type(leaf).__name__, array.dtype.str, shape])
+            wants_grad = bool(getattr(leaf, "requires_grad", False) and is_grad_enabled())
+            parts.append([type(leaf).__name__, array.dtype.str, shape] +
+                         (["grad"] if wants_grad else []))
         elif serialize.is_json_value(leaf):
             parts.append([type(leaf).__name__, leaf])
         else:

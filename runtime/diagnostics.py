@@ -126,6 +126,10 @@ def explain(function):
             lines.append(f"    path [{via}]: {path.calls} calls, {program.kernel_count} "
                          f"kernel(s): " + ", ".join(
                              f"{kernel.name}" for kernel in program.kernels))
+            if path.backward is not None:
+                lines.append(f"      backward: {path.backward.kernel_count} kernel(s): " +
+                             ", ".join(kernel.name for kernel in path.backward.kernels) +
+                             f"; the forward saves {path.residual_bytes} bytes of residuals")
             for index, guard in enumerate(path.guards):
                 where = guard.location
                 place = f"{where.file}:{where.line} {where.source!r}" if where else "?"

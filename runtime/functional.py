@@ -39,6 +39,12 @@ def value_and_grad(function, argnums=0, has_aux=False):
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
+        if any(getattr(type(leaf), "__tracejit_priority__", 0) >= 2
+               for leaf in pytree.flatten((args, kwargs))[0]):
+            # Under jit: forward and backward are recorded into the same trace.
+            from tracer.autodiff import value_and_grad_traced
+
+            return value_and_grad_traced(function, args, kwargs, argnums, has_aux)
         args = list(args)
         trees = {}
         for position in positions:

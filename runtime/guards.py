@@ -46,6 +46,7 @@ class LeafSpec:
     dtype: str = ""
     shape: tuple = ()  # ints and symbol names
     value: object = None
+    requires_grad: bool = False  # a Tensor the variant differentiates (grad mode on)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ImplicitSpec:
     dtype: str
     shape: tuple
     type_name: str = "ndarray"
+    requires_grad: bool = False
 
 
 @dataclass
@@ -70,13 +72,15 @@ class EntrySpec:
     @staticmethod
     def from_trace(trace):
         graph = trace.graph
+        wrt = set(map(tuple, trace.gradients.wrt)) if trace.gradients else set()
         leaves = []
         inputs = [None] * len(graph.inputs)
         for position, spec in enumerate(trace.input_specs):
             if spec.kind == "array":
                 aval = graph.inputs[spec.input_index].aval
                 shape = tuple(_dim_name(dim) for dim in aval.shape)
-                leaves.append(LeafSpec("array", spec.type_name, aval.dtype.str, shape))
+                leaves.append(LeafSpec("array", spec.type_name, aval.dtype.str, shape,
+                                       requires_grad=("leaf", position) in wrt))
                 inputs[spec.input_index] = ("leaf", position)
             elif spec.kind == "scalar":
                 leaves.append(LeafSpec("scalar", spec.type_name))
@@ -88,9 +92,12 @@ class EntrySpec:
             aval = graph.inputs[entry.input_index].aval
             type_name = type(entry.value).__name__
             implicit.append(ImplicitSpec(entry.path, aval.dtype.str, tuple(aval.shape),
-                                         type_name))
+                                         type_name, ("implicit", number) in wrt))
             inputs[entry.input_index] = ("implicit", number)
         symbols = {symbol.name: (symbol.low, symbol.high) for symbol in graph.symbols}
+        if trace.gradients is not None:  # cotangents are the backward's inputs, not the call's
+            cotangents = set(trace.gradients.cotangent_inputs)
+            inputs = [source for index, source in enumerate(inputs) if index not in cotangents]
         return EntrySpec(trace.input_tree, leaves, symbols, list(graph.shape_guards), implicit,
                          inputs, [format_shape_guard(guard) for guard in graph.shape_guards],
                          list(trace.outside_values))
@@ -101,8 +108,9 @@ class EntrySpec:
         for position, leaf in enumerate(self.leaves):
             if leaf.kind == "array":
                 dims = ", ".join(str(dim) for dim in leaf.shape)
+                grad = " requires_grad" if leaf.requires_grad else ""
                 lines.append(f"arg leaf {position}: {leaf.type_name} {np.dtype(leaf.dtype)}"
-                             f"[{dims}]")
+                             f"[{dims}]{grad}")
             elif leaf.kind == "scalar":
                 lines.append(f"arg leaf {position}: any {leaf.type_name} (dynamic)")
             else:
@@ -145,11 +153,16 @@ def _array_checks(source, variable, spec, bound, ranges):
     """Checks of one array (``variable`` holds it); binds symbols on first sight and
     checks their bucket, later sights must equal them."""
     type_name = spec.type_name
+    from runtime.autograd import is_grad_enabled
     from runtime.tensor import Tensor
 
     array_type = source.constant(Tensor if type_name == "Tensor" else np.ndarray, "T")
     source.add(f"if type({variable}) is not {array_type}: return None")
     if type_name == "Tensor":
+        # Compiled with or without gradients: the call must want the same.
+        grad_mode = source.constant(is_grad_enabled, "G")
+        source.add(f"if ({variable}.requires_grad and {grad_mode}()) is not "
+                   f"{bool(spec.requires_grad)}: return None")
         source.add(f"{variable} = {variable}.data")
     dtype = source.constant(np.dtype(spec.dtype), "D")
     source.add(f"if {variable}.dtype is not {dtype}: return None")
@@ -209,7 +222,9 @@ def compile_guard(spec):
         source.add(f"    {variable} = {path}.resolve(leaves)")
         source.add("except (KeyError, AttributeError, IndexError, ValueError): return None")
         _array_checks(source, variable, LeafSpec("array", implicit.type_name, implicit.dtype,
-                                                  implicit.shape), bound, spec.symbols)
+                                                  implicit.shape,
+                                                  requires_grad=implicit.requires_grad),
+                      bound, spec.symbols)
         values[("implicit", number)] = variable
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"

@@ -30,6 +30,7 @@ import numpy as np
 import codegen
 from tracer import pytree, trace
 from tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracer.partition import partition
 from tracer.shapes import edges_bucket, pow2_bucket
 
 from . import diagnostics
@@ -139,10 +140,8 @@ def _leaf_positions(args, kwargs):
     return positions
 
 
-def _wants_grad(leaves):
-    return any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves) and (
-        is_grad_enabled()
-    )
+def _identity(value):
+    return value
 
 
 def _same_entry(a, b):
@@ -217,6 +216,10 @@ class JitFunction:
         path.calls += 1
         variant.calls += 1
         self.compiled_calls += 1
+        if path.backward is not None:
+            leaves = pytree.flatten((args, kwargs))[0]
+            outputs = path.record(outputs, inputs, leaves, variant.spec, self.__qualname__)
+            return path.outputs.result(outputs, leaves, _identity)
         leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
         result = path.result(outputs, leaves, variant.wrap)
         if self.options.check:
@@ -230,8 +233,6 @@ class JitFunction:
     # --- misses: trace and compile ----------------------------------------------------
     def _miss(self, args, kwargs):
         leaves, _ = pytree.flatten((args, kwargs))
-        if _wants_grad(leaves):
-            return self._run_eager(args, kwargs, "grad")
         signature = _signature(leaves)
         if signature in self._untraceable:
             return self._run_eager(args, kwargs, self._untraceable[signature])
@@ -263,13 +264,18 @@ class JitFunction:
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)
                 self._store_to_disk(variant, leaves)
+                if path.backward is not None:  # the result must carry the compiled graph
+                    return self._run(variant, variant.guard(args, kwargs), args, kwargs)
+            elif traced.gradients is not None:
+                return self._run_eager(args, kwargs, self._untraceable[signature])
             self._counters["traced_calls"] += 1  # the trace itself computed the result
             return _plain_result(traced.outputs, leaves)
 
     def _trace(self, args, kwargs, dynamic, signature):
         start = time.perf_counter()
         try:
-            traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__, **kwargs)
+            traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__,
+                           grad=is_grad_enabled(), **kwargs)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise
@@ -284,8 +290,15 @@ class JitFunction:
 
     def _compile_path(self, traced, signature):
         start = time.perf_counter()
+        backward, plan, residual_bytes = None, traced.gradients, 0
         try:
-            program = codegen.compile(traced.graph, name=self.__name__)
+            if plan is None:
+                program = codegen.compile(traced.graph, name=self.__name__)
+            else:
+                split = partition(traced.graph, plan.forward_outputs, plan.cotangent_inputs)
+                program = codegen.compile(split.forward, name=self.__name__)
+                backward = codegen.compile(split.backward, name=self.__name__ + "_backward")
+                residual_bytes = split.residual_bytes(traced.symbol_values)
         except Exception as error:  # a compiler limitation or bug: never the user's problem
             if self.options.fallback == "raise":
                 raise
@@ -304,8 +317,9 @@ class JitFunction:
         log_kernels.info("%s: %d kernel(s) %s in %.1f ms", self.__qualname__,
                          program.kernel_count, [k.kind for k in program.kernels],
                          program.compile_seconds["total"] * 1e3)
-        return Path(program, OutputPlan.from_trace(traced), traced.graph.guards,
-                    traced.functions)
+        return Path(program, OutputPlan.from_trace(traced), program.graph.guards,
+                    traced.functions, backward=backward, gradients=plan,
+                    residual_bytes=residual_bytes)
 
     def _add_variant(self, variant):
         self._variants = self._variants + (variant,)
@@ -363,6 +377,8 @@ class JitFunction:
             log_recompiles.info("%s: compiled the other path of %s", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
             self._store_to_disk(variant, leaves)
+            if child.backward is not None:
+                return self._run(variant, variant.guard(args, kwargs), args, kwargs)
         self._counters["traced_calls"] += 1
         return _plain_result(traced.outputs, leaves)
 

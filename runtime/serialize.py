@@ -155,7 +155,8 @@ def spec_to_json(spec, fn):
             raise NotSerializable(f"an argument of type {type(leaf.value).__name__} (compiled "
                                   "for that object only)")
         leaves.append({"kind": leaf.kind, "type": leaf.type_name, "dtype": leaf.dtype,
-                       "shape": list(leaf.shape), "value": leaf.value})
+                       "shape": list(leaf.shape), "value": leaf.value,
+                       "requires_grad": leaf.requires_grad})
     return {
         "tree": tree_to_json(spec.treedef),
         "leaves": leaves,
@@ -167,7 +168,8 @@ def spec_to_json(spec, fn):
         ],
         "shape_guard_text": spec.shape_guard_text,
         "implicit": [{"path": path_to_json(i.path, fn), "dtype": i.dtype,
-                      "shape": list(i.shape), "type": i.type_name} for i in spec.implicit],
+                      "shape": list(i.shape), "type": i.type_name,
+                      "requires_grad": i.requires_grad} for i in spec.implicit],
         "inputs": [list(source) for source in spec.inputs],
         "outside": [_outside_to_json(path, kind, value, fn) for path, kind, value in
                     spec.outside],
@@ -196,12 +198,14 @@ def _outside_from_json(data, fn):
 
 def spec_from_json(data, fn):
     leaves = [LeafSpec(leaf["kind"], leaf["type"], leaf["dtype"], tuple(leaf["shape"]),
-                       _tuples(leaf["value"])) for leaf in data["leaves"]]
+                       _tuples(leaf["value"]), leaf.get("requires_grad", False))
+              for leaf in data["leaves"]]
     guards = [ShapeGuard(parse_dim(g["lhs"]), g["op"], parse_dim(g["rhs"]), g["expected"],
                          parse_location(g["location"]), g["reason"])
               for g in data["shape_guards"]]
     implicit = [ImplicitSpec(path_from_json(i["path"], fn), i["dtype"], tuple(i["shape"]),
-                             i["type"]) for i in data["implicit"]]
+                             i["type"], i.get("requires_grad", False))
+                for i in data["implicit"]]
     return EntrySpec(tree_from_json(data["tree"]), leaves,
                      {name: tuple(bounds) for name, bounds in data["symbols"].items()},
                      guards, implicit, [tuple(source) for source in data["inputs"]],
@@ -287,12 +291,21 @@ def outputs_from_json(data):
 def variant_to_json(variant, fn, blobs):
     paths = []
     for prefix, path in variant.root.walk():
-        paths.append({
+        entry = {
             "via": list(prefix),
             "program": program_to_json(path.program, blobs),
             "outputs": outputs_to_json(path.outputs),
             "functions": [[name, file] for name, file, _ in path.functions],
-        })
+        }
+        if path.backward is not None:
+            plan = path.gradients
+            entry["backward"] = program_to_json(path.backward, blobs)
+            entry["gradients"] = {"forward_outputs": plan.forward_outputs,
+                                  "differentiable": plan.differentiable,
+                                  "cotangent_inputs": plan.cotangent_inputs,
+                                  "wrt": [list(item) for item in plan.wrt],
+                                  "residual_bytes": path.residual_bytes}
+        paths.append(entry)
     return {"spec": spec_to_json(variant.spec, fn), "paths": paths}
 
 
@@ -301,10 +314,19 @@ def variant_from_json(data, fn, blobs):
 
     spec = spec_from_json(data["spec"], fn)
     root = None
+    from tracer.tracing import GradientPlan
+
     for entry in data["paths"]:
         program = program_from_json(entry["program"], blobs)
         path = Path(program, outputs_from_json(entry["outputs"]), program.graph.guards,
                     [(name, file, None) for name, file in entry["functions"]])
+        if "backward" in entry:
+            plan = entry["gradients"]
+            path.backward = program_from_json(entry["backward"], blobs)
+            path.gradients = GradientPlan(plan["forward_outputs"], plan["differentiable"],
+                                          plan["cotangent_inputs"],
+                                          [tuple(item) for item in plan["wrt"]])
+            path.residual_bytes = plan["residual_bytes"]
         if not entry["via"]:
             root = path
             continue

@@ -73,7 +73,9 @@ class OutputPlan:
             if kind == "static":
                 leaves.append(value)
             elif kind == "scalar":
-                leaves.append(wrap(outputs[value][()]))
+                item = outputs[value]
+                # A Tensor stays a (0-d) Tensor: it may carry the autograd graph.
+                leaves.append(item if hasattr(item, "requires_grad") else wrap(item[()]))
             elif kind == "value":
                 leaves.append(outputs[value])
             else:
@@ -90,9 +92,39 @@ class Path:
     children: dict = field(default_factory=dict)  # guard index -> Path
     exits: dict = field(default_factory=dict)  # guard index -> times taken eagerly
     calls: int = 0
+    backward: object = None  # the backward program, for calls that need gradients
+    gradients: object = None  # tracer.tracing.GradientPlan
+    residual_bytes: int = 0
 
     def __post_init__(self):
         self.result = self.outputs.fast_result() or self.outputs.result
+
+    def record(self, outputs, inputs, leaves, spec, function):
+        """Put a compiled call with gradients on the tape: Tensor outputs whose backward
+        runs ``self.backward`` on the saved inputs and residuals."""
+        from .autograd import CompiledNode, OutputNode
+        from .tensor import Tensor
+
+        plan = self.gradients
+        parents, tensors = [], []
+        for kind, position in plan.wrt:
+            tensor = leaves[position] if kind == "leaf" else spec.implicit[
+                position].path.resolve(leaves)
+            parents.append(tensor._node or tensor)
+        for leaf in leaves:
+            if isinstance(leaf, Tensor):
+                tensors.append(leaf)
+        saved = tuple((t._versions, t._versions.value, t.dtype, t.shape) for t in tensors)
+        forward = outputs[: plan.forward_outputs]
+        avals = [(forward[i].shape, forward[i].dtype) for i in plan.differentiable]
+        node = CompiledNode(self.backward, inputs, outputs[plan.forward_outputs:], avals,
+                            tuple(parents), saved, function)
+        wrapped = [Tensor._wrap(np.asarray(value)) if not np.isscalar(value) else value
+                   for value in forward]
+        for slot, index in enumerate(plan.differentiable):
+            wrapped[index]._node = OutputNode(node, slot)
+            wrapped[index].requires_grad = True
+        return wrapped
 
     def count(self):
         return 1 + sum(child.count() for child in self.children.values())

@@ -4,7 +4,6 @@
 (``runtime.autograd``) and differentiation of traced graphs both call it, so gradients
 are the same code in eager and compiled mode.
 
->>> import numpy as np
 >>> from tracer.ops import multiply_p
 >>> x, y = np.array([1.0, 2.0]), np.array(3.0)
 >>> cotangent(multiply_p, 1, np.ones(2), (x, y), x * y, {}).item()
@@ -12,6 +11,8 @@ are the same code in eager and compiled mode.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from .abstract import abstractify
 from .ops import broadcast_to, cast_p, reduce_sum, reshape, shape_of
@@ -50,3 +51,69 @@ def cotangent(prim, argnum, g, primals, out, params):
     if getattr(value, "dtype", None) != dtype:
         value = bind(cast_p, value, dtype=dtype)
     return value
+
+
+# --- reverse mode over a live trace --------------------------------------------------------
+def reverse(context, outputs, seeds, wrt):
+    """Record, in ``context``, the gradients of ``outputs`` (tracers, with cotangents
+    ``seeds``) with respect to the tracers ``wrt``: the equations recorded so far are walked
+    backwards and each one's VJP rules are applied to tracers, so the backward pass lands
+    in the same graph (a joint forward+backward graph). Returns one tracer per ``wrt``
+    (zeros where no gradient flows)."""
+    from .ir import Eqn, Var
+    from .numpy_api import zeros_like
+
+    body = [item for item in context.body if isinstance(item, Eqn)]
+    wrt_names = [tracer.ir_var.name for tracer in wrt]
+    depends = set(wrt_names)
+    for eqn in body:
+        if any(isinstance(atom, Var) and atom.name in depends for atom in eqn.inputs):
+            depends.add(eqn.out.name)
+    cotangents = {}
+
+    def accumulate(name, value):
+        cotangents[name] = value if name not in cotangents else cotangents[name] + value
+
+    for output, seed in zip(outputs, seeds):
+        if output.ir_var.name in depends:
+            accumulate(output.ir_var.name, seed)
+    for eqn in reversed(body):
+        g = cotangents.pop(eqn.out.name, None)
+        if g is None or eqn.prim.vjp is None:
+            continue
+        primals = tuple(context.tracer_for(atom) for atom in eqn.inputs)
+        out = context.tracer_for(eqn.out)
+        params = {key: context.live_param(value) for key, value in eqn.params}
+        for argnum, atom in enumerate(eqn.inputs):
+            if isinstance(atom, Var) and atom.name in depends:
+                value = cotangent(eqn.prim, argnum, g, primals, out, params)
+                if value is not None:
+                    accumulate(atom.name, value)
+    return [cotangents.get(name) if cotangents.get(name) is not None else zeros_like(tracer)
+            for name, tracer in zip(wrt_names, wrt)]
+
+
+def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
+    """``value_and_grad`` when the arguments are tracers: forward and backward are
+    recorded into the current trace (``jit(value_and_grad(loss))`` is one program)."""
+    from . import pytree
+    from .tracing import Tracer, current_context
+
+    context = current_context()
+    positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    result = function(*args, **kwargs)
+    value, aux = result if has_aux else (result, None)
+    if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
+        raise TypeError("grad needs the function to return a floating-point scalar")
+    gradients = []
+    for position in positions:
+        leaves, tree = pytree.flatten(args[position])
+        traced = [leaf for leaf in leaves if isinstance(leaf, Tracer)]
+        seed = np.ones_like(value)
+        grads = iter(reverse(context, [value], [seed], traced))
+        gradients.append(pytree.unflatten(tree, [
+            next(grads) if isinstance(leaf, Tracer) else np.zeros_like(leaf)
+            for leaf in leaves
+        ]))
+    grads = gradients[0] if isinstance(argnums, int) else tuple(gradients)
+    return ((value, aux) if has_aux else value), grads

@@ -194,6 +194,21 @@ class ImplicitInput:
 
 
 @dataclass
+class GradientPlan:
+    """How a joint forward+backward graph (``trace(..., grad=True)``) is laid out.
+
+    Outputs ``[:forward_outputs]`` are the function's; then one gradient per ``wrt``
+    entry: ``("leaf", argument leaf position)`` or ``("implicit", implicit input number)``.
+    ``cotangent_inputs`` are the graph inputs holding the cotangent of each output in
+    ``differentiable`` (program output positions)."""
+
+    forward_outputs: int
+    differentiable: list
+    cotangent_inputs: list
+    wrt: list
+
+
+@dataclass
 class Trace:
     """The result of ``trace``: the graph, the real outputs, and what the trace assumed."""
 
@@ -208,6 +223,8 @@ class Trace:
     mutated_inputs: dict  # argument leaf index -> graph output index of its new value
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
+    gradients: object = None  # GradientPlan when traced with grad=True
+    symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
 
     @property
     def value_guards(self):
@@ -240,6 +257,7 @@ class TracingContext:
         self.input_tracers = []
         self.implicit_tracers = {}
         self.outside_values = {}
+        self.values = {}  # var name -> (real value, live shape): for reverse-mode autodiff
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------
@@ -255,6 +273,7 @@ class TracingContext:
         self.inputs.append(var)
         tracer = Tracer(self, var, value, tuple(shape))
         self.input_tracers.append(tracer)
+        self.values[var.name] = (value, tracer.shape)
         return tracer
 
     def new_symbol(self, value, low, high):
@@ -288,6 +307,7 @@ class TracingContext:
             var = self.new_var(AbstractArray(array.shape, array.dtype))
             self.constants.append((var, Constant.of(array)))
             self.constant_vars[key] = (value, var)
+            self.values[var.name] = (array, array.shape)
         var = self.constant_vars[key][1]
         return var, array, AbstractArray(array.shape, array.dtype)
 
@@ -299,6 +319,7 @@ class TracingContext:
             var = self.new_var(AbstractArray(array.shape, array.dtype))
             self.inputs.append(var)
             self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
+            self.values[var.name] = (array, array.shape)
         spec = self.implicit_used[key]
         var = self.inputs[spec.input_index]
         return var, np.asarray(value), var.aval
@@ -329,6 +350,7 @@ class TracingContext:
         record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
         self.body.append(Eqn(prim, tuple(atoms), record, var))
         result = Tracer(self, var, out_value, tuple(out_aval.shape))
+        self.values[var.name] = (out_value, result.shape)
         if prim.name in _VIEW_PRIMITIVES and isinstance(args[0], Tracer):
             source = args[0]
             root = source.base() if source.base is not None else None
@@ -345,6 +367,36 @@ class TracingContext:
         atom, _, _ = self.atom(tracer)
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
+
+    def tracer_for(self, atom):
+        """A tracer (or a Python scalar / live dim) standing for an atom of this trace."""
+        from .ir import Literal
+
+        if isinstance(atom, Literal):
+            value = atom.value
+            if isinstance(value, DimExpr):
+                return wrap(value, value.evaluate(self.symbol_values()), self)
+            return value
+        value, shape = self.values[atom.name]
+        return Tracer(self, atom, value, shape)
+
+    def symbol_values(self):
+        bindings = {}
+        for tracer in self.input_tracers:
+            for dim in tracer.shape:
+                if isinstance(dim, SymInt) and len(dim.expr.terms) == 1:
+                    (monomial, _), = dim.expr.terms
+                    if len(monomial) == 1 and isinstance(monomial[0], str):
+                        bindings[monomial[0]] = dim.value
+        return bindings
+
+    def live_param(self, value):
+        """A recorded parameter with its dims live again (for re-running shape rules)."""
+        if isinstance(value, DimExpr):
+            return wrap(value, value.evaluate(self.symbol_values()), self)
+        if isinstance(value, tuple):
+            return tuple(self.live_param(item) for item in value)
+        return value
 
     # --- values read from outside the function ---------------------------------------
     def is_implicit(self, value):
@@ -501,7 +553,8 @@ def _leaf_names(fn, args, kwargs, treedef_count):
         return [None] * treedef_count
 
 
-def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwargs):
+def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=False,
+          **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
@@ -512,7 +565,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwar
     ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
     closures, defaults and attributes (``tracer.implicit.find_implicit_inputs``); they
     become graph inputs instead of constants. ``check=True`` runs the verifier on the
-    graph (compiling verifies it after every pass anyway).
+    graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
+    backward pass: gradients of the floating-point outputs with respect to every input
+    that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracer.partition``
+    splits the joint graph).
     """
     from .frontend import run_rewritten
     from .implicit import find_implicit_inputs
@@ -595,6 +651,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwar
         if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
             mutated[position] = len(output_atoms)
             output_atoms.append(tracer.ir_var)
+    gradients = None
+    if grad:
+        gradients = _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves,
+                                      mutated)
     context.finished = True
     graph = context.graph(output_atoms)
     if check:
@@ -616,7 +676,49 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, **kwar
         mutated_inputs=mutated,
         functions=functions,
         outside_values=list(context.outside_values.values()),
+        gradients=gradients,
+        symbol_values=context.symbol_values(),
     )
+
+
+def _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, mutated):
+    """Append the backward pass to the trace: cotangent inputs for the floating-point
+    outputs, gradients for every input that is a Tensor requiring grad."""
+    from .autodiff import reverse
+
+    wrt, tracers = [], []
+    for position, leaf in enumerate(leaves):
+        if getattr(leaf, "requires_grad", False) and isinstance(traced_leaves[position],
+                                                                   Tracer):
+            wrt.append(("leaf", position))
+            tracers.append(traced_leaves[position])
+    for number, implicit in enumerate(context.implicit_used.values()):
+        if getattr(implicit.value, "requires_grad", False):
+            wrt.append(("implicit", number))
+            tracers.append(context.implicit_tracer(implicit.value))
+    if not wrt:
+        return None
+    if mutated:
+        raise UnsupportedError("a function that writes into its inputs cannot be compiled "
+                               "with gradients (it runs eagerly on the tape)")
+    outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
+    program_index = 0
+    for leaf in out_leaves:
+        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f":
+            seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
+            outputs.append(leaf)
+            seeds.append(seed)
+            differentiable.append(program_index)
+            cotangent_inputs.append(len(context.inputs) - 1)
+        if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
+            type(leaf) in PYTHON_SCALARS
+        ):
+            program_index += 1
+    forward_outputs = len(output_atoms)
+    for gradient in reverse(context, outputs, seeds, tracers):
+        atom, _, _ = context.atom(gradient)
+        output_atoms.append(atom)
+    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
 
 
 def _with_user_line(error):

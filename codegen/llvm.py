@@ -59,8 +59,11 @@ def target_machine():
 
 def host_description():
     """What compiled code depends on: part of every disk cache key."""
+    from . import blas
+
     _initialized()
     return {
+        "blas": blas.available(),
         "triple": llvm.get_process_triple(),
         "cpu": llvm.get_host_cpu_name(),
         "features": llvm.get_host_cpu_features().flatten(),

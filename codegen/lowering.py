@@ -167,6 +167,7 @@ class KernelBuilder:
         self.scratch = {}
         self.scratch_filled = set()
         self.row_index = None
+        self.prologue = None  # code the entry runs before the (parallel) body: BLAS calls
 
     # --- dims -------------------------------------------------------------------------
     def dim(self, dim):
@@ -479,6 +480,10 @@ class KernelBuilder:
         eqn = self._root_eqn()
         if kernel.kind == "scatter":
             return None
+        if kernel.kind == "matmul" and self.blas_operands() is not None:
+            if kernel.matmul.out.name == root.name or not root.aval.shape:
+                return None  # all work is in the BLAS call (threaded by BLAS itself)
+            return root.aval.shape[0], _size(root.aval.shape[1:])
         if kernel.kind == "matmul":
             product = kernel.matmul.out
             a, b = kernel.matmul.inputs
@@ -519,12 +524,14 @@ class KernelBuilder:
         entry.linkage = "internal"
         builder = ir.IRBuilder(entry.append_basic_block("entry"))
         arguments = list(entry.args)
+        dims = DimValues(builder, dict(zip(self.program.symbols,
+                                           arguments[len(self.program.buffer_names):])))
+        if self.prologue is not None:
+            self.prologue(entry, builder, dims, dict(zip(self.program.buffer_names, arguments)))
         if plan is None:
             builder.call(self.function, [_const(0), _const(1), *arguments])
             builder.ret_void()
             return entry
-        dims = DimValues(builder, dict(zip(self.program.symbols,
-                                           arguments[len(self.program.buffer_names):])))
         extent, work = dims.dim(plan[0]), dims.dim(plan[1])
         pool = self.program.pool_state(POOL_FIELDS)
         threads = builder.load(builder.gep(pool, [_const(0), _const(THREADS)],
@@ -807,7 +814,40 @@ class KernelBuilder:
         self.loops(permuted_shape[:len(kept_axes)], per_output, inner_from=rank,
                    split_level=0 if kept_axes else None)
 
+    def blas_operands(self):
+        """``((buffer, transposed), (buffer, transposed))`` when BLAS can run this matmul:
+        float operands that are buffers or transposes (last two axes) of buffers."""
+        from . import blas
+
+        matmul = self.kernel.matmul
+        if not blas.available() or np.dtype(matmul.out.aval.dtype) not in (
+            np.dtype(np.float32), np.dtype(np.float64)
+        ):
+            return None
+        operands = []
+        for atom in matmul.inputs:
+            if not isinstance(atom, Var) or atom.aval.dtype != matmul.out.aval.dtype:
+                return None
+            if atom.name in self.schedule.buffers:
+                operands.append((atom.name, False))
+                continue
+            eqn = self.producers.get(atom.name)
+            if eqn is None or eqn.prim.name != "transpose":
+                return None
+            perm = eqn.params_dict["perm"]
+            rank = len(perm)
+            base = eqn.inputs[0]
+            if rank < 2 or perm[:-2] != tuple(range(rank - 2)) or perm[-2:] != (
+                rank - 1, rank - 2) or not isinstance(base, Var) or (
+                base.name not in self.schedule.buffers
+            ):
+                return None
+            operands.append((base.name, True))
+        return tuple(operands)
+
     def build_matmul(self):
+        if self.blas_operands() is not None:
+            return self.build_blas_matmul()
         matmul = self.kernel.matmul
         root = self.kernel.root
         product = matmul.out
@@ -881,6 +921,87 @@ class KernelBuilder:
                 per_row(ZERO)
 
         self.loops(batch, per_batch, inner_from=len(batch), split_level=0 if batch else None)
+
+    def build_blas_matmul(self):
+        """C = A @ B by BLAS gemm in the entry (per batch entry), then the epilogue - the
+        root's pointwise expression over C, in place - split across the thread pool."""
+        matmul, root = self.kernel.matmul, self.kernel.root
+        product = matmul.out
+        (a_name, a_transposed), (b_name, b_transposed) = self.blas_operands()
+        a, b = matmul.inputs
+        dtype = np.dtype(product.aval.dtype)
+        a_shape, b_shape = tuple(a.aval.shape), tuple(b.aval.shape)
+        m = a_shape[-2] if len(a_shape) > 1 else 1
+        k = a_shape[-1]
+        n = b_shape[-1] if len(b_shape) > 1 else 1
+        batch = tuple(product.aval.shape[: len(product.aval.shape) - (len(a_shape) > 1) - (
+            len(b_shape) > 1)])
+        a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+
+        def prologue(function, builder, dims, pointers):
+            gemm = self.program.gemm_function(dtype)
+            element = dtype.itemsize
+
+            def call(a_offset, b_offset, c_offset):
+                values = [dims.dim(dim) for dim in (m, n, k)]
+                a_pointer = builder.gep(pointers[a_name], [builder.mul(a_offset, _const(
+                    element))], source_etype=dt.I8)
+                b_pointer = builder.gep(pointers[b_name], [builder.mul(b_offset, _const(
+                    element))], source_etype=dt.I8)
+                c_pointer = builder.gep(pointers[root.name], [builder.mul(c_offset, _const(
+                    element))], source_etype=dt.I8)
+                lda = values[0] if a_transposed else values[2]
+                ldb = values[2] if b_transposed else values[1]
+                builder.call(gemm, [
+                    ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
+                    ir.Constant(I32, 112 if b_transposed else 111), *values,
+                    dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
+                    dt.constant(dtype, 0.0), c_pointer, values[1]])
+
+            if not batch:
+                call(_const(0), _const(0), _const(0))
+                return
+            total = dims.dim(_size(batch))
+            header = function.append_basic_block("batch")
+            body = function.append_basic_block("batch.body")
+            done = function.append_basic_block("batch.end")
+            before = builder.block
+            builder.branch(header)
+            builder.position_at_end(header)
+            index = builder.phi(I64)
+            index.add_incoming(_const(0), before)
+            builder.cbranch(builder.icmp_signed("<", index, total), body, done)
+            builder.position_at_end(body)
+            # Unravel the batch index; broadcast it into each operand's batch dims.
+            coordinates, rest = [], index
+            for dim in reversed(batch):
+                size = dims.dim(dim)
+                coordinates.append(builder.srem(rest, size))
+                rest = builder.sdiv(rest, size)
+            coordinates.reverse()
+
+            def offset(operand_batch, matrix):
+                lead = len(batch) - len(operand_batch)
+                linear = _const(0)
+                for position, dim in enumerate(operand_batch):
+                    coordinate = _const(0) if _unit(dim) else coordinates[lead + position]
+                    linear = builder.add(builder.mul(linear, dims.dim(dim)), coordinate)
+                return builder.mul(linear, dims.dim(matrix))
+
+            call(offset(a_batch, m * k), offset(b_batch, k * n),
+                 builder.mul(index, dims.dim(m * n)))
+            following = builder.add(index, _const(1))
+            index.add_incoming(following, builder.block)
+            builder.branch(header)
+            builder.position_at_end(done)
+
+        self.prologue = prologue
+        if product.name != root.name:
+            self.overrides[product.name] = root.name  # the epilogue reads C in place
+            eqn = self._root_eqn()
+            self.loops(root.aval.shape, lambda index: self.store(
+                root.name, index, self.compute(eqn, index), root.aval.dtype),
+                split_level=0 if root.aval.shape else None)
 
     def _multiply_add(self, current, left, right, dtype, reassociate=False):
         if dt.is_float(dtype):
@@ -1086,6 +1207,16 @@ class ProgramLowering:
         self.slots = program_slots(schedule)
         temps = [name for name, b in schedule.buffers.items() if b.kind == "temp"]
         self.buffer_names = [name for _, name in self.slots if name is not None] + temps
+
+    def gemm_function(self, dtype):
+        """CBLAS gemm (64-bit integers) for float32 or float64, imported by symbol."""
+        name = "tj_sgemm" if np.dtype(dtype) == np.float32 else "tj_dgemm"
+        function = self.module.globals.get(name)
+        if function is None:
+            real = dt.register_type(dtype)
+            function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
+                I32, I32, I32, I64, I64, I64, real, PTR, I64, PTR, I64, real, PTR, I64]), name)
+        return function
 
     def pool_state(self, fields):
         """The process's thread pool (an imported symbol: object code stays relocatable)."""

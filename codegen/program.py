@@ -149,10 +149,12 @@ def _c_order(array, dtype):
 
 def link(program):
     """Load the object code and build the wrapper (also after loading from disk)."""
+    from . import blas
     from .parallel import pool
 
     entry = f"{_symbol_safe(program.graph.name)}_entry"
-    library = llvm.load(program.object_code, [entry], imports=pool().symbols())
+    imports = {**pool().symbols(), **blas.symbols()}
+    library = llvm.load(program.object_code, [entry], imports=imports)
     symbols = len(program.graph.symbols)
     native = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object,
                               *([ctypes.c_int64] * symbols))(library.addresses[entry])

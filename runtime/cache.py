@@ -148,6 +148,7 @@ class DiskCache:
             },
             "options": jitted.options.key_fields(),
             "signature": signature,
+            "captured": _captured(fn),
             # Arrays the function can read from outside: their dtypes and shapes are
             # compiled in too (entries for other shapes must not collide).
             "implicit": sorted(
@@ -272,6 +273,39 @@ class DiskCache:
                 except (OSError, ValueError):
                     continue
         return result
+
+
+def _stable_description(value):
+    """A description of a captured value that is the same in every process, or one that
+    never matches another process (so an unknown object can only miss, never collide)."""
+    if serialize.is_json_value(value):
+        return repr(value)
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if name is None:
+        name = getattr(value, "__name__", None)
+    if module and name and "<locals>" not in name:
+        return f"{module}.{name}"
+    if isinstance(value, np.ufunc):
+        return f"numpy.{value.__name__}"
+    if isinstance(value, np.ndarray):
+        return "array"  # implicit inputs: their dtypes and shapes are keyed separately
+    return f"{type(value).__name__}@{id(value)}:{os.getpid()}"
+
+
+def _captured(fn):
+    """Closure cells and default arguments: two closures with one source may capture
+    different functions (make(np.exp) vs make(np.sin)) and must not share an entry."""
+    function = getattr(fn, "__func__", fn)
+    cells = []
+    for name, cell in zip(getattr(function, "__code__", None).co_freevars if hasattr(
+            function, "__code__") else (), getattr(function, "__closure__", None) or ()):
+        try:
+            cells.append([name, _stable_description(cell.cell_contents)])
+        except ValueError:
+            cells.append([name, "<empty>"])
+    defaults = [_stable_description(value) for value in getattr(function, "__defaults__",
+                                                                   None) or ()]
+    return {"closure": cells, "defaults": defaults}
 
 
 def _rewritten_source(fn):

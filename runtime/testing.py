@@ -98,7 +98,8 @@ def assert_compiled_matches_eager(fn, *arg_sets, rtol=None, atol=None, grads=Fal
     shape, dtype and values (per-dtype tolerances, ``rtol``/``atol`` override), and so are
     the arguments afterwards (for functions that write into their inputs). With
     ``grads=True`` the gradients of a scalar result with respect to every floating-point
-    array argument are compared as well. Raises ``CompiledMismatch`` naming the argument
+    array argument are compared as well (and the compiled call must have put its compiled
+    backward on the tape). Raises ``CompiledMismatch`` naming the argument
     set, the call, the output leaf, the largest error and where it is; also fails if no
     call ran compiled code. Returns a summary dict (calls compared, compiled calls).
 
@@ -152,12 +153,19 @@ def _compare_gradients(jitted, eager, arguments, number, rtol, atol):
                 if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" else leaf
                 for leaf in flat], tree
 
+    from .autograd import OutputNode
+
     results = []
     for function in (eager, jitted):
         flat, tree = leaves(_copy(arguments))
         value = function(*pytree.unflatten(tree, flat))
         if not isinstance(value, Tensor) or value.size != 1:
             raise CompiledMismatch(f"grads=True needs a scalar result, got {type(value)}")
+        if function is jitted and value.requires_grad and not isinstance(value.grad_fn,
+                                                                         OutputNode):
+            raise CompiledMismatch(f"{jitted.__qualname__}: argument set {number}: the call "
+                                   "with gradients did not run compiled (eager runs: "
+                                   f"{jitted.stats()['eager_calls']})")
         value.backward()
         results.append([leaf.grad.data if isinstance(leaf, Tensor) and leaf.grad is not None
                         else None for leaf in flat])

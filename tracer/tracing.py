@@ -653,8 +653,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             output_atoms.append(tracer.ir_var)
     gradients = None
     if grad:
-        gradients = _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves,
-                                      mutated)
+        _state.context = context  # the backward creates values too (zeros for unused inputs)
+        try:
+            gradients = _record_gradients(context, out_leaves, output_atoms, leaves,
+                                          traced_leaves, mutated)
+        finally:
+            _state.context = previous
     context.finished = True
     graph = context.graph(output_atoms)
     if check:

@@ -1,6 +1,6 @@
 """tracejit in one minute: compile, guard, fall back, compile both branches, speed, cache.
 
-    python examples/quickstart.py [--size N]
+    python examples/quickstart.py [--quick] [--size N]
 """
 
 import argparse
@@ -45,7 +45,9 @@ def median_ms(function, *args, repeat=20):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048, help="rows and columns of the block")
+    parser.add_argument("--quick", action="store_true", help="a small block (for CI)")
+    parser.add_argument("--size", type=int, help="rows and columns of the block [2048; 256 "
+                        "with --quick]")
     args = parser.parse_args()
 
     print("1. The seed example, compiled on its first call:")
@@ -63,11 +65,12 @@ def main():
           f"{stats['paths']} compiled paths")
 
     rng = np.random.default_rng(0)
-    n = args.size
+    n = args.size or (256 if args.quick else 2048)
     x = rng.normal(size=(n, n)).astype(np.float32)
     w = rng.normal(size=n).astype(np.float32)
     b = rng.normal(size=n).astype(np.float32)
-    compiled = block(x, w, b)
+    block(x, w, b)  # the first call traces and compiles; its result comes from the trace
+    compiled = block(x, w, b)  # native code
     reference = eager_block(x, w, b)
     error = float(np.max(np.abs(compiled - reference)))
     eager_ms, compiled_ms = median_ms(eager_block, x, w, b), median_ms(block, x, w, b)
@@ -75,7 +78,7 @@ def main():
           f"tracejit {compiled_ms:.2f} ms ({eager_ms / compiled_ms:.1f}x), max |diff| "
           f"{error:.1e}")
     print("   variable sizes reuse the compiled code of their bucket:")
-    for rows in (n - 100, n - 300):
+    for rows in (n - n // 20, n - n // 7):
         block(x[:rows], w, b)
     print(f"   {block.stats()['compiles']} compile(s) for {block.stats()['calls']} calls")
 

@@ -1,26 +1,41 @@
 """The examples run as a user runs them (a fresh interpreter, from the repository root)
-and print what their docstrings promise."""
+and print what their docstrings promise. The compiled ones run with ``--quick`` and a
+compile cache of their own, so compile counts start from zero."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(name, *args):
+def run_example(name, *args, cache_dir=None):
+    env = dict(os.environ)
+    if cache_dir is not None:
+        env["TRACEJIT_CACHE_DIR"] = str(cache_dir)
+    env.pop("TRACEJIT_DISABLE", None)
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / name), *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert completed.returncode == 0, completed.stderr
+    assert completed.returncode == 0, completed.stdout + completed.stderr
     return completed.stdout
+
+
+def search(pattern, output):
+    match = re.search(pattern, output)
+    assert match, f"{pattern!r} not in:\n{output}"
+    return match
 
 
 def test_seed_dynamic_graph_prints_both_branches():
@@ -43,3 +58,74 @@ def test_mlp_eager_loss_falls_by_more_than_half():
     losses = [float(value) for value in re.findall(r"loss (\d+\.\d+)", output)]
     assert len(losses) == 11  # a report every steps // 10, and the first step's
     assert abs(losses[0] - first) < 1e-3  # the summary rounds to 3 decimals
+
+
+def test_quickstart_walks_through_its_five_steps(tmp_path):
+    output = run_example("quickstart.py", "--quick", cache_dir=tmp_path)
+    for step in range(1, 6):
+        assert re.search(rf"^{step}\. ", output, re.MULTILINE), output
+    assert "f([ 1. -1.  2.]) = [ 2. -2.  4.]" in output
+    assert output.count("f([-3. -2. -1.]) = [-5. -4. -3.]") == 3
+    assert "2 compiled paths" in output
+    error = float(search(r"max \|diff\| (\S+)", output).group(1))
+    assert error < 1e-4, output
+    cache_listing = output.split("\n5. ")[1]
+    assert "dynamic_graph_example" in cache_listing and "block" in cache_listing
+
+
+def test_mlp_train_compiled_steps_match_eager_and_loss_falls(tmp_path):
+    output = run_example("mlp_train.py", "--quick", cache_dir=tmp_path)
+    assert "compiled and eager losses agree at every step" in output
+    rows = re.findall(r"^\s+(\d+)\s+(\d+\.\d+) \| (\d+\.\d+) \| (\d+\.\d+) \| (\d+\.\d+)$",
+                      output, re.MULTILINE)
+    assert len(rows) == 11, output  # every steps // 10, and the last step
+    for _, *losses in rows:  # the four variants print the same loss to 4 decimals
+        assert len(set(losses)) == 1, output
+    first, last = map(float, search(r"loss fell from (\S+) to (\S+)", output).groups())
+    assert last < first / 2, output
+    held_out = float(search(r"held-out (\S+)", output).group(1))
+    assert held_out > 0.8, output
+    # each compiled variant: one compile, then every step native, nothing eager
+    stats = re.findall(r"\.stats\(\): (\d+) compiled calls, (\d+) traced, eager none, "
+                       r"(\d+) compile\(s\)", output)
+    assert len(stats) == 3, output
+    for compiled_calls, traced, compiles in stats:
+        assert int(compiled_calls) + int(traced) == 60 and int(compiles) == 1, output
+    assert "its backward pass: a compiled program of" in output
+
+
+def test_variable_length_compiles_once_per_bucket_and_warm_starts(tmp_path):
+    pattern = (r"(\d+) distinct lengths, (\d+) buckets, (\d+) variants: (\d+) compiles .*?"
+               r"(\d+) loaded from the disk cache; \d+ compiled calls, eager none")
+    output = run_example("variable_length.py", "--quick", cache_dir=tmp_path)
+    lengths, buckets, variants, compiles, loaded = map(int, search(pattern, output).groups())
+    assert lengths > buckets == 3, output
+    assert (variants, compiles, loaded) == (buckets, buckets, 0), output
+    assert "compiled vs eager: max |diff|" in output and "-> agree" in output
+    assert len(re.findall(r"^  rnn_classifier ", output, re.MULTILINE)) == buckets
+
+    # a second process starts from the disk cache: no tracing, no LLVM
+    output = run_example("variable_length.py", "--quick", cache_dir=tmp_path)
+    lengths, buckets, variants, compiles, loaded = map(int, search(pattern, output).groups())
+    assert (variants, compiles, loaded) == (buckets, 0, buckets), output
+    assert "-> agree" in output
+
+
+def test_transformer_block_reuses_each_bucket(tmp_path):
+    output = run_example("transformer_block.py", "--quick", cache_dir=tmp_path)
+    lengths, buckets, variants, compiles = map(int, search(
+        r"(\d+) lengths, (\d+) buckets, (\d+) variants: (\d+) compiles", output).groups())
+    assert lengths > buckets
+    assert variants == compiles == buckets, output
+    assert "eager none" in output
+    assert "-> agree" in output
+    assert len(re.findall(r"^  transformer_block ", output, re.MULTILINE)) == buckets
+
+
+@pytest.mark.parametrize("name", ["mlp_train.py", "variable_length.py",
+                                  "transformer_block.py", "quickstart.py"])
+def test_compiled_examples_document_their_command_line(name):
+    source = (ROOT / "examples" / name).read_text()
+    docstring = source.split('"""')[1]
+    assert f"python examples/{name}" in docstring
+    assert "--quick" in docstring

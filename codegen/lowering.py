@@ -136,12 +136,12 @@ class DimValues:
 class KernelBuilder:
     """Emits one kernel as ``void kernel(ptr buffer..., i64 symbol..., ptr status)``."""
 
-    def __init__(self, program, kernel):
+    def __init__(self, program, kernel, buffer_names):
         self.program = program
         self.schedule = program.schedule
         self.kernel = kernel
         self.producers = self.schedule.producers
-        names = program.buffer_names
+        self.buffer_names = names = list(buffer_names)  # only the buffers this kernel touches
         self.argument_types = [PTR] * len(names) + [I64] * len(program.symbols) + [PTR]
         self.function = ir.Function(
             program.module, ir.FunctionType(ir.VoidType(), [I64, I64] + self.argument_types),
@@ -525,9 +525,9 @@ class KernelBuilder:
         builder = ir.IRBuilder(entry.append_basic_block("entry"))
         arguments = list(entry.args)
         dims = DimValues(builder, dict(zip(self.program.symbols,
-                                           arguments[len(self.program.buffer_names):])))
+                                           arguments[len(self.buffer_names):])))
         if self.prologue is not None:
-            self.prologue(entry, builder, dims, dict(zip(self.program.buffer_names, arguments)))
+            self.prologue(entry, builder, dims, dict(zip(self.buffer_names, arguments)))
         if plan is None:
             builder.call(self.function, [_const(0), _const(1), *arguments])
             builder.ret_void()
@@ -1233,8 +1233,50 @@ class ProgramLowering:
                 "tj_parallel_for")
         return function
 
+    def kernel_signature(self, kernel):
+        """``(key, buffers)``: a key equal for kernels that compute the same thing on
+        different buffers (the steps of an unrolled loop), and the kernel's buffers in a
+        canonical order (its store first, then reads in the order its equations use them)."""
+        scheduler = self.schedule.scheduler
+        producers = self.schedule.producers
+        buffers = self.schedule.buffers
+        names = scheduler.inlined(kernel.root) | {kernel.root.name}
+        if kernel.matmul is not None:
+            names |= {kernel.matmul.out.name, *(
+                atom.name for atom in kernel.matmul.inputs
+                if isinstance(atom, Var) and atom.name not in buffers)}
+        eqns = sorted((producers[name] for name in names),
+                      key=lambda eqn: scheduler.order[eqn.out.name])
+        order = [kernel.root.name]
+        local = {}
+
+        def canonical(atom):
+            if isinstance(atom, Literal):
+                return ("literal", str(atom), str(atom.aval))
+            if atom.name in buffers and atom.name != kernel.root.name and (
+                kernel.matmul is None or atom.name != kernel.matmul.out.name
+            ):
+                if atom.name not in order:
+                    order.append(atom.name)
+                return ("buffer", order.index(atom.name), str(atom.aval))
+            local.setdefault(atom.name, len(local))
+            return ("value", local[atom.name], str(atom.aval))
+
+        key = [kernel.kind, str(kernel.root.aval), len(kernel.stages)]
+        for eqn in eqns:
+            key.append((eqn.prim.name, tuple(canonical(atom) for atom in eqn.inputs),
+                        eqn.params, canonical(eqn.out)))
+        key.append(tuple(canonical(stage) for stage in kernel.stages))
+        key.append(canonical(kernel.root))
+        return tuple(key), order
+
     def build(self):
-        kernels = [KernelBuilder(self, kernel).build() for kernel in self.schedule.kernels]
+        compiled, kernels = {}, []
+        for kernel in self.schedule.kernels:
+            key, buffers = self.kernel_signature(kernel)
+            if key not in compiled:  # the same computation: one function, other buffers
+                compiled[key] = KernelBuilder(self, kernel, buffers).build()
+            kernels.append((compiled[key], buffers))
         entry_name = f"{self.name}_entry"
         function = ir.Function(
             self.module, ir.FunctionType(I32, [PTR] + [I64] * len(self.symbols)), entry_name
@@ -1258,7 +1300,7 @@ class ProgramLowering:
         builder.store(ir.Constant(I32, 0), status)
         guard_numbers = {id(guard): number for number, guard in
                          enumerate(self.schedule.graph.guards)}
-        arguments = [pointers[name] for name in self.buffer_names] + list(symbols) + [status]
+        tail = list(symbols) + [status]
 
         def check(guards):
             for guard in guards:
@@ -1276,8 +1318,8 @@ class ProgramLowering:
                 builder.position_at_end(passed)
 
         check(self.schedule.entry_guards)
-        for kernel, compiled in zip(self.schedule.kernels, kernels):
-            builder.call(compiled, arguments)
+        for kernel, (kernel_function, buffers) in zip(self.schedule.kernels, kernels):
+            builder.call(kernel_function, [pointers[name] for name in buffers] + tail)
             check(kernel.guards)
         builder.ret(builder.neg(builder.load(status, typ=I32)))
         return self.module, entry_name

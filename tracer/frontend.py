@@ -443,6 +443,32 @@ def _library_prefixes():
 _LIBRARY_PREFIXES = _library_prefixes()
 
 
+_CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
+
+
+def _has_dim(shape):
+    items = shape if isinstance(shape, (tuple, list)) else (shape,)
+    return any(isinstance(item, SymInt) for item in items)
+
+
+def _created(function, shape, *args, dtype=None, **kwargs):
+    """np.zeros/ones/empty/full with a symbolic size: a traced ``full`` (the size stays
+    symbolic instead of specializing the dim). ``empty`` gives zeros, like ``empty_like``."""
+    from . import ops
+
+    fill = _CREATION[function]
+    if fill is None:
+        fill, args = args[0], args[1:]
+        if dtype is None:
+            dtype = np.asarray(fill).dtype
+    if args:
+        dtype = args[0]
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    symbolic = next(item for item in shape if isinstance(item, SymInt))
+    return ops.full(shape, fill, np.dtype(dtype if dtype is not None else float),
+                    like=symbolic)
+
+
 class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
@@ -498,6 +524,8 @@ class Hooks:
             from .numpy_api import arange
 
             return arange(*args, **kwargs)
+        if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
+            return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):
             name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
             raise _refusal(

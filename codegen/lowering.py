@@ -134,15 +134,18 @@ class DimValues:
 
 
 class KernelBuilder:
-    """Emits one kernel as ``void kernel(ptr buffer..., i64 symbol..., ptr status)``."""
+    """Emits one kernel as ``void kernel(ptr buffer..., i64 symbol..., i64 start..., ptr
+    status)``: ``start`` arguments are the constant slice starts, passed at run time so the
+    steps of an unrolled loop (``x[:, t]`` for each ``t``) share one kernel."""
 
-    def __init__(self, program, kernel, buffer_names):
+    def __init__(self, program, kernel, buffer_names, start_slots=()):
         self.program = program
         self.schedule = program.schedule
         self.kernel = kernel
         self.producers = self.schedule.producers
         self.buffer_names = names = list(buffer_names)  # only the buffers this kernel touches
-        self.argument_types = [PTR] * len(names) + [I64] * len(program.symbols) + [PTR]
+        self.argument_types = [PTR] * len(names) + [I64] * (
+            len(program.symbols) + len(start_slots)) + [PTR]
         self.function = ir.Function(
             program.module, ir.FunctionType(ir.VoidType(), [I64, I64] + self.argument_types),
             kernel.name + "_impl")
@@ -152,6 +155,7 @@ class KernelBuilder:
             argument.add_attribute("noalias")
         self.pointers = dict(zip(names, arguments))
         self.symbols = dict(zip(program.symbols, arguments[len(names):]))
+        self.starts = dict(zip(start_slots, arguments[len(names) + len(program.symbols):-1]))
         self.status = arguments[-1]
         entry = self.function.append_basic_block("entry")
         body = self.function.append_basic_block("body")
@@ -378,11 +382,14 @@ class KernelBuilder:
     def compute_slice(self, eqn, index):
         params = eqn.params_dict
         mapped = []
-        for component, start, step in zip(index, params["starts"], params["steps"]):
+        for axis, (component, start, step) in enumerate(
+                zip(index, params["starts"], params["steps"])):
             value = component.value
             if not (isinstance(step, int) and step == 1):
                 value = self.b.mul(value, self.dim(step))
-            if not (isinstance(start, int) and start == 0):
+            if (eqn.out.name, axis) in self.starts:
+                value = self.b.add(value, self.starts[eqn.out.name, axis])
+            elif not (isinstance(start, int) and start == 0):
                 value = self.b.add(value, self.dim(start))
             mapped.append(Ix(value, component.inner))
         return self.value(eqn.inputs[0], tuple(mapped))
@@ -1234,9 +1241,11 @@ class ProgramLowering:
         return function
 
     def kernel_signature(self, kernel):
-        """``(key, buffers)``: a key equal for kernels that compute the same thing on
-        different buffers (the steps of an unrolled loop), and the kernel's buffers in a
-        canonical order (its store first, then reads in the order its equations use them)."""
+        """``(key, buffers, starts)``: a key equal for kernels that compute the same thing
+        on different buffers and at different constant slice starts (the steps of an
+        unrolled loop), the kernel's buffers in a canonical order (its store first, then
+        reads in the order its equations use them), and its constant slice starts as
+        ``((slice output, axis), start)`` in a canonical order."""
         scheduler = self.schedule.scheduler
         producers = self.schedule.producers
         buffers = self.schedule.buffers
@@ -1262,21 +1271,30 @@ class ProgramLowering:
             local.setdefault(atom.name, len(local))
             return ("value", local[atom.name], str(atom.aval))
 
-        key = [kernel.kind, str(kernel.root.aval), len(kernel.stages)]
+        key, starts = [kernel.kind, str(kernel.root.aval), len(kernel.stages)], []
         for eqn in eqns:
+            params = eqn.params
+            if eqn.prim.name == "slice":  # constant starts become arguments; limits unused
+                params = eqn.params_dict
+                for axis, start in enumerate(params["starts"]):
+                    if type(start) is int:
+                        starts.append(((eqn.out.name, axis), start))
+                params = (tuple("start" if type(start) is int else start
+                                for start in params["starts"]), params["steps"])
             key.append((eqn.prim.name, tuple(canonical(atom) for atom in eqn.inputs),
-                        eqn.params, canonical(eqn.out)))
+                        params, canonical(eqn.out)))
         key.append(tuple(canonical(stage) for stage in kernel.stages))
         key.append(canonical(kernel.root))
-        return tuple(key), order
+        return tuple(key), order, starts
 
     def build(self):
         compiled, kernels = {}, []
         for kernel in self.schedule.kernels:
-            key, buffers = self.kernel_signature(kernel)
-            if key not in compiled:  # the same computation: one function, other buffers
-                compiled[key] = KernelBuilder(self, kernel, buffers).build()
-            kernels.append((compiled[key], buffers))
+            key, buffers, starts = self.kernel_signature(kernel)
+            if key not in compiled:  # the same computation: one function, other arguments
+                compiled[key] = KernelBuilder(
+                    self, kernel, buffers, [slot for slot, _ in starts]).build()
+            kernels.append((compiled[key], buffers, [_const(start) for _, start in starts]))
         entry_name = f"{self.name}_entry"
         function = ir.Function(
             self.module, ir.FunctionType(I32, [PTR] + [I64] * len(self.symbols)), entry_name
@@ -1300,7 +1318,6 @@ class ProgramLowering:
         builder.store(ir.Constant(I32, 0), status)
         guard_numbers = {id(guard): number for number, guard in
                          enumerate(self.schedule.graph.guards)}
-        tail = list(symbols) + [status]
 
         def check(guards):
             for guard in guards:
@@ -1318,8 +1335,9 @@ class ProgramLowering:
                 builder.position_at_end(passed)
 
         check(self.schedule.entry_guards)
-        for kernel, (kernel_function, buffers) in zip(self.schedule.kernels, kernels):
-            builder.call(kernel_function, [pointers[name] for name in buffers] + tail)
+        for kernel, (kernel_function, buffers, starts) in zip(self.schedule.kernels, kernels):
+            builder.call(kernel_function,
+                         [pointers[name] for name in buffers] + list(symbols) + starts + [status])
             check(kernel.guards)
         builder.ret(builder.neg(builder.load(status, typ=I32)))
         return self.module, entry_name

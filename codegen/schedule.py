@@ -40,6 +40,9 @@ REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
 CREATION = {"full", "iota"}
 
 
+MAX_INLINED = 96  # equations one kernel may inline (see _Scheduler.bound_expressions)
+
+
 @dataclass
 class Buffer:
     """Storage for a materialized value: ``kind`` is input, constant, output or temp;
@@ -167,6 +170,24 @@ class _Scheduler:
                         and not _trivial_reshape(source.aval.shape, item.out.aval.shape)
                     ):
                         self.materialize(source)
+
+    def bound_expressions(self, limit=None):
+        """Give a buffer to any value whose inlined expression would exceed ``limit``
+        equations: an unrolled loop's running sum (``total = total + f(x[t])``) would
+        otherwise inline every step into one kernel, which LLVM stops vectorizing well."""
+        limit = MAX_INLINED if limit is None else limit
+        trees = {}
+        for eqn in self.graph.equations:
+            tree = {eqn.out.name}
+            for atom in eqn.inputs:
+                if isinstance(atom, Var) and atom.name in self.producers and (
+                    atom.name not in self.buffers
+                ):
+                    tree |= trees[atom.name]
+            if len(tree) > limit:
+                self.materialize(eqn.out)
+                tree = {eqn.out.name}
+            trees[eqn.out.name] = tree
 
     def _readable_by_matmul(self, operand):
         """Matmul reads buffers, or transposes (of the last two axes) of buffers."""
@@ -382,6 +403,7 @@ def schedule(graph, materialize=()):
     names values that must get buffers (lowering found it could not inline them)."""
     scheduler = _Scheduler(graph)
     scheduler.initial_materialization()
+    scheduler.bound_expressions()
     for name in materialize:
         scheduler.materialize(scheduler.producers[name].out)
     scheduler.forced = set(materialize)

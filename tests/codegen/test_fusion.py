@@ -13,10 +13,13 @@ speed lives in ``benchmarks/codegen_speed.py``), and fused kernels are vectorize
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from compiled_checks import assert_within, bucket_sizes, compiled
 
+import tracer
 from runtime import nn
 
 F32 = np.float32
@@ -114,3 +117,42 @@ def test_fused_kernel_is_vectorized():
     program = compiled(("fusion", "gelu(x*w+b)"), gelu_affine,
                        *[data(s, 0) for s in FUSED["gelu(x*w+b)"][1]])
     assert " x float>" in program.optimized_ir
+
+
+def matmul_scan(x, w):
+    """A recurrence over the time axis (the tracer unrolls the loop): one matmul kernel
+    per step, the same code at a different ``x[:, step]`` each time."""
+    state = np.zeros((x.shape[0], w.shape[0]), x.dtype)
+    for step in range(x.shape[1]):
+        state = np.tanh(x[:, step] + state @ w)
+    return state
+
+
+def running_sum(x):
+    """``total`` inlines every earlier step unless the scheduler bounds expressions."""
+    state, total = np.zeros_like(x[:, 0]), np.zeros_like(x[:, 0])
+    for step in range(x.shape[1]):
+        state = np.tanh(x[:, step] + 0.5 * state)
+        total = total + state
+    return total
+
+
+def test_unrolled_steps_share_one_kernel_function():
+    x, w = data((4, 12, 8), 0), data((8, 8), 1) * 0.3
+    program = compiled(("fusion", "matmul scan"), matmul_scan, x, w, dynamic=False)
+    assert program.kernel_count >= 12
+    functions = re.findall(r'define internal void @"?(\w+)_impl"?\(', program.llvm_ir)
+    assert len(functions) <= 2, functions
+    close(program(x, w)[0], matmul_scan(x, w), 1e-5)
+
+
+def test_long_unrolled_expression_is_split_into_bounded_kernels():
+    from codegen.schedule import MAX_INLINED, schedule
+
+    x = data((5, 60), 0)
+    traced = tracer.trace(running_sum, x, dynamic=False)
+    plan = schedule(traced.graph)
+    sizes = [len(plan.scheduler.inlined(kernel.root)) for kernel in plan.kernels]
+    assert len(plan.kernels) > 1 and max(sizes) <= MAX_INLINED + 4, sizes
+    program = compiled(("fusion", "running sum"), running_sum, x, dynamic=False)
+    close(program(x)[0], running_sum(x), 1e-5)

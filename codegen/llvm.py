@@ -1,7 +1,7 @@
 """llvmlite behind one small interface: parse -> verify -> optimize -> object code -> load.
 
-``compile_module(ir_text)`` returns optimized LLVM IR, assembly and object code (bytes the
-disk cache stores); ``load(object_code, exports, imports)`` links object code into the
+``compile_module(ir_text)`` returns optimized LLVM IR and object code (bytes the disk
+cache stores); ``assembly_of(optimized_ir)`` renders assembly on demand, for inspection; ``load(object_code, exports, imports)`` links object code into the
 process (LLVM's ORC JIT) and returns the exported function addresses. A warm start from
 disk calls only ``load``: no LLVM optimization runs.
 
@@ -75,9 +75,17 @@ def host_description():
 @dataclass
 class CompiledModule:
     llvm_ir: str  # after optimization
-    assembly: str
     object_code: bytes
     seconds: float
+
+
+def _parse_for_host(ir_text):
+    module = llvm.parse_assembly(str(ir_text))
+    module.verify()
+    machine = target_machine()
+    module.triple = machine.triple
+    module.data_layout = str(machine.target_data)
+    return module, machine
 
 
 def compile_module(ir_text, opt_level=3):
@@ -86,11 +94,7 @@ def compile_module(ir_text, opt_level=3):
     _initialized()
     start = time.perf_counter()
     with _lock:
-        module = llvm.parse_assembly(str(ir_text))
-        module.verify()
-        machine = target_machine()
-        module.triple = machine.triple
-        module.data_layout = str(machine.target_data)
+        module, machine = _parse_for_host(ir_text)
         options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         options.loop_vectorization = True
         options.slp_vectorization = True
@@ -100,12 +104,20 @@ def compile_module(ir_text, opt_level=3):
         builder.getModulePassManager().run(module, builder)
         module.verify()
         optimized = str(module)
-        assembly = machine.emit_assembly(module)
         object_code = machine.emit_object(module)
     seconds = time.perf_counter() - start
     log.debug("compiled a module in %.1f ms (%d bytes of object code)", seconds * 1e3,
               len(object_code))
-    return CompiledModule(optimized, assembly, object_code, seconds)
+    return CompiledModule(optimized, object_code, seconds)
+
+
+def assembly_of(optimized_ir):
+    """The host assembly for already optimized IR (code generation only: no passes run,
+    so it is the code ``compile_module`` emitted as object code)."""
+    _initialized()
+    with _lock:
+        module, machine = _parse_for_host(optimized_ir)
+        return machine.emit_assembly(module)
 
 
 @lru_cache(maxsize=None)

@@ -150,6 +150,9 @@ class KernelBuilder:
             program.module, ir.FunctionType(ir.VoidType(), [I64, I64] + self.argument_types),
             kernel.name + "_impl")
         self.function.linkage = "internal"
+        # Called from the entry and from the pool's trampoline: inlining would make LLVM
+        # optimize and emit the loop nest twice, for no gain at kernel granularity.
+        self.function.attributes.add("noinline")
         self.start, self.end, *arguments = self.function.args
         for argument in arguments[: len(names)]:
             argument.add_attribute("noalias")

@@ -81,7 +81,6 @@ class Program:
     kernels: list
     llvm_ir: str
     optimized_ir: str
-    assembly: str
     object_code: bytes
     wrapper_source: str
     compile_seconds: dict = field(default_factory=dict)
@@ -90,6 +89,12 @@ class Program:
 
     def __call__(self, *inputs):
         return self._run(*inputs)
+
+    @property
+    def assembly(self):
+        """Host assembly of the optimized IR, rendered when asked for (emitting it with
+        every compile cost as much as the object code)."""
+        return llvm.assembly_of(self.optimized_ir)
 
     @property
     def kernel_count(self):
@@ -131,7 +136,6 @@ def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
                  for k in plan.kernels],
         llvm_ir=llvm_ir,
         optimized_ir=compiled.llvm_ir,
-        assembly=compiled.assembly,
         object_code=compiled.object_code,
         wrapper_source=wrapper_source(plan, entry),
         compile_seconds=times,

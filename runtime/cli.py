@@ -202,7 +202,9 @@ def command_show(args, out):
             if args.llvm:
                 print(_indent(program["optimized_ir"], 4), file=out)
             if args.asm:
-                print(_indent(program["assembly"], 4), file=out)
+                from codegen.llvm import assembly_of  # LLVM loads only when asked
+
+                print(_indent(assembly_of(program["optimized_ir"]), 4), file=out)
     if args.json:
         json.dump(shown, out, indent=2, default=str)
         out.write("\n")

@@ -359,6 +359,6 @@ def test_program_artifacts_and_link_from_object_code():
     relinked = link(codegen.Program(
         name=program.name, graph=program.graph, kernels=program.kernels,
         llvm_ir=program.llvm_ir, optimized_ir=program.optimized_ir,
-        assembly=program.assembly, object_code=program.object_code,
+        object_code=program.object_code,
         wrapper_source=program.wrapper_source))
     check_keepdims_program(relinked, np.random.default_rng(4).standard_normal((4, 11)))

@@ -309,6 +309,7 @@ RULES = {
     "logical_and": _logical("and_"),
     "logical_or": _logical("or_"),
     "where": _where,
+    "stop_gradient": lambda ctx, x: x,  # only autodiff sees a difference
 }
 
 
@@ -321,6 +322,8 @@ def loop_dtypes(prim, avals):
         return (np.dtype(np.bool_), out, out), out
     if prim.name == "cast":
         return (avals[0].dtype,), None
+    if prim.name == "stop_gradient":
+        return (avals[0].dtype,), avals[0].dtype
     if all(aval.weak for aval in avals):
         key = tuple(aval.dtype for aval in avals)
     else:

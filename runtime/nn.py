@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from tracer.ops import stop_gradient_p
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -35,18 +37,25 @@ def sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
+def _peak(x, axis):
+    """The max along ``axis`` that softmax-like functions subtract for stability. Shifting
+    every element alike changes nothing, so no gradient flows through it (as in JAX):
+    the backward pass skips the max's own gradient (ties, counts) entirely."""
+    return stop_gradient_p(np.max(x, axis=axis, keepdims=True))
+
+
 def softmax(x, axis=-1):
-    shifted = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    shifted = np.exp(x - _peak(x, axis))
     return shifted / np.sum(shifted, axis=axis, keepdims=True)
 
 
 def log_softmax(x, axis=-1):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = x - _peak(x, axis)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def logsumexp(x, axis=-1, keepdims=False):
-    peak = np.max(x, axis=axis, keepdims=True)
+    peak = _peak(x, axis)
     # An all -inf row has peak -inf; shifting by 0 there gives -inf instead of NaN.
     peak = np.where(np.isfinite(peak), peak, 0)
     total = np.log(np.sum(np.exp(x - peak), axis=axis, keepdims=True)) + peak
@@ -81,15 +90,22 @@ def _reduce(loss, reduction):
 
 
 def cross_entropy(logits, labels, reduction="mean"):
-    """Softmax cross-entropy of ``logits`` (..., classes) against integer ``labels`` (...)."""
+    """Softmax cross-entropy of ``logits`` (..., classes) against integer ``labels`` (...)
+    in ``[0, classes)``; other labels raise IndexError, as in PyTorch."""
     labels = np.asarray(labels) if isinstance(labels, (list, tuple)) else labels
     if np.dtype(labels.dtype).kind not in "iu":
         raise TypeError(
             f"cross_entropy: labels must be integer class indices, not {labels.dtype}"
         )
+    classes = logits.shape[-1]
+    if np.any((labels < 0) | (labels >= classes)):
+        raise IndexError(f"cross_entropy: labels must lie in [0, {classes}); got labels from "
+                         f"{np.min(labels)} to {np.max(labels)}")
     log_probs = log_softmax(logits, axis=-1)
-    picked = np.take_along_axis(log_probs, np.expand_dims(labels, -1), axis=-1)
-    return _reduce(-np.squeeze(picked, axis=-1), reduction)
+    # A one-hot select rather than take_along_axis: compiled, it fuses into log_softmax's
+    # row kernel, and its gradient is a select instead of a scatter.
+    chosen = np.expand_dims(labels, -1) == np.arange(classes)
+    return _reduce(-np.sum(np.where(chosen, log_probs, 0), axis=-1), reduction)
 
 
 def mse_loss(prediction, target, reduction="mean"):

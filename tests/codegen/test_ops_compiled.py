@@ -75,7 +75,7 @@ POINTWISE = sorted(
 
 
 def arity(name):
-    return 3 if name == "where" else PRIMITIVES[name].impl.nin
+    return 3 if name == "where" else getattr(PRIMITIVES[name].impl, "nin", 1)
 
 
 # Shape groups of one pointwise program: name -> operand shapes (for 1, 2, 3 operands).

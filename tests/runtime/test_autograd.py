@@ -617,3 +617,21 @@ def test_ties_share_the_gradient():
     a, b = tensor([2.0, 1.0], requires_grad=True), tensor([2.0, 0.0], requires_grad=True)
     np.maximum(a, b).sum().backward()
     assert a.grad.tolist() == [0.5, 1.0] and b.grad.tolist() == [0.5, 0.0]
+
+
+def test_stop_gradient_passes_the_value_and_blocks_the_gradient():
+    from tracer.ops import stop_gradient_p
+
+    x = tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2.0 + stop_gradient_p(x * x)
+    np.testing.assert_allclose(y.numpy(), [3.0, 8.0, 15.0])
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_cross_entropy_out_of_range_labels_raise_like_pytorch():
+    logits = tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(IndexError, match=r"labels must lie in \[0, 3\)"):
+        nn.cross_entropy(logits, np.array([0, 3]))
+    with pytest.raises(IndexError):
+        nn.cross_entropy(logits, np.array([-1, 0]))

@@ -190,6 +190,7 @@ SAMPLES = {
     "logical_or": Call((uniform(2, 3), uniform(2, 3)), {}),
     "where": Call((mask(2, 3), uniform(2, 3), uniform(2, 3)), {}),
     "cast": Call((uniform(2, 3),), dict(dtype=F64)),
+    "stop_gradient": Call((uniform(2, 3),), {}),
     "sum": Call((uniform(3, 4),), dict(axes=(1,), keepdims=False)),
     "prod": Call((away_from_zero(3, 4),), dict(axes=(1,), keepdims=False)),
     "max": Call((uniform(3, 4),), dict(axes=(1,), keepdims=False)),

@@ -43,6 +43,7 @@ from .pointwise import (
     sin_p,
     sqrt_p,
     square_p,
+    stop_gradient_p,
     subtract_p,
     tanh_p,
     true_divide_p,

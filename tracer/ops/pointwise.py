@@ -150,3 +150,18 @@ cast_p = Primitive(
     abstract_eval=lambda x, dtype: AbstractArray(x.shape, dtype),
     vjp=(lambda g, x, out, dtype: g,),
 )
+
+
+def _stop_gradient_impl(x):
+    return np.asarray(x)
+
+
+# The value unchanged, no gradient through it (jax.lax.stop_gradient, Tensor.detach): the
+# max that softmax subtracts for stability shifts every logit alike, so its gradient is 0.
+stop_gradient_p = Primitive(
+    "stop_gradient",
+    "pointwise",
+    impl=_stop_gradient_impl,
+    abstract_eval=lambda x: AbstractArray(x.shape, x.dtype),
+    vjp=None,
+)

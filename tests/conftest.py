@@ -34,3 +34,19 @@ def session_cache_dir():
     """The session's ``TRACEJIT_CACHE_DIR`` (a fresh temporary directory)."""
     os.environ["TRACEJIT_CACHE_DIR"] = _SESSION_CACHE_DIR
     return _SESSION_CACHE_DIR
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz", type=int, default=None, metavar="N",
+        help="run N random examples in the property-based tests instead of the fixed CI set "
+             "(the same as TRACEJIT_FUZZ=N)",
+    )
+
+
+def pytest_configure(config):
+    # Property-based test modules read TRACEJIT_FUZZ when they are imported (collection
+    # comes after this hook), so the option reaches every one of them.
+    fuzz = config.getoption("--fuzz", default=None)
+    if fuzz:
+        os.environ["TRACEJIT_FUZZ"] = str(fuzz)

@@ -654,7 +654,7 @@ CASES = [
     Case("cross_entropy_library", cross_entropy_library, _rng_args(30, lambda rng: [
         (_normal(rng, (n, 5), dtype), _labels(rng, n, 5))
         for n, dtype in ((1, np.float64), (3, np.float32), (8, np.float64), (13, np.float32))
-    ])),
+    ]), guards=["nn.cross_entropy(logits, labels)"]),  # labels checked in [0, classes)
     Case("cross_entropy_by_hand", cross_entropy_by_hand, _rng_args(31, lambda rng: [
         (_normal(rng, (n, 4)), _labels(rng, n, 4)) for n in (2, 5, 13)
     ])),
@@ -755,4 +755,680 @@ CASES = [
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}
+assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"
+
+
+# === Added for the differential suite (eager vs compiled): more domains ==================
+# Each function below is a model in its own right; the argument sets span the pow2 buckets
+# (sizes 0/1, 3, 5, 8, 13, 31, 64, 100), both float widths, NaN/Inf where the model meets
+# them in practice, and every branch.
+
+# --- activations --------------------------------------------------------------------------
+
+
+def activation_zoo(x):
+    softplus_stable = np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)
+    softplus_naive = np.log1p(np.exp(x))
+    silu = x * nn.sigmoid(x)
+    return nn.relu(x), nn.gelu(x), nn.sigmoid(x), softplus_stable, softplus_naive, silu
+
+
+def softplus_logaddexp(x):
+    return np.logaddexp(0.0, x)
+
+
+def swiglu_feed_forward(x, w_gate, w_up, w_down):
+    gate = x @ w_gate
+    return (gate * nn.sigmoid(gate) * (x @ w_up)) @ w_down
+
+
+# --- normalization ------------------------------------------------------------------------
+
+
+def rms_norm(x, weight, eps=1e-6):
+    mean_square = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(mean_square + eps) * weight
+
+
+def batch_norm_train(x, gamma, beta, running, momentum=0.1, eps=1e-5):
+    n = x.shape[0]
+    mean = x.mean(axis=0)
+    variance = x.var(axis=0)
+    normalized = (x - mean) / np.sqrt(variance + eps) * gamma + beta
+    unbiased = variance * (n / (n - 1))  # the running variance is the unbiased estimate
+    updated = {
+        "mean": (1.0 - momentum) * running["mean"] + momentum * mean,
+        "var": (1.0 - momentum) * running["var"] + momentum * unbiased,
+    }
+    return normalized, updated
+
+
+# --- attention and transformer blocks ------------------------------------------------------
+
+
+def _split_heads(t, heads):
+    n, width = t.shape
+    return t.reshape(n, heads, width // heads).transpose(1, 0, 2)
+
+
+def multi_head_attention(x, w_qkv, w_out, heads):
+    n, width = x.shape
+    q, k, v = np.split(x @ w_qkv, 3, axis=-1)
+    q, k, v = _split_heads(q, heads), _split_heads(k, heads), _split_heads(v, heads)
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(width // heads)
+    future = np.triu(np.ones((n, n)), k=1) > 0
+    scores = np.where(future, -np.inf, scores)
+    mixed = nn.softmax(scores, axis=-1) @ v
+    return mixed.transpose(1, 0, 2).reshape(n, width) @ w_out
+
+
+def transformer_block(x, params):
+    attended = multi_head_attention(
+        nn.layer_norm(x, params["ln1"]["w"], params["ln1"]["b"]), params["qkv"], params["out"], 2
+    )
+    h = x + attended
+    hidden = nn.gelu(nn.linear(nn.layer_norm(h, params["ln2"]["w"], params["ln2"]["b"]),
+                               params["fc1"]["w"], params["fc1"]["b"]))
+    return h + nn.linear(hidden, params["fc2"]["w"], params["fc2"]["b"])
+
+
+def masked_softmax(scores, mask):
+    masked = np.where(mask, scores, -np.inf)
+    return nn.softmax(masked, axis=-1), nn.logsumexp(masked, axis=-1)
+
+
+# --- losses ---------------------------------------------------------------------------------
+
+
+def binary_cross_entropy(probabilities, targets, eps=1e-7):
+    clipped = np.clip(probabilities, eps, 1.0 - eps)
+    losses = -(targets * np.log(clipped) + (1.0 - targets) * np.log1p(-clipped))
+    return losses.mean(), losses
+
+
+def bce_with_logits(logits, targets):
+    stable = np.maximum(logits, 0.0) - logits * targets + np.log1p(np.exp(-np.abs(logits)))
+    return np.mean(stable)
+
+
+def huber_loss(prediction, target, delta=1.0):
+    error = np.abs(prediction - target)
+    quadratic = 0.5 * error * error
+    linear = delta * (error - 0.5 * delta)
+    return np.where(error <= delta, quadratic, linear).mean()
+
+
+def mlp_classifier_loss(x, labels, w1, b1, w2, b2):
+    hidden = x @ w1 + b1
+    hidden = hidden * nn.sigmoid(hidden)  # SiLU
+    return nn.cross_entropy(hidden @ w2 + b2, labels)
+
+
+# --- recurrent models, unrolled over a static number of steps ------------------------------
+
+
+def lstm_unrolled(xs, h, c, w, u, b):
+    outputs = []
+    for step in range(xs.shape[0]):
+        h, c = lstm_cell(xs[step], (h, c), w, u, b)
+        outputs.append(h)
+    return np.stack(outputs, axis=0), (h, c)
+
+
+def gru_unrolled(xs, h, w, u, b, steps=4):
+    for step in range(steps):
+        h = gru_cell(xs[:, step, :], h, w, u, b)
+    return h
+
+
+# --- data-dependent control flow and early exits --------------------------------------------
+
+
+def gradient_clipping(grads, max_norm):
+    total = np.sqrt(sum(np.sum(g * g) for g in grads))
+    if total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        return [g * scale for g in grads], total
+    return list(grads), total
+
+
+def newton_sqrt(x):
+    estimate = np.maximum(x, 1.0)
+    steps = 0
+    while np.max(np.abs(estimate * estimate - x)) > 1e-4 * np.max(x):
+        estimate = 0.5 * (estimate + x / estimate)
+        steps += 1
+    return estimate, steps
+
+
+def min_max_scale(x):
+    if x.size == 0:
+        return x * 1.0
+    spread = x.max() - x.min()
+    if spread == 0:
+        return x - x.mean()
+    return (x - x.min()) / spread
+
+
+def tiered_discount(prices, quantities):
+    total = quantities.sum()
+    if total >= 100:
+        rate = 0.2
+    elif total >= 10:
+        rate = 0.1
+    else:
+        rate = 0.0
+    return prices * quantities * (1.0 - rate), total
+
+
+# --- shape-dependent code and images of any size ---------------------------------------------
+
+
+def pad_to_multiple(x, multiple=4):
+    remainder = x.shape[0] % multiple
+    if remainder:
+        x = np.pad(x, ((0, multiple - remainder), (0, 0)))
+    return x.reshape(-1, multiple, x.shape[1]).mean(axis=1)
+
+
+def average_pool_pairs(x):
+    even = x.shape[-1] // 2 * 2
+    pairs = x[..., :even].reshape(x.shape[0], even // 2, 2)
+    return pairs.mean(axis=-1), pairs.max(axis=-1)
+
+
+def conv1d_valid(signal, kernel):
+    width = signal.shape[-1] - 2
+    return kernel[0] * signal[..., :width] + kernel[1] * signal[..., 1 : width + 1] + \
+        kernel[2] * signal[..., 2:]
+
+
+def box_blur_2d(image):
+    padded = np.pad(image, 1)
+    height, width = image.shape
+    total = np.zeros_like(image)
+    for dy in range(3):
+        for dx in range(3):
+            total = total + padded[dy : dy + height, dx : dx + width]
+    return total / 9.0, image[::2, ::-1]
+
+
+# --- pytrees: optimizer state in and out ------------------------------------------------------
+
+
+def sgd_momentum_step(params, grads, velocity, lr=0.1, momentum=0.9):
+    new_velocity = {name: momentum * velocity[name] + grads[name] for name in params}
+    new_params = {name: params[name] - lr * new_velocity[name] for name in params}
+    return new_params, new_velocity
+
+
+def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+    step = state["step"] + 1
+    first = [beta1 * m + (1.0 - beta1) * g for m, g in zip(state["m"], grads)]
+    second = [beta2 * v + (1.0 - beta2) * g * g for v, g in zip(state["v"], grads)]
+    correction1, correction2 = 1.0 - beta1**step, 1.0 - beta2**step
+    updated = [p - lr * (m / correction1) / (np.sqrt(v / correction2) + eps)
+               for p, m, v in zip(params, first, second)]
+    return updated, {"step": step, "m": first, "v": second}
+
+
+# --- integer code, NaN handling, mixed dtypes -------------------------------------------------
+
+
+def classification_metrics(logits, labels):
+    classes = np.arange(logits.shape[-1])
+    predictions = np.argmax(logits, axis=-1)
+    correct = predictions == labels
+    predicted = predictions[:, None] == classes[None, :]
+    actual = labels[:, None] == classes[None, :]
+    confusion = (actual[:, :, None] & predicted[:, None, :]).sum(axis=0)
+    return correct.mean(), correct.sum(), confusion, actual.sum(axis=0)
+
+
+def integer_bucketing(values, width):
+    bucket = np.floor_divide(values, width)
+    offset = np.mod(values, width)
+    histogram = (bucket[:, None] == np.arange(-3, 3)[None, :]).sum(axis=0)
+    return bucket, offset, (values < 0).sum(), histogram, np.maximum(values, -width), \
+        values * values - 3 * values
+
+
+def nan_aware_statistics(x):
+    valid = ~np.isnan(x)
+    count = valid.sum(axis=-1)
+    mean = np.where(valid, x, 0.0).sum(axis=-1) / np.maximum(count, 1)
+    largest = np.where(valid, x, -np.inf).max(axis=-1)
+    return mean, count, largest, np.isinf(x).any(axis=-1), np.where(np.isfinite(x), x, 0.0)
+
+
+def mixed_promotion(floats, integers, flags):
+    return (
+        floats + integers,
+        floats * flags,
+        integers + flags,
+        integers / 2,
+        floats + 1e-3,
+        integers * 2.5,
+        np.where(flags, floats, integers),
+        flags.sum(),
+        flags & (floats > 0),
+        ~flags,
+        integers // 3 + (integers % 3 == 0),
+    )
+
+
+# --- globals and closures: arrays and Python scalars -------------------------------------------
+
+EPSILON = 1e-3
+SHIFT = _normal(_rng(1003), (5,))
+
+
+def global_scalar_and_array(x):
+    return (x - SHIFT) / (np.abs(x).max() + EPSILON)
+
+
+def _make_scaled_activation(scale, activation, seed):
+    bias = _normal(_rng(seed), (4,))
+
+    def scaled_activation(x):
+        return activation(x * scale + bias) * scale
+
+    return scaled_activation
+
+
+closure_tanh_half = _make_scaled_activation(0.5, np.tanh, 1004)
+closure_sigmoid_two = _make_scaled_activation(2.0, nn.sigmoid, 1005)
+
+
+# --- in-place updates of inputs and local buffers ----------------------------------------------
+
+
+def ema_update(average, x, decay=0.9):
+    average *= decay
+    average += (1.0 - decay) * x
+    return average.sum()
+
+
+def strided_input_update(x):
+    x[1:4:2] *= 2.0
+    x[-1] = x[0] - 1.0
+    return x[::-1] * 1.0
+
+
+def masked_fill(x):
+    buffer = x.copy()
+    buffer[buffer < 0] = 0.0
+    return buffer
+
+
+# --- variable-length sequences, batched by runtime.data.BucketBatcher ---------------------------
+
+
+def masked_mean_classifier(data, mask, w, b):
+    weights = mask[..., None].astype(data.dtype)
+    pooled = (data * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+    return nn.log_softmax(pooled @ w + b)
+
+
+def masked_rnn(data, mask, w_x, w_h):
+    h = np.zeros((data.shape[0], w_h.shape[0]), dtype=data.dtype)
+    for step in range(data.shape[1]):
+        updated = np.tanh(data[:, step] @ w_x + h @ w_h)
+        h = np.where(mask[:, step, None], updated, h)  # padding leaves h as it was
+    return h
+
+
+# --- argument sets for the added cases ---------------------------------------------------------
+
+WIDE_SIZES = (1, 3, 31, 100)
+
+
+def _activation_args(seed):
+    rng = _rng(seed)
+    sets = [(_normal(rng, (n,), dtype, 4.0),)
+            for n, dtype in zip(WIDE_SIZES, (np.float32, np.float64, np.float32, np.float64))]
+    special = [0.0, -0.0, 30.0, -30.0, 100.0, -100.0, np.inf, -np.inf, np.nan]
+    sets.append((np.array(special, np.float32),))
+    sets.append((np.zeros((0,), np.float64),))
+    sets.append((np.array(special, np.float64).reshape(3, 3),))
+    return sets
+
+
+def _softplus_f32_args(seed):
+    rng = _rng(seed)
+    special = [0.0, -0.0, 30.0, -30.0, 100.0, -100.0, np.inf, -np.inf, np.nan]
+    return [(_normal(rng, (n,), np.float32, 4.0),) for n in (1, 5, 31)] + [
+        (np.array(special, np.float32),)]
+
+
+def _swiglu_args(seed, dtype):
+    rng = _rng(seed)
+    weights = [_normal(rng, shape, dtype, 0.4) for shape in ((6, 8), (6, 8), (8, 6))]
+    return [(_normal(rng, (n, 6), dtype), *weights) for n in (1, 5, 31)]
+
+
+def _rms_norm_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n, d), dtype, 3.0), _normal(rng, (d,), dtype))
+            for n, d, dtype in ((1, 8, np.float32), (5, 8, np.float32), (13, 8, np.float32),
+                                (64, 3, np.float64), (0, 3, np.float64))]
+
+
+def _batch_norm_args(seed, dtype, rows=(2, 3, 5, 13, 64)):
+    rng = _rng(seed)
+    gamma, beta = _normal(rng, (4,), dtype), _normal(rng, (4,), dtype)
+    running = {"mean": np.zeros(4, dtype), "var": np.ones(4, dtype)}
+    return [(_normal(rng, (n, 4), dtype, 2.0) + 1.0, gamma, beta, running) for n in rows]
+
+
+def _mha_args(seed, dtype, lengths=(1, 3, 5, 13), width=8):
+    rng = _rng(seed)
+    w_qkv = _normal(rng, (width, 3 * width), dtype, 0.3)
+    w_out = _normal(rng, (width, width), dtype, 0.3)
+    return [(_normal(rng, (n, width), dtype), w_qkv, w_out, 2) for n in lengths]
+
+
+def _transformer_args(seed, dtype=np.float32, lengths=(3, 8, 13), width=8):
+    rng = _rng(seed)
+
+    def norm():
+        return {"w": 1.0 + _normal(rng, (width,), dtype, 0.1), "b": _normal(rng, (width,), dtype,
+                                                                             0.1)}
+
+    params = {
+        "ln1": norm(), "ln2": norm(),
+        "qkv": _normal(rng, (width, 3 * width), dtype, 0.3),
+        "out": _normal(rng, (width, width), dtype, 0.3),
+        "fc1": {"w": _normal(rng, (width, 16), dtype, 0.3), "b": _normal(rng, (16,), dtype, 0.1)},
+        "fc2": {"w": _normal(rng, (16, width), dtype, 0.3), "b": _normal(rng, (width,), dtype,
+                                                                         0.1)},
+    }
+    return [(_normal(rng, (n, width), dtype), params) for n in lengths]
+
+
+def _masked_softmax_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for n, dtype in ((3, np.float64), (5, np.float32), (13, np.float64)):
+        mask = rng.random((n, 6)) > 0.4
+        mask[0] = False  # a fully masked row: NaN softmax and -inf logsumexp, both ways
+        sets.append((_normal(rng, (n, 6), dtype), mask))
+    return sets
+
+
+def _bce_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for n, dtype in ((1, np.float64), (5, np.float32), (31, np.float64), (100, np.float32)):
+        probabilities = rng.random(n).astype(dtype)
+        probabilities[: min(n, 2)] = (0.0, 1.0)[: min(n, 2)]  # the clip matters here
+        sets.append((probabilities, (rng.random(n) > 0.5).astype(dtype)))
+    sets.append((rng.random(8), rng.random(8) > 0.5))  # boolean targets promote to float
+    return sets
+
+
+def _logit_args(seed, sizes=(1, 5, 31, 100)):
+    rng = _rng(seed)
+    return [(_normal(rng, (n,), dtype, 5.0), (rng.random(n) > 0.5).astype(dtype))
+            for n, dtype in zip(sizes, (np.float64, np.float32) * 2)]
+
+
+def _huber_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n, 2), dtype, 2.0), _normal(rng, (n, 2), dtype))
+            for n, dtype in ((1, np.float64), (3, np.float32), (13, np.float64),
+                             (64, np.float32))]
+
+
+def _classifier_args(seed, dtype, rows=(1, 5, 13, 64)):
+    rng = _rng(seed)
+    weights = [_normal(rng, shape, dtype, 0.5) for shape in ((6, 10), (10,), (10, 4), (4,))]
+    return [(_normal(rng, (n, 6), dtype), _labels(rng, n, 4), *weights) for n in rows]
+
+
+def _lstm_unrolled_args(seed, dtype=np.float64):
+    rng = _rng(seed)
+    w = _normal(rng, (4, 12), dtype, 0.5)
+    u = _normal(rng, (3, 12), dtype, 0.5)
+    b = _normal(rng, (12,), dtype, 0.1)
+    return [(_normal(rng, (steps, n, 4), dtype), _normal(rng, (n, 3), dtype),
+             _normal(rng, (n, 3), dtype), w, u, b) for steps, n in ((1, 2), (3, 5), (5, 13))]
+
+
+def _gru_unrolled_args(seed, dtype=np.float32):
+    rng = _rng(seed)
+    w = _normal(rng, (4, 15), dtype, 0.5)
+    u = _normal(rng, (5, 15), dtype, 0.5)
+    b = _normal(rng, (15,), dtype, 0.1)
+    return [(_normal(rng, (n, 4, 4), dtype), _normal(rng, (n, 5), dtype), w, u, b)
+            for n in (1, 3, 8, 31)]
+
+
+def _clipping_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for n, scale, dtype in ((3, 10.0, np.float64), (5, 0.01, np.float64), (13, 5.0, np.float32),
+                            (64, 0.001, np.float32)):
+        sets.append(([_normal(rng, (n, 2), dtype, scale), _normal(rng, (n,), dtype, scale)], 1.0))
+    return sets
+
+
+def _newton_args(seed):
+    rng = _rng(seed)
+    return [
+        (np.abs(_normal(rng, (3,), scale=10.0)) + 0.5,),
+        (np.full(5, 1.0),),
+        (np.abs(_normal(rng, (13,), np.float32, 100.0)) + 1.0,),
+        (np.linspace(0.25, 400.0, 100),),
+    ]
+
+
+def _min_max_args(seed):
+    rng = _rng(seed)
+    with_nan = _normal(rng, (8,))
+    with_nan[3] = np.nan
+    return [
+        (_normal(rng, (13,)),),
+        (np.full(5, 2.5, np.float32),),
+        (np.zeros((0,), np.float32),),
+        (with_nan,),
+        (np.array([7.0]),),
+        (_normal(rng, (100,), np.float32),),
+    ]
+
+
+def _discount_args(seed):
+    rng = _rng(seed)
+    return [
+        (_normal(rng, (3,)) + 5.0, np.array([1, 2, 3])),
+        (_normal(rng, (5,), np.float32) + 5.0, np.array([5, 0, 2, 1, 4], np.int32)),
+        (_normal(rng, (13,)) + 5.0, rng.integers(5, 20, 13)),
+        (_normal(rng, (1,)) + 5.0, np.array([30], np.int64)),
+    ]
+
+
+def _pad_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n, 3), dtype),)
+            for n, dtype in ((4, np.float64), (5, np.float64), (13, np.float32), (64, np.float64),
+                             (31, np.float64))]
+
+
+def _pool_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (rows, n), dtype),)
+            for rows, n, dtype in ((1, 2, np.float64), (2, 5, np.float32), (3, 13, np.float64),
+                                   (2, 100, np.float32))]
+
+
+def _conv1d_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, shape, dtype), _normal(rng, (3,), dtype))
+            for shape, dtype in (((3,), np.float64), ((2, 8), np.float32), ((13,), np.float64),
+                                 ((4, 100), np.float32))]
+
+
+def _image_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, shape, dtype),)
+            for shape, dtype in (((1, 1), np.float64), ((3, 5), np.float64), ((8, 13), np.float32),
+                                 ((31, 64), np.float64))]
+
+
+def _sgd_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for n, dtype in ((1, np.float64), (5, np.float32), (13, np.float64)):
+        shapes = {"w": (n, 3), "b": (3,)}
+        params = {name: _normal(rng, shape, dtype) for name, shape in shapes.items()}
+        grads = {name: _normal(rng, shape, dtype) for name, shape in shapes.items()}
+        velocity = {name: _normal(rng, shape, dtype, 0.1) for name, shape in shapes.items()}
+        sets.append((params, grads, velocity))
+    return sets
+
+
+def _adam_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for n, step, dtype in ((3, 0, np.float64), (8, 9, np.float32), (13, 99, np.float64)):
+        shapes = ((n, 2), (2,))
+        params = [_normal(rng, shape, dtype) for shape in shapes]
+        grads = [_normal(rng, shape, dtype) for shape in shapes]
+        state = {"step": step, "m": [_normal(rng, shape, dtype, 0.1) for shape in shapes],
+                 "v": [np.abs(_normal(rng, shape, dtype, 0.1)) for shape in shapes]}
+        sets.append((params, grads, state))
+    return sets
+
+
+def _metrics_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n, 4), dtype), rng.integers(0, 4, n).astype(label_dtype))
+            for n, dtype, label_dtype in ((1, np.float64, np.int64), (5, np.float32, np.int32),
+                                          (13, np.float64, np.int64), (100, np.float32, np.int64))]
+
+
+def _bucketing_args(seed):
+    rng = _rng(seed)
+    return [(rng.integers(-12, 12, n).astype(dtype), width)
+            for n, dtype, width in ((1, np.int64, 4), (5, np.int32, 4), (13, np.int64, 4),
+                                    (31, np.int32, 4), (8, np.int64, -3))]
+
+
+def _nan_statistics_args(seed):
+    rng = _rng(seed)
+    sets = []
+    for rows, n, dtype in ((1, 3, np.float64), (2, 5, np.float32), (3, 13, np.float64),
+                           (2, 64, np.float32)):
+        x = _normal(rng, (rows, n), dtype)
+        x[0, 0] = np.nan
+        x[-1, -1] = np.inf if rows > 1 else x[-1, -1]
+        sets.append((x,))
+    sets.append((np.full((2, 3), np.nan),))  # nothing valid: mean 0, max -inf
+    return sets
+
+
+def _promotion_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n,), np.float32), rng.integers(-6, 6, n).astype(int_dtype),
+             rng.random(n) > 0.5)
+            for n, int_dtype in ((1, np.int64), (3, np.int32), (13, np.int64), (64, np.int32))]
+
+
+def _ema_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, shape, dtype), _normal(rng, shape, dtype))
+            for shape, dtype in (((3,), np.float64), ((5, 2), np.float32), ((31,), np.float64))]
+
+
+def _strided_update_args(seed):
+    rng = _rng(seed)
+    return [(_normal(rng, (n,), dtype),)
+            for n, dtype in ((5, np.float64), (8, np.float32), (13, np.float64), (100, np.float64))]
+
+
+def _bucketed_batches(seed, lengths, dtype, weight_shapes):
+    """Batches of variable-length sequences as BucketBatcher pads them (one length per
+    pow2 bucket), with the model's weights."""
+    from runtime.data import BucketBatcher
+
+    rng = _rng(seed)
+    sequences = [_normal(rng, (n, 3), dtype) for n in lengths]
+    weights = [_normal(rng, shape, dtype, 0.5) for shape in weight_shapes]
+    return [(batch.data, batch.mask, *weights)
+            for batch in BucketBatcher(sequences, batch_size=3)]
+
+
+CASES.extend([
+    # activations
+    Case("activation_zoo", activation_zoo, _activation_args(100), dynamic=True),
+    Case("swiglu_feed_forward", swiglu_feed_forward, _swiglu_args(101, np.float32)),
+    # normalization
+    Case("rms_norm", rms_norm, _rms_norm_args(102)),
+    Case("batch_norm_train_f64", batch_norm_train, _batch_norm_args(103, np.float64)),
+    Case("batch_norm_train_f32_dynamic", batch_norm_train,
+         _batch_norm_args(104, np.float32, rows=(3, 8, 31)), dynamic={"x": (0,)}),
+    # attention and transformer blocks
+    Case("multi_head_attention", multi_head_attention, _mha_args(105, np.float64)),
+    Case("multi_head_attention_f32_dynamic", multi_head_attention,
+         _mha_args(106, np.float32, lengths=(3, 5, 13, 31)), dynamic={"x": (0,)}),
+    Case("transformer_block", transformer_block, _transformer_args(107)),
+    Case("masked_softmax", masked_softmax, _masked_softmax_args(108)),
+    # losses
+    Case("binary_cross_entropy", binary_cross_entropy, _bce_args(109)),
+    Case("bce_with_logits", bce_with_logits, _logit_args(110)),
+    Case("huber_loss", huber_loss, _huber_args(111)),
+    Case("mlp_classifier_loss_f32", mlp_classifier_loss, _classifier_args(112, np.float32),
+         guards=("nn.cross_entropy(hidden @ w2 + b2, labels)",)),
+    Case("mlp_classifier_loss_f64_dynamic", mlp_classifier_loss,
+         _classifier_args(113, np.float64), dynamic={"x": (0,), "labels": (0,)},
+         guards=("nn.cross_entropy(hidden @ w2 + b2, labels)",)),
+    # recurrent models
+    Case("lstm_unrolled", lstm_unrolled, _lstm_unrolled_args(114)),
+    Case("gru_unrolled", gru_unrolled, _gru_unrolled_args(115), dynamic=True),
+    # data-dependent control flow and early exits
+    Case("gradient_clipping", gradient_clipping, _clipping_args(116),
+         guards=("if total > max_norm:",)),
+    Case("newton_sqrt", newton_sqrt, _newton_args(117),
+         guards=("while np.max(np.abs(estimate * estimate - x)) > 1e-4 * np.max(x):",)),
+    Case("min_max_scale", min_max_scale, _min_max_args(118), dynamic=True,
+         guards=("if spread == 0:",)),
+    Case("tiered_discount", tiered_discount, _discount_args(119),
+         guards=("if total >= 100:", "elif total >= 10:")),
+    # shape-dependent code and images
+    Case("pad_to_multiple", pad_to_multiple, _pad_args(120), dynamic=True),
+    Case("average_pool_pairs", average_pool_pairs, _pool_args(121)),
+    Case("conv1d_valid", conv1d_valid, _conv1d_args(122), dynamic=True),
+    Case("box_blur_2d", box_blur_2d, _image_args(123), dynamic=True),
+    # pytrees
+    Case("sgd_momentum_step", sgd_momentum_step, _sgd_args(124)),
+    Case("adam_step", adam_step, _adam_args(125)),
+    # integers, NaN handling, mixed dtypes
+    Case("classification_metrics", classification_metrics, _metrics_args(126)),
+    Case("integer_bucketing", integer_bucketing, _bucketing_args(127)),
+    Case("nan_aware_statistics", nan_aware_statistics, _nan_statistics_args(128)),
+    Case("mixed_promotion", mixed_promotion, _promotion_args(129)),
+    # globals and closures
+    Case("global_scalar_and_array", global_scalar_and_array, _matrices(130, 5, rows=(1, 3, 13))
+         + _matrices(131, 5, np.float32, rows=(8,))),
+    Case("closure_tanh_half", closure_tanh_half, _matrices(132, 4, rows=(3, 5, 31))),
+    Case("closure_sigmoid_two", closure_sigmoid_two,
+         _matrices(133, 4, np.float32, rows=(2, 13, 64))),
+    # in-place updates
+    Case("ema_update", ema_update, _ema_args(134)),
+    Case("strided_input_update", strided_input_update, _strided_update_args(135)),
+    Case("masked_fill", masked_fill, _strided_update_args(136),
+         known_bug="x[mask] = scalar with a traced mask is refused as a data-dependent shape "
+                   "(tracer/indexing.py), though the result's shape is x's: the function runs "
+                   "eagerly"),
+    # variable-length sequences through BucketBatcher
+    Case("masked_mean_classifier", masked_mean_classifier, _bucketed_batches(
+        138, (1, 2, 3, 5, 7, 12, 13, 30, 31, 64, 100), np.float32, ((3, 4), (4,)))),
+    Case("masked_rnn", masked_rnn, _bucketed_batches(
+        139, (1, 2, 3, 4, 6, 7, 11, 13), np.float64, ((3, 5), (5, 5)))),
+    Case("softplus_logaddexp_f32", softplus_logaddexp, _softplus_f32_args(137),
+         known_bug="np.logaddexp(0.0, float32) traces to float64: the composite's weak Python "
+                   "scalar is promoted as a strong float64 (tracer/numpy_api.py "
+                   "_in_loop_dtypes); NumPy keeps float32"),
+])
+CASES_BY_NAME.update((case.name, case) for case in CASES)
 assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"

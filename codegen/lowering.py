@@ -222,9 +222,11 @@ class KernelBuilder:
     # --- loops ------------------------------------------------------------------------
     def loop(self, count, body, inner, split=False):
         """``for i in range(count)``; a ``split`` loop runs ``range(start, end)``: the share
-        of the iterations the thread pool gave this call."""
+        of the iterations the thread pool gave this call (never past ``count``: an entry
+        that runs the whole kernel inline passes ``end = 1`` when it planned no split, and
+        the split loop may then be empty)."""
         if split:
-            count = self.end
+            count = self.b.select(self.b.icmp_signed("<", self.end, count), self.end, count)
         header = self.function.append_basic_block("loop")
         loop_body = self.function.append_basic_block("loop.body")
         after = self.function.append_basic_block("loop.end")

@@ -83,13 +83,6 @@ def _rounding(name):
     return rule
 
 
-def _libm(name):
-    def rule(ctx, *args):
-        return mathlib.libm(ctx.builder, name, args[0].type, *args)
-
-    return rule
-
-
 def _square(ctx, x):
     return _float_binary("fmul", "mul", "and_")(ctx, x, x)
 
@@ -207,7 +200,7 @@ def _power(ctx, x, y):
                 return x
             if exponent == -1.0:
                 return builder.fdiv(constant(ctx.dtype, 1.0), x)
-        return mathlib.libm(builder, "pow", x.type, x, y)
+        return mathlib.pow(builder, x, y)
     return _integer_power(ctx, x, y)
 
 
@@ -283,8 +276,8 @@ RULES = {
     "square": _square,
     "reciprocal": _reciprocal,
     "tanh": _math("tanh"),
-    "sin": _libm("sin"),
-    "cos": _libm("cos"),
+    "sin": _math("sin"),
+    "cos": _math("cos"),
     "floor": _rounding("floor"),
     "ceil": _rounding("ceil"),
     "isnan": _isnan,

@@ -582,6 +582,12 @@ class _VerifyContext:
             key = (_key(difference if not negate else -difference), candidate_op)
             if key in self.assumptions:
                 return self.assumptions[key]
+        opposite = {"==": "!=", "!=": "=="}.get(op)  # recorded once, as a == b or a != b
+        if opposite is not None:
+            for candidate_op, negate in _EQUIVALENT[opposite]:
+                key = (_key(difference if not negate else -difference), candidate_op)
+                if key in self.assumptions:
+                    return not self.assumptions[key]
         raise VerifyError(f"a shape rule needs `{symint} {op} {other}`, which no shape guard "
                           "and no symbol range decides")
 

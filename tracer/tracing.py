@@ -337,6 +337,10 @@ class TracingContext:
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         out_value = prim.impl(*values, **concrete)
         out_aval = prim.abstract_eval(*avals, **params)
+        if (prim.kind == "pointwise" and len(args) > 1) or prim.name == "broadcast_to":
+            unit = self._unit_broadcasts(args, avals, out_aval)
+            if unit is not None:
+                return self.process(prim, unit, params)
         out_array = np.asarray(out_value)
         concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
         if concrete_shape != out_array.shape or np.dtype(out_aval.dtype) != out_array.dtype:
@@ -360,6 +364,27 @@ class TracingContext:
                 root.views = weakref.WeakSet()
             root.views.add(result)
         return result
+
+    def _unit_broadcasts(self, args, avals, out_aval):
+        """``args`` with each symbolic dim that broadcasts as 1 (``len(x) - 2`` where a
+        shape guard says it is 1) reshaped to a literal 1, so codegen sees the broadcast;
+        ``None`` when there is none."""
+        from .ops import reshape_p
+
+        changed, result = False, list(args)
+        for position, (arg, aval) in enumerate(zip(args, avals)):
+            lead = len(out_aval.shape) - len(aval.shape)
+            shape, unit = list(aval.shape), False
+            for axis, dim in enumerate(aval.shape):
+                out_dim = out_aval.shape[lead + axis]
+                if isinstance(dim, SymInt) and value_of(dim) == 1 and (
+                    expr_of(dim) != expr_of(out_dim)
+                ):
+                    shape[axis], unit = 1, True
+            if unit:
+                changed = True
+                result[position] = self.process(reshape_p, (arg,), {"shape": tuple(shape)})
+        return tuple(result) if changed else None
 
     def guard(self, tracer, convert, expected):
         if self.finished:
@@ -451,9 +476,14 @@ class TracingContext:
             ">=": symint.value >= other_value,
         }[op]
         rhs = other.expr if isinstance(other, SymInt) else other
-        self.shape_guards.append(
-            ShapeGuard(symint.expr, op, rhs, bool(answer), user_location(skip=3))
-        )
+        # The same fact asked again (also as its negation, == vs !=) is guarded once.
+        negation = {"==": "!=", "!=": "=="}.get(op)
+        if not any((guard.lhs, guard.rhs) == (symint.expr, rhs) and (
+            guard.op == op or guard.op == negation
+        ) for guard in self.shape_guards):
+            self.shape_guards.append(
+                ShapeGuard(symint.expr, op, rhs, bool(answer), user_location(skip=3))
+            )
         return answer
 
     def specialize(self, symint, reason):
@@ -521,15 +551,15 @@ def _dynamic_axes(dynamic, leaf, position, name, array):
     else:
         spec = dynamic.get(position, dynamic.get(name, ()))
     if isinstance(spec, dict):
-        return {axis % max(array.ndim, 1): tuple(bounds) for axis, bounds in spec.items()}
-    axes = (spec,) if isinstance(spec, int) else tuple(spec)
-    result = {}
-    for axis in axes:
-        axis = axis % max(array.ndim, 1)
-        bucket = pow2_bucket(array.shape[axis])
-        if bucket is not None:
-            result[axis] = bucket
-    return result
+        result = {axis % max(array.ndim, 1): tuple(bounds) for axis, bounds in spec.items()}
+    else:
+        axes = (spec,) if isinstance(spec, int) else tuple(spec)
+        result = {axis % max(array.ndim, 1): pow2_bucket(array.shape[axis % max(array.ndim, 1)])
+                  for axis in axes}
+    # A bucket of one size (2 is alone in (1, 2]) is a static dim: a symbol there would
+    # hide facts codegen relies on, such as ``len(x) - 1 == 1`` broadcasting.
+    return {axis: bounds for axis, bounds in result.items()
+            if bounds is not None and bounds[0] != bounds[1]}
 
 
 def _is_dynamic_scalar(dynamic, argument, argument_names):

@@ -57,6 +57,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from runtime import jit
 from runtime.testing import CompiledMismatch, assert_compiled_matches_eager
 
 CI_EXAMPLES = 60
@@ -149,10 +150,6 @@ STRUCTURAL = [
 # examples keep looking for new ones: these ops give 0-d *arrays* in NumPy, and NumPy
 # scalars under jit.
 ZERO_D_ARRAY_OPS = {"to f32", "to f64", "to i32", "to bool", "transpose", "where"}
-# Another: a dynamic dim computed by slicing (``x[1:]`` of a length-2 ``x``) that is 1 and
-# broadcasts against a full one reads out of bounds in compiled code. Values with sliced
-# dims therefore only meet operands of their own shape.
-SLICING_OPS = {"every other", "drop first", "last axis step"}
 CONDITIONS = ["np.sum({0})", "np.max({0})", "np.mean({0})", "{0}.min()"]
 
 
@@ -162,7 +159,6 @@ class Value:
     name: str
     array: np.ndarray  # its value on the first argument set
     exact: bool
-    sliced: bool = False  # a dim of it may be a slice's length (see SLICING_OPS)
 
 
 @dataclass
@@ -228,14 +224,10 @@ def expressions(draw, values, ops):
             continue
         if not _fits(result) or (op.name in ZERO_D_ARRAY_OPS and result.ndim == 0):
             continue
-        if op.arity > 1 and any(value.sliced and value.array.shape != result.shape
-                                for value in operands):
-            continue
         exact = op.exact and all(value.exact for value in operands)
         # Integer and boolean results of exact operands are exact (they wrap alike).
         exact = exact or (result.dtype.kind in "iub" and all(v.exact for v in operands))
-        sliced = op.name in SLICING_OPS or any(value.sliced for value in operands)
-        return expression, Value("", result, exact, sliced)
+        return expression, Value("", result, exact)
     return None
 
 
@@ -257,9 +249,7 @@ def input_specs(draw):
 
 @st.composite
 def dim_sizes(draw, rank, allow_empty):
-    # Empty arrays of rank 3 are left out: a known crash (test_known_bug_empty_reduction_
-    # crash) would take the whole run down.
-    choices = SIZES + ((0,) if allow_empty and rank <= 2 else ())
+    choices = SIZES + ((0,) if allow_empty else ())
     for _attempt in range(20):
         sizes = [draw(st.sampled_from(choices)) for _ in range(rank)]
         if int(np.prod(sizes)) <= MAX_ELEMENTS:
@@ -521,22 +511,34 @@ def test_known_bug_zero_d_results_stay_arrays(model):
     assert_compiled_matches_eager(model, np.array(-1.5, np.float32), cache="memory")
 
 
-# --- the other known bug the generator steers around (SLICING_OPS) ---------------------------
+# --- a fixed bug: a sliced dynamic dim of length 1 that broadcasts ---------------------------
 def tail_times_all(x):
     return x[1:] * x  # for len(x) == 2, x[1:] has length 1 and broadcasts
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with a dynamic dim n in bucket (1, 2], x[1:] has the symbolic length n - 1 == 1 and "
-    "broadcasts against n; the compiled kernel does not broadcast it (stride 0) but reads "
-    "x[1:] at index 1, out of bounds: [2., 3.16e-322] for [2., 4.] (the shape rule for "
-    "symbolic dims in tracer/dims.py, or the strides lowered in codegen/lowering.py)"))
-def test_known_bug_sliced_dim_of_one_broadcasts():
+def tail_two_broadcast(x):
+    return np.broadcast_to(x[2:], (4, x.shape[0])) + x  # len(x) - 2 == 1 broadcasts
+
+
+def test_sliced_dim_of_one_broadcasts():
+    """It once read x[1:] at index 1, out of bounds ([2., 3.16e-322] for [2., 4.])."""
     assert_compiled_matches_eager(tail_times_all, np.array([1.0, 2.0]), np.array([3, 4]),
                                   dynamic=True, cache="memory")
 
 
-# --- a crash: reductions of empty arrays (the generator keeps dims <= 16 next to a 0) ------
+def test_sliced_dim_that_a_shape_guard_makes_one_broadcasts():
+    """Bucket (2, 4]: len(x) - 2 is 1 only for len(x) == 3, where a shape guard holds; a
+    length 4 then takes another variant (where the shapes do not broadcast: an error)."""
+    compiled = jit(tail_two_broadcast, buckets=[2, 4], cache="memory")
+    x = np.array([1.0, 2.0, 3.0])
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), tail_two_broadcast(x))
+    assert compiled.stats()["compiled_calls"] >= 2
+    with pytest.raises(ValueError):
+        compiled(np.arange(4.0))
+
+
+# --- a fixed crash: reductions of empty arrays ------------------------------------------------
 EMPTY_REDUCTION = """
 import numpy as np
 from runtime import jit
@@ -554,13 +556,9 @@ for _ in range(5):
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "x.sum(axis=1) of a (0, 5, 31) array, after jit(dynamic=True) compiled it for "
-    "(3, 8, 3), crashes the process (SIGSEGV, or glibc 'free(): invalid pointer': a write "
-    "out of bounds) on a compiled call; also (0, 5, 8), (0, 13, 5), not (0, 5, 3) nor 0 in "
-    "another position; with one thread too: the reduce kernel's loops (codegen/lowering.py)"))
-def test_known_bug_empty_reduction_crash():
-    """In a subprocess: the crash would take pytest down. Heap corruption does not crash
+def test_empty_reduction_does_not_write_out_of_bounds():
+    """x.sum(axis=1) of a (0, 5, 31) array once ran one iteration of a loop of extent 0
+    and corrupted the heap. In a subprocess: a crash would take pytest down. Heap corruption does not crash
     every time, so the script runs up to three times."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     environment = dict(os.environ, TRACEJIT_NUM_THREADS="2")

@@ -1,21 +1,33 @@
 """The compiled math library against NumPy, over the whole float range.
 
-For exp, expm1, log, log1p and tanh in float32 and float64 (compiled from traces of the
-NumPy functions) this measures the largest error in ulps against NumPy over
+For exp, expm1, log, log1p, tanh, sin and cos in float32 and float64 (compiled from traces
+of the NumPy functions) this measures the largest error in ulps against NumPy over
 
 * a dense sweep of the whole float range, positive and negative (evenly spaced bit
   patterns: log-spaced values from the smallest denormal to the largest float), plus
   random bit patterns;
 * dense linear sweeps around each function's interesting points: the overflow and
-  underflow thresholds of exp/expm1, 1 for log, -1 for log1p, tanh's saturation, and 0,
-  where expm1, log1p and tanh must be relatively accurate;
+  underflow thresholds of exp/expm1, 1 for log, -1 for log1p, tanh's saturation, 0,
+  where expm1, log1p, tanh and sin must be relatively accurate, and multiples of pi/4
+  (sin and cos: zeros, and the edges of the range reduction's quadrants);
 
 and asserts it stays within the bound ``codegen/mathlib.py`` states (``STATED_ULP``), and,
 for float32, within the stated bound against the correctly rounded result (float64 NumPy
 rounded to float32: NumPy's own float32 SIMD functions are a few ulp off themselves).
 Special values (NaN, signed infinities and zeros, denormals, domain edges) must match
-NumPy exactly. ``MEASURED_ULP`` collects the maxima; ``python tests/codegen/test_mathlib.py``
-prints them as a table.
+NumPy exactly. sin and cos are also checked against exact values (mpmath) where x is
+closest to a multiple of pi/2, the hardest inputs for the range reduction, where NumPy's
+own float64 sin is thousands of ulp off.
+
+``x ** y`` gets a two-argument sweep: every pair of special values (C99's rules), random
+bit patterns, results spread over the whole range (denormals and the overflow edge
+included), bases near 1 with huge exponents, and negative bases with integer exponents;
+float64 results are also checked against exact values (mpmath) on a sample.
+
+Kernels using the library must be SIMD code without library calls.
+
+``MEASURED_ULP`` collects the maxima; ``python tests/codegen/test_mathlib.py`` prints them
+as a table.
 
 Compiled float32 sums (``np.sum``) must be at least as accurate as NumPy's pairwise
 summation, both measured against the exact sum (``math.fsum`` of the float64 values).
@@ -24,21 +36,25 @@ summation, both measured against the exact sum (``math.fsum`` of the float64 val
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import numpy as np
 import pytest
 from compiled_checks import F32, F64, assert_same, compiled, dtype_id, ulp_distance
 
-FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh"]
+FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos"]
 # The table in codegen/mathlib.py's docstring: against NumPy, and float32 against the
 # correctly rounded result.
 STATED_ULP = {
     ("exp", F32): 2, ("exp", F64): 2, ("expm1", F32): 3, ("expm1", F64): 2,
     ("log", F32): 3, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
-    ("tanh", F32): 3, ("tanh", F64): 3,
+    ("tanh", F32): 3, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
+    ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
 }
-EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 3}
+EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 3, "sin": 1, "cos": 1,
+                     "power": 1}
+EXACT_ULP_HARD_CASES = 1  # against mpmath: sin and cos, float64 power
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
 SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dynamic) size
@@ -58,31 +74,37 @@ INTERESTING = {
     "log": [1.0, 0.0],
     "log1p": [-1.0, 0.0],
     "tanh": ["tanh_saturation", 0.0],
+    # zeros of sin and cos, the edges of the quadrants, and large multiples of pi
+    "sin": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
+    "cos": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
 }
 
 
 def program_for(name, dtype):
     function = getattr(np, name)
-    return compiled(("mathlib", name, dtype), lambda x: function(x),
-                    np.ones(SWEEP_SIZE, dtype))
+    arity = function.nin
+    return compiled(("mathlib", name, dtype), lambda *arguments: function(*arguments),
+                    *[np.ones(SWEEP_SIZE, dtype)] * arity)
 
 
-def evaluate(name, dtype, values):
-    """The compiled ``np.<name>`` of ``values`` (padded into the program's size bucket)."""
-    values = np.asarray(values, dtype)
+def evaluate(name, dtype, *arguments):
+    """The compiled ``np.<name>`` of ``arguments`` (padded into the program's size
+    bucket)."""
+    arguments = [np.asarray(values, dtype) for values in arguments]
     low = SWEEP_SIZE // 2 + 1
     outputs = []
-    for start in range(0, max(values.size, 1), SWEEP_SIZE):
-        chunk = values[start:start + SWEEP_SIZE]
-        padded = np.concatenate([chunk, np.zeros(max(0, low - chunk.size), dtype)])
-        (result,) = program_for(name, dtype)(padded)
-        outputs.append(result[:chunk.size])
+    for start in range(0, max(arguments[0].size, 1), SWEEP_SIZE):
+        chunks = [values[start:start + SWEEP_SIZE] for values in arguments]
+        padding = np.zeros(max(0, low - chunks[0].size), dtype)
+        (result,) = program_for(name, dtype)(*[np.concatenate([chunk, padding])
+                                               for chunk in chunks])
+        outputs.append(result[:chunks[0].size])
     return np.concatenate(outputs)
 
 
-def numpy_of(name, values):
+def numpy_of(name, *arguments):
     with np.errstate(all="ignore"):
-        return getattr(np, name)(values)
+        return getattr(np, name)(*arguments)
 
 
 # --- the sweeps ------------------------------------------------------------------------
@@ -232,6 +254,181 @@ def test_ulp_distance_helper():
     assert ulp_distance(np.float64(-np.inf), np.float64(np.inf)) == 2 * (0x7FF << 52)
 
 
+# --- sin and cos where the range reduction is hardest -------------------------------------
+def closest_to_multiples_of_half_pi(dtype, exponents, per_exponent=2):
+    """Floats M * 2^e (M with the format's mantissa bits) closest to a multiple of pi/2, for
+    each e in ``exponents``: multiples of the continued-fraction denominators of
+    2^e * 2/pi mod 1 (the best approximations), which lie in the mantissa range."""
+    mpmath = pytest.importorskip("mpmath")
+    bits = 24 if dtype == F32 else 53
+    low, high = 1 << (bits - 1), 1 << bits
+    found = []
+    with mpmath.workprec(1300):
+        two_over_pi = 2 / mpmath.pi
+        for exponent in exponents:
+            remainder = mpmath.frac(mpmath.ldexp(two_over_pi, exponent))
+            previous, denominator, candidates = 0, 1, []
+            while remainder and denominator < high:
+                term = int(mpmath.floor(1 / remainder))
+                remainder = 1 / remainder - term
+                previous, denominator = denominator, term * denominator + previous
+                multiple = max(1, -(-low // denominator)) * denominator
+                if multiple < high:
+                    candidates.append(multiple)
+            found += [math.ldexp(m, exponent) for m in candidates[-per_exponent:]]
+    values = np.array(found, dtype)
+    return values[np.isfinite(values)]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_sin_cos_where_x_is_closest_to_a_multiple_of_half_pi(dtype):
+    """Against exact values (mpmath): the result is tiny there, so the range reduction must
+    keep its relative accuracy through the cancellation (float64 needs 2/pi to 2^-1100
+    and more: the closest double, 6381956970095103 * 2^797, is 2^-61.5 from one)."""
+    mpmath = pytest.importorskip("mpmath")
+    exponents = range(-23, 105) if dtype == F32 else range(-52, 972, 4)
+    values = closest_to_multiples_of_half_pi(dtype, exponents)
+    if dtype == F64:
+        values = np.append(values, math.ldexp(6381956970095103, 797))
+    for name in ("sin", "cos"):
+        actual = evaluate(name, dtype, values)
+        with mpmath.workprec(1300):
+            exact = [getattr(mpmath, name)(mpmath.mpf(float(x))) for x in values]
+            errors = np.array([float(abs(mpmath.mpf(float(a)) - e) / float(np.spacing(
+                dtype.type(abs(float(e)))))) for a, e in zip(actual, exact)])
+        worst = int(np.argmax(errors))
+        assert errors[worst] <= EXACT_ULP_HARD_CASES, (
+            f"{name} {dtype}: {errors[worst]:.3g} ulp from the exact value at "
+            f"x = {values[worst]!r} ({values.size} inputs)")
+
+
+# --- x ** y ---------------------------------------------------------------------------
+def power_specials(dtype):
+    """Values where C99's pow has rules of its own, and their neighbours."""
+    info = np.finfo(dtype)
+    big_even = 2.0 ** (info.nmant + 1)  # from here on every float is an even integer
+    return np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0,
+         1.5, -1.5, 0.25, 7.0, -7.0, 10.0, info.max, -info.max, info.tiny, -info.tiny,
+         info.smallest_subnormal, -info.smallest_subnormal, 1 + info.eps, 1 - info.epsneg,
+         -1 - info.eps, -1 + info.epsneg, big_even, -big_even, big_even - 1, 1 - big_even,
+         1e10, -1e10, 1e-10, 0.1, -0.1], dtype)
+
+
+def power_pairs(dtype):
+    """``(x, y)`` for the power sweep: every pair of specials, random bit patterns, results
+    spread evenly in log scale over the whole range (denormals and the overflow edge),
+    bases near 1 to huge powers, negative bases to integer powers, small integers."""
+    rng = np.random.default_rng(11)
+    info = np.finfo(dtype)
+    specials = power_specials(dtype)
+    pairs = [(np.repeat(specials, specials.size), np.tile(specials, specials.size))]
+    bits = random_bits(dtype, 400_000, seed=12)
+    half = bits.size // 2
+    pairs.append((bits[:half], bits[half:2 * half]))
+    count = 200_000
+    smallest, largest = math.log(float(info.smallest_subnormal)), math.log(float(info.max))
+
+    def targets():  # log of the result: from below the smallest denormal to beyond the max
+        return rng.uniform(smallest * 1.01, largest * 1.01, count)
+
+    with np.errstate(all="ignore"):
+        bases = np.exp(rng.uniform(smallest, largest, count))
+        bases = np.where(rng.random(count) < 0.25, 1 + rng.standard_normal(count) * 1e-3, bases)
+        pairs.append((bases, targets() / np.log(bases)))
+        near_one = 1 + rng.integers(-2000, 2000, count) * float(info.eps)
+        pairs.append((near_one, targets() / np.log(near_one)))
+        negative = -rng.uniform(0, 10, count)
+        pairs.append((negative, np.round(targets() / np.log(-negative))))
+    pairs.append((rng.integers(-20, 21, count), rng.integers(-40, 41, count)))
+    xs = np.concatenate([np.asarray(x, np.float64) for x, _ in pairs]).astype(dtype)
+    ys = np.concatenate([np.asarray(y, np.float64) for _, y in pairs]).astype(dtype)
+    return xs, ys
+
+
+def measure_power(dtype):
+    xs, ys = power_pairs(dtype)
+    actual, expected = evaluate("power", dtype, xs, ys), numpy_of("power", xs, ys)
+    distance = ulp_distance(actual, expected)
+    worst = int(np.argmax(distance))
+    MEASURED_ULP[("power", dtype_id(dtype))] = (float(distance[worst]), (xs[worst], ys[worst]))
+    return (xs, ys), actual, expected, distance
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_power_ulp_bound(dtype):
+    (xs, ys), actual, expected, distance = measure_power(dtype)
+    bound = STATED_ULP[("power", dtype)]
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= bound, (
+        f"power {dtype}: {distance[worst]:g} ulp at x, y = {xs[worst]!r}, {ys[worst]!r} "
+        f"(compiled {actual[worst]!r}, NumPy {expected[worst]!r}); "
+        f"{int(np.sum(distance > bound))} of {xs.size} pairs above {bound} ulp")
+
+
+def test_power_float32_against_the_correctly_rounded_result():
+    xs, ys = power_pairs(F32)
+    actual = evaluate("power", F32, xs, ys)
+    with np.errstate(all="ignore"):
+        exact = np.power(xs.astype(np.float64), ys.astype(np.float64)).astype(F32)
+    distance = ulp_distance(actual, exact)
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= EXACT_ULP_FLOAT32["power"], (
+        f"power float32: {distance[worst]:g} ulp from the correctly rounded result at "
+        f"x, y = {xs[worst]!r}, {ys[worst]!r}")
+
+
+def test_power_float64_against_exact_values():
+    """float64 x ** y against mpmath on a sample of the sweep's finite, nonzero results."""
+    mpmath = pytest.importorskip("mpmath")
+    xs, ys = power_pairs(F64)
+    expected = numpy_of("power", xs, ys)
+    ordinary = np.flatnonzero(np.isfinite(expected) & (expected != 0))
+    picked = np.random.default_rng(13).choice(ordinary, 4000, replace=False)
+    xs, ys = xs[picked], ys[picked]
+    actual = evaluate("power", F64, xs, ys)
+    with mpmath.workprec(200):
+        exact = [mpmath.power(mpmath.mpf(float(x)), mpmath.mpf(float(y))) for x, y in zip(xs, ys)]
+        errors = np.array([float(abs(mpmath.mpf(float(a)) - e)) / float(np.spacing(abs(float(e))))
+                           for a, e in zip(actual, exact)])
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= EXACT_ULP_HARD_CASES, (
+        f"power float64: {errors[worst]:.3g} ulp from the exact value at "
+        f"x, y = {xs[worst]!r}, {ys[worst]!r}")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_power_special_values(dtype):
+    """Every pair of special values (C99's rules, as NumPy: pow(x, 0) and pow(1, y) are 1
+    even for NaN, a negative base to an odd integer power keeps its sign, to a non-integer
+    power is NaN, +-0 and +-inf by the sign and parity of y), and across the whole sweep
+    NaN, infinities and zeros exactly where NumPy has them."""
+    specials = power_specials(dtype)
+    xs, ys = np.repeat(specials, specials.size), np.tile(specials, specials.size)
+    assert_same(evaluate("power", dtype, xs, ys), numpy_of("power", xs, ys),
+                STATED_ULP[("power", dtype)], (xs, ys), f"power {dtype}")
+    xs, ys = power_pairs(dtype)
+    actual, expected = evaluate("power", dtype, xs, ys), numpy_of("power", xs, ys)
+    special = np.isnan(expected) | np.isinf(expected) | (expected == 0)
+    assert_same(actual[special], expected[special], 0, (xs[special], ys[special]),
+                f"power {dtype} where NumPy gives NaN, inf or 0")
+
+
+# --- vectorized ------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+@pytest.mark.parametrize("name, function", [
+    ("sin", lambda x, y: np.sin(x) * 2), ("cos", lambda x, y: np.cos(x) + y),
+    ("power", lambda x, y: x ** y), ("exp-log", lambda x, y: np.exp(x) * np.log(y))])
+def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
+    """Straight-line code without calls: the loop vectorizer makes SIMD code of it."""
+    program = compiled(("mathlib-vectorized", name, dtype), function,
+                       np.ones(4096, dtype), np.ones(4096, dtype))
+    element = "float" if dtype == F32 else "double"
+    assert f" x {element}>" in program.optimized_ir
+    library_calls = re.findall(r"call (?:float|double) @(?!llvm\.)\w+", program.optimized_ir)
+    assert not library_calls
+
+
 # --- float32 sums ----------------------------------------------------------------------
 def summation_inputs():
     rng = np.random.default_rng(2024)
@@ -290,20 +487,32 @@ def test_float32_row_sums_at_least_as_accurate_as_numpy():
 
 
 def ulp_table():
-    """Measure every function and dtype; the table of maxima as text (NaN-for-number
-    mismatches are counted apart, the maximum is over the other points)."""
-    lines = [f"{'function':9} {'float32':>38} {'float64':>38}  stated"]
-    for name in FUNCTIONS:
+    """Measure every function and dtype; the table of maxima as text: against NumPy
+    (NaN-for-number mismatches are counted apart, the maximum is over the other points),
+    and float32 against the correctly rounded result."""
+    lines = [f"{'function':9} {'float32':>38} {'float64':>38} {'float32 exact':>14}  stated"]
+    for name in FUNCTIONS + ["power"]:
         cells = []
         for dtype in (F32, F64):
-            values, _, _, distance = measure(name, dtype)
+            if name == "power":
+                arguments, actual, _, distance = measure_power(dtype)
+            else:
+                values, actual, _, distance = measure(name, dtype)
+                arguments = (values,)
             finite = np.isfinite(distance)
             worst = int(np.argmax(np.where(finite, distance, -1)))
-            cell = f"{distance[worst]:g} ulp @ {float(values[worst]):.8g}"
+            where = ", ".join(f"{float(values[worst]):.8g}" for values in arguments)
+            cell = f"{distance[worst]:g} ulp @ {where}"
             if not finite.all():
                 cell += f", {np.sum(~finite)} NaN"
             cells.append(cell)
-        lines.append(f"{name:9} {cells[0]:>38} {cells[1]:>38}  <= {STATED_ULP[name]}")
+            if dtype == F32:
+                with np.errstate(all="ignore"):
+                    exact = getattr(np, name)(*[values.astype(np.float64)
+                                                for values in arguments]).astype(F32)
+                exact_distance = float(np.max(ulp_distance(actual, exact)))
+        stated = f"{STATED_ULP[(name, F32)]}, {STATED_ULP[(name, F64)]}"
+        lines.append(f"{name:9} {cells[0]:>38} {cells[1]:>38} {exact_distance:>14g}  <= {stated}")
     return "\n".join(lines)
 
 

@@ -32,7 +32,7 @@ from .abstract import PYTHON_SCALARS, AbstractArray
 from .array_methods import ArrayMethods
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError
-from .indexing import setitem
+from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
 from .shapes import pow2_bucket
@@ -74,6 +74,12 @@ class Tracer(ArrayMethods):
     @property
     def aval(self):
         return AbstractArray(self.shape, self.ir_var.aval.dtype, self.ir_var.aval.weak)
+
+    def __getitem__(self, index):
+        result = getitem(self, index)
+        if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
+            result.value = np.asarray(result.value)[()]  # NumPy gives a scalar, not 0-d
+        return result
 
     @staticmethod
     def __tracejit_bind__(prim, args, params):
@@ -701,7 +707,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     return Trace(
         name=name,
         graph=graph,
-        outputs=pytree.unflatten(output_tree, [_plain(value) for value in outputs]),
+        outputs=pytree.unflatten(output_tree, outputs),
         output_tree=output_tree,
         output_statics=statics,
         input_tree=input_tree,
@@ -771,10 +777,34 @@ def _with_user_line(error):
     return TraceError(f"{location[0]}:{location[1]}: {error}\n    {source}")
 
 
-def _plain(value):
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value[()]
-    return value
+def _scalar_preserving(method):
+    """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
+    where on a 0-d array it gives a 0-d array."""
+
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if isinstance(self.value, np.generic) and isinstance(result, Tracer) and (
+            not result.shape
+        ):
+            result.value = np.asarray(result.value)[()]
+        return result
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+for _name in ("astype", "copy", "transpose", "reshape", "squeeze", "clip"):
+    setattr(Tracer, _name, _scalar_preserving(getattr(ArrayMethods, _name)))
+Tracer.T = property(_scalar_preserving(ArrayMethods.T.fget))
+
+
+def _picks_one_element(index):
+    """``x[index]`` is a NumPy scalar (not a 0-d array): integers only, no ``...``."""
+    entries = index if isinstance(index, tuple) else (index,)
+    return all(isinstance(entry, (int, np.integer, SymInt)) and not isinstance(entry, bool)
+               or (isinstance(entry, Tracer) and not entry.shape and entry.dtype.kind in "iu")
+               for entry in entries)
 
 
 def _parameter_leaves(fn, args, kwargs, top_level):

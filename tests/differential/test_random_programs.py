@@ -146,10 +146,6 @@ STRUCTURAL = [
     Op("concatenate", "np.concatenate([{0}, {1}], axis=0)", 2),
     Op("broadcast_to", "np.broadcast_to({0}, (2,) + {0}.shape)"),
 ]
-# A known bug (xfail tests at the end) the generator steers around, so that the CI
-# examples keep looking for new ones: these ops give 0-d *arrays* in NumPy, and NumPy
-# scalars under jit.
-ZERO_D_ARRAY_OPS = {"to f32", "to f64", "to i32", "to bool", "transpose", "where"}
 CONDITIONS = ["np.sum({0})", "np.max({0})", "np.mean({0})", "{0}.min()"]
 
 
@@ -222,7 +218,7 @@ def expressions(draw, values, ops):
             result = _evaluate(expression, {value.name: value.array for value in values})
         except (TypeError, ValueError, IndexError, np.exceptions.AxisError):
             continue
-        if not _fits(result) or (op.name in ZERO_D_ARRAY_OPS and result.ndim == 0):
+        if not _fits(result):
             continue
         exact = op.exact and all(value.exact for value in operands)
         # Integer and boolean results of exact operands are exact (they wrap alike).
@@ -474,7 +470,7 @@ def test_random_programs_match_eager(request, differential_tally):
     assert set(DTYPES) <= coverage["dtypes"], coverage
 
 
-# --- the known bug the generator steers around (ZERO_D_ARRAY_OPS) ---------------------------
+# --- a fixed bug: 0-d results keep NumPy's type (0-d array or scalar) ------------------------
 def cast_zero_d(x):
     return x.astype(np.float64)
 
@@ -499,15 +495,11 @@ def identity_zero_d(x):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "0-d results come back as NumPy scalars under jit where NumPy gives 0-d ndarrays "
-    "(.astype, np.where, np.transpose/.T, .copy/np.copy, x[...], an input returned as it "
-    "is): tracer/tracing.py _plain "
-    "turns every 0-d output into a scalar, as only ufuncs and reductions do in NumPy"))
 @pytest.mark.parametrize("model", [cast_zero_d, where_zero_d, transpose_zero_d, copy_zero_d,
                                    ellipsis_zero_d, identity_zero_d],
                          ids=lambda model: model.__name__)
-def test_known_bug_zero_d_results_stay_arrays(model):
+def test_zero_d_results_stay_arrays(model):
+    """They once came back as NumPy scalars: every 0-d output was made a scalar."""
     assert_compiled_matches_eager(model, np.array(-1.5, np.float32), cache="memory")
 
 

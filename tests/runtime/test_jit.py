@@ -947,3 +947,17 @@ def test_functools_partial_of_a_jit_function_works():
     doubled = functools.partial(jitted, scale=2.0)
     for _ in range(2):
         np.testing.assert_array_equal(doubled(np.arange(3.0)), np.arange(3.0) * 2.0)
+
+
+@pytest.mark.parametrize("expression", [
+    "x[0]", "x.sum()", "x[0, ...]", "np.tanh(x[0])", "x[1] * 2", "z[()]", "z[...]", "z + 1",
+    "z.astype(np.float32)", "np.where(z > 0, z, 0)", "z",
+])
+def test_zero_d_results_have_numpys_type(expression):
+    """NumPy scalar or 0-d ndarray, exactly as eager NumPy gives it."""
+    function = eval(f"lambda x, z: {expression}")
+    compiled = jit(function, cache="memory")
+    x, z = np.arange(4.0), np.array(2.0)
+    expected = type(function(x, z))
+    assert [type(compiled(x, z)) for _ in range(3)] == [expected] * 3
+    assert compiled.stats()["compiled_calls"] >= 2

@@ -123,6 +123,9 @@ class EntrySpec:
         for path, kind, value in self.outside:
             if kind == "len":
                 lines.append(f"len({path}) == {value[1]} ({value[0]})")
+            elif kind == "is":
+                name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
+                lines.append(f"{path} is {getattr(value, '__module__', None) or 'numpy'}.{name}")
             else:
                 lines.append(f"{path} == {value!r}")
         return lines
@@ -228,12 +231,18 @@ def compile_guard(spec):
         values[("implicit", number)] = variable
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"
-        reader = source.constant(path, "P")
         source.add("try:")
-        source.add(f"    {variable} = {reader}.resolve(leaves)")
+        if path.root[0] == "global" and not path.steps:  # the common case, read directly
+            namespace = source.constant(path.root[1], "G")
+            source.add(f"    {variable} = {namespace}[{path.root[2]!r}]")
+        else:
+            reader = source.constant(path, "P")
+            source.add(f"    {variable} = {reader}.resolve(leaves)")
         source.add("except (KeyError, AttributeError, IndexError, ValueError, TypeError): "
                    "return None")
-        if kind == "len":
+        if kind == "is":
+            source.add(f"if {variable} is not {source.constant(value, 'F')}: return None")
+        elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
             source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
                        f"{value[1]}: return None")

@@ -177,6 +177,13 @@ def spec_to_json(spec, fn):
 
 
 def _outside_to_json(path, kind, value, fn):
+    if kind == "is":
+        address = {"module": getattr(value, "__module__", None) or (
+            "numpy" if isinstance(value, np.ufunc) else None),
+            "qualname": getattr(value, "__qualname__", None) or getattr(value, "__name__", "")}
+        if address["module"] is None or _resolve_function(address) is not value:
+            raise NotSerializable(f"{path} holds {value!r}, which no import path finds")
+        return {"path": path_to_json(path, fn), "kind": kind, "value": address}
     if kind == "value":
         if isinstance(value, np.generic):
             raise NotSerializable(f"{path} is a NumPy scalar")
@@ -189,7 +196,12 @@ def _outside_to_json(path, kind, value, fn):
 
 def _outside_from_json(data, fn):
     value = data["value"]
-    if data["kind"] == "len":
+    if data["kind"] == "is":
+        value = _resolve_function(value)
+        if value is None:
+            raise NotSerializable(f"{data['value']['module']}.{data['value']['qualname']} "
+                                  "is not there any more")
+    elif data["kind"] == "len":
         value = tuple(value)
     elif data.get("type") == "float":
         value = float(value)

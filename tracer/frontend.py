@@ -469,6 +469,20 @@ def _created(function, shape, *args, dtype=None, **kwargs):
                     like=symbolic)
 
 
+# Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
+# read everywhere); bound methods are new objects at every attribute read.
+_NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.BuiltinMethodType)
+
+
+def _through_module(path):
+    """A path that starts at a module (``np.tanh``, ``nn.relu``): library code."""
+    from .implicit import Path
+
+    if not path.steps:
+        return False
+    return isinstance(Path(path.root).resolve(), types.ModuleType)
+
+
 class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
@@ -491,6 +505,12 @@ class Hooks:
             path = self._path(descriptor, sys._getframe(1))
             if path is not None:
                 context.note_outside_value(path, value)
+        elif callable(value) and not isinstance(value, _NOT_GUARDED_CALLABLES):
+            # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
+            # must not leave compiled code computing the old one.
+            path = self._path(descriptor, sys._getframe(1))
+            if path is not None and not _through_module(path):
+                context.note_outside_value(path, value, identity=True)
         return value
 
     def _path(self, descriptor, frame):

@@ -451,12 +451,15 @@ class TracingContext:
                 return self.implicit_used[key].value
         return None
 
-    def note_outside_value(self, path, value):
+    def note_outside_value(self, path, value, identity=False):
         """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
-        later calls must see the same value (lists and tuples: the same length)."""
+        later calls must see the same value (lists and tuples: the same length; functions,
+        with ``identity``: the same object)."""
         key = str(path)
         if key not in self.outside_values:
-            if isinstance(value, (list, tuple)):
+            if identity:
+                self.outside_values[key] = (path, "is", value)
+            elif isinstance(value, (list, tuple)):
                 self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
             else:
                 self.outside_values[key] = (path, "value", value)

@@ -311,3 +311,45 @@ def test_counters_are_summed_across_processes(project):
     assert side_exits and row["side_exits"] == side_exits
     assert row["calls"] == 5
     assert row["file"] == str(project.root / "main.py")
+
+
+ACTIVATION_MAIN = textwrap.dedent('''\
+    import json
+    import sys
+
+    import numpy as np
+
+    from runtime import jit
+
+    ACTIVATION = np.tanh
+
+
+    @jit
+    def model(x):
+        return ACTIVATION(x) * 2
+
+
+    print(json.dumps({"result": model(np.linspace(-1.0, 1.0, 5)).tolist(),
+                      "stats": model.stats()}))
+''')
+
+
+def test_a_global_function_is_part_of_the_entry_and_rebinding_it_recompiles(project):
+    """``ACTIVATION = np.tanh`` is guarded by identity and stored by import path: a
+    second process loads the entry; editing the module to np.sin does not reuse it."""
+    (project.root / "main.py").write_text(ACTIVATION_MAIN)
+    x = np.linspace(-1.0, 1.0, 5)
+    for _ in range(2):
+        completed = subprocess.run([sys.executable, "main.py"], cwd=project.root,
+                                   env=project.env(), capture_output=True, text=True,
+                                   timeout=120)
+        assert completed.returncode == 0, completed.stderr
+        report = json.loads(completed.stdout)
+        np.testing.assert_allclose(report["result"], np.tanh(x) * 2, rtol=1e-12)
+    assert report["stats"]["disk_hits"] == 1
+    project.edit("main.py", "ACTIVATION = np.tanh", "ACTIVATION = np.sin")
+    completed = subprocess.run([sys.executable, "main.py"], cwd=project.root,
+                               env=project.env(), capture_output=True, text=True, timeout=120)
+    report = json.loads(completed.stdout)
+    np.testing.assert_allclose(report["result"], np.sin(x) * 2, rtol=1e-12)
+    assert report["stats"]["disk_hits"] == 0

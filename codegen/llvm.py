@@ -1,8 +1,9 @@
 """llvmlite behind one small interface: parse -> verify -> optimize -> object code -> load.
 
 ``compile_module(ir_text)`` returns optimized LLVM IR and object code (bytes the disk
-cache stores); ``assembly_of(optimized_ir)`` renders assembly on demand, for inspection; ``load(object_code, exports, imports)`` links object code into the
-process (LLVM's ORC JIT) and returns the exported function addresses. A warm start from
+cache stores); ``assembly_of(optimized_ir)`` renders assembly on demand, for inspection;
+``load(object_code, exports, imports)`` links object code into the process (LLVM's ORC
+JIT) and returns the exported function addresses. A warm start from
 disk calls only ``load``: no LLVM optimization runs.
 
 >>> ir = '''

@@ -102,6 +102,15 @@ class _Scope(ast.NodeVisitor):
     def is_local(self, name):
         return name in self.assigned and name not in self.parameters and name not in self.declared
 
+    def is_argument(self, name):
+        """A parameter never rebound here: it holds the caller's object."""
+        return name in self.parameters and name not in self.assigned
+
+    def is_outside(self, name):
+        """A global or closure variable (not a parameter, not assigned here)."""
+        return name in self.declared or (
+            name not in self.assigned and name not in self.parameters)
+
 
 # --- rewriting -----------------------------------------------------------------------
 def _hook(method, *args, node):
@@ -221,12 +230,15 @@ class _Rewriter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
     def visit_Assign(self, node):
+        # The container's name, before visiting rewrites a global one into a load hook.
+        name = _subscripted_name(node.targets[0]) if len(node.targets) == 1 else None
+        written = ast.unparse(node.targets[0])
         self.generic_visit(node)
         if len(node.targets) != 1:
             return node
         target = node.targets[0]
-        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-            return self._subscript_store(target, node.value, node)
+        if name is not None:
+            return self._subscript_store(name, target, node.value, node, written)
         if isinstance(target, ast.Attribute):
             what = ast.Constant(ast.unparse(target))
             return ast.copy_location(
@@ -235,6 +247,8 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def visit_AugAssign(self, node):
+        name = _subscripted_name(node.target)
+        written = ast.unparse(node)
         self.generic_visit(node)
         operation = ast.Constant(_INPLACE.get(type(node.op), ""))
         target = node.target
@@ -244,11 +258,12 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(
                 ast.Assign(targets=[ast.Name(id=target.id, ctx=ast.Store())], value=value), node
             )
-        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-            name = target.value.id
-            outside = ast.Constant(not self.scope.is_local(name))
+        if name is not None:
+            if self.scope.is_outside(name):
+                return self._outside_store(written, node)
             value = _hook("update_item", ast.Name(id=name, ctx=ast.Load()), target.slice,
-                          node.value, operation, outside, node=node)
+                          node.value, operation, ast.Constant(self.scope.is_argument(name)),
+                          node=node)
             return ast.copy_location(
                 ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
             )
@@ -259,14 +274,27 @@ class _Rewriter(ast.NodeTransformer):
             )
         return node
 
-    def _subscript_store(self, target, value, node):
-        name = target.value.id
-        outside = ast.Constant(not self.scope.is_local(name))
+    def _subscript_store(self, name, target, value, node, written):
+        if self.scope.is_outside(name):
+            return self._outside_store(f"{written} = ...", node)
         call = _hook("set_item", ast.Name(id=name, ctx=ast.Load()), target.slice, value,
-                     outside, node=node)
+                     ast.Constant(self.scope.is_argument(name)), node=node)
         return ast.copy_location(
             ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call), node
         )
+
+    def _outside_store(self, written, node):
+        """``GLOBAL[k] = v`` or ``+=``: compiled runs would skip the write, so the function
+        runs eagerly (rebinding the name here would make it a local)."""
+        return ast.copy_location(
+            ast.Expr(_hook("outside_mutation", ast.Constant(written), node=node)), node)
+
+
+def _subscripted_name(target):
+    """``name`` for an assignment target ``name[...]``, else None."""
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        return target.value.id
+    return None
 
 
 class RewriteUnavailable(Exception):
@@ -622,8 +650,9 @@ class Hooks:
             traced = self._traced_copy(container)
             traced[index] = value
             return traced
-        if outside and not isinstance(container, np.ndarray):
-            self.outside_mutation(f"item assignment into {type(container).__name__}")
+        if outside:  # the caller's container (an argument): compiled runs would skip this
+            self.outside_mutation(f"item assignment into an argument's "
+                                  f"{type(container).__name__}")
         container[index] = value
         return container
 

@@ -443,7 +443,8 @@ def _in_loop_dtypes(ufunc, composite):
 
     def apply(*inputs):
         avals = [abstractify(value) for value in inputs]
-        if all(aval.weak for aval in avals):
+        # builtins.all: this module's own ``all`` is np.all for traced arrays.
+        if builtins.all(aval.weak for aval in avals):
             key = tuple(aval.dtype for aval in avals)
         else:
             key = tuple(aval.dtype_for_promotion() for aval in avals)

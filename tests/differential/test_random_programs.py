@@ -549,9 +549,9 @@ for _ in range(5):
 
 
 def test_empty_reduction_does_not_write_out_of_bounds():
-    """x.sum(axis=1) of a (0, 5, 31) array once ran one iteration of a loop of extent 0
-    and corrupted the heap. In a subprocess: a crash would take pytest down. Heap corruption does not crash
-    every time, so the script runs up to three times."""
+    """x.sum(axis=1) of a (0, 5, 31) array once ran one iteration of a loop of extent
+    0 and corrupted the heap. In a subprocess: a crash would take pytest down. Heap
+    corruption does not crash every time, so the script runs up to three times."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     environment = dict(os.environ, TRACEJIT_NUM_THREADS="2")
     for _attempt in range(3):

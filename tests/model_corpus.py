@@ -1416,10 +1416,7 @@ CASES.extend([
     # in-place updates
     Case("ema_update", ema_update, _ema_args(134)),
     Case("strided_input_update", strided_input_update, _strided_update_args(135)),
-    Case("masked_fill", masked_fill, _strided_update_args(136),
-         known_bug="x[mask] = scalar with a traced mask is refused as a data-dependent shape "
-                   "(tracer/indexing.py), though the result's shape is x's: the function runs "
-                   "eagerly"),
+    Case("masked_fill", masked_fill, _strided_update_args(136)),  # x[mask] = s: a where
     # variable-length sequences through BucketBatcher
     Case("masked_mean_classifier", masked_mean_classifier, _bucketed_batches(
         138, (1, 2, 3, 5, 7, 12, 13, 30, 31, 64, 100), np.float32, ((3, 4), (4,)))),

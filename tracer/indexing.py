@@ -296,6 +296,9 @@ def setitem(x, index, value):
     dtype), built from primitives: the value is scattered into place by running
     ``getitem``'s plan backwards, and a mask built the same way selects it over ``x``.
     """
+    masked = _masked_fill(x, index, value)
+    if masked is not None:
+        return masked
     plan = IndexPlan(tuple(shape_of(x)), index)
     selected_shape = plan.result_shape()
     value = ops.broadcast_to(value, selected_shape)
@@ -303,6 +306,27 @@ def setitem(x, index, value):
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)
     ones = ops.full(selected_shape, True, np.bool_, like=x)
     return ops.bind(ops.where_p, _scatter(plan, ones), _scatter(plan, value), x)
+
+
+def _masked_fill(x, mask, value):
+    """``x[mask] = scalar`` with a boolean ``mask`` over ``x``'s leading dims is
+    ``where(mask, scalar, x)``: no data-dependent shape, so traced masks work too. None
+    for any other assignment."""
+    if getattr(mask, "dtype", None) != np.bool_ or isinstance(mask, (tuple, list)):
+        return None
+    shape, mask_shape = tuple(shape_of(x)), tuple(shape_of(mask))
+    if len(mask_shape) > len(shape) or any(
+        dim is not other and dim != other for dim, other in zip(mask_shape, shape)
+    ):
+        return None  # NumPy raises its IndexError through the general path
+    if ndim_of(value) != 0:
+        return None  # values for each selected element: a data-dependent count
+    if isinstance(value, (bool, int, float, np.generic)):
+        value = np.dtype(x.dtype).type(value)  # NumPy casts the value to x's dtype
+    elif getattr(value, "dtype", None) != x.dtype:
+        value = ops.bind(ops.cast_p, value, dtype=x.dtype)
+    mask = ops.reshape(mask, mask_shape + (1,) * (len(shape) - len(mask_shape)))
+    return ops.bind(ops.where_p, mask, value, x)
 
 
 def _scatter(plan, value):

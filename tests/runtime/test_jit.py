@@ -961,3 +961,25 @@ def test_zero_d_results_have_numpys_type(expression):
     expected = type(function(x, z))
     assert [type(compiled(x, z)) for _ in range(3)] == [expected] * 3
     assert compiled.stats()["compiled_calls"] >= 2
+
+
+def masked_fills(x, y):
+    clipped = x.copy()
+    clipped[clipped < 0] = 0.0  # a traced mask: a where, no data-dependent shape
+    rows = y.copy()
+    rows[rows[:, 0] > 0] = -1  # a mask over the leading dim
+    rows[rows > 5] = 2.7  # a float into an int array: cast like NumPy
+    picked = x.copy()
+    picked[x > 1] = y[0, 0]  # a traced scalar value
+    return clipped, rows, picked
+
+
+def test_masked_fill_with_a_traced_mask_runs_compiled():
+    compiled = jit(masked_fills, cache="memory")
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 7, 1, 2, 4, 8):
+        x, y = rng.normal(size=n), rng.integers(-3, 9, size=(n, 4))
+        for actual, expected in zip(compiled(x, y), masked_fills(x, y)):
+            assert actual.dtype == expected.dtype
+            np.testing.assert_array_equal(actual, expected)
+    assert not compiled.stats()["eager_calls"] and compiled.stats()["compiled_calls"] >= 2

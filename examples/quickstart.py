@@ -33,6 +33,26 @@ def eager_block(x, w, b):
     return nn.softmax(nn.layer_norm(nn.gelu(x * w + b)))
 
 
+def call_and_say_how(function, x):
+    """``f(x) = result   [how it ran]``, read from the function's stats."""
+    before = function.stats()
+    result = function(x)
+    after = function.stats()
+    eager = sum(after["eager_calls"].values()) - sum(before["eager_calls"].values())
+    if after["disk_hits"] > before["disk_hits"]:
+        how = "compiled code loaded from the disk cache"
+    elif after["traced_calls"] > before["traced_calls"]:
+        how = "traced and compiled; the result comes from the trace"
+    elif eager:
+        reasons = set(after["eager_calls"]) - set(before["eager_calls"]) or set(
+            reason for reason, count in after["eager_calls"].items()
+            if count > before["eager_calls"].get(reason, 0))
+        how = f"eager NumPy ({', '.join(sorted(reasons))})"
+    else:
+        how = "compiled code"
+    print(f"   f({x}) = {result}   [{how}]")
+
+
 def median_ms(function, *args, repeat=20):
     function(*args)
     times = []
@@ -50,16 +70,20 @@ def main():
                         "with --quick]")
     args = parser.parse_args()
 
-    print("1. The seed example, compiled on its first call:")
-    positive = np.array([1.0, -1.0, 2.0])
-    print(f"   f({positive}) = {dynamic_graph_example(positive)}")
-    negative = np.array([-3.0, -2.0, -1.0])
-    print("2. A negative input fails the guard `x.sum() > 0`: it runs eagerly, still right:")
+    print("1. The seed example: its first call traces and compiles it (or loads it from disk):")
+    call_and_say_how(dynamic_graph_example, np.array([1.0, -1.0, 2.0]))
+    if dynamic_graph_example.stats()["disk_hits"]:
+        print("2. A negative input takes the other branch of `x.sum() > 0`. The trace tree loaded\n"
+              "   from disk holds both branches, so it runs compiled (after `tracejit cache\n"
+              "   clear`, a side exit would run it eagerly first, then compile that branch):")
+    else:
+        print("2. A negative input fails the guard `x.sum() > 0`: a side exit runs it eagerly,\n"
+              "   with the right answer; after hot_exit=2 side exits that branch is compiled:")
     for _ in range(3):
-        print(f"   f({negative}) = {dynamic_graph_example(negative)}")
-    print("3. After hot_exit=2 side exits the other branch was compiled; both run natively:")
+        call_and_say_how(dynamic_graph_example, np.array([-3.0, -2.0, -1.0]))
+    print("3. Both branches now run compiled:")
     for values in ([4.0, 5.0, 6.0], [-7.0, -8.0, -9.0]):
-        print(f"   f({np.array(values)}) = {dynamic_graph_example(np.array(values))}")
+        call_and_say_how(dynamic_graph_example, np.array(values))
     stats = dynamic_graph_example.stats()
     print(f"   stats: {stats['compiled_calls']} compiled calls, eager {stats['eager_calls']}, "
           f"{stats['paths']} compiled paths")
@@ -80,11 +104,14 @@ def main():
     print("   variable sizes reuse the compiled code of their bucket:")
     for rows in (n - n // 20, n - n // 7):
         block(x[:rows], w, b)
-    print(f"   {block.stats()['compiles']} compile(s) for {block.stats()['calls']} calls")
+    stats = block.stats()
+    print(f"   {stats['variants']} variant(s) for {stats['calls']} calls ({stats['compiles']} "
+          f"compiled in this run, {stats['disk_hits']} loaded from the disk cache)")
 
     print("5. The on-disk cache (a second run starts from it, without tracing or LLVM):")
     sys.stdout.flush()
-    subprocess.run([sys.executable, "-m", "runtime", "cache", "list"], check=False)
+    subprocess.run([sys.executable, "-m", "runtime", "cache", "list", "dynamic_graph_example",
+                    "block"], check=False)  # this demo's entries, not the whole cache
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ def build_parser():
     cache = topics.add_parser("cache", help="inspect the compile cache", parents=[common])
     verbs = cache.add_subparsers(dest="verb", metavar="VERB", required=True)
     listing = verbs.add_parser("list", help="one line per cached variant", parents=[common])
+    listing.add_argument("functions", metavar="FUNC", nargs="*",
+                         help="only these functions (name, module.name, or a key prefix)")
     listing.add_argument("--json", action="store_true")
     show = verbs.add_parser("show", help="details of a function's entries", parents=[common])
     show.add_argument("function", metavar="FUNC", help="function name, module.name, or a key "
@@ -120,11 +122,17 @@ def _signature_text(signature):
 def command_list(args, out):
     cache = _cache(args)
     rows = _headers(cache)
+    if args.functions:
+        rows = [row for row in rows if not row.get("corrupt") and any(
+            _matches(row, name) for name in args.functions)]
     if args.json:
         json.dump([{k: v for k, v in row.items() if k != "entry_guards"} for row in rows], out,
                   indent=2, default=str)
         out.write("\n")
         return 0
+    if not rows and args.functions and cache.entries():
+        raise CommandError(f"no cache entry for {' or '.join(map(repr, args.functions))} "
+                           "(see `tracejit cache list`)")
     if not rows:
         print(f"tracejit: {_empty_message(cache)}", file=out)
         return 0

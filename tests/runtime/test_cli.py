@@ -108,6 +108,19 @@ def test_list_prints_one_line_per_entry(filled_cache, runner):
     assert re.search(r"^2 entries, [\d.]+K in ", lines[-1]), lines[-1]
 
 
+def test_list_with_function_names_shows_only_theirs(filled_cache):
+    completed = run_cli("cache", "list", "decoder", cache_dir=filled_cache)
+    assert completed.returncode == 0
+    lines = completed.stdout.splitlines()
+    assert sum(line.startswith("decoder ") for line in lines) == 1
+    assert not any(line.startswith("encoder ") for line in lines)
+    assert re.search(r"^1 entries, ", lines[-1]), lines[-1]
+    both = run_cli("cache", "list", "decoder", "encoder", cache_dir=filled_cache)
+    assert re.search(r"^2 entries, ", both.stdout.splitlines()[-1])
+    missing = run_cli("cache", "list", "nothing_here", cache_dir=filled_cache)
+    assert missing.returncode != 0 and "no cache entry for 'nothing_here'" in missing.stderr
+
+
 def test_list_json_parses_with_a_row_per_entry(filled_cache):
     completed = run_cli("cache", "list", "--json", cache_dir=filled_cache)
     assert completed.returncode == 0

@@ -124,7 +124,10 @@ def assembly_of(optimized_ir):
 @lru_cache(maxsize=None)
 def _jit():
     _initialized()
-    return llvm.create_lljit_compiler(target_machine())
+    # JITLink keeps an object's sections together: RuntimeDyld could place code and its
+    # constant pool more than 2 GiB apart in a crowded address space and abort on a 32-bit
+    # relocation (seen with torch and jax loaded in the process).
+    return llvm.create_lljit_compiler(target_machine(), use_jit_link=True)
 
 
 @dataclass

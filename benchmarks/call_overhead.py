@@ -105,20 +105,21 @@ def _peers(x):
         try:
             import jax
 
-            compiled = jax.jit(expression)
+            jax_compiled = jax.jit(expression)
             x_jax = jax.device_put(x)
-            compiled(x_jax).block_until_ready()
-            peers["jax.jit"] = lambda: compiled(x_jax).block_until_ready()
+            jax_compiled(x_jax).block_until_ready()
+            peers["jax.jit"] = lambda: jax_compiled(x_jax).block_until_ready()
         except Exception:  # a broken install is as good as none
             pass
     if importlib.util.find_spec("torch") is not None:
         try:
             import torch
 
-            compiled = torch.compile(expression)
+            # Separate names: each lambda must keep its own compiled function.
+            torch_compiled = torch.compile(expression)
             x_torch = torch.from_numpy(x)
-            compiled(x_torch)
-            peers["torch.compile"] = lambda: compiled(x_torch)
+            torch_compiled(x_torch)
+            peers["torch.compile"] = lambda: torch_compiled(x_torch)
         except Exception:
             pass
     return peers

@@ -93,6 +93,43 @@ class Node:
         return type(self).__name__
 
 
+class IndexNode(Node):
+    """``x[index]``: the gradient goes back into zeros of ``x``'s shape, summed with
+    ``np.add.at`` where integer arrays may name a position twice (PyTorch's
+    IndexBackward). One node and NumPy's own indexing, instead of the reshape, slice and
+    gather primitives the index plan would record."""
+
+    __slots__ = ("index", "shape", "dtype", "repeats")
+
+    def __init__(self, parent, index, shape, dtype):
+        self.parents = (parent,)
+        self.index = index
+        self.shape = shape
+        self.dtype = dtype
+        items = index if isinstance(index, tuple) else (index,)
+        self.repeats = any(
+            isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype.kind != "b"
+            for item in items
+        )
+
+    @property
+    def name(self):
+        return "getitem"
+
+    def apply(self, g):
+        if self.index is None:
+            raise RuntimeError(_FREED_MESSAGE)
+        grad = np.zeros(self.shape, self.dtype)
+        if self.repeats:
+            np.add.at(grad, self.index, g)
+        else:
+            grad[self.index] = g
+        return (grad,)
+
+    def release(self):
+        self.index = None
+
+
 class PrimitiveNode(Node):
     """A primitive applied eagerly: its VJP rules and the values they need.
 

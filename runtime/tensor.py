@@ -17,11 +17,10 @@ import numpy as np
 
 from tracer.array_methods import ArrayMethods
 from tracer.errors import TracejitError
-from tracer.indexing import getitem
 from tracer.ops import scatter_add
 
 from . import autograd
-from .autograd import PrimitiveNode
+from .autograd import IndexNode, PrimitiveNode
 
 _DEFAULT_REPR_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
 
@@ -211,13 +210,19 @@ class Tensor(ArrayMethods):
         autograd.backward(self, gradient, retain_graph)
 
     def __getitem__(self, index):
-        if self.requires_grad and _grad_mode.enabled:
-            return getitem(self, index)  # recorded, from primitives with VJPs
-        # Nothing to record: NumPy's own indexing is the semantics, and fastest.
-        result = self.data[_plain_index(index)]
+        # NumPy's own indexing is the semantics, and fastest; with a gradient to record,
+        # one IndexNode scatters it back.
+        plain = _plain_index(index)
+        result = self.data[plain]
         if type(result) is not np.ndarray:
-            return Tensor._wrap(np.asarray(result))
-        return Tensor._wrap(result, self._versions if result.base is not None else None)
+            result = Tensor._wrap(np.asarray(result))
+        else:
+            result = Tensor._wrap(result, self._versions if result.base is not None else None)
+        if self.requires_grad and _grad_mode.enabled:
+            result._node = IndexNode(self._node or self, plain, self.data.shape,
+                                     self.data.dtype)
+            result.requires_grad = True
+        return result
 
     # --- in-place updates --------------------------------------------------------------
     def _inplace(self, operation, other):

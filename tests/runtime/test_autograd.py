@@ -635,3 +635,31 @@ def test_cross_entropy_out_of_range_labels_raise_like_pytorch():
         nn.cross_entropy(logits, np.array([0, 3]))
     with pytest.raises(IndexError):
         nn.cross_entropy(logits, np.array([-1, 0]))
+
+
+INDEXES = [
+    (1,), (slice(None, None, -2),), (Ellipsis, 1), (None, slice(1, 3)),
+    (np.array([0, 2, 2, -1]),),  # repeated and negative positions: gradients add up
+    (np.array([[1, 0], [1, 1]]), slice(None)), (slice(None), np.array([3, 3, 0])),
+    (np.array([True, False, True]),), (np.array([[True, False, True, False]] * 3),),
+    (1, np.array([0, 0])), (np.array([0, 2]), np.array([1, 1])),
+]
+
+
+@pytest.mark.parametrize("index", INDEXES, ids=lambda index: repr(index)[:40])
+def test_indexing_gradient_matches_the_primitive_plan(index):
+    """Tensor indexing records one node and NumPy's indexing; its gradient equals the one
+    the index plan's primitives (slice, flip, gather ...) give."""
+    from tracer.indexing import getitem
+
+    data = np.arange(12.0).reshape(3, 4)
+    rng = np.random.default_rng(0)
+    fast = tensor(data, requires_grad=True)
+    out = fast[index]
+    weights = rng.normal(size=out.shape)
+    (out * weights).sum().backward()
+    reference = tensor(data, requires_grad=True)
+    expected = getitem(reference, index)
+    (expected * weights).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), data[index])
+    np.testing.assert_allclose(fast.grad.numpy(), reference.grad.numpy(), rtol=1e-12)

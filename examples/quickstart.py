@@ -6,9 +6,9 @@
 import argparse
 import subprocess
 import sys
-import time
 
 import numpy as np
+from timing import median_ms
 
 from runtime import jit, nn
 
@@ -53,16 +53,6 @@ def call_and_say_how(function, x):
     print(f"   f({x}) = {result}   [{how}]")
 
 
-def median_ms(function, *args, repeat=20):
-    function(*args)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function(*args)
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small block (for CI)")
@@ -97,7 +87,7 @@ def main():
     compiled = block(x, w, b)  # native code
     reference = eager_block(x, w, b)
     error = float(np.max(np.abs(compiled - reference)))
-    eager_ms, compiled_ms = median_ms(eager_block, x, w, b), median_ms(block, x, w, b)
+    eager_ms, compiled_ms = median_ms([eager_block, block], x, w, b, repeat=20)
     print(f"4. gelu -> layer_norm -> softmax on {n}x{n} float32: NumPy {eager_ms:.2f} ms, "
           f"tracejit {compiled_ms:.2f} ms ({eager_ms / compiled_ms:.1f}x), max |diff| "
           f"{error:.1e}")

@@ -16,8 +16,10 @@ import sys
 import time
 
 import numpy as np
+from timing import median_ms
 
 from runtime import jit, nn
+from tracer.shapes import pow2_bucket
 
 
 def init_params(rng, d_model, hidden):
@@ -71,33 +73,11 @@ def transformer_block(params, x, heads):
 compiled_block = jit(transformer_block, buckets={"x": {1: "pow2"}})
 
 
-def median_ms(functions, *args, repeat):
-    """Median milliseconds per call of each function, after one warmup call; the calls
-    take turns, so a busy machine slows them alike."""
-    times = [[] for _ in functions]
-    for function in functions:
-        function(*args)
-    for _ in range(repeat):
-        for function, seconds in zip(functions, times):
-            start = time.perf_counter()
-            function(*args)
-            seconds.append(time.perf_counter() - start)
-    return [1e3 * float(np.median(seconds)) for seconds in times]
-
-
-def pow2_bucket(size):
-    """jit's default bucket of a dim: (2^(k-1), 2^k]."""
-    high = 1 << (size - 1).bit_length()
-    return high // 2 + 1, high
-
-
 def print_cache_list(function_name):
-    """``tracejit cache list``, cut down to this function's entries and the total."""
-    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list"],
-                             capture_output=True, text=True, check=False).stdout.splitlines()
-    for line in listing:
-        if line.startswith(("function ", function_name + " ")) or line == listing[-1]:
-            print("  " + line.rstrip())
+    """``tracejit cache list FUNC``: this function's entries."""
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
+                   check=False)
 
 
 def main():

@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+from timing import median_ms
 
 from runtime import jit
 from runtime.data import BucketBatcher
@@ -74,27 +75,11 @@ def padded_batches(sequences, batch_size):
         yield batch, x, mask
 
 
-def median_ms(functions, *args, repeat):
-    """Median milliseconds per call of each function, after one warmup call; the calls
-    take turns, so a busy machine slows them alike."""
-    times = [[] for _ in functions]
-    for function in functions:
-        function(*args)
-    for _ in range(repeat):
-        for function, seconds in zip(functions, times):
-            start = time.perf_counter()
-            function(*args)
-            seconds.append(time.perf_counter() - start)
-    return [1e3 * float(np.median(seconds)) for seconds in times]
-
-
 def print_cache_list(function_name):
-    """``tracejit cache list``, cut down to this function's entries and the total."""
-    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list"],
-                             capture_output=True, text=True, check=False).stdout.splitlines()
-    for line in listing:
-        if line.startswith(("function ", function_name + " ")) or line == listing[-1]:
-            print("  " + line.rstrip())
+    """``tracejit cache list FUNC``: this function's entries."""
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
+                   check=False)
 
 
 def main():

@@ -108,12 +108,13 @@ def _empty_message(cache):
 def _signature_text(signature):
     parts = []
     for leaf in signature or []:
-        if len(leaf) == 3:
-            type_name, dtype, shape = leaf
+        if len(leaf) in (3, 4):  # (type, dtype, shape[, "grad"]): an array leaf
+            type_name, dtype, shape = leaf[:3]
             dims = ",".join(f"{d[0]}..{d[1]}" if isinstance(d, list) else str(d)
                             for d in shape)
             parts.append(f"{np.dtype(dtype).name}[{dims}]" + (
-                " Tensor" if type_name == "Tensor" else ""))
+                " Tensor" if type_name == "Tensor" else "") + (
+                " requires_grad" if leaf[3:] == ["grad"] else ""))
         else:
             parts.append(repr(leaf[1]))
     return "(" + ", ".join(parts) + ")"

@@ -76,10 +76,11 @@ def padded_batches(sequences, batch_size):
 
 
 def print_cache_list(function_name):
-    """``tracejit cache list FUNC``: this function's entries."""
-    sys.stdout.flush()
-    subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
-                   check=False)
+    """``tracejit cache list FUNC``: this function's entries, indented."""
+    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
+                             capture_output=True, text=True, check=False)
+    for line in (listing.stdout + listing.stderr).splitlines():
+        print("  " + line.rstrip())
 
 
 def main():

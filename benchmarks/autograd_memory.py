@@ -24,14 +24,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 from pathlib import Path
 
 import numpy as np
 
 from runtime import jit, nn, tensor
 from runtime.autograd import CompiledNode, Node, OutputNode, PrimitiveNode
+
+from .harness import machine_facts
 
 SIZES = dict(batch=512, inputs=784, hidden=1024, classes=10)
 SEED = 0
@@ -203,10 +203,6 @@ def format_report(row):
     return "\n".join(lines)
 
 
-def machine():
-    return dict(python=platform.python_version(), numpy=np.__version__,
-                platform=platform.platform(), processor=platform.processor(),
-                cpu_count=os.cpu_count())
 
 
 def main(argv=None):
@@ -224,7 +220,7 @@ def main(argv=None):
         benchmark="autograd_memory",
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         goal="compiled residual bytes <= eager tape bytes, with and without the inputs",
-        machine=machine(),
+        machine=machine_facts(),
         **row,
     )
     RESULTS_PATH.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -32,7 +32,6 @@ import datetime
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import timeit
 from pathlib import Path
 
 import numpy as np
+
+from .harness import machine_facts
 
 SIZE = 16
 GOAL_CALL_US = 2.0
@@ -267,10 +268,6 @@ def format_warm_table(rows):
     return "\n".join(lines)
 
 
-def machine():
-    return dict(python=platform.python_version(), numpy=np.__version__,
-                platform=platform.platform(), processor=platform.processor(),
-                cpu_count=os.cpu_count())
 
 
 def main(argv=None):
@@ -308,7 +305,7 @@ def main(argv=None):
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         quick=args.quick,
         goal=dict(call_us=GOAL_CALL_US, warm_start_extra_ms=GOAL_WARM_START_EXTRA_MS),
-        machine=machine(),
+        machine=machine_facts(),
         size=SIZE,
         calls=rows,
         call_goal_met=call_goal_met,

@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +34,8 @@ import numpy as np
 import codegen
 from runtime import nn
 from tracer import trace
+
+from .harness import machine_facts
 
 GOALS = {"gelu(x*w+b)": 6.0, "layer_norm->softmax": 5.0}  # speed-up over NumPy
 MLP_COMPILE_GOAL_MS = 150.0
@@ -238,19 +238,6 @@ def format_compile(rows, mlp):
     return "\n".join(lines)
 
 
-def machine():
-    import llvmlite
-    import llvmlite.binding as llvm
-
-    return dict(
-        python=platform.python_version(),
-        numpy=np.__version__,
-        llvmlite=llvmlite.__version__,
-        llvm=".".join(map(str, llvm.llvm_version_info)),
-        cpu=llvm.get_host_cpu_name(),
-        platform=platform.platform(),
-        cpu_count=os.cpu_count(),
-    )
 
 
 def main(argv=None):
@@ -286,7 +273,7 @@ def main(argv=None):
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         quick=args.quick,
         goals=dict(speedup=GOALS, mlp_compile_ms=MLP_COMPILE_GOAL_MS),
-        machine=machine(),
+        machine=machine_facts(),
         workloads=rows,
         mlp=mlp,
     )

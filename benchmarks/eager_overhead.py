@@ -20,8 +20,6 @@ import argparse
 import datetime
 import functools
 import json
-import os
-import platform
 import statistics
 import timeit
 from pathlib import Path
@@ -29,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime import tensor
+
+from .harness import machine_facts
 
 SMALL, LARGE = 16, 1_000_000
 GOAL_SMALL_EXTRA_US = 3.0
@@ -172,14 +172,6 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def machine():
-    return dict(
-        python=platform.python_version(),
-        numpy=np.__version__,
-        platform=platform.platform(),
-        processor=platform.processor(),
-        cpu_count=os.cpu_count(),
-    )
 
 
 def main(argv=None):
@@ -215,7 +207,7 @@ def main(argv=None):
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         quick=args.quick,
         goal=dict(small_extra_us=GOAL_SMALL_EXTRA_US, large_ratio=GOAL_LARGE_RATIO),
-        machine=machine(),
+        machine=machine_facts(),
         rows=rows,
     )
     RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")

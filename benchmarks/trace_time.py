@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +28,8 @@ import numpy as np
 
 from runtime import nn
 from tracer import trace
+
+from .harness import machine_facts
 
 GOAL_US_PER_OP = 30.0
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "trace_time.json"
@@ -138,14 +138,6 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def machine():
-    return dict(
-        python=platform.python_version(),
-        numpy=np.__version__,
-        platform=platform.platform(),
-        processor=platform.processor(),
-        cpu_count=os.cpu_count(),
-    )
 
 
 def main(argv=None):
@@ -172,7 +164,7 @@ def main(argv=None):
         quick=args.quick,
         goal=dict(us_per_op=GOAL_US_PER_OP),
         fixed_cost_ms=fixed_seconds * 1e3,
-        machine=machine(),
+        machine=machine_facts(),
         rows=rows,
     )
     RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")

@@ -213,14 +213,6 @@ class _Rewriter(ast.NodeTransformer):
         ):
             what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
             return _hook("outside_mutation", what, node=node)
-        if (
-            isinstance(func, ast.Attribute)
-            and func.attr in _MUTATING_METHODS
-            and isinstance(func.value, ast.Name)
-            and not self.scope.is_local(func.value.id)
-        ):
-            what = ast.Constant(f"{func.value.id}.{func.attr}(...)")
-            return _hook("outside_mutation", what, node=node)
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
                                ctx=ast.Load()),

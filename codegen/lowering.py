@@ -1211,9 +1211,10 @@ def broadcast_index(index, in_shape, out_shape):
 class ProgramLowering:
     """The module for a schedule: its kernels and the entry that runs them."""
 
-    def __init__(self, schedule, name):
+    def __init__(self, schedule, name, profile=False):
         self.schedule = schedule
         self.name = name
+        self.profile = profile  # count calls and nanoseconds per kernel (profile_symbol)
         self.module = ir.Module(name=name)
         self.symbols = [symbol.name for symbol in schedule.graph.symbols]
         self.slots = program_slots(schedule)
@@ -1229,6 +1230,24 @@ class ProgramLowering:
             function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
                 I32, I32, I32, I64, I64, I64, real, PTR, I64, PTR, I64, real, PTR, I64]), name)
         return function
+
+    def _profile_counters(self, count):
+        counters = ir.GlobalVariable(self.module, ir.ArrayType(I64, 2 * count),
+                                     profile_symbol(self.name))
+        counters.initializer = ir.Constant(ir.ArrayType(I64, 2 * count), None)
+        return counters
+
+    def _clock(self, builder):
+        """Monotonic nanoseconds (``clock_gettime``, resolved in the process)."""
+        function = self.module.globals.get("clock_gettime")
+        if function is None:
+            function = ir.Function(self.module, ir.FunctionType(I32, [I32, PTR]),
+                                   "clock_gettime")
+        timespec = builder.alloca(ir.ArrayType(I64, 2))
+        builder.call(function, [ir.Constant(I32, 1), timespec])  # CLOCK_MONOTONIC
+        seconds = builder.load(builder.gep(timespec, [_const(0), _const(0)]), typ=I64)
+        nanoseconds = builder.load(builder.gep(timespec, [_const(0), _const(1)]), typ=I64)
+        return builder.add(builder.mul(seconds, _const(1_000_000_000)), nanoseconds)
 
     def pool_state(self, fields):
         """The process's thread pool (an imported symbol: object code stays relocatable)."""
@@ -1340,12 +1359,25 @@ class ProgramLowering:
                 builder.position_at_end(passed)
 
         check(self.schedule.entry_guards)
-        for kernel, (kernel_function, buffers, starts) in zip(self.schedule.kernels, kernels):
+        counters = self._profile_counters(len(kernels)) if self.profile else None
+        for number, (kernel, (kernel_function, buffers, starts)) in enumerate(
+                zip(self.schedule.kernels, kernels)):
+            started = self._clock(builder) if counters is not None else None
             builder.call(kernel_function,
                          [pointers[name] for name in buffers] + list(symbols) + starts + [status])
+            if counters is not None:
+                elapsed = builder.sub(self._clock(builder), started)
+                for slot, amount in ((2 * number, _const(1)), (2 * number + 1, elapsed)):
+                    builder.atomic_rmw("add", builder.gep(counters, [_const(0), _const(slot)]),
+                                       amount, "monotonic")
             check(kernel.guards)
         builder.ret(builder.neg(builder.load(status, typ=I32)))
         return self.module, entry_name
+
+
+def profile_symbol(program_name):
+    """The exported ``[calls, nanoseconds] * kernels`` counters of a profiled program."""
+    return f"{program_name}_profile"
 
 
 def program_slots(schedule):

@@ -33,7 +33,7 @@ from tracer.ir import Effect, Literal, Var
 from tracer.passes import optimize
 
 from . import llvm
-from .lowering import FusionConflict, ProgramLowering, program_slots
+from .lowering import FusionConflict, ProgramLowering, profile_symbol, program_slots
 from .schedule import schedule as make_schedule
 
 
@@ -84,8 +84,10 @@ class Program:
     object_code: bytes
     wrapper_source: str
     compile_seconds: dict = field(default_factory=dict)
+    profiled: bool = False  # built with per-kernel counters (see ``profile``)
     _run: object = None
     _library: object = None
+    _counters: object = None
 
     def __call__(self, *inputs):
         return self._run(*inputs)
@@ -100,13 +102,23 @@ class Program:
     def kernel_count(self):
         return len(self.kernels)
 
+    def profile(self):
+        """``[(kernel, calls, seconds)]`` since the program was loaded, for a program
+        compiled with ``profile=True`` (else an empty list). Times are wall time around
+        each kernel call, threads and BLAS included."""
+        if self._counters is None:
+            return []
+        counts = self._counters.reshape(-1, 2)
+        return [(kernel, int(calls), nanoseconds / 1e9)
+                for kernel, (calls, nanoseconds) in zip(self.kernels, counts)]
 
-def _schedule_with_retries(graph):
+
+def _schedule_with_retries(graph, profile):
     forced = set()
     while True:
         plan = make_schedule(graph, materialize=forced)
         try:
-            module, entry = ProgramLowering(plan, _symbol_safe(graph.name)).build()
+            module, entry = ProgramLowering(plan, _symbol_safe(graph.name), profile).build()
             return plan, module, entry
         except FusionConflict as conflict:
             if conflict.var.name in forced:
@@ -119,12 +131,13 @@ def _symbol_safe(name):
     return f"tj_{cleaned}"
 
 
-def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
-    """Compile ``graph`` (any bucket of its symbols) to a ``Program``."""
+def compile(graph, name=None, check=True, profile=False):  # noqa: A001 - the module's verb
+    """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
+    the program counts calls and time per kernel (``Program.profile()``)."""
     times = {}
     start = time.perf_counter()
     graph = optimize(graph, check=check)
-    plan, module, entry = _schedule_with_retries(graph)
+    plan, module, entry = _schedule_with_retries(graph, profile)
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)
     compiled = llvm.compile_module(llvm_ir)
@@ -139,6 +152,7 @@ def compile(graph, name=None, check=True):  # noqa: A001 - the module's verb
         object_code=compiled.object_code,
         wrapper_source=wrapper_source(plan, entry),
         compile_seconds=times,
+        profiled=profile,
     )
     link(program)
     times["total"] = time.perf_counter() - start
@@ -158,7 +172,12 @@ def link(program):
 
     entry = f"{_symbol_safe(program.graph.name)}_entry"
     imports = {**pool().symbols(), **blas.symbols()}
-    library = llvm.load(program.object_code, [entry], imports=imports)
+    counters = profile_symbol(_symbol_safe(program.graph.name))
+    exports = [entry, counters] if program.profiled else [entry]
+    library = llvm.load(program.object_code, exports, imports=imports)
+    if program.profiled:
+        slots = ctypes.c_int64 * (2 * len(program.kernels))
+        program._counters = np.ctypeslib.as_array(slots.from_address(library.addresses[counters]))
     symbols = len(program.graph.symbols)
     native = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object,
                               *([ctypes.c_int64] * symbols))(library.addresses[entry])

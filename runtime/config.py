@@ -43,6 +43,7 @@ class Options:
     fallback: str = "eager"
     check: bool = False
     disabled: bool = False
+    profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
     cache_dir: str = field(default_factory=default_cache_dir)
 
     @staticmethod
@@ -56,6 +57,7 @@ class Options:
             )
         built = Options(
             disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0"),
+            profile=environ.get("TRACEJIT_PROFILE", "") not in ("", "0"),
             cache_dir=default_cache_dir(environ),
             **options,
         )

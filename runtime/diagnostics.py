@@ -126,10 +126,12 @@ def explain(function):
             lines.append(f"    path [{via}]: {path.calls} calls, {program.kernel_count} "
                          f"kernel(s): " + ", ".join(
                              f"{kernel.name}" for kernel in program.kernels))
+            lines.extend(_profile_lines(program))
             if path.backward is not None:
                 lines.append(f"      backward: {path.backward.kernel_count} kernel(s): " +
                              ", ".join(kernel.name for kernel in path.backward.kernels) +
                              f"; the forward saves {path.residual_bytes} bytes of residuals")
+                lines.extend(_profile_lines(path.backward))
             for index, guard in enumerate(path.guards):
                 where = guard.location
                 place = f"{where.file}:{where.line} {where.source!r}" if where else "?"
@@ -145,3 +147,17 @@ def explain(function):
         if detail not in reason:
             lines.append(f"    {detail}")
     return "\n".join(lines)
+
+
+def _profile_lines(program):
+    """Time per kernel of a program built with TRACEJIT_PROFILE=1, largest first."""
+    rows = [row for row in program.profile() if row[1]]
+    if not rows:
+        return []
+    total = sum(seconds for _, _, seconds in rows) or 1e-30
+    lines = [f"      profile ({rows[0][1]} calls, {1e3 * total / rows[0][1]:.3f} ms per call "
+             "in kernels):"]
+    for kernel, calls, seconds in sorted(rows, key=lambda row: -row[2]):
+        lines.append(f"        {kernel.name:32} {1e6 * seconds / calls:10.1f} us/call "
+                     f"{100 * seconds / total:5.1f}%")
+    return lines

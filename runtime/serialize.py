@@ -254,6 +254,7 @@ def program_to_json(program, blobs):
                     for k in program.kernels],
         "llvm_ir": program.llvm_ir,
         "optimized_ir": program.optimized_ir,
+        "profiled": program.profiled,
         "wrapper": program.wrapper_source,
         "compile_seconds": program.compile_seconds,
         "object": blobs.add(program.object_code),
@@ -278,6 +279,7 @@ def program_from_json(data, blobs):
         object_code=blobs.parts[data["object"]],
         wrapper_source=data["wrapper"],
         compile_seconds=data["compile_seconds"],
+        profiled=data.get("profiled", False),
     )
     return link(program)
 

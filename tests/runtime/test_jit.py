@@ -983,3 +983,38 @@ def test_masked_fill_with_a_traced_mask_runs_compiled():
             assert actual.dtype == expected.dtype
             np.testing.assert_array_equal(actual, expected)
     assert not compiled.stats()["eager_calls"] and compiled.stats()["compiled_calls"] >= 2
+
+
+def profiled_block(x, w):
+    return np.tanh(x @ w).sum(axis=1) - 1.0
+
+
+def test_profile_counts_calls_and_time_per_kernel(monkeypatch, tmp_path):
+    """TRACEJIT_PROFILE=1: each kernel counts its calls and wall time; explain() lists
+    them; the flag survives the disk cache (a second process's program counts too)."""
+    monkeypatch.setenv("TRACEJIT_PROFILE", "1")
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
+    x, w = np.ones((64, 16)), np.full((16, 8), 0.1)
+    compiled = jit(profiled_block)
+    for _ in range(6):
+        np.testing.assert_allclose(compiled(x, w), profiled_block(x, w))
+    program = compiled._variants[0].root.program
+    rows = program.profile()
+    assert [kernel.name for kernel, _, _ in rows] == [k.name for k in program.kernels]
+    assert all(calls == 5 for _, calls, _ in rows)  # the traced call runs no kernel
+    assert all(seconds > 0 for _, _, seconds in rows)
+    text = compiled.explain()
+    assert "profile (5 calls" in text and "us/call" in text
+    again = jit(profiled_block)  # a new function object: the entry comes from disk
+    again(x, w)
+    assert again.stats()["disk_hits"] == 1
+    assert again._variants[0].root.program.profile()[0][1] == 1
+
+
+def test_without_profile_programs_have_no_counters():
+    compiled = jit(profiled_block, cache="memory")
+    x, w = np.ones((4, 3)), np.ones((3, 2))
+    compiled(x, w)
+    compiled(x, w)
+    assert compiled._variants[0].root.program.profile() == []
+    assert "profile (" not in compiled.explain()

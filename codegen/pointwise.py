@@ -278,6 +278,7 @@ RULES = {
     "tanh": _math("tanh"),
     "sin": _math("sin"),
     "cos": _math("cos"),
+    "erf": _math("erf"),
     "floor": _rounding("floor"),
     "ceil": _rounding("ceil"),
     "isnan": _isnan,

@@ -16,9 +16,10 @@ import math
 
 import numpy as np
 
-from tracer.ops import stop_gradient_p
+from tracer.ops import erf_p, stop_gradient_p
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 
 def relu(x):
@@ -27,9 +28,30 @@ def relu(x):
     return np.where(x <= 0, 0, x)
 
 
-def gelu(x):
-    """GELU, tanh approximation (PyTorch's ``approximate="tanh"``)."""
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+def erf(x):
+    """The error function (the primitive ``tracer.ops.erf_p``): float32 stays float32, bool
+    and integers become float64. Under ``jit``, ``scipy.special.erf`` maps to the same
+    primitive when SciPy is imported.
+
+    >>> erf(np.array([0.0, 0.5, np.inf])).round(6).tolist()
+    [0.0, 0.5205, 1.0]
+    """
+    return erf_p(x)
+
+
+def gelu(x, approximate="tanh"):
+    """GELU. ``approximate="tanh"`` (the default here): PyTorch's tanh approximation;
+    ``"none"``: the exact 0.5 x (1 + erf(x / sqrt(2))), PyTorch's default.
+
+    >>> x = np.array([-1.0, 0.5])
+    >>> gelu(x).round(4).tolist(), gelu(x, approximate="none").round(4).tolist()
+    ([-0.1588, 0.3457], [-0.1587, 0.3457])
+    """
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    if approximate == "none":
+        return 0.5 * x * (1.0 + erf_p(x * _SQRT_HALF))
+    raise ValueError(f"gelu: approximate must be 'tanh' or 'none', not {approximate!r}")
 
 
 def sigmoid(x):

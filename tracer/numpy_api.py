@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 
 import numpy as np
 
@@ -516,6 +517,23 @@ UFUNC_COMPOSITES = {
     np.invert: _invert,
 }
 
+# ufuncs of other libraries, by (module, attribute): looked up in ``sys.modules`` when
+# called, never imported here (scipy is not a dependency). Each runs in the dtypes its own
+# loops give (``resolve_dtypes``), so results have the library's dtypes.
+FOREIGN_UFUNCS = {
+    ("scipy.special", "erf"): ops.erf_p,
+}
+
+
+def _foreign_ufunc(ufunc):
+    """The implementation of a ``FOREIGN_UFUNCS`` ufunc, or ``None``."""
+    for (module_name, attribute), prim in FOREIGN_UFUNCS.items():
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, attribute, None) is ufunc:
+            return _in_loop_dtypes(ufunc, lambda *inputs, prim=prim: bind(prim, *inputs))
+    return None
+
+
 # ``ufunc.reduce`` as the matching reduction.
 UFUNC_REDUCTIONS = {
     np.add: sum,
@@ -550,6 +568,8 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         result = bind(UFUNCS[ufunc], *inputs)
     elif ufunc in UFUNC_COMPOSITES:
         result = UFUNC_COMPOSITES[ufunc](*inputs)
+    elif (foreign := _foreign_ufunc(ufunc)) is not None:
+        result = foreign(*inputs)
     else:
         raise UnsupportedError(
             f"{name} is not supported by tracejit yet (no primitive or composition for it); "

@@ -1,7 +1,8 @@
 """What fuses, by kernel count and kind (the claims of ``codegen/schedule.py``), with the
 fused programs' results equal to eager NumPy at several sizes of their buckets:
 
-* ``gelu(x * w + b)``: one pointwise kernel (broadcast operands read in place);
+* ``gelu(x * w + b)``: one pointwise kernel (broadcast operands read in place), also the
+  exact gelu (erf), in float32 and float64;
 * ``softmax(layer_norm(x))`` over rows: one kernel whose row reductions are stages;
 * ``relu(x @ W + b)``: one matmul kernel with the bias and activation as its epilogue;
 * views (transpose, slices, pad, concatenate) inline into their consumer;
@@ -31,6 +32,10 @@ def data(shape, seed):
 
 def gelu_affine(x, w, b):
     return nn.gelu(x * w + b)
+
+
+def exact_gelu_affine(x, w, b):
+    return nn.gelu(x * w + b, approximate="none")
 
 
 def layer_norm_softmax(x):
@@ -117,6 +122,23 @@ def test_fused_kernel_is_vectorized():
     program = compiled(("fusion", "gelu(x*w+b)"), gelu_affine,
                        *[data(s, 0) for s in FUSED["gelu(x*w+b)"][1]])
     assert " x float>" in program.optimized_ir
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda dtype: dtype.__name__)
+def test_exact_gelu_is_one_vectorized_kernel_equal_to_eager(dtype):
+    """gelu(approximate="none") fuses into one pointwise kernel whose erf is SIMD code (float32
+    computes erf in float64: vectors of doubles either way), and equals eager gelu."""
+    shapes = [(33, 65), (65,), (65,)]
+    program = compiled(("fusion", "exact gelu", dtype), exact_gelu_affine,
+                       *[data(shape, 0).astype(dtype) for shape in shapes])
+    assert [kernel.kind for kernel in program.kernels] == ["pointwise"]
+    assert " x double>" in program.optimized_ir
+    assert not re.findall(r"call (?:float|double) @(?!llvm\.)\w+", program.optimized_ir)
+    for run, size in enumerate(bucket_sizes(65)):
+        inputs = [(data((33, size), run + 1) * 3).astype(dtype),
+                  data((size,), run + 1).astype(dtype), data((size,), run + 2).astype(dtype)]
+        (actual,) = program(*inputs)
+        close(actual, exact_gelu_affine(*inputs), 2e-6 if dtype == np.float32 else 1e-14)
 
 
 def matmul_scan(x, w):

@@ -1,15 +1,18 @@
 """The compiled math library against NumPy, over the whole float range.
 
-For exp, expm1, log, log1p, tanh, sin and cos in float32 and float64 (compiled from traces
-of the NumPy functions) this measures the largest error in ulps against NumPy over
+For exp, expm1, log, log1p, tanh, sin, cos and erf in float32 and float64 (compiled from
+traces of the NumPy functions, and of ``tracer.ops.erf_p`` for erf, which NumPy lacks) this
+measures the largest error in ulps against NumPy (for erf: the eager primitive, fdlibm's
+algorithm in NumPy) over
 
 * a dense sweep of the whole float range, positive and negative (evenly spaced bit
   patterns: log-spaced values from the smallest denormal to the largest float), plus
   random bit patterns;
 * dense linear sweeps around each function's interesting points: the overflow and
   underflow thresholds of exp/expm1, 1 for log, -1 for log1p, tanh's saturation, 0,
-  where expm1, log1p, tanh and sin must be relatively accurate, and multiples of pi/4
-  (sin and cos: zeros, and the edges of the range reduction's quadrants);
+  where expm1, log1p, tanh, sin and erf must be relatively accurate, multiples of pi/4
+  (sin and cos: zeros, and the edges of the range reduction's quadrants), and the edges of
+  erf's pieces;
 
 and asserts it stays within the bound ``codegen/mathlib.py`` states (``STATED_ULP``), and,
 for float32, within the stated bound against the correctly rounded result (float64 NumPy
@@ -17,7 +20,8 @@ rounded to float32: NumPy's own float32 SIMD functions are a few ulp off themsel
 Special values (NaN, signed infinities and zeros, denormals, domain edges) must match
 NumPy exactly. sin and cos are also checked against exact values (mpmath) where x is
 closest to a multiple of pi/2, the hardest inputs for the range reduction, where NumPy's
-own float64 sin is thousands of ulp off.
+own float64 sin is thousands of ulp off. float64 erf, compiled and eager, is checked
+against exact values (mpmath) on a sample of its sweep.
 
 ``x ** y`` gets a two-argument sweep: every pair of special values (C99's rules), random
 bit patterns, results spread over the whole range (denormals and the overflow edge
@@ -43,7 +47,12 @@ import numpy as np
 import pytest
 from compiled_checks import F32, F64, assert_same, compiled, dtype_id, ulp_distance
 
-FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos"]
+from tracer import ops
+from tracer.ops import special
+
+FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "erf"]
+# The eager function each compiled one is traced from and compared with.
+REFERENCES = {"erf": ops.erf_p}
 # The table in codegen/mathlib.py's docstring: against NumPy, and float32 against the
 # correctly rounded result.
 STATED_ULP = {
@@ -51,10 +60,11 @@ STATED_ULP = {
     ("log", F32): 3, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
     ("tanh", F32): 3, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
     ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
+    ("erf", F32): 1, ("erf", F64): 1,
 }
 EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 3, "sin": 1, "cos": 1,
-                     "power": 1}
-EXACT_ULP_HARD_CASES = 1  # against mpmath: sin and cos, float64 power
+                     "power": 1, "erf": 1}
+EXACT_ULP_HARD_CASES = 1  # against mpmath: sin and cos, float64 power and erf
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
 SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dynamic) size
@@ -63,10 +73,10 @@ SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dyna
 POINTS = {
     F32: {"exp_overflow": 88.72283935546875, "exp_denormal": -87.33654022216797,
           "exp_underflow": -103.97208404541016, "expm1_saturation": -17.0,
-          "tanh_saturation": 9.5},
+          "tanh_saturation": 9.5, "erf_rounds_to_one": 3.919205843636722},
     F64: {"exp_overflow": 709.782712893384, "exp_denormal": -708.3964185322641,
           "exp_underflow": -745.1332191019411, "expm1_saturation": -38.0,
-          "tanh_saturation": 19.5},
+          "tanh_saturation": 19.5, "erf_rounds_to_one": 5.921587195794507},
 }
 INTERESTING = {
     "exp": ["exp_overflow", "exp_denormal", "exp_underflow", 0.0],
@@ -77,12 +87,19 @@ INTERESTING = {
     # zeros of sin and cos, the edges of the quadrants, and large multiples of pi
     "sin": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
     "cos": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
+    # the edges of fdlibm's pieces, and where the result starts to round to +-1
+    "erf": [0.0, special.ERF_TINY, 0.84375, 1.25, special.ERF_TAIL_SPLIT,
+            special.ERF_SATURATION, "erf_rounds_to_one"],
 }
 
 
+def reference(name):
+    return REFERENCES.get(name) or getattr(np, name)
+
+
 def program_for(name, dtype):
-    function = getattr(np, name)
-    arity = function.nin
+    function = reference(name)
+    arity = getattr(function, "nin", 1)
     return compiled(("mathlib", name, dtype), lambda *arguments: function(*arguments),
                     *[np.ones(SWEEP_SIZE, dtype)] * arity)
 
@@ -104,7 +121,7 @@ def evaluate(name, dtype, *arguments):
 
 def numpy_of(name, *arguments):
     with np.errstate(all="ignore"):
-        return getattr(np, name)(*arguments)
+        return reference(name)(*arguments)
 
 
 # --- the sweeps ------------------------------------------------------------------------
@@ -200,7 +217,7 @@ def test_float32_against_the_correctly_rounded_result(name):
     values = sweep(name, F32)
     actual = evaluate(name, F32, values)
     with np.errstate(all="ignore"):
-        exact = getattr(np, name)(values.astype(np.float64)).astype(F32)
+        exact = numpy_of(name, values.astype(np.float64)).astype(F32)
     distance = ulp_distance(actual, exact)
     worst = int(np.argmax(distance))
     assert distance[worst] <= EXACT_ULP_FLOAT32[name], (
@@ -300,6 +317,51 @@ def test_sin_cos_where_x_is_closest_to_a_multiple_of_half_pi(dtype):
         assert errors[worst] <= EXACT_ULP_HARD_CASES, (
             f"{name} {dtype}: {errors[worst]:.3g} ulp from the exact value at "
             f"x = {values[worst]!r} ({values.size} inputs)")
+
+
+# --- erf against exact values ------------------------------------------------------------
+@pytest.mark.parametrize("compiled_or_eager", ["compiled", "eager"])
+def test_erf_float64_against_exact_values(compiled_or_eager):
+    """float64 erf, compiled and eager (the NumPy implementation of the primitive), within
+    1 ulp of mpmath's on a sample of the sweep (math.erf, the C library's, is no exact
+    reference: it is off by up to 1 ulp itself)."""
+    mpmath = pytest.importorskip("mpmath")
+    values = sweep("erf", F64)
+    values = values[np.isfinite(values)]
+    rng = np.random.default_rng(14)
+    picked = rng.choice(values.size, 3000, replace=False)
+    # and where erf is neither x * 2/sqrt(pi) nor +-1
+    values = np.concatenate([values[picked], rng.uniform(-6.5, 6.5, 3000),
+                             special_inputs(F64)[4:]])
+    if compiled_or_eager == "compiled":
+        actual = evaluate("erf", F64, values)
+    else:
+        actual = numpy_of("erf", values)
+    with mpmath.workprec(200):
+        exact = [mpmath.erf(mpmath.mpf(float(x))) for x in values]
+        errors = np.array([float(abs(mpmath.mpf(float(a)) - e)) / float(np.spacing(
+            abs(float(e)))) for a, e in zip(actual, exact)])
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= EXACT_ULP_HARD_CASES, (
+        f"erf float64 ({compiled_or_eager}): {errors[worst]:.3g} ulp from the exact value at "
+        f"x = {values[worst]!r}")
+
+
+def test_erf_special_values():
+    """erf(+-0) = +-0, erf(+-inf) = +-1, NaN stays NaN, tiny x gives x * 2/sqrt(pi) (the
+    smallest denormals included), and from 6 on the result is +-1 exactly."""
+    smallest = float(np.finfo(F64).smallest_subnormal)
+    values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 6.0, -6.0, 1e30, smallest,
+                       -smallest, 1e-310, 2.0**-1022, 1e-20])
+    expected = np.array([0.0, -0.0, 1.0, -1.0, np.nan, 1.0, -1.0, 1.0, smallest, -smallest,
+                         1e-310 * (2 / math.sqrt(math.pi)), 2.0**-1022 * (2 / math.sqrt(math.pi)),
+                         1e-20 * (2 / math.sqrt(math.pi))])
+    for dtype in (F32, F64):
+        typed = values.astype(dtype)
+        want = np.array([math.erf(float(x)) if np.isfinite(x) else w
+                         for x, w in zip(typed, expected)]).astype(dtype)
+        assert_same(evaluate("erf", dtype, typed), want, 1, (typed,), f"compiled erf {dtype}")
+        assert_same(numpy_of("erf", typed), want, 1, (typed,), f"eager erf {dtype}")
 
 
 # --- x ** y ---------------------------------------------------------------------------
@@ -418,7 +480,8 @@ def test_power_special_values(dtype):
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 @pytest.mark.parametrize("name, function", [
     ("sin", lambda x, y: np.sin(x) * 2), ("cos", lambda x, y: np.cos(x) + y),
-    ("power", lambda x, y: x ** y), ("exp-log", lambda x, y: np.exp(x) * np.log(y))])
+    ("power", lambda x, y: x ** y), ("exp-log", lambda x, y: np.exp(x) * np.log(y)),
+    ("erf", lambda x, y: ops.erf_p(x) * y)])
 def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     """Straight-line code without calls: the loop vectorizer makes SIMD code of it."""
     program = compiled(("mathlib-vectorized", name, dtype), function,
@@ -508,8 +571,8 @@ def ulp_table():
             cells.append(cell)
             if dtype == F32:
                 with np.errstate(all="ignore"):
-                    exact = getattr(np, name)(*[values.astype(np.float64)
-                                                for values in arguments]).astype(F32)
+                    exact = numpy_of(name, *[values.astype(np.float64)
+                                             for values in arguments]).astype(F32)
                 exact_distance = float(np.max(ulp_distance(actual, exact)))
         stated = f"{STATED_ULP[(name, F32)]}, {STATED_ULP[(name, F64)]}"
         lines.append(f"{name:9} {cells[0]:>38} {cells[1]:>38} {exact_distance:>14g}  <= {stated}")

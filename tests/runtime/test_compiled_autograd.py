@@ -9,8 +9,8 @@ of a float64 NumPy loss. Shown:
 1. gradients of every differentiable primitive (generated from ``tracer.PRIMITIVES``,
    one sample call each) through ``jit``: equal to eager autograd and finite differences
    in float64, float32 gradients for float32 inputs, gradients of broadcast operands
-   summed back to their shapes, and one function over several pow2 buckets
-   (``dynamic=True``) compiled once per bucket;
+   summed back to their shapes, one function over several pow2 buckets
+   (``dynamic=True``) compiled once per bucket, and exact (erf) gelu in both precisions;
 2. both directions of a data-dependent branch: right gradients on side exits, and after
    ``hot_exit`` exits both directions compiled with their backward;
 3. compiled and eager pieces in one backward pass: eager ops around a compiled call,
@@ -166,6 +166,7 @@ PRIMITIVE_SAMPLES = {
     "ceil": ((away_from_integers(2, 3),), {}),
     "concatenate": ((uniform(2, 3), uniform(1, 3), uniform(4, 3)), dict(axis=0)),
     "cos": ((uniform(2, 3),), {}),
+    "erf": ((uniform(2, 3),), {}),
     "exp": ((uniform(2, 3),), {}),
     "expm1": ((uniform(2, 3),), {}),
     "flip": ((uniform(3, 4),), dict(axes=(1,))),
@@ -313,6 +314,36 @@ def test_dynamic_buckets_compile_once_each_and_give_right_gradients():
     assert stats["compiles"] == stats["variants"] == len(buckets)
     assert stats["compiled_calls"] == stats["calls"] == 2 * len(sizes)
     assert stats["eager_calls"] == {}
+
+
+def exact_gelu_loss(x, weights):
+    return (nn.gelu(x, approximate="none") * weights).sum()
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_exact_gelu_compiled_matches_eager_value_and_gradient(dtype):
+    """gelu(x, approximate="none") = 0.5 x (1 + erf(x / sqrt(2))) through ``jit``: value and
+    gradient equal eager autograd's; float64 also equals finite differences, float32
+    gradients the float64 ones. x spans erf's pieces (|x| / sqrt(2) up to about 7)."""
+    jitted = jit(exact_gelu_loss, dynamic=True, cache="memory")
+    rng = np.random.default_rng(21)
+    for rows in (5, 7, 8):  # one pow2 bucket: one compile
+        x = rng.uniform(-10, 10, size=(rows, 9))
+        weights = rng.normal(size=(rows, 9))
+        values64 = [x, weights]
+        values = [value.astype(dtype) for value in values64]
+        if dtype == F64:
+            grads = assert_gradients_match(exact_gelu_loss, jitted, values, calls=1, wrt=[0])
+            assert_finite_differences(numpy_loss(exact_gelu_loss), values, grads, wrt=[0])
+        else:
+            grads = assert_gradients_match(exact_gelu_loss, jitted, values, calls=1, wrt=[0],
+                                           rtol=F32_RTOL, atol=F32_ATOL)
+            _, _, reference = tape_gradients(exact_gelu_loss, values64, wrt=[0])
+            assert grads[0].dtype == F32
+            np.testing.assert_allclose(grads[0], reference[0], rtol=F32_VS_F64_RTOL,
+                                       atol=F32_VS_F64_RTOL)
+    stats = jitted.stats()
+    assert stats["compiles"] == 1 and stats["eager_calls"] == {}
 
 
 # --- 2. both branch directions -------------------------------------------------------------

@@ -19,6 +19,8 @@ import functools
 import inspect
 import math
 import operator
+import sys
+import types
 from collections import namedtuple
 
 import numpy as np
@@ -165,6 +167,7 @@ SAMPLES = {
     "tanh": Call((uniform(2, 3),), {}),
     "sin": Call((uniform(2, 3),), {}),
     "cos": Call((uniform(2, 3),), {}),
+    "erf": Call((uniform(2, 3),), {}),
     "floor": Call((uniform(2, 3),), {}),
     "ceil": Call((uniform(2, 3),), {}),
     "isnan": Call((uniform(2, 3),), {}),
@@ -485,6 +488,101 @@ def test_logaddexp_at_infinities_matches_numpy():
     y = np.array([-np.inf, np.inf, 0.0, np.inf])
     with np.errstate(all="ignore"):
         assert_same(np.logaddexp(tensor(x), tensor(y)), np.logaddexp(x, y))
+
+
+# --- erf: a primitive NumPy lacks --------------------------------------------------------
+def erf_reference(values):
+    """``math.erf`` element by element (the C library's, within 1 ulp of exact), in erf's
+    result dtype: float32 stays float32, everything else is float64 (scipy.special.erf's
+    rule)."""
+    values = np.asarray(values)
+    flat = [math.erf(float(value)) for value in values.reshape(-1)]
+    dtype = F32 if values.dtype == F32 else F64
+    return np.array(flat, np.float64).reshape(values.shape).astype(dtype)
+
+
+def assert_within_ulps(actual, expected, ulps):
+    """Same dtype and shape; NaN where ``expected`` has NaN; other values within ``ulps`` units
+    in the last place (infinities and signed zeros exactly)."""
+    if isinstance(actual, Tensor):
+        actual = actual.numpy()
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert (actual.dtype, actual.shape) == (expected.dtype, expected.shape)
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    exact = np.isinf(expected) | (expected == 0)
+    np.testing.assert_array_equal(actual[exact], expected[exact])
+    np.testing.assert_array_equal(np.signbit(actual[exact]), np.signbit(expected[exact]))
+    ordinary = ~np.isnan(expected)
+    error = np.abs(actual[ordinary].astype(np.float64) - expected[ordinary])
+    assert np.all(error <= ulps * np.spacing(np.abs(expected[ordinary])).astype(np.float64))
+
+
+@pytest.mark.parametrize("shape", UNARY_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_erf_matches_the_c_library(dtype, shape):
+    """``erf_p`` on ndarrays, Tensors and abstract values (with NaN, +-inf and -0.0) against
+    math.erf: float64 within 2 ulp (each is within 1 ulp of exact), float32 within 1."""
+    array = make_array(shape, dtype, specials=True)
+    expected = erf_reference(array)
+    ulps = 1 if expected.dtype == F32 else 2
+    result = bind(ops.erf_p, array)
+    assert not isinstance(result, Tensor)
+    assert_within_ulps(result, expected, ulps)
+    assert_within_ulps(ops.erf_p(tensor(array)), expected, ulps)
+    assert_abstract_matches(ops.erf_p, [array], {}, expected)
+
+
+def test_erf_of_scalars_and_weak_python_scalars():
+    assert_abstract_matches(ops.erf_p, [2], {}, np.float64(0.0))
+    assert_abstract_matches(ops.erf_p, [0.5], {}, np.float64(0.0))
+    assert type(ops.erf_p(0.5)) is np.float64  # NumPy scalars from 0-d, as ufuncs give
+    assert type(ops.erf_p(np.float32(0.5))) is np.float32
+    assert ops.erf_p(-0.0) == 0.0 and np.signbit(ops.erf_p(-0.0))
+    tiny = np.finfo(F64).smallest_subnormal
+    assert ops.erf_p(tiny) == tiny  # tiny * 2/sqrt(pi) rounds to tiny
+    near = 1e-300 * (2 / math.sqrt(math.pi))
+    assert abs(ops.erf_p(1e-300) - near) <= np.spacing(near)
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, np.longdouble], ids=lambda d: np.dtype(d).name)
+def test_erf_refuses_complex_and_long_double(dtype):
+    with pytest.raises(TypeError, match="erf"):
+        ops.erf_p(np.ones(3, dtype))
+    with pytest.raises(TypeError, match="erf"):
+        ops.erf_p.abstract_eval(abstractify(np.ones(3, dtype)))
+
+
+def test_foreign_ufuncs_map_to_registered_primitives():
+    for prim in numpy_api.FOREIGN_UFUNCS.values():
+        assert PRIMITIVES.get(prim.name) is prim
+
+
+def test_scipy_erf_is_looked_up_only_where_scipy_is_already_imported(monkeypatch):
+    """tracejit never imports SciPy: a ufunc counts as scipy.special.erf when it *is* the
+    ``erf`` of the ``scipy.special`` in ``sys.modules``. A stand-in module (np.arcsinh as its
+    ufunc, which tracejit does not support) shows the lookup without SciPy installed."""
+    x = uniform(5)
+    with pytest.raises(UnsupportedError):
+        np.arcsinh(tensor(x))
+    monkeypatch.setitem(sys.modules, "scipy.special", types.SimpleNamespace(erf=np.arcsinh))
+    assert_within_ulps(np.arcsinh(tensor(x)), erf_reference(x), 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.dtype(np.int8), np.dtype(np.float16)], ids=str)
+def test_scipy_erf_on_tensors_matches_scipy(dtype):
+    """With SciPy imported, scipy.special.erf of a Tensor is the erf primitive, in SciPy's
+    own loop dtypes (int8 and float16 become float64 as in SciPy), with its gradient."""
+    special = pytest.importorskip("scipy.special")
+    array = make_array((5, 3), dtype, specials=True)
+    expected = special.erf(array)
+    assert_within_ulps(special.erf(tensor(array)), expected, 1 if expected.dtype == F32 else 2)
+    if dtype.kind == "f" and dtype != np.float16:
+        x = tensor(uniform(7).astype(dtype), requires_grad=True)
+        special.erf(x).sum().backward()
+        values = x.numpy().astype(np.float64)
+        np.testing.assert_allclose(x.grad.numpy(), 2 / np.sqrt(np.pi) * np.exp(-values * values),
+                                   rtol=1e-6)
+        assert x.grad.dtype == dtype
 
 
 # --- reductions ------------------------------------------------------------------------
@@ -1215,6 +1313,7 @@ COMPOSITE_GRADIENT_CASES = [
     # runtime.nn
     ccase("relu", nn.relu, away_from_zero(3, 4)),
     ccase("gelu", nn.gelu, uniform(3, 4)),
+    ccase("gelu-exact", lambda x: nn.gelu(x, approximate="none"), uniform(3, 4)),
     ccase("sigmoid", nn.sigmoid, uniform(3, 4, low=-4, high=4)),
     ccase("softmax", nn.softmax, uniform(3, 4)),
     ccase("softmax-axis0", lambda x: nn.softmax(x, axis=0), uniform(3, 4)),
@@ -1330,6 +1429,11 @@ NN_REFERENCES = [
         lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
         [uniform(3, 4)],
     ),
+    (
+        "gelu-exact", lambda x: nn.gelu(x, approximate="none"),
+        lambda x: 0.5 * x * (1 + erf_reference(x / np.sqrt(2))), [uniform(3, 4)],
+    ),
+    ("erf", nn.erf, erf_reference, [uniform(3, 4)]),
     ("sigmoid", nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), [uniform(3, 4, low=-30, high=30)]),
     ("softmax", nn.softmax, lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True),
      [uniform(3, 4)]),

@@ -15,6 +15,7 @@ from .pointwise import (
     ceil_p,
     cos_p,
     equal_p,
+    erf_p,
     exp_p,
     expm1_p,
     floor_divide_p,

@@ -1,21 +1,25 @@
 """Pointwise primitives: NumPy ufuncs with broadcasting, plus ``where`` and ``cast``.
 
 Each primitive is a ufunc; its dtype rule is the ufunc's own (``resolve_dtypes``, with
-Python scalars weak as in NumPy 2), so eager and traced code promote identically.
-VJP rules are written with NumPy operators and functions, which dispatch back to these
-primitives when the values are tensors or tracer proxies.
+Python scalars weak as in NumPy 2), so eager and traced code promote identically. ``erf``,
+which NumPy lacks, is a ufunc-like NumPy implementation (``special.erf``) with
+scipy.special.erf's dtype rule. VJP rules are written with NumPy operators and functions,
+which dispatch back to these primitives when the values are tensors or tracer proxies.
 
->>> float(exp_p(0.0)), add_p(np.float32(1), 2.0).dtype
-(1.0, dtype('float32'))
+>>> float(exp_p(0.0)), add_p(np.float32(1), 2.0).dtype, float(erf_p(0.5))
+(1.0, dtype('float32'), 0.5204998778130465)
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..abstract import AbstractArray, result_dtype
 from ..primitives import Primitive
 from ..shapes import broadcast_shapes
+from . import special
 
 
 def ufunc_rule(ufunc):
@@ -31,7 +35,8 @@ def ufunc_rule(ufunc):
             resolved = ufunc.resolve_dtypes(dtypes + (None,))
         except TypeError as error:
             names = ", ".join(str(aval.dtype) for aval in avals)
-            raise TypeError(f"np.{ufunc.__name__} does not support dtypes ({names})") from error
+            name = f"np.{ufunc.__name__}" if isinstance(ufunc, np.ufunc) else ufunc.__name__
+            raise TypeError(f"{name} does not support dtypes ({names})") from error
         return AbstractArray(shape, resolved[-1])
 
     return abstract_eval
@@ -44,6 +49,9 @@ def pointwise(name, ufunc, vjp):
 def _maximum_share(g, x, y):
     """Gradient share of ``x`` in maximum(x, y): all of it where x wins, half at ties."""
     return np.where(x > y, g, np.where(x == y, g * 0.5, 0.0))
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _power_exponent_grad(g, x, y, out):
@@ -65,6 +73,8 @@ reciprocal_p = pointwise("reciprocal", np.reciprocal, (lambda g, x, out: -g * ou
 tanh_p = pointwise("tanh", np.tanh, (lambda g, x, out: g * (1.0 - out * out),))
 sin_p = pointwise("sin", np.sin, (lambda g, x, out: g * np.cos(x),))
 cos_p = pointwise("cos", np.cos, (lambda g, x, out: -g * np.sin(x),))
+erf_p = pointwise("erf", special.erf,
+                  (lambda g, x, out: g * _TWO_OVER_SQRT_PI * np.exp(-(x * x)),))
 floor_p = pointwise("floor", np.floor, (None,))
 ceil_p = pointwise("ceil", np.ceil, (None,))
 isnan_p = pointwise("isnan", np.isnan, None)

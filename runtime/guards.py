@@ -124,8 +124,11 @@ class EntrySpec:
             if kind == "len":
                 lines.append(f"len({path}) == {value[1]} ({value[0]})")
             elif kind == "is":
-                name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
-                lines.append(f"{path} is {getattr(value, '__module__', None) or 'numpy'}.{name}")
+                from .serialize import import_address  # serialize imports this module
+
+                address = import_address(value)
+                shown = f"{address['module']}.{address['qualname']}" if address else repr(value)
+                lines.append(f"{path} is {shown}")
             else:
                 lines.append(f"{path} == {value!r}")
         return lines

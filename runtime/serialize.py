@@ -114,6 +114,19 @@ def _closure_owner(fn, cell):
     return None
 
 
+def import_address(value):
+    """``{"module", "qualname"}`` that imports ``value`` back, or None (a local function,
+    a lambda). Ufuncs have no ``__module__``: NumPy's, or scipy.special's (erf)."""
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
+    modules = ["numpy", "scipy.special"] if isinstance(value, np.ufunc) else [
+        getattr(value, "__module__", None)]
+    for module in modules:
+        address = {"module": module, "qualname": name}
+        if module is not None and _resolve_function(address) is value:
+            return address
+    return None
+
+
 def _resolve_function(address):
     """The function at ``module.qualname`` now (a jit function's wrapped function)."""
     value = sys.modules.get(address["module"])
@@ -178,10 +191,8 @@ def spec_to_json(spec, fn):
 
 def _outside_to_json(path, kind, value, fn):
     if kind == "is":
-        address = {"module": getattr(value, "__module__", None) or (
-            "numpy" if isinstance(value, np.ufunc) else None),
-            "qualname": getattr(value, "__qualname__", None) or getattr(value, "__name__", "")}
-        if address["module"] is None or _resolve_function(address) is not value:
+        address = import_address(value)
+        if address is None:
             raise NotSerializable(f"{path} holds {value!r}, which no import path finds")
         return {"path": path_to_json(path, fn), "kind": kind, "value": address}
     if kind == "value":

@@ -346,6 +346,23 @@ def test_exact_gelu_compiled_matches_eager_value_and_gradient(dtype):
     assert stats["compiles"] == 1 and stats["eager_calls"] == {}
 
 
+def row_products_loss(x, weights):
+    return (x.prod(axis=1) * weights).sum()
+
+
+def test_prod_gradient_at_zeros_is_the_product_of_the_others():
+    """Rows with no zero, one zero and two zeros: eager and compiled gradients are the
+    product of the other entries (finite, equal to finite differences), not out / x."""
+    x = np.array([[1.5, -2.0, 3.0], [0.0, 2.0, -3.0], [0.0, 0.0, 3.0], [4.0, 0.5, 0.0]])
+    weights = np.array([1.0, 2.0, 3.0, -1.0])
+    jitted = jit(row_products_loss, cache="memory")
+    with np.errstate(all="raise"):  # no division by zero, even in a branch not taken
+        grads = assert_gradients_match(row_products_loss, jitted, [x, weights], wrt=[0])
+    assert_finite_differences(numpy_loss(row_products_loss), [x, weights], grads, wrt=[0])
+    np.testing.assert_array_equal(grads[0][2], [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(grads[0][1], [2.0 * 2.0 * -3.0, 0.0, 0.0])
+
+
 # --- 2. both branch directions -------------------------------------------------------------
 def branchy(x, weights):
     if x.sum() > 0:

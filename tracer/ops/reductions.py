@@ -70,16 +70,22 @@ sum_p = reduction(
     (lambda g, x, out, axes, keepdims: expand_reduced(g, x, axes, keepdims),),
     ufunc=np.add,
 )
-# NOTE: the product rule g * out / x is undefined where x == 0; such inputs get NaN/Inf
-# gradients for prod (documented; as in autograd's first prod rule).
-prod_p = reduction(
-    "prod",
-    np.prod,
-    (
-        lambda g, x, out, axes, keepdims: expand_reduced(g * out, x, axes, keepdims) / x,
-    ),
-    ufunc=np.multiply,
-)
+
+
+def _prod_vjp(g, x, out, axes, keepdims):
+    """d prod / d x_i is the product of the others, zeros included (PyTorch's rule): with
+    no zero in the slice that is out / x_i; with one zero, only the zero gets the product
+    of the rest; with two or more, every entry's gradient is 0."""
+    zero = x == 0
+    safe = np.where(zero, 1, x)
+    rest = expand_reduced(bind(prod_p, safe, axes=axes, keepdims=True), x, axes, True)
+    zeros = expand_reduced(bind(sum_p, zero, axes=axes, keepdims=True), x, axes, True)
+    others = np.where(zeros == 0, rest / safe,
+                      np.where(np.logical_and(zero, zeros == 1), rest, 0))
+    return expand_reduced(g, x, axes, keepdims) * others
+
+
+prod_p = reduction("prod", np.prod, (_prod_vjp,), ufunc=np.multiply)
 max_p = reduction("max", np.max, (_extremum_vjp,))
 min_p = reduction("min", np.min, (_extremum_vjp,))
 any_p = reduction("any", np.any, None, dtype=bool)

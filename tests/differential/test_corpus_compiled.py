@@ -106,7 +106,7 @@ def _quiet_call(function, arguments):
 # --- the corpus ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", _case_params(CASES + EXTRA_CASES))
+@pytest.mark.parametrize("case", list(_case_params(CASES + EXTRA_CASES)))
 def test_compiled_matches_eager(case, differential_tally):
     jitted = jit(case.fn, **jit_options(case))
     with warnings.catch_warnings():
@@ -221,7 +221,8 @@ def scalar_loss(model):
     return loss
 
 
-@pytest.mark.parametrize("case", _case_params([CASES_BY_NAME[name] for name in GRADIENT_CASES]))
+@pytest.mark.parametrize("case", list(_case_params(
+    [CASES_BY_NAME[name] for name in GRADIENT_CASES])))
 def test_gradients_match_eager(case, differential_tally):
     arg_sets = [case.arg_sets[index] for index in GRADIENT_CASES[case.name]]
     summary = assert_compiled_matches_eager(scalar_loss(case.fn), *arg_sets, grads=True,

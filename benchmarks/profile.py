@@ -1,0 +1,145 @@
+"""Where the time goes: per-kernel profiles of the DESIGN.md §6 workloads, each next to a
+reference the machine can do, measured in one process.
+
+    python -m benchmarks.profile [--quick]
+
+Every workload of ``benchmarks.workloads`` runs under ``jit`` with ``TRACEJIT_PROFILE=1``
+(atomic counters of calls and wall time around each kernel call). For each one it prints
+the wall time per call, the time inside each kernel, and what is left outside the kernels
+(entry guards, output allocation, the Python around the call). The references:
+
+* streaming: a compiled ``x * s`` over an array of the fused workload's size, so a
+  pointwise or row-reduction kernel's time can be read against the time just to read and
+  write its bytes (when the two are close, the kernel is memory-bound and done);
+* BLAS: ``np.matmul`` alone on the MLP step's five products (the OpenBLAS tracejit's
+  matmul kernels call), so the matmul kernels' time can be read against the gemm's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ["TRACEJIT_PROFILE"] = "1"  # before runtime reads its configuration
+
+import numpy as np  # noqa: E402
+
+from runtime import jit  # noqa: E402
+
+from . import workloads as w  # noqa: E402
+from .harness import machine_facts, machine_line  # noqa: E402
+
+
+def mean_seconds(call, runs):
+    """Mean wall time of ``runs`` calls, after one untimed call."""
+    call()
+    start = time.perf_counter()
+    for _ in range(runs):
+        call()
+    return (time.perf_counter() - start) / runs
+
+
+def kernel_seconds(jitted):
+    """``{kernel name: total seconds}`` over every compiled program of ``jitted``."""
+    totals = {}
+    for variant in jitted._variants:
+        for _, path in variant.root.walk():
+            for program in (path.program, path.backward):
+                for kernel, _, seconds in program.profile() if program else ():
+                    totals[kernel.name] = totals.get(kernel.name, 0.0) + seconds
+    return totals
+
+
+def report(title, jitted, call, runs):
+    """Mean wall time per run of ``call`` over ``runs`` runs, and the time each kernel
+    took inside those same runs (the profile counters' difference)."""
+    call()
+    before = kernel_seconds(jitted)
+    wall = mean_seconds(call, runs)
+    per_run = {name: (seconds - before.get(name, 0.0)) / (runs + 1)
+               for name, seconds in kernel_seconds(jitted).items()}
+    inside = sum(per_run.values())
+    print(f"\n{title}: {wall * 1e3:.3f} ms per run, {inside * 1e3:.3f} ms in kernels "
+          f"({100 * inside / wall:.0f}%), {(wall - inside) * 1e3:.3f} ms outside")
+    for name, seconds in sorted(per_run.items(), key=lambda row: -row[1])[:8]:
+        print(f"  {name:36} {seconds * 1e3:9.3f} ms {100 * seconds / wall:5.1f}%")
+    return wall, per_run
+
+
+def fused(title, function, inputs, runs, without=None):
+    """A one-kernel workload against streaming its bytes (and against ``without``, the
+    same workload with its transcendental left out, when given)."""
+    jitted = jit(cache="memory")(function)
+    wall, _ = report(title, jitted, lambda: jitted(*inputs), runs)
+    x = inputs[0]
+    scale = jit(cache="memory")(lambda x: x * np.float32(1.5))
+    stream = mean_seconds(lambda: scale(x), runs)
+    print(f"  streaming x * s over the same {x.shape} f32 ({2 * x.nbytes / 1e6:.0f} MB read "
+          f"+ written, L3-resident on this machine): {stream * 1e3:.3f} ms "
+          f"({2 * x.nbytes / stream / 1e9:.0f} GB/s); the workload takes {wall / stream:.2f}x")
+    if without is not None:
+        plain = jit(cache="memory")(without)
+        alone = mean_seconds(lambda: plain(*inputs), runs)
+        print(f"  {without.__doc__}: {alone * 1e3:.3f} ms")
+
+
+def affine(x, w, b):
+    """x * w + b alone (gelu left out)"""
+    return x * w + b
+
+
+def mlp(runs):
+    rng = np.random.default_rng(w.SEED)
+    inputs = w.mlp_inputs(rng)
+    x, labels = inputs["x"], inputs["labels"]
+    weights = [inputs[name] for name in ("w1", "b1", "w2", "b2")]
+    for label, function in (("manual backward", w.mlp_train_step),
+                            ("jit(value_and_grad)", w.mlp_value_and_grad_step)):
+        jitted = jit(cache="memory")(function)
+        wall, rows = report(f"MLP train step, {label}", jitted,
+                            lambda jitted=jitted: jitted(x, labels, *weights, w.LEARNING_RATE),
+                            runs)
+        matmuls = sum(seconds for name, seconds in rows.items() if "matmul" in name)
+        print(f"  matmul kernels {matmuls * 1e3:.3f} ms, other kernels "
+              f"{(sum(rows.values()) - matmuls) * 1e3:.3f} ms")
+    w1, w2 = weights[0], weights[2]
+    hidden = np.maximum(x @ w1, 0)
+    d_logits = np.ones((x.shape[0], w2.shape[1]), np.float32)
+    d_pre = d_logits @ w2.T
+    products = [(x, w1), (hidden, w2), (d_logits, w2.T), (x.T, d_pre), (hidden.T, d_logits)]
+    blas = mean_seconds(lambda: [a @ b for a, b in products], runs)
+    print(f"  NumPy's BLAS alone on the step's five products: {blas * 1e3:.3f} ms")
+
+
+def rnn(runs):
+    rng = np.random.default_rng(w.SEED)
+    inputs = w.rnn_inputs(rng)
+    sequences, wx, wh, b = inputs.values()
+    batches = w.bucketed_batches(sequences)
+    cell = jit(cache="memory")(w.rnn_cell)
+    steps = sum(x.shape[0] for x, _, _ in batches)
+    wall, rows = report(f"RNN, jit cell ({steps} steps per run)", cell,
+                        lambda: w.run_bucketed_cells(cell, batches, wx, wh, b),
+                        runs)
+    print(f"  per step: {wall / steps * 1e6:.1f} us wall, "
+          f"{sum(rows.values()) / steps * 1e6:.1f} us in the cell's kernels")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    args = parser.parse_args(argv)
+    runs = 10 if args.quick else 100
+    print(machine_line(machine_facts()))
+    rng = np.random.default_rng(w.SEED)
+    gelu = list(w.gelu_inputs(rng).values())
+    fused("gelu(x*w+b)", w.gelu_affine, gelu, runs, without=affine)
+    x = rng.standard_normal(w.NORM_SHAPE, dtype=np.float32)
+    fused("layer_norm -> softmax", w.layer_norm_softmax, [x], runs)
+    mlp(runs)
+    rnn(max(1, runs // 10))
+
+
+if __name__ == "__main__":
+    main()

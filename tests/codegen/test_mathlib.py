@@ -7,7 +7,7 @@ algorithm in NumPy) over
 
 * a dense sweep of the whole float range, positive and negative (evenly spaced bit
   patterns: log-spaced values from the smallest denormal to the largest float), plus
-  random bit patterns;
+  random bit patterns, plus 400,001 evenly spaced values over [-8, 8];
 * dense linear sweeps around each function's interesting points: the overflow and
   underflow thresholds of exp/expm1, 1 for log, -1 for log1p, tanh's saturation, 0,
   where expm1, log1p, tanh, sin and erf must be relatively accurate, multiples of pi/4
@@ -56,13 +56,13 @@ REFERENCES = {"erf": ops.erf_p}
 # The table in codegen/mathlib.py's docstring: against NumPy, and float32 against the
 # correctly rounded result.
 STATED_ULP = {
-    ("exp", F32): 2, ("exp", F64): 2, ("expm1", F32): 3, ("expm1", F64): 2,
+    ("exp", F32): 3, ("exp", F64): 2, ("expm1", F32): 3, ("expm1", F64): 2,
     ("log", F32): 3, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
-    ("tanh", F32): 3, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
+    ("tanh", F32): 2, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
     ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
     ("erf", F32): 1, ("erf", F64): 1,
 }
-EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 3, "sin": 1, "cos": 1,
+EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 2, "sin": 1, "cos": 1,
                      "power": 1, "erf": 1}
 EXACT_ULP_HARD_CASES = 1  # against mpmath: sin and cos, float64 power and erf
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
@@ -83,7 +83,7 @@ INTERESTING = {
     "expm1": ["exp_overflow", "expm1_saturation", 0.0],
     "log": [1.0, 0.0],
     "log1p": [-1.0, 0.0],
-    "tanh": ["tanh_saturation", 0.0],
+    "tanh": ["tanh_saturation", 0.0, 0.55],  # 0.55: float32 switches from a polynomial
     # zeros of sin and cos, the edges of the quadrants, and large multiples of pi
     "sin": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
     "cos": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
@@ -165,9 +165,15 @@ def near_zero(dtype):
     return np.concatenate([magnitudes, -magnitudes]).astype(dtype)
 
 
+def core(dtype):
+    """Dense over [-8, 8], where a model's activations mostly are (a bound broken at
+    x = 0.0078 slipped through the log-spaced sweeps once)."""
+    return np.linspace(-8.0, 8.0, 400_001).astype(dtype)
+
+
 def sweep(name, dtype):
     parts = [whole_range(dtype, 200_000), random_bits(dtype, 100_000, seed=len(name)),
-             near_zero(dtype)]
+             near_zero(dtype), core(dtype)]
     for point in INTERESTING[name]:
         value = POINTS[dtype][point] if isinstance(point, str) else point
         parts.append(around(value, dtype))

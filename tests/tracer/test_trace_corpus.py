@@ -24,7 +24,6 @@ from tracer import trace
 from tracer.ir import parse_graph, verify
 from tracer.passes import optimize
 
-
 # NaN/Inf inputs make eager NumPy warn (overflow in exp); the values are what is compared.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

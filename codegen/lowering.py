@@ -26,6 +26,7 @@ from tracer.dims import DimExpr
 from tracer.ir import Literal, Var
 
 from . import dtypes as dt
+from .parallel import POOL_FIELDS
 from .pointwise import RULES, KernelStatus, loop_dtypes
 from .schedule import REDUCTIONS
 
@@ -528,7 +529,7 @@ class KernelBuilder:
         return shape[0], _size(shape[1:]) * (len(kernel.stages) + 1)
 
     def _entry_function(self, plan):
-        from .parallel import PARALLEL_THRESHOLD, POOL_FIELDS, THREADS
+        from .parallel import PARALLEL_THRESHOLD, THREADS
 
         module = self.program.module
         entry = ir.Function(module, ir.FunctionType(ir.VoidType(), self.argument_types),
@@ -953,6 +954,8 @@ class KernelBuilder:
         def prologue(function, builder, dims, pointers):
             gemm = self.program.gemm_function(dtype)
             element = dtype.itemsize
+            # OpenBLAS runs its own threads: ours must not spin on the cores meanwhile.
+            builder.call(self.program.pool_park(), [self.program.pool_state(POOL_FIELDS)])
 
             def call(a_offset, b_offset, c_offset):
                 values = [dims.dim(dim) for dim in (m, n, k)]
@@ -1256,12 +1259,20 @@ class ProgramLowering:
             state = ir.GlobalVariable(self.module, ir.ArrayType(I64, fields), "tj_pool")
         return state
 
+    def pool_park(self):
+        """``tj_pool_park(pool)``: the pool's idle workers stop spinning (before BLAS)."""
+        function = self.module.globals.get("tj_pool_park")
+        if function is None:
+            function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+                                   "tj_pool_park")
+        return function
+
     def parallel_for(self):
         function = self.module.globals.get("tj_parallel_for")
         if function is None:
+            pool = ir.PointerType(ir.ArrayType(I64, POOL_FIELDS))
             function = ir.Function(self.module, ir.FunctionType(
-                ir.VoidType(), [ir.PointerType(ir.ArrayType(I64, 10)), PTR, PTR, I64, I64]),
-                "tj_parallel_for")
+                ir.VoidType(), [pool, PTR, PTR, I64, I64]), "tj_parallel_for")
         return function
 
     def kernel_signature(self, kernel):

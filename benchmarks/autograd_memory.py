@@ -203,8 +203,6 @@ def format_report(row):
     return "\n".join(lines)
 
 
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])

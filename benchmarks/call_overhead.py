@@ -37,12 +37,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import timeit
 from pathlib import Path
 
 import numpy as np
 
-from .harness import machine_facts
+from .harness import machine_facts, median_per_call
 
 SIZE = 16
 GOAL_CALL_US = 2.0
@@ -126,26 +125,10 @@ def _peers(x):
     return peers
 
 
-def measure(calls, repeats, target_seconds):
-    """Median seconds per call of each candidate, interleaved round by round."""
-    for call in calls.values():
-        call()
-    slowest = max(timeit.Timer(call).timeit(20) / 20 for call in calls.values())
-    number = max(1, int(target_seconds / slowest))
-    samples = {name: [] for name in calls}
-    names = list(calls)
-    for round_index in range(repeats):
-        # Rotate who goes first so no candidate always runs on a cold or a warm cache.
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(timeit.Timer(calls[name]).timeit(number) / number)
-    return {name: statistics.median(values) for name, values in samples.items()}, number
-
-
 def call_rows(quick):
     x = np.linspace(-1, 1, SIZE, dtype=np.float32)
     repeats = 15 if quick else 61
-    seconds, number = measure(candidates(x), repeats, 0.002 if quick else 0.005)
+    seconds, number = median_per_call(candidates(x), repeats, 0.002 if quick else 0.005)
     numpy_us = seconds["numpy"] * 1e6
     floor_us = seconds["ctypes floor"] * 1e6
     rows = []
@@ -266,8 +249,6 @@ def format_warm_table(rows):
                      f"{row['warm_start_first_call_ms']:>19.2f}{row['warm_call_ms']:>14.3f}"
                      f"{row['extra_ms']:>10.2f}  {'ok' if row['meets_goal'] else 'MISS'}")
     return "\n".join(lines)
-
-
 
 
 def main(argv=None):

@@ -238,8 +238,6 @@ def format_compile(rows, mlp):
     return "\n".join(lines)
 
 
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")

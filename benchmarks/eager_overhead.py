@@ -20,15 +20,13 @@ import argparse
 import datetime
 import functools
 import json
-import statistics
-import timeit
 from pathlib import Path
 
 import numpy as np
 
 from runtime import tensor
 
-from .harness import machine_facts
+from .harness import machine_facts, median_per_call
 
 SMALL, LARGE = 16, 1_000_000
 GOAL_SMALL_EXTRA_US = 3.0
@@ -109,22 +107,6 @@ def candidates(op, size, rng):
     }
 
 
-def measure(calls, repeats, target_seconds):
-    """Median seconds per call of each candidate, interleaved round by round."""
-    for call in calls.values():  # warm up caches and lazy imports
-        call()
-    slowest = max(timeit.Timer(call).timeit(3) / 3 for call in calls.values())
-    number = max(1, int(target_seconds / slowest))
-    samples = {name: [] for name in calls}
-    names = list(calls)
-    for round_index in range(repeats):
-        # Rotate who goes first so no candidate always runs on a cold or warm cache.
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(timeit.Timer(calls[name]).timeit(number) / number)
-    return {name: statistics.median(values) for name, values in samples.items()}, number
-
-
 def run(quick):
     repeats = 7 if quick else 31
     target = {SMALL: 0.002 if quick else 0.005, LARGE: 0.01 if quick else 0.03}
@@ -132,7 +114,8 @@ def run(quick):
     rows = []
     for op, (_, sizes) in OPS.items():
         for size in sizes:
-            seconds, number = measure(candidates(op, size, rng), repeats, target[size])
+            seconds, number = median_per_call(candidates(op, size, rng), repeats, target[size],
+                                              probe=3)
             numpy_us, tensor_us, grad_us = (seconds[name] * 1e6 for name in CANDIDATES)
             extra_us = tensor_us - numpy_us
             ratio = tensor_us / numpy_us
@@ -170,8 +153,6 @@ def format_table(rows):
             f"{'ok' if row['meets_goal'] else 'MISS'}"
         )
     return "\n".join(lines)
-
-
 
 
 def main(argv=None):

@@ -90,11 +90,30 @@ def max_relative_difference(actual, expected):
     return worst
 
 
-def _time_calls(call, number):
+def seconds_per_call(call, number):
+    """Mean seconds of ``number`` back-to-back calls."""
     start = time.perf_counter()
     for _ in range(number):
         call()
     return (time.perf_counter() - start) / number
+
+
+def median_per_call(calls, repeats, target_seconds, probe=20):
+    """``({name: median seconds per call}, calls per sample)`` for a dict of small calls,
+    timed in rounds with a rotating first candidate (no one always runs on a cold or warm
+    cache) and no pauses: for calls of microseconds, where thread pools do not matter.
+    The calls per sample come from ``probe`` calls of the slowest candidate."""
+    for call in calls.values():  # warm up caches and lazy imports
+        call()
+    slowest = max(seconds_per_call(call, probe) for call in calls.values())
+    number = max(1, int(target_seconds / slowest))
+    samples = {name: [] for name in calls}
+    names = list(calls)
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(seconds_per_call(calls[name], number))
+    return {name: statistics.median(values) for name, values in samples.items()}, number
 
 
 def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seconds=0.15):
@@ -113,7 +132,7 @@ def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seco
             candidate.call()
     numbers = {}
     for candidate in candidates:
-        once = min(_time_calls(candidate.call, 1) for _ in range(3))
+        once = min(seconds_per_call(candidate.call, 1) for _ in range(3))
         numbers[candidate.name] = max(1, int(sample_seconds / max(once, 1e-9)))
     samples = {candidate.name: [] for candidate in candidates}
     for round_index in range(rounds):
@@ -122,7 +141,7 @@ def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seco
             time.sleep(pause_seconds)
             candidate.call()
             number = numbers[candidate.name]
-            samples[candidate.name].append(_time_calls(candidate.call, number))
+            samples[candidate.name].append(seconds_per_call(candidate.call, number))
     return {
         name: dict(median_s=statistics.median(values), samples_s=values,
                    calls_per_sample=numbers[name])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ["TRACEJIT_PROFILE"] = "1"  # before runtime reads its configuration
 
@@ -28,16 +27,13 @@ import numpy as np  # noqa: E402
 from runtime import jit  # noqa: E402
 
 from . import workloads as w  # noqa: E402
-from .harness import machine_facts, machine_line  # noqa: E402
+from .harness import machine_facts, machine_line, seconds_per_call  # noqa: E402
 
 
 def mean_seconds(call, runs):
     """Mean wall time of ``runs`` calls, after one untimed call."""
     call()
-    start = time.perf_counter()
-    for _ in range(runs):
-        call()
-    return (time.perf_counter() - start) / runs
+    return seconds_per_call(call, runs)
 
 
 def kernel_seconds(jitted):

@@ -138,8 +138,6 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")

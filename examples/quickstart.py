@@ -4,11 +4,9 @@
 """
 
 import argparse
-import subprocess
-import sys
 
 import numpy as np
-from timing import median_ms
+from reporting import median_ms, print_cache_list
 
 from runtime import jit, nn
 
@@ -99,9 +97,7 @@ def main():
           f"compiled in this run, {stats['disk_hits']} loaded from the disk cache)")
 
     print("5. The on-disk cache (a second run starts from it, without tracing or LLVM):")
-    sys.stdout.flush()
-    subprocess.run([sys.executable, "-m", "runtime", "cache", "list", "dynamic_graph_example",
-                    "block"], check=False)  # this demo's entries, not the whole cache
+    print_cache_list("dynamic_graph_example", "block", indent="")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ once per bucket and reuse that code for every other length in the bucket.
 """
 
 import argparse
-import subprocess
 import sys
 import time
 
 import numpy as np
-from timing import median_ms
+from reporting import median_ms, print_cache_list
 
 from runtime import jit, nn
 from tracer.shapes import pow2_bucket
@@ -71,14 +70,6 @@ def transformer_block(params, x, heads):
 
 
 compiled_block = jit(transformer_block, buckets={"x": {1: "pow2"}})
-
-
-def print_cache_list(function_name):
-    """``tracejit cache list FUNC``: this function's entries, indented."""
-    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
-                             capture_output=True, text=True, check=False)
-    for line in (listing.stdout + listing.stderr).splitlines():
-        print("  " + line.rstrip())
 
 
 def main():

@@ -20,12 +20,11 @@ per bucket.
 """
 
 import argparse
-import subprocess
 import sys
 import time
 
 import numpy as np
-from timing import median_ms
+from reporting import median_ms, print_cache_list
 
 from runtime import jit
 from runtime.data import BucketBatcher
@@ -74,14 +73,6 @@ def padded_batches(sequences, batch_size):
         x = np.pad(batch.data, ((0, missing), (0, 0), (0, 0)))
         mask = np.pad(batch.mask, ((0, missing), (0, 0)))
         yield batch, x, mask
-
-
-def print_cache_list(function_name):
-    """``tracejit cache list FUNC``: this function's entries, indented."""
-    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list", function_name],
-                             capture_output=True, text=True, check=False)
-    for line in (listing.stdout + listing.stderr).splitlines():
-        print("  " + line.rstrip())
 
 
 def main():

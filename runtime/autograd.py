@@ -130,6 +130,18 @@ class IndexNode(Node):
         self.index = None
 
 
+def _check_saved_versions(saved_versions, saved_by):
+    """PyTorch's error when an array a backward needs was written in place after the
+    forward saved it (its version counter moved)."""
+    for versions, version, dtype, shape in saved_versions:
+        if versions.value != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified "
+                f"by an inplace operation: [{dtype} array of shape {shape}] is at version "
+                f"{versions.value}; expected version {version} instead (saved by {saved_by})."
+            )
+
+
 class PrimitiveNode(Node):
     """A primitive applied eagerly: its VJP rules and the values they need.
 
@@ -154,14 +166,7 @@ class PrimitiveNode(Node):
     def apply(self, g):
         if self.primals is None:
             raise RuntimeError(_FREED_MESSAGE)
-        for versions, version, dtype, shape in self.saved_versions:
-            if versions.value != version:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: [{dtype} array of shape {shape}] "
-                    f"is at version {versions.value}; expected version {version} instead "
-                    f"(saved by {self.prim.name})."
-                )
+        _check_saved_versions(self.saved_versions, self.name)
         return tuple(
             None
             if parent is None
@@ -302,14 +307,7 @@ class CompiledNode(Node):
     def apply(self, cotangents):
         if self.inputs is None:
             raise RuntimeError(_FREED_MESSAGE)
-        for versions, version, dtype, shape in self.saved_versions:
-            if versions.value != version:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: [{dtype} array of shape {shape}] is at version "
-                    f"{versions.value}; expected version {version} instead (saved by "
-                    f"{self.name})."
-                )
+        _check_saved_versions(self.saved_versions, self.name)
         seeds = [
             np.asarray(cotangents[slot], dtype=dtype) if slot in cotangents
             else np.zeros(shape, dtype)

@@ -279,14 +279,17 @@ class JitFunction:
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise
-            reason = f"untraceable: {error}"
-            self._untraceable[signature] = reason
-            self._reasons[reason] = str(error)
-            log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
+            self._give_up(signature, f"untraceable: {error}", error)
             return None
         finally:
             self._compile_seconds += time.perf_counter() - start
         return traced
+
+    def _give_up(self, signature, reason, error):
+        """Calls with this signature run eagerly from now on, for ``reason`` (explain())."""
+        self._untraceable[signature] = reason
+        self._reasons[reason] = str(error)
+        log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
 
     def _compile_path(self, traced, signature):
         start = time.perf_counter()
@@ -307,12 +310,9 @@ class JitFunction:
                 raise
             internal = not isinstance(error, (TracejitError, UnsupportedError))
             detail = f"{type(error).__name__}: {error}" if internal else str(error)
-            reason = f"not compiled: {detail}"
             if internal:
                 log_recompiles.debug("compiler error", exc_info=True)
-            self._untraceable[signature] = reason
-            self._reasons[reason] = str(error)
-            log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
+            self._give_up(signature, f"not compiled: {detail}", error)
             return None
         finally:
             self._compile_seconds += time.perf_counter() - start

@@ -121,3 +121,24 @@ def test_threads_taking_both_branches_grow_the_trace_tree_once():
     eager = sum(stats["eager_calls"].values())
     assert set(stats["eager_calls"]) <= {"side exit"} and eager <= THREADS + 1
     assert stats["compiled_calls"] + stats["traced_calls"] + eager == THREADS * CALLS
+
+
+def test_pool_workers_park_before_blas_and_wake_for_the_next_split_kernel():
+    """A matmul kernel tells the pool's idle workers to sleep before OpenBLAS runs (they
+    would spin on the cores its threads need); the next job wakes them and is right."""
+    from codegen import blas
+    from codegen.parallel import GENERATION, PARKED, pool
+
+    if not blas.available():
+        pytest.skip("no BLAS: matmul kernels are tracejit's own loops")
+    state = pool().state
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(256, 300)), rng.normal(size=(300, 200))
+    big = rng.normal(size=(512, 512))
+    matmul = jit(lambda x, w: np.maximum(x @ w + 1.0, 0.0), cache="memory")
+    scale = jit(lambda a: np.tanh(a) * 3.0, cache="memory")
+    for _ in range(3):  # the first call of each comes from its trace
+        np.testing.assert_allclose(matmul(x, w), np.maximum(x @ w + 1.0, 0.0), rtol=1e-12)
+        assert state[PARKED] in (state[GENERATION], state[GENERATION] - 1)
+        np.testing.assert_allclose(scale(big), np.tanh(big) * 3.0, rtol=1e-14)
+    assert matmul.stats()["compiled_calls"] == scale.stats()["compiled_calls"] == 2

@@ -143,9 +143,12 @@ def explain(function):
         lines.append("  eager runs:")
         for reason, count in stats["eager_calls"].items():
             lines.append(f"    {count} x {reason}")
+    if function._reasons:
+        lines.append("  why calls ran eagerly or were not compiled:")
     for reason, detail in function._reasons.items():
+        lines.append(f"    {reason}")
         if detail not in reason:
-            lines.append(f"    {detail}")
+            lines.append(f"      {detail}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from tracer import pytree
+from tracer.eager_rewrite import run_eagerly
 
 from .autograd import enable_grad
 from .tensor import Tensor, tensor
@@ -53,7 +54,9 @@ def value_and_grad(function, argnums=0, has_aux=False):
             trees[position] = (leaves, treedef)
             args[position] = pytree.unflatten(treedef, leaves)
         with enable_grad():
-            result = function(*args, **kwargs)
+            # Through the rewritten source: buffers filled in place (h[:] = x * 2) keep
+            # their gradients instead of losing them to a plain ndarray.
+            result = run_eagerly(function, args, kwargs)
         value, aux = result if has_aux else (result, None)
         if not isinstance(value, Tensor) or value.size != 1:
             raise TypeError(

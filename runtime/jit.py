@@ -22,6 +22,7 @@ import functools
 import inspect
 import threading
 import time
+import traceback
 import warnings
 from collections import Counter
 
@@ -30,6 +31,7 @@ import numpy as np
 import codegen
 from tracer import pytree, trace
 from tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracer.locations import is_library, is_tracejit
 from tracer.partition import partition
 from tracer.shapes import edges_bucket, pow2_bucket
 
@@ -160,6 +162,8 @@ class JitFunction:
 
     def __init__(self, fn, options):
         functools.update_wrapper(self, fn)
+        if not hasattr(self, "__qualname__"):  # a callable object: a layer with __call__
+            self.__name__ = self.__qualname__ = type(fn).__qualname__
         self.fn = fn
         self.options = options
         self.policy = ShapePolicy(options, fn)
@@ -212,6 +216,8 @@ class JitFunction:
                     path = child
                     continue
                 return self._side_exit(variant, path, exit.guard_index, args, kwargs)
+            except Exception as error:  # the wrapper or native code failed: never the user's
+                return self._internal_error(error, args, kwargs)
             break
         path.calls += 1
         variant.calls += 1
@@ -226,6 +232,14 @@ class JitFunction:
             self._check(result, args, kwargs)
         return result
 
+    def _internal_error(self, error, args, kwargs):
+        if self.options.fallback == "raise":
+            raise error
+        log_recompiles.warning("%s: internal error in compiled code; ran eagerly",
+                               self.__qualname__, exc_info=error)
+        self._reasons["internal error"] = f"{type(error).__name__}: {error}"
+        return self._run_eager(args, kwargs, "internal error")
+
     def _run_eager(self, args, kwargs, reason):
         self._eager[reason] += 1
         return self.fn(*args, **kwargs)
@@ -235,7 +249,7 @@ class JitFunction:
         leaves, _ = pytree.flatten((args, kwargs))
         signature = _signature(leaves)
         if signature in self._untraceable:
-            return self._run_eager(args, kwargs, self._untraceable[signature])
+            return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
         with self._lock:
             for variant in self._variants:  # another thread may have compiled it
                 inputs = variant.guard(args, kwargs)
@@ -255,7 +269,7 @@ class JitFunction:
             reason = self._why_missed(leaves)
             traced = self._trace(args, kwargs, self.policy, signature)
             if traced is None:
-                return self._run_eager(args, kwargs, self._untraceable[signature])
+                return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             path = self._compile_path(traced, signature)
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
@@ -267,7 +281,7 @@ class JitFunction:
                 if path.backward is not None:  # the result must carry the compiled graph
                     return self._run(variant, variant.guard(args, kwargs), args, kwargs)
             elif traced.gradients is not None:
-                return self._run_eager(args, kwargs, self._untraceable[signature])
+                return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
             return _plain_result(traced.outputs, leaves)
 
@@ -280,6 +294,19 @@ class JitFunction:
             if self.options.fallback == "raise":
                 raise
             self._give_up(signature, f"untraceable: {error}", error)
+            return None
+        except Exception as error:
+            if self.options.fallback == "raise":
+                raise
+            if _raised_by_user_code(error):
+                # The function itself raised (bad input, a bug of its own): the eager run
+                # raises the same error; a later call may trace.
+                log_recompiles.info("%s: raised while tracing (%s: %s); ran eagerly",
+                                    self.__qualname__, type(error).__name__, error)
+                return None
+            log_recompiles.warning("%s: internal error while tracing; runs eagerly",
+                                   self.__qualname__, exc_info=True)
+            self._give_up(signature, f"internal error: {type(error).__name__}: {error}", error)
             return None
         finally:
             self._compile_seconds += time.perf_counter() - start
@@ -367,7 +394,7 @@ class JitFunction:
         signature = _signature(leaves)
         traced = self._trace(args, kwargs, same_dims, signature)
         if traced is None:
-            return self._run_eager(args, kwargs, self._untraceable[signature])
+            return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
         if not _same_entry(EntrySpec.from_trace(traced), variant.spec):
             log_recompiles.info("%s: the other path of %s needs a different entry; it runs "
                                 "eagerly", self.__qualname__,
@@ -502,6 +529,22 @@ class BoundJitFunction:
 
     def explain(self):
         return self.function.explain()
+
+
+RAISED = "the function raised while tracing (eager raises it too)"
+
+
+def _raised_by_user_code(error):
+    """Whether ``error`` came out of the user's own code rather than tracejit's: the
+    innermost frame outside NumPy and the standard library is the user's."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    for frame, _ in reversed(frames):
+        filename = frame.f_code.co_filename
+        if is_tracejit(filename):
+            return False
+        if not is_library(filename):
+            return True
+    return False
 
 
 def _plain_result(outputs, leaves):

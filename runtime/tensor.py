@@ -13,10 +13,13 @@ tensor([2., 1., 2.])
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from tracer.array_methods import ArrayMethods
 from tracer.errors import TracejitError
+from tracer.locations import is_internal, user_location
 from tracer.ops import scatter_add
 
 from . import autograd
@@ -61,6 +64,20 @@ def _check_can_require_grad(dtype):
             f"Only Tensors of floating point dtype can require gradients (got {dtype}); "
             "cast with .astype(np.float32) or .astype(np.float64) first"
         )
+
+
+def _lost_gradient_message():
+    location = user_location(skip=3)
+    where = f"{location.file}:{location.line}: " if location else ""
+    source = f"\n    {location.source}" if location and location.source else ""
+    return (
+        f"{where}a Tensor that requires grad was turned into a plain NumPy array (written "
+        "into an ndarray, or passed to np.asarray or a NumPy function Tensors do not "
+        "support); its gradient would be lost. Build the buffer from the Tensor "
+        "(np.zeros_like(x), np.stack, np.concatenate), run the function through "
+        "tracejit.value_and_grad or jit (they make buffers filled in place differentiable), "
+        f"or use x.detach() / with no_grad() if no gradient is wanted{source}"
+    )
 
 
 class VersionCounter:
@@ -159,6 +176,13 @@ class Tensor(ArrayMethods):
         return self.data.tolist()
 
     def __array__(self, dtype=None, copy=None):
+        if self.requires_grad and _grad_mode.enabled and not is_internal(
+            sys._getframe(1).f_code.co_filename
+        ):
+            # NumPy asks for the plain array when a Tensor is written into an ndarray
+            # (h[:] = x * 2) or passed to a function Tensors do not support: what it
+            # computes from it has no history, so the gradient would silently be lost.
+            raise TensorError(_lost_gradient_message())
         if copy:
             return np.array(self.data, dtype=dtype, copy=True)
         return self.data if dtype is None else self.data.astype(dtype, copy=False)

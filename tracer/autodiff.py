@@ -101,7 +101,10 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
 
     context = current_context()
     positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    result = function(*args, **kwargs)
+    # Through the trace's front end (buffers filled in place, calls checked), as if the
+    # function had been called from the traced code.
+    hooks = context.hooks
+    result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
     value, aux = result if has_aux else (result, None)
     if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
         raise TypeError("grad needs the function to return a floating-point scalar")

@@ -34,8 +34,10 @@ import numpy as np
 
 from .dims import SymInt
 from .errors import TraceError
+from .implicit import Path
 from .ir import Effect
-from .locations import is_internal, user_location
+from .locations import is_internal, is_library, user_location
+from .purity import impure_call, is_stateful
 
 HOOK = "__tracejit__"
 
@@ -212,7 +214,7 @@ class _Rewriter(ast.NodeTransformer):
             and not self.scope.is_local(original.value.id)
         ):
             what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
-            return _hook("outside_mutation", what, node=node)
+            return _then(_hook("outside_mutation", what, node=node), node)
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
                                ctx=ast.Load()),
@@ -232,10 +234,7 @@ class _Rewriter(ast.NodeTransformer):
         if name is not None:
             return self._subscript_store(name, target, node.value, node, written)
         if isinstance(target, ast.Attribute):
-            what = ast.Constant(ast.unparse(target))
-            return ast.copy_location(
-                ast.Expr(_hook("outside_mutation", what, node=node)), node
-            )
+            return _refused_statement(ast.unparse(target), node)
         return node
 
     def visit_AugAssign(self, node):
@@ -260,10 +259,7 @@ class _Rewriter(ast.NodeTransformer):
                 ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
             )
         if isinstance(target, ast.Attribute):
-            what = ast.Constant(ast.unparse(target))
-            return ast.copy_location(
-                ast.Expr(_hook("outside_mutation", what, node=node)), node
-            )
+            return _refused_statement(ast.unparse(target), node)
         return node
 
     def _subscript_store(self, name, target, value, node, written):
@@ -278,8 +274,21 @@ class _Rewriter(ast.NodeTransformer):
     def _outside_store(self, written, node):
         """``GLOBAL[k] = v`` or ``+=``: compiled runs would skip the write, so the function
         runs eagerly (rebinding the name here would make it a local)."""
-        return ast.copy_location(
-            ast.Expr(_hook("outside_mutation", ast.Constant(written), node=node)), node)
+        return _refused_statement(written, node)
+
+
+def _refused_statement(written, node):
+    """The hook that refuses a write to outside state under tracing, then the write itself
+    (eager runs of rewritten code, whose hook lets it through, still perform it)."""
+    refusal = ast.Expr(_hook("outside_mutation", ast.Constant(written), node=node))
+    return [ast.copy_location(refusal, node), node]
+
+
+def _then(first, second):
+    """``(first, second)[1]``: an expression evaluating ``first``, then ``second``."""
+    pair = ast.Tuple(elts=[first, second], ctx=ast.Load())
+    return ast.copy_location(
+        ast.Subscript(value=pair, slice=ast.Constant(1), ctx=ast.Load()), second)
 
 
 def _subscripted_name(target):
@@ -392,6 +401,11 @@ def _bind(function, inner, hooks):
 
 def _compile(function, tree):
     freevars = function.__code__.co_freevars
+    body = [tree, ast.Return(value=ast.Name(id=tree.name, ctx=ast.Load()))]
+    if tree.name not in freevars:
+        # The def binds its name in the factory; a recursive call inside the body must
+        # still read the global (as in the original), not a closure cell of the factory.
+        body.insert(0, ast.Global(names=[tree.name]))
     factory = ast.FunctionDef(
         name="__tracejit_factory__",
         args=ast.arguments(
@@ -399,7 +413,7 @@ def _compile(function, tree):
             args=[ast.arg(arg=name) for name in (HOOK, *freevars)],
             vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
         ),
-        body=[tree, ast.Return(value=ast.Name(id=tree.name, ctx=ast.Load()))],
+        body=body,
         decorator_list=[],
         returns=None,
     )
@@ -450,17 +464,21 @@ def _is_user_function(function):
     if not isinstance(function, types.FunctionType):
         return False
     filename = function.__code__.co_filename
-    return not (is_internal(filename) or filename.startswith(_LIBRARY_PREFIXES))
+    return not (is_internal(filename) or is_library(filename))
 
 
-def _library_prefixes():
-    import sysconfig
+def _enters(function):
+    """The trace runs this call's body itself (a user function, method or layer object),
+    so its own calls are checked in turn."""
+    target = function.__func__ if isinstance(function, types.MethodType) else function
+    return _is_user_function(target) or _callable_object(function)
 
-    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(path.rstrip("/") + "/" for path in paths if path)
+
+def _callable_object(function):
+    return not isinstance(function, (types.FunctionType, types.MethodType, type)) and (
+        _is_user_function(getattr(type(function), "__call__", None)))
 
 
-_LIBRARY_PREFIXES = _library_prefixes()
 
 
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
@@ -489,6 +507,10 @@ def _created(function, shape, *args, dtype=None, **kwargs):
                     like=symbolic)
 
 
+# Python values read from outside that shape a trace (flags, ``cfg["k"]``,
+# ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
+_GUARDED_VALUES = (bool, int, float, str, type(None), list, tuple)
+
 # Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
 # read everywhere); bound methods are new objects at every attribute read.
 _NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.BuiltinMethodType)
@@ -496,8 +518,6 @@ _NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.Builti
 
 def _through_module(path):
     """A path that starts at a module (``np.tanh``, ``nn.relu``): library code."""
-    from .implicit import Path
-
     if not path.steps:
         return False
     return isinstance(Path(path.root).resolve(), types.ModuleType)
@@ -507,13 +527,16 @@ class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
 
-    def __init__(self, context, top=None, parameter_leaves=None):
+    def __init__(self, context, top=None, parameter_leaves=None, parameter_roots=None):
         self.context = context
         self.functions = {}  # code -> (qualname, file, source)
         self.rewritten = {}
         self.originals = {}  # rewritten code -> the user's function (for its closure cells)
         self.top = top  # the traced function's rewritten code
         self.parameter_leaves = parameter_leaves or {}  # its parameters -> argument leaves
+        # its parameters bound outside the call's arguments (defaults, the instance of a
+        # bound method or layer object) -> a Path root that reads them again
+        self.parameter_roots = parameter_roots or {}
 
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):
@@ -521,10 +544,21 @@ class Hooks:
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
                                                     0) == 1:
             return context.implicit_tracer(value) if context.is_implicit(value) else value
-        if type(value) in (bool, int, float, list, tuple) or isinstance(value, np.generic):
+        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic):
             path = self._path(descriptor, sys._getframe(1))
             if path is not None:
                 context.note_outside_value(path, value)
+        elif type(value) is dict and len(value) <= 64 and all(
+            type(item) in _GUARDED_VALUES[:5] for item in value.values()
+        ):  # CONFIG.get("scale", 1.0): a small dict of settings is guarded by content
+            path = self._path(descriptor, sys._getframe(1))
+            if path is not None:
+                context.note_outside_value(path, dict(value))
+        elif is_stateful(value) and descriptor[0] != "expression":
+            raise _refusal(
+                f"{type(value).__name__} read from outside is an iterator: each call "
+                "advances it, and compiled runs would not. Pass the values in as arguments"
+            )
         elif callable(value) and not isinstance(value, _NOT_GUARDED_CALLABLES):
             # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
             # must not leave compiled code computing the old one.
@@ -535,8 +569,6 @@ class Hooks:
 
     def _path(self, descriptor, frame):
         """Where a load came from, as a path a later call can read again."""
-        from .implicit import Path
-
         kind, name, steps = descriptor
         if kind == "global":
             if name not in frame.f_globals:
@@ -552,6 +584,8 @@ class Hooks:
             if not steps:
                 return None  # the argument itself: already part of the entry guard
             root = ("arg", self.parameter_leaves[name])
+        elif kind == "param" and frame.f_code is self.top and name in self.parameter_roots:
+            root = self.parameter_roots[name]
         else:
             return None
         return Path(root, tuple(steps))
@@ -573,14 +607,25 @@ class Hooks:
                 "frozen into the compiled code. Draw them outside and pass them in as an "
                 "argument (for dropout: pass the mask, or run it eagerly)"
             )
-        if _is_logging(function) and _any_tracer((*args, *kwargs.values())):
-            raise _refusal(
-                "logging a traced value inside a compiled function: compiled runs would "
-                "skip it. Return the value and log it outside, or use print (replayed)"
-            )
+        if _is_logging(function):
+            if _any_tracer((*args, *kwargs.values())):
+                raise _refusal(
+                    "logging a traced value inside a compiled function: compiled runs would "
+                    "skip it. Return the value and log it outside, or use print (replayed)"
+                )
+        elif not _enters(function):
+            impure = impure_call(function, args, kwargs)
+            if impure is not None:
+                raise _refusal(
+                    f"{impure}(...) is called inside a compiled function and its result does "
+                    "not come from the arguments: compiled runs would reuse the value this "
+                    "call returned when traced. Call it outside and pass the value in"
+                )
         return self.function_for(function)(*args, **kwargs)
 
     def function_for(self, function):
+        if _callable_object(function):  # a layer instance: enter its __call__
+            return types.MethodType(self.function_for(type(function).__call__), function)
         target = function.__func__ if isinstance(function, types.MethodType) else function
         if isinstance(target, functools.partial) or not _is_user_function(target):
             return function
@@ -676,6 +721,34 @@ class Hooks:
         )
 
 
+def default_roots(fn, args, kwargs):
+    """``{parameter name: Path root}`` for the parameters this call leaves to their
+    defaults: the defaults are read from the function at every call, like globals, so
+    mutating ``cfg={"k": 2.0}`` or reassigning ``__defaults__`` is seen.
+
+    >>> def scale(x, k=2.0, *, cfg=None): ...
+    >>> sorted(default_roots(scale, (1,), {}))
+    ['cfg', 'k']
+    """
+    function = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if not isinstance(function, types.FunctionType):
+        return {}
+    code = function.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    given = len(args) + isinstance(fn, types.MethodType)
+    defaults = function.__defaults__ or ()
+    first_default = len(positional) - len(defaults)
+    roots = {}
+    for index, name in enumerate(positional):
+        if index >= max(given, first_default) and name not in kwargs:
+            roots[name] = ("default", function, index - first_default)
+    keyword_only = code.co_varnames[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]
+    for name in keyword_only:
+        if name not in kwargs and name in (function.__kwdefaults__ or {}):
+            roots[name] = ("kwdefault", function, name)
+    return roots
+
+
 def run_rewritten(fn, args, kwargs, parameter_leaves=None):
     """Call ``fn`` rewritten (when its source allows) under the current trace; returns the
     result and the functions the trace passed through ``[(qualname, file, source)]``.
@@ -683,7 +756,20 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None):
     (attributes read from them are guarded)."""
     from .tracing import current_context
 
-    hooks = Hooks(current_context(), parameter_leaves=parameter_leaves)
+    context = current_context()
+    defaults = default_roots(fn, args, kwargs)
+    instance = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else (
+        fn if _callable_object(fn) else None)
+    roots = dict(defaults)
+    if instance is not None:  # self.w, self.bias is None: read from the instance again
+        method = getattr(fn, "__func__", None) or type(fn).__call__
+        roots[method.__code__.co_varnames[0]] = ("self", instance)
+    hooks = context.hooks = Hooks(context, parameter_leaves=parameter_leaves,
+                                  parameter_roots=roots)
+    for root in defaults.values():  # ``def f(x, k=2.0)``: k is read from outside too
+        value = Path(root).resolve()
+        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic):
+            context.note_outside_value(Path(root), value)
     target = hooks.function_for(fn) if not isinstance(fn, functools.partial) else fn
     hooks.top = getattr(getattr(target, "__func__", target), "__code__", None)
     if target is fn and isinstance(fn, (types.FunctionType, types.MethodType)):

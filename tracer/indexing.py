@@ -73,6 +73,8 @@ def _expand(index, ndim):
         index = (index,)
     entries = []
     for entry in index:
+        if isinstance(entry, range):  # NumPy reads a range as the integers it holds
+            entry = np.arange(entry.start, entry.stop, entry.step)
         if isinstance(entry, list):
             entry = np.asarray(entry)
             if entry.dtype == object:

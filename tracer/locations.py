@@ -20,6 +20,28 @@ _INTERNAL_DIRS = tuple(
 ) + (os.path.dirname(np.__file__) + os.sep,)
 
 
+def _library_prefixes():
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(path.rstrip("/") + "/" for path in paths if path)
+
+
+_LIBRARY_PREFIXES = _library_prefixes()
+_TRACEJIT_DIRS = _INTERNAL_DIRS[:3]
+
+
+def is_library(filename):
+    """Installed code: the standard library and site-packages (not the user's files)."""
+    return filename.startswith(_LIBRARY_PREFIXES) or filename.startswith("<frozen")
+
+
+def is_tracejit(filename):
+    """tracejit's own code and the code it generates (``is_internal`` also counts
+    NumPy's)."""
+    return filename.startswith(_TRACEJIT_DIRS) or filename.startswith("<tracejit")
+
+
 def is_internal(filename):
     return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
 

@@ -263,6 +263,7 @@ class TracingContext:
         self.input_tracers = []
         self.implicit_tracers = {}
         self.outside_values = {}
+        self.hooks = None  # the front end's hooks while the function runs (frontend.Hooks)
         self.values = {}  # var name -> (real value, live shape): for reverse-mode autodiff
         self.finished = False
 
@@ -628,6 +629,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
                 raise TraceError(
                     f"argument {position} of {name} is an array of {array.dtype}; compiled "
                     "functions take boolean, integer and float arrays"
+                )
+            if not array.dtype.isnative:
+                raise TraceError(
+                    f"argument {position} of {name} is a {array.dtype.name} array in "
+                    "non-native byte order; compiled code reads native byte order. Convert "
+                    "it with x.astype(x.dtype.newbyteorder('=')) to compile"
                 )
             argument, argument_name = top_level[position], None
             if isinstance(argument, int) and argument < len(argument_names):

@@ -1,0 +1,109 @@
+"""Run a model function's rewritten source eagerly, so buffers filled in place keep
+their gradients.
+
+Classic NumPy model code fills buffers in place: ``h = np.zeros(3); h[:] = x * 2`` or
+``hs[:, t] = h``. With ``x`` a Tensor that requires grad, NumPy copies the values into the
+ndarray and the history is gone. The front end's rewrite already routes ``a[i] = v``,
+``a[i] += v`` and ``a += v`` through hooks (``tracer.frontend``); these hooks run them
+eagerly, turning the buffer into an array of the written value's type (a Tensor, whose
+``__setitem__`` records a differentiable assignment) when a tracked value is written into a
+plain ndarray. Everything else - prints, writes to outside state, random numbers - runs as
+written.
+
+>>> import numpy as np
+>>> def fill(x):
+...     h = np.zeros(2)
+...     h[:] = x * 2
+...     return h
+>>> run_eagerly(fill, (np.array([1.0, 2.0]),), {})
+array([2., 4.])
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+
+import numpy as np
+
+from .frontend import (
+    RewriteUnavailable,
+    _bind,
+    _callable_object,
+    _is_user_function,
+    rewritten_code,
+)
+from .errors import TraceError
+from .locations import user_location
+
+
+def _tracked(value):
+    """A value whose type records history (a Tensor requiring grad)."""
+    return getattr(type(value), "__tracejit_priority__", 0) == 1 and getattr(
+        value, "requires_grad", False)
+
+
+class EagerHooks:
+    """The hooks of ``tracer.frontend.Hooks``, run eagerly (see the module docstring)."""
+
+    def __init__(self):
+        self.rewritten = {}
+
+    def load(self, value, descriptor):
+        return value
+
+    def call(self, function, *args, **kwargs):
+        return self.function_for(function)(*args, **kwargs)
+
+    def function_for(self, function):
+        if _callable_object(function):
+            return types.MethodType(self.function_for(type(function).__call__), function)
+        target = function.__func__ if isinstance(function, types.MethodType) else function
+        if not _is_user_function(target):
+            return function
+        if id(target) not in self.rewritten:
+            try:
+                inner, _ = rewritten_code(target)
+                rewritten = _bind(target, inner, self)
+            except (RewriteUnavailable, TraceError):  # no source, or refused: as written
+                rewritten = target
+            self.rewritten[id(target)] = (target, rewritten)
+        rewritten = self.rewritten[id(target)][1]
+        if isinstance(function, types.MethodType):
+            return types.MethodType(rewritten, function.__self__)
+        return rewritten
+
+    def print(self, *args, **kwargs):
+        print(*args, **kwargs)
+
+    def outside_mutation(self, what):
+        """Writes to outside state simply happen when running eagerly."""
+
+    def set_item(self, container, index, value, outside):
+        if isinstance(container, np.ndarray) and _tracked(value):
+            if outside:
+                location = user_location(skip=2)
+                where = f"{location.file}:{location.line}: " if location else ""
+                raise TypeError(
+                    f"{where}writing a Tensor that requires grad into an argument's ndarray "
+                    "would lose its gradient; build a new array instead (np.zeros_like, "
+                    "np.stack) and return it"
+                )
+            # The buffer takes the value's type, keeping its own dtype as NumPy would.
+            container = type(value)(np.array(container))
+        container[index] = value
+        return container
+
+    def update_item(self, container, index, value, operation, outside):
+        updated = getattr(operator, operation)(container[index], value)
+        return self.set_item(container, index, updated, outside)
+
+    def inplace(self, target, value, operation):
+        if isinstance(target, np.ndarray) and _tracked(value):
+            return getattr(operator, operation)(target, value).astype(target.dtype)
+        return getattr(operator, "i" + operation.rstrip("_"))(target, value)
+
+
+def run_eagerly(function, args, kwargs):
+    """``function(*args, **kwargs)`` through its rewritten source, eagerly."""
+    return EagerHooks().function_for(function)(*args, **kwargs)

@@ -24,11 +24,14 @@ import itertools
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding.ffi import ObjectRef
+from llvmlite.binding.newpassmanagers import NewPassManager
 
 log = logging.getLogger("tracejit.kernels")
 
@@ -80,13 +83,37 @@ class CompiledModule:
     seconds: float
 
 
-def _parse_for_host(ir_text):
-    module = llvm.parse_assembly(str(ir_text))
-    module.verify()
-    machine = target_machine()
-    module.triple = machine.triple
-    module.data_layout = str(machine.target_data)
-    return module, machine
+@contextmanager
+def _parsed_for_host(ir_text):
+    """The module parsed into an LLVM context of its own, freed on exit. In the global
+    context every module's types, constants and metadata stay interned for the life of
+    the process (about 75 KB per compiled program)."""
+    context = llvm.create_context()
+    module = None
+    try:
+        module = llvm.parse_assembly(str(ir_text), context=context)
+        module.verify()
+        machine = target_machine()
+        module.triple = machine.triple
+        module.data_layout = str(machine.target_data)
+        yield module, machine
+    finally:
+        # The module belongs to the context: dispose of it first.
+        if module is not None:
+            module.close()
+        context.close()
+
+
+def _free_pass_manager(manager):
+    """Free a pass pipeline now. In llvmlite 0.50 ``ModulePassManager`` inherits
+    ``ObjectRef``'s no-op ``_dispose`` ahead of ``NewPassManager``'s (method resolution
+    order), so the O3 pipeline and what its passes cached - about 70 KB per compiled
+    program - was never freed."""
+    if type(manager)._dispose is ObjectRef._dispose:
+        NewPassManager._dispose(manager)
+        manager.detach()
+    else:
+        manager.close()
 
 
 def compile_module(ir_text, opt_level=3):
@@ -94,15 +121,18 @@ def compile_module(ir_text, opt_level=3):
     again, and emit object code for the host."""
     _initialized()
     start = time.perf_counter()
-    with _lock:
-        module, machine = _parse_for_host(ir_text)
+    with _lock, _parsed_for_host(ir_text) as (module, machine):
         options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         options.loop_vectorization = True
         options.slp_vectorization = True
         options.loop_interleaving = True
         options.loop_unrolling = True
         builder = llvm.create_pass_builder(machine, options)
-        builder.getModulePassManager().run(module, builder)
+        pipeline = builder.getModulePassManager()
+        try:
+            pipeline.run(module, builder)
+        finally:
+            _free_pass_manager(pipeline)
         module.verify()
         optimized = str(module)
         object_code = machine.emit_object(module)
@@ -116,18 +146,30 @@ def assembly_of(optimized_ir):
     """The host assembly for already optimized IR (code generation only: no passes run,
     so it is the code ``compile_module`` emitted as object code)."""
     _initialized()
-    with _lock:
-        module, machine = _parse_for_host(optimized_ir)
+    with _lock, _parsed_for_host(optimized_ir) as (module, machine):
         return machine.emit_assembly(module)
 
 
-@lru_cache(maxsize=None)
+# An LLJIT never forgets a library: llvmlite frees a library's code when its tracker dies
+# but keeps its JITDylib (about 9 KB) until the whole LLJIT is disposed. So libraries are
+# linked into one LLJIT at a time for this many links, then into a fresh one; a retired
+# LLJIT (and every JITDylib it kept) is freed by LLVM when its last library's tracker is
+# (each tracker holds its LLJIT natively). Creating an LLJIT costs about 0.7 ms.
+LIBRARIES_PER_JIT = 32
+_generation = {"jit": None, "links": 0}
+
+
 def _jit():
+    """The LLJIT new libraries go into (call with ``_lock`` held)."""
     _initialized()
-    # JITLink keeps an object's sections together: RuntimeDyld could place code and its
-    # constant pool more than 2 GiB apart in a crowded address space and abort on a 32-bit
-    # relocation (seen with torch and jax loaded in the process).
-    return llvm.create_lljit_compiler(target_machine(), use_jit_link=True)
+    if _generation["jit"] is None or _generation["links"] >= LIBRARIES_PER_JIT:
+        # JITLink keeps an object's sections together: RuntimeDyld could place code and
+        # its constant pool more than 2 GiB apart in a crowded address space and abort on a
+        # 32-bit relocation (seen with torch and jax loaded in the process).
+        _generation["jit"] = llvm.create_lljit_compiler(target_machine(), use_jit_link=True)
+        _generation["links"] = 0
+    _generation["links"] += 1
+    return _generation["jit"]
 
 
 @dataclass

@@ -85,6 +85,7 @@ class Program:
     wrapper_source: str
     compile_seconds: dict = field(default_factory=dict)
     profiled: bool = False  # built with per-kernel counters (see ``profile``)
+    materialized: list = field(default_factory=list)  # values lowering forced into buffers
     _run: object = None
     _library: object = None
     _counters: object = None
@@ -153,10 +154,22 @@ def compile(graph, name=None, check=True, profile=False):  # noqa: A001 - the mo
         wrapper_source=wrapper_source(plan, entry),
         compile_seconds=times,
         profiled=profile,
+        materialized=sorted(plan.scheduler.forced),
     )
     link(program)
     times["total"] = time.perf_counter() - start
     return program
+
+
+def rebuild_wrapper(graph, materialized):
+    """The wrapper of a program loaded from disk, generated here from its parsed graph and
+    the values lowering materialized: the same schedule gives the same slots the object
+    code was built for. (The disk copy of the wrapper text is never executed.)"""
+    for name in materialized:
+        if not isinstance(name, str):
+            raise ValueError(f"materialized value {name!r} is not a name")
+    plan = make_schedule(graph, materialize=set(materialized))
+    return wrapper_source(plan, f"{_symbol_safe(graph.name)}_entry")
 
 
 def _c_order(array, dtype):
@@ -166,7 +179,8 @@ def _c_order(array, dtype):
 
 
 def link(program):
-    """Load the object code and build the wrapper (also after loading from disk)."""
+    """Load the object code and build the wrapper (also after loading from disk, where
+    ``program.wrapper_source`` is ``rebuild_wrapper``'s, never text read from disk)."""
     from . import blas
     from .parallel import pool
 

@@ -1,33 +1,42 @@
-"""The on-disk compile cache: content-addressed, atomic, checksummed, no pickle.
+"""The on-disk compile cache: content-addressed, atomic, signed, no pickle.
 
-Layout under ``TRACEJIT_CACHE_DIR`` (created with mode 0700)::
+Layout under ``TRACEJIT_CACHE_DIR`` (the root: the user's own, 0700)::
 
-    v1/ab/<key>.tjc        one entry: a variant and every path of its trace tree
+    signing.key                the root's secret (0600): entries are signed with it
+    v1/ab/<key>.tjc            one entry: a variant and every path of its trace tree
     v1/stats/<function>.json   counters persisted across processes (calls, exits, ...)
-    v1/runtime-<key>.o     the thread pool's object code
+    v1/runtime-<key>.o         the thread pool's object code (signed too)
 
 An entry file is ``MAGIC | header length | header JSON | zlib(body JSON + blobs) |
-sha256``. The header (function, signature, sizes) is enough to list entries; the body
-holds the IR text, constants, object code and wrapper source. The key hashes tracejit's,
-NumPy's and LLVM's versions, the CPU and its features, the function's source, the options
-and the call signature; the entry also lists the source of every other Python function
-the trace passed through, checked at load, so editing a helper invalidates it. Writes go
-to a temp file renamed into place, so readers never see half an entry; a truncated,
-corrupt or foreign entry is ignored and rebuilt.
+HMAC``. The header (function, signature, sizes) is enough to list entries; the body holds
+the IR text, constants, object code and how the wrapper was scheduled. Every file is read
+and written through ``runtime.cache_trust``, which says what is trusted and why; an entry
+whose signature does not match its key is rejected and rebuilt.
+
+The key hashes tracejit's, NumPy's and LLVM's versions, the CPU and its features, the
+options, the call signature and the function: its defining file (resolved path and
+content hash) and its code. The entry lists every other function the trace passed
+through, by module and name; a load resolves each one *in this process* and compares its
+file (path and content) and code with what the writer saw, so a helper that is edited, or
+that this process finds in another file, invalidates the entry. A function or helper
+without readable source (``python -c``, ``exec``) is cached in memory only.
+
+>>> import tempfile
+>>> cache = DiskCache(tempfile.mkdtemp())  # what every jit(cache=True) function holds
+>>> cache.entries(), cache.orphans(), cache.persisted_stats()
+([], [], [])
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import inspect
 import json
 import os
 import struct
 import sys
-import tempfile
-import textwrap
+import threading
 import time
+import warnings
 import zlib
 
 import numpy as np
@@ -37,33 +46,145 @@ from tracer.implicit import find_implicit_inputs
 
 from . import serialize
 from .autograd import is_grad_enabled
+from .cache_trust import MAX_FILE_BYTES, Refused, Rejected, TrustedRoot, split_signed
 from .config import logger
 from .tensor import unwrap
 from .version import __version__
 
-MAGIC = b"TJC1\n"
-FORMAT = 1
+MAGIC = b"TJC2\n"  # TJC1 entries (an unkeyed sha256) are not trusted: rebuilt on first use
+FORMAT = 2
+MAX_STATS_BYTES = 16 << 20
 log = logger("cache")
 
 
 class CorruptEntry(Exception):
-    pass
+    """An entry that cannot be used: unsigned, signed for another key, truncated, not a
+    regular file, too large, or not an entry at all."""
 
 
-def function_source(fn):
-    """The text that identifies a function's code: its source, or its bytecode."""
-    function = getattr(fn, "__func__", fn)
+# --- what a function is: its file and its code ----------------------------------------------
+_file_digests = {}  # (path, size, mtime_ns, inode) -> sha256 of the file's bytes
+_file_digests_lock = threading.Lock()
+
+
+def file_digest(path):
+    """sha256 of the file at ``path`` (resolved), or ``None`` if it is not readable source."""
     try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        code = getattr(function, "__code__", None)
-        if code is None:
-            return repr(function)
-        return code.co_code.hex() + repr(code.co_consts) + repr(code.co_names)
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not os.path.isfile(path):
+        return None
+    identity = (path, info.st_size, info.st_mtime_ns, info.st_ino)
+    with _file_digests_lock:
+        known = _file_digests.get(identity)
+    if known is None:
+        try:
+            with open(path, "rb") as stream:  # the user's source, not a cache file
+                known = hashlib.sha256(stream.read()).hexdigest()
+        except OSError:
+            return None
+        with _file_digests_lock:
+            if len(_file_digests) > 4096:
+                _file_digests.clear()
+            _file_digests[identity] = known
+    return known
 
 
-def _digest(text):
-    return hashlib.sha256(text.encode()).hexdigest()
+def code_digest(code):
+    """A digest of a code object as this process runs it (bytecode, names, constants and
+    nested functions), the same in every process of one Python version."""
+    digest = hashlib.sha256()
+    _feed_code(digest, code)
+    return digest.hexdigest()
+
+
+def _feed_code(digest, code):
+    digest.update(code.co_code)
+    for names in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        digest.update(repr(names).encode() + b"\0")
+    digest.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    for constant in code.co_consts:
+        if hasattr(constant, "co_code"):
+            _feed_code(digest, constant)
+        elif isinstance(constant, frozenset):  # its order follows string hashes: sort it
+            digest.update(repr(sorted(map(repr, constant))).encode())
+        else:
+            digest.update(repr(constant).encode())
+        digest.update(b"\0")
+
+
+def _unwrapped(value):
+    """The plain function behind a jit function, bound method or static/class method."""
+    value = getattr(value, "fn", value)
+    return getattr(value, "__func__", value)
+
+
+def source_identity(function):
+    """``{"file", "file_sha256", "code"}`` of a function with readable source, else None."""
+    code = getattr(_unwrapped(function), "__code__", None)
+    if code is None:
+        return None
+    path = os.path.realpath(code.co_filename) if os.path.isabs(code.co_filename) else None
+    digest = file_digest(path) if path else None
+    if digest is None:
+        return None
+    return {"file": path, "file_sha256": digest, "code": code_digest(code)}
+
+
+def _resolve(module_name, qualname):
+    """The function at ``module.qualname`` in this process, or at the longest prefix of
+    it outside ``<locals>`` (whose code holds the nested function's); ``(prefix, fn)``."""
+    value = sys.modules.get(module_name)
+    resolved, found = [], None
+    for part in qualname.split("."):
+        if part == "<locals>" or value is None:
+            break
+        value = getattr(value, part, None)
+        resolved.append(part)
+        if hasattr(_unwrapped(value), "__code__"):
+            found = (".".join(resolved), _unwrapped(value))
+    return found or (None, None)
+
+
+def _modules_defined_in(path):
+    """Names of the imported modules whose file is ``path`` (resolved)."""
+    names = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and (file == path or os.path.realpath(file) == path):
+            names.append(name)
+    return names
+
+
+def dependency_of(qualname, file):
+    """How a load finds a helper again (module and name) and what it must still be (file
+    and code); ``NotSerializable`` when no import path reaches it."""
+    path = os.path.realpath(file) if os.path.isabs(file) else None
+    for module in _modules_defined_in(path) if path else []:
+        prefix, function = _resolve(module, qualname)
+        identity = source_identity(function) if function is not None else None
+        if identity is not None and identity["file"] == path:
+            return {"module": module, "qualname": prefix, **identity}
+    raise serialize.NotSerializable(f"{qualname} ({file}) is not reachable by import, so a "
+                                    "new process could not check it")
+
+
+def stale_dependency(dependencies):
+    """The first dependency that this process resolves to another file or code, or
+    ``None`` when all are what the entry was compiled from."""
+    for dependency in dependencies:
+        if not (isinstance(dependency, dict) and all(
+                isinstance(dependency.get(field), str) for field in
+                ("module", "qualname", "file", "file_sha256", "code"))):
+            return "a malformed dependency"
+        _, function = _resolve(dependency["module"], dependency["qualname"])
+        identity = source_identity(function) if function is not None else None
+        recorded = {field: dependency[field] for field in ("file", "file_sha256", "code")}
+        if identity != recorded:
+            where = identity["file"] if identity else "nowhere"
+            return f"{dependency['module']}.{dependency['qualname']} (now in {where})"
+    return None
 
 
 def call_signature(jitted, leaves):
@@ -86,55 +207,112 @@ def call_signature(jitted, leaves):
     return parts
 
 
+_refusals_warned = set()
+
+
 class DiskCache:
+    """The cache at ``directory``: ``load``/``store`` variants, counters, and what the
+    ``tracejit cache`` command lists and changes. Nothing here opens a file itself."""
+
     def __init__(self, directory):
-        self.root = os.path.join(directory, "v1")
+        self.directory = os.path.abspath(directory)
+        self.root = os.path.join(self.directory, "v1")
         parallel.set_object_store(self.load_object, self.save_object)
+
+    # --- trust ----------------------------------------------------------------------------
+    def trusted(self, create=False, jitted=None):
+        """The ``TrustedRoot``, or ``None`` (no cache yet, or refused: warned once)."""
+        try:
+            return TrustedRoot.open(self.directory, create=create)
+        except Refused as error:
+            self._warn_refused(str(error), jitted)
+        except OSError as error:
+            self._warn_refused(f"cannot create the compile cache at {self.directory}: "
+                               f"{error.strerror}", jitted)
+        return None
+
+    def check(self):
+        """The ``TrustedRoot`` for the command line: ``Refused`` propagates."""
+        return TrustedRoot.open(self.directory)
+
+    def _warn_refused(self, problem, jitted):
+        if self.directory in _refusals_warned:
+            return
+        _refusals_warned.add(self.directory)
+        code = getattr(_unwrapped(getattr(jitted, "fn", None)), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}: " if code else ""
+        name = f"tracejit function {jitted.__qualname__}: " if jitted is not None else ""
+        warnings.warn(f"{where}{name}{problem}. Compiled code stays in memory for this "
+                      "process; point TRACEJIT_CACHE_DIR at a directory only you can write",
+                      RuntimeWarning, stacklevel=2)
 
     # --- the thread pool's runtime object ---------------------------------------------------
     def load_object(self, key):
-        try:
-            with open(os.path.join(self.root, f"runtime-{key}.o"), "rb") as stream:
-                data = stream.read()
-        except OSError:
+        root = self.trusted()
+        if root is None:
             return None
-        body, checksum = data[:-32], data[-32:]
-        return body if hashlib.sha256(body).digest() == checksum else None
+        try:
+            return root.read_signed(os.path.join(self.root, f"runtime-{key}.o"),
+                                    f"runtime-{key}")
+        except (OSError, Rejected):
+            return None
 
     def save_object(self, key, object_code):
-        with contextlib.suppress(OSError):
-            self.ensure()
-            _atomic_write(os.path.join(self.root, f"runtime-{key}.o"),
-                          object_code + hashlib.sha256(object_code).digest())
+        root = self.trusted(create=True)
+        if root is not None:
+            try:
+                root.write_signed(os.path.join(self.root, f"runtime-{key}.o"),
+                                  f"runtime-{key}", object_code)
+            except (OSError, Rejected) as error:
+                log.warning("could not write the pool's runtime to the cache: %s", error)
 
     # --- paths ----------------------------------------------------------------------------
-    def ensure(self):
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(self.root), 0o700)
-            os.chmod(self.root, 0o700)
-
     def entry_path(self, key):
         return os.path.join(self.root, key[:2], key + ".tjc")
 
-    def entries(self):
+    def shards(self):
         if not os.path.isdir(self.root):
             return []
-        found = []
-        for shard in sorted(os.listdir(self.root)):
-            folder = os.path.join(self.root, shard)
-            if len(shard) != 2 or not os.path.isdir(folder):
-                continue
-            found.extend(os.path.join(folder, name) for name in sorted(os.listdir(folder))
-                         if name.endswith(".tjc"))
-        return found
+        return [os.path.join(self.root, name) for name in sorted(os.listdir(self.root))
+                if len(name) == 2 and os.path.isdir(os.path.join(self.root, name))]
+
+    def entries(self):
+        """Paths of the entry files (by name: ``verify`` reads and judges them)."""
+        root = self.trusted()
+        if root is None:
+            return []
+        return [path for shard in self.shards() for path in root.files(shard, ".tjc")]
+
+    def runtime_objects(self):
+        root = self.trusted()
+        return root.files(self.root, ".o") if root is not None else []
+
+    def orphans(self):
+        """Temp files left by writers that died before renaming them into place."""
+        root = self.trusted()
+        if root is None:
+            return []
+        folders = [self.directory, self.root, os.path.join(self.root, "stats"),
+                   *self.shards()]
+        return root.orphans(folders)
+
+    def remove_orphans(self):
+        orphans = self.orphans()
+        root = self.trusted()
+        for path in orphans:
+            root.remove(path)
+        return orphans
 
     # --- keys -----------------------------------------------------------------------------
     def key(self, jitted, leaves):
+        """``(key, signature)``; ``(None, reason)`` for a call that stays in memory."""
         signature = call_signature(jitted, leaves)
         if signature is None:
-            return None, None
+            return None, "an argument is an object"
         fn = jitted.fn
+        identity = source_identity(fn)
+        if identity is None:
+            return None, "its source is not in a readable file (python -c, exec, a REPL)"
         identity = {
             "format": FORMAT,
             "tracejit": __version__,
@@ -144,7 +322,7 @@ class DiskCache:
             "function": {
                 "module": getattr(fn, "__module__", None),
                 "qualname": getattr(fn, "__qualname__", None),
-                "source": function_source(fn),
+                **identity,
             },
             "options": jitted.options.key_fields(),
             "signature": signature,
@@ -162,24 +340,24 @@ class DiskCache:
 
     # --- reading and writing --------------------------------------------------------------
     def load(self, jitted, leaves):
-        key, _ = self.key(jitted, leaves)
+        root = self.trusted(jitted=jitted)
+        if root is None:
+            return None
+        key, signature = self.key(jitted, leaves)
         if key is None:
             return None
         path = self.entry_path(key)
-        if not os.path.exists(path):
-            log.debug("%s: no entry %s", jitted.__qualname__, key[:12])
-            return None
         start = time.perf_counter()
         try:
-            header, body = read_entry(path)
+            header, body = read_entry(path, root=root, key=key)
+        except FileNotFoundError:
+            log.debug("%s: no entry %s", jitted.__qualname__, key[:12])
+            return None
         except CorruptEntry as error:
-            log.warning("%s: ignoring a corrupt cache entry %s (%s); it will be rebuilt",
-                        jitted.__qualname__, path, error)
+            log.warning("%s: ignoring a cache entry that cannot be trusted or read (%s); it "
+                        "will be rebuilt", jitted.__qualname__, error)
             return None
-        if header.get("key") != key:
-            log.warning("ignoring a foreign cache entry %s", path)
-            return None
-        stale = _stale_dependencies(body.get("dependencies", []))
+        stale = stale_dependency(body.get("dependencies", []))
         if stale:
             log.info("%s: cache entry %s is stale (%s changed); recompiling",
                      jitted.__qualname__, key[:12], stale)
@@ -187,36 +365,33 @@ class DiskCache:
         blobs = serialize.Blobs(body["blobs"])
         try:
             variant = serialize.variant_from_json(body["variant"], jitted.fn, blobs)
-        except (serialize.NotSerializable, KeyError, ValueError) as error:
+        except (serialize.NotSerializable, KeyError, ValueError, TypeError, IndexError,
+                AttributeError) as error:
             log.info("%s: cache entry %s cannot be used here (%s)", jitted.__qualname__,
                      key[:12], error)
             return None
         variant.key = key
         log.info("%s: loaded %s from disk in %.1f ms (no tracing, no LLVM)",
                  jitted.__qualname__, key[:12], (time.perf_counter() - start) * 1e3)
-        with contextlib.suppress(OSError):
-            os.utime(path)  # recently used: prune keeps it
+        root.touch(path)  # recently used: prune keeps it
         return variant
 
     def store(self, jitted, variant, leaves):
         key, signature = self.key(jitted, leaves)
         if key is None:
-            log.debug("%s: not cached on disk (an argument is an object)", jitted.__qualname__)
+            log.debug("%s: kept in memory only: %s", jitted.__qualname__, signature)
             return
         blobs = serialize.Blobs()
         try:
+            dependencies = _dependencies(variant, jitted.fn)
             payload = serialize.variant_to_json(variant, jitted.fn, blobs)
         except serialize.NotSerializable as error:
-            log.debug("%s: not cached on disk: %s", jitted.__qualname__, error)
+            log.info("%s: kept in memory only: %s", jitted.__qualname__, error)
+            return
+        root = self.trusted(create=True, jitted=jitted)
+        if root is None:
             return
         variant.key = key
-        functions = {}
-        for _, path in variant.root.walk():
-            for qualname, file, source in path.functions:
-                if source is not None:
-                    functions[(qualname, file)] = source
-        dependencies = [{"qualname": qualname, "file": file, "sha256": _digest(source)}
-                        for (qualname, file), source in sorted(functions.items())]
         fn = jitted.fn
         header = {
             "key": key,
@@ -224,7 +399,7 @@ class DiskCache:
             "tracejit": __version__,
             "function": getattr(fn, "__qualname__", repr(fn)),
             "module": getattr(fn, "__module__", None),
-            "file": getattr(getattr(fn, "__code__", None), "co_filename", None),
+            "file": getattr(getattr(_unwrapped(fn), "__code__", None), "co_filename", None),
             "signature": signature,
             "paths": variant.path_count,
             "kernels": sum(path.program.kernel_count for _, path in variant.root.walk()),
@@ -234,9 +409,57 @@ class DiskCache:
         body = {"variant": payload, "dependencies": dependencies,
                 "model_source": _rewritten_source(fn),
                 "blob_sizes": [len(part) for part in blobs.parts]}
-        self.ensure()
-        write_entry(self.entry_path(key), header, body, blobs.parts)
+        write_entry(root, self.entry_path(key), header, body, blobs.parts)
         log.info("%s: wrote %s", jitted.__qualname__, key[:12])
+
+    # --- what the command line changes ----------------------------------------------------
+    def remove_entries(self, rows):
+        """Delete entries (rows of ``listing``) and their persisted counters."""
+        root = self.trusted()
+        if root is None:
+            return
+        for row in rows:
+            root.remove(row["path"])
+        self.forget_counters({row["key"] for row in rows})
+
+    def listing(self):
+        """One row per entry file: its verified header, or ``problem`` when it cannot be
+        trusted; with ``path``, ``key``, ``bytes`` and ``used`` (for ``prune``)."""
+        root = self.trusted()
+        rows = []
+        for path in self.entries():
+            key = os.path.basename(path)[: -len(".tjc")]
+            try:
+                header = read_header(path, root=root, key=key)
+            except (CorruptEntry, OSError) as error:
+                header = {"problem": str(error)}
+            try:
+                size, used = root.describe(path)
+            except OSError:
+                continue  # removed meanwhile
+            header.update(path=path, key=key, bytes=size, used=used)
+            rows.append(header)
+        return rows
+
+    def resign(self):
+        """Sign every entry and runtime object with this root's key (the user copied them
+        here on purpose); ``(signed, skipped [(path, why)])``."""
+        root = TrustedRoot.open(self.directory, create=True)
+        signed, skipped = 0, []
+        for path in self.entries() + self.runtime_objects():
+            name = os.path.basename(path)
+            key = name[: -len(".tjc")] if name.endswith(".tjc") else name[: -len(".o")]
+            try:
+                content, _ = split_signed(path, root.read(path))
+                if name.endswith(".tjc"):
+                    header, _ = _parse_entry(path, content)
+                    if header.get("key") != key:
+                        raise CorruptEntry("its key does not match its file name")
+                root.write_signed(path, key, content)
+                signed += 1
+            except (CorruptEntry, Rejected, OSError) as error:
+                skipped.append((path, str(error)))
+        return signed, skipped
 
     # --- persisted counters ---------------------------------------------------------------
     def stats_path(self, function_name, module):
@@ -247,32 +470,76 @@ class DiskCache:
         """Merge ``deltas`` into the function's persisted counters (under a file lock)."""
         if not any(_nonzero(value) for value in deltas.values()):
             return
-        self.ensure()
+        root = self.trusted(create=True)
+        if root is None:
+            return
         path = self.stats_path(function_name, module)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with _locked(path + ".lock"):
-            try:
-                with open(path) as handle:
-                    current = json.load(handle)
-            except (OSError, ValueError):
-                current = {}
+        with root.locked(path + ".lock"):
+            current = _read_stats(root, path) or {}
             current.update({"function": function_name, "module": module, "file": file})
             _merge(current, deltas)
-            _atomic_write(path, json.dumps(current, sort_keys=True).encode())
+            root.write(path, json.dumps(current, sort_keys=True).encode())
+
+    def forget_counters(self, keys=(), function=None):
+        """Drop the counters of removed entries (``keys``), or of a whole function
+        (``(name, module)``), so ``tracejit cache stats`` matches what is left."""
+        root = self.trusted()
+        if root is None:
+            return
+        if function is not None:
+            path = self.stats_path(*function)
+            with root.locked(path + ".lock"):
+                root.remove(path)
+            root.remove(path + ".lock")
+        if not keys:
+            return
+        for path in root.files(os.path.join(self.root, "stats"), ".json"):
+            with root.locked(path + ".lock"):
+                current = _read_stats(root, path)
+                entries = (current or {}).get("entries", {})
+                if isinstance(entries, dict) and set(entries) & set(keys):
+                    current["entries"] = {key: value for key, value in entries.items()
+                                          if key not in keys}
+                    root.write(path, json.dumps(current, sort_keys=True).encode())
 
     def persisted_stats(self):
-        folder = os.path.join(self.root, "stats")
-        if not os.path.isdir(folder):
+        root = self.trusted()
+        if root is None:
             return []
         result = []
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".json"):
-                try:
-                    with open(os.path.join(folder, name)) as handle:
-                        result.append(json.load(handle))
-                except (OSError, ValueError):
-                    continue
+        for path in root.files(os.path.join(self.root, "stats"), ".json"):
+            current = _read_stats(root, path)
+            if current is not None:
+                result.append(current)
         return result
+
+
+def _read_stats(root, path):
+    try:
+        current = json.loads(root.read(path, limit=MAX_STATS_BYTES))
+    except (OSError, Rejected, ValueError):
+        return None
+    return current if isinstance(current, dict) else None
+
+
+def _digest(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dependencies(variant, fn):
+    """The functions every path of ``variant`` passed through, other than ``fn`` itself
+    (the key covers it), as ``dependency_of`` records them."""
+    function = _unwrapped(fn)
+    code = getattr(function, "__code__", None)
+    top = (getattr(function, "__qualname__", None), getattr(code, "co_filename", None))
+    found = {}
+    for _, path in variant.root.walk():
+        for qualname, file, source in path.functions:
+            if source is None:
+                raise serialize.NotSerializable(f"{qualname} has no readable source")
+            if (qualname, file) != top and (qualname, file) not in found:
+                found[(qualname, file)] = dependency_of(qualname, file)
+    return [found[item] for item in sorted(found)]
 
 
 def _stable_description(value):
@@ -332,147 +599,90 @@ def _merge(target, deltas):
             target[key] = target.get(key, 0) + value
 
 
-@contextlib.contextmanager
-def _locked(path):
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: counters may race, entries never do
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _stale_dependencies(dependencies):
-    """The first dependency whose source changed (or vanished), or ``None``."""
-    import linecache
-
-    for dependency in dependencies:
-        source = _current_source(dependency["qualname"], dependency["file"])
-        if source is None or _digest(source) != dependency["sha256"]:
-            return f"{dependency['qualname']} in {dependency['file']}"
-    linecache.checkcache()
-    return None
-
-
-def _current_source(qualname, file):
-    """The current source text of ``qualname`` defined in ``file``."""
-    import ast
-    import linecache
-
-    linecache.checkcache(file)
-    lines = linecache.getlines(file)
-    if not lines:
-        return None
-    text = "".join(lines)
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    parts = [part for part in qualname.split(".") if part != "<locals>"]
-    node = _find_definition(tree, parts)
-    if node is None:
-        return None
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    # The same block inspect.getsource finds, dedented as the front end stores it.
-    return textwrap.dedent("".join(inspect.getblock(lines[first - 1 :])))
-
-
-def _find_definition(tree, parts):
-    candidates = [tree]
-    for part in parts:
-        found = None
-        for parent in candidates:
-            for node in ast_walk_definitions(parent):
-                if getattr(node, "name", None) == part:
-                    found = node
-                    break
-            if found:
-                break
-        if found is None:
-            return None
-        candidates = [found]
-    return candidates[0]
-
-
-def ast_walk_definitions(node):
-    import ast
-
-    for child in ast.walk(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            yield child
-
-
 # --- the entry file format ---------------------------------------------------------------
-def write_entry(path, header, body, blobs):
+def write_entry(root, path, header, body, blobs):
     body_bytes = json.dumps(body, sort_keys=True).encode()
     payload = zlib.compress(struct.pack("<Q", len(body_bytes)) + body_bytes + b"".join(blobs), 6)
     header_bytes = json.dumps(header, sort_keys=True).encode()
     content = MAGIC + struct.pack("<Q", len(header_bytes)) + header_bytes + payload
-    _atomic_write(path, content + hashlib.sha256(content).digest())
+    root.write_signed(path, header["key"], content)
 
 
-def _atomic_write(path, data):
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+def _root_of(path):
+    """The trusted root an entry path (``<root>/v1/ab/<key>.tjc``) lives in."""
+    directory = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+        root = TrustedRoot.open(directory)
+    except Refused as error:
+        raise CorruptEntry(str(error)) from None
+    if root is None:
+        raise FileNotFoundError(path)
+    return root
 
 
-def read_header(path):
-    with open(path, "rb") as stream:
-        start = stream.read(len(MAGIC) + 8)
-        if len(start) < len(MAGIC) + 8 or not start.startswith(MAGIC):
-            raise CorruptEntry("not a tracejit cache entry")
-        (length,) = struct.unpack("<Q", start[len(MAGIC):])
-        data = stream.read(length)
-        if len(data) != length:
-            raise CorruptEntry("truncated header")
+def _verified_content(path, root, key):
+    root = root or _root_of(path)
+    key = key or os.path.basename(path)[: -len(".tjc")]
     try:
-        return json.loads(data)
+        return root.read_signed(path, key), key
+    except Rejected as error:
+        raise CorruptEntry(str(error)) from None
+
+
+def _parse_header(path, content):
+    start = len(MAGIC) + 8
+    if len(content) < start or not content.startswith(MAGIC):
+        raise CorruptEntry("not a tracejit cache entry (or one from an older tracejit)")
+    (length,) = struct.unpack("<Q", content[len(MAGIC):start])
+    if length > len(content) - start:
+        raise CorruptEntry("truncated header")
+    try:
+        header = json.loads(content[start : start + length])
     except ValueError as error:
         raise CorruptEntry(f"unreadable header: {error}") from None
+    if not isinstance(header, dict):
+        raise CorruptEntry("its header is not a record")
+    return header, start + length
 
 
-def read_entry(path):
-    """``(header, body)`` with ``body["blobs"]`` as a list of bytes; ``CorruptEntry`` if
-    the file is truncated, altered or not an entry."""
+def _parse_entry(path, content):
+    header, header_end = _parse_header(path, content)
     try:
-        with open(path, "rb") as stream:
-            data = stream.read()
-    except OSError as error:
-        raise CorruptEntry(str(error)) from None
-    if len(data) < len(MAGIC) + 8 + 32 or not data.startswith(MAGIC):
-        raise CorruptEntry("not a tracejit cache entry")
-    content, checksum = data[:-32], data[-32:]
-    if hashlib.sha256(content).digest() != checksum:
-        raise CorruptEntry("checksum mismatch (truncated or modified)")
-    (header_length,) = struct.unpack("<Q", content[len(MAGIC) : len(MAGIC) + 8])
-    header_end = len(MAGIC) + 8 + header_length
-    try:
-        header = json.loads(content[len(MAGIC) + 8 : header_end])
-        payload = zlib.decompress(content[header_end:])
+        inflater = zlib.decompressobj()
+        payload = inflater.decompress(content[header_end:], MAX_FILE_BYTES)
+        if inflater.unconsumed_tail:
+            raise CorruptEntry(f"its body inflates past {MAX_FILE_BYTES} bytes")
         (body_length,) = struct.unpack("<Q", payload[:8])
         body = json.loads(payload[8 : 8 + body_length])
     except (ValueError, zlib.error, struct.error) as error:
         raise CorruptEntry(f"unreadable entry: {error}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("blob_sizes"), list):
+        raise CorruptEntry("its body is not an entry's")
     blobs, offset = [], 8 + body_length
-    for size in body.get("blob_sizes", []):
+    for size in body["blob_sizes"]:
+        if not isinstance(size, int) or size < 0 or offset + size > len(payload):
+            raise CorruptEntry("its binary parts do not add up")
         blobs.append(payload[offset : offset + size])
         offset += size
     body["blobs"] = blobs
     return header, body
 
+
+def read_header(path, root=None, key=None):
+    """The header of a signed entry (``CorruptEntry`` if it does not verify)."""
+    content, key = _verified_content(path, root, key)
+    header, _ = _parse_header(path, content)
+    if header.get("key") != key:
+        raise CorruptEntry("its key does not match its file name")
+    return header
+
+
+def read_entry(path, root=None, key=None):
+    """``(header, body)`` of a signed entry, ``body["blobs"]`` a list of bytes;
+    ``CorruptEntry`` if it is unsigned, signed for another key, truncated, not a regular
+    file or not an entry, ``FileNotFoundError`` if there is none."""
+    content, key = _verified_content(path, root, key)
+    header, body = _parse_entry(path, content)
+    if header.get("key") != key:
+        raise CorruptEntry("its key does not match its file name")
+    return header, body

@@ -6,10 +6,18 @@
     tracejit cache clear [FUNC]
     tracejit cache verify [--json]
     tracejit cache prune --max-size SIZE        (SIZE like 500K, 200M, 1G)
+    tracejit cache resign --yes
 
 Every verb takes ``--cache-dir DIR`` (default: ``TRACEJIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tracejit``, else ``~/.cache/tracejit``). Problems are one line on
 stderr and a non-zero exit, never a traceback.
+
+The command reads the cache as a program does, through ``runtime.cache_trust``: a cache
+directory another user owns or can write to is refused, an entry that is not a regular
+file or whose signature does not match is reported, never followed or trusted. ``verify``
+and ``prune`` also remove temp files their writers left when killed. ``resign --yes``
+signs every entry with this cache's key: for a cache the user copied here on purpose
+(entries are code; only re-sign what you would run).
 """
 
 from __future__ import annotations
@@ -70,28 +78,33 @@ def build_parser():
     prune = verbs.add_parser("prune", help="delete least recently used entries",
                              parents=[common])
     prune.add_argument("--max-size", required=True, metavar="SIZE")
+    resign = verbs.add_parser("resign", help="sign every entry with this cache's key (for a "
+                              "cache you copied here yourself)", parents=[common])
+    resign.add_argument("--yes", action="store_true",
+                        help="confirm: trust every entry in the directory as your own code")
     return parser
 
 
 def _cache(args):
+    """The cache named on the command line, refused (one line, exit 1) when it cannot be
+    trusted; a missing directory is an empty cache and is not created."""
     from .cache import DiskCache
+    from .cache_trust import Refused
 
-    return DiskCache(getattr(args, "cache_dir", None) or default_cache_dir())
+    cache = DiskCache(getattr(args, "cache_dir", None) or default_cache_dir())
+    try:
+        cache.check()
+    except Refused as error:
+        raise CommandError(str(error)) from None
+    return cache
 
 
 def _headers(cache):
-    from .cache import CorruptEntry, read_header
-
-    rows = []
-    for path in cache.entries():
-        try:
-            header = read_header(path)
-        except CorruptEntry:
-            header = {"corrupt": True, "key": os.path.basename(path)[:-4]}
-        header["path"] = path
-        header["bytes"] = os.path.getsize(path)
-        header["used"] = os.path.getmtime(path)
-        rows.append(header)
+    """One row per entry file; ``corrupt`` rows carry the ``problem``."""
+    rows = cache.listing()
+    for row in rows:
+        if "problem" in row:
+            row["corrupt"] = True
     return rows
 
 
@@ -163,8 +176,8 @@ def _entries_for(cache, name):
         raise CommandError(f"no cache entry for {name!r} (see `tracejit cache list`)")
     for row in selected:
         try:
-            header, body = read_entry(row["path"])
-        except CorruptEntry as error:
+            header, body = read_entry(row["path"], root=cache.trusted(), key=row["key"])
+        except (CorruptEntry, FileNotFoundError) as error:
             raise CommandError(f"entry {row['key'][:12]} is corrupt: {error}") from None
         yield header, body
 
@@ -187,7 +200,8 @@ def command_show(args, out):
         print(f"  created {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}"
               f", tracejit {header.get('tracejit')}", file=out)
         for dependency in body["dependencies"]:
-            print(f"  depends on {dependency['qualname']} ({dependency['file']})", file=out)
+            print(f"  depends on {dependency['module']}.{dependency['qualname']} "
+                  f"({dependency['file']})", file=out)
         if args.guards:
             print("  entry guards:", file=out)
             for line in header.get("entry_guards", []):
@@ -259,34 +273,47 @@ def command_clear(args, out):
         if not rows:
             raise CommandError(_empty_message(cache))
         raise CommandError(f"no cache entry for {args.function!r} (see `tracejit cache list`)")
-    for row in selected:
-        os.unlink(row["path"])
+    cache.remove_entries(selected)
     if args.function is None:
         import shutil
 
-        shutil.rmtree(os.path.join(cache.root, "stats"), ignore_errors=True)
+        shutil.rmtree(os.path.join(cache.root, "stats"), ignore_errors=True)  # never follows links
+    else:
+        _forget_emptied_functions(cache, selected)
     print(f"tracejit: removed {len(selected)} entr{'y' if len(selected) == 1 else 'ies'}",
           file=out)
     return 0
+
+
+def _forget_emptied_functions(cache, removed):
+    """Counters of functions that no longer have an entry go with their last one, so
+    ``stats`` never reports entries that ``list`` does not show."""
+    left = {(row.get("function"), row.get("module")) for row in _headers(cache)}
+    for function in {(row.get("function"), row.get("module")) for row in removed
+                     if not row.get("corrupt")} - left:
+        cache.forget_counters(function=function)
 
 
 def command_verify(args, out):
     from .cache import CorruptEntry, read_entry
 
     cache = _cache(args)
+    orphans = cache.remove_orphans()
     results = []
     for path in cache.entries():
         try:
-            header, body = read_entry(path)
-            expected = os.path.basename(path)[:-4]
-            if header.get("key") != expected:
-                raise CorruptEntry("its key does not match its file name")
+            _, body = read_entry(path, root=cache.trusted())
             for entry in body["variant"]["paths"]:
                 if entry["program"]["object"] >= len(body["blobs"]):
                     raise CorruptEntry("object code is missing")
             results.append({"path": path, "ok": True})
         except (CorruptEntry, KeyError, TypeError) as error:
             results.append({"path": path, "ok": False, "problem": str(error)})
+        except FileNotFoundError:
+            continue  # removed while we looked
+    if orphans and not args.json:
+        print(f"tracejit: removed {len(orphans)} temp file(s) left by killed writers",
+              file=out)
     if args.json:
         json.dump(results, out, indent=2)
         out.write("\n")
@@ -323,15 +350,39 @@ def command_prune(args, out):
     rows = sorted(_headers(cache), key=lambda row: row["used"])
     total = sum(row["bytes"] for row in rows)
     removed = 0
+    orphans = cache.remove_orphans()
+    doomed = []
     for row in rows:
         if total <= limit:
             break
-        os.unlink(row["path"])
+        doomed.append(row)
         total -= row["bytes"]
         removed += 1
+    cache.remove_entries(doomed)
+    _forget_emptied_functions(cache, doomed)
+    if orphans:
+        print(f"tracejit: removed {len(orphans)} temp file(s) left by killed writers",
+              file=out)
     print(f"tracejit: removed {removed} entries; {_size_text(total)} left (limit "
           f"{_size_text(limit)})", file=out)
     return 0
+
+
+def command_resign(args, out):
+    cache = _cache(args)
+    if not cache.entries() and not cache.runtime_objects():
+        print(f"tracejit: {_empty_message(cache)}", file=out)
+        return 0
+    if not args.yes:
+        raise CommandError(
+            f"re-signing makes every entry in {cache.directory} trusted code that tracejit "
+            "links into your programs; if you copied this cache here yourself, run "
+            "`tracejit cache resign --yes`")
+    signed, skipped = cache.resign()
+    for path, problem in skipped:
+        print(f"skipped: {path}: {problem}", file=out)
+    print(f"tracejit: signed {signed} file(s) with the key of {cache.directory}", file=out)
+    return 1 if skipped else 0
 
 
 def _size_text(size):
@@ -347,7 +398,8 @@ def _indent(text, spaces):
 
 
 COMMANDS = {"list": command_list, "show": command_show, "stats": command_stats,
-            "clear": command_clear, "verify": command_verify, "prune": command_prune}
+            "clear": command_clear, "verify": command_verify, "prune": command_prune,
+            "resign": command_resign}
 
 
 def main(argv=None, out=None):

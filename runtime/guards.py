@@ -7,6 +7,10 @@ and the implicit inputs (arrays read through globals, closures, attributes). ``c
 turns it into straight-line Python that returns the program's inputs when everything holds
 and ``None`` otherwise, so the hit path costs a few attribute reads and comparisons.
 
+The spec may come from a disk cache entry, so the text is built only from what
+``_literal`` and ``_identifier`` let through (ints, bools, symbol names, the comparison
+operators); every other value reaches the guard as a bound constant, never as text.
+
 >>> import numpy as np
 >>> from tracer import trace
 >>> spec = EntrySpec.from_trace(trace(lambda x: x * 2, np.ones(5), dynamic=True))
@@ -17,6 +21,7 @@ and ``None`` otherwise, so the hit path costs a few attribute reads and comparis
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,6 +146,42 @@ def _dim_name(dim):
     return int(dim)
 
 
+_IDENTIFIER = re.compile(r"s[0-9]{1,6}\Z")  # symbol names, as tracing makes them
+_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def _literal(value, what):
+    """An int or bool as Python text; anything else is refused."""
+    if type(value) is bool:
+        return "True" if value else "False"
+    if type(value) is not int:
+        raise ValueError(f"entry guard: {what} is {value!r}, not an integer")
+    return str(value)
+
+
+def _identifier(name, known, what):
+    """A symbol name as Python text: it must look like one and be one of ``known``."""
+    if not (isinstance(name, str) and _IDENTIFIER.match(name) and name in known):
+        raise ValueError(f"entry guard: {what} {name!r} is not a symbol of this variant")
+    return name
+
+
+def _relation(guard, bound):
+    """A shape guard's comparison as text over bound symbols."""
+    if guard.op not in _COMPARISONS:
+        raise ValueError(f"entry guard: unknown comparison {guard.op!r}")
+    sides = []
+    for side in (guard.lhs, guard.rhs):
+        if isinstance(side, DimExpr):
+            for name in side.symbols():
+                _identifier(name, bound, "a shape guard's dim")
+            sides.append(str(side))
+        else:
+            sides.append(_literal(side, "a shape guard's side"))
+    expected = _literal(guard.expected, "a shape guard's expected value")
+    return f"(({sides[0]}) {guard.op} ({sides[1]})) is not {expected}"
+
+
 class _Source:
     def __init__(self):
         self.lines, self.namespace, self.counter = [], {}, 0
@@ -175,13 +216,15 @@ def _array_checks(source, variable, spec, bound, ranges):
     source.add(f"shape = {variable}.shape")
     source.add(f"if len(shape) != {len(spec.shape)}: return None")
     for axis, dim in enumerate(spec.shape):
-        if isinstance(dim, int):
-            source.add(f"if shape[{axis}] != {dim}: return None")
-        elif dim in bound:
+        if not isinstance(dim, str):
+            source.add(f"if shape[{axis}] != {_literal(dim, 'a static dim')}: return None")
+            continue
+        dim = _identifier(dim, ranges, "a dim")
+        if dim in bound:
             source.add(f"if shape[{axis}] != {dim}: return None")
         else:
             bound.add(dim)
-            low, high = ranges[dim]
+            low, high = (_literal(end, f"the bucket of {dim}") for end in ranges[dim])
             source.add(f"{dim} = shape[{axis}]")
             source.add(f"if {dim} < {low} or {dim} > {high}: return None")
 
@@ -219,8 +262,7 @@ def compile_guard(spec):
             source.add(f"if {variable} is not {value}: return None")
         values[("leaf", position)] = variable
     for guard in spec.shape_guards:
-        relation = f"({guard.lhs}) {guard.op} ({guard.rhs})"
-        source.add(f"if ({relation}) is not {guard.expected}: return None")
+        source.add(f"if {_relation(guard, bound)}: return None")
     for number, implicit in enumerate(spec.implicit):
         variable = f"implicit{number}"
         path = source.constant(implicit.path, "P")
@@ -237,7 +279,8 @@ def compile_guard(spec):
         source.add("try:")
         if path.root[0] == "global" and not path.steps:  # the common case, read directly
             namespace = source.constant(path.root[1], "G")
-            source.add(f"    {variable} = {namespace}[{path.root[2]!r}]")
+            name = source.constant(str(path.root[2]), "N")
+            source.add(f"    {variable} = {namespace}[{name}]")
         else:
             reader = source.constant(path, "P")
             source.add(f"    {variable} = {reader}.resolve(leaves)")
@@ -248,7 +291,9 @@ def compile_guard(spec):
         elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
             source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
-                       f"{value[1]}: return None")
+                       f"{_literal(value[1], 'a guarded length')}: return None")
+        elif kind != "value":
+            raise ValueError(f"entry guard: an outside value of kind {kind!r}")
         else:
             kind_type = source.constant(type(value), "T")
             expected = source.constant(value, "V")

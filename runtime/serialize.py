@@ -2,18 +2,27 @@
 
 Everything a variant needs at a warm start is data: the entry spec, and per path the IR
 text (``tracer.ir`` parses it back), constants (raw bytes with dtype and shape), object
-code, the wrapper source, and how outputs are rebuilt. Implicit inputs are stored as a
-root that can be found again in a new process (a module global, a function's closure
-cell or default, an argument leaf) plus attribute/item steps.
+code, the values lowering materialized, and how outputs are rebuilt. Implicit inputs are
+stored as a root that can be found again in a new process (a module global, a function's
+closure cell or default, an argument leaf) plus attribute/item steps.
+
+Loading trusts the entry's signature (``runtime.cache_trust``) and still treats its
+contents as data, never as code: every field is checked for its type (ints, bools, known
+dtype strings, symbol names, known kinds and operators) before it is used, the IR is
+parsed, the program's wrapper is generated here from the parsed graph (the stored
+wrapper text must match it, or the entry was built by another scheduler and is
+refused), and the entry guard is generated here from the checked spec. Anything else
+raises ``InvalidEntry`` and the variant is compiled afresh.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
 
-from codegen.program import KernelInfo, Program
+from codegen.program import KernelInfo, Program, rebuild_wrapper
 from tracer import pytree
 from tracer.dims import parse_dim
 from tracer.implicit import Path as ImplicitPath
@@ -26,6 +35,49 @@ from .variants import OutputPlan, Path, Variant
 class NotSerializable(Exception):
     """The variant holds something a new process could not rebuild (an object argument,
     a namedtuple output, an implicit input with no findable root)."""
+
+
+class InvalidEntry(NotSerializable):
+    """A field of a stored variant is not what tracejit writes there (wrong type, unknown
+    kind, a dtype or name it never uses): the entry is not used."""
+
+
+# --- checking what was read ---------------------------------------------------------------
+_DTYPE_TEXT = re.compile(r"[<>|=][biuf][1248]\Z")  # plain numbers only: no objects, records
+_SYMBOL = re.compile(r"s[0-9]{1,6}\Z")  # tracing names symbols s0, s1, ...
+SHAPE_GUARD_OPS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def _check(condition, what):
+    if not condition:
+        raise InvalidEntry(what)
+
+
+def _integer(value, what, low=0):
+    _check(type(value) is int and value >= low, f"{what} is not an integer >= {low}")
+    return value
+
+
+def _text(value, what):
+    _check(isinstance(value, str), f"{what} is not text")
+    return value
+
+
+def _integers(values, what, low=0):
+    _check(isinstance(values, list), f"{what} is not a list")
+    return [_integer(value, what, low) for value in values]
+
+
+def dtype_of(text):
+    """A NumPy dtype from its ``str`` (``"<f4"``): numbers only."""
+    _check(isinstance(text, str) and _DTYPE_TEXT.match(text), f"dtype {text!r} is not one "
+           "tracejit compiles")
+    return np.dtype(text)
+
+
+def symbol_name(value):
+    _check(isinstance(value, str) and _SYMBOL.match(value), f"{value!r} is not a symbol")
+    return value
 
 
 # --- trees -------------------------------------------------------------------------------
@@ -42,14 +94,20 @@ def tree_to_json(tree):
     return {tree.kind: [tree_to_json(child) for child in tree.children]}
 
 
-def tree_from_json(data):
+def tree_from_json(data, depth=0):
     if data == "*":
         return pytree.LEAF
+    _check(isinstance(data, dict) and len(data) == 1 and depth < 64, "a malformed tree")
     (kind, children), = data.items()
+    _check(kind in ("tuple", "list", "dict") and isinstance(children, list),
+           f"a tree of kind {kind!r}")
     if kind == "dict":
+        _check(all(isinstance(item, list) and len(item) == 2 and isinstance(item[0], (
+            str, int)) for item in children), "a malformed dict in a tree")
         return pytree.TreeDef("dict", tuple(key for key, _ in children),
-                              tuple(tree_from_json(child) for _, child in children))
-    return pytree.TreeDef(kind, None, tuple(tree_from_json(child) for child in children))
+                              tuple(tree_from_json(child, depth + 1) for _, child in children))
+    return pytree.TreeDef(kind, None, tuple(tree_from_json(child, depth + 1)
+                                            for child in children))
 
 
 # --- implicit input paths ----------------------------------------------------------------
@@ -127,6 +185,12 @@ def import_address(value):
     return None
 
 
+def _address(data):
+    _check(isinstance(data, dict), "a malformed function address")
+    return {"module": _text(data["module"], "a module name"),
+            "qualname": _text(data["qualname"], "a function name")}
+
+
 def _resolve_function(address):
     """The function at ``module.qualname`` now (a jit function's wrapped function)."""
     value = sys.modules.get(address["module"])
@@ -138,14 +202,25 @@ def _resolve_function(address):
 
 
 def path_from_json(data, fn):
+    _check(isinstance(data, dict), "a malformed implicit input path")
     kind = data["kind"]
+    _check(kind in ("global", "closure", "default", "kwdefault", "arg"),
+           f"an implicit input rooted in {kind!r}")
+    steps = data["steps"]
+    _check(isinstance(steps, list) and all(
+        isinstance(step, list) and len(step) == 2 and step[0] in ("attr", "item") and
+        isinstance(step[1], (str, int)) and not isinstance(step[1], bool) for step in steps),
+        "malformed steps of an implicit input path")
     if kind == "global":
+        _text(data["module"], "a module name")
+        _text(data["name"], "a global name")
         module = sys.modules.get(data["module"])
         if module is None:
             raise NotSerializable(f"module {data['module']} is not imported")
         root = ("global", module.__dict__, data["name"])
     elif kind == "closure":
-        function = _resolve_function(data["function"])
+        _text(data["name"], "a closure variable name")
+        function = _resolve_function(_address(data["function"]))
         if function is None and data["function"]["qualname"] == getattr(fn, "__qualname__", ""):
             function = fn
         names = getattr(getattr(function, "__code__", None), "co_freevars", ())
@@ -153,10 +228,13 @@ def path_from_json(data, fn):
             raise NotSerializable(f"closure variable {data['name']} not found")
         root = ("closure", function.__closure__[names.index(data["name"])], data["name"])
     elif kind in ("default", "kwdefault"):
-        function = _resolve_function(data["function"]) or fn
-        root = (kind, function, data["index"])
+        function = _resolve_function(_address(data["function"])) or fn
+        index = data["index"]
+        _check(type(index) is int if kind == "default" else isinstance(index, str),
+               "a malformed default argument index")
+        root = (kind, function, index)
     else:
-        root = ("arg", data["leaf"])
+        root = ("arg", _integer(data["leaf"], "an argument leaf"))
     return ImplicitPath(root, tuple((step, key) for step, key in data["steps"]))
 
 
@@ -206,34 +284,92 @@ def _outside_to_json(path, kind, value, fn):
 
 
 def _outside_from_json(data, fn):
-    value = data["value"]
-    if data["kind"] == "is":
-        value = _resolve_function(value)
+    value, kind = data["value"], data["kind"]
+    _check(kind in ("is", "len", "value"), f"an outside value of kind {kind!r}")
+    if kind == "is":
+        address = _address(value)
+        value = _resolve_function(address)
         if value is None:
-            raise NotSerializable(f"{data['value']['module']}.{data['value']['qualname']} "
-                                  "is not there any more")
-    elif data["kind"] == "len":
-        value = tuple(value)
-    elif data.get("type") == "float":
-        value = float(value)
-    return path_from_json(data["path"], fn), data["kind"], value
+            raise NotSerializable(f"{address['module']}.{address['qualname']} is not there "
+                                  "any more")
+    elif kind == "len":
+        _check(isinstance(value, list) and len(value) == 2 and value[0] in ("list", "tuple"),
+               "a malformed length guard")
+        value = (value[0], _integer(value[1], "a guarded length"))
+    else:
+        _check(is_json_value(value) and not isinstance(value, list), "a malformed outside "
+               "value")
+        if data.get("type") == "float":
+            _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+                   "a float outside value that is not a number")
+            value = float(value)
+    return path_from_json(data["path"], fn), kind, value
+
+
+def _array_fields(data, symbols, what):
+    """dtype, shape (ints and known symbols) and requires_grad of an array leaf."""
+    dtype_of(data["dtype"])
+    _check(isinstance(data["shape"], list), f"the shape of {what}")
+    for dim in data["shape"]:
+        _check((type(dim) is int and dim >= 0) or dim in symbols, f"a dim {dim!r} of {what}")
+    _check(isinstance(data.get("requires_grad", False), bool), f"requires_grad of {what}")
+    return data["dtype"], tuple(data["shape"]), data.get("requires_grad", False)
+
+
+def _leaf_from_json(leaf, symbols, number):
+    kind, type_name = leaf["kind"], leaf["type"]
+    what = f"argument leaf {number}"
+    if kind == "array":
+        _check(type_name in ("ndarray", "Tensor"), f"{what} of type {type_name!r}")
+        dtype, shape, grad = _array_fields(leaf, symbols, what)
+        return LeafSpec("array", type_name, dtype, shape, None, grad)
+    if kind == "scalar":
+        _check(type_name in ("int", "float"), f"{what}: a scalar of type {type_name!r}")
+        return LeafSpec("scalar", type_name)
+    _check(kind == "static" and is_json_value(leaf["value"]), f"{what} of kind {kind!r}")
+    value = _tuples(leaf["value"])
+    _check(type(value).__name__ == type_name, f"{what}: a {type_name} holding "
+           f"{type(value).__name__}")
+    return LeafSpec("static", type_name, value=value)
+
+
+def _shape_guard_from_json(data, symbols):
+    _check(data["op"] in SHAPE_GUARD_OPS, f"a shape guard with operator {data['op']!r}")
+    _check(isinstance(data["expected"], bool), "a shape guard expecting a non-bool")
+    sides = [parse_dim(_text(data[side], "a shape guard side")) for side in ("lhs", "rhs")]
+    for side in sides:
+        _check(isinstance(side, int) or side.symbols() <= set(symbols),
+               "a shape guard over unknown symbols")
+    location = data["location"]
+    return ShapeGuard(sides[0], data["op"], sides[1], data["expected"],
+                      parse_location(_text(location, "a location")) if location else None,
+                      _text(data["reason"], "a shape guard's reason"))
 
 
 def spec_from_json(data, fn):
-    leaves = [LeafSpec(leaf["kind"], leaf["type"], leaf["dtype"], tuple(leaf["shape"]),
-                       _tuples(leaf["value"]), leaf.get("requires_grad", False))
-              for leaf in data["leaves"]]
-    guards = [ShapeGuard(parse_dim(g["lhs"]), g["op"], parse_dim(g["rhs"]), g["expected"],
-                         parse_location(g["location"]), g["reason"])
-              for g in data["shape_guards"]]
-    implicit = [ImplicitSpec(path_from_json(i["path"], fn), i["dtype"], tuple(i["shape"]),
-                             i["type"], i.get("requires_grad", False))
-                for i in data["implicit"]]
-    return EntrySpec(tree_from_json(data["tree"]), leaves,
-                     {name: tuple(bounds) for name, bounds in data["symbols"].items()},
-                     guards, implicit, [tuple(source) for source in data["inputs"]],
-                     list(data["shape_guard_text"]),
-                     [_outside_from_json(item, fn) for item in data.get("outside", [])])
+    symbols = {}
+    for name, bounds in data["symbols"].items():
+        low, high = _integers(bounds, f"the bucket of {name}")
+        symbols[symbol_name(name)] = (low, high)
+    leaves = [_leaf_from_json(leaf, symbols, number)
+              for number, leaf in enumerate(data["leaves"])]
+    guards = [_shape_guard_from_json(g, symbols) for g in data["shape_guards"]]
+    implicit = []
+    for number, item in enumerate(data["implicit"]):
+        _check(item["type"] in ("ndarray", "Tensor"), f"implicit input {number}'s type")
+        dtype, shape, grad = _array_fields(item, symbols, f"implicit input {number}")
+        implicit.append(ImplicitSpec(path_from_json(item["path"], fn), dtype, shape,
+                                     item["type"], grad))
+    inputs = []
+    for source in data["inputs"]:
+        _check(isinstance(source, list) and len(source) == 2 and (
+            (source[0] == "leaf" and _integer(source[1], "an input") < len(leaves)) or
+            (source[0] == "implicit" and _integer(source[1], "an input") < len(implicit))),
+            f"a program input from {source!r}")
+        inputs.append(tuple(source))
+    texts = [_text(text, "a shape guard's text") for text in data["shape_guard_text"]]
+    return EntrySpec(tree_from_json(data["tree"]), leaves, symbols, guards, implicit, inputs,
+                     texts, [_outside_from_json(item, fn) for item in data.get("outside", [])])
 
 
 def _tuples(value):
@@ -266,31 +402,59 @@ def program_to_json(program, blobs):
         "llvm_ir": program.llvm_ir,
         "optimized_ir": program.optimized_ir,
         "profiled": program.profiled,
-        "wrapper": program.wrapper_source,
+        "wrapper": program.wrapper_source,  # shown by `cache show --source`, never run
+        "materialized": list(program.materialized),
         "compile_seconds": program.compile_seconds,
         "object": blobs.add(program.object_code),
     }
 
 
+def _blob(blobs, index, what):
+    _check(type(index) is int and 0 <= index < len(blobs.parts), f"{what} is missing")
+    return blobs.parts[index]
+
+
+def _constant_from_json(constant, blobs):
+    dtype = dtype_of(constant["dtype"])
+    shape = _integers(constant["shape"], "a constant's shape")
+    data = _blob(blobs, constant["blob"], "a constant's bytes")
+    _check(int(np.prod(shape)) * dtype.itemsize == len(data), "a constant's size")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
 def program_from_json(data, blobs):
     from codegen.program import link
 
-    table = {
-        constant["digest"]: np.frombuffer(blobs.parts[constant["blob"]],
-                                          dtype=np.dtype(constant["dtype"])).reshape(
-            constant["shape"]).copy()
-        for constant in data["constants"]
-    }
+    table = {_text(constant["digest"], "a constant's digest"):
+             _constant_from_json(constant, blobs) for constant in data["constants"]}
+    graph = parse_graph(_text(data["graph"], "the IR"), table)
+    materialized = [_text(name, "a materialized value") for name in data["materialized"]]
+    wrapper = rebuild_wrapper(graph, materialized)
+    # The stored text is what the writer's schedule produced for this object code: a
+    # different one here means other buffer slots, so the native code must not run.
+    _check(wrapper == data["wrapper"], "its wrapper differs from the one this tracejit "
+           "generates for its IR (built by another scheduler)")
+    kernels = []
+    for kernel in data["kernels"]:
+        stages = kernel["stages"]
+        _check(isinstance(stages, list) and all(isinstance(stage, str) for stage in stages),
+               "a kernel's stages")
+        kernels.append(KernelInfo(_text(kernel["name"], "a kernel name"),
+                                  _text(kernel["kind"], "a kernel kind"),
+                                  _text(kernel["root"], "a kernel root"), stages))
+    _check(isinstance(data.get("profiled", False), bool), "the profiled flag")
+    _check(isinstance(data["compile_seconds"], dict), "compile times")
     program = Program(
-        name=data["name"],
-        graph=parse_graph(data["graph"], table),
-        kernels=[KernelInfo(k["name"], k["kind"], k["root"], k["stages"]) for k in data["kernels"]],
-        llvm_ir=data["llvm_ir"],
-        optimized_ir=data["optimized_ir"],
-        object_code=blobs.parts[data["object"]],
-        wrapper_source=data["wrapper"],
+        name=_text(data["name"], "a program name"),
+        graph=graph,
+        kernels=kernels,
+        llvm_ir=_text(data["llvm_ir"], "LLVM IR"),
+        optimized_ir=_text(data["optimized_ir"], "optimized LLVM IR"),
+        object_code=_blob(blobs, data["object"], "object code"),
+        wrapper_source=wrapper,
         compile_seconds=data["compile_seconds"],
         profiled=data.get("profiled", False),
+        materialized=materialized,
     )
     return link(program)
 
@@ -306,9 +470,18 @@ def outputs_to_json(plan):
 
 
 def outputs_from_json(data):
-    return OutputPlan(tree_from_json(data["tree"]),
-                      [(kind, _tuples(value)) for kind, value in data["leaves"]],
-                      {position: index for position, index in data["mutated"]})
+    leaves = []
+    for kind, value in data["leaves"]:
+        if kind == "static":
+            _check(is_json_value(value), "a static result that is not a plain value")
+        else:
+            _check(kind in ("array", "scalar", "value"), f"a result of kind {kind!r}")
+            _integer(value, "a result's program output")
+        leaves.append((kind, _tuples(value)))
+    mutated = {}
+    for position, index in data["mutated"]:
+        mutated[_integer(position, "a mutated argument")] = _integer(index, "an output")
+    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated)
 
 
 def variant_to_json(variant, fn, blobs):
@@ -341,21 +514,32 @@ def variant_from_json(data, fn, blobs):
 
     for entry in data["paths"]:
         program = program_from_json(entry["program"], blobs)
+        functions = [(_text(name, "a function name"), _text(file, "a file name"), None)
+                     for name, file in entry["functions"]]
         path = Path(program, outputs_from_json(entry["outputs"]), program.graph.guards,
-                    [(name, file, None) for name, file in entry["functions"]])
+                    functions)
         if "backward" in entry:
             plan = entry["gradients"]
+            wrt = []
+            for kind, position in plan["wrt"]:
+                _check(kind in ("leaf", "implicit"), f"a gradient with respect to {kind!r}")
+                wrt.append((kind, _integer(position, "a gradient's input")))
             path.backward = program_from_json(entry["backward"], blobs)
-            path.gradients = GradientPlan(plan["forward_outputs"], plan["differentiable"],
-                                          plan["cotangent_inputs"],
-                                          [tuple(item) for item in plan["wrt"]])
-            path.residual_bytes = plan["residual_bytes"]
-        if not entry["via"]:
+            path.gradients = GradientPlan(
+                _integer(plan["forward_outputs"], "forward outputs"),
+                _integers(plan["differentiable"], "differentiable outputs"),
+                _integers(plan["cotangent_inputs"], "cotangent inputs"), wrt)
+            path.residual_bytes = _integer(plan["residual_bytes"], "residual bytes")
+        via = _integers(entry["via"], "a path's place in the tree")
+        if not via:
+            _check(root is None, "two root paths")
             root = path
             continue
+        _check(root is not None, "a path before its root")
         parent = root
-        for guard_index in entry["via"][:-1]:
+        for guard_index in via[:-1]:
             parent = parent.children[guard_index]
-        parent.children[entry["via"][-1]] = path
+        parent.children[via[-1]] = path
+    _check(root is not None, "no root path")
     return Variant(spec, compile_guard(spec), root, from_disk=True)
 

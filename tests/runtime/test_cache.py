@@ -232,7 +232,8 @@ DAMAGE = {"truncated": _truncate, "garbage": _garbage, "flipped-byte": _flip_a_m
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_entry_is_ignored_recompiled_and_rewritten(populated, tmp_path, damage):
-    project = Project(tmp_path / "project", tmp_path / "cache")
+    # The same project (its files are part of the key), a copy of its cache.
+    project = Project(populated.root, tmp_path / "cache")
     shutil.copytree(populated.cache_dir, project.cache_dir)
     damaged, intact = project.entry_for(3), project.entry_for(10)
     DAMAGE[damage](damaged, intact)

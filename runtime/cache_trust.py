@@ -32,10 +32,11 @@ guard and wrapper code from validated fields).
 >>> root.write_signed(entry, "abc", b"object code and metadata")
 >>> root.read_signed(entry, "abc")
 b'object code and metadata'
->>> root.read_signed(entry, "abd")  # the same bytes under another key: rejected
-Traceback (most recent call last):
-...
-runtime.cache_trust.Rejected: .../abc.tjc: its signature does not match (copied from another key or cache, or forged)
+>>> try:  # the same bytes under another key
+...     root.read_signed(entry, "abd")
+... except Rejected as error:
+...     print("rejected:", str(error).split(": ", 1)[1])
+rejected: its signature does not match (copied from another key or cache, or forged)
 """
 
 from __future__ import annotations

@@ -484,6 +484,16 @@ def outputs_from_json(data):
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated)
 
 
+def _check_outputs(plan, count, has_backward):
+    """The result plan reads only outputs the program has, and (without a backward, whose
+    residuals are extra outputs) every one of them: a plan that ignores the program's
+    results would return made-up values."""
+    used = {value for kind, value in plan.leaves if kind != "static"}
+    used |= set(plan.mutated.values())
+    _check(all(index < count for index in used), "a result read from a missing output")
+    _check(has_backward or used == set(range(count)), "results that ignore the program")
+
+
 def variant_to_json(variant, fn, blobs):
     paths = []
     for prefix, path in variant.root.walk():
@@ -516,8 +526,9 @@ def variant_from_json(data, fn, blobs):
         program = program_from_json(entry["program"], blobs)
         functions = [(_text(name, "a function name"), _text(file, "a file name"), None)
                      for name, file in entry["functions"]]
-        path = Path(program, outputs_from_json(entry["outputs"]), program.graph.guards,
-                    functions)
+        outputs = outputs_from_json(entry["outputs"])
+        _check_outputs(outputs, len(program.graph.outputs), "backward" in entry)
+        path = Path(program, outputs, program.graph.guards, functions)
         if "backward" in entry:
             plan = entry["gradients"]
             wrt = []

@@ -354,3 +354,103 @@ def test_a_global_function_is_part_of_the_entry_and_rebinding_it_recompiles(proj
     report = json.loads(completed.stdout)
     np.testing.assert_allclose(report["result"], np.sin(x) * 2, rtol=1e-12)
     assert report["stats"]["disk_hits"] == 0
+
+
+# --- what the key covers: the defining files, as this process resolves them ----------------
+SCRIPT_WITH_HELPER = textwrap.dedent('''\
+    import json
+
+    import numpy as np
+
+    from runtime import jit
+
+
+    def helper(x):
+        return x * FACTOR
+
+
+    @jit
+    def f(x):
+        return helper(x) + 1.0
+
+
+    print(json.dumps({"result": f(np.arange(4.0)).tolist(), "stats": f.stats()}))
+''')
+
+
+def _run_script(folder, cache_dir, *arguments, env=None):
+    completed = subprocess.run([sys.executable, *arguments], cwd=folder, capture_output=True,
+                               text=True, timeout=120, env=env or dict(
+                                   os.environ, TRACEJIT_CACHE_DIR=str(cache_dir),
+                                   PYTHONDONTWRITEBYTECODE="1"))
+    assert completed.returncode == 0, completed.stderr
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_two_scripts_with_the_same_function_and_helper_names_do_not_share_an_entry(tmp_path):
+    """a/model.py and b/model.py both run as __main__ with ``helper`` and ``f``: b must
+    compute with its own helper (it used to print a's result, loaded from a's entry)."""
+    cache_dir = tmp_path / "cache"
+    for name, factor in (("a", "2.0"), ("b", "3.0")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.py").write_text(SCRIPT_WITH_HELPER.replace("FACTOR", factor))
+    for round_number in range(2):
+        for name, factor in (("a", 2.0), ("b", 3.0)):
+            report = _run_script(tmp_path / name, cache_dir, "model.py")
+            assert report["result"] == (np.arange(4.0) * factor + 1.0).tolist(), name
+            assert report["stats"]["disk_hits"] == round_number, (name, report["stats"])
+
+
+def test_a_helper_this_process_finds_in_another_file_invalidates_the_entry(tmp_path):
+    """One main.py; ``helper`` comes from whichever directory PYTHONPATH names first. The
+    entry recorded a helper in first/; a process that imports second/helper.py must not
+    use it, though first/helper.py is unchanged."""
+    project = Project(tmp_path / "project", tmp_path / "cache")
+    for folder, body in (("first", "x * 2"), ("second", "x * 7")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helper.py").write_text(f"def scale(x):\n    return {body}\n")
+    (project.root / "helper.py").unlink()
+    reports = {}
+    for folder in ("first", "first", "second", "second"):
+        env = project.env(PYTHONPATH=os.pathsep.join([str(tmp_path / folder),
+                                                      os.environ.get("PYTHONPATH", "")]))
+        completed = subprocess.run(project.command([POSITIVE]), cwd=project.root, env=env,
+                                   capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 0, completed.stderr
+        report = json.loads(completed.stdout)
+        factor = 2 if folder == "first" else 7
+        assert report["results"] == [expected(POSITIVE, factor=factor)], folder
+        reports.setdefault(folder, []).append(report["stats"])
+    # The entry made with first/ serves first/ again, not second/ (one key: rewritten).
+    assert [stats["disk_hits"] for stats in reports["first"]] == [0, 1]
+    assert [stats["disk_hits"] for stats in reports["second"]] == [0, 1]
+
+
+def test_a_function_without_readable_source_is_cached_in_memory_only(tmp_path):
+    cache_dir = tmp_path / "cache"
+    command = textwrap.dedent('''\
+        import json
+        import numpy as np
+        from runtime import jit
+        namespace = {"jit": jit, "np": np}
+        exec("def helper(x):\\n    return x * 5.0\\n"
+             "@jit\\ndef g(x):\\n    return helper(x) - 1.0\\n", namespace)
+
+        @jit
+        def f(x):
+            return x + 2.0
+
+        x = np.arange(3.0)
+        print(json.dumps({"result": [f(x).tolist(), namespace["g"](x).tolist(),
+                                     namespace["g"](x).tolist()],
+                          "stats": namespace["g"].stats()}))
+    ''')
+    for _ in range(2):
+        report = _run_script(tmp_path, cache_dir, "-c", command)
+        x = np.arange(3.0)
+        assert report["result"] == [(x + 2.0).tolist(), (x * 5 - 1).tolist(),
+                                    (x * 5 - 1).tolist()]
+        assert report["stats"]["compiled_calls"] == 1  # compiled, in memory
+        assert report["stats"]["disk_hits"] == 0
+    assert not list(cache_dir.glob("v1/*/*.tjc"))

@@ -1369,7 +1369,8 @@ class ProgramLowering:
                 builder.ret(ir.Constant(I32, guard_numbers[id(guard)] + 1))
                 builder.position_at_end(passed)
 
-        check(self.schedule.entry_guards)
+        checks = guard_checks(self.schedule)
+        check(checks[-1])
         counters = self._profile_counters(len(kernels)) if self.profile else None
         for number, (kernel, (kernel_function, buffers, starts)) in enumerate(
                 zip(self.schedule.kernels, kernels)):
@@ -1381,7 +1382,7 @@ class ProgramLowering:
                 for slot, amount in ((2 * number, _const(1)), (2 * number + 1, elapsed)):
                     builder.atomic_rmw("add", builder.gep(counters, [_const(0), _const(slot)]),
                                        amount, "monotonic")
-            check(kernel.guards)
+            check(checks[number])
         builder.ret(builder.neg(builder.load(status, typ=I32)))
         return self.module, entry_name
 
@@ -1408,10 +1409,30 @@ def program_slots(schedule):
     return slots
 
 
+def guard_checks(schedule):
+    """The guards to check after each kernel (``-1``: before any), in body order: each
+    right after the kernel computing its predicate, except that a guard waits for the
+    margin guard just before it (``tracer.guard_margins``), so a margin inside the rounding
+    bound takes the margin's exit, not the guard's. (Where the margin runs later it reads
+    the guard's predicate, so that buffer is still live.)"""
+    owner = {id(guard): -1 for guard in schedule.entry_guards}
+    for index, kernel in enumerate(schedule.kernels):
+        owner.update((id(guard), index) for guard in kernel.guards)
+    checks = {index: [] for index in range(-1, len(schedule.kernels))}
+    previous = None
+    for guard in schedule.graph.guards:
+        at = owner[id(guard)]
+        if previous is not None and previous.convert == "margin" and guard.convert != "margin":
+            at = max(at, owner[id(previous)])
+        checks[at].append(guard)
+        previous = guard
+    return checks
+
+
 def guard_holds(builder, value, dtype, guard):
     """Is ``convert(value) == expected`` (the assumption the trace made)?"""
     dtype = np.dtype(dtype)
-    if guard.convert == "bool":
+    if guard.convert in ("bool", "margin"):  # a margin guard expects "not ambiguous"
         truth = as_bool(builder, value)
         return builder.icmp_unsigned("==", truth, ir.Constant(I1, int(bool(guard.expected))))
     if dt.is_float(dtype):

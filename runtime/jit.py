@@ -361,6 +361,12 @@ class JitFunction:
     # --- side exits and the trace tree ------------------------------------------------
     def _side_exit(self, variant, path, guard_index, args, kwargs):
         guard = path.guards[guard_index]
+        if guard.convert == "margin":
+            # Rounding could make the next guard decide unlike NumPy: eager decides. Not a
+            # hot exit: the other path would meet the same margin.
+            log_guards.info("guard %s is within rounding of its threshold; ran eagerly",
+                            _guard_label(guard))
+            return self._run_eager(args, kwargs, "guard margin")
         label = _guard_label(guard)
         with self._lock:
             self._side_exits[label] += 1

@@ -184,7 +184,10 @@ class Eqn:
 class Guard:
     """Compiled code checks ``convert(predicate) == expected``; ``convert`` is ``bool``
     (``if``, ``while``, ``and``), ``int``/``float``/``item``/``index`` (a value the trace
-    used as a Python number)."""
+    used as a Python number), or ``margin``: checked as ``bool``, but its predicate says
+    whether rounding could make the next guard at this location decide differently from
+    NumPy (``tracer.guard_margins``), so failing it runs the call eagerly and never grows
+    another path."""
 
     predicate: object  # an atom
     convert: str
@@ -254,6 +257,8 @@ class Graph:
     def __str__(self):
         return format_graph(self)
 
+
+CONVERSIONS = ("bool", "int", "float", "item", "index", "margin")
 
 _COMPARE_TEXT = {
     "==": lambda a, b: a == b,
@@ -645,6 +650,22 @@ class _Described:
     __str__ = __repr__ = lambda self: format_item(self.item)
 
 
+def infer_aval(prim, inputs, params, context):
+    """The aval of ``prim`` applied to ``inputs`` (atoms) with ``params`` (a dict), by its
+    shape rule; ``context`` is ``_VerifyContext(graph)`` (``shape_context``)."""
+    avals = [_symbolic(atom.aval, context) for atom in inputs]
+    symbolic = {key: _symbolic_param(value, context) for key, value in params.items()}
+    result = prim.abstract_eval(*avals, **symbolic)
+    shape = tuple(_concrete_expr(dim) for dim in result.shape)
+    return AbstractArray(shape, result.dtype)
+
+
+def shape_context(graph):
+    """What ``infer_aval`` decides dim comparisons by: ``graph``'s symbol ranges and shape
+    guards."""
+    return _VerifyContext(graph)
+
+
 def verify(graph):
     """Check SSA form, types and shapes (by re-running every shape rule), guards, effects
     and symbols; raise ``VerifyError`` naming the first problem."""
@@ -688,10 +709,8 @@ def verify(graph):
         if isinstance(item, Eqn):
             for atom in item.inputs:
                 use(atom, where)
-            avals = [_symbolic(atom.aval, context) for atom in item.inputs]
-            params = {key: _symbolic_param(value, context) for key, value in item.params}
             try:
-                result = item.prim.abstract_eval(*avals, **params)
+                result = infer_aval(item.prim, item.inputs, item.params_dict, context)
             except VerifyError:
                 raise
             except Exception as error:
@@ -703,7 +722,7 @@ def verify(graph):
             define(item.out, where)
         elif isinstance(item, Guard):
             use(item.predicate, where)
-            if item.convert not in ("bool", "int", "float", "item", "index"):
+            if item.convert not in CONVERSIONS:
                 raise VerifyError(f"{where}: unknown conversion {item.convert!r}")
             size = 1
             for dim in item.predicate.aval.shape:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .guard_margins import add_guard_margins
 from .ir import Eqn, Var, verify
 
 
@@ -58,6 +59,10 @@ PIPELINE = [
      "reductions, masks); compute it once"),
     (eliminate_dead_code, "tracing records what the function computed but never used "
      "(discarded values, shape probes)"),
+    (add_guard_margins, "a guard on a value we round differently from NumPy must not decide "
+     "differently: a margin inside the rounding bound lets eager decide"),
+    (eliminate_common_subexpressions, "margins of several guards repeat |x| and bounds"),
+    (eliminate_dead_code, "bounds emitted for a guard that needed no margin"),
 ]
 
 

@@ -876,6 +876,12 @@ def _margin(ctx, guard, bound):
     return ctx.undecided(distance, bound)
 
 
+def _has_margin(body, index):
+    """Is the guard at ``index`` protected already (the pass ran on this graph)?"""
+    previous = body[index - 1] if index > 0 else None
+    return isinstance(previous, Guard) and previous.convert == "margin"
+
+
 def add_guard_margins(graph):
     """Give every value guard whose predicate may differ from NumPy's a margin guard, placed
     right before it. The margin's equations go before the predicate's equation when they
@@ -891,7 +897,7 @@ def add_guard_margins(graph):
     margins = {}
     guards = [(index, item) for index, item in enumerate(body) if isinstance(item, Guard)
               and item.convert not in UNDECIDING and isinstance(item.predicate, Var)
-              and item.predicate.name in position]
+              and item.predicate.name in position and not _has_margin(body, index)]
     guards.sort(key=lambda pair: position[pair[1].predicate.name])
     for index, guard in guards:
         predicate = guard.predicate

@@ -1,0 +1,92 @@
+"""The bounds of ``tracer.guard_margins`` hold: compiled values are within them of NumPy's.
+
+For each expression (chains through the rules: sums, means, variances, math functions,
+divisions, products of matrices), the bound equations the pass would emit are evaluated
+with NumPy next to the expression, and ``|compiled - numpy| <= bound`` is checked on
+random inputs, including cancelling ones where the bound matters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import codegen
+from tracer import trace
+from tracer.guard_margins import _Slice
+from tracer.ir import Literal
+
+EXPRESSIONS = {
+    "sum": lambda x: x.sum(),
+    "mean": lambda x: x.mean(),
+    "var": lambda x: x.var(),
+    "std": lambda x: x.std(),
+    "exp sum": lambda x: np.exp(x).sum(),
+    "tanh": lambda x: np.tanh(x * 4.0),
+    "log1p": lambda x: np.log1p(np.abs(x)),
+    "log of sum": lambda x: np.log(np.abs(x).sum()),
+    "divided": lambda x: x / 3.0,
+    "over the sum": lambda x: x / (np.abs(x).sum() + 1.0),
+    "dot": lambda x: x @ x[::-1],
+    "sin": lambda x: np.sin(x * 100.0),
+    "sqrt of variance": lambda x: np.sqrt(((x - x.mean()) ** 2).mean()),
+    "floor of sum": lambda x: np.floor(x.sum() * 10.0),
+    "truncated": lambda x: (x.sum() * 10.0).astype(np.int64),
+    "where": lambda x: np.where(x.sum() > 0, x.sum(), -x.sum()),
+    "max of exp": lambda x: np.exp(x).max(),
+}
+
+
+def _numpy_values(graph, inputs):
+    """Every value of ``graph`` as NumPy computes it (the op table's implementations)."""
+    env = dict(zip((var.name for var in graph.inputs), inputs))
+    env.update((var.name, constant.data) for var, constant in graph.constants)
+
+    def value(atom):
+        return atom.value if isinstance(atom, Literal) else env[atom.name]
+
+    with np.errstate(all="ignore"):
+        for eqn in graph.equations:
+            env[eqn.out.name] = np.asarray(eqn.prim.impl(*map(value, eqn.inputs),
+                                                         **eqn.params_dict))
+    return value
+
+
+def _inputs(rng, n, dtype, count):
+    for index in range(count):
+        x = rng.standard_normal(n) * 10.0 ** rng.uniform(-2, 2)
+        if index % 2:  # cancelling: half the values are the negated others
+            x[n // 2:2 * (n // 2)] = -x[: n // 2]
+            x = rng.permutation(x)
+        yield x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(EXPRESSIONS))
+def test_compiled_values_are_within_the_bound_of_numpys(name, dtype):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    n = 37
+    sample = next(_inputs(rng, n, dtype, 1))
+    graph = trace(EXPRESSIONS[name], sample).graph
+    program = codegen.compile(graph)
+    output = graph.outputs[0]
+    slice_ = _Slice(graph)
+    bound = slice_.bound(output)
+    assert bound is not None
+    bounded = graph.__class__(graph.name, graph.inputs, graph.constants,
+                              graph.body + tuple(slice_.emitter.pending), graph.outputs,
+                              graph.symbols, graph.shape_guards)
+    worst = 0.0
+    for x in _inputs(rng, n, dtype, 200):
+        compiled = np.asarray(program(x)[0], np.float64)
+        value = _numpy_values(bounded, [x])
+        expected = np.asarray(value(output), np.float64)
+        limit = np.asarray(value(bound), np.float64)
+        with np.errstate(all="ignore"):
+            gap = np.abs(compiled - expected)
+        same = (compiled == expected) | (np.isnan(compiled) & np.isnan(expected))
+        assert np.all(same | (gap <= limit)), (name, x, compiled, expected, limit)
+        finite = np.isfinite(limit) & (limit > 0)
+        if np.any(finite & ~same):
+            worst = max(worst, float(np.max(gap[finite & ~same] / limit[finite & ~same])))
+    assert worst <= 1.0

@@ -1,0 +1,113 @@
+"""The guard-margin pass (``tracer.guard_margins``): its rule table covers the op table,
+it leaves exact guards alone, its output verifies and round-trips through the text form,
+and what it assumes of NumPy (tanh saturation) holds here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracer import trace
+from tracer.guard_margins import (
+    RULES,
+    TANH_SATURATED,
+    UNBOUNDED,
+    _Slice,
+    add_guard_margins,
+)
+from tracer.ir import Eqn, Guard, Var, parse_graph, verify
+from tracer.passes import optimize
+from tracer.primitives import PRIMITIVES, Primitive
+
+
+def test_every_primitive_has_a_rule_or_is_marked_unbounded():
+    assert set(PRIMITIVES) <= set(RULES) | set(UNBOUNDED), (
+        set(PRIMITIVES) - set(RULES) - set(UNBOUNDED))
+    assert not set(RULES) & set(UNBOUNDED)
+    assert set(RULES) | set(UNBOUNDED) <= set(PRIMITIVES)
+
+
+def test_a_primitive_with_no_rule_is_never_assumed_exact():
+    graph = trace(lambda x: x + 1.0, np.ones(3)).graph
+    eqn = graph.equations[0]
+    mystery = object.__new__(Primitive)
+    mystery.name, mystery.kind = "mystery", "pointwise"
+    unknown = Eqn(mystery, eqn.inputs, (), Var("%99", eqn.out.aval))
+    slice_ = _Slice(graph)
+    assert slice_._apply(unknown) is not None  # an infinite bound: eager decides
+
+
+def margins(graph):
+    return [item for item in graph.body if isinstance(item, Guard) and item.convert == "margin"]
+
+
+def branch(predicate):
+    def function(x):
+        if predicate(x):
+            return x * 2
+        return x - 2
+
+    return function
+
+
+EXACT = {
+    "max": lambda x: x.max() > 0,
+    "comparison": lambda x: (x > 0).any(),
+    "integer sum": lambda x: x.astype(np.int64).sum() > 3,
+    "scaled max": lambda x: (x * 0.5).max() > 0.25,
+    "sqrt of input": lambda x: np.sqrt(np.abs(x)).min() > 0.5,
+}
+ROUNDED = {
+    "sum": lambda x: x.sum() > 0,
+    "mean": lambda x: x.mean() > 0,
+    "var": lambda x: x.var() > 1,
+    "std": lambda x: x.std() > 1,
+    "tanh": lambda x: (np.tanh(x) == 1.0).any(),
+    "exp sum": lambda x: np.exp(x).sum() > 10,
+    "int of sum": lambda x: int(x.sum()) > 2,
+    "dot": lambda x: x @ x > 1,
+    "division": lambda x: (x / 3.0).max() > 0,
+    "float truth": lambda x: bool(x.sum()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_guards_on_exact_values_get_no_margin(name):
+    graph = optimize(trace(branch(EXACT[name]), np.linspace(-1, 2, 7)).graph)
+    assert margins(graph) == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(ROUNDED))
+def test_guards_on_rounded_values_get_a_margin_checked_first(name, dtype):
+    traced = trace(branch(ROUNDED[name]), np.linspace(-1, 2, 7).astype(dtype), dynamic=True)
+    graph = optimize(traced.graph)
+    verify(graph)
+    body = list(graph.body)
+    for index, item in enumerate(body):
+        if isinstance(item, Guard) and item.convert != "margin":
+            previous = body[index - 1]
+            assert isinstance(previous, Guard) and previous.convert == "margin", graph
+    assert margins(graph)
+    assert parse_graph(str(graph), graph.constant_table()) == graph
+
+
+def test_pass_is_idempotent_and_leaves_guard_free_graphs_alone():
+    plain = trace(lambda x: x * 2 + 1, np.ones(4)).graph
+    assert add_guard_margins(plain) is plain
+    once = optimize(trace(branch(ROUNDED["sum"]), np.ones(4)).graph)
+    assert add_guard_margins(once) == once  # margins are not guarded again
+
+
+def test_float_pins_are_values_not_decisions():
+    graph = optimize(trace(lambda x: x * float(x.sum()), np.ones(4)).graph)
+    assert margins(graph) == []
+
+
+@pytest.mark.parametrize("dtype", sorted(TANH_SATURATED, key=str))
+def test_numpy_tanh_is_exactly_one_beyond_the_stated_saturation(dtype):
+    threshold = TANH_SATURATED[dtype]
+    values = np.linspace(threshold, threshold * 4, 200_001).astype(dtype)
+    values = values[values >= threshold]
+    assert np.all(np.tanh(values) == 1.0)
+    assert np.all(np.tanh(-values) == -1.0)

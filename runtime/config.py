@@ -9,6 +9,8 @@ Nothing deeper in tracejit reads the environment; everything gets an ``Options``
 
 >>> Options.build(dynamic=True).dynamic
 True
+>>> Options.build(static_argnames="mode").static_argnames
+('mode',)
 """
 
 from __future__ import annotations
@@ -43,18 +45,25 @@ class Options:
     fallback: str = "eager"
     check: bool = False
     disabled: bool = False
+    static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
+    static_argnums: tuple = ()
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
     cache_dir: str = field(default_factory=default_cache_dir)
 
     @staticmethod
     def build(environ=os.environ, **options):
         unknown = set(options) - {"dynamic", "buckets", "max_variants", "hot_exit", "cache",
-                                  "fallback", "check"}
+                                  "fallback", "check", "static_argnames", "static_argnums"}
         if unknown:
             raise OptionError(
                 f"jit() got unknown options {sorted(unknown)}; the options are dynamic, "
-                "buckets, max_variants, hot_exit, cache, fallback and check"
+                "buckets, max_variants, hot_exit, cache, fallback, check, static_argnames "
+                "and static_argnums"
             )
+        for name, kind in (("static_argnames", str), ("static_argnums", int)):
+            if name in options:
+                value = options[name]
+                options[name] = (value,) if isinstance(value, kind) else tuple(value)
         built = Options(
             disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0"),
             profile=environ.get("TRACEJIT_PROFILE", "") not in ("", "0"),
@@ -83,6 +92,11 @@ class Options:
                 raise OptionError(f"{name} must be a positive integer, not {value!r}")
         if self.cache not in (True, False, "memory"):
             raise OptionError(f"cache must be True, 'memory' or False, not {self.cache!r}")
+        if not all(isinstance(name, str) for name in self.static_argnames) or not all(
+            type(number) is int for number in self.static_argnums
+        ):
+            raise OptionError("static_argnames takes names and static_argnums positions, not "
+                              f"{self.static_argnames!r} / {self.static_argnums!r}")
         if self.fallback not in ("eager", "raise"):
             raise OptionError(f"fallback must be 'eager' or 'raise', not {self.fallback!r}")
 

@@ -61,20 +61,33 @@ def jit(fn=None, **options):
 
 
 class ShapePolicy:
-    """Which dims are dynamic, and their buckets: ``dynamic="auto"`` specializes the first
-    call's shapes and makes a dim dynamic once it is seen with a second size."""
+    """Which dims and scalars are dynamic, and the dims' buckets: ``dynamic="auto"``
+    specializes the first call's shapes and Python scalars, makes a dim dynamic once it is
+    seen with a second size, and a Python int or float argument a run-time input once it is
+    seen with a second value (unless ``static_argnames``/``static_argnums`` name it)."""
 
     def __init__(self, options, fn):
         self.mode = options.dynamic
         self.buckets = options.buckets
+        self.static_names = set(options.static_argnames)
+        self.static_positions = set(options.static_argnums)
         self.first_sizes = {}
         self.dynamic = set()
+        self.first_scalars = {}
+        self.dynamic_scalars = set()
         self.parameter_names = _parameter_names(fn)
         self.leaf_arguments = {}
 
     def observe(self, leaves, positions):
         self.leaf_arguments = positions
         for leaf_index, leaf in enumerate(leaves):
+            if type(leaf) in (int, float) and self.mode is not False and not self._static(
+                leaf_index
+            ):
+                first = self.first_scalars.setdefault(leaf_index, (type(leaf), leaf))
+                if first != (type(leaf), leaf):
+                    self.dynamic_scalars.add(leaf_index)
+                continue
             shape = getattr(leaf, "shape", None)
             if shape is None or not _is_array(leaf):
                 continue
@@ -89,6 +102,14 @@ class ShapePolicy:
         if isinstance(argument, int) and argument < len(self.parameter_names):
             return self.parameter_names[argument]
         return argument
+
+    def _static(self, leaf_index):
+        argument = self.leaf_arguments.get(leaf_index)
+        return argument in self.static_positions or self._named(leaf_index) in self.static_names
+
+    def scalar_is_dynamic(self, leaf_index):
+        """Whether the Python scalar at ``leaf_index`` is traced as a run-time input."""
+        return leaf_index in self.dynamic_scalars
 
     def bucket(self, size, edges):
         if edges in (None, "pow2"):
@@ -116,6 +137,24 @@ class ShapePolicy:
             if bucket is not None:
                 result[axis] = bucket
         return result
+
+
+class SameEntry:
+    """The dynamic dims and scalars of an existing variant's entry, for tracing another
+    path of it (the new path must accept exactly the calls the variant accepts)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def __call__(self, leaf_index, array):
+        leaves = self.spec.leaves
+        shape = leaves[leaf_index].shape if leaf_index < len(leaves) else ()
+        return {axis: self.spec.symbols[dim] for axis, dim in enumerate(shape)
+                if isinstance(dim, str)}
+
+    def scalar_is_dynamic(self, leaf_index):
+        leaves = self.spec.leaves
+        return leaf_index < len(leaves) and leaves[leaf_index].kind == "scalar"
 
 
 def _parameter_names(fn):
@@ -391,14 +430,8 @@ class JitFunction:
         """Trace the call that left through ``guard_index`` and hang it under that guard."""
         leaves, _ = pytree.flatten((args, kwargs))
 
-        def same_dims(leaf_index, array):
-            shape = variant.spec.leaves[leaf_index].shape if leaf_index < len(
-                variant.spec.leaves) else ()
-            return {axis: variant.spec.symbols[dim] for axis, dim in enumerate(shape)
-                    if isinstance(dim, str)}
-
         signature = _signature(leaves)
-        traced = self._trace(args, kwargs, same_dims, signature)
+        traced = self._trace(args, kwargs, SameEntry(variant.spec), signature)
         if traced is None:
             return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
         if not _same_entry(EntrySpec.from_trace(traced), variant.spec):

@@ -76,8 +76,9 @@ class OutputPlan:
                 item = outputs[value]
                 # A Tensor stays a (0-d) Tensor: it may carry the autograd graph.
                 leaves.append(item if hasattr(item, "requires_grad") else wrap(item[()]))
-            elif kind == "value":
-                leaves.append(outputs[value])
+            elif kind == "value":  # a Python scalar (a run-time scalar input, or from one)
+                item = outputs[value]
+                leaves.append(item.item() if type(item) is np.ndarray else item)
             else:
                 leaves.append(wrap(outputs[value]))
         return pytree.unflatten(self.tree, leaves)

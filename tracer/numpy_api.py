@@ -566,6 +566,9 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         raise UnsupportedError(f"{name} keyword arguments {sorted(kwargs)} are not supported")
     if ufunc in UFUNCS:
         result = bind(UFUNCS[ufunc], *inputs)
+        if getattr(result, "aval", None) is not None and result.aval.weak:
+            # np.sqrt(python_float) is a NumPy scalar: strong, unlike the operators' result.
+            result = bind(ops.cast_p, result, dtype=result.dtype)
     elif ufunc in UFUNC_COMPOSITES:
         result = UFUNC_COMPOSITES[ufunc](*inputs)
     elif (foreign := _foreign_ufunc(ufunc)) is not None:

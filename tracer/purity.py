@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import functools
+import io
 import types
 
 import numpy as np
@@ -96,5 +97,5 @@ def is_stateful(value):
     cannot fold what it yields."""
     return isinstance(value, types.GeneratorType) or (
         hasattr(type(value), "__next__") and not _is_traced(value)
-        and not isinstance(value, _VALUE_TYPES)
+        and not isinstance(value, (*_VALUE_TYPES, io.IOBase))  # print(..., file=sys.stderr)
     )

@@ -344,6 +344,8 @@ class TracingContext:
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         out_value = prim.impl(*values, **concrete)
         out_aval = prim.abstract_eval(*avals, **params)
+        if out_aval.weak:  # a Python scalar, so NumPy promotes it as one (NEP 50)
+            out_value = np.asarray(out_value).item()
         if (prim.kind == "pointwise" and len(args) > 1) or prim.name == "broadcast_to":
             unit = self._unit_broadcasts(args, avals, out_aval)
             if unit is not None:
@@ -355,9 +357,8 @@ class TracingContext:
                 f"tracejit bug: the shape rule of {prim.name} gives {out_aval} but NumPy "
                 f"gives {out_array.dtype}{out_array.shape}"
             )
-        var = self.new_var(
-            AbstractArray(tuple(expr_of(dim) for dim in out_aval.shape), out_aval.dtype)
-        )
+        var = self.new_var(AbstractArray(tuple(expr_of(dim) for dim in out_aval.shape),
+                                         out_aval.dtype, out_aval.weak))
         record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
         self.body.append(Eqn(prim, tuple(atoms), record, var))
         result = Tracer(self, var, out_value, tuple(out_aval.shape))
@@ -572,8 +573,11 @@ def _dynamic_axes(dynamic, leaf, position, name, array):
             if bounds is not None and bounds[0] != bounds[1]}
 
 
-def _is_dynamic_scalar(dynamic, argument, argument_names):
-    """Python scalars are specialized by value unless ``dynamic`` names their argument."""
+def _is_dynamic_scalar(dynamic, argument, argument_names, leaf_index):
+    """Python scalars are specialized by value unless ``dynamic`` names their argument (or,
+    a policy object, says so through ``scalar_is_dynamic(leaf_index)``)."""
+    if hasattr(dynamic, "scalar_is_dynamic"):
+        return dynamic.scalar_is_dynamic(leaf_index)
     if not isinstance(dynamic, dict):
         return False
     name = argument_names[argument] if isinstance(argument, int) and argument < len(
@@ -655,7 +659,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
         elif type(leaf) in (int, float) and _is_dynamic_scalar(
-            dynamic, top_level[position], argument_names
+            dynamic, top_level[position], argument_names, position
         ):
             tracer = context.add_input(leaf, (), weak=True)
             input_specs.append(InputSpec("scalar", len(context.inputs) - 1, type(leaf).__name__))

@@ -320,3 +320,44 @@ def test_the_functions_own_error_is_raised_as_eager_raises_it():
     jitted = compiled(broken)
     with pytest.raises(ValueError):
         jitted(np.ones((2, 3)))
+
+
+# --- Python scalars seen with a second value are run-time inputs ---------------------------
+def scaled_branch(x, alpha, n):
+    y = x * alpha + n
+    if alpha > 0.5:
+        y = y * 2
+    return y
+
+
+def test_scalar_arguments_do_not_compile_per_value():
+    jitted = compiled(scaled_branch)
+    x = np.arange(4.0, dtype=np.float32)
+    for alpha in np.linspace(0.1, 0.9, 12):
+        out = jitted(x, float(alpha), 3)
+        expected = scaled_branch(x, float(alpha), 3)
+        assert out.dtype == expected.dtype == np.float32
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+    stats = jitted.stats()
+    assert stats["compiles"] <= 3 and stats["compiled_calls"] >= 8, stats
+
+
+def test_static_argnames_specialize_by_value():
+    jitted = compiled(lambda x, alpha: x * alpha, static_argnames="alpha")
+    for alpha in (1.0, 2.0, 3.0):
+        np.testing.assert_array_equal(jitted(np.ones(2), alpha), np.full(2, alpha))
+    assert jitted.stats()["compiles"] == 3
+
+
+def test_python_scalar_arithmetic_on_run_time_scalars_stays_weak():
+    def bias_corrected(p, step, beta=0.9):
+        correction = 1.0 - beta ** step
+        return p / correction, p * np.sqrt(correction), step + 1
+
+    jitted = compiled(bias_corrected)
+    p = np.ones(3, np.float32)
+    for step in range(1, 6):
+        for got, want in zip(jitted(p, step), bias_corrected(p, step)):
+            assert type(got) is type(want)
+            assert np.asarray(got).dtype == np.asarray(want).dtype
+            np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -27,7 +27,8 @@ def ufunc_rule(ufunc):
 
     def abstract_eval(*avals):
         shape = broadcast_shapes(*(aval.shape for aval in avals))
-        if all(aval.weak for aval in avals):
+        all_weak = all(aval.weak for aval in avals)
+        if all_weak:
             dtypes = tuple(aval.dtype for aval in avals)
         else:
             dtypes = tuple(aval.dtype_for_promotion() for aval in avals)
@@ -37,7 +38,10 @@ def ufunc_rule(ufunc):
             names = ", ".join(str(aval.dtype) for aval in avals)
             name = f"np.{ufunc.__name__}" if isinstance(ufunc, np.ufunc) else ufunc.__name__
             raise TypeError(f"{name} does not support dtypes ({names})") from error
-        return AbstractArray(shape, resolved[-1])
+        # Python scalars combined by operators stay Python scalars (``1.0 - beta ** step``
+        # with a run-time ``step``); an explicit NumPy call makes them strong (numpy_api).
+        weak = all_weak and resolved[-1].kind in "if" and shape == ()
+        return AbstractArray(shape, resolved[-1], weak)
 
     return abstract_eval
 

@@ -39,6 +39,12 @@ _lock = threading.Lock()  # LLVM contexts are not thread-safe; compile one modul
 _library_ids = itertools.count()
 
 
+# The contract between a program's wrapper and its native entry (which arrays it gets,
+# what it checks, what it returns); cached object code built under another is not loaded.
+# 2: the entry checks inputs are C-contiguous itself (LAYOUT_EXIT); view outputs get no slot.
+ENTRY_PROTOCOL = 2
+
+
 @lru_cache(maxsize=None)
 def _initialized():
     llvm.initialize_native_target()
@@ -73,6 +79,7 @@ def host_description():
         "features": llvm.get_host_cpu_features().flatten(),
         "llvm": ".".join(map(str, llvm.llvm_version_info)),
         "llvmlite": llvmlite.__version__,
+        "entry": ENTRY_PROTOCOL,
     }
 
 

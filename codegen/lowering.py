@@ -37,6 +37,13 @@ Ix = namedtuple("Ix", "value inner")  # one index component; inner: varies in th
 # CPython and NumPy object layouts the program reads (checked at import by codegen.program).
 TUPLE_ITEMS_OFFSET = 24
 ARRAY_DATA_OFFSET = 16
+ARRAY_FLAGS_OFFSET = 64  # an int; bit NPY_ARRAY_C_CONTIGUOUS is 1
+C_CONTIGUOUS = 1
+
+# What the program returns, before running anything, when an input is not C-contiguous:
+# the wrapper then lays the inputs out (broadcast views compacted, others copied) and
+# calls again. Far from guard numbers (positive) and kernel errors (small negative).
+LAYOUT_EXIT = -(1 << 30)
 
 _REASSOC = ("reassoc", "contract")
 
@@ -1349,6 +1356,7 @@ class ProgramLowering:
             if buffer.kind == "temp":
                 pointers[name] = builder.gep(workspace, [dims.dim(buffer.offset)],
                                              source_etype=dt.I8)
+        self._check_layout(function, builder, arrays)
         status = builder.alloca(I32)
         builder.store(ir.Constant(I32, 0), status)
         guard_numbers = {id(guard): number for number, guard in
@@ -1385,6 +1393,29 @@ class ProgramLowering:
             check(checks[number])
         builder.ret(builder.neg(builder.load(status, typ=I32)))
         return self.module, entry_name
+
+
+    def _check_layout(self, function, builder, arrays):
+        """Return ``LAYOUT_EXIT`` unless every input of rank >= 1 is C-contiguous. Kernels
+        index inputs as C-ordered; the wrapper passes the caller's arrays as they are, so
+        the common case costs one flag test per input here instead of a NumPy call each."""
+        contiguous = ir.Constant(I32, C_CONTIGUOUS)
+        for slot, var in enumerate(self.schedule.graph.inputs):
+            if not var.aval.shape:
+                continue  # a 0-d array is always contiguous
+            item = builder.load(builder.gep(arrays, [_const(TUPLE_ITEMS_OFFSET + 8 * slot)],
+                                            source_etype=dt.I8), typ=PTR)
+            flags = builder.load(builder.gep(item, [_const(ARRAY_FLAGS_OFFSET)],
+                                             source_etype=dt.I8), typ=I32)
+            contiguous = builder.and_(contiguous, flags)
+        ok = builder.icmp_unsigned("!=", builder.and_(contiguous, ir.Constant(I32, C_CONTIGUOUS)),
+                                   ir.Constant(I32, 0))
+        laid_out = function.append_basic_block("layout.ok")
+        relayout = function.append_basic_block("layout.relayout")
+        builder.cbranch(ok, laid_out, relayout)
+        builder.position_at_end(relayout)
+        builder.ret(ir.Constant(I32, LAYOUT_EXIT))
+        builder.position_at_end(laid_out)
 
 
 def profile_symbol(program_name):

@@ -7,6 +7,15 @@ and one workspace for the temporaries, calls the native entry once, and either r
 outputs or raises ``SideExit`` - a failed value guard or a kernel error - before anything
 escapes. Sizes inside a bucket never recompile: dims are arguments of the native code.
 
+Inputs are passed as the caller's arrays; the native entry checks they are C-contiguous
+(one flag test each). When one is not, nothing has run and the wrapper lays the inputs out:
+a broadcast view (0 strides, ``np.broadcast_to``) of a megabyte or more goes to a program
+compiled once for that broadcast pattern, which reads its compact base (the broadcast axes
+of length 1) and broadcasts in the kernels, so the full extent is never copied; other
+layouts are copied to C order. Outputs that are views of an input (slices, transposes,
+reshapes, flips, broadcasts of it) are made by the wrapper with NumPy from the caller's
+array, so they share its memory exactly as eager results do.
+
 >>> import numpy as np
 >>> from tracer import trace
 >>> t = trace(lambda x: np.tanh(x) * 2.0, np.ones(5, np.float32), dynamic=True)
@@ -20,21 +29,35 @@ from __future__ import annotations
 import ast
 import builtins
 import ctypes
+import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import astor
 import numpy as np
 
+from tracer.abstract import AbstractArray
 from tracer.dims import DimExpr
-from tracer.ir import Effect, Literal, Var
+from tracer.ir import Effect, Eqn, Literal, Var, verify
+from tracer.ops import broadcast_to_p
 from tracer.passes import optimize
 
 from . import llvm
-from .lowering import FusionConflict, ProgramLowering, profile_symbol, program_slots
+from .lowering import (
+    ARRAY_FLAGS_OFFSET,
+    LAYOUT_EXIT,
+    FusionConflict,
+    ProgramLowering,
+    profile_symbol,
+    program_slots,
+)
+from .schedule import input_view
 from .schedule import schedule as make_schedule
+
+
+log = logging.getLogger("tracejit.kernels")
 
 
 class SideExit(Exception):
@@ -55,7 +78,11 @@ def _check_object_layout():
     items = (array,)
     item = ctypes.c_void_p.from_address(id(items) + 24).value
     data = ctypes.c_void_p.from_address(id(array) + 16).value
-    if item != id(array) or data != array.ctypes.data:
+    flags = [ctypes.c_int.from_address(id(a) + ARRAY_FLAGS_OFFSET).value
+             for a in (array, array[::2], np.broadcast_to(array, (2, 3)))]
+    if item != id(array) or data != array.ctypes.data or flags != [
+        a.flags.num for a in (array, array[::2], np.broadcast_to(array, (2, 3)))
+    ]:
         raise RuntimeError("unexpected CPython/NumPy object layout; tracejit cannot call "
                            "compiled code on this interpreter")
 
@@ -103,6 +130,13 @@ class Program:
     def kernel_count(self):
         return len(self.kernels)
 
+    @property
+    def broadcast_programs(self):
+        """``{((input position, broadcast axes), ...): Program | None}``: the programs
+        built so far for large broadcast inputs (None: that pattern is copied)."""
+        relayout = self._run.__globals__.get("_relayout") if self._run is not None else None
+        return dict(getattr(relayout, "programs", {}))
+
     def profile(self):
         """``[(kernel, calls, seconds)]`` since the program was loaded, for a program
         compiled with ``profile=True`` (else an empty list). Times are wall time around
@@ -132,12 +166,16 @@ def _symbol_safe(name):
     return f"tj_{cleaned}"
 
 
-def compile(graph, name=None, check=True, profile=False):  # noqa: A001 - the module's verb
+def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # noqa: A001
+            wrapper=None):
     """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
-    the program counts calls and time per kernel (``Program.profile()``)."""
+    the program counts calls and time per kernel (``Program.profile()``). ``optimized``:
+    the graph already went through ``optimize`` (run again, guard margins would be added
+    twice and guard numbers change); ``wrapper(plan, entry)`` replaces ``wrapper_source``."""
     times = {}
     start = time.perf_counter()
-    graph = optimize(graph, check=check)
+    if not optimized:
+        graph = optimize(graph, check=check)
     plan, module, entry = _schedule_with_retries(graph, profile)
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)
@@ -151,7 +189,7 @@ def compile(graph, name=None, check=True, profile=False):  # noqa: A001 - the mo
         llvm_ir=llvm_ir,
         optimized_ir=compiled.llvm_ir,
         object_code=compiled.object_code,
-        wrapper_source=wrapper_source(plan, entry),
+        wrapper_source=(wrapper or wrapper_source)(plan, entry),
         compile_seconds=times,
         profiled=profile,
         materialized=sorted(plan.scheduler.forced),
@@ -205,12 +243,20 @@ def link(program):
         "_np": np,
         "_thread": threading.local(),
         "_no_workspace": np.empty(64, np.uint8),
+        "_LAYOUT": LAYOUT_EXIT,
+        "_compact": _compact,
     }
+    for var in (*program.graph.inputs, *(eqn.out for eqn in program.graph.equations)):
+        # Dtype objects: NumPy parses a "<f4" on every np.empty and np.asarray (~0.1 us).
+        namespace[_dtype_name(var.aval.dtype)] = var.aval.dtype
     namespace["_recycled"] = _recycler(namespace["_thread"])
     for index, (_, constant) in enumerate(program.graph.constants):
         namespace[f"_c{index}"] = constant.data
     code = builtins.compile(program.wrapper_source, f"<tracejit program {program.name}>", "exec")
     exec(code, namespace)
+    if "run_strict" in namespace:
+        namespace["_relayout"] = _relayouter(program.graph, program.name, program.profiled,
+                                             namespace["run_strict"])
     program._run = namespace["run"]
     program._library = library
     return program
@@ -253,20 +299,49 @@ def _symbol_bindings(graph):
     return bindings
 
 
-def wrapper_source(plan, entry):
-    graph = plan.graph
+def wrapper_source(plan, entry, graph=None, compact=None):
+    """The wrapper's Python source. ``run(x0, ...)`` hands the native entry the caller's
+    arrays; if it answers ``LAYOUT_EXIT`` (an input is not C-contiguous; nothing ran),
+    ``_relayout`` calls ``run_strict``, which passes C-ordered copies, or a program built
+    for broadcast inputs. That program's wrapper comes from ``compact`` ({input position:
+    broadcast axes}), with ``plan`` its own and ``graph`` the original: one strict ``run``
+    that passes those inputs compacted (see ``_broadcast_graph``)."""
+    graph = graph or plan.graph
+    if compact is None:
+        functions = [_wrapper_function("run", plan, graph, None),
+                     _wrapper_function("run_strict", plan, graph, {})]
+    else:
+        functions = [_wrapper_function("run", plan, graph, compact)]
+    module = ast.fix_missing_locations(ast.Module(body=functions, type_ignores=[]))
+    header = f"# tracejit program {graph.name}: native entry {entry}\n"
+    return header + astor.to_source(module)
+
+
+def _wrapper_function(function_name, plan, graph, compact):
+    """One wrapper function; ``compact`` None: pass inputs as they are (the fast path);
+    else pass them C-ordered, compacting the inputs it names."""
     body = []
     parameters = [f"x{position}" for position in range(len(graph.inputs))]
-    for position, var in enumerate(graph.inputs):
-        dtype = ast.Constant(var.aval.dtype.str)
-        body.append(_assign(parameters[position],
-                            _call("_contiguous", _name(parameters[position]), dtype)))
+    for position, parameter in enumerate(parameters):
+        dtype = _name(_dtype_name(graph.inputs[position].aval.dtype))
+        body.append(_assign(parameter, _call("_asarray", _name(parameter), dtype)))
     for symbol, (position, axis) in _symbol_bindings(graph).items():
         shape = ast.Attribute(value=_name(parameters[position]), attr="shape", ctx=ast.Load())
         body.append(_assign(symbol, ast.Subscript(value=shape, slice=ast.Constant(axis),
                                                   ctx=ast.Load())))
-    names = {var.name: parameters[position] for position, var in enumerate(graph.inputs)}
-    names.update({var.name: f"_c{index}" for index, (var, _) in enumerate(graph.constants)})
+    names = {}
+    for position, var in enumerate(plan.graph.inputs):
+        names[var.name] = parameters[position]
+        if compact is not None:
+            names[var.name] = f"c{position}"
+            if position in compact:
+                value = _call("_compact", _name(parameters[position]),
+                              ast.Constant(tuple(compact[position])))
+            else:
+                value = _call("_contiguous", _name(parameters[position]),
+                              _name(_dtype_name(var.aval.dtype)))
+            body.append(_assign(names[var.name], value))
+    names.update({var.name: f"_c{index}" for index, (var, _) in enumerate(plan.graph.constants)})
     slots = program_slots(plan)
     for kind, name in slots:
         if kind == "output":
@@ -275,7 +350,7 @@ def wrapper_source(plan, entry):
             local = f"out{number}"
             names[name] = local
             shape = ast.Tuple(elts=[dim_source(dim) for dim in buffer.shape], ctx=ast.Load())
-            dtype = ast.Constant(buffer.dtype.str)
+            dtype = _name(_dtype_name(buffer.dtype))
             if _may_be_large(buffer, plan.graph):
                 allocation = _call("_recycled", ast.Constant(number), shape, dtype)
             else:
@@ -284,18 +359,23 @@ def wrapper_source(plan, entry):
     body.extend(_workspace_statements(plan.workspace_bytes))
     arrays = ast.Tuple(elts=[_name(names[name]) if name is not None else _name("workspace")
                              for _, name in slots], ctx=ast.Load())
-    symbols = [_name(symbol.name) for symbol in graph.symbols]
+    symbols = [_name(symbol.name) for symbol in plan.graph.symbols]
     body.append(_assign("status", _call("_native", arrays, *symbols)))
-    body.append(ast.If(test=_name("status"),
-                       body=[ast.Raise(exc=_call("_SideExit", _name("status")), cause=None)],
-                       orelse=[]))
-    for item in graph.body:
+    failed = [ast.Raise(exc=_call("_SideExit", _name("status")), cause=None)]
+    if compact is None:
+        relayout = ast.Return(value=_call("_relayout", *map(_name, parameters)))
+        failed.insert(0, ast.If(test=ast.Compare(left=_name("status"), ops=[ast.Eq()],
+                                                 comparators=[_name("_LAYOUT")]),
+                                body=[relayout], orelse=[]))
+    body.append(ast.If(test=_name("status"), body=failed, orelse=[]))
+    for item in plan.graph.body:
         if isinstance(item, Effect) and item.kind == "print":
             body.append(ast.Expr(_print_call(item, names)))
-    outputs = [_output_source(atom, names) for atom in graph.outputs]
+    outputs = [_view_source(graph, atom, parameters) or _output_source(atom, names)
+               for atom in graph.outputs]
     body.append(ast.Return(value=ast.Tuple(elts=outputs, ctx=ast.Load())))
     function = ast.FunctionDef(
-        name="run",
+        name=function_name,
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in parameters],
                            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
         body=body,
@@ -304,9 +384,125 @@ def wrapper_source(plan, entry):
     )
     if sys.version_info >= (3, 12):
         function.type_params = []
-    module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
-    header = f"# tracejit program {graph.name}: native entry {entry}\n"
-    return header + astor.to_source(module)
+    return function
+
+
+def _dtype_name(dtype):
+    """The wrapper's name for a dtype object (``link`` defines it)."""
+    return f"_dtype_{np.dtype(dtype).name}"
+
+
+def _view_source(graph, atom, parameters):
+    """NumPy's view of the caller's input for an output that is an input or a chain of
+    views of one (``schedule.input_view``): it shares the caller's memory, as eager's
+    does (and like eager, ``np.reshape`` copies when no view can express it)."""
+    if isinstance(atom, Var) and atom in graph.inputs:
+        return _name(parameters[graph.inputs.index(atom)])
+    found = input_view(graph, atom)
+    if found is None:
+        return None
+    position, chain = found
+    source = _name(parameters[position])
+    for eqn in chain:
+        params = eqn.params_dict
+        name = eqn.prim.name
+        if name == "slice":
+            bounds = zip(params["starts"], params["limits"], params["steps"])
+            index = ast.Tuple(elts=[ast.Slice(lower=dim_source(start), upper=dim_source(limit),
+                                              step=ast.Constant(step))
+                                    for start, limit, step in bounds], ctx=ast.Load())
+            source = ast.Subscript(value=source, slice=index, ctx=ast.Load())
+            continue
+        argument = {"transpose": "perm", "reshape": "shape", "flip": "axes",
+                    "broadcast_to": "shape"}[name]
+        values = ast.Tuple(elts=[dim_source(value) for value in params[argument]],
+                           ctx=ast.Load())
+        numpy_function = ast.Attribute(value=_name("_np"), attr=name, ctx=ast.Load())
+        source = _call(numpy_function, source, values)
+    return source
+
+
+# --- inputs that are not C-contiguous ---------------------------------------------------
+COMPACT_BYTES = 1 << 20  # smaller broadcast inputs are copied: cheaper than a compile
+MAX_BROADCAST_PROGRAMS = 8  # per program; past that, broadcast inputs are copied
+
+
+def _compact(array, axes):
+    """The distinct elements of a broadcast view: length 1 along ``axes`` (where its
+    stride is 0, so every index reads the same element), C-ordered."""
+    index = tuple(slice(0, 1) if axis in axes else slice(None) for axis in range(array.ndim))
+    return np.ascontiguousarray(array[index])
+
+
+def _broadcast_pattern(inputs):
+    """``((input position, broadcast axes), ...)`` for the large broadcast views among
+    ``inputs``: axes of length > 1 with stride 0."""
+    pattern = []
+    for position, array in enumerate(inputs):
+        if not isinstance(array, np.ndarray) or array.nbytes < COMPACT_BYTES:
+            continue
+        axes = tuple(axis for axis, (stride, size) in enumerate(zip(array.strides, array.shape))
+                     if stride == 0 and size > 1)
+        if axes:
+            pattern.append((position, axes))
+    return tuple(pattern)
+
+
+def _broadcast_graph(graph, compact):
+    """``graph`` taking the compact base of the inputs ``compact`` names (their broadcast
+    axes of length 1) and broadcasting it back as its first equations: kernels read the
+    base through broadcast index arithmetic, as they read any broadcast inside a graph."""
+    taken = {var.name for var in graph.inputs} | {var.name for var, _ in graph.constants}
+    taken |= {eqn.out.name for eqn in graph.equations}
+    inputs, prologue = list(graph.inputs), []
+    for position, axes in sorted(compact.items()):
+        var = graph.inputs[position]
+        name = f"{var.name}_base"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        shape = tuple(1 if axis in axes else dim for axis, dim in enumerate(var.aval.shape))
+        base = Var(name, AbstractArray(shape, var.aval.dtype))
+        inputs[position] = base
+        prologue.append(Eqn(broadcast_to_p, (base,), (("shape", tuple(var.aval.shape)),), var))
+    return replace(graph, inputs=tuple(inputs), body=tuple(prologue) + tuple(graph.body))
+
+
+def _compile_broadcast(graph, name, profile, compact):
+    """The program for ``graph`` with the inputs ``compact`` names broadcast, or None if
+    it cannot be built (the inputs are then copied, as any other layout)."""
+    try:
+        variant = _broadcast_graph(graph, compact)
+        verify(variant)
+        return compile(variant, name=name, profile=profile, optimized=True,
+                       wrapper=lambda plan, entry: wrapper_source(plan, entry, graph, compact))
+    except Exception:  # an internal error must not fail a call that copying can serve
+        log.warning("%s: no program for broadcast inputs %s; they are copied", name, compact,
+                    exc_info=True)
+        return None
+
+
+def _relayouter(graph, name, profile, strict):
+    """``relayout(*inputs)``, called when the native entry found an input that is not
+    C-contiguous: large broadcast views go to a program compiled (once per pattern) for
+    their compact bases; anything else runs ``strict`` (C-ordered copies). Holds the
+    graph, not the program, so a program is freed by reference counting alone."""
+    programs, lock = {}, threading.Lock()
+
+    def relayout(*inputs):
+        pattern = _broadcast_pattern(inputs)
+        if not pattern:
+            return strict(*inputs)
+        with lock:
+            if pattern not in programs:
+                programs[pattern] = None
+                if len(programs) <= MAX_BROADCAST_PROGRAMS:
+                    programs[pattern] = _compile_broadcast(graph, name, profile, dict(pattern))
+            program = programs[pattern]
+        return strict(*inputs) if program is None else program(*inputs)
+
+    relayout.programs = programs  # for inspection and tests
+    return relayout
 
 
 RECYCLE_BYTES = 1 << 20

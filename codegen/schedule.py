@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracer.dims import DimExpr
 from tracer.ir import Effect, Eqn, Guard, Var
 from tracer.shapes import size_of
 
@@ -38,6 +39,11 @@ VIEW_PRIMITIVES = {"reshape", "transpose", "broadcast_to", "slice", "flip", "pad
                    "concatenate", "gather"}
 REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
 CREATION = {"full", "iota"}
+
+
+# Views NumPy makes without copying (given a base it can view): an output that is a chain
+# of these over an input is returned as NumPy's view of the caller's array, as eager does.
+NUMPY_VIEWS = ("slice", "transpose", "reshape", "flip", "broadcast_to")
 
 
 MAX_INLINED = 96  # equations one kernel may inline (see _Scheduler.bound_expressions)
@@ -108,6 +114,44 @@ def _trivial_reshape(source_shape, target_shape):
     return non_unit(source_shape) == non_unit(target_shape)
 
 
+def input_view(graph, atom, producers=None):
+    """``(input position, [eqns from the input outwards])`` when ``atom`` is a chain of
+    NumPy views (``NUMPY_VIEWS``, with static or symbolic parameters) of a graph input,
+    else None.
+
+    >>> import numpy as np
+    >>> from tracer import trace
+    >>> graph = trace(lambda x: x.T[1:], np.ones((3, 4))).graph
+    >>> position, chain = input_view(graph, graph.outputs[0])
+    >>> position, [eqn.prim.name for eqn in chain]
+    (0, ['transpose', 'slice'])
+    """
+    if producers is None:
+        producers = {eqn.out.name: eqn for eqn in graph.equations}
+    positions = {var.name: position for position, var in enumerate(graph.inputs)}
+    chain = []
+    while isinstance(atom, Var) and atom.name not in positions:
+        eqn = producers.get(atom.name)
+        if eqn is None or eqn.prim.name not in NUMPY_VIEWS or not _static_params(eqn):
+            return None
+        chain.append(eqn)
+        atom = eqn.inputs[0]
+    if not chain or not isinstance(atom, Var):
+        return None
+    return positions[atom.name], chain[::-1]
+
+
+def _static_params(eqn):
+    """Parameters a wrapper can write as Python: ints and dims, positive slice steps."""
+    for _, value in eqn.params:
+        for item in value if isinstance(value, tuple) else (value,):
+            if not isinstance(item, (int, DimExpr)) or isinstance(item, bool):
+                return False
+    if eqn.prim.name == "slice":
+        return all(isinstance(step, int) and step > 0 for step in eqn.params_dict["steps"])
+    return True
+
+
 def _uses(graph):
     uses = {}
     for item in graph.body:
@@ -145,7 +189,10 @@ class _Scheduler:
             if isinstance(item, Eqn):
                 check_supported(item.out.aval.dtype, f"the result of {item.prim.name}")
         for atom in self.graph.outputs:
-            if isinstance(atom, Var) and atom.name in self.producers:
+            # Views of inputs are made by the wrapper (NumPy, sharing the caller's memory).
+            if isinstance(atom, Var) and atom.name in self.producers and input_view(
+                self.graph, atom, self.producers
+            ) is None:
                 self.materialize(atom, "output")
         for item in self.graph.body:
             if isinstance(item, Guard) and item.predicate.name in self.producers:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from codegen.schedule import input_view
 from tracer import pytree
 from tracer.abstract import PYTHON_SCALARS
 
@@ -98,7 +99,21 @@ class Path:
     residual_bytes: int = 0
 
     def __post_init__(self):
-        self.result = self.outputs.fast_result() or self.outputs.result
+        result = self.outputs.fast_result() or self.outputs.result
+        # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]): NumPy results
+        # share the caller's memory as eager's do; Tensor results get their own copy, so
+        # a write through one can never change a tensor autograd saved behind its
+        # version counter.
+        self.view_outputs = views = frozenset(
+            index for index, atom in enumerate(self.program.graph.outputs)
+            if input_view(self.program.graph, atom) is not None)
+        if views:
+            def result(outputs, argument_leaves, wrap, _result=result):
+                if wrap is not _identity:
+                    outputs = [np.array(value) if index in views else value
+                               for index, value in enumerate(outputs)]
+                return _result(outputs, argument_leaves, wrap)
+        self.result = result
 
     def record(self, outputs, inputs, leaves, spec, function):
         """Put a compiled call with gradients on the tape: Tensor outputs whose backward
@@ -120,8 +135,9 @@ class Path:
         avals = [(forward[i].shape, forward[i].dtype) for i in plan.differentiable]
         node = CompiledNode(self.backward, inputs, outputs[plan.forward_outputs:], avals,
                             tuple(parents), saved, function)
-        wrapped = [Tensor._wrap(np.asarray(value)) if not np.isscalar(value) else value
-                   for value in forward]
+        wrapped = [Tensor._wrap(np.array(value) if index in self.view_outputs else
+                                np.asarray(value)) if not np.isscalar(value) else value
+                   for index, value in enumerate(forward)]
         for slot, index in enumerate(plan.differentiable):
             wrapped[index]._node = OutputNode(node, slot)
             wrapped[index].requires_grad = True

@@ -64,6 +64,7 @@ from .ops import (
     minimum_p,
     multiply_p,
     not_equal_p,
+    reshape_p,
     sqrt_p,
     subtract_p,
     sum_p,
@@ -379,7 +380,7 @@ def _true_divide(ctx, eqn, bounds):
     numerator = ctx.plus(None if eb is None else ctx.mul(magnitude_a, eb),
                          None if ea is None else ctx.mul(magnitude_b, ea))
     if eb is None:
-        carried = ctx.div(numerator, magnitude_b)
+        carried = ctx.div(ea, magnitude_b)
     else:
         denominator = ctx.mul(magnitude_b, ctx.sub(magnitude_b, eb))
         carried = ctx.where(ctx.greater(magnitude_b, eb), ctx.div(numerator, denominator), INF)
@@ -651,9 +652,49 @@ def _numpy_depth(ctx, eqn):
     return depth + 2
 
 
+def _centered_mean(ctx, eqn):
+    """For ``sum((a - m) ** 2)`` with ``m = sum(a) / n`` over the same axes (NumPy's var,
+    and ours) and ``a`` exact: ``m``'s bound. Its error shifts every ``a - m`` alike, and
+    ``sum(a - m)`` is ``n`` times the mean's own error, so the squares' sum moves by at
+    most ``3 n E_m^2`` - second order, where elementwise bounds would give ``2 E_m sum|a-m|``."""
+    square = ctx.producers.get(eqn.inputs[0].name) if isinstance(eqn.inputs[0], Var) else None
+    if square is None or not (square.prim.name == "multiply" and square.inputs[0] ==
+                              square.inputs[1] or square.prim.name == "square"):
+        return None
+    centered = ctx.producers.get(square.inputs[0].name) if isinstance(
+        square.inputs[0], Var) else None
+    if centered is None or centered.prim.name != "subtract":
+        return None
+    data, mean = centered.inputs
+    while isinstance(mean, Var) and ctx.producers.get(mean.name) is not None and (
+            ctx.producers[mean.name].prim.name in ("broadcast_to", "reshape")):
+        mean = ctx.producers[mean.name].inputs[0]
+    divide = ctx.producers.get(mean.name) if isinstance(mean, Var) else None
+    if divide is None or divide.prim.name != "true_divide" or not isinstance(
+            divide.inputs[1], Literal) or not isinstance(divide.inputs[0], Var):
+        return None
+    total = ctx.producers.get(divide.inputs[0].name)
+    if total is None or total.prim.name != "sum" or total.inputs[0] != data or (
+            total.params_dict["axes"] != eqn.params_dict["axes"]) or ctx.bound(data) is not None:
+        return None
+    return ctx.bound(mean)
+
+
 def _sum(ctx, eqn, bounds):
     (x,), (e,) = eqn.inputs, bounds
     params = eqn.params_dict
+    mean_bound = _centered_mean(ctx, eqn) if _is_float(eqn.out) and e is not None else None
+    if mean_bound is not None:
+        count = _reduced_count(ctx, eqn)
+        u = unit_roundoff(eqn.out.aval.dtype)
+        squares = ctx.emit(sum_p, ctx.abs(x), **params)
+        if not isinstance(mean_bound, Literal) and tuple(mean_bound.aval.shape) not in (
+                (), tuple(eqn.out.aval.shape)):  # the mean kept the reduced dims
+            mean_bound = ctx.emit(reshape_p, mean_bound, shape=tuple(eqn.out.aval.shape))
+        shift = ctx.mul(ctx.mul(mean_bound, mean_bound), number(3.0 * count * INFLATE))
+        # (a - m) and its square round on each side: 8 u relative per term.
+        return ctx.plus(_sum(ctx, eqn, [None]), ctx.mul(squares, number(8 * u * INFLATE)),
+                        shift)
     if not _is_float(eqn.out):
         if e is None:
             return None  # integer sums wrap the same in any order

@@ -149,10 +149,11 @@ def _resolve(module_name, qualname):
 
 def _modules_defined_in(path):
     """Names of the imported modules whose file is ``path`` (resolved)."""
-    names = []
+    names, base = [], os.path.basename(path)
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if file and (file == path or os.path.realpath(file) == path):
+        if isinstance(file, str) and (file == path or (  # resolve only likely candidates
+                os.path.basename(file) == base and os.path.realpath(file) == path)):
             names.append(name)
     return names
 

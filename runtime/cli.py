@@ -409,9 +409,11 @@ def main(argv=None, out=None):
     if args.topic is None:
         parser.print_help(out)
         return 0
+    from .cache_trust import Refused, Rejected
+
     try:
         return COMMANDS[args.verb](args, out)
-    except CommandError as error:
+    except (CommandError, Refused, Rejected) as error:
         print(f"tracejit: {error}", file=sys.stderr)
         return 1
     except OSError as error:

@@ -279,8 +279,10 @@ def compile_guard(spec):
         source.add("try:")
         if path.root[0] == "global" and not path.steps:  # the common case, read directly
             namespace = source.constant(path.root[1], "G")
-            name = source.constant(str(path.root[2]), "N")
-            source.add(f"    {variable} = {namespace}[{name}]")
+            name = path.root[2]
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise ValueError(f"entry guard: global {name!r} is not a name")
+            source.add(f"    {variable} = {namespace}[{name!r}]")  # an identifier: safe as text
         else:
             reader = source.constant(path, "P")
             source.add(f"    {variable} = {reader}.resolve(leaves)")

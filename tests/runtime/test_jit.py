@@ -535,7 +535,8 @@ def test_explain_lists_variants_entry_guards_value_guards_and_kernels():
     text = step.explain()
     assert "variant 1" in text
     assert "entry guards" in text and "float64[3]" in text
-    assert "guard 0: bool(...) == True" in text
+    assert "guard 0: margin(...) == False" in text  # its margin guard comes first
+    assert "guard 1: bool(...) == True" in text
     assert "side exits 1" in text
     assert "kernel" in text and "k0_" in text
     assert __file__ in text

@@ -24,9 +24,10 @@ import numpy as np
 
 from codegen.program import KernelInfo, Program, rebuild_wrapper
 from tracer import pytree
-from tracer.dims import parse_dim
+from tracer.dims import DimExpr, parse_dim
 from tracer.implicit import Path as ImplicitPath
-from tracer.ir import ShapeGuard, parse_graph, parse_location
+from tracer.ir import CONVERSIONS, Effect, Guard, Literal, ShapeGuard, parse_graph, \
+    parse_location
 
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
 from .variants import OutputPlan, Path, Variant
@@ -422,12 +423,50 @@ def _constant_from_json(constant, blobs):
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
+def _check_dims(shape, declared, what):
+    for dim in shape:
+        _check(dim.symbols() <= declared if isinstance(dim, DimExpr) else type(dim) is int,
+               f"a dim {dim} of {what} over undeclared symbols")
+
+
+def check_graph(graph):
+    """The parsed IR holds only what the wrapper generator may turn into Python text:
+    symbol names as tracing makes them, dims over declared symbols, guards with known
+    conversions, prints to stdout or stderr with text separators."""
+    _check(isinstance(graph.name, str) and graph.name.isprintable(), "the graph's name")
+    declared = set()
+    for symbol in graph.symbols:
+        declared.add(symbol_name(symbol.name))
+        _integer(symbol.low, "a symbol's bucket")
+        _integer(symbol.high, "a symbol's bucket")
+    variables = [*graph.inputs, *(var for var, _ in graph.constants)]
+    for item in graph.body:
+        if isinstance(item, Guard):
+            _check(item.convert in CONVERSIONS, f"a guard converting by {item.convert!r}")
+        elif isinstance(item, Effect):
+            params = dict(item.params)
+            _check(item.kind == "print" and params.get("stream") in ("stdout", "stderr") and
+                   isinstance(params.get("sep"), str) and isinstance(params.get("end"), str),
+                   "an effect other than a print to stdout or stderr")
+            for kind, value in params["segments"]:
+                _check((kind == "text" and isinstance(value, str)) or (
+                    kind == "value" and type(value) is int), "a print's segments")
+        else:
+            variables.append(item.out)
+    for var in variables:
+        _check_dims(var.aval.shape, declared, var.name)
+    for atom in graph.outputs:
+        if isinstance(atom, Literal) and isinstance(atom.value, DimExpr):
+            _check_dims((atom.value,), declared, "a result")
+    return graph
+
+
 def program_from_json(data, blobs):
     from codegen.program import link
 
     table = {_text(constant["digest"], "a constant's digest"):
              _constant_from_json(constant, blobs) for constant in data["constants"]}
-    graph = parse_graph(_text(data["graph"], "the IR"), table)
+    graph = check_graph(parse_graph(_text(data["graph"], "the IR"), table))
     materialized = [_text(name, "a materialized value") for name in data["materialized"]]
     wrapper = rebuild_wrapper(graph, materialized)
     # The stored text is what the writer's schedule produced for this object code: a

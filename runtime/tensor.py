@@ -19,7 +19,7 @@ import numpy as np
 
 from tracer.array_methods import ArrayMethods
 from tracer.errors import TracejitError
-from tracer.locations import is_internal, user_location
+from tracer.locations import is_tracejit, user_location
 from tracer.ops import scatter_add
 
 from . import autograd
@@ -64,6 +64,17 @@ def _check_can_require_grad(dtype):
             f"Only Tensors of floating point dtype can require gradients (got {dtype}); "
             "cast with .astype(np.float32) or .astype(np.float64) first"
         )
+
+
+def _asked_by_user_code():
+    """Whether the code asking a Tensor for its plain array is the user's (or NumPy on the
+    user's behalf), not tracejit's own, which unwraps knowingly. The front end's hooks
+    call what the user's code calls, so they count as the user."""
+    filename = sys._getframe(2).f_code.co_filename
+    return not is_tracejit(filename) or filename.endswith(_HOOK_FILES)
+
+
+_HOOK_FILES = ("frontend.py", "eager_rewrite.py")
 
 
 def _lost_gradient_message():
@@ -176,9 +187,7 @@ class Tensor(ArrayMethods):
         return self.data.tolist()
 
     def __array__(self, dtype=None, copy=None):
-        if self.requires_grad and _grad_mode.enabled and not is_internal(
-            sys._getframe(1).f_code.co_filename
-        ):
+        if self.requires_grad and _grad_mode.enabled and _asked_by_user_code():
             # NumPy asks for the plain array when a Tensor is written into an ndarray
             # (h[:] = x * 2) or passed to a function Tensors do not support: what it
             # computes from it has no history, so the gradient would silently be lost.

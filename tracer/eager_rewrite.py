@@ -81,16 +81,22 @@ class EagerHooks:
 
     def set_item(self, container, index, value, outside):
         if isinstance(container, np.ndarray) and _tracked(value):
-            if outside:
+            if outside or container.base is not None:
                 location = user_location(skip=2)
                 where = f"{location.file}:{location.line}: " if location else ""
                 raise TypeError(
-                    f"{where}writing a Tensor that requires grad into an argument's ndarray "
-                    "would lose its gradient; build a new array instead (np.zeros_like, "
-                    "np.stack) and return it"
+                    f"{where}writing a Tensor that requires grad into an argument's NumPy "
+                    "array or a view of one would lose its gradient; fill a buffer created "
+                    "in the function, or build the array with np.stack / np.concatenate"
                 )
             # The buffer takes the value's type, keeping its own dtype as NumPy would.
-            container = type(value)(np.array(container))
+            # The ndarray still gets the values: another name for it (b = a, a helper's
+            # caller) reads them right, though without the gradient (the jit paths,
+            # which see every name, keep that too).
+            tracked = type(value)(np.array(container))
+            tracked[index] = value
+            container[index] = tracked.data[index]
+            return tracked
         container[index] = value
         return container
 

@@ -467,6 +467,15 @@ def _is_user_function(function):
     return not (is_internal(filename) or is_library(filename))
 
 
+def _is_plain_object(value):
+    """A Python object whose attributes a trace may read (not an array, a traced value or
+    a scalar, which are inputs or guarded already)."""
+    return value is not None and not isinstance(
+        value, (np.ndarray, np.generic, int, float, complex, str, bytes, tuple, list, dict,
+                types.ModuleType, type)) and getattr(type(value), "__tracejit_priority__",
+                                                     0) == 0
+
+
 def _enters(function):
     """The trace runs this call's body itself (a user function, method or layer object),
     so its own calls are checked in turn."""
@@ -511,6 +520,63 @@ def _created(function, shape, *args, dtype=None, **kwargs):
 # ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
 _GUARDED_VALUES = (bool, int, float, str, type(None), list, tuple)
 
+_CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
+
+
+def _with_inputs(context, container, depth=0):
+    """``container`` with the implicit-input arrays inside it (found by the up-front scan)
+    replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
+    ``for W in WEIGHTS``) computes on inputs, not on frozen constants. The same container
+    comes back when it holds none."""
+    if depth > 2 or len(container) > _CONTENT_LIMIT:
+        return container
+    items = container.items() if type(container) is dict else enumerate(container)
+    replaced = {}
+    for key, item in items:
+        if isinstance(item, np.ndarray) and context.is_implicit(item):
+            replaced[key] = context.implicit_tracer(item)
+        elif type(item) in (list, tuple, dict):
+            inner = _with_inputs(context, item, depth + 1)
+            if inner is not item:
+                replaced[key] = inner
+    if not replaced:
+        return container
+    if type(container) is dict:
+        return {key: replaced.get(key, item) for key, item in container.items()}
+    return type(container)(replaced.get(index, item) for index, item in enumerate(container))
+
+
+def note_contents(context, path, value, budget=None):
+    """Guard a Python value read from outside, down to the settings inside it: a scalar or
+    string by type and value; a list or tuple by length and, when it holds settings
+    (``SCALES = [1.0, 2.0]``, ``CFG["model"]["k"]``), each of them; a dict by its keys and
+    those values. Arrays inside are inputs (implicit), not guarded by value. Returns the
+    budget left: past ``_CONTENT_LIMIT`` values only lengths are guarded."""
+    budget = [_CONTENT_LIMIT] if budget is None else budget
+    if type(value) in (list, tuple):
+        context.note_outside_value(path, value)
+        items = enumerate(value)
+    elif type(value) is dict:
+        if not all(type(key) in (str, int) for key in value):
+            return
+        if len(value) <= _CONTENT_LIMIT and all(
+            type(item) in _GUARDED_VALUES[:5] for item in value.values()
+        ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
+            context.note_outside_value(path, dict(value))
+        items = value.items()
+    else:
+        if budget[0] > 0:
+            budget[0] -= 1
+            context.note_outside_value(path, value)
+        return
+    for key, item in items:
+        if budget[0] <= 0:
+            return
+        if type(item) in _GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
+            note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
+                          budget)
+
+
 # Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
 # read everywhere); bound methods are new objects at every attribute read.
 _NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.BuiltinMethodType)
@@ -537,34 +603,51 @@ class Hooks:
         # its parameters bound outside the call's arguments (defaults, the instance of a
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
+        self.object_paths = {}  # id(object read from outside) -> (Path, object)
 
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):
         context = self.context
-        if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
-                                                    0) == 1:
-            return context.implicit_tracer(value) if context.is_implicit(value) else value
-        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic):
-            path = self._path(descriptor, sys._getframe(1))
-            if path is not None:
-                context.note_outside_value(path, value)
-        elif type(value) is dict and len(value) <= 64 and all(
-            type(item) in _GUARDED_VALUES[:5] for item in value.values()
-        ):  # CONFIG.get("scale", 1.0): a small dict of settings is guarded by content
-            path = self._path(descriptor, sys._getframe(1))
-            if path is not None:
-                context.note_outside_value(path, dict(value))
-        elif is_stateful(value) and descriptor[0] != "expression":
+        if id(value) in context.replaced:  # a NumPy buffer written earlier in this trace
+            return context.replaced[id(value)]
+        if is_stateful(value) and descriptor[0] != "expression":
             raise _refusal(
                 f"{type(value).__name__} read from outside is an iterator: each call "
                 "advances it, and compiled runs would not. Pass the values in as arguments"
             )
-        elif callable(value) and not isinstance(value, _NOT_GUARDED_CALLABLES):
+        path = self._path(descriptor, sys._getframe(1))
+        if path is not None and callable(value) and not isinstance(
+            value, (_NOT_GUARDED_CALLABLES, np.ndarray)
+        ) and not _through_module(path):
             # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
             # must not leave compiled code computing the old one.
-            path = self._path(descriptor, sys._getframe(1))
-            if path is not None and not _through_module(path):
-                context.note_outside_value(path, value, identity=True)
+            context.note_outside_value(path, value, identity=True)
+        return self._load_through(path, value)
+
+    def _load_through(self, path, value):
+        """A value read from outside at ``path`` (None: no path to read it again), as the
+        trace must see it: arrays are inputs read through their path at every call, never
+        frozen constants; Python settings are entry-guarded by value, down to those inside
+        lists and dicts; containers of input arrays hold their traced inputs; objects are
+        remembered, so ``getattr(obj, "k")`` is guarded like ``obj.k``."""
+        context = self.context
+        if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
+                                                    0) == 1:
+            if path is not None and isinstance(value, np.ndarray) and not context.is_implicit(
+                value
+            ):  # reached by a path the up-front scan did not walk (deep attributes, slots)
+                context.implicit_candidates[id(value)] = (path, value)
+            return context.implicit_tracer(value) if context.is_implicit(value) else value
+        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic) or (
+            type(value) is dict
+        ):
+            if path is not None:
+                note_contents(context, path, value)
+            if type(value) in (list, tuple, dict):
+                # for name, W in PARAMS.items(): the arrays inside are inputs too
+                return _with_inputs(context, value)
+        elif path is not None and _is_plain_object(value) and not callable(value):
+            self.object_paths[id(value)] = (path, value)
         return value
 
     def _path(self, descriptor, frame):
@@ -586,6 +669,11 @@ class Hooks:
             root = ("arg", self.parameter_leaves[name])
         elif kind == "param" and frame.f_code is self.top and name in self.parameter_roots:
             root = self.parameter_roots[name]
+        elif kind == "param" and steps and _is_plain_object(frame.f_locals.get(name)):
+            # ``self.training`` inside a layer's method called from the traced function:
+            # the object is the one this trace used (its identity is guarded where it was
+            # read), so re-read the attribute on it at every call.
+            root = ("self", frame.f_locals[name])
         else:
             return None
         return Path(root, tuple(steps))
@@ -594,6 +682,12 @@ class Hooks:
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
+        if function is getattr and len(args) >= 2 and id(args[0]) in self.object_paths and (
+            type(args[1]) is str
+        ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
+            path, _ = self.object_paths[id(args[0])]
+            value = getattr(*args)
+            return self._load_through(Path(path.root, path.steps + (("attr", args[1]),)), value)
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             from .numpy_api import arange
 
@@ -677,6 +771,8 @@ class Hooks:
 
     # assignments ---------------------------------------------------------------------
     def set_item(self, container, index, value, outside):
+        if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
+            container = self.context.replaced[id(container)]
         if _is_tracer(container):
             container[index] = value
             return container
@@ -709,10 +805,21 @@ class Hooks:
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
     def _traced_copy(self, array):
+        """The traced stand-in of a NumPy buffer the function writes a traced value into;
+        every other name for the same buffer (``b = a``, a helper's parameter) reads it."""
         from .tracing import Tracer
 
+        if id(array) in self.context.replaced:
+            return self.context.replaced[id(array)]
+        if array.base is not None:
+            raise _refusal("writing a traced value into a view of a NumPy array (another "
+                           "name for part of it would not see the write); index the "
+                           "array itself, or build the result with np.concatenate/np.stack")
         atom, value, aval = self.context.atom(np.array(array))
-        return Tracer(self.context, atom, value, aval.shape)
+        tracer = Tracer(self.context, atom, value, aval.shape)
+        self.context.replaced[id(array)] = tracer
+        self.context.keep_alive.append(array)  # its id must stay unique for the trace
+        return tracer
 
     def outside_mutation(self, what):
         raise _refusal(
@@ -768,8 +875,10 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None):
                                   parameter_roots=roots)
     for root in defaults.values():  # ``def f(x, k=2.0)``: k is read from outside too
         value = Path(root).resolve()
-        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic):
-            context.note_outside_value(Path(root), value)
+        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic) or (
+            type(value) is dict
+        ):
+            note_contents(context, Path(root), value)
     target = hooks.function_for(fn) if not isinstance(fn, functools.partial) else fn
     hooks.top = getattr(getattr(target, "__func__", target), "__code__", None)
     if target is fn and isinstance(fn, (types.FunctionType, types.MethodType)):

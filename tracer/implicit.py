@@ -18,6 +18,7 @@ their ``Path`` at every call.
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass
 
@@ -90,7 +91,16 @@ def _scan(value, path, found, depth, seen):
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return
     seen.add(id(value))
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, functools.partial):  # partial(f, W=W): W is read at every call
+        for index, item in enumerate(value.args[:64]):
+            _scan(item, Path(path.root, path.steps + (("attr", "args"), ("item", index))),
+                  found, depth + 1, seen)
+        for key, item in list(value.keywords.items())[:64]:
+            _scan(item, Path(path.root, path.steps + (("attr", "keywords"), ("item", key))),
+                  found, depth + 1, seen)
+        if isinstance(value.func, types.FunctionType):
+            _scan_function(value.func, found, seen, set())
+    elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value[:64]):
             _scan(item, Path(path.root, path.steps + (("item", index),)), found, depth + 1, seen)
     elif isinstance(value, dict):
@@ -147,6 +157,11 @@ def find_implicit_inputs(fn, argument_leaves):
     if isinstance(fn, types.MethodType):
         _scan(fn.__self__, Path(("self", fn.__self__)), found, 0, seen)
         target = fn.__func__
+    elif not isinstance(fn, types.FunctionType):  # a partial, a layer object
+        _scan(fn, Path(("self", fn)), found, 0, seen)
+        call = getattr(type(fn), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            target = call
     for index, leaf in enumerate(argument_leaves):
         if not _is_array(leaf):
             _scan(leaf, Path(("arg", index)), found, 1, seen)

@@ -120,6 +120,8 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     axes = normalize_axes(axis, ndim_of(a))
     centered = a - mean(a, axis=axes, keepdims=True)
     count = size_of(shape_of(a)[i] for i in axes) - ddof
+    if count < 0:  # NumPy divides by max(n - ddof, 0): nan or inf, never a sign flip
+        count = 0
     squares = bind(ops.sum_p, centered * centered, axes=axes, keepdims=bool(keepdims))
     return squares / _as_scalar(count, dtype)
 
@@ -557,9 +559,12 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
     if method != "__call__":
         raise UnsupportedError(f"{name}.{method} is not supported on tracejit arrays")
     out = kwargs.pop("out", None)
-    if out is not None and out != (None,) * len(out):
+    if out is not None and not [item for item in out if item is not None]:
+        out = None  # (out=(None,) is no out; this module's all and sum are NumPy's)
+    if out is not None and len(out) != 1:
         raise UnsupportedError(
-            f"{name}(..., out=...) is not supported on tracejit arrays; assign the result"
+            f"{name}(..., out=...) with several outputs is not supported on tracejit "
+            "arrays; assign the results"
         )
     dtype = kwargs.pop("dtype", None)
     if kwargs:
@@ -578,7 +583,30 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
             f"{name} is not supported by tracejit yet (no primitive or composition for it); "
             "convert with .numpy() for plain NumPy, or write it with supported ops"
         )
-    return astype(result, dtype) if dtype is not None else result
+    result = astype(result, dtype) if dtype is not None else result
+    return result if out is None else _write_out(out[0], result, name)
+
+
+def _write_out(target, result, name):
+    """``ufunc(..., out=target)``: the result written into ``target``, as NumPy does (with
+    its dtype). A traced or tracked result written into a plain ndarray goes through the
+    trace's buffer writes (so every name for the buffer sees it), or, eagerly, is refused:
+    NumPy would keep the values and drop the history."""
+    if getattr(type(target), "__tracejit_priority__", 0) >= 1:
+        target[...] = result
+        return target
+    from .tracing import current_context
+
+    context = current_context()
+    if getattr(type(result), "__tracejit_priority__", 0) >= 2 and context is not None and (
+        context.hooks is not None
+    ):
+        return context.hooks.set_item(target, Ellipsis, result, False)
+    if getattr(result, "requires_grad", False):
+        raise TypeError(f"{name}(..., out=ndarray) with an input that requires grad would "
+                        f"drop its gradient; assign the result instead (y = {name}(...))")
+    np.copyto(target, np.asarray(getattr(result, "data", result)), casting="same_kind")
+    return target
 
 
 FUNCTIONS = {

@@ -24,7 +24,7 @@ import types
 
 import numpy as np
 
-from .locations import is_internal
+from .locations import is_tracejit
 
 # Modules whose functions compute from their arguments alone.
 _PURE_MODULES = (
@@ -84,7 +84,7 @@ def impure_call(function, args, kwargs):
             return None
         owner_module = owner.__module__ if isinstance(owner, type) else type(owner).__module__
         return None if _is_pure_module(owner_module) else _name(function)
-    if isinstance(function, types.FunctionType) and is_internal(function.__code__.co_filename):
+    if isinstance(function, types.FunctionType) and is_tracejit(function.__code__.co_filename):
         return None
     module = getattr(function, "__module__", None)
     if module == "builtins":

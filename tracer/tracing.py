@@ -264,6 +264,8 @@ class TracingContext:
         self.implicit_tracers = {}
         self.outside_values = {}
         self.hooks = None  # the front end's hooks while the function runs (frontend.Hooks)
+        self.replaced = {}  # id(ndarray) -> the tracer standing for it after a traced write
+        self.keep_alive = []
         self.values = {}  # var name -> (real value, live shape): for reverse-mode autodiff
         self.finished = False
 
@@ -305,6 +307,8 @@ class TracingContext:
             literal = Literal.of(value)
             return literal, value, literal.aval
         key = id(value)
+        if key in self.replaced:  # a NumPy buffer a traced value was written into
+            return self.atom(self.replaced[key])
         if key in self.implicit_candidates or key in self.implicit_used:
             return self._implicit_input(value)
         array = np.asarray(value)
@@ -508,6 +512,33 @@ class TracingContext:
             self.mutated[id(tracer)] = tracer
 
     # --- finishing ---------------------------------------------------------------------
+    def drop_unused_implicit_inputs(self, outputs):
+        """Forget outside arrays the trace handed out but never computed with (a global
+        list of layers loaded for one of them): they would only be read and checked at
+        every call. Inputs that require grad stay (their gradient is part of the result)."""
+        used = {atom.name for atom in outputs if isinstance(atom, Var)}
+        for item in self.body:
+            used.update(atom.name for atom in getattr(item, "inputs", ())
+                        if isinstance(atom, Var))
+            predicate = getattr(item, "predicate", None)
+            if isinstance(predicate, Var):
+                used.add(predicate.name)
+        unused = {key for key, implicit in self.implicit_used.items()
+                  if self.inputs[implicit.input_index].name not in used
+                  and not getattr(implicit.value, "requires_grad", False)}
+        if not unused:
+            return
+        dropped = {self.implicit_used[key].input_index for key in unused}
+        renumber, kept = {}, []
+        for index, var in enumerate(self.inputs):
+            if index not in dropped:
+                renumber[index] = len(kept)
+                kept.append(var)
+        self.inputs = kept
+        self.implicit_used = {
+            key: ImplicitInput(implicit.path, renumber[implicit.input_index], implicit.value)
+            for key, implicit in self.implicit_used.items() if key not in unused}
+
     def graph(self, outputs):
         return Graph(
             self.name,
@@ -710,6 +741,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         finally:
             _state.context = previous
     context.finished = True
+    if gradients is None:  # gradient plans number the inputs they differentiate
+        context.drop_unused_implicit_inputs(output_atoms)
     graph = context.graph(output_atoms)
     if check:
         verify(graph)

@@ -21,6 +21,7 @@ ran (each payload would create a marker file). The attacks:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -41,6 +42,7 @@ import pytest
 from runtime import cache_trust, cli
 from runtime.cache import MAGIC, _parse_entry
 from runtime.cache_trust import SECRET_NAME, TrustedRoot
+from tracer.ir import Effect
 
 TALLY = {"trials": 0, "wrong results": 0, "crashes": 0, "payloads run": 0}
 
@@ -236,6 +238,12 @@ def _graph_payload(program, body):
     program_json["graph"] = program_json["graph"].replace("multiply", "subtract")
 
 
+def _ir_symbol_payload(program, body):
+    """A symbol the wrapper generator would write into Python text as a name."""
+    program_json = body["variant"]["paths"][0]["program"]
+    program_json["graph"] = program_json["graph"].replace("s0", "__import__")
+
+
 def _materialized_payload(program, body):
     body["variant"]["paths"][0]["program"]["materialized"] = [_marker_code(program)]
 
@@ -254,6 +262,7 @@ METADATA_PAYLOADS = {
     "object dtype": _dtype_payload,
     "static result": _static_result_payload,
     "changed IR": _graph_payload,
+    "IR symbol name": _ir_symbol_payload,
     "materialized name": _materialized_payload,
 }
 
@@ -288,6 +297,32 @@ def test_a_payload_signed_with_the_right_key_is_still_only_data(program, payload
         assert report["stats"]["disk_hits"] == 0, payload
     # "changed IR" is a well-typed lie about an op; the native code is the authority (the
     # wrapper, rebuilt from the IR, still matches), so the result is right either way.
+
+
+def test_the_wrapper_generator_only_sees_checked_ir():
+    """Names and effect parameters of parsed IR are written into the wrapper's Python
+    text, so a graph whose symbol or print stream is not tracejit's is refused."""
+    from runtime import serialize
+    from tracer.ir import parse_graph
+
+    text = textwrap.dedent("""\
+        graph g
+          symbols s0 in [3, 4]
+          in %0: f64[s0]
+          %1: f64[s0] = multiply(%0, 2)
+          return %1
+    """)
+    serialize.check_graph(parse_graph(text))
+    for evil in (text.replace("s0", "__import__"),
+                 text.replace("symbols s0 in [3, 4]", "symbols s0 in [3, 4], "
+                              "s1 in [1, 2]").replace("f64[s0]", "f64[s0 + q]")):
+        with pytest.raises((serialize.InvalidEntry, ValueError)):
+            serialize.check_graph(parse_graph(evil))
+    graph = parse_graph(text)
+    effect = Effect("print", (), (("end", "\n"), ("segments", ()), ("sep", " "),
+                                  ("stream", "stdout, __import__('os')")))
+    with pytest.raises(serialize.InvalidEntry, match="print"):
+        serialize.check_graph(dataclasses.replace(graph, body=(*graph.body, effect)))
 
 
 def test_an_entry_copied_to_another_key_is_rejected(program, filled):

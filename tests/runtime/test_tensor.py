@@ -411,10 +411,10 @@ BAD_INPUTS = [
         ["np.arctan2", "not supported"],
     ),
     (
-        "ufunc-out",
-        lambda: np.exp(tensor([1.0]), out=np.empty(1)),
-        UnsupportedError,
-        ["out=", "assign the result"],
+        "ufunc-out-with-grad",
+        lambda: np.exp(tensor([1.0], requires_grad=True), out=np.empty(1)),
+        TypeError,
+        ["out=", "gradient", "assign the result"],
     ),
     (
         "ufunc-method",
@@ -423,6 +423,13 @@ BAD_INPUTS = [
         ["np.add.accumulate", "not supported"],
     ),
 ]
+
+
+def test_ufunc_out_writes_into_the_array_as_numpy_does():
+    out = np.empty(2)
+    result = np.exp(tensor([0.0, 1.0]), out=out)
+    assert result is out
+    np.testing.assert_allclose(out, np.exp([0.0, 1.0]))
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ from tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracer.ops import broadcast_to_p
 from tracer.passes import optimize
 
-from . import llvm
+from . import llvm, loops
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -176,6 +176,8 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     start = time.perf_counter()
     if not optimized:
         graph = optimize(graph, check=check)
+    if loops.has_loops(graph):  # captured loops: interpreted for now (codegen/loops.py)
+        return loops.compile_looped(graph, name)
     plan, module, entry = _schedule_with_retries(graph, profile)
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)

@@ -79,6 +79,11 @@ def reverse(context, outputs, seeds, wrt):
             accumulate(output.ir_var.name, seed)
     for eqn in reversed(body):
         g = cotangents.pop(eqn.out.name, None)
+        if g is not None and eqn.prim.kind == "control":
+            from .errors import UnsupportedError  # never a silent zero gradient
+
+            raise UnsupportedError("reverse mode through a captured loop is not implemented; "
+                                   "loops traced for gradients unroll")
         if g is None or eqn.prim.vjp is None:
             continue
         primals = tuple(context.tracer_for(atom) for atom in eqn.inputs)
@@ -104,7 +109,11 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     # Through the trace's front end (buffers filled in place, calls checked), as if the
     # function had been called from the traced code.
     hooks = context.hooks
-    result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
+    unroll, context.unroll_loops = getattr(context, "unroll_loops", False), True
+    try:  # loops the gradient passes through unroll: no reverse mode for loop nodes yet
+        result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
+    finally:
+        context.unroll_loops = unroll
     value, aux = result if has_aux else (result, None)
     if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
         raise TypeError("grad needs the function to return a floating-point scalar")

@@ -76,6 +76,14 @@ class EagerHooks:
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
 
+    def loop(self, range_function, range_args, body, names, frame_locals, line):
+        from .loops import UNDEFINED  # a loop the front end rewrote runs as written
+
+        values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
+        for t in range_function(*range_args):
+            values = tuple(body(t, *values))
+        return values
+
     def outside_mutation(self, what):
         """Writes to outside state simply happen when running eagerly."""
 

@@ -134,6 +134,11 @@ class _Rewriter(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
+    def visit_For(self, node):
+        from .loops import rewrite_for  # loops over range(...) may become IR loops
+
+        return rewrite_for(self, node)
+
     # Loads from outside the function (globals, closure cells, the arguments' attributes)
     # go through ``load``: arrays become traced implicit inputs there, and Python scalars
     # get entry guards, so nothing read from outside is frozen into compiled code.
@@ -355,7 +360,9 @@ def rewrite_tree(function):
         line, message = scope.problems[0]
         raise TraceError(f"{function.__code__.co_filename}:{line}: {message}")
     # The body only: nested definitions stay as written.
-    rewritten = _Rewriter(scope, function.__code__.co_freevars).generic_visit(node)
+    rewriter = _Rewriter(scope, function.__code__.co_freevars)
+    rewriter.function_node = node  # loop capture reads which names are live after a loop
+    rewritten = rewriter.generic_visit(node)
     if "__class__" in function.__code__.co_freevars:
         # Keep the __class__ cell that zero-argument super() reads.
         keep = ast.Expr(ast.Name(id="__class__", ctx=ast.Load()))
@@ -745,6 +752,13 @@ class Hooks:
         )
         self.originals[inner] = function
         return _bind(function, inner, self)
+
+    # loops ---------------------------------------------------------------------------
+    def loop(self, range_function, range_args, body, names, frame_locals, line):
+        from .loops import run_loop
+
+        return run_loop(self.context, range_function, range_args, body, names, frame_locals,
+                        (body.__code__.co_filename, line))
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

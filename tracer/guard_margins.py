@@ -882,6 +882,7 @@ RULES = {
 # bit), an infinite bound otherwise, so the guards they feed let eager decide.
 UNBOUNDED = {
     "full": "a constant",
+    "loop": "rounding carried through iterations is not modelled",
     "iota": "0, 1, 2, ...",
     "floor_divide": "a jump at every multiple",
     "mod": "a jump at every multiple",

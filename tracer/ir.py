@@ -300,6 +300,14 @@ def _comment(location):
 
 def format_item(item):
     if isinstance(item, Eqn):
+        blocks = [(key, value) for key, value in item.params if isinstance(value, Graph)]
+        if blocks:  # a loop: its body as an indented block (parse_graph cannot read it yet)
+            params = tuple((key, value) for key, value in item.params
+                           if not isinstance(value, Graph))
+            call = _format_call(item.prim.name, item.inputs, params)
+            body = "\n".join("    " + line for _, graph in blocks
+                             for line in format_graph(graph).splitlines())
+            return f"{item.out}: {format_aval(item.out.aval)} = {call} {{\n{body}\n  }}"
         call = _format_call(item.prim.name, item.inputs, item.params)
         return f"{item.out}: {format_aval(item.out.aval)} = {call}"
     if isinstance(item, Guard):
@@ -423,6 +431,8 @@ class _Reader:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "dim":
                 return _dim_of(node.args[0])
+            if node.func.id == "block":  # a loop body folded by _fold_blocks
+                return self.blocks[node.args[0].value]
             if node.func.id in _SHORT_DTYPES:
                 return _SHORT_DTYPES[node.func.id].type(self.scalar(node.args[0]))
         return self.param(node)
@@ -483,6 +493,7 @@ def parse_graph(text, constants=None):
     name = lines[0][len("graph ") :].strip()
     env = {}
     reader = _Reader(env)
+    lines, reader.blocks = _fold_blocks(lines, constants)
     symbols, shape_guards, inputs, consts, body, outputs = [], [], [], [], [], None
     for raw in lines[1:]:
         code, comment = _split_comment(raw)
@@ -546,6 +557,33 @@ def parse_graph(text, constants=None):
         raise ParseError("the graph has no 'return' line")
     return Graph(name, tuple(inputs), tuple(consts), tuple(body), outputs, tuple(symbols),
                  tuple(shape_guards))
+
+
+def _fold_blocks(lines, constants):
+    """Lines with each ``... = loop(...) {`` block folded into its header as a
+    ``body=block(k)`` parameter; the blocks parsed as graphs."""
+    folded, blocks, position = [], [], 0
+    while position < len(lines):
+        line = lines[position]
+        code, _ = _split_comment(line)
+        if not code.endswith(" {"):
+            folded.append(line)
+            position += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        inner, position = [], position + 1
+        while lines[position].strip() != "}" or (
+            len(lines[position]) - len(lines[position].lstrip()) != indent
+        ):
+            inner.append(lines[position])
+            position += 1
+        position += 1
+        depth = min(len(text) - len(text.lstrip()) for text in inner)
+        blocks.append(parse_graph("\n".join(text[depth:] for text in inner), constants))
+        header = code[: -len(" {")]
+        separator = ", " if "; " in header else "; "
+        folded.append(" " * indent + header[:-1] + f"{separator}body=block({len(blocks) - 1}))")
+    return folded, blocks
 
 
 def _parse_scalar(text):

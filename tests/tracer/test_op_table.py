@@ -34,7 +34,7 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 DTYPES = [F32, F64, I32, I64, BOOL]
-KINDS = {"pointwise", "reduction", "structural", "index", "matmul", "creation"}
+KINDS = {"pointwise", "reduction", "structural", "index", "matmul", "creation", "control"}
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -203,6 +203,25 @@ SAMPLES = {
     "argmax": Call((uniform(3, 4),), dict(axis=1, keepdims=False)),
     "argmin": Call((uniform(3, 4),), dict(axis=0, keepdims=True)),
 }
+
+def _running_sum(x):
+    total = x[0] * 0.0
+    for t in range(x.shape[0]):
+        total = total + x[t]
+    return total
+
+
+def _loop_sample():
+    """A captured loop (over a dynamic length) and the operands its equation takes."""
+    from tracer.tracing import trace
+
+    x = np.linspace(-1.0, 1.0, 60).reshape(20, 3)
+    graph = trace(_running_sum, x, dynamic=True).graph
+    eqn = next(eqn for eqn in graph.equations if eqn.prim.name == "loop")
+    return Call((x[0] * 0.0 + x[0], x), eqn.params_dict)
+
+
+SAMPLES["loop"] = _loop_sample()
 
 DIFFERENTIABLE = sorted(name for name, prim in PRIMITIVES.items() if prim.vjp is not None)
 NON_DIFFERENTIABLE = sorted(name for name, prim in PRIMITIVES.items() if prim.vjp is None)

@@ -209,13 +209,19 @@ def test_comparison_the_bucket_cannot_decide_records_a_shape_guard():
     np.testing.assert_array_equal(traced.outputs, np.arange(5.0))
 
 
-def test_range_over_a_dynamic_dim_specializes_it():
+def test_range_over_a_dynamic_dim_becomes_a_loop():
+    # Issue 13: the loop is captured (one loop equation), so the length is not pinned.
     x = np.arange(5.0)
     traced = trace(loop_over_rows, x, dynamic=True)
-    (guard,) = traced.shape_guards
-    assert (guard.lhs, guard.op, guard.rhs, guard.expected) == (S0, "==", 5, True)
-    assert "Python int" in guard.reason
-    assert guard.location.line == line_of(loop_over_rows, "for i in range(x.shape[0]):")
+    assert not traced.shape_guards
+    assert [eqn.prim.name for eqn in traced.graph.equations].count("loop") == 1
+    assert traced.outputs == loop_over_rows(x.copy())
+
+
+def test_range_over_a_short_dynamic_dim_unrolls():
+    x = np.arange(2.0)  # fewer than 3 iterations on the first call: unrolled, as before
+    traced = trace(loop_over_rows, x, dynamic=True)
+    assert "loop" not in [eqn.prim.name for eqn in traced.graph.equations]
     assert traced.outputs == loop_over_rows(x.copy())
 
 

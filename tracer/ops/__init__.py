@@ -5,6 +5,7 @@ tests are checked against it.
 """
 
 from ..primitives import PRIMITIVES, Primitive, bind
+from .control import loop_p
 from .creation import full, full_p, iota, iota_p
 from .indexing import gather, gather_p, scatter_add, scatter_add_p
 from .linalg import matmul, matmul_p

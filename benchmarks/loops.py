@@ -1,0 +1,64 @@
+"""Issue 13: the RNN written as classic NumPy code (a Python loop over T), one @jit.
+
+Prints, per T: compiles and first-call seconds with loop capture (a fresh jit function
+per T, dynamic=True), and the time of a second call. ``--unrolled`` measures the same
+with capture switched off (today's unrolling) for the before/after comparison.
+
+    python -m benchmarks.loops [--unrolled] [--lengths 16 64 256 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import runtime as tj
+from tracer import loops
+
+N, D, H = 16, 32, 64
+
+
+def rnn(x, Wx, Wh, b, h0):
+    N, T, D = x.shape
+    h = h0
+    h_all = np.zeros((N, T, Wh.shape[0]), dtype=x.dtype)
+    for t in range(T):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        h_all[:, t, :] = h
+    return h_all
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--unrolled", action="store_true")
+    parser.add_argument("--lengths", type=int, nargs="*", default=[16, 64, 256, 1024])
+    options = parser.parse_args()
+    if options.unrolled:
+        loops.STATIC_UNROLL_LIMIT = 1 << 62
+        original = loops._capturable
+        loops._capturable = lambda *args: ""  # every loop unrolls, silently
+    rng = np.random.default_rng(0)
+    params = (rng.standard_normal((D, H)).astype(np.float32) * 0.1,
+              rng.standard_normal((H, H)).astype(np.float32) * 0.1,
+              rng.standard_normal(H).astype(np.float32),
+              rng.standard_normal((N, H)).astype(np.float32))
+    print(f"{'T':>6} {'compiles':>8} {'first call s':>13} {'second call ms':>15}")
+    for length in options.lengths:
+        f = tj.jit(rnn, dynamic=True, cache="memory")
+        x = rng.standard_normal((N, length, D)).astype(np.float32)
+        start = time.perf_counter()
+        out = f(x, *params)
+        first = time.perf_counter() - start
+        np.testing.assert_allclose(out, rnn(x, *params), rtol=1e-4, atol=1e-5)
+        start = time.perf_counter()
+        f(x, *params)
+        second = time.perf_counter() - start
+        print(f"{length:>6} {f.stats()['compiles']:>8} {first:>13.3f} {second * 1e3:>15.2f}")
+    if options.unrolled:
+        loops._capturable = original
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,437 @@
+"""Loop capture: a Python ``for t in range(...)`` becomes one ``loop`` equation.
+
+The front end (``frontend._Rewriter.visit_For``) calls ``loop_variables`` to find the
+names a loop carries (AutoGraph-style: assigned in the body and read before assignment
+in it or read anywhere outside the loop; buffers written through subscripts are
+assigned too, since ``hs[:, t] = h`` is rewritten to ``hs = set_item(hs, ...)``), and
+rewrites the loop into ``names = __tracejit__.loop(range, args, body, names, locals())``
+with the body as a nested function of ``(t, *carried)``. At trace time ``run_loop``:
+
+1. runs iteration 0 as today (recorded unrolled: carried values then have their
+   steady shapes and dtypes, e.g. ``loss = 0.0`` has become an array);
+2. traces iterations 1 and 2 on fresh block parameters, with real values, and compares
+   the two recordings equation by equation: ints that differ (slice starts, pad configs,
+   literals) must be affine in the index and become ``DimExpr``s of an index symbol;
+   anything else that differs - a different op, a shape that changes, a guard or
+   print inside the body, a value from iteration 1 read in iteration 2 (``hs[t-1]`` on a
+   dict) - means the loop is unrolled, with the reason logged;
+3. records one ``loop`` equation per carried result over ``range(t1, stop, step)`` and
+   runs iterations 3.. through the body's NumPy reference implementation, so the first
+   call's results are real.
+
+Loops are unrolled (today's behaviour) when the bounds are constants, traced
+integers, or the first call has fewer than 3 iterations; inside a loop body being
+captured (nested loops); and in traces that record gradients (reverse mode through a
+loop is not implemented yet).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+
+import numpy as np
+
+from .dims import DimExpr, SymInt, expr_of, value_of
+from .ir import Eqn, Graph, Literal, Symbol, Var
+
+log = logging.getLogger("tracejit.loops")
+
+# Constant trip counts below this unroll. Set high for now: constant loops keep today's
+# unrolling (codegen tests and the unrolled-kernel sharing rely on it) until loops run
+# natively; lower it to capture long constant loops too.
+STATIC_UNROLL_LIMIT = 1 << 62
+
+
+class _Undefined:
+    def __repr__(self):
+        return "<undefined>"
+
+
+UNDEFINED = _Undefined()
+
+
+class Refused(Exception):
+    """Why a loop is not captured (it runs unrolled)."""
+
+
+# --- front end: which names a loop carries -----------------------------------------------
+class _Names(ast.NodeVisitor):
+    def __init__(self):
+        self.loaded, self.stored = set(), set()
+
+    def visit_Name(self, node):
+        (self.loaded if isinstance(node.ctx, ast.Load) else self.stored).add(node.id)
+
+
+def _names(nodes):
+    visitor = _Names()
+    for node in nodes:
+        visitor.visit(node)
+    return visitor
+
+
+def _read_before_write(statements):
+    """Names a straight-line walk of ``statements`` reads before it assigns them."""
+    assigned, early = set(), set()
+    for statement in statements:
+        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            early |= _names([statement.value]).loaded - assigned
+            if isinstance(statement, ast.AugAssign):
+                early |= _names([statement.target]).stored - assigned
+            targets = statement.targets if isinstance(statement, ast.Assign) else [
+                statement.target]
+            early |= _names(targets).loaded - assigned  # hs in hs[t] = ...
+            assigned |= _names(targets).stored
+        else:
+            early |= _names([statement]).loaded - assigned
+    return early
+
+
+def unsupported_body(node):
+    """Why the loop ``node`` (an ``ast.For``) cannot become a helper call, or None."""
+    if node.orelse:
+        return "a for-else loop"
+    if not isinstance(node.target, ast.Name):
+        return "the loop target is not a single name"
+    iterator = node.iter
+    if not (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Name)
+            and iterator.func.id == "range" and not iterator.keywords
+            and 1 <= len(iterator.args) <= 3):
+        return "not a loop over range(...)"
+    for inner in ast.walk(node):
+        if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
+                              ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
+                              ast.ClassDef, ast.AsyncFunctionDef, ast.Await, ast.Delete,
+                              ast.Try, ast.With, ast.While)):
+            return f"the body has {type(inner).__name__.lower()}"
+        if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant):
+            return "the body has an expression statement (a call for its side effect)"
+        if isinstance(inner, (ast.Assign, ast.AugAssign)):
+            targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store):
+                        return "the body assigns an attribute"
+                    if isinstance(part, ast.Starred):
+                        return "the body has a starred assignment"
+    return None
+
+
+def loop_variables(node, function_node):
+    """The names the loop ``node`` carries, in a stable order."""
+    body = _names(node.body)
+    inside = {id(n) for n in ast.walk(node)}
+    live_after = {n.id for n in ast.walk(function_node)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                  and id(n) not in inside}
+    assigned = body.stored - {node.target.id}
+    carried = assigned & (live_after | _read_before_write(node.body))
+    return sorted(carried)
+
+
+# --- trace time ----------------------------------------------------------------------
+def _unrolled(body, range_function, range_args, values):
+    for t in range_function(*range_args):
+        values = tuple(body(t, *values))
+    return values
+
+
+def _bounds(range_args):
+    args = tuple(range_args)
+    if len(args) == 1:
+        return 0, args[0], 1
+    if len(args) == 2:
+        return args[0], args[1], 1
+    return args
+
+
+def run_loop(context, range_function, range_args, body, names, frame_locals, location):
+    """Run (and, when it can, capture) one loop; returns the carried names' values."""
+    values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
+    where = f"{location[0]}:{location[1]}"
+    start, stop, step = _bounds(range_args)
+    reason = _capturable(context, range_function, start, stop, step)
+    if reason is not None:
+        if reason:
+            _note(context, where, reason)
+        return _unrolled(body, range_function, range_args, values)
+    count = len(range(value_of(start), value_of(stop), step))
+    if count < 3:
+        _note(context, where, f"the first call runs {count} iteration(s); capture needs 3")
+        return _unrolled(body, range_function, range_args, values)
+    trips = (stop - start) if step == 1 else None
+    if isinstance(trips, SymInt) and not (trips >= 1):  # a shape guard for the peeled step
+        return _unrolled(body, range_function, range_args, values)
+    first = value_of(start)
+    originals = values
+    values = tuple(body(first, *values))  # iteration 0, recorded unrolled
+    try:
+        return _capture(context, body, names, originals, values, start, stop, step, where)
+    except Refused as refusal:
+        _note(context, where, str(refusal))
+        return _unrolled(body, range_function, (first + step, stop, step), values)
+
+
+def _capturable(context, range_function, start, stop, step):
+    """None when the loop may be captured; a reason (or "" for silent) when not."""
+    if context is None or range_function is not range:
+        return ""
+    if getattr(context, "loop_depth", 0) or getattr(context, "unroll_loops", False):
+        return ""
+    for bound in (start, stop, step):
+        if isinstance(bound, (bool, np.bool_)) or not isinstance(bound, (int, SymInt)):
+            return "a bound is a traced value or not an int (only dims are captured)"
+    if isinstance(step, SymInt) or step == 0:
+        return "the step is not a constant"
+    symbolic = isinstance(start, SymInt) or isinstance(stop, SymInt)
+    if symbolic and step != 1:
+        return "a dynamic range with a step other than 1"
+    if not symbolic and len(range(start, stop, step)) < STATIC_UNROLL_LIMIT:
+        return ""
+    return None
+
+
+def _note(context, where, reason):
+    notes = getattr(context, "loop_notes", None)
+    if notes is None:
+        notes = context.loop_notes = []
+    notes.append(f"loop at {where} unrolled: {reason}")
+    log.info("loop at %s unrolled: %s", where, reason)
+
+
+def _fresh(context, value):
+    from .tracing import Tracer
+
+    var = context.new_var(value.ir_var.aval)
+    tracer = Tracer(context, var, value.value, value.shape)
+    context.values[var.name] = (value.value, tracer.shape)
+    return tracer
+
+
+def _trial(context, body, t, values):
+    params = tuple(_fresh(context, value) for value in values)
+    param_vars = tuple(param.ir_var for param in params)  # before writes rebind them
+    mark = len(context.body)
+    context.loop_depth = getattr(context, "loop_depth", 0) + 1
+    try:
+        outputs = tuple(body(t, *params))
+    finally:
+        context.loop_depth -= 1
+    recorded = context.body[mark:]
+    del context.body[mark:]
+    return param_vars, outputs, recorded
+
+
+def _capture(context, body, names, originals, values, start, stop, step, where):
+    from .ops.control import run_body
+    from .tracing import Tracer
+
+    for name, value in zip(names, values):
+        if not isinstance(value, Tracer):
+            raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
+                          "not an array")
+    t1 = value_of(start) + step
+    index_name = f"i{getattr(context, 'loop_count', 0)}"
+    context.loop_count = getattr(context, "loop_count", 0) + 1
+    params1, outputs1, recorded1 = _trial(context, body, t1, values)
+    params2, outputs2, recorded2 = _trial(context, body, t1 + step, outputs1)
+    for name, value in zip(names, outputs2):
+        if not isinstance(value, Tracer):
+            raise Refused(f"`{name}` is a {type(value).__name__} inside the loop, not an array")
+    index = DimExpr.symbol(index_name)
+    equations, free = _generalize(recorded1, recorded2, params1, params2, t1, step, index)
+    results = []
+    for position, (name, out1, out2, param) in enumerate(zip(names, outputs1, outputs2,
+                                                              params1)):
+        if equations.renames.get(out2.ir_var.name, out2.ir_var) != out1.ir_var:
+            raise Refused(f"`{name}` is computed differently in iterations 1 and 2")
+        if out1.ir_var.aval != param.aval:
+            raise Refused(f"`{name}` changes shape or dtype in the loop "
+                          f"({param.aval} -> {out1.ir_var.aval})")
+        results.append(out1.ir_var)
+    free_vars = list(free)
+    stop_expr = expr_of(stop)
+    low, high = t1, value_of(stop)
+    if isinstance(stop_expr, DimExpr):
+        high = stop_expr.bounds(context.ranges)[1]
+    graph = Graph(
+        f"{context.name}_loop_{where.rsplit(':', 1)[-1]}",
+        tuple(params1) + tuple(free_vars),
+        (),
+        tuple(equations.body),
+        tuple(results),
+        (Symbol(index_name, min(low, high), max(low, high)),),
+    )
+    start_expr = expr_of(start) + step
+    loop_params = dict(body=graph, index=index_name, start=start_expr, stop=stop_expr,
+                       step=step, num_carry=len(names))
+    # Real values: iterations 1 and 2 were traced on real data; run the rest eagerly.
+    bindings = context.symbol_values()
+    free_values = [context.values[var.name][0] for var in free_vars]
+    finals = run_body(graph, index_name, t1 + 2 * step, value_of(stop), step, len(names),
+                      [np.asarray(out.value) for out in outputs2], free_values, bindings)
+    operands = tuple(value.ir_var for value in values) + tuple(free_vars)
+    from .ops.control import loop_p
+
+    returned = []
+    for position, (original, carried, final) in enumerate(zip(originals, values, finals)):
+        params = tuple(sorted({**loop_params, "output": position}.items()))
+        out = context.new_var(results[position].aval)
+        context.body.append(Eqn(loop_p, operands, params, out))
+        tracer = Tracer(context, out, final, carried.shape)
+        context.values[out.name] = (final, tracer.shape)
+        if isinstance(original, Tracer) and original is carried:
+            original._update(tracer)  # a buffer written in place: keep the object
+            tracer = original
+        returned.append(tracer)
+    log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
+             "outside", where, len(graph.body), len(names), len(free_vars))
+    return tuple(returned)
+
+
+class _Generalized:
+    def __init__(self):
+        self.body, self.renames = [], {}
+
+
+def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
+    """One body for every iteration from the recordings of two, or ``Refused``."""
+    result = _Generalized()
+    renames = result.renames  # iteration-2 var name -> iteration-1 var
+    for p1, p2 in zip(params1, params2):
+        renames[p2.name] = p1
+    defined1 = {p.name for p in params1}
+    free = {}
+    if len(recorded1) != len(recorded2):
+        raise Refused("the body records a different number of operations in iterations 1 "
+                      "and 2 (control flow that depends on the index or the data)")
+    for item1, item2 in zip(recorded1, recorded2):
+        if not isinstance(item1, Eqn) or not isinstance(item2, Eqn):
+            kind = type(item1 if not isinstance(item1, Eqn) else item2).__name__.lower()
+            location = getattr(item1, "location", None)
+            at = f" at {location.short}" if location is not None else ""
+            raise Refused(f"the body has a {kind}{at} (an if on traced data or a print "
+                          "inside the loop is not captured yet)")
+        if item1.prim is not item2.prim or len(item1.inputs) != len(item2.inputs):
+            raise Refused(f"iteration 2 computes {item2.prim.name} where iteration 1 "
+                          f"computed {item1.prim.name}")
+        inputs = []
+        for atom1, atom2 in zip(item1.inputs, item2.inputs):
+            if isinstance(atom1, Var) and isinstance(atom2, Var):
+                mapped = renames.get(atom2.name)
+                if mapped is not None:
+                    if mapped != atom1:
+                        raise Refused(f"{item1.prim.name} reads different values in "
+                                      "iterations 1 and 2")
+                elif atom1 == atom2 and atom1.name not in defined1:
+                    free[atom1.name] = atom1
+                else:
+                    raise Refused(f"{item1.prim.name} in iteration 2 reads a value computed in "
+                                  "iteration 1 other than through a loop variable (e.g. "
+                                  "hs[t - 1] on a dict or list)")
+                inputs.append(atom1)
+            elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
+                inputs.append(_literal(atom1, atom2, t1, step, index))
+            else:
+                raise Refused(f"{item1.prim.name} mixes a constant and a computed value "
+                              "between iterations")
+        params = tuple((key, _param(value1, value2, t1, step, index))
+                       for (key, value1), (_, value2) in zip(item1.params, item2.params))
+        if item1.out.aval != item2.out.aval:
+            raise Refused(f"{item1.prim.name} gives {item1.out.aval} in iteration 1 and "
+                          f"{item2.out.aval} in iteration 2 (a shape that changes with the "
+                          "index)")
+        renames[item2.out.name] = item1.out
+        defined1.add(item1.out.name)
+        result.body.append(Eqn(item1.prim, tuple(inputs), params, item1.out))
+    return result, list(free.values())
+
+
+def _affine(value1, value2, t1, step, index):
+    difference = value2 - value1
+    if not isinstance(difference, int) or difference % step:
+        raise Refused("a parameter changes with the index in a way that is not affine")
+    return value1 + (difference // step) * (index - t1)
+
+
+def _param(value1, value2, t1, step, index):
+    if isinstance(value1, tuple) and isinstance(value2, tuple) and len(value1) == len(value2):
+        return tuple(_param(a, b, t1, step, index) for a, b in zip(value1, value2))
+    if type(value1) is type(value2) and (value1 == value2) is True:
+        return value1
+    integral = (int, DimExpr)
+    if isinstance(value1, integral) and isinstance(value2, integral) and not isinstance(
+        value1, bool
+    ) and not isinstance(value2, bool):
+        return _affine(value1, value2, t1, step, index)
+    raise Refused("a parameter differs between iterations 1 and 2 and is not an index")
+
+
+def _literal(atom1, atom2, t1, step, index):
+    if atom1 == atom2:
+        return atom1
+    value1, value2 = atom1.value, atom2.value
+    if atom1.aval.weak and atom2.aval.weak and all(
+        isinstance(value, (int, DimExpr)) and not isinstance(value, bool)
+        for value in (value1, value2)
+    ):
+        return Literal.of(_affine(value1, value2, t1, step, index))
+    raise Refused("a constant in the body differs between iterations 1 and 2 (a float "
+                  "computed from the index?)")
+
+
+# --- the front end's rewrite ---------------------------------------------------------
+HOOK = "__tracejit__"
+
+
+def rewrite_for(rewriter, node):
+    """``node`` (an ``ast.For``) with its body rewritten by ``rewriter``, and, when it is a
+    loop over ``range`` that may be captured, turned into a ``loop`` hook call."""
+    reason = unsupported_body(node)
+    if reason is None and any(isinstance(arg, ast.Starred) for arg in node.iter.args):
+        reason = "starred range arguments"
+    rewriter.generic_visit(node)
+    function_node = getattr(rewriter, "function_node", None)
+    if reason is not None or function_node is None:
+        return node
+    inside = {id(inner) for inner in ast.walk(node)}
+    if any(isinstance(n, ast.Name) and n.id == node.target.id and id(n) not in inside
+           for n in ast.walk(function_node)):
+        return node  # the index is read after the loop (Python leaves it at the last value)
+    names = loop_variables(node, function_node)
+    iterator = node.iter  # __tracejit__.call(<range>, *args) after the rewrite
+    if not (isinstance(iterator, ast.Call) and iterator.args):
+        return node
+    range_function, range_args = iterator.args[0], iterator.args[1:]
+    body_name = f"__tracejit_loop_{node.lineno}"
+    result = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Load()) for name in names],
+                       ctx=ast.Load())
+    definition = ast.FunctionDef(
+        name=body_name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=node.target.id)]
+                           + [ast.arg(arg=name) for name in names],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=[*node.body, ast.Return(value=result)],
+        decorator_list=[],
+        returns=None,
+    )
+    call = ast.Call(
+        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop",
+                           ctx=ast.Load()),
+        args=[range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()),
+              ast.Name(id=body_name, ctx=ast.Load()),
+              ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
+              ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
+              ast.Constant(node.lineno)],
+        keywords=[],
+    )
+    if names:
+        target = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store()) for name in names],
+                           ctx=ast.Store())
+        statement = ast.Assign(targets=[target], value=call)
+    else:
+        statement = ast.Expr(value=call)
+    for new in (definition, statement):
+        ast.copy_location(new, node)
+    return [ast.fix_missing_locations(definition), ast.fix_missing_locations(statement)]

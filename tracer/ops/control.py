@@ -1,0 +1,260 @@
+"""Control-flow primitives: ``loop``.
+
+``loop`` holds its body as a sub-graph (``body=``, a ``Graph``). Its operands are the
+initial carried values (``num_carry`` of them), then the outside values the body reads
+(free vars, in the body's input order). The body's inputs are those same block
+parameters; its outputs are the carried values after one iteration. The loop index is
+the symbol ``index`` (a ``DimExpr`` symbol such as ``i0``) inside the body's params and
+dim literals, running over ``range(start, stop, step)``; ``start``/``stop`` are ints or
+``DimExpr``s of the outer graph's symbols. The equation's value is carried value
+``output`` after the last iteration: a loop whose results are all used appears once per
+result, with the same operands and body; execution runs each such group once.
+
+Buffers written at the index (``hs[:, t, :] = h``) are carried values updated
+functionally in the IR (``where(pad(mask), pad(h), hs)``); ``inplace_writes`` finds that
+pattern so execution writes the slice in place instead of rebuilding the buffer.
+
+The reference implementation (``run_body``) runs the body eagerly, one iteration at a
+time, with NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..abstract import AbstractArray
+from ..dims import DimExpr, SymInt
+from ..primitives import PRIMITIVES, Primitive
+
+
+# --- evaluating dims and params with bound symbols ------------------------------------
+def _evaluate(value, bindings):
+    if isinstance(value, DimExpr):
+        return value.evaluate(bindings)
+    if isinstance(value, SymInt):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(_evaluate(item, bindings) for item in value)
+    return value
+
+
+def bind_symbols(avals, values, bindings=None):
+    """Symbol values read off ``values``' shapes where ``avals`` name a plain symbol."""
+    bindings = dict(bindings or {})
+    for aval, value in zip(avals, values):
+        for dim, size in zip(aval.shape, np.shape(value)):
+            if isinstance(dim, DimExpr) and len(dim.terms) == 1:
+                (monomial, coeff), = dim.terms
+                if coeff == 1 and len(monomial) == 1 and isinstance(monomial[0], str):
+                    bindings.setdefault(monomial[0], size)
+    return bindings
+
+
+def inplace_writes(body, num_carry):
+    """``{carried position: (write eqn, value atom, config)}`` for carried buffers whose
+    only use is ``where(pad(mask), pad(value), buffer)`` producing the carried output:
+    a write of ``value`` at the region ``config`` (pad's ``(low, high, 0)`` per axis)."""
+    producers = {eqn.out.name: eqn for eqn in body.equations}
+    uses = {}
+    for item in body.body:
+        atoms = item.inputs if hasattr(item, "inputs") else (item.predicate,)
+        for atom in atoms:
+            if hasattr(atom, "name"):
+                uses[atom.name] = uses.get(atom.name, 0) + 1
+    for atom in body.outputs:
+        if hasattr(atom, "name"):
+            uses[atom.name] = uses.get(atom.name, 0) + 1
+    writes = {}
+    for position in range(num_carry):
+        buffer, result = body.inputs[position], body.outputs[position]
+        where = producers.get(getattr(result, "name", None))
+        if where is None or where.prim.name != "where" or where.inputs[2] != buffer:
+            continue
+        if uses.get(buffer.name, 0) != 1 or uses.get(result.name, 0) != 1:
+            continue
+        mask, value = (producers.get(getattr(atom, "name", None)) for atom in where.inputs[:2])
+        if mask is None or value is None or mask.prim.name != "pad" or value.prim.name != "pad":
+            continue
+        config = value.params_dict["config"]
+        if mask.params_dict["config"] != config or any(interior for _, _, interior in config):
+            continue
+        source = producers.get(getattr(mask.inputs[0], "name", None))
+        while source is not None and source.prim.name == "reshape":
+            source = producers.get(getattr(source.inputs[0], "name", None))
+        if source is None or source.prim.name != "full" or source.params_dict["value"] is not True:
+            continue
+        if value.inputs[0].aval.dtype != buffer.aval.dtype:
+            continue
+        writes[position] = (where, value.inputs[0], config)
+    return writes
+
+
+def _needed(body, roots):
+    """The body's equations that ``roots`` (atoms) depend on, in order."""
+    live = {atom.name for atom in roots if hasattr(atom, "name")}
+    kept = []
+    for eqn in reversed(body.equations):
+        if eqn.out.name in live:
+            kept.append(eqn)
+            live.update(atom.name for atom in eqn.inputs if hasattr(atom, "name"))
+    return kept[::-1]
+
+
+class BodyPlan:
+    """What one iteration computes: the equations needed for the carried values that are
+    not written in place, and for the values written in place."""
+
+    def __init__(self, body, num_carry):
+        self.body = body
+        self.num_carry = num_carry
+        self.writes = inplace_writes(body, num_carry)
+        roots = [atom for position, atom in enumerate(body.outputs)
+                 if position not in self.writes]
+        roots += [value for _, value, _ in self.writes.values()]
+        self.equations = _needed(body, roots)
+
+
+def _atom_value(atom, env, bindings):
+    if hasattr(atom, "name"):
+        return env[atom.name]
+    value = atom.value
+    return value.evaluate(bindings) if isinstance(value, DimExpr) else value
+
+
+def run_body(body, index, start, stop, step, num_carry, carried, free, bindings):
+    """Run the loop eagerly: ``carried`` values through ``range(start, stop, step)``
+    iterations of ``body``; ``free`` are the outside values it reads. Returns the carried
+    values after the last iteration. Buffers written at the index are copied once and
+    then written in place."""
+    plan = BodyPlan(body, num_carry)
+    carried = [np.array(value) if position in plan.writes else value
+               for position, value in enumerate(carried)]
+    params = body.inputs
+    for t in range(start, stop, step):
+        scope = dict(bindings)
+        scope[index] = t
+        env = {var.name: value for var, value in zip(params, (*carried, *free))}
+        for eqn in plan.equations:
+            values = [_atom_value(atom, env, scope) for atom in eqn.inputs]
+            concrete = {key: _evaluate(value, scope) for key, value in eqn.params}
+            if eqn.prim is loop_p:
+                result = _loop_impl(*values, bindings=scope, **dict(eqn.params))
+            else:
+                result = eqn.prim.impl(*values, **concrete)
+            expected = _evaluate(eqn.out.aval.shape, scope)
+            if np.shape(result) != tuple(expected):
+                raise IndexError(
+                    f"loop iteration {t}: {eqn.prim.name} gives shape {np.shape(result)}, "
+                    f"the loop body was traced with {tuple(expected)} (an index out of range)"
+                )
+            env[eqn.out.name] = result
+        updated = []
+        for position, atom in enumerate(body.outputs):
+            if position in plan.writes:
+                _, value_atom, config = plan.writes[position]
+                value = _atom_value(value_atom, env, scope)
+                region = tuple(slice(low, low + size) for (low, _, _), size in
+                               zip(_evaluate(config, scope), np.shape(value)))
+                buffer = carried[position]
+                if buffer[region].shape != np.shape(value):
+                    raise IndexError(f"loop iteration {t}: a write at the index is out of range")
+                buffer[region] = value
+                updated.append(buffer)
+            else:
+                updated.append(_atom_value(atom, env, scope))
+        carried = updated
+    return carried
+
+
+def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bindings=None):
+    avals = [var.aval for var in body.inputs]
+    bindings = bind_symbols(avals, operands, bindings)
+    start, stop = _evaluate(start, bindings), _evaluate(stop, bindings)
+    result = run_body(body, index, start, stop, step, num_carry, list(operands[:num_carry]),
+                      list(operands[num_carry:]), bindings)
+    return result[output]
+
+
+def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0):
+    if len(avals) != len(body.inputs) or len(body.outputs) != num_carry:
+        raise ValueError("a loop's operands must match its body's inputs, and its body "
+                         "must return its carried values")
+    for position, (aval, var) in enumerate(zip(avals, body.inputs)):
+        shape = tuple(_expr(dim) for dim in aval.shape)
+        if len(shape) != len(var.aval.shape) or aval.dtype != var.aval.dtype or any(
+            isinstance(a, int) and isinstance(b, int) and a != b
+            for a, b in zip(shape, var.aval.shape)
+        ):
+            raise ValueError(f"loop operand {position} is {aval}, the body takes {var.aval}")
+    for position in range(num_carry):
+        if body.outputs[position].aval.shape != body.inputs[position].aval.shape or (
+            body.outputs[position].aval.dtype != body.inputs[position].aval.dtype
+        ):
+            raise ValueError(f"carried value {position} changes type in the loop body")
+    if not isinstance(step, int) or step == 0:
+        raise ValueError("a loop's step must be a nonzero int")
+    if any(isinstance(dim, SymInt) for aval in avals for dim in aval.shape):
+        _verify_body(body, avals)  # the verifier's call (eager calls checked shapes already)
+    result = body.outputs[output].aval
+    bindings = bind_symbols([var.aval for var in body.inputs],
+                            [np.empty([_concrete(dim) for dim in aval.shape], np.bool_)
+                             if all(isinstance(_concrete(d), int) for d in aval.shape) else ()
+                             for aval in avals])
+    shape = tuple(_resolve(dim, bindings, avals) for dim in result.shape)
+    return AbstractArray(shape, result.dtype)
+
+
+def _concrete(dim):
+    return dim if isinstance(dim, int) else None
+
+
+def _resolve(dim, bindings, avals):
+    """An output dim: as the body has it when the operands are symbolic (the verifier),
+    evaluated when they are concrete (eager shape checks)."""
+    if isinstance(dim, DimExpr) and dim.symbols() <= set(bindings) and not any(
+        isinstance(d, SymInt) for aval in avals for d in aval.shape
+    ):
+        return dim.evaluate(bindings)
+    for aval in avals:
+        for candidate in aval.shape:
+            if isinstance(candidate, SymInt) and candidate.expr == dim:
+                return candidate
+    return dim
+
+
+def _expr(dim):
+    return dim.expr if isinstance(dim, SymInt) else dim
+
+
+def _verify_body(body, avals):
+    """Verify the body as a graph, with the outer symbols (from the operands' live dims)
+    and the index symbol declared."""
+    from dataclasses import replace
+
+    from ..ir import Symbol, verify
+
+    ranges = {}
+    for aval in avals:
+        for dim in aval.shape:
+            if isinstance(dim, SymInt) and dim.context is not None:
+                ranges.update(getattr(dim.context, "ranges", {}))
+    for var in body.inputs:  # concrete operands (eager checks): any size is possible
+        for dim in var.aval.shape:
+            if isinstance(dim, DimExpr):
+                for name in dim.symbols():
+                    ranges.setdefault(name, (1, 1 << 31))
+    names = {symbol.name for symbol in body.symbols}
+    extra = tuple(Symbol(name, low, high) for name, (low, high) in sorted(ranges.items())
+                  if name not in names)
+    verify(replace(body, symbols=body.symbols + extra))
+
+
+loop_p = Primitive(
+    "loop",
+    "control",
+    impl=_loop_impl,
+    abstract_eval=_loop_rule,
+    vjp=None,  # tracer.autodiff refuses loops explicitly (no silent zero gradient)
+)
+
+assert PRIMITIVES["loop"] is loop_p

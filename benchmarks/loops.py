@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 import runtime as tj
-from tracer import loops
 
 N, D, H = 16, 32, 64
 
@@ -32,21 +31,21 @@ def rnn(x, Wx, Wh, b, h0):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--unrolled", action="store_true")
+    parser.add_argument("--unrolled", action="store_true",
+                        help="jit's default (loops='unroll') instead of loops='capture'")
     parser.add_argument("--lengths", type=int, nargs="*", default=[16, 64, 256, 1024])
     options = parser.parse_args()
-    if options.unrolled:
-        loops.STATIC_UNROLL_LIMIT = 1 << 62
-        original = loops._capturable
-        loops._capturable = lambda *args: ""  # every loop unrolls, silently
+    mode = "unroll" if options.unrolled else "capture"
     rng = np.random.default_rng(0)
     params = (rng.standard_normal((D, H)).astype(np.float32) * 0.1,
               rng.standard_normal((H, H)).astype(np.float32) * 0.1,
               rng.standard_normal(H).astype(np.float32),
               rng.standard_normal((N, H)).astype(np.float32))
-    print(f"{'T':>6} {'compiles':>8} {'first call s':>13} {'second call ms':>15}")
+    print(f"loops={mode!r}")
+    print(f"{'T':>6} {'compiles':>8} {'first call s':>13} {'second call ms':>15} "
+          f"{'NumPy eager ms':>15}")
     for length in options.lengths:
-        f = tj.jit(rnn, dynamic=True, cache="memory")
+        f = tj.jit(rnn, dynamic=True, cache="memory", loops=mode)
         x = rng.standard_normal((N, length, D)).astype(np.float32)
         start = time.perf_counter()
         out = f(x, *params)
@@ -55,9 +54,11 @@ def main():
         start = time.perf_counter()
         f(x, *params)
         second = time.perf_counter() - start
-        print(f"{length:>6} {f.stats()['compiles']:>8} {first:>13.3f} {second * 1e3:>15.2f}")
-    if options.unrolled:
-        loops._capturable = original
+        start = time.perf_counter()
+        rnn(x, *params)
+        eager = time.perf_counter() - start
+        print(f"{length:>6} {f.stats()['compiles']:>8} {first:>13.3f} {second * 1e3:>15.2f} "
+              f"{eager * 1e3:>15.2f}")
 
 
 if __name__ == "__main__":

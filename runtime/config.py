@@ -45,6 +45,10 @@ class Options:
     fallback: str = "eager"
     check: bool = False
     disabled: bool = False
+    # "unroll" | "capture" (experimental: loops over a dynamic range become one loop
+    # node, compiled once per bucket, but run by the NumPy interpreter until native loop
+    # codegen lands - several times slower per call than NumPy itself; see issue 13)
+    loops: str = "unroll"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
@@ -53,12 +57,13 @@ class Options:
     @staticmethod
     def build(environ=os.environ, **options):
         unknown = set(options) - {"dynamic", "buckets", "max_variants", "hot_exit", "cache",
-                                  "fallback", "check", "static_argnames", "static_argnums"}
+                                  "fallback", "check", "static_argnames", "static_argnums",
+                                  "loops"}
         if unknown:
             raise OptionError(
                 f"jit() got unknown options {sorted(unknown)}; the options are dynamic, "
-                "buckets, max_variants, hot_exit, cache, fallback, check, static_argnames "
-                "and static_argnums"
+                "buckets, max_variants, hot_exit, cache, fallback, check, static_argnames, "
+                "static_argnums and loops"
             )
         for name, kind in (("static_argnames", str), ("static_argnums", int)):
             if name in options:
@@ -97,6 +102,8 @@ class Options:
         ):
             raise OptionError("static_argnames takes names and static_argnums positions, not "
                               f"{self.static_argnames!r} / {self.static_argnums!r}")
+        if self.loops not in ("unroll", "capture"):
+            raise OptionError(f"loops must be 'unroll' or 'capture', not {self.loops!r}")
         if self.fallback not in ("eager", "raise"):
             raise OptionError(f"fallback must be 'eager' or 'raise', not {self.fallback!r}")
 

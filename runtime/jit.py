@@ -328,7 +328,8 @@ class JitFunction:
         start = time.perf_counter()
         try:
             traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__,
-                           grad=is_grad_enabled(), **kwargs)
+                           grad=is_grad_enabled(),
+                           capture_loops=self.options.loops == "capture", **kwargs)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise

@@ -629,7 +629,7 @@ def _leaf_names(fn, args, kwargs, treedef_count):
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=False,
-          **kwargs):
+          capture_loops=True, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
@@ -655,7 +655,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     context = TracingContext(name, implicit)
     # tracer.loops: no reverse mode through loop nodes yet, so loops in a trace that will
     # record gradients unroll.
-    context.unroll_loops = bool(grad) and any(
+    context.unroll_loops = not capture_loops or bool(grad) and any(
         getattr(value, "requires_grad", False)
         for value in (*leaves, *(obj for _, obj in implicit.values())))
     argument_names = _leaf_names(fn, args, kwargs, len(args))

@@ -50,7 +50,7 @@ def loops_in(graph):
 def test_rnn_compiled_matches_eager(T):
     rng = np.random.default_rng(T)
     params = weights(rng)
-    f = tj.jit(rnn, dynamic=True, cache="memory")
+    f = tj.jit(rnn, dynamic=True, cache="memory", loops="capture")
     for _ in range(2):  # the traced call and the compiled one
         x = rng.standard_normal((N, T, D))
         for got, want in zip(f(x, *params), rnn(x, *params)):
@@ -71,7 +71,7 @@ def test_rnn_trace_has_one_loop_equation_per_result():
 def test_rnn_one_compile_per_bucket():
     rng = np.random.default_rng(1)
     params = weights(rng)
-    f = tj.jit(rnn, dynamic=True, cache="memory")
+    f = tj.jit(rnn, dynamic=True, cache="memory", loops="capture")
     for T in (5, 6, 7, 8):
         x = rng.standard_normal((N, T, D))
         for got, want in zip(f(x, *params), rnn(x, *params)):
@@ -83,7 +83,7 @@ def test_rnn_one_compile_per_bucket():
 @pytest.mark.parametrize("T", [0, 1, 2, 3, 5, 6, 7, 8])
 def test_carried_values(function, T):
     rng = np.random.default_rng(T)
-    f = tj.jit(function, dynamic=True, cache="memory")
+    f = tj.jit(function, dynamic=True, cache="memory", loops="capture")
     args = (rng.standard_normal((max(T, 1) if function is running_max else T, 3)),)
     if function is accumulate:
         args += (rng.standard_normal(3),)
@@ -116,7 +116,7 @@ def test_gradients_unroll():
     rng = np.random.default_rng(4)
     x = tj.tensor(rng.standard_normal((6, 3)), requires_grad=True)
     w = rng.standard_normal(3)
-    f = tj.jit(accumulate, dynamic=True, cache="memory")
+    f = tj.jit(accumulate, dynamic=True, cache="memory", loops="capture")
     loss = f(x, w)
     loss.backward()
     expected = (1 - np.tanh(x.numpy() * w) ** 2) * w

@@ -244,6 +244,10 @@ class JitFunction:
 
     def _run(self, variant, inputs, args, kwargs):
         path = variant.root
+        if path.outputs.mutated and _overlapping(pytree.flatten((args, kwargs))[0]):
+            # It writes into an argument another argument also shows: the compiled code
+            # reads them as separate inputs, NumPy sees the write through both.
+            return self._run_eager(args, kwargs, "arguments share memory")
         while True:
             try:
                 outputs = path.program(*inputs)
@@ -286,6 +290,8 @@ class JitFunction:
     # --- misses: trace and compile ----------------------------------------------------
     def _miss(self, args, kwargs):
         leaves, _ = pytree.flatten((args, kwargs))
+        if _overlapping(leaves):  # f(a, a): a trace would see two arrays (x is y, writes)
+            return self._run_eager(args, kwargs, "arguments share memory")
         signature = _signature(leaves)
         if signature in self._untraceable:
             return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
@@ -572,6 +578,15 @@ class BoundJitFunction:
 
 
 RAISED = "the function raised while tracing (eager raises it too)"
+
+
+def _overlapping(leaves):
+    """Whether two array arguments may share memory (the same array passed twice, or two
+    views of one buffer)."""
+    arrays = [unwrap(leaf) for leaf in leaves if _is_array(leaf)]
+    return len(arrays) > 1 and any(
+        np.may_share_memory(first, second)
+        for index, first in enumerate(arrays) for second in arrays[index + 1:])
 
 
 def _raised_by_user_code(error):

@@ -531,9 +531,6 @@ BUG_CASES = [
 
 # Open bugs, each a known wrong result today (strict: a fix makes the test say so).
 KNOWN_OPEN = {
-    "aliased_arguments_written": "one array passed as two arguments is traced as two "
-                                 "inputs; the entry guard does not check aliasing yet",
-    "identity_of_arguments": "x is y for one array passed twice: same cause",
     "float_subclass_with_lying_eq": "value guards compare with the value's own __eq__",
 }
 

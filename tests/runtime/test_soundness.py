@@ -361,3 +361,18 @@ def test_python_scalar_arithmetic_on_run_time_scalars_stays_weak():
             assert type(got) is type(want)
             assert np.asarray(got).dtype == np.asarray(want).dtype
             np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_one_array_passed_twice_runs_as_eager_runs():
+    def write_then_read(x, y):
+        x[0] = 100.0
+        return y * 1
+
+    jitted = compiled(write_then_read)
+    for _ in range(2):  # compiled for distinct arrays first
+        jitted(np.arange(3.0), np.arange(3.0))
+    shared = np.arange(3.0)
+    np.testing.assert_array_equal(jitted(shared, shared), [100.0, 1.0, 2.0])
+    shared = np.arange(3.0)
+    np.testing.assert_array_equal(jitted(shared, shared[:]), [100.0, 1.0, 2.0])
+    assert jitted.stats()["eager_calls"]["arguments share memory"] == 2

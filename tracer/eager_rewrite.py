@@ -27,6 +27,7 @@ import types
 import numpy as np
 
 from .frontend import (
+    Hooks,
     RewriteUnavailable,
     _bind,
     _callable_object,
@@ -108,9 +109,7 @@ class EagerHooks:
         container[index] = value
         return container
 
-    def update_item(self, container, index, value, operation, outside):
-        updated = getattr(operator, operation)(container[index], value)
-        return self.set_item(container, index, updated, outside)
+    update_item = Hooks.update_item  # a[i] += v is a[i] = a[i] + v, through set_item
 
     def inplace(self, target, value, operation):
         if isinstance(target, np.ndarray) and _tracked(value):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import time
 import traceback
@@ -470,13 +471,16 @@ class JitFunction:
         self._warned_limit = True
         code = getattr(self.fn, "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+        advice = ("raise jit(max_variants=...), or name the argument in static_argnames only "
+                  "if it must specialize" if "arg leaf" in why and "==" in why else
+                  "raise jit(max_variants=...) or mark the changing dims dynamic "
+                  "(jit(dynamic=True) or buckets=...)")
         warnings.warn(
             f"{where}: tracejit function {self.__qualname__} reached max_variants="
             f"{self.options.max_variants} (compiled variants and paths); new cases run "
-            f"eagerly. Last miss: {why}. Raise jit(max_variants=...) or mark the changing "
-            "dims dynamic (jit(dynamic=True) or buckets=...)",
+            f"eagerly. Last miss: {why}. To compile them, {advice}",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
 
     def _check(self, result, args, kwargs):
@@ -508,6 +512,44 @@ class JitFunction:
                                     error)
 
     # --- introspection ----------------------------------------------------------------
+    def lower(self, *args, **kwargs):
+        """What runs for these arguments: the ``Lowered`` variant (IR with its guards, entry
+        guards, kernels, LLVM IR, assembly, rewritten source), compiling it first when no
+        variant matches (that call runs the function once).
+
+        >>> import numpy as np
+        >>> lowered = jit(lambda x: x * 2 + 1, cache=False).lower(np.ones(3))
+        >>> len(lowered.kernels)
+        1
+        """
+        variant = self._matching_variant(args, kwargs)
+        if variant is None:
+            self(*args, **kwargs)
+            variant = self._matching_variant(args, kwargs)
+        if variant is None:
+            raise TracejitError(f"{self.__qualname__} has no compiled variant for these "
+                                f"arguments; it runs eagerly:\n{self.explain()}")
+        return Lowered(self.fn, variant)
+
+    def _matching_variant(self, args, kwargs):
+        return next((variant for variant in self._variants
+                     if variant.guard(args, kwargs) is not None), None)
+
+    def reset(self):
+        """Forget every variant, refusal and shape observation (counters too): the next
+        call traces afresh. The disk cache is left as it is."""
+        with self._lock:
+            self._variants = ()
+            self._untraceable.clear()
+            self._reasons.clear()
+            self._warned_limit = False
+            self.policy = ShapePolicy(self.options, self.fn)
+            self._counters.clear()
+            self._eager.clear()
+            self._side_exits.clear()
+            self.calls = self.compiled_calls = 0
+            self._compile_seconds = 0.0
+
     def stats(self):
         """Counters: calls, compiled_calls, traced_calls (a trace computed the result),
         eager_calls (by reason), compiles, disk_hits, variants, paths, side_exits (by
@@ -570,6 +612,12 @@ class BoundJitFunction:
     def __call__(self, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)
 
+    def lower(self, *args, **kwargs):
+        return self.function.lower(self.instance, *args, **kwargs)
+
+    def reset(self):
+        self.function.reset()
+
     def stats(self):
         return self.function.stats()
 
@@ -578,6 +626,46 @@ class BoundJitFunction:
 
 
 RAISED = "the function raised while tracing (eager raises it too)"
+
+
+class Lowered:
+    """One compiled variant, for reading: ``ir`` (the graph with its value guards),
+    ``entry_guards`` (what a call must match), ``kernels``, ``llvm_ir`` (optimized),
+    ``assembly`` (for the host CPU), ``source`` (the rewritten function, or None)."""
+
+    def __init__(self, fn, variant):
+        program = variant.root.program
+        self.ir = str(program.graph)
+        self.entry_guards = "\n".join(variant.spec.describe())
+        self.kernels = [f"{kernel.name} ({kernel.kind})" for kernel in program.kernels]
+        self.llvm_ir = program.optimized_ir
+        self._program = program
+        try:
+            from tracer.frontend import render
+
+            self.source = render(fn)
+        except Exception:  # no readable source (REPL, exec): nothing to show, not an error
+            self.source = None
+
+    @property
+    def assembly(self):
+        if not self._program.optimized_ir:
+            return ""
+        return codegen.llvm.assembly_of(self._program.optimized_ir)
+
+    def __str__(self):
+        return "\n\n".join(part for part in (
+            "# entry guards\n" + self.entry_guards, "# IR\n" + self.ir,
+            "# kernels\n" + "\n".join(self.kernels), self.source and "# source\n" + self.source,
+        ) if part)
+
+
+def _user_stacklevel():
+    """The ``stacklevel`` that makes a warning point at the user's call, not at tracejit."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and is_tracejit(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _overlapping(leaves):

@@ -376,3 +376,32 @@ def test_one_array_passed_twice_runs_as_eager_runs():
     shared = np.arange(3.0)
     np.testing.assert_array_equal(jitted(shared, shared[:]), [100.0, 1.0, 2.0])
     assert jitted.stats()["eager_calls"]["arguments share memory"] == 2
+
+
+# --- inspection from Python (issue 15) ------------------------------------------------------
+def test_lower_shows_the_variant_the_arguments_select():
+    jitted = compiled(model)
+    x, w = np.ones((5, 4)), np.ones((4, 3))
+    lowered = jitted.lower(x, w)
+    assert "guard" in lowered.ir and "float64" in lowered.entry_guards
+    assert lowered.kernels and "define" in lowered.llvm_ir
+    assert lowered.assembly.strip() and "h = h * 2" in lowered.source
+    assert jitted.stats()["calls"] == 1  # compiled by running the function once
+    assert jitted.lower(x, w).ir == lowered.ir and jitted.stats()["calls"] == 1
+
+
+def test_reset_forgets_variants():
+    jitted = compiled(lambda x: x + 1)
+    run_twice(jitted, np.ones(2))
+    jitted.reset()
+    assert jitted.stats()["variants"] == 0 and jitted.stats()["calls"] == 0
+    run_twice(jitted, np.ones(2))
+    assert jitted.stats()["compiles"] == 1
+
+
+def test_max_variants_warning_points_at_the_callers_line():
+    jitted = compiled(lambda x: x * 2, max_variants=1, dynamic=False)
+    jitted(np.ones(2))
+    with pytest.warns(RuntimeWarning, match="max_variants=1") as record:
+        jitted(np.ones(3))
+    assert record[0].filename == __file__

@@ -69,6 +69,13 @@ def target_machine():
 
 def host_description():
     """What compiled code depends on: part of every disk cache key."""
+    return dict(_described_host())
+
+
+@lru_cache(maxsize=None)
+def _described_host():
+    # The same for the life of the process; asking LLVM for the CPU features costs ~3 ms,
+    # which a warm start from disk paid twice.
     from . import blas
 
     _initialized()

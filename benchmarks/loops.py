@@ -1,8 +1,9 @@
 """Issue 13: the RNN written as classic NumPy code (a Python loop over T), one @jit.
 
 Prints, per T: compiles and first-call seconds with loop capture (a fresh jit function
-per T, dynamic=True), and the time of a second call. ``--unrolled`` measures the same
-with capture switched off (today's unrolling) for the before/after comparison.
+per T, dynamic=True), the time of the second call, the median of the next ``--repeat``
+calls, and NumPy eager's median over as many calls. ``--unrolled`` measures the same
+with capture switched off (loops='unroll') for the before/after comparison.
 
     python -m benchmarks.loops [--unrolled] [--lengths 16 64 256 1024]
 """
@@ -34,6 +35,7 @@ def main():
     parser.add_argument("--unrolled", action="store_true",
                         help="jit's default (loops='unroll') instead of loops='capture'")
     parser.add_argument("--lengths", type=int, nargs="*", default=[16, 64, 256, 1024])
+    parser.add_argument("--repeat", type=int, default=7)
     options = parser.parse_args()
     mode = "unroll" if options.unrolled else "capture"
     rng = np.random.default_rng(0)
@@ -43,7 +45,7 @@ def main():
               rng.standard_normal((N, H)).astype(np.float32))
     print(f"loops={mode!r}")
     print(f"{'T':>6} {'compiles':>8} {'first call s':>13} {'second call ms':>15} "
-          f"{'NumPy eager ms':>15}")
+          f"{'steady ms':>10} {'NumPy eager ms':>15}")
     for length in options.lengths:
         f = tj.jit(rnn, dynamic=True, cache="memory", loops=mode)
         x = rng.standard_normal((N, length, D)).astype(np.float32)
@@ -51,15 +53,18 @@ def main():
         out = f(x, *params)
         first = time.perf_counter() - start
         np.testing.assert_allclose(out, rnn(x, *params), rtol=1e-4, atol=1e-5)
-        start = time.perf_counter()
-        f(x, *params)
-        second = time.perf_counter() - start
-        start = time.perf_counter()
-        rnn(x, *params)
-        eager = time.perf_counter() - start
+        second = _seconds(f, x, params)
+        np.testing.assert_allclose(f(x, *params), rnn(x, *params), rtol=1e-4, atol=1e-5)
+        steady = np.median([_seconds(f, x, params) for _ in range(options.repeat)])
+        eager = np.median([_seconds(rnn, x, params) for _ in range(options.repeat)])
         print(f"{length:>6} {f.stats()['compiles']:>8} {first:>13.3f} {second * 1e3:>15.2f} "
-              f"{eager * 1e3:>15.2f}")
+              f"{steady * 1e3:>10.2f} {eager * 1e3:>15.2f}")
 
+
+def _seconds(function, x, params):
+    start = time.perf_counter()
+    function(x, *params)
+    return time.perf_counter() - start
 
 if __name__ == "__main__":
     main()

@@ -1,26 +1,44 @@
 """Programs whose graph holds ``loop`` equations.
 
-NOT NATIVE YET. A graph with a captured loop is compiled once per bucket (the trace and
-this object are built once, whatever the trip count), but it runs through the IR's NumPy
-reference implementation: every equation's ``impl`` in order, loops through
-``tracer.ops.control.run_body`` (buffers written at the index are written in place, so a
-run is linear in the trip count). Value guards are checked as compiled code checks them
-and a failure raises ``SideExit`` before any output escapes. The native version - an
-outer LLVM loop around the body's kernels with the index passed as one more symbol (the
-body's slices and pads already carry it as a ``DimExpr``) - is the next step; see the
-report of issue 13.
+``NativeLoopProgram`` (the default): the graph is cut at its loops. Each run of
+equations between loops is compiled by the normal codegen as a sub-graph (a *segment*);
+each loop's body is compiled ONCE as its own ``Program`` in which the index symbol
+(``i0``, already in the body's slice and pad params as a ``DimExpr``) is an ordinary
+symbol passed at run time (``program.explicit_symbols``). The loop itself is driven from
+Python: per iteration one call of the body's native entry with the carried values and the
+outside values, and each buffer written at the index (``hs[:, t] = h``, found by
+``control.inplace_writes``) written in place with one NumPy slice assignment - the body
+program computes only the written value, never the whole buffer. One compile per bucket
+whatever the trip count; the per-iteration cost is the body's kernels plus a few
+microseconds of wrapper.
+
+NOT AN LLVM LOOP YET: LOOPS.md step 4 (one native loop around the body's kernels, the
+writes as stores through an output view, parallel maps fused into one kernel) is the
+next step; the Python driver is the increment that makes capture faster than NumPy.
+
+Side exits: a failed guard in a segment raises ``SideExit`` with the whole graph's guard
+number; a kernel error in the body (an index out of range) or a write outside its buffer
+raises ``SideExit(-1)`` (the caller runs eagerly). Nothing escapes before the last step:
+outputs are returned only at the end, and buffers that came from the caller are copied
+before the first write, so inputs are never touched.
+
+``LoopProgram`` keeps the NumPy-interpreter version: the fallback when a piece cannot be
+compiled (logged), and the reference the tests compare against.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 
 from tracer.dims import DimExpr
 from tracer.errors import UnsupportedError
-from tracer.ir import Effect, Eqn, Guard
-from tracer.ops.control import _evaluate, bind_symbols, loop_p, run_body
+from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
+from tracer.ops.control import BodyPlan, _evaluate, _needed, bind_symbols, loop_p, run_body
+
+log = logging.getLogger("tracejit.loops")
 
 
 def has_loops(graph):
@@ -48,12 +66,14 @@ class LoopProgram:
         self.profiled = False
         self.compile_seconds = {}
 
-    kernel_count = property(lambda self: 0)
+    @property
+    def kernel_count(self):
+        return len(self.kernels)
 
     @property
     def object_code(self):
-        raise UnsupportedError("a program with a captured loop has no object code yet "
-                               "(interpreted); it is cached in memory only")
+        raise UnsupportedError("a program with a captured loop has no single object code "
+                               "yet; it is cached in memory only")
 
     def profile(self):
         return []
@@ -111,8 +131,332 @@ def _run_loop(values, params, bindings, side_exit):
         raise side_exit(-1) from None  # an index out of range: eager decides, as kernels do
 
 
+# --- native: segments compiled by codegen, loops driven over a compiled body -------------
+def _loop_key(eqn):
+    return (eqn.inputs, tuple(p for p in eqn.params if p[0] != "output"))
+
+
+def _reads(item):
+    atoms = item.inputs if isinstance(item, (Eqn, Effect)) else (item.predicate,)
+    return [atom.name for atom in atoms if hasattr(atom, "name")]
+
+
+class _Segment:
+    """Equations and guards between loops, compiled as one sub-graph."""
+
+    def __init__(self, graph, items, later_uses, guard_offset, name):
+        from .program import compile as compile_graph
+        from .program import explicit_symbols
+
+        variables = {var.name: var for var in graph.inputs}
+        variables.update({eqn.out.name: eqn.out for eqn in graph.equations})
+        constants = dict((var.name, (var, constant)) for var, constant in graph.constants)
+        defined, inputs, used_constants = set(), [], []
+        for item in items:
+            for read in _reads(item):
+                if read in defined or read in {var.name for var in inputs}:
+                    continue
+                if read in constants:
+                    if constants[read] not in used_constants:
+                        used_constants.append(constants[read])
+                else:
+                    inputs.append(variables[read])
+            if isinstance(item, Eqn):
+                defined.add(item.out.name)
+        outputs = [item.out for item in items
+                   if isinstance(item, Eqn) and item.out.name in later_uses]
+        if not outputs:  # guards only: a graph needs an output, any one will do
+            outputs = [next(item.out for item in reversed(items) if isinstance(item, Eqn))]
+        sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),
+                    graph.symbols)
+        self.program = compile_graph(sub, name=name, optimized=True)
+        self.inputs = [var.name for var in inputs]
+        self.outputs = [var.name for var in outputs]
+        self.symbols = explicit_symbols(self.program.graph)
+        self.guard_offset = guard_offset
+
+    def run(self, env, bindings, side_exit):
+        arguments = [env[name] for name in self.inputs]
+        arguments += [bindings[name] for name in self.symbols]
+        try:
+            results = self.program._run(*arguments)
+        except side_exit as exit:
+            if exit.code > 0:
+                raise side_exit(exit.code + self.guard_offset) from None
+            raise
+        for name, value in zip(self.outputs, results):
+            env[name] = value
+
+
+class _Write:
+    """A buffer written at the index: region start ``base + delta * t`` per axis."""
+
+    def __init__(self, position, config, value_shape):
+        self.position = position
+        self.config = config
+        self.value_shape = value_shape
+
+    def region_of(self, index, bindings, buffer_shape, first, last):
+        """Per axis ``(base, delta, size)``, or None if a trip writes outside the buffer."""
+        axes = []
+        for (low, _, _), size, extent in zip(self.config, self.value_shape, buffer_shape):
+            at = [_evaluate(low, {**bindings, index: t}) for t in (0, 1, 2)]
+            base, delta = at[0], at[1] - at[0]
+            if at[2] != base + 2 * delta:
+                raise UnsupportedError("a write region that is not affine in the index")
+            size = _evaluate(size, bindings)
+            for t in (first, last):
+                if base + delta * t < 0 or base + delta * t + size > extent:
+                    return None
+            axes.append((base, delta, size))
+        return axes
+
+
+class _Loop:
+    """One loop (every ``loop`` equation sharing its operands and body): the body compiled
+    once with the index as a run-time symbol, driven from Python."""
+
+    def __init__(self, graph, eqn, later_uses, name):
+        from .program import compile as compile_graph
+        from .program import explicit_symbols, wrapper_source
+
+        params = eqn.params_dict
+        body, self.num_carry = params["body"], params["num_carry"]
+        self.index, self.start, self.stop, self.step = (params["index"], params["start"],
+                                                        params["stop"], params["step"])
+        if any(isinstance(item, Effect) for item in body.body) or has_loops(body):
+            raise UnsupportedError("print or a nested loop in a loop body (not compiled yet)")
+        plan = BodyPlan(body, self.num_carry)
+        self.kept = [p for p in range(self.num_carry) if p not in plan.writes]
+        self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
+                       for p in sorted(plan.writes)]
+        outputs = [body.outputs[p] for p in self.kept]
+        outputs += [plan.writes[write.position][1] for write in self.writes]
+        guards = [item for item in body.body if isinstance(item, Guard)]
+        needed = {e.out.name for e in _needed(body, outputs + [g.predicate for g in guards])}
+        items = tuple(item for item in body.body
+                      if isinstance(item, Guard) or item.out.name in needed)
+        inputs = [body.inputs[p] for p in self.kept] + list(body.inputs[self.num_carry:])
+        outer = [symbol for symbol in graph.symbols
+                 if symbol.name not in {s.name for s in body.symbols}]
+        index_symbol = next((s for s in body.symbols if s.name == self.index),
+                            Symbol(self.index, 0, 1 << 31))
+        # The index last: it is the wrapper's last explicit argument.
+        symbols = (*outer, *(s for s in body.symbols if s.name != self.index), index_symbol)
+        body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
+                           symbols)
+        # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
+        # the first trip, then the body's own results), so the wrapper converts nothing.
+        self.program = compile_graph(
+            body_graph, name=name,
+            wrapper=lambda plan, entry: wrapper_source(plan, entry, trusted=True))
+        if any(isinstance(atom, Literal) for atom in self.program.graph.outputs[:len(self.kept)]):
+            self.program = compile_graph(body_graph, name=name)  # a scalar comes back
+        self.symbols = explicit_symbols(self.program.graph)
+        if self.symbols[-1:] != [self.index]:
+            raise UnsupportedError("the loop index is bound by an input dim of the body")
+        self.dtypes = [var.aval.dtype for var in body.inputs]
+        self.operands = [_operand(atom) for atom in eqn.inputs]
+        # A buffer written in place is copied first unless it is a fresh array of ours
+        # used by nothing else (checked again at run time: it must own its memory).
+        self.fresh = {write.position for write in self.writes
+                      if self.operands[write.position][0] == "var"
+                      and later_uses.get(self.operands[write.position][1]) == 1
+                      and self.operands[write.position][1] not in
+                      {var.name for var in graph.inputs}}
+        self.results = {}  # output position -> outer var name
+        # Kernels trust slice and pad params; NumPy's reference raises where an index
+        # leaves the array. Params are affine in the index: checking the first and last
+        # trip covers every trip.
+        self.bounds = [(eqn.prim.name, eqn.params_dict, eqn.inputs[0].aval.shape)
+                       for eqn in items if isinstance(eqn, Eqn)
+                       and eqn.prim.name in ("slice", "pad")]
+        self.checked = {}  # run-time checks and write regions, per bindings and trips
+
+    def in_bounds(self, bindings, first, last):
+        key = (tuple(bindings.items()), first, last)
+        if key not in self.checked:
+            if len(self.checked) > 64:
+                self.checked.clear()
+            self.checked[key] = all(_in_bounds(kind, params, shape, {**bindings, self.index: t})
+                                    for kind, params, shape in self.bounds
+                                    for t in (first, last))
+        return self.checked[key]
+
+    def run(self, env, bindings, side_exit):
+        values = [env[value] if kind == "var" else _evaluate(value, bindings)
+                  for kind, value in self.operands]
+        start, stop = _evaluate(self.start, bindings), _evaluate(self.stop, bindings)
+        trips = range(start, stop, self.step)
+        num_carry = self.num_carry
+        carried = [_contiguous(values[p], self.dtypes[p]) for p in self.kept]
+        free = [_contiguous(value, dtype)
+                for value, dtype in zip(values[num_carry:], self.dtypes[num_carry:])]
+        buffers, regions = {}, []
+        if trips:
+            if not self.in_bounds(bindings, trips[0], trips[-1]):
+                raise side_exit(-1)  # an index out of range: eager raises it
+            for write in self.writes:
+                value = values[write.position]
+                if write.position in self.fresh and isinstance(value, np.ndarray) and (
+                    value.flags.owndata and value.flags.c_contiguous
+                    and value.dtype == self.dtypes[write.position]
+                ):
+                    buffer = value
+                else:
+                    buffer = np.array(value, dtype=self.dtypes[write.position], order="C")
+                key = (write.position, tuple(bindings.items()), trips[0], trips[-1])
+                if key not in self.checked:
+                    self.checked[key] = write.region_of(self.index, bindings, buffer.shape,
+                                                        trips[0], trips[-1])
+                axes = self.checked[key]
+                if axes is None:
+                    raise side_exit(-1)  # a write outside the buffer: eager raises it
+                buffers[write.position] = buffer
+                regions.append(_regions(buffer, axes, trips))
+        tail = tuple(free) + tuple(bindings[name] for name in self.symbols[:-1])
+        run_body_program = self.program._run
+        kept = len(self.kept)
+        try:
+            for trip, t in enumerate(trips):
+                results = run_body_program(*carried, *tail, t)
+                carried = results[:kept]
+                for number, region in enumerate(regions):
+                    region[trip] = results[kept + number]
+        except side_exit:
+            # No guard of the body has a number in the outer graph's trace tree: the
+            # whole call side-exits and runs eagerly (nothing was returned or written
+            # outside our own copies).
+            raise side_exit(-1) from None
+        final = list(values[:num_carry])
+        for position, value in zip(self.kept, carried):
+            final[position] = value
+        for position, buffer in buffers.items():
+            final[position] = buffer
+        for position, name in self.results.items():
+            env[name] = final[position]
+
+
+def _in_bounds(kind, params, shape, bindings):
+    if kind == "slice":
+        for start, limit, step, dim in zip(params["starts"], params["limits"],
+                                           params["steps"], shape):
+            start, limit = _evaluate(start, bindings), _evaluate(limit, bindings)
+            if step <= 0 or not 0 <= start <= limit <= _evaluate(dim, bindings):
+                return False
+        return True
+    return all(_evaluate(low, bindings) >= 0 and _evaluate(high, bindings) >= 0
+               and _evaluate(interior, bindings) >= 0 for low, high, interior in params["config"])
+
+
+def _regions(buffer, axes, trips):
+    """A view of ``buffer`` whose item ``k`` is the region written at trip ``k`` (the
+    region moves by a fixed number of elements per trip): one ``view[k] = value`` per
+    iteration instead of building a tuple of slices."""
+    sizes = tuple(size for _, _, size in axes)
+    if 0 in sizes:
+        return np.empty((len(trips), *sizes), buffer.dtype)  # nothing to write
+    item = buffer.itemsize
+    offset = sum((base + delta * trips[0]) * stride
+                 for (base, delta, _), stride in zip(axes, buffer.strides)) // item
+    per_trip = trips.step * sum(delta * stride for (_, delta, _), stride in
+                                zip(axes, buffer.strides))
+    origin = buffer.reshape(-1)[offset:]
+    return np.lib.stride_tricks.as_strided(origin, (len(trips), *sizes),
+                                           (per_trip, *buffer.strides), writeable=True)
+
+
+def _operand(atom):
+    if hasattr(atom, "name"):
+        return ("var", atom.name)
+    return ("literal", atom.value)
+
+
+def _contiguous(value, dtype):
+    return np.asarray(value, dtype=dtype, order="C")
+
+
+class NativeLoopProgram(LoopProgram):
+    """Segments and loop bodies as native programs; see the module docstring."""
+
+    kind = "native body, Python loop driver"
+
+    def __init__(self, graph, name):
+        super().__init__(graph, name)
+        uses = {}
+        groups = {}
+        for item in graph.body:
+            if isinstance(item, Eqn) and item.prim is loop_p:
+                if _loop_key(item) in groups:
+                    continue
+                groups[_loop_key(item)] = item
+            for read in _reads(item):
+                uses[read] = uses.get(read, 0) + 1
+        for atom in graph.outputs:
+            if hasattr(atom, "name"):
+                uses[atom.name] = uses.get(atom.name, 0) + 1
+        self.steps, loops, pending, guards = [], {}, [], 0
+        guard_offset = 0
+
+        def flush():
+            nonlocal pending, guard_offset
+            if any(isinstance(item, (Eqn, Guard)) for item in pending):
+                number = len(self.steps)
+                self.steps.append(_Segment(graph, pending, uses, guard_offset,
+                                           f"{name}_segment{number}"))
+                guard_offset = guards
+            pending = []
+
+        for item in graph.body:
+            if isinstance(item, Eqn) and item.prim is loop_p:
+                key = _loop_key(item)
+                if key not in loops:
+                    flush()
+                    loops[key] = _Loop(graph, item, uses, f"{name}_loop{len(loops)}")
+                    self.steps.append(loops[key])
+                loops[key].results[item.params_dict["output"]] = item.out.name
+                continue
+            if isinstance(item, Guard):
+                guards += 1
+            pending.append(item)
+        flush()
+        self.bindings = _input_bindings(graph)
+        self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
+        self.constants = {var.name: constant.data for var, constant in graph.constants}
+
+    def __call__(self, *inputs):
+        from .program import SideExit
+
+        graph = self.graph
+        env = dict(self.constants)
+        for var, value in zip(graph.inputs, inputs):
+            env[var.name] = value
+        bindings = {symbol: np.shape(inputs[position])[axis]
+                    for symbol, (position, axis) in self.bindings.items()}
+        for step in self.steps:
+            step.run(env, bindings, SideExit)
+        return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
+                     else env[atom.name] for atom in graph.outputs)
+
+
+def _input_bindings(graph):
+    from .program import _symbol_bindings
+
+    bindings = _symbol_bindings(graph)
+    missing = [symbol.name for symbol in graph.symbols if symbol.name not in bindings]
+    if missing:
+        raise UnsupportedError(f"symbols {missing} are not dims of an input")
+    return bindings
+
+
 def compile_looped(graph, name=None):
     start = time.perf_counter()
-    program = LoopProgram(graph, name or graph.name)
+    name = name or graph.name
+    try:
+        program = NativeLoopProgram(graph, name)
+    except Exception:  # a piece codegen cannot build yet: the interpreter serves the call
+        log.warning("%s: loop program not compiled natively; it runs interpreted", name,
+                    exc_info=True)
+        program = LoopProgram(graph, name)
     program.compile_seconds = {"total": time.perf_counter() - start}
     return program

@@ -176,7 +176,7 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     start = time.perf_counter()
     if not optimized:
         graph = optimize(graph, check=check)
-    if loops.has_loops(graph):  # captured loops: interpreted for now (codegen/loops.py)
+    if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name)
     plan, module, entry = _schedule_with_retries(graph, profile)
     times["schedule+lower"] = time.perf_counter() - start
@@ -301,16 +301,26 @@ def _symbol_bindings(graph):
     return bindings
 
 
-def wrapper_source(plan, entry, graph=None, compact=None):
+def explicit_symbols(graph):
+    """Symbols no input dim is exactly (a loop body's index ``i0``): the wrapper takes them
+    as trailing int arguments, after the arrays, in ``graph.symbols`` order. Traced graphs
+    bind every symbol from an input, so their wrappers take arrays only."""
+    bound = _symbol_bindings(graph)
+    return [symbol.name for symbol in graph.symbols if symbol.name not in bound]
+
+
+def wrapper_source(plan, entry, graph=None, compact=None, trusted=False):
     """The wrapper's Python source. ``run(x0, ...)`` hands the native entry the caller's
     arrays; if it answers ``LAYOUT_EXIT`` (an input is not C-contiguous; nothing ran),
     ``_relayout`` calls ``run_strict``, which passes C-ordered copies, or a program built
     for broadcast inputs. That program's wrapper comes from ``compact`` ({input position:
     broadcast axes}), with ``plan`` its own and ``graph`` the original: one strict ``run``
-    that passes those inputs compacted (see ``_broadcast_graph``)."""
+    that passes those inputs compacted (see ``_broadcast_graph``). ``trusted``: the caller
+    passes arrays of the inputs' dtypes (a loop driver passing a body's carried values),
+    so ``run`` converts nothing; layouts are still checked by the native entry."""
     graph = graph or plan.graph
     if compact is None:
-        functions = [_wrapper_function("run", plan, graph, None),
+        functions = [_wrapper_function("run", plan, graph, None, trusted),
                      _wrapper_function("run_strict", plan, graph, {})]
     else:
         functions = [_wrapper_function("run", plan, graph, compact)]
@@ -319,12 +329,13 @@ def wrapper_source(plan, entry, graph=None, compact=None):
     return header + astor.to_source(module)
 
 
-def _wrapper_function(function_name, plan, graph, compact):
+def _wrapper_function(function_name, plan, graph, compact, trusted=False):
     """One wrapper function; ``compact`` None: pass inputs as they are (the fast path);
     else pass them C-ordered, compacting the inputs it names."""
     body = []
     parameters = [f"x{position}" for position in range(len(graph.inputs))]
-    for position, parameter in enumerate(parameters):
+    arguments = parameters + explicit_symbols(graph)
+    for position, parameter in enumerate(parameters if not trusted else ()):
         dtype = _name(_dtype_name(graph.inputs[position].aval.dtype))
         body.append(_assign(parameter, _call("_asarray", _name(parameter), dtype)))
     for symbol, (position, axis) in _symbol_bindings(graph).items():
@@ -365,7 +376,7 @@ def _wrapper_function(function_name, plan, graph, compact):
     body.append(_assign("status", _call("_native", arrays, *symbols)))
     failed = [ast.Raise(exc=_call("_SideExit", _name("status")), cause=None)]
     if compact is None:
-        relayout = ast.Return(value=_call("_relayout", *map(_name, parameters)))
+        relayout = ast.Return(value=_call("_relayout", *map(_name, arguments)))
         failed.insert(0, ast.If(test=ast.Compare(left=_name("status"), ops=[ast.Eq()],
                                                  comparators=[_name("_LAYOUT")]),
                                 body=[relayout], orelse=[]))
@@ -378,7 +389,7 @@ def _wrapper_function(function_name, plan, graph, compact):
     body.append(ast.Return(value=ast.Tuple(elts=outputs, ctx=ast.Load())))
     function = ast.FunctionDef(
         name=function_name,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in parameters],
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in arguments],
                            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
         body=body,
         decorator_list=[],

@@ -258,6 +258,10 @@ class _Slice:
         operands = [None if isinstance(a, Literal) or a.name not in self.producers
                     else self.bounds[a.name] for a in eqn.inputs]
         name = eqn.prim.name
+        if any(bound is INF for bound in operands):
+            # Nothing finite follows; and INF is a scalar, which rules that reduce or
+            # index their operand's bound (sum over axis 0 of a loop's result) cannot take.
+            return self.unbounded(eqn.out)
         rule = RULES.get(name)
         if rule is None:
             if name in UNBOUNDED and all(b is None for b in operands):

@@ -234,8 +234,10 @@ def _capture(context, body, names, originals, values, start, stop, step, where):
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1
+    guards_before = len(context.shape_guards)
     params1, outputs1, recorded1 = _trial(context, body, t1, values)
     params2, outputs2, recorded2 = _trial(context, body, t1 + step, outputs1)
+    _drop_trial_bounds(context, guards_before, expr_of(stop))
     for name, value in zip(names, outputs2):
         if not isinstance(value, Tracer):
             raise Refused(f"`{name}` is a {type(value).__name__} inside the loop, not an array")
@@ -288,6 +290,20 @@ def _capture(context, body, names, originals, values, start, stop, step, where):
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
              "outside", where, len(graph.body), len(names), len(free_vars))
     return tuple(returned)
+
+
+def _drop_trial_bounds(context, since, stop):
+    """Forget ``stop > t`` that iterations 1 and 2 asked (``x[:, t]`` with t = 1, 2): the
+    loop only runs trips below ``stop``, and kept, they would send every shorter length in
+    the bucket to a new trace. Compiled loops check their slices' bounds at run time (a
+    read outside the array side-exits; the interpreter raises on the shape)."""
+    if not isinstance(stop, DimExpr):
+        return
+    added = context.shape_guards[since:]
+    kept = [guard for guard in added
+            if not (guard.lhs == stop and guard.op in (">", ">=") and isinstance(guard.rhs, int)
+                    and guard.expected is True)]
+    context.shape_guards[since:] = kept
 
 
 class _Generalized:

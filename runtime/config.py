@@ -46,8 +46,10 @@ class Options:
     check: bool = False
     disabled: bool = False
     # "unroll" | "capture" (experimental: loops over a dynamic range become one loop
-    # node, compiled once per bucket, but run by the NumPy interpreter until native loop
-    # codegen lands - several times slower per call than NumPy itself; see issue 13)
+    # node, compiled once per bucket: segments and the loop body are native code, the loop
+    # itself is driven from Python - faster than NumPy eager from T ~ 64 on, about equal at
+    # T = 16, and behind unrolled code's ~17-20 us per step; default once that gap closes,
+    # see issue 13 and codegen/loops.py)
     loops: str = "unroll"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()

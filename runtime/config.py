@@ -45,12 +45,12 @@ class Options:
     fallback: str = "eager"
     check: bool = False
     disabled: bool = False
-    # "unroll" | "capture" (experimental: loops over a dynamic range become one loop
-    # node, compiled once per bucket: segments and the loop body are native code, the loop
-    # itself is driven from Python - faster than NumPy eager from T ~ 64 on, about equal at
-    # T = 16, and behind unrolled code's ~17-20 us per step; default once that gap closes,
-    # see issue 13 and codegen/loops.py)
-    loops: str = "unroll"
+    # "capture" | "unroll": loops over a dynamic range become one loop node, compiled once
+    # per bucket whatever the trip count (segments and the loop body are native code, the
+    # loop itself driven from Python: below NumPy eager for T = 16..1024, behind unrolled
+    # code's ~17-20 us per step - see issue 13 and codegen/loops.py). "unroll" traces every
+    # iteration (one compile per length, fastest per call for short fixed lengths).
+    loops: str = "capture"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())

@@ -33,7 +33,7 @@ def rnn(x, Wx, Wh, b, h0):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--unrolled", action="store_true",
-                        help="jit's default (loops='unroll') instead of loops='capture'")
+                        help="loops='unroll' instead of the default loops='capture'")
     parser.add_argument("--lengths", type=int, nargs="*", default=[16, 64, 256, 1024])
     parser.add_argument("--repeat", type=int, default=7)
     options = parser.parse_args()

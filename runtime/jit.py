@@ -670,8 +670,10 @@ def _user_stacklevel():
 
 def _overlapping(leaves):
     """Whether two array arguments may share memory (the same array passed twice, or two
-    views of one buffer)."""
-    arrays = [unwrap(leaf) for leaf in leaves if _is_array(leaf)]
+    views of one buffer). Tensors that require grad are left out: a compiled function
+    never writes into those (the trace refuses it), and the tape sums their gradients."""
+    arrays = [unwrap(leaf) for leaf in leaves
+              if _is_array(leaf) and not getattr(leaf, "requires_grad", False)]
     return len(arrays) > 1 and any(
         np.may_share_memory(first, second)
         for index, first in enumerate(arrays) for second in arrays[index + 1:])

@@ -295,7 +295,7 @@ class JitFunction:
             return self._run_eager(args, kwargs, "arguments share memory")
         signature = _signature(leaves)
         if signature in self._untraceable:
-            return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
+            return self._run_eager(args, kwargs, self._untraceable[signature])
         with self._lock:
             for variant in self._variants:  # another thread may have compiled it
                 inputs = variant.guard(args, kwargs)

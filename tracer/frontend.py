@@ -525,7 +525,8 @@ def _created(function, shape, *args, dtype=None, **kwargs):
 
 # Python values read from outside that shape a trace (flags, ``cfg["k"]``,
 # ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
-_GUARDED_VALUES = (bool, int, float, str, type(None), list, tuple)
+_SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
+_GUARDED_VALUES = (*_SETTINGS, list, tuple)
 
 _CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
@@ -567,7 +568,7 @@ def note_contents(context, path, value, budget=None):
         if not all(type(key) in (str, int) for key in value):
             return
         if len(value) <= _CONTENT_LIMIT and all(
-            type(item) in _GUARDED_VALUES[:5] for item in value.values()
+            type(item) in _SETTINGS for item in value.values()
         ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
             context.note_outside_value(path, dict(value))
         items = value.items()

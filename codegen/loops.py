@@ -22,6 +22,11 @@ raises ``SideExit(-1)`` (the caller runs eagerly). Nothing escapes before the la
 outputs are returned only at the end, and buffers that came from the caller are copied
 before the first write, so inputs are never touched.
 
+Disk cache: ``NativeLoopProgram.pieces`` (the segments' and bodies' ``Program``s, in the
+order they are built) are stored as ordinary programs beside the graph's IR
+(``runtime.serialize``); a load parses the IR, rebuilds the driver from it and takes each
+piece from disk instead of compiling it (``from_pieces``), so a warm start runs no LLVM.
+
 ``LoopProgram`` keeps the NumPy-interpreter version: the fallback when a piece cannot be
 compiled (logged), and the reference the tests compare against.
 """
@@ -72,8 +77,8 @@ class LoopProgram:
 
     @property
     def object_code(self):
-        raise UnsupportedError("a program with a captured loop has no single object code "
-                               "yet; it is cached in memory only")
+        raise UnsupportedError("an interpreted loop program has no object code; it is "
+                               "cached in memory only")
 
     def profile(self):
         return []
@@ -141,11 +146,18 @@ def _reads(item):
     return [atom.name for atom in atoms if hasattr(atom, "name")]
 
 
+def compile_piece(graph, name, **options):
+    """A segment or a loop body as a ``Program`` (``NativeLoopProgram``'s default
+    ``build``; a program loaded from disk passes one that hands back stored pieces)."""
+    from .program import compile as compile_graph
+
+    return compile_graph(graph, name=name, **options)
+
+
 class _Segment:
     """Equations and guards between loops, compiled as one sub-graph."""
 
-    def __init__(self, graph, items, later_uses, guard_offset, name):
-        from .program import compile as compile_graph
+    def __init__(self, graph, items, later_uses, guard_offset, name, build):
         from .program import explicit_symbols
 
         variables = {var.name: var for var in graph.inputs}
@@ -169,7 +181,7 @@ class _Segment:
             outputs = [next(item.out for item in reversed(items) if isinstance(item, Eqn))]
         sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),
                     graph.symbols)
-        self.program = compile_graph(sub, name=name, optimized=True)
+        self.program = build(sub, name, optimized=True)
         self.inputs = [var.name for var in inputs]
         self.outputs = [var.name for var in outputs]
         self.symbols = explicit_symbols(self.program.graph)
@@ -216,9 +228,8 @@ class _Loop:
     """One loop (every ``loop`` equation sharing its operands and body): the body compiled
     once with the index as a run-time symbol, driven from Python."""
 
-    def __init__(self, graph, eqn, later_uses, name):
-        from .program import compile as compile_graph
-        from .program import explicit_symbols, wrapper_source
+    def __init__(self, graph, eqn, later_uses, name, build):
+        from .program import explicit_symbols
 
         params = eqn.params_dict
         body, self.num_carry = params["body"], params["num_carry"]
@@ -247,11 +258,11 @@ class _Loop:
                            symbols)
         # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
         # the first trip, then the body's own results), so the wrapper converts nothing.
-        self.program = compile_graph(
-            body_graph, name=name,
-            wrapper=lambda plan, entry: wrapper_source(plan, entry, trusted=True))
-        if any(isinstance(atom, Literal) for atom in self.program.graph.outputs[:len(self.kept)]):
-            self.program = compile_graph(body_graph, name=name)  # a scalar comes back
+        self.program = build(body_graph, name, trusted=True)
+        if self.program.trusted and any(
+            isinstance(atom, Literal) for atom in self.program.graph.outputs[:len(self.kept)]
+        ):
+            self.program = build(body_graph, name)  # a scalar comes back: convert it
         self.symbols = explicit_symbols(self.program.graph)
         if self.symbols[-1:] != [self.index]:
             raise UnsupportedError("the loop index is bound by an input dim of the body")
@@ -385,7 +396,7 @@ class NativeLoopProgram(LoopProgram):
 
     kind = "native body, Python loop driver"
 
-    def __init__(self, graph, name):
+    def __init__(self, graph, name, build=compile_piece):
         super().__init__(graph, name)
         uses = {}
         groups = {}
@@ -407,7 +418,7 @@ class NativeLoopProgram(LoopProgram):
             if any(isinstance(item, (Eqn, Guard)) for item in pending):
                 number = len(self.steps)
                 self.steps.append(_Segment(graph, pending, uses, guard_offset,
-                                           f"{name}_segment{number}"))
+                                           f"{name}_segment{number}", build))
                 guard_offset = guards
             pending = []
 
@@ -416,7 +427,7 @@ class NativeLoopProgram(LoopProgram):
                 key = _loop_key(item)
                 if key not in loops:
                     flush()
-                    loops[key] = _Loop(graph, item, uses, f"{name}_loop{len(loops)}")
+                    loops[key] = _Loop(graph, item, uses, f"{name}_loop{len(loops)}", build)
                     self.steps.append(loops[key])
                 loops[key].results[item.params_dict["output"]] = item.out.name
                 continue
@@ -427,6 +438,32 @@ class NativeLoopProgram(LoopProgram):
         self.bindings = _input_bindings(graph)
         self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
         self.constants = {var.name: constant.data for var, constant in graph.constants}
+
+    @property
+    def pieces(self):
+        """The segments' and loop bodies' programs, in the order ``build`` made them (what
+        the disk cache stores; ``from_pieces`` puts them back)."""
+        return [step.program for step in self.steps]
+
+    @classmethod
+    def from_pieces(cls, graph, name, pieces):
+        """The program for ``graph`` with its segments and bodies taken from ``pieces``
+        (loaded from disk) instead of compiled: the driver is rebuilt here from the graph,
+        and each piece must be the one this graph asks for at that place (its name, and
+        its inputs and outputs); else ``UnsupportedError`` and the caller compiles."""
+        stored = iter(pieces)
+
+        def take(sub, piece_name, **options):
+            piece = next(stored, None)
+            if piece is None or not _same_interface(piece, sub, piece_name):
+                raise UnsupportedError(f"a stored piece of {name} is not the one its graph "
+                                       f"asks for at {piece_name}")
+            return piece
+
+        program = cls(graph, name, build=take)
+        if next(stored, None) is not None:
+            raise UnsupportedError(f"{name} has stored pieces its graph does not use")
+        return program
 
     def __call__(self, *inputs):
         from .program import SideExit
@@ -441,6 +478,18 @@ class NativeLoopProgram(LoopProgram):
             step.run(env, bindings, SideExit)
         return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
                      else env[atom.name] for atom in graph.outputs)
+
+
+def _same_interface(piece, graph, name):
+    """Does ``piece`` (a loaded ``Program``) take and return what ``graph`` does?"""
+    def avals(atoms):
+        return [str(atom.aval) for atom in atoms]
+
+    return (piece.name == name and [var.name for var in piece.graph.inputs] ==
+            [var.name for var in graph.inputs] and avals(piece.graph.inputs) ==
+            avals(graph.inputs) and avals(piece.graph.outputs) == avals(graph.outputs) and
+            [symbol.name for symbol in piece.graph.symbols] ==
+            [symbol.name for symbol in graph.symbols])
 
 
 def _input_bindings(graph):

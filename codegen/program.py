@@ -112,6 +112,7 @@ class Program:
     wrapper_source: str
     compile_seconds: dict = field(default_factory=dict)
     profiled: bool = False  # built with per-kernel counters (see ``profile``)
+    trusted: bool = False  # the wrapper converts no input (``wrapper_source(trusted=True)``)
     materialized: list = field(default_factory=list)  # values lowering forced into buffers
     _run: object = None
     _library: object = None
@@ -167,11 +168,12 @@ def _symbol_safe(name):
 
 
 def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # noqa: A001
-            wrapper=None):
+            wrapper=None, trusted=False):
     """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
     the program counts calls and time per kernel (``Program.profile()``). ``optimized``:
     the graph already went through ``optimize`` (run again, guard margins would be added
-    twice and guard numbers change); ``wrapper(plan, entry)`` replaces ``wrapper_source``."""
+    twice and guard numbers change); ``wrapper(plan, entry)`` replaces ``wrapper_source``;
+    ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``)."""
     times = {}
     start = time.perf_counter()
     if not optimized:
@@ -191,9 +193,11 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         llvm_ir=llvm_ir,
         optimized_ir=compiled.llvm_ir,
         object_code=compiled.object_code,
-        wrapper_source=(wrapper or wrapper_source)(plan, entry),
+        wrapper_source=(wrapper(plan, entry) if wrapper is not None
+                        else wrapper_source(plan, entry, trusted=trusted)),
         compile_seconds=times,
         profiled=profile,
+        trusted=trusted,
         materialized=sorted(plan.scheduler.forced),
     )
     link(program)
@@ -201,7 +205,7 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     return program
 
 
-def rebuild_wrapper(graph, materialized):
+def rebuild_wrapper(graph, materialized, trusted=False):
     """The wrapper of a program loaded from disk, generated here from its parsed graph and
     the values lowering materialized: the same schedule gives the same slots the object
     code was built for. (The disk copy of the wrapper text is never executed.)"""
@@ -209,7 +213,7 @@ def rebuild_wrapper(graph, materialized):
         if not isinstance(name, str):
             raise ValueError(f"materialized value {name!r} is not a name")
     plan = make_schedule(graph, materialize=set(materialized))
-    return wrapper_source(plan, f"{_symbol_safe(graph.name)}_entry")
+    return wrapper_source(plan, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
 
 
 def _c_order(array, dtype):

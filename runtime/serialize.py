@@ -45,7 +45,7 @@ class InvalidEntry(NotSerializable):
 
 # --- checking what was read ---------------------------------------------------------------
 _DTYPE_TEXT = re.compile(r"[<>|=][biuf][1248]\Z")  # plain numbers only: no objects, records
-_SYMBOL = re.compile(r"s[0-9]{1,6}\Z")  # tracing names symbols s0, s1, ...
+_SYMBOL = re.compile(r"[si][0-9]{1,6}\Z")  # tracing's s0, s1, ...; loop indices i0, i1, ...
 SHAPE_GUARD_OPS = ("==", "!=", "<", "<=", ">", ">=")
 
 
@@ -390,6 +390,13 @@ class Blobs:
 
 
 def program_to_json(program, blobs):
+    from codegen.loops import LoopProgram, NativeLoopProgram
+
+    if isinstance(program, NativeLoopProgram):
+        return _loop_program_to_json(program, blobs)
+    if isinstance(program, LoopProgram):
+        raise NotSerializable("a loop program that runs interpreted (codegen could not "
+                              "build it natively)")
     return {
         "name": program.name,
         "graph": str(program.graph),
@@ -403,11 +410,65 @@ def program_to_json(program, blobs):
         "llvm_ir": program.llvm_ir,
         "optimized_ir": program.optimized_ir,
         "profiled": program.profiled,
+        "trusted": program.trusted,
         "wrapper": program.wrapper_source,  # shown by `cache show --source`, never run
         "materialized": list(program.materialized),
         "compile_seconds": program.compile_seconds,
         "object": blobs.add(program.object_code),
     }
+
+
+def _constants_to_json(graph, blobs):
+    """The constants of ``graph`` and of the loop bodies inside it, once each."""
+    found = {}
+    for _, constant in _all_constants(graph):
+        found.setdefault(constant.digest, constant)
+    return [{"digest": constant.digest, "dtype": constant.data.dtype.str,
+             "shape": list(constant.data.shape), "blob": blobs.add(constant.data.tobytes())}
+            for constant in found.values()]
+
+
+def _all_constants(graph):
+    yield from graph.constants
+    for eqn in graph.equations:
+        for _, value in eqn.params:
+            if hasattr(value, "constants") and hasattr(value, "equations"):
+                yield from _all_constants(value)
+
+
+def _loop_program_to_json(program, blobs):
+    """A graph with loops: its IR (the driver is rebuilt from it at load) and the
+    segments' and loop bodies' programs, each stored as any program is."""
+    return {
+        "kind": "loops",
+        "name": program.name,
+        "graph": str(program.graph),
+        "constants": _constants_to_json(program.graph, blobs),
+        "pieces": [program_to_json(piece, blobs) for piece in program.pieces],
+        "compile_seconds": program.compile_seconds,
+    }
+
+
+def _loop_program_from_json(data, blobs):
+    from codegen.loops import NativeLoopProgram
+    from tracer.errors import UnsupportedError
+
+    table = {_text(constant["digest"], "a constant's digest"):
+             _constant_from_json(constant, blobs) for constant in data["constants"]}
+    graph = check_graph(parse_graph(_text(data["graph"], "the IR"), table))
+    _check(isinstance(data["pieces"], list) and data["pieces"], "a loop program's pieces")
+    pieces = []
+    for piece in data["pieces"]:
+        _check(isinstance(piece, dict) and piece.get("kind") is None, "a loop program's piece")
+        pieces.append(program_from_json(piece, blobs))
+    _check(isinstance(data["compile_seconds"], dict), "compile times")
+    try:
+        program = NativeLoopProgram.from_pieces(graph, _text(data["name"], "a program name"),
+                                                pieces)
+    except UnsupportedError as error:
+        raise InvalidEntry(str(error)) from None
+    program.compile_seconds = data["compile_seconds"]
+    return program
 
 
 def _blob(blobs, index, what):
@@ -464,11 +525,17 @@ def check_graph(graph):
 def program_from_json(data, blobs):
     from codegen.program import link
 
+    _check(isinstance(data, dict), "a malformed program")
+    if data.get("kind") == "loops":
+        return _loop_program_from_json(data, blobs)
+    _check(data.get("kind") is None, f"a program of kind {data.get('kind')!r}")
     table = {_text(constant["digest"], "a constant's digest"):
              _constant_from_json(constant, blobs) for constant in data["constants"]}
     graph = check_graph(parse_graph(_text(data["graph"], "the IR"), table))
     materialized = [_text(name, "a materialized value") for name in data["materialized"]]
-    wrapper = rebuild_wrapper(graph, materialized)
+    trusted = data.get("trusted", False)
+    _check(isinstance(trusted, bool), "the trusted-inputs flag")
+    wrapper = rebuild_wrapper(graph, materialized, trusted)
     # The stored text is what the writer's schedule produced for this object code: a
     # different one here means other buffer slots, so the native code must not run.
     _check(wrapper == data["wrapper"], "its wrapper differs from the one this tracejit "
@@ -493,6 +560,7 @@ def program_from_json(data, blobs):
         wrapper_source=wrapper,
         compile_seconds=data["compile_seconds"],
         profiled=data.get("profiled", False),
+        trusted=trusted,
         materialized=materialized,
     )
     return link(program)

@@ -63,12 +63,43 @@ class _Names(ast.NodeVisitor):
     def visit_Name(self, node):
         (self.loaded if isinstance(node.ctx, ast.Load) else self.stored).add(node.id)
 
+    def visit_FunctionDef(self, node):
+        _nested_body_names(self, node)
+
+    def visit_Call(self, node):
+        _nested_hook_reads(self, node)
+        self.generic_visit(node)
+
 
 def _names(nodes):
     visitor = _Names()
     for node in nodes:
         visitor.visit(node)
     return visitor
+
+
+def _nested_body_names(visitor, node):
+    """A nested loop's body function (``def __tracejit_loop_<line>``, already rewritten:
+    the front end rewrites inner loops first) is its own scope: the names it assigns are
+    its locals, not the enclosing loop's (``window`` assigned in a ``j`` loop nested in an
+    ``i`` loop is not carried by the ``i`` loop); the names it reads and does not assign
+    are read from the enclosing body."""
+    inner = _names(node.body)
+    params = {arg.arg for arg in node.args.args}
+    visitor.loaded |= inner.loaded - inner.stored - params
+    visitor.stored.add(node.name)
+
+
+def _nested_hook_reads(visitor, node):
+    """``__tracejit__.loop(range, args, body, ("out", ...), locals(), line)`` reads the
+    names it carries through ``locals()``: they are loads of the enclosing body."""
+    func = node.func
+    if (isinstance(func, ast.Attribute) and func.attr == "loop"
+            and isinstance(func.value, ast.Name) and func.value.id == HOOK
+            and len(node.args) >= 4 and isinstance(node.args[3], ast.Tuple)):
+        visitor.loaded |= {element.value for element in node.args[3].elts
+                           if isinstance(element, ast.Constant)
+                           and isinstance(element.value, str)}
 
 
 def _read_before_write(statements):
@@ -85,6 +116,8 @@ def _read_before_write(statements):
             assigned |= _names(targets).stored
         else:
             early |= _names([statement]).loaded - assigned
+            if isinstance(statement, ast.FunctionDef):  # a nested loop's body function
+                assigned.add(statement.name)
     return early
 
 
@@ -177,7 +210,7 @@ def _capturable(context, range_function, start, stop, step):
     """None when the loop may be captured; a reason (or "" for silent) when not."""
     if context is None or range_function is not range:
         return ""
-    if getattr(context, "loop_depth", 0) or getattr(context, "unroll_loops", False):
+    if getattr(context, "unroll_loops", False):
         return ""
     for bound in (start, stop, step):
         if isinstance(bound, (bool, np.bool_)) or not isinstance(bound, (int, SymInt)):
@@ -235,7 +268,9 @@ def _capture(context, body, names, originals, values, start, stop, step, where):
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
+    inner_names = context.loop_count
     params1, outputs1, recorded1 = _trial(context, body, t1, values)
+    context.loop_count = inner_names  # loops nested in the body: the same index names
     params2, outputs2, recorded2 = _trial(context, body, t1 + step, outputs1)
     _drop_trial_bounds(context, guards_before, expr_of(stop))
     for name, value in zip(names, outputs2):
@@ -314,6 +349,7 @@ class _Generalized:
 def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
     """One body for every iteration from the recordings of two, or ``Refused``."""
     result = _Generalized()
+    memo = {}  # nested loop bodies generalized once per group of loop equations
     renames = result.renames  # iteration-2 var name -> iteration-1 var
     for p1, p2 in zip(params1, params2):
         renames[p2.name] = p1
@@ -352,7 +388,7 @@ def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
             else:
                 raise Refused(f"{item1.prim.name} mixes a constant and a computed value "
                               "between iterations")
-        params = tuple((key, _param(value1, value2, t1, step, index))
+        params = tuple((key, _param(value1, value2, t1, step, index, memo))
                        for (key, value1), (_, value2) in zip(item1.params, item2.params))
         if item1.out.aval != item2.out.aval:
             raise Refused(f"{item1.prim.name} gives {item1.out.aval} in iteration 1 and "
@@ -371,9 +407,11 @@ def _affine(value1, value2, t1, step, index):
     return value1 + (difference // step) * (index - t1)
 
 
-def _param(value1, value2, t1, step, index):
+def _param(value1, value2, t1, step, index, memo=None):
+    if isinstance(value1, Graph) and isinstance(value2, Graph):
+        return _nested_body(value1, value2, t1, step, index, {} if memo is None else memo)
     if isinstance(value1, tuple) and isinstance(value2, tuple) and len(value1) == len(value2):
-        return tuple(_param(a, b, t1, step, index) for a, b in zip(value1, value2))
+        return tuple(_param(a, b, t1, step, index, memo) for a, b in zip(value1, value2))
     if type(value1) is type(value2) and (value1 == value2) is True:
         return value1
     integral = (int, DimExpr)
@@ -382,6 +420,47 @@ def _param(value1, value2, t1, step, index):
     ) and not isinstance(value2, bool):
         return _affine(value1, value2, t1, step, index)
     raise Refused("a parameter differs between iterations 1 and 2 and is not an index")
+
+
+def _nested_body(graph1, graph2, t1, step, index, memo):
+    """The body of a loop nested in the loop being captured, from its two recordings (one
+    per outer trial): the same equations up to variable names, with ints that may be
+    affine in the OUTER index (``x_pad[:, :, i*s:i*s+HH, j*s:...]`` in a ``j`` loop inside
+    an ``i`` loop). The inner loop's own index has the same name in both recordings
+    (``_capture`` numbers the body's loops the same way in both trials)."""
+    key = (id(graph1), id(graph2))
+    if key in memo:
+        return memo[key][0]
+    if len(graph1.inputs) != len(graph2.inputs) or len(graph1.outputs) != len(graph2.outputs):
+        raise Refused("a nested loop carries different values in iterations 1 and 2")
+    for var1, var2 in zip(graph1.inputs, graph2.inputs):
+        if var1.aval != var2.aval:
+            raise Refused(f"a nested loop's operand is {var1.aval} in iteration 1 and "
+                          f"{var2.aval} in iteration 2")
+    if graph1.constants or graph2.constants:
+        raise Refused("a nested loop's body holds constants")
+    names1 = [symbol.name for symbol in graph1.symbols]
+    if names1 != [symbol.name for symbol in graph2.symbols]:
+        raise Refused("nested loops are numbered differently in iterations 1 and 2")
+    body, free = _generalize(list(graph1.body), list(graph2.body), graph1.inputs,
+                             graph2.inputs, t1, step, index)
+    if free:
+        raise Refused("a nested loop's body reads a value that is not one of its operands")
+    outputs = []
+    for atom1, atom2 in zip(graph1.outputs, graph2.outputs):
+        if isinstance(atom1, Var) and isinstance(atom2, Var):
+            if body.renames.get(atom2.name, atom2) != atom1:
+                raise Refused("a nested loop returns different values in iterations 1 and 2")
+            outputs.append(atom1)
+        elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
+            outputs.append(_literal(atom1, atom2, t1, step, index))
+        else:
+            raise Refused("a nested loop returns a constant in one iteration only")
+    symbols = tuple(Symbol(s1.name, min(s1.low, s2.low), max(s1.high, s2.high))
+                    for s1, s2 in zip(graph1.symbols, graph2.symbols))
+    graph = Graph(graph1.name, graph1.inputs, (), tuple(body.body), tuple(outputs), symbols)
+    memo[key] = (graph, graph1, graph2)  # the graphs stay alive: their ids stay unique
+    return graph
 
 
 def _literal(atom1, atom2, t1, step, index):

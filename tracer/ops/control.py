@@ -24,6 +24,7 @@ import numpy as np
 
 from ..abstract import AbstractArray
 from ..dims import DimExpr, SymInt
+from ..ir import Effect, Guard
 from ..primitives import PRIMITIVES, Primitive
 
 
@@ -102,7 +103,8 @@ def _needed(body, roots):
 
 class BodyPlan:
     """What one iteration computes: the equations needed for the carried values that are
-    not written in place, and for the values written in place."""
+    not written in place, for the values written in place, and for the body's guards and
+    prints (``items``: those equations with the guards and prints, in body order)."""
 
     def __init__(self, body, num_carry):
         self.body = body
@@ -111,7 +113,54 @@ class BodyPlan:
         roots = [atom for position, atom in enumerate(body.outputs)
                  if position not in self.writes]
         roots += [value for _, value, _ in self.writes.values()]
+        checks = [item for item in body.body if isinstance(item, (Guard, Effect))]
+        for item in checks:
+            roots += list(item.inputs) if isinstance(item, Effect) else [item.predicate]
         self.equations = _needed(body, roots)
+        kept = {id(eqn) for eqn in self.equations}
+        self.items = [item for item in body.body if id(item) in kept or isinstance(
+            item, (Guard, Effect))]
+
+
+class LoopGuardFailed(Exception):
+    """A guard inside a loop body decided differently at iteration ``t`` than when the
+    body was traced: the whole call side-exits (nothing computed so far escapes)."""
+
+    def __init__(self, t, guard):
+        where = f" ({guard.location.short})" if guard.location is not None else ""
+        super().__init__(f"loop iteration {t}: a guard inside the loop body failed{where}")
+        self.t, self.guard = t, guard
+
+
+_CONVERT = {"bool": bool, "margin": bool, "int": int, "index": int, "float": float,
+            "item": lambda value: np.asarray(value).item()}
+
+
+def guard_holds(guard, value):
+    return _CONVERT[guard.convert](value) == guard.expected
+
+
+def print_text(effect, values):
+    """``(stream, text)`` a print effect writes, from its atoms' ``values`` (what the trace
+    and compiled code print: ``str`` of each value, NumPy scalars for 0-d arrays)."""
+    params = dict(effect.params)
+    parts = []
+    for kind, value in params["segments"]:
+        if kind == "text":
+            parts.append(value)
+        else:
+            item = values[value]
+            parts.append(str(item[()] if isinstance(item, np.ndarray) and not item.shape
+                             else item))
+    return params["stream"], params["sep"].join(parts) + params["end"]
+
+
+def emit(effects):
+    """Write ``effects`` (``(stream, text)`` pairs) in order."""
+    import sys
+
+    for stream, text in effects:
+        getattr(sys, stream).write(text)
 
 
 def _atom_value(atom, env, bindings):
@@ -121,11 +170,14 @@ def _atom_value(atom, env, bindings):
     return value.evaluate(bindings) if isinstance(value, DimExpr) else value
 
 
-def run_body(body, index, start, stop, step, num_carry, carried, free, bindings):
+def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
+             effects=None):
     """Run the loop eagerly: ``carried`` values through ``range(start, stop, step)``
     iterations of ``body``; ``free`` are the outside values it reads. Returns the carried
     values after the last iteration. Buffers written at the index are copied once and
-    then written in place."""
+    then written in place. A guard of the body that fails raises ``LoopGuardFailed``;
+    prints are appended to ``effects`` as ``(stream, text)`` (written at once when it is
+    None)."""
     plan = BodyPlan(body, num_carry)
     carried = [np.array(value) if position in plan.writes else value
                for position, value in enumerate(carried)]
@@ -134,11 +186,23 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings)
         scope = dict(bindings)
         scope[index] = t
         env = {var.name: value for var, value in zip(params, (*carried, *free))}
-        for eqn in plan.equations:
+        for eqn in plan.items:
+            if isinstance(eqn, Guard):
+                if not guard_holds(eqn, _atom_value(eqn.predicate, env, scope)):
+                    raise LoopGuardFailed(t, eqn)
+                continue
+            if isinstance(eqn, Effect):
+                text = print_text(eqn, [_atom_value(atom, env, scope) for atom in eqn.inputs])
+                if effects is None:
+                    emit([text])
+                else:
+                    effects.append(text)
+                continue
             values = [_atom_value(atom, env, scope) for atom in eqn.inputs]
             concrete = {key: _evaluate(value, scope) for key, value in eqn.params}
             if eqn.prim is loop_p:
-                result = _loop_impl(*values, bindings=scope, **dict(eqn.params))
+                result = _loop_impl(*values, bindings=scope, effects=effects,
+                                    **dict(eqn.params))
             else:
                 result = eqn.prim.impl(*values, **concrete)
             expected = _evaluate(eqn.out.aval.shape, scope)
@@ -166,12 +230,13 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings)
     return carried
 
 
-def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bindings=None):
+def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bindings=None,
+               effects=None):
     avals = [var.aval for var in body.inputs]
     bindings = bind_symbols(avals, operands, bindings)
     start, stop = _evaluate(start, bindings), _evaluate(stop, bindings)
     result = run_body(body, index, start, stop, step, num_carry, list(operands[:num_carry]),
-                      list(operands[num_carry:]), bindings)
+                      list(operands[num_carry:]), bindings, effects)
     return result[output]
 
 

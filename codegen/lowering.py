@@ -407,6 +407,18 @@ class KernelBuilder:
             mapped.append(Ix(value, component.inner))
         return self.value(eqn.inputs[0], tuple(mapped))
 
+    def compute_sliding_window(self, eqn, index):
+        """Window ``w`` of count ``o`` along an axis reads ``o * stride + w`` (the window
+        axes are the last ones of the output)."""
+        params = eqn.params_dict
+        rank = len(eqn.inputs[0].aval.shape)
+        mapped = list(index[:rank])
+        for position, (axis, stride) in enumerate(zip(params["axes"], params["strides"])):
+            count, offset = index[axis], index[rank + position]
+            value = count.value if stride == 1 else self.b.mul(count.value, _const(stride))
+            mapped[axis] = Ix(self.b.add(value, offset.value), count.inner or offset.inner)
+        return self.value(eqn.inputs[0], tuple(mapped))
+
     def compute_flip(self, eqn, index):
         axes = eqn.params_dict["axes"]
         shape = eqn.inputs[0].aval.shape

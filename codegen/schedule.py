@@ -36,7 +36,7 @@ from tracer.shapes import size_of
 from .dtypes import check_supported
 
 VIEW_PRIMITIVES = {"reshape", "transpose", "broadcast_to", "slice", "flip", "pad",
-                   "concatenate", "gather"}
+                   "concatenate", "gather", "sliding_window"}
 REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
 CREATION = {"full", "iota"}
 

@@ -252,6 +252,25 @@ def _take_range(a, axis, start, stop):
     return ops.slice_axes(a, starts, limits, (1,) * len(shape))
 
 
+def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
+    """``np.lib.stride_tricks.sliding_window_view`` (one window per axis; a writeable
+    view is refused: writes through overlapping windows have no array semantics)."""
+    if writeable:
+        raise UnsupportedError("sliding_window_view(writeable=True) is not supported")
+    sizes = tuple(window_shape) if np.iterable(window_shape) else (window_shape,)
+    if axis is None:
+        axes = tuple(range(ndim_of(x)))
+    else:
+        axes = tuple(axis) if np.iterable(axis) else (axis,)
+    if len(axes) != len(sizes):
+        raise ValueError("Must provide matching length window_shape and axis; got "
+                         f"{len(sizes)} window_shape elements and {len(axes)} axes elements.")
+    axes = tuple(normalize_axis(a, ndim_of(x)) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise UnsupportedError("sliding_window_view over the same axis twice is not supported")
+    return ops.sliding_window(x, axes, sizes)
+
+
 def flip(m, axis=None):
     return ops.flip(m, normalize_axes(axis, ndim_of(m)))
 
@@ -638,6 +657,7 @@ FUNCTIONS = {
     np.atleast_1d: atleast_1d,
     np.split: split,
     np.flip: flip,
+    np.lib.stride_tricks.sliding_window_view: sliding_window_view,
     np.pad: pad,
     np.tril: tril,
     np.triu: triu,

@@ -248,7 +248,7 @@ def test_every_primitive_has_a_compiled_test():
     covered = (set(POINTWISE) | {"cast"} | set(REDUCTIONS) | {"matmul", "gather", "scatter_add"}
                | {"full", "iota"}  # test_creation
                | {"reshape", "transpose", "broadcast_to", "slice", "pad", "flip",
-                  "concatenate"}  # VIEW_CASES
+                  "concatenate", "sliding_window"}  # VIEW_CASES
                | {"loop"})  # tests/tracer/test_loops.py (compiled through runtime.jit)
     assert covered == set(PRIMITIVES)
 
@@ -612,6 +612,10 @@ VIEW_CASES = {
     "slice 2-D ::-1, 1::2": (lambda x: touch(x)[::-1, 1::2], [(5, 7)]),
     "slice then transpose": (lambda x: x[1:, ::-2].T, [(5, 7)]),
     "flip": (lambda x: np.flip(touch(x), 1), [(3, 5)]),
+    "sliding_window_view": (lambda x: np.lib.stride_tricks.sliding_window_view(
+        touch(x), (2, 3), axis=(0, 1)) * 2.0, [(5, 7)]),
+    "sliding_window_view 1-D then sum": (lambda x: np.sum(
+        np.lib.stride_tricks.sliding_window_view(x, 3), axis=-1), [(13,)]),
     "pad": (lambda x: np.pad(x, ((1, 2), (0, 3))), [(3, 5)]),
     "pad computed 1-D": (lambda x: np.pad(touch(x), (2, 1)), [(7,)]),
     "concatenate axis 0": (lambda x, y: np.concatenate([x, touch(y)], 0), [(3, 5), (2, 5)]),

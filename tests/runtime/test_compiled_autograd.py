@@ -192,6 +192,7 @@ PRIMITIVE_SAMPLES = {
     "sign": ((away_from_zero(2, 3),), {}),
     "sin": ((uniform(2, 3),), {}),
     "slice": ((uniform(5, 7),), dict(starts=(1, 0), limits=(5, 7), steps=(2, 3))),
+    "sliding_window": ((uniform(5, 7),), dict(axes=(0, 1), sizes=(2, 3), strides=(2, 1))),
     "sqrt": ((positive(2, 3),), {}),
     "square": ((uniform(2, 3),), {}),
     "subtract": ((uniform(2, 3), uniform(2, 3)), {}),

@@ -79,6 +79,8 @@ from .structural import (
     slice_axes,
     slice_length,
     slice_p,
+    sliding_window,
+    sliding_window_p,
     swapaxes,
     transpose,
     transpose_p,

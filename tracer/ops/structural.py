@@ -1,7 +1,8 @@
 """Structural primitives: they move elements, they never compute new values.
 
-reshape, transpose, broadcast_to, slice (positive steps), pad (its transpose), flip and
-concatenate. Codegen turns most of them into index arithmetic rather than copies.
+reshape, transpose, broadcast_to, slice (positive steps), pad (its transpose),
+sliding_window (strided windows, the batched form of a slice that moves with a loop
+index), flip and concatenate. Codegen turns most of them into index arithmetic rather than copies.
 The functions below the primitives are the friendly entry points (``reshape`` accepts
 ``-1``; ``transpose`` accepts ``None``) used by the NumPy layer and by VJP rules.
 
@@ -212,6 +213,81 @@ def pad(x, config):
     if all(axis_config == (0, 0, 0) for axis_config in config):
         return x
     return bind(pad_p, x, config=tuple(config))
+
+
+# --- sliding_window: strided windows as a view ------------------------------------------
+def window_count(dim, size, stride):
+    """How many windows of ``size`` fit along a ``dim`` at ``stride`` (``dim >= size``)."""
+    return (dim - size) // stride + 1
+
+
+def _sliding_window_rule(x, axes, sizes, strides):
+    if not (len(axes) == len(sizes) == len(strides)) or len(set(axes)) != len(axes):
+        raise ShapeError("sliding_window needs one size and one stride per distinct axis")
+    shape = list(x.shape)
+    for axis, size, stride in zip(axes, sizes, strides):
+        if not 0 <= axis < x.ndim or not isinstance(stride, int) or stride < 1:
+            raise ShapeError(f"sliding_window: bad axis {axis} or stride {stride}")
+        if not size >= 1 or not x.shape[axis] >= size:
+            raise ShapeError(f"window shape cannot be larger than input array shape "
+                             f"({size} > {x.shape[axis]} along axis {axis})")
+        shape[axis] = window_count(x.shape[axis], size, stride)
+    return AbstractArray((*shape, *sizes), x.dtype)
+
+
+def _sliding_window_impl(x, axes, sizes, strides):
+    x = np.asarray(x)
+    view = np.lib.stride_tricks.sliding_window_view(x, sizes, axis=axes)
+    picked = [slice(None)] * x.ndim
+    for axis, stride in zip(axes, strides):
+        picked[axis] = slice(None, None, stride)
+    return np.array(view[tuple(picked)])  # eager results are writable arrays, as elsewhere
+
+
+def _sliding_window_vjp(g, x, out, axes, sizes, strides):
+    """Each window element goes back to its place: per window offset, the cotangent
+    spread at the stride (interior padding) and shifted by the offset, summed."""
+    import itertools
+
+    if not all(isinstance(size, int) for size in sizes):
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError("the gradient of sliding_window needs static window sizes")
+    rank = ndim_of(x)
+    counts = [shape_of(out)[axis] for axis in axes]
+    total = None
+    for offsets in itertools.product(*(range(size) for size in sizes)):
+        index = [slice(None)] * rank + list(offsets)
+        part = g[tuple(index)]
+        config = [(0, 0, 0)] * rank
+        for axis, offset, count, stride in zip(axes, offsets, counts, strides):
+            used = (count - 1) * stride + 1 if count else 0
+            config[axis] = (offset, shape_of(x)[axis] - offset - used, stride - 1)
+        part = pad(part, tuple(config))
+        total = part if total is None else total + part
+    return total
+
+
+sliding_window_p = Primitive(
+    "sliding_window",
+    "structural",
+    impl=_sliding_window_impl,
+    abstract_eval=_sliding_window_rule,
+    vjp=(_sliding_window_vjp,),
+)
+
+
+def sliding_window(x, axes, sizes, strides=None):
+    """Windows of ``sizes`` along ``axes`` every ``strides`` elements, as
+    ``np.lib.stride_tricks.sliding_window_view(x, sizes, axis=axes)[..., ::stride, ...]``:
+    the window axes are appended last; codegen reads it as index arithmetic, no copy.
+
+    >>> sliding_window(np.arange(6), (0,), (3,), (2,)).tolist()
+    [[0, 1, 2], [2, 3, 4]]
+    """
+    axes = tuple(normalize_axis(axis, ndim_of(x)) for axis in axes)
+    strides = (1,) * len(axes) if strides is None else tuple(strides)
+    return bind(sliding_window_p, x, axes=axes, sizes=tuple(sizes), strides=strides)
 
 
 # --- flip ------------------------------------------------------------------------------

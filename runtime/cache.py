@@ -48,6 +48,7 @@ from . import serialize
 from .autograd import is_grad_enabled
 from .cache_trust import MAX_FILE_BYTES, Refused, Rejected, TrustedRoot, split_signed
 from .config import logger
+from .diagnostics import leaf_names
 from .tensor import unwrap
 from .version import __version__
 
@@ -405,7 +406,7 @@ class DiskCache:
             "paths": variant.path_count,
             "kernels": sum(path.program.kernel_count for _, path in variant.root.walk()),
             "created": time.time(),
-            "entry_guards": variant.spec.describe(),
+            "entry_guards": variant.spec.describe(leaf_names(fn, variant.spec.treedef)),
         }
         body = {"variant": payload, "dependencies": dependencies,
                 "model_source": _rewritten_source(fn),

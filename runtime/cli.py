@@ -252,7 +252,8 @@ def command_stats(args, out):
         eager = row.get("eager_calls", {})
         print(f"{row.get('function')}  ({row.get('module')}, {row.get('file')})", file=out)
         print(f"  calls {row.get('calls', 0)}: compiled {row.get('compiled_calls', 0)}, traced "
-              f"{row.get('traced_calls', 0)}, eager {sum(eager.values())}; compiles "
+              f"{row.get('traced_calls', 0)}, eager {sum(eager.values())}, raised "
+              f"{row.get('raised_calls', 0)}; compiles "
               f"{row.get('compiles', 0)}, loaded from disk {row.get('disk_hits', 0)}",
               file=out)
         for reason, count in sorted(eager.items()):

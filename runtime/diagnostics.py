@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import numpy as np
 
+from tracer import pytree
 from tracer.ir import format_shape_guard
 
 from .tensor import unwrap
@@ -43,35 +45,70 @@ def _leaf_shape(leaf):
     return getattr(array, "shape", None), getattr(array, "dtype", None)
 
 
-def mismatch(spec, leaves):
-    """The first way ``leaves`` differ from what ``spec`` was compiled for (old -> new)."""
+def leaf_names(fn, treedef):
+    """The user's name for each argument leaf of a call of ``fn`` whose ``(args, kwargs)``
+    flatten to ``treedef``: ``x``, ``params[1]``, ``cfg['lr']``, ``args[0]`` for ``*args``.
+    Falls back to ``argument leaf N`` where the signature cannot be read.
+
+    >>> def f(x, params, *rest, cfg=None): pass
+    >>> leaf_names(f, pytree.flatten(((1, (2, 3), 4), {"cfg": {"lr": 5}}))[1])
+    ['x', 'params[0]', 'params[1]', 'rest[0]', "cfg['lr']"]
+    """
+    paths = pytree.leaf_paths(treedef)
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return [f"argument leaf {position}" for position in range(len(paths))]
+    positional = [p.name for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    rest = next((p.name for p in parameters if p.kind == p.VAR_POSITIONAL), "args")
+    names = []
+    for position, path in enumerate(paths):
+        if len(path) < 2:
+            names.append(f"argument leaf {position}")
+            continue
+        group, key, inner = path[0], path[1][1:-1], "".join(path[2:])
+        if group == "[1]":  # a keyword argument: its key is the parameter's name
+            names.append(key.strip("'\"") + inner)
+        elif int(key) < len(positional):
+            names.append(positional[int(key)] + inner)
+        else:
+            names.append(f"{rest}[{int(key) - len(positional)}]{inner}")
+    return names
+
+
+def mismatch(spec, leaves, names=None):
+    """The first way ``leaves`` differ from what ``spec`` was compiled for (old -> new).
+    ``names`` are the leaves' names (``leaf_names``)."""
     if len(leaves) != len(spec.leaves):
         return f"{len(spec.leaves)} argument leaves -> {len(leaves)}"
-    for position, (leaf_spec, leaf) in enumerate(zip(spec.leaves, leaves)):
+    if names is None or len(names) != len(spec.leaves):
+        names = [f"argument leaf {position}" for position in range(len(spec.leaves))]
+    for name, leaf_spec, leaf in zip(names, spec.leaves, leaves):
         if leaf_spec.kind == "static":
             if not (type(leaf) is type(leaf_spec.value) and leaf == leaf_spec.value) and (
                 leaf is not leaf_spec.value
             ):
-                return f"argument leaf {position}: {leaf_spec.value!r} -> {leaf!r}"
+                return f"{name}: {leaf_spec.value!r} -> {leaf!r} (specialized on its value)"
             continue
         if leaf_spec.kind == "scalar":
             continue
         shape, dtype = _leaf_shape(leaf)
         if shape is None:
-            return f"argument leaf {position}: an array -> {type(leaf).__name__}"
+            return f"{name}: an array -> {type(leaf).__name__}"
         if type(leaf).__name__ != leaf_spec.type_name:
-            return f"argument leaf {position}: {leaf_spec.type_name} -> {type(leaf).__name__}"
+            return f"{name}: {leaf_spec.type_name} -> {type(leaf).__name__}"
         if np.dtype(leaf_spec.dtype) != dtype:
-            return f"argument leaf {position}: dtype {np.dtype(leaf_spec.dtype)} -> {dtype}"
+            return f"{name}: dtype {np.dtype(leaf_spec.dtype)} -> {dtype}"
         if len(shape) != len(leaf_spec.shape):
-            return f"argument leaf {position}: rank {len(leaf_spec.shape)} -> {len(shape)}"
+            return f"{name}: rank {len(leaf_spec.shape)} -> {len(shape)}"
         for axis, (dim, size) in enumerate(zip(leaf_spec.shape, shape)):
             if isinstance(dim, int) and dim != size:
-                return f"argument leaf {position} dim {axis}: {dim} -> {size}"
+                return f"{name}.shape[{axis}]: {dim} -> {size}"
             if isinstance(dim, str):
                 low, high = spec.symbols[dim]
                 if not low <= size <= high:
-                    return (f"argument leaf {position} dim {axis}: {size} is outside bucket "
+                    return (f"{name}.shape[{axis}]: {size} is outside bucket "
                             f"[{low}, {high}]")
     for spec_implicit in spec.implicit:
         try:
@@ -100,9 +137,11 @@ def mismatch(spec, leaves):
     return "the arguments' structure changed"
 
 
-def why_no_variant_matches(variants, leaves):
-    return "; ".join(f"variant {number}: {mismatch(variant.spec, leaves)}"
-                     for number, variant in enumerate(variants, 1))
+def why_no_variant_matches(variants, leaves, fn=None):
+    return "; ".join(
+        f"variant {number}: "
+        f"{mismatch(variant.spec, leaves, fn and leaf_names(fn, variant.spec.treedef))}"
+        for number, variant in enumerate(variants, 1))
 
 
 def explain(function):
@@ -110,7 +149,8 @@ def explain(function):
     stats = function.stats()
     lines.append(
         f"  calls {stats['calls']}: {stats['compiled_calls']} compiled, "
-        f"{stats['traced_calls']} traced, {sum(stats['eager_calls'].values())} eager; "
+        f"{stats['traced_calls']} traced, {sum(stats['eager_calls'].values())} eager, "
+        f"{stats['raised_calls']} raised; "
         f"{stats['compiles']} compiles in {stats['compile_seconds'] * 1e3:.0f} ms"
     )
     if not function._variants:
@@ -119,7 +159,8 @@ def explain(function):
         origin = " (loaded from the disk cache)" if variant.from_disk else ""
         lines.append(f"  variant {number}{origin}: {variant.calls} calls")
         lines.append("    entry guards:")
-        lines.extend(f"      {line}" for line in variant.spec.describe())
+        names = leaf_names(function.fn, variant.spec.treedef)
+        lines.extend(f"      {line}" for line in variant.spec.describe(names))
         for prefix, path in variant.root.walk():
             via = " <- ".join(f"exit at guard {index}" for index in prefix) or "root"
             program = path.program
@@ -142,7 +183,11 @@ def explain(function):
     if stats["eager_calls"]:
         lines.append("  eager runs:")
         for reason, count in stats["eager_calls"].items():
-            lines.append(f"    {count} x {reason}")
+            full = stats["eager_reasons"].get(reason, reason)
+            lines.append(f"    {count} x {reason}" + (f" ({full})" if full != reason else ""))
+    if getattr(function, "_loop_notes", None):
+        lines.append("  loops not captured (they run unrolled in the trace):")
+        lines.extend(f"    {note}" for note in function._loop_notes)
     if function._reasons:
         lines.append("  why calls ran eagerly or were not compiled:")
     for reason, detail in function._reasons.items():

@@ -107,21 +107,27 @@ class EntrySpec:
                          inputs, [format_shape_guard(guard) for guard in graph.shape_guards],
                          list(trace.outside_values))
 
-    def describe(self):
-        """Readable lines: what a call must look like to use this variant."""
-        lines = []
-        for position, leaf in enumerate(self.leaves):
+    def describe(self, names=None):
+        """Readable lines: what a call must look like to use this variant. ``names`` are the
+        argument leaves' names (``diagnostics.leaf_names``)."""
+        if names is None or len(names) != len(self.leaves):
+            names = [f"arg leaf {position}" for position in range(len(self.leaves))]
+        lines, where = [], {}
+        for name, leaf in zip(names, self.leaves):
             if leaf.kind == "array":
                 dims = ", ".join(str(dim) for dim in leaf.shape)
                 grad = " requires_grad" if leaf.requires_grad else ""
-                lines.append(f"arg leaf {position}: {leaf.type_name} {np.dtype(leaf.dtype)}"
-                             f"[{dims}]{grad}")
+                lines.append(f"{name}: {leaf.type_name} {np.dtype(leaf.dtype)}[{dims}]{grad}")
+                for axis, dim in enumerate(leaf.shape):
+                    if isinstance(dim, str):
+                        where.setdefault(dim, f"{name}.shape[{axis}]")
             elif leaf.kind == "scalar":
-                lines.append(f"arg leaf {position}: any {leaf.type_name} (dynamic)")
+                lines.append(f"{name}: any {leaf.type_name} (dynamic)")
             else:
-                lines.append(f"arg leaf {position}: == {leaf.value!r}")
-        for name, (low, high) in self.symbols.items():
-            lines.append(f"{name} in [{low}, {high}]")
+                lines.append(f"{name}: == {leaf.value!r}")
+        for symbol, (low, high) in self.symbols.items():
+            seen = f" ({where[symbol]})" if symbol in where else ""
+            lines.append(f"{symbol}{seen} in [{low}, {high}]")
         lines.extend(self.shape_guard_text)
         for spec in self.implicit:
             lines.append(f"{spec.path}: {spec.type_name} {np.dtype(spec.dtype)}{list(spec.shape)}")

@@ -213,9 +213,11 @@ class JitFunction:
         self._warned_limit = False
         self._counters = Counter()
         self.calls = self.compiled_calls = 0  # plain ints: the hit path counts them
-        self._eager = Counter()
+        self._eager = Counter()  # short reason -> eager calls
+        self._eager_reasons = {}  # short reason -> its latest full text
         self._side_exits = Counter()
         self._reasons = {}
+        self._loop_notes = {}  # "loop at f.py:7 unrolled: why", from the traces (explain)
         self._compile_seconds = 0.0
         self._cache = None
         if options.disk_cache:
@@ -285,8 +287,17 @@ class JitFunction:
         return self._run_eager(args, kwargs, "internal error")
 
     def _run_eager(self, args, kwargs, reason):
-        self._eager[reason] += 1
-        return self.fn(*args, **kwargs)
+        """Run the Python function; count the call under the short form of ``reason`` (the
+        part before ``:``), or as raised when the function raises."""
+        try:
+            result = self.fn(*args, **kwargs)
+        except BaseException:
+            self._counters["raised_calls"] += 1
+            raise
+        short = reason.split(":", 1)[0]
+        self._eager[short] += 1
+        self._eager_reasons[short] = reason
+        return result
 
     # --- misses: trace and compile ----------------------------------------------------
     def _miss(self, args, kwargs):
@@ -357,6 +368,7 @@ class JitFunction:
             return None
         finally:
             self._compile_seconds += time.perf_counter() - start
+        self._loop_notes.update(dict.fromkeys(traced.loop_notes))
         return traced
 
     def _give_up(self, signature, reason, error):
@@ -463,7 +475,7 @@ class JitFunction:
     def _why_missed(self, leaves):
         if not self._variants:
             return "first call"
-        return diagnostics.why_no_variant_matches(self._variants, leaves)
+        return diagnostics.why_no_variant_matches(self._variants, leaves, self.fn)
 
     def _warn_limit(self, why):
         if self._warned_limit:
@@ -472,7 +484,7 @@ class JitFunction:
         code = getattr(self.fn, "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
         advice = ("raise jit(max_variants=...), or name the argument in static_argnames only "
-                  "if it must specialize" if "arg leaf" in why and "==" in why else
+                  "if it must specialize" if "specialized on its value" in why else
                   "raise jit(max_variants=...) or mark the changing dims dynamic "
                   "(jit(dynamic=True) or buckets=...)")
         warnings.warn(
@@ -542,23 +554,28 @@ class JitFunction:
             self._variants = ()
             self._untraceable.clear()
             self._reasons.clear()
+            self._loop_notes.clear()
             self._warned_limit = False
             self.policy = ShapePolicy(self.options, self.fn)
             self._counters.clear()
             self._eager.clear()
+            self._eager_reasons.clear()
             self._side_exits.clear()
             self.calls = self.compiled_calls = 0
             self._compile_seconds = 0.0
 
     def stats(self):
-        """Counters: calls, compiled_calls, traced_calls (a trace computed the result),
-        eager_calls (by reason), compiles, disk_hits, variants, paths, side_exits (by
-        guard), compile_seconds."""
+        """Counters: calls = compiled_calls + traced_calls (a trace computed the result) +
+        eager calls (``eager_calls`` by short reason; ``eager_reasons`` holds each one's
+        full text) + raised_calls (the function raised, as it does eagerly); compiles,
+        disk_hits, variants, paths, side_exits (by guard), compile_seconds."""
         return {
             "calls": self.calls,
             "compiled_calls": self.compiled_calls,
             "traced_calls": self._counters["traced_calls"],
             "eager_calls": dict(self._eager),
+            "eager_reasons": dict(self._eager_reasons),
+            "raised_calls": self._counters["raised_calls"],
             "compiles": self._counters["compiles"],
             "disk_hits": self._counters["disk_hits"],
             "variants": len(self._variants),
@@ -586,7 +603,7 @@ class JitFunction:
                         "side_exits": {str(g): n for g, n in path.exits.items()},
                     } for prefix, path in variant.root.walk()}}
         snapshot = {key: current[key] for key in ("calls", "compiled_calls", "traced_calls",
-                                                  "compiles", "disk_hits")}
+                                                  "raised_calls", "compiles", "disk_hits")}
         snapshot.update(eager_calls=current["eager_calls"], side_exits=current["side_exits"],
                         entries=entries)
         deltas = _subtract(snapshot, getattr(self, "_flushed", {}))
@@ -625,7 +642,7 @@ class BoundJitFunction:
         return self.function.explain()
 
 
-RAISED = "the function raised while tracing (eager raises it too)"
+RAISED = "raised while tracing: the eager run raises it too"
 
 
 class Lowered:
@@ -636,7 +653,8 @@ class Lowered:
     def __init__(self, fn, variant):
         program = variant.root.program
         self.ir = str(program.graph)
-        self.entry_guards = "\n".join(variant.spec.describe())
+        names = diagnostics.leaf_names(fn, variant.spec.treedef)
+        self.entry_guards = "\n".join(variant.spec.describe(names))
         self.kernels = [f"{kernel.name} ({kernel.kind})" for kernel in program.kernels]
         self.llvm_ir = program.optimized_ir
         self._program = program

@@ -72,3 +72,27 @@ def _build(treedef, leaves):
     if treedef.kind == "list":
         return children
     return treedef.keys(*children) if treedef.keys is not None else tuple(children)
+
+
+def leaf_paths(treedef):
+    """For each leaf, how to reach it from the root: one accessor per level, as Python text
+    (``[0]`` for a position, ``['w']`` for a dict key, ``.field`` for a namedtuple field).
+
+    >>> leaf_paths(flatten(({"w": 1, "b": (2, [3])}, 4))[1])
+    [('[0]', "['b']", '[0]'), ('[0]', "['b']", '[1]', '[0]'), ('[0]', "['w']"), ('[1]',)]
+    """
+    paths, stack = [], [(treedef, ())]
+    while stack:
+        node, prefix = stack.pop()
+        if node.kind == "leaf":
+            paths.append(prefix)
+            continue
+        if node.kind == "dict":
+            accessors = [f"[{key!r}]" for key in node.keys]
+        elif node.keys is not None:  # a namedtuple
+            accessors = [f".{field}" for field in node.keys._fields]
+        else:
+            accessors = [f"[{position}]" for position in range(len(node.children))]
+        stack.extend(reversed([(child, prefix + (accessor,))
+                               for accessor, child in zip(accessors, node.children)]))
+    return paths

@@ -138,7 +138,7 @@ SHOW_FLAGS = {
     "--ir": [r"graph decoder", r"guard bool\(%\d+\) == True", r"in %0: f64\[5\]"],
     "--llvm": [r"define .*@tj_decoder", r"\bret\b"],
     "--asm": [r"tj_decoder\w*:", r"\bretq?\b", r"\bv?mov\w*\s"],
-    "--guards": [r"entry guards:", r"arg leaf 0: ndarray float64\[5\]", r"guard bool"],
+    "--guards": [r"entry guards:", r"h: ndarray float64\[5\]", r"guard bool"],
     "--source": [r"rewritten model source:", r"def decoder\(h\):", r"def run\("],
 }
 

@@ -678,9 +678,8 @@ def test_untraceable_function_runs_eagerly_with_the_reason_in_stats_and_explain(
     jitted = jit(_uses_cumsum)
     for _ in range(3):
         call_both(jitted, np.arange(5.0))
-    (reason,) = eager_reasons(jitted)
-    assert reason.startswith("untraceable") and "np.cumsum" in reason
-    assert eager_reasons(jitted)[reason] == 3
+    assert eager_reasons(jitted) == {"untraceable": 3}
+    assert "np.cumsum" in jitted.stats()["eager_reasons"]["untraceable"]
     assert jitted.stats()["compiles"] == 0
     text = jitted.explain()
     assert "np.cumsum" in text and "3 x untraceable" in text

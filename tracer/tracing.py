@@ -231,6 +231,7 @@ class Trace:
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
     gradients: object = None  # GradientPlan when traced with grad=True
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
+    loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
 
     @property
     def value_guards(self):
@@ -770,6 +771,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         outside_values=list(context.outside_values.values()),
         gradients=gradients,
         symbol_values=context.symbol_values(),
+        loop_notes=list(getattr(context, "loop_notes", ())),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from .guard_margins import add_guard_margins
 from .ir import Eqn, Var, verify
+from .loop_vectorize import vectorize_loops
 
 
 def eliminate_dead_code(graph):
@@ -55,6 +56,9 @@ def eliminate_common_subexpressions(graph):
 
 
 PIPELINE = [
+    (vectorize_loops, "a loop whose iterations write disjoint slices and carry nothing else "
+     "(naive conv, pooling) is whole-array work: batched, it fuses into a few kernels "
+     "instead of one native call per iteration"),
     (eliminate_common_subexpressions, "composites and indexing repeat work (x.shape-based "
      "reductions, masks); compute it once"),
     (eliminate_dead_code, "tracing records what the function computed but never used "

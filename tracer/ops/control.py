@@ -178,6 +178,11 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
     then written in place. A guard of the body that fails raises ``LoopGuardFailed``;
     prints are appended to ``effects`` as ``(stream, text)`` (written at once when it is
     None)."""
+    from ..loop_vectorize import run_batched
+
+    batched = run_batched(body, index, start, stop, step, num_carry, carried, free, bindings)
+    if batched is not None:  # a parallel map: the whole range at once
+        return batched
     plan = BodyPlan(body, num_carry)
     carried = [np.array(value) if position in plan.writes else value
                for position, value in enumerate(carried)]

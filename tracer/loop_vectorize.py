@@ -1,0 +1,643 @@
+"""Parallel maps: a captured loop whose iterations are independent becomes whole-array work.
+
+A ``loop`` equation is a *parallel map* when every value it carries is a buffer written at
+index-affine regions that never overlap between iterations (``out[:, f, i, j] = v``,
+``h_all[:, t] = h``; found as chains of ``where(pad(mask), pad(value), buffer)``, the IR's
+functional write) and nothing else: no accumulator, and the body never reads the buffer
+it writes. Then the body is *batched* over the index, as ``jax.vmap`` does: each value the
+body computes gets a leading axis of length ``n`` (the trip count), one rule per primitive
+(``RULES``), and each write becomes one strided write of the whole batch. A read that moves
+with the index (``x_pad[:, :, i*s:i*s+HH, j*s:j*s+WW]``) becomes a ``sliding_window`` view
+of stride ``s``, so the naive convolution's three loops become one broadcast multiply and a
+sum over windows, which codegen fuses into one reduction kernel split over the thread pool.
+
+>>> import numpy as np
+>>> from tracer.tracing import trace
+>>> def scale_rows(x, w):
+...     out = np.zeros(x.shape)
+...     for i in range(x.shape[0]):
+...         out[i] = x[i] * w[i]
+...     return out
+>>> graph = trace(scale_rows, np.ones((5, 3)), np.ones(5), dynamic=True).graph
+>>> sum(eqn.prim.name == "loop" for eqn in graph.equations)
+1
+>>> sum(eqn.prim.name == "loop" for eqn in vectorize_loops(graph).equations)
+0
+
+Why a pass on the finished graph, not at capture time: capture has to run the loop on real
+values anyway (the first call's results), and the decision needs the whole body with its
+nested loops already generalized; a graph -> graph pass sees exactly that, runs before
+codegen decides between the plain and the looped program (``codegen.program.compile``:
+a graph left without loops compiles as one fused program), is verified like every pass,
+and can be switched off or tested on hand-written IR. Loops nested in a body are
+vectorized first (innermost out), so a conv's ``f`` loop batches inside the ``j`` body,
+which then batches inside the ``i`` body.
+
+Where a body uses a primitive with no rule (``gather``, a nested loop that carries a
+value, the index used as a number), the loop stays a loop - the native driver runs it,
+correct and slower - and the log (``tracejit.loops``) names the loop and the primitive.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+
+from .abstract import AbstractArray
+from .dims import DimExpr
+from .ir import Eqn, Graph, Guard, Var, infer_aval, shape_context
+from .ops.control import loop_p
+from .primitives import PRIMITIVES
+
+log = logging.getLogger("tracejit.loops")
+
+
+class NotBatchable(Exception):
+    """Why a loop is not a parallel map (it stays a loop)."""
+
+
+# --- index arithmetic --------------------------------------------------------------------
+def _mentions(value, index):
+    if isinstance(value, DimExpr):
+        return index in value.symbols()
+    if isinstance(value, tuple):
+        return any(_mentions(item, index) for item in value)
+    if isinstance(value, Graph):
+        return True  # a nested loop left in the body: no rule batches it
+    return False
+
+
+def _split(value, index):
+    """``value == a + c * index`` as ``(a, c)`` with ``c`` an int, or ``NotBatchable``."""
+    if isinstance(value, int):
+        return value, 0
+    if not isinstance(value, DimExpr):
+        raise NotBatchable(f"a parameter {value!r} is not an int")
+    terms = dict(value.terms)
+    coefficient = terms.pop((index,), 0)
+    rest = DimExpr.make(terms) if terms else 0
+    if _mentions(rest, index):
+        raise NotBatchable(f"{value} is not affine in the index")
+    return rest, coefficient
+
+
+# --- the batching context ----------------------------------------------------------------
+class _Names:
+    """Fresh ``%N`` var names above every name in the graph (nested bodies included)."""
+
+    def __init__(self, graph):
+        self.next = _highest(graph) + 1
+
+    def var(self, aval):
+        var = Var(f"%{self.next}", aval)
+        self.next += 1
+        return var
+
+
+def _highest(graph):
+    highest = -1
+    for var in list(graph.inputs) + [var for var, _ in graph.constants]:
+        highest = max(highest, _number(var.name))
+    for eqn in graph.equations:
+        highest = max(highest, _number(eqn.out.name))
+        for _, value in eqn.params:
+            if isinstance(value, Graph):
+                highest = max(highest, _highest(value))
+    return highest
+
+
+def _number(name):
+    digits = name.lstrip("%")
+    return int(digits) if digits.isdigit() else -1
+
+
+class Batch:
+    """Emits the batched body's equations. Values are ``(atom, batched)``: a batched atom
+    has a leading axis of length ``n``, item ``k`` being the body's value at index
+    ``start + k * step``.
+
+    Symbolic (``bindings`` None, the pass): equations are recorded, their avals by the
+    shape rules under ``context``. Concrete (``bindings`` maps every outer symbol to an
+    int; ``run_batched``): each equation runs at once on NumPy values, ``values``."""
+
+    def __init__(self, names, context, index, start, step, n, bindings=None):
+        self.names, self.context = names, context
+        self.index, self.start, self.step, self.n = index, start, step, n
+        self.bindings = bindings
+        self.emitted, self.values = [], {}
+
+    def emit(self, prim, inputs, **params):
+        if isinstance(prim, str):
+            prim = PRIMITIVES[prim]
+        if self.bindings is not None:
+            return self._run(prim, inputs, params)
+        try:
+            aval = infer_aval(prim, inputs, params, self.context)
+        except Exception as error:  # a shape the symbols' ranges do not decide
+            raise NotBatchable(f"{prim.name} of the batch: {error}") from None
+        out = self.names.var(aval)
+        self.emitted.append(Eqn(prim, tuple(inputs), tuple(sorted(params.items())), out))
+        return out
+
+    def _run(self, prim, inputs, params):
+        from .ops.control import _evaluate
+
+        values = [self.values[atom.name] if isinstance(atom, Var)
+                  else _evaluate(atom.value, self.bindings) for atom in inputs]
+        concrete = {key: _evaluate(value, self.bindings) for key, value in params.items()}
+        with np.errstate(all="ignore"):
+            result = np.asarray(prim.impl(*values, **concrete))
+        return self.constant(result)
+
+    def constant(self, value):
+        """A var standing for the NumPy ``value`` (concrete mode)."""
+        value = np.asarray(value)
+        out = self.names.var(AbstractArray(value.shape, value.dtype))
+        self.values[out.name] = value
+        return out
+
+    def moving(self, value):
+        """``(base, delta)``: ``value`` at batch item ``k`` is ``base + delta * k``."""
+        a, c = _split(value, self.index)
+        base = a + c * self.start
+        if self.bindings is not None and isinstance(base, DimExpr):
+            base = base.evaluate(self.bindings)
+        return base, c * self.step
+
+    def expand(self, atom, rank):
+        """A batched ``atom`` with unit axes after the batch axis up to ``rank`` axes."""
+        shape = atom.aval.shape
+        if len(shape) >= rank:
+            return atom
+        return self.emit("reshape", [atom], shape=(shape[0], *(1,) * (rank - len(shape)),
+                                                   *shape[1:]))
+
+    def broadcast(self, atom):
+        """An unbatched atom repeated ``n`` times along a new leading axis."""
+        shape = atom.aval.shape
+        return self.emit("broadcast_to", [atom], shape=(self.n, *shape))
+
+
+# --- one rule per primitive --------------------------------------------------------------
+# rule(batch, eqn, args) -> atom (batched); args are (atom, batched) pairs. Rules run when at
+# least one input is batched or a parameter moves with the index.
+RULES = {}
+
+
+def rule(*names):
+    def register(function):
+        for name in names:
+            RULES[name] = function
+        return function
+    return register
+
+
+def _static(eqn, batch):
+    if any(_mentions(value, batch.index) for _, value in eqn.params):
+        raise NotBatchable(f"{eqn.prim.name}'s parameters move with the index")
+
+
+def _pointwise(batch, eqn, args):
+    _static(eqn, batch)
+    rank = len(eqn.out.aval.shape) + 1
+    inputs = [batch.expand(atom, rank) if batched else atom for atom, batched in args]
+    return batch.emit(eqn.prim, inputs, **eqn.params_dict)
+
+
+for _name, _prim in PRIMITIVES.items():
+    if _prim.kind == "pointwise":
+        RULES[_name] = _pointwise
+
+
+@rule("sum", "prod", "max", "min", "any", "all")
+def _reduce(batch, eqn, args):
+    _static(eqn, batch)
+    params = eqn.params_dict
+    params["axes"] = tuple(axis + 1 for axis in params["axes"])
+    return batch.emit(eqn.prim, [args[0][0]], **params)
+
+
+@rule("argmax", "argmin")
+def _arg_reduce(batch, eqn, args):
+    _static(eqn, batch)
+    params = eqn.params_dict
+    params["axis"] = params["axis"] + 1
+    return batch.emit(eqn.prim, [args[0][0]], **params)
+
+
+@rule("reshape")
+def _reshape(batch, eqn, args):
+    _static(eqn, batch)
+    return batch.emit("reshape", [args[0][0]], shape=(batch.n, *eqn.params_dict["shape"]))
+
+
+@rule("transpose")
+def _transpose(batch, eqn, args):
+    _static(eqn, batch)
+    perm = eqn.params_dict["perm"]
+    return batch.emit("transpose", [args[0][0]], perm=(0, *(axis + 1 for axis in perm)))
+
+
+@rule("broadcast_to")
+def _broadcast_to(batch, eqn, args):
+    _static(eqn, batch)
+    shape = eqn.params_dict["shape"]
+    source = batch.expand(args[0][0], len(shape) + 1)
+    return batch.emit("broadcast_to", [source], shape=(batch.n, *shape))
+
+
+@rule("flip")
+def _flip(batch, eqn, args):
+    _static(eqn, batch)
+    axes = tuple(axis + 1 for axis in eqn.params_dict["axes"])
+    return batch.emit("flip", [args[0][0]], axes=axes)
+
+
+@rule("sliding_window")
+def _sliding_window(batch, eqn, args):
+    _static(eqn, batch)
+    params = eqn.params_dict
+    params["axes"] = tuple(axis + 1 for axis in params["axes"])
+    return batch.emit("sliding_window", [args[0][0]], **params)
+
+
+@rule("concatenate")
+def _concatenate(batch, eqn, args):
+    _static(eqn, batch)
+    inputs = [atom if batched else batch.broadcast(atom) for atom, batched in args]
+    return batch.emit("concatenate", inputs, axis=eqn.params_dict["axis"] + 1)
+
+
+@rule("pad")
+def _pad(batch, eqn, args):
+    _static(eqn, batch)  # a pad that moves with the index is a write (handled apart)
+    config = ((0, 0, 0), *eqn.params_dict["config"])
+    return batch.emit("pad", [args[0][0]], config=config)
+
+
+@rule("matmul")
+def _matmul(batch, eqn, args):
+    (a, a_batched), (b, b_batched) = args
+    a_rank = len(a.aval.shape) - a_batched
+    b_rank = len(b.aval.shape) - b_batched
+    if (b_batched and b_rank < 2) or (a_batched and a_rank < 2 and (b_batched or b_rank != 2)):
+        raise NotBatchable("matmul of a batched vector")
+    if a_batched and a_rank < 2:
+        return batch.emit("matmul", [a, b])  # (n, k) @ (k, p): the rows are the batch
+    rank = max(a_rank, b_rank) + 1
+    inputs = [batch.expand(atom, rank) if batched else atom for atom, batched in args]
+    return batch.emit("matmul", inputs)
+
+
+@rule("slice")
+def _slice(batch, eqn, args):
+    (source, batched), = args
+    params = eqn.params_dict
+    starts, limits, steps = params["starts"], params["limits"], params["steps"]
+    moving = [axis for axis, (start, limit) in enumerate(zip(starts, limits))
+              if _mentions(start, batch.index) or _mentions(limit, batch.index)]
+    if not moving:
+        if not batched:
+            raise NotBatchable("slice: nothing batched")  # not reached: copied unbatched
+        return batch.emit("slice", [source], starts=(0, *starts), limits=(batch.n, *limits),
+                          steps=(1, *steps))
+    if batched:
+        raise NotBatchable("a slice that moves with the index of a value computed in the loop")
+    if len(moving) > 1:
+        raise NotBatchable("a slice that moves with the index along two axes")
+    axis, = moving
+    base, delta = batch.moving(starts[axis])
+    limit_base, limit_delta = batch.moving(limits[axis])
+    step = steps[axis]
+    if limit_delta != delta or delta <= 0 or not isinstance(step, int):
+        raise NotBatchable("a slice whose length changes with the index")
+    count = eqn.out.aval.shape[axis]  # elements per window, every `step`
+    extent = step * (count - 1) + 1  # a window's span
+    # x[..., base + delta * k + step * m, ...]: windows of `extent` every `delta`, over the
+    # span the batch reads, then every `step`-th element of each window.
+    span = delta * (batch.n - 1) + extent
+    starts2 = tuple(base if a == axis else s for a, s in enumerate(starts))
+    limits2 = tuple(base + span if a == axis else limit for a, limit in enumerate(limits))
+    steps2 = tuple(1 if a == axis else s for a, s in enumerate(steps))
+    region = batch.emit("slice", [source], starts=starts2, limits=limits2, steps=steps2)
+    windows = batch.emit("sliding_window", [region], axes=(axis,), sizes=(extent,),
+                         strides=(delta,))
+    rank = len(starts)
+    if step != 1:
+        shape = windows.aval.shape
+        windows = batch.emit("slice", [windows], starts=(0,) * (rank + 1),
+                             limits=shape, steps=(1,) * rank + (step,))
+    # (..., n at axis, ..., window last) -> (n, ..., window at axis, ...)
+    perm = [axis] + [rank if a == axis else a for a in range(rank)]
+    return batch.emit("transpose", [windows], perm=tuple(perm))
+
+
+# --- writes ------------------------------------------------------------------------------
+class _Write:
+    def __init__(self, where, value, config):
+        self.where, self.value, self.config = where, value, config
+
+
+def _uses(body):
+    uses = {}
+    for item in body.body:
+        atoms = item.inputs if hasattr(item, "inputs") else (item.predicate,)
+        for atom in atoms:
+            if isinstance(atom, Var):
+                uses[atom.name] = uses.get(atom.name, 0) + 1
+    for atom in body.outputs:
+        if isinstance(atom, Var):
+            uses[atom.name] = uses.get(atom.name, 0) + 1
+    return uses
+
+
+def _write_chain(body, position, producers, uses):
+    """The writes that make carried value ``position`` from its block parameter, first to
+    last, or ``NotBatchable``: each a ``where(pad(mask), pad(value), previous)`` with a
+    mask of ``True`` and the previous buffer used by nothing else."""
+    buffer, atom = body.inputs[position], body.outputs[position]
+    chain = []
+    while atom != buffer:
+        where = producers.get(getattr(atom, "name", None))
+        if where is None or where.prim.name != "where" or not isinstance(where.inputs[2], Var):
+            raise NotBatchable(f"carried value {position} is not only written at the index "
+                               "(an accumulator or a value carried between iterations)")
+        mask, value = (producers.get(getattr(item, "name", None)) for item in where.inputs[:2])
+        if mask is None or value is None or mask.prim.name != "pad" or value.prim.name != "pad":
+            raise NotBatchable(f"carried value {position} is updated other than by a write")
+        config = value.params_dict["config"]
+        source = producers.get(getattr(mask.inputs[0], "name", None))
+        while source is not None and source.prim.name == "reshape":
+            source = producers.get(getattr(source.inputs[0], "name", None))
+        if (mask.params_dict["config"] != config or source is None
+                or source.prim.name != "full" or source.params_dict["value"] is not True):
+            raise NotBatchable(f"carried value {position} is written through a mask")
+        chain.append(_Write(where, value.inputs[0], config))
+        atom = where.inputs[2]
+        if uses.get(atom.name, 0) != 1:
+            raise NotBatchable(f"the loop reads the buffer it writes (carried value "
+                               f"{position})")
+    if not chain:
+        raise NotBatchable(f"carried value {position} passes through unchanged")
+    return chain[::-1]
+
+
+def _write_axis(batch, write):
+    """The one axis along which ``write``'s region moves: ``(axis, base, delta)``."""
+    moving = []
+    for axis, (low, high, interior) in enumerate(write.config):
+        if _mentions(low, batch.index) or _mentions(high, batch.index):
+            moving.append(axis)
+        elif _mentions(interior, batch.index):
+            raise NotBatchable("a write whose stride moves with the index")
+    if len(moving) != 1:
+        raise NotBatchable("a write that does not move with the index along exactly one axis"
+                           if moving else "every iteration writes the same region")
+    axis, = moving
+    base, delta = batch.moving(write.config[axis][0])
+    low, high, interior = write.config[axis]
+    if write.value.aval.shape[axis] != 1 or interior != 0 or delta <= 0:
+        raise NotBatchable("a write of more than one element along the axis the index moves")
+    return axis, base, delta
+
+
+def _disjoint(writes):
+    """Iterations write disjoint regions: one axis, one stride, bases within a stride."""
+    axes = {axis for axis, _, _ in writes}
+    deltas = {delta for _, _, delta in writes}
+    if len(axes) != 1 or len(deltas) != 1:
+        raise NotBatchable("writes to one buffer move along different axes or strides")
+    delta, = deltas
+    bases = [base for _, base, _ in writes]
+    for base in bases[1:]:
+        difference = base - bases[0]
+        if not isinstance(difference, int) or (difference % delta == 0 and difference):
+            raise NotBatchable("two writes of an iteration may land where another "
+                               "iteration writes")
+
+
+def _batched_write(batch, buffer, write, axis, base, delta, value):
+    """``buffer`` with ``value`` (batched) written at ``base + delta * k`` along ``axis``."""
+    atom, batched = value
+    value_shape = write.value.aval.shape
+    if not batched:
+        atom = batch.broadcast(atom)
+    # (n, ..., 1 at axis + 1, ...) -> (..., n at axis, ...)
+    squeezed = tuple(dim for a, dim in enumerate(value_shape) if a != axis)
+    atom = batch.emit("reshape", [atom], shape=(batch.n, *squeezed))
+    rank = len(value_shape)
+    if axis:
+        perm = list(range(1, rank))
+        perm.insert(axis, 0)
+        atom = batch.emit("transpose", [atom], perm=tuple(perm))
+    extent = buffer.aval.shape[axis]
+    config = list(write.config)
+    config[axis] = (base, extent - base - delta * (batch.n - 1) - 1, delta - 1)
+    config = tuple(config)
+    mask = batch.emit("full", [], shape=atom.aval.shape, value=True, dtype=np.dtype(bool))
+    mask = batch.emit("pad", [mask], config=config)
+    padded = batch.emit("pad", [atom], config=config)
+    return batch.emit("where", [mask, padded, buffer])
+
+
+# --- one loop ----------------------------------------------------------------------------
+def batch_loop(eqn, body, names, context):
+    """The equations that compute loop ``eqn``'s group without a loop: ``(eqns, {output
+    position: atom})``, or ``NotBatchable``."""
+    params = eqn.params_dict
+    start, stop, step = params["start"], params["stop"], params["step"]
+    if not isinstance(step, int) or step <= 0:
+        raise NotBatchable("a loop with a negative step")
+    n = stop - start if step == 1 else (stop - start + step - 1) // step
+    batch = Batch(names, context, params["index"], start, step, n)
+    results = _batch_body(batch, body, params["num_carry"], eqn.inputs)
+    return batch.emitted, results
+
+
+def _batch_body(batch, body, num_carry, operands):
+    index = batch.index
+    if any(not isinstance(item, Eqn) for item in body.body):
+        raise NotBatchable("a guard or a print in the body")
+    carried_atoms = {atom.name for atom in operands[:num_carry] if isinstance(atom, Var)}
+    if any(isinstance(atom, Var) and atom.name in carried_atoms for atom in operands[num_carry:]):
+        raise NotBatchable("the body reads a buffer the loop writes, under another name")
+    producers = {item.out.name: item for item in body.equations}
+    uses = _uses(body)
+    chains = [_write_chain(body, position, producers, uses) for position in range(num_carry)]
+    plumbing = set()
+    for chain in chains:
+        for write in chain:
+            plumbing.add(write.where.out.name)
+            plumbing.update(atom.name for atom in write.where.inputs[:2])
+    env = {}
+    for position, (var, atom) in enumerate(zip(body.inputs, operands)):
+        if position >= num_carry:
+            env[var.name] = (atom, False)
+    for item in body.equations:
+        if item.out.name in plumbing:
+            continue
+        if _mentions(tuple(item.out.aval.shape), index):
+            raise NotBatchable(f"{item.prim.name} gives a shape that changes with the index")
+        args = []
+        for atom in item.inputs:
+            if isinstance(atom, Var):
+                if atom.name not in env:
+                    raise NotBatchable("the body reads a buffer it writes")
+                args.append(env[atom.name])
+            else:
+                if _mentions(atom.value, index):
+                    raise NotBatchable(f"{item.prim.name} uses the index as a number")
+                args.append((atom, False))
+        moves = any(_mentions(value, index) for _, value in item.params)
+        if not moves and not any(batched for _, batched in args):
+            env[item.out.name] = (batch.emit(item.prim, [atom for atom, _ in args],
+                                             **item.params_dict), False)
+            continue
+        batching = RULES.get(item.prim.name)
+        if batching is None:
+            raise NotBatchable(f"no batching rule for `{item.prim.name}`")
+        env[item.out.name] = (batching(batch, item, args), True)
+    results = {}
+    for position, chain in enumerate(chains):
+        placed = [_write_axis(batch, write) for write in chain]
+        _disjoint(placed)
+        buffer = operands[position]
+        if not isinstance(buffer, Var):
+            raise NotBatchable("a buffer that is a constant")
+        for write, (axis, base, delta) in zip(chain, placed):
+            value = env.get(write.value.name) if isinstance(write.value, Var) else (
+                write.value, False)
+            if value is None:
+                raise NotBatchable("a written value the batch did not compute")
+            buffer = _batched_write(batch, buffer, write, axis, base, delta, value)
+        wanted = operands[position].aval
+        if buffer.aval.shape != wanted.shape or buffer.aval.dtype != wanted.dtype:
+            raise NotBatchable(f"the batched writes give {buffer.aval}, the loop {wanted}")
+        results[position] = buffer
+    return results
+
+
+_REFUSED = {}  # id(body) -> (body, reason): bodies run_batched gave up on
+
+
+def run_batched(body, index, start, stop, step, num_carry, carried, free, bindings):
+    """The loop's carried values after ``range(start, stop, step)``, computed by the batched
+    body with NumPy (``ops.control.run_body``'s fast path: tracing runs a captured loop's
+    remaining iterations, the interpreter runs loops), or None when the body is not a
+    parallel map. Rounding may differ from the per-iteration run as compiled code's does
+    (a sum over a batch axis)."""
+    refused = _REFUSED.get(id(body))
+    if refused is not None and refused[0] is body:
+        return None
+    trips = len(range(start, stop, step))
+    if step <= 0 or trips == 0:
+        return None
+    batch = Batch(_Counter(), None, index, start, step, trips, dict(bindings))
+    operands = [batch.constant(value) for value in (*carried, *free)]
+    try:
+        if any(eqn.prim is loop_p for eqn in body.equations):
+            body = _inner_vectorized(body, bindings)
+        results = _batch_body(batch, body, num_carry, operands)
+    except NotBatchable as reason:
+        if len(_REFUSED) > 256:
+            _REFUSED.clear()
+        _REFUSED[id(body)] = (body, str(reason))
+        return None
+    return [batch.values[results[position].name] for position in range(num_carry)]
+
+
+def _inner_vectorized(body, bindings):
+    """``body`` with its nested parallel-map loops batched, deciding shapes for these
+    ``bindings`` (each symbol's range is its value)."""
+    from .ir import Symbol
+
+    key = (id(body), tuple(sorted(bindings.items())))
+    cached = _INNER.get(key)
+    if cached is not None and cached[0] is body:
+        return cached[1]
+    symbols = [Symbol(name, value, value) for name, value in bindings.items()
+               if isinstance(value, int) and name not in {s.name for s in body.symbols}]
+    result = _vectorize(body, _Names(body), symbols, (), {})
+    if len(_INNER) > 64:
+        _INNER.clear()
+    _INNER[key] = (body, result)
+    return result
+
+
+_INNER = {}
+
+
+class _Counter:
+    def __init__(self):
+        self.next = 0
+
+    def var(self, aval):
+        self.next += 1
+        return Var(f"%{self.next}", aval)
+
+
+# --- the pass ----------------------------------------------------------------------------
+def _group_key(eqn):
+    return (eqn.inputs, tuple(p for p in eqn.params if p[0] != "output"))
+
+
+def _context(symbols, shape_guards):
+    return shape_context(Graph("scope", (), (), (), (), tuple(symbols), tuple(shape_guards)))
+
+
+def _vectorize(graph, names, symbols, shape_guards, stats):
+    """``graph`` with its parallel-map loops batched (nested bodies first)."""
+    scope = {symbol.name: symbol for symbol in symbols}
+    scope.update({symbol.name: symbol for symbol in graph.symbols})
+    context = _context(scope.values(), shape_guards)
+    body, groups, renames, changed = [], {}, {}, False
+
+    def rename(atom):
+        return renames.get(atom.name, atom) if isinstance(atom, Var) else atom
+
+    for item in graph.body:
+        if renames:
+            if isinstance(item, Guard):
+                item = replace(item, predicate=rename(item.predicate))
+            else:
+                item = replace(item, inputs=tuple(rename(atom) for atom in item.inputs))
+        if not (isinstance(item, Eqn) and item.prim is loop_p):
+            body.append(item)
+            continue
+        key = _group_key(item)
+        if key not in groups:
+            inner = item.params_dict["body"]
+            new_inner = _vectorize(inner, names, scope.values(), shape_guards, stats)
+            try:
+                emitted, results = batch_loop(item, new_inner, names, context)
+            except NotBatchable as reason:
+                log.info("loop %s stays a loop (not a parallel map): %s", inner.name, reason)
+                stats.setdefault("kept", []).append((inner.name, str(reason)))
+                groups[key] = (new_inner, None)
+            else:
+                log.info("loop %s vectorized: %d equation(s), no loop", inner.name,
+                         len(emitted))
+                stats.setdefault("vectorized", []).append(inner.name)
+                groups[key] = (new_inner, results)
+                body.extend(emitted)
+        new_inner, results = groups[key]
+        changed = changed or new_inner is not item.params_dict["body"] or results is not None
+        if results is None:
+            if new_inner is not item.params_dict["body"]:
+                params = tuple((k, new_inner if k == "body" else v) for k, v in item.params)
+                item = replace(item, params=params)
+            body.append(item)
+        else:
+            renames[item.out.name] = results[item.params_dict["output"]]
+    if not changed:
+        return graph
+    return replace(graph, body=tuple(body), outputs=tuple(rename(atom) for atom in graph.outputs))
+
+
+def vectorize_loops(graph):
+    """``graph`` with every parallel-map loop turned into whole-array equations."""
+    stats = {}
+    names = _Names(graph)
+    return _vectorize(graph, names, graph.symbols, graph.shape_guards, stats)

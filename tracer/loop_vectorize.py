@@ -47,7 +47,7 @@ import numpy as np
 
 from .abstract import AbstractArray
 from .dims import DimExpr
-from .ir import Eqn, Graph, Guard, Var, infer_aval, shape_context
+from .ir import Eqn, Graph, Guard, Literal, Var, infer_aval, shape_context
 from .ops.control import loop_p
 from .primitives import PRIMITIVES
 
@@ -147,8 +147,32 @@ class Batch:
         values = [self.values[atom.name] if isinstance(atom, Var)
                   else _evaluate(atom.value, self.bindings) for atom in inputs]
         concrete = {key: _evaluate(value, self.bindings) for key, value in params.items()}
+        if prim.name == "multiply" and _Product.fits(values):
+            return self._lazy(_Product(*values))  # the conv's window * filter: see sum
+        if prim.name == "sum" and isinstance(values[0], _Product) and not concrete["keepdims"]:
+            return self.constant(values[0].sum(concrete["axes"]))
+        values = [value.value() if isinstance(value, _Product) else value for value in values]
         with np.errstate(all="ignore"):
             result = np.asarray(prim.impl(*values, **concrete))
+        return self.constant(result)
+
+    def _lazy(self, product):
+        out = self.names.var(AbstractArray(product.shape, product.dtype))
+        self.values[out.name] = product
+        return out
+
+    def write(self, buffer, atom, config):
+        """Concrete writes: one copy of the buffer and a strided assignment (the symbolic
+        form, ``where(pad(mask), pad(value), buffer)``, would pass over it four times)."""
+        from .ops.control import _evaluate
+
+        value = self.values[atom.name]
+        value = value.value() if isinstance(value, _Product) else value
+        result = np.array(self.values[buffer.name])
+        region = tuple(slice(low, low + (size - 1) * (interior + 1) + 1, interior + 1)
+                       for (low, _, interior), size in zip(_evaluate(config, self.bindings),
+                                                           np.shape(value)))
+        result[region] = value
         return self.constant(result)
 
     def constant(self, value):
@@ -436,6 +460,8 @@ def _batched_write(batch, buffer, write, axis, base, delta, value):
     config = list(write.config)
     config[axis] = (base, extent - base - delta * (batch.n - 1) - 1, delta - 1)
     config = tuple(config)
+    if batch.bindings is not None:
+        return batch.write(buffer, atom, config)
     mask = batch.emit("full", [], shape=atom.aval.shape, value=True, dtype=np.dtype(bool))
     mask = batch.emit("pad", [mask], config=config)
     padded = batch.emit("pad", [atom], config=config)
@@ -443,17 +469,99 @@ def _batched_write(batch, buffer, write, axis, base, delta, value):
 
 
 # --- one loop ----------------------------------------------------------------------------
-def batch_loop(eqn, body, names, context):
+def batch_loop(eqn, body, names, context, before=()):
     """The equations that compute loop ``eqn``'s group without a loop: ``(eqns, {output
-    position: atom})``, or ``NotBatchable``."""
+    position: atom})``, or ``NotBatchable``. ``before``: the equations ahead of the loop,
+    where capture's peeled first iteration may be found (``_unpeel``)."""
     params = eqn.params_dict
     start, stop, step = params["start"], params["stop"], params["step"]
     if not isinstance(step, int) or step <= 0:
         raise NotBatchable("a loop with a negative step")
+    operands = eqn.inputs
+    peeled = _unpeel(body, params["index"], start - step, params["num_carry"], operands,
+                     before)
+    if peeled is not None:
+        start, operands = start - step, peeled
     n = stop - start if step == 1 else (stop - start + step - 1) // step
     batch = Batch(names, context, params["index"], start, step, n)
-    results = _batch_body(batch, body, params["num_carry"], eqn.inputs)
+    results = _batch_body(batch, body, params["num_carry"], operands)
     return batch.emitted, results
+
+
+def _instantiate(value, index, at):
+    """A param or literal with the index replaced by ``at``."""
+    if isinstance(value, DimExpr) and index in value.symbols():
+        a, c = _split(value, index)
+        return a + c * at
+    if isinstance(value, tuple):
+        return tuple(_instantiate(item, index, at) for item in value)
+    return value
+
+
+def _unpeel(body, index, first, num_carry, operands, before):
+    """Capture records a loop's first iteration unrolled, then loops from the second. When
+    the equations ahead of the loop are exactly the body at index ``first`` (found as
+    common subexpressions: every body equation, instantiated, is already there) applied to
+    the buffers before that iteration, return those operands: the batch then covers the
+    first iteration too and the peeled equations become dead (one batched copy of the body
+    instead of two; for nested loops, one instead of 2**depth)."""
+    if not before:
+        return None
+    producers = {item.out.name: item for item in before if isinstance(item, Eqn)}
+    table, canonical = {}, {}  # value numbering: equal computations, one var
+
+    def canon(atom):
+        return canonical.get(atom.name, atom) if isinstance(atom, Var) else atom
+
+    for item in before:
+        if isinstance(item, Eqn):
+            key = (item.prim.name, tuple(canon(atom) for atom in item.inputs), item.params)
+            try:
+                canonical[item.out.name] = table.setdefault(key, item.out)
+            except TypeError:  # an unhashable param
+                pass
+    producers_in_body = {item.out.name: item for item in body.equations}
+    uses = _uses(body)
+    mapping = {}
+    try:
+        for position in range(num_carry):
+            chain = _write_chain(body, position, producers_in_body, uses)
+            atom = operands[position]
+            for _ in chain:  # walk the peeled writes back to the buffer before them
+                where = producers.get(getattr(atom, "name", None))
+                if where is None or where.prim.name != "where":
+                    return None
+                atom = where.inputs[2]
+            mapping[body.inputs[position].name] = canon(atom)
+    except NotBatchable:
+        return None
+    for var, atom in zip(body.inputs[num_carry:], operands[num_carry:]):
+        mapping[var.name] = canon(atom)
+    for item in body.body:
+        if not isinstance(item, Eqn) or item.prim is loop_p:
+            return None
+        inputs = []
+        for atom in item.inputs:
+            if isinstance(atom, Var):
+                inputs.append(mapping[atom.name])
+            elif isinstance(atom.value, DimExpr) and index in atom.value.symbols():
+                inputs.append(Literal.of(_instantiate(atom.value, index, first)))
+            else:
+                inputs.append(atom)
+        params = tuple((key, _instantiate(value, index, first)) for key, value in item.params)
+        try:
+            found = table.get((item.prim.name, tuple(inputs), params))
+        except TypeError:
+            return None
+        if found is None or found.aval != item.out.aval:
+            return None
+        mapping[item.out.name] = found
+    for position in range(num_carry):
+        if mapping.get(getattr(body.outputs[position], "name", None)) != canon(
+                operands[position]):
+            return None
+    return tuple(mapping[var.name] for var in body.inputs[:num_carry]) + tuple(
+        operands[num_carry:])
 
 
 def _batch_body(batch, body, num_carry, operands):
@@ -569,6 +677,42 @@ def _inner_vectorized(body, bindings):
 _INNER = {}
 
 
+class _Product:
+    """``a * b`` not yet computed: a ``sum`` over it runs as one ``np.einsum`` contraction
+    (BLAS-backed) instead of materializing the broadcast product (the batched conv's
+    ``windows * filters`` is 27x the output)."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+        self.shape = np.broadcast_shapes(a.shape, b.shape)
+        self.dtype = np.result_type(a, b)
+
+    @staticmethod
+    def fits(values):
+        return (len(values) == 2 and all(isinstance(v, np.ndarray) for v in values)
+                and values[0].dtype == values[1].dtype and values[0].dtype.kind == "f"
+                and max(v.ndim for v in values) <= 20)
+
+    def value(self):
+        with np.errstate(all="ignore"):
+            return np.multiply(self.a, self.b)
+
+    def sum(self, axes):
+        rank = len(self.shape)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        operands, subscripts = [], []
+        for array in (self.a, self.b):
+            array = array.reshape((1,) * (rank - array.ndim) + array.shape)
+            keep = [k for k in range(rank) if not (array.shape[k] == 1 and self.shape[k] != 1)]
+            operands.append(array.reshape([array.shape[k] for k in keep]))
+            subscripts.append("".join(letters[k] for k in keep))
+        out = "".join(letters[k] for k in range(rank) if k not in axes)
+        with np.errstate(all="ignore"):
+            result = np.einsum(f"{subscripts[0]},{subscripts[1]}->{out}", *operands,
+                               optimize=True)
+        return np.asarray(result, dtype=self.dtype)
+
+
 class _Counter:
     def __init__(self):
         self.next = 0
@@ -611,7 +755,7 @@ def _vectorize(graph, names, symbols, shape_guards, stats):
             inner = item.params_dict["body"]
             new_inner = _vectorize(inner, names, scope.values(), shape_guards, stats)
             try:
-                emitted, results = batch_loop(item, new_inner, names, context)
+                emitted, results = batch_loop(item, new_inner, names, context, body)
             except NotBatchable as reason:
                 log.info("loop %s stays a loop (not a parallel map): %s", inner.name, reason)
                 stats.setdefault("kept", []).append((inner.name, str(reason)))
@@ -633,7 +777,10 @@ def _vectorize(graph, names, symbols, shape_guards, stats):
             renames[item.out.name] = results[item.params_dict["output"]]
     if not changed:
         return graph
-    return replace(graph, body=tuple(body), outputs=tuple(rename(atom) for atom in graph.outputs))
+    from .passes import eliminate_dead_code  # the peeled iterations left dead
+
+    return eliminate_dead_code(replace(graph, body=tuple(body),
+                                       outputs=tuple(rename(atom) for atom in graph.outputs)))
 
 
 def vectorize_loops(graph):

@@ -1,20 +1,26 @@
 """Programs whose graph holds ``loop`` equations.
 
-``NativeLoopProgram`` (the default): the graph is cut at its loops. Each run of
-equations between loops is compiled by the normal codegen as a sub-graph (a *segment*);
-each loop's body is compiled ONCE as its own ``Program`` in which the index symbol
-(``i0``, already in the body's slice and pad params as a ``DimExpr``) is an ordinary
-symbol passed at run time (``program.explicit_symbols``). The loop itself is driven from
-Python: per iteration one call of the body's native entry with the carried values and the
-outside values, and each buffer written at the index (``hs[:, t] = h``, found by
-``control.inplace_writes``) written in place with one NumPy slice assignment - the body
-program computes only the written value, never the whole buffer. One compile per bucket
-whatever the trip count; the per-iteration cost is the body's kernels plus a few
-microseconds of wrapper.
+How a loop runs. ``NativeLoopProgram`` (the default) cuts the graph at its loops. Each run
+of equations between loops is compiled by the normal codegen as a sub-graph (a
+*segment*, ``_Segment``); each loop's body is compiled ONCE as its own ``Program``
+(``_Loop``) in which the index symbol (``i0``, already in the body's slice and pad params
+as a ``DimExpr``) is an ordinary symbol passed at run time. The body program computes the
+carried values that are not written in place and the values written at the index (``hs[:,
+t] = h``, found by ``control.inplace_writes``), never the whole buffer. ``_Loop.run``:
 
-NOT AN LLVM LOOP YET: LOOPS.md step 4 (one native loop around the body's kernels, the
-writes as stores through an output view, parallel maps fused into one kernel) is the
-next step; the Python driver is the increment that makes capture faster than NumPy.
+1. evaluates start/stop/step, converts the carried and outside values once, checks every
+   slice the body reads and every region it writes stays inside its array for the first
+   and last trip (params are affine in the index, so that covers every trip), and copies
+   buffers written in place unless they are fresh arrays of ours;
+2. runs the trips natively when the body program holds a driver (``codegen/native_loop.py``:
+   one LLVM function calls the body's kernels per trip, double-buffers the carried values
+   and copies each written value to its region; no Python per trip), else
+3. drives the trips from Python (the fallback, logged at build: one call of the body's
+   wrapper per trip and one NumPy slice assignment per write).
+
+One compile per bucket whatever the trip count. Hooks for other work: a step of -1 or
+any other int runs through both drivers (``range(start, stop, step)``); a body the
+driver cannot run (``native_loop.layout_of`` says why) takes the Python path.
 
 Side exits: a failed guard in a segment raises ``SideExit`` with the whole graph's guard
 number; a kernel error in the body (an index out of range) or a write outside its buffer
@@ -42,6 +48,8 @@ from tracer.dims import DimExpr
 from tracer.errors import UnsupportedError
 from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
 from tracer.ops.control import BodyPlan, _evaluate, _needed, bind_symbols, loop_p, run_body
+
+from . import native_loop
 
 log = logging.getLogger("tracejit.loops")
 
@@ -226,7 +234,7 @@ class _Write:
 
 class _Loop:
     """One loop (every ``loop`` equation sharing its operands and body): the body compiled
-    once with the index as a run-time symbol, driven from Python."""
+    once with the index as a run-time symbol, run by its native driver or from Python."""
 
     def __init__(self, graph, eqn, later_uses, name, build):
         from .program import explicit_symbols
@@ -258,11 +266,12 @@ class _Loop:
                            symbols)
         # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
         # the first trip, then the body's own results), so the wrapper converts nothing.
-        self.program = build(body_graph, name, trusted=True)
+        self.program = build(body_graph, name, trusted=True, extend=self._add_driver)
         if self.program.trusted and any(
             isinstance(atom, Literal) for atom in self.program.graph.outputs[:len(self.kept)]
         ):
             self.program = build(body_graph, name)  # a scalar comes back: convert it
+        self.native = self._native_driver(name)
         self.symbols = explicit_symbols(self.program.graph)
         if self.symbols[-1:] != [self.index]:
             raise UnsupportedError("the loop index is bound by an input dim of the body")
@@ -284,6 +293,35 @@ class _Loop:
                        and eqn.prim.name in ("slice", "pad")]
         self.checked = {}  # run-time checks and write regions, per bindings and trips
 
+    def _add_driver(self, plan, module, program_symbol):
+        """``compile``'s ``extend``: the native driver, when the body's layout allows."""
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.index)
+        self._plan = plan
+        if layout is None:
+            self._refusal = why
+            return [], ""
+        return [native_loop.add_driver(module, program_symbol, layout)], layout.text()
+
+    def _native_driver(self, name):
+        """The body's native driver, or None (logged): the Python loop runs it then."""
+        program = self.program
+        if not program.driver:
+            log.info("%s: the loop runs from Python: %s", name,
+                     getattr(self, "_refusal", "no native driver was built"))
+            return None
+        plan = getattr(self, "_plan", None)
+        if plan is None or plan.graph is not program.graph:  # loaded from disk
+            from .schedule import schedule as make_schedule
+
+            plan = make_schedule(program.graph, materialize=set(program.materialized))
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.index)
+        if layout is None or layout.text() != program.driver:  # a stored piece, not ours
+            raise UnsupportedError(f"{name}: its native driver was built for "
+                                   f"{program.driver!r}, the body needs "
+                                   f"{why or layout.text()!r}")
+        self._plan = None
+        return native_loop.NativeLoop(program, plan, layout)
+
     def in_bounds(self, bindings, first, last):
         key = (tuple(bindings.items()), first, last)
         if key not in self.checked:
@@ -303,7 +341,7 @@ class _Loop:
         carried = [_contiguous(values[p], self.dtypes[p]) for p in self.kept]
         free = [_contiguous(value, dtype)
                 for value, dtype in zip(values[num_carry:], self.dtypes[num_carry:])]
-        buffers, regions = {}, []
+        buffers, regions, region_axes = {}, [], []
         if trips:
             if not self.in_bounds(bindings, trips[0], trips[-1]):
                 raise side_exit(-1)  # an index out of range: eager raises it
@@ -324,7 +362,17 @@ class _Loop:
                 if axes is None:
                     raise side_exit(-1)  # a write outside the buffer: eager raises it
                 buffers[write.position] = buffer
-                regions.append(_regions(buffer, axes, trips))
+                region_axes.append(axes)
+                if self.native is None:
+                    regions.append(_regions(buffer, axes, trips))
+        if self.native is not None and trips:
+            geometry = [(buffers[write.position], *_region_geometry(buffers[write.position],
+                                                                    axes, trips))
+                        for write, axes in zip(self.writes, region_axes)]
+            status, _, carried = self.native.run(carried + free, bindings, trips, geometry)
+            if status:
+                raise side_exit(-1)  # as the Python loop's side exit below
+            trips = ()  # every trip ran
         tail = tuple(free) + tuple(bindings[name] for name in self.symbols[:-1])
         run_body_program = self.program._run
         kept = len(self.kept)
@@ -358,6 +406,16 @@ def _in_bounds(kind, params, shape, bindings):
         return True
     return all(_evaluate(low, bindings) >= 0 and _evaluate(high, bindings) >= 0
                and _evaluate(interior, bindings) >= 0 for low, high, interior in params["config"])
+
+
+def _region_geometry(buffer, axes, trips):
+    """``(offset, per_trip, sizes)`` of the region written at the first trip, in bytes
+    from the buffer's start, bytes per trip, and elements per axis."""
+    offset = sum((base + delta * trips[0]) * stride
+                 for (base, delta, _), stride in zip(axes, buffer.strides))
+    per_trip = trips.step * sum(delta * stride for (_, delta, _), stride in
+                                zip(axes, buffer.strides))
+    return offset, per_trip, [size for _, _, size in axes]
 
 
 def _regions(buffer, axes, trips):
@@ -394,7 +452,7 @@ def _contiguous(value, dtype):
 class NativeLoopProgram(LoopProgram):
     """Segments and loop bodies as native programs; see the module docstring."""
 
-    kind = "native body, Python loop driver"
+    kind = "native segments and loops"
 
     def __init__(self, graph, name, build=compile_piece):
         super().__init__(graph, name)

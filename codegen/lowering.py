@@ -1341,7 +1341,11 @@ class ProgramLowering:
         key.append(canonical(kernel.root))
         return tuple(key), order, starts
 
-    def build(self):
+    def build(self, raw_entry=False):
+        """``(module, entry name)``. The entry takes a tuple of arrays (``program_slots``)
+        and the symbols; with ``raw_entry``, ``{name}_raw`` is built too: the same kernels
+        over a plain array of data pointers, no layout check (a native loop driver calls
+        it, ``codegen/native_loop.py``)."""
         compiled, kernels = {}, []
         for kernel in self.schedule.kernels:
             key, buffers, starts = self.kernel_signature(kernel)
@@ -1350,6 +1354,12 @@ class ProgramLowering:
                     self, kernel, buffers, [slot for slot, _ in starts]).build()
             kernels.append((compiled[key], buffers, [_const(start) for _, start in starts]))
         entry_name = f"{self.name}_entry"
+        self._entry(entry_name, kernels, raw=False)
+        if raw_entry:
+            self._entry(f"{self.name}_raw", kernels, raw=True)
+        return self.module, entry_name
+
+    def _entry(self, entry_name, kernels, raw):
         function = ir.Function(
             self.module, ir.FunctionType(I32, [PTR] + [I64] * len(self.symbols)), entry_name
         )
@@ -1358,17 +1368,22 @@ class ProgramLowering:
         dims = DimValues(builder, dict(zip(self.symbols, symbols)))
         pointers = {}
         for slot, (_, name) in enumerate(self.slots):
-            item = builder.load(builder.gep(arrays, [_const(TUPLE_ITEMS_OFFSET + 8 * slot)],
-                                            source_etype=dt.I8), typ=PTR)
-            data = builder.load(builder.gep(item, [_const(ARRAY_DATA_OFFSET)],
-                                            source_etype=dt.I8), typ=PTR)
+            if raw:  # arrays: the data pointers themselves
+                data = builder.load(builder.gep(arrays, [_const(8 * slot)],
+                                                source_etype=dt.I8), typ=PTR)
+            else:  # arrays: a tuple of NumPy arrays
+                item = builder.load(builder.gep(arrays, [_const(TUPLE_ITEMS_OFFSET + 8 * slot)],
+                                                source_etype=dt.I8), typ=PTR)
+                data = builder.load(builder.gep(item, [_const(ARRAY_DATA_OFFSET)],
+                                                source_etype=dt.I8), typ=PTR)
             pointers[name] = data  # name None: the workspace
         workspace = pointers.pop(None)
         for name, buffer in self.schedule.buffers.items():
             if buffer.kind == "temp":
                 pointers[name] = builder.gep(workspace, [dims.dim(buffer.offset)],
                                              source_etype=dt.I8)
-        self._check_layout(function, builder, arrays)
+        if not raw:
+            self._check_layout(function, builder, arrays)
         status = builder.alloca(I32)
         builder.store(ir.Constant(I32, 0), status)
         guard_numbers = {id(guard): number for number, guard in
@@ -1391,7 +1406,10 @@ class ProgramLowering:
 
         checks = guard_checks(self.schedule)
         check(checks[-1])
-        counters = self._profile_counters(len(kernels)) if self.profile else None
+        counters = None
+        if self.profile:
+            counters = (self.module.globals.get(profile_symbol(self.name))
+                        or self._profile_counters(len(kernels)))
         for number, (kernel, (kernel_function, buffers, starts)) in enumerate(
                 zip(self.schedule.kernels, kernels)):
             started = self._clock(builder) if counters is not None else None
@@ -1404,7 +1422,6 @@ class ProgramLowering:
                                        amount, "monotonic")
             check(checks[number])
         builder.ret(builder.neg(builder.load(status, typ=I32)))
-        return self.module, entry_name
 
 
     def _check_layout(self, function, builder, arrays):

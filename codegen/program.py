@@ -113,6 +113,8 @@ class Program:
     compile_seconds: dict = field(default_factory=dict)
     profiled: bool = False  # built with per-kernel counters (see ``profile``)
     trusted: bool = False  # the wrapper converts no input (``wrapper_source(trusted=True)``)
+    exports: list = field(default_factory=list)  # more native functions linked (a loop driver)
+    driver: str = ""  # what the native loop driver was built for (``native_loop.Layout``)
     materialized: list = field(default_factory=list)  # values lowering forced into buffers
     _run: object = None
     _library: object = None
@@ -149,12 +151,13 @@ class Program:
                 for kernel, (calls, nanoseconds) in zip(self.kernels, counts)]
 
 
-def _schedule_with_retries(graph, profile):
+def _schedule_with_retries(graph, profile, raw_entry=False):
     forced = set()
     while True:
         plan = make_schedule(graph, materialize=forced)
         try:
-            module, entry = ProgramLowering(plan, _symbol_safe(graph.name), profile).build()
+            module, entry = ProgramLowering(plan, _symbol_safe(graph.name),
+                                            profile).build(raw_entry)
             return plan, module, entry
         except FusionConflict as conflict:
             if conflict.var.name in forced:
@@ -168,19 +171,22 @@ def _symbol_safe(name):
 
 
 def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # noqa: A001
-            wrapper=None, trusted=False):
+            wrapper=None, trusted=False, extend=None):
     """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
     the program counts calls and time per kernel (``Program.profile()``). ``optimized``:
     the graph already went through ``optimize`` (run again, guard margins would be added
     twice and guard numbers change); ``wrapper(plan, entry)`` replaces ``wrapper_source``;
-    ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``)."""
+    ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``);
+    ``extend(plan, module, name)`` adds native functions to the module (a loop driver over
+    the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``."""
     times = {}
     start = time.perf_counter()
     if not optimized:
         graph = optimize(graph, check=check)
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name)
-    plan, module, entry = _schedule_with_retries(graph, profile)
+    plan, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
+    exports, driver = extend(plan, module, _symbol_safe(graph.name)) if extend else ([], "")
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)
     compiled = llvm.compile_module(llvm_ir)
@@ -198,6 +204,8 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         compile_seconds=times,
         profiled=profile,
         trusted=trusted,
+        exports=exports,
+        driver=driver,
         materialized=sorted(plan.scheduler.forced),
     )
     link(program)
@@ -232,6 +240,7 @@ def link(program):
     imports = {**pool().symbols(), **blas.symbols()}
     counters = profile_symbol(_symbol_safe(program.graph.name))
     exports = [entry, counters] if program.profiled else [entry]
+    exports += program.exports
     library = llvm.load(program.object_code, exports, imports=imports)
     if program.profiled:
         slots = ctypes.c_int64 * (2 * len(program.kernels))

@@ -22,7 +22,8 @@ import sys
 
 import numpy as np
 
-from codegen.program import KernelInfo, Program, rebuild_wrapper
+from codegen import native_loop
+from codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
 from tracer import pytree
 from tracer.dims import DimExpr, parse_dim
 from tracer.implicit import Path as ImplicitPath
@@ -411,6 +412,8 @@ def program_to_json(program, blobs):
         "optimized_ir": program.optimized_ir,
         "profiled": program.profiled,
         "trusted": program.trusted,
+        "exports": list(program.exports),
+        "driver": program.driver,
         "wrapper": program.wrapper_source,  # shown by `cache show --source`, never run
         "materialized": list(program.materialized),
         "compile_seconds": program.compile_seconds,
@@ -536,6 +539,11 @@ def program_from_json(data, blobs):
     trusted = data.get("trusted", False)
     _check(isinstance(trusted, bool), "the trusted-inputs flag")
     wrapper = rebuild_wrapper(graph, materialized, trusted)
+    exports = data.get("exports", [])
+    # The one extra function a program exports is its loop driver, named after the graph.
+    _check(exports in ([], [native_loop.driver_name(_symbol_safe(graph.name))]),
+           "exported functions")
+    driver = _text(data.get("driver", ""), "the loop driver's layout")
     # The stored text is what the writer's schedule produced for this object code: a
     # different one here means other buffer slots, so the native code must not run.
     _check(wrapper == data["wrapper"], "its wrapper differs from the one this tracejit "
@@ -561,6 +569,8 @@ def program_from_json(data, blobs):
         compile_seconds=data["compile_seconds"],
         profiled=data.get("profiled", False),
         trusted=trusted,
+        exports=exports,
+        driver=driver,
         materialized=materialized,
     )
     return link(program)

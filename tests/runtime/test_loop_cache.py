@@ -67,8 +67,12 @@ PROGRAM = textwrap.dedent('''\
     for length in json.loads(sys.argv[1]):
         x = np.random.default_rng(length).standard_normal((N, length, D))
         results.append(model(x, *params).tolist())
+    (variant,) = model._variants
+    steps = variant.root.program.steps
     print(json.dumps({"results": results, "stats": model.stats(),
-                      "llvm_compiles": len(compiles)}))
+                      "llvm_compiles": len(compiles),
+                      "native_loops": [step.native is not None for step in steps
+                                       if hasattr(step, "native")]}))
 ''')
 
 LENGTHS = [9, 16, 11, 13]  # one bucket of T (9..16): one entry
@@ -150,6 +154,7 @@ def test_a_second_process_warm_starts_the_loop_from_disk(project):
     stats = report["stats"]
     assert (stats["compiles"], stats["disk_hits"], stats["traced_calls"]) == (0, 1, 0), stats
     assert report["llvm_compiles"] == 0  # no LLVM at all: pieces and pool from disk
+    assert report["native_loops"] == [True]  # the loop's native driver came along
     assert stats["compiled_calls"] == len(LENGTHS) + 2
 
 
@@ -225,6 +230,15 @@ def _trusted_flag(project, body):
     _body_piece(body)["trusted"] = _marker(project)
 
 
+def _driver_layout(project, body):
+    """A driver said to be built for other slots: the loop must not run it."""
+    _body_piece(body)["driver"] = _body_piece(body)["driver"].replace("slots=", "slots=1")
+
+
+def _exported_name(project, body):
+    _body_piece(body)["exports"] = ["PyRun_SimpleString"]
+
+
 def _body_object(project, body):
     body["blobs"][_body_piece(body)["object"]] = b"\x7fELF" + b"\xcc" * 4096
 
@@ -237,6 +251,8 @@ PAYLOADS = {
     "a piece missing": _piece_dropped,
     "a piece that claims to hold loops": _piece_kind,
     "trusted flag": _trusted_flag,
+    "driver layout": _driver_layout,
+    "exported name": _exported_name,
 }
 
 

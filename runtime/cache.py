@@ -216,8 +216,9 @@ class DiskCache:
     """The cache at ``directory``: ``load``/``store`` variants, counters, and what the
     ``tracejit cache`` command lists and changes. Nothing here opens a file itself."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, max_bytes=None):
         self.directory = os.path.abspath(directory)
+        self.max_bytes = max_bytes  # None or 0: no cap (the command line's caches)
         self.root = os.path.join(self.directory, "v1")
         parallel.set_object_store(self.load_object, self.save_object)
 
@@ -413,8 +414,47 @@ class DiskCache:
                 "blob_sizes": [len(part) for part in blobs.parts]}
         write_entry(root, self.entry_path(key), header, body, blobs.parts)
         log.info("%s: wrote %s", jitted.__qualname__, key[:12])
+        if self.max_bytes:
+            self.keep_under(self.max_bytes, root, spare=self.entry_path(key))
 
     # --- what the command line changes ----------------------------------------------------
+    def least_recently_used(self, limit, root=None, spare=None):
+        """Entry files to delete, least recently used first, so the rest fit in ``limit``
+        bytes: ``([(path, bytes)], bytes left)``. ``spare`` (the entry just written) stays."""
+        root = root or self.trusted()
+        if root is None:
+            return [], 0
+        files = []
+        for path in self.entries():
+            try:
+                size, used = root.describe(path)
+            except OSError:
+                continue  # removed meanwhile
+            files.append((used, path, size))
+        total = sum(size for _, _, size in files)
+        doomed = []
+        for _, path, size in sorted(files):
+            if total <= limit:
+                break
+            if path != spare:
+                doomed.append((path, size))
+                total -= size
+        return doomed, total
+
+    def keep_under(self, limit, root=None, spare=None):
+        """Delete least recently used entries until the cache holds at most ``limit``
+        bytes of entries (after each store, with ``TRACEJIT_CACHE_MAX``); returns them."""
+        root = root or self.trusted()
+        doomed, _ = self.least_recently_used(limit, root, spare)
+        for path, _ in doomed:
+            root.remove(path)
+        if doomed:
+            self.forget_counters({os.path.basename(path)[: -len(".tjc")]
+                                  for path, _ in doomed})
+            log.info("the cache passed its %d-byte cap: removed %d least recently used "
+                     "entries", limit, len(doomed))
+        return doomed
+
     def remove_entries(self, rows):
         """Delete entries (rows of ``listing``) and their persisted counters."""
         root = self.trusted()

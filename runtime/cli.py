@@ -1,16 +1,18 @@
 """The ``tracejit`` command (also ``python -m runtime``): inspect the on-disk compile cache.
 
-    tracejit cache list [--json]
+    tracejit cache list [FUNC...] [--json]
     tracejit cache show FUNC [--ir] [--llvm] [--asm] [--guards] [--source] [--json]
     tracejit cache stats [--json]
     tracejit cache clear [FUNC]
     tracejit cache verify [--json]
-    tracejit cache prune --max-size SIZE        (SIZE like 500K, 200M, 1G)
+    tracejit cache prune --max-size SIZE [--dry-run]   (SIZE like 500K, 200M, 1G)
     tracejit cache resign --yes
+    tracejit env [--json]       (also: tracejit --version --verbose)
 
 Every verb takes ``--cache-dir DIR`` (default: ``TRACEJIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tracejit``, else ``~/.cache/tracejit``). Problems are one line on
-stderr and a non-zero exit, never a traceback.
+stderr and exit status 1 (bad arguments: 2, as argparse does), never a traceback; output
+cut short by a closed pipe (``| head``) is not an error.
 
 The command reads the cache as a program does, through ``runtime.cache_trust``: a cache
 directory another user owns or can write to is refused, an entry that is not a regular
@@ -25,12 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 import time
 
 import numpy as np
 
-from .config import default_cache_dir
+from .config import OptionError, default_cache_dir, default_cache_max, parse_size
 from .version import __version__
 
 
@@ -50,14 +53,22 @@ def build_parser():
         "This command inspects tracejit's on-disk compile cache.",
         parents=[common],
     )
-    parser.add_argument("--version", action="version", version=f"tracejit {__version__}")
-    topics = parser.add_subparsers(dest="topic", metavar="cache")
+    parser.add_argument("--version", action="store_true",
+                        help="print the version (with --verbose: the whole environment)")
+    parser.add_argument("--verbose", action="store_true", help="with --version: print what "
+                        "`tracejit env` prints")
+    topics = parser.add_subparsers(dest="topic", metavar="{cache,env}")
     cache = topics.add_parser("cache", help="inspect the compile cache", parents=[common])
+    environment = topics.add_parser(
+        "env", help="versions, CPU and its features, BLAS, threads, the cache directory",
+        parents=[common])
+    environment.add_argument("--json", action="store_true", help=JSON_HELP)
     verbs = cache.add_subparsers(dest="verb", metavar="VERB", required=True)
-    listing = verbs.add_parser("list", help="one line per cached variant", parents=[common])
+    listing = verbs.add_parser("list", help="one line per cached variant, by function name "
+                               "then newest first", parents=[common])
     listing.add_argument("functions", metavar="FUNC", nargs="*",
                          help="only these functions (name, module.name, or a key prefix)")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     show = verbs.add_parser("show", help="details of a function's entries", parents=[common])
     show.add_argument("function", metavar="FUNC", help="function name, module.name, or a key "
                       "prefix")
@@ -65,24 +76,32 @@ def build_parser():
                        ("--asm", "assembly"), ("--guards", "entry and value guards"),
                        ("--source", "the rewritten model source and the generated wrapper")):
         show.add_argument(flag, action="store_true", help=f"print {what}")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help=JSON_HELP)
     stats = verbs.add_parser("stats", help="counters persisted across processes",
                              parents=[common])
-    stats.add_argument("--json", action="store_true")
+    stats.add_argument("--json", action="store_true", help=JSON_HELP)
     clear = verbs.add_parser("clear", help="delete entries (all, or one function's)",
                              parents=[common])
-    clear.add_argument("function", metavar="FUNC", nargs="?")
-    verify = verbs.add_parser("verify", help="check every entry's checksum and contents",
+    clear.add_argument("function", metavar="FUNC", nargs="?",
+                       help="only this function's entries (name, module.name, or a key "
+                            "prefix); without it, every entry and counter")
+    verify = verbs.add_parser("verify", help="check every entry's signature and contents",
                               parents=[common])
-    verify.add_argument("--json", action="store_true")
+    verify.add_argument("--json", action="store_true", help=JSON_HELP)
     prune = verbs.add_parser("prune", help="delete least recently used entries",
                              parents=[common])
-    prune.add_argument("--max-size", required=True, metavar="SIZE")
+    prune.add_argument("--max-size", required=True, metavar="SIZE",
+                       help="keep at most this many bytes of entries (500K, 200M, 1G)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="list what would be removed; remove nothing")
     resign = verbs.add_parser("resign", help="sign every entry with this cache's key (for a "
                               "cache you copied here yourself)", parents=[common])
     resign.add_argument("--yes", action="store_true",
                         help="confirm: trust every entry in the directory as your own code")
     return parser
+
+
+JSON_HELP = "print JSON instead of text"
 
 
 def _cache(args):
@@ -148,17 +167,24 @@ def command_list(args, out):
         raise CommandError(f"no cache entry for {' or '.join(map(repr, args.functions))} "
                            "(see `tracejit cache list`)")
     if not rows:
-        print(f"tracejit: {_empty_message(cache)}", file=out)
+        print(_empty_message(cache), file=out)
         return 0
-    print(f"{'function':32} {'signature':36} {'paths':>5} {'kernels':>7} {'size':>8} "
-          f"{'key':12}", file=out)
+    # By function name, then newest first; corrupt entries last.
+    rows.sort(key=lambda row: (bool(row.get("corrupt")), str(row.get("function")),
+                               -row.get("created", 0)))
+    now = time.time()
+    print(f"{'function':28} {'file':20} {'age':>5} {'signature':40} {'paths':>5} "
+          f"{'kernels':>7} {'size':>7} {'key':12}", file=out)
     for row in rows:
         if row.get("corrupt"):
-            print(f"{'<corrupt entry>':32} {'':36} {'':>5} {'':>7} {row['bytes']:>8} "
-                  f"{row['key'][:12]}", file=out)
+            print(f"{'<corrupt entry>':28} {'':20} {'':>5} {'':40} {'':>5} {'':>7} "
+                  f"{_size_text(row['bytes']):>7} {row['key'][:12]}", file=out)
             continue
-        print(f"{row['function'][:32]:32} {_signature_text(row.get('signature'))[:36]:36} "
-              f"{row['paths']:>5} {row['kernels']:>7} {_size_text(row['bytes']):>8} "
+        file = os.path.basename(row.get("file") or "?")
+        print(f"{_clip(row['function'], 28):28} {_clip(file, 20):20} "
+              f"{_age_text(now - row.get('created', now)):>5} "
+              f"{_clip(_signature_text(row.get('signature')), 40, ', '):40} "
+              f"{row['paths']:>5} {row['kernels']:>7} {_size_text(row['bytes']):>7} "
               f"{row['key'][:12]}", file=out)
     total = sum(row["bytes"] for row in rows)
     print(f"{len(rows)} entries, {_size_text(total)} in {cache.root}", file=out)
@@ -243,10 +269,10 @@ def command_stats(args, out):
         return 0
     if not rows:
         if not cache.entries():
-            print(f"tracejit: {_empty_message(cache)}", file=out)
+            print(_empty_message(cache), file=out)
         else:
-            print("tracejit: no counters recorded yet (they are written when a process "
-                  "using tracejit exits)", file=out)
+            print("no counters recorded yet (they are written when a process using "
+                  "tracejit exits)", file=out)
         return 0
     for row in rows:
         eager = row.get("eager_calls", {})
@@ -281,8 +307,7 @@ def command_clear(args, out):
         shutil.rmtree(os.path.join(cache.root, "stats"), ignore_errors=True)  # never follows links
     else:
         _forget_emptied_functions(cache, selected)
-    print(f"tracejit: removed {len(selected)} entr{'y' if len(selected) == 1 else 'ies'}",
-          file=out)
+    print(f"removed {len(selected)} entr{'y' if len(selected) == 1 else 'ies'}", file=out)
     return 0
 
 
@@ -313,14 +338,13 @@ def command_verify(args, out):
         except FileNotFoundError:
             continue  # removed while we looked
     if orphans and not args.json:
-        print(f"tracejit: removed {len(orphans)} temp file(s) left by killed writers",
-              file=out)
+        print(f"removed {len(orphans)} temp file(s) left by killed writers", file=out)
     if args.json:
         json.dump(results, out, indent=2)
         out.write("\n")
     else:
         if not results:
-            print(f"tracejit: {_empty_message(cache)}", file=out)
+            print(_empty_message(cache), file=out)
         for result in results:
             if not result["ok"]:
                 print(f"corrupt: {result['path']}: {result['problem']}", file=out)
@@ -330,41 +354,28 @@ def command_verify(args, out):
     return 1 if any(not result["ok"] for result in results) else 0
 
 
-def parse_size(text):
-    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-             "g": 1 << 30, "gb": 1 << 30}
-    cleaned = text.strip().lower()
-    number = cleaned.rstrip("kmgb")
-    unit = cleaned[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1
-    if value < 0 or unit not in units:
-        raise CommandError(f"--max-size {text!r} is not a size (examples: 500K, 200M, 1G)")
-    return int(value * units[unit])
-
-
 def command_prune(args, out):
-    limit = parse_size(args.max_size)
+    try:
+        limit = parse_size(args.max_size)
+    except ValueError as error:
+        raise CommandError(f"--max-size: {error}") from None
     cache = _cache(args)
-    rows = sorted(_headers(cache), key=lambda row: row["used"])
-    total = sum(row["bytes"] for row in rows)
-    removed = 0
+    doomed_files, total = cache.least_recently_used(limit)
+    doomed_paths = {path for path, _ in doomed_files}
+    doomed = [row for row in _headers(cache) if row["path"] in doomed_paths]
+    if args.dry_run:
+        for row in doomed:
+            print(f"would remove {row['key'][:12]} {row.get('function', '<corrupt entry>')} "
+                  f"({_size_text(row['bytes'])})", file=out)
+        print(f"would remove {len(doomed)} entries; {_size_text(total)} would be left "
+              f"(limit {_size_text(limit)})", file=out)
+        return 0
     orphans = cache.remove_orphans()
-    doomed = []
-    for row in rows:
-        if total <= limit:
-            break
-        doomed.append(row)
-        total -= row["bytes"]
-        removed += 1
     cache.remove_entries(doomed)
     _forget_emptied_functions(cache, doomed)
     if orphans:
-        print(f"tracejit: removed {len(orphans)} temp file(s) left by killed writers",
-              file=out)
-    print(f"tracejit: removed {removed} entries; {_size_text(total)} left (limit "
+        print(f"removed {len(orphans)} temp file(s) left by killed writers", file=out)
+    print(f"removed {len(doomed)} entries; {_size_text(total)} left (limit "
           f"{_size_text(limit)})", file=out)
     return 0
 
@@ -372,7 +383,7 @@ def command_prune(args, out):
 def command_resign(args, out):
     cache = _cache(args)
     if not cache.entries() and not cache.runtime_objects():
-        print(f"tracejit: {_empty_message(cache)}", file=out)
+        print(_empty_message(cache), file=out)
         return 0
     if not args.yes:
         raise CommandError(
@@ -382,7 +393,7 @@ def command_resign(args, out):
     signed, skipped = cache.resign()
     for path, problem in skipped:
         print(f"skipped: {path}: {problem}", file=out)
-    print(f"tracejit: signed {signed} file(s) with the key of {cache.directory}", file=out)
+    print(f"signed {signed} file(s) with the key of {cache.directory}", file=out)
     return 1 if skipped else 0
 
 
@@ -392,6 +403,91 @@ def _size_text(size):
             return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
         size /= 1024
     return f"{size}G"
+
+
+def _clip(text, width, separator=None):
+    """``text`` cut to ``width`` columns with an ellipsis; with ``separator``, cut only where
+    it occurs (a signature is never cut mid-dtype)."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if separator and separator in cut:
+        cut = cut[: cut.rindex(separator) + len(separator)]
+    return cut + "\u2026"
+
+
+def _age_text(seconds):
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def environment(cache_dir=None):
+    """What tracejit runs on: versions, the CPU and its features, the BLAS, threads and the
+    cache (directory, size, cap, trusted or why not), as a dict."""
+    from codegen import llvm, parallel
+
+    from .cache import DiskCache
+    from .cache_trust import Refused
+
+    host = llvm.host_description()
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "sve")
+    features = [name for name in (f[1:] for f in host["features"].split(",") if f[0] == "+")
+                if name in wanted]
+    import llvmlite
+
+    directory = cache_dir or default_cache_dir()
+    cache = DiskCache(directory)
+    try:
+        cache.check()
+        trusted = "yes"
+    except Refused as error:
+        trusted = f"no: {error}"
+    try:
+        cap = default_cache_max()
+    except OptionError as error:
+        cap = str(error)
+    size = 0
+    if trusted == "yes":
+        root = cache.trusted()
+        for path in cache.entries():
+            try:
+                size += root.describe(path)[0]
+            except OSError:
+                pass
+    return {
+        "tracejit": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "llvmlite": llvmlite.__version__,
+        "llvm": host["llvm"],
+        "cpu": host["cpu"],
+        "cpu_features": features,
+        "blas": host["blas"] or "none found: matmul runs on tracejit's own loops",
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+        "threads": parallel.thread_count(),
+        "cache_dir": directory,
+        "cache_bytes": size,
+        "cache_max_bytes": cap,
+        "cache_trusted": trusted,
+    }
+
+
+def command_env(args, out):
+    info = environment(getattr(args, "cache_dir", None))
+    if getattr(args, "json", False):
+        json.dump(info, out, indent=2)
+        out.write("\n")
+        return 0
+    for key, value in info.items():
+        if isinstance(value, list):
+            value = " ".join(value) or "-"
+        elif key in ("cache_bytes", "cache_max_bytes") and isinstance(value, int):
+            value = _size_text(value) if value else "no cap"
+        print(f"{key:18} {value}", file=out)
+    return 0
 
 
 def _indent(text, spaces):
@@ -407,9 +503,30 @@ def main(argv=None, out=None):
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args, out)
+    except BrokenPipeError:
+        # `tracejit cache show f --asm | head`: the reader has what it wanted. Point stdout
+        # at devnull so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def _dispatch(parser, args, out):
+    if args.version:
+        if args.verbose:
+            return command_env(args, out)
+        print(f"tracejit {__version__}", file=out)
+        return 0
     if args.topic is None:
         parser.print_help(out)
         return 0
+    if args.topic == "env":
+        return command_env(args, out)
     from .cache_trust import Refused, Rejected
 
     try:
@@ -417,6 +534,8 @@ def main(argv=None, out=None):
     except (CommandError, Refused, Rejected) as error:
         print(f"tracejit: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # main() handles it: not an error
     except OSError as error:
         print(f"tracejit: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
               file=sys.stderr)

@@ -27,6 +27,41 @@ class OptionError(ValueError):
     """An option with a value tracejit does not accept; the message lists the choices."""
 
 
+DEFAULT_CACHE_MAX = 1 << 30  # bytes of entries kept before the least recently used go
+
+
+def parse_size(text):
+    """Bytes from a size like ``500K``, ``200M``, ``1G`` or ``1048576``; ValueError if not.
+
+    >>> parse_size("1.5K"), parse_size("200M") == 200 << 20
+    (1536, True)
+    """
+    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+             "g": 1 << 30, "gb": 1 << 30}
+    cleaned = str(text).strip().lower()
+    number = cleaned.rstrip("kmgb")
+    unit = cleaned[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if not value >= 0 or unit not in units:
+        raise ValueError(f"{text!r} is not a size (examples: 500K, 200M, 1G)")
+    return int(value * units[unit])
+
+
+def default_cache_max(environ=os.environ):
+    """The cache's size cap: ``TRACEJIT_CACHE_MAX`` (a size; 0 turns the cap off), else
+    ``DEFAULT_CACHE_MAX``."""
+    text = environ.get("TRACEJIT_CACHE_MAX", "")
+    if not text:
+        return DEFAULT_CACHE_MAX
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise OptionError(f"TRACEJIT_CACHE_MAX: {error}") from None
+
+
 def default_cache_dir(environ=os.environ):
     explicit = environ.get("TRACEJIT_CACHE_DIR")
     if explicit:
@@ -55,6 +90,7 @@ class Options:
     static_argnums: tuple = ()
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
     cache_dir: str = field(default_factory=default_cache_dir)
+    cache_max: int = DEFAULT_CACHE_MAX  # TRACEJIT_CACHE_MAX: entries kept, in bytes (LRU)
 
     @staticmethod
     def build(environ=os.environ, **options):
@@ -75,6 +111,7 @@ class Options:
             disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0"),
             profile=environ.get("TRACEJIT_PROFILE", "") not in ("", "0"),
             cache_dir=default_cache_dir(environ),
+            cache_max=default_cache_max(environ),
             **options,
         )
         built.validate()
@@ -116,8 +153,8 @@ class Options:
     def key_fields(self):
         """The options that change compiled code (part of the disk cache key)."""
         fields = asdict(self)
-        for name in ("cache", "check", "disabled", "cache_dir", "fallback", "max_variants",
-                     "hot_exit"):
+        for name in ("cache", "check", "disabled", "cache_dir", "cache_max", "fallback",
+                     "max_variants", "hot_exit"):
             fields.pop(name)
         fields["buckets"] = repr(fields["buckets"])
         return fields

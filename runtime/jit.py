@@ -223,7 +223,7 @@ class JitFunction:
         if options.disk_cache:
             from .cache import DiskCache
 
-            self._cache = DiskCache(options.cache_dir)
+            self._cache = DiskCache(options.cache_dir, options.cache_max)
         diagnostics.register(self)
 
     def __get__(self, instance, owner):

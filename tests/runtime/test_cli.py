@@ -101,7 +101,7 @@ def test_list_prints_one_line_per_entry(filled_cache, runner):
     completed = run_cli("cache", "list", cache_dir=filled_cache, runner=runner)
     assert completed.returncode == 0
     lines = completed.stdout.splitlines()
-    assert lines[0].split()[:2] == ["function", "signature"]
+    assert lines[0].split()[:4] == ["function", "file", "age", "signature"]
     assert sum(line.startswith("encoder ") for line in lines) == 1
     assert sum(line.startswith("decoder ") for line in lines) == 1
     assert "float64[4,3]" in completed.stdout  # encoder's signature
@@ -190,14 +190,14 @@ def test_stats_shows_counters_the_program_left(filled_cache):
 def test_clear_one_function_keeps_the_others(cache_copy):
     completed = run_cli("cache", "clear", "encoder", cache_dir=cache_copy)
     assert completed.returncode == 0
-    assert completed.stdout.strip() == "tracejit: removed 1 entry"
+    assert completed.stdout.strip() == "removed 1 entry"
     assert functions_in(cache_copy) == ["decoder"]
 
 
 def test_clear_all_empties_the_cache(cache_copy):
     completed = run_cli("cache", "clear", cache_dir=cache_copy)
     assert completed.returncode == 0
-    assert completed.stdout.strip() == "tracejit: removed 2 entries"
+    assert completed.stdout.strip() == "removed 2 entries"
     assert entry_files(cache_copy) == []
     listed = run_cli("cache", "list", cache_dir=cache_copy)
     assert listed.returncode == 0 and "is empty" in listed.stdout
@@ -234,7 +234,7 @@ def test_prune_removes_the_least_recently_used_entries(cache_copy):
     limit = newest.stat().st_size + 10
     completed = run_cli("cache", "prune", "--max-size", str(limit), cache_dir=cache_copy)
     assert completed.returncode == 0
-    assert completed.stdout.startswith("tracejit: removed 1 entries;")
+    assert completed.stdout.startswith("removed 1 entries;")
     assert entry_files(cache_copy) == [newest]
 
 
@@ -242,7 +242,7 @@ def test_prune_removes_the_least_recently_used_entries(cache_copy):
 def test_prune_refuses_a_size_it_cannot_read(cache_copy, size):
     completed = run_cli("cache", "prune", f"--max-size={size}", cache_dir=cache_copy)
     assert completed.returncode == 1
-    assert completed.stderr.strip() == (f"tracejit: --max-size {size!r} is not a size "
+    assert completed.stderr.strip() == (f"tracejit: --max-size: {size!r} is not a size "
                                         "(examples: 500K, 200M, 1G)")
     assert len(entry_files(cache_copy)) == 2
 
@@ -277,7 +277,7 @@ def test_verbs_on_an_empty_or_missing_cache_succeed_with_one_line(tmp_path, stat
         assert json.loads(completed.stdout) == []
     else:
         assert len(completed.stdout.strip().splitlines()) == 1
-        assert completed.stdout.startswith("tracejit: ")
+        assert not completed.stdout.startswith("tracejit")  # success carries no prefix
     if state == "missing" and verb[0] in ("list", "stats", "verify", "resign"):
         assert not cache_dir.exists()  # looking does not create it
 
@@ -334,6 +334,109 @@ def test_resign_asks_for_confirmation_then_signs_a_copied_cache(cache_copy):
     assert run_cli("cache", "verify", cache_dir=cache_copy).returncode == 1
     signed = run_cli("cache", "resign", "--yes", cache_dir=cache_copy)
     assert signed.returncode == 0, signed.stdout + signed.stderr
-    assert signed.stdout.startswith("tracejit: signed 3 file(s)")  # 2 entries, the runtime
+    assert signed.stdout.startswith("signed 3 file(s)")  # 2 entries, the runtime
     verified = run_cli("cache", "verify", cache_dir=cache_copy)
     assert verified.returncode == 0 and "2 of 2 entries ok" in verified.stdout
+
+
+# --- polish: pipes, exit codes, dry runs, the environment, the size cap --------------------
+def test_output_cut_by_a_closed_pipe_is_not_an_error(filled_cache):
+    command = [sys.executable, "-m", "runtime", "cache", "show", "decoder", "--asm", "--ir",
+               "--cache-dir", str(filled_cache)]
+    env = dict(os.environ, TRACEJIT_CACHE_DIR=str(filled_cache))
+    reader = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.readline()
+    reader.stdout.close()  # `| head -1`
+    _, errors = reader.communicate(timeout=60)
+    assert reader.returncode == 0, errors
+    assert b"Broken pipe" not in errors and b"Traceback" not in errors
+
+
+@pytest.mark.parametrize("args", [["cache"], ["cache", "nope"], ["cache", "list", "--nope"],
+                                  ["cache", "prune"], ["nope"]])
+def test_bad_arguments_exit_2_with_usage(tmp_path, args):
+    completed = run_cli(*args, env_cache_dir=tmp_path)
+    assert completed.returncode == 2
+    assert "usage: tracejit" in completed.stderr
+
+
+def test_every_option_has_help():
+    import argparse
+
+    from runtime.cli import build_parser
+
+    def walk(parser):
+        yield parser
+        for action in parser._actions:
+            for sub in getattr(action, "choices", None) or {}:
+                if isinstance(action.choices, dict):
+                    yield from walk(action.choices[sub])
+
+    for parser in walk(build_parser()):
+        for action in parser._actions:
+            if action.dest != "help" and not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{parser.prog}: {action.option_strings or action.dest}"
+
+
+def test_prune_dry_run_removes_nothing(cache_copy):
+    before = entry_files(cache_copy)
+    completed = run_cli("cache", "prune", "--max-size", "1", "--dry-run", cache_dir=cache_copy)
+    assert completed.returncode == 0
+    assert completed.stdout.count("would remove ") == 3  # two entries and the total
+    assert entry_files(cache_copy) == before
+
+
+def test_list_sorts_by_function_and_shows_file_and_age(filled_cache):
+    lines = run_cli("cache", "list", cache_dir=filled_cache).stdout.splitlines()
+    assert lines[0].split()[:4] == ["function", "file", "age", "signature"]
+    names = [line.split()[0] for line in lines[1:-1]]
+    assert names == sorted(names) == ["decoder", "encoder"]
+    assert all("program.py" in line for line in lines[1:-1])
+
+
+def test_long_signatures_are_cut_between_arguments():
+    from runtime.cli import _clip
+
+    text = "(float32[1..8,16], float32[16,64], float32[64,64])"
+    clipped = _clip(text, 30, ", ")
+    assert clipped == "(float32[1..8,16], \u2026" and len(clipped) <= 30
+
+
+@pytest.mark.parametrize("args", [["env"], ["--version", "--verbose"], ["env", "--json"]])
+def test_env_prints_versions_cpu_blas_threads_and_cache(tmp_path, args):
+    completed = run_cli(*args, env_cache_dir=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    if "--json" in args:
+        info = json.loads(completed.stdout)
+        assert info["tracejit"] == __version__ and info["threads"] >= 1
+        assert info["cache_dir"] == str(tmp_path)
+        return
+    for key in ("tracejit", "numpy", "llvmlite", "cpu", "cpu_features", "blas", "threads",
+                "cache_dir", "cache_max_bytes", "cache_trusted"):
+        assert re.search(rf"^{key}\s+\S", completed.stdout, re.MULTILINE), key
+
+
+def test_the_cache_keeps_under_its_size_cap(tmp_path):
+    script = tmp_path / "many.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        from runtime import jit
+
+        @jit(dynamic=False)
+        def scale(x):
+            return x * 2 + 1
+
+        for size in range(1, 7):
+            scale(np.ones(size))
+    """))
+    cache_dir = tmp_path / "cache"
+    env = dict(os.environ, TRACEJIT_CACHE_DIR=str(cache_dir))
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
+    sizes = [path.stat().st_size for path in entry_files(cache_dir)]
+    assert len(sizes) == 6
+    cap = 2 * max(sizes) + 100
+    env["TRACEJIT_CACHE_MAX"] = str(cap)
+    shutil.rmtree(cache_dir)
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
+    kept = entry_files(cache_dir)
+    assert 1 <= len(kept) <= 3 and sum(path.stat().st_size for path in kept) <= cap

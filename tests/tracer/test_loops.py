@@ -115,15 +115,22 @@ def test_uncaptured_loop_unrolls_and_stays_exact():
     np.testing.assert_allclose(traced.outputs, dict_history(x))
 
 
-def test_gradients_unroll():
+def test_gradients_flow_through_the_captured_loop():
+    """Tensor.backward through a compiled loop: the forward program keeps the loop, the
+    backward program runs its reverse (tracer/loop_autodiff.py), one compile per bucket.
+    tests/tracer/test_loop_gradients.py has the full set."""
     rng = np.random.default_rng(4)
-    x = tj.tensor(rng.standard_normal((6, 3)), requires_grad=True)
     w = rng.standard_normal(3)
     f = tj.jit(accumulate, dynamic=True, cache="memory", loops="capture")
-    loss = f(x, w)
-    loss.backward()
-    expected = (1 - np.tanh(x.numpy() * w) ** 2) * w
-    np.testing.assert_allclose(x.grad, expected, rtol=1e-10)
+    for T in (6, 7, 8, 5):  # one bucket (5..8)
+        x = tj.tensor(rng.standard_normal((T, 3)), requires_grad=True)
+        loss = f(x, w)
+        loss.backward()
+        expected = (1 - np.tanh(x.numpy() * w) ** 2) * w
+        np.testing.assert_allclose(x.grad, expected, rtol=1e-10)
+    assert f.stats()["compiles"] == 1
+    (variant,) = f._variants
+    assert loops_in(variant.root.program.graph) and loops_in(variant.root.backward.graph)
 
 
 # --- the native path (codegen/loops.py): segments and the loop body compiled, the loop

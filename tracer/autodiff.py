@@ -54,16 +54,20 @@ def cotangent(prim, argnum, g, primals, out, params):
 
 
 # --- reverse mode over a live trace --------------------------------------------------------
-def reverse(context, outputs, seeds, wrt):
+def reverse(context, outputs, seeds, wrt, since=0):
     """Record, in ``context``, the gradients of ``outputs`` (tracers, with cotangents
-    ``seeds``) with respect to the tracers ``wrt``: the equations recorded so far are walked
-    backwards and each one's VJP rules are applied to tracers, so the backward pass lands
-    in the same graph (a joint forward+backward graph). Returns one tracer per ``wrt``
-    (zeros where no gradient flows)."""
+    ``seeds``) with respect to the tracers ``wrt``: the equations recorded so far (from
+    ``context.body[since]`` on) are walked backwards and each one's VJP rules are applied
+    to tracers, so the backward pass lands in the same graph (a joint forward+backward
+    graph). A captured loop's results are differentiated together by
+    ``tracer.loop_autodiff`` (the reverse of a loop is a loop). Returns one tracer per
+    ``wrt`` (zeros where no gradient flows)."""
     from .ir import Eqn, Var
+    from .loop_autodiff import loop_key, loop_vjp
     from .numpy_api import zeros_like
+    from .ops import loop_p
 
-    body = [item for item in context.body if isinstance(item, Eqn)]
+    body = [item for item in context.body[since:] if isinstance(item, Eqn)]
     wrt_names = [tracer.ir_var.name for tracer in wrt]
     depends = set(wrt_names)
     for eqn in body:
@@ -77,13 +81,24 @@ def reverse(context, outputs, seeds, wrt):
     for output, seed in zip(outputs, seeds):
         if output.ir_var.name in depends:
             accumulate(output.ir_var.name, seed)
+    loops_done = set()
     for eqn in reversed(body):
+        if eqn.prim is loop_p:
+            key = loop_key(eqn)
+            if key in loops_done:
+                continue
+            loops_done.add(key)
+            group = [item for item in body if item.prim is loop_p and loop_key(item) == key]
+            loop_cotangents = {item.params_dict["output"]: cotangents.pop(item.out.name, None)
+                               for item in group}
+            needs = [position for position, atom in enumerate(eqn.inputs)
+                     if isinstance(atom, Var) and atom.name in depends]
+            if not needs or all(value is None for value in loop_cotangents.values()):
+                continue
+            for position, value in loop_vjp(context, group, loop_cotangents, needs).items():
+                accumulate(eqn.inputs[position].name, value)
+            continue
         g = cotangents.pop(eqn.out.name, None)
-        if g is not None and eqn.prim.kind == "control":
-            from .errors import UnsupportedError  # never a silent zero gradient
-
-            raise UnsupportedError("reverse mode through a captured loop is not implemented; "
-                                   "loops traced for gradients unroll")
         if g is None or eqn.prim.vjp is None:
             continue
         primals = tuple(context.tracer_for(atom) for atom in eqn.inputs)
@@ -107,25 +122,19 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     context = current_context()
     positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     # Through the trace's front end (buffers filled in place, calls checked), as if the
-    # function had been called from the traced code.
+    # function had been called from the traced code. Loops stay captured: their reverse
+    # is a loop (tracer.loop_autodiff).
     hooks = context.hooks
-    unroll, context.unroll_loops = getattr(context, "unroll_loops", False), True
-    try:  # loops the gradient passes through unroll: no reverse mode for loop nodes yet
-        result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
-    finally:
-        context.unroll_loops = unroll
+    result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
     value, aux = result if has_aux else (result, None)
     if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
         raise TypeError("grad needs the function to return a floating-point scalar")
-    gradients = []
-    for position in positions:
-        leaves, tree = pytree.flatten(args[position])
-        traced = [leaf for leaf in leaves if isinstance(leaf, Tracer)]
-        seed = np.ones_like(value)
-        grads = iter(reverse(context, [value], [seed], traced))
-        gradients.append(pytree.unflatten(tree, [
-            next(grads) if isinstance(leaf, Tracer) else np.zeros_like(leaf)
-            for leaf in leaves
-        ]))
+    # One backward pass for every differentiated argument (a loop is reversed once).
+    trees = [pytree.flatten(args[position]) for position in positions]
+    traced = [leaf for leaves, _ in trees for leaf in leaves if isinstance(leaf, Tracer)]
+    grads = iter(reverse(context, [value], [np.ones_like(value)], traced))
+    gradients = [pytree.unflatten(tree, [
+        next(grads) if isinstance(leaf, Tracer) else np.zeros_like(leaf) for leaf in leaves
+    ]) for leaves, tree in trees]
     grads = gradients[0] if isinstance(argnums, int) else tuple(gradients)
     return ((value, aux) if has_aux else value), grads

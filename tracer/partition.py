@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from .ir import Eqn, Graph, Var
 from .shapes import size_of
 
-SAVED_KINDS = {"matmul", "reduction", "index"}
+# A loop's results are saved too: recomputing them would run the whole loop again.
+SAVED_KINDS = {"matmul", "reduction", "index", "control"}
 
 
 @dataclass

@@ -654,11 +654,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     if implicit is None:
         implicit = find_implicit_inputs(fn, leaves)
     context = TracingContext(name, implicit)
-    # tracer.loops: no reverse mode through loop nodes yet, so loops in a trace that will
-    # record gradients unroll.
-    context.unroll_loops = not capture_loops or bool(grad) and any(
-        getattr(value, "requires_grad", False)
-        for value in (*leaves, *(obj for _, obj in implicit.values())))
+    # Loops stay captured in traces that record gradients too (tracer.loop_autodiff).
+    context.unroll_loops = not capture_loops
     argument_names = _leaf_names(fn, args, kwargs, len(args))
     top_level = _top_level_positions(args, kwargs)
 

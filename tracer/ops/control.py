@@ -324,7 +324,9 @@ loop_p = Primitive(
     "control",
     impl=_loop_impl,
     abstract_eval=_loop_rule,
-    vjp=None,  # tracer.autodiff refuses loops explicitly (no silent zero gradient)
+    # Not a per-operand rule: tracer.autodiff.reverse hands a loop's results, together, to
+    # tracer.loop_autodiff.loop_vjp (the reverse of a loop is a loop).
+    vjp=None,
 )
 
 assert PRIMITIVES["loop"] is loop_p

@@ -47,9 +47,10 @@ import numpy as np
 from tracer.dims import DimExpr
 from tracer.errors import UnsupportedError
 from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
-from tracer.ops.control import BodyPlan, _evaluate, _needed, bind_symbols, loop_p, run_body
+from tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed, bind_symbols,
+                                emit, loop_p, print_text, run_body)
 
-from . import native_loop
+from . import loop_hoist, native_loop
 
 log = logging.getLogger("tracejit.loops")
 
@@ -68,9 +69,6 @@ class LoopProgram:
     kind = "interpreted"
 
     def __init__(self, graph, name):
-        if any(isinstance(item, Effect) for item in graph.body):
-            raise UnsupportedError("print inside a function with a captured loop is not "
-                                   "compiled yet")
         self.name = name
         self.graph = graph
         self.kernels = []
@@ -100,13 +98,17 @@ class LoopProgram:
         env = {var.name: value for var, value in zip(graph.inputs, inputs)}
         for var, constant in graph.constants:
             env[var.name] = constant.data
-        guard_number, loops_done = 0, {}
+        guard_number, loops_done, effects = 0, {}, []
         for item in graph.body:
             if isinstance(item, Guard):
                 guard_number += 1
                 value = _value(item.predicate, env, bindings)
                 if _CONVERT[item.convert](value) != item.expected:
                     raise SideExit(guard_number)
+                continue
+            if isinstance(item, Effect):  # printed at the end, after every guard passed
+                effects.append(print_text(item, [_value(atom, env, bindings)
+                                                 for atom in item.inputs]))
                 continue
             if not isinstance(item, Eqn):
                 continue
@@ -116,12 +118,13 @@ class LoopProgram:
                 key = (tuple(id(value) for value in values),
                        tuple(p for p in item.params if p[0] != "output"))
                 if key not in loops_done:
-                    loops_done[key] = _run_loop(values, params, bindings, SideExit)
+                    loops_done[key] = _run_loop(values, params, bindings, SideExit, effects)
                 env[item.out.name] = loops_done[key][params["output"]]
                 continue
             concrete = {key: _evaluate(value, bindings) for key, value in params.items()}
             with np.errstate(all="ignore"):
                 env[item.out.name] = item.prim.impl(*values, **concrete)
+        emit(effects)  # the loop bodies' prints, once the call cannot side-exit any more
         return tuple(np.array(_value(atom, env, bindings)) for atom in graph.outputs)
 
 
@@ -132,16 +135,18 @@ def _value(atom, env, bindings):
     return value.evaluate(bindings) if isinstance(value, DimExpr) else value
 
 
-def _run_loop(values, params, bindings, side_exit):
+def _run_loop(values, params, bindings, side_exit, effects=None):
     num_carry = params["num_carry"]
     try:
         with np.errstate(all="ignore"):
             return run_body(params["body"], params["index"],
                             _evaluate(params["start"], bindings),
                             _evaluate(params["stop"], bindings), params["step"], num_carry,
-                            values[:num_carry], values[num_carry:], bindings)
-    except IndexError:
-        raise side_exit(-1) from None  # an index out of range: eager decides, as kernels do
+                            values[:num_carry], values[num_carry:], bindings, effects)
+    except (IndexError, LoopGuardFailed):
+        # An index out of range (eager decides, as kernels do) or a guard of the body that
+        # fails: the whole call side-exits.
+        raise side_exit(-1) from None
 
 
 # --- native: segments compiled by codegen, loops driven over a compiled body -------------
@@ -455,7 +460,13 @@ class NativeLoopProgram(LoopProgram):
     kind = "native segments and loops"
 
     def __init__(self, graph, name, build=compile_piece):
-        super().__init__(graph, name)
+        if any(isinstance(item, Effect) for item in graph.body):
+            # A segment's program prints as soon as it runs, before a later loop or
+            # guard could side-exit: the interpreter holds prints to the end instead.
+            raise UnsupportedError("print inside a function with a captured loop is not "
+                                   "compiled natively yet")
+        super().__init__(graph, name)  # self.graph: as traced (what the disk cache keeps)
+        graph = loop_hoist.hoist(graph)  # step products computed before their loops
         uses = {}
         groups = {}
         for item in graph.body:

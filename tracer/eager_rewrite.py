@@ -77,11 +77,18 @@ class EagerHooks:
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
 
-    def loop(self, range_function, range_args, body, names, frame_locals, line):
+    def item_at(self, container, key):
+        return container[key]
+
+    def set_in(self, array, index, value):
+        array[index] = value
+
+    def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         from .loops import UNDEFINED  # a loop the front end rewrote runs as written
 
         values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
-        for t in range_function(*range_args):
+        trips = range_function(*range_args)
+        for t in reverse(trips) if reverse is not None else trips:
             values = tuple(body(t, *values))
         return values
 

@@ -37,6 +37,7 @@ from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
+from .loop_containers import StackedList, stack_call
 from .purity import impure_call, is_stateful
 
 HOOK = "__tracejit__"
@@ -201,9 +202,13 @@ class _Rewriter(ast.NodeTransformer):
         if not isinstance(node.ctx, ast.Load):
             return self.generic_visit(node)
         original = node
+        dim_key = _key_from_dims(node.slice)  # before visiting rewrites len(...)
         node = self.generic_visit(ast.Subscript(value=node.value, slice=node.slice,
                                                 ctx=node.ctx))
         ast.copy_location(node, original)
+        if dim_key:
+            # hs[len(inputs) - 1]: a dim-valued key (a SymInt) finds no int key in a dict
+            node = _hook("item_at", node.value, node.slice, node=original)
         return self._load(node, original)
 
     def visit_Call(self, node):
@@ -231,11 +236,16 @@ class _Rewriter(ast.NodeTransformer):
     def visit_Assign(self, node):
         # The container's name, before visiting rewrites a global one into a load hook.
         name = _subscripted_name(node.targets[0]) if len(node.targets) == 1 else None
+        nested = len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript) and (
+            isinstance(node.targets[0].value, ast.Subscript))
         written = ast.unparse(node.targets[0])
         self.generic_visit(node)
         if len(node.targets) != 1:
             return node
         target = node.targets[0]
+        if nested:  # xs[t][k] = 1: the inner array may be NumPy and the index traced
+            call = _hook("set_in", target.value, target.slice, node.value, node=node)
+            return ast.copy_location(ast.Expr(call), node)
         if name is not None:
             return self._subscript_store(name, target, node.value, node, written)
         if isinstance(target, ast.Attribute):
@@ -294,6 +304,17 @@ def _then(first, second):
     pair = ast.Tuple(elts=[first, second], ctx=ast.Load())
     return ast.copy_location(
         ast.Subscript(value=pair, slice=ast.Constant(1), ctx=ast.Load()), second)
+
+
+def _key_from_dims(key):
+    """A subscript key that may be a dim: it calls ``len`` or reads ``.shape`` (not a slice,
+    which reads dims fine)."""
+    if isinstance(key, (ast.Slice, ast.Tuple)):
+        return False
+    return any((isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)
+                and inner.func.id == "len") or (isinstance(inner, ast.Attribute)
+                                                 and inner.attr == "shape")
+               for inner in ast.walk(key))
 
 
 def _subscripted_name(target):
@@ -690,6 +711,14 @@ class Hooks:
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
+        if function is len and len(args) == 1 and not kwargs and _is_tracer(args[0]) and (
+            args[0].shape and isinstance(args[0].shape[0], SymInt)
+        ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
+            return args[0].shape[0]
+        if args and isinstance(args[0], StackedList):
+            stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
+            if stacked is not None:
+                return stacked
         if function is getattr and len(args) >= 2 and id(args[0]) in self.object_paths and (
             type(args[1]) is str
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
@@ -755,11 +784,28 @@ class Hooks:
         return _bind(function, inner, self)
 
     # loops ---------------------------------------------------------------------------
-    def loop(self, range_function, range_args, body, names, frame_locals, line):
+    def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         from .loops import run_loop
 
         return run_loop(self.context, range_function, range_args, body, names, frame_locals,
-                        (body.__code__.co_filename, line))
+                        (body.__code__.co_filename, line), reverse)
+
+    def set_in(self, array, index, value):
+        """``container[key][index] = value`` with ``array = container[key]``: a NumPy
+        array written with a traced value or at a traced index (the one-hot
+        ``xs[t][inputs[t]] = 1``) is replaced by a traced copy, as ``a[i] = v`` does."""
+        indices = index if isinstance(index, tuple) else (index,)
+        if isinstance(array, np.ndarray) and _any_tracer((value, *indices)):
+            if id(array) in self.context.implicit_candidates or self.context.is_implicit(array):
+                raise _refusal("writing a traced value into a global array; compiled runs "
+                               "would skip it. Return the new array instead")
+            array = self._traced_copy(array)
+        array[index] = value
+
+    def item_at(self, container, key):
+        if isinstance(key, SymInt) and isinstance(container, (dict, list, tuple)):
+            key = int(key)  # Python containers hold int keys: the dim is specialized
+        return container[key]
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
@@ -768,8 +814,13 @@ class Hooks:
             raise _refusal("print(..., file=...) to a file inside a compiled function; "
                            "return the values and write them outside")
         segments, atoms = [], []
+        # In a loop body being captured, ints are values too: print(t, loss) prints the
+        # index, which the body generalizes like any other int.
+        trial = getattr(self.context, "trial_prints", None)
         for arg in args:
-            if _is_tracer(arg) or isinstance(arg, SymInt):
+            if _is_tracer(arg) or isinstance(arg, SymInt) or (
+                trial is not None and type(arg) is int
+            ):
                 atom, _, _ = self.context.atom(arg)
                 segments.append(("value", len(atoms)))
                 atoms.append(atom)
@@ -782,6 +833,9 @@ class Hooks:
             str(arg.value) if _is_tracer(arg) or isinstance(arg, SymInt) else str(arg)
             for arg in args
         ]
+        if trial is not None:  # a traced loop iteration: written once the loop is decided
+            trial.append((stream, sep.join(texts) + end))
+            return
         print(*texts, sep=sep, end=end, file=file, flush=flush)
 
     # assignments ---------------------------------------------------------------------

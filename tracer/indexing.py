@@ -19,6 +19,7 @@ import operator
 import numpy as np
 
 from . import ops
+from .dims import SymInt, value_of
 from .ops import ndim_of, shape_of
 from .shapes import broadcast_shapes, size_of
 
@@ -187,6 +188,13 @@ class IndexPlan:
                 position = int(entry) + dim if entry < 0 else int(entry)
                 if not 0 <= position < dim:
                     raise _index_error(int(entry), axis, dim)
+                start, limit, step = position, position + 1, 1
+            elif isinstance(entry, SymInt) and not has_arrays:
+                # x[T - 1], x[t] at a reversed loop's first step: a dim-valued position is
+                # a slice of one element at a symbolic start (its bounds guarded or decided)
+                position = entry + dim if entry < 0 else entry
+                if not (position >= 0 and position < dim):
+                    raise _index_error(entry.value, axis, value_of(dim))
                 start, limit, step = position, position + 1, 1
             elif _is_integer(entry) or _is_array(entry):
                 if _is_array(entry) and np.dtype(entry.dtype).kind not in "iu":

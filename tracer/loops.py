@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import ast
 import logging
+import sys
 
 import numpy as np
 
 from .dims import DimExpr, SymInt, expr_of, value_of
-from .ir import Eqn, Graph, Literal, Symbol, Var
+from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
+from .loop_containers import ContainerCarry, Refusal, snapshot
 
 log = logging.getLogger("tracejit.loops")
 
@@ -127,18 +129,20 @@ def unsupported_body(node):
         return "a for-else loop"
     if not isinstance(node.target, ast.Name):
         return "the loop target is not a single name"
-    iterator = node.iter
+    iterator = _range_call(node.iter)
     if not (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Name)
             and iterator.func.id == "range" and not iterator.keywords
             and 1 <= len(iterator.args) <= 3):
-        return "not a loop over range(...)"
+        return "not a loop over range(...) or reversed(range(...))"
     for inner in ast.walk(node):
         if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
                               ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
                               ast.ClassDef, ast.AsyncFunctionDef, ast.Await, ast.Delete,
                               ast.Try, ast.With, ast.While)):
             return f"the body has {type(inner).__name__.lower()}"
-        if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant):
+        if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant) and not (
+            _appended(inner.value) or _printed(inner.value)
+        ):
             return "the body has an expression statement (a call for its side effect)"
         if isinstance(inner, (ast.Assign, ast.AugAssign)):
             targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
@@ -151,6 +155,41 @@ def unsupported_body(node):
     return None
 
 
+def _range_call(iterator):
+    """``range(...)`` of ``for t in range(...)`` or ``for t in reversed(range(...))``."""
+    if (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Name)
+            and iterator.func.id == "reversed" and len(iterator.args) == 1
+            and not iterator.keywords):
+        return iterator.args[0]
+    return iterator
+
+
+def _appended(call):
+    """The list name of ``name.append(value)``, else None."""
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append" and isinstance(call.func.value, ast.Name)
+            and len(call.args) == 1 and not call.keywords):
+        return call.func.value.id
+    return None
+
+
+def _printed(call):
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and (
+        call.func.id == "print")
+
+
+def _appended_names(statements):
+    """Lists the body appends to (``outs.append(h)``, also once rewritten to
+    ``__tracejit__.call(outs.append, h)``): carried like assigned names."""
+    names = set()
+    for statement in statements:
+        for inner in ast.walk(statement):
+            if (isinstance(inner, ast.Attribute) and inner.attr == "append"
+                    and isinstance(inner.value, ast.Name) and isinstance(inner.ctx, ast.Load)):
+                names.add(inner.value.id)
+    return names
+
+
 def loop_variables(node, function_node):
     """The names the loop ``node`` carries, in a stable order."""
     body = _names(node.body)
@@ -160,12 +199,13 @@ def loop_variables(node, function_node):
                   and id(n) not in inside}
     assigned = body.stored - {node.target.id}
     carried = assigned & (live_after | _read_before_write(node.body))
+    carried |= _appended_names(node.body) - {node.target.id}
     return sorted(carried)
 
 
 # --- trace time ----------------------------------------------------------------------
-def _unrolled(body, range_function, range_args, values):
-    for t in range_function(*range_args):
+def _unrolled(body, iterator, values):
+    for t in iterator:
         values = tuple(body(t, *values))
     return values
 
@@ -179,31 +219,53 @@ def _bounds(range_args):
     return args
 
 
-def run_loop(context, range_function, range_args, body, names, frame_locals, location):
-    """Run (and, when it can, capture) one loop; returns the carried names' values."""
+def run_loop(context, range_function, range_args, body, names, frame_locals, location,
+             reverse=None):
+    """Run (and, when it can, capture) one loop; returns the carried names' values.
+    ``reverse`` is the ``reversed`` the user's code called (``for t in
+    reversed(range(...))``), or None."""
     values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
     where = f"{location[0]}:{location[1]}"
+
+    def iterator(args):
+        trips = range_function(*args)
+        return reverse(trips) if reverse is not None else trips
+
+    if reverse is not None and (reverse is not reversed or range_function is not range):
+        return _unrolled(body, iterator(range_args), values)
     start, stop, step = _bounds(range_args)
+    if reverse is not None:
+        if isinstance(step, SymInt) or step not in (1, -1):
+            return _unrolled(body, iterator(range_args), values)
+        # reversed(range(a, b, s)) is range(b - s, a - s, -s) when |s| == 1 (both empty when
+        # b is on the wrong side of a).
+        start, stop, step = stop - step, start - step, -step
+        reverse, range_args = None, (start, stop, step)
     reason = _capturable(context, range_function, start, stop, step)
     if reason is not None:
         if reason:
             _note(context, where, reason)
-        return _unrolled(body, range_function, range_args, values)
+        return _unrolled(body, iterator(range_args), values)
     count = len(range(value_of(start), value_of(stop), step))
     if count < 3:
         _note(context, where, f"the first call runs {count} iteration(s); capture needs 3")
-        return _unrolled(body, range_function, range_args, values)
-    trips = (stop - start) if step == 1 else None
+        return _unrolled(body, iterator(range_args), values)
+    trips = (stop - start) * step if step in (1, -1) else None
     if isinstance(trips, SymInt) and not (trips >= 1):  # a shape guard for the peeled step
-        return _unrolled(body, range_function, range_args, values)
+        return _unrolled(body, iterator(range_args), values)
     first = value_of(start)
     originals = values
-    values = tuple(body(first, *values))  # iteration 0, recorded unrolled
+    snapshots = [snapshot(value) for value in values]
+    # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
+    # index is that dim, so what it reads follows the trip count.
+    values = tuple(body(start if isinstance(start, SymInt) else first, *values))
     try:
-        return _capture(context, body, names, originals, values, start, stop, step, where)
+        return _capture(context, body, names, originals, snapshots, values, start, stop, step,
+                        trips if trips is not None else count, where)
     except Refused as refusal:
         _note(context, where, str(refusal))
-        return _unrolled(body, range_function, (first + step, stop, step), values)
+        return _unrolled(body, range(first + step, value_of(stop), step) if not isinstance(
+            stop, SymInt) else range_function(first + step, stop, step), values)
 
 
 def _capturable(context, range_function, start, stop, step):
@@ -218,10 +280,15 @@ def _capturable(context, range_function, start, stop, step):
     if isinstance(step, SymInt) or step == 0:
         return "the step is not a constant"
     symbolic = isinstance(start, SymInt) or isinstance(stop, SymInt)
-    if symbolic and step != 1:
-        return "a dynamic range with a step other than 1"
-    if not symbolic and len(range(start, stop, step)) < STATIC_UNROLL_LIMIT:
-        return ""
+    if symbolic and step not in (1, -1):
+        return "a dynamic range with a step other than 1 or -1"
+    trips = len(range(start, stop, step)) if not symbolic else None
+    if not symbolic and trips < STATIC_UNROLL_LIMIT:
+        if trips < 3:
+            return ""
+        return (f"its trip count {trips} is a Python int, not a dynamic dim, so it is unrolled "
+                "(a Python list's len() is one: pass token ids as an array, np.asarray(ids), "
+                "to capture the loop)")
     return None
 
 
@@ -242,45 +309,197 @@ def _fresh(context, value):
     return tracer
 
 
-def _trial(context, body, t, values):
-    params = tuple(_fresh(context, value) for value in values)
-    param_vars = tuple(param.ir_var for param in params)  # before writes rebind them
-    mark = len(context.body)
-    context.loop_depth = getattr(context, "loop_depth", 0) + 1
-    try:
-        outputs = tuple(body(t, *params))
-    finally:
-        context.loop_depth -= 1
-    recorded = context.body[mark:]
-    del context.body[mark:]
-    return param_vars, outputs, recorded
+# --- carried values: arrays, and the dicts and lists of tracer.loop_containers ---------
+class _ArrayCarry:
+    """A carried array: ``h = f(h, x[t])``, ``loss += ...``, ``hs[:, t] = h``."""
 
+    slot_count = 1
 
-def _capture(context, body, names, originals, values, start, stop, step, where):
-    from .ops.control import run_body
-    from .tracing import Tracer
+    def __init__(self, name, original, value):
+        from .tracing import Tracer
 
-    for name, value in zip(names, values):
         if not isinstance(value, Tracer):
             raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
                           "not an array")
+        self.name, self.original, self.value = name, original, value
+
+    def setup(self):
+        return [self.value]
+
+    def enter(self, t, slots):
+        return slots[0]
+
+    def leave(self, proxy, returned):
+        from .tracing import Tracer
+
+        if not isinstance(returned, Tracer):
+            raise Refused(f"`{self.name}` is a {type(returned).__name__} inside the loop, not "
+                          "an array")
+        return [returned]
+
+    def after(self, finals):
+        tracer = finals[0]
+        if isinstance(self.original, type(tracer)) and self.original is self.value:
+            self.original._update(tracer)  # a buffer written in place: keep the object
+            return self.original
+        return tracer
+
+
+def _carries(context, names, originals, snapshots, values, start, stop, step, count):
+    carries = []
+    for name, original, snap, value in zip(names, originals, snapshots, values):
+        if snap is not None:
+            try:
+                carries.append(ContainerCarry(context, name, snap, value, value_of(start),
+                                              start, stop, step, count))
+            except Refusal as refusal:
+                raise Refused(str(refusal)) from None
+        else:
+            carries.append(_ArrayCarry(name, original, value))
+    return carries
+
+
+def _slot_names(carries):
+    names = []
+    for carry in carries:
+        if isinstance(carry, _ArrayCarry):
+            names.append(carry.name)
+        else:
+            names += [f"{carry.name} (stacked)"] * (carry.slot_count)
+    return names
+
+
+class _Trial:
+    """One traced iteration: block parameters, outputs (flat slots), the recorded items,
+    the prints it would have written, and the containers' reads."""
+
+    def __init__(self, context, body, t, carries, slots):
+        from .tracing import Tracer
+
+        params = [_fresh(context, value) if isinstance(value, Tracer) else value
+                  for value in slots]
+        self.params = tuple(param.ir_var for param in params)  # before writes rebind them
+        objects, position = [], 0
+        for carry in carries:
+            objects.append(carry.enter(t, params[position: position + carry.slot_count]))
+            position += carry.slot_count
+        mark = len(context.body)
+        saved_prints = getattr(context, "trial_prints", None)
+        self.prints = context.trial_prints = []
+        context.loop_depth = getattr(context, "loop_depth", 0) + 1
+        try:
+            returned = tuple(body(t, *objects))
+            outputs = []
+            for carry, proxy, value in zip(carries, objects, returned):
+                outputs += carry.leave(proxy, value)
+        except Refusal as refusal:
+            raise Refused(str(refusal)) from None
+        except (KeyError, IndexError) as error:  # the unrolled run raises it where eager does
+            raise Refused(f"iteration {t} raised {type(error).__name__}: {error}") from None
+        finally:
+            context.loop_depth -= 1
+            context.trial_prints = saved_prints
+            self.recorded = context.body[mark:]
+            del context.body[mark:]
+        self.outputs = outputs
+        self.reads = [getattr(proxy, "_reads", None) for proxy in objects]
+
+
+def emit_prints(context, prints):
+    """Write a trial's prints, or hand them to the enclosing trial (a nested loop)."""
+    outer = getattr(context, "trial_prints", None) if context is not None else None
+    if outer is not None:
+        outer.extend(prints)
+        return
+    for stream, text in prints:
+        getattr(sys, stream).write(text)
+
+
+def _traced_pair(context, body, t1, step, carries):
+    """Iterations 1 and 2 traced; containers' reads decided (and traced again with their
+    windows when a read reaches back into earlier iterations)."""
+    inner_names = context.loop_count
+    for attempt in range(2):
+        for carry in carries:
+            if isinstance(carry, ContainerCarry):
+                carry.begin()
+        try:
+            slots = [slot for carry in carries for slot in carry.setup()]
+        except Refusal as refusal:
+            raise Refused(str(refusal)) from None
+        context.loop_count = inner_names  # loops nested in the body: the same index names
+        trial1 = _Trial(context, body, t1, carries, slots)
+        context.loop_count = inner_names
+        trial2 = _Trial(context, body, t1 + step, carries, trial1.outputs)
+        if attempt:
+            return slots, trial1, trial2
+        again = False
+        for carry, reads1, reads2 in zip(carries, trial1.reads, trial2.reads):
+            if isinstance(carry, ContainerCarry):
+                try:
+                    again |= carry.decide(reads1, reads2)
+                except Refusal as refusal:
+                    raise Refused(str(refusal)) from None
+        if not again:
+            return slots, trial1, trial2
+    raise AssertionError("unreachable")
+
+
+def _merge_constants(created, trials):
+    """Constants the body makes anew in each iteration (``np.ones(3)``, the ``1`` of
+    ``xs[t][k] = 1``) are equal NumPy arrays but distinct vars: iteration 2 reads
+    iteration 1's, so the body reads one constant."""
+    first = {}
+    same = {}
+    for var, constant in created:
+        if constant.digest in first:
+            same[var] = first[constant.digest]
+        else:
+            first[constant.digest] = var
+    if not same:
+        return
+
+    def atom(value):
+        return same.get(value, value) if isinstance(value, Var) else value
+
+    for trial in trials:
+        trial.recorded = [_with_atoms(item, atom) for item in trial.recorded]
+
+
+def _with_atoms(item, atom):
+    """``item`` with each atom it reads replaced by ``atom(atom)``."""
+    if isinstance(item, Eqn):
+        return Eqn(item.prim, tuple(atom(a) for a in item.inputs), item.params, item.out)
+    if isinstance(item, Guard):
+        return Guard(atom(item.predicate), item.convert, item.expected, item.location)
+    if isinstance(item, Effect):
+        return Effect(item.kind, tuple(atom(a) for a in item.inputs), item.params,
+                      item.location)
+    return item
+
+
+def _capture(context, body, names, originals, snapshots, values, start, stop, step, count,
+             where):
+    from .ops.control import LoopGuardFailed, loop_p, run_body
+    from .tracing import Tracer
+
+    carries = _carries(context, names, originals, snapshots, values, start, stop, step, count)
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
-    inner_names = context.loop_count
-    params1, outputs1, recorded1 = _trial(context, body, t1, values)
-    context.loop_count = inner_names  # loops nested in the body: the same index names
-    params2, outputs2, recorded2 = _trial(context, body, t1 + step, outputs1)
-    _drop_trial_bounds(context, guards_before, expr_of(stop))
-    for name, value in zip(names, outputs2):
-        if not isinstance(value, Tracer):
-            raise Refused(f"`{name}` is a {type(value).__name__} inside the loop, not an array")
+    constants_before = len(context.constants)
+    slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries)
+    _merge_constants(context.constants[constants_before:], (trial1, trial2))
+    far = stop if step > 0 else start + 1  # the dim bound the index runs towards
+    _drop_trial_bounds(context, guards_before, expr_of(far))
+    slot_names = _slot_names(carries)
     index = DimExpr.symbol(index_name)
-    equations, free = _generalize(recorded1, recorded2, params1, params2, t1, step, index)
+    equations, free = _generalize(trial1.recorded, trial2.recorded, trial1.params,
+                                  trial2.params, t1, step, index)
     results = []
-    for position, (name, out1, out2, param) in enumerate(zip(names, outputs1, outputs2,
-                                                              params1)):
+    for name, out1, out2, param in zip(slot_names, trial1.outputs, trial2.outputs,
+                                       trial1.params):
         if equations.renames.get(out2.ir_var.name, out2.ir_var) != out1.ir_var:
             raise Refused(f"`{name}` is computed differently in iterations 1 and 2")
         if out1.ir_var.aval != param.aval:
@@ -288,56 +507,65 @@ def _capture(context, body, names, originals, values, start, stop, step, where):
                           f"({param.aval} -> {out1.ir_var.aval})")
         results.append(out1.ir_var)
     free_vars = list(free)
-    stop_expr = expr_of(stop)
-    low, high = t1, value_of(stop)
-    if isinstance(stop_expr, DimExpr):
-        high = stop_expr.bounds(context.ranges)[1]
+    ends = [expr_of(start) + step, expr_of(stop) - step]
+    bounds = [end.bounds(context.ranges) if isinstance(end, DimExpr) else (end, end)
+              for end in ends]
+    low = min(bound[0] for bound in bounds)
+    high = max(bound[1] for bound in bounds)
     graph = Graph(
         f"{context.name}_loop_{where.rsplit(':', 1)[-1]}",
-        tuple(params1) + tuple(free_vars),
+        tuple(trial1.params) + tuple(free_vars),
         (),
         tuple(equations.body),
         tuple(results),
         (Symbol(index_name, min(low, high), max(low, high)),),
     )
     start_expr = expr_of(start) + step
-    loop_params = dict(body=graph, index=index_name, start=start_expr, stop=stop_expr,
-                       step=step, num_carry=len(names))
+    loop_params = dict(body=graph, index=index_name, start=start_expr, stop=expr_of(stop),
+                       step=step, num_carry=len(slots))
     # Real values: iterations 1 and 2 were traced on real data; run the rest eagerly.
     bindings = context.symbol_values()
     free_values = [context.values[var.name][0] for var in free_vars]
-    finals = run_body(graph, index_name, t1 + 2 * step, value_of(stop), step, len(names),
-                      [np.asarray(out.value) for out in outputs2], free_values, bindings)
-    operands = tuple(value.ir_var for value in values) + tuple(free_vars)
-    from .ops.control import loop_p
-
-    returned = []
-    for position, (original, carried, final) in enumerate(zip(originals, values, finals)):
+    prints = []
+    try:
+        finals = run_body(graph, index_name, t1 + 2 * step, value_of(stop), step, len(slots),
+                          [np.asarray(out.value) for out in trial2.outputs], free_values,
+                          bindings, prints)
+    except LoopGuardFailed as failure:
+        raise Refused(f"{failure} on this call (the if goes another way in a later "
+                      "iteration)") from None
+    emit_prints(context, trial1.prints + trial2.prints + prints)
+    operands = tuple(slot.ir_var for slot in slots) + tuple(free_vars)
+    tracers = []
+    for position, (slot, final) in enumerate(zip(slots, finals)):
         params = tuple(sorted({**loop_params, "output": position}.items()))
         out = context.new_var(results[position].aval)
         context.body.append(Eqn(loop_p, operands, params, out))
-        tracer = Tracer(context, out, final, carried.shape)
+        tracer = Tracer(context, out, final, slot.shape)
         context.values[out.name] = (final, tracer.shape)
-        if isinstance(original, Tracer) and original is carried:
-            original._update(tracer)  # a buffer written in place: keep the object
-            tracer = original
-        returned.append(tracer)
+        tracers.append(tracer)
+    returned, position = [], 0
+    for carry in carries:
+        returned.append(carry.after(tracers[position: position + carry.slot_count]))
+        position += carry.slot_count
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
-             "outside", where, len(graph.body), len(names), len(free_vars))
+             "outside", where, len(graph.body), len(slots), len(free_vars))
     return tuple(returned)
 
 
 def _drop_trial_bounds(context, since, stop):
     """Forget ``stop > t`` that iterations 1 and 2 asked (``x[:, t]`` with t = 1, 2): the
     loop only runs trips below ``stop``, and kept, they would send every shorter length in
-    the bucket to a new trace. Compiled loops check their slices' bounds at run time (a
-    read outside the array side-exits; the interpreter raises on the shape)."""
+    the bucket to a new trace. The same holds for ``stop + c > t`` (a stacked buffer of
+    ``T + 1`` rows, ``hs[-1]`` in row 0, written or read at ``t + 1``). Compiled loops
+    check their slices' bounds at run time (a read outside the array side-exits; the
+    interpreter raises on the shape)."""
     if not isinstance(stop, DimExpr):
         return
     added = context.shape_guards[since:]
     kept = [guard for guard in added
-            if not (guard.lhs == stop and guard.op in (">", ">=") and isinstance(guard.rhs, int)
-                    and guard.expected is True)]
+            if not (isinstance(guard.lhs - stop, int) and guard.op in (">", ">=")
+                    and isinstance(guard.rhs, int) and guard.expected is True)]
     context.shape_guards[since:] = kept
 
 
@@ -360,11 +588,9 @@ def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
                       "and 2 (control flow that depends on the index or the data)")
     for item1, item2 in zip(recorded1, recorded2):
         if not isinstance(item1, Eqn) or not isinstance(item2, Eqn):
-            kind = type(item1 if not isinstance(item1, Eqn) else item2).__name__.lower()
-            location = getattr(item1, "location", None)
-            at = f" at {location.short}" if location is not None else ""
-            raise Refused(f"the body has a {kind}{at} (an if on traced data or a print "
-                          "inside the loop is not captured yet)")
+            result.body.append(_generalize_check(item1, item2, renames, defined1, free, t1,
+                                                 step, index))
+            continue
         if item1.prim is not item2.prim or len(item1.inputs) != len(item2.inputs):
             raise Refused(f"iteration 2 computes {item2.prim.name} where iteration 1 "
                           f"computed {item1.prim.name}")
@@ -398,6 +624,58 @@ def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
         defined1.add(item1.out.name)
         result.body.append(Eqn(item1.prim, tuple(inputs), params, item1.out))
     return result, list(free.values())
+
+
+def _generalize_check(item1, item2, renames, defined1, free, t1, step, index):
+    """A guard (``if`` on traced data) or a print inside the body, the same in iterations 1
+    and 2 up to the index: evaluated at every iteration of the loop."""
+    location = getattr(item1, "location", None)
+    at = f" at {location.short}" if location is not None else ""
+    if type(item1) is not type(item2) or getattr(item1, "location", None) != getattr(
+        item2, "location", None
+    ):
+        raise Refused(f"the body checks or prints different things in iterations 1 and 2{at} "
+                      "(control flow that depends on the index or the data)")
+    if isinstance(item1, Guard):
+        if item1.convert != item2.convert or item1.expected != item2.expected:
+            raise Refused(f"the if{at} goes different ways in iterations 1 and 2 (captured "
+                          "loops need one path; the loop is unrolled)")
+        predicate = _match_atom(item1.predicate, item2.predicate, renames, defined1, free, t1,
+                                step, index, f"the if{at}")
+        return Guard(predicate, item1.convert, item1.expected, item1.location)
+    if isinstance(item1, Effect):
+        if item1.kind != item2.kind or len(item1.inputs) != len(item2.inputs):
+            raise Refused(f"the print{at} prints different things in iterations 1 and 2")
+        inputs = tuple(_match_atom(atom1, atom2, renames, defined1, free, t1, step, index,
+                                   f"the print{at}")
+                       for atom1, atom2 in zip(item1.inputs, item2.inputs))
+        try:
+            params = tuple((key, _param(value1, value2, t1, step, index))
+                           for (key, value1), (_, value2) in zip(item1.params, item2.params))
+        except Refused:
+            raise Refused(f"the print{at} prints text that changes between iterations (only "
+                          "arrays, dims and the index are printed from a captured loop)"
+                          ) from None
+        return Effect(item1.kind, inputs, params, item1.location)
+    raise Refused(f"the body holds a {type(item1).__name__}{at}")
+
+
+def _match_atom(atom1, atom2, renames, defined1, free, t1, step, index, what):
+    """The body's atom for ``atom1``/``atom2`` read by ``what`` in iterations 1 and 2."""
+    if isinstance(atom1, Var) and isinstance(atom2, Var):
+        mapped = renames.get(atom2.name)
+        if mapped is not None:
+            if mapped != atom1:
+                raise Refused(f"{what} reads different values in iterations 1 and 2")
+        elif atom1 == atom2 and atom1.name not in defined1:
+            free[atom1.name] = atom1
+        else:
+            raise Refused(f"{what} in iteration 2 reads a value computed in iteration 1 "
+                          "other than through a loop variable")
+        return atom1
+    if isinstance(atom1, Literal) and isinstance(atom2, Literal):
+        return _literal(atom1, atom2, t1, step, index)
+    raise Refused(f"{what} mixes a constant and a computed value between iterations")
 
 
 def _affine(value1, value2, t1, step, index):
@@ -484,13 +762,24 @@ def rewrite_for(rewriter, node):
     """``node`` (an ``ast.For``) with its body rewritten by ``rewriter``, and, when it is a
     loop over ``range`` that may be captured, turned into a ``loop`` hook call."""
     reason = unsupported_body(node)
-    if reason is None and any(isinstance(arg, ast.Starred) for arg in node.iter.args):
+    reversed_loop = _range_call(node.iter) is not node.iter  # before visiting rewrites it
+    if reason is None and any(isinstance(arg, ast.Starred)
+                              for arg in _range_call(node.iter).args):
         reason = "starred range arguments"
     rewriter.generic_visit(node)
     function_node = getattr(rewriter, "function_node", None)
     if reason is not None or function_node is None:
         return node
     inside = {id(inner) for inner in ast.walk(node)}
+    # Other loops over the same name (a forward and a backward loop over t) rebind it
+    # before they read it; so does a loop already rewritten into a body function of t.
+    for other in ast.walk(function_node):
+        rebinds = isinstance(other, ast.For) and isinstance(other.target, ast.Name) and (
+            other.target.id == node.target.id
+        ) or isinstance(other, ast.FunctionDef) and node.target.id in {
+            arg.arg for arg in other.args.args}
+        if rebinds and other is not node:
+            inside |= {id(inner) for inner in ast.walk(other)}
     if any(isinstance(n, ast.Name) and n.id == node.target.id and id(n) not in inside
            for n in ast.walk(function_node)):
         return node  # the index is read after the loop (Python leaves it at the last value)
@@ -498,6 +787,13 @@ def rewrite_for(rewriter, node):
     iterator = node.iter  # __tracejit__.call(<range>, *args) after the rewrite
     if not (isinstance(iterator, ast.Call) and iterator.args):
         return node
+    reverse = ast.Constant(None)
+    if reversed_loop:
+        # __tracejit__.call(<reversed>, __tracejit__.call(<range>, *args))
+        if len(iterator.args) != 2 or not (isinstance(iterator.args[1], ast.Call)
+                                           and iterator.args[1].args):
+            return node
+        reverse, iterator = iterator.args[0], iterator.args[1]
     range_function, range_args = iterator.args[0], iterator.args[1:]
     body_name = f"__tracejit_loop_{node.lineno}"
     result = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Load()) for name in names],
@@ -519,7 +815,8 @@ def rewrite_for(rewriter, node):
               ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
               ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
               ast.Constant(node.lineno)],
-        keywords=[],
+        keywords=[ast.keyword(arg="reverse", value=reverse)]
+        if not (isinstance(reverse, ast.Constant) and reverse.value is None) else [],
     )
     if names:
         target = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store()) for name in names],

@@ -1,0 +1,563 @@
+"""Dicts and lists a captured loop fills at its index (``tracer.loops``).
+
+Real NumPy model code keeps per-step state in Python containers::
+
+    xs, hs, ps = {}, {}, {}
+    hs[-1] = np.copy(hprev)
+    for t in range(len(inputs)):
+        hs[t] = np.tanh(Wxh @ xs[t] + Whh @ hs[t - 1] + bh)   # read the previous step
+    ...
+    outs = []
+    for t in range(T):
+        h = step(x[:, t], h)
+        outs.append(h)
+    return np.stack(outs, axis=1)
+
+A container the body writes once per iteration - ``d[t + c] = v`` on a dict, or
+``lst.append(v)`` - becomes, in the loop's IR, carried *slots*:
+
+* a stacked **buffer** with one row per entry (the loop's entries, and for dicts the
+  entries set just before the loop on the same side of the range, such as ``hs[-1]``),
+  written at the index in place;
+* a **window** of the last K entries the loop wrote, for reads of earlier iterations
+  (``hs[t - 1]``, ``outs[-1]``): reading them from the buffer would make the buffer read
+  and written in one iteration, which codegen cannot do in place.
+
+Which reads are relative (a window slot, ``m`` iterations back) and which are fixed
+(``hs[-1]`` read at every step) is found by comparing iterations 1 and 2: the same key
+(dict) or position (list) means fixed, the same distance means relative. When a window is
+needed, the two iterations are traced again with it.
+
+After the loop the name holds a ``StackedDict`` or ``StackedList``: reads at an int or a
+dim (``hs[len(inputs) - 1]``, ``outs[-1]``) are slices of the buffer; ``np.stack(outs)``
+and ``np.array(outs)`` are the buffer itself; a later captured loop reads them at its own
+index. Anything else (``len(hs)``, iterating, writing a new key) turns it into a real
+dict or list, specializing the trip count (a shape guard, as ``int(T)`` would).
+
+What is refused (the loop unrolls, and ``explain()`` says why): a container written at a
+key that is not the index plus a constant, written twice or not at all in an iteration,
+rebound in the body, read at a key that is neither fixed nor a fixed distance back, or
+holding entries that change shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping, MutableSequence
+
+import numpy as np
+
+from .dims import SymInt, expr_of, value_of
+
+
+class Refusal(Exception):
+    """A container cannot be carried; ``tracer.loops`` turns it into ``Refused``."""
+
+
+def _plain(value):
+    """An int for a dim whose expression is a constant (``(s0 - 1) - s0 + 1``)."""
+    if isinstance(value, SymInt) and isinstance(expr_of(value), int):
+        return expr_of(value)
+    return value
+
+
+def _is_index(key):
+    return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
+
+
+def _tracer(context, value):
+    from .tracing import Tracer
+
+    if isinstance(value, Tracer):
+        return value
+    atom, concrete, aval = context.atom(np.asarray(value) if not isinstance(
+        value, (int, float, bool)) else value)
+    return Tracer(context, atom, concrete, aval.shape) if hasattr(atom, "name") else value
+
+
+def _leaves(value):
+    """An entry's arrays: one array, or a tuple of arrays (``caches.append((x, h))``)."""
+    if isinstance(value, tuple):
+        return list(value), len(value)
+    return [value], None
+
+
+def _read_row(buffer, row):
+    if isinstance(row, SymInt):  # tracer indexing takes dims in slices
+        return buffer[row: row + 1][0]
+    return buffer[row]
+
+
+def _write_row(buffer, row, value):
+    if isinstance(row, SymInt):
+        buffer[row: row + 1] = value[None]
+    else:
+        buffer[row] = value
+
+
+def _rebuild(leaves, arity):
+    return leaves[0] if arity is None else tuple(leaves)
+
+
+def _signature(value):
+    """Shape (as dim expressions) and dtype of an entry's array."""
+    if hasattr(value, "ir_var"):
+        return tuple(expr_of(dim) for dim in value.shape), np.dtype(value.dtype)
+    array = np.asarray(value)
+    return array.shape, array.dtype
+
+
+def snapshot(value):
+    """What a container held before the loop (compared after iteration 0)."""
+    if type(value) is dict:
+        return ("dict", value, list(value.items()))
+    if type(value) is list:
+        return ("list", value, list(value))
+    return None
+
+
+class ContainerCarry:
+    """One dict or list the loop fills: its slots, the proxy the body sees in a traced
+    iteration, and what the name holds after the loop."""
+
+    def __init__(self, context, name, snap, after, first, start, stop, step, count):
+        kind, original, before = snap
+        if after is not original:
+            raise Refusal(f"`{name}` is rebound inside the loop")
+        self.context, self.name, self.kind = context, name, kind
+        self.first, self.start, self.stop, self.step, self.count = (first, start, stop, step,
+                                                                    count)
+        self.plan = None  # None: discovery; else the read decisions, in body order
+        self.window = 0
+        self._buffers = None
+        if kind == "dict":
+            self._init_dict(before, after)
+        else:
+            self._init_list(before, after)
+        self.leaves0, self.arity = _leaves(self.entry0)
+        if any(not hasattr(_tracer(context, leaf), "ir_var") for leaf in self.leaves0):
+            raise Refusal(f"`{name}` gets a Python number, not an array, at each step")
+        self.leaves0 = [_tracer(context, leaf) for leaf in self.leaves0]
+        self.signatures = [_signature(leaf) for leaf in self.leaves0]
+
+    # --- what iteration 0 did ----------------------------------------------------------
+    def _init_dict(self, before, after):
+        old = dict(before)
+        written = [key for key, value in after.items()
+                   if key not in old or value is not old[key]]
+        if any(key not in after for key in old):
+            raise Refusal(f"`{self.name}` loses a key inside the loop")
+        if len(written) != 1 or not _is_index(written[0]):
+            raise Refusal(f"`{self.name}` is a dict the loop writes {len(written)} keys of in "
+                          "one iteration (captured: one key, the loop index plus a constant)")
+        if abs(self.step) != 1:
+            raise Refusal(f"`{self.name}`: dicts are captured in loops of step 1 or -1")
+        self.offset = int(written[0]) - self.first  # d[t + offset] = ...
+        self.before = old
+        self.history0 = dict(after)  # keys as iteration 0 left them
+        self.entry0 = after[written[0]]
+        self.begin()
+
+    def _init_list(self, before, after):
+        if len(after) != len(before) + 1 or any(a is not b for a, b in zip(after, before)):
+            raise Refusal(f"`{self.name}` is a list the loop changes other than by one "
+                          "append per iteration")
+        self.prefix = list(before)
+        self.history0 = list(after)
+        self.entry0 = after[-1]
+        self.begin()
+
+    def begin(self):
+        """Before a traced pair of iterations: the container as iteration 0 left it."""
+        self.history = type(self.history0)(self.history0)
+
+    # --- keys, trips and rows ----------------------------------------------------------
+    def trip_of_key(self, key):
+        """The trip that writes dict key ``key`` (may be negative), or None off the loop's
+        lattice."""
+        distance = int(key) - self.offset - self.first
+        return distance // self.step if distance % self.step == 0 else None
+
+    def _pre_rows(self):
+        """Dict entries set before the loop just before its first key (``hs[-1]``), with
+        the entries' shape: they become the buffer's first rows in trip order."""
+        rows = 0
+        while True:
+            key = self.first + self.offset - (rows + 1) * self.step
+            value = self.before.get(key)
+            if value is None or not hasattr(value, "shape") or [
+                _signature(leaf) for leaf in _leaves(value)[0]] != self.signatures or (
+                _leaves(value)[1] != self.arity
+            ):
+                return rows
+            rows += 1
+
+    def setup(self):
+        """The initial slots for iteration 1: buffers (one per leaf), then the window."""
+        from . import ops
+
+        context = self.context
+        if self._buffers is not None:
+            return list(self._buffers) + [
+                leaf for m in range(1, self.window + 1) for leaf in self.past_entry(m)]
+        # Dict entries before the first key (hs[-1]) join the buffer in forward loops; in a
+        # reversed loop they would sit at keys that move with the trip count.
+        self.pre = self._pre_rows() if self.kind == "dict" and self.step > 0 else 0
+        self.rows = self.count + self.pre
+        slots = []
+        for leaf, (shape, dtype) in zip(self.leaves0, self.signatures):
+            symbolic = next((dim for dim in (self.rows, *leaf.shape) if isinstance(dim, SymInt)),
+                            None)
+            buffer = ops.full((self.rows, *leaf.shape), 0, dtype, like=symbolic)
+            slots.append(buffer)
+        for trip in range(-self.pre, 1):
+            entry = self.history[self.first + self.offset + trip * self.step] if (
+                self.kind == "dict") else self.entry0
+            for buffer, leaf in zip(slots, _leaves(entry)[0]):
+                _write_row(buffer, self.row(trip), _tracer(context, leaf))
+        self._buffers = list(slots)
+        for m in range(1, self.window + 1):
+            slots.extend(self.past_entry(m))
+        return slots
+
+    def row(self, trip):
+        """The buffer row of trip ``trip``: dicts in key order (so ``hs[k]`` after the loop
+        is row ``k - lowest key``), lists in append order."""
+        if self.kind == "list" or self.step > 0:
+            return _plain(trip + self.pre)
+        return _plain(self.count - 1 - trip)
+
+    def past_entry(self, m):
+        """Iteration 1's window slot ``m``: the entry written ``m`` trips before it."""
+        trip = 1 - m
+        if self.kind == "dict":
+            key = self.first + self.offset + trip * self.step
+            if key not in self.history:
+                raise Refusal(f"`{self.name}[{key}]` is read by the loop but not set before "
+                              "it")
+            entry = self.history[key]
+        else:
+            position = len(self.prefix) + trip
+            if position < 0:
+                raise Refusal(f"`{self.name}` is read {m} entries back before it has them")
+            entry = self.history[position]
+        leaves, arity = _leaves(entry)
+        if arity != self.arity or [_signature(leaf) for leaf in leaves] != self.signatures:
+            raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
+        return [_tracer(self.context, leaf) for leaf in leaves]
+
+    @property
+    def slot_count(self):
+        return len(self.leaves0) * (1 + self.window)
+
+    # --- a traced iteration --------------------------------------------------------------
+    def enter(self, t, slots):
+        proxy_type = _DictInLoop if self.kind == "dict" else _ListInLoop
+        return proxy_type(self, t, list(slots))
+
+    def leave(self, proxy, returned):
+        if returned is not proxy:
+            raise Refusal(f"`{self.name}` is rebound inside the loop")
+        if proxy._current is None:
+            raise Refusal(f"`{self.name}` is not written in every iteration")
+        leaves, arity = _leaves(proxy._current)
+        if arity != self.arity:
+            raise Refusal(f"`{self.name}`'s entries change structure in the loop")
+        leaves = [_tracer(self.context, leaf) for leaf in leaves]
+        if [_signature(leaf) for leaf in leaves] != self.signatures:
+            raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
+        width = len(self.leaves0)
+        buffers = proxy._slots[:width]
+        for buffer, leaf in zip(buffers, leaves):
+            _write_row(buffer, self.row(proxy._trip), leaf)
+        window = proxy._slots[width:]
+        shifted = (leaves + window)[: width * self.window]
+        if self.kind == "dict":
+            self.history[proxy._key] = proxy._current
+        else:
+            self.history.append(proxy._current)
+        return buffers + shifted
+
+    def decide(self, reads1, reads2):
+        """The read plan from two discovery iterations' reads; True if a window is needed
+        (the iterations must be traced again)."""
+        if len(reads1) != len(reads2):
+            raise Refusal(f"`{self.name}` is read a different number of times in iterations "
+                          "1 and 2")
+        plan = []
+        for first, second in zip(reads1, reads2):
+            if first[0] == second[0] == "current":
+                plan.append(("current", None))
+            elif first[1] == second[1] and first[0] == "at":
+                plan.append(("fixed", first[1]))
+            elif first[2] == second[2] and first[2] is not None and first[2] >= 1:
+                plan.append(("window", first[2]))
+            else:
+                raise Refusal(f"`{self.name}` is read at {first[1]!r} in iteration 1 and at "
+                              f"{second[1]!r} in iteration 2: neither a fixed key nor a fixed "
+                              "distance back")
+        self.plan = plan
+        self.window = max([m for kind, m in plan if kind == "window"], default=0)
+        return self.window > 0
+
+    # --- after the loop ------------------------------------------------------------------
+    def after(self, slot_values):
+        buffers = list(slot_values[: len(self.leaves0)])
+        if self.kind == "dict":
+            low = _plain(self.start + self.offset - self.pre if self.step > 0 else
+                         self.start + self.offset - (self.count - 1))
+            return StackedDict(self, buffers, low)
+        return StackedList(self, buffers)
+
+
+class _InLoop:
+    """What the body sees as a container in a traced iteration."""
+
+    def __init__(self, carry, t, slots):
+        self._carry, self._t, self._slots = carry, t, slots
+        self._trip = (t - carry.first) // carry.step
+        self._current, self._reads = None, []
+
+    def _refuse(self, what):
+        raise Refusal(f"`{self._carry.name}.{what}` inside the loop (captured: reads at a key, "
+                      "one write per iteration)")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._refuse(f"{name}(...)")
+
+    def _read(self, key, trip, fixed):
+        """The entry at ``key`` (its trip ``trip`` or None), by the plan when there is one.
+        ``fixed`` reads the container as iteration 0 left it."""
+        carry = self._carry
+        if trip == self._trip and self._current is not None:
+            record = ("current", key, 0)
+        else:
+            distance = self._trip - trip if trip is not None and trip < self._trip else None
+            record = ("at", key, distance)
+        number = len(self._reads)
+        self._reads.append(record)
+        if carry.plan is None:  # discovery: the real value, wherever it is
+            if record[0] == "current":
+                return self._current
+            return fixed()
+        if number >= len(carry.plan):
+            raise Refusal(f"`{carry.name}` is read more often in a later iteration")
+        kind, expected = carry.plan[number]
+        if kind == "current" and record[0] == "current":
+            return self._current
+        if kind == "fixed" and record[1] == expected:
+            if trip is not None and trip >= 1:
+                raise Refusal(f"`{carry.name}[{key!r}]` is read before the loop writes it")
+            return fixed()
+        if kind == "window" and record[2] == expected:
+            width = len(carry.leaves0)
+            leaves = self._slots[width * expected: width * (expected + 1)]
+            return _rebuild(leaves, carry.arity)
+        raise Refusal(f"`{carry.name}` is read at {key!r}, where iterations 1 and 2 read "
+                      "differently")
+
+
+class _DictInLoop(_InLoop):
+    @property
+    def _key(self):
+        return self._t + self._carry.offset
+
+    def __setitem__(self, key, value):
+        if not _is_index(key) or int(key) != self._key:
+            raise Refusal(f"`{self._carry.name}[{key!r}] = ...` writes a key that is not the "
+                          "loop index plus a constant")
+        self._current = value
+
+    def __getitem__(self, key):
+        if isinstance(key, SymInt) or not _is_index(key):
+            if isinstance(key, SymInt) or not isinstance(key, (str, tuple)):
+                raise Refusal(f"`{self._carry.name}` is read at {key!r} inside the loop")
+        carry = self._carry
+        trip = carry.trip_of_key(key) if _is_index(key) else None
+
+        def fixed():
+            return carry.history[key]  # KeyError where eager raises it
+
+        return self._read(key, trip, fixed)
+
+    def __contains__(self, key):
+        self._refuse("__contains__")
+
+
+class _ListInLoop(_InLoop):
+    def append(self, value):
+        if self._current is not None:
+            raise Refusal(f"`{self._carry.name}.append` runs twice in one iteration")
+        self._current = value
+
+    def __len__(self):
+        return len(self._carry.prefix) + self._trip + (self._current is not None)
+
+    def __getitem__(self, key):
+        if not _is_index(key):
+            raise Refusal(f"`{self._carry.name}[{key!r}]` inside the loop (captured: reads "
+                          "at an int)")
+        length = len(self)
+        position = int(key) + length if key < 0 else int(key)
+        if not 0 <= position < length:
+            raise IndexError("list index out of range")
+        carry = self._carry
+        trip = position - len(carry.prefix)
+
+        def fixed():
+            return carry.history[position]
+
+        return self._read(position, trip, fixed)
+
+
+# --- after the loop ---------------------------------------------------------------------
+def _specialize(count, why):
+    if isinstance(count, SymInt):
+        return count.context.specialize(count, why)
+    return count
+
+
+class StackedDict(MutableMapping):
+    """A dict filled by a captured loop: ``d[k]`` reads a row of the loop's buffers."""
+
+    def __init__(self, carry, buffers, low):
+        self._carry, self._buffers, self._low = carry, buffers, low
+        self._rows = carry.rows
+        self._dict = None
+
+    def _row(self, key):
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, SymInt)):
+            return None
+        row = _plain(key - self._low)
+        if isinstance(row, int) and row < 0:
+            return None
+        if not isinstance(row, int) and not row >= 0:
+            return None
+        return row if row < self._rows else None
+
+    def __getitem__(self, key):
+        if self._dict is not None:
+            return self._dict[key]
+        row = self._row(key)
+        if row is not None:
+            return _rebuild([_read_row(buffer, row) for buffer in self._buffers],
+                            self._carry.arity)
+        if isinstance(key, SymInt):
+            key = _specialize(key, "a key of a dict filled by a captured loop")
+        return self._carry.before[key]
+
+    def _materialized(self):
+        if self._dict is None:
+            carry = self._carry
+            rows = _specialize(self._rows, "a dict filled by a captured loop was used as a "
+                                           "whole (len, iteration, a new key)")
+            low = _specialize(self._low, "a dict filled by a captured loop was used as a whole")
+            loop_keys = [low + row for row in range(rows)]
+            if carry.step < 0:
+                loop_keys.reverse()
+            covered = set(loop_keys)
+            result = {}
+            for key, value in carry.before.items():
+                result[key] = self[key] if key in covered else value
+            for key in loop_keys:
+                if key not in result:
+                    result[key] = self[key]
+            self._dict = result
+        return self._dict
+
+    def __setitem__(self, key, value):
+        self._materialized()[key] = value
+
+    def __delitem__(self, key):
+        del self._materialized()[key]
+
+    def __iter__(self):
+        return iter(self._materialized())
+
+    def __len__(self):
+        return len(self._materialized())
+
+    def copy(self):
+        return dict(self._materialized())
+
+    def __repr__(self):
+        return f"StackedDict({self._carry.name}: {self._rows} rows)"
+
+
+class StackedList(MutableSequence):
+    """A list appended to once per iteration of a captured loop: ``lst[k]`` reads a row of
+    the loop's buffers, ``np.stack(lst)`` is the buffer."""
+
+    def __init__(self, carry, buffers):
+        self._carry, self._buffers = carry, buffers
+        self._prefix = list(carry.prefix)
+        self._count = carry.count
+        self._list = None
+
+    def stacked(self, axis=0):
+        """``np.stack(self, axis)`` without one equation per entry."""
+        if self._list is not None or self._carry.arity is not None:
+            return None
+        buffer = self._buffers[0]
+        if self._prefix:
+            buffer = np.concatenate([np.stack(self._prefix), buffer])
+        if axis != 0:
+            buffer = np.moveaxis(buffer, 0, axis)
+        return buffer
+
+    def __getitem__(self, key):
+        if self._list is not None:
+            return self._list[key]
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, SymInt)):
+            return self._materialized()[key]
+        length = _plain(len(self._prefix) + self._count)
+        position = _plain(key + length) if key < 0 else key
+        if position < 0 or not position < length:
+            raise IndexError("list index out of range")
+        if isinstance(position, int) and position < len(self._prefix):
+            return self._prefix[position]
+        row = _plain(position - len(self._prefix))
+        return _rebuild([_read_row(buffer, row) for buffer in self._buffers],
+                            self._carry.arity)
+
+    def _materialized(self):
+        if self._list is None:
+            count = _specialize(self._count, "a list filled by a captured loop was used as a "
+                                             "whole (len, iteration, a change)")
+            self._list = self._prefix + [self[len(self._prefix) + row] for row in range(count)]
+        return self._list
+
+    def __setitem__(self, key, value):
+        self._materialized()[key] = value
+
+    def __delitem__(self, key):
+        del self._materialized()[key]
+
+    def __len__(self):
+        return len(self._materialized())
+
+    def insert(self, index, value):
+        self._materialized().insert(index, value)
+
+    def __iter__(self):
+        return iter(self._materialized())
+
+    def __repr__(self):
+        return f"StackedList({self._carry.name})"
+
+
+def stack_call(function, args, kwargs):
+    """``np.stack(lst)``, ``np.array(lst)``, ``np.asarray(lst)`` of a ``StackedList``: the
+    loop's buffer; None when the call is something else."""
+    if not args or not isinstance(args[0], StackedList):
+        return None
+    if function is np.stack:
+        extra = dict(kwargs)
+        axis = extra.pop("axis", args[1] if len(args) > 1 else 0)
+        if extra or len(args) > 2:
+            return None
+        return args[0].stacked(axis)
+    if function in (np.array, np.asarray) and len(args) == 1 and not kwargs:
+        return args[0].stacked(0)
+    return None

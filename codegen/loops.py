@@ -50,7 +50,7 @@ from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
 from tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed, bind_symbols,
                                 emit, loop_p, print_text, run_body)
 
-from . import loop_hoist, native_loop
+from . import native_loop
 
 log = logging.getLogger("tracejit.loops")
 
@@ -465,8 +465,7 @@ class NativeLoopProgram(LoopProgram):
             # guard could side-exit: the interpreter holds prints to the end instead.
             raise UnsupportedError("print inside a function with a captured loop is not "
                                    "compiled natively yet")
-        super().__init__(graph, name)  # self.graph: as traced (what the disk cache keeps)
-        graph = loop_hoist.hoist(graph)  # step products computed before their loops
+        super().__init__(graph, name)
         uses = {}
         groups = {}
         for item in graph.body:

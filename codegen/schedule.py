@@ -307,18 +307,27 @@ class _Scheduler:
         kernel: the product is written and the root's expression applied in place."""
         fused = {}
         outputs = _output_names(self.graph)
-        for name in self.roots():
+        roots = self.roots()
+        # Each root's expression tree, and which roots read each var, built once: asking
+        # per product made scheduling quadratic in the program (issue 16: ~1M inlined()
+        # calls for an unrolled RNN of 256 steps).
+        trees = {name: self.inlined(self.buffers[name].var) | {name} for name in roots}
+        readers = {}
+        for name, tree in trees.items():
+            for inner in tree:
+                readers.setdefault(inner, set()).add(name)
+        for name in roots:
             eqn = self.producers[name]
             if eqn.prim.name != "matmul" or name in outputs:
                 continue
-            root = self._epilogue_root(eqn.out)
+            root = self._epilogue_root(eqn.out, roots, trees, readers)
             if root is not None and root.name not in fused:
                 fused[root.name] = eqn
         for eqn in fused.values():
             del self.buffers[eqn.out.name]
         return fused
 
-    def _epilogue_root(self, product):
+    def _epilogue_root(self, product, roots, trees, readers):
         """The one root whose expression reads ``product``, if it reads it only elementwise:
         every equation between the product and the root is pointwise at the product's
         shape, and nothing else reads the product."""
@@ -327,8 +336,7 @@ class _Scheduler:
             return None
         if product.name in self.forced:
             return None
-        trees = {name: self.inlined(self.buffers[name].var) | {name} for name in self.roots()}
-        for name in self.roots():
+        for name in roots:
             root = self.buffers[name].var
             # The epilogue runs in place over the product: same shape and same dtype.
             if name == product.name or root.aval.shape != product.aval.shape or (
@@ -338,9 +346,10 @@ class _Scheduler:
             tree = trees[name]
             if not all(user.out.name in tree for user in users):
                 continue
-            if any(product.name in self.inlined(self.buffers[other].var) or
-                   any(user.out.name in trees[other] for user in users)
-                   for other in trees if other not in (name, product.name)):
+            others = set(readers.get(product.name, ())) - {product.name}
+            for user in users:
+                others |= readers.get(user.out.name, set())
+            if others - {name, product.name}:
                 return None  # another kernel reads the product too: it needs its buffer
             depends = {product.name}
             for inner in sorted(tree, key=self.order.__getitem__):

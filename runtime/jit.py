@@ -382,13 +382,14 @@ class JitFunction:
         backward, plan, residual_bytes = None, traced.gradients, 0
         try:
             if plan is None:
-                program = codegen.compile(traced.graph, name=self.__name__,
+                program = codegen.compile(traced.graph, name=self.__name__, check="final",
                                           profile=self.options.profile)
             else:
                 split = partition(traced.graph, plan.forward_outputs, plan.cotangent_inputs)
-                program = codegen.compile(split.forward, name=self.__name__,
+                program = codegen.compile(split.forward, name=self.__name__, check="final",
                                           profile=self.options.profile)
                 backward = codegen.compile(split.backward, name=self.__name__ + "_backward",
+                                           check="final",
                                            profile=self.options.profile)
                 residual_bytes = split.residual_bytes(traced.symbol_values)
         except Exception as error:  # a compiler limitation or bug: never the user's problem

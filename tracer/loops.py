@@ -445,6 +445,16 @@ def _traced_pair(context, body, t1, step, carries):
     raise AssertionError("unreachable")
 
 
+def _like(final, example):
+    """A carried value after the loop as tracing holds such values: a NumPy scalar (what
+    ``loss += ...`` gives eagerly) or a Python number stays one; run_body works in arrays."""
+    if isinstance(example, np.ndarray) or np.ndim(final) != 0:
+        return final
+    if isinstance(example, np.generic):
+        return np.asarray(final, dtype=example.dtype)[()]
+    return np.asarray(final).item()
+
+
 def _merge_constants(created, trials):
     """Constants the body makes anew in each iteration (``np.ones(3)``, the ``1`` of
     ``xs[t][k] = 1``) are equal NumPy arrays but distinct vars: iteration 2 reads
@@ -520,6 +530,12 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
         tuple(results),
         (Symbol(index_name, min(low, high), max(low, high)),),
     )
+    if getattr(context, "records_gradients", False):
+        from .loop_autodiff import refusal  # its reverse must be a loop too
+
+        reason = refusal(graph)
+        if reason is not None:
+            raise Refused(f"{reason}; the trace records gradients")
     start_expr = expr_of(start) + step
     loop_params = dict(body=graph, index=index_name, start=start_expr, stop=expr_of(stop),
                        step=step, num_carry=len(slots))
@@ -536,6 +552,7 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                       "iteration)") from None
     emit_prints(context, trial1.prints + trial2.prints + prints)
     operands = tuple(slot.ir_var for slot in slots) + tuple(free_vars)
+    finals = [_like(final, out.value) for final, out in zip(finals, trial2.outputs)]
     tracers = []
     for position, (slot, final) in enumerate(zip(slots, finals)):
         params = tuple(sorted({**loop_params, "output": position}.items()))

@@ -294,12 +294,7 @@ MODELS = {
 }
 
 # Results that differ from eager NumPy today: name -> reason.
-WRONG = {
-    name: "a captured loop whose first call runs exactly 3 iterations returns a 0-d array "
-          "where NumPy returns a scalar (tracer/loops.py: run_body over zero remaining trips "
-          "hands back np.asarray(...) of the carried value)"
-    for name in ("loss_sum_f64", "loss_sum_f32", "count_positive", "char_rnn_loss")
-}
+WRONG = {}  # (the 0-d array for a scalar after a 3-trip first call is fixed: loops._like)
 # Loops that are not captured today, so every trip count is a new trace and compile (and
 # past max_variants the function runs eagerly): name -> reason.
 NOT_CAPTURED = {

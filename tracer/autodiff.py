@@ -125,7 +125,11 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     # function had been called from the traced code. Loops stay captured: their reverse
     # is a loop (tracer.loop_autodiff).
     hooks = context.hooks
-    result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
+    records, context.records_gradients = getattr(context, "records_gradients", False), True
+    try:
+        result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
+    finally:
+        context.records_gradients = records
     value, aux = result if has_aux else (result, None)
     if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
         raise TypeError("grad needs the function to return a floating-point scalar")

@@ -188,6 +188,16 @@ def _disjoint(config, shape, index, step, ranges):
 
 
 # --- the rule ------------------------------------------------------------------------------
+def refusal(body):
+    """Why ``loop_vjp`` cannot reverse a loop with this body, or None. Capture asks it
+    in traces that record gradients and unrolls such a loop instead."""
+    if any(not isinstance(item, Eqn) for item in body.body):
+        return "the body has a guard or a print (reversing those is not implemented)"
+    if any(eqn.prim is loop_p for eqn in body.equations):
+        return "the body holds a nested loop (reversing those is not implemented)"
+    return None
+
+
 def loop_vjp(context, group, cotangents, needs):
     """Record the reverse of one loop. ``group``: the loop's equations (one per result, in
     the trace's body); ``cotangents``: result position -> cotangent tracer (or None);
@@ -196,12 +206,9 @@ def loop_vjp(context, group, cotangents, needs):
     first = group[0]
     params = first.params_dict
     body, index, step = params["body"], params["index"], params["step"]
-    if any(not isinstance(item, Eqn) for item in body.body):
-        raise UnsupportedError("reverse mode through a loop whose body has a guard or a "
-                               "print is not implemented")
-    if any(eqn.prim is loop_p for eqn in body.equations):
-        raise UnsupportedError("reverse mode through nested captured loops is not "
-                               "implemented")
+    reason = refusal(body)
+    if reason is not None:
+        raise UnsupportedError(f"reverse mode through a loop: {reason}")
     plan = _Plan(group, cotangents, needs)
     if not plan.live:
         return {}

@@ -21,8 +21,9 @@ with the body as a nested function of ``(t, *carried)``. At trace time ``run_loo
 
 Loops are unrolled (today's behaviour) when the bounds are constants, traced
 integers, or the first call has fewer than 3 iterations; inside a loop body being
-captured (nested loops); and in traces that record gradients (reverse mode through a
-loop is not implemented yet).
+captured (nested loops); and, in traces that record gradients, when the body has
+something ``tracer.loop_autodiff`` cannot reverse yet (``refusal``: a guard, a print, a
+nested loop). Other loops in gradient traces stay captured: their reverse is a loop.
 """
 
 from __future__ import annotations

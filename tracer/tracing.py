@@ -654,8 +654,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     if implicit is None:
         implicit = find_implicit_inputs(fn, leaves)
     context = TracingContext(name, implicit)
-    # Loops stay captured in traces that record gradients too (tracer.loop_autodiff).
+    # Loops stay captured in traces that record gradients too (tracer.loop_autodiff), but
+    # a loop whose body loop_autodiff cannot reverse is unrolled (tracer.loops asks).
     context.unroll_loops = not capture_loops
+    context.records_gradients = bool(grad) and any(
+        getattr(value, "requires_grad", False)
+        for value in (*leaves, *(obj for _, obj in implicit.values())))
     argument_names = _leaf_names(fn, args, kwargs, len(args))
     top_level = _top_level_positions(args, kwargs)
 

@@ -149,6 +149,72 @@ def test_gradient_matches_the_unrolled_trace(form, T):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+# --- loops reversed by running forward, and loops reverse mode unrolls -------------------
+def reversed_rnn(Wx, Wh, b, x, h0):
+    """``reversed(range(T))``: a step -1 loop, whose reverse runs with step +1."""
+    batch, T = x.shape[:2]
+    h = h0
+    h_all = np.zeros((batch, T, Wh.shape[0]), dtype=x.dtype)
+    for t in reversed(range(T)):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        h_all[:, t, :] = h * np.arange(1, T + 1, dtype=x.dtype)[t]
+    return np.sum(h_all * h_all) + np.sum(h)
+
+
+def gated_rnn(Wx, Wh, b, x, h0):
+    """An ``if`` on traced data in the body (a guard per trip): reverse mode cannot
+    reverse a guard yet, so in a gradient trace this loop unrolls."""
+    h = h0
+    for t in range(x.shape[1]):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        if np.sum(h) > 0:
+            h = h * 0.5
+    return np.sum(h * h)
+
+
+def nested(Wx, Wh, b, x, h0):
+    """A loop inside a loop: the outer loop unrolls in a gradient trace, each inner loop
+    is captured and reversed."""
+    acc = b * 1.0
+    for i in range(x.shape[1]):
+        for j in range(x.shape[1]):
+            acc = np.tanh(acc @ Wh * 0.5 + x[0, i, :] @ Wx + x[1, j, :] @ Wx)
+    return np.sum(acc * acc) + np.sum(h0)
+
+
+@pytest.mark.parametrize("T", [3, 5])
+@pytest.mark.parametrize("form", [reversed_rnn, gated_rnn, nested],
+                         ids=lambda form: form.__name__)
+def test_gradient_of_other_loop_forms(form, T):
+    rng = np.random.default_rng(T + 200)
+    jf = tj.jit(tj.value_and_grad(form, argnums=ARGNUMS), dynamic=True, cache="memory")
+    for _ in range(2):  # the traced call and a compiled one
+        args = arguments(rng, T, np.float64)
+        value, grads = jf(*args)
+        eager_value, eager_grads = tj.value_and_grad(form, argnums=ARGNUMS)(*args)
+        close([value], [eager_value], np.float64)
+        close(grads, eager_grads, np.float64)
+        for got, want in zip(grads, finite_differences(form, args)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # gated_rnn's guards may go the other way on new data: a side exit, never a refusal.
+    assert set(jf.stats()["eager_calls"]) <= {"side exit"}, jf.explain()
+
+
+def test_reversed_loop_is_reversed_by_a_forward_loop():
+    traced = joint_trace(reversed_rnn)
+    verify(traced.graph)
+    steps = {eqn.params_dict["step"] for eqn in traced.graph.equations if eqn.prim is loop_p}
+    assert steps == {-1, 1}
+
+
+def test_a_body_with_a_guard_unrolls_in_a_gradient_trace():
+    traced = joint_trace(gated_rnn)
+    assert not [eqn for eqn in traced.graph.equations if eqn.prim is loop_p]
+    forward_only = trace(gated_rnn, *arguments(np.random.default_rng(0), 9, np.float64),
+                         dynamic=True)
+    assert [eqn for eqn in forward_only.graph.equations if eqn.prim is loop_p]
+
+
 # --- the program: one loop forward, one loop backward, stores not copies ----------------
 def joint_trace(form, T=9):
     rng = np.random.default_rng(0)

@@ -558,13 +558,18 @@ class KernelBuilder:
         arguments = list(entry.args)
         dims = DimValues(builder, dict(zip(self.program.symbols,
                                            arguments[len(self.buffer_names):])))
+        # The split's dims first, in the entry block: ``dims`` caches each value where it
+        # is first computed, and a batched BLAS prologue computes inside its loop body, which
+        # does not dominate the code after the loop (LLVM: "Instruction does not dominate
+        # all uses!" on symbolic-shape variants).
+        extent, work = (dims.dim(plan[0]), dims.dim(plan[1])) if plan is not None else (None,
+                                                                                        None)
         if self.prologue is not None:
             self.prologue(entry, builder, dims, dict(zip(self.buffer_names, arguments)))
         if plan is None:
             builder.call(self.function, [_const(0), _const(1), *arguments])
             builder.ret_void()
             return entry
-        extent, work = dims.dim(plan[0]), dims.dim(plan[1])
         pool = self.program.pool_state(POOL_FIELDS)
         threads = builder.load(builder.gep(pool, [_const(0), _const(THREADS)],
                                            source_etype=ir.ArrayType(I64, POOL_FIELDS)), typ=I64)

@@ -162,12 +162,13 @@ def reversed_rnn(Wx, Wh, b, x, h0):
 
 
 def gated_rnn(Wx, Wh, b, x, h0):
-    """An ``if`` on traced data in the body (a guard per trip): reverse mode cannot
-    reverse a guard yet, so in a gradient trace this loop unrolls."""
+    """An ``if`` on traced data in the body (a guard per trip, true on every trip since
+    |tanh| < 1): reverse mode cannot reverse a guard yet, so in a gradient trace this loop
+    unrolls; without gradients it is captured."""
     h = h0
     for t in range(x.shape[1]):
         h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
-        if np.sum(h) > 0:
+        if np.max(np.abs(h)) < 2.0:
             h = h * 0.5
     return np.sum(h * h)
 
@@ -196,8 +197,7 @@ def test_gradient_of_other_loop_forms(form, T):
         close(grads, eager_grads, np.float64)
         for got, want in zip(grads, finite_differences(form, args)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    # gated_rnn's guards may go the other way on new data: a side exit, never a refusal.
-    assert set(jf.stats()["eager_calls"]) <= {"side exit"}, jf.explain()
+    assert not jf.stats()["eager_calls"], jf.explain()
 
 
 def test_reversed_loop_is_reversed_by_a_forward_loop():

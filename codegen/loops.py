@@ -255,7 +255,11 @@ class _Loop:
         self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
                        for p in sorted(plan.writes)]
         outputs = [body.outputs[p] for p in self.kept]
-        outputs += [plan.writes[write.position][1] for write in self.writes]
+        # A written value is returned before any reshape to the region's shape (``h`` for
+        # ``hs[:, t, :] = h``, not ``h`` reshaped to (N, 1, H)): the same elements in the
+        # same C order, so no copy kernel runs in the body just to add an axis.
+        outputs += [_before_reshapes(body, plan.writes[write.position][1])
+                    for write in self.writes]
         guards = [item for item in body.body if isinstance(item, Guard)]
         needed = {e.out.name for e in _needed(body, outputs + [g.predicate for g in guards])}
         items = tuple(item for item in body.body
@@ -300,7 +304,8 @@ class _Loop:
 
     def _add_driver(self, plan, module, program_symbol):
         """``compile``'s ``extend``: the native driver, when the body's layout allows."""
-        layout, why = native_loop.layout_of(plan, len(self.kept), self.index)
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.index,
+                                            [len(write.value_shape) for write in self.writes])
         self._plan = plan
         if layout is None:
             self._refusal = why
@@ -319,7 +324,8 @@ class _Loop:
             from .schedule import schedule as make_schedule
 
             plan = make_schedule(program.graph, materialize=set(program.materialized))
-        layout, why = native_loop.layout_of(plan, len(self.kept), self.index)
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.index,
+                                            [len(write.value_shape) for write in self.writes])
         if layout is None or layout.text() != program.driver:  # a stored piece, not ours
             raise UnsupportedError(f"{name}: its native driver was built for "
                                    f"{program.driver!r}, the body needs "
@@ -386,7 +392,7 @@ class _Loop:
                 results = run_body_program(*carried, *tail, t)
                 carried = results[:kept]
                 for number, region in enumerate(regions):
-                    region[trip] = results[kept + number]
+                    region[trip] = np.reshape(results[kept + number], region.shape[1:])
         except side_exit:
             # No guard of the body has a number in the outer graph's trace tree: the
             # whole call side-exits and runs eagerly (nothing was returned or written
@@ -399,6 +405,20 @@ class _Loop:
             final[position] = buffer
         for position, name in self.results.items():
             env[name] = final[position]
+
+
+def _before_reshapes(body, atom):
+    """``atom``, or what it reshapes (through a chain of reshapes), when that is a value
+    the body computes (a body input would come back as the input itself)."""
+    producers = {eqn.out.name: eqn for eqn in body.equations}
+    inputs = {var.name for var in body.inputs}
+    source = atom
+    while True:
+        eqn = producers.get(getattr(source, "name", None))
+        if eqn is None or eqn.prim.name != "reshape" or not hasattr(eqn.inputs[0], "name"):
+            break
+        source = eqn.inputs[0]
+    return atom if getattr(source, "name", None) in inputs else source
 
 
 def _in_bounds(kind, params, shape, bindings):

@@ -69,9 +69,11 @@ def driver_name(program_symbol):
     return f"{program_symbol}_loop"
 
 
-def layout_of(plan, num_kept, index):
+def layout_of(plan, num_kept, index, write_ranks):
     """The ``Layout`` for a body whose first ``num_kept`` outputs are carried values and
-    the rest values written at the index, or ``None`` (with why) when a driver cannot
+    the rest values written at the index (into regions of ``write_ranks`` axes; a value
+    may have another shape with as many elements: it is copied in C order), or ``None``
+    (with why) when a driver cannot
     run it: a carried result that is not a buffer of its own (an input passed through, a
     view, a scalar, the same value twice) or shapes that change with the index."""
     from .lowering import program_slots
@@ -88,10 +90,10 @@ def layout_of(plan, num_kept, index):
     if len({out for _, out in carried}) != len(carried):
         return None, "two carried values are the same array"
     writes = []
-    for atom in outputs[num_kept:]:
+    for atom, rank in zip(outputs[num_kept:], write_ranks):
         if not isinstance(atom, Var) or atom.name not in place:
             return None, "a value written at the index is not computed into a buffer"
-        writes.append((place[atom.name], len(atom.aval.shape), atom.aval.dtype.itemsize))
+        writes.append((place[atom.name], rank, atom.aval.dtype.itemsize))
     symbols = [symbol.name for symbol in graph.symbols]
     if index not in symbols:
         return None, "the body does not use its index"
@@ -263,7 +265,8 @@ class NativeLoop:
             args[at + 2:at + 2 + rank] = sizes
             args[at + 2 + rank:at + 2 + 2 * rank] = buffer.strides
             at += 2 + 2 * rank
-        args[at:] = [bindings.get(name, 0) for name in self.symbols]
+        args[at:] = [0 if number == layout.index else bindings[name]  # the driver sets t
+                     for number, name in enumerate(self.symbols)]
         status = self.call(args.ctypes.data)
         results = []
         for (in_slot, out_slot), spare in zip(layout.carried, spares):

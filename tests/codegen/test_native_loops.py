@@ -108,10 +108,29 @@ def assert_close(got, want, dtype):
         np.testing.assert_allclose(got_leaf, want_leaf, rtol=tolerance, atol=tolerance)
 
 
+@pytest.fixture(params=["native driver", "Python driver"])
+def driver(request):
+    """Which driver runs the loops: the Python one is the fallback (``_Loop.native`` None)."""
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("function", [rnn, windows, accumulate, running_max, guarded])
-def test_native_matches_interpreter_and_eager(function, dtype):
+def test_native_matches_interpreter_and_eager(function, dtype, driver):
     native, interpreted = programs(function, dtype)
+    loops = [step for step in native.steps if hasattr(step, "native")]
+    drivers = [step.native for step in loops]
+    if driver == "Python driver":
+        for step in loops:
+            step.native = None
+    try:
+        _compare(function, dtype, native, interpreted)
+    finally:
+        for step, saved in zip(loops, drivers):
+            step.native = saved
+
+
+def _compare(function, dtype, native, interpreted):
     rng = np.random.default_rng(1)
     for trips in TRIPS:
         args, _ = case(function, trips + 2, dtype, rng)

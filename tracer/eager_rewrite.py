@@ -92,7 +92,7 @@ class EagerHooks:
             values = tuple(body(t, *values))
         return values
 
-    def outside_mutation(self, what):
+    def outside_mutation(self, what, owner=None):
         """Writes to outside state simply happen when running eagerly."""
 
     def set_item(self, container, index, value, outside):

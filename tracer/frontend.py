@@ -224,7 +224,8 @@ class _Rewriter(ast.NodeTransformer):
             and not self.scope.is_local(original.value.id)
         ):
             what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
-            return _then(_hook("outside_mutation", what, node=node), node)
+            owner = ast.Name(id=original.value.id, ctx=ast.Load())
+            return _then(_hook("outside_mutation", what, owner, node=node), node)
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
                                ctx=ast.Load()),
@@ -890,7 +891,9 @@ class Hooks:
         self.context.keep_alive.append(array)  # its id must stay unique for the trace
         return tracer
 
-    def outside_mutation(self, what):
+    def outside_mutation(self, what, owner=None):
+        if isinstance(owner, types.ModuleType):
+            return  # np.sort(x), np.add(a, b): a module's function, not a method mutating it
         raise _refusal(
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"

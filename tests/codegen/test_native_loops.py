@@ -1,7 +1,7 @@
 """Captured loops run by the native driver (codegen/native_loop.py): native vs the NumPy
 interpreter (``LoopProgram``) vs eager over trip counts 0 .. 64, float32 and float64,
-writes at strided and offset regions, carried scalars, and guards that side-exit in the
-middle of the loop with every input untouched.
+writes at strided and offset regions, step -1 loops, carried scalars, and guards that
+side-exit in the middle of the loop with every input untouched.
 
 Each function is traced once with its length dynamic over [2, 128] (one program for every
 length; 1 would make the length a broadcastable dim). Loops run ``range(1, T)`` and capture
@@ -55,6 +55,16 @@ def running_max(x):
     return m
 
 
+def backwards(x):
+    """A step -1 loop (``reversed(range(...))``): regions move down the buffer."""
+    h = x[0] * 0.0
+    out = np.zeros_like(x)
+    for t in reversed(range(1, x.shape[0])):
+        h = np.tanh(h + x[t])
+        out[t] = h
+    return out, h
+
+
 def guarded(x, out):
     """A guard per trip (``if`` on a traced value) and a write into an argument."""
     h = x[0] * 0.0
@@ -78,7 +88,7 @@ def case(function, length, dtype, rng):
         return (draw(length, 4), draw(3, 4)), {"x": {0: (2, 128)}}
     if function is accumulate:
         return (draw(length, 4), draw(4)), {"x": {0: (2, 128)}}
-    if function is running_max:
+    if function in (running_max, backwards):
         return (draw(length, 4),), {"x": {0: (2, 128)}}
     return (draw(length, 4), np.zeros((length, 4), dtype)), {"x": {0: (2, 128)},
                                                              "out": {0: (2, 128)}}
@@ -115,7 +125,8 @@ def driver(request):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("function", [rnn, windows, accumulate, running_max, guarded])
+@pytest.mark.parametrize("function", [rnn, windows, accumulate, running_max, backwards,
+                                      guarded])
 def test_native_matches_interpreter_and_eager(function, dtype, driver):
     native, interpreted = programs(function, dtype)
     loops = [step for step in native.steps if hasattr(step, "native")]

@@ -21,9 +21,11 @@ import numpy as np
 
 from . import ops
 from .abstract import abstractify
+from .einsum import einsum, tensordot
 from .errors import UnsupportedError
 from .indexing import getitem
 from .primitives import bind
+from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
@@ -312,14 +314,16 @@ def nonzero(a):
 
 
 def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A002
-    _no_out("clip", out)
     low = a_min if a_min is not None else min
     high = a_max if a_max is not None else max
+    result = a
     if low is not None:
-        a = np.maximum(a, low)
+        result = np.maximum(result, low)
     if high is not None:
-        a = np.minimum(a, high)
-    return a
+        result = np.minimum(result, high)
+    if out is not None:  # np.clip(x, lo, hi, out=x): written through, as NumPy does
+        return _write_out(out, result, "np.clip")
+    return result
 
 
 def take(a, indices, axis=None, out=None, mode="raise"):
@@ -350,13 +354,138 @@ def dot(a, b, out=None):
     if ndim_of(a) == 0 or ndim_of(b) == 0:
         return a * b
     if ndim_of(b) > 2:
-        raise UnsupportedError("np.dot with a >2-D second operand is not supported; use matmul")
+        # N-D dot: a's last axis with b's second-to-last; the result keeps every other
+        # axis of a, then of b (not matmul's broadcast batch).
+        return tensordot(a, b, axes=([-1], [-2]))
     return ops.matmul(a, b)
 
 
 def outer(a, b, out=None):
     _no_out("outer", out)
     return ops.reshape(a, (-1, 1)) * ops.reshape(b, (1, -1))
+
+
+# --- linalg ----------------------------------------------------------------------------
+def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's names
+    """``np.linalg.norm``: vector norms (any ``ord`` but complex), matrix norms ``None``,
+    ``'fro'``, 1, -1, inf, -inf; the spectral and nuclear norms (an SVD) are refused."""
+    if dtype_of(x).kind not in "f":
+        x = astype(x, np.float64)  # NumPy computes norms of integers in float64
+    ndim = ndim_of(x)
+    if axis is None:
+        if ord is None:  # the 2-norm of the flattened array, any rank
+            result = np.sqrt(sum(x * x))
+            return ops.reshape(result, (1,) * ndim) if keepdims else result
+        if ndim not in (1, 2):
+            raise ValueError("Improper number of dimensions to norm.")
+        axis = tuple(range(ndim))
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(normalize_axis(a, ndim) for a in axes)
+    if len(axes) == 1:
+        result = _vector_norm(x, ord, axes[0])
+    elif len(axes) == 2:
+        if axes[0] == axes[1]:
+            raise ValueError("Duplicate axes given.")
+        result = _matrix_norm(x, ord, *axes)
+    else:
+        raise ValueError("Improper number of dimensions to norm.")
+    return expand_dims(result, axes) if keepdims else result
+
+
+def _vector_norm(x, ord, axis):  # noqa: A002
+    magnitude = np.abs(x)
+    if ord is None or ord == 2:
+        return np.sqrt(sum(x * x, axis=axis))
+    if ord == np.inf:
+        return max(magnitude, axis=axis)
+    if ord == -np.inf:
+        return min(magnitude, axis=axis)
+    if ord == 0:
+        return astype(sum(x != 0, axis=axis), dtype_of(x))
+    if ord == 1:
+        return sum(magnitude, axis=axis)
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors")
+    return sum(magnitude ** ord, axis=axis) ** (1.0 / ord)
+
+
+def _matrix_norm(x, ord, row_axis, col_axis):  # noqa: A002
+    if ord is None or ord == "fro":
+        return np.sqrt(sum(x * x, axis=(row_axis, col_axis)))
+    magnitude = np.abs(x)
+    if ord in (1, -1):  # the largest (smallest) column sum
+        columns = sum(magnitude, axis=row_axis)
+        col_axis -= col_axis > row_axis
+        return (max if ord == 1 else min)(columns, axis=col_axis)
+    if ord in (np.inf, -np.inf):  # the largest (smallest) row sum
+        rows = sum(magnitude, axis=col_axis)
+        row_axis -= row_axis > col_axis
+        return (max if ord == np.inf else min)(rows, axis=row_axis)
+    if ord in (2, -2, "nuc"):
+        raise UnsupportedError(f"np.linalg.norm(ord={ord!r}) needs singular values (an SVD), "
+                               "which tracejit does not trace; compute it outside the "
+                               "compiled function")
+    raise ValueError("Invalid norm order for matrices.")
+
+
+# --- repeat, tile, roll ----------------------------------------------------------------
+def repeat(a, repeats, axis=None):
+    """``np.repeat``: an int count broadcasts (no copy until used); per-element counts
+    must be concrete (a traced count would make the shape depend on data)."""
+    if axis is None:
+        a, axis = ops.reshape(a, (-1,)), 0
+    axis = normalize_axis(axis, ndim_of(a))
+    if getattr(type(repeats), "__tracejit_priority__", 0):
+        raise UnsupportedError("np.repeat with traced repeats: the result's shape would depend "
+                               "on data; pass the counts as a Python int or list")
+    counts = np.asarray(repeats)
+    if counts.dtype.kind not in "iu":
+        raise TypeError(f"Cannot cast array data from {counts.dtype} to int64")
+    if (counts < 0).any():
+        raise ValueError("repeats may not contain negative values.")
+    shape = shape_of(a)
+    if counts.size == 1:
+        count = int(counts.reshape(()))
+        expanded = ops.reshape(a, shape[: axis + 1] + (1,) + shape[axis + 1:])
+        tiled = ops.broadcast_to(expanded, shape[: axis + 1] + (count,) + shape[axis + 1:])
+        return ops.reshape(tiled, shape[:axis] + (shape[axis] * count,) + shape[axis + 1:])
+    if counts.ndim != 1 or counts.shape[0] != shape[axis]:
+        raise ValueError(f"operands could not be broadcast together with shape "
+                         f"({shape[axis]},) ({counts.shape[0]},)")
+    return ops.gather(a, np.repeat(np.arange(counts.shape[0]), counts), axis=axis)
+
+
+def tile(A, reps):  # noqa: N803 - NumPy's name
+    reps = tuple(int(rep) for rep in reps) if np.iterable(reps) else (int(reps),)
+    rank = builtins.max(len(reps), ndim_of(A))
+    reps = (1,) * (rank - len(reps)) + reps
+    shape = (1,) * (rank - ndim_of(A)) + tuple(shape_of(A))
+    # (1, s0, 1, s1, ...) broadcast to (r0, s0, r1, s1, ...): the copies are outermost.
+    spread = ops.reshape(A, tuple(dim for size in shape for dim in (1, size)))
+    spread = ops.broadcast_to(spread, tuple(dim for pair in zip(reps, shape) for dim in pair))
+    return ops.reshape(spread, tuple(rep * size for rep, size in zip(reps, shape)))
+
+
+def roll(a, shift, axis=None):
+    if axis is None:
+        return ops.reshape(roll(ops.reshape(a, (-1,)), shift, 0), shape_of(a))
+    shifts = np.broadcast_to(np.asarray(shift, dtype=object), np.broadcast(
+        np.asarray(shift, dtype=object), np.asarray(axis, dtype=object)).shape)
+    axes = np.broadcast_to(np.asarray(axis, dtype=object), shifts.shape)
+    total = {}
+    for amount, each in zip(shifts.reshape(-1), axes.reshape(-1)):
+        each = normalize_axis(int(each), ndim_of(a))
+        total[each] = total.get(each, 0) + int(amount)
+    for each, amount in total.items():
+        length = shape_of(a)[each]
+        if isinstance(length, int) and length == 0:
+            continue
+        amount = amount % length
+        if isinstance(amount, int) and amount == 0:
+            continue
+        a = ops.concatenate([_take_range(a, each, length - amount, length),
+                             _take_range(a, each, 0, length - amount)], axis=each)
+    return a
 
 
 def copy(a, order="K", subok=False):
@@ -668,6 +797,15 @@ FUNCTIONS = {
     np.take_along_axis: take_along_axis,
     np.dot: dot,
     np.outer: outer,
+    np.einsum: einsum,
+    np.tensordot: tensordot,
+    np.linalg.norm: norm,
+    np.repeat: repeat,
+    np.tile: tile,
+    np.roll: roll,
+    np.cumsum: cumsum,
+    np.sort: sort,
+    np.argsort: argsort,
     np.copy: copy,
     np.astype: astype,
     np.full_like: full_like,

@@ -250,9 +250,7 @@ def _sliding_window_vjp(g, x, out, axes, sizes, strides):
     import itertools
 
     if not all(isinstance(size, int) for size in sizes):
-        from ..errors import UnsupportedError
-
-        raise UnsupportedError("the gradient of sliding_window needs static window sizes")
+        return _sliding_window_vjp_symbolic(g, x, axes, sizes, strides)
     rank = ndim_of(x)
     counts = [shape_of(out)[axis] for axis in axes]
     total = None
@@ -266,6 +264,26 @@ def _sliding_window_vjp(g, x, out, axes, sizes, strides):
         part = pad(part, tuple(config))
         total = part if total is None else total + part
     return total
+
+
+def _sliding_window_vjp_symbolic(g, x, axes, sizes, strides):
+    """The same transpose for window sizes known only per bucket (a kernel size read from
+    ``w.shape``): one window axis at a time, last first, each element added back at
+    ``o * stride + k`` along its axis by ``scatter_add``."""
+    from .creation import iota
+    from .indexing import scatter_add
+
+    for position in reversed(range(len(axes))):
+        axis, size, stride = axes[position], sizes[position], strides[position]
+        count = shape_of(g)[axis]
+        # The window axis (last) next to its window-count axis: (..., count, size, ...).
+        order = list(range(ndim_of(g) - 1))
+        order.insert(axis + 1, ndim_of(g) - 1)
+        g = transpose(g, order)
+        starts = reshape(iota(count, np.int64, like=g), (count, 1)) * stride
+        places = starts + reshape(iota(size, np.int64, like=g), (1, size))
+        g = scatter_add(g, places, axis, shape_of(x)[axis])
+    return g
 
 
 sliding_window_p = Primitive(

@@ -1,0 +1,275 @@
+"""``np.einsum`` and ``np.tensordot`` composed from primitives.
+
+No new primitive: an einsum is parsed into labels per operand, then
+
+* a label repeated inside one operand (``"ii->i"``, a trace ``"ii->"``) takes the diagonal
+  with a select against ``eye`` and a sum, so it works on symbolic sizes;
+* a label that appears in one operand only and not in the output is summed at once;
+* operands are contracted left to right, two at a time: labels shared and kept are batch
+  axes, shared and not kept are contracted, the rest are the left and right free axes.
+  A pair with contracted labels becomes one ``matmul`` over ``(batch, L, K) @ (batch, K, R)``
+  (transposes and reshapes around it: BLAS does the work, codegen fuses the rest); a pair
+  without is a broadcast multiply;
+* the result is transposed to the output's label order.
+
+Gradients come from the primitives' VJPs. ``optimize=`` is accepted and ignored (the order
+is left to right); ``np.einsum_path`` is not provided.
+
+>>> a, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+>>> bool(np.array_equal(einsum("ij,jk->ik", a, b), a @ b))
+True
+>>> float(einsum("ii", np.eye(3)))
+3.0
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+from .shapes import ShapeError, normalize_axis
+
+shape_of, ndim_of = ops.shape_of, ops.ndim_of
+_LETTERS = string.ascii_letters
+
+
+def _dtype_of(value):
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+
+
+# --- parsing ---------------------------------------------------------------------------
+def _interleaved(arguments):
+    """``einsum(a, [0, 1], b, [1, 2], [0, 2])`` as ``("ab,bc->ac", a, b)``."""
+    arguments = list(arguments)
+    operands, terms = [], []
+    while len(arguments) >= 2:
+        operands.append(arguments.pop(0))
+        terms.append(arguments.pop(0))
+    output = arguments[0] if arguments else None
+
+    def letters(term):
+        return "".join("..." if label is Ellipsis else _LETTERS[int(label)] for label in term)
+
+    subscripts = ",".join(letters(term) for term in terms)
+    if output is not None:
+        subscripts += "->" + letters(output)
+    return subscripts, operands
+
+
+def parse(subscripts, operands):
+    """Labels per operand and for the output, as lists of tokens; the dims an ellipsis
+    stands for become tokens ``'.0'``, ``'.1'``, ... aligned from the right (they
+    broadcast like NumPy's)."""
+    subscripts = subscripts.replace(" ", "")
+    inputs, arrow, output = subscripts.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(operands)} "
+                         "operands")
+    ellipsis_rank = 0
+    for term, operand in zip(terms, operands):
+        if "..." in term:
+            ellipsis_rank = max(ellipsis_rank, ndim_of(operand) - len(term.replace("...", "")))
+
+    def tokens(term, rank):
+        named = term.replace("...", "")
+        for label in named:
+            if label not in _LETTERS:
+                raise ValueError(f"einsum: invalid subscript {label!r}")
+        if "..." not in term:
+            if rank is not None and len(named) != rank:
+                raise ValueError(f"einsum: operand has {rank} dimensions, subscripts "
+                                 f"{term!r} name {len(named)}")
+            return list(named)
+        head, _, tail = term.partition("...")
+        count = ellipsis_rank if rank is None else rank - len(named)
+        if count < 0:
+            raise ValueError(f"einsum: subscripts {term!r} name more dimensions than the "
+                             f"operand's {rank}")
+        dots = [f".{ellipsis_rank - count + i}" for i in range(count)]
+        return list(head) + dots + list(tail)
+
+    labels = [tokens(term, ndim_of(operand)) for term, operand in zip(terms, operands)]
+    if arrow:
+        out = tokens(output, None)
+        if len(set(out)) != len(out):
+            raise ValueError("einsum: output subscript has a repeated label")
+    else:
+        # Implicit mode: the ellipsis dims first, then labels seen once, alphabetically.
+        flat = [label for term in labels for label in term]
+        dots = sorted({label for label in flat if label.startswith(".")},
+                      key=lambda label: int(label[1:]))
+        once = sorted(label for label in set(flat)
+                      if not label.startswith(".") and flat.count(label) == 1)
+        out = dots + once
+    every = {label for term in labels for label in term}
+    for label in out:
+        if label not in every:
+            raise ValueError(f"einsum: output subscript {label!r} does not appear in the "
+                             "input subscripts")
+    return labels, out
+
+
+# --- the contraction -------------------------------------------------------------------
+def _diagonal(x, labels):
+    """Repeated labels within one operand reduced to one axis (the diagonal)."""
+    labels = list(labels)
+    while True:
+        repeated = next((label for label in labels if labels.count(label) > 1), None)
+        if repeated is None:
+            return x, labels
+        first = labels.index(repeated)
+        second = labels.index(repeated, first + 1)
+        size = shape_of(x)[first]
+        if shape_of(x)[second] != size:
+            raise ShapeError(f"einsum: dimensions of repeated label {repeated!r} differ "
+                             f"({size} and {shape_of(x)[second]})")
+        rank = ndim_of(x)
+        row = ops.reshape(ops.iota(size, np.int64, like=x),
+                          tuple(size if axis == first else 1 for axis in range(rank)))
+        col = ops.reshape(ops.iota(size, np.int64, like=x),
+                          tuple(size if axis == second else 1 for axis in range(rank)))
+        # A select, not a multiply by eye: inf and NaN off the diagonal stay out of it.
+        x = _sum(np.where(row == col, x, np.zeros((), _dtype_of(x))), (second,))
+        del labels[second]
+
+
+def _sum(x, axes):
+    """A sum that keeps ``x``'s dtype, as einsum's does (bools: any; small ints wrap)."""
+    dtype = _dtype_of(x)
+    total = ops.reduce_sum(x, axes)
+    return total if _dtype_of(total) == dtype else total.astype(dtype)
+
+
+def _sum_labels(x, labels, drop):
+    axes = tuple(i for i, label in enumerate(labels) if label in drop)
+    if not axes:
+        return x, labels
+    return _sum(x, axes), [label for label in labels if label not in drop]
+
+
+def _arrange(x, labels, order):
+    return ops.transpose(x, tuple(labels.index(label) for label in order))
+
+
+def _sizes(x, labels, chosen):
+    return tuple(shape_of(x)[labels.index(label)] for label in chosen)
+
+
+def _product(dims):
+    total = 1
+    for dim in dims:
+        total = total * dim
+    return total
+
+
+def _broadcast_dim(a, b):
+    return b if isinstance(a, int) and a == 1 else a
+
+
+def _contract_pair(a, a_labels, b, b_labels, keep):
+    """``a`` and ``b`` contracted over their shared labels not in ``keep``."""
+    shared = [label for label in a_labels if label in b_labels]
+    batch = [label for label in shared if label in keep]
+    summed = [label for label in shared if label not in keep]
+    left = [label for label in a_labels if label not in b_labels]
+    right = [label for label in b_labels if label not in a_labels]
+    if not summed:
+        # No contraction: a broadcast product, which codegen fuses with what follows.
+        a = ops.reshape(_arrange(a, a_labels, batch + left),
+                        _sizes(a, a_labels, batch + left) + (1,) * len(right))
+        b = ops.reshape(_arrange(b, b_labels, batch + right),
+                        _sizes(b, b_labels, batch) + (1,) * len(left)
+                        + _sizes(b, b_labels, right))
+        return a * b, batch + left + right
+    batch_dims = tuple(_broadcast_dim(x, y) for x, y in zip(_sizes(a, a_labels, batch),
+                                                           _sizes(b, b_labels, batch)))
+    left_dims, right_dims = _sizes(a, a_labels, left), _sizes(b, b_labels, right)
+    summed_dims = _sizes(a, a_labels, summed)
+    a = ops.reshape(_arrange(a, a_labels, batch + left + summed),
+                    _sizes(a, a_labels, batch) + (_product(left_dims), _product(summed_dims)))
+    b = ops.reshape(_arrange(b, b_labels, batch + summed + right),
+                    _sizes(b, b_labels, batch) + (_product(summed_dims), _product(right_dims)))
+    product = ops.matmul(a, b)
+    return ops.reshape(product, batch_dims + left_dims + right_dims), batch + left + right
+
+
+def contract(labels, out, operands):
+    """The einsum of ``operands`` (labels per operand, as ``parse`` gives) to ``out``."""
+    operands, labels = list(operands), [list(term) for term in labels]
+    for index, (operand, term) in enumerate(zip(operands, labels)):
+        operands[index], labels[index] = _diagonal(operand, term)
+    result, result_labels = None, None
+    for index, (operand, term) in enumerate(zip(operands, labels)):
+        later = {label for other in labels[index + 1:] for label in other}
+        keep = set(out) | later
+        if result is None:
+            result, result_labels = _sum_labels(operand, term, set(term) - keep)
+            continue
+        # Labels only this operand has (and nobody needs) are summed before the product.
+        operand, term = _sum_labels(operand, term, set(term) - keep - set(result_labels))
+        result, result_labels = _sum_labels(result, result_labels,
+                                            set(result_labels) - keep - set(term))
+        result, result_labels = _contract_pair(result, result_labels, operand, term, keep)
+    return _arrange(result, result_labels, out)
+
+
+def einsum(*arguments, out=None, optimize=False, dtype=None, order="K", casting="safe"):
+    """NumPy's ``einsum`` (string or interleaved subscripts, ``...``, implicit output)."""
+    if not isinstance(arguments[0], str):
+        subscripts, operands = _interleaved(arguments)
+    else:
+        subscripts, operands = arguments[0], list(arguments[1:])
+    if not operands:
+        raise ValueError("einsum: no operands")
+    operands = [operand if hasattr(operand, "shape") else np.asarray(operand)
+                for operand in operands]
+    if dtype is not None:
+        operands = [operand.astype(dtype) for operand in operands]
+    labels, output = parse(subscripts, operands)
+    result = contract(labels, output, operands)
+    if not output:
+        # NumPy's einsum gives a scalar for a full contraction (tensordot a 0-d array): a
+        # final sum over one element makes it one under the tracer too.
+        result = _sum(ops.reshape(result, (1,)), (0,))
+    if out is not None:
+        from .numpy_api import _write_out
+
+        return _write_out(out, result, "np.einsum")
+    return result
+
+
+def tensordot(a, b, axes=2):
+    """NumPy's ``tensordot``: ``axes`` an int N (a's last N with b's first N) or a pair of
+    axis sequences."""
+    if isinstance(axes, (int, np.integer)):
+        count = int(axes)
+        if count < 0:
+            raise UnsupportedError("np.tensordot with negative axes is not supported")
+        a_axes = list(range(ndim_of(a) - count, ndim_of(a)))
+        b_axes = list(range(count))
+    else:
+        a_axes, b_axes = axes
+        a_axes = [a_axes] if isinstance(a_axes, (int, np.integer)) else list(a_axes)
+        b_axes = [b_axes] if isinstance(b_axes, (int, np.integer)) else list(b_axes)
+    if len(a_axes) != len(b_axes):
+        raise ValueError("shape-mismatch for sum")
+    a_axes = [normalize_axis(axis, ndim_of(a)) for axis in a_axes]
+    b_axes = [normalize_axis(axis, ndim_of(b)) for axis in b_axes]
+    for a_axis, b_axis in zip(a_axes, b_axes):
+        if shape_of(a)[a_axis] != shape_of(b)[b_axis]:
+            raise ValueError("shape-mismatch for sum")
+    if ndim_of(a) + ndim_of(b) - len(a_axes) > len(_LETTERS):
+        raise UnsupportedError("np.tensordot: too many dimensions")
+    names = iter(_LETTERS)
+    a_labels = [next(names) for _ in range(ndim_of(a))]
+    b_labels = [next(names) for _ in range(ndim_of(b))]
+    for a_axis, b_axis in zip(a_axes, b_axes):
+        b_labels[b_axis] = a_labels[a_axis]
+    out = [label for axis, label in enumerate(a_labels) if axis not in a_axes]
+    out += [label for axis, label in enumerate(b_labels) if axis not in b_axes]
+    return contract([a_labels, b_labels], out, [a, b])

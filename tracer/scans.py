@@ -1,0 +1,155 @@
+"""``np.cumsum``, ``np.sort`` and ``np.argsort`` composed from primitives.
+
+These are sequential in NumPy; here each is a dense composition over the axis length
+``n`` so the result has a static rule, a gradient from the primitives' VJPs and a
+symbolic ``n`` per bucket:
+
+* ``cumsum`` multiplies by the upper-triangular ones matrix: one ``matmul`` for floats
+  (BLAS; additions in another order than NumPy's running sum, so results agree within
+  rounding), an exact select-and-sum for integers and booleans;
+* ``sort``/``argsort`` rank every element by counting the elements that sort before it
+  (NaN last, ties by position: NumPy's stable order), then place each element at its
+  rank with a select. That is ``O(n^2)`` work and memory per row: right for the short
+  axes model code sorts (top-k of logits, a few scores), wrong for long ones.
+
+>>> cumsum(np.array([1, 2, 3])).tolist(), sort(np.array([3.0, np.nan, 1.0])).tolist()
+([1, 3, 6], [1.0, 3.0, nan])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+from .shapes import normalize_axis
+
+shape_of, ndim_of = ops.shape_of, ops.ndim_of
+
+
+def _dtype_of(value):
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+
+
+def _along_last(a, axis):
+    """``a`` with ``axis`` moved last (flattened first for ``axis=None``), and the axis."""
+    if axis is None:
+        return ops.reshape(a, (-1,)), -1, None
+    axis = normalize_axis(axis, ndim_of(a))
+    return ops.swapaxes(a, axis, -1), axis, axis
+
+
+def _back(result, axis):
+    return result if axis is None else ops.swapaxes(result, axis, -1)
+
+
+def _positions(n, like, shape):
+    return ops.reshape(ops.iota(n, np.int64, like=like), shape)
+
+
+def cumsum(a, axis=None, dtype=None, out=None):
+    """NumPy's ``cumsum``: integers and booleans accumulate in int64 (the platform int)."""
+    if not hasattr(a, "shape"):
+        a = np.asarray(a)
+    if dtype is None:
+        dtype = np.cumsum(np.zeros(1, _dtype_of(a))).dtype  # NumPy's accumulator dtype
+    dtype = np.dtype(dtype)
+    if axis is not None and ndim_of(a) == 0:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
+                                      "dimension 0")
+    x, _, moved = _along_last(a, axis)
+    if _dtype_of(x) != dtype:
+        x = x.astype(dtype)
+    n = shape_of(x)[-1]
+    rows = _positions(n, x, (n, 1))
+    cols = _positions(n, x, (1, n))
+    upper = rows <= cols  # upper[i, k]: element i is in the k-th running sum
+    if dtype.kind in "fc":
+        result = ops.matmul(x, upper.astype(dtype))
+    else:
+        terms = np.where(upper, ops.reshape(x, shape_of(x) + (1,)), np.zeros((), dtype))
+        result = ops.reduce_sum(terms, (ndim_of(x) - 1,))
+        if _dtype_of(result) != dtype:
+            result = result.astype(dtype)
+    result = _back(result, moved)
+    if out is not None:
+        from .numpy_api import _write_out
+
+        return _write_out(out, result, "np.cumsum")
+    return result
+
+
+def _before(x):
+    """``before[..., i, j]``: element ``j`` sorts before element ``i`` (NumPy's order:
+    NaN after everything, equal elements by position)."""
+    n = shape_of(x)[-1]
+    mine = ops.reshape(x, shape_of(x) + (1,))
+    other = ops.reshape(x, shape_of(x)[:-1] + (1, n))
+    earlier = _positions(n, x, (1, n)) < _positions(n, x, (n, 1))
+    if _dtype_of(x).kind == "f":
+        mine_nan, other_nan = np.isnan(mine), np.isnan(other)
+        less = (other < mine) | (mine_nan & ~other_nan)
+        equal = (other == mine) | (mine_nan & other_nan)
+    elif _dtype_of(x).kind == "b":
+        less = ~other & mine
+        equal = other == mine
+    else:
+        less, equal = other < mine, other == mine
+    return less | (equal & earlier)
+
+
+def _placement(x):
+    """``placed[..., i, k]``: element ``i`` goes to position ``k`` of the sorted axis."""
+    n = shape_of(x)[-1]
+    rank = ops.reduce_sum(_before(x), (ndim_of(x),))  # [..., i]
+    return ops.reshape(rank, shape_of(rank) + (1,)) == _positions(n, x, (1, n))
+
+
+def _check_sort(kind, order, name):
+    if order is not None:
+        raise UnsupportedError(f"np.{name}(order=...) (structured arrays) is not supported")
+    if kind not in (None, "quicksort", "mergesort", "heapsort", "stable"):
+        raise ValueError(f"{name}: unknown kind {kind!r}")
+
+
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """NumPy's ``sort`` along ``axis`` (``None``: flattened). See the module docstring for
+    the cost."""
+    _check_sort(kind, order, "sort")
+    if not hasattr(a, "shape"):
+        a = np.asarray(a)
+    if ndim_of(a) == 0 and axis is not None:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
+                                      "dimension 0")
+    x, _, moved = _along_last(a, axis)
+    dtype = _dtype_of(x)
+    placed = _placement(x)
+    values = ops.reshape(x, shape_of(x) + (1,))
+    if dtype.kind == "b":
+        result = np.any(placed & values, axis=-2)
+    else:
+        # One element lands at each position: the sum over i is that element, exactly.
+        result = ops.reduce_sum(np.where(placed, values, np.zeros((), dtype)),
+                                (ndim_of(x) - 1,))
+        if _dtype_of(result) != dtype:
+            result = result.astype(dtype)
+    return _back(result, moved)
+
+
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """NumPy's ``argsort`` (a stable sort: equal elements keep their order)."""
+    _check_sort(kind, order, "argsort")
+    if not hasattr(a, "shape"):
+        a = np.asarray(a)
+    if ndim_of(a) == 0 and axis is not None:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
+                                      "dimension 0")
+    x, _, moved = _along_last(a, axis)
+    n = shape_of(x)[-1]
+    placed = _placement(x)
+    index = _positions(n, x, (n, 1))
+    result = ops.reduce_sum(np.where(placed, index, np.zeros((), np.int64)), (ndim_of(x) - 1,))
+    if _dtype_of(result) != np.dtype(np.intp):
+        result = result.astype(np.intp)
+    return _back(result, moved)

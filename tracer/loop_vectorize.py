@@ -460,6 +460,9 @@ def _batched_write(batch, buffer, write, axis, base, delta, value):
     config = list(write.config)
     config[axis] = (base, extent - base - delta * (batch.n - 1) - 1, delta - 1)
     config = tuple(config)
+    if all(part == 0 for axis_config in config for part in axis_config) and (
+            atom.aval.shape == buffer.aval.shape and atom.aval.dtype == buffer.aval.dtype):
+        return atom  # the batch writes the whole buffer: the result is the batch itself
     if batch.bindings is not None:
         return batch.write(buffer, atom, config)
     mask = batch.emit("full", [], shape=atom.aval.shape, value=True, dtype=np.dtype(bool))
@@ -488,6 +491,30 @@ def batch_loop(eqn, body, names, context, before=()):
     return batch.emitted, results
 
 
+class _Numbering:
+    """Value numbering of a growing list of equations (``sync`` reads what was appended
+    since the last call): equal (primitive, operands, params) share one var."""
+
+    def __init__(self):
+        self.seen, self.producers, self.table, self.canonical = 0, {}, {}, {}
+
+    def canon(self, atom):
+        return self.canonical.get(atom.name, atom) if isinstance(atom, Var) else atom
+
+    def sync(self, items):
+        for item in items[self.seen:]:
+            if isinstance(item, Eqn):
+                self.producers[item.out.name] = item
+                key = (item.prim.name, tuple(self.canon(atom) for atom in item.inputs),
+                       item.params)
+                try:
+                    self.canonical[item.out.name] = self.table.setdefault(key, item.out)
+                except TypeError:  # an unhashable param
+                    pass
+        self.seen = len(items)
+        return self
+
+
 def _instantiate(value, index, at):
     """A param or literal with the index replaced by ``at``."""
     if isinstance(value, DimExpr) and index in value.symbols():
@@ -507,19 +534,8 @@ def _unpeel(body, index, first, num_carry, operands, before):
     instead of two; for nested loops, one instead of 2**depth)."""
     if not before:
         return None
-    producers = {item.out.name: item for item in before if isinstance(item, Eqn)}
-    table, canonical = {}, {}  # value numbering: equal computations, one var
-
-    def canon(atom):
-        return canonical.get(atom.name, atom) if isinstance(atom, Var) else atom
-
-    for item in before:
-        if isinstance(item, Eqn):
-            key = (item.prim.name, tuple(canon(atom) for atom in item.inputs), item.params)
-            try:
-                canonical[item.out.name] = table.setdefault(key, item.out)
-            except TypeError:  # an unhashable param
-                pass
+    numbering = before if isinstance(before, _Numbering) else _Numbering().sync(before)
+    producers, table, canon = numbering.producers, numbering.table, numbering.canon
     producers_in_body = {item.out.name: item for item in body.equations}
     uses = _uses(body)
     mapping = {}
@@ -653,7 +669,14 @@ def run_batched(body, index, start, stop, step, num_carry, carried, free, bindin
             _REFUSED.clear()
         _REFUSED[id(body)] = (body, str(reason))
         return None
-    return [batch.values[results[position].name] for position in range(num_carry)]
+    finals = []
+    for position in range(num_carry):
+        value = batch.values[results[position].name]
+        value = value.value() if isinstance(value, _Product) else value
+        # the caller owns the result (a batch can end in a view of a temporary)
+        finals.append(value if value.flags.owndata and value.flags.c_contiguous
+                      else np.array(value, order="C"))
+    return finals
 
 
 def _inner_vectorized(body, bindings):
@@ -737,6 +760,7 @@ def _vectorize(graph, names, symbols, shape_guards, stats):
     scope.update({symbol.name: symbol for symbol in graph.symbols})
     context = _context(scope.values(), shape_guards)
     body, groups, renames, changed = [], {}, {}, False
+    numbering = _Numbering()
 
     def rename(atom):
         return renames.get(atom.name, atom) if isinstance(atom, Var) else atom
@@ -755,7 +779,8 @@ def _vectorize(graph, names, symbols, shape_guards, stats):
             inner = item.params_dict["body"]
             new_inner = _vectorize(inner, names, scope.values(), shape_guards, stats)
             try:
-                emitted, results = batch_loop(item, new_inner, names, context, body)
+                emitted, results = batch_loop(item, new_inner, names, context,
+                                              numbering.sync(body))
             except NotBatchable as reason:
                 log.info("loop %s stays a loop (not a parallel map): %s", inner.name, reason)
                 stats.setdefault("kept", []).append((inner.name, str(reason)))

@@ -14,6 +14,7 @@ process; the machine may be shared with other jobs (say so with the numbers).
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -57,7 +58,9 @@ def main():
     b = rng.standard_normal(F)
     images = {size: rng.standard_normal((1, C, *size)) for size in sizes}
 
-    print(f"naive conv forward: N=1, C={C}, {F} filters {K}x{K}, stride 1, pad 1, float64")
+    print(f"naive conv forward: N=1, C={C}, {F} filters {K}x{K}, stride 1, pad 1, float64; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (a shared machine "
+          "inflates every time here, compiles and kernels alike)")
     print(f"{'H x W':>9} {'iterations':>10} {'first call s':>12} {'steady ms':>10} "
           f"{'eager ms':>10} {'eager/steady':>12}")
     for size in sizes:

@@ -38,6 +38,7 @@ from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
+from .loop_index import read_at_index
 from .purity import impure_call, is_stateful
 
 HOOK = "__tracejit__"
@@ -202,7 +203,9 @@ class _Rewriter(ast.NodeTransformer):
         if not isinstance(node.ctx, ast.Load):
             return self.generic_visit(node)
         original = node
-        dim_key = _key_from_dims(node.slice)  # before visiting rewrites len(...)
+        # Before visiting rewrites len(...): a key that may be a dim or the loop index.
+        dim_key = _key_from_dims(node.slice) or _mentions(node.slice,
+                                                          getattr(self, "loop_targets", ()))
         node = self.generic_visit(ast.Subscript(value=node.value, slice=node.slice,
                                                 ctx=node.ctx))
         ast.copy_location(node, original)
@@ -316,6 +319,11 @@ def _key_from_dims(key):
                 and inner.func.id == "len") or (isinstance(inner, ast.Attribute)
                                                  and inner.attr == "shape")
                for inner in ast.walk(key))
+
+
+def _mentions(node, names):
+    return bool(names) and any(isinstance(inner, ast.Name) and inner.id in names
+                               for inner in ast.walk(node))
 
 
 def _subscripted_name(target):
@@ -806,7 +814,7 @@ class Hooks:
     def item_at(self, container, key):
         if isinstance(key, SymInt) and isinstance(container, (dict, list, tuple)):
             key = int(key)  # Python containers hold int keys: the dim is specialized
-        return container[key]
+        return read_at_index(container, key)  # order[t] in a traced loop body: noted
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
@@ -820,7 +828,7 @@ class Hooks:
         trial = getattr(self.context, "trial_prints", None)
         for arg in args:
             if _is_tracer(arg) or isinstance(arg, SymInt) or (
-                trial is not None and type(arg) is int
+                trial is not None and isinstance(arg, int) and not isinstance(arg, bool)
             ):
                 atom, _, _ = self.context.atom(arg)
                 segments.append(("value", len(atoms)))

@@ -37,6 +37,7 @@ import numpy as np
 from .dims import DimExpr, SymInt, expr_of, value_of
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
+from .loop_index import IndexNotes, LoopIndex
 
 log = logging.getLogger("tracejit.loops")
 
@@ -374,7 +375,7 @@ class _Trial:
     """One traced iteration: block parameters, outputs (flat slots), the recorded items,
     the prints it would have written, and the containers' reads."""
 
-    def __init__(self, context, body, t, carries, slots):
+    def __init__(self, context, body, t, carries, slots, notes):
         from .tracing import Tracer
 
         params = [_fresh(context, value) if isinstance(value, Tracer) else value
@@ -389,7 +390,7 @@ class _Trial:
         self.prints = context.trial_prints = []
         context.loop_depth = getattr(context, "loop_depth", 0) + 1
         try:
-            returned = tuple(body(t, *objects))
+            returned = tuple(body(LoopIndex(t, notes), *objects))
             outputs = []
             for carry, proxy, value in zip(carries, objects, returned):
                 outputs += carry.leave(proxy, value)
@@ -416,7 +417,7 @@ def emit_prints(context, prints):
         getattr(sys, stream).write(text)
 
 
-def _traced_pair(context, body, t1, step, carries):
+def _traced_pair(context, body, t1, step, carries, notes):
     """Iterations 1 and 2 traced; containers' reads decided (and traced again with their
     windows when a read reaches back into earlier iterations)."""
     inner_names = context.loop_count
@@ -429,9 +430,12 @@ def _traced_pair(context, body, t1, step, carries):
         except Refusal as refusal:
             raise Refused(str(refusal)) from None
         context.loop_count = inner_names  # loops nested in the body: the same index names
-        trial1 = _Trial(context, body, t1, carries, slots)
+        trial1 = _Trial(context, body, t1, carries, slots, notes)
         context.loop_count = inner_names
-        trial2 = _Trial(context, body, t1 + step, carries, trial1.outputs)
+        trial2 = _Trial(context, body, t1 + step, carries, trial1.outputs, notes)
+        if notes.problems:
+            raise Refused("the body uses the loop index in Python, not only in indexing and "
+                          "affine arithmetic: " + "; ".join(notes.problems))
         if attempt:
             return slots, trial1, trial2
         again = False
@@ -454,6 +458,15 @@ def _like(final, example):
     if isinstance(example, np.generic):
         return np.asarray(final, dtype=example.dtype)[()]
     return np.asarray(final).item()
+
+
+def _index_notes(context, start, stop, step):
+    """Notes on the index of traced iterations, over every index the loop runs after the
+    peeled one (the bucket's widest range)."""
+    ends = [expr_of(start) + step, expr_of(stop) - step]
+    bounds = [end.bounds(context.ranges) if isinstance(end, DimExpr) else (end, end)
+              for end in ends]
+    return IndexNotes(min(bound[0] for bound in bounds), max(bound[1] for bound in bounds))
 
 
 def _merge_constants(created, trials):
@@ -500,7 +513,8 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
     constants_before = len(context.constants)
-    slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries)
+    slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries,
+                                         _index_notes(context, start, stop, step))
     _merge_constants(context.constants[constants_before:], (trial1, trial2))
     far = stop if step > 0 else start + 1  # the dim bound the index runs towards
     _drop_trial_bounds(context, guards_before, expr_of(far))
@@ -784,7 +798,15 @@ def rewrite_for(rewriter, node):
     if reason is None and any(isinstance(arg, ast.Starred)
                               for arg in _range_call(node.iter).args):
         reason = "starred range arguments"
-    rewriter.generic_visit(node)
+    # Subscripts whose key mentions the index go through item_at (loop_index notes a
+    # Python list read at it).
+    targets = getattr(rewriter, "loop_targets", ())
+    if isinstance(node.target, ast.Name):
+        rewriter.loop_targets = (*targets, node.target.id)
+    try:
+        rewriter.generic_visit(node)
+    finally:
+        rewriter.loop_targets = targets
     function_node = getattr(rewriter, "function_node", None)
     if reason is not None or function_node is None:
         return node

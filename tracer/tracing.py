@@ -304,6 +304,10 @@ class TracingContext:
         if isinstance(value, SymInt):
             literal = Literal.of(value)
             return literal, value.value, literal.aval
+        if isinstance(value, int) and type(value) not in PYTHON_SCALARS and not isinstance(
+            value, np.generic
+        ):
+            value = int(value)  # tracer.loop_index.LoopIndex (an int subclass): a weak int
         if type(value) in PYTHON_SCALARS or isinstance(value, np.generic):
             literal = Literal.of(value)
             return literal, value, literal.aval

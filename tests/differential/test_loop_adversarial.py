@@ -340,19 +340,9 @@ CASES = {
 # some call compiled.
 EAGER_OK = {"read_next_index"}  # raises on every call, eagerly too
 
-INDEX_IN_PYTHON = ("the index is a concrete int in the traced iterations 1 and 2, so Python "
-                   "control flow and non-affine arithmetic on it are invisible and two samples "
-                   "are generalized as affine (tracer/loops.py _trial/_affine/_literal): ")
-WRONG = {
-    "raises_at_step_four": INDEX_IN_PYTHON + "the raise at t == 4 is dropped, jit returns",
-    "zero_at_step_four": INDEX_IN_PYTHON + "the `if t == 4` branch is dropped",
-    "keep_last_step": INDEX_IN_PYTHON + "`if t == x.shape[0] - 1` is never taken",
-    "halved_index": INDEX_IN_PYTHON + "x[t // 2] becomes x[t - 1]",
-    "modular_index": INDEX_IN_PYTHON + "x[t % 3] becomes x[t]",
-    "clamped_index": INDEX_IN_PYTHON + "x[min(t, 2)] becomes x[t]",
-    "parity_weight": INDEX_IN_PYTHON + "t % 2 becomes the literal t",
-    "list_indexed_by_step": INDEX_IN_PYTHON + "order[t] of [0, 1, 2, 0, ...] becomes x[t]",
-}
+# Fixed (tracer/loop_index.py): the traced iterations' index notes Python control flow and
+# non-affine arithmetic on it, and a Python list read at it, and the loop unrolls.
+WRONG = {}
 NEVER_COMPILED = {
     "read_past_end": "the empty slice at the last step raises IndexError in run_body "
                      "(tracer/ops/control.py) while tracing: every call runs eagerly",

@@ -409,3 +409,57 @@ def test_dict_written_at_two_keys_unrolls_with_its_line():
     line = written_twice.__code__.co_firstlineno + 2
     assert f"test_loop_bodies.py:{line} unrolled" in f.explain()
     assert "keys" in f.explain()
+
+
+# --- the index used in Python: the traced iterations notice, the loop unrolls ------------
+def every_third(x):
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        h = h + x[t % 3]  # not affine in t: two traced steps cannot tell
+    return h
+
+
+def reset_at_four(x):
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        h = np.tanh(h + x[t])
+        if t == 4:  # one step differs
+            h = h * 0.0
+    return h
+
+
+def after_the_first(x):
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        if t > 0:  # the same answer at every step after the peeled first: captured
+            h = h * 0.5
+        h = h + x[t]
+    return h
+
+
+def reordered(x, order):
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        h = h + x[order[t]]  # a Python list read at the index
+    return h
+
+
+@pytest.mark.parametrize("function, what", [
+    (every_third, "t % k"), (reset_at_four, "t =="), (reordered, "Python list")])
+def test_index_used_in_python_unrolls_exactly(function, what):
+    order = [2, 0, 1, 0, 3, 5, 4, 1, 0, 2, 6, 7, 8]
+    extra = (order,) if function is reordered else ()
+    f = jitted(function)
+    for T in (9, 5, 7, 13, 9):
+        x = np.random.default_rng(T).standard_normal((T, 3))
+        assert_same(f(x, *extra), function(x, *extra))
+    line = function.__code__.co_firstlineno + 2
+    text = f.explain()
+    assert f"test_loop_bodies.py:{line} unrolled" in text and what in text
+
+
+def test_index_compared_the_same_way_at_every_step_stays_captured():
+    traced = trace(after_the_first, np.ones((9, 3)), dynamic=True)
+    assert loops_in(traced.graph)
+    check_trip_counts(after_the_first, lambda rng, T: (rng.standard_normal((T, 3)),),
+                      trips=[1, 2, 3, 5, 7, 13, 16, 17])

@@ -475,6 +475,11 @@ def _record(context, plan, joint, bindings):
 
     carried_in, carried_out, carried_init = [], [], []  # reverse loop's carried values
     free_in, free_operands = [], []
+
+    def read(param, operand):  # an outside value the reverse body reads (once)
+        if param.name not in {var.name for var in free_in}:
+            free_in.append(param)
+            free_operands.append(operand)
     results = {}  # operand position -> ("carried", k) | ("final-write", ...) | ("init", ...)
     seed_of = dict(zip(plan.live, joint.seeds))
 
@@ -487,8 +492,7 @@ def _record(context, plan, joint, bindings):
         disjoint = _disjoint(config, value_atom.aval.shape, index, step, ranges)
         if disjoint:
             buffer_param = cotangent.ir_var
-            free_in.append(buffer_param)
-            free_operands.append(cotangent.ir_var)
+            read(buffer_param, cotangent.ir_var)
         else:
             buffer_param = context.new_var(cotangent.ir_var.aval)
         seed = seed_of[position]
@@ -526,8 +530,7 @@ def _record(context, plan, joint, bindings):
         out = final(gradients[position])
         init = _cotangent_init(context, plan, position)
         if out == seed:  # the cotangent passes through unchanged: read it, don't carry it
-            free_in.append(seed)
-            free_operands.append(init.ir_var)
+            read(seed, init.ir_var)
             results[position] = ("init", init)
             continue
         results[position] = ("carried", len(carried_in))
@@ -557,11 +560,9 @@ def _record(context, plan, joint, bindings):
 
     # Outside values the reverse body reads: the loop's own, the stacks.
     for var in joint.free:
-        free_in.append(var)
-        free_operands.append(var)
+        read(var, var)
     for var in (*stacks["carry"].values(), *stacks["values"].values()):
-        free_in.append(var)
-        free_operands.append(var)
+        read(var, var)
     reverse_body = _prune(Graph(
         f"{body.name}_reverse", tuple(carried_in) + tuple(free_in), (), tuple(build.items),
         tuple(carried_out), body.symbols))

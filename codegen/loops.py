@@ -170,7 +170,7 @@ def compile_piece(graph, name, **options):
 class _Segment:
     """Equations and guards between loops, compiled as one sub-graph."""
 
-    def __init__(self, graph, items, later_uses, guard_offset, name, build):
+    def __init__(self, graph, items, read_later, guard_offset, name, build):
         from .program import explicit_symbols
 
         variables = {var.name: var for var in graph.inputs}
@@ -189,7 +189,7 @@ class _Segment:
             if isinstance(item, Eqn):
                 defined.add(item.out.name)
         outputs = [item.out for item in items
-                   if isinstance(item, Eqn) and item.out.name in later_uses]
+                   if isinstance(item, Eqn) and item.out.name in read_later]
         if not outputs:  # guards only: a graph needs an output, any one will do
             outputs = [next(item.out for item in reversed(items) if isinstance(item, Eqn))]
         sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),
@@ -498,23 +498,31 @@ class NativeLoopProgram(LoopProgram):
         for atom in graph.outputs:
             if hasattr(atom, "name"):
                 uses[atom.name] = uses.get(atom.name, 0) + 1
+        # A segment returns only the values read after it (by a loop, a later segment or
+        # the graph's outputs): the rest stay inside it, free to fuse.
+        last_read = {}
+        for position, item in enumerate(graph.body):
+            last_read.update((read, position) for read in _reads(item))
+        last_read.update((atom.name, len(graph.body)) for atom in graph.outputs
+                         if hasattr(atom, "name"))
         self.steps, loops, pending, guards = [], {}, [], 0
         guard_offset = 0
 
-        def flush():
+        def flush(end):
             nonlocal pending, guard_offset
             if any(isinstance(item, (Eqn, Guard)) for item in pending):
                 number = len(self.steps)
-                self.steps.append(_Segment(graph, pending, uses, guard_offset,
+                read_later = {read for read, position in last_read.items() if position >= end}
+                self.steps.append(_Segment(graph, pending, read_later, guard_offset,
                                            f"{name}_segment{number}", build))
                 guard_offset = guards
             pending = []
 
-        for item in graph.body:
+        for position, item in enumerate(graph.body):
             if isinstance(item, Eqn) and item.prim is loop_p:
                 key = _loop_key(item)
                 if key not in loops:
-                    flush()
+                    flush(position)
                     loops[key] = _Loop(graph, item, uses, f"{name}_loop{len(loops)}", build)
                     self.steps.append(loops[key])
                 loops[key].results[item.params_dict["output"]] = item.out.name
@@ -522,7 +530,7 @@ class NativeLoopProgram(LoopProgram):
             if isinstance(item, Guard):
                 guards += 1
             pending.append(item)
-        flush()
+        flush(len(graph.body))
         self.bindings = _input_bindings(graph)
         self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
         self.constants = {var.name: constant.data for var, constant in graph.constants}

@@ -37,6 +37,11 @@ reduction summed over. The branch threshold sits between condition values that d
 clearly, and a compiled condition that disagreed would take a side exit (eager), not a
 wrong path.
 
+Loop programs (``loop_programs``, ``LoopProgram``) put a generated body inside
+``for t in range(x0.shape[0])``: reads at ``x0[t]`` and ``x0[t - 1]`` (wrapping at t = 0),
+a carried value ``c``, an accumulation ``acc = acc + np.sum(v)`` and a write ``buf[t] = v``,
+over trip counts 0..31 in several buckets; most of them must be captured as loop nodes.
+
 CI runs a fixed set of examples (derandomized); ``pytest --fuzz N`` or ``TRACEJIT_FUZZ=N``
 runs N random ones. ``TRACEJIT_FUZZ_REPRO=path`` keeps a standalone script of the example
 being run at ``path`` (for a crash that takes the test process down).
@@ -59,6 +64,8 @@ from hypothesis import strategies as st
 
 from runtime import jit
 from runtime.testing import CompiledMismatch, assert_compiled_matches_eager
+from tracer.ops.control import loop_p
+from tracer.tracing import trace
 
 CI_EXAMPLES = 60
 DTYPES = [np.dtype(name) for name in ("f4", "f8", "i4", "i8", "?")]
@@ -468,6 +475,150 @@ def test_random_programs_match_eager(request, differential_tally):
     assert coverage["programs"] >= (fuzz or CI_EXAMPLES) // 2, coverage
     assert coverage["both branches"] >= coverage["programs"] // 4, coverage
     assert set(DTYPES) <= coverage["dtypes"], coverage
+
+
+# --- loop programs: a generated body inside ``for t in range(T)`` --------------------------
+LOOP_CI_EXAMPLES = 8
+LOOP_TRIPS = (0, 1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31)
+LOOP_SIZES = (1, 2, 3, 5)
+
+
+@dataclass
+class LoopProgram:
+    """``render()`` gives::
+
+        def program(x0, x1):
+            c = np.zeros(x0.shape[1:], dtype=np.float64)
+            acc = 0.0
+            buf = np.zeros(x0.shape, dtype=np.int32)
+            for t in range(x0.shape[0]):
+                xt = x0[t]
+                xp = x0[t - 1]
+                v4 = np.maximum(xt, x1)
+                v5 = v4 // 2
+                c = np.tanh(v5 + c * 0.5).astype(np.float64)
+                acc = acc + np.sum(v4)
+                buf[t] = v5
+            return c, acc, buf,
+
+    ``xp`` reads the row before (at t = 0 NumPy wraps to the last row); ``c`` is carried
+    (tanh keeps it bounded, so rounding does not grow with T), ``acc`` accumulates and
+    ``buf`` is written at the index."""
+
+    steps: list  # (name, expression) inside the body
+    carried_from: str  # the step whose value updates c
+    summed: str  # the step whose sum accumulates
+    written: str  # the step written into buf[t]
+    carried_dtype: str
+    buffer_dtype: str
+    source: str = ""
+
+    def render(self):
+        lines = [
+            "def program(x0, x1):",
+            f"    c = np.zeros(x0.shape[1:], dtype=np.{self.carried_dtype})",
+            "    acc = 0.0",
+            f"    buf = np.zeros(x0.shape, dtype=np.{self.buffer_dtype})",
+            "    for t in range(x0.shape[0]):",
+            "        xt = x0[t]",
+            "        xp = x0[t - 1]",
+        ]
+        lines += [f"        {name} = {expression}" for name, expression in self.steps]
+        lines += [
+            f"        c = np.tanh({self.carried_from} + c * 0.5).astype(np.{self.carried_dtype})",
+            f"        acc = acc + np.sum({self.summed})",
+            f"        buf[t] = {self.written}",
+            "    return c, acc, buf,",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+@st.composite
+def loop_programs(draw):
+    """A loop program, its argument sets (trip counts from ``LOOP_TRIPS``, the first one
+    at least 3 so the loop is captured) and tolerances."""
+    rank = draw(st.integers(1, 2))  # of one row x0[t]
+    x0_dtype = draw(st.sampled_from([np.dtype("f4"), np.dtype("f8"), np.dtype("i4")]))
+    x1_dtype = draw(st.sampled_from(DTYPES))
+    x1_pattern = tuple(dim if draw(st.booleans()) else None
+                       for dim in range(1 + rank - draw(st.integers(0, rank)), rank + 1))
+    specs = [(x0_dtype, tuple(range(rank + 1)), "C"), (x1_dtype, x1_pattern, "C")]
+    row_sizes = [draw(st.sampled_from(LOOP_SIZES)) for _ in range(rank)]
+    seed = draw(st.integers(0, 2**32 - 1))
+    first_trips = draw(st.sampled_from([t for t in LOOP_TRIPS if t >= 3]))
+    probe = make_arguments(specs, [first_trips] + row_sizes, seed, special=False)
+    row_shape = probe[0].shape[1:]
+    values = [Value("xt", probe[0][0], True), Value("xp", probe[0][-1], True),
+              Value("x1", np.asarray(probe[1]), True)]
+    steps = []
+    for _ in range(draw(st.integers(1, 4))):
+        drawn = draw(expressions(values, POINTWISE))
+        if drawn is None:
+            continue
+        expression, value = drawn
+        value.name = f"v{len(values) + 1}"
+        steps.append((value.name, expression))
+        values.append(value)
+    rows = [value for value in values if value.array.shape == row_shape]
+    carried_from = draw(st.sampled_from(rows)).name
+    summed = draw(st.sampled_from(values)).name
+    written = draw(st.sampled_from(rows))
+    program = LoopProgram(steps, carried_from, summed, written.name,
+                          draw(st.sampled_from(["float32", "float64"])),
+                          written.array.dtype.name)
+    program.source = program.render()
+
+    arg_sets = [probe]
+    for number in range(draw(st.integers(1, 3))):
+        trips = draw(st.sampled_from(LOOP_TRIPS))
+        sizes = [trips] + [draw(st.sampled_from(LOOP_SIZES)) for _ in range(rank)]
+        arg_sets.append(make_arguments(specs, sizes, seed + number + 1,
+                                       special=draw(st.booleans())))
+    function = compile_program(program.source)
+    kept, outputs = [], []
+    for arguments in arg_sets:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                outputs.extend(np.asarray(leaf) for leaf in function(*arguments))
+            except (TypeError, ValueError, IndexError):
+                continue  # x1 that does not broadcast against this set's rows
+        kept.append(arguments)
+    every_value = outputs + [np.asarray(value.array) for value in values]
+    tolerance = tolerances(every_value, kept)
+    longest = max([arguments[0].shape[0] for arguments in kept] + [1])
+    tolerance["atol"] *= longest  # the sum over T steps, added in another order
+    return program, kept, tolerance
+
+
+def test_random_loop_programs_match_eager(request, differential_tally):
+    """Generated loop bodies, eager vs compiled over trip counts 0..31 (several buckets)."""
+    fuzz = fuzz_examples(request.config)
+    captured = {"programs": 0, "captured": 0}
+
+    @settings(max_examples=fuzz or LOOP_CI_EXAMPLES, deadline=None, derandomize=not fuzz,
+              database=None if not fuzz else settings.default.database,
+              suppress_health_check=list(HealthCheck))
+    @given(loop_programs(), st.sampled_from(["auto", True]))
+    def check(drawn, dynamic):
+        program, arg_sets, tolerance = drawn
+        if not arg_sets:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            summary = check_program(program, arg_sets, tolerance, dynamic)
+        differential_tally.record("random loop programs", program.source, summary)
+        captured["programs"] += 1
+        with np.errstate(all="ignore"):
+            traced = trace(compile_program(program.source), *arg_sets[0], dynamic=True)
+        captured["captured"] += any(eqn.prim is loop_p for eqn in traced.graph.equations)
+
+    check()
+    print(f"random loop programs: {captured['programs']} compared, {captured['captured']} "
+          "with the loop captured")
+    # The generator is under test too: most of its loops must be captured, or the
+    # comparison says nothing about loop capture.
+    assert captured["captured"] >= captured["programs"] // 2, captured
 
 
 # --- a fixed bug: 0-d results keep NumPy's type (0-d array or scalar) ------------------------

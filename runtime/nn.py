@@ -16,7 +16,9 @@ import math
 
 import numpy as np
 
-from tracer.ops import erf_p, stop_gradient_p
+from tracer.errors import UnsupportedError
+from tracer.numpy_api import arange
+from tracer.ops import erf_p, sliding_window, stop_gradient_p
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -146,3 +148,298 @@ def dropout(x, p, generator, training=True):
         return x
     keep = generator.random(np.shape(x)) >= p
     return x * keep * (1.0 / (1.0 - p))
+
+
+# --- convolution and pooling (NCHW activations, OIHW weights: PyTorch's layouts) --------
+# Every layer below is a composition: zero padding (``np.pad``), strided windows as a view
+# (``tracer.ops.sliding_window``, read as index arithmetic by compiled code) and a matmul
+# or a reduction over the window axes. So the same code runs on ndarrays, on Tensors and
+# under ``jit`` with H and W symbolic per bucket, and the gradients are the primitives'.
+def _pair(value, name):
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(pair) != 2:
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair
+
+
+def _windows(x, kernel, stride, dilation):
+    """``x`` (..., H, W) as windows (..., OH, OW, KH, KW): output position ``(i, j)`` sees
+    ``x[..., i * sh + di * dh, j * sw + dj * dw]``."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    rank = np.ndim(x)
+    span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+    windows = sliding_window(x, (rank - 2, rank - 1), span, (sh, sw))
+    if dh != 1 or dw != 1:  # dilation: every d-th element of the spanning window
+        windows = windows[..., ::dh, ::dw]
+    return windows
+
+
+def _conv_padding(padding, kernel, dilation, stride):
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        if stride != (1, 1):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        # PyTorch's split: the extra element (an even span) goes after.
+        totals = [(k - 1) * d for k, d in zip(kernel, dilation)]
+        return tuple((total // 2, total - total // 2) for total in totals)
+    return tuple((p, p) for p in _pair(padding, "padding"))
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D cross-correlation as ``torch.nn.functional.conv2d``: ``x`` (N, C, H, W),
+    ``weight`` (F, C // groups, KH, KW), ``bias`` (F,); ``padding`` an int, a pair,
+    ``"valid"`` or ``"same"``. Computed as im2col: the windows of the padded input
+    (a view) times the weights as one matmul, the bias added to the matmul's output.
+
+    >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
+    >>> conv2d(x, np.ones((1, 1, 2, 2)), stride=2)[0, 0].tolist()
+    [[10.0, 18.0], [42.0, 50.0]]
+    """
+    if np.ndim(x) != 4 or np.ndim(weight) != 4:
+        raise ValueError(f"conv2d expects x (N, C, H, W) and weight (F, C/groups, KH, KW), "
+                         f"got shapes {np.shape(x)} and {np.shape(weight)}")
+    batch, channels = x.shape[0], x.shape[1]
+    filters, group_channels = weight.shape[0], weight.shape[1]
+    kernel = (weight.shape[2], weight.shape[3])
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    if channels != group_channels * groups or filters % groups:
+        raise ValueError(f"conv2d: {channels} input channels and weight {np.shape(weight)} "
+                         f"do not match groups={groups}")
+    (top, bottom), (left, right) = _conv_padding(padding, kernel, dilation, stride)
+    if top or bottom or left or right:
+        x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    windows = _windows(x, kernel, stride, dilation)  # N, C, OH, OW, KH, KW
+    out_h, out_w = windows.shape[2], windows.shape[3]
+    patch = group_channels * kernel[0] * kernel[1]
+    if groups == 1:
+        # im2col: one row per output position, (C, KH, KW) along it; weights as (K, F).
+        columns = np.reshape(np.transpose(windows, (0, 2, 3, 1, 4, 5)),
+                             (batch * out_h * out_w, patch))
+        out = columns @ np.transpose(np.reshape(weight, (filters, patch)))
+    else:
+        per_group = filters // groups
+        windows = np.reshape(windows, (batch, groups, group_channels, out_h, out_w,
+                                       kernel[0], kernel[1]))
+        columns = np.reshape(np.transpose(windows, (1, 0, 3, 4, 2, 5, 6)),
+                             (groups, batch * out_h * out_w, patch))
+        kernels = np.swapaxes(np.reshape(weight, (groups, per_group, patch)), 1, 2)
+        out = np.reshape(np.transpose(columns @ kernels, (1, 0, 2)),
+                         (batch * out_h * out_w, filters))
+    if bias is not None:
+        out = out + bias
+    return np.transpose(np.reshape(out, (batch, out_h, out_w, filters)), (0, 3, 1, 2))
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D cross-correlation as ``torch.nn.functional.conv1d``: ``x`` (N, C, L), ``weight``
+    (F, C // groups, K); ``conv2d`` over a height of one.
+
+    >>> conv1d(np.arange(5.0).reshape(1, 1, 5), np.ones((1, 1, 2)))[0, 0].tolist()
+    [1.0, 3.0, 5.0, 7.0]
+    """
+    if np.ndim(x) != 3 or np.ndim(weight) != 3:
+        raise ValueError(f"conv1d expects x (N, C, L) and weight (F, C/groups, K), got "
+                         f"shapes {np.shape(x)} and {np.shape(weight)}")
+    if isinstance(padding, str):
+        padding2d = padding
+    else:
+        padding2d = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
+    first = lambda value: value[0] if isinstance(value, (tuple, list)) else value  # noqa: E731
+    out = conv2d(np.expand_dims(x, 2), np.expand_dims(weight, 2), bias,
+                 stride=(1, first(stride)), padding=padding2d,
+                 dilation=(1, first(dilation)), groups=groups)
+    return np.squeeze(out, axis=2)
+
+
+def _pool_arguments(kernel_size, stride, padding, dilation, ceil_mode, name):
+    if ceil_mode:
+        raise UnsupportedError(f"{name}(ceil_mode=True) is not supported; pad explicitly")
+    kernel = _pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None or stride == () else _pair(stride, "stride")
+    padding = _pair(padding, "padding")
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{name}: pad should be at most half of effective kernel size, "
+                         f"got padding={padding} and kernel_size={kernel}")
+    return kernel, stride, padding, _pair(dilation, "dilation")
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max pooling over (..., H, W) as ``torch.nn.functional.max_pool2d`` (the padding is
+    -inf; ``stride`` defaults to the kernel size). Tied maxima share the gradient equally
+    (PyTorch gives it all to one of them).
+
+    >>> max_pool2d(np.arange(16.0).reshape(1, 1, 4, 4), 2)[0, 0].tolist()
+    [[5.0, 7.0], [13.0, 15.0]]
+    """
+    kernel, stride, (ph, pw), dilation = _pool_arguments(kernel_size, stride, padding,
+                                                         dilation, ceil_mode, "max_pool2d")
+    if ph or pw:
+        widths = ((0, 0),) * (np.ndim(x) - 2) + ((ph, ph), (pw, pw))
+        inside = np.pad(np.ones_like(x, dtype=bool), widths)
+        x = np.where(inside, np.pad(x, widths), -np.inf)
+    return np.max(_windows(x, kernel, stride, dilation), axis=(-2, -1))
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """Average pooling over (..., H, W) as ``torch.nn.functional.avg_pool2d``.
+
+    >>> avg_pool2d(np.arange(16.0).reshape(1, 1, 4, 4), 2)[0, 0].tolist()
+    [[2.5, 4.5], [10.5, 12.5]]
+    """
+    kernel, stride, (ph, pw), _ = _pool_arguments(kernel_size, stride, padding, 1,
+                                                  ceil_mode, "avg_pool2d")
+    widths = ((0, 0),) * (np.ndim(x) - 2) + ((ph, ph), (pw, pw))
+    padded = np.pad(x, widths) if ph or pw else x
+    total = np.sum(_windows(padded, kernel, stride, (1, 1)), axis=(-2, -1))
+    if divisor_override is not None:
+        return total / divisor_override
+    if count_include_pad or not (ph or pw):
+        return total / (kernel[0] * kernel[1])
+    counted = np.pad(np.ones_like(x), widths)
+    return total / np.sum(_windows(counted, kernel, stride, (1, 1)), axis=(-2, -1))
+
+
+def _averaging_matrix(size, out_size, like):
+    """(out_size, size): row i averages ``[floor(i * size / out), ceil((i + 1) * size / out))``,
+    PyTorch's adaptive pooling regions; ``size`` may be symbolic."""
+    rows = np.expand_dims(arange(out_size, like=like), 1)
+    start = (rows * size) // out_size
+    end = ((rows + 1) * size + out_size - 1) // out_size
+    cols = np.expand_dims(arange(size, like=like), 0)
+    inside = (cols >= start) & (cols < end)
+    return np.where(inside, 1.0 / (end - start), 0.0).astype(like.dtype)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """Average pooling to a fixed (OH, OW) from any (H, W), as
+    ``torch.nn.functional.adaptive_avg_pool2d``: a conv stack ending in it and a linear
+    layer accepts every image size (H and W stay symbolic under ``jit``). ``None`` in
+    ``output_size`` keeps that dim.
+
+    >>> adaptive_avg_pool2d(np.arange(12.0).reshape(1, 1, 3, 4), (1, 2))[0, 0].tolist()
+    [[4.5, 6.5]]
+    """
+    out_h, out_w = _pair(output_size, "output_size")
+    height, width = x.shape[-2], x.shape[-1]
+    out_h = height if out_h is None else out_h
+    out_w = width if out_w is None else out_w
+    if isinstance(out_h, int) and isinstance(out_w, int) and out_h == out_w == 1:
+        return np.mean(x, axis=(-2, -1), keepdims=True)
+    # Separable: rows averaged by one matrix, columns by another (two matmuls).
+    rows = _averaging_matrix(height, out_h, x)
+    cols = _averaging_matrix(width, out_w, x)
+    return rows @ x @ np.transpose(cols)
+
+
+def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+               training=False, momentum=0.1, eps=1e-5):
+    """Batch normalization over every axis but 1 (channels), as
+    ``torch.nn.functional.batch_norm``, without mutation: in training mode it returns
+    ``(out, new_running_mean, new_running_var)`` (the running variance updated with the
+    unbiased batch variance; ``None`` where no running statistics were given); in eval
+    mode it normalizes with the running statistics and returns ``out``.
+
+    >>> x = np.array([[1.0, 2.0], [3.0, 6.0]])
+    >>> out, mean, var = batch_norm(x, np.zeros(2), np.ones(2), training=True)
+    >>> out.round(3).tolist(), mean.round(3).tolist(), var.round(3).tolist()
+    ([[-1.0, -1.0], [1.0, 1.0]], [0.2, 0.4], [1.1, 1.7])
+    """
+    axes = (0,) + tuple(range(2, np.ndim(x)))
+    shape = (1, x.shape[1]) + (1,) * (np.ndim(x) - 2)
+    if training:
+        mean = np.mean(x, axis=axes, keepdims=True)
+        centered = x - mean
+        variance = np.mean(centered * centered, axis=axes, keepdims=True)
+        out = centered / np.sqrt(variance + eps)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm in eval mode needs running_mean and running_var")
+        out = (x - np.reshape(running_mean, shape)) / np.sqrt(np.reshape(running_var, shape)
+                                                              + eps)
+    if weight is not None:
+        out = out * np.reshape(weight, shape)
+    if bias is not None:
+        out = out + np.reshape(bias, shape)
+    if not training:
+        return out
+    if running_mean is None or running_var is None:
+        return out, None, None
+    count = 1
+    for axis in axes:
+        count = count * x.shape[axis]
+    # Running statistics are state, not part of the differentiated computation.
+    batch_mean = stop_gradient_p(np.reshape(mean, (x.shape[1],)))
+    unbiased = stop_gradient_p(np.reshape(variance, (x.shape[1],))) * (count / (count - 1))
+    new_mean = (1 - momentum) * running_mean + momentum * batch_mean
+    new_var = (1 - momentum) * running_var + momentum * unbiased
+    return out, new_mean, new_var
+
+
+def embedding(indices, weight, padding_idx=None):
+    """Rows of ``weight`` (num_embeddings, dim) at integer ``indices`` (any shape), as
+    ``torch.nn.functional.embedding``; the ``padding_idx`` row gets no gradient.
+
+    >>> embedding(np.array([[2, 0]]), np.arange(6.0).reshape(3, 2)).tolist()
+    [[[4.0, 5.0], [0.0, 1.0]]]
+    """
+    rows = np.take(weight, indices, axis=0)
+    if padding_idx is None:
+        return rows
+    if padding_idx < 0:
+        padding_idx += weight.shape[0]
+    padded = np.expand_dims(indices == padding_idx, -1)
+    return np.where(padded, stop_gradient_p(rows), rows)
+
+
+def pad(x, pad, mode="constant", value=0.0):  # noqa: A002 - PyTorch's names
+    """``torch.nn.functional.pad``: ``pad`` holds (before, after) pairs from the last axis
+    backwards; ``mode`` is ``"constant"`` (with ``value``), ``"replicate"`` or
+    ``"reflect"``; negative widths crop.
+
+    >>> pad(np.array([[1.0, 2.0]]), (1, 2), value=9.0).tolist()
+    [[9.0, 1.0, 2.0, 9.0, 9.0]]
+    >>> pad(np.array([[1.0, 2.0, 3.0]]), (2, 1), mode="reflect").tolist()
+    [[3.0, 2.0, 1.0, 2.0, 3.0, 2.0]]
+    """
+    if len(pad) % 2 or len(pad) // 2 > np.ndim(x):
+        raise ValueError(f"pad: {len(pad)} widths for an array of {np.ndim(x)} dimensions")
+    for position in range(len(pad) // 2):
+        axis = np.ndim(x) - 1 - position
+        before, after = pad[2 * position], pad[2 * position + 1]
+        x = _pad_axis(x, axis, before, after, mode, value)
+    return x
+
+
+def _pad_axis(x, axis, before, after, mode, value):
+    if before < 0 or after < 0:  # cropping
+        kept = slice(max(-before, 0), x.shape[axis] - max(-after, 0))
+        x = x[(slice(None),) * axis + (kept,)]
+        before, after = max(before, 0), max(after, 0)
+    length = x.shape[axis]
+    if not before and not after:
+        return x
+    if mode == "constant":
+        widths = [(0, 0)] * np.ndim(x)
+        widths[axis] = (before, after)
+        padded = np.pad(x, widths)
+        if value == 0:
+            return padded
+        inside = np.pad(np.ones_like(x, dtype=bool), widths)
+        return np.where(inside, padded, np.asarray(value, dtype=x.dtype))
+    # Index arithmetic over iota (tracer.numpy_api.arange): the length stays symbolic.
+    positions = arange(length + before + after, like=x) - before
+    if mode == "replicate":
+        index = np.clip(positions, 0, length - 1)
+    elif mode == "reflect":
+        if before >= length or after >= length:
+            raise ValueError(f"pad: reflect padding of {max(before, after)} needs a dim "
+                             f"longer than that, got {length}")
+        period = 2 * (length - 1)
+        folded = np.abs(positions) % period
+        index = np.where(folded >= length, period - folded, folded)
+    else:
+        raise ValueError(f"pad: mode must be 'constant', 'replicate' or 'reflect', not "
+                         f"{mode!r}")
+    return np.take(x, index, axis=axis)

@@ -15,6 +15,8 @@ afterwards) with eager NumPy at the per-dtype tolerances of ``runtime.testing``.
 
 * the number of compiles: one per bucket when the loop is captured (a trip count must
   never be a reason to compile again), checked over a whole bucket of lengths too;
+* gradients through captured loops (a carried loss, a buffer written at the index, ``loss
+  +=``) against eager autograd, one variant with gradients for every length of a bucket;
 * odd inputs: batch 1, prime sizes, non-contiguous views, NaN and Inf in the data;
 * ``explain()`` names the file:line of a loop that stays unrolled and why.
 
@@ -382,6 +384,48 @@ def test_every_length_of_a_bucket_shares_one_compile(name):
     stats = jitted.stats()
     assert stats["compiles"] == 1, jitted.explain()
     assert stats["compiled_calls"] == 2 * len(lengths) - 1, stats
+
+
+# --- gradients through captured loops -------------------------------------------------------
+def rnn_loss(x, h0, Wx, Wh, b):
+    """A loss carried through the time loop with the hidden state."""
+    h = h0
+    loss = 0.0
+    for t in range(x.shape[1]):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        loss = loss + np.sum(h * h)
+    return loss + np.sum(h)
+
+
+def rnn_buffer_loss(x, h0, Wx, Wh, b):
+    """The hidden states written into a buffer (built from the inputs, so that eager
+    Tensors can write into it) and the loss taken after the loop."""
+    hs = np.zeros_like(x[:, :, :1] * h0[:, None, :])
+    h = h0
+    for t in range(x.shape[1]):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        hs[:, t, :] = h
+    return np.sum(hs * hs)
+
+
+@pytest.mark.parametrize("function", [rnn_loss, rnn_buffer_loss, loss_sum],
+                         ids=lambda function: function.__name__)
+def test_gradients_through_loops_compile_once_per_bucket(function, differential_tally):
+    """Gradients of every float argument against eager autograd, three lengths of one
+    bucket: one variant without gradients and one with, whatever the length."""
+    rng = np.random.default_rng(9)
+    if function is loss_sum:
+        arg_sets = [(rows(trips), rows(1)[0]) for trips in (5, 7, 8)]
+        options = {"buckets": {"x": {0: "pow2"}}}
+    else:
+        weights = _rnn_weights(rng, FEATURES, HIDDEN)
+        arg_sets = [(rng.standard_normal((BATCH, trips, FEATURES)),
+                     rng.standard_normal((BATCH, HIDDEN)), *weights) for trips in (5, 7, 8)]
+        options = {"buckets": {"x": {1: "pow2"}}}
+    summary = assert_compiled_matches_eager(function, *arg_sets, grads=True, cache="memory",
+                                            **options)
+    differential_tally.record("loop models", function.__name__, summary)
+    assert summary["compiles"] == 2, summary
 
 
 # --- odd inputs ---------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Loop capture traces a body on a few iterations and generalizes them into one loop node
 (tracer/loops.py); these are the cases where that generalization could be wrong or crash
 while eager NumPy runs: reads past the end or at ``t - 1`` when t = 0 (NumPy wraps),
-writes that overlap between iterations, carried values that alias an input, buffers that
-are input arguments, zero-trip loops whose values are used after, the loop variable used
+writes that overlap between iterations, carried values that alias an input or are
+updated in place (``h += x[t]``, also after a list appended them), buffers that are input
+arguments (a prefix sum in the caller's array), zero-trip loops whose values are used after, the loop variable used
 after the loop, exceptions raised in the body, a ``range`` shadowed by the user, dtype
 promotion of a carried value, shapes that change between iterations, and the index used
 in Python control flow or non-affine arithmetic (``t // 2``, ``t % 3``, ``min(t, 2)``,
@@ -283,6 +284,61 @@ def index_as_float(x):
     return h
 
 
+# --- in-place updates and aliasing across iterations ---------------------------------------
+def scan_in_place_argument(x):
+    for t in range(1, x.shape[0]):
+        x[t] = x[t] + x[t - 1]  # a prefix sum in the caller's array
+    return x.sum(axis=0)
+
+
+def in_place_carried_argument(x, h0):
+    h = h0
+    for t in range(x.shape[0]):
+        h += x[t]  # h is h0: eager mutates the argument
+    return h
+
+
+def ping_pong(x):
+    a = np.zeros_like(x[0])
+    b = np.ones_like(x[0])
+    for t in range(x.shape[0]):
+        a, b = b, a + x[t]
+    return a, b
+
+
+def append_aliased_state(x):
+    h = x[0] * 0.0
+    states = []
+    for t in range(x.shape[0]):
+        h += x[t]
+        states.append(h)  # the same array every step: NumPy stacks T copies of the last h
+    return np.stack(states)
+
+
+def append_new_states(x):
+    h = x[0] * 0.0
+    states = []
+    for t in range(x.shape[0]):
+        h = h + x[t]
+        states.append(h)
+    return np.stack(states)
+
+
+def dict_state(x):
+    state = {"h": np.zeros_like(x[0]), "n": np.zeros(())}
+    for t in range(x.shape[0]):
+        state["h"] = np.tanh(state["h"] + x[t])
+        state["n"] = state["n"] + 1
+    return state["h"], state["n"]
+
+
+def window_reads(x):
+    out = np.zeros((x.shape[0] - 2, x.shape[1]))
+    for t in range(x.shape[0] - 2):
+        out[t] = x[t:t + 3].max(axis=0)
+    return out
+
+
 # --- the table ------------------------------------------------------------------------------
 def rows(length, salt=0, columns=3, dtype=np.float64):
     rng = np.random.default_rng(100 * salt + length)
@@ -334,6 +390,14 @@ CASES = {
     "list_indexed_by_step": (list_indexed_by_step, lambda n: (
         rows(n), [i % 3 for i in range(n)]), LENGTHS),
     "index_as_float": (index_as_float, single, LENGTHS),
+    "scan_in_place_argument": (scan_in_place_argument, single, LENGTHS),
+    "in_place_carried_argument": (in_place_carried_argument,
+                                  lambda n: (rows(n), rows(1, 1)[0]), LENGTHS),
+    "ping_pong": (ping_pong, single, LENGTHS),
+    "append_aliased_state": (append_aliased_state, single, LENGTHS),
+    "append_new_states": (append_new_states, single, LENGTHS),
+    "dict_state": (dict_state, single, LENGTHS),
+    "window_reads": (window_reads, single, LENGTHS),
 }
 
 # Loops that are not captured (they unroll or run eagerly) by design; the rest must run
@@ -349,8 +413,15 @@ NEVER_COMPILED = {
 }
 
 
+ALIASING = {
+    "append_aliased_state": "h += x[t]; states.append(h): eager appends one array T times "
+                            "(np.stack gives T copies of the last h), the captured loop stacks "
+                            "each step's value (loops='unroll' agrees with NumPy)",
+}
+
+
 def _expected_failures():
-    return {**WRONG, **NEVER_COMPILED}
+    return {**WRONG, **NEVER_COMPILED, **ALIASING}
 
 
 def _call(function, arguments):
@@ -400,7 +471,9 @@ ONE_COMPILE = ("wraps_at_zero", "wraps_buffer_at_zero", "overlapping_writes",
                "read_after_write_in_step", "carried_aliases_input", "writes_into_argument",
                "augmented_into_argument", "write_then_read_whole_buffer", "int_then_float",
                "float_then_f32", "int_array_accumulator", "f32_times_f64_weight",
-               "index_used_after", "traced_bound", "index_as_float")
+               "index_used_after", "traced_bound", "index_as_float",
+               "scan_in_place_argument", "in_place_carried_argument", "ping_pong",
+               "append_new_states", "dict_state", "window_reads")
 RECOMPILES = {
     "index_used_after": "the front end leaves a loop whose index is read after it as a plain "
                         "for (tracer/loops.py rewrite_for), silently: unrolled, each length "
@@ -409,6 +482,8 @@ RECOMPILES = {
                     "unrolls and each trip count compiles",
     "index_as_float": "np.sqrt(t + 1.0): a float computed from the index is refused, the "
                       "loop unrolls and each length compiles",
+    "dict_state": "state['h'] = ... on a dict with string keys in the body: the loop unrolls "
+                  "and each length compiles",
 }
 
 

@@ -80,6 +80,9 @@ class EagerHooks:
     def item_at(self, container, key):
         return container[key]
 
+    def loop_note(self, line, reason):
+        pass
+
     def set_in(self, array, index, value):
         array[index] = value
 

@@ -816,6 +816,12 @@ class Hooks:
             key = int(key)  # Python containers hold int keys: the dim is specialized
         return read_at_index(container, key)  # order[t] in a traced loop body: noted
 
+    def loop_note(self, line, reason):
+        """A loop over range(...) the front end left as written: explain() says why."""
+        from .loops import note_unrolled
+
+        note_unrolled(self.context, f"{sys._getframe(1).f_code.co_filename}:{line}", reason)
+
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
         stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)

@@ -46,7 +46,7 @@ from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
 
-from .dims import SymInt, expr_of, value_of
+from .dims import SymInt, expr_of
 
 
 class Refusal(Exception):

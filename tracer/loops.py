@@ -294,6 +294,12 @@ def _capturable(context, range_function, start, stop, step):
     return None
 
 
+def note_unrolled(context, where, reason):
+    """A loop the front end did not rewrite (a break, the index read after it, ...)."""
+    if context is not None and not getattr(context, "unroll_loops", False):
+        _note(context, where, reason)
+
+
 def _note(context, where, reason):
     notes = getattr(context, "loop_notes", None)
     if notes is None:
@@ -790,6 +796,18 @@ def _literal(atom1, atom2, t1, step, index):
 HOOK = "__tracejit__"
 
 
+def _noted(node, reason):
+    """``node`` as written, after a hook call that notes why it is not captured (for loops
+    over ``range``; other loops are not candidates)."""
+    if reason.startswith("not a loop over range"):
+        return node
+    note = ast.Expr(ast.Call(
+        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop_note",
+                           ctx=ast.Load()),
+        args=[ast.Constant(node.lineno), ast.Constant(reason)], keywords=[]))
+    return [ast.fix_missing_locations(ast.copy_location(note, node)), node]
+
+
 def rewrite_for(rewriter, node):
     """``node`` (an ``ast.For``) with its body rewritten by ``rewriter``, and, when it is a
     loop over ``range`` that may be captured, turned into a ``loop`` hook call."""
@@ -808,8 +826,10 @@ def rewrite_for(rewriter, node):
     finally:
         rewriter.loop_targets = targets
     function_node = getattr(rewriter, "function_node", None)
-    if reason is not None or function_node is None:
+    if function_node is None:
         return node
+    if reason is not None:
+        return _noted(node, reason)
     inside = {id(inner) for inner in ast.walk(node)}
     # Other loops over the same name (a forward and a backward loop over t) rebind it
     # before they read it; so does a loop already rewritten into a body function of t.
@@ -822,7 +842,8 @@ def rewrite_for(rewriter, node):
             inside |= {id(inner) for inner in ast.walk(other)}
     if any(isinstance(n, ast.Name) and n.id == node.target.id and id(n) not in inside
            for n in ast.walk(function_node)):
-        return node  # the index is read after the loop (Python leaves it at the last value)
+        # Python leaves the index at its last value after the loop
+        return _noted(node, f"the index `{node.target.id}` is read after the loop")
     names = loop_variables(node, function_node)
     iterator = node.iter  # __tracejit__.call(<range>, *args) after the rewrite
     if not (isinstance(iterator, ast.Call) and iterator.args):

@@ -463,3 +463,20 @@ def test_index_compared_the_same_way_at_every_step_stays_captured():
     assert loops_in(traced.graph)
     check_trip_counts(after_the_first, lambda rng, T: (rng.standard_normal((T, 3)),),
                       trips=[1, 2, 3, 5, 7, 13, 16, 17])
+
+
+def breaks_early(x):
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        h = np.tanh(h + x[t])
+        if t == 3:
+            break
+    return h
+
+
+def test_loop_left_as_written_is_named_in_explain():
+    f = jitted(breaks_early)
+    x = np.random.default_rng(0).standard_normal((9, 3))
+    assert_same(f(x), breaks_early(x))
+    line = breaks_early.__code__.co_firstlineno + 2
+    assert f"test_loop_bodies.py:{line} unrolled: the body has break" in f.explain()

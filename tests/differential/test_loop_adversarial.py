@@ -4,10 +4,12 @@ Loop capture traces a body on a few iterations and generalizes them into one loo
 (tracer/loops.py); these are the cases where that generalization could be wrong or crash
 while eager NumPy runs: reads past the end or at ``t - 1`` when t = 0 (NumPy wraps),
 writes that overlap between iterations, carried values that alias an input or are
-updated in place (``h += x[t]``, also after a list appended them), buffers that are input
-arguments (a prefix sum in the caller's array), zero-trip loops whose values are used after, the loop variable used
-after the loop, exceptions raised in the body, a ``range`` shadowed by the user, dtype
-promotion of a carried value, shapes that change between iterations, and the index used
+updated in place (``h += x[t]``, also after a list or dict took them), buffers that are
+input arguments (a prefix sum in the caller's array), zero-trip loops whose values are
+used after, the loop variable used after the loop, exceptions raised in the body (at a
+step, or on NaN data), a ``range`` shadowed by the user, dtype promotion of a carried
+value (and in-place casts NumPy refuses), an ``if`` on data at every step, shapes that
+change between iterations, and the index used
 in Python control flow or non-affine arithmetic (``t // 2``, ``t % 3``, ``min(t, 2)``,
 ``if t == 4``, a list indexed by t).
 
@@ -332,6 +334,41 @@ def dict_state(x):
     return state["h"], state["n"]
 
 
+def dict_aliased_state(x):
+    hs = {}
+    h = x[0] * 0.0
+    for t in range(x.shape[0]):
+        h += x[t]
+        hs[t] = h  # the same array under every key, as in the list case
+    return hs[0]
+
+
+def int_accumulator_plus_float(x):
+    acc = np.zeros(x.shape[1], dtype=np.int64)
+    for t in range(x.shape[0]):
+        acc += x[t]  # NumPy refuses: float64 into int64 is not a same_kind cast
+    return acc
+
+
+def raise_on_nan(x):
+    h = np.zeros_like(x[0])
+    for t in range(x.shape[0]):
+        if np.isnan(x[t]).any():
+            raise ValueError("NaN at a step")
+        h = h + x[t]
+    return h
+
+
+def branch_per_step(x):
+    h = np.zeros_like(x[0])
+    for t in range(x.shape[0]):
+        if x[t].sum() > 0:
+            h = h + x[t]
+        else:
+            h = h * 0.5
+    return h
+
+
 def window_reads(x):
     out = np.zeros((x.shape[0] - 2, x.shape[1]))
     for t in range(x.shape[0] - 2):
@@ -398,7 +435,17 @@ CASES = {
     "append_new_states": (append_new_states, single, LENGTHS),
     "dict_state": (dict_state, single, LENGTHS),
     "window_reads": (window_reads, single, LENGTHS),
+    "dict_aliased_state": (dict_aliased_state, single, LENGTHS),
+    "int_accumulator_plus_float": (int_accumulator_plus_float, single, LENGTHS),
+    "raise_on_nan": (raise_on_nan, lambda n: (_with_nan(rows(n), n),), LENGTHS + (9, 12)),
+    "branch_per_step": (branch_per_step, single, LENGTHS),
 }
+
+
+def _with_nan(x, length):
+    if length in (6, 9):  # some calls raise, some do not, in both buckets
+        x[length - 2, 1] = np.nan
+    return x
 
 # Loops that are not captured (they unroll or run eagerly) by design; the rest must run
 # some call compiled.
@@ -417,6 +464,12 @@ ALIASING = {
     "append_aliased_state": "h += x[t]; states.append(h): eager appends one array T times "
                             "(np.stack gives T copies of the last h), the captured loop stacks "
                             "each step's value (loops='unroll' agrees with NumPy)",
+    "dict_aliased_state": "h += x[t]; hs[t] = h: every key holds the same array in NumPy, the "
+                          "captured loop keeps each step's value (loops='unroll' agrees)",
+    "int_accumulator_plus_float": "acc += x[t] with int64 acc and float x: NumPy raises "
+                                  "UFuncTypeError, jit casts silently (not loop-specific: "
+                                  "tracer/tracing.py Tracer._inplace uses astype where NumPy "
+                                  "checks np.can_cast(..., 'same_kind'))",
 }
 
 
@@ -473,7 +526,7 @@ ONE_COMPILE = ("wraps_at_zero", "wraps_buffer_at_zero", "overlapping_writes",
                "float_then_f32", "int_array_accumulator", "f32_times_f64_weight",
                "index_used_after", "traced_bound", "index_as_float",
                "scan_in_place_argument", "in_place_carried_argument", "ping_pong",
-               "append_new_states", "dict_state", "window_reads")
+               "append_new_states", "dict_state", "window_reads", "branch_per_step")
 RECOMPILES = {
     "index_used_after": "the front end leaves a loop whose index is read after it as a plain "
                         "for (tracer/loops.py rewrite_for), silently: unrolled, each length "
@@ -484,6 +537,8 @@ RECOMPILES = {
                       "loop unrolls and each length compiles",
     "dict_state": "state['h'] = ... on a dict with string keys in the body: the loop unrolls "
                   "and each length compiles",
+    "branch_per_step": "an if on traced data in the body: the loop unrolls and each length "
+                       "compiles",
 }
 
 

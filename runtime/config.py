@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-LOG_TOPICS = ("recompiles", "guards", "kernels", "cache")
+LOG_TOPICS = ("recompiles", "guards", "kernels", "cache", "loops")
 
 
 class OptionError(ValueError):
@@ -81,10 +81,9 @@ class Options:
     check: bool = False
     disabled: bool = False
     # "capture" | "unroll": loops over a dynamic range become one loop node, compiled once
-    # per bucket whatever the trip count (segments and the loop body are native code, the
-    # loop itself driven from Python: below NumPy eager for T = 16..1024, behind unrolled
-    # code's ~17-20 us per step - see issue 13 and codegen/loops.py). "unroll" traces every
-    # iteration (one compile per length, fastest per call for short fixed lengths).
+    # per bucket whatever the trip count and run by a native driver (codegen/native_loop.py;
+    # loops with independent iterations become whole-array kernels, tracer/loop_vectorize).
+    # "unroll" traces every iteration (one compile per length).
     loops: str = "capture"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()

@@ -397,6 +397,7 @@ class _Trial:
         context.loop_depth = getattr(context, "loop_depth", 0) + 1
         try:
             returned = tuple(body(LoopIndex(t, notes), *objects))
+            _check_aliasing(carries, objects, returned, self.params)
             outputs = []
             for carry, proxy, value in zip(carries, objects, returned):
                 outputs += carry.leave(proxy, value)
@@ -411,6 +412,28 @@ class _Trial:
             del context.body[mark:]
         self.outputs = outputs
         self.reads = [getattr(proxy, "_reads", None) for proxy in objects]
+
+
+def _check_aliasing(carries, objects, returned, param_vars):
+    """``h += x[t]; hs[t] = h`` (or ``outs.append(h)``): NumPy stores one array that the
+    next step updates in place, so every entry ends up the last value. A container entry
+    that is a carried array the body updates in place refuses capture (unrolled, the trace
+    follows the aliasing)."""
+    updated, position = set(), 0
+    for carry, proxy, value in zip(carries, objects, returned):
+        if isinstance(carry, _ArrayCarry) and value is proxy and (
+            value.ir_var is not param_vars[position]
+        ):
+            updated.add(id(value))
+        position += carry.slot_count
+    if not updated:
+        return
+    for carry, proxy in zip(carries, objects):
+        current = getattr(proxy, "_current", None)
+        leaves = current if isinstance(current, tuple) else (current,)
+        if any(id(leaf) in updated for leaf in leaves):
+            raise Refused(f"`{carry.name}` stores an array the loop updates in place (h += "
+                          "...): NumPy's entries all alias it")
 
 
 def emit_prints(context, prints):

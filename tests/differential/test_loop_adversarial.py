@@ -460,12 +460,9 @@ NEVER_COMPILED = {
 }
 
 
+# append_aliased_state, dict_aliased_state (h += x[t]; hs[t] = h) are fixed: a container
+# entry that the loop updates in place refuses capture (tracer/loops.py _check_aliasing).
 ALIASING = {
-    "append_aliased_state": "h += x[t]; states.append(h): eager appends one array T times "
-                            "(np.stack gives T copies of the last h), the captured loop stacks "
-                            "each step's value (loops='unroll' agrees with NumPy)",
-    "dict_aliased_state": "h += x[t]; hs[t] = h: every key holds the same array in NumPy, the "
-                          "captured loop keeps each step's value (loops='unroll' agrees)",
     "int_accumulator_plus_float": "acc += x[t] with int64 acc and float x: NumPy raises "
                                   "UFuncTypeError, jit casts silently (not loop-specific: "
                                   "tracer/tracing.py Tracer._inplace uses astype where NumPy "

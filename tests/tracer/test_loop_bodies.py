@@ -480,3 +480,18 @@ def test_loop_left_as_written_is_named_in_explain():
     assert_same(f(x), breaks_early(x))
     line = breaks_early.__code__.co_firstlineno + 2
     assert f"test_loop_bodies.py:{line} unrolled: the body has break" in f.explain()
+
+
+def aliased_states(x):
+    h = x[0] * 0.0
+    hs, outs = {}, []
+    for t in range(x.shape[0]):
+        h += x[t]  # in place: NumPy's dict and list hold the same array at every step
+        hs[t] = h
+        outs.append(h)
+    return hs[0], np.stack(outs)
+
+
+def test_entries_updated_in_place_alias_as_in_numpy():
+    check_trip_counts(aliased_states, lambda rng, T: (rng.standard_normal((T, 3)),),
+                      trips=[1, 2, 3, 5, 7])

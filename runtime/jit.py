@@ -701,6 +701,8 @@ def _overlapping(leaves):
 def _raised_by_user_code(error):
     """Whether ``error`` came out of the user's own code rather than tracejit's: the
     innermost frame outside NumPy and the standard library is the user's."""
+    if getattr(error, "__tracejit_user_error__", False):  # tracer.errors.as_numpy_would
+        return True
     frames = list(traceback.walk_tb(error.__traceback__))
     for frame, _ in reversed(frames):
         filename = frame.f_code.co_filename

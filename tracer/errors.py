@@ -13,3 +13,15 @@ class UnsupportedError(TracejitError, TypeError):
 
 class TraceError(TracejitError):
     """A function cannot be traced; the message starts with the user's ``file:line``."""
+
+
+def as_numpy_would(error):
+    """Mark ``error`` as the one NumPy raises for the user's code (``int_array += 0.5``): it
+    is the user's error, not tracejit's, so a jit call runs eagerly (which raises it again)
+    without logging an internal error or giving up on later calls.
+
+    >>> as_numpy_would(ValueError("non-broadcastable output")).__tracejit_user_error__
+    True
+    """
+    error.__tracejit_user_error__ = True
+    return error

@@ -52,6 +52,11 @@ _INPLACE = {
     ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul",
     ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor",
 }
+# The ufunc behind each in-place operator (for NumPy's casting error message).
+_UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+                "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
+                "matmul": "matmul", "and_": "bitwise_and", "or_": "bitwise_or",
+                "xor": "bitwise_xor"}
 
 
 def _refusal(message):
@@ -881,11 +886,18 @@ class Hooks:
 
     def inplace(self, target, value, operation):
         if isinstance(target, np.ndarray) and _is_tracer(value):
-            # NumPy would write into ``target``'s buffer; tracing rebinds the local name.
+            # NumPy writes into ``target``'s buffer: the result must fit its shape and cast
+            # "same_kind" to its dtype (else NumPy's error), and every other name for the
+            # buffer sees the write (set_item's traced copy).
             if id(target) in self.context.implicit_candidates:
                 raise _refusal("in-place update of a global array with a traced value; "
                                "compiled runs would skip it. Return the new array instead")
-            return getattr(operator, operation)(target, value)
+            from .numpy_api import _check_out
+
+            current = self.context.replaced.get(id(target), target)
+            result = getattr(operator, operation)(current, value)
+            _check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
+            return self.set_item(target, Ellipsis, result, False)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
     def _traced_copy(self, array):

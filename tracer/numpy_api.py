@@ -22,7 +22,7 @@ import numpy as np
 from . import ops
 from .abstract import abstractify
 from .einsum import einsum, tensordot
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .indexing import getitem
 from .primitives import bind
 from .scans import argsort, cumsum, sort
@@ -735,11 +735,43 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
     return result if out is None else _write_out(out[0], result, name)
 
 
+def _concrete_shape(value):
+    """The shape in this call: a tracer's real value's (no guard on symbolic dims)."""
+    real = getattr(value, "value", None)
+    if real is not None and hasattr(real, "shape"):
+        return tuple(real.shape)
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(value)
+
+
+def _check_out(target, result, name):
+    """Raise as NumPy does when ``result`` cannot be written into ``out=target``: a shape
+    the target cannot hold, or a dtype that does not cast "same_kind" (``int += float``).
+    The eager run a traced call falls back to then raises the same error."""
+    shape, expected = _concrete_shape(result), _concrete_shape(target)
+    try:
+        fits = shape == expected or np.broadcast_shapes(shape, expected) == expected
+    except ValueError:
+        fits = False
+    if not fits:
+        raise as_numpy_would(ValueError(
+            f"non-broadcastable output operand with shape {expected} doesn't match the "
+            f"broadcast shape {shape}"))
+    source, destination = dtype_of(result), dtype_of(target)
+    if not np.can_cast(source, destination, "same_kind"):
+        try:  # NumPy's own error (a UFuncTypeError), from a 0-d call of the same ufunc
+            getattr(np, name.removeprefix("np."), np.add)(
+                np.zeros((), source), np.zeros((), source), out=np.zeros((), destination))
+        except TypeError as error:
+            raise as_numpy_would(error) from None
+
+
 def _write_out(target, result, name):
     """``ufunc(..., out=target)``: the result written into ``target``, as NumPy does (with
     its dtype). A traced or tracked result written into a plain ndarray goes through the
     trace's buffer writes (so every name for the buffer sees it), or, eagerly, is refused:
     NumPy would keep the values and drop the history."""
+    _check_out(target, result, name)
     if getattr(type(target), "__tracejit_priority__", 0) >= 1:
         target[...] = result
         return target

@@ -31,7 +31,7 @@ from . import pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
 from .array_methods import ArrayMethods
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
-from .errors import TraceError, UnsupportedError
+from .errors import TraceError, UnsupportedError, as_numpy_would
 from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
@@ -143,7 +143,21 @@ class Tracer(ArrayMethods):
 
     def _inplace(self, operation, other):
         result = operation(self, other)
+        # NumPy's in-place rules: the result must fit the array's shape and cast to its
+        # dtype "same_kind" (int += float raises). Raise as NumPy does: the eager run the
+        # call falls back to raises the same error.
+        old_shape, new_shape = np.shape(self.value), np.shape(result.value)
+        if new_shape != old_shape:
+            raise as_numpy_would(ValueError(
+                f"non-broadcastable output operand with shape {old_shape} doesn't match the "
+                f"broadcast shape {new_shape}"))
         if result.dtype != self.dtype:
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                try:  # NumPy's own error (a UFuncTypeError), from a 0-d call
+                    operation(np.zeros((), result.dtype), np.zeros((), result.dtype),
+                              out=np.zeros((), self.dtype))
+                except TypeError as error:
+                    raise as_numpy_would(error) from None
             result = result.astype(self.dtype)
         self._update(result)
         return self

@@ -664,9 +664,9 @@ def test_max_variants_warning_for_a_path_names_the_guard_with_old_and_new_values
 
 
 # --- eager fallback ----------------------------------------------------------------------
-def _uses_cumsum(x):
+def _uses_fft(x):
     y = x + 1
-    return np.cumsum(y) * 2
+    return np.fft.fft(y) * 2
 
 
 def _uses_random(x):
@@ -675,14 +675,14 @@ def _uses_random(x):
 
 
 def test_untraceable_function_runs_eagerly_with_the_reason_in_stats_and_explain():
-    jitted = jit(_uses_cumsum)
+    jitted = jit(_uses_fft)
     for _ in range(3):
         call_both(jitted, np.arange(5.0))
     assert eager_reasons(jitted) == {"untraceable": 3}
-    assert "np.cumsum" in jitted.stats()["eager_reasons"]["untraceable"]
+    assert "np.fft.fft" in jitted.stats()["eager_reasons"]["untraceable"]
     assert jitted.stats()["compiles"] == 0
     text = jitted.explain()
-    assert "np.cumsum" in text and "3 x untraceable" in text
+    assert "np.fft.fft" in text and "3 x untraceable" in text
 
 
 def test_random_numbers_inside_run_eagerly_and_draw_fresh_values():
@@ -694,14 +694,15 @@ def test_random_numbers_inside_run_eagerly_and_draw_fresh_values():
     actual = [jitted(x) for _ in range(3)]
     for got, want in zip(actual, expected):
         np.testing.assert_array_equal(got, want)
-    (reason,) = eager_reasons(jitted)
+    assert set(eager_reasons(jitted)) == {"untraceable"}
+    reason = jitted.stats()["eager_reasons"]["untraceable"]
     assert "random" in reason and "rand" in reason
     assert "random" in jitted.explain()
 
 
-@pytest.mark.parametrize("function, fragment", [(_uses_cumsum, "np.cumsum(y)"),
+@pytest.mark.parametrize("function, fragment", [(_uses_fft, "np.fft.fft(y)"),
                                                 (_uses_random, "np.random.rand")],
-                         ids=["cumsum", "random"])
+                         ids=["fft", "random"])
 def test_fallback_raise_raises_trace_error_naming_the_users_line(function, fragment):
     jitted = jit(function, fallback="raise")
     with pytest.raises(TraceError) as raised:
@@ -715,11 +716,11 @@ def test_fallback_raise_in_a_decorated_function_names_the_users_line():
     @jit(fallback="raise")
     def decorated(x):
         y = x + 1
-        return np.cumsum(y)
+        return np.fft.fft(y)
 
     with pytest.raises(TraceError) as raised:
         decorated(np.arange(3.0))
-    line = _line_of(decorated.__wrapped__, "np.cumsum(y)")
+    line = _line_of(decorated.__wrapped__, "np.fft.fft(y)")
     assert str(raised.value).startswith(f"{__file__}:{line}:")
 
 
@@ -876,7 +877,7 @@ def restore_tracejit_logging():
 
 
 @pytest.mark.parametrize("second, expected", [
-    (np.ones(5), "argument leaf 0 dim 0: 3 -> 5"),
+    (np.ones(5), "x.shape[0]: 3 -> 5"),
     (np.ones(3, np.float32), "dtype float64 -> float32"),
     (np.ones((3, 2)), "rank 1 -> 2"),
 ], ids=["size", "dtype", "rank"])

@@ -634,8 +634,8 @@ def converts_with_asarray(x):
     return np.asarray(x) * 2
 
 
-def uses_cumsum(x):
-    return np.cumsum(x)
+def uses_fft(x):
+    return np.fft.fft(x)
 
 
 def uses_inverse(x):
@@ -658,7 +658,7 @@ REFUSALS = [
      "collected.append(x * 2)", ("collected.append",)),
     ("f-string", formats_traced, lambda: (np.ones(3),), 'f"total={x.sum()}"', ("format",)),
     ("np.asarray", converts_with_asarray, lambda: (np.ones(3),), "np.asarray(x)", ("NumPy",)),
-    ("np.cumsum", uses_cumsum, lambda: (np.ones(3),), "np.cumsum(x)", ("np.cumsum",)),
+    ("np.fft.fft", uses_fft, lambda: (np.ones(3),), "np.fft.fft(x)", ("np.fft.fft",)),
     ("np.linalg.inv", uses_inverse, lambda: (np.eye(3),), "np.linalg.inv(x)",
      ("np.linalg.inv",)),
     ("logging", logs_traced, lambda: (np.ones(3),), "logging.getLogger", ("logging",)),

@@ -1,0 +1,92 @@
+"""In-place updates follow NumPy's rules under jit: a result that does not fit the array's
+shape, or does not cast "same_kind" to its dtype (``int_array += float``), raises NumPy's
+own error, as the eager call does, instead of being broadcast or cast silently."""
+
+import numpy as np
+import pytest
+
+from runtime import jit
+
+
+def _int_buffer_plus_float(x):
+    acc = np.zeros(3, dtype=np.int64)
+    acc += x
+    return acc
+
+
+def _buffer_plus_bigger(x):
+    a = np.zeros(3)
+    a += x
+    return a
+
+
+def _traced_plus_bigger(x):
+    a = x.copy()
+    a += np.ones((2, 3))
+    return a
+
+
+def _traced_int_plus_float(x):
+    a = (x * 0).astype(np.int64)
+    a += x
+    return a
+
+
+def _loop_int_accumulator(x):
+    acc = np.zeros(x.shape[1], dtype=np.int64)
+    for t in range(x.shape[0]):
+        acc += x[t]
+    return acc
+
+
+def _int_buffer_plus_int(x):
+    acc = np.zeros(3, dtype=np.int64)
+    acc += x
+    return acc
+
+
+CASES = [
+    (_int_buffer_plus_float, np.ones(3)),
+    (_buffer_plus_bigger, np.ones((2, 3))),
+    (_traced_plus_bigger, np.ones(3)),
+    (_traced_int_plus_float, np.ones(3)),
+    (_loop_int_accumulator, np.ones((6, 3))),
+]
+
+
+@pytest.mark.parametrize("function, argument", CASES, ids=[f.__name__ for f, _ in CASES])
+def test_invalid_inplace_update_raises_as_numpy_does(function, argument):
+    with pytest.raises((TypeError, ValueError)) as eager:
+        function(argument)
+    jitted = jit(function, cache=False)
+    for _ in range(3):
+        with pytest.raises(type(eager.value)) as compiled:
+            jitted(argument)
+        assert str(compiled.value) == str(eager.value)
+    stats = jitted.stats()
+    assert stats["raised_calls"] == 3 and not stats["eager_calls"], stats
+
+
+def test_valid_inplace_update_with_a_cast_still_compiles():
+    jitted = jit(_int_buffer_plus_int, cache=False)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitted(np.arange(3, dtype=np.int32)), [0, 1, 2])
+    assert jitted.stats()["compiled_calls"] == 2
+
+
+def _alias_sees_the_update(x):
+    acc = np.zeros(3)
+    alias = acc
+    acc += x
+    return alias * 1
+
+
+@pytest.mark.xfail(strict=True, reason="a NumPy buffer written under another local name "
+                   "(alias = acc; acc += x, or b = a; b[0] = v) is replaced by a traced copy "
+                   "for the written name only: reads through the other name see the old "
+                   "values (tracer/frontend.py Hooks.set_item/inplace; local loads are not "
+                   "hooked)")
+def test_an_inplace_update_of_a_buffer_reaches_its_other_names():
+    jitted = jit(_alias_sees_the_update, cache=False)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitted(np.arange(3.0)), [0.0, 1.0, 2.0])

@@ -449,7 +449,10 @@ def _with_nan(x, length):
 
 # Loops that are not captured (they unroll or run eagerly) by design; the rest must run
 # some call compiled.
-EAGER_OK = {"read_next_index"}  # raises on every call, eagerly too
+EAGER_OK = {"read_next_index",  # raises on every call, eagerly too
+            # NumPy refuses float64 into an int64 accumulator (UFuncTypeError); jit raises
+            # the same error (tracer.errors.as_numpy_would), so no call compiles
+            "int_accumulator_plus_float"}
 
 # Fixed (tracer/loop_index.py): the traced iterations' index notes Python control flow and
 # non-affine arithmetic on it, and a Python list read at it, and the loop unrolls.
@@ -462,12 +465,7 @@ NEVER_COMPILED = {
 
 # append_aliased_state, dict_aliased_state (h += x[t]; hs[t] = h) are fixed: a container
 # entry that the loop updates in place refuses capture (tracer/loops.py _check_aliasing).
-ALIASING = {
-    "int_accumulator_plus_float": "acc += x[t] with int64 acc and float x: NumPy raises "
-                                  "UFuncTypeError, jit casts silently (not loop-specific: "
-                                  "tracer/tracing.py Tracer._inplace uses astype where NumPy "
-                                  "checks np.can_cast(..., 'same_kind'))",
-}
+ALIASING = {}
 
 
 def _expected_failures():

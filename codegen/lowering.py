@@ -861,12 +861,18 @@ class KernelBuilder:
             np.dtype(np.float32), np.dtype(np.float64)
         ):
             return None
+        from .schedule import reshaped_buffer
+
+        def buffer_of(var):  # a buffer, or a reshape of one: the same contiguous memory
+            var = reshaped_buffer(var, self.producers, self.schedule.buffers)
+            return var.name if var is not None and var.name in self.schedule.buffers else None
+
         operands = []
         for atom in matmul.inputs:
             if not isinstance(atom, Var) or atom.aval.dtype != matmul.out.aval.dtype:
                 return None
-            if atom.name in self.schedule.buffers:
-                operands.append((atom.name, False))
+            if buffer_of(atom) is not None:
+                operands.append((buffer_of(atom), False))
                 continue
             eqn = self.producers.get(atom.name)
             if eqn is None or eqn.prim.name != "transpose":
@@ -875,11 +881,9 @@ class KernelBuilder:
             rank = len(perm)
             base = eqn.inputs[0]
             if rank < 2 or perm[:-2] != tuple(range(rank - 2)) or perm[-2:] != (
-                rank - 1, rank - 2) or not isinstance(base, Var) or (
-                base.name not in self.schedule.buffers
-            ):
+                rank - 1, rank - 2) or not isinstance(base, Var) or buffer_of(base) is None:
                 return None
-            operands.append((base.name, True))
+            operands.append((buffer_of(base), True))
         return tuple(operands)
 
     def build_matmul(self):

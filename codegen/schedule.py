@@ -114,6 +114,19 @@ def _trivial_reshape(source_shape, target_shape):
     return non_unit(source_shape) == non_unit(target_shape)
 
 
+def reshaped_buffer(var, producers, buffers):
+    """The value a chain of reshapes (possibly empty) starts from, stopping at the first
+    that has a buffer; matmul reads it in place."""
+    while isinstance(var, Var):
+        eqn = producers.get(var.name)
+        if var.name in buffers:
+            return var
+        if eqn is None or eqn.prim.name != "reshape":
+            return var
+        var = eqn.inputs[0]
+    return None
+
+
 def input_view(graph, atom, producers=None):
     """``(input position, [eqns from the input outwards])`` when ``atom`` is a chain of
     NumPy views (``NUMPY_VIEWS``, with static or symbolic parameters) of a graph input,
@@ -237,18 +250,26 @@ class _Scheduler:
             trees[eqn.out.name] = tree
 
     def _readable_by_matmul(self, operand):
-        """Matmul reads buffers, or transposes (of the last two axes) of buffers."""
+        """Matmul reads buffers, reshapes of buffers (the same memory: buffers are
+        contiguous) and transposes (of the last two axes) of either. An im2col matrix is
+        then written once, by the kernel that gathers the windows, not copied again."""
         eqn = self.producers.get(operand.name)
+        base = operand
         if eqn is not None and eqn.prim.name == "transpose":
             perm = eqn.params_dict["perm"]
             rank = len(perm)
             swaps_last_two = perm[:-2] == tuple(range(rank - 2)) and perm[-2:] == (
                 rank - 1, rank - 2)
             base = eqn.inputs[0]
-            if swaps_last_two and rank >= 2 and isinstance(base, Var):
-                if base.name in self.producers:
-                    self.materialize(base)
-                return True
+            if not (swaps_last_two and rank >= 2 and isinstance(base, Var)):
+                return False
+        source = reshaped_buffer(base, self.producers, self.buffers)
+        if source is None:
+            return False
+        if source is not base or base is not operand:
+            if source.name in self.producers:
+                self.materialize(source)
+            return True
         return False
 
     # --- what each root inlines -------------------------------------------------------
@@ -419,9 +440,16 @@ def kernel_reads(scheduler, kernel):
 
 
 def _matmul_inputs_inlined(scheduler, matmul):
-    """Transposes the matmul reads through (their bases are buffers)."""
-    return [atom.name for atom in matmul.inputs
-            if isinstance(atom, Var) and atom.name not in scheduler.buffers]
+    """The transposes and reshapes the matmul reads through, down to their buffers."""
+    names, stack = [], [atom for atom in matmul.inputs if isinstance(atom, Var)]
+    while stack:
+        var = stack.pop()
+        if var.name in scheduler.buffers or var.name in names:
+            continue
+        names.append(var.name)
+        stack.extend(atom for atom in scheduler.producers[var.name].inputs
+                     if isinstance(atom, Var))
+    return names
 
 
 def _plan_workspace(scheduler, kernels):

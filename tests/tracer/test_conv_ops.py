@@ -462,3 +462,20 @@ def test_pooling_matches_torch():
                                                            count_include_pad=False).numpy())
     np.testing.assert_allclose(nn.adaptive_avg_pool2d(x, (4, 3)),
                                torch_functional.adaptive_avg_pool2d(tx, (4, 3)).numpy())
+
+
+def test_conv2d_compiles_to_im2col_once_then_one_gemm():
+    """The windows are gathered into the im2col matrix by one kernel and BLAS reads that
+    buffer (and the weights) in place through the reshapes: no second copy of either."""
+    rng = np.random.default_rng(17)
+    x, w, b = rng.standard_normal((2, 3, 11, 13)), rng.standard_normal((4, 3, 3, 3)), \
+        rng.standard_normal(4)
+
+    def layer(x, w, b):
+        return nn.relu(nn.conv2d(x, w, b, padding=1))
+
+    compiled = jitted(layer)
+    compiled(x, w, b)
+    kernels = compiled.explain().split("kernel(s): ")[1].splitlines()[0].split(", ")
+    assert len(kernels) == 3, kernels
+    assert sum("matmul" in kernel for kernel in kernels) == 1

@@ -137,11 +137,14 @@ def mismatch(spec, leaves, names=None):
     return "the arguments' structure changed"
 
 
-def why_no_variant_matches(variants, leaves, fn=None):
-    return "; ".join(
-        f"variant {number}: "
-        f"{mismatch(variant.spec, leaves, fn and leaf_names(fn, variant.spec.treedef))}"
-        for number, variant in enumerate(variants, 1))
+def why_no_variant_matches(variants, leaves, fn=None, shown=3):
+    """Why each variant refused the call: the first ``shown`` of them, then a count."""
+    reasons = [f"variant {number}: "
+               f"{mismatch(variant.spec, leaves, fn and leaf_names(fn, variant.spec.treedef))}"
+               for number, variant in enumerate(variants[:shown], 1)]
+    if len(variants) > shown:
+        reasons.append(f"and {len(variants) - shown} more variant(s)")
+    return "; ".join(reasons)
 
 
 def explain(function):

@@ -167,3 +167,12 @@ class ArrayMethods:
 
     def dot(self, other):
         return numpy_api.dot(self, other)
+
+    def cumsum(self, axis=None, dtype=None):
+        return numpy_api.cumsum(self, axis=axis, dtype=dtype)
+
+    def argsort(self, axis=-1, kind=None, order=None):
+        return numpy_api.argsort(self, axis=axis, kind=kind, order=order)
+
+    def repeat(self, repeats, axis=None):
+        return numpy_api.repeat(self, repeats, axis=axis)

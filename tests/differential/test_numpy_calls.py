@@ -32,6 +32,29 @@ def attention_scores(q, k):
     return np.einsum("bqd,bkd->bqk", q, k) / np.sqrt(q.shape[-1])
 
 
+def stacked_im2col_conv(x, w):
+    """im2col with np.stack: one shifted slice per kernel offset, stacked, one matmul."""
+    f, c, kh, kw = w.shape
+    out_h, out_w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    patches = np.stack([x[:, :, i:i + out_h, j:j + out_w]
+                        for i in range(kh) for j in range(kw)], axis=2)  # N, C, K, OH, OW
+    columns = patches.reshape(x.shape[0], c * kh * kw, out_h * out_w)
+    out = w.reshape(f, -1) @ columns
+    return out.reshape(x.shape[0], f, out_h, out_w)
+
+
+def broadcast_sum_conv(x, w):
+    """Shift and broadcast-sum: per kernel offset, the slice times the weights, summed."""
+    f, c, kh, kw = w.shape
+    out_h, out_w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    out = 0
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, None, :, i:i + out_h, j:j + out_w]  # N, 1, C, OH, OW
+            out = out + np.sum(patch * w[None, :, :, i, j, None, None], axis=2)
+    return out
+
+
 def top_mean(x):
     """The mean of the three largest scores per row."""
     return np.mean(np.sort(x, axis=-1)[:, -3:], axis=-1)
@@ -58,6 +81,9 @@ CASES = {
                                    True),
     "sliding-window-tensordot-conv": (tensordot_conv,
                                       lambda n: [(1, 2, n, n), (3, 2, 2, 3)], True),
+    "stacked-im2col-conv": (stacked_im2col_conv, lambda n: [(2, 3, n, n), (4, 3, 3, 2)],
+                            True),
+    "broadcast-sum-conv": (broadcast_sum_conv, lambda n: [(1, 2, n, n), (3, 2, 2, 3)], True),
     "tensordot": (lambda a, b: np.tensordot(a, b, axes=([1, 2], [0, 1])),
                   lambda n: [(n, 3, 4), (3, 4, 2)], True),
     "dot-nd": (np.dot, lambda n: [(n, 2, 3), (4, 3, 2)], True),
@@ -76,6 +102,8 @@ CASES = {
     "sort": (lambda a: np.sort(a, axis=0), lambda n: [(n, 3)], True),
     "top-mean": (top_mean, lambda n: [(2, n)], True),
     "argsort": (lambda a: np.argsort(a, axis=-1, kind="stable"), lambda n: [(3, n)], False),
+    "methods": (lambda a: (a.cumsum(axis=0), a.argsort(axis=1, kind="stable"),
+                           a.repeat(2, axis=1)), lambda n: [(n, 3)], False),
     "clip-out": (lambda a: np.clip(a, -0.5, 0.5, out=a), lambda n: [(n, 3)], False),
 }
 
@@ -183,6 +211,32 @@ def test_batched_matmul_with_symbolic_sizes_compiles_for_every_size_of_the_bucke
     jitted = tj.jit(conv_by_shifted_slices, dynamic=True, cache="memory")
     assert_compiled_matches_eager(jitted, *sets)
     assert jitted.stats()["compiles"] == 1 and not jitted.stats()["eager_calls"]
+
+
+def conv_by_shifted_slices_nchw(x, w):
+    """The shifted-slices conv in NCHW: each offset's slice contracted with w[:, :, i, j]."""
+    height, width = x.shape[2] - w.shape[2] + 1, x.shape[3] - w.shape[3] + 1
+    out = 0
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            patch = np.moveaxis(x[:, :, i:i + height, j:j + width], 1, -1)  # N, H, W, C
+            out = out + patch @ w[:, :, i, j].T
+    return np.moveaxis(out, -1, 1)
+
+
+@pytest.mark.parametrize("function", [sliding_conv, tensordot_conv, stacked_im2col_conv,
+                                      broadcast_sum_conv, conv_by_shifted_slices_nchw])
+def test_user_written_convs_over_several_buckets(function):
+    """Each user formulation over three size buckets: one compile per bucket, no eager
+    call, NumPy's values."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3, 3, 3))
+    sizes = [(9, 10), (12, 15), (17, 20), (25, 31), (33, 40), (47, 35)]  # 3 buckets
+    jitted = tj.jit(function, dynamic=True, cache="memory")
+    sets = [(rng.standard_normal((2, 3, h, w_)), w) for h, w_ in sizes]
+    assert_compiled_matches_eager(jitted, *sets, rtol=1e-10, atol=1e-10)
+    stats = jitted.stats()
+    assert stats["compiles"] == 3 and not stats["eager_calls"], jitted.explain()
 
 
 def test_spectral_norm_is_refused_with_the_reason():

@@ -201,7 +201,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                          f"got shapes {np.shape(x)} and {np.shape(weight)}")
     batch, channels = x.shape[0], x.shape[1]
     filters, group_channels = weight.shape[0], weight.shape[1]
-    kernel = (weight.shape[2], weight.shape[3])
+    # Kernel sizes specialize (a model has a few): static windows unroll in the lowering and
+    # the backward spreads each window offset with a fused pad instead of a scatter.
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     if channels != group_channels * groups or filters % groups:
         raise ValueError(f"conv2d: {channels} input channels and weight {np.shape(weight)} "

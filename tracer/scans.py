@@ -10,7 +10,8 @@ symbolic ``n`` per bucket:
 * ``sort``/``argsort`` rank every element by counting the elements that sort before it
   (NaN last, ties by position: NumPy's stable order), then place each element at its
   rank with a select. That is ``O(n^2)`` work and memory per row: right for the short
-  axes model code sorts (top-k of logits, a few scores), wrong for long ones.
+  axes model code sorts (top-k of logits, a few scores), wrong for long ones: axes longer
+  than ``SORT_LIMIT`` (``CUMSUM_LIMIT`` for cumsum) are refused, so jit runs them eagerly.
 
 >>> cumsum(np.array([1, 2, 3])).tolist(), sort(np.array([3.0, np.nan, 1.0])).tolist()
 ([1, 3, 6], [1.0, 3.0, nan])
@@ -25,6 +26,20 @@ from .errors import UnsupportedError
 from .shapes import normalize_axis
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
+
+# The dense compositions build (n, n) matrices per axis of length n (per row, for sort):
+# past these lengths the memory is out of proportion, so the call is refused (under jit:
+# runs eagerly, with this reason). A symbolic length compares as a guard on its bucket.
+CUMSUM_LIMIT = 4096
+SORT_LIMIT = 1024
+
+
+def _check_length(n, limit, name):
+    if n > limit:
+        raise UnsupportedError(
+            f"np.{name} along an axis of {n} elements: tracejit composes it from an (n, n) "
+            f"matrix, which it refuses past n = {limit}; compute it outside the compiled "
+            "function")
 
 
 def _dtype_of(value):
@@ -62,6 +77,7 @@ def cumsum(a, axis=None, dtype=None, out=None):
     if _dtype_of(x) != dtype:
         x = x.astype(dtype)
     n = shape_of(x)[-1]
+    _check_length(n, CUMSUM_LIMIT, "cumsum")
     rows = _positions(n, x, (n, 1))
     cols = _positions(n, x, (1, n))
     upper = rows <= cols  # upper[i, k]: element i is in the k-th running sum
@@ -102,6 +118,7 @@ def _before(x):
 def _placement(x):
     """``placed[..., i, k]``: element ``i`` goes to position ``k`` of the sorted axis."""
     n = shape_of(x)[-1]
+    _check_length(n, SORT_LIMIT, "sort")
     rank = ops.reduce_sum(_before(x), (ndim_of(x),))  # [..., i]
     return ops.reshape(rank, shape_of(rank) + (1,)) == _positions(n, x, (1, n))
 

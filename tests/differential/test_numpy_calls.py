@@ -244,3 +244,13 @@ def test_spectral_norm_is_refused_with_the_reason():
     x = np.random.default_rng(3).standard_normal((3, 3))
     np.testing.assert_allclose(jitted(x), np.linalg.norm(x, 2))
     assert "SVD" in jitted.explain()
+
+
+def test_long_cumsum_and_sort_run_eagerly_with_the_reason():
+    """The dense compositions refuse long axes (an (n, n) matrix); the call runs eagerly
+    and gives NumPy's result."""
+    x = np.random.default_rng(6).standard_normal(5000)
+    for function, word in ((np.cumsum, "cumsum"), (np.sort, "sort")):
+        jitted = tj.jit(function, cache="memory")
+        np.testing.assert_array_equal(jitted(x), function(x))
+        assert f"np.{word} along an axis of 5000 elements" in jitted.explain()

@@ -198,11 +198,36 @@ def _contract_pair(a, a_labels, b, b_labels, keep):
     return ops.reshape(product, batch_dims + left_dims + right_dims), batch + left + right
 
 
+def _is_one(dim):
+    return isinstance(dim, (int, np.integer)) and dim == 1
+
+
+def _broadcast_unit_labels(operands, labels):
+    """A label of size 1 in one operand and n in another broadcasts, as NumPy's einsum
+    does (``"ij,ij->i"`` with shapes (3, 1) and (3, 4))."""
+    sizes = {}
+    for operand, term in zip(operands, labels):
+        for label, dim in zip(term, shape_of(operand)):
+            if _is_one(dim):
+                continue
+            known = sizes.setdefault(label, dim)
+            if isinstance(known, int) and isinstance(dim, int) and known != dim:
+                raise ValueError(f"einsum: operands could not be broadcast together: label "
+                                 f"{label!r} has sizes {known} and {dim}")
+    widened = []
+    for operand, term in zip(operands, labels):
+        shape = tuple(sizes.get(label, dim) if _is_one(dim) else dim
+                      for label, dim in zip(term, shape_of(operand)))
+        widened.append(ops.broadcast_to(operand, shape))
+    return widened
+
+
 def contract(labels, out, operands):
     """The einsum of ``operands`` (labels per operand, as ``parse`` gives) to ``out``."""
     operands, labels = list(operands), [list(term) for term in labels]
     for index, (operand, term) in enumerate(zip(operands, labels)):
         operands[index], labels[index] = _diagonal(operand, term)
+    operands = _broadcast_unit_labels(operands, labels)
     result, result_labels = None, None
     for index, (operand, term) in enumerate(zip(operands, labels)):
         later = {label for other in labels[index + 1:] for label in other}

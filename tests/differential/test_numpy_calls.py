@@ -72,6 +72,8 @@ CASES = {
                                 lambda n: [(n, 3), (3, n)], True),
     "einsum-ellipsis": (lambda a, b: np.einsum("...ij,jk->...ik", a, b),
                         lambda n: [(2, n, 3), (3, 4)], True),
+    "einsum-broadcast-unit": (lambda a, b: np.einsum("ij,ij->i", a, b),
+                              lambda n: [(n, 1), (n, 4)], True),
     "einsum-three": (lambda a, b, c: np.einsum("ij,jk,kl->il", a, b, c),
                      lambda n: [(n, 3), (3, 4), (4, 2)], True),
     "einsum-bilinear": (lambda a, w, b: np.einsum("bi,oij,bj->bo", a, w, b),
@@ -254,3 +256,11 @@ def test_long_cumsum_and_sort_run_eagerly_with_the_reason():
         jitted = tj.jit(function, cache="memory")
         np.testing.assert_array_equal(jitted(x), function(x))
         assert f"np.{word} along an axis of 5000 elements" in jitted.explain()
+
+
+def test_einsum_size_mismatch_raises_like_numpy():
+    a, b = np.ones((3, 2)), np.ones((3, 4))
+    with pytest.raises(ValueError):
+        np.einsum("ij,ij->i", a, b)
+    with pytest.raises(ValueError):
+        np.einsum("ij,ij->i", tj.tensor(a), tj.tensor(b))

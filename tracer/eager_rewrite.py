@@ -53,6 +53,9 @@ class EagerHooks:
     def load(self, value, descriptor):
         return value
 
+    def local(self, value):
+        return value
+
     def call(self, function, *args, **kwargs):
         return self.function_for(function)(*args, **kwargs)
 

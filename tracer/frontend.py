@@ -193,7 +193,9 @@ class _Rewriter(ast.NodeTransformer):
         if node.id in self.scope.parameters or self.scope.is_local(node.id) or (
             node.id in self.scope.assigned
         ):
-            return node
+            # A local may name a NumPy buffer that a write through another name replaced
+            # by its traced copy (b = a; b[0] = v; then a): read the copy.
+            return _hook("local", node, node=node)
         return self._load(node, node)
 
     def visit_Attribute(self, node):
@@ -647,6 +649,14 @@ class Hooks:
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
         self.object_paths = {}  # id(object read from outside) -> (Path, object)
+
+    def local(self, value):
+        """A local variable's value as the trace must see it: a NumPy buffer written
+        through another name is its traced copy (``Hooks.set_item``)."""
+        replaced = self.context.replaced
+        if replaced and type(value) is np.ndarray:
+            return replaced.get(id(value), value)
+        return value
 
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):

@@ -186,10 +186,23 @@ def _appended_names(statements):
     names = set()
     for statement in statements:
         for inner in ast.walk(statement):
-            if (isinstance(inner, ast.Attribute) and inner.attr == "append"
-                    and isinstance(inner.value, ast.Name) and isinstance(inner.ctx, ast.Load)):
-                names.add(inner.value.id)
+            if isinstance(inner, ast.Attribute) and inner.attr == "append" and isinstance(
+                inner.ctx, ast.Load
+            ):
+                name = _local_name(inner.value)
+                if name is not None:
+                    names.add(name)
     return names
+
+
+def _local_name(node):
+    """The name ``node`` reads: ``outs``, also once the front end has rewritten the load
+    to ``__tracejit__.local(outs)``; else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "local" and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == HOOK and len(node.args) == 1):
+        node = node.args[0]
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def loop_variables(node, function_node):

@@ -81,12 +81,46 @@ def _alias_sees_the_update(x):
     return alias * 1
 
 
-@pytest.mark.xfail(strict=True, reason="a NumPy buffer written under another local name "
-                   "(alias = acc; acc += x, or b = a; b[0] = v) is replaced by a traced copy "
-                   "for the written name only: reads through the other name see the old "
-                   "values (tracer/frontend.py Hooks.set_item/inplace; local loads are not "
-                   "hooked)")
 def test_an_inplace_update_of_a_buffer_reaches_its_other_names():
     jitted = jit(_alias_sees_the_update, cache=False)
     for _ in range(3):
         np.testing.assert_array_equal(jitted(np.arange(3.0)), [0.0, 1.0, 2.0])
+
+
+def _write_through_alias(x):
+    a = np.zeros(3)
+    b = a
+    b[0] = x[0]
+    return a * 1
+
+
+def _write_then_read_from_a_tuple(x):
+    out = np.zeros(3)
+    cache = (out, 2)
+    out[1:] = x[1:]
+    return cache[0] + 0
+
+
+def test_a_write_under_one_name_is_seen_through_every_name():
+    for function in (_write_through_alias, _write_then_read_from_a_tuple):
+        jitted = jit(function, cache=False)
+        x = np.arange(1.0, 4.0)
+        for _ in range(3):
+            np.testing.assert_array_equal(jitted(x), function(x))
+
+
+def _fill(buffer, x):
+    buffer[0] = x[0] * 2
+
+
+def _helper_fills_the_callers_buffer(x):
+    out = np.zeros(3)
+    _fill(out, x)
+    return out + 0
+
+
+def test_a_helper_writing_into_the_callers_buffer_is_seen_by_the_caller():
+    jitted = jit(_helper_fills_the_callers_buffer, cache=False)
+    x = np.arange(1.0, 4.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitted(x), _helper_fills_the_callers_buffer(x))

@@ -385,7 +385,7 @@ def test_lower_shows_the_variant_the_arguments_select():
     lowered = jitted.lower(x, w)
     assert "guard" in lowered.ir and "float64" in lowered.entry_guards
     assert lowered.kernels and "define" in lowered.llvm_ir
-    assert lowered.assembly.strip() and "h = h * 2" in lowered.source
+    assert lowered.assembly.strip() and "def model(x, w):" in lowered.source
     assert jitted.stats()["calls"] == 1  # compiled by running the function once
     assert jitted.lower(x, w).ir == lowered.ir and jitted.stats()["calls"] == 1
 

@@ -62,9 +62,22 @@ def reshape(x, shape):
                 f"cannot reshape array of shape {tuple(shape_of(x))} into shape {shape}"
             )
         shape = shape[: unknown[0]] + (total // known,) + shape[unknown[0] + 1 :]
-    if tuple(shape_of(x)) == shape:
+    if _same_dims(tuple(shape_of(x)), shape):
         return x
     return bind(reshape_p, x, shape=shape)
+
+
+def _same_dims(shape, other):
+    """Equal as written (ints, or symbolic dims with the same expression). Not ``==``: on
+    symbolic dims that would guard on their values, and a skipped no-op reshape is not worth
+    a guard (an im2col's ``N*OH*OW == 2`` checked on every call)."""
+    if len(shape) != len(other):
+        return False
+    for dim, another in zip(shape, other):
+        dim, another = getattr(dim, "expr", dim), getattr(another, "expr", another)
+        if type(dim) is not type(another) or dim != another:
+            return False
+    return True
 
 
 # --- transpose -------------------------------------------------------------------------

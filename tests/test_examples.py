@@ -129,3 +129,10 @@ def test_compiled_examples_document_their_command_line(name):
     docstring = source.split('"""')[1]
     assert f"python examples/{name}" in docstring
     assert "--quick" in docstring
+
+
+def test_cnn_any_size_trains_on_eight_sizes_with_one_compile(tmp_path):
+    output = run_example("cnn_any_size.py", "--quick", cache_dir=tmp_path)
+    losses = [float(value) for value in re.findall(r"mean loss ([\d.]+)", output)]
+    assert len(losses) == 2 and losses[1] < losses[0], output
+    search(r"8 image sizes, 1 compile\(s\), \d+ compiled calls, eager calls 0", output)

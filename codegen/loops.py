@@ -10,7 +10,8 @@ t] = h``, found by ``control.inplace_writes``), never the whole buffer. ``_Loop.
 
 1. evaluates start/stop/step, converts the carried and outside values once, checks every
    slice the body reads and every region it writes stays inside its array for the first
-   and last trip (params are affine in the index, so that covers every trip), and copies
+   and last trip (params linear in the index: that covers every trip; a floor division or
+   remainder of it, ``x[t % 3]``, is checked at every trip), and copies
    buffers written in place unless they are fresh arrays of ours;
 2. runs the trips natively when the body program holds a driver (``codegen/native_loop.py``:
    one LLVM function calls the body's kernels per trip, double-buffers the carried values
@@ -47,6 +48,7 @@ import numpy as np
 from tracer.dims import DimExpr
 from tracer.errors import UnsupportedError
 from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
+from tracer.loop_index import linear_in
 from tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed, bind_symbols,
                                 emit, loop_p, print_text, run_body)
 
@@ -225,10 +227,8 @@ class _Write:
         """Per axis ``(base, delta, size)``, or None if a trip writes outside the buffer."""
         axes = []
         for (low, _, _), size, extent in zip(self.config, self.value_shape, buffer_shape):
-            at = [_evaluate(low, {**bindings, index: t}) for t in (0, 1, 2)]
-            base, delta = at[0], at[1] - at[0]
-            if at[2] != base + 2 * delta:
-                raise UnsupportedError("a write region that is not affine in the index")
+            split = linear_in(low, index)  # checked at build: never None here
+            base, delta = (_evaluate(part, bindings) for part in split)
             size = _evaluate(size, bindings)
             for t in (first, last):
                 if base + delta * t < 0 or base + delta * t + size > extent:
@@ -254,6 +254,11 @@ class _Loop:
         self.kept = [p for p in range(self.num_carry) if p not in plan.writes]
         self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
                        for p in sorted(plan.writes)]
+        if any(linear_in(low, self.index) is None for write in self.writes
+               for low, _, _ in write.config):
+            # out[t // 2] = v: the drivers write at base + delta * t (the interpreter runs it)
+            raise UnsupportedError("a write at a region that is not linear in the index "
+                                   "(a floor division or remainder of it)")
         outputs = [body.outputs[p] for p in self.kept]
         # A written value is returned before any reshape to the region's shape (``h`` for
         # ``hs[:, t, :] = h``, not ``h`` reshaped to (N, 1, H)): the same elements in the
@@ -300,6 +305,9 @@ class _Loop:
         self.bounds = [(eqn.prim.name, eqn.params_dict, eqn.inputs[0].aval.shape)
                        for eqn in items if isinstance(eqn, Eqn)
                        and eqn.prim.name in ("slice", "pad")]
+        # x[t % 3]: a param that is not linear in the index is checked at every trip.
+        self.every_trip = any(_nonlinear(value, self.index) for _, params, _ in self.bounds
+                              for value in params.values())
         self.checked = {}  # run-time checks and write regions, per bindings and trips
 
     def _add_driver(self, plan, module, program_symbol):
@@ -338,9 +346,11 @@ class _Loop:
         if key not in self.checked:
             if len(self.checked) > 64:
                 self.checked.clear()
+            trips = range(first, last + self.step, self.step) if self.every_trip else (
+                first, last)
             self.checked[key] = all(_in_bounds(kind, params, shape, {**bindings, self.index: t})
                                     for kind, params, shape in self.bounds
-                                    for t in (first, last))
+                                    for t in trips)
         return self.checked[key]
 
     def run(self, env, bindings, side_exit):
@@ -419,6 +429,12 @@ def _before_reshapes(body, atom):
             break
         source = eqn.inputs[0]
     return atom if getattr(source, "name", None) in inputs else source
+
+
+def _nonlinear(value, index):
+    if isinstance(value, tuple):
+        return any(_nonlinear(item, index) for item in value)
+    return isinstance(value, DimExpr) and linear_in(value, index) is None
 
 
 def _in_bounds(kind, params, shape, bindings):

@@ -425,6 +425,13 @@ class SymInt:
         return self._compare(other, ">=")
 
     def __hash__(self):
+        active = getattr(self.context, "loop_indices", None)
+        if active and not self.expr.symbols().isdisjoint(active):
+            # A loop index being traced (tracer.loop_index): `t in {4}` and `d[t]` on a
+            # plain dict compare hashes first, and hash(i0) is no int's hash, so the
+            # lookup would miss at every trip without asking. Specialized instead (the
+            # capture is refused unless every trip hashes alike).
+            return hash(self.context.specialize(self, "hashed (a set or dict lookup)"))
         return hash(self.expr)
 
     def __bool__(self):
@@ -480,6 +487,18 @@ def decide_by_bounds(difference, op, ranges):
     if not _COMPARE[op](low, 0) and not _COMPARE[op](high, 0):
         return False
     return None
+
+
+def surely(value, op, other):
+    """``value op other`` for every value the symbols' ranges allow, without a guard: for
+    shortcuts that are not a path (``x[start:]`` with ``start == 0`` is ``x``; a slice at
+    ``start`` computes the same), so a dim the ranges leave open takes the general path
+    instead of specializing (a loop index, ``tracer.loop_index``, would refuse capture)."""
+    if isinstance(value, SymInt) or isinstance(other, SymInt):
+        context = value.context if isinstance(value, SymInt) else other.context
+        difference = expr_of(value) - expr_of(other)
+        return decide_by_bounds(difference, op, context.ranges) is True
+    return _COMPARE[op](value, other)
 
 
 def wrap(expr, value, context):

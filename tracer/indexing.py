@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from . import ops
-from .dims import SymInt, value_of
+from .dims import SymInt, surely, value_of
 from .ops import ndim_of, shape_of
 from .shapes import broadcast_shapes, size_of
 
@@ -221,7 +221,7 @@ class IndexPlan:
         self.static = all(type(dim) is int for dim in (*shape, *self.sliced_shape))
         if self.static:  # which steps are no-ops, decided once (cached plans reuse this)
             self.slices = tuple(self.sliced_shape) != tuple(shape) or any(
-                start != 0 for start in self.starts)
+                not surely(start, "==", 0) for start in self.starts)
             self.reshapes = self.new_shape != self.sliced_shape
 
     def result_shape(self):

@@ -379,7 +379,7 @@ def _joint_body(context, plan, body, index, t1, step, bindings):
     second = _replay(context, plan, body, index, t1 + step, first.carried_next, bindings)
     try:
         general, free = _generalize(first.items, second.items, first.params, second.params,
-                                    t1, step, DimExpr.symbol(index))
+                                    index, samples=(t1, step))
     except Refused as refusal:
         raise UnsupportedError(f"reverse mode through a loop: the body's backward is not "
                                f"the same in every iteration ({refusal})") from None

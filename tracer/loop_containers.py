@@ -46,7 +46,7 @@ from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
 
-from .dims import SymInt, expr_of
+from .dims import SymInt, expr_of, value_of
 
 
 class Refusal(Exception):
@@ -62,6 +62,16 @@ def _plain(value):
 
 def _is_index(key):
     return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
+
+
+def _same_dim(a, b):
+    """``a`` and ``b`` (ints or dims) are the same expression (no guard recorded)."""
+    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
+        return False
+    if not (_is_index(a) or isinstance(a, SymInt)) or not (_is_index(b) or isinstance(b, SymInt)):
+        return False
+    difference = _plain(a - b)
+    return isinstance(difference, (int, np.integer)) and difference == 0
 
 
 def _tracer(context, value):
@@ -268,11 +278,11 @@ class ContainerCarry:
         width = len(self.leaves0)
         buffers = proxy._slots[:width]
         for buffer, leaf in zip(buffers, leaves):
-            _write_row(buffer, self.row(proxy._trip), leaf)
+            _write_row(buffer, self.row(proxy._row_trip), leaf)
         window = proxy._slots[width:]
         shifted = (leaves + window)[: width * self.window]
         if self.kind == "dict":
-            self.history[proxy._key] = proxy._current
+            self.history[value_of(proxy._key)] = proxy._current
         else:
             self.history.append(proxy._current)
         return buffers + shifted
@@ -287,9 +297,9 @@ class ContainerCarry:
         for first, second in zip(reads1, reads2):
             if first[0] == second[0] == "current":
                 plan.append(("current", None))
-            elif first[1] == second[1] and first[0] == "at":
+            elif first[0] == second[0] == "at" and first[1] == second[1]:
                 plan.append(("fixed", first[1]))
-            elif first[2] == second[2] and first[2] is not None and first[2] >= 1:
+            elif first[0] == second[0] == "back" and first[2] == second[2]:
                 plan.append(("window", first[2]))
             else:
                 raise Refusal(f"`{self.name}` is read at {first[1]!r} in iteration 1 and at "
@@ -310,12 +320,27 @@ class ContainerCarry:
 
 
 class _InLoop:
-    """What the body sees as a container in a traced iteration."""
+    """What the body sees as a container in a traced iteration. The index ``t`` is a
+    ``SymInt`` (``tracer.loop_index``): ``_row_trip`` is the trip as a dim (where the
+    entry goes in the buffer), ``_trip`` its value in this trial (bookkeeping of what
+    iteration 0 left, keyed by concrete values as the real container is)."""
 
     def __init__(self, carry, t, slots):
         self._carry, self._t, self._slots = carry, t, slots
-        self._trip = (t - carry.first) // carry.step
+        self._row_trip = _plain((t - carry.first) // carry.step)
+        self._trip = (value_of(t) - carry.first) // carry.step
         self._current, self._reads = None, []
+
+    def _distance(self, trip):
+        """How many trips back ``trip`` (a dim of the index or an int) is, as an int, or
+        None when that is not the same at every trip (a fixed entry: an int trip)."""
+        if not isinstance(trip, SymInt):
+            return None
+        distance = _plain(self._row_trip - trip)
+        if not isinstance(distance, int):
+            raise Refusal(f"`{self._carry.name}` is read at a key that is not the loop index "
+                          "plus a constant")
+        return distance
 
     def _refuse(self, what):
         raise Refusal(f"`{self._carry.name}.{what}` inside the loop (captured: reads at a key, "
@@ -328,13 +353,20 @@ class _InLoop:
 
     def _read(self, key, trip, fixed):
         """The entry at ``key`` (its trip ``trip`` or None), by the plan when there is one.
-        ``fixed`` reads the container as iteration 0 left it."""
+        ``fixed`` reads the container as iteration 0 left it. ``key`` and ``trip`` are ints
+        for a fixed entry (``hs[-1]``), dims of the index for a relative one (``hs[t - 1]``,
+        decided exactly: no inference from the two trials' values)."""
         carry = self._carry
-        if trip == self._trip and self._current is not None:
-            record = ("current", key, 0)
+        distance = self._distance(trip)
+        if distance == 0 and self._current is not None:
+            record = ("current", value_of(key), 0)
+        elif distance is not None:
+            if distance <= 0:
+                raise Refusal(f"`{carry.name}` is read at the loop index or after it before "
+                              "the loop writes there")
+            record = ("back", value_of(key), distance)
         else:
-            distance = self._trip - trip if trip is not None and trip < self._trip else None
-            record = ("at", key, distance)
+            record = ("at", key, None)
         number = len(self._reads)
         self._reads.append(record)
         if carry.plan is None:  # discovery: the real value, wherever it is
@@ -346,11 +378,11 @@ class _InLoop:
         kind, expected = carry.plan[number]
         if kind == "current" and record[0] == "current":
             return self._current
-        if kind == "fixed" and record[1] == expected:
+        if kind == "fixed" and record[0] == "at" and record[1] == expected:
             if trip is not None and trip >= 1:
                 raise Refusal(f"`{carry.name}[{key!r}]` is read before the loop writes it")
             return fixed()
-        if kind == "window" and record[2] == expected:
+        if kind == "window" and record[0] == "back" and record[2] == expected:
             width = len(carry.leaves0)
             leaves = self._slots[width * expected: width * (expected + 1)]
             return _rebuild(leaves, carry.arity)
@@ -364,20 +396,26 @@ class _DictInLoop(_InLoop):
         return self._t + self._carry.offset
 
     def __setitem__(self, key, value):
-        if not _is_index(key) or int(key) != self._key:
+        if not _same_dim(key, self._key):
             raise Refusal(f"`{self._carry.name}[{key!r}] = ...` writes a key that is not the "
                           "loop index plus a constant")
         self._current = value
 
     def __getitem__(self, key):
-        if isinstance(key, SymInt) or not _is_index(key):
-            if isinstance(key, SymInt) or not isinstance(key, (str, tuple)):
-                raise Refusal(f"`{self._carry.name}` is read at {key!r} inside the loop")
         carry = self._carry
-        trip = carry.trip_of_key(key) if _is_index(key) else None
+        key = _plain(key)
+        if isinstance(key, SymInt):  # hs[t - 1]: a dim of the index
+            trip = _plain((key - carry.offset - carry.first) // carry.step)
+            concrete = value_of(key)
+        elif _is_index(key):
+            trip, concrete = carry.trip_of_key(key), key
+        elif isinstance(key, (str, tuple)):
+            trip, concrete = None, key
+        else:
+            raise Refusal(f"`{self._carry.name}` is read at {key!r} inside the loop")
 
         def fixed():
-            return carry.history[key]  # KeyError where eager raises it
+            return carry.history[concrete]  # KeyError where eager raises it
 
         return self._read(key, trip, fixed)
 
@@ -391,22 +429,30 @@ class _ListInLoop(_InLoop):
             raise Refusal(f"`{self._carry.name}.append` runs twice in one iteration")
         self._current = value
 
+    def _length(self):
+        """The list's length in this iteration: a dim of the index."""
+        return _plain(len(self._carry.prefix) + self._row_trip
+                      + int(self._current is not None))
+
     def __len__(self):
-        return len(self._carry.prefix) + self._trip + (self._current is not None)
+        import operator
+
+        return operator.index(self._length())  # an int: specialized (refused at capture)
 
     def __getitem__(self, key):
         if not _is_index(key):
             raise Refusal(f"`{self._carry.name}[{key!r}]` inside the loop (captured: reads "
                           "at an int)")
-        length = len(self)
-        position = int(key) + length if key < 0 else int(key)
+        length = self._length()
+        position = _plain(int(key) + length) if key < 0 else int(key)
         if not 0 <= position < length:
             raise IndexError("list index out of range")
         carry = self._carry
-        trip = position - len(carry.prefix)
+        trip = _plain(position - len(carry.prefix))
+        concrete = value_of(position)
 
         def fixed():
-            return carry.history[position]
+            return carry.history[concrete]
 
         return self._read(position, trip, fixed)
 

@@ -1,241 +1,218 @@
-"""The loop index as traced iterations see it (``tracer.loops``).
+"""The loop index while a captured loop's body is traced (``tracer.loops``).
 
-A captured loop's body is traced at two concrete indices and generalized: ints that
-differ between the two recordings are taken as affine in the index. That is only right
-when the body uses the index the affine way - in array indexing and ``t + c``, ``c * t``
-arithmetic. Python code can use it otherwise, and two samples cannot tell::
+Capture traces two iterations of a body and keeps one recording for every trip. The
+index ``t`` is handed to the body as a ``SymInt`` over a fresh symbol (``i0``) whose
+range is every trip the loop can run in the bucket, so what the body computes from it
+stays exact in the IR: ``x[t]`` and ``x[:, :, 2*t:2*t + 3]`` slice at ``DimExpr``s of
+``i0``, ``t // 2`` and ``t % 3`` stay floor divisions and remainders, ``x[t] * (t % 2)``
+multiplies by a traced int. Nothing about the index is inferred from two samples.
 
-    if t == 4: ...          # a branch taken at one step
-    x[t % 3], x[min(t, 2)]  # non-affine arithmetic
-    order[t]                # a Python list read at the index
+Where Python needs a concrete answer about the index, the ``SymInt`` asks its context:
+a comparison the ranges cannot decide (``if t == 4``, ``min(t, 2)``, a bounds check in
+``x[t + 1]``) and a specialization (``tokens[t]`` on a Python list calls ``__index__``,
+``float(t)``) record a shape guard that mentions ``i0``. Such a guard says the trace took
+one path; ``settle_guards`` keeps the capture only when that path is the same at every
+trip:
 
-So the traced iterations get a ``LoopIndex``: an ``int`` that stays one under affine
-arithmetic and notes, with the user's line, every other use from user code: a comparison
-whose answer is not the same over every index the loop will run (``t > 0`` is, for trips
-1..T-1), ``//``, ``%``, ``abs``, ``**``, a float computed from it, a Python container read
-at it. Any note refuses the capture (the loop unrolls, exact). tracejit's own code (index
-normalization, bounds clamping) compares freely: bounds are checked when the loop runs.
+* a guard linear in the index (``c * i0 + a`` against 0, ``a`` and ``c`` free of the
+  index) holds at every trip when it holds at the first and at the last (the trips are
+  the integers between them); each end is decided over the symbols' bucket ranges, and
+  an end the ranges leave open becomes a shape guard of its own (on the dims, checked
+  at entry) when it holds on this call, else the capture is refused;
+* any other guard on the index (``t % 3 == 0``) must be decided by the index's range
+  alone, else the capture is refused.
 
->>> notes = IndexNotes(low=1, high=63)
->>> t = LoopIndex(1, notes)
->>> (t - 1) + 2 * t, t > 0, notes.problems
-(2, True, [])
+A refusal names the user's line that asked (``explain()`` shows it): the loop unrolls
+and stays exact.
+
+>>> from tracer.dims import DimExpr
+>>> i0, s0 = DimExpr.symbol("i0"), DimExpr.symbol("s0")
+>>> linear_in(2 * i0 - s0 + 1, "i0") == (1 - s0, 2)
+True
+>>> linear_in((i0 + 1) // 2, "i0") is None
+True
 """
 
 from __future__ import annotations
 
-import sys
+from .dims import DimExpr, SymInt, decide_by_bounds, expr_of
+from .ir import ShapeGuard
 
-from .locations import is_tracejit, user_location
-
-
-class IndexNotes:
-    """What a pair of traced iterations did with the index: ``problems`` (text with the
-    user's line). ``low``/``high`` bound every index the captured loop runs."""
-
-    def __init__(self, low, high):
-        self.low, self.high = low, high
-        self.problems = []
-
-    def note(self, what):
-        location = user_location(skip=3)
-        at = f" at {location.short}" if location is not None else ""
-        text = f"{what}{at}"
-        if text not in self.problems:
-            self.problems.append(text)
+_NEGATION = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
-def _from_user():
-    """Whether the operation (the first caller outside this module) is user code,
-    or a builtin the user called (``min(t, 2)`` runs inside the front end's call hook)."""
-    frame = sys._getframe(1)
-    while frame.f_code.co_filename == __file__:
-        frame = frame.f_back
-    code = frame.f_code
-    return not is_tracejit(code.co_filename) or (
-        code.co_name == "call" and code.co_filename.endswith("frontend.py"))
+class IndexRefused(Exception):
+    """The body's path depends on the index (``tracer.loops`` turns it into ``Refused``)."""
 
 
-def _plain_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
+def symbols_of(value):
+    return value.symbols() if isinstance(value, DimExpr) else set()
 
 
-class LoopIndex(int):
-    """An int standing for the loop index in a traced iteration (see the module)."""
+def linear_in(expr, index):
+    """``expr == a + c * index`` as ``(a, c)`` with ``a`` and ``c`` free of the index
+    (ints or ``DimExpr``s of other symbols), or None (a floor division, a remainder or a
+    power of the index)."""
+    if not isinstance(expr, DimExpr) or index not in expr.symbols():
+        return expr, 0
+    constant, slope = {}, {}
+    for monomial, coeff in expr.terms:
+        named = [factor for factor in monomial if factor == index]
+        rest = tuple(factor for factor in monomial if factor != index)
+        if any(not isinstance(factor, str) and index in factor.symbols() for factor in rest):
+            return None
+        if len(named) > 1:
+            return None
+        target = slope if named else constant
+        target[rest] = target.get(rest, 0) + coeff
+    return DimExpr.make(constant), DimExpr.make(slope)
 
-    def __new__(cls, value, notes, scale=1, offset=0):
-        index = super().__new__(cls, value)
-        index.notes = notes
-        index.scale, index.offset = scale, offset  # value == scale * t + offset
-        return index
 
-    def _affine(self, value, scale, offset):
-        return LoopIndex(value, self.notes, scale, offset)
+def index_range(context, start, stop, step):
+    """``(low, high)``: the values the index takes at the captured trips (the first trip
+    after the peeled one, ``start + step``, to the last) over every call in the bucket."""
+    if step > 0:
+        low_end, high_end = expr_of(start) + step, expr_of(stop) - 1
+    else:
+        low_end, high_end = expr_of(stop) + 1, expr_of(start) + step
+    low = low_end.bounds(context.ranges)[0] if isinstance(low_end, DimExpr) else low_end
+    high = high_end.bounds(context.ranges)[1] if isinstance(high_end, DimExpr) else high_end
+    return low, max(low, high)
 
-    def _mixed(self, other, result):
-        """``t + v`` for a non-int ``v``: a dim (``t + HH``) or an array stays as it is (the
-        two traced steps generalize what it gives); a float is noted."""
-        if isinstance(other, (float, complex)):
-            return self._other("a float computed from the loop index", result)
-        return result
 
-    def _other(self, what, result):
-        if _from_user():
-            self.notes.note(what)
-        return result
+def trip_ends(start, stop, step):
+    """The first and the last captured trip as dims (the last assumes the range is not
+    empty; with |step| == 1 it is ``stop - step``)."""
+    return expr_of(start) + step, expr_of(stop) - step
 
-    # affine arithmetic stays an index -------------------------------------------------
-    def __add__(self, other):
-        if _plain_int(other) and not isinstance(other, LoopIndex):
-            return self._affine(int(self) + int(other), self.scale, self.offset + int(other))
-        if isinstance(other, LoopIndex):
-            return self._affine(int(self) + int(other), self.scale + other.scale,
-                                self.offset + other.offset)
-        return self._mixed(other, int(self) + other)
 
-    __radd__ = __add__
+class LoopIndex:
+    """The index symbol of one loop being captured: its ``SymInt`` for each trial, and
+    its range in the context while the trials run (``close`` removes it)."""
 
-    def __sub__(self, other):
-        if _plain_int(other) and not isinstance(other, LoopIndex):
-            return self._affine(int(self) - int(other), self.scale, self.offset - int(other))
-        if isinstance(other, LoopIndex):
-            return self._affine(int(self) - int(other), self.scale - other.scale,
-                                self.offset - other.offset)
-        return self._mixed(other, int(self) - other)
+    def __init__(self, context, name, start, stop, step):
+        self.context, self.name, self.step = context, name, step
+        self.expr = DimExpr.symbol(name)
+        self.low, self.high = index_range(context, start, stop, step)
+        if self.low < 0:
+            raise IndexRefused("the loop index can be negative (a range starting below 0)")
+        self.first, self.last = trip_ends(start, stop, step)
+        # Not negative when the captured loop runs at least one trip (else no guard of its
+        # body matters): conditions may assume it.
+        self.span = (self.last - self.first) * step
+        context.ranges[name] = (self.low, self.high)
+        self.active = _active(context)
 
-    def __rsub__(self, other):
-        if _plain_int(other):
-            return self._affine(int(other) - int(self), -self.scale, int(other) - self.offset)
-        return self._mixed(other, other - int(self))
+    def at(self, value):
+        """The index as the body sees it in the trial at trip ``value``."""
+        self.active[self.name] = value
+        return SymInt(self.expr, value, self.context)
 
-    def __mul__(self, other):
-        if _plain_int(other) and not isinstance(other, LoopIndex):
-            factor = int(other)
-            return self._affine(int(self) * factor, self.scale * factor, self.offset * factor)
-        if isinstance(other, LoopIndex):
-            return self._other("the loop index multiplied by itself", int(self) * int(other))
-        return self._mixed(other, int(self) * other)
+    def close(self):
+        self.context.ranges.pop(self.name, None)
+        self.active.pop(self.name, None)
 
-    __rmul__ = __mul__
 
-    def __neg__(self):
-        return self._affine(-int(self), -self.scale, -self.offset)
+def _active(context):
+    """Loop indices of the trials running now, with their values in the running trial
+    (``symbol_values`` binds them: a nested loop's remaining trips run with them)."""
+    active = getattr(context, "loop_indices", None)
+    if active is None:
+        active = context.loop_indices = {}
+    return active
 
-    def __pos__(self):
-        return self
 
-    # anything else is noted ----------------------------------------------------------
-    def __floordiv__(self, other):
-        return self._other("t // k on the loop index", int(self) // other)
+def describe(guard):
+    """Where a guard was asked, for a refusal: the user's line and its source."""
+    location = guard.location
+    if location is None:
+        return "in the body"
+    source = f" `{location.source}`" if location.source else ""
+    return f"at {location.short}{source}"
 
-    def __rfloordiv__(self, other):
-        return self._other("k // t on the loop index", other // int(self))
 
-    def __mod__(self, other):
-        return self._other("t % k on the loop index", int(self) % other)
+def settle_guards(context, since, index):
+    """Check the shape guards recorded since position ``since`` that mention the loop
+    index (see the module docstring): drop those that hold at every trip, replace those
+    that hold when conditions on the dims do by those conditions, raise ``IndexRefused``
+    for the rest."""
+    bindings = context.symbol_values()
+    settled = []
+    for guard in context.shape_guards[since:]:
+        if index.name not in symbols_of(guard.lhs) | symbols_of(guard.rhs):
+            settled.append(guard)
+            continue
+        settled.extend(_settle(context, guard, index, bindings))
+    context.shape_guards[since:] = settled
 
-    def __rmod__(self, other):
-        return self._other("k % t on the loop index", other % int(self))
 
-    def __divmod__(self, other):
-        return self._other("divmod of the loop index", divmod(int(self), other))
+def _settle(context, guard, index, bindings):
+    difference = guard.lhs - guard.rhs
+    op = guard.op if guard.expected else _NEGATION[guard.op]
+    what = guard.reason or f"a comparison with the loop index ({_text(difference, op)})"
+    why = (f"the loop index decides the path {describe(guard)}: {what} is not the same "
+           "at every trip")
+    split = linear_in(difference, index.name)
+    if split is None:
+        if decide_by_bounds(difference, op, context.ranges) is True:
+            return []
+        raise IndexRefused(why)
+    a, c = split
+    ends = [a + c * index.first, a + c * index.last]
+    if op != "!=":
+        return _conditions(context, guard, [(end, op) for end in ends], bindings, why,
+                           index.span)
+    for side in (">", "<"):  # no root between the ends: the same sign at both
+        try:
+            return _conditions(context, guard, [(end, side) for end in ends], bindings, why,
+                               index.span)
+        except IndexRefused:
+            continue
+    raise IndexRefused(why)
 
-    def __truediv__(self, other):
-        return self._other("a float computed from the loop index", int(self) / other)
 
-    def __rtruediv__(self, other):
-        return self._other("a float computed from the loop index", other / int(self))
+def _decide(expr, op, ranges, span):
+    """``expr op 0`` over the ranges, for calls whose captured loop runs a trip (``span >=
+    0``): ``expr < 0`` follows from ``expr + c * span < 0`` (``expr - c * span > 0`` for
+    ``>``), which often cancels the trip count (``2 - T < 0`` when ``T - 3 >= 0``)."""
+    answer = decide_by_bounds(expr, op, ranges)
+    if answer is not None or op in ("==", "!=") or not isinstance(span, DimExpr):
+        return answer
+    sign = 1 if op in ("<", "<=") else -1
+    for c in (1, 2):
+        if decide_by_bounds(expr + sign * c * span, op, ranges) is True:
+            return True
+    return None
 
-    def __pow__(self, other, modulo=None):
-        return self._other("a power of the loop index", pow(int(self), other, modulo))
 
-    def __rpow__(self, other):
-        return self._other("a power of the loop index", pow(other, int(self)))
+def _conditions(context, guard, conditions, bindings, why, span=0):
+    """Shape guards for ``expr op 0`` of each condition the ranges leave open (none for
+    those they decide true); ``IndexRefused`` when one is false, always or on this call."""
+    kept = []
+    for expr, op in conditions:
+        answer = _decide(expr, op, context.ranges, span)
+        if answer is True:
+            continue
+        if answer is False:
+            raise IndexRefused(why)
+        condition = ShapeGuard(expr, op, 0, True, guard.location,
+                               guard.reason or "the loop index at its first or last trip")
+        if not condition.holds(bindings):
+            raise IndexRefused(f"{why} (on this call {expr} is {expr.evaluate(bindings)})")
+        kept.append(condition)
+    return kept
 
-    def __abs__(self):
-        low, high = self._range()
-        if low >= 0:
-            return self
-        return self._other("abs() of the loop index", abs(int(self)))
 
-    def __and__(self, other):
-        return self._other("a bitwise operation on the loop index", int(self) & other)
-
-    __rand__ = __and__
-
-    def __or__(self, other):
-        return self._other("a bitwise operation on the loop index", int(self) | other)
-
-    __ror__ = __or__
-
-    def __xor__(self, other):
-        return self._other("a bitwise operation on the loop index", int(self) ^ other)
-
-    __rxor__ = __xor__
-
-    def __lshift__(self, other):
-        return self._other("a shift of the loop index", int(self) << other)
-
-    def __rshift__(self, other):
-        return self._other("a shift of the loop index", int(self) >> other)
-
-    def __float__(self):
-        return self._other("a float computed from the loop index", float(int(self)))
-
-    # comparisons: fine when every trip gives the same answer ---------------------------
-    def _range(self):
-        """The least and greatest value over every index the loop runs."""
-        ends = (self.scale * self.notes.low + self.offset,
-                self.scale * self.notes.high + self.offset)
-        return min(ends), max(ends)
-
-    def _compare(self, other, op, symbol):
-        value = op(int(self), other)
-        if not _from_user():
-            return value
-        if _plain_int(other) and not isinstance(other, LoopIndex):
-            low, high = self._range()
-            if symbol in ("==", "!="):
-                same = not low <= other <= high or low == high == other
-            else:
-                same = op(low, other) == op(high, other)  # monotonic in the index
-            if same:
-                return value
-        self.notes.note(f"`t {symbol} ...` on the loop index (Python control flow that may "
-                        "change from step to step)")
-        return value
-
-    def __eq__(self, other):
-        return self._compare(other, lambda a, b: a == b, "==")
-
-    def __ne__(self, other):
-        return self._compare(other, lambda a, b: a != b, "!=")
-
-    def __lt__(self, other):
-        return self._compare(other, lambda a, b: a < b, "<")
-
-    def __le__(self, other):
-        return self._compare(other, lambda a, b: a <= b, "<=")
-
-    def __gt__(self, other):
-        return self._compare(other, lambda a, b: a > b, ">")
-
-    def __ge__(self, other):
-        return self._compare(other, lambda a, b: a >= b, ">=")
-
-    def __bool__(self):
-        return bool(self._compare(0, lambda a, b: a != b, "!="))
-
-    __hash__ = int.__hash__
-
-    def __reduce__(self):
-        return (int, (int(self),))
+def _text(difference, op):
+    return f"{difference} {op} 0"
 
 
 def read_at_index(container, key):
-    """``container[key]`` where ``key`` mentions the loop index: a Python list, tuple or
-    dict read at a ``LoopIndex`` is noted (its items would be frozen per step)."""
-    if isinstance(key, LoopIndex) and type(container) in (list, tuple, dict, str):
-        key.notes.note(f"a Python {type(container).__name__} read at the loop index (pass an "
-                       "array to read it at a captured loop's index)")
+    """``container[key]`` for a subscript whose key mentions a loop index (the front end's
+    ``item_at``): a Python list, tuple, dict or str read at the index specializes it (its
+    items would be frozen per trip), which refuses the capture unless every trip reads the
+    same entry."""
+    if isinstance(key, SymInt) and type(container) in (list, tuple, dict, str):
+        key = key.context.specialize(key, f"a Python {type(container).__name__} read at "
+                                          "it (pass an array to read it at the index)")
     return container[key]

@@ -9,12 +9,15 @@ with the body as a nested function of ``(t, *carried)``. At trace time ``run_loo
 
 1. runs iteration 0 as today (recorded unrolled: carried values then have their
    steady shapes and dtypes, e.g. ``loss = 0.0`` has become an array);
-2. traces iterations 1 and 2 on fresh block parameters, with real values, and compares
-   the two recordings equation by equation: ints that differ (slice starts, pad configs,
-   literals) must be affine in the index and become ``DimExpr``s of an index symbol;
-   anything else that differs - a different op, a shape that changes, a guard or
-   print inside the body, a value from iteration 1 read in iteration 2 (``hs[t-1]`` on a
-   dict) - means the loop is unrolled, with the reason logged;
+2. traces iterations 1 and 2 on fresh block parameters, with real values and the index
+   a ``SymInt`` over a fresh index symbol (``tracer.loop_index``: slice starts, pad
+   configs and ints computed from ``t`` are ``DimExpr``s of it, ``t // 2`` included;
+   comparisons and specializations of the index must go the same way at every trip, else
+   the loop is refused), and compares the two recordings equation by equation: they
+   must be equal up to variable names. Anything that differs - a different op, an int
+   computed in Python, a shape that changes, a value from iteration 1 read in iteration
+   2 other than through a carried value - means the loop is unrolled, with the reason
+   logged;
 3. records one ``loop`` equation per carried result over ``range(t1, stop, step)`` and
    runs iterations 3.. through the body's NumPy reference implementation, so the first
    call's results are real.
@@ -37,7 +40,7 @@ import numpy as np
 from .dims import DimExpr, SymInt, expr_of, value_of
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
-from .loop_index import IndexNotes, LoopIndex
+from .loop_index import IndexRefused, LoopIndex, settle_guards
 
 log = logging.getLogger("tracejit.loops")
 
@@ -394,7 +397,7 @@ class _Trial:
     """One traced iteration: block parameters, outputs (flat slots), the recorded items,
     the prints it would have written, and the containers' reads."""
 
-    def __init__(self, context, body, t, carries, slots, notes):
+    def __init__(self, context, body, t, carries, slots):
         from .tracing import Tracer
 
         params = [_fresh(context, value) if isinstance(value, Tracer) else value
@@ -409,7 +412,7 @@ class _Trial:
         self.prints = context.trial_prints = []
         context.loop_depth = getattr(context, "loop_depth", 0) + 1
         try:
-            returned = tuple(body(LoopIndex(t, notes), *objects))
+            returned = tuple(body(t, *objects))
             _check_aliasing(carries, objects, returned, self.params)
             outputs = []
             for carry, proxy, value in zip(carries, objects, returned):
@@ -459,9 +462,10 @@ def emit_prints(context, prints):
         getattr(sys, stream).write(text)
 
 
-def _traced_pair(context, body, t1, step, carries, notes):
-    """Iterations 1 and 2 traced; containers' reads decided (and traced again with their
-    windows when a read reaches back into earlier iterations)."""
+def _traced_pair(context, body, t1, step, carries, index):
+    """Iterations 1 and 2 traced, the index a ``SymInt`` of ``index`` at trips ``t1`` and
+    ``t1 + step``; containers' reads decided (and traced again with their windows when a
+    read reaches back into earlier iterations)."""
     inner_names = context.loop_count
     for attempt in range(2):
         for carry in carries:
@@ -472,12 +476,9 @@ def _traced_pair(context, body, t1, step, carries, notes):
         except Refusal as refusal:
             raise Refused(str(refusal)) from None
         context.loop_count = inner_names  # loops nested in the body: the same index names
-        trial1 = _Trial(context, body, t1, carries, slots, notes)
+        trial1 = _Trial(context, body, index.at(t1), carries, slots)
         context.loop_count = inner_names
-        trial2 = _Trial(context, body, t1 + step, carries, trial1.outputs, notes)
-        if notes.problems:
-            raise Refused("the body uses the loop index in Python, not only in indexing and "
-                          "affine arithmetic: " + "; ".join(notes.problems))
+        trial2 = _Trial(context, body, index.at(t1 + step), carries, trial1.outputs)
         if attempt:
             return slots, trial1, trial2
         again = False
@@ -500,15 +501,6 @@ def _like(final, example):
     if isinstance(example, np.generic):
         return np.asarray(final, dtype=example.dtype)[()]
     return np.asarray(final).item()
-
-
-def _index_notes(context, start, stop, step):
-    """Notes on the index of traced iterations, over every index the loop runs after the
-    peeled one (the bucket's widest range)."""
-    ends = [expr_of(start) + step, expr_of(stop) - step]
-    bounds = [end.bounds(context.ranges) if isinstance(end, DimExpr) else (end, end)
-              for end in ends]
-    return IndexNotes(min(bound[0] for bound in bounds), max(bound[1] for bound in bounds))
 
 
 def _merge_constants(created, trials):
@@ -555,15 +547,26 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
     constants_before = len(context.constants)
-    slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries,
-                                         _index_notes(context, start, stop, step))
-    _merge_constants(context.constants[constants_before:], (trial1, trial2))
-    far = stop if step > 0 else start + 1  # the dim bound the index runs towards
-    _drop_trial_bounds(context, guards_before, expr_of(far))
+    try:
+        index = LoopIndex(context, index_name, start, stop, step)
+    except IndexRefused as refusal:
+        raise Refused(str(refusal)) from None
+    try:
+        slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
+        _merge_constants(context.constants[constants_before:], (trial1, trial2))
+        # Comparisons and specializations of the index: the same at every trip, or refused.
+        settle_guards(context, guards_before, index)
+    except IndexRefused as refusal:
+        del context.shape_guards[guards_before:]  # they mention the index: never entry guards
+        raise Refused(str(refusal)) from None
+    except Refused:
+        del context.shape_guards[guards_before:]
+        raise
+    finally:
+        index.close()
     slot_names = _slot_names(carries)
-    index = DimExpr.symbol(index_name)
     equations, free = _generalize(trial1.recorded, trial2.recorded, trial1.params,
-                                  trial2.params, t1, step, index)
+                                  trial2.params, index_name)
     results = []
     for name, out1, out2, param in zip(slot_names, trial1.outputs, trial2.outputs,
                                        trial1.params):
@@ -574,18 +577,13 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                           f"({param.aval} -> {out1.ir_var.aval})")
         results.append(out1.ir_var)
     free_vars = list(free)
-    ends = [expr_of(start) + step, expr_of(stop) - step]
-    bounds = [end.bounds(context.ranges) if isinstance(end, DimExpr) else (end, end)
-              for end in ends]
-    low = min(bound[0] for bound in bounds)
-    high = max(bound[1] for bound in bounds)
     graph = Graph(
         f"{context.name}_loop_{where.rsplit(':', 1)[-1]}",
         tuple(trial1.params) + tuple(free_vars),
         (),
         tuple(equations.body),
         tuple(results),
-        (Symbol(index_name, min(low, high), max(low, high)),),
+        (Symbol(index_name, index.low, index.high),),
     )
     if getattr(context, "records_gradients", False):
         from .loop_autodiff import refusal  # its reverse must be a loop too
@@ -627,20 +625,14 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     return tuple(returned)
 
 
-def _drop_trial_bounds(context, since, stop):
-    """Forget ``stop > t`` that iterations 1 and 2 asked (``x[:, t]`` with t = 1, 2): the
-    loop only runs trips below ``stop``, and kept, they would send every shorter length in
-    the bucket to a new trace. The same holds for ``stop + c > t`` (a stacked buffer of
-    ``T + 1`` rows, ``hs[-1]`` in row 0, written or read at ``t + 1``). Compiled loops
-    check their slices' bounds at run time (a read outside the array side-exits; the
-    interpreter raises on the shape)."""
-    if not isinstance(stop, DimExpr):
-        return
-    added = context.shape_guards[since:]
-    kept = [guard for guard in added
-            if not (isinstance(guard.lhs - stop, int) and guard.op in (">", ">=")
-                    and isinstance(guard.rhs, int) and guard.expected is True)]
-    context.shape_guards[since:] = kept
+def _affine(value1, value2):
+    """``value1`` at trip ``t1`` and ``value2`` at ``t1 + step`` as affine in the index
+    (``_generalize``'s ``samples``)."""
+    t1, step, symbol = _SAMPLES
+    difference = value2 - value1
+    if not isinstance(difference, int) or difference % step:
+        raise Refused("a parameter changes with the index in a way that is not affine")
+    return value1 + (difference // step) * (DimExpr.symbol(symbol) - t1)
 
 
 class _Generalized:
@@ -648,8 +640,33 @@ class _Generalized:
         self.body, self.renames = [], {}
 
 
-def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
-    """One body for every iteration from the recordings of two, or ``Refused``."""
+def _index_shape(aval, index):
+    return any(isinstance(dim, DimExpr) and index in dim.symbols() for dim in aval.shape)
+
+
+def _generalize(recorded1, recorded2, params1, params2, index, samples=None):
+    """One body for every iteration from the recordings of two, or ``Refused``. The index
+    was symbolic in both (``tracer.loop_index``), so the recordings must be the same up to
+    variable names: params and literals equal (``x[t]`` slices at ``i0`` in both), any int
+    that differs was computed from something other than the index and is refused.
+
+    ``samples=(t1, step)``: the recordings were made at concrete indices ``t1`` and ``t1 +
+    step`` instead, and ints that differ are taken as affine in the index. Only
+    ``tracer.loop_autodiff`` replays a captured body that way (its backward rules run on
+    concrete params); an inference from two samples, kept there until the replay is
+    symbolic too."""
+    global _SAMPLES
+    outer, _SAMPLES = _SAMPLES, None if samples is None else (*samples, index)
+    try:
+        return _generalize_items(recorded1, recorded2, params1, params2, index)
+    finally:
+        _SAMPLES = outer
+
+
+_SAMPLES = None  # (t1, step, index) while tracer.loop_autodiff generalizes replays
+
+
+def _generalize_items(recorded1, recorded2, params1, params2, index):
     result = _Generalized()
     memo = {}  # nested loop bodies generalized once per group of loop equations
     renames = result.renames  # iteration-2 var name -> iteration-1 var
@@ -662,8 +679,7 @@ def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
                       "and 2 (control flow that depends on the index or the data)")
     for item1, item2 in zip(recorded1, recorded2):
         if not isinstance(item1, Eqn) or not isinstance(item2, Eqn):
-            result.body.append(_generalize_check(item1, item2, renames, defined1, free, t1,
-                                                 step, index))
+            result.body.append(_generalize_check(item1, item2, renames, defined1, free))
             continue
         if item1.prim is not item2.prim or len(item1.inputs) != len(item2.inputs):
             raise Refused(f"iteration 2 computes {item2.prim.name} where iteration 1 "
@@ -684,25 +700,29 @@ def _generalize(recorded1, recorded2, params1, params2, t1, step, index):
                                   "hs[t - 1] on a dict or list)")
                 inputs.append(atom1)
             elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
-                inputs.append(_literal(atom1, atom2, t1, step, index))
+                inputs.append(_literal(atom1, atom2, item1.prim.name))
             else:
                 raise Refused(f"{item1.prim.name} mixes a constant and a computed value "
                               "between iterations")
-        params = tuple((key, _param(value1, value2, t1, step, index, memo))
+        params = tuple((key, _param(value1, value2, index, memo,
+                                    f"{item1.prim.name}'s {key}"))
                        for (key, value1), (_, value2) in zip(item1.params, item2.params))
         if item1.out.aval != item2.out.aval:
             raise Refused(f"{item1.prim.name} gives {item1.out.aval} in iteration 1 and "
-                          f"{item2.out.aval} in iteration 2 (a shape that changes with the "
-                          "index)")
+                          f"{item2.out.aval} in iteration 2 (a shape that changes between "
+                          "iterations)")
+        if _index_shape(item1.out.aval, index):
+            raise Refused(f"{item1.prim.name} gives {item1.out.aval}: a shape that changes "
+                          "with the index")
         renames[item2.out.name] = item1.out
         defined1.add(item1.out.name)
         result.body.append(Eqn(item1.prim, tuple(inputs), params, item1.out))
     return result, list(free.values())
 
 
-def _generalize_check(item1, item2, renames, defined1, free, t1, step, index):
+def _generalize_check(item1, item2, renames, defined1, free):
     """A guard (``if`` on traced data) or a print inside the body, the same in iterations 1
-    and 2 up to the index: evaluated at every iteration of the loop."""
+    and 2: evaluated at every iteration of the loop."""
     location = getattr(item1, "location", None)
     at = f" at {location.short}" if location is not None else ""
     if type(item1) is not type(item2) or getattr(item1, "location", None) != getattr(
@@ -714,27 +734,22 @@ def _generalize_check(item1, item2, renames, defined1, free, t1, step, index):
         if item1.convert != item2.convert or item1.expected != item2.expected:
             raise Refused(f"the if{at} goes different ways in iterations 1 and 2 (captured "
                           "loops need one path; the loop is unrolled)")
-        predicate = _match_atom(item1.predicate, item2.predicate, renames, defined1, free, t1,
-                                step, index, f"the if{at}")
+        predicate = _match_atom(item1.predicate, item2.predicate, renames, defined1, free,
+                                f"the if{at}")
         return Guard(predicate, item1.convert, item1.expected, item1.location)
     if isinstance(item1, Effect):
         if item1.kind != item2.kind or len(item1.inputs) != len(item2.inputs):
             raise Refused(f"the print{at} prints different things in iterations 1 and 2")
-        inputs = tuple(_match_atom(atom1, atom2, renames, defined1, free, t1, step, index,
-                                   f"the print{at}")
+        inputs = tuple(_match_atom(atom1, atom2, renames, defined1, free, f"the print{at}")
                        for atom1, atom2 in zip(item1.inputs, item2.inputs))
-        try:
-            params = tuple((key, _param(value1, value2, t1, step, index))
-                           for (key, value1), (_, value2) in zip(item1.params, item2.params))
-        except Refused:
+        if item1.params != item2.params:
             raise Refused(f"the print{at} prints text that changes between iterations (only "
-                          "arrays, dims and the index are printed from a captured loop)"
-                          ) from None
-        return Effect(item1.kind, inputs, params, item1.location)
+                          "arrays, dims and the index are printed from a captured loop)")
+        return Effect(item1.kind, inputs, item1.params, item1.location)
     raise Refused(f"the body holds a {type(item1).__name__}{at}")
 
 
-def _match_atom(atom1, atom2, renames, defined1, free, t1, step, index, what):
+def _match_atom(atom1, atom2, renames, defined1, free, what):
     """The body's atom for ``atom1``/``atom2`` read by ``what`` in iterations 1 and 2."""
     if isinstance(atom1, Var) and isinstance(atom2, Var):
         mapped = renames.get(atom2.name)
@@ -748,37 +763,30 @@ def _match_atom(atom1, atom2, renames, defined1, free, t1, step, index, what):
                           "other than through a loop variable")
         return atom1
     if isinstance(atom1, Literal) and isinstance(atom2, Literal):
-        return _literal(atom1, atom2, t1, step, index)
+        return _literal(atom1, atom2, what)
     raise Refused(f"{what} mixes a constant and a computed value between iterations")
 
 
-def _affine(value1, value2, t1, step, index):
-    difference = value2 - value1
-    if not isinstance(difference, int) or difference % step:
-        raise Refused("a parameter changes with the index in a way that is not affine")
-    return value1 + (difference // step) * (index - t1)
-
-
-def _param(value1, value2, t1, step, index, memo=None):
+def _param(value1, value2, index, memo, what):
     if isinstance(value1, Graph) and isinstance(value2, Graph):
-        return _nested_body(value1, value2, t1, step, index, {} if memo is None else memo)
+        return _nested_body(value1, value2, index, memo)
     if isinstance(value1, tuple) and isinstance(value2, tuple) and len(value1) == len(value2):
-        return tuple(_param(a, b, t1, step, index, memo) for a, b in zip(value1, value2))
+        return tuple(_param(a, b, index, memo, what) for a, b in zip(value1, value2))
     if type(value1) is type(value2) and (value1 == value2) is True:
         return value1
-    integral = (int, DimExpr)
-    if isinstance(value1, integral) and isinstance(value2, integral) and not isinstance(
-        value1, bool
-    ) and not isinstance(value2, bool):
-        return _affine(value1, value2, t1, step, index)
-    raise Refused("a parameter differs between iterations 1 and 2 and is not an index")
+    if _SAMPLES is not None and all(isinstance(value, (int, DimExpr)) and not isinstance(
+            value, bool) for value in (value1, value2)):
+        return _affine(value1, value2)
+    raise Refused(f"{what} is {value1} in iteration 1 and {value2} in iteration 2: a value "
+                  "computed in Python from something other than the index (or from the "
+                  "index through a Python int, float or list)")
 
 
-def _nested_body(graph1, graph2, t1, step, index, memo):
+def _nested_body(graph1, graph2, index, memo):
     """The body of a loop nested in the loop being captured, from its two recordings (one
-    per outer trial): the same equations up to variable names, with ints that may be
-    affine in the OUTER index (``x_pad[:, :, i*s:i*s+HH, j*s:...]`` in a ``j`` loop inside
-    an ``i`` loop). The inner loop's own index has the same name in both recordings
+    per outer trial): the same equations up to variable names (the outer index is the
+    same symbol in both, ``x_pad[:, :, i*s:i*s+HH, j*s:...]`` in a ``j`` loop inside an
+    ``i`` loop). The inner loop's own index has the same name in both recordings
     (``_capture`` numbers the body's loops the same way in both trials)."""
     key = (id(graph1), id(graph2))
     if key in memo:
@@ -795,7 +803,7 @@ def _nested_body(graph1, graph2, t1, step, index, memo):
     if names1 != [symbol.name for symbol in graph2.symbols]:
         raise Refused("nested loops are numbered differently in iterations 1 and 2")
     body, free = _generalize(list(graph1.body), list(graph2.body), graph1.inputs,
-                             graph2.inputs, t1, step, index)
+                             graph2.inputs, index)
     if free:
         raise Refused("a nested loop's body reads a value that is not one of its operands")
     outputs = []
@@ -805,7 +813,7 @@ def _nested_body(graph1, graph2, t1, step, index, memo):
                 raise Refused("a nested loop returns different values in iterations 1 and 2")
             outputs.append(atom1)
         elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
-            outputs.append(_literal(atom1, atom2, t1, step, index))
+            outputs.append(_literal(atom1, atom2, "a nested loop's result"))
         else:
             raise Refused("a nested loop returns a constant in one iteration only")
     symbols = tuple(Symbol(s1.name, min(s1.low, s2.low), max(s1.high, s2.high))
@@ -815,17 +823,17 @@ def _nested_body(graph1, graph2, t1, step, index, memo):
     return graph
 
 
-def _literal(atom1, atom2, t1, step, index):
+def _literal(atom1, atom2, what):
     if atom1 == atom2:
         return atom1
-    value1, value2 = atom1.value, atom2.value
-    if atom1.aval.weak and atom2.aval.weak and all(
+    if _SAMPLES is not None and atom1.aval.weak and atom2.aval.weak and all(
         isinstance(value, (int, DimExpr)) and not isinstance(value, bool)
-        for value in (value1, value2)
+        for value in (atom1.value, atom2.value)
     ):
-        return Literal.of(_affine(value1, value2, t1, step, index))
-    raise Refused("a constant in the body differs between iterations 1 and 2 (a float "
-                  "computed from the index?)")
+        return Literal.of(_affine(atom1.value, atom2.value))
+    raise Refused(f"a constant read by {what} is {atom1.value!r} in iteration 1 and "
+                  f"{atom2.value!r} in iteration 2 (a number computed in Python, such as "
+                  "float(t) or tokens[t])")
 
 
 # --- the front end's rewrite ---------------------------------------------------------
@@ -852,8 +860,8 @@ def rewrite_for(rewriter, node):
     if reason is None and any(isinstance(arg, ast.Starred)
                               for arg in _range_call(node.iter).args):
         reason = "starred range arguments"
-    # Subscripts whose key mentions the index go through item_at (loop_index notes a
-    # Python list read at it).
+    # Subscripts whose key mentions the index go through item_at (a Python list read at
+    # it specializes the index: tracer.loop_index refuses the capture).
     targets = getattr(rewriter, "loop_targets", ())
     if isinstance(node.target, ast.Name):
         rewriter.loop_targets = (*targets, node.target.id)

@@ -321,7 +321,7 @@ class TracingContext:
         if isinstance(value, int) and type(value) not in PYTHON_SCALARS and not isinstance(
             value, np.generic
         ):
-            value = int(value)  # tracer.loop_index.LoopIndex (an int subclass): a weak int
+            value = int(value)  # an int subclass (an IntEnum member): a weak int
         if type(value) in PYTHON_SCALARS or isinstance(value, np.generic):
             literal = Literal.of(value)
             return literal, value, literal.aval
@@ -444,6 +444,9 @@ class TracingContext:
                     (monomial, _), = dim.expr.terms
                     if len(monomial) == 1 and isinstance(monomial[0], str):
                         bindings[monomial[0]] = dim.value
+        # The indices of loops whose iterations are being traced (tracer.loop_index), at
+        # the trip being traced: a nested loop's remaining trips run with them bound.
+        bindings.update(getattr(self, "loop_indices", None) or {})
         return bindings
 
     def live_param(self, value):

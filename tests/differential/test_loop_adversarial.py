@@ -454,13 +454,12 @@ EAGER_OK = {"read_next_index",  # raises on every call, eagerly too
             # the same error (tracer.errors.as_numpy_would), so no call compiles
             "int_accumulator_plus_float"}
 
-# Fixed (tracer/loop_index.py): the traced iterations' index notes Python control flow and
-# non-affine arithmetic on it, and a Python list read at it, and the loop unrolls.
+# The index is a SymInt over the loop's index symbol while the body is traced
+# (tracer/loop_index.py): x[t // 2], x[t % 3] and t % 2 stay exact and captured; `if t == 4`,
+# `if t == T - 1`, min(t, 2) and order[t] ask Python about the index, so the loop unrolls.
+# read_past_end's slice shrinks at the last trip: refused, unrolled per length.
 WRONG = {}
-NEVER_COMPILED = {
-    "read_past_end": "the empty slice at the last step raises IndexError in run_body "
-                     "(tracer/ops/control.py) while tracing: every call runs eagerly",
-}
+NEVER_COMPILED = {}
 
 
 # append_aliased_state, dict_aliased_state (h += x[t]; hs[t] = h) are fixed: a container
@@ -521,7 +520,8 @@ ONE_COMPILE = ("wraps_at_zero", "wraps_buffer_at_zero", "overlapping_writes",
                "float_then_f32", "int_array_accumulator", "f32_times_f64_weight",
                "index_used_after", "traced_bound", "index_as_float",
                "scan_in_place_argument", "in_place_carried_argument", "ping_pong",
-               "append_new_states", "dict_state", "window_reads", "branch_per_step")
+               "append_new_states", "dict_state", "window_reads", "branch_per_step",
+               "reversed_write", "halved_index", "modular_index", "parity_weight")
 RECOMPILES = {
     "index_used_after": "the front end leaves a loop whose index is read after it as a plain "
                         "for (tracer/loops.py rewrite_for), silently: unrolled, each length "

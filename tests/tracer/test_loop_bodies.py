@@ -411,11 +411,11 @@ def test_dict_written_at_two_keys_unrolls_with_its_line():
     assert "keys" in f.explain()
 
 
-# --- the index used in Python: the traced iterations notice, the loop unrolls ------------
+# --- the index used in Python: a path or a Python value per step unrolls -----------------
 def every_third(x):
     h = x[0] * 0.0
     for t in range(x.shape[0]):
-        h = h + x[t % 3]  # not affine in t: two traced steps cannot tell
+        h = h + x[t % 3]  # not affine in t: exact as i0 % 3 (tracer/loop_index.py)
     return h
 
 
@@ -445,7 +445,7 @@ def reordered(x, order):
 
 
 @pytest.mark.parametrize("function, what", [
-    (every_third, "t % k"), (reset_at_four, "t =="), (reordered, "Python list")])
+    (reset_at_four, "t =="), (reordered, "order[t]")])
 def test_index_used_in_python_unrolls_exactly(function, what):
     order = [2, 0, 1, 0, 3, 5, 4, 1, 0, 2, 6, 7, 8]
     extra = (order,) if function is reordered else ()
@@ -456,6 +456,13 @@ def test_index_used_in_python_unrolls_exactly(function, what):
     line = function.__code__.co_firstlineno + 2
     text = f.explain()
     assert f"test_loop_bodies.py:{line} unrolled" in text and what in text
+
+
+def test_remainder_of_the_index_stays_captured_and_exact():
+    traced = trace(every_third, np.ones((9, 3)), dynamic=True)
+    assert loops_in(traced.graph)
+    check_trip_counts(every_third, lambda rng, T: (rng.standard_normal((T, 3)),),
+                      trips=[3, 5, 7, 13, 16, 17])
 
 
 def test_index_compared_the_same_way_at_every_step_stays_captured():

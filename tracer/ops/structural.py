@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..abstract import AbstractArray
+from ..dims import surely
 from ..primitives import Primitive, bind
 from ..shapes import ShapeError, broadcast_shapes, normalize_axis, size_of
 
@@ -173,10 +174,10 @@ slice_p = Primitive(
 def slice_axes(x, starts, limits, steps):
     """``x[start:limit:step, ...]`` per axis, with in-range bounds and positive steps."""
     if all(
-        start == 0 and limit == dim and step == 1
+        surely(start, "==", 0) and surely(limit, "==", dim) and step == 1
         for start, limit, step, dim in zip(starts, limits, steps, shape_of(x))
     ):
-        return x
+        return x  # a shortcut, not a path: bounds the ranges leave open slice (no guard)
     return bind(slice_p, x, starts=tuple(starts), limits=tuple(limits), steps=tuple(steps))
 
 
@@ -223,8 +224,8 @@ pad_p = Primitive(
 
 def pad(x, config):
     """Zero padding: per axis ``(low, high, interior)`` zeros, as ``lax.pad`` (no negatives)."""
-    if all(axis_config == (0, 0, 0) for axis_config in config):
-        return x
+    if all(surely(part, "==", 0) for axis_config in config for part in axis_config):
+        return x  # a shortcut: padding the ranges leave open pads by zero (no guard)
     return bind(pad_p, x, config=tuple(config))
 
 

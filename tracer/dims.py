@@ -425,13 +425,15 @@ class SymInt:
         return self._compare(other, ">=")
 
     def __hash__(self):
-        active = getattr(self.context, "loop_indices", None)
-        if active and not self.expr.symbols().isdisjoint(active):
-            # A loop index being traced (tracer.loop_index): `t in {4}` and `d[t]` on a
-            # plain dict compare hashes first, and hash(i0) is no int's hash, so the
-            # lookup would miss at every trip without asking. Specialized instead (the
-            # capture is refused unless every trip hashes alike).
-            return hash(self.context.specialize(self, "hashed (a set or dict lookup)"))
+        # `n in {5, 6}` and `d[n]` on a plain dict compare hashes first, and hash(s0) is no
+        # int's hash: the lookup would miss for every value without asking. In user code
+        # (and always for a loop index being traced, tracer.loop_index) the hash is the
+        # value's, specialized with a guard; tracejit's own code hashes the expression.
+        context = self.context
+        if context is not None and self.value is not None:
+            active = getattr(context, "loop_indices", None)
+            if (active and not self.expr.symbols().isdisjoint(active)) or _from_user():
+                return hash(context.specialize(self, "hashed (a set or dict lookup)"))
         return hash(self.expr)
 
     def __bool__(self):
@@ -487,6 +489,15 @@ def decide_by_bounds(difference, op, ranges):
     if not _COMPARE[op](low, 0) and not _COMPARE[op](high, 0):
         return False
     return None
+
+
+def _from_user():
+    """Whether the caller of the caller (a ``SymInt`` method's caller) is user code."""
+    import sys
+
+    from .locations import is_tracejit
+
+    return not is_tracejit(sys._getframe(2).f_code.co_filename)
 
 
 def surely(value, op, other):

@@ -387,3 +387,15 @@ def test_linear_in():
     assert linear_in(i0 * i0, "i0") is None
     assert linear_in(i0 % 3 + i0, "i0") is None
     assert linear_in((s0 + 1) // 2 + i0, "i0") == ((s0 + 1) // 2, 1)
+
+
+def test_a_dim_looked_up_in_a_set_specializes():
+    """`n in {5, 6}` hashes the dim: its hash is the value's, with a guard (the expression's
+    hash matched no int: the lookup missed for every length, silently)."""
+    def scaled(x):
+        if x.shape[0] in {5, 6}:
+            return x * 2.0
+        return x
+
+    jitted = _run(scaled, single, (7, 5, 6, 8))
+    assert jitted.stats()["compiles"] >= 2, jitted.explain()

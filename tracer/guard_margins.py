@@ -779,8 +779,8 @@ def _matmul(ctx, eqn, bounds):
 
 # --- structure: bounds move with their values ------------------------------------------
 def _mirror(ctx, eqn, bounds):
-    """reshape, transpose, broadcast_to, slice, flip, pad: the same view of the bound (a
-    scalar bound bounds every element of every view)."""
+    """reshape, transpose, broadcast_to, slice, flip, pad, sliding_window: the same view of
+    the bound (a scalar bound bounds every element of every view)."""
     (x, *rest), (e, *_) = eqn.inputs, bounds
     if e is None:
         return None
@@ -878,6 +878,7 @@ RULES = {
     "slice": _mirror,
     "flip": _mirror,
     "pad": _mirror,
+    "sliding_window": _mirror,
     "concatenate": _concatenate,
     "gather": _gather,
 }

@@ -44,10 +44,10 @@ from .loop_index import IndexRefused, LoopIndex, settle_guards
 
 log = logging.getLogger("tracejit.loops")
 
-# Constant trip counts below this unroll. Set high for now: constant loops keep today's
-# unrolling (codegen tests and the unrolled-kernel sharing rely on it) until loops run
-# natively; lower it to capture long constant loops too.
-STATIC_UNROLL_LIMIT = 1 << 62
+# Constant trip counts below this unroll (range(3) over gates or layers reads better as
+# straight-line code); longer constant loops are captured like dynamic ones, so a first
+# call with exact shapes (dynamic="auto") never traces hundreds of thousands of steps.
+STATIC_UNROLL_LIMIT = 32
 
 
 class _Undefined:

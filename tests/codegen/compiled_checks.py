@@ -87,12 +87,13 @@ def operand_values(shape, dtype, seed, operand=0, with_specials=True):
 _PROGRAMS = {}
 
 
-def compiled(key, function, *example_args, dynamic=True):
+def compiled(key, function, *example_args, dynamic=True, capture_loops=True):
     """The program for ``function`` traced on ``example_args``, compiled once per ``key``
     for the whole test session (compiling takes tens of milliseconds)."""
     if key not in _PROGRAMS:
         with np.errstate(all="ignore"):  # tracing runs NumPy on the example values
-            traced = tracer.trace(function, *example_args, dynamic=dynamic)
+            traced = tracer.trace(function, *example_args, dynamic=dynamic,
+                                  capture_loops=capture_loops)
         _PROGRAMS[key] = codegen.compile(traced.graph)
     return _PROGRAMS[key]
 

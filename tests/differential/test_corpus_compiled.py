@@ -542,7 +542,7 @@ def test_refused_models_run_eagerly(model, capsys):
     capsys.readouterr()
     stats = jitted.stats()
     assert stats["compiled_calls"] == 0, stats
-    reasons = " ".join(stats["eager_calls"])
+    reasons = " ".join(stats["eager_reasons"].values())
     assert message in reasons, reasons
     assert "test_corpus_compiled.py" in reasons, "the reason names the user's file and line"
 

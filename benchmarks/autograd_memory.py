@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import jit, nn, tensor
-from runtime.autograd import CompiledNode, Node, OutputNode, PrimitiveNode
+from tracejit import jit, nn, tensor
+from tracejit.runtime.autograd import CompiledNode, Node, OutputNode, PrimitiveNode
 
 from .harness import machine_facts
 

@@ -58,7 +58,7 @@ def expression(x):
 def _ctypes_floor():
     """A do-nothing native function with the compiled entry's signature (one tuple of
     arrays as a ``py_object``), built through codegen's own LLVM interface."""
-    from codegen import llvm
+    from tracejit.codegen import llvm
 
     ir_text = "define i32 @tj_bench_noop(ptr %arrays) {\n  ret i32 0\n}\n"
     compiled = llvm.compile_module(ir_text)
@@ -71,7 +71,7 @@ def _ctypes_floor():
 
 def candidates(x):
     """Zero-argument calls to time, by name; each returns ``x * 2 + 1`` except the floor."""
-    from runtime import jit
+    from tracejit import jit
 
     jitted = jit(cache="memory")(expression)
     jitted(x)
@@ -151,7 +151,7 @@ WARM_START_CHILD = textwrap.dedent('''\
     started = time.perf_counter()
     import numpy as np
 
-    from runtime import jit, nn
+    from tracejit import jit, nn
 
     imported = time.perf_counter() - started
 
@@ -278,7 +278,7 @@ def main(argv=None):
           f"{warm_rows[0]['processes']} processes) vs a warm call")
     print(format_warm_table(warm_rows))
     print(f"Goal: at most {GOAL_WARM_START_EXTRA_MS:g} ms above a warm call. "
-          f"(`import runtime` itself takes {import_ms:.0f} ms and is not counted.)")
+          f"(`import tracejit` itself takes {import_ms:.0f} ms and is not counted.)")
 
     RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
     report = dict(

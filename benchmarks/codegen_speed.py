@@ -16,7 +16,7 @@ Then the compile time of each program and of an MLP forward (x @ W1 + b1 -> relu
 @ W2 + b2 -> softmax, 512x784 -> 1024 -> 10; goal <= 150 ms of codegen), split into trace
 and codegen phases (``Program.compile_seconds``; "total" also covers linking the object
 code). A tiny function is traced and compiled first, so one-time setup (the LLVM JIT, the
-tracer's source rewriting of ``runtime.nn``) is not charged to the first workload.
+tracer's source rewriting of ``tracejit.nn``) is not charged to the first workload.
 Results go to stdout and ``benchmarks/results/codegen_speed.json``.
 """
 
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-import codegen
-from runtime import nn
-from tracer import trace
+from tracejit import codegen
+from tracejit import nn
+from tracejit.tracer import trace
 
 from .harness import machine_facts
 

@@ -1,4 +1,4 @@
-"""Issue 14: ``runtime.nn.conv2d`` forward (and forward + backward) against NumPy eager
+"""Issue 14: ``tracejit.nn.conv2d`` forward (and forward + backward) against NumPy eager
 running the same im2col by hand, and PyTorch where it is installed.
 
 Per configuration: the first call of a fresh jit function (trace + compile + run), the
@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-import runtime as tj
+import tracejit as tj
 from benchmarks.harness import Candidate, measure_interleaved
-from runtime import nn
+from tracejit import nn
 
 DEFAULT_CONFIGS = ["8x16x32x32:32x3", "1x3x150x120:16x3", "32x3x32x32:64x5"]
 

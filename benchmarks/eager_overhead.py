@@ -1,4 +1,4 @@
-"""Per-op overhead of eager ``runtime.Tensor`` operations over the bare NumPy call.
+"""Per-op overhead of eager ``tracejit.Tensor`` operations over the bare NumPy call.
 
     python -m benchmarks.eager_overhead [--quick]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import tensor
+from tracejit import tensor
 
 from .harness import machine_facts, median_per_call
 

@@ -47,7 +47,7 @@ def _child(name):
 
     inputs = workloads.mlp_inputs(np.random.default_rng(workloads.SEED))
     if name in TRACEJIT_STEPS:
-        from runtime import jit
+        from tracejit import jit
 
         step = jit(getattr(workloads, TRACEJIT_STEPS[name][1]))
         weights = [inputs[key] for key in ("w1", "b1", "w2", "b2")]

@@ -63,7 +63,7 @@ def as_numpy(value):
         return [as_numpy(item) for item in value]
     if type(value).__module__.partition(".")[0] == "torch":
         return value.detach().cpu().numpy()
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # runtime.Tensor
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # tracejit.Tensor
         return np.asarray(value.numpy())
     return np.asarray(value)  # ndarrays, NumPy and Python scalars, JAX arrays
 
@@ -293,7 +293,7 @@ def machine_facts():
         llvmlite=llvmlite.__version__,
         llvm=".".join(map(str, llvm.llvm_version_info)),
     )
-    from runtime.version import __version__ as tracejit_version
+    from tracejit.runtime.version import __version__ as tracejit_version
 
     facts["tracejit"] = tracejit_version
     for name in ("torch", "jax", "jaxlib", "numba", "numexpr", "matplotlib"):

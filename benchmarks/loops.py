@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-import runtime as tj
+import tracejit as tj
 
 N, D, H = 16, 32, 64
 

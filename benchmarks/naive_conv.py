@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-import runtime as tj
+import tracejit as tj
 
 F, C, K = 16, 3, 3
 

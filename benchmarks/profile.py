@@ -24,7 +24,7 @@ os.environ["TRACEJIT_PROFILE"] = "1"  # before runtime reads its configuration
 
 import numpy as np  # noqa: E402
 
-from runtime import jit  # noqa: E402
+from tracejit import jit  # noqa: E402
 
 from . import workloads as w  # noqa: E402
 from .harness import machine_facts, machine_line, seconds_per_call  # noqa: E402

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import nn
-from tracer import trace
+from tracejit import nn
+from tracejit.tracer import trace
 
 from .harness import machine_facts
 

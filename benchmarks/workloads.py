@@ -1,8 +1,8 @@
 """The workloads of DESIGN.md §6, as NumPy model code, with their NumPy and tracejit candidates.
 
-Every model function here is plain NumPy (``runtime.nn`` layers are NumPy functions), so the
+Every model function here is plain NumPy (``tracejit.nn`` layers are NumPy functions), so the
 same function is NumPy eager when called on ndarrays and tracejit when wrapped in
-``runtime.jit``. Peers (torch, JAX, numba, numexpr) are added by ``benchmarks.peers``.
+``tracejit.jit``. Peers (torch, JAX, numba, numexpr) are added by ``benchmarks.peers``.
 
 All inputs come from ``numpy.random.default_rng(SEED)``; the builders return a
 ``harness.Workload`` whose candidates all read the very same arrays.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime import jit, nn, tensor, value_and_grad
+from tracejit import jit, nn, tensor, value_and_grad
 
 from .harness import NUMPY, TRACEJIT, Candidate, Workload
 
@@ -133,7 +133,7 @@ def mlp_loss(x, labels, w1, b1, w2, b2):
 
 
 def mlp_value_and_grad_step(x, labels, w1, b1, w2, b2, lr):
-    """The SGD step with the gradients from ``runtime.value_and_grad`` of ``mlp_loss``:
+    """The SGD step with the gradients from ``tracejit.value_and_grad`` of ``mlp_loss``:
     under ``jit`` the forward and the backward are one compiled program."""
     loss, grads = value_and_grad(mlp_loss, argnums=(2, 3, 4, 5))(x, labels, w1, b1, w2, b2)
     return (loss, *(weight - lr * grad for weight, grad in zip((w1, b1, w2, b2), grads)))
@@ -211,7 +211,7 @@ def mlp_workload(rng):
             "SGD step (lr 0.1) returning the loss and new weights; results are compared as "
             "the loss and the gradients (w - w_new) / lr of all four weights",
             "tracejit three ways: '(manual backward)' compiles NumPy eager's hand-written "
-            "step; 'jit(value_and_grad)' compiles the step with runtime.value_and_grad (like "
+            "step; 'jit(value_and_grad)' compiles the step with tracejit.value_and_grad (like "
             "jax.jit); 'Tensor autograd' calls a @jit loss on requires_grad Tensors and "
             "backward() (like torch.compile); an eager fallback would show in the status",
         ],
@@ -255,10 +255,10 @@ def rnn_padded(x, mask, wx, wh, b):
 
 
 def bucketed_batches(sequences):
-    """The sequences grouped by pow2 length bucket with ``runtime.data.BucketBatcher``,
+    """The sequences grouped by pow2 length bucket with ``tracejit.data.BucketBatcher``,
     padded to the bucket's edge, time-major: a list of (x (T, B, F), mask (T, B), indices).
     Built once, outside the timed calls, like a data loader would."""
-    from runtime.data import BucketBatcher
+    from tracejit.data import BucketBatcher
 
     prepared = []
     for batch in BucketBatcher(sequences, batch_size=len(sequences)):
@@ -329,7 +329,7 @@ def rnn_workload(rng, unrolled=False):
             "of every sequence; one timed call runs all 24",
             "NumPy eager, torch eager, numba and jax.jit run one sequence at a time (jax.jit: "
             "lax.scan, compiled once per distinct length); tracejit (and 'NumPy eager "
-            f"(bucketed)') pad to pow2 buckets with runtime.data.BucketBatcher (batch × "
+            f"(bucketed)') pad to pow2 buckets with tracejit.data.BucketBatcher (batch × "
             f"steps: {buckets}, {sum(x.shape[0] for x, _, _ in batches)} padded steps) and "
             "mask: h = where(mask_t, h_new, h); batching and padding happen before timing",
         ],

@@ -1,7 +1,7 @@
 """From IR to callable native code (LLVM through llvmlite).
 
 >>> import numpy as np
->>> from tracer import trace
+>>> from tracejit.tracer import trace
 >>> program = compile(trace(lambda x: x + 1, np.zeros(3)).graph)
 >>> program(np.zeros(3))
 (array([1., 1., 1.]),)

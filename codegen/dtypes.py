@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from tracer.errors import UnsupportedError
+from tracejit.tracer.errors import UnsupportedError
 
 SUPPORTED = {
     np.dtype(np.bool_): ir.IntType(1),

@@ -31,7 +31,7 @@ before the first write, so inputs are never touched.
 
 Disk cache: ``NativeLoopProgram.pieces`` (the segments' and bodies' ``Program``s, in the
 order they are built) are stored as ordinary programs beside the graph's IR
-(``runtime.serialize``); a load parses the IR, rebuilds the driver from it and takes each
+(``tracejit.runtime.serialize``); a load parses the IR, rebuilds the driver from it and takes each
 piece from disk instead of compiling it (``from_pieces``), so a warm start runs no LLVM.
 
 ``LoopProgram`` keeps the NumPy-interpreter version: the fallback when a piece cannot be
@@ -45,12 +45,12 @@ import time
 
 import numpy as np
 
-from tracer.dims import DimExpr
-from tracer.errors import UnsupportedError
-from tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
-from tracer.loop_index import linear_in
-from tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed, bind_symbols,
-                                emit, loop_p, print_text, run_body)
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.errors import UnsupportedError
+from tracejit.tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
+from tracejit.tracer.loop_index import linear_in
+from tracejit.tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed,
+                                         bind_symbols, emit, loop_p, print_text, run_body)
 
 from . import native_loop
 

@@ -1,7 +1,7 @@
 """Lowering: a schedule's kernels to LLVM IR functions, and the program that runs them.
 
 Each kernel is a loop nest over the shape it stores. The value of the root at an index is
-computed by inlining its producers: pointwise rules from ``codegen.pointwise``, views as
+computed by inlining its producers: pointwise rules from ``tracejit.codegen.pointwise``, views as
 index arithmetic (transpose permutes the index, slice scales and shifts it, broadcasting
 zeroes it, pad and concatenate select), reductions fused as stages read their row's
 accumulator. Symbolic dims are kernel arguments; static dims are constants, so LLVM folds
@@ -22,8 +22,8 @@ from collections import namedtuple
 import numpy as np
 from llvmlite import ir
 
-from tracer.dims import DimExpr
-from tracer.ir import Literal, Var
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Literal, Var
 
 from . import dtypes as dt
 from .parallel import POOL_FIELDS
@@ -34,7 +34,8 @@ I1, I32, I64 = dt.I1, dt.I32, dt.I64
 PTR = ir.PointerType()
 Ix = namedtuple("Ix", "value inner")  # one index component; inner: varies in the row loop
 
-# CPython and NumPy object layouts the program reads (checked at import by codegen.program).
+# CPython and NumPy object layouts the program reads (checked at import by
+# tracejit.codegen.program).
 TUPLE_ITEMS_OFFSET = 24
 ARRAY_DATA_OFFSET = 16
 ARRAY_FLAGS_OFFSET = 64  # an int; bit NPY_ARRAY_C_CONTIGUOUS is 1
@@ -1481,7 +1482,7 @@ def program_slots(schedule):
 def guard_checks(schedule):
     """The guards to check after each kernel (``-1``: before any), in body order: each
     right after the kernel computing its predicate, except that a guard waits for the
-    margin guard just before it (``tracer.guard_margins``), so a margin inside the rounding
+    margin guard just before it (``tracejit.tracer.guard_margins``), so a margin inside the rounding
     bound takes the margin's exit, not the guard's. (Where the margin runs later it reads
     the guard's predicate, so that buffer is still live.)"""
     owner = {id(guard): -1 for guard in schedule.entry_guards}

@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
-from tracer.ops import special
+from tracejit.tracer.ops import special
 
 from .dtypes import F64, I32, I64
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from tracer.dims import DimExpr
-from tracer.ir import Var
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Var
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()

@@ -310,7 +310,7 @@ RULES = {
 def loop_dtypes(prim, avals):
     """The dtypes NumPy computes a pointwise primitive in: ``(operand dtypes, output)``."""
     if prim.name == "where":
-        from tracer.abstract import result_dtype
+        from tracejit.tracer.abstract import result_dtype
 
         out = result_dtype(avals[1], avals[2])
         return (np.dtype(np.bool_), out, out), out

@@ -17,7 +17,7 @@ reshapes, flips, broadcasts of it) are made by the wrapper with NumPy from the c
 array, so they share its memory exactly as eager results do.
 
 >>> import numpy as np
->>> from tracer import trace
+>>> from tracejit.tracer import trace
 >>> t = trace(lambda x: np.tanh(x) * 2.0, np.ones(5, np.float32), dynamic=True)
 >>> program = compile(t.graph)
 >>> program(np.zeros(7, np.float32))
@@ -38,11 +38,11 @@ from dataclasses import dataclass, field, replace
 import astor
 import numpy as np
 
-from tracer.abstract import AbstractArray
-from tracer.dims import DimExpr
-from tracer.ir import Effect, Eqn, Literal, Var, verify
-from tracer.ops import broadcast_to_p
-from tracer.passes import optimize
+from tracejit.tracer.abstract import AbstractArray
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
+from tracejit.tracer.ops import broadcast_to_p
+from tracejit.tracer.passes import optimize
 
 from . import llvm, loops
 from .lowering import (

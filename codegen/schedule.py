@@ -18,8 +18,8 @@ Outputs, guard predicates and printed values are materialized; temporaries share
 workspace, reusing space between values whose lifetimes do not overlap.
 
 >>> import numpy as np
->>> from tracer import trace
->>> from runtime import nn
+>>> from tracejit.tracer import trace
+>>> from tracejit import nn
 >>> t = trace(lambda x: nn.softmax(nn.layer_norm(x)), np.ones((4, 8), np.float32))
 >>> [kernel.kind for kernel in schedule(t.graph).kernels]
 ['pointwise']
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracer.dims import DimExpr
-from tracer.ir import Effect, Eqn, Guard, Var
-from tracer.shapes import size_of
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Effect, Eqn, Guard, Var
+from tracejit.tracer.shapes import size_of
 
 from .dtypes import check_supported
 
@@ -133,7 +133,7 @@ def input_view(graph, atom, producers=None):
     else None.
 
     >>> import numpy as np
-    >>> from tracer import trace
+    >>> from tracejit.tracer import trace
     >>> graph = trace(lambda x: x.T[1:], np.ones((3, 4))).graph
     >>> position, chain = input_view(graph, graph.outputs[0])
     >>> position, [eqn.prim.name for eqn in chain]

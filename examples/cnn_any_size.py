@@ -3,9 +3,9 @@
     python examples/cnn_any_size.py [--quick] [--steps N]
 
 The data: synthetic 3-channel images of eight different sizes, from 17x29 to 32x32; the
-label says whether the top half is brighter than the bottom half. ``runtime.data
+label says whether the top half is brighter than the bottom half. ``tracejit.data
 .BucketBatcher(buckets=None)`` groups the images by exact shape, so every batch holds
-images of one size. The model is written with ``runtime.nn``: conv 3x3 -> relu -> max
+images of one size. The model is written with ``tracejit.nn``: conv 3x3 -> relu -> max
 pool -> conv 3x3 stride 2 -> relu -> adaptive average pool to 1x1 -> linear, so any image
 size gives the same classifier input.
 
@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-import runtime as tj
-from runtime import nn
-from runtime.data import BucketBatcher
+import tracejit as tj
+from tracejit import nn
+from tracejit.data import BucketBatcher
 
 SIZES = [(17, 29), (20, 24), (24, 20), (28, 28), (31, 23), (32, 32), (19, 17), (26, 30)]
 

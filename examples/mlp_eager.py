@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-from runtime import nn, optim, tensor
+from tracejit import nn, optim, tensor
 
 
 def make_data(rng, count):

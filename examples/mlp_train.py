@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from runtime import Tensor, jit, nn, optim, tensor, value_and_grad
-from runtime.tensor import unwrap
+from tracejit import Tensor, jit, nn, optim, tensor, value_and_grad
+from tracejit.runtime.tensor import unwrap
 
 
 def make_data(rng, prototypes, count):

@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 from reporting import median_ms, print_cache_list
 
-from runtime import jit, nn
+from tracejit import jit, nn
 
 
 @jit

@@ -31,7 +31,7 @@ def median_ms(functions, *args, repeat):
 def print_cache_list(*function_names, indent="  "):
     """``tracejit cache list FUNC...``: these functions' entries (not the whole cache)."""
     sys.stdout.flush()  # the listing comes from a child process: keep the order
-    listing = subprocess.run([sys.executable, "-m", "runtime", "cache", "list",
+    listing = subprocess.run([sys.executable, "-m", "tracejit", "cache", "list",
                               *function_names], capture_output=True, text=True, check=False)
     for line in (listing.stdout + listing.stderr).splitlines():
         print(indent + line.rstrip())

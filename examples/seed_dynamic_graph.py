@@ -6,7 +6,7 @@ follows whichever branch the data took.
 
 import numpy as np
 
-from runtime import tensor
+from tracejit import tensor
 
 
 def dynamic_graph_example(x):

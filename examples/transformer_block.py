@@ -17,8 +17,8 @@ import time
 import numpy as np
 from reporting import median_ms, print_cache_list
 
-from runtime import jit, nn
-from tracer.shapes import pow2_bucket
+from tracejit import jit, nn
+from tracejit.tracer.shapes import pow2_bucket
 
 
 def init_params(rng, d_model, hidden):

@@ -3,7 +3,7 @@
     python examples/variable_length.py [--quick] [--sequences N] [--max-length N]
 
 The data: 200 random sequences of 16 features with lengths 5..120 (by default).
-``runtime.data.BucketBatcher`` groups them by power-of-two length bucket and pads each
+``tracejit.data.BucketBatcher`` groups them by power-of-two length bucket and pads each
 batch's time axis only to its own longest sequence (``pad_to="batch"``), with a mask
 marking the real steps, so the batches of one bucket have many different lengths. The
 model is a plain-NumPy Elman RNN with a Python loop over the time steps,
@@ -29,8 +29,8 @@ import time
 import numpy as np
 from reporting import median_ms, print_cache_list
 
-from runtime import jit
-from runtime.data import BucketBatcher
+from tracejit import jit
+from tracejit.data import BucketBatcher
 
 
 def make_sequences(rng, count, min_length, max_length, features):

@@ -1,7 +1,7 @@
 """tracejit's public face.
 
 >>> import numpy as np
->>> from runtime import tensor
+>>> from tracejit import tensor
 >>> x = tensor([1.0, -1.0, 2.0], requires_grad=True)
 >>> y = x * 2 if x.sum() > 0 else x - 2
 >>> y.backward(np.ones_like(y))

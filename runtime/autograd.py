@@ -3,10 +3,10 @@
 Each operation on Tensors that need gradients records a ``Node`` holding its rule (a
 primitive and its parameters) and the values it saved; ``backward`` walks the nodes in
 reverse topological order with a loop (no recursion, so a graph 100,000 ops deep works),
-applying the op table's VJP rules through ``tracer.autodiff.cotangent``, the same code
+applying the op table's VJP rules through ``tracejit.tracer.autodiff.cotangent``, the same code
 compiled autograd differentiates with.
 
->>> from runtime import tensor
+>>> from tracejit import tensor
 >>> x = tensor([1.0, 2.0], requires_grad=True)
 >>> (x * x).sum().backward()
 >>> x.grad
@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from tracer.autodiff import cotangent
+from tracejit.tracer.autodiff import cotangent
 
 _FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -44,7 +44,7 @@ def is_grad_enabled():
 class no_grad:  # noqa: N801 - PyTorch's name
     """Disable recording, as a context manager or a decorator.
 
-    >>> from runtime import tensor
+    >>> from tracejit import tensor
     >>> with no_grad():
     ...     y = tensor([1.0], requires_grad=True) * 2
     >>> y.requires_grad

@@ -10,7 +10,7 @@ Layout under ``TRACEJIT_CACHE_DIR`` (the root: the user's own, 0700)::
 An entry file is ``MAGIC | header length | header JSON | zlib(body JSON + blobs) |
 HMAC``. The header (function, signature, sizes) is enough to list entries; the body holds
 the IR text, constants, object code and how the wrapper was scheduled. Every file is read
-and written through ``runtime.cache_trust``, which says what is trusted and why; an entry
+and written through ``tracejit.runtime.cache_trust``, which says what is trusted and why; an entry
 whose signature does not match its key is rejected and rebuilt.
 
 The key hashes tracejit's, NumPy's and LLVM's versions, the CPU and its features, the
@@ -41,8 +41,8 @@ import zlib
 
 import numpy as np
 
-from codegen import llvm, parallel
-from tracer.implicit import find_implicit_inputs
+from tracejit.codegen import llvm, parallel
+from tracejit.tracer.implicit import find_implicit_inputs
 
 from . import serialize
 from .autograd import is_grad_enabled
@@ -619,7 +619,7 @@ def _captured(fn):
 
 def _rewritten_source(fn):
     """What the front end made of the model's source (for ``tracejit cache show --source``)."""
-    from tracer.frontend import render
+    from tracejit.tracer.frontend import render
 
     try:
         return render(getattr(fn, "__func__", fn))

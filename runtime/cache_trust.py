@@ -2,7 +2,7 @@
 
 A cache entry is code: its object code is linked into the process and runs with the
 user's rights. So the disk cache is a trust boundary, and this module is the only code
-that opens files under it (``runtime.cache`` and the ``tracejit cache`` command go
+that opens files under it (``tracejit.runtime.cache`` and the ``tracejit cache`` command go
 through it). It trusts:
 
 * **the user running the process** (the effective uid) and the superuser, nobody else;
@@ -23,7 +23,7 @@ through it). It trusts:
 Writes are atomic: a temp file, locked while its writer lives, renamed into place (files
 0600), so readers never see half an entry; a temp file nobody holds is an orphan of a
 killed writer, removed by ``tracejit cache verify`` and ``prune``. A signed entry is
-still only data: nothing read from disk is ``exec``'d (``runtime.serialize`` rebuilds
+still only data: nothing read from disk is ``exec``'d (``tracejit.runtime.serialize`` rebuilds
 guard and wrapper code from validated fields).
 
 >>> import tempfile

@@ -1,4 +1,4 @@
-"""The ``tracejit`` command (also ``python -m runtime``): inspect the on-disk compile cache.
+"""The ``tracejit`` command (also ``python -m tracejit``): inspect the on-disk compile cache.
 
     tracejit cache list [FUNC...] [--json]
     tracejit cache show FUNC [--ir] [--llvm] [--asm] [--guards] [--source] [--json]
@@ -14,7 +14,7 @@ Every verb takes ``--cache-dir DIR`` (default: ``TRACEJIT_CACHE_DIR``, else
 stderr and exit status 1 (bad arguments: 2, as argparse does), never a traceback; output
 cut short by a closed pipe (``| head``) is not an error.
 
-The command reads the cache as a program does, through ``runtime.cache_trust``: a cache
+The command reads the cache as a program does, through ``tracejit.runtime.cache_trust``: a cache
 directory another user owns or can write to is refused, an entry that is not a regular
 file or whose signature does not match is reported, never followed or trusted. ``verify``
 and ``prune`` also remove temp files their writers left when killed. ``resign --yes``
@@ -251,7 +251,7 @@ def command_show(args, out):
             if args.llvm:
                 print(_indent(program["optimized_ir"], 4), file=out)
             if args.asm:
-                from codegen.llvm import assembly_of  # LLVM loads only when asked
+                from tracejit.codegen.llvm import assembly_of  # LLVM loads only when asked
 
                 print(_indent(assembly_of(program["optimized_ir"]), 4), file=out)
     if args.json:
@@ -426,7 +426,7 @@ def _age_text(seconds):
 def environment(cache_dir=None):
     """What tracejit runs on: versions, the CPU and its features, the BLAS, threads and the
     cache (directory, size, cap, trusted or why not), as a dict."""
-    from codegen import llvm, parallel
+    from tracejit.codegen import llvm, parallel
 
     from .cache import DiskCache
     from .cache_trust import Refused

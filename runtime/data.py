@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracer.shapes import edges_bucket, pow2_bucket
+from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
 
 @dataclass

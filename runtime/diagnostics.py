@@ -7,8 +7,8 @@ import weakref
 
 import numpy as np
 
-from tracer import pytree
-from tracer.ir import format_shape_guard
+from tracejit.tracer import pytree
+from tracejit.tracer.ir import format_shape_guard
 
 from .tensor import unwrap
 

@@ -14,8 +14,8 @@ import functools
 
 import numpy as np
 
-from tracer import pytree
-from tracer.eager_rewrite import run_eagerly
+from tracejit.tracer import pytree
+from tracejit.tracer.eager_rewrite import run_eagerly
 
 from .autograd import enable_grad
 from .tensor import Tensor, tensor
@@ -43,7 +43,7 @@ def value_and_grad(function, argnums=0, has_aux=False):
         if any(getattr(type(leaf), "__tracejit_priority__", 0) >= 2
                for leaf in pytree.flatten((args, kwargs))[0]):
             # Under jit: forward and backward are recorded into the same trace.
-            from tracer.autodiff import value_and_grad_traced
+            from tracejit.tracer.autodiff import value_and_grad_traced
 
             return value_and_grad_traced(function, args, kwargs, argnums, has_aux)
         args = list(args)

@@ -12,7 +12,7 @@ The spec may come from a disk cache entry, so the text is built only from what
 operators); every other value reaches the guard as a bound constant, never as text.
 
 >>> import numpy as np
->>> from tracer import trace
+>>> from tracejit.tracer import trace
 >>> spec = EntrySpec.from_trace(trace(lambda x: x * 2, np.ones(5), dynamic=True))
 >>> guard = compile_guard(spec)
 >>> [a.shape for a in guard((np.ones(7),), {})], guard((np.ones(9),), {})
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracer import pytree
-from tracer.dims import DimExpr
-from tracer.ir import format_shape_guard
+from tracejit.tracer import pytree
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import format_shape_guard
 
 JSON_TYPES = (type(None), bool, int, float, str)
 
@@ -56,7 +56,7 @@ class LeafSpec:
 
 @dataclass
 class ImplicitSpec:
-    path: object  # tracer.implicit.Path
+    path: object  # tracejit.tracer.implicit.Path
     dtype: str
     shape: tuple
     type_name: str = "ndarray"
@@ -68,7 +68,7 @@ class EntrySpec:
     treedef: object
     leaves: list
     symbols: dict  # name -> (low, high)
-    shape_guards: list  # tracer.ir.ShapeGuard
+    shape_guards: list  # tracejit.tracer.ir.ShapeGuard
     implicit: list
     inputs: list  # graph input i comes from ("leaf", k) or ("implicit", j)
     shape_guard_text: list = field(default_factory=list)
@@ -206,8 +206,8 @@ def _array_checks(source, variable, spec, bound, ranges):
     """Checks of one array (``variable`` holds it); binds symbols on first sight and
     checks their bucket, later sights must equal them."""
     type_name = spec.type_name
-    from runtime.autograd import is_grad_enabled
-    from runtime.tensor import Tensor
+    from .autograd import is_grad_enabled
+    from .tensor import Tensor
 
     array_type = source.constant(Tensor if type_name == "Tensor" else np.ndarray, "T")
     source.add(f"if type({variable}) is not {array_type}: return None")

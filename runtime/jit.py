@@ -29,12 +29,12 @@ from collections import Counter
 
 import numpy as np
 
-import codegen
-from tracer import pytree, trace
-from tracer.errors import TraceError, TracejitError, UnsupportedError
-from tracer.locations import is_library, is_tracejit
-from tracer.partition import partition
-from tracer.shapes import edges_bucket, pow2_bucket
+from tracejit import codegen
+from tracejit.tracer import pytree, trace
+from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracejit.tracer.locations import is_library, is_tracejit
+from tracejit.tracer.partition import partition
+from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
 from . import diagnostics
 from .autograd import is_grad_enabled
@@ -660,7 +660,7 @@ class Lowered:
         self.llvm_ir = program.optimized_ir
         self._program = program
         try:
-            from tracer.frontend import render
+            from tracejit.tracer.frontend import render
 
             self.source = render(fn)
         except Exception:  # no readable source (REPL, exec): nothing to show, not an error
@@ -701,7 +701,7 @@ def _overlapping(leaves):
 def _raised_by_user_code(error):
     """Whether ``error`` came out of the user's own code rather than tracejit's: the
     innermost frame outside NumPy and the standard library is the user's."""
-    if getattr(error, "__tracejit_user_error__", False):  # tracer.errors.as_numpy_would
+    if getattr(error, "__tracejit_user_error__", False):  # tracejit.tracer.errors.as_numpy_would
         return True
     frames = list(traceback.walk_tb(error.__traceback__))
     for frame, _ in reversed(frames):

@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from tracer.errors import UnsupportedError
-from tracer.numpy_api import arange
-from tracer.ops import erf_p, sliding_window, stop_gradient_p
+from tracejit.tracer.errors import UnsupportedError
+from tracejit.tracer.numpy_api import arange
+from tracejit.tracer.ops import erf_p, sliding_window, stop_gradient_p
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -31,7 +31,7 @@ def relu(x):
 
 
 def erf(x):
-    """The error function (the primitive ``tracer.ops.erf_p``): float32 stays float32, bool
+    """The error function (the primitive ``tracejit.tracer.ops.erf_p``): float32 stays float32, bool
     and integers become float64. Under ``jit``, ``scipy.special.erf`` maps to the same
     primitive when SciPy is imported.
 
@@ -152,7 +152,7 @@ def dropout(x, p, generator, training=True):
 
 # --- convolution and pooling (NCHW activations, OIHW weights: PyTorch's layouts) --------
 # Every layer below is a composition: zero padding (``np.pad``), strided windows as a view
-# (``tracer.ops.sliding_window``, read as index arithmetic by compiled code) and a matmul
+# (``tracejit.tracer.ops.sliding_window``, read as index arithmetic by compiled code) and a matmul
 # or a reduction over the window axes. So the same code runs on ndarrays, on Tensors and
 # under ``jit`` with H and W symbolic per bucket, and the gradients are the primitives'.
 def _pair(value, name):
@@ -430,7 +430,7 @@ def _pad_axis(x, axis, before, after, mode, value):
             return padded
         inside = np.pad(np.ones_like(x, dtype=bool), widths)
         return np.where(inside, padded, np.asarray(value, dtype=x.dtype))
-    # Index arithmetic over iota (tracer.numpy_api.arange): the length stays symbolic.
+    # Index arithmetic over iota (tracejit.tracer.numpy_api.arange): the length stays symbolic.
     positions = arange(length + before + after, like=x) - before
     if mode == "replicate":
         index = np.clip(positions, 0, length - 1)

@@ -1,6 +1,6 @@
 """Optimizers over lists of leaf Tensors, with PyTorch's update rules.
 
->>> from runtime import tensor
+>>> from tracejit import tensor
 >>> w = tensor([1.0], requires_grad=True)
 >>> opt = SGD([w], lr=0.1)
 >>> (w * w).sum().backward(); opt.step(); w

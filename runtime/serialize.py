@@ -1,12 +1,12 @@
 """Variants as JSON and bytes, for the disk cache (no pickle).
 
 Everything a variant needs at a warm start is data: the entry spec, and per path the IR
-text (``tracer.ir`` parses it back), constants (raw bytes with dtype and shape), object
+text (``tracejit.tracer.ir`` parses it back), constants (raw bytes with dtype and shape), object
 code, the values lowering materialized, and how outputs are rebuilt. Implicit inputs are
 stored as a root that can be found again in a new process (a module global, a function's
 closure cell or default, an argument leaf) plus attribute/item steps.
 
-Loading trusts the entry's signature (``runtime.cache_trust``) and still treats its
+Loading trusts the entry's signature (``tracejit.runtime.cache_trust``) and still treats its
 contents as data, never as code: every field is checked for its type (ints, bools, known
 dtype strings, symbol names, known kinds and operators) before it is used, the IR is
 parsed, the program's wrapper is generated here from the parsed graph (the stored
@@ -22,12 +22,12 @@ import sys
 
 import numpy as np
 
-from codegen import native_loop
-from codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
-from tracer import pytree
-from tracer.dims import DimExpr, parse_dim
-from tracer.implicit import Path as ImplicitPath
-from tracer.ir import CONVERSIONS, Effect, Guard, Literal, ShapeGuard, parse_graph, \
+from tracejit.codegen import native_loop
+from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
+from tracejit.tracer import pytree
+from tracejit.tracer.dims import DimExpr, parse_dim
+from tracejit.tracer.implicit import Path as ImplicitPath
+from tracejit.tracer.ir import CONVERSIONS, Effect, Guard, Literal, ShapeGuard, parse_graph, \
     parse_location
 
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
@@ -391,7 +391,7 @@ class Blobs:
 
 
 def program_to_json(program, blobs):
-    from codegen.loops import LoopProgram, NativeLoopProgram
+    from tracejit.codegen.loops import LoopProgram, NativeLoopProgram
 
     if isinstance(program, NativeLoopProgram):
         return _loop_program_to_json(program, blobs)
@@ -453,8 +453,8 @@ def _loop_program_to_json(program, blobs):
 
 
 def _loop_program_from_json(data, blobs):
-    from codegen.loops import NativeLoopProgram
-    from tracer.errors import UnsupportedError
+    from tracejit.codegen.loops import NativeLoopProgram
+    from tracejit.tracer.errors import UnsupportedError
 
     table = {_text(constant["digest"], "a constant's digest"):
              _constant_from_json(constant, blobs) for constant in data["constants"]}
@@ -526,7 +526,7 @@ def check_graph(graph):
 
 
 def program_from_json(data, blobs):
-    from codegen.program import link
+    from tracejit.codegen.program import link
 
     _check(isinstance(data, dict), "a malformed program")
     if data.get("kind") == "loops":
@@ -637,7 +637,7 @@ def variant_from_json(data, fn, blobs):
 
     spec = spec_from_json(data["spec"], fn)
     root = None
-    from tracer.tracing import GradientPlan
+    from tracejit.tracer.tracing import GradientPlan
 
     for entry in data["paths"]:
         program = program_from_json(entry["program"], blobs)

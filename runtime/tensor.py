@@ -2,7 +2,7 @@
 
 Operators, methods and NumPy functions (``np.tanh(t)``, ``np.concatenate([t, u])``) all
 reach the op table through ``bind``; when gradients are wanted the operation is recorded
-on the tape (``runtime.autograd``).
+on the tape (``tracejit.runtime.autograd``).
 
 >>> x = tensor([1.0, -1.0, 2.0], requires_grad=True)
 >>> y = np.where(x > 0, x * 2, x - 2)
@@ -17,10 +17,10 @@ import sys
 
 import numpy as np
 
-from tracer.array_methods import ArrayMethods
-from tracer.errors import TracejitError
-from tracer.locations import is_tracejit, user_location
-from tracer.ops import scatter_add
+from tracejit.tracer.array_methods import ArrayMethods
+from tracejit.tracer.errors import TracejitError
+from tracejit.tracer.locations import is_tracejit, user_location
+from tracejit.tracer.ops import scatter_add
 
 from . import autograd
 from .autograd import IndexNode, PrimitiveNode

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracer import pytree
+from tracejit.tracer import pytree
 
 from .tensor import unwrap
 

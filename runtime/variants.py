@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from codegen.schedule import input_view
-from tracer import pytree
-from tracer.abstract import PYTHON_SCALARS
+from tracejit.codegen.schedule import input_view
+from tracejit.tracer import pytree
+from tracejit.tracer.abstract import PYTHON_SCALARS
 
 from .tensor import unwrap
 
@@ -95,7 +95,7 @@ class Path:
     exits: dict = field(default_factory=dict)  # guard index -> times taken eagerly
     calls: int = 0
     backward: object = None  # the backward program, for calls that need gradients
-    gradients: object = None  # tracer.tracing.GradientPlan
+    gradients: object = None  # tracejit.tracer.tracing.GradientPlan
     residual_bytes: int = 0
 
     def __post_init__(self):
@@ -154,7 +154,7 @@ class Path:
 
 @dataclass
 class Variant:
-    spec: object  # runtime.guards.EntrySpec
+    spec: object  # tracejit.runtime.guards.EntrySpec
     guard: object  # the compiled entry guard
     root: Path
     key: str = ""  # the disk cache key, when it has one

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from runtime import nn
+from tracejit import nn
 
 # --- the case record -------------------------------------------------------------------
 
@@ -1061,7 +1061,7 @@ def masked_fill(x):
     return buffer
 
 
-# --- variable-length sequences, batched by runtime.data.BucketBatcher ---------------------------
+# --- variable-length sequences, batched by tracejit.data.BucketBatcher ---------------------------
 
 
 def masked_mean_classifier(data, mask, w, b):
@@ -1349,7 +1349,7 @@ def _strided_update_args(seed):
 def _bucketed_batches(seed, lengths, dtype, weight_shapes):
     """Batches of variable-length sequences as BucketBatcher pads them (one length per
     pow2 bucket), with the model's weights."""
-    from runtime.data import BucketBatcher
+    from tracejit.data import BucketBatcher
 
     rng = _rng(seed)
     sequences = [_normal(rng, (n, 3), dtype) for n in lengths]

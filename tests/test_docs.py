@@ -7,9 +7,10 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GENERATED = {
-    "docs/numpy_api.md": ("tracer.api_table", "python -m tracer.api_table > docs/numpy_api.md"),
-    "docs/api.md": ("runtime.api_reference",
-                    "python -m runtime.api_reference > docs/api.md"),
+    "docs/numpy_api.md": ("tracejit.tracer.api_table",
+                          "python -m tracejit.tracer.api_table > docs/numpy_api.md"),
+    "docs/api.md": ("tracejit.runtime.api_reference",
+                    "python -m tracejit.runtime.api_reference > docs/api.md"),
 }
 
 

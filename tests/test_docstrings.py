@@ -10,7 +10,7 @@ import pytest
 
 def _modules():
     names = []
-    for package in ("tracer", "codegen", "runtime"):
+    for package in ("tracejit.tracer", "tracejit.codegen", "tracejit.runtime"):
         root = importlib.import_module(package)
         names += [info.name for info in pkgutil.walk_packages(root.__path__, package + ".")
                   if not info.name.endswith("__main__")]

@@ -1,4 +1,4 @@
-"""Operators and NumPy-style methods shared by ``runtime.Tensor`` and the tracer's proxies.
+"""Operators and NumPy-style methods shared by ``tracejit.Tensor`` and the tracer's proxies.
 
 A class that inherits ``ArrayMethods`` and defines ``shape``, ``dtype`` and
 ``__tracejit_bind__`` behaves like an ndarray under Python operators, methods and the

@@ -1,10 +1,10 @@
 """Reverse-mode differentiation from the op table's VJP rules.
 
 ``cotangent`` is the one place a VJP rule is applied: the eager autograd tape
-(``runtime.autograd``) and differentiation of traced graphs both call it, so gradients
+(``tracejit.runtime.autograd``) and differentiation of traced graphs both call it, so gradients
 are the same code in eager and compiled mode.
 
->>> from tracer.ops import multiply_p
+>>> from tracejit.tracer.ops import multiply_p
 >>> x, y = np.array([1.0, 2.0]), np.array(3.0)
 >>> cotangent(multiply_p, 1, np.ones(2), (x, y), x * y, {}).item()
 3.0
@@ -60,7 +60,7 @@ def reverse(context, outputs, seeds, wrt, since=0):
     ``context.body[since]`` on) are walked backwards and each one's VJP rules are applied
     to tracers, so the backward pass lands in the same graph (a joint forward+backward
     graph). A captured loop's results are differentiated together by
-    ``tracer.loop_autodiff`` (the reverse of a loop is a loop). Returns one tracer per
+    ``tracejit.tracer.loop_autodiff`` (the reverse of a loop is a loop). Returns one tracer per
     ``wrt`` (zeros where no gradient flows)."""
     from .ir import Eqn, Var
     from .loop_autodiff import loop_key, loop_vjp
@@ -123,7 +123,7 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     # Through the trace's front end (buffers filled in place, calls checked), as if the
     # function had been called from the traced code. Loops stay captured: their reverse
-    # is a loop (tracer.loop_autodiff).
+    # is a loop (tracejit.tracer.loop_autodiff).
     hooks = context.hooks
     records, context.records_gradients = getattr(context, "records_gradients", False), True
     try:

@@ -427,7 +427,7 @@ class SymInt:
     def __hash__(self):
         # `n in {5, 6}` and `d[n]` on a plain dict compare hashes first, and hash(s0) is no
         # int's hash: the lookup would miss for every value without asking. In user code
-        # (and always for a loop index being traced, tracer.loop_index) the hash is the
+        # (and always for a loop index being traced, tracejit.tracer.loop_index) the hash is the
         # value's, specialized with a guard; tracejit's own code hashes the expression.
         context = self.context
         if context is not None and self.value is not None:
@@ -504,7 +504,7 @@ def surely(value, op, other):
     """``value op other`` for every value the symbols' ranges allow, without a guard: for
     shortcuts that are not a path (``x[start:]`` with ``start == 0`` is ``x``; a slice at
     ``start`` computes the same), so a dim the ranges leave open takes the general path
-    instead of specializing (a loop index, ``tracer.loop_index``, would refuse capture)."""
+    instead of specializing (a loop index, ``tracejit.tracer.loop_index``, would refuse capture)."""
     if isinstance(value, SymInt) or isinstance(other, SymInt):
         context = value.context if isinstance(value, SymInt) else other.context
         difference = expr_of(value) - expr_of(other)

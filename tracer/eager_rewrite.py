@@ -4,7 +4,7 @@ their gradients.
 Classic NumPy model code fills buffers in place: ``h = np.zeros(3); h[:] = x * 2`` or
 ``hs[:, t] = h``. With ``x`` a Tensor that requires grad, NumPy copies the values into the
 ndarray and the history is gone. The front end's rewrite already routes ``a[i] = v``,
-``a[i] += v`` and ``a += v`` through hooks (``tracer.frontend``); these hooks run them
+``a[i] += v`` and ``a += v`` through hooks (``tracejit.tracer.frontend``); these hooks run them
 eagerly, turning the buffer into an array of the written value's type (a Tensor, whose
 ``__setitem__`` records a differentiable assignment) when a tracked value is written into a
 plain ndarray. Everything else - prints, writes to outside state, random numbers - runs as
@@ -45,7 +45,7 @@ def _tracked(value):
 
 
 class EagerHooks:
-    """The hooks of ``tracer.frontend.Hooks``, run eagerly (see the module docstring)."""
+    """The hooks of ``tracejit.tracer.frontend.Hooks``, run eagerly (see the module docstring)."""
 
     def __init__(self):
         self.rewritten = {}

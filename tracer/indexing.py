@@ -412,7 +412,7 @@ def _scatter_advanced(value, plan):
 def _concrete_indices(index):
     """The real values of an index: a tracer's carried value, a Tensor's data."""
     concrete = getattr(index, "value", index)
-    if hasattr(concrete, "requires_grad"):  # a runtime.Tensor
+    if hasattr(concrete, "requires_grad"):  # a tracejit.Tensor
         concrete = concrete.data
     return np.asarray(concrete)
 

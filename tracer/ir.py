@@ -186,7 +186,7 @@ class Guard:
     (``if``, ``while``, ``and``), ``int``/``float``/``item``/``index`` (a value the trace
     used as a Python number), or ``margin``: checked as ``bool``, but its predicate says
     whether rounding could make the next guard at this location decide differently from
-    NumPy (``tracer.guard_margins``), so failing it runs the call eagerly and never grows
+    NumPy (``tracejit.tracer.guard_margins``), so failing it runs the call eagerly and never grows
     another path."""
 
     predicate: object  # an atom

@@ -4,13 +4,13 @@
 records, into the live trace, what JAX's reverse-mode ``scan`` does:
 
 1. **The body's own reverse graph.** The body is replayed for two iterations on fresh
-   block parameters and ``tracer.autodiff.reverse`` records each replay's backward pass;
+   block parameters and ``tracejit.tracer.autodiff.reverse`` records each replay's backward pass;
    the two recordings are generalized over the index exactly as loop capture generalizes
-   the forward body (``tracer.loops._generalize``). The result is one joint
+   the forward body (``tracejit.tracer.loops._generalize``). The result is one joint
    forward+backward body in the index symbol.
 2. **Residuals.** The backward part reads forward values. Outside values are read as
    they are; values that are expensive to recompute (matmuls, reductions, gathers - the
-   rule ``tracer.partition`` uses for whole graphs) and the carried values are *stacked*:
+   rule ``tracejit.tracer.partition`` uses for whole graphs) and the carried values are *stacked*:
    the forward loop is rewritten in place to carry one more buffer per residual, written
    at the index (``stack[k] = value``, the pattern ``control.inplace_writes`` runs as a
    store). A carried value's stack has one more slot than trips: slot ``k`` holds the

@@ -1,4 +1,4 @@
-"""Dicts and lists a captured loop fills at its index (``tracer.loops``).
+"""Dicts and lists a captured loop fills at its index (``tracejit.tracer.loops``).
 
 Real NumPy model code keeps per-step state in Python containers::
 
@@ -50,7 +50,7 @@ from .dims import SymInt, expr_of, value_of
 
 
 class Refusal(Exception):
-    """A container cannot be carried; ``tracer.loops`` turns it into ``Refused``."""
+    """A container cannot be carried; ``tracejit.tracer.loops`` turns it into ``Refused``."""
 
 
 def _plain(value):
@@ -321,7 +321,7 @@ class ContainerCarry:
 
 class _InLoop:
     """What the body sees as a container in a traced iteration. The index ``t`` is a
-    ``SymInt`` (``tracer.loop_index``): ``_row_trip`` is the trip as a dim (where the
+    ``SymInt`` (``tracejit.tracer.loop_index``): ``_row_trip`` is the trip as a dim (where the
     entry goes in the buffer), ``_trip`` its value in this trial (bookkeeping of what
     iteration 0 left, keyed by concrete values as the real container is)."""
 

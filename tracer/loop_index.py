@@ -1,4 +1,4 @@
-"""The loop index while a captured loop's body is traced (``tracer.loops``).
+"""The loop index while a captured loop's body is traced (``tracejit.tracer.loops``).
 
 Capture traces two iterations of a body and keeps one recording for every trip. The
 index ``t`` is handed to the body as a ``SymInt`` over a fresh symbol (``i0``) whose
@@ -25,7 +25,7 @@ trip:
 A refusal names the user's line that asked (``explain()`` shows it): the loop unrolls
 and stays exact.
 
->>> from tracer.dims import DimExpr
+>>> from tracejit.tracer.dims import DimExpr
 >>> i0, s0 = DimExpr.symbol("i0"), DimExpr.symbol("s0")
 >>> linear_in(2 * i0 - s0 + 1, "i0") == (1 - s0, 2)
 True
@@ -42,7 +42,8 @@ _NEGATION = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 class IndexRefused(Exception):
-    """The body's path depends on the index (``tracer.loops`` turns it into ``Refused``)."""
+    """The body's path depends on the index (``tracejit.tracer.loops`` turns it into
+    ``Refused``)."""
 
 
 def symbols_of(value):

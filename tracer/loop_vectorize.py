@@ -12,7 +12,7 @@ of stride ``s``, so the naive convolution's three loops become one broadcast mul
 sum over windows, which codegen fuses into one reduction kernel split over the thread pool.
 
 >>> import numpy as np
->>> from tracer.tracing import trace
+>>> from tracejit.tracer.tracing import trace
 >>> def scale_rows(x, w):
 ...     out = np.zeros(x.shape)
 ...     for i in range(x.shape[0]):
@@ -27,7 +27,7 @@ sum over windows, which codegen fuses into one reduction kernel split over the t
 Why a pass on the finished graph, not at capture time: capture has to run the loop on real
 values anyway (the first call's results), and the decision needs the whole body with its
 nested loops already generalized; a graph -> graph pass sees exactly that, runs before
-codegen decides between the plain and the looped program (``codegen.program.compile``:
+codegen decides between the plain and the looped program (``tracejit.codegen.program.compile``:
 a graph left without loops compiles as one fused program), is verified like every pass,
 and can be switched off or tested on hand-written IR. Loops nested in a body are
 vectorized first (innermost out), so a conv's ``f`` loop batches inside the ``j`` body,

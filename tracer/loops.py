@@ -10,7 +10,7 @@ with the body as a nested function of ``(t, *carried)``. At trace time ``run_loo
 1. runs iteration 0 as today (recorded unrolled: carried values then have their
    steady shapes and dtypes, e.g. ``loss = 0.0`` has become an array);
 2. traces iterations 1 and 2 on fresh block parameters, with real values and the index
-   a ``SymInt`` over a fresh index symbol (``tracer.loop_index``: slice starts, pad
+   a ``SymInt`` over a fresh index symbol (``tracejit.tracer.loop_index``: slice starts, pad
    configs and ints computed from ``t`` are ``DimExpr``s of it, ``t // 2`` included;
    comparisons and specializations of the index must go the same way at every trip, else
    the loop is refused), and compares the two recordings equation by equation: they
@@ -25,7 +25,7 @@ with the body as a nested function of ``(t, *carried)``. At trace time ``run_loo
 Loops are unrolled (today's behaviour) when the bounds are constants, traced
 integers, or the first call has fewer than 3 iterations; inside a loop body being
 captured (nested loops); and, in traces that record gradients, when the body has
-something ``tracer.loop_autodiff`` cannot reverse yet (``refusal``: a guard, a print, a
+something ``tracejit.tracer.loop_autodiff`` cannot reverse yet (``refusal``: a guard, a print, a
 nested loop). Other loops in gradient traces stay captured: their reverse is a loop.
 """
 
@@ -333,7 +333,7 @@ def _fresh(context, value):
     return tracer
 
 
-# --- carried values: arrays, and the dicts and lists of tracer.loop_containers ---------
+# --- carried values: arrays, and the dicts and lists of tracejit.tracer.loop_containers ---------
 class _ArrayCarry:
     """A carried array: ``h = f(h, x[t])``, ``loss += ...``, ``hs[:, t] = h``."""
 
@@ -646,13 +646,13 @@ def _index_shape(aval, index):
 
 def _generalize(recorded1, recorded2, params1, params2, index, samples=None):
     """One body for every iteration from the recordings of two, or ``Refused``. The index
-    was symbolic in both (``tracer.loop_index``), so the recordings must be the same up to
+    was symbolic in both (``tracejit.tracer.loop_index``), so the recordings must be the same up to
     variable names: params and literals equal (``x[t]`` slices at ``i0`` in both), any int
     that differs was computed from something other than the index and is refused.
 
     ``samples=(t1, step)``: the recordings were made at concrete indices ``t1`` and ``t1 +
     step`` instead, and ints that differ are taken as affine in the index. Only
-    ``tracer.loop_autodiff`` replays a captured body that way (its backward rules run on
+    ``tracejit.tracer.loop_autodiff`` replays a captured body that way (its backward rules run on
     concrete params); an inference from two samples, kept there until the replay is
     symbolic too."""
     global _SAMPLES
@@ -663,7 +663,7 @@ def _generalize(recorded1, recorded2, params1, params2, index, samples=None):
         _SAMPLES = outer
 
 
-_SAMPLES = None  # (t1, step, index) while tracer.loop_autodiff generalizes replays
+_SAMPLES = None  # (t1, step, index) while tracejit.tracer.loop_autodiff generalizes replays
 
 
 def _generalize_items(recorded1, recorded2, params1, params2, index):
@@ -861,7 +861,7 @@ def rewrite_for(rewriter, node):
                               for arg in _range_call(node.iter).args):
         reason = "starred range arguments"
     # Subscripts whose key mentions the index go through item_at (a Python list read at
-    # it specializes the index: tracer.loop_index refuses the capture).
+    # it specializes the index: tracejit.tracer.loop_index refuses the capture).
     targets = getattr(rewriter, "loop_targets", ())
     if isinstance(node.target, ast.Name):
         rewriter.loop_targets = (*targets, node.target.id)

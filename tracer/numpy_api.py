@@ -1,5 +1,5 @@
 """The NumPy API over primitives: what ``np.tanh(t)`` or ``np.sum(t, axis=0)`` means for a
-``runtime.Tensor`` or a tracer proxy.
+``tracejit.Tensor`` or a tracer proxy.
 
 Two tables, ``UFUNCS`` and ``FUNCTIONS``, map NumPy's own callables to implementations
 with NumPy's signatures; ``array_ufunc`` and ``array_function`` are the

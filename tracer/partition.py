@@ -1,6 +1,6 @@
 """Split a joint forward+backward graph into a forward graph and a backward graph.
 
-The joint graph (``tracer.autodiff.reverse`` recorded into one trace) has the forward's
+The joint graph (``tracejit.tracer.autodiff.reverse`` recorded into one trace) has the forward's
 inputs plus one cotangent input per differentiable output, and returns the forward's
 outputs followed by the gradients. The forward graph computes the outputs and the
 *residuals* the backward needs; the backward graph takes the forward's inputs, the
@@ -13,8 +13,8 @@ saved values and inputs, where they fuse into the backward's kernels; so the for
 saves little more than the matmul outputs and per-row statistics.
 
 >>> import numpy as np
->>> from tracer import trace
->>> from tracer.autodiff import reverse
+>>> from tracejit.tracer import trace
+>>> from tracejit.tracer.autodiff import reverse
 """
 
 from __future__ import annotations

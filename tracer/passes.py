@@ -1,7 +1,7 @@
 """IR -> IR passes, run as one visible pipeline; each says why it runs.
 
 >>> import numpy as np
->>> from tracer.tracing import trace
+>>> from tracejit.tracer.tracing import trace
 >>> t = trace(lambda x: (x + 1, x * 2)[1], np.ones(3))
 >>> len(t.graph.equations), len(optimize(t.graph).equations)
 (2, 1)

@@ -3,11 +3,11 @@
 Every operation tracejit knows is a ``Primitive`` declared once in ``tracer/ops`` with
 its rules beside it: the NumPy implementation (which *is* eager semantics), the
 shape/dtype rule, and the VJP written with other primitives. ``bind`` picks who handles a
-call: plain NumPy values run the implementation directly; an eager ``runtime.Tensor``
+call: plain NumPy values run the implementation directly; an eager ``tracejit.Tensor``
 or a tracer proxy among the arguments takes over (the one with the highest
 ``__tracejit_priority__``), so the same model code runs on all three.
 
->>> from tracer.ops import exp_p
+>>> from tracejit.tracer.ops import exp_p
 >>> float(bind(exp_p, 0.0))
 1.0
 """
@@ -25,7 +25,7 @@ class Primitive:
     ``vjp``: a tuple with one rule per argument, ``rule(cotangent, *primals, out=..., **params)``,
     ``None`` where that argument's gradient is zero; a variadic primitive (concatenate)
     gives one rule that also takes ``argnum=``. Rules may return values at the output's
-    broadcast shape and dtype: ``tracer.autodiff.cotangent`` sums them back to the
+    broadcast shape and dtype: ``tracejit.tracer.autodiff.cotangent`` sums them back to the
     primal's shape and casts. ``vjp=None`` marks an output that carries no gradient
     (comparisons, argmax). Only the rules of arguments that need a gradient are called.
     ``kind`` groups primitives for scheduling: pointwise, reduction, structural, index,

@@ -30,8 +30,7 @@ from .locations import is_tracejit
 _PURE_MODULES = (
     "builtins", "math", "cmath", "operator", "_operator", "functools", "itertools",
     "collections", "numbers", "fractions", "statistics", "string", "copy", "typing",
-    "dataclasses", "enum", "abc", "types", "numpy", "scipy.special", "tracer", "codegen",
-    "runtime", "tracejit",
+    "dataclasses", "enum", "abc", "types", "numpy", "scipy.special", "tracejit",
 )
 # Builtins that read or change the world instead of computing a value.
 _IMPURE_BUILTINS = {

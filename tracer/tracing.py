@@ -444,7 +444,7 @@ class TracingContext:
                     (monomial, _), = dim.expr.terms
                     if len(monomial) == 1 and isinstance(monomial[0], str):
                         bindings[monomial[0]] = dim.value
-        # The indices of loops whose iterations are being traced (tracer.loop_index), at
+        # The indices of loops whose iterations are being traced (tracejit.tracer.loop_index), at
         # the trip being traced: a nested loop's remaining trips run with them bound.
         bindings.update(getattr(self, "loop_indices", None) or {})
         return bindings
@@ -660,11 +660,11 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     ``(leaf index, array) -> axes or {axis: (low, high)}`` (how the runtime decides).
     Dims of size 0 and 1 are never dynamic. Equal dynamic dims share one symbol.
     ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
-    closures, defaults and attributes (``tracer.implicit.find_implicit_inputs``); they
+    closures, defaults and attributes (``tracejit.tracer.implicit.find_implicit_inputs``); they
     become graph inputs instead of constants. ``check=True`` runs the verifier on the
     graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
     backward pass: gradients of the floating-point outputs with respect to every input
-    that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracer.partition``
+    that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracejit.tracer.partition``
     splits the joint graph).
     """
     from .frontend import run_rewritten
@@ -675,8 +675,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     if implicit is None:
         implicit = find_implicit_inputs(fn, leaves)
     context = TracingContext(name, implicit)
-    # Loops stay captured in traces that record gradients too (tracer.loop_autodiff), but
-    # a loop whose body loop_autodiff cannot reverse is unrolled (tracer.loops asks).
+    # Loops stay captured in traces that record gradients too (tracejit.tracer.loop_autodiff), but
+    # a loop whose body loop_autodiff cannot reverse is unrolled (tracejit.tracer.loops asks).
     context.unroll_loops = not capture_loops
     context.records_gradients = bool(grad) and any(
         getattr(value, "requires_grad", False)

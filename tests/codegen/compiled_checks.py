@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-import codegen
-import tracer
-from tracer.dims import DimExpr
+from tracejit import codegen
+from tracejit import tracer
+from tracejit.tracer.dims import DimExpr
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from compiled_checks import assert_within, bucket_sizes, compiled
 
-import tracer
-from runtime import nn
+from tracejit import tracer
+from tracejit import nn
 
 F32 = np.float32
 
@@ -169,7 +169,7 @@ def test_unrolled_steps_share_one_kernel_function():
 
 
 def test_long_unrolled_expression_is_split_into_bounded_kernels():
-    from codegen.schedule import MAX_INLINED, schedule
+    from tracejit.codegen.schedule import MAX_INLINED, schedule
 
     x = data((5, 60), 0)
     # Unrolled on purpose (60 constant steps would be captured as a loop): the scheduler

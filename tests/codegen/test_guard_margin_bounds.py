@@ -1,4 +1,4 @@
-"""The bounds of ``tracer.guard_margins`` hold: compiled values are within them of NumPy's.
+"""The bounds of ``tracejit.tracer.guard_margins`` hold: compiled values are within them of NumPy's.
 
 For each expression (chains through the rules: sums, means, variances, math functions,
 divisions, products of matrices), the bound equations the pass would emit are evaluated
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import codegen
-from tracer import trace
-from tracer.guard_margins import _Slice
-from tracer.ir import Literal
+from tracejit import codegen
+from tracejit.tracer import trace
+from tracejit.tracer.guard_margins import _Slice
+from tracejit.tracer.ir import Literal
 
 EXPRESSIONS = {
     "sum": lambda x: x.sum(),

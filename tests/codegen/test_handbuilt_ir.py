@@ -1,5 +1,5 @@
 """Codegen without the tracer: graphs written by hand, as IR text (``tracer.parse_graph``)
-or as ``tracer.ir`` records, compiled and compared with NumPy.
+or as ``tracejit.tracer.ir`` records, compiled and compared with NumPy.
 
 Covers pointwise chains with weak literals and constants, reductions with keepdims feeding
 broadcasts, symbolic shapes (products and sums of symbols, slices with symbolic limits)
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from compiled_checks import assert_same, assert_within
 
-import codegen
-from codegen.program import link
-from tracer import parse_graph, verify
-from tracer.abstract import AbstractArray
-from tracer.dims import parse_dim
-from tracer.ir import Eqn, Graph, Guard, Literal, Symbol, Var
-from tracer.ops import PRIMITIVES
+from tracejit import codegen
+from tracejit.codegen.program import link
+from tracejit.tracer import parse_graph, verify
+from tracejit.tracer.abstract import AbstractArray
+from tracejit.tracer.dims import parse_dim
+from tracejit.tracer.ir import Eqn, Graph, Guard, Literal, Symbol, Var
+from tracejit.tracer.ops import PRIMITIVES
 
 _PROGRAMS = {}
 

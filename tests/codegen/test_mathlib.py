@@ -1,7 +1,7 @@
 """The compiled math library against NumPy, over the whole float range.
 
 For exp, expm1, log, log1p, tanh, sin, cos and erf in float32 and float64 (compiled from
-traces of the NumPy functions, and of ``tracer.ops.erf_p`` for erf, which NumPy lacks) this
+traces of the NumPy functions, and of ``tracejit.tracer.ops.erf_p`` for erf, which NumPy lacks) this
 measures the largest error in ulps against NumPy (for erf: the eager primitive, fdlibm's
 algorithm in NumPy) over
 
@@ -47,8 +47,8 @@ import numpy as np
 import pytest
 from compiled_checks import F32, F64, assert_same, compiled, dtype_id, ulp_distance
 
-from tracer import ops
-from tracer.ops import special
+from tracejit.tracer import ops
+from tracejit.tracer.ops import special
 
 FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "erf"]
 # The eager function each compiled one is traced from and compared with.

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen import SideExit
-from codegen import compile as compile_graph
-from codegen.loops import LoopProgram, NativeLoopProgram
-from tracer.tracing import trace
+from tracejit.codegen import SideExit
+from tracejit.codegen import compile as compile_graph
+from tracejit.codegen.loops import LoopProgram, NativeLoopProgram
+from tracejit.tracer.tracing import trace
 
 TRIPS = [0, 1, 2, 3, 5, 7, 16, 17, 64]
 N, D, H = 2, 3, 5

@@ -46,10 +46,10 @@ from compiled_checks import (
     shape_guards_hold,
 )
 
-import codegen
-import tracer
-from tracer import PRIMITIVES, bind
-from tracer.errors import UnsupportedError
+from tracejit import codegen
+from tracejit import tracer
+from tracejit.tracer import PRIMITIVES, bind
+from tracejit.tracer.errors import UnsupportedError
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -249,7 +249,7 @@ def test_every_primitive_has_a_compiled_test():
                | {"full", "iota"}  # test_creation
                | {"reshape", "transpose", "broadcast_to", "slice", "pad", "flip",
                   "concatenate", "sliding_window"}  # VIEW_CASES
-               | {"loop"})  # tests/tracer/test_loops.py (compiled through runtime.jit)
+               | {"loop"})  # tests/tracer/test_loops.py (compiled through tracejit.jit)
     assert covered == set(PRIMITIVES)
 
 

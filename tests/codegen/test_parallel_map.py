@@ -9,10 +9,10 @@ import logging
 import numpy as np
 import pytest
 
-import runtime as tj
-from tracer.loop_vectorize import run_batched, vectorize_loops
-from tracer.ops.control import loop_p, run_body
-from tracer.tracing import trace
+import tracejit as tj
+from tracejit.tracer.loop_vectorize import run_batched, vectorize_loops
+from tracejit.tracer.ops.control import loop_p, run_body
+from tracejit.tracer.tracing import trace
 
 
 def conv_forward_naive(x, w, b, stride, pad):
@@ -195,8 +195,8 @@ def test_sliding_window_view_compiled_and_differentiated():
 def test_batched_run_matches_the_sequential_interpreter(monkeypatch):
     """run_body's fast path (run_batched: NumPy over the whole batch) against the
     per-iteration reference, through the interpreter on the un-vectorized graph."""
-    import tracer.loop_vectorize as loop_vectorize
-    from codegen.loops import LoopProgram
+    import tracejit.tracer.loop_vectorize as loop_vectorize
+    from tracejit.codegen.loops import LoopProgram
 
     rng = np.random.default_rng(9)
     args = conv_args(rng, (9, 8))

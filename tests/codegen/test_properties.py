@@ -30,9 +30,9 @@ from compiled_checks import assert_same, assert_within, shape_guards_hold
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import codegen
-import tracer
-from codegen.dtypes import SUPPORTED
+from tracejit import codegen
+from tracejit import tracer
+from tracejit.codegen.dtypes import SUPPORTED
 
 FUZZ = int(os.environ.get("TRACEJIT_FUZZ", "0"))
 SETTINGS = settings(

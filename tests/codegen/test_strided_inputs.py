@@ -14,8 +14,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import codegen.program
-from runtime import jit
+from tracejit import codegen
+import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
+from tracejit import jit
 
 
 @pytest.fixture

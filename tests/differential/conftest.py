@@ -1,7 +1,7 @@
 """The differential suite's tally: what was compared, printed at the end of the run.
 
 Every test that compares compiled with eager records the summary that
-``runtime.testing.assert_compiled_matches_eager`` returned (or its own counts) through the
+``tracejit.testing.assert_compiled_matches_eager`` returned (or its own counts) through the
 ``differential_tally`` fixture; the terminal summary then says how much was compared::
 
     differential: 118 model functions, 520 argument sets, 1150 compiled calls compared

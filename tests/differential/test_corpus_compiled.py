@@ -38,13 +38,13 @@ import numpy as np
 import pytest
 from model_corpus import CASES, CASES_BY_NAME
 
-from runtime import jit
-from runtime.testing import (
+from tracejit import jit
+from tracejit.testing import (
     CompiledMismatch,
     assert_compiled_matches_eager,
     compare_results,
 )
-from tracer import pytree
+from tracejit.tracer import pytree
 
 # --- how each case is compiled and compared ----------------------------------------------
 

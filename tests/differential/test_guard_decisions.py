@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from runtime import jit
+from tracejit import jit
 
 TRIALS = max(5000, int(os.environ.get("TRACEJIT_FUZZ") or 0))
 SEED = 20240612

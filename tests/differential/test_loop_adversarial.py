@@ -29,8 +29,8 @@ import warnings
 import numpy as np
 import pytest
 
-from runtime import jit
-from runtime.testing import compare_results
+from tracejit import jit
+from tracejit.testing import compare_results
 
 LENGTHS = (5, 8, 6, 7)  # one pow2 bucket: one compile when the loop is captured
 
@@ -451,7 +451,7 @@ def _with_nan(x, length):
 # some call compiled.
 EAGER_OK = {"read_next_index",  # raises on every call, eagerly too
             # NumPy refuses float64 into an int64 accumulator (UFuncTypeError); jit raises
-            # the same error (tracer.errors.as_numpy_would), so no call compiles
+            # the same error (tracejit.tracer.errors.as_numpy_would), so no call compiles
             "int_accumulator_plus_float"}
 
 # The index is a SymInt over the loop's index symbol while the body is traced

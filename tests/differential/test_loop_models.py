@@ -11,7 +11,7 @@ integer counts, reads of ``x.shape`` inside the body, ``np.zeros_like`` and ``.c
 Each model runs under ``jit`` with its default options (``loops="capture"``) over the trip
 counts ``TRIPS`` through one jit function, so the function grows one variant per pow2
 bucket; ``assert_compiled_matches_eager`` compares every result (and the arguments
-afterwards) with eager NumPy at the per-dtype tolerances of ``runtime.testing``. Then:
+afterwards) with eager NumPy at the per-dtype tolerances of ``tracejit.testing``. Then:
 
 * the number of compiles: one per bucket when the loop is captured (a trip count must
   never be a reason to compile again), checked over a whole bucket of lengths too;
@@ -33,9 +33,9 @@ import warnings
 import numpy as np
 import pytest
 
-from runtime import jit
-from runtime.testing import assert_compiled_matches_eager, compare_results
-from tracer.shapes import pow2_bucket
+from tracejit import jit
+from tracejit.testing import assert_compiled_matches_eager, compare_results
+from tracejit.tracer.shapes import pow2_bucket
 
 TRIPS = (0, 1, 2, 3, 5, 7, 13, 16, 17, 31, 32, 33)
 # Fewer trip counts for the small models, still two in some buckets (a trip count that

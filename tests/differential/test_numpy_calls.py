@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import runtime as tj
-from runtime.testing import assert_compiled_matches_eager
+import tracejit as tj
+from tracejit.testing import assert_compiled_matches_eager
 
 SIZES = (9, 12, 16)  # one bucket: [9, 16]
 

@@ -62,10 +62,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from runtime import jit
-from runtime.testing import CompiledMismatch, assert_compiled_matches_eager
-from tracer.ops.control import loop_p
-from tracer.tracing import trace
+from tracejit import jit
+from tracejit.testing import CompiledMismatch, assert_compiled_matches_eager
+from tracejit.tracer.ops.control import loop_p
+from tracejit.tracer.tracing import trace
 
 CI_EXAMPLES = 60
 DTYPES = [np.dtype(name) for name in ("f4", "f8", "i4", "i8", "?")]
@@ -416,7 +416,7 @@ def write_repro(path, program, arg_sets, dynamic):
     script = (
         "import numpy as np\n"
         "from numpy import inf, nan  # noqa: F401\n"
-        "from runtime.testing import assert_compiled_matches_eager\n\n"
+        "from tracejit.testing import assert_compiled_matches_eager\n\n"
         f"{program.source}\n"
         f"ARG_SETS = [\n    {arguments},\n]\n"
         f"print(assert_compiled_matches_eager(program, *ARG_SETS, dynamic={dynamic!r}, "
@@ -684,7 +684,7 @@ def test_sliced_dim_that_a_shape_guard_makes_one_broadcasts():
 # --- a fixed crash: reductions of empty arrays ------------------------------------------------
 EMPTY_REDUCTION = """
 import numpy as np
-from runtime import jit
+from tracejit import jit
 
 
 def middle_sums(x):

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pytest
 
-from runtime import jit, tensor, value_and_grad
+from tracejit import jit, tensor, value_and_grad
 
 
 # --- harness -------------------------------------------------------------------------

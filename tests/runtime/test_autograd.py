@@ -1,7 +1,7 @@
 """The eager autograd tape with PyTorch's semantics: the seed example, ``backward`` and
 its seeds, accumulation, ``retain_graph``, ``no_grad``, ``detach``, broadcasting, deep
 graphs, in-place checks, differentiable ``__setitem__``, the optimizers against NumPy
-references of PyTorch's update formulas, and ``runtime.grad`` / ``value_and_grad``.
+references of PyTorch's update formulas, and ``tracejit.grad`` / ``value_and_grad``.
 
 Gradients are compared with hand-derived values or central finite differences.
 """
@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import pytest
 
-from runtime import (
+from tracejit import (
     enable_grad,
     grad,
     is_grad_enabled,
@@ -528,7 +528,7 @@ def test_optimizer_rejects_bad_arguments(params, lr, message):
         optim.SGD(params, lr=lr)
 
 
-# --- runtime.grad and value_and_grad ---------------------------------------------------
+# --- tracejit.grad and value_and_grad ---------------------------------------------------
 def test_grad_of_numpy_function_returns_ndarray():
     x = np.array([1.0, -2.0, 0.5])
     gradient = grad(lambda value: np.sum(np.sin(value) * value))(x)
@@ -620,7 +620,7 @@ def test_ties_share_the_gradient():
 
 
 def test_stop_gradient_passes_the_value_and_blocks_the_gradient():
-    from tracer.ops import stop_gradient_p
+    from tracejit.tracer.ops import stop_gradient_p
 
     x = tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 2.0 + stop_gradient_p(x * x)
@@ -650,7 +650,7 @@ INDEXES = [
 def test_indexing_gradient_matches_the_primitive_plan(index):
     """Tensor indexing records one node and NumPy's indexing; its gradient equals the one
     the index plan's primitives (slice, flip, gather ...) give."""
-    from tracer.indexing import getitem
+    from tracejit.tracer.indexing import getitem
 
     data = np.arange(12.0).reshape(3, 4)
     rng = np.random.default_rng(0)

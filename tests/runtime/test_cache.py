@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import runtime.cache
-import runtime.serialize
-from runtime import cli
-from runtime.cache import MAGIC, read_entry, read_header
+from tracejit import runtime
+import tracejit.runtime.cache  # noqa: F401 (tracejit.runtime.cache)
+import tracejit.runtime.serialize  # noqa: F401 (tracejit.runtime.serialize)
+from tracejit.runtime import cli
+from tracejit.runtime.cache import MAGIC, read_entry, read_header
 
 MAIN = textwrap.dedent('''\
     """Calls ``model`` on each array given as JSON in argv[1]; prints results and stats."""
@@ -41,7 +42,7 @@ MAIN = textwrap.dedent('''\
     import numpy as np
 
     import helper
-    from runtime import jit
+    from tracejit import jit
 
 
     @jit
@@ -264,7 +265,7 @@ def test_processes_racing_on_an_empty_cache_all_compute_right_and_leave_a_valid_
         assert "Traceback" not in stderr, stderr
         assert json.loads(stdout)["results"] == [expected(values) for values in inputs]
     completed = subprocess.run(
-        [sys.executable, "-m", "runtime", "cache", "verify", "--cache-dir",
+        [sys.executable, "-m", "tracejit", "cache", "verify", "--cache-dir",
          str(project.cache_dir)], env=project.env(), capture_output=True, text=True,
         timeout=60)
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -298,7 +299,7 @@ def test_editing_the_jit_function_invalidates_the_entry(project):
 def test_counters_are_summed_across_processes(project):
     reports = [project.run([POSITIVE, NEGATIVE]), project.run([POSITIVE, NEGATIVE, NEGATIVE])]
     completed = subprocess.run(
-        [sys.executable, "-m", "runtime", "cache", "stats", "--json", "--cache-dir",
+        [sys.executable, "-m", "tracejit", "cache", "stats", "--json", "--cache-dir",
          str(project.cache_dir)], env=project.env(), capture_output=True, text=True,
         timeout=60)
     assert completed.returncode == 0, completed.stderr
@@ -320,7 +321,7 @@ ACTIVATION_MAIN = textwrap.dedent('''\
 
     import numpy as np
 
-    from runtime import jit
+    from tracejit import jit
 
     ACTIVATION = np.tanh
 
@@ -362,7 +363,7 @@ SCRIPT_WITH_HELPER = textwrap.dedent('''\
 
     import numpy as np
 
-    from runtime import jit
+    from tracejit import jit
 
 
     def helper(x):
@@ -432,7 +433,7 @@ def test_a_function_without_readable_source_is_cached_in_memory_only(tmp_path):
     command = textwrap.dedent('''\
         import json
         import numpy as np
-        from runtime import jit
+        from tracejit import jit
         namespace = {"jit": jit, "np": np}
         exec("def helper(x):\\n    return x * 5.0\\n"
              "@jit\\ndef g(x):\\n    return helper(x) - 1.0\\n", namespace)

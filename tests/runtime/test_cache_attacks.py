@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import cache_trust, cli
-from runtime.cache import MAGIC, _parse_entry
-from runtime.cache_trust import SECRET_NAME, TrustedRoot
-from tracer.ir import Effect
+from tracejit.runtime import cache_trust, cli
+from tracejit.runtime.cache import MAGIC, _parse_entry
+from tracejit.runtime.cache_trust import SECRET_NAME, TrustedRoot
+from tracejit.tracer.ir import Effect
 
 TALLY = {"trials": 0, "wrong results": 0, "crashes": 0, "payloads run": 0}
 
@@ -55,7 +55,7 @@ PROGRAM = textwrap.dedent('''\
 
     import numpy as np
 
-    from runtime import jit
+    from tracejit import jit
 
     GAIN = [1.0, 2.0, 3.0]
 
@@ -302,8 +302,8 @@ def test_a_payload_signed_with_the_right_key_is_still_only_data(program, payload
 def test_the_wrapper_generator_only_sees_checked_ir():
     """Names and effect parameters of parsed IR are written into the wrapper's Python
     text, so a graph whose symbol or print stream is not tracejit's is refused."""
-    from runtime import serialize
-    from tracer.ir import parse_graph
+    from tracejit.runtime import serialize
+    from tracejit.tracer.ir import parse_graph
 
     text = textwrap.dedent("""\
         graph g
@@ -352,11 +352,11 @@ def test_an_entry_from_another_cache_is_rejected_until_resigned(program, tmp_pat
     shutil.copytree(program.cache_dir / "v1", other.cache_dir / "v1")  # not the key
     assert_rebuilt(other.run())
     shutil.copytree(program.cache_dir / "v1", other.cache_dir / "v1", dirs_exist_ok=True)
-    refused = subprocess.run([sys.executable, "-m", "runtime", "cache", "resign",
+    refused = subprocess.run([sys.executable, "-m", "tracejit", "cache", "resign",
                               "--cache-dir", str(other.cache_dir)], capture_output=True,
                              text=True, timeout=60)
     assert refused.returncode == 1 and "--yes" in refused.stderr
-    resigned = subprocess.run([sys.executable, "-m", "runtime", "cache", "resign", "--yes",
+    resigned = subprocess.run([sys.executable, "-m", "tracejit", "cache", "resign", "--yes",
                                "--cache-dir", str(other.cache_dir)], capture_output=True,
                               text=True, timeout=60)
     assert resigned.returncode == 0, resigned.stdout + resigned.stderr
@@ -452,7 +452,7 @@ def test_a_world_writable_root_is_refused_and_nothing_is_written(program):
     before = sorted(program.cache_dir.rglob("*"))
     _refused_run(program)
     assert sorted(program.cache_dir.rglob("*")) == before
-    status = subprocess.run([sys.executable, "-m", "runtime", "cache", "list", "--cache-dir",
+    status = subprocess.run([sys.executable, "-m", "tracejit", "cache", "list", "--cache-dir",
                              str(program.cache_dir)], capture_output=True, text=True,
                             timeout=60)
     assert status.returncode == 1 and "other users can write to it" in status.stderr
@@ -537,7 +537,7 @@ def test_ownership_checks_with_a_fake_uid(tmp_path, monkeypatch, problem):
 # --- temp files and concurrent writers -------------------------------------------------------
 KILLED_WRITER = textwrap.dedent('''\
     import os, signal, sys
-    from runtime.cache_trust import TrustedRoot
+    from tracejit.runtime.cache_trust import TrustedRoot
 
     root = TrustedRoot.open(sys.argv[1], create=True)
     real_replace = os.replace

@@ -1,4 +1,4 @@
-"""The ``tracejit`` command, run as a user runs it (``python -m runtime`` and the
+"""The ``tracejit`` command, run as a user runs it (``python -m tracejit`` and the
 ``tracejit`` console script, in subprocesses) on a cache filled by a real program: every
 verb and flag, its output, its exit status; empty and missing caches and unknown names
 get one clear line, and nothing ever prints a traceback.
@@ -17,14 +17,14 @@ import time
 
 import pytest
 
-from runtime.cache import read_header
-from runtime.version import __version__
+from tracejit.runtime.cache import read_header
+from tracejit.runtime.version import __version__
 
 PROGRAM = textwrap.dedent('''\
     """Fills a cache: two jit functions, one with both paths of a branch compiled."""
     import numpy as np
 
-    from runtime import jit
+    from tracejit import jit
 
 
     @jit
@@ -47,14 +47,14 @@ PROGRAM = textwrap.dedent('''\
 ''')
 
 SCRIPT = shutil.which("tracejit")
-RUNNERS = ["python -m runtime"] + (["tracejit"] if SCRIPT else [])
+RUNNERS = ["python -m tracejit"] + (["tracejit"] if SCRIPT else [])
 
 
-def run_cli(*args, cache_dir=None, runner="python -m runtime", env_cache_dir=None):
+def run_cli(*args, cache_dir=None, runner="python -m tracejit", env_cache_dir=None):
     """Run the command with ``args`` (``--cache-dir`` after the verb when given); assert it
     printed no traceback. The environment's cache directory is ``env_cache_dir`` or
     ``cache_dir``, so a mistake can never reach a real cache."""
-    command = [sys.executable, "-m", "runtime"] if runner == "python -m runtime" else [SCRIPT]
+    command = [sys.executable, "-m", "tracejit"] if runner == "python -m tracejit" else [SCRIPT]
     command += list(args)
     if cache_dir is not None:
         command += ["--cache-dir", str(cache_dir)]
@@ -341,7 +341,7 @@ def test_resign_asks_for_confirmation_then_signs_a_copied_cache(cache_copy):
 
 # --- polish: pipes, exit codes, dry runs, the environment, the size cap --------------------
 def test_output_cut_by_a_closed_pipe_is_not_an_error(filled_cache):
-    command = [sys.executable, "-m", "runtime", "cache", "show", "decoder", "--asm", "--ir",
+    command = [sys.executable, "-m", "tracejit", "cache", "show", "decoder", "--asm", "--ir",
                "--cache-dir", str(filled_cache)]
     env = dict(os.environ, TRACEJIT_CACHE_DIR=str(filled_cache))
     reader = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -363,7 +363,7 @@ def test_bad_arguments_exit_2_with_usage(tmp_path, args):
 def test_every_option_has_help():
     import argparse
 
-    from runtime.cli import build_parser
+    from tracejit.runtime.cli import build_parser
 
     def walk(parser):
         yield parser
@@ -395,7 +395,7 @@ def test_list_sorts_by_function_and_shows_file_and_age(filled_cache):
 
 
 def test_long_signatures_are_cut_between_arguments():
-    from runtime.cli import _clip
+    from tracejit.runtime.cli import _clip
 
     text = "(float32[1..8,16], float32[16,64], float32[64,64])"
     clipped = _clip(text, 30, ", ")
@@ -420,7 +420,7 @@ def test_the_cache_keeps_under_its_size_cap(tmp_path):
     script = tmp_path / "many.py"
     script.write_text(textwrap.dedent("""
         import numpy as np
-        from runtime import jit
+        from tracejit import jit
 
         @jit(dynamic=False)
         def scale(x):

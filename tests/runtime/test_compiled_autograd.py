@@ -19,7 +19,7 @@ of a float64 NumPy loss. Shown:
    ``no_grad`` and arguments that need no gradient;
 4. implicit Tensor parameters (attributes of a model object, module globals) get
    gradients;
-5. ``runtime.value_and_grad`` around a jit function and inside one (one program);
+5. ``tracejit.value_and_grad`` around a jit function and inside one (one program);
 6. a small MLP trained with compiled forward+backward matches eager training step by
    step, and ``explain()`` shows its backward kernels and residual bytes, fewer than the
    arrays the eager tape keeps (``benchmarks/autograd_memory.py`` measures the large MLP).
@@ -38,10 +38,10 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from runtime import jit, nn, no_grad, optim, tensor, value_and_grad
-from runtime.autograd import OutputNode, PrimitiveNode
-from tracer import PRIMITIVES, bind
-from tracer.shapes import pow2_bucket
+from tracejit import jit, nn, no_grad, optim, tensor, value_and_grad
+from tracejit.runtime.autograd import OutputNode, PrimitiveNode
+from tracejit.tracer import PRIMITIVES, bind
+from tracejit.tracer.shapes import pow2_bucket
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 DIFFERENTIABLE = sorted(name for name, prim in PRIMITIVES.items() if prim.vjp is not None)
@@ -707,7 +707,7 @@ def test_gradients_reach_a_global_tensor_parameter():
     GLOBAL_SCALE.grad = None
 
 
-# --- 5. runtime.grad / value_and_grad ------------------------------------------------------
+# --- 5. tracejit.grad / value_and_grad ------------------------------------------------------
 def mlp_loss(params, x, labels):
     """A two-layer MLP loss over a pytree of parameters (a dict holding a list)."""
     hidden = nn.relu(x @ params["w1"] + params["b1"])

@@ -5,7 +5,7 @@ own error, as the eager call does, instead of being broadcast or cast silently."
 import numpy as np
 import pytest
 
-from runtime import jit
+from tracejit import jit
 
 
 def _int_buffer_plus_float(x):

@@ -1,4 +1,4 @@
-"""``runtime.jit`` as a user meets it, every result compared with running the same Python
+"""``tracejit.jit`` as a user meets it, every result compared with running the same Python
 function eagerly on the same data: the forms it wraps (functions, methods, closures,
 lambdas), what goes in and out (NumPy, Tensors, Python scalars, pytrees, empty and
 non-contiguous arrays, NaN and Inf), branch flips and trace trees, shape buckets,
@@ -21,9 +21,9 @@ import warnings
 import numpy as np
 import pytest
 
-from runtime import Tensor, jit, no_grad, tensor
-from runtime.config import OptionError
-from tracer.errors import TraceError
+from tracejit import Tensor, jit, no_grad, tensor
+from tracejit.runtime.config import OptionError
+from tracejit.tracer.errors import TraceError
 
 
 def known_bug(reason, raises=AssertionError):
@@ -871,7 +871,7 @@ def restore_tracejit_logging():
     handlers = list(root.handlers)
     yield
     root.handlers[:] = handlers
-    from runtime.config import configure_logging
+    from tracejit.runtime.config import configure_logging
 
     configure_logging("")
 

@@ -21,10 +21,10 @@ import zlib
 import numpy as np
 import pytest
 
-from runtime import cache_trust
-from runtime.cache import MAGIC, _parse_entry
-from runtime.cache_trust import SECRET_NAME, TrustedRoot
-from runtime.testing import compare_results
+from tracejit.runtime import cache_trust
+from tracejit.runtime.cache import MAGIC, _parse_entry
+from tracejit.runtime.cache_trust import SECRET_NAME, TrustedRoot
+from tracejit.testing import compare_results
 
 PROGRAM = textwrap.dedent('''\
     """Runs the RNN for each length in argv[1]; prints results, stats and LLVM compiles."""
@@ -33,11 +33,12 @@ PROGRAM = textwrap.dedent('''\
 
     import numpy as np
 
-    import codegen.llvm
-    from runtime import jit
+    from tracejit import codegen
+    import tracejit.codegen.llvm
+    from tracejit import jit
 
     compiles = []
-    _compile_module = codegen.llvm.compile_module
+    _compile_module = tracejit.codegen.llvm.compile_module
 
 
     def counted(*args, **kwargs):
@@ -45,7 +46,7 @@ PROGRAM = textwrap.dedent('''\
         return _compile_module(*args, **kwargs)
 
 
-    codegen.llvm.compile_module = counted
+    tracejit.codegen.llvm.compile_module = counted
 
 
     def rnn(x, Wx, Wh, b, h0):

@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from runtime import jit
+from tracejit import jit
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -10,14 +10,16 @@ import time
 import numpy as np
 import pytest
 
-import codegen
-import runtime.cache
-import tracer.frontend
-import tracer.tracing
-import codegen.program
-import codegen.llvm
-from runtime import jit, tensor, value_and_grad
-from runtime.tensor import TensorError
+from tracejit import codegen
+from tracejit import runtime
+import tracejit.runtime.cache  # noqa: F401 (tracejit.runtime.cache)
+from tracejit import tracer
+import tracejit.tracer.frontend  # noqa: F401 (tracejit.tracer.frontend)
+import tracejit.tracer.tracing  # noqa: F401 (tracejit.tracer.tracing)
+import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
+import tracejit.codegen.llvm  # noqa: F401 (tracejit.codegen.llvm)
+from tracejit import jit, tensor, value_and_grad
+from tracejit.runtime.tensor import TensorError
 
 
 def compiled(fn, **options):

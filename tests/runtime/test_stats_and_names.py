@@ -6,7 +6,7 @@ import logging
 import numpy as np
 import pytest
 
-from runtime import jit
+from tracejit import jit
 
 
 def _scaled(x, params, cfg=None):

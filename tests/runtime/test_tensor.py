@@ -1,4 +1,4 @@
-"""``runtime.Tensor`` as an array: construction, operators (reflected and in-place),
+"""``tracejit.Tensor`` as an array: construction, operators (reflected and in-place),
 methods, properties, ``repr``, NumPy interop (Tensor in, Tensor out) and the errors bad
 data gets. Values are checked against NumPy on the same data or against literals."""
 
@@ -9,8 +9,8 @@ import operator
 import numpy as np
 import pytest
 
-from runtime import Tensor, TensorError, tensor
-from tracer import TracejitError, UnsupportedError
+from tracejit import Tensor, TensorError, tensor
+from tracejit.tracer import TracejitError, UnsupportedError
 
 
 def assert_tensor_equal(actual, expected):

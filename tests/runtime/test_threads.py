@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from runtime import jit
+from tracejit import jit
 
 THREADS = 8
 CALLS = 50
@@ -126,8 +126,8 @@ def test_threads_taking_both_branches_grow_the_trace_tree_once():
 def test_pool_workers_park_before_blas_and_wake_for_the_next_split_kernel():
     """A matmul kernel tells the pool's idle workers to sleep before OpenBLAS runs (they
     would spin on the cores its threads need); the next job wakes them and is right."""
-    from codegen import blas
-    from codegen.parallel import GENERATION, PARKED, pool
+    from tracejit.codegen import blas
+    from tracejit.codegen.parallel import GENERATION, PARKED, pool
 
     if not blas.available():
         pytest.skip("no BLAS: matmul kernels are tracejit's own loops")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime import jit, tensor
+from tracejit import jit, tensor
 
 # (name, function); each is compared with eager on the same kind of input.
 VIEW_OPS = [

@@ -1,4 +1,4 @@
-"""Convolution, pooling and the other layers of issue 14 (``runtime.nn``) against direct
+"""Convolution, pooling and the other layers of issue 14 (``tracejit.nn``) against direct
 NumPy references written here, three ways: plain ndarrays, eager Tensors and ``jit``
 (forward and compiled backward), with gradients against central finite differences and
 one compile per size bucket. PyTorch checks run only where ``import torch`` works."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import runtime as tj
-from runtime import nn
-from runtime.testing import assert_compiled_matches_eager
+import tracejit as tj
+from tracejit import nn
+from tracejit.testing import assert_compiled_matches_eager
 
 try:  # optional: a second reference where it is installed
     import torch

@@ -1,4 +1,4 @@
-"""The guard-margin pass (``tracer.guard_margins``): its rule table covers the op table,
+"""The guard-margin pass (``tracejit.tracer.guard_margins``): its rule table covers the op table,
 it leaves exact guards alone, its output verifies and round-trips through the text form,
 and what it assumes of NumPy (tanh saturation) holds here."""
 
@@ -7,17 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracer import trace
-from tracer.guard_margins import (
+from tracejit.tracer import trace
+from tracejit.tracer.guard_margins import (
     RULES,
     TANH_SATURATED,
     UNBOUNDED,
     _Slice,
     add_guard_margins,
 )
-from tracer.ir import Eqn, Guard, Var, parse_graph, verify
-from tracer.passes import optimize
-from tracer.primitives import PRIMITIVES, Primitive
+from tracejit.tracer.ir import Eqn, Guard, Var, parse_graph, verify
+from tracejit.tracer.passes import optimize
+from tracejit.tracer.primitives import PRIMITIVES, Primitive
 
 
 def test_every_primitive_has_a_rule_or_is_marked_unbounded():

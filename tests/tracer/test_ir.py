@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracer.abstract import AbstractArray
-from tracer.dims import DimExpr, decide_by_bounds, parse_dim
-from tracer.ir import (
+from tracejit.tracer.abstract import AbstractArray
+from tracejit.tracer.dims import DimExpr, decide_by_bounds, parse_dim
+from tracejit.tracer.ir import (
     Constant,
     Effect,
     Eqn,
@@ -29,7 +29,7 @@ from tracer.ir import (
     parse_location,
     verify,
 )
-from tracer.primitives import PRIMITIVES
+from tracejit.tracer.primitives import PRIMITIVES
 
 F32, F64, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.bool_))
 S0, S1 = DimExpr.symbol("s0"), DimExpr.symbol("s1")

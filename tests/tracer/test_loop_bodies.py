@@ -9,9 +9,9 @@ results must equal NumPy's, and one bucket of lengths must compile once."""
 import numpy as np
 import pytest
 
-import runtime as tj
-from tracer.ops.control import loop_p
-from tracer.tracing import trace
+import tracejit as tj
+from tracejit.tracer.ops.control import loop_p
+from tracejit.tracer.tracing import trace
 
 TRIPS = [0, 1, 2, 3, 5, 7, 13, 16, 17]
 

@@ -6,10 +6,10 @@ bucket edges, in float32 and float64; one compile per bucket whatever T."""
 import numpy as np
 import pytest
 
-import runtime as tj
-from tracer.ir import verify
-from tracer.ops.control import inplace_writes, loop_p
-from tracer.tracing import trace
+import tracejit as tj
+from tracejit.tracer.ir import verify
+from tracejit.tracer.ops.control import inplace_writes, loop_p
+from tracejit.tracer.tracing import trace
 
 N, D, H = 2, 3, 4  # static dims (2, 3, 4 are alone in their buckets)
 LENGTHS = [0, 1, 2, 3, 5, 7, 16, 17]

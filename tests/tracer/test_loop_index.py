@@ -20,11 +20,11 @@ import warnings
 import numpy as np
 import pytest
 
-from runtime import jit
-from runtime.testing import compare_results
-from tracer import trace
-from tracer.dims import DimExpr
-from tracer.loop_index import linear_in
+from tracejit import jit
+from tracejit.testing import compare_results
+from tracejit.tracer import trace
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.loop_index import linear_in
 
 TRIPS = (0, 1, 2, 3, 5, 7, 13, 16, 17)
 

@@ -5,13 +5,13 @@ bucket."""
 import numpy as np
 import pytest
 
-import runtime as tj
-from codegen import SideExit
-from codegen import compile as compile_graph
-from codegen.loops import LoopProgram, NativeLoopProgram
-from tracer.ir import verify
-from tracer.ops.control import loop_p
-from tracer.tracing import trace
+import tracejit as tj
+from tracejit.codegen import SideExit
+from tracejit.codegen import compile as compile_graph
+from tracejit.codegen.loops import LoopProgram, NativeLoopProgram
+from tracejit.tracer.ir import verify
+from tracejit.tracer.ops.control import loop_p
+from tracejit.tracer.tracing import trace
 
 N, D, H = 2, 3, 4  # distinct from every T below, so no two dims share a symbol
 

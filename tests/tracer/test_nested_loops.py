@@ -7,10 +7,10 @@ tests/codegen/test_parallel_map.py."""
 import numpy as np
 import pytest
 
-import runtime as tj
-from tracer.ir import format_graph, parse_graph, verify
-from tracer.ops.control import loop_p
-from tracer.tracing import trace
+import tracejit as tj
+from tracejit.tracer.ir import format_graph, parse_graph, verify
+from tracejit.tracer.ops.control import loop_p
+from tracejit.tracer.tracing import trace
 
 
 def conv_forward_naive(x, w, b, stride, pad):

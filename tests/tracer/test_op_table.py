@@ -1,14 +1,14 @@
 """The op table against NumPy.
 
-Generated from ``tracer.PRIMITIVES`` and the NumPy tables of ``tracer.numpy_api``:
+Generated from ``tracer.PRIMITIVES`` and the NumPy tables of ``tracejit.tracer.numpy_api``:
 
 * every primitive has every rule (implementation, shape/dtype rule, kind, VJP arity);
 * every op computes what NumPy computes - same values (NaNs equal), dtype and shape -
-  called three ways: ``bind(prim, ...)`` on ndarrays, the NumPy API on ``runtime.Tensor``
+  called three ways: ``bind(prim, ...)`` on ndarrays, the NumPy API on ``tracejit.Tensor``
   and the primitive's ``abstract_eval`` on abstract values (Python scalars weak, NEP 50),
   across float32, float64, int32, int64 and bool and shapes from 0-d and size-0 to
   broadcasting pairs;
-* every differentiable primitive and every composite (``runtime.nn``, ``numpy_api``)
+* every differentiable primitive and every composite (``tracejit.nn``, ``numpy_api``)
   has gradients equal to central finite differences in float64, summed back to the input
   shape under broadcasting, with float32 gradients for float32 inputs.
 """
@@ -26,9 +26,9 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from runtime import Tensor, nn, tensor
-from tracer import PRIMITIVES, UnsupportedError, bind, numpy_api, ops
-from tracer.abstract import abstractify
+from tracejit import Tensor, nn, tensor
+from tracejit.tracer import PRIMITIVES, UnsupportedError, bind, numpy_api, ops
+from tracejit.tracer.abstract import abstractify
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -214,7 +214,7 @@ def _running_sum(x):
 
 def _loop_sample():
     """A captured loop (over a dynamic length) and the operands its equation takes."""
-    from tracer.tracing import trace
+    from tracejit.tracer.tracing import trace
 
     x = np.linspace(-1.0, 1.0, 60).reshape(20, 3)
     graph = trace(_running_sum, x, dynamic=True).graph
@@ -1371,7 +1371,7 @@ def ccase(label, function, *inputs):
 
 LABELS = np.array([2, 0, 1, 2])
 COMPOSITE_GRADIENT_CASES = [
-    # runtime.nn
+    # tracejit.nn
     ccase("relu", nn.relu, away_from_zero(3, 4)),
     ccase("gelu", nn.gelu, uniform(3, 4)),
     ccase("gelu-exact", lambda x: nn.gelu(x, approximate="none"), uniform(3, 4)),

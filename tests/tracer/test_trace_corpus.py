@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from model_corpus import CASES
 
-from tracer import trace
-from tracer.ir import parse_graph, verify
-from tracer.passes import optimize
+from tracejit.tracer import trace
+from tracejit.tracer.ir import parse_graph, verify
+from tracejit.tracer.passes import optimize
 
 # NaN/Inf inputs make eager NumPy warn (overflow in exp); the values are what is compared.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -25,10 +25,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracer import trace
-from tracer.ir import parse_graph, verify
-from tracer.passes import optimize
-from tracer.tracing import current_context
+from tracejit.tracer import trace
+from tracejit.tracer.ir import parse_graph, verify
+from tracejit.tracer.passes import optimize
+from tracejit.tracer.tracing import current_context
 
 EXAMPLES = int(os.environ.get("TRACEJIT_FUZZ", "60"))
 # Deterministic examples in ordinary runs; fresh random ones when fuzzing on purpose.

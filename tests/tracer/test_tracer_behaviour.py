@@ -18,11 +18,11 @@ import types
 import numpy as np
 import pytest
 
-import runtime.nn as nn
-from tracer import TraceError, trace
-from tracer.dims import DimExpr
-from tracer.ir import Symbol, parse_graph, verify
-from tracer.tracing import current_context
+from tracejit import nn
+from tracejit.tracer import TraceError, trace
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Symbol, parse_graph, verify
+from tracejit.tracer.tracing import current_context
 
 THIS_FILE = __file__
 S0, S1 = DimExpr.symbol("s0"), DimExpr.symbol("s1")

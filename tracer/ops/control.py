@@ -324,8 +324,8 @@ loop_p = Primitive(
     "control",
     impl=_loop_impl,
     abstract_eval=_loop_rule,
-    # Not a per-operand rule: tracer.autodiff.reverse hands a loop's results, together, to
-    # tracer.loop_autodiff.loop_vjp (the reverse of a loop is a loop).
+    # Not a per-operand rule: tracejit.tracer.autodiff.reverse hands a loop's results, together, to
+    # tracejit.tracer.loop_autodiff.loop_vjp (the reverse of a loop is a loop).
     vjp=None,
 )
 

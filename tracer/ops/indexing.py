@@ -2,7 +2,7 @@
 
 ``gather(x, indices, axis)`` is ``np.take(x, indices, axis)``: negative indices count
 from the end, out-of-range ones raise. Multi-array indexing such as ``x[rows, cols]`` is
-composed in ``tracer.indexing`` as a gather over the flattened axes.
+composed in ``tracejit.tracer.indexing`` as a gather over the flattened axes.
 
 >>> gather(np.array([10, 20, 30]), np.array([2, -3]), axis=0).tolist()
 [30, 10]

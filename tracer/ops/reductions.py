@@ -2,7 +2,7 @@
 
 sum, prod, max, min, any, all reduce a tuple of axes; argmax and argmin reduce one axis
 (the NumPy layer flattens for ``axis=None``). ``mean``, ``var`` and friends are composed
-from these in ``tracer.numpy_api``.
+from these in ``tracejit.tracer.numpy_api``.
 
 >>> reduce_sum(np.ones((2, 3)), axes=(1,)).tolist()
 [3.0, 3.0]

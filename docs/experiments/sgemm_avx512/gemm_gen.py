@@ -8,7 +8,7 @@ void tj_sgemm_own(i64 transA, i64 transB, i64 M, i64 N, i64 K, float* A, i64 lda
                   float* workspace)          # workspace: workspace_floats() floats per thread
 
 A library module: ``Kernel(**params)`` builds, compiles and loads the function (the repo's
-codegen.llvm helpers) and ``Kernel.bind``/``Kernel.call`` run it on NumPy arrays. Used by
+tracejit.codegen.llvm helpers) and ``Kernel.bind``/``Kernel.call`` run it on NumPy arrays. Used by
 test_correct.py and bench.py in this directory.
 """
 import ctypes
@@ -23,7 +23,7 @@ import numpy as np
 # The repository root is three levels up (docs/experiments/sgemm_avx512/).
 REPO_ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO_ROOT))
-tl = importlib.import_module("codegen.llvm")  # read-only use of the compile/load helpers
+tl = importlib.import_module("tracejit.codegen.llvm")  # read-only use of the compile/load helpers
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 F32 = ir.FloatType()

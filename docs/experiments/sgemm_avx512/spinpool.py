@@ -1,7 +1,7 @@
 """Two-thread pool used by bench.py for the experiment's two-thread numbers.
 
 The helper thread spins in native code (GIL released, ``pause`` loop compiled with the repo's
-codegen.llvm helpers) for ~spin_ms after each job before blocking on an Event, like
+tracejit.codegen.llvm helpers) for ~spin_ms after each job before blocking on an Event, like
 OpenBLAS (whose workers spin ~0.1 s). Without the spin, waking the idle vCPU took
 milliseconds on this VM. Not run on its own; bench.py imports it (POOL=spin, the default).
 """
@@ -17,7 +17,7 @@ import numpy as np
 # The repository root is three levels up (docs/experiments/sgemm_avx512/).
 REPO_ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO_ROOT))
-tl = importlib.import_module("codegen.llvm")  # read-only use of the compile/load helpers
+tl = importlib.import_module("tracejit.codegen.llvm")  # read-only use of the compile/load helpers
 
 IR = """
 declare void @llvm.x86.sse2.pause()

@@ -60,6 +60,28 @@ def scan_rnn():
     return fresh
 
 
+def numba_rnn():
+    """The same RNN compiled by ``numba.njit`` (None without numba): the loop and the two
+    matmuls per step (numba calls BLAS for ``@`` on contiguous arrays)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    @numba.njit(cache=False)
+    def rnn_numba(x, Wx, Wh, b, h0):
+        N, T, D = x.shape
+        h = h0.copy()
+        h_all = np.zeros((N, T, Wh.shape[0]), dtype=x.dtype)
+        for t in range(T):
+            x_t = np.ascontiguousarray(x[:, t, :])
+            h = np.tanh(x_t @ Wx + h @ Wh + b)
+            h_all[:, t, :] = h
+        return h_all
+
+    return rnn_numba
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--unrolled", action="store_true",
@@ -76,12 +98,14 @@ def main():
               rng.standard_normal((H, H)).astype(np.float32) * 0.1,
               rng.standard_normal(H).astype(np.float32),
               rng.standard_normal((N, H)).astype(np.float32))
-    jax_rnn = scan_rnn()
+    jax_rnn, numba_compiled = scan_rnn(), numba_rnn()
     print(f"loops={mode!r}, {options.clock} clock" +
-          ("" if jax_rnn else " (JAX not installed: no lax.scan column)"))
+          ("" if jax_rnn else " (JAX not installed: no lax.scan column)") +
+          ("" if numba_compiled else " (numba not installed: no numba column)"))
     print(f"{'T':>6} {'compiles':>8} {'first call s':>13} {'second call ms':>15} "
           f"{'steady ms':>10} {'NumPy eager ms':>15}" +
-          (f" {'scan first s':>12} {'scan steady ms':>15} {'ours/scan':>9}" if jax_rnn else ""))
+          (f" {'scan first s':>12} {'scan steady ms':>15} {'ours/scan':>9}" if jax_rnn else "")
+          + (f" {'numba first s':>13} {'numba steady ms':>15}" if numba_compiled else ""))
     for length in options.lengths:
         f = tj.jit(rnn, dynamic=True, cache="memory", loops=mode)
         x = rng.standard_normal((N, length, D)).astype(np.float32)
@@ -99,10 +123,18 @@ def main():
             scan(x, *params)
             scan_first = time.perf_counter() - start
             contenders["scan"] = scan
+        if numba_compiled:
+            start = time.perf_counter()
+            np.testing.assert_allclose(numba_compiled(x, *params), rnn(x, *params),
+                                       rtol=1e-4, atol=1e-5)
+            numba_first = time.perf_counter() - start  # numba compiles once per dtype
+            contenders["numba"] = numba_compiled
         steady = _interleaved(contenders, x, params, options.repeat)
         if jax_rnn:
             row = (f" {scan_first:>12.3f} {steady['scan'] * 1e3:>15.2f} "
                    f"{steady['ours'] / steady['scan']:>9.2f}")
+        if numba_compiled:
+            row += f" {numba_first:>13.3f} {steady['numba'] * 1e3:>15.2f}"
         print(f"{length:>6} {f.stats()['compiles']:>8} {first:>13.3f} {second * 1e3:>15.2f} "
               f"{steady['ours'] * 1e3:>10.2f} {steady['eager'] * 1e3:>15.2f}" + row)
 

@@ -34,9 +34,21 @@ def _library():
 
 
 def available():
-    """The BLAS in use (a name for cache keys), or None."""
+    """The BLAS in use (a name for cache keys), or None (logged once: matmul then runs on
+    tracejit's own loops)."""
     found = _library()
+    if found is None:
+        _say_missing()
     return "numpy-openblas64" if found is not None else None
+
+
+@lru_cache(maxsize=None)
+def _say_missing():
+    import logging
+
+    logging.getLogger("tracejit.kernels").warning(
+        "NumPy's bundled OpenBLAS (numpy.libs/libscipy_openblas64_*) was not found: "
+        "matmul runs on tracejit's own loops (correct, slower); `tracejit env` shows it")
 
 
 def symbols():

@@ -29,6 +29,9 @@ import sys
 import textwrap
 import types
 
+# astor, not ast.unparse: its printer wraps long lines (the rewritten source nests every
+# load in hook calls; ast.unparse puts each statement on one line of hundreds of columns,
+# unreadable in `tracejit cache show --source` and Lowered.source).
 import astor
 import numpy as np
 

@@ -380,7 +380,7 @@ def test_every_length_of_a_bucket_shares_one_compile(name):
         arguments = make(length - 1 if name == "conv1d_naive" else length)  # width t + 1
         for _ in range(2):
             problem = compare_results(jitted(*arguments), function(*arguments))
-            assert problem is None, (trips, problem)
+            assert problem is None, (length, problem)
     stats = jitted.stats()
     assert stats["compiles"] == 1, jitted.explain()
     assert stats["compiled_calls"] == 2 * len(lengths) - 1, stats

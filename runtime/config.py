@@ -62,10 +62,17 @@ def default_cache_max(environ=os.environ):
         raise OptionError(f"TRACEJIT_CACHE_MAX: {error}") from None
 
 
-def default_cache_dir(environ=os.environ):
+def default_cache_dir(environ=os.environ, platform=sys.platform):
+    """``TRACEJIT_CACHE_DIR``; else the platform's cache folder: ``$XDG_CACHE_HOME/tracejit``
+    or ``~/.cache/tracejit`` on Linux, and where platformdirs says on macOS
+    (``~/Library/Caches/tracejit``) and Windows (``%LOCALAPPDATA%\\tracejit\\Cache``)."""
     explicit = environ.get("TRACEJIT_CACHE_DIR")
     if explicit:
         return os.path.abspath(os.path.expanduser(explicit))
+    if platform in ("darwin", "win32"):
+        import platformdirs  # a dependency on those platforms only (pyproject markers)
+
+        return platformdirs.user_cache_dir("tracejit", appauthor=False)
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tracejit")
 

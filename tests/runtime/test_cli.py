@@ -440,3 +440,19 @@ def test_the_cache_keeps_under_its_size_cap(tmp_path):
     subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
     kept = entry_files(cache_dir)
     assert 1 <= len(kept) <= 3 and sum(path.stat().st_size for path in kept) <= cap
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_the_cache_folder_on_macos_and_windows_comes_from_platformdirs(monkeypatch, platform):
+    import types
+
+    from tracejit.runtime.config import default_cache_dir
+
+    asked = []
+    stub = types.SimpleNamespace(user_cache_dir=lambda name, appauthor=None: (
+        asked.append((name, appauthor)) or f"/platform-cache/{name}"))
+    monkeypatch.setitem(sys.modules, "platformdirs", stub)
+    assert default_cache_dir({}, platform) == "/platform-cache/tracejit"
+    assert asked == [("tracejit", False)]
+    assert default_cache_dir({"TRACEJIT_CACHE_DIR": "/mine"}, platform) == "/mine"
+    assert default_cache_dir({"XDG_CACHE_HOME": "/xdg"}, "linux") == "/xdg/tracejit"

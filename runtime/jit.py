@@ -26,6 +26,8 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -48,12 +50,35 @@ log_guards = logger("guards")
 log_kernels = logger("kernels")
 
 
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+# The options as IDEs and type checkers see them (Options.build checks them at run time).
+@overload
+def jit(fn: _Function, *, dynamic: bool | Literal["auto"] = ...,
+        buckets: Literal["pow2"] | Sequence[int] | Mapping[str, Any] = ...,
+        max_variants: int = ..., hot_exit: int = ..., cache: bool | Literal["memory"] = ...,
+        fallback: Literal["eager", "raise"] = ..., check: bool = ...,
+        static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
+        loops: Literal["capture", "unroll"] = ...) -> JitFunction: ...
+
+
+@overload
+def jit(fn: None = None, *, dynamic: bool | Literal["auto"] = ...,
+        buckets: Literal["pow2"] | Sequence[int] | Mapping[str, Any] = ...,
+        max_variants: int = ..., hot_exit: int = ..., cache: bool | Literal["memory"] = ...,
+        fallback: Literal["eager", "raise"] = ..., check: bool = ...,
+        static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
+        loops: Literal["capture", "unroll"] = ...) -> Callable[[_Function], JitFunction]: ...
+
+
 def jit(fn=None, **options):
     """Compile ``fn`` with tracejit: ``@jit`` or ``@jit(dynamic=True, ...)``.
 
     Options: ``dynamic`` ("auto" | True | False), ``buckets`` ("pow2" | edges | dict),
     ``max_variants`` (8), ``hot_exit`` (2), ``cache`` (True | "memory" | False),
-    ``fallback`` ("eager" | "raise"), ``check`` (False | True).
+    ``fallback`` ("eager" | "raise"), ``check`` (False | True), ``static_argnames`` /
+    ``static_argnums`` (specialize by value), ``loops`` ("capture" | "unroll").
     """
     built = Options.build(**options)
     if fn is None:

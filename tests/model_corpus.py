@@ -55,6 +55,23 @@ _DEFAULT_TOLERANCE = {
 }
 
 
+# The course-assignment naive convolution (three nested Python loops over output positions
+# and filters): shared by the nested-loop and parallel-map tests.
+def conv_forward_naive(x, w, b, stride, pad):
+    N, C, H, W = x.shape
+    F, _, HH, WW = w.shape
+    H_out = 1 + (H + 2 * pad - HH) // stride
+    W_out = 1 + (W + 2 * pad - WW) // stride
+    x_pad = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="constant")
+    out = np.zeros((N, F, H_out, W_out))
+    for i in range(H_out):
+        for j in range(W_out):
+            window = x_pad[:, :, i * stride:i * stride + HH, j * stride:j * stride + WW]
+            for f in range(F):
+                out[:, f, i, j] = np.sum(window * w[f], axis=(1, 2, 3)) + b[f]
+    return out
+
+
 def tolerance(case, dtype):
     """``(rtol, atol)`` for comparing a compiled result of ``dtype`` with eager NumPy:
     the case's own if it sets them, else a per-dtype default (integers and bools: exact)."""

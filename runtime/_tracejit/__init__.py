@@ -15,23 +15,9 @@ file lives in runtime/_tracejit/ (pyproject.toml maps it as the package ``tracej
 
 import sys as _sys
 
-from tracejit.runtime import (
-    JitFunction,
-    Tensor,
-    TensorError,
-    __version__,
-    data,
-    enable_grad,
-    grad,
-    is_grad_enabled,
-    jit,
-    nn,
-    no_grad,
-    optim,
-    tensor,
-    testing,
-    value_and_grad,
-)
+from tracejit import runtime as _runtime
+from tracejit.runtime import *  # noqa: F403 - the public face is runtime's public names
+from tracejit.runtime import data, nn, optim, testing
 
 # `import tracejit.nn` and `from tracejit.data import BucketBatcher` find the modules that
 # tracejit.nn and tracejit.data name (as `os.path` is registered for `import os.path`).
@@ -39,20 +25,4 @@ for _module in (data, nn, optim, testing):
     _sys.modules[f"tracejit.{_module.__name__.rsplit('.', 1)[1]}"] = _module
 del _module
 
-__all__ = [
-    "JitFunction",
-    "Tensor",
-    "TensorError",
-    "__version__",
-    "data",
-    "enable_grad",
-    "grad",
-    "is_grad_enabled",
-    "jit",
-    "nn",
-    "no_grad",
-    "optim",
-    "tensor",
-    "testing",
-    "value_and_grad",
-]
+__all__ = list(_runtime.__all__)

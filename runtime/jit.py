@@ -338,7 +338,8 @@ class JitFunction:
                 if inputs is not None:
                     return self._run(variant, inputs, args, kwargs)
             self.policy.observe(leaves, _leaf_positions(args, kwargs))
-            if not self._room():
+            sibling = self._bucket_sibling(args, kwargs)
+            if not sibling and not self._room():
                 self._warn_limit(self._why_missed(leaves))
                 return self._run_eager(args, kwargs, "variant limit")
             variant = self._load_from_disk(leaves, args, kwargs)
@@ -346,6 +347,7 @@ class JitFunction:
                 inputs = variant.guard(args, kwargs)
                 if inputs is not None:
                     self._counters["disk_hits"] += 1
+                    variant.bucket_sibling = sibling
                     self._add_variant(variant)
                     return self._run(variant, inputs, args, kwargs)
             reason = self._why_missed(leaves)
@@ -355,7 +357,7 @@ class JitFunction:
             path = self._compile_path(traced, signature)
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
-                variant = Variant(spec, compile_guard(spec), path)
+                variant = Variant(spec, compile_guard(spec), path, bucket_sibling=sibling)
                 self._add_variant(variant)
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)
@@ -440,8 +442,14 @@ class JitFunction:
         self._variants = self._variants + (variant,)
 
     def _room(self):
-        used = sum(variant.path_count for variant in self._variants)
+        used = sum(variant.counted for variant in self._variants)
         return used < self.options.max_variants
+
+    def _bucket_sibling(self, args, kwargs):
+        """Whether an existing variant would take this call but for its dims' buckets
+        (the new variant is the same program for other sizes: it does not count)."""
+        return any(variant.spec.symbols and variant.any_bucket_guard()(args, kwargs)
+                   is not None for variant in self._variants)
 
     # --- side exits and the trace tree ------------------------------------------------
     def _side_exit(self, variant, path, guard_index, args, kwargs):
@@ -513,6 +521,10 @@ class JitFunction:
                   "if it must specialize" if "specialized on its value" in why else
                   "raise jit(max_variants=...) or mark the changing dims dynamic "
                   "(jit(dynamic=True) or buckets=...)")
+        if self._loop_notes and any(variant.spec.symbols for variant in self._variants):
+            # The dims are dynamic already: an unrolled loop pins each length to a variant.
+            advice = (f"make the loop capturable or raise jit(max_variants=...); each length "
+                      f"is its own variant while a loop unrolls: {list(self._loop_notes)[-1]}")
         warnings.warn(
             f"{where}: tracejit function {self.__qualname__} reached max_variants="
             f"{self.options.max_variants} (compiled variants and paths); new cases run "

@@ -160,12 +160,36 @@ class Variant:
     key: str = ""  # the disk cache key, when it has one
     from_disk: bool = False
     calls: int = 0
+    # Another size bucket of an earlier variant (same code, other dims' ranges): it does
+    # not count toward max_variants, so lengths and image sizes alone never reach it.
+    bucket_sibling: bool = False
 
     def __post_init__(self):
         # Tensors in, Tensors out: results are wrapped when the call took Tensors.
         takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
         self.wrap = _wrap_tensor if takes_tensors else _identity
+        self._any_bucket = None
 
     @property
     def path_count(self):
         return self.root.count()
+
+    @property
+    def counted(self):
+        """How much of ``max_variants`` this variant uses: its paths, less the variant
+        itself when it is a bucket sibling."""
+        return self.path_count - (1 if self.bucket_sibling else 0)
+
+    def any_bucket_guard(self):
+        """This variant's entry guard with every dynamic dim's bucket widened to all sizes
+        of 2 and more (0 and 1 stay alone): a call it accepts differs only in which
+        bucket its sizes fall in."""
+        if self._any_bucket is None:
+            from dataclasses import replace
+
+            from .guards import compile_guard
+
+            symbols = {name: (low, high) if high <= 1 else (2, 2 ** 62)
+                       for name, (low, high) in self.spec.symbols.items()}
+            self._any_bucket = compile_guard(replace(self.spec, symbols=symbols))
+        return self._any_bucket

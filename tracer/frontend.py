@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import linecache
 import logging
 import operator
 import sys
@@ -347,11 +348,17 @@ class RewriteUnavailable(Exception):
     """The function runs as written (no readable source, a lambda, ...)."""
 
 
-def _lambda_node(function, module):
-    """The one lambda in ``module`` with ``function``'s parameters, as a ``def``."""
-    names = function.__code__.co_varnames[: function.__code__.co_argcount]
+def _lambda_node(function, module, line=None):
+    """The one lambda in ``module`` with ``function``'s parameters (on ``line`` when
+    given), as a ``def``."""
+    code = function.__code__
+    names = code.co_varnames[: code.co_argcount]
     found = [node for node in ast.walk(module) if isinstance(node, ast.Lambda)
-             and tuple(arg.arg for arg in node.args.args) == names]
+             and tuple(arg.arg for arg in node.args.args) == names
+             and line in (None, node.lineno)]
+    if len(found) > 1:  # the same parameters twice on a line: where its body starts
+        starts = {(lineno, column) for lineno, _, column, _ in code.co_positions()}
+        found = [node for node in found if (node.body.lineno, node.body.col_offset) in starts]
     if len(found) != 1:
         raise RewriteUnavailable("the lambda's line holds other lambdas with its parameters")
     lambda_node = found[0]
@@ -363,19 +370,35 @@ def _lambda_node(function, module):
     return ast.copy_location(node, lambda_node)
 
 
+def _lambda_function_node(function, source):
+    """A lambda's ``def``: from its lines alone, or, where they do not parse on their own
+    (a lambda inside a dict or call spanning lines), from its whole file."""
+    line = function.__code__.co_firstlineno
+    try:
+        node = _lambda_node(function, ast.parse(source))
+        ast.increment_lineno(node, line - 1)
+    except (SyntaxError, RewriteUnavailable):
+        filename = inspect.getsourcefile(function)
+        lines = linecache.getlines(filename, function.__globals__) if filename else []
+        try:
+            node = _lambda_node(function, ast.parse("".join(lines)), line)
+        except SyntaxError:
+            raise RewriteUnavailable("the lambda's source does not parse") from None
+        source = "".join(lines[line - 1: node.end_lineno])
+    return ast.fix_missing_locations(node), source
+
+
 def _function_node(function):
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError) as error:
         raise RewriteUnavailable(f"source unavailable: {error}") from None
+    if function.__code__.co_name == "<lambda>":
+        return _lambda_function_node(function, source)
     try:
         module = ast.parse(source)
     except SyntaxError:
         raise RewriteUnavailable("the source snippet does not parse on its own") from None
-    if function.__code__.co_name == "<lambda>":
-        node = _lambda_node(function, module)
-        ast.increment_lineno(node, function.__code__.co_firstlineno - 1)
-        return ast.fix_missing_locations(node), source
     node = module.body[0] if module.body else None
     if not isinstance(node, ast.FunctionDef) or node.name != function.__code__.co_name:
         raise RewriteUnavailable("source does not start with the function's def")

@@ -614,6 +614,7 @@ class _VerifyContext:
 
     def __init__(self, graph):
         self.ranges = graph.ranges
+        self.shape_guards = graph.shape_guards  # a loop body's verification assumes them too
         self.assumptions = {}
         for guard in graph.shape_guards:
             difference = guard.lhs - guard.rhs

@@ -252,6 +252,9 @@ def run_loop(context, range_function, range_args, body, names, frame_locals, loc
     if reverse is not None and (reverse is not reversed or range_function is not range):
         return _unrolled(body, iterator(range_args), values)
     start, stop, step = _bounds(range_args)
+    strided = _strided(context, range_function, start, stop, step, reverse, body)
+    if strided is not None:
+        return run_loop(context, range, strided[0], strided[1], names, frame_locals, location)
     if reverse is not None:
         if isinstance(step, SymInt) or step not in (1, -1):
             return _unrolled(body, iterator(range_args), values)
@@ -284,6 +287,29 @@ def run_loop(context, range_function, range_args, body, names, frame_locals, loc
         _note(context, where, str(refusal))
         return _unrolled(body, range(first + step, value_of(stop), step) if not isinstance(
             stop, SymInt) else range_function(first + step, stop, step), values)
+
+
+def _strided(context, range_function, start, stop, step, reverse, body):
+    """``range(start, stop, k)`` with ``|k| > 1`` (``range(0, H - HH + 1, stride)``) as a
+    loop over its trip number: ``((n,), body')`` where ``n`` is the trip count (a dim
+    when the bounds are) and ``body'(u, ...)`` runs ``body(start + k * u, ...)`` (``start
+    + k * (n - 1 - u)`` under ``reversed``), so the index stays affine in a unit-step
+    counter and one capture serves every length. None for other loops."""
+    if (context is None or range_function is not range or getattr(context, "unroll_loops",
+                                                                   False)):
+        return None
+    if any(isinstance(b, (bool, np.bool_)) or not isinstance(b, (int, SymInt))
+           for b in (start, stop, step)):
+        return None
+    if isinstance(step, SymInt) or step in (0, 1, -1):
+        return None
+    # Python's len(range(start, stop, step)), negative when empty (range(n) is then empty).
+    n = (stop - start + step - 1) // step if step > 0 else (start - stop - step - 1) // -step
+    if isinstance(n, SymInt) and isinstance(expr_of(n), int):
+        n = expr_of(n)
+    if reverse is not None:
+        return (n,), lambda u, *values: body(start + step * (n - 1 - u), *values)
+    return (n,), lambda u, *values: body(start + step * u, *values)
 
 
 def _capturable(context, range_function, start, stop, step):
@@ -378,6 +404,8 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
                                               start, stop, step, count))
             except Refusal as refusal:
                 raise Refused(str(refusal)) from None
+        elif _is_int(original):
+            carries.append(_CounterCarry(name, original, value, start, step, count))
         else:
             carries.append(_ArrayCarry(name, original, value))
     return carries
@@ -391,6 +419,48 @@ def _slot_names(carries):
         else:
             names += [f"{carry.name} (stacked)"] * (carry.slot_count)
     return names
+
+
+def _is_int(value):
+    return isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(
+        value, bool))
+
+
+class _CounterCarry:
+    """A carried Python int that moves by the same amount every trip: ``idx += 1`` beside
+    ``col[idx] = ...``, ``pos += W_out`` over an inner loop. It is no slot of the loop: in
+    the body it is the index's affine function ``original + d * trip`` (a ``SymInt``), so
+    writes at it are writes at the index; after the loop it is ``original + d * trips``."""
+
+    slot_count = 0
+
+    def __init__(self, name, original, value, start, step, count):
+        if not _is_int(value):
+            raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
+                          "not an int")
+        self.name, self.original, self.step_size = name, original, value - original
+        if isinstance(self.step_size, SymInt) and isinstance(expr_of(self.step_size), int):
+            self.step_size = expr_of(self.step_size)
+        self.start, self.step, self.count = start, step, count
+        self.entry = None
+
+    def setup(self):
+        return []
+
+    def enter(self, t, slots):
+        self.entry = self.original + self.step_size * ((t - self.start) * self.step)
+        return self.entry
+
+    def leave(self, proxy, returned):
+        expected = self.entry + self.step_size
+        if not _is_int(returned) or expr_of(returned) != expr_of(expected):
+            raise Refused(f"`{self.name}` is an int that does not move by the same amount "
+                          "every iteration")
+        return []
+
+    def after(self, finals):
+        final = self.original + self.step_size * self.count
+        return expr_of(final) if isinstance(expr_of(final), int) else final
 
 
 class _Trial:

@@ -298,16 +298,17 @@ def _expr(dim):
 
 def _verify_body(body, avals):
     """Verify the body as a graph, with the outer symbols (from the operands' live dims)
-    and the index symbol declared."""
+    and the index symbol declared, assuming the outer graph's shape guards."""
     from dataclasses import replace
 
     from ..ir import Symbol, verify
 
-    ranges = {}
+    ranges, guards = {}, {}
     for aval in avals:
         for dim in aval.shape:
             if isinstance(dim, SymInt) and dim.context is not None:
                 ranges.update(getattr(dim.context, "ranges", {}))
+                guards.update(dict.fromkeys(getattr(dim.context, "shape_guards", ())))
     for var in body.inputs:  # concrete operands (eager checks): any size is possible
         for dim in var.aval.shape:
             if isinstance(dim, DimExpr):
@@ -316,7 +317,8 @@ def _verify_body(body, avals):
     names = {symbol.name for symbol in body.symbols}
     extra = tuple(Symbol(name, low, high) for name, (low, high) in sorted(ranges.items())
                   if name not in names)
-    verify(replace(body, symbols=body.symbols + extra))
+    outer = tuple(guard for guard in guards if guard not in body.shape_guards)
+    verify(replace(body, symbols=body.symbols + extra, shape_guards=body.shape_guards + outer))
 
 
 loop_p = Primitive(

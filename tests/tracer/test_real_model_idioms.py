@@ -1,0 +1,494 @@
+"""Model code the way public NumPy courses and gists write it, eager vs ``jit``.
+
+The models are written for this file in the idioms of course assignments (affine / relu /
+naive conv / naive max pool / RNN and LSTM forward over time steps / softmax and SVM
+losses / batch norm), the classic character-level RNN (per-step dicts, ``hs[-1]``, a
+reversed backward loop, token ids), GRU and attention gists, and small layer classes
+with bound methods. Every call is compared with plain NumPy on copies of the same
+arguments: values, shapes, dtypes and the side effects on the arguments. Compile counts
+are checked where the contract promises them (one program per bucket of lengths).
+
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way;
+each flips to a failure (so the mark must go) once the bug is fixed.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+# --- helpers -------------------------------------------------------------------------------
+def jitted(function, **options):
+    options.setdefault("cache", "memory")
+    return tj.jit(function, **options)
+
+
+def assert_same(got, want, rtol=1e-10, atol=1e-12, where="result"):
+    """``got`` equals ``want`` in structure, types, shapes, dtypes and values."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), where
+        for key in want:
+            assert_same(got[key], want[key], rtol, atol, f"{where}[{key!r}]")
+        return
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for position, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, rtol, atol, f"{where}[{position}]")
+        return
+    if isinstance(want, (np.ndarray, np.generic)):
+        assert type(got) is type(want), (where, type(got), type(want))
+        assert got.shape == want.shape and got.dtype == want.dtype, (
+            where, got.shape, want.shape, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                   err_msg=where)
+        return
+    assert type(got) is type(want), (where, type(got), type(want))
+    if isinstance(want, float):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+    else:
+        assert got == want, where
+
+
+def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
+    """Run ``function`` eagerly and through ``jit`` on copies of each argument tuple;
+    results and the arguments afterwards (in-place writes) must agree. Returns the jit
+    function for stats checks."""
+    f = jitted(function, **options)
+    for arguments in argument_sets:
+        eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
+        want = function(*eager_args)
+        got = f(*jit_args)
+        assert_same(got, want, rtol, atol)
+        assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
+    return f
+
+
+def compiles(f):
+    return f.stats()["compiles"]
+
+
+def rng_for(seed):
+    return np.random.default_rng(seed)
+
+
+# One bucket [2, 64] for every dynamic dim: lengths 2..64 share one compile.
+LOOP_OPTIONS = dict(dynamic=True, buckets=[64])
+
+
+# --- course-assignment layers --------------------------------------------------------------
+def affine_relu_forward(x, w, b):
+    out = x.reshape(x.shape[0], -1).dot(w) + b
+    return np.maximum(0, out), (x, w, b)
+
+
+def affine_backward(dout, x, w):
+    dx = dout.dot(w.T).reshape(x.shape)
+    dw = x.reshape(x.shape[0], -1).T.dot(dout)
+    db = np.sum(dout, axis=0)
+    return dx, dw, db
+
+
+def test_affine_relu_and_backward_over_batch_sizes():
+    rng = rng_for(0)
+    w, b = rng.standard_normal((12, 5)), rng.standard_normal(5)
+    # Batch sizes that equal no other dim: dynamic=True gives dims equal on the traced
+    # call one symbol (x[3, 3, 4] traces as x[s0, s0, s1]), a variant of its own.
+    batches = (2, 6, 7, 1)
+    f = check_calls(affine_relu_forward,
+                    [(rng.standard_normal((n, 3, 4)), w, b) for n in batches], dynamic=True)
+    assert compiles(f) <= 3  # 1, 2 and [5, 8] are three buckets
+    check_calls(affine_backward, [(rng.standard_normal((n, 5)), rng.standard_normal((n, 3, 4)),
+                                   w) for n in batches], dynamic=True)
+
+
+def rnn_step_forward(x, prev_h, Wx, Wh, b):
+    next_h = np.tanh(prev_h.dot(Wh) + x.dot(Wx) + b)
+    return next_h, (x, prev_h, Wx, Wh, next_h)
+
+
+def rnn_forward(x, h0, Wx, Wh, b):
+    """Calls a step helper and fills a preallocated (N, T, H) buffer at the index."""
+    N, T, D = x.shape
+    h = np.zeros((N, T, h0.shape[1]))
+    prev_h = h0
+    for t in range(T):
+        next_h, _ = rnn_step_forward(x[:, t, :], prev_h, Wx, Wh, b)
+        h[:, t, :] = next_h
+        prev_h = next_h
+    return h
+
+
+def rnn_args(rng, T, dtype=np.float64):
+    N, D, H = 2, 3, 4
+    arrays = (rng.standard_normal((N, T, D)), rng.standard_normal((N, H)),
+              rng.standard_normal((D, H)) * 0.5, rng.standard_normal((H, H)) * 0.5,
+              rng.standard_normal(H))
+    return tuple(a.astype(dtype) for a in arrays)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rnn_forward_one_compile_per_length_bucket(dtype):
+    rtol = 1e-10 if dtype == np.float64 else 2e-5
+    lengths = [9, 3, 5, 7, 13, 2, 31, 9]
+    f = check_calls(rnn_forward, [rnn_args(rng_for(T), T, dtype) for T in lengths],
+                    rtol=rtol, atol=rtol, **LOOP_OPTIONS)
+    assert compiles(f) == 1
+    assert f.stats()["compiled_calls"] == len(lengths) - 1
+
+
+def test_rnn_forward_lengths_zero_and_one_run_right():
+    f = check_calls(rnn_forward, [rnn_args(rng_for(T), T) for T in (9, 0, 1, 0, 1)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) <= 3
+
+
+def stable_sigmoid(x):
+    """A numerically stable sigmoid without boolean-mask indexing."""
+    z = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+def lstm_forward(x, h0, Wx, Wh, b):
+    N, T, D = x.shape
+    H = h0.shape[1]
+    h = np.zeros((N, T, H))
+    prev_h, prev_c = h0, np.zeros_like(h0)
+    for t in range(T):
+        a = x[:, t, :].dot(Wx) + prev_h.dot(Wh) + b
+        i, f, o = stable_sigmoid(a[:, :H]), stable_sigmoid(a[:, H:2 * H]), \
+            stable_sigmoid(a[:, 2 * H:3 * H])
+        g = np.tanh(a[:, 3 * H:])
+        prev_c = f * prev_c + i * g
+        prev_h = o * np.tanh(prev_c)
+        h[:, t, :] = prev_h
+    return h, prev_c
+
+
+def lstm_args(rng, T):
+    N, D, H = 2, 3, 4
+    return (rng.standard_normal((N, T, D)), rng.standard_normal((N, H)),
+            rng.standard_normal((D, 4 * H)) * 0.5, rng.standard_normal((H, 4 * H)) * 0.5,
+            rng.standard_normal(4 * H))
+
+
+def test_lstm_forward_gate_slices_over_lengths():
+    # Weights keep their exact shapes (dynamic="auto"): only T varies.
+    lengths = [6, 5, 7, 8, 6]
+    f = check_calls(lstm_forward, [lstm_args(rng_for(T), T) for T in lengths])
+    assert compiles(f) == 2  # 6 exact, then T dynamic in (4, 8]
+    assert f.stats()["compiled_calls"] == len(lengths) - 2
+
+
+def softmax_loss(x, y):
+    shifted = x - np.max(x, axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
+    N = x.shape[0]
+    loss = -np.sum(log_probs[np.arange(N), y]) / N
+    dx = np.exp(log_probs)
+    dx[np.arange(N), y] -= 1
+    dx /= N
+    return loss, dx
+
+
+def test_softmax_loss_over_batch_sizes():
+    rng = rng_for(1)
+    f = check_calls(softmax_loss, [(rng.standard_normal((n, 10)), rng.integers(0, 10, n))
+                                   for n in (5, 6, 7, 8, 5)], dynamic=True)
+    assert compiles(f) == 1
+
+
+def conv_forward_naive(x, w, b, conv_param):
+    stride, pad = conv_param["stride"], conv_param["pad"]
+    N, C, H, W = x.shape
+    F, _, HH, WW = w.shape
+    H_out = 1 + (H + 2 * pad - HH) // stride
+    W_out = 1 + (W + 2 * pad - WW) // stride
+    out = np.zeros((N, F, H_out, W_out))
+    x_pad = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="constant")
+    for i in range(H_out):
+        for j in range(W_out):
+            window = x_pad[:, :, i * stride:i * stride + HH, j * stride:j * stride + WW]
+            for f in range(F):
+                out[:, f, i, j] = np.sum(window * w[f], axis=(1, 2, 3)) + b[f]
+    return out
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_forward_naive_over_image_sizes(stride):
+    rng = rng_for(2)
+    w, b = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    param = {"stride": stride, "pad": 1}
+    sizes = [(5, 6), (6, 7), (7, 5), (8, 8)]
+    f = check_calls(conv_forward_naive,
+                    [(rng.standard_normal((2, 2, h, w_)), w, b, param) for h, w_ in sizes],
+                    dynamic=True)
+    assert compiles(f) == 1
+
+
+def max_pool_forward_naive(x, pool_param):
+    N, C, H, W = x.shape
+    ph, pw, s = pool_param["pool_height"], pool_param["pool_width"], pool_param["stride"]
+    out = np.zeros((N, C, 1 + (H - ph) // s, 1 + (W - pw) // s))
+    for n in range(N):
+        for c in range(C):
+            for i in range(out.shape[2]):
+                for j in range(out.shape[3]):
+                    out[n, c, i, j] = np.max(x[n, c, i * s:i * s + ph, j * s:j * s + pw])
+    return out
+
+
+def test_max_pool_forward_naive_four_nested_loops():
+    rng = rng_for(3)
+    param = {"pool_height": 2, "pool_width": 2, "stride": 2}
+    check_calls(max_pool_forward_naive,
+                [(rng.standard_normal((2, 3, h, w)), param) for h, w in ((6, 6), (8, 7), (7, 8))],
+                dynamic=True)
+
+
+def batchnorm_forward(x, gamma, beta, bn_param):
+    """Course-style batch norm: reads the mode from a dict and writes the running
+    statistics back into it (a side effect on the argument that must survive jit)."""
+    momentum = bn_param.get("momentum", 0.9)
+    eps = bn_param.get("eps", 1e-5)
+    D = x.shape[1]
+    running_mean = bn_param.get("running_mean", np.zeros(D, dtype=x.dtype))
+    running_var = bn_param.get("running_var", np.zeros(D, dtype=x.dtype))
+    if bn_param["mode"] == "train":
+        mu, var = x.mean(axis=0), x.var(axis=0)
+        out = gamma * (x - mu) / np.sqrt(var + eps) + beta
+        running_mean = momentum * running_mean + (1 - momentum) * mu
+        running_var = momentum * running_var + (1 - momentum) * var
+    else:
+        out = gamma * (x - running_mean) / np.sqrt(running_var + eps) + beta
+    bn_param["running_mean"] = running_mean
+    bn_param["running_var"] = running_var
+    return out
+
+
+@pytest.mark.parametrize("mode", ["train", "test"])
+def test_batchnorm_writes_running_stats_into_its_dict(mode):
+    rng = rng_for(4)
+    D = 5
+    check_calls(batchnorm_forward,
+                [(rng.standard_normal((n, D)), rng.standard_normal(D), rng.standard_normal(D),
+                  {"mode": mode, "running_mean": rng.standard_normal(D),
+                   "running_var": np.abs(rng.standard_normal(D))}) for n in (4, 6, 4)])
+
+
+# --- known bugs: minimal reproductions (xfail until fixed) ----------------------------------
+def decrement_at(x, idx):
+    d = x.copy()
+    d[idx] -= 1
+    return d
+
+
+def assign_at(x, idx, v):
+    d = x.copy()
+    d[idx] = v
+    return d
+
+
+@pytest.mark.xfail(strict=True, reason="index-array writes lower to scatter_add; uniqueness of "
+                   "the indices is checked on the traced call only, never guarded")
+def test_index_array_write_with_repeats_on_a_later_call():
+    x = np.arange(6.0) + 0.5
+    f = jitted(decrement_at)
+    assert_same(f(x, np.array([0, 2, 4])), decrement_at(x, np.array([0, 2, 4])))
+    assert_same(f(x, np.array([1, 1, 5])), decrement_at(x, np.array([1, 1, 5])))
+
+
+@pytest.mark.xfail(strict=True, reason="index-array assignment sums repeated positions "
+                   "(NumPy keeps the last write)")
+def test_index_array_assignment_with_repeats_keeps_the_last_write():
+    x, v = np.arange(6.0), np.array([1.0, 2.0, 3.0])
+    f = jitted(assign_at)
+    f(x, np.array([0, 2, 4]), v)
+    assert_same(f(x, np.array([1, 1, 5]), v), assign_at(x, np.array([1, 1, 5]), v))
+
+
+def zero_one_column(x):
+    m = np.ones(x.shape)
+    m[:, 0] = 0
+    return m * x
+
+
+@pytest.mark.xfail(strict=True, reason="a constant scalar broadcast to a symbolic shape is "
+                   "constant-folded by np.broadcast_to, which specializes every dim")
+def test_scalar_write_into_dynamic_buffer_compiles_once():
+    f = check_calls(zero_one_column, [(np.ones((n, 6)),) for n in (5, 6, 7, 8)], dynamic=True)
+    assert compiles(f) == 1
+
+
+def svm_loss(x, y):
+    N = x.shape[0]
+    correct = x[np.arange(N), y]
+    margins = np.maximum(0, x - correct[:, np.newaxis] + 1.0)
+    margins[np.arange(N), y] = 0
+    loss = np.sum(margins) / N
+    num_pos = np.sum(margins > 0, axis=1)
+    dx = np.zeros_like(x)
+    dx[margins > 0] = 1
+    dx[np.arange(N), y] -= num_pos
+    dx /= N
+    return loss, dx
+
+
+@pytest.mark.xfail(strict=True, reason="margins[np.arange(N), y] = 0 pins N (scalar value "
+                   "broadcast by constant folding)")
+def test_svm_loss_compiles_once_per_batch_bucket():
+    rng = rng_for(5)
+    f = check_calls(svm_loss, [(rng.standard_normal((n, 10)), rng.integers(0, 10, n))
+                               for n in (5, 6, 7, 8)], dynamic=True)
+    assert compiles(f) == 1
+
+
+def rnn_over_rows(x, W):
+    h = np.zeros(W.shape[0])
+    for xt in x:
+        h = np.tanh(W @ h + xt)
+    return h
+
+
+def rnn_over_enumerate(x, W):
+    h = np.zeros(W.shape[0])
+    for t, xt in enumerate(x):
+        h = np.tanh(W @ h + xt) * (1.0 - 0.0 * t)
+    return h
+
+
+def dot_over_zip(x, y):
+    acc = np.zeros(x.shape[1])
+    for a, b in zip(x, y):
+        acc = acc + a * b
+    return acc
+
+
+@pytest.mark.xfail(strict=True, reason="only `for NAME in range(...)` is captured; iterating "
+                   "a traced array unrolls (LOOPS.md promises one loop node)")
+@pytest.mark.parametrize("model", [rnn_over_rows, rnn_over_enumerate])
+def test_loop_over_array_rows_is_captured(model):
+    rng = rng_for(6)
+    W = rng.standard_normal((4, 4)) * 0.5
+    f = check_calls(model, [(rng.standard_normal((T, 4)), W) for T in (9, 5, 7, 12)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="zip over traced arrays has a tuple target: unrolled")
+def test_loop_over_zip_is_captured():
+    rng = rng_for(7)
+    f = check_calls(dot_over_zip, [(rng.standard_normal((T, 4)), rng.standard_normal((T, 4)))
+                                   for T in (9, 5, 7, 12)], **LOOP_OPTIONS)
+    assert compiles(f) == 1
+
+
+def int_started_loss(x):
+    loss = 0  # min-char-rnn starts its loss at the int 0
+    for t in range(x.shape[0]):
+        loss += np.sum(x[t] ** 2)
+    return loss
+
+
+def float_started_loss(x):
+    loss = 0.0
+    for t in range(x.shape[0]):
+        loss += np.sum(x[t] ** 2)
+    return loss
+
+
+def test_float_started_accumulator_is_captured():
+    rng = rng_for(8)
+    f = check_calls(float_started_loss, [(rng.standard_normal((T, 4)),) for T in (9, 5, 7, 12)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="a carry that is an int before the first trip and a "
+                   "float64 after it unrolls the loop: one compile per length")
+def test_int_started_accumulator_is_captured():
+    rng = rng_for(8)
+    f = check_calls(int_started_loss, [(rng.standard_normal((T, 4)),) for T in (9, 5, 7, 12)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) == 1
+
+
+def decayed_sum(x):
+    acc = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        acc = acc + x[t] * (1.0 / (t + 1))
+    return acc
+
+
+@pytest.mark.xfail(strict=True, reason="the loop index combined with a Python float "
+                   "specializes per trip: the loop unrolls")
+def test_loop_index_in_float_arithmetic_is_captured():
+    rng = rng_for(9)
+    f = check_calls(decayed_sum, [(rng.standard_normal((T, 3)),) for T in (9, 5, 7, 12)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) == 1
+
+
+def discounted_sum(x):
+    acc = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        acc = acc + (0.9 ** t) * x[t]
+    return acc
+
+
+@pytest.mark.xfail(strict=True, reason="SymInt has no __rpow__: `0.9 ** t` raises TypeError "
+                   "while capturing the loop")
+def test_power_of_the_loop_index_under_fallback_raise():
+    rng = rng_for(10)
+    check_calls(discounted_sum, [(rng.standard_normal((T, 3)),) for T in (9, 5)],
+                fallback="raise", **LOOP_OPTIONS)
+
+
+def test_power_of_the_loop_index_gives_numpys_result():
+    rng = rng_for(10)
+    check_calls(discounted_sum, [(rng.standard_normal((T, 3)),) for T in (9, 5, 0, 1)],
+                **LOOP_OPTIONS)
+
+
+@pytest.mark.xfail(strict=True, reason="the eager reason says 'the eager run raises it too' "
+                   "when only tracing raised")
+def test_power_of_the_loop_index_reason_is_not_a_user_error():
+    f = jitted(discounted_sum, **LOOP_OPTIONS)
+    f(np.ones((9, 3)))
+    assert "raised while tracing" not in f.stats()["eager_calls"]
+
+
+def onehot_rnn(W, ids):
+    h = np.zeros(W.shape[0])
+    for t in range(ids.shape[0]):
+        x = np.zeros((W.shape[1], 1))
+        x[ids[t]] = 1
+        h = np.tanh(h + (W @ x)[:, 0])
+    return h
+
+
+@pytest.mark.xfail(strict=True, reason="a constant written at a traced index of a NumPy buffer "
+                   "specializes the index by value: one trace path per token id")
+def test_onehot_write_at_token_id_does_not_specialize_the_id():
+    rng = rng_for(11)
+    W = rng.standard_normal((7, 7))
+    f = check_calls(onehot_rnn, [(W, rng.integers(0, 7, 6)) for _ in range(8)])
+    assert f.stats()["eager_calls"] == {}
+    assert compiles(f) == 1
+
+
+def onehot_dynamic(x, ids):
+    z = np.zeros(x.shape[0])
+    z[ids[0]] = 1.0
+    return z * x
+
+
+@pytest.mark.xfail(strict=True, reason="_scatter_advanced reads value.dtype of a Python float: "
+                   "internal error, every call eager")
+def test_scalar_write_at_traced_index_into_dynamic_1d_buffer_compiles():
+    rng = rng_for(12)
+    f = check_calls(onehot_dynamic, [(rng.standard_normal(7), rng.integers(0, 7, 3))
+                                     for _ in range(3)], dynamic=True)
+    assert f.stats()["eager_calls"] == {}

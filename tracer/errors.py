@@ -11,6 +11,11 @@ class UnsupportedError(TracejitError, TypeError):
     """A NumPy function, ufunc method or argument that tracejit has no rule for."""
 
 
+class UnsupportedIndexError(UnsupportedError, IndexError):
+    """Indexing NumPy does and tracejit does not reproduce (an assignment through indices
+    that repeat a position): an ``IndexError`` too, as NumPy's indexing errors are."""
+
+
 class TraceError(TracejitError):
     """A function cannot be traced; the message starts with the user's ``file:line``."""
 

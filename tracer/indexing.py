@@ -20,6 +20,7 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt, surely, value_of
+from .errors import UnsupportedIndexError
 from .ops import ndim_of, shape_of
 from .shapes import broadcast_shapes, size_of
 
@@ -387,12 +388,7 @@ def _gather_advanced(x, advanced):
 def _scatter_advanced(value, plan):
     """The transpose of ``_gather_advanced``: ``value`` placed into ``plan.new_shape``."""
     permutation, first, dims, flat = _advanced_layout(plan.new_shape, plan.advanced)
-    positions = _concrete_indices(flat)
-    if positions.size and np.unique(positions).size != positions.size:
-        raise IndexError(
-            "assignment through an index array that repeats positions: NumPy keeps the last "
-            "write, which tracejit does not reproduce; use unique indices"
-        )
+    _check_unique_positions(flat, size_of(dims))
     shape = plan.new_shape
     if permutation is not None:
         shape = tuple(shape[axis] for axis in permutation)
@@ -407,6 +403,36 @@ def _scatter_advanced(value, plan):
     if permutation is not None:
         placed = ops.transpose(placed, tuple(int(axis) for axis in np.argsort(permutation)))
     return placed
+
+
+def _check_unique_positions(flat, size):
+    """Refuse an assignment through indices that repeat a position (``d[[1, 1]] -= 1``):
+    NumPy keeps the last write, a scatter would add them. A traced index is checked by a
+    guard, so a later call whose indices repeat leaves the compiled code for NumPy
+    (``d[idx] -= 1`` with ``idx = [1, 1, 5]`` after ``[0, 2, 4]`` traced).
+
+    >>> try:
+    ...     _check_unique_positions(np.array([0, -1, 2]), 3)  # -1 is position 2
+    ... except IndexError as error:
+    ...     print(str(error)[:56])
+    assignment through an index array that repeats positions
+    """
+    positions = _concrete_indices(flat).ravel()
+    if positions.size < 2:
+        return
+    wrapped = np.where(positions < 0, positions + int(value_of(size)), positions)
+    if np.unique(wrapped).size != wrapped.size:
+        raise UnsupportedIndexError(
+            "assignment through an index array that repeats positions: NumPy keeps the last "
+            "write, which tracejit does not reproduce; use unique indices"
+        )
+    if isinstance(flat, np.ndarray):
+        return  # constant indices: checked once, here
+    flat = ops.reshape(flat, (size_of(tuple(shape_of(flat))),))
+    ones = ops.full(tuple(shape_of(flat)), 1, np.int32, like=flat)
+    hits = ops.scatter_add(ones, flat, 0, size)
+    unique = ops.bind(ops.max_p, hits, axes=(0,), keepdims=False) <= 1
+    bool(unique)  # a guard when traced: the later call's indices must not repeat either
 
 
 def _concrete_indices(index):

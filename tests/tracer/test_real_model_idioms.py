@@ -291,17 +291,32 @@ def assign_at(x, idx, v):
     return d
 
 
-@pytest.mark.xfail(strict=True, reason="index-array writes lower to scatter_add; uniqueness of "
-                   "the indices is checked on the traced call only, never guarded")
 def test_index_array_write_with_repeats_on_a_later_call():
+    """Index-array writes lower to a scatter, which would add repeated positions: a guard
+    that the indices are unique sends such a call to NumPy (the last write wins), and the
+    compiled code keeps serving calls whose indices do not repeat."""
     x = np.arange(6.0) + 0.5
     f = jitted(decrement_at)
-    assert_same(f(x, np.array([0, 2, 4])), decrement_at(x, np.array([0, 2, 4])))
-    assert_same(f(x, np.array([1, 1, 5])), decrement_at(x, np.array([1, 1, 5])))
+    for idx in ([0, 2, 4], [1, 1, 5], [5, -1, 0], [1, 1, 5], [3, 1, 2], [2, 0, 4]):
+        assert_same(f(x, np.array(idx)), decrement_at(x, np.array(idx)))
+    stats = f.stats()
+    assert stats["compiles"] == 1 and stats["compiled_calls"] == 2, stats
 
 
-@pytest.mark.xfail(strict=True, reason="index-array assignment sums repeated positions "
-                   "(NumPy keeps the last write)")
+def zero_pairs(x, rows, cols):
+    out = x.copy()
+    out[rows, cols] = -x[rows, cols]
+    return out
+
+
+def test_two_index_arrays_write_with_a_repeated_pair_on_a_later_call():
+    x = np.arange(12.0).reshape(3, 4)
+    f = jitted(zero_pairs)
+    for rows, cols in (([0, 1, 2], [3, 2, 1]), ([0, 2, 0], [1, 1, 1]), ([2, -1], [3, -1])):
+        arguments = (x, np.array(rows), np.array(cols))
+        assert_same(f(*arguments), zero_pairs(*arguments))
+
+
 def test_index_array_assignment_with_repeats_keeps_the_last_write():
     x, v = np.arange(6.0), np.array([1.0, 2.0, 3.0])
     f = jitted(assign_at)

@@ -308,7 +308,7 @@ class KernelBuilder:
         eqn = self.producers.get(name)
         if eqn is None or eqn.prim.name in REDUCTIONS or eqn.prim.name in (
             "matmul", "scatter_add"
-        ):
+        ) or eqn.prim.kind == "conv":
             raise FusionConflict(var)
         result = self._scratch_value(var, index, lambda: self.compute(eqn, index))
         self.cache[-1][key] = result
@@ -496,16 +496,25 @@ class KernelBuilder:
     def build(self):
         """The kernel: ``impl(start, end, ...)`` over its outer loop, a trampoline for the
         thread pool, and the entry the program calls, which splits big work across
-        threads and runs small work inline."""
+        threads and runs small work inline. Convolutions have kernels of their own
+        (``tracejit.codegen.conv``)."""
+        if self.kernel.kind == "conv":
+            from . import conv
+
+            return conv.build(self)
         plan = self.parallel_plan()
         getattr(self, "build_" + self.kernel.kind)()
+        self.finish()
+        return self._entry_function(plan)
+
+    def finish(self):
+        """Close ``impl``: report the error flags in the status, return."""
         for code, flag in self.errors.items():
             failed = self.b.load(flag, typ=I1)
             old = self.b.load(self.status, typ=I32)
             self.b.store(self.b.select(failed, ir.Constant(I32, code), old), self.status)
         self.b.ret_void()
         self.entry.branch(self.first_body)
-        return self._entry_function(plan)
 
     def parallel_plan(self):
         """``(extent, work per iteration)`` of the loop split across threads, or None."""

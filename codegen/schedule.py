@@ -11,7 +11,8 @@ materialized value, its *root*:
   times while it sits in cache; reductions needed by several kernels, or over other axes,
   get kernels of their own;
 * matmul is its own kernel; a pointwise consumer of the whole product (bias, activation)
-  becomes its epilogue: ``relu(x @ W + b)`` is one matmul kernel;
+  becomes its epilogue: ``relu(x @ W + b)`` is one matmul kernel; convolutions (primitives
+  of kind ``conv``) likewise, lowered by ``tracejit.codegen.conv``;
 * scatter_add (the transpose of gather) is its own kernel.
 
 Outputs, guard predicates and printed values are materialized; temporaries share a
@@ -81,10 +82,11 @@ class Buffer:
 class Kernel:
     """One loop nest. ``root`` is the value it stores; ``stages`` the reductions it computes
     row by row first (in order); a matmul kernel stores ``matmul`` and then applies the
-    root's expression as its epilogue."""
+    root's expression as its epilogue (a ``conv`` kernel likewise: ``matmul`` holds its
+    convolution)."""
 
     name: str
-    kind: str  # pointwise, reduce, matmul, scatter
+    kind: str  # pointwise, reduce, matmul, conv, scatter
     root: Var
     stages: list = field(default_factory=list)
     matmul: Eqn | None = None
@@ -222,6 +224,11 @@ class _Scheduler:
                         if isinstance(operand, Var) and operand.name in self.producers:
                             if name == "scatter_add" or not self._readable_by_matmul(operand):
                                 self.materialize(operand)
+                elif item.prim.kind == "conv":  # reads its operands as buffers
+                    self.materialize(item.out)
+                    for operand in item.inputs:
+                        if isinstance(operand, Var) and operand.name in self.producers:
+                            self.materialize(operand)
                 elif name == "reshape":
                     source = item.inputs[0]
                     if (
@@ -339,7 +346,7 @@ class _Scheduler:
                 readers.setdefault(inner, set()).add(name)
         for name in roots:
             eqn = self.producers[name]
-            if eqn.prim.name != "matmul" or name in outputs:
+            if not _has_epilogue(eqn) or name in outputs:
                 continue
             root = self._epilogue_root(eqn.out, roots, trees, readers)
             if root is not None and root.name not in fused:
@@ -379,7 +386,7 @@ class _Scheduler:
                     if eqn.prim.kind != "pointwise" or eqn.out.aval.shape != product.aval.shape:
                         return None
                     depends.add(inner)
-                if eqn.prim.name in REDUCTIONS or eqn.prim.name == "matmul":
+                if eqn.prim.name in REDUCTIONS or _has_epilogue(eqn):
                     return None
             return root
         return None
@@ -396,9 +403,12 @@ class _Scheduler:
                 if self.producers[inner].prim.name in REDUCTIONS
             ]
             if name in epilogues:
-                kind, matmul = "matmul", epilogues[name]
+                matmul = epilogues[name]
+                kind = "conv" if matmul.prim.kind == "conv" else "matmul"
             elif eqn.prim.name == "matmul":
                 kind, matmul = "matmul", eqn
+            elif eqn.prim.kind == "conv":
+                kind, matmul = "conv", eqn
             elif eqn.prim.name == "scatter_add":
                 kind, matmul = "scatter", None
             elif eqn.prim.name in REDUCTIONS:
@@ -408,6 +418,11 @@ class _Scheduler:
             label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
             kernels.append(Kernel(label, kind, root, stages, matmul))
         return kernels
+
+
+def _has_epilogue(eqn):
+    """Kernels that can apply a pointwise consumer of their product as an epilogue."""
+    return eqn.prim.name == "matmul" or eqn.prim.name == "conv2d"
 
 
 def _reduced_axes(eqn):

@@ -19,6 +19,7 @@ import numpy as np
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.numpy_api import arange
 from tracejit.tracer.ops import erf_p, sliding_window, stop_gradient_p
+from tracejit.tracer.ops.conv import conv2d as conv2d_primitive
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -151,10 +152,11 @@ def dropout(x, p, generator, training=True):
 
 
 # --- convolution and pooling (NCHW activations, OIHW weights: PyTorch's layouts) --------
-# Every layer below is a composition: zero padding (``np.pad``), strided windows as a view
-# (``tracejit.tracer.ops.sliding_window``, read as index arithmetic by compiled code) and a matmul
-# or a reduction over the window axes. So the same code runs on ndarrays, on Tensors and
-# under ``jit`` with H and W symbolic per bucket, and the gradients are the primitives'.
+# Convolutions bind the conv2d primitive (tracejit.tracer.ops.conv; compiled by
+# tracejit.codegen.conv). Pooling is a composition: zero padding (``np.pad``), strided
+# windows as a view (``tracejit.tracer.ops.sliding_window``, read as index arithmetic by
+# compiled code) and a reduction over the window axes. So the same code runs on ndarrays,
+# on Tensors and under ``jit`` with H and W symbolic per bucket.
 def _pair(value, name):
     pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
     if len(pair) != 2:
@@ -189,8 +191,9 @@ def _conv_padding(padding, kernel, dilation, stride):
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation as ``torch.nn.functional.conv2d``: ``x`` (N, C, H, W),
     ``weight`` (F, C // groups, KH, KW), ``bias`` (F,); ``padding`` an int, a pair,
-    ``"valid"`` or ``"same"``. Computed as im2col: the windows of the padded input
-    (a view) times the weights as one matmul, the bias added to the matmul's output.
+    ``"valid"`` or ``"same"``. One primitive (``tracejit.tracer.ops.conv2d_p``): compiled,
+    a direct convolution kernel with the bias and any pointwise consumer (an activation)
+    fused as its epilogue; its gradients are convolutions too.
 
     >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
     >>> conv2d(x, np.ones((1, 1, 2, 2)), stride=2)[0, 0].tolist()
@@ -199,38 +202,19 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if np.ndim(x) != 4 or np.ndim(weight) != 4:
         raise ValueError(f"conv2d expects x (N, C, H, W) and weight (F, C/groups, KH, KW), "
                          f"got shapes {np.shape(x)} and {np.shape(weight)}")
-    batch, channels = x.shape[0], x.shape[1]
+    channels = x.shape[1]
     filters, group_channels = weight.shape[0], weight.shape[1]
-    # Kernel sizes specialize (a model has a few): static windows unroll in the lowering and
-    # the backward spreads each window offset with a fused pad instead of a scatter.
+    # Kernel sizes specialize (a model has a few): the weight gradient's shape is static.
     kernel = (int(weight.shape[2]), int(weight.shape[3]))
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     if channels != group_channels * groups or filters % groups:
         raise ValueError(f"conv2d: {channels} input channels and weight {np.shape(weight)} "
                          f"do not match groups={groups}")
-    (top, bottom), (left, right) = _conv_padding(padding, kernel, dilation, stride)
-    if top or bottom or left or right:
-        x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    windows = _windows(x, kernel, stride, dilation)  # N, C, OH, OW, KH, KW
-    out_h, out_w = windows.shape[2], windows.shape[3]
-    patch = group_channels * kernel[0] * kernel[1]
-    if groups == 1:
-        # im2col: one row per output position, (C, KH, KW) along it; weights as (K, F).
-        columns = np.reshape(np.transpose(windows, (0, 2, 3, 1, 4, 5)),
-                             (batch * out_h * out_w, patch))
-        out = columns @ np.transpose(np.reshape(weight, (filters, patch)))
-    else:
-        per_group = filters // groups
-        windows = np.reshape(windows, (batch, groups, group_channels, out_h, out_w,
-                                       kernel[0], kernel[1]))
-        columns = np.reshape(np.transpose(windows, (1, 0, 3, 4, 2, 5, 6)),
-                             (groups, batch * out_h * out_w, patch))
-        kernels = np.swapaxes(np.reshape(weight, (groups, per_group, patch)), 1, 2)
-        out = np.reshape(np.transpose(columns @ kernels, (1, 0, 2)),
-                         (batch * out_h * out_w, filters))
-    if bias is not None:
-        out = out + bias
-    return np.transpose(np.reshape(out, (batch, out_h, out_w, filters)), (0, 3, 1, 2))
+    padding = _conv_padding(padding, kernel, dilation, stride)
+    out = conv2d_primitive(x, weight, stride, padding, dilation, groups, kernel)
+    if bias is not None:  # compiled: part of the convolution kernel's epilogue
+        out = out + np.reshape(bias, (-1, 1, 1))
+    return out
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

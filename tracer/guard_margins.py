@@ -744,6 +744,25 @@ def _any_all(ctx, eqn, bounds):
 
 
 def _matmul(ctx, eqn, bounds):
+    return _sum_of_products(ctx, eqn, bounds, eqn.inputs[0].aval.shape[-1],
+                            lambda left, right: ctx.emit(matmul_p, left, right))
+
+
+def _convolution(ctx, eqn, bounds):
+    """conv2d and its weight gradient: sums of products like matmul's, as long as the
+    window (C/groups * KH * KW) or the summed positions (N * OH * OW)."""
+    params = eqn.params_dict
+    x, second = eqn.inputs
+    if eqn.prim.name == "conv2d":
+        depth = x.aval.shape[1] // params["groups"] * params["kernel"][0] * params["kernel"][1]
+    else:
+        depth = second.aval.shape[0] * second.aval.shape[2] * second.aval.shape[3]
+    return _sum_of_products(ctx, eqn, bounds, depth,
+                            lambda left, right: ctx.emit(eqn.prim, left, right, **params))
+
+
+def _sum_of_products(ctx, eqn, bounds, depth, contract):
+    """The bound of a bilinear ``contract(a, b)`` whose outputs sum ``depth`` products."""
     (a, b), (ea, eb) = eqn.inputs, bounds
     if not _is_float(eqn.out):
         if ea is None and eb is None:
@@ -751,9 +770,9 @@ def _matmul(ctx, eqn, bounds):
         raise Unbounded()
     dtype = eqn.out.aval.dtype
     u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
-    depth = _largest(ctx, a.aval.shape[-1])
+    depth = _largest(ctx, depth)
     magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
-    magnitude = ctx.emit(matmul_p, magnitude_a, magnitude_b)
+    magnitude = contract(magnitude_a, magnitude_b)
     terms = []
     if ea is not None or eb is not None:
         ea = ctx.fit(ctx.as_number(a, ea), a.aval.shape) if ea is not None else None
@@ -763,11 +782,11 @@ def _matmul(ctx, eqn, bounds):
         full_b = eb if eb is None or eb.aval.shape == b.aval.shape else ctx.emit(
             broadcast_to_p, eb, shape=tuple(b.aval.shape))
         if full_b is not None:
-            terms.append(ctx.emit(matmul_p, magnitude_a, full_b))
+            terms.append(contract(magnitude_a, full_b))
         if full_a is not None:
-            terms.append(ctx.emit(matmul_p, full_a, magnitude_b))
+            terms.append(contract(full_a, magnitude_b))
         if full_a is not None and full_b is not None:
-            terms.append(ctx.emit(matmul_p, full_a, full_b))
+            terms.append(contract(full_a, full_b))
         carried = ctx.plus(*terms)
         magnitude = ctx.add(magnitude, carried)
         terms = [carried]
@@ -872,6 +891,8 @@ RULES = {
     "any": _any_all,
     "all": _any_all,
     "matmul": _matmul,
+    "conv2d": _convolution,
+    "conv2d_weight_grad": _convolution,
     "reshape": _mirror,
     "transpose": _mirror,
     "broadcast_to": _mirror,

@@ -25,7 +25,7 @@ from .ir import Eqn, Graph, Var
 from .shapes import size_of
 
 # A loop's results are saved too: recomputing them would run the whole loop again.
-SAVED_KINDS = {"matmul", "reduction", "index", "control"}
+SAVED_KINDS = {"matmul", "conv", "reduction", "index", "control"}
 
 
 @dataclass

@@ -158,6 +158,10 @@ Case = namedtuple("Case", "id prim args params")
 
 # One call per differentiable primitive, away from kinks, ties and poles. Index operands
 # (gather, scatter_add) and where's condition are not floats: they get no gradient.
+# A convolution with every parameter away from its default (stride, padding, dilation,
+# groups); the weight gradient's output gradient has that convolution's output shape.
+CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+
 PRIMITIVE_SAMPLES = {
     "abs": ((away_from_zero(2, 3),), {}),
     "add": ((uniform(2, 3), uniform(2, 3)), {}),
@@ -176,6 +180,8 @@ PRIMITIVE_SAMPLES = {
     "log": ((positive(2, 3),), {}),
     "log1p": ((uniform(2, 3, low=-0.5),), {}),
     "matmul": ((uniform(3, 4), uniform(4, 2)), {}),
+    "conv2d": ((uniform(2, 4, 5, 6), uniform(4, 2, 2, 3)), CONV_PARAMS),
+    "conv2d_weight_grad": ((uniform(2, 4, 5, 6), uniform(2, 4, 3, 5)), CONV_PARAMS),
     "max": ((uniform(3, 4),), dict(axes=(1,), keepdims=False)),
     "maximum": ((uniform(2, 3), uniform(2, 3)), {}),
     "min": ((uniform(3, 4),), dict(axes=(0,), keepdims=True)),

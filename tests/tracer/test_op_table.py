@@ -34,7 +34,8 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 DTYPES = [F32, F64, I32, I64, BOOL]
-KINDS = {"pointwise", "reduction", "structural", "index", "matmul", "creation", "control"}
+KINDS = {"pointwise", "reduction", "structural", "index", "matmul", "conv", "creation",
+         "control"}
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -141,6 +142,10 @@ def mask(*shape):
 
 Call = namedtuple("Call", "args params")
 
+# A convolution with every parameter away from its default (stride, padding, dilation,
+# groups); the weight gradient's output gradient has that convolution's output shape.
+CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+
 SAMPLES = {
     "full": Call((), dict(shape=(2, 3), value=1.5, dtype=F64)),
     "iota": Call((), dict(length=5, dtype=I64)),
@@ -155,6 +160,8 @@ SAMPLES = {
     "gather": Call((uniform(4, 5), np.array([[3, -1], [0, 2]])), dict(axis=1)),
     "scatter_add": Call((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
     "matmul": Call((uniform(3, 4), uniform(4, 2)), {}),
+    "conv2d": Call((uniform(2, 4, 5, 6), uniform(4, 2, 2, 3)), CONV_PARAMS),
+    "conv2d_weight_grad": Call((uniform(2, 4, 5, 6), uniform(2, 4, 3, 5)), CONV_PARAMS),
     "neg": Call((uniform(2, 3),), {}),
     "abs": Call((away_from_zero(2, 3),), {}),
     "sign": Call((away_from_zero(2, 3),), {}),

@@ -6,6 +6,7 @@ tests are checked against it.
 
 from ..primitives import PRIMITIVES, Primitive, bind
 from .control import loop_p
+from .conv import conv2d, conv2d_p, conv2d_transpose, conv2d_weight_grad, conv2d_weight_grad_p
 from .creation import full, full_p, iota, iota_p
 from .indexing import gather, gather_p, scatter_add, scatter_add_p
 from .linalg import matmul, matmul_p

@@ -1,0 +1,251 @@
+"""Convolution primitives (NCHW activations, OIHW weights: PyTorch's layouts).
+
+``conv2d(x, w)`` is the cross-correlation ``torch.nn.functional.conv2d`` computes, with
+per-side padding (negative padding crops), strides, dilation and groups.
+``conv2d_weight_grad(x, g)`` is the correlation of an input with an output gradient: the
+weight gradient of ``conv2d``, a primitive of its own because its shape (a small output
+summed over every batch entry and output position) needs a different kernel.
+
+The VJPs are convolutions, so compiled backward passes run the same fast kernels:
+
+* input gradient: the transposed convolution, i.e. ``conv2d`` of the output gradient
+  (spread at the stride with ``pad``'s interior padding) with the weights flipped and
+  their in/out channels swapped per group;
+* weight gradient: ``conv2d_weight_grad(x, g)``; its own VJPs are again ``conv2d`` and a
+  transposed convolution (both arguments enter bilinearly).
+
+Composites (``tracejit.nn.conv2d``, ``conv1d``) bind these; codegen lowers them with
+``tracejit.codegen.conv``.
+
+>>> x = np.arange(16.0).reshape(1, 1, 4, 4)
+>>> conv2d(x, np.ones((1, 1, 2, 2)), strides=(2, 2))[0, 0].tolist()
+[[10.0, 18.0], [42.0, 50.0]]
+>>> g = np.ones((1, 1, 2, 2))
+>>> conv2d_weight_grad(x, g, kernel=(2, 2), strides=(2, 2))[0, 0].tolist()
+[[20.0, 24.0], [36.0, 40.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..abstract import AbstractArray
+from ..primitives import Primitive, bind
+from ..shapes import ShapeError
+from .structural import flip, pad, reshape, shape_of, slice_axes, transpose
+
+NO_PADDING = ((0, 0), (0, 0))
+
+
+def output_size(size, kernel, stride, padding, dilation):
+    """Output positions along one spatial axis (``size`` may be symbolic)."""
+    low, high = padding
+    return (size + low + high - dilation * (kernel - 1) - 1) // stride + 1
+
+
+# --- NumPy reference -----------------------------------------------------------------
+def _padded(x, padding):
+    """``x`` (N, C, H, W) zero-padded per side; negative padding crops."""
+    (top, bottom), (left, right) = padding
+    x = np.pad(x, ((0, 0), (0, 0), (max(top, 0), max(bottom, 0)),
+                   (max(left, 0), max(right, 0))))
+    height, width = x.shape[2:]
+    return x[:, :, max(-top, 0):height - max(-bottom, 0), max(-left, 0):width - max(-right, 0)]
+
+
+def _windows(x, kernel, strides, padding, dilation):
+    """(N, C, OH, OW, KH, KW): position (i, j) of output (oh, ow)'s window."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
+    span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+    padded = _padded(x, padding)
+    if padded.shape[2] < span[0] or padded.shape[3] < span[1]:
+        raise ValueError(f"conv2d: the kernel {kernel} (dilation {dilation}) does not fit the "
+                         f"padded input {padded.shape[2:]}")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, span, axis=(2, 3))
+    return windows[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def _conv2d_impl(x, w, kernel, strides, padding, dilation, groups):
+    x, w = np.asarray(x), np.asarray(w)
+    dtype = np.matmul.resolve_dtypes((x.dtype, w.dtype, None))[-1]
+    batch, channels = x.shape[:2]
+    filters, group_channels, kh, kw = w.shape
+    if (kh, kw) != tuple(kernel):
+        raise ValueError(f"conv2d: weights {w.shape} do not have the kernel size {kernel}")
+    windows = _windows(x, (kh, kw), strides, padding, dilation)
+    out_h, out_w = windows.shape[2:4]
+    windows = windows.reshape(batch, groups, group_channels, out_h, out_w, kh, kw)
+    kernels = w.reshape(groups, filters // groups, group_channels, kh, kw)
+    out = np.einsum("ngchwij,gfcij->ngfhw", windows, kernels, optimize=True)
+    return np.ascontiguousarray(out.reshape(batch, filters, out_h, out_w), dtype=dtype)
+
+
+def _weight_grad_impl(x, g, kernel, strides, padding, dilation, groups):
+    x, g = np.asarray(x), np.asarray(g)
+    dtype = np.matmul.resolve_dtypes((x.dtype, g.dtype, None))[-1]
+    batch, channels = x.shape[:2]
+    filters, out_h, out_w = g.shape[1:]
+    kh, kw = kernel
+    windows = _windows(x, kernel, strides, padding, dilation)[:, :, :out_h, :out_w]
+    windows = windows.reshape(batch, groups, channels // groups, out_h, out_w, kh, kw)
+    gradient = g.reshape(batch, groups, filters // groups, out_h, out_w)
+    out = np.einsum("ngchwij,ngfhw->gfcij", windows, gradient, optimize=True)
+    return np.ascontiguousarray(out.reshape(filters, channels // groups, kh, kw), dtype=dtype)
+
+
+# --- shape rules ---------------------------------------------------------------------
+def _check(x, strides, padding, dilation, groups, what):
+    if x.ndim != 4:
+        raise ShapeError(f"{what} expects an input of rank 4 (N, C, H, W), got {x.ndim}")
+    if not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"{what}: groups must be a positive int, got {groups!r}")
+    for name, pair in (("strides", strides), ("dilation", dilation)):
+        if len(pair) != 2 or not all(isinstance(v, int) and v >= 1 for v in pair):
+            raise ShapeError(f"{what}: {name} must be two positive ints, got {pair!r}")
+    if len(padding) != 2 or not all(len(side) == 2 and all(isinstance(v, int) for v in side)
+                                    for side in padding):
+        raise ShapeError(f"{what}: padding must be ((top, bottom), (left, right)) ints")
+    channels = x.shape[1]
+    if isinstance(channels, int) and channels % groups:
+        raise ShapeError(f"{what}: {channels} input channels are not divisible by "
+                         f"groups={groups}")
+
+
+def _check_kernel(kernel, what):
+    if len(kernel) != 2 or not all(isinstance(k, int) and k >= 1 for k in kernel):
+        raise ShapeError(f"{what}: kernel must be two positive ints, got {kernel!r}")
+
+
+def _conv2d_rule(x, w, kernel, strides, padding, dilation, groups):
+    _check(x, strides, padding, dilation, groups, "conv2d")
+    if w.ndim != 4:
+        raise ShapeError(f"conv2d expects weights of rank 4 (F, C/groups, KH, KW), got {w.ndim}")
+    filters, group_channels = w.shape[:2]
+    channels = x.shape[1]
+    if isinstance(channels, int) and isinstance(group_channels, int) and (
+            channels != group_channels * groups):
+        raise ShapeError(f"conv2d: {channels} input channels do not match weights "
+                         f"{tuple(w.shape)} with groups={groups}")
+    if isinstance(filters, int) and filters % groups:
+        raise ShapeError(f"conv2d: {filters} filters are not divisible by groups={groups}")
+    _check_kernel(kernel, "conv2d")
+    if any(isinstance(dim, int) and dim != size for dim, size in zip(w.shape[2:], kernel)):
+        raise ShapeError(f"conv2d: weights {tuple(w.shape)} do not have the kernel size {kernel}")
+    # The kernel size is a parameter (static), so H and W keep their symbols: a 3x3 'same'
+    # convolution of an (s1, s2) image is (s1, s2), whatever symbol the weights' dims got.
+    spatial = [output_size(x.shape[2 + axis], kernel[axis], strides[axis], padding[axis],
+                           dilation[axis]) for axis in range(2)]
+    for size in spatial:
+        if isinstance(size, int) and size < 1:
+            raise ShapeError("conv2d: the kernel does not fit the padded input")
+    dtype = np.matmul.resolve_dtypes((x.dtype, w.dtype, None))[-1]
+    return AbstractArray((x.shape[0], filters, *spatial), dtype)
+
+
+def _weight_grad_rule(x, g, kernel, strides, padding, dilation, groups):
+    _check(x, strides, padding, dilation, groups, "conv2d_weight_grad")
+    if g.ndim != 4:
+        raise ShapeError(f"conv2d_weight_grad expects an output gradient of rank 4, got "
+                         f"{g.ndim}")
+    _check_kernel(kernel, "conv2d_weight_grad")
+    dtype = np.matmul.resolve_dtypes((x.dtype, g.dtype, None))[-1]
+    return AbstractArray((g.shape[1], x.shape[1] // groups, *kernel), dtype)
+
+
+# --- VJPs: convolutions ----------------------------------------------------------------
+def conv2d_transpose(g, w, input_shape, strides, padding, dilation, groups):
+    """The transpose of ``conv2d(., w)`` applied to ``g``: the input gradient, of
+    ``input_shape``. A stride-1 convolution of ``g`` (spread at the stride) with the
+    flipped weights, in and out channels swapped within each group."""
+    filters, group_channels = shape_of(w)[:2]
+    kernel = _kernel_of(w)
+    per_group = filters // groups
+    flipped = reshape(w, (groups, per_group, group_channels, *kernel))
+    flipped = transpose(flipped, (0, 2, 1, 3, 4))
+    flipped = flip(reshape(flipped, (groups * group_channels, per_group, *kernel)), (2, 3))
+    (sh, sw), (dh, dw) = strides, dilation
+    spread = g
+    if sh > 1 or sw > 1:
+        spread = pad(g, ((0, 0, 0), (0, 0, 0), (0, 0, sh - 1), (0, 0, sw - 1)))
+    # Full correlation: every input position sees each output it fed. A stride leaves up to
+    # stride - 1 input rows (columns) past the last window; the extra high padding covers
+    # them and the slice below trims what lies beyond the input.
+    reach = (dh * (kernel[0] - 1), dw * (kernel[1] - 1))
+    transposed_padding = tuple((reach[axis] - padding[axis][0],
+                                reach[axis] - padding[axis][1] + strides[axis] - 1)
+                               for axis in range(2))
+    out = conv2d(spread, flipped, (1, 1), transposed_padding, dilation, groups, kernel)
+    if sh > 1 or sw > 1:
+        out = slice_axes(out, (0, 0, 0, 0), tuple(input_shape), (1, 1, 1, 1))
+    return out
+
+
+def _conv2d_vjp_x(g, x, w, out, kernel, strides, padding, dilation, groups):
+    return conv2d_transpose(g, w, shape_of(x), strides, padding, dilation, groups)
+
+
+def _conv2d_vjp_w(g, x, w, out, kernel, strides, padding, dilation, groups):
+    return conv2d_weight_grad(x, g, kernel, strides, padding, dilation, groups)
+
+
+def _weight_grad_vjp_x(gw, x, g, out, kernel, strides, padding, dilation, groups):
+    return conv2d_transpose(g, gw, shape_of(x), strides, padding, dilation, groups)
+
+
+def _weight_grad_vjp_g(gw, x, g, out, kernel, strides, padding, dilation, groups):
+    return conv2d(x, gw, strides, padding, dilation, groups, kernel)
+
+
+conv2d_p = Primitive(
+    "conv2d",
+    "conv",
+    impl=_conv2d_impl,
+    abstract_eval=_conv2d_rule,
+    vjp=(_conv2d_vjp_x, _conv2d_vjp_w),
+)
+
+conv2d_weight_grad_p = Primitive(
+    "conv2d_weight_grad",
+    "conv",
+    impl=_weight_grad_impl,
+    abstract_eval=_weight_grad_rule,
+    vjp=(_weight_grad_vjp_x, _weight_grad_vjp_g),
+)
+
+
+def _normalized(strides, padding, dilation):
+    pair = lambda value: tuple(value) if isinstance(value, (tuple, list)) else (value, value)  # noqa: E731
+    padding = tuple(tuple(side) if isinstance(side, (tuple, list)) else (side, side)
+                    for side in (padding if isinstance(padding, (tuple, list)) else
+                                 (padding, padding)))
+    return (tuple(int(v) for v in pair(strides)),
+            tuple((int(low), int(high)) for low, high in padding),
+            tuple(int(v) for v in pair(dilation)))
+
+
+def _kernel_of(w):
+    """The weights' (KH, KW) as ints: under the tracer, a symbolic size specializes."""
+    return tuple(int(size) for size in shape_of(w)[2:4])
+
+
+def conv2d(x, w, strides=(1, 1), padding=NO_PADDING, dilation=(1, 1), groups=1, kernel=None):
+    """Cross-correlation of ``x`` (N, C, H, W) with ``w`` (F, C // groups, KH, KW);
+    ``padding`` is ``((top, bottom), (left, right))`` (an int or pair per axis also works);
+    ``kernel`` is (KH, KW), read from ``w`` when not given."""
+    strides, padding, dilation = _normalized(strides, padding, dilation)
+    kernel = _kernel_of(w) if kernel is None else tuple(int(size) for size in kernel)
+    return bind(conv2d_p, x, w, kernel=kernel, strides=strides, padding=padding,
+                dilation=dilation, groups=int(groups))
+
+
+def conv2d_weight_grad(x, g, kernel, strides=(1, 1), padding=NO_PADDING, dilation=(1, 1),
+                       groups=1):
+    """The gradient of ``sum(conv2d(x, w) * g)`` with respect to ``w`` of spatial size
+    ``kernel``: (F, C // groups, KH, KW)."""
+    strides, padding, dilation = _normalized(strides, padding, dilation)
+    return bind(conv2d_weight_grad_p, x, g, kernel=tuple(int(k) for k in kernel),
+                strides=strides, padding=padding, dilation=dilation, groups=int(groups))
+
+
+__all__ = ["conv2d", "conv2d_p", "conv2d_transpose", "conv2d_weight_grad",
+           "conv2d_weight_grad_p", "output_size"]

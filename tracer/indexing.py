@@ -312,11 +312,23 @@ def setitem(x, index, value):
         return masked
     plan = IndexPlan(tuple(shape_of(x)), index)
     selected_shape = plan.result_shape()
-    value = ops.broadcast_to(value, selected_shape)
+    value = _broadcast_value(value, selected_shape, x)
     if getattr(value, "dtype", None) != x.dtype:
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)
     ones = ops.full(selected_shape, True, np.bool_, like=x)
     return ops.bind(ops.where_p, _scatter(plan, ones), _scatter(plan, value), x)
+
+
+def _broadcast_value(value, shape, x):
+    """``value`` broadcast to the selection's ``shape``. A constant (``m[:, 0] = 0``) is
+    cast to ``x``'s dtype as NumPy casts it and broadcast by ``x``'s handler, so a symbolic
+    dim of the selection stays symbolic instead of being read as a number (a new compile
+    for each size)."""
+    if isinstance(value, (bool, int, float, complex, np.generic, np.ndarray)):
+        value = np.asarray(value).astype(x.dtype, copy=False)
+        if any(isinstance(dim, SymInt) for dim in shape):
+            return ops.bind(ops.broadcast_to_p, value, shape=tuple(shape), like=x)
+    return ops.broadcast_to(value, shape)
 
 
 def _masked_fill(x, mask, value):

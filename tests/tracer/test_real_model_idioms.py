@@ -330,8 +330,6 @@ def zero_one_column(x):
     return m * x
 
 
-@pytest.mark.xfail(strict=True, reason="a constant scalar broadcast to a symbolic shape is "
-                   "constant-folded by np.broadcast_to, which specializes every dim")
 def test_scalar_write_into_dynamic_buffer_compiles_once():
     f = check_calls(zero_one_column, [(np.ones((n, 6)),) for n in (5, 6, 7, 8)], dynamic=True)
     assert compiles(f) == 1
@@ -351,8 +349,6 @@ def svm_loss(x, y):
     return loss, dx
 
 
-@pytest.mark.xfail(strict=True, reason="margins[np.arange(N), y] = 0 pins N (scalar value "
-                   "broadcast by constant folding)")
 def test_svm_loss_compiles_once_per_batch_bucket():
     rng = rng_for(5)
     f = check_calls(svm_loss, [(rng.standard_normal((n, 10)), rng.integers(0, 10, n))
@@ -500,8 +496,6 @@ def onehot_dynamic(x, ids):
     return z * x
 
 
-@pytest.mark.xfail(strict=True, reason="_scatter_advanced reads value.dtype of a Python float: "
-                   "internal error, every call eager")
 def test_scalar_write_at_traced_index_into_dynamic_1d_buffer_compiles():
     rng = rng_for(12)
     f = check_calls(onehot_dynamic, [(rng.standard_normal(7), rng.integers(0, 7, 3))

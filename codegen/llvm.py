@@ -130,6 +130,30 @@ def _free_pass_manager(manager):
         manager.close()
 
 
+# Vector variants of rare slow paths (``math_rare_path``): external until the loop
+# vectorizer has replaced scalar calls with calls of them (so no pass deletes them first),
+# then inlined where it did and dropped, so a kernel pays a branch per vector, not a call.
+VECTOR_VARIANT_PREFIX = "tracejit_vv_"
+
+
+def _inline_vector_variants(module, pass_builder):
+    variants = [function for function in module.functions
+                if function.name.startswith(VECTOR_VARIANT_PREFIX)
+                and not function.is_declaration]
+    if not variants:
+        return
+    for function in variants:
+        function.linkage = "internal"
+        function.add_function_attribute("alwaysinline")
+    passes = llvm.create_new_module_pass_manager()
+    passes.add_always_inliner_pass()
+    passes.add_global_dead_code_eliminate_pass()
+    try:
+        passes.run(module, pass_builder)
+    finally:
+        _free_pass_manager(passes)
+
+
 def compile_module(ir_text, opt_level=3):
     """Parse, verify, optimize (new pass manager, loop and SLP vectorization on), verify
     again, and emit object code for the host."""
@@ -147,6 +171,7 @@ def compile_module(ir_text, opt_level=3):
             pipeline.run(module, builder)
         finally:
             _free_pass_manager(pipeline)
+        _inline_vector_variants(module, builder)
         module.verify()
         optimized = str(module)
         object_code = machine.emit_object(module)

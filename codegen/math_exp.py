@@ -1,0 +1,176 @@
+"""exp, expm1 and tanh: x = n ln2 + r, |r| <= ln2/2, and a polynomial for e^r.
+
+float32 has a fast path at full vector width for |x| <= 86, where 2^n is a normal float
+scaled in by adding n to the exponent bits: n comes from one fused multiply-add (adding
+1.5 * 2^23 rounds x/ln2 to an integer held in the low mantissa bits), e^r - 1 from a
+minimax polynomial. Beyond 86 (overflow, denormal results), infinities and NaN take the
+general code as a rare path (``math_rare_path``): per vector, only when a lane needs it.
+
+The general code (float64, and float32's rare path) reduces with ``reduce_ln2``, sums the
+Taylor series and scales in two steps, so results overflow to inf and underflow through
+the denormals to 0 as NumPy's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .dtypes import F32, F64
+from .math_core import (
+    Float,
+    clamp_exponent,
+    copysign,
+    fabs,
+    fma,
+    horner,
+    is_nan,
+    minimum,
+    pow2,
+    reduce_ln2,
+    scale,
+)
+from .math_rare_path import rare_path
+
+_TAYLOR_TERMS = {F64: 13, F32: 7}
+_EXPM1_LOW = {F64: -38.0, F32: -17.0}  # below this expm1 rounds to -1
+_TANH_CLAMP = {F64: 19.5, F32: 9.5}  # beyond this tanh rounds to +-1
+
+# float32 fast path: (e^r - 1 - r) / r^2 for |r| <= 0.347, a minimax (Lawson) fit with
+# float32 coefficients, within 2^-27.7 of e^r relatively.
+_EXPM1_F32 = (0.4999999403953552, 0.1666651964187622, 0.041668396443128586,
+              0.008368786424398422, 0.0013814453268423676)
+_LOG2E_F32 = 1.4426950216293335
+_ROUNDER_F32 = 12582912.0  # 1.5 * 2^23
+# |x| <= 86 keeps n within [-125, 125]: 2^n * e^r is a normal float.
+FAST_LIMIT_F32 = 86.0
+
+
+def _taylor_expm1(builder, r):
+    """expm1(r) for |r| <= ln2/2: Taylor series r + r^2/2! + ... (the general code)."""
+    terms = _TAYLOR_TERMS[Float(r.type).element]
+    coefficients = [1.0 / math.factorial(k) for k in range(1, terms + 1)]
+    return builder.fmul(r, horner(builder, r, coefficients))
+
+
+def _reduce_float32(builder, x):
+    """(n << 23 as integer bits, r, expm1(r)) for float32 |x| <= 86."""
+    f = Float(x.type)
+    rounded = fma(builder, x, f.const(_LOG2E_F32), f.const(_ROUNDER_F32))
+    n = builder.fsub(rounded, f.const(_ROUNDER_F32))
+    # rounded's bits are 0x4b400000 + n: shifted, only n's bits stay, at the exponent.
+    exponent_bits = builder.shl(builder.bitcast(rounded, f.int), f.iconst(23))
+    r = fma(builder, n, f.const(-f.ln2_hi), x)
+    r = fma(builder, n, f.const(-f.ln2_lo), r)
+    reduced = fma(builder, builder.fmul(r, r), horner(builder, r, _EXPM1_F32), r)
+    return exponent_bits, reduced
+
+
+def _times_pow2(builder, value, exponent_bits):
+    """value * 2^n by adding n to the exponent (the result must stay a normal float)."""
+    f = Float(value.type)
+    return builder.bitcast(builder.add(builder.bitcast(value, f.int), exponent_bits), f.ty)
+
+
+def _rare(builder, x):
+    """Lanes the float32 fast path cannot take: |x| > 86, infinities, NaN."""
+    return builder.fcmp_unordered(">", fabs(builder, x), Float(x.type).const(FAST_LIMIT_F32))
+
+
+# --- exp ----------------------------------------------------------------------------------
+def _exp_general(builder, x):
+    f = Float(x.type)
+    n, r = reduce_ln2(builder, x)
+    polynomial = builder.fadd(_taylor_expm1(builder, r), f.const(1.0))
+    # Clamp n so the two-step scale stays in range; overflow and underflow are selected below.
+    result = scale(builder, polynomial, clamp_exponent(builder, n, f), f)
+    result = builder.select(builder.fcmp_ordered(">", x, f.const(f.exp_high)),
+                            f.const(math.inf), result)
+    result = builder.select(builder.fcmp_ordered("<", x, f.const(f.exp_low)),
+                            f.const(0.0), result)
+    return builder.select(is_nan(builder, x), x, result)
+
+
+def exp(builder, x):
+    if x.type != F32:
+        return _exp_general(builder, x)
+    f = Float(x.type)
+    exponent_bits, reduced = _reduce_float32(builder, x)
+    fast = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
+    return rare_path(builder, "exp", _rare(builder, x), fast, x, _exp_general)
+
+
+# --- expm1 --------------------------------------------------------------------------------
+def _expm1_general(builder, x):
+    f = Float(x.type)
+    n, r = reduce_ln2(builder, x)
+    n = clamp_exponent(builder, n, f)
+    reduced = _taylor_expm1(builder, r)
+    power = scale(builder, f.const(1.0), n, f)
+    # 2^n * expm1(r) + (2^n - 1): exact 2^n - 1 keeps the relative accuracy near zero.
+    result = fma(builder, power, reduced, builder.fsub(power, f.const(1.0)))
+    # Near overflow 2^n alone is out of range; there the -1 is far below an ulp.
+    large = builder.fcmp_ordered(">", n, f.const(float(f.mantissa_bits + 2)))
+    result = builder.select(large, scale(builder, builder.fadd(reduced, f.const(1.0)), n, f),
+                            result)
+    result = builder.select(builder.fcmp_ordered(">", x, f.const(f.exp_high)),
+                            f.const(math.inf), result)
+    result = builder.select(builder.fcmp_ordered("<", x, f.const(_EXPM1_LOW[f.element])),
+                            f.const(-1.0), result)
+    return _keep_nan_and_zeros(builder, x, result)
+
+
+def _keep_nan_and_zeros(builder, x, result):
+    """x itself where x is NaN or zero (expm1(-0.0) is -0.0)."""
+    keep = builder.or_(is_nan(builder, x), builder.fcmp_ordered("==", x, Float(x.type).const(0.0)))
+    return builder.select(keep, x, result)
+
+
+def expm1(builder, x):
+    if x.type != F32:
+        return _expm1_general(builder, x)
+    f = Float(x.type)
+    exponent_bits, reduced = _reduce_float32(builder, x)
+    power = _times_pow2(builder, f.const(1.0), exponent_bits)
+    # 2^n expm1(r) + (2^n - 1), as the general code (2^n - 1 is exact while it matters)
+    fast = fma(builder, power, reduced, builder.fsub(power, f.const(1.0)))
+    fast = builder.select(builder.fcmp_ordered("<", x, f.const(_EXPM1_LOW[F32])),
+                          f.const(-1.0), fast)
+    fast = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)), x, fast)
+    rare = builder.fcmp_unordered(">", x, f.const(FAST_LIMIT_F32))
+    return rare_path(builder, "expm1", rare, fast, x, _expm1_general)
+
+
+# --- tanh ---------------------------------------------------------------------------------
+# tanh(x) = x + x^3 Q(x^2) for float32 |x| < 0.55 (see tanh).
+_TANH_SMALL_F32 = (-0.3333331730564747, 0.13332580377686679, -0.05385186540024731,
+                   0.02107025355979983, -0.00627260751421818)
+
+
+def tanh(builder, x):
+    """expm1(2|x|) / (expm1(2|x|) + 2), sign restored. With |x| clamped where tanh rounds
+    to 1, 2^n stays a normal float and expm1 needs none of its range handling: one scale,
+    no selects (NaN is clamped too, then put back at the end)."""
+    f = Float(x.type)
+    magnitude = minimum(builder, fabs(builder, x), f.const(_TANH_CLAMP[f.element]))
+    if f.element == F32:
+        exponent_bits, reduced = _reduce_float32(builder, builder.fmul(magnitude,
+                                                                       f.const(2.0)))
+        power = _times_pow2(builder, f.const(1.0), exponent_bits)
+    else:
+        n, r = reduce_ln2(builder, builder.fmul(magnitude, f.const(2.0)))
+        power = pow2(builder, builder.fptosi(n, f.int), f)
+        reduced = _taylor_expm1(builder, r)
+    # 2^n expm1(r) + (2^n - 1); where 2^n - 1 rounds to 2^n the -1 is below an ulp anyway.
+    e = fma(builder, power, reduced, builder.fsub(power, f.const(1.0)))
+    result = builder.fdiv(e, builder.fadd(e, f.const(2.0)))
+    if f.element == F32:
+        # The quotient loses up to 3.2 ulp for small |x| in float32; below 0.55 an odd
+        # polynomial (least squares on Chebyshev nodes in x^2) is within 0.72 ulp.
+        squared = builder.fmul(magnitude, magnitude)
+        series = fma(builder, builder.fmul(magnitude, squared),
+                     horner(builder, squared, _TANH_SMALL_F32), magnitude)
+        result = builder.select(builder.fcmp_ordered("<", magnitude, f.const(0.55)),
+                                series, result)
+    result = copysign(builder, result, x)
+    return builder.select(is_nan(builder, x), x, result)
+

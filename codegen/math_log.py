@@ -1,0 +1,190 @@
+"""log and log1p: x = 2^k m with m in [sqrt(2)/2, sqrt(2)), then fdlibm's
+log(1 + f) = f - hfsq + s (hfsq + R(s^2)), s = f / (2 + f), hfsq = f^2 / 2: the exact
+f carries the result, the rounded s only a small correction.
+
+float32 runs at full vector width for positive normal x (log1p: -1 < x < 2^100): k and
+m come from integer operations on the bits, R has fdlibm's four float coefficients.
+Zeros, denormals, negatives, infinities and NaN take the float64 code as a rare path
+(``math_rare_path``), per vector and only when a lane needs it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .dtypes import F32, F64
+from .math_core import Float, fma, horner
+from .math_rare_path import rare_path
+
+# fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
+# within 2^-34 of (log(1+s) - log(1-s))/s).
+_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+       2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+       1.479819860511658591e-01)
+_LG_F32 = (0.66666662693, 0.40000972152, 0.28498786688, 0.24279078841)
+_LN2 = {F64: (6.93147180369123816490e-01, 1.90821492927058770002e-10),
+        # float32: ln2_hi has 16 bits, so k ln2_hi is exact for any k of a float
+        F32: (6.9313812256e-01, 9.0580006145e-06)}
+_SQRT_HALF_BITS_F32 = 0x3F3504F3  # the bits of sqrt(2)/2 rounded to float32
+
+
+# --- float64 (and float32's rare path) ------------------------------------------------------
+def log_reduce(builder, u):
+    """float64 ``u`` (positive, denormals too) as ``2^k * m``, m in [sqrt(2)/2, sqrt(2)):
+    returns (k as a float, m - 1)."""
+    f = Float(u.type)
+    denormal = builder.fcmp_ordered("<", u, f.const(2.0 ** -1022))
+    scaled = builder.select(denormal, builder.fmul(u, f.const(2.0 ** 54)), u)
+    bits = builder.bitcast(scaled, f.int)
+    exponent = builder.sub(builder.lshr(bits, f.iconst(52)), f.iconst(1023))
+    exponent = builder.sub(exponent, builder.select(denormal, f.iconst(54), f.iconst(0)))
+    mantissa = builder.bitcast(
+        builder.or_(builder.and_(bits, f.iconst((1 << 52) - 1)), f.iconst(1023 << 52)), f.ty)
+    large = builder.fcmp_ordered(">", mantissa, f.const(math.sqrt(2.0)))
+    mantissa = builder.select(large, builder.fmul(mantissa, f.const(0.5)), mantissa)
+    exponent = builder.add(exponent, builder.zext(large, f.int))
+    return builder.sitofp(exponent, f.ty), builder.fsub(mantissa, f.const(1.0))
+
+
+def _log_tail(builder, m1, coefficients):
+    """``(hfsq, s*(hfsq + R))`` of fdlibm's log(1 + m1)."""
+    f = Float(m1.type)
+    hfsq = builder.fmul(builder.fmul(m1, m1), f.const(0.5))
+    s = builder.fdiv(m1, builder.fadd(m1, f.const(2.0)))
+    z = builder.fmul(s, s)
+    r = builder.fmul(z, horner(builder, z, list(coefficients)))
+    return hfsq, builder.fmul(s, builder.fadd(hfsq, r))
+
+
+def _combine(builder, k, m1, hfsq, tail, low=None):
+    """k ln2_hi - ((hfsq - (tail + (k ln2_lo + low))) - m1): the exact m1 and k ln2_hi
+    carry the result."""
+    f = Float(m1.type)
+    ln2_hi, ln2_lo = _LN2[f.element]
+    small = builder.fmul(k, f.const(ln2_lo))
+    if low is not None:
+        small = builder.fadd(small, low)
+    inner = builder.fsub(builder.fsub(hfsq, builder.fadd(tail, small)), m1)
+    return builder.fsub(builder.fmul(k, f.const(ln2_hi)), inner)
+
+
+def _in_double(function):
+    """The float64 algorithm for float32 values too (rounding once gives <= 1 ulp)."""
+
+    def wrapper(builder, x):
+        f = Float(x.type)
+        if f.double:
+            return function(builder, x)
+        return builder.fptrunc(function(builder, builder.fpext(x, f.other(F64).ty)), x.type)
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+def log_positive(builder, x):
+    """log of a positive finite float64 (zeros, infinities and NaN give garbage)."""
+    k, m1 = log_reduce(builder, x)
+    hfsq, tail = _log_tail(builder, m1, _LG)
+    return _combine(builder, k, m1, hfsq, tail)
+
+
+@_in_double
+def _log_general(builder, x):
+    f = Float(x.type)
+    result = log_positive(builder, x)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)),
+                            f.const(-math.inf), result)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(math.inf)),
+                            f.const(math.inf), result)
+    invalid = builder.fcmp_unordered("<", x, f.const(0.0))  # negative or NaN
+    return builder.select(invalid, f.const(math.nan), result)
+
+
+@_in_double
+def _log1p_general(builder, x):
+    f = Float(x.type)
+    u = builder.fadd(x, f.const(1.0))
+    k, m1 = log_reduce(builder, u)
+    # c corrects the rounding of u = 1 + x (fdlibm's log1p).
+    one = f.const(1.0)
+    c = builder.select(builder.fcmp_ordered(">=", k, f.const(2.0)),
+                       builder.fsub(one, builder.fsub(u, x)),
+                       builder.fsub(x, builder.fsub(u, one)))
+    c = builder.fdiv(c, u)
+    c = builder.select(builder.fcmp_ordered("<", k, f.const(54.0)), c, f.const(0.0))
+    hfsq, tail = _log_tail(builder, m1, _LG)
+    result = _combine(builder, k, m1, hfsq, tail, c)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)), x, result)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(math.inf)), x, result)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(-1.0)),
+                            f.const(-math.inf), result)
+    invalid = builder.fcmp_unordered("<", x, f.const(-1.0))  # below -1 or NaN
+    return builder.select(invalid, f.const(math.nan), result)
+
+
+# --- float32 at full width ----------------------------------------------------------------
+def _reduce_float32(builder, u):
+    """Positive normal float32 ``u`` as 2^k m, m in [sqrt(2)/2, sqrt(2)), by integer
+    operations: subtracting sqrt(2)/2's bits leaves k in the exponent field. Returns
+    (k as an integer, k as a float, m)."""
+    f = Float(u.type)
+    shifted = builder.sub(builder.bitcast(u, f.int), f.iconst(_SQRT_HALF_BITS_F32))
+    k = builder.ashr(shifted, f.iconst(23))
+    m = builder.bitcast(builder.add(builder.and_(shifted, f.iconst((1 << 23) - 1)),
+                                    f.iconst(_SQRT_HALF_BITS_F32)), f.ty)
+    return k, builder.sitofp(k, f.ty), m
+
+
+def _outside_normal_float32(builder, x):
+    """True unless 2^-126 <= x < inf: one unsigned compare of the bits moved down by the
+    smallest normal's (zeros, denormals and negatives wrap around to the top)."""
+    f = Float(x.type)
+    bits = builder.sub(builder.bitcast(x, f.int), f.iconst(0x00800000))
+    return builder.icmp_unsigned(">=", bits, f.iconst(0x7F800000 - 0x00800000))
+
+
+def log(builder, x):
+    if x.type != F32:
+        return _log_general(builder, x)
+    f = Float(x.type)
+    _, k, m = _reduce_float32(builder, x)
+    m1 = builder.fsub(m, f.const(1.0))  # exact
+    hfsq, tail = _log_tail(builder, m1, _LG_F32)
+    fast = _combine(builder, k, m1, hfsq, tail)
+    return rare_path(builder, "log", _outside_normal_float32(builder, x), fast, x,
+                     _log_general)
+
+
+LOG1P_FAST_HIGH_F32 = 2.0 ** 100
+
+
+def log1p(builder, x):
+    """float32: u = 1 + x rounded, reduced as for log; c, the rounding error of u (exact),
+    enters as c/u. Where k = 0 (-0.29 < x < 0.41) f is x itself and c is 0; elsewhere
+    c/u = c 2^-k / m with 1/m by (1 - f + f^2), within 7%: c is below half an ulp of
+    u, the result above 0.34, so that costs at most 0.14 ulp (and no second division)."""
+    if x.type != F32:
+        return _log1p_general(builder, x)
+    f = Float(x.type)
+    one = f.const(1.0)
+    u = builder.fadd(x, one)
+    k_int, k, m = _reduce_float32(builder, u)
+    near_zero = builder.icmp_signed("==", k_int, f.iconst(0))
+    m1 = builder.select(near_zero, x, builder.fsub(m, one))
+    error = builder.select(builder.icmp_signed(">=", k_int, f.iconst(2)),
+                           builder.fsub(one, builder.fsub(u, x)),
+                           builder.fsub(x, builder.fsub(u, one)))
+    # c 2^-k: k is at most 101 here, so 2^-k is a normal float
+    inverse_power = builder.bitcast(builder.shl(builder.sub(f.iconst(127), k_int),
+                                                f.iconst(23)), f.ty)
+    reciprocal_m = fma(builder, m1, builder.fsub(m1, one), one)
+    low = builder.fmul(builder.fmul(error, inverse_power), reciprocal_m)
+    low = builder.select(near_zero, f.const(0.0), low)
+    hfsq, tail = _log_tail(builder, m1, _LG_F32)
+    fast = _combine(builder, k, m1, hfsq, tail, low)
+    fast = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)), x, fast)
+    rare = builder.or_(builder.fcmp_unordered("<=", x, f.const(-1.0)),
+                       builder.fcmp_ordered(">=", x, f.const(LOG1P_FAST_HIGH_F32)))
+    return rare_path(builder, "log1p", rare, fast, x, _log1p_general)
+

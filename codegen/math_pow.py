@@ -1,0 +1,179 @@
+"""x ** y for floats: exp(y log x) and C99's special cases (NumPy's).
+
+float64 takes log(x) as a double-double (within about 2^-64: y log x reaches 745 and must
+carry 53 bits), multiplies it by y exactly and exponentiates the pair. float32 runs in
+float64 with shorter series (|y log x| < 104 where the result is a float32: log and exp to
+2^-37 suffice) and rounds once.
+"""
+
+from __future__ import annotations
+
+import fractions
+import math
+
+from .dtypes import F64
+from .math_core import (
+    Float,
+    clamp_exponent,
+    fabs,
+    fast_two_sum,
+    floor,
+    fma,
+    horner,
+    is_nan,
+    maximum,
+    minimum,
+    pow2,
+    rint,
+    scale,
+    sign_bit,
+    two_product,
+    two_sum,
+)
+from .math_log import log_reduce
+
+_LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+_INV_LN2 = 1.4426950408889634
+
+# log(m) = 2 atanh(s), s = (m - 1)/(m + 1) <= 0.1716: 2s + (2/3)s^3 + s^5 * (2/5 + 2/7 s^2
+# + ...), the series to s^25 (the next term is below 2^-66 of the sum).
+_TWO_THIRDS_HI = 2.0 / 3.0
+_TWO_THIRDS_LO = float(fractions.Fraction(2, 3) - fractions.Fraction(_TWO_THIRDS_HI))
+_ATANH_TAIL = [2.0 / (2 * k + 1) for k in range(2, 13)]
+_EXP_TERMS = [1.0 / math.factorial(k) for k in range(2, 14)]
+
+
+def log_double_double(builder, x):
+    """log of a positive finite float64 as (hi, lo), within about 2^-64 of it."""
+    f = Float(x.type)
+    two = f.const(2.0)
+    k, m1 = log_reduce(builder, x)
+    # s = m1 / (m1 + 2) in double-double (m1 + 2 is not always exact)
+    u_hi = builder.fadd(m1, two)
+    u_lo = builder.fadd(builder.fsub(two, u_hi), m1)
+    s_hi = builder.fdiv(m1, u_hi)
+    residual = fma(builder, builder.fneg(s_hi), u_hi, m1)  # exact
+    residual = fma(builder, builder.fneg(s_hi), u_lo, residual)
+    s_lo = builder.fdiv(residual, u_hi)
+    # s^2 and s^3, then (2/3) s^3, in double-double
+    z_hi, z_error = two_product(builder, s_hi, s_hi)
+    z_lo = fma(builder, builder.fmul(s_hi, two), s_lo, z_error)
+    cube_hi, cube_error = two_product(builder, s_hi, z_hi)
+    cube_lo = builder.fadd(cube_error, fma(builder, s_hi, z_lo, builder.fmul(s_lo, z_hi)))
+    third_hi, third_error = two_product(builder, f.const(_TWO_THIRDS_HI), cube_hi)
+    third_lo = builder.fadd(third_error, fma(builder, f.const(_TWO_THIRDS_HI), cube_lo,
+                                             builder.fmul(f.const(_TWO_THIRDS_LO), cube_hi)))
+    rest = builder.fmul(builder.fmul(cube_hi, z_hi), horner(builder, z_hi, _ATANH_TAIL))
+    # k * ln2_hi is exact (ln2_hi has 32 bits, |k| < 1100)
+    hi, lo = two_sum(builder, builder.fmul(k, f.const(_LN2_HI)), builder.fmul(s_hi, two))
+    hi, error = two_sum(builder, hi, third_hi)
+    small = builder.fadd(builder.fadd(builder.fmul(k, f.const(_LN2_LO)), builder.fmul(s_lo, two)),
+                         builder.fadd(third_lo, rest))
+    lo = builder.fadd(builder.fadd(lo, error), small)
+    return fast_two_sum(builder, hi, lo)
+
+
+def exp_double_double(builder, hi, lo):
+    """exp(hi + lo) for float64 |lo| <= ulp(hi): Cody-Waite by ln2 on hi, lo carried into
+    r; inf and 0 beyond the thresholds (hi may be infinite)."""
+    f = Float(hi.type)
+    n = rint(builder, builder.fmul(hi, f.const(_INV_LN2)))
+    r_hi = fma(builder, n, f.const(-_LN2_HI), hi)  # exact
+    r_lo = fma(builder, n, f.const(-_LN2_LO), lo)
+    r, r_error = two_sum(builder, r_hi, r_lo)
+    # exp(r + r_error) = (1 + r) + (r^2 (1/2 + r/6 + ...) + r_error (1 + r)), 1 + r exactly
+    # as a double-double: one rounding at the end, within 0.6 ulp
+    whole, whole_error = fast_two_sum(builder, f.const(1.0), r)
+    series = horner(builder, r, _EXP_TERMS)
+    tail = fma(builder, builder.fmul(r, r), series,
+               fma(builder, r_error, whole, whole_error))
+    value = builder.fadd(whole, tail)
+    result = scale(builder, value, clamp_exponent(builder, n, f), f)
+    result = builder.select(builder.fcmp_ordered(">", hi, f.const(f.exp_high)),
+                            f.const(math.inf), result)
+    return builder.select(builder.fcmp_ordered("<", hi, f.const(f.exp_low)),
+                          f.const(0.0), result)
+
+
+# float32 pow needs y * log(x) within 2^-30 where the result is a float32 (|y log x| < 104):
+# log to 2^-37 (the atanh series to s^13) and exp to 2^-37 (Taylor to r^9) suffice.
+_ATANH_FLOAT = [1.0 / (2 * k + 1) for k in range(1, 7)]
+_EXP_FLOAT = [1.0 / math.factorial(k) for k in range(2, 10)]
+
+
+def _pow_float_magnitude(builder, magnitude, y):
+    """|x|^y in float64 for float32 arguments: 2^-37 relative, before rounding to float32."""
+    f = Float(magnitude.type)
+    k, m1 = log_reduce(builder, magnitude)
+    s = builder.fdiv(m1, builder.fadd(m1, f.const(2.0)))
+    twice_s = builder.fmul(s, f.const(2.0))
+    log_m = fma(builder, builder.fmul(twice_s, builder.fmul(s, s)),
+                horner(builder, builder.fmul(s, s), _ATANH_FLOAT), twice_s)
+    log_x = fma(builder, k, f.const(math.log(2.0)), log_m)
+    # Beyond +-200 the float32 result is inf or 0 all the same; this keeps 2^n one normal
+    # float64 factor (NaN becomes a bound too: its lanes are replaced by NaN at the end).
+    t = minimum(builder, maximum(builder, builder.fmul(y, log_x), f.const(-200.0)),
+                f.const(200.0))
+    n = rint(builder, builder.fmul(t, f.const(_INV_LN2)))
+    r = fma(builder, n, f.const(-_LN2_LO), fma(builder, n, f.const(-_LN2_HI), t))
+    value = fma(builder, builder.fmul(r, r), horner(builder, r, _EXP_FLOAT),
+                builder.fadd(r, f.const(1.0)))
+    return builder.fmul(value, pow2(builder, builder.fptosi(n, f.int), f))
+
+
+def _pow_double(builder, x, y, precise):
+    """x ** y of float64 values: to float64 accuracy if ``precise``, else to what a float32
+    result needs."""
+    magnitude = fabs(builder, x)
+    if precise:
+        log_hi, log_lo = log_double_double(builder, magnitude)
+        t_hi, t_error = two_product(builder, y, log_hi)
+        result = exp_double_double(builder, t_hi, fma(builder, y, log_lo, t_error))
+    else:
+        result = _pow_float_magnitude(builder, magnitude, y)
+    return special_cases(builder, x, y, magnitude, result)
+
+
+def special_cases(builder, x, y, magnitude, result):
+    """``result`` (|x|^y where x and y are ordinary) with C99's special cases and signs."""
+    f = Float(x.type)
+    one, zero, inf = f.const(1.0), f.const(0.0), f.const(math.inf)
+    # C99's special cases (NumPy's): first where |x| is 0 or inf, or y is +-inf ...
+    y_negative = builder.fcmp_ordered("<", y, zero)
+    result = builder.select(builder.fcmp_ordered("==", magnitude, zero),
+                            builder.select(y_negative, inf, zero), result)
+    result = builder.select(builder.fcmp_ordered("==", magnitude, inf),
+                            builder.select(y_negative, zero, inf), result)
+    y_infinite = builder.fcmp_ordered("==", fabs(builder, y), inf)
+    shrinks = builder.icmp_unsigned("==", builder.fcmp_ordered("<", magnitude, one),
+                                    builder.fcmp_ordered(">", y, zero))
+    result = builder.select(y_infinite, builder.select(shrinks, zero, inf), result)
+    result = builder.select(
+        builder.and_(y_infinite, builder.fcmp_ordered("==", magnitude, one)), one, result)
+    # ... then the sign: negative x (-0.0 too) to an odd integer power is negative, to a
+    # non-integer power NaN (unless x is -inf or y infinite) ...
+    y_integer = builder.fcmp_ordered("==", floor(builder, y), y)
+    half_y = builder.fmul(y, f.const(0.5))
+    y_odd = builder.and_(y_integer, builder.fcmp_ordered("!=", floor(builder, half_y), half_y))
+    result = builder.select(builder.and_(sign_bit(builder, x), y_odd), builder.fneg(result),
+                            result)
+    x_negative_finite = builder.and_(builder.fcmp_ordered("<", x, zero),
+                                     builder.fcmp_ordered(">", x, f.const(-math.inf)))
+    invalid = builder.and_(x_negative_finite,
+                           builder.and_(builder.not_(y_integer), builder.not_(y_infinite)))
+    result = builder.select(invalid, f.const(math.nan), result)
+    # ... NaN in, NaN out, except pow(1, y) and pow(x, 0), which are 1 for any x and y.
+    result = builder.select(builder.or_(is_nan(builder, x), is_nan(builder, y)),
+                            f.const(math.nan), result)
+    result = builder.select(builder.fcmp_ordered("==", x, one), one, result)
+    return builder.select(builder.fcmp_ordered("==", y, zero), one, result)
+
+
+def pow(builder, x, y):  # noqa: A001 - NumPy's name
+    """x ** y for floats (float32 computed in float64, rounded once)."""
+    if Float(x.type).element == F64:
+        return _pow_double(builder, x, y, precise=True)
+    wide = Float(x.type).other(F64).ty
+    result = _pow_double(builder, builder.fpext(x, wide), builder.fpext(y, wide),
+                         precise=False)
+    return builder.fptrunc(result, x.type)

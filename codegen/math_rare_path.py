@@ -1,0 +1,169 @@
+"""Slow paths taken per vector, only when some lane needs them.
+
+A math function's fast path covers the common range (sin and cos: |x| below 2^20); a few
+arguments (huge, infinite, NaN) need a slow path that would cost every lane as much again
+if it were computed and selected. ``rare_path`` branches to it instead:
+
+* in scalar code (and the scalar remainder of a vectorized loop) the branch is per
+  element: ``if needed: result = call slow(x)``, the slow function out of line;
+* LLVM's loop vectorizer replaces that conditional call with one call per vector of a
+  masked *vector variant* (the ``vector-function-abi-variant`` attribute names them, for
+  the vector widths of the host: 4, 8 and, with AVX-512, 16 float lanes), which tests
+  whether any lane of its mask is set and runs the slow path on the whole vector only
+  then;
+* after the vectorizer, ``codegen.llvm`` inlines the variants (their names start with
+  ``VECTOR_VARIANT_PREFIX``), so a kernel pays one compare and one predictable branch
+  per vector for the rare path, and no call.
+
+The slow path is one emitter for both shapes: ``slow(builder, x)`` gets a scalar in the
+scalar function and a vector in the variants (``math_core`` helpers work on either).
+
+>>> from llvmlite import ir
+>>> from tracejit.codegen.dtypes import F32
+>>> from tracejit.codegen.math_core import constant
+>>> module = ir.Module()
+>>> kernel = ir.Function(module, ir.FunctionType(F32, [F32]), "kernel")
+>>> builder = ir.IRBuilder(kernel.append_basic_block())
+>>> x = kernel.args[0]
+>>> huge = builder.fcmp_unordered(">", x, ir.Constant(F32, 1e6))
+>>> result = rare_path(builder, "halve", huge, x, x,
+...                    lambda b, v: b.fmul(v, constant(v.type, 0.5)))
+>>> _ = builder.ret(result)
+>>> sorted(f.name for f in module.functions if "halve" in f.name)[:2]
+['tracejit_slow_halve_f32', 'tracejit_vv_halve_f32_m16']
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from llvmlite import ir
+from llvmlite.ir.instructions import CallInstrAttributes
+
+from . import llvm
+from .dtypes import F32, F64, I1
+from .llvm import VECTOR_VARIANT_PREFIX
+from .math_core import element_of
+
+
+class _CallAttributes(CallInstrAttributes):
+    """Call-site attributes, string attributes (the vector variant mapping) included:
+    llvmlite's own set accepts only a few keywords."""
+
+    def add(self, name):
+        set.add(self, name)
+
+
+@lru_cache(maxsize=None)
+def vector_bits():
+    """The width of the host's vector registers: 512 with AVX-512, 256 with AVX, else
+    128 (SSE, NEON)."""
+    features = llvm.host_description()["features"].split(",")
+    if "+avx512f" in features:
+        return 512
+    if "+avx" in features:
+        return 256
+    return 128
+
+
+def variant_lanes(element):
+    """The vector widths LLVM may vectorize a loop of ``element`` values at: from 4 lanes
+    (a loop that also holds wider types) up to the host's full registers."""
+    bits = 32 if element == F32 else 64
+    most = max(4, vector_bits() // bits)
+    lanes, widths = 4, []
+    while lanes <= most:
+        widths.append(lanes)
+        lanes *= 2
+    return widths
+
+
+def _suffix(element):
+    return "f32" if element == F32 else "f64"
+
+
+def _scalar_function(module, name, element, slow):
+    full = f"tracejit_slow_{name}_{_suffix(element)}"
+    function = module.globals.get(full)
+    if function is not None:
+        return function
+    function = ir.Function(module, ir.FunctionType(element, [element]), full)
+    function.linkage = "internal"
+    # Kept out of line: inlined, it would be if-converted into every lane's work again.
+    function.attributes.add("noinline")
+    function.attributes.add("nounwind")
+    function.attributes.add("readnone")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    builder.ret(slow(builder, function.args[0]))
+    return function
+
+
+def _vector_variant(module, name, element, lanes, slow):
+    full = f"{VECTOR_VARIANT_PREFIX}{name}_{_suffix(element)}_m{lanes}"
+    if module.globals.get(full) is not None:
+        return full
+    vector = ir.VectorType(element, lanes)
+    function = ir.Function(module, ir.FunctionType(vector, [vector, ir.VectorType(I1, lanes)]),
+                           full)
+    # External until codegen.llvm inlines it: nothing may delete it before the vectorizer
+    # has had the chance to call it.
+    function.attributes.add("nounwind")
+    function.attributes.add("readnone")
+    x, mask = function.args
+    entry = function.append_basic_block("entry")
+    needed = function.append_basic_block("slow")
+    done = function.append_basic_block("done")
+    builder = ir.IRBuilder(entry)
+    lanes_set = builder.bitcast(mask, ir.IntType(lanes))
+    any_lane = builder.icmp_unsigned("!=", lanes_set, ir.Constant(ir.IntType(lanes), 0))
+    _unlikely(builder.cbranch(any_lane, needed, done))
+    builder.position_at_end(needed)
+    result = slow(builder, x)
+    slow_end = builder.block
+    builder.branch(done)
+    builder.position_at_end(done)
+    merged = builder.phi(vector)
+    merged.add_incoming(x, entry)  # lanes outside the mask are not read
+    merged.add_incoming(result, slow_end)
+    builder.ret(merged)
+    return full
+
+
+def _unlikely(branch):
+    """Tell LLVM the true edge is rare (block placement keeps the fast path straight)."""
+    module = branch.parent.parent.module
+    weights = module.add_metadata([ir.MetaDataString(module, "branch_weights"),
+                                   ir.Constant(ir.IntType(32), 1),
+                                   ir.Constant(ir.IntType(32), 2000)])
+    branch.set_metadata("prof", weights)
+
+
+def rare_path(builder, name, needed, fast, argument, slow):
+    """``fast`` where ``needed`` is false, else ``slow(builder, argument)``, computed only
+    for the elements (scalar code) or vectors (vectorized code) that need it. ``name``
+    names the slow path in the module (one function per name and precision)."""
+    element = element_of(argument.type)
+    assert element in (F32, F64) and element == argument.type, "scalar code only"
+    module = builder.module
+    scalar = _scalar_function(module, name, element, slow)
+    variants = [_vector_variant(module, name, element, lanes, slow)
+                for lanes in variant_lanes(element)]
+    mapping = ",".join(f"_ZGV_LLVM_M{lanes}v_{scalar.name}({variant})"
+                       for lanes, variant in zip(variant_lanes(element), variants))
+
+    before = builder.block
+    function = before.function
+    taken = function.append_basic_block(f"{name}.slow")
+    joined = function.append_basic_block(f"{name}.join")
+    _unlikely(builder.cbranch(needed, taken, joined))
+    builder.position_at_end(taken)
+    call = builder.call(scalar, [argument])
+    call.attributes = _CallAttributes(
+        ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
+    builder.branch(joined)
+    builder.position_at_end(joined)
+    result = builder.phi(fast.type)
+    result.add_incoming(fast, before)
+    result.add_incoming(call, taken)
+    return result
+

@@ -323,7 +323,7 @@ class DiskCache:
             "python": sys.version_info[:2],
             "host": llvm.host_description(),
             "function": {
-                "module": getattr(fn, "__module__", None),
+                "module": _module_name(fn),
                 "qualname": getattr(fn, "__qualname__", None),
                 **identity,
             },
@@ -379,8 +379,10 @@ class DiskCache:
         root.touch(path)  # recently used: prune keeps it
         return variant
 
-    def store(self, jitted, variant, leaves):
-        key, signature = self.key(jitted, leaves)
+    def store(self, jitted, variant, leaves, key=None):
+        """Write ``variant``'s entry; ``key``: its ``(key, signature)`` computed earlier
+        (a background compile's, taken when the call was traced), else from ``leaves``."""
+        key, signature = key or self.key(jitted, leaves)
         if key is None:
             log.debug("%s: kept in memory only: %s", jitted.__qualname__, signature)
             return
@@ -416,6 +418,71 @@ class DiskCache:
         log.info("%s: wrote %s", jitted.__qualname__, key[:12])
         if self.max_bytes:
             self.keep_under(self.max_bytes, root, spare=self.entry_path(key))
+
+    # --- entries sent between processes (tracejit.dask) ------------------------------------
+    def export_entries(self, keys):
+        """``[(key, signed bytes)]`` of the entries ``keys`` that verify under this cache's
+        key: what a client ships to its workers (an entry that does not verify here is not
+        sent on)."""
+        root = self.trusted()
+        exported = []
+        for key in keys:
+            if root is None or not _is_key(key):
+                continue
+            path = self.entry_path(key)
+            try:
+                content = root.read_signed(path, key)
+            except (OSError, Rejected) as error:
+                log.info("not shipping entry %s: %s", key[:12], error)
+                continue
+            exported.append((key, content + root.tag(key, content)))
+        return exported
+
+    def import_entries(self, entries, adopt):
+        """Install entries another process shipped; a count per outcome:
+
+        * ``present``: this cache already holds that entry, and it verifies;
+        * ``verified``: its signature verifies under this cache's key (the sender shares
+          the key file: the same root, or a copy of its key), so it is written as it came;
+        * ``adopted``: it does not verify here, but ``adopt`` says the channel it came by
+          is trusted (a Dask client: it can run any code on this worker anyway), it parses
+          as an entry and names the key it is filed under: it is re-signed with this
+          cache's key;
+        * ``rejected``: anything else (forged, truncated, filed under another key, or not
+          adopted). It is not written, so a call that needs it compiles.
+        """
+        outcome = {"present": 0, "verified": 0, "adopted": 0, "rejected": 0}
+        root = self.trusted(create=True)
+        for key, data in entries:
+            if root is None or not _is_key(key) or not isinstance(data, bytes):
+                outcome["rejected"] += 1
+                continue
+            path = self.entry_path(key)
+            try:
+                root.read_signed(path, key)
+                outcome["present"] += 1
+                continue
+            except FileNotFoundError:
+                pass
+            except (OSError, Rejected):
+                pass  # a broken or foreign file there: replaced below if the new one is good
+            try:
+                content, tag = split_signed(path, data)
+                header, _ = _parse_entry(path, content)
+                if header.get("key") != key:
+                    raise CorruptEntry("its header names another key")
+                if root.verifies(key, content, tag):
+                    root.write(path, data)
+                    outcome["verified"] += 1
+                elif adopt:
+                    root.write_signed(path, key, content)
+                    outcome["adopted"] += 1
+                else:
+                    raise CorruptEntry("its signature does not verify under this cache's key")
+            except (CorruptEntry, Rejected, OSError) as error:
+                log.warning("rejected a shipped cache entry %s: %s", key[:12], error)
+                outcome["rejected"] += 1
+        return outcome
 
     # --- what the command line changes ----------------------------------------------------
     def least_recently_used(self, limit, root=None, spare=None):
@@ -554,6 +621,21 @@ class DiskCache:
             if current is not None:
                 result.append(current)
         return result
+
+
+def _module_name(fn):
+    """The module a function is keyed under. A script's functions are ``__main__`` in the
+    script's process and ``__mp_main__`` in its multiprocessing children (the same file
+    and code, which the key covers too): one name, so the children load its entries."""
+    module = getattr(fn, "__module__", None)
+    return "__main__" if module == "__mp_main__" else module
+
+
+def _is_key(key):
+    """A cache key as ``DiskCache.key`` makes them (64 hex digits): nothing else may name
+    a file (a shipped name like ``../../x`` must not)."""
+    return isinstance(key, str) and len(key) == 64 and all(
+        char in "0123456789abcdef" for char in key)
 
 
 def _read_stats(root, path):

@@ -218,7 +218,10 @@ def _array_checks(source, variable, spec, bound, ranges):
                    f"{bool(spec.requires_grad)}: return None")
         source.add(f"{variable} = {variable}.data")
     dtype = source.constant(np.dtype(spec.dtype), "D")
-    source.add(f"if {variable}.dtype is not {dtype}: return None")
+    # Identity first (the hit path), then equality: an array that was pickled (a Dask or
+    # multiprocessing task's) carries an equal dtype object that is not NumPy's own.
+    source.add(f"if {variable}.dtype is not {dtype} and {variable}.dtype != {dtype}: "
+               "return None")
     source.add(f"shape = {variable}.shape")
     source.add(f"if len(shape) != {len(spec.shape)}: return None")
     for axis, dim in enumerate(spec.shape):

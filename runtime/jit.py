@@ -259,6 +259,11 @@ class JitFunction:
     def __repr__(self):
         return f"<tracejit.jit {getattr(self.fn, '__qualname__', self.fn)}>"
 
+    def __reduce__(self):
+        from .pickling import reduce_jit  # by reference when importable, else by value
+
+        return reduce_jit(self)
+
     # --- calls ------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -666,6 +671,9 @@ class BoundJitFunction:
 
     def __call__(self, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)
+
+    def __reduce__(self):
+        return BoundJitFunction, (self.function, self.instance)
 
     def lower(self, *args, **kwargs):
         return self.function.lower(self.instance, *args, **kwargs)

@@ -6,6 +6,7 @@ Nothing deeper in tracejit reads the environment; everything gets an ``Options``
                          else ~/.cache/tracejit)
     TRACEJIT_DISABLE=1   run every jit function eagerly
     TRACEJIT_LOG=recompiles,guards,kernels,cache   log those topics to stderr
+    TRACEJIT_COMPILE=background   the default of jit's ``compile`` option (else "sync")
 
 >>> Options.build(dynamic=True).dynamic
 True
@@ -94,6 +95,10 @@ class Options:
     loops: str = "capture"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()
+    # "sync" | "background": a new variant's first call returns the trace's result and its
+    # LLVM compile runs on a daemon thread; calls before it is ready run eagerly
+    # (runtime/background.py). Not part of the cache key: the code is the same.
+    compile: str = "sync"
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
     cache_dir: str = field(default_factory=default_cache_dir)
     cache_max: int = DEFAULT_CACHE_MAX  # TRACEJIT_CACHE_MAX: entries kept, in bytes (LRU)
@@ -102,13 +107,14 @@ class Options:
     def build(environ=os.environ, **options):
         unknown = set(options) - {"dynamic", "buckets", "max_variants", "hot_exit", "cache",
                                   "fallback", "check", "static_argnames", "static_argnums",
-                                  "loops"}
+                                  "loops", "compile"}
         if unknown:
             raise OptionError(
                 f"jit() got unknown options {sorted(unknown)}; the options are dynamic, "
                 "buckets, max_variants, hot_exit, cache, fallback, check, static_argnames, "
-                "static_argnums and loops"
+                "static_argnums, loops and compile"
             )
+        options.setdefault("compile", environ.get("TRACEJIT_COMPILE", "") or "sync")
         for name, kind in (("static_argnames", str), ("static_argnums", int)):
             if name in options:
                 value = options[name]
@@ -151,6 +157,8 @@ class Options:
             raise OptionError(f"loops must be 'unroll' or 'capture', not {self.loops!r}")
         if self.fallback not in ("eager", "raise"):
             raise OptionError(f"fallback must be 'eager' or 'raise', not {self.fallback!r}")
+        if self.compile not in ("sync", "background"):
+            raise OptionError(f"compile must be 'sync' or 'background', not {self.compile!r}")
 
     @property
     def disk_cache(self):
@@ -160,7 +168,7 @@ class Options:
         """The options that change compiled code (part of the disk cache key)."""
         fields = asdict(self)
         for name in ("cache", "check", "disabled", "cache_dir", "cache_max", "fallback",
-                     "max_variants", "hot_exit"):
+                     "max_variants", "hot_exit", "compile"):
             fields.pop(name)
         fields["buckets"] = repr(fields["buckets"])
         return fields

@@ -38,7 +38,7 @@ from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
 from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
-from . import diagnostics
+from . import background, diagnostics
 from .autograd import is_grad_enabled
 from .config import Options, logger
 from .guards import EntrySpec, compile_guard
@@ -60,7 +60,8 @@ def jit(fn: _Function, *, dynamic: bool | Literal["auto"] = ...,
         max_variants: int = ..., hot_exit: int = ..., cache: bool | Literal["memory"] = ...,
         fallback: Literal["eager", "raise"] = ..., check: bool = ...,
         static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
-        loops: Literal["capture", "unroll"] = ...) -> JitFunction: ...
+        loops: Literal["capture", "unroll"] = ...,
+        compile: Literal["sync", "background"] = ...) -> JitFunction: ...
 
 
 @overload
@@ -69,7 +70,8 @@ def jit(fn: None = None, *, dynamic: bool | Literal["auto"] = ...,
         max_variants: int = ..., hot_exit: int = ..., cache: bool | Literal["memory"] = ...,
         fallback: Literal["eager", "raise"] = ..., check: bool = ...,
         static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
-        loops: Literal["capture", "unroll"] = ...) -> Callable[[_Function], JitFunction]: ...
+        loops: Literal["capture", "unroll"] = ...,
+        compile: Literal["sync", "background"] = ...) -> Callable[[_Function], JitFunction]: ...
 
 
 def jit(fn=None, **options):
@@ -78,7 +80,12 @@ def jit(fn=None, **options):
     Options: ``dynamic`` ("auto" | True | False), ``buckets`` ("pow2" | edges | dict),
     ``max_variants`` (8), ``hot_exit`` (2), ``cache`` (True | "memory" | False),
     ``fallback`` ("eager" | "raise"), ``check`` (False | True), ``static_argnames`` /
-    ``static_argnums`` (specialize by value), ``loops`` ("capture" | "unroll").
+    ``static_argnums`` (specialize by value), ``loops`` ("capture" | "unroll"),
+    ``compile`` ("sync" | "background": a new variant's first call returns the traced
+    result and LLVM runs on a daemon thread; calls before it is ready run eagerly).
+
+    A jit function pickles (by reference when its module imports it, else by value with
+    cloudpickle), so it runs in ``multiprocessing`` and Dask tasks; see ``tracejit.dask``.
     """
     built = Options.build(**options)
     if fn is None:
@@ -244,6 +251,9 @@ class JitFunction:
         self._reasons = {}
         self._loop_notes = {}  # "loop at f.py:7 unrolled: why", from the traces (explain)
         self._compile_seconds = 0.0
+        self._pending = ()  # variants compiling in the background (runtime/background.py)
+        self._growing = set()  # (id(path), guard index) of paths compiling in the background
+        self._generation = 0  # reset() count: a background compile of before is dropped
         self._cache = None
         if options.disk_cache:
             from .cache import DiskCache
@@ -337,11 +347,15 @@ class JitFunction:
         signature = _signature(leaves)
         if signature in self._untraceable:
             return self._run_eager(args, kwargs, self._untraceable[signature])
+        if self._pending and (waiting := background.pending_reason(self, args, kwargs)):
+            return self._run_eager(args, kwargs, waiting)
         with self._lock:
             for variant in self._variants:  # another thread may have compiled it
                 inputs = variant.guard(args, kwargs)
                 if inputs is not None:
                     return self._run(variant, inputs, args, kwargs)
+            if self._pending and (waiting := background.pending_reason(self, args, kwargs)):
+                return self._run_eager(args, kwargs, waiting)
             self.policy.observe(leaves, _leaf_positions(args, kwargs))
             sibling = self._bucket_sibling(args, kwargs)
             if not sibling and not self._room():
@@ -359,6 +373,9 @@ class JitFunction:
             traced = self._trace(args, kwargs, self.policy, signature)
             if traced is None:
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
+            if self.options.compile == "background":  # LLVM on the compile thread
+                return background.compile_variant_later(self, traced, signature, args, kwargs,
+                                                        bucket_sibling=sibling)
             path = self._compile_path(traced, signature)
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
@@ -448,6 +465,8 @@ class JitFunction:
 
     def _room(self):
         used = sum(variant.counted for variant in self._variants)
+        # Variants and paths compiling in the background (pending) take their room now.
+        used += len(self._growing) + sum(not item.bucket_sibling for item in self._pending)
         return used < self.options.max_variants
 
     def _bucket_sibling(self, args, kwargs):
@@ -469,7 +488,8 @@ class JitFunction:
         with self._lock:
             self._side_exits[label] += 1
             taken = path.exits[guard_index] = path.exits.get(guard_index, 0) + 1
-            if taken >= self.options.hot_exit and guard_index not in path.children:
+            if (taken >= self.options.hot_exit and guard_index not in path.children
+                    and (id(path), guard_index) not in self._growing):
                 if self._room():
                     grown = self._grow(variant, path, guard_index, args, kwargs)
                     if grown is not None:
@@ -499,6 +519,9 @@ class JitFunction:
                                 _guard_label(path.guards[guard_index]))
             self._counters["traced_calls"] += 1
             return _plain_result(traced.outputs, leaves)
+        if self.options.compile == "background":
+            return background.grow_later(self, variant, path, guard_index, traced, signature,
+                                         args, kwargs)
         child = self._compile_path(traced, signature)
         if child is not None:
             path.children[guard_index] = child
@@ -557,11 +580,11 @@ class JitFunction:
             logger("cache").warning("%s: ignoring the disk cache: %s", self.__qualname__, error)
             return None
 
-    def _store_to_disk(self, variant, leaves):
+    def _store_to_disk(self, variant, leaves, key=None):
         if self._cache is None:
             return
         try:
-            self._cache.store(self, variant, leaves)
+            self._cache.store(self, variant, leaves, key=key)
         except Exception as error:
             logger("cache").warning("%s: could not write the disk cache: %s", self.__qualname__,
                                     error)
@@ -595,6 +618,9 @@ class JitFunction:
         call traces afresh. The disk cache is left as it is."""
         with self._lock:
             self._variants = ()
+            self._pending = ()
+            self._growing.clear()
+            self._generation += 1
             self._untraceable.clear()
             self._reasons.clear()
             self._loop_notes.clear()

@@ -181,7 +181,9 @@ def _pickler_class():
 
     from .cache import file_digest
 
-    reduce_code = cloudpickle.Pickler.dispatch_table[types.CodeType]
+    reduce_code = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
+    if reduce_code is None:  # a cloudpickle we do not know: its own pickler, names dropped
+        return cloudpickle.Pickler
 
     def reduce_keeping_filename(code):
         rebuild, arguments = reduce_code(code)

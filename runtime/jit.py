@@ -603,6 +603,8 @@ class JitFunction:
         variant = self._matching_variant(args, kwargs)
         if variant is None:
             self(*args, **kwargs)
+            if self._pending:  # compile="background": inspecting is worth the wait
+                background.wait_idle()
             variant = self._matching_variant(args, kwargs)
         if variant is None:
             raise TracejitError(f"{self.__qualname__} has no compiled variant for these "

@@ -232,6 +232,12 @@ def test_a_variant_compiling_in_the_background_counts_toward_max_variants(monkey
     assert jitted.stats()["eager_calls"] == {"variant limit": 2}
 
 
+def test_lower_waits_for_the_background_compile():
+    jitted = jit(compile="background")(branchy)
+    lowered = jitted.lower(np.ones((3, 4)), np.ones((4, 2)))
+    assert len(lowered.kernels) >= 1
+
+
 def test_the_option_and_its_environment_default():
     assert Options.build(compile="background").compile == "background"
     assert Options.build(environ={"TRACEJIT_COMPILE": "background"}).compile == "background"

@@ -283,6 +283,14 @@ def _plan(shape, index):
 
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
+    mask = index[0] if type(index) is tuple and index else index
+    if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
+        # x[traced_mask]: a data-dependent length, kept lazy for reductions to consume
+        from .masked_selection import select
+
+        selection = select(x, index)
+        if selection is not None:
+            return selection
     plan = _plan(tuple(shape_of(x)), index)
     if plan.static:
         result = x

@@ -1,15 +1,31 @@
-"""erf: fdlibm's ``s_erf.c``, the same algorithm and coefficients as the eager primitive
-(``tracer/ops/special.py``), every piece computed for every lane and the right one
-selected (no branches, so the loop vectorizer widens it). float32 runs in float64 and
-rounds once.
+"""erf: float32 in float32 at full vector width; float64 by fdlibm's ``s_erf.c``, the
+same algorithm and coefficients as the eager primitive (``tracer/ops/special.py``).
+Either way every piece is computed for every lane and the right one selected (no
+branches, so the loop vectorizer widens it).
+
+float32 (within 0.77 ulp of the exact result):
+
+* |x| < 0.875: x + x q(x^2), q a polynomial of degree 6, with the rounding error of x^2
+  carried into it (x^2 = z + z_lo exactly; q(z + z_lo) ~ q(z) + q'(0) z_lo);
+* 0.875 <= |x| < 3.92: one of three polynomials of degree 8 in t = |x| - c around a centre
+  c of its interval, erf(c) as a float pair: hi + (lo + t P(t)), so only the small part
+  t P(t) rounds before the last addition (|x| - c is exact: Sterbenz). The lanes' own
+  coefficients are selected, so one evaluation serves all three intervals;
+* from 3.9192059 on (where erf rounds to 1) +-1, and NaN stays NaN.
+
+The coefficients are least-squares fits on Chebyshev nodes of each interval (relative
+error for q, absolute for P), rounded to float32 one at a time from the lowest degree,
+the higher ones refitted after each rounding.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from tracejit.tracer.ops import special
 
 from .dtypes import F64
-from .math_core import Float, copysign, fabs, fma, is_nan, two_sum
+from .math_core import Float, copysign, fabs, fma, horner, is_nan, two_sum
 from .math_pow import exp_double_double
 
 
@@ -83,8 +99,79 @@ def _erf_double(builder, x):
     return builder.select(is_nan(builder, x), x, result)
 
 
-def erf(builder, x):
+# --- float32 ------------------------------------------------------------------------------
+# erf(x)/x - 1 = q(x^2) for |x| < 0.875
+_SMALL_F32 = (0.12837916612625122, -0.37612631916999817, 0.11283683031797409,
+              -0.026859182864427567, 0.005201295949518681, -0.0008152569644153118,
+              8.435649942839518e-05)
+_SMALL_LIMIT_F32 = 0.875
+
+
+class _Interval(NamedTuple):
+    start: float  # the interval is [start, next interval's start)
+    centre: float
+    erf_hi: float  # erf(centre) = erf_hi + erf_lo (erf_lo also holds P's constant term)
+    erf_lo: float
+    slope: tuple  # P(t) = erf(centre + t) - erf(centre) over t, lowest degree first
+
+
+_INTERVALS_F32 = (
+    _Interval(0.875, 1.1375000476837158, 0.8923110365867615, 5.712569528526501e-09,
+              (0.3093988299369812, -0.35194119811058044, 0.16375581920146942,
+               0.02417873777449131, -0.06012696027755737, 0.016320480033755302,
+               0.008975028060376644, -0.005738202948123217)),
+    _Interval(1.4, 1.7999999523162842, 0.9890905022621155, -2.8177009614438475e-09,
+              (0.044191714376211166, -0.07954508811235428, 0.08072489500045776,
+               -0.046137452125549316, 0.008971220813691616, 0.006925350986421108,
+               -0.005447070579975843, 0.0009155391016975045)),
+    _Interval(2.2, 3.059999942779541, 0.9999849200248718, 4.628502914272303e-09,
+              (9.674551256466657e-05, -0.00029663799796253443, 0.000573272118344903,
+               -0.0007720423745922744, 0.0007711945218034089, -0.0006034240359440446,
+               0.00034714516368694603, -0.00010205573926214129)),
+)
+# The smallest float32 whose erf rounds to 1.
+_ROUNDS_TO_ONE_F32 = 3.919205904006958
+
+
+def _erf_float32(builder, x):
     f = Float(x.type)
-    if f.element == F64:
+    magnitude = fabs(builder, x)
+
+    square = builder.fmul(magnitude, magnitude)
+    square_error = fma(builder, magnitude, magnitude, builder.fneg(square))
+    q = fma(builder, f.const(_SMALL_F32[1]), square_error, horner(builder, square, _SMALL_F32))
+    small = fma(builder, magnitude, q, magnitude)
+
+    # Each lane's interval: the constants of the last interval whose start it reached.
+    reached = [builder.fcmp_ordered(">=", magnitude, f.const(interval.start))
+               for interval in _INTERVALS_F32[1:]]
+
+    def chosen(values):
+        value = f.const(values[0])
+        for condition, other in zip(reached, values[1:]):
+            value = builder.select(condition, f.const(other), value)
+        return value
+
+    def field(name):
+        return [getattr(interval, name) for interval in _INTERVALS_F32]
+
+    t = builder.fsub(magnitude, chosen(field("centre")))
+    slopes = list(zip(*field("slope")))
+    polynomial = chosen(slopes[-1])
+    for coefficients in reversed(slopes[:-1]):
+        polynomial = fma(builder, polynomial, t, chosen(coefficients))
+    middle = builder.fadd(chosen(field("erf_hi")),
+                          fma(builder, polynomial, t, chosen(field("erf_lo"))))
+
+    result = builder.select(builder.fcmp_ordered("<", magnitude, f.const(_SMALL_LIMIT_F32)),
+                            small, middle)
+    result = builder.select(builder.fcmp_ordered(">=", magnitude, f.const(_ROUNDS_TO_ONE_F32)),
+                            f.const(1.0), result)
+    result = copysign(builder, result, x)
+    return builder.select(is_nan(builder, x), x, result)
+
+
+def erf(builder, x):
+    if Float(x.type).element == F64:
         return _erf_double(builder, x)
-    return builder.fptrunc(_erf_double(builder, builder.fpext(x, f.other(F64).ty)), x.type)
+    return _erf_float32(builder, x)

@@ -120,6 +120,13 @@ class ShapePolicy:
                 first = self.first_scalars.setdefault(leaf_index, (type(leaf), leaf))
                 if first != (type(leaf), leaf):
                     self.dynamic_scalars.add(leaf_index)
+                    # A list of token ids changes in places; the next batch changes others:
+                    # all the argument's scalars are run-time inputs now, not one retrace
+                    # per position that happened to repeat its value.
+                    self.dynamic_scalars.update(
+                        index for index, other in enumerate(leaves)
+                        if positions.get(index) == positions.get(leaf_index)
+                        and type(other) in (int, float) and not self._static(index))
                 continue
             shape = getattr(leaf, "shape", None)
             if shape is None or not _is_array(leaf):
@@ -776,6 +783,8 @@ def _raised_by_user_code(error):
     innermost frame outside NumPy and the standard library is the user's."""
     if getattr(error, "__tracejit_user_error__", False):  # tracejit.tracer.errors.as_numpy_would
         return True
+    if isinstance(error, TypeError) and ("'SymInt'" in str(error) or "'Tracer'" in str(error)):
+        return False  # Python refused an operator on one of ours, at the user's line
     frames = list(traceback.walk_tb(error.__traceback__))
     for frame, _ in reversed(frames):
         filename = frame.f_code.co_filename

@@ -330,9 +330,7 @@ class SymInt:
         elif isinstance(other, int) and not isinstance(other, bool):
             other_expr = other_value = other
         elif isinstance(other, float):
-            # A float result cannot stay symbolic: specialize, as int() would.
-            return function(self.context.specialize(self, "combined with a Python float"),
-                            other)
+            return self._traced(function, self, other)
         else:
             return NotImplemented
         value = None if self.value is None or other_value is None else function(
@@ -342,8 +340,9 @@ class SymInt:
 
     def _rcombine(self, other, function):
         if isinstance(other, float):
-            return function(other,
-                            self.context.specialize(self, "combined with a Python float"))
+            if function in (floordiv, mod) and self == 0:
+                return function(other, 0)  # ZeroDivisionError, as Python raises it
+            return self._traced(function, other, self)
         if isinstance(other, int) and not isinstance(other, bool):
             value = None if self.value is None else function(other, self.value)
             return wrap(function(other, self.expr), value, self.context)
@@ -383,11 +382,50 @@ class SymInt:
         return wrap(-self.expr, None if self.value is None else -self.value, self.context)
 
     def __truediv__(self, other):
-        # A Python float cannot stay symbolic: it is specialized like int().
-        return self.context.specialize(self, "used in a true division") / other
+        if not isinstance(other, (int, float, SymInt)) or isinstance(other, bool):
+            return NotImplemented
+        if isinstance(other, SymInt) and other == 0:  # guarded: Python raises, NumPy not
+            return self.value / 0
+        return self._traced(operator.truediv, self, other)
 
     def __rtruediv__(self, other):
-        return other / self.context.specialize(self, "used in a true division")
+        if not isinstance(other, (int, float)) or isinstance(other, bool):
+            return NotImplemented
+        if self == 0:
+            return other / 0  # ZeroDivisionError, as Python raises it
+        return self._traced(operator.truediv, other, self)
+
+    def __pow__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and 0 <= other <= 8:
+            result = 1
+            for _ in range(other):  # t ** 2 stays an int polynomial of the dim
+                result = self * result
+            return result
+        if not isinstance(other, (int, float, SymInt)) or isinstance(other, bool):
+            return NotImplemented
+        if not isinstance(other, float):  # int ** negative int is a Python float
+            other = float(other)
+        if (other < 0 and self == 0) or (not other.is_integer() and self < 0):
+            # 0 ** -1 raises, (-2) ** 0.5 is complex in Python: not NumPy's float
+            return self.context.specialize(self, "raised to a power") ** other
+        return self._traced(operator.pow, self, other)
+
+    def __rpow__(self, other):
+        if isinstance(other, float):
+            return self._traced(operator.pow, other, self)  # 0.9 ** t: a discount
+        if isinstance(other, int) and not isinstance(other, bool):
+            return other ** self.context.specialize(self, "used as an exponent")
+        return NotImplemented
+
+    def _traced(self, function, left, right):
+        """``function(left, right)`` as a value of the trace: a float that a dynamic dim or
+        a loop index gives (``1.0 / N``, ``0.9 ** t``) stays a function of it (a weak
+        float64, as the Python float it stands for) instead of specializing the dim."""
+        if self.context is None or self.value is None:
+            return function(*(self.value if item is self else item for item in (left, right)))
+        from . import ops
+
+        return ops.bind(getattr(ops, _TRACED_OPERATORS[function]), left, right)
 
     # --- comparisons: answered over the bucket, or guarded ---------------------------
     def _compare(self, other, op):
@@ -454,6 +492,17 @@ class SymInt:
 
     __str__ = __repr__
 
+
+# Python operators on a SymInt whose result is a float: the primitive that computes it.
+_TRACED_OPERATORS = {
+    operator.add: "add_p",
+    operator.sub: "subtract_p",
+    operator.mul: "multiply_p",
+    operator.truediv: "true_divide_p",
+    operator.pow: "power_p",
+    floordiv: "floor_divide_p",
+    mod: "mod_p",
+}
 
 _COMPARE = {
     "==": operator.eq,

@@ -42,7 +42,9 @@ from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
+from . import loop_sequences
 from .loop_index import read_at_index
+from .loop_sequences import expand_sequence_loops
 from .purity import impure_call, is_stateful
 
 HOOK = "__tracejit__"
@@ -126,6 +128,12 @@ class _Scope(ast.NodeVisitor):
 
 
 # --- rewriting -----------------------------------------------------------------------
+def _is_hook(node):
+    """Whether ``node`` is ``__tracejit__.<method>``."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+        node.value.id == HOOK)
+
+
 def _hook(method, *args, node):
     call = ast.Call(
         func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method, ctx=ast.Load()),
@@ -203,7 +211,7 @@ class _Rewriter(ast.NodeTransformer):
         return self._load(node, node)
 
     def visit_Attribute(self, node):
-        if not isinstance(node.ctx, ast.Load):
+        if not isinstance(node.ctx, ast.Load) or _is_hook(node):
             return self.generic_visit(node)
         original = node
         node = self.generic_visit(ast.Attribute(value=node.value, attr=node.attr, ctx=node.ctx))
@@ -228,6 +236,8 @@ class _Rewriter(ast.NodeTransformer):
     def visit_Call(self, node):
         if isinstance(node.func, ast.Name) and node.func.id == "super":
             return node  # zero-argument super() needs the real frame
+        if _is_hook(node.func):  # a hook call an earlier rewrite wrote (loop_sequences)
+            return self.generic_visit(node)
         original = node.func
         self.generic_visit(node)
         func = node.func
@@ -411,6 +421,7 @@ def _function_node(function):
 def rewrite_tree(function):
     """The rewritten ``FunctionDef`` of ``function`` and its original source."""
     node, source = _function_node(function)
+    node = expand_sequence_loops(node)  # for xt in x: by index when x is traced
     scope = _Scope(node)
     for name, (kind, line) in scope.declared.items():
         if name in scope.assigned:
@@ -505,6 +516,11 @@ def render(function):
 
 
 # --- hooks -----------------------------------------------------------------------------
+def _traced_index(index):
+    """Whether a subscript holds a traced array or a symbolic int (``ids[t]``, ``t``)."""
+    return _any_tracer(index if isinstance(index, tuple) else (index,))
+
+
 def _is_tracer(value):
     return getattr(type(value), "__tracejit_priority__", 0) >= 2
 
@@ -857,6 +873,11 @@ class Hooks:
             key = int(key)  # Python containers hold int keys: the dim is specialized
         return read_at_index(container, key)  # order[t] in a traced loop body: noted
 
+    # loops over an array's rows (tracejit.tracer.loop_sequences)
+    indexable = staticmethod(loop_sequences.indexable)
+    sequence_length = staticmethod(loop_sequences.sequence_length)
+    sequence_item = staticmethod(loop_sequences.sequence_item)
+
     def loop_note(self, line, reason):
         """A loop over range(...) the front end left as written: explain() says why."""
         from .loops import note_unrolled
@@ -901,7 +922,9 @@ class Hooks:
         if _is_tracer(container):
             container[index] = value
             return container
-        if isinstance(container, np.ndarray) and _is_tracer(value):
+        if isinstance(container, np.ndarray) and (_is_tracer(value) or _traced_index(index)):
+            # A traced position (x[ids[t]] = 1, mask[t] = 1) too: NumPy would read it as a
+            # number, one trace per token id or trip.
             if id(container) in self.context.implicit_candidates:
                 raise _refusal("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")

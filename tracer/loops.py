@@ -139,6 +139,12 @@ def unsupported_body(node):
             and iterator.func.id == "range" and not iterator.keywords
             and 1 <= len(iterator.args) <= 3):
         return "not a loop over range(...) or reversed(range(...))"
+    return unsupported_statements(node)
+
+
+def unsupported_statements(node):
+    """What in the body of the loop ``node`` keeps it from becoming a body function
+    (``break``, a call for its side effect, ...), or None."""
     for inner in ast.walk(node):
         if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
                               ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
@@ -212,6 +218,9 @@ def loop_variables(node, function_node):
     """The names the loop ``node`` carries, in a stable order."""
     body = _names(node.body)
     inside = {id(n) for n in ast.walk(node)}
+    # A loop over an array's rows runs by index or, for other sequences, as written
+    # (tracejit.tracer.loop_sequences): the written twin reads nothing after this loop.
+    inside |= {id(n) for n in ast.walk(getattr(node, "tracejit_twin", node))}
     live_after = {n.id for n in ast.walk(function_node)
                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                   and id(n) not in inside}
@@ -404,7 +413,7 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
                                               start, stop, step, count))
             except Refusal as refusal:
                 raise Refused(str(refusal)) from None
-        elif _is_int(original):
+        elif _is_int(original) and _is_int(value):
             carries.append(_CounterCarry(name, original, value, start, step, count))
         else:
             carries.append(_ArrayCarry(name, original, value))
@@ -934,7 +943,9 @@ def rewrite_for(rewriter, node):
     # it specializes the index: tracejit.tracer.loop_index refuses the capture).
     targets = getattr(rewriter, "loop_targets", ())
     if isinstance(node.target, ast.Name):
-        rewriter.loop_targets = (*targets, node.target.id)
+        # (and enumerate's index, bound from it: tracejit.tracer.loop_sequences)
+        rewriter.loop_targets = (*targets, node.target.id,
+                                 *getattr(node, "tracejit_index_names", ()))
     try:
         rewriter.generic_visit(node)
     finally:
@@ -945,6 +956,7 @@ def rewrite_for(rewriter, node):
     if reason is not None:
         return _noted(node, reason)
     inside = {id(inner) for inner in ast.walk(node)}
+    inside |= {id(inner) for inner in ast.walk(getattr(node, "tracejit_twin", node))}
     # Other loops over the same name (a forward and a backward loop over t) rebind it
     # before they read it; so does a loop already rewritten into a body function of t.
     for other in ast.walk(function_node):

@@ -278,7 +278,7 @@ def test_batchnorm_writes_running_stats_into_its_dict(mode):
                    "running_var": np.abs(rng.standard_normal(D))}) for n in (4, 6, 4)])
 
 
-# --- known bugs: minimal reproductions (xfail until fixed) ----------------------------------
+# --- regressions: bugs these models found, each reduced to a minimal case --------------------
 def decrement_at(x, idx):
     d = x.copy()
     d[idx] -= 1
@@ -377,8 +377,6 @@ def dot_over_zip(x, y):
     return acc
 
 
-@pytest.mark.xfail(strict=True, reason="only `for NAME in range(...)` is captured; iterating "
-                   "a traced array unrolls (LOOPS.md promises one loop node)")
 @pytest.mark.parametrize("model", [rnn_over_rows, rnn_over_enumerate])
 def test_loop_over_array_rows_is_captured(model):
     rng = rng_for(6)
@@ -388,7 +386,6 @@ def test_loop_over_array_rows_is_captured(model):
     assert compiles(f) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="zip over traced arrays has a tuple target: unrolled")
 def test_loop_over_zip_is_captured():
     rng = rng_for(7)
     f = check_calls(dot_over_zip, [(rng.standard_normal((T, 4)), rng.standard_normal((T, 4)))
@@ -417,8 +414,6 @@ def test_float_started_accumulator_is_captured():
     assert compiles(f) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="a carry that is an int before the first trip and a "
-                   "float64 after it unrolls the loop: one compile per length")
 def test_int_started_accumulator_is_captured():
     rng = rng_for(8)
     f = check_calls(int_started_loss, [(rng.standard_normal((T, 4)),) for T in (9, 5, 7, 12)],
@@ -433,8 +428,6 @@ def decayed_sum(x):
     return acc
 
 
-@pytest.mark.xfail(strict=True, reason="the loop index combined with a Python float "
-                   "specializes per trip: the loop unrolls")
 def test_loop_index_in_float_arithmetic_is_captured():
     rng = rng_for(9)
     f = check_calls(decayed_sum, [(rng.standard_normal((T, 3)),) for T in (9, 5, 7, 12)],
@@ -449,8 +442,6 @@ def discounted_sum(x):
     return acc
 
 
-@pytest.mark.xfail(strict=True, reason="SymInt has no __rpow__: `0.9 ** t` raises TypeError "
-                   "while capturing the loop")
 def test_power_of_the_loop_index_under_fallback_raise():
     rng = rng_for(10)
     check_calls(discounted_sum, [(rng.standard_normal((T, 3)),) for T in (9, 5)],
@@ -463,11 +454,17 @@ def test_power_of_the_loop_index_gives_numpys_result():
                 **LOOP_OPTIONS)
 
 
-@pytest.mark.xfail(strict=True, reason="the eager reason says 'the eager run raises it too' "
-                   "when only tracing raised")
-def test_power_of_the_loop_index_reason_is_not_a_user_error():
-    f = jitted(discounted_sum, **LOOP_OPTIONS)
-    f(np.ones((9, 3)))
+def divmod_of_the_loop_index(x):
+    acc = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        acc = acc + divmod(7.5, t + 1)[1] * x[t]  # SymInt has no __rdivmod__
+    return acc
+
+
+def test_an_operator_tracing_refuses_is_not_called_the_users_error():
+    f = jitted(divmod_of_the_loop_index, **LOOP_OPTIONS)
+    x = np.ones((9, 3))
+    assert_same(f(x), divmod_of_the_loop_index(x))
     assert "raised while tracing" not in f.stats()["eager_calls"]
 
 
@@ -480,8 +477,6 @@ def onehot_rnn(W, ids):
     return h
 
 
-@pytest.mark.xfail(strict=True, reason="a constant written at a traced index of a NumPy buffer "
-                   "specializes the index by value: one trace path per token id")
 def test_onehot_write_at_token_id_does_not_specialize_the_id():
     rng = rng_for(11)
     W = rng.standard_normal((7, 7))
@@ -501,3 +496,27 @@ def test_scalar_write_at_traced_index_into_dynamic_1d_buffer_compiles():
     f = check_calls(onehot_dynamic, [(rng.standard_normal(7), rng.integers(0, 7, 3))
                                      for _ in range(3)], dynamic=True)
     assert f.stats()["eager_calls"] == {}
+
+
+def token_loss(W, inputs, targets):
+    """min-char-rnn style: Python lists of token ids, one-hot rows, a loss over steps."""
+    h, loss = np.zeros(W.shape[0]), 0
+    for t in range(len(inputs)):
+        x = np.zeros(W.shape[1])
+        x[inputs[t]] = 1
+        h = np.tanh(W @ x + 0.5 * h)
+        loss += -np.log(np.exp(h[targets[t]]) / np.sum(np.exp(h)))
+    return loss
+
+
+def test_lists_of_token_ids_become_inputs_after_one_retrace():
+    """Batches of the same length with new ids: the second compile makes every id of the
+    list a run-time value (not one retrace per position that happened to repeat)."""
+    rng = rng_for(13)
+    W = rng.standard_normal((6, 6))
+    batches = []
+    for _ in range(6):
+        ids = [int(i) for i in rng.integers(0, 6, 9)]
+        batches.append((W, ids[:-1], ids[1:]))
+    f = check_calls(token_loss, batches)
+    assert compiles(f) == 2 and f.stats()["compiled_calls"] == 4, f.stats()

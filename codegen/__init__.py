@@ -7,6 +7,7 @@
 (array([1., 1., 1.]),)
 """
 
+from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
 from .program import Program, SideExit, compile
 
-__all__ = ["Program", "SideExit", "compile"]
+__all__ = ["KERNEL_ERROR", "LOOP_GUARD_FAILED", "Program", "SideExit", "compile"]

@@ -53,6 +53,7 @@ from tracejit.tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _
                                          bind_symbols, emit, loop_p, print_text, run_body)
 
 from . import native_loop
+from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
 
 log = logging.getLogger("tracejit.loops")
 
@@ -145,10 +146,10 @@ def _run_loop(values, params, bindings, side_exit, effects=None):
                             _evaluate(params["start"], bindings),
                             _evaluate(params["stop"], bindings), params["step"], num_carry,
                             values[:num_carry], values[num_carry:], bindings, effects)
-    except (IndexError, LoopGuardFailed):
-        # An index out of range (eager decides, as kernels do) or a guard of the body that
-        # fails: the whole call side-exits.
-        raise side_exit(-1) from None
+    except IndexError:  # an index out of range: eager decides, as kernels do
+        raise side_exit(KERNEL_ERROR) from None
+    except LoopGuardFailed:  # a guard of the body fails: the whole call side-exits
+        raise side_exit(LOOP_GUARD_FAILED) from None
 
 
 # --- native: segments compiled by codegen, loops driven over a compiled body -------------
@@ -365,7 +366,7 @@ class _Loop:
         buffers, regions, region_axes = {}, [], []
         if trips:
             if not self.in_bounds(bindings, trips[0], trips[-1]):
-                raise side_exit(-1)  # an index out of range: eager raises it
+                raise side_exit(KERNEL_ERROR)  # an index out of range: eager raises it
             for write in self.writes:
                 value = values[write.position]
                 if write.position in self.fresh and isinstance(value, np.ndarray) and (
@@ -381,7 +382,7 @@ class _Loop:
                                                         trips[0], trips[-1])
                 axes = self.checked[key]
                 if axes is None:
-                    raise side_exit(-1)  # a write outside the buffer: eager raises it
+                    raise side_exit(KERNEL_ERROR)  # a write outside the buffer: eager raises it
                 buffers[write.position] = buffer
                 region_axes.append(axes)
                 if self.native is None:
@@ -391,8 +392,8 @@ class _Loop:
                                                                     axes, trips))
                         for write, axes in zip(self.writes, region_axes)]
             status, _, carried = self.native.run(carried + free, bindings, trips, geometry)
-            if status:
-                raise side_exit(-1)  # as the Python loop's side exit below
+            if status:  # as the Python loop's side exit below
+                raise side_exit(LOOP_GUARD_FAILED if status > 0 else KERNEL_ERROR)
             trips = ()  # every trip ran
         tail = tuple(free) + tuple(bindings[name] for name in self.symbols[:-1])
         run_body_program = self.program._run
@@ -403,11 +404,11 @@ class _Loop:
                 carried = results[:kept]
                 for number, region in enumerate(regions):
                     region[trip] = np.reshape(results[kept + number], region.shape[1:])
-        except side_exit:
+        except side_exit as exit:
             # No guard of the body has a number in the outer graph's trace tree: the
             # whole call side-exits and runs eagerly (nothing was returned or written
             # outside our own copies).
-            raise side_exit(-1) from None
+            raise side_exit(LOOP_GUARD_FAILED if exit.code > 0 else KERNEL_ERROR) from None
         final = list(values[:num_carry])
         for position, value in zip(self.kept, carried):
             final[position] = value

@@ -45,6 +45,7 @@ from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
 
 from . import llvm, loops
+
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -61,9 +62,10 @@ log = logging.getLogger("tracejit.kernels")
 
 
 class SideExit(Exception):
-    """The compiled run stopped: guard ``guard_index`` failed (``code > 0``) or a kernel
-    reported an error (``code < 0``, e.g. an index out of range). Nothing was returned
-    and no input was written; the caller runs the function eagerly instead."""
+    """The compiled run stopped: guard ``guard_index`` failed (``code > 0``), a kernel
+    reported an error (``KERNEL_ERROR``, e.g. an index out of range) or a guard in a loop
+    body failed (``LOOP_GUARD_FAILED``). Nothing was returned and no input was written; the
+    caller runs the function eagerly instead."""
 
     def __init__(self, code):
         super().__init__(code)

@@ -302,6 +302,8 @@ class JitFunction:
             try:
                 outputs = path.program(*inputs)
             except codegen.SideExit as exit:
+                if exit.code == codegen.LOOP_GUARD_FAILED:
+                    return self._run_eager(args, kwargs, "a guard in a loop body failed")
                 if exit.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
                 child = path.children.get(exit.guard_index)

@@ -27,8 +27,11 @@ records, into the live trace, what JAX's reverse-mode ``scan`` does:
 The first call's gradients are real: the rewritten forward loop and the reverse loop are
 run by the NumPy reference (``control.run_body``) while tracing, as capture does.
 
-A body with a guard, a print or a nested loop is refused with ``UnsupportedError`` (the
-call then runs eagerly on the tape).
+Guards and prints in the body stay in the forward loop only: every trip takes the
+branch the guards pin (a trip that would not leaves the whole call before any gradient
+is computed), so the reverse body replays that branch's equations and prints nothing. A
+body with a nested loop is refused with ``UnsupportedError`` (the loop is then unrolled
+in the trace).
 """
 
 from __future__ import annotations
@@ -191,8 +194,8 @@ def _disjoint(config, shape, index, step, ranges):
 def refusal(body):
     """Why ``loop_vjp`` cannot reverse a loop with this body, or None. Capture asks it
     in traces that record gradients and unrolls such a loop instead."""
-    if any(not isinstance(item, Eqn) for item in body.body):
-        return "the body has a guard or a print (reversing those is not implemented)"
+    # Guards and prints stay in the forward loop (a failed guard leaves the whole call);
+    # the reverse replays only the equations of the branch the guards pinned.
     if any(eqn.prim is loop_p for eqn in body.equations):
         return "the body holds a nested loop (reversing those is not implemented)"
     return None

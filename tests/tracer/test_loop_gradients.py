@@ -163,8 +163,8 @@ def reversed_rnn(Wx, Wh, b, x, h0):
 
 def gated_rnn(Wx, Wh, b, x, h0):
     """An ``if`` on traced data in the body (a guard per trip, true on every trip since
-    |tanh| < 1): reverse mode cannot reverse a guard yet, so in a gradient trace this loop
-    unrolls; without gradients it is captured."""
+    |tanh| < 1): the guard stays in the forward loop, the reverse loop replays the branch
+    it pins."""
     h = h0
     for t in range(x.shape[1]):
         h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
@@ -207,12 +207,49 @@ def test_reversed_loop_is_reversed_by_a_forward_loop():
     assert steps == {-1, 1}
 
 
-def test_a_body_with_a_guard_unrolls_in_a_gradient_trace():
+def test_a_body_with_a_guard_is_reversed_by_a_loop():
     traced = joint_trace(gated_rnn)
-    assert not [eqn for eqn in traced.graph.equations if eqn.prim is loop_p]
-    forward_only = trace(gated_rnn, *arguments(np.random.default_rng(0), 9, np.float64),
-                         dynamic=True)
-    assert [eqn for eqn in forward_only.graph.equations if eqn.prim is loop_p]
+    verify(traced.graph)
+    steps = [eqn.params_dict["step"] for eqn in traced.graph.equations if eqn.prim is loop_p]
+    assert 1 in steps and -1 in steps, steps
+
+
+def branching_rnn(Wx, Wh, b, x, h0):
+    """An ``if`` whose branch depends on the step's data, and a print per step: a call
+    whose trips take the other branch leaves compiled code (eagerly right), the others
+    are compiled, forward and reverse."""
+    h = h0
+    for t in range(x.shape[1]):
+        h = np.tanh(x[:, t, :] @ Wx + h @ Wh + b)
+        if np.sum(x[:, t, :]) > -50.0:
+            h = h * 0.5 + 0.1
+        else:
+            h = h * 2.0
+        print("step", t)
+    return np.sum(h * h)
+
+
+def test_gradient_through_a_branching_printing_body(capsys):
+    rng = np.random.default_rng(5)
+    jf = tj.jit(tj.value_and_grad(branching_rnn, argnums=ARGNUMS), dynamic=True,
+                cache="memory", buckets=[64])
+    for T, flip in ((9, None), (5, None), (12, None), (7, 3), (6, None)):
+        args = list(arguments(rng, T, np.float64))
+        if flip is not None:
+            args[3][:, flip, :] -= 100.0  # trip 3 takes the else branch
+        value, grads = jf(*args)
+        capsys.readouterr()
+        eager_value, eager_grads = tj.value_and_grad(branching_rnn, argnums=ARGNUMS)(*args)
+        assert capsys.readouterr().out.count("step") == T
+        close([value], [eager_value], np.float64)
+        close(grads, eager_grads, np.float64)
+        jf(*args)
+        assert capsys.readouterr().out.count("step") == T  # printed once per trip, in order
+    for got, want in zip(grads, finite_differences(branching_rnn, args)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    stats = jf.stats()
+    assert stats["compiles"] == 1 and stats["eager_calls"] == {
+        "a guard in a loop body failed": 2}, stats
 
 
 # --- the program: one loop forward, one loop backward, stores not copies ----------------

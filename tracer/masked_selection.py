@@ -434,7 +434,7 @@ def _finish(selection, reduced, over_selection, keepdims):
 def _reduce(selection, function, fill, axis, keepdims, dtype=None):
     over, dense_axes = _reduced_axes(selection, axis)
     filled = _identity_filled(selection, fill, dtype)
-    reduced = function(filled, axis=dense_axes, keepdims=keepdims or not over)
+    reduced = function(filled, axis=dense_axes, keepdims=keepdims)
     return _finish(selection, reduced, over, keepdims)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from tracejit.codegen import llvm, parallel
 from tracejit.tracer.implicit import find_implicit_inputs
+from tracejit.tracer.locations import is_tracejit
 
 from . import serialize
 from .autograd import is_grad_enabled
@@ -659,6 +660,8 @@ def _dependencies(variant, fn):
     found = {}
     for _, path in variant.root.walk():
         for qualname, file, source in path.functions:
+            if source is None and is_tracejit(file):
+                continue  # value_and_grad's wrapper: tracejit's version is in the key
             if source is None:
                 raise serialize.NotSerializable(f"{qualname} has no readable source")
             if (qualname, file) != top and (qualname, file) not in found:

@@ -124,7 +124,7 @@ def _log1p_general(builder, x):
 
 
 # --- float32 at full width ----------------------------------------------------------------
-def _reduce_float32(builder, u):
+def reduce_float32(builder, u):
     """Positive normal float32 ``u`` as 2^k m, m in [sqrt(2)/2, sqrt(2)), by integer
     operations: subtracting sqrt(2)/2's bits leaves k in the exponent field. Returns
     (k as an integer, k as a float, m)."""
@@ -136,7 +136,7 @@ def _reduce_float32(builder, u):
     return k, builder.sitofp(k, f.ty), m
 
 
-def _outside_normal_float32(builder, x):
+def outside_normal_float32(builder, x):
     """True unless 2^-126 <= x < inf: one unsigned compare of the bits moved down by the
     smallest normal's (zeros, denormals and negatives wrap around to the top)."""
     f = Float(x.type)
@@ -148,11 +148,11 @@ def log(builder, x):
     if x.type != F32:
         return _log_general(builder, x)
     f = Float(x.type)
-    _, k, m = _reduce_float32(builder, x)
+    _, k, m = reduce_float32(builder, x)
     m1 = builder.fsub(m, f.const(1.0))  # exact
     hfsq, tail = _log_tail(builder, m1, _LG_F32)
     fast = _combine(builder, k, m1, hfsq, tail)
-    return rare_path(builder, "log", _outside_normal_float32(builder, x), fast, x,
+    return rare_path(builder, "log", outside_normal_float32(builder, x), fast, x,
                      _log_general)
 
 
@@ -169,7 +169,7 @@ def log1p(builder, x):
     f = Float(x.type)
     one = f.const(1.0)
     u = builder.fadd(x, one)
-    k_int, k, m = _reduce_float32(builder, u)
+    k_int, k, m = reduce_float32(builder, u)
     near_zero = builder.icmp_signed("==", k_int, f.iconst(0))
     m1 = builder.select(near_zero, x, builder.fsub(m, one))
     error = builder.select(builder.icmp_signed(">=", k_int, f.iconst(2)),

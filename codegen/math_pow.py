@@ -1,9 +1,16 @@
 """x ** y for floats: exp(y log x) and C99's special cases (NumPy's).
 
 float64 takes log(x) as a double-double (within about 2^-64: y log x reaches 745 and must
-carry 53 bits), multiplies it by y exactly and exponentiates the pair. float32 runs in
-float64 with shorter series (|y log x| < 104 where the result is a float32: log and exp to
-2^-37 suffice) and rounds once.
+carry 53 bits), multiplies it by y exactly and exponentiates the pair.
+
+float32 needs y log x to about 2^-27 only where the result is a float32 (|y log x| < 104),
+so float64 with short series suffices, rounded to float32 once. Its fast path covers
+normal x of either sign and finite y: |x| = 2^k m from the float32 bits, s = (m-1)/(m+1)
+by a float32 division refined once in float64 (its residual is exact there), log m =
+2 atanh(s) to s^11, exp by ln2 and a Taylor series to r^8, 2^n added to the exponent
+bits, and the sign (negative x to an odd integer power) or NaN (to a non-integer power).
+Zero, denormal, infinite and NaN x and infinite or NaN y take the general code, with every
+special case of C99, as a rare path (``math_rare_path``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from .math_core import (
     two_product,
     two_sum,
 )
-from .math_log import log_reduce
+from .math_log import log_reduce, outside_normal_float32, reduce_float32
+from .math_rare_path import rare_path
 
 _LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 _INV_LN2 = 1.4426950408889634
@@ -169,11 +177,67 @@ def special_cases(builder, x, y, magnitude, result):
     return builder.select(builder.fcmp_ordered("==", y, zero), one, result)
 
 
-def pow(builder, x, y):  # noqa: A001 - NumPy's name
-    """x ** y for floats (float32 computed in float64, rounded once)."""
-    if Float(x.type).element == F64:
-        return _pow_double(builder, x, y, precise=True)
+# log m = 2s (1 + s^2/3 + s^4/5 + ... + s^10/11) for s <= 0.1716: within 2^-34;
+# exp(r) = 1 + r + r^2 (1/2! + r/3! + ... + r^6/8!) for |r| <= ln2/2: within 2^-32.
+_ATANH_FAST = [1.0 / (2 * k + 1) for k in range(1, 6)]
+_EXP_FAST = [1.0 / math.factorial(k) for k in range(2, 9)]
+
+
+def _pow_float32(builder, x, y):
+    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over)."""
+    f = Float(x.type)
+    d = f.other(F64)
+    magnitude = fabs(builder, x)
+    k_int, _, m = reduce_float32(builder, magnitude)
+    m1 = builder.fsub(m, f.const(1.0))  # exact
+    rough = builder.fdiv(m1, builder.fadd(m1, f.const(2.0)))
+    # s = rough + (m1 - rough (m1 + 2)) / (m1 + 2): the residual is exact in float64 (24 by
+    # 26 bits), and 1/(m1 + 2) = (1 - s)/2 needs only float32 accuracy there.
+    wide_m1, wide_rough = builder.fpext(m1, d.ty), builder.fpext(rough, d.ty)
+    residual = builder.fsub(wide_m1, builder.fmul(wide_rough,
+                                                  builder.fadd(wide_m1, d.const(2.0))))
+    inverse = builder.fmul(builder.fsub(d.const(1.0), wide_rough), d.const(0.5))
+    s = fma(builder, residual, inverse, wide_rough)
+    twice_s = builder.fadd(s, s)
+    square = builder.fmul(s, s)
+    log_m = fma(builder, builder.fmul(twice_s, square), horner(builder, square, _ATANH_FAST),
+                twice_s)
+    log_x = fma(builder, builder.sitofp(k_int, d.ty), d.const(math.log(2.0)), log_m)
+    # Beyond +-200 the float32 result is inf or 0 all the same; this keeps 2^n one normal
+    # float64 factor.
+    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log_x),
+                                 d.const(-200.0)), d.const(200.0))
+    n = rint(builder, builder.fmul(t, d.const(_INV_LN2)))
+    r = fma(builder, n, d.const(-math.log(2.0)), t)
+    value = fma(builder, builder.fmul(r, r), horner(builder, r, _EXP_FAST),
+                builder.fadd(r, d.const(1.0)))
+    result = builder.fptrunc(builder.fmul(value, pow2(builder, builder.fptosi(n, d.int), d)),
+                             x.type)
+    # negative x: to an odd integer power negative, to a non-integer power NaN
+    whole = floor(builder, y)
+    y_integer = builder.fcmp_ordered("==", whole, y)
+    half = builder.fmul(y, f.const(0.5))
+    y_odd = builder.and_(y_integer, builder.fcmp_ordered("!=", floor(builder, half), half))
+    negative = sign_bit(builder, x)
+    result = builder.select(builder.and_(negative, y_odd), builder.fneg(result), result)
+    invalid = builder.and_(negative, builder.not_(y_integer))
+    return builder.select(invalid, f.const(math.nan), result)
+
+
+def _pow_float32_general(builder, x, y):
+    """float32 x ** y by the general code in float64, every special case included."""
     wide = Float(x.type).other(F64).ty
     result = _pow_double(builder, builder.fpext(x, wide), builder.fpext(y, wide),
                          precise=False)
     return builder.fptrunc(result, x.type)
+
+
+def pow(builder, x, y):  # noqa: A001 - NumPy's name
+    """x ** y for floats."""
+    f = Float(x.type)
+    if f.element == F64:
+        return _pow_double(builder, x, y, precise=True)
+    rare = builder.or_(outside_normal_float32(builder, fabs(builder, x)),
+                       builder.fcmp_unordered(">=", fabs(builder, y), f.const(math.inf)))
+    return rare_path(builder, "pow", rare, _pow_float32(builder, x, y), (x, y),
+                     _pow_float32_general)

@@ -82,34 +82,34 @@ def _suffix(element):
     return "f32" if element == F32 else "f64"
 
 
-def _scalar_function(module, name, element, slow):
+def _scalar_function(module, name, element, arity, slow):
     full = f"tracejit_slow_{name}_{_suffix(element)}"
     function = module.globals.get(full)
     if function is not None:
         return function
-    function = ir.Function(module, ir.FunctionType(element, [element]), full)
+    function = ir.Function(module, ir.FunctionType(element, [element] * arity), full)
     function.linkage = "internal"
     # Kept out of line: inlined, it would be if-converted into every lane's work again.
     function.attributes.add("noinline")
     function.attributes.add("nounwind")
     function.attributes.add("readnone")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    builder.ret(slow(builder, function.args[0]))
+    builder.ret(slow(builder, *function.args))
     return function
 
 
-def _vector_variant(module, name, element, lanes, slow):
+def _vector_variant(module, name, element, arity, lanes, slow):
     full = f"{VECTOR_VARIANT_PREFIX}{name}_{_suffix(element)}_m{lanes}"
     if module.globals.get(full) is not None:
         return full
     vector = ir.VectorType(element, lanes)
-    function = ir.Function(module, ir.FunctionType(vector, [vector, ir.VectorType(I1, lanes)]),
-                           full)
+    function = ir.Function(
+        module, ir.FunctionType(vector, [vector] * arity + [ir.VectorType(I1, lanes)]), full)
     # External until codegen.llvm inlines it: nothing may delete it before the vectorizer
     # has had the chance to call it.
     function.attributes.add("nounwind")
     function.attributes.add("readnone")
-    x, mask = function.args
+    *arguments, mask = function.args
     entry = function.append_basic_block("entry")
     needed = function.append_basic_block("slow")
     done = function.append_basic_block("done")
@@ -118,12 +118,12 @@ def _vector_variant(module, name, element, lanes, slow):
     any_lane = builder.icmp_unsigned("!=", lanes_set, ir.Constant(ir.IntType(lanes), 0))
     _unlikely(builder.cbranch(any_lane, needed, done))
     builder.position_at_end(needed)
-    result = slow(builder, x)
+    result = slow(builder, *arguments)
     slow_end = builder.block
     builder.branch(done)
     builder.position_at_end(done)
     merged = builder.phi(vector)
-    merged.add_incoming(x, entry)  # lanes outside the mask are not read
+    merged.add_incoming(arguments[0], entry)  # lanes outside the mask are not read
     merged.add_incoming(result, slow_end)
     builder.ret(merged)
     return full
@@ -138,18 +138,24 @@ def _unlikely(branch):
     branch.set_metadata("prof", weights)
 
 
-def rare_path(builder, name, needed, fast, argument, slow):
-    """``fast`` where ``needed`` is false, else ``slow(builder, argument)``, computed only
-    for the elements (scalar code) or vectors (vectorized code) that need it. ``name``
-    names the slow path in the module (one function per name and precision)."""
-    element = element_of(argument.type)
-    assert element in (F32, F64) and element == argument.type, "scalar code only"
+def rare_path(builder, name, needed, fast, arguments, slow):
+    """``fast`` where ``needed`` is false, else ``slow(builder, *arguments)``, computed only
+    for the elements (scalar code) or vectors (vectorized code) that need it. ``arguments``
+    is one float or a tuple of floats of one type; ``name`` names the slow path in the
+    module (one function per name and precision)."""
+    arguments = tuple(arguments) if isinstance(arguments, (tuple, list)) else (arguments,)
+    element = element_of(arguments[0].type)
+    assert element in (F32, F64), "floats only"
+    assert all(argument.type == element for argument in arguments), "scalar code only"
     module = builder.module
-    scalar = _scalar_function(module, name, element, slow)
-    variants = [_vector_variant(module, name, element, lanes, slow)
-                for lanes in variant_lanes(element)]
-    mapping = ",".join(f"_ZGV_LLVM_M{lanes}v_{scalar.name}({variant})"
-                       for lanes, variant in zip(variant_lanes(element), variants))
+    scalar = _scalar_function(module, name, element, len(arguments), slow)
+    widths = variant_lanes(element)
+    variants = [_vector_variant(module, name, element, len(arguments), lanes, slow)
+                for lanes in widths]
+    # The vector function ABI's name of a masked variant taking vectors ("v") only.
+    parameters = "v" * len(arguments)
+    mapping = ",".join(f"_ZGV_LLVM_M{lanes}{parameters}_{scalar.name}({variant})"
+                       for lanes, variant in zip(widths, variants))
 
     before = builder.block
     function = before.function
@@ -157,7 +163,7 @@ def rare_path(builder, name, needed, fast, argument, slow):
     joined = function.append_basic_block(f"{name}.join")
     _unlikely(builder.cbranch(needed, taken, joined))
     builder.position_at_end(taken)
-    call = builder.call(scalar, [argument])
+    call = builder.call(scalar, list(arguments))
     call.attributes = _CallAttributes(
         ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
     builder.branch(joined)
@@ -166,4 +172,3 @@ def rare_path(builder, name, needed, fast, argument, slow):
     result.add_incoming(fast, before)
     result.add_incoming(call, taken)
     return result
-

@@ -564,6 +564,63 @@ def test_power_float64_against_exact_values():
         f"x, y = {xs[worst]!r}, {ys[worst]!r}")
 
 
+def test_power_float32_fractional_ulp_bound():
+    """float32 x ** y within 0.6 ulp (a fraction, not rounded) of the exact result (float64
+    NumPy) on the sweep and on 3 million pairs whose results spread over every binade,
+    and on bases and exponents a model uses (measured: 0.54, 0.53, 0.50)."""
+    xs, ys = power_pairs(F32)
+    rng = np.random.default_rng(15)
+    bases = rng.integers(0x00800000, 0x7F800000, 3_000_000).astype(np.uint32).view(F32)
+    with np.errstate(all="ignore"):
+        exponents = (rng.uniform(-104, 89, bases.size) / np.log(bases.astype(np.float64)))
+    xs = np.concatenate([xs, bases, rng.uniform(0, 10, 10**6).astype(F32)])
+    ys = np.concatenate([ys, exponents.astype(F32), rng.uniform(-10, 10, 10**6).astype(F32)])
+    actual = evaluate("power", F32, xs, ys).astype(np.float64)
+    exact = numpy_of("power", xs.astype(np.float64), ys.astype(np.float64))
+    ordinary = np.isfinite(exact) & (np.abs(exact) <= np.finfo(F32).max) & (exact != 0)
+    with np.errstate(over="ignore"):
+        spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
+    errors = np.abs(actual[ordinary] - exact[ordinary]) / spacing
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= 0.6, (
+        f"power float32: {errors[worst]:.3f} ulp at x, y = {xs[ordinary][worst]!r}, "
+        f"{ys[ordinary][worst]!r}")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_power_rare_lanes_leave_their_neighbours_alone(dtype):
+    """As for the one-argument functions: pairs the float32 fast path leaves to the rare
+    path (x zero, denormal, infinite or NaN; y infinite or NaN) mixed into vectors of
+    ordinary pairs (negative bases too) at every position and length of a size bucket."""
+    rng = np.random.default_rng(17)
+    ordinary_x = rng.uniform(-4.0, 4.0, 64).astype(dtype)
+    ordinary_y = np.where(rng.random(64) < 0.5, rng.integers(-5, 6, 64),
+                          rng.uniform(-6.0, 6.0, 64)).astype(dtype)
+    info = np.finfo(dtype)
+    rare_x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, info.smallest_subnormal,
+                       -info.smallest_subnormal, 2.0, -2.0, 0.5], dtype)
+    rare_y = np.array([3.0, -3.0, 0.5, -0.5, 2.0, 1.5, 2.0, np.inf, -np.inf, np.nan], dtype)
+    alone_ordinary = evaluate("power", dtype, ordinary_x, ordinary_y)
+    alone_rare = evaluate("power", dtype, rare_x, rare_y)
+    program = compiled(("mathlib-mixed", "power", dtype), np.power, np.ones(48, dtype),
+                       np.ones(48, dtype))
+    for size in range(33, 65):
+        layouts = [[position] for position in range(size)] if size in (33, 48, 64) else []
+        layouts += [rng.choice(size, count, replace=False) for count in (1, 3, size // 3)]
+        for positions in layouts:
+            picks = rng.integers(0, rare_x.size, len(positions))
+            x, y = ordinary_x[:size].copy(), ordinary_y[:size].copy()
+            expected = alone_ordinary[:size].copy()
+            x[positions], y[positions] = rare_x[picks], rare_y[picks]
+            expected[positions] = alone_rare[picks]
+            with np.errstate(all="ignore"):
+                (actual,) = program(x, y)
+            same = actual.view(f"u{dtype.itemsize}") == expected.view(f"u{dtype.itemsize}")
+            same |= np.isnan(actual) & np.isnan(expected)
+            assert same.all(), (size, sorted(positions), x[~same], y[~same], actual[~same],
+                                expected[~same])
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 def test_power_special_values(dtype):
     """Every pair of special values (C99's rules, as NumPy: pow(x, 0) and pow(1, y) are 1

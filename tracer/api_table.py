@@ -8,7 +8,8 @@ differ, so the documentation cannot drift from the code. Regenerate with
 Rows come from ``numpy_api.UFUNCS`` (one primitive each), ``UFUNC_COMPOSITES``,
 ``UFUNC_REDUCTIONS`` (``np.add.reduce`` and friends), ``FOREIGN_UFUNCS``,
 ``numpy_api.FUNCTIONS``, the creation functions the front end traces with symbolic sizes,
-and the methods of ``array_methods.ArrayMethods``.
+the methods of ``array_methods.ArrayMethods``, and what a boolean-mask selection of traced
+data answers (``masked_selection.FUNCTIONS``).
 
 >>> "| `np.tanh` |" in markdown()
 True
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import array_methods, numpy_api
+from . import array_methods, masked_selection, numpy_api
 from .primitives import PRIMITIVES
 
 HEADER = """# The NumPy API tracejit traces
@@ -37,9 +38,8 @@ def _name(function):
     name = getattr(function, "__name__", repr(function))
     if module.startswith("numpy.lib") or module.startswith("numpy._core"):
         module = "numpy"
-    for prefix in ("numpy.lib.stride_tricks",):
-        if getattr(np.lib.stride_tricks, name, None) is function:
-            return f"np.lib.stride_tricks.{name}"
+    if getattr(np.lib.stride_tricks, name, None) is function:
+        return f"np.lib.stride_tricks.{name}"
     return f"{module.replace('numpy', 'np')}.{name}"
 
 
@@ -62,6 +62,16 @@ def _rows():
         if not name.startswith("_") and (callable(member) or isinstance(member, property)))
     method_rows = [(f"`.{name}`", f"as `np.{name}`" if hasattr(np, name) else "as NumPy's")
                    for name in methods]
+    masked = [
+        ("`x[mask]`, `x[mask, ...]`", "a lazy `MaskedSelection` (`tracer/masked_selection.py`) "
+         "for a mask over `x`'s leading dims: its length depends on the data, so only the "
+         "uses below compile; any other use runs eagerly, naming the line"),
+        ("`x[mask] = value`", "`where(mask, value, x)` for a scalar or 0-d value"),
+        ("ufuncs above, operators, `.astype`", "element-wise on `x`, a selection again (with "
+         "scalars, 0-d values, or selections of the same mask)"),
+        ("`len()`, `.shape`, `.size`", "the count as a Python int: a value guard"),
+    ] + [(f"`{_name(function)}`", f"`masked_selection.{implementation.__name__}`")
+         for function, implementation in masked_selection.FUNCTIONS.items()]
     return [
         ("Ufuncs that are primitives", ufuncs),
         ("Ufuncs composed from primitives", composed),
@@ -70,6 +80,7 @@ def _rows():
         ("Functions (composed from primitives in `tracer/numpy_api.py`)", functions),
         ("Array creation", creation),
         ("Array methods and properties", method_rows),
+        ("Boolean-mask reads of traced data (the methods of the same names work too)", masked),
     ]
 
 

@@ -584,8 +584,16 @@ def astype(x, dtype, /, *, copy=True, device=None):
     return x.astype(dtype)
 
 
-def _size(a, axis=None):
+def size(a, axis=None):
     return a.size if axis is None else a.shape[axis]
+
+
+def shape(a):
+    return a.shape
+
+
+def ndim(a):
+    return a.ndim
 
 
 # What a selection answers in NumPy's functions (``__array_function__``); the ufuncs all
@@ -606,9 +614,9 @@ FUNCTIONS = {
     np.where: where,
     np.clip: clip,
     np.astype: astype,
-    np.size: _size,
-    np.shape: lambda a: a.shape,
-    np.ndim: lambda a: a.ndim,
+    np.size: size,
+    np.shape: shape,
+    np.ndim: ndim,
 }
 
 _UFUNC_REDUCTIONS = {

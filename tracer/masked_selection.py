@@ -35,6 +35,7 @@ import numpy as np
 
 from . import numpy_api, ops
 from .errors import TraceError, as_numpy_would
+from .ir import Var
 from .locations import user_location
 from .shapes import normalize_axes, size_of
 from .tracing import Tracer
@@ -88,7 +89,17 @@ class _Mask:
         return len(self.mask.shape)
 
     def same_as(self, other):
-        return self.mask.ir_var is other.mask.ir_var
+        """Whether both masks hold the same values: one traced array, or the same
+        element-wise operation on the same operands (``y[x > 0] * w[x > 0]``)."""
+        mine, theirs = self.mask.ir_var, other.mask.ir_var
+        if mine is theirs:
+            return True
+        first = _defining_eqn(self.mask.context, mine)
+        second = _defining_eqn(other.mask.context, theirs)
+        return (first is not None and second is not None and first.prim is second.prim
+                and first.prim.kind == "pointwise" and first.params == second.params
+                and len(first.inputs) == len(second.inputs)
+                and all(_same_atom(a, b) for a, b in zip(first.inputs, second.inputs)))
 
     def over(self, ndim):
         """The mask shaped to broadcast against a dense array of ``ndim`` dims."""
@@ -103,6 +114,19 @@ class _Mask:
     def length(self):
         """The count as a Python int, for ``len()`` and ``.shape``: a value guard."""
         return int(self.count())
+
+
+def _defining_eqn(context, var):
+    for record in reversed(context.body):
+        if getattr(record, "out", None) is var:
+            return record
+    return None
+
+
+def _same_atom(first, second):
+    if isinstance(first, Var) or isinstance(second, Var):
+        return first is second
+    return type(first) is type(second) and first == second
 
 
 def _scalar(value, dtype):

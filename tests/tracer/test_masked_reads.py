@@ -204,6 +204,7 @@ ELEMENTWISE = {
     "inplace": lambda p, t, m: _inplace_sum(p[m], t.mean()),
     "binary cross-entropy": lambda p, t, m: -np.mean(
         t[m] * np.log(p[m]) + (1 - t[m]) * np.log1p(-p[m])),
+    "recomputed mask": lambda p, t, m: np.sum(p[t > 0.5] * t[t > 0.5] - p[t > 0.5]),
     "ufuncs": lambda p, t, m: np.sum(np.sqrt(p[m]) + np.exp(-t[m]) + np.maximum(p[m], 0.4)),
 }
 
@@ -449,6 +450,10 @@ def _mixes_masks(x, m):
     return np.sum(x[m] * x[~m])
 
 
+def _mixes_thresholds(x, m):
+    return np.sum(x[m] * x[x > -10.0])  # the same length only when m is all True
+
+
 def _traced_scale_first(x, m):
     return np.sum(x.mean() * x[m])
 
@@ -467,7 +472,7 @@ def _full_array_operand(x, m):
 
 @pytest.mark.parametrize("function", [
     _returns_it, _indexes_it, _sorts_it, _lists_it, _iterates_it, _concatenates_it,
-    _mixes_masks, _traced_scale_first, _returns_it_in_a_tuple, _argmax_of_it,
+    _mixes_masks, _mixes_thresholds, _traced_scale_first, _returns_it_in_a_tuple, _argmax_of_it,
     _full_array_operand,
 ], ids=lambda function: function.__name__)
 def test_uses_needing_the_elements_run_eagerly_with_the_users_line(function):

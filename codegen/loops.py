@@ -195,8 +195,10 @@ class _Segment:
                    if isinstance(item, Eqn) and item.out.name in read_later]
         if not outputs:  # guards only: a graph needs an output, any one will do
             outputs = [next(item.out for item in reversed(items) if isinstance(item, Eqn))]
+        # The outer graph's shape guards hold here too: shape rules re-checked by the
+        # verifier may need them (s0 == 3 decides a broadcast).
         sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),
-                    graph.symbols)
+                    graph.symbols, shape_guards=graph.shape_guards)
         self.program = build(sub, name, optimized=True)
         self.inputs = [var.name for var in inputs]
         self.outputs = [var.name for var in outputs]
@@ -278,7 +280,7 @@ class _Loop:
         # The index last: it is the wrapper's last explicit argument.
         symbols = (*outer, *(s for s in body.symbols if s.name != self.index), index_symbol)
         body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
-                           symbols)
+                           symbols, shape_guards=graph.shape_guards)
         # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
         # the first trip, then the body's own results), so the wrapper converts nothing.
         self.program = build(body_graph, name, trusted=True, extend=self._add_driver)

@@ -425,7 +425,10 @@ class SymInt:
             return function(*(self.value if item is self else item for item in (left, right)))
         from . import ops
 
-        return ops.bind(getattr(ops, _TRACED_OPERATORS[function]), left, right)
+        result = ops.bind(getattr(ops, _TRACED_OPERATORS[function]), left, right)
+        if function is operator.truediv and _is_int(left) and _is_int(right):
+            result.quotient = (left, right)  # int(n / d) of dims is a dim (integer_quotient)
+        return result
 
     # --- comparisons: answered over the bucket, or guarded ---------------------------
     def _compare(self, other, op):
@@ -491,6 +494,24 @@ class SymInt:
         return str(self.expr)
 
     __str__ = __repr__
+
+
+def integer_quotient(value):
+    """``int(n / d)`` (also ``math.floor``/``math.trunc``) for a traced ``n / d`` of ints and
+    dims with ``n >= 0 < d``: the dim ``n // d`` (``int((w - f) / s) + 1`` sizes a pooling
+    output), else None (the caller converts the value, guarding it)."""
+    quotient = getattr(value, "quotient", None)
+    if quotient is None:
+        return None
+    numerator, denominator = quotient
+    if not (denominator > 0 and numerator >= 0):  # shape guards when the bucket leaves
+        return None                                # them open
+    return numerator // denominator
+
+
+def _is_int(value):
+    return isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(
+        value, bool))
 
 
 # Python operators on a SymInt whose result is a float: the primitive that computes it.

@@ -98,6 +98,13 @@ class EagerHooks:
             values = tuple(body(t, *values))
         return values
 
+    def indexable(self, kind, sequences):
+        return False  # loops over rows and counted while loops run as written
+                      # (tracejit.tracer.loop_sequences, tracejit.tracer.loop_while)
+
+    def while_trips(self, op, g0, g1):
+        return None
+
     def outside_mutation(self, what, owner=None):
         """Writes to outside state simply happen when running eagerly."""
 

@@ -25,6 +25,7 @@ import functools
 import inspect
 import linecache
 import logging
+import math
 import operator
 import sys
 import textwrap
@@ -36,13 +37,13 @@ import types
 import astor
 import numpy as np
 
-from .dims import SymInt
+from .dims import SymInt, integer_quotient
 from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
-from . import loop_sequences
+from . import loop_sequences, loop_while
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
 from .purity import impure_call, is_stateful
@@ -781,6 +782,10 @@ class Hooks:
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
             return args[0].shape[0]
+        if function in (int, math.floor, math.trunc) and len(args) == 1 and not kwargs:
+            whole = integer_quotient(args[0])  # int((w - f) / s) + 1 stays a dim
+            if whole is not None:
+                return whole
         if args and isinstance(args[0], StackedList):
             stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
             if stacked is not None:
@@ -877,6 +882,7 @@ class Hooks:
     indexable = staticmethod(loop_sequences.indexable)
     sequence_length = staticmethod(loop_sequences.sequence_length)
     sequence_item = staticmethod(loop_sequences.sequence_item)
+    while_trips = staticmethod(loop_while.while_trips)  # counted while loops
 
     def loop_note(self, line, reason):
         """A loop over range(...) the front end left as written: explain() says why."""

@@ -37,14 +37,16 @@ from __future__ import annotations
 import ast
 import copy
 
+from .loop_while import expand_counted_while
 from .loops import HOOK, unsupported_statements
 from .ops import shape_of
 
 
 # --- the rewrite (before the front end's own) --------------------------------------------
 def expand_sequence_loops(function_node):
-    """``function_node`` with its loops over arrays' rows expanded (nested definitions
-    are left as written, as the front end leaves them)."""
+    """``function_node`` with its loops over arrays' rows and its counted ``while`` loops
+    (``tracejit.tracer.loop_while``) expanded; nested definitions are left as written, as
+    the front end leaves them."""
     _Expander(function_node).visit_statements(function_node)
     return function_node
 
@@ -67,7 +69,9 @@ class _Expander:
                 self.visit_statements(statement)
                 for handler in getattr(statement, "handlers", ()):
                     self.visit_statements(handler)
-                replacement = self.expand(statement) if isinstance(statement, ast.For) else None
+                replacement = (self.expand(statement) if isinstance(statement, ast.For)
+                               else expand_counted_while(statement, self.function_node)
+                               if isinstance(statement, ast.While) else None)
                 expanded.extend(replacement or [statement])
             setattr(node, field, expanded)
 

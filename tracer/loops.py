@@ -111,8 +111,31 @@ def _nested_hook_reads(visitor, node):
 
 def _read_before_write(statements):
     """Names a straight-line walk of ``statements`` reads before it assigns them."""
-    assigned, early = set(), set()
+    return _walk_straight_line(statements, set())[0]
+
+
+def _walk_straight_line(statements, assigned):
+    """``(names read before assigned, names assigned)`` over ``statements``, starting with
+    ``assigned``. An ``if`` reads its test, then either branch; what both branches assign
+    is assigned after it (the expanded loops of ``loop_sequences``/``loop_while`` are
+    ``if``s whose branches each define and call their body function)."""
+    assigned, early = set(assigned), set()
     for statement in statements:
+        if isinstance(statement, ast.If):
+            early |= _names([statement.test]).loaded - assigned
+            body_early, body_assigned = _walk_straight_line(statement.body, assigned)
+            else_early, else_assigned = _walk_straight_line(statement.orelse, assigned)
+            early |= body_early | else_early
+            assigned |= body_assigned & else_assigned
+            continue
+        if isinstance(statement, (ast.For, ast.While)) and not statement.orelse:
+            # its head, then its body (which may not run: it assigns nothing after it)
+            head = [statement.test] if isinstance(statement, ast.While) else [statement.iter]
+            early |= _names(head).loaded - assigned
+            inner = assigned | (_names([statement.target]).stored
+                                if isinstance(statement, ast.For) else set())
+            early |= _walk_straight_line(statement.body, inner)[0]
+            continue
         if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             early |= _names([statement.value]).loaded - assigned
             if isinstance(statement, ast.AugAssign):
@@ -125,7 +148,7 @@ def _read_before_write(statements):
             early |= _names([statement]).loaded - assigned
             if isinstance(statement, ast.FunctionDef):  # a nested loop's body function
                 assigned.add(statement.name)
-    return early
+    return early, assigned
 
 
 def unsupported_body(node):
@@ -144,8 +167,10 @@ def unsupported_body(node):
 
 def unsupported_statements(node):
     """What in the body of the loop ``node`` keeps it from becoming a body function
-    (``break``, a call for its side effect, ...), or None."""
-    for inner in ast.walk(node):
+    (``break``, a call for its side effect, ...), or None. The as-written fallbacks of
+    counted ``while`` loops (``tracejit.tracer.loop_while``) do not count: the counted
+    twin runs where capture can happen."""
+    for inner in _walk_past_fallbacks(node):
         if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
                               ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
                               ast.ClassDef, ast.AsyncFunctionDef, ast.Await, ast.Delete,
@@ -164,6 +189,16 @@ def unsupported_statements(node):
                     if isinstance(part, ast.Starred):
                         return "the body has a starred assignment"
     return None
+
+
+def _walk_past_fallbacks(node):
+    """``ast.walk(node)`` without the subtrees of nodes marked ``tracejit_fallback``."""
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        yield item
+        pending.extend(child for child in ast.iter_child_nodes(item)
+                       if not getattr(child, "tracejit_fallback", False))
 
 
 def _range_call(iterator):

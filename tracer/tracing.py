@@ -54,7 +54,9 @@ def _error(message, location=None):
 class Tracer(ArrayMethods):
     """A traced array: the IR var it stands for, its real value, and its live shape."""
 
-    __slots__ = ("context", "ir_var", "value", "shape", "base", "views", "__weakref__")
+    # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
+    __slots__ = ("context", "ir_var", "value", "shape", "base", "views", "quotient",
+                 "__weakref__")
     __tracejit_priority__ = 2
 
     def __init__(self, context, var, value, shape):

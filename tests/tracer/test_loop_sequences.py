@@ -174,6 +174,9 @@ def test_gradient_through_a_row_loop_matches_finite_differences():
 
     value, gradient = tj.jit(tj.value_and_grad(loss), cache="memory")(W, x)
     np.testing.assert_allclose(value, loss(W, x), rtol=1e-12)
+    eager_value, eager_gradient = tj.value_and_grad(loss)(W, x)  # rows iterated as written
+    np.testing.assert_allclose(eager_value, value, rtol=1e-12)
+    np.testing.assert_allclose(eager_gradient, gradient, rtol=1e-10, atol=1e-12)
     step, numeric = 1e-6, np.zeros_like(W)
     for index in np.ndindex(W.shape):
         bumped = W.copy()

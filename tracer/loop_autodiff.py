@@ -29,9 +29,14 @@ run by the NumPy reference (``control.run_body``) while tracing, as capture does
 
 Guards and prints in the body stay in the forward loop only: every trip takes the
 branch the guards pin (a trip that would not leaves the whole call before any gradient
-is computed), so the reverse body replays that branch's equations and prints nothing. A
-body with a nested loop is refused with ``UnsupportedError`` (the loop is then unrolled
-in the trace).
+is computed), so the reverse body replays that branch's equations and prints nothing.
+
+A nested loop in the body is reversed the same way while the outer body is replayed
+(its index bound to the outer trip: ``tracing.process`` passes the symbol values to a
+loop's reference run). Its residual stacks exist only in the replay, not in the outer
+forward body, so the outer reverse body recomputes the inner forward loop (with its
+stacks) from the outer residuals instead of stacking them per outer trip: checkpointing,
+one more inner forward pass per outer trip.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from .errors import UnsupportedError
 from .ir import Eqn, Graph, Var
 from .ops import add_p, full_p, pad_p, reshape_p, slice_p, where_p
 from .ops.control import inplace_writes, loop_p, run_body
+from .loop_index import _active
 from .partition import SAVED_KINDS
 
 __all__ = ["loop_key", "loop_vjp"]
@@ -196,8 +202,6 @@ def refusal(body):
     in traces that record gradients and unrolls such a loop instead."""
     # Guards and prints stay in the forward loop (a failed guard leaves the whole call);
     # the reverse replays only the equations of the branch the guards pinned.
-    if any(eqn.prim is loop_p for eqn in body.equations):
-        return "the body holds a nested loop (reversing those is not implemented)"
     return None
 
 
@@ -332,6 +336,8 @@ def _replay(context, plan, body, index, t, carried, bindings):
     mark = len(context.body)
     skipped = {plan.writes[p][0].out.name for p in plan.writes}
     tbind = {**bindings, index: t}
+    active = _active(context)  # a nested loop replayed below reads this loop's index
+    active[index] = t
 
     def value(atom):
         if isinstance(atom, Var):
@@ -367,6 +373,7 @@ def _replay(context, plan, body, index, t, carried, bindings):
     gradients = reverse(context, [outputs[p] for p in plan.live], seeds, wrt, since=mark)
     recorded = context.body[mark:]
     del context.body[mark:]
+    active.pop(index, None)
     carried_next = [np.asarray(outputs[p].value) if p not in plan.writes else carried[p]
                     for p in range(plan.num_carry)]
     return _Recording([tracer.ir_var for tracer in params] + [seed.ir_var for seed in seeds],
@@ -438,8 +445,10 @@ def _record(context, plan, joint, bindings):
             stacked_carry.setdefault(output_position[name], set()).add("out")
         elif name in recomputed or name in stacked_values:
             return
-        elif producers[name].prim.kind in SAVED_KINDS:
+        elif producers[name].prim.kind in SAVED_KINDS and name in joint.origin:
             stacked_values[name] = joint.origin[name]
+        # else: recomputed, as are values only the replay computes (a nested loop's
+        # residual stacks: the outer forward body has no such value to stack)
         else:
             recomputed.add(name)
             for item in producers[name].inputs:

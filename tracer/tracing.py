@@ -367,6 +367,8 @@ class TracingContext:
             values.append(value)
             avals.append(aval)
         concrete = {key: _concrete_param(value) for key, value in params.items()}
+        if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
+            concrete["bindings"] = self.symbol_values()  # its body may read outer indices
         out_value = prim.impl(*values, **concrete)
         out_aval = prim.abstract_eval(*avals, **params)
         if out_aval.weak:  # a Python scalar, so NumPy promotes it as one (NEP 50)

@@ -174,8 +174,8 @@ def gated_rnn(Wx, Wh, b, x, h0):
 
 
 def nested(Wx, Wh, b, x, h0):
-    """A loop inside a loop: the outer loop unrolls in a gradient trace, each inner loop
-    is captured and reversed."""
+    """A loop inside a loop: both are captured and reversed (the outer reverse body
+    recomputes the inner forward loop with its residual stacks)."""
     acc = b * 1.0
     for i in range(x.shape[1]):
         for j in range(x.shape[1]):
@@ -205,6 +205,16 @@ def test_reversed_loop_is_reversed_by_a_forward_loop():
     verify(traced.graph)
     steps = {eqn.params_dict["step"] for eqn in traced.graph.equations if eqn.prim is loop_p}
     assert steps == {-1, 1}
+
+
+def test_nested_loops_are_reversed_by_nested_loops():
+    traced = joint_trace(nested)
+    verify(traced.graph)
+    outer = [eqn for eqn in traced.graph.equations if eqn.prim is loop_p]
+    assert {eqn.params_dict["step"] for eqn in outer} == {1, -1}
+    reverse_bodies = [eqn.params_dict["body"] for eqn in outer
+                      if eqn.params_dict["step"] == -1]
+    assert any(inner.prim is loop_p for body in reverse_bodies for inner in body.equations)
 
 
 def test_a_body_with_a_guard_is_reversed_by_a_loop():

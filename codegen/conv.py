@@ -9,11 +9,18 @@ of the output gradient with flipped weights): a work item is one output row ``(n
 Its ``F x OW`` outputs are computed in tiles of ``FB`` filters by ``NB`` vectors along
 ``ow``; a tile keeps its ``FB * NB`` accumulators in registers through the whole reduction
 over ``(c, i, j)``: per tap, ``NB`` loads of the input row (shifted by ``j``), ``FB``
-weight broadcasts, ``FB * NB`` multiply-adds. Kernel rows that fall in the padding are
-skipped; the tiles at a row's ends use masked loads (lanes outside the input read zero)
-and a masked store for the last partial vector. Then the row's *epilogue* runs while it is
-in cache: the kernel root's pointwise expression (bias, activation: ``schedule``'s
-epilogue fusion, as for matmul) read in place.
+weight broadcasts, ``FB * NB`` multiply-adds. Kernel rows that fall in the padding load
+nothing but still multiply zeros (an Inf or NaN weight must give NaN there, as NumPy's
+zero padding and PyTorch do); the tiles at a row's ends use masked loads (lanes outside
+the input read zero) and a masked store for the last partial vector. Then the row's
+*epilogue* runs while it is in cache: the kernel root's pointwise expression (bias,
+activation: ``schedule``'s epilogue fusion, as for matmul) read in place.
+
+Compile time matters as much as run time (one compile per size bucket): the filters past
+the last full tile block reuse the full tile (overlapping, or told how many filters
+exist) and one masked tile serves every tail width, so a kernel has a handful of tile
+functions, and kernels of one program with equal tiles (a forward and its input
+gradient) share them.
 
 ``conv2d_weight_grad``: ``dW[f, c, i, j] = sum over (n, oh, ow) of g[n, f, oh, ow] *
 x[n, c, oh*sh + i*dh - pt, ow*sw + j*dw - pl]``. The rows ``(n, oh)`` are split into one
@@ -85,6 +92,13 @@ def _upper(dim, ranges):
     return max(1, int(dim))
 
 
+def _lower(dim, ranges):
+    """The least value a dim takes (its bucket's bottom for a symbolic one)."""
+    if isinstance(dim, DimExpr):
+        return max(0, dim.bounds(ranges)[0])
+    return int(dim)
+
+
 def forward_blocking(lanes, registers, filters, width):
     """``(FB, NB)``: filters and vectors per register tile, for ``filters`` output channels
     (per group) and rows ``width`` wide. A tap costs ``FB * NB`` multiply-adds and
@@ -93,7 +107,7 @@ def forward_blocking(lanes, registers, filters, width):
     charged whole, so blocks that overshoot the filters or the row cost what they waste.
 
     >>> forward_blocking(8, 16, 16, 224), forward_blocking(8, 16, 3, 224)
-    ((4, 3), (3, 3))
+    ((2, 4), (3, 2))
     """
     best = None
     for fb in range(1, 9):
@@ -220,9 +234,18 @@ class ConvKernel:
             builder.icmp_signed(">=", positions, self.splat_index(builder, low)),
             builder.icmp_signed("<", positions, self.splat_index(builder, high)))
 
-    def function(self, name, arguments):
+    def shared_name(self, kind, *parameters):
+        """The name of a tile function that depends only on ``parameters`` (and the
+        dtype): kernels of one program with the same tile share it (a forward and its input
+        gradient often do), which saves its compile time."""
+        flat = "_".join(str(value) for value in parameters)
+        for character in "(), ":
+            flat = flat.replace(character, "")
+        return f"tj_conv_{kind}_{self.suffix}_{flat.replace('-', 'n')}"
+
+    def function(self, name, arguments, shared=False):
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
-                               f"{self.kb.kernel.name}_{name}")
+                               name if shared else f"{self.kb.kernel.name}_{name}")
         function.linkage = "internal"
         function.attributes.add("noinline")
         return function, ir.IRBuilder(function.append_basic_block("entry"))
@@ -282,6 +305,30 @@ def when(builder, condition, body, carried=()):
     return merged
 
 
+def either(builder, condition, then_body, else_body, carried):
+    """``values = then_body(builder, values) if condition else else_body(builder, values)``;
+    returns the merged values."""
+    function = builder.function
+    then = function.append_basic_block("either.then")
+    otherwise = function.append_basic_block("either.else")
+    merge = function.append_basic_block("either.end")
+    builder.cbranch(condition, then, otherwise)
+    ends = []
+    for block, body in ((then, then_body), (otherwise, else_body)):
+        builder.position_at_end(block)
+        values = list(body(builder, list(carried)))
+        ends.append((builder.block, values))
+        builder.branch(merge)
+    builder.position_at_end(merge)
+    merged = []
+    for position, old in enumerate(carried):
+        phi = builder.phi(old.type)
+        for block, values in ends:
+            phi.add_incoming(values[position], block)
+        merged.append(phi)
+    return merged
+
+
 # --- conv2d: direct convolution, one output row per work item ----------------------------
 class ForwardKernel(ConvKernel):
     def __init__(self, kb):
@@ -293,10 +340,10 @@ class ForwardKernel(ConvKernel):
         self.out_height, self.out_width = out[2], out[3]
         per_group = self.filters // self.groups if isinstance(self.filters, int) else None
         self.per_group = per_group
+        self.fewest_per_group = _lower(self.filters, self.ranges) // self.groups
         self.fb, self.nb = forward_blocking(
             self.lanes, self.registers, per_group or _upper(self.filters, self.ranges),
             _upper(self.out_width, self.ranges))
-        self.tiles = {}
 
     def build(self):
         kb, root = self.kb, self.kb.kernel.root
@@ -342,20 +389,38 @@ class ForwardKernel(ConvKernel):
                               out_pointer)
 
             counted_loop(builder, _const(0), blocks, block)
-            remainder = builder.srem(per_group, _const(self.fb))
-            f0 = builder.add(first_filter, builder.mul(blocks, _const(self.fb)))
-            sizes = ([self.per_group % self.fb] if self.per_group is not None
-                     else range(1, self.fb))
-            for size in sizes:
-                if size == 0:
-                    continue
-                when(builder, builder.icmp_signed("==", remainder, _const(size)),
-                     lambda builder, _, size=size: self.tile_row(
-                         builder, size, f0, n, oh, filters, common, w_pointer, out_pointer))
+            self.remaining_filters(builder, per_group, first_filter, blocks, lambda builder, size,
+                                   f0: self.tile_row(builder, size, f0, n, oh, filters, common,
+                                                     w_pointer, out_pointer))
 
         counted_loop(b, _const(0), groups, group)
         if kb.kernel.root.name != self.eqn.out.name:
             self.epilogue(n, oh)
+
+    def remaining_filters(self, builder, per_group, first_filter, blocks, tile_row):
+        """The filters past the last full block of ``fb``. A group of at least ``fb``
+        filters recomputes its last ``fb`` (the overlap stores the same values again, before
+        the epilogue reads them): no tile function per remainder size, which would multiply
+        compile time. A smaller group (possible only in its bucket) takes one filter at a
+        time."""
+        fb = self.fb
+        remainder = builder.srem(per_group, _const(fb))
+        last_block = builder.add(first_filter, builder.sub(per_group, _const(fb)))
+        if self.per_group is not None:  # static
+            if self.per_group % fb and self.per_group > fb:
+                tile_row(builder, fb, last_block)
+            elif self.per_group % fb:
+                tile_row(builder, self.per_group, first_filter)
+            return
+        overlap = builder.and_(builder.icmp_signed("!=", remainder, _const(0)),
+                               builder.icmp_signed(">", blocks, _const(0)))
+        when(builder, overlap, lambda builder, _: tile_row(builder, fb, last_block))
+        if self.fewest_per_group < fb:
+            def one(builder, f, _):
+                tile_row(builder, 1, builder.add(first_filter, f))
+
+            when(builder, builder.icmp_signed("==", blocks, _const(0)), lambda builder, _:
+                 counted_loop(builder, _const(0), per_group, one))
 
     def tile_row(self, builder, fb, f0, n, oh, filters, common, w_pointer, out_pointer):
         """One row's outputs for filters ``f0 .. f0 + fb``: full tiles (interior or border),
@@ -395,26 +460,22 @@ class ForwardKernel(ConvKernel):
         rest = builder.sub(out_width, builder.mul(full, _const(span)))
         ow0 = builder.mul(full, _const(span))
         if isinstance(self.out_width, int):
-            sizes = [math.ceil((self.out_width % span) / self.lanes)] if self.out_width % span \
-                else []
-        else:
-            sizes = range(1, self.nb + 1)
-        for vectors in sizes:
-            low = (vectors - 1) * self.lanes
-            condition = builder.and_(builder.icmp_signed(">", rest, _const(low)),
-                                     builder.icmp_signed("<=", rest,
-                                                         _const(vectors * self.lanes)))
-            when(builder, condition, lambda builder, _, vectors=vectors: builder.call(
-                self.tile_function(fb, vectors, True), arguments(ow0, rest)))
+            if self.out_width % span:  # exactly the vectors the tail needs
+                vectors = math.ceil((self.out_width % span) / self.lanes)
+                builder.call(self.tile_function(fb, vectors, True), arguments(ow0, rest))
+        else:  # one masked tile for every tail length: one function, not nb
+            when(builder, builder.icmp_signed(">", rest, _const(0)), lambda builder, _:
+                 builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, rest)))
 
     def tile_function(self, fb, nb, border):
         """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW)``: ``fb`` filters times
         ``nb`` vectors of outputs from ``ow0`` in one row, ``valid`` of them stored."""
-        key = (fb, nb, border)
-        if key in self.tiles:
-            return self.tiles[key]
-        function, builder = self.function(f"tile{fb}x{nb}{'m' if border else ''}",
-                                          [PTR, PTR, PTR] + [I64] * 8)
+        name = self.shared_name("tile", fb, nb, "m" if border else "",
+                                self.kernel, self.strides[1], self.dilation, self.padding[1][0])
+        function = self.module.globals.get(name)
+        if function is not None:  # another kernel of this program has the same tile
+            return function
+        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 8, shared=True)
         for argument in function.args[:3]:
             argument.add_attribute("noalias")
         x_base, w_base, out_base, ow0, ih0, valid, channels, height, width, taps, plane = \
@@ -444,14 +505,15 @@ class ForwardKernel(ConvKernel):
                 inside = builder.and_(builder.icmp_signed(">=", ih, _const(0)),
                                       builder.icmp_signed("<", ih, height))
 
-                def taps_of_row(builder, accumulators):
+                def taps_of_row(builder, accumulators, padding=False):
                     row = self.at(builder, x_base,
                                   builder.mul(builder.add(builder.mul(c, height), ih), width))
                     weights = builder.mul(builder.add(builder.mul(c, _const(kh)), i),
                                           _const(kw))
                     for j in range(kw):
-                        inputs = [self.load_row(builder, row, columns[v, j], sw,
-                                                masks.get((v, j))) for v in range(nb)]
+                        inputs = [zero if padding else self.load_row(
+                            builder, row, columns[v, j], sw, masks.get((v, j)))
+                            for v in range(nb)]
                         for f in range(fb):
                             offset = builder.add(builder.mul(_const(f), taps),
                                                  builder.add(weights, _const(j)))
@@ -462,7 +524,10 @@ class ForwardKernel(ConvKernel):
                                     builder, weight, inputs[v], accumulators[f * nb + v])
                     return accumulators
 
-                return when(builder, inside, taps_of_row, accumulators)
+                # A kernel row in the padding reads zeros: no loads, but still w * 0, so
+                # an Inf or NaN weight makes the output NaN as zero padding does eagerly.
+                return either(builder, inside, taps_of_row, lambda builder, accumulators:
+                              taps_of_row(builder, accumulators, padding=True), accumulators)
 
             return counted_loop(builder, _const(0), _const(kh), kernel_row, accumulators)
 
@@ -486,7 +551,6 @@ class ForwardKernel(ConvKernel):
                         self.masked_store(builder, value, pointer, builder.icmp_signed(
                             "<", lanes, self.splat_index(builder, valid)))
         builder.ret_void()
-        self.tiles[key] = function
         return function
 
     def epilogue(self, n, oh):
@@ -530,7 +594,6 @@ class WeightGradKernel(ConvKernel):
         width = _upper(self.out_width, self.ranges)
         per_group = _upper(self.filters, self.ranges) // self.groups or 1
         self.band = max(1, min(64, BAND_BYTES // (per_group * width * self.dtype.itemsize)))
-        self.tiles = {}
 
     def build(self):
         kb = self.kb
@@ -666,7 +729,7 @@ class WeightGradKernel(ConvKernel):
                 blocks = builder.sdiv(per_group, _const(self.fb))
                 first_filter = builder.mul(g, per_group)
 
-                def filter_block(builder, fb, f0):
+                def filter_block(builder, count, f0):
                     def channel(builder, c, _):
                         def kernel_row(builder, i, _):
                             for j0 in range(0, kw, self.jb):
@@ -675,8 +738,8 @@ class WeightGradKernel(ConvKernel):
                                 target = builder.add(builder.mul(f0, taps), builder.add(
                                     builder.mul(builder.add(builder.mul(c, _const(kh)), i),
                                                 _const(kw)), _const(j0)))
-                                builder.call(self.tile_function(fb, jb, j0), [
-                                    *common, start, end, f0, channel_index, i,
+                                builder.call(self.tile_function(self.fb, jb, j0), [
+                                    *common, start, end, f0, count, channel_index, i,
                                     self.at(builder, partial, target), taps])
 
                         counted_loop(builder, _const(0), _const(kh), kernel_row)
@@ -684,17 +747,16 @@ class WeightGradKernel(ConvKernel):
                     counted_loop(builder, _const(0), group_channels, channel)
 
                 def full_block(builder, block, _):
-                    filter_block(builder, self.fb, builder.add(
+                    filter_block(builder, _const(self.fb), builder.add(
                         first_filter, builder.mul(block, _const(self.fb))))
 
                 counted_loop(builder, _const(0), blocks, full_block)
+                # The last filters: the same tile, told how many of its filters exist (one
+                # tile function, not one per remainder size).
                 remainder = builder.srem(per_group, _const(self.fb))
                 f0 = builder.add(first_filter, builder.mul(blocks, _const(self.fb)))
-                static = self.filters // self.groups if isinstance(self.filters, int) else None
-                for size in ([static % self.fb] if static is not None else range(1, self.fb)):
-                    if size:
-                        when(builder, builder.icmp_signed("==", remainder, _const(size)),
-                             lambda builder, _, size=size: filter_block(builder, size, f0))
+                when(builder, builder.icmp_signed(">", remainder, _const(0)),
+                     lambda builder, _: filter_block(builder, remainder, f0))
 
             counted_loop(builder, _const(0), groups, group)
 
@@ -703,16 +765,22 @@ class WeightGradKernel(ConvKernel):
         entry_builder.branch(body)
 
     def tile_function(self, fb, jb, j0):
-        """``tile(x, g, C, H, W, F, OH, OW, row0, row1, f0, c, i, partial, K)``: adds
-        ``sum over rows [row0, row1) and ow of g[n, f0+f, oh, ow] * x[n, c, ih, iw(j)]`` to
-        ``partial[f * K + j - j0]`` for ``fb`` filters and taps ``j0 .. j0 + jb``."""
-        key = (fb, jb, j0)
-        if key in self.tiles:
-            return self.tiles[key]
-        function, builder = self.function(f"wtile{fb}x{jb}at{j0}", [PTR, PTR] + [I64] * 11 +
-                                          [PTR, I64])
+        """``tile(x, g, C, H, W, F, OH, OW, row0, row1, f0, count, c, i, partial, K)``:
+        adds ``sum over rows [row0, row1) and ow of g[n, f0+f, oh, ow] * x[n, c, ih, iw(j)]``
+        to ``partial[f * K + j - j0]`` for taps ``j0 .. j0 + jb`` and the first ``count`` of
+        ``fb`` filters (the others repeat the last filter's work and are not stored)."""
+        name = self.shared_name("wtile", fb, jb, j0, self.kernel, self.strides,
+                                self.dilation, self.padding[0][0], self.padding[1][0])
+        function = self.module.globals.get(name)
+        if function is not None:
+            return function
+        function, builder = self.function(name, [PTR, PTR] + [I64] * 12 +
+                                          [PTR, I64], shared=True)
         (x_pointer, g_pointer, channels, height, width, filters, out_height, out_width,
-         row0, row1, f0, c, i, partial, taps) = function.args
+         row0, row1, f0, count, c, i, partial, taps) = function.args
+        filter_of = [builder.add(f0, builder.select(
+            builder.icmp_signed("<", _const(f), count), _const(f),
+            builder.sub(count, _const(1)))) for f in range(fb)]
         for argument in (x_pointer, g_pointer, partial):
             argument.add_attribute("noalias")
         (sh, sw), (dh, dw) = self.strides, self.dilation
@@ -750,11 +818,11 @@ class WeightGradKernel(ConvKernel):
             inside = builder.and_(builder.icmp_signed(">=", ih, _const(0)),
                                   builder.icmp_signed("<", ih, height))
 
-            def columns(builder, accumulators):
+            def columns(builder, accumulators, padding=False):
                 x_row = self.at(builder, x_pointer, builder.mul(builder.add(builder.mul(
                     builder.add(builder.mul(n, channels), c), height), ih), width))
                 g_rows = [self.at(builder, g_pointer, builder.mul(builder.add(builder.mul(
-                    builder.add(builder.mul(n, filters), builder.add(f0, _const(f))),
+                    builder.add(builder.mul(n, filters), filter_of[f]),
                     out_height), oh), out_width)) for f in range(fb)]
 
                 def vector(masked):
@@ -770,37 +838,48 @@ class WeightGradKernel(ConvKernel):
                         for jj in range(jb):
                             column = builder.add(builder.mul(ow0, _const(sw)),
                                                  _const((j0 + jj) * dw - left))
-                            mask = None
-                            if masked:
-                                positions = builder.add(self.splat_index(builder, column),
-                                                        self.lane_offsets(0, sw))
-                                mask = builder.and_(valid, self.inside(builder, positions,
-                                                                       _const(0), width))
-                            inputs = self.load_row(builder, x_row, column, sw, mask)
+                            if padding:
+                                inputs = zero
+                            else:
+                                mask = None
+                                if masked:
+                                    positions = builder.add(self.splat_index(builder, column),
+                                                            self.lane_offsets(0, sw))
+                                    mask = builder.and_(valid, self.inside(
+                                        builder, positions, _const(0), width))
+                                inputs = self.load_row(builder, x_row, column, sw, mask)
                             for f in range(fb):
                                 accumulators[f * jb + jj] = self.fmuladd(
                                     builder, grads[f], inputs, accumulators[f * jb + jj])
                         return accumulators
                     return step
 
+                if padding:
+                    return counted_loop(builder, _const(0), vectors, vector(True),
+                                        accumulators)
                 accumulators = counted_loop(builder, _const(0), first_plain, vector(True),
                                             accumulators)
                 accumulators = counted_loop(builder, first_plain, last_plain, vector(False),
                                             accumulators)
                 return counted_loop(builder, last_plain, vectors, vector(True), accumulators)
 
-            return when(builder, inside, columns, accumulators)
+            # A row in the padding reads zeros: no loads, but still g * 0, so an Inf or NaN
+            # output gradient makes the weight gradient NaN as zero padding does eagerly.
+            return either(builder, inside, columns, lambda builder, accumulators: columns(
+                builder, accumulators, padding=True), accumulators)
 
         accumulators = counted_loop(builder, row0, row1, row, [zero] * (fb * jb))
         for f in range(fb):
-            for jj in range(jb):
-                pointer = self.at(builder, partial, builder.add(builder.mul(_const(f), taps),
-                                                                _const(jj)))
-                total = builder.fadd(builder.load(pointer, typ=self.element),
-                                     self.horizontal_sum(builder, accumulators[f * jb + jj]))
-                builder.store(total, pointer)
+            def store(builder, _, f=f):
+                for jj in range(jb):
+                    pointer = self.at(builder, partial, builder.add(
+                        builder.mul(_const(f), taps), _const(jj)))
+                    total = builder.fadd(builder.load(pointer, typ=self.element),
+                                         self.horizontal_sum(builder, accumulators[f * jb + jj]))
+                    builder.store(total, pointer)
+
+            when(builder, builder.icmp_signed("<", _const(f), count), store)
         builder.ret_void()
-        self.tiles[key] = function
         return function
 
 

@@ -1,0 +1,219 @@
+"""The compiled convolution kernels (``tracejit.codegen.conv``) against eager NumPy (the
+primitives' reference implementations) and, where it is installed, PyTorch: forward and
+both gradients over a table of shapes and parameters (strides, padding wider than the
+kernel, dilation, groups, 1x1 and prime-sized images, batches of 0 and 1, widths that
+need several vectors and a tail, non-contiguous inputs), NaN and Inf in every operand, the
+thread pool at several thread counts, one compile per size bucket for a training step,
+and how many tile functions a program compiles (compile time is per bucket)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+from tracejit import nn
+from tracejit.testing import assert_compiled_matches_eager
+
+try:  # optional: a second reference where it is installed
+    import torch
+    import torch.nn.functional as torch_functional
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+# name: (x shape, w shape, conv2d keyword arguments)
+CASES = {
+    "3x3-same": ((2, 3, 9, 11), (5, 3, 3, 3), dict(padding=1)),
+    "unit-image-1x1": ((2, 3, 1, 1), (4, 3, 1, 1), {}),
+    "unit-image-padded": ((1, 2, 1, 1), (3, 2, 3, 3), dict(padding=1)),
+    "prime-dilated-strided": ((1, 3, 13, 17), (4, 3, 5, 5), dict(stride=3, padding=2,
+                                                                  dilation=2)),
+    "batch-1-wide": ((1, 2, 5, 71), (3, 2, 3, 3), dict(padding=1)),  # several vectors + tail
+    "batch-0": ((0, 3, 6, 7), (2, 3, 3, 3), dict(padding=1)),
+    "depthwise-strided": ((2, 3, 10, 9), (3, 1, 3, 3), dict(groups=3, stride=2, padding=1)),
+    "groups-uneven-blocks": ((1, 4, 8, 12), (10, 2, 3, 2), dict(groups=2, padding=(1, 0))),
+    "row-kernel": ((2, 2, 7, 19), (3, 2, 1, 5), dict(padding=(0, 2))),
+    "column-kernel": ((2, 2, 19, 7), (3, 2, 5, 1), dict(padding=(2, 0), stride=(2, 1))),
+    "stride-past-kernel": ((1, 2, 11, 13), (3, 2, 2, 2), dict(stride=3)),
+    "padding-past-kernel": ((1, 2, 5, 6), (3, 2, 2, 2), dict(padding=3)),
+    "same-even-dilated": ((1, 2, 9, 10), (3, 2, 4, 3), dict(padding="same", dilation=2)),
+    # big enough for the thread pool; 21 filters leave a partial tile block
+    "threaded": ((3, 8, 23, 37), (21, 8, 3, 3), dict(padding=1)),
+}
+
+
+def arguments(case, dtype, seed=0):
+    x_shape, w_shape, options = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+    return x, w, b, options
+
+
+def tolerance(dtype):
+    return (2e-4, 2e-4) if dtype == np.float32 else (1e-10, 1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_and_gradients_match_eager(case, dtype):
+    x, w, b, options = arguments(case, dtype)
+    rng = np.random.default_rng(1)
+    out_shape = nn.conv2d(x, w, b, **options).shape
+    scale = rng.standard_normal(out_shape).astype(dtype)
+
+    def loss(x, w, b):  # every output position gets its own gradient
+        return np.sum(np.tanh(nn.relu(nn.conv2d(x, w, b, **options))) * scale)
+
+    rtol, atol = tolerance(dtype)
+    summary = assert_compiled_matches_eager(loss, (x, w, b), grads=True, rtol=rtol,
+                                            atol=atol, dynamic=True, cache="memory",
+                                            fallback="raise")
+    assert summary["compiled_calls"] >= 1
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "strided"])
+def test_non_contiguous_inputs(layout):
+    rng = np.random.default_rng(2)
+    if layout == "channels-last":  # an NHWC buffer seen as NCHW
+        x = np.transpose(rng.standard_normal((2, 9, 10, 3)), (0, 3, 1, 2))
+        w = np.transpose(rng.standard_normal((4, 3, 3, 3)), (0, 1, 3, 2))
+    else:
+        x = rng.standard_normal((2, 6, 18, 21))[:, ::2, 1::2, ::2]
+        w = rng.standard_normal((4, 6, 3, 3))[:, ::2]
+    assert not x.flags.c_contiguous and not w.flags.c_contiguous
+    b = rng.standard_normal(4)
+
+    def loss(x, w, b):
+        return np.sum(np.sin(nn.conv2d(x, w, b, padding=1, stride=(1, 2))))
+
+    assert_compiled_matches_eager(loss, (x, w, b), grads=True, dynamic=True, cache="memory",
+                                  fallback="raise")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("where", ["input", "weight", "output-gradient"])
+def test_nan_and_inf_propagate_as_in_eager(where, dtype):
+    """Zero padding is multiplied like any input: an Inf weight makes the outputs whose
+    window covers padding NaN (0 * Inf), eagerly, in PyTorch and compiled; an Inf output
+    gradient makes the weight gradient of taps that read padding NaN."""
+    x, w, b, _ = arguments("3x3-same", dtype, seed=3)
+    out_shape = (2, 5, 9, 11)
+    scale = np.ones(out_shape, dtype)
+    if where == "input":
+        x[0, 1, 4, 0], x[1, 2, 0, 5] = np.nan, np.inf
+    elif where == "weight":
+        w[1, 0, 0, 0], w[3, 2, 2, 1] = np.inf, -np.inf
+    else:
+        scale[0, 2, 0, 3], scale[1, 4, 8, 10] = np.inf, np.nan
+
+    def loss(x, w, b):
+        return np.sum(nn.conv2d(x, w, b, padding=1, stride=(1, 1)) * scale)
+
+    rtol, atol = tolerance(dtype)
+    assert_compiled_matches_eager(loss, (x, w, b), grads=True, rtol=rtol, atol=atol,
+                                  dynamic=True, cache="memory", fallback="raise")
+    if where == "weight":  # the padding row and column really do give NaN
+        with np.errstate(all="ignore"):
+            out = tj.jit(lambda x, w, b: nn.conv2d(x, w, b, padding=1), cache="memory")
+            out(x, w, b)
+            result = out(x, w, b)
+        assert np.isnan(result[:, 1, 0, :]).all() and np.isnan(result[:, 1, :, 0]).all()
+        assert out.stats()["compiled_calls"] == 1
+
+
+def test_a_training_step_compiles_once_per_size_bucket():
+    rng = np.random.default_rng(4)
+    w, b = rng.standard_normal((6, 3, 3, 3)) * 0.3, rng.standard_normal(6)
+
+    def loss(x, w, b):
+        return np.mean(nn.relu(nn.conv2d(x, w, b, padding=1, stride=2)) ** 2)
+
+    step = tj.jit(tj.value_and_grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory")
+    eager = tj.value_and_grad(loss, argnums=(0, 1, 2))
+    small = [(9, 13), (16, 10), (11, 11), (15, 16)]  # (8, 16]
+    large = [(17, 30), (32, 19), (23, 29)]  # (16, 32]
+    for height, width in small + large:
+        x = rng.standard_normal((2, 3, height, width))
+        for _ in range(2):
+            value, gradients = step(x, w, b)
+            want_value, want_gradients = eager(x, w, b)
+            np.testing.assert_allclose(value, want_value, rtol=1e-12)
+            for got, want in zip(gradients, want_gradients):
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    stats = step.stats()
+    assert stats["compiles"] == 2, step.explain()
+    assert stats["compiled_calls"] == 2 * len(small + large) - 2
+
+
+def test_a_program_compiles_few_tile_functions():
+    """The forward and the input gradient share their tiles, filters past the last full
+    block reuse the full tile: a forward + backward over a filter count that is not a
+    multiple of any block (dynamic) compiles three tile functions, not dozens."""
+    rng = np.random.default_rng(5)
+    x, w, b = rng.standard_normal((2, 6, 12, 40)), rng.standard_normal((13, 6, 3, 3)), \
+        rng.standard_normal(13)
+
+    def loss(x, w, b):
+        return np.sum(nn.relu(nn.conv2d(x, w, b, padding=1)))
+
+    step = tj.jit(tj.grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory")
+    step(x, w, b)
+    lowered = step.lower(x, w, b)
+    assert sum("(conv)" in kernel for kernel in lowered.kernels) == 3, lowered.kernels
+    tiles = set(re.findall(r"define[^@]*@(tj_conv_w?tile\w+)\(", lowered.llvm_ir))
+    assert len(tiles) <= 3, sorted(tiles)
+
+
+THREADS_SCRIPT = textwrap.dedent("""
+    import numpy as np, tracejit as tj
+    from tracejit import nn
+    from tracejit.testing import assert_compiled_matches_eager
+    rng = np.random.default_rng(6)
+    x, w, b = rng.standard_normal((3, 8, 23, 37)), rng.standard_normal((22, 4, 3, 3)), \\
+        rng.standard_normal(22)
+    scale = rng.standard_normal((3, 22, 12, 19))  # 11 filters per group
+    def loss(x, w, b):
+        return np.sum(nn.conv2d(x, w, b, padding=1, stride=2, groups=2) * scale)
+    print(assert_compiled_matches_eager(loss, (x, w, b), grads=True, dynamic=True,
+                                        cache="memory", fallback="raise"))
+""")
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_results_do_not_depend_on_the_thread_count(threads):
+    environment = dict(os.environ, TRACEJIT_NUM_THREADS=threads)
+    done = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=environment,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compiled_calls" in done.stdout
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("case", ["prime-dilated-strided", "depthwise-strided",
+                                  "groups-uneven-blocks", "padding-past-kernel", "threaded"])
+def test_compiled_gradients_match_torch(case):
+    x, w, b, options = arguments(case, np.float64, seed=7)
+    scale = np.random.default_rng(8).standard_normal(nn.conv2d(x, w, b, **options).shape)
+
+    def loss(x, w, b):
+        return np.sum(nn.conv2d(x, w, b, **options) * scale)
+
+    step = tj.jit(tj.value_and_grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory",
+                  fallback="raise")
+    step(x, w, b)
+    value, gradients = step(x, w, b)
+    assert step.stats()["compiled_calls"] == 1
+    leaves = [torch.from_numpy(v).requires_grad_() for v in (x, w, b)]
+    want = (torch_functional.conv2d(*leaves, **options) * torch.from_numpy(scale)).sum()
+    want.backward()
+    np.testing.assert_allclose(value, want.item(), rtol=1e-10)
+    for got, leaf in zip(gradients, leaves):
+        np.testing.assert_allclose(got, leaf.grad.numpy(), rtol=1e-9, atol=1e-10)

@@ -622,7 +622,11 @@ def compile_looped(graph, name=None):
     name = name or graph.name
     try:
         program = NativeLoopProgram(graph, name)
-    except Exception:  # a piece codegen cannot build yet: the interpreter serves the call
+    except UnsupportedError as limit:  # a known limit (a loop nested in a loop body)
+        log.info("%s: loop program not compiled natively (%s); it runs interpreted", name,
+                 limit)
+        program = LoopProgram(graph, name)
+    except Exception:  # a piece codegen cannot build: the interpreter serves the call
         log.warning("%s: loop program not compiled natively; it runs interpreted", name,
                     exc_info=True)
         program = LoopProgram(graph, name)

@@ -247,6 +247,9 @@ class JitFunction:
         self.options = options
         self.policy = ShapePolicy(options, fn)
         self._variants = ()
+        # argument shapes -> the variant that accepted them last (its guard is still
+        # checked: the hint only orders the search when there are many buckets)
+        self._hints = {}
         self._lock = threading.RLock()
         self._untraceable = {}
         self._warned_limit = False
@@ -286,7 +289,23 @@ class JitFunction:
         self.calls += 1
         if self.options.disabled:
             return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
-        for variant in self._variants:
+        variants = self._variants
+        if len(variants) > 1:  # many buckets: try the variant these shapes took last time
+            key = tuple([getattr(arg, "shape", None) for arg in args])
+            hinted = self._hints.get(key)
+            if hinted is not None:
+                inputs = hinted.guard(args, kwargs)
+                if inputs is not None:
+                    return self._run(hinted, inputs, args, kwargs)
+            for variant in variants:
+                inputs = variant.guard(args, kwargs)
+                if inputs is not None:
+                    if len(self._hints) >= MAX_HINTS:
+                        self._hints.clear()
+                    self._hints[key] = variant
+                    return self._run(variant, inputs, args, kwargs)
+            return self._miss(args, kwargs)
+        for variant in variants:
             inputs = variant.guard(args, kwargs)
             if inputs is not None:
                 return self._run(variant, inputs, args, kwargs)
@@ -629,6 +648,7 @@ class JitFunction:
         call traces afresh. The disk cache is left as it is."""
         with self._lock:
             self._variants = ()
+            self._hints = {}
             self._pending = ()
             self._growing.clear()
             self._generation += 1
@@ -726,6 +746,7 @@ class BoundJitFunction:
 
 
 RAISED = "raised while tracing: the eager run raises it too"
+MAX_HINTS = 1024  # remembered argument shapes per function (JitFunction._hints)
 
 
 class Lowered:

@@ -83,3 +83,22 @@ def test_varargs_and_methods_are_named():
     layer = Layer()
     layer.forward(np.ones(3))
     assert "inputs[0]: ndarray float64[3]" in layer.forward.explain()
+
+
+def test_the_shape_hint_picks_the_variant_that_accepts_the_call():
+    """With many buckets, a call tries first the variant its shapes took last time; the
+    variant's own guard still decides (a dtype change with the same shapes misses the
+    hint and finds, or compiles, the right variant)."""
+    import tracejit as tj
+
+    f = tj.jit(lambda x: x * 2 + 1, cache="memory", dynamic=True, max_variants=16)
+    arrays = [np.arange(n, dtype=np.float64) for n in (3, 9, 17, 33, 65)]
+    for _ in range(2):
+        for x in arrays:
+            np.testing.assert_array_equal(f(x), x * 2 + 1)
+    assert f.stats()["variants"] == 5
+    x32 = np.arange(17, dtype=np.float32)
+    got = f(x32)
+    assert got.dtype == np.float32 and np.array_equal(got, x32 * 2 + 1)
+    assert f.stats()["variants"] == 6
+    np.testing.assert_array_equal(f(arrays[2]), arrays[2] * 2 + 1)

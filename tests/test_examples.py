@@ -123,7 +123,8 @@ def test_transformer_block_reuses_each_bucket(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["mlp_train.py", "variable_length.py",
-                                  "transformer_block.py", "quickstart.py"])
+                                  "transformer_block.py", "quickstart.py",
+                                  "dask_data_parallel.py"])
 def test_compiled_examples_document_their_command_line(name):
     source = (ROOT / "examples" / name).read_text()
     docstring = source.split('"""')[1]
@@ -136,3 +137,44 @@ def test_cnn_any_size_trains_on_eight_sizes_with_one_compile(tmp_path):
     losses = [float(value) for value in re.findall(r"mean loss ([\d.]+)", output)]
     assert len(losses) == 2 and losses[1] < losses[0], output
     search(r"8 image sizes, 1 compile\(s\), \d+ compiled calls, eager calls 0", output)
+
+
+def test_dask_data_parallel_workers_warm_start_and_match_one_process(tmp_path):
+    pytest.importorskip("distributed")
+    pytest.importorskip("cloudpickle")
+    output = run_example("dask_data_parallel.py", "--quick", cache_dir=tmp_path)
+    sizes = [int(size) for size in search(r"in \d+ partitions of ([\d, ]+) rows",
+                                          output).group(1).split(", ")]
+    assert len(set(sizes)) > 1, output  # ragged
+    search(r"client: compiled the step in \S+ s \(1 compile\)", output)
+    shipped = re.findall(r"^ship: \S+ installed 1 entry \(1 adopted, 0 rejected\)$", output,
+                         re.MULTILINE)
+    assert len(shipped) == 2, output
+    assert "-> agree" in output
+    gap = float(search(r"max relative diff (\S+) ->", output).group(1))
+    assert gap < 1e-9, output
+    first, last = map(float, search(r"loss fell from (\S+) to (\S+);", output).groups())
+    assert last < first / 2, output
+    # every partition's step ran native code on its worker, loaded from what ship sent
+    workers = re.findall(r"^worker \S+: (\d+) calls, (\d+) compiled, (\d+) compiles, "
+                         r"(\d+) warm start \(disk_hits\), eager none$", output, re.MULTILINE)
+    assert len(workers) == 2, output
+    steps = int(search(r"(\d+) SGD steps", output).group(1))
+    assert sum(int(calls) for calls, *_ in workers) == len(sizes) * steps, output
+    for calls, compiled, compiles, warm_starts in workers:
+        assert int(calls) == int(compiled) > 0, output
+        assert (int(compiles), int(warm_starts)) == (0, 1), output
+
+
+def test_dask_data_parallel_without_dask_says_how_to_install_it():
+    """The example runs with dask's imports failing, as where it is not installed."""
+    script = ("import runpy, sys\n"
+              "for name in ('dask', 'distributed', 'cloudpickle'):\n"
+              "    sys.modules[name] = None  # import raises ImportError\n"
+              f"sys.argv = [{str(ROOT / 'examples' / 'dask_data_parallel.py')!r}, '--quick']\n"
+              "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "pip install 'tracejit[dask]'" in completed.stdout
+    assert "loss" not in completed.stdout

@@ -217,3 +217,27 @@ def test_compiled_gradients_match_torch(case):
     np.testing.assert_allclose(value, want.item(), rtol=1e-10)
     for got, leaf in zip(gradients, leaves):
         np.testing.assert_allclose(got, leaf.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float64), (np.int32, np.float32),
+                                    (np.float64, np.float32)], ids=str)
+def test_mixed_dtypes_compile_in_the_common_float_dtype(dtypes):
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((2, 3, 7, 9)) * 3).astype(dtypes[0])
+    w = rng.standard_normal((4, 3, 3, 3)).astype(dtypes[1])
+    expected = nn.conv2d(x, w, padding=1)
+    assert expected.dtype == np.matmul.resolve_dtypes((x.dtype, w.dtype, None))[-1]
+    layer = tj.jit(lambda x, w: nn.conv2d(x, w, padding=1), cache="memory", fallback="raise")
+    layer(x, w)
+    result = layer(x, w)
+    assert result.dtype == expected.dtype and layer.stats()["compiled_calls"] == 1
+    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+    if x.dtype.kind == "f":
+        def loss(x, w):
+            return np.sum(np.sin(nn.conv2d(x, w, padding=1)))
+
+        assert_compiled_matches_eager(loss, (x, w), grads=True, rtol=1e-5, atol=1e-5,
+                                      cache="memory", fallback="raise")
+        leaves = [tj.tensor(value, requires_grad=True) for value in (x, w)]
+        tj.jit(loss, cache="memory")(*leaves).backward()
+        assert [leaf.grad.dtype for leaf in leaves] == [x.dtype, w.dtype]

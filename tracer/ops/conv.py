@@ -32,6 +32,7 @@ import numpy as np
 from ..abstract import AbstractArray
 from ..primitives import Primitive, bind
 from ..shapes import ShapeError
+from .pointwise import cast_p
 from .structural import flip, pad, reshape, shape_of, slice_axes, transpose
 
 NO_PADDING = ((0, 0), (0, 0))
@@ -223,6 +224,23 @@ def _normalized(strides, padding, dilation):
             tuple(int(v) for v in pair(dilation)))
 
 
+def _dtype_of(value):
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+
+
+def _same_float_dtype(a, b):
+    """``a`` and ``b`` cast to their common float dtype when they differ (float32 images
+    with float64 weights, ints or bools with floats): exactly what NumPy's matmul does
+    inside, and the compiled kernels take one dtype. Integer convolutions stay integer."""
+    dtypes = (_dtype_of(a), _dtype_of(b))
+    result = np.matmul.resolve_dtypes((*dtypes, None))[-1]
+    if dtypes[0] == dtypes[1] or result.kind != "f":
+        return a, b
+    return tuple(value if dtype == result else bind(cast_p, value, dtype=result)
+                 for value, dtype in zip((a, b), dtypes))
+
+
 def _kernel_of(w):
     """The weights' (KH, KW) as ints: under the tracer, a symbolic size specializes."""
     return tuple(int(size) for size in shape_of(w)[2:4])
@@ -234,6 +252,7 @@ def conv2d(x, w, strides=(1, 1), padding=NO_PADDING, dilation=(1, 1), groups=1, 
     ``kernel`` is (KH, KW), read from ``w`` when not given."""
     strides, padding, dilation = _normalized(strides, padding, dilation)
     kernel = _kernel_of(w) if kernel is None else tuple(int(size) for size in kernel)
+    x, w = _same_float_dtype(x, w)
     return bind(conv2d_p, x, w, kernel=kernel, strides=strides, padding=padding,
                 dilation=dilation, groups=int(groups))
 
@@ -243,6 +262,7 @@ def conv2d_weight_grad(x, g, kernel, strides=(1, 1), padding=NO_PADDING, dilatio
     """The gradient of ``sum(conv2d(x, w) * g)`` with respect to ``w`` of spatial size
     ``kernel``: (F, C // groups, KH, KW)."""
     strides, padding, dilation = _normalized(strides, padding, dilation)
+    x, g = _same_float_dtype(x, g)
     return bind(conv2d_weight_grad_p, x, g, kernel=tuple(int(k) for k in kernel),
                 strides=strides, padding=padding, dilation=dilation, groups=int(groups))
 

@@ -13,10 +13,13 @@ if it were computed and selected. ``rare_path`` branches to it instead:
   then;
 * after the vectorizer, ``codegen.llvm`` inlines the variants (their names start with
   ``VECTOR_VARIANT_PREFIX``), so a kernel pays one compare and one predictable branch
-  per vector for the rare path, and no call.
+  per vector for the rare path, and a call only when a lane needs it.
 
-The slow path is one emitter for both shapes: ``slow(builder, x)`` gets a scalar in the
-scalar function and a vector in the variants (``math_core`` helpers work on either).
+The slow path itself is emitted once, on vectors of one register of float64 lanes
+(``slow(builder, *vectors)``; ``math_core`` helpers work on any shape), in a function of
+its own that the scalar function and every variant call (wider vectors in pieces): LLVM
+optimizes and emits the (long) general code once per function and precision, not once
+per width, and the loops stay small.
 
 >>> from llvmlite import ir
 >>> from tracejit.codegen.dtypes import F32
@@ -29,8 +32,8 @@ scalar function and a vector in the variants (``math_core`` helpers work on eith
 >>> result = rare_path(builder, "halve", huge, x, x,
 ...                    lambda b, v: b.fmul(v, constant(v.type, 0.5)))
 >>> _ = builder.ret(result)
->>> sorted(f.name for f in module.functions if "halve" in f.name)[:2]
-['tracejit_slow_halve_f32', 'tracejit_vv_halve_f32_m16']
+>>> sorted(f.name for f in module.functions if "halve" in f.name)[:3]
+['tracejit_slow_halve_f32', 'tracejit_slow_halve_f32_x8', 'tracejit_vv_halve_f32_m16']
 """
 
 from __future__ import annotations
@@ -82,23 +85,88 @@ def _suffix(element):
     return "f32" if element == F32 else "f64"
 
 
-def _scalar_function(module, name, element, arity, slow):
-    full = f"tracejit_slow_{name}_{_suffix(element)}"
-    function = module.globals.get(full)
-    if function is not None:
-        return function
-    function = ir.Function(module, ir.FunctionType(element, [element] * arity), full)
+def _out_of_line(function):
     function.linkage = "internal"
-    # Kept out of line: inlined, it would be if-converted into every lane's work again.
     function.attributes.add("noinline")
     function.attributes.add("nounwind")
     function.attributes.add("readnone")
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    builder.ret(slow(builder, *function.args))
+
+
+def _general_function(module, name, element, arity, slow):
+    """The one copy of the slow path: ``slow`` on vectors of one register of float64 lanes
+    (the general code of float32 computes in float64), out of line. Every caller of the
+    slow path calls it (a wider vector in pieces), so LLVM optimizes and emits the long
+    general code once, and the loops that call it stay small."""
+    lanes = general_lanes()
+    full = f"tracejit_slow_{name}_{_suffix(element)}_x{lanes}"
+    function = module.globals.get(full)
+    if function is None:
+        vector = ir.VectorType(element, lanes)
+        function = ir.Function(module, ir.FunctionType(vector, [vector] * arity), full)
+        _out_of_line(function)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.ret(slow(builder, *function.args))
     return function
 
 
-def _vector_variant(module, name, element, arity, lanes, slow):
+def general_lanes():
+    """Lanes of the general code's vectors: one register of float64."""
+    return max(2, vector_bits() // 64)
+
+
+def _shuffled(builder, vector, indices):
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), len(indices)),
+                       [ir.Constant(ir.IntType(32), index) for index in indices])
+    return builder.shuffle_vector(vector, vector, mask)
+
+
+def _call_general(builder, general, arguments):
+    """``general`` on ``arguments`` (scalars, or vectors of any width): in pieces of its
+    width, the last one padded by repeating lanes (computed and dropped)."""
+    lanes = general.function_type.return_type.count
+    scalar = not isinstance(arguments[0].type, ir.VectorType)
+    if scalar:
+        arguments = [builder.insert_element(ir.Constant(ir.VectorType(argument.type, 1), None),
+                                            argument, ir.Constant(ir.IntType(32), 0))
+                     for argument in arguments]
+    width = arguments[0].type.count
+    pieces = []
+    for start in range(0, width, lanes):
+        indices = [min(start + index, width - 1) for index in range(lanes)]
+        pieces.append(builder.call(general, [_shuffled(builder, argument, indices)
+                                             for argument in arguments]))
+    # Gather each lane from its piece: join the pieces pairwise, then keep ``width`` lanes.
+    while len(pieces) > 1:
+        joined = []
+        for left, right in zip(pieces[0::2], pieces[1::2]):
+            size = left.type.count
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), 2 * size),
+                               [ir.Constant(ir.IntType(32), index) for index in range(2 * size)])
+            joined.append(builder.shuffle_vector(left, right, mask))
+        if len(pieces) % 2:
+            joined.append(pieces[-1])
+        pieces = joined
+    result = pieces[0]
+    if result.type.count != width:
+        result = _shuffled(builder, result, list(range(width)))
+    if scalar:
+        return builder.extract_element(result, ir.Constant(ir.IntType(32), 0))
+    return result
+
+
+def _scalar_function(module, name, element, arity, general):
+    full = f"tracejit_slow_{name}_{_suffix(element)}"
+    function = module.globals.get(full)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(element, [element] * arity), full)
+        # Kept out of line until the vectorizer has replaced it by its vector variants.
+        _out_of_line(function)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.ret(_call_general(builder, general, list(function.args)))
+    return function
+
+
+def _vector_variant(module, name, element, arity, lanes, general):
     full = f"{VECTOR_VARIANT_PREFIX}{name}_{_suffix(element)}_m{lanes}"
     if module.globals.get(full) is not None:
         return full
@@ -118,7 +186,7 @@ def _vector_variant(module, name, element, arity, lanes, slow):
     any_lane = builder.icmp_unsigned("!=", lanes_set, ir.Constant(ir.IntType(lanes), 0))
     _unlikely(builder.cbranch(any_lane, needed, done))
     builder.position_at_end(needed)
-    result = slow(builder, *arguments)
+    result = _call_general(builder, general, arguments)
     slow_end = builder.block
     builder.branch(done)
     builder.position_at_end(done)
@@ -148,9 +216,10 @@ def rare_path(builder, name, needed, fast, arguments, slow):
     assert element in (F32, F64), "floats only"
     assert all(argument.type == element for argument in arguments), "scalar code only"
     module = builder.module
-    scalar = _scalar_function(module, name, element, len(arguments), slow)
+    general = _general_function(module, name, element, len(arguments), slow)
+    scalar = _scalar_function(module, name, element, len(arguments), general)
     widths = variant_lanes(element)
-    variants = [_vector_variant(module, name, element, len(arguments), lanes, slow)
+    variants = [_vector_variant(module, name, element, len(arguments), lanes, general)
                 for lanes in widths]
     # The vector function ABI's name of a masked variant taking vectors ("v") only.
     parameters = "v" * len(arguments)

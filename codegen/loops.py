@@ -67,9 +67,13 @@ _CONVERT = {"bool": bool, "margin": bool, "int": int, "index": int, "float": flo
 
 
 class LoopProgram:
-    """A ``Program`` look-alike for graphs with loops, run by the NumPy interpreter."""
+    """A ``Program`` look-alike for graphs with loops, run by the NumPy interpreter. As a
+    loop body holding a loop of its own, it takes the symbols no input dim binds (the
+    outer loop's index) as trailing int arguments, as a body's ``Program`` does."""
 
     kind = "interpreted"
+    trusted = False  # converts its inputs (a body's carried values come back as arrays)
+    driver = ""  # no native driver: an enclosing loop runs it from Python
 
     def __init__(self, graph, name):
         self.name = name
@@ -92,12 +96,18 @@ class LoopProgram:
     def profile(self):
         return []
 
+    def _run(self, *inputs):
+        """What an enclosing loop calls per trip (a body ``Program``'s raw entry)."""
+        return self(*inputs)
+
     def __call__(self, *inputs):
-        from .program import SideExit
+        from .program import SideExit, explicit_symbols
 
         graph = self.graph
+        inputs, extra = inputs[:len(graph.inputs)], inputs[len(graph.inputs):]
         inputs = [np.asarray(value) for value in inputs]
         bindings = bind_symbols([var.aval for var in graph.inputs], inputs)
+        bindings.update(zip(explicit_symbols(graph), extra))
         env = {var.name: value for var, value in zip(graph.inputs, inputs)}
         for var, constant in graph.constants:
             env[var.name] = constant.data
@@ -251,8 +261,10 @@ class _Loop:
         body, self.num_carry = params["body"], params["num_carry"]
         self.index, self.start, self.stop, self.step = (params["index"], params["start"],
                                                         params["stop"], params["step"])
-        if any(isinstance(item, Effect) for item in body.body) or has_loops(body):
-            raise UnsupportedError("print or a nested loop in a loop body (not compiled yet)")
+        if any(isinstance(item, Effect) for item in body.body):
+            raise UnsupportedError("print in a loop body (not compiled yet)")
+        # A body holding a loop compiles to a program of segments and loops itself
+        # (compile_looped); this loop then runs it from Python, one call per trip.
         plan = BodyPlan(body, self.num_carry)
         self.kept = [p for p in range(self.num_carry) if p not in plan.writes]
         self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
@@ -550,7 +562,10 @@ class NativeLoopProgram(LoopProgram):
                 guards += 1
             pending.append(item)
         flush(len(graph.body))
-        self.bindings = _input_bindings(graph)
+        from .program import _symbol_bindings, explicit_symbols
+
+        self.bindings = _symbol_bindings(graph)
+        self.explicit = explicit_symbols(graph)  # as a loop body: the outer index, ...
         self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
         self.constants = {var.name: constant.data for var, constant in graph.constants}
 
@@ -589,6 +604,7 @@ class NativeLoopProgram(LoopProgram):
             env[var.name] = value
         bindings = {symbol: np.shape(inputs[position])[axis]
                     for symbol, (position, axis) in self.bindings.items()}
+        bindings.update(zip(self.explicit, inputs[len(graph.inputs):]))
         for step in self.steps:
             step.run(env, bindings, SideExit)
         return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
@@ -605,16 +621,6 @@ def _same_interface(piece, graph, name):
             avals(graph.inputs) and avals(piece.graph.outputs) == avals(graph.outputs) and
             [symbol.name for symbol in piece.graph.symbols] ==
             [symbol.name for symbol in graph.symbols])
-
-
-def _input_bindings(graph):
-    from .program import _symbol_bindings
-
-    bindings = _symbol_bindings(graph)
-    missing = [symbol.name for symbol in graph.symbols if symbol.name not in bindings]
-    if missing:
-        raise UnsupportedError(f"symbols {missing} are not dims of an input")
-    return bindings
 
 
 def compile_looped(graph, name=None):

@@ -462,7 +462,9 @@ def _loop_program_from_json(data, blobs):
     _check(isinstance(data["pieces"], list) and data["pieces"], "a loop program's pieces")
     pieces = []
     for piece in data["pieces"]:
-        _check(isinstance(piece, dict) and piece.get("kind") is None, "a loop program's piece")
+        # a piece is a Program, or a loop body holding loops: a loop program itself
+        _check(isinstance(piece, dict) and piece.get("kind") in (None, "loops"),
+               "a loop program's piece")
         pieces.append(program_from_json(piece, blobs))
     _check(isinstance(data["compile_seconds"], dict), "compile times")
     try:

@@ -493,13 +493,34 @@ def _loop_line(function):
     return f"{inspect.getsourcefile(function)}:{first + offset}"
 
 
-@pytest.mark.parametrize("name,reason", [("every_other", "step"),
-                                         ("python_int_counter", "int")])
-def test_explain_names_an_unrolled_loop_and_why(name, reason):
-    function, make, _ = MODELS[name]
+def index_read_after(x):
+    """Python leaves ``t`` at its last value, which the function reads."""
+    s = np.zeros_like(x[0])
+    for t in range(x.shape[0]):
+        s = s + x[t]
+    return s * t
+
+
+def stops_early(x):
+    """A ``break``: how many trips run depends on the data."""
+    s = np.zeros_like(x[0])
+    for t in range(x.shape[0]):
+        s = s + x[t]
+        if s.sum() > 1e9:
+            break
+    return s
+
+
+# (Strided ranges and int counters, the cases this test once named, are captured now:
+# tests/tracer/test_loop_strides_counters.py.)
+@pytest.mark.parametrize("function,reason", [(index_read_after, "read after the loop"),
+                                             (stops_early, "break")],
+                         ids=["index_read_after", "stops_early"])
+def test_explain_names_an_unrolled_loop_and_why(function, reason):
     jitted = jit(function, cache="memory", dynamic=True)
+    rng = np.random.default_rng(3)
     for trips in (5, 6):
-        jitted(*make(trips))
+        jitted(rng.standard_normal((trips, 3)))
     text = jitted.explain()
     where = _loop_line(function)
     lines = [line for line in text.splitlines() if where in line and "unrolled" in line]

@@ -28,6 +28,13 @@ bit patterns, results spread over the whole range (denormals and the overflow ed
 included), bases near 1 with huge exponents, and negative bases with integer exponents;
 float64 results are also checked against exact values (mpmath) on a sample.
 
+float32 is also held to bounds in fractions of an ulp against float64 (every 997th float32
+and every float near the edge of each fast path; x ** y on its sweep and 4 million more
+pairs), and arguments the float32 fast paths leave to their rare paths
+(``codegen/math_rare_path.py``) are mixed into vectors of ordinary ones at every position
+and length of a size bucket: each element must get bit for bit its result in an array of
+its own kind.
+
 Kernels using the library must be SIMD code without library calls.
 
 ``MEASURED_ULP`` collects the maxima; ``python tests/codegen/test_mathlib.py`` prints them

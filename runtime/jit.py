@@ -43,7 +43,7 @@ from .autograd import is_grad_enabled
 from .config import Options, logger
 from .guards import EntrySpec, compile_guard
 from .tensor import Tensor, unwrap
-from .variants import OutputPlan, Path, Variant, _wrap_tensor
+from .variants import OutputPlan, Path, Variant, _identity, _wrap_tensor
 
 log_recompiles = logger("recompiles")
 log_guards = logger("guards")
@@ -208,23 +208,6 @@ def _is_array(leaf):
     return isinstance(leaf, (np.ndarray, Tensor))
 
 
-def _leaf_positions(args, kwargs):
-    positions, index = {}, 0
-    for position, arg in enumerate(args):
-        for _ in pytree.flatten(arg)[0]:
-            positions[index] = position
-            index += 1
-    for key in sorted(kwargs, key=repr):
-        for _ in pytree.flatten(kwargs[key])[0]:
-            positions[index] = key
-            index += 1
-    return positions
-
-
-def _identity(value):
-    return value
-
-
 def _same_entry(a, b):
     return (
         [(leaf.kind, leaf.dtype, leaf.shape) for leaf in a.leaves]
@@ -384,7 +367,7 @@ class JitFunction:
                     return self._run(variant, inputs, args, kwargs)
             if self._pending and (waiting := background.pending_reason(self, args, kwargs)):
                 return self._run_eager(args, kwargs, waiting)
-            self.policy.observe(leaves, _leaf_positions(args, kwargs))
+            self.policy.observe(leaves, dict(enumerate(pytree.argument_positions(args, kwargs))))
             sibling = self._bucket_sibling(args, kwargs)
             if not sibling and not self._room():
                 self._warn_limit(self._why_missed(leaves))

@@ -96,3 +96,18 @@ def leaf_paths(treedef):
         stack.extend(reversed([(child, prefix + (accessor,))
                                for accessor, child in zip(accessors, node.children)]))
     return paths
+
+
+def argument_positions(args, kwargs):
+    """For each leaf of ``flatten((args, kwargs))``, the position or keyword of the
+    argument it belongs to (keywords in the order ``flatten`` sorts them).
+
+    >>> argument_positions((1, (2, 3)), {"lr": 0.1})
+    [0, 1, 1, 'lr']
+    """
+    positions = []
+    for position, arg in enumerate(args):
+        positions += [position] * len(flatten(arg)[0])
+    for key in sorted(kwargs, key=repr):
+        positions += [key] * len(flatten(kwargs[key])[0])
+    return positions

@@ -686,7 +686,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         getattr(value, "requires_grad", False)
         for value in (*leaves, *(obj for _, obj in implicit.values())))
     argument_names = _leaf_names(fn, args, kwargs, len(args))
-    top_level = _top_level_positions(args, kwargs)
+    top_level = pytree.argument_positions(args, kwargs)
 
     input_specs, traced_leaves, symbols_by_size = [], [], {}
     for position, leaf in enumerate(leaves):
@@ -902,16 +902,6 @@ def _parameter_leaves(fn, args, kwargs, top_level):
             argument)
         if top_level.count(argument) == 1:
             positions[name] = leaf
-    return positions
-
-
-def _top_level_positions(args, kwargs):
-    """For each leaf of ``(args, kwargs)``, the position or keyword of its argument."""
-    positions = []
-    for position, arg in enumerate(args):
-        positions += [position] * len(pytree.flatten(arg)[0])
-    for key in sorted(kwargs, key=repr):
-        positions += [key] * len(pytree.flatten(kwargs[key])[0])
     return positions
 
 

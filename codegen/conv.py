@@ -26,8 +26,9 @@ gradient) share them.
 x[n, c, oh*sh + i*dh - pt, ow*sw + j*dw - pl]``. The rows ``(n, oh)`` are split into one
 piece per thread; each piece sums its rows into a partial ``dW`` in bands of rows that
 stay in cache, a tile of ``FB`` filters by ``JB`` taps of one kernel row accumulating
-vectors along ``ow``; the partials are added in piece order at the end (deterministic for
-a given thread count).
+vectors along ``ow``: for each vector position (its masks computed once), down the band's
+rows (``(n, oh)`` stepped on, no division per row); the partials are added in piece order
+at the end (deterministic for a given thread count).
 
 >>> import numpy as np, tracejit as tj
 >>> from tracejit import nn
@@ -810,65 +811,71 @@ class WeightGradKernel(ConvKernel):
         last_plain = builder.select(builder.icmp_signed("<", vectors, last_plain), vectors,
                                     last_plain)
 
-        def row(builder, r, accumulators):
-            n = builder.sdiv(r, out_height)
-            oh = builder.srem(r, out_height)
-            ih = builder.add(builder.mul(oh, _const(sh)), builder.add(
-                builder.mul(i, _const(dh)), _const(-top)))
-            inside = builder.and_(builder.icmp_signed(">=", ih, _const(0)),
-                                  builder.icmp_signed("<", ih, height))
+        # Vectors outside, rows inside: a vector's masks are computed once for all the
+        # band's rows, and a row steps (n, oh) on without a division.
+        first_n = builder.sdiv(row0, out_height)
+        first_oh = builder.srem(row0, out_height)
+        row_offset = builder.add(builder.mul(i, _const(dh)), _const(-top))
 
-            def columns(builder, accumulators, padding=False):
-                x_row = self.at(builder, x_pointer, builder.mul(builder.add(builder.mul(
-                    builder.add(builder.mul(n, channels), c), height), ih), width))
-                g_rows = [self.at(builder, g_pointer, builder.mul(builder.add(builder.mul(
-                    builder.add(builder.mul(n, filters), filter_of[f]),
-                    out_height), oh), out_width)) for f in range(fb)]
+        def vector(masked):
+            def step(builder, t, accumulators):
+                ow0 = builder.mul(t, _const(lanes))
+                columns, valid, masks = [], None, [None] * jb
+                if masked:
+                    positions = builder.add(self.splat_index(builder, ow0), self.lane_offsets())
+                    valid = builder.icmp_signed("<", positions,
+                                                self.splat_index(builder, out_width))
+                for jj in range(jb):
+                    columns.append(builder.add(builder.mul(ow0, _const(sw)),
+                                               _const((j0 + jj) * dw - left)))
+                    if masked:
+                        positions = builder.add(self.splat_index(builder, columns[jj]),
+                                                self.lane_offsets(0, sw))
+                        masks[jj] = builder.and_(valid, self.inside(builder, positions,
+                                                                    _const(0), width))
 
-                def vector(masked):
-                    def step(builder, t, accumulators):
-                        ow0 = builder.mul(t, _const(lanes))
-                        valid = None
-                        if masked:
-                            positions = builder.add(self.splat_index(builder, ow0),
-                                                    self.lane_offsets())
-                            valid = builder.icmp_signed("<", positions,
-                                                        self.splat_index(builder, out_width))
-                        grads = [self.load_row(builder, g_row, ow0, 1, valid) for g_row in g_rows]
+                def row(builder, r, carried):
+                    n, oh, accumulators = carried[0], carried[1], carried[2:]
+                    ih = builder.add(builder.mul(oh, _const(sh)), row_offset)
+                    inside = builder.and_(builder.icmp_signed(">=", ih, _const(0)),
+                                          builder.icmp_signed("<", ih, height))
+                    grads = [self.load_row(builder, self.at(builder, g_pointer, builder.mul(
+                        builder.add(builder.mul(builder.add(builder.mul(n, filters),
+                                                            filter_of[f]), out_height), oh),
+                        out_width)), ow0, 1, valid) for f in range(fb)]
+
+                    def accumulate(builder, accumulators, padding=False):
+                        x_row = self.at(builder, x_pointer, builder.mul(builder.add(
+                            builder.mul(builder.add(builder.mul(n, channels), c), height),
+                            ih), width))
                         for jj in range(jb):
-                            column = builder.add(builder.mul(ow0, _const(sw)),
-                                                 _const((j0 + jj) * dw - left))
-                            if padding:
-                                inputs = zero
-                            else:
-                                mask = None
-                                if masked:
-                                    positions = builder.add(self.splat_index(builder, column),
-                                                            self.lane_offsets(0, sw))
-                                    mask = builder.and_(valid, self.inside(
-                                        builder, positions, _const(0), width))
-                                inputs = self.load_row(builder, x_row, column, sw, mask)
+                            # A row in the padding reads zeros: no loads, but still g * 0,
+                            # so an Inf or NaN output gradient makes the weight gradient
+                            # NaN as zero padding does eagerly.
+                            inputs = zero if padding else self.load_row(
+                                builder, x_row, columns[jj], sw, masks[jj])
                             for f in range(fb):
                                 accumulators[f * jb + jj] = self.fmuladd(
                                     builder, grads[f], inputs, accumulators[f * jb + jj])
                         return accumulators
-                    return step
 
-                if padding:
-                    return counted_loop(builder, _const(0), vectors, vector(True),
-                                        accumulators)
-                accumulators = counted_loop(builder, _const(0), first_plain, vector(True),
-                                            accumulators)
-                accumulators = counted_loop(builder, first_plain, last_plain, vector(False),
-                                            accumulators)
-                return counted_loop(builder, last_plain, vectors, vector(True), accumulators)
+                    accumulators = either(builder, inside, accumulate, lambda builder, values:
+                                          accumulate(builder, values, padding=True),
+                                          accumulators)
+                    following = builder.add(oh, _const(1))
+                    wrapped = builder.icmp_signed("==", following, out_height)
+                    return [builder.select(wrapped, builder.add(n, _const(1)), n),
+                            builder.select(wrapped, _const(0), following), *accumulators]
 
-            # A row in the padding reads zeros: no loads, but still g * 0, so an Inf or NaN
-            # output gradient makes the weight gradient NaN as zero padding does eagerly.
-            return either(builder, inside, columns, lambda builder, accumulators: columns(
-                builder, accumulators, padding=True), accumulators)
+                return counted_loop(builder, row0, row1, row,
+                                    [first_n, first_oh, *accumulators])[2:]
+            return step
 
-        accumulators = counted_loop(builder, row0, row1, row, [zero] * (fb * jb))
+        accumulators = [zero] * (fb * jb)
+        accumulators = counted_loop(builder, _const(0), first_plain, vector(True), accumulators)
+        accumulators = counted_loop(builder, first_plain, last_plain, vector(False),
+                                    accumulators)
+        accumulators = counted_loop(builder, last_plain, vectors, vector(True), accumulators)
         for f in range(fb):
             def store(builder, _, f=f):
                 for jj in range(jb):

@@ -1,0 +1,408 @@
+"""Hand-written backward passes and training code, eager NumPy vs ``jit``.
+
+The models are written for this file in the idioms of course assignments and classic
+gists: ``affine_backward``, ``relu_backward`` (``dx[x <= 0] = 0``), batch norm's backward
+(staged and simplified), dropout with its mask passed in, naive max-pool backward (a
+mask of the window's max), word embeddings, temporal affine layers and a masked
+temporal softmax loss, RNN and LSTM steps and their backward over ``reversed(range(T))``
+with a carried ``dh``, min-char-rnn's ``lossFun`` with its reversed loop and
+``np.clip(dparam, -5, 5, out=dparam)`` over a list of gradients, Adagrad in place, a
+two-layer net's ``loss(X, y)`` returning ``(loss, grads)``, and k-nearest-neighbour
+distances. Every call is compared with plain NumPy on copies of the same arguments:
+values, shapes, dtypes, Python types and the arguments afterwards (in-place updates).
+Compile counts are checked where one bucket should serve several sizes.
+
+Sizes are chosen so that no two dims are equal on a traced call: with ``dynamic=True``
+equal dims share one symbol (``x[3, 3]`` traces as ``x[s0, s0]``), a variant of its own.
+
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way;
+each flips to a failure (so the mark must go) once the bug is fixed.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+# --- helpers -------------------------------------------------------------------------------
+def jitted(function, **options):
+    options.setdefault("cache", "memory")
+    return tj.jit(function, **options)
+
+
+def assert_same(got, want, rtol=1e-10, atol=1e-12, where="result"):
+    """``got`` equals ``want`` in structure, types, shapes, dtypes and values."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), where
+        for key in want:
+            assert_same(got[key], want[key], rtol, atol, f"{where}[{key!r}]")
+        return
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for position, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, rtol, atol, f"{where}[{position}]")
+        return
+    if isinstance(want, (np.ndarray, np.generic)):
+        assert type(got) is type(want), (where, type(got), type(want))
+        assert got.shape == want.shape and got.dtype == want.dtype, (
+            where, got.shape, want.shape, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                   err_msg=where)
+        return
+    assert type(got) is type(want), (where, type(got), type(want))
+    if isinstance(want, float):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+    else:
+        assert got == want, where
+
+
+def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
+    """Run ``function`` eagerly and through ``jit`` on copies of each argument tuple;
+    results and the arguments afterwards (in-place writes) must agree. Returns the jit
+    function for stats checks."""
+    f = jitted(function, **options)
+    for arguments in argument_sets:
+        eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
+        want = function(*eager_args)
+        got = f(*jit_args)
+        assert_same(got, want, rtol, atol)
+        assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
+    return f
+
+
+def compiles(f):
+    return f.stats()["compiles"]
+
+
+def no_eager_calls(f):
+    return f.stats()["eager_calls"] == {}
+
+
+def normal(rng, *shape, dtype=np.float64, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+F32 = dict(rtol=1e-5, atol=1e-6)
+# One bucket [2, 64] for every dynamic dim: lengths 2..64 share one compile.
+LOOP_OPTIONS = dict(dynamic=True, buckets=[64])
+
+
+# --- affine, relu, dropout -----------------------------------------------------------------
+def affine_forward(x, w, b):
+    out = x.reshape(x.shape[0], -1).dot(w) + b
+    return out, (x, w, b)
+
+
+def affine_backward(dout, cache):
+    x, w, b = cache
+    dx = dout.dot(w.T).reshape(x.shape)
+    dw = x.reshape(x.shape[0], -1).T.dot(dout)
+    db = np.sum(dout, axis=0)
+    return dx, dw, db
+
+
+def relu_forward(x):
+    return np.maximum(0, x), x
+
+
+def relu_backward(dout, cache):
+    x = cache
+    dx = dout.copy()
+    dx[x <= 0] = 0
+    return dx
+
+
+def affine_relu_backward(dout, x, w, b):
+    """The sandwich layer: forward for the caches, then backward through both."""
+    a, fc_cache = affine_forward(x, w, b)
+    _, relu_cache = relu_forward(a)
+    return affine_backward(relu_backward(dout, relu_cache), fc_cache)
+
+
+def test_affine_relu_backward_over_batch_sizes():
+    rng = np.random.default_rng(0)
+    w, b = normal(rng, 12, 5), normal(rng, 5)
+    batches = (6, 7, 8, 1)
+    f = check_calls(affine_relu_backward,
+                    [(normal(rng, n, 5), normal(rng, n, 3, 4), w, b) for n in batches],
+                    dynamic=True)
+    assert compiles(f) == 2  # (4, 8] and 1
+    assert no_eager_calls(f)
+
+
+def test_affine_relu_backward_empty_batch_raises_like_numpy():
+    # x.reshape(0, -1) is ambiguous for a 0-size array: NumPy raises, so does jit.
+    rng = np.random.default_rng(0)
+    arguments = (normal(rng, 0, 5), normal(rng, 0, 3, 4), normal(rng, 12, 5), normal(rng, 5))
+    with pytest.raises(ValueError):
+        affine_relu_backward(*copy.deepcopy(arguments))
+    with pytest.raises(ValueError):
+        jitted(affine_relu_backward, dynamic=True)(*arguments)
+
+
+@pytest.mark.parametrize("layout", ["float64", "float32", "transposed", "sliced"])
+def test_relu_backward_mask_write(layout):
+    rng = np.random.default_rng(1)
+
+    def make(n):
+        if layout == "transposed":
+            return normal(rng, 3, n).T, normal(rng, 3, n).T
+        if layout == "sliced":
+            return normal(rng, 2 * n, 6)[::2, 1::2], normal(rng, 2 * n, 6)[1::2, ::2]
+        dtype = np.float32 if layout == "float32" else np.float64
+        return normal(rng, n, 3, dtype=dtype), normal(rng, n, 3, dtype=dtype)
+
+    tolerance = F32 if layout == "float32" else {}
+    f = check_calls(relu_backward, [make(n) for n in (5, 6, 7, 1, 0)], dynamic=True,
+                    **tolerance)
+    assert compiles(f) == 3  # (4, 8], 1 and 0
+    assert no_eager_calls(f)
+
+
+def test_relu_backward_with_nan_and_inf_inputs():
+    rng = np.random.default_rng(2)
+    x = normal(rng, 6, 5)
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    dout = normal(rng, 6, 5)
+    dout[3, 3] = np.nan
+    f = check_calls(relu_backward, [(dout, x), (dout, -x), (dout, x)])
+    assert f.stats()["compiled_calls"] == 2
+
+
+def dropout_backward(dout, x, dropout_param, mask):
+    """Inverted dropout with the random draw passed in (``mask = rand(...)``)."""
+    p, mode = dropout_param["p"], dropout_param["mode"]
+    if mode == "train":
+        mask = (mask < p) / p
+        out = x * mask
+    else:
+        out = x
+    out = out.astype(x.dtype, copy=False)
+    dx = dout * mask if mode == "train" else dout
+    return out, dx
+
+
+@pytest.mark.parametrize("mode", ["train", "test"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dropout_backward_with_mask_passed_in(mode, dtype):
+    rng = np.random.default_rng(3)
+    tolerance = F32 if dtype == np.float32 else {}
+    f = check_calls(dropout_backward,
+                    [(normal(rng, n, 3, dtype=dtype), normal(rng, n, 3, dtype=dtype),
+                      {"p": 0.5, "mode": mode}, rng.random((n, 3))) for n in (5, 6, 7)],
+                    dynamic=True, **tolerance)
+    assert compiles(f) == 1 and no_eager_calls(f)
+
+
+# --- batch norm ----------------------------------------------------------------------------
+def batchnorm_backward(dout, x, gamma, eps):
+    """The staged computational-graph version, one node at a time."""
+    N = x.shape[0]
+    mu = np.mean(x, axis=0)
+    xmu = x - mu
+    sq = xmu ** 2
+    var = 1. / N * np.sum(sq, axis=0)
+    sqrtvar = np.sqrt(var + eps)
+    ivar = 1. / sqrtvar
+    xhat = xmu * ivar
+    dbeta = np.sum(dout, axis=0)
+    dgamma = np.sum(dout * xhat, axis=0)
+    dxhat = dout * gamma
+    divar = np.sum(dxhat * xmu, axis=0)
+    dxmu1 = dxhat * ivar
+    dsqrtvar = -1. / (sqrtvar ** 2) * divar
+    dvar = 0.5 * 1. / np.sqrt(var + eps) * dsqrtvar
+    dsq = 1. / N * np.ones((N, x.shape[1])) * dvar
+    dxmu2 = 2 * xmu * dsq
+    dmu = -1 * np.sum(dxmu1 + dxmu2, axis=0)
+    dx = dxmu1 + dxmu2 + 1. / N * np.ones((N, x.shape[1])) * dmu
+    return dx, dgamma, dbeta
+
+
+def batchnorm_backward_alt(dout, x, gamma, eps):
+    """The simplified one-line dx."""
+    N, D = dout.shape
+    mu = x.mean(axis=0)
+    std = np.sqrt(x.var(axis=0) + eps)
+    x_hat = (x - mu) / std
+    dbeta = dout.sum(axis=0)
+    dgamma = np.sum(dout * x_hat, axis=0)
+    dx_hat = dout * gamma
+    dx = (1. / N) / std * (N * dx_hat - dx_hat.sum(axis=0)
+                           - x_hat * np.sum(dx_hat * x_hat, axis=0))
+    return dx, dgamma, dbeta
+
+
+@pytest.mark.parametrize("backward", [batchnorm_backward, batchnorm_backward_alt])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batchnorm_backward_over_batch_sizes(backward, dtype):
+    rng = np.random.default_rng(4)
+    D = 3
+    gamma = normal(rng, D, dtype=dtype)
+    tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else {}
+    f = check_calls(backward, [(normal(rng, n, D, dtype=dtype), normal(rng, n, D, dtype=dtype),
+                                gamma, 1e-5) for n in (5, 6, 8, 7)],
+                    dynamic=True, **tolerance)
+    assert compiles(f) == 1 and no_eager_calls(f)
+
+
+def test_batchnorm_backward_batch_of_one_gives_numpys_values():
+    # var == 0: x_hat is 0 / sqrt(eps), dx is exactly 0 in NumPy.
+    rng = np.random.default_rng(5)
+    check_calls(batchnorm_backward_alt, [(normal(rng, 1, 3), normal(rng, 1, 3), normal(rng, 3),
+                                          1e-5) for _ in range(3)])
+
+
+# --- losses ----------------------------------------------------------------------------------
+def softmax_loss(x, y):
+    shifted_logits = x - np.max(x, axis=1, keepdims=True)
+    Z = np.sum(np.exp(shifted_logits), axis=1, keepdims=True)
+    log_probs = shifted_logits - np.log(Z)
+    probs = np.exp(log_probs)
+    N = x.shape[0]
+    loss = -np.sum(log_probs[np.arange(N), y]) / N
+    dx = probs.copy()
+    dx[np.arange(N), y] -= 1
+    dx /= N
+    return loss, dx
+
+
+def test_softmax_loss_float32_and_one_class_for_every_row():
+    rng = np.random.default_rng(6)
+    f = check_calls(softmax_loss, [(normal(rng, n, 10, dtype=np.float32), rng.integers(0, 10, n))
+                                   for n in (5, 6, 7)], dynamic=True, **F32)
+    assert compiles(f) == 1
+    # The same class for every row: np.arange(N) keeps the pairs unique.
+    f = check_calls(softmax_loss, [(normal(rng, n, 10), np.zeros(n, dtype=np.int64))
+                                   for n in (5, 6, 7)], dynamic=True)
+    assert compiles(f) == 1 and f.stats()["compiled_calls"] == 2
+
+
+def test_softmax_loss_with_inf_logit():
+    rng = np.random.default_rng(7)
+    x = normal(rng, 5, 4)
+    x[1, 2] = np.inf  # NumPy: inf - inf = nan in that row
+    check_calls(softmax_loss, [(x, np.array([0, 2, 1, 3, 0]))] * 2)
+
+
+def temporal_affine_forward(x, w, b):
+    N, T, D = x.shape
+    M = b.shape[0]
+    return x.reshape(N * T, D).dot(w).reshape(N, T, M) + b
+
+
+def temporal_affine_backward(dout, x, w, b):
+    N, T, D = x.shape
+    M = b.shape[0]
+    dx = dout.reshape(N * T, M).dot(w.T).reshape(N, T, D)
+    dw = dout.reshape(N * T, M).T.dot(x.reshape(N * T, D)).T
+    db = dout.sum(axis=(0, 1))
+    return dx, dw, db
+
+
+def temporal_softmax_loss(x, y, mask):
+    N, T, V = x.shape
+    x_flat = x.reshape(N * T, V)
+    y_flat = y.reshape(N * T)
+    mask_flat = mask.reshape(N * T)
+    probs = np.exp(x_flat - np.max(x_flat, axis=1, keepdims=True))
+    probs /= np.sum(probs, axis=1, keepdims=True)
+    loss = -np.sum(mask_flat * np.log(probs[np.arange(N * T), y_flat])) / N
+    dx_flat = probs.copy()
+    dx_flat[np.arange(N * T), y_flat] -= 1
+    dx_flat /= N
+    dx_flat *= mask_flat[:, None]
+    return loss, dx_flat.reshape(N, T, V)
+
+
+def test_temporal_layers_over_sequence_lengths():
+    rng = np.random.default_rng(8)
+    w, b = normal(rng, 3, 5), normal(rng, 5)
+    lengths = (6, 7, 8, 6)
+    f = check_calls(temporal_affine_forward, [(normal(rng, 2, T, 3), w, b) for T in lengths],
+                    dynamic=True)
+    assert compiles(f) == 1
+    f = check_calls(temporal_affine_backward,
+                    [(normal(rng, 2, T, 5), normal(rng, 2, T, 3), w, b) for T in lengths],
+                    dynamic=True)
+    assert compiles(f) == 1
+    f = check_calls(temporal_softmax_loss,
+                    [(normal(rng, 2, T, 9), rng.integers(0, 9, (2, T)), rng.random((2, T)) > 0.3)
+                     for T in lengths], dynamic=True)
+    assert compiles(f) == 1 and no_eager_calls(f)
+
+
+def word_embedding_forward(x, W):
+    return W[x, :]
+
+
+def test_word_embedding_forward_over_lengths_with_repeated_ids():
+    rng = np.random.default_rng(9)
+    W = normal(rng, 7, 3)
+    ids = [rng.integers(0, 7, (2, T)) for T in (5, 6, 8)] + [np.zeros((2, 5), dtype=np.int64)]
+    f = check_calls(word_embedding_forward, [(x, W) for x in ids], dynamic=True)
+    assert compiles(f) == 1
+
+
+# --- max pool backward ---------------------------------------------------------------------
+def max_pool_backward_mask(dout, x, pool_param):
+    """Loops over output positions; the gradient goes to every max of the window."""
+    ph, pw, stride = pool_param["pool_height"], pool_param["pool_width"], pool_param["stride"]
+    N, C, H, W = x.shape
+    H_out = 1 + (H - ph) // stride
+    W_out = 1 + (W - pw) // stride
+    dx = np.zeros_like(x)
+    for i in range(H_out):
+        for j in range(W_out):
+            window = x[:, :, i * stride:i * stride + ph, j * stride:j * stride + pw]
+            mask = window == np.max(window, axis=(2, 3), keepdims=True)
+            dx[:, :, i * stride:i * stride + ph, j * stride:j * stride + pw] += (
+                mask * dout[:, :, i, j][:, :, None, None])
+    return dx
+
+
+def max_pool_backward_four_loops(dout, x, pool_param):
+    ph, pw, stride = pool_param["pool_height"], pool_param["pool_width"], pool_param["stride"]
+    N, C, H, W = x.shape
+    dx = np.zeros_like(x)
+    for n in range(N):
+        for c in range(C):
+            for i in range(dout.shape[2]):
+                for j in range(dout.shape[3]):
+                    window = x[n, c, i * stride:i * stride + ph, j * stride:j * stride + pw]
+                    mask = window == np.max(window)
+                    dx[n, c, i * stride:i * stride + ph, j * stride:j * stride + pw] += (
+                        mask * dout[n, c, i, j])
+    return dx
+
+
+POOL = {"pool_height": 2, "pool_width": 2, "stride": 2}
+
+
+def pool_arguments(rng, H, W, dtype=np.float64, ties=False):
+    x = normal(rng, 2, 3, H, W, dtype=dtype)
+    if ties:
+        x = np.floor(x * 1.5)  # windows with several maxima
+    return normal(rng, 2, 3, H // 2, W // 2, dtype=dtype), x, POOL
+
+
+def test_max_pool_backward_ties_and_float32():
+    rng = np.random.default_rng(10)
+    f = check_calls(max_pool_backward_mask,
+                    [pool_arguments(rng, 4, 6, ties=True) for _ in range(3)])
+    assert f.stats()["compiled_calls"] == 2
+    check_calls(max_pool_backward_mask, [pool_arguments(rng, 4, 6, np.float32)
+                                         for _ in range(2)], **F32)
+
+
+@pytest.mark.parametrize("backward", [max_pool_backward_mask, max_pool_backward_four_loops])
+def test_max_pool_backward_over_image_sizes_compiles_once(backward):
+    rng = np.random.default_rng(11)
+    # outputs 5x6, 6x7, 7x5: no dim equal to N=2 or C=3; ties in the last call
+    arguments = [pool_arguments(rng, h, w) for h, w in ((10, 12), (12, 14))]
+    arguments.append(pool_arguments(rng, 14, 10, ties=True))
+    f = check_calls(backward, arguments, dynamic=True)
+    assert compiles(f) == 1 and no_eager_calls(f)

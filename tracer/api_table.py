@@ -43,6 +43,12 @@ def _name(function):
     return f"{module.replace('numpy', 'np')}.{name}"
 
 
+def _implementation(function):
+    """Where a ``FUNCTIONS`` entry is written: ``numpy_api.mean``, ``nan_reductions.nanmax``."""
+    module = getattr(function, "__module__", "") or ""
+    return f"{module.rsplit('.', 1)[-1]}.{function.__name__}"
+
+
 def _rows():
     """``(section, [(name, how)])`` in the order the page shows them."""
     ufuncs = [(f"`np.{ufunc.__name__}`", f"primitive `{prim.name}`")
@@ -53,7 +59,7 @@ def _rows():
                   for ufunc, implementation in numpy_api.UFUNC_REDUCTIONS.items()]
     foreign = [(f"`{module}.{attribute}`", f"primitive `{prim.name}`")
                for (module, attribute), prim in numpy_api.FOREIGN_UFUNCS.items()]
-    functions = [(f"`{_name(function)}`", f"`numpy_api.{implementation.__name__}`")
+    functions = [(f"`{_name(function)}`", f"`{_implementation(implementation)}`")
                  for function, implementation in numpy_api.FUNCTIONS.items()]
     creation = [(f"`np.{name}`", "a traced `full` when the shape holds a dynamic dim; a "
                  "constant otherwise") for name in ("zeros", "ones", "empty", "full")]
@@ -77,7 +83,8 @@ def _rows():
         ("Ufuncs composed from primitives", composed),
         ("Ufunc reductions", reductions),
         ("Ufuncs of other libraries (looked up when called, never imported)", foreign),
-        ("Functions (composed from primitives in `tracer/numpy_api.py`)", functions),
+        ("Functions (composed from primitives in `tracer/numpy_api.py` and the modules "
+         "it names)", functions),
         ("Array creation", creation),
         ("Array methods and properties", method_rows),
         ("Boolean-mask reads of traced data (the methods of the same names work too)", masked),

@@ -23,7 +23,20 @@ from . import ops
 from .abstract import abstractify
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
+from .flat_index import ravel_multi_index, unravel_index
 from .indexing import getitem
+from .nan_reductions import (
+    nanargmax,
+    nanargmin,
+    nancumsum,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanprod,
+    nanstd,
+    nansum,
+    nanvar,
+)
 from .primitives import bind
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
@@ -803,6 +816,18 @@ FUNCTIONS = {
     np.mean: mean,
     np.var: var,
     np.std: std,
+    np.nansum: nansum,
+    np.nanprod: nanprod,
+    np.nanmax: nanmax,
+    np.nanmin: nanmin,
+    np.nanargmax: nanargmax,
+    np.nanargmin: nanargmin,
+    np.nanmean: nanmean,
+    np.nanvar: nanvar,
+    np.nanstd: nanstd,
+    np.nancumsum: nancumsum,
+    np.unravel_index: unravel_index,
+    np.ravel_multi_index: ravel_multi_index,
     np.reshape: reshape,
     np.transpose: transpose,
     np.swapaxes: swapaxes,

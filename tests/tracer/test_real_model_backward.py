@@ -406,3 +406,163 @@ def test_max_pool_backward_over_image_sizes_compiles_once(backward):
     arguments.append(pool_arguments(rng, 14, 10, ties=True))
     f = check_calls(backward, arguments, dynamic=True)
     assert compiles(f) == 1 and no_eager_calls(f)
+
+
+def word_embedding_backward_loop(dout, x, V):
+    """Accumulates each token's gradient row at its id: repeated ids add up."""
+    N, T, D = dout.shape
+    dW = np.zeros((V, D))
+    for n in range(N):
+        for t in range(T):
+            dW[x[n, t]] += dout[n, t]
+    return dW
+
+
+def test_word_embedding_backward_by_loops_adds_repeated_ids():
+    rng = np.random.default_rng(12)
+    arguments = [(normal(rng, 2, T, 3), rng.integers(0, 5, (2, T)), 5) for T in (6, 7, 9)]
+    arguments.append((normal(rng, 2, 4, 3), np.zeros((2, 4), dtype=np.int64), 5))
+    f = check_calls(word_embedding_backward_loop, arguments, **LOOP_OPTIONS)
+    assert compiles(f) == 1 and no_eager_calls(f)
+
+
+# --- recurrent nets: steps and backward through time -----------------------------------------
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def rnn_step_forward(x, prev_h, Wx, Wh, b):
+    next_h = np.tanh(x.dot(Wx) + prev_h.dot(Wh) + b)
+    return next_h, (x, prev_h, Wx, Wh, next_h)
+
+
+def rnn_step_backward(dnext_h, cache):
+    x, prev_h, Wx, Wh, next_h = cache
+    dtanh = dnext_h * (1 - next_h ** 2)
+    return (dtanh.dot(Wx.T), dtanh.dot(Wh.T), x.T.dot(dtanh), prev_h.T.dot(dtanh),
+            np.sum(dtanh, axis=0))
+
+
+def rnn_step_forward_backward(dnext_h, x, prev_h, Wx, Wh, b):
+    _, cache = rnn_step_forward(x, prev_h, Wx, Wh, b)
+    return rnn_step_backward(dnext_h, cache)
+
+
+def lstm_step_forward(x, prev_h, prev_c, Wx, Wh, b):
+    H = prev_h.shape[1]
+    a = x.dot(Wx) + prev_h.dot(Wh) + b
+    i, f, o = sigmoid(a[:, :H]), sigmoid(a[:, H:2 * H]), sigmoid(a[:, 2 * H:3 * H])
+    g = np.tanh(a[:, 3 * H:])
+    next_c = f * prev_c + i * g
+    next_h = o * np.tanh(next_c)
+    return next_h, next_c, (x, prev_h, prev_c, Wx, Wh, i, f, o, g, next_c)
+
+
+def lstm_step_backward(dnext_h, dnext_c, cache):
+    x, prev_h, prev_c, Wx, Wh, i, f, o, g, next_c = cache
+    tanh_c = np.tanh(next_c)
+    do = dnext_h * tanh_c
+    dc = dnext_c + dnext_h * o * (1 - tanh_c ** 2)
+    da = np.hstack((dc * g * i * (1 - i), dc * prev_c * f * (1 - f), do * o * (1 - o),
+                    dc * i * (1 - g ** 2)))
+    return (da.dot(Wx.T), da.dot(Wh.T), dc * f, x.T.dot(da), prev_h.T.dot(da),
+            np.sum(da, axis=0))
+
+
+def lstm_step_forward_backward(dnext_h, dnext_c, x, prev_h, prev_c, Wx, Wh, b):
+    _, _, cache = lstm_step_forward(x, prev_h, prev_c, Wx, Wh, b)
+    return lstm_step_backward(dnext_h, dnext_c, cache)
+
+
+def test_rnn_and_lstm_step_backward_over_batch_sizes():
+    rng = np.random.default_rng(13)
+    D, H = 3, 5
+    f = check_calls(rnn_step_forward_backward,
+                    [(normal(rng, n, H), normal(rng, n, D), normal(rng, n, H),
+                      normal(rng, D, H, scale=0.5), normal(rng, H, H, scale=0.5), normal(rng, H))
+                     for n in (6, 7, 8, 1)], dynamic=True)
+    assert compiles(f) == 2
+    f = check_calls(lstm_step_forward_backward,
+                    [(normal(rng, n, H), normal(rng, n, H), normal(rng, n, D), normal(rng, n, H),
+                      normal(rng, n, H), normal(rng, D, 4 * H, scale=0.5),
+                      normal(rng, H, 4 * H, scale=0.5), normal(rng, 4 * H)) for n in (6, 7, 8)],
+                    dynamic=True)
+    assert compiles(f) == 1
+
+
+def test_rnn_step_backward_float32():
+    rng = np.random.default_rng(14)
+    D, H = 3, 5
+    arguments = [tuple(normal(rng, *shape, dtype=np.float32, scale=0.5)
+                       for shape in ((4, H), (4, D), (4, H), (D, H), (H, H), (H,)))
+                 for _ in range(2)]
+    check_calls(rnn_step_forward_backward, arguments, **F32)
+
+
+def rnn_backward_through_time(dh, x, h0, Wx, Wh, b):
+    """Forward keeps the states in a dict keyed by step (``hs[-1] = h0``), backward walks
+    ``reversed(range(T))`` carrying ``dprev`` and accumulating the weight gradients."""
+    N, T, D = x.shape
+    hs = {-1: h0}
+    for t in range(T):
+        hs[t] = np.tanh(x[:, t].dot(Wx) + hs[t - 1].dot(Wh) + b)
+    dx = np.zeros_like(x)
+    dWx, dWh, db = np.zeros_like(Wx), np.zeros_like(Wh), np.zeros_like(b)
+    dprev = np.zeros((N, h0.shape[1]))
+    for t in reversed(range(T)):
+        dtanh = (dh[:, t] + dprev) * (1 - hs[t] ** 2)
+        dx[:, t] = dtanh.dot(Wx.T)
+        dWx += x[:, t].T.dot(dtanh)
+        dWh += hs[t - 1].T.dot(dtanh)
+        db += dtanh.sum(axis=0)
+        dprev = dtanh.dot(Wh.T)
+    return dx, dprev, dWx, dWh, db
+
+
+def test_rnn_backward_through_time_one_compile_over_lengths():
+    rng = np.random.default_rng(15)
+    D, H = 3, 5
+
+    def arguments(T):
+        return (normal(rng, 2, T, H), normal(rng, 2, T, D), normal(rng, 2, H),
+                normal(rng, D, H, scale=0.5), normal(rng, H, H, scale=0.5), normal(rng, H))
+
+    f = check_calls(rnn_backward_through_time, [arguments(T) for T in (6, 9, 4, 13)],
+                    **LOOP_OPTIONS)
+    assert compiles(f) == 1 and no_eager_calls(f)
+    # T = 1 and T = 0 (an empty sequence: dx is empty, dh0 is 0) are their own variants
+    check_calls(rnn_backward_through_time, [arguments(T) for T in (1, 0)], **LOOP_OPTIONS)
+
+
+def lstm_forward_backward(x, h0, Wx, Wh, b, dh):
+    """A list of per-step caches appended in the forward loop, read back in reverse."""
+    N, T, D = x.shape
+    H = h0.shape[1]
+    h = np.zeros((N, T, H))
+    caches = []
+    prev_h, prev_c = h0, np.zeros_like(h0)
+    for t in range(T):
+        prev_h, prev_c, cache = lstm_step_forward(x[:, t], prev_h, prev_c, Wx, Wh, b)
+        h[:, t] = prev_h
+        caches.append(cache)
+    dx = np.zeros((N, T, D))
+    dWx, dWh, db = np.zeros_like(Wx), np.zeros_like(Wh), np.zeros_like(b)
+    dnext_h, dnext_c = np.zeros((N, H)), np.zeros((N, H))
+    for t in reversed(range(T)):
+        dxt, dnext_h, dnext_c, dWxt, dWht, dbt = lstm_step_backward(
+            dh[:, t] + dnext_h, dnext_c, caches[t])
+        dx[:, t] = dxt
+        dWx += dWxt
+        dWh += dWht
+        db += dbt
+    return h, dx, dnext_h, dWx, dWh, db
+
+
+def test_lstm_forward_backward_with_a_list_of_caches():
+    rng = np.random.default_rng(16)
+    D, H = 3, 5
+    f = check_calls(lstm_forward_backward,
+                    [(normal(rng, 2, T, D), normal(rng, 2, H), normal(rng, D, 4 * H, scale=0.5),
+                      normal(rng, H, 4 * H, scale=0.5), normal(rng, 4 * H), normal(rng, 2, T, H))
+                     for T in (7, 4, 9)], **LOOP_OPTIONS)
+    assert compiles(f) == 1 and no_eager_calls(f)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nan_reductions import dtype_of, raise_as_numpy
+from .nan_reductions import dtype_of, numpy_scalar, raise_as_numpy
 from .shapes import size_of
 
 _MODES = ("raise", "wrap", "clip")
@@ -58,7 +58,9 @@ def unravel_index(indices, shape, order="C"):
         else:
             coordinates.append(remaining % dim)
             remaining = remaining // dim
-    return tuple(reversed(coordinates)) if order == "C" else tuple(coordinates)
+    if order == "C":
+        coordinates.reverse()
+    return tuple(numpy_scalar(coordinate) for coordinate in coordinates)
 
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
@@ -93,5 +95,5 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
     for axis in axes:
         flat = coordinates[axis] * stride + flat
         stride = stride * dims[axis]
-    return flat if hasattr(flat, "shape") else np.intp(flat)
+    return numpy_scalar(flat) if hasattr(flat, "shape") else np.intp(flat)
 

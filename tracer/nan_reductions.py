@@ -56,6 +56,13 @@ def raise_as_numpy(function, *args, **kwargs):
         raise as_numpy_would(error) from None
 
 
+def numpy_scalar(result):
+    """A 0-d result as NumPy's functions return it, a scalar: ``result[()]``, NumPy's own
+    idiom, which a traced 0-d array keeps (so jit returns ``np.float64``, not a 0-d array,
+    where ``np.where`` made one)."""
+    return result[()] if getattr(result, "ndim", None) == 0 else result
+
+
 def _refuse(name, **options):
     given = sorted(option for option, value in options.items() if value is not _NO_VALUE)
     if given:
@@ -94,8 +101,9 @@ def _empty_as_numpy(function, a, **kwargs):
 
 def _divide_by_count(total, count):
     """``total / count`` in ``total``'s dtype, as NumPy's ``_divide_by_count`` divides in
-    place (float32 totals over an int count stay float32)."""
-    return (total / count).astype(dtype_of(total))
+    place (float32 totals over an int count stay float32); 0 / 0 is NumPy's silent NaN."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (total / count).astype(dtype_of(total))
 
 
 def _inexact(dtype):
@@ -123,7 +131,7 @@ def _nan_extremum(name, reduce, fill, a, axis, out, keepdims, initial, where):
     if mask is None:
         return result
     # NumPy warns and gives NaN for a slice of NaNs only (the fill value would win).
-    return np.where(np.all(mask, axis=axis, keepdims=keepdims), np.nan, result)
+    return numpy_scalar(np.where(np.all(mask, axis=axis, keepdims=keepdims), np.nan, result))
 
 
 def nanargmax(a, axis=None, out=None, *, keepdims=_NO_VALUE):
@@ -178,9 +186,9 @@ def _cumsum_with_infinities(x, axis, dtype):
     finite = np.cumsum(np.where(np.isfinite(x), x, 0), axis=axis, dtype=dtype)
     positive = np.cumsum(x == np.inf, axis=axis) > 0
     negative = np.cumsum(x == -np.inf, axis=axis) > 0
-    infinite = np.where(positive, np.inf, -np.inf)
-    return np.where(positive & negative, np.nan,
-                    np.where(positive | negative, infinite, finite))
+    inf, nan = (np.asarray(value, dtype_of(finite)) for value in (np.inf, np.nan))
+    infinite = np.where(positive, inf, -inf)
+    return np.where(positive & negative, nan, np.where(positive | negative, infinite, finite))
 
 
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, *, where=_NO_VALUE):
@@ -217,7 +225,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=_NO_VALUE, *,
     variance = np.sum(deviation * deviation, axis=axis, dtype=dtype, keepdims=keepdims)
     dof = reshape(count, shape_of(variance)) - ddof
     # Slices with no degree of freedom left are NaN, never inf or a negative variance.
-    return np.where(dof <= 0, np.nan, _divide_by_count(variance, dof))
+    return numpy_scalar(np.where(dof <= 0, np.nan, _divide_by_count(variance, dof)))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=_NO_VALUE, *,

@@ -100,18 +100,19 @@ def _lower(dim, ranges):
     return int(dim)
 
 
-def forward_blocking(lanes, registers, filters, width):
+def forward_blocking(lanes, registers, filters, width, most_per_block=8):
     """``(FB, NB)``: filters and vectors per register tile, for ``filters`` output channels
     (per group) and rows ``width`` wide. A tap costs ``FB * NB`` multiply-adds and
     ``FB + NB`` loads (about one each per cycle where FMA units are two 128-bit halves,
     as on znver1; at least 5 independent accumulators hide the FMA latency); tiles are
     charged whole, so blocks that overshoot the filters or the row cost what they waste.
+    ``FB`` is at most ``most_per_block`` (the fewest filters a size bucket allows).
 
     >>> forward_blocking(8, 16, 16, 224), forward_blocking(8, 16, 3, 224)
     ((2, 4), (3, 2))
     """
     best = None
-    for fb in range(1, 9):
+    for fb in range(1, max(1, min(8, most_per_block)) + 1):
         for nb in range(1, 7):
             if fb * nb + nb + 1 > registers:
                 continue
@@ -342,9 +343,11 @@ class ForwardKernel(ConvKernel):
         per_group = self.filters // self.groups if isinstance(self.filters, int) else None
         self.per_group = per_group
         self.fewest_per_group = _lower(self.filters, self.ranges) // self.groups
+        # No block larger than the fewest filters the bucket allows: that would leave
+        # every filter to the one-at-a-time path (F=3 in a bucket (2, 4]).
         self.fb, self.nb = forward_blocking(
             self.lanes, self.registers, per_group or _upper(self.filters, self.ranges),
-            _upper(self.out_width, self.ranges))
+            _upper(self.out_width, self.ranges), max(1, self.fewest_per_group))
 
     def build(self):
         kb, root = self.kb, self.kb.kernel.root
@@ -583,8 +586,9 @@ class WeightGradKernel(ConvKernel):
         kw = self.kernel[1]
         # Tiles of fb filters by jb taps of one kernel row: fb*jb accumulators plus the
         # loads of one output-gradient vector per filter and one input vector per tap.
+        most_filters = _upper(self.filters, self.ranges) // self.groups
         best = None
-        for fb in range(1, 9):
+        for fb in range(1, max(1, min(8, most_filters)) + 1):  # no wasted filters of a tile
             for jb in range(1, kw + 1):
                 if fb * jb + fb + jb + 1 > self.registers:
                     continue

@@ -308,11 +308,19 @@ class _Scheduler:
                 root = self.buffers[name].var
                 for inner in self.inlined(root):
                     owners.setdefault(inner, []).append(root)
-            for inner, roots in owners.items():
+            stage_axes = {}  # root -> the reduced axes of its first stage
+            for inner in sorted(owners, key=self.order.__getitem__):
+                roots = owners[inner]
                 eqn = self.producers[inner]
                 if eqn.prim.name not in REDUCTIONS:
                     continue
                 if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
+                    changed |= self.materialize(eqn.out)
+                    continue
+                # A kernel's rows follow its first stage: a stage over other axes (the
+                # whole array's sum beside a row sum) gets a kernel of its own.
+                axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
+                if _reduced_axes(eqn) != axes:
                     changed |= self.materialize(eqn.out)
 
     def _row_shape(self, root):

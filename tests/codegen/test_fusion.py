@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from compiled_checks import assert_within, bucket_sizes, compiled
 
+import tracejit as tj
 from tracejit import tracer
 from tracejit import nn
 
@@ -182,3 +183,31 @@ def test_long_unrolled_expression_is_split_into_bounded_kernels():
     program = compiled(("fusion", "running sum"), running_sum, x, dynamic=False,
                        capture_loops=False)
     close(program(x)[0], running_sum(x), 1e-5)
+
+
+# Reductions over different axes read by one pointwise consumer: a kernel's rows follow
+# its first stage, so each other set of axes needs its own kernel (a whole-array sum
+# beside a row sum was computed per row: a + a.sum(1, keepdims) + a.sum() gave 13, not 31).
+MIXED_AXES = [
+    ("row sum + total", lambda a: a + np.sum(a, axis=1, keepdims=True) + np.sum(a)),
+    ("total + row sum", lambda a: a + np.sum(a) + np.sum(a, axis=1, keepdims=True)),
+    ("row max - column mean", lambda a: a - np.max(a, axis=1, keepdims=True)
+     + np.mean(a, axis=0)),
+    ("3-D: last axis, last two, all", lambda a: a * np.sum(a, axis=-1, keepdims=True)
+     - np.min(a, axis=(1, 2), keepdims=True) + np.mean(a)),
+    ("same axes twice", lambda a: a / np.sum(a, axis=-1, keepdims=True)
+     + np.max(a, axis=-1, keepdims=True)),
+]
+
+
+@pytest.mark.parametrize("name, function", MIXED_AXES, ids=[name for name, _ in MIXED_AXES])
+@pytest.mark.parametrize("shape", [(4, 6), (3, 5, 7), (1, 9), (17, 3)])
+def test_reductions_over_different_axes_in_one_expression(name, function, shape):
+    if name.startswith("3-D") and len(shape) != 3:
+        pytest.skip("a 3-D expression")
+    rng = np.random.default_rng(len(name) + sum(shape))
+    a = rng.standard_normal(shape)
+    f = tj.jit(function, cache="memory")
+    for _ in range(2):  # the traced call and a compiled one
+        np.testing.assert_allclose(f(a), function(a), rtol=1e-12, atol=1e-12)
+    assert f.stats()["compiled_calls"] == 1

@@ -291,7 +291,7 @@ def test_empty_arrays_as_numpy(case):
 def nan_loss(x):
     """Each NaN-ignoring reduction applied to ``x`` itself (``np.nansum(x * x)`` would
     not do: the product's own gradient at a NaN is NaN, in NumPy's arithmetic as in any
-    autodiff). nanvar is tested on its own, see the xfail below."""
+    autodiff). nanvar is tested on its own below."""
     return (np.sum(np.nanmax(x, axis=1) * np.arange(1.0, 5.0)) + np.nanmin(x)
             + 0.3 * np.nansum(x) ** 2 + np.sum(np.nanmean(x, axis=0) ** 2) + np.nanstd(x)
             + 0.1 * np.nanprod(x[:2, :3]) + np.sum(np.nancumsum(x, axis=1)[:, -1] ** 2))
@@ -343,10 +343,6 @@ def test_gradients_match_finite_differences_and_are_zero_at_nan(loss, with_nan):
     assert f.stats()["eager_calls"] == {} and f.stats()["compiled_calls"] > 0, f.stats()
 
 
-@pytest.mark.xfail(strict=True, reason="codegen: a sum over all axes and a sum over axis 1 "
-                   "of the same array, both broadcast back, compile wrong; minimal: "
-                   "jit(lambda a: a + np.sum(a, axis=1, keepdims=True) + np.sum(a)) of "
-                   "np.ones((4, 6)) gives 13 from the 2nd call (NumPy: 31)")
 def test_compiled_gradient_of_nanstd_plus_nanvar_of_rows():
     def loss(x):
         return np.nanstd(x) + np.sum(np.nanvar(x, axis=1, ddof=1))

@@ -4,9 +4,10 @@ These are sequential in NumPy; here each is a dense composition over the axis le
 ``n`` so the result has a static rule, a gradient from the primitives' VJPs and a
 symbolic ``n`` per bucket:
 
-* ``cumsum`` multiplies by the upper-triangular ones matrix: one ``matmul`` for floats
+* ``cumsum`` multiplies by the upper-triangular ones matrix: a ``matmul`` for floats
   (BLAS; additions in another order than NumPy's running sum, so results agree within
-  rounding), an exact select-and-sum for integers and booleans;
+  rounding; infinities and NaN are counted apart, since ``inf * 0`` is NaN), an exact
+  select-and-sum for integers and booleans;
 * ``sort``/``argsort`` rank every element by counting the elements that sort before it
   (NaN last, ties by position: NumPy's stable order), then place each element at its
   rank with a select. That is ``O(n^2)`` work and memory per row: right for the short
@@ -81,7 +82,9 @@ def cumsum(a, axis=None, dtype=None, out=None):
     rows = _positions(n, x, (n, 1))
     cols = _positions(n, x, (1, n))
     upper = rows <= cols  # upper[i, k]: element i is in the k-th running sum
-    if dtype.kind in "fc":
+    if dtype.kind == "f":
+        result = _float_cumsum(x, upper.astype(dtype))
+    elif dtype.kind == "c":
         result = ops.matmul(x, upper.astype(dtype))
     else:
         terms = np.where(upper, ops.reshape(x, shape_of(x) + (1,)), np.zeros((), dtype))
@@ -94,6 +97,22 @@ def cumsum(a, axis=None, dtype=None, out=None):
 
         return _write_out(out, result, "np.cumsum")
     return result
+
+
+def _float_cumsum(x, upper):
+    """Running sums as products with the triangle of ones ``upper``, with NumPy's values
+    where they are not finite: the products add ``inf * 0`` (NaN) for every sum an
+    infinity is not in, so the finite values are summed apart and the running counts of
+    NaN, +inf and -inf decide the rest (NaN once a NaN or both infinities came by)."""
+    finite = np.isfinite(x)
+    result = ops.matmul(np.where(finite, x, np.zeros((), _dtype_of(x))), upper)
+
+    def seen(mask):  # whether a running sum has met an element where mask holds
+        return ops.matmul(mask.astype(_dtype_of(x)), upper) > 0
+
+    nan, up, down = seen(np.isnan(x)), seen(x == np.inf), seen(x == -np.inf)
+    special = np.where(nan | (up & down), np.nan, np.where(up, np.inf, -np.inf))
+    return np.where(nan | up | down, special.astype(_dtype_of(x)), result)
 
 
 def _before(x):

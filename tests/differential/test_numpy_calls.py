@@ -264,3 +264,23 @@ def test_einsum_size_mismatch_raises_like_numpy():
         np.einsum("ij,ij->i", a, b)
     with pytest.raises(ValueError):
         np.einsum("ij,ij->i", tj.tensor(a), tj.tensor(b))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cumsum_through_infinities_and_nan(dtype):
+    """The running sums are products with a triangle of ones: inf * 0 would make every
+    sum NaN that an infinity is not in. NumPy: inf after +inf, NaN after both or a NaN."""
+    x = np.array([[1.0, np.inf, 2.0, -np.inf, 3.0], [np.nan, 1, 2, 3, 4],
+                  [1, 2, -np.inf, 5, 6], [1, 2, 3, 4, 5], [np.inf, np.inf, 0, 0, 1]],
+                 dtype=dtype)
+    for function in (lambda a: np.cumsum(a, axis=1), lambda a: np.cumsum(a, axis=0),
+                     np.cumsum):
+        jitted = tj.jit(function, cache="memory")
+        with np.errstate(invalid="ignore"):
+            want = function(x)
+            for _ in range(2):
+                got = jitted(x)
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+            eager_tensor = function(tj.tensor(x)).data  # the composition eagerly, on Tensors
+        np.testing.assert_array_equal(eager_tensor, want)

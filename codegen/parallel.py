@@ -34,9 +34,10 @@ VOID = ir.VoidType()
 BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])
 
 # Pool layout (i64 fields): generation, claim counter, done counter, chunk count, body,
-# context, total, chunk size, sleepers, thread count, parked generation.
-GENERATION, CLAIM, DONE, CHUNKS, BODY, CONTEXT, TOTAL, CHUNK, SLEEPERS, THREADS, PARKED = range(11)
-POOL_FIELDS = 11
+# context, total, chunk size, sleepers, thread count, parked generation, owner flag.
+(GENERATION, CLAIM, DONE, CHUNKS, BODY, CONTEXT, TOTAL, CHUNK, SLEEPERS, THREADS, PARKED,
+ OWNED) = range(12)
+POOL_FIELDS = 12
 
 # Below this many innermost iterations a kernel runs on the calling thread.
 PARALLEL_THRESHOLD = 1 << 15
@@ -140,6 +141,19 @@ def _parallel_for(module, run_chunks):
     pool, body, context, total, chunk = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     chunks = builder.udiv(builder.add(total, builder.sub(chunk, ir.Constant(I64, 1))), chunk)
+    # One job at a time: the pool holds one job's fields, and a second caller (another
+    # Python thread: native calls release the GIL) that overwrote them gave both callers
+    # wrong results. A caller that finds the pool taken runs its chunks itself, in order.
+    taken = builder.cmpxchg(_field(builder, pool, OWNED), ir.Constant(I64, 0),
+                            ir.Constant(I64, 1), "acquire", "monotonic")
+    alone = function.append_basic_block("alone")
+    shared = function.append_basic_block("shared")
+    builder.cbranch(builder.extract_value(taken, 1), shared, alone)
+    builder.position_at_end(alone)
+    typed_body = builder.inttoptr(builder.ptrtoint(body, I64), ir.PointerType(BODY_TYPE))
+    _run_inline(builder, typed_body, context, total, chunk)
+    builder.ret_void()
+    builder.position_at_end(shared)
     for index, value in ((BODY, builder.ptrtoint(body, I64)),
                          (CONTEXT, builder.ptrtoint(context, I64)),
                          (TOTAL, total), (CHUNK, chunk), (CHUNKS, chunks)):
@@ -176,8 +190,30 @@ def _parallel_for(module, run_chunks):
     _pause(builder, module)
     builder.branch(wait)
     builder.position_at_end(done)
+    builder.store_atomic(ir.Constant(I64, 0), _field(builder, pool, OWNED), "release", 8)
     builder.ret_void()
     return function
+
+
+def _run_inline(builder, body, context, total, chunk):
+    """``body(context, start, end)`` for every chunk of ``[0, total)`` on this thread."""
+    function = builder.function
+    before = builder.block
+    header = function.append_basic_block("inline")
+    inside = function.append_basic_block("inline.body")
+    after = function.append_basic_block("inline.end")
+    builder.branch(header)
+    builder.position_at_end(header)
+    start = builder.phi(I64)
+    start.add_incoming(ir.Constant(I64, 0), before)
+    builder.cbranch(builder.icmp_unsigned("<", start, total), inside, after)
+    builder.position_at_end(inside)
+    end = builder.add(start, chunk)
+    end = builder.select(builder.icmp_unsigned(">", end, total), total, end)
+    builder.call(body, [context, start, end])
+    start.add_incoming(end, inside)
+    builder.branch(header)
+    builder.position_at_end(after)
 
 
 def _worker_loop(module, run_chunks):
@@ -265,6 +301,12 @@ def set_object_store(load, save):
     bytes | None`` and ``save(key, bytes)`` (the runtime's disk cache installs these)."""
     global _object_store
     _object_store = (load, save)
+
+
+def object_store():
+    """``(load, save)`` installed by ``set_object_store``, or None: also where
+    ``codegen/gemm.py`` keeps its compiled GEMM."""
+    return _object_store
 
 
 def runtime_object():

@@ -7,9 +7,11 @@ mask of the window's max), word embeddings, temporal affine layers and a masked
 temporal softmax loss, RNN and LSTM steps and their backward over ``reversed(range(T))``
 with a carried ``dh``, min-char-rnn's ``lossFun`` with its reversed loop and
 ``np.clip(dparam, -5, 5, out=dparam)`` over a list of gradients, Adagrad in place, a
-two-layer net's ``loss(X, y)`` returning ``(loss, grads)``, and k-nearest-neighbour
-distances. Every call is compared with plain NumPy on copies of the same arguments:
-values, shapes, dtypes, Python types and the arguments afterwards (in-place updates).
+two-layer net's ``loss(X, y)`` returning ``(loss, grads)``, a training loop inside the
+function, naive convolution backward, im2col, and k-nearest-neighbour distances; and
+``jit(value_and_grad(forward))`` against the hand-written backward. Every call is
+compared with plain NumPy on copies of the same arguments: values, shapes, dtypes,
+Python types and the arguments afterwards (in-place updates).
 Compile counts are checked where one bucket should serve several sizes.
 
 Sizes are chosen so that no two dims are equal on a traced call: with ``dynamic=True``
@@ -795,7 +797,7 @@ def train_in_place(W1, b1, W2, b2, X, y, learning_rate, num_iters):
     the loss history a list of NumPy floats."""
     N = X.shape[0]
     loss_history = []
-    for it in range(num_iters):
+    for _ in range(num_iters):
         h = np.maximum(0, X.dot(W1) + b1)
         scores = h.dot(W2) + b2
         probs = np.exp(scores - scores.max(axis=1, keepdims=True))
@@ -944,6 +946,7 @@ def test_knn_labels_by_argsort_without_ties():
     assert compiles(f) == 1 and no_eager_calls(f), f.stats()
 
 
+# --- bugs found by the training code, each reduced to a minimal case ---------------------------
 def correct_class_scores(scores, y):
     return scores[range(scores.shape[0]), y]
 
@@ -1084,6 +1087,13 @@ def test_im2col_conv_forward_over_image_sizes_compiles():
     assert no_eager_calls(f) and compiles(f) == 1, f.stats()
 
 
+def test_im2col_conv_forward_at_one_size_compiles():
+    rng = np.random.default_rng(47)
+    w, b = normal(rng, 4, 2, 3, 3), normal(rng, 4)
+    f = check_calls(conv_forward_im2col, [(normal(rng, 3, 2, 5, 6), w, b) for _ in range(3)])
+    assert no_eager_calls(f) and f.stats()["compiled_calls"] == 2, f.stats()
+
+
 def matmul_loss(W, X):
     return np.sum(X.dot(W) ** 2)
 
@@ -1099,13 +1109,6 @@ def test_value_and_grad_of_x_dot_w_with_a_plain_x():
     W, X = normal(rng, 3, 2), normal(rng, 4, 3)
     value, gradient = tj.value_and_grad(matmul_loss)(W, X)
     assert_same(gradient, 2 * X.T.dot(X.dot(W)), rtol=1e-9)
-
-
-def test_im2col_conv_forward_at_one_size_compiles():
-    rng = np.random.default_rng(47)
-    w, b = normal(rng, 4, 2, 3, 3), normal(rng, 4)
-    f = check_calls(conv_forward_im2col, [(normal(rng, 3, 2, 5, 6), w, b) for _ in range(3)])
-    assert no_eager_calls(f) and f.stats()["compiled_calls"] == 2, f.stats()
 
 
 # --- jit(value_and_grad(forward)) against the hand-written backward ---------------------------

@@ -1,11 +1,23 @@
-"""BLAS for matmul: the OpenBLAS that NumPy already ships, called from native code.
+"""Which GEMM a compiled matmul calls: NumPy's bundled OpenBLAS, or tracejit's own float32
+GEMM (``codegen/gemm.py``, AVX-512 hosts), chosen here.
 
 Compiled kernels import ``tj_sgemm`` / ``tj_dgemm`` (CBLAS ``gemm`` with 64-bit integers)
-by symbol, so object code stays relocatable and the disk cache can keep it; the addresses
-come from NumPy's bundled ``libscipy_openblas64_``. Where it cannot be found, matmul
-kernels fall back to tracejit's own loops (the cache key records which was used).
+and ``tj_sgemm_own`` by symbol, so object code stays relocatable and the disk cache can
+keep it; the OpenBLAS addresses come from NumPy's ``libscipy_openblas64_``. Where no GEMM
+can run a product, matmul kernels fall back to tracejit's own loops.
+
+``TRACEJIT_GEMM`` (read once per process) picks the float32 GEMM of 2-D products:
+
+* ``auto`` (default): the own GEMM where it measured at least as fast as OpenBLAS
+  (``own_sgemm_condition``; ``benchmarks/gemm.py``), OpenBLAS for the rest;
+* ``own``: the own GEMM for every float32 2-D product (when the host has AVX-512F);
+* ``blas``: OpenBLAS only.
+
+The choice is part of ``available()``, which the disk cache's host description includes.
 
 >>> bool(available()) in (True, False)
+True
+>>> gemm_setting() in GEMM_SETTINGS
 True
 """
 
@@ -14,11 +26,18 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
+from llvmlite import ir
 
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
+GEMM_SETTINGS = ("auto", "own", "blas")
+# Bumped when the auto rule changes: compiled programs hold the rule, so the cache key must.
+AUTO_RULE_VERSION = 1
+
+I64 = ir.IntType(64)
 
 
 @lru_cache(maxsize=None)
@@ -33,13 +52,94 @@ def _library():
     return None
 
 
+def openblas():
+    """True when NumPy's bundled OpenBLAS was found."""
+    return _library() is not None
+
+
+# --- the float32 choice -----------------------------------------------------------------------
+_overrides = []
+
+
+@lru_cache(maxsize=None)
+def _environment_setting():
+    setting = os.environ.get("TRACEJIT_GEMM", "").strip().lower() or "auto"
+    if setting not in GEMM_SETTINGS:
+        raise ValueError(f"TRACEJIT_GEMM must be one of {', '.join(GEMM_SETTINGS)}, "
+                         f"not {setting!r}")
+    return setting
+
+
+def gemm_setting():
+    """``auto``, ``own`` or ``blas``: ``TRACEJIT_GEMM``, or the innermost ``gemm_override``."""
+    return _overrides[-1] if _overrides else _environment_setting()
+
+
+@contextmanager
+def gemm_override(setting):
+    """Compile with another float32 GEMM setting (tests and benchmarks compare the two in
+    one process). The disk cache's key does not see it: use ``jit(cache="memory")``.
+
+    >>> with gemm_override("blas"):
+    ...     own_sgemm_enabled()
+    False
+    """
+    if setting not in GEMM_SETTINGS:
+        raise ValueError(f"gemm setting must be one of {GEMM_SETTINGS}, not {setting!r}")
+    _overrides.append(setting)
+    try:
+        yield
+    finally:
+        _overrides.pop()
+
+
+def own_sgemm_enabled():
+    """True when float32 2-D products may call ``tj_sgemm_own`` (the setting allows it and
+    the host has AVX-512F)."""
+    if gemm_setting() == "blas":
+        return False
+    from . import gemm
+
+    return gemm.supported()
+
+
+# Below this many multiply-adds a product with a transposed B stays on OpenBLAS: the own
+# GEMM transposes B while packing it, which dominates tiny products (RNN backward
+# dh @ Wh.T, 16 x 64 @ 64 x 64: 4.5 us vs OpenBLAS's 2.7 us on one thread; even from
+# 32 x 64 @ 64 x 64 on).
+SMALL_TRANSPOSED_B_WORK = 1 << 17
+
+
+def own_sgemm_condition(builder, m, n, k, trans_b):
+    """When a float32 2-D product calls the own GEMM rather than OpenBLAS: ``True`` (always),
+    or an ``i1`` computed at run time from ``m, n, k`` (i64 values; dims may be symbolic).
+
+    The auto rule, from ``benchmarks/gemm.py`` (1 thread, CPU time, both OpenBLAS kernels;
+    2 threads, wall time, on the shared 2-core machine): every product except small ones
+    with a transposed B. The MLP step's products ran at 0.92-3.1x OpenBLAS's speed on one
+    thread (parity within noise on the big ones, 1.2-3x on those with a dimension of 10)
+    and 1.8-60x on two threads, where OpenBLAS's threads suffer most from the machine's
+    other load; the RNN step's untransposed products at 0.92-1.16x."""
+    if gemm_setting() == "own" or not openblas():
+        return True
+    if not trans_b:
+        return True
+    work = builder.mul(builder.mul(m, n), k)
+    return builder.icmp_signed(">=", work, ir.Constant(I64, SMALL_TRANSPOSED_B_WORK))
+
+
 def available():
-    """The BLAS in use (a name for cache keys), or None (logged once: matmul then runs on
-    tracejit's own loops)."""
-    found = _library()
-    if found is None:
+    """The GEMMs compiled code may call (a name for cache keys), or None (logged once:
+    matmul then runs on tracejit's own loops)."""
+    names = []
+    if openblas():
+        names.append("numpy-openblas64")
+    else:
         _say_missing()
-    return "numpy-openblas64" if found is not None else None
+    if own_sgemm_enabled():
+        rule = f"auto{AUTO_RULE_VERSION}" if gemm_setting() == "auto" else gemm_setting()
+        names.append(f"tj_sgemm_own:{rule}")
+    return "+".join(names) or None
 
 
 @lru_cache(maxsize=None)
@@ -48,14 +148,22 @@ def _say_missing():
 
     logging.getLogger("tracejit.kernels").warning(
         "NumPy's bundled OpenBLAS (numpy.libs/libscipy_openblas64_*) was not found: "
-        "matmul runs on tracejit's own loops (correct, slower); `tracejit env` shows it")
+        "float64 (and, without AVX-512, float32) matmul runs on tracejit's own loops "
+        "(correct, slower); `tracejit env` shows it")
 
 
-def symbols():
-    """``{name: address}`` of the gemm functions compiled code imports."""
+def symbols(object_code=b""):
+    """``{name: address}`` of the gemm functions compiled code imports. The own GEMM is
+    loaded (compiled once per machine, or read from the disk cache) only for object code
+    that calls it."""
+    from . import gemm
+
     found = _library()
-    if found is None:
-        return {}
-    _, sgemm, dgemm = found
-    return {"tj_sgemm": ctypes.cast(sgemm, ctypes.c_void_p).value,
-            "tj_dgemm": ctypes.cast(dgemm, ctypes.c_void_p).value}
+    imports = {}
+    if found is not None:
+        _, sgemm, dgemm = found
+        imports = {"tj_sgemm": ctypes.cast(sgemm, ctypes.c_void_p).value,
+                   "tj_dgemm": ctypes.cast(dgemm, ctypes.c_void_p).value}
+    if gemm.ENTRY.encode() in object_code:
+        imports.update(gemm.symbols())
+    return imports

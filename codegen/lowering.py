@@ -862,14 +862,15 @@ class KernelBuilder:
                    split_level=0 if kept_axes else None)
 
     def blas_operands(self):
-        """``((buffer, transposed), (buffer, transposed))`` when BLAS can run this matmul:
-        float operands that are buffers or transposes (last two axes) of buffers."""
+        """``((buffer, transposed), (buffer, transposed))`` when a GEMM (OpenBLAS, or
+        tracejit's own for float32 2-D products) can run this matmul: float operands that
+        are buffers or transposes (last two axes) of buffers."""
         from . import blas
 
         matmul = self.kernel.matmul
-        if not blas.available() or np.dtype(matmul.out.aval.dtype) not in (
-            np.dtype(np.float32), np.dtype(np.float64)
-        ):
+        if np.dtype(matmul.out.aval.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+            return None
+        if not blas.openblas() and not self.own_gemm_shape():
             return None
         from .schedule import reshaped_buffer
 
@@ -895,6 +896,16 @@ class KernelBuilder:
                 return None
             operands.append((buffer_of(base), True))
         return tuple(operands)
+
+    def own_gemm_shape(self):
+        """True when this matmul may call tracejit's own GEMM (``codegen/gemm.py``): a
+        float32 product of two matrices, on a host and setting that allow it (``blas``)."""
+        from . import blas
+
+        matmul = self.kernel.matmul
+        return (np.dtype(matmul.out.aval.dtype) == np.dtype(np.float32)
+                and all(len(atom.aval.shape) == 2 for atom in matmul.inputs)
+                and blas.own_sgemm_enabled())
 
     def build_matmul(self):
         if self.blas_operands() is not None:
@@ -976,9 +987,12 @@ class KernelBuilder:
     def build_blas_matmul(self):
         """C = A @ B by BLAS gemm in the entry (per batch entry), then the epilogue - the
         root's pointwise expression over C, in place - split across the thread pool."""
+        from . import blas
+
         matmul, root = self.kernel.matmul, self.kernel.root
         product = matmul.out
         (a_name, a_transposed), (b_name, b_transposed) = self.blas_operands()
+        own = self.own_gemm_shape()
         a, b = matmul.inputs
         dtype = np.dtype(product.aval.dtype)
         a_shape, b_shape = tuple(a.aval.shape), tuple(b.aval.shape)
@@ -990,10 +1004,22 @@ class KernelBuilder:
         a_batch, b_batch = a_shape[:-2], b_shape[:-2]
 
         def prologue(function, builder, dims, pointers):
-            gemm = self.program.gemm_function(dtype)
             element = dtype.itemsize
-            # OpenBLAS runs its own threads: ours must not spin on the cores meanwhile.
-            builder.call(self.program.pool_park(), [self.program.pool_state(POOL_FIELDS)])
+
+            def call_blas(values, a_pointer, b_pointer, c_pointer, lda, ldb):
+                # OpenBLAS runs its own threads: ours must not spin on the cores meanwhile.
+                builder.call(self.program.pool_park(), [self.program.pool_state(POOL_FIELDS)])
+                builder.call(self.program.gemm_function(dtype), [
+                    ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
+                    ir.Constant(I32, 112 if b_transposed else 111), *values,
+                    dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
+                    dt.constant(dtype, 0.0), c_pointer, values[1]])
+
+            def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb):
+                # Splits C's rows over our pool itself (small products stay on this thread).
+                builder.call(self.program.own_gemm_function(), [
+                    _const(int(a_transposed)), _const(int(b_transposed)), *values,
+                    a_pointer, lda, b_pointer, ldb, c_pointer, values[1]])
 
             def call(a_offset, b_offset, c_offset):
                 values = [dims.dim(dim) for dim in (m, n, k)]
@@ -1005,11 +1031,19 @@ class KernelBuilder:
                     element))], source_etype=dt.I8)
                 lda = values[0] if a_transposed else values[2]
                 ldb = values[2] if b_transposed else values[1]
-                builder.call(gemm, [
-                    ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
-                    ir.Constant(I32, 112 if b_transposed else 111), *values,
-                    dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
-                    dt.constant(dtype, 0.0), c_pointer, values[1]])
+                operands = (values, a_pointer, b_pointer, c_pointer, lda, ldb)
+                if not own:
+                    call_blas(*operands)
+                    return
+                condition = blas.own_sgemm_condition(builder, *values, b_transposed)
+                if condition is True:
+                    call_own(*operands)
+                    return
+                with builder.if_else(condition) as (ours, theirs):
+                    with ours:
+                        call_own(*operands)
+                    with theirs:
+                        call_blas(*operands)
 
             if not batch:
                 call(_const(0), _const(0), _const(0))
@@ -1270,6 +1304,16 @@ class ProgramLowering:
             real = dt.register_type(dtype)
             function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
                 I32, I32, I32, I64, I64, I64, real, PTR, I64, PTR, I64, real, PTR, I64]), name)
+        return function
+
+    def own_gemm_function(self):
+        """``tj_sgemm_own`` (``codegen/gemm.py``), imported by symbol."""
+        from .gemm import ENTRY
+
+        function = self.module.globals.get(ENTRY)
+        if function is None:
+            function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
+                I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64]), ENTRY)
         return function
 
     def _profile_counters(self, count):

@@ -239,7 +239,7 @@ def link(program):
     from .parallel import pool
 
     entry = f"{_symbol_safe(program.graph.name)}_entry"
-    imports = {**pool().symbols(), **blas.symbols()}
+    imports = {**pool().symbols(), **blas.symbols(program.object_code)}
     counters = profile_symbol(_symbol_safe(program.graph.name))
     exports = [entry, counters] if program.profiled else [entry]
     exports += program.exports

@@ -1,0 +1,392 @@
+"""tracejit's own float32 GEMM (``codegen/gemm.py``) against NumPy's float64 matmul.
+
+Raw products (``gemm.matmul``, which calls the exported ``tj_sgemm_own`` as compiled
+kernels do) over tables of sizes, every transpose layout, views with a row stride, zero
+sizes, NaN and Inf; then compiled programs through ``tj.jit`` with the own GEMM forced
+(``blas.gemm_override("own")``): an MLP layer ``relu(x @ W + b)``, its value and
+gradient, transposed operands inside the function, non-contiguous and dynamic-shape
+inputs, and a warm start from the disk cache in a new process.
+
+The error bound is float32's: ``|C - C64| <= 2 K eps32 (|A| @ |B|)`` elementwise (each
+element is a sum of K products, rounded in some order; the factor 2 leaves room for the
+accumulation order, not for wrong elements: those are off by O(|A| @ |B|)).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+from tracejit.codegen import blas, gemm
+
+pytestmark = pytest.mark.skipif(
+    not gemm.supported(),
+    reason="tracejit's own GEMM needs AVX-512F, which this host lacks (matmul keeps "
+           "OpenBLAS; its tests are elsewhere)")
+
+EPS32 = 2.0 ** -24
+SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 257, 784]
+SMALL = [size for size in SIZES if size <= 100]
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (A transposed, B transposed)
+
+
+def operands(rng, m, n, k, trans_a, trans_b):
+    """``op(A)`` (m x k) and ``op(B)`` (k x n): transposes are views of row-major arrays."""
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    return (a.T if trans_a else a), (b.T if trans_b else b)
+
+
+def assert_product(got, a, b, label=""):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = a64 @ b64
+    bound = 2 * max(a.shape[1], 1) * EPS32 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    assert got.shape == want.shape and got.dtype == np.float32, label
+    error = np.abs(got - want)
+    assert np.all(error <= bound), (
+        f"{label}: worst error {np.max(error / bound):.2f} x the float32 bound")
+
+
+def test_small_sizes():
+    """M, N and K over the small sizes, the layouts taking turns (the direct and packed
+    paths, every tile edge: 1, 7, 15, 17, 31, 33 leave partial register tiles and masked
+    vectors; 255-257 cut K into blocks)."""
+    rng = np.random.default_rng(1)
+    triples = itertools.product(SMALL[:10], SMALL[:10], [1, 7, 16, 17, 33, 64, 100, 255, 257])
+    for index, (m, n, k) in enumerate(triples):
+        trans_a, trans_b = LAYOUTS[(index + index // 9) % 4]
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        out = np.full((m, n), np.nan, np.float32)  # never read: stale NaN must not leak
+        assert_product(gemm.matmul(a, b, out=out), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+
+
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+def test_tile_edges_every_layout(trans_a, trans_b):
+    rng = np.random.default_rng(2)
+    for m, n, k in itertools.product([1, 8, 17, 33], [1, 16, 17, 33], [1, 8, 31, 256]):
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+
+
+def test_large_sizes():
+    """Sizes past one cache block (K > 256 splits K; M > 128 several row blocks; N > 32
+    several panels), layouts taking turns; products this big are split over the pool's
+    threads, by rows or by columns."""
+    rng = np.random.default_rng(3)
+    triples = itertools.product([1, 17, 257, 784], [1, 33, 256, 784], [17, 255, 784])
+    for index, (m, n, k) in enumerate(triples):
+        trans_a, trans_b = LAYOUTS[(index + index // 3 + index // 12) % 4]
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+
+
+def test_mlp_and_rnn_shapes():
+    rng = np.random.default_rng(4)
+    for m, n, k, trans_a, trans_b in [(512, 1024, 784, False, False),
+                                      (784, 1024, 512, True, False),
+                                      (512, 1024, 10, False, True),
+                                      (1024, 10, 512, True, False),
+                                      (512, 10, 1024, False, False),
+                                      (16, 64, 64, False, False),
+                                      (16, 64, 64, False, True),
+                                      (64, 64, 16, True, False)]:
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k}")
+
+
+def test_strided_views_are_read_in_place_and_others_copied():
+    """Row strides larger than the row (column slices of a wider array) and transposes of
+    them are read where they are; views without a unit-stride axis are copied first."""
+    rng = np.random.default_rng(4)
+    wide = rng.standard_normal((300, 400)).astype(np.float32)
+    views = {
+        "column slice": (wide[:37, 5:134], wide[100:229, 3:70]),
+        "transposed slice": (wide[10:139, :41].T, wide[:129, 200:333]),
+        "both transposed": (wide[:20, 1:260].T, wide[50:83, 7:27].T),
+        "every other column": (wide[:33, ::2], wide[:200, 1:61:3]),
+        "reversed rows": (wide[::-1, :65], wide[:65, :19]),
+    }
+    for label, (a, b) in views.items():
+        assert_product(gemm.matmul(a, b), a, b, label)
+    assert gemm._layout(wide[:37, 5:134]) == (0, 400)
+    assert gemm._layout(wide[10:139, :41].T) == (1, 400)
+    assert gemm._layout(wide[:33, ::2]) is None
+
+
+def test_output_rows_with_a_stride():
+    rng = np.random.default_rng(5)
+    a, b = operands(rng, 40, 50, 300, False, False)
+    big = np.full((40, 70), 7.0, np.float32)
+    gemm.matmul(a, b, out=big[:, 10:60])
+    assert_product(big[:, 10:60].copy(), a, b, "strided out")
+    assert np.all(big[:, :10] == 7.0) and np.all(big[:, 60:] == 7.0)  # nothing else written
+
+
+@pytest.mark.parametrize("m, n, k", [(0, 5, 3), (4, 0, 3), (0, 0, 0), (4, 5, 0), (300, 40, 0),
+                                     (1, 1, 0)])
+def test_zero_sizes(m, n, k):
+    """Empty products; K = 0 gives zeros (overwriting what the output held)."""
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    assert np.array_equal(gemm.matmul(a, b, out=out), np.zeros((m, n), np.float32))
+    assert np.array_equal(gemm.matmul(b.T, a.T), np.zeros((n, m), np.float32))
+
+
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", [(7, 5, 3), (16, 64, 64), (100, 33, 300), (300, 600, 40),
+                                     (40, 1000, 300)])
+def test_nan_and_inf_propagate_like_blas(m, n, k, trans_a, trans_b):
+    """A NaN in A makes its row of C NaN, in B its column; an Inf times a nonzero gives Inf
+    (or NaN where Infs of both signs meet), Inf times zero NaN - as the float64 product
+    and as OpenBLAS (``np.matmul`` on float32) give them."""
+    rng = np.random.default_rng(6)
+    a, b = operands(rng, m, n, k, trans_a, trans_b)
+    a, b = np.array(a, order="F" if trans_a else "C"), np.array(b, order="F" if trans_b else "C")
+    a[m // 2, k - 1] = np.nan
+    b[k // 2, n - 1] = np.nan
+    a[m - 1, 0] = np.inf
+    b[0, 0] = 0.0  # Inf * 0: NaN in C[m-1, 0]
+    b[k - 1, n // 3] = -np.inf
+    got = gemm.matmul(a, b)  # Fortran order: read as the transpose of row-major storage
+    with np.errstate(invalid="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        blas_result = a @ b
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isnan(got), np.isnan(blas_result))
+    assert np.array_equal(np.isposinf(got), np.isposinf(want))
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+    assert np.isnan(got[m // 2]).all() and np.isnan(got[:, n - 1]).all()
+    finite = np.isfinite(want)
+    # A finite element's terms are all finite: the others do not enter its bound.
+    a64, b64 = (np.where(np.isfinite(v), v, 0).astype(np.float64) for v in (a, b))
+    bound = 2 * k * EPS32 * (np.abs(a64) @ np.abs(b64))
+    assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
+
+
+def test_concurrent_callers_get_their_own_workspaces():
+    """Python threads multiplying at once (the GIL is released in native code) each claim
+    a workspace of their own; more callers than workspaces wait for one."""
+    rng = np.random.default_rng(7)
+    cases = [operands(rng, 300, 200 + 16 * index, 400, index % 2 == 1, index % 3 == 0)
+             for index in range(8)]
+
+    def run(case):
+        a, b = case
+        return [gemm.matmul(a, b) for _ in range(3)]
+
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        results = list(executor.map(run, cases))
+    for (a, b), products in zip(cases, results):
+        for product in products:
+            assert_product(product, a, b, "concurrent")
+
+
+# --- compiled programs ----------------------------------------------------------------------
+def layer(x, w, b):
+    return np.maximum(x @ w + b, 0.0)
+
+
+def compiled_with(setting, function, **options):
+    with blas.gemm_override(setting):
+        return tj.jit(cache="memory", **options)(function)
+
+
+def first_two_calls(compiled, *args):
+    """The first call's result comes from the trace; the second runs the native code."""
+    with blas.gemm_override("own"):
+        compiled(*args)
+    result = compiled(*args)
+    assert compiled.stats()["compiled_calls"] >= 1 and not compiled.stats()["eager_calls"]
+    return result
+
+
+def assert_layer(got, x, w, b):
+    x64, w64, b64 = (v.astype(np.float64) for v in (x, w, b))
+    want = np.maximum(x64 @ w64 + b64, 0.0)
+    bound = 2 * (w.shape[0] + 1) * EPS32 * (np.abs(x64) @ np.abs(w64) + np.abs(b64)) + 1e-30
+    assert got.dtype == np.float32 and np.all(np.abs(got - want) <= bound)
+
+
+def test_layer_calls_the_own_gemm_with_its_epilogue():
+    rng = np.random.default_rng(8)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32)
+               for shape in [(100, 784), (784, 257), (257,)])
+    compiled = compiled_with("own", layer)
+    with blas.gemm_override("own"):
+        lowered = compiled.lower(x, w, b)
+    assert "tj_sgemm_own" in lowered.llvm_ir and "tj_sgemm" not in lowered.llvm_ir.replace(
+        "tj_sgemm_own", "")
+    assert len(lowered.kernels) == 1  # bias and relu stay fused after the product
+    assert_layer(first_two_calls(compiled, x, w, b), x, w, b)
+
+
+def test_float64_and_the_blas_setting_keep_openblas():
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.standard_normal(shape) for shape in [(20, 30), (30, 40), (40,)])
+    with blas.gemm_override("own"):
+        ir64 = tj.jit(cache="memory")(layer).lower(x, w, b).llvm_ir
+    assert "tj_sgemm_own" not in ir64 and "tj_dgemm" in ir64
+    x, w, b = (v.astype(np.float32) for v in (x, w, b))
+    compiled = compiled_with("blas", layer)
+    with blas.gemm_override("blas"):
+        assert "tj_sgemm_own" not in compiled.lower(x, w, b).llvm_ir
+        assert "tj_sgemm_own" not in (blas.available() or "")
+    with blas.gemm_override("own"):
+        assert "tj_sgemm_own" in blas.available()
+
+
+@pytest.mark.parametrize("name, function, shapes", [
+    ("x.T @ y", lambda x, y: x.T @ y, [(300, 40), (300, 70)]),
+    ("x @ y.T", lambda x, y: x @ y.T, [(40, 300), (70, 300)]),
+    ("x.T @ y.T", lambda x, y: np.tanh(x.T @ y.T), [(300, 40), (70, 300)]),
+    ("reshape", lambda x, y: x.reshape(60, 200) @ y, [(30, 400), (200, 17)]),
+])
+def test_transposed_and_reshaped_operands_are_read_in_place(name, function, shapes):
+    rng = np.random.default_rng(10)
+    x, y = (rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+    compiled = compiled_with("own", function)
+    with blas.gemm_override("own"):
+        lowered = compiled.lower(x, y)
+    assert "tj_sgemm_own" in lowered.llvm_ir
+    assert len(lowered.kernels) == 1, f"{name}: the operand was copied by a kernel"
+    got = first_two_calls(compiled, x, y)
+    want = function(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+
+
+def test_non_contiguous_arguments():
+    rng = np.random.default_rng(11)
+    # Separate bases: arguments that share memory run eagerly (by design).
+    x = rng.standard_normal((64, 900)).astype(np.float32)[:, 100:884]  # rows 900 apart
+    w = rng.standard_normal((784, 900)).astype(np.float32)[:, 3:603:2]  # no unit stride
+    b = rng.standard_normal(400).astype(np.float32)[::-1][:300]
+    compiled = compiled_with("own", layer)
+    assert_layer(first_two_calls(compiled, x, w, b), x, w, b)
+    assert_layer(first_two_calls(compiled, np.asfortranarray(x), w.T.copy().T, b), x, w, b)
+
+
+def test_dynamic_batch_takes_the_own_gemm_in_every_bucket():
+    """Symbolic m: the auto rule is decided at run time; every batch size is right."""
+    rng = np.random.default_rng(12)
+    w, b = rng.standard_normal((64, 64)).astype(np.float32), np.zeros(64, np.float32)
+    with blas.gemm_override("auto"):
+        compiled = tj.jit(cache="memory", dynamic=True)(layer)
+        for batch in [1, 2, 7, 16, 17, 33, 100, 256]:
+            x = rng.standard_normal((batch, 64)).astype(np.float32)
+            assert_layer(compiled(x, w, b), x, w, b)
+            assert_layer(compiled(x, w, b), x, w, b)
+    assert not compiled.stats()["eager_calls"]
+
+
+def test_auto_rule_keeps_small_products_with_a_transposed_b_on_openblas():
+    """``auto``: own GEMM, except products with a transposed B under
+    ``SMALL_TRANSPOSED_B_WORK`` multiply-adds (decided at run time for symbolic dims)."""
+    rng = np.random.default_rng(14)
+
+    def backward_step(dz, w):
+        return dz @ w.T
+
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    for batch, expected in [(16, "tj_sgemm"), (64, "tj_sgemm_own")]:
+        dz = rng.standard_normal((batch, 64)).astype(np.float32)
+        with blas.gemm_override("auto"):
+            lowered = tj.jit(cache="memory")(backward_step).lower(dz, w)
+        calls = {"tj_sgemm_own"} if "tj_sgemm_own" in lowered.llvm_ir else set()
+        calls |= {"tj_sgemm"} if "@tj_sgemm(" in lowered.llvm_ir else set()
+        assert calls == {expected}, batch
+    with blas.gemm_override("auto"):
+        compiled = tj.jit(cache="memory", dynamic=True)(backward_step)
+        for batch in [5, 16, 17, 31, 32, 33, 64, 100]:
+            dz = rng.standard_normal((batch, 64)).astype(np.float32)
+            got = compiled(dz, w)
+            got = compiled(dz, w)
+            assert_product(got, dz, w.T, f"batch {batch}")
+        assert {"tj_sgemm_own", "@tj_sgemm("} <= {
+            name for name in ("tj_sgemm_own", "@tj_sgemm(") if name in compiled.lower(
+                dz, w).llvm_ir}
+
+
+def mlp_loss(x, w, b, upstream):
+    return np.sum(np.maximum(x @ w + b, 0.0) * upstream)
+
+
+def test_mlp_layer_value_and_grad():
+    """jit(value_and_grad) of the layer: the forward product and both backward products
+    (x.T @ d and d @ W.T) call the own GEMM; value and gradients match float64 NumPy."""
+    rng = np.random.default_rng(13)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32)
+               for shape in [(64, 100), (100, 33), (33,)])
+    pre = x.astype(np.float64) @ w + b
+    # Pre-activations within float32 rounding of 0 could take either side of the relu;
+    # they get no upstream gradient, so both sides give the same loss and gradients.
+    upstream = rng.standard_normal(pre.shape).astype(np.float32) * (np.abs(pre) > 1e-3)
+    step = compiled_with("own", tj.value_and_grad(mlp_loss, argnums=(0, 1, 2)))
+    with blas.gemm_override("own"):
+        assert step.lower(x, w, b, upstream).llvm_ir.count("tj_sgemm_own") >= 3
+    value, (dx, dw, db) = first_two_calls(step, x, w, b, upstream)
+    mask = (pre > 0) * upstream.astype(np.float64)
+    want_value = np.sum(np.maximum(pre, 0) * upstream)
+    wants = {"dx": (dx, mask @ w.T.astype(np.float64)),
+             "dw": (dw, x.T.astype(np.float64) @ mask),
+             "db": (db, mask.sum(axis=0))}
+    assert abs(value - want_value) <= 1e-4 * np.sum(np.abs(np.maximum(pre, 0) * upstream))
+    for label, (got, want) in wants.items():
+        assert got.dtype == np.float32, label
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)),
+                                   err_msg=label)
+
+
+WARM_START = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tracejit as tj
+    from tracejit.codegen import gemm, llvm
+
+    compiles = []
+    original = llvm.compile_module
+    llvm.compile_module = lambda *a, **k: compiles.append(1) or original(*a, **k)
+
+    @tj.jit
+    def layer(x, w, b):
+        return np.maximum(x @ w + b, 0.0)
+
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(64, 300), (300, 40), (40,)])
+    got = layer(x, w, b)
+    got = layer(x, w, b)
+    want = np.maximum(x.astype(np.float64) @ w + b, 0)
+    llvm_compiles = len(compiles)
+    print(json.dumps(dict(error=float(np.max(np.abs(got - want))), llvm_compiles=llvm_compiles,
+                          own="tj_sgemm_own" in layer.lower(x, w, b).llvm_ir)))
+""")
+
+
+def test_warm_start_links_the_gemm_from_the_disk_cache(tmp_path):
+    """A second process loads the program and the GEMM's object code from the cache: no
+    LLVM compile at all (the program's imports include the GEMM because its object code
+    calls it)."""
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_START)
+    environment = dict(os.environ, TRACEJIT_CACHE_DIR=str(tmp_path / "cache"),
+                       TRACEJIT_GEMM="own")
+    runs = []
+    for _ in range(2):
+        process = subprocess.run([sys.executable, str(script)], env=environment,
+                                 capture_output=True, text=True, timeout=300)
+        assert process.returncode == 0, process.stderr[-3000:]
+        runs.append(json.loads(process.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["own"] and second["own"]
+    assert first["llvm_compiles"] >= 2  # the program and the GEMM
+    assert second["llvm_compiles"] == 0
+    assert first["error"] < 1e-3 and second["error"] < 1e-3

@@ -170,6 +170,48 @@ def _atom_value(atom, env, bindings):
     return value.evaluate(bindings) if isinstance(value, DimExpr) else value
 
 
+class _Step:
+    """One item of a body as ``run_body`` runs it every trip: what depends on the index
+    (params, operand dims, the result's shape) is evaluated per trip, the rest once."""
+
+    def __init__(self, item, index, bindings):
+        self.item = item
+        if isinstance(item, Guard):
+            self.kind = "guard"
+            return
+        if isinstance(item, Effect):
+            self.kind = "effect"
+            return
+        self.kind = "loop" if item.prim is loop_p else "eqn"
+        self.inputs = [(True, False, atom.name) if hasattr(atom, "name") else
+                       (False, isinstance(atom.value, DimExpr), atom.value)
+                       for atom in item.inputs]
+        fixed, self.moving = {}, []
+        for key, value in item.params:
+            if not _mentions(value, index):
+                try:
+                    fixed[key] = _evaluate(value, bindings)
+                    continue
+                except KeyError:  # a symbol bound only inside (an inner loop's own index)
+                    pass
+            self.moving.append((key, value))
+        self.params = fixed
+        shape = item.out.aval.shape
+        try:
+            self.shape = None if _mentions(shape, index) else tuple(_evaluate(shape, bindings))
+        except KeyError:
+            self.shape = None
+
+
+def _mentions(value, symbol):
+    """Whether a param or shape (dims, tuples of them) involves ``symbol``."""
+    if isinstance(value, DimExpr):
+        return symbol in value.symbols()
+    if isinstance(value, tuple):
+        return any(_mentions(item, symbol) for item in value)
+    return False
+
+
 def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
              effects=None):
     """Run the loop eagerly: ``carried`` values through ``range(start, stop, step)``
@@ -187,34 +229,41 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
     carried = [np.array(value) if position in plan.writes else value
                for position, value in enumerate(carried)]
     params = body.inputs
+    steps = [_Step(item, index, bindings) for item in plan.items]
     for t in range(start, stop, step):
         scope = dict(bindings)
         scope[index] = t
         env = {var.name: value for var, value in zip(params, (*carried, *free))}
-        for eqn in plan.items:
-            if isinstance(eqn, Guard):
+        for step_ in steps:
+            eqn = step_.item
+            if step_.kind == "guard":
                 if not guard_holds(eqn, _atom_value(eqn.predicate, env, scope)):
                     raise LoopGuardFailed(t, eqn)
                 continue
-            if isinstance(eqn, Effect):
+            if step_.kind == "effect":
                 text = print_text(eqn, [_atom_value(atom, env, scope) for atom in eqn.inputs])
                 if effects is None:
                     emit([text])
                 else:
                     effects.append(text)
                 continue
-            values = [_atom_value(atom, env, scope) for atom in eqn.inputs]
-            concrete = {key: _evaluate(value, scope) for key, value in eqn.params}
-            if eqn.prim is loop_p:
+            values = [env[key] if is_var else (_evaluate(key, scope) if is_dim else key)
+                      for is_var, is_dim, key in step_.inputs]
+            if step_.kind == "loop":
                 result = _loop_impl(*values, bindings=scope, effects=effects,
                                     **dict(eqn.params))
             else:
+                concrete = step_.params
+                if step_.moving:  # params that follow the index: per trip
+                    concrete = {**concrete, **{key: _evaluate(value, scope)
+                                               for key, value in step_.moving}}
                 result = eqn.prim.impl(*values, **concrete)
-            expected = _evaluate(eqn.out.aval.shape, scope)
-            if np.shape(result) != tuple(expected):
+            expected = step_.shape if step_.shape is not None else tuple(
+                _evaluate(eqn.out.aval.shape, scope))
+            if np.shape(result) != expected:
                 raise IndexError(
                     f"loop iteration {t}: {eqn.prim.name} gives shape {np.shape(result)}, "
-                    f"the loop body was traced with {tuple(expected)} (an index out of range)"
+                    f"the loop body was traced with {expected} (an index out of range)"
                 )
             env[eqn.out.name] = result
         updated = []

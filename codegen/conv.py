@@ -60,6 +60,8 @@ I1, I32, I64 = dt.I1, dt.I32, dt.I64
 PTR = ir.PointerType()
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
+# Strides up to this load consecutive vectors and shuffle; larger ones gather lanes.
+WIDEST_STEP = 4
 # Bytes of output gradient and input rows a weight-gradient band keeps in cache (L2).
 BAND_BYTES = 192 * 1024
 OUT_OF_MEMORY = 3  # kernel status: malloc failed (the call runs eagerly)
@@ -210,14 +212,35 @@ class ConvKernel:
                                       ir.Constant(ir.VectorType(I32, self.lanes),
                                                   [0] * self.lanes))
 
-    def load_row(self, builder, row, column, step, mask=None):
-        """The vector ``row[column + lane * step]``; lanes off in ``mask`` read 0 (and read
-        no memory). A unit step is one (masked) vector load; a stride gathers lanes."""
+    def load_row(self, builder, row, column, step, mask=None, width=None):
+        """The vector ``row[column + lane * step]``; lanes off in ``mask`` read 0. A unit
+        step is one (masked) vector load; steps up to ``WIDEST_STEP`` load ``step``
+        consecutive vectors (masked to ``[0, width)``: with a mask, no memory outside the
+        row is read) and keep every ``step``-th element (a shuffle: permutes across two
+        registers); a larger stride gathers lanes one by one. Unmasked, a wide load reads
+        ``step - 1`` elements past the last lane: callers check that they are inside the
+        row."""
         if step == 1:
             pointer = self.at(builder, row, column)
             if mask is None:
                 return builder.load(pointer, typ=self.vector, align=self.dtype.itemsize)
             return self.masked_load(builder, pointer, mask)
+        if step <= WIDEST_STEP:
+            parts = []
+            for part in range(step):
+                start = builder.add(column, _const(part * self.lanes))
+                pointer = self.at(builder, row, start)
+                if mask is None:
+                    parts.append(builder.load(pointer, typ=self.vector,
+                                              align=self.dtype.itemsize))
+                    continue
+                positions = builder.add(self.splat_index(builder, start), self.lane_offsets())
+                parts.append(self.masked_load(builder, pointer, self.inside(
+                    builder, positions, _const(0), width)))
+            picked = self.every(builder, parts, step)
+            if mask is None:
+                return picked
+            return builder.select(mask, picked, ir.Constant(self.vector, None))
         vector = ir.Constant(self.vector, None)
         for lane in range(self.lanes):
             index = builder.add(column, _const(lane * step))
@@ -229,6 +252,21 @@ class ConvKernel:
                 value = builder.select(on, value, ir.Constant(self.element, 0.0))
             vector = builder.insert_element(vector, value, ir.Constant(I32, lane))
         return vector
+
+    def every(self, builder, parts, step):
+        """Elements ``0, step, 2 * step, ...`` of the concatenated vectors ``parts``."""
+        lanes = self.lanes
+        pairs = [parts[index:index + 2] for index in range(0, len(parts), 2)]
+        halves = []
+        for pair in pairs:
+            if len(pair) == 1:
+                pair = pair * 2  # the duplicate fills the unused upper half
+            halves.append(builder.shuffle_vector(pair[0], pair[1], ir.Constant(
+                ir.VectorType(I32, 2 * lanes), list(range(2 * lanes)))))
+        indices = ir.Constant(ir.VectorType(I32, lanes), [lane * step for lane in range(lanes)])
+        if len(halves) == 1:  # step 2: pick from the two loads directly
+            return builder.shuffle_vector(parts[0], parts[1], indices)
+        return builder.shuffle_vector(halves[0], halves[1], indices)
 
     def inside(self, builder, positions, low, high):
         """Lanes with ``low <= position < high`` (``positions`` a vector of i64)."""
@@ -444,8 +482,10 @@ class ForwardKernel(ConvKernel):
         def tile(builder, index, _):
             ow0 = builder.mul(index, _const(span))
             first = builder.sub(builder.mul(ow0, _const(sw)), _const(left))
+            # the last element loaded: a wide (strided) load reads sw - 1 past its last lane
+            past = sw - 1 if 1 < sw <= WIDEST_STEP else 0
             last = builder.add(builder.mul(builder.add(ow0, _const(span - 1)), _const(sw)),
-                               _const(reach - left))
+                               _const(reach - left + past))
             interior = builder.and_(builder.icmp_signed(">=", first, _const(0)),
                                     builder.icmp_signed("<", last, width))
             plain = builder.function.append_basic_block("tile.interior")
@@ -516,7 +556,7 @@ class ForwardKernel(ConvKernel):
                                           _const(kw))
                     for j in range(kw):
                         inputs = [zero if padding else self.load_row(
-                            builder, row, columns[v, j], sw, masks.get((v, j)))
+                            builder, row, columns[v, j], sw, masks.get((v, j)), width)
                             for v in range(nb)]
                         for f in range(fb):
                             offset = builder.add(builder.mul(_const(f), taps),
@@ -800,11 +840,13 @@ class WeightGradKernel(ConvKernel):
         # first vector t with t*lanes*sw + reach_low >= 0
         need = max(0, -reach_low)
         first_plain = _const(math.ceil(need / (lanes * sw)))
-        # last: ((t + 1) * lanes - 1) * sw + reach_high < W and (t + 1) * lanes <= OW
-        limit_w = builder.sdiv(builder.add(builder.sub(width, _const(reach_high + 1)),
-                                           _const(sw)), _const(lanes * sw))
-        limit_w = builder.select(builder.icmp_signed("<", builder.sub(
-            width, _const(reach_high + 1)), _const(-sw)), _const(0), limit_w)
+        # last: ((t + 1) * lanes - 1) * sw + reach_high + past < W and (t + 1) * lanes <= OW,
+        # where a wide (strided) load reads past = sw - 1 elements beyond its last lane
+        past = sw - 1 if 1 < sw <= WIDEST_STEP else 0
+        room = builder.sub(width, _const(reach_high + 1 + past))  # >= ((t+1)*lanes - 1)*sw
+        limit_w = builder.sdiv(builder.add(room, _const(sw)), _const(lanes * sw))
+        limit_w = builder.select(builder.icmp_signed("<", room, _const(-sw)), _const(0),
+                                 limit_w)
         limit_out = builder.sdiv(out_width, _const(lanes))
         last_plain = builder.select(builder.icmp_signed("<", limit_w, limit_out), limit_w,
                                     limit_out)
@@ -857,7 +899,7 @@ class WeightGradKernel(ConvKernel):
                             # so an Inf or NaN output gradient makes the weight gradient
                             # NaN as zero padding does eagerly.
                             inputs = zero if padding else self.load_row(
-                                builder, x_row, columns[jj], sw, masks[jj])
+                                builder, x_row, columns[jj], sw, masks[jj], width)
                             for f in range(fb):
                                 accumulators[f * jb + jj] = self.fmuladd(
                                     builder, grads[f], inputs, accumulators[f * jb + jj])

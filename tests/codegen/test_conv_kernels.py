@@ -244,3 +244,20 @@ def test_mixed_dtypes_compile_in_the_common_float_dtype(dtypes):
         leaves = [tj.tensor(value, requires_grad=True) for value in (x, w)]
         tj.jit(loss, cache="memory")(*leaves).backward()
         assert [leaf.grad.dtype for leaf in leaves] == [x.dtype, w.dtype]
+
+
+def test_strided_input_gradient_is_one_convolution_per_phase():
+    """A stride-2 input gradient is four stride-1 convolutions of the output gradient, one
+    per (row, column) phase of the input, with the taps that reach it: no copy of the
+    gradient with zeros spread between its rows (four times the multiply-adds)."""
+    rng = np.random.default_rng(10)
+    x, w = rng.standard_normal((2, 3, 11, 10)), rng.standard_normal((4, 3, 3, 3))
+
+    def loss(x, w):
+        return np.sum(np.sin(nn.conv2d(x, w, padding=1, stride=2)))
+
+    step = tj.jit(tj.grad(loss), dynamic=True, cache="memory", fallback="raise")
+    assert_compiled_matches_eager(step, (x, w))
+    graph = step.lower(x, w).ir
+    assert " pad(" not in graph, graph
+    assert graph.count("= conv2d(") == 1 + 4, graph

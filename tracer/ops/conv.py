@@ -27,13 +27,17 @@ Composites (``tracejit.nn.conv2d``, ``conv1d``) bind these; codegen lowers them 
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import numpy as np
 
 from ..abstract import AbstractArray
 from ..primitives import Primitive, bind
 from ..shapes import ShapeError
+from .creation import full
 from .pointwise import cast_p
-from .structural import flip, pad, reshape, shape_of, slice_axes, transpose
+from .structural import concatenate, flip, reshape, shape_of, slice_axes, transpose
 
 NO_PADDING = ((0, 0), (0, 0))
 
@@ -156,29 +160,90 @@ def _weight_grad_rule(x, g, kernel, strides, padding, dilation, groups):
 # --- VJPs: convolutions ----------------------------------------------------------------
 def conv2d_transpose(g, w, input_shape, strides, padding, dilation, groups):
     """The transpose of ``conv2d(., w)`` applied to ``g``: the input gradient, of
-    ``input_shape``. A stride-1 convolution of ``g`` (spread at the stride) with the
-    flipped weights, in and out channels swapped within each group."""
+    ``input_shape``. Stride 1: a convolution of ``g`` with the flipped weights, in and out
+    channels swapped within each group. Strided: one stride-1 convolution per *phase*
+    (the input rows ``a, a + sh, ...`` and columns ``b, b + sw, ...``), each with the taps
+    that reach that phase, interleaved: no zeros spread between the rows of ``g`` and
+    multiplied (a stride-2 gradient did 4x the multiply-adds that way)."""
     filters, group_channels = shape_of(w)[:2]
     kernel = _kernel_of(w)
     per_group = filters // groups
-    flipped = reshape(w, (groups, per_group, group_channels, *kernel))
-    flipped = transpose(flipped, (0, 2, 1, 3, 4))
-    flipped = flip(reshape(flipped, (groups * group_channels, per_group, *kernel)), (2, 3))
-    (sh, sw), (dh, dw) = strides, dilation
-    spread = g
-    if sh > 1 or sw > 1:
-        spread = pad(g, ((0, 0, 0), (0, 0, 0), (0, 0, sh - 1), (0, 0, sw - 1)))
-    # Full correlation: every input position sees each output it fed. A stride leaves up to
-    # stride - 1 input rows (columns) past the last window; the extra high padding covers
-    # them and the slice below trims what lies beyond the input.
-    reach = (dh * (kernel[0] - 1), dw * (kernel[1] - 1))
-    transposed_padding = tuple((reach[axis] - padding[axis][0],
-                                reach[axis] - padding[axis][1] + strides[axis] - 1)
-                               for axis in range(2))
-    out = conv2d(spread, flipped, (1, 1), transposed_padding, dilation, groups, kernel)
-    if sh > 1 or sw > 1:
-        out = slice_axes(out, (0, 0, 0, 0), tuple(input_shape), (1, 1, 1, 1))
-    return out
+    swapped = reshape(w, (groups, per_group, group_channels, *kernel))
+    swapped = transpose(swapped, (0, 2, 1, 3, 4))
+    swapped = reshape(swapped, (groups * group_channels, per_group, *kernel))
+    if tuple(strides) == (1, 1):
+        # Full correlation: every input position sees each output it fed.
+        reach = (dilation[0] * (kernel[0] - 1), dilation[1] * (kernel[1] - 1))
+        transposed_padding = tuple((reach[axis] - padding[axis][0],
+                                    reach[axis] - padding[axis][1]) for axis in range(2))
+        return conv2d(g, flip(swapped, (2, 3)), (1, 1), transposed_padding, dilation, groups,
+                      kernel)
+    batch, channels, height, width = input_shape
+    plans = [[_phase(strides[axis], kernel[axis], dilation[axis], padding[axis], phase)
+              for phase in range(strides[axis])] for axis in range(2)]
+    rows_per_phase = (height + strides[0] - 1) // strides[0]
+    columns_per_phase = (width + strides[1] - 1) // strides[1]
+    phase_shape = (batch, channels, rows_per_phase, columns_per_phase)
+    rows = []
+    for row_plan in plans[0]:
+        row = []
+        for column_plan in plans[1]:
+            if row_plan is None or column_plan is None:  # no tap reaches this phase
+                part = full(phase_shape, 0.0, np.result_type(g.dtype, w.dtype), like=g)
+            else:
+                taps = slice_axes(swapped, (0, 0, row_plan.first, column_plan.first),
+                                  (*shape_of(swapped)[:2], row_plan.end, column_plan.end),
+                                  (1, 1, row_plan.step, column_plan.step))
+                part = conv2d(g, flip(taps, (2, 3)), (1, 1),
+                              (row_plan.padding, column_plan.padding),
+                              (row_plan.dilation, column_plan.dilation), groups,
+                              (row_plan.taps, column_plan.taps))
+                part = slice_axes(part, (0, 0, 0, 0), phase_shape, (1, 1, 1, 1))
+            row.append(reshape(part, (*phase_shape, 1)))
+        # (N, C, H/sh, W/sw, sw) -> columns interleaved
+        row = reshape(concatenate(row, axis=4),
+                      (batch, channels, rows_per_phase, 1, columns_per_phase * strides[1]))
+        rows.append(row)
+    out = reshape(concatenate(rows, axis=3), (batch, channels, rows_per_phase * strides[0],
+                                              columns_per_phase * strides[1]))
+    return slice_axes(out, (0, 0, 0, 0), tuple(input_shape), (1, 1, 1, 1))
+
+
+class _PhasePlan(NamedTuple):
+    first: int  # the first kernel tap that reaches the phase
+    end: int  # past the last one
+    step: int  # taps between two that reach it
+    taps: int
+    dilation: int  # of the phase's convolution over g
+    padding: tuple  # (low, high) of the phase's convolution over g
+
+
+def _phase(stride, kernel, dilation, padding, phase):
+    """How input positions ``phase + stride * q`` get their gradient along one axis: from
+    the taps ``i`` with ``(phase + low - i * dilation) % stride == 0``, output position
+    ``q + (phase + low - i * dilation) // stride``; a correlation of ``g`` with those taps
+    reversed. None when no tap reaches the phase. The high padding makes the correlation at
+    least ``ceil(size / stride)`` long for every input size (the excess is sliced off).
+
+    >>> [(plan.first, plan.taps, plan.padding) for plan in (_phase(2, 3, 1, (1, 1), 0),
+    ...                                                     _phase(2, 3, 1, (1, 1), 1))]
+    [(1, 1, (0, 0)), (0, 2, (0, 1))]
+    """
+    low, high = padding
+    reaching = [tap for tap in range(kernel) if (phase + low - tap * dilation) % stride == 0]
+    if not reaching:
+        return None
+    step = reaching[1] - reaching[0] if len(reaching) > 1 else 1
+    last_offset = (phase + low - reaching[-1] * dilation) // stride
+    phase_dilation = dilation // math.gcd(dilation, stride)
+    # ceil(size / stride) - conv2d's output size depends only on size % stride
+    span = dilation * (kernel - 1)
+    excess = max((remainder > 0) - (remainder + low + high - span - 1) // stride - 1
+                 for remainder in range(stride))
+    phase_low = -last_offset
+    phase_high = excess - phase_low + phase_dilation * (len(reaching) - 1)
+    return _PhasePlan(reaching[0], reaching[-1] + 1, step, len(reaching), phase_dilation,
+                      (phase_low, phase_high))
 
 
 def _conv2d_vjp_x(g, x, w, out, kernel, strides, padding, dilation, groups):

@@ -1,5 +1,5 @@
-"""Hand-built AVX-512 SGEMM in LLVM IR (llvmlite.ir), BLIS-style - an experiment, not yet
-used by tracejit (see README.md in this directory for the design, results and integration plan).
+"""Hand-built AVX-512 SGEMM in LLVM IR (llvmlite.ir), BLIS-style - the experiment behind
+tracejit's codegen/gemm.py (see README.md in this directory for the design and results).
 
 C[row_begin:row_end, :N] = op(A)[row_begin:row_end, :K] @ op(B)[:K, :N]   (row-major, beta=0)
 

@@ -517,6 +517,12 @@ def render(function):
 
 
 # --- hooks -----------------------------------------------------------------------------
+def _is_ufunc_at(function):
+    """``np.add.at`` and its like: ufunc methods that write into their first argument."""
+    return isinstance(getattr(function, "__self__", None), np.ufunc) and getattr(
+        function, "__name__", "") == "at"
+
+
 def _traced_index(index):
     """Whether a subscript holds a traced array or a symbolic int (``ids[t]``, ``t``)."""
     return _any_tracer(index if isinstance(index, tuple) else (index,))
@@ -559,8 +565,8 @@ def _is_plain_object(value):
     a scalar, which are inputs or guarded already)."""
     return value is not None and not isinstance(
         value, (np.ndarray, np.generic, int, float, complex, str, bytes, tuple, list, dict,
-                types.ModuleType, type)) and getattr(type(value), "__tracejit_priority__",
-                                                     0) == 0
+                StackedList, types.ModuleType, type)) and getattr(  # (a list of the trace)
+        type(value), "__tracejit_priority__", 0) == 0
 
 
 def _enters(function):
@@ -782,6 +788,15 @@ class Hooks:
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
             return args[0].shape[0]
+        if _is_ufunc_at(function) and args and isinstance(args[0], np.ndarray) and (
+                _any_tracer(args[1:])):
+            # np.add.at(dW, ids, dout) into a buffer made here: into its traced copy, which
+            # every later read of the buffer sees
+            if id(args[0]) in self.context.implicit_candidates or self.context.is_implicit(
+                    args[0]):
+                raise _refusal("np.add.at into a global array; compiled runs would skip it. "
+                               "Return the new array instead")
+            return function(self._traced_copy(args[0]), *args[1:], **kwargs)
         if function in (int, math.floor, math.trunc) and len(args) == 1 and not kwargs:
             whole = integer_quotient(args[0])  # int((w - f) / s) + 1 stays a dim
             if whole is not None:
@@ -946,6 +961,13 @@ class Hooks:
     def update_item(self, container, index, value, operation, outside):
         # a[i] += v is a[i] = a[i] + v (``a[i]`` is a view: updating it in place would not
         # reach ``a`` under tracing).
+        if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
+            container = self.context.replaced[id(container)]
+        if (isinstance(container, np.ndarray) and _traced_index(index) and not outside
+                and id(container) not in self.context.implicit_candidates):
+            # dW[ids] += g into np.zeros: read through the traced copy the write makes,
+            # not NumPy's indexing (which would read the traced position as a number)
+            container = self._traced_copy(container)
         updated = getattr(operator, operation)(container[index], value)
         return self.set_item(container, index, updated, outside)
 

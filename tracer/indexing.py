@@ -360,9 +360,23 @@ def _masked_fill(x, mask, value):
     return ops.bind(ops.where_p, mask, value, x)
 
 
-def _scatter(plan, value):
+def add_at(x, index, value):
+    """``x`` after ``np.add.at(x, index, value)``, as a new array: unbuffered, so a
+    position an index array repeats gets every value added (the scatter's own sum).
+
+    >>> add_at(np.zeros(4), np.array([1, 1, 3]), np.array([1.0, 2.0, 5.0])).tolist()
+    [0.0, 3.0, 0.0, 5.0]
+    """
+    plan = IndexPlan(tuple(shape_of(x)), index)
+    value = _broadcast_value(value, plan.result_shape(), x)
+    if getattr(value, "dtype", None) != x.dtype:
+        value = ops.bind(ops.cast_p, value, dtype=x.dtype)
+    return x + _scatter(plan, value, unique=False)
+
+
+def _scatter(plan, value, unique=True):
     if plan.advanced:
-        value = _scatter_advanced(value, plan)
+        value = _scatter_advanced(value, plan, unique)
     value = ops.reshape(value, plan.sliced_shape)
     value = ops.flip(value, plan.flipped)
     return ops.pad(value, plan.pad_config())
@@ -405,10 +419,12 @@ def _gather_advanced(x, advanced):
     return ops.gather(x, flat, axis=first)
 
 
-def _scatter_advanced(value, plan):
-    """The transpose of ``_gather_advanced``: ``value`` placed into ``plan.new_shape``."""
+def _scatter_advanced(value, plan, unique=True):
+    """The transpose of ``_gather_advanced``: ``value`` placed into ``plan.new_shape``
+    (values at a repeated position add up; ``unique`` refuses that, as assignment must)."""
     permutation, first, dims, flat = _advanced_layout(plan.new_shape, plan.advanced)
-    _check_unique_positions(flat, size_of(dims))
+    if unique:
+        _check_unique_positions(flat, size_of(dims))
     shape = plan.new_shape
     if permutation is not None:
         shape = tuple(shape[axis] for axis in permutation)

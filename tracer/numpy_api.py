@@ -24,7 +24,7 @@ from .abstract import abstractify
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
-from .indexing import getitem
+from .indexing import add_at, getitem
 from .nan_reductions import (
     nanargmax,
     nanargmin,
@@ -708,6 +708,22 @@ UFUNC_REDUCTIONS = {
 }
 
 
+def _ufunc_at(ufunc, target, index, value):
+    """``np.add.at(target, index, value)`` (and ``np.subtract.at``) on a tracejit array:
+    unbuffered, so repeated positions add every value (an embedding's backward). The
+    front end passes NumPy buffers made in the function here as their traced copies."""
+    if isinstance(target, np.ndarray):
+        raise UnsupportedError(f"np.{ufunc.__name__}.at into a NumPy array that is not a "
+                               "buffer of this function; write into an array it creates")
+    if ufunc is np.subtract:
+        value = np.negative(value)
+    updated = add_at(target, index, value)
+    if hasattr(target, "_update"):  # a tracer: every name for it sees the write
+        target._update(updated)
+    else:  # a Tensor: a differentiable assignment
+        target[...] = updated
+
+
 def array_ufunc(ufunc, method, *inputs, **kwargs):
     """The body of ``__array_ufunc__`` for tracejit arrays."""
     name = f"np.{ufunc.__name__}"
@@ -717,6 +733,8 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         }
         kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
         return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
+    if method == "at" and ufunc in (np.add, np.subtract) and len(inputs) == 3 and not kwargs:
+        return _ufunc_at(ufunc, *inputs)
     if method != "__call__":
         raise UnsupportedError(f"{name}.{method} is not supported on tracejit arrays")
     out = kwargs.pop("out", None)

@@ -631,12 +631,6 @@ def list_of_step_tuples_passed_to_a_helper(x):
     return first_pair_sum(pairs)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "the second call raises TraceError 'a traced value was used after its trace finished': "
-    "a list appended in a captured loop is a loop_containers.StackedList, which "
-    "frontend._is_plain_object takes for a user object, so Hooks._path makes the helper's "
-    "`pairs[0]` a ('self', <the StackedList>) path and the tuple unpack an entry guard "
-    "len(self[0]) == 2 that re-reads the dead trace's list at every call"))
 def test_list_of_step_tuples_passed_to_a_helper():
     f = jitted(list_of_step_tuples_passed_to_a_helper, **LOOP_OPTIONS)
     for T in (5, 5, 6):
@@ -705,21 +699,12 @@ def add_rows_at_tokens(g, ids):
     return dW
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`dW[ids[0]] += g` into a NumPy buffer specializes the token id (a guard "
-    "index(...) == id, then side exits and a compile per id), though `dW[ids[0]] = g` "
-    "makes a traced copy: frontend.Hooks.update_item reads container[index] from the "
-    "NumPy array (which calls the traced index's __index__) before set_item's traced copy"))
 def test_augmented_write_at_a_token_id_into_a_numpy_buffer_compiles_once():
     rng = np.random.default_rng(20)
     f = check_calls(add_row_at_token, [(normal(rng, 3), np.array([k, 1])) for k in (2, 0, 4, 3)])
     assert compiles(f) == 1 and no_eager_calls(f), f.stats()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`dW[ids] += g` into a NumPy buffer runs eagerly ('a traced array was converted to a "
-    "NumPy array'): frontend.Hooks.update_item indexes the NumPy array with the traced "
-    "index array before set_item's traced copy"))
 def test_augmented_write_at_token_ids_into_a_numpy_buffer_compiles():
     rng = np.random.default_rng(21)
     f = check_calls(add_rows_at_tokens, [(normal(rng, 2, 3), rng.permutation(5)[:2])
@@ -733,10 +718,6 @@ def word_embedding_backward(dout, x, W):
     return dW
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "np.add.at runs eagerly ('np.add.at is not supported on tracejit arrays'): "
-    "numpy_api.array_ufunc refuses every ufunc method but reduce, though ops.scatter_add "
-    "(the transpose of gather, used by index writes) is exactly np.add.at with repeats"))
 def test_word_embedding_backward_with_add_at_compiles():
     rng = np.random.default_rng(22)
     W = normal(rng, 7, 3)

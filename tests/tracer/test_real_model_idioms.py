@@ -520,3 +520,35 @@ def test_lists_of_token_ids_become_inputs_after_one_retrace():
         batches.append((W, ids[:-1], ids[1:]))
     f = check_calls(token_loss, batches)
     assert compiles(f) == 2 and f.stats()["compiled_calls"] == 4, f.stats()
+
+
+def col2im_like(cols, rows, columns, shape):
+    """np.add.at with repeated positions and a tuple of index arrays, and subtract.at."""
+    image = np.zeros(shape)
+    np.add.at(image, (rows, columns), cols)
+    np.subtract.at(image, rows[:2], 0.5)
+    return image
+
+
+def test_ufunc_at_adds_every_repeated_position():
+    rng = rng_for(14)
+    rows, columns = np.array([0, 2, 2, 1, 0]), np.array([1, 1, 1, 3, 1])
+    f = check_calls(col2im_like, [(rng.standard_normal(5), rows, columns, (3, 4))
+                                  for _ in range(3)])
+    assert f.stats()["eager_calls"] == {} and compiles(f) == 1, f.stats()
+
+
+def test_ufunc_at_on_tensors_keeps_the_gradient():
+    rng = rng_for(15)
+    W, ids = rng.standard_normal((5, 3)), np.array([1, 4, 1, 0])
+
+    def loss(W):
+        dW = np.zeros_like(W)
+        np.add.at(dW, ids, W[ids] * 2.0)
+        return np.sum(dW * dW)
+
+    value, gradient = tj.value_and_grad(loss)(W)
+    jit_value, jit_gradient = tj.jit(tj.value_and_grad(loss), cache="memory")(W)
+    np.testing.assert_allclose(value, loss(W))
+    np.testing.assert_allclose(jit_value, value)
+    np.testing.assert_allclose(jit_gradient, gradient)

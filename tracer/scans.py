@@ -118,6 +118,29 @@ def _float_cumsum(x, upper):
 def _before(x):
     """``before[..., i, j]``: element ``j`` sorts before element ``i`` (NumPy's order:
     NaN after everything, equal elements by position)."""
+    less, equal, earlier = _comparisons(x)
+    return less | (equal & earlier)
+
+
+def _no_ties(x):
+    """Whether no axis holds two equal elements (or two NaN): NumPy's default argsort
+    (quicksort: introsort or a SIMD sort) orders those as it happens to, which no
+    composition reproduces. For integers and booleans, traced, ``bool`` makes it a guard,
+    so a later call with ties leaves compiled code for NumPy."""
+    ordered = sort(x, axis=-1)
+    repeats = np.any(ordered[..., 1:] == ordered[..., :-1])
+    if _dtype_of(x).kind != "f":
+        return bool(~repeats)
+    # Floats: computed values differ from NumPy's by rounding, so a guard on their
+    # equality could rarely be decided (every call would run eagerly); the ties of the
+    # traced call are checked on its real values only (docs/sharp_bits.md).
+    repeats = repeats | np.any(np.sum(np.isnan(x), axis=-1) > 1)
+    return not np.asarray(getattr(repeats, "value", repeats)).item()
+
+
+def _comparisons(x):
+    """``(less, equal, earlier)[..., i, j]``: element ``j`` is less than / equal to /
+    before element ``i`` in NumPy's sort order (NaN after everything)."""
     n = shape_of(x)[-1]
     mine = ops.reshape(x, shape_of(x) + (1,))
     other = ops.reshape(x, shape_of(x)[:-1] + (1, n))
@@ -131,7 +154,7 @@ def _before(x):
         equal = other == mine
     else:
         less, equal = other < mine, other == mine
-    return less | (equal & earlier)
+    return less, equal, earlier
 
 
 def _placement(x):
@@ -174,7 +197,8 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
-    """NumPy's ``argsort`` (a stable sort: equal elements keep their order)."""
+    """NumPy's ``argsort``: equal elements keep their order (``kind="stable"``); NumPy's
+    default kinds order ties their own way, so for them ties leave compiled code."""
     _check_sort(kind, order, "argsort")
     if not hasattr(a, "shape"):
         a = np.asarray(a)
@@ -182,6 +206,15 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
         raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
                                       "dimension 0")
     x, _, moved = _along_last(a, axis)
+    if not (stable or kind in ("stable", "mergesort")) and shape_of(x)[-1] != 1:
+        if getattr(type(x), "__tracejit_priority__", 0) < 2:  # not traced: NumPy's own ties
+            return np.asarray(np.argsort(np.asarray(getattr(a, "data", a)), axis=axis,
+                                         kind=kind))
+        if not _no_ties(x):
+            raise UnsupportedError(
+                "np.argsort of an axis holding equal elements: NumPy's default kind orders "
+                "ties its own way, which compiled code cannot reproduce; pass "
+                "kind='stable' to compile it")
     n = shape_of(x)[-1]
     placed = _placement(x)
     index = _positions(n, x, (n, 1))

@@ -658,11 +658,6 @@ def nearest_first(d):
     return np.argsort(d)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "np.argsort with ties gives the stable order, NumPy's default kind (quicksort, "
-    "SIMD-dispatched on x86) does not: scans.argsort is documented as 'a stable sort' and "
-    "composes a stable placement, so kNN's argsort(dists)[:k] picks other neighbours than "
-    "eager NumPy on the traced call already"))
 def test_argsort_with_ties_matches_numpys_default_kind():
     d = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 1.0, 0.0, 1.0, 0.0])
     if (np.argsort(d) == np.argsort(d, kind="stable")).all():

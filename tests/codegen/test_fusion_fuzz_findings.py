@@ -70,6 +70,13 @@ RECOMPUTED_MASK = (
     "(codegen/schedule.py) would have to give such an x a buffer, or division drop arcp"
 )
 
+SCALAR_GRADIENT = (
+    "jit(value_and_grad(loss, argnums=(0, 1)))(x, 2.0): the gradient of the scalar argument "
+    "is 0.0 (eager tape: 3.0, and 3.0 for a 0-d array): under jit a Python float or NumPy "
+    "scalar argument is not a Tracer, and tracer/autodiff.py value_and_grad_traced gives "
+    "non-Tracer leaves np.zeros_like silently"
+)
+
 FINDINGS = [
     pytest.param("lambda a: a + np.sum(a, axis=1, keepdims=True)[::-1]",
                  lambda: (np.arange(6.0).reshape(2, 3),),
@@ -93,6 +100,12 @@ GRADIENT_FINDINGS = [
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
                  marks=pytest.mark.xfail(strict=True, reason=RECOMPUTED_MASK),
                  id="max-of-quotient-gradient"),
+    pytest.param("lambda a, b: np.sum(a * b)", lambda: (np.ones(3), 2.0),
+                 marks=pytest.mark.xfail(strict=True, reason=SCALAR_GRADIENT),
+                 id="python-float-argument-gradient"),
+    pytest.param("lambda a, b: np.sum(a * b)", lambda: (np.ones(3), np.float64(2.0)),
+                 marks=pytest.mark.xfail(strict=True, reason=SCALAR_GRADIENT),
+                 id="numpy-scalar-argument-gradient"),
 ]
 
 
@@ -307,6 +320,8 @@ class Generator:
             pattern = tuple(dim if self.chance(0.85) else None
                             for dim in range(rank - own_rank, rank))
             layout = self.choose(["C", "C", "C", "T", "S", "R", "scalar"])
+            if layout == "scalar" and self.grad and self.avoid_findings:
+                layout = "C"  # the scalar-gradient finding
             dyadic = not self.grad and self.chance(0.6)
             specs.append((dtype, pattern, layout, dyadic))
         seed = int(rng.integers(2**31))

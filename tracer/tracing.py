@@ -900,8 +900,9 @@ def _parameter_leaves(fn, args, kwargs, top_level):
     for leaf, argument in enumerate(top_level):
         name = names[argument] if isinstance(argument, int) and argument < len(names) else (
             argument)
-        if top_level.count(argument) == 1:
-            positions[name] = leaf
+        value = args[argument] if isinstance(argument, int) else kwargs.get(argument)
+        if top_level.count(argument) == 1 and pytree.flatten(value)[1].kind == "leaf":
+            positions[name] = leaf  # ({"lr": 0.1} holds one leaf, but is no leaf itself)
     return positions
 
 

@@ -642,12 +642,6 @@ def scale_by_config(x, config):
     return x * config["learning_rate"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dict (or list/tuple) argument holding one scalar recompiles on every call, even for "
-    "the same dict object ('argument 1[...] can no longer be read'): "
-    "tracing._parameter_leaves maps a parameter whose argument flattens to a single leaf "
-    "to that leaf's position, so Hooks._path (frontend.py) records config['learning_rate'] "
-    "as Path(('arg', 1), [item 'learning_rate']), which indexes into the float itself"))
 def test_config_dict_with_one_setting_compiles_once():
     config = {"learning_rate": 0.1}
     f = check_calls(scale_by_config, [(np.ones(3) * k, config) for k in range(3)])

@@ -496,6 +496,50 @@ class SymInt:
     __str__ = __repr__
 
 
+class SymRange:
+    """``range(n)`` of a symbolic dim outside a ``for`` header (``scores[range(N), y]``):
+    as an index it is ``np.arange(n)`` (the dim stays symbolic); anything else Python does
+    with a range (``len``, iteration, ``list``) gets the real range, specializing the dim.
+
+    >>> SymRange(0, 4, 1).real()
+    range(0, 4)
+    """
+
+    def __init__(self, *bounds):
+        self.bounds = bounds
+
+    def real(self):
+        return range(*(int(bound) for bound in self.bounds))
+
+    def as_array(self):
+        from .numpy_api import arange
+
+        return arange(*self.bounds)
+
+    def __iter__(self):
+        return iter(self.real())
+
+    def __reversed__(self):
+        return reversed(self.real())
+
+    def __len__(self):
+        return len(self.real())
+
+    def __getitem__(self, key):
+        return self.real()[key]
+
+    def __contains__(self, value):
+        return value in self.real()
+
+    def __eq__(self, other):
+        return self.real() == (other.real() if isinstance(other, SymRange) else other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"range{self.bounds}"
+
+
 def integer_quotient(value):
     """``int(n / d)`` (also ``math.floor``/``math.trunc``) for a traced ``n / d`` of ints and
     dims with ``n >= 0 < d``: the dim ``n // d`` (``int((w - f) / s) + 1`` sizes a pooling

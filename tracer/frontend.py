@@ -37,7 +37,7 @@ import types
 import astor
 import numpy as np
 
-from .dims import SymInt, integer_quotient
+from .dims import SymInt, SymRange, integer_quotient
 from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
@@ -811,6 +811,8 @@ class Hooks:
             path, _ = self.object_paths[id(args[0])]
             value = getattr(*args)
             return self._load_through(Path(path.root, path.steps + (("attr", args[1]),)), value)
+        if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
+            return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             from .numpy_api import arange
 

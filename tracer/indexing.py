@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from . import ops
-from .dims import SymInt, surely, value_of
+from .dims import SymInt, SymRange, surely, value_of
 from .errors import UnsupportedIndexError
 from .ops import ndim_of, shape_of
 from .shapes import broadcast_shapes, size_of
@@ -283,6 +283,7 @@ def _plan(shape, index):
 
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
+    index = _ranges_as_arrays(index)
     mask = index[0] if type(index) is tuple and index else index
     if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
         # x[traced_mask]: a data-dependent length, kept lazy for reductions to consume
@@ -315,6 +316,7 @@ def setitem(x, index, value):
     dtype), built from primitives: the value is scattered into place by running
     ``getitem``'s plan backwards, and a mask built the same way selects it over ``x``.
     """
+    index = _ranges_as_arrays(index)
     masked = _masked_fill(x, index, value)
     if masked is not None:
         return masked
@@ -367,11 +369,21 @@ def add_at(x, index, value):
     >>> add_at(np.zeros(4), np.array([1, 1, 3]), np.array([1.0, 2.0, 5.0])).tolist()
     [0.0, 3.0, 0.0, 5.0]
     """
-    plan = IndexPlan(tuple(shape_of(x)), index)
+    plan = IndexPlan(tuple(shape_of(x)), _ranges_as_arrays(index))
     value = _broadcast_value(value, plan.result_shape(), x)
     if getattr(value, "dtype", None) != x.dtype:
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)
     return x + _scatter(plan, value, unique=False)
+
+
+def _ranges_as_arrays(index):
+    """``range(N)`` of a dim in an index (``scores[range(N), y]``) as ``arange(N)``."""
+    if isinstance(index, SymRange):
+        return index.as_array()
+    if type(index) is tuple and any(isinstance(entry, SymRange) for entry in index):
+        return tuple(entry.as_array() if isinstance(entry, SymRange) else entry
+                     for entry in index)
+    return index
 
 
 def _scatter(plan, value, unique=True):

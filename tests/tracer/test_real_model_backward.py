@@ -921,11 +921,6 @@ def correct_class_scores(scores, y):
     return scores[range(scores.shape[0]), y]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`scores[range(N), y]` (the course SVM/softmax idiom) compiles once per batch size "
-    "under dynamic=True: Python's range() takes the SymInt N through __index__, which adds "
-    "the shape guard 'N == 5 (used as a Python int)'; frontend.Hooks.call turns np.arange "
-    "of a SymInt into a symbolic arange but not range() outside a for loop"))
 def test_range_of_the_batch_size_as_an_index_compiles_once():
     rng = np.random.default_rng(40)
     f = check_calls(correct_class_scores, [(normal(rng, n, 4), rng.integers(0, 4, n))

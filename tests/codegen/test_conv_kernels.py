@@ -43,6 +43,10 @@ CASES = {
     "stride-past-kernel": ((1, 2, 11, 13), (3, 2, 2, 2), dict(stride=3)),
     "padding-past-kernel": ((1, 2, 5, 6), (3, 2, 2, 2), dict(padding=3)),
     "same-even-dilated": ((1, 2, 9, 10), (3, 2, 4, 3), dict(padding="same", dilation=2)),
+    # rows of several register tiles: the middle ones read no padding (unmasked loads)
+    "wide-interior": ((1, 2, 4, 300), (5, 2, 3, 3), dict(padding=1)),
+    "wide-strided": ((1, 2, 5, 301), (5, 2, 3, 3), dict(padding=1, stride=(1, 2))),
+    "wide-stride-3-dilated": ((1, 2, 5, 333), (4, 2, 2, 3), dict(stride=3, dilation=2)),
     # big enough for the thread pool; 21 filters leave a partial tile block
     "threaded": ((3, 8, 23, 37), (21, 8, 3, 3), dict(padding=1)),
 }

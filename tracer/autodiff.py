@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .abstract import abstractify
+from .errors import UnsupportedError
 from .ops import broadcast_to, cast_p, reduce_sum, reshape, shape_of
 from .primitives import bind
 
@@ -135,6 +136,15 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
         raise TypeError("grad needs the function to return a floating-point scalar")
     # One backward pass for every differentiated argument (a loop is reversed once).
     trees = [pytree.flatten(args[position]) for position in positions]
+    for leaves, _ in trees:
+        for leaf in leaves:
+            if not isinstance(leaf, Tracer) and np.asarray(leaf).dtype.kind == "f":
+                # A Python float argument is a constant of the trace (or a run-time scalar
+                # no gradient flows to): its gradient would come out 0. The eager tape has it.
+                raise UnsupportedError(
+                    "a gradient with respect to a Python or NumPy float scalar argument is "
+                    "not traced; pass a 0-d array (np.float64(2.0) is a scalar too: use "
+                    "np.array(2.0))")
     traced = [leaf for leaves, _ in trees for leaf in leaves if isinstance(leaf, Tracer)]
     grads = iter(reverse(context, [value], [np.ones_like(value)], traced))
     gradients = [pytree.unflatten(tree, [

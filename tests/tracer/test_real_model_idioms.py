@@ -564,3 +564,17 @@ def test_argsort_of_ints_with_ties_on_a_later_call_matches_numpy():
     f = check_calls(rank_labels, [(np.array(values),) for values in
                                   ([3, 1, 2, 0], [2, 0, 3, 1], [1, 1, 0, 1], [0, 3, 2, 1])])
     assert f.stats()["compiled_calls"] == 2, f.stats()
+
+
+def test_gradient_with_respect_to_a_python_float_is_right_under_jit():
+    """A float argument is a constant of the trace: its gradient would come out 0, so the
+    call runs on the eager tape (3.0) instead; a 0-d array argument compiles."""
+    def loss(a, b):
+        return np.sum(a * b)
+
+    f = tj.jit(tj.value_and_grad(loss, argnums=(0, 1)), cache="memory")
+    for b in (2.0, np.float64(2.0)):
+        _, (_, gradient) = f(np.ones(3), b)
+        assert float(gradient) == 3.0
+    _, (_, gradient) = f(np.ones(3), np.array(2.0))
+    assert float(gradient) == 3.0 and f.stats()["compiled_calls"] + f.stats()["traced_calls"] >= 1

@@ -14,9 +14,11 @@ kernel OpenBLAS reports (threadpoolctl) and the load average.
 Candidates of a row are timed round-robin in one process; a sample is enough calls to
 last ~20 ms. On one thread a sample is the process's CPU time (``time.process_time``:
 what other processes on the shared machine take is not charged); on two threads it is
-wall time (CPU time would add the threads up), after a short pause and an untimed call
-so that the previous candidate's threads have stopped spinning. Reported: the median
-sample and the fastest. Every result is checked against a float64 product first.
+wall time (CPU time would add the threads up), after a pause (``PAUSE_SECONDS``) and an
+untimed call, so that the previous candidate's threads have stopped spinning. Wall
+times on two threads follow the machine's other load: compare them within one run.
+Reported: the median sample and the fastest. Every result is checked against a float64
+product first.
 
 Rows: raw ``C = A @ B`` (NumPy ``matmul(out=)`` vs ``gemm.prepared``), then compiled
 programs built twice in the process, with ``blas.gemm_override("own")`` and
@@ -38,6 +40,10 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Two-thread samples start after this much idle: OpenBLAS's threads spin for ~0.1 s after
+# a call (harness.measure_interleaved's reason too); with 0.03 s they took the cores from
+# the own GEMM's next sample (64 x 784 @ 784 x 1024: 5 ms against 1.2 ms on one thread).
+PAUSE_SECONDS = 0.15
 
 # name, m, n, k, A transposed, B transposed (as the compiled MLP step calls them)
 PRODUCTS = [
@@ -81,7 +87,7 @@ def interleaved(calls, rounds, sample_seconds, cpu):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
             if not cpu:  # let the other candidate's threads stop spinning
-                time.sleep(0.03)
+                time.sleep(PAUSE_SECONDS)
                 calls[name]()
             samples[name].append(_sample(calls[name], numbers[name], cpu))
     return {name: (statistics.median(values), min(values)) for name, values in samples.items()}

@@ -985,8 +985,10 @@ class KernelBuilder:
         self.loops(batch, per_batch, inner_from=len(batch), split_level=0 if batch else None)
 
     def build_blas_matmul(self):
-        """C = A @ B by BLAS gemm in the entry (per batch entry), then the epilogue - the
-        root's pointwise expression over C, in place - split across the thread pool."""
+        """C = A @ B by a GEMM in the entry (per batch entry): OpenBLAS, or for float32
+        products of two matrices tracejit's own (``codegen/gemm.py``, as ``blas`` chooses);
+        then the epilogue - the root's pointwise expression over C, in place - split across
+        the thread pool."""
         from . import blas
 
         matmul, root = self.kernel.matmul, self.kernel.root

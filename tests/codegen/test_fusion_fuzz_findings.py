@@ -82,6 +82,12 @@ FINDINGS = [
                  lambda: (np.arange(6.0).reshape(2, 3),),
                  marks=pytest.mark.xfail(strict=True, reason=REMAPPED_STAGE),
                  id="reversed-row-sums"),
+    pytest.param("def f(a):\n    c = a.copy()\n    c[::-1] = a + a.sum(1, keepdims=True)\n"
+                 "    return c\n", lambda: (np.arange(6.0).reshape(2, 3),),
+                 marks=pytest.mark.xfail(strict=True, reason="the write through a reversed "
+                                         "slice reads the fused row sum at the other row: "
+                                         + REMAPPED_STAGE),
+                 id="row-sums-written-reversed"),
     pytest.param("lambda a: a / a.sum(0) == (a / a.sum(0)).max(0)",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
                  marks=pytest.mark.xfail(strict=True, reason="no element of column 2 equals "
@@ -120,7 +126,8 @@ def _compile_source(source, name):
 
 
 def _lambda(text):
-    return _compile_source(f"f = {text}\n", "f")
+    """``f`` from a lambda's text, or from a ``def f`` (several lines)."""
+    return _compile_source(text if text.startswith("def f") else f"f = {text}\n", "f")
 
 
 @pytest.mark.parametrize("text, make_arguments", FINDINGS)

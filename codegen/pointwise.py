@@ -124,9 +124,11 @@ def _logical_not(ctx, x):
 
 
 def _true_divide(ctx, x, y):
-    # arcp: a division by a loop-invariant value (a row's sum or norm) may become a
-    # multiplication by its hoisted reciprocal - within 1 ulp of NumPy, several times faster.
-    return ctx.builder.fdiv(x, y, flags=("arcp",))
+    # Exact IEEE division, as NumPy's: with arcp a division by a loop-invariant value
+    # became a multiplication by its hoisted reciprocal (1 ulp off), so a / s recomputed
+    # in another kernel where s is not invariant rounded differently, and masks such as
+    # x == max(x) in max's gradient lost their element (found by the fusion fuzzer).
+    return ctx.builder.fdiv(x, y)
 
 
 def _integer_divmod(builder, x, y):

@@ -61,15 +61,6 @@ REMAPPED_STAGE = (
     "any outer index"
 )
 
-RECOMPUTED_MASK = (
-    "the VJP of max/min reads the mask x == max(x) in other kernels than the one that "
-    "computed max(x), and x is recomputed (inlined) there; codegen/pointwise.py "
-    "_true_divide divides with the arcp flag, so a / s rounds differently in a kernel "
-    "where s is loop-invariant (hoisted reciprocal) than in one where it is not, no "
-    "element equals the max and its gradient is lost (0.08 -> 0.0); the scheduler "
-    "(codegen/schedule.py) would have to give such an x a buffer, or division drop arcp"
-)
-
 SCALAR_GRADIENT = (
     "jit(value_and_grad(loss, argnums=(0, 1)))(x, 2.0): the gradient of the scalar argument "
     "is 0.0 (eager tape: 3.0, and 3.0 for a 0-d array): under jit a Python float or NumPy "
@@ -90,13 +81,9 @@ FINDINGS = [
                  id="row-sums-written-reversed"),
     pytest.param("lambda a: a / a.sum(0) == (a / a.sum(0)).max(0)",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
-                 marks=pytest.mark.xfail(strict=True, reason="no element of column 2 equals "
-                                         "the column's max (3/5): " + RECOMPUTED_MASK),
                  id="quotient-equals-its-max"),
     pytest.param("lambda a: a / a.sum(0) - (a / a.sum(0)).max(0)",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
-                 marks=pytest.mark.xfail(strict=True, reason="an element exceeds its "
-                                         "column's max by 1.1e-16: " + RECOMPUTED_MASK),
                  id="quotient-above-its-max"),
 ]
 
@@ -104,7 +91,6 @@ FINDINGS = [
 GRADIENT_FINDINGS = [
     pytest.param("lambda a: np.sum(np.max(a / np.sum(a, axis=0), axis=0))",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
-                 marks=pytest.mark.xfail(strict=True, reason=RECOMPUTED_MASK),
                  id="max-of-quotient-gradient"),
     pytest.param("lambda a, b: np.sum(a * b)", lambda: (np.ones(3), 2.0),
                  marks=pytest.mark.xfail(strict=True, reason=SCALAR_GRADIENT),

@@ -61,13 +61,6 @@ REMAPPED_STAGE = (
     "any outer index"
 )
 
-SCALAR_GRADIENT = (
-    "jit(value_and_grad(loss, argnums=(0, 1)))(x, 2.0): the gradient of the scalar argument "
-    "is 0.0 (eager tape: 3.0, and 3.0 for a 0-d array): under jit a Python float or NumPy "
-    "scalar argument is not a Tracer, and tracer/autodiff.py value_and_grad_traced gives "
-    "non-Tracer leaves np.zeros_like silently"
-)
-
 FINDINGS = [
     pytest.param("lambda a: a + np.sum(a, axis=1, keepdims=True)[::-1]",
                  lambda: (np.arange(6.0).reshape(2, 3),),
@@ -92,12 +85,6 @@ GRADIENT_FINDINGS = [
     pytest.param("lambda a: np.sum(np.max(a / np.sum(a, axis=0), axis=0))",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),
                  id="max-of-quotient-gradient"),
-    pytest.param("lambda a, b: np.sum(a * b)", lambda: (np.ones(3), 2.0),
-                 marks=pytest.mark.xfail(strict=True, reason=SCALAR_GRADIENT),
-                 id="python-float-argument-gradient"),
-    pytest.param("lambda a, b: np.sum(a * b)", lambda: (np.ones(3), np.float64(2.0)),
-                 marks=pytest.mark.xfail(strict=True, reason=SCALAR_GRADIENT),
-                 id="numpy-scalar-argument-gradient"),
 ]
 
 
@@ -145,6 +132,17 @@ def test_gradient_finding(text, make_arguments):
             problem = _difference(actual, expected, rtol=1e-12, atol=1e-12)
             assert problem is None, problem
     assert compiled.stats()["compiled_calls"] >= 1
+
+@pytest.mark.parametrize("scalar", [2.0, np.float64(2.0)], ids=["float", "np.float64"])
+def test_scalar_argument_gradient(scalar):
+    """A fixed finding: jit(value_and_grad(loss, argnums=(0, 1)))(x, 2.0) gave the scalar
+    argument a zero gradient (eager tape: 3.0); such calls now run on the eager tape."""
+    loss = _lambda("lambda a, b: np.sum(a * b)")
+    compiled = tj.jit(tj.value_and_grad(loss, argnums=(0, 1)), cache="memory")
+    for _call in range(3):
+        value, (_, gradient) = compiled(np.ones(3), scalar)
+        assert float(_plain(value)) == 6.0 and float(_plain(gradient)) == 3.0
+
 
 def _difference(actual, expected, rtol, atol):
     """None, or what differs between two results (tuples compared leaf by leaf)."""
@@ -314,7 +312,7 @@ class Generator:
                             for dim in range(rank - own_rank, rank))
             layout = self.choose(["C", "C", "C", "T", "S", "R", "scalar"])
             if layout == "scalar" and self.grad and self.avoid_findings:
-                layout = "C"  # the scalar-gradient finding
+                layout = "C"  # value_and_grad of a scalar argument runs eagerly
             dyadic = not self.grad and self.chance(0.6)
             specs.append((dtype, pattern, layout, dyadic))
         seed = int(rng.integers(2**31))

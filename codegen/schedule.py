@@ -320,8 +320,29 @@ class _Scheduler:
                 # A kernel's rows follow its first stage: a stage over other axes (the
                 # whole array's sum beside a row sum) gets a kernel of its own.
                 axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
-                if _reduced_axes(eqn) != axes:
+                if _reduced_axes(eqn) != axes or not self._read_in_place(eqn.out,
+                                                                         roots[0]):
                     changed |= self.materialize(eqn.out)
+
+    def _read_in_place(self, var, root):
+        """Whether ``root``'s kernel reads ``var`` only at the row it computes: a stage
+        holds the current row's value, so a view between the stage and the root that
+        moves rows (``s[::-1]``, a slice, pad, roll, concatenate) needs the reduction in
+        a buffer (found by the fusion fuzzer: a + a.sum(1, keepdims=True)[::-1])."""
+        tree = sorted(self.inlined(root) | {root.name}, key=self.order.__getitem__)
+        reaching = {var.name}  # the values computed from the stage, root included
+        for name in tree:
+            eqn = self.producers[name]
+            if not any(isinstance(atom, Var) and atom.name in reaching for atom in eqn.inputs):
+                continue
+            reaching.add(name)
+            if eqn.prim.kind == "pointwise" or eqn.prim.name in REDUCTIONS:
+                continue
+            if eqn.prim.name == "reshape" and _unit_dims_only(eqn.inputs[0].aval.shape,
+                                                            eqn.out.aval.shape):
+                continue  # s[:, None]: the same rows
+            return False  # a view on the way to the root (c[::-1] = a + s too)
+        return True
 
     def _row_shape(self, root):
         """The shape a root's kernel iterates over: its own, or a reduction root's input."""
@@ -426,6 +447,15 @@ class _Scheduler:
             label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
             kernels.append(Kernel(label, kind, root, stages, matmul))
         return kernels
+
+
+def _unit_dims_only(before, after):
+    """Whether a reshape only adds or drops dims of size 1 (the element order and the
+    other dims stay)."""
+    def kept(shape):
+        return [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
+
+    return kept(before) == kept(after)
 
 
 def _has_epilogue(eqn):

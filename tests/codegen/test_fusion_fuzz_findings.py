@@ -52,25 +52,12 @@ import pytest
 import tracejit as tj
 
 # --- the findings: one-line repros of wrong answers ----------------------------------------
-REMAPPED_STAGE = (
-    "stage value read at the wrong row: a row reduction fused as a stage "
-    "(codegen/schedule.py _Scheduler.settle_reductions / _fits_rows only checks that the "
-    "reduction's input has the kernel's row shape) is read through a view that moves it to "
-    "other rows (flip, slice, pad, concatenate, roll, broadcast of one row); "
-    "codegen/lowering.py KernelBuilder._var_value returns the current row's stage value for "
-    "any outer index"
-)
-
 FINDINGS = [
     pytest.param("lambda a: a + np.sum(a, axis=1, keepdims=True)[::-1]",
                  lambda: (np.arange(6.0).reshape(2, 3),),
-                 marks=pytest.mark.xfail(strict=True, reason=REMAPPED_STAGE),
                  id="reversed-row-sums"),
     pytest.param("def f(a):\n    c = a.copy()\n    c[::-1] = a + a.sum(1, keepdims=True)\n"
                  "    return c\n", lambda: (np.arange(6.0).reshape(2, 3),),
-                 marks=pytest.mark.xfail(strict=True, reason="the write through a reversed "
-                                         "slice reads the fused row sum at the other row: "
-                                         + REMAPPED_STAGE),
                  id="row-sums-written-reversed"),
     pytest.param("lambda a: a / a.sum(0) == (a / a.sum(0)).max(0)",
                  lambda: (np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]),),

@@ -70,18 +70,31 @@ def _windows(x, kernel, strides, padding, dilation):
     return windows[:, :, ::sh, ::sw, ::dh, ::dw]
 
 
+def _columns(x, kernel, strides, padding, dilation, groups):
+    """im2col: ``(groups, N * OH * OW, C/groups * KH * KW)`` rows of windows, and
+    ``(OH, OW)``."""
+    batch, channels = x.shape[:2]
+    windows = _windows(x, kernel, strides, padding, dilation)  # N, C, OH, OW, KH, KW
+    out_h, out_w = windows.shape[2:4]
+    windows = windows.reshape(batch, groups, channels // groups, out_h, out_w, *kernel)
+    columns = windows.transpose(1, 0, 3, 4, 2, 5, 6).reshape(
+        groups, batch * out_h * out_w, channels // groups * kernel[0] * kernel[1])
+    return columns, (out_h, out_w)
+
+
+# Both references are im2col and one (batched) matmul: NumPy's BLAS, so eager runs (and
+# side exits) are as fast as NumPy code written by hand.
 def _conv2d_impl(x, w, kernel, strides, padding, dilation, groups):
     x, w = np.asarray(x), np.asarray(w)
     dtype = np.matmul.resolve_dtypes((x.dtype, w.dtype, None))[-1]
-    batch, channels = x.shape[:2]
+    batch = x.shape[0]
     filters, group_channels, kh, kw = w.shape
     if (kh, kw) != tuple(kernel):
         raise ValueError(f"conv2d: weights {w.shape} do not have the kernel size {kernel}")
-    windows = _windows(x, (kh, kw), strides, padding, dilation)
-    out_h, out_w = windows.shape[2:4]
-    windows = windows.reshape(batch, groups, group_channels, out_h, out_w, kh, kw)
-    kernels = w.reshape(groups, filters // groups, group_channels, kh, kw)
-    out = np.einsum("ngchwij,gfcij->ngfhw", windows, kernels, optimize=True)
+    columns, (out_h, out_w) = _columns(x, (kh, kw), strides, padding, dilation, groups)
+    kernels = w.reshape(groups, filters // groups, group_channels * kh * kw)
+    out = np.matmul(columns, kernels.transpose(0, 2, 1))  # groups, N*OH*OW, F/groups
+    out = out.reshape(groups, batch, out_h, out_w, filters // groups).transpose(1, 0, 4, 2, 3)
     return np.ascontiguousarray(out.reshape(batch, filters, out_h, out_w), dtype=dtype)
 
 
@@ -90,12 +103,16 @@ def _weight_grad_impl(x, g, kernel, strides, padding, dilation, groups):
     dtype = np.matmul.resolve_dtypes((x.dtype, g.dtype, None))[-1]
     batch, channels = x.shape[:2]
     filters, out_h, out_w = g.shape[1:]
-    kh, kw = kernel
-    windows = _windows(x, kernel, strides, padding, dilation)[:, :, :out_h, :out_w]
-    windows = windows.reshape(batch, groups, channels // groups, out_h, out_w, kh, kw)
-    gradient = g.reshape(batch, groups, filters // groups, out_h, out_w)
-    out = np.einsum("ngchwij,ngfhw->gfcij", windows, gradient, optimize=True)
-    return np.ascontiguousarray(out.reshape(filters, channels // groups, kh, kw), dtype=dtype)
+    # The windows of the output positions g has (a forward's output: all of them).
+    x = _padded(x, padding)
+    span = [(size - 1) * stride + (k - 1) * d + 1
+            for size, stride, k, d in zip((out_h, out_w), strides, kernel, dilation)]
+    x = x[:, :, :span[0], :span[1]]
+    columns, _ = _columns(x, kernel, strides, NO_PADDING, dilation, groups)
+    gradient = g.reshape(batch, groups, filters // groups, out_h * out_w).transpose(
+        1, 2, 0, 3).reshape(groups, filters // groups, batch * out_h * out_w)
+    out = np.matmul(gradient, columns)  # groups, F/groups, C/groups*KH*KW
+    return np.ascontiguousarray(out.reshape(filters, channels // groups, *kernel), dtype=dtype)
 
 
 # --- shape rules ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Shared test setup: ``import model_corpus`` works from any test module (it is registered
-from its file, not by putting tests/ on sys.path, where tests/codegen and tests/tracer would
-shadow the real packages); the compile cache lives in a temporary directory for the whole
-session, so no test (nor a subprocess a test starts) touches ~/.cache/tracejit."""
+"""Shared test setup: ``import model_corpus`` (and ``real_model_checks``) works from any
+test module (each is registered from its file, not by putting tests/ on sys.path, where
+tests/codegen and tests/tracer would shadow the real packages); the compile cache lives in
+a temporary directory for the whole session, so no test (nor a subprocess a test starts)
+touches ~/.cache/tracejit."""
 
 import atexit
 import importlib.util
@@ -13,12 +14,13 @@ import tempfile
 import pytest
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if "model_corpus" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        "model_corpus", os.path.join(_TESTS_DIR, "model_corpus.py"))
-    _corpus = importlib.util.module_from_spec(_spec)
-    sys.modules["model_corpus"] = _corpus
-    _spec.loader.exec_module(_corpus)
+for _name in ("model_corpus", "real_model_checks"):
+    if _name not in sys.modules:
+        _spec = importlib.util.spec_from_file_location(
+            _name, os.path.join(_TESTS_DIR, f"{_name}.py"))
+        _module = importlib.util.module_from_spec(_spec)
+        sys.modules[_name] = _module
+        _spec.loader.exec_module(_module)
 
 # Set when conftest is imported, not only in a fixture: jit reads TRACEJIT_CACHE_DIR when a
 # function is decorated, and a test module may decorate while it is being collected.

@@ -25,58 +25,9 @@ import copy
 
 import numpy as np
 import pytest
+from real_model_checks import assert_same, check_calls, compiles, jitted
 
 import tracejit as tj
-
-
-# --- helpers -------------------------------------------------------------------------------
-def jitted(function, **options):
-    options.setdefault("cache", "memory")
-    return tj.jit(function, **options)
-
-
-def assert_same(got, want, rtol=1e-10, atol=1e-12, where="result"):
-    """``got`` equals ``want`` in structure, types, shapes, dtypes and values."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), where
-        for key in want:
-            assert_same(got[key], want[key], rtol, atol, f"{where}[{key!r}]")
-        return
-    if isinstance(want, (tuple, list)):
-        assert type(got) is type(want) and len(got) == len(want), where
-        for position, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, rtol, atol, f"{where}[{position}]")
-        return
-    if isinstance(want, (np.ndarray, np.generic)):
-        assert type(got) is type(want), (where, type(got), type(want))
-        assert got.shape == want.shape and got.dtype == want.dtype, (
-            where, got.shape, want.shape, got.dtype, want.dtype)
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
-                                   err_msg=where)
-        return
-    assert type(got) is type(want), (where, type(got), type(want))
-    if isinstance(want, float):
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
-    else:
-        assert got == want, where
-
-
-def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
-    """Run ``function`` eagerly and through ``jit`` on copies of each argument tuple;
-    results and the arguments afterwards (in-place writes) must agree. Returns the jit
-    function for stats checks."""
-    f = jitted(function, **options)
-    for arguments in argument_sets:
-        eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
-        want = function(*eager_args)
-        got = f(*jit_args)
-        assert_same(got, want, rtol, atol)
-        assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
-    return f
-
-
-def compiles(f):
-    return f.stats()["compiles"]
 
 
 def no_eager_calls(f):

@@ -35,7 +35,7 @@ from llvmlite import ir
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
 GEMM_SETTINGS = ("auto", "own", "blas")
 # Bumped when the auto rule changes: compiled programs hold the rule, so the cache key must.
-AUTO_RULE_VERSION = 1
+AUTO_RULE_VERSION = 2
 
 I64 = ir.IntType(64)
 
@@ -105,27 +105,43 @@ def own_sgemm_enabled():
 
 # Below this many multiply-adds a product with a transposed B stays on OpenBLAS: the own
 # GEMM transposes B while packing it, which dominates tiny products (RNN backward
-# dh @ Wh.T, 16 x 64 @ 64 x 64: 4.5 us vs OpenBLAS's 2.7 us on one thread; even from
+# dh @ Wh.T, 16 x 64 @ 64 x 64: 4.5 us vs OpenBLAS's 2.7 us on one thread; parity from
 # 32 x 64 @ 64 x 64 on).
 SMALL_TRANSPOSED_B_WORK = 1 << 17
+# On one thread, products with every dimension at least this big (m may be smaller: 64)
+# stay on OpenBLAS: there the own GEMM measured 0.89-0.97x OpenBLAS's Haswell kernel and
+# 0.97-1.08x its SkylakeX kernel (x @ W1, 512 x 784 @ 784 x 1024 and 64 x 784 @ ...).
+ONE_THREAD_BIG_DIM = 128
 
 
-def own_sgemm_condition(builder, m, n, k, trans_b):
+def own_sgemm_condition(builder, m, n, k, trans_b, threads):
     """When a float32 2-D product calls the own GEMM rather than OpenBLAS: ``True`` (always),
-    or an ``i1`` computed at run time from ``m, n, k`` (i64 values; dims may be symbolic).
+    or an ``i1`` computed at run time from ``m, n, k`` and the pool's ``threads`` (i64
+    values; dims may be symbolic, and LLVM folds static ones).
 
-    The auto rule, from ``benchmarks/gemm.py`` (1 thread, CPU time, both OpenBLAS kernels;
-    2 threads, wall time, on the shared 2-core machine): every product except small ones
-    with a transposed B. The MLP step's products ran at 0.92-3.1x OpenBLAS's speed on one
-    thread (parity within noise on the big ones, 1.2-3x on those with a dimension of 10)
-    and 1.8-60x on two threads, where OpenBLAS's threads suffer most from the machine's
-    other load; the RNN step's untransposed products at 0.92-1.16x."""
+    The auto rule, from ``benchmarks/gemm.py`` on the shared 2-core machine (1 thread: CPU
+    time; 2 threads: wall time; both OpenBLAS kernels), OpenBLAS time / own time:
+    * two threads (the default here): own everywhere but small products with a transposed
+      B. The MLP step's products ran 1.1-30x faster (OpenBLAS's threads suffer most from
+      the machine's other load), the whole jit'd step 2.8-3.4x; the RNN step at 0.92-1.35x;
+    * one thread: also OpenBLAS for big products (see ``ONE_THREAD_BIG_DIM``); own for
+      those with a small dimension (k = 10 or 64, n = 10: 1.1-3.1x) and the RNN step's."""
     if gemm_setting() == "own" or not openblas():
         return True
-    if not trans_b:
-        return True
-    work = builder.mul(builder.mul(m, n), k)
-    return builder.icmp_signed(">=", work, ir.Constant(I64, SMALL_TRANSPOSED_B_WORK))
+
+    def constant(value):
+        return ir.Constant(I64, value)
+
+    big = builder.and_(builder.and_(
+        builder.icmp_signed(">=", m, constant(64)),
+        builder.icmp_signed(">=", n, constant(ONE_THREAD_BIG_DIM))),
+        builder.icmp_signed(">=", k, constant(ONE_THREAD_BIG_DIM)))
+    theirs = builder.and_(big, builder.icmp_signed("<=", threads, constant(1)))
+    if trans_b:
+        work = builder.mul(builder.mul(m, n), k)
+        small = builder.icmp_signed("<", work, constant(SMALL_TRANSPOSED_B_WORK))
+        theirs = builder.or_(theirs, small)
+    return builder.not_(theirs)
 
 
 def available():

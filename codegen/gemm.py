@@ -74,9 +74,10 @@ ROW_PANEL_ORDER_FLOATS = 96 * 1024
 # too: packing costs more than it saves (an RNN step 16 x 64 @ 64 x 64: 2.5 us, was 4.2 us
 # packed; logits 512 x 1024 @ 1024 x 10: 148 us, was 335 us).
 DIRECT_B_FLOATS = 64 * 1024
-# Products of fewer multiply-adds than this stay on the calling thread: handing a chunk to
-# another core costs microseconds (32 x 128 @ 128 x 128 ran 3x slower on two threads).
-PARALLEL_WORK = 1 << 21
+# Products of fewer multiply-adds than this stay on the calling thread. On the shared
+# 2-core machine the MLP step's 5.2M-multiply-add products (512 x 10 @ 10 x 1024 and the
+# like: 0.12-0.24 ms on one thread) took 0.2-0.9 ms when split in two (benchmarks/gemm.py).
+PARALLEL_WORK = 1 << 23
 
 # The chunk function's context: the entry's 11 arguments, then how the work is split.
 CONTEXT_FIELDS, SPLIT_BY_COLUMNS = 12, 11

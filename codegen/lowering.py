@@ -26,7 +26,7 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import Literal, Var
 
 from . import dtypes as dt
-from .parallel import POOL_FIELDS
+from .parallel import POOL_FIELDS, THREADS
 from .pointwise import RULES, KernelStatus, loop_dtypes
 from .schedule import REDUCTIONS
 
@@ -1037,7 +1037,11 @@ class KernelBuilder:
                 if not own:
                     call_blas(*operands)
                     return
-                condition = blas.own_sgemm_condition(builder, *values, b_transposed)
+                pool = self.program.pool_state(POOL_FIELDS)
+                threads = builder.load(builder.gep(pool, [_const(0), _const(THREADS)],
+                                                   source_etype=ir.ArrayType(I64, POOL_FIELDS)),
+                                       typ=I64)
+                condition = blas.own_sgemm_condition(builder, *values, b_transposed, threads)
                 if condition is True:
                     call_own(*operands)
                     return

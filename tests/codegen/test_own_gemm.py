@@ -201,9 +201,10 @@ def compiled_with(setting, function, **options):
         return tj.jit(cache="memory", **options)(function)
 
 
-def first_two_calls(compiled, *args):
-    """The first call's result comes from the trace; the second runs the native code."""
-    with blas.gemm_override("own"):
+def first_two_calls(compiled, *args, setting="own"):
+    """The first call's result comes from the trace; the second runs the native code
+    (compiled under ``setting``)."""
+    with blas.gemm_override(setting):
         compiled(*args)
     result = compiled(*args)
     assert compiled.stats()["compiled_calls"] >= 1 and not compiled.stats()["eager_calls"]
@@ -288,6 +289,12 @@ def test_dynamic_batch_takes_the_own_gemm_in_every_bucket():
     assert not compiled.stats()["eager_calls"]
 
 
+def gemm_calls(llvm_ir):
+    """Which GEMMs optimized IR still calls (LLVM folds the auto rule for static dims)."""
+    return {name for name, text in (("own", "tj_sgemm_own"), ("openblas", "@tj_sgemm("))
+            if text in llvm_ir}
+
+
 def test_auto_rule_keeps_small_products_with_a_transposed_b_on_openblas():
     """``auto``: own GEMM, except products with a transposed B under
     ``SMALL_TRANSPOSED_B_WORK`` multiply-adds (decided at run time for symbolic dims)."""
@@ -297,13 +304,11 @@ def test_auto_rule_keeps_small_products_with_a_transposed_b_on_openblas():
         return dz @ w.T
 
     w = rng.standard_normal((64, 64)).astype(np.float32)
-    for batch, expected in [(16, "tj_sgemm"), (64, "tj_sgemm_own")]:
+    for batch, expected in [(16, {"openblas"}), (64, {"own"})]:
         dz = rng.standard_normal((batch, 64)).astype(np.float32)
         with blas.gemm_override("auto"):
             lowered = tj.jit(cache="memory")(backward_step).lower(dz, w)
-        calls = {"tj_sgemm_own"} if "tj_sgemm_own" in lowered.llvm_ir else set()
-        calls |= {"tj_sgemm"} if "@tj_sgemm(" in lowered.llvm_ir else set()
-        assert calls == {expected}, batch
+        assert gemm_calls(lowered.llvm_ir) == expected, batch
     with blas.gemm_override("auto"):
         compiled = tj.jit(cache="memory", dynamic=True)(backward_step)
         for batch in [5, 16, 17, 31, 32, 33, 64, 100]:
@@ -311,9 +316,21 @@ def test_auto_rule_keeps_small_products_with_a_transposed_b_on_openblas():
             got = compiled(dz, w)
             got = compiled(dz, w)
             assert_product(got, dz, w.T, f"batch {batch}")
-        assert {"tj_sgemm_own", "@tj_sgemm("} <= {
-            name for name in ("tj_sgemm_own", "@tj_sgemm(") if name in compiled.lower(
-                dz, w).llvm_ir}
+        assert gemm_calls(compiled.lower(dz, w).llvm_ir) == {"own", "openblas"}
+
+
+def test_auto_rule_on_one_thread_keeps_big_products_on_openblas():
+    """With the pool on one thread, products with every dimension big stay on OpenBLAS
+    (``ONE_THREAD_BIG_DIM``); with a small dimension they take the own GEMM. The thread
+    count is read at run time: both calls are compiled, and the results are right."""
+    rng = np.random.default_rng(15)
+    for shapes, expected in [([(512, 300), (300, 200)], {"own", "openblas"}),
+                             ([(512, 300), (300, 10)], {"own"})]:
+        x, w = (rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+        with blas.gemm_override("auto"):
+            compiled = tj.jit(cache="memory")(lambda x, w: x @ w)
+            assert gemm_calls(compiled.lower(x, w).llvm_ir) == expected
+        assert_product(first_two_calls(compiled, x, w, setting="auto"), x, w, str(shapes))
 
 
 def mlp_loss(x, w, b, upstream):

@@ -338,6 +338,11 @@ def _replay(context, plan, body, index, t, carried, bindings):
     tbind = {**bindings, index: t}
     active = _active(context)  # a nested loop replayed below reads this loop's index
     active[index] = t
+    # Shape rules replayed here may ask about the body's own symbols (a nested loop's
+    # index in a pad config): their ranges, for the replay only.
+    added = {symbol.name: (symbol.low, symbol.high) for symbol in body.symbols
+             if symbol.name not in context.ranges}
+    context.ranges.update(added)
 
     def value(atom):
         if isinstance(atom, Var):
@@ -374,6 +379,8 @@ def _replay(context, plan, body, index, t, carried, bindings):
     recorded = context.body[mark:]
     del context.body[mark:]
     active.pop(index, None)
+    for name in added:
+        context.ranges.pop(name, None)
     carried_next = [np.asarray(outputs[p].value) if p not in plan.writes else carried[p]
                     for p in range(plan.num_carry)]
     return _Recording([tracer.ir_var for tracer in params] + [seed.ir_var for seed in seeds],

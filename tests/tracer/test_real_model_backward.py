@@ -1172,12 +1172,6 @@ def doubled_into_a_buffer(x, dout):
     return np.sum(out * dout)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jit(value_and_grad) through two captured nested loops writing out[i, j] runs eagerly "
-    "with an internal error KeyError: 'i1' (so does the naive max-pool forward over "
-    "image sizes): loop_autodiff._replay of the outer body reverses the inner loop, whose "
-    "slice VJP pads by a dim in the inner index i1; ops.structural.pad asks "
-    "dims.surely(... == 0), and DimExpr.bounds finds no range for i1 in context.ranges"))
 def test_gradient_through_nested_loops_writing_a_buffer_compiles():
     rng = np.random.default_rng(54)
     f = jitted(tj.value_and_grad(doubled_into_a_buffer), dynamic=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import ops
 from .abstract import abstractify
+from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
@@ -448,6 +449,11 @@ def repeat(a, repeats, axis=None):
     if axis is None:
         a, axis = ops.reshape(a, (-1,)), 0
     axis = normalize_axis(axis, ndim_of(a))
+    shape = shape_of(a)
+    if isinstance(repeats, SymInt):  # a dim (np.repeat(rows, out_w) in im2col): symbolic
+        if repeats < 0:
+            raise ValueError("repeats may not contain negative values.")
+        return _repeat_each(a, shape, axis, repeats)
     if getattr(type(repeats), "__tracejit_priority__", 0):
         raise UnsupportedError("np.repeat with traced repeats: the result's shape would depend "
                                "on data; pass the counts as a Python int or list")
@@ -456,20 +462,26 @@ def repeat(a, repeats, axis=None):
         raise TypeError(f"Cannot cast array data from {counts.dtype} to int64")
     if (counts < 0).any():
         raise ValueError("repeats may not contain negative values.")
-    shape = shape_of(a)
     if counts.size == 1:
-        count = int(counts.reshape(()))
-        expanded = ops.reshape(a, shape[: axis + 1] + (1,) + shape[axis + 1:])
-        tiled = ops.broadcast_to(expanded, shape[: axis + 1] + (count,) + shape[axis + 1:])
-        return ops.reshape(tiled, shape[:axis] + (shape[axis] * count,) + shape[axis + 1:])
+        return _repeat_each(a, shape, axis, int(counts.reshape(())))
     if counts.ndim != 1 or counts.shape[0] != shape[axis]:
         raise ValueError(f"operands could not be broadcast together with shape "
                          f"({shape[axis]},) ({counts.shape[0]},)")
     return ops.gather(a, np.repeat(np.arange(counts.shape[0]), counts), axis=axis)
 
 
+def _repeat_each(a, shape, axis, count):
+    """Each element along ``axis`` ``count`` times: a broadcast, reshaped."""
+    expanded = ops.reshape(a, shape[: axis + 1] + (1,) + shape[axis + 1:])
+    tiled = ops.broadcast_to(expanded, shape[: axis + 1] + (count,) + shape[axis + 1:])
+    return ops.reshape(tiled, shape[:axis] + (shape[axis] * count,) + shape[axis + 1:])
+
+
 def tile(A, reps):  # noqa: N803 - NumPy's name
-    reps = tuple(int(rep) for rep in reps) if np.iterable(reps) else (int(reps),)
+    def count(rep):  # a dim stays symbolic (np.tile(cols, out_h) in im2col)
+        return rep if isinstance(rep, SymInt) else int(rep)
+
+    reps = tuple(count(rep) for rep in reps) if np.iterable(reps) else (count(reps),)
     rank = builtins.max(len(reps), ndim_of(A))
     reps = (1,) * (rank - len(reps)) + reps
     shape = (1,) * (rank - ndim_of(A)) + tuple(shape_of(A))

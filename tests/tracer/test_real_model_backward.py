@@ -990,11 +990,6 @@ def conv_forward_im2col(x, w, b):
     return out.reshape(F, H, W, N).transpose(3, 0, 1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "im2col over image sizes runs eagerly under dynamic=True ('np.repeat with traced "
-    "repeats'): numpy_api.repeat refuses any count with __tracejit_priority__, a SymInt "
-    "(out_width, field_width) included, though a scalar count is the broadcast path it "
-    "already takes for a Python int (and np.tile int()s its reps: a compile per size)"))
 def test_im2col_conv_forward_over_image_sizes_compiles():
     rng = np.random.default_rng(45)
     w, b = normal(rng, 4, 2, 3, 3), normal(rng, 4)

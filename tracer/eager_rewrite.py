@@ -57,6 +57,12 @@ class EagerHooks:
         return value
 
     def call(self, function, *args, **kwargs):
+        owner = getattr(function, "__self__", None)
+        if (isinstance(owner, np.ndarray) and getattr(function, "__name__", "") == "dot"
+                and any(_tracked(arg) for arg in args)):
+            # X.dot(W) with W a Tensor that requires grad: ndarray.dot would turn W into a
+            # plain array (its gradient lost); np.dot dispatches to the Tensor
+            return np.dot(owner, *args, **kwargs)
         return self.function_for(function)(*args, **kwargs)
 
     def function_for(self, function):

@@ -1009,12 +1009,6 @@ def matmul_loss(W, X):
     return np.sum(X.dot(W) ** 2)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "tj.value_and_grad(loss)(W, X) without jit raises TensorError on `X.dot(W)` for a "
-    "plain ndarray X (jit(value_and_grad) of the same function works): "
-    "functional.value_and_grad makes Tensors only of the differentiated arguments, and "
-    "ndarray.dot converts its Tensor operand through __array__ (no __array_function__ "
-    "dispatch for the method)"))
 def test_value_and_grad_of_x_dot_w_with_a_plain_x():
     rng = np.random.default_rng(46)
     W, X = normal(rng, 3, 2), normal(rng, 4, 3)

@@ -78,6 +78,8 @@ def _substitute(value, name, replacement):
                 product = product * replacement
             elif isinstance(factor, str):
                 product = product * DimExpr.symbol(factor)
+            elif name not in factor.symbols():  # H // 2: no index inside, kept as it is
+                product = product * DimExpr({(factor,): 1})
             else:  # floor division or modulo of the index: not affine
                 raise UnsupportedError("reverse mode through a loop whose index appears "
                                        "inside a floor division or modulo")

@@ -1179,12 +1179,6 @@ def pairwise_max_sum(x):
     return np.sum(out)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jit(value_and_grad) of a pooling loop whose trip count or buffer is H // 2 (every "
-    "naive pool/conv forward: H_out = 1 + (H - ph) // stride) runs eagerly: "
-    "loop_autodiff._substitute refuses a dim where the loop index meets a floor division "
-    "('reverse mode through a loop whose index appears inside a floor division or modulo'); "
-    "the same loop over range(dout.shape[0]) compiles"))
 def test_gradient_through_a_loop_over_half_the_length_compiles():
     f = jitted(tj.value_and_grad(pairwise_max_sum), dynamic=True)
     for n in (5, 6, 7):

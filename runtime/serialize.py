@@ -585,7 +585,8 @@ def outputs_to_json(plan):
             raise NotSerializable(f"a result of type {type(value).__name__}")
         leaves.append([kind, value])
     return {"tree": tree_to_json(plan.tree), "leaves": leaves,
-            "mutated": [[position, index] for position, index in plan.mutated.items()]}
+            "mutated": [[position, index] for position, index in plan.mutated.items()],
+            "aliases": [[position, argument] for position, argument in plan.aliases.items()]}
 
 
 def outputs_from_json(data):
@@ -600,7 +601,13 @@ def outputs_from_json(data):
     mutated = {}
     for position, index in data["mutated"]:
         mutated[_integer(position, "a mutated argument")] = _integer(index, "an output")
-    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated)
+    aliases = {}
+    for position, argument in data.get("aliases", []):
+        _check(_integer(argument, "an aliased argument") in mutated,
+               "a result aliasing an argument the program does not update")
+        aliases[_integer(position, "an aliased result")] = argument
+    _check(all(position < len(leaves) for position in aliases), "an alias of no result")
+    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases)
 
 
 def _check_outputs(plan, count, has_backward):

@@ -39,6 +39,9 @@ class OutputPlan:
     tree: object  # pytree.TreeDef
     leaves: list  # per result leaf: ("array", i) | ("scalar", i) | ("value", i) | ("static", v)
     mutated: dict  # argument leaf position -> program output index
+    # result leaf position -> argument leaf position: an argument updated in place and
+    # returned (``w -= lr * dw; return w``) is returned itself, as NumPy returns it
+    aliases: dict = field(default_factory=dict)
 
     @staticmethod
     def from_trace(trace):
@@ -56,7 +59,8 @@ class OutputPlan:
                 kind = "array"
             leaves.append((kind, program_index))
             program_index += 1
-        return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs))
+        return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
+                          dict(trace.output_aliases))
 
     def fast_result(self):
         """A specialized ``result`` for the common case of one array result, or None."""
@@ -82,6 +86,8 @@ class OutputPlan:
                 leaves.append(item.item() if type(item) is np.ndarray else item)
             else:
                 leaves.append(wrap(outputs[value]))
+        for position, argument in self.aliases.items():
+            leaves[position] = argument_leaves[argument]
         return pytree.unflatten(self.tree, leaves)
 
 

@@ -243,6 +243,7 @@ class Trace:
     input_specs: list
     implicit_inputs: list
     mutated_inputs: dict  # argument leaf index -> graph output index of its new value
+    output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
     gradients: object = None  # GradientPlan when traced with grad=True
@@ -764,6 +765,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
             mutated[position] = len(output_atoms)
             output_atoms.append(tracer.ir_var)
+    # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
+    aliases = {index: position for index, leaf in enumerate(out_leaves)
+               for position in mutated if leaf is traced_leaves[position]}
     gradients = None
     if grad:
         _state.context = context  # the backward creates values too (zeros for unused inputs)
@@ -782,6 +786,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     # Eager semantics: the caller's input arrays see the in-place writes.
     for position in mutated:
         np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
+    for index, position in aliases.items():
+        outputs[index] = leaves[position]
 
     return Trace(
         name=name,
@@ -793,6 +799,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         input_specs=input_specs,
         implicit_inputs=list(context.implicit_used.values()),
         mutated_inputs=mutated,
+        output_aliases=aliases,
         functions=functions,
         outside_values=list(context.outside_values.values()),
         gradients=gradients,

@@ -124,3 +124,24 @@ def test_a_helper_writing_into_the_callers_buffer_is_seen_by_the_caller():
     x = np.arange(1.0, 4.0)
     for _ in range(3):
         np.testing.assert_array_equal(jitted(x), _helper_fills_the_callers_buffer(x))
+
+
+def test_an_argument_updated_in_place_and_returned_is_the_argument():
+    """``w -= lr * dw; return w`` returns the caller's array itself (NumPy's object), on
+    the traced call and compiled calls; the result plan keeps that through the cache."""
+    import tracejit as tj
+    from tracejit.runtime.serialize import outputs_from_json, outputs_to_json
+
+    def step(w, dw):
+        w -= 0.1 * dw
+        return w, w * 1.0
+
+    f = tj.jit(step, cache="memory")
+    for _ in range(3):
+        w, dw = np.ones(4), np.full(4, 2.0)
+        same, other = f(w, dw)
+        assert same is w and other is not w
+        np.testing.assert_allclose(w, 0.8)
+    plan = f._variants[0].root.outputs
+    assert plan.aliases == {0: 0}
+    assert outputs_from_json(outputs_to_json(plan)).aliases == plan.aliases

@@ -615,11 +615,6 @@ def add_in_place_and_return(w, dw):
     return w
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an argument updated in place and returned comes back as a new array, not the "
-    "argument (eager returns the same object, so a later write to the result reaches the "
-    "caller's array): variants.OutputPlan.result copies the new value into the argument "
-    "(np.copyto) but returns the program output for the result leaf"))
 def test_argument_updated_in_place_and_returned_is_the_argument():
     f = jitted(add_in_place_and_return)
     for _ in range(2):

@@ -37,7 +37,7 @@ from ..primitives import Primitive, bind
 from ..shapes import ShapeError
 from .creation import full
 from .pointwise import cast_p
-from .structural import concatenate, flip, reshape, shape_of, slice_axes, transpose
+from .structural import concatenate, flip, pad, reshape, shape_of, slice_axes, transpose
 
 NO_PADDING = ((0, 0), (0, 0))
 
@@ -195,18 +195,26 @@ def conv2d_transpose(g, w, input_shape, strides, padding, dilation, groups):
                                     reach[axis] - padding[axis][1]) for axis in range(2))
         return conv2d(g, flip(swapped, (2, 3)), (1, 1), transposed_padding, dilation, groups,
                       kernel)
-    batch, channels, height, width = input_shape
     plans = [[_phase(strides[axis], kernel[axis], dilation[axis], padding[axis], phase)
               for phase in range(strides[axis])] for axis in range(2)]
-    rows_per_phase = (height + strides[0] - 1) // strides[0]
-    columns_per_phase = (width + strides[1] - 1) // strides[1]
+    if tuple(dilation) == (1, 1):
+        return _phases_stacked(g, swapped, input_shape, plans, strides, kernel, padding,
+                               groups)
+    return _phases_apart(g, swapped, input_shape, plans, groups)
+
+
+def _phases_apart(g, swapped, input_shape, plans, groups):
+    """One convolution per phase (``plans[axis][phase]``), interleaved."""
+    batch, channels, height, width = input_shape
+    (sh, sw) = (len(plans[0]), len(plans[1]))
+    rows_per_phase, columns_per_phase = (height + sh - 1) // sh, (width + sw - 1) // sw
     phase_shape = (batch, channels, rows_per_phase, columns_per_phase)
     rows = []
     for row_plan in plans[0]:
         row = []
         for column_plan in plans[1]:
             if row_plan is None or column_plan is None:  # no tap reaches this phase
-                part = full(phase_shape, 0.0, np.result_type(g.dtype, w.dtype), like=g)
+                part = full(phase_shape, 0.0, np.result_type(g.dtype, swapped.dtype), like=g)
             else:
                 taps = slice_axes(swapped, (0, 0, row_plan.first, column_plan.first),
                                   (*shape_of(swapped)[:2], row_plan.end, column_plan.end),
@@ -219,10 +227,54 @@ def conv2d_transpose(g, w, input_shape, strides, padding, dilation, groups):
             row.append(reshape(part, (*phase_shape, 1)))
         # (N, C, H/sh, W/sw, sw) -> columns interleaved
         row = reshape(concatenate(row, axis=4),
-                      (batch, channels, rows_per_phase, 1, columns_per_phase * strides[1]))
+                      (batch, channels, rows_per_phase, 1, columns_per_phase * sw))
         rows.append(row)
-    out = reshape(concatenate(rows, axis=3), (batch, channels, rows_per_phase * strides[0],
-                                              columns_per_phase * strides[1]))
+    out = reshape(concatenate(rows, axis=3), (batch, channels, rows_per_phase * sh,
+                                              columns_per_phase * sw))
+    return slice_axes(out, (0, 0, 0, 0), tuple(input_shape), (1, 1, 1, 1))
+
+
+def _phases_stacked(g, swapped, input_shape, plans, strides, kernel, padding, groups):
+    """Every phase in one convolution, for an undilated kernel: the phases' taps,
+    reversed, on a common padding and a common size ``T`` (zeros where a phase has fewer),
+    as ``sh * sw`` times the output channels. Along an axis, phase ``a``'s reversed taps
+    are every ``s``-th of the flipped kernel zero-padded to ``T * s`` (front padding
+    ``F0``), starting at ``s - 1 - a``: so the stacked weights are one pad and a reshape
+    of the flipped weights. One kernel (a handful of tile functions to compile, not a set
+    per phase) at the price of the zero taps: 16 multiply-adds for 9 with a 3x3 kernel at
+    stride 2."""
+    batch, channels, height, width = input_shape
+    (sh, sw) = strides
+    filters_per_group = shape_of(swapped)[1]
+    group_channels = channels // groups
+    layout = []  # per axis: (low padding, taps, high padding, front, back)
+    for axis, stride in enumerate(strides):
+        reaching = [plan for plan in plans[axis] if plan is not None]
+        low = max(plan.padding[0] for plan in reaching)
+        taps = max(low - plan.padding[0] + plan.taps for plan in reaching)
+        high = _excess(stride, kernel[axis], 1, padding[axis]) - low + taps - 1
+        front = stride * low + padding[axis][0] + stride - kernel[axis]
+        layout.append((low, taps, high, front, taps * stride - front - kernel[axis]))
+    (row_low, row_taps, row_high, *row_pad), (column_low, column_taps, column_high,
+                                              *column_pad) = layout
+    stacked = pad(flip(swapped, (2, 3)), ((0, 0, 0), (0, 0, 0), (*row_pad, 0),
+                                          (*column_pad, 0)))
+    # (groups, Cg, F/groups, T_h, s_h, T_w, s_w) -> (groups, s_h, s_w, Cg, F/groups, T_h, T_w)
+    stacked = reshape(stacked, (groups, group_channels, filters_per_group, row_taps, sh,
+                                column_taps, sw))
+    stacked = reshape(transpose(stacked, (0, 4, 6, 1, 2, 3, 5)),
+                      (groups * sh * sw * group_channels, filters_per_group, row_taps,
+                       column_taps))
+    rows_per_phase, columns_per_phase = (height + sh - 1) // sh, (width + sw - 1) // sw
+    out = conv2d(g, stacked, (1, 1), ((row_low, row_high), (column_low, column_high)),
+                 (1, 1), groups, (row_taps, column_taps))
+    out = slice_axes(out, (0, 0, 0, 0), (batch, groups * sh * sw * group_channels,
+                                         rows_per_phase, columns_per_phase), (1, 1, 1, 1))
+    # channel (group, q_h, q_w, c) holds phase (s_h - 1 - q_h, s_w - 1 - q_w)
+    out = flip(reshape(out, (batch, groups, sh, sw, group_channels, rows_per_phase,
+                             columns_per_phase)), (2, 3))
+    out = reshape(transpose(out, (0, 1, 4, 5, 2, 6, 3)),
+                  (batch, channels, rows_per_phase * sh, columns_per_phase * sw))
     return slice_axes(out, (0, 0, 0, 0), tuple(input_shape), (1, 1, 1, 1))
 
 
@@ -233,6 +285,15 @@ class _PhasePlan(NamedTuple):
     taps: int
     dilation: int  # of the phase's convolution over g
     padding: tuple  # (low, high) of the phase's convolution over g
+
+
+def _excess(stride, kernel, dilation, padding):
+    """The most ``ceil(size / stride)`` exceeds conv2d's output size over input sizes (the
+    difference depends only on ``size % stride``)."""
+    low, high = padding
+    span = dilation * (kernel - 1)
+    return max((remainder > 0) - (remainder + low + high - span - 1) // stride - 1
+               for remainder in range(stride))
 
 
 def _phase(stride, kernel, dilation, padding, phase):
@@ -246,17 +307,14 @@ def _phase(stride, kernel, dilation, padding, phase):
     ...                                                     _phase(2, 3, 1, (1, 1), 1))]
     [(1, 1, (0, 0)), (0, 2, (0, 1))]
     """
-    low, high = padding
+    low = padding[0]
     reaching = [tap for tap in range(kernel) if (phase + low - tap * dilation) % stride == 0]
     if not reaching:
         return None
     step = reaching[1] - reaching[0] if len(reaching) > 1 else 1
     last_offset = (phase + low - reaching[-1] * dilation) // stride
     phase_dilation = dilation // math.gcd(dilation, stride)
-    # ceil(size / stride) - conv2d's output size depends only on size % stride
-    span = dilation * (kernel - 1)
-    excess = max((remainder > 0) - (remainder + low + high - span - 1) // stride - 1
-                 for remainder in range(stride))
+    excess = _excess(stride, kernel, dilation, padding)
     phase_low = -last_offset
     phase_high = excess - phase_low + phase_dilation * (len(reaching) - 1)
     return _PhasePlan(reaching[0], reaching[-1] + 1, step, len(reaching), phase_dilation,

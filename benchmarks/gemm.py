@@ -21,9 +21,10 @@ Reported: the median sample and the fastest. Every result is checked against a f
 product first.
 
 Rows: raw ``C = A @ B`` (NumPy ``matmul(out=)`` vs ``gemm.prepared``), then compiled
-programs built twice in the process, with ``blas.gemm_override("own")`` and
-``("blas")``: the layer ``relu(x @ W + b)``, the MLP train step with its hand-written
-backward (``benchmarks.workloads.mlp_train_step``) and one RNN cell step.
+programs built three times in the process, with ``blas.gemm_override`` ``"blas"``,
+``"own"`` and ``"auto"`` (the default rule, ``blas.own_sgemm_condition``): the layer
+``relu(x @ W + b)``, the MLP train step with its hand-written backward
+(``benchmarks.workloads.mlp_train_step``) and one RNN cell step.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def program_rows(threads, rounds, sample_seconds):
     rows = []
     for name, function, arguments in cases:
         calls = {}
-        for setting in ("blas", "own"):
+        for setting in ("blas", "own", "auto"):
             with blas.gemm_override(setting):
                 compiled = jit(cache="memory")(function)
                 start = time.process_time()
@@ -202,6 +203,8 @@ def _format(row):
     text = (f"  {row['name']:34} blas {row['blas_ms']:8.4f} ms (best {row['blas_best_ms']:8.4f})"
             f"  own {row['own_ms']:8.4f} ms (best {row['own_best_ms']:8.4f})"
             f"  blas/own {row['blas_ms'] / row['own_ms']:5.2f}x")
+    if "auto_ms" in row:
+        text += f"  auto (default) {row['auto_ms']:8.4f} ms"
     if "flops" in row:
         text += (f"  {row['flops'] / row['own_ms'] / 1e6:6.1f} vs "
                  f"{row['flops'] / row['blas_ms'] / 1e6:6.1f} GFLOP/s")

@@ -36,6 +36,10 @@ from llvmlite.binding.newpassmanagers import NewPassManager
 log = logging.getLogger("tracejit.kernels")
 
 _lock = threading.Lock()  # LLVM contexts are not thread-safe; compile one module at a time
+# Linking object code into the LLJIT touches no IR context: it has a lock of its own, so a
+# warm start from disk never waits for a compile running on another thread (a background
+# compile, runtime/background.py).
+_link_lock = threading.Lock()
 _library_ids = itertools.count()
 
 
@@ -199,7 +203,7 @@ _generation = {"jit": None, "links": 0}
 
 
 def _jit():
-    """The LLJIT new libraries go into (call with ``_lock`` held)."""
+    """The LLJIT new libraries go into (call with ``_link_lock`` held)."""
     _initialized()
     if _generation["jit"] is None or _generation["links"] >= LIBRARIES_PER_JIT:
         # JITLink keeps an object's sections together: RuntimeDyld could place code and
@@ -227,6 +231,6 @@ def load(object_code, exports, imports=None):
         builder.import_symbol(name, address)
     for name in exports:
         builder.export_symbol(name)
-    with _lock:
+    with _link_lock:
         tracker = builder.link(_jit(), f"tracejit_{next(_library_ids)}")
     return NativeLibrary({name: tracker[name] for name in exports}, tracker)

@@ -111,6 +111,9 @@ class EagerHooks:
     def while_trips(self, op, g0, g1):
         return None
 
+    def setdefault_argument(self, what, container, key, default=None):
+        return container.setdefault(key, default)
+
     def outside_mutation(self, what, owner=None):
         """Writes to outside state simply happen when running eagerly."""
 

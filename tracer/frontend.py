@@ -250,6 +250,11 @@ class _Rewriter(ast.NodeTransformer):
         ):
             what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
             owner = ast.Name(id=original.value.id, ctx=ast.Load())
+            if (original.attr == "setdefault" and original.value.id in self.scope.parameters
+                    and 1 <= len(node.args) <= 2 and not node.keywords):
+                # config.setdefault('lr', 1e-2) in every course optimizer: no change when
+                # the key is there
+                return _hook("setdefault_argument", what, owner, *node.args, node=node)
             return _then(_hook("outside_mutation", what, owner, node=node), node)
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
@@ -1005,6 +1010,14 @@ class Hooks:
         self.context.replaced[id(array)] = tracer
         self.context.keep_alive.append(array)  # its id must stay unique for the trace
         return tracer
+
+    def setdefault_argument(self, what, container, key, default=None):
+        """``config.setdefault(key, default)`` on an argument's dict: its value when the key
+        is there (the dict's keys are part of the call's guarded structure, so later calls
+        have it too); adding the key would change the caller's dict: refused."""
+        if isinstance(container, dict) and key in container:
+            return container[key]
+        return self.outside_mutation(what, container)
 
     def outside_mutation(self, what, owner=None):
         if isinstance(owner, types.ModuleType):

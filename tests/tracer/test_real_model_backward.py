@@ -943,10 +943,6 @@ def test_sgd_over_a_params_dict_compiles():
     assert no_eager_calls(f), f.stats()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`config.setdefault('learning_rate', 1e-2)` on a dict argument runs eagerly even when "
-    "the key is there (nothing changes): setdefault is in frontend._MUTATING_METHODS, so "
-    "the rewrite refuses it before it runs"))
 def test_sgd_with_setdefault_on_a_config_that_has_the_key_compiles():
     rng = np.random.default_rng(44)
     f = check_calls(sgd_with_defaults, [(normal(rng, 4, 3), normal(rng, 4, 3),

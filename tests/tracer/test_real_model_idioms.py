@@ -523,3 +523,20 @@ def test_gradient_with_respect_to_a_python_float_is_right_under_jit():
         assert float(gradient) == 3.0
     _, (_, gradient) = f(np.ones(3), np.array(2.0))
     assert float(gradient) == 3.0 and f.stats()["compiled_calls"] + f.stats()["traced_calls"] >= 1
+
+
+def sgd_step(w, dw, config=None):
+    if config is None:
+        config = {}
+    config.setdefault("learning_rate", 1e-2)
+    return w - config["learning_rate"] * dw, config
+
+
+def test_setdefault_on_a_config_argument():
+    """A key the config has: nothing changes, the call compiles; a key it lacks is added
+    to the caller's dict, as NumPy code does (that call runs eagerly)."""
+    rng = rng_for(16)
+    w, dw = rng.standard_normal(3), rng.standard_normal(3)
+    f = check_calls(sgd_step, [(w, dw, {"learning_rate": 0.5}) for _ in range(3)])
+    assert f.stats()["eager_calls"] == {} and compiles(f) == 1
+    check_calls(sgd_step, [(w, dw, {"momentum": 0.9}), (w, dw, None)])

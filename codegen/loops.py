@@ -49,8 +49,17 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
 from tracejit.tracer.loop_index import linear_in
-from tracejit.tracer.ops.control import (BodyPlan, LoopGuardFailed, _evaluate, _needed,
-                                         bind_symbols, emit, loop_p, print_text, run_body)
+from tracejit.tracer.ops.control import (
+    BodyPlan,
+    LoopGuardFailed,
+    _evaluate,
+    _needed,
+    bind_symbols,
+    emit,
+    loop_p,
+    print_text,
+    run_body,
+)
 
 from . import native_loop
 from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
@@ -83,6 +92,9 @@ class LoopProgram:
         self.materialized = []
         self.profiled = False
         self.compile_seconds = {}
+        from .program import explicit_symbols
+
+        self.explicit = explicit_symbols(graph)  # as a loop body: the outer index, ...
 
     @property
     def kernel_count(self):
@@ -101,13 +113,13 @@ class LoopProgram:
         return self(*inputs)
 
     def __call__(self, *inputs):
-        from .program import SideExit, explicit_symbols
+        from .program import SideExit
 
         graph = self.graph
         inputs, extra = inputs[:len(graph.inputs)], inputs[len(graph.inputs):]
         inputs = [np.asarray(value) for value in inputs]
         bindings = bind_symbols([var.aval for var in graph.inputs], inputs)
-        bindings.update(zip(explicit_symbols(graph), extra))
+        bindings.update(zip(self.explicit, extra))
         env = {var.name: value for var, value in zip(graph.inputs, inputs)}
         for var, constant in graph.constants:
             env[var.name] = constant.data
@@ -562,10 +574,9 @@ class NativeLoopProgram(LoopProgram):
                 guards += 1
             pending.append(item)
         flush(len(graph.body))
-        from .program import _symbol_bindings, explicit_symbols
+        from .program import _symbol_bindings
 
         self.bindings = _symbol_bindings(graph)
-        self.explicit = explicit_symbols(graph)  # as a loop body: the outer index, ...
         self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
         self.constants = {var.name: constant.data for var, constant in graph.constants}
 

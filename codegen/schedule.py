@@ -303,10 +303,11 @@ class _Scheduler:
         changed = True
         while changed:
             changed = False
-            owners = {}
+            owners, trees = {}, {}
             for name in self.roots():
                 root = self.buffers[name].var
-                for inner in self.inlined(root):
+                trees[name] = self.inlined(root)
+                for inner in trees[name]:
                     owners.setdefault(inner, []).append(root)
             stage_axes = {}  # root -> the reduced axes of its first stage
             for inner in sorted(owners, key=self.order.__getitem__):
@@ -320,16 +321,16 @@ class _Scheduler:
                 # A kernel's rows follow its first stage: a stage over other axes (the
                 # whole array's sum beside a row sum) gets a kernel of its own.
                 axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
-                if _reduced_axes(eqn) != axes or not self._read_in_place(eqn.out,
-                                                                         roots[0]):
+                if _reduced_axes(eqn) != axes or not self._read_in_place(
+                        eqn.out, roots[0], trees[roots[0].name]):
                     changed |= self.materialize(eqn.out)
 
-    def _read_in_place(self, var, root):
+    def _read_in_place(self, var, root, inlined):
         """Whether ``root``'s kernel reads ``var`` only at the row it computes: a stage
         holds the current row's value, so a view between the stage and the root that
         moves rows (``s[::-1]``, a slice, pad, roll, concatenate) needs the reduction in
         a buffer (found by the fusion fuzzer: a + a.sum(1, keepdims=True)[::-1])."""
-        tree = sorted(self.inlined(root) | {root.name}, key=self.order.__getitem__)
+        tree = sorted(inlined | {root.name}, key=self.order.__getitem__)
         reaching = {var.name}  # the values computed from the stage, root included
         for name in tree:
             eqn = self.producers[name]

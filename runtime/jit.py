@@ -272,27 +272,24 @@ class JitFunction:
         self.calls += 1
         if self.options.disabled:
             return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
-        variants = self._variants
-        if len(variants) > 1:  # many buckets: try the variant these shapes took last time
+        variants, key = self._variants, None
+        if len(variants) > 1:  # many buckets: first the variant these shapes took last time
             key = tuple([getattr(arg, "shape", None) for arg in args])
             hinted = self._hints.get(key)
             if hinted is not None:
-                inputs = hinted.guard(args, kwargs)
-                if inputs is not None:
-                    return self._run(hinted, inputs, args, kwargs)
-            for variant in variants:
-                inputs = variant.guard(args, kwargs)
-                if inputs is not None:
-                    if len(self._hints) >= MAX_HINTS:
-                        self._hints.clear()
-                    self._hints[key] = variant
-                    return self._run(variant, inputs, args, kwargs)
-            return self._miss(args, kwargs)
+                variants = (hinted, *variants)
         for variant in variants:
             inputs = variant.guard(args, kwargs)
             if inputs is not None:
+                if key is not None:
+                    self._remember(key, variant)
                 return self._run(variant, inputs, args, kwargs)
         return self._miss(args, kwargs)
+
+    def _remember(self, key, variant):
+        if len(self._hints) >= MAX_HINTS:
+            self._hints.clear()
+        self._hints[key] = variant
 
     def _run(self, variant, inputs, args, kwargs):
         path = variant.root

@@ -426,7 +426,7 @@ class SymInt:
         from . import ops
 
         result = ops.bind(getattr(ops, _TRACED_OPERATORS[function]), left, right)
-        if function is operator.truediv and _is_int(left) and _is_int(right):
+        if function is operator.truediv and is_int(left) and is_int(right):
             result.quotient = (left, right)  # int(n / d) of dims is a dim (integer_quotient)
         return result
 
@@ -553,7 +553,8 @@ def integer_quotient(value):
     return numerator // denominator
 
 
-def _is_int(value):
+def is_int(value):
+    """A Python int or a symbolic one (not a bool)."""
     return isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(
         value, bool))
 

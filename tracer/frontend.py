@@ -37,13 +37,13 @@ import types
 import astor
 import numpy as np
 
+from . import loop_sequences, loop_while
 from .dims import SymInt, SymRange, integer_quotient
 from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
-from . import loop_sequences, loop_while
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
 from .purity import impure_call, is_stateful
@@ -797,8 +797,7 @@ class Hooks:
                 _any_tracer(args[1:])):
             # np.add.at(dW, ids, dout) into a buffer made here: into its traced copy, which
             # every later read of the buffer sees
-            if id(args[0]) in self.context.implicit_candidates or self.context.is_implicit(
-                    args[0]):
+            if self.context.is_implicit(args[0]):
                 raise _refusal("np.add.at into a global array; compiled runs would skip it. "
                                "Return the new array instead")
             return function(self._traced_copy(args[0]), *args[1:], **kwargs)

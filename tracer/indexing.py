@@ -168,6 +168,7 @@ class IndexPlan:
     ``(position, source_axis, index)`` entries. ``setitem`` runs it backwards."""
 
     def __init__(self, shape, index):
+        index = _ranges_as_arrays(index)
         _check_mask_shape(index, shape)
         entries = _expand(index, len(shape))
         has_arrays = any(_is_array(entry) for entry in entries)
@@ -283,7 +284,6 @@ def _plan(shape, index):
 
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
-    index = _ranges_as_arrays(index)
     mask = index[0] if type(index) is tuple and index else index
     if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
         # x[traced_mask]: a data-dependent length, kept lazy for reductions to consume
@@ -316,7 +316,6 @@ def setitem(x, index, value):
     dtype), built from primitives: the value is scattered into place by running
     ``getitem``'s plan backwards, and a mask built the same way selects it over ``x``.
     """
-    index = _ranges_as_arrays(index)
     masked = _masked_fill(x, index, value)
     if masked is not None:
         return masked
@@ -369,7 +368,7 @@ def add_at(x, index, value):
     >>> add_at(np.zeros(4), np.array([1, 1, 3]), np.array([1.0, 2.0, 5.0])).tolist()
     [0.0, 3.0, 0.0, 5.0]
     """
-    plan = IndexPlan(tuple(shape_of(x)), _ranges_as_arrays(index))
+    plan = IndexPlan(tuple(shape_of(x)), index)
     value = _broadcast_value(value, plan.result_shape(), x)
     if getattr(value, "dtype", None) != x.dtype:
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from .dims import SymInt, expr_of
+from .dims import SymInt, expr_of, is_int
 from .loops import HOOK, unsupported_statements
 
 # comparison -> (sign of g = left - right in h(k) <= 0, offset): ``l < r`` is
@@ -190,7 +190,7 @@ def while_trips(op, g0, g1):
     trip number ``k`` (``g0 = g(0)``, ``g1 = g(1)``): an int, or a symbolic one when the
     condition reads dynamic dims; None when the values are not ints or the loop would not
     end (it then runs as written)."""
-    if not all(_is_int(value) for value in (g0, g1)):
+    if not all(is_int(value) for value in (g0, g1)):
         return None
     slope = g1 - g0
     if isinstance(slope, SymInt) and isinstance(expr_of(slope), int):
@@ -206,7 +206,3 @@ def while_trips(op, g0, g1):
     trips = (-g0) // slope + 1
     return trips if trips > 0 else 0
 
-
-def _is_int(value):
-    return isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(
-        value, bool))

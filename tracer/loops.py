@@ -37,7 +37,7 @@ import sys
 
 import numpy as np
 
-from .dims import DimExpr, SymInt, expr_of, value_of
+from .dims import DimExpr, SymInt, expr_of, is_int, value_of
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
 from .loop_index import IndexRefused, LoopIndex, settle_guards
@@ -448,7 +448,7 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
                                               start, stop, step, count))
             except Refusal as refusal:
                 raise Refused(str(refusal)) from None
-        elif _is_int(original) and _is_int(value):
+        elif is_int(original) and is_int(value):
             carries.append(_CounterCarry(name, original, value, start, step, count))
         else:
             carries.append(_ArrayCarry(name, original, value))
@@ -465,11 +465,6 @@ def _slot_names(carries):
     return names
 
 
-def _is_int(value):
-    return isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(
-        value, bool))
-
-
 class _CounterCarry:
     """A carried Python int that moves by the same amount every trip: ``idx += 1`` beside
     ``col[idx] = ...``, ``pos += W_out`` over an inner loop. It is no slot of the loop: in
@@ -479,7 +474,7 @@ class _CounterCarry:
     slot_count = 0
 
     def __init__(self, name, original, value, start, step, count):
-        if not _is_int(value):
+        if not is_int(value):
             raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
                           "not an int")
         self.name, self.original, self.step_size = name, original, value - original
@@ -497,7 +492,7 @@ class _CounterCarry:
 
     def leave(self, proxy, returned):
         expected = self.entry + self.step_size
-        if not _is_int(returned) or expr_of(returned) != expr_of(expected):
+        if not is_int(returned) or expr_of(returned) != expr_of(expected):
             raise Refused(f"`{self.name}` is an int that does not move by the same amount "
                           "every iteration")
         return []

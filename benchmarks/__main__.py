@@ -6,6 +6,9 @@
 1. gelu(x*w+b), 2048×2048 f32         4. RNN, 24 sequences of length 16–128
 2. layer_norm → softmax, 8192×512       5. call overhead, 16 elements
 3. MLP train step 512×784→1024→10      6. first call (trace + compile) of the MLP step
+7-9. the MLP train step at batch 64, 512 and 4096 against jax.jit, with the OpenBLAS
+     kernel that ran and the time its FLOPs take at measured peak (``benchmarks.mlp_step``;
+     run this command once with ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` unset too)
 
 Each workload runs NumPy eager, tracejit and, when they are importable, torch eager,
 torch.compile, jax.jit, numba and numexpr (where the peer is meaningful; see
@@ -42,13 +45,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import first_call, peers, report
+from . import first_call, mlp_step, peers, report
 from .harness import machine_facts, machine_line, run_workload
 from .workloads import BUILDERS, LEARNING_RATE, SEED, TITLES, mlp_inputs, mlp_train_step
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[1]
-KEYS = (*BUILDERS, "first_call")
+KEYS = (*BUILDERS, "first_call", *mlp_step.KEYS)
 
 
 def _settings(quick):
@@ -171,6 +174,8 @@ def run(keys, quick, unrolled_rnn, isolate=True, wait_idle=0.0):
                                                             _reference_loss())
                 except Exception as error:  # the library failed: report it, keep going
                     result = _crashed(key, f"{type(error).__name__}: {error}")
+            elif key in mlp_step.KEYS:  # a worker of its own, in-process or not
+                result = mlp_step.run_isolated(key, quick)
             elif isolate:
                 result = run_isolated(key, quick, unrolled_rnn)
             else:

@@ -1,0 +1,262 @@
+"""``conv2d`` as a direct convolution (the forward, and the input gradient: a transposed
+convolution is a ``conv2d`` of the output gradient with flipped weights). A work item is
+one output row ``(n, oh)``; its ``F x OW`` outputs are computed in register tiles of
+``FB`` filters by ``NB`` vectors along ``ow`` (``conv_tiling.forward_blocking``), each
+keeping its accumulators through the whole reduction over ``(c, i, j)``; then the row's
+epilogue (bias, activation) runs in place while it is in cache. ``tracejit.codegen.conv``
+says more.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from .conv_ir import I64, PTR, WIDEST_STEP, ConvKernel, const, counted_loop, either, when
+from .conv_tiling import forward_blocking, lower, upper
+
+
+class ForwardKernel(ConvKernel):
+    def __init__(self, kb):
+        super().__init__(kb)
+        x, w = self.x, self.second
+        out = self.eqn.out.aval.shape
+        self.batch, self.channels, self.height, self.width = x.aval.shape
+        self.filters = w.aval.shape[0]
+        self.out_height, self.out_width = out[2], out[3]
+        per_group = self.filters // self.groups if isinstance(self.filters, int) else None
+        self.per_group = per_group
+        self.fewest_per_group = lower(self.filters, self.ranges) // self.groups
+        # No block larger than the fewest filters the bucket allows: that would leave
+        # every filter to the one-at-a-time path (F=3 in a bucket (2, 4]).
+        self.fb, self.nb = forward_blocking(
+            self.lanes, self.registers, per_group or upper(self.filters, self.ranges),
+            upper(self.out_width, self.ranges), max(1, self.fewest_per_group))
+
+    def build(self):
+        kb, root = self.kb, self.kb.kernel.root
+        product = self.eqn.out
+        if product.name != root.name:
+            kb.overrides[product.name] = root.name  # the epilogue reads the product in place
+        extent = self.batch * self.out_height
+        kb.loop(kb.dim(extent), self.row, inner=False, split=True)
+        kb.finish()
+        work = self.filters * self.out_width * (self.channels // self.groups) * (
+            self.kernel[0] * self.kernel[1])
+        return kb._entry_function((extent, work))
+
+    def row(self, item):
+        kb, b = self.kb, self.kb.b
+        out_height = kb.dim(self.out_height)
+        n = b.sdiv(item.value, out_height)
+        oh = b.srem(item.value, out_height)
+        channels, height, width = (kb.dim(d) for d in (self.channels, self.height,
+                                                         self.width))
+        filters, out_width = kb.dim(self.filters), kb.dim(self.out_width)
+        groups = const(self.groups)
+        group_channels = b.sdiv(channels, groups)
+        per_group = b.sdiv(filters, groups)
+        taps = b.mul(group_channels, const(self.kernel[0] * self.kernel[1]))
+        image = b.mul(height, width)
+        ih0 = b.sub(b.mul(oh, const(self.strides[0])), const(self.padding[0][0]))
+        plane = b.mul(out_width, kb.dim(self.out_height))
+        x_pointer = kb.pointers[self.x.name]
+        w_pointer = kb.pointers[self.second.name]
+        out_pointer = kb.pointers[kb.kernel.root.name]
+
+        def group(builder, g, _):
+            first_channel = builder.add(builder.mul(n, channels), builder.mul(g, group_channels))
+            x_base = self.at(builder, x_pointer, builder.mul(first_channel, image))
+            first_filter = builder.mul(g, per_group)
+            blocks = builder.sdiv(per_group, const(self.fb))
+            common = (x_base, ih0, group_channels, height, width, taps, plane, out_width)
+
+            def block(builder, index, _):
+                f0 = builder.add(first_filter, builder.mul(index, const(self.fb)))
+                self.tile_row(builder, self.fb, f0, n, oh, filters, common, w_pointer,
+                              out_pointer)
+
+            counted_loop(builder, const(0), blocks, block)
+            self.remaining_filters(builder, per_group, first_filter, blocks, lambda builder, size,
+                                   f0: self.tile_row(builder, size, f0, n, oh, filters, common,
+                                                     w_pointer, out_pointer))
+
+        counted_loop(b, const(0), groups, group)
+        if kb.kernel.root.name != self.eqn.out.name:
+            self.epilogue(n, oh)
+
+    def remaining_filters(self, builder, per_group, first_filter, blocks, tile_row):
+        """The filters past the last full block of ``fb``. A group of at least ``fb``
+        filters recomputes its last ``fb`` (the overlap stores the same values again, before
+        the epilogue reads them): no tile function per remainder size, which would multiply
+        compile time. A smaller group (possible only in its bucket) takes one filter at a
+        time."""
+        fb = self.fb
+        remainder = builder.srem(per_group, const(fb))
+        last_block = builder.add(first_filter, builder.sub(per_group, const(fb)))
+        if self.per_group is not None:  # static
+            if self.per_group % fb and self.per_group > fb:
+                tile_row(builder, fb, last_block)
+            elif self.per_group % fb:
+                tile_row(builder, self.per_group, first_filter)
+            return
+        overlap = builder.and_(builder.icmp_signed("!=", remainder, const(0)),
+                               builder.icmp_signed(">", blocks, const(0)))
+        when(builder, overlap, lambda builder, _: tile_row(builder, fb, last_block))
+        if self.fewest_per_group < fb:
+            def one(builder, f, _):
+                tile_row(builder, 1, builder.add(first_filter, f))
+
+            when(builder, builder.icmp_signed("==", blocks, const(0)), lambda builder, _:
+                 counted_loop(builder, const(0), per_group, one))
+
+    def tile_row(self, builder, fb, f0, n, oh, filters, common, w_pointer, out_pointer):
+        """One row's outputs for filters ``f0 .. f0 + fb``: full tiles (interior or border),
+        then the tail tile."""
+        x_base, ih0, group_channels, height, width, taps, plane, out_width = common
+        w_base = self.at(builder, w_pointer, builder.mul(f0, taps))
+        out_row = builder.add(builder.mul(builder.add(builder.mul(n, filters), f0), plane),
+                              builder.mul(oh, out_width))
+        out_base = self.at(builder, out_pointer, out_row)
+        span = self.nb * self.lanes
+        (sw, dw), left = (self.strides[1], self.dilation[1]), self.padding[1][0]
+        reach = (self.kernel[1] - 1) * dw
+        full = builder.sdiv(out_width, const(span))
+        arguments = lambda ow0, valid: [x_base, w_base, out_base, ow0, ih0, valid,  # noqa: E731
+                                        group_channels, height, width, taps, plane]
+
+        def tile(builder, index, _):
+            ow0 = builder.mul(index, const(span))
+            first = builder.sub(builder.mul(ow0, const(sw)), const(left))
+            # the last element loaded: a wide (strided) load reads sw - 1 past its last lane
+            past = sw - 1 if 1 < sw <= WIDEST_STEP else 0
+            last = builder.add(builder.mul(builder.add(ow0, const(span - 1)), const(sw)),
+                               const(reach - left + past))
+            interior = builder.and_(builder.icmp_signed(">=", first, const(0)),
+                                    builder.icmp_signed("<", last, width))
+            plain = builder.function.append_basic_block("tile.interior")
+            masked = builder.function.append_basic_block("tile.border")
+            done = builder.function.append_basic_block("tile.done")
+            builder.cbranch(interior, plain, masked)
+            builder.position_at_end(plain)
+            builder.call(self.tile_function(fb, self.nb, False), arguments(ow0, const(span)))
+            builder.branch(done)
+            builder.position_at_end(masked)
+            builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, const(span)))
+            builder.branch(done)
+            builder.position_at_end(done)
+
+        counted_loop(builder, const(0), full, tile)
+        rest = builder.sub(out_width, builder.mul(full, const(span)))
+        ow0 = builder.mul(full, const(span))
+        if isinstance(self.out_width, int):
+            if self.out_width % span:  # exactly the vectors the tail needs
+                vectors = math.ceil((self.out_width % span) / self.lanes)
+                builder.call(self.tile_function(fb, vectors, True), arguments(ow0, rest))
+        else:  # one masked tile for every tail length: one function, not nb
+            when(builder, builder.icmp_signed(">", rest, const(0)), lambda builder, _:
+                 builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, rest)))
+
+    def tile_function(self, fb, nb, border):
+        """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW)``: ``fb`` filters times
+        ``nb`` vectors of outputs from ``ow0`` in one row, ``valid`` of them stored."""
+        name = self.shared_name("tile", fb, nb, "m" if border else "",
+                                self.kernel, self.strides[1], self.dilation, self.padding[1][0])
+        function = self.module.globals.get(name)
+        if function is not None:  # another kernel of this program has the same tile
+            return function
+        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 8, shared=True)
+        for argument in function.args[:3]:
+            argument.add_attribute("noalias")
+        x_base, w_base, out_base, ow0, ih0, valid, channels, height, width, taps, plane = \
+            function.args
+        (kh, kw), (dh, dw) = self.kernel, self.dilation
+        sw, left = self.strides[1], self.padding[1][0]
+        zero = ir.Constant(self.vector, None)
+        # Per vector and tap: the input column of lane 0, and (border tiles) which lanes
+        # read inside the row and store a valid output.
+        columns, masks = {}, {}
+        for v in range(nb):
+            for j in range(kw):
+                columns[v, j] = builder.add(builder.mul(builder.add(ow0, const(v * self.lanes)),
+                                                        const(sw)), const(j * dw - left))
+                if border:
+                    positions = builder.add(self.splat_index(builder, columns[v, j]),
+                                            self.lane_offsets(0, sw))
+                    lanes = builder.add(self.splat_index(builder, const(v * self.lanes)),
+                                        self.lane_offsets())
+                    stored = builder.icmp_signed("<", lanes, self.splat_index(builder, valid))
+                    masks[v, j] = builder.and_(self.inside(builder, positions, const(0), width),
+                                               stored)
+
+        def channel(builder, c, accumulators):
+            def kernel_row(builder, i, accumulators):
+                ih = builder.add(ih0, builder.mul(i, const(dh)))
+                inside = builder.and_(builder.icmp_signed(">=", ih, const(0)),
+                                      builder.icmp_signed("<", ih, height))
+
+                def taps_of_row(builder, accumulators, padding=False):
+                    row = self.at(builder, x_base,
+                                  builder.mul(builder.add(builder.mul(c, height), ih), width))
+                    weights = builder.mul(builder.add(builder.mul(c, const(kh)), i),
+                                          const(kw))
+                    for j in range(kw):
+                        inputs = [zero if padding else self.load_row(
+                            builder, row, columns[v, j], sw, masks.get((v, j)), width)
+                            for v in range(nb)]
+                        for f in range(fb):
+                            offset = builder.add(builder.mul(const(f), taps),
+                                                 builder.add(weights, const(j)))
+                            weight = self.splat(builder, builder.load(
+                                self.at(builder, w_base, offset), typ=self.element))
+                            for v in range(nb):
+                                accumulators[f * nb + v] = self.fmuladd(
+                                    builder, weight, inputs[v], accumulators[f * nb + v])
+                    return accumulators
+
+                # A kernel row in the padding reads zeros: no loads, but still w * 0, so
+                # an Inf or NaN weight makes the output NaN as zero padding does eagerly.
+                return either(builder, inside, taps_of_row, lambda builder, accumulators:
+                              taps_of_row(builder, accumulators, padding=True), accumulators)
+
+            return counted_loop(builder, const(0), const(kh), kernel_row, accumulators)
+
+        accumulators = counted_loop(builder, const(0), channels, channel, [zero] * (fb * nb))
+        for f in range(fb):
+            for v in range(nb):
+                offset = builder.add(builder.mul(const(f), plane),
+                                     builder.add(ow0, const(v * self.lanes)))
+                pointer = self.at(builder, out_base, offset)
+                value = accumulators[f * nb + v]
+                if not border:
+                    builder.store(value, pointer, align=self.dtype.itemsize)
+                    continue
+                whole = builder.icmp_signed(">=", valid, const((v + 1) * self.lanes))
+                with builder.if_else(whole) as (then, otherwise):
+                    with then:
+                        builder.store(value, pointer, align=self.dtype.itemsize)
+                    with otherwise:
+                        lanes = builder.add(self.splat_index(builder, const(v * self.lanes)),
+                                            self.lane_offsets())
+                        self.masked_store(builder, value, pointer, builder.icmp_signed(
+                            "<", lanes, self.splat_index(builder, valid)))
+        builder.ret_void()
+        return function
+
+    def epilogue(self, n, oh):
+        """The root's pointwise expression over this row's outputs, in place."""
+        from .lowering import Ix
+
+        kb = self.kb
+        root = kb.kernel.root
+        eqn = kb.producers[root.name]
+
+        def per_filter(f):
+            def per_column(ow):
+                index = (Ix(n, False), f, Ix(oh, False), ow)
+                kb.store(root.name, index, kb.compute(eqn, index), root.aval.dtype)
+
+            kb.loop(kb.dim(self.out_width), per_column, inner=True)
+
+        kb.loop(kb.dim(self.filters), per_filter, inner=False)

@@ -1,40 +1,69 @@
 """Issue 14: ``tracejit.nn.conv2d`` + bias + relu, forward and forward + backward, against
-the same layer written as im2col (compiled by tracejit, and by hand in NumPy) and PyTorch
-eager (oneDNN), at 1 and 2 threads.
+NumPy (im2col by hand), torch eager (oneDNN), torch.compile and jax.jit
+(``jax.lax.conv_general_dilated`` under ``jax.jit``), in one run.
 
-Per configuration and thread count: the first call of a fresh jit function (trace +
-compile + run) and the median steady-state call of
+Rows: batch 1 at 3x150x120, 3x184x100 and 3x224x224 and batch 32 at 3x32x32, each with 16
+and 64 output channels and 3x3 and 5x5 kernels ('same' padding, float32 by default),
+forward and forward + backward (the gradients of ``sum(relu(conv2d(x, w) + b))`` with
+respect to ``x``, ``w`` and ``b``). Per row and thread count:
 
-* ``tracejit``: ``nn.conv2d`` (the ``conv2d`` primitive, ``tracejit.codegen.conv``'s
-  direct kernels; the backward as a transposed conv and a weight-gradient kernel);
-* ``tracejit im2col``: the composition ``nn.conv2d`` was before (zero pad, windows as a
-  view, one matmul through BLAS), compiled by tracejit: the decision between the two;
-* ``NumPy im2col``: the same composition in NumPy eager, its backward by hand (col2im);
-* ``torch``: ``torch.nn.functional.conv2d`` eager, where torch is installed;
+* steady state: each candidate's median wall time per call, and its best (minimum) wall
+  and process-CPU time per call over the samples (the machine may be shared: the best and
+  the CPU clock are what a busy neighbour disturbs least); the ratio ``tracejit / peer``
+  of medians (below 1: tracejit is faster), and whether tracejit meets the target (at or
+  below torch eager);
+* the first call of a fresh function (tracejit: trace + compile + run, disk cache off;
+  torch.compile: Dynamo + AOTAutograd + Inductor into an empty ``TORCHINDUCTOR_CACHE_DIR``
+  after ``torch._dynamo.reset()``; jax.jit: trace + XLA compile), wall and process CPU (the
+  Inductor's C++ compiler runs in worker processes, which the CPU figure leaves out). Each
+  framework first compiles an unrelated small convolution, so these are compile times,
+  not import and start-up times;
+* compiles: one ``jit(dynamic=True)`` per (forward or forward + backward, filters,
+  kernel) is called on every image size (and two more sizes inside the same buckets); the
+  compiles it made against the number of distinct size buckets (target: one per bucket).
 
-with GFLOP/s (2 * N * F * OH * OW * C/g * KH * KW per convolution; forward + backward
-counts three convolutions). ``--profile`` adds where tracejit's time goes: the time inside
-each kernel (``TRACEJIT_PROFILE=1`` counters) next to the wall time per call.
+The candidates: ``tracejit`` (``nn.conv2d``: the ``conv2d`` primitive and
+``tracejit.codegen.conv``'s direct kernels; the backward a transposed convolution and a
+weight-gradient kernel); ``NumPy im2col`` (the windows of the padded input as one matmul;
+its backward by hand: col2im); ``torch`` and ``torch.compile``; ``jax.jit``; and with
+``--im2col`` the same im2col composition compiled by tracejit. A peer that is not
+installed is left out (its columns say so). Every result is checked against NumPy's
+before timing. The header says which OpenBLAS kernel NumPy runs (threadpoolctl) and the
+``OPENBLAS_CORETYPE`` in force; torch's convolutions run in oneDNN and XLA's in Eigen
+whatever OpenBLAS does.
 
-Thread counts run in child processes (``TRACEJIT_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``
-and ``torch.set_num_threads`` are read once per process). Timings are round-robin within a
-process (``benchmarks.harness.measure_interleaved``); every line carries the 1-minute load
-average, since the machine may be shared: ratios within a line, not absolutes.
+Thread counts run in child processes (``TRACEJIT_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+torch's threads and, for one thread, ``XLA_FLAGS`` are set per process). Samples are
+round-robin within a process with a pause before each, every line carries the 1-minute
+load average.
 
-    python -m benchmarks.conv [--configs 8x16x32x32:32x3 ...] [--backward] [--threads 1 2]
-                              [--dtype float32] [--profile]
+    python -m benchmarks.conv [--threads 1 2] [--modes forward backward]
+                              [--configs 1x3x150x120:16x3 ...] [--dtype float32]
+                              [--quick] [--im2col] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from functools import partial
 
-DEFAULT_CONFIGS = ["8x16x32x32:32x3", "8x16x64x64:32x3", "1x3x150x120:16x3",
-                   "1x3x224x224:64x3", "32x3x32x32:64x5"]
+IMAGES = ["1x3x150x120", "1x3x184x100", "1x3x224x224", "32x3x32x32"]
+# Sizes inside the buckets of the images above (dynamic dims: pow2 buckets), for the
+# compiles-per-bucket check: a new size in a known bucket must not compile.
+SAME_BUCKET_IMAGES = ["1x3x131x97", "1x3x255x129"]
+DEFAULT_CONFIGS = [f"{image}:{filters}x{kernel}" for image in IMAGES
+                   for filters in (16, 64) for kernel in (3, 5)]
+QUICK_CONFIGS = ["1x3x150x120:16x3", "32x3x32x32:64x5"]
+MODES = {"forward": "fwd", "backward": "fwd+bwd"}
+PEERS = ("NumPy im2col", "torch", "torch.compile", "jax.jit")
+TARGET_FIRST_CALL_SECONDS = 0.5
 
 
 def parse(config):
@@ -42,6 +71,13 @@ def parse(config):
     n, c, h, w = (int(part) for part in image.split("x"))
     f, k = (int(part) for part in kernel.split("x"))
     return n, c, h, w, f, k
+
+
+def installed(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 # --- the layer written as im2col --------------------------------------------------------
@@ -109,66 +145,121 @@ def numpy_forward_backward(x, weight, bias, padding):
     return grad_x, grad_weight, grad_bias
 
 
-# --- one process: one thread count ------------------------------------------------------
-def candidates(config, backward, dtype):
+# --- the candidates ---------------------------------------------------------------------
+def inputs_for(config, dtype, seed=0):
+    import numpy as np
+
+    n, c, h, w, f, k = parse(config)
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, c, h, w)).astype(dtype),
+            (rng.standard_normal((f, c, k, k)) * 0.1).astype(dtype),
+            rng.standard_normal(f).astype(dtype))
+
+
+def tracejit_function(kernel, backward, im2col=False):
+    """A fresh ``jit(dynamic=True)`` of the layer (or of its gradients), disk cache off."""
     import numpy as np
 
     import tracejit as tj
-    from benchmarks.harness import Candidate
     from tracejit import nn
 
-    n, c, h, w, f, k = parse(config)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, c, h, w)).astype(dtype)
-    weight = (rng.standard_normal((f, c, k, k)) * 0.1).astype(dtype)
-    bias = rng.standard_normal(f).astype(dtype)
-    padding = k // 2
+    padding = kernel // 2
 
     def layer(x, weight, bias):
+        if im2col:
+            return np.maximum(im2col_conv2d(x, weight, bias, padding), 0)
         return nn.relu(nn.conv2d(x, weight, bias, padding=padding))
 
-    def im2col_layer(x, weight, bias):
-        return np.maximum(im2col_conv2d(x, weight, bias, padding), 0)
-
-    firsts, jitted, runs = {}, {}, []
-    for name, function in (("tracejit", layer), ("tracejit im2col", im2col_layer)):
-        if backward:
-            def loss(x, weight, bias, function=function):
-                return np.sum(function(x, weight, bias))
-
-            function = tj.grad(loss, argnums=(0, 1, 2))
-        compiled = tj.jit(function, dynamic=True, cache="memory")
-        start = time.perf_counter()
-        compiled(x, weight, bias)
-        firsts[name] = time.perf_counter() - start
-        jitted[name] = compiled
-        runs.append(Candidate(name, lambda compiled=compiled: compiled(x, weight, bias)))
+    function = layer
     if backward:
-        runs.append(Candidate("NumPy im2col", lambda: numpy_forward_backward(
-            x, weight, bias, padding)))
+        def loss(x, weight, bias):
+            return np.sum(layer(x, weight, bias))
+
+        function = tj.grad(loss, argnums=(0, 1, 2))
+    return tj.jit(function, dynamic=True, cache="memory")
+
+
+def torch_call(arrays, kernel, backward, compiled):
+    """A zero-argument call of the torch layer (fresh leaves per call for the backward, as
+    a training step has), or None when torch is not installed."""
+    import torch
+
+    padding = kernel // 2
+
+    def layer(x, weight, bias):
+        return torch.relu(torch.nn.functional.conv2d(x, weight, bias, padding=padding))
+
+    def loss(x, weight, bias):
+        return layer(x, weight, bias).sum()
+
+    if compiled:
+        torch._dynamo.reset()  # a first call that compiles, not one that recompiles
+        layer, loss = torch.compile(layer), torch.compile(loss)
+    tensors = [torch.from_numpy(value) for value in arrays]
+
+    def call():
+        if backward:
+            leaves = [value.clone().requires_grad_() for value in tensors]
+            loss(*leaves).backward()
+            return [leaf.grad for leaf in leaves]
+        with torch.no_grad():
+            return layer(*tensors)
+
+    return call
+
+
+def jax_call(arrays, kernel, backward):
+    import jax
+    import jax.numpy as jnp
+
+    padding = kernel // 2
+
+    def layer(x, weight, bias):
+        out = jax.lax.conv_general_dilated(x, weight, (1, 1), ((padding, padding),) * 2,
+                                           dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return jax.nn.relu(out + bias[None, :, None, None])
+
+    if backward:
+        function = jax.jit(jax.grad(lambda *args: jnp.sum(layer(*args)), argnums=(0, 1, 2)))
     else:
-        runs.append(Candidate("NumPy im2col", lambda: numpy_forward(x, weight, bias, padding)))
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None:
-        tx, tw, tb = (torch.from_numpy(value) for value in (x, weight, bias))
-
-        def run_torch():
-            if backward:
-                leaves = [value.clone().requires_grad_() for value in (tx, tw, tb)]
-                torch.relu(torch.nn.functional.conv2d(*leaves, padding=padding)).sum(
-                ).backward()
-                return [leaf.grad for leaf in leaves]
-            with torch.no_grad():
-                return torch.relu(torch.nn.functional.conv2d(tx, tw, tb, padding=padding))
-        runs.append(Candidate("torch", run_torch))
-    flops = 2 * n * f * h * w * c * k * k * (3 if backward else 1)  # 'same' padding
-    return runs, firsts, jitted, flops
+        function = jax.jit(layer)
+    device_arrays = [jax.device_put(value) for value in arrays]
+    return lambda: jax.block_until_ready(function(*device_arrays))
 
 
-def check_agreement(runs, dtype, backward):
+def timed_first_call(call):
+    """``(result, wall seconds, process CPU seconds)`` of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def candidates(config, backward, dtype, im2col):
+    """``{name: call}``, ``{name: (first wall s, first cpu s)}``, the tracejit function."""
+    arrays = inputs_for(config, dtype)
+    x, weight, bias = arrays
+    kernel = parse(config)[5]
+    padding = kernel // 2
+    calls, firsts = {}, {}
+    jitted = tracejit_function(kernel, backward)
+    calls["tracejit"] = lambda: jitted(x, weight, bias)
+    if im2col:
+        im2col_jitted = tracejit_function(kernel, backward, im2col=True)
+        calls["tracejit im2col"] = lambda: im2col_jitted(x, weight, bias)
+    reference = numpy_forward_backward if backward else numpy_forward
+    calls["NumPy im2col"] = lambda: reference(x, weight, bias, padding)
+    if installed("torch"):
+        calls["torch"] = torch_call(arrays, kernel, backward, compiled=False)
+        calls["torch.compile"] = torch_call(arrays, kernel, backward, compiled=True)
+    if installed("jax"):
+        calls["jax.jit"] = jax_call(arrays, kernel, backward)
+    for name in ("tracejit", "tracejit im2col", "torch.compile", "jax.jit"):
+        if name in calls:
+            firsts[name] = timed_first_call(calls[name])[1:]
+    return calls, firsts, jitted
+
+
+def check_agreement(calls, dtype, backward):
     """Every candidate's result against NumPy im2col's, relative to the largest value. An
     output within rounding of 0 falls on either side of relu depending on the summation
     order, which moves the gradients around it by a whole weight or input (float32 NumPy
@@ -177,18 +268,43 @@ def check_agreement(runs, dtype, backward):
     to differ more. A wrong kernel is off almost everywhere."""
     import numpy as np
 
-    from benchmarks.harness import leaves
+    from benchmarks.harness import as_numpy, leaves
 
-    reference = next(run for run in runs if run.name == "NumPy im2col")
-    want = leaves(reference.result(reference.call()))
+    want = leaves(as_numpy(calls["NumPy im2col"]()))
     limit = 1e-2 if backward else 1e-4 if dtype == np.float32 else 1e-10
-    for run in runs:
-        got = leaves(run.result(run.call()))
+    for name, call in calls.items():
+        got = leaves(as_numpy(call()))
         for actual, expected in zip(got, want, strict=True):
             scale = max(float(np.max(np.abs(expected))), 1e-30)
             wrong = np.abs(actual.astype(np.float64) - expected) > limit * scale
             if actual.shape != expected.shape or wrong.mean() > (1e-3 if backward else 0):
-                raise AssertionError(f"{run.name} differs from NumPy im2col")
+                raise AssertionError(f"{name} differs from NumPy im2col")
+
+
+def measure(calls, rounds, sample_seconds, pause_seconds=0.1):
+    """Per candidate: median and best wall seconds per call and best process-CPU seconds
+    per call, over ``rounds`` samples taken round-robin (the first candidate rotates). A
+    pause before each sample lets the previous candidate's spinning threads sleep, and an
+    untimed call wakes the candidate's own."""
+    names = list(calls)
+    numbers = {}
+    for name in names:
+        calls[name]()
+        once = min(timed_first_call(calls[name])[1] for _ in range(3))
+        numbers[name] = max(1, int(sample_seconds / max(once, 1e-9)))
+    walls, cpus = {name: [] for name in names}, {name: [] for name in names}
+    for round_index in range(rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            time.sleep(pause_seconds)
+            calls[name]()
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(numbers[name]):
+                calls[name]()
+            walls[name].append((time.perf_counter() - wall) / numbers[name])
+            cpus[name].append((time.process_time() - cpu) / numbers[name])
+    return {name: dict(median=statistics.median(walls[name]), best=min(walls[name]),
+                       best_cpu=min(cpus[name])) for name in names}
 
 
 def kernel_breakdown(compiled, call, runs=20):
@@ -204,67 +320,190 @@ def kernel_breakdown(compiled, call, runs=20):
                         for name, seconds in after.items()}
 
 
+# --- one process: one thread count ------------------------------------------------------
+def blas_kernel():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (pip install threadpoolctl)"
+    for pool in threadpool_info():
+        if pool.get("internal_api") == "openblas":
+            return f"OpenBLAS {pool.get('version')} kernel {pool.get('architecture')}"
+    return "no OpenBLAS found"
+
+
+def header(threads):
+    parts = [f"threads {threads}", f"NumPy BLAS: {blas_kernel()} (OPENBLAS_CORETYPE="
+             f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')})"]
+    if installed("torch"):
+        import torch
+
+        parts.append(f"torch {torch.__version__} (oneDNN "
+                     f"{'on' if torch.backends.mkldnn.is_available() else 'off'})")
+    else:
+        parts.append("torch: not installed (torch, torch.compile columns skipped)")
+    if installed("jax"):
+        import jax
+
+        parts.append(f"jax {jax.__version__}")
+    else:
+        parts.append("jax: not installed (jax.jit column skipped)")
+    return "; ".join(parts)
+
+
+def warm_up(dtype):
+    """Compile an unrelated small convolution with each framework, forward and backward,
+    so the first calls measured are compiles, not imports and start-up."""
+    for backward in (False, True):
+        candidates("2x2x9x7:2x3", backward, dtype, im2col=False)
+
+
+def row_line(config, mode, threads, timing, firsts, compiles):
+    ours = timing["tracejit"]
+    cells = [f"tracejit {ours['median'] * 1e3:.3f} ms (best {ours['best'] * 1e3:.3f}, "
+             f"cpu {ours['best_cpu'] * 1e3:.3f})"]
+    for name, result in timing.items():
+        if name == "tracejit":
+            continue
+        ratio = ours["median"] / result["median"]
+        cells.append(f"{name} {result['median'] * 1e3:.3f} ({ratio:.2f}x)")
+    for name in PEERS:
+        if name not in timing:
+            cells.append(f"{name} skipped (not installed)")
+    first = ", ".join(f"{name} {wall:.2f} s (cpu {cpu:.2f})" for name, (wall, cpu)
+                      in firsts.items())
+    return (f"{config:>17} {mode:7} t={threads} load {os.getloadavg()[0]:.1f} | "
+            + " | ".join(cells) + f" | first call: {first} | compiles {compiles}")
+
+
+def summary(rows, threads):
+    """A Markdown table of the rows: ms per call and ``tracejit / peer`` ratios."""
+    names = [name for name in PEERS if any(name in row["timing"] for row in rows)]
+    lines = [f"\n| t={threads} row | tracejit ms | " + " | ".join(
+        f"{name} ms (ratio)" for name in names) + " | ≤ torch | first call s: tracejit / "
+        "torch.compile / jax.jit | load |",
+        "|" + "---|" * (len(names) + 5)]
+    for row in rows:
+        timing, firsts = row["timing"], row["firsts"]
+        ours = timing["tracejit"]["median"]
+        cells = [f"{timing[name]['median'] * 1e3:.3f} ({ours / timing[name]['median']:.2f})"
+                 if name in timing else "-" for name in names]
+        meets = "yes" if "torch" in timing and ours <= timing["torch"]["median"] else (
+            "no" if "torch" in timing else "-")
+        first = " / ".join(f"{firsts[name][0]:.2f}" if name in firsts else "-"
+                           for name in ("tracejit", "torch.compile", "jax.jit"))
+        lines.append(f"| {row['config']} {row['mode']} | {ours * 1e3:.3f} | "
+                     + " | ".join(cells) + f" | {meets} | {first} | {row['load']:.1f} |")
+    return "\n".join(lines)
+
+
+def compiles_per_bucket(args, dtype):
+    """One jit per (mode, filters, kernel), called on every image size: its compiles
+    against the distinct pow2 buckets of the inputs' shapes."""
+    from tracejit.tracer.shapes import pow2_bucket
+
+    print("\ncompiles per size bucket (jit(dynamic=True), pow2 buckets; sizes: "
+          + ", ".join(IMAGES + SAME_BUCKET_IMAGES) + ")", flush=True)
+    kinds = sorted({parse(config)[4:] for config in args.configs})
+    for mode in args.modes:
+        for filters, kernel in kinds:
+            jitted = tracejit_function(kernel, mode == "backward")
+            buckets, seconds = set(), []
+            for image in IMAGES + SAME_BUCKET_IMAGES:
+                arrays = inputs_for(f"{image}:{filters}x{kernel}", dtype)
+                buckets.add(tuple(tuple(pow2_bucket(size) or (size,) for size in a.shape)
+                                  for a in arrays))
+                seconds.append(timed_first_call(partial(jitted, *arrays))[1])
+            compiles = jitted.stats()["compiles"]
+            eager = sum(jitted.stats()["eager_calls"].values())
+            verdict = "one per bucket" if compiles == len(buckets) else (
+                "NOT one per bucket: equal sizes on a variant's first call share a symbol "
+                "(224x224: H == W), see jit.explain()")
+            print(f"  {MODES[mode]:7} F={filters} {kernel}x{kernel}: {len(buckets)} buckets, "
+                  f"{compiles} compiles, {eager} eager calls ({verdict}); first call per "
+                  "size " + ", ".join(f"{second:.2f}" for second in seconds) + " s",
+                  flush=True)
+
+
 def run_one_thread_count(args, threads):
     import numpy as np
 
-    from benchmarks.harness import measure_interleaved
-
-    try:
+    if installed("torch"):
         import torch
 
         torch.set_num_threads(threads)
-    except ImportError:
-        pass
     dtype = np.dtype(args.dtype)
-    for config in args.configs:
-        runs, firsts, jitted, flops = candidates(config, args.backward, dtype)
-        check_agreement(runs, dtype, args.backward)
-        timing = measure_interleaved(runs, rounds=args.rounds, sample_seconds=0.2)
-        load = os.getloadavg()[0]
-        cells = []
-        for run in runs:
-            milliseconds = timing[run.name]["median_s"] * 1e3
-            cells.append(f"{run.name} {milliseconds:.2f} ms ({flops / milliseconds / 1e6:.0f}"
-                         " GF/s)")
-        compiles = jitted["tracejit"].stats()["compiles"]
-        print(f"{config:>17} t={threads}  load {load:.1f}  " + "  ".join(cells)
-              + f"  | first call tracejit {firsts['tracejit']:.2f} s, im2col "
-              f"{firsts['tracejit im2col']:.2f} s; compiles {compiles}", flush=True)
-        if args.profile:
-            for name in ("tracejit", "tracejit im2col"):
-                run = next(run for run in runs if run.name == name)
-                wall, kernels = kernel_breakdown(jitted[name], run.call)
+    print(header(threads), f"; load {os.getloadavg()[0]:.1f}", flush=True)
+    warm_up(dtype)
+    rows = []
+    for mode in args.modes:
+        backward = mode == "backward"
+        for config in args.configs:
+            calls, firsts, jitted = candidates(config, backward, dtype, args.im2col)
+            check_agreement(calls, dtype, backward)
+            timing = measure(calls, rounds=args.rounds, sample_seconds=args.sample_seconds)
+            compiles = jitted.stats()["compiles"]
+            rows.append(dict(config=config, mode=MODES[mode], timing=timing, firsts=firsts,
+                             load=os.getloadavg()[0]))
+            print(row_line(config, MODES[mode], threads, timing, firsts, compiles),
+                  flush=True)
+            if args.profile:
+                wall, kernels = kernel_breakdown(jitted, calls["tracejit"])
                 inside = sum(kernels.values())
                 parts = ", ".join(f"{kernel} {ms:.2f}" for kernel, ms in sorted(
                     kernels.items(), key=lambda item: -item[1]) if ms >= 0.005)
-                print(f"{'':>20}{name}: {wall:.2f} ms/call, {inside:.2f} in kernels "
+                print(f"{'':>20}tracejit: {wall:.2f} ms/call, {inside:.2f} in kernels "
                       f"({parts}), {wall - inside:.2f} outside", flush=True)
+    print(summary(rows, threads), flush=True)
+    walls = [row["firsts"]["tracejit"][0] for row in rows]
+    cpus = [row["firsts"]["tracejit"][1] for row in rows]
+    against_torch = [row["timing"]["tracejit"]["median"] <= row["timing"]["torch"]["median"]
+                     for row in rows if "torch" in row["timing"]]
+    print(f"\ntracejit first call: at most {max(walls):.2f} s wall, {max(cpus):.2f} s CPU "
+          f"(target {TARGET_FIRST_CALL_SECONDS} s); rows at or below torch eager: "
+          f"{sum(against_torch)} of {len(against_torch)}", flush=True)
+    compiles_per_bucket(args, dtype)
+
+
+def child_environment(threads, profile):
+    environment = dict(os.environ, TRACEJIT_NUM_THREADS=str(threads),
+                       OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                       # an empty Inductor cache: torch.compile's first calls compile
+                       TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="conv-inductor-"),
+                       TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    if threads == 1:
+        environment["XLA_FLAGS"] = (environment.get("XLA_FLAGS", "") + " --xla_cpu_multi_"
+                                    "thread_eigen=false intra_op_parallelism_threads=1").strip()
+    if profile:
+        environment["TRACEJIT_PROFILE"] = "1"
+    return environment
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS,
+    parser.add_argument("--configs", nargs="+", default=None,
                         help="NxCxHxW:FxK (batch, channels, height, width : filters, kernel)")
-    parser.add_argument("--backward", action="store_true", help="forward + backward")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sample-seconds", type=float, default=0.1)
+    parser.add_argument("--quick", action="store_true", help=f"rows {QUICK_CONFIGS} only")
+    parser.add_argument("--im2col", action="store_true",
+                        help="also the im2col composition compiled by tracejit")
     parser.add_argument("--profile", action="store_true",
                         help="time inside each tracejit kernel (TRACEJIT_PROFILE=1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.configs = args.configs or (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)
     if args.child:
         run_one_thread_count(args, args.threads[0])
         return
-    print(f"conv2d + bias + relu {'forward+backward' if args.backward else 'forward'}, "
-          f"{args.dtype}, 'same' padding; median ms per call (shared machine: ratios within "
-          "a line)", flush=True)
+    print(f"conv2d + bias + relu ({', '.join(MODES[mode] for mode in args.modes)}), "
+          f"{args.dtype}, 'same' padding; ms per call, ratio = tracejit / peer (below 1: "
+          "tracejit faster); shared machine: compare within a line", flush=True)
     for threads in args.threads:
-        environment = dict(os.environ, TRACEJIT_NUM_THREADS=str(threads),
-                           OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-        if args.profile:
-            environment["TRACEJIT_PROFILE"] = "1"
-        child = [arg for arg in (argv if argv is not None else sys.argv[1:])]
+        child = list(argv if argv is not None else sys.argv[1:])
         if "--threads" in child:  # drop the list; the child gets one count
             at = child.index("--threads")
             end = at + 1
@@ -272,7 +511,8 @@ def main(argv=None):
                 end += 1
             del child[at:end]
         subprocess.run([sys.executable, "-m", "benchmarks.conv", *child, "--child",
-                        "--threads", str(threads)], env=environment, check=True)
+                        "--threads", str(threads)], env=child_environment(threads, args.profile),
+                       check=True)
 
 
 if __name__ == "__main__":

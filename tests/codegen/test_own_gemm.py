@@ -1,11 +1,13 @@
 """tracejit's own float32 GEMM (``codegen/gemm.py``) against NumPy's float64 matmul.
 
-Raw products (``gemm.matmul``, which calls the exported ``tj_sgemm_own`` as compiled
-kernels do) over tables of sizes, every transpose layout, views with a row stride, zero
-sizes, NaN and Inf; then compiled programs through ``tj.jit`` with the own GEMM forced
-(``blas.gemm_override("own")``): an MLP layer ``relu(x @ W + b)``, its value and
-gradient, transposed operands inside the function, non-contiguous and dynamic-shape
-inputs, and a warm start from the disk cache in a new process.
+Raw products (``gemm.matmul``, which calls the entry compiled kernels call) over tables of
+sizes (odd, prime, 0 and 1), every transpose layout, views with a row stride, NaN and Inf,
+each for both instruction sets the host can run (the ``isa`` fixture: the AVX2 code is
+forced on an AVX-512 host, and its assembly checked for AVX-512 instructions); then
+compiled programs through ``tj.jit`` with the own GEMM forced (``blas.gemm_override
+("own")``): an MLP layer ``relu(x @ W + b)``, its value and gradient, transposed operands
+inside the function, non-contiguous and dynamic-shape inputs, a warm start from the disk
+cache in a new process, and ``TRACEJIT_GEMM_ISA=avx2`` in a new process.
 
 The error bound is float32's: ``|C - C64| <= 2 K eps32 (|A| @ |B|)`` elementwise (each
 element is a sum of K products, rounded in some order; the factor 2 leaves room for the
@@ -26,17 +28,26 @@ import numpy as np
 import pytest
 
 import tracejit as tj
-from tracejit.codegen import blas, gemm
+from tracejit.codegen import blas, gemm, llvm
+from tracejit.codegen.gemm_ir import ISAS
 
 pytestmark = pytest.mark.skipif(
     not gemm.supported(),
-    reason="tracejit's own GEMM needs AVX-512F, which this host lacks (matmul keeps "
-           "OpenBLAS; its tests are elsewhere)")
+    reason="tracejit's own GEMM needs AVX-512F or AVX2 with FMA, which this host lacks "
+           "(matmul keeps OpenBLAS; its tests are elsewhere)")
 
 EPS32 = 2.0 ** -24
 SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 257, 784]
 SMALL = [size for size in SIZES if size <= 100]
 LAYOUTS = list(itertools.product((False, True), repeat=2))  # (A transposed, B transposed)
+
+
+@pytest.fixture(params=list(ISAS))
+def isa(request):
+    """Each instruction set's code, where the host can run it."""
+    if not gemm.supported(request.param):
+        pytest.skip(f"this host cannot run the {request.param} GEMM")
+    return request.param
 
 
 def operands(rng, m, n, k, trans_a, trans_b):
@@ -56,7 +67,7 @@ def assert_product(got, a, b, label=""):
         f"{label}: worst error {np.max(error / bound):.2f} x the float32 bound")
 
 
-def test_small_sizes():
+def test_small_sizes(isa):
     """M, N and K over the small sizes, the layouts taking turns (the direct and packed
     paths, every tile edge: 1, 7, 15, 17, 31, 33 leave partial register tiles and masked
     vectors; 255-257 cut K into blocks)."""
@@ -66,18 +77,19 @@ def test_small_sizes():
         trans_a, trans_b = LAYOUTS[(index + index // 9) % 4]
         a, b = operands(rng, m, n, k, trans_a, trans_b)
         out = np.full((m, n), np.nan, np.float32)  # never read: stale NaN must not leak
-        assert_product(gemm.matmul(a, b, out=out), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+        assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b,
+                       f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
 @pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
-def test_tile_edges_every_layout(trans_a, trans_b):
+def test_tile_edges_every_layout(trans_a, trans_b, isa):
     rng = np.random.default_rng(2)
     for m, n, k in itertools.product([1, 8, 17, 33], [1, 16, 17, 33], [1, 8, 31, 256]):
         a, b = operands(rng, m, n, k, trans_a, trans_b)
-        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+        assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
-def test_large_sizes():
+def test_large_sizes(isa):
     """Sizes past one cache block (K > 256 splits K; M > 128 several row blocks; N > 32
     several panels), layouts taking turns; products this big are split over the pool's
     threads, by rows or by columns."""
@@ -86,10 +98,10 @@ def test_large_sizes():
     for index, (m, n, k) in enumerate(triples):
         trans_a, trans_b = LAYOUTS[(index + index // 3 + index // 12) % 4]
         a, b = operands(rng, m, n, k, trans_a, trans_b)
-        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+        assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
-def test_mlp_and_rnn_shapes():
+def test_mlp_and_rnn_shapes(isa):
     rng = np.random.default_rng(4)
     for m, n, k, trans_a, trans_b in [(512, 1024, 784, False, False),
                                       (784, 1024, 512, True, False),
@@ -100,10 +112,48 @@ def test_mlp_and_rnn_shapes():
                                       (16, 64, 64, False, True),
                                       (64, 64, 16, True, False)]:
         a, b = operands(rng, m, n, k, trans_a, trans_b)
-        assert_product(gemm.matmul(a, b), a, b, f"{m}x{n} k{k}")
+        assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k}")
 
 
-def test_strided_views_are_read_in_place_and_others_copied():
+PRIMES = [2, 3, 5, 13, 23, 29, 37, 97, 131, 257, 521]
+
+
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+def test_prime_sizes_and_strided_operands(trans_a, trans_b, isa):
+    """Prime (and 1) M, N, K - no size a multiple of either instruction set's tile (AVX-512
+    8 x 32, AVX2 4 x 24) or vector - with operands that are column slices of wider arrays
+    (and transposes of them), against NumPy's float64 product."""
+    rng = np.random.default_rng(20)
+    sizes = [1, *PRIMES]
+    for index, (m, n, k) in enumerate(itertools.product(sizes[::2], sizes[1::2], sizes[::3])):
+        shape_a, shape_b = ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
+        a = rng.standard_normal((shape_a[0], shape_a[1] + 3 + index % 5)).astype(np.float32)
+        b = rng.standard_normal((shape_b[0], shape_b[1] + 7)).astype(np.float32)
+        a, b = a[:, index % 3:][:, :shape_a[1]], b[:, 7:]
+        a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+        if min(m, k) > 1 and min(k, n) > 1:  # a vector with a stride is copied (it may be)
+            assert gemm._layout(a) is not None and gemm._layout(b) is not None
+        assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
+
+
+def test_the_avx2_code_uses_no_avx512_instructions():
+    """The AVX2 module is pinned to Haswell's instruction set, so what the tests run on an
+    AVX-512 host is the code an AVX2-only host runs: ymm registers, no zmm, no masks."""
+    if not gemm.supported("avx2"):
+        pytest.skip("this host cannot run the avx2 GEMM")
+    assembly = llvm.assembly_of(llvm.compile_module(gemm.module_ir("avx2")).llvm_ir)
+    assert "%ymm" in assembly and "vfmadd" in assembly
+    assert "%zmm" not in assembly and "{%k" not in assembly
+
+
+def test_the_host_chooses_its_best_instruction_set():
+    chosen = gemm.chosen_isa()
+    if gemm.supported("avx512"):
+        assert chosen.name == "avx512" or os.environ.get(gemm.ISA_VARIABLE)
+    assert chosen is None or gemm.supported(chosen.name)
+
+
+def test_strided_views_are_read_in_place_and_others_copied(isa):
     """Row strides larger than the row (column slices of a wider array) and transposes of
     them are read where they are; views without a unit-stride axis are copied first."""
     rng = np.random.default_rng(4)
@@ -116,36 +166,36 @@ def test_strided_views_are_read_in_place_and_others_copied():
         "reversed rows": (wide[::-1, :65], wide[:65, :19]),
     }
     for label, (a, b) in views.items():
-        assert_product(gemm.matmul(a, b), a, b, label)
+        assert_product(gemm.matmul(a, b, isa=isa), a, b, label)
     assert gemm._layout(wide[:37, 5:134]) == (0, 400)
     assert gemm._layout(wide[10:139, :41].T) == (1, 400)
     assert gemm._layout(wide[:33, ::2]) is None
 
 
-def test_output_rows_with_a_stride():
+def test_output_rows_with_a_stride(isa):
     rng = np.random.default_rng(5)
     a, b = operands(rng, 40, 50, 300, False, False)
     big = np.full((40, 70), 7.0, np.float32)
-    gemm.matmul(a, b, out=big[:, 10:60])
+    gemm.matmul(a, b, out=big[:, 10:60], isa=isa)
     assert_product(big[:, 10:60].copy(), a, b, "strided out")
     assert np.all(big[:, :10] == 7.0) and np.all(big[:, 60:] == 7.0)  # nothing else written
 
 
 @pytest.mark.parametrize("m, n, k", [(0, 5, 3), (4, 0, 3), (0, 0, 0), (4, 5, 0), (300, 40, 0),
                                      (1, 1, 0)])
-def test_zero_sizes(m, n, k):
+def test_zero_sizes(m, n, k, isa):
     """Empty products; K = 0 gives zeros (overwriting what the output held)."""
     a = np.ones((m, k), np.float32)
     b = np.ones((k, n), np.float32)
     out = np.full((m, n), np.nan, np.float32)
-    assert np.array_equal(gemm.matmul(a, b, out=out), np.zeros((m, n), np.float32))
-    assert np.array_equal(gemm.matmul(b.T, a.T), np.zeros((n, m), np.float32))
+    assert np.array_equal(gemm.matmul(a, b, out=out, isa=isa), np.zeros((m, n), np.float32))
+    assert np.array_equal(gemm.matmul(b.T, a.T, isa=isa), np.zeros((n, m), np.float32))
 
 
 @pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(7, 5, 3), (16, 64, 64), (100, 33, 300), (300, 600, 40),
                                      (40, 1000, 300)])
-def test_nan_and_inf_propagate_like_blas(m, n, k, trans_a, trans_b):
+def test_nan_and_inf_propagate_like_blas(m, n, k, trans_a, trans_b, isa):
     """A NaN in A makes its row of C NaN, in B its column; an Inf times a nonzero gives Inf
     (or NaN where Infs of both signs meet), Inf times zero NaN - as the float64 product
     and as OpenBLAS (``np.matmul`` on float32) give them."""
@@ -157,7 +207,7 @@ def test_nan_and_inf_propagate_like_blas(m, n, k, trans_a, trans_b):
     a[m - 1, 0] = np.inf
     b[0, 0] = 0.0  # Inf * 0: NaN in C[m-1, 0]
     b[k - 1, n // 3] = -np.inf
-    got = gemm.matmul(a, b)  # Fortran order: read as the transpose of row-major storage
+    got = gemm.matmul(a, b, isa=isa)  # Fortran order: read as the transposed row-major
     with np.errstate(invalid="ignore"):
         want = a.astype(np.float64) @ b.astype(np.float64)
         blas_result = a @ b
@@ -173,7 +223,7 @@ def test_nan_and_inf_propagate_like_blas(m, n, k, trans_a, trans_b):
     assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
 
 
-def test_concurrent_callers_get_their_own_workspaces():
+def test_concurrent_callers_get_their_own_workspaces(isa):
     """Python threads multiplying at once (the GIL is released in native code) each claim
     a workspace of their own; more callers than workspaces wait for one."""
     rng = np.random.default_rng(7)
@@ -182,7 +232,7 @@ def test_concurrent_callers_get_their_own_workspaces():
 
     def run(case):
         a, b = case
-        return [gemm.matmul(a, b) for _ in range(3)]
+        return [gemm.matmul(a, b, isa=isa) for _ in range(3)]
 
     with ThreadPoolExecutor(max_workers=8) as executor:
         results = list(executor.map(run, cases))
@@ -407,3 +457,38 @@ def test_warm_start_links_the_gemm_from_the_disk_cache(tmp_path):
     assert first["llvm_compiles"] >= 2  # the program and the GEMM
     assert second["llvm_compiles"] == 0
     assert first["error"] < 1e-3 and second["error"] < 1e-3
+
+
+FORCED_ISA = textwrap.dedent("""
+    import json
+    import numpy as np
+    import tracejit as tj
+    from tracejit.codegen import gemm
+
+    @tj.jit
+    def layer(x, w, b):
+        return np.maximum(x @ w + b, 0.0)
+
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(37, 300), (300, 41), (41,)])
+    got = layer(x, w, b)
+    got = layer(x, w, b)
+    want = np.maximum(x.astype(np.float64) @ w + b, 0)
+    print(json.dumps(dict(error=float(np.max(np.abs(got - want))), isa=gemm.chosen_isa().name,
+                          own="tj_sgemm_own" in layer.lower(x, w, b).llvm_ir)))
+""")
+
+
+def test_compiled_programs_run_the_forced_avx2_code(tmp_path):
+    """``TRACEJIT_GEMM_ISA=avx2``: compiled programs' ``tj_sgemm_own`` is the AVX2 code."""
+    if not gemm.supported("avx2"):
+        pytest.skip("this host cannot run the avx2 GEMM")
+    script = tmp_path / "forced.py"
+    script.write_text(FORCED_ISA)
+    environment = dict(os.environ, TRACEJIT_CACHE_DIR=str(tmp_path / "cache"),
+                       TRACEJIT_GEMM="own", TRACEJIT_GEMM_ISA="avx2")
+    process = subprocess.run([sys.executable, str(script)], env=environment,
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    result = json.loads(process.stdout.strip().splitlines()[-1])
+    assert result["isa"] == "avx2" and result["own"] and result["error"] < 1e-3

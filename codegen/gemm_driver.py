@@ -1,0 +1,300 @@
+"""The own GEMM's driver: the blocked product over a range of C's rows (BLIS's loops around
+the micro-kernels), the thread pool's chunk that claims a workspace for it, and the
+exported entry that decides how a product is split over the pool.
+
+    void <isa.entry>(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
+                     float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
+
+The plan of a product:
+
+* K is cut into equal blocks of at most ``kc``; the first block stores C and later ones
+  accumulate (so C is never read before it is written: NaN or garbage in the output
+  buffer does not leak in); ``k = 0`` stores zeros;
+* a small untransposed B (at most ``DIRECT_B_FLOATS``: it stays in cache) is read in place
+  with A, by the direct micro-kernels; otherwise B is packed per ``kc x nc`` block and A
+  per ``mc x kc`` block, and tiles are swept row panel by row panel (small packed B) or in
+  BLIS order;
+* products of ``PARALLEL_WORK`` multiply-adds or more are split into one chunk per pool
+  thread, along the longer of C's rows and columns (each chunk packs its own copy of the
+  operand it is not split along).
+
+>>> from .gemm_ir import AVX2
+>>> 'define void @"tj_sgemm_own_avx2"' in module_ir(AVX2)
+True
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import parallel
+from .gemm_ir import F32, I64, PTR, VOID, Emitter, c64
+from .gemm_micro import micro, micro_direct
+from .gemm_packing import pack_a, pack_b
+
+WORKSPACES_SYMBOL = "tj_sgemm_workspaces"
+# Packed B blocks up to this many floats are swept row panel by row panel (C's rows stay
+# contiguous; avoids 4K aliasing when ldc is a power of 2), bigger ones in BLIS order.
+ROW_PANEL_ORDER_FLOATS = 96 * 1024
+# An untransposed B of at most this many floats (it stays in L2) is read in place, and A
+# too: packing costs more than it saves (an RNN step 16 x 64 @ 64 x 64: 2.5 us, was 4.2 us
+# packed; logits 512 x 1024 @ 1024 x 10: 148 us, was 335 us).
+DIRECT_B_FLOATS = 64 * 1024
+# Products of fewer multiply-adds than this stay on the calling thread. On the shared
+# 2-core machine the MLP step's 5.2M-multiply-add products (512 x 10 @ 10 x 1024 and the
+# like: 0.12-0.24 ms on one thread) took 0.2-0.9 ms when split in two (benchmarks/gemm.py).
+PARALLEL_WORK = 1 << 23
+
+# The chunk function's context: the entry's 11 arguments, then how the work is split.
+CONTEXT_FIELDS, SPLIT_BY_COLUMNS = 12, 11
+# The pool's fields this code reads (codegen/parallel.py's layout).
+POOL_THREADS = parallel.THREADS
+POOL_FIELDS = parallel.POOL_FIELDS
+
+
+def direct_condition(builder, trans_b, n, k):
+    """Computed unpacked: B untransposed and small (re-read from cache per ``mr`` rows)."""
+    return builder.and_(builder.icmp_signed("==", trans_b, c64(0)),
+                        builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS)))
+
+
+def rows_function(emitter):
+    """``tj_sgemm_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, row_begin, row_end,
+    workspace)``: C's rows ``[row_begin, row_end)``; ``workspace`` may be null when the
+    rows take the direct path (``direct_condition``)."""
+    isa, lanes = emitter.isa, emitter.isa.lanes
+    micro_full = micro(emitter, f"micro_{isa.mr}x{isa.nr}", isa.vectors)
+    micro_narrow = micro(emitter, f"micro_{isa.mr}x{lanes}", 1)
+    # Per row count, a full-width and (for column edges and narrow B) a 1-vector kernel.
+    directs = {(rows, vectors): micro_direct(emitter, f"micro_direct_{rows}x{lanes * vectors}",
+                                             rows, vectors)
+               for rows in range(1, isa.mr + 1) for vectors in (1, isa.vectors)}
+    packer_b, packer_a = pack_b(emitter), pack_a(emitter)
+    function = emitter.function(
+        "tj_sgemm_rows", [I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I64, I64, PTR])
+    (trans_a, trans_b, _, n, k, a, lda, b, ldb, c, ldc, row_begin, row_end,
+     workspace) = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    loop, element, smaller = emitter.loop, emitter.element, emitter.smaller
+
+    empty, work = function.append_basic_block("k_empty"), function.append_basic_block("k")
+    builder.cbranch(builder.icmp_signed("<=", k, c64(0)), empty, work)
+    builder.position_at_end(empty)  # an empty sum: C = 0
+
+    def zero_row(i):
+        row = element(builder, c, builder.mul(i, ldc))
+        loop(builder, c64(0), n, c64(1), lambda j: builder.store(
+            ir.Constant(F32, 0.0), element(builder, row, j), align=4))
+    loop(builder, row_begin, row_end, c64(1), zero_row)
+    builder.ret_void()
+
+    builder.position_at_end(work)
+    direct, packed = (function.append_basic_block(label) for label in ("direct", "packed"))
+    builder.cbranch(direct_condition(builder, trans_b, n, k), direct, packed)
+
+    builder.position_at_end(direct)
+    flipped_a = builder.icmp_signed("!=", trans_a, c64(0))
+    row_step = builder.select(flipped_a, c64(1), lda)
+    k_step = builder.select(flipped_a, lda, c64(1))
+
+    def direct_rows(i0):
+        rows = smaller(builder, c64(isa.mr), builder.sub(row_end, i0))
+        a_rows = element(builder, a, builder.mul(i0, row_step))
+
+        def direct_tile(j0):
+            columns = smaller(builder, c64(isa.nr), builder.sub(n, j0))
+            c_tile = element(builder, c, builder.add(builder.mul(i0, ldc), j0))
+            arguments = [k, a_rows, row_step, k_step, element(builder, b, j0), ldb,
+                         c_tile, ldc, columns]
+            narrow, wide, after = (function.append_basic_block(label) for label in (
+                "direct.narrow", "direct.wide", "direct.after"))
+            builder.cbranch(builder.icmp_signed("<=", columns, c64(lanes)), narrow, wide)
+            for block, vectors in ((narrow, 1), (wide, isa.vectors)):
+                builder.position_at_end(block)
+                switch = builder.switch(rows, after)
+                for count in range(1, isa.mr + 1):
+                    case = function.append_basic_block(f"direct.{count}")
+                    switch.add_case(c64(count), case)
+                    builder.position_at_end(case)
+                    builder.call(directs[count, vectors], arguments)
+                    builder.branch(after)
+            builder.position_at_end(after)
+        loop(builder, c64(0), n, c64(isa.nr), direct_tile)
+    loop(builder, row_begin, row_end, c64(isa.mr), direct_rows)
+    builder.ret_void()
+
+    builder.position_at_end(packed)
+    b_packed = workspace
+    a_packed = builder.gep(workspace, [c64(isa.packed_a_offset)], source_etype=F32)
+    # Equal K blocks: blocks = ceil(k / kc), depth = ceil(k / blocks).
+    blocks = builder.sdiv(builder.add(k, c64(isa.kc - 1)), c64(isa.kc))
+    block_depth = builder.sdiv(builder.add(k, builder.sub(blocks, c64(1))), blocks)
+
+    def column_block(jc):
+        width = smaller(builder, c64(isa.nc), builder.sub(n, jc))
+
+        def depth_block(pc):
+            depth = smaller(builder, block_depth, builder.sub(k, pc))
+            builder.call(packer_b, [trans_b, b, ldb, pc, depth, jc, width, b_packed])
+            accumulate = builder.zext(builder.icmp_signed(">", pc, c64(0)), I64)
+
+            def row_block(ic):
+                height = smaller(builder, c64(isa.mc), builder.sub(row_end, ic))
+                builder.call(packer_a, [trans_a, a, lda, ic, height, pc, depth, a_packed])
+
+                def tile(ir_, jr):
+                    columns = smaller(builder, c64(isa.nr), builder.sub(width, jr))
+                    rows = smaller(builder, c64(isa.mr), builder.sub(height, ir_))
+                    c_tile = element(builder, c, builder.add(
+                        builder.mul(builder.add(ic, ir_), ldc), builder.add(jc, jr)))
+                    arguments = [depth, element(builder, a_packed, builder.mul(ir_, depth)),
+                                 element(builder, b_packed, builder.mul(jr, depth)),
+                                 c_tile, ldc, accumulate, rows, columns]
+                    with builder.if_else(builder.icmp_signed("<=", columns, c64(lanes))) as (
+                            narrow, wide):
+                        with narrow:
+                            builder.call(micro_narrow, arguments)
+                        with wide:
+                            builder.call(micro_full, arguments)
+
+                small_b = builder.icmp_signed("<=", builder.mul(depth, width),
+                                              c64(ROW_PANEL_ORDER_FLOATS))
+                with builder.if_else(small_b) as (row_panels, blis_order):
+                    with row_panels:
+                        loop(builder, c64(0), height, c64(isa.mr), lambda ir_: loop(
+                            builder, c64(0), width, c64(isa.nr), lambda jr: tile(ir_, jr)))
+                    with blis_order:
+                        loop(builder, c64(0), width, c64(isa.nr), lambda jr: loop(
+                            builder, c64(0), height, c64(isa.mr), lambda ir_: tile(ir_, jr)))
+            loop(builder, row_begin, row_end, c64(isa.mc), row_block)
+        loop(builder, c64(0), k, block_depth, depth_block)
+    loop(builder, c64(0), n, c64(isa.nc), column_block)
+    builder.ret_void()
+    return function
+
+
+def chunk_function(emitter, rows):
+    """``tj_sgemm_chunk(context, begin, end)``: the pool's body, over rows of C or (when
+    the context says so) over its columns. Claims a free workspace from the table
+    (spinning if every one is taken: only when more threads multiply at once than the
+    table has slots), runs ``rows`` (``rows_function``) on it, releases it."""
+    module = emitter.module
+    table = ir.GlobalVariable(module, I64, WORKSPACES_SYMBOL)  # imported
+    function = ir.Function(module, parallel.BODY_TYPE, "tj_sgemm_chunk")
+    function.linkage = "internal"
+    context, begin, end = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    fields = [builder.load(builder.gep(context, [c64(index)], source_etype=I64), typ=I64)
+              for index in range(CONTEXT_FIELDS)]
+    trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, by_columns = fields
+    a, b, c = (builder.inttoptr(value, PTR) for value in (a, b, c))
+    # A column chunk is the product with B's and C's columns [begin, end), all rows.
+    columns = builder.icmp_signed("!=", by_columns, c64(0))
+    b_offset = builder.select(builder.icmp_signed("!=", trans_b, c64(0)),
+                              builder.mul(begin, ldb), begin)
+    b = builder.select(columns, builder.gep(b, [b_offset], source_etype=F32), b)
+    c = builder.select(columns, builder.gep(c, [begin], source_etype=F32), c)
+    n = builder.select(columns, builder.sub(end, begin), n)
+    row_begin = builder.select(columns, c64(0), begin)
+    row_end = builder.select(columns, m, end)
+    arguments = [trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, row_begin, row_end]
+
+    unpacked, claim = (function.append_basic_block(label) for label in ("direct", "claim"))
+    needs_none = builder.or_(builder.icmp_signed("<=", k, c64(0)),
+                             direct_condition(builder, trans_b, n, k))
+    builder.cbranch(needs_none, unpacked, claim)
+    builder.position_at_end(unpacked)
+    builder.call(rows, [*arguments, ir.Constant(PTR, None)])
+    builder.ret_void()
+
+    # Table layout (i64): slot count, then per slot (busy flag, workspace address).
+    builder.position_at_end(claim)
+    slots = builder.load(table, typ=I64)
+    search = function.append_basic_block("search")
+    try_slot = function.append_basic_block("try")
+    wait = function.append_basic_block("wait")
+    claimed = function.append_basic_block("claimed")
+    builder.branch(search)
+    builder.position_at_end(search)
+    slot = builder.phi(I64)
+    slot.add_incoming(c64(0), claim)
+    builder.cbranch(builder.icmp_signed("<", slot, slots), try_slot, wait)
+    builder.position_at_end(wait)  # all taken: pause, then scan again
+    emitter.pause(builder)
+    slot.add_incoming(c64(0), wait)
+    builder.branch(search)
+    builder.position_at_end(try_slot)
+    flag = builder.gep(table, [builder.add(c64(1), builder.mul(slot, c64(2)))],
+                       source_etype=I64)
+    exchanged = builder.cmpxchg(flag, c64(0), c64(1), "acquire", "monotonic")
+    next_slot = builder.add(slot, c64(1))
+    slot.add_incoming(next_slot, try_slot)
+    builder.cbranch(builder.extract_value(exchanged, 1), claimed, search)
+    builder.position_at_end(claimed)
+    address = builder.load(builder.gep(flag, [c64(1)], source_etype=I64), typ=I64)
+    builder.call(rows, [*arguments, builder.inttoptr(address, PTR)])
+    builder.store_atomic(c64(0), flag, "release", 8)
+    builder.ret_void()
+    return function
+
+
+def entry_function(emitter, chunk):
+    """The exported entry: ``chunk`` inline, or one chunk per thread over the pool."""
+    isa, module = emitter.isa, emitter.module
+    pool_type = ir.ArrayType(I64, POOL_FIELDS)
+    pool = ir.GlobalVariable(module, pool_type, "tj_pool")
+    parallel_for = ir.Function(module, ir.FunctionType(
+        VOID, [ir.PointerType(pool_type), PTR, PTR, I64, I64]), "tj_parallel_for")
+    function = emitter.function(isa.entry, [I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR,
+                                            I64], internal=False)
+    arguments = function.args
+    m, n, k = arguments[2:5]
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    context = builder.alloca(I64, size=CONTEXT_FIELDS)
+
+    def store(index, value):
+        builder.store(value, builder.gep(context, [c64(index)], source_etype=I64))
+
+    for index, argument in enumerate(arguments):
+        store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
+    store(SPLIT_BY_COLUMNS, c64(0))
+    run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
+    builder.cbranch(builder.and_(builder.icmp_signed(">", m, c64(0)),
+                                 builder.icmp_signed(">", n, c64(0))), run, nothing)
+    builder.position_at_end(nothing)
+    builder.ret_void()
+
+    builder.position_at_end(run)
+    threads = builder.load(builder.gep(pool, [c64(0), c64(POOL_THREADS)],
+                                       source_etype=pool_type), typ=I64)
+    # Every chunk packs its own copy of the operand it is not split along, so: one chunk
+    # per thread, split along the longer of m and n (the smaller operand is packed twice).
+    by_columns = builder.icmp_signed(">", n, m)
+    extent = builder.select(by_columns, n, m)
+    step = builder.select(by_columns, c64(isa.nr), c64(isa.mr))
+    work = builder.mul(builder.mul(m, n), k)
+    split = builder.and_(builder.and_(
+        builder.icmp_signed(">", threads, c64(1)),
+        builder.icmp_signed(">=", extent, builder.mul(step, c64(2)))),
+        builder.icmp_signed(">=", work, c64(PARALLEL_WORK)))
+    spread, inline = (function.append_basic_block(label) for label in ("spread", "inline"))
+    builder.cbranch(split, spread, inline)
+    builder.position_at_end(inline)
+    builder.call(chunk, [context, c64(0), m])
+    builder.ret_void()
+
+    builder.position_at_end(spread)
+    store(SPLIT_BY_COLUMNS, builder.zext(by_columns, I64))
+    per_thread = builder.sdiv(builder.add(extent, builder.sub(threads, c64(1))), threads)
+    chunk_size = builder.mul(builder.sdiv(builder.add(per_thread, builder.sub(step, c64(1))),
+                                          step), step)
+    builder.call(parallel_for, [pool, chunk, context, extent, chunk_size])
+    builder.ret_void()
+    return function
+
+
+def module_ir(isa):
+    """The GEMM module's LLVM IR text for the instruction set ``isa`` (a ``gemm_ir.Isa``)."""
+    emitter = Emitter(isa)
+    entry_function(emitter, chunk_function(emitter, rows_function(emitter)))
+    return emitter.ir_text()

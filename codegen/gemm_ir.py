@@ -1,0 +1,182 @@
+"""What the own GEMM's IR is built from: the instruction sets it is generated for
+(``Isa``: vector width, register tile, cache blocking) and ``Emitter``, the module under
+construction with the IR helpers every part of the GEMM uses (masked vectors, splats,
+counted loops).
+
+>>> AVX512.lanes, AVX512.mr, AVX512.nr, AVX2.lanes, AVX2.mr, AVX2.nr
+(16, 8, 32, 8, 4, 24)
+>>> emitter = Emitter(AVX2)
+>>> str(emitter.vector), emitter.fma.name
+('<8 x float>', 'llvm.fma.v8f32')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+F32 = ir.FloatType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+def c64(value):
+    return ir.Constant(I64, value)
+
+
+def _round_up(value, step):
+    return -(-value // step) * step
+
+
+@dataclass(frozen=True)
+class Isa:
+    """An instruction set the GEMM is generated for, and the blocking measured for it.
+
+    ``lanes`` floats per vector; an ``mr x nr`` register tile of C (``nr`` a multiple of
+    ``lanes``); ``kc, mc, nc`` the cache blocks of K, M and N; ``function_attributes`` are
+    written on every function the module defines (empty: the host's CPU and features)."""
+
+    name: str
+    lanes: int
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    nc: int
+    host_features: tuple  # what the host must have to run it
+    function_attributes: str = ""
+
+    @property
+    def vectors(self):
+        """Vectors per row of a register tile."""
+        return self.nr // self.lanes
+
+    @property
+    def entry(self):
+        """The symbol of this instruction set's entry in its own module."""
+        return f"tj_sgemm_own_{self.name}"
+
+    @property
+    def packed_a_offset(self):
+        """Where packed A starts in a workspace (after the packed B block)."""
+        return self.kc * _round_up(self.nc, self.nr)
+
+    @property
+    def workspace_floats(self):
+        """A thread's packed B block, packed A block and slack for alignment."""
+        return self.packed_a_offset + _round_up(self.mc, self.mr) * self.kc + 64
+
+
+# docs/experiments/sgemm_avx512: 8 x 32 (16 zmm accumulators, 2 B vectors, a broadcast A).
+AVX512 = Isa("avx512", lanes=16, mr=8, nr=32, kc=256, mc=128, nc=4096,
+             host_features=("avx512f",))
+# 16 ymm registers: 4 x 24 is 12 accumulators, 3 B vectors and a broadcast A (BLIS's 6 x 16
+# would need <6 x float> panels). Pinned to Haswell's instruction set, so the code is the
+# same on an AVX2 host as where it is forced on an AVX-512 host (no zmm, no mask registers).
+AVX2 = Isa("avx2", lanes=8, mr=4, nr=24, kc=256, mc=128, nc=4096,
+           host_features=("avx2", "fma"),
+           function_attributes='"target-cpu"="haswell" "target-features"="+avx2,+fma"')
+ISAS = {isa.name: isa for isa in (AVX512, AVX2)}
+
+
+class Emitter:
+    """The GEMM module being built for ``isa``, and the IR helpers its parts share."""
+
+    def __init__(self, isa):
+        self.isa = isa
+        self.module = ir.Module(name=f"tj_sgemm_{isa.name}")
+        self.vector = ir.VectorType(F32, isa.lanes)
+        self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
+                               f"llvm.fma.v{isa.lanes}f32")
+        self.masked_loads, self.masked_stores = {}, {}
+
+    def ir_text(self):
+        """The module's IR, every definition carrying the instruction set's attributes."""
+        text = str(self.module)
+        if not self.isa.function_attributes:
+            return text
+        return "\n".join(f"{line} {self.isa.function_attributes}"
+                         if line.startswith("define ") else line for line in text.splitlines())
+
+    def function(self, name, arguments, internal=True):
+        function = ir.Function(self.module, ir.FunctionType(VOID, arguments), name)
+        if internal:
+            function.linkage = "internal"
+        return function
+
+    # --- vectors ------------------------------------------------------------------------
+    def masked_load(self, builder, pointer, mask, lanes=None):
+        lanes = lanes or self.isa.lanes
+        vector, mask_type = ir.VectorType(F32, lanes), ir.VectorType(I1, lanes)
+        if lanes not in self.masked_loads:
+            self.masked_loads[lanes] = ir.Function(
+                self.module, ir.FunctionType(vector, [PTR, I32, mask_type, vector]),
+                f"llvm.masked.load.v{lanes}f32.p0")
+        return builder.call(self.masked_loads[lanes], [
+            pointer, ir.Constant(I32, 4), mask, ir.Constant(vector, None)])
+
+    def masked_store(self, builder, value, pointer, mask):
+        lanes = value.type.count
+        vector, mask_type = ir.VectorType(F32, lanes), ir.VectorType(I1, lanes)
+        if lanes not in self.masked_stores:
+            self.masked_stores[lanes] = ir.Function(
+                self.module, ir.FunctionType(VOID, [vector, PTR, I32, mask_type]),
+                f"llvm.masked.store.v{lanes}f32.p0")
+        builder.call(self.masked_stores[lanes], [value, pointer, ir.Constant(I32, 4), mask])
+
+    def lane_mask(self, builder, limit, offset, lanes=None):
+        """Lanes ``l`` with ``offset + l < limit`` (i64 operands)."""
+        lanes = lanes or self.isa.lanes
+        count = builder.trunc(builder.sub(limit, offset), I32)
+        index_type = ir.VectorType(I32, lanes)
+        first = builder.insert_element(ir.Constant(index_type, ir.Undefined), count,
+                                       ir.Constant(I32, 0))
+        splat = builder.shuffle_vector(first, ir.Constant(index_type, ir.Undefined),
+                                       ir.Constant(index_type, [0] * lanes))
+        return builder.icmp_signed("<", ir.Constant(index_type, list(range(lanes))), splat)
+
+    def splat(self, builder, value):
+        lanes = self.isa.lanes
+        first = builder.insert_element(ir.Constant(self.vector, ir.Undefined), value,
+                                       ir.Constant(I32, 0))
+        return builder.shuffle_vector(first, ir.Constant(self.vector, ir.Undefined),
+                                      ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def load_vector(self, builder, pointer):
+        return builder.load(pointer, typ=self.vector, align=4)
+
+    # --- addresses and control flow -----------------------------------------------------
+    @staticmethod
+    def element(builder, pointer, offset):
+        return builder.gep(pointer, [offset], inbounds=True, source_etype=F32)
+
+    @staticmethod
+    def smaller(builder, x, y):
+        return builder.select(builder.icmp_signed("<", x, y), x, y)
+
+    @staticmethod
+    def loop(builder, start, stop, step, body):
+        """``for i in range(start, stop, step): body(i)`` (signed i64)."""
+        function = builder.function
+        before = builder.block
+        header = function.append_basic_block("loop")
+        inside = function.append_basic_block("loop.body")
+        after = function.append_basic_block("loop.end")
+        builder.branch(header)
+        builder.position_at_end(header)
+        index = builder.phi(I64)
+        index.add_incoming(start, before)
+        builder.cbranch(builder.icmp_signed("<", index, stop), inside, after)
+        builder.position_at_end(inside)
+        body(index)
+        index.add_incoming(builder.add(index, step), builder.block)
+        builder.branch(header)
+        builder.position_at_end(after)
+
+    def pause(self, builder):
+        """The spin-wait hint (``pause``)."""
+        function = self.module.globals.get("llvm.x86.sse2.pause") or ir.Function(
+            self.module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
+        builder.call(function, [])

@@ -1,0 +1,140 @@
+"""The own GEMM's packing: blocks of ``op(A)`` and ``op(B)`` copied into the panel order
+the micro-kernels (``gemm_micro``) read, with zeros past the matrix's edge, so that every
+tile reads whole vectors. Transposed operands are transposed here, while they are copied
+anyway: a transposed view is never copied apart.
+
+* ``pack_b``: ``Bp[panel q][k][0:nr] = op(B)[pc + k, jc + q*nr + j]`` (k-major panels);
+* ``pack_a``: ``Ap[panel p][k][0:mr] = op(A)[ic + p*mr + i, pc + k]``.
+
+>>> from .gemm_ir import AVX512, Emitter
+>>> emitter = Emitter(AVX512)
+>>> [len(pack(emitter).args) for pack in (pack_b, pack_a)]
+[8, 8]
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .gemm_ir import F32, I32, I64, PTR, c64
+
+
+def pack_b(emitter):
+    """``pack_b(transposed, b, ldb, pc, depth, jc, width, packed)``."""
+    isa, lanes = emitter.isa, emitter.isa.lanes
+    function = emitter.function("pack_b", [I64, PTR, I64, I64, I64, I64, I64, PTR])
+    transposed, b, ldb, pc, depth, jc, width, packed = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    plain, flipped, done = (function.append_basic_block(label)
+                            for label in ("plain", "transposed", "done"))
+    builder.cbranch(builder.icmp_signed("!=", transposed, c64(0)), flipped, plain)
+
+    # op(B)[k, j] = B[k*ldb + j]: rows are contiguous, copied with masked vectors.
+    builder.position_at_end(plain)
+
+    def plain_panel(jr):
+        masks = [emitter.lane_mask(builder, builder.sub(width, jr), c64(lanes * v))
+                 for v in range(isa.vectors)]
+        panel = emitter.element(builder, packed, builder.mul(jr, depth))
+
+        def copy_row(k):
+            source = emitter.element(builder, b, builder.add(
+                builder.mul(builder.add(pc, k), ldb), builder.add(jc, jr)))
+            target = emitter.element(builder, panel, builder.mul(k, c64(isa.nr)))
+            for v in range(isa.vectors):
+                value = emitter.masked_load(builder, emitter.element(builder, source,
+                                                                     c64(lanes * v)), masks[v])
+                builder.store(value, emitter.element(builder, target, c64(lanes * v)), align=4)
+        emitter.loop(builder, c64(0), depth, c64(1), copy_row)
+    emitter.loop(builder, c64(0), width, c64(isa.nr), plain_panel)
+    builder.branch(done)
+
+    # op(B)[k, j] = B[j*ldb + k]: a scalar transpose (B^T is small in the models' shapes).
+    builder.position_at_end(flipped)
+
+    def flipped_panel(jr):
+        columns = builder.sub(width, jr)
+        panel = emitter.element(builder, packed, builder.mul(jr, depth))
+
+        def copy_column(j):
+            valid = builder.icmp_signed("<", j, columns)
+            clamped = emitter.smaller(builder, j, builder.sub(columns, c64(1)))
+            source = emitter.element(builder, b, builder.add(
+                builder.mul(builder.add(builder.add(jc, jr), clamped), ldb), pc))
+
+            def copy(k):
+                value = builder.load(emitter.element(builder, source, k), typ=F32, align=4)
+                value = builder.select(valid, value, ir.Constant(F32, 0.0))
+                builder.store(value, emitter.element(
+                    builder, panel, builder.add(builder.mul(k, c64(isa.nr)), j)), align=4)
+            emitter.loop(builder, c64(0), depth, c64(1), copy)
+        emitter.loop(builder, c64(0), c64(isa.nr), c64(1), copy_column)
+    emitter.loop(builder, c64(0), width, c64(isa.nr), flipped_panel)
+    builder.branch(done)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return function
+
+
+def pack_a(emitter):
+    """``pack_a(transposed, a, lda, ic, height, pc, depth, packed)``."""
+    mr = emitter.isa.mr
+    vector = ir.VectorType(F32, mr)
+    function = emitter.function("pack_a", [I64, PTR, I64, I64, I64, I64, I64, PTR])
+    transposed, a, lda, ic, height, pc, depth, packed = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    plain, flipped, done = (function.append_basic_block(label)
+                            for label in ("plain", "transposed", "done"))
+    builder.cbranch(builder.icmp_signed("!=", transposed, c64(0)), flipped, plain)
+
+    # op(A)[i, k] = A[i*lda + k]: mr row pointers (clamped to the block), a vector per k.
+    builder.position_at_end(plain)
+
+    def plain_panel(ir_):
+        rows = builder.sub(height, ir_)
+        panel = emitter.element(builder, packed, builder.mul(ir_, depth))
+        sources, valid = [], []
+        for i in range(mr):
+            clamped = emitter.smaller(builder, c64(i), builder.sub(rows, c64(1)))
+            sources.append(emitter.element(builder, a, builder.add(builder.mul(
+                builder.add(builder.add(ic, ir_), clamped), lda), pc)))
+            valid.append(builder.icmp_signed("<", c64(i), rows))
+
+        def gather(k):
+            packed_column = ir.Constant(vector, None)
+            for i in range(mr):
+                value = builder.load(emitter.element(builder, sources[i], k), typ=F32, align=4)
+                value = builder.select(valid[i], value, ir.Constant(F32, 0.0))
+                packed_column = builder.insert_element(packed_column, value,
+                                                       ir.Constant(I32, i))
+            builder.store(packed_column, emitter.element(builder, panel,
+                                                         builder.mul(k, c64(mr))), align=4)
+        emitter.loop(builder, c64(0), depth, c64(1), gather)
+    emitter.loop(builder, c64(0), height, c64(mr), plain_panel)
+    builder.branch(done)
+
+    # op(A)[i, k] = A[k*lda + i]: contiguous, masked vectors of mr. k goes in chunks of 8
+    # rows, panels inside, so the 8 source rows (often 4 KiB apart: the same L1 set)
+    # stay in L1 while every panel reads them.
+    builder.position_at_end(flipped)
+
+    def k_chunk(k_begin):
+        k_end = emitter.smaller(builder, builder.add(k_begin, c64(8)), depth)
+
+        def flipped_panel(ir_):
+            panel = emitter.element(builder, packed, builder.mul(ir_, depth))
+            mask = emitter.lane_mask(builder, builder.sub(height, ir_), c64(0), mr)
+
+            def copy(k):
+                source = emitter.element(builder, a, builder.add(
+                    builder.mul(builder.add(pc, k), lda), builder.add(ic, ir_)))
+                value = emitter.masked_load(builder, source, mask, mr)
+                builder.store(value, emitter.element(builder, panel,
+                                                     builder.mul(k, c64(mr))), align=4)
+            emitter.loop(builder, k_begin, k_end, c64(1), copy)
+        emitter.loop(builder, c64(0), height, c64(mr), flipped_panel)
+    emitter.loop(builder, c64(0), depth, c64(8), k_chunk)
+    builder.branch(done)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return function

@@ -20,7 +20,9 @@ times on two threads follow the machine's other load: compare them within one ru
 Reported: the median sample and the fastest. Every result is checked against a float64
 product first.
 
-Rows: raw ``C = A @ B`` (NumPy ``matmul(out=)`` vs ``gemm.prepared``), then compiled
+Rows: raw ``C = A @ B`` (NumPy ``matmul(out=)`` vs ``gemm.prepared``, and the AVX2 code
+forced as ``avx2`` where the host would choose AVX-512: it competes with OpenBLAS's
+Haswell kernel on the same instructions), then compiled
 programs built three times in the process, with ``blas.gemm_override`` ``"blas"``,
 ``"own"`` and ``"auto"`` (the default rule, ``blas.own_sgemm_condition``): the layer
 ``relu(x @ W + b)``, the MLP train step with its hand-written backward
@@ -123,10 +125,13 @@ def raw_rows(threads, rounds, sample_seconds):
         ours, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         calls = {"blas": lambda a=a, b=b, out=theirs: np.matmul(a, b, out=out),
                  "own": gemm.prepared(a, b, ours)}
-        calls["own"]()
-        calls["blas"]()
-        _check(name, ours, want)
-        _check(name, theirs, want)
+        forced = np.empty((m, n), np.float32)
+        if gemm.chosen_isa().name != "avx2" and gemm.supported("avx2"):
+            calls["avx2"] = gemm.prepared(a, b, forced, isa="avx2")
+        for call in calls.values():
+            call()
+        for result in (ours, theirs, forced)[:len(calls)]:
+            _check(name, result, want)
         timing = interleaved(calls, rounds, sample_seconds, cpu=threads == 1)
         rows.append(dict(name=name, m=m, n=n, k=k, flops=2.0 * m * n * k, **{
             f"{who}_{stat}": value * 1e3 for who, (median, fastest) in timing.items()
@@ -203,6 +208,9 @@ def _format(row):
     text = (f"  {row['name']:34} blas {row['blas_ms']:8.4f} ms (best {row['blas_best_ms']:8.4f})"
             f"  own {row['own_ms']:8.4f} ms (best {row['own_best_ms']:8.4f})"
             f"  blas/own {row['blas_ms'] / row['own_ms']:5.2f}x")
+    if "avx2_ms" in row:
+        text += (f"  avx2 {row['avx2_ms']:8.4f} ms (blas/avx2 "
+                 f"{row['blas_ms'] / row['avx2_ms']:5.2f}x)")
     if "auto_ms" in row:
         text += f"  auto (default) {row['auto_ms']:8.4f} ms"
     if "flops" in row:
@@ -211,12 +219,13 @@ def _format(row):
     return text
 
 
-def run_worker(threads, quick):
+def run_worker(threads, quick, raw_only=False):
     from tracejit.codegen import gemm
 
     if not gemm.supported():
-        print("this host has no AVX-512F: tracejit's own GEMM does not run here")
-        return dict(skipped="no AVX-512F")
+        print("this host has neither AVX-512F nor AVX2 with FMA: tracejit's own GEMM does "
+              "not run here")
+        return dict(skipped="no AVX-512F or AVX2")
     rounds, sample_seconds = (5, 0.01) if quick else (15, 0.02)
     start = time.process_time()
     gemm.library()  # compiled or loaded from the cache, once per process
@@ -225,10 +234,10 @@ def run_worker(threads, quick):
                   coretype=os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
                   gemm_load_cpu_ms=load_seconds * 1e3, load_before=os.getloadavg()[0])
     print(f"threads {threads}, OPENBLAS_CORETYPE={header['coretype']}, OpenBLAS kernel "
-          f"{header['blas_kernel']}, own GEMM ready in {load_seconds * 1e3:.0f} ms CPU, "
-          f"load {header['load_before']:.1f}", flush=True)
+          f"{header['blas_kernel']}, own GEMM ({gemm.chosen_isa().name}) ready in "
+          f"{load_seconds * 1e3:.0f} ms CPU, load {header['load_before']:.1f}", flush=True)
     raw = raw_rows(threads, rounds, sample_seconds)
-    programs = program_rows(threads, rounds, sample_seconds)
+    programs = [] if raw_only else program_rows(threads, rounds, sample_seconds)
     header["load_after"] = os.getloadavg()[0]
     print(f"  load average after: {header['load_after']:.1f}", flush=True)
     return dict(header, products=raw, programs=programs)
@@ -251,17 +260,20 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--blas", nargs="+", default=["Haswell", "unset"],
                         help="OPENBLAS_CORETYPE per run ('unset' removes it)")
+    parser.add_argument("--raw-only", action="store_true",
+                        help="only the raw products, not the compiled programs")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, default=RESULTS / "gemm.json")
     args = parser.parse_args(argv)
     if args.worker:
-        print("RESULT " + json.dumps(run_worker(args.threads[0], args.quick)), flush=True)
+        print("RESULT " + json.dumps(run_worker(args.threads[0], args.quick, args.raw_only)),
+              flush=True)
         return
     runs = []
     for coretype in args.blas:
         for threads in args.threads:
             command = [sys.executable, "-m", "benchmarks.gemm", "--worker", "--threads",
-                       str(threads)] + (["--quick"] if args.quick else [])
+                       str(threads)] + ["--quick"] * args.quick + ["--raw-only"] * args.raw_only
             process = subprocess.run(command, env=_worker_environment(threads, coretype),
                                      capture_output=True, text=True,
                                      cwd=Path(__file__).resolve().parents[1])

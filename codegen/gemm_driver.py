@@ -65,10 +65,15 @@ def rows_function(emitter):
     isa, lanes = emitter.isa, emitter.isa.lanes
     micro_full = micro(emitter, f"micro_{isa.mr}x{isa.nr}", isa.vectors)
     micro_narrow = micro(emitter, f"micro_{isa.mr}x{lanes}", 1)
-    # Per row count, a full-width and (for column edges and narrow B) a 1-vector kernel.
+    # Per row count, a kernel per vector count (column edges and narrow B use the fewest
+    # that cover them) and, where masked loads are slow, an unmasked one for whole tiles.
     directs = {(rows, vectors): micro_direct(emitter, f"micro_direct_{rows}x{lanes * vectors}",
                                              rows, vectors)
-               for rows in range(1, isa.mr + 1) for vectors in (1, isa.vectors)}
+               for rows in range(1, isa.mr + 1) for vectors in range(1, isa.vectors + 1)}
+    if not isa.cheap_masks:
+        for rows in range(1, isa.mr + 1):
+            directs[rows, "whole"] = micro_direct(emitter, f"micro_direct_{rows}x{isa.nr}_whole",
+                                                  rows, isa.vectors, masked=False)
     packer_b, packer_a = pack_b(emitter), pack_a(emitter)
     function = emitter.function(
         "tj_sgemm_rows", [I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I64, I64, PTR])
@@ -106,10 +111,20 @@ def rows_function(emitter):
             c_tile = element(builder, c, builder.add(builder.mul(i0, ldc), j0))
             arguments = [k, a_rows, row_step, k_step, element(builder, b, j0), ldb,
                          c_tile, ldc, columns]
-            narrow, wide, after = (function.append_basic_block(label) for label in (
-                "direct.narrow", "direct.wide", "direct.after"))
-            builder.cbranch(builder.icmp_signed("<=", columns, c64(lanes)), narrow, wide)
-            for block, vectors in ((narrow, 1), (wide, isa.vectors)):
+            after = function.append_basic_block("direct.after")
+            kinds = [(vectors, function.append_basic_block(f"direct.v{vectors}"))
+                     for vectors in range(1, isa.vectors + 1)]
+            if not isa.cheap_masks:
+                kinds.append(("whole", function.append_basic_block("direct.whole")))
+            # Vectors needed: ceil(columns / lanes); "whole" for a full tile.
+            needed = builder.sdiv(builder.add(columns, c64(lanes - 1)), c64(lanes))
+            if not isa.cheap_masks:
+                needed = builder.select(builder.icmp_signed("==", columns, c64(isa.nr)),
+                                        c64(0), needed)
+            choice = builder.switch(needed, kinds[0][1])
+            for vectors, block in kinds:
+                choice.add_case(c64(0 if vectors == "whole" else vectors), block)
+            for vectors, block in kinds:
                 builder.position_at_end(block)
                 switch = builder.switch(rows, after)
                 for count in range(1, isa.mr + 1):

@@ -109,11 +109,12 @@ def micro(emitter, name, vectors):
     return function
 
 
-def micro_direct(emitter, name, rows, vectors):
+def micro_direct(emitter, name, rows, vectors, masked=True):
     """``micro_direct(depth, a, row_step, k_step, b, ldb, c, ldc, columns)``:
     ``C[0:rows, 0:columns] = sum_k A(i, k) * B[k, 0:columns]`` read in place, where
     ``A(i, k) = a[i * row_step + k * k_step]`` and B's row k is at ``b + k * ldb`` (masked
-    past ``columns``), with ``vectors`` accumulators per row."""
+    past ``columns``; unless not ``masked``: then ``columns`` is ``vectors * lanes``), with
+    ``vectors`` accumulators per row."""
     lanes = emitter.isa.lanes
     function = emitter.function(name, [I64, PTR, I64, I64, PTR, I64, PTR, I64, I64])
     depth, a, row_step, k_step, b, ldb, c, ldc, columns = function.args
@@ -122,7 +123,19 @@ def micro_direct(emitter, name, rows, vectors):
     store = function.append_basic_block("store")
     entry = builder.block
     zero = ir.Constant(emitter.vector, None)
-    masks = [emitter.lane_mask(builder, columns, c64(lanes * j)) for j in range(vectors)]
+    masks = [emitter.lane_mask(builder, columns, c64(lanes * j)) if masked else None
+             for j in range(vectors)]
+
+    def load_b(pointer, mask):
+        return (emitter.masked_load(builder, pointer, mask) if masked
+                else emitter.load_vector(builder, pointer))
+
+    def store_c(value, pointer, mask):
+        if masked:
+            emitter.masked_store(builder, value, pointer, mask)
+        else:
+            builder.store(value, pointer, align=4)
+
     a_rows = [emitter.element(builder, a, builder.mul(c64(i), row_step)) for i in range(rows)]
     builder.cbranch(builder.icmp_signed(">", depth, c64(0)), body, store)
 
@@ -134,8 +147,8 @@ def micro_direct(emitter, name, rows, vectors):
         for phi in row:
             phi.add_incoming(zero, entry)
     b_row = emitter.element(builder, b, builder.mul(k, ldb))
-    b_vectors = [emitter.masked_load(builder, emitter.element(builder, b_row, c64(lanes * j)),
-                                     masks[j]) for j in range(vectors)]
+    b_vectors = [load_b(emitter.element(builder, b_row, c64(lanes * j)), masks[j])
+                 for j in range(vectors)]
     a_offset = builder.mul(k, k_step)
     updated = []
     for i in range(rows):
@@ -157,7 +170,6 @@ def micro_direct(emitter, name, rows, vectors):
         for j in range(vectors):
             results[i][j].add_incoming(zero, entry)
             results[i][j].add_incoming(updated[i][j], body)
-            emitter.masked_store(builder, results[i][j],
-                                 emitter.element(builder, row, c64(lanes * j)), masks[j])
+            store_c(results[i][j], emitter.element(builder, row, c64(lanes * j)), masks[j])
     builder.ret_void()
     return function

@@ -1,0 +1,147 @@
+"""Compile time against program size: the first call of a chain of 10, 100 and 1000
+pointwise ops, tracejit (trace + schedule + LLVM) against jax.jit (trace + XLA), each in a
+fresh process (issue 16: "first call ≤ jax.jit's on chains of 10, 100, 1000 ops").
+
+    python -m benchmarks.compile_scaling [--lengths 10 100 1000] [--processes 3]
+
+The chain repeats five ops on a float32 vector of 4096 elements: ``x * 0.999``,
+``+ 0.01``, ``tanh``, ``maximum(x, -0.5)``, ``- 0.02`` (one transcendental in five). Each
+child process imports its framework, first calls a one-op function (tracejit: the LLVM JIT
+and the thread pool start; jax: its backend starts) so that one-time setup is not
+charged to the chain, then times the chain's first call (tracejit with an empty
+``TRACEJIT_CACHE_DIR``: no disk hit) and a second call. Reported: the median first call
+over ``--processes`` children (wall and this process's CPU time, which other load on a
+shared machine does not inflate), the load average, and tracejit's compile split from
+``stats()``. Results: stdout and ``benchmarks/results/compile_scaling.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RESULTS = REPOSITORY / "benchmarks" / "results"
+LENGTHS = (10, 100, 1000)
+SIZE = 4096
+
+
+def chain(xp, length):
+    """``length`` pointwise ops over the module ``xp`` (numpy or jax.numpy)."""
+    steps = [lambda x: x * 0.999, lambda x: x + 0.01, xp.tanh,
+             lambda x: xp.maximum(x, -0.5), lambda x: x - 0.02]
+
+    def function(x):
+        for index in range(length):
+            x = steps[index % len(steps)](x)
+        return x
+    return function
+
+
+def _child(framework, length):
+    x = np.random.default_rng(0).standard_normal(SIZE).astype(np.float32)
+    want = chain(np, length)(x)
+    if framework == "tracejit":
+        import tracejit
+
+        tracejit.jit(lambda v: v + 1.0)(x)  # LLVM JIT and pool start: not the chain's cost
+        compiled = tracejit.jit(chain(np, length))
+
+        def call():
+            return compiled(x)
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        device_x = jnp.asarray(x)
+        jax.block_until_ready(jax.jit(lambda v: v + 1.0)(device_x))
+        compiled = jax.jit(chain(jnp, length))
+
+        def call():
+            return jax.block_until_ready(compiled(device_x))
+    wall, cpu = time.perf_counter(), time.process_time()
+    first = np.asarray(call())
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    start = time.perf_counter()
+    second = np.asarray(call())
+    second_seconds = time.perf_counter() - start
+    facts = dict(first_wall_s=wall, first_cpu_s=cpu, second_s=second_seconds,
+                 max_abs_diff=float(max(np.max(np.abs(first - want)),
+                                        np.max(np.abs(second - want)))))
+    if framework == "tracejit":
+        stats = compiled.stats()
+        facts.update(compiles=stats["compiles"], eager_calls=stats["eager_calls"],
+                     compile_seconds=stats.get("compile_seconds"))
+    print("RESULT " + json.dumps(facts, default=str), flush=True)
+
+
+def measure(framework, length, processes):
+    runs = []
+    for _ in range(processes):
+        with tempfile.TemporaryDirectory(prefix="tracejit-scaling-") as cache:
+            environment = dict(os.environ, TRACEJIT_CACHE_DIR=cache)
+            completed = subprocess.run(
+                [sys.executable, "-m", "benchmarks.compile_scaling", "--child", framework,
+                 str(length)], cwd=REPOSITORY, env=environment, capture_output=True, text=True)
+        lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+        if completed.returncode != 0 or not lines:
+            return dict(crash=completed.stderr.strip().splitlines()[-1:])
+        runs.append(json.loads(lines[-1][len("RESULT "):]))
+    summary = {key: statistics.median(run[key] for run in runs)
+               for key in ("first_wall_s", "first_cpu_s", "second_s")}
+    return dict(summary, runs=runs, max_abs_diff=max(run["max_abs_diff"] for run in runs),
+                load=os.getloadavg()[0])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--frameworks", nargs="+", default=["tracejit", "jax"])
+    parser.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "LENGTH"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, default=RESULTS / "compile_scaling.json")
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child[0], int(args.child[1]))
+        return
+    print(f"first call of a pointwise chain on float32[{SIZE}], median of {args.processes} "
+          f"fresh processes; load {os.getloadavg()[0]:.2f}")
+    rows = []
+    for length in args.lengths:
+        row = dict(length=length)
+        for framework in args.frameworks:
+            row[framework] = measure(framework, length, args.processes)
+        rows.append(row)
+        parts = []
+        for framework in args.frameworks:
+            result = row[framework]
+            if "crash" in result:
+                parts.append(f"{framework} CRASH {result['crash']}")
+                continue
+            parts.append(f"{framework} {result['first_wall_s'] * 1e3:8.0f} ms "
+                         f"({result['first_cpu_s'] * 1e3:6.0f} ms CPU, max diff "
+                         f"{result['max_abs_diff']:.1e})")
+        ratio = ""
+        if all("first_cpu_s" in row.get(name, {}) for name in ("tracejit", "jax")):
+            ours, theirs = row["tracejit"], row["jax"]
+            ratio = (f"  tracejit/jax {ours['first_wall_s'] / theirs['first_wall_s']:.2f} "
+                     f"(CPU {ours['first_cpu_s'] / theirs['first_cpu_s']:.2f})")
+        print(f"  {length:5} ops: " + "; ".join(parts) + ratio
+              + f"; load {os.getloadavg()[0]:.2f}", flush=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(dict(size=SIZE, rows=rows), indent=1, default=str))
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,9 @@
     void tj_sgemm_own(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
                       float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
 
-computes ``C = op(A) @ op(B)`` for row-major ``C`` (``m x n``, row stride ``ldc``), where
+and ``tj_sgemm_own_epilogue(<the same>, float* bias, i64 activation)``
+compute ``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per
+register tile (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
 ``op(A)`` is ``A`` (rows ``lda`` apart) or, when ``trans_a``, the transpose of a row-major
 ``k x m`` ``A`` - so a transposed view is read where it is, never copied; likewise ``B``.
 It splits ``C`` by rows or columns across tracejit's thread pool (``codegen/parallel.py``)
@@ -49,10 +51,11 @@ from pathlib import Path
 import numpy as np
 
 from . import llvm, parallel
-from .gemm_driver import WORKSPACES_SYMBOL
+from .gemm_driver import ACTIVATIONS, WORKSPACES_SYMBOL
 from .gemm_ir import AVX2, AVX512, ISAS
 
 ENTRY = "tj_sgemm_own"  # what compiled kernels import; the chosen instruction set's entry
+EPILOGUE_ENTRY = "tj_sgemm_own_epilogue"  # the same with a bias and an activation
 ISA_VARIABLE = "TRACEJIT_GEMM_ISA"
 # The files whose text generates the module: the object store's key holds them all.
 SOURCES = ("gemm.py", "gemm_ir.py", "gemm_micro.py", "gemm_packing.py", "gemm_driver.py")
@@ -160,8 +163,8 @@ class _Workspaces:
         return ctypes.addressof(self.table)
 
 
-_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
-                              *([ctypes.c_void_p, ctypes.c_int64] * 3))
+_EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
+                                       *([ctypes.c_void_p, ctypes.c_int64] * 4))
 
 
 def library(isa=None):
@@ -173,17 +176,20 @@ def library(isa=None):
             pool = parallel.pool()
             workspaces = _Workspaces(2 * pool.threads, isa.workspace_floats)
             imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
-            loaded = llvm.load(object_code(isa), [isa.entry], imports=imports)
-            _loaded[isa.name] = dict(library=loaded, workspaces=workspaces,
-                                     function=_SIGNATURE(loaded.addresses[isa.entry]))
+            loaded = llvm.load(object_code(isa), [isa.entry, isa.epilogue_entry],
+                               imports=imports)
+            _loaded[isa.name] = dict(
+                library=loaded, workspaces=workspaces,
+                function=_EPILOGUE_SIGNATURE(loaded.addresses[isa.epilogue_entry]))
         return _loaded[isa.name]["library"]
 
 
 def symbols():
-    """``{"tj_sgemm_own": address}`` (the chosen instruction set's entry) for compiled
-    kernels that call it."""
+    """``{"tj_sgemm_own": address, "tj_sgemm_own_epilogue": address}`` (the chosen
+    instruction set's entries) for compiled kernels that call them."""
     isa = _resolve(None)
-    return {ENTRY: library(isa).addresses[isa.entry]}
+    addresses = library(isa).addresses
+    return {ENTRY: addresses[isa.entry], EPILOGUE_ENTRY: addresses[isa.epilogue_entry]}
 
 
 def _layout(matrix):
@@ -203,11 +209,12 @@ def _layout(matrix):
     return None
 
 
-def prepared(a, b, out, isa=None):
+def prepared(a, b, out, isa=None, bias=None, activation=None):
     """A zero-argument call that stores ``a @ b`` into ``out`` (arguments converted once:
     about 1 us per call, for benchmarks of small products) with the code for ``isa`` (a
     name; default ``chosen_isa()``). ``a`` and ``b`` must be float32 with a unit-stride
-    axis; ``out`` C-contiguous rows."""
+    axis; ``out`` C-contiguous rows. With ``bias`` (contiguous float32, one per column)
+    and ``activation`` (None or ``"relu"``) it stores ``activation(a @ b + bias)``."""
     (m, k), n = a.shape, b.shape[1]
     layouts = [_layout(a), _layout(b)]
     if None in layouts or a.dtype != np.float32 or b.dtype != np.float32:
@@ -215,25 +222,43 @@ def prepared(a, b, out, isa=None):
     out_layout = _layout(out) if out.shape == (m, n) and out.dtype == np.float32 else None
     if out_layout is None or out_layout[0]:
         raise ValueError("out must be a float32 (m, n) array with unit-stride rows")
+    if bias is not None and (bias.shape != (n,) or bias.dtype != np.float32
+                             or not bias.flags.c_contiguous):
+        raise ValueError(f"bias must be a contiguous float32 array of shape ({n},)")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, not {activation!r}")
     isa = _resolve(isa)
     library(isa)
     (trans_a, lda), (trans_b, ldb) = layouts
     arguments = (trans_a, trans_b, m, n, k, a.ctypes.data, lda, b.ctypes.data, ldb,
-                 out.ctypes.data, out_layout[1])
+                 out.ctypes.data, out_layout[1], None if bias is None else bias.ctypes.data,
+                 ACTIVATIONS[activation])
     function = _loaded[isa.name]["function"]
     return lambda: function(*arguments)
 
 
-def matmul(a, b, out=None, isa=None):
+def matmul(a, b, out=None, isa=None, bias=None, activation=None):
     """``a @ b`` for 2-D float32 arrays by the GEMM (for tests and benchmarks; compiled
     kernels call the symbol), with the code for ``isa`` (``"avx512"``, ``"avx2"``; default
     ``chosen_isa()``). Views with a unit-stride axis (transposes, column slices) are read
-    in place, others copied; ``out`` (unit-stride rows) receives the product."""
+    in place, others copied; ``out`` (unit-stride rows) receives the product. ``bias``
+    (one per column) and ``activation`` (``"relu"``) are fused: ``relu(a @ b + bias)``.
+
+    >>> if supported():
+    ...     x = np.array([[1.0, -2.0]], np.float32)
+    ...     print(matmul(x, np.eye(2, dtype=np.float32), bias=np.float32([0.5, 0.5]),
+    ...                  activation="relu").tolist())
+    ... else:
+    ...     print([[1.5, 0.0]])
+    [[1.5, 0.0]]
+    """
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs (m, k) @ (k, n), got {a.shape} @ {b.shape}")
     a, b = (operand if _layout(operand) else np.ascontiguousarray(operand) for operand in (a, b))
     if out is None:
         out = np.empty((a.shape[0], b.shape[1]), np.float32)
-    prepared(a, b, out, isa)()
+    if bias is not None:
+        bias = np.ascontiguousarray(bias, np.float32)
+    prepared(a, b, out, isa, bias, activation)()
     return out

@@ -60,6 +60,11 @@ class Isa:
         return f"tj_sgemm_own_{self.name}"
 
     @property
+    def epilogue_entry(self):
+        """The symbol of the entry with a bias and activation epilogue."""
+        return f"{self.entry}_epilogue"
+
+    @property
     def packed_a_offset(self):
         """Where packed A starts in a workspace (after the packed B block)."""
         return self.kc * _round_up(self.nc, self.nr)

@@ -136,6 +136,57 @@ def test_prime_sizes_and_strided_operands(trans_a, trans_b, isa):
         assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (17, 33, 0), (100, 33, 300),
+                                     (33, 1000, 40), (64, 1024, 784), (784, 300, 512)])
+def test_bias_and_relu_epilogue(m, n, k, trans_a, trans_b, isa):
+    """``relu(A @ B + bias)``, ``A @ B + bias`` and ``relu(A @ B)`` from the epilogue entry,
+    on the direct and packed paths, K = 0, and products split by rows and by columns over
+    the pool (64 x 1024 @ 784: columns, so each chunk's bias starts at its first column);
+    stale NaN in the output does not leak in."""
+    rng = np.random.default_rng(21)
+    a, b = operands(rng, m, n, k, trans_a, trans_b)
+    bias = rng.standard_normal(n).astype(np.float32)
+    a64, b64, bias64 = a.astype(np.float64), b.astype(np.float64), bias.astype(np.float64)
+    bound = 2 * (k + 1) * EPS32 * (np.abs(a64) @ np.abs(b64) + np.abs(bias64)) + 1e-30
+    for with_bias, activation in [(True, "relu"), (True, None), (False, "relu")]:
+        want = a64 @ b64 + (bias64 if with_bias else 0)
+        want = np.maximum(want, 0) if activation else want
+        out = np.full((m, n), np.nan, np.float32)
+        got = gemm.matmul(a, b, out=out, isa=isa, bias=bias if with_bias else None,
+                          activation=activation)
+        assert np.all(np.abs(got - want) <= bound), (with_bias, activation)
+
+
+def test_epilogue_nan_and_inf(isa):
+    """NaN stays NaN through the relu (as ``np.maximum(x, 0)``), a NaN bias makes its
+    column NaN, -Inf becomes 0 and +Inf stays."""
+    rng = np.random.default_rng(22)
+    a, b = operands(rng, 40, 70, 30, False, False)
+    a[3, 0] = np.nan
+    a[5, :] = 0.0
+    b[:, 9] = 0.0
+    bias = rng.standard_normal(70).astype(np.float32)
+    bias[11] = np.nan
+    bias[9] = -np.inf
+    bias[12] = np.inf
+    got = gemm.matmul(a, b, bias=bias, activation="relu", isa=isa)
+    with np.errstate(invalid="ignore"):
+        want = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[3]).all() and np.isnan(got[:, 11]).all()
+    assert np.all(got[np.arange(40) != 3, 9] == 0.0)
+    assert np.all(np.isposinf(got[np.arange(40) != 3, 12]))
+
+
+def test_epilogue_arguments_are_checked():
+    a = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="bias"):
+        gemm.prepared(a, a.T, np.empty((3, 3), np.float32), bias=np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="activation"):
+        gemm.matmul(a, a.T, activation="gelu")
+
+
 def test_the_avx2_code_uses_no_avx512_instructions():
     """The AVX2 module is pinned to Haswell's instruction set, so what the tests run on an
     AVX-512 host is the code an AVX2-only host runs: ymm registers, no zmm, no masks."""

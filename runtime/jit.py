@@ -36,6 +36,7 @@ from tracejit.tracer import pytree, trace
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
+from tracejit.tracer.pending import has_effects
 from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
 from . import background, diagnostics
@@ -378,7 +379,10 @@ class JitFunction:
                     self._add_variant(variant)
                     return self._run(variant, inputs, args, kwargs)
             reason = self._why_missed(leaves)
-            traced = self._trace(args, kwargs, self.policy, signature)
+            # lazy: a captured loop's remaining trips wait (tracejit.tracer.pending); the
+            # program compiled below computes the result instead
+            traced = self._trace(args, kwargs, self.policy, signature,
+                                 lazy=self.options.compile != "background")
             if traced is None:
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             if self.options.compile == "background":  # LLVM on the compile thread
@@ -392,18 +396,21 @@ class JitFunction:
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)
                 self._store_to_disk(variant, leaves)
-                if path.backward is not None:  # the result must carry the compiled graph
+                # The result must carry the compiled graph, or the trace left it pending
+                # (the program prints what the trace printed: then the trace computes it).
+                if path.backward is not None or (traced.pending
+                                                 and not has_effects(traced.graph)):
                     return self._run(variant, variant.guard(args, kwargs), args, kwargs)
             elif traced.gradients is not None:
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
-            return _plain_result(traced.outputs, leaves)
+            return _plain_result(traced.force_outputs(), leaves)
 
-    def _trace(self, args, kwargs, dynamic, signature):
+    def _trace(self, args, kwargs, dynamic, signature, lazy=False):
         start = time.perf_counter()
         try:
             traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__,
-                           grad=is_grad_enabled(),
+                           grad=is_grad_enabled(), lazy=lazy,
                            capture_loops=self.options.loops == "capture", **kwargs)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":

@@ -17,6 +17,7 @@ import numpy as np
 from tracejit.codegen.schedule import input_view
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
+from tracejit.tracer.pending import is_pending
 
 from .tensor import unwrap
 
@@ -51,6 +52,8 @@ class OutputPlan:
             if position in trace.output_statics:
                 leaves.append(("static", trace.output_statics[position]))
                 continue
+            if is_pending(value):  # computed by the program: a value of its kind tells
+                value = value.like if value.like is not None else np.empty(1)
             if isinstance(value, np.generic):
                 kind = "scalar"
             elif type(value) in PYTHON_SCALARS:

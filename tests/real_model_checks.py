@@ -59,5 +59,13 @@ def compiles(f):
     return f.stats()["compiles"]
 
 
+def all_compiled(f, calls):
+    """Every one of ``calls`` calls ran compiled code: the program's, or the first call's
+    trace (which leaves a captured loop's later trips to the program: tracer/pending.py)."""
+    stats = f.stats()
+    return (stats["calls"] == calls and not stats["eager_calls"]
+            and stats["compiled_calls"] + stats["traced_calls"] == calls)
+
+
 def rng_for(seed):
     return np.random.default_rng(seed)

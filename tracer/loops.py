@@ -41,6 +41,7 @@ from .dims import DimExpr, SymInt, expr_of, is_int, value_of
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
 from .loop_index import IndexRefused, LoopIndex, settle_guards
+from .pending import Pending, force
 
 log = logging.getLogger("tracejit.loops")
 
@@ -703,20 +704,22 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     start_expr = expr_of(start) + step
     loop_params = dict(body=graph, index=index_name, start=start_expr, stop=expr_of(stop),
                        step=step, num_carry=len(slots))
-    # Real values: iterations 1 and 2 were traced on real data; run the rest eagerly.
-    bindings = context.symbol_values()
-    free_values = [context.values[var.name][0] for var in free_vars]
-    prints = []
-    try:
-        finals = run_body(graph, index_name, t1 + 2 * step, value_of(stop), step, len(slots),
-                          [np.asarray(out.value) for out in trial2.outputs], free_values,
-                          bindings, prints)
-    except LoopGuardFailed as failure:
-        raise Refused(f"{failure} on this call (the if goes another way in a later "
-                      "iteration)") from None
-    emit_prints(context, trial1.prints + trial2.prints + prints)
+    # Real values: iterations 1 and 2 were traced on real data; the rest run when
+    # something reads their results (tracejit.tracer.pending), or now.
+    rest = _RemainingTrips(context, graph, index_name, t1 + 2 * step, value_of(stop), step,
+                           trial2.outputs, free_vars)
+    if _deferrable(context, graph):
+        finals = rest.pending()
+        emit_prints(context, trial1.prints + trial2.prints)
+    else:
+        prints = []
+        try:
+            finals = rest.run(prints)
+        except LoopGuardFailed as failure:
+            raise Refused(f"{failure} on this call (the if goes another way in a later "
+                          "iteration)") from None
+        emit_prints(context, trial1.prints + trial2.prints + prints)
     operands = tuple(slot.ir_var for slot in slots) + tuple(free_vars)
-    finals = [_like(final, out.value) for final, out in zip(finals, trial2.outputs)]
     tracers = []
     for position, (slot, final) in enumerate(zip(slots, finals)):
         params = tuple(sorted({**loop_params, "output": position}.items()))
@@ -732,6 +735,51 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
              "outside", where, len(graph.body), len(slots), len(free_vars))
     return tuple(returned)
+
+
+class _RemainingTrips:
+    """The first call's trips after the traced ones, through the body's NumPy reference
+    (``run_body``): ``run`` now, or ``pending`` values that run them all once, when the
+    first of them is read."""
+
+    def __init__(self, context, body, index, start, stop, step, outputs, free_vars):
+        constants = {var.name for var, _ in context.constants}
+        # A NumPy constant may be written by the user's code before a pending value is
+        # read: the trips read it as it is now.
+        free = [context.values[var.name][0] for var in free_vars]
+        self.free = [np.array(value) if var.name in constants else value
+                     for var, value in zip(free_vars, free)]
+        self.carried = [np.asarray(out.value) for out in outputs]
+        self.examples = [out.value for out in outputs]
+        self.args = (body, index, start, stop, step, len(outputs))
+        self.bindings = context.symbol_values()
+
+    def run(self, effects=None):
+        from .ops.control import run_body
+
+        finals = run_body(*self.args, self.carried, [force(value) for value in self.free],
+                          self.bindings, effects)
+        return [_like(final, example) for final, example in zip(finals, self.examples)]
+
+    def pending(self):
+        everything = Pending(self.run)
+        return [Pending(lambda position=position: everything.force()[position],
+                        like=example) for position, example in enumerate(self.examples)]
+
+
+def _deferrable(context, body):
+    """Whether the remaining trips may wait until read: not in a trace recording
+    gradients (the backward reads every value), not inside another loop's traced trip, and
+    a body with no guard or print at any depth (those must happen during the call, in
+    order)."""
+    if getattr(context, "records_gradients", False) or getattr(context, "loop_indices", None):
+        return False
+    return _quiet(body)
+
+
+def _quiet(graph):
+    return all(isinstance(item, Eqn) and (item.prim.name != "loop" or _quiet(
+        item.params_dict["body"])) for item in graph.body)
 
 
 def _affine(value1, value2):

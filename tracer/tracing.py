@@ -35,6 +35,7 @@ from .errors import TraceError, UnsupportedError, as_numpy_would
 from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
+from .pending import Pending, deferred, force, is_pending
 from .shapes import pow2_bucket
 
 _state = threading.local()
@@ -55,19 +56,37 @@ class Tracer(ArrayMethods):
     """A traced array: the IR var it stands for, its real value, and its live shape."""
 
     # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
-    __slots__ = ("context", "ir_var", "value", "shape", "base", "views", "quotient",
+    # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
+    # when first read (a captured loop's results: tracejit.tracer.pending)
+    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "quotient",
                  "__weakref__")
     __tracejit_priority__ = 2
 
     def __init__(self, context, var, value, shape):
         self.context = context
         self.ir_var = var
-        self.value = value
+        self.raw_value = value
         self.shape = shape
         # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
         # ``views`` (a WeakSet) of the views of this one that are still alive.
         self.base = None
         self.views = None
+
+    @property
+    def value(self):
+        value = self.raw_value
+        if type(value) is Pending:
+            value = self.raw_value = value.force()
+        return value
+
+    @value.setter
+    def value(self, value):
+        self.raw_value = value
+
+    def lazy_value(self):
+        """The value, or the ``Pending`` standing for it while nothing has read it."""
+        value = self.raw_value
+        return value if is_pending(value) else self.value
 
     @property
     def dtype(self):
@@ -80,7 +99,7 @@ class Tracer(ArrayMethods):
     def __getitem__(self, index):
         result = getitem(self, index)
         if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
-            result.value = np.asarray(result.value)[()]  # NumPy gives a scalar, not 0-d
+            result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d
         return result
 
     @staticmethod
@@ -185,7 +204,7 @@ class Tracer(ArrayMethods):
                 "which tracejit does not follow. Write to a copy instead: x = x.copy()",
                 user_location(skip=3),
             )
-        self.ir_var, self.value, self.shape = result.ir_var, result.value, result.shape
+        self.ir_var, self.raw_value, self.shape = result.ir_var, result.raw_value, result.shape
         self.context.note_mutation(self)
 
     def __repr__(self):
@@ -249,6 +268,16 @@ class Trace:
     gradients: object = None  # GradientPlan when traced with grad=True
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
+    pending: bool = False  # outputs hold Pending values (trace(lazy=True))
+
+    def force_outputs(self):
+        """Compute the outputs a lazy trace left pending (the NumPy reference of the
+        remaining loop trips); the outputs from then on."""
+        if self.pending:
+            leaves, tree = pytree.flatten(self.outputs)
+            self.outputs = pytree.unflatten(tree, [force(leaf) for leaf in leaves])
+            self.pending = False
+        return self.outputs
 
     @property
     def value_guards(self):
@@ -317,7 +346,7 @@ class TracingContext:
                     "a traced value from another (finished) trace was used: a value computed "
                     "while tracing escaped, e.g. stored in a global or an attribute"
                 )
-            return value.ir_var, value.value, value.aval
+            return value.ir_var, value.lazy_value(), value.aval
         if isinstance(value, SymInt):
             literal = Literal.of(value)
             return literal, value.value, literal.aval
@@ -370,21 +399,25 @@ class TracingContext:
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices
-        out_value = prim.impl(*values, **concrete)
         out_aval = prim.abstract_eval(*avals, **params)
-        if out_aval.weak:  # a Python scalar, so NumPy promotes it as one (NEP 50)
-            out_value = np.asarray(out_value).item()
         if (prim.kind == "pointwise" and len(args) > 1) or prim.name == "broadcast_to":
             unit = self._unit_broadcasts(args, avals, out_aval)
             if unit is not None:
                 return self.process(prim, unit, params)
-        out_array = np.asarray(out_value)
-        concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
-        if concrete_shape != out_array.shape or np.dtype(out_aval.dtype) != out_array.dtype:
-            raise AssertionError(
-                f"tracejit bug: the shape rule of {prim.name} gives {out_aval} but NumPy "
-                f"gives {out_array.dtype}{out_array.shape}"
-            )
+
+        def compute(*values):
+            out_value = prim.impl(*values, **concrete)
+            if out_aval.weak:  # a Python scalar, so NumPy promotes it as one (NEP 50)
+                out_value = np.asarray(out_value).item()
+            _check_result(prim, out_aval, out_value)
+            return out_value
+
+        if any(is_pending(value) for value in values):  # after a captured loop: on demand
+            out_value = deferred(compute, values, [isinstance(arg, Tracer) for arg in args])
+            if out_aval.weak:
+                out_value.like = np.zeros((), out_aval.dtype).item()
+        else:
+            out_value = compute(*values)
         var = self.new_var(AbstractArray(tuple(expr_of(dim) for dim in out_aval.shape),
                                          out_aval.dtype, out_aval.weak))
         record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
@@ -588,6 +621,16 @@ def _unique(guards):
     return result
 
 
+def _check_result(prim, out_aval, out_value):
+    out_array = np.asarray(out_value)
+    concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
+    if concrete_shape != out_array.shape or np.dtype(out_aval.dtype) != out_array.dtype:
+        raise AssertionError(
+            f"tracejit bug: the shape rule of {prim.name} gives {out_aval} but NumPy "
+            f"gives {out_array.dtype}{out_array.shape}"
+        )
+
+
 def _concrete_param(value):
     if isinstance(value, SymInt):
         return value.value
@@ -656,7 +699,7 @@ def _leaf_names(fn, args, kwargs, treedef_count):
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=False,
-          capture_loops=True, **kwargs):
+          capture_loops=True, lazy=False, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
@@ -670,7 +713,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
     backward pass: gradients of the floating-point outputs with respect to every input
     that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracejit.tracer.partition``
-    splits the joint graph).
+    splits the joint graph). ``lazy=True`` may leave outputs a captured loop computes
+    ``Pending`` (``Trace.pending``; ``Trace.force_outputs()`` computes them): the runtime
+    takes them from the compiled program instead (tracejit.tracer.pending).
     """
     from .frontend import run_rewritten
     from .implicit import find_implicit_inputs
@@ -753,7 +798,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
             type(leaf) in PYTHON_SCALARS
         ):
-            atom, value, _ = context.atom(leaf)
+            atom, value, aval = context.atom(leaf)
+            if is_pending(value) and value.like is None and not aval.shape:
+                value = force(value)  # a scalar or a 0-d array: the kind of result it is
             output_atoms.append(atom)
             outputs.append(value)
         else:
@@ -783,11 +830,15 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     if check:
         verify(graph)
 
-    # Eager semantics: the caller's input arrays see the in-place writes.
+    # Eager semantics: the caller's input arrays see the in-place writes. Then nothing may
+    # run the program again on them: every output is computed here.
     for position in mutated:
         np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
     for index, position in aliases.items():
         outputs[index] = leaves[position]
+    pending = lazy and not mutated and any(is_pending(value) for value in outputs)
+    if not pending:
+        outputs = [force(value) for value in outputs]
 
     return Trace(
         name=name,
@@ -805,6 +856,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         gradients=gradients,
         symbol_values=context.symbol_values(),
         loop_notes=list(getattr(context, "loop_notes", ())),
+        pending=pending,
     )
 
 
@@ -864,16 +916,29 @@ def _with_user_line(error):
     return TraceError(f"{location[0]}:{location[1]}: {error}\n    {source}")
 
 
+def _numpy_scalar(tracer):
+    """A 0-d tracer's value as a NumPy scalar (a pending one stays pending)."""
+    value = tracer.raw_value
+    if is_pending(value):
+        return Pending(lambda: np.asarray(value.force())[()], like=tracer.dtype.type(0))
+    return np.asarray(value)[()]
+
+
+def _is_numpy_scalar(tracer):
+    value = tracer.raw_value
+    if is_pending(value) and value.like is not None:
+        return isinstance(value.like, np.generic)
+    return isinstance(tracer.value, np.generic)
+
+
 def _scalar_preserving(method):
     """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
     where on a 0-d array it gives a 0-d array."""
 
     def wrapper(self, *args, **kwargs):
         result = method(self, *args, **kwargs)
-        if isinstance(self.value, np.generic) and isinstance(result, Tracer) and (
-            not result.shape
-        ):
-            result.value = np.asarray(result.value)[()]
+        if _is_numpy_scalar(self) and isinstance(result, Tracer) and not result.shape:
+            result.value = _numpy_scalar(result)
         return result
 
     wrapper.__name__ = method.__name__

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from . import dtypes as dt
 from . import mathlib
 from .dtypes import constant, is_float
+from .kernel_index import as_bool, broadcast_index
 
 
 class KernelStatus:
@@ -307,6 +309,52 @@ RULES = {
     "where": _where,
     "stop_gradient": lambda ctx, x: x,  # only autodiff sees a difference
 }
+
+
+class RuleContext:
+    """What a pointwise rule sees: the builder, the loop dtype, error reporting."""
+
+    def __init__(self, kernel, dtype):
+        self.kernel, self.builder, self.dtype = kernel, kernel.b, np.dtype(dtype)
+
+    def report_if(self, condition, code):
+        self.kernel.report_if(condition, code)
+
+    def as_bool(self, value):
+        return as_bool(self.builder, value)
+
+
+def lower_pointwise(kernel, eqn, index):
+    """The value of a pointwise equation at ``index``: its operands read at the broadcast
+    index and cast to NumPy's loop dtypes, then its rule."""
+    operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
+    out_shape = eqn.out.aval.shape
+    operands = [
+        kernel.value(atom, broadcast_index(index, atom.aval.shape, out_shape), dtype)
+        for atom, dtype in zip(eqn.inputs, operand_dtypes)
+    ]
+    dtype = operand_dtypes[-1] if eqn.prim.name == "where" else operand_dtypes[0]
+    return RULES[eqn.prim.name](RuleContext(kernel, dtype), *operands)
+
+
+def lower_cast(kernel, eqn, index):
+    """``astype``: float to integer out of range (or NaN) gives the most negative integer,
+    as NumPy does on x86."""
+    builder = kernel.b
+    source = eqn.inputs[0]
+    value = kernel.value(source, broadcast_index(index, source.aval.shape, eqn.out.aval.shape))
+    target = eqn.params_dict["dtype"]
+    if dt.is_float(source.aval.dtype) and np.dtype(target).kind in "iu":
+        limit = float(2 ** (np.dtype(target).itemsize * 8 - 1))
+        ty = value.type
+        in_range = builder.and_(
+            builder.fcmp_ordered(">=", value, ir.Constant(ty, -limit)),
+            builder.fcmp_ordered("<", value, ir.Constant(ty, limit)),
+        )
+        converted = dt.cast(builder, value, source.aval.dtype, target)
+        smallest = dt.constant(target, -int(limit))
+        return builder.select(in_range, converted, smallest)
+    return dt.cast(builder, value, source.aval.dtype, target)
 
 
 def loop_dtypes(prim, avals):

@@ -1,0 +1,271 @@
+"""The builder core of one kernel: dims, memory access, loops, and the value of an atom at
+an index.
+
+A kernel's loop nest stores its root; the value it stores is computed by inlining the
+root's producers, each through its lowering rule (``compute(eqn, index)``): pointwise
+rules from ``codegen/pointwise.py``, views as index arithmetic from
+``codegen/view_lowering.py``. What the loop nest looks like depends on the kernel's kind
+(``codegen/kernel_kinds.py``); the entry that splits it across the thread pool is in
+``codegen/parallel_entry.py``.
+
+Values already computed at the same index inside the same loop are reused: ``memo_scopes``
+is a stack with one scope per open loop, so a value computed in a loop body is forgotten
+when the loop closes (it does not dominate the code after the loop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.ir import Literal, Var
+
+from . import dtypes as dt
+from .kernel_index import (
+    I1,
+    I32,
+    I64,
+    PTR,
+    DimValues,
+    FlatIndex,
+    FusionConflict,
+    IndexComponent,
+    const,
+    is_inner,
+)
+from .kernel_kinds import build_kernel
+from .parallel_entry import entry_function
+from .pointwise import RULES, lower_cast, lower_pointwise
+from .row_fusion import RowScratch, scratch_value
+from .schedule import REDUCTIONS
+from .view_lowering import VIEW_RULES
+
+
+class KernelBuilder:
+    """Emits one kernel as ``void kernel(ptr buffer..., i64 symbol..., i64 start..., ptr
+    status)``: ``start`` arguments are the constant slice starts, passed at run time so the
+    steps of an unrolled loop (``x[:, t]`` for each ``t``) share one kernel."""
+
+    def __init__(self, program, kernel, buffer_names, start_slots=()):
+        self.program = program
+        self.schedule = program.schedule
+        self.kernel = kernel
+        self.producers = self.schedule.producers
+        self.buffer_names = names = list(buffer_names)  # only the buffers this kernel touches
+        self.argument_types = [PTR] * len(names) + [I64] * (
+            len(program.symbols) + len(start_slots)) + [PTR]
+        self.function = ir.Function(
+            program.module, ir.FunctionType(ir.VoidType(), [I64, I64] + self.argument_types),
+            kernel.name + "_impl")
+        self.function.linkage = "internal"
+        # Called from the entry and from the pool's trampoline: inlining would make LLVM
+        # optimize and emit the loop nest twice, for no gain at kernel granularity.
+        self.function.attributes.add("noinline")
+        self.start, self.end, *arguments = self.function.args
+        for argument in arguments[: len(names)]:
+            argument.add_attribute("noalias")
+        self.pointers = dict(zip(names, arguments))
+        self.symbols = dict(zip(program.symbols, arguments[len(names):]))
+        self.starts = dict(zip(start_slots, arguments[len(names) + len(program.symbols):-1]))
+        self.status = arguments[-1]
+        entry = self.function.append_basic_block("entry")
+        body = self.function.append_basic_block("body")
+        self.entry = ir.IRBuilder(entry)
+        self.b = ir.IRBuilder(body)
+        self.first_body = body
+        self.dim_values = DimValues(self.entry, self.symbols)
+        self.strides = {}
+        self.cache = [{}]
+        self.stage_values = {}  # a stage's value for the current row (row_fusion)
+        self.errors = {}
+        self.overrides = {}  # a value read from another buffer: the product an epilogue reads
+        self.row_scratch = RowScratch()
+        self.prologue = None  # code the entry runs before the (parallel) body: BLAS calls
+
+    def build(self):
+        """The kernel: ``impl(start, end, ...)`` over its outer loop, a trampoline for the
+        thread pool, and the entry the program calls (``codegen/kernel_kinds.py``)."""
+        return build_kernel(self)
+
+    def finish(self):
+        """Close ``impl``: report the error flags in the status, return."""
+        for code, flag in self.errors.items():
+            failed = self.b.load(flag, typ=I1)
+            old = self.b.load(self.status, typ=I32)
+            self.b.store(self.b.select(failed, ir.Constant(I32, code), old), self.status)
+        self.b.ret_void()
+        self.entry.branch(self.first_body)
+
+    def entry_function(self, split):
+        """The entry the program calls (``codegen/parallel_entry.py``)."""
+        return entry_function(self, split)
+
+    _entry_function = entry_function  # the name codegen/conv*.py call
+
+    def root_eqn(self):
+        return self.producers[self.kernel.root.name]
+
+    # --- dims -------------------------------------------------------------------------
+    def dim(self, dim):
+        return self.dim_values.dim(dim)
+
+    def shape_strides(self, shape):
+        """Row-major element strides of ``shape``, computed in the entry block."""
+        strides, running = [], const(1)
+        for dim in reversed(shape):
+            strides.append(running)
+            running = self.entry.mul(running, self.dim(dim))
+        return list(reversed(strides))
+
+    def buffer_strides(self, name):
+        if name not in self.strides:
+            self.strides[name] = self.shape_strides(self.schedule.buffers[name].shape)
+        return self.strides[name]
+
+    # --- memory -----------------------------------------------------------------------
+    def address(self, name, index, dtype):
+        if isinstance(index, FlatIndex):
+            offset = index.value
+        else:
+            offset = const(0)
+            for component, stride in zip(index, self.buffer_strides(name)):
+                offset = self.b.add(offset, self.b.mul(component.value, stride))
+        return self.b.gep(self.pointers[name], [offset], inbounds=True,
+                          source_etype=dt.memory_type(dtype))
+
+    def load(self, name, index, dtype):
+        pointer = self.address(name, index, dtype)
+        value = self.b.load(pointer, typ=dt.memory_type(dtype))
+        return self.b.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
+
+    def store(self, name, index, value, dtype):
+        pointer = self.address(name, index, dtype)
+        if np.dtype(dtype) == np.bool_:
+            value = self.b.zext(value, dt.I8)
+        self.b.store(value, pointer)
+
+    def report_if(self, condition, code):
+        if code not in self.errors:
+            self.errors[code] = self.entry.alloca(I1)
+            self.entry.store(ir.Constant(I1, 0), self.errors[code])
+        flag = self.errors[code]
+        self.b.store(self.b.or_(self.b.load(flag, typ=I1), condition), flag)
+
+    # --- loops ------------------------------------------------------------------------
+    def loop(self, count, body, inner, split=False):
+        """``for i in range(count)``; a ``split`` loop runs ``range(start, end)``: the share
+        of the iterations the thread pool gave this call (never past ``count``: an entry
+        that runs the whole kernel inline passes ``end = 1`` when it planned no split, and
+        the split loop may then be empty)."""
+        if split:
+            count = self.b.select(self.b.icmp_signed("<", self.end, count), self.end, count)
+        header = self.function.append_basic_block("loop")
+        loop_body = self.function.append_basic_block("loop.body")
+        after = self.function.append_basic_block("loop.end")
+        before = self.b.block
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        counter = self.b.phi(I64)
+        counter.add_incoming(self.start if split else const(0), before)
+        self.b.cbranch(self.b.icmp_signed("<", counter, count), loop_body, after)
+        self.b.position_at_end(loop_body)
+        self.cache.append({})
+        body(IndexComponent(counter, inner))
+        self.cache.pop()
+        following = self.b.add(counter, const(1), flags=["nsw", "nuw"])
+        counter.add_incoming(following, self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(after)
+
+    def loops(self, shape, body, inner_from=None, prefix=(), split_level=None):
+        """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner;
+        the loop at depth ``split_level`` covers only this call's share (see ``loop``)."""
+        inner_from = len(shape) - 1 if inner_from is None else inner_from
+        if len(prefix) == len(shape):
+            body(tuple(prefix))
+            return
+        depth = len(prefix)
+        self.loop(self.dim(shape[depth]),
+                  lambda ix: self.loops(shape, body, inner_from, (*prefix, ix), split_level),
+                  inner=depth >= inner_from, split=depth == split_level)
+
+    # --- values -----------------------------------------------------------------------
+    def literal(self, literal, dtype):
+        value = literal.value
+        if isinstance(value, DimExpr):
+            return dt.cast(self.b, self.dim(value), np.int64, dtype)
+        if isinstance(value, np.generic):
+            value = value.item()
+        with np.errstate(all="ignore"):
+            converted = np.array(value).astype(dtype)[()]
+        return dt.constant(dtype, converted)
+
+    def value(self, atom, index, dtype=None):
+        """The value of ``atom`` at ``index``, cast to ``dtype`` if given."""
+        if isinstance(atom, Literal):
+            return self.literal(atom, dtype or atom.aval.dtype)
+        result = self._var_value(atom, index)
+        if dtype is not None:
+            result = dt.cast(self.b, result, atom.aval.dtype, dtype)
+        return result
+
+    def _key(self, name, index):
+        if isinstance(index, FlatIndex):
+            return (name, "flat", id(index.value))
+        return (name, tuple(id(ix.value) for ix in index))
+
+    def _var_value(self, var, index):
+        name = var.name
+        if name in self.stage_values:
+            if is_inner(index):
+                raise FusionConflict(var)
+            return self.stage_values[name]
+        if name in self.overrides:
+            return self.load(self.overrides[name], index, var.aval.dtype)
+        if name in self.schedule.buffers and name != self.kernel.root.name:
+            return self.load(name, index, var.aval.dtype)
+        key = self._key(name, index)
+        for layer in reversed(self.cache):
+            if key in layer:
+                return layer[key]
+        eqn = self.producers.get(name)
+        if eqn is None or eqn.prim.name in REDUCTIONS or eqn.prim.name in (
+            "matmul", "scatter_add"
+        ) or eqn.prim.kind == "conv":
+            raise FusionConflict(var)
+        result = scratch_value(self, var, index, lambda: self.compute(eqn, index))
+        self.cache[-1][key] = result
+        return result
+
+    def compute(self, eqn, index):
+        """The value of ``eqn``'s output at ``index``, by its primitive's rule."""
+        name = eqn.prim.name
+        if name in RULES:
+            return lower_pointwise(self, eqn, index)
+        if name == "cast":
+            return lower_cast(self, eqn, index)
+        return VIEW_RULES[name](self, eqn, index)
+
+    def flat_ok(self, root):
+        """A single flat loop when the expression is elementwise on same-shaped buffers."""
+        shape = tuple(root.aval.shape)
+        stack, seen = [root], set()
+        while stack:
+            var = stack.pop()
+            if var.name in seen:
+                continue
+            seen.add(var.name)
+            if var.name in self.schedule.buffers and var.name != root.name:
+                if tuple(var.aval.shape) not in (shape, ()):
+                    return False
+                continue
+            eqn = self.producers[var.name]
+            if eqn.prim.name not in RULES and eqn.prim.name != "cast":
+                return False
+            for atom in eqn.inputs:
+                if isinstance(atom, Var):
+                    if tuple(atom.aval.shape) not in (shape, ()):
+                        return False
+                    stack.append(atom)
+        return True

@@ -1,0 +1,290 @@
+"""Matmul kernels: a GEMM call (OpenBLAS, or tracejit's own for float32 matrices) when the
+operands are buffers, else a naive loop nest; either way the root's pointwise expression
+over the product (bias, activation) runs in place as the kernel's epilogue.
+
+The kernel's ``anchor`` is the matmul equation; its root is the product itself or the
+epilogue's result, which takes the product's buffer (``kernel.overrides``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from tracejit.tracer.ir import Var
+
+from . import blas
+from . import dtypes as dt
+from .kernel_index import I32, I64, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
+from .parallel import POOL_FIELDS, THREADS
+from .schedule import reshaped_buffer
+
+
+def matmul_split(kernel):
+    """``(extent, work per iteration)``: the epilogue's rows after a GEMM call (which
+    threads itself), else the batch or the rows of the naive loop nest; or None."""
+    anchor, root = kernel.kernel.matmul, kernel.kernel.root
+    if blas_operands(kernel) is not None:
+        if anchor.out.name == root.name or not root.aval.shape:
+            return None  # all work is in the BLAS call (threaded by BLAS itself)
+        return root.aval.shape[0], size_of(root.aval.shape[1:])
+    product = anchor.out
+    a, b = anchor.inputs
+    batch_rank = len(product.aval.shape) - (len(a.aval.shape) > 1) - (len(b.aval.shape) > 1)
+    k_dim = a.aval.shape[-1]
+    if batch_rank > 0:
+        extent = product.aval.shape[0]
+    elif len(a.aval.shape) > 1:
+        extent = a.aval.shape[-2]
+    else:
+        return None
+    return extent, size_of(product.aval.shape[1:]) * k_dim
+
+
+def blas_operands(kernel):
+    """``((buffer, transposed), (buffer, transposed))`` when a GEMM (OpenBLAS, or
+    tracejit's own for float32 2-D products) can run this matmul: float operands that
+    are buffers or transposes (last two axes) of buffers."""
+    anchor = kernel.kernel.matmul
+    schedule, producers = kernel.schedule, kernel.producers
+    if np.dtype(anchor.out.aval.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    if not blas.openblas() and not own_gemm_shape(kernel):
+        return None
+
+    def buffer_of(var):  # a buffer, or a reshape of one: the same contiguous memory
+        var = reshaped_buffer(var, producers, schedule.buffers)
+        return var.name if var is not None and var.name in schedule.buffers else None
+
+    operands = []
+    for atom in anchor.inputs:
+        if not isinstance(atom, Var) or atom.aval.dtype != anchor.out.aval.dtype:
+            return None
+        if buffer_of(atom) is not None:
+            operands.append((buffer_of(atom), False))
+            continue
+        eqn = producers.get(atom.name)
+        if eqn is None or eqn.prim.name != "transpose":
+            return None
+        perm = eqn.params_dict["perm"]
+        rank = len(perm)
+        base = eqn.inputs[0]
+        if rank < 2 or perm[:-2] != tuple(range(rank - 2)) or perm[-2:] != (
+            rank - 1, rank - 2) or not isinstance(base, Var) or buffer_of(base) is None:
+            return None
+        operands.append((buffer_of(base), True))
+    return tuple(operands)
+
+
+def own_gemm_shape(kernel):
+    """True when this matmul may call tracejit's own GEMM (``codegen/gemm.py``): a
+    float32 product of two matrices, on a host and setting that allow it (``blas``)."""
+    anchor = kernel.kernel.matmul
+    return (np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32)
+            and all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
+            and blas.own_sgemm_enabled())
+
+
+def build_matmul(kernel):
+    """The loop nest of a matmul kernel: a GEMM call in the entry when the operands allow
+    it (``build_gemm_call``), else a naive loop nest; then the epilogue."""
+    if blas_operands(kernel) is not None:
+        return build_gemm_call(kernel)
+    builder = kernel.b
+    anchor = kernel.kernel.matmul
+    root = kernel.kernel.root
+    product = anchor.out
+    if product.name != root.name:
+        kernel.overrides[product.name] = root.name  # the epilogue reads the product in place
+    a, b = anchor.inputs
+    dtype = product.aval.dtype
+    a_rank, b_rank = len(a.aval.shape), len(b.aval.shape)
+    shape = product.aval.shape
+    batch = shape[: len(shape) - (a_rank > 1) - (b_rank > 1)] if a_rank > 1 or b_rank > 1 \
+        else ()
+    k_dim = a.aval.shape[-1]
+    has_m, has_n = a_rank > 1, b_rank > 1
+
+    def operand_index(operand, batch_index, row, column):
+        rank = len(operand.aval.shape)
+        if rank == 1:
+            return (column if operand is a else row,)
+        core = (row, column)
+        batch_shape = operand.aval.shape[:-2]
+        return broadcast_index(batch_index, batch_shape, batch) + core
+
+    def epilogue(out_index):
+        if product.name != root.name:
+            value = kernel.compute(kernel.root_eqn(), out_index)
+            kernel.store(root.name, out_index, value, root.aval.dtype)
+
+    def per_batch(batch_index):
+        def per_row(row):
+            if has_n:
+                out_row = (*batch_index, *((row,) if has_m else ()))
+                zero = dt.constant(dtype, 0)
+                kernel.loop(kernel.dim(shape[-1]),
+                            lambda j: kernel.store(root.name, (*out_row, j), zero, dtype),
+                            inner=True)
+
+                def per_k(k):
+                    left = kernel.value(a, operand_index(a, batch_index, row, k), dtype)
+
+                    def per_column(j):
+                        right = kernel.value(b, operand_index(b, batch_index, k, j), dtype)
+                        out_index = (*out_row, j)
+                        current = kernel.load(root.name, out_index, dtype)
+                        kernel.store(root.name, out_index,
+                                     multiply_add(builder, current, left, right, dtype), dtype)
+
+                    kernel.loop(kernel.dim(shape[-1]), per_column, inner=True)
+
+                kernel.loop(kernel.dim(k_dim), per_k, inner=False)
+                kernel.loop(kernel.dim(shape[-1]), lambda j: epilogue((*out_row, j)),
+                            inner=True)
+            else:
+                accumulator = kernel.entry.alloca(dt.register_type(dtype))
+                builder.store(dt.constant(dtype, 0), accumulator)
+
+                def per_k(k):
+                    left = kernel.value(a, operand_index(a, batch_index, row, k), dtype)
+                    right = kernel.value(b, operand_index(b, batch_index, k, ZERO), dtype)
+                    current = builder.load(accumulator, typ=dt.register_type(dtype))
+                    builder.store(multiply_add(builder, current, left, right, dtype,
+                                               reassociate=True), accumulator)
+
+                kernel.loop(kernel.dim(k_dim), per_k, inner=True)
+                out_index = (*batch_index, *((row,) if has_m else ()))
+                kernel.store(root.name, out_index,
+                             builder.load(accumulator, typ=dt.register_type(dtype)), dtype)
+                epilogue(out_index)
+
+        if has_m:
+            kernel.loop(kernel.dim(a.aval.shape[-2]), per_row, inner=False, split=not batch)
+        else:
+            per_row(ZERO)
+
+    kernel.loops(batch, per_batch, inner_from=len(batch), split_level=0 if batch else None)
+
+
+def build_gemm_call(kernel):
+    """C = A @ B by a GEMM in the entry (per batch entry): OpenBLAS, or for float32
+    products of two matrices tracejit's own (``codegen/gemm.py``, as ``blas`` chooses);
+    then the epilogue - the root's pointwise expression over C, in place - split across
+    the thread pool."""
+    program = kernel.program
+    anchor, root = kernel.kernel.matmul, kernel.kernel.root
+    product = anchor.out
+    (a_name, a_transposed), (b_name, b_transposed) = blas_operands(kernel)
+    own = own_gemm_shape(kernel)
+    a, b = anchor.inputs
+    dtype = np.dtype(product.aval.dtype)
+    a_shape, b_shape = tuple(a.aval.shape), tuple(b.aval.shape)
+    m = a_shape[-2] if len(a_shape) > 1 else 1
+    k = a_shape[-1]
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    batch = tuple(product.aval.shape[: len(product.aval.shape) - (len(a_shape) > 1) - (
+        len(b_shape) > 1)])
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+
+    def prologue(function, builder, dims, pointers):
+        element = dtype.itemsize
+
+        def call_blas(values, a_pointer, b_pointer, c_pointer, lda, ldb):
+            # OpenBLAS runs its own threads: ours must not spin on the cores meanwhile.
+            builder.call(program.pool_park(), [program.pool_state(POOL_FIELDS)])
+            builder.call(program.gemm_function(dtype), [
+                ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
+                ir.Constant(I32, 112 if b_transposed else 111), *values,
+                dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
+                dt.constant(dtype, 0.0), c_pointer, values[1]])
+
+        def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb):
+            # Splits C's rows over our pool itself (small products stay on this thread).
+            builder.call(program.own_gemm_function(), [
+                const(int(a_transposed)), const(int(b_transposed)), *values,
+                a_pointer, lda, b_pointer, ldb, c_pointer, values[1]])
+
+        def call(a_offset, b_offset, c_offset):
+            values = [dims.dim(dim) for dim in (m, n, k)]
+            a_pointer = builder.gep(pointers[a_name], [builder.mul(a_offset, const(
+                element))], source_etype=dt.I8)
+            b_pointer = builder.gep(pointers[b_name], [builder.mul(b_offset, const(
+                element))], source_etype=dt.I8)
+            c_pointer = builder.gep(pointers[root.name], [builder.mul(c_offset, const(
+                element))], source_etype=dt.I8)
+            lda = values[0] if a_transposed else values[2]
+            ldb = values[2] if b_transposed else values[1]
+            operands = (values, a_pointer, b_pointer, c_pointer, lda, ldb)
+            if not own:
+                call_blas(*operands)
+                return
+            pool = program.pool_state(POOL_FIELDS)
+            threads = builder.load(builder.gep(pool, [const(0), const(THREADS)],
+                                               source_etype=ir.ArrayType(I64, POOL_FIELDS)),
+                                   typ=I64)
+            condition = blas.own_sgemm_condition(builder, *values, b_transposed, threads)
+            if condition is True:
+                call_own(*operands)
+                return
+            with builder.if_else(condition) as (ours, theirs):
+                with ours:
+                    call_own(*operands)
+                with theirs:
+                    call_blas(*operands)
+
+        if not batch:
+            call(const(0), const(0), const(0))
+            return
+        total = dims.dim(size_of(batch))
+        header = function.append_basic_block("batch")
+        body = function.append_basic_block("batch.body")
+        done = function.append_basic_block("batch.end")
+        before = builder.block
+        builder.branch(header)
+        builder.position_at_end(header)
+        index = builder.phi(I64)
+        index.add_incoming(const(0), before)
+        builder.cbranch(builder.icmp_signed("<", index, total), body, done)
+        builder.position_at_end(body)
+        # Unravel the batch index; broadcast it into each operand's batch dims.
+        coordinates, rest = [], index
+        for dim in reversed(batch):
+            size = dims.dim(dim)
+            coordinates.append(builder.srem(rest, size))
+            rest = builder.sdiv(rest, size)
+        coordinates.reverse()
+
+        def offset(operand_batch, matrix):
+            lead = len(batch) - len(operand_batch)
+            linear = const(0)
+            for position, dim in enumerate(operand_batch):
+                coordinate = const(0) if is_unit(dim) else coordinates[lead + position]
+                linear = builder.add(builder.mul(linear, dims.dim(dim)), coordinate)
+            return builder.mul(linear, dims.dim(matrix))
+
+        call(offset(a_batch, m * k), offset(b_batch, k * n),
+             builder.mul(index, dims.dim(m * n)))
+        following = builder.add(index, const(1))
+        index.add_incoming(following, builder.block)
+        builder.branch(header)
+        builder.position_at_end(done)
+
+    kernel.prologue = prologue
+    if product.name != root.name:
+        kernel.overrides[product.name] = root.name  # the epilogue reads C in place
+        eqn = kernel.root_eqn()
+        kernel.loops(root.aval.shape, lambda index: kernel.store(
+            root.name, index, kernel.compute(eqn, index), root.aval.dtype),
+            split_level=0 if root.aval.shape else None)
+
+
+def multiply_add(builder, current, left, right, dtype, reassociate=False):
+    """``current + left * right`` (bool: or/and)."""
+    if dt.is_float(dtype):
+        flags = REASSOCIATE if reassociate else ("contract",)
+        return builder.fadd(current, builder.fmul(left, right, flags=("contract",)),
+                            flags=flags)
+    if np.dtype(dtype) == np.bool_:
+        return builder.or_(current, builder.and_(left, right))
+    return builder.add(current, builder.mul(left, right))

@@ -1,0 +1,116 @@
+"""The accumulator of one reduction: identity, combine, finish (``Reducer``).
+
+Reductions follow NumPy's results: float32 sums accumulate in double, max and min
+propagate NaN, argmax and argmin return the first position of the best value (the first
+NaN wins).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as dt
+from .kernel_index import I64, REASSOCIATE, const, float_intrinsic
+
+
+class Reducer:
+    """The accumulator of one reduction equation inside ``kernel`` (a ``KernelBuilder``):
+    ``start`` it, ``add`` each element's index, read the ``result``."""
+
+    def __init__(self, kernel, eqn):
+        self.kernel = kernel
+        self.eqn = eqn
+        self.name = eqn.prim.name
+        self.source = eqn.inputs[0]
+        self.out_dtype = eqn.out.aval.dtype
+        source_dtype = self.source.aval.dtype
+        if self.name in ("argmax", "argmin"):
+            self.dtype = source_dtype
+        elif self.name == "sum" and np.dtype(self.out_dtype) == np.float32:
+            self.dtype = np.dtype(np.float64)  # float32 sums accumulate in double
+        else:
+            self.dtype = self.out_dtype
+
+    def identity_in(self, dtype):
+        dtype = np.dtype(dtype)
+        name = self.name
+        if name in ("sum", "any"):
+            return dt.constant(dtype, 0)
+        if name in ("prod", "all"):
+            return dt.constant(dtype, 1)
+        if dtype == np.bool_:
+            return dt.constant(dtype, name in ("min", "argmin"))
+        if dt.is_float(dtype):
+            return dt.constant(dtype, -np.inf if name in ("max", "argmax") else np.inf)
+        info = np.iinfo(dtype)
+        return dt.constant(dtype, info.min if name in ("max", "argmax") else info.max)
+
+    def start(self):
+        entry = self.kernel.entry
+        self.slot = entry.alloca(dt.register_type(self.dtype))
+        self.kernel.b.store(self.identity_in(self.dtype), self.slot)
+        if self.name in ("argmax", "argmin"):
+            self.position = entry.alloca(I64)
+            self.kernel.b.store(const(0), self.position)
+            self.count = entry.alloca(I64)
+            self.kernel.b.store(const(0), self.count)
+
+    def combine(self, current, value):
+        builder, dtype = self.kernel.b, np.dtype(self.dtype)
+        name = self.name
+        if dtype == np.bool_:
+            return builder.or_(current, value) if name in ("sum", "any", "max") else (
+                builder.and_(current, value))
+        if dt.is_float(dtype):
+            if name == "sum":
+                return builder.fadd(current, value, flags=REASSOCIATE)
+            if name == "prod":
+                return builder.fmul(current, value, flags=REASSOCIATE)
+            intrinsic = "maximum" if name == "max" else "minimum"
+            return float_intrinsic(builder, intrinsic, current, value)
+        if name == "sum":
+            return builder.add(current, value)
+        if name == "prod":
+            return builder.mul(current, value)
+        compare = ">" if name == "max" else "<"
+        return builder.select(builder.icmp_signed(compare, value, current), value, current)
+
+    def combine_into(self, current, index):
+        value = self.kernel.value(self.source, index, self.dtype)
+        return self.combine(current, value)
+
+    def add(self, index):
+        builder = self.kernel.b
+        value = self.kernel.value(self.source, index, self.dtype)
+        ty = dt.register_type(self.dtype)
+        current = builder.load(self.slot, typ=ty)
+        if self.name in ("argmax", "argmin"):
+            better = self._better(value, current)
+            count = builder.load(self.count, typ=I64)
+            position = builder.load(self.position, typ=I64)
+            builder.store(builder.select(better, value, current), self.slot)
+            builder.store(builder.select(better, count, position), self.position)
+            builder.store(builder.add(count, const(1)), self.count)
+            return
+        builder.store(self.combine(current, value), self.slot)
+
+    def _better(self, value, best):
+        builder = self.kernel.b
+        if dt.is_float(self.dtype):
+            op = ">" if self.name == "argmax" else "<"
+            strictly = builder.fcmp_ordered(op, value, best)
+            # NumPy: the first NaN wins.
+            nan_first = builder.and_(builder.fcmp_unordered("uno", value, value),
+                                     builder.fcmp_ordered("ord", best, best))
+            return builder.or_(strictly, nan_first)
+        compare = builder.icmp_unsigned if np.dtype(self.dtype) == np.bool_ else (
+            builder.icmp_signed)
+        return compare(">" if self.name == "argmax" else "<", value, best)
+
+    def result(self):
+        builder = self.kernel.b
+        if self.name in ("argmax", "argmin"):
+            return dt.cast(builder, builder.load(self.position, typ=I64), np.int64,
+                           self.out_dtype)
+        value = builder.load(self.slot, typ=dt.register_type(self.dtype))
+        return dt.cast(builder, value, self.dtype, self.out_dtype)

@@ -196,51 +196,65 @@ class ForwardKernel(ConvKernel):
                 inside = builder.and_(builder.icmp_signed(">=", ih, const(0)),
                                       builder.icmp_signed("<", ih, height))
 
-                def taps_of_row(builder, accumulators, padding=False):
+                weights = builder.mul(builder.add(builder.mul(c, const(kh)), i), const(kw))
+
+                def weight_of(builder, f, j):
+                    offset = builder.add(builder.mul(const(f), taps),
+                                         builder.add(weights, const(j)))
+                    return builder.load(self.at(builder, w_base, offset), typ=self.element)
+
+                def taps_of_row(builder, accumulators):
                     row = self.at(builder, x_base,
                                   builder.mul(builder.add(builder.mul(c, height), ih), width))
-                    weights = builder.mul(builder.add(builder.mul(c, const(kh)), i),
-                                          const(kw))
                     for j in range(kw):
-                        inputs = [zero if padding else self.load_row(
-                            builder, row, columns[v, j], sw, masks.get((v, j)), width)
-                            for v in range(nb)]
+                        inputs = [self.load_row(builder, row, columns[v, j], sw,
+                                                masks.get((v, j)), width) for v in range(nb)]
                         for f in range(fb):
-                            offset = builder.add(builder.mul(const(f), taps),
-                                                 builder.add(weights, const(j)))
-                            weight = self.splat(builder, builder.load(
-                                self.at(builder, w_base, offset), typ=self.element))
+                            weight = self.splat(builder, weight_of(builder, f, j))
                             for v in range(nb):
                                 accumulators[f * nb + v] = self.fmuladd(
                                     builder, weight, inputs[v], accumulators[f * nb + v])
                     return accumulators
 
-                # A kernel row in the padding reads zeros: no loads, but still w * 0, so
-                # an Inf or NaN weight makes the output NaN as zero padding does eagerly.
-                return either(builder, inside, taps_of_row, lambda builder, accumulators:
-                              taps_of_row(builder, accumulators, padding=True), accumulators)
+                def padding_row(builder, accumulators):
+                    # A kernel row in the padding reads zeros: no loads, but an Inf or NaN
+                    # weight must still make the output NaN, as w * 0 does with NumPy's zero
+                    # padding. Per filter, the row's w * 0 summed as scalars (each +-0, or
+                    # NaN) is added to its vectors: fb * kw scalar products, not the
+                    # fb * nb * kw vector ones (half the tile's code, which LLVM compiles).
+                    for f in range(fb):
+                        probe = ir.Constant(self.element, -0.0)  # -0 + p is p exactly
+                        for j in range(kw):
+                            probe = builder.fadd(probe, builder.fmul(
+                                weight_of(builder, f, j), ir.Constant(self.element, 0.0)))
+                        probe = self.splat(builder, probe)
+                        for v in range(nb):
+                            accumulators[f * nb + v] = builder.fadd(accumulators[f * nb + v],
+                                                                    probe)
+                    return accumulators
 
-            return counted_loop(builder, const(0), const(kh), kernel_row, accumulators)
+                return either(builder, inside, taps_of_row, padding_row, accumulators)
 
-        accumulators = counted_loop(builder, const(0), channels, channel, [zero] * (fb * nb))
+            return counted_loop(builder, const(0), const(kh), kernel_row, accumulators,
+                                unroll=False)
+
+        accumulators = counted_loop(builder, const(0), channels, channel, [zero] * (fb * nb),
+                                    unroll=False)
+        # A border tile stores through masks (lanes below ``valid``), without a branch per
+        # vector: a tile is a handful of stores after all its multiply-adds.
+        stored = [builder.icmp_signed("<", builder.add(self.splat_index(
+            builder, const(v * self.lanes)), self.lane_offsets()),
+            self.splat_index(builder, valid)) for v in range(nb)] if border else None
         for f in range(fb):
             for v in range(nb):
                 offset = builder.add(builder.mul(const(f), plane),
                                      builder.add(ow0, const(v * self.lanes)))
                 pointer = self.at(builder, out_base, offset)
                 value = accumulators[f * nb + v]
-                if not border:
+                if border:
+                    self.masked_store(builder, value, pointer, stored[v])
+                else:
                     builder.store(value, pointer, align=self.dtype.itemsize)
-                    continue
-                whole = builder.icmp_signed(">=", valid, const((v + 1) * self.lanes))
-                with builder.if_else(whole) as (then, otherwise):
-                    with then:
-                        builder.store(value, pointer, align=self.dtype.itemsize)
-                    with otherwise:
-                        lanes = builder.add(self.splat_index(builder, const(v * self.lanes)),
-                                            self.lane_offsets())
-                        self.masked_store(builder, value, pointer, builder.icmp_signed(
-                            "<", lanes, self.splat_index(builder, valid)))
         builder.ret_void()
         return function
 

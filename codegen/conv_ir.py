@@ -114,6 +114,14 @@ class ConvKernel:
                                       ir.Constant(ir.VectorType(I32, self.lanes),
                                                   [0] * self.lanes))
 
+    def splat_mask(self, builder, flag):
+        """An i1 ``flag`` in every lane of a mask."""
+        vector = builder.insert_element(ir.Constant(self.mask_type, None), flag,
+                                        ir.Constant(I32, 0))
+        return builder.shuffle_vector(vector, ir.Constant(self.mask_type, None),
+                                      ir.Constant(ir.VectorType(I32, self.lanes),
+                                                  [0] * self.lanes))
+
     def load_row(self, builder, row, column, step, mask=None, width=None):
         """The vector ``row[column + lane * step]``; lanes off in ``mask`` read 0. A unit
         step is one (masked) vector load; steps up to ``WIDEST_STEP`` load ``step``
@@ -197,9 +205,21 @@ def _ignore(_):
     return []
 
 
-def counted_loop(builder, low, high, body, carried=()):
+def not_unrolled(module):
+    """Loop metadata (a distinct, self-referencing loop ID) that tells LLVM not to unroll
+    the loop."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop = ir.values.MDValue(module, [hint], name=str(len(module.metadata)))
+    loop.operands = (loop, hint)
+    return loop
+
+
+def counted_loop(builder, low, high, body, carried=(), unroll=True):
     """``for index in range(low, high)`` with loop-carried values: ``body(builder, index,
-    values) -> new values``. Returns the values after the loop."""
+    values) -> new values``. Returns the values after the loop. ``unroll=False`` for the
+    loops around a register tile's multiply-adds: the tile is unrolled by hand already,
+    and LLVM unrolling its loops again (the kernel rows of a 3x3 tile twice over) doubles
+    the code it must compile for no speed."""
     function = builder.function
     header = function.append_basic_block("loop")
     inner = function.append_basic_block("loop.body")
@@ -221,7 +241,9 @@ def counted_loop(builder, low, high, body, carried=()):
     counter.add_incoming(builder.add(counter, const(1)), builder.block)
     for phi, value in zip(phis, updated):
         phi.add_incoming(value, builder.block)
-    builder.branch(header)
+    back_edge = builder.branch(header)
+    if not unroll:
+        back_edge.set_metadata("llvm.loop", not_unrolled(function.module))
     builder.position_at_end(after)
     return phis
 

@@ -290,38 +290,46 @@ class WeightGradKernel(ConvKernel):
                                                             filter_of[f]), out_height), oh),
                         out_width)), ow0, 1, valid) for f in range(fb)]
 
-                    def accumulate(builder, accumulators, padding=False):
-                        x_row = self.at(builder, x_pointer, builder.mul(builder.add(
-                            builder.mul(builder.add(builder.mul(n, channels), c), height),
-                            ih), width))
-                        for jj in range(jb):
-                            # A row in the padding reads zeros: no loads, but still g * 0,
-                            # so an Inf or NaN output gradient makes the weight gradient
-                            # NaN as zero padding does eagerly.
-                            inputs = zero if padding else self.load_row(
-                                builder, x_row, columns[jj], sw, masks[jj], width)
-                            for f in range(fb):
-                                accumulators[f * jb + jj] = self.fmuladd(
-                                    builder, grads[f], inputs, accumulators[f * jb + jj])
-                        return accumulators
-
-                    accumulators = either(builder, inside, accumulate, lambda builder, values:
-                                          accumulate(builder, values, padding=True),
-                                          accumulators)
+                    # A row in the padding reads zeros but still multiplies them (g * 0),
+                    # so an Inf or NaN output gradient makes the weight gradient NaN as zero
+                    # padding does eagerly. Its loads read row 0 instead and are zeroed (a
+                    # select, or the load's mask): one body, not a second copy of the
+                    # multiply-adds behind a branch (half the code LLVM compiles).
+                    clamped = builder.select(inside, ih, const(0))
+                    x_row = self.at(builder, x_pointer, builder.mul(builder.add(
+                        builder.mul(builder.add(builder.mul(n, channels), c), height),
+                        clamped), width))
+                    row_on = self.splat_mask(builder, inside)
+                    for jj in range(jb):
+                        if masked:
+                            inputs = self.load_row(builder, x_row, columns[jj], sw,
+                                                   builder.and_(masks[jj], row_on), width)
+                        else:
+                            inputs = builder.select(row_on, self.load_row(
+                                builder, x_row, columns[jj], sw, None, width), zero)
+                        for f in range(fb):
+                            accumulators[f * jb + jj] = self.fmuladd(
+                                builder, grads[f], inputs, accumulators[f * jb + jj])
                     following = builder.add(oh, const(1))
                     wrapped = builder.icmp_signed("==", following, out_height)
                     return [builder.select(wrapped, builder.add(n, const(1)), n),
                             builder.select(wrapped, const(0), following), *accumulators]
 
-                return counted_loop(builder, row0, row1, row,
-                                    [first_n, first_oh, *accumulators])[2:]
+                return counted_loop(builder, row0, row1, row, [first_n, first_oh, *accumulators],
+                                    unroll=False)[2:]
             return step
 
-        accumulators = [zero] * (fb * jb)
-        accumulators = counted_loop(builder, const(0), first_plain, vector(True), accumulators)
-        accumulators = counted_loop(builder, first_plain, last_plain, vector(False),
-                                    accumulators)
-        accumulators = counted_loop(builder, last_plain, vectors, vector(True), accumulators)
+        def position(builder, t, accumulators):
+            # One loop over the vector positions, the masked body (both ends) and the plain
+            # one (between) each emitted once: LLVM compiles each body once.
+            plain = builder.and_(builder.icmp_signed(">=", t, first_plain),
+                                 builder.icmp_signed("<", t, last_plain))
+            return either(builder, plain,
+                          lambda builder, values: vector(False)(builder, t, values),
+                          lambda builder, values: vector(True)(builder, t, values), accumulators)
+
+        accumulators = counted_loop(builder, const(0), vectors, position, [zero] * (fb * jb),
+                                    unroll=False)
         for f in range(fb):
             def store(builder, _, f=f):
                 for jj in range(jb):

@@ -37,7 +37,16 @@ from ..primitives import Primitive, bind
 from ..shapes import ShapeError
 from .creation import full
 from .pointwise import cast_p
-from .structural import concatenate, flip, pad, reshape, shape_of, slice_axes, transpose
+from .structural import (
+    concatenate,
+    dtype_of,
+    flip,
+    pad,
+    reshape,
+    shape_of,
+    slice_axes,
+    transpose,
+)
 
 NO_PADDING = ((0, 0), (0, 0))
 
@@ -91,11 +100,50 @@ def _conv2d_impl(x, w, kernel, strides, padding, dilation, groups):
     filters, group_channels, kh, kw = w.shape
     if (kh, kw) != tuple(kernel):
         raise ValueError(f"conv2d: weights {w.shape} do not have the kernel size {kernel}")
+    if tuple(strides) == (1, 1) and group_channels > filters // groups and x.size:
+        return _conv2d_by_taps(x, w, padding, dilation, groups, dtype)
     columns, (out_h, out_w) = _columns(x, (kh, kw), strides, padding, dilation, groups)
     kernels = w.reshape(groups, filters // groups, group_channels * kh * kw)
     out = np.matmul(columns, kernels.transpose(0, 2, 1))  # groups, N*OH*OW, F/groups
     out = out.reshape(groups, batch, out_h, out_w, filters // groups).transpose(1, 0, 4, 2, 3)
     return np.ascontiguousarray(out.reshape(batch, filters, out_h, out_w), dtype=dtype)
+
+
+def _conv2d_by_taps(x, w, padding, dilation, groups, dtype):
+    """A stride-1 convolution as one matmul per tap, for more input channels than filters
+    (the input gradient of a first layer: 64 channels in, 3 out): im2col's matrix would be
+    ``C * KH * KW`` times the input (320 MB for a 5x5 input gradient at 64x224x224, most of
+    a first call's trace), while a tap's input is a slice of the padded image flattened
+    over ``(H, W)``. Outputs are computed over the padded width (the columns past ``OW``
+    wrap into the next row and are dropped), so every slice is a plain view."""
+    filters, group_channels, kh, kw = w.shape
+    batch, channels = x.shape[:2]
+    padded = _padded(x, padding)
+    height, width = padded.shape[2:]
+    (dh, dw) = dilation
+    out_h, out_w = height - dh * (kh - 1), width - dw * (kw - 1)
+    if out_h < 1 or out_w < 1:
+        raise ValueError(f"conv2d: the kernel {(kh, kw)} (dilation {dilation}) does not fit "
+                         f"the padded input {(height, width)}")
+    span = out_h * width
+    # the last tap's slice runs dw * (kw - 1) elements past the image: zeros
+    flat = np.zeros((batch, groups, group_channels, height * width + dw * (kw - 1)), dtype)
+    flat[..., :height * width] = padded.reshape(batch, groups, group_channels, height * width)
+    kernels = w.astype(dtype, copy=False).reshape(groups, filters // groups, group_channels,
+                                                  kh, kw)
+    out = np.zeros((batch, groups, filters // groups, span), dtype)
+    # In pieces of columns whose input, with every tap's shift, stays in cache (~512 KB):
+    # the taps then read it from there instead of from memory once each.
+    piece = max(256, (1 << 19) // max(1, group_channels * flat.itemsize))
+    for first in range(0, span, piece):
+        last = min(span, first + piece)
+        for i in range(kh):
+            for j in range(kw):
+                start = first + i * dh * width + j * dw
+                out[..., first:last] += np.matmul(kernels[:, :, :, i, j],
+                                                  flat[..., start:start + last - first])
+    out = out.reshape(batch, filters, out_h, width)[..., :out_w]
+    return np.ascontiguousarray(out)
 
 
 def _weight_grad_impl(x, g, kernel, strides, padding, dilation, groups):
@@ -364,16 +412,11 @@ def _normalized(strides, padding, dilation):
             tuple(int(v) for v in pair(dilation)))
 
 
-def _dtype_of(value):
-    dtype = getattr(value, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
-
-
 def _same_float_dtype(a, b):
     """``a`` and ``b`` cast to their common float dtype when they differ (float32 images
     with float64 weights, ints or bools with floats): exactly what NumPy's matmul does
     inside, and the compiled kernels take one dtype. Integer convolutions stay integer."""
-    dtypes = (_dtype_of(a), _dtype_of(b))
+    dtypes = (dtype_of(a), dtype_of(b))
     result = np.matmul.resolve_dtypes((*dtypes, None))[-1]
     if dtypes[0] == dtypes[1] or result.kind != "f":
         return a, b

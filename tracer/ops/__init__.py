@@ -69,6 +69,7 @@ from .structural import (
     broadcast_to_p,
     concatenate,
     concatenate_p,
+    dtype_of,
     flip,
     flip_p,
     ndim_of,

@@ -28,6 +28,12 @@ def ndim_of(value):
     return len(shape_of(value))
 
 
+def dtype_of(value):
+    """The dtype of an array, tracer or tensor; NumPy's for a Python scalar."""
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+
+
 # --- reshape ---------------------------------------------------------------------------
 def _reshape_rule(x, shape):
     if size_of(x.shape) != size_of(shape):

@@ -71,16 +71,14 @@ class ForwardKernel(ConvKernel):
             first_filter = builder.mul(g, per_group)
             blocks = builder.sdiv(per_group, const(self.fb))
             common = (x_base, ih0, group_channels, height, width, taps, plane, out_width)
-
-            def block(builder, index, _):
-                f0 = builder.add(first_filter, builder.mul(index, const(self.fb)))
-                self.tile_row(builder, self.fb, f0, n, oh, filters, common, w_pointer,
-                              out_pointer)
-
-            counted_loop(builder, const(0), blocks, block)
+            # Every full block of filters in one call per tile of the row: the tile's masks
+            # and columns are set up once for all of them.
+            when(builder, builder.icmp_signed(">", blocks, const(0)), lambda builder, _:
+                 self.tile_row(builder, self.fb, first_filter, blocks, n, oh, filters, common,
+                               w_pointer, out_pointer))
             self.remaining_filters(builder, per_group, first_filter, blocks, lambda builder, size,
-                                   f0: self.tile_row(builder, size, f0, n, oh, filters, common,
-                                                     w_pointer, out_pointer))
+                                   f0: self.tile_row(builder, size, f0, const(1), n, oh,
+                                                     filters, common, w_pointer, out_pointer))
 
         counted_loop(b, const(0), groups, group)
         if kb.kernel.root.name != self.eqn.out.name:
@@ -111,9 +109,10 @@ class ForwardKernel(ConvKernel):
             when(builder, builder.icmp_signed("==", blocks, const(0)), lambda builder, _:
                  counted_loop(builder, const(0), per_group, one))
 
-    def tile_row(self, builder, fb, f0, n, oh, filters, common, w_pointer, out_pointer):
-        """One row's outputs for filters ``f0 .. f0 + fb``: full tiles (interior or border),
-        then the tail tile."""
+    def tile_row(self, builder, fb, f0, blocks, n, oh, filters, common, w_pointer,
+                 out_pointer):
+        """One row's outputs for ``blocks`` blocks of ``fb`` filters from ``f0``: full tiles
+        (interior or border), then the tail tile."""
         x_base, ih0, group_channels, height, width, taps, plane, out_width = common
         w_base = self.at(builder, w_pointer, builder.mul(f0, taps))
         out_row = builder.add(builder.mul(builder.add(builder.mul(n, filters), f0), plane),
@@ -124,7 +123,7 @@ class ForwardKernel(ConvKernel):
         reach = (self.kernel[1] - 1) * dw
         full = builder.sdiv(out_width, const(span))
         arguments = lambda ow0, valid: [x_base, w_base, out_base, ow0, ih0, valid,  # noqa: E731
-                                        group_channels, height, width, taps, plane]
+                                        group_channels, height, width, taps, plane, blocks]
 
         def tile(builder, index, _):
             ow0 = builder.mul(index, const(span))
@@ -159,18 +158,19 @@ class ForwardKernel(ConvKernel):
                  builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, rest)))
 
     def tile_function(self, fb, nb, border):
-        """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW)``: ``fb`` filters times
-        ``nb`` vectors of outputs from ``ow0`` in one row, ``valid`` of them stored."""
+        """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW, blocks)``: ``blocks``
+        times ``fb`` filters by ``nb`` vectors of outputs from ``ow0`` in one row, ``valid``
+        of them stored."""
         name = self.shared_name("tile", fb, nb, "m" if border else "",
                                 self.kernel, self.strides[1], self.dilation, self.padding[1][0])
         function = self.module.globals.get(name)
         if function is not None:  # another kernel of this program has the same tile
             return function
-        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 8, shared=True)
+        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 9, shared=True)
         for argument in function.args[:3]:
             argument.add_attribute("noalias")
-        x_base, w_base, out_base, ow0, ih0, valid, channels, height, width, taps, plane = \
-            function.args
+        (x_base, first_weights, first_out, ow0, ih0, valid, channels, height, width, taps,
+         plane, blocks) = function.args
         (kh, kw), (dh, dw) = self.kernel, self.dilation
         sw, left = self.strides[1], self.padding[1][0]
         zero = ir.Constant(self.vector, None)
@@ -190,71 +190,79 @@ class ForwardKernel(ConvKernel):
                     masks[v, j] = builder.and_(self.inside(builder, positions, const(0), width),
                                                stored)
 
-        def channel(builder, c, accumulators):
-            def kernel_row(builder, i, accumulators):
-                ih = builder.add(ih0, builder.mul(i, const(dh)))
-                inside = builder.and_(builder.icmp_signed(">=", ih, const(0)),
-                                      builder.icmp_signed("<", ih, height))
-
-                weights = builder.mul(builder.add(builder.mul(c, const(kh)), i), const(kw))
-
-                def weight_of(builder, f, j):
-                    offset = builder.add(builder.mul(const(f), taps),
-                                         builder.add(weights, const(j)))
-                    return builder.load(self.at(builder, w_base, offset), typ=self.element)
-
-                def taps_of_row(builder, accumulators):
-                    row = self.at(builder, x_base,
-                                  builder.mul(builder.add(builder.mul(c, height), ih), width))
-                    for j in range(kw):
-                        inputs = [self.load_row(builder, row, columns[v, j], sw,
-                                                masks.get((v, j)), width) for v in range(nb)]
-                        for f in range(fb):
-                            weight = self.splat(builder, weight_of(builder, f, j))
-                            for v in range(nb):
-                                accumulators[f * nb + v] = self.fmuladd(
-                                    builder, weight, inputs[v], accumulators[f * nb + v])
-                    return accumulators
-
-                def padding_row(builder, accumulators):
-                    # A kernel row in the padding reads zeros: no loads, but an Inf or NaN
-                    # weight must still make the output NaN, as w * 0 does with NumPy's zero
-                    # padding. Per filter, the row's w * 0 summed as scalars (each +-0, or
-                    # NaN) is added to its vectors: fb * kw scalar products, not the
-                    # fb * nb * kw vector ones (half the tile's code, which LLVM compiles).
-                    for f in range(fb):
-                        probe = ir.Constant(self.element, -0.0)  # -0 + p is p exactly
-                        for j in range(kw):
-                            probe = builder.fadd(probe, builder.fmul(
-                                weight_of(builder, f, j), ir.Constant(self.element, 0.0)))
-                        probe = self.splat(builder, probe)
-                        for v in range(nb):
-                            accumulators[f * nb + v] = builder.fadd(accumulators[f * nb + v],
-                                                                    probe)
-                    return accumulators
-
-                return either(builder, inside, taps_of_row, padding_row, accumulators)
-
-            return counted_loop(builder, const(0), const(kh), kernel_row, accumulators,
-                                unroll=False)
-
-        accumulators = counted_loop(builder, const(0), channels, channel, [zero] * (fb * nb),
-                                    unroll=False)
         # A border tile stores through masks (lanes below ``valid``), without a branch per
         # vector: a tile is a handful of stores after all its multiply-adds.
         stored = [builder.icmp_signed("<", builder.add(self.splat_index(
             builder, const(v * self.lanes)), self.lane_offsets()),
             self.splat_index(builder, valid)) for v in range(nb)] if border else None
-        for f in range(fb):
-            for v in range(nb):
-                offset = builder.add(builder.mul(const(f), plane),
-                                     builder.add(ow0, const(v * self.lanes)))
-                pointer = self.at(builder, out_base, offset)
-                value = accumulators[f * nb + v]
-                if border:
-                    self.masked_store(builder, value, pointer, stored[v])
-                else:
-                    builder.store(value, pointer, align=self.dtype.itemsize)
+
+        def block(builder, index, _):
+            w_base = self.at(builder, first_weights, builder.mul(index, builder.mul(
+                const(fb), taps)))
+            out_base = self.at(builder, first_out, builder.mul(index, builder.mul(
+                const(fb), plane)))
+            def channel(builder, c, accumulators):
+                def kernel_row(builder, i, accumulators):
+                    ih = builder.add(ih0, builder.mul(i, const(dh)))
+                    inside = builder.and_(builder.icmp_signed(">=", ih, const(0)),
+                                          builder.icmp_signed("<", ih, height))
+
+                    weights = builder.mul(builder.add(builder.mul(c, const(kh)), i), const(kw))
+
+                    def weight_of(builder, f, j):
+                        offset = builder.add(builder.mul(const(f), taps),
+                                             builder.add(weights, const(j)))
+                        return builder.load(self.at(builder, w_base, offset), typ=self.element)
+
+                    def taps_of_row(builder, accumulators):
+                        row = self.at(builder, x_base,
+                                      builder.mul(builder.add(builder.mul(c, height), ih), width))
+                        for j in range(kw):
+                            inputs = [self.load_row(builder, row, columns[v, j], sw,
+                                                    masks.get((v, j)), width) for v in range(nb)]
+                            for f in range(fb):
+                                weight = self.splat(builder, weight_of(builder, f, j))
+                                for v in range(nb):
+                                    accumulators[f * nb + v] = self.fmuladd(
+                                        builder, weight, inputs[v], accumulators[f * nb + v])
+                        return accumulators
+
+                    def padding_row(builder, accumulators):
+                        # A kernel row in the padding reads zeros: no loads, but an Inf or NaN
+                        # weight must still make the output NaN, as w * 0 does with NumPy's zero
+                        # padding. Per filter, the row's w * 0 summed as scalars (each +-0, or
+                        # NaN) is added to its vectors: fb * kw scalar products, not the
+                        # fb * nb * kw vector ones (half the tile's code, which LLVM compiles).
+                        for f in range(fb):
+                            probe = ir.Constant(self.element, -0.0)  # -0 + p is p exactly
+                            for j in range(kw):
+                                probe = builder.fadd(probe, builder.fmul(
+                                    weight_of(builder, f, j), ir.Constant(self.element, 0.0)))
+                            probe = self.splat(builder, probe)
+                            for v in range(nb):
+                                accumulators[f * nb + v] = builder.fadd(accumulators[f * nb + v],
+                                                                        probe)
+                        return accumulators
+
+                    return either(builder, inside, taps_of_row, padding_row, accumulators)
+
+                return counted_loop(builder, const(0), const(kh), kernel_row, accumulators,
+                                    unroll=False)
+
+            accumulators = counted_loop(builder, const(0), channels, channel,
+                                        [zero] * (fb * nb), unroll=False)
+            for f in range(fb):
+                for v in range(nb):
+                    offset = builder.add(builder.mul(const(f), plane),
+                                         builder.add(ow0, const(v * self.lanes)))
+                    pointer = self.at(builder, out_base, offset)
+                    value = accumulators[f * nb + v]
+                    if border:
+                        self.masked_store(builder, value, pointer, stored[v])
+                    else:
+                        builder.store(value, pointer, align=self.dtype.itemsize)
+
+        counted_loop(builder, const(0), blocks, block, unroll=False)
         builder.ret_void()
         return function
 

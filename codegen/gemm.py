@@ -1,16 +1,18 @@
-"""tracejit's own float32 GEMM (BLIS-style, written in LLVM IR), for AVX-512 and AVX2 hosts.
+"""tracejit's own GEMM (BLIS-style, written in LLVM IR), for AVX-512 and AVX2 hosts.
 
     void tj_sgemm_own(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
                       float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
 
-and ``tj_sgemm_own_epilogue(<the same>, float* bias, i64 activation)``
-compute ``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per
-register tile (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
+and ``tj_sgemm_own_epilogue(<the same>, float* bias, i64 activation)`` compute
+``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per register
+tile (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
 ``op(A)`` is ``A`` (rows ``lda`` apart) or, when ``trans_a``, the transpose of a row-major
 ``k x m`` ``A`` - so a transposed view is read where it is, never copied; likewise ``B``.
 It splits ``C`` by rows or columns across tracejit's thread pool (``codegen/parallel.py``)
 when the product is big enough, and otherwise runs on the calling thread. Compiled kernels
-import it by symbol (``codegen/blas.py`` chooses it over OpenBLAS's ``sgemm``).
+import it by symbol (``codegen/blas.py`` chooses it over OpenBLAS's ``sgemm``). The same
+code is generated in float64 (``tj_dgemm_own_<isa>``: ``matmul`` on float64 arrays; compiled
+kernels do not call it yet, they keep OpenBLAS's ``dgemm``).
 
 Where the parts live (the design and its measurements: ``docs/experiments/sgemm_avx512``):
 
@@ -52,7 +54,7 @@ import numpy as np
 
 from . import llvm, parallel
 from .gemm_driver import ACTIVATIONS, WORKSPACES_SYMBOL
-from .gemm_ir import AVX2, AVX512, ISAS
+from .gemm_ir import AVX2, AVX512, ISAS, isa_for
 
 ENTRY = "tj_sgemm_own"  # what compiled kernels import; the chosen instruction set's entry
 EPILOGUE_ENTRY = "tj_sgemm_own_epilogue"  # the same with a bias and an activation
@@ -101,18 +103,19 @@ def supported(isa=None):
     return host_can_run(isa) if isa is not None else chosen_isa() is not None
 
 
-def _resolve(isa):
+def _resolve(isa, dtype="float32"):
+    """The ``Isa`` for ``isa`` (a name, an ``Isa`` or None: ``chosen_isa()``) and ``dtype``."""
     chosen = ISAS[isa] if isinstance(isa, str) else isa or chosen_isa()
     if chosen is None or not host_can_run(chosen):
         raise RuntimeError(f"this host cannot run tracejit's own GEMM ({isa or 'any'})")
-    return chosen
+    return isa_for(chosen.name, dtype) if isinstance(isa, str) or isa is None else chosen
 
 
-def module_ir(isa=None):
+def module_ir(isa=None, dtype="float32"):
     """The GEMM module's LLVM IR text (for ``isa``, a name; default ``chosen_isa()``)."""
     from .gemm_driver import module_ir as generate
 
-    return generate(_resolve(isa))
+    return generate(_resolve(isa, dtype))
 
 
 # --- compiled once per machine ------------------------------------------------------------
@@ -128,7 +131,7 @@ def object_code(isa=None):
     isa = _resolve(isa)
     folder = Path(__file__).resolve().parent
     generator = b"".join((folder / name).read_bytes() for name in SOURCES)
-    key = hashlib.sha256(b"tj_sgemm_own\0" + isa.name.encode() + b"\0" + generator + repr(
+    key = hashlib.sha256(isa.entry.encode() + b"\0" + generator + repr(
         sorted(llvm.host_description().items())).encode()).hexdigest()[:32]
     store = parallel.object_store()
     if store is not None:
@@ -136,8 +139,10 @@ def object_code(isa=None):
         if cached:
             return cached
     start = time.process_time()
-    compiled = llvm.compile_module(module_ir(isa))
-    llvm.log.info("compiled tracejit's GEMM (%s) in %.0f ms of CPU (%.0f ms wall)", isa.name,
+    from .gemm_driver import module_ir as generate
+
+    compiled = llvm.compile_module(generate(isa))
+    llvm.log.info("compiled tracejit's GEMM (%s) in %.0f ms of CPU (%.0f ms wall)", isa.entry,
                   (time.process_time() - start) * 1e3, compiled.seconds * 1e3)
     if store is not None:
         store[1](key, compiled.object_code)
@@ -150,8 +155,8 @@ class _Workspaces:
     threads multiplying at the same time (a third caller waits for a slot). Only the pages
     a product touches are ever mapped."""
 
-    def __init__(self, slots, floats):
-        self.memory = [np.empty(floats + 16, np.float32) for _ in range(slots)]
+    def __init__(self, slots, elements, dtype):
+        self.memory = [np.empty(elements + 16, dtype) for _ in range(slots)]
         self.table = (ctypes.c_int64 * (1 + 2 * slots))()
         self.table[0] = slots
         for index, memory in enumerate(self.memory):
@@ -167,21 +172,21 @@ _EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
                                        *([ctypes.c_void_p, ctypes.c_int64] * 4))
 
 
-def library(isa=None):
-    """The loaded GEMM for ``isa`` (default ``chosen_isa()``), compiled or read from the
-    object store on first use."""
-    isa = _resolve(isa)
+def library(isa=None, dtype="float32"):
+    """The loaded GEMM for ``isa`` (default ``chosen_isa()``) and ``dtype``, compiled or
+    read from the object store on first use."""
+    isa = _resolve(isa, dtype)
     with _load_lock:
-        if isa.name not in _loaded:
+        if isa.entry not in _loaded:
             pool = parallel.pool()
-            workspaces = _Workspaces(2 * pool.threads, isa.workspace_floats)
+            workspaces = _Workspaces(2 * pool.threads, isa.workspace_elements, isa.dtype)
             imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
             loaded = llvm.load(object_code(isa), [isa.entry, isa.epilogue_entry],
                                imports=imports)
-            _loaded[isa.name] = dict(
+            _loaded[isa.entry] = dict(
                 library=loaded, workspaces=workspaces,
                 function=_EPILOGUE_SIGNATURE(loaded.addresses[isa.epilogue_entry]))
-        return _loaded[isa.name]["library"]
+        return _loaded[isa.entry]["library"]
 
 
 def symbols():
@@ -193,56 +198,61 @@ def symbols():
 
 
 def _layout(matrix):
-    """``(transposed, leading dimension)`` of a float32 matrix the GEMM reads in place, or
-    None (it is then copied): rows or columns must be unit-stride."""
+    """``(transposed, leading dimension)`` of a matrix the GEMM reads in place, or None (it
+    is then copied): rows or columns must be unit-stride."""
     rows, columns = matrix.shape
     row_stride, column_stride = matrix.strides
+    size = matrix.itemsize
     if matrix.size == 0:  # nothing is read
         return 0, max(columns, 1)
     # The stride of an axis of length 1 is never used (NumPy may report anything).
-    row_stride = 4 * columns if rows == 1 else row_stride
-    column_stride = 4 if columns == 1 else column_stride
-    if column_stride == 4 and row_stride % 4 == 0 and row_stride >= 4 * columns:
-        return 0, row_stride // 4
-    if row_stride == 4 and column_stride % 4 == 0 and column_stride >= 4 * rows:
-        return 1, column_stride // 4
+    row_stride = size * columns if rows == 1 else row_stride
+    column_stride = size if columns == 1 else column_stride
+    if column_stride == size and row_stride % size == 0 and row_stride >= size * columns:
+        return 0, row_stride // size
+    if row_stride == size and column_stride % size == 0 and column_stride >= size * rows:
+        return 1, column_stride // size
     return None
 
 
 def prepared(a, b, out, isa=None, bias=None, activation=None):
     """A zero-argument call that stores ``a @ b`` into ``out`` (arguments converted once:
     about 1 us per call, for benchmarks of small products) with the code for ``isa`` (a
-    name; default ``chosen_isa()``). ``a`` and ``b`` must be float32 with a unit-stride
-    axis; ``out`` C-contiguous rows. With ``bias`` (contiguous float32, one per column)
-    and ``activation`` (None or ``"relu"``) it stores ``activation(a @ b + bias)``."""
+    name; default ``chosen_isa()``). ``a`` and ``b`` must be float32 (or both float64)
+    with a unit-stride axis; ``out`` of their dtype, with unit-stride rows. With ``bias``
+    (contiguous, one per column) and ``activation`` (None or ``"relu"``) it stores
+    ``activation(a @ b + bias)``."""
     (m, k), n = a.shape, b.shape[1]
+    dtype = a.dtype
     layouts = [_layout(a), _layout(b)]
-    if None in layouts or a.dtype != np.float32 or b.dtype != np.float32:
-        raise ValueError("prepared() reads float32 matrices with a unit-stride axis")
-    out_layout = _layout(out) if out.shape == (m, n) and out.dtype == np.float32 else None
+    if None in layouts or dtype not in (np.float32, np.float64) or b.dtype != dtype:
+        raise ValueError("prepared() reads float32 or float64 matrices with a unit-stride "
+                         "axis")
+    out_layout = _layout(out) if out.shape == (m, n) and out.dtype == dtype else None
     if out_layout is None or out_layout[0]:
-        raise ValueError("out must be a float32 (m, n) array with unit-stride rows")
-    if bias is not None and (bias.shape != (n,) or bias.dtype != np.float32
+        raise ValueError(f"out must be a {dtype} (m, n) array with unit-stride rows")
+    if bias is not None and (bias.shape != (n,) or bias.dtype != dtype
                              or not bias.flags.c_contiguous):
-        raise ValueError(f"bias must be a contiguous float32 array of shape ({n},)")
+        raise ValueError(f"bias must be a contiguous {dtype} array of shape ({n},)")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, not {activation!r}")
-    isa = _resolve(isa)
+    isa = _resolve(isa, dtype.name)
     library(isa)
     (trans_a, lda), (trans_b, ldb) = layouts
     arguments = (trans_a, trans_b, m, n, k, a.ctypes.data, lda, b.ctypes.data, ldb,
                  out.ctypes.data, out_layout[1], None if bias is None else bias.ctypes.data,
                  ACTIVATIONS[activation])
-    function = _loaded[isa.name]["function"]
+    function = _loaded[isa.entry]["function"]
     return lambda: function(*arguments)
 
 
 def matmul(a, b, out=None, isa=None, bias=None, activation=None):
-    """``a @ b`` for 2-D float32 arrays by the GEMM (for tests and benchmarks; compiled
-    kernels call the symbol), with the code for ``isa`` (``"avx512"``, ``"avx2"``; default
-    ``chosen_isa()``). Views with a unit-stride axis (transposes, column slices) are read
-    in place, others copied; ``out`` (unit-stride rows) receives the product. ``bias``
-    (one per column) and ``activation`` (``"relu"``) are fused: ``relu(a @ b + bias)``.
+    """``a @ b`` for 2-D float32 arrays by the GEMM (float64 when both are float64; for
+    tests and benchmarks: compiled kernels call the symbol), with the code for ``isa``
+    (``"avx512"``, ``"avx2"``; default ``chosen_isa()``). Views with a unit-stride axis
+    (transposes, column slices) are read in place, others copied; ``out`` (unit-stride
+    rows) receives the product. ``bias`` (one per column) and ``activation`` (``"relu"``)
+    are fused: ``relu(a @ b + bias)``.
 
     >>> if supported():
     ...     x = np.array([[1.0, -2.0]], np.float32)
@@ -252,13 +262,14 @@ def matmul(a, b, out=None, isa=None, bias=None, activation=None):
     ...     print([[1.5, 0.0]])
     [[1.5, 0.0]]
     """
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    dtype = np.float64 if np.result_type(a, b) == np.float64 else np.float32
+    a, b = np.asarray(a, dtype), np.asarray(b, dtype)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs (m, k) @ (k, n), got {a.shape} @ {b.shape}")
     a, b = (operand if _layout(operand) else np.ascontiguousarray(operand) for operand in (a, b))
     if out is None:
-        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        out = np.empty((a.shape[0], b.shape[1]), dtype)
     if bias is not None:
-        bias = np.ascontiguousarray(bias, np.float32)
+        bias = np.ascontiguousarray(bias, dtype)
     prepared(a, b, out, isa, bias, activation)()
     return out

@@ -34,7 +34,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import parallel
-from .gemm_ir import F32, I64, PTR, VOID, Emitter, c64
+from .gemm_ir import I64, PTR, VOID, Emitter, c64
 from .gemm_micro import micro, micro_direct
 from .gemm_packing import pack_a, pack_b
 
@@ -143,7 +143,7 @@ def rows_function(emitter):
     def zero_row(i):
         row = element(builder, c, builder.mul(i, ldc))
         loop(builder, c64(0), n, c64(1), lambda j: builder.store(
-            ir.Constant(F32, 0.0), element(builder, row, j), align=4))
+            ir.Constant(emitter.scalar, 0.0), element(builder, row, j), align=emitter.align))
     loop(builder, row_begin, row_end, c64(1), zero_row)
     finish(element(builder, c, builder.mul(row_begin, ldc)), builder.sub(row_end, row_begin),
            n, c64(0))
@@ -197,7 +197,7 @@ def rows_function(emitter):
 
     builder.position_at_end(packed)
     b_packed = workspace
-    a_packed = builder.gep(workspace, [c64(isa.packed_a_offset)], source_etype=F32)
+    a_packed = builder.gep(workspace, [c64(isa.packed_a_offset)], source_etype=emitter.scalar)
     # Equal K blocks: blocks = ceil(k / kc), depth = ceil(k / blocks).
     blocks = builder.sdiv(builder.add(k, c64(isa.kc - 1)), c64(isa.kc))
     block_depth = builder.sdiv(builder.add(k, builder.sub(blocks, c64(1))), blocks)
@@ -266,11 +266,11 @@ def chunk_function(emitter, rows):
     columns = builder.icmp_signed("!=", by_columns, c64(0))
     b_offset = builder.select(builder.icmp_signed("!=", trans_b, c64(0)),
                               builder.mul(begin, ldb), begin)
-    b = builder.select(columns, builder.gep(b, [b_offset], source_etype=F32), b)
-    c = builder.select(columns, builder.gep(c, [begin], source_etype=F32), c)
+    b = builder.select(columns, builder.gep(b, [b_offset], source_etype=emitter.scalar), b)
+    c = builder.select(columns, builder.gep(c, [begin], source_etype=emitter.scalar), c)
     has_bias = builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None))
     bias = builder.select(builder.and_(columns, has_bias),
-                          builder.gep(bias, [begin], source_etype=F32), bias)
+                          builder.gep(bias, [begin], source_etype=emitter.scalar), bias)
     n = builder.select(columns, builder.sub(end, begin), n)
     row_begin = builder.select(columns, c64(0), begin)
     row_end = builder.select(columns, m, end)

@@ -5,6 +5,8 @@ counted loops).
 
 >>> AVX512.lanes, AVX512.mr, AVX512.nr, AVX2.lanes, AVX2.mr, AVX2.nr
 (16, 8, 32, 8, 4, 24)
+>>> FLOAT64_ISAS["avx2"].entry, FLOAT64_ISAS["avx512"].nr
+('tj_dgemm_own_avx2', 16)
 >>> emitter = Emitter(AVX2)
 >>> str(emitter.vector), emitter.fma.name
 ('<8 x float>', 'llvm.fma.v8f32')
@@ -12,12 +14,13 @@ counted loops).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 F32 = ir.FloatType()
+F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
@@ -34,9 +37,10 @@ def _round_up(value, step):
 class Isa:
     """An instruction set the GEMM is generated for, and the blocking measured for it.
 
-    ``lanes`` floats per vector; an ``mr x nr`` register tile of C (``nr`` a multiple of
-    ``lanes``); ``kc, mc, nc`` the cache blocks of K, M and N; ``function_attributes`` are
-    written on every function the module defines (empty: the host's CPU and features)."""
+    ``lanes`` elements of ``dtype`` per vector; an ``mr x nr`` register tile of C (``nr`` a
+    multiple of ``lanes``); ``kc, mc, nc`` the cache blocks of K, M and N;
+    ``function_attributes`` are written on every function the module defines (empty: the
+    host's CPU and features)."""
 
     name: str
     lanes: int
@@ -48,6 +52,20 @@ class Isa:
     host_features: tuple  # what the host must have to run it
     function_attributes: str = ""
     cheap_masks: bool = True  # masked loads cost what plain ones do (AVX-512's k masks)
+    dtype: str = "float32"
+
+    @property
+    def scalar(self):
+        return F32 if self.dtype == "float32" else F64
+
+    @property
+    def itemsize(self):
+        return 4 if self.dtype == "float32" else 8
+
+    @property
+    def suffix(self):
+        """The element's name in LLVM intrinsics (``f32``, ``f64``)."""
+        return f"f{8 * self.itemsize}"
 
     @property
     def vectors(self):
@@ -57,7 +75,7 @@ class Isa:
     @property
     def entry(self):
         """The symbol of this instruction set's entry in its own module."""
-        return f"tj_sgemm_own_{self.name}"
+        return f"tj_{'s' if self.dtype == 'float32' else 'd'}gemm_own_{self.name}"
 
     @property
     def epilogue_entry(self):
@@ -70,7 +88,7 @@ class Isa:
         return self.kc * _round_up(self.nc, self.nr)
 
     @property
-    def workspace_floats(self):
+    def workspace_elements(self):
         """A thread's packed B block, packed A block and slack for alignment."""
         return self.packed_a_offset + _round_up(self.mc, self.mr) * self.kc + 64
 
@@ -87,6 +105,14 @@ AVX2 = Isa("avx2", lanes=8, mr=4, nr=24, kc=256, mc=128, nc=4096,
            host_features=("avx2", "fma"), cheap_masks=False,
            function_attributes='"target-cpu"="haswell" "target-features"="+avx2,+fma"')
 ISAS = {isa.name: isa for isa in (AVX512, AVX2)}
+# float64: the same tiles in registers of half as many lanes (blocking not tuned apart).
+FLOAT64_ISAS = {isa.name: replace(isa, lanes=isa.lanes // 2, nr=isa.nr // 2, dtype="float64")
+                for isa in (AVX512, AVX2)}
+
+
+def isa_for(name, dtype):
+    """The ``Isa`` of instruction set ``name`` for ``dtype`` (``float32``, ``float64``)."""
+    return (ISAS if str(dtype) == "float32" else FLOAT64_ISAS)[name]
 
 
 class Emitter:
@@ -94,10 +120,12 @@ class Emitter:
 
     def __init__(self, isa):
         self.isa = isa
-        self.module = ir.Module(name=f"tj_sgemm_{isa.name}")
-        self.vector = ir.VectorType(F32, isa.lanes)
+        prefix = "s" if isa.dtype == "float32" else "d"
+        self.module = ir.Module(name=f"tj_{prefix}gemm_{isa.name}")
+        self.scalar, self.align = isa.scalar, isa.itemsize
+        self.vector = ir.VectorType(self.scalar, isa.lanes)
         self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
-                               f"llvm.fma.v{isa.lanes}f32")
+                               f"llvm.fma.v{isa.lanes}{isa.suffix}")
         self.masked_loads, self.masked_stores = {}, {}
 
     def ir_text(self):
@@ -117,22 +145,23 @@ class Emitter:
     # --- vectors ------------------------------------------------------------------------
     def masked_load(self, builder, pointer, mask, lanes=None):
         lanes = lanes or self.isa.lanes
-        vector, mask_type = ir.VectorType(F32, lanes), ir.VectorType(I1, lanes)
+        vector, mask_type = ir.VectorType(self.scalar, lanes), ir.VectorType(I1, lanes)
         if lanes not in self.masked_loads:
             self.masked_loads[lanes] = ir.Function(
                 self.module, ir.FunctionType(vector, [PTR, I32, mask_type, vector]),
-                f"llvm.masked.load.v{lanes}f32.p0")
+                f"llvm.masked.load.v{lanes}{self.isa.suffix}.p0")
         return builder.call(self.masked_loads[lanes], [
-            pointer, ir.Constant(I32, 4), mask, ir.Constant(vector, None)])
+            pointer, ir.Constant(I32, self.align), mask, ir.Constant(vector, None)])
 
     def masked_store(self, builder, value, pointer, mask):
         lanes = value.type.count
-        vector, mask_type = ir.VectorType(F32, lanes), ir.VectorType(I1, lanes)
+        vector, mask_type = ir.VectorType(self.scalar, lanes), ir.VectorType(I1, lanes)
         if lanes not in self.masked_stores:
             self.masked_stores[lanes] = ir.Function(
                 self.module, ir.FunctionType(VOID, [vector, PTR, I32, mask_type]),
-                f"llvm.masked.store.v{lanes}f32.p0")
-        builder.call(self.masked_stores[lanes], [value, pointer, ir.Constant(I32, 4), mask])
+                f"llvm.masked.store.v{lanes}{self.isa.suffix}.p0")
+        builder.call(self.masked_stores[lanes], [value, pointer, ir.Constant(I32, self.align),
+                                                 mask])
 
     def lane_mask(self, builder, limit, offset, lanes=None):
         """Lanes ``l`` with ``offset + l < limit`` (i64 operands)."""
@@ -153,12 +182,11 @@ class Emitter:
                                       ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
 
     def load_vector(self, builder, pointer):
-        return builder.load(pointer, typ=self.vector, align=4)
+        return builder.load(pointer, typ=self.vector, align=self.align)
 
     # --- addresses and control flow -----------------------------------------------------
-    @staticmethod
-    def element(builder, pointer, offset):
-        return builder.gep(pointer, [offset], inbounds=True, source_etype=F32)
+    def element(self, builder, pointer, offset):
+        return builder.gep(pointer, [offset], inbounds=True, source_etype=self.scalar)
 
     @staticmethod
     def smaller(builder, x, y):

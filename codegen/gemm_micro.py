@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .gemm_ir import F32, I64, PTR, c64
+from .gemm_ir import I64, PTR, c64
 
 
 def micro(emitter, name, vectors):
@@ -51,7 +51,7 @@ def micro(emitter, name, vectors):
     updated = []
     for i in range(isa.mr):
         a_value = emitter.splat(builder, builder.load(
-            emitter.element(builder, a_column, c64(i)), typ=F32, align=4))
+            emitter.element(builder, a_column, c64(i)), typ=emitter.scalar, align=emitter.align))
         updated.append([builder.call(emitter.fma, [a_value, b_vectors[j], accumulators[i][j]])
                         for j in range(vectors)])
     following = builder.add(k, c64(1))
@@ -84,7 +84,7 @@ def micro(emitter, name, vectors):
                 value = results[i][j]
                 if add:
                     value = builder.fadd(value, emitter.load_vector(builder, pointer))
-                builder.store(value, pointer, align=4)
+                builder.store(value, pointer, align=emitter.align)
         builder.ret_void()
 
     builder.position_at_end(edge)
@@ -134,7 +134,7 @@ def micro_direct(emitter, name, rows, vectors, masked=True):
         if masked:
             emitter.masked_store(builder, value, pointer, mask)
         else:
-            builder.store(value, pointer, align=4)
+            builder.store(value, pointer, align=emitter.align)
 
     a_rows = [emitter.element(builder, a, builder.mul(c64(i), row_step)) for i in range(rows)]
     builder.cbranch(builder.icmp_signed(">", depth, c64(0)), body, store)
@@ -153,7 +153,7 @@ def micro_direct(emitter, name, rows, vectors, masked=True):
     updated = []
     for i in range(rows):
         a_value = emitter.splat(builder, builder.load(
-            emitter.element(builder, a_rows[i], a_offset), typ=F32, align=4))
+            emitter.element(builder, a_rows[i], a_offset), typ=emitter.scalar, align=emitter.align))
         updated.append([builder.call(emitter.fma, [a_value, b_vectors[j], accumulators[i][j]])
                         for j in range(vectors)])
     following = builder.add(k, c64(1))

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .gemm_ir import F32, I32, I64, PTR, c64
+from .gemm_ir import I32, I64, PTR, c64
 
 
 def pack_b(emitter):
     """``pack_b(transposed, b, ldb, pc, depth, jc, width, packed)``."""
     isa, lanes = emitter.isa, emitter.isa.lanes
+    scalar, align = emitter.scalar, emitter.align
     function = emitter.function("pack_b", [I64, PTR, I64, I64, I64, I64, I64, PTR])
     transposed, b, ldb, pc, depth, jc, width, packed = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -44,7 +45,7 @@ def pack_b(emitter):
             for v in range(isa.vectors):
                 value = emitter.masked_load(builder, emitter.element(builder, source,
                                                                      c64(lanes * v)), masks[v])
-                builder.store(value, emitter.element(builder, target, c64(lanes * v)), align=4)
+                builder.store(value, emitter.element(builder, target, c64(lanes * v)), align=align)
         emitter.loop(builder, c64(0), depth, c64(1), copy_row)
     emitter.loop(builder, c64(0), width, c64(isa.nr), plain_panel)
     builder.branch(done)
@@ -63,10 +64,10 @@ def pack_b(emitter):
                 builder.mul(builder.add(builder.add(jc, jr), clamped), ldb), pc))
 
             def copy(k):
-                value = builder.load(emitter.element(builder, source, k), typ=F32, align=4)
-                value = builder.select(valid, value, ir.Constant(F32, 0.0))
+                value = builder.load(emitter.element(builder, source, k), typ=scalar, align=align)
+                value = builder.select(valid, value, ir.Constant(scalar, 0.0))
                 builder.store(value, emitter.element(
-                    builder, panel, builder.add(builder.mul(k, c64(isa.nr)), j)), align=4)
+                    builder, panel, builder.add(builder.mul(k, c64(isa.nr)), j)), align=align)
             emitter.loop(builder, c64(0), depth, c64(1), copy)
         emitter.loop(builder, c64(0), c64(isa.nr), c64(1), copy_column)
     emitter.loop(builder, c64(0), width, c64(isa.nr), flipped_panel)
@@ -79,7 +80,8 @@ def pack_b(emitter):
 def pack_a(emitter):
     """``pack_a(transposed, a, lda, ic, height, pc, depth, packed)``."""
     mr = emitter.isa.mr
-    vector = ir.VectorType(F32, mr)
+    scalar, align = emitter.scalar, emitter.align
+    vector = ir.VectorType(scalar, mr)
     function = emitter.function("pack_a", [I64, PTR, I64, I64, I64, I64, I64, PTR])
     transposed, a, lda, ic, height, pc, depth, packed = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -103,12 +105,13 @@ def pack_a(emitter):
         def gather(k):
             packed_column = ir.Constant(vector, None)
             for i in range(mr):
-                value = builder.load(emitter.element(builder, sources[i], k), typ=F32, align=4)
-                value = builder.select(valid[i], value, ir.Constant(F32, 0.0))
+                value = builder.load(emitter.element(builder, sources[i], k), typ=scalar,
+                                     align=align)
+                value = builder.select(valid[i], value, ir.Constant(scalar, 0.0))
                 packed_column = builder.insert_element(packed_column, value,
                                                        ir.Constant(I32, i))
             builder.store(packed_column, emitter.element(builder, panel,
-                                                         builder.mul(k, c64(mr))), align=4)
+                                                         builder.mul(k, c64(mr))), align=align)
         emitter.loop(builder, c64(0), depth, c64(1), gather)
     emitter.loop(builder, c64(0), height, c64(mr), plain_panel)
     builder.branch(done)
@@ -130,7 +133,7 @@ def pack_a(emitter):
                     builder.mul(builder.add(pc, k), lda), builder.add(ic, ir_)))
                 value = emitter.masked_load(builder, source, mask, mr)
                 builder.store(value, emitter.element(builder, panel,
-                                                     builder.mul(k, c64(mr))), align=4)
+                                                     builder.mul(k, c64(mr))), align=align)
             emitter.loop(builder, k_begin, k_end, c64(1), copy)
         emitter.loop(builder, c64(0), height, c64(mr), flipped_panel)
     emitter.loop(builder, c64(0), depth, c64(8), k_chunk)

@@ -187,14 +187,44 @@ def test_epilogue_arguments_are_checked():
         gemm.matmul(a, a.T, activation="gelu")
 
 
-def test_the_avx2_code_uses_no_avx512_instructions():
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_avx2_code_uses_no_avx512_instructions(dtype):
     """The AVX2 module is pinned to Haswell's instruction set, so what the tests run on an
     AVX-512 host is the code an AVX2-only host runs: ymm registers, no zmm, no masks."""
     if not gemm.supported("avx2"):
         pytest.skip("this host cannot run the avx2 GEMM")
-    assembly = llvm.assembly_of(llvm.compile_module(gemm.module_ir("avx2")).llvm_ir)
+    assembly = llvm.assembly_of(llvm.compile_module(gemm.module_ir("avx2", dtype)).llvm_ir)
     assert "%ymm" in assembly and "vfmadd" in assembly
     assert "%zmm" not in assembly and "{%k" not in assembly
+
+
+EPS64 = 2.0 ** -53
+
+
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+def test_float64_products(trans_a, trans_b, isa):
+    """The float64 GEMM (``matmul`` on float64 arrays): odd, prime, 0 and 1 sizes, strided
+    operands, the direct and packed paths, splits over the pool, and the epilogue, within
+    float64's bound ``2 (K + 1) eps64 (|A| @ |B| + |bias|)``."""
+    rng = np.random.default_rng(23)
+    triples = [(1, 1, 1), (0, 5, 3), (4, 5, 0), (7, 13, 5), (17, 33, 97), (131, 23, 257),
+               (100, 37, 300), (300, 521, 40), (64, 1024, 784), (784, 300, 512)]
+    for m, n, k in triples:
+        shape_a, shape_b = ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
+        a = rng.standard_normal((shape_a[0], shape_a[1] + 3))[:, 3:]  # rows with a stride
+        b = rng.standard_normal(shape_b)
+        a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+        bias = rng.standard_normal(n)
+        magnitude = np.abs(a) @ np.abs(b)
+        for with_bias, activation in [(False, None), (True, "relu")]:
+            want = a @ b + (bias if with_bias else 0)
+            want = np.maximum(want, 0) if activation else want
+            out = np.full((m, n), np.nan)
+            got = gemm.matmul(a, b, out=out, isa=isa, bias=bias if with_bias else None,
+                              activation=activation)
+            bound = 2 * (k + 1) * EPS64 * (magnitude + np.abs(bias)) + 1e-300
+            assert got.dtype == np.float64
+            assert np.all(np.abs(got - want) <= bound), (m, n, k, with_bias)
 
 
 def test_the_host_chooses_its_best_instruction_set():

@@ -9,12 +9,13 @@ of the output gradient with flipped weights): a work item is one output row ``(n
 Its ``F x OW`` outputs are computed in tiles of ``FB`` filters by ``NB`` vectors along
 ``ow``; a tile keeps its ``FB * NB`` accumulators in registers through the whole reduction
 over ``(c, i, j)``: per tap, ``NB`` loads of the input row (shifted by ``j``), ``FB``
-weight broadcasts, ``FB * NB`` multiply-adds. Kernel rows that fall in the padding load
-nothing but still multiply zeros (an Inf or NaN weight must give NaN there, as NumPy's
-zero padding and PyTorch do); the tiles at a row's ends use masked loads (lanes outside
-the input read zero) and a masked store for the last partial vector. Then the row's
-*epilogue* runs while it is in cache: the kernel root's pointwise expression (bias,
-activation: ``schedule``'s epilogue fusion, as for matmul) read in place.
+weight broadcasts, ``FB * NB`` multiply-adds; one call of a tile function runs every full
+block of ``FB`` filters at its place in the row. Kernel rows that fall in the padding load
+nothing but still add each filter's ``w * 0`` (an Inf or NaN weight must give NaN there,
+as NumPy's zero padding and PyTorch do); the tiles at a row's ends use masked loads (lanes
+outside the input read zero) and masked stores. Then the row's *epilogue* runs while it
+is in cache: the kernel root's pointwise expression (bias, activation: ``schedule``'s
+epilogue fusion, as for matmul) read in place.
 
 Compile time matters as much as run time (one compile per size bucket): the filters past
 the last full tile block reuse the full tile (overlapping, or told how many filters
@@ -29,6 +30,11 @@ stay in cache, a tile of ``FB`` filters by ``JB`` taps of one kernel row accumul
 vectors along ``ow``: for each vector position (its masks computed once), down the band's
 rows (``(n, oh)`` stepped on, no division per row); the partials are added in piece order
 at the end (deterministic for a given thread count).
+
+Where each piece lives: ``conv_tiling`` (tile and band sizes, plain Python),
+``conv_ir`` (``ConvKernel``'s vector IR helpers and the value-carrying loops),
+``conv_forward`` (``ForwardKernel``), ``conv_weight_grad`` (``WeightGradKernel``); this
+module holds ``build``, which the ``conv`` kernel kind calls.
 
 >>> import numpy as np, tracejit as tj
 >>> from tracejit import nn
@@ -54,7 +60,7 @@ from .conv_weight_grad import WeightGradKernel
 
 
 def build(kb):
-    """The kernel for a schedule kernel of kind ``conv`` (``KernelBuilder.build`` calls
+    """The kernel for a schedule kernel of kind ``conv`` (``kernel_kinds.KERNEL_KINDS`` calls
     this): its entry function."""
     name = kb.kernel.matmul.prim.name
     if name == "conv2d":

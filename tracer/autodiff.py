@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import pytree
 from .abstract import abstractify
 from .errors import UnsupportedError
-from .ops import broadcast_to, cast_p, reduce_sum, reshape, shape_of
-from .primitives import bind
+from .ir import Eqn, Var
+from .loop_autodiff import loop_key, loop_vjp
+from .numpy_api import zeros_like
+from .ops import broadcast_to, cast_p, loop_p, reduce_sum, reshape, shape_of
+from .primitives import bind, current_context, is_traced_array
 
 
 def needs_gradient(value):
@@ -63,11 +67,6 @@ def reverse(context, outputs, seeds, wrt, since=0):
     graph). A captured loop's results are differentiated together by
     ``tracejit.tracer.loop_autodiff`` (the reverse of a loop is a loop). Returns one tracer per
     ``wrt`` (zeros where no gradient flows)."""
-    from .ir import Eqn, Var
-    from .loop_autodiff import loop_key, loop_vjp
-    from .numpy_api import zeros_like
-    from .ops import loop_p
-
     body = [item for item in context.body[since:] if isinstance(item, Eqn)]
     wrt_names = [tracer.ir_var.name for tracer in wrt]
     depends = set(wrt_names)
@@ -117,9 +116,6 @@ def reverse(context, outputs, seeds, wrt, since=0):
 def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     """``value_and_grad`` when the arguments are tracers: forward and backward are
     recorded into the current trace (``jit(value_and_grad(loss))`` is one program)."""
-    from . import pytree
-    from .tracing import Tracer, current_context
-
     context = current_context()
     positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     # Through the trace's front end (buffers filled in place, calls checked), as if the
@@ -132,23 +128,23 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     finally:
         context.records_gradients = records
     value, aux = result if has_aux else (result, None)
-    if not isinstance(value, Tracer) or value.size != 1 or value.dtype.kind != "f":
+    if not is_traced_array(value) or value.size != 1 or value.dtype.kind != "f":
         raise TypeError("grad needs the function to return a floating-point scalar")
     # One backward pass for every differentiated argument (a loop is reversed once).
     trees = [pytree.flatten(args[position]) for position in positions]
     for leaves, _ in trees:
         for leaf in leaves:
-            if not isinstance(leaf, Tracer) and np.asarray(leaf).dtype.kind == "f":
+            if not is_traced_array(leaf) and np.asarray(leaf).dtype.kind == "f":
                 # A Python float argument is a constant of the trace (or a run-time scalar
                 # no gradient flows to): its gradient would come out 0. The eager tape has it.
                 raise UnsupportedError(
                     "a gradient with respect to a Python or NumPy float scalar argument is "
                     "not traced; pass a 0-d array (np.float64(2.0) is a scalar too: use "
                     "np.array(2.0))")
-    traced = [leaf for leaves, _ in trees for leaf in leaves if isinstance(leaf, Tracer)]
+    traced = [leaf for leaves, _ in trees for leaf in leaves if is_traced_array(leaf)]
     grads = iter(reverse(context, [value], [np.ones_like(value)], traced))
     gradients = [pytree.unflatten(tree, [
-        next(grads) if isinstance(leaf, Tracer) else np.zeros_like(leaf) for leaf in leaves
+        next(grads) if is_traced_array(leaf) else np.zeros_like(leaf) for leaf in leaves
     ]) for leaves, tree in trees]
     grads = gradients[0] if isinstance(argnums, int) else tuple(gradients)
     return ((value, aux) if has_aux else value), grads

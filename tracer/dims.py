@@ -22,6 +22,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import sys
+
+from .primitives import current_context
 
 
 class DimExpr:
@@ -312,12 +315,10 @@ class SymInt:
         for arg in args:
             if isinstance(arg, SymInt):
                 return arg.context.process(prim, args, params)
-        from .tracing import current_context  # creation ops sized by a dim (np.arange(n))
-
-        return current_context().process(prim, args, params)
+        return current_context().process(prim, args, params)  # np.arange(n): no operand
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .numpy_api import array_ufunc
+        from .numpy_api import array_ufunc  # cycle: numpy_api -> dims
 
         return array_ufunc(ufunc, method, *inputs, **kwargs)
 
@@ -423,7 +424,7 @@ class SymInt:
         float64, as the Python float it stands for) instead of specializing the dim."""
         if self.context is None or self.value is None:
             return function(*(self.value if item is self else item for item in (left, right)))
-        from . import ops
+        from . import ops  # cycle: ops.structural -> dims
 
         result = ops.bind(getattr(ops, _TRACED_OPERATORS[function]), left, right)
         if function is operator.truediv and is_int(left) and is_int(right):
@@ -512,7 +513,7 @@ class SymRange:
         return range(*(int(bound) for bound in self.bounds))
 
     def as_array(self):
-        from .numpy_api import arange
+        from .numpy_api import arange  # cycle: numpy_api -> dims
 
         return arange(*self.bounds)
 
@@ -608,9 +609,7 @@ def decide_by_bounds(difference, op, ranges):
 
 def _from_user():
     """Whether the caller of the caller (a ``SymInt`` method's caller) is user code."""
-    import sys
-
-    from .locations import is_tracejit
+    from .locations import is_tracejit  # cycle: locations -> ir -> dims
 
     return not is_tracejit(sys._getframe(2).f_code.co_filename)
 

@@ -26,6 +26,7 @@ import types
 
 import numpy as np
 
+from .errors import TraceError
 from .frontend import (
     Hooks,
     RewriteUnavailable,
@@ -34,8 +35,8 @@ from .frontend import (
     _is_user_function,
     rewritten_code,
 )
-from .errors import TraceError
 from .locations import user_location
+from .loops import UNDEFINED
 
 
 def _tracked(value):
@@ -96,8 +97,7 @@ class EagerHooks:
         array[index] = value
 
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
-        from .loops import UNDEFINED  # a loop the front end rewrote runs as written
-
+        # a loop the front end rewrote runs as written
         values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
         trips = range_function(*range_args)
         for t in reverse(trips) if reverse is not None else trips:

@@ -262,7 +262,7 @@ def einsum(*arguments, out=None, optimize=False, dtype=None, order="K", casting=
         # final sum over one element makes it one under the tracer too.
         result = _sum(ops.reshape(result, (1,)), (0,))
     if out is not None:
-        from .numpy_api import _write_out
+        from .numpy_api import _write_out  # cycle: numpy_api -> einsum
 
         return _write_out(out, result, "np.einsum")
     return result

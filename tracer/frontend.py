@@ -37,7 +37,7 @@ import types
 import astor
 import numpy as np
 
-from . import loop_sequences, loop_while
+from . import loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
 from .errors import TraceError
 from .implicit import Path
@@ -46,6 +46,9 @@ from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
+from .loops import note_unrolled, rewrite_for, run_loop
+from .numpy_api import _check_out, arange
+from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 
 HOOK = "__tracejit__"
@@ -155,9 +158,7 @@ class _Rewriter(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
     def visit_For(self, node):
-        from .loops import rewrite_for  # loops over range(...) may become IR loops
-
-        return rewrite_for(self, node)
+        return rewrite_for(self, node)  # loops over range(...) may become IR loops
 
     # Loads from outside the function (globals, closure cells, the arguments' attributes)
     # go through ``load``: arrays become traced implicit inputs there, and Python scalars
@@ -533,12 +534,8 @@ def _traced_index(index):
     return _any_tracer(index if isinstance(index, tuple) else (index,))
 
 
-def _is_tracer(value):
-    return getattr(type(value), "__tracejit_priority__", 0) >= 2
-
-
 def _any_tracer(values):
-    return any(_is_tracer(value) for value in values)
+    return any(is_traced(value) for value in values)
 
 
 def _is_random(function, args, kwargs):
@@ -599,8 +596,6 @@ def _has_dim(shape):
 def _created(function, shape, *args, dtype=None, **kwargs):
     """np.zeros/ones/empty/full with a symbolic size: a traced ``full`` (the size stays
     symbolic instead of specializing the dim). ``empty`` gives zeros, like ``empty_like``."""
-    from . import ops
-
     fill = _CREATION[function]
     if fill is None:
         fill, args = args[0], args[1:]
@@ -789,7 +784,7 @@ class Hooks:
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
-        if function is len and len(args) == 1 and not kwargs and _is_tracer(args[0]) and (
+        if function is len and len(args) == 1 and not kwargs and is_traced(args[0]) and (
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
             return args[0].shape[0]
@@ -818,8 +813,6 @@ class Hooks:
         if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
-            from .numpy_api import arange
-
             return arange(*args, **kwargs)
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
@@ -877,8 +870,6 @@ class Hooks:
 
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
-        from .loops import run_loop
-
         return run_loop(self.context, range_function, range_args, body, names, frame_locals,
                         (body.__code__.co_filename, line), reverse)
 
@@ -907,8 +898,6 @@ class Hooks:
 
     def loop_note(self, line, reason):
         """A loop over range(...) the front end left as written: explain() says why."""
-        from .loops import note_unrolled
-
         note_unrolled(self.context, f"{sys._getframe(1).f_code.co_filename}:{line}", reason)
 
     # effects -------------------------------------------------------------------------
@@ -922,7 +911,7 @@ class Hooks:
         # index, which the body generalizes like any other int.
         trial = getattr(self.context, "trial_prints", None)
         for arg in args:
-            if _is_tracer(arg) or isinstance(arg, SymInt) or (
+            if is_traced(arg) or isinstance(arg, SymInt) or (
                 trial is not None and isinstance(arg, int) and not isinstance(arg, bool)
             ):
                 atom, _, _ = self.context.atom(arg)
@@ -934,7 +923,7 @@ class Hooks:
                   ("stream", stream))
         self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))
         texts = [
-            str(arg.value) if _is_tracer(arg) or isinstance(arg, SymInt) else str(arg)
+            str(arg.value) if is_traced(arg) or isinstance(arg, SymInt) else str(arg)
             for arg in args
         ]
         if trial is not None:  # a traced loop iteration: written once the loop is decided
@@ -946,10 +935,10 @@ class Hooks:
     def set_item(self, container, index, value, outside):
         if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
             container = self.context.replaced[id(container)]
-        if _is_tracer(container):
+        if is_traced(container):
             container[index] = value
             return container
-        if isinstance(container, np.ndarray) and (_is_tracer(value) or _traced_index(index)):
+        if isinstance(container, np.ndarray) and (is_traced(value) or _traced_index(index)):
             # A traced position (x[ids[t]] = 1, mask[t] = 1) too: NumPy would read it as a
             # number, one trace per token id or trip.
             if id(container) in self.context.implicit_candidates:
@@ -978,15 +967,13 @@ class Hooks:
         return self.set_item(container, index, updated, outside)
 
     def inplace(self, target, value, operation):
-        if isinstance(target, np.ndarray) and _is_tracer(value):
+        if isinstance(target, np.ndarray) and is_traced(value):
             # NumPy writes into ``target``'s buffer: the result must fit its shape and cast
             # "same_kind" to its dtype (else NumPy's error), and every other name for the
             # buffer sees the write (set_item's traced copy).
             if id(target) in self.context.implicit_candidates:
                 raise _refusal("in-place update of a global array with a traced value; "
                                "compiled runs would skip it. Return the new array instead")
-            from .numpy_api import _check_out
-
             current = self.context.replaced.get(id(target), target)
             result = getattr(operator, operation)(current, value)
             _check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
@@ -996,16 +983,14 @@ class Hooks:
     def _traced_copy(self, array):
         """The traced stand-in of a NumPy buffer the function writes a traced value into;
         every other name for the same buffer (``b = a``, a helper's parameter) reads it."""
-        from .tracing import Tracer
-
         if id(array) in self.context.replaced:
             return self.context.replaced[id(array)]
         if array.base is not None:
             raise _refusal("writing a traced value into a view of a NumPy array (another "
                            "name for part of it would not see the write); index the "
                            "array itself, or build the result with np.concatenate/np.stack")
-        atom, value, aval = self.context.atom(np.array(array))
-        tracer = Tracer(self.context, atom, value, aval.shape)
+        atom, _, _ = self.context.atom(np.array(array))  # a constant of the trace
+        tracer = self.context.tracer_for(atom)
         self.context.replaced[id(array)] = tracer
         self.context.keep_alive.append(array)  # its id must stay unique for the trace
         return tracer
@@ -1060,8 +1045,6 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None):
     result and the functions the trace passed through ``[(qualname, file, source)]``.
     ``parameter_leaves`` maps ``fn``'s parameter names to their argument leaf positions
     (attributes read from them are guarded)."""
-    from .tracing import current_context
-
     context = current_context()
     defaults = default_roots(fn, args, kwargs)
     instance = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else (

@@ -20,8 +20,10 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt, SymRange, surely, value_of
-from .errors import UnsupportedIndexError
+from .errors import TraceError, UnsupportedIndexError
+from .locations import user_location
 from .ops import ndim_of, shape_of
+from .primitives import current_context, is_traced
 from .shapes import broadcast_shapes, size_of
 
 
@@ -116,17 +118,12 @@ def _concrete_mask(mask):
     """A boolean mask's values decide the result's shape, so they must be concrete: masks
     of traced data are refused; a mask read from outside the function is an implicit input
     whose values the trace guards."""
-    if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
-        from .tracing import current_context
-
+    if is_traced(mask):
         context = current_context()
         outside = context.outside_array(mask) if context is not None else None
         if outside is not None:  # an outside mask, read as an implicit input
             context.guard_contents(outside)
             return outside
-        from .errors import TraceError
-        from .locations import user_location
-
         location = user_location()
         where = f"{location.file}:{location.line}: " if location else ""
         raise TraceError(
@@ -134,8 +131,6 @@ def _concrete_mask(mask):
             "data-dependent shape; use np.where(mask, x, 0) (or compute it outside the "
             "compiled function)"
         )
-    from .tracing import current_context
-
     context = current_context()
     if context is not None and isinstance(mask, np.ndarray):
         context.guard_contents(mask)
@@ -285,9 +280,9 @@ def _plan(shape, index):
 def getitem(x, index):
     """``x[index]`` with NumPy's semantics, built from primitives."""
     mask = index[0] if type(index) is tuple and index else index
-    if getattr(type(mask), "__tracejit_priority__", 0) >= 2:
+    if is_traced(mask):
         # x[traced_mask]: a data-dependent length, kept lazy for reductions to consume
-        from .masked_selection import select
+        from .masked_selection import select  # cycle: masked_selection -> numpy_api -> indexing
 
         selection = select(x, index)
         if selection is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -163,8 +164,6 @@ class Location:
 
     @property
     def short(self):
-        import os
-
         return f"{os.path.basename(self.file)}:{self.line}"
 
 

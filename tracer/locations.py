@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import sysconfig
 
 import numpy as np
 
@@ -21,8 +22,6 @@ _INTERNAL_DIRS = tuple(
 
 
 def _library_prefixes():
-    import sysconfig
-
     paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     return tuple(path.rstrip("/") + "/" for path in paths if path)
 

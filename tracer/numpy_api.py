@@ -38,7 +38,7 @@ from .nan_reductions import (
     nansum,
     nanvar,
 )
-from .primitives import bind
+from .primitives import bind, current_context, is_traced
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 
@@ -818,10 +818,8 @@ def _write_out(target, result, name):
     if getattr(type(target), "__tracejit_priority__", 0) >= 1:
         target[...] = result
         return target
-    from .tracing import current_context
-
     context = current_context()
-    if getattr(type(result), "__tracejit_priority__", 0) >= 2 and context is not None and (
+    if is_traced(result) and context is not None and (
         context.hooks is not None
     ):
         return context.hooks.set_item(target, Ellipsis, result, False)

@@ -7,12 +7,20 @@ call: plain NumPy values run the implementation directly; an eager ``tracejit.Te
 or a tracer proxy among the arguments takes over (the one with the highest
 ``__tracejit_priority__``), so the same model code runs on all three.
 
+The trace state lives here too, beside ``bind``: which trace records this thread's
+operations (``current_context``) and whether a value belongs to one (``is_traced``, by
+protocol). That is all the NumPy layer, indexing and dims need of the tracer, so they
+reach it without importing ``tracing`` (which imports them).
+
 >>> from tracejit.tracer.ops import exp_p
 >>> float(bind(exp_p, 0.0))
 1.0
 """
 
 from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
 
 PRIMITIVES: dict[str, Primitive] = {}
 
@@ -74,3 +82,47 @@ def bind(prim, *args, like=None, **params):
     if handler is None:
         return prim.impl(*args, **params)
     return handler.__tracejit_bind__(prim, args, params)
+
+
+# --- the trace being recorded -----------------------------------------------------------
+_state = threading.local()
+
+
+def current_context():
+    """The ``TracingContext`` recording on this thread, or ``None`` outside a trace.
+
+    >>> current_context() is None
+    True
+    """
+    return getattr(_state, "context", None)
+
+
+@contextmanager
+def recording_into(context):
+    """Make ``context`` the current trace for a ``with`` block; the trace that was current
+    (an outer one, or none) is current again after it."""
+    previous = current_context()
+    _state.context = context
+    try:
+        yield context
+    finally:
+        _state.context = previous
+
+
+def is_traced(value):
+    """Whether ``value`` belongs to a trace being recorded (a traced array or a symbolic
+    dim) rather than being data. Tested by protocol - its class has a
+    ``__tracejit_priority__`` of 2 or more; an eager ``Tensor``'s is 1 - so nothing needs
+    the tracer's classes to ask.
+
+    >>> import numpy as np
+    >>> is_traced(np.ones(2)), is_traced(3)
+    (False, False)
+    """
+    return getattr(type(value), "__tracejit_priority__", 0) >= 2
+
+
+def is_traced_array(value):
+    """A traced array (``tracing.Tracer``), not a symbolic dim (``dims.SymInt``, which
+    says ``__tracejit_dim__``)."""
+    return is_traced(value) and not getattr(type(value), "__tracejit_dim__", False)

@@ -93,7 +93,7 @@ def cumsum(a, axis=None, dtype=None, out=None):
             result = result.astype(dtype)
     result = _back(result, moved)
     if out is not None:
-        from .numpy_api import _write_out
+        from .numpy_api import _write_out  # cycle: numpy_api -> scans
 
         return _write_out(out, result, "np.cumsum")
     return result

@@ -20,8 +20,8 @@ array([ 2., -2.,  4.])
 
 from __future__ import annotations
 
+import inspect
 import linecache
-import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -30,19 +30,18 @@ import numpy as np
 from . import pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
 from .array_methods import ArrayMethods
+from .autodiff import reverse
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
+from .frontend import run_rewritten
+from .implicit import find_implicit_inputs
 from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
+from .ops import reshape_p
 from .pending import Pending, deferred, force, is_pending
+from .primitives import current_context, recording_into
 from .shapes import pow2_bucket
-
-_state = threading.local()
-
-
-def current_context():
-    return getattr(_state, "context", None)
 
 
 def _error(message, location=None):
@@ -438,8 +437,6 @@ class TracingContext:
         """``args`` with each symbolic dim that broadcasts as 1 (``len(x) - 2`` where a
         shape guard says it is 1) reshaped to a literal 1, so codegen sees the broadcast;
         ``None`` when there is none."""
-        from .ops import reshape_p
-
         changed, result = False, list(args)
         for position, (arg, aval) in enumerate(zip(args, avals)):
             lead = len(out_aval.shape) - len(aval.shape)
@@ -464,8 +461,6 @@ class TracingContext:
 
     def tracer_for(self, atom):
         """A tracer (or a Python scalar / live dim) standing for an atom of this trace."""
-        from .ir import Literal
-
         if isinstance(atom, Literal):
             value = atom.value
             if isinstance(value, DimExpr):
@@ -689,8 +684,6 @@ def _is_dynamic_scalar(dynamic, argument, argument_names, leaf_index):
 
 def _leaf_names(fn, args, kwargs, treedef_count):
     """Best-effort parameter names for top-level arguments (for ``dynamic={"x": ...}``)."""
-    import inspect
-
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs)
         return list(bound.arguments)
@@ -717,9 +710,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     ``Pending`` (``Trace.pending``; ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
     """
-    from .frontend import run_rewritten
-    from .implicit import find_implicit_inputs
-
     name = name or getattr(fn, "__name__", "function")
     leaves, input_tree = pytree.flatten((args, kwargs))
     if implicit is None:
@@ -778,19 +768,17 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             traced_leaves.append(leaf)
 
     traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
-    previous = current_context()
-    _state.context = context
     parameter_leaves = _parameter_leaves(fn, args, kwargs, top_level)
     try:
-        result, functions = run_rewritten(fn, traced_args, traced_kwargs, parameter_leaves)
+        with recording_into(context):
+            result, functions = run_rewritten(fn, traced_args, traced_kwargs,
+                                              parameter_leaves)
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         raise _with_user_line(error) from None
     except BaseException:
         context.finished = True
         raise
-    finally:
-        _state.context = previous
 
     out_leaves, output_tree = pytree.flatten(result)
     outputs, output_atoms, statics = [], [], {}
@@ -817,12 +805,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
                for position in mutated if leaf is traced_leaves[position]}
     gradients = None
     if grad:
-        _state.context = context  # the backward creates values too (zeros for unused inputs)
-        try:
+        with recording_into(context):  # the backward creates values too (zeros, unused inputs)
             gradients = _record_gradients(context, out_leaves, output_atoms, leaves,
                                           traced_leaves, mutated)
-        finally:
-            _state.context = previous
     context.finished = True
     if gradients is None:  # gradient plans number the inputs they differentiate
         context.drop_unused_implicit_inputs(output_atoms)
@@ -863,8 +848,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
 def _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, mutated):
     """Append the backward pass to the trace: cotangent inputs for the floating-point
     outputs, gradients for every input that is a Tensor requiring grad."""
-    from .autodiff import reverse
-
     wrt, tracers = [], []
     for position, leaf in enumerate(leaves):
         if getattr(leaf, "requires_grad", False) and isinstance(traced_leaves[position],
@@ -961,8 +944,6 @@ def _picks_one_element(index):
 
 def _parameter_leaves(fn, args, kwargs, top_level):
     """Parameter name -> argument leaf position, for arguments that are single leaves."""
-    import inspect
-
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except (TypeError, ValueError):

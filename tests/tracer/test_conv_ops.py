@@ -107,6 +107,10 @@ CONV_CASES = {
     "depthwise": ((1, 3, 10, 9), (3, 1, 3, 3), dict(groups=3, padding=1)),
     "kernel-5": ((1, 3, 17, 19), (4, 3, 5, 5), dict(padding=2)),
     "1x1": ((2, 5, 9, 9), (3, 5, 1, 1), {}),
+    # more channels than filters: the eager reference's one-matmul-per-tap path
+    "channels>filters": ((2, 6, 9, 11), (2, 6, 3, 3), dict(padding=1)),
+    "channels>filters-groups-dilation": ((1, 8, 10, 9), (4, 4, 3, 2),
+                                         dict(groups=2, dilation=(2, 1), padding=(2, 1))),
     "same": ((1, 2, 11, 12), (3, 2, 4, 3), dict(padding="same")),
     "valid": ((1, 2, 11, 12), (3, 2, 3, 3), dict(padding="valid")),
     "prime-odd": ((1, 3, 7, 13), (2, 3, 3, 3), dict(stride=3, padding=1)),

@@ -20,11 +20,14 @@ time, with NumPy.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+
 import numpy as np
 
 from ..abstract import AbstractArray
 from ..dims import DimExpr, SymInt
-from ..ir import Effect, Guard
+from ..ir import Effect, Guard, Symbol, verify
 from ..primitives import PRIMITIVES, Primitive
 
 
@@ -157,8 +160,6 @@ def print_text(effect, values):
 
 def emit(effects):
     """Write ``effects`` (``(stream, text)`` pairs) in order."""
-    import sys
-
     for stream, text in effects:
         getattr(sys, stream).write(text)
 
@@ -220,7 +221,7 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
     then written in place. A guard of the body that fails raises ``LoopGuardFailed``;
     prints are appended to ``effects`` as ``(stream, text)`` (written at once when it is
     None)."""
-    from ..loop_vectorize import run_batched
+    from ..loop_vectorize import run_batched  # cycle: loop_vectorize -> ops.control
 
     batched = run_batched(body, index, start, stop, step, num_carry, carried, free, bindings)
     if batched is not None:  # a parallel map: the whole range at once
@@ -348,10 +349,6 @@ def _expr(dim):
 def _verify_body(body, avals):
     """Verify the body as a graph, with the outer symbols (from the operands' live dims)
     and the index symbol declared, assuming the outer graph's shape guards."""
-    from dataclasses import replace
-
-    from ..ir import Symbol, verify
-
     ranges, guards = {}, {}
     for aval in avals:
         for dim in aval.shape:

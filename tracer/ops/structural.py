@@ -12,12 +12,15 @@ The functions below the primitives are the friendly entry points (``reshape`` ac
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..abstract import AbstractArray
 from ..dims import surely
 from ..primitives import Primitive, bind
 from ..shapes import ShapeError, broadcast_shapes, normalize_axis, size_of
+from .creation import iota
 
 
 def shape_of(value):
@@ -267,8 +270,6 @@ def _sliding_window_impl(x, axes, sizes, strides):
 def _sliding_window_vjp(g, x, out, axes, sizes, strides):
     """Each window element goes back to its place: per window offset, the cotangent
     spread at the stride (interior padding) and shifted by the offset, summed."""
-    import itertools
-
     if not all(isinstance(size, int) for size in sizes):
         return _sliding_window_vjp_symbolic(g, x, axes, sizes, strides)
     rank = ndim_of(x)
@@ -290,8 +291,7 @@ def _sliding_window_vjp_symbolic(g, x, axes, sizes, strides):
     """The same transpose for window sizes known only per bucket (a kernel size read from
     ``w.shape``): one window axis at a time, last first, each element added back at
     ``o * stride + k`` along its axis by ``scatter_add``."""
-    from .creation import iota
-    from .indexing import scatter_add
+    from .indexing import scatter_add  # cycle: ops.indexing -> ops.structural
 
     for position in reversed(range(len(axes))):
         axis, size, stride = axes[position], sizes[position], strides[position]

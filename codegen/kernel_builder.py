@@ -35,11 +35,9 @@ from .kernel_index import (
     is_inner,
 )
 from .kernel_kinds import build_kernel
+from .lowering_table import LOWERINGS
 from .parallel_entry import entry_function
-from .pointwise import RULES, lower_cast, lower_pointwise
 from .row_fusion import RowScratch, scratch_value
-from .schedule import REDUCTIONS
-from .view_lowering import VIEW_RULES
 
 
 class KernelBuilder:
@@ -230,22 +228,15 @@ class KernelBuilder:
             if key in layer:
                 return layer[key]
         eqn = self.producers.get(name)
-        if eqn is None or eqn.prim.name in REDUCTIONS or eqn.prim.name in (
-            "matmul", "scatter_add"
-        ) or eqn.prim.kind == "conv":
-            raise FusionConflict(var)
+        if eqn is None or LOWERINGS[eqn.prim].compute is None:
+            raise FusionConflict(var)  # a reduction that is no stage here, a matmul, ...
         result = scratch_value(self, var, index, lambda: self.compute(eqn, index))
         self.cache[-1][key] = result
         return result
 
     def compute(self, eqn, index):
-        """The value of ``eqn``'s output at ``index``, by its primitive's rule."""
-        name = eqn.prim.name
-        if name in RULES:
-            return lower_pointwise(self, eqn, index)
-        if name == "cast":
-            return lower_cast(self, eqn, index)
-        return VIEW_RULES[name](self, eqn, index)
+        """The value of ``eqn``'s output at ``index``, by its primitive's lowering."""
+        return LOWERINGS[eqn.prim].compute(self, eqn, index)
 
     def flat_ok(self, root):
         """A single flat loop when the expression is elementwise on same-shaped buffers."""
@@ -261,7 +252,7 @@ class KernelBuilder:
                     return False
                 continue
             eqn = self.producers[var.name]
-            if eqn.prim.name not in RULES and eqn.prim.name != "cast":
+            if eqn.prim.kind != "pointwise":
                 return False
             for atom in eqn.inputs:
                 if isinstance(atom, Var):

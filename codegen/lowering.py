@@ -22,6 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Literal, Var
+from tracejit.tracer.ops import slice_p
 
 from . import dtypes as dt
 from .kernel_builder import KernelBuilder
@@ -160,7 +161,7 @@ class ProgramLowering:
         key, starts = [kernel.kind, str(kernel.root.aval), len(kernel.stages)], []
         for eqn in eqns:
             params = eqn.params
-            if eqn.prim.name == "slice":  # constant starts become arguments; limits unused
+            if eqn.prim is slice_p:  # constant starts become arguments; limits unused
                 params = eqn.params_dict
                 for axis, start in enumerate(params["starts"]):
                     if type(start) is int:

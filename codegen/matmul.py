@@ -12,6 +12,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Var
+from tracejit.tracer.ops import transpose_p
 
 from . import blas
 from . import dtypes as dt
@@ -64,7 +65,7 @@ def blas_operands(kernel):
             operands.append((buffer_of(atom), False))
             continue
         eqn = producers.get(atom.name)
-        if eqn is None or eqn.prim.name != "transpose":
+        if eqn is None or eqn.prim is not transpose_p:
             return None
         perm = eqn.params_dict["perm"]
         rank = len(perm)

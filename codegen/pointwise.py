@@ -1,15 +1,19 @@
-"""LLVM lowering of pointwise primitives: one rule per primitive, keyed by its name.
+"""LLVM lowering of pointwise primitives: the rule that computes one element of each.
 
-A rule takes the builder, the operands (already cast to the primitive's NumPy loop dtypes)
-and the loop and output dtypes, and returns the result. Rules reproduce NumPy exactly where
-NumPy defines it: NaN propagation in maximum/minimum, signed zeros, integer floor division
-and modulo (Python's signs, 0 for division by zero), wrapping integer overflow.
+A rule takes a ``RuleContext`` (the builder, the loop dtype, error reporting) and the
+operands (already cast to the primitive's NumPy loop dtypes), and returns the result;
+``codegen/lowering_table.py`` gives each pointwise primitive its rule. Rules reproduce
+NumPy exactly where NumPy defines it: NaN propagation in maximum/minimum, signed zeros,
+integer floor division and modulo (Python's signs, 0 for division by zero), wrapping
+integer overflow.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
+
+from tracejit.tracer.ops import cast_p, stop_gradient_p, where_p
 
 from . import dtypes as dt
 from . import mathlib
@@ -30,7 +34,7 @@ def _zero(value):
                        else 0)
 
 
-def _float_binary(float_op, int_op, bool_op=None):
+def float_binary(float_op, int_op, bool_op=None):
     def rule(ctx, x, y):
         if is_float(ctx.dtype):
             return getattr(ctx.builder, float_op)(x, y)
@@ -41,11 +45,11 @@ def _float_binary(float_op, int_op, bool_op=None):
     return rule
 
 
-def _neg(ctx, x):
+def neg(ctx, x):
     return ctx.builder.fneg(x) if is_float(ctx.dtype) else ctx.builder.neg(x)
 
 
-def _abs(ctx, x):
+def absolute(ctx, x):
     if is_float(ctx.dtype):
         return mathlib.fabs(ctx.builder, x)
     if ctx.dtype == np.bool_:
@@ -54,7 +58,7 @@ def _abs(ctx, x):
     return ctx.builder.select(negative, ctx.builder.neg(x), x)
 
 
-def _sign(ctx, x):
+def sign(ctx, x):
     builder = ctx.builder
     one, minus_one = constant(ctx.dtype, 1), constant(ctx.dtype, -1)
     if is_float(ctx.dtype):
@@ -69,14 +73,14 @@ def _sign(ctx, x):
     return builder.sub(positive, negative)
 
 
-def _math(name):
+def math_function(name):
     def rule(ctx, x):
         return getattr(mathlib, name)(ctx.builder, x)
 
     return rule
 
 
-def _rounding(name):
+def rounding(name):
     """floor and ceil: integers (and bools) are already whole (NumPy 2 keeps them)."""
 
     def rule(ctx, x):
@@ -85,11 +89,11 @@ def _rounding(name):
     return rule
 
 
-def _square(ctx, x):
-    return _float_binary("fmul", "mul", "and_")(ctx, x, x)
+def square(ctx, x):
+    return float_binary("fmul", "mul", "and_")(ctx, x, x)
 
 
-def _reciprocal(ctx, x):
+def reciprocal(ctx, x):
     builder = ctx.builder
     if is_float(ctx.dtype):
         return builder.fdiv(constant(ctx.dtype, 1.0), x)
@@ -99,25 +103,25 @@ def _reciprocal(ctx, x):
     return builder.select(builder.icmp_signed("==", x, one), one, result)
 
 
-def _isnan(ctx, x):
+def isnan(ctx, x):
     if not is_float(ctx.dtype):
         return ir.Constant(ir.IntType(1), 0)
     return ctx.builder.fcmp_unordered("uno", x, x)
 
 
-def _isinf(ctx, x):
+def isinf(ctx, x):
     if not is_float(ctx.dtype):
         return ir.Constant(ir.IntType(1), 0)
     return ctx.builder.fcmp_ordered("==", mathlib.fabs(ctx.builder, x), constant(ctx.dtype, np.inf))
 
 
-def _isfinite(ctx, x):
+def isfinite(ctx, x):
     if not is_float(ctx.dtype):
         return ir.Constant(ir.IntType(1), 1)
     return ctx.builder.fcmp_ordered("<", mathlib.fabs(ctx.builder, x), constant(ctx.dtype, np.inf))
 
 
-def _logical_not(ctx, x):
+def logical_not(ctx, x):
     if ctx.dtype == np.bool_:
         return ctx.builder.not_(x)
     if is_float(ctx.dtype):
@@ -125,7 +129,7 @@ def _logical_not(ctx, x):
     return ctx.builder.icmp_unsigned("==", x, _zero(x))
 
 
-def _true_divide(ctx, x, y):
+def true_divide(ctx, x, y):
     # Exact IEEE division, as NumPy's: with arcp a division by a loop-invariant value
     # became a multiplication by its hoisted reciprocal (1 ulp off), so a / s recomputed
     # in another kernel where s is not invariant rounded differently, and masks such as
@@ -181,19 +185,19 @@ def _float_divmod(ctx, x, y):
     return quotient, builder.select(y_zero, builder.frem(x, y), mod)
 
 
-def _floor_divide(ctx, x, y):
+def floor_divide(ctx, x, y):
     if is_float(ctx.dtype):
         return _float_divmod(ctx, x, y)[0]
     return _integer_divmod(ctx.builder, x, y)[0]
 
 
-def _mod(ctx, x, y):
+def mod(ctx, x, y):
     if is_float(ctx.dtype):
         return _float_divmod(ctx, x, y)[1]
     return _integer_divmod(ctx.builder, x, y)[1]
 
 
-def _power(ctx, x, y):
+def power(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
         if isinstance(y, ir.Constant):
@@ -225,7 +229,7 @@ def _integer_power(ctx, x, y):
     return result
 
 
-def _maximum(ctx, x, y):
+def maximum(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
         # NumPy: (x > y || isnan(x)) ? x : y  (ties, such as 0.0 and -0.0, give y)
@@ -235,7 +239,7 @@ def _maximum(ctx, x, y):
     return builder.select(compare(">=", x, y), x, y)
 
 
-def _minimum(ctx, x, y):
+def minimum(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
         keep = builder.or_(builder.fcmp_ordered("<", x, y), builder.fcmp_unordered("uno", x, x))
@@ -244,7 +248,7 @@ def _minimum(ctx, x, y):
     return builder.select(compare("<=", x, y), x, y)
 
 
-def _compare(op):
+def compare(op):
     def rule(ctx, x, y):
         builder = ctx.builder
         if is_float(ctx.dtype):
@@ -257,58 +261,20 @@ def _compare(op):
     return rule
 
 
-def _logical(op):
+def logical(op):
     def rule(ctx, x, y):
         return getattr(ctx.builder, op)(ctx.as_bool(x), ctx.as_bool(y))
 
     return rule
 
 
-def _where(ctx, condition, x, y):
+def where(ctx, condition, x, y):
     return ctx.builder.select(condition, x, y)
 
 
-RULES = {
-    "neg": _neg,
-    "abs": _abs,
-    "sign": _sign,
-    "exp": _math("exp"),
-    "expm1": _math("expm1"),
-    "log": _math("log"),
-    "log1p": _math("log1p"),
-    "sqrt": _math("sqrt"),
-    "square": _square,
-    "reciprocal": _reciprocal,
-    "tanh": _math("tanh"),
-    "sin": _math("sin"),
-    "cos": _math("cos"),
-    "erf": _math("erf"),
-    "floor": _rounding("floor"),
-    "ceil": _rounding("ceil"),
-    "isnan": _isnan,
-    "isinf": _isinf,
-    "isfinite": _isfinite,
-    "logical_not": _logical_not,
-    "add": _float_binary("fadd", "add", "or_"),
-    "subtract": _float_binary("fsub", "sub"),
-    "multiply": _float_binary("fmul", "mul", "and_"),
-    "true_divide": _true_divide,
-    "floor_divide": _floor_divide,
-    "mod": _mod,
-    "power": _power,
-    "maximum": _maximum,
-    "minimum": _minimum,
-    "equal": _compare("=="),
-    "not_equal": _compare("!="),
-    "less": _compare("<"),
-    "less_equal": _compare("<="),
-    "greater": _compare(">"),
-    "greater_equal": _compare(">="),
-    "logical_and": _logical("and_"),
-    "logical_or": _logical("or_"),
-    "where": _where,
-    "stop_gradient": lambda ctx, x: x,  # only autodiff sees a difference
-}
+def identity(ctx, x):
+    """``stop_gradient``: only autodiff sees a difference."""
+    return x
 
 
 class RuleContext:
@@ -324,17 +290,28 @@ class RuleContext:
         return as_bool(self.builder, value)
 
 
-def lower_pointwise(kernel, eqn, index):
+def lowered(rule):
+    """The lowering of a pointwise primitive whose ``rule(ctx, *operands)`` computes one
+    element: ``compute(kernel, eqn, index)`` (see ``codegen/lowering_table.py``)."""
+
+    def compute(kernel, eqn, index):
+        return lower_pointwise(kernel, eqn, index, rule)
+
+    compute.rule = rule
+    return compute
+
+
+def lower_pointwise(kernel, eqn, index, rule):
     """The value of a pointwise equation at ``index``: its operands read at the broadcast
-    index and cast to NumPy's loop dtypes, then its rule."""
+    index and cast to NumPy's loop dtypes, then its ``rule``."""
     operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
     out_shape = eqn.out.aval.shape
     operands = [
         kernel.value(atom, broadcast_index(index, atom.aval.shape, out_shape), dtype)
         for atom, dtype in zip(eqn.inputs, operand_dtypes)
     ]
-    dtype = operand_dtypes[-1] if eqn.prim.name == "where" else operand_dtypes[0]
-    return RULES[eqn.prim.name](RuleContext(kernel, dtype), *operands)
+    dtype = operand_dtypes[-1] if eqn.prim is where_p else operand_dtypes[0]
+    return rule(RuleContext(kernel, dtype), *operands)
 
 
 def lower_cast(kernel, eqn, index):
@@ -359,14 +336,14 @@ def lower_cast(kernel, eqn, index):
 
 def loop_dtypes(prim, avals):
     """The dtypes NumPy computes a pointwise primitive in: ``(operand dtypes, output)``."""
-    if prim.name == "where":
+    if prim is where_p:
         from tracejit.tracer.abstract import result_dtype
 
         out = result_dtype(avals[1], avals[2])
         return (np.dtype(np.bool_), out, out), out
-    if prim.name == "cast":
+    if prim is cast_p:
         return (avals[0].dtype,), None
-    if prim.name == "stop_gradient":
+    if prim is stop_gradient_p:
         return (avals[0].dtype,), avals[0].dtype
     if all(aval.weak for aval in avals):
         key = tuple(aval.dtype for aval in avals)

@@ -17,15 +17,15 @@ from tracejit.tracer.ir import Var
 
 from . import dtypes as dt
 from .kernel_index import I1, const, is_flat, reduced_axes, size_of
+from .lowering_table import LOWERINGS
 from .reducer import Reducer
 
 # Row scratch: values that several passes over a row need are kept in a per-row buffer
 # (on the stack, so at most this many elements) when recomputing them would cost at least
-# ROW_SCRATCH_COST (a transcendental counts 10, a division 4, other pointwise ops 1).
+# ROW_SCRATCH_COST (each primitive's ``cost`` in codegen/lowering_table.py: a
+# transcendental counts 10, a division 4, other pointwise ops 1).
 ROW_SCRATCH_LIMIT = 1 << 15
 ROW_SCRATCH_COST = 8
-OP_COSTS = {"exp": 10, "expm1": 10, "log": 10, "log1p": 10, "tanh": 10, "sin": 10,
-            "cos": 10, "power": 10, "true_divide": 4, "floor_divide": 4, "mod": 4, "sqrt": 4}
 
 
 class RowScratch:
@@ -127,7 +127,7 @@ def _inlined_from_eqn(kernel, eqn, stops):
 
 def _cost(kernel, name, stops):
     eqn = kernel.producers[name]
-    cost = OP_COSTS.get(eqn.prim.name, 1 if eqn.prim.kind == "pointwise" else 0)
+    cost = LOWERINGS[eqn.prim].cost
     for atom in eqn.inputs:
         if isinstance(atom, Var) and atom.name not in kernel.schedule.buffers and (
             atom.name not in stops

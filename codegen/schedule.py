@@ -32,19 +32,15 @@ from dataclasses import dataclass, field
 
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import Effect, Eqn, Guard, Var
+from tracejit.tracer.ops import broadcast_to_p, flip_p, reshape_p, slice_p, transpose_p
 from tracejit.tracer.shapes import size_of
 
 from .dtypes import check_supported
-
-VIEW_PRIMITIVES = {"reshape", "transpose", "broadcast_to", "slice", "flip", "pad",
-                   "concatenate", "gather", "sliding_window"}
-REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
-CREATION = {"full", "iota"}
-
+from .lowering_table import LOWERINGS
 
 # Views NumPy makes without copying (given a base it can view): an output that is a chain
 # of these over an input is returned as NumPy's view of the caller's array, as eager does.
-NUMPY_VIEWS = ("slice", "transpose", "reshape", "flip", "broadcast_to")
+NUMPY_VIEWS = (slice_p, transpose_p, reshape_p, flip_p, broadcast_to_p)
 
 
 MAX_INLINED = 96  # equations one kernel may inline (see _Scheduler.bound_expressions)
@@ -86,7 +82,7 @@ class Kernel:
     convolution)."""
 
     name: str
-    kind: str  # pointwise, reduce, matmul, conv, scatter
+    kind: str  # codegen/kernel_kinds.py: pointwise, reduce, matmul, conv, scatter
     root: Var
     stages: list = field(default_factory=list)
     matmul: Eqn | None = None
@@ -123,7 +119,7 @@ def reshaped_buffer(var, producers, buffers):
         eqn = producers.get(var.name)
         if var.name in buffers:
             return var
-        if eqn is None or eqn.prim.name != "reshape":
+        if eqn is None or eqn.prim is not reshape_p:
             return var
         var = eqn.inputs[0]
     return None
@@ -147,7 +143,7 @@ def input_view(graph, atom, producers=None):
     chain = []
     while isinstance(atom, Var) and atom.name not in positions:
         eqn = producers.get(atom.name)
-        if eqn is None or eqn.prim.name not in NUMPY_VIEWS or not _static_params(eqn):
+        if eqn is None or eqn.prim not in NUMPY_VIEWS or not _static_params(eqn):
             return None
         chain.append(eqn)
         atom = eqn.inputs[0]
@@ -162,7 +158,7 @@ def _static_params(eqn):
         for item in value if isinstance(value, tuple) else (value,):
             if not isinstance(item, (int, DimExpr)) or isinstance(item, bool):
                 return False
-    if eqn.prim.name == "slice":
+    if eqn.prim is slice_p:
         return all(isinstance(step, int) and step > 0 for step in eqn.params_dict["steps"])
     return True
 
@@ -217,19 +213,19 @@ class _Scheduler:
                     if isinstance(atom, Var) and atom.name in self.producers:
                         self.materialize(atom, "output")
             elif isinstance(item, Eqn):
-                name = item.prim.name
-                if name in ("matmul", "scatter_add"):
+                kind = LOWERINGS[item.prim].kernel
+                if kind == "matmul":  # reads buffers, reshapes and transposes of them
                     self.materialize(item.out)
                     for operand in item.inputs:
                         if isinstance(operand, Var) and operand.name in self.producers:
-                            if name == "scatter_add" or not self._readable_by_matmul(operand):
+                            if not self._readable_by_matmul(operand):
                                 self.materialize(operand)
-                elif item.prim.kind == "conv":  # reads its operands as buffers
+                elif kind in ("scatter", "conv"):  # read their operands as buffers
                     self.materialize(item.out)
                     for operand in item.inputs:
                         if isinstance(operand, Var) and operand.name in self.producers:
                             self.materialize(operand)
-                elif name == "reshape":
+                elif item.prim is reshape_p:
                     source = item.inputs[0]
                     if (
                         isinstance(source, Var)
@@ -262,7 +258,7 @@ class _Scheduler:
         then written once, by the kernel that gathers the windows, not copied again."""
         eqn = self.producers.get(operand.name)
         base = operand
-        if eqn is not None and eqn.prim.name == "transpose":
+        if eqn is not None and eqn.prim is transpose_p:
             perm = eqn.params_dict["perm"]
             rank = len(perm)
             swaps_last_two = perm[:-2] == tuple(range(rank - 2)) and perm[-2:] == (
@@ -313,7 +309,7 @@ class _Scheduler:
             for inner in sorted(owners, key=self.order.__getitem__):
                 roots = owners[inner]
                 eqn = self.producers[inner]
-                if eqn.prim.name not in REDUCTIONS:
+                if not _is_reduction(eqn):
                     continue
                 if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
                     changed |= self.materialize(eqn.out)
@@ -337,9 +333,9 @@ class _Scheduler:
             if not any(isinstance(atom, Var) and atom.name in reaching for atom in eqn.inputs):
                 continue
             reaching.add(name)
-            if eqn.prim.kind == "pointwise" or eqn.prim.name in REDUCTIONS:
+            if eqn.prim.kind == "pointwise" or _is_reduction(eqn):
                 continue
-            if eqn.prim.name == "reshape" and _unit_dims_only(eqn.inputs[0].aval.shape,
+            if eqn.prim is reshape_p and _unit_dims_only(eqn.inputs[0].aval.shape,
                                                             eqn.out.aval.shape):
                 continue  # s[:, None]: the same rows
             return False  # a view on the way to the root (c[::-1] = a + s too)
@@ -348,7 +344,7 @@ class _Scheduler:
     def _row_shape(self, root):
         """The shape a root's kernel iterates over: its own, or a reduction root's input."""
         eqn = self.producers[root.name]
-        if eqn.prim.name in REDUCTIONS:
+        if _is_reduction(eqn):
             return eqn.inputs[0].aval.shape, _reduced_axes(eqn)
         return root.aval.shape, None
 
@@ -416,7 +412,7 @@ class _Scheduler:
                     if eqn.prim.kind != "pointwise" or eqn.out.aval.shape != product.aval.shape:
                         return None
                     depends.add(inner)
-                if eqn.prim.name in REDUCTIONS or _has_epilogue(eqn):
+                if _is_reduction(eqn) or _has_epilogue(eqn):
                     return None
             return root
         return None
@@ -430,21 +426,14 @@ class _Scheduler:
             stages = [
                 self.producers[inner].out
                 for inner in sorted(self.inlined(root), key=self.order.__getitem__)
-                if self.producers[inner].prim.name in REDUCTIONS
+                if _is_reduction(self.producers[inner])
             ]
-            if name in epilogues:
+            if name in epilogues:  # the kernel of the product the root's expression reads
                 matmul = epilogues[name]
-                kind = "conv" if matmul.prim.kind == "conv" else "matmul"
-            elif eqn.prim.name == "matmul":
-                kind, matmul = "matmul", eqn
-            elif eqn.prim.kind == "conv":
-                kind, matmul = "conv", eqn
-            elif eqn.prim.name == "scatter_add":
-                kind, matmul = "scatter", None
-            elif eqn.prim.name in REDUCTIONS:
-                kind, matmul = "reduce", None
+                kind = LOWERINGS[matmul.prim].kernel
             else:
-                kind, matmul = "pointwise", None
+                kind = LOWERINGS[eqn.prim].kernel
+                matmul = eqn if kind in ("matmul", "conv") else None
             label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
             kernels.append(Kernel(label, kind, root, stages, matmul))
         return kernels
@@ -461,7 +450,11 @@ def _unit_dims_only(before, after):
 
 def _has_epilogue(eqn):
     """Kernels that can apply a pointwise consumer of their product as an epilogue."""
-    return eqn.prim.name == "matmul" or eqn.prim.name == "conv2d"
+    return LOWERINGS[eqn.prim].epilogue
+
+
+def _is_reduction(eqn):
+    return LOWERINGS[eqn.prim].kernel == "reduce"
 
 
 def _reduced_axes(eqn):

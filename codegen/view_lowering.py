@@ -1,5 +1,5 @@
 """Views and creation as index arithmetic: one rule per primitive, ``rule(kernel, eqn,
-index) -> value``.
+index) -> value`` (``codegen/lowering_table.py`` gives each primitive its rule).
 
 A view is never stored: the kernel that reads it maps its own index to the index of the
 view's input and reads that (transpose permutes the index, slice scales and shifts it, pad
@@ -14,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Literal
+from tracejit.tracer.ops import reshape_p
 
 from . import dtypes as dt
 from .kernel_index import (
@@ -67,7 +68,7 @@ def _reshape_base(kernel, var):
     """The buffer a chain of reshapes reads (reshapes keep the linear order)."""
     while var.name not in kernel.schedule.buffers or var.name == kernel.kernel.root.name:
         eqn = kernel.producers.get(var.name)
-        if eqn is None or eqn.prim.name != "reshape":
+        if eqn is None or eqn.prim is not reshape_p:
             return None
         var = eqn.inputs[0]
     return var
@@ -196,17 +197,3 @@ def iota(kernel, eqn, index):
 def full(kernel, eqn, index):
     return kernel.literal(Literal.of(eqn.params_dict["value"]), eqn.out.aval.dtype)
 
-
-VIEW_RULES = {
-    "broadcast_to": broadcast_to,
-    "reshape": reshape,
-    "transpose": transpose,
-    "slice": slice_,
-    "sliding_window": sliding_window,
-    "flip": flip,
-    "pad": pad,
-    "concatenate": concatenate,
-    "gather": gather,
-    "iota": iota,
-    "full": full,
-}

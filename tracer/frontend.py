@@ -947,7 +947,8 @@ class Hooks:
             traced = self._traced_copy(container)
             traced[index] = value
             return traced
-        if outside:  # the caller's container (an argument): compiled runs would skip this
+        if outside and not _holds(container, index, value):
+            # the caller's container (an argument): compiled runs would skip this
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(container).__name__}")
         container[index] = value
@@ -963,6 +964,12 @@ class Hooks:
             # dW[ids] += g into np.zeros: read through the traced copy the write makes,
             # not NumPy's indexing (which would read the traced position as a number)
             container = self._traced_copy(container)
+        if isinstance(container, (dict, list)) and is_traced(container[index]):
+            # params[k] -= v on an array a dict or list holds: NumPy updates that array in
+            # place (every name for it sees it) and stores the same object back.
+            operation = "i" + operation
+        # (container[index] is not kept in a name: a view of a traced array must be gone
+        # before set_item writes into that array)
         updated = getattr(operator, operation)(container[index], value)
         return self.set_item(container, index, updated, outside)
 
@@ -1010,6 +1017,17 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _holds(container, index, value):
+    """Whether ``container[index]`` is ``value`` already: ``params[k] -= lr * g`` updates
+    the array in place and stores the same object back, changing nothing in the dict."""
+    if not isinstance(container, (dict, list)):
+        return False
+    try:
+        return container[index] is value
+    except (KeyError, IndexError, TypeError):
+        return False
 
 
 def default_roots(fn, args, kwargs):

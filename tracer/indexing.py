@@ -23,6 +23,7 @@ from .dims import SymInt, SymRange, surely, value_of
 from .errors import TraceError, UnsupportedIndexError
 from .locations import user_location
 from .ops import ndim_of, shape_of
+from .pending import deferred, is_pending, recording_only
 from .primitives import current_context, is_traced
 from .shapes import broadcast_shapes, size_of
 
@@ -316,11 +317,64 @@ def setitem(x, index, value):
         return masked
     plan = IndexPlan(tuple(shape_of(x)), index)
     selected_shape = plan.result_shape()
-    value = _broadcast_value(value, selected_shape, x)
-    if getattr(value, "dtype", None) != x.dtype:
-        value = ops.bind(ops.cast_p, value, dtype=x.dtype)
-    ones = ops.full(selected_shape, True, np.bool_, like=x)
-    return ops.bind(ops.where_p, _scatter(plan, ones), _scatter(plan, value), x)
+    assigned = value
+    # The mask and the scattered value span the whole of x (a loop's hs[:, t] = h: the
+    # whole buffer, three times per trip): recorded, computed only if something reads them.
+    with recording_only():
+        value = _broadcast_value(value, selected_shape, x)
+        if getattr(value, "dtype", None) != x.dtype:
+            value = ops.bind(ops.cast_p, value, dtype=x.dtype)
+        ones = ops.full(selected_shape, True, np.bool_, like=x)
+        result = ops.bind(ops.where_p, _scatter(plan, ones), _scatter(plan, value), x)
+    if hasattr(result, "lazy_value") and not isinstance(assigned, (list, tuple)):
+        try:
+            numpy_index = _as_numpy(index)
+        except _NotNumPy:  # its value from the recorded equations, when read
+            return result
+        # Its value by NumPy's assignment into a copy (when first read, if x or the value
+        # is itself pending).
+        operands = [_lazy(x), numpy_index, _lazy(assigned)]
+        if any(is_pending(operand) for operand in operands):
+            result.value = deferred(_assign, operands, [is_traced(x), True, is_traced(assigned)])
+        else:
+            result.value = _assign(*operands)
+    return result
+
+
+def _assign(target, index, value):
+    result = np.array(target)
+    result[index] = value
+    return result
+
+
+def _lazy(value):
+    return value.lazy_value() if hasattr(value, "lazy_value") else value_of(value)
+
+
+class _NotNumPy(Exception):
+    pass
+
+
+def _as_numpy(index):
+    """``index`` with traced arrays and dims replaced by their values, as NumPy reads it
+    (``_NotNumPy`` when it holds something else)."""
+    if isinstance(index, tuple):
+        return tuple(_as_numpy(part) for part in index)
+    if isinstance(index, list):
+        return [_as_numpy(part) for part in index]
+    if isinstance(index, slice):
+        return slice(*(_as_numpy(bound) for bound in (index.start, index.stop, index.step)))
+    if isinstance(index, SymRange):
+        return np.arange(*(value_of(bound) for bound in index.bounds))
+    if isinstance(index, SymInt):
+        return value_of(index)
+    if is_traced(index) and hasattr(index, "lazy_value"):
+        return np.asarray(index.value)
+    if index is None or index is Ellipsis or isinstance(
+        index, (bool, int, np.bool_, np.integer, np.ndarray)
+    ):
+        return index
+    raise _NotNumPy(type(index).__name__)
 
 
 def _broadcast_value(value, shape, x):

@@ -321,13 +321,19 @@ def run_loop(context, range_function, range_args, body, names, frame_locals, loc
         return _unrolled(body, iterator(range_args), values)
     first = value_of(start)
     originals = values
+    # What enters iteration 0, before it writes a buffer in place (hs[t] = h keeps the
+    # object and moves its var): the loop's operands when that iteration joins the loop.
+    entering = [_entering_var(context, value) for value in values]
     snapshots = [snapshot(value) for value in values]
+    recorded = len(context.body)
     # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
     # index is that dim, so what it reads follows the trip count.
     values = tuple(body(start if isinstance(start, SymInt) else first, *values))
+    if not _quiet_items(context.body[recorded:]):
+        entering = None  # its guards and prints stay in the graph: it stays peeled
     try:
         return _capture(context, body, names, originals, snapshots, values, start, stop, step,
-                        trips if trips is not None else count, where)
+                        trips if trips is not None else count, where, entering)
     except Refused as refusal:
         _note(context, where, str(refusal))
         return _unrolled(body, range(first + step, value_of(stop), step) if not isinstance(
@@ -647,18 +653,52 @@ def _with_atoms(item, atom):
 
 
 def _capture(context, body, names, originals, snapshots, values, start, stop, step, count,
-             where):
-    from .ops.control import LoopGuardFailed, loop_p, run_body
+             where, entering):
+    """The loop equations, their results the carried values after the last trip. The
+    peeled iteration 0 becomes the loop's first trip when it can (``_first_trip_fits``):
+    one copy of the body's kernels, and a buffer written at the index is written in place
+    from its first trip."""
+    carries = _carries(context, names, originals, snapshots, values, start, stop, step, count)
+    if entering is not None and _first_trip_fits(carries, entering):
+        try:
+            return _capture_trips(context, body, carries, start, stop, step, where,
+                                  from_first=entering)
+        except Refused:  # the index decides something at trip 0: peel it after all
+            carries = _carries(context, names, originals, snapshots, values, start, stop, step,
+                               count)
+    return _capture_trips(context, body, carries, start, stop, step, where, from_first=None)
+
+
+def _entering_var(context, value):
+    """The var of a value entering iteration 0: a traced array's, or a NumPy array's as a
+    constant of the graph (``h = np.zeros(H)``); None for anything else."""
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return context.atom(value)[0]
+    return getattr(value, "ir_var", None)
+
+
+def _first_trip_fits(carries, entering):
+    """Whether the values entering iteration 0 (``entering``: their vars) are what the body
+    takes at every trip: arrays (no containers or counters) of the same shapes, dtypes and
+    weak types."""
+    return all(type(carry) is _ArrayCarry and var is not None
+               and var.aval == carry.value.ir_var.aval for carry, var in zip(carries, entering))
+
+
+def _capture_trips(context, body, carries, start, stop, step, where, from_first):
+    """``from_first``: the vars entering iteration 0 when it joins the loop, else None."""
+    from .ops.control import LoopGuardFailed, loop_p
     from .tracing import Tracer
 
-    carries = _carries(context, names, originals, snapshots, values, start, stop, step, count)
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
     constants_before = len(context.constants)
     try:
-        index = LoopIndex(context, index_name, start, stop, step)
+        # from_first: what the trials decide about the index must hold at trip 0 too
+        first = start - step if from_first is not None else start
+        index = LoopIndex(context, index_name, first, stop, step)
     except IndexRefused as refusal:
         raise Refused(str(refusal)) from None
     try:
@@ -701,7 +741,7 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
         reason = refusal(graph)
         if reason is not None:
             raise Refused(f"{reason}; the trace records gradients")
-    start_expr = expr_of(start) + step
+    start_expr = expr_of(start) + (0 if from_first is not None else step)
     loop_params = dict(body=graph, index=index_name, start=start_expr, stop=expr_of(stop),
                        step=step, num_carry=len(slots))
     # Real values: iterations 1 and 2 were traced on real data; the rest run when
@@ -719,7 +759,8 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
             raise Refused(f"{failure} on this call (the if goes another way in a later "
                           "iteration)") from None
         emit_prints(context, trial1.prints + trial2.prints + prints)
-    operands = tuple(slot.ir_var for slot in slots) + tuple(free_vars)
+    entering = from_first if from_first is not None else [slot.ir_var for slot in slots]
+    operands = tuple(entering) + tuple(free_vars)
     tracers = []
     for position, (slot, final) in enumerate(zip(slots, finals)):
         params = tuple(sorted({**loop_params, "output": position}.items()))
@@ -778,8 +819,13 @@ def _deferrable(context, body):
 
 
 def _quiet(graph):
+    return _quiet_items(graph.body)
+
+
+def _quiet_items(items):
+    """No guard or print among ``items``, nor in the bodies of loops among them."""
     return all(isinstance(item, Eqn) and (item.prim.name != "loop" or _quiet(
-        item.params_dict["body"])) for item in graph.body)
+        item.params_dict["body"])) for item in items)
 
 
 def _affine(value1, value2):

@@ -21,7 +21,12 @@ anyway (``runtime.jit``), so the first call costs one trace, one compile and one
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
+
+_scope = threading.local()
 
 
 class Pending:
@@ -62,6 +67,28 @@ def deferred(function, values, traced=None):
     snapshot = [np.array(value) if isinstance(value, np.ndarray) and not owned else value
                 for value, owned in zip(values, traced)]
     return Pending(lambda: function(*[force(value) for value in snapshot]))
+
+
+@contextlib.contextmanager
+def recording_only():
+    """Equations bound in this scope are recorded, their values computed only if read:
+    ``x[:, t] = h`` records a mask and a scatter over the whole buffer that nobody reads
+    (``indexing.setitem`` computes the result by NumPy's own assignment instead).
+
+    >>> with recording_only():
+    ...     recording_lazily()
+    True
+    """
+    previous = getattr(_scope, "lazy", False)
+    _scope.lazy = True
+    try:
+        yield
+    finally:
+        _scope.lazy = previous
+
+
+def recording_lazily():
+    return getattr(_scope, "lazy", False)
 
 
 def has_effects(graph):

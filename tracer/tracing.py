@@ -39,7 +39,7 @@ from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
 from .ops import reshape_p
-from .pending import Pending, deferred, force, is_pending
+from .pending import Pending, deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
 from .shapes import pow2_bucket
 
@@ -411,7 +411,7 @@ class TracingContext:
             _check_result(prim, out_aval, out_value)
             return out_value
 
-        if any(is_pending(value) for value in values):  # after a captured loop: on demand
+        if recording_lazily() or any(is_pending(value) for value in values):  # on demand
             out_value = deferred(compute, values, [isinstance(arg, Tracer) for arg in args])
             if out_aval.weak:
                 out_value.like = np.zeros((), out_aval.dtype).item()

@@ -30,15 +30,12 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from .ops import dtype_of
+from .out_arguments import write_out
 from .shapes import ShapeError, normalize_axis
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
 _LETTERS = string.ascii_letters
-
-
-def _dtype_of(value):
-    dtype = getattr(value, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -134,15 +131,15 @@ def _diagonal(x, labels):
         col = ops.reshape(ops.iota(size, np.int64, like=x),
                           tuple(size if axis == second else 1 for axis in range(rank)))
         # A select, not a multiply by eye: inf and NaN off the diagonal stay out of it.
-        x = _sum(np.where(row == col, x, np.zeros((), _dtype_of(x))), (second,))
+        x = _sum(np.where(row == col, x, np.zeros((), dtype_of(x))), (second,))
         del labels[second]
 
 
 def _sum(x, axes):
     """A sum that keeps ``x``'s dtype, as einsum's does (bools: any; small ints wrap)."""
-    dtype = _dtype_of(x)
+    dtype = dtype_of(x)
     total = ops.reduce_sum(x, axes)
-    return total if _dtype_of(total) == dtype else total.astype(dtype)
+    return total if dtype_of(total) == dtype else total.astype(dtype)
 
 
 def _sum_labels(x, labels, drop):
@@ -262,9 +259,7 @@ def einsum(*arguments, out=None, optimize=False, dtype=None, order="K", casting=
         # final sum over one element makes it one under the tracer too.
         result = _sum(ops.reshape(result, (1,)), (0,))
     if out is not None:
-        from .numpy_api import _write_out  # cycle: numpy_api -> einsum
-
-        return _write_out(out, result, "np.einsum")
+        return write_out(out, result, "np.einsum")
     return result
 
 

@@ -47,7 +47,8 @@ from .loop_containers import StackedList, stack_call
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
 from .loops import note_unrolled, rewrite_for, run_loop
-from .numpy_api import _check_out, arange
+from .numpy_api import arange
+from .out_arguments import check_out
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 
@@ -983,7 +984,7 @@ class Hooks:
                                "compiled runs would skip it. Return the new array instead")
             current = self.context.replaced.get(id(target), target)
             result = getattr(operator, operation)(current, value)
-            _check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
+            check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
             return self.set_item(target, Ellipsis, result, False)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 

@@ -22,14 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import UnsupportedError, as_numpy_would
-from .ops import reshape, shape_of
+from .ops import dtype_of, reshape, shape_of
 
 _NO_VALUE = np._NoValue  # NumPy's "not given", so a caller's keepdims=False still counts
-
-
-def dtype_of(value):
-    dtype = getattr(value, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
 
 
 def real_value(value):

@@ -23,7 +23,7 @@ from . import ops
 from .abstract import abstractify
 from .dims import SymInt
 from .einsum import einsum, tensordot
-from .errors import UnsupportedError, as_numpy_would
+from .errors import UnsupportedError
 from .flat_index import ravel_multi_index, unravel_index
 from .indexing import add_at, getitem
 from .nan_reductions import (
@@ -38,16 +38,12 @@ from .nan_reductions import (
     nansum,
     nanvar,
 )
-from .primitives import bind, current_context, is_traced
+from .out_arguments import write_out
+from .primitives import bind
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 
-shape_of, ndim_of = ops.shape_of, ops.ndim_of
-
-
-def dtype_of(value):
-    dtype = getattr(value, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
 
 def _no_out(name, out):
@@ -336,7 +332,7 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A
     if high is not None:
         result = np.minimum(result, high)
     if out is not None:  # np.clip(x, lo, hi, out=x): written through, as NumPy does
-        return _write_out(out, result, "np.clip")
+        return write_out(out, result, "np.clip")
     return result
 
 
@@ -775,59 +771,8 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
             "convert with .numpy() for plain NumPy, or write it with supported ops"
         )
     result = astype(result, dtype) if dtype is not None else result
-    return result if out is None else _write_out(out[0], result, name)
+    return result if out is None else write_out(out[0], result, name)
 
-
-def _concrete_shape(value):
-    """The shape in this call: a tracer's real value's (no guard on symbolic dims)."""
-    real = getattr(value, "value", None)
-    if real is not None and hasattr(real, "shape"):
-        return tuple(real.shape)
-    shape = getattr(value, "shape", None)
-    return tuple(shape) if shape is not None else np.shape(value)
-
-
-def _check_out(target, result, name):
-    """Raise as NumPy does when ``result`` cannot be written into ``out=target``: a shape
-    the target cannot hold, or a dtype that does not cast "same_kind" (``int += float``).
-    The eager run a traced call falls back to then raises the same error."""
-    shape, expected = _concrete_shape(result), _concrete_shape(target)
-    try:
-        fits = shape == expected or np.broadcast_shapes(shape, expected) == expected
-    except ValueError:
-        fits = False
-    if not fits:
-        raise as_numpy_would(ValueError(
-            f"non-broadcastable output operand with shape {expected} doesn't match the "
-            f"broadcast shape {shape}"))
-    source, destination = dtype_of(result), dtype_of(target)
-    if not np.can_cast(source, destination, "same_kind"):
-        try:  # NumPy's own error (a UFuncTypeError), from a 0-d call of the same ufunc
-            getattr(np, name.removeprefix("np."), np.add)(
-                np.zeros((), source), np.zeros((), source), out=np.zeros((), destination))
-        except TypeError as error:
-            raise as_numpy_would(error) from None
-
-
-def _write_out(target, result, name):
-    """``ufunc(..., out=target)``: the result written into ``target``, as NumPy does (with
-    its dtype). A traced or tracked result written into a plain ndarray goes through the
-    trace's buffer writes (so every name for the buffer sees it), or, eagerly, is refused:
-    NumPy would keep the values and drop the history."""
-    _check_out(target, result, name)
-    if getattr(type(target), "__tracejit_priority__", 0) >= 1:
-        target[...] = result
-        return target
-    context = current_context()
-    if is_traced(result) and context is not None and (
-        context.hooks is not None
-    ):
-        return context.hooks.set_item(target, Ellipsis, result, False)
-    if getattr(result, "requires_grad", False):
-        raise TypeError(f"{name}(..., out=ndarray) with an input that requires grad would "
-                        f"drop its gradient; assign the result instead (y = {name}(...))")
-    np.copyto(target, np.asarray(getattr(result, "data", result)), casting="same_kind")
-    return target
 
 
 FUNCTIONS = {

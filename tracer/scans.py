@@ -24,6 +24,8 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from .ops import dtype_of
+from .out_arguments import write_out
 from .shapes import normalize_axis
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
@@ -41,11 +43,6 @@ def _check_length(n, limit, name):
             f"np.{name} along an axis of {n} elements: tracejit composes it from an (n, n) "
             f"matrix, which it refuses past n = {limit}; compute it outside the compiled "
             "function")
-
-
-def _dtype_of(value):
-    dtype = getattr(value, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
 
 
 def _along_last(a, axis):
@@ -69,13 +66,13 @@ def cumsum(a, axis=None, dtype=None, out=None):
     if not hasattr(a, "shape"):
         a = np.asarray(a)
     if dtype is None:
-        dtype = np.cumsum(np.zeros(1, _dtype_of(a))).dtype  # NumPy's accumulator dtype
+        dtype = np.cumsum(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
     dtype = np.dtype(dtype)
     if axis is not None and ndim_of(a) == 0:
         raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
                                       "dimension 0")
     x, _, moved = _along_last(a, axis)
-    if _dtype_of(x) != dtype:
+    if dtype_of(x) != dtype:
         x = x.astype(dtype)
     n = shape_of(x)[-1]
     _check_length(n, CUMSUM_LIMIT, "cumsum")
@@ -89,13 +86,11 @@ def cumsum(a, axis=None, dtype=None, out=None):
     else:
         terms = np.where(upper, ops.reshape(x, shape_of(x) + (1,)), np.zeros((), dtype))
         result = ops.reduce_sum(terms, (ndim_of(x) - 1,))
-        if _dtype_of(result) != dtype:
+        if dtype_of(result) != dtype:
             result = result.astype(dtype)
     result = _back(result, moved)
     if out is not None:
-        from .numpy_api import _write_out  # cycle: numpy_api -> scans
-
-        return _write_out(out, result, "np.cumsum")
+        return write_out(out, result, "np.cumsum")
     return result
 
 
@@ -105,14 +100,14 @@ def _float_cumsum(x, upper):
     infinity is not in, so the finite values are summed apart and the running counts of
     NaN, +inf and -inf decide the rest (NaN once a NaN or both infinities came by)."""
     finite = np.isfinite(x)
-    result = ops.matmul(np.where(finite, x, np.zeros((), _dtype_of(x))), upper)
+    result = ops.matmul(np.where(finite, x, np.zeros((), dtype_of(x))), upper)
 
     def seen(mask):  # whether a running sum has met an element where mask holds
-        return ops.matmul(mask.astype(_dtype_of(x)), upper) > 0
+        return ops.matmul(mask.astype(dtype_of(x)), upper) > 0
 
     nan, up, down = seen(np.isnan(x)), seen(x == np.inf), seen(x == -np.inf)
     special = np.where(nan | (up & down), np.nan, np.where(up, np.inf, -np.inf))
-    return np.where(nan | up | down, special.astype(_dtype_of(x)), result)
+    return np.where(nan | up | down, special.astype(dtype_of(x)), result)
 
 
 def _before(x):
@@ -129,7 +124,7 @@ def _no_ties(x):
     so a later call with ties leaves compiled code for NumPy."""
     ordered = sort(x, axis=-1)
     repeats = np.any(ordered[..., 1:] == ordered[..., :-1])
-    if _dtype_of(x).kind != "f":
+    if dtype_of(x).kind != "f":
         return bool(~repeats)
     # Floats: computed values differ from NumPy's by rounding, so a guard on their
     # equality could rarely be decided (every call would run eagerly); the ties of the
@@ -145,11 +140,11 @@ def _comparisons(x):
     mine = ops.reshape(x, shape_of(x) + (1,))
     other = ops.reshape(x, shape_of(x)[:-1] + (1, n))
     earlier = _positions(n, x, (1, n)) < _positions(n, x, (n, 1))
-    if _dtype_of(x).kind == "f":
+    if dtype_of(x).kind == "f":
         mine_nan, other_nan = np.isnan(mine), np.isnan(other)
         less = (other < mine) | (mine_nan & ~other_nan)
         equal = (other == mine) | (mine_nan & other_nan)
-    elif _dtype_of(x).kind == "b":
+    elif dtype_of(x).kind == "b":
         less = ~other & mine
         equal = other == mine
     else:
@@ -182,7 +177,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
         raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
                                       "dimension 0")
     x, _, moved = _along_last(a, axis)
-    dtype = _dtype_of(x)
+    dtype = dtype_of(x)
     placed = _placement(x)
     values = ops.reshape(x, shape_of(x) + (1,))
     if dtype.kind == "b":
@@ -191,7 +186,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
         # One element lands at each position: the sum over i is that element, exactly.
         result = ops.reduce_sum(np.where(placed, values, np.zeros((), dtype)),
                                 (ndim_of(x) - 1,))
-        if _dtype_of(result) != dtype:
+        if dtype_of(result) != dtype:
             result = result.astype(dtype)
     return _back(result, moved)
 
@@ -219,6 +214,6 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     placed = _placement(x)
     index = _positions(n, x, (n, 1))
     result = ops.reduce_sum(np.where(placed, index, np.zeros((), np.int64)), (ndim_of(x) - 1,))
-    if _dtype_of(result) != np.dtype(np.intp):
+    if dtype_of(result) != np.dtype(np.intp):
         result = result.astype(np.intp)
     return _back(result, moved)

@@ -51,6 +51,21 @@ def _error(message, location=None):
     return TraceError(f"{prefix}{message}{source}")
 
 
+def _scalar_preserving(method):
+    """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
+    where on a 0-d array it gives a 0-d array."""
+
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if _is_numpy_scalar(self) and isinstance(result, Tracer) and not result.shape:
+            result.value = _numpy_scalar(result)
+        return result
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
 class Tracer(ArrayMethods):
     """A traced array: the IR var it stands for, its real value, and its live shape."""
 
@@ -60,6 +75,15 @@ class Tracer(ArrayMethods):
     __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "quotient",
                  "__weakref__")
     __tracejit_priority__ = 2
+
+    # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
+    astype = _scalar_preserving(ArrayMethods.astype)
+    copy = _scalar_preserving(ArrayMethods.copy)
+    transpose = _scalar_preserving(ArrayMethods.transpose)
+    reshape = _scalar_preserving(ArrayMethods.reshape)
+    squeeze = _scalar_preserving(ArrayMethods.squeeze)
+    clip = _scalar_preserving(ArrayMethods.clip)
+    T = property(_scalar_preserving(ArrayMethods.T.fget))
 
     def __init__(self, context, var, value, shape):
         self.context = context
@@ -682,13 +706,16 @@ def _is_dynamic_scalar(dynamic, argument, argument_names, leaf_index):
     return argument in dynamic or name in dynamic
 
 
-def _leaf_names(fn, args, kwargs, treedef_count):
-    """Best-effort parameter names for top-level arguments (for ``dynamic={"x": ...}``)."""
+def _argument_names(fn, args, kwargs, partial=False):
+    """The parameter of ``fn`` each argument binds to, in order, or ``None`` where the
+    signature cannot be read or does not take these arguments (with ``partial``, missing
+    arguments are allowed)."""
     try:
-        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
-        return list(bound.arguments)
+        signature = inspect.signature(fn)
+        bound = (signature.bind_partial if partial else signature.bind)(*args, **kwargs)
     except (TypeError, ValueError):
-        return [None] * treedef_count
+        return None
+    return list(bound.arguments)
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=False,
@@ -721,7 +748,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     context.records_gradients = bool(grad) and any(
         getattr(value, "requires_grad", False)
         for value in (*leaves, *(obj for _, obj in implicit.values())))
-    argument_names = _leaf_names(fn, args, kwargs, len(args))
+    # best effort, for dynamic={"x": ...}
+    argument_names = _argument_names(fn, args, kwargs, partial=True) or [None] * len(args)
     top_level = pytree.argument_positions(args, kwargs)
 
     input_specs, traced_leaves, symbols_by_size = [], [], {}
@@ -914,25 +942,6 @@ def _is_numpy_scalar(tracer):
     return isinstance(tracer.value, np.generic)
 
 
-def _scalar_preserving(method):
-    """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
-    where on a 0-d array it gives a 0-d array."""
-
-    def wrapper(self, *args, **kwargs):
-        result = method(self, *args, **kwargs)
-        if _is_numpy_scalar(self) and isinstance(result, Tracer) and not result.shape:
-            result.value = _numpy_scalar(result)
-        return result
-
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
-for _name in ("astype", "copy", "transpose", "reshape", "squeeze", "clip"):
-    setattr(Tracer, _name, _scalar_preserving(getattr(ArrayMethods, _name)))
-Tracer.T = property(_scalar_preserving(ArrayMethods.T.fget))
-
 
 def _picks_one_element(index):
     """``x[index]`` is a NumPy scalar (not a 0-d array): integers only, no ``...``."""
@@ -944,12 +953,10 @@ def _picks_one_element(index):
 
 def _parameter_leaves(fn, args, kwargs, top_level):
     """Parameter name -> argument leaf position, for arguments that are single leaves."""
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):
+    names = _argument_names(fn, args, kwargs)
+    if names is None:
         return {}
     positions = {}
-    names = list(bound.arguments)
     for leaf, argument in enumerate(top_level):
         name = names[argument] if isinstance(argument, int) and argument < len(names) else (
             argument)

@@ -69,12 +69,12 @@ class KernelBuilder:
         self.status = arguments[-1]
         entry = self.function.append_basic_block("entry")
         body = self.function.append_basic_block("body")
-        self.entry = ir.IRBuilder(entry)
-        self.b = ir.IRBuilder(body)
+        self.entry = ir.IRBuilder(entry)  # allocas and loop-invariant dims
+        self.ir_builder = ir.IRBuilder(body)  # where the loop nest is being emitted
         self.first_body = body
         self.dim_values = DimValues(self.entry, self.symbols)
         self.strides = {}
-        self.cache = [{}]
+        self.memo_scopes = [{}]  # one per open loop: values computed at an index in it
         self.stage_values = {}  # a stage's value for the current row (row_fusion)
         self.errors = {}
         self.overrides = {}  # a value read from another buffer: the product an epilogue reads
@@ -88,11 +88,12 @@ class KernelBuilder:
 
     def finish(self):
         """Close ``impl``: report the error flags in the status, return."""
+        builder = self.ir_builder
         for code, flag in self.errors.items():
-            failed = self.b.load(flag, typ=I1)
-            old = self.b.load(self.status, typ=I32)
-            self.b.store(self.b.select(failed, ir.Constant(I32, code), old), self.status)
-        self.b.ret_void()
+            failed = builder.load(flag, typ=I1)
+            old = builder.load(self.status, typ=I32)
+            builder.store(builder.select(failed, ir.Constant(I32, code), old), self.status)
+        builder.ret_void()
         self.entry.branch(self.first_body)
 
     def entry_function(self, split):
@@ -100,6 +101,11 @@ class KernelBuilder:
         return entry_function(self, split)
 
     _entry_function = entry_function  # the name codegen/conv*.py call
+
+    @property
+    def b(self):
+        """``ir_builder``, under the name codegen/conv*.py use."""
+        return self.ir_builder
 
     def root_eqn(self):
         return self.producers[self.kernel.root.name]
@@ -123,32 +129,34 @@ class KernelBuilder:
 
     # --- memory -----------------------------------------------------------------------
     def address(self, name, index, dtype):
+        builder = self.ir_builder
         if isinstance(index, FlatIndex):
             offset = index.value
         else:
             offset = const(0)
             for component, stride in zip(index, self.buffer_strides(name)):
-                offset = self.b.add(offset, self.b.mul(component.value, stride))
-        return self.b.gep(self.pointers[name], [offset], inbounds=True,
+                offset = builder.add(offset, builder.mul(component.value, stride))
+        return builder.gep(self.pointers[name], [offset], inbounds=True,
                           source_etype=dt.memory_type(dtype))
 
     def load(self, name, index, dtype):
         pointer = self.address(name, index, dtype)
-        value = self.b.load(pointer, typ=dt.memory_type(dtype))
-        return self.b.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
+        value = self.ir_builder.load(pointer, typ=dt.memory_type(dtype))
+        return self.ir_builder.trunc(value, I1) if np.dtype(dtype) == np.bool_ else value
 
     def store(self, name, index, value, dtype):
         pointer = self.address(name, index, dtype)
         if np.dtype(dtype) == np.bool_:
-            value = self.b.zext(value, dt.I8)
-        self.b.store(value, pointer)
+            value = self.ir_builder.zext(value, dt.I8)
+        self.ir_builder.store(value, pointer)
 
     def report_if(self, condition, code):
         if code not in self.errors:
             self.errors[code] = self.entry.alloca(I1)
             self.entry.store(ir.Constant(I1, 0), self.errors[code])
         flag = self.errors[code]
-        self.b.store(self.b.or_(self.b.load(flag, typ=I1), condition), flag)
+        builder = self.ir_builder
+        builder.store(builder.or_(builder.load(flag, typ=I1), condition), flag)
 
     # --- loops ------------------------------------------------------------------------
     def loop(self, count, body, inner, split=False):
@@ -156,25 +164,26 @@ class KernelBuilder:
         of the iterations the thread pool gave this call (never past ``count``: an entry
         that runs the whole kernel inline passes ``end = 1`` when it planned no split, and
         the split loop may then be empty)."""
+        builder = self.ir_builder
         if split:
-            count = self.b.select(self.b.icmp_signed("<", self.end, count), self.end, count)
+            count = builder.select(builder.icmp_signed("<", self.end, count), self.end, count)
         header = self.function.append_basic_block("loop")
         loop_body = self.function.append_basic_block("loop.body")
         after = self.function.append_basic_block("loop.end")
-        before = self.b.block
-        self.b.branch(header)
-        self.b.position_at_end(header)
-        counter = self.b.phi(I64)
+        before = builder.block
+        builder.branch(header)
+        builder.position_at_end(header)
+        counter = builder.phi(I64)
         counter.add_incoming(self.start if split else const(0), before)
-        self.b.cbranch(self.b.icmp_signed("<", counter, count), loop_body, after)
-        self.b.position_at_end(loop_body)
-        self.cache.append({})
+        builder.cbranch(builder.icmp_signed("<", counter, count), loop_body, after)
+        builder.position_at_end(loop_body)
+        self.memo_scopes.append({})
         body(IndexComponent(counter, inner))
-        self.cache.pop()
-        following = self.b.add(counter, const(1), flags=["nsw", "nuw"])
-        counter.add_incoming(following, self.b.block)
-        self.b.branch(header)
-        self.b.position_at_end(after)
+        self.memo_scopes.pop()
+        following = builder.add(counter, const(1), flags=["nsw", "nuw"])
+        counter.add_incoming(following, builder.block)
+        builder.branch(header)
+        builder.position_at_end(after)
 
     def loops(self, shape, body, inner_from=None, prefix=(), split_level=None):
         """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner;
@@ -192,7 +201,7 @@ class KernelBuilder:
     def literal(self, literal, dtype):
         value = literal.value
         if isinstance(value, DimExpr):
-            return dt.cast(self.b, self.dim(value), np.int64, dtype)
+            return dt.cast(self.ir_builder, self.dim(value), np.int64, dtype)
         if isinstance(value, np.generic):
             value = value.item()
         with np.errstate(all="ignore"):
@@ -205,7 +214,7 @@ class KernelBuilder:
             return self.literal(atom, dtype or atom.aval.dtype)
         result = self._var_value(atom, index)
         if dtype is not None:
-            result = dt.cast(self.b, result, atom.aval.dtype, dtype)
+            result = dt.cast(self.ir_builder, result, atom.aval.dtype, dtype)
         return result
 
     def _key(self, name, index):
@@ -224,14 +233,14 @@ class KernelBuilder:
         if name in self.schedule.buffers and name != self.kernel.root.name:
             return self.load(name, index, var.aval.dtype)
         key = self._key(name, index)
-        for layer in reversed(self.cache):
-            if key in layer:
-                return layer[key]
+        for scope in reversed(self.memo_scopes):
+            if key in scope:
+                return scope[key]
         eqn = self.producers.get(name)
         if eqn is None or LOWERINGS[eqn.prim].compute is None:
             raise FusionConflict(var)  # a reduction that is no stage here, a matmul, ...
         result = scratch_value(self, var, index, lambda: self.compute(eqn, index))
-        self.cache[-1][key] = result
+        self.memo_scopes[-1][key] = result
         return result
 
     def compute(self, eqn, index):

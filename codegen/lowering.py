@@ -137,9 +137,9 @@ class ProgramLowering:
         producers = self.schedule.producers
         buffers = self.schedule.buffers
         names = scheduler.inlined(kernel.root) | {kernel.root.name}
-        if kernel.matmul is not None:
-            names |= {kernel.matmul.out.name, *(
-                atom.name for atom in kernel.matmul.inputs
+        if kernel.anchor is not None:
+            names |= {kernel.anchor.out.name, *(
+                atom.name for atom in kernel.anchor.inputs
                 if isinstance(atom, Var) and atom.name not in buffers)}
         eqns = sorted((producers[name] for name in names),
                       key=lambda eqn: scheduler.order[eqn.out.name])
@@ -150,7 +150,7 @@ class ProgramLowering:
             if isinstance(atom, Literal):
                 return ("literal", str(atom), str(atom.aval))
             if atom.name in buffers and atom.name != kernel.root.name and (
-                kernel.matmul is None or atom.name != kernel.matmul.out.name
+                kernel.anchor is None or atom.name != kernel.anchor.out.name
             ):
                 if atom.name not in order:
                     order.append(atom.name)

@@ -24,7 +24,7 @@ from .schedule import reshaped_buffer
 def matmul_split(kernel):
     """``(extent, work per iteration)``: the epilogue's rows after a GEMM call (which
     threads itself), else the batch or the rows of the naive loop nest; or None."""
-    anchor, root = kernel.kernel.matmul, kernel.kernel.root
+    anchor, root = kernel.kernel.anchor, kernel.kernel.root
     if blas_operands(kernel) is not None:
         if anchor.out.name == root.name or not root.aval.shape:
             return None  # all work is in the BLAS call (threaded by BLAS itself)
@@ -46,7 +46,7 @@ def blas_operands(kernel):
     """``((buffer, transposed), (buffer, transposed))`` when a GEMM (OpenBLAS, or
     tracejit's own for float32 2-D products) can run this matmul: float operands that
     are buffers or transposes (last two axes) of buffers."""
-    anchor = kernel.kernel.matmul
+    anchor = kernel.kernel.anchor
     schedule, producers = kernel.schedule, kernel.producers
     if np.dtype(anchor.out.aval.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
@@ -80,7 +80,7 @@ def blas_operands(kernel):
 def own_gemm_shape(kernel):
     """True when this matmul may call tracejit's own GEMM (``codegen/gemm.py``): a
     float32 product of two matrices, on a host and setting that allow it (``blas``)."""
-    anchor = kernel.kernel.matmul
+    anchor = kernel.kernel.anchor
     return (np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32)
             and all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
             and blas.own_sgemm_enabled())
@@ -91,8 +91,8 @@ def build_matmul(kernel):
     it (``build_gemm_call``), else a naive loop nest; then the epilogue."""
     if blas_operands(kernel) is not None:
         return build_gemm_call(kernel)
-    builder = kernel.b
-    anchor = kernel.kernel.matmul
+    builder = kernel.ir_builder
+    anchor = kernel.kernel.anchor
     root = kernel.kernel.root
     product = anchor.out
     if product.name != root.name:
@@ -174,7 +174,7 @@ def build_gemm_call(kernel):
     then the epilogue - the root's pointwise expression over C, in place - split across
     the thread pool."""
     program = kernel.program
-    anchor, root = kernel.kernel.matmul, kernel.kernel.root
+    anchor, root = kernel.kernel.anchor, kernel.kernel.root
     product = anchor.out
     (a_name, a_transposed), (b_name, b_transposed) = blas_operands(kernel)
     own = own_gemm_shape(kernel)

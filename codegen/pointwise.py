@@ -281,7 +281,7 @@ class RuleContext:
     """What a pointwise rule sees: the builder, the loop dtype, error reporting."""
 
     def __init__(self, kernel, dtype):
-        self.kernel, self.builder, self.dtype = kernel, kernel.b, np.dtype(dtype)
+        self.kernel, self.builder, self.dtype = kernel, kernel.ir_builder, np.dtype(dtype)
 
     def report_if(self, condition, code):
         self.kernel.report_if(condition, code)
@@ -317,7 +317,7 @@ def lower_pointwise(kernel, eqn, index, rule):
 def lower_cast(kernel, eqn, index):
     """``astype``: float to integer out of range (or NaN) gives the most negative integer,
     as NumPy does on x86."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     source = eqn.inputs[0]
     value = kernel.value(source, broadcast_index(index, source.aval.shape, eqn.out.aval.shape))
     target = eqn.params_dict["dtype"]

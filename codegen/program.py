@@ -45,7 +45,6 @@ from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
 
 from . import llvm, loops
-
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -56,7 +55,6 @@ from .lowering import (
 )
 from .schedule import input_view
 from .schedule import schedule as make_schedule
-
 
 log = logging.getLogger("tracejit.kernels")
 
@@ -156,11 +154,11 @@ class Program:
 def _schedule_with_retries(graph, profile, raw_entry=False):
     forced = set()
     while True:
-        plan = make_schedule(graph, materialize=forced)
+        schedule = make_schedule(graph, materialize=forced)
         try:
-            module, entry = ProgramLowering(plan, _symbol_safe(graph.name),
+            module, entry = ProgramLowering(schedule, _symbol_safe(graph.name),
                                             profile).build(raw_entry)
-            return plan, module, entry
+            return schedule, module, entry
         except FusionConflict as conflict:
             if conflict.var.name in forced:
                 raise
@@ -177,9 +175,9 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
     the program counts calls and time per kernel (``Program.profile()``). ``optimized``:
     the graph already went through ``optimize`` (run again, guard margins would be added
-    twice and guard numbers change); ``wrapper(plan, entry)`` replaces ``wrapper_source``;
+    twice and guard numbers change); ``wrapper(schedule, entry)`` replaces ``wrapper_source``;
     ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``);
-    ``extend(plan, module, name)`` adds native functions to the module (a loop driver over
+    ``extend(schedule, module, name)`` adds native functions to the module (a loop driver over
     the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``."""
     times = {}
     start = time.perf_counter()
@@ -187,8 +185,8 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         graph = optimize(graph, check=check)
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name)
-    plan, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
-    exports, driver = extend(plan, module, _symbol_safe(graph.name)) if extend else ([], "")
+    schedule, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
+    exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)
     compiled = llvm.compile_module(llvm_ir)
@@ -197,18 +195,18 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         name=name or graph.name,
         graph=graph,
         kernels=[KernelInfo(k.name, k.kind, k.root.name, [s.name for s in k.stages])
-                 for k in plan.kernels],
+                 for k in schedule.kernels],
         llvm_ir=llvm_ir,
         optimized_ir=compiled.llvm_ir,
         object_code=compiled.object_code,
-        wrapper_source=(wrapper(plan, entry) if wrapper is not None
-                        else wrapper_source(plan, entry, trusted=trusted)),
+        wrapper_source=(wrapper(schedule, entry) if wrapper is not None
+                        else wrapper_source(schedule, entry, trusted=trusted)),
         compile_seconds=times,
         profiled=profile,
         trusted=trusted,
         exports=exports,
         driver=driver,
-        materialized=sorted(plan.scheduler.forced),
+        materialized=sorted(schedule.scheduler.forced),
     )
     link(program)
     times["total"] = time.perf_counter() - start
@@ -222,8 +220,8 @@ def rebuild_wrapper(graph, materialized, trusted=False):
     for name in materialized:
         if not isinstance(name, str):
             raise ValueError(f"materialized value {name!r} is not a name")
-    plan = make_schedule(graph, materialize=set(materialized))
-    return wrapper_source(plan, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
+    schedule = make_schedule(graph, materialize=set(materialized))
+    return wrapper_source(schedule, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
 
 
 def _c_order(array, dtype):
@@ -324,27 +322,27 @@ def explicit_symbols(graph):
     return [symbol.name for symbol in graph.symbols if symbol.name not in bound]
 
 
-def wrapper_source(plan, entry, graph=None, compact=None, trusted=False):
+def wrapper_source(schedule, entry, graph=None, compact=None, trusted=False):
     """The wrapper's Python source. ``run(x0, ...)`` hands the native entry the caller's
     arrays; if it answers ``LAYOUT_EXIT`` (an input is not C-contiguous; nothing ran),
     ``_relayout`` calls ``run_strict``, which passes C-ordered copies, or a program built
     for broadcast inputs. That program's wrapper comes from ``compact`` ({input position:
-    broadcast axes}), with ``plan`` its own and ``graph`` the original: one strict ``run``
+    broadcast axes}), with ``schedule`` its own and ``graph`` the original: one strict ``run``
     that passes those inputs compacted (see ``_broadcast_graph``). ``trusted``: the caller
     passes arrays of the inputs' dtypes (a loop driver passing a body's carried values),
     so ``run`` converts nothing; layouts are still checked by the native entry."""
-    graph = graph or plan.graph
+    graph = graph or schedule.graph
     if compact is None:
-        functions = [_wrapper_function("run", plan, graph, None, trusted),
-                     _wrapper_function("run_strict", plan, graph, {})]
+        functions = [_wrapper_function("run", schedule, graph, None, trusted),
+                     _wrapper_function("run_strict", schedule, graph, {})]
     else:
-        functions = [_wrapper_function("run", plan, graph, compact)]
+        functions = [_wrapper_function("run", schedule, graph, compact)]
     module = ast.fix_missing_locations(ast.Module(body=functions, type_ignores=[]))
     header = f"# tracejit program {graph.name}: native entry {entry}\n"
     return header + astor.to_source(module)
 
 
-def _wrapper_function(function_name, plan, graph, compact, trusted=False):
+def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
     """One wrapper function; ``compact`` None: pass inputs as they are (the fast path);
     else pass them C-ordered, compacting the inputs it names."""
     body = []
@@ -358,7 +356,7 @@ def _wrapper_function(function_name, plan, graph, compact, trusted=False):
         body.append(_assign(symbol, ast.Subscript(value=shape, slice=ast.Constant(axis),
                                                   ctx=ast.Load())))
     names = {}
-    for position, var in enumerate(plan.graph.inputs):
+    for position, var in enumerate(schedule.graph.inputs):
         names[var.name] = parameters[position]
         if compact is not None:
             names[var.name] = f"c{position}"
@@ -369,25 +367,26 @@ def _wrapper_function(function_name, plan, graph, compact, trusted=False):
                 value = _call("_contiguous", _name(parameters[position]),
                               _name(_dtype_name(var.aval.dtype)))
             body.append(_assign(names[var.name], value))
-    names.update({var.name: f"_c{index}" for index, (var, _) in enumerate(plan.graph.constants)})
-    slots = program_slots(plan)
+    names.update({var.name: f"_c{index}"
+                  for index, (var, _) in enumerate(schedule.graph.constants)})
+    slots = program_slots(schedule)
     for kind, name in slots:
         if kind == "output":
-            buffer = plan.buffers[name]
+            buffer = schedule.buffers[name]
             number = len([n for n in names if names[n].startswith("out")])
             local = f"out{number}"
             names[name] = local
             shape = ast.Tuple(elts=[dim_source(dim) for dim in buffer.shape], ctx=ast.Load())
             dtype = _name(_dtype_name(buffer.dtype))
-            if _may_be_large(buffer, plan.graph):
+            if _may_be_large(buffer, schedule.graph):
                 allocation = _call("_recycled", ast.Constant(number), shape, dtype)
             else:
                 allocation = _call("_empty", shape, dtype)
             body.append(_assign(local, allocation))
-    body.extend(_workspace_statements(plan.workspace_bytes))
+    body.extend(_workspace_statements(schedule.workspace_bytes))
     arrays = ast.Tuple(elts=[_name(names[name]) if name is not None else _name("workspace")
                              for _, name in slots], ctx=ast.Load())
-    symbols = [_name(symbol.name) for symbol in plan.graph.symbols]
+    symbols = [_name(symbol.name) for symbol in schedule.graph.symbols]
     body.append(_assign("status", _call("_native", arrays, *symbols)))
     failed = [ast.Raise(exc=_call("_SideExit", _name("status")), cause=None)]
     if compact is None:
@@ -396,7 +395,7 @@ def _wrapper_function(function_name, plan, graph, compact, trusted=False):
                                                  comparators=[_name("_LAYOUT")]),
                                 body=[relayout], orelse=[]))
     body.append(ast.If(test=_name("status"), body=failed, orelse=[]))
-    for item in plan.graph.body:
+    for item in schedule.graph.body:
         if isinstance(item, Effect) and item.kind == "print":
             body.append(ast.Expr(_print_call(item, names)))
     outputs = [_view_source(graph, atom, parameters) or _output_source(atom, names)
@@ -503,7 +502,8 @@ def _compile_broadcast(graph, name, profile, compact):
         variant = _broadcast_graph(graph, compact)
         verify(variant)
         return compile(variant, name=name, profile=profile, optimized=True,
-                       wrapper=lambda plan, entry: wrapper_source(plan, entry, graph, compact))
+                       wrapper=lambda schedule, entry: wrapper_source(schedule, entry, graph,
+                                                                      compact))
     except Exception:  # an internal error must not fail a call that copying can serve
         log.warning("%s: no program for broadcast inputs %s; they are copied", name, compact,
                     exc_info=True)

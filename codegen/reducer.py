@@ -48,15 +48,15 @@ class Reducer:
     def start(self):
         entry = self.kernel.entry
         self.slot = entry.alloca(dt.register_type(self.dtype))
-        self.kernel.b.store(self.identity_in(self.dtype), self.slot)
+        self.kernel.ir_builder.store(self.identity_in(self.dtype), self.slot)
         if self.name in ("argmax", "argmin"):
             self.position = entry.alloca(I64)
-            self.kernel.b.store(const(0), self.position)
+            self.kernel.ir_builder.store(const(0), self.position)
             self.count = entry.alloca(I64)
-            self.kernel.b.store(const(0), self.count)
+            self.kernel.ir_builder.store(const(0), self.count)
 
     def combine(self, current, value):
-        builder, dtype = self.kernel.b, np.dtype(self.dtype)
+        builder, dtype = self.kernel.ir_builder, np.dtype(self.dtype)
         name = self.name
         if dtype == np.bool_:
             return builder.or_(current, value) if name in ("sum", "any", "max") else (
@@ -80,7 +80,7 @@ class Reducer:
         return self.combine(current, value)
 
     def add(self, index):
-        builder = self.kernel.b
+        builder = self.kernel.ir_builder
         value = self.kernel.value(self.source, index, self.dtype)
         ty = dt.register_type(self.dtype)
         current = builder.load(self.slot, typ=ty)
@@ -95,7 +95,7 @@ class Reducer:
         builder.store(self.combine(current, value), self.slot)
 
     def _better(self, value, best):
-        builder = self.kernel.b
+        builder = self.kernel.ir_builder
         if dt.is_float(self.dtype):
             op = ">" if self.name == "argmax" else "<"
             strictly = builder.fcmp_ordered(op, value, best)
@@ -108,7 +108,7 @@ class Reducer:
         return compare(">" if self.name == "argmax" else "<", value, best)
 
     def result(self):
-        builder = self.kernel.b
+        builder = self.kernel.ir_builder
         if self.name in ("argmax", "argmin"):
             return dt.cast(builder, builder.load(self.position, typ=I64), np.int64,
                            self.out_dtype)

@@ -145,7 +145,7 @@ def scratch_value(kernel, var, index, compute):
         tuple(id(ix.value) for ix in index) != tuple(id(ix.value) for ix in row_index)
     ):
         return compute()
-    builder = kernel.b
+    builder = kernel.ir_builder
     offset = const(0)
     for component, stride in zip(index[scratch.inner_from:], scratch.strides):
         offset = builder.add(offset, builder.mul(component.value, stride))

@@ -11,7 +11,7 @@ from .pointwise import KernelStatus
 
 
 def build_scatter(kernel):
-    builder = kernel.b
+    builder = kernel.ir_builder
     eqn = kernel.root_eqn()
     root = kernel.kernel.root
     updates, indices = eqn.inputs

@@ -77,16 +77,21 @@ class Buffer:
 @dataclass
 class Kernel:
     """One loop nest. ``root`` is the value it stores; ``stages`` the reductions it computes
-    row by row first (in order); a matmul kernel stores ``matmul`` and then applies the
-    root's expression as its epilogue (a ``conv`` kernel likewise: ``matmul`` holds its
-    convolution)."""
+    row by row first (in order); a matmul or conv kernel computes its ``anchor`` (the matmul
+    or convolution equation) and then applies the root's expression over the product, in
+    place, as its epilogue (the root is the anchor's own output when there is none)."""
 
     name: str
     kind: str  # codegen/kernel_kinds.py: pointwise, reduce, matmul, conv, scatter
     root: Var
     stages: list = field(default_factory=list)
-    matmul: Eqn | None = None
+    anchor: Eqn | None = None
     guards: list = field(default_factory=list)
+
+    @property
+    def matmul(self):
+        """``anchor``, under the name codegen/conv*.py use."""
+        return self.anchor
 
 
 @dataclass
@@ -429,13 +434,13 @@ class _Scheduler:
                 if _is_reduction(self.producers[inner])
             ]
             if name in epilogues:  # the kernel of the product the root's expression reads
-                matmul = epilogues[name]
-                kind = LOWERINGS[matmul.prim].kernel
+                anchor = epilogues[name]
+                kind = LOWERINGS[anchor.prim].kernel
             else:
                 kind = LOWERINGS[eqn.prim].kernel
-                matmul = eqn if kind in ("matmul", "conv") else None
+                anchor = eqn if kind in ("matmul", "conv") else None
             label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
-            kernels.append(Kernel(label, kind, root, stages, matmul))
+            kernels.append(Kernel(label, kind, root, stages, anchor))
         return kernels
 
 
@@ -474,10 +479,10 @@ def kernel_reads(scheduler, kernel):
     """Names of the buffers a kernel reads."""
     eqns = [scheduler.producers[name] for name in scheduler.inlined(kernel.root)]
     eqns.append(scheduler.producers[kernel.root.name])
-    if kernel.matmul is not None:
-        eqns.append(kernel.matmul)
-        eqns.extend(scheduler.producers[name] for name in _matmul_inputs_inlined(
-            scheduler, kernel.matmul))
+    if kernel.anchor is not None:
+        eqns.append(kernel.anchor)
+        eqns.extend(scheduler.producers[name] for name in _anchor_inputs_inlined(
+            scheduler, kernel.anchor))
     return {
         atom.name
         for eqn in eqns
@@ -486,9 +491,9 @@ def kernel_reads(scheduler, kernel):
     }
 
 
-def _matmul_inputs_inlined(scheduler, matmul):
-    """The transposes and reshapes the matmul reads through, down to their buffers."""
-    names, stack = [], [atom for atom in matmul.inputs if isinstance(atom, Var)]
+def _anchor_inputs_inlined(scheduler, anchor):
+    """The transposes and reshapes a matmul reads through, down to their buffers."""
+    names, stack = [], [atom for atom in anchor.inputs if isinstance(atom, Var)]
     while stack:
         var = stack.pop()
         if var.name in scheduler.buffers or var.name in names:

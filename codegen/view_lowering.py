@@ -55,7 +55,7 @@ def reshape(kernel, eqn, index):
     base = _reshape_base(kernel, source)
     if base is None:
         raise FusionConflict(source)
-    builder = kernel.b
+    builder = kernel.ir_builder
     linear = const(0)
     for component, stride in zip(index, kernel.shape_strides(out_shape)):
         linear = builder.add(linear, builder.mul(component.value, stride))
@@ -85,7 +85,7 @@ def transpose(kernel, eqn, index):
 def slice_(kernel, eqn, index):
     """``start + i * step`` per axis; a constant start of an unrolled loop's step is a
     kernel argument (``kernel.starts``), so the steps share one kernel."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     params = eqn.params_dict
     mapped = []
     for axis, (component, start, step) in enumerate(
@@ -104,7 +104,7 @@ def slice_(kernel, eqn, index):
 def sliding_window(kernel, eqn, index):
     """Window ``w`` of count ``o`` along an axis reads ``o * stride + w`` (the window
     axes are the last ones of the output)."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     params = eqn.params_dict
     rank = len(eqn.inputs[0].aval.shape)
     mapped = list(index[:rank])
@@ -122,14 +122,15 @@ def flip(kernel, eqn, index):
     mapped = list(index)
     for axis in axes:
         last = kernel.entry.sub(kernel.dim(shape[axis]), const(1))
-        mapped[axis] = IndexComponent(kernel.b.sub(last, index[axis].value), index[axis].inner)
+        mapped[axis] = IndexComponent(kernel.ir_builder.sub(last, index[axis].value),
+                                      index[axis].inner)
     return kernel.value(eqn.inputs[0], tuple(mapped))
 
 
 def pad(kernel, eqn, index):
     """Zero outside the source (and between its elements, for interior padding); the read
     itself is clamped, so it stays in bounds where the select discards it."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     source = eqn.inputs[0]
     valid, mapped = ir.Constant(I1, 1), []
     for component, dim, (low, _, interior) in zip(index, source.aval.shape,
@@ -153,7 +154,7 @@ def pad(kernel, eqn, index):
 def concatenate(kernel, eqn, index):
     """Each operand read at the clamped local position; the last operand whose range
     starts at or before the index wins."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     axis = eqn.params_dict["axis"]
     dtype = eqn.out.aval.dtype
     component = index[axis]
@@ -173,7 +174,7 @@ def concatenate(kernel, eqn, index):
 def gather(kernel, eqn, index):
     """``source[..., indices[i], ...]``: negative indices wrap once, as NumPy's; an index
     still out of range reports ``INDEX_OUT_OF_RANGE`` (the call then runs eagerly)."""
-    builder = kernel.b
+    builder = kernel.ir_builder
     source, indices = eqn.inputs
     axis = eqn.params_dict["axis"]
     depth = len(indices.aval.shape)
@@ -191,7 +192,7 @@ def gather(kernel, eqn, index):
 
 
 def iota(kernel, eqn, index):
-    return dt.cast(kernel.b, index[0].value, np.int64, eqn.out.aval.dtype)
+    return dt.cast(kernel.ir_builder, index[0].value, np.int64, eqn.out.aval.dtype)
 
 
 def full(kernel, eqn, index):

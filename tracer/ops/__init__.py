@@ -84,6 +84,7 @@ from .structural import (
     sliding_window,
     sliding_window_p,
     swapaxes,
+    swaps_last_two_axes,
     transpose,
     transpose_p,
 )

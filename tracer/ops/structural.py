@@ -121,6 +121,17 @@ def swapaxes(x, axis1, axis2):
     return transpose(x, perm)
 
 
+def swaps_last_two_axes(perm):
+    """Whether a ``transpose`` by ``perm`` swaps the last two axes and keeps the others in
+    place: a (batched) matrix transpose, which matmul kernels read without a copy.
+
+    >>> swaps_last_two_axes((0, 2, 1)), swaps_last_two_axes((1, 0, 2)), swaps_last_two_axes((0,))
+    (True, False, False)
+    """
+    rank = len(perm)
+    return rank >= 2 and tuple(perm) == (*range(rank - 2), rank - 1, rank - 2)
+
+
 # --- broadcast_to ----------------------------------------------------------------------
 def _broadcast_to_rule(x, shape):
     if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != tuple(shape):

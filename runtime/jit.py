@@ -320,9 +320,9 @@ class JitFunction:
         if path.backward is not None:
             leaves = pytree.flatten((args, kwargs))[0]
             outputs = path.record(outputs, inputs, leaves, variant.spec, self.__qualname__)
-            return path.outputs.result(outputs, leaves, _identity)
+            return path.outputs.result(outputs, leaves, _identity, (args, kwargs))
         leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
-        result = path.result(outputs, leaves, variant.wrap)
+        result = path.result(outputs, leaves, variant.wrap, (args, kwargs))
         if self.options.check:
             self._check(result, args, kwargs)
         return result

@@ -25,6 +25,7 @@ import numpy as np
 from tracejit.codegen import native_loop
 from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
 from tracejit.tracer import pytree
+from tracejit.tracer.argument_writes import ArgumentWrite
 from tracejit.tracer.dims import DimExpr, parse_dim
 from tracejit.tracer.implicit import Path as ImplicitPath
 from tracejit.tracer.ir import CONVERSIONS, Effect, Guard, Literal, ShapeGuard, parse_graph, \
@@ -586,7 +587,33 @@ def outputs_to_json(plan):
         leaves.append([kind, value])
     return {"tree": tree_to_json(plan.tree), "leaves": leaves,
             "mutated": [[position, index] for position, index in plan.mutated.items()],
-            "aliases": [[position, argument] for position, argument in plan.aliases.items()]}
+            "aliases": [[position, argument] for position, argument in plan.aliases.items()],
+            "writes": [_write_to_json(write) for write in plan.writes]}
+
+
+def _write_to_json(write):
+    if write.kind == "static" and not is_json_value(write.value):
+        raise NotSerializable(f"a value of type {type(write.value).__name__} written into "
+                              "an argument")
+    if not is_json_value(write.key):
+        raise NotSerializable(f"a key of type {type(write.key).__name__}")
+    return [list(write.where), write.key, write.kind, write.value]
+
+
+def _write_from_json(data):
+    _check(isinstance(data, list) and len(data) == 4, "an argument write")
+    where, key, kind, value = data
+    _check(isinstance(where, list) and len(where) >= 2 and where[0] in ("args", "kwargs")
+           and all(isinstance(part, (int, str, bool, type(None))) for part in where[1:]),
+           "a written argument")
+    _check(kind in ("array", "scalar", "value", "static"), f"a write of kind {kind!r}")
+    _check(is_json_value(key) and isinstance(key, (str, int, bool, type(None))),
+           "a written key")
+    if kind == "static":
+        _check(is_json_value(value), "a written value that is not a plain value")
+    else:
+        _integer(value, "a written program output")
+    return ArgumentWrite(tuple(where), key, kind, value)
 
 
 def outputs_from_json(data):
@@ -607,7 +634,8 @@ def outputs_from_json(data):
                "a result aliasing an argument the program does not update")
         aliases[_integer(position, "an aliased result")] = argument
     _check(all(position < len(leaves) for position in aliases), "an alias of no result")
-    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases)
+    writes = [_write_from_json(write) for write in data.get("writes", [])]
+    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes)
 
 
 def _check_outputs(plan, count, has_backward):
@@ -616,6 +644,7 @@ def _check_outputs(plan, count, has_backward):
     results would return made-up values."""
     used = {value for kind, value in plan.leaves if kind != "static"}
     used |= set(plan.mutated.values())
+    used |= {write.value for write in plan.writes if write.kind != "static"}
     _check(all(index < count for index in used), "a result read from a missing output")
     _check(has_backward or used == set(range(count)), "results that ignore the program")
 

@@ -43,6 +43,8 @@ class OutputPlan:
     # result leaf position -> argument leaf position: an argument updated in place and
     # returned (``w -= lr * dw; return w``) is returned itself, as NumPy returns it
     aliases: dict = field(default_factory=dict)
+    # config["t"] += 1 into a dict argument: stored into the caller's dict after the call
+    writes: list = field(default_factory=list)  # tracejit.tracer.argument_writes.ArgumentWrite
 
     @staticmethod
     def from_trace(trace):
@@ -63,16 +65,20 @@ class OutputPlan:
             leaves.append((kind, program_index))
             program_index += 1
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
-                          dict(trace.output_aliases))
+                          dict(trace.output_aliases), list(trace.argument_writes))
 
     def fast_result(self):
         """A specialized ``result`` for the common case of one array result, or None."""
-        if not self.mutated and self.tree == pytree.LEAF and self.leaves[0][0] == "array":
+        if (not self.mutated and not self.writes and self.tree == pytree.LEAF
+                and self.leaves[0][0] == "array"):
             index = self.leaves[0][1]
-            return lambda outputs, argument_leaves, wrap: wrap(outputs[index])
+            return lambda outputs, argument_leaves, wrap, arguments=None: wrap(outputs[index])
         return None
 
-    def result(self, outputs, argument_leaves, wrap):
+    def result(self, outputs, argument_leaves, wrap, arguments=None):
+        """The call's result; ``arguments`` (``(args, kwargs)``) receive the writes."""
+        for write in self.writes:
+            write.store(arguments, outputs)
         for position, index in self.mutated.items():
             target = argument_leaves[position]
             np.copyto(unwrap(target), outputs[index])
@@ -117,11 +123,11 @@ class Path:
             index for index, atom in enumerate(self.program.graph.outputs)
             if input_view(self.program.graph, atom) is not None)
         if views:
-            def result(outputs, argument_leaves, wrap, _result=result):
+            def result(outputs, argument_leaves, wrap, arguments=None, _result=result):
                 if wrap is not _identity:
                     outputs = [np.array(value) if index in views else value
                                for index, value in enumerate(outputs)]
-                return _result(outputs, argument_leaves, wrap)
+                return _result(outputs, argument_leaves, wrap, arguments)
         self.result = result
 
     def record(self, outputs, inputs, leaves, spec, function):

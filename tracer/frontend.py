@@ -37,7 +37,7 @@ import types
 import astor
 import numpy as np
 
-from . import loop_sequences, loop_while, ops
+from . import argument_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
 from .errors import TraceError
 from .implicit import Path
@@ -884,6 +884,12 @@ class Hooks:
                 raise _refusal("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")
             array = self._traced_copy(array)
+        elif argument_writes.is_argument_container(self.context, array) and not (
+            _holds(array, index, value) or argument_writes.note(self.context, array, index,
+                                                                value)
+        ):  # state["inner"]["y"] = v: the caller's container, nested
+            self.outside_mutation(f"item assignment into an argument's "
+                                  f"{type(array).__name__}")
         array[index] = value
 
     def item_at(self, container, key):
@@ -948,8 +954,12 @@ class Hooks:
             traced = self._traced_copy(container)
             traced[index] = value
             return traced
-        if outside and not _holds(container, index, value):
-            # the caller's container (an argument): compiled runs would skip this
+        if (outside or argument_writes.is_argument_container(self.context, container)) and (
+            not _holds(container, index, value)
+            and not argument_writes.note(self.context, container, index, value)
+        ):
+            # the caller's container (an argument, or a container in one: inner =
+            # state["inner"]; inner["y"] = v): compiled runs would skip this
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(container).__name__}")
         container[index] = value
@@ -965,9 +975,12 @@ class Hooks:
             # dW[ids] += g into np.zeros: read through the traced copy the write makes,
             # not NumPy's indexing (which would read the traced position as a number)
             container = self._traced_copy(container)
-        if isinstance(container, (dict, list)) and is_traced(container[index]):
+        if isinstance(container, (dict, list)) and is_traced(container[index]) and isinstance(
+            container[index].value, np.ndarray
+        ):
             # params[k] -= v on an array a dict or list holds: NumPy updates that array in
-            # place (every name for it sees it) and stores the same object back.
+            # place (every name for it sees it) and stores the same object back. (A number
+            # is immutable: config["t"] += 1 stores a new one.)
             operation = "i" + operation
         # (container[index] is not kept in a name: a view of a traced array must be gone
         # before set_item writes into that array)
@@ -1006,9 +1019,13 @@ class Hooks:
     def setdefault_argument(self, what, container, key, default=None):
         """``config.setdefault(key, default)`` on an argument's dict: its value when the key
         is there (the dict's keys are part of the call's guarded structure, so later calls
-        have it too); adding the key would change the caller's dict: refused."""
+        have it too); else a write of the default (tracejit.tracer.argument_writes)."""
         if isinstance(container, dict) and key in container:
             return container[key]
+        if isinstance(container, dict) and argument_writes.note(self.context, container, key,
+                                                                default):
+            container[key] = default  # a write into the caller's dict, stored after the call
+            return default
         return self.outside_mutation(what, container)
 
     def outside_mutation(self, what, owner=None):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import pytree
+from . import argument_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
 from .array_methods import ArrayMethods
 from .autodiff import reverse
@@ -292,6 +292,7 @@ class Trace:
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
+    argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
 
     def force_outputs(self):
         """Compute the outputs a lazy trace left pending (the NumPy reference of the
@@ -640,6 +641,12 @@ def _unique(guards):
     return result
 
 
+def _is_output_leaf(leaf):
+    """A result leaf the program computes (an array or a number), not a static value."""
+    return isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
+        type(leaf) in PYTHON_SCALARS)
+
+
 def _check_result(prim, out_aval, out_value):
     out_array = np.asarray(out_value)
     concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
@@ -796,6 +803,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             traced_leaves.append(leaf)
 
     traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
+    argument_writes.watch(context, traced_args, traced_kwargs)
     parameter_leaves = _parameter_leaves(fn, args, kwargs, top_level)
     try:
         with recording_into(context):
@@ -811,9 +819,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     out_leaves, output_tree = pytree.flatten(result)
     outputs, output_atoms, statics = [], [], {}
     for index, leaf in enumerate(out_leaves):
-        if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
-            type(leaf) in PYTHON_SCALARS
-        ):
+        if _is_output_leaf(leaf):
             atom, value, aval = context.atom(leaf)
             if is_pending(value) and value.like is None and not aval.shape:
                 value = force(value)  # a scalar or a 0-d array: the kind of result it is
@@ -831,6 +837,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
     aliases = {index: position for index, leaf in enumerate(out_leaves)
                for position in mutated if leaf is traced_leaves[position]}
+    writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
     gradients = None
     if grad:
         with recording_into(context):  # the backward creates values too (zeros, unused inputs)
@@ -849,7 +856,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
     for index, position in aliases.items():
         outputs[index] = leaves[position]
-    pending = lazy and not mutated and any(is_pending(value) for value in outputs)
+    argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
+    pending = lazy and not mutated and not writes and any(is_pending(v) for v in outputs)
     if not pending:
         outputs = [force(value) for value in outputs]
 
@@ -870,6 +878,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         symbol_values=context.symbol_values(),
         loop_notes=list(getattr(context, "loop_notes", ())),
         pending=pending,
+        argument_writes=writes,
     )
 
 

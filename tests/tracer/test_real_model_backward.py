@@ -916,12 +916,6 @@ def sgd_with_defaults(w, dw, config=None):
     return w, config
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "item assignment into a dict argument (`config['t'] += 1`, `config['m'] = ...`) "
-    "runs eagerly ('changes state outside the compiled function'): frontend.Hooks.set_item "
-    "refuses any write into an argument's container, though the new values could be "
-    "program outputs written back into the dict after the call as mutated array "
-    "arguments are (OutputPlan.mutated)"))
 def test_adam_with_its_state_in_the_config_dict_compiles():
     rng = np.random.default_rng(42)
     config = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,

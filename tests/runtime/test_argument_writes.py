@@ -1,0 +1,155 @@
+"""Writes into a dict argument (``config["t"] += 1``, ``config["velocity"] = v``) compile,
+and leave the caller's dict as the eager call leaves it (tracer/argument_writes.py). Each
+test runs eager and jit on deep copies and compares results and the dicts after every
+call, over several calls (traced, then compiled, then from the disk cache)."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+def sgd_momentum(w, dw, config):
+    config.setdefault("learning_rate", 1e-2)
+    v = config.get("velocity", np.zeros_like(w))
+    v = config["momentum"] * v - config["learning_rate"] * dw
+    config["velocity"] = v
+    return w + v, config
+
+
+def adam(w, dw, config):
+    config["t"] += 1
+    config["m"] = config["beta1"] * config["m"] + (1 - config["beta1"]) * dw
+    config["v"] = config["beta2"] * config["v"] + (1 - config["beta2"]) * dw ** 2
+    mb = config["m"] / (1 - config["beta1"] ** config["t"])
+    vb = config["v"] / (1 - config["beta2"] ** config["t"])
+    return w - config["learning_rate"] * mb / (np.sqrt(vb) + config["epsilon"])
+
+
+def counts_and_labels(x, state):
+    state["calls"] = state["calls"] + 1.5  # a float that changes every call
+    state["mode"] = "seen"  # a plain value
+    state["scale"] = np.float32(2.0) * state["scale"]  # a NumPy scalar
+    return x * state["scale"]
+
+
+def writes_a_list(x, state):
+    state["history"] = [x.sum()]  # a new list: eager makes one per call
+    return x
+
+
+def nested(x, state):
+    state["inner"]["y"] = x * 2.0
+    return x
+
+
+def through_a_name(x, state):
+    inner = state["inner"]
+    inner["y"] = x - 1.0
+    inner["n"] = inner.get("n", 0) + 1
+    return x
+
+
+def into_a_list(x, items):
+    items[0] = x * 2.0
+    return x
+
+
+def assert_same(got, want):
+    if isinstance(want, dict):
+        assert set(got) == set(want)
+        for key in want:
+            assert_same(got[key], want[key])
+    elif isinstance(want, (tuple, list)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    elif isinstance(want, str):
+        assert got == want
+    else:
+        assert type(got) is type(want), (type(got), type(want))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def run_both(function, make, calls=5, **options):
+    f = tj.jit(function, cache="memory", **options)
+    rng = np.random.default_rng(0)
+    *first, state = make(rng)
+    mine, theirs = copy.deepcopy(state), copy.deepcopy(state)
+    for _ in range(calls):
+        arrays = [rng.standard_normal(np.shape(a)) for a in first]
+        want = function(*copy.deepcopy(arrays), theirs)
+        got = f(*copy.deepcopy(arrays), mine)
+        assert_same(got, want)
+        assert_same(mine, theirs)
+    return f
+
+
+def weights(rng):
+    return rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+
+
+def test_momentum_keeps_its_velocity_in_the_config():
+    f = run_both(sgd_momentum, lambda rng: (*weights(rng), {"momentum": 0.9}))
+    stats = f.stats()
+    assert not stats["eager_calls"] and stats["compiled_calls"] >= 3, stats
+
+
+def test_adam_counts_its_steps_and_keeps_its_moments():
+    config = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+              "m": np.zeros((4, 3)), "v": np.zeros((4, 3)), "t": 0}
+    f = run_both(adam, lambda rng: (*weights(rng), config), calls=6)
+    stats = f.stats()
+    # t changes every call: traced as a constant, then as a run-time scalar
+    assert not stats["eager_calls"] and stats["compiles"] == 2, stats
+
+
+def test_numbers_and_plain_values_written_keep_their_types():
+    f = run_both(counts_and_labels, lambda rng: (rng.standard_normal(3), {
+        "calls": 0.0, "mode": "new", "scale": np.float32(1.0)}))
+    assert not f.stats()["eager_calls"], f.stats()
+
+
+def test_keyword_dict_arguments_are_written_too():
+    f = tj.jit(sgd_momentum, cache="memory")
+    mine, theirs = {"momentum": 0.5}, {"momentum": 0.5}
+    for _ in range(4):
+        w, dw = weights(np.random.default_rng(1))
+        assert_same(f(w, dw, config=mine), sgd_momentum(w, dw, config=theirs))
+        assert_same(mine, theirs)
+
+
+@pytest.mark.parametrize("function", [nested, through_a_name])
+def test_a_dict_nested_in_an_argument_is_written(function):
+    f = run_both(function, lambda rng: (rng.standard_normal(3), {"inner": {}}))
+    assert not f.stats()["eager_calls"], f.stats()
+
+
+@pytest.mark.parametrize("function, state", [
+    (writes_a_list, {"history": []}),
+    (into_a_list, [None]),
+])
+def test_writes_it_cannot_repeat_run_eagerly_and_right(function, state):
+    f = tj.jit(function, cache="memory")
+    mine, theirs = copy.deepcopy(state), copy.deepcopy(state)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(3)
+        assert_same(f(x.copy(), mine), function(x.copy(), theirs))
+        assert_same(mine, theirs)
+    assert f.stats()["eager_calls"], f.stats()
+
+
+def test_a_warm_start_from_disk_still_writes_the_dict(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
+    config = {"learning_rate": 1e-2, "momentum": 0.9, "velocity": np.zeros((4, 3))}
+    tj.jit(sgd_momentum)(*weights(np.random.default_rng(2)), copy.deepcopy(config))
+    second = tj.jit(sgd_momentum)  # as a new process would: the program comes from disk
+    mine, theirs = copy.deepcopy(config), copy.deepcopy(config)
+    for seed in range(3):
+        w, dw = weights(np.random.default_rng(3 + seed))
+        assert_same(second(w, dw, mine), sgd_momentum(w, dw, theirs))
+        assert_same(mine, theirs)
+    stats = second.stats()
+    assert stats["disk_hits"] == 1 and stats["compiled_calls"] == 3, stats

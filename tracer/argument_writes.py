@@ -1,0 +1,138 @@
+"""Item writes into a dict argument: ``config['t'] += 1``, ``config['velocity'] = v``.
+
+Every course optimizer keeps its state in the config dict the caller passes (momentum's
+velocity, Adam's ``m``, ``v`` and ``t``). NumPy code writes into that dict; a compiled
+call must leave the caller's dict as the eager call would. Under tracing the function
+writes into the traced copy of the dict (so it reads its own writes), ``note`` records the
+last value written at each key, and ``collect`` makes each such value an output of the
+graph (a value that is not an array or scalar is kept as it is: ``config['mode'] =
+'train'``). After a compiled call the runtime stores those outputs into the caller's dict
+(``runtime.variants.OutputPlan``); after the traced call ``apply`` does. A write into a
+list, or of a value that cannot be stored again at every call (a new list), is refused
+(the call runs eagerly).
+
+    >>> import numpy as np, tracejit as tj
+    >>> def momentum(w, dw, config):
+    ...     v = config["momentum"] * config.get("velocity", np.zeros_like(w)) - dw
+    ...     config["velocity"] = v
+    ...     return w + config["learning_rate"] * v
+    >>> f = tj.jit(momentum, cache="memory")
+    >>> config = {"learning_rate": 0.5, "momentum": 0.9}
+    >>> f(np.ones(2), np.ones(2), config), config["velocity"]
+    (array([0.5, 0.5]), array([-1., -1.]))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .abstract import PYTHON_SCALARS
+
+# What a key may be: its value is part of the call's guarded structure as a dict key is.
+_KEYS = (str, int, bool, type(None))
+
+
+@dataclass(frozen=True)
+class ArgumentWrite:
+    """``arguments[where][key] = value``: ``where`` is ``("args", position, *keys)`` or
+    ``("kwargs", name, *keys)`` (a dict nested in an argument); ``kind`` is "array", "scalar" (a NumPy scalar), "value" (a
+    Python number) with ``value`` a program output's index, or "static" with the value."""
+
+    where: tuple
+    key: object
+    kind: str
+    value: object
+
+    def store(self, arguments, outputs):
+        container = _container(arguments, self.where)
+        if self.kind == "static":
+            container[self.key] = self.value
+            return
+        item = outputs[self.value]
+        if self.kind == "scalar":
+            item = np.asarray(item)[()]
+        elif self.kind == "value":
+            item = item.item() if isinstance(item, (np.ndarray, np.generic)) else item
+        container[self.key] = item
+
+
+def watch(context, traced_args, traced_kwargs):
+    """Remember where each traced container of the arguments is (the traced arguments are
+    copies: a write into one must be recorded, or it never reaches the caller)."""
+    context.argument_containers = {}
+    for position, value in enumerate(traced_args):
+        _watch(context.argument_containers, value, ("args", position))
+    for name, value in traced_kwargs.items():
+        _watch(context.argument_containers, value, ("kwargs", name))
+    context.argument_writes = {}
+
+
+def _watch(containers, value, where):
+    if type(value) is dict:
+        items = value.items()
+    elif type(value) in (list, tuple):
+        items = enumerate(value)
+    else:
+        return
+    containers[id(value)] = (where, type(value))
+    for key, item in items:
+        _watch(containers, item, (*where, key))
+
+
+def is_argument_container(context, container):
+    return id(container) in getattr(context, "argument_containers", {})
+
+
+def note(context, container, key, value):
+    """Record ``container[key] = value`` if ``container`` is a dict argument and ``key`` a
+    plain key; False when it is not (the caller refuses the write)."""
+    where, kind = getattr(context, "argument_containers", {}).get(id(container), (None, None))
+    if kind is not dict or not isinstance(key, _KEYS) or not _writable(value):
+        return False
+    context.argument_writes.pop((where, key), None)  # the last write, in write order
+    context.argument_writes[(where, key)] = value
+    return True
+
+
+def _writable(value):
+    """An array, a number or an immutable plain value: the compiled call can store it
+    again at every call (a list would be one shared object, where eager makes a new one)."""
+    return (hasattr(value, "ir_var") or hasattr(value, "expr") or value is None
+            or isinstance(value, (np.ndarray, np.generic, str, bytes, *PYTHON_SCALARS)))
+
+
+def collect(context, output_atoms, is_leaf):
+    """The writes, each array or scalar value appended to ``output_atoms``."""
+    writes = []
+    for (where, key), value in getattr(context, "argument_writes", {}).items():
+        if not is_leaf(value):
+            writes.append(ArgumentWrite(where, key, "static", value))
+            continue
+        atom, concrete, _ = context.atom(value)
+        concrete = getattr(value, "value", concrete)
+        kind = ("scalar" if isinstance(concrete, np.generic) else
+                "value" if type(concrete) in PYTHON_SCALARS else "array")
+        writes.append(ArgumentWrite(where, key, kind, len(output_atoms)))
+        output_atoms.append(atom)
+    return writes
+
+
+def apply(context, args, kwargs):
+    """The traced call's writes into the caller's dicts, with their real values."""
+    for (where, key), value in getattr(context, "argument_writes", {}).items():
+        if hasattr(value, "ir_var"):
+            value = value.value
+        elif hasattr(value, "expr"):  # a SymInt: the int it is in this call
+            value = int(value.value)
+        _container((args, kwargs), where)[key] = value
+
+
+def _container(arguments, where):
+    """``args[i][k1][k2]...`` for ``where`` = ``("args", i, k1, k2, ...)`` (or kwargs)."""
+    args, kwargs = arguments
+    container = args if where[0] == "args" else kwargs
+    for key in where[1:]:
+        container = container[key]
+    return container

@@ -5,7 +5,8 @@ own assignment while tracing (tracer/indexing.py ``setitem``).
 Every case runs the jitted function and eager NumPy on fresh copies of the same inputs,
 over several lengths (0, 1 and 2 trips too) and twice per length, so the first (traced)
 call and later (compiled) calls are both checked: values, dtypes, shapes, Python and NumPy
-scalar types, and what was written into the arguments. Strict xfails are bugs found here.
+scalar types, and what was written into the arguments. Strict xfails are open bugs found
+here; the section "bugs found here and fixed since" keeps those already fixed.
 """
 
 import contextlib
@@ -276,6 +277,190 @@ def asarray_of_the_pending_result(x, w):
     return np.asarray(h) + 1.0
 
 
+def index_clamped_below(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[max(t - 1, 0)] + h @ w)  # t - 1 at trips 1, 2; 0 at trip 0
+    return h
+
+
+def index_clamped_above(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[min(t + 1, x.shape[0] - 1)] + h @ w)
+    return h
+
+
+def index_compared_as_a_number(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = h * (t != 0) + x[t] @ w
+    return h
+
+
+def index_compared_in_where(x, w):
+    h = np.ones(3)
+    for t in range(x.shape[0]):
+        h = np.where(t > 0, h @ w, x[t]) + x[t]
+    return h
+
+
+def window_before_the_start(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = h + x[t - 1:t + 1].sum(axis=0)  # x[-1:1] at trip 0 is empty
+    return h
+
+
+def growing_prefix(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = h + x[:t].sum(axis=0) * 0.5 + x[:t + 1].mean(axis=0)
+    return h
+
+
+def write_to_the_previous_row(x, w):
+    h, hs = np.zeros(3), np.zeros_like(x)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        hs[t - 1] = h  # trip 0 writes the last row, which no later trip writes
+    return hs
+
+
+def dict_with_an_entry_before(x, w):
+    hs = {-1: np.zeros(3)}
+    for t in range(x.shape[0]):
+        hs[t] = np.tanh(x[t] + hs[t - 1] @ w)
+    return sum(hs[t] for t in range(x.shape[0])) + hs[-1]
+
+
+def index_halved_and_powers(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = h * 0.9 ** t + x[t // 2] * (t - 1) ** 2 + t / 2 + np.arange(3) * t
+    return h
+
+
+def boolean_state(x, w):
+    seen = np.zeros(3, dtype=bool)
+    for t in range(x.shape[0]):
+        seen = seen | (x[t] > 0.5)
+    return seen
+
+
+def guard_true_at_trip_0_only(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        if h.sum() == 0:
+            h = x[t]
+        else:
+            h = np.tanh(h @ w + x[t])
+    return h
+
+
+def triangular_nest(x, w):
+    acc = np.zeros(3)
+    for i in range(x.shape[0]):
+        for j in range(i):
+            acc = acc + x[j] * x[i]
+    return acc
+
+
+def reversed_outer_nest(x, w):
+    out = np.zeros((x.shape[0], 3))
+    for i in reversed(range(x.shape[0])):
+        for j in range(3):
+            out[i, j] = x[i, j] * w[j, j] + out[i - 1, j]
+    return out
+
+
+def argument_rows_written_in_the_loop(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        x[t] = h
+    return h
+
+
+def argument_updated_every_trip(x, w):
+    for t in range(x.shape[0]):
+        w += 0.1 * np.outer(x[t], x[t])
+    return w.sum()
+
+
+def second_loop_carries_the_first_result(x, w):
+    h, g = np.zeros(3), np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+    for t in range(x.shape[0]):
+        g = g + h * x[t]
+        h = h * 0.5
+    return g, h
+
+
+def pending_result_as_an_index(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+    k = int(np.argmax(h))
+    return x[:, k], k
+
+
+def pending_result_as_python_values(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+    return h[1].item(), h.sum().item(), bool(h[0] > 0)
+
+
+def while_on_data(x, w):
+    h, t = np.zeros(3), 0
+    while t < x.shape[0] and h.sum() < 1.5:
+        h = h + np.abs(x[t])
+        t += 1
+    return h, t
+
+
+def while_counting_down(x, w):
+    h, t = np.zeros(3), x.shape[0]
+    while t > 0:
+        t -= 1
+        h = np.tanh(x[t] + h @ w)
+    return h
+
+
+def rows_of_no_columns(x, w):
+    y, acc = x[:, :0], np.zeros((0,))
+    for t in range(x.shape[0]):
+        acc = acc + y[t]
+    return acc
+
+
+def float_counter_beside_an_array(x, w):
+    h, c = np.zeros(3), 0.0
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        c = c + 1.0
+    return c, h, c * h
+
+
+def argument_written_then_a_later_trip_raises(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = h + x[t + 1]
+        x[t] = h  # rows 0 .. length - 2 are written before NumPy raises
+    return h
+
+
+def raises_after_the_loop(x, w):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+    if x.shape[0] == 4:
+        raise ValueError("four")
+    return h
+
+
 LOOPS = [if_t_is_0, previous_row_wraps, sliding_window, sliding_window_rows, step_of_2,
          step_of_3_from_1, reversed_into_buffer, python_int_becomes_float,
          int_array_meets_floats, float32_state_float64_weights, float32_with_weak_floats,
@@ -283,7 +468,16 @@ LOOPS = [if_t_is_0, previous_row_wraps, sliding_window, sliding_window_rows, ste
          numpy_scalar_accumulator, arguments_written_after_the_loop,
          a_second_loop_reads_the_first, windows_updated_in_place, conv_like_nested,
          state_is_an_argument_row, state_is_traced, read_past_the_end, empty_state, while_loop,
-         branch_on_the_pending_result, asarray_of_the_pending_result]
+         branch_on_the_pending_result, asarray_of_the_pending_result, index_clamped_below,
+         index_clamped_above, index_compared_as_a_number, index_compared_in_where,
+         window_before_the_start, growing_prefix, write_to_the_previous_row,
+         dict_with_an_entry_before, index_halved_and_powers, boolean_state,
+         guard_true_at_trip_0_only, triangular_nest, reversed_outer_nest,
+         argument_rows_written_in_the_loop, argument_updated_every_trip,
+         second_loop_carries_the_first_result, pending_result_as_an_index,
+         pending_result_as_python_values, while_on_data, while_counting_down,
+         rows_of_no_columns, float_counter_beside_an_array,
+         argument_written_then_a_later_trip_raises, raises_after_the_loop]
 
 
 @pytest.mark.parametrize("function", LOOPS, ids=lambda f: f.__name__)
@@ -407,7 +601,7 @@ def test_item_assignment_gives_numpys_results(function):
     check(function, table)
 
 
-# ---- bugs found: strict xfails -----------------------------------------------------------
+# ---- bugs found here and fixed since (regression tests) ---------------------------------
 
 def float_written_then_read(x):
     y = x * 1.0
@@ -415,9 +609,6 @@ def float_written_then_read(x):
     return float(y[0, 0])
 
 
-@pytest.mark.xfail(strict=True, reason="setitem: indexing._lazy reads a Python float value "
-                   "through dims.value_of, which is int(): y[:, 0] = 1.5 gives the trace "
-                   "1.0; a read of it (float(), a guard) then returns or decides on 1.0")
 def test_a_python_float_written_then_read_keeps_its_fraction():
     check(float_written_then_read, lambda n: (np.zeros((n, 2)),), lengths=(3, 4, 3))
 
@@ -430,8 +621,6 @@ def guard_on_a_float_written(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="setitem: y[:, 0] = 1.5 traces as 1.0 "
-                   "(indexing._lazy -> int()), so the guard takes the other branch")
 def test_a_guard_on_a_python_float_written_decides_as_numpy():
     check(guard_on_a_float_written, lambda n: (np.zeros((n, 2)),), lengths=(3, 4, 3))
 
@@ -448,9 +637,6 @@ def nan_written(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="setitem: indexing._lazy calls int() on a NumPy "
-                   "array value (TypeError) or a NaN (ValueError): internal error, the "
-                   "function runs eagerly instead of compiling")
 @pytest.mark.parametrize("function", [numpy_array_written, nan_written],
                          ids=lambda f: f.__name__)
 def test_numpy_arrays_and_nan_written_compile(function):
@@ -465,10 +651,6 @@ def constant_changed_after_use(x):
     return g * x[0] + h
 
 
-@pytest.mark.xfail(strict=True, reason="a NumPy array used by a traced op becomes a graph "
-                   "constant snapshotted at first use (TracingContext.atom, keyed by id); "
-                   "g += 5 by plain NumPy afterwards is not seen, so compiled calls read "
-                   "the old values (pre-existing, not from the pending change)")
 def test_a_numpy_array_changed_after_its_first_use():
     check(constant_changed_after_use, lambda n: (np.ones((n, 3)),), lengths=(3, 3, 4))
 
@@ -481,9 +663,6 @@ def constant_changed_after_a_loop(x):
     return g, h
 
 
-@pytest.mark.xfail(strict=True, reason="the same stale constant, now on the first call too: "
-                   "with the loop pending the first call's result comes from the program, "
-                   "which returns the constant snapshotted before g += 5 (1s, NumPy 6s)")
 def test_a_numpy_array_changed_after_a_loop_read_it():
     check(constant_changed_after_a_loop, lambda n: (np.ones((n, 3)),), lengths=(3,),
           calls=1)
@@ -503,10 +682,6 @@ def dict_filled_by_a_loop(x):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="a list or dict a captured loop filled is returned "
-                   "as loop_containers.StackedList/StackedDict, a static output holding the "
-                   "trace's tracers: len() or reading it raises 'a traced value was used "
-                   "after its trace finished' (pre-existing)")
 @pytest.mark.parametrize("function", [list_filled_by_a_loop, dict_filled_by_a_loop],
                          ids=lambda f: f.__name__)
 def test_a_container_filled_by_a_loop_is_returned_as_numpy_returns_it(function):
@@ -549,3 +724,206 @@ def test_a_print_in_the_body_prints_every_trip_in_order():
             want = printing(*sequence(length))
         assert seen.getvalue() == expected.getvalue()
         same(got, want)
+
+
+# ---- gradients through loops whose trip 0 joined them ------------------------------------
+
+def finite_differences(function, w, x, eps=1e-6):
+    grad = np.zeros_like(w)
+    for position in np.ndindex(w.shape):
+        up, down = w.copy(), w.copy()
+        up[position] += eps
+        down[position] -= eps
+        grad[position] = (function(up, x.copy()) - function(down, x.copy())) / (2 * eps)
+    return grad
+
+
+def loss_reading_the_previous_row(w, x):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t - 1] * 0.5 + h @ w)
+    return np.sum(h * x[0])
+
+
+def loss_with_a_first_trip_of_its_own(w, x):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        if t == 0:
+            h = x[0] @ w
+        else:
+            h = np.tanh(h @ w + x[t])
+    return np.sum(h ** 2)
+
+
+def loss_reversed(w, x):
+    h = np.zeros(3)
+    for t in reversed(range(x.shape[0])):
+        h = np.tanh(x[t] - h @ w)
+    return np.sum(h ** 3)
+
+
+def loss_every_other_row(w, x):
+    h = np.zeros(3)
+    for t in range(0, x.shape[0], 2):
+        h = np.tanh(x[t] + h @ w)
+    return np.sum(h)
+
+
+def loss_from_a_row_of_w(w, x):
+    h = w[1]
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+    return np.sum(h)
+
+
+def loss_of_rows_written(w, x):
+    y = np.zeros((x.shape[0], 3))
+    for t in range(x.shape[0]):
+        y[t, :] = x[t] @ w
+        y[t, 0] = 1.5
+    return np.sum(y ** 2)
+
+
+def check_gradients(loss, lengths=(3, 4, 7, 2, 5, 4)):
+    jitted = tj.jit(tj.value_and_grad(loss), cache="memory", dynamic=True)
+    for length in lengths:
+        x, w = sequence(length)
+        value, grad = jitted(w.copy(), x.copy())
+        np.testing.assert_allclose(value, loss(w.copy(), x.copy()), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(grad, finite_differences(loss, w, x), rtol=1e-5,
+                                   atol=1e-7)
+    assert not jitted.stats()["eager_calls"], jitted.stats()["eager_reasons"]
+
+
+@pytest.mark.parametrize("loss", [loss_reading_the_previous_row,
+                                  loss_with_a_first_trip_of_its_own, loss_reversed,
+                                  loss_every_other_row, loss_from_a_row_of_w,
+                                  loss_of_rows_written], ids=lambda f: f.__name__)
+def test_gradients_through_loops(loss):
+    check_gradients(loss)
+
+
+def loss_of_a_buffer_of_states(w, x):
+    h, hs = np.zeros(3), np.zeros_like(x)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        hs[t] = h
+    return np.sum(hs ** 2)
+
+
+def loss_of_a_dict_of_states(w, x):
+    hs = {-1: np.zeros(3)}
+    for t in range(x.shape[0]):
+        hs[t] = np.tanh(x[t] + hs[t - 1] @ w)
+    return np.sum(hs[x.shape[0] - 1] ** 2)
+
+
+def loss_of_a_list_of_states(w, x):
+    hs, h = [], w[0] * 0
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        hs.append(h)
+    return sum(np.sum(v * v) for v in hs) + 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="since 69958da (23e4cd0 compiles it): the gradient "
+                   "trace of a loop whose trip 0 joined it and that stacks its states "
+                   "(hs[t] = h, a dict or list of h) fails in loop_autodiff._rewrite_forward "
+                   "-> ops.control.run_body ('too many indices for array: array is "
+                   "0-dimensional'): internal error, every call runs eagerly")
+@pytest.mark.parametrize("loss", [loss_of_a_buffer_of_states, loss_of_a_dict_of_states,
+                                  loss_of_a_list_of_states], ids=lambda f: f.__name__)
+def test_gradients_through_loops_that_stack_their_states(loss):
+    check_gradients(loss)
+
+
+def test_tensor_backward_through_a_loop_that_stacks_its_states():
+    def rnn_loss(x, w):
+        h, hs = np.zeros(3), np.zeros_like(x)
+        for t in range(x.shape[0]):
+            h = np.tanh(x[t] + h @ w)
+            hs[t] = h
+        return (hs ** 2).sum(), h
+
+    jitted = tj.jit(rnn_loss, cache="memory", dynamic=True)
+    for length in (3, 4, 7, 4, 2):
+        x, w = sequence(length)
+        results = []
+        for function in (jitted, rnn_loss):
+            weights = tj.tensor(w.copy(), requires_grad=True)
+            loss, h = function(tj.tensor(x.copy()), weights)
+            loss.backward()
+            results.append((type(loss), type(h), loss.data, h.data, weights.grad.data))
+        (got, want) = results
+        assert got[:2] == want[:2]
+        for g, w_ in zip(got[2:], want[2:]):
+            np.testing.assert_allclose(g, w_, rtol=1e-10, atol=1e-12)
+
+
+def add_into_a_row(w):
+    out = np.zeros(3)
+    out[1] += w[0]
+    return np.sum(out * w)
+
+
+@pytest.mark.xfail(strict=True, reason="eager tj.value_and_grad (no jit) of out[i] += v into "
+                   "a NumPy array: frontend.Hooks.update_item reads self.context.replaced, "
+                   "and EagerHooks has no context (AttributeError; since 67b5904)")
+def test_eager_value_and_grad_of_an_augmented_item_assignment():
+    value, grad = tj.value_and_grad(add_into_a_row)(np.arange(1.0, 4.0))
+    np.testing.assert_allclose(value, add_into_a_row(np.arange(1.0, 4.0)))
+    np.testing.assert_allclose(grad, finite_differences(
+        lambda w, _: add_into_a_row(w), np.arange(1.0, 4.0), np.zeros(1)), rtol=1e-6)
+
+
+# ---- other bugs found (not from the pending change) ---------------------------------------
+
+def stack_a_constant_with_a_row(x):
+    return np.stack([np.zeros(3), x[0]])
+
+
+@pytest.mark.xfail(strict=True, reason="np.stack of a (3,) NumPy array and a traced (s1,) "
+                   "row with s1 == 3 raises ShapeError in numpy_api.stack (symbolic dims not "
+                   "equal to 3 without a guard): internal error, runs eagerly. Hit by "
+                   "hs = [np.zeros(3)]; hs.append(...) loops of 1 or 2 trips")
+def test_stack_of_a_constant_and_a_traced_row_compiles():
+    jitted = check(stack_a_constant_with_a_row, lambda n: (np.ones((n, 3)),), lengths=(2, 3))
+    assert not jitted.stats()["eager_calls"], jitted.stats()["eager_reasons"]
+
+
+@pytest.mark.xfail(strict=True, reason="print(x.shape) in a traced function prints the "
+                   "symbolic shape, 'shape (s0, 2)', on every call (traced and compiled); "
+                   "NumPy prints 'shape (3, 2)' (the print effect keeps SymInts unformatted)")
+def test_a_shape_prints_as_numpy_prints_it(capsys):
+    def shows_its_shape(x):
+        print("shape", x.shape)
+        return x * 2
+
+    jitted = tj.jit(shows_its_shape, cache="memory", dynamic=True)
+    for length in (3, 4, 3):
+        jitted(np.ones((length, 2)))
+        got = capsys.readouterr().out
+        shows_its_shape(np.ones((length, 2)))
+        assert got == capsys.readouterr().out
+
+
+@pytest.mark.xfail(strict=True, reason="the trace prints 'start', then raises IndexError in "
+                   "a later trip (as NumPy does) and the runtime reruns the function eagerly, "
+                   "which prints 'start' again: printed twice (runtime/jit.py _trace falls "
+                   "back to eager after the trace's prints went out)")
+def test_a_function_that_prints_then_raises_prints_once(capsys):
+    def prints_then_raises(x):
+        print("start")
+        h = np.zeros(x.shape[1])
+        for t in range(x.shape[0]):
+            h = h + x[t + 1]
+        return h
+
+    jitted = tj.jit(prints_then_raises, cache="memory", dynamic=True)
+    for length in (3, 4):
+        with pytest.raises(IndexError):
+            jitted(np.ones((length, 2)))
+        got = capsys.readouterr().out
+        with pytest.raises(IndexError):
+            prints_then_raises(np.ones((length, 2)))
+        assert got == capsys.readouterr().out

@@ -348,7 +348,10 @@ def _assign(target, index, value):
 
 
 def _lazy(value):
-    return value.lazy_value() if hasattr(value, "lazy_value") else value_of(value)
+    """A value to assign: a traced one's value (maybe pending), a dim's int, else itself."""
+    if hasattr(value, "lazy_value"):
+        return value.lazy_value()
+    return value_of(value) if isinstance(value, SymInt) else value
 
 
 class _NotNumPy(Exception):

@@ -392,7 +392,7 @@ def _replay(context, plan, body, index, t, carried, bindings):
 def _joint_body(context, plan, body, index, t1, step, bindings):
     from .loops import Refused, _generalize
 
-    carried = [np.asarray(context.values[atom.name][0]) if isinstance(atom, Var) else
+    carried = [np.asarray(context.concrete(atom.name)) if isinstance(atom, Var) else
                atom.value for atom in plan.operands[:plan.num_carry]]
     first = _replay(context, plan, body, index, t1, carried, bindings)
     second = _replay(context, plan, body, index, t1 + step, first.carried_next, bindings)
@@ -712,7 +712,7 @@ def _rewrite_forward(context, plan, stacked_carry, stacked_values, slot, rows, b
     loop_params = {**plan.params, "body": new_body, "num_carry": total}
 
     # Real values: run the rewritten loop (the first call's residuals).
-    values = [context.values[atom.name][0] if isinstance(atom, Var) else atom.value
+    values = [context.concrete(atom.name) if isinstance(atom, Var) else atom.value
               for atom in operands]
     start = _evaluate(plan.params["start"], bindings)
     stop = _evaluate(plan.params["stop"], bindings)
@@ -759,7 +759,7 @@ def _run_reverse(context, plan, reverse_body, carried_init, free_operands, trips
     operands = tuple(value.ir_var for value in carried_init) + tuple(free_operands)
     loop_params = dict(body=reverse_body, index=params["index"], start=last, stop=stop,
                        step=-step, num_carry=num)
-    values = [np.asarray(context.values[atom.name][0]) for atom in operands]
+    values = [np.asarray(context.concrete(atom.name)) for atom in operands]
     finals = run_body(reverse_body, params["index"], _evaluate(last, bindings),
                       _evaluate(stop, bindings), -step, num, values[:num], values[num:],
                       bindings)

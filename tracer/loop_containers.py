@@ -607,3 +607,20 @@ def stack_call(function, args, kwargs):
     if function in (np.array, np.asarray) and len(args) == 1 and not kwargs:
         return args[0].stacked(0)
     return None
+
+
+def plain_containers(value):
+    """``value`` with each list and dict a captured loop filled (``StackedList``,
+    ``StackedDict``) made the plain list or dict of its entries the NumPy code holds,
+    through tuples, lists and dicts: a function's result leaves the trace as such.
+
+    >>> plain_containers(([1], {"a": (2,)}))
+    ([1], {'a': (2,)})
+    """
+    if isinstance(value, StackedList) or type(value) is list:
+        return [plain_containers(item) for item in value]
+    if isinstance(value, StackedDict) or type(value) is dict:
+        return {key: plain_containers(item) for key, item in value.items()}
+    if type(value) is tuple:
+        return tuple(plain_containers(item) for item in value)
+    return value

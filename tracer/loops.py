@@ -787,7 +787,7 @@ class _RemainingTrips:
         constants = {var.name for var, _ in context.constants}
         # A NumPy constant may be written by the user's code before a pending value is
         # read: the trips read it as it is now.
-        free = [context.values[var.name][0] for var in free_vars]
+        free = [context.values[var.name][0] for var in free_vars]  # maybe pending
         self.free = [np.array(value) if var.name in constants else value
                      for var, value in zip(free_vars, free)]
         self.carried = [np.asarray(out.value) for out in outputs]

@@ -38,6 +38,7 @@ from .implicit import find_implicit_inputs
 from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
+from .loop_containers import plain_containers
 from .ops import reshape_p
 from .pending import Pending, deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
@@ -323,7 +324,8 @@ class TracingContext:
         self.body = []
         self.inputs = []
         self.constants = []
-        self.constant_vars = {}  # id(array) -> (array, Var); the array keeps the id valid
+        # id(array) -> (array, Var, Constant); the array keeps the id valid
+        self.constant_vars = {}
         self.implicit_candidates = implicit or {}  # id(obj) -> (path, obj)
         self.implicit_used = {}  # id(obj) -> ImplicitInput
         self.symbols = {}
@@ -389,13 +391,16 @@ class TracingContext:
         array = np.asarray(value)
         if array.dtype == object:
             raise _error(f"an operand of type {type(value).__name__} is not an array")
-        if key not in self.constant_vars:
+        known = self.constant_vars.get(key)
+        # A NumPy array written by plain NumPy since its last use (g += 5) is a new constant.
+        if known is None or not _same_contents(array, known[2].data):
             var = self.new_var(AbstractArray(array.shape, array.dtype))
-            self.constants.append((var, Constant.of(array)))
-            self.constant_vars[key] = (value, var)
-            self.values[var.name] = (array, array.shape)
+            constant = Constant.of(array)
+            self.constants.append((var, constant))
+            self.constant_vars[key] = (value, var, constant)
+            self.values[var.name] = (constant.data, array.shape)
         var = self.constant_vars[key][1]
-        return var, array, AbstractArray(array.shape, array.dtype)
+        return var, self.constant_vars[key][2].data, AbstractArray(array.shape, array.dtype)
 
     def _implicit_input(self, value):
         key = id(value)
@@ -483,6 +488,10 @@ class TracingContext:
         atom, _, _ = self.atom(tracer)
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
+
+    def concrete(self, name):
+        """The real value of var ``name`` (computed now if it was left pending)."""
+        return force(self.values[name][0])
 
     def tracer_for(self, atom):
         """A tracer (or a Python scalar / live dim) standing for an atom of this trace."""
@@ -639,6 +648,11 @@ def _unique(guards):
             seen.add(key)
             result.append(guard)
     return result
+
+
+def _same_contents(array, snapshot):
+    return array.shape == snapshot.shape and array.dtype == snapshot.dtype and (
+        array.tobytes() == snapshot.tobytes())
 
 
 def _is_output_leaf(leaf):
@@ -809,6 +823,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         with recording_into(context):
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves)
+            result = plain_containers(result)  # the lists and dicts a loop filled
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         raise _with_user_line(error) from None

@@ -70,36 +70,56 @@ def direct_condition(builder, trans_b, n, k):
 
 
 def epilogue_function(emitter):
-    """``tj_sgemm_epilogue(c, ldc, rows, columns, bias, column, activation)``:
-    ``C[0:rows, 0:columns] = activation(C + bias[column:column + columns])`` in place
-    (``bias`` may be null). NaN stays NaN through the relu, as in ``np.maximum(x, 0)``."""
-    lanes = emitter.isa.lanes
+    """``tj_sgemm_epilogue(c, ldc, rows, columns, bias, column, activation)`` on rows of
+    a tile's width (``columns <= nr``): ``C[0:rows, 0:columns] = activation(C +
+    bias[column:column + columns])`` in place (``bias`` may be null). The bias vectors are
+    loaded once per tile, and a whole tile is read and written without masks. NaN stays
+    NaN through the relu, as in ``np.maximum(x, 0)``."""
+    isa, lanes = emitter.isa, emitter.isa.lanes
     function = emitter.function("tj_sgemm_epilogue", [PTR, I64, I64, I64, PTR, I64, I64])
     c, ldc, rows, columns, bias, column, activation = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    has_bias = builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None))
-    relu = builder.icmp_signed("==", activation, c64(RELU))
     zero = ir.Constant(emitter.vector, None)
+    # Without a bias, -0.0 is added: x + -0.0 is x for every x (+0.0 would turn -0.0 to +0.0).
+    no_bias = ir.Constant(emitter.vector, [-0.0] * lanes)
+    relu = builder.icmp_signed("==", activation, c64(RELU))
+    never = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [0] * lanes)
+    masks = [emitter.lane_mask(builder, columns, c64(lanes * j)) for j in range(isa.vectors)]
+    entry = builder.block
+    load_bias, biased = (function.append_basic_block(label) for label in ("bias", "biased"))
+    builder.cbranch(builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None)), load_bias, biased)
+    builder.position_at_end(load_bias)
+    loaded = [emitter.masked_load(builder, emitter.element(
+        builder, bias, builder.add(column, c64(lanes * j))), masks[j])
+        for j in range(isa.vectors)]
+    builder.branch(biased)
+    builder.position_at_end(biased)
+    bias_vectors = []
+    for value in loaded:
+        phi = builder.phi(emitter.vector)
+        phi.add_incoming(no_bias, entry)
+        phi.add_incoming(value, load_bias)
+        bias_vectors.append(phi)
+    whole, edge = (function.append_basic_block(label) for label in ("whole", "edge"))
+    builder.cbranch(builder.icmp_signed("==", columns, c64(isa.nr)), whole, edge)
+    for block, masked in ((whole, False), (edge, True)):
+        builder.position_at_end(block)
 
-    def row(i):
-        c_row = emitter.element(builder, c, builder.mul(i, ldc))
-
-        def vector(j):
-            mask = emitter.lane_mask(builder, columns, j)
-            pointer = emitter.element(builder, c_row, j)
-            value = emitter.masked_load(builder, pointer, mask)
-            with builder.if_then(has_bias):
-                shifted = emitter.element(builder, bias, builder.add(column, j))
-                biased = builder.fadd(value, emitter.masked_load(builder, shifted, mask))
-                emitter.masked_store(builder, biased, pointer, mask)
-            with builder.if_then(relu):
-                value = emitter.masked_load(builder, pointer, mask)
+        def row(i, masked=masked):
+            c_row = emitter.element(builder, c, builder.mul(i, ldc))
+            for j in range(isa.vectors):
+                pointer = emitter.element(builder, c_row, c64(lanes * j))
+                value = (emitter.masked_load(builder, pointer, masks[j]) if masked
+                         else emitter.load_vector(builder, pointer))
+                value = builder.fadd(value, bias_vectors[j])
                 negative = builder.fcmp_ordered("<", value, zero)  # NaN: not negative
-                emitter.masked_store(builder, builder.select(negative, zero, value), pointer,
-                                     mask)
-        emitter.loop(builder, c64(0), columns, c64(lanes), vector)
-    emitter.loop(builder, c64(0), rows, c64(1), row)
-    builder.ret_void()
+                value = builder.select(builder.select(relu, negative, never), zero, value)
+                if masked:
+                    emitter.masked_store(builder, value, pointer, masks[j])
+                else:
+                    builder.store(value, pointer, align=emitter.align)
+        emitter.loop(builder, c64(0), rows, c64(1), row)
+        builder.ret_void()
     return function
 
 
@@ -145,8 +165,10 @@ def rows_function(emitter):
         loop(builder, c64(0), n, c64(1), lambda j: builder.store(
             ir.Constant(emitter.scalar, 0.0), element(builder, row, j), align=emitter.align))
     loop(builder, row_begin, row_end, c64(1), zero_row)
-    finish(element(builder, c, builder.mul(row_begin, ldc)), builder.sub(row_end, row_begin),
-           n, c64(0))
+    zeros = element(builder, c, builder.mul(row_begin, ldc))
+    loop(builder, c64(0), n, c64(isa.nr), lambda j0: finish(
+        element(builder, zeros, j0), builder.sub(row_end, row_begin),
+        smaller(builder, c64(isa.nr), builder.sub(n, j0)), j0))
     builder.ret_void()
 
     builder.position_at_end(work)

@@ -331,10 +331,12 @@ def setitem(x, index, value):
             numpy_index = _as_numpy(index)
         except _NotNumPy:  # its value from the recorded equations, when read
             return result
-        # Its value by NumPy's assignment into a copy (when first read, if x or the value
-        # is itself pending).
+        # Its value by NumPy's assignment into a copy: when first read, if x or the value
+        # is itself pending or a loop is being traced (a buffer written at every trip,
+        # hs[:, t] = h, is read by nothing while tracing; each copy of it costs).
         operands = [_lazy(x), numpy_index, _lazy(assigned)]
-        if any(is_pending(operand) for operand in operands):
+        context = current_context()
+        if getattr(context, "in_loop_body", 0) or any(is_pending(op) for op in operands):
             result.value = deferred(_assign, operands, [is_traced(x), True, is_traced(assigned)])
         else:
             result.value = _assign(*operands)

@@ -41,7 +41,7 @@ from .dims import DimExpr, SymInt, expr_of, is_int, value_of
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
 from .loop_index import IndexRefused, LoopIndex, settle_guards
-from .pending import Pending, force
+from .pending import Pending, force, is_pending
 
 log = logging.getLogger("tracejit.loops")
 
@@ -286,7 +286,22 @@ def run_loop(context, range_function, range_args, body, names, frame_locals, loc
              reverse=None):
     """Run (and, when it can, capture) one loop; returns the carried names' values.
     ``reverse`` is the ``reversed`` the user's code called (``for t in
-    reversed(range(...))``), or None."""
+    reversed(range(...))``), or None. While it runs, buffer writes (``hs[:, t] = h``)
+    compute their values only when read (``in_loop_body``: a copy of the whole buffer per
+    traced trip otherwise)."""
+    if context is None:
+        return _run_loop(context, range_function, range_args, body, names, frame_locals,
+                         location, reverse)
+    context.in_loop_body = getattr(context, "in_loop_body", 0) + 1
+    try:
+        return _run_loop(context, range_function, range_args, body, names, frame_locals,
+                         location, reverse)
+    finally:
+        context.in_loop_body -= 1
+
+
+def _run_loop(context, range_function, range_args, body, names, frame_locals, location,
+              reverse):
     values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
     where = f"{location[0]}:{location[1]}"
 
@@ -405,8 +420,8 @@ def _fresh(context, value):
     from .tracing import Tracer
 
     var = context.new_var(value.ir_var.aval)
-    tracer = Tracer(context, var, value.value, value.shape)
-    context.values[var.name] = (value.value, tracer.shape)
+    tracer = Tracer(context, var, value.lazy_value(), value.shape)
+    context.values[var.name] = (tracer.raw_value, tracer.shape)
     return tracer
 
 
@@ -784,28 +799,27 @@ class _RemainingTrips:
     first of them is read."""
 
     def __init__(self, context, body, index, start, stop, step, outputs, free_vars):
-        constants = {var.name for var, _ in context.constants}
-        # A NumPy constant may be written by the user's code before a pending value is
-        # read: the trips read it as it is now.
-        free = [context.values[var.name][0] for var in free_vars]  # maybe pending
-        self.free = [np.array(value) if var.name in constants else value
-                     for var, value in zip(free_vars, free)]
-        self.carried = [np.asarray(out.value) for out in outputs]
-        self.examples = [out.value for out in outputs]
+        # Values as they are now, maybe pending (a NumPy constant's is its snapshot).
+        self.free = [context.values[var.name][0] for var in free_vars]
+        self.carried = [out.lazy_value() for out in outputs]
+        # What a scalar result is (a NumPy scalar, a Python float) is known now; arrays
+        # are arrays.
+        self.examples = [out.lazy_value() if out.shape else out.value for out in outputs]
         self.args = (body, index, start, stop, step, len(outputs))
         self.bindings = context.symbol_values()
 
     def run(self, effects=None):
         from .ops.control import run_body
 
-        finals = run_body(*self.args, self.carried, [force(value) for value in self.free],
-                          self.bindings, effects)
+        finals = run_body(*self.args, [np.asarray(force(value)) for value in self.carried],
+                          [force(value) for value in self.free], self.bindings, effects)
         return [_like(final, example) for final, example in zip(finals, self.examples)]
 
     def pending(self):
         everything = Pending(self.run)
         return [Pending(lambda position=position: everything.force()[position],
-                        like=example) for position, example in enumerate(self.examples)]
+                        like=None if is_pending(example) else example)
+                for position, example in enumerate(self.examples)]
 
 
 def _deferrable(context, body):

@@ -612,7 +612,8 @@ def stack_call(function, args, kwargs):
 def plain_containers(value):
     """``value`` with each list and dict a captured loop filled (``StackedList``,
     ``StackedDict``) made the plain list or dict of its entries the NumPy code holds,
-    through tuples, lists and dicts: a function's result leaves the trace as such.
+    through tuples (namedtuples too), lists and dicts: a function's result leaves the
+    trace as such.
 
     >>> plain_containers(([1], {"a": (2,)}))
     ([1], {'a': (2,)})
@@ -623,4 +624,6 @@ def plain_containers(value):
         return {key: plain_containers(item) for key, item in value.items()}
     if type(value) is tuple:
         return tuple(plain_containers(item) for item in value)
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
+        return type(value)(*(plain_containers(item) for item in value))
     return value

@@ -760,10 +760,104 @@ def int_counts_in_a_loop(x, ids):
     return y
 
 
+def index_from_a_pending_result(x, ids):
+    h = np.zeros(4)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h * 0.5)
+    y, z = np.zeros(4), h * 1.0
+    y[np.argmax(h)] = 5.0
+    z[np.argmin(h)] = -5.0
+    z[np.argsort(h)[:2]] = np.array([1.0, 2.0])
+    w = x * 1.0
+    w[:, np.argmax(h)] = 0.0
+    return y, z, w
+
+
+def writes_into_a_pending_result(x, ids):
+    h = np.zeros(4)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h * 0.5)
+    h[0] = 5.0
+    h[1:] += 1
+    buffer = np.zeros((2, 4))
+    buffer[1] = h
+    buffer[0, ::-1] = h
+    if x.shape[0]:
+        x[-1] = h  # into the argument
+    return h, h.sum(), buffer
+
+
+def negative_step_slices(x, ids):
+    y = x * 1.0
+    y[::-1] = x
+    y[::2, ::-1] = -x[::2]
+    return y
+
+
+def numpy_integer_kinds(x, ids):
+    y = x * 1.0
+    if x.shape[0]:
+        y[np.int64(-1)] = 1.0
+        y[np.uint8(0)] = 2.0
+        y[np.int32(0), np.int16(1)] = 3.0
+        y[-x.shape[0]] = y[-x.shape[0]] + 10
+    return y
+
+
+def nan_and_inf_cast(x, ids):
+    v = x * 1.0
+    v[:, 0] = np.nan
+    v[:, 1] = np.inf
+    truth = np.zeros(x.shape, dtype=bool)
+    truth[:] = v  # NaN and inf are True
+    counts = np.zeros(x.shape, dtype=np.int64)
+    counts[:, 2] = v[:, 2] * 1e3
+    narrow = np.zeros(x.shape, dtype=np.int32)
+    narrow[:] = x * 1e3
+    return v, truth, counts, narrow
+
+
+def python_scalars_of_each_kind(x, ids):
+    ints = np.zeros(x.shape, dtype=np.int64)
+    ints[:, 0] = 2.9
+    ints[:, 1] = -2.9
+    ints[:, 2] = True
+    singles = np.zeros(x.shape, dtype=np.float32)
+    singles[:, 0] = 0.1
+    singles[:, 1] = 1e40  # inf in float32
+    flags = np.zeros(x.shape, dtype=bool)
+    flags[:, 0] = 0.5
+    flags[:, 1] = 0.0
+    return ints, singles, flags
+
+
+def values_broadcast(x, ids):
+    y = np.zeros((x.shape[0], 4, 2))
+    y[:] = x[:, :, None]
+    y[:, 1] = np.array([7.0, 8.0])
+    y[..., 0] = x
+    return y
+
+
+def written_and_read_in_a_loop(x, ids):
+    y = np.zeros(x.shape)
+    for t in range(x.shape[0]):
+        y[t] = x[t] * 1.5
+        y[t, 0] = 0.25
+        y[t] = y[t] + y[t - 1]
+    singles = np.zeros(x.shape[0], dtype=np.float32)
+    for t in range(x.shape[0]):
+        singles[t] = t * 0.1
+    return y, singles
+
+
 WRITES = [negative_int, slices_with_dims, newaxis_in_the_index, ellipsis_index,
           boolean_mask_of_data, numpy_int64_index, index_from_the_length, casts_to_int,
           casts_to_bool, casts_to_float32, later_code_sees_the_write,
-          written_in_a_loop_from_the_end, written_in_a_loop_by_column, int_counts_in_a_loop]
+          written_in_a_loop_from_the_end, written_in_a_loop_by_column, int_counts_in_a_loop,
+          index_from_a_pending_result, writes_into_a_pending_result, negative_step_slices,
+          numpy_integer_kinds, nan_and_inf_cast, python_scalars_of_each_kind, values_broadcast,
+          written_and_read_in_a_loop]
 
 
 @pytest.mark.parametrize("function", WRITES, ids=lambda f: f.__name__)
@@ -1134,3 +1228,45 @@ def test_a_name_assigned_only_in_an_empty_loop_is_unbound():
                    "them): loop_containers.StackedDict keeps its rows apart from other keys")
 def test_a_dict_filled_by_a_loop_keeps_numpys_key_order():
     check(dict_keys_in_numpys_order, sequence, lengths=(3, 4))
+
+
+
+def empty_list_index(x):
+    y = x * 1.0
+    y[[]] = 4.0
+    return y
+
+
+def true_as_an_index(x):
+    y = x * 1.0
+    y[True] = y[True] * 2
+    return y
+
+
+@pytest.mark.xfail(strict=True, reason="y[[]] = v (NumPy: an empty integer index) and y[True] "
+                   "(a new axis of length 1) raise IndexError inside tracejit's indexing "
+                   "(the empty list is read as a float64 array; bool is not an index there): "
+                   "internal error, runs eagerly (pre-existing)")
+@pytest.mark.parametrize("function", [empty_list_index, true_as_an_index],
+                         ids=lambda f: f.__name__)
+def test_empty_list_and_true_as_indices_compile(function):
+    jitted = check(function, lambda n: (np.ones((n, 3)),), lengths=(3, 4))
+    assert not jitted.stats()["eager_calls"], jitted.stats()["eager_reasons"]
+
+
+def writes_an_argument(x, w):
+    w += 1.0
+    return x * 2
+
+
+@pytest.mark.xfail(strict=True, reason="jit(check=True) runs the compiled program and the "
+                   "eager function on the same arguments: w += 1 is applied twice from the "
+                   "second call (w = 3, NumPy 2), and a function returning what it wrote "
+                   "(x += 1; return x * 2) fails its own check ('compiled result differs "
+                   "from eager') since the eager rerun starts from the written x (pre-existing)")
+def test_check_mode_writes_arguments_once():
+    jitted = tj.jit(writes_an_argument, cache="memory", dynamic=True, check=True)
+    for length in (3, 3, 4):
+        w = np.ones(2)
+        jitted(np.ones(length), w)
+        np.testing.assert_array_equal(w, np.full(2, 2.0))

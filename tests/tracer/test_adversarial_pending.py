@@ -1270,3 +1270,38 @@ def test_check_mode_writes_arguments_once():
         w = np.ones(2)
         jitted(np.ones(length), w)
         np.testing.assert_array_equal(w, np.full(2, 2.0))
+
+
+def view_taken_before_a_traced_write(x):
+    buffer = np.ones((2, 3))
+    row = buffer[0]  # a view: NumPy's row sees the write below
+    buffer[0] = x[0]
+    return row * 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="a view of a NumPy array taken before a traced value "
+                   "is written into that array keeps the old contents: row = buffer[0]; "
+                   "buffer[0] = x[0]; row * 1.0 gives ones (NumPy: x[0]) on every call; the "
+                   "buffer becomes a traced copy (context.replaced) but its views do not "
+                   "follow it, and nothing refuses the write (pre-existing)")
+def test_a_view_sees_a_later_traced_write():
+    check(view_taken_before_a_traced_write, lambda n: (np.arange(3.0 * n).reshape(n, 3),),
+          lengths=(2, 3))
+
+
+def second_name_for_an_accumulator(x):
+    total = np.zeros(3)
+    alias = total
+    for t in range(x.shape[0]):
+        total += x[t]  # in place: alias is total in NumPy
+    return total, alias
+
+
+@pytest.mark.xfail(strict=True, reason="total += x[t] in a captured loop on a NumPy array "
+                   "that another name holds: the other name keeps trip 0's value (x[0]) "
+                   "instead of the final total; unrolled (2 trips) and traced arrays are "
+                   "right (pre-existing; the loop carries total, not the object both names "
+                   "hold)")
+def test_a_second_name_for_an_accumulator_sees_every_trip():
+    check(second_name_for_an_accumulator,
+          lambda n: (np.arange(3.0 * n).reshape(n, 3),), lengths=(2, 3, 4))

@@ -925,12 +925,12 @@ class Hooks:
                 segments.append(("value", len(atoms)))
                 atoms.append(atom)
             else:
-                segments.append(("text", str(arg)))
+                segments.append(("text", str(_pinned(arg))))
         params = (("end", end), ("segments", tuple(segments)), ("sep", sep),
                   ("stream", stream))
         self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))
         texts = [
-            str(arg.value) if is_traced(arg) or isinstance(arg, SymInt) else str(arg)
+            str(arg.value) if is_traced(arg) or isinstance(arg, SymInt) else str(_pinned(arg))
             for arg in args
         ]
         if trial is not None:  # a traced loop iteration: written once the loop is decided
@@ -1035,6 +1035,17 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _pinned(value):
+    """``value`` with the dims inside its tuples and lists made ints (print(x.shape)
+    prints ``(3, 2)``, as NumPy does, not ``(s0, 2)``): the call's text then holds those
+    sizes, so the trace guards them (one more compile per size, for a debug print)."""
+    if isinstance(value, SymInt):
+        return int(value)
+    if type(value) in (tuple, list):
+        return type(value)(_pinned(item) for item in value)
+    return value
 
 
 def _holds(container, index, value):

@@ -219,9 +219,12 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     arrays = tuple(arrays)
     if not arrays:
         raise ValueError("need at least one array to stack")
-    shapes = {tuple(shape_of(a)) for a in arrays}
-    if len(shapes) > 1:
-        raise ShapeError("all input arrays must have the same shape")
+    # Compared dim by dim: a dim equal to a size (s1 == 3) counts as equal, with its guard.
+    first = tuple(shape_of(arrays[0]))
+    for array in arrays[1:]:
+        shape = tuple(shape_of(array))
+        if len(shape) != len(first) or not all(a == b for a, b in zip(first, shape)):
+            raise ShapeError("all input arrays must have the same shape")
     axis = normalize_axis(axis, ndim_of(arrays[0]) + 1)
     result = ops.concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
     return astype(result, dtype) if dtype is not None else result

@@ -138,7 +138,11 @@ class EagerHooks:
         container[index] = value
         return container
 
-    update_item = Hooks.update_item  # a[i] += v is a[i] = a[i] + v, through set_item
+    def update_item(self, container, index, value, operation, outside):
+        """``a[i] += v`` is ``a[i] = a[i] + v``, through ``set_item`` (a Tensor value keeps
+        its gradient). (The tracing hook also reads the trace's buffers: none here.)"""
+        updated = getattr(operator, operation)(container[index], value)
+        return self.set_item(container, index, updated, outside)
 
     def inplace(self, target, value, operation):
         if isinstance(target, np.ndarray) and _tracked(value):

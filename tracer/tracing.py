@@ -39,6 +39,7 @@ from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
 from .loop_containers import plain_containers
+from .loops import UNDEFINED
 from .ops import reshape_p
 from .pending import Pending, deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
@@ -840,6 +841,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
                 value = force(value)  # a scalar or a 0-d array: the kind of result it is
             output_atoms.append(atom)
             outputs.append(value)
+        elif leaf is UNDEFINED:  # assigned only in a loop that ran no trip: Python raises
+            context.finished = True
+            raise as_numpy_would(UnboundLocalError(
+                "a result is a name assigned only inside a loop that ran no iteration"))
         else:
             statics[index] = leaf
             outputs.append(leaf)

@@ -46,7 +46,7 @@ from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
-from .loops import note_unrolled, rewrite_for, run_loop
+from .loops import emit_prints, note_unrolled, rewrite_for, run_loop
 from .numpy_api import arange
 from .out_arguments import check_out
 from .primitives import current_context, is_traced
@@ -936,7 +936,7 @@ class Hooks:
         if trial is not None:  # a traced loop iteration: written once the loop is decided
             trial.append((stream, sep.join(texts) + end))
             return
-        print(*texts, sep=sep, end=end, file=file, flush=flush)
+        emit_prints(self.context, [(stream, sep.join(texts) + end)])
 
     # assignments ---------------------------------------------------------------------
     def set_item(self, container, index, value, outside):

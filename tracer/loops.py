@@ -584,11 +584,21 @@ def _check_aliasing(carries, objects, returned, param_vars):
 
 
 def emit_prints(context, prints):
-    """Write a trial's prints, or hand them to the enclosing trial (a nested loop)."""
-    outer = getattr(context, "trial_prints", None) if context is not None else None
-    if outer is not None:
-        outer.extend(prints)
+    """Hand prints (``(stream, text)``) to the enclosing trial (a nested loop), or to the
+    trace, which writes them when it succeeds (``write_prints``): a trace that fails is
+    followed by an eager run, which prints them itself."""
+    if context is None:
+        write_prints(prints)
         return
+    outer = getattr(context, "trial_prints", None)
+    if outer is None:
+        outer = getattr(context, "printed", None)
+        if outer is None:
+            outer = context.printed = []
+    outer.extend(prints)
+
+
+def write_prints(prints):
     for stream, text in prints:
         getattr(sys, stream).write(text)
 

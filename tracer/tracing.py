@@ -39,7 +39,7 @@ from .indexing import getitem, setitem
 from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
 from .locations import is_internal, user_location
 from .loop_containers import plain_containers
-from .loops import UNDEFINED
+from .loops import UNDEFINED, write_prints
 from .ops import reshape_p
 from .pending import Pending, deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
@@ -881,6 +881,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     if not pending:
         outputs = [force(value) for value in outputs]
 
+    write_prints(getattr(context, "printed", ()))  # what it printed, now that it succeeded
     return Trace(
         name=name,
         graph=graph,

@@ -12,7 +12,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Var
-from tracejit.tracer.ops import transpose_p
+from tracejit.tracer.ops import swaps_last_two_axes, transpose_p
 
 from . import blas
 from . import dtypes as dt
@@ -67,11 +67,10 @@ def blas_operands(kernel):
         eqn = producers.get(atom.name)
         if eqn is None or eqn.prim is not transpose_p:
             return None
-        perm = eqn.params_dict["perm"]
-        rank = len(perm)
         base = eqn.inputs[0]
-        if rank < 2 or perm[:-2] != tuple(range(rank - 2)) or perm[-2:] != (
-            rank - 1, rank - 2) or not isinstance(base, Var) or buffer_of(base) is None:
+        if not swaps_last_two_axes(eqn.params_dict["perm"]) or not isinstance(base, Var) or (
+            buffer_of(base) is None
+        ):
             return None
         operands.append((buffer_of(base), True))
     return tuple(operands)

@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import Effect, Eqn, Guard, Var
-from tracejit.tracer.ops import broadcast_to_p, flip_p, reshape_p, slice_p, transpose_p
+from tracejit.tracer.ops import (
+    broadcast_to_p,
+    flip_p,
+    reshape_p,
+    slice_p,
+    swaps_last_two_axes,
+    transpose_p,
+)
 from tracejit.tracer.shapes import size_of
 
 from .dtypes import check_supported
@@ -264,12 +271,8 @@ class _Scheduler:
         eqn = self.producers.get(operand.name)
         base = operand
         if eqn is not None and eqn.prim is transpose_p:
-            perm = eqn.params_dict["perm"]
-            rank = len(perm)
-            swaps_last_two = perm[:-2] == tuple(range(rank - 2)) and perm[-2:] == (
-                rank - 1, rank - 2)
             base = eqn.inputs[0]
-            if not (swaps_last_two and rank >= 2 and isinstance(base, Var)):
+            if not (swaps_last_two_axes(eqn.params_dict["perm"]) and isinstance(base, Var)):
                 return False
         source = reshaped_buffer(base, self.producers, self.buffers)
         if source is None:

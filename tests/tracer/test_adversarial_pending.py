@@ -624,6 +624,57 @@ def list_of_tuples_and_scalars(x, w):
     return out
 
 
+def prefix_sums_in_place(x, w):
+    y = x * 1.0
+    for t in range(1, x.shape[0]):
+        y[t] = y[t] + y[t - 1] * 0.5  # reads the row the previous trip wrote
+    for t in reversed(range(x.shape[0] - 1)):
+        y[t] += y[t + 1] @ w
+    return y
+
+
+def while_filling_a_buffer(x, w):
+    hs, h, t = np.zeros_like(x), np.zeros(3), 0
+    while t < x.shape[0]:
+        h = np.tanh(x[t] + h @ w)
+        hs[t] = h
+        t += 1
+    u = 0
+    while u < x.shape[0]:
+        h = np.tanh(x[u] + h @ w)
+        u += 2
+    return hs, h, t, u
+
+
+def while_true_with_break(x, w):
+    h, t = np.zeros(3), 0
+    while True:
+        if t >= x.shape[0]:
+            break
+        h = np.tanh(x[t] + h @ w)
+        t += 1
+    return h
+
+
+def conv_backward_windows(x, w):
+    n = x.shape[0]
+    dout = np.ones((2, 3, n, 3)) * x[None, None, :, :]
+    dx = np.zeros((2, 3, n + 2, 5))
+    for i in range(n):
+        for j in range(3):
+            dx[:, :, i:i + 3, j:j + 3] += dout[:, :, i, j][:, :, None, None] * w
+    return dx
+
+
+def strided_windows(x, w):
+    n = x.shape[0]
+    out = np.zeros((max((n - 2) // 2 + 1, 0), 2))
+    for i in range(0, n - 2 + 1, 2):
+        for j in range(2):
+            out[i // 2, j] = np.sum(x[i:i + 2, j:j + 2] * w[:2, :2])
+    return out
+
+
 LOOPS = [if_t_is_0, previous_row_wraps, sliding_window, sliding_window_rows, step_of_2,
          step_of_3_from_1, reversed_into_buffer, python_int_becomes_float,
          int_array_meets_floats, float32_state_float64_weights, float32_with_weak_floats,
@@ -647,7 +698,8 @@ LOOPS = [if_t_is_0, previous_row_wraps, sliding_window, sliding_window_rows, ste
          int_counts_pending, negative_steps, start_from_half_the_length,
          numpy_array_carried_and_written, numpy_array_written_at_the_index,
          numpy_buffer_written_after_the_loop, containers_filled_and_changed,
-         list_of_tuples_and_scalars]
+         list_of_tuples_and_scalars, prefix_sums_in_place, while_filling_a_buffer,
+         while_true_with_break, conv_backward_windows, strided_windows]
 
 
 @pytest.mark.parametrize("function", LOOPS, ids=lambda f: f.__name__)
@@ -1048,6 +1100,36 @@ def loss_of_rows_written(w, x):
     return np.sum(y ** 2)
 
 
+def loss_of_conv_windows(w, x):
+    out = np.zeros((x.shape[0], 3))
+    for i in range(x.shape[0]):
+        for j in range(3):
+            out[i, j] = np.sum(x[i:i + 2, :] @ w[:, j])
+    return np.sum(out ** 2)
+
+
+def loss_of_windows_added_in_place(w, x):
+    out = np.zeros((x.shape[0] + 2, 3))
+    for t in range(x.shape[0]):
+        out[t:t + 3] += np.tanh(x[t] @ w)
+    return np.sum(np.sin(out))
+
+
+def loss_of_rows_written_one_back(w, x):
+    h, hs = np.zeros(3), np.zeros_like(x)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h @ w)
+        hs[t - 1] = h
+    return np.sum(hs * x)
+
+
+def loss_of_a_clamped_index(w, x):
+    h = np.zeros(3)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[max(t - 1, 0)] + h @ w)
+    return np.sum(h)
+
+
 def check_gradients(loss, lengths=(3, 4, 7, 2, 5, 4)):
     jitted = tj.jit(tj.value_and_grad(loss), cache="memory", dynamic=True)
     for length in lengths:
@@ -1062,7 +1144,9 @@ def check_gradients(loss, lengths=(3, 4, 7, 2, 5, 4)):
 @pytest.mark.parametrize("loss", [loss_reading_the_previous_row,
                                   loss_with_a_first_trip_of_its_own, loss_reversed,
                                   loss_every_other_row, loss_from_a_row_of_w,
-                                  loss_of_rows_written], ids=lambda f: f.__name__)
+                                  loss_of_rows_written, loss_of_conv_windows,
+                                  loss_of_windows_added_in_place, loss_of_rows_written_one_back,
+                                  loss_of_a_clamped_index], ids=lambda f: f.__name__)
 def test_gradients_through_loops(loss):
     check_gradients(loss)
 

@@ -13,9 +13,9 @@ the IR text, constants, object code and how the wrapper was scheduled. Every fil
 and written through ``tracejit.runtime.cache_trust``, which says what is trusted and why; an entry
 whose signature does not match its key is rejected and rebuilt.
 
-The key hashes tracejit's, NumPy's and LLVM's versions, the CPU and its features, the
-options, the call signature and the function: its defining file (resolved path and
-content hash) and its code. The entry lists every other function the trace passed
+The key hashes tracejit's version and its own source, NumPy's and LLVM's versions, the
+CPU and its features, the options, the call signature and the function: its defining
+file (resolved path and content hash) and its code. The entry lists every other function the trace passed
 through, by module and name; a load resolves each one *in this process* and compares its
 file (path and content) and code with what the writer saw, so a helper that is edited, or
 that this process finds in another file, invalidates the entry. A function or helper
@@ -91,6 +91,27 @@ def file_digest(path):
                 _file_digests.clear()
             _file_digests[identity] = known
     return known
+
+
+_own_code = []
+
+
+def tracejit_code_digest():
+    """A digest of tracejit's own source (every .py of tracer/, codegen/, runtime/): an
+    entry compiled by other tracejit code (a fix to a kernel or a rule since) is another
+    key, even under the same version number. Computed once per process (~100 files)."""
+    if not _own_code:
+        digest = hashlib.sha256()
+        for module in (sys.modules["tracejit.tracer"], llvm, sys.modules[__name__]):
+            root = os.path.dirname(os.path.abspath(module.__file__))
+            for folder, _, files in sorted(os.walk(root)):
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        path = os.path.join(folder, name)
+                        digest.update(os.path.relpath(path, root).encode())
+                        digest.update((file_digest(path) or "").encode())
+        _own_code.append(digest.hexdigest())
+    return _own_code[0]
 
 
 def code_digest(code):
@@ -320,6 +341,7 @@ class DiskCache:
         identity = {
             "format": FORMAT,
             "tracejit": __version__,
+            "tracejit_code": tracejit_code_digest(),
             "numpy": np.__version__,
             "python": sys.version_info[:2],
             "host": llvm.host_description(),

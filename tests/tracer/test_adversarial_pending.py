@@ -903,13 +903,43 @@ def written_and_read_in_a_loop(x, ids):
     return y, singles
 
 
+def list_and_mask_indices(x, ids):
+    y = x * 1.0
+    y[:, np.array([True, False, True, False])] = 3.0
+    y[:, [True, False, False, True]] = x[:, [True, False, False, True]] * 2
+    n = x.shape[0]
+    y[slice(n // 2, None)] = 1.0
+    y[slice(None, None, -2), slice(1, 3)] = 2.0
+    if n:
+        y[(x[:, 0] > 0).sum() % n] = -1.0
+    return y
+
+
+def zero_d_values_written(x, ids):
+    h = np.zeros(4)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h * 0.5)
+    y = x * 1.0
+    counts = np.zeros(x.shape, dtype=np.int64)
+    if x.shape[0]:
+        y[0, 0] = x.sum()
+        y[-1] = h[1]  # pending
+        y[:, 2] = np.float32(0.1)
+        counts[0] = x[0, 0] * 10
+        counts[:, 1] = x[:, 1] > 0
+    pending = np.zeros((2, 4))
+    pending[0, 0] = h.sum()
+    pending[1] = h.max()
+    return y, counts, pending
+
+
 WRITES = [negative_int, slices_with_dims, newaxis_in_the_index, ellipsis_index,
           boolean_mask_of_data, numpy_int64_index, index_from_the_length, casts_to_int,
           casts_to_bool, casts_to_float32, later_code_sees_the_write,
           written_in_a_loop_from_the_end, written_in_a_loop_by_column, int_counts_in_a_loop,
           index_from_a_pending_result, writes_into_a_pending_result, negative_step_slices,
           numpy_integer_kinds, nan_and_inf_cast, python_scalars_of_each_kind, values_broadcast,
-          written_and_read_in_a_loop]
+          written_and_read_in_a_loop, list_and_mask_indices, zero_d_values_written]
 
 
 @pytest.mark.parametrize("function", WRITES, ids=lambda f: f.__name__)
@@ -1305,12 +1335,19 @@ def true_as_an_index(x):
     return y
 
 
+def list_of_dims_as_an_index(x):
+    y, n = x * 1.0, x.shape[0]
+    y[[0, n - 1]] = 9.0  # a list holding a SymInt
+    return y
+
+
 @pytest.mark.xfail(strict=True, reason="y[[]] = v (NumPy: an empty integer index) and y[True] "
                    "(a new axis of length 1) raise IndexError inside tracejit's indexing "
-                   "(the empty list is read as a float64 array; bool is not an index there): "
+                   "(the empty list is read as a float64 array; bool is not an index there; "
+                   "indexing._expand refuses a list holding a SymInt, y[[0, n - 1]]): "
                    "internal error, runs eagerly (pre-existing)")
-@pytest.mark.parametrize("function", [empty_list_index, true_as_an_index],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("function", [empty_list_index, true_as_an_index,
+                                      list_of_dims_as_an_index], ids=lambda f: f.__name__)
 def test_empty_list_and_true_as_indices_compile(function):
     jitted = check(function, lambda n: (np.ones((n, 3)),), lengths=(3, 4))
     assert not jitted.stats()["eager_calls"], jitted.stats()["eager_reasons"]

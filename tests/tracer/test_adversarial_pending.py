@@ -1422,3 +1422,29 @@ def test_a_nested_dict_argument_written_in_a_loop():
     check(state_in_a_nested_dict_argument,
           lambda n: (np.arange(3.0 * n).reshape(n, 3), {"inner": {"h": np.zeros(3)}}),
           lengths=(3, 4))
+
+
+def test_a_jitted_loop_called_inside_another_jitted_function():
+    inner = tj.jit(rnn, cache="memory", dynamic=True)
+
+    def outer(x, w):
+        return inner(x, w) * 2.0 + inner(x[::-1], w), (inner(x, w) > 0).sum()
+
+    def eager(x, w):
+        return rnn(x, w) * 2.0 + rnn(x[::-1], w), (rnn(x, w) > 0).sum()
+
+    check(outer, sequence, lengths=(3, 4, 7, 2))
+    same(tj.jit(outer, cache="memory", dynamic=True)(*sequence(5)), eager(*sequence(5)))
+
+
+@pytest.mark.xfail(strict=True, reason="a jitted function with a captured loop, called while "
+                   "another jitted function traces, traces itself on the outer trace's "
+                   "dims: loop_index.index_range looks the outer symbol up in the inner "
+                   "context's ranges (KeyError: 's0'), an internal error (results are right: "
+                   "inner runs eagerly inside the outer trace) (pre-existing)")
+def test_a_jitted_loop_inside_another_trace_has_no_internal_error():
+    inner = tj.jit(rnn, cache="memory", dynamic=True)
+    outer = tj.jit(lambda x, w: inner(x, w) * 2.0, cache="memory", dynamic=True)
+    for length in (3, 4):
+        same(outer(*sequence(length)), rnn(*sequence(length)) * 2.0)
+    assert not inner.stats()["eager_calls"], inner.stats()["eager_reasons"]

@@ -2,9 +2,10 @@
 GEMM (``codegen/gemm.py``, AVX-512 hosts), chosen here.
 
 Compiled kernels import ``tj_sgemm`` / ``tj_dgemm`` (CBLAS ``gemm`` with 64-bit integers)
-and ``tj_sgemm_own`` by symbol, so object code stays relocatable and the disk cache can
-keep it; the OpenBLAS addresses come from NumPy's ``libscipy_openblas64_``. Where no GEMM
-can run a product, matmul kernels fall back to tracejit's own loops.
+and ``tj_sgemm_own`` / ``tj_sgemm_own_epilogue`` by symbol, so object code stays
+relocatable and the disk cache can keep it; the OpenBLAS addresses come from NumPy's
+``libscipy_openblas64_``. Where no GEMM can run a product, matmul kernels fall back to
+tracejit's own loops.
 
 ``TRACEJIT_GEMM`` (read once per process) picks the float32 GEMM of 2-D products:
 
@@ -114,6 +115,12 @@ SMALL_TRANSPOSED_B_WORK = 1 << 17
 ONE_THREAD_BIG_DIM = 128
 
 
+def own_sgemm_always():
+    """True when every float32 2-D product that may call the own GEMM does (no OpenBLAS
+    branch at run time): the ``own`` setting, or no OpenBLAS to fall back to."""
+    return gemm_setting() == "own" or not openblas()
+
+
 def own_sgemm_condition(builder, m, n, k, trans_b, threads):
     """When a float32 2-D product calls the own GEMM rather than OpenBLAS: ``True`` (always),
     or an ``i1`` computed at run time from ``m, n, k`` and the pool's ``threads`` (i64
@@ -126,7 +133,7 @@ def own_sgemm_condition(builder, m, n, k, trans_b, threads):
       the machine's other load), the whole jit'd step 2.8-3.4x; the RNN step at 0.92-1.35x;
     * one thread: also OpenBLAS for big products (see ``ONE_THREAD_BIG_DIM``); own for
       those with a small dimension (k = 10 or 64, n = 10: 1.1-3.1x) and the RNN step's."""
-    if gemm_setting() == "own" or not openblas():
+    if own_sgemm_always():
         return True
 
     def constant(value):
@@ -180,6 +187,6 @@ def symbols(object_code=b""):
         _, sgemm, dgemm = found
         imports = {"tj_sgemm": ctypes.cast(sgemm, ctypes.c_void_p).value,
                    "tj_dgemm": ctypes.cast(dgemm, ctypes.c_void_p).value}
-    if gemm.ENTRY.encode() in object_code:
+    if any(name.encode() in object_code for name in (gemm.ENTRY, gemm.EPILOGUE_ENTRY)):
         imports.update(gemm.symbols())
     return imports

@@ -220,7 +220,8 @@ def prepared(a, b, out, isa=None, bias=None, activation=None):
     about 1 us per call, for benchmarks of small products) with the code for ``isa`` (a
     name; default ``chosen_isa()``). ``a`` and ``b`` must be float32 (or both float64)
     with a unit-stride axis; ``out`` of their dtype, with unit-stride rows. With ``bias``
-    (contiguous, one per column) and ``activation`` (None or ``"relu"``) it stores
+    (contiguous, one per column) and ``activation`` (None, ``"relu"``: ``np.maximum(x, 0)``,
+    or ``"relu_zero_first"``: ``np.maximum(0, x)``, which keeps -0.0) it stores
     ``activation(a @ b + bias)``."""
     (m, k), n = a.shape, b.shape[1]
     dtype = a.dtype

@@ -7,7 +7,8 @@ exported entry that decides how a product is split over the pool.
     void <isa.entry>_epilogue(<the same>, float* bias, i64 activation)
 
 The second stores ``activation(C + bias)`` instead of C (``bias``: one float per column,
-or null; ``activation``: ``NO_ACTIVATION`` or ``RELU``), applied to each register tile
+or null; ``activation``: ``NO_ACTIVATION``, ``RELU`` or ``RELU_ZERO_FIRST``: NumPy's
+``maximum(x, 0)`` and ``maximum(0, x)``, which differ on -0.0), applied to each register tile
 right after its last K block is stored, while the tile is in L1 (the epilogue fused per
 row block, not a pass over C of its own).
 
@@ -54,9 +55,11 @@ PARALLEL_WORK = 1 << 23
 # The chunk function's context: the epilogue entry's 13 arguments, then how the work is
 # split.
 CONTEXT_FIELDS, SPLIT_BY_COLUMNS = 14, 13
-# Epilogue activations (the epilogue entry's last argument).
-NO_ACTIVATION, RELU = 0, 1
-ACTIVATIONS = {None: NO_ACTIVATION, "relu": RELU}
+# Epilogue activations (the epilogue entry's last argument). Both relus keep NaN, as
+# np.maximum does; on ties NumPy returns the second operand, so np.maximum(-0.0, 0) is 0.0
+# (RELU) and np.maximum(0, -0.0) is -0.0 (RELU_ZERO_FIRST).
+NO_ACTIVATION, RELU, RELU_ZERO_FIRST = 0, 1, 2
+ACTIVATIONS = {None: NO_ACTIVATION, "relu": RELU, "relu_zero_first": RELU_ZERO_FIRST}
 ENTRY_ARGUMENTS = [I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64]
 # The pool's fields this code reads (codegen/parallel.py's layout).
 POOL_THREADS = parallel.THREADS
@@ -73,8 +76,9 @@ def epilogue_function(emitter):
     """``tj_sgemm_epilogue(c, ldc, rows, columns, bias, column, activation)`` on rows of
     a tile's width (``columns <= nr``): ``C[0:rows, 0:columns] = activation(C +
     bias[column:column + columns])`` in place (``bias`` may be null). The bias vectors are
-    loaded once per tile, and a whole tile is read and written without masks. NaN stays
-    NaN through the relu, as in ``np.maximum(x, 0)``."""
+    loaded once per tile, and a whole tile is read and written without masks. The relus
+    are ``np.maximum(x, 0)`` and ``np.maximum(0, x)`` exactly (NaN stays NaN; -0.0 as
+    NumPy gives it)."""
     isa, lanes = emitter.isa, emitter.isa.lanes
     function = emitter.function("tj_sgemm_epilogue", [PTR, I64, I64, I64, PTR, I64, I64])
     c, ldc, rows, columns, bias, column, activation = function.args
@@ -83,6 +87,7 @@ def epilogue_function(emitter):
     # Without a bias, -0.0 is added: x + -0.0 is x for every x (+0.0 would turn -0.0 to +0.0).
     no_bias = ir.Constant(emitter.vector, [-0.0] * lanes)
     relu = builder.icmp_signed("==", activation, c64(RELU))
+    relu_zero_first = builder.icmp_signed("==", activation, c64(RELU_ZERO_FIRST))
     never = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [0] * lanes)
     masks = [emitter.lane_mask(builder, columns, c64(lanes * j)) for j in range(isa.vectors)]
     entry = builder.block
@@ -112,8 +117,13 @@ def epilogue_function(emitter):
                 value = (emitter.masked_load(builder, pointer, masks[j]) if masked
                          else emitter.load_vector(builder, pointer))
                 value = builder.fadd(value, bias_vectors[j])
-                negative = builder.fcmp_ordered("<", value, zero)  # NaN: not negative
-                value = builder.select(builder.select(relu, negative, never), zero, value)
+                # NaN compares false: it is kept. maximum(x, 0) gives 0 for x <= 0 (0.0
+                # for -0.0); maximum(0, x) only for x < 0 (-0.0 stays).
+                at_most_zero = builder.fcmp_ordered("<=", value, zero)
+                negative = builder.fcmp_ordered("<", value, zero)
+                clamp = builder.select(relu, at_most_zero,
+                                       builder.select(relu_zero_first, negative, never))
+                value = builder.select(clamp, zero, value)
                 if masked:
                     emitter.masked_store(builder, value, pointer, masks[j])
                 else:

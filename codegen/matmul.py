@@ -4,6 +4,11 @@ over the product (bias, activation) runs in place as the kernel's epilogue.
 
 The kernel's ``anchor`` is the matmul equation; its root is the product itself or the
 epilogue's result, which takes the product's buffer (``kernel.overrides``).
+
+When the own GEMM runs and the epilogue is one it computes per register tile with
+NumPy's exact results (``gemm_epilogue``: ``C + b``, ``np.maximum(C + b, 0)``,
+``np.maximum(C, 0)`` and the ``np.maximum(0, ...)`` orders), the call is
+``tj_sgemm_own_epilogue`` and no loop over C follows.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from tracejit.tracer.ir import Var
-from tracejit.tracer.ops import swaps_last_two_axes, transpose_p
+from tracejit.tracer.ir import Literal, Var
+from tracejit.tracer.ops import add_p, maximum_p, swaps_last_two_axes, transpose_p
 
 from . import blas
 from . import dtypes as dt
-from .kernel_index import I32, I64, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
+from .gemm import EPILOGUE_ENTRY
+from .gemm_driver import NO_ACTIVATION, RELU, RELU_ZERO_FIRST
+from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
 from .parallel import POOL_FIELDS, THREADS
 from .schedule import reshaped_buffer
 
@@ -26,8 +33,8 @@ def matmul_split(kernel):
     threads itself), else the batch or the rows of the naive loop nest; or None."""
     anchor, root = kernel.kernel.anchor, kernel.kernel.root
     if blas_operands(kernel) is not None:
-        if anchor.out.name == root.name or not root.aval.shape:
-            return None  # all work is in the BLAS call (threaded by BLAS itself)
+        if anchor.out.name == root.name or not root.aval.shape or epilogue_always_fused(kernel):
+            return None  # all work is in the GEMM call (which threads itself)
         return root.aval.shape[0], size_of(root.aval.shape[1:])
     product = anchor.out
     a, b = anchor.inputs
@@ -74,6 +81,78 @@ def blas_operands(kernel):
             return None
         operands.append((buffer_of(base), True))
     return tuple(operands)
+
+
+def gemm_epilogue(kernel):
+    """``(bias buffer or None, activation)`` when the root's expression over C is one the
+    own GEMM's epilogue entry (``gemm_driver``) computes with NumPy's exact results, else
+    None: ``C + b`` (either order) with ``b`` a float32 buffer of C's columns (shape
+    ``(n,)`` or ``(1, n)``: one value per column), ``C`` alone, either under
+    ``np.maximum(., 0)`` (``RELU``: -0.0 becomes 0.0) or ``np.maximum(0, .)``
+    (``RELU_ZERO_FIRST``: -0.0 stays, as NumPy gives the second operand on ties). NaN
+    stays NaN through both, as in ``np.maximum``."""
+    anchor, root = kernel.kernel.anchor, kernel.kernel.root
+    product = anchor.out
+    if root.name == product.name or not own_gemm_shape(kernel):
+        return None
+    if np.dtype(root.aval.dtype) != np.dtype(np.float32) or (
+            tuple(root.aval.shape) != tuple(product.aval.shape)):
+        return None
+    buffers, producers = kernel.schedule.buffers, kernel.producers
+
+    def inlined(var):  # computed in this kernel from C, not read from a buffer
+        return isinstance(var, Var) and var.name not in buffers and var.name in producers \
+            and np.dtype(var.aval.dtype) == np.dtype(np.float32)
+
+    activation, inner = NO_ACTIVATION, root
+    eqn = producers[root.name]
+    if eqn.prim is maximum_p:
+        first, second = eqn.inputs
+        if _positive_zero(second) and isinstance(first, Var):
+            activation, inner = RELU, first
+        elif _positive_zero(first) and isinstance(second, Var):
+            activation, inner = RELU_ZERO_FIRST, second
+        else:
+            return None
+    if inner.name == product.name:
+        return (None, activation) if activation != NO_ACTIVATION else None
+    if inner is not root and not inlined(inner):
+        return None
+    eqn = producers[inner.name]
+    if eqn.prim is not add_p or len(eqn.inputs) != 2:
+        return None
+    first, second = eqn.inputs
+    if isinstance(first, Var) and first.name == product.name:
+        bias = second
+    elif isinstance(second, Var) and second.name == product.name:
+        bias = first
+    else:
+        return None
+    n = product.aval.shape[-1]
+    if not isinstance(bias, Var) or np.dtype(bias.aval.dtype) != np.dtype(np.float32) or (
+            tuple(bias.aval.shape) not in ((n,), (1, n))):
+        return None
+    base = reshaped_buffer(bias, producers, buffers)  # b[None, :] reads b itself
+    if base is None or base.name not in buffers or base.name in (root.name, product.name):
+        return None
+    return base.name, activation
+
+
+def _positive_zero(atom):
+    """A literal +0 (``np.maximum(x, -0.0)`` gives -0.0 for +0.0: not a relu)."""
+    if not isinstance(atom, Literal) or not isinstance(atom.value, (bool, int, float,
+                                                                    np.generic)):
+        return False
+    with np.errstate(all="ignore"):
+        value = np.float32(atom.value)
+    return bool(value == 0 and not np.signbit(value))
+
+
+def epilogue_always_fused(kernel):
+    """True when the own GEMM always runs this product (no OpenBLAS branch at run time)
+    and computes its epilogue: the kernel then has no loop over C."""
+    return blas.own_sgemm_always() and blas_operands(kernel) is not None and (
+        gemm_epilogue(kernel) is not None)
 
 
 def own_gemm_shape(kernel):
@@ -171,12 +250,13 @@ def build_gemm_call(kernel):
     """C = A @ B by a GEMM in the entry (per batch entry): OpenBLAS, or for float32
     products of two matrices tracejit's own (``codegen/gemm.py``, as ``blas`` chooses);
     then the epilogue - the root's pointwise expression over C, in place - split across
-    the thread pool."""
+    the thread pool, unless the own GEMM computed it (``gemm_epilogue``)."""
     program = kernel.program
     anchor, root = kernel.kernel.anchor, kernel.kernel.root
     product = anchor.out
     (a_name, a_transposed), (b_name, b_transposed) = blas_operands(kernel)
     own = own_gemm_shape(kernel)
+    fused = gemm_epilogue(kernel) if own else None
     a, b = anchor.inputs
     dtype = np.dtype(product.aval.dtype)
     a_shape, b_shape = tuple(a.aval.shape), tuple(b.aval.shape)
@@ -201,9 +281,15 @@ def build_gemm_call(kernel):
 
         def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb):
             # Splits C's rows over our pool itself (small products stay on this thread).
-            builder.call(program.own_gemm_function(), [
-                const(int(a_transposed)), const(int(b_transposed)), *values,
-                a_pointer, lda, b_pointer, ldb, c_pointer, values[1]])
+            arguments = [const(int(a_transposed)), const(int(b_transposed)), *values,
+                         a_pointer, lda, b_pointer, ldb, c_pointer, values[1]]
+            if fused is None:
+                builder.call(program.own_gemm_function(), arguments)
+                return
+            bias_name, activation = fused
+            bias = pointers[bias_name] if bias_name is not None else ir.Constant(PTR, None)
+            builder.call(own_gemm_epilogue_function(program.module),
+                         [*arguments, bias, const(activation)])
 
         def call(a_offset, b_offset, c_offset):
             values = [dims.dim(dim) for dim in (m, n, k)]
@@ -230,6 +316,8 @@ def build_gemm_call(kernel):
             with builder.if_else(condition) as (ours, theirs):
                 with ours:
                     call_own(*operands)
+                    if fused is not None:
+                        builder.ret_void()  # C is final: skip the loop over it
                 with theirs:
                     call_blas(*operands)
 
@@ -271,12 +359,22 @@ def build_gemm_call(kernel):
         builder.position_at_end(done)
 
     kernel.prologue = prologue
-    if product.name != root.name:
+    if product.name != root.name and not (fused is not None and blas.own_sgemm_always()):
         kernel.overrides[product.name] = root.name  # the epilogue reads C in place
         eqn = kernel.root_eqn()
         kernel.loops(root.aval.shape, lambda index: kernel.store(
             root.name, index, kernel.compute(eqn, index), root.aval.dtype),
             split_level=0 if root.aval.shape else None)
+
+
+def own_gemm_epilogue_function(module):
+    """``tj_sgemm_own_epilogue`` (``codegen/gemm.py``): ``tj_sgemm_own``'s arguments, then
+    ``float* bias`` (or null) and ``i64 activation``; imported by symbol."""
+    function = module.globals.get(EPILOGUE_ENTRY)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [
+            I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64]), EPILOGUE_ENTRY)
+    return function
 
 
 def multiply_add(builder, current, left, right, dtype, reassociate=False):

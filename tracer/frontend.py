@@ -46,7 +46,8 @@ from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
-from .loops import emit_prints, note_unrolled, rewrite_for, run_loop
+from .loop_frontend import rewrite_for
+from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import arange
 from .out_arguments import check_out
 from .primitives import current_context, is_traced

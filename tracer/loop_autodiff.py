@@ -6,7 +6,7 @@ records, into the live trace, what JAX's reverse-mode ``scan`` does:
 1. **The body's own reverse graph.** The body is replayed for two iterations on fresh
    block parameters and ``tracejit.tracer.autodiff.reverse`` records each replay's backward pass;
    the two recordings are generalized over the index exactly as loop capture generalizes
-   the forward body (``tracejit.tracer.loops._generalize``). The result is one joint
+   the forward body (``tracejit.tracer.loop_generalize._generalize``). The result is one joint
    forward+backward body in the index symbol.
 2. **Residuals.** The backward part reads forward values. Outside values are read as
    they are; values that are expensive to recompute (matmuls, reductions, gathers - the
@@ -51,6 +51,7 @@ from .errors import UnsupportedError
 from .ir import Eqn, Graph, Var
 from .ops import add_p, full_p, pad_p, reshape_p, slice_p, where_p
 from .ops.control import inplace_writes, loop_p, run_body
+from .loop_generalize import Refused, _generalize
 from .loop_index import _active
 from .partition import SAVED_KINDS
 
@@ -390,8 +391,6 @@ def _replay(context, plan, body, index, t, carried, bindings):
 
 
 def _joint_body(context, plan, body, index, t1, step, bindings):
-    from .loops import Refused, _generalize
-
     carried = [np.asarray(context.concrete(atom.name)) if isinstance(atom, Var) else
                atom.value for atom in plan.operands[:plan.num_carry]]
     first = _replay(context, plan, body, index, t1, carried, bindings)

@@ -38,7 +38,7 @@ import ast
 import copy
 
 from .loop_while import expand_counted_while
-from .loops import HOOK, unsupported_statements
+from .loop_frontend import HOOK, unsupported_statements
 from .ops import shape_of
 
 

@@ -45,7 +45,7 @@ import ast
 import copy
 
 from .dims import SymInt, expr_of, is_int
-from .loops import HOOK, unsupported_statements
+from .loop_frontend import HOOK, unsupported_statements
 
 # comparison -> (sign of g = left - right in h(k) <= 0, offset): ``l < r`` is
 # ``l - r + 1 <= 0`` for ints, ``l >= r`` is ``r - l <= 0``.

@@ -1,46 +1,44 @@
-"""Loop capture: a Python ``for t in range(...)`` becomes one ``loop`` equation.
+"""Loop capture at trace time: a Python ``for t in range(...)`` becomes ``loop`` equations.
 
-The front end (``frontend._Rewriter.visit_For``) calls ``loop_variables`` to find the
-names a loop carries (AutoGraph-style: assigned in the body and read before assignment
-in it or read anywhere outside the loop; buffers written through subscripts are
-assigned too, since ``hs[:, t] = h`` is rewritten to ``hs = set_item(hs, ...)``), and
-rewrites the loop into ``names = __tracejit__.loop(range, args, body, names, locals())``
-with the body as a nested function of ``(t, *carried)``. At trace time ``run_loop``:
+The front end rewrites a capturable loop into ``names = __tracejit__.loop(range, args,
+body, names, locals())`` (``tracejit.tracer.loop_frontend``). At trace time ``run_loop``:
 
-1. runs iteration 0 as today (recorded unrolled: carried values then have their
-   steady shapes and dtypes, e.g. ``loss = 0.0`` has become an array);
+1. runs iteration 0 (recorded unrolled: carried values then have their steady shapes
+   and dtypes, e.g. ``loss = 0.0`` has become an array);
 2. traces iterations 1 and 2 on fresh block parameters, with real values and the index
-   a ``SymInt`` over a fresh index symbol (``tracejit.tracer.loop_index``: slice starts, pad
-   configs and ints computed from ``t`` are ``DimExpr``s of it, ``t // 2`` included;
-   comparisons and specializations of the index must go the same way at every trip, else
-   the loop is refused), and compares the two recordings equation by equation: they
-   must be equal up to variable names. Anything that differs - a different op, an int
-   computed in Python, a shape that changes, a value from iteration 1 read in iteration
-   2 other than through a carried value - means the loop is unrolled, with the reason
-   logged;
-3. records one ``loop`` equation per carried result over ``range(t1, stop, step)`` and
-   runs iterations 3.. through the body's NumPy reference implementation, so the first
-   call's results are real.
+   a ``SymInt`` over a fresh index symbol (``tracejit.tracer.loop_index``: slice starts,
+   pad configs and ints computed from ``t`` are ``DimExpr``s of it; comparisons and
+   specializations of the index must go the same way at every trip, else the loop is
+   refused), and generalizes the two recordings into one body
+   (``tracejit.tracer.loop_generalize``; anything that differs unrolls the loop, with the
+   reason logged);
+3. records one ``loop`` equation per carried result. When what entered iteration 0 is
+   what every trip takes (arrays of the body's avals, no guard or print in it), iteration
+   0 joins the loop (``_first_trip_fits``), else the loop starts at trip 1; the first
+   call's remaining trips run through the body's NumPy reference when something reads
+   their results while tracing, else never (``tracejit.tracer.pending``: the runtime takes
+   the first call's result from the compiled program).
 
-Loops are unrolled (today's behaviour) when the bounds are constants, traced
-integers, or the first call has fewer than 3 iterations; inside a loop body being
-captured (nested loops); and, in traces that record gradients, when the body has
-something ``tracejit.tracer.loop_autodiff`` cannot reverse yet (``refusal``: a guard, a print, a
-nested loop). Other loops in gradient traces stay captured: their reverse is a loop.
+Loops are unrolled when the bounds are traced integers or short Python constants, or the
+first call has fewer than 3 iterations; and, in traces that record gradients, when the
+body has something ``tracejit.tracer.loop_autodiff`` cannot reverse yet (``refusal``).
+Other loops in gradient traces stay captured: their reverse is a loop.
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import sys
 
 import numpy as np
 
-from .dims import DimExpr, SymInt, expr_of, is_int, value_of
-from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
+from .dims import SymInt, expr_of, is_int, value_of
+from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
 from .loop_containers import ContainerCarry, Refusal, snapshot
+from .loop_generalize import Refused, _generalize
+from .loop_autodiff import refusal as unreversible
 from .loop_index import IndexRefused, LoopIndex, settle_guards
+from .ops.control import LoopGuardFailed, loop_p, run_body
 from .pending import Pending, force, is_pending
 
 log = logging.getLogger("tracejit.loops")
@@ -57,213 +55,6 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
-
-
-class Refused(Exception):
-    """Why a loop is not captured (it runs unrolled)."""
-
-
-# --- front end: which names a loop carries -----------------------------------------------
-class _Names(ast.NodeVisitor):
-    def __init__(self):
-        self.loaded, self.stored = set(), set()
-
-    def visit_Name(self, node):
-        (self.loaded if isinstance(node.ctx, ast.Load) else self.stored).add(node.id)
-
-    def visit_FunctionDef(self, node):
-        _nested_body_names(self, node)
-
-    def visit_Call(self, node):
-        _nested_hook_reads(self, node)
-        self.generic_visit(node)
-
-
-def _names(nodes):
-    visitor = _Names()
-    for node in nodes:
-        visitor.visit(node)
-    return visitor
-
-
-def _nested_body_names(visitor, node):
-    """A nested loop's body function (``def __tracejit_loop_<line>``, already rewritten:
-    the front end rewrites inner loops first) is its own scope: the names it assigns are
-    its locals, not the enclosing loop's (``window`` assigned in a ``j`` loop nested in an
-    ``i`` loop is not carried by the ``i`` loop); the names it reads and does not assign
-    are read from the enclosing body."""
-    inner = _names(node.body)
-    params = {arg.arg for arg in node.args.args}
-    visitor.loaded |= inner.loaded - inner.stored - params
-    visitor.stored.add(node.name)
-
-
-def _nested_hook_reads(visitor, node):
-    """``__tracejit__.loop(range, args, body, ("out", ...), locals(), line)`` reads the
-    names it carries through ``locals()``: they are loads of the enclosing body."""
-    func = node.func
-    if (isinstance(func, ast.Attribute) and func.attr == "loop"
-            and isinstance(func.value, ast.Name) and func.value.id == HOOK
-            and len(node.args) >= 4 and isinstance(node.args[3], ast.Tuple)):
-        visitor.loaded |= {element.value for element in node.args[3].elts
-                           if isinstance(element, ast.Constant)
-                           and isinstance(element.value, str)}
-
-
-def _read_before_write(statements):
-    """Names a straight-line walk of ``statements`` reads before it assigns them."""
-    return _walk_straight_line(statements, set())[0]
-
-
-def _walk_straight_line(statements, assigned):
-    """``(names read before assigned, names assigned)`` over ``statements``, starting with
-    ``assigned``. An ``if`` reads its test, then either branch; what both branches assign
-    is assigned after it (the expanded loops of ``loop_sequences``/``loop_while`` are
-    ``if``s whose branches each define and call their body function)."""
-    assigned, early = set(assigned), set()
-    for statement in statements:
-        if isinstance(statement, ast.If):
-            early |= _names([statement.test]).loaded - assigned
-            body_early, body_assigned = _walk_straight_line(statement.body, assigned)
-            else_early, else_assigned = _walk_straight_line(statement.orelse, assigned)
-            early |= body_early | else_early
-            assigned |= body_assigned & else_assigned
-            continue
-        if isinstance(statement, (ast.For, ast.While)) and not statement.orelse:
-            # its head, then its body (which may not run: it assigns nothing after it)
-            head = [statement.test] if isinstance(statement, ast.While) else [statement.iter]
-            early |= _names(head).loaded - assigned
-            inner = assigned | (_names([statement.target]).stored
-                                if isinstance(statement, ast.For) else set())
-            early |= _walk_straight_line(statement.body, inner)[0]
-            continue
-        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            early |= _names([statement.value]).loaded - assigned
-            if isinstance(statement, ast.AugAssign):
-                early |= _names([statement.target]).stored - assigned
-            targets = statement.targets if isinstance(statement, ast.Assign) else [
-                statement.target]
-            early |= _names(targets).loaded - assigned  # hs in hs[t] = ...
-            assigned |= _names(targets).stored
-        else:
-            early |= _names([statement]).loaded - assigned
-            if isinstance(statement, ast.FunctionDef):  # a nested loop's body function
-                assigned.add(statement.name)
-    return early, assigned
-
-
-def unsupported_body(node):
-    """Why the loop ``node`` (an ``ast.For``) cannot become a helper call, or None."""
-    if node.orelse:
-        return "a for-else loop"
-    if not isinstance(node.target, ast.Name):
-        return "the loop target is not a single name"
-    iterator = _range_call(node.iter)
-    if not (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Name)
-            and iterator.func.id == "range" and not iterator.keywords
-            and 1 <= len(iterator.args) <= 3):
-        return "not a loop over range(...) or reversed(range(...))"
-    return unsupported_statements(node)
-
-
-def unsupported_statements(node):
-    """What in the body of the loop ``node`` keeps it from becoming a body function
-    (``break``, a call for its side effect, ...), or None. The as-written fallbacks of
-    counted ``while`` loops (``tracejit.tracer.loop_while``) do not count: the counted
-    twin runs where capture can happen."""
-    for inner in _walk_past_fallbacks(node):
-        if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
-                              ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
-                              ast.ClassDef, ast.AsyncFunctionDef, ast.Await, ast.Delete,
-                              ast.Try, ast.With, ast.While)):
-            return f"the body has {type(inner).__name__.lower()}"
-        if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant) and not (
-            _appended(inner.value) or _printed(inner.value)
-        ):
-            return "the body has an expression statement (a call for its side effect)"
-        if isinstance(inner, (ast.Assign, ast.AugAssign)):
-            targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
-            for target in targets:
-                for part in ast.walk(target):
-                    if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store):
-                        return "the body assigns an attribute"
-                    if isinstance(part, ast.Starred):
-                        return "the body has a starred assignment"
-    return None
-
-
-def _walk_past_fallbacks(node):
-    """``ast.walk(node)`` without the subtrees of nodes marked ``tracejit_fallback``."""
-    pending = [node]
-    while pending:
-        item = pending.pop()
-        yield item
-        pending.extend(child for child in ast.iter_child_nodes(item)
-                       if not getattr(child, "tracejit_fallback", False))
-
-
-def _range_call(iterator):
-    """``range(...)`` of ``for t in range(...)`` or ``for t in reversed(range(...))``."""
-    if (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Name)
-            and iterator.func.id == "reversed" and len(iterator.args) == 1
-            and not iterator.keywords):
-        return iterator.args[0]
-    return iterator
-
-
-def _appended(call):
-    """The list name of ``name.append(value)``, else None."""
-    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "append" and isinstance(call.func.value, ast.Name)
-            and len(call.args) == 1 and not call.keywords):
-        return call.func.value.id
-    return None
-
-
-def _printed(call):
-    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and (
-        call.func.id == "print")
-
-
-def _appended_names(statements):
-    """Lists the body appends to (``outs.append(h)``, also once rewritten to
-    ``__tracejit__.call(outs.append, h)``): carried like assigned names."""
-    names = set()
-    for statement in statements:
-        for inner in ast.walk(statement):
-            if isinstance(inner, ast.Attribute) and inner.attr == "append" and isinstance(
-                inner.ctx, ast.Load
-            ):
-                name = _local_name(inner.value)
-                if name is not None:
-                    names.add(name)
-    return names
-
-
-def _local_name(node):
-    """The name ``node`` reads: ``outs``, also once the front end has rewritten the load
-    to ``__tracejit__.local(outs)``; else None."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "local" and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == HOOK and len(node.args) == 1):
-        node = node.args[0]
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def loop_variables(node, function_node):
-    """The names the loop ``node`` carries, in a stable order."""
-    body = _names(node.body)
-    inside = {id(n) for n in ast.walk(node)}
-    # A loop over an array's rows runs by index or, for other sequences, as written
-    # (tracejit.tracer.loop_sequences): the written twin reads nothing after this loop.
-    inside |= {id(n) for n in ast.walk(getattr(node, "tracejit_twin", node))}
-    live_after = {n.id for n in ast.walk(function_node)
-                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                  and id(n) not in inside}
-    assigned = body.stored - {node.target.id}
-    carried = assigned & (live_after | _read_before_write(node.body))
-    carried |= _appended_names(node.body) - {node.target.id}
-    return sorted(carried)
 
 
 # --- trace time ----------------------------------------------------------------------
@@ -712,8 +503,7 @@ def _first_trip_fits(carries, entering):
 
 def _capture_trips(context, body, carries, start, stop, step, where, from_first):
     """``from_first``: the vars entering iteration 0 when it joins the loop, else None."""
-    from .ops.control import LoopGuardFailed, loop_p
-    from .tracing import Tracer
+    from .tracing import Tracer  # cycle: tracing -> frontend -> loops
 
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
@@ -761,9 +551,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         (Symbol(index_name, index.low, index.high),),
     )
     if getattr(context, "records_gradients", False):
-        from .loop_autodiff import refusal  # its reverse must be a loop too
-
-        reason = refusal(graph)
+        reason = unreversible(graph)  # its reverse must be a loop too
         if reason is not None:
             raise Refused(f"{reason}; the trace records gradients")
     start_expr = expr_of(start) + (0 if from_first is not None else step)
@@ -819,8 +607,6 @@ class _RemainingTrips:
         self.bindings = context.symbol_values()
 
     def run(self, effects=None):
-        from .ops.control import run_body
-
         finals = run_body(*self.args, [np.asarray(force(value)) for value in self.carried],
                           [force(value) for value in self.free], self.bindings, effects)
         return [_like(final, example) for final, example in zip(finals, self.examples)]
@@ -850,315 +636,3 @@ def _quiet_items(items):
     """No guard or print among ``items``, nor in the bodies of loops among them."""
     return all(isinstance(item, Eqn) and (item.prim.name != "loop" or _quiet(
         item.params_dict["body"])) for item in items)
-
-
-def _affine(value1, value2):
-    """``value1`` at trip ``t1`` and ``value2`` at ``t1 + step`` as affine in the index
-    (``_generalize``'s ``samples``)."""
-    t1, step, symbol = _SAMPLES
-    difference = value2 - value1
-    if not isinstance(difference, int) or difference % step:
-        raise Refused("a parameter changes with the index in a way that is not affine")
-    return value1 + (difference // step) * (DimExpr.symbol(symbol) - t1)
-
-
-class _Generalized:
-    def __init__(self):
-        self.body, self.renames = [], {}
-
-
-def _index_shape(aval, index):
-    return any(isinstance(dim, DimExpr) and index in dim.symbols() for dim in aval.shape)
-
-
-def _generalize(recorded1, recorded2, params1, params2, index, samples=None):
-    """One body for every iteration from the recordings of two, or ``Refused``. The index
-    was symbolic in both (``tracejit.tracer.loop_index``), so the recordings must be the same up to
-    variable names: params and literals equal (``x[t]`` slices at ``i0`` in both), any int
-    that differs was computed from something other than the index and is refused.
-
-    ``samples=(t1, step)``: the recordings were made at concrete indices ``t1`` and ``t1 +
-    step`` instead, and ints that differ are taken as affine in the index. Only
-    ``tracejit.tracer.loop_autodiff`` replays a captured body that way (its backward rules run on
-    concrete params); an inference from two samples, kept there until the replay is
-    symbolic too."""
-    global _SAMPLES
-    outer, _SAMPLES = _SAMPLES, None if samples is None else (*samples, index)
-    try:
-        return _generalize_items(recorded1, recorded2, params1, params2, index)
-    finally:
-        _SAMPLES = outer
-
-
-_SAMPLES = None  # (t1, step, index) while tracejit.tracer.loop_autodiff generalizes replays
-
-
-def _generalize_items(recorded1, recorded2, params1, params2, index):
-    result = _Generalized()
-    memo = {}  # nested loop bodies generalized once per group of loop equations
-    renames = result.renames  # iteration-2 var name -> iteration-1 var
-    for p1, p2 in zip(params1, params2):
-        renames[p2.name] = p1
-    defined1 = {p.name for p in params1}
-    free = {}
-    if len(recorded1) != len(recorded2):
-        raise Refused("the body records a different number of operations in iterations 1 "
-                      "and 2 (control flow that depends on the index or the data)")
-    for item1, item2 in zip(recorded1, recorded2):
-        if not isinstance(item1, Eqn) or not isinstance(item2, Eqn):
-            result.body.append(_generalize_check(item1, item2, renames, defined1, free))
-            continue
-        if item1.prim is not item2.prim or len(item1.inputs) != len(item2.inputs):
-            raise Refused(f"iteration 2 computes {item2.prim.name} where iteration 1 "
-                          f"computed {item1.prim.name}")
-        inputs = []
-        for atom1, atom2 in zip(item1.inputs, item2.inputs):
-            if isinstance(atom1, Var) and isinstance(atom2, Var):
-                mapped = renames.get(atom2.name)
-                if mapped is not None:
-                    if mapped != atom1:
-                        raise Refused(f"{item1.prim.name} reads different values in "
-                                      "iterations 1 and 2")
-                elif atom1 == atom2 and atom1.name not in defined1:
-                    free[atom1.name] = atom1
-                else:
-                    raise Refused(f"{item1.prim.name} in iteration 2 reads a value computed in "
-                                  "iteration 1 other than through a loop variable (e.g. "
-                                  "hs[t - 1] on a dict or list)")
-                inputs.append(atom1)
-            elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
-                inputs.append(_literal(atom1, atom2, item1.prim.name))
-            else:
-                raise Refused(f"{item1.prim.name} mixes a constant and a computed value "
-                              "between iterations")
-        params = tuple((key, _param(value1, value2, index, memo,
-                                    f"{item1.prim.name}'s {key}"))
-                       for (key, value1), (_, value2) in zip(item1.params, item2.params))
-        if item1.out.aval != item2.out.aval:
-            raise Refused(f"{item1.prim.name} gives {item1.out.aval} in iteration 1 and "
-                          f"{item2.out.aval} in iteration 2 (a shape that changes between "
-                          "iterations)")
-        if _index_shape(item1.out.aval, index):
-            raise Refused(f"{item1.prim.name} gives {item1.out.aval}: a shape that changes "
-                          "with the index")
-        renames[item2.out.name] = item1.out
-        defined1.add(item1.out.name)
-        result.body.append(Eqn(item1.prim, tuple(inputs), params, item1.out))
-    return result, list(free.values())
-
-
-def _generalize_check(item1, item2, renames, defined1, free):
-    """A guard (``if`` on traced data) or a print inside the body, the same in iterations 1
-    and 2: evaluated at every iteration of the loop."""
-    location = getattr(item1, "location", None)
-    at = f" at {location.short}" if location is not None else ""
-    if type(item1) is not type(item2) or getattr(item1, "location", None) != getattr(
-        item2, "location", None
-    ):
-        raise Refused(f"the body checks or prints different things in iterations 1 and 2{at} "
-                      "(control flow that depends on the index or the data)")
-    if isinstance(item1, Guard):
-        if item1.convert != item2.convert or item1.expected != item2.expected:
-            raise Refused(f"the if{at} goes different ways in iterations 1 and 2 (captured "
-                          "loops need one path; the loop is unrolled)")
-        predicate = _match_atom(item1.predicate, item2.predicate, renames, defined1, free,
-                                f"the if{at}")
-        return Guard(predicate, item1.convert, item1.expected, item1.location)
-    if isinstance(item1, Effect):
-        if item1.kind != item2.kind or len(item1.inputs) != len(item2.inputs):
-            raise Refused(f"the print{at} prints different things in iterations 1 and 2")
-        inputs = tuple(_match_atom(atom1, atom2, renames, defined1, free, f"the print{at}")
-                       for atom1, atom2 in zip(item1.inputs, item2.inputs))
-        if item1.params != item2.params:
-            raise Refused(f"the print{at} prints text that changes between iterations (only "
-                          "arrays, dims and the index are printed from a captured loop)")
-        return Effect(item1.kind, inputs, item1.params, item1.location)
-    raise Refused(f"the body holds a {type(item1).__name__}{at}")
-
-
-def _match_atom(atom1, atom2, renames, defined1, free, what):
-    """The body's atom for ``atom1``/``atom2`` read by ``what`` in iterations 1 and 2."""
-    if isinstance(atom1, Var) and isinstance(atom2, Var):
-        mapped = renames.get(atom2.name)
-        if mapped is not None:
-            if mapped != atom1:
-                raise Refused(f"{what} reads different values in iterations 1 and 2")
-        elif atom1 == atom2 and atom1.name not in defined1:
-            free[atom1.name] = atom1
-        else:
-            raise Refused(f"{what} in iteration 2 reads a value computed in iteration 1 "
-                          "other than through a loop variable")
-        return atom1
-    if isinstance(atom1, Literal) and isinstance(atom2, Literal):
-        return _literal(atom1, atom2, what)
-    raise Refused(f"{what} mixes a constant and a computed value between iterations")
-
-
-def _param(value1, value2, index, memo, what):
-    if isinstance(value1, Graph) and isinstance(value2, Graph):
-        return _nested_body(value1, value2, index, memo)
-    if isinstance(value1, tuple) and isinstance(value2, tuple) and len(value1) == len(value2):
-        return tuple(_param(a, b, index, memo, what) for a, b in zip(value1, value2))
-    if type(value1) is type(value2) and (value1 == value2) is True:
-        return value1
-    if _SAMPLES is not None and all(isinstance(value, (int, DimExpr)) and not isinstance(
-            value, bool) for value in (value1, value2)):
-        return _affine(value1, value2)
-    raise Refused(f"{what} is {value1} in iteration 1 and {value2} in iteration 2: a value "
-                  "computed in Python from something other than the index (or from the "
-                  "index through a Python int, float or list)")
-
-
-def _nested_body(graph1, graph2, index, memo):
-    """The body of a loop nested in the loop being captured, from its two recordings (one
-    per outer trial): the same equations up to variable names (the outer index is the
-    same symbol in both, ``x_pad[:, :, i*s:i*s+HH, j*s:...]`` in a ``j`` loop inside an
-    ``i`` loop). The inner loop's own index has the same name in both recordings
-    (``_capture`` numbers the body's loops the same way in both trials)."""
-    key = (id(graph1), id(graph2))
-    if key in memo:
-        return memo[key][0]
-    if len(graph1.inputs) != len(graph2.inputs) or len(graph1.outputs) != len(graph2.outputs):
-        raise Refused("a nested loop carries different values in iterations 1 and 2")
-    for var1, var2 in zip(graph1.inputs, graph2.inputs):
-        if var1.aval != var2.aval:
-            raise Refused(f"a nested loop's operand is {var1.aval} in iteration 1 and "
-                          f"{var2.aval} in iteration 2")
-    if graph1.constants or graph2.constants:
-        raise Refused("a nested loop's body holds constants")
-    names1 = [symbol.name for symbol in graph1.symbols]
-    if names1 != [symbol.name for symbol in graph2.symbols]:
-        raise Refused("nested loops are numbered differently in iterations 1 and 2")
-    body, free = _generalize(list(graph1.body), list(graph2.body), graph1.inputs,
-                             graph2.inputs, index)
-    if free:
-        raise Refused("a nested loop's body reads a value that is not one of its operands")
-    outputs = []
-    for atom1, atom2 in zip(graph1.outputs, graph2.outputs):
-        if isinstance(atom1, Var) and isinstance(atom2, Var):
-            if body.renames.get(atom2.name, atom2) != atom1:
-                raise Refused("a nested loop returns different values in iterations 1 and 2")
-            outputs.append(atom1)
-        elif isinstance(atom1, Literal) and isinstance(atom2, Literal):
-            outputs.append(_literal(atom1, atom2, "a nested loop's result"))
-        else:
-            raise Refused("a nested loop returns a constant in one iteration only")
-    symbols = tuple(Symbol(s1.name, min(s1.low, s2.low), max(s1.high, s2.high))
-                    for s1, s2 in zip(graph1.symbols, graph2.symbols))
-    graph = Graph(graph1.name, graph1.inputs, (), tuple(body.body), tuple(outputs), symbols)
-    memo[key] = (graph, graph1, graph2)  # the graphs stay alive: their ids stay unique
-    return graph
-
-
-def _literal(atom1, atom2, what):
-    if atom1 == atom2:
-        return atom1
-    if _SAMPLES is not None and atom1.aval.weak and atom2.aval.weak and all(
-        isinstance(value, (int, DimExpr)) and not isinstance(value, bool)
-        for value in (atom1.value, atom2.value)
-    ):
-        return Literal.of(_affine(atom1.value, atom2.value))
-    raise Refused(f"a constant read by {what} is {atom1.value!r} in iteration 1 and "
-                  f"{atom2.value!r} in iteration 2 (a number computed in Python, such as "
-                  "float(t) or tokens[t])")
-
-
-# --- the front end's rewrite ---------------------------------------------------------
-HOOK = "__tracejit__"
-
-
-def _noted(node, reason):
-    """``node`` as written, after a hook call that notes why it is not captured (for loops
-    over ``range``; other loops are not candidates)."""
-    if reason.startswith("not a loop over range"):
-        return node
-    note = ast.Expr(ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop_note",
-                           ctx=ast.Load()),
-        args=[ast.Constant(node.lineno), ast.Constant(reason)], keywords=[]))
-    return [ast.fix_missing_locations(ast.copy_location(note, node)), node]
-
-
-def rewrite_for(rewriter, node):
-    """``node`` (an ``ast.For``) with its body rewritten by ``rewriter``, and, when it is a
-    loop over ``range`` that may be captured, turned into a ``loop`` hook call."""
-    reason = unsupported_body(node)
-    reversed_loop = _range_call(node.iter) is not node.iter  # before visiting rewrites it
-    if reason is None and any(isinstance(arg, ast.Starred)
-                              for arg in _range_call(node.iter).args):
-        reason = "starred range arguments"
-    # Subscripts whose key mentions the index go through item_at (a Python list read at
-    # it specializes the index: tracejit.tracer.loop_index refuses the capture).
-    targets = getattr(rewriter, "loop_targets", ())
-    if isinstance(node.target, ast.Name):
-        # (and enumerate's index, bound from it: tracejit.tracer.loop_sequences)
-        rewriter.loop_targets = (*targets, node.target.id,
-                                 *getattr(node, "tracejit_index_names", ()))
-    try:
-        rewriter.generic_visit(node)
-    finally:
-        rewriter.loop_targets = targets
-    function_node = getattr(rewriter, "function_node", None)
-    if function_node is None:
-        return node
-    if reason is not None:
-        return _noted(node, reason)
-    inside = {id(inner) for inner in ast.walk(node)}
-    inside |= {id(inner) for inner in ast.walk(getattr(node, "tracejit_twin", node))}
-    # Other loops over the same name (a forward and a backward loop over t) rebind it
-    # before they read it; so does a loop already rewritten into a body function of t.
-    for other in ast.walk(function_node):
-        rebinds = isinstance(other, ast.For) and isinstance(other.target, ast.Name) and (
-            other.target.id == node.target.id
-        ) or isinstance(other, ast.FunctionDef) and node.target.id in {
-            arg.arg for arg in other.args.args}
-        if rebinds and other is not node:
-            inside |= {id(inner) for inner in ast.walk(other)}
-    if any(isinstance(n, ast.Name) and n.id == node.target.id and id(n) not in inside
-           for n in ast.walk(function_node)):
-        # Python leaves the index at its last value after the loop
-        return _noted(node, f"the index `{node.target.id}` is read after the loop")
-    names = loop_variables(node, function_node)
-    iterator = node.iter  # __tracejit__.call(<range>, *args) after the rewrite
-    if not (isinstance(iterator, ast.Call) and iterator.args):
-        return node
-    reverse = ast.Constant(None)
-    if reversed_loop:
-        # __tracejit__.call(<reversed>, __tracejit__.call(<range>, *args))
-        if len(iterator.args) != 2 or not (isinstance(iterator.args[1], ast.Call)
-                                           and iterator.args[1].args):
-            return node
-        reverse, iterator = iterator.args[0], iterator.args[1]
-    range_function, range_args = iterator.args[0], iterator.args[1:]
-    body_name = f"__tracejit_loop_{node.lineno}"
-    result = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Load()) for name in names],
-                       ctx=ast.Load())
-    definition = ast.FunctionDef(
-        name=body_name,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=node.target.id)]
-                           + [ast.arg(arg=name) for name in names],
-                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=[*node.body, ast.Return(value=result)],
-        decorator_list=[],
-        returns=None,
-    )
-    call = ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop",
-                           ctx=ast.Load()),
-        args=[range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()),
-              ast.Name(id=body_name, ctx=ast.Load()),
-              ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
-              ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
-              ast.Constant(node.lineno)],
-        keywords=[ast.keyword(arg="reverse", value=reverse)]
-        if not (isinstance(reverse, ast.Constant) and reverse.value is None) else [],
-    )
-    if names:
-        target = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store()) for name in names],
-                           ctx=ast.Store())
-        statement = ast.Assign(targets=[target], value=call)
-    else:
-        statement = ast.Expr(value=call)
-    for new in (definition, statement):
-        ast.copy_location(new, node)
-    return [ast.fix_missing_locations(definition), ast.fix_missing_locations(statement)]

@@ -26,6 +26,8 @@ import threading
 
 import numpy as np
 
+from .ir import Effect, Eqn
+
 _scope = threading.local()
 
 
@@ -94,8 +96,6 @@ def recording_lazily():
 def has_effects(graph):
     """Whether running ``graph`` prints, at any depth: the trace printed already, so the
     first call's result cannot come from a run of the program."""
-    from .ir import Effect, Eqn
-
     return any(isinstance(item, Effect) or (isinstance(item, Eqn) and item.prim.name == "loop"
                                             and has_effects(item.params_dict["body"]))
                for item in graph.body)

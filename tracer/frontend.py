@@ -47,6 +47,7 @@ from .loop_containers import StackedList, stack_call
 from .loop_index import read_at_index
 from .loop_sequences import expand_sequence_loops
 from .loop_frontend import rewrite_for
+from .loop_generalize import Refused
 from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import arange
 from .out_arguments import check_out
@@ -885,6 +886,11 @@ class Hooks:
                 raise _refusal("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")
             array = self._traced_copy(array)
+        elif isinstance(array, (dict, list)) and getattr(self.context, "loop_indices", None):
+            # A traced loop trip would write its symbolic values into a container no carry
+            # tracks (state["inner"]["h"] = v): the loop runs unrolled instead.
+            raise Refused("an item write into a dict or list held by another container "
+                          f"(`...[{index!r}] = ...`) in the body")
         elif argument_writes.is_argument_container(self.context, array) and not (
             _holds(array, index, value) or argument_writes.note(self.context, array, index,
                                                                 value)

@@ -153,3 +153,32 @@ def test_a_warm_start_from_disk_still_writes_the_dict(tmp_path, monkeypatch):
         assert_same(mine, theirs)
     stats = second.stats()
     assert stats["disk_hits"] == 1 and stats["compiled_calls"] == 3, stats
+
+
+def decays_in_a_nested_dict(x, state):
+    for t in range(x.shape[0]):
+        state["inner"]["h"] = state["inner"]["h"] * 0.5 + x[t]
+    return state["inner"]["h"].sum()
+
+
+def decays_in_a_local_nested_dict(x):
+    state = {"inner": {"h": np.zeros(x.shape[1])}}
+    for t in range(x.shape[0]):
+        state["inner"]["h"] = state["inner"]["h"] * 0.5 + x[t]
+    return state["inner"]["h"]
+
+
+def test_a_nested_dict_written_in_a_loop_body_unrolls_and_is_right():
+    """A traced trip must not leave its symbolic values in a container no carry tracks:
+    the loop unrolls (before: the trips' values stayed in the dict; invalid IR, and the
+    caller's dict got the third trip's value)."""
+    for length in (3, 4, 5, 4):
+        x = np.arange(3.0 * length).reshape(length, 3)
+        mine, theirs = {"inner": {"h": np.zeros(3)}}, {"inner": {"h": np.zeros(3)}}
+        f = tj.jit(decays_in_a_nested_dict, cache="memory", dynamic=True)
+        assert_same(f(x, mine), decays_in_a_nested_dict(x, theirs))
+        assert_same(mine, theirs)
+        g = tj.jit(decays_in_a_local_nested_dict, cache="memory", dynamic=True)
+        for _ in range(2):
+            assert_same(g(x), decays_in_a_local_nested_dict(x))
+        assert not g.stats()["eager_calls"], g.stats()

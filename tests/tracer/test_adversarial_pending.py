@@ -1412,12 +1412,6 @@ def state_in_a_nested_dict_argument(x, state):
     return state["inner"]["h"].sum()
 
 
-@pytest.mark.xfail(strict=True, reason="a dict nested in a dict argument, written in a "
-                   "captured loop (f71d979's argument writes): the capture fails ('%22 = "
-                   "multiply(%21, 0.5) uses %21 before its definition', not compiled) after "
-                   "the trace's trips wrote into the caller's inner dict, so the eager rerun "
-                   "starts from that state: result 35.48 and h = [9.84, ..] (NumPy 27.75, "
-                   "h = [7.5, ..]) on the first call of each length")
 def test_a_nested_dict_argument_written_in_a_loop():
     check(state_in_a_nested_dict_argument,
           lambda n: (np.arange(3.0 * n).reshape(n, 3), {"inner": {"h": np.zeros(3)}}),

@@ -392,6 +392,10 @@ class TracingContext:
         array = np.asarray(value)
         if array.dtype == object:
             raise _error(f"an operand of type {type(value).__name__} is not an array")
+        if self._view_of_replaced(array):
+            raise _error("a NumPy view (row = buf[0]) of an array that was then written with "
+                         "traced values: NumPy's view sees the write, the trace cannot "
+                         "follow it. Take the view after the write, or copy it")
         known = self.constant_vars.get(key)
         # A NumPy array written by plain NumPy since its last use (g += 5) is a new constant.
         if known is None or not _same_contents(array, known[2].data):
@@ -402,6 +406,16 @@ class TracingContext:
             self.values[var.name] = (constant.data, array.shape)
         var = self.constant_vars[key][1]
         return var, self.constant_vars[key][2].data, AbstractArray(array.shape, array.dtype)
+
+    def _view_of_replaced(self, array):
+        """Whether ``array`` views (through ``.base``) a NumPy buffer a traced value was
+        written into since: its data is the old one, NumPy's would be the new."""
+        base = array.base
+        while isinstance(base, np.ndarray):
+            if id(base) in self.replaced:
+                return True
+            base = base.base
+        return False
 
     def _implicit_input(self, value):
         key = id(value)

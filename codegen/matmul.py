@@ -7,8 +7,9 @@ epilogue's result, which takes the product's buffer (``kernel.overrides``).
 
 When the own GEMM runs and the epilogue is one it computes per register tile with
 NumPy's exact results (``gemm_epilogue``: ``C + b``, ``np.maximum(C + b, 0)``,
-``np.maximum(C, 0)`` and the ``np.maximum(0, ...)`` orders), the call is
-``tj_sgemm_own_epilogue`` and no loop over C follows.
+``np.maximum(C, 0)``, the ``np.maximum(0, ...)`` orders and ``nn.relu``'s
+``np.where(x <= 0, 0, x)``), the call is ``tj_sgemm_own_epilogue`` and no loop over C
+follows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Literal, Var
-from tracejit.tracer.ops import add_p, maximum_p, swaps_last_two_axes, transpose_p
+from tracejit.tracer.ops import (
+    add_p,
+    less_equal_p,
+    less_p,
+    maximum_p,
+    swaps_last_two_axes,
+    transpose_p,
+    where_p,
+)
 
 from . import blas
 from . import dtypes as dt
@@ -100,23 +109,17 @@ def gemm_epilogue(kernel):
         return None
     buffers, producers = kernel.schedule.buffers, kernel.producers
 
-    def inlined(var):  # computed in this kernel from C, not read from a buffer
+    def inlined(var, dtype=np.float32):  # computed in this kernel, not read from a buffer
         return isinstance(var, Var) and var.name not in buffers and var.name in producers \
-            and np.dtype(var.aval.dtype) == np.dtype(np.float32)
+            and np.dtype(var.aval.dtype) == np.dtype(dtype)
 
-    activation, inner = NO_ACTIVATION, root
-    eqn = producers[root.name]
-    if eqn.prim is maximum_p:
-        first, second = eqn.inputs
-        if _positive_zero(second) and isinstance(first, Var):
-            activation, inner = RELU, first
-        elif _positive_zero(first) and isinstance(second, Var):
-            activation, inner = RELU_ZERO_FIRST, second
-        else:
-            return None
+    found = _activation(producers[root.name], inlined, producers)
+    if found is None:
+        return None
+    activation, inner = found
     if inner.name == product.name:
         return (None, activation) if activation != NO_ACTIVATION else None
-    if inner is not root and not inlined(inner):
+    if inner.name != root.name and not inlined(inner):
         return None
     eqn = producers[inner.name]
     if eqn.prim is not add_p or len(eqn.inputs) != 2:
@@ -138,14 +141,44 @@ def gemm_epilogue(kernel):
     return base.name, activation
 
 
-def _positive_zero(atom):
+def _activation(eqn, inlined, producers):
+    """``(activation, its operand)`` for the root's equation: a relu the epilogue computes
+    exactly, or ``NO_ACTIVATION`` and the root itself; None for another expression.
+    ``nn.relu``'s ``np.where(x <= 0, 0, x)`` is ``np.maximum(x, 0)`` to the bit (-0.0 gives
+    0.0, NaN stays), and ``np.where(x < 0, 0, x)`` is ``np.maximum(0, x)`` (-0.0 stays)."""
+    if eqn.prim is maximum_p:
+        first, second = eqn.inputs
+        if _positive_zero(second) and isinstance(first, Var):
+            return RELU, first
+        if _positive_zero(first) and isinstance(second, Var):
+            return RELU_ZERO_FIRST, second
+        return None
+    if eqn.prim is where_p:
+        condition, on_true, on_false = eqn.inputs
+        if not (_positive_zero(on_true) and isinstance(on_false, Var) and inlined(
+                condition, np.bool_)):
+            return None
+        compare = producers[condition.name]
+        kinds = {less_equal_p: RELU, less_p: RELU_ZERO_FIRST}
+        if compare.prim not in kinds:
+            return None
+        left, right = compare.inputs
+        # x <= -0.0 and x <= 0.0 agree (the zeros compare equal): either sign will do.
+        if not (isinstance(left, Var) and left.name == on_false.name and _positive_zero(
+                right, either_sign=True)):
+            return None
+        return kinds[compare.prim], on_false
+    return NO_ACTIVATION, eqn.out
+
+
+def _positive_zero(atom, either_sign=False):
     """A literal +0 (``np.maximum(x, -0.0)`` gives -0.0 for +0.0: not a relu)."""
     if not isinstance(atom, Literal) or not isinstance(atom.value, (bool, int, float,
                                                                     np.generic)):
         return False
     with np.errstate(all="ignore"):
         value = np.float32(atom.value)
-    return bool(value == 0 and not np.signbit(value))
+    return bool(value == 0 and (either_sign or not np.signbit(value)))
 
 
 def epilogue_always_fused(kernel):

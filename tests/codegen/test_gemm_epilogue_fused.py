@@ -2,13 +2,15 @@
 (``tj_sgemm_own_epilogue``, chosen by ``codegen/matmul.gemm_epilogue``) against NumPy.
 
 With the own GEMM forced (``blas.gemm_override("own")``), ``np.maximum(x @ W + b, 0)``,
-``x @ W + b``, ``np.maximum(x @ W, 0)`` and their other operand orders must call the
+``x @ W + b``, ``np.maximum(x @ W, 0)``, their other operand orders and ``nn.relu``'s
+``np.where(x <= 0, 0, x)`` must call the
 epilogue entry (one kernel, no loop over C) and give, bit for bit, what the same program
 gives without the fusion (``gemm_epilogue`` patched to decline) and what NumPy's add and
 maximum give over the own GEMM's product (``gemm.matmul``: the entry compiled kernels
 call): over odd, prime, 0 and 1 sizes, NaN and Inf in every input, transposed operands
 and strided arguments. Expressions the epilogue does not compute exactly (a scalar
-added, ``np.maximum(., -0.0)``, a full-size or per-row addend, float64) keep the loop.
+added, ``np.maximum(., -0.0)``, ``np.where(x > 0, x, 0)`` (NaN gives 0), a full-size or
+per-row addend, float64) keep the loop.
 Under the ``auto`` rule the OpenBLAS branch keeps the loop; a new process on one thread
 takes it.
 """
@@ -57,6 +59,15 @@ def relu_of_row_bias(x, w, b):
     return np.maximum(x @ w + b[None, :], 0)
 
 
+def nn_relu_of_affine(x, w, b):
+    return tj.nn.relu(x @ w + b)  # np.where(x <= 0, 0, x)
+
+
+def where_negative_of_product(x, w, b):
+    product = x @ w
+    return np.where(product < 0, 0.0, product)
+
+
 # (function, the same over NumPy arrays given the product C)
 FUSED = {
     "relu(x @ w + b)": (relu_of_affine, lambda c, b: np.maximum(c + b, 0.0)),
@@ -65,6 +76,8 @@ FUSED = {
     "maximum(0, b + x @ w)": (zero_first_relu_of_affine, lambda c, b: np.maximum(0.0, b + c)),
     "maximum(0, x @ w)": (zero_first_relu_of_product, lambda c, b: np.maximum(np.float32(0), c)),
     "relu(x @ w + b[None])": (relu_of_row_bias, lambda c, b: np.maximum(c + b[None, :], 0)),
+    "nn.relu(x @ w + b)": (nn_relu_of_affine, lambda c, b: np.where(c + b <= 0, 0, c + b)),
+    "where(x @ w < 0, 0, .)": (where_negative_of_product, lambda c, b: np.where(c < 0, 0.0, c)),
 }
 # (m, k, n): 0 and 1, odd and prime, register-tile edges, a direct and a packed B.
 SHAPES = [(0, 5, 7), (5, 0, 7), (5, 7, 0), (1, 1, 1), (1, 17, 1), (7, 13, 31), (31, 1, 17),
@@ -146,7 +159,7 @@ def test_fused_epilogue_matches_numpy(name, m, k, n, monkeypatch):
 
 @pytest.mark.parametrize("name", list(FUSED))
 @pytest.mark.parametrize("m, k, n", [(1, 1, 1), (7, 13, 31), (33, 300, 65)])
-def test_nan_inf_and_signed_zeros(name, m, k, n, monkeypatch):
+def test_nan_inf_and_negative_zero_bias(name, m, k, n, monkeypatch):
     x, w, b = operands(m, k, n, seed=7, specials=True)
     check_fused(name, x, w, b, monkeypatch)
 
@@ -210,6 +223,12 @@ def test_dynamic_shapes(monkeypatch):
      lambda c, b: c + b[:, None]),
     ("relu then bias", lambda x, w, b: np.maximum(x @ w, 0.0) + b,
      lambda c, b: np.maximum(c, 0.0) + b),
+    ("where(x > 0, x, 0): NaN gives 0", lambda x, w, b: np.where(x @ w + b > 0, x @ w + b, 0.0),
+     lambda c, b: np.where(c + b > 0, c + b, 0.0)),
+    ("where(x <= 0, 0.5, x)", lambda x, w, b: np.where(x @ w <= 0, 0.5, x @ w),
+     lambda c, b: np.where(c <= 0, np.float32(0.5), c)),
+    ("where(x <= 1, 0, x)", lambda x, w, b: np.where(x @ w <= 1, 0, x @ w),
+     lambda c, b: np.where(c <= 1, 0, c)),
 ])
 def test_other_epilogues_keep_the_loop(name, function, reference, monkeypatch):
     rng = np.random.default_rng(5)
@@ -217,6 +236,7 @@ def test_other_epilogues_keep_the_loop(name, function, reference, monkeypatch):
     x, w = (rng.standard_normal(shape).astype(np.float32) for shape in [(m, 19), (19, 23)])
     b = rng.standard_normal(23).astype(np.float32)
     x[0, :] = -0.0
+    x[1, 3], w[2, 5] = np.nan, np.inf  # NaN in C: a row, a column, and inf - inf
     compiled, lowered = compile_own(function, x, w, b, monkeypatch=monkeypatch)
     assert "tj_sgemm_own" in lowered.llvm_ir
     if name != "relu then bias":  # its bias add may become a kernel of its own

@@ -252,6 +252,16 @@ class _ArrayCarry:
         return tracer
 
 
+def _follow_replaced(context, before, after):
+    """A NumPy buffer updated in place by the loop (``a = np.zeros(3); b = a; for t: a +=
+    x[t]``) became a traced copy in iteration 0; another name for the buffer (``b``) reads
+    that copy through ``context.replaced``: it must read the loop's result, as NumPy's
+    in-place update shows it."""
+    for key, target in list(context.replaced.items()):
+        if target is before and after is not before:
+            context.replaced[key] = after
+
+
 def _carries(context, names, originals, snapshots, values, start, stop, step, count):
     carries = []
     for name, original, snap, value in zip(names, originals, snapshots, values):
@@ -586,6 +596,8 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
     for carry in carries:
         returned.append(carry.after(tracers[position: position + carry.slot_count]))
         position += carry.slot_count
+        if type(carry) is _ArrayCarry:
+            _follow_replaced(context, carry.value, returned[-1])
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
              "outside", where, len(graph.body), len(slots), len(free_vars))
     return tuple(returned)

@@ -1413,11 +1413,6 @@ def second_name_for_an_accumulator(x):
     return total, alias
 
 
-@pytest.mark.xfail(strict=True, reason="total += x[t] in a captured loop on a NumPy array "
-                   "that another name holds: the other name keeps trip 0's value (x[0]) "
-                   "instead of the final total; unrolled (2 trips) and traced arrays are "
-                   "right (pre-existing; the loop carries total, not the object both names "
-                   "hold)")
 def test_a_second_name_for_an_accumulator_sees_every_trip():
     check(second_name_for_an_accumulator,
           lambda n: (np.arange(3.0 * n).reshape(n, 3),), lengths=(2, 3, 4))

@@ -18,6 +18,7 @@ array([-5., -4., -3.])
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import sys
@@ -298,6 +299,11 @@ class JitFunction:
             # It writes into an argument another argument also shows: the compiled code
             # reads them as separate inputs, NumPy sees the write through both.
             return self._run_eager(args, kwargs, "arguments share memory")
+        # check=True runs eagerly after: on the arguments as they were, when the program
+        # writes into them (it would write them twice, and start from the written values)
+        before = None
+        if self.options.check and (path.outputs.mutated or path.outputs.writes):
+            before = copy.deepcopy((args, kwargs))
         while True:
             try:
                 outputs = path.program(*inputs)
@@ -324,7 +330,7 @@ class JitFunction:
         leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
         result = path.result(outputs, leaves, variant.wrap, (args, kwargs))
         if self.options.check:
-            self._check(result, args, kwargs)
+            self._check(result, *(before if before is not None else (args, kwargs)))
         return result
 
     def _internal_error(self, error, args, kwargs):

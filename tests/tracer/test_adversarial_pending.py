@@ -1358,17 +1358,25 @@ def writes_an_argument(x, w):
     return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="jit(check=True) runs the compiled program and the "
-                   "eager function on the same arguments: w += 1 is applied twice from the "
-                   "second call (w = 3, NumPy 2), and a function returning what it wrote "
-                   "(x += 1; return x * 2) fails its own check ('compiled result differs "
-                   "from eager') since the eager rerun starts from the written x (pre-existing)")
 def test_check_mode_writes_arguments_once():
     jitted = tj.jit(writes_an_argument, cache="memory", dynamic=True, check=True)
     for length in (3, 3, 4):
         w = np.ones(2)
         jitted(np.ones(length), w)
         np.testing.assert_array_equal(w, np.full(2, 2.0))
+
+
+def returns_what_it_wrote(x):
+    x += 1.0
+    return x * 2
+
+
+def test_check_mode_passes_a_function_returning_what_it_wrote():
+    jitted = tj.jit(returns_what_it_wrote, cache="memory", dynamic=True, check=True)
+    for length in (3, 3, 4):
+        x = np.ones(length)
+        np.testing.assert_array_equal(jitted(x), np.full(length, 4.0))
+        np.testing.assert_array_equal(x, np.full(length, 2.0))
 
 
 def view_taken_before_a_traced_write(x):

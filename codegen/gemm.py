@@ -4,8 +4,8 @@
                       float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
 
 and ``tj_sgemm_own_epilogue(<the same>, float* bias, i64 activation)`` compute
-``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per register
-tile (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
+``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per row panel
+of C (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
 ``op(A)`` is ``A`` (rows ``lda`` apart) or, when ``trans_a``, the transpose of a row-major
 ``k x m`` ``A`` - so a transposed view is read where it is, never copied; likewise ``B``.
 It splits ``C`` by rows or columns across tracejit's thread pool (``codegen/parallel.py``)

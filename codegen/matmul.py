@@ -5,7 +5,7 @@ over the product (bias, activation) runs in place as the kernel's epilogue.
 The kernel's ``anchor`` is the matmul equation; its root is the product itself or the
 epilogue's result, which takes the product's buffer (``kernel.overrides``).
 
-When the own GEMM runs and the epilogue is one it computes per register tile with
+When the own GEMM runs and the epilogue is one it computes (per row panel, in cache) with
 NumPy's exact results (``gemm_epilogue``: ``C + b``, ``np.maximum(C + b, 0)``,
 ``np.maximum(C, 0)``, the ``np.maximum(0, ...)`` orders and ``nn.relu``'s
 ``np.where(x <= 0, 0, x)``), the call is ``tj_sgemm_own_epilogue`` and no loop over C

@@ -15,11 +15,12 @@ whose signature does not match its key is rejected and rebuilt.
 
 The key hashes tracejit's version and its own source, NumPy's and LLVM's versions, the
 CPU and its features, the options, the call signature and the function: its defining
-file (resolved path and content hash) and its code. The entry lists every other function the trace passed
-through, by module and name; a load resolves each one *in this process* and compares its
-file (path and content) and code with what the writer saw, so a helper that is edited, or
-that this process finds in another file, invalidates the entry. A function or helper
-without readable source (``python -c``, ``exec``) is cached in memory only.
+file (resolved path and content hash) and its code. The entry lists every other function
+the trace passed through, by module and name; a load resolves each one *in this process*
+and compares its file (path and content) and code with what the writer saw, so a helper
+that is edited, or that this process finds in another file, invalidates the entry. A
+function or helper without readable source (``python -c``, ``exec``) is cached in memory
+only.
 
 >>> import tempfile
 >>> cache = DiskCache(tempfile.mkdtemp())  # what every jit(cache=True) function holds

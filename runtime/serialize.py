@@ -28,8 +28,15 @@ from tracejit.tracer import pytree
 from tracejit.tracer.argument_writes import ArgumentWrite
 from tracejit.tracer.dims import DimExpr, parse_dim
 from tracejit.tracer.implicit import Path as ImplicitPath
-from tracejit.tracer.ir import CONVERSIONS, Effect, Guard, Literal, ShapeGuard, parse_graph, \
-    parse_location
+from tracejit.tracer.ir import (
+    CONVERSIONS,
+    Effect,
+    Guard,
+    Literal,
+    ShapeGuard,
+    parse_graph,
+    parse_location,
+)
 
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
 from .variants import OutputPlan, Path, Variant

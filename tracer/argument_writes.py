@@ -37,8 +37,9 @@ _KEYS = (str, int, bool, type(None))
 @dataclass(frozen=True)
 class ArgumentWrite:
     """``arguments[where][key] = value``: ``where`` is ``("args", position, *keys)`` or
-    ``("kwargs", name, *keys)`` (a dict nested in an argument); ``kind`` is "array", "scalar" (a NumPy scalar), "value" (a
-    Python number) with ``value`` a program output's index, or "static" with the value."""
+    ``("kwargs", name, *keys)`` (a dict nested in an argument); ``kind`` is "array",
+    "scalar" (a NumPy scalar) or "value" (a Python number) with ``value`` a program
+    output's index, or "static" with the value itself."""
 
     where: tuple
     key: object

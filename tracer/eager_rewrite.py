@@ -28,7 +28,6 @@ import numpy as np
 
 from .errors import TraceError
 from .frontend import (
-    Hooks,
     RewriteUnavailable,
     _bind,
     _callable_object,

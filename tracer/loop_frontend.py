@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+
 # --- front end: which names a loop carries -----------------------------------------------
 class _Names(ast.NodeVisitor):
     def __init__(self):

@@ -34,9 +34,9 @@ import numpy as np
 
 from .dims import SymInt, expr_of, is_int, value_of
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
+from .loop_autodiff import refusal as unreversible
 from .loop_containers import ContainerCarry, Refusal, snapshot
 from .loop_generalize import Refused, _generalize
-from .loop_autodiff import refusal as unreversible
 from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .ops.control import LoopGuardFailed, loop_p, run_body
 from .pending import Pending, force, is_pending

@@ -2,8 +2,8 @@
 (tracer/pending.py): the first call's result then comes from the compiled program. Each
 test compares with NumPy, and checks who computed the result where that is the point."""
 
-import io
 import contextlib
+import io
 
 import numpy as np
 import pytest

@@ -81,10 +81,16 @@ def _expand(index, ndim):
         if isinstance(entry, range):  # NumPy reads a range as the integers it holds
             entry = np.arange(entry.start, entry.stop, entry.step)
         if isinstance(entry, list):
-            entry = np.asarray(entry)
+            # A dim in the list ([0, n - 1]) is the int it is in this call (guarded).
+            entry = np.asarray([int(item) if isinstance(item, SymInt) else item
+                                for item in entry])
             if entry.dtype == object:
                 raise IndexError("only integers, slices, None, Ellipsis and integer or "
                                  "boolean arrays are valid indices")
+            if entry.size == 0:  # NumPy reads [] as an empty integer index
+                entry = entry.astype(np.intp)
+        if entry is True or (isinstance(entry, np.bool_) and entry):
+            entry = None  # x[True] is x[None]: a 0-d mask that keeps everything
         if _is_array(entry) and np.dtype(entry.dtype) == np.bool_:
             entries.append(("mask", _concrete_mask(entry)))
         else:

@@ -1341,11 +1341,6 @@ def list_of_dims_as_an_index(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="y[[]] = v (NumPy: an empty integer index) and y[True] "
-                   "(a new axis of length 1) raise IndexError inside tracejit's indexing "
-                   "(the empty list is read as a float64 array; bool is not an index there; "
-                   "indexing._expand refuses a list holding a SymInt, y[[0, n - 1]]): "
-                   "internal error, runs eagerly (pre-existing)")
 @pytest.mark.parametrize("function", [empty_list_index, true_as_an_index,
                                       list_of_dims_as_an_index], ids=lambda f: f.__name__)
 def test_empty_list_and_true_as_indices_compile(function):

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -255,6 +256,12 @@ class JitFunction:
 
             self._cache = DiskCache(options.cache_dir, options.cache_max)
         diagnostics.register(self)
+
+    @property
+    def __tracejit_inline__(self):
+        """What a trace that calls this function records instead (its own ops, in the
+        caller's trace: tracejit.tracer.frontend.Hooks.function_for)."""
+        return self.fn
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -721,6 +728,10 @@ class BoundJitFunction:
 
     def __call__(self, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)
+
+    @property
+    def __tracejit_inline__(self):
+        return types.MethodType(self.function.fn, self.instance)
 
     def __reduce__(self):
         return BoundJitFunction, (self.function, self.instance)

@@ -843,6 +843,9 @@ class Hooks:
         return self.function_for(function)(*args, **kwargs)
 
     def function_for(self, function):
+        inline = getattr(function, "__tracejit_inline__", None)
+        if inline is not None:  # a jit function called while tracing: traced through, as
+            return self.function_for(inline)  # a plain helper (its own trace would nest)
         if _callable_object(function):  # a layer instance: enter its __call__
             return types.MethodType(self.function_for(type(function).__call__), function)
         target = function.__func__ if isinstance(function, types.MethodType) else function

@@ -591,3 +591,77 @@ def scale_by_stride(x):
 def test_eager_reason_for_strides_does_not_claim_numpy_raises():
     f = run_calls(scale_by_stride, [(np.arange(6.0),), (np.arange(4.0),)])
     assert "the eager run raises it too" not in repr(f.stats()["eager_reasons"])
+
+
+def attention_with_inf_mask(scores, mask):
+    """-inf masking: a fully masked row gives NaN in NumPy (0/0), which jit must keep."""
+    scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_inf_masked_softmax_with_fully_masked_rows():
+    rng = rng_for(18)
+    calls = []
+    for T in (4, 6, 3, 4):
+        mask = rng.random((3, T)) < 0.6
+        mask[1] = False
+        calls.append((rng.standard_normal((3, T)).astype(np.float32), mask))
+    with np.errstate(invalid="ignore"):
+        compile_note(run_calls(attention_with_inf_mask, calls, rtol=2e-6, atol=1e-7))
+
+
+def gru_sequence(xs, h, Wz, Wr, Wh):
+    """GRU gist: concatenated [h, x] inputs, caches as tuples, a loop over time."""
+    caches = []
+    for x in xs:
+        hx = np.concatenate([h, x], axis=1)
+        z = sigmoid(hx @ Wz)
+        r = sigmoid(hx @ Wr)
+        h_tilde = np.tanh(np.concatenate([r * h, x], axis=1) @ Wh)
+        h = (1 - z) * h + z * h_tilde
+        caches.append((z, r, h_tilde))
+    zs = np.array([c[0] for c in caches])
+    return h, zs.mean(axis=0)
+
+
+def test_gru_sequence_with_tuple_caches_over_lengths():
+    rng = rng_for(19)
+    N, D, H = 2, 3, 4
+    Ws = [rng.standard_normal((H + D, H)) * 0.4 for _ in range(3)]
+    calls = [([rng.standard_normal((N, D)) for _ in range(T)], rng.standard_normal((N, H)), *Ws)
+             for T in (3, 6, 1, 3)]
+    compile_note(run_calls(gru_sequence, calls))
+
+
+def embedding_backward_negative_ids(dW, ids, dout):
+    """np.add.at with negative ids (wrap like Python) and int ids of dtype int32."""
+    np.add.at(dW, ids, dout)
+    return dW.sum()
+
+
+def test_add_at_with_negative_and_int32_ids():
+    rng = rng_for(20)
+    calls = []
+    for n, dtype in ((5, np.int64), (8, np.int32), (3, np.int64), (5, np.int32)):
+        calls.append((np.zeros((6, 3)), rng.integers(-6, 6, n).astype(dtype),
+                      rng.standard_normal((n, 3))))
+    compile_note(run_calls(embedding_backward_negative_ids, calls))
+
+
+def dropout_forward(x, p, mask, mode):
+    if mode == "train":
+        mask = (mask < p) / p
+        out = x * mask
+    else:
+        out = x
+    return out.astype(x.dtype, copy=False), mask
+
+
+def test_dropout_forward_train_and_test_modes_over_dtypes():
+    rng = rng_for(21)
+    calls = []
+    for n, mode, dtype in ((4, "train", np.float64), (7, "train", np.float32),
+                           (4, "test", np.float64), (9, "train", np.float64)):
+        calls.append((rng.standard_normal((n, 5)).astype(dtype), 0.5, rng.random((n, 5)), mode))
+    compile_note(run_calls(dropout_forward, calls, rtol=2e-6, atol=1e-7))

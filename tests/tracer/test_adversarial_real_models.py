@@ -665,3 +665,77 @@ def test_dropout_forward_train_and_test_modes_over_dtypes():
                            (4, "test", np.float64), (9, "train", np.float64)):
         calls.append((rng.standard_normal((n, 5)).astype(dtype), 0.5, rng.random((n, 5)), mode))
     compile_note(run_calls(dropout_forward, calls, rtol=2e-6, atol=1e-7))
+
+
+def adam_loop(w, grads, config):
+    """Several Adam steps over a list of gradients, state kept in the caller's dict."""
+    for dw in grads:
+        w, config = adam(w, dw, config)
+    return w
+
+
+def test_adam_steps_in_a_loop_over_gradient_lists():
+    rng = rng_for(22)
+    calls = [(rng.standard_normal((4, 3)), [rng.standard_normal((4, 3)) for _ in range(s)],
+              {"learning_rate": 0.05}) for s in (3, 5, 2, 3)]
+    compile_note(run_calls(adam_loop, calls, rtol=1e-9))
+
+
+def momentum_in_place(w, grads, config):
+    """The velocity is the dict's own array, updated in place inside the loop."""
+    v = config["velocity"]
+    for g in grads:
+        v *= config["momentum"]
+        v -= config["learning_rate"] * g
+        w += v
+    config["velocity"] = v
+    return w
+
+
+def test_momentum_velocity_updated_in_place_through_the_dict():
+    rng = rng_for(23)
+    calls = [(rng.standard_normal(5), [rng.standard_normal(5) for _ in range(s)],
+              {"velocity": rng.standard_normal(5), "momentum": 0.9, "learning_rate": 0.1})
+             for s in (4, 6, 2, 4)]
+    compile_note(run_calls(momentum_in_place, calls))
+
+
+def sgd_over_params(params, grads, lr):
+    for key in params:
+        params[key] -= lr * grads[key]
+    return params
+
+
+def test_sgd_over_params_where_two_keys_share_one_array():
+    """Tied weights: both keys name one array, so NumPy applies both updates to it."""
+    rng = rng_for(24)
+    calls = []
+    for n in (3, 5, 3):
+        tied = rng.standard_normal((n, 2))
+        calls.append(({"W_enc": tied, "W_dec": tied, "b": np.zeros(2)},
+                      {"W_enc": rng.standard_normal((n, 2)), "W_dec": rng.standard_normal((n, 2)),
+                       "b": rng.standard_normal(2)}, 0.1))
+    compile_note(run_calls(sgd_over_params, calls))
+
+
+def power_iteration(A, v, tol, max_iter):
+    lam = 0.0
+    i = 0
+    while i < max_iter:
+        w = A @ v
+        new_lam = float(v @ w)
+        v = w / np.linalg.norm(w)
+        if abs(new_lam - lam) < tol:
+            break
+        lam = new_lam
+        i += 1
+    return v, lam, i
+
+
+def test_power_iteration_while_loop_with_tolerance():
+    rng = rng_for(25)
+    calls = []
+    for n in (4, 6, 3, 4):
+        M = rng.standard_normal((n, n))
+        calls.append((M @ M.T, np.ones(n) / np.sqrt(n), 1e-8, 60))
+    compile_note(run_calls(power_iteration, calls))

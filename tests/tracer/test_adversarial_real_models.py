@@ -739,3 +739,45 @@ def test_power_iteration_while_loop_with_tolerance():
         M = rng.standard_normal((n, n))
         calls.append((M @ M.T, np.ones(n) / np.sqrt(n), 1e-8, 60))
     compile_note(run_calls(power_iteration, calls))
+
+
+def same_shape_calls(case, rng):
+    """Six calls at one shape with fresh values: the later ones run the compiled program
+    (or leave it through a guard), which is where a wrong answer would show."""
+    if case == "power_iteration":
+        out = []
+        for _ in range(6):
+            M = rng.standard_normal((5, 5))
+            out.append((M @ M.T, np.ones(5) / np.sqrt(5), 1e-8, 60))
+        return power_iteration, out
+    if case == "kmeans_vectorized":
+        return kmeans_vectorized, [(X, X[:3].copy(), 20)
+                                   for X in (blobs(rng, 8) for _ in range(6))]
+    if case == "skipgram":
+        return skipgram_neg_step, [(rng.standard_normal((7, 3)) * 0.1,
+                                    rng.standard_normal((7, 3)) * 0.1, rng.integers(0, 7, 5),
+                                    rng.integers(0, 7, 5), rng.integers(0, 7, (5, 2)), 0.1)
+                                   for _ in range(6)]
+    if case == "momentum":
+        return momentum_in_place, [(rng.standard_normal(5), [rng.standard_normal(5) for _ in range(3)],
+                                    {"velocity": rng.standard_normal(5), "momentum": 0.9,
+                                     "learning_rate": 0.1}) for _ in range(6)]
+    if case == "logistic":
+        out = []
+        for _ in range(6):
+            X = rng.standard_normal((16, 3))
+            out.append((X, (X @ np.array([1.0, -2.0, 0.5]) > 0).astype(float), 0.5, 8, 1e-2))
+        return logistic_regression_fit, out
+    if case == "greedy_sampling":
+        W = (rng.standard_normal((4, 5)), rng.standard_normal((4, 4)) * 0.5,
+             rng.standard_normal((5, 4)), np.zeros((4, 1)), np.zeros((5, 1)))
+        return sample_greedy, [(rng.standard_normal((4, 1)), int(rng.integers(5)), 5, *W)
+                               for _ in range(6)]
+    raise ValueError(case)
+
+
+@pytest.mark.parametrize("case", ["power_iteration", "kmeans_vectorized", "skipgram", "momentum",
+                                  "logistic", "greedy_sampling"])
+def test_repeated_calls_at_one_shape_with_fresh_values(case):
+    function, calls = same_shape_calls(case, rng_for(26))
+    compile_note(run_calls(function, calls))

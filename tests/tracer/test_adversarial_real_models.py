@@ -781,3 +781,24 @@ def same_shape_calls(case, rng):
 def test_repeated_calls_at_one_shape_with_fresh_values(case):
     function, calls = same_shape_calls(case, rng_for(26))
     compile_note(run_calls(function, calls))
+
+
+def add_into_params(x, params):
+    params["W"] += x
+    params["steps"] = params.get("steps", 0) + 1
+    return params["W"], params
+
+
+@pytest.mark.xfail(strict=True, reason="a dict argument returned by the function comes back "
+                   "as a new dict, not the caller's (NumPy returns the same object; the "
+                   "returned array is the argument's own): the course optimizers' "
+                   "`next_w, config = adam(w, dw, config)` then holds a copy, and a later "
+                   "write into it misses the caller's dict. Seen on traced and compiled calls")
+def test_returned_dict_argument_is_the_callers_dict():
+    f = tj.jit(add_into_params, dynamic=True, cache="memory")
+    for n in (3, 5, 3, 3):
+        params = {"W": np.zeros(n)}
+        W, returned = f(np.ones(n), params)
+        assert W is params["W"]
+        returned["learning_rate"] = 0.5  # what the caller's later code does to "its" config
+        assert params.get("learning_rate") == 0.5, f"n={n}: returned dict is a copy"

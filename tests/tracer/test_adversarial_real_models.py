@@ -802,3 +802,38 @@ def test_returned_dict_argument_is_the_callers_dict():
         assert W is params["W"]
         returned["learning_rate"] = 0.5  # what the caller's later code does to "its" config
         assert params.get("learning_rate") == 0.5, f"n={n}: returned dict is a copy"
+
+
+# Defined without source a tracer can read (exec, python -c, a REPL): the append must still
+# reach the caller's list, or the call must fall back.
+HISTORY_SOURCE = """
+def log_loss_into_history(x, history):
+    history.append(x.sum())
+    return x * 2
+"""
+
+
+def sourceless(source, name):
+    namespace = {"np": np}
+    exec(compile(source, "<generated>", "exec"), namespace)
+    return namespace[name]
+
+
+def test_append_to_a_list_argument_reaches_the_caller():
+    """With source, the append is seen and the call runs eagerly: right."""
+    run_calls(log_loss_into_history, [(np.ones(n), [1.0]) for n in (3, 5, 3, 3)])
+
+
+@pytest.mark.xfail(strict=True, reason="without readable source (exec, python -c) list.append "
+                   "on a list argument is silently dropped: history stays [1.0], NumPy gives "
+                   "[1.0, 3.0]; no fallback, traced and compiled calls (with source the call "
+                   "runs eagerly with 'changes state outside the compiled function')")
+def test_append_to_a_list_argument_without_source_reaches_the_caller():
+    run_calls(sourceless(HISTORY_SOURCE, "log_loss_into_history"),
+              [(np.ones(n), [1.0]) for n in (3, 5, 3, 3)])
+
+
+def log_loss_into_history(x, history):
+    """The training-loop idiom: append this step's loss to the caller's history list."""
+    history.append(x.sum())
+    return x * 2

@@ -824,13 +824,32 @@ def test_append_to_a_list_argument_reaches_the_caller():
     run_calls(log_loss_into_history, [(np.ones(n), [1.0]) for n in (3, 5, 3, 3)])
 
 
-@pytest.mark.xfail(strict=True, reason="without readable source (exec, python -c) list.append "
-                   "on a list argument is silently dropped: history stays [1.0], NumPy gives "
-                   "[1.0, 3.0]; no fallback, traced and compiled calls (with source the call "
-                   "runs eagerly with 'changes state outside the compiled function')")
-def test_append_to_a_list_argument_without_source_reaches_the_caller():
-    run_calls(sourceless(HISTORY_SOURCE, "log_loss_into_history"),
-              [(np.ones(n), [1.0]) for n in (3, 5, 3, 3)])
+SOURCELESS_WRITES = {
+    "list_append": (HISTORY_SOURCE, "log_loss_into_history", lambda n: (np.ones(n), [1.0])),
+    # the course Adam/momentum idiom: state written into the caller's config dict
+    "dict_item_write": ("""
+def momentum_step(w, dw, config):
+    config["t"] = config.get("t", 0) + 1
+    config["velocity"] = 0.9 * config.get("velocity", 0.0) - 0.1 * dw
+    return w + config["velocity"]
+""", "momentum_step", lambda n: (np.ones(n), np.arange(n) * 1.0, {})),
+    "list_item_write": ("""
+def keep_loss(x, losses):
+    losses[0] = x.sum()
+    return x + 1
+""", "keep_loss", lambda n: (np.ones(n), [0.0])),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="without readable source (exec, python -c) writes into "
+                   "a container argument are silently dropped: list.append, d[k] = v on a dict "
+                   "argument, lst[0] = v (e.g. history stays [1.0], NumPy [1.0, 3.0]; config "
+                   "stays {}); no fallback, traced and compiled calls. With source these fall "
+                   "back or compile right")
+@pytest.mark.parametrize("case", sorted(SOURCELESS_WRITES))
+def test_writes_into_container_arguments_without_source_reach_the_caller(case):
+    source, name, make = SOURCELESS_WRITES[case]
+    run_calls(sourceless(source, name), [make(n) for n in (3, 5, 3, 3)])
 
 
 def log_loss_into_history(x, history):

@@ -68,6 +68,46 @@ def watch(context, traced_args, traced_kwargs):
     for name, value in traced_kwargs.items():
         _watch(context.argument_containers, value, ("kwargs", name))
     context.argument_writes = {}
+    context.argument_contents = {key: (container, _contents(container))
+                                 for key, (container, _) in _containers(traced_args,
+                                                                        traced_kwargs)}
+
+
+def _containers(traced_args, traced_kwargs):
+    found = {}
+    stack = [*traced_args, *traced_kwargs.values()]
+    while stack:
+        value = stack.pop()
+        if type(value) in (dict, list) and id(value) not in found:
+            found[id(value)] = (value, None)
+            stack.extend(value.values() if type(value) is dict else value)
+    return found.items()
+
+
+def _contents(container):
+    """What a container holds, by identity (an array updated in place stays itself)."""
+    if type(container) is dict:
+        return [(key, id(value)) for key, value in container.items()]
+    return [id(value) for value in container]
+
+
+def unfollowed_change(context):
+    """A change to an argument's dict or list that no recorded write explains (a function
+    without readable source appending to a list, or writing a dict, runs unrewritten: the
+    trace cannot see it and compiled calls would skip it), or None."""
+    written = {(where, key) for where, key in getattr(context, "argument_writes", {})}
+    for container, before in getattr(context, "argument_contents", {}).values():
+        after = _contents(container)
+        if after == before:
+            continue
+        if type(container) is dict:
+            where = context.argument_containers[id(container)][0]
+            changed = {key for key, _ in before} ^ {key for key, _ in after}
+            changed |= {key for (key, ident) in after if (key, ident) not in before}
+            if all((where, key) in written for key in changed):
+                continue
+        return f"a write into an argument's {type(container).__name__}"
+    return None
 
 
 def _watch(containers, value, where):

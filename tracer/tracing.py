@@ -839,6 +839,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves)
             result = plain_containers(result)  # the lists and dicts a loop filled
+        change = argument_writes.unfollowed_change(context)
+        if change is not None:
+            raise UnsupportedError(f"{change} the trace cannot follow (compiled runs would "
+                                   "skip it); return the new values instead")
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         raise _with_user_line(error) from None

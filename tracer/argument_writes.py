@@ -68,20 +68,10 @@ def watch(context, traced_args, traced_kwargs):
     for name, value in traced_kwargs.items():
         _watch(context.argument_containers, value, ("kwargs", name))
     context.argument_writes = {}
-    context.argument_contents = {key: (container, _contents(container))
-                                 for key, (container, _) in _containers(traced_args,
-                                                                        traced_kwargs)}
-
-
-def _containers(traced_args, traced_kwargs):
-    found = {}
-    stack = [*traced_args, *traced_kwargs.values()]
-    while stack:
-        value = stack.pop()
-        if type(value) in (dict, list) and id(value) not in found:
-            found[id(value)] = (value, None)
-            stack.extend(value.values() if type(value) is dict else value)
-    return found.items()
+    # What each dict and list holds now: a change no recorded write explains is refused
+    context.argument_contents = {key: _contents(container)
+                                 for key, (_, container) in context.argument_containers.items()
+                                 if type(container) in (dict, list)}
 
 
 def _contents(container):
@@ -96,12 +86,12 @@ def unfollowed_change(context):
     without readable source appending to a list, or writing a dict, runs unrewritten: the
     trace cannot see it and compiled calls would skip it), or None."""
     written = {(where, key) for where, key in getattr(context, "argument_writes", {})}
-    for container, before in getattr(context, "argument_contents", {}).values():
+    for container_id, before in getattr(context, "argument_contents", {}).items():
+        where, container = context.argument_containers[container_id]
         after = _contents(container)
         if after == before:
             continue
         if type(container) is dict:
-            where = context.argument_containers[id(container)][0]
             changed = {key for key, _ in before} ^ {key for key, _ in after}
             changed |= {key for (key, ident) in after if (key, ident) not in before}
             if all((where, key) in written for key in changed):
@@ -117,7 +107,7 @@ def _watch(containers, value, where):
         items = enumerate(value)
     else:
         return
-    containers[id(value)] = (where, type(value))
+    containers[id(value)] = (where, value)
     for key, item in items:
         _watch(containers, item, (*where, key))
 
@@ -129,8 +119,8 @@ def is_argument_container(context, container):
 def note(context, container, key, value):
     """Record ``container[key] = value`` if ``container`` is a dict argument and ``key`` a
     plain key; False when it is not (the caller refuses the write)."""
-    where, kind = getattr(context, "argument_containers", {}).get(id(container), (None, None))
-    if kind is not dict or not isinstance(key, _KEYS) or not _writable(value):
+    where, known = getattr(context, "argument_containers", {}).get(id(container), (None, None))
+    if type(known) is not dict or not isinstance(key, _KEYS) or not _writable(value):
         return False
     context.argument_writes.pop((where, key), None)  # the last write, in write order
     context.argument_writes[(where, key)] = value

@@ -149,9 +149,18 @@ _TANH_SMALL_F32 = (-0.3333331730564747, 0.13332580377686679, -0.0538518654002473
 def tanh(builder, x):
     """expm1(2|x|) / (expm1(2|x|) + 2), sign restored. With |x| clamped where tanh rounds
     to 1, 2^n stays a normal float and expm1 needs none of its range handling: one scale,
-    no selects (NaN is clamped too, then put back at the end)."""
+    no selects. float32's clamp keeps NaN (a NaN |x| fails the compare: one min
+    instruction on x86, its operand order), which flows through the arithmetic to the
+    result (float32 takes 2^n from the bits, no conversion); float64 clamps NaN too (its
+    conversion of n to an integer must see a number) and puts it back at the end."""
     f = Float(x.type)
-    magnitude = minimum(builder, fabs(builder, x), f.const(_TANH_CLAMP[f.element]))
+    magnitude = fabs(builder, x)
+    clamp = f.const(_TANH_CLAMP[f.element])
+    if f.element == F32:
+        magnitude = builder.select(builder.fcmp_ordered(">", magnitude, clamp), clamp,
+                                   magnitude)
+    else:
+        magnitude = minimum(builder, magnitude, clamp)
     if f.element == F32:
         exponent_bits, reduced = _reduce_float32(builder, builder.fmul(magnitude,
                                                                        f.const(2.0)))
@@ -172,5 +181,5 @@ def tanh(builder, x):
         result = builder.select(builder.fcmp_ordered("<", magnitude, f.const(0.55)),
                                 series, result)
     result = copysign(builder, result, x)
-    return builder.select(is_nan(builder, x), x, result)
+    return result if f.element == F32 else builder.select(is_nan(builder, x), x, result)
 

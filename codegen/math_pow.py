@@ -5,11 +5,10 @@ carry 53 bits), multiplies it by y exactly and exponentiates the pair.
 
 float32 needs y log x to about 2^-27 only where the result is a float32 (|y log x| < 104),
 so float64 with short series suffices, rounded to float32 once. Its fast path covers
-normal x of either sign and finite y: |x| = 2^k m from the float32 bits, then in float64
-s = (m-1)/(m+1) by one division, log2 m = 2 atanh(s)/ln2 to s^13, t = y (k + log2 m),
-2^t = 2^n 2^r with n rounded by adding 1.5 * 2^52 and added to the exponent bits, 2^r by
-a minimax polynomial, and the sign (negative x to an odd integer power) or NaN (to a
-non-integer power): within 0.501 ulp of the exact result.
+normal x of either sign and finite y: |x| = 2^k m from the float32 bits, s = (m-1)/(m+1)
+by a float32 division refined once in float64 (its residual is exact there), log m =
+2 atanh(s) to s^11, exp by ln2 and a Taylor series to r^8, 2^n added to the exponent
+bits, and the sign (negative x to an odd integer power) or NaN (to a non-integer power).
 Zero, denormal, infinite and NaN x and infinite or NaN y take the general code, with every
 special case of C99, as a rare path (``math_rare_path``).
 """
@@ -178,43 +177,42 @@ def special_cases(builder, x, y, magnitude, result):
     return builder.select(builder.fcmp_ordered("==", y, zero), one, result)
 
 
-# float32 fast path, all in float64 after the float32 reduction of x: log2 m = s (c0 + c1 s^2
-# + ... + c6 s^12) with s = (m - 1)/(m + 1), |s| <= 0.1716 (2 atanh(s)/ln2, the series to
-# s^13: within 2^-39 relatively), and 2^r for |r| <= 1/2 by a minimax polynomial of degree 7
-# (least squares on Chebyshev nodes, Lawson-weighted: within 2^-34.5 relatively). y log2 x
-# reaches 300 where the result still matters, so its error stays below 2^-31 of the result.
-_LOG2_ATANH = [2.0 / ((2 * k + 1) * math.log(2.0)) for k in range(7)]
-_EXP2_FAST = (0.9999999999616823, 0.6931471807284552, 0.24022651198156206,
-              0.055504103534214394, 0.009618027253808403, 0.0013333922584814837,
-              0.00015469291106292706, 1.5201916748988755e-05)
-# Adding 1.5 * 2^52 rounds a double to an integer held in the low mantissa bits.
-_ROUNDER_F64 = 6755399441055744.0
-# |y log2 x| beyond 300 gives inf or 0 in float32 all the same; the clamp keeps 2^n a normal
-# double factor.
-_LOG2_CLAMP = 300.0
+# log m = 2s (1 + s^2/3 + s^4/5 + ... + s^10/11) for s <= 0.1716: within 2^-34;
+# exp(r) = 1 + r + r^2 (1/2! + r/3! + ... + r^6/8!) for |r| <= ln2/2: within 2^-32.
+_ATANH_FAST = [1.0 / (2 * k + 1) for k in range(1, 6)]
+_EXP_FAST = [1.0 / math.factorial(k) for k in range(2, 9)]
 
 
 def _pow_float32(builder, x, y):
-    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over):
-    |x| = 2^k m from the float32 bits, then in float64 t = y (k + log2 m) (one division
-    for s) and 2^t = 2^n 2^r, n added to the exponent bits; rounded to float32 once."""
+    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over)."""
     f = Float(x.type)
     d = f.other(F64)
     magnitude = fabs(builder, x)
     k_int, _, m = reduce_float32(builder, magnitude)
-    m1 = builder.fpext(builder.fsub(m, f.const(1.0)), d.ty)  # exact
-    s = builder.fdiv(m1, builder.fadd(m1, d.const(2.0)))
-    log2_m = builder.fmul(s, horner(builder, builder.fmul(s, s), _LOG2_ATANH))
-    log2_x = builder.fadd(builder.sitofp(k_int, d.ty), log2_m)
-    t = builder.fmul(builder.fpext(y, d.ty), log2_x)
-    t = minimum(builder, maximum(builder, t, d.const(-_LOG2_CLAMP)), d.const(_LOG2_CLAMP))
-    rounded = builder.fadd(t, d.const(_ROUNDER_F64))
-    r = builder.fsub(t, builder.fsub(rounded, d.const(_ROUNDER_F64)))  # exact
-    power = horner(builder, r, _EXP2_FAST)
-    # rounded's low bits are n: shifted to the exponent field, only n's bits stay.
-    exponent_bits = builder.shl(builder.bitcast(rounded, d.int), d.iconst(52))
-    scaled = builder.bitcast(builder.add(builder.bitcast(power, d.int), exponent_bits), d.ty)
-    result = builder.fptrunc(scaled, x.type)
+    m1 = builder.fsub(m, f.const(1.0))  # exact
+    rough = builder.fdiv(m1, builder.fadd(m1, f.const(2.0)))
+    # s = rough + (m1 - rough (m1 + 2)) / (m1 + 2): the residual is exact in float64 (24 by
+    # 26 bits), and 1/(m1 + 2) = (1 - s)/2 needs only float32 accuracy there.
+    wide_m1, wide_rough = builder.fpext(m1, d.ty), builder.fpext(rough, d.ty)
+    residual = builder.fsub(wide_m1, builder.fmul(wide_rough,
+                                                  builder.fadd(wide_m1, d.const(2.0))))
+    inverse = builder.fmul(builder.fsub(d.const(1.0), wide_rough), d.const(0.5))
+    s = fma(builder, residual, inverse, wide_rough)
+    twice_s = builder.fadd(s, s)
+    square = builder.fmul(s, s)
+    log_m = fma(builder, builder.fmul(twice_s, square), horner(builder, square, _ATANH_FAST),
+                twice_s)
+    log_x = fma(builder, builder.sitofp(k_int, d.ty), d.const(math.log(2.0)), log_m)
+    # Beyond +-200 the float32 result is inf or 0 all the same; this keeps 2^n one normal
+    # float64 factor.
+    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log_x),
+                                 d.const(-200.0)), d.const(200.0))
+    n = rint(builder, builder.fmul(t, d.const(_INV_LN2)))
+    r = fma(builder, n, d.const(-math.log(2.0)), t)
+    value = fma(builder, builder.fmul(r, r), horner(builder, r, _EXP_FAST),
+                builder.fadd(r, d.const(1.0)))
+    result = builder.fptrunc(builder.fmul(value, pow2(builder, builder.fptosi(n, d.int), d)),
+                             x.type)
     # negative x: to an odd integer power negative, to a non-integer power NaN
     whole = floor(builder, y)
     y_integer = builder.fcmp_ordered("==", whole, y)

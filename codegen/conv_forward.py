@@ -127,6 +127,9 @@ class ForwardKernel(ConvKernel):
 
         def tile(builder, index, _):
             ow0 = builder.mul(index, const(span))
+            if not self.interior_possible(span):
+                builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, const(span)))
+                return
             first = builder.sub(builder.mul(ow0, const(sw)), const(left))
             # the last element loaded: a wide (strided) load reads sw - 1 past its last lane
             past = sw - 1 if 1 < sw <= WIDEST_STEP else 0
@@ -156,6 +159,20 @@ class ForwardKernel(ConvKernel):
         else:  # one masked tile for every tail length: one function, not nb
             when(builder, builder.icmp_signed(">", rest, const(0)), lambda builder, _:
                  builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, rest)))
+
+    def interior_possible(self, span):
+        """Whether a full tile of ``span`` outputs can read only inside the row for some size
+        in the bucket (the plain tile function runs only then): not, for instance, on
+        rows 32 wide with 'same' padding, 16 lanes and a 5x5 kernel, where both tiles of a
+        row touch the padding. The first tile past the left padding is the likeliest, and
+        wider rows only help, so one check at the bucket's widest rows decides."""
+        sw, left = self.strides[1], self.padding[1][0]
+        reach = (self.kernel[1] - 1) * self.dilation[1]
+        past = sw - 1 if 1 < sw <= WIDEST_STEP else 0
+        index = max(0, math.ceil(left / (span * sw)))
+        last = ((index + 1) * span - 1) * sw + reach - left + past
+        return ((index + 1) * span <= upper(self.out_width, self.ranges)
+                and last < upper(self.width, self.ranges))
 
     def tile_function(self, fb, nb, border):
         """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW, blocks)``: ``blocks``
@@ -246,11 +263,10 @@ class ForwardKernel(ConvKernel):
 
                     return either(builder, inside, taps_of_row, padding_row, accumulators)
 
-                return counted_loop(builder, const(0), const(kh), kernel_row, accumulators,
-                                    unroll=False)
+                return counted_loop(builder, const(0), const(kh), kernel_row, accumulators)
 
             accumulators = counted_loop(builder, const(0), channels, channel,
-                                        [zero] * (fb * nb), unroll=False)
+                                        [zero] * (fb * nb))
             for f in range(fb):
                 for v in range(nb):
                     offset = builder.add(builder.mul(const(f), plane),
@@ -262,7 +278,7 @@ class ForwardKernel(ConvKernel):
                     else:
                         builder.store(value, pointer, align=self.dtype.itemsize)
 
-        counted_loop(builder, const(0), blocks, block, unroll=False)
+        counted_loop(builder, const(0), blocks, block)
         builder.ret_void()
         return function
 

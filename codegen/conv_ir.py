@@ -205,21 +205,25 @@ def _ignore(_):
     return []
 
 
-def not_unrolled(module):
-    """Loop metadata (a distinct, self-referencing loop ID) that tells LLVM not to unroll
-    the loop."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    loop = ir.values.MDValue(module, [hint], name=str(len(module.metadata)))
-    loop.operands = (loop, hint)
+def kept_scalar(module):
+    """Loop metadata (a distinct, self-referencing loop ID) that tells LLVM neither to
+    unroll nor to vectorize the loop: the loop vectorizer and unroller cost compile time
+    on every loop they look at and win nothing on these (explicit vector tiles, loops of
+    calls, per-piece bookkeeping)."""
+    hints = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                  ir.Constant(I1, 0)])]
+    loop = ir.values.MDValue(module, hints, name=str(len(module.metadata)))
+    loop.operands = (loop, *hints)
     return loop
 
 
-def counted_loop(builder, low, high, body, carried=(), unroll=True):
+def counted_loop(builder, low, high, body, carried=()):
     """``for index in range(low, high)`` with loop-carried values: ``body(builder, index,
-    values) -> new values``. Returns the values after the loop. ``unroll=False`` for the
-    loops around a register tile's multiply-adds: the tile is unrolled by hand already,
-    and LLVM unrolling its loops again (the kernel rows of a 3x3 tile twice over) doubles
-    the code it must compile for no speed."""
+    values) -> new values``. Returns the values after the loop. LLVM neither unrolls nor
+    vectorizes it (``kept_scalar``): a register tile's loops are unrolled and vectorized by
+    hand already (LLVM unrolling the kernel rows of a 3x3 tile doubled the code it
+    compiles, for no speed), and the kernels' other loops run calls or a few scalars each."""
     function = builder.function
     header = function.append_basic_block("loop")
     inner = function.append_basic_block("loop.body")
@@ -242,8 +246,7 @@ def counted_loop(builder, low, high, body, carried=(), unroll=True):
     for phi, value in zip(phis, updated):
         phi.add_incoming(value, builder.block)
     back_edge = builder.branch(header)
-    if not unroll:
-        back_edge.set_metadata("llvm.loop", not_unrolled(function.module))
+    back_edge.set_metadata("llvm.loop", kept_scalar(function.module))
     builder.position_at_end(after)
     return phis
 

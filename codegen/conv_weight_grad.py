@@ -315,8 +315,8 @@ class WeightGradKernel(ConvKernel):
                     return [builder.select(wrapped, builder.add(n, const(1)), n),
                             builder.select(wrapped, const(0), following), *accumulators]
 
-                return counted_loop(builder, row0, row1, row, [first_n, first_oh, *accumulators],
-                                    unroll=False)[2:]
+                return counted_loop(builder, row0, row1, row,
+                                    [first_n, first_oh, *accumulators])[2:]
             return step
 
         def position(builder, t, accumulators):
@@ -328,8 +328,7 @@ class WeightGradKernel(ConvKernel):
                           lambda builder, values: vector(False)(builder, t, values),
                           lambda builder, values: vector(True)(builder, t, values), accumulators)
 
-        accumulators = counted_loop(builder, const(0), vectors, position, [zero] * (fb * jb),
-                                    unroll=False)
+        accumulators = counted_loop(builder, const(0), vectors, position, [zero] * (fb * jb))
         for f in range(fb):
             def store(builder, _, f=f):
                 for jj in range(jb):

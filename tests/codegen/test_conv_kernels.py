@@ -179,6 +179,33 @@ def test_a_program_compiles_few_tile_functions(channels, filters):
     assert len(tiles) <= (3 if channels == filters else 5), sorted(tiles)
 
 
+def test_no_unmasked_tile_where_every_tile_reads_the_padding():
+    """'same' 5x5 convolutions of rows at most 32 wide (the bucket (16, 32]): with 16 lanes
+    a tile covers 16 outputs and both of a row's tiles read padding, so only the masked
+    tile is compiled; every width of the bucket still agrees with eager, forward and
+    backward, from one compile."""
+    from tracejit.codegen.conv import lanes_for
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((16, 3, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+
+    def loss(x, w, b):
+        return np.sum(nn.relu(nn.conv2d(x, w, b, padding=2)) * np.cos(x[:, :1]))
+
+    step = tj.jit(tj.grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory",
+                  fallback="raise")
+    eager = tj.grad(loss, argnums=(0, 1, 2))
+    for width in (32, 17, 23):
+        x = rng.standard_normal((2, 3, 20, width)).astype(np.float32)
+        for got, want in zip(step(x, w, b), eager(x, w, b)):
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    assert step.stats()["compiles"] == 1, step.explain()
+    tiles = re.findall(r"define[^@]*@tj_conv_tile_v\d+f\d+_\d+_\d+_(m?)_", step.lower(
+        x, w, b).llvm_ir)
+    assert tiles and (lanes_for(np.float32) < 16 or all(tiles)), tiles
+
+
 THREADS_SCRIPT = textwrap.dedent("""
     import numpy as np, tracejit as tj
     from tracejit import nn

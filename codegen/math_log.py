@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, fma, horner
+from .math_core import Float, horner, maximum, minimum
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -160,31 +160,22 @@ LOG1P_FAST_HIGH_F32 = 2.0 ** 100
 
 
 def log1p(builder, x):
-    """float32: u = 1 + x rounded, reduced as for log; c, the rounding error of u (exact),
-    enters as c/u. Where k = 0 (-0.29 < x < 0.41) f is x itself and c is 0; elsewhere
-    c/u = c 2^-k / m with 1/m by (1 - f + f^2), within 7%: c is below half an ulp of
-    u, the result above 0.34, so that costs at most 0.14 ulp (and no second division)."""
+    """float32: u = 1 + x rounded, reduced as for log; c, the rounding error of u, is exact
+    by Fast2Sum on (max(x, 1), min(x, 1)) and enters as c/u (one division, correctly
+    rounded): log1p(x) = log(u) + c/u to far below an ulp. Near zero (-0.29 < x < 0.41)
+    u - 1 is exact and c/u carries what it lost, so no separate small-x case."""
     if x.type != F32:
         return _log1p_general(builder, x)
     f = Float(x.type)
     one = f.const(1.0)
     u = builder.fadd(x, one)
-    k_int, k, m = reduce_float32(builder, u)
-    near_zero = builder.icmp_signed("==", k_int, f.iconst(0))
-    m1 = builder.select(near_zero, x, builder.fsub(m, one))
-    error = builder.select(builder.icmp_signed(">=", k_int, f.iconst(2)),
-                           builder.fsub(one, builder.fsub(u, x)),
-                           builder.fsub(x, builder.fsub(u, one)))
-    # c 2^-k: k is at most 101 here, so 2^-k is a normal float
-    inverse_power = builder.bitcast(builder.shl(builder.sub(f.iconst(127), k_int),
-                                                f.iconst(23)), f.ty)
-    reciprocal_m = fma(builder, m1, builder.fsub(m1, one), one)
-    low = builder.fmul(builder.fmul(error, inverse_power), reciprocal_m)
-    low = builder.select(near_zero, f.const(0.0), low)
+    _, k, m = reduce_float32(builder, u)
+    m1 = builder.fsub(m, one)  # exact
+    error = builder.fadd(builder.fsub(maximum(builder, x, one), u), minimum(builder, x, one))
+    low = builder.fdiv(error, u)
     hfsq, tail = _log_tail(builder, m1, _LG_F32)
     fast = _combine(builder, k, m1, hfsq, tail, low)
     fast = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)), x, fast)
     rare = builder.or_(builder.fcmp_unordered("<=", x, f.const(-1.0)),
                        builder.fcmp_ordered(">=", x, f.const(LOG1P_FAST_HIGH_F32)))
     return rare_path(builder, "log1p", rare, fast, x, _log1p_general)
-

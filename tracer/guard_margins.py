@@ -21,106 +21,60 @@ them cost nothing extra.
     %2: bool[] = greater(%1, 0)
     guard bool(%2) == True  # model.py:12 ...: 'if x.sum() > 0:'
 
-One rule per primitive, in ``RULES`` (STYLE rule 1): ``rule(slice, eqn, bounds) -> bound
-or None`` (None: exact). ``UNBOUNDED`` lists the primitives with no error model: exact on
-exact operands (their compiled code is NumPy's to the bit), an infinite bound otherwise,
-so a guard they feed always lets eager decide. A primitive in neither table is never
-assumed exact. Margin equations are placed before the predicate's equation, so the
+The error model is one rule per primitive, in ``tracejit.tracer.margin_rules.RULES``
+(STYLE rule 1): ``rule(slice, eqn, bounds) -> bound or None`` (None: exact), where
+``slice`` is this module's ``_Slice``, the bound builder. ``UNBOUNDED`` there lists the
+primitives with no error model: exact on exact operands (their compiled code is NumPy's to
+the bit), an infinite bound otherwise, so a guard they feed always lets eager decide. A
+primitive in neither table is never assumed exact. Margin equations are placed before the predicate's equation, so the
 scheduler (which orders kernels by their roots) checks the margin guard first.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 
 from .dims import DimExpr
 from .ir import Eqn, Guard, Literal, Var, infer_aval, shape_context
+from .margin_rules import (
+    ALWAYS,
+    BOOL,
+    F64,
+    INF,
+    INFLATE,
+    RULES,
+    TANH_SATURATED,
+    UNBOUNDED,
+    Unbounded,
+    is_bool,
+    is_float,
+    number,
+    smallest_subnormal,
+    unit_roundoff,
+)
 from .ops import (
     abs_p,
     add_p,
-    all_p,
-    any_p,
     broadcast_to_p,
     cast_p,
     ceil_p,
-    equal_p,
-    expm1_p,
     floor_p,
     full_p,
     greater_p,
-    isfinite_p,
     less_equal_p,
-    log1p_p,
-    log_p,
     logical_and_p,
     logical_not_p,
     logical_or_p,
-    matmul_p,
-    max_p,
     maximum_p,
     minimum_p,
     multiply_p,
     not_equal_p,
-    reshape_p,
-    sqrt_p,
     subtract_p,
-    sum_p,
     true_divide_p,
     where_p,
 )
-from .primitives import PRIMITIVES
-from .shapes import broadcast_shapes
-
-F64 = np.dtype(np.float64)
-BOOL = np.dtype(np.bool_)
-
-# Bounds are computed in float64 with their own roundings (relative u64 each, a few dozen
-# in a chain); every comparison against a bound inflates it by this factor to cover them.
-INFLATE = 1.0 + 2.0**-30
-
-# ulp of a math function against NumPy's, per NumPy dtype: our stated error against the
-# exact result (codegen/mathlib.py, checked by tests/codegen/test_mathlib.py) plus 4 ulp
-# for NumPy's own (its SVML/SIMD functions state <= 4 ulp), rounded up.
-ULP_VS_NUMPY = {"exp": 8, "expm1": 8, "log": 8, "log1p": 8, "tanh": 8, "sin": 8, "cos": 8,
-                "erf": 8, "power": 8}
-
-# Beyond this |x| both our tanh and NumPy's return exactly +-1 (ours clamps at 9.5 and
-# 19.5; NumPy's float32 tanh is 1 from 10, its float64 from 18.99; tested in
-# tests/tracer/test_guard_margins.py).
-TANH_SATURATED = {np.dtype(np.float32): 10.0, np.dtype(np.float64): 20.0}
-
-# NumPy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of up to 128
-# in 8 accumulators (depth <= 15 + 3 + 7), halves above that, one more add into the
-# reduction's output, and chunks of 8192 when the reduction buffers.
-PAIRWISE_BLOCK_DEPTH = 27
-BUFFER_SIZE = 8192
-
-
-def unit_roundoff(dtype):
-    """u: half an ulp of 1 (0 for integers and bools: their arithmetic is exact)."""
-    dtype = np.dtype(dtype)
-    return float(np.finfo(dtype).eps) / 2 if dtype.kind == "f" else 0.0
-
-
-def smallest_subnormal(dtype):
-    """eta: the absolute rounding error floor where results are subnormal."""
-    dtype = np.dtype(dtype)
-    return float(np.finfo(dtype).smallest_subnormal) if dtype.kind == "f" else 0.0
-
-
-def _is_float(atom):
-    return atom.aval.dtype.kind == "f"
-
-
-def _is_bool(atom):
-    return atom.aval.dtype == BOOL
-
-
-class Unbounded(Exception):
-    """Raised by a rule whose operands' bounds it cannot carry through."""
 
 
 # --- emitting bound equations -------------------------------------------------------------
@@ -204,14 +158,6 @@ class _Emitter:
         return self.emit(logical_and_p, a, b)
 
 
-def number(value):
-    return Literal.of(np.float64(value))
-
-
-INF = number(math.inf)
-ALWAYS = Literal.of(np.bool_(True))
-
-
 def _defined_vars(graph):
     yield from graph.inputs
     for var, _ in graph.constants:
@@ -273,7 +219,7 @@ class _Slice:
             return self.unbounded(eqn.out)
 
     def unbounded(self, var):
-        return ALWAYS if _is_bool(var) else INF
+        return ALWAYS if is_bool(var) else INF
 
     # --- shared pieces of rules ---------------------------------------------------------
     def rounding(self, var, ulps=1.0, absolute=0.0):
@@ -308,7 +254,7 @@ class _Slice:
         """The ambiguity of ``bool(atom)`` elementwise."""
         if bound is None:
             return None
-        if _is_bool(atom):
+        if is_bool(atom):
             return bound
         return self.undecided(self.abs(atom), bound)
 
@@ -318,7 +264,7 @@ class _Slice:
 
     def as_number(self, atom, bound):
         """A bound of ``atom`` as a float64 bound (a bool's ambiguity is a difference of 1)."""
-        if bound is None or not _is_bool(atom):
+        if bound is None or not is_bool(atom):
             return bound
         return self.f64(bound)
 
@@ -327,602 +273,6 @@ class _Slice:
         if bound is None or tuple(bound.aval.shape) in ((), tuple(shape)):
             return bound
         return self.emit(broadcast_to_p, bound, shape=tuple(shape))
-
-
-# --- rules -----------------------------------------------------------------------------
-def _add(ctx, eqn, bounds):
-    if all(b is None for b in bounds):
-        return None
-    if _is_bool(eqn.out):  # logical or of bools
-        return _logical(ctx, eqn, bounds)
-    u = unit_roundoff(eqn.out.aval.dtype)
-    carried = ctx.scaled(ctx.plus(*(ctx.as_number(a, b) for a, b in zip(eqn.inputs, bounds))),
-                         1 + 4 * u)
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
-
-
-def _multiply(ctx, eqn, bounds):
-    if all(b is None for b in bounds):
-        return None
-    if _is_bool(eqn.out):
-        return _logical(ctx, eqn, bounds)
-    (a, b), (ea, eb) = eqn.inputs, bounds
-    ea, eb = ctx.as_number(a, ea), ctx.as_number(b, eb)
-    terms = []
-    if eb is not None:
-        terms.append(ctx.mul(ctx.abs(a), eb))
-    if ea is not None:
-        terms.append(ctx.mul(ctx.abs(b), ea))
-    if ea is not None and eb is not None:
-        terms.append(ctx.mul(ea, eb))
-    u = unit_roundoff(eqn.out.aval.dtype)
-    carried = ctx.scaled(ctx.plus(*terms), 1 + 4 * u)
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
-
-
-def _square(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None
-    e = ctx.as_number(x, e)
-    carried = ctx.add(ctx.mul(ctx.abs(x), ctx.scaled(e, 2.0)), ctx.mul(e, e))
-    u = unit_roundoff(eqn.out.aval.dtype)
-    return ctx.plus(ctx.scaled(carried, 1 + 4 * u), ctx.rounding(eqn.out))
-
-
-def _true_divide(ctx, eqn, bounds):
-    # Compiled division may be a multiplication by a hoisted reciprocal (arcp): inexact
-    # even on exact operands, and where 1/b is subnormal off by up to |a| eta.
-    (a, b), (ea, eb) = eqn.inputs, bounds
-    dtype = eqn.out.aval.dtype
-    eta = smallest_subnormal(dtype)
-    own = ctx.plus(ctx.rounding(eqn.out, ulps=2.0), ctx.mul(ctx.abs(a), number(2 * eta)))
-    if ea is None and eb is None:
-        return ctx.fit(own, eqn.out.aval.shape)
-    ea, eb = ctx.as_number(a, ea), ctx.as_number(b, eb)
-    magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
-    numerator = ctx.plus(None if eb is None else ctx.mul(magnitude_a, eb),
-                         None if ea is None else ctx.mul(magnitude_b, ea))
-    if eb is None:
-        carried = ctx.div(ea, magnitude_b)
-    else:
-        denominator = ctx.mul(magnitude_b, ctx.sub(magnitude_b, eb))
-        carried = ctx.where(ctx.greater(magnitude_b, eb), ctx.div(numerator, denominator), INF)
-    u = unit_roundoff(dtype)
-    return ctx.fit(ctx.plus(ctx.scaled(carried, 1 + 8 * u), own), eqn.out.aval.shape)
-
-
-def _reciprocal(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None  # 1 / x is one IEEE division on both sides
-    e = ctx.as_number(x, e)
-    magnitude = ctx.abs(x)
-    carried = ctx.where(ctx.greater(magnitude, e),
-                        ctx.div(e, ctx.mul(magnitude, ctx.sub(magnitude, e))), INF)
-    u = unit_roundoff(eqn.out.aval.dtype)
-    return ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
-
-
-def _passthrough(ctx, eqn, bounds):
-    """neg, abs, stop_gradient: 1-Lipschitz and exact."""
-    return bounds[0]
-
-
-def _sign(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None
-    if _is_bool(x):
-        return e
-    return ctx.where(ctx.undecided(ctx.abs(x), e), number(2.0), number(0.0))
-
-
-def _sqrt(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None  # IEEE square root on both sides
-    e = ctx.as_number(x, e)
-    # |sqrt a - sqrt b| <= min(sqrt|a - b|, |a - b| / sqrt(max(a, b))); NaN below zero.
-    near = ctx.where(ctx.greater(x, number(0.0)),
-                     ctx.div(e, ctx.emit(sqrt_p, ctx.f64(x))), INF)
-    carried = ctx.emit(minimum_p, ctx.emit(sqrt_p, e), near)
-    carried = ctx.where(ctx.not_(ctx.greater(e, x)), carried, INF)
-    u = unit_roundoff(eqn.out.aval.dtype)
-    return ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
-
-
-def _math(carry, absolute=0.0):
-    """A math-library function: ``ULP_VS_NUMPY`` ulp apart on equal operands, plus
-    ``carry(ctx, x, out, e)``: how far apart operands ``e`` apart take the results."""
-
-    def rule(ctx, eqn, bounds):
-        x, (e,) = eqn.inputs[0], bounds[:1]
-        if len(bounds) > 1 and bounds[1] is not None:
-            raise Unbounded()
-        ulps = ULP_VS_NUMPY[eqn.prim.name]
-        own = ctx.rounding(eqn.out, ulps=ulps / 2.0, absolute=absolute * unit_roundoff(
-            eqn.out.aval.dtype))
-        if e is None:
-            return own
-        carried = carry(ctx, eqn, x, ctx.as_number(x, e))
-        return ctx.plus(ctx.scaled(carried, 1 + 2.0**-16), own)
-
-    return rule
-
-
-def _exp_carry(ctx, eqn, x, e):
-    # |exp a - exp b| <= exp(a) expm1(|a - b|); exp(a) is within ulps of the result.
-    return ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, e))
-
-
-def _expm1_carry(ctx, eqn, x, e):
-    return ctx.mul(ctx.add(ctx.abs(eqn.out), number(1.0)), ctx.emit(expm1_p, e))
-
-
-def _log_carry(ctx, eqn, x, e):
-    # |log a - log b| <= -log1p(-|a - b| / a) while a > |a - b|.
-    ratio = ctx.div(e, x)
-    return ctx.where(ctx.greater(x, e), ctx.emit(subtract_p, number(0.0),
-                                                 ctx.emit(log1p_p, ctx.sub(number(0.0), ratio))),
-                     INF)
-
-
-def _log1p_carry(ctx, eqn, x, e):
-    base = ctx.add(x, number(1.0))
-    ratio = ctx.div(e, base)
-    return ctx.where(ctx.greater(base, e), ctx.emit(subtract_p, number(0.0),
-                                                    ctx.emit(log1p_p, ctx.sub(number(0.0), ratio))),
-                     INF)
-
-
-def _lipschitz(constant):
-    def carry(ctx, eqn, x, e):
-        return ctx.scaled(e, constant)
-
-    return carry
-
-
-def _tanh(ctx, eqn, bounds):
-    x, (e,) = eqn.inputs[0], bounds
-    bound = _math(_lipschitz(1.0))(ctx, eqn, bounds)
-    threshold = TANH_SATURATED.get(eqn.out.aval.dtype)
-    if threshold is None:
-        return bound
-    reach = ctx.abs(x) if e is None else ctx.sub(ctx.abs(x), ctx.as_number(x, e))
-    saturated = ctx.emit(less_equal_p, number(threshold), reach)  # both sides give +-1
-    return ctx.where(saturated, number(0.0), bound)
-
-
-def _power(ctx, eqn, bounds):
-    (x, y), (ex, ey) = eqn.inputs, bounds
-    if not _is_float(eqn.out):
-        if ex is None and ey is None:
-            return None
-        raise Unbounded()
-    if ey is not None or (ex is not None and not isinstance(y, Literal)):
-        raise Unbounded()
-
-    def carry(ctx, eqn, x, e):
-        # |a^p - b^p| <= |a^p| expm1(|p| log(a / (a - |a - b|))) for a > |a - b|.
-        exponent = abs(float(y.value))
-        spread = ctx.emit(subtract_p, number(0.0),
-                          ctx.emit(log1p_p, ctx.sub(number(0.0), ctx.div(e, x))))
-        grown = ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, ctx.mul(spread, number(exponent))))
-        return ctx.where(ctx.greater(x, e), grown, INF)
-
-    return _math(carry)(ctx, eqn, [ex])
-
-
-def _rounding_to_integer(prim):
-    """floor and ceil: exact; apart operands are apart by the jump across their interval."""
-
-    def rule(ctx, eqn, bounds):
-        (x,), (e,) = eqn.inputs, bounds
-        if e is None:
-            return None
-        e = ctx.mul(ctx.as_number(x, e), number(INFLATE))
-        return ctx.sub(ctx.emit(prim, ctx.add(x, e)), ctx.emit(prim, ctx.sub(x, e)))
-
-    return rule
-
-
-def _extremum(ctx, eqn, bounds):
-    """maximum, minimum: 1-Lipschitz in each operand (NaN propagates on both sides)."""
-    if all(b is None for b in bounds):
-        return None
-    if _is_bool(eqn.out):
-        return _logical(ctx, eqn, bounds)
-    numbers = [ctx.as_number(a, b) or number(0.0) for a, b in zip(eqn.inputs, bounds)]
-    return ctx.fit(ctx.maximum(*numbers), eqn.out.aval.shape)
-
-
-def _compare(ctx, eqn, bounds):
-    (a, b), (ea, eb) = eqn.inputs, bounds
-    if ea is None and eb is None:
-        return None
-    total = ctx.plus(ctx.as_number(a, ea), ctx.as_number(b, eb))
-    if a.aval.dtype.kind in "iub" and b.aval.dtype.kind in "iub":
-        difference = ctx.f64(ctx.emit(subtract_p, *(ctx.emit(cast_p, atom, dtype=np.dtype(
-            np.int64)) if _is_bool(atom) else atom for atom in (a, b))))
-    else:
-        difference = ctx.sub(a, b)
-    return ctx.fit(ctx.undecided(ctx.abs(difference), total), eqn.out.aval.shape)
-
-
-def _float_class(ctx, eqn, bounds):
-    """isnan, isinf, isfinite: decided when the value and its bound are finite."""
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None
-    if not _is_float(x):
-        return None
-    finite = ctx.and_(ctx.emit(isfinite_p, x), ctx.emit(isfinite_p, ctx.as_number(x, e)))
-    return ctx.fit(ctx.not_(finite), eqn.out.aval.shape)
-
-
-def _logical(ctx, eqn, bounds):
-    """logical_not/and/or (and bool add, multiply, max, min): undecided where an operand's
-    truth is."""
-    masks = [ctx.truth(a, b) for a, b in zip(eqn.inputs, bounds)]
-    masks = [m for m in masks if m is not None]
-    if not masks:
-        return None
-    result = masks[0]
-    for other in masks[1:]:
-        result = ctx.or_(result, other)
-    return ctx.fit(result, eqn.out.aval.shape)
-
-
-def _where(ctx, eqn, bounds):
-    (condition, a, b), (ec, ea, eb) = eqn.inputs, bounds
-    if ec is None and ea is None and eb is None:
-        return None
-    shape = eqn.out.aval.shape
-    if _is_bool(eqn.out):
-        chosen = ctx.emit(where_p, condition, ea if ea is not None else Literal.of(np.bool_(
-            False)), eb if eb is not None else Literal.of(np.bool_(False)))
-        if ec is None:
-            return ctx.fit(chosen, shape)
-        differ = ctx.emit(not_equal_p, a, b)
-        return ctx.fit(ctx.or_(chosen, ctx.and_(ec, differ)), shape)
-    ea, eb = ctx.as_number(a, ea) or number(0.0), ctx.as_number(b, eb) or number(0.0)
-    chosen = ctx.where(condition, ea, eb)
-    if ec is None:
-        return ctx.fit(chosen, shape)
-    either = ctx.add(ctx.abs(ctx.sub(a, b)), ctx.maximum(ea, eb))
-    return ctx.fit(ctx.where(ec, either, chosen), shape)
-
-
-def _cast(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    source, target = x.aval.dtype, eqn.out.aval.dtype
-    if e is None:
-        return None  # one conversion, the same on both sides
-    if target == BOOL:
-        return ctx.truth(x, e)
-    e = ctx.as_number(x, e)
-    if source.kind == "f" and target.kind in "iu":
-        # Truncation: values apart by e truncate to integers apart by at most this.
-        wide = ctx.mul(e, number(INFLATE))
-        high, low = ctx.add(x, wide), ctx.sub(x, wide)
-        truncated = [ctx.mul(ctx.emit(floor_p, ctx.abs(end)), ctx.emit(
-            _sign_p(), end)) for end in (high, low)]
-        return ctx.sub(truncated[0], truncated[1])
-    if target.kind == "f" and unit_roundoff(target) < unit_roundoff(source) or (
-            target.kind != "f"):
-        return e  # widening (or integer to integer): no new rounding
-    return ctx.plus(e, ctx.rounding(eqn.out))
-
-
-def _sign_p():
-    return PRIMITIVES["sign"]
-
-
-# --- reductions -------------------------------------------------------------------------
-def _largest(ctx, count):
-    """The largest value of a (maybe symbolic) count over the symbols' ranges: bounds grow
-    with counts, so the bucket's largest count gives one bound for the whole bucket."""
-    if isinstance(count, DimExpr):
-        high = count.bounds(ctx.ranges)[1]
-        if high is None or not math.isfinite(high):
-            raise Unbounded()
-        return int(high)
-    return int(count)
-
-
-def _reduced_count(ctx, eqn):
-    shape = eqn.inputs[0].aval.shape
-    count = 1
-    for axis in eqn.params_dict["axes"]:
-        count = count * _largest(ctx, shape[axis])
-    return count
-
-
-def _numpy_depth(ctx, eqn):
-    """An upper bound on the additions in a chain of NumPy's sum (Higham's gamma_k): any
-    order is within n; pairwise when the sum runs over the array's one non-unit dim (with
-    any strides, so whatever the caller's layout)."""
-    shape = eqn.inputs[0].aval.shape
-    count = _reduced_count(ctx, eqn)
-    varying = [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
-    reduced = [shape[axis] for axis in eqn.params_dict["axes"]]
-    pairwise = len(varying) == 1 and len([d for d in reduced if not (
-        isinstance(d, int) and d == 1)]) == 1
-    depth = count
-    if pairwise and count > 1:
-        depth = min(count, PAIRWISE_BLOCK_DEPTH + math.ceil(math.log2(count))
-                    + math.ceil(count / BUFFER_SIZE))
-    return depth + 2
-
-
-def _centered_mean(ctx, eqn):
-    """For ``sum((a - m) ** 2)`` with ``m = sum(a) / n`` over the same axes (NumPy's var,
-    and ours) and ``a`` exact: ``m``'s bound. Its error shifts every ``a - m`` alike, and
-    ``sum(a - m)`` is ``n`` times the mean's own error, so the squares' sum moves by at
-    most ``3 n E_m^2`` - second order, where elementwise bounds would give ``2 E_m sum|a-m|``."""
-    square = ctx.producers.get(eqn.inputs[0].name) if isinstance(eqn.inputs[0], Var) else None
-    if square is None or not (square.prim.name == "multiply" and square.inputs[0] ==
-                              square.inputs[1] or square.prim.name == "square"):
-        return None
-    centered = ctx.producers.get(square.inputs[0].name) if isinstance(
-        square.inputs[0], Var) else None
-    if centered is None or centered.prim.name != "subtract":
-        return None
-    data, mean = centered.inputs
-    while isinstance(mean, Var) and ctx.producers.get(mean.name) is not None and (
-            ctx.producers[mean.name].prim.name in ("broadcast_to", "reshape")):
-        mean = ctx.producers[mean.name].inputs[0]
-    divide = ctx.producers.get(mean.name) if isinstance(mean, Var) else None
-    if divide is None or divide.prim.name != "true_divide" or not isinstance(
-            divide.inputs[1], Literal) or not isinstance(divide.inputs[0], Var):
-        return None
-    total = ctx.producers.get(divide.inputs[0].name)
-    if total is None or total.prim.name != "sum" or total.inputs[0] != data or (
-            total.params_dict["axes"] != eqn.params_dict["axes"]) or ctx.bound(data) is not None:
-        return None
-    return ctx.bound(mean)
-
-
-def _sum(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
-    params = eqn.params_dict
-    mean_bound = _centered_mean(ctx, eqn) if _is_float(eqn.out) and e is not None else None
-    if mean_bound is not None:
-        count = _reduced_count(ctx, eqn)
-        u = unit_roundoff(eqn.out.aval.dtype)
-        squares = ctx.emit(sum_p, ctx.abs(x), **params)
-        if not isinstance(mean_bound, Literal) and tuple(mean_bound.aval.shape) not in (
-                (), tuple(eqn.out.aval.shape)):  # the mean kept the reduced dims
-            mean_bound = ctx.emit(reshape_p, mean_bound, shape=tuple(eqn.out.aval.shape))
-        shift = ctx.mul(ctx.mul(mean_bound, mean_bound), number(3.0 * count * INFLATE))
-        # (a - m) and its square round on each side: 8 u relative per term.
-        return ctx.plus(_sum(ctx, eqn, [None]), ctx.mul(squares, number(8 * u * INFLATE)),
-                        shift)
-    if not _is_float(eqn.out):
-        if e is None:
-            return None  # integer sums wrap the same in any order
-        return ctx.emit(sum_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **params)
-    dtype = eqn.out.aval.dtype
-    u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
-    # Ours: float32 accumulates in float64, any order; float64 (and float16) in its own.
-    ours = unit_roundoff(np.float64) if dtype == np.float32 else u
-    count = _reduced_count(ctx, eqn)
-    magnitude = ctx.emit(sum_p, ctx.abs(x), **params)
-    carried = None
-    if e is not None:
-        carried = ctx.emit(sum_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **params)
-        magnitude = ctx.add(magnitude, carried)  # NumPy sums values up to e away
-    coefficient = (_numpy_depth(ctx, eqn) * u + (count + 1) * ours) * INFLATE
-    orders = ctx.mul(magnitude, number(coefficient))
-    return ctx.plus(orders, carried, ctx.rounding(eqn.out, absolute=4 * count * eta))
-
-
-def _extreme_reduction(ctx, eqn, bounds):
-    """max, min: exact; the extreme of values each e apart is at most max(e) apart."""
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None
-    if _is_bool(x):
-        return _any_all(ctx, eqn, bounds)
-    return ctx.emit(max_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **eqn.params_dict)
-
-
-def _any_all(ctx, eqn, bounds):
-    """any: undecided only if no element is surely true and some element is undecided
-    (all: the same with false)."""
-    (x,), (e,) = eqn.inputs, bounds
-    if e is None:
-        return None
-    params = eqn.params_dict
-    undecided = ctx.fit(ctx.truth(x, e), x.aval.shape)
-    truth = x if _is_bool(x) else ctx.emit(not_equal_p, x, Literal.of(
-        np.zeros((), x.aval.dtype)[()]))
-    wanted = truth if eqn.prim.name in ("any", "max") else ctx.not_(truth)
-    sure = ctx.emit(any_p, ctx.and_(wanted, ctx.not_(undecided)), **params)
-    return ctx.and_(ctx.emit(any_p, undecided, **params), ctx.not_(sure))
-
-
-def _matmul(ctx, eqn, bounds):
-    return _sum_of_products(ctx, eqn, bounds, eqn.inputs[0].aval.shape[-1],
-                            lambda left, right: ctx.emit(matmul_p, left, right))
-
-
-def _loop(ctx, eqn, bounds):
-    """Never exact, even on exact operands: its body's operations round as compiled code
-    does (a compiled tanh is within 1.5 ulp of NumPy's, not equal to it), trip after trip,
-    and that is not modelled."""
-    raise Unbounded
-
-
-def _convolution(ctx, eqn, bounds):
-    """conv2d and its weight gradient: sums of products like matmul's, as long as the
-    window (C/groups * KH * KW) or the summed positions (N * OH * OW)."""
-    params = eqn.params_dict
-    x, second = eqn.inputs
-    if eqn.prim.name == "conv2d":
-        depth = x.aval.shape[1] // params["groups"] * params["kernel"][0] * params["kernel"][1]
-    else:
-        depth = second.aval.shape[0] * second.aval.shape[2] * second.aval.shape[3]
-    return _sum_of_products(ctx, eqn, bounds, depth,
-                            lambda left, right: ctx.emit(eqn.prim, left, right, **params))
-
-
-def _sum_of_products(ctx, eqn, bounds, depth, contract):
-    """The bound of a bilinear ``contract(a, b)`` whose outputs sum ``depth`` products."""
-    (a, b), (ea, eb) = eqn.inputs, bounds
-    if not _is_float(eqn.out):
-        if ea is None and eb is None:
-            return None
-        raise Unbounded()
-    dtype = eqn.out.aval.dtype
-    u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
-    depth = _largest(ctx, depth)
-    magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
-    magnitude = contract(magnitude_a, magnitude_b)
-    terms = []
-    if ea is not None or eb is not None:
-        ea = ctx.fit(ctx.as_number(a, ea), a.aval.shape) if ea is not None else None
-        eb = ctx.fit(ctx.as_number(b, eb), b.aval.shape) if eb is not None else None
-        full_a = ea if ea is None or ea.aval.shape == a.aval.shape else ctx.emit(
-            broadcast_to_p, ea, shape=tuple(a.aval.shape))
-        full_b = eb if eb is None or eb.aval.shape == b.aval.shape else ctx.emit(
-            broadcast_to_p, eb, shape=tuple(b.aval.shape))
-        if full_b is not None:
-            terms.append(contract(magnitude_a, full_b))
-        if full_a is not None:
-            terms.append(contract(full_a, magnitude_b))
-        if full_a is not None and full_b is not None:
-            terms.append(contract(full_a, full_b))
-        carried = ctx.plus(*terms)
-        magnitude = ctx.add(magnitude, carried)
-        terms = [carried]
-    # Any order, FMA or not, on both sides: gamma_k |A| |B| each, k the contraction length.
-    terms.append(ctx.mul(magnitude, number((depth + 2) * 2 * u * INFLATE)))
-    terms.append(number(4 * depth * eta))
-    return ctx.plus(*terms)
-
-
-# --- structure: bounds move with their values ------------------------------------------
-def _mirror(ctx, eqn, bounds):
-    """reshape, transpose, broadcast_to, slice, flip, pad, sliding_window: the same view of
-    the bound (a scalar bound bounds every element of every view)."""
-    (x, *rest), (e, *_) = eqn.inputs, bounds
-    if e is None:
-        return None
-    if isinstance(e, Literal) or tuple(e.aval.shape) == ():
-        return e
-    e = ctx.fit(e, x.aval.shape)
-    return ctx.emit(eqn.prim, e, *rest, **eqn.params_dict)
-
-
-def _concatenate(ctx, eqn, bounds):
-    if all(b is None for b in bounds):
-        return None
-    bool_out = _is_bool(eqn.out)
-    parts = []
-    for atom, bound in zip(eqn.inputs, bounds):
-        if bound is None:
-            bound = Literal.of(np.bool_(False)) if bool_out else number(0.0)
-        elif not bool_out:
-            bound = ctx.as_number(atom, bound)
-        dtype = BOOL if bool_out else F64
-        parts.append(ctx.emit(broadcast_to_p, bound, shape=tuple(atom.aval.shape))
-                     if tuple(bound.aval.shape) != tuple(atom.aval.shape) or isinstance(
-                         bound, Literal) else bound)
-        if parts[-1].aval.dtype != dtype:
-            parts[-1] = ctx.emit(cast_p, parts[-1], dtype=dtype)
-    return ctx.emit(eqn.prim, *parts, **eqn.params_dict)
-
-
-def _prod(ctx, eqn, bounds):
-    """Integer products wrap the same in any order; float ones reassociate (inexact even
-    on exact operands) and may underflow in between: no error model, eager decides."""
-    if not _is_float(eqn.out) and bounds[0] is None:
-        return None
-    raise Unbounded()
-
-
-def _gather(ctx, eqn, bounds):
-    (x, indices), (e, ei) = eqn.inputs, bounds
-    if ei is not None:
-        raise Unbounded()
-    return _mirror(ctx, eqn, [e, None])
-
-
-RULES = {
-    "loop": _loop,
-    "add": _add,
-    "subtract": _add,
-    "multiply": _multiply,
-    "square": _square,
-    "true_divide": _true_divide,
-    "reciprocal": _reciprocal,
-    "neg": _passthrough,
-    "abs": _passthrough,
-    "stop_gradient": _passthrough,
-    "sign": _sign,
-    "sqrt": _sqrt,
-    "exp": _math(_exp_carry),
-    "expm1": _math(_expm1_carry),
-    "log": _math(_log_carry),
-    "log1p": _math(_log1p_carry),
-    "tanh": _tanh,
-    # sin, cos: NumPy's own float64 sin is thousands of ulp off near multiples of pi
-    # (mathlib's docstring): also allow 8 u absolute.
-    "sin": _math(_lipschitz(1.0), absolute=8.0),
-    "cos": _math(_lipschitz(1.0), absolute=8.0),
-    "erf": _math(_lipschitz(2.0 / math.sqrt(math.pi))),
-    "power": _power,
-    "floor": _rounding_to_integer(floor_p),
-    "ceil": _rounding_to_integer(ceil_p),
-    "maximum": _extremum,
-    "minimum": _extremum,
-    "equal": _compare,
-    "not_equal": _compare,
-    "less": _compare,
-    "less_equal": _compare,
-    "greater": _compare,
-    "greater_equal": _compare,
-    "isnan": _float_class,
-    "isinf": _float_class,
-    "isfinite": _float_class,
-    "logical_not": _logical,
-    "logical_and": _logical,
-    "logical_or": _logical,
-    "where": _where,
-    "cast": _cast,
-    "sum": _sum,
-    "prod": _prod,
-    "max": _extreme_reduction,
-    "min": _extreme_reduction,
-    "any": _any_all,
-    "all": _any_all,
-    "matmul": _matmul,
-    "conv2d": _convolution,
-    "conv2d_weight_grad": _convolution,
-    "reshape": _mirror,
-    "transpose": _mirror,
-    "broadcast_to": _mirror,
-    "slice": _mirror,
-    "flip": _mirror,
-    "pad": _mirror,
-    "sliding_window": _mirror,
-    "concatenate": _concatenate,
-    "gather": _gather,
-}
-
-# No error model: exact on exact operands (compiled code computes NumPy's result to the
-# bit), an infinite bound otherwise, so the guards they feed let eager decide.
-UNBOUNDED = {
-    "full": "a constant",
-    "iota": "0, 1, 2, ...",
-    "floor_divide": "a jump at every multiple",
-    "mod": "a jump at every multiple",
-    "argmax": "near ties pick another index",
-    "argmin": "near ties pick another index",
-    "scatter_add": "exact in NumPy's order; apart updates not modelled",
-}
 
 
 # --- guards ------------------------------------------------------------------------------
@@ -937,9 +287,9 @@ def _margin(ctx, guard, bound):
     value = guard.predicate
     if guard.convert in ("bool", "margin"):
         return ctx.truth(value, bound)
-    if _is_bool(value):
+    if is_bool(value):
         return bound
-    if not _is_float(value):
+    if not is_float(value):
         return ctx.mask(bound)
     # int()/index: truncation jumps at every nonzero integer; how far is the nearest?
     magnitude = ctx.abs(value)
@@ -1005,4 +355,4 @@ def add_guard_margins(graph):
     return replace(graph, body=tuple(new_body))
 
 
-__all__ = ["RULES", "UNBOUNDED", "add_guard_margins", "unit_roundoff"]
+__all__ = ["RULES", "TANH_SATURATED", "UNBOUNDED", "add_guard_margins", "unit_roundoff"]

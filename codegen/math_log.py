@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, horner, maximum, minimum
+from .math_core import Float, fma, horner, maximum, minimum
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -58,14 +58,18 @@ def _log_tail(builder, m1, coefficients):
 
 def _combine(builder, k, m1, hfsq, tail, low=None):
     """k ln2_hi - ((hfsq - (tail + (k ln2_lo + low))) - m1): the exact m1 and k ln2_hi
-    carry the result."""
+    carry the result. k ln2_hi is exact (ln2_hi is short), so the last step is one fused
+    multiply-add with the same result; float32's k ln2_lo + low is one too."""
     f = Float(m1.type)
     ln2_hi, ln2_lo = _LN2[f.element]
-    small = builder.fmul(k, f.const(ln2_lo))
-    if low is not None:
-        small = builder.fadd(small, low)
+    if low is None:
+        small = builder.fmul(k, f.const(ln2_lo))
+    elif f.element == F32:
+        small = fma(builder, k, f.const(ln2_lo), low)
+    else:
+        small = builder.fadd(builder.fmul(k, f.const(ln2_lo)), low)
     inner = builder.fsub(builder.fsub(hfsq, builder.fadd(tail, small)), m1)
-    return builder.fsub(builder.fmul(k, f.const(ln2_hi)), inner)
+    return fma(builder, k, f.const(ln2_hi), builder.fneg(inner))
 
 
 def _in_double(function):

@@ -25,7 +25,7 @@ import numpy as np
 from tracejit.codegen import native_loop
 from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
 from tracejit.tracer import pytree
-from tracejit.tracer.argument_writes import ArgumentWrite
+from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.dims import DimExpr, parse_dim
 from tracejit.tracer.implicit import Path as ImplicitPath
 from tracejit.tracer.ir import (
@@ -586,7 +586,9 @@ def program_from_json(data, blobs):
     return link(program)
 
 
-def outputs_to_json(plan):
+def outputs_to_json(plan, implicit_paths=()):
+    """``implicit_paths``: the variant's implicit inputs' paths (an outside array written
+    in place is stored as the number of its implicit input, whose entry guard checks it)."""
     leaves = []
     for kind, value in plan.leaves:
         if kind == "static" and not is_json_value(value):
@@ -595,10 +597,15 @@ def outputs_to_json(plan):
     return {"tree": tree_to_json(plan.tree), "leaves": leaves,
             "mutated": [[position, index] for position, index in plan.mutated.items()],
             "aliases": [[position, argument] for position, argument in plan.aliases.items()],
-            "writes": [_write_to_json(write) for write in plan.writes]}
+            "writes": [_write_to_json(write, [str(path) for path in implicit_paths])
+                       for write in plan.writes]}
 
 
-def _write_to_json(write):
+def _write_to_json(write, implicit_paths):
+    if isinstance(write, OutsideArrayWrite):
+        if str(write.path) not in implicit_paths:
+            raise NotSerializable(f"a write into {write.path}, which is no implicit input")
+        return ["outside", implicit_paths.index(str(write.path)), write.value]
     if write.kind == "static" and not is_json_value(write.value):
         raise NotSerializable(f"a value of type {type(write.value).__name__} written into "
                               "an argument")
@@ -607,7 +614,11 @@ def _write_to_json(write):
     return [list(write.where), write.key, write.kind, write.value]
 
 
-def _write_from_json(data):
+def _write_from_json(data, implicit_paths):
+    if isinstance(data, list) and len(data) == 3 and data[0] == "outside":
+        number = _integer(data[1], "a written implicit input")
+        _check(number < len(implicit_paths), "a write into a missing implicit input")
+        return OutsideArrayWrite(implicit_paths[number], _integer(data[2], "a written output"))
     _check(isinstance(data, list) and len(data) == 4, "an argument write")
     where, key, kind, value = data
     _check(isinstance(where, list) and len(where) >= 2 and where[0] in ("args", "kwargs")
@@ -623,7 +634,7 @@ def _write_from_json(data):
     return ArgumentWrite(tuple(where), key, kind, value)
 
 
-def outputs_from_json(data):
+def outputs_from_json(data, implicit_paths=()):
     leaves = []
     for kind, value in data["leaves"]:
         if kind == "static":
@@ -641,7 +652,7 @@ def outputs_from_json(data):
                "a result aliasing an argument the program does not update")
         aliases[_integer(position, "an aliased result")] = argument
     _check(all(position < len(leaves) for position in aliases), "an alias of no result")
-    writes = [_write_from_json(write) for write in data.get("writes", [])]
+    writes = [_write_from_json(write, implicit_paths) for write in data.get("writes", [])]
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes)
 
 
@@ -662,7 +673,8 @@ def variant_to_json(variant, fn, blobs):
         entry = {
             "via": list(prefix),
             "program": program_to_json(path.program, blobs),
-            "outputs": outputs_to_json(path.outputs),
+            "outputs": outputs_to_json(path.outputs,
+                                       [spec.path for spec in variant.spec.implicit]),
             "functions": [[name, file] for name, file, _ in path.functions],
         }
         if path.backward is not None:
@@ -688,7 +700,7 @@ def variant_from_json(data, fn, blobs):
         program = program_from_json(entry["program"], blobs)
         functions = [(_text(name, "a function name"), _text(file, "a file name"), None)
                      for name, file in entry["functions"]]
-        outputs = outputs_from_json(entry["outputs"])
+        outputs = outputs_from_json(entry["outputs"], [item.path for item in spec.implicit])
         _check_outputs(outputs, len(program.graph.outputs), "backward" in entry)
         path = Path(program, outputs, program.graph.guards, functions)
         if "backward" in entry:

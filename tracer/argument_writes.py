@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import pytree
 from .abstract import PYTHON_SCALARS
 
 # What a key may be: its value is part of the call's guarded structure as a dict key is.
@@ -57,6 +58,33 @@ class ArgumentWrite:
         elif self.kind == "value":
             item = item.item() if isinstance(item, (np.ndarray, np.generic)) else item
         container[self.key] = item
+
+
+@dataclass(frozen=True)
+class OutsideArrayWrite:
+    """An array read from outside the arguments (``self.W``, a global, a closure's list of
+    parameters) updated in place (``p -= lr * g``, ``np.add(W, 1, out=W)``): after the call
+    the program's output ``value`` is copied into it, found again through ``path`` (a
+    ``tracer.implicit.Path``) as the entry guard found it, so it stays the same array."""
+
+    path: object
+    value: int
+    kind: str = "array"
+
+    def store(self, arguments, outputs):
+        leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
+        np.copyto(self.path.resolve(leaves), outputs[self.value])
+
+
+def note_outside_mutation(context, tracer):
+    """Record an in-place write into the traced input of an outside array; False when
+    ``tracer`` is not one. Only a NumPy array can be written back (a Tensor read from
+    outside is refused by the caller)."""
+    for key, candidate in context.implicit_tracers.items():
+        if candidate is tracer and type(context.implicit_used[key].value) is np.ndarray:
+            context.outside_mutations[key] = tracer
+            return True
+    return False
 
 
 def watch(context, traced_args, traced_kwargs):
@@ -135,7 +163,8 @@ def _writable(value):
 
 
 def collect(context, output_atoms, is_leaf):
-    """The writes, each array or scalar value appended to ``output_atoms``."""
+    """The writes (into argument dicts, then into outside arrays), each array or scalar
+    value appended to ``output_atoms``."""
     writes = []
     for (where, key), value in getattr(context, "argument_writes", {}).items():
         if not is_leaf(value):
@@ -147,17 +176,23 @@ def collect(context, output_atoms, is_leaf):
                 "value" if type(concrete) in PYTHON_SCALARS else "array")
         writes.append(ArgumentWrite(where, key, kind, len(output_atoms)))
         output_atoms.append(atom)
+    for key, tracer in getattr(context, "outside_mutations", {}).items():
+        writes.append(OutsideArrayWrite(context.implicit_used[key].path, len(output_atoms)))
+        output_atoms.append(tracer.ir_var)
     return writes
 
 
 def apply(context, args, kwargs):
-    """The traced call's writes into the caller's dicts, with their real values."""
+    """The traced call's writes into the caller's dicts and outside arrays, with their real
+    values."""
     for (where, key), value in getattr(context, "argument_writes", {}).items():
         if hasattr(value, "ir_var"):
             value = value.value
         elif hasattr(value, "expr"):  # a SymInt: the int it is in this call
             value = int(value.value)
         _container((args, kwargs), where)[key] = value
+    for key, tracer in getattr(context, "outside_mutations", {}).items():
+        np.copyto(context.implicit_used[key].value, tracer.value)
 
 
 def _container(arguments, where):

@@ -149,6 +149,10 @@ class EagerHooks:
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
 
+    def update_attr(self, owner, name, value, operation, written):
+        setattr(owner, name, self.inplace(getattr(owner, name), value, operation))
+
+
 def run_eagerly(function, args, kwargs):
     """``function(*args, **kwargs)`` through its rewritten source, eagerly."""
     return EagerHooks().function_for(function)(*args, **kwargs)

@@ -271,6 +271,7 @@ class _Rewriter(ast.NodeTransformer):
     def visit_Assign(self, node):
         # The container's name, before visiting rewrites a global one into a load hook.
         name = _subscripted_name(node.targets[0]) if len(node.targets) == 1 else None
+        target_text = ast.unparse(node.targets[0])  # the user's text, for messages
         nested = len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript) and (
             isinstance(node.targets[0].value, ast.Subscript))
         written = ast.unparse(node.targets[0])
@@ -284,7 +285,7 @@ class _Rewriter(ast.NodeTransformer):
         if name is not None:
             return self._subscript_store(name, target, node.value, node, written)
         if isinstance(target, ast.Attribute):
-            return _refused_statement(ast.unparse(target), node)
+            return _refused_statement(target_text, node)
         return node
 
     def visit_AugAssign(self, node):
@@ -308,8 +309,10 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(
                 ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
             )
-        if isinstance(target, ast.Attribute):
-            return _refused_statement(ast.unparse(target), node)
+        if isinstance(target, ast.Attribute):  # self.W -= lr * dW
+            update = _hook("update_attr", target.value, ast.Constant(target.attr), node.value,
+                           operation, ast.Constant(written), node=node)
+            return ast.copy_location(ast.Expr(update), node)
         return node
 
     def _subscript_store(self, name, target, value, node, written):
@@ -1010,6 +1013,17 @@ class Hooks:
             check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
             return self.set_item(target, Ellipsis, result, False)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
+
+    def update_attr(self, owner, name, value, operation, written):
+        """``owner.name op= value`` with an array there: NumPy writes into that array and
+        binds the same object again, so it is the array's in-place update (an array read
+        from outside the arguments, ``self.W -= lr * self.dW``, is then written back after
+        every compiled call: ``argument_writes.OutsideArrayWrite``). Anything else there
+        (``self.t += 1``) rebinds the attribute: outside state, refused."""
+        target = self.load(getattr(owner, name), ("expression", "", ()))
+        if not (isinstance(target, np.ndarray) or is_traced(target)):
+            return self.outside_mutation(written)
+        self.inplace(target, value, operation)
 
     def _traced_copy(self, array):
         """The traced stand-in of a NumPy buffer the function writes a traced value into;

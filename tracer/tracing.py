@@ -334,6 +334,7 @@ class TracingContext:
         self.shape_guards = []
         self.counter = 0
         self.mutated = {}  # id(input tracer) -> tracer
+        self.outside_mutations = {}  # id(outside array) -> its input's tracer, written
         self.input_tracers = []
         self.implicit_tracers = {}
         self.outside_values = {}
@@ -614,6 +615,11 @@ class TracingContext:
     def note_mutation(self, tracer):
         if any(tracer is original for original in self.input_tracers):
             self.mutated[id(tracer)] = tracer
+        elif any(tracer is known for known in self.implicit_tracers.values()) and not (
+            argument_writes.note_outside_mutation(self, tracer)
+        ):
+            raise _error("an in-place write into a Tensor read from outside the arguments; "
+                         "pass it in as an argument")
 
     # --- finishing ---------------------------------------------------------------------
     def drop_unused_implicit_inputs(self, outputs):
@@ -629,6 +635,7 @@ class TracingContext:
                 used.add(predicate.name)
         unused = {key for key, implicit in self.implicit_used.items()
                   if self.inputs[implicit.input_index].name not in used
+                  and key not in self.outside_mutations  # its guard finds it for the write
                   and not getattr(implicit.value, "requires_grad", False)}
         if not unused:
             return

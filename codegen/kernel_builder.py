@@ -22,6 +22,7 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import Literal, Var
 
 from . import dtypes as dt
+from .counted_loop import counted_loop, instructions_from, set_loop_hints
 from .kernel_index import (
     I1,
     I32,
@@ -38,6 +39,15 @@ from .kernel_kinds import build_kernel
 from .lowering_table import LOWERINGS
 from .parallel_entry import entry_function
 from .row_fusion import RowScratch, scratch_value
+
+# A pointwise loop body of this many instructions or more is vectorized with its tail
+# folded into the vector loop (masked loads and stores) instead of followed by a vector
+# epilogue and a scalar remainder: LLVM then optimizes and emits the body once, not three
+# times (chains of 100 and 1000 ops: about 40% less LLVM time). The masks cost ~1% of
+# steady-state time at 800 instructions, 3-4% at 400 and 10% at 80 (CPU time, one
+# thread, float32[4096] and [100003]), so small bodies, which compile fast anyway, keep
+# the epilogues.
+FOLD_TAIL_INSTRUCTIONS = 600
 
 
 class KernelBuilder:
@@ -167,23 +177,25 @@ class KernelBuilder:
         builder = self.ir_builder
         if split:
             count = builder.select(builder.icmp_signed("<", self.end, count), self.end, count)
-        header = self.function.append_basic_block("loop")
-        loop_body = self.function.append_basic_block("loop.body")
-        after = self.function.append_basic_block("loop.end")
-        before = builder.block
-        builder.branch(header)
-        builder.position_at_end(header)
-        counter = builder.phi(I64)
-        counter.add_incoming(self.start if split else const(0), before)
-        builder.cbranch(builder.icmp_signed("<", counter, count), loop_body, after)
-        builder.position_at_end(loop_body)
-        self.memo_scopes.append({})
-        body(IndexComponent(counter, inner))
-        self.memo_scopes.pop()
-        following = builder.add(counter, const(1), flags=["nsw", "nuw"])
-        counter.add_incoming(following, builder.block)
-        builder.branch(header)
-        builder.position_at_end(after)
+        first_block = []
+
+        def counted(counter):
+            first_block.append(builder.block)
+            self.memo_scopes.append({})
+            body(IndexComponent(counter, inner))
+            self.memo_scopes.pop()
+
+        back_edge = counted_loop(builder, self.start if split else const(0), count, counted,
+                                 wrap_flags=("nsw", "nuw"))
+        if inner and self._fold_tail(first_block[0]):
+            set_loop_hints(back_edge, {"llvm.loop.vectorize.predicate.enable": True})
+
+    def _fold_tail(self, loop_body):
+        """Whether an innermost loop should be vectorized with its tail folded (see
+        ``FOLD_TAIL_INSTRUCTIONS``): only in pointwise kernels without row stages, whose
+        loops carry no reduction (a folded reduction loses LLVM's interleaving)."""
+        return (self.kernel.kind == "pointwise" and not self.kernel.stages
+                and instructions_from(loop_body) >= FOLD_TAIL_INSTRUCTIONS)
 
     def loops(self, shape, body, inner_from=None, prefix=(), split_level=None):
         """Nested loops over ``shape``; components at positions >= ``inner_from`` are inner;

@@ -1,0 +1,65 @@
+"""How much IR a long program hands LLVM: a pointwise loop body past
+``FOLD_TAIL_INSTRUCTIONS`` is marked to be vectorized with its tail folded (one copy of
+the body, masked, instead of a vector body, a vector epilogue and a scalar remainder),
+and the results still equal NumPy's at sizes that leave every kind of remainder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from compiled_checks import bucket_sizes, compiled
+
+HINT = "llvm.loop.vectorize.predicate.enable"
+
+
+def chain(length, offset=None):
+    """``length`` pointwise ops, one tanh in five (benchmarks/compile_scaling.py's chain);
+    with ``offset``, every tenth op adds it (a row-broadcast operand: nested loops)."""
+
+    def function(x, *row):
+        steps = [lambda v: v * 0.999, lambda v: v + 0.01, np.tanh,
+                 lambda v: np.maximum(v, -0.5), lambda v: v - 0.02]
+        for index in range(length):
+            x = steps[index % len(steps)](x)
+            if row and index % 10 == 9:
+                x = x + row[0]
+        return x
+
+    return function
+
+
+def values(shape, dtype, seed):
+    return (np.random.default_rng([seed, *shape]).standard_normal(shape) * 2).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("size", [17, 1000])
+def test_long_flat_chain_folds_its_tail_and_equals_numpy(dtype, size):
+    function = chain(90)
+    program = compiled(("compile size", "flat", dtype, size), function,
+                       values((size,), dtype, 0))
+    assert program.kernel_count == 1
+    assert program.llvm_ir.count(HINT) == 1  # the one metadata node, on the kernel's loop
+    for run, resized in enumerate(bucket_sizes(size)):
+        x = values((resized,), dtype, run + 1)
+        (actual,) = program(x)
+        np.testing.assert_allclose(actual, function(x), rtol=2e-5 if dtype == np.float32
+                                   else 1e-12, atol=1e-6)
+
+
+def test_long_broadcast_chain_folds_its_inner_loop_and_equals_numpy():
+    function = chain(90, offset=True)
+    x, row = values((7, 37), np.float32, 0), values((37,), np.float32, 1)
+    program = compiled(("compile size", "broadcast"), function, x, row)
+    assert program.llvm_ir.count(HINT) == 1
+    for run, columns in enumerate(bucket_sizes(37)):
+        x, row = values((7, columns), np.float32, run + 2), values((columns,), np.float32, 3)
+        (actual,) = program(x, row)
+        np.testing.assert_allclose(actual, function(x, row), rtol=2e-5, atol=1e-6)
+
+
+def test_short_chain_keeps_its_epilogues():
+    """A small body compiles fast either way; unmasked it runs faster."""
+    program = compiled(("compile size", "short"), chain(10), values((100,), np.float32, 0))
+    assert HINT not in program.llvm_ir

@@ -6,10 +6,11 @@ index-affine regions that never overlap between iterations (``out[:, f, i, j] = 
 functional write) and nothing else: no accumulator, and the body never reads the buffer
 it writes. Then the body is *batched* over the index, as ``jax.vmap`` does: each value the
 body computes gets a leading axis of length ``n`` (the trip count), one rule per primitive
-(``RULES``), and each write becomes one strided write of the whole batch. A read that moves
-with the index (``x_pad[:, :, i*s:i*s+HH, j*s:j*s+WW]``) becomes a ``sliding_window`` view
-of stride ``s``, so the naive convolution's three loops become one broadcast multiply and a
-sum over windows, which codegen fuses into one reduction kernel split over the thread pool.
+(``tracejit.tracer.batching``), and each write becomes one strided write of the whole
+batch. A read that moves with the index (``x_pad[:, :, i*s:i*s+HH, j*s:j*s+WW]``) becomes
+a ``sliding_window`` view of stride ``s``, so the naive convolution's three loops become
+one broadcast multiply and a sum over windows, which codegen fuses into one reduction
+kernel split over the thread pool.
 
 >>> import numpy as np
 >>> from tracejit.tracer.tracing import trace
@@ -45,317 +46,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .abstract import AbstractArray
+from .batching import RULES, Batch, Counter, Names, NotBatchable, Product, affine_parts, mentions
 from .dims import DimExpr
-from .ir import Eqn, Graph, Guard, Literal, Var, infer_aval, shape_context
+from .ir import Eqn, Graph, Guard, Literal, Symbol, Var, shape_context
 from .ops.control import loop_p
-from .primitives import PRIMITIVES
 
 log = logging.getLogger("tracejit.loops")
-
-
-class NotBatchable(Exception):
-    """Why a loop is not a parallel map (it stays a loop)."""
-
-
-# --- index arithmetic --------------------------------------------------------------------
-def _mentions(value, index):
-    if isinstance(value, DimExpr):
-        return index in value.symbols()
-    if isinstance(value, tuple):
-        return any(_mentions(item, index) for item in value)
-    if isinstance(value, Graph):
-        return True  # a nested loop left in the body: no rule batches it
-    return False
-
-
-def _split(value, index):
-    """``value == a + c * index`` as ``(a, c)`` with ``c`` an int, or ``NotBatchable``."""
-    if isinstance(value, int):
-        return value, 0
-    if not isinstance(value, DimExpr):
-        raise NotBatchable(f"a parameter {value!r} is not an int")
-    terms = dict(value.terms)
-    coefficient = terms.pop((index,), 0)
-    rest = DimExpr.make(terms) if terms else 0
-    if _mentions(rest, index):
-        raise NotBatchable(f"{value} is not affine in the index")
-    return rest, coefficient
-
-
-# --- the batching context ----------------------------------------------------------------
-class _Names:
-    """Fresh ``%N`` var names above every name in the graph (nested bodies included)."""
-
-    def __init__(self, graph):
-        self.next = _highest(graph) + 1
-
-    def var(self, aval):
-        var = Var(f"%{self.next}", aval)
-        self.next += 1
-        return var
-
-
-def _highest(graph):
-    highest = -1
-    for var in list(graph.inputs) + [var for var, _ in graph.constants]:
-        highest = max(highest, _number(var.name))
-    for eqn in graph.equations:
-        highest = max(highest, _number(eqn.out.name))
-        for _, value in eqn.params:
-            if isinstance(value, Graph):
-                highest = max(highest, _highest(value))
-    return highest
-
-
-def _number(name):
-    digits = name.lstrip("%")
-    return int(digits) if digits.isdigit() else -1
-
-
-class Batch:
-    """Emits the batched body's equations. Values are ``(atom, batched)``: a batched atom
-    has a leading axis of length ``n``, item ``k`` being the body's value at index
-    ``start + k * step``.
-
-    Symbolic (``bindings`` None, the pass): equations are recorded, their avals by the
-    shape rules under ``context``. Concrete (``bindings`` maps every outer symbol to an
-    int; ``run_batched``): each equation runs at once on NumPy values, ``values``."""
-
-    def __init__(self, names, context, index, start, step, n, bindings=None):
-        self.names, self.context = names, context
-        self.index, self.start, self.step, self.n = index, start, step, n
-        self.bindings = bindings
-        self.emitted, self.values = [], {}
-
-    def emit(self, prim, inputs, **params):
-        if isinstance(prim, str):
-            prim = PRIMITIVES[prim]
-        if self.bindings is not None:
-            return self._run(prim, inputs, params)
-        try:
-            aval = infer_aval(prim, inputs, params, self.context)
-        except Exception as error:  # a shape the symbols' ranges do not decide
-            raise NotBatchable(f"{prim.name} of the batch: {error}") from None
-        out = self.names.var(aval)
-        self.emitted.append(Eqn(prim, tuple(inputs), tuple(sorted(params.items())), out))
-        return out
-
-    def _run(self, prim, inputs, params):
-        from .ops.control import _evaluate
-
-        values = [self.values[atom.name] if isinstance(atom, Var)
-                  else _evaluate(atom.value, self.bindings) for atom in inputs]
-        concrete = {key: _evaluate(value, self.bindings) for key, value in params.items()}
-        if prim.name == "multiply" and _Product.fits(values):
-            return self._lazy(_Product(*values))  # the conv's window * filter: see sum
-        if prim.name == "sum" and isinstance(values[0], _Product) and not concrete["keepdims"]:
-            return self.constant(values[0].sum(concrete["axes"]))
-        values = [value.value() if isinstance(value, _Product) else value for value in values]
-        with np.errstate(all="ignore"):
-            result = np.asarray(prim.impl(*values, **concrete))
-        return self.constant(result)
-
-    def _lazy(self, product):
-        out = self.names.var(AbstractArray(product.shape, product.dtype))
-        self.values[out.name] = product
-        return out
-
-    def write(self, buffer, atom, config):
-        """Concrete writes: one copy of the buffer and a strided assignment (the symbolic
-        form, ``where(pad(mask), pad(value), buffer)``, would pass over it four times)."""
-        from .ops.control import _evaluate
-
-        value = self.values[atom.name]
-        value = value.value() if isinstance(value, _Product) else value
-        result = np.array(self.values[buffer.name])
-        region = tuple(slice(low, low + (size - 1) * (interior + 1) + 1, interior + 1)
-                       for (low, _, interior), size in zip(_evaluate(config, self.bindings),
-                                                           np.shape(value)))
-        result[region] = value
-        return self.constant(result)
-
-    def constant(self, value):
-        """A var standing for the NumPy ``value`` (concrete mode)."""
-        value = np.asarray(value)
-        out = self.names.var(AbstractArray(value.shape, value.dtype))
-        self.values[out.name] = value
-        return out
-
-    def moving(self, value):
-        """``(base, delta)``: ``value`` at batch item ``k`` is ``base + delta * k``."""
-        a, c = _split(value, self.index)
-        base = a + c * self.start
-        if self.bindings is not None and isinstance(base, DimExpr):
-            base = base.evaluate(self.bindings)
-        return base, c * self.step
-
-    def expand(self, atom, rank):
-        """A batched ``atom`` with unit axes after the batch axis up to ``rank`` axes."""
-        shape = atom.aval.shape
-        if len(shape) >= rank:
-            return atom
-        return self.emit("reshape", [atom], shape=(shape[0], *(1,) * (rank - len(shape)),
-                                                   *shape[1:]))
-
-    def broadcast(self, atom):
-        """An unbatched atom repeated ``n`` times along a new leading axis."""
-        shape = atom.aval.shape
-        return self.emit("broadcast_to", [atom], shape=(self.n, *shape))
-
-
-# --- one rule per primitive --------------------------------------------------------------
-# rule(batch, eqn, args) -> atom (batched); args are (atom, batched) pairs. Rules run when at
-# least one input is batched or a parameter moves with the index.
-RULES = {}
-
-
-def rule(*names):
-    def register(function):
-        for name in names:
-            RULES[name] = function
-        return function
-    return register
-
-
-def _static(eqn, batch):
-    if any(_mentions(value, batch.index) for _, value in eqn.params):
-        raise NotBatchable(f"{eqn.prim.name}'s parameters move with the index")
-
-
-def _pointwise(batch, eqn, args):
-    _static(eqn, batch)
-    rank = len(eqn.out.aval.shape) + 1
-    inputs = [batch.expand(atom, rank) if batched else atom for atom, batched in args]
-    return batch.emit(eqn.prim, inputs, **eqn.params_dict)
-
-
-for _name, _prim in PRIMITIVES.items():
-    if _prim.kind == "pointwise":
-        RULES[_name] = _pointwise
-
-
-@rule("sum", "prod", "max", "min", "any", "all")
-def _reduce(batch, eqn, args):
-    _static(eqn, batch)
-    params = eqn.params_dict
-    params["axes"] = tuple(axis + 1 for axis in params["axes"])
-    return batch.emit(eqn.prim, [args[0][0]], **params)
-
-
-@rule("argmax", "argmin")
-def _arg_reduce(batch, eqn, args):
-    _static(eqn, batch)
-    params = eqn.params_dict
-    params["axis"] = params["axis"] + 1
-    return batch.emit(eqn.prim, [args[0][0]], **params)
-
-
-@rule("reshape")
-def _reshape(batch, eqn, args):
-    _static(eqn, batch)
-    return batch.emit("reshape", [args[0][0]], shape=(batch.n, *eqn.params_dict["shape"]))
-
-
-@rule("transpose")
-def _transpose(batch, eqn, args):
-    _static(eqn, batch)
-    perm = eqn.params_dict["perm"]
-    return batch.emit("transpose", [args[0][0]], perm=(0, *(axis + 1 for axis in perm)))
-
-
-@rule("broadcast_to")
-def _broadcast_to(batch, eqn, args):
-    _static(eqn, batch)
-    shape = eqn.params_dict["shape"]
-    source = batch.expand(args[0][0], len(shape) + 1)
-    return batch.emit("broadcast_to", [source], shape=(batch.n, *shape))
-
-
-@rule("flip")
-def _flip(batch, eqn, args):
-    _static(eqn, batch)
-    axes = tuple(axis + 1 for axis in eqn.params_dict["axes"])
-    return batch.emit("flip", [args[0][0]], axes=axes)
-
-
-@rule("sliding_window")
-def _sliding_window(batch, eqn, args):
-    _static(eqn, batch)
-    params = eqn.params_dict
-    params["axes"] = tuple(axis + 1 for axis in params["axes"])
-    return batch.emit("sliding_window", [args[0][0]], **params)
-
-
-@rule("concatenate")
-def _concatenate(batch, eqn, args):
-    _static(eqn, batch)
-    inputs = [atom if batched else batch.broadcast(atom) for atom, batched in args]
-    return batch.emit("concatenate", inputs, axis=eqn.params_dict["axis"] + 1)
-
-
-@rule("pad")
-def _pad(batch, eqn, args):
-    _static(eqn, batch)  # a pad that moves with the index is a write (handled apart)
-    config = ((0, 0, 0), *eqn.params_dict["config"])
-    return batch.emit("pad", [args[0][0]], config=config)
-
-
-@rule("matmul")
-def _matmul(batch, eqn, args):
-    (a, a_batched), (b, b_batched) = args
-    a_rank = len(a.aval.shape) - a_batched
-    b_rank = len(b.aval.shape) - b_batched
-    if (b_batched and b_rank < 2) or (a_batched and a_rank < 2 and (b_batched or b_rank != 2)):
-        raise NotBatchable("matmul of a batched vector")
-    if a_batched and a_rank < 2:
-        return batch.emit("matmul", [a, b])  # (n, k) @ (k, p): the rows are the batch
-    rank = max(a_rank, b_rank) + 1
-    inputs = [batch.expand(atom, rank) if batched else atom for atom, batched in args]
-    return batch.emit("matmul", inputs)
-
-
-@rule("slice")
-def _slice(batch, eqn, args):
-    (source, batched), = args
-    params = eqn.params_dict
-    starts, limits, steps = params["starts"], params["limits"], params["steps"]
-    moving = [axis for axis, (start, limit) in enumerate(zip(starts, limits))
-              if _mentions(start, batch.index) or _mentions(limit, batch.index)]
-    if not moving:
-        if not batched:
-            raise NotBatchable("slice: nothing batched")  # not reached: copied unbatched
-        return batch.emit("slice", [source], starts=(0, *starts), limits=(batch.n, *limits),
-                          steps=(1, *steps))
-    if batched:
-        raise NotBatchable("a slice that moves with the index of a value computed in the loop")
-    if len(moving) > 1:
-        raise NotBatchable("a slice that moves with the index along two axes")
-    axis, = moving
-    base, delta = batch.moving(starts[axis])
-    limit_base, limit_delta = batch.moving(limits[axis])
-    step = steps[axis]
-    if limit_delta != delta or delta <= 0 or not isinstance(step, int):
-        raise NotBatchable("a slice whose length changes with the index")
-    count = eqn.out.aval.shape[axis]  # elements per window, every `step`
-    extent = step * (count - 1) + 1  # a window's span
-    # x[..., base + delta * k + step * m, ...]: windows of `extent` every `delta`, over the
-    # span the batch reads, then every `step`-th element of each window.
-    span = delta * (batch.n - 1) + extent
-    starts2 = tuple(base if a == axis else s for a, s in enumerate(starts))
-    limits2 = tuple(base + span if a == axis else limit for a, limit in enumerate(limits))
-    steps2 = tuple(1 if a == axis else s for a, s in enumerate(steps))
-    region = batch.emit("slice", [source], starts=starts2, limits=limits2, steps=steps2)
-    windows = batch.emit("sliding_window", [region], axes=(axis,), sizes=(extent,),
-                         strides=(delta,))
-    rank = len(starts)
-    if step != 1:
-        shape = windows.aval.shape
-        windows = batch.emit("slice", [windows], starts=(0,) * (rank + 1),
-                             limits=shape, steps=(1,) * rank + (step,))
-    # (..., n at axis, ..., window last) -> (n, ..., window at axis, ...)
-    perm = [axis] + [rank if a == axis else a for a in range(rank)]
-    return batch.emit("transpose", [windows], perm=tuple(perm))
 
 
 # --- writes ------------------------------------------------------------------------------
@@ -412,9 +108,9 @@ def _write_axis(batch, write):
     """The one axis along which ``write``'s region moves: ``(axis, base, delta)``."""
     moving = []
     for axis, (low, high, interior) in enumerate(write.config):
-        if _mentions(low, batch.index) or _mentions(high, batch.index):
+        if mentions(low, batch.index) or mentions(high, batch.index):
             moving.append(axis)
-        elif _mentions(interior, batch.index):
+        elif mentions(interior, batch.index):
             raise NotBatchable("a write whose stride moves with the index")
     if len(moving) != 1:
         raise NotBatchable("a write that does not move with the index along exactly one axis"
@@ -518,7 +214,7 @@ class _Numbering:
 def _instantiate(value, index, at):
     """A param or literal with the index replaced by ``at``."""
     if isinstance(value, DimExpr) and index in value.symbols():
-        a, c = _split(value, index)
+        a, c = affine_parts(value, index)
         return a + c * at
     if isinstance(value, tuple):
         return tuple(_instantiate(item, index, at) for item in value)
@@ -602,7 +298,7 @@ def _batch_body(batch, body, num_carry, operands):
     for item in body.equations:
         if item.out.name in plumbing:
             continue
-        if _mentions(tuple(item.out.aval.shape), index):
+        if mentions(tuple(item.out.aval.shape), index):
             raise NotBatchable(f"{item.prim.name} gives a shape that changes with the index")
         args = []
         for atom in item.inputs:
@@ -611,10 +307,10 @@ def _batch_body(batch, body, num_carry, operands):
                     raise NotBatchable("the body reads a buffer it writes")
                 args.append(env[atom.name])
             else:
-                if _mentions(atom.value, index):
+                if mentions(atom.value, index):
                     raise NotBatchable(f"{item.prim.name} uses the index as a number")
                 args.append((atom, False))
-        moves = any(_mentions(value, index) for _, value in item.params)
+        moves = any(mentions(value, index) for _, value in item.params)
         if not moves and not any(batched for _, batched in args):
             env[item.out.name] = (batch.emit(item.prim, [atom for atom, _ in args],
                                              **item.params_dict), False)
@@ -658,7 +354,7 @@ def run_batched(body, index, start, stop, step, num_carry, carried, free, bindin
     trips = len(range(start, stop, step))
     if step <= 0 or trips == 0:
         return None
-    batch = Batch(_Counter(), None, index, start, step, trips, dict(bindings))
+    batch = Batch(Counter(), None, index, start, step, trips, dict(bindings))
     operands = [batch.constant(value) for value in (*carried, *free)]
     try:
         if any(eqn.prim is loop_p for eqn in body.equations):
@@ -672,7 +368,7 @@ def run_batched(body, index, start, stop, step, num_carry, carried, free, bindin
     finals = []
     for position in range(num_carry):
         value = batch.values[results[position].name]
-        value = value.value() if isinstance(value, _Product) else value
+        value = value.value() if isinstance(value, Product) else value
         # the caller owns the result (a batch can end in a view of a temporary)
         finals.append(value if value.flags.owndata and value.flags.c_contiguous
                       else np.array(value, order="C"))
@@ -682,15 +378,13 @@ def run_batched(body, index, start, stop, step, num_carry, carried, free, bindin
 def _inner_vectorized(body, bindings):
     """``body`` with its nested parallel-map loops batched, deciding shapes for these
     ``bindings`` (each symbol's range is its value)."""
-    from .ir import Symbol
-
     key = (id(body), tuple(sorted(bindings.items())))
     cached = _INNER.get(key)
     if cached is not None and cached[0] is body:
         return cached[1]
     symbols = [Symbol(name, value, value) for name, value in bindings.items()
                if isinstance(value, int) and name not in {s.name for s in body.symbols}]
-    result = _vectorize(body, _Names(body), symbols, (), {})
+    result = _vectorize(body, Names(body), symbols, (), {})
     if len(_INNER) > 64:
         _INNER.clear()
     _INNER[key] = (body, result)
@@ -698,51 +392,6 @@ def _inner_vectorized(body, bindings):
 
 
 _INNER = {}
-
-
-class _Product:
-    """``a * b`` not yet computed: a ``sum`` over it runs as one ``np.einsum`` contraction
-    (BLAS-backed) instead of materializing the broadcast product (the batched conv's
-    ``windows * filters`` is 27x the output)."""
-
-    def __init__(self, a, b):
-        self.a, self.b = a, b
-        self.shape = np.broadcast_shapes(a.shape, b.shape)
-        self.dtype = np.result_type(a, b)
-
-    @staticmethod
-    def fits(values):
-        return (len(values) == 2 and all(isinstance(v, np.ndarray) for v in values)
-                and values[0].dtype == values[1].dtype and values[0].dtype.kind == "f"
-                and max(v.ndim for v in values) <= 20)
-
-    def value(self):
-        with np.errstate(all="ignore"):
-            return np.multiply(self.a, self.b)
-
-    def sum(self, axes):
-        rank = len(self.shape)
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        operands, subscripts = [], []
-        for array in (self.a, self.b):
-            array = array.reshape((1,) * (rank - array.ndim) + array.shape)
-            keep = [k for k in range(rank) if not (array.shape[k] == 1 and self.shape[k] != 1)]
-            operands.append(array.reshape([array.shape[k] for k in keep]))
-            subscripts.append("".join(letters[k] for k in keep))
-        out = "".join(letters[k] for k in range(rank) if k not in axes)
-        with np.errstate(all="ignore"):
-            result = np.einsum(f"{subscripts[0]},{subscripts[1]}->{out}", *operands,
-                               optimize=True)
-        return np.asarray(result, dtype=self.dtype)
-
-
-class _Counter:
-    def __init__(self):
-        self.next = 0
-
-    def var(self, aval):
-        self.next += 1
-        return Var(f"%{self.next}", aval)
 
 
 # --- the pass ----------------------------------------------------------------------------
@@ -811,5 +460,5 @@ def _vectorize(graph, names, symbols, shape_guards, stats):
 def vectorize_loops(graph):
     """``graph`` with every parallel-map loop turned into whole-array equations."""
     stats = {}
-    names = _Names(graph)
+    names = Names(graph)
     return _vectorize(graph, names, graph.symbols, graph.shape_guards, stats)

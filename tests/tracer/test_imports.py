@@ -35,8 +35,6 @@ NOT_YET_HOISTED = {
     ("loop_autodiff", "dataclasses"),
     ("loop_containers", "ops"),
     ("loop_containers", "operator"),
-    ("loop_vectorize", "ops.control"),
-    ("loop_vectorize", "ir"),
 }
 
 

@@ -43,9 +43,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from .batching import Names as _Names
 from .dims import DimExpr
 from .ir import Eqn, infer_aval
-from .loop_vectorize import _context, _group_key, _Names
+from .loop_vectorize import _context, _group_key
 from .ops.control import loop_p
 from .primitives import PRIMITIVES
 

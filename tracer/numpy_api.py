@@ -1,8 +1,9 @@
 """The NumPy API over primitives: what ``np.tanh(t)`` or ``np.sum(t, axis=0)`` means for a
 ``tracejit.Tensor`` or a tracer proxy.
 
-Two tables, ``UFUNCS`` and ``FUNCTIONS``, map NumPy's own callables to implementations
-with NumPy's signatures; ``array_ufunc`` and ``array_function`` are the
+Two tables, ``UFUNCS`` (with the other ufunc tables, in ``tracejit.tracer.ufuncs``) and
+``FUNCTIONS``, map NumPy's own callables to implementations with NumPy's signatures;
+``array_ufunc`` and ``array_function`` are the
 ``__array_ufunc__`` / ``__array_function__`` bodies that Tensor and the tracer share.
 Composites (mean, var, clip, stack, eye, ...) are written here with primitives, so their
 gradients and fusion come for free.
@@ -15,12 +16,10 @@ from __future__ import annotations
 
 import builtins
 import math
-import sys
 
 import numpy as np
 
 from . import ops
-from .abstract import abstractify
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError
@@ -42,6 +41,8 @@ from .out_arguments import write_out
 from .primitives import bind
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
+from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
+from .ufuncs import UFUNC_COMPOSITES, UFUNCS, cast, foreign_ufunc
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
@@ -518,10 +519,7 @@ def copy(a, order="K", subok=False):
 
 
 def astype(x, dtype, copy=True, **_):
-    dtype = np.dtype(dtype)
-    if dtype_of(x) == dtype:
-        return x
-    return bind(ops.cast_p, x, dtype=dtype)
+    return cast(x, dtype)
 
 
 # --- creation with a template ----------------------------------------------------------
@@ -587,127 +585,6 @@ def size(a, axis=None):
 
 
 # --- ufuncs ----------------------------------------------------------------------------
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
-
-
-def _bool_only(name, logical):
-    def apply(x, y):
-        if dtype_of(x) != np.bool_ or dtype_of(y) != np.bool_:
-            raise UnsupportedError(f"np.{name} is supported on boolean arrays only")
-        return logical(x, y)
-
-    return apply
-
-
-def _invert(x):
-    if dtype_of(x) != np.bool_:
-        raise UnsupportedError("np.invert (~) is supported on boolean arrays only")
-    return bind(ops.logical_not_p, x)
-
-
-def _logaddexp(x, y):
-    # NumPy's formula: equal operands (including equal infinities) give x + ln 2.
-    high = np.maximum(x, y)
-    spread = np.where(x == y, 0.0, -np.abs(x - y))
-    return np.where(x == y, x + _LN2, high + np.log1p(np.exp(spread)))
-
-
-def _in_loop_dtypes(ufunc, composite):
-    """A composite computed in the dtypes NumPy's own ufunc loop would use (bool and
-    integer inputs become the ufunc's float type; unsupported inputs raise like NumPy)."""
-
-    def apply(*inputs):
-        avals = [abstractify(value) for value in inputs]
-        # builtins.all: this module's own ``all`` is np.all for traced arrays.
-        if builtins.all(aval.weak for aval in avals):
-            key = tuple(aval.dtype for aval in avals)
-        else:
-            key = tuple(aval.dtype_for_promotion() for aval in avals)
-        loop = ufunc.resolve_dtypes(key + (None,) * ufunc.nout)
-        cast = [
-            value if aval.weak or aval.dtype == dtype else astype(value, dtype)
-            for value, aval, dtype in zip(inputs, avals, loop)
-        ]
-        return composite(*cast)
-
-    return apply
-
-
-UFUNCS = {
-    np.negative: ops.neg_p,
-    np.absolute: ops.abs_p,
-    np.sign: ops.sign_p,
-    np.exp: ops.exp_p,
-    np.expm1: ops.expm1_p,
-    np.log: ops.log_p,
-    np.log1p: ops.log1p_p,
-    np.sqrt: ops.sqrt_p,
-    np.square: ops.square_p,
-    np.reciprocal: ops.reciprocal_p,
-    np.tanh: ops.tanh_p,
-    np.sin: ops.sin_p,
-    np.cos: ops.cos_p,
-    np.floor: ops.floor_p,
-    np.ceil: ops.ceil_p,
-    np.isnan: ops.isnan_p,
-    np.isinf: ops.isinf_p,
-    np.isfinite: ops.isfinite_p,
-    np.logical_not: ops.logical_not_p,
-    np.add: ops.add_p,
-    np.subtract: ops.subtract_p,
-    np.multiply: ops.multiply_p,
-    np.true_divide: ops.true_divide_p,
-    np.floor_divide: ops.floor_divide_p,
-    np.remainder: ops.mod_p,
-    np.power: ops.power_p,
-    np.maximum: ops.maximum_p,
-    np.minimum: ops.minimum_p,
-    np.equal: ops.equal_p,
-    np.not_equal: ops.not_equal_p,
-    np.less: ops.less_p,
-    np.less_equal: ops.less_equal_p,
-    np.greater: ops.greater_p,
-    np.greater_equal: ops.greater_equal_p,
-    np.logical_and: ops.logical_and_p,
-    np.logical_or: ops.logical_or_p,
-    np.matmul: ops.matmul_p,
-}
-
-# ufuncs composed from primitives (same call signature as the ufunc).
-UFUNC_COMPOSITES = {
-    np.positive: _in_loop_dtypes(np.positive, lambda x: x),
-    np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
-    np.exp2: _in_loop_dtypes(np.exp2, lambda x: np.exp(x * _LN2)),
-    np.log2: _in_loop_dtypes(np.log2, lambda x: np.log(x) / _LN2),
-    np.log10: _in_loop_dtypes(np.log10, lambda x: np.log(x) / _LN10),
-    np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
-    np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
-    np.tan: _in_loop_dtypes(np.tan, lambda x: np.sin(x) / np.cos(x)),
-    np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
-    np.logical_xor: lambda x, y: np.not_equal(astype(x, bool), astype(y, bool)),
-    np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),
-    np.bitwise_or: _bool_only("bitwise_or", lambda x, y: bind(ops.logical_or_p, x, y)),
-    np.bitwise_xor: _bool_only("bitwise_xor", lambda x, y: bind(ops.not_equal_p, x, y)),
-    np.invert: _invert,
-}
-
-# ufuncs of other libraries, by (module, attribute): looked up in ``sys.modules`` when
-# called, never imported here (scipy is not a dependency). Each runs in the dtypes its own
-# loops give (``resolve_dtypes``), so results have the library's dtypes.
-FOREIGN_UFUNCS = {
-    ("scipy.special", "erf"): ops.erf_p,
-}
-
-
-def _foreign_ufunc(ufunc):
-    """The implementation of a ``FOREIGN_UFUNCS`` ufunc, or ``None``."""
-    for (module_name, attribute), prim in FOREIGN_UFUNCS.items():
-        module = sys.modules.get(module_name)
-        if module is not None and getattr(module, attribute, None) is ufunc:
-            return _in_loop_dtypes(ufunc, lambda *inputs, prim=prim: bind(prim, *inputs))
-    return None
-
-
 # ``ufunc.reduce`` as the matching reduction.
 UFUNC_REDUCTIONS = {
     np.add: sum,
@@ -766,7 +643,7 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
             result = bind(ops.cast_p, result, dtype=result.dtype)
     elif ufunc in UFUNC_COMPOSITES:
         result = UFUNC_COMPOSITES[ufunc](*inputs)
-    elif (foreign := _foreign_ufunc(ufunc)) is not None:
+    elif (foreign := foreign_ufunc(ufunc)) is not None:
         result = foreign(*inputs)
     else:
         raise UnsupportedError(

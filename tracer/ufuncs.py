@@ -1,0 +1,153 @@
+"""NumPy's ufuncs on tracejit arrays: which primitive each is, or how it is composed.
+
+``UFUNCS`` maps a ufunc to its one primitive (``np.tanh`` -> ``tanh``); ``UFUNC_COMPOSITES``
+composes the others from primitives in the dtypes NumPy's own loop would use;
+``FOREIGN_UFUNCS`` names other libraries' ufuncs (``scipy.special.erf``) by module and
+attribute. ``tracejit.tracer.numpy_api.array_ufunc`` dispatches through these tables.
+
+>>> UFUNCS[np.tanh].name, np.exp2 in UFUNC_COMPOSITES
+('tanh', True)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from . import ops
+from .abstract import abstractify
+from .errors import UnsupportedError
+from .primitives import bind
+
+dtype_of = ops.dtype_of
+
+
+def cast(x, dtype):
+    """``x`` in ``dtype``: ``x`` itself when it has that dtype, else a traced cast
+    (``numpy_api.astype``)."""
+    dtype = np.dtype(dtype)
+    if dtype_of(x) == dtype:
+        return x
+    return bind(ops.cast_p, x, dtype=dtype)
+
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _bool_only(name, logical):
+    def apply(x, y):
+        if dtype_of(x) != np.bool_ or dtype_of(y) != np.bool_:
+            raise UnsupportedError(f"np.{name} is supported on boolean arrays only")
+        return logical(x, y)
+
+    return apply
+
+
+def _invert(x):
+    if dtype_of(x) != np.bool_:
+        raise UnsupportedError("np.invert (~) is supported on boolean arrays only")
+    return bind(ops.logical_not_p, x)
+
+
+def _logaddexp(x, y):
+    # NumPy's formula: equal operands (including equal infinities) give x + ln 2.
+    high = np.maximum(x, y)
+    spread = np.where(x == y, 0.0, -np.abs(x - y))
+    return np.where(x == y, x + _LN2, high + np.log1p(np.exp(spread)))
+
+
+def _in_loop_dtypes(ufunc, composite):
+    """A composite computed in the dtypes NumPy's own ufunc loop would use (bool and
+    integer inputs become the ufunc's float type; unsupported inputs raise like NumPy)."""
+
+    def apply(*inputs):
+        avals = [abstractify(value) for value in inputs]
+        if all(aval.weak for aval in avals):
+            key = tuple(aval.dtype for aval in avals)
+        else:
+            key = tuple(aval.dtype_for_promotion() for aval in avals)
+        loop = ufunc.resolve_dtypes(key + (None,) * ufunc.nout)
+        converted = [
+            value if aval.weak or aval.dtype == dtype else cast(value, dtype)
+            for value, aval, dtype in zip(inputs, avals, loop)
+        ]
+        return composite(*converted)
+
+    return apply
+
+
+UFUNCS = {
+    np.negative: ops.neg_p,
+    np.absolute: ops.abs_p,
+    np.sign: ops.sign_p,
+    np.exp: ops.exp_p,
+    np.expm1: ops.expm1_p,
+    np.log: ops.log_p,
+    np.log1p: ops.log1p_p,
+    np.sqrt: ops.sqrt_p,
+    np.square: ops.square_p,
+    np.reciprocal: ops.reciprocal_p,
+    np.tanh: ops.tanh_p,
+    np.sin: ops.sin_p,
+    np.cos: ops.cos_p,
+    np.floor: ops.floor_p,
+    np.ceil: ops.ceil_p,
+    np.isnan: ops.isnan_p,
+    np.isinf: ops.isinf_p,
+    np.isfinite: ops.isfinite_p,
+    np.logical_not: ops.logical_not_p,
+    np.add: ops.add_p,
+    np.subtract: ops.subtract_p,
+    np.multiply: ops.multiply_p,
+    np.true_divide: ops.true_divide_p,
+    np.floor_divide: ops.floor_divide_p,
+    np.remainder: ops.mod_p,
+    np.power: ops.power_p,
+    np.maximum: ops.maximum_p,
+    np.minimum: ops.minimum_p,
+    np.equal: ops.equal_p,
+    np.not_equal: ops.not_equal_p,
+    np.less: ops.less_p,
+    np.less_equal: ops.less_equal_p,
+    np.greater: ops.greater_p,
+    np.greater_equal: ops.greater_equal_p,
+    np.logical_and: ops.logical_and_p,
+    np.logical_or: ops.logical_or_p,
+    np.matmul: ops.matmul_p,
+}
+
+# ufuncs composed from primitives (same call signature as the ufunc).
+UFUNC_COMPOSITES = {
+    np.positive: _in_loop_dtypes(np.positive, lambda x: x),
+    np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
+    np.exp2: _in_loop_dtypes(np.exp2, lambda x: np.exp(x * _LN2)),
+    np.log2: _in_loop_dtypes(np.log2, lambda x: np.log(x) / _LN2),
+    np.log10: _in_loop_dtypes(np.log10, lambda x: np.log(x) / _LN10),
+    np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
+    np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
+    np.tan: _in_loop_dtypes(np.tan, lambda x: np.sin(x) / np.cos(x)),
+    np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
+    np.logical_xor: lambda x, y: np.not_equal(cast(x, bool), cast(y, bool)),
+    np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),
+    np.bitwise_or: _bool_only("bitwise_or", lambda x, y: bind(ops.logical_or_p, x, y)),
+    np.bitwise_xor: _bool_only("bitwise_xor", lambda x, y: bind(ops.not_equal_p, x, y)),
+    np.invert: _invert,
+}
+
+# ufuncs of other libraries, by (module, attribute): looked up in ``sys.modules`` when
+# called, never imported here (scipy is not a dependency). Each runs in the dtypes its own
+# loops give (``resolve_dtypes``), so results have the library's dtypes.
+FOREIGN_UFUNCS = {
+    ("scipy.special", "erf"): ops.erf_p,
+}
+
+
+def foreign_ufunc(ufunc):
+    """The implementation of a ``FOREIGN_UFUNCS`` ufunc, or ``None``."""
+    for (module_name, attribute), prim in FOREIGN_UFUNCS.items():
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, attribute, None) is ufunc:
+            return _in_loop_dtypes(ufunc, lambda *inputs, prim=prim: bind(prim, *inputs))
+    return None

@@ -29,212 +29,21 @@ import numpy as np
 
 from . import argument_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
-from .array_methods import ArrayMethods
 from .autodiff import reverse
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
-from .indexing import getitem, setitem
-from .ir import Constant, Eqn, Graph, Guard, Literal, ShapeGuard, Symbol, Var, verify
+from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, user_location
 from .loop_containers import plain_containers
 from .loops import UNDEFINED, write_prints
-from .ops import reshape_p
-from .pending import Pending, deferred, force, is_pending, recording_lazily
+from .outside_inputs import OutsideInputs
+from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
+from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
-
-
-def _error(message, location=None):
-    location = location or user_location(skip=2)
-    prefix = f"{location.file}:{location.line}: " if location else ""
-    source = f"\n    {location.source}" if location and location.source else ""
-    return TraceError(f"{prefix}{message}{source}")
-
-
-def _scalar_preserving(method):
-    """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
-    where on a 0-d array it gives a 0-d array."""
-
-    def wrapper(self, *args, **kwargs):
-        result = method(self, *args, **kwargs)
-        if _is_numpy_scalar(self) and isinstance(result, Tracer) and not result.shape:
-            result.value = _numpy_scalar(result)
-        return result
-
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
-class Tracer(ArrayMethods):
-    """A traced array: the IR var it stands for, its real value, and its live shape."""
-
-    # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
-    # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
-    # when first read (a captured loop's results: tracejit.tracer.pending)
-    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "quotient",
-                 "__weakref__")
-    __tracejit_priority__ = 2
-
-    # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
-    astype = _scalar_preserving(ArrayMethods.astype)
-    copy = _scalar_preserving(ArrayMethods.copy)
-    transpose = _scalar_preserving(ArrayMethods.transpose)
-    reshape = _scalar_preserving(ArrayMethods.reshape)
-    squeeze = _scalar_preserving(ArrayMethods.squeeze)
-    clip = _scalar_preserving(ArrayMethods.clip)
-    T = property(_scalar_preserving(ArrayMethods.T.fget))
-
-    def __init__(self, context, var, value, shape):
-        self.context = context
-        self.ir_var = var
-        self.raw_value = value
-        self.shape = shape
-        # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
-        # ``views`` (a WeakSet) of the views of this one that are still alive.
-        self.base = None
-        self.views = None
-
-    @property
-    def value(self):
-        value = self.raw_value
-        if type(value) is Pending:
-            value = self.raw_value = value.force()
-        return value
-
-    @value.setter
-    def value(self, value):
-        self.raw_value = value
-
-    def lazy_value(self):
-        """The value, or the ``Pending`` standing for it while nothing has read it."""
-        value = self.raw_value
-        return value if is_pending(value) else self.value
-
-    @property
-    def dtype(self):
-        return self.ir_var.aval.dtype
-
-    @property
-    def aval(self):
-        return AbstractArray(self.shape, self.ir_var.aval.dtype, self.ir_var.aval.weak)
-
-    def __getitem__(self, index):
-        result = getitem(self, index)
-        if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
-            result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d
-        return result
-
-    @staticmethod
-    def __tracejit_bind__(prim, args, params):
-        for arg in args:
-            if isinstance(arg, Tracer):
-                return arg.context.process(prim, args, params)
-        return current_context().process(prim, args, params)  # creation ops: no operands
-
-    # --- where Python needs concrete values: value guards ------------------------------
-    def __bool__(self):
-        return self.context.guard(self, "bool", bool(self.value))
-
-    def __int__(self):
-        return self.context.guard(self, "int", int(self.value))
-
-    def __float__(self):
-        return self.context.guard(self, "float", float(self.value))
-
-    def __index__(self):
-        if self.dtype.kind not in "iu" or np.ndim(self.value):
-            raise TypeError("only integer scalar arrays can be converted to a scalar index")
-        return self.context.guard(self, "index", int(self.value))
-
-    def item(self):
-        return self.context.guard(self, "item", np.asarray(self.value).item())
-
-    def __len__(self):
-        if not self.shape:
-            raise TypeError("len() of unsized object")
-        return int(self.shape[0]) if isinstance(self.shape[0], SymInt) else self.shape[0]
-
-    def __array__(self, dtype=None, copy=None):
-        raise _error(
-            "a traced array was converted to a NumPy array (np.asarray, a NumPy function "
-            "tracejit does not support, or a write into a NumPy array); that would freeze "
-            "its value into the compiled code. Keep it as an array operand, or compute it "
-            "outside the compiled function"
-        )
-
-    def tolist(self):
-        raise _error(
-            "tolist() on a traced array would freeze every element into the compiled code; "
-            "return the array instead, or call tolist() outside the compiled function"
-        )
-
-    def numpy(self):
-        return self.__array__()
-
-    def __format__(self, spec):
-        raise _error(
-            "formatting a traced array into a string would freeze its value; pass it to "
-            "print() as a separate argument (print('loss', loss)) or format it outside"
-        )
-
-    def __str__(self):
-        return self.__format__("")
-
-    # --- in-place updates: functional underneath ---------------------------------------
-    def __setitem__(self, index, value):
-        self._update(setitem(self, index, value))
-
-    def _inplace(self, operation, other):
-        result = operation(self, other)
-        # NumPy's in-place rules: the result must fit the array's shape and cast to its
-        # dtype "same_kind" (int += float raises). Raise as NumPy does: the eager run the
-        # call falls back to raises the same error.
-        old_shape, new_shape = np.shape(self.value), np.shape(result.value)
-        if new_shape != old_shape:
-            raise as_numpy_would(ValueError(
-                f"non-broadcastable output operand with shape {old_shape} doesn't match the "
-                f"broadcast shape {new_shape}"))
-        if result.dtype != self.dtype:
-            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
-                try:  # NumPy's own error (a UFuncTypeError), from a 0-d call
-                    operation(np.zeros((), result.dtype), np.zeros((), result.dtype),
-                              out=np.zeros((), self.dtype))
-                except TypeError as error:
-                    raise as_numpy_would(error) from None
-            result = result.astype(self.dtype)
-        self._update(result)
-        return self
-
-    def __iadd__(self, other):
-        return self._inplace(np.add, other)
-
-    def __isub__(self, other):
-        return self._inplace(np.subtract, other)
-
-    def __imul__(self, other):
-        return self._inplace(np.multiply, other)
-
-    def __itruediv__(self, other):
-        return self._inplace(np.true_divide, other)
-
-    def _update(self, result):
-        is_view = self.base is not None and self.base() is not None
-        if is_view or self.views:
-            raise _error(
-                "in-place write to an array that shares memory with another one (a slice, "
-                "reshape or transpose of it, or it of another); NumPy would update both, "
-                "which tracejit does not follow. Write to a copy instead: x = x.copy()",
-                user_location(skip=3),
-            )
-        self.ir_var, self.raw_value, self.shape = result.ir_var, result.raw_value, result.shape
-        self.context.note_mutation(self)
-
-    def __repr__(self):
-        return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
-
+from .traced_array import Tracer, trace_error
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
 _VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
@@ -248,15 +57,6 @@ class InputSpec:
     input_index: int | None = None  # position in graph.inputs
     type_name: str = ""
     value: object = None  # static leaves: the value the trace specialized on
-
-
-@dataclass
-class ImplicitInput:
-    """An array read from a global, closure, default argument or attribute."""
-
-    path: tuple
-    input_index: int
-    value: object = field(repr=False)
 
 
 @dataclass
@@ -317,8 +117,11 @@ class Trace:
         return str(self.graph)
 
 
-class TracingContext:
-    """The state of one trace while the function runs."""
+class TracingContext(ShapeFacts, OutsideInputs):
+    """The state of one trace while the function runs: the graph being recorded
+    (here), what it knows of its symbolic dims (``shape_facts.ShapeFacts``) and the
+    arrays and values it read from outside the function
+    (``outside_inputs.OutsideInputs``)."""
 
     def __init__(self, name, implicit=None):
         self.name = name
@@ -360,17 +163,11 @@ class TracingContext:
         self.values[var.name] = (value, tracer.shape)
         return tracer
 
-    def new_symbol(self, value, low, high):
-        name = f"s{len(self.symbols)}"
-        self.symbols[name] = Symbol(name, low, high)
-        self.ranges[name] = (low, high)
-        return SymInt(DimExpr.symbol(name), value, self)
-
     def atom(self, value):
         """``(atom, concrete value, live abstract value)`` for an operand of a primitive."""
         if isinstance(value, Tracer):
             if value.context is not self:
-                raise _error(
+                raise trace_error(
                     "a traced value from another (finished) trace was used: a value computed "
                     "while tracing escaped, e.g. stored in a global or an attribute"
                 )
@@ -392,11 +189,11 @@ class TracingContext:
             return self._implicit_input(value)
         array = np.asarray(value)
         if array.dtype == object:
-            raise _error(f"an operand of type {type(value).__name__} is not an array")
+            raise trace_error(f"an operand of type {type(value).__name__} is not an array")
         if self._view_of_replaced(array):
-            raise _error("a NumPy view (row = buf[0]) of an array that was then written with "
-                         "traced values: NumPy's view sees the write, the trace cannot "
-                         "follow it. Take the view after the write, or copy it")
+            raise trace_error("a NumPy view (row = buf[0]) of an array that was then written "
+                              "with traced values: NumPy's view sees the write, the trace "
+                              "cannot follow it. Take the view after the write, or copy it")
         known = self.constant_vars.get(key)
         # A NumPy array written by plain NumPy since its last use (g += 5) is a new constant.
         if known is None or not _same_contents(array, known[2].data):
@@ -408,33 +205,11 @@ class TracingContext:
         var = self.constant_vars[key][1]
         return var, self.constant_vars[key][2].data, AbstractArray(array.shape, array.dtype)
 
-    def _view_of_replaced(self, array):
-        """Whether ``array`` views (through ``.base``) a NumPy buffer a traced value was
-        written into since: its data is the old one, NumPy's would be the new."""
-        base = array.base
-        while isinstance(base, np.ndarray):
-            if id(base) in self.replaced:
-                return True
-            base = base.base
-        return False
-
-    def _implicit_input(self, value):
-        key = id(value)
-        if key not in self.implicit_used:
-            path, _ = self.implicit_candidates[key]
-            array = np.asarray(value)
-            var = self.new_var(AbstractArray(array.shape, array.dtype))
-            self.inputs.append(var)
-            self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
-            self.values[var.name] = (array, array.shape)
-        spec = self.implicit_used[key]
-        var = self.inputs[spec.input_index]
-        return var, np.asarray(value), var.aval
 
     # --- recording ---------------------------------------------------------------------
     def process(self, prim, args, params):
         if self.finished:
-            raise _error("a traced value was used after its trace finished (it escaped)")
+            raise trace_error("a traced value was used after its trace finished (it escaped)")
         atoms, values, avals = [], [], []
         for arg in args:
             atom, value, aval = self.atom(arg)
@@ -479,28 +254,9 @@ class TracingContext:
             root.views.add(result)
         return result
 
-    def _unit_broadcasts(self, args, avals, out_aval):
-        """``args`` with each symbolic dim that broadcasts as 1 (``len(x) - 2`` where a
-        shape guard says it is 1) reshaped to a literal 1, so codegen sees the broadcast;
-        ``None`` when there is none."""
-        changed, result = False, list(args)
-        for position, (arg, aval) in enumerate(zip(args, avals)):
-            lead = len(out_aval.shape) - len(aval.shape)
-            shape, unit = list(aval.shape), False
-            for axis, dim in enumerate(aval.shape):
-                out_dim = out_aval.shape[lead + axis]
-                if isinstance(dim, SymInt) and value_of(dim) == 1 and (
-                    expr_of(dim) != expr_of(out_dim)
-                ):
-                    shape[axis], unit = 1, True
-            if unit:
-                changed = True
-                result[position] = self.process(reshape_p, (arg,), {"shape": tuple(shape)})
-        return tuple(result) if changed else None
-
     def guard(self, tracer, convert, expected):
         if self.finished:
-            raise _error("a traced value was used after its trace finished (it escaped)")
+            raise trace_error("a traced value was used after its trace finished (it escaped)")
         atom, _, _ = self.atom(tracer)
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
@@ -519,137 +275,16 @@ class TracingContext:
         value, shape = self.values[atom.name]
         return Tracer(self, atom, value, shape)
 
-    def symbol_values(self):
-        bindings = {}
-        for tracer in self.input_tracers:
-            for dim in tracer.shape:
-                if isinstance(dim, SymInt) and len(dim.expr.terms) == 1:
-                    (monomial, _), = dim.expr.terms
-                    if len(monomial) == 1 and isinstance(monomial[0], str):
-                        bindings[monomial[0]] = dim.value
-        # The indices of loops whose iterations are being traced (tracejit.tracer.loop_index), at
-        # the trip being traced: a nested loop's remaining trips run with them bound.
-        bindings.update(getattr(self, "loop_indices", None) or {})
-        return bindings
-
-    def live_param(self, value):
-        """A recorded parameter with its dims live again (for re-running shape rules)."""
-        if isinstance(value, DimExpr):
-            return wrap(value, value.evaluate(self.symbol_values()), self)
-        if isinstance(value, tuple):
-            return tuple(self.live_param(item) for item in value)
-        return value
-
-    # --- values read from outside the function ---------------------------------------
-    def is_implicit(self, value):
-        return id(value) in self.implicit_candidates or id(value) in self.implicit_used
-
-    def implicit_tracer(self, value):
-        """The traced input standing for an outside array (one per array)."""
-        tracer = self.implicit_tracers.get(id(value))
-        if tracer is None:
-            var, array, _ = self._implicit_input(value)
-            tracer = Tracer(self, var, array, var.aval.shape)
-            self.implicit_tracers[id(value)] = tracer
-        return tracer
-
-    def outside_array(self, tracer):
-        """The outside array an implicit-input tracer stands for, if it is still that."""
-        for key, candidate in self.implicit_tracers.items():
-            if candidate is tracer and tracer.ir_var is self.inputs[
-                self.implicit_used[key].input_index
-            ]:
-                return self.implicit_used[key].value
-        return None
-
-    def note_outside_value(self, path, value, identity=False):
-        """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
-        later calls must see the same value (lists and tuples: the same length; functions,
-        with ``identity``: the same object)."""
-        key = str(path)
-        if key not in self.outside_values:
-            if identity:
-                self.outside_values[key] = (path, "is", value)
-            elif isinstance(value, (list, tuple)):
-                self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
-            else:
-                self.outside_values[key] = (path, "value", value)
-
-    def guard_contents(self, array):
-        """Guard that an implicit input holds the values it holds now (a mask whose
-        positions the trace used); arrays created inside the function need nothing."""
-        if id(array) not in self.implicit_candidates and id(array) not in self.implicit_used:
-            return
-        var, value, _ = self._implicit_input(array)
-        tracer = Tracer(self, var, value, var.aval.shape)
-        same = np.all(tracer == np.array(array, copy=True))
-        self.guard(same, "bool", True)
-
-    def decide(self, symint, op, other):
-        other_value = other.value if isinstance(other, SymInt) else other
-        answer = {
-            "==": symint.value == other_value,
-            "!=": symint.value != other_value,
-            "<": symint.value < other_value,
-            "<=": symint.value <= other_value,
-            ">": symint.value > other_value,
-            ">=": symint.value >= other_value,
-        }[op]
-        rhs = other.expr if isinstance(other, SymInt) else other
-        # The same fact asked again (also as its negation, == vs !=) is guarded once.
-        negation = {"==": "!=", "!=": "=="}.get(op)
-        if not any((guard.lhs, guard.rhs) == (symint.expr, rhs) and (
-            guard.op == op or guard.op == negation
-        ) for guard in self.shape_guards):
-            self.shape_guards.append(
-                ShapeGuard(symint.expr, op, rhs, bool(answer), user_location(skip=3))
-            )
-        return answer
-
-    def specialize(self, symint, reason):
-        self.shape_guards.append(
-            ShapeGuard(symint.expr, "==", symint.value, True, user_location(skip=3), reason)
-        )
-        return symint.value
-
     def note_mutation(self, tracer):
         if any(tracer is original for original in self.input_tracers):
             self.mutated[id(tracer)] = tracer
         elif any(tracer is known for known in self.implicit_tracers.values()) and not (
             argument_writes.note_outside_mutation(self, tracer)
         ):
-            raise _error("an in-place write into a Tensor read from outside the arguments; "
-                         "pass it in as an argument")
+            raise trace_error("an in-place write into a Tensor read from outside the "
+                              "arguments; pass it in as an argument")
 
     # --- finishing ---------------------------------------------------------------------
-    def drop_unused_implicit_inputs(self, outputs):
-        """Forget outside arrays the trace handed out but never computed with (a global
-        list of layers loaded for one of them): they would only be read and checked at
-        every call. Inputs that require grad stay (their gradient is part of the result)."""
-        used = {atom.name for atom in outputs if isinstance(atom, Var)}
-        for item in self.body:
-            used.update(atom.name for atom in getattr(item, "inputs", ())
-                        if isinstance(atom, Var))
-            predicate = getattr(item, "predicate", None)
-            if isinstance(predicate, Var):
-                used.add(predicate.name)
-        unused = {key for key, implicit in self.implicit_used.items()
-                  if self.inputs[implicit.input_index].name not in used
-                  and key not in self.outside_mutations  # its guard finds it for the write
-                  and not getattr(implicit.value, "requires_grad", False)}
-        if not unused:
-            return
-        dropped = {self.implicit_used[key].input_index for key in unused}
-        renumber, kept = {}, []
-        for index, var in enumerate(self.inputs):
-            if index not in dropped:
-                renumber[index] = len(kept)
-                kept.append(var)
-        self.inputs = kept
-        self.implicit_used = {
-            key: ImplicitInput(implicit.path, renumber[implicit.input_index], implicit.value)
-            for key, implicit in self.implicit_used.items() if key not in unused}
-
     def graph(self, outputs):
         return Graph(
             self.name,
@@ -658,18 +293,8 @@ class TracingContext:
             tuple(self.body),
             tuple(outputs),
             tuple(self.symbols.values()),
-            tuple(_unique(self.shape_guards)),
+            tuple(unique_guards(self.shape_guards)),
         )
-
-
-def _unique(guards):
-    seen, result = set(), []
-    for guard in guards:
-        key = (guard.lhs, guard.op, guard.rhs, guard.expected)
-        if key not in seen:
-            seen.add(key)
-            result.append(guard)
-    return result
 
 
 def _same_contents(array, snapshot):
@@ -980,30 +605,6 @@ def _with_user_line(error):
         return TraceError(str(error))
     source = linecache.getline(*location).strip()
     return TraceError(f"{location[0]}:{location[1]}: {error}\n    {source}")
-
-
-def _numpy_scalar(tracer):
-    """A 0-d tracer's value as a NumPy scalar (a pending one stays pending)."""
-    value = tracer.raw_value
-    if is_pending(value):
-        return Pending(lambda: np.asarray(value.force())[()], like=tracer.dtype.type(0))
-    return np.asarray(value)[()]
-
-
-def _is_numpy_scalar(tracer):
-    value = tracer.raw_value
-    if is_pending(value) and value.like is not None:
-        return isinstance(value.like, np.generic)
-    return isinstance(tracer.value, np.generic)
-
-
-
-def _picks_one_element(index):
-    """``x[index]`` is a NumPy scalar (not a 0-d array): integers only, no ``...``."""
-    entries = index if isinstance(index, tuple) else (index,)
-    return all(isinstance(entry, (int, np.integer, SymInt)) and not isinstance(entry, bool)
-               or (isinstance(entry, Tracer) and not entry.shape and entry.dtype.kind in "iu")
-               for entry in entries)
 
 
 def _parameter_leaves(fn, args, kwargs, top_level):

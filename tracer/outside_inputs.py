@@ -1,0 +1,137 @@
+"""Arrays and values a trace read from outside the function: ``OutsideInputs``, a part of
+``TracingContext``.
+
+An array reached through a global, a closure, a default or an attribute
+(``tracer.implicit.find_implicit_inputs`` lists the candidates, ``implicit_candidates``)
+becomes a graph input the first time the trace computes with it (``implicit_used``, one
+``ImplicitInput`` each), so compiled calls read it afresh instead of freezing it. A Python
+value read from outside that shaped the trace (a flag, a list's length) is noted in
+``outside_values``: the entry guards of later calls compare it.
+
+>>> import numpy as np
+>>> from tracejit.tracer.tracing import trace
+>>> weights = np.ones(3)
+>>> t = trace(lambda x: x * weights, np.ones(3))
+>>> [str(implicit.path) for implicit in t.implicit_inputs]
+['global weights']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .abstract import AbstractArray
+from .ir import Var
+from .traced_array import Tracer
+
+
+@dataclass
+class ImplicitInput:
+    """An array read from a global, closure, default argument or attribute."""
+
+    path: tuple
+    input_index: int
+    value: object = field(repr=False)
+
+
+class OutsideInputs:
+    """The outside-values part of a ``TracingContext``: ``implicit_candidates``,
+    ``implicit_used``, ``implicit_tracers``, ``outside_values`` and ``replaced`` (fields the
+    context sets up), with its ``inputs`` and ``body``."""
+
+    def _implicit_input(self, value):
+        key = id(value)
+        if key not in self.implicit_used:
+            path, _ = self.implicit_candidates[key]
+            array = np.asarray(value)
+            var = self.new_var(AbstractArray(array.shape, array.dtype))
+            self.inputs.append(var)
+            self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
+            self.values[var.name] = (array, array.shape)
+        spec = self.implicit_used[key]
+        var = self.inputs[spec.input_index]
+        return var, np.asarray(value), var.aval
+
+    def _view_of_replaced(self, array):
+        """Whether ``array`` views (through ``.base``) a NumPy buffer a traced value was
+        written into since: its data is the old one, NumPy's would be the new."""
+        base = array.base
+        while isinstance(base, np.ndarray):
+            if id(base) in self.replaced:
+                return True
+            base = base.base
+        return False
+
+    def is_implicit(self, value):
+        return id(value) in self.implicit_candidates or id(value) in self.implicit_used
+
+    def implicit_tracer(self, value):
+        """The traced input standing for an outside array (one per array)."""
+        tracer = self.implicit_tracers.get(id(value))
+        if tracer is None:
+            var, array, _ = self._implicit_input(value)
+            tracer = Tracer(self, var, array, var.aval.shape)
+            self.implicit_tracers[id(value)] = tracer
+        return tracer
+
+    def outside_array(self, tracer):
+        """The outside array an implicit-input tracer stands for, if it is still that."""
+        for key, candidate in self.implicit_tracers.items():
+            if candidate is tracer and tracer.ir_var is self.inputs[
+                self.implicit_used[key].input_index
+            ]:
+                return self.implicit_used[key].value
+        return None
+
+    def note_outside_value(self, path, value, identity=False):
+        """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
+        later calls must see the same value (lists and tuples: the same length; functions,
+        with ``identity``: the same object)."""
+        key = str(path)
+        if key not in self.outside_values:
+            if identity:
+                self.outside_values[key] = (path, "is", value)
+            elif isinstance(value, (list, tuple)):
+                self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
+            else:
+                self.outside_values[key] = (path, "value", value)
+
+    def guard_contents(self, array):
+        """Guard that an implicit input holds the values it holds now (a mask whose
+        positions the trace used); arrays created inside the function need nothing."""
+        if id(array) not in self.implicit_candidates and id(array) not in self.implicit_used:
+            return
+        var, value, _ = self._implicit_input(array)
+        tracer = Tracer(self, var, value, var.aval.shape)
+        same = np.all(tracer == np.array(array, copy=True))
+        self.guard(same, "bool", True)
+
+    def drop_unused_implicit_inputs(self, outputs):
+        """Forget outside arrays the trace handed out but never computed with (a global
+        list of layers loaded for one of them): they would only be read and checked at
+        every call. Inputs that require grad stay (their gradient is part of the result)."""
+        used = {atom.name for atom in outputs if isinstance(atom, Var)}
+        for item in self.body:
+            used.update(atom.name for atom in getattr(item, "inputs", ())
+                        if isinstance(atom, Var))
+            predicate = getattr(item, "predicate", None)
+            if isinstance(predicate, Var):
+                used.add(predicate.name)
+        unused = {key for key, implicit in self.implicit_used.items()
+                  if self.inputs[implicit.input_index].name not in used
+                  and key not in self.outside_mutations  # its guard finds it for the write
+                  and not getattr(implicit.value, "requires_grad", False)}
+        if not unused:
+            return
+        dropped = {self.implicit_used[key].input_index for key in unused}
+        renumber, kept = {}, []
+        for index, var in enumerate(self.inputs):
+            if index not in dropped:
+                renumber[index] = len(kept)
+                kept.append(var)
+        self.inputs = kept
+        self.implicit_used = {
+            key: ImplicitInput(implicit.path, renumber[implicit.input_index], implicit.value)
+            for key, implicit in self.implicit_used.items() if key not in unused}

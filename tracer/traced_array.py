@@ -1,0 +1,245 @@
+"""The traced array: ``Tracer``, the proxy a function computes with while it is traced.
+
+A ``Tracer`` stands for one IR var of its trace and carries the real value (or the
+``Pending`` that computes it), so NumPy code on it runs as usual; every primitive applied
+to it goes to its trace's ``process`` (``__tracejit_bind__``, the only place an op is
+intercepted). Where Python needs a concrete answer (``bool()``, ``int()``, ``.item()``,
+``__index__``) the real value is used and the trace records a value guard. Conversions
+that would freeze a value into compiled code (``np.asarray``, ``tolist``, formatting)
+raise ``trace_error``s that name the user's line.
+
+>>> import numpy as np
+>>> from tracejit.tracer.tracing import trace
+>>> t = trace(lambda x: bool(x.sum() > 0), np.ones(2))
+>>> t.outputs, [guard.convert for guard in t.graph.guards]
+(True, ['bool'])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .abstract import AbstractArray
+from .array_methods import ArrayMethods
+from .dims import SymInt
+from .errors import TraceError, as_numpy_would
+from .indexing import getitem, setitem
+from .locations import user_location
+from .pending import Pending, is_pending
+from .primitives import current_context
+
+
+def trace_error(message, location=None):
+    """A ``TraceError`` that starts with the user's line (the caller's caller, or
+    ``location``) and shows its source."""
+    location = location or user_location(skip=2)
+    prefix = f"{location.file}:{location.line}: " if location else ""
+    source = f"\n    {location.source}" if location and location.source else ""
+    return TraceError(f"{prefix}{message}{source}")
+
+
+def _scalar_preserving(method):
+    """A method that, on a NumPy scalar, gives a scalar (``np.float32(1).astype(float)``),
+    where on a 0-d array it gives a 0-d array."""
+
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if _is_numpy_scalar(self) and isinstance(result, Tracer) and not result.shape:
+            result.value = _numpy_scalar(result)
+        return result
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class Tracer(ArrayMethods):
+    """A traced array: the IR var it stands for, its real value, and its live shape."""
+
+    # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
+    # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
+    # when first read (a captured loop's results: tracejit.tracer.pending)
+    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "quotient",
+                 "__weakref__")
+    __tracejit_priority__ = 2
+
+    # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
+    astype = _scalar_preserving(ArrayMethods.astype)
+    copy = _scalar_preserving(ArrayMethods.copy)
+    transpose = _scalar_preserving(ArrayMethods.transpose)
+    reshape = _scalar_preserving(ArrayMethods.reshape)
+    squeeze = _scalar_preserving(ArrayMethods.squeeze)
+    clip = _scalar_preserving(ArrayMethods.clip)
+    T = property(_scalar_preserving(ArrayMethods.T.fget))
+
+    def __init__(self, context, var, value, shape):
+        self.context = context
+        self.ir_var = var
+        self.raw_value = value
+        self.shape = shape
+        # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
+        # ``views`` (a WeakSet) of the views of this one that are still alive.
+        self.base = None
+        self.views = None
+
+    @property
+    def value(self):
+        value = self.raw_value
+        if type(value) is Pending:
+            value = self.raw_value = value.force()
+        return value
+
+    @value.setter
+    def value(self, value):
+        self.raw_value = value
+
+    def lazy_value(self):
+        """The value, or the ``Pending`` standing for it while nothing has read it."""
+        value = self.raw_value
+        return value if is_pending(value) else self.value
+
+    @property
+    def dtype(self):
+        return self.ir_var.aval.dtype
+
+    @property
+    def aval(self):
+        return AbstractArray(self.shape, self.ir_var.aval.dtype, self.ir_var.aval.weak)
+
+    def __getitem__(self, index):
+        result = getitem(self, index)
+        if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
+            result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d
+        return result
+
+    @staticmethod
+    def __tracejit_bind__(prim, args, params):
+        for arg in args:
+            if isinstance(arg, Tracer):
+                return arg.context.process(prim, args, params)
+        return current_context().process(prim, args, params)  # creation ops: no operands
+
+    # --- where Python needs concrete values: value guards ------------------------------
+    def __bool__(self):
+        return self.context.guard(self, "bool", bool(self.value))
+
+    def __int__(self):
+        return self.context.guard(self, "int", int(self.value))
+
+    def __float__(self):
+        return self.context.guard(self, "float", float(self.value))
+
+    def __index__(self):
+        if self.dtype.kind not in "iu" or np.ndim(self.value):
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return self.context.guard(self, "index", int(self.value))
+
+    def item(self):
+        return self.context.guard(self, "item", np.asarray(self.value).item())
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return int(self.shape[0]) if isinstance(self.shape[0], SymInt) else self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        raise trace_error(
+            "a traced array was converted to a NumPy array (np.asarray, a NumPy function "
+            "tracejit does not support, or a write into a NumPy array); that would freeze "
+            "its value into the compiled code. Keep it as an array operand, or compute it "
+            "outside the compiled function"
+        )
+
+    def tolist(self):
+        raise trace_error(
+            "tolist() on a traced array would freeze every element into the compiled code; "
+            "return the array instead, or call tolist() outside the compiled function"
+        )
+
+    def numpy(self):
+        return self.__array__()
+
+    def __format__(self, spec):
+        raise trace_error(
+            "formatting a traced array into a string would freeze its value; pass it to "
+            "print() as a separate argument (print('loss', loss)) or format it outside"
+        )
+
+    def __str__(self):
+        return self.__format__("")
+
+    # --- in-place updates: functional underneath ---------------------------------------
+    def __setitem__(self, index, value):
+        self._update(setitem(self, index, value))
+
+    def _inplace(self, operation, other):
+        result = operation(self, other)
+        # NumPy's in-place rules: the result must fit the array's shape and cast to its
+        # dtype "same_kind" (int += float raises). Raise as NumPy does: the eager run the
+        # call falls back to raises the same error.
+        old_shape, new_shape = np.shape(self.value), np.shape(result.value)
+        if new_shape != old_shape:
+            raise as_numpy_would(ValueError(
+                f"non-broadcastable output operand with shape {old_shape} doesn't match the "
+                f"broadcast shape {new_shape}"))
+        if result.dtype != self.dtype:
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                try:  # NumPy's own error (a UFuncTypeError), from a 0-d call
+                    operation(np.zeros((), result.dtype), np.zeros((), result.dtype),
+                              out=np.zeros((), self.dtype))
+                except TypeError as error:
+                    raise as_numpy_would(error) from None
+            result = result.astype(self.dtype)
+        self._update(result)
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace(np.add, other)
+
+    def __isub__(self, other):
+        return self._inplace(np.subtract, other)
+
+    def __imul__(self, other):
+        return self._inplace(np.multiply, other)
+
+    def __itruediv__(self, other):
+        return self._inplace(np.true_divide, other)
+
+    def _update(self, result):
+        is_view = self.base is not None and self.base() is not None
+        if is_view or self.views:
+            raise trace_error(
+                "in-place write to an array that shares memory with another one (a slice, "
+                "reshape or transpose of it, or it of another); NumPy would update both, "
+                "which tracejit does not follow. Write to a copy instead: x = x.copy()",
+                user_location(skip=3),
+            )
+        self.ir_var, self.raw_value, self.shape = result.ir_var, result.raw_value, result.shape
+        self.context.note_mutation(self)
+
+    def __repr__(self):
+        return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
+
+
+def _numpy_scalar(tracer):
+    """A 0-d tracer's value as a NumPy scalar (a pending one stays pending)."""
+    value = tracer.raw_value
+    if is_pending(value):
+        return Pending(lambda: np.asarray(value.force())[()], like=tracer.dtype.type(0))
+    return np.asarray(value)[()]
+
+
+def _is_numpy_scalar(tracer):
+    value = tracer.raw_value
+    if is_pending(value) and value.like is not None:
+        return isinstance(value.like, np.generic)
+    return isinstance(tracer.value, np.generic)
+
+
+
+def _picks_one_element(index):
+    """``x[index]`` is a NumPy scalar (not a 0-d array): integers only, no ``...``."""
+    entries = index if isinstance(index, tuple) else (index,)
+    return all(isinstance(entry, (int, np.integer, SymInt)) and not isinstance(entry, bool)
+               or (isinstance(entry, Tracer) and not entry.shape and entry.dtype.kind in "iu")
+               for entry in entries)

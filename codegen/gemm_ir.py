@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
+from .counted_loop import counted_loop
+
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
@@ -195,21 +197,7 @@ class Emitter:
     @staticmethod
     def loop(builder, start, stop, step, body):
         """``for i in range(start, stop, step): body(i)`` (signed i64)."""
-        function = builder.function
-        before = builder.block
-        header = function.append_basic_block("loop")
-        inside = function.append_basic_block("loop.body")
-        after = function.append_basic_block("loop.end")
-        builder.branch(header)
-        builder.position_at_end(header)
-        index = builder.phi(I64)
-        index.add_incoming(start, before)
-        builder.cbranch(builder.icmp_signed("<", index, stop), inside, after)
-        builder.position_at_end(inside)
-        body(index)
-        index.add_incoming(builder.add(index, step), builder.block)
-        builder.branch(header)
-        builder.position_at_end(after)
+        counted_loop(builder, start, stop, body, step=step)
 
     def pause(self, builder):
         """The spin-wait hint (``pause``)."""

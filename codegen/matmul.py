@@ -30,6 +30,7 @@ from tracejit.tracer.ops import (
 
 from . import blas
 from . import dtypes as dt
+from .counted_loop import counted_loop
 from .gemm import EPILOGUE_ENTRY
 from .gemm_driver import NO_ACTIVATION, RELU, RELU_ZERO_FIRST
 from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
@@ -357,39 +358,26 @@ def build_gemm_call(kernel):
         if not batch:
             call(const(0), const(0), const(0))
             return
-        total = dims.dim(size_of(batch))
-        header = function.append_basic_block("batch")
-        body = function.append_basic_block("batch.body")
-        done = function.append_basic_block("batch.end")
-        before = builder.block
-        builder.branch(header)
-        builder.position_at_end(header)
-        index = builder.phi(I64)
-        index.add_incoming(const(0), before)
-        builder.cbranch(builder.icmp_signed("<", index, total), body, done)
-        builder.position_at_end(body)
-        # Unravel the batch index; broadcast it into each operand's batch dims.
-        coordinates, rest = [], index
-        for dim in reversed(batch):
-            size = dims.dim(dim)
-            coordinates.append(builder.srem(rest, size))
-            rest = builder.sdiv(rest, size)
-        coordinates.reverse()
+        def per_batch(index):
+            # Unravel the batch index; broadcast it into each operand's batch dims.
+            coordinates, rest = [], index
+            for dim in reversed(batch):
+                size = dims.dim(dim)
+                coordinates.append(builder.srem(rest, size))
+                rest = builder.sdiv(rest, size)
+            coordinates.reverse()
 
-        def offset(operand_batch, matrix):
-            lead = len(batch) - len(operand_batch)
-            linear = const(0)
-            for position, dim in enumerate(operand_batch):
-                coordinate = const(0) if is_unit(dim) else coordinates[lead + position]
-                linear = builder.add(builder.mul(linear, dims.dim(dim)), coordinate)
-            return builder.mul(linear, dims.dim(matrix))
+            def offset(operand_batch, matrix):
+                lead = len(batch) - len(operand_batch)
+                linear = const(0)
+                for position, dim in enumerate(operand_batch):
+                    coordinate = const(0) if is_unit(dim) else coordinates[lead + position]
+                    linear = builder.add(builder.mul(linear, dims.dim(dim)), coordinate)
+                return builder.mul(linear, dims.dim(matrix))
 
-        call(offset(a_batch, m * k), offset(b_batch, k * n),
-             builder.mul(index, dims.dim(m * n)))
-        following = builder.add(index, const(1))
-        index.add_incoming(following, builder.block)
-        builder.branch(header)
-        builder.position_at_end(done)
+            call(offset(a_batch, m * k), offset(b_batch, k * n),
+                 builder.mul(index, dims.dim(m * n)))
+        counted_loop(builder, const(0), dims.dim(size_of(batch)), per_batch, label="batch")
 
     kernel.prologue = prologue
     if product.name != root.name and not (fused is not None and blas.own_sgemm_always()):

@@ -39,6 +39,8 @@ from llvmlite import ir
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import Var
 
+from .counted_loop import counted_loop
+
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 HEADER = 4  # trips, start, step, exit_trip
@@ -141,7 +143,7 @@ def add_driver(module, program_symbol, layout):
         at += 2 + 2 * rank
     symbols = [load(at + number) for number in range(layout.symbols)]
 
-    def trip(builder, k):
+    def trip(k):
         index = builder.add(start, builder.mul(k, step))
         arguments = list(symbols)
         arguments[layout.index] = index
@@ -156,7 +158,7 @@ def add_driver(module, program_symbol, layout):
         for value_slot, dest, per_trip, sizes, strides, itemsize in writes:
             source = builder.load(slot(value_slot), typ=PTR)
             target = builder.gep(pointer(dest), [builder.mul(k, per_trip)], source_etype=I8)
-            _copy(builder, function, source, target, sizes, strides, itemsize)
+            _copy(builder, source, target, sizes, strides, itemsize)
         first = builder.icmp_signed("==", k, ir.Constant(I64, 0))
         for (in_slot, out_slot), spare in zip(layout.carried, spares):
             produced = builder.load(slot(out_slot), typ=PTR)
@@ -164,30 +166,12 @@ def add_driver(module, program_symbol, layout):
             builder.store(builder.select(first, spare, old), slot(out_slot))
             builder.store(produced, slot(in_slot))
 
-    _counted_loop(builder, function, trips, trip, "trips")
+    counted_loop(builder, ir.Constant(I64, 0), trips, trip, label="trips")
     builder.ret(ir.Constant(I32, 0))
     return function.name
 
 
-def _counted_loop(builder, function, count, body, label):
-    """``for k in range(count): body(builder, k)``; the builder ends after the loop."""
-    before = builder.block
-    head = function.append_basic_block(f"{label}.head")
-    inside = function.append_basic_block(f"{label}.body")
-    done = function.append_basic_block(f"{label}.done")
-    builder.branch(head)
-    builder.position_at_end(head)
-    k = builder.phi(I64)
-    k.add_incoming(ir.Constant(I64, 0), before)
-    builder.cbranch(builder.icmp_signed("<", k, count), inside, done)
-    builder.position_at_end(inside)
-    body(builder, k)
-    k.add_incoming(builder.add(k, ir.Constant(I64, 1)), builder.block)
-    builder.branch(head)
-    builder.position_at_end(done)
-
-
-def _copy(builder, function, source, target, sizes, strides, itemsize):
+def _copy(builder, source, target, sizes, strides, itemsize):
     """Copy the C-contiguous ``source`` (shape ``sizes``) to ``target`` laid out with
     byte ``strides``; elements moved as integers of ``itemsize`` bytes."""
     element = ir.IntType(8 * itemsize)
@@ -199,7 +183,7 @@ def _copy(builder, function, source, target, sizes, strides, itemsize):
         inner.insert(0, builder.mul(inner[0], size))
 
     def axis_loop(axis, source_at, target_at):
-        def body(builder, i):
+        def body(i):
             src = builder.gep(source_at, [builder.mul(i, inner[axis])], source_etype=I8)
             dst = builder.gep(target_at, [builder.mul(i, strides[axis])], source_etype=I8)
             if axis == len(sizes) - 1:
@@ -207,7 +191,7 @@ def _copy(builder, function, source, target, sizes, strides, itemsize):
             else:
                 axis_loop(axis + 1, src, dst)
 
-        _counted_loop(builder, function, sizes[axis], body, f"copy{axis}")
+        counted_loop(builder, ir.Constant(I64, 0), sizes[axis], body, label=f"copy{axis}")
 
     axis_loop(0, source, target)
 
@@ -255,7 +239,7 @@ class NativeLoop:
             args[at] = array.ctypes.data
             at += 1
         spares = []
-        for in_slot, out_slot in layout.carried:
+        for _in_slot, out_slot in layout.carried:
             spare = np.empty_like(keep[out_slot])
             spares.append(spare)
             args[at] = spare.ctypes.data

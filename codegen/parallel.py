@@ -27,6 +27,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from . import llvm
+from .counted_loop import counted_loop
 
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
 POOL = ir.PointerType(I64)  # typed, so llvmlite's atomic instructions can check value types
@@ -197,23 +198,13 @@ def _parallel_for(module, run_chunks):
 
 def _run_inline(builder, body, context, total, chunk):
     """``body(context, start, end)`` for every chunk of ``[0, total)`` on this thread."""
-    function = builder.function
-    before = builder.block
-    header = function.append_basic_block("inline")
-    inside = function.append_basic_block("inline.body")
-    after = function.append_basic_block("inline.end")
-    builder.branch(header)
-    builder.position_at_end(header)
-    start = builder.phi(I64)
-    start.add_incoming(ir.Constant(I64, 0), before)
-    builder.cbranch(builder.icmp_unsigned("<", start, total), inside, after)
-    builder.position_at_end(inside)
-    end = builder.add(start, chunk)
-    end = builder.select(builder.icmp_unsigned(">", end, total), total, end)
-    builder.call(body, [context, start, end])
-    start.add_incoming(end, inside)
-    builder.branch(header)
-    builder.position_at_end(after)
+
+    def run_chunk(start):
+        end = builder.add(start, chunk)
+        end = builder.select(builder.icmp_unsigned(">", end, total), total, end)
+        builder.call(body, [context, start, end])
+
+    counted_loop(builder, ir.Constant(I64, 0), total, run_chunk, step=chunk, label="inline")
 
 
 def _worker_loop(module, run_chunks):

@@ -110,7 +110,7 @@ class Path:
     exits: dict = field(default_factory=dict)  # guard index -> times taken eagerly
     calls: int = 0
     backward: object = None  # the backward program, for calls that need gradients
-    gradients: object = None  # tracejit.tracer.tracing.GradientPlan
+    gradients: object = None  # tracejit.tracer.gradient_trace.GradientPlan
     residual_bytes: int = 0
 
     def __post_init__(self):

@@ -1,0 +1,85 @@
+"""Traces that record the backward pass too: ``trace(fn, *args, grad=True)``.
+
+The tracer records the function; when gradients are asked for and some input is a Tensor
+requiring grad, ``record_gradients`` appends reverse mode (``tracejit.tracer.autodiff``)
+to the same graph: one cotangent input per floating-point output, one gradient output per
+input that requires grad. ``GradientPlan`` says how the joint graph is laid out;
+``tracejit.tracer.partition`` splits it into forward and backward programs.
+
+>>> import numpy as np
+>>> from tracejit import tensor
+>>> from tracejit.tracer.tracing import trace
+>>> t = trace(lambda x: (x * x).sum(), tensor([1.0, 2.0], requires_grad=True), grad=True)
+>>> t.gradients
+GradientPlan(forward_outputs=1, differentiable=[0], cotangent_inputs=[1], wrt=[('leaf', 0)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .autodiff import reverse
+from .errors import UnsupportedError
+from .traced_array import Tracer
+
+
+@dataclass
+class GradientPlan:
+    """How a joint forward+backward graph (``trace(..., grad=True)``) is laid out.
+
+    Outputs ``[:forward_outputs]`` are the function's; then one gradient per ``wrt``
+    entry: ``("leaf", argument leaf position)`` or ``("implicit", implicit input number)``.
+    ``cotangent_inputs`` are the graph inputs holding the cotangent of each output in
+    ``differentiable`` (program output positions)."""
+
+    forward_outputs: int
+    differentiable: list
+    cotangent_inputs: list
+    wrt: list
+
+
+def wants_gradients(leaves, implicit):
+    """Whether an argument leaf or an outside array (``implicit``: ``{id: (path, obj)}``)
+    is a Tensor requiring grad (loops are then captured so that they can be reversed)."""
+    return any(getattr(value, "requires_grad", False)
+               for value in (*leaves, *(obj for _, obj in implicit.values())))
+
+
+def record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, mutated,
+                     is_output_leaf):
+    """Append the backward pass to the trace: cotangent inputs for the floating-point
+    outputs, gradients for every input that is a Tensor requiring grad. ``is_output_leaf``
+    says which result leaves are program outputs (the rest are static)."""
+    wrt, tracers = [], []
+    for position, leaf in enumerate(leaves):
+        if getattr(leaf, "requires_grad", False) and isinstance(traced_leaves[position],
+                                                                   Tracer):
+            wrt.append(("leaf", position))
+            tracers.append(traced_leaves[position])
+    for number, implicit in enumerate(context.implicit_used.values()):
+        if getattr(implicit.value, "requires_grad", False):
+            wrt.append(("implicit", number))
+            tracers.append(context.implicit_tracer(implicit.value))
+    if not wrt:
+        return None
+    if mutated:
+        raise UnsupportedError("a function that writes into its inputs cannot be compiled "
+                               "with gradients (it runs eagerly on the tape)")
+    outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
+    program_index = 0
+    for leaf in out_leaves:
+        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f":
+            seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
+            outputs.append(leaf)
+            seeds.append(seed)
+            differentiable.append(program_index)
+            cotangent_inputs.append(len(context.inputs) - 1)
+        if is_output_leaf(leaf):
+            program_index += 1
+    forward_outputs = len(output_atoms)
+    for gradient in reverse(context, outputs, seeds, tracers):
+        atom, _, _ = context.atom(gradient)
+        output_atoms.append(atom)
+    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)

@@ -26,6 +26,7 @@ from tracejit.codegen import native_loop
 from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
 from tracejit.tracer import pytree
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
+from tracejit.tracer.attribute_writes import AttributeWrite
 from tracejit.tracer.dims import DimExpr, parse_dim
 from tracejit.tracer.implicit import Path as ImplicitPath
 from tracejit.tracer.ir import (
@@ -602,6 +603,8 @@ def outputs_to_json(plan, implicit_paths=()):
 
 
 def _write_to_json(write, implicit_paths):
+    if isinstance(write, AttributeWrite):  # its object is identity-guarded: not on disk
+        raise NotSerializable(f"an attribute write ({write.path}.{write.name})")
     if isinstance(write, OutsideArrayWrite):
         if str(write.path) not in implicit_paths:
             raise NotSerializable(f"a write into {write.path}, which is no implicit input")
@@ -694,7 +697,7 @@ def variant_from_json(data, fn, blobs):
 
     spec = spec_from_json(data["spec"], fn)
     root = None
-    from tracejit.tracer.gradient_trace import GradientPlan
+    from tracejit.tracer.tracing import GradientPlan
 
     for entry in data["paths"]:
         program = program_from_json(entry["program"], blobs)

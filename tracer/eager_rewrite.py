@@ -149,6 +149,18 @@ class EagerHooks:
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
 
+    def store_item(self, container, index, value, written):
+        container[index] = value
+
+    def update_item_in(self, container, index, value, operation, written):
+        container[index] = self.inplace(container[index], value, operation)
+
+    def mutation_of(self, what, receiver):
+        pass
+
+    def set_attr(self, owner, name, value, written):
+        setattr(owner, name, value)
+
     def update_attr(self, owner, name, value, operation, written):
         setattr(owner, name, self.inplace(getattr(owner, name), value, operation))
 

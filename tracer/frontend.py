@@ -37,22 +37,23 @@ import types
 import astor
 import numpy as np
 
-from . import argument_writes, loop_sequences, loop_while, ops
+from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
 from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
 from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
-from .loop_index import read_at_index
-from .loop_sequences import expand_sequence_loops
 from .loop_frontend import rewrite_for
 from .loop_generalize import Refused
+from .loop_index import read_at_index
+from .loop_sequences import expand_sequence_loops
 from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import arange
 from .out_arguments import check_out
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
+from .unpacking import needs_split, split_targets
 
 HOOK = "__tracejit__"
 
@@ -260,6 +261,14 @@ class _Rewriter(ast.NodeTransformer):
                 # the key is there
                 return _hook("setdefault_argument", what, owner, *node.args, node=node)
             return _then(_hook("outside_mutation", what, owner, node=node), node)
+        if (isinstance(original, ast.Attribute) and original.attr in _MUTATING_METHODS
+                and _is_load_chain(original.value)):  # self.history.append(loss)
+            what = ast.Constant(f"{ast.unparse(original)}(...)")
+            check = _hook("mutation_of", what, original.value, node=node)
+            call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
+                                               attr="call", ctx=ast.Load()),
+                            args=[func, *node.args], keywords=node.keywords)
+            return _then(check, ast.copy_location(call, node))
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
                                ctx=ast.Load()),
@@ -269,6 +278,12 @@ class _Rewriter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
     def visit_Assign(self, node):
+        if needs_split(node):  # self.h, self.c = h, c: one write per target
+            statements = []
+            for statement in split_targets(node, self._fresh_name):
+                visited = self.visit(statement)
+                statements.extend(visited if isinstance(visited, list) else [visited])
+            return statements
         # The container's name, before visiting rewrites a global one into a load hook.
         name = _subscripted_name(node.targets[0]) if len(node.targets) == 1 else None
         target_text = ast.unparse(node.targets[0])  # the user's text, for messages
@@ -284,9 +299,22 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(ast.Expr(call), node)
         if name is not None:
             return self._subscript_store(name, target, node.value, node, written)
-        if isinstance(target, ast.Attribute):
-            return _refused_statement(target_text, node)
+        if isinstance(target, ast.Subscript):  # self.cache["x"] = x
+            store = _hook("store_item", target.value, target.slice, node.value,
+                          ast.Constant(f"{target_text} = ..."), node=node)
+            return ast.copy_location(ast.Expr(store), node)
+        if isinstance(target, ast.Attribute):  # self.cache = x
+            store = _hook("set_attr", target.value, ast.Constant(target.attr), node.value,
+                          ast.Constant(f"{target_text} = ..."), node=node)
+            return ast.copy_location(ast.Expr(store), node)
         return node
+
+    def _fresh_name(self):
+        """A local name for a value the rewrite holds between statements."""
+        self.fresh_names = getattr(self, "fresh_names", 0) + 1
+        name = f"__tracejit_value{self.fresh_names}"
+        self.scope.assigned.add(name)
+        return name
 
     def visit_AugAssign(self, node):
         name = _subscripted_name(node.target)
@@ -309,6 +337,10 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(
                 ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
             )
+        if isinstance(target, ast.Subscript):  # self.params["W"] -= lr * g
+            update = _hook("update_item_in", target.value, target.slice, node.value,
+                           operation, ast.Constant(written), node=node)
+            return ast.copy_location(ast.Expr(update), node)
         if isinstance(target, ast.Attribute):  # self.W -= lr * dW
             update = _hook("update_attr", target.value, ast.Constant(target.attr), node.value,
                            operation, ast.Constant(written), node=node)
@@ -358,6 +390,16 @@ def _key_from_dims(key):
 def _mentions(node, names):
     return bool(names) and any(isinstance(inner, ast.Name) and inner.id in names
                                for inner in ast.walk(node))
+
+
+def _is_load_chain(node):
+    """``a.b[k].c``: attributes and constant items from a name (evaluating it twice, for
+    a check and for the call, reads the same object)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _subscripted_name(target):
@@ -642,8 +684,11 @@ def _with_inputs(context, container, depth=0):
     if not replaced:
         return container
     if type(container) is dict:
-        return {key: replaced.get(key, item) for key, item in container.items()}
-    return type(container)(replaced.get(index, item) for index, item in enumerate(container))
+        copy = {key: replaced.get(key, item) for key, item in container.items()}
+    else:
+        copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
+    attribute_writes.note_copy(context, copy)  # a write into it would not reach the original
+    return copy
 
 
 def note_contents(context, path, value, budget=None):
@@ -737,8 +782,11 @@ class Hooks:
         trace must see it: arrays are inputs read through their path at every call, never
         frozen constants; Python settings are entry-guarded by value, down to those inside
         lists and dicts; containers of input arrays hold their traced inputs; objects are
-        remembered, so ``getattr(obj, "k")`` is guarded like ``obj.k``."""
+        remembered, so ``getattr(obj, "k")`` is guarded like ``obj.k``. An attribute this
+        trace wrote (``self.cache = x``, then read) is what it wrote: nothing to guard."""
         context = self.context
+        if path is not None and str(path) in context.written_paths:
+            return value
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
                                                     0) == 1:
             if path is not None and isinstance(value, np.ndarray) and not context.is_implicit(
@@ -843,7 +891,10 @@ class Hooks:
                     "not come from the arguments: compiled runs would reuse the value this "
                     "call returned when traced. Call it outside and pass the value in"
                 )
-        return self.function_for(function)(*args, **kwargs)
+        result = self.function_for(function)(*args, **kwargs)
+        if isinstance(function, type) and _is_plain_object(result):  # Linear(4, 8) made here
+            attribute_writes.note_created(self.context, result)
+        return result
 
     def function_for(self, function):
         inline = getattr(function, "__tracejit_inline__", None)
@@ -1013,6 +1064,53 @@ class Hooks:
             check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
             return self.set_item(target, Ellipsis, result, False)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
+
+    def set_attr(self, owner, name, value, written):
+        """``owner.name = value``: on an object made in this call, as Python does it; on
+        an object from outside (``self`` of a layer, a global model) a write the compiled
+        call makes too (``attribute_writes``); elsewhere (a module, an object the trace
+        cannot find again) outside state it refuses."""
+        context = self.context
+        if attribute_writes.is_local_object(context, owner):
+            setattr(owner, name, value)
+            return
+        known = self.object_paths.get(id(owner)) or context.outside_objects.get(id(owner))
+        if known is None or known[1] is not owner or not _is_plain_object(owner):
+            return self.outside_mutation(written)
+        attribute_writes.note(context, owner, name, value, known[0])
+
+    def store_item(self, container, index, value, written):
+        """``expression[index] = value`` where the container is not a plain name
+        (``self.cache["x"] = x``, ``self.h[t] = h``): an array is written as ``a[i] = v``
+        is; a dict or list from outside (or a trace's copy of one) is outside state,
+        refused; one made in this call is written."""
+        if isinstance(container, np.ndarray) or is_traced(container):
+            self.set_item(container, index, value, False)
+            return
+        if attribute_writes.is_outside_container(self.context, container):
+            self.outside_mutation(written)
+        container[index] = value
+
+    def update_item_in(self, container, index, value, operation, written):
+        """``expression[index] op= value`` (``self.params["W"] -= lr * g``): an array
+        there is updated in place (as NumPy does; an outside one is written back), an
+        outside container rebinding its item (``self.counts["n"] += 1``) is refused."""
+        if isinstance(container, np.ndarray) or is_traced(container):
+            self.update_item(container, index, value, operation, False)
+            return
+        current = self.load(container[index], ("expression", "", ()))
+        if is_traced(current) or isinstance(current, np.ndarray):
+            self.inplace(current, value, operation)
+            return
+        if attribute_writes.is_outside_container(self.context, container):
+            self.outside_mutation(written)
+        container[index] = self.inplace(current, value, operation)
+
+    def mutation_of(self, what, receiver):
+        """A mutating method (``append``, ``update``, ...) called on ``receiver``: on a
+        dict or list from outside, outside state: refused."""
+        if attribute_writes.is_outside_container(self.context, receiver):
+            self.outside_mutation(what)
 
     def update_attr(self, owner, name, value, operation, written):
         """``owner.name op= value`` with an array there: NumPy writes into that array and

@@ -80,7 +80,7 @@ class Path:
         return head
 
 
-def _scan(value, path, found, depth, seen):
+def _scan(value, path, found, depth, seen, objects=None):
     if _is_array(value):
         found.setdefault(id(value), (path, value))
         return
@@ -91,6 +91,8 @@ def _scan(value, path, found, depth, seen):
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return
     seen.add(id(value))
+    if objects is not None and type(value) in (dict, list):  # a change to it is seen
+        objects.setdefault(id(value), (path, value))
     if isinstance(value, functools.partial):  # partial(f, W=W): W is read at every call
         for index, item in enumerate(value.args[:64]):
             _scan(item, Path(path.root, path.steps + (("attr", "args"), ("item", index))),
@@ -102,14 +104,19 @@ def _scan(value, path, found, depth, seen):
             _scan_function(value.func, found, seen, set())
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value[:64]):
-            _scan(item, Path(path.root, path.steps + (("item", index),)), found, depth + 1, seen)
+            _scan(item, Path(path.root, path.steps + (("item", index),)), found, depth + 1, seen,
+                  objects)
     elif isinstance(value, dict):
         for key, item in list(value.items())[:64]:
             if isinstance(key, (str, int)):
-                _scan(item, Path(path.root, path.steps + (("item", key),)), found, depth + 1, seen)
+                _scan(item, Path(path.root, path.steps + (("item", key),)), found, depth + 1,
+                      seen, objects)
     elif hasattr(value, "__dict__") and not isinstance(value, np.generic):
+        if objects is not None:  # where an attribute write finds it again
+            objects.setdefault(id(value), (path, value))
         for name, item in list(vars(value).items())[:64]:
-            _scan(item, Path(path.root, path.steps + (("attr", name),)), found, depth + 1, seen)
+            _scan(item, Path(path.root, path.steps + (("attr", name),)), found, depth + 1, seen,
+                  objects)
 
 
 def _names(code):
@@ -121,7 +128,7 @@ def _names(code):
     return names
 
 
-def _scan_function(function, found, seen, visited):
+def _scan_function(function, found, seen, visited, objects=None):
     code = function.__code__
     if code in visited or is_internal(code.co_filename):
         return
@@ -132,39 +139,41 @@ def _scan_function(function, found, seen, visited):
             continue
         value = globals_[name]
         if isinstance(value, types.FunctionType):
-            _scan_function(value, found, seen, visited)
+            _scan_function(value, found, seen, visited, objects)
         else:
-            _scan(value, Path(("global", globals_, name)), found, 0, seen)
+            _scan(value, Path(("global", globals_, name)), found, 0, seen, objects)
     for name, cell in zip(code.co_freevars, function.__closure__ or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # an empty cell (not assigned yet)
             continue
         if isinstance(value, types.FunctionType):
-            _scan_function(value, found, seen, visited)
+            _scan_function(value, found, seen, visited, objects)
         else:
-            _scan(value, Path(("closure", cell, name)), found, 0, seen)
+            _scan(value, Path(("closure", cell, name)), found, 0, seen, objects)
     for index, value in enumerate(function.__defaults__ or ()):
-        _scan(value, Path(("default", function, index)), found, 0, seen)
+        _scan(value, Path(("default", function, index)), found, 0, seen, objects)
     for name, value in (function.__kwdefaults__ or {}).items():
-        _scan(value, Path(("kwdefault", function, name)), found, 0, seen)
+        _scan(value, Path(("kwdefault", function, name)), found, 0, seen, objects)
 
 
-def find_implicit_inputs(fn, argument_leaves):
-    """``{id(array): (Path, array)}`` for arrays ``fn`` can read without arguments."""
+def find_implicit_inputs(fn, argument_leaves, objects=None):
+    """``{id(array): (Path, array)}`` for arrays ``fn`` can read without arguments;
+    ``objects``, a dict, receives ``{id(object): (Path, object)}`` for the objects passed
+    on the way (where an attribute write finds its object again)."""
     found, seen, visited = {}, set(), set()
     target = fn
     if isinstance(fn, types.MethodType):
-        _scan(fn.__self__, Path(("self", fn.__self__)), found, 0, seen)
+        _scan(fn.__self__, Path(("self", fn.__self__)), found, 0, seen, objects)
         target = fn.__func__
     elif not isinstance(fn, types.FunctionType):  # a partial, a layer object
-        _scan(fn, Path(("self", fn)), found, 0, seen)
+        _scan(fn, Path(("self", fn)), found, 0, seen, objects)
         call = getattr(type(fn), "__call__", None)
         if isinstance(call, types.FunctionType):
             target = call
     for index, leaf in enumerate(argument_leaves):
         if not _is_array(leaf):
-            _scan(leaf, Path(("arg", index)), found, 1, seen)
+            _scan(leaf, Path(("arg", index)), found, 1, seen, objects)
     if isinstance(target, types.FunctionType):
-        _scan_function(target, found, seen, visited)
+        _scan_function(target, found, seen, visited, objects)
     return found

@@ -249,6 +249,27 @@ class IndexPlan:
         return tuple(config)
 
 
+def written_region(x, index):
+    """``((low, high) per axis)`` covering what ``x[index] = v`` writes, for basic indexing
+    (ints, slices, ``None``, ``...``); None otherwise (arrays, masks, traced positions)."""
+    try:
+        plan = _plan(tuple(shape_of(x)), index)
+    except Exception:  # the write itself raises the user's error
+        return None
+    if plan.advanced:
+        return None
+    return tuple(zip(plan.starts, plan.limits))
+
+
+def apart(region, other):
+    """Whether two regions of one array provably share no element (on some axis, one ends
+    before the other starts)."""
+    if region is None or other is None or len(region) != len(other):
+        return False
+    return any(surely(high, "<=", low2) or surely(high2, "<=", low)
+               for (low, high), (low2, high2) in zip(region, other))
+
+
 _PLANS = {}
 
 

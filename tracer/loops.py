@@ -40,6 +40,7 @@ from .loop_generalize import Refused, _generalize
 from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .ops.control import LoopGuardFailed, loop_p, run_body
 from .pending import Pending, force, is_pending
+from .traced_array import Tracer
 
 log = logging.getLogger("tracejit.loops")
 
@@ -62,6 +63,19 @@ def _unrolled(body, iterator, values):
     for t in iterator:
         values = tuple(body(t, *values))
     return values
+
+
+def _unrolled_nest(context, body, iterator, values, trips):
+    """Unrolled, with the loops nested in it seeing the product of the enclosing unrolled
+    trip counts: a nest of small constant loops (5 x 5 output positions of a naive conv)
+    unrolls only while that product stays under ``STATIC_UNROLL_LIMIT``, and the loop that
+    would take it over is captured (one body instead of hundreds to compile)."""
+    outer = getattr(context, "unrolled_trips", 1)
+    context.unrolled_trips = outer * max(trips, 1)
+    try:
+        return _unrolled(body, iterator, values)
+    finally:
+        context.unrolled_trips = outer
 
 
 def _bounds(range_args):
@@ -117,7 +131,10 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     if reason is not None:
         if reason:
             _note(context, where, reason)
-        return _unrolled(body, iterator(range_args), values)
+        if context is None or not all(isinstance(b, int) for b in (start, stop, step)):
+            return _unrolled(body, iterator(range_args), values)
+        return _unrolled_nest(context, body, iterator(range_args), values,
+                              len(range(start, stop, step)))
     count = len(range(value_of(start), value_of(stop), step))
     if count < 3:
         _note(context, where, f"the first call runs {count} iteration(s); capture needs 3")
@@ -184,7 +201,7 @@ def _capturable(context, range_function, start, stop, step):
     if symbolic and step not in (1, -1):
         return "a dynamic range with a step other than 1 or -1"
     trips = len(range(start, stop, step)) if not symbolic else None
-    if not symbolic and trips < STATIC_UNROLL_LIMIT:
+    if not symbolic and trips * getattr(context, "unrolled_trips", 1) < STATIC_UNROLL_LIMIT:
         if trips < 3:
             return ""
         return (f"its trip count {trips} is a Python int, not a dynamic dim, so it is unrolled "
@@ -208,8 +225,6 @@ def _note(context, where, reason):
 
 
 def _fresh(context, value):
-    from .tracing import Tracer
-
     var = context.new_var(value.ir_var.aval)
     tracer = Tracer(context, var, value.lazy_value(), value.shape)
     context.values[var.name] = (tracer.raw_value, tracer.shape)
@@ -223,8 +238,6 @@ class _ArrayCarry:
     slot_count = 1
 
     def __init__(self, name, original, value):
-        from .tracing import Tracer
-
         if not isinstance(value, Tracer):
             raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
                           "not an array")
@@ -237,8 +250,6 @@ class _ArrayCarry:
         return slots[0]
 
     def leave(self, proxy, returned):
-        from .tracing import Tracer
-
         if not isinstance(returned, Tracer):
             raise Refused(f"`{self.name}` is a {type(returned).__name__} inside the loop, not "
                           "an array")
@@ -330,8 +341,6 @@ class _Trial:
     the prints it would have written, and the containers' reads."""
 
     def __init__(self, context, body, t, carries, slots):
-        from .tracing import Tracer
-
         params = [_fresh(context, value) if isinstance(value, Tracer) else value
                   for value in slots]
         self.params = tuple(param.ir_var for param in params)  # before writes rebind them
@@ -513,8 +522,6 @@ def _first_trip_fits(carries, entering):
 
 def _capture_trips(context, body, carries, start, stop, step, where, from_first):
     """``from_first``: the vars entering iteration 0 when it joins the loop, else None."""
-    from .tracing import Tracer  # cycle: tracing -> frontend -> loops
-
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1

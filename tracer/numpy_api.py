@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from .nan_reductions import (
     nanvar,
 )
 from .out_arguments import write_out
-from .primitives import bind
+from .primitives import bind, is_traced
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
@@ -294,8 +295,17 @@ def flip(m, axis=None):
 def pad(array, pad_width, mode="constant", constant_values=0):
     if mode != "constant" or constant_values != 0:
         raise UnsupportedError("np.pad supports mode='constant' with constant_values=0 only")
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=object), (ndim_of(array), 2))
+    widths = np.broadcast_to(np.asarray(_guarded_ints(pad_width), dtype=object),
+                             (ndim_of(array), 2))
     return ops.pad(array, tuple((int(low), int(high), 0) for low, high in widths))
+
+
+def _guarded_ints(value):
+    """``value`` (an int, or tuples and lists of them) with each traced int made its value
+    under a guard (a pad width read from a run-time int: ``conv_param["pad"]``)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_guarded_ints(item) for item in value)
+    return operator.index(value) if is_traced(value) else value
 
 
 def tril(m, k=0):

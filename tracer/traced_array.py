@@ -23,7 +23,7 @@ from .abstract import AbstractArray
 from .array_methods import ArrayMethods
 from .dims import SymInt
 from .errors import TraceError, as_numpy_would
-from .indexing import getitem, setitem
+from .indexing import apart, getitem, setitem, written_region
 from .locations import user_location
 from .pending import Pending, is_pending
 from .primitives import current_context
@@ -59,8 +59,8 @@ class Tracer(ArrayMethods):
     # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
     # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
     # when first read (a captured loop's results: tracejit.tracer.pending)
-    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "quotient",
-                 "__weakref__")
+    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "region",
+                 "quotient", "__weakref__")
     __tracejit_priority__ = 2
 
     # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
@@ -81,6 +81,9 @@ class Tracer(ArrayMethods):
         # ``views`` (a WeakSet) of the views of this one that are still alive.
         self.base = None
         self.views = None
+        # ``region``: for a view, the part of its base it shows ((low, high) per base axis,
+        # or None when not known): a write elsewhere in the base leaves it right
+        self.region = None
 
     @property
     def value(self):
@@ -170,7 +173,7 @@ class Tracer(ArrayMethods):
 
     # --- in-place updates: functional underneath ---------------------------------------
     def __setitem__(self, index, value):
-        self._update(setitem(self, index, value))
+        self._update(setitem(self, index, value), written_region(self, index))
 
     def _inplace(self, operation, other):
         result = operation(self, other)
@@ -205,9 +208,13 @@ class Tracer(ArrayMethods):
     def __itruediv__(self, other):
         return self._inplace(np.true_divide, other)
 
-    def _update(self, result):
+    def _update(self, result, written=None):
+        """Become ``result`` (an in-place write). ``written``: the region the write covers
+        (``written_region``), when known: views of this array outside it (``prev = h[t]``
+        before ``h[t + 1] = ...``) show what NumPy's views would, and may stay."""
         is_view = self.base is not None and self.base() is not None
-        if is_view or self.views:
+        if is_view or (self.views and not all(apart(view.region, written)
+                                              for view in self.views)):
             raise trace_error(
                 "in-place write to an array that shares memory with another one (a slice, "
                 "reshape or transpose of it, or it of another); NumPy would update both, "

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import argument_writes, pytree
+from . import argument_writes, attribute_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
+from .autodiff import reverse
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
-from .gradient_trace import record_gradients, wants_gradients
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, user_location
@@ -60,6 +60,21 @@ class InputSpec:
 
 
 @dataclass
+class GradientPlan:
+    """How a joint forward+backward graph (``trace(..., grad=True)``) is laid out.
+
+    Outputs ``[:forward_outputs]`` are the function's; then one gradient per ``wrt``
+    entry: ``("leaf", argument leaf position)`` or ``("implicit", implicit input number)``.
+    ``cotangent_inputs`` are the graph inputs holding the cotangent of each output in
+    ``differentiable`` (program output positions)."""
+
+    forward_outputs: int
+    differentiable: list
+    cotangent_inputs: list
+    wrt: list
+
+
+@dataclass
 class Trace:
     """The result of ``trace``: the graph, the real outputs, and what the trace assumed."""
 
@@ -75,7 +90,7 @@ class Trace:
     output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
-    gradients: object = None  # gradient_trace.GradientPlan when traced with grad=True
+    gradients: object = None  # GradientPlan when traced with grad=True
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
@@ -123,6 +138,10 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.counter = 0
         self.mutated = {}  # id(input tracer) -> tracer
         self.outside_mutations = {}  # id(outside array) -> its input's tracer, written
+        # self.cache = x on objects from outside (tracer/attribute_writes.py)
+        self.outside_objects, self.created_objects = {}, {}
+        self.attribute_writes, self.attribute_originals, self.written_paths = {}, {}, set()
+        self.outside_copies, self.outside_contents = {}, {}
         self.input_tracers = []
         self.implicit_tracers = {}
         self.outside_values = {}
@@ -234,6 +253,10 @@ class TracingContext(ShapeFacts, OutsideInputs):
             root = source.base() if source.base is not None else None
             root = source if root is None else root
             result.base = weakref.ref(root)
+            if prim.name == "slice" and root is source:  # the part of the base it shows
+                result.region = tuple(zip(params["starts"], params["limits"]))
+            elif prim.name != "slice":  # reshaped, transposed, flipped: the same elements
+                result.region = source.region
             if root.views is None:
                 root.views = weakref.WeakSet()
             root.views.add(result)
@@ -384,22 +407,26 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     closures, defaults and attributes (``tracejit.tracer.implicit.find_implicit_inputs``); they
     become graph inputs instead of constants. ``check=True`` runs the verifier on the
     graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
-    backward pass (``tracejit.tracer.gradient_trace``): gradients of the floating-point outputs
-    with respect to every input that is a Tensor requiring grad (``Trace.gradients`` says
-    how; ``tracejit.tracer.partition`` splits the joint graph). ``lazy=True`` may leave
-    outputs a captured loop computes ``Pending`` (``Trace.pending``;
-    ``Trace.force_outputs()`` computes them): the runtime
+    backward pass: gradients of the floating-point outputs with respect to every input
+    that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracejit.tracer.partition``
+    splits the joint graph). ``lazy=True`` may leave outputs a captured loop computes
+    ``Pending`` (``Trace.pending``; ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
     """
     name = name or getattr(fn, "__name__", "function")
     leaves, input_tree = pytree.flatten((args, kwargs))
-    if implicit is None:
-        implicit = find_implicit_inputs(fn, leaves)
+    objects = {}  # where an attribute write finds its object again (attribute_writes)
+    found = find_implicit_inputs(fn, leaves, objects)
+    implicit = found if implicit is None else implicit
     context = TracingContext(name, implicit)
+    context.outside_objects = objects
+    attribute_writes.watch(context)
     # Loops stay captured in traces that record gradients too (tracejit.tracer.loop_autodiff), but
     # a loop whose body loop_autodiff cannot reverse is unrolled (tracejit.tracer.loops asks).
     context.unroll_loops = not capture_loops
-    context.records_gradients = bool(grad) and wants_gradients(leaves, implicit)
+    context.records_gradients = bool(grad) and any(
+        getattr(value, "requires_grad", False)
+        for value in (*leaves, *(obj for _, obj in implicit.values())))
     # best effort, for dynamic={"x": ...}
     argument_names = _argument_names(fn, args, kwargs, partial=True) or [None] * len(args)
     top_level = pytree.argument_positions(args, kwargs)
@@ -455,15 +482,18 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves)
             result = plain_containers(result)  # the lists and dicts a loop filled
-        change = argument_writes.unfollowed_change(context)
+        change = argument_writes.unfollowed_change(context) or (
+            attribute_writes.unfollowed_change(context))
         if change is not None:
             raise UnsupportedError(f"{change} the trace cannot follow (compiled runs would "
                                    "skip it); return the new values instead")
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
+        attribute_writes.restore(context)
         raise _with_user_line(error) from None
     except BaseException:
         context.finished = True
+        attribute_writes.restore(context)
         raise
 
     out_leaves, output_tree = pytree.flatten(result)
@@ -477,6 +507,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
             outputs.append(value)
         elif leaf is UNDEFINED:  # assigned only in a loop that ran no trip: Python raises
             context.finished = True
+            attribute_writes.restore(context)
             raise as_numpy_would(UnboundLocalError(
                 "a result is a name assigned only inside a loop that ran no iteration"))
         else:
@@ -492,11 +523,18 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     aliases = {index: position for index, leaf in enumerate(out_leaves)
                for position in mutated if leaf is traced_leaves[position]}
     writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
+    try:
+        writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
+    except TypeError as error:
+        context.finished = True
+        attribute_writes.restore(context)
+        raise _with_user_line(UnsupportedError(f"{error} cannot be stored again at every "
+                                               "call; keep it elsewhere")) from None
     gradients = None
     if grad:
         with recording_into(context):  # the backward creates values too (zeros, unused inputs)
-            gradients = record_gradients(context, out_leaves, output_atoms, leaves,
-                                         traced_leaves, mutated, _is_output_leaf)
+            gradients = _record_gradients(context, out_leaves, output_atoms, leaves,
+                                          traced_leaves, mutated)
     context.finished = True
     if gradients is None:  # gradient plans number the inputs they differentiate
         context.drop_unused_implicit_inputs(output_atoms)
@@ -511,6 +549,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     for index, position in aliases.items():
         outputs[index] = leaves[position]
     argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
+    attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
     pending = lazy and not mutated and not writes and any(is_pending(v) for v in outputs)
     if not pending:
         outputs = [force(value) for value in outputs]
@@ -535,6 +574,44 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         pending=pending,
         argument_writes=writes,
     )
+
+
+def _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, mutated):
+    """Append the backward pass to the trace: cotangent inputs for the floating-point
+    outputs, gradients for every input that is a Tensor requiring grad."""
+    wrt, tracers = [], []
+    for position, leaf in enumerate(leaves):
+        if getattr(leaf, "requires_grad", False) and isinstance(traced_leaves[position],
+                                                                   Tracer):
+            wrt.append(("leaf", position))
+            tracers.append(traced_leaves[position])
+    for number, implicit in enumerate(context.implicit_used.values()):
+        if getattr(implicit.value, "requires_grad", False):
+            wrt.append(("implicit", number))
+            tracers.append(context.implicit_tracer(implicit.value))
+    if not wrt:
+        return None
+    if mutated:
+        raise UnsupportedError("a function that writes into its inputs cannot be compiled "
+                               "with gradients (it runs eagerly on the tape)")
+    outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
+    program_index = 0
+    for leaf in out_leaves:
+        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f":
+            seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
+            outputs.append(leaf)
+            seeds.append(seed)
+            differentiable.append(program_index)
+            cotangent_inputs.append(len(context.inputs) - 1)
+        if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
+            type(leaf) in PYTHON_SCALARS
+        ):
+            program_index += 1
+    forward_outputs = len(output_atoms)
+    for gradient in reverse(context, outputs, seeds, tracers):
+        atom, _, _ = context.atom(gradient)
+        output_atoms.append(atom)
+    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
 
 
 def _with_user_line(error):

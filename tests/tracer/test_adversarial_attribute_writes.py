@@ -13,7 +13,6 @@ every call. A strict xfail is a bug: its reason says what is wrong.
 import copy
 
 import numpy as np
-import pytest
 
 import tracejit as tj
 
@@ -205,9 +204,6 @@ class DictCache:
         return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="self.cache['x'] = x (item write into a dict held "
-                   "by an outside object's attribute) is neither refused nor compiled: the "
-                   "traced call leaves a Tracer in the dict, compiled calls skip the write")
 def test_an_item_write_into_a_dict_attribute():
     run_twins(DictCache, "forward", [(np.full(2, float(i)),) for i in range(3)])
 
@@ -225,9 +221,6 @@ class Momentum:
         return self.params["W"].sum()
 
 
-@pytest.mark.xfail(strict=True, reason="momentum SGD keeping its velocity in a dict "
-                   "attribute: wrong result (2.0 vs eager 1.8 on the first call) and the "
-                   "parameters are never updated")
 def test_a_momentum_optimizer_with_a_velocity_dict():
     run_twins(Momentum, "step", [(np.ones(2),) for _ in range(3)])
 
@@ -241,8 +234,6 @@ class ListCache:
         return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="self.X.append(x) on a list attribute leaves Tracers "
-                   "in the caller's list (and every call retraces)")
 def test_an_append_to_a_list_attribute():
     run_twins(ListCache, "forward", [(np.full(2, float(i)),) for i in range(3)])
 
@@ -257,8 +248,6 @@ class BuiltinSetattr:
         return x
 
 
-@pytest.mark.xfail(strict=True, reason="setattr(self, 'a', v) leaves a Tracer in the "
-                   "outside object (the write is not routed through Hooks.set_attr)")
 def test_the_setattr_builtin_on_self():
     run_twins(BuiltinSetattr, "forward", [(np.full(2, float(i)),) for i in range(3)])
 
@@ -272,8 +261,6 @@ class ObjectSetattr:
         return x
 
 
-@pytest.mark.xfail(strict=True, reason="object.__setattr__(self, 'a', v) leaves a Tracer in "
-                   "the outside object")
 def test_object_setattr_on_self():
     run_twins(ObjectSetattr, "forward", [(np.full(2, float(i)),) for i in range(3)])
 
@@ -287,7 +274,5 @@ class DunderDict:
         return x
 
 
-@pytest.mark.xfail(strict=True, reason="self.__dict__['a'] = v: compiled calls skip the "
-                   "write (the attribute keeps the traced call's value)")
 def test_a_write_through_dunder_dict():
     run_twins(DunderDict, "forward", [(np.full(2, float(i)),) for i in range(3)])

@@ -125,10 +125,6 @@ def reshape_into_groups(x, groups):
     return x.reshape(n, groups, c // groups).sum(axis=2)
 
 
-@pytest.mark.xfail(strict=True, reason="an int argument seen with a second value becomes a "
-                   "run-time input; reshape(n, groups, c // groups) with it is then rejected "
-                   "with 'a traced value was used after its trace finished (it escaped)' and "
-                   "the call is 'not compiled' (an internal failure; eager result is right)")
 def test_group_count_argument_in_reshape_compiles_per_value():
     rng = rng_for(3)
     x = rng.standard_normal((2, 4))
@@ -194,10 +190,6 @@ def carry_a_view_of_the_buffer(x):
     return h
 
 
-@pytest.mark.xfail(strict=True, reason="needless fallback: `prev = h[t]` carried to the next "
-                   "step, then `h[t + 1] = ...` is refused as an in-place write to an array "
-                   "that shares memory with another one (the rows never overlap); every call "
-                   "runs eagerly")
 def test_carrying_a_row_view_of_the_output_buffer_compiles():
     rng = rng_for(6)
     f = run_calls(carry_a_view_of_the_buffer,
@@ -250,10 +242,6 @@ def pad_by_setting(x, conv_param):
     return np.pad(x, ((0, 0), (pad, pad)), "constant").sum(axis=1)
 
 
-@pytest.mark.xfail(strict=True, reason="needless fallback: a conv_param['pad'] seen with a "
-                   "second value becomes a run-time input and np.pad with it is refused as "
-                   "'a traced array was converted to a NumPy array'; the function then runs "
-                   "eagerly for every pad (one network calls conv_forward with several pads)")
 def test_pad_width_from_a_settings_dict_compiles_per_value():
     rng = rng_for(8)
     x = rng.standard_normal((2, 5))

@@ -13,6 +13,7 @@ The functions below the primitives are the friendly entry points (``reshape`` ac
 from __future__ import annotations
 
 import itertools
+import operator
 
 import numpy as np
 
@@ -59,8 +60,11 @@ def reshape(x, shape):
     """NumPy's reshape: ``shape`` may be an int and may hold one ``-1``."""
     if not isinstance(shape, (tuple, list)):
         shape = (shape,)
-    # NumPy integers become ints; symbolic dims from the tracer stay symbolic.
-    shape = tuple(int(dim) if isinstance(dim, np.integer) else dim for dim in shape)
+    # NumPy integers become ints; symbolic dims from the tracer stay symbolic; a traced
+    # int (an int argument that became a run-time input: x.reshape(n, groups, c // groups))
+    # is its value, guarded (operator.index), so the shape is static again.
+    shape = tuple(int(dim) if isinstance(dim, np.integer) else
+                  operator.index(dim) if hasattr(dim, "ir_var") else dim for dim in shape)
     unknown = [i for i, dim in enumerate(shape) if isinstance(dim, int) and dim == -1]
     if len(unknown) > 1:
         raise ShapeError("can only specify one unknown dimension")

@@ -1,0 +1,224 @@
+"""Attribute writes on objects from outside the function: ``self.cache = x``,
+``self.h, self.c = h, c``, ``layer.mask = x > 0``.
+
+Layer classes keep what backward needs on themselves (``self.cache``, ``self.x``), and
+recurrent cells keep their state there (``self.h``). Eager NumPy leaves the last value
+written in the attribute; a compiled call must too. Under tracing ``note`` sets the
+attribute for real (every later read, by rewritten code or not, sees the traced value),
+remembers what was there (``restore`` puts it back when the trace fails, so the eager run
+starts from the caller's state) and where the object is found again (its ``Path`` from
+the implicit-input scan, identity-guarded at entry). ``collect`` makes each written value
+an output of the graph (a tuple or dict of arrays: each leaf); after a compiled call
+``AttributeWrite.store`` sets the attribute from the outputs, after the traced call
+``apply`` sets it to the concrete values. An object made during the call (``Linear(...)``
+inside the function) is written as Python writes it: nothing reaches the caller.
+
+    >>> import numpy as np, tracejit as tj
+    >>> class Dense:
+    ...     def __init__(self):
+    ...         self.W = np.eye(2)
+    ...     def forward(self, x):
+    ...         self.x = x  # for backward
+    ...         return x @ self.W
+    >>> layer = Dense()
+    >>> f = tj.jit(layer.forward, cache="memory")
+    >>> f(np.ones((1, 2))), layer.x
+    (array([[1., 1.]]), array([[1., 1.]]))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import pytree
+from .abstract import PYTHON_SCALARS
+from .loop_generalize import Refused
+
+_MISSING = object()  # an attribute that was not there before the write
+
+
+@dataclass(frozen=True)
+class AttributeWrite:
+    """``owner.name = value`` with ``owner`` found through ``path`` (a
+    ``tracer.implicit.Path``); ``tree`` is the value's pytree structure and ``leaves`` per
+    leaf ``("array" | "scalar" | "value", output index)`` or ``("static", value)``."""
+
+    path: object
+    name: str
+    tree: object
+    leaves: tuple
+
+    @property
+    def kind(self):  # what OutputPlan's checks read: outputs in ``leaves``
+        return "tree"
+
+    @property
+    def outputs(self):
+        return [value for kind, value in self.leaves if kind != "static"]
+
+    def store(self, arguments, outputs):
+        argument_leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
+        values = []
+        for kind, value in self.leaves:
+            if kind == "static":
+                values.append(value)
+            elif kind == "scalar":
+                values.append(np.asarray(outputs[value])[()])
+            elif kind == "value":
+                item = outputs[value]
+                values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else
+                              item)
+            else:
+                values.append(outputs[value])
+        setattr(self.path.resolve(argument_leaves), self.name,
+                pytree.unflatten(self.tree, values))
+
+
+def is_local_object(context, owner):
+    """An object made during this call (by calling its class in the function)."""
+    return id(owner) in context.created_objects
+
+
+def note_created(context, value):
+    context.created_objects[id(value)] = value  # kept alive: its id stays its own
+
+
+def note(context, owner, name, value, path):
+    """Set ``owner.name = value`` for the trace and record it; ``path`` finds ``owner``
+    again at every call. Raises ``Refused`` inside a captured loop's body (the loop
+    unrolls: each trip's write is then a write of this trace)."""
+    if getattr(context, "in_loop_body", 0):
+        raise Refused("an attribute write on an object from outside the function")
+    key = (id(owner), name)
+    if key not in context.attribute_originals:
+        context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
+                                            if hasattr(owner, "__dict__") else
+                                            getattr(owner, name, _MISSING))
+        context.note_outside_value(path, owner, identity=True)  # the same object each call
+    context.attribute_writes.pop(key, None)  # the last write, in write order
+    context.attribute_writes[key] = (path, owner, name, value)
+    context.written_paths.add(f"{path}.{name}")
+    setattr(owner, name, value)
+
+
+def note_copy(context, container):
+    """``container`` is the trace's copy of an outside dict or list (its arrays made
+    traced inputs): a write into it would not reach the original."""
+    context.outside_copies[id(container)] = container
+
+
+def is_outside_container(context, value):
+    """A dict or list from outside the function (or the trace's copy of one)."""
+    return type(value) in (dict, list) and (
+        id(value) in context.outside_copies or id(value) in context.outside_objects)
+
+
+def watch(context):
+    """Remember what each object, dict and list the function can reach holds (by
+    identity): after the call, a change no recorded write explains is caught
+    (``unfollowed_change``) and undone (``restore``). Writes that go around the front
+    end's hooks (``setattr(self, k, v)``, ``self.__dict__[k] = v``, a function without
+    readable source appending to ``self.history``) would otherwise leave traced values in
+    the caller's objects, and compiled calls would skip them."""
+    context.outside_contents = {key: (value, _contents(value))
+                                for key, (_, value) in context.outside_objects.items()}
+
+
+def _contents(value):
+    if type(value) is dict:
+        return dict(value)
+    if type(value) is list:
+        return list(value)
+    state = getattr(value, "__dict__", None)
+    return dict(state) if type(state) is dict else None
+
+
+def _changed_keys(before, now):
+    if type(before) is list:
+        if len(before) != len(now) or any(a is not b for a, b in zip(before, now)):
+            return {None}
+        return set()
+    keys = before.keys() | now.keys()
+    return {key for key in keys if before.get(key, _MISSING) is not now.get(key, _MISSING)}
+
+
+def unfollowed_change(context):
+    """What changed in an outside object, dict or list that no recorded write explains
+    (a description), or None."""
+    for key, (value, before) in getattr(context, "outside_contents", {}).items():
+        if before is None:
+            continue
+        changed = _changed_keys(before, _contents(value))
+        if type(value) not in (dict, list):
+            changed = {name for name in changed if (key, name) not in context.attribute_writes}
+        if changed:
+            name = next(iter(changed))
+            return (f"a write into an outside {type(value).__name__}" if type(value) in (
+                dict, list) else f"a change to the attribute {name!r} of a "
+                f"{type(value).__name__} from outside")
+    return None
+
+
+def restore(context):
+    """Put back what the attributes held before the trace wrote them (it failed: the
+    eager run must start from the caller's state)."""
+    for value, before in getattr(context, "outside_contents", {}).values():
+        if before is None or not _changed_keys(before, _contents(value)):
+            continue
+        if type(value) is list:
+            value[:] = before
+        else:
+            state = value if type(value) is dict else value.__dict__
+            state.clear()
+            state.update(before)
+    originals = getattr(context, "attribute_originals", {})
+    for owner, name, value in reversed(list(originals.values())):
+        if value is _MISSING:
+            try:
+                delattr(owner, name)
+            except AttributeError:
+                pass
+        else:
+            setattr(owner, name, value)
+    originals.clear()
+
+
+def collect(context, output_atoms, is_leaf):
+    """The writes, each array or scalar leaf of a written value appended to
+    ``output_atoms``. Raises ``TypeError`` for a value that cannot be stored again at
+    every call (an arbitrary object: eager makes a new one per call)."""
+    writes = []
+    for path, _, name, value in getattr(context, "attribute_writes", {}).values():
+        flat, tree = pytree.flatten(value)
+        leaves = []
+        for leaf in flat:
+            if not is_leaf(leaf):
+                if not _plain(leaf):
+                    raise TypeError(f"a {type(leaf).__name__} written into an attribute "
+                                    f"({path}.{name})")
+                leaves.append(("static", leaf))
+                continue
+            atom, concrete, _ = context.atom(leaf)
+            concrete = getattr(leaf, "value", concrete)
+            kind = ("scalar" if isinstance(concrete, np.generic) else
+                    "value" if type(concrete) in PYTHON_SCALARS else "array")
+            leaves.append((kind, len(output_atoms)))
+            output_atoms.append(atom)
+        writes.append(AttributeWrite(path, name, tree, tuple(leaves)))
+    return writes
+
+
+def _plain(value):
+    return value is None or isinstance(value, (str, bytes, *PYTHON_SCALARS))
+
+
+def apply(context):
+    """The traced call's attribute writes, with their real values."""
+    for _, owner, name, value in getattr(context, "attribute_writes", {}).values():
+        flat, tree = pytree.flatten(value)
+        concrete = [leaf.value if hasattr(leaf, "ir_var") else
+                    int(leaf.value) if hasattr(leaf, "expr") else leaf for leaf in flat]
+        setattr(owner, name, pytree.unflatten(tree, concrete))
+    context.attribute_originals.clear()

@@ -697,7 +697,7 @@ def variant_from_json(data, fn, blobs):
 
     spec = spec_from_json(data["spec"], fn)
     root = None
-    from tracejit.tracer.tracing import GradientPlan
+    from tracejit.tracer.gradient_trace import GradientPlan
 
     for entry in data["paths"]:
         program = program_from_json(entry["program"], blobs)

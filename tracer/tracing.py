@@ -29,10 +29,10 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
-from .autodiff import reverse
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
+from .gradient_trace import record_gradients, wants_gradients
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, user_location
@@ -60,21 +60,6 @@ class InputSpec:
 
 
 @dataclass
-class GradientPlan:
-    """How a joint forward+backward graph (``trace(..., grad=True)``) is laid out.
-
-    Outputs ``[:forward_outputs]`` are the function's; then one gradient per ``wrt``
-    entry: ``("leaf", argument leaf position)`` or ``("implicit", implicit input number)``.
-    ``cotangent_inputs`` are the graph inputs holding the cotangent of each output in
-    ``differentiable`` (program output positions)."""
-
-    forward_outputs: int
-    differentiable: list
-    cotangent_inputs: list
-    wrt: list
-
-
-@dataclass
 class Trace:
     """The result of ``trace``: the graph, the real outputs, and what the trace assumed."""
 
@@ -90,7 +75,7 @@ class Trace:
     output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
-    gradients: object = None  # GradientPlan when traced with grad=True
+    gradients: object = None  # gradient_trace.GradientPlan when traced with grad=True
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
@@ -407,10 +392,11 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     closures, defaults and attributes (``tracejit.tracer.implicit.find_implicit_inputs``); they
     become graph inputs instead of constants. ``check=True`` runs the verifier on the
     graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
-    backward pass: gradients of the floating-point outputs with respect to every input
-    that is a Tensor requiring grad (``Trace.gradients`` says how; ``tracejit.tracer.partition``
-    splits the joint graph). ``lazy=True`` may leave outputs a captured loop computes
-    ``Pending`` (``Trace.pending``; ``Trace.force_outputs()`` computes them): the runtime
+    backward pass (``tracejit.tracer.gradient_trace``): gradients of the floating-point outputs
+    with respect to every input that is a Tensor requiring grad (``Trace.gradients`` says
+    how; ``tracejit.tracer.partition`` splits the joint graph). ``lazy=True`` may leave
+    outputs a captured loop computes ``Pending`` (``Trace.pending``;
+    ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
     """
     name = name or getattr(fn, "__name__", "function")
@@ -424,9 +410,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     # Loops stay captured in traces that record gradients too (tracejit.tracer.loop_autodiff), but
     # a loop whose body loop_autodiff cannot reverse is unrolled (tracejit.tracer.loops asks).
     context.unroll_loops = not capture_loops
-    context.records_gradients = bool(grad) and any(
-        getattr(value, "requires_grad", False)
-        for value in (*leaves, *(obj for _, obj in implicit.values())))
+    context.records_gradients = bool(grad) and wants_gradients(leaves, implicit)
     # best effort, for dynamic={"x": ...}
     argument_names = _argument_names(fn, args, kwargs, partial=True) or [None] * len(args)
     top_level = pytree.argument_positions(args, kwargs)
@@ -533,8 +517,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     gradients = None
     if grad:
         with recording_into(context):  # the backward creates values too (zeros, unused inputs)
-            gradients = _record_gradients(context, out_leaves, output_atoms, leaves,
-                                          traced_leaves, mutated)
+            gradients = record_gradients(context, out_leaves, output_atoms, leaves,
+                                         traced_leaves, mutated, _is_output_leaf)
     context.finished = True
     if gradients is None:  # gradient plans number the inputs they differentiate
         context.drop_unused_implicit_inputs(output_atoms)
@@ -574,44 +558,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         pending=pending,
         argument_writes=writes,
     )
-
-
-def _record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, mutated):
-    """Append the backward pass to the trace: cotangent inputs for the floating-point
-    outputs, gradients for every input that is a Tensor requiring grad."""
-    wrt, tracers = [], []
-    for position, leaf in enumerate(leaves):
-        if getattr(leaf, "requires_grad", False) and isinstance(traced_leaves[position],
-                                                                   Tracer):
-            wrt.append(("leaf", position))
-            tracers.append(traced_leaves[position])
-    for number, implicit in enumerate(context.implicit_used.values()):
-        if getattr(implicit.value, "requires_grad", False):
-            wrt.append(("implicit", number))
-            tracers.append(context.implicit_tracer(implicit.value))
-    if not wrt:
-        return None
-    if mutated:
-        raise UnsupportedError("a function that writes into its inputs cannot be compiled "
-                               "with gradients (it runs eagerly on the tape)")
-    outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
-    program_index = 0
-    for leaf in out_leaves:
-        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f":
-            seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
-            outputs.append(leaf)
-            seeds.append(seed)
-            differentiable.append(program_index)
-            cotangent_inputs.append(len(context.inputs) - 1)
-        if isinstance(leaf, (Tracer, SymInt, np.generic)) or _is_array_leaf(leaf) or (
-            type(leaf) in PYTHON_SCALARS
-        ):
-            program_index += 1
-    forward_outputs = len(output_atoms)
-    for gradient in reverse(context, outputs, seeds, tracers):
-        atom, _, _ = context.atom(gradient)
-        output_atoms.append(atom)
-    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
 
 
 def _with_user_line(error):

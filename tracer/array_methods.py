@@ -67,6 +67,20 @@ class ArrayMethods:
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
+    # x << k, x >> k: NumPy's ufuncs, so an unsupported one is refused as np.left_shift
+    # is (the call runs eagerly), not an internal error
+    def __lshift__(self, other):
+        return np.left_shift(self, other)
+
+    def __rlshift__(self, other):
+        return np.left_shift(other, self)
+
+    def __rshift__(self, other):
+        return np.right_shift(self, other)
+
+    def __rrshift__(self, other):
+        return np.right_shift(other, self)
+
     def __invert__(self):
         return numpy_api.UFUNC_COMPOSITES[np.invert](self)
 

@@ -54,6 +54,7 @@ from .ops.control import inplace_writes, loop_p, run_body
 from .loop_generalize import Refused, _generalize
 from .loop_index import _active
 from .partition import SAVED_KINDS
+from .traced_array import Tracer
 
 __all__ = ["loop_key", "loop_vjp"]
 
@@ -317,8 +318,6 @@ class _Joint:
 
 
 def _fresh(context, aval, value, bindings):
-    from .tracing import Tracer
-
     var = context.new_var(aval)
     shape = _live(aval.shape, context, bindings)
     tracer = Tracer(context, var, value, shape)
@@ -368,8 +367,6 @@ def _replay(context, plan, body, index, t, carried, bindings):
     for position in range(plan.num_carry):
         atom = plan.writes[position][1] if position in plan.writes else body.outputs[position]
         outputs.append(value(atom))
-    from .tracing import Tracer
-
     for position in plan.live:
         if not isinstance(outputs[position], Tracer):
             raise UnsupportedError("reverse mode through a loop whose carried value is a "
@@ -414,8 +411,6 @@ def _joint_body(context, plan, body, index, t1, step, bindings):
 
 # --- recording the rewritten forward loop and the reverse loop ----------------------------
 def _record(context, plan, joint, bindings):
-    from .tracing import Tracer
-
     params, body = plan.params, plan.body
     index, step = params["index"], params["step"]
     start, stop = params["start"], params["stop"]
@@ -748,8 +743,6 @@ def _evaluate(value, bindings):
 
 def _run_reverse(context, plan, reverse_body, carried_init, free_operands, trips, bindings):
     """Record the reverse loop (one equation per carried value) and run it for real."""
-    from .tracing import Tracer
-
     params = plan.params
     start, step = params["start"], params["step"]
     last = start + (trips - 1) * step

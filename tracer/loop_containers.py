@@ -47,6 +47,7 @@ from collections.abc import MutableMapping, MutableSequence
 import numpy as np
 
 from .dims import SymInt, expr_of, value_of
+from .traced_array import Tracer
 
 
 class Refusal(Exception):
@@ -75,8 +76,6 @@ def _same_dim(a, b):
 
 
 def _tracer(context, value):
-    from .tracing import Tracer
-
     if isinstance(value, Tracer):
         return value
     atom, concrete, aval = context.atom(np.asarray(value) if not isinstance(

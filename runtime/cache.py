@@ -42,7 +42,7 @@ import zlib
 
 import numpy as np
 
-from tracejit.codegen import llvm, parallel
+from tracejit.codegen import llvm
 from tracejit.tracer.implicit import find_implicit_inputs
 from tracejit.tracer.locations import is_tracejit
 
@@ -243,7 +243,6 @@ class DiskCache:
         self.directory = os.path.abspath(directory)
         self.max_bytes = max_bytes  # None or 0: no cap (the command line's caches)
         self.root = os.path.join(self.directory, "v1")
-        parallel.set_object_store(self.load_object, self.save_object)
 
     # --- trust ----------------------------------------------------------------------------
     def trusted(self, create=False, jitted=None):

@@ -59,8 +59,7 @@ import os
 from collections import Counter
 
 from . import diagnostics
-from .cache import DiskCache
-from .jit import BoundJitFunction, JitFunction
+from .jit import BoundJitFunction, JitFunction, open_disk_cache
 
 _MAP_BLOCKS_OPTIONS = {"name", "token", "chunks", "drop_axis", "new_axis", "enforce_ndim",
                        "align_arrays"}
@@ -187,7 +186,7 @@ def _use_cache_dir(directory):
             from dataclasses import replace
 
             jitted.options = replace(jitted.options, cache_dir=directory)
-            jitted._cache = DiskCache(directory, jitted.options.cache_max)
+            jitted._cache = open_disk_cache(jitted.options)
     return directory
 
 

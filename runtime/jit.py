@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar, overload
 import numpy as np
 
 from tracejit import codegen
+from tracejit.codegen import parallel
 from tracejit.tracer import pytree, trace
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.locations import is_library, is_tracejit
@@ -221,6 +222,18 @@ def _same_entry(a, b):
     )
 
 
+def open_disk_cache(options):
+    """The disk cache ``options`` names, for a jit function. The thread pool's runtime and
+    the GEMM, compiled once per machine, are kept in it too: codegen is handed its
+    ``load_object``/``save_object`` here, where a function chooses its cache (a
+    ``DiskCache`` made to list or prune entries changes nothing in codegen)."""
+    from .cache import DiskCache  # not at import: most calls never touch the disk
+
+    cache = DiskCache(options.cache_dir, options.cache_max)
+    parallel.set_object_store(cache.load_object, cache.save_object)
+    return cache
+
+
 class JitFunction:
     """A function compiled by tracejit. Call it like the function; see ``stats()`` and
     ``explain()`` for what ran compiled and why anything ran eagerly."""
@@ -250,11 +263,7 @@ class JitFunction:
         self._pending = ()  # variants compiling in the background (runtime/background.py)
         self._growing = set()  # (id(path), guard index) of paths compiling in the background
         self._generation = 0  # reset() count: a background compile of before is dropped
-        self._cache = None
-        if options.disk_cache:
-            from .cache import DiskCache
-
-            self._cache = DiskCache(options.cache_dir, options.cache_max)
+        self._cache = open_disk_cache(options) if options.disk_cache else None
         diagnostics.register(self)
 
     @property

@@ -180,7 +180,7 @@ def _disk_key(jitted, leaves):
     if jitted._cache is None:
         return None
     try:
-        key, signature = jitted._cache.key(jitted, leaves)
+        key, signature = jitted._disk_key(leaves)
     except Exception as error:  # a broken cache never breaks the call
         logger("cache").warning("%s: no disk cache key: %s", jitted.__qualname__, error)
         return None

@@ -212,14 +212,14 @@ def stale_dependency(dependencies):
     return None
 
 
-def call_signature(jitted, leaves):
-    """What the call looks like under the function's shape policy (``None``: a call whose
-    compiled code cannot be shared across processes, e.g. an object argument)."""
+def call_signature(policy, leaves):
+    """What the call looks like under the function's shape ``policy`` (``None``: a call
+    whose compiled code cannot be shared across processes, e.g. an object argument)."""
     parts = []
     for index, leaf in enumerate(leaves):
         array = unwrap(leaf)
         if isinstance(array, np.ndarray):
-            dynamic = jitted.policy(index, array)
+            dynamic = policy(index, array)
             shape = [list(dynamic[axis]) if axis in dynamic else size
                      for axis, size in enumerate(array.shape)]
             wants_grad = bool(getattr(leaf, "requires_grad", False) and is_grad_enabled())
@@ -237,7 +237,10 @@ _refusals_warned = set()
 
 class DiskCache:
     """The cache at ``directory``: ``load``/``store`` variants, counters, and what the
-    ``tracejit cache`` command lists and changes. Nothing here opens a file itself."""
+    ``tracejit cache`` command lists and changes. Nothing here opens a file itself.
+
+    A jit function's calls pass what a key needs: its function ``fn``, the ``name`` logs
+    and warnings use, its ``Options`` and its ``ShapePolicy``."""
 
     def __init__(self, directory, max_bytes=None):
         self.directory = os.path.abspath(directory)
@@ -245,29 +248,30 @@ class DiskCache:
         self.root = os.path.join(self.directory, "v1")
 
     # --- trust ----------------------------------------------------------------------------
-    def trusted(self, create=False, jitted=None):
-        """The ``TrustedRoot``, or ``None`` (no cache yet, or refused: warned once)."""
+    def trusted(self, create=False, fn=None, name=None):
+        """The ``TrustedRoot``, or ``None`` (no cache yet, or refused: warned once, at
+        ``fn``'s definition when given)."""
         try:
             return TrustedRoot.open(self.directory, create=create)
         except Refused as error:
-            self._warn_refused(str(error), jitted)
+            self._warn_refused(str(error), fn, name)
         except OSError as error:
             self._warn_refused(f"cannot create the compile cache at {self.directory}: "
-                               f"{error.strerror}", jitted)
+                               f"{error.strerror}", fn, name)
         return None
 
     def check(self):
         """The ``TrustedRoot`` for the command line: ``Refused`` propagates."""
         return TrustedRoot.open(self.directory)
 
-    def _warn_refused(self, problem, jitted):
+    def _warn_refused(self, problem, fn, name):
         if self.directory in _refusals_warned:
             return
         _refusals_warned.add(self.directory)
-        code = getattr(_unwrapped(getattr(jitted, "fn", None)), "__code__", None)
+        code = getattr(_unwrapped(fn), "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}: " if code else ""
-        name = f"tracejit function {jitted.__qualname__}: " if jitted is not None else ""
-        warnings.warn(f"{where}{name}{problem}. Compiled code stays in memory for this "
+        function = f"tracejit function {name}: " if name is not None else ""
+        warnings.warn(f"{where}{function}{problem}. Compiled code stays in memory for this "
                       "process; point TRACEJIT_CACHE_DIR at a directory only you can write",
                       RuntimeWarning, stacklevel=2)
 
@@ -329,12 +333,12 @@ class DiskCache:
         return orphans
 
     # --- keys -----------------------------------------------------------------------------
-    def key(self, jitted, leaves):
-        """``(key, signature)``; ``(None, reason)`` for a call that stays in memory."""
-        signature = call_signature(jitted, leaves)
+    def key(self, fn, options, policy, leaves):
+        """``(key, signature)`` of a call of ``fn`` with ``leaves`` under ``options`` and
+        the shape ``policy``; ``(None, reason)`` for a call that stays in memory."""
+        signature = call_signature(policy, leaves)
         if signature is None:
             return None, "an argument is an object"
-        fn = jitted.fn
         identity = source_identity(fn)
         if identity is None:
             return None, "its source is not in a readable file (python -c, exec, a REPL)"
@@ -350,7 +354,7 @@ class DiskCache:
                 "qualname": getattr(fn, "__qualname__", None),
                 **identity,
             },
-            "options": jitted.options.key_fields(),
+            "options": options.key_fields(),
             "signature": signature,
             "captured": _captured(fn),
             # Arrays the function can read from outside: their dtypes and shapes are
@@ -365,11 +369,12 @@ class DiskCache:
         return hashlib.sha256(text.encode()).hexdigest(), signature
 
     # --- reading and writing --------------------------------------------------------------
-    def load(self, jitted, leaves):
-        root = self.trusted(jitted=jitted)
+    def load(self, fn, name, options, policy, leaves):
+        """The variant stored for this call (see ``key``), or None."""
+        root = self.trusted(fn=fn, name=name)
         if root is None:
             return None
-        key, signature = self.key(jitted, leaves)
+        key, signature = self.key(fn, options, policy, leaves)
         if key is None:
             return None
         path = self.entry_path(key)
@@ -377,50 +382,48 @@ class DiskCache:
         try:
             header, body = read_entry(path, root=root, key=key)
         except FileNotFoundError:
-            log.debug("%s: no entry %s", jitted.__qualname__, key[:12])
+            log.debug("%s: no entry %s", name, key[:12])
             return None
         except CorruptEntry as error:
             log.warning("%s: ignoring a cache entry that cannot be trusted or read (%s); it "
-                        "will be rebuilt", jitted.__qualname__, error)
+                        "will be rebuilt", name, error)
             return None
         stale = stale_dependency(body.get("dependencies", []))
         if stale:
-            log.info("%s: cache entry %s is stale (%s changed); recompiling",
-                     jitted.__qualname__, key[:12], stale)
+            log.info("%s: cache entry %s is stale (%s changed); recompiling", name, key[:12],
+                     stale)
             return None
         blobs = serialize.Blobs(body["blobs"])
         try:
-            variant = serialize.variant_from_json(body["variant"], jitted.fn, blobs)
+            variant = serialize.variant_from_json(body["variant"], fn, blobs)
         except (serialize.NotSerializable, KeyError, ValueError, TypeError, IndexError,
                 AttributeError) as error:
-            log.info("%s: cache entry %s cannot be used here (%s)", jitted.__qualname__,
-                     key[:12], error)
+            log.info("%s: cache entry %s cannot be used here (%s)", name, key[:12], error)
             return None
         variant.key = key
-        log.info("%s: loaded %s from disk in %.1f ms (no tracing, no LLVM)",
-                 jitted.__qualname__, key[:12], (time.perf_counter() - start) * 1e3)
+        log.info("%s: loaded %s from disk in %.1f ms (no tracing, no LLVM)", name, key[:12],
+                 (time.perf_counter() - start) * 1e3)
         root.touch(path)  # recently used: prune keeps it
         return variant
 
-    def store(self, jitted, variant, leaves, key=None):
-        """Write ``variant``'s entry; ``key``: its ``(key, signature)`` computed earlier
-        (a background compile's, taken when the call was traced), else from ``leaves``."""
-        key, signature = key or self.key(jitted, leaves)
+    def store(self, variant, fn, name, keyed):
+        """Write ``variant``'s entry (``fn``'s, logged as ``name``) under ``keyed``: the
+        ``(key, signature)`` that ``key`` gave for the call it was traced from."""
+        key, signature = keyed
         if key is None:
-            log.debug("%s: kept in memory only: %s", jitted.__qualname__, signature)
+            log.debug("%s: kept in memory only: %s", name, signature)
             return
         blobs = serialize.Blobs()
         try:
-            dependencies = _dependencies(variant, jitted.fn)
-            payload = serialize.variant_to_json(variant, jitted.fn, blobs)
+            dependencies = _dependencies(variant, fn)
+            payload = serialize.variant_to_json(variant, fn, blobs)
         except serialize.NotSerializable as error:
-            log.info("%s: kept in memory only: %s", jitted.__qualname__, error)
+            log.info("%s: kept in memory only: %s", name, error)
             return
-        root = self.trusted(create=True, jitted=jitted)
+        root = self.trusted(create=True, fn=fn, name=name)
         if root is None:
             return
         variant.key = key
-        fn = jitted.fn
         header = {
             "key": key,
             "format": FORMAT,
@@ -438,7 +441,7 @@ class DiskCache:
                 "model_source": _rewritten_source(fn),
                 "blob_sizes": [len(part) for part in blobs.parts]}
         write_entry(root, self.entry_path(key), header, body, blobs.parts)
-        log.info("%s: wrote %s", jitted.__qualname__, key[:12])
+        log.info("%s: wrote %s", name, key[:12])
         if self.max_bytes:
             self.keep_under(self.max_bytes, root, spare=self.entry_path(key))
 

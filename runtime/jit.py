@@ -612,19 +612,27 @@ class JitFunction:
         if self._cache is None:
             return None
         try:
-            return self._cache.load(self, leaves)
+            return self._cache.load(self.fn, self.__qualname__, self.options, self.policy,
+                                    leaves)
         except Exception as error:  # a broken cache never breaks the call
             logger("cache").warning("%s: ignoring the disk cache: %s", self.__qualname__, error)
             return None
 
     def _store_to_disk(self, variant, leaves, key=None):
+        """Write ``variant`` to the disk cache under ``key`` (a background compile's, taken
+        when the call was traced), else under the key of the call with ``leaves``."""
         if self._cache is None:
             return
         try:
-            self._cache.store(self, variant, leaves, key=key)
+            self._cache.store(variant, self.fn, self.__qualname__, key or self._disk_key(leaves))
         except Exception as error:
             logger("cache").warning("%s: could not write the disk cache: %s", self.__qualname__,
                                     error)
+
+    def _disk_key(self, leaves):
+        """The disk cache's ``(key, signature)`` for a call with ``leaves``, as the shape
+        policy stands now."""
+        return self._cache.key(self.fn, self.options, self.policy, leaves)
 
     # --- introspection ----------------------------------------------------------------
     def lower(self, *args, **kwargs):

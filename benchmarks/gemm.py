@@ -221,7 +221,9 @@ def _format(row):
 
 def run_worker(threads, quick, raw_only=False):
     from tracejit.codegen import gemm
+    from tracejit.runtime.config import configure_codegen
 
+    configure_codegen()  # codegen alone: TRACEJIT_NUM_THREADS and _GEMM_ISA reach it here
     if not gemm.supported():
         print("this host has neither AVX-512F nor AVX2 with FMA: tracejit's own GEMM does "
               "not run here")

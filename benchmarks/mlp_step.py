@@ -92,7 +92,9 @@ def measured_peak(repeats=15):
     """``(GFLOP/s, who, {who: GFLOP/s})``: the faster of the own GEMM and OpenBLAS on a
     2048³ product on all threads, best of ``repeats`` calls each (wall time)."""
     from tracejit.codegen import gemm
+    from tracejit.runtime.config import configure_codegen
 
+    configure_codegen()  # codegen alone: the pool's threads are TRACEJIT_NUM_THREADS
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal((PEAK_SIZE, PEAK_SIZE)).astype(np.float32) for _ in range(2))
     out = np.empty_like(a)

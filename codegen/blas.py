@@ -7,10 +7,12 @@ relocatable and the disk cache can keep it; the OpenBLAS addresses come from Num
 ``libscipy_openblas64_``. Where no GEMM can run a product, matmul kernels fall back to
 tracejit's own loops.
 
-``TRACEJIT_GEMM`` (read once per process) picks the float32 GEMM of 2-D products:
+The setting (``set_gemm_setting``: the runtime passes ``TRACEJIT_GEMM``; fixed at its
+first use in a process) picks the float32 GEMM of 2-D products:
 
-* ``auto`` (default): the own GEMM where it measured at least as fast as OpenBLAS
-  (``own_sgemm_condition``; ``benchmarks/gemm.py``), OpenBLAS for the rest;
+* ``auto`` (the default, also when codegen is used alone): the own GEMM where it measured
+  at least as fast as OpenBLAS (``own_sgemm_condition``; ``benchmarks/gemm.py``), OpenBLAS
+  for the rest;
 * ``own``: the own GEMM for every float32 2-D product (when the host has AVX-512F);
 * ``blas``: OpenBLAS only.
 
@@ -60,11 +62,21 @@ def openblas():
 
 # --- the float32 choice -----------------------------------------------------------------------
 _overrides = []
+_configured = None  # set_gemm_setting's; None: "auto"
+
+
+def set_gemm_setting(setting):
+    """The process's float32 GEMM setting: ``auto`` (also ``None``), ``own`` or ``blas``,
+    as the runtime reads it from ``TRACEJIT_GEMM`` (``runtime/config.py``; nothing in
+    codegen reads the environment). Checked and fixed at its first use: compiled code and
+    the host description in cache keys hold it, so a later call changes nothing."""
+    global _configured
+    _configured = setting
 
 
 @lru_cache(maxsize=None)
-def _environment_setting():
-    setting = os.environ.get("TRACEJIT_GEMM", "").strip().lower() or "auto"
+def _process_setting():
+    setting = _configured or "auto"
     if setting not in GEMM_SETTINGS:
         raise ValueError(f"TRACEJIT_GEMM must be one of {', '.join(GEMM_SETTINGS)}, "
                          f"not {setting!r}")
@@ -72,8 +84,9 @@ def _environment_setting():
 
 
 def gemm_setting():
-    """``auto``, ``own`` or ``blas``: ``TRACEJIT_GEMM``, or the innermost ``gemm_override``."""
-    return _overrides[-1] if _overrides else _environment_setting()
+    """``auto``, ``own`` or ``blas``: the process's (``set_gemm_setting``), or the
+    innermost ``gemm_override``."""
+    return _overrides[-1] if _overrides else _process_setting()
 
 
 @contextmanager

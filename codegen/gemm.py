@@ -21,7 +21,8 @@ Where the parts live (the design and its measurements: ``docs/experiments/sgemm_
 * ``gemm_micro``: the micro-kernels; ``gemm_packing``: packing A and B into panels;
 * ``gemm_driver``: the blocked loops, the pool's chunks, the entry (how a product is
   planned and split);
-* here: which instruction set runs (the host's best, or ``TRACEJIT_GEMM_ISA``), its
+* here: which instruction set runs (the host's best, or ``set_isa``'s: the runtime
+  passes ``TRACEJIT_GEMM_ISA``), its
   object code compiled once per machine into the disk cache, loading, and calls from
   Python (``matmul``, ``prepared``: tests and benchmarks).
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import threading
 import time
 from functools import lru_cache
@@ -77,16 +77,28 @@ def host_can_run(isa):
     return all(feature in _host_features() for feature in isa.host_features)
 
 
+_isa_setting = None  # set_isa's; None: the host's best
+
+
+def set_isa(name):
+    """The instruction set the process's own GEMM runs (``avx512`` or ``avx2``; ``None``,
+    codegen's default: the host's best), as the runtime reads it from ``TRACEJIT_GEMM_ISA``
+    (``runtime/config.py``; nothing in codegen reads the environment). Checked and fixed
+    at its first use (``chosen_isa``)."""
+    global _isa_setting
+    _isa_setting = name
+
+
 @lru_cache(maxsize=None)
 def chosen_isa():
-    """The instruction set compiled kernels' ``tj_sgemm_own`` runs: ``TRACEJIT_GEMM_ISA``
-    (``avx512`` or ``avx2``; read once per process) when set, else the host's best; None
-    when the host has neither (matmul then keeps OpenBLAS).
+    """The instruction set compiled kernels' ``tj_sgemm_own`` runs: ``set_isa``'s
+    (``TRACEJIT_GEMM_ISA``; fixed at the first call in a process) when set, else the host's
+    best; None when the host has neither (matmul then keeps OpenBLAS).
 
     >>> chosen_isa() in (None, AVX512, AVX2)
     True
     """
-    name = os.environ.get(ISA_VARIABLE, "").strip().lower()
+    name = _isa_setting
     if name:
         if name not in ISAS:
             raise ValueError(f"{ISA_VARIABLE} must be one of {', '.join(ISAS)}, not {name!r}")

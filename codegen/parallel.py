@@ -11,8 +11,9 @@ Chunks are claimed with a compare-exchange on a counter whose high 32 bits are t
 generation, so a worker that is late from a previous job can never claim (or skip) a chunk
 of the next one.
 
-The thread count follows ``TRACEJIT_NUM_THREADS`` (default: the cores this process may
-use). Kernels below a size threshold run on the calling thread alone.
+The thread count is the runtime's to choose (``set_thread_count``: ``runtime/config.py``
+passes ``TRACEJIT_NUM_THREADS``); used alone, codegen starts a pool as big as the cores
+this process may use. Kernels below a size threshold run on the calling thread alone.
 """
 
 from __future__ import annotations
@@ -50,9 +51,26 @@ _FUTEX_SYSCALL = {("Linux", "x86_64"): 202, ("Linux", "aarch64"): 98}.get(
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 
+_thread_setting = None  # set_thread_count's; None: the cores this process may use
+
+
+def set_thread_count(setting):
+    """Pools started from now on run ``setting`` threads: a count, or the text of
+    ``TRACEJIT_NUM_THREADS`` as the runtime read it (``runtime/config.py``; nothing in
+    codegen reads the environment), checked when a pool starts like every other compile
+    setting. ``None`` (codegen's default): the cores this process may use."""
+    global _thread_setting
+    _thread_setting = setting
+
+
 def thread_count():
-    configured = os.environ.get("TRACEJIT_NUM_THREADS", "").strip()
-    if configured:
+    """The thread count of a pool started now (``set_thread_count``).
+
+    >>> thread_count() >= 1
+    True
+    """
+    configured = _thread_setting
+    if configured is not None:
         try:
             return max(1, int(configured))
         except ValueError:

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from .config import OptionError, default_cache_dir, default_cache_max, parse_size
+from .config import OptionError, configure_codegen, default_cache_dir, default_cache_max, parse_size
 from .version import __version__
 
 
@@ -431,6 +431,7 @@ def environment(cache_dir=None):
     from .cache import DiskCache
     from .cache_trust import Refused
 
+    configure_codegen()  # the threads and GEMM a jit function here would get
     host = llvm.host_description()
     wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "sve")
     features = [name for name in (f[1:] for f in host["features"].split(",") if f[0] == "+")

@@ -1,12 +1,16 @@
 """Options: built once, at the edge, from ``jit``'s arguments and the environment.
 
-Nothing deeper in tracejit reads the environment; everything gets an ``Options``.
+Nothing deeper in tracejit reads the environment; everything gets an ``Options``, and
+codegen's process-wide settings are handed to it here (``configure_codegen``).
 
     TRACEJIT_CACHE_DIR   where compiled code is kept (default $XDG_CACHE_HOME/tracejit,
                          else ~/.cache/tracejit)
     TRACEJIT_DISABLE=1   run every jit function eagerly
     TRACEJIT_LOG=recompiles,guards,kernels,cache   log those topics to stderr
     TRACEJIT_COMPILE=background   the default of jit's ``compile`` option (else "sync")
+    TRACEJIT_NUM_THREADS     the thread pool's size (default: the cores this process may use)
+    TRACEJIT_GEMM=auto|own|blas   the float32 GEMM of 2-D products (``codegen/blas.py``)
+    TRACEJIT_GEMM_ISA=avx512|avx2   the own GEMM's instruction set (default: the host's best)
 
 >>> Options.build(dynamic=True).dynamic
 True
@@ -128,6 +132,7 @@ class Options:
         )
         built.validate()
         configure_logging(environ.get("TRACEJIT_LOG", ""))
+        configure_codegen(environ)
         return built
 
     def validate(self):
@@ -198,6 +203,21 @@ def configure_logging(spec):
     for topic in LOG_TOPICS:
         logger = logging.getLogger(f"tracejit.{topic}")
         logger.setLevel(logging.DEBUG if topic in enabled else logging.WARNING)
+
+
+def configure_codegen(environ=os.environ):
+    """Hand codegen the process-wide settings it takes from the environment (it reads
+    none itself): the thread pool's size and the float32 GEMM's choice and instruction
+    set. ``Options.build`` calls it for every jit function (codegen used to read them
+    whenever it compiled, so a variable set before a function is made still counts).
+    Codegen checks them where it uses them, as before (a bad value makes compiling fail
+    and the function run eagerly), and fixes the GEMM's two at their first use. Codegen
+    used alone keeps its defaults."""
+    from tracejit.codegen import blas, gemm, parallel
+
+    parallel.set_thread_count(environ.get("TRACEJIT_NUM_THREADS", "").strip() or None)
+    blas.set_gemm_setting(environ.get("TRACEJIT_GEMM", "").strip().lower() or None)
+    gemm.set_isa(environ.get("TRACEJIT_GEMM_ISA", "").strip().lower() or None)
 
 
 def logger(topic):

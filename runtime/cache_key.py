@@ -1,0 +1,295 @@
+"""What a disk cache entry is filed under: the call, the function's file and code, and
+everything else that changes the compiled code.
+
+The key (``cache_key``) hashes tracejit's version and its own source, NumPy's and LLVM's
+versions, the CPU and its features, the options, the call signature and the function: its
+defining file (resolved path and content hash) and its code, what its closure and defaults
+capture, and the dtypes and shapes of the arrays it reads from outside. An entry also lists
+every other function the trace passed through (``dependency_of``), by module and name; a
+load resolves each one *in this process* (``stale_dependency``) and compares its file (path
+and content) and code with what the writer saw. A function without readable source has no
+key (``source_identity`` is None): it is cached in memory only.
+
+>>> code_digest(code_digest.__code__) == code_digest(code_digest.__code__)
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+
+import numpy as np
+
+from tracejit.codegen import llvm
+from tracejit.tracer.implicit import find_implicit_inputs
+from tracejit.tracer.locations import is_tracejit
+
+from . import serialize
+from .autograd import is_grad_enabled
+from .cache_entries import FORMAT
+from .tensor import unwrap
+from .version import __version__
+
+_file_digests = {}  # (path, size, mtime_ns, inode) -> sha256 of the file's bytes
+_file_digests_lock = threading.Lock()
+
+
+def file_digest(path):
+    """sha256 of the file at ``path`` (resolved), or ``None`` if it is not readable source."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not os.path.isfile(path):
+        return None
+    identity = (path, info.st_size, info.st_mtime_ns, info.st_ino)
+    with _file_digests_lock:
+        known = _file_digests.get(identity)
+    if known is None:
+        try:
+            with open(path, "rb") as stream:  # the user's source, not a cache file
+                known = hashlib.sha256(stream.read()).hexdigest()
+        except OSError:
+            return None
+        with _file_digests_lock:
+            if len(_file_digests) > 4096:
+                _file_digests.clear()
+            _file_digests[identity] = known
+    return known
+
+
+_own_code = []
+
+
+def tracejit_code_digest():
+    """A digest of tracejit's own source (every .py of tracer/, codegen/, runtime/): an
+    entry compiled by other tracejit code (a fix to a kernel or a rule since) is another
+    key, even under the same version number. Computed once per process (~100 files)."""
+    if not _own_code:
+        digest = hashlib.sha256()
+        for module in (sys.modules["tracejit.tracer"], llvm, sys.modules[__name__]):
+            root = os.path.dirname(os.path.abspath(module.__file__))
+            for folder, _, files in sorted(os.walk(root)):
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        path = os.path.join(folder, name)
+                        digest.update(os.path.relpath(path, root).encode())
+                        digest.update((file_digest(path) or "").encode())
+        _own_code.append(digest.hexdigest())
+    return _own_code[0]
+
+
+def code_digest(code):
+    """A digest of a code object as this process runs it (bytecode, names, constants and
+    nested functions), the same in every process of one Python version."""
+    digest = hashlib.sha256()
+    _feed_code(digest, code)
+    return digest.hexdigest()
+
+
+def _feed_code(digest, code):
+    digest.update(code.co_code)
+    for names in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        digest.update(repr(names).encode() + b"\0")
+    digest.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    for constant in code.co_consts:
+        if hasattr(constant, "co_code"):
+            _feed_code(digest, constant)
+        elif isinstance(constant, frozenset):  # its order follows string hashes: sort it
+            digest.update(repr(sorted(map(repr, constant))).encode())
+        else:
+            digest.update(repr(constant).encode())
+        digest.update(b"\0")
+
+
+def _unwrapped(value):
+    """The plain function behind a jit function, bound method or static/class method."""
+    value = getattr(value, "fn", value)
+    return getattr(value, "__func__", value)
+
+
+def source_identity(function):
+    """``{"file", "file_sha256", "code"}`` of a function with readable source, else None."""
+    code = getattr(_unwrapped(function), "__code__", None)
+    if code is None:
+        return None
+    path = os.path.realpath(code.co_filename) if os.path.isabs(code.co_filename) else None
+    digest = file_digest(path) if path else None
+    if digest is None:
+        return None
+    return {"file": path, "file_sha256": digest, "code": code_digest(code)}
+
+
+def _resolve(module_name, qualname):
+    """The function at ``module.qualname`` in this process, or at the longest prefix of
+    it outside ``<locals>`` (whose code holds the nested function's); ``(prefix, fn)``."""
+    value = sys.modules.get(module_name)
+    resolved, found = [], None
+    for part in qualname.split("."):
+        if part == "<locals>" or value is None:
+            break
+        value = getattr(value, part, None)
+        resolved.append(part)
+        if hasattr(_unwrapped(value), "__code__"):
+            found = (".".join(resolved), _unwrapped(value))
+    return found or (None, None)
+
+
+def _modules_defined_in(path):
+    """Names of the imported modules whose file is ``path`` (resolved)."""
+    names, base = [], os.path.basename(path)
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and (file == path or (  # resolve only likely candidates
+                os.path.basename(file) == base and os.path.realpath(file) == path)):
+            names.append(name)
+    return names
+
+
+def dependency_of(qualname, file):
+    """How a load finds a helper again (module and name) and what it must still be (file
+    and code); ``NotSerializable`` when no import path reaches it."""
+    path = os.path.realpath(file) if os.path.isabs(file) else None
+    for module in _modules_defined_in(path) if path else []:
+        prefix, function = _resolve(module, qualname)
+        identity = source_identity(function) if function is not None else None
+        if identity is not None and identity["file"] == path:
+            return {"module": module, "qualname": prefix, **identity}
+    raise serialize.NotSerializable(f"{qualname} ({file}) is not reachable by import, so a "
+                                    "new process could not check it")
+
+
+def stale_dependency(dependencies):
+    """The first dependency that this process resolves to another file or code, or
+    ``None`` when all are what the entry was compiled from."""
+    for dependency in dependencies:
+        if not (isinstance(dependency, dict) and all(
+                isinstance(dependency.get(field), str) for field in
+                ("module", "qualname", "file", "file_sha256", "code"))):
+            return "a malformed dependency"
+        _, function = _resolve(dependency["module"], dependency["qualname"])
+        identity = source_identity(function) if function is not None else None
+        recorded = {field: dependency[field] for field in ("file", "file_sha256", "code")}
+        if identity != recorded:
+            where = identity["file"] if identity else "nowhere"
+            return f"{dependency['module']}.{dependency['qualname']} (now in {where})"
+    return None
+
+
+def call_signature(policy, leaves):
+    """What the call looks like under the function's shape ``policy`` (``None``: a call
+    whose compiled code cannot be shared across processes, e.g. an object argument)."""
+    parts = []
+    for index, leaf in enumerate(leaves):
+        array = unwrap(leaf)
+        if isinstance(array, np.ndarray):
+            dynamic = policy(index, array)
+            shape = [list(dynamic[axis]) if axis in dynamic else size
+                     for axis, size in enumerate(array.shape)]
+            wants_grad = bool(getattr(leaf, "requires_grad", False) and is_grad_enabled())
+            parts.append([type(leaf).__name__, array.dtype.str, shape] +
+                         (["grad"] if wants_grad else []))
+        elif serialize.is_json_value(leaf):
+            parts.append([type(leaf).__name__, leaf])
+        else:
+            return None
+    return parts
+
+
+def cache_key(fn, options, policy, leaves):
+    """``(key, signature)`` of a call of ``fn`` with ``leaves`` under ``options`` and
+    the shape ``policy``; ``(None, reason)`` for a call that stays in memory."""
+    signature = call_signature(policy, leaves)
+    if signature is None:
+        return None, "an argument is an object"
+    identity = source_identity(fn)
+    if identity is None:
+        return None, "its source is not in a readable file (python -c, exec, a REPL)"
+    identity = {
+        "format": FORMAT,
+        "tracejit": __version__,
+        "tracejit_code": tracejit_code_digest(),
+        "numpy": np.__version__,
+        "python": sys.version_info[:2],
+        "host": llvm.host_description(),
+        "function": {
+            "module": _module_name(fn),
+            "qualname": getattr(fn, "__qualname__", None),
+            **identity,
+        },
+        "options": options.key_fields(),
+        "signature": signature,
+        "captured": _captured(fn),
+        # Arrays the function can read from outside: their dtypes and shapes are
+        # compiled in too (entries for other shapes must not collide).
+        "implicit": sorted(
+            [str(path), str(array.dtype), list(array.shape)]
+            for path, array in find_implicit_inputs(fn, leaves).values()
+            if hasattr(array, "dtype")
+        ),
+    }
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), signature
+
+
+def _module_name(fn):
+    """The module a function is keyed under. A script's functions are ``__main__`` in the
+    script's process and ``__mp_main__`` in its multiprocessing children (the same file
+    and code, which the key covers too): one name, so the children load its entries."""
+    module = getattr(fn, "__module__", None)
+    return "__main__" if module == "__mp_main__" else module
+
+
+def _dependencies(variant, fn):
+    """The functions every path of ``variant`` passed through, other than ``fn`` itself
+    (the key covers it), as ``dependency_of`` records them."""
+    function = _unwrapped(fn)
+    code = getattr(function, "__code__", None)
+    top = (getattr(function, "__qualname__", None), getattr(code, "co_filename", None))
+    found = {}
+    for _, path in variant.root.walk():
+        for qualname, file, source in path.functions:
+            if source is None and is_tracejit(file):
+                continue  # value_and_grad's wrapper: tracejit's version is in the key
+            if source is None:
+                raise serialize.NotSerializable(f"{qualname} has no readable source")
+            if (qualname, file) != top and (qualname, file) not in found:
+                found[(qualname, file)] = dependency_of(qualname, file)
+    return [found[item] for item in sorted(found)]
+
+
+def _stable_description(value):
+    """A description of a captured value that is the same in every process, or one that
+    never matches another process (so an unknown object can only miss, never collide)."""
+    if serialize.is_json_value(value):
+        return repr(value)
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if name is None:
+        name = getattr(value, "__name__", None)
+    if module and name and "<locals>" not in name:
+        return f"{module}.{name}"
+    if isinstance(value, np.ufunc):
+        return f"numpy.{value.__name__}"
+    if isinstance(value, np.ndarray):
+        return "array"  # implicit inputs: their dtypes and shapes are keyed separately
+    return f"{type(value).__name__}@{id(value)}:{os.getpid()}"
+
+
+def _captured(fn):
+    """Closure cells and default arguments: two closures with one source may capture
+    different functions (make(np.exp) vs make(np.sin)) and must not share an entry."""
+    function = getattr(fn, "__func__", fn)
+    cells = []
+    for name, cell in zip(getattr(function, "__code__", None).co_freevars if hasattr(
+            function, "__code__") else (), getattr(function, "__closure__", None) or ()):
+        try:
+            cells.append([name, _stable_description(cell.cell_contents)])
+        except ValueError:
+            cells.append([name, "<empty>"])
+    defaults = [_stable_description(value) for value in getattr(function, "__defaults__",
+                                                                   None) or ()]
+    return {"closure": cells, "defaults": defaults}

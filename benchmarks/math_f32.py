@@ -1,14 +1,17 @@
 """float32 transcendentals, 1024x1024: tracejit against NumPy eager and jax.jit, on 1 and
 2 threads (DESIGN.md §6: each >= 2x NumPy and >= jax.jit).
 
-    python -m benchmarks.math_f32 [--quick] [--threads 1 2] [--only sin cos ...]
+    python -m benchmarks.math_f32 [--quick] [--cpu] [--threads 1 2] [--only sin cos ...]
 
 Every thread count runs in a fresh worker process: ``TRACEJIT_NUM_THREADS`` set to it and
 the process pinned to that many cores (``os.sched_setaffinity``), so NumPy, jax and
 tracejit all get the same cores (XLA's own thread pool then sees them too). Candidates are
 timed round-robin in one process (``harness.measure_interleaved``); the figures are the
 median sample and, on a line below it, the fastest sample (less disturbed by other
-processes on a shared machine). Every result is checked against NumPy eager on the same
+processes on a shared machine). ``--cpu`` adds each candidate's CPU time per call (all of
+the process's threads, the least over interleaved rounds): on a loaded machine the work a
+call costs, where wall time mostly measures who else runs. Every result is checked against
+NumPy eager on the same
 input (NumPy has no erf: the eager primitive, fdlibm's algorithm in NumPy, is the
 reference and the NumPy column). The 1-minute load average is printed before and after
 each process: the machine is shared, so compare ratios within one run.
@@ -113,7 +116,23 @@ def _load():
     return os.getloadavg()[0]
 
 
-def run_worker(names, quick):
+def cpu_seconds(candidates, rounds, calls=10):
+    """Least CPU time per call of each candidate (``time.process_time``: every thread of the
+    process, so jax's and tracejit's pools count), round-robin over ``rounds`` rounds."""
+    import time
+
+    best = {candidate.name: float("inf") for candidate in candidates}
+    for _ in range(rounds):
+        for candidate in candidates:
+            candidate.call()
+            for _ in range(calls):
+                start = time.process_time()
+                candidate.call()
+                best[candidate.name] = min(best[candidate.name], time.process_time() - start)
+    return best
+
+
+def run_worker(names, quick, cpu=False):
     """Time every case in this process; returns one row per case."""
     from tracejit import jit
 
@@ -151,8 +170,13 @@ def run_worker(names, quick):
                          ms={key: value["median_s"] * 1e3 for key, value in timing.items()},
                          best_ms={key: min(value["samples_s"]) * 1e3
                                   for key, value in timing.items()}))
+        if cpu:
+            rows[-1]["cpu_ms"] = {key: value * 1e3 for key, value
+                                  in cpu_seconds(candidates, rounds=max(3, rounds // 3)).items()}
         print(_format(rows[-1]), flush=True)
         print(" " * 8 + "best: " + _format(rows[-1], "best_ms")[12:], flush=True)
+        if cpu:
+            print(" " * 8 + "cpu:  " + _format(rows[-1], "cpu_ms")[12:], flush=True)
     return rows
 
 
@@ -205,6 +229,8 @@ def _format(row, key="ms"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--cpu", action="store_true",
+                        help="also CPU time per call (robust on a loaded machine)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--only", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -212,7 +238,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.worker])
-        Path(args.output).write_text(json.dumps(run_worker(args.only, args.quick)))
+        Path(args.output).write_text(json.dumps(run_worker(args.only, args.quick, args.cpu)))
         return
     results = {}
     for threads in args.threads:
@@ -224,6 +250,7 @@ def main(argv=None):
             command = [sys.executable, "-m", "benchmarks.math_f32", "--worker", str(threads),
                        "--output", str(output), "--only", *args.only]
             command += ["--quick"] if args.quick else []
+            command += ["--cpu"] if args.cpu else []
             finished = subprocess.run(command, env=environment,
                                       cwd=Path(__file__).resolve().parents[1])
             print(f"--- load average after: {_load():.2f}", flush=True)

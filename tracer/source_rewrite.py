@@ -1,0 +1,459 @@
+"""The source rewrite: a model function's AST with what tracing must see routed through hooks.
+
+``rewrite_tree(fn)`` parses ``fn``'s source (a lambda's too, found in its line or file)
+and rewrites its body: loads from outside the function, calls, subscript and attribute
+stores, in-place operators and ``for`` loops become calls of ``__tracejit__.<hook>``
+(``HOOK``), the object ``tracejit.tracer.frontend.Hooks`` of the running trace. Nested
+definitions stay as written. ``_Scope`` says which names are locals, parameters and
+outside names; ``_Rewriter`` is the transformer. A function whose source cannot be read
+raises ``RewriteUnavailable`` and runs as written.
+
+>>> import ast
+>>> def scale(x):
+...     return x * FACTOR
+>>> tree, source = rewrite_tree(scale)
+>>> "__tracejit__.load(FACTOR" in ast.unparse(tree)
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import sys
+import textwrap
+
+from .errors import TraceError
+from .loop_frontend import rewrite_for
+from .loop_sequences import expand_sequence_loops
+from .unpacking import needs_split, split_targets
+
+HOOK = "__tracejit__"
+
+_MUTATING_METHODS = {
+    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
+    "popitem", "add", "discard", "sort", "reverse", "fill", "put", "resize", "itemset",
+}
+_INPLACE = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
+    ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul",
+    ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor",
+}
+# --- analysis ------------------------------------------------------------------------
+class _Scope(ast.NodeVisitor):
+    """Which names the function binds locally, which are parameters, which it declares
+    ``global``/``nonlocal`` and writes."""
+
+    def __init__(self, function_node):
+        arguments = function_node.args
+        self.parameters = {
+            a.arg
+            for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+            + [arguments.vararg, arguments.kwarg]
+            if a is not None
+        }
+        self.assigned, self.declared, self.problems = set(), {}, []
+        for statement in function_node.body:
+            self.visit(statement)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.assigned.add(node.id)
+
+    def visit_Global(self, node):
+        for name in node.names:
+            self.declared[name] = ("global", node.lineno)
+
+    def visit_Nonlocal(self, node):
+        for name in node.names:
+            self.declared[name] = ("nonlocal", node.lineno)
+
+    def visit_Yield(self, node):
+        self.problems.append((node.lineno, "a generator (yield) cannot be compiled"))
+
+    visit_YieldFrom = visit_Yield
+
+    def visit_FunctionDef(self, node):
+        self.assigned.add(node.name)  # nested functions are locals; their bodies are theirs
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        pass
+
+    def is_local(self, name):
+        return name in self.assigned and name not in self.parameters and name not in self.declared
+
+    def is_argument(self, name):
+        """A parameter never rebound here: it holds the caller's object."""
+        return name in self.parameters and name not in self.assigned
+
+    def is_outside(self, name):
+        """A global or closure variable (not a parameter, not assigned here)."""
+        return name in self.declared or (
+            name not in self.assigned and name not in self.parameters)
+
+
+# --- rewriting -----------------------------------------------------------------------
+def _is_hook(node):
+    """Whether ``node`` is ``__tracejit__.<method>``."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+        node.value.id == HOOK)
+
+
+def _hook(method, *args, node):
+    call = ast.Call(
+        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method, ctx=ast.Load()),
+        args=list(args),
+        keywords=[],
+    )
+    return ast.copy_location(call, node)
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, scope, freevars):
+        self.scope = scope
+        self.freevars = set(freevars)
+
+    def visit_FunctionDef(self, node):
+        return node  # nested definitions run as written (their calls go through ours)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+    def visit_For(self, node):
+        return rewrite_for(self, node)  # loops over range(...) may become IR loops
+
+    # Loads from outside the function (globals, closure cells, the arguments' attributes)
+    # go through ``load``: arrays become traced implicit inputs there, and Python scalars
+    # get entry guards, so nothing read from outside is frozen into compiled code.
+    def _origin(self, node):
+        """``(root kind, root name, steps)`` of a load chain rooted at a name, or None."""
+        steps = []
+        while True:
+            if isinstance(node, ast.Attribute):
+                steps.append(("attr", node.attr))
+                node = node.value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+                isinstance(node.slice.value, (str, int))
+            ):
+                steps.append(("item", node.slice.value))
+                node = node.value
+            elif isinstance(node, ast.Name):
+                break
+            else:
+                return None
+        name = node.id
+        if name in self.scope.parameters:
+            kind = "param"
+        elif self.scope.is_local(name) or name in self.scope.assigned:
+            return None
+        elif name in self.freevars:
+            kind = "closure"
+        else:
+            kind = "global"
+        return kind, name, tuple(reversed(steps))
+
+    def _load(self, node, original):
+        origin = self._origin(original)
+        if origin is None and not isinstance(original, ast.Name):
+            origin = ("expression", "", ())
+        if origin is None:
+            return node
+        kind, name, steps = origin
+        descriptor = ast.Tuple(elts=[ast.Constant(kind), ast.Constant(name),
+                                     ast.Constant(steps)], ctx=ast.Load())
+        return _hook("load", node, descriptor, node=original)
+
+    def visit_Name(self, node):
+        if not isinstance(node.ctx, ast.Load) or node.id in ("super", "__class__", HOOK):
+            return node
+        if node.id in self.scope.parameters or self.scope.is_local(node.id) or (
+            node.id in self.scope.assigned
+        ):
+            # A local may name a NumPy buffer that a write through another name replaced
+            # by its traced copy (b = a; b[0] = v; then a): read the copy.
+            return _hook("local", node, node=node)
+        return self._load(node, node)
+
+    def visit_Attribute(self, node):
+        if not isinstance(node.ctx, ast.Load) or _is_hook(node):
+            return self.generic_visit(node)
+        original = node
+        node = self.generic_visit(ast.Attribute(value=node.value, attr=node.attr, ctx=node.ctx))
+        ast.copy_location(node, original)
+        return self._load(node, original)
+
+    def visit_Subscript(self, node):
+        if not isinstance(node.ctx, ast.Load):
+            return self.generic_visit(node)
+        original = node
+        # Before visiting rewrites len(...): a key that may be a dim or the loop index.
+        dim_key = _key_from_dims(node.slice) or _mentions(node.slice,
+                                                          getattr(self, "loop_targets", ()))
+        node = self.generic_visit(ast.Subscript(value=node.value, slice=node.slice,
+                                                ctx=node.ctx))
+        ast.copy_location(node, original)
+        if dim_key:
+            # hs[len(inputs) - 1]: a dim-valued key (a SymInt) finds no int key in a dict
+            node = _hook("item_at", node.value, node.slice, node=original)
+        return self._load(node, original)
+
+    def visit_Call(self, node):
+        if isinstance(node.func, ast.Name) and node.func.id == "super":
+            return node  # zero-argument super() needs the real frame
+        if _is_hook(node.func):  # a hook call an earlier rewrite wrote (loop_sequences)
+            return self.generic_visit(node)
+        original = node.func
+        self.generic_visit(node)
+        func = node.func
+        if (
+            isinstance(original, ast.Attribute)
+            and original.attr in _MUTATING_METHODS
+            and isinstance(original.value, ast.Name)
+            and not self.scope.is_local(original.value.id)
+        ):
+            what = ast.Constant(f"{original.value.id}.{original.attr}(...)")
+            owner = ast.Name(id=original.value.id, ctx=ast.Load())
+            if (original.attr == "setdefault" and original.value.id in self.scope.parameters
+                    and 1 <= len(node.args) <= 2 and not node.keywords):
+                # config.setdefault('lr', 1e-2) in every course optimizer: no change when
+                # the key is there
+                return _hook("setdefault_argument", what, owner, *node.args, node=node)
+            return _then(_hook("outside_mutation", what, owner, node=node), node)
+        if (isinstance(original, ast.Attribute) and original.attr in _MUTATING_METHODS
+                and _is_load_chain(original.value)):  # self.history.append(loss)
+            what = ast.Constant(f"{ast.unparse(original)}(...)")
+            check = _hook("mutation_of", what, original.value, node=node)
+            call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
+                                               attr="call", ctx=ast.Load()),
+                            args=[func, *node.args], keywords=node.keywords)
+            return _then(check, ast.copy_location(call, node))
+        call = ast.Call(
+            func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
+                               ctx=ast.Load()),
+            args=[func, *node.args],
+            keywords=node.keywords,
+        )
+        return ast.copy_location(call, node)
+
+    def visit_Assign(self, node):
+        if needs_split(node):  # self.h, self.c = h, c: one write per target
+            statements = []
+            for statement in split_targets(node, self._fresh_name):
+                visited = self.visit(statement)
+                statements.extend(visited if isinstance(visited, list) else [visited])
+            return statements
+        # The container's name, before visiting rewrites a global one into a load hook.
+        name = _subscripted_name(node.targets[0]) if len(node.targets) == 1 else None
+        target_text = ast.unparse(node.targets[0])  # the user's text, for messages
+        nested = len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript) and (
+            isinstance(node.targets[0].value, ast.Subscript))
+        written = ast.unparse(node.targets[0])
+        self.generic_visit(node)
+        if len(node.targets) != 1:
+            return node
+        target = node.targets[0]
+        if nested:  # xs[t][k] = 1: the inner array may be NumPy and the index traced
+            call = _hook("set_in", target.value, target.slice, node.value, node=node)
+            return ast.copy_location(ast.Expr(call), node)
+        if name is not None:
+            return self._subscript_store(name, target, node.value, node, written)
+        if isinstance(target, ast.Subscript):  # self.cache["x"] = x
+            store = _hook("store_item", target.value, target.slice, node.value,
+                          ast.Constant(f"{target_text} = ..."), node=node)
+            return ast.copy_location(ast.Expr(store), node)
+        if isinstance(target, ast.Attribute):  # self.cache = x
+            store = _hook("set_attr", target.value, ast.Constant(target.attr), node.value,
+                          ast.Constant(f"{target_text} = ..."), node=node)
+            return ast.copy_location(ast.Expr(store), node)
+        return node
+
+    def _fresh_name(self):
+        """A local name for a value the rewrite holds between statements."""
+        self.fresh_names = getattr(self, "fresh_names", 0) + 1
+        name = f"__tracejit_value{self.fresh_names}"
+        self.scope.assigned.add(name)
+        return name
+
+    def visit_AugAssign(self, node):
+        name = _subscripted_name(node.target)
+        written = ast.unparse(node)
+        self.generic_visit(node)
+        operation = ast.Constant(_INPLACE.get(type(node.op), ""))
+        target = node.target
+        if isinstance(target, ast.Name):
+            value = _hook("inplace", ast.Name(id=target.id, ctx=ast.Load()), node.value,
+                          operation, node=node)
+            return ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=target.id, ctx=ast.Store())], value=value), node
+            )
+        if name is not None:
+            if self.scope.is_outside(name):
+                return self._outside_store(written, node)
+            value = _hook("update_item", ast.Name(id=name, ctx=ast.Load()), target.slice,
+                          node.value, operation, ast.Constant(self.scope.is_argument(name)),
+                          node=node)
+            return ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node
+            )
+        if isinstance(target, ast.Subscript):  # self.params["W"] -= lr * g
+            update = _hook("update_item_in", target.value, target.slice, node.value,
+                           operation, ast.Constant(written), node=node)
+            return ast.copy_location(ast.Expr(update), node)
+        if isinstance(target, ast.Attribute):  # self.W -= lr * dW
+            update = _hook("update_attr", target.value, ast.Constant(target.attr), node.value,
+                           operation, ast.Constant(written), node=node)
+            return ast.copy_location(ast.Expr(update), node)
+        return node
+
+    def _subscript_store(self, name, target, value, node, written):
+        if self.scope.is_outside(name):
+            return self._outside_store(f"{written} = ...", node)
+        call = _hook("set_item", ast.Name(id=name, ctx=ast.Load()), target.slice, value,
+                     ast.Constant(self.scope.is_argument(name)), node=node)
+        return ast.copy_location(
+            ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call), node
+        )
+
+    def _outside_store(self, written, node):
+        """``GLOBAL[k] = v`` or ``+=``: compiled runs would skip the write, so the function
+        runs eagerly (rebinding the name here would make it a local)."""
+        return _refused_statement(written, node)
+
+
+def _refused_statement(written, node):
+    """The hook that refuses a write to outside state under tracing, then the write itself
+    (eager runs of rewritten code, whose hook lets it through, still perform it)."""
+    refusal = ast.Expr(_hook("outside_mutation", ast.Constant(written), node=node))
+    return [ast.copy_location(refusal, node), node]
+
+
+def _then(first, second):
+    """``(first, second)[1]``: an expression evaluating ``first``, then ``second``."""
+    pair = ast.Tuple(elts=[first, second], ctx=ast.Load())
+    return ast.copy_location(
+        ast.Subscript(value=pair, slice=ast.Constant(1), ctx=ast.Load()), second)
+
+
+def _key_from_dims(key):
+    """A subscript key that may be a dim: it calls ``len`` or reads ``.shape`` (not a slice,
+    which reads dims fine)."""
+    if isinstance(key, (ast.Slice, ast.Tuple)):
+        return False
+    return any((isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)
+                and inner.func.id == "len") or (isinstance(inner, ast.Attribute)
+                                                 and inner.attr == "shape")
+               for inner in ast.walk(key))
+
+
+def _mentions(node, names):
+    return bool(names) and any(isinstance(inner, ast.Name) and inner.id in names
+                               for inner in ast.walk(node))
+
+
+def _is_load_chain(node):
+    """``a.b[k].c``: attributes and constant items from a name (evaluating it twice, for
+    a check and for the call, reads the same object)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _subscripted_name(target):
+    """``name`` for an assignment target ``name[...]``, else None."""
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        return target.value.id
+    return None
+
+
+class RewriteUnavailable(Exception):
+    """The function runs as written (no readable source, a lambda, ...)."""
+
+
+def _lambda_node(function, module, line=None):
+    """The one lambda in ``module`` with ``function``'s parameters (on ``line`` when
+    given), as a ``def``."""
+    code = function.__code__
+    names = code.co_varnames[: code.co_argcount]
+    found = [node for node in ast.walk(module) if isinstance(node, ast.Lambda)
+             and tuple(arg.arg for arg in node.args.args) == names
+             and line in (None, node.lineno)]
+    if len(found) > 1:  # the same parameters twice on a line: where its body starts
+        starts = {(lineno, column) for lineno, _, column, _ in code.co_positions()}
+        found = [node for node in found if (node.body.lineno, node.body.col_offset) in starts]
+    if len(found) != 1:
+        raise RewriteUnavailable("the lambda's line holds other lambdas with its parameters")
+    lambda_node = found[0]
+    body = [ast.copy_location(ast.Return(value=lambda_node.body), lambda_node.body)]
+    node = ast.FunctionDef(name="<lambda>", args=lambda_node.args, body=body,
+                           decorator_list=[], returns=None)
+    if sys.version_info >= (3, 12):
+        node.type_params = []
+    return ast.copy_location(node, lambda_node)
+
+
+def _lambda_function_node(function, source):
+    """A lambda's ``def``: from its lines alone, or, where they do not parse on their own
+    (a lambda inside a dict or call spanning lines), from its whole file."""
+    line = function.__code__.co_firstlineno
+    try:
+        node = _lambda_node(function, ast.parse(source))
+        ast.increment_lineno(node, line - 1)
+    except (SyntaxError, RewriteUnavailable):
+        filename = inspect.getsourcefile(function)
+        lines = linecache.getlines(filename, function.__globals__) if filename else []
+        try:
+            node = _lambda_node(function, ast.parse("".join(lines)), line)
+        except SyntaxError:
+            raise RewriteUnavailable("the lambda's source does not parse") from None
+        source = "".join(lines[line - 1: node.end_lineno])
+    return ast.fix_missing_locations(node), source
+
+
+def _function_node(function):
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError) as error:
+        raise RewriteUnavailable(f"source unavailable: {error}") from None
+    if function.__code__.co_name == "<lambda>":
+        return _lambda_function_node(function, source)
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        raise RewriteUnavailable("the source snippet does not parse on its own") from None
+    node = module.body[0] if module.body else None
+    if not isinstance(node, ast.FunctionDef) or node.name != function.__code__.co_name:
+        raise RewriteUnavailable("source does not start with the function's def")
+    # The snippet's line 1 is co_firstlineno (the first decorator's line, or the def's).
+    ast.increment_lineno(node, function.__code__.co_firstlineno - 1)
+    node.decorator_list = []
+    return node, source
+
+
+def rewrite_tree(function):
+    """The rewritten ``FunctionDef`` of ``function`` and its original source."""
+    node, source = _function_node(function)
+    node = expand_sequence_loops(node)  # for xt in x: by index when x is traced
+    scope = _Scope(node)
+    for name, (kind, line) in scope.declared.items():
+        if name in scope.assigned:
+            raise TraceError(
+                f"{function.__code__.co_filename}:{line}: `{kind} {name}` is written inside "
+                f"{function.__qualname__}; compiled runs would skip writes to outside state. "
+                "Return the new value instead"
+            )
+    if scope.problems:
+        line, message = scope.problems[0]
+        raise TraceError(f"{function.__code__.co_filename}:{line}: {message}")
+    # The body only: nested definitions stay as written.
+    rewriter = _Rewriter(scope, function.__code__.co_freevars)
+    rewriter.function_node = node  # loop capture reads which names are live after a loop
+    rewritten = rewriter.generic_visit(node)
+    if "__class__" in function.__code__.co_freevars:
+        # Keep the __class__ cell that zero-argument super() reads.
+        keep = ast.Expr(ast.Name(id="__class__", ctx=ast.Load()))
+        rewritten.body.insert(0, ast.copy_location(keep, rewritten.body[0]))
+    return ast.fix_missing_locations(rewritten), source

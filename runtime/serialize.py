@@ -599,7 +599,8 @@ def outputs_to_json(plan, implicit_paths=()):
             "mutated": [[position, index] for position, index in plan.mutated.items()],
             "aliases": [[position, argument] for position, argument in plan.aliases.items()],
             "writes": [_write_to_json(write, [str(path) for path in implicit_paths])
-                       for write in plan.writes]}
+                       for write in plan.writes],
+            "containers": [[list(place), list(where)] for place, where in plan.containers]}
 
 
 def _write_to_json(write, implicit_paths):
@@ -656,7 +657,15 @@ def outputs_from_json(data, implicit_paths=()):
         aliases[_integer(position, "an aliased result")] = argument
     _check(all(position < len(leaves) for position in aliases), "an alias of no result")
     writes = [_write_from_json(write, implicit_paths) for write in data.get("writes", [])]
-    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes)
+    containers = []
+    for place, where in data.get("containers", []):
+        _check(isinstance(place, list) and isinstance(where, list) and len(where) >= 2
+               and where[0] in ("args", "kwargs") and all(
+                   isinstance(part, (int, str)) and not isinstance(part, bool)
+                   for part in (*place, *where[1:])), "a returned argument container")
+        containers.append((tuple(place), tuple(where)))
+    return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes,
+                      containers)
 
 
 def _check_outputs(plan, count, has_backward):

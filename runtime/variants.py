@@ -17,6 +17,7 @@ import numpy as np
 from tracejit.codegen.schedule import input_view
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
+from tracejit.tracer.argument_writes import put_back
 from tracejit.tracer.pending import is_pending
 
 from .tensor import unwrap
@@ -45,6 +46,9 @@ class OutputPlan:
     aliases: dict = field(default_factory=dict)
     # config["t"] += 1 into a dict argument: stored into the caller's dict after the call
     writes: list = field(default_factory=list)  # tracejit.tracer.argument_writes.ArgumentWrite
+    # (place in the result, argument place): an argument's dict or list returned is the
+    # caller's own object (argument_writes.put_back)
+    containers: list = field(default_factory=list)
 
     @staticmethod
     def from_trace(trace):
@@ -65,11 +69,13 @@ class OutputPlan:
             leaves.append((kind, program_index))
             program_index += 1
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
-                          dict(trace.output_aliases), list(trace.argument_writes))
+                          dict(trace.output_aliases), list(trace.argument_writes),
+                          list(trace.returned_containers))
 
     def fast_result(self):
         """A specialized ``result`` for the common case of one array result, or None."""
-        if (not self.mutated and not self.writes and self.tree == pytree.LEAF
+        if (not self.mutated and not self.writes and not self.containers
+                and self.tree == pytree.LEAF
                 and self.leaves[0][0] == "array"):
             index = self.leaves[0][1]
             return lambda outputs, argument_leaves, wrap, arguments=None: wrap(outputs[index])
@@ -97,7 +103,8 @@ class OutputPlan:
                 leaves.append(wrap(outputs[value]))
         for position, argument in self.aliases.items():
             leaves[position] = argument_leaves[argument]
-        return pytree.unflatten(self.tree, leaves)
+        result = pytree.unflatten(self.tree, leaves)
+        return put_back(result, self.containers, arguments) if self.containers else result
 
 
 @dataclass

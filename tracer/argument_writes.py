@@ -202,3 +202,50 @@ def _container(arguments, where):
     for key in where[1:]:
         container = container[key]
     return container
+
+
+def returned_containers(context, result, depth=3):
+    """``[(place in result, where)]`` for each dict or list the function returns that is
+    one of its arguments' (``next_w, config = adam(w, dw, config)``): NumPy returns the
+    caller's own object, so the call must too (``put_back``)."""
+    found = []
+
+    def walk(value, place):
+        known = getattr(context, "argument_containers", {}).get(id(value))
+        if known is not None and type(value) in (dict, list) and known[1] is value:
+            found.append((place, known[0]))
+            return
+        if len(place) >= depth:
+            return
+        if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(value,
+                                                                                  "_fields")):
+            for index, item in enumerate(value):
+                walk(item, (*place, index))
+        elif type(value) is dict:
+            for key, item in value.items():
+                if isinstance(key, _KEYS):
+                    walk(item, (*place, key))
+
+    walk(result, ())
+    return found
+
+
+def put_back(result, returned, arguments):
+    """``result`` with the containers ``returned_containers`` found replaced by the
+    caller's own (``arguments`` is ``(args, kwargs)``)."""
+    for place, where in returned:
+        result = _replaced(result, place, _container(arguments, where))
+    return result
+
+
+def _replaced(value, place, new):
+    if not place:
+        return new
+    key, rest = place[0], place[1:]
+    if isinstance(value, tuple):
+        items = list(value)
+        items[key] = _replaced(items[key], rest, new)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    value[key] = _replaced(value[key], rest, new)
+    return value
+

@@ -182,3 +182,35 @@ def test_a_nested_dict_written_in_a_loop_body_unrolls_and_is_right():
         for _ in range(2):
             assert_same(g(x), decays_in_a_local_nested_dict(x))
         assert not g.stats()["eager_calls"], g.stats()
+
+
+def returns_its_config(w, dw, config):
+    config["t"] = config.get("t", 0) + 1
+    return w - 0.1 * dw, config
+
+
+def returns_nested(x, state):
+    state["inner"]["y"] = x * 2.0
+    return (x, [state["inner"], state]), {"kept": state}
+
+
+def test_a_returned_argument_dict_is_the_callers_own(tmp_path, monkeypatch):
+    """next_w, config = adam(w, dw, config): NumPy returns the caller's dict itself (a
+    copy would miss the caller's later writes), traced, compiled and from the disk."""
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
+    for attempt in range(2):
+        f = tj.jit(returns_its_config)
+        for n in (3, 3, 5, 3):
+            config = {"lr": 0.1}
+            _, returned = f(np.ones(n), np.ones(n), config)
+            assert returned is config and config["t"] == 1
+    assert f.stats()["disk_hits"] >= 1
+
+
+def test_returned_nested_argument_containers_are_the_callers_own():
+    f = tj.jit(returns_nested, cache="memory")
+    for n in (2, 2, 4, 2):
+        state = {"inner": {}}
+        (x, (inner, outer)), kept = f(np.ones(n), state)
+        assert inner is state["inner"] and outer is state and kept["kept"] is state
+        np.testing.assert_array_equal(state["inner"]["y"], np.full(n, 2.0))

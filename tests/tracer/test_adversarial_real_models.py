@@ -789,11 +789,6 @@ def add_into_params(x, params):
     return params["W"], params
 
 
-@pytest.mark.xfail(strict=True, reason="a dict argument returned by the function comes back "
-                   "as a new dict, not the caller's (NumPy returns the same object; the "
-                   "returned array is the argument's own): the course optimizers' "
-                   "`next_w, config = adam(w, dw, config)` then holds a copy, and a later "
-                   "write into it misses the caller's dict. Seen on traced and compiled calls")
 def test_returned_dict_argument_is_the_callers_dict():
     f = tj.jit(add_into_params, dynamic=True, cache="memory")
     for n in (3, 5, 3, 3):

@@ -13,9 +13,11 @@ weight broadcasts, ``FB * NB`` multiply-adds; one call of a tile function runs e
 block of ``FB`` filters at its place in the row. Kernel rows that fall in the padding load
 nothing but still add each filter's ``w * 0`` (an Inf or NaN weight must give NaN there,
 as NumPy's zero padding and PyTorch do); the tiles at a row's ends use masked loads (lanes
-outside the input read zero) and masked stores. Then the row's *epilogue* runs while it
-is in cache: the kernel root's pointwise expression (bias, activation: ``schedule``'s
-epilogue fusion, as for matmul) read in place.
+outside the input read zero) and masked stores. The kernel root's pointwise expression
+(bias, activation: ``schedule``'s epilogue fusion, as for matmul) is applied to each tile
+as it is stored, when it reads nothing but the product, constants and per-filter buffers
+(``conv_epilogue``); otherwise the row's *epilogue* runs over the stored row while it is
+in cache, in place.
 
 Compile time matters as much as run time (one compile per size bucket): the filters past
 the last full tile block reuse the full tile (overlapping, or told how many filters
@@ -33,7 +35,8 @@ at the end (deterministic for a given thread count).
 
 Where each piece lives: ``conv_tiling`` (tile and band sizes, plain Python),
 ``conv_ir`` (``ConvKernel``'s vector IR helpers and the value-carrying loops),
-``conv_forward`` (``ForwardKernel``), ``conv_weight_grad`` (``WeightGradKernel``); this
+``conv_forward`` (``ForwardKernel``), ``conv_epilogue`` (the bias and activation on the
+tiles), ``conv_weight_grad`` (``WeightGradKernel``); this
 module holds ``build``, which the ``conv`` kernel kind calls.
 
 >>> import numpy as np, tracejit as tj

@@ -2,9 +2,10 @@
 convolution is a ``conv2d`` of the output gradient with flipped weights). A work item is
 one output row ``(n, oh)``; its ``F x OW`` outputs are computed in register tiles of
 ``FB`` filters by ``NB`` vectors along ``ow`` (``conv_tiling.forward_blocking``), each
-keeping its accumulators through the whole reduction over ``(c, i, j)``; then the row's
-epilogue (bias, activation) runs in place while it is in cache. ``tracejit.codegen.conv``
-says more.
+keeping its accumulators through the whole reduction over ``(c, i, j)``; the epilogue
+(bias, activation) is applied to the tile as it is stored (``conv_epilogue``) or, where it
+reads values that vary along the row, over the row in place while it is in cache.
+``tracejit.codegen.conv`` says more.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 
 from llvmlite import ir
 
+from . import conv_epilogue
 from .conv_ir import I64, PTR, WIDEST_STEP, ConvKernel, const, counted_loop, either, when
 from .conv_tiling import forward_blocking, lower, upper
 
@@ -33,12 +35,19 @@ class ForwardKernel(ConvKernel):
         self.fb, self.nb = forward_blocking(
             self.lanes, self.registers, per_group or upper(self.filters, self.ranges),
             upper(self.out_width, self.ranges), max(1, self.fewest_per_group))
+        # Bias and activation applied to the tiles as they are stored, where they can be
+        # (else the row epilogue reads the stored row back).
+        self.tile_epilogue = conv_epilogue.plan(kb)
 
     def build(self):
         kb, root = self.kb, self.kb.kernel.root
         product = self.eqn.out
-        if product.name != root.name:
+        if product.name != root.name and self.tile_epilogue is None:
             kb.overrides[product.name] = root.name  # the epilogue reads the product in place
+        if product.name == root.name or self.tile_epilogue is not None:
+            # Only loops that call tiles: LLVM's loop unswitching and unrolling there cost
+            # 0.01-0.02 s of compile each and gain nothing (no row epilogue to vectorize).
+            kb.function.attributes.add("optsize")
         extent = self.batch * self.out_height
         kb.loop(kb.dim(extent), self.row, inner=False, split=True)
         kb.finish()
@@ -81,7 +90,7 @@ class ForwardKernel(ConvKernel):
                                                      filters, common, w_pointer, out_pointer))
 
         counted_loop(b, const(0), groups, group)
-        if kb.kernel.root.name != self.eqn.out.name:
+        if kb.kernel.root.name != self.eqn.out.name and self.tile_epilogue is None:
             self.epilogue(n, oh)
 
     def remaining_filters(self, builder, per_group, first_filter, blocks, tile_row):
@@ -122,13 +131,21 @@ class ForwardKernel(ConvKernel):
         (sw, dw), left = (self.strides[1], self.dilation[1]), self.padding[1][0]
         reach = (self.kernel[1] - 1) * dw
         full = builder.sdiv(out_width, const(span))
+        leaves = []
+        if self.tile_epilogue is not None:  # the bias and such, from this tile's first filter
+            for leaf in self.tile_epilogue.leaves:
+                pointer = self.kb.pointers[leaf.name]
+                leaves.append(self.at(builder, pointer, f0) if leaf.per_filter else pointer)
         arguments = lambda ow0, valid: [x_base, w_base, out_base, ow0, ih0, valid,  # noqa: E731
                                         group_channels, height, width, taps, plane, blocks]
+
+        def call(builder, nb, border, ow0, valid):
+            self.call_tile(builder, fb, nb, border, arguments(ow0, valid), leaves)
 
         def tile(builder, index, _):
             ow0 = builder.mul(index, const(span))
             if not self.interior_possible(span):
-                builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, const(span)))
+                call(builder, self.nb, True, ow0, const(span))
                 return
             first = builder.sub(builder.mul(ow0, const(sw)), const(left))
             # the last element loaded: a wide (strided) load reads sw - 1 past its last lane
@@ -142,10 +159,10 @@ class ForwardKernel(ConvKernel):
             done = builder.function.append_basic_block("tile.done")
             builder.cbranch(interior, plain, masked)
             builder.position_at_end(plain)
-            builder.call(self.tile_function(fb, self.nb, False), arguments(ow0, const(span)))
+            call(builder, self.nb, False, ow0, const(span))
             builder.branch(done)
             builder.position_at_end(masked)
-            builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, const(span)))
+            call(builder, self.nb, True, ow0, const(span))
             builder.branch(done)
             builder.position_at_end(done)
 
@@ -155,10 +172,10 @@ class ForwardKernel(ConvKernel):
         if isinstance(self.out_width, int):
             if self.out_width % span:  # exactly the vectors the tail needs
                 vectors = math.ceil((self.out_width % span) / self.lanes)
-                builder.call(self.tile_function(fb, vectors, True), arguments(ow0, rest))
+                call(builder, vectors, True, ow0, rest)
         else:  # one masked tile for every tail length: one function, not nb
             when(builder, builder.icmp_signed(">", rest, const(0)), lambda builder, _:
-                 builder.call(self.tile_function(fb, self.nb, True), arguments(ow0, rest)))
+                 call(builder, self.nb, True, ow0, rest))
 
     def interior_possible(self, span):
         """Whether a full tile of ``span`` outputs can read only inside the row for some size
@@ -174,20 +191,49 @@ class ForwardKernel(ConvKernel):
         return ((index + 1) * span <= upper(self.out_width, self.ranges)
                 and last < upper(self.width, self.ranges))
 
+    def call_tile(self, builder, fb, nb, border, arguments, leaves):
+        """Call the tile function with ``arguments`` (see ``tile_function``) and, if it has an
+        epilogue, whether to apply it and the pointers it reads. A kernel without an epilogue
+        borrows another kernel's tile with one (a forward's, from its input gradient when
+        they have as many channels as filters) and tells it not to apply it, handing the
+        weights as the pointers (every load stays inside them): one tile compiled, not two."""
+        function = self.tile_function(fb, nb, border)
+        extra = []
+        if self.tile_epilogue is not None:
+            extra = [const(1), *leaves]
+        elif len(function.args) > len(arguments):
+            extra = [const(0)] + [arguments[1]] * (len(function.args) - len(arguments) - 1)
+        builder.call(function, arguments + extra)
+
     def tile_function(self, fb, nb, border):
         """``tile(x, w, out, ow0, ih0, valid, C/g, H, W, K, OH*OW, blocks)``: ``blocks``
         times ``fb`` filters by ``nb`` vectors of outputs from ``ow0`` in one row, ``valid``
-        of them stored."""
-        name = self.shared_name("tile", fb, nb, "m" if border else "",
-                                self.kernel, self.strides[1], self.dilation, self.padding[1][0])
+        of them stored; with a tile epilogue, then ``apply`` (0 or 1) and the pointers it
+        reads (``conv_epilogue.TileEpilogue.leaves``)."""
+        epilogue = self.tile_epilogue
+        name = self.shared_name("tile", fb, nb, "m" if border else "", self.kernel,
+                                self.strides[1], self.dilation, self.padding[1][0])
+        if epilogue is not None:
+            name += f"_e{epilogue.signature}"
         function = self.module.globals.get(name)
         if function is not None:  # another kernel of this program has the same tile
             return function
-        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 9, shared=True)
+        if epilogue is None:
+            borrowed = [function for other, function in self.module.globals.items()
+                        if other.startswith(name + "_e")]
+            if borrowed:
+                return borrowed[0]
+        leaf_count = len(epilogue.leaves) if epilogue else 0
+        extra = [I64] + [PTR] * leaf_count if epilogue else []
+        function, builder = self.function(name, [PTR, PTR, PTR] + [I64] * 9 + extra,
+                                          shared=True)
         for argument in function.args[:3]:
             argument.add_attribute("noalias")
         (x_base, first_weights, first_out, ow0, ih0, valid, channels, height, width, taps,
-         plane, blocks) = function.args
+         plane, blocks) = function.args[:12]
+        if epilogue is not None:
+            applied = builder.icmp_signed("!=", function.args[12], const(0))
+            leaf_pointers = function.args[13:]
         (kh, kw), (dh, dw) = self.kernel, self.dilation
         sw, left = self.strides[1], self.padding[1][0]
         zero = ir.Constant(self.vector, None)
@@ -268,11 +314,19 @@ class ForwardKernel(ConvKernel):
             accumulators = counted_loop(builder, const(0), channels, channel,
                                         [zero] * (fb * nb))
             for f in range(fb):
+                if epilogue is not None:
+                    filter_index = builder.add(builder.mul(index, const(fb)), const(f))
+                    leaf_values = [builder.load(self.at(builder, pointer, filter_index) if
+                                                leaf.per_filter else pointer, typ=self.element)
+                                   for leaf, pointer in zip(epilogue.leaves, leaf_pointers)]
                 for v in range(nb):
                     offset = builder.add(builder.mul(const(f), plane),
                                          builder.add(ow0, const(v * self.lanes)))
                     pointer = self.at(builder, out_base, offset)
                     value = accumulators[f * nb + v]
+                    if epilogue is not None:  # a select, not a branch LLVM would unswitch
+                        value = builder.select(applied, epilogue.apply(
+                            builder, value, leaf_values, self.lanes), value)
                     if border:
                         self.masked_store(builder, value, pointer, stored[v])
                     else:

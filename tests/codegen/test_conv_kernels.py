@@ -163,7 +163,7 @@ def test_a_program_compiles_few_tile_functions(channels, filters):
     every tail width: a forward + backward over filter counts that no block divides
     (dynamic) compiles two tiles per convolution and one weight-gradient tile per group of
     kernel columns, not one per remainder size; with as many channels as filters, the
-    forward and the input gradient share theirs."""
+    input gradient runs the forward's tiles (whose epilogue, the relu mask, it skips)."""
     rng = np.random.default_rng(5)
     x, w, b = rng.standard_normal((2, channels, 12, 40)), \
         rng.standard_normal((filters, channels, 3, 3)), rng.standard_normal(filters)
@@ -171,8 +171,13 @@ def test_a_program_compiles_few_tile_functions(channels, filters):
     def loss(x, w, b):
         return np.sum(nn.relu(nn.conv2d(x, w, b, padding=1)))
 
-    step = tj.jit(tj.grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory")
-    step(x, w, b)
+    step = tj.jit(tj.grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory",
+                  fallback="raise")
+    step(x, w, b)  # traced; the second call runs the kernels
+    # the input gradient runs the forward's tile, told not to apply its epilogue
+    for got, want in zip(step(x, w, b), tj.grad(loss, argnums=(0, 1, 2))(x, w, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    assert step.stats()["compiled_calls"] == 1
     lowered = step.lower(x, w, b)
     assert sum("(conv)" in kernel for kernel in lowered.kernels) == 3, lowered.kernels
     tiles = set(re.findall(r"define[^@]*@(tj_conv_w?tile\w+)\(", lowered.llvm_ir))
@@ -196,14 +201,133 @@ def test_no_unmasked_tile_where_every_tile_reads_the_padding():
     step = tj.jit(tj.grad(loss, argnums=(0, 1, 2)), dynamic=True, cache="memory",
                   fallback="raise")
     eager = tj.grad(loss, argnums=(0, 1, 2))
-    for width in (32, 17, 23):
+    for width in (32, 17, 23):  # the first call traces, the others run the kernels
         x = rng.standard_normal((2, 3, 20, width)).astype(np.float32)
         for got, want in zip(step(x, w, b), eager(x, w, b)):
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
-    assert step.stats()["compiles"] == 1, step.explain()
+    assert step.stats()["compiles"] == 1 and step.stats()["compiled_calls"] == 2, step.explain()
     tiles = re.findall(r"define[^@]*@tj_conv_tile_v\d+f\d+_\d+_\d+_(m?)_", step.lower(
         x, w, b).llvm_ir)
     assert tiles and (lanes_for(np.float32) < 16 or all(tiles)), tiles
+
+
+# name: (the layer over conv2d's product and the bias, whether the tiles apply it as they
+# are stored (tracejit.codegen.conv_epilogue) or a loop over each row does)
+EPILOGUES = {
+    "bias-relu": (lambda out, b: nn.relu(out + b.reshape(-1, 1, 1)), True),
+    "bias": (lambda out, b: out + b[:, None, None], True),
+    "relu-zero-first": (lambda out, b: np.maximum(0, b.reshape(-1, 1, 1) + out), True),
+    "bias-first-relu6": (lambda out, b: np.minimum(np.maximum(b.reshape(1, -1, 1, 1) + out,
+                                                              0), 6), True),
+    "leaky": (lambda out, b: np.where(out - b[:, None, None] > 0, out, 0.1 * out), True),
+    # the relu mask of a backward; np.full constants of the product's dtype
+    "relu-mask": (lambda out, b: np.where(out + b.reshape(-1, 1, 1) <= 0, np.zeros(
+        (), out.dtype), np.full((1, 1), 1, out.dtype)), True),
+    # a slice of the bias is no buffer the tiles read
+    "sliced-bias": (lambda out, b: out * b[:1].reshape(1, 1, 1) - b[:, None, None], False),
+    "per-column": (lambda out, b: out + np.arange(out.shape[-1], dtype=out.dtype), False),
+    "tanh": (lambda out, b: np.tanh(out + b.reshape(-1, 1, 1)), False),
+}
+# (x shape, w shape, conv2d keyword arguments): odd sizes, strides, groups, a filter count
+# no tile block divides
+EPILOGUE_SHAPES = {
+    "odd-same": ((2, 3, 13, 37), (10, 3, 3, 3), dict(padding=1)),
+    "strided-groups": ((1, 4, 17, 29), (6, 2, 3, 5), dict(stride=(2, 3), padding=(1, 2),
+                                                          groups=2)),
+    "wide-5x5": ((1, 3, 9, 70), (19, 3, 5, 5), dict(padding=2)),
+}
+
+
+def _tile_names(function, *arguments):
+    return set(re.findall(r"define[^@]*@(tj_conv_tile\w+)\(",
+                          function.lower(*arguments).llvm_ir))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", list(EPILOGUE_SHAPES))
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_epilogue_on_the_tiles_matches_eager(epilogue, shape, dtype):
+    """The bias and activation computed on the register tiles as they are stored agree with
+    eager NumPy, forward and gradients, where the tiles compute them (their functions are
+    named for the epilogue) and where a loop over each row still does."""
+    expression, on_tiles = EPILOGUES[epilogue]
+    x_shape, w_shape, options = EPILOGUE_SHAPES[shape]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+
+    def layer(x, w, b):
+        return expression(nn.conv2d(x, w, **options), b)
+
+    compiled = tj.jit(layer, cache="memory", fallback="raise")
+    compiled(x, w, b)  # traced; the second call runs the kernels
+    got, want = compiled(x, w, b), layer(x, w, b)
+    assert compiled.stats()["compiled_calls"] == 1
+    rtol, atol = tolerance(dtype)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    assert got.dtype == want.dtype
+    tiles = _tile_names(compiled, x, w, b)
+    assert any(re.search(r"_e[0-9a-f]{10}$", name) for name in tiles) == on_tiles, tiles
+    if epilogue == "relu-mask":  # piecewise constant: no gradient to compare
+        return
+    scale = rng.standard_normal(want.shape).astype(dtype)
+
+    def loss(x, w, b):  # b reaches the loss even where the layer only compares with it
+        return np.sum(layer(x, w, b) * scale) + np.sum(b) * 0.5
+
+    assert_compiled_matches_eager(loss, (x, w, b), grads=True, rtol=rtol, atol=atol,
+                                  dynamic=True, cache="memory", fallback="raise")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_epilogue_on_the_tiles_keeps_nan_inf_and_signed_zeros(dtype):
+    """NaN and Inf in the bias and the product, and -0.0 through np.maximum(0, .) (which
+    keeps it) and nn.relu (which gives +0.0), as eagerly: to the bit."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 2, 6, 21)).astype(dtype)
+    w = rng.standard_normal((5, 2, 3, 3)).astype(dtype)
+    x[0, 0, 2, 3] = np.nan
+    w[4] = 0.0  # filter 4's product is +-0.0 everywhere
+    b = np.array([np.inf, -np.inf, np.nan, 1.0, -0.0], dtype)
+    for layer in (lambda x, w, b: nn.relu(nn.conv2d(x, w, b, padding=1)),
+                  lambda x, w, b: np.maximum(0, nn.conv2d(x, w, b, padding=1))):
+        compiled = tj.jit(layer, cache="memory", fallback="raise")
+        with np.errstate(all="ignore"):
+            compiled(x, w, b)  # traced; the second call runs the kernels
+            got, want = compiled(x, w, b), layer(x, w, b)
+        assert compiled.stats()["compiled_calls"] == 1
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        assert any(re.search(r"_e[0-9a-f]{10}$", name) for name in _tile_names(
+            compiled, x, w, b))
+
+
+@pytest.mark.parametrize("alpha_shape", [(1,), (), (7, 1, 1), (1, 7, 1, 1)])
+def test_prelu_slopes_are_read_by_the_tiles(alpha_shape):
+    """A PReLU's slope, one for the layer or one per filter, is a buffer the tiles read
+    once per filter (or once); forward and gradients agree with eager."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 11, 23)).astype(np.float32)
+    w = rng.standard_normal((7, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(7).astype(np.float32)
+    alpha = rng.uniform(0.05, 0.3, alpha_shape).astype(np.float32)
+
+    def layer(x, w, b, alpha):
+        out = nn.conv2d(x, w, b, padding=1, stride=(1, 2))
+        return np.where(out > 0, out, alpha * out)
+
+    compiled = tj.jit(layer, cache="memory", fallback="raise")
+    compiled(x, w, b, alpha)  # traced; the second call runs the kernels
+    np.testing.assert_allclose(compiled(x, w, b, alpha), layer(x, w, b, alpha), rtol=2e-4,
+                               atol=2e-4)
+    assert compiled.stats()["compiled_calls"] == 1
+    assert any(re.search(r"_e[0-9a-f]{10}$", name) for name in _tile_names(
+        compiled, x, w, b, alpha))
+    scale = rng.standard_normal((2, 7, 11, 12)).astype(np.float32)
+    assert_compiled_matches_eager(lambda x, w, b, alpha: np.sum(layer(x, w, b, alpha) * scale),
+                                  (x, w, b, alpha), grads=True, rtol=2e-4, atol=2e-4,
+                                  dynamic=True, cache="memory", fallback="raise")
 
 
 THREADS_SCRIPT = textwrap.dedent("""

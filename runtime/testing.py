@@ -21,28 +21,44 @@ TOLERANCES = {
 }
 
 
-def tolerance(dtype, rtol=None, atol=None):
+def tolerance(dtype, rtol=None, atol=None, computed_in=None):
+    """``(rtol, atol)`` for results of ``dtype``; ``computed_in``: the least precise float
+    dtype the result was computed from (a float32 sum times a float64 scalar is float64
+    with float32's rounding in it), whose tolerance then applies when it is looser."""
     default_rtol, default_atol = TOLERANCES.get(np.dtype(dtype), (0.0, 0.0))
+    if computed_in is not None and np.dtype(dtype).kind in "fc":
+        loose_rtol, loose_atol = TOLERANCES.get(np.dtype(computed_in), (0.0, 0.0))
+        default_rtol, default_atol = max(default_rtol, loose_rtol), max(default_atol,
+                                                                         loose_atol)
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def least_precise_float(values):
+    """The float dtype with the loosest tolerance among the arrays in ``values`` (a
+    pytree), or None."""
+    dtypes = {np.asarray(unwrap(leaf)).dtype for leaf in pytree.flatten(values)[0]
+              if isinstance(unwrap(leaf), (np.ndarray, np.generic))}
+    floats = [dtype for dtype in dtypes if dtype in TOLERANCES]
+    return max(floats, key=lambda dtype: TOLERANCES[dtype][0]) if floats else None
 
 
 def _plain(value):
     return unwrap(value)
 
 
-def compare_results(actual, expected, rtol=None, atol=None):
+def compare_results(actual, expected, rtol=None, atol=None, computed_in=None):
     actual_leaves, actual_tree = pytree.flatten(actual)
     expected_leaves, expected_tree = pytree.flatten(expected)
     if actual_tree != expected_tree:
         return f"structure {actual_tree!r} != {expected_tree!r}"
     for index, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
-        problem = compare_leaf(_plain(got), _plain(want), rtol, atol)
+        problem = compare_leaf(_plain(got), _plain(want), rtol, atol, computed_in)
         if problem:
             return f"output leaf {index}: {problem}"
     return None
 
 
-def compare_leaf(got, want, rtol=None, atol=None):
+def compare_leaf(got, want, rtol=None, atol=None, computed_in=None):
     if isinstance(want, (np.ndarray, np.generic)) or isinstance(got, (np.ndarray, np.generic)):
         got_array, want_array = np.asarray(got), np.asarray(want)
         if type(got) is not type(want) and not (
@@ -53,7 +69,7 @@ def compare_leaf(got, want, rtol=None, atol=None):
             return f"dtype {got_array.dtype} != {want_array.dtype}"
         if got_array.shape != want_array.shape:
             return f"shape {got_array.shape} != {want_array.shape}"
-        relative, absolute = tolerance(want_array.dtype, rtol, atol)
+        relative, absolute = tolerance(want_array.dtype, rtol, atol, computed_in)
         if want_array.dtype.kind in "fc":
             close = np.isclose(got_array, want_array, rtol=relative, atol=absolute,
                                equal_nan=True)
@@ -95,7 +111,8 @@ def assert_compiled_matches_eager(fn, *arg_sets, rtol=None, atol=None, grads=Fal
     Each argument set (a tuple of arguments, or a single argument) is run eagerly and
     then twice through ``jit(fn, **jit_options)`` (the first call of a new variant is
     computed by its trace, the second by native code); outputs are compared for structure,
-    shape, dtype and values (per-dtype tolerances, ``rtol``/``atol`` override), and so are
+    shape, dtype and values (per-dtype tolerances, the loosest of the result's and the
+    arguments' float dtypes: ``rtol``/``atol`` override), and so are
     the arguments afterwards (for functions that write into their inputs). With
     ``grads=True`` the gradients of a scalar result with respect to every floating-point
     array argument are compared as well (and the compiled call must have put its compiled
@@ -124,7 +141,8 @@ def assert_compiled_matches_eager(fn, *arg_sets, rtol=None, atol=None, grads=Fal
             with np.errstate(all="ignore"):
                 actual = jitted(*compiled_arguments)
             where = f"argument set {number}, {call} call"
-            problem = compare_results(actual, expected, rtol, atol)
+            problem = compare_results(actual, expected, rtol, atol,
+                                      least_precise_float(arguments))
             if problem:
                 raise CompiledMismatch(f"{jitted.__qualname__}: {where}: {problem}")
             problem = compare_results(compiled_arguments, eager_arguments, rtol, atol)

@@ -23,8 +23,9 @@ import warnings
 import numpy as np
 
 from tracejit import codegen
-from tracejit.tracer import pytree, trace
+from tracejit.tracer import pytree
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracejit.tracer.gradient_trace import trace_with_gradients
 from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
 from tracejit.tracer.pending import has_effects
@@ -106,9 +107,11 @@ class Misses:
     def _trace(self, args, kwargs, dynamic, signature, lazy=False):
         start = time.perf_counter()
         try:
-            traced = trace(self.fn, *args, dynamic=dynamic, name=self.__name__,
-                           grad=is_grad_enabled(), lazy=lazy,
-                           capture_loops=self.options.loops == "capture", **kwargs)
+            traced = trace_with_gradients(self.fn, *args, dynamic=dynamic,
+                                          name=self.__name__, grad=is_grad_enabled(),
+                                          lazy=lazy,
+                                          capture_loops=self.options.loops == "capture",
+                                          **kwargs)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise

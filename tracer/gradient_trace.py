@@ -1,21 +1,21 @@
-"""Traces that record the backward pass too: ``trace(fn, *args, grad=True)``.
+"""Traces that record the backward pass too: ``trace_with_gradients(fn, *args)``.
 
 The tracer records the function; when gradients are asked for and some input is a Tensor
-requiring grad, ``record_gradients`` appends reverse mode (``tracejit.tracer.autodiff``)
-to the same graph: one cotangent input per floating-point output, one gradient output per
-input that requires grad. ``GradientPlan`` says how the joint graph is laid out;
-``tracejit.tracer.partition`` splits it into forward and backward programs.
+requiring grad, ``record_gradients`` (handed to ``trace`` in ``BACKWARD``) appends reverse
+mode (``tracejit.tracer.autodiff``) to the same graph: one cotangent input per
+floating-point output, one gradient output per input that requires grad. ``GradientPlan``
+says how the joint graph is laid out; ``tracejit.tracer.partition`` splits it into forward
+and backward programs.
 
->>> import numpy as np
 >>> from tracejit import tensor
->>> from tracejit.tracer.tracing import trace
->>> t = trace(lambda x: (x * x).sum(), tensor([1.0, 2.0], requires_grad=True), grad=True)
+>>> t = trace_with_gradients(lambda x: (x * x).sum(), tensor([1.0, 2.0], requires_grad=True))
 >>> t.gradients
 GradientPlan(forward_outputs=1, differentiable=[0], cotangent_inputs=[1], wrt=[('leaf', 0)])
 """
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +23,12 @@ import numpy as np
 from .autodiff import reverse
 from .errors import UnsupportedError
 from .traced_array import Tracer
+from .tracing import trace
 
 
 @dataclass
 class GradientPlan:
-    """How a joint forward+backward graph (``trace(..., grad=True)``) is laid out.
+    """How a joint forward+backward graph (``trace_with_gradients``) is laid out.
 
     Outputs ``[:forward_outputs]`` are the function's; then one gradient per ``wrt``
     entry: ``("leaf", argument leaf position)`` or ``("implicit", implicit input number)``.
@@ -38,6 +39,14 @@ class GradientPlan:
     differentiable: list
     cotangent_inputs: list
     wrt: list
+
+
+def trace_with_gradients(fn, *args, grad=True, **options):
+    """``tracing.trace(fn, *args, **options)``, and with ``grad`` (the runtime passes
+    ``is_grad_enabled()``) the backward pass for every input that is a Tensor requiring
+    grad: ``Trace.gradients`` is then a ``GradientPlan`` (None when no input requires
+    grad)."""
+    return trace(fn, *args, backward=BACKWARD if grad else None, **options)
 
 
 def wants_gradients(leaves, implicit):
@@ -83,3 +92,7 @@ def record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, m
         atom, _, _ = context.atom(gradient)
         output_atoms.append(atom)
     return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
+
+
+# What trace() takes as its ``backward``: whether to record reverse mode, and how.
+BACKWARD = types.SimpleNamespace(wanted=wants_gradients, record=record_gradients)

@@ -32,7 +32,6 @@ from .abstract import PYTHON_SCALARS, AbstractArray
 from .dims import DimExpr, SymInt, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
-from .gradient_trace import record_gradients, wants_gradients
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, user_location
@@ -75,13 +74,11 @@ class Trace:
     output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
-    gradients: object = None  # gradient_trace.GradientPlan when traced with grad=True
+    gradients: object = None  # what trace(backward=...) recorded: gradient_trace.GradientPlan
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
     argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
-    # (place in the result, argument place) of dicts and lists returned that are arguments'
-    returned_containers: list = field(default_factory=list)
 
     def force_outputs(self):
         """Compute the outputs a lazy trace left pending (the NumPy reference of the
@@ -381,7 +378,7 @@ def _argument_names(fn, args, kwargs, partial=False):
     return list(bound.arguments)
 
 
-def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=False,
+def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backward=None,
           capture_loops=True, lazy=False, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
@@ -393,10 +390,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     ``implicit``: ``{id(array): (path, array)}`` of arrays reachable from globals,
     closures, defaults and attributes (``tracejit.tracer.implicit.find_implicit_inputs``); they
     become graph inputs instead of constants. ``check=True`` runs the verifier on the
-    graph (compiling verifies it after every pass anyway). ``grad=True`` also records the
-    backward pass (``tracejit.tracer.gradient_trace``): gradients of the floating-point outputs
-    with respect to every input that is a Tensor requiring grad (``Trace.gradients`` says
-    how; ``tracejit.tracer.partition`` splits the joint graph). ``lazy=True`` may leave
+    graph (compiling verifies it after every pass anyway). ``backward`` appends a backward
+    pass once the function has returned (``tracejit.tracer.gradient_trace``, whose
+    ``trace_with_gradients`` passes one; the tracer knows nothing of autodiff):
+    ``backward.wanted(leaves, implicit)`` says whether there is one to record (loops then
+    stay capturable for reverse mode), ``backward.record(...)`` records it and returns what
+    ``Trace.gradients`` holds. ``lazy=True`` may leave
     outputs a captured loop computes ``Pending`` (``Trace.pending``;
     ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
@@ -412,7 +411,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     # Loops stay captured in traces that record gradients too (tracejit.tracer.loop_autodiff), but
     # a loop whose body loop_autodiff cannot reverse is unrolled (tracejit.tracer.loops asks).
     context.unroll_loops = not capture_loops
-    context.records_gradients = bool(grad) and wants_gradients(leaves, implicit)
+    context.records_gradients = backward is not None and backward.wanted(leaves, implicit)
     # best effort, for dynamic={"x": ...}
     argument_names = _argument_names(fn, args, kwargs, partial=True) or [None] * len(args)
     top_level = pytree.argument_positions(args, kwargs)
@@ -467,9 +466,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         with recording_into(context):
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves)
-            # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
-            # returns it (found before plain_containers makes the result's containers anew)
-            returned = argument_writes.returned_containers(context, result)
             result = plain_containers(result)  # the lists and dicts a loop filled
         change = argument_writes.unfollowed_change(context) or (
             attribute_writes.unfollowed_change(context))
@@ -520,10 +516,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         raise _with_user_line(UnsupportedError(f"{error} cannot be stored again at every "
                                                "call; keep it elsewhere")) from None
     gradients = None
-    if grad:
+    if backward is not None:
         with recording_into(context):  # the backward creates values too (zeros, unused inputs)
-            gradients = record_gradients(context, out_leaves, output_atoms, leaves,
-                                         traced_leaves, mutated, _is_output_leaf)
+            gradients = backward.record(context, out_leaves, output_atoms, leaves,
+                                        traced_leaves, mutated, _is_output_leaf)
     context.finished = True
     if gradients is None:  # gradient plans number the inputs they differentiate
         context.drop_unused_implicit_inputs(output_atoms)
@@ -539,8 +535,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         outputs[index] = leaves[position]
     argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
     attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
-    pending = lazy and not mutated and not writes and not returned and any(
-        is_pending(v) for v in outputs)
+    pending = lazy and not mutated and not writes and any(is_pending(v) for v in outputs)
     if not pending:
         outputs = [force(value) for value in outputs]
 
@@ -548,8 +543,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
     return Trace(
         name=name,
         graph=graph,
-        outputs=argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
-                                         (args, kwargs)),
+        outputs=pytree.unflatten(output_tree, outputs),
         output_tree=output_tree,
         output_statics=statics,
         input_tree=input_tree,
@@ -564,7 +558,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, grad=F
         loop_notes=list(getattr(context, "loop_notes", ())),
         pending=pending,
         argument_writes=writes,
-        returned_containers=returned,
     )
 
 

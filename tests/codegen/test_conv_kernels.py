@@ -223,6 +223,7 @@ EPILOGUES = {
     # the relu mask of a backward; np.full constants of the product's dtype
     "relu-mask": (lambda out, b: np.where(out + b.reshape(-1, 1, 1) <= 0, np.zeros(
         (), out.dtype), np.full((1, 1), 1, out.dtype)), True),
+    "negated-clamp": (lambda out, b: -np.minimum(-(out + b[:, None, None]), 1.0), True),
     # a slice of the bias is no buffer the tiles read
     "sliced-bias": (lambda out, b: out * b[:1].reshape(1, 1, 1) - b[:, None, None], False),
     "per-column": (lambda out, b: out + np.arange(out.shape[-1], dtype=out.dtype), False),

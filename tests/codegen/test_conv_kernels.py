@@ -343,6 +343,13 @@ THREADS_SCRIPT = textwrap.dedent("""
         return np.sum(nn.conv2d(x, w, b, padding=1, stride=2, groups=2) * scale)
     print(assert_compiled_matches_eager(loss, (x, w, b), grads=True, dynamic=True,
                                         cache="memory", fallback="raise"))
+    def layer(x, w, b):  # the bias and relu (its mask, in the backward) on the tiles
+        return nn.relu(nn.conv2d(x, w, b, padding=1, groups=2))
+    print(assert_compiled_matches_eager(layer, (x, w, b), dynamic=True, cache="memory",
+                                        fallback="raise"))
+    print(assert_compiled_matches_eager(lambda x, w, b: np.sum(layer(x, w, b) * x[:, :1]),
+                                        (x, w, b), grads=True, dynamic=True, cache="memory",
+                                        fallback="raise"))
 """)
 
 

@@ -79,6 +79,8 @@ class Trace:
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
     argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
+    # (place in the result, argument place) of dicts and lists returned that are arguments'
+    returned_containers: list = field(default_factory=list)
 
     def force_outputs(self):
         """Compute the outputs a lazy trace left pending (the NumPy reference of the
@@ -466,6 +468,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         with recording_into(context):
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves)
+            # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
+            # returns it (found before plain_containers makes the result's containers anew)
+            returned = argument_writes.returned_containers(context, result)
             result = plain_containers(result)  # the lists and dicts a loop filled
         change = argument_writes.unfollowed_change(context) or (
             attribute_writes.unfollowed_change(context))
@@ -535,7 +540,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         outputs[index] = leaves[position]
     argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
     attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
-    pending = lazy and not mutated and not writes and any(is_pending(v) for v in outputs)
+    pending = lazy and not mutated and not writes and not returned and any(
+        is_pending(v) for v in outputs)
     if not pending:
         outputs = [force(value) for value in outputs]
 
@@ -543,7 +549,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     return Trace(
         name=name,
         graph=graph,
-        outputs=pytree.unflatten(output_tree, outputs),
+        outputs=argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
+                                         (args, kwargs)),
         output_tree=output_tree,
         output_statics=statics,
         input_tree=input_tree,
@@ -558,6 +565,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         loop_notes=list(getattr(context, "loop_notes", ())),
         pending=pending,
         argument_writes=writes,
+        returned_containers=returned,
     )
 
 

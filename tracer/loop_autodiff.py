@@ -41,7 +41,7 @@ one more inner forward pass per outer trip.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -604,8 +604,6 @@ def _prune(graph):
         if eqn.out.name in live:
             kept.append(eqn)
             live.update(atom.name for atom in eqn.inputs if isinstance(atom, Var))
-    from dataclasses import replace
-
     return replace(graph, body=tuple(kept[::-1]))
 
 

@@ -42,10 +42,12 @@ holding entries that change shape.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
 
+from . import ops
 from .dims import SymInt, expr_of, value_of
 from .traced_array import Tracer
 
@@ -202,8 +204,6 @@ class ContainerCarry:
 
     def setup(self):
         """The initial slots for iteration 1: buffers (one per leaf), then the window."""
-        from . import ops
-
         context = self.context
         if self._buffers is not None:
             return list(self._buffers) + [
@@ -434,8 +434,6 @@ class _ListInLoop(_InLoop):
                       + int(self._current is not None))
 
     def __len__(self):
-        import operator
-
         return operator.index(self._length())  # an int: specialized (refused at capture)
 
     def __getitem__(self, key):

@@ -53,6 +53,7 @@ from .lowering import (
     profile_symbol,
     program_slots,
 )
+from .relu_masks import read_relu_outputs
 from .schedule import input_view
 from .schedule import schedule as make_schedule
 
@@ -185,6 +186,9 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         graph = optimize(graph, check=check)
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name)
+    # Before scheduling, and kept in ``Program.graph``: the disk cache reschedules that
+    # graph (``rebuild_wrapper``) and must find the same buffers.
+    graph = read_relu_outputs(graph)
     schedule, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
     times["schedule+lower"] = time.perf_counter() - start

@@ -52,6 +52,10 @@ def _log_tail(builder, m1, coefficients):
     hfsq = builder.fmul(builder.fmul(m1, m1), f.const(0.5))
     s = builder.fdiv(m1, builder.fadd(m1, f.const(2.0)))
     z = builder.fmul(s, s)
+    if f.element == F32:
+        # hfsq + z R'(z) as one fused multiply-add (float64 keeps fdlibm's roundings)
+        return hfsq, builder.fmul(s, fma(builder, z, horner(builder, z, list(coefficients)),
+                                         hfsq))
     r = builder.fmul(z, horner(builder, z, list(coefficients)))
     return hfsq, builder.fmul(s, builder.fadd(hfsq, r))
 
@@ -59,16 +63,17 @@ def _log_tail(builder, m1, coefficients):
 def _combine(builder, k, m1, hfsq, tail, low=None):
     """k ln2_hi - ((hfsq - (tail + (k ln2_lo + low))) - m1): the exact m1 and k ln2_hi
     carry the result. k ln2_hi is exact (ln2_hi is short), so the last step is one fused
-    multiply-add with the same result; float32's k ln2_lo + low is one too."""
+    multiply-add with the same result; float32 adds k ln2_lo to tail (+ low) in one too."""
     f = Float(m1.type)
     ln2_hi, ln2_lo = _LN2[f.element]
-    if low is None:
-        small = builder.fmul(k, f.const(ln2_lo))
-    elif f.element == F32:
-        small = fma(builder, k, f.const(ln2_lo), low)
+    if f.element == F32:
+        small = fma(builder, k, f.const(ln2_lo), tail if low is None else builder.fadd(tail, low))
+        inner = builder.fsub(builder.fsub(hfsq, small), m1)
     else:
-        small = builder.fadd(builder.fmul(k, f.const(ln2_lo)), low)
-    inner = builder.fsub(builder.fsub(hfsq, builder.fadd(tail, small)), m1)
+        small = builder.fmul(k, f.const(ln2_lo))
+        if low is not None:
+            small = builder.fadd(small, low)
+        inner = builder.fsub(builder.fsub(hfsq, builder.fadd(tail, small)), m1)
     return fma(builder, k, f.const(ln2_hi), builder.fneg(inner))
 
 

@@ -367,7 +367,8 @@ def test_rare_lanes_leave_their_neighbours_alone(name, dtype):
     ordinary = rng.uniform(low, 8.0, 64).astype(dtype)
     rare = rare_arguments(name, dtype)
     alone_ordinary, alone_rare = evaluate(name, dtype, ordinary), evaluate(name, dtype, rare)
-    program = compiled(("mathlib-mixed", name, dtype), reference(name), np.ones(48, dtype))
+    function = reference(name)
+    program = compiled(("mathlib-mixed", name, dtype), lambda x: function(x), np.ones(48, dtype))
     for size in range(33, 65):
         layouts = [[position] for position in range(size)] if size in (33, 47, 48, 64) else []
         layouts += [rng.choice(size, count, replace=False) for count in (1, 2, 5, size // 3)]
@@ -625,8 +626,8 @@ def test_power_rare_lanes_leave_their_neighbours_alone(dtype):
     rare_y = np.array([3.0, -3.0, 0.5, -0.5, 2.0, 1.5, 2.0, np.inf, -np.inf, np.nan], dtype)
     alone_ordinary = evaluate("power", dtype, ordinary_x, ordinary_y)
     alone_rare = evaluate("power", dtype, rare_x, rare_y)
-    program = compiled(("mathlib-mixed", "power", dtype), np.power, np.ones(48, dtype),
-                       np.ones(48, dtype))
+    program = compiled(("mathlib-mixed", "power", dtype), lambda x, y: np.power(x, y),
+                       np.ones(48, dtype), np.ones(48, dtype))
     for size in range(33, 65):
         layouts = [[position] for position in range(size)] if size in (33, 48, 64) else []
         layouts += [rng.choice(size, count, replace=False) for count in (1, 3, size // 3)]

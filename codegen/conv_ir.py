@@ -187,11 +187,21 @@ class ConvKernel:
     def shared_name(self, kind, *parameters):
         """The name of a tile function that depends only on ``parameters`` (and the
         dtype): kernels of one program with the same tile share it (a forward and its input
-        gradient often do), which saves its compile time."""
-        flat = "_".join(str(value) for value in parameters)
-        for character in "(), ":
-            flat = flat.replace(character, "")
-        return f"tj_conv_{kind}_{self.suffix}_{flat.replace('-', 'n')}"
+        gradient often do), which saves its compile time. A tuple's values are joined by
+        ``x``: without a separator the 1x13 and 11x3 kernels were both ``113`` and shared a
+        tile (a wrong result).
+
+        >>> kernel = ConvKernel.__new__(ConvKernel)
+        >>> kernel.suffix = "v16f32"
+        >>> kernel.shared_name("tile", 8, 1, "m", (1, 13), 1, ((1, -1), (0, 0)))
+        'tj_conv_tile_v16f32_8_1_m_1x13_1_1xn1x0x0'
+        """
+        def part(value):
+            if isinstance(value, (tuple, list)):
+                return "x".join(part(inner) for inner in value)
+            return str(value).replace("-", "n")
+
+        return f"tj_conv_{kind}_{self.suffix}_{'_'.join(part(value) for value in parameters)}"
 
     def function(self, name, arguments, shared=False):
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),

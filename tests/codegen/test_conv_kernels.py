@@ -331,6 +331,26 @@ def test_prelu_slopes_are_read_by_the_tiles(alpha_shape):
                                   dynamic=True, cache="memory", fallback="raise")
 
 
+def test_kernels_1x13_and_11x3_do_not_share_a_tile():
+    """Two convolutions of one program whose tiles differ only in the kernel's shape, 1x13
+    and 11x3, with the same blocking: their tile functions were both named ``..._113_...``
+    and the second convolution ran the first's tile (wrong results)."""
+    rng = np.random.default_rng(14)
+    x1 = rng.standard_normal((1, 2, 20, 40)).astype(np.float32)
+    x2 = rng.standard_normal((1, 2, 20, 30)).astype(np.float32)
+    w1 = rng.standard_normal((4, 2, 1, 13)).astype(np.float32)
+    w2 = rng.standard_normal((4, 2, 11, 3)).astype(np.float32)
+
+    def two(x1, x2, w1, w2):  # both outputs are 28 wide
+        return nn.conv2d(x1, w1), nn.conv2d(x2, w2)
+
+    compiled = tj.jit(two, cache="memory", fallback="raise")
+    compiled(x1, x2, w1, w2)  # traced; the second call runs the kernels
+    for got, want in zip(compiled(x1, x2, w1, w2), two(x1, x2, w1, w2)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    assert compiled.stats()["compiled_calls"] == 1
+
+
 THREADS_SCRIPT = textwrap.dedent("""
     import numpy as np, tracejit as tj
     from tracejit import nn

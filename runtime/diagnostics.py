@@ -10,6 +10,7 @@ import numpy as np
 from tracejit.tracer import pytree
 from tracejit.tracer.ir import format_shape_guard
 
+from .guards import number_type
 from .tensor import unwrap
 
 _live = weakref.WeakSet()
@@ -115,10 +116,12 @@ def mismatch(spec, leaves, names=None):
             value = spec_implicit.path.resolve(leaves)
         except (KeyError, AttributeError, IndexError, ValueError, TypeError):
             return f"{spec_implicit.path} can no longer be read"
-        shape, dtype = _leaf_shape(value)
-        expected = tuple(spec_implicit.shape)
         if type(value).__name__ != spec_implicit.type_name:
             return f"{spec_implicit.path}: {spec_implicit.type_name} -> {type(value).__name__}"
+        if number_type(spec_implicit) is not None:  # a number an object keeps: any value
+            continue
+        shape, dtype = _leaf_shape(value)
+        expected = tuple(spec_implicit.shape)
         if dtype != np.dtype(spec_implicit.dtype) or shape != expected:
             return (f"{spec_implicit.path}: {np.dtype(spec_implicit.dtype)}{list(expected)} -> "
                     f"{dtype}{list(shape)}")

@@ -63,6 +63,15 @@ class ImplicitSpec:
     requires_grad: bool = False
 
 
+def number_type(implicit):
+    """The type of a number an object keeps (``int``, ``float``, ``np.float64``...) when
+    ``implicit`` (an ``ImplicitSpec``) is one, else None (an array)."""
+    if implicit.type_name in ("int", "float"):
+        return {"int": int, "float": float}[implicit.type_name]
+    scalar = np.dtype(implicit.dtype).type
+    return scalar if implicit.shape == () and implicit.type_name == scalar.__name__ else None
+
+
 @dataclass
 class EntrySpec:
     treedef: object
@@ -278,10 +287,15 @@ def compile_guard(spec):
         source.add("try:")
         source.add(f"    {variable} = {path}.resolve(leaves)")
         source.add("except (KeyError, AttributeError, IndexError, ValueError): return None")
-        _array_checks(source, variable, LeafSpec("array", implicit.type_name, implicit.dtype,
-                                                  implicit.shape,
-                                                  requires_grad=implicit.requires_grad),
-                      bound, spec.symbols)
+        scalar = number_type(implicit)
+        if scalar is not None:  # a number an object keeps (self.t)
+            kind = source.constant(scalar, "T")
+            source.add(f"if type({variable}) is not {kind}: return None")
+        else:
+            _array_checks(source, variable, LeafSpec("array", implicit.type_name,
+                                                      implicit.dtype, implicit.shape,
+                                                      requires_grad=implicit.requires_grad),
+                          bound, spec.symbols)
         values[("implicit", number)] = variable
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"

@@ -179,9 +179,13 @@ class JitFunction(Misses):
             return self._run_eager(args, kwargs, "arguments share memory")
         # check=True runs eagerly after: on the arguments as they were, when the program
         # writes into them (it would write them twice, and start from the written values)
-        before = None
+        before, outside = None, ()
         if self.options.check and (path.outputs.mutated or path.outputs.writes):
             before = copy.deepcopy((args, kwargs))
+            # arrays and attributes outside the arguments it writes: put back before the
+            # eager rerun, which writes them again
+            outside = [write.snapshot((args, kwargs)) for write in path.outputs.writes
+                       if hasattr(write, "snapshot")]
         while True:
             try:
                 outputs = path.program(*inputs)
@@ -208,6 +212,8 @@ class JitFunction(Misses):
         leaves = args if not path.outputs.mutated else pytree.flatten((args, kwargs))[0]
         result = path.result(outputs, leaves, variant.wrap, (args, kwargs))
         if self.options.check:
+            for put_back in outside:
+                put_back()
             self._check(result, *(before if before is not None else (args, kwargs)))
         return result
 

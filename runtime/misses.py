@@ -24,6 +24,7 @@ import numpy as np
 
 from tracejit import codegen
 from tracejit.tracer import pytree
+from tracejit.tracer.attribute_writes import NumberState
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.gradient_trace import trace_with_gradients
 from tracejit.tracer.locations import is_library, is_tracejit
@@ -107,11 +108,17 @@ class Misses:
     def _trace(self, args, kwargs, dynamic, signature, lazy=False):
         start = time.perf_counter()
         try:
-            traced = trace_with_gradients(self.fn, *args, dynamic=dynamic,
-                                          name=self.__name__, grad=is_grad_enabled(),
-                                          lazy=lazy,
-                                          capture_loops=self.options.loops == "capture",
-                                          **kwargs)
+            for _ in range(_NUMBER_STATE_RETRIES):
+                try:
+                    traced = trace_with_gradients(
+                        self.fn, *args, dynamic=dynamic, name=self.__name__,
+                        grad=is_grad_enabled(), lazy=lazy,
+                        capture_loops=self.options.loops == "capture", **kwargs)
+                    break
+                except NumberState:  # self.t += 1: again, with self.t a run-time input
+                    continue
+            else:
+                raise UnsupportedError("attributes holding numbers kept changing role")
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise
@@ -305,6 +312,9 @@ class Misses:
 
 
 RAISED = "raised while tracing: the eager run raises it too"
+# Traces of one call, each finding one more attribute holding a number its calls rebind
+# (attribute_writes.NumberState): an optimizer's step counters and the like.
+_NUMBER_STATE_RETRIES = 8
 
 
 def _user_stacklevel():

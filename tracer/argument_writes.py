@@ -72,8 +72,18 @@ class OutsideArrayWrite:
     kind: str = "array"
 
     def store(self, arguments, outputs):
+        np.copyto(self._target(arguments), outputs[self.value])
+
+    def snapshot(self, arguments):
+        """A function that puts the array back as it is now (``jit(check=True)`` reruns the
+        call eagerly from the state before the compiled call)."""
+        target = self._target(arguments)
+        saved = target.copy()
+        return lambda: np.copyto(target, saved)
+
+    def _target(self, arguments):
         leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
-        np.copyto(self.path.resolve(leaves), outputs[self.value])
+        return self.path.resolve(leaves)
 
 
 def note_outside_mutation(context, tracer):

@@ -28,15 +28,43 @@ inside the function) is written as Python writes it: nothing reaches the caller.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
+from .errors import UnsupportedError
 from .loop_generalize import Refused
 
 _MISSING = object()  # an attribute that was not there before the write
+
+# Per object, the attributes holding a number that its calls rebind (self.t += 1 in an
+# optimizer): traces read them as run-time inputs, not as entry-guarded settings.
+_NUMBER_STATE = weakref.WeakKeyDictionary()
+
+
+class NumberState(Exception):
+    """An attribute holding a number was rebound (``self.t += 1``) where the trace had
+    read it as a setting: trace again, reading it as a run-time input."""
+
+
+def is_number_state(owner, name):
+    try:
+        return name in _NUMBER_STATE.get(owner, ())
+    except TypeError:  # not weakly referenceable or not hashable
+        return False
+
+
+def mark_number_state(owner, name):
+    """Remember that ``owner.name`` is a number its calls rebind; False when ``owner``
+    cannot be remembered (then the write stays refused)."""
+    try:
+        _NUMBER_STATE.setdefault(owner, set()).add(name)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -75,6 +103,20 @@ class AttributeWrite:
         setattr(self.path.resolve(argument_leaves), self.name,
                 pytree.unflatten(self.tree, values))
 
+    def snapshot(self, arguments):
+        """A function that puts the attribute back as it is now (``jit(check=True)``)."""
+        argument_leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
+        owner = self.path.resolve(argument_leaves)
+        saved = vars(owner).get(self.name, _MISSING)
+
+        def put_back():
+            if saved is _MISSING:
+                vars(owner).pop(self.name, None)
+            else:
+                setattr(owner, self.name, saved)
+
+        return put_back
+
 
 def is_local_object(context, owner):
     """An object made during this call (by calling its class in the function)."""
@@ -91,6 +133,11 @@ def note(context, owner, name, value, path):
     unrolls: each trip's write is then a write of this trace)."""
     if getattr(context, "in_loop_body", 0):
         raise Refused("an attribute write on an object from outside the function")
+    if getattr(context, "records_gradients", False) and any(
+            hasattr(leaf, "ir_var") for leaf in pytree.flatten(value)[0]):
+        # eager keeps a Tensor with its graph there (self.out.sum().backward() later)
+        raise UnsupportedError("an attribute set to a value computed with gradients "
+                               f"({path}.{name}); it would lose its graph")
     key = (id(owner), name)
     if key not in context.attribute_originals:
         context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
@@ -123,7 +170,17 @@ def watch(context):
     readable source appending to ``self.history``) would otherwise leave traced values in
     the caller's objects, and compiled calls would skip them."""
     context.outside_contents = {key: (value, _contents(value))
-                                for key, (_, value) in context.outside_objects.items()}
+                                for key, (_, value) in context.outside_objects.items()
+                                if _watched(value)}
+
+
+def _watched(value):
+    """Dicts, lists and objects of the user's own classes (not NumPy's ufuncs, whose
+    ``__signature__`` ``inspect`` caches, nor other library objects)."""
+    if type(value) in (dict, list):
+        return True
+    module = getattr(type(value), "__module__", "") or ""
+    return not (module == "builtins" or module.split(".")[0] in ("numpy", "tracejit"))
 
 
 def _contents(value):
@@ -151,8 +208,9 @@ def unfollowed_change(context):
         if before is None:
             continue
         changed = _changed_keys(before, _contents(value))
-        if type(value) not in (dict, list):
-            changed = {name for name in changed if (key, name) not in context.attribute_writes}
+        if type(value) not in (dict, list):  # (dunders: caches such as __signature__)
+            changed = {name for name in changed if (key, name) not in context.attribute_writes
+                       and not (name.startswith("__") and name.endswith("__"))}
         if changed:
             name = next(iter(changed))
             return (f"a write into an outside {type(value).__name__}" if type(value) in (

@@ -352,6 +352,10 @@ class Hooks:
         context = self.context
         if path is not None and str(path) in context.written_paths:
             return value
+        if _is_number(value) and path is not None:
+            owner = _owner_of(path)
+            if owner is not None and attribute_writes.is_number_state(owner, path.steps[-1][1]):
+                return context.number_input(owner, path, value)  # self.t, which calls rebind
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
                                                     0) == 1:
             if path is not None and isinstance(value, np.ndarray) and not context.is_implicit(
@@ -639,10 +643,30 @@ class Hooks:
         if attribute_writes.is_local_object(context, owner):
             setattr(owner, name, value)
             return
-        known = self.object_paths.get(id(owner)) or context.outside_objects.get(id(owner))
-        if known is None or known[1] is not owner or not _is_plain_object(owner):
+        path = self._owner_path(owner)
+        if path is None:
             return self.outside_mutation(written)
-        attribute_writes.note(context, owner, name, value, known[0])
+        attribute = Path(path.root, path.steps + (("attr", name),))
+        if _is_number(getattr(owner, name, None)) and (
+            str(attribute) in context.outside_values
+        ):  # self.t = self.t + 1: a number read as a setting, rebound
+            self._number_state(owner, name, attribute, written)
+        attribute_writes.note(context, owner, name, value, path)
+
+    def _owner_path(self, owner):
+        """Where an object from outside is found again, or None."""
+        known = self.object_paths.get(id(owner)) or self.context.outside_objects.get(
+            id(owner))
+        if known is None or known[1] is not owner or not _is_plain_object(owner):
+            return None
+        return known[0]
+
+    def _number_state(self, owner, name, attribute, written):
+        """``owner.name``, a number the trace read as a setting, is rebound: remember it
+        as state and trace again (``attribute_writes.NumberState``), or refuse."""
+        if attribute.root[0] != "arg" and attribute_writes.mark_number_state(owner, name):
+            raise attribute_writes.NumberState(str(attribute))
+        self.outside_mutation(written)
 
     def store_item(self, container, index, value, written):
         """``expression[index] = value`` where the container is not a plain name
@@ -682,8 +706,21 @@ class Hooks:
         binds the same object again, so it is the array's in-place update (an array read
         from outside the arguments, ``self.W -= lr * self.dW``, is then written back after
         every compiled call: ``argument_writes.OutsideArrayWrite``). Anything else there
-        (``self.t += 1``) rebinds the attribute: outside state, refused."""
-        target = self.load(getattr(owner, name), ("expression", "", ()))
+        (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
+        the trace and the new value a write (``attribute_writes.NumberState``)."""
+        current = getattr(owner, name)
+        if _is_number(current):
+            path = self._owner_path(owner)
+            if path is None:
+                return self.outside_mutation(written)
+            attribute = Path(path.root, path.steps + (("attr", name),))
+            number = self._load_through(attribute, current)
+            if not is_traced(number):
+                return self._number_state(owner, name, attribute, written)
+            updated = getattr(operator, operation)(number, value)
+            attribute_writes.note(self.context, owner, name, updated, path)
+            return
+        target = self.load(current, ("expression", "", ()))
         if not (isinstance(target, np.ndarray) or is_traced(target)):
             return self.outside_mutation(written)
         self.inplace(target, value, operation)
@@ -722,6 +759,27 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _is_number(value):
+    """A Python or NumPy number (not a bool): what an object may keep as a counter. (A
+    Python int far from 0 is not: compiled code computes it as an int64, which would wrap
+    where Python's int grows.)"""
+    if type(value) is int:
+        return -2 ** 31 < value < 2 ** 31
+    return type(value) is float or (isinstance(value, np.generic)
+                                    and value.dtype.kind in "iuf")
+
+
+def _owner_of(path):
+    """The object holding the attribute ``path`` ends with (not through an argument,
+    whose leaves a load does not have), or None."""
+    if not path.steps or path.steps[-1][0] != "attr" or path.root[0] == "arg":
+        return None
+    try:
+        return Path(path.root, path.steps[:-1]).resolve()
+    except Exception:  # noqa: BLE001 - a path that no longer reads: not state
+        return None
 
 
 def _pinned(value):

@@ -211,6 +211,7 @@ def loop_variables(node, function_node):
     live_after = {n.id for n in ast.walk(function_node)
                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                   and id(n) not in inside}
+    live_after |= getattr(node, "tracejit_live_after", set())  # hoisted attributes
     assigned = body.stored - {node.target.id}
     carried = assigned & (live_after | _read_before_write(node.body))
     carried |= _appended_names(node.body) - {node.target.id}

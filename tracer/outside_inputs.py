@@ -64,6 +64,21 @@ class OutsideInputs:
             base = base.base
         return False
 
+    def number_input(self, owner, path, value):
+        """A number an attribute keeps across calls (``self.t``, which ``self.t += 1``
+        rebinds: ``attribute_writes.NumberState``): a run-time scalar input read through
+        ``path`` at every call, where a setting would be entry-guarded by value."""
+        key = ("number", id(owner), path.steps[-1][1])
+        tracer = self.implicit_tracers.get(key)
+        if tracer is None:  # a Python number is weak (as an int argument is), NumPy's not
+            weak = type(value) in (int, float)
+            var = self.new_var(AbstractArray((), type(value) if weak else value.dtype, weak))
+            self.inputs.append(var)
+            self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
+            self.values[var.name] = (value, ())
+            tracer = self.implicit_tracers[key] = Tracer(self, var, value, ())
+        return tracer
+
     def is_implicit(self, value):
         return id(value) in self.implicit_candidates or id(value) in self.implicit_used
 

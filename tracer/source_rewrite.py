@@ -25,7 +25,8 @@ import sys
 import textwrap
 
 from .errors import TraceError
-from .loop_frontend import rewrite_for
+from .loop_attributes import hoist_attributes
+from .loop_frontend import _range_call, rewrite_for
 from .loop_sequences import expand_sequence_loops
 from .unpacking import needs_split, split_targets
 
@@ -122,7 +123,16 @@ class _Rewriter(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
     def visit_For(self, node):
-        return rewrite_for(self, node)  # loops over range(...) may become IR loops
+        hoisted = hoist_attributes(node, self._fresh_name) if _over_range(node) else None
+        if hoisted is None:
+            return rewrite_for(self, node)  # loops over range(...) may become IR loops
+        # self.h = ... in the body: a local for the loop (tracer/loop_attributes.py)
+        statements = []
+        for statement in hoisted:
+            visited = rewrite_for(self, statement) if statement is node else self.visit(
+                statement)
+            statements.extend(visited if isinstance(visited, list) else [visited])
+        return statements
 
     # Loads from outside the function (globals, closure cells, the arguments' attributes)
     # go through ``load``: arrays become traced implicit inputs there, and Python scalars
@@ -350,6 +360,13 @@ def _key_from_dims(key):
 def _mentions(node, names):
     return bool(names) and any(isinstance(inner, ast.Name) and inner.id in names
                                for inner in ast.walk(node))
+
+
+def _over_range(loop):
+    """``for t in range(...)`` or ``for t in reversed(range(...))``."""
+    call = _range_call(loop.iter)
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and (
+        call.func.id == "range")
 
 
 def _is_load_chain(node):

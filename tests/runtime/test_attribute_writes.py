@@ -180,9 +180,72 @@ def test_a_state_written_in_a_loop_body():
     run_twins(RNN, "run", batches(3, 5, 3, 4, 3))
 
 
-def test_a_rebound_number_runs_eagerly_and_right():
-    run_twins(Counter, "step", [(np.full(3, float(i)),) for i in range(4)],
-              compiled_at_least=0)
+def test_a_rebound_number_is_a_run_time_input():
+    """self.t += 1: the number is read as an input at every call and written back (not
+    a setting guarded by value, which would retrace at every step)."""
+    f = run_twins(Counter, "step", [(np.full(3, float(i)),) for i in range(6)],
+                  compiled_at_least=4)
+    assert f.stats()["traced_calls"] == 1 and not f.stats()["eager_calls"]
+
+
+class AdamObject:
+    """The optimizer-object idiom: moments made on the first step, a step counter."""
+
+    def __init__(self):
+        self.lr, self.beta1, self.beta2, self.eps = 0.1, 0.9, 0.999, 1e-8
+        self.t, self.m, self.v = 0, None, None
+
+    def step(self, w, g):
+        if self.m is None:
+            self.m, self.v = np.zeros_like(w), np.zeros_like(w)
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * g
+        self.v = self.beta2 * self.v + (1 - self.beta2) * g * g
+        m_hat = self.m / (1 - self.beta1 ** self.t)
+        v_hat = self.v / (1 - self.beta2 ** self.t)
+        return w - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+class Totals:
+    def __init__(self):
+        self.calls, self.seen, self.scale = 0, 0.0, 2.0
+
+    def f(self, x):
+        self.calls = self.calls + 1  # rebound by an assignment
+        self.seen += 0.5  # a float
+        return x * self.scale * self.calls  # scale: a setting, only read
+
+
+def test_an_adam_object_counts_its_steps_compiled():
+    f = run_twins(AdamObject, "step",
+                  [(np.linspace(-1, 1, 4) * i, np.full(4, 0.5 + i)) for i in range(6)],
+                  compiled_at_least=4)
+    assert not f.stats()["eager_calls"]
+
+
+def test_numbers_rebound_by_assignment_and_a_setting_only_read():
+    ours, theirs = Totals(), Totals()
+    f = tj.jit(ours.f, cache="memory")
+    for call in range(5):
+        if call == 3:  # a setting changed between calls: guarded, so a new variant
+            ours.scale = theirs.scale = 3.0
+        np.testing.assert_array_equal(f(np.ones(2)), theirs.f(np.ones(2)))
+        assert_same_state(ours, theirs, f"call {call}")
+    assert f.stats()["compiled_calls"] >= 2 and not f.stats()["eager_calls"]
+
+
+def counts_on_an_argument(counter, x):
+    counter.calls += 1  # an object passed in: its numbers stay refused (eager, right)
+    return x * counter.calls
+
+
+def test_a_number_on_an_argument_object_runs_eagerly_and_right():
+    ours, theirs = Totals(), Totals()
+    f = tj.jit(counts_on_an_argument, cache="memory")
+    for _ in range(3):
+        np.testing.assert_array_equal(f(ours, np.ones(2)),
+                                      counts_on_an_argument(theirs, np.ones(2)))
+        assert ours.calls == theirs.calls
 
 
 def test_an_object_written_into_an_attribute_runs_eagerly_and_right():
@@ -234,3 +297,26 @@ def test_no_traced_value_is_left_in_an_object():
     for i in range(3):
         f(np.full(3, float(i)))
         assert type(cell.h) is np.ndarray and type(cell.c) is np.ndarray
+
+
+class Stepper:
+    def __init__(self):
+        self.W, self.t = np.ones(3), 0
+
+    def step(self, g):
+        self.W -= 0.5 * g  # an outside array, in place
+        self.cache = g * 2  # an attribute
+        self.t += 1  # a number it keeps
+        return self.W.sum()
+
+
+def test_check_mode_reruns_eagerly_from_the_state_before_the_call():
+    """jit(check=True) compares with an eager rerun: the outside arrays, attributes and
+    numbers the compiled call wrote are put back first, so nothing is written twice."""
+    ours, theirs = Stepper(), Stepper()
+    f = tj.jit(ours.step, cache="memory", check=True)
+    for call in range(4):
+        g = np.full(3, call + 1.0)
+        assert f(g) == theirs.step(g)
+        assert_same_state(ours, theirs, f"call {call}")
+    assert f.stats()["compiled_calls"] >= 2

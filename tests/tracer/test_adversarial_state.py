@@ -240,9 +240,6 @@ class TensorLayer:
         return self.out.sum()
 
 
-@pytest.mark.xfail(strict=True, reason="a Tensor written into an attribute under jit "
-                   "loses its graph (requires_grad False, no grad_fn): a backward through "
-                   "layer.out after the call raises RuntimeError where eager reaches W")
 def test_a_tensor_kept_in_an_attribute_keeps_its_graph():
     ours, theirs = TensorLayer(), TensorLayer()
     f = tj.jit(ours.forward, cache="memory")
@@ -265,9 +262,6 @@ class BigCounter:
         return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="a rebound int attribute is computed as int64: "
-                   "2**62 + 2 * 2**61 wraps to -2**63 in the compiled call, eager's Python "
-                   "int is 2**63 (silent wrong state; int arguments wrap the same way)")
 def test_a_python_int_counter_past_int64():
     run_twins(BigCounter, "step", [(np.ones(2),)] * 3)
 
@@ -286,18 +280,11 @@ class RunningLoss:
         return self.total / self.n
 
 
-@pytest.mark.xfail(strict=True, reason="self.total += loss runs eagerly from the second "
-                   "call on: the first call leaves an np.float64 there (as NumPy does) and "
-                   "update_attr only takes a Python int/float as number state")
 def test_a_running_loss_total_compiles():
     f = run_twins(RunningLoss, "step", [(np.full(3, v),) for v in (3.0, 2.0, 2.5, 1.0)])
     assert eager_calls(f) == 0, f.stats()
 
 
-@pytest.mark.xfail(strict=True, reason="self.total += x.mean() with float32 x is an "
-                   "internal error while tracing (the weak float number input's value is a "
-                   "float64 0-d array: 'the shape rule of add gives float32 but NumPy gives "
-                   "float64'), so the call runs eagerly")
 def test_a_running_total_of_float32_losses_compiles():
     f = run_twins(RunningLoss, "step",
                   [(np.full(3, v, np.float32),) for v in (3.0, 2.0, 2.5, 1.0)], tol=1e-6)

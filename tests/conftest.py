@@ -1,8 +1,8 @@
-"""Shared test setup: ``import model_corpus`` (and ``real_model_checks``) works from any
-test module (each is registered from its file, not by putting tests/ on sys.path, where
-tests/codegen and tests/tracer would shadow the real packages); the compile cache lives in
-a temporary directory for the whole session, so no test (nor a subprocess a test starts)
-touches ~/.cache/tracejit."""
+"""Shared test setup: ``import model_corpus`` (and ``real_model_checks``,
+``state_twins``) works from any test module (each is registered from its file, not by
+putting tests/ on sys.path, where tests/codegen and tests/tracer would shadow the real
+packages); the compile cache lives in a temporary directory for the whole session, so no
+test (nor a subprocess a test starts) touches ~/.cache/tracejit."""
 
 import atexit
 import importlib.util
@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-for _name in ("model_corpus", "real_model_checks"):
+for _name in ("model_corpus", "real_model_checks", "state_twins"):
     if _name not in sys.modules:
         _spec = importlib.util.spec_from_file_location(
             _name, os.path.join(_TESTS_DIR, f"{_name}.py"))

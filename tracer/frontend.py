@@ -46,6 +46,13 @@ from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import arange
 from .out_arguments import check_out
+from .outside_inputs import (
+    GUARDED_VALUES,
+    NOT_GUARDED_CALLABLES,
+    note_contents,
+    through_module,
+    with_inputs,
+)
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .source_rewrite import HOOK, RewriteUnavailable, rewrite_tree
@@ -222,83 +229,6 @@ def _created(function, shape, *args, dtype=None, **kwargs):
                     like=symbolic)
 
 
-# Python values read from outside that shape a trace (flags, ``cfg["k"]``,
-# ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
-_SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
-_GUARDED_VALUES = (*_SETTINGS, list, tuple)
-
-_CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
-
-
-def _with_inputs(context, container, depth=0):
-    """``container`` with the implicit-input arrays inside it (found by the up-front scan)
-    replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
-    ``for W in WEIGHTS``) computes on inputs, not on frozen constants. The same container
-    comes back when it holds none."""
-    if depth > 2 or len(container) > _CONTENT_LIMIT:
-        return container
-    items = container.items() if type(container) is dict else enumerate(container)
-    replaced = {}
-    for key, item in items:
-        if isinstance(item, np.ndarray) and context.is_implicit(item):
-            replaced[key] = context.implicit_tracer(item)
-        elif type(item) in (list, tuple, dict):
-            inner = _with_inputs(context, item, depth + 1)
-            if inner is not item:
-                replaced[key] = inner
-    if not replaced:
-        return container
-    if type(container) is dict:
-        copy = {key: replaced.get(key, item) for key, item in container.items()}
-    else:
-        copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
-    attribute_writes.note_copy(context, copy)  # a write into it would not reach the original
-    return copy
-
-
-def note_contents(context, path, value, budget=None):
-    """Guard a Python value read from outside, down to the settings inside it: a scalar or
-    string by type and value; a list or tuple by length and, when it holds settings
-    (``SCALES = [1.0, 2.0]``, ``CFG["model"]["k"]``), each of them; a dict by its keys and
-    those values. Arrays inside are inputs (implicit), not guarded by value. Returns the
-    budget left: past ``_CONTENT_LIMIT`` values only lengths are guarded."""
-    budget = [_CONTENT_LIMIT] if budget is None else budget
-    if type(value) in (list, tuple):
-        context.note_outside_value(path, value)
-        items = enumerate(value)
-    elif type(value) is dict:
-        if not all(type(key) in (str, int) for key in value):
-            return
-        if len(value) <= _CONTENT_LIMIT and all(
-            type(item) in _SETTINGS for item in value.values()
-        ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
-            context.note_outside_value(path, dict(value))
-        items = value.items()
-    else:
-        if budget[0] > 0:
-            budget[0] -= 1
-            context.note_outside_value(path, value)
-        return
-    for key, item in items:
-        if budget[0] <= 0:
-            return
-        if type(item) in _GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
-            note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
-                          budget)
-
-
-# Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
-# read everywhere); bound methods are new objects at every attribute read.
-_NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.BuiltinMethodType)
-
-
-def _through_module(path):
-    """A path that starts at a module (``np.tanh``, ``nn.relu``): library code."""
-    if not path.steps:
-        return False
-    return isinstance(Path(path.root).resolve(), types.ModuleType)
-
-
 class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
@@ -335,8 +265,8 @@ class Hooks:
             )
         path = self._path(descriptor, sys._getframe(1))
         if path is not None and callable(value) and not isinstance(
-            value, (_NOT_GUARDED_CALLABLES, np.ndarray)
-        ) and not _through_module(path):
+            value, (NOT_GUARDED_CALLABLES, np.ndarray)
+        ) and not through_module(path):
             # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
             # must not leave compiled code computing the old one.
             context.note_outside_value(path, value, identity=True)
@@ -363,14 +293,14 @@ class Hooks:
             ):  # reached by a path the up-front scan did not walk (deep attributes, slots)
                 context.implicit_candidates[id(value)] = (path, value)
             return context.implicit_tracer(value) if context.is_implicit(value) else value
-        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic) or (
+        if type(value) in GUARDED_VALUES or isinstance(value, np.generic) or (
             type(value) is dict
         ):
             if path is not None:
                 note_contents(context, path, value)
             if type(value) in (list, tuple, dict):
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
-                return _with_inputs(context, value)
+                return with_inputs(context, value)
         elif path is not None and _is_plain_object(value) and not callable(value):
             self.object_paths[id(value)] = (path, value)
         return value
@@ -849,7 +779,7 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None):
                                   parameter_roots=roots)
     for root in defaults.values():  # ``def f(x, k=2.0)``: k is read from outside too
         value = Path(root).resolve()
-        if type(value) in _GUARDED_VALUES or isinstance(value, np.generic) or (
+        if type(value) in GUARDED_VALUES or isinstance(value, np.generic) or (
             type(value) is dict
         ):
             note_contents(context, Path(root), value)

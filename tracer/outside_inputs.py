@@ -6,7 +6,8 @@ An array reached through a global, a closure, a default or an attribute
 becomes a graph input the first time the trace computes with it (``implicit_used``, one
 ``ImplicitInput`` each), so compiled calls read it afresh instead of freezing it. A Python
 value read from outside that shaped the trace (a flag, a list's length) is noted in
-``outside_values``: the entry guards of later calls compare it.
+``outside_values``: the entry guards of later calls compare it, down to the settings
+inside lists and dicts (``note_contents``, which the front end's load hook calls).
 
 >>> import numpy as np
 >>> from tracejit.tracer.tracing import trace
@@ -18,11 +19,14 @@ value read from outside that shaped the trace (a flag, a list's length) is noted
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import attribute_writes
 from .abstract import AbstractArray
+from .implicit import Path
 from .ir import Var
 from .traced_array import Tracer
 
@@ -150,3 +154,80 @@ class OutsideInputs:
         self.implicit_used = {
             key: ImplicitInput(implicit.path, renumber[implicit.input_index], implicit.value)
             for key, implicit in self.implicit_used.items() if key not in unused}
+
+
+# Python values read from outside that shape a trace (flags, ``cfg["k"]``,
+# ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
+SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
+GUARDED_VALUES = (*SETTINGS, list, tuple)
+
+CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
+
+
+def with_inputs(context, container, depth=0):
+    """``container`` with the implicit-input arrays inside it (found by the up-front scan)
+    replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
+    ``for W in WEIGHTS``) computes on inputs, not on frozen constants. The same container
+    comes back when it holds none."""
+    if depth > 2 or len(container) > CONTENT_LIMIT:
+        return container
+    items = container.items() if type(container) is dict else enumerate(container)
+    replaced = {}
+    for key, item in items:
+        if isinstance(item, np.ndarray) and context.is_implicit(item):
+            replaced[key] = context.implicit_tracer(item)
+        elif type(item) in (list, tuple, dict):
+            inner = with_inputs(context, item, depth + 1)
+            if inner is not item:
+                replaced[key] = inner
+    if not replaced:
+        return container
+    if type(container) is dict:
+        copy = {key: replaced.get(key, item) for key, item in container.items()}
+    else:
+        copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
+    attribute_writes.note_copy(context, copy)  # a write into it would not reach the original
+    return copy
+
+
+def note_contents(context, path, value, budget=None):
+    """Guard a Python value read from outside, down to the settings inside it: a scalar or
+    string by type and value; a list or tuple by length and, when it holds settings
+    (``SCALES = [1.0, 2.0]``, ``CFG["model"]["k"]``), each of them; a dict by its keys and
+    those values. Arrays inside are inputs (implicit), not guarded by value. Returns the
+    budget left: past ``CONTENT_LIMIT`` values only lengths are guarded."""
+    budget = [CONTENT_LIMIT] if budget is None else budget
+    if type(value) in (list, tuple):
+        context.note_outside_value(path, value)
+        items = enumerate(value)
+    elif type(value) is dict:
+        if not all(type(key) in (str, int) for key in value):
+            return
+        if len(value) <= CONTENT_LIMIT and all(
+            type(item) in SETTINGS for item in value.values()
+        ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
+            context.note_outside_value(path, dict(value))
+        items = value.items()
+    else:
+        if budget[0] > 0:
+            budget[0] -= 1
+            context.note_outside_value(path, value)
+        return
+    for key, item in items:
+        if budget[0] <= 0:
+            return
+        if type(item) in GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
+            note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
+                          budget)
+
+
+# Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
+# read everywhere); bound methods are new objects at every attribute read.
+NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.BuiltinMethodType)
+
+
+def through_module(path):
+    """A path that starts at a module (``np.tanh``, ``nn.relu``): library code."""
+    if not path.steps:
+        return False
+    return isinstance(Path(path.root).resolve(), types.ModuleType)

@@ -10,7 +10,9 @@ timed round-robin in one process (``harness.measure_interleaved``); the figures 
 median sample and, on a line below it, the fastest sample (less disturbed by other
 processes on a shared machine). ``--cpu`` adds each candidate's CPU time per call (all of
 the process's threads, the least over interleaved rounds): on a loaded machine the work a
-call costs, where wall time mostly measures who else runs. Every result is checked against
+call costs, where wall time mostly measures who else runs. Read it from the 1-thread run:
+with 2 threads the least sample undercounts (a worker thread's time still running on the
+other core is not yet in the process clock). Every result is checked against
 NumPy eager on the same
 input (NumPy has no erf: the eager primitive, fdlibm's algorithm in NumPy, is the
 reference and the NumPy column). The 1-minute load average is printed before and after

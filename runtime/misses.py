@@ -113,7 +113,7 @@ class Misses:
                     traced = trace_with_gradients(
                         self.fn, *args, dynamic=dynamic, name=self.__name__,
                         grad=is_grad_enabled(), lazy=lazy,
-                        capture_loops=self.options.loops == "capture", **kwargs)
+                        capture_loops=self.options.loops == "capture", call_kwargs=kwargs)
                     break
                 except NumberState:  # self.t += 1: again, with self.t a run-time input
                     continue

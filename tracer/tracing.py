@@ -381,8 +381,11 @@ def _argument_names(fn, args, kwargs, partial=False):
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backward=None,
-          capture_loops=True, lazy=False, **kwargs):
+          capture_loops=True, lazy=False, call_kwargs=None, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
+
+    ``call_kwargs``: the function's keyword arguments, given apart (the runtime does) so
+    that one named like an option here (``name``, ``dynamic``) is the function's.
 
     ``dynamic``: ``None``/``False`` (every dim static), ``True`` (every dim of every array
     argument dynamic, bucketed by powers of two), a dict from argument position or name to
@@ -402,6 +405,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
     """
+    if call_kwargs is not None:
+        kwargs = dict(call_kwargs)
     name = name or getattr(fn, "__name__", "function")
     leaves, input_tree = pytree.flatten((args, kwargs))
     objects = {}  # where an attribute write finds its object again (attribute_writes)

@@ -1019,3 +1019,21 @@ def test_without_profile_programs_have_no_counters():
     compiled(x, w)
     assert compiled._variants[0].root.program.profile() == []
     assert "profile (" not in compiled.explain()
+
+
+def takes_keywords_named_like_trace_options(x, name=1.0, dynamic=2.0, grad=0.5, lazy=3.0,
+                                            check=0.0, implicit=1.0, backward=1.0):
+    return x * name + dynamic * grad - lazy + check * implicit * backward
+
+
+def test_keyword_arguments_named_like_trace_options_are_the_functions():
+    """f(x, name=2.0, dynamic=3.0) compiles: trace() takes the call's keywords apart
+    (call_kwargs), so they never clash with its own options (an internal error before)."""
+    f = jit(takes_keywords_named_like_trace_options, cache="memory")
+    for scale in (1.0, 2.0, 3.0):
+        x = np.arange(3.0) * scale
+        options = dict(name=2.0, dynamic=3.0, grad=1.0, lazy=0.5, check=1.0, implicit=2.0,
+                       backward=0.5)
+        np.testing.assert_allclose(f(x, **options),
+                                   takes_keywords_named_like_trace_options(x, **options))
+    assert f.stats()["compiled_calls"] >= 2 and not f.stats()["eager_calls"]

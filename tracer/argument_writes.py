@@ -82,8 +82,13 @@ class OutsideArrayWrite:
         return lambda: np.copyto(target, saved)
 
     def _target(self, arguments):
-        leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
-        return self.path.resolve(leaves)
+        return resolve(self.path, arguments)
+
+
+def resolve(path, arguments):
+    """What ``path`` (a ``tracer.implicit.Path``) reads in a call with ``arguments``
+    (``(args, kwargs)``; flattened only when the path starts at an argument)."""
+    return path.resolve(pytree.flatten(arguments)[0] if path.root[0] == "arg" else ())
 
 
 def note_outside_mutation(context, tracer):

@@ -35,6 +35,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
+from .argument_writes import resolve
 from .errors import UnsupportedError
 from .loop_generalize import Refused
 
@@ -87,7 +88,6 @@ class AttributeWrite:
         return [value for kind, value in self.leaves if kind != "static"]
 
     def store(self, arguments, outputs):
-        argument_leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
         values = []
         for kind, value in self.leaves:
             if kind == "static":
@@ -100,13 +100,11 @@ class AttributeWrite:
                               item)
             else:
                 values.append(outputs[value])
-        setattr(self.path.resolve(argument_leaves), self.name,
-                pytree.unflatten(self.tree, values))
+        setattr(resolve(self.path, arguments), self.name, pytree.unflatten(self.tree, values))
 
     def snapshot(self, arguments):
         """A function that puts the attribute back as it is now (``jit(check=True)``)."""
-        argument_leaves = pytree.flatten(arguments)[0] if self.path.root[0] == "arg" else ()
-        owner = self.path.resolve(argument_leaves)
+        owner = resolve(self.path, arguments)
         saved = vars(owner).get(self.name, _MISSING)
 
         def put_back():

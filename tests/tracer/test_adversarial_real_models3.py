@@ -155,3 +155,70 @@ def test_labels_in_range_negative_and_ids_far_out_of_range():
     run_calls(scatter_ids, [(np.zeros((5, 2)), np.array([0, 1, 1]), np.ones((3, 2))),
                             (np.zeros((5, 2)), np.array([0, -1, 4]), np.ones((3, 2))),
                             (np.zeros((5, 2)), np.array([0, 5, 2]), np.ones((3, 2)))])
+
+
+# --- an index computed from rounded values ------------------------------------------------
+def greedy_choice_of_saturated_tanh(x):
+    return np.argmax(np.tanh(x), axis=1)
+
+
+@pytest.mark.xfail(strict=True, reason="argmax over a compiled float32 tanh picks another "
+                   "index: compiled tanh(9.0f) is 1.0 (NumPy 0.99999994), so the tie with "
+                   "tanh(10.0f) = 1.0 goes to the first; an index has no tolerance")
+def test_argmax_of_saturating_float32_tanh_picks_numpys_index():
+    x = np.array([[9.0, 10.0], [5.0, 12.0]], np.float32)
+    run_calls(greedy_choice_of_saturated_tanh, [(x,)])
+
+
+# --- an argument updated in place, then kept in a dict or on an object ----------------------
+def normalize_and_keep_in_cache(x, cache):
+    x -= x.mean()
+    cache["x"] = x
+    return x * 2
+
+
+class Holder:
+    pass
+
+
+def normalize_and_keep_on_layer(x, layer):
+    x -= x.mean()
+    layer.x = x
+    return x * 2
+
+
+@pytest.mark.xfail(strict=True, reason="cache['x'] = x after x -= ... stores a new array "
+                   "(the program's output), not the caller's x, as NumPy does")
+def test_an_argument_updated_in_place_then_stored_in_a_dict_is_the_callers_array():
+    f = tj.jit(normalize_and_keep_in_cache, cache="memory")
+    for _ in range(3):
+        x, cache = np.arange(3.0), {}
+        f(x, cache)
+        np.testing.assert_allclose(x, [-1.0, 0.0, 1.0])
+        assert cache["x"] is x
+
+
+@pytest.mark.xfail(strict=True, reason="layer.x = x after x -= ... sets a new array (the "
+                   "program's output), not the caller's x, as NumPy does")
+def test_an_argument_updated_in_place_then_set_as_an_attribute_is_the_callers_array():
+    f = tj.jit(normalize_and_keep_on_layer, cache="memory")
+    layer = Holder()
+    for _ in range(3):
+        x = np.arange(3.0)
+        f(x, layer)
+        np.testing.assert_allclose(x, [-1.0, 0.0, 1.0])
+        assert layer.x is x
+
+
+def keep_argument_and_view(x, cache):
+    cache["x"] = x
+    cache["tail"] = x[1:]
+    return x * 2
+
+
+def test_an_argument_stored_unchanged_is_the_callers_array_and_views_share_it():
+    f = tj.jit(keep_argument_and_view, cache="memory")
+    for _ in range(3):
+        x, cache = np.arange(3.0), {}
+        f(x, cache)
+        assert cache["x"] is x and np.shares_memory(cache["tail"], x)

@@ -121,6 +121,8 @@ def test_label_past_the_last_class_raises_as_numpy_does():
         pick_label_probabilities(probs, np.array([4, 1, 2]))
     with pytest.raises(IndexError):
         f(probs, np.array([4, 1, 2]))     # compiled: returns [4., 5., 10.] (probs[1, 0])
+    with pytest.raises(IndexError):
+        f(probs, np.array([-5, 1, 2]))    # compiled: returns [11., 5., 10.]
 
 
 @pytest.mark.xfail(strict=True, reason="take_along_axis with an index == the axis length "
@@ -131,6 +133,19 @@ def test_take_along_axis_past_the_axis_raises_as_numpy_does():
 
     x = np.arange(12.0).reshape(3, 4)
     run_calls(top, [(x, np.array([[0], [1], [2]])), (x, np.array([[4], [1], [2]]))])
+
+
+def softmax_gradient_at_labels(dscores, labels):
+    dscores[np.arange(dscores.shape[0]), labels] -= 1    # cs231n softmax_loss
+    return dscores
+
+
+@pytest.mark.xfail(strict=True, reason="d[np.arange(N), y] -= 1 with y[0] == C writes into "
+                   "d[1, 0] instead of raising IndexError (the same per-axis bound is "
+                   "missing on the scatter side; np.add.at too)")
+def test_label_past_the_last_class_in_a_gradient_write_raises_as_numpy_does():
+    run_calls(softmax_gradient_at_labels, [(np.zeros((3, 4)), np.array([0, 1, 2])),
+                                           (np.zeros((3, 4)), np.array([4, 1, 2]))])
 
 
 def test_labels_in_range_negative_and_ids_far_out_of_range():
@@ -222,3 +237,29 @@ def test_an_argument_stored_unchanged_is_the_callers_array_and_views_share_it():
         x, cache = np.arange(3.0), {}
         f(x, cache)
         assert cache["x"] is x and np.shares_memory(cache["tail"], x)
+
+
+# --- Python numbers that become run-time inputs ----------------------------------------------
+def hash_ids(ids, multiplier):
+    return ids * multiplier
+
+
+@pytest.mark.xfail(strict=True, reason="int32 ids times a run-time Python int past int32 "
+                   "wraps ([0 0 0] for 2**40) where NumPy raises OverflowError ('Python "
+                   "integer out of bounds for int32')")
+def test_int32_times_a_python_int_past_int32_raises_as_numpy_does():
+    ids = np.arange(3, dtype=np.int32)
+    run_calls(hash_ids, [(ids, 2), (ids, 3), (ids, 2 ** 40)])
+
+
+def scale_and_compare(x, s):
+    return x * s + s, x > s
+
+
+def test_float32_times_python_numbers_of_every_kind():
+    x = np.arange(5, dtype=np.float32) / 3
+    f = run_calls(scale_and_compare,
+                  [(x, 0.1), (x, 0.2), (x, 1e300), (x, -0.0), (x, float("nan")),
+                   (x, float("inf")), (x, 3), (x, -7), (x, np.float64(2.5)),
+                   (x, np.float32(1.5)), (x, np.array(2.5))], rtol=1e-6, atol=1e-7)
+    compiled_some(f)

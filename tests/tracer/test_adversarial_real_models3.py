@@ -263,3 +263,85 @@ def test_float32_times_python_numbers_of_every_kind():
                    (x, float("inf")), (x, 3), (x, -7), (x, np.float64(2.5)),
                    (x, np.float32(1.5)), (x, np.array(2.5))], rtol=1e-6, atol=1e-7)
     compiled_some(f)
+
+
+# --- type checks and exception handlers in model code ----------------------------------------
+PROJECTION = np.arange(6.0).reshape(3, 2)
+
+
+def project_one_or_many(x):
+    if isinstance(x, np.ndarray) and x.ndim == 1:    # a single sample becomes a batch of one
+        x = x[None, :]
+    return x @ PROJECTION
+
+
+@pytest.mark.xfail(strict=True, reason="isinstance(x, np.ndarray) is False for a traced "
+                   "array: the trace skips the x[None, :] branch and returns shape (2,) "
+                   "where NumPy returns (1, 2)")
+def test_isinstance_ndarray_check_takes_numpys_branch():
+    run_calls(project_one_or_many, [(np.arange(3.0),), (np.arange(3.0) + 1,)])
+
+
+def clip_when_a_float(grad, max_norm):
+    norm = np.sqrt((grad ** 2).sum())
+    if isinstance(norm, float) and norm > max_norm:    # np.float64 is a float
+        grad = grad * (max_norm / norm)
+    return grad
+
+
+@pytest.mark.xfail(strict=True, reason="isinstance(x.sum(), float) is True for NumPy's "
+                   "float64 but False for the traced scalar: the compiled call never clips")
+def test_isinstance_float_of_a_float64_reduction_takes_numpys_branch():
+    run_calls(clip_when_a_float, [(np.arange(4.0) * 3, 1.0), (np.arange(4.0) * 2, 1.0)])
+
+
+def per_byte(x):
+    return x.sum(axis=1) / getattr(x, "itemsize", 1)
+
+
+@pytest.mark.xfail(strict=True, reason="getattr(x, 'itemsize', 1) gives the default 1 on a "
+                   "traced array (hasattr(x, 'flags') is False too), where NumPy has 8")
+def test_getattr_with_a_default_of_an_ndarray_attribute():
+    run_calls(per_byte, [(np.ones((2, 3)),), (np.ones((3, 3)),)])
+
+
+def noise_if_available(x):
+    try:
+        noise = np.random.default_rng(0).standard_normal(x.shape) * 0.1
+    except Exception:  # noqa: BLE001 - the model's own fallback
+        noise = 0.0
+    return x + noise
+
+
+def solve_or_scale(X, y):
+    A = X.T @ X + 0.1 * np.eye(X.shape[1])
+    try:
+        return np.linalg.solve(A, X.T @ y)
+    except Exception:  # noqa: BLE001 - the model's own fallback
+        return X.T @ y / A.sum()
+
+
+@pytest.mark.xfail(strict=True, reason="tracejit's refusal of np.random / np.linalg.solve is "
+                   "an exception the model's `except Exception` catches: the handler's path "
+                   "is traced and compiled, and every call returns it")
+@pytest.mark.parametrize("model", [noise_if_available, solve_or_scale],
+                         ids=lambda model: model.__name__)
+def test_a_refused_call_inside_try_except_exception_runs_eagerly(model):
+    arguments = {noise_if_available: (np.ones(3),),
+                 solve_or_scale: (np.arange(6.0).reshape(3, 2), np.ones(3))}[model]
+    run_calls(model, [arguments, arguments])
+
+
+def masked_max_or_sum(x):
+    try:
+        return np.max(x, axis=0, initial=-5.0) * 2
+    except TypeError:
+        return x.sum(axis=0)
+
+
+@pytest.mark.xfail(strict=True, reason="np.max(..., initial=) is a TypeError inside the "
+                   "tracer (an internal error), which the model's `except TypeError` catches "
+                   "and compiles the other branch")
+def test_an_unsupported_keyword_inside_try_except_type_error():
+    x = np.random.default_rng(32).standard_normal((4, 3))
+    run_calls(masked_max_or_sum, [(x,), (x + 1,)])

@@ -345,3 +345,138 @@ def masked_max_or_sum(x):
 def test_an_unsupported_keyword_inside_try_except_type_error():
     x = np.random.default_rng(32).standard_normal((4, 3))
     run_calls(masked_max_or_sum, [(x,), (x + 1,)])
+
+
+# --- np.einsum in its spellings, attention --------------------------------------------------
+def einsum_forms(a, b, q, k, v, square):
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    scores /= scores.sum(-1, keepdims=True)
+    return (np.einsum("ij,jk->ik", a, b), np.einsum("ij,jk", a, b), np.einsum("ij->ji", a),
+            np.einsum("ii->", square), np.einsum("ii->i", square), np.einsum("ij,ij->i", a, a),
+            np.einsum("i,j->ij", a[0], b[:, 0]), np.einsum("bhqk,bhkd->bqhd", scores, v),
+            np.einsum("...ij,...jk->...ik", q, k.swapaxes(-1, -2)), np.einsum("ij->", a),
+            np.einsum("ij,ij", a, a), np.einsum(a, [0, 1], b, [1, 2], [0, 2]),
+            np.einsum("ij,jk->ik", a, b, optimize=True), np.einsum("i...->...", a),
+            np.einsum("ij,kj->ikj", a, a))
+
+
+def test_einsum_spellings_over_sizes():
+    rng = rng_for(33)
+
+    def arguments(n, t):
+        return (rng.standard_normal((n, 3)), rng.standard_normal((3, 4)),
+                *(rng.standard_normal((2, 2, t, 4)) for _ in range(3)),
+                rng.standard_normal((3, 3)))
+
+    f = run_calls(einsum_forms, [arguments(2, 3), arguments(4, 5), arguments(5, 7)])
+    no_internal_errors(f)
+    compiled_some(f)
+
+
+def dot_forms(a3, b2, b3, v, m):
+    return (np.dot(a3, b2), np.dot(a3, b3), np.outer(m, m[:2]), v @ v, np.dot(v, m.T),
+            np.tensordot(a3, b2, axes=([2], [0])), np.tensordot(m, m, axes=0),
+            np.matmul(a3[:, None], b3), np.dot(2.0, v), np.dot(m, v[:m.shape[1]]))
+
+
+def test_dot_of_three_dimensional_arrays_tensordot_and_outer():
+    def arguments(n):
+        rng = rng_for(n)
+        return (rng.random((n, 3, 4)), rng.random((4, 2)), rng.random((5, 4, 2)),
+                rng.random(4), rng.random((3, 4)))
+
+    compiled_some(run_calls(dot_forms, [arguments(2), arguments(3), arguments(5)]))
+
+
+def causal_padded_block(x, lengths, w_qkv, w_out, w_1, w_2):
+    batch, steps, width = x.shape
+    heads = 2
+    mean = x.mean(-1, keepdims=True)
+    normed = (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    q, k, v = (part.reshape(batch, steps, heads, -1).transpose(0, 2, 1, 3)
+               for part in np.split(normed @ w_qkv, 3, axis=-1))
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(width // heads)
+    padding = np.arange(steps)[None, :] >= lengths[:, None]
+    future = np.triu(np.ones((steps, steps), dtype=bool), k=1)
+    scores = np.where(padding[:, None, None, :] | future[None, None], -1e9, scores)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    scores = scores / scores.sum(-1, keepdims=True)
+    x = x + (scores @ v).transpose(0, 2, 1, 3).reshape(batch, steps, width) @ w_out
+    hidden = x @ w_1
+    hidden = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden ** 3)))
+    return x + hidden @ w_2, scores
+
+
+@pytest.mark.parametrize("dtype, rtol, atol", [(np.float64, 1e-9, 1e-10),
+                                               (np.float32, 1e-4, 1e-5)])
+def test_causal_padded_attention_block_over_lengths(dtype, rtol, atol):
+    def arguments(batch, steps):
+        rng = rng_for(batch * 100 + steps)
+        width = 8
+
+        def weights(*shape):
+            return (rng.standard_normal(shape) * 0.3).astype(dtype)
+
+        return (rng.standard_normal((batch, steps, width)).astype(dtype),
+                rng.integers(1, steps + 1, batch), weights(width, 3 * width),
+                weights(width, width), weights(width, 16), weights(16, width))
+
+    f = run_calls(causal_padded_block, [arguments(2, 3), arguments(3, 7), arguments(1, 1),
+                                        arguments(4, 16)], rtol=rtol, atol=atol)
+    no_internal_errors(f)
+
+
+# --- softmax cross-entropy with integer labels, one-hot by indexing -------------------------
+def softmax_loss_with_labels(scores, labels):
+    N, C = scores.shape
+    probs = np.exp(scores - np.max(scores, axis=1, keepdims=True))
+    probs /= np.sum(probs, axis=1, keepdims=True)
+    loss = -np.sum(np.log(probs[np.arange(N), labels])) / N
+    dscores = probs.copy()
+    dscores[range(N), labels] -= 1
+    dscores /= N
+    onehot = np.zeros((N, C))
+    onehot[np.arange(N), labels] = 1
+    accuracy = np.mean(np.argmax(scores, axis=1) == labels)
+    return loss, dscores, accuracy, (onehot * probs).sum(), (probs > 0.3).sum(axis=-1)
+
+
+def test_softmax_loss_with_int64_and_int32_labels_over_batch_sizes():
+    rng = rng_for(34)
+
+    def arguments(n, label_dtype, dtype=np.float64):
+        return (rng.standard_normal((n, 4)).astype(dtype),
+                rng.integers(0, 4, n).astype(label_dtype))
+
+    f = run_calls(softmax_loss_with_labels,
+                  [arguments(3, np.int64), arguments(6, np.int64), arguments(9, np.int32)])
+    compiled_some(f)
+    run_calls(softmax_loss_with_labels, [arguments(7, np.int32, np.float32)],
+              rtol=1e-5, atol=1e-6)
+
+
+def one_hot_by_eye(labels, classes):
+    return np.eye(classes)[labels] * 2
+
+
+def test_one_hot_by_indexing_an_identity_matrix_matches_eager():
+    # runs eagerly today ("a traced array was converted to a NumPy array"); right, not fast
+    run_calls(one_hot_by_eye, [(np.array([0, 2, 1]), 3), (np.array([1, 1, 0, 2]), 3)])
+
+
+def where_with_scalars(x, mask):
+    return (np.where(x > 0, x, 0.01 * x), np.where(mask, 1, 0), np.where(x > 0, 1.0, -1.0),
+            np.where(mask, x, np.nan), np.where(x > 0.5, 2, x), np.where(mask, 0, -1).sum())
+
+
+def test_where_with_python_scalar_branches_keeps_numpys_dtypes():
+    rng = rng_for(35)
+
+    def arguments(n):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        return (x, x > 0.2)
+
+    f = run_calls(where_with_scalars, [arguments(3), arguments(5), arguments(8)],
+                  rtol=1e-6, atol=1e-7)
+    compiled_some(f)

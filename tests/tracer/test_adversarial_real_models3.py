@@ -480,3 +480,144 @@ def test_where_with_python_scalar_branches_keeps_numpys_dtypes():
     f = run_calls(where_with_scalars, [arguments(3), arguments(5), arguments(8)],
                   rtol=1e-6, atol=1e-7)
     compiled_some(f)
+
+
+# --- layouts, empty and size-1 dims, NaN/Inf, narrow dtypes -------------------------------
+def mlp_forward(x, w_1, b_1, w_2):
+    hidden = np.maximum(0, x @ w_1 + b_1)
+    return hidden @ w_2, hidden.sum(axis=0), x[:, ::-1].T
+
+
+def mlp_layout(n, kind):
+    """A factory: each call builds the arguments in the layout ``kind`` afresh."""
+    def make():
+        rng = rng_for(n)
+        x, w_1 = rng.standard_normal((n, 6)), rng.standard_normal((6, 5))
+        b_1, w_2 = rng.standard_normal(5), rng.standard_normal((5, 2))
+        if kind == "fortran":
+            x, w_1 = np.asfortranarray(x), np.asfortranarray(w_1)
+        elif kind == "reversed":
+            x, w_1 = x[::-1], w_1[:, ::-1]
+        elif kind == "strided":
+            x, b_1 = np.repeat(x, 2, axis=1)[:, ::2], np.repeat(b_1, 3)[::3]
+        elif kind == "transposed":
+            w_1 = np.ascontiguousarray(w_1.T).T
+        return x, w_1, b_1, w_2
+    return make
+
+
+def test_fortran_reversed_strided_and_transposed_inputs_share_compiled_code():
+    f = run_calls(mlp_forward, [mlp_layout(3, kind) for kind in
+                                ("C", "fortran", "reversed", "strided", "transposed")] +
+                  [mlp_layout(5, "fortran"), mlp_layout(7, "strided")])
+    compiled_some(f)
+
+
+def in_place_on_strided_slices(x, y):
+    x[:, ::2] *= 2
+    x[::-1, 1] += y[:, 0]
+    y[1:] -= y[:-1].copy()
+    x[-1] = 0
+    return x[:, ::-1] + y[::-1, :], x.sum(axis=-1, keepdims=True)
+
+
+def test_in_place_updates_of_strided_and_reversed_slices_of_arguments():
+    rng = rng_for(36)
+    f = run_calls(in_place_on_strided_slices,
+                  [(rng.standard_normal((n, 4)), rng.standard_normal((n, 4))) for n in (3, 5, 9)])
+    compiled_some(f)
+
+
+def overlapping_in_place(x):
+    x[1:] += x[:-1]             # NumPy reads the buffered right side
+    return x
+
+
+def test_overlapping_in_place_update_of_an_argument_runs_numpys_way():
+    rng = rng_for(37)
+    run_calls(overlapping_in_place, [(rng.standard_normal(n),) for n in (5, 7)])
+
+
+def matmul_reductions(x, w):
+    h = x @ w
+    return h.sum(axis=0), h.mean(axis=-1), np.maximum(h, 0), h.max(axis=0, keepdims=True)
+
+
+def test_empty_and_single_row_batches_after_compiling():
+    # max over an empty axis raises in NumPy: jit must raise the same error
+    f = run_calls(matmul_reductions, [(np.ones((2, 3)), np.ones((3, 2))),
+                                      (np.ones((4, 3)), np.ones((3, 2))),
+                                      (np.ones((1, 3)), np.ones((3, 2))),
+                                      (np.ones((0, 3)), np.ones((3, 2))),
+                                      (np.ones((4, 0)), np.ones((0, 2)))])
+    compiled_some(f)
+
+
+def broadcast_sum(x, y):
+    return x + y, (x * y).sum(axis=0), x.squeeze(), np.squeeze(y).shape
+
+
+def test_a_symbolic_dim_later_one_broadcasts_and_squeezes_as_numpy_does():
+    rng = rng_for(38)
+    run_calls(broadcast_sum, [(rng.random((3, 1)), rng.random((3, 1))),
+                              (rng.random((4, 1)), rng.random((4, 1))),
+                              (rng.random((5, 1)), rng.random((1, 1))),
+                              (rng.random((1, 1)), rng.random((5, 1))),
+                              (rng.random((1, 1)), rng.random((1, 1)))])
+
+
+def softmax_argmax_with_nonfinite(x):
+    shifted = x - x.max(axis=1, keepdims=True)
+    probs = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    return (probs, np.argmax(x, axis=1), np.argmin(x, axis=0), np.clip(x, -1, 1),
+            np.maximum(x, 0), np.nanmax(x, axis=1), x.min())
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice")
+def test_nan_and_infinite_logits():
+    def with_nonfinite():
+        x = rng_for(39).standard_normal((4, 3))
+        x[0, 1], x[2, 0], x[3, 2] = np.nan, np.inf, -np.inf
+        return (x,)
+
+    run_calls(softmax_argmax_with_nonfinite,
+              [with_nonfinite, (rng_for(40).standard_normal((5, 3)),),
+               (np.full((2, 3), np.nan),)])
+
+
+def integer_arithmetic(a, b):
+    return a // b, a % b, a * 3 - b, (a > b).sum(), a.mean(), a / b, np.sign(a) * b, a ** 2
+
+
+def test_integer_division_by_zero_and_int_min_by_minus_one():
+    int64_min, int32_min = np.iinfo(np.int64).min, np.iinfo(np.int32).min
+    f = run_calls(integer_arithmetic,
+                  [(np.array([5, -7, 9]), np.array([2, 3, 4])),
+                   (np.array([5, -7, 9]), np.array([2, 0, 4])),
+                   (np.array([int64_min, -7, 9]), np.array([-1, 3, 4])),
+                   (np.array([5, -7, int32_min], np.int32), np.array([0, 3, -1], np.int32))])
+    compiled_some(f)
+
+
+def test_float16_and_int8_inputs_run_eagerly_and_right():
+    rng = rng_for(41)
+
+    def layer(x, w):
+        h = np.tanh(x @ w)
+        return h, h.sum(axis=0), (h * 0.1).astype(np.float32)
+
+    run_calls(layer, [(rng.standard_normal((n, 4)).astype(np.float16),
+                       rng.standard_normal((4, 3)).astype(np.float16)) for n in (3, 6)],
+              rtol=2e-3, atol=2e-3)
+    run_calls(integer_arithmetic, [(np.array([5, -7, 100], np.int8),
+                                    np.array([2, 3, -1], np.int8))])
+
+
+def casts_of_rounded_values(x):
+    return (x.astype(np.int32), x.astype(bool), (x * 1e10).astype(np.int64), np.floor(x),
+            x % 2.0, x // -2.0, np.remainder(-x, 3))
+
+
+def test_casts_and_float_modulo_of_signed_zero_and_infinities():
+    run_calls(casts_of_rounded_values, [(np.array([-1.5, -0.5, 0.0, 0.5, 2.7]),),
+                                        (np.array([-3.9, 1e3, -0.0, 0.99, np.inf]),)])

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracejit.tracer.dims import DimExpr
-from tracejit.tracer.ir import Effect, Eqn, Guard, Var
+from tracejit.tracer.ir import Effect, Eqn, Guard, Literal, Var
 from tracejit.tracer.ops import (
     broadcast_to_p,
     flip_p,
@@ -43,7 +43,9 @@ from tracejit.tracer.ops import (
 from tracejit.tracer.shapes import size_of
 
 from .dtypes import check_supported
+from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
+from .view_lowering import unit_reshape_index
 
 # Views NumPy makes without copying (given a base it can view): an output that is a chain
 # of these over an input is returned as NumPy's view of the caller's array, as eager does.
@@ -249,10 +251,15 @@ class _Scheduler:
     def bound_expressions(self, limit=None):
         """Give a buffer to any value whose inlined expression would exceed ``limit``
         equations: an unrolled loop's running sum (``total = total + f(x[t])``) would
-        otherwise inline every step into one kernel, which LLVM stops vectorizing well."""
+        otherwise inline every step into one kernel, which LLVM stops vectorizing well.
+        Where the program repeats (a chain of the same few ops, an unrolled loop's steps),
+        the cut falls where the next kernel repeats this one (``_aligned_cut``): equal
+        kernels share one function, so lowering and LLVM run once for them all."""
         limit = MAX_INLINED if limit is None else limit
-        trees = {}
-        for eqn in self.graph.equations:
+        equations = self.graph.equations
+        trees, repeats, index = {}, None, 0
+        while index < len(equations):
+            eqn = equations[index]
             tree = {eqn.out.name}
             for atom in eqn.inputs:
                 if isinstance(atom, Var) and atom.name in self.producers and (
@@ -260,9 +267,16 @@ class _Scheduler:
                 ):
                     tree |= trees[atom.name]
             if len(tree) > limit:
-                self.materialize(eqn.out)
+                repeats = repeats or _Repeats(self)
+                cut = repeats.aligned_cut(eqn, tree, trees, limit)
+                self.materialize(cut.out)
+                if cut is not eqn:  # an earlier value: the trees after it change
+                    trees[cut.out.name] = {cut.out.name}
+                    index = self.order[cut.out.name] + 1
+                    continue
                 tree = {eqn.out.name}
             trees[eqn.out.name] = tree
+            index += 1
 
     def _readable_by_matmul(self, operand):
         """Matmul reads buffers, reshapes of buffers (the same memory: buffers are
@@ -322,6 +336,11 @@ class _Scheduler:
                 if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
                     changed |= self.materialize(eqn.out)
                     continue
+                # Checked before it can set the rows, as if it had a buffer from the start.
+                axes = stage_axes.get(roots[0].name, _reduced_axes(eqn))
+                if not self._read_per_row(eqn.out, roots[0], trees[roots[0].name], axes):
+                    changed |= self.materialize(eqn.out)
+                    continue
                 # A kernel's rows follow its first stage: a stage over other axes (the
                 # whole array's sum beside a row sum) gets a kernel of its own.
                 axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
@@ -347,6 +366,48 @@ class _Scheduler:
                                                             eqn.out.aval.shape):
                 continue  # s[:, None]: the same rows
             return False  # a view on the way to the root (c[::-1] = a + s too)
+        return True
+
+    def _read_per_row(self, var, root, inlined, axes):
+        """Whether ``root``'s kernel reads the stage ``var`` only at indices that stay
+        fixed along the row (the trailing ``axes``, looped inside each row): a stage holds
+        one value per row. Broadcasting can read it along the row: ``x - x.sum(1)`` for a
+        square ``x`` reads the sums by column, and a keepdims sum over an axis of length 1
+        keeps that axis's loop index (``broadcast_index`` drops only an index into a unit
+        dim broadcast to a longer one). Follows the index as the kernel maps it
+        (``KernelBuilder.value``) through pointwise equations and unit-dim reshapes, the
+        only ones ``_read_in_place`` lets between a stage and its root."""
+        shape, _ = self._row_shape(root)
+        row = tuple(IndexComponent(None, axis >= len(shape) - len(axes))
+                    for axis in range(len(shape)))
+        # The row loop reads the root's expression, or a reduction root's operand, and
+        # the operand of each stage.
+        reads = [(eqn.inputs[0] if _is_reduction(eqn) else eqn.out, row)
+                 for eqn in (self.producers[name] for name in inlined | {root.name})
+                 if _is_reduction(eqn) or eqn.out.name == root.name]
+        seen = set()
+        while reads:
+            atom, index = reads.pop()
+            if not isinstance(atom, Var):
+                continue
+            key = (atom.name, tuple(component.inner for component in index))
+            if key in seen or (atom.name in self.buffers and atom.name != root.name):
+                continue
+            seen.add(key)
+            if atom.name == var.name:
+                if any(key[1]):
+                    return False
+                continue
+            eqn = self.producers[atom.name]
+            if eqn.prim.kind == "pointwise":
+                reads.extend((operand, broadcast_index(index, operand.aval.shape,
+                                                       eqn.out.aval.shape))
+                             for operand in eqn.inputs)
+            elif eqn.prim is reshape_p:
+                source = eqn.inputs[0]
+                relabelled = unit_reshape_index(index, source.aval.shape, eqn.out.aval.shape)
+                if relabelled is not None:
+                    reads.append((source, relabelled))
         return True
 
     def _row_shape(self, root):
@@ -445,6 +506,104 @@ class _Scheduler:
             label = f"k{len(kernels)}_{kind}_{eqn.prim.name}"
             kernels.append(Kernel(label, kind, root, stages, anchor))
         return kernels
+
+
+class _Repeats:
+    """Where a long expression is cut so that the kernels it is cut into repeat.
+
+    A chain of 1000 ops repeating five was cut every 97 equations: each kernel began at
+    another op of the five, so 11 kernels needed 6 functions (6 LLVM optimizations). Cut
+    where the equations after the cut repeat the kernel before it, all are one function.
+    Equations are compared as the lowering's ``kernel_signature`` compares them: op,
+    parameters (constant slice starts aside: they are arguments), literals, types, and
+    where each input comes from (so many equations back, or from outside the kernel)."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+        self.equations = scheduler.graph.equations
+        order, tokens = scheduler.order, {}
+        self.tokens = []
+        for position, eqn in enumerate(self.equations):
+            sources = tuple(position - order[atom.name] if isinstance(atom, Var)
+                            and atom.name in order else None for atom in eqn.inputs)
+            self.tokens.append(tokens.setdefault((_equation_kind(eqn), sources), len(tokens)))
+        self.length = None  # of the kernels the last aligned cut made
+
+    def aligned_cut(self, eqn, tree, trees, limit):
+        """The value to materialize for ``eqn``, whose ``tree`` passed ``limit``: a value of
+        the tree at least half a kernel long, taking most of the tree with it, after which
+        the equations repeat those of its kernel. Of those, the one that keeps the last
+        cut's length, else one whose length divides what is left of the program into five
+        kernels or more (the last kernel is one of them too: shorter kernels, but one
+        function fewer), else the latest; ``eqn`` itself when there is none (the cut of
+        old). A body too short to have its tail folded (``FOLD_TAIL_INSTRUCTIONS``) is
+        emitted three times, so two kernels of 50 cost LLVM more than 95 and 5."""
+        order = self.scheduler.order
+        end = order[eqn.out.name]
+        start = min(order[name] for name in tree)
+        lowest = max(start + limit // 2, end - limit // 2)
+        cuts = [position for position in range(end, lowest - 1, -1)
+                if self._fits(self.equations[position].out.name, tree, trees, limit)]
+        if self.length is not None and start + self.length - 1 in cuts:
+            cuts.insert(0, start + self.length - 1)
+        latest = None
+        for position in cuts:
+            length = position + 1 - start
+            if length > 2 * limit or not self._repeats(start, position + 1):
+                continue
+            left = len(self.equations) - start
+            if length == self.length or (left % length == 0 and left // length >= 5):
+                latest = position
+                break
+            latest = position if latest is None else latest
+        if latest is None:
+            return eqn
+        self.length = latest + 1 - start
+        return self.equations[latest]
+
+    def _fits(self, name, tree, trees, limit):
+        """Whether a buffer for ``name`` would take most of ``tree`` (a later value's)."""
+        return name in tree and name not in self.scheduler.buffers and (
+            len(trees.get(name, tree)) >= len(tree) - limit // 2)
+
+    def _repeats(self, start, next_start):
+        """Whether the equations from ``next_start`` on repeat those from ``start`` on,
+        for the length of the kernel ``start:next_start`` (or up to the program's end)."""
+        length = min(next_start - start, len(self.equations) - next_start)
+        tokens = self.tokens
+        return all(tokens[start + offset] == tokens[next_start + offset]
+                   or self._same(start + offset, start, next_start + offset, next_start)
+                   for offset in range(length))
+
+    def _same(self, first, first_start, second, second_start):
+        """Equal up to inputs from outside each kernel (the graph's input in the first
+        kernel, the previous kernel's buffer in the next)."""
+        first_eqn, second_eqn = self.equations[first], self.equations[second]
+        if _equation_kind(first_eqn) != _equation_kind(second_eqn):
+            return False
+        return all(self._source(atom, first, first_start)
+                   == self._source(other, second, second_start)
+                   for atom, other in zip(first_eqn.inputs, second_eqn.inputs))
+
+    def _source(self, atom, position, start):
+        """Where an input comes from, as the kernel starting at ``start`` sees it."""
+        if not isinstance(atom, Var):
+            return "literal"  # its value is part of the equation's kind
+        produced = self.scheduler.order.get(atom.name)
+        if produced is None or produced < start or atom.name in self.scheduler.buffers:
+            return "buffer"
+        return position - produced
+
+
+def _equation_kind(eqn):
+    """An equation without its names: ``_Repeats`` compares kernels by these."""
+    params = eqn.params
+    if eqn.prim is slice_p:  # constant starts are the kernel's arguments
+        params = (tuple("start" if type(start) is int else start
+                        for start in eqn.params_dict["starts"]), eqn.params_dict["steps"])
+    # Literals compare by value and type (NaN-aware), arrays by their types.
+    inputs = tuple(atom if isinstance(atom, Literal) else atom.aval for atom in eqn.inputs)
+    return eqn.prim.name, params, inputs, eqn.out.aval
 
 
 def _unit_dims_only(before, after):

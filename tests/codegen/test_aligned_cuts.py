@@ -1,0 +1,99 @@
+"""Long expressions are cut where the program repeats (``codegen/schedule.py``
+``_Repeats``): the kernels of a periodic chain are one function, so lowering and LLVM
+run once for them (issue 16: a 1000-op chain was 11 kernels and 6 functions); the cuts
+still bound every kernel, and results equal NumPy's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from compiled_checks import bucket_sizes, compiled
+
+from tracejit import tracer
+from tracejit.codegen.schedule import MAX_INLINED, schedule
+
+
+def periodic_chain(length, steps):
+    def function(x):
+        for index in range(length):
+            x = steps[index % len(steps)](x)
+        return x
+
+    return function
+
+
+FIVE = [lambda v: v * 0.999, lambda v: v + 0.01, np.tanh,
+        lambda v: np.maximum(v, -0.5), lambda v: v - 0.02]
+SEVEN = [lambda v: v * 0.98, np.sin, lambda v: v + 0.5, lambda v: np.abs(v),
+         lambda v: v - 0.25, np.cos, lambda v: np.minimum(v, 2.0)]
+
+
+def irregular_chain(length):
+    """No period: each op picked from a seeded draw."""
+    steps = FIVE + SEVEN
+    picks = [int(pick) for pick in np.random.default_rng(length).integers(0, len(steps), length)]
+
+    def function(x):
+        for pick in picks:
+            x = steps[pick](x)
+        return x
+
+    return function
+
+
+def values(size, seed):
+    return np.random.default_rng([seed, size]).standard_normal(size).astype(np.float32)
+
+
+def kernel_sizes(function, x):
+    traced = tracer.trace(function, x, dynamic=False)
+    plan = schedule(traced.graph)
+    return [len(plan.scheduler.inlined(kernel.root)) + 1 for kernel in plan.kernels]
+
+
+def functions_of(program):
+    return set(re.findall(r'define internal void @"?(\w+)_impl"?\(', program.llvm_ir))
+
+
+@pytest.mark.parametrize("length, steps, most", [
+    (1000, FIVE, 1),   # 20 kernels of 50: one function
+    (333, FIVE, 2),    # 95, 95, 95 and the rest
+    (100, FIVE, 2),    # 95 and 5 (two of 50 would be emitted unfolded: more LLVM time)
+    (700, SEVEN, 2),
+])
+def test_a_periodic_chain_is_cut_into_repeating_kernels(length, steps, most):
+    function = periodic_chain(length, steps)
+    x = values(4096, 0)
+    sizes = kernel_sizes(function, x)
+    assert max(sizes) <= MAX_INLINED + 1 and sum(sizes) == length, sizes
+    program = compiled(("aligned cuts", length, len(steps)), function, x)
+    assert program.kernel_count == len(sizes)
+    assert len(functions_of(program)) <= most, functions_of(program)
+    for run, size in enumerate(bucket_sizes(4096)):
+        x = values(size, run + 1)
+        np.testing.assert_allclose(program(x)[0], function(x), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("length", [200, 500])
+def test_an_irregular_chain_is_still_bounded_and_equals_numpy(length):
+    function = irregular_chain(length)
+    x = values(1000, 0)
+    sizes = kernel_sizes(function, x)
+    assert max(sizes) <= MAX_INLINED + 1 and sum(sizes) == length, sizes
+    program = compiled(("aligned cuts", "irregular", length), function, x)
+    for run, size in enumerate(bucket_sizes(1000)):
+        x = values(size, run + 1)
+        np.testing.assert_allclose(program(x)[0], function(x), rtol=2e-5, atol=1e-6)
+
+
+def test_the_first_kernel_reads_the_input_and_still_shares_the_function():
+    """The first kernel reads the argument, the others the previous kernel's buffer: both
+    are buffers to the kernel, so the cut after the first counts them as the same."""
+    function = periodic_chain(500, FIVE)
+    program = compiled(("aligned cuts", "first"), function, values(64, 0))
+    assert program.kernel_count == 10 and len(functions_of(program)) == 1
+    x = values(64, 1)
+    np.testing.assert_allclose(program(x)[0], function(x), rtol=2e-5, atol=1e-6)

@@ -44,7 +44,7 @@ from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
 
-from . import llvm, loops
+from . import llvm, loops, python_entry
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -191,6 +191,7 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     graph = read_relu_outputs(graph)
     schedule, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
+    python_entry.add_python_entry(module, entry)
     times["schedule+lower"] = time.perf_counter() - start
     llvm_ir = str(module)
     compiled = llvm.compile_module(llvm_ir)
@@ -240,7 +241,7 @@ def link(program):
     from . import blas
     from .parallel import pool
 
-    entry = f"{_symbol_safe(program.graph.name)}_entry"
+    entry = f"{_symbol_safe(program.graph.name)}_entry_py"  # python_entry.add_python_entry
     imports = {**pool().symbols(), **blas.symbols(program.object_code)}
     counters = profile_symbol(_symbol_safe(program.graph.name))
     exports = [entry, counters] if program.profiled else [entry]
@@ -249,9 +250,7 @@ def link(program):
     if program.profiled:
         slots = ctypes.c_int64 * (2 * len(program.kernels))
         program._counters = np.ctypeslib.as_array(slots.from_address(library.addresses[counters]))
-    symbols = len(program.graph.symbols)
-    native = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object,
-                              *([ctypes.c_int64] * symbols))(library.addresses[entry])
+    native = python_entry.builtin(library.addresses[entry], entry)
     namespace = {
         "_native": native,
         "_empty": np.empty,

@@ -621,3 +621,118 @@ def casts_of_rounded_values(x):
 def test_casts_and_float_modulo_of_signed_zero_and_infinities():
     run_calls(casts_of_rounded_values, [(np.array([-1.5, -0.5, 0.0, 0.5, 2.7]),),
                                         (np.array([-3.9, 1e3, -0.0, 0.99, np.inf]),)])
+
+
+# --- Python structure: layer objects, closures, partial, recursion, early exits -------------
+class LeakyDense:
+    def __init__(self, fan_in, fan_out, seed):
+        self.W = rng_for(seed).standard_normal((fan_in, fan_out)) * 0.5
+        self.b = np.zeros(fan_out)
+
+    def __call__(self, x):
+        return self.activation(x @ self.W + self.b)
+
+    @staticmethod
+    def activation(z):
+        return np.maximum(z, 0.1 * z)
+
+    @classmethod
+    def scaled(cls, x):
+        return x * len(cls.__name__)
+
+
+LAYERS = [LeakyDense(4, 5, 0), LeakyDense(5, 5, 1), LeakyDense(5, 3, 2)]
+
+
+def layers_by_generator_expression(x):
+    h = x
+    for layer in (layer for layer in LAYERS if layer.W.shape[0] == h.shape[1]):
+        h = layer(h)
+    firsts = [layer(x) for layer in LAYERS[:1]]
+    return LeakyDense.scaled(h), sum(out.sum() for out in firsts)
+
+
+def activation(x, alpha, kind):
+    if kind == "elu":
+        return np.where(x > 0, x, alpha * (np.exp(x) - 1))
+    return np.where(x > 0, x, alpha * x)
+
+
+def split_sum(x, depth):
+    half = x.shape[0] // 2
+    if depth == 0 or half == 0:
+        return x.sum()
+    return split_sum(x[:half], depth - 1) + split_sum(x[half:], depth - 1)
+
+
+def cumulative_until(x, threshold):
+    total = 0.0
+    for step in range(x.shape[0]):
+        total = total + x[step].sum()
+        if total > threshold:
+            return total, step          # an early return inside the loop
+    return total, -1
+
+
+def test_layer_objects_staticmethods_classmethods_and_generator_expressions():
+    rng = rng_for(42)
+    compiled_some(run_calls(layers_by_generator_expression,
+                            [(rng.standard_normal((n, 4)),) for n in (2, 3, 5)]))
+
+
+def test_partial_closure_and_recursion_over_sizes():
+    rng = rng_for(43)
+    elu = functools.partial(activation, alpha=0.3, kind="elu")
+    compiled_some(run_calls(elu, [(rng.standard_normal(n),) for n in (3, 4, 8)]))
+    run_calls(activation, [(rng.standard_normal(3), 0.3, "elu"), (rng.standard_normal(3), 0.2,
+                                                                 "leaky"),
+                           (rng.standard_normal(3), 0.7, "elu")])
+    compiled_some(run_calls(split_sum, [(rng.standard_normal(16), 4),
+                                        (rng.standard_normal(33), 5),
+                                        (rng.standard_normal(7), 2)]))
+
+
+def test_early_return_inside_a_loop_at_varying_steps():
+    def arguments(seed, n):
+        return (rng_for(seed).standard_normal((n, 3)) + 0.3, 2.0)
+
+    run_calls(cumulative_until, [arguments(seed, n) for seed, n in
+                                 ((0, 6), (1, 6), (2, 6), (3, 6), (4, 9), (5, 9))])
+
+
+def divide_if_possible(x, settings):
+    try:
+        scale = settings["scale"]
+    except KeyError:
+        scale = 1.0
+    total = float(x.sum())
+    try:
+        inverse = 1.0 / total
+    except ZeroDivisionError:
+        inverse = 0.0
+    if not np.isfinite(x).all():
+        raise FloatingPointError("non-finite input")
+    return x * inverse * scale
+
+
+def test_model_level_try_except_of_python_errors():
+    run_calls(divide_if_possible, [(np.array([1.0, 2.0]), {}), (np.array([3.0, 1.0]), {}),
+                                   (np.array([0.0, 0.0]), {"scale": 2.0}),
+                                   (np.array([1.0, -1.0]), {}),
+                                   (np.array([np.inf, 1.0]), {})])
+
+
+def read_rows_until_index_error(x):
+    step, total = 0, np.zeros(x.shape[1])
+    while True:
+        try:
+            row = x[step]
+        except IndexError:
+            break
+        total = total + row * step
+        step += 1
+    return total, step
+
+
+def test_index_error_as_the_loop_stop():
+    run_calls(read_rows_until_index_error, [(np.ones((n, 2)),) for n in (2, 3, 5)])

@@ -914,3 +914,59 @@ def test_tensor_backward_through_jit_matches_finite_differences(loss, argument_s
                                            numeric_gradient(loss, arguments, position),
                                            rtol=1e-5, atol=1e-6, err_msg=f"argument {position}")
     compiled_some(f)
+
+
+# --- calls without arguments, outputs that are views of each other --------------------------
+GLOBAL_WEIGHTS = np.ones((2, 2))
+
+
+def step_without_arguments():
+    return np.tanh(GLOBAL_WEIGHTS).sum()
+
+
+def varargs_total(*arrays, scale=1.0):
+    return sum(a.sum() for a in arrays) * scale
+
+
+def test_a_function_called_without_arguments_reading_a_global():
+    f = tj.jit(step_without_arguments, cache="memory")
+    for _ in range(2):
+        assert_same(f(), step_without_arguments())
+
+
+def scaled_defaults(x=np.ones(3), scale=2.0):
+    return x * scale
+
+
+@pytest.mark.xfail(strict=True, reason="a call that passes no arguments to a function with "
+                   "default arguments raises SyntaxError: runtime/guards.py compile_entry "
+                   "writes `(,)` for an empty input tuple")
+def test_a_function_called_with_its_defaults_only():
+    f = tj.jit(scaled_defaults, cache="memory")
+    for _ in range(2):
+        assert_same(f(), scaled_defaults())
+
+
+@pytest.mark.xfail(strict=True, reason="f() after f(x) raises SyntaxError (the same "
+                   "empty input tuple in the entry code)")
+def test_varargs_called_with_arrays_then_with_none():
+    f = tj.jit(varargs_total, cache="memory")
+    assert_same(f(np.ones(2)), varargs_total(np.ones(2)))
+    assert_same(f(np.ones(2), np.ones(3), scale=2.0), varargs_total(np.ones(2), np.ones(3),
+                                                                      scale=2.0))
+    assert_same(f(), varargs_total())
+
+
+def states_and_views(x):
+    h = np.tanh(x)
+    return h, h.T, h[:, -1]
+
+
+@pytest.mark.xfail(strict=True, reason="outputs that are views of another output (h.T, "
+                   "h[:, -1]) are separate arrays in compiled calls; in NumPy a write into "
+                   "h shows in them")
+def test_outputs_that_are_views_of_another_output_share_its_memory():
+    f = tj.jit(states_and_views, cache="memory")
+    for step in range(3):
+        h, h_t, last = f(np.ones((2, 3)) * step)
+        assert np.shares_memory(h, h_t) and np.shares_memory(h, last), step

@@ -970,3 +970,25 @@ def test_outputs_that_are_views_of_another_output_share_its_memory():
     for step in range(3):
         h, h_t, last = f(np.ones((2, 3)) * step)
         assert np.shares_memory(h, h_t) and np.shares_memory(h, last), step
+
+
+def scale_by(x, self):
+    return x * self
+
+
+@pytest.mark.xfail(strict=True, reason="f(x, self=2.0) raises TypeError: JitFunction.__call__"
+                   "'s own `self` parameter is not positional-only")
+def test_a_keyword_argument_named_self():
+    f = tj.jit(scale_by, cache="memory")
+    for value in (2.0, 3.0):
+        assert_same(f(np.arange(3.0), self=value), scale_by(np.arange(3.0), self=value))
+
+
+def divide_by_setting(x, scale):
+    return x / scale
+
+
+@pytest.mark.xfail(strict=True, reason="a Python float specialized on 0.0 also admits -0.0 "
+                   "(the value guard compares with ==): x / -0.0 gives +inf, NumPy -inf")
+def test_negative_zero_setting_is_not_zero():
+    run_calls(divide_by_setting, [(np.ones(2), 0.0), (np.ones(2), -0.0)])

@@ -992,3 +992,32 @@ def divide_by_setting(x, scale):
                    "(the value guard compares with ==): x / -0.0 gives +inf, NumPy -inf")
 def test_negative_zero_setting_is_not_zero():
     run_calls(divide_by_setting, [(np.ones(2), 0.0), (np.ones(2), -0.0)])
+
+
+class GuardedSGD:
+    """An optimizer object whose step swallows errors (a training loop that must not die)."""
+
+    def __init__(self):
+        self.t = 0
+        self.lr = 0.1
+
+    def step(self, w, grad):
+        try:
+            self.t += 1
+            w -= self.lr * grad / self.t
+        except Exception:  # noqa: BLE001 - the model's own safety net
+            pass
+        return w
+
+
+@pytest.mark.xfail(strict=True, reason="the tracer's signal to retrace with self.t as a "
+                   "number input (attribute_writes.NumberState) is an Exception the model's "
+                   "`except Exception` swallows: compiled steps never move w nor count t")
+def test_an_optimizer_step_inside_try_except_counts_and_moves_the_weights():
+    eager_opt, jit_opt = GuardedSGD(), GuardedSGD()
+    f = tj.jit(GuardedSGD.step, cache="memory")
+    for _ in range(3):
+        want = eager_opt.step(np.ones(3), np.ones(3))
+        got = f(jit_opt, np.ones(3), np.ones(3))
+        assert_same(got, want)
+        assert jit_opt.t == eager_opt.t

@@ -1021,3 +1021,53 @@ def test_an_optimizer_step_inside_try_except_counts_and_moves_the_weights():
         got = f(jit_opt, np.ones(3), np.ones(3))
         assert_same(got, want)
         assert jit_opt.t == eager_opt.t
+
+
+# --- data-dependent while loops, read-only arguments ---------------------------------------
+def newton_square_root(a):
+    x = a.copy()
+    for _ in range(100):
+        better = 0.5 * (x + a / x)
+        if np.max(np.abs(better - x)) < 1e-12:
+            return better
+        x = better
+    return x
+
+
+def bisect_temperature(x, target):
+    low, high, steps = 0.0, 10.0, 0
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        if np.tanh(x * middle).sum() > target:
+            high = middle
+        else:
+            low = middle
+        steps += 1
+    return low, steps
+
+
+def test_newton_and_bisection_loops_with_data_dependent_stops():
+    run_calls(newton_square_root, [(np.array(v),) for v in ([2.0, 3.0], [1e6, 2.0],
+                                                           [0.5, 0.25])], rtol=1e-9)
+    run_calls(bisect_temperature, [(np.linspace(0.1, 1, 4), target) for target in
+                                   (1.0, 1.5, 2.5)], rtol=1e-9)
+
+
+def sgd_in_place(w, grad):
+    w -= 0.1 * grad
+    return w.sum()
+
+
+def test_writes_into_read_only_and_broadcast_arguments_raise_as_numpy_does():
+    def arguments(n, kind):
+        def make():
+            w = np.ones(n)
+            if kind == "read-only":
+                w.flags.writeable = False
+            elif kind == "broadcast":
+                w = np.broadcast_to(np.ones(1), (n,))
+            return w, np.ones(n)
+        return make
+
+    run_calls(sgd_in_place, [arguments(3, "writable"), arguments(4, "writable"),
+                             arguments(3, "read-only"), arguments(5, "broadcast")])

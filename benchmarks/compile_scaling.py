@@ -12,12 +12,18 @@ charged to the chain, then times the chain's first call (tracejit with an empty
 ``TRACEJIT_CACHE_DIR``: no disk hit) and a second call. Reported: the median first call
 over ``--processes`` children (wall and this process's CPU time, which other load on a
 shared machine does not inflate), the load average, and tracejit's compile split from
-``stats()``. Results: stdout and ``benchmarks/results/compile_scaling.json``.
+``stats()``. With ``--phases``, tracejit's first call is also split into its phases (CPU
+time of the calling thread: trace and its source rewrite, passes, schedule, lowering,
+LLVM optimize and emit, link, wrapper, disk cache) by timers put around the functions
+that run them. Results: stdout and ``benchmarks/results/compile_scaling.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import importlib
 import json
 import os
 import statistics
@@ -47,7 +53,62 @@ def chain(xp, length):
     return function
 
 
-def _child(framework, length):
+# (phase, module, attribute path): what --phases times, outermost first. A phase nested in
+# another (the source rewrite in the trace; parse, optimize and emit in LLVM) is also in
+# its parent's time.
+PHASES = (
+    ("trace", "tracejit.runtime.misses", "trace_with_gradients"),
+    ("trace: source rewrite", "tracejit.tracer.frontend", "rewrite_tree"),
+    ("passes", "tracejit.codegen.program", "optimize"),
+    ("schedule", "tracejit.codegen.program", "make_schedule"),
+    ("lowering", "tracejit.codegen.lowering", "ProgramLowering.build"),
+    ("llvm", "tracejit.codegen.llvm", "compile_module"),
+    ("llvm: parse", "llvmlite.binding", "parse_assembly"),
+    ("llvm: optimize", "llvmlite.binding.newpassmanagers", "ModulePassManager.run"),
+    ("llvm: emit", "llvmlite.binding.targets", "TargetMachine.emit_object"),
+    ("link", "tracejit.codegen.program", "link"),
+    ("wrapper", "tracejit.codegen.program", "wrapper_source"),
+    ("cache: load", "tracejit.runtime.misses", "Misses._load_from_disk"),
+    ("cache: store", "tracejit.runtime.misses", "Misses._store_to_disk"),
+)
+
+
+def _timed(function, phase, seconds):
+    """``function``, adding the CPU seconds (this thread's) of each call to ``seconds``."""
+    @functools.wraps(function)
+    def timed(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds[phase] = seconds.get(phase, 0.0) + time.thread_time() - start
+    return timed
+
+
+@contextlib.contextmanager
+def _phase_timers(seconds):
+    """Time each phase of ``PHASES`` into ``seconds`` while in the block; a phase whose
+    function is not where ``PHASES`` says is left out."""
+    undo = []
+    for phase, module_name, path in PHASES:
+        *owners, name = path.split(".")
+        try:
+            owner = importlib.import_module(module_name)
+            for part in owners:
+                owner = getattr(owner, part)
+            original = getattr(owner, name)
+        except (ImportError, AttributeError):
+            continue
+        setattr(owner, name, _timed(original, phase, seconds))
+        undo.append((owner, name, original))
+    try:
+        yield seconds
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
+
+
+def _child(framework, length, phases=False):
     x = np.random.default_rng(0).standard_normal(SIZE).astype(np.float32)
     want = chain(np, length)(x)
     if framework == "tracejit":
@@ -68,9 +129,13 @@ def _child(framework, length):
 
         def call():
             return jax.block_until_ready(compiled(device_x))
-    wall, cpu = time.perf_counter(), time.process_time()
-    first = np.asarray(call())
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    seconds = {}
+    timers = _phase_timers(seconds) if phases and framework == "tracejit" else (
+        contextlib.nullcontext())
+    with timers:
+        wall, cpu = time.perf_counter(), time.process_time()
+        first = np.asarray(call())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     start = time.perf_counter()
     second = np.asarray(call())
     second_seconds = time.perf_counter() - start
@@ -80,24 +145,30 @@ def _child(framework, length):
     if framework == "tracejit":
         stats = compiled.stats()
         facts.update(compiles=stats["compiles"], eager_calls=stats["eager_calls"],
-                     compile_seconds=stats.get("compile_seconds"))
+                     compile_seconds=stats.get("compile_seconds"), phases=seconds)
     print("RESULT " + json.dumps(facts, default=str), flush=True)
 
 
-def measure(framework, length, processes):
+def measure(framework, length, processes, phases=False):
     runs = []
     for _ in range(processes):
         with tempfile.TemporaryDirectory(prefix="tracejit-scaling-") as cache:
             environment = dict(os.environ, TRACEJIT_CACHE_DIR=cache)
             completed = subprocess.run(
                 [sys.executable, "-m", "benchmarks.compile_scaling", "--child", framework,
-                 str(length)], cwd=REPOSITORY, env=environment, capture_output=True, text=True)
+                 str(length)] + (["--phases"] if phases else []),
+                cwd=REPOSITORY, env=environment, capture_output=True, text=True)
         lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
         if completed.returncode != 0 or not lines:
             return dict(crash=completed.stderr.strip().splitlines()[-1:])
         runs.append(json.loads(lines[-1][len("RESULT "):]))
     summary = {key: statistics.median(run[key] for run in runs)
                for key in ("first_wall_s", "first_cpu_s", "second_s")}
+    phase_names = sorted({name for run in runs for name in run.get("phases") or {}})
+    if phase_names:
+        summary["phases_s"] = {name: statistics.median(run["phases"].get(name, 0.0)
+                                                        for run in runs)
+                               for name in phase_names}
     return dict(summary, runs=runs, max_abs_diff=max(run["max_abs_diff"] for run in runs),
                 load=os.getloadavg()[0])
 
@@ -107,12 +178,14 @@ def main(argv=None):
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--frameworks", nargs="+", default=["tracejit", "jax"])
+    parser.add_argument("--phases", action="store_true",
+                        help="split tracejit's first call into its phases (CPU ms)")
     parser.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "LENGTH"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, default=RESULTS / "compile_scaling.json")
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child[0], int(args.child[1]))
+        _child(args.child[0], int(args.child[1]), args.phases)
         return
     print(f"first call of a pointwise chain on float32[{SIZE}], median of {args.processes} "
           f"fresh processes; load {os.getloadavg()[0]:.2f}")
@@ -120,7 +193,7 @@ def main(argv=None):
     for length in args.lengths:
         row = dict(length=length)
         for framework in args.frameworks:
-            row[framework] = measure(framework, length, args.processes)
+            row[framework] = measure(framework, length, args.processes, args.phases)
         rows.append(row)
         parts = []
         for framework in args.frameworks:
@@ -138,6 +211,11 @@ def main(argv=None):
                      f"(CPU {ours['first_cpu_s'] / theirs['first_cpu_s']:.2f})")
         print(f"  {length:5} ops: " + "; ".join(parts) + ratio
               + f"; load {os.getloadavg()[0]:.2f}", flush=True)
+        split = row.get("tracejit", {}).get("phases_s")
+        if split:
+            order = [phase for phase, _, _ in PHASES if phase in split]
+            print("             tracejit phases (CPU ms, median): " + ", ".join(
+                f"{phase} {split[phase] * 1e3:.1f}" for phase in order), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(dict(size=SIZE, rows=rows), indent=1, default=str))
     print(f"wrote {args.output}")

@@ -934,7 +934,10 @@ def test_a_function_called_without_arguments_reading_a_global():
         assert_same(f(), step_without_arguments())
 
 
-def scaled_defaults(x=np.ones(3), scale=2.0):
+DEFAULT_INPUT = np.ones(3)
+
+
+def scaled_defaults(x=DEFAULT_INPUT, scale=2.0):
     return x * scale
 
 

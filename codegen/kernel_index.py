@@ -34,10 +34,13 @@ REASSOCIATE = ("reassoc", "contract")
 
 
 class FusionConflict(Exception):
-    """A value cannot be inlined where the kernel needs it; materialize it and reschedule."""
+    """Lowering met a value it cannot compute where the schedule inlined it (a stage read
+    along its row, a reduction or matmul without a buffer, a reshape of no buffer): a
+    scheduling bug, reported as an internal error. ``codegen/schedule.py`` decides which
+    values get buffers; lowering never reschedules."""
 
     def __init__(self, var):
-        super().__init__(var.name)
+        super().__init__(f"{var.name} cannot be inlined where the schedule puts it")
         self.var = var
 
 

@@ -26,13 +26,12 @@ from tracejit.tracer.ops import slice_p
 
 from . import dtypes as dt
 from .kernel_builder import KernelBuilder
-from .kernel_index import (  # noqa: F401 (Ix, DimValues, FusionConflict: imported from here)
+from .kernel_index import (  # noqa: F401 (Ix, DimValues: imported from here)
     I1,
     I32,
     I64,
     PTR,
     DimValues,
-    FusionConflict,
     as_bool,
     const,
     float_intrinsic,

@@ -48,7 +48,6 @@ from . import llvm, loops, python_entry
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
-    FusionConflict,
     ProgramLowering,
     profile_symbol,
     program_slots,
@@ -116,7 +115,9 @@ class Program:
     trusted: bool = False  # the wrapper converts no input (``wrapper_source(trusted=True)``)
     exports: list = field(default_factory=list)  # more native functions linked (a loop driver)
     driver: str = ""  # what the native loop driver was built for (``native_loop.Layout``)
-    materialized: list = field(default_factory=list)  # values lowering forced into buffers
+    # Values given buffers beyond the schedule's own choice (``schedule(materialize=)``):
+    # none since the schedule decides them all; kept in the disk format.
+    materialized: list = field(default_factory=list)
     _run: object = None
     _library: object = None
     _counters: object = None
@@ -152,18 +153,12 @@ class Program:
                 for kernel, (calls, nanoseconds) in zip(self.kernels, counts)]
 
 
-def _schedule_with_retries(graph, profile, raw_entry=False):
-    forced = set()
-    while True:
-        schedule = make_schedule(graph, materialize=forced)
-        try:
-            module, entry = ProgramLowering(schedule, _symbol_safe(graph.name),
-                                            profile).build(raw_entry)
-            return schedule, module, entry
-        except FusionConflict as conflict:
-            if conflict.var.name in forced:
-                raise
-            forced.add(conflict.var.name)
+def _schedule_and_lower(graph, profile, raw_entry=False):
+    """The schedule decides what every buffer holds; lowering emits it as it is (a value
+    it cannot inline where the schedule put it is a scheduling bug: ``FusionConflict``)."""
+    schedule = make_schedule(graph)
+    module, entry = ProgramLowering(schedule, _symbol_safe(graph.name), profile).build(raw_entry)
+    return schedule, module, entry
 
 
 def _symbol_safe(name):
@@ -189,7 +184,7 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     # Before scheduling, and kept in ``Program.graph``: the disk cache reschedules that
     # graph (``rebuild_wrapper``) and must find the same buffers.
     graph = read_relu_outputs(graph)
-    schedule, module, entry = _schedule_with_retries(graph, profile, raw_entry=extend is not None)
+    schedule, module, entry = _schedule_and_lower(graph, profile, raw_entry=extend is not None)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
     python_entry.add_python_entry(module, entry)
     times["schedule+lower"] = time.perf_counter() - start

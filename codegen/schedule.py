@@ -43,7 +43,9 @@ from tracejit.tracer.ops import (
 from tracejit.tracer.shapes import size_of
 
 from .dtypes import check_supported
+from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
+from .view_lowering import unit_reshape_index
 
 # Views NumPy makes without copying (given a base it can view): an output that is a chain
 # of these over an input is returned as NumPy's view of the caller's array, as eager does.
@@ -334,6 +336,11 @@ class _Scheduler:
                 if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
                     changed |= self.materialize(eqn.out)
                     continue
+                # Checked before it can set the rows, as if it had a buffer from the start.
+                axes = stage_axes.get(roots[0].name, _reduced_axes(eqn))
+                if not self._read_per_row(eqn.out, roots[0], trees[roots[0].name], axes):
+                    changed |= self.materialize(eqn.out)
+                    continue
                 # A kernel's rows follow its first stage: a stage over other axes (the
                 # whole array's sum beside a row sum) gets a kernel of its own.
                 axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
@@ -359,6 +366,48 @@ class _Scheduler:
                                                             eqn.out.aval.shape):
                 continue  # s[:, None]: the same rows
             return False  # a view on the way to the root (c[::-1] = a + s too)
+        return True
+
+    def _read_per_row(self, var, root, inlined, axes):
+        """Whether ``root``'s kernel reads the stage ``var`` only at indices that stay
+        fixed along the row (the trailing ``axes``, looped inside each row): a stage holds
+        one value per row. Broadcasting can read it along the row: ``x - x.sum(1)`` for a
+        square ``x`` reads the sums by column, and a keepdims sum over an axis of length 1
+        keeps that axis's loop index (``broadcast_index`` drops only an index into a unit
+        dim broadcast to a longer one). Follows the index as the kernel maps it
+        (``KernelBuilder.value``) through pointwise equations and unit-dim reshapes, the
+        only ones ``_read_in_place`` lets between a stage and its root."""
+        shape, _ = self._row_shape(root)
+        row = tuple(IndexComponent(None, axis >= len(shape) - len(axes))
+                    for axis in range(len(shape)))
+        # The row loop reads the root's expression, or a reduction root's operand, and
+        # the operand of each stage.
+        reads = [(eqn.inputs[0] if _is_reduction(eqn) else eqn.out, row)
+                 for eqn in (self.producers[name] for name in inlined | {root.name})
+                 if _is_reduction(eqn) or eqn.out.name == root.name]
+        seen = set()
+        while reads:
+            atom, index = reads.pop()
+            if not isinstance(atom, Var):
+                continue
+            key = (atom.name, tuple(component.inner for component in index))
+            if key in seen or (atom.name in self.buffers and atom.name != root.name):
+                continue
+            seen.add(key)
+            if atom.name == var.name:
+                if any(key[1]):
+                    return False
+                continue
+            eqn = self.producers[atom.name]
+            if eqn.prim.kind == "pointwise":
+                reads.extend((operand, broadcast_index(index, operand.aval.shape,
+                                                       eqn.out.aval.shape))
+                             for operand in eqn.inputs)
+            elif eqn.prim is reshape_p:
+                source = eqn.inputs[0]
+                relabelled = unit_reshape_index(index, source.aval.shape, eqn.out.aval.shape)
+                if relabelled is not None:
+                    reads.append((source, relabelled))
         return True
 
     def _row_shape(self, root):

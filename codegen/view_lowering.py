@@ -45,13 +45,9 @@ def reshape(kernel, eqn, index):
     if is_flat(index):
         return kernel.value(source, index)
     source_shape, out_shape = source.aval.shape, eqn.out.aval.shape
-    positions = [d for d, dim in enumerate(out_shape) if not is_unit(dim)]
-    source_positions = [d for d, dim in enumerate(source_shape) if not is_unit(dim)]
-    if [out_shape[d] for d in positions] == [source_shape[d] for d in source_positions]:
-        mapped = [ZERO] * len(source_shape)
-        for out_position, source_position in zip(positions, source_positions):
-            mapped[source_position] = index[out_position]
-        return kernel.value(source, tuple(mapped))
+    relabelled = unit_reshape_index(index, source_shape, out_shape)
+    if relabelled is not None:
+        return kernel.value(source, relabelled)
     base = _reshape_base(kernel, source)
     if base is None:
         raise FusionConflict(source)
@@ -62,6 +58,20 @@ def reshape(kernel, eqn, index):
     flat = FlatIndex(linear)
     flat.inner = is_inner(index)
     return kernel.load(base.name, flat, base.aval.dtype)
+
+
+def unit_reshape_index(index, source_shape, out_shape):
+    """The source index of a reshape that only adds or drops unit dims (its other dims
+    keep their order), or None for any other reshape. The scheduler maps row indices
+    with it too (``schedule._read_per_row``)."""
+    positions = [d for d, dim in enumerate(out_shape) if not is_unit(dim)]
+    source_positions = [d for d, dim in enumerate(source_shape) if not is_unit(dim)]
+    if [out_shape[d] for d in positions] != [source_shape[d] for d in source_positions]:
+        return None
+    mapped = [ZERO] * len(source_shape)
+    for out_position, source_position in zip(positions, source_positions):
+        mapped[source_position] = index[out_position]
+    return tuple(mapped)
 
 
 def _reshape_base(kernel, var):

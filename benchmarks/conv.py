@@ -427,8 +427,7 @@ def compiles_per_bucket(args, dtype):
             compiles = jitted.stats()["compiles"]
             eager = sum(jitted.stats()["eager_calls"].values())
             verdict = "one per bucket" if compiles == len(buckets) else (
-                "NOT one per bucket: equal sizes on a variant's first call share a symbol "
-                "(224x224: H == W), see jit.explain()")
+                "NOT one per bucket: see jit.explain() for what each compile guarded")
             print(f"  {MODES[mode]:7} F={filters} {kernel}x{kernel}: {len(buckets)} buckets, "
                   f"{compiles} compiles, {eager} eager calls ({verdict}); first call per "
                   "size " + ", ".join(f"{second:.2f}" for second in seconds) + " s",

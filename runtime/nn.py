@@ -129,7 +129,7 @@ def cross_entropy(logits, labels, reduction="mean"):
     log_probs = log_softmax(logits, axis=-1)
     # A one-hot select rather than take_along_axis: compiled, it fuses into log_softmax's
     # row kernel, and its gradient is a select instead of a scatter.
-    chosen = np.expand_dims(labels, -1) == np.arange(classes)
+    chosen = np.expand_dims(labels, -1) == np.arange(classes, like=logits)
     return _reduce(-np.sum(np.where(chosen, log_probs, 0), axis=-1), reduction)
 
 

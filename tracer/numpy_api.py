@@ -728,6 +728,7 @@ FUNCTIONS = {
     np.argsort: argsort,
     np.copy: copy,
     np.astype: astype,
+    np.arange: arange,  # np.arange(n, like=x): n may be a symbolic dim (runtime/nn.py)
     np.full_like: full_like,
     np.zeros_like: zeros_like,
     np.ones_like: ones_like,

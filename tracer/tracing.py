@@ -329,6 +329,24 @@ def _record_param(value):
 
 
 # --- entry ----------------------------------------------------------------------------
+def _symbol_for(context, symbols_by_size, size, bucket, taken):
+    """The symbol of a dynamic dim of ``size`` in ``bucket``, other than the dims in
+    ``taken``. Dims of the same size share one (``x + y`` on ``(n, d)`` and ``(n, d)``
+    needs no equality guard, as torch's duck sizing does; a square ``(h, h)`` weight
+    keeps one symbol, so ``h @ w`` carries ``h``'s shape through a loop). The caller
+    passes an array's own earlier dims as ``taken`` when the array has three or more
+    axes: there equal sizes are a coincidence of batched data (a ``32x3x32x32`` batch,
+    a ``224x224`` image), and sharing would compile that variant for square images
+    only, so ``255x129`` in the same bucket would compile again. Axes an op needs equal
+    get a shape guard when it asks (``ShapeFacts.decide``)."""
+    known = symbols_by_size.setdefault((size, bucket), [])
+    for symbol in known:
+        if not any(symbol is dim for dim in taken):
+            return symbol
+    known.append(context.new_symbol(size, *bucket))
+    return known[-1]
+
+
 def _is_array_leaf(leaf):
     return isinstance(leaf, np.ndarray) or getattr(type(leaf), "__tracejit_priority__", 0) == 1
 
@@ -447,10 +465,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             shape = []
             for axis, size in enumerate(array.shape):
                 if axis in axes and size > 1:
-                    key = (size, axes[axis])
-                    if key not in symbols_by_size:
-                        symbols_by_size[key] = context.new_symbol(size, *axes[axis])
-                    shape.append(symbols_by_size[key])
+                    own = shape if array.ndim >= 3 else ()
+                    shape.append(_symbol_for(context, symbols_by_size, size, axes[axis], own))
                 else:
                     shape.append(size)
             tracer = context.add_input(array, shape)

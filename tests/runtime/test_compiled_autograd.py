@@ -323,6 +323,22 @@ def test_dynamic_buckets_compile_once_each_and_give_right_gradients():
     assert stats["eager_calls"] == {}
 
 
+def softmax_classifier(logits, labels):
+    return nn.cross_entropy(logits, labels)
+
+
+def test_cross_entropy_over_a_dynamic_class_count_compiles_once_per_bucket():
+    """The class count is a symbolic dim: cross_entropy's one-hot select builds its
+    column indices from it (np.arange(classes, like=logits)), once per bucket."""
+    jitted = jit(softmax_classifier, dynamic=True, cache="memory", fallback="raise")
+    rng = np.random.default_rng(17)
+    for classes in (5, 7, 6):  # one pow2 bucket of the class dim, rows in another
+        values = [rng.normal(size=(11, classes)), rng.integers(0, classes, 11)]
+        grads = assert_gradients_match(softmax_classifier, jitted, values, calls=1, wrt=[0])
+        assert_finite_differences(numpy_loss(softmax_classifier), values, grads, [0])
+    assert jitted.stats()["compiles"] == 1, jitted.explain()
+
+
 def exact_gelu_loss(x, weights):
     return (nn.gelu(x, approximate="none") * weights).sum()
 

@@ -16,6 +16,11 @@ first use in a process) picks the float32 GEMM of 2-D products:
 * ``own``: the own GEMM for every float32 2-D product (when the host has AVX-512F);
 * ``blas``: OpenBLAS only.
 
+Batched products (float32 and float64; ``codegen/matmul.py``'s ``own_batched``) call the
+own GEMM's batched entry under ``auto`` and ``own``, which splits the entries over
+tracejit's pool (a loop of OpenBLAS calls joins OpenBLAS's threads once per entry: 64
+times per attention matmul of a transformer block); under ``blas`` they loop over OpenBLAS.
+
 The choice is part of ``available()``, which the disk cache's host description includes.
 
 >>> bool(available()) in (True, False)
@@ -200,6 +205,9 @@ def symbols(object_code=b""):
         _, sgemm, dgemm = found
         imports = {"tj_sgemm": ctypes.cast(sgemm, ctypes.c_void_p).value,
                    "tj_dgemm": ctypes.cast(dgemm, ctypes.c_void_p).value}
-    if any(name.encode() in object_code for name in (gemm.ENTRY, gemm.EPILOGUE_ENTRY)):
-        imports.update(gemm.symbols())
+    # (tj_sgemm_own is a prefix of the other float32 entries' names)
+    if gemm.ENTRY.encode() in object_code:
+        imports.update(gemm.symbols("float32"))
+    if gemm.BATCHED_ENTRIES["float64"].encode() in object_code:
+        imports.update(gemm.symbols("float64"))
     return imports

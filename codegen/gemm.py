@@ -60,7 +60,11 @@ ENTRY = "tj_sgemm_own"  # what compiled kernels import; the chosen instruction s
 EPILOGUE_ENTRY = "tj_sgemm_own_epilogue"  # the same with a bias and an activation
 ISA_VARIABLE = "TRACEJIT_GEMM_ISA"
 # The files whose text generates the module: the object store's key holds them all.
-SOURCES = ("gemm.py", "gemm_ir.py", "gemm_micro.py", "gemm_packing.py", "gemm_driver.py")
+SOURCES = ("gemm.py", "gemm_ir.py", "gemm_micro.py", "gemm_packing.py", "gemm_driver.py",
+           "gemm_batched.py")
+# Batched products (``gemm_batched``), one symbol per dtype: float64 batches call the own
+# GEMM too (a serial loop of OpenBLAS dgemm calls is what they replace).
+BATCHED_ENTRIES = {"float32": "tj_sgemm_own_batched", "float64": "tj_dgemm_own_batched"}
 
 
 @lru_cache(maxsize=None)
@@ -193,7 +197,8 @@ def library(isa=None, dtype="float32"):
             pool = parallel.pool()
             workspaces = _Workspaces(2 * pool.threads, isa.workspace_elements, isa.dtype)
             imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
-            loaded = llvm.load(object_code(isa), [isa.entry, isa.epilogue_entry],
+            loaded = llvm.load(object_code(isa),
+                               [isa.entry, isa.epilogue_entry, isa.batched_entry],
                                imports=imports)
             _loaded[isa.entry] = dict(
                 library=loaded, workspaces=workspaces,
@@ -201,12 +206,16 @@ def library(isa=None, dtype="float32"):
         return _loaded[isa.entry]["library"]
 
 
-def symbols():
-    """``{"tj_sgemm_own": address, "tj_sgemm_own_epilogue": address}`` (the chosen
-    instruction set's entries) for compiled kernels that call them."""
-    isa = _resolve(None)
+def symbols(dtype="float32"):
+    """The chosen instruction set's entries for compiled kernels that call them: for
+    float32 ``{"tj_sgemm_own": address, "tj_sgemm_own_epilogue": address,
+    "tj_sgemm_own_batched": address}``, for float64 ``{"tj_dgemm_own_batched": address}``."""
+    isa = _resolve(None, dtype)
     addresses = library(isa).addresses
-    return {ENTRY: addresses[isa.entry], EPILOGUE_ENTRY: addresses[isa.epilogue_entry]}
+    if dtype == "float64":
+        return {BATCHED_ENTRIES[dtype]: addresses[isa.batched_entry]}
+    return {ENTRY: addresses[isa.entry], EPILOGUE_ENTRY: addresses[isa.epilogue_entry],
+            BATCHED_ENTRIES[dtype]: addresses[isa.batched_entry]}
 
 
 def _layout(matrix):

@@ -5,6 +5,7 @@ exported entry that decides how a product is split over the pool.
     void <isa.entry>(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
                      float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
     void <isa.entry>_epilogue(<the same>, float* bias, i64 activation)
+    void <isa.entry>_batched(<the epilogue entry's>, i64 count, i64* layout)
 
 The second stores ``activation(C + bias)`` instead of C (``bias``: one float per column,
 or null; ``activation``: ``NO_ACTIVATION``, ``RELU`` or ``RELU_ZERO_FIRST``: NumPy's
@@ -23,7 +24,9 @@ The plan of a product:
   BLIS order;
 * products of ``PARALLEL_WORK`` multiply-adds or more are split into one chunk per pool
   thread, along the longer of C's rows and columns (each chunk packs its own copy of the
-  operand it is not split along).
+  operand it is not split along);
+* a batch of products (``_batched``, in ``gemm_batched``) is split by entry, each entry on
+  one thread.
 
 >>> from .gemm_ir import AVX2
 >>> 'define void @"tj_sgemm_own_avx2"' in module_ir(AVX2)
@@ -414,6 +417,9 @@ def entry_function(emitter, chunk):
 
 def module_ir(isa):
     """The GEMM module's LLVM IR text for the instruction set ``isa`` (a ``gemm_ir.Isa``)."""
+    from .gemm_batched import batched_function
+
     emitter = Emitter(isa)
-    entry_function(emitter, chunk_function(emitter, rows_function(emitter)))
+    chunk = chunk_function(emitter, rows_function(emitter))
+    batched_function(emitter, chunk, entry_function(emitter, chunk))
     return emitter.ir_text()

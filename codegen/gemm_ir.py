@@ -85,6 +85,11 @@ class Isa:
         return f"{self.entry}_epilogue"
 
     @property
+    def batched_entry(self):
+        """The symbol of the batched entry (``gemm_batched``)."""
+        return f"{self.entry}_batched"
+
+    @property
     def packed_a_offset(self):
         """Where packed A starts in a workspace (after the packed B block)."""
         return self.kc * _round_up(self.nc, self.nr)

@@ -10,6 +10,12 @@ NumPy's exact results (``gemm_epilogue``: ``C + b``, ``np.maximum(C + b, 0)``,
 ``np.maximum(C, 0)``, the ``np.maximum(0, ...)`` orders and ``nn.relu``'s
 ``np.where(x <= 0, 0, x)``), the call is ``tj_sgemm_own_epilogue`` and no loop over C
 follows.
+
+A batched product (``(..., m, k) @ (..., k, n)``, float32 or float64, batch dims
+broadcast) is one call of the own GEMM's batched entry (``codegen/gemm_batched.py``,
+``own_batched``), which splits the entries over tracejit's pool, each computed on one
+thread, with the same epilogue. Without the own GEMM (``TRACEJIT_GEMM=blas``, or a host
+without AVX2) the entries are OpenBLAS calls in a loop.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from tracejit.tracer.ops import (
 from . import blas
 from . import dtypes as dt
 from .counted_loop import counted_loop
-from .gemm import EPILOGUE_ENTRY
+from .gemm import BATCHED_ENTRIES, EPILOGUE_ENTRY
 from .gemm_driver import NO_ACTIVATION, RELU, RELU_ZERO_FIRST
 from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
 from .parallel import POOL_FIELDS, THREADS
@@ -67,7 +73,7 @@ def blas_operands(kernel):
     schedule, producers = kernel.schedule, kernel.producers
     if np.dtype(anchor.out.aval.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
-    if not blas.openblas() and not own_gemm_shape(kernel):
+    if not blas.openblas() and not own_gemm_shape(kernel) and not own_batched(kernel):
         return None
 
     def buffer_of(var):  # a buffer, or a reshape of one: the same contiguous memory
@@ -96,25 +102,27 @@ def blas_operands(kernel):
 def gemm_epilogue(kernel):
     """``(bias buffer or None, activation)`` when the root's expression over C is one the
     own GEMM's epilogue entry (``gemm_driver``) computes with NumPy's exact results, else
-    None: ``C + b`` (either order) with ``b`` a float32 buffer of C's columns (shape
-    ``(n,)`` or ``(1, n)``: one value per column), ``C`` alone, either under
+    None: ``C + b`` (either order) with ``b`` a buffer of C's dtype holding one value per
+    column (shape ``(n,)`` or ``(1, n)``; the same for every entry of a batch), ``C``
+    alone, either under
     ``np.maximum(., 0)`` (``RELU``: -0.0 becomes 0.0) or ``np.maximum(0, .)``
     (``RELU_ZERO_FIRST``: -0.0 stays, as NumPy gives the second operand on ties). NaN
     stays NaN through both, as in ``np.maximum``."""
     anchor, root = kernel.kernel.anchor, kernel.kernel.root
     product = anchor.out
-    if root.name == product.name or not own_gemm_shape(kernel):
+    if root.name == product.name or not (own_gemm_shape(kernel) or own_batched(kernel)):
         return None
-    if np.dtype(root.aval.dtype) != np.dtype(np.float32) or (
+    dtype = np.dtype(product.aval.dtype)
+    if np.dtype(root.aval.dtype) != dtype or (
             tuple(root.aval.shape) != tuple(product.aval.shape)):
         return None
     buffers, producers = kernel.schedule.buffers, kernel.producers
 
-    def inlined(var, dtype=np.float32):  # computed in this kernel, not read from a buffer
+    def inlined(var, kind=dtype):  # computed in this kernel, not read from a buffer
         return isinstance(var, Var) and var.name not in buffers and var.name in producers \
-            and np.dtype(var.aval.dtype) == np.dtype(dtype)
+            and np.dtype(var.aval.dtype) == np.dtype(kind)
 
-    found = _activation(producers[root.name], inlined, producers)
+    found = _activation(producers[root.name], inlined, producers, dtype)
     if found is None:
         return None
     activation, inner = found
@@ -133,7 +141,7 @@ def gemm_epilogue(kernel):
     else:
         return None
     n = product.aval.shape[-1]
-    if not isinstance(bias, Var) or np.dtype(bias.aval.dtype) != np.dtype(np.float32) or (
+    if not isinstance(bias, Var) or np.dtype(bias.aval.dtype) != dtype or (
             tuple(bias.aval.shape) not in ((n,), (1, n))):
         return None
     base = reshaped_buffer(bias, producers, buffers)  # b[None, :] reads b itself
@@ -142,21 +150,21 @@ def gemm_epilogue(kernel):
     return base.name, activation
 
 
-def _activation(eqn, inlined, producers):
+def _activation(eqn, inlined, producers, dtype):
     """``(activation, its operand)`` for the root's equation: a relu the epilogue computes
     exactly, or ``NO_ACTIVATION`` and the root itself; None for another expression.
     ``nn.relu``'s ``np.where(x <= 0, 0, x)`` is ``np.maximum(x, 0)`` to the bit (-0.0 gives
     0.0, NaN stays), and ``np.where(x < 0, 0, x)`` is ``np.maximum(0, x)`` (-0.0 stays)."""
     if eqn.prim is maximum_p:
         first, second = eqn.inputs
-        if _positive_zero(second) and isinstance(first, Var):
+        if _positive_zero(second, dtype) and isinstance(first, Var):
             return RELU, first
-        if _positive_zero(first) and isinstance(second, Var):
+        if _positive_zero(first, dtype) and isinstance(second, Var):
             return RELU_ZERO_FIRST, second
         return None
     if eqn.prim is where_p:
         condition, on_true, on_false = eqn.inputs
-        if not (_positive_zero(on_true) and isinstance(on_false, Var) and inlined(
+        if not (_positive_zero(on_true, dtype) and isinstance(on_false, Var) and inlined(
                 condition, np.bool_)):
             return None
         compare = producers[condition.name]
@@ -166,27 +174,28 @@ def _activation(eqn, inlined, producers):
         left, right = compare.inputs
         # x <= -0.0 and x <= 0.0 agree (the zeros compare equal): either sign will do.
         if not (isinstance(left, Var) and left.name == on_false.name and _positive_zero(
-                right, either_sign=True)):
+                right, dtype, either_sign=True)):
             return None
         return kinds[compare.prim], on_false
     return NO_ACTIVATION, eqn.out
 
 
-def _positive_zero(atom, either_sign=False):
-    """A literal +0 (``np.maximum(x, -0.0)`` gives -0.0 for +0.0: not a relu)."""
+def _positive_zero(atom, dtype, either_sign=False):
+    """A literal +0 in ``dtype`` (``np.maximum(x, -0.0)`` gives -0.0 for +0.0: not a relu;
+    1e-50 is 0 in float32, not in float64)."""
     if not isinstance(atom, Literal) or not isinstance(atom.value, (bool, int, float,
                                                                     np.generic)):
         return False
     with np.errstate(all="ignore"):
-        value = np.float32(atom.value)
+        value = np.dtype(dtype).type(atom.value)
     return bool(value == 0 and (either_sign or not np.signbit(value)))
 
 
 def epilogue_always_fused(kernel):
     """True when the own GEMM always runs this product (no OpenBLAS branch at run time)
     and computes its epilogue: the kernel then has no loop over C."""
-    return blas.own_sgemm_always() and blas_operands(kernel) is not None and (
-        gemm_epilogue(kernel) is not None)
+    return (blas.own_sgemm_always() or own_batched(kernel)) and (
+        blas_operands(kernel) is not None) and gemm_epilogue(kernel) is not None
 
 
 def own_gemm_shape(kernel):
@@ -196,6 +205,24 @@ def own_gemm_shape(kernel):
     return (np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32)
             and all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
             and blas.own_sgemm_enabled())
+
+
+def batch_shape(anchor):
+    """The product's batch dims (those before its matrix dims)."""
+    product = anchor.out
+    a, b = anchor.inputs
+    matrix_dims = (len(a.aval.shape) > 1) + (len(b.aval.shape) > 1)
+    return tuple(product.aval.shape[: len(product.aval.shape) - matrix_dims])
+
+
+def own_batched(kernel):
+    """True when this matmul is a batched float32 or float64 product the own GEMM's
+    batched entry runs (``codegen/gemm_batched.py``): always, where the setting and host
+    allow the own GEMM (``blas.own_sgemm_enabled``). The alternative, a loop of OpenBLAS
+    calls, starts and joins OpenBLAS's threads per entry."""
+    anchor = kernel.kernel.anchor
+    return bool(batch_shape(anchor)) and np.dtype(anchor.out.aval.dtype) in (
+        np.dtype(np.float32), np.dtype(np.float64)) and blas.own_sgemm_enabled()
 
 
 def build_matmul(kernel):
@@ -281,24 +308,25 @@ def build_matmul(kernel):
 
 
 def build_gemm_call(kernel):
-    """C = A @ B by a GEMM in the entry (per batch entry): OpenBLAS, or for float32
-    products of two matrices tracejit's own (``codegen/gemm.py``, as ``blas`` chooses);
-    then the epilogue - the root's pointwise expression over C, in place - split across
-    the thread pool, unless the own GEMM computed it (``gemm_epilogue``)."""
+    """C = A @ B by a GEMM in the entry: OpenBLAS, or for float32 products of two
+    matrices tracejit's own (``codegen/gemm.py``, as ``blas`` chooses); a batch in one
+    call of the own GEMM's batched entry (``own_batched``), else per batch entry; then
+    the epilogue - the root's pointwise expression over C, in place - split across the
+    thread pool, unless the own GEMM computed it (``gemm_epilogue``)."""
     program = kernel.program
     anchor, root = kernel.kernel.anchor, kernel.kernel.root
     product = anchor.out
     (a_name, a_transposed), (b_name, b_transposed) = blas_operands(kernel)
     own = own_gemm_shape(kernel)
-    fused = gemm_epilogue(kernel) if own else None
+    batched = own_batched(kernel)
+    fused = gemm_epilogue(kernel) if own or batched else None
     a, b = anchor.inputs
     dtype = np.dtype(product.aval.dtype)
     a_shape, b_shape = tuple(a.aval.shape), tuple(b.aval.shape)
     m = a_shape[-2] if len(a_shape) > 1 else 1
     k = a_shape[-1]
     n = b_shape[-1] if len(b_shape) > 1 else 1
-    batch = tuple(product.aval.shape[: len(product.aval.shape) - (len(a_shape) > 1) - (
-        len(b_shape) > 1)])
+    batch = batch_shape(anchor)
     a_batch, b_batch = a_shape[:-2], b_shape[:-2]
 
     def prologue(function, builder, dims, pointers):
@@ -355,9 +383,37 @@ def build_gemm_call(kernel):
                 with theirs:
                     call_blas(*operands)
 
+        def call_batched():
+            values = [dims.dim(dim) for dim in (m, n, k)]
+            lda = values[0] if a_transposed else values[2]
+            ldb = values[2] if b_transposed else values[1]
+            # [rank, (size, a stride, b stride, c stride) per batch dim], in elements.
+            layout = builder.alloca(I64, size=1 + 4 * len(batch))
+            entries = [const(len(batch))]
+            for position, dim in enumerate(batch):
+                entries.append(dims.dim(dim))
+                for operand_batch, matrix in ((a_batch, m * k), (b_batch, k * n)):
+                    at = position - (len(batch) - len(operand_batch))
+                    broadcast = at < 0 or is_unit(operand_batch[at])
+                    entries.append(const(0) if broadcast else dims.dim(
+                        size_of(operand_batch[at + 1:]) * matrix))
+                entries.append(dims.dim(size_of(batch[position + 1:]) * (m * n)))
+            for index, value in enumerate(entries):
+                builder.store(value, builder.gep(layout, [const(index)], source_etype=I64))
+            bias_name, activation = fused if fused is not None else (None, NO_ACTIVATION)
+            bias = pointers[bias_name] if bias_name is not None else ir.Constant(PTR, None)
+            builder.call(own_batched_function(program.module, dtype), [
+                const(int(a_transposed)), const(int(b_transposed)), *values,
+                pointers[a_name], lda, pointers[b_name], ldb, pointers[root.name], values[1],
+                bias, const(activation), dims.dim(size_of(batch)), layout])
+
         if not batch:
             call(const(0), const(0), const(0))
             return
+        if batched:
+            call_batched()
+            return
+
         def per_batch(index):
             # Unravel the batch index; broadcast it into each operand's batch dims.
             coordinates, rest = [], index
@@ -380,7 +436,8 @@ def build_gemm_call(kernel):
         counted_loop(builder, const(0), dims.dim(size_of(batch)), per_batch, label="batch")
 
     kernel.prologue = prologue
-    if product.name != root.name and not (fused is not None and blas.own_sgemm_always()):
+    always_own = batched or blas.own_sgemm_always()
+    if product.name != root.name and not (fused is not None and always_own):
         kernel.overrides[product.name] = root.name  # the epilogue reads C in place
         eqn = kernel.root_eqn()
         kernel.loops(root.aval.shape, lambda index: kernel.store(
@@ -395,6 +452,18 @@ def own_gemm_epilogue_function(module):
     if function is None:
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [
             I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64]), EPILOGUE_ENTRY)
+    return function
+
+
+def own_batched_function(module, dtype):
+    """The own GEMM's batched entry for ``dtype`` (``codegen/gemm_batched.py``): the
+    epilogue entry's arguments, then ``i64 count`` and ``i64* layout``; imported by
+    symbol."""
+    name = BATCHED_ENTRIES[np.dtype(dtype).name]
+    function = module.globals.get(name)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [
+            I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64, I64, PTR]), name)
     return function
 
 

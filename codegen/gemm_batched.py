@@ -1,0 +1,171 @@
+"""The own GEMM's batched entry: a stack of products ``C[i] = op(A[i]) @ op(B[i])``
+(attention's ``query @ key.T`` and ``weights @ value``: 64 products of 128 x 32 @ 32 x 128
+in a transformer block), split over tracejit's thread pool by batch entry, each entry
+computed on one thread.
+
+    void <isa.entry>_batched(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
+                             T* a, i64 lda, T* b, i64 ldb, T* c, i64 ldc,
+                             T* bias, i64 activation, i64 count, i64* layout)
+
+The first thirteen arguments are the epilogue entry's (``gemm_driver``), for entry 0;
+``count`` is the number of entries and ``layout`` says where entry ``i`` lives:
+``[rank, (size, a_stride, b_stride, c_stride) per batch dim, outermost first]`` (strides
+in elements; 0 for a dim an operand broadcasts), and ``count`` is the product of the sizes.
+So a ``(B, 1, M, K) @ (1, H, K, N)`` product is one call, each operand read where it is
+(transposed ones through ``trans_a``/``trans_b`` and ``lda``/``ldb``, never copied).
+
+Why by entry: a serial loop of per-entry calls (OpenBLAS, or the own GEMM splitting each
+small product in two) starts and joins threads once per entry - 64 times per matmul here,
+each product only ~0.3 M multiply-adds. One ``tj_parallel_for`` over the entries joins
+once, and the workers never call ``tj_parallel_for`` themselves (a nested job would run
+inline anyway, but only after claiming the pool: see ``codegen/parallel.py``).
+
+>>> from .gemm_ir import AVX2
+>>> from .gemm_driver import module_ir
+>>> 'define void @"tj_sgemm_own_avx2_batched"' in module_ir(AVX2)
+True
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .gemm_driver import CONTEXT_FIELDS, ENTRY_ARGUMENTS, POOL_THREADS, SPLIT_BY_COLUMNS
+from .gemm_ir import I64, PTR, VOID, c64
+
+# The batch chunk's context: the chunk's fields, then the entry count, the layout and
+# whether each entry may split itself over the pool (1 only on the calling thread).
+BATCH_CONTEXT_FIELDS = CONTEXT_FIELDS + 3
+COUNT, LAYOUT, THREADED = CONTEXT_FIELDS, CONTEXT_FIELDS + 1, CONTEXT_FIELDS + 2
+# Split by entry from this many multiply-adds in all (a pool job costs a few us to hand
+# out and join; one thread does ~1 M multiply-adds in 15-30 us). Below: the calling thread.
+BATCH_PARALLEL_WORK = 1 << 20
+# Entries per pool chunk: about this many chunks per thread, claimed as threads free up
+# (the shared machine's other load stalls one thread or the other).
+CHUNKS_PER_THREAD = 4
+A_FIELD, B_FIELD, C_FIELD = 5, 7, 9  # where the operands' addresses are in a context
+
+
+def batch_chunk_function(emitter, chunk, entry):
+    """``tj_sgemm_batch_chunk(context, begin, end)``: entries ``[begin, end)``, each by
+    ``chunk`` over all its rows on this thread, or (``THREADED``) by ``entry``, which may
+    split it over the pool."""
+    module, itemsize = emitter.module, emitter.isa.itemsize
+    function = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64]),
+                           "tj_sgemm_batch_chunk")
+    function.linkage = "internal"
+    context, begin, end = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+
+    def field(pointer, index):  # index: an int or an i64 value
+        index = c64(index) if isinstance(index, int) else index
+        return builder.gep(pointer, [index], source_etype=I64)
+
+    # The stack slots first, in the entry block (an alloca inside the loop would grow the
+    # stack per entry).
+    local = builder.alloca(I64, size=CONTEXT_FIELDS)
+    offsets = [builder.alloca(I64) for _ in range(3)]
+    remaining = builder.alloca(I64)
+    fields = [builder.load(field(context, index), typ=I64) for index in range(
+        BATCH_CONTEXT_FIELDS)]
+    for index in range(CONTEXT_FIELDS):
+        builder.store(fields[index], field(local, index))
+    builder.store(c64(0), field(local, SPLIT_BY_COLUMNS))
+    layout = builder.inttoptr(fields[LAYOUT], PTR)
+    rank = builder.load(layout, typ=I64)
+    threaded = builder.icmp_signed("!=", fields[THREADED], c64(0))
+    operand_fields = (A_FIELD, B_FIELD, C_FIELD)
+
+    def per_entry(index):
+        for offset in offsets:
+            builder.store(c64(0), offset)
+        builder.store(index, remaining)
+
+        def per_dim(step):  # innermost dim first: dim = rank - 1 - step
+            dim = builder.sub(builder.sub(rank, c64(1)), step)
+            base = builder.add(c64(1), builder.mul(dim, c64(4)))
+            size = builder.load(field(layout, base), typ=I64)
+            rest = builder.load(remaining, typ=I64)
+            coordinate = builder.srem(rest, size)
+            builder.store(builder.sdiv(rest, size), remaining)
+            for which, offset in enumerate(offsets):
+                stride = builder.load(field(layout, builder.add(base, c64(1 + which))), typ=I64)
+                builder.store(builder.add(builder.load(offset, typ=I64),
+                                          builder.mul(coordinate, stride)), offset)
+
+        emitter.loop(builder, c64(0), rank, c64(1), per_dim)
+        for offset, slot in zip(offsets, operand_fields):
+            moved = builder.mul(builder.load(offset, typ=I64), c64(itemsize))
+            builder.store(builder.add(fields[slot], moved), field(local, slot))
+        with builder.if_else(threaded) as (whole, alone):
+            with whole:
+                values = [builder.load(field(local, position), typ=I64)
+                          for position in range(len(ENTRY_ARGUMENTS) + 2)]
+                builder.call(entry, [builder.inttoptr(value, PTR) if kind == PTR else value
+                                     for value, kind in zip(values, [*ENTRY_ARGUMENTS, PTR,
+                                                                     I64])])
+            with alone:
+                builder.call(chunk, [local, c64(0), fields[2]])  # rows [0, m)
+
+    emitter.loop(builder, begin, end, c64(1), per_entry)
+    builder.ret_void()
+    return function
+
+
+def batched_function(emitter, chunk, entry):
+    """The exported ``<isa.entry>_batched`` (see the module's docstring): one pool job over
+    the entries when there are at least as many as threads and enough work in all, else
+    the entries in order on this thread, each split by ``entry`` if it is big enough."""
+    isa, module = emitter.isa, emitter.module
+    body = batch_chunk_function(emitter, chunk, entry)
+    pool = module.globals["tj_pool"]
+    parallel_for = module.globals["tj_parallel_for"]
+    function = emitter.function(f"{isa.entry}_batched", [*ENTRY_ARGUMENTS, PTR, I64, I64, PTR],
+                                internal=False)
+    arguments = function.args
+    m, n, k, count = arguments[2], arguments[3], arguments[4], arguments[13]
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    context = builder.alloca(I64, size=BATCH_CONTEXT_FIELDS)
+
+    def store(index, value):
+        builder.store(value, builder.gep(context, [c64(index)], source_etype=I64))
+
+    *products, count_argument, layout = arguments
+    for index, argument in enumerate(products):
+        store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
+    store(SPLIT_BY_COLUMNS, c64(0))
+    store(COUNT, count_argument)
+    store(LAYOUT, builder.ptrtoint(layout, I64))
+    run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
+    builder.cbranch(builder.and_(builder.and_(builder.icmp_signed(">", m, c64(0)),
+                                              builder.icmp_signed(">", n, c64(0))),
+                                 builder.icmp_signed(">", count, c64(0))), run, nothing)
+    builder.position_at_end(nothing)
+    builder.ret_void()
+
+    builder.position_at_end(run)
+    pool_type = pool.value_type
+    threads = builder.load(builder.gep(pool, [c64(0), c64(POOL_THREADS)],
+                                       source_etype=pool_type), typ=I64)
+    # k = 0 still stores zeros: count it as one multiply-add per element.
+    at_least_one = builder.select(builder.icmp_signed("<", k, c64(1)), c64(1), k)
+    work = builder.mul(builder.mul(builder.mul(m, n), at_least_one), count)
+    split = builder.and_(builder.and_(
+        builder.icmp_signed(">", threads, c64(1)),
+        builder.icmp_signed(">=", count, threads)),
+        builder.icmp_signed(">=", work, c64(BATCH_PARALLEL_WORK)))
+    spread, inline = (function.append_basic_block(label) for label in ("spread", "inline"))
+    builder.cbranch(split, spread, inline)
+    builder.position_at_end(inline)
+    store(THREADED, c64(1))
+    builder.call(body, [context, c64(0), count])
+    builder.ret_void()
+
+    builder.position_at_end(spread)
+    store(THREADED, c64(0))
+    pieces = builder.mul(threads, c64(CHUNKS_PER_THREAD))
+    per_chunk = builder.sdiv(builder.add(count, builder.sub(pieces, c64(1))), pieces)
+    builder.call(parallel_for, [pool, body, context, count, per_chunk])
+    builder.ret_void()
+    return function
+

@@ -37,6 +37,7 @@ from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
 from .errors import UnsupportedError
+from .locations import user_location
 from .loop_generalize import Refused
 
 _MISSING = object()  # an attribute that was not there before the write
@@ -143,7 +144,7 @@ def note(context, owner, name, value, path):
                                             getattr(owner, name, _MISSING))
         context.note_outside_value(path, owner, identity=True)  # the same object each call
     context.attribute_writes.pop(key, None)  # the last write, in write order
-    context.attribute_writes[key] = (path, owner, name, value)
+    context.attribute_writes[key] = (path, owner, name, value, user_location())
     context.written_paths.add(f"{path}.{name}")
     setattr(owner, name, value)
 
@@ -219,7 +220,10 @@ def unfollowed_change(context):
 
 def restore(context):
     """Put back what the attributes held before the trace wrote them (it failed: the
-    eager run must start from the caller's state)."""
+    eager run must start from the caller's state). Two records, not one twice: the
+    contents ``watch`` took of each outside dict, list and user object undo any change,
+    hooked or not; ``attribute_originals`` undo the hooked writes (``note``) on objects
+    whose contents are not taken: ``__slots__`` objects, library classes' objects."""
     for value, before in getattr(context, "outside_contents", {}).values():
         if before is None or not _changed_keys(before, _contents(value)):
             continue
@@ -244,16 +248,18 @@ def restore(context):
 def collect(context, output_atoms, is_leaf):
     """The writes, each array or scalar leaf of a written value appended to
     ``output_atoms``. Raises ``TypeError`` for a value that cannot be stored again at
-    every call (an arbitrary object: eager makes a new one per call)."""
+    every call (an arbitrary object: eager makes a new one per call); its message starts
+    with the user's line that wrote it."""
     writes = []
-    for path, _, name, value in getattr(context, "attribute_writes", {}).values():
+    for path, _, name, value, location in getattr(context, "attribute_writes", {}).values():
         flat, tree = pytree.flatten(value)
         leaves = []
         for leaf in flat:
             if not is_leaf(leaf):
                 if not _plain(leaf):
-                    raise TypeError(f"a {type(leaf).__name__} written into an attribute "
-                                    f"({path}.{name})")
+                    where = f"{location.file}:{location.line}: " if location else ""
+                    raise TypeError(f"{where}a {type(leaf).__name__} written into an "
+                                    f"attribute ({path}.{name})")
                 leaves.append(("static", leaf))
                 continue
             atom, concrete, _ = context.atom(leaf)
@@ -272,7 +278,7 @@ def _plain(value):
 
 def apply(context):
     """The traced call's attribute writes, with their real values."""
-    for _, owner, name, value in getattr(context, "attribute_writes", {}).values():
+    for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
         flat, tree = pytree.flatten(value)
         concrete = [leaf.value if hasattr(leaf, "ir_var") else
                     int(leaf.value) if hasattr(leaf, "expr") else leaf for leaf in flat]

@@ -698,7 +698,8 @@ def _plan_workspace(scheduler, kernels):
 
 def schedule(graph, materialize=()):
     """Group ``graph``'s equations into kernels and plan their buffers; ``materialize``
-    names values that must get buffers (lowering found it could not inline them)."""
+    names values that must get buffers besides (``Program.materialized``: none since the
+    schedule decides every buffer itself, lowering included)."""
     scheduler = _Scheduler(graph)
     scheduler.initial_materialization()
     scheduler.bound_expressions()

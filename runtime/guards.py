@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracejit.codegen import SideExit
 from tracejit.tracer import pytree
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import format_shape_guard
@@ -198,8 +199,9 @@ def _relation(guard, bound):
 
 
 class _Source:
-    def __init__(self):
+    def __init__(self, miss="None"):
         self.lines, self.namespace, self.counter = [], {}, 0
+        self.miss = miss  # what a failed check returns
 
     def constant(self, value, prefix="K"):
         name = f"_{prefix}{self.counter}"
@@ -219,47 +221,64 @@ def _array_checks(source, variable, spec, bound, ranges):
     from .tensor import Tensor
 
     array_type = source.constant(Tensor if type_name == "Tensor" else np.ndarray, "T")
-    source.add(f"if type({variable}) is not {array_type}: return None")
+    source.add(f"if type({variable}) is not {array_type}: return {source.miss}")
     if type_name == "Tensor":
         # Compiled with or without gradients: the call must want the same.
         grad_mode = source.constant(is_grad_enabled, "G")
         source.add(f"if ({variable}.requires_grad and {grad_mode}()) is not "
-                   f"{bool(spec.requires_grad)}: return None")
+                   f"{bool(spec.requires_grad)}: return {source.miss}")
         source.add(f"{variable} = {variable}.data")
     dtype = source.constant(np.dtype(spec.dtype), "D")
     # Identity first (the hit path), then equality: an array that was pickled (a Dask or
     # multiprocessing task's) carries an equal dtype object that is not NumPy's own.
     source.add(f"if {variable}.dtype is not {dtype} and {variable}.dtype != {dtype}: "
-               "return None")
+               f"return {source.miss}")
     source.add(f"shape = {variable}.shape")
-    source.add(f"if len(shape) != {len(spec.shape)}: return None")
+    source.add(f"if len(shape) != {len(spec.shape)}: return {source.miss}")
     for axis, dim in enumerate(spec.shape):
         if not isinstance(dim, str):
-            source.add(f"if shape[{axis}] != {_literal(dim, 'a static dim')}: return None")
+            source.add(f"if shape[{axis}] != {_literal(dim, 'a static dim')}: return {source.miss}")
             continue
         dim = _identifier(dim, ranges, "a dim")
         if dim in bound:
-            source.add(f"if shape[{axis}] != {dim}: return None")
+            source.add(f"if shape[{axis}] != {dim}: return {source.miss}")
         else:
             bound.add(dim)
             low, high = (_literal(end, f"the bucket of {dim}") for end in ranges[dim])
             source.add(f"{dim} = shape[{axis}]")
-            source.add(f"if {dim} < {low} or {dim} > {high}: return None")
+            source.add(f"if {dim} < {low} or {dim} > {high}: return {source.miss}")
 
 
 def compile_guard(spec):
     """The entry guard of ``spec`` as a function ``guard(args, kwargs) -> inputs | None``."""
     source = _Source()
-    flat = spec.treedef == pytree.flatten((tuple([0] * len(spec.leaves)), {}))[1]
     source.add("def guard(args, kwargs):", depth=0)
+    inputs = _guard_statements(spec, source)
+    source.add(f"return ({inputs}{',' if len(spec.inputs) == 1 else ''})")
+    return _define(source, "guard")
+
+
+def _define(source, name):
+    text = "\n".join(source.lines)
+    namespace = dict(source.namespace)
+    exec(compile(text, f"<tracejit entry {name}>", "exec"), namespace)
+    function = namespace[name]
+    function.source = text
+    return function
+
+
+def _guard_statements(spec, source):
+    """Add the checks of ``spec`` to ``source`` (in a function of ``args, kwargs``; a
+    failed check returns ``source.miss``); returns the program's inputs as text."""
+    flat = spec.treedef == pytree.flatten((tuple([0] * len(spec.leaves)), {}))[1]
     if flat:
-        source.add(f"if kwargs or len(args) != {len(spec.leaves)}: return None")
+        source.add(f"if kwargs or len(args) != {len(spec.leaves)}: return {source.miss}")
         source.add("leaves = args")
     else:
         tree = source.constant(spec.treedef, "TREE")
         flatten = source.constant(pytree.flatten, "F")
         source.add(f"leaves, tree = {flatten}((args, kwargs))")
-        source.add(f"if tree != {tree}: return None")
+        source.add(f"if tree != {tree}: return {source.miss}")
     bound = set()
     values = {}
     for position, leaf in enumerate(spec.leaves):
@@ -269,28 +288,29 @@ def compile_guard(spec):
             _array_checks(source, variable, leaf, bound, spec.symbols)
         elif leaf.kind == "scalar":
             kind = source.constant({"int": int, "float": float}.get(leaf.type_name, float), "T")
-            source.add(f"if type({variable}) is not {kind}: return None")
+            source.add(f"if type({variable}) is not {kind}: return {source.miss}")
         elif is_json_value(leaf.value):
             kind = source.constant(type(leaf.value), "T")
             value = source.constant(leaf.value, "V")
             source.add(f"if type({variable}) is not {kind} or {variable} != {value}: "
-                       "return None")
+                       f"return {source.miss}")
         else:
             value = source.constant(leaf.value, "V")
-            source.add(f"if {variable} is not {value}: return None")
+            source.add(f"if {variable} is not {value}: return {source.miss}")
         values[("leaf", position)] = variable
     for guard in spec.shape_guards:
-        source.add(f"if {_relation(guard, bound)}: return None")
+        source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, implicit in enumerate(spec.implicit):
         variable = f"implicit{number}"
         path = source.constant(implicit.path, "P")
         source.add("try:")
         source.add(f"    {variable} = {path}.resolve(leaves)")
-        source.add("except (KeyError, AttributeError, IndexError, ValueError): return None")
+        source.add("except (KeyError, AttributeError, IndexError, ValueError): "
+                   f"return {source.miss}")
         scalar = number_type(implicit)
         if scalar is not None:  # a number an object keeps (self.t)
             kind = source.constant(scalar, "T")
-            source.add(f"if type({variable}) is not {kind}: return None")
+            source.add(f"if type({variable}) is not {kind}: return {source.miss}")
         else:
             _array_checks(source, variable, LeafSpec("array", implicit.type_name,
                                                       implicit.dtype, implicit.shape,
@@ -310,13 +330,13 @@ def compile_guard(spec):
             reader = source.constant(path, "P")
             source.add(f"    {variable} = {reader}.resolve(leaves)")
         source.add("except (KeyError, AttributeError, IndexError, ValueError, TypeError): "
-                   "return None")
+                   f"return {source.miss}")
         if kind == "is":
-            source.add(f"if {variable} is not {source.constant(value, 'F')}: return None")
+            source.add(f"if {variable} is not {source.constant(value, 'F')}: return {source.miss}")
         elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
             source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
-                       f"{_literal(value[1], 'a guarded length')}: return None")
+                       f"{_literal(value[1], 'a guarded length')}: return {source.miss}")
         elif kind != "value":
             raise ValueError(f"entry guard: an outside value of kind {kind!r}")
         else:
@@ -324,12 +344,41 @@ def compile_guard(spec):
             expected = source.constant(value, "V")
             source.add(f"if type({variable}) is not {kind_type} or not ({variable} == "
                        f"{expected} or ({variable} != {variable} and {expected} != "
-                       f"{expected})): return None")
-    outputs = ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
-    source.add(f"return ({outputs}{',' if len(spec.inputs) == 1 else ''})")
-    text = "\n".join(source.lines)
-    namespace = dict(source.namespace)
-    exec(compile(text, "<tracejit entry guard>", "exec"), namespace)
-    guard = namespace["guard"]
-    guard.source = text
-    return guard
+                       f"{expected})): return {source.miss}")
+    return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+class _Miss:
+    def __repr__(self):
+        return "MISS"
+
+
+MISS = _Miss()  # what an entry returns when its guard fails (any other value is the result)
+
+
+def compile_entry(spec, run, variant, result):
+    """The hit path of a variant as one function ``enter(jit, args, kwargs) -> result |
+    MISS``: the entry guard of ``spec``, then ``run(*inputs)`` (the root program's
+    wrapper), then the result: ``result`` is the index of the one array output returned
+    as it is, or a function ``result(outputs, argument_leaves, arguments)``. A side exit
+    or an error goes to ``jit._exited`` / ``jit._internal_error``; the root path's call is
+    counted. For a root path that writes nothing back and records no gradients."""
+    source = _Source(miss="_MISS")
+    source.add("def enter(jit, args, kwargs):", depth=0)
+    inputs = _guard_statements(spec, source)
+    names = {"_MISS": MISS, "_run": run, "_variant": variant, "_root": variant.root,
+             "_SideExit": SideExit}
+    assert not names.keys() & source.namespace.keys()
+    source.namespace.update(names)
+    source.add("try:")
+    source.add(f"    outputs = _run({inputs})")
+    source.add("except _SideExit as exit:")
+    source.add(f"    return jit._exited(_variant, exit, ({inputs},), args, kwargs)")
+    source.add("except Exception as error:  # the wrapper or native code: never the user's")
+    source.add("    return jit._internal_error(error, args, kwargs)")
+    source.add("_root.calls += 1")
+    if isinstance(result, int):
+        source.add(f"return outputs[{result}]")
+    else:
+        source.add(f"return {source.constant(result, 'R')}(outputs, args, (args, kwargs))")
+    return _define(source, "enter")

@@ -33,6 +33,7 @@ from tracejit.tracer.errors import TracejitError
 
 from . import background, diagnostics
 from .config import Options, logger
+from .guards import MISS, compile_entry
 from .misses import Misses, _overlapping
 from .misses import _plain_result as _plain_result  # runtime/background.py imports it here
 from .shape_policy import ShapePolicy
@@ -105,9 +106,10 @@ class JitFunction(Misses):
         if not hasattr(self, "__qualname__"):  # a callable object: a layer with __call__
             self.__name__ = self.__qualname__ = type(fn).__qualname__
         self.fn = fn
+        self._variants = ()
+        self._entries = ()  # the variants' hit paths (guards.compile_entry), in order
         self.options = options
         self.policy = ShapePolicy(options, fn)
-        self._variants = ()
         # argument shapes -> the variant that accepted them last (its guard is still
         # checked: the hint only orders the search when there are many buckets)
         self._hints = {}
@@ -115,7 +117,7 @@ class JitFunction(Misses):
         self._untraceable = {}
         self._warned_limit = False
         self._counters = Counter()
-        self.calls = self.compiled_calls = 0  # plain ints: the hit path counts them
+        self.calls = 0  # a plain int: the hit path counts it (compiled calls: on the paths)
         self._eager = Counter()  # short reason -> eager calls
         self._eager_reasons = {}  # short reason -> its latest full text
         self._side_exits = Counter()
@@ -147,31 +149,88 @@ class JitFunction(Misses):
 
         return reduce_jit(self)
 
+    @property
+    def options(self):
+        return self._options
+
+    @options.setter
+    def options(self, options):
+        # The hit paths are built for the options (check=True needs the general path).
+        self._options = options
+        self._entries = () if options.disabled else tuple(map(self._entry, self._variants))
+
+    @property
+    def compiled_calls(self):
+        return sum(variant.calls for variant in self._variants)
+
     # --- calls ------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self.calls += 1
-        if self.options.disabled:
-            return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
-        variants, key = self._variants, None
-        if len(variants) > 1:  # many buckets: first the variant these shapes took last time
-            key = tuple([getattr(arg, "shape", None) for arg in args])
-            hinted = self._hints.get(key)
-            if hinted is not None:
-                variants = (hinted, *variants)
-        for variant in variants:
-            inputs = variant.guard(args, kwargs)
-            if inputs is not None:
-                if key is not None:
-                    self._remember(key, variant)
-                return self._run(variant, inputs, args, kwargs)
+        entries = self._entries
+        if len(entries) == 1:
+            result = entries[0](self, args, kwargs)
+            if result is not MISS:
+                return result
+            return self._miss(args, kwargs)
+        if not entries:
+            if self._options.disabled:
+                return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
+            return self._miss(args, kwargs)
+        # many buckets: first the variant these shapes took last time
+        key = tuple([getattr(arg, "shape", None) for arg in args])
+        hinted = self._hints.get(key)
+        if hinted is not None:
+            result = hinted(self, args, kwargs)
+            if result is not MISS:
+                return result
+        for enter in entries:
+            result = enter(self, args, kwargs)
+            if result is not MISS:
+                self._remember(key, enter)
+                return result
         return self._miss(args, kwargs)
 
-    def _remember(self, key, variant):
+    def _remember(self, key, enter):
         if len(self._hints) >= MAX_HINTS:
             self._hints.clear()
-        self._hints[key] = variant
+        self._hints[key] = enter
 
-    def _run(self, variant, inputs, args, kwargs):
+    def _entry(self, variant):
+        """``enter(jit, args, kwargs) -> result | MISS`` for ``variant``: one generated
+        function (guard, program, result) when the root path only computes its outputs,
+        else its guard and then ``_run``."""
+        path = variant.root
+        plan = path.outputs
+        if (isinstance(path.program, codegen.Program) and path.backward is None
+                and not plan.mutated and not plan.writes and not self._options.check):
+            index = plan.single_array()
+            if index is not None and variant.wrap is _identity:
+                return compile_entry(variant.spec, path.program._run, variant, index)
+
+            def result(outputs, leaves, arguments, _result=path.result, _wrap=variant.wrap):
+                return _result(outputs, leaves, _wrap, arguments)
+
+            return compile_entry(variant.spec, path.program._run, variant, result)
+        guard = variant.guard
+
+        def enter(jit, args, kwargs):
+            inputs = guard(args, kwargs)
+            return MISS if inputs is None else jit._run(variant, inputs, args, kwargs)
+
+        return enter
+
+    def _add_variant(self, variant):
+        super()._add_variant(variant)
+        if not self._options.disabled:
+            self._entries = self._entries + (self._entry(variant),)
+
+    def _exited(self, variant, exit, inputs, args, kwargs):
+        """The hit path's root program took a side exit: on from there in ``_run``."""
+        return self._run(variant, inputs, args, kwargs, exit=exit)
+
+    def _run(self, variant, inputs, args, kwargs, exit=None):
+        """Run ``variant``'s program on ``inputs`` (its guard accepted the call), following
+        side exits down the trace tree; ``exit``: the root program already took this one."""
         path = variant.root
         if path.outputs.mutated and _overlapping(pytree.flatten((args, kwargs))[0]):
             # It writes into an argument another argument also shows: the compiled code
@@ -188,23 +247,24 @@ class JitFunction(Misses):
                        if hasattr(write, "snapshot")]
         while True:
             try:
+                if exit is not None:
+                    raise exit
                 outputs = path.program(*inputs)
-            except codegen.SideExit as exit:
-                if exit.code == codegen.LOOP_GUARD_FAILED:
+            except codegen.SideExit as taken:
+                exit = None
+                if taken.code == codegen.LOOP_GUARD_FAILED:
                     return self._run_eager(args, kwargs, "a guard in a loop body failed")
-                if exit.guard_index is None:
+                if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
-                child = path.children.get(exit.guard_index)
+                child = path.children.get(taken.guard_index)
                 if child is not None:
                     path = child
                     continue
-                return self._side_exit(variant, path, exit.guard_index, args, kwargs)
+                return self._side_exit(variant, path, taken.guard_index, args, kwargs)
             except Exception as error:  # the wrapper or native code failed: never the user's
                 return self._internal_error(error, args, kwargs)
             break
-        path.calls += 1
-        variant.calls += 1
-        self.compiled_calls += 1
+        path.calls += 1  # Variant.calls and compiled_calls add these up
         if path.backward is not None:
             leaves = pytree.flatten((args, kwargs))[0]
             outputs = path.record(outputs, inputs, leaves, variant.spec, self.__qualname__)
@@ -277,7 +337,7 @@ class JitFunction(Misses):
         """Forget every variant, refusal and shape observation (counters too): the next
         call traces afresh. The disk cache is left as it is."""
         with self._lock:
-            self._variants = ()
+            self._variants = self._entries = ()
             self._hints = {}
             self._pending = ()
             self._growing.clear()
@@ -291,7 +351,7 @@ class JitFunction(Misses):
             self._eager.clear()
             self._eager_reasons.clear()
             self._side_exits.clear()
-            self.calls = self.compiled_calls = 0
+            self.calls = 0
             self._compile_seconds = 0.0
 
     def stats(self):

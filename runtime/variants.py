@@ -72,14 +72,21 @@ class OutputPlan:
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers))
 
-    def fast_result(self):
-        """A specialized ``result`` for the common case of one array result, or None."""
+    def single_array(self):
+        """The program output that is the whole result, when the result is one array and
+        the call writes nothing back (the common case), else None."""
         if (not self.mutated and not self.writes and not self.containers
                 and self.tree == pytree.LEAF
                 and self.leaves[0][0] == "array"):
-            index = self.leaves[0][1]
-            return lambda outputs, argument_leaves, wrap, arguments=None: wrap(outputs[index])
+            return self.leaves[0][1]
         return None
+
+    def fast_result(self):
+        """A specialized ``result`` for the common case of one array result, or None."""
+        index = self.single_array()
+        if index is None:
+            return None
+        return lambda outputs, argument_leaves, wrap, arguments=None: wrap(outputs[index])
 
     def result(self, outputs, argument_leaves, wrap, arguments=None):
         """The call's result; ``arguments`` (``(args, kwargs)``) receive the writes."""
@@ -181,7 +188,6 @@ class Variant:
     root: Path
     key: str = ""  # the disk cache key, when it has one
     from_disk: bool = False
-    calls: int = 0
     # Another size bucket of an earlier variant (same code, other dims' ranges): it does
     # not count toward max_variants, so lengths and image sizes alone never reach it.
     bucket_sibling: bool = False
@@ -191,6 +197,11 @@ class Variant:
         takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
         self.wrap = _wrap_tensor if takes_tensors else _identity
         self._any_bucket = None
+
+    @property
+    def calls(self):
+        """Compiled calls of this variant: each ran one path of its tree."""
+        return sum(path.calls for _, path in self.root.walk())
 
     @property
     def path_count(self):

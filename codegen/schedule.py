@@ -53,6 +53,7 @@ NUMPY_VIEWS = (slice_p, transpose_p, reshape_p, flip_p, broadcast_to_p)
 
 
 MAX_INLINED = 96  # equations one kernel may inline (see _Scheduler.bound_expressions)
+TAIL_EQUATIONS = 4  # ... and more, when these are the program's last
 
 
 @dataclass
@@ -268,7 +269,16 @@ class _Scheduler:
                     tree |= trees[atom.name]
             if len(tree) > limit:
                 repeats = repeats or _Repeats(self)
-                cut = repeats.aligned_cut(eqn, tree, trees, limit)
+                # The program's last few equations join the kernel before them, unless it
+                # repeats the kernels before it: a kernel of their own costs LLVM more
+                # (100 ops as 95 + 5: 92 ms; as one kernel: 77 ms).
+                tail = len(equations) - index <= TAIL_EQUATIONS and (
+                    len(tree) <= limit + TAIL_EQUATIONS)
+                cut = repeats.aligned_cut(eqn, tree, trees, limit, tail)
+                if cut is None:
+                    trees[eqn.out.name] = tree
+                    index += 1
+                    continue
                 self.materialize(cut.out)
                 if cut is not eqn:  # an earlier value: the trees after it change
                     trees[cut.out.name] = {cut.out.name}
@@ -529,7 +539,7 @@ class _Repeats:
             self.tokens.append(tokens.setdefault((_equation_kind(eqn), sources), len(tokens)))
         self.length = None  # of the kernels the last aligned cut made
 
-    def aligned_cut(self, eqn, tree, trees, limit):
+    def aligned_cut(self, eqn, tree, trees, limit, tail=False):
         """The value to materialize for ``eqn``, whose ``tree`` passed ``limit``: a value of
         the tree at least half a kernel long, taking most of the tree with it, after which
         the equations repeat those of its kernel. Of those, the one that keeps the last
@@ -537,7 +547,9 @@ class _Repeats:
         kernels or more (the last kernel is one of them too: shorter kernels, but one
         function fewer), else the latest; ``eqn`` itself when there is none (the cut of
         old). A body too short to have its tail folded (``FOLD_TAIL_INSTRUCTIONS``) is
-        emitted three times, so two kernels of 50 cost LLVM more than 95 and 5."""
+        emitted three times, so two kernels of 50 cost LLVM more than 95 and 5. With
+        ``tail`` (``eqn`` is among the program's last few), only a cut that keeps the last
+        length or divides the rest, else None: no cut."""
         order = self.scheduler.order
         end = order[eqn.out.name]
         start = min(order[name] for name in tree)
@@ -546,20 +558,21 @@ class _Repeats:
                 if self._fits(self.equations[position].out.name, tree, trees, limit)]
         if self.length is not None and start + self.length - 1 in cuts:
             cuts.insert(0, start + self.length - 1)
-        latest = None
+        strong = weak = None
         for position in cuts:
             length = position + 1 - start
             if length > 2 * limit or not self._repeats(start, position + 1):
                 continue
             left = len(self.equations) - start
             if length == self.length or (left % length == 0 and left // length >= 5):
-                latest = position
+                strong = position
                 break
-            latest = position if latest is None else latest
-        if latest is None:
-            return eqn
-        self.length = latest + 1 - start
-        return self.equations[latest]
+            weak = position if weak is None else weak
+        chosen = strong if strong is not None or tail else weak
+        if chosen is None:
+            return None if tail else eqn
+        self.length = chosen + 1 - start
+        return self.equations[chosen]
 
     def _fits(self, name, tree, trees, limit):
         """Whether a buffer for ``name`` would take most of ``tree`` (a later value's)."""

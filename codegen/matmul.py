@@ -67,18 +67,17 @@ def matmul_split(kernel):
 
 def blas_operands(kernel):
     """``((buffer, transposed), (buffer, transposed))`` when a GEMM (OpenBLAS, or
-    tracejit's own for float32 2-D products) can run this matmul: float operands that
-    are buffers or transposes (last two axes) of buffers."""
+    tracejit's own) can run this matmul: float operands of the product's dtype that are
+    buffers or transposes (last two axes) of buffers."""
     anchor = kernel.kernel.anchor
-    schedule, producers = kernel.schedule, kernel.producers
+    producers = kernel.producers
     if np.dtype(anchor.out.aval.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
     if not blas.openblas() and not own_gemm_shape(kernel) and not own_batched(kernel):
         return None
 
-    def buffer_of(var):  # a buffer, or a reshape of one: the same contiguous memory
-        var = reshaped_buffer(var, producers, schedule.buffers)
-        return var.name if var is not None and var.name in schedule.buffers else None
+    def buffer_of(var):
+        return _buffer_read_in_place(kernel, var)
 
     operands = []
     for atom in anchor.inputs:
@@ -198,12 +197,31 @@ def epilogue_always_fused(kernel):
         blas_operands(kernel) is not None) and gemm_epilogue(kernel) is not None
 
 
+def _buffer_read_in_place(kernel, var):
+    """The buffer ``var`` is, or is a reshape of (the same contiguous memory), else None."""
+    buffers = kernel.schedule.buffers
+    var = reshaped_buffer(var, kernel.producers, buffers)
+    return var.name if var is not None and var.name in buffers else None
+
+
+def rows_folded(kernel):
+    """True when the product's batch dims fold into its rows: ``(..., m, k) @ (k, n)``
+    with the left operand contiguous (not transposed) is one ``(... * m, k) @ (k, n)``
+    product (``nn.linear`` on a sequence batch): B is packed once, not per batch entry,
+    and the 2-D product's epilogue and auto rule apply."""
+    a, b = kernel.kernel.anchor.inputs
+    return len(a.aval.shape) > 2 and len(b.aval.shape) == 2 and isinstance(a, Var) and (
+        _buffer_read_in_place(kernel, a) is not None)
+
+
 def own_gemm_shape(kernel):
     """True when this matmul may call tracejit's own GEMM (``codegen/gemm.py``): a
-    float32 product of two matrices, on a host and setting that allow it (``blas``)."""
+    float32 product of two matrices (batch dims folded into rows: ``rows_folded``), on
+    a host and setting that allow it (``blas``)."""
     anchor = kernel.kernel.anchor
     return (np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32)
-            and all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
+            and (all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
+                 or rows_folded(kernel))
             and blas.own_sgemm_enabled())
 
 
@@ -222,7 +240,8 @@ def own_batched(kernel):
     calls, starts and joins OpenBLAS's threads per entry."""
     anchor = kernel.kernel.anchor
     return bool(batch_shape(anchor)) and np.dtype(anchor.out.aval.dtype) in (
-        np.dtype(np.float32), np.dtype(np.float64)) and blas.own_sgemm_enabled()
+        np.dtype(np.float32), np.dtype(np.float64)) and blas.own_sgemm_enabled() and (
+        not rows_folded(kernel))
 
 
 def build_matmul(kernel):
@@ -328,6 +347,8 @@ def build_gemm_call(kernel):
     n = b_shape[-1] if len(b_shape) > 1 else 1
     batch = batch_shape(anchor)
     a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    if rows_folded(kernel):  # one (... * m, k) @ (k, n) product
+        m, batch, a_batch = size_of(a_shape[:-1]), (), ()
 
     def prologue(function, builder, dims, pointers):
         element = dtype.itemsize

@@ -106,7 +106,11 @@ def test_batched_products_match_numpy(name, a_shape, b_shape, layout, dtype):
     assert_close(got, a, b, dtype=dtype)
     if 0 not in a_shape + b_shape:
         lowered = compiled.lower(*arguments)
-        assert any(symbol in lowered.llvm_ir for symbol in BATCHED_SYMBOLS)
+        folded = len(a_shape) > 2 and len(b_shape) == 2 and not transpose_a
+        if folded:  # one 2-D product of (... * m, k) @ (k, n)
+            assert "batched" not in lowered.llvm_ir and "gemm" in lowered.llvm_ir
+        elif len(a_shape) > 2 or len(b_shape) > 2:
+            assert any(symbol in lowered.llvm_ir for symbol in BATCHED_SYMBOLS)
         assert len(lowered.kernels) == 1, "an operand was copied by a kernel of its own"
 
 
@@ -138,6 +142,29 @@ def test_epilogues(epilogue, dtype):
         return
     with_bias = bias.astype(np.float64) if "bias" in epilogue else None
     assert_close(got, q, product, bias=with_bias, relu="relu" in epilogue, dtype=dtype)
+
+
+@pytest.mark.parametrize("setting", ["own", "auto", "blas"])
+def test_a_linear_layer_on_a_sequence_batch_is_one_product(setting):
+    """``relu(x @ W + b)`` with x ``(batch, seq, d)``: the batch folds into the rows, and
+    the own GEMM computes the bias and relu (no loop over C)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 37, 65)).astype(np.float32)
+    w = rng.standard_normal((65, 129)).astype(np.float32)
+    bias = rng.standard_normal(129).astype(np.float32)
+
+    def layer(x, w, bias):
+        return np.maximum(x @ w + bias, 0.0)
+
+    with blas.gemm_override(setting):
+        compiled = tj.jit(cache="memory")(layer)
+        compiled(x, w, bias)
+        ir_text = compiled.lower(x, w, bias).llvm_ir
+    assert "batched" not in ir_text
+    if setting == "own":
+        assert "call void @tj_sgemm_own_epilogue" in ir_text
+    got = compiled(x, w, bias)
+    assert_close(got, x, w, bias=bias.astype(np.float64), relu=True)
 
 
 def test_relu_epilogue_keeps_numpys_signed_zeros():

@@ -167,6 +167,43 @@ def test_a_linear_layer_on_a_sequence_batch_is_one_product(setting):
     assert_close(got, x, w, bias=bias.astype(np.float64), relu=True)
 
 
+MIXED = [
+    ("folded", (8, 12, 16), (16, 10), "float64", "float32"),
+    ("batched", (3, 2, 7, 5), (3, 2, 5, 4), "float32", "float64"),
+    ("matrices", (7, 5), (5, 9), "float32", "float64"),
+    ("transposed", (2, 7, 5), (2, 9, 5), "float64", "float32"),
+    ("broadcast", (6, 33), (4, 33, 17), "float64", "float32"),
+]
+
+
+@pytest.mark.parametrize("setting", ["auto", "blas"])
+@pytest.mark.parametrize("name, a_shape, b_shape, a_dtype, b_dtype", MIXED,
+                         ids=[row[0] for row in MIXED])
+def test_float32_operands_of_float64_products_are_converted(name, a_shape, b_shape, a_dtype,
+                                                            b_dtype, setting):
+    """``x64 @ w32`` is a float64 product, as in NumPy: the float32 operand is converted
+    into a copy and the GEMM runs (not the naive loop nest)."""
+    rng = np.random.default_rng(len(name))
+    a = rng.standard_normal(a_shape).astype(a_dtype)
+    b = rng.standard_normal(b_shape).astype(b_dtype)
+    transposed = name == "transposed"
+
+    def function(a, b):
+        return np.tanh((a @ b.swapaxes(-1, -2)) if transposed else a @ b) + 1.0
+
+    if not blas.openblas() and setting == "blas":
+        pytest.skip("no OpenBLAS")
+    with blas.gemm_override(setting):
+        compiled = tj.jit(cache="memory")(function)
+        compiled(a, b)
+        ir_text = compiled.lower(a, b).llvm_ir
+    assert "malloc" in ir_text and "gemm" in ir_text
+    got, want = compiled(a, b), function(a, b)
+    assert compiled.stats()["compiled_calls"] >= 1
+    assert got.dtype == want.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
 def test_relu_epilogue_keeps_numpys_signed_zeros():
     """``np.maximum(0, C)`` keeps -0.0 and ``np.maximum(C, 0)`` makes it 0.0, batched too."""
     a = np.zeros((3, 4, 2), np.float32)

@@ -254,7 +254,7 @@ class _Scheduler:
         equations: an unrolled loop's running sum (``total = total + f(x[t])``) would
         otherwise inline every step into one kernel, which LLVM stops vectorizing well.
         Where the program repeats (a chain of the same few ops, an unrolled loop's steps),
-        the cut falls where the next kernel repeats this one (``_aligned_cut``): equal
+        the cut falls where the next kernel repeats this one (``_Repeats``): equal
         kernels share one function, so lowering and LLVM run once for them all."""
         limit = MAX_INLINED if limit is None else limit
         equations = self.graph.equations
@@ -274,7 +274,7 @@ class _Scheduler:
                 # (100 ops as 95 + 5: 92 ms; as one kernel: 77 ms).
                 tail = len(equations) - index <= TAIL_EQUATIONS and (
                     len(tree) <= limit + TAIL_EQUATIONS)
-                cut = repeats.aligned_cut(eqn, tree, trees, limit, tail)
+                cut = repeats.aligned_cut(eqn, tree, limit, tail)
                 if cut is None:
                     trees[eqn.out.name] = tree
                     index += 1
@@ -531,37 +531,41 @@ class _Repeats:
     def __init__(self, scheduler):
         self.scheduler = scheduler
         self.equations = scheduler.graph.equations
-        order, tokens = scheduler.order, {}
-        self.tokens = []
+        order, kinds, tokens = scheduler.order, {}, {}
+        self.kinds, self.tokens = [], []  # per equation: its kind, and kind with sources
         for position, eqn in enumerate(self.equations):
+            kind = kinds.setdefault(_equation_kind(eqn), len(kinds))
             sources = tuple(position - order[atom.name] if isinstance(atom, Var)
                             and atom.name in order else None for atom in eqn.inputs)
-            self.tokens.append(tokens.setdefault((_equation_kind(eqn), sources), len(tokens)))
+            self.kinds.append(kind)
+            self.tokens.append(tokens.setdefault((kind, sources), len(tokens)))
         self.length = None  # of the kernels the last aligned cut made
 
-    def aligned_cut(self, eqn, tree, trees, limit, tail=False):
+    def aligned_cut(self, eqn, tree, limit, tail=False):
         """The value to materialize for ``eqn``, whose ``tree`` passed ``limit``: a value of
-        the tree at least half a kernel long, taking most of the tree with it, after which
-        the equations repeat those of its kernel. Of those, the one that keeps the last
-        cut's length, else one whose length divides what is left of the program into five
-        kernels or more (the last kernel is one of them too: shorter kernels, but one
-        function fewer), else the latest; ``eqn`` itself when there is none (the cut of
-        old). A body too short to have its tail folded (``FOLD_TAIL_INSTRUCTIONS``) is
-        emitted three times, so two kernels of 50 cost LLVM more than 95 and 5. With
-        ``tail`` (``eqn`` is among the program's last few), only a cut that keeps the last
-        length or divides the rest, else None: no cut."""
+        the tree at least half a kernel long whose buffer leaves ``eqn`` at most half a
+        kernel (``_fits``), after which the equations repeat those of its kernel. Of
+        those, the one that keeps the last cut's length, else one whose length divides
+        what is left of the program into five kernels or more (the last kernel is one of
+        them too: shorter kernels, but one function fewer), else the latest; ``eqn``
+        itself when there is none (the cut of old). A body too short to have its tail
+        folded (``FOLD_TAIL_INSTRUCTIONS``) is emitted three times, so two kernels of 50
+        cost LLVM more than 95 and 5. With ``tail`` (``eqn`` is among the program's last
+        few), only a cut that keeps the last length or divides the rest, else None: no
+        cut."""
         order = self.scheduler.order
         end = order[eqn.out.name]
         start = min(order[name] for name in tree)
         lowest = max(start + limit // 2, end - limit // 2)
         cuts = [position for position in range(end, lowest - 1, -1)
-                if self._fits(self.equations[position].out.name, tree, trees, limit)]
+                if self.equations[position].out.name in tree]
         if self.length is not None and start + self.length - 1 in cuts:
             cuts.insert(0, start + self.length - 1)
         strong = weak = None
         for position in cuts:
             length = position + 1 - start
-            if length > 2 * limit or not self._repeats(start, position + 1):
+            if length > 2 * limit or not self._repeats(start, position + 1) or not (
+                    self._fits(self.equations[position].out.name, eqn, tree, limit)):
                 continue
             left = len(self.equations) - start
             if length == self.length or (left % length == 0 and left // length >= 5):
@@ -574,10 +578,25 @@ class _Repeats:
         self.length = chosen + 1 - start
         return self.equations[chosen]
 
-    def _fits(self, name, tree, trees, limit):
-        """Whether a buffer for ``name`` would take most of ``tree`` (a later value's)."""
-        return name in tree and name not in self.scheduler.buffers and (
-            len(trees.get(name, tree)) >= len(tree) - limit // 2)
+    def _fits(self, name, eqn, tree, limit):
+        """Whether a buffer for ``name`` would leave ``eqn`` (whose expression is ``tree``)
+        at most half a kernel: in a chain it would; where the expression reaches past
+        ``name`` by other paths (a running sum beside its running state) it would not, and
+        the cut would only add a kernel."""
+        scheduler = self.scheduler
+        if name not in tree or name in scheduler.buffers:
+            return False
+        left, stack = set(), [eqn.out.name]
+        while stack:
+            var = stack.pop()
+            if var in left or var == name:
+                continue
+            left.add(var)
+            if len(left) > limit // 2:
+                return False
+            stack.extend(atom.name for atom in scheduler.producers[var].inputs
+                         if isinstance(atom, Var) and atom.name in tree)
+        return True
 
     def _repeats(self, start, next_start):
         """Whether the equations from ``next_start`` on repeat those from ``start`` on,
@@ -591,9 +610,9 @@ class _Repeats:
     def _same(self, first, first_start, second, second_start):
         """Equal up to inputs from outside each kernel (the graph's input in the first
         kernel, the previous kernel's buffer in the next)."""
-        first_eqn, second_eqn = self.equations[first], self.equations[second]
-        if _equation_kind(first_eqn) != _equation_kind(second_eqn):
+        if self.kinds[first] != self.kinds[second]:
             return False
+        first_eqn, second_eqn = self.equations[first], self.equations[second]
         return all(self._source(atom, first, first_start)
                    == self._source(other, second, second_start)
                    for atom, other in zip(first_eqn.inputs, second_eqn.inputs))

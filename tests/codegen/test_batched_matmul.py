@@ -270,6 +270,26 @@ def test_dynamic_dims():
     assert not compiled.stats()["eager_calls"]
 
 
+def test_dynamic_dims_of_folded_and_converted_products():
+    """``(batch, seq, d) @ (d, n)`` with symbolic batch and seq: the rows they fold into
+    are computed at run time; likewise the size of a converted float32 operand."""
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    bias = rng.standard_normal(40).astype(np.float32)
+    layer = tj.jit(cache="memory", dynamic=True)(lambda x, w, bias: np.maximum(x @ w + bias,
+                                                                                0.0))
+    mixed = tj.jit(cache="memory", dynamic=True)(lambda x, w: np.tanh(x @ w))
+    for batch, seq in [(2, 5), (3, 9), (7, 16), (4, 33), (1, 1)]:
+        x = rng.standard_normal((batch, seq, 24)).astype(np.float32)
+        x64 = x.astype(np.float64)
+        for _ in range(2):
+            assert_close(layer(x, w, bias), x, w, bias=bias.astype(np.float64), relu=True)
+            np.testing.assert_allclose(mixed(x64, w), np.tanh(x64 @ w), rtol=1e-13,
+                                       atol=1e-13)
+    for compiled in (layer, mixed):
+        assert compiled.stats()["compiled_calls"] >= 5 and not compiled.stats()["eager_calls"]
+
+
 def test_the_blas_setting_loops_over_openblas():
     if not blas.openblas():
         pytest.skip("no OpenBLAS")

@@ -346,11 +346,6 @@ class _Scheduler:
                 if len(roots) > 1 or not self._fits_rows(roots[0], eqn):
                     changed |= self.materialize(eqn.out)
                     continue
-                # Checked before it can set the rows, as if it had a buffer from the start.
-                axes = stage_axes.get(roots[0].name, _reduced_axes(eqn))
-                if not self._read_per_row(eqn.out, roots[0], trees[roots[0].name], axes):
-                    changed |= self.materialize(eqn.out)
-                    continue
                 # A kernel's rows follow its first stage: a stage over other axes (the
                 # whole array's sum beside a row sum) gets a kernel of its own.
                 axes = stage_axes.setdefault(roots[0].name, _reduced_axes(eqn))
@@ -377,6 +372,21 @@ class _Scheduler:
                 continue  # s[:, None]: the same rows
             return False  # a view on the way to the root (c[::-1] = a + s too)
         return True
+
+    def stages_read_along_rows(self):
+        """The stages (reductions inlined into a kernel) that their kernel would read
+        along the row (``_read_per_row``)."""
+        found = set()
+        for name in self.roots():
+            root = self.buffers[name].var
+            inlined = self.inlined(root)
+            stages = sorted((inner for inner in inlined if _is_reduction(self.producers[inner])),
+                            key=self.order.__getitem__)
+            if stages:
+                axes = _reduced_axes(self.producers[stages[0]])
+                found.update(stage for stage in stages if not self._read_per_row(
+                    self.producers[stage].out, root, inlined, axes))
+        return found
 
     def _read_per_row(self, var, root, inlined, axes):
         """Whether ``root``'s kernel reads the stage ``var`` only at indices that stay
@@ -732,13 +742,21 @@ def schedule(graph, materialize=()):
     """Group ``graph``'s equations into kernels and plan their buffers; ``materialize``
     names values that must get buffers besides (``Program.materialized``: none since the
     schedule decides every buffer itself, lowering included)."""
-    scheduler = _Scheduler(graph)
-    scheduler.initial_materialization()
-    scheduler.bound_expressions()
-    for name in materialize:
-        scheduler.materialize(scheduler.producers[name].out)
-    scheduler.forced = set(materialize)
-    scheduler.settle_reductions()
+    along_rows = set()
+    while True:
+        scheduler = _Scheduler(graph)
+        scheduler.initial_materialization()
+        scheduler.bound_expressions()
+        for name in (*materialize, *sorted(along_rows, key=scheduler.order.__getitem__)):
+            scheduler.materialize(scheduler.producers[name].out)
+        scheduler.forced = set(materialize)
+        scheduler.settle_reductions()
+        # A stage holds one value per row: a reduction its kernel would read along the row
+        # gets a buffer, and the settling starts again as if it had had one from the start.
+        found = scheduler.stages_read_along_rows()
+        if not found:
+            break
+        along_rows |= found
     epilogues = scheduler.epilogues()
     kernels = scheduler.kernels(epilogues)
     # Guards are checked right after the kernel that computes their predicate.

@@ -36,7 +36,7 @@ import numpy as np
 from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
-from .errors import UnsupportedError
+from .errors import TraceSignal, UnsupportedError
 from .locations import user_location
 from .loop_generalize import Refused
 
@@ -47,7 +47,7 @@ _MISSING = object()  # an attribute that was not there before the write
 _NUMBER_STATE = weakref.WeakKeyDictionary()
 
 
-class NumberState(Exception):
+class NumberState(TraceSignal):
     """An attribute holding a number was rebound (``self.t += 1``) where the trace had
     read it as a setting: trace again, reading it as a run-time input."""
 

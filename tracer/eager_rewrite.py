@@ -86,8 +86,13 @@ class EagerHooks:
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
 
+    def caught(self):
+        pass  # eager: the handler sees what NumPy raised
+
     def item_at(self, container, key):
         return container[key]
+
+    index = item_at
 
     def loop_note(self, line, reason):
         pass

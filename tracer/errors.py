@@ -16,6 +16,12 @@ class UnsupportedIndexError(UnsupportedError, IndexError):
     that repeat a position): an ``IndexError`` too, as NumPy's indexing errors are."""
 
 
+class TraceSignal(Exception):
+    """Raised inside a trace to stop or restart it (a loop that cannot be captured, a
+    number attribute to read as a run-time input): never the model's error, so a
+    handler in the model must not swallow it (``Hooks.caught`` sends it on up)."""
+
+
 class TraceError(TracejitError):
     """A function cannot be traced; the message starts with the user's ``file:line``."""
 

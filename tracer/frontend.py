@@ -36,10 +36,10 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
-from .errors import TraceError
+from .errors import TraceError, TracejitError, TraceSignal
 from .implicit import Path
 from .ir import Effect
-from .locations import is_internal, is_library, user_location
+from .locations import is_internal, is_library, is_tracejit, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
@@ -56,6 +56,7 @@ from .outside_inputs import (
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .source_rewrite import HOOK, RewriteUnavailable, rewrite_tree
+from .traced_array import _is_numpy_scalar
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
 _UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
@@ -70,6 +71,21 @@ def _refusal(message):
     source = f"\n    {location.source}" if location and location.source else ""
     return TraceError(f"{prefix}{message}{source}")
 
+
+def _raised_inside_tracejit(error):
+    """Whether ``error`` was raised in tracejit's own code (its innermost frame)."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback is not None and is_tracejit(traceback.tb_frame.f_code.co_filename)
+
+
+# isinstance / type / np.isscalar of a traced value, given the type it has eagerly
+_TYPE_QUERIES = {
+    isinstance: lambda eager_type, classes: issubclass(eager_type, classes),
+    type: lambda eager_type: eager_type,
+    np.isscalar: lambda eager_type: eager_type is not np.ndarray,
+}
 
 _REWRITTEN = {}  # code object -> (rewritten inner code, source) or the refusal it raised
 _REWRITTEN_LIMIT = 512
@@ -337,6 +353,10 @@ class Hooks:
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
+        if function in _TYPE_QUERIES and args and is_traced(args[0]):
+            # isinstance(x, np.ndarray), type(x) is np.ndarray, np.isscalar(x.sum()):
+            # answered for the value NumPy eager has there, so the trace takes its branch
+            return _TYPE_QUERIES[function](self._eager_type(args[0]), *args[1:], **kwargs)
         if function is len and len(args) == 1 and not kwargs and is_traced(args[0]) and (
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
@@ -455,6 +475,16 @@ class Hooks:
                                   f"{type(array).__name__}")
         array[index] = value
 
+    def index(self, container, key):
+        """``container[key]``; a NumPy array indexed by a traced key (``np.eye(n)[labels]``)
+        becomes a constant (or an outside input) of the trace first, where NumPy's own
+        indexing would convert the key to an array."""
+        if type(container) is np.ndarray and any(
+                is_traced(part) for part in (key if isinstance(key, tuple) else (key,))):
+            atom, _, _ = self.context.atom(self.local(container))
+            container = self.context.tracer_for(atom)
+        return container[key]
+
     def item_at(self, container, key):
         if isinstance(key, SymInt) and isinstance(container, (dict, list, tuple)):
             key = int(key)  # Python containers hold int keys: the dim is specialized
@@ -469,6 +499,42 @@ class Hooks:
     def loop_note(self, line, reason):
         """A loop over range(...) the front end left as written: explain() says why."""
         note_unrolled(self.context, f"{sys._getframe(1).f_code.co_filename}:{line}", reason)
+
+    def _eager_type(self, value):
+        """The type ``value`` (traced) has when the function runs eagerly on the same
+        arguments: ``int`` for a dim; a Python number for a run-time Python scalar; a
+        NumPy scalar type for a reduction's or an element's value; else ``np.ndarray``.
+        Called on Tensors eagerly, values are Tensors: type checks on them run eagerly."""
+        if isinstance(value, SymInt):
+            return int
+        if value.aval.weak:
+            return {"b": bool, "i": int, "u": int}.get(value.dtype.kind, float)
+        if getattr(self.context, "tensor_arguments", True):
+            raise _refusal("a type check (isinstance, type) on a value computed from Tensor "
+                           "arguments: the trace sees arrays where eager sees Tensors")
+        return value.dtype.type if _is_numpy_scalar(value) else np.ndarray
+
+    # the model's own exception handlers --------------------------------------------------
+    def caught(self):
+        """First statement of every ``except`` block of the model. What tracejit raised to
+        stop or restart the trace (an unsupported call, ``self.t += 1`` read as a
+        setting, a loop it cannot capture) goes on up: caught here, the trace would
+        compile the handler's path where NumPy never raises. So does any other error
+        raised inside tracejit that NumPy would not raise (an internal error; one NumPy
+        would raise is marked ``as_numpy_would``), and a RecursionError: the trace runs
+        deeper on the stack than NumPy eager."""
+        error = sys.exc_info()[1]
+        if isinstance(error, TraceSignal) or (isinstance(error, TracejitError) and not getattr(
+                error, "__tracejit_user_error__", False)):
+            raise error
+        if isinstance(error, RecursionError):
+            raise _refusal("a RecursionError the function catches: the trace's Python stack "
+                           "is deeper than NumPy eager's, so eager decides") from error
+        if _raised_inside_tracejit(error) and not getattr(error, "__tracejit_user_error__",
+                                                          False):
+            raise _refusal(f"the function catches an error tracejit raised while tracing "
+                           f"({type(error).__name__}: {error}); NumPy may not raise it, so "
+                           "eager decides") from error
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

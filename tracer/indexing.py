@@ -491,9 +491,18 @@ def _advanced_layout(shape, advanced):
         index = indices[0]
         return permutation, positions[0], dims, np.asarray(index) if _is_integer(index) else index
     index_shape = broadcast_shapes(*(tuple(shape_of(index)) for index in indices))
-    flat = 0
+    flat, valid = 0, True
     for (_, source_axis, index), dim in zip(advanced, dims):
-        flat = flat * dim + _wrap_negative(index, dim, source_axis)
+        index = _wrap_negative(index, dim, source_axis)
+        flat = flat * dim + index
+        if not _is_integer(index) and not isinstance(index, np.ndarray):
+            # traced: checked per axis here, as NumPy does (p[rows, labels] with a label
+            # past the last class must not read the next row)
+            valid = valid & (index >= 0) & (index < dim)
+    if valid is not True:
+        # an index past its axis makes the flat index past the merged axes: the gather or
+        # scatter kernel's bounds check then fails, and eager raises NumPy's IndexError
+        flat = np.where(valid, flat, size_of(dims))
     flat = ops.broadcast_to(np.asarray(flat) if _is_integer(flat) else flat, index_shape)
     return permutation, positions[0], dims, flat
 

@@ -49,10 +49,11 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt, expr_of, value_of
+from .errors import TraceSignal
 from .traced_array import Tracer
 
 
-class Refusal(Exception):
+class Refusal(TraceSignal):
     """A container cannot be carried; ``tracejit.tracer.loops`` turns it into ``Refused``."""
 
 

@@ -13,10 +13,11 @@ reason logged). ``tracejit.tracer.loop_autodiff`` generalizes its replays with
 from __future__ import annotations
 
 from .dims import DimExpr
+from .errors import TraceSignal
 from .ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 
 
-class Refused(Exception):
+class Refused(TraceSignal):
     """Why a loop is not captured (it runs unrolled)."""
 
 

@@ -36,12 +36,13 @@ True
 from __future__ import annotations
 
 from .dims import DimExpr, SymInt, decide_by_bounds, expr_of
+from .errors import TraceSignal
 from .ir import ShapeGuard
 
 _NEGATION = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
-class IndexRefused(Exception):
+class IndexRefused(TraceSignal):
     """The body's path depends on the index (``tracejit.tracer.loops`` turns it into
     ``Refused``)."""
 

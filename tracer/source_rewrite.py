@@ -103,6 +103,14 @@ def _is_hook(node):
         node.value.id == HOOK)
 
 
+def _computed_key(key):
+    """A subscript key that may hold a traced array (not a constant, not a slice: those
+    cannot be passed to a call as written)."""
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    return not any(isinstance(part, ast.Slice) for part in parts) and not all(
+        isinstance(part, ast.Constant) for part in parts)
+
+
 def _hook(method, *args, node):
     call = ast.Call(
         func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method, ctx=ast.Load()),
@@ -119,6 +127,13 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node):
         return node  # nested definitions run as written (their calls go through ours)
+
+    def visit_ExceptHandler(self, node):
+        # ``except Exception:`` in the model must not catch what tracejit raised to stop
+        # the trace (NumPy would not have raised it): the handler starts with a check.
+        self.generic_visit(node)
+        node.body.insert(0, ast.copy_location(ast.Expr(_hook("caught", node=node)), node))
+        return node
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
@@ -207,6 +222,9 @@ class _Rewriter(ast.NodeTransformer):
         if dim_key:
             # hs[len(inputs) - 1]: a dim-valued key (a SymInt) finds no int key in a dict
             node = _hook("item_at", node.value, node.slice, node=original)
+        elif _computed_key(node.slice):
+            # np.eye(classes)[labels]: a NumPy array indexed by a traced one
+            node = _hook("index", node.value, node.slice, node=original)
         return self._load(node, original)
 
     def visit_Call(self, node):

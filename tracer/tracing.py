@@ -442,6 +442,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     top_level = pytree.argument_positions(args, kwargs)
 
     input_specs, traced_leaves, symbols_by_size = [], [], {}
+    # eagerly, values computed from Tensor arguments are Tensors (Hooks._eager_type)
+    context.tensor_arguments = any(_is_array_leaf(leaf) and not isinstance(leaf, np.ndarray)
+                                   for leaf in leaves)
     for position, leaf in enumerate(leaves):
         if _is_array_leaf(leaf):
             array = np.asarray(leaf)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..abstract import AbstractArray
 from ..dims import DimExpr, SymInt
+from ..errors import TraceSignal
 from ..ir import Effect, Guard, Symbol, verify
 from ..primitives import PRIMITIVES, Primitive
 
@@ -125,7 +126,7 @@ class BodyPlan:
             item, (Guard, Effect))]
 
 
-class LoopGuardFailed(Exception):
+class LoopGuardFailed(TraceSignal):
     """A guard inside a loop body decided differently at iteration ``t`` than when the
     body was traced: the whole call side-exits (nothing computed so far escapes)."""
 

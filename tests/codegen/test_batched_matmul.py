@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -288,6 +289,21 @@ def test_dynamic_dims_of_folded_and_converted_products():
                                        atol=1e-13)
     for compiled in (layer, mixed):
         assert compiled.stats()["compiled_calls"] >= 5 and not compiled.stats()["eager_calls"]
+
+
+def test_concurrent_callers():
+    """Python threads calling batched products at once: the pool takes one job at a time
+    (the others run their entries inline) and each thread claims its own workspace."""
+    rng = np.random.default_rng(10)
+    compiled = tj.jit(cache="memory")(LAYOUTS["a @ b.T"])
+    cases = [tuple(rng.standard_normal((16, 64, 32)).astype(np.float32) for _ in range(2))
+             for _ in range(6)]
+    run_twice(compiled, *cases[0])
+    with ThreadPoolExecutor(4) as executor:
+        results = list(executor.map(lambda case: [compiled(*case) for _ in range(5)], cases))
+    for (a, bt), products in zip(cases, results):
+        for product in products:
+            assert_close(product, a, bt.swapaxes(-1, -2))
 
 
 def test_the_blas_setting_loops_over_openblas():

@@ -19,6 +19,8 @@ True
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import inspect
 import linecache
 import sys
@@ -408,20 +410,29 @@ class RewriteUnavailable(Exception):
     """The function runs as written (no readable source, a lambda, ...)."""
 
 
+@functools.lru_cache(maxsize=16)
+def _file_lambdas(text):
+    """The lambdas of a whole file's source, parsed once per text: a file's lambdas in a
+    list or call spanning lines each fall back to it (four lambdas: four parses)."""
+    return tuple(node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Lambda))
+
+
 def _lambda_node(function, module, line=None):
-    """The one lambda in ``module`` with ``function``'s parameters (on ``line`` when
-    given), as a ``def``."""
+    """The one lambda in ``module`` (a tree, or a whole file's text) with ``function``'s
+    parameters (on ``line`` when given), as a ``def``."""
     code = function.__code__
     names = code.co_varnames[: code.co_argcount]
-    found = [node for node in ast.walk(module) if isinstance(node, ast.Lambda)
-             and tuple(arg.arg for arg in node.args.args) == names
+    lambdas = (_file_lambdas(module) if isinstance(module, str)
+               else [node for node in ast.walk(module) if isinstance(node, ast.Lambda)])
+    found = [node for node in lambdas
+             if tuple(arg.arg for arg in node.args.args) == names
              and line in (None, node.lineno)]
     if len(found) > 1:  # the same parameters twice on a line: where its body starts
         starts = {(lineno, column) for lineno, _, column, _ in code.co_positions()}
         found = [node for node in found if (node.body.lineno, node.body.col_offset) in starts]
     if len(found) != 1:
         raise RewriteUnavailable("the lambda's line holds other lambdas with its parameters")
-    lambda_node = found[0]
+    lambda_node = copy.deepcopy(found[0])  # the rewriter edits it; the file's stays
     body = [ast.copy_location(ast.Return(value=lambda_node.body), lambda_node.body)]
     node = ast.FunctionDef(name="<lambda>", args=lambda_node.args, body=body,
                            decorator_list=[], returns=None)
@@ -441,7 +452,7 @@ def _lambda_function_node(function, source):
         filename = inspect.getsourcefile(function)
         lines = linecache.getlines(filename, function.__globals__) if filename else []
         try:
-            node = _lambda_node(function, ast.parse("".join(lines)), line)
+            node = _lambda_node(function, "".join(lines), line)
         except SyntaxError:
             raise RewriteUnavailable("the lambda's source does not parse") from None
         source = "".join(lines[line - 1: node.end_lineno])

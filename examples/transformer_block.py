@@ -11,6 +11,7 @@ once per bucket and reuse that code for every other length in the bucket.
 """
 
 import argparse
+import math
 import sys
 import time
 
@@ -53,7 +54,9 @@ def merge_heads(x):
 def causal_self_attention(params, x, heads):
     qkv = nn.linear(x, params["qkv_weight"], params["qkv_bias"])
     query, key, value = (split_heads(part, heads) for part in np.split(qkv, 3, axis=-1))
-    scores = query @ key.transpose(0, 1, 3, 2) / np.sqrt(query.shape[-1])
+    # math.sqrt: np.sqrt gives a float64 NumPy scalar, which (NumPy 2) makes the scores
+    # and everything after them float64
+    scores = query @ key.transpose(0, 1, 3, 2) / math.sqrt(query.shape[-1])
     positions = np.arange(x.shape[1])
     causal = positions[:, None] >= positions[None, :]  # position i sees positions <= i
     scores = np.where(causal, scores, -np.inf)

@@ -5,8 +5,9 @@
 
 1. gelu(x*w+b), 2048×2048 f32         4. RNN, 24 sequences of length 16–128
 2. layer_norm → softmax, 8192×512       5. call overhead, 16 elements
-3. MLP train step 512×784→1024→10      6. first call (trace + compile) of the MLP step
-7-9. the MLP train step at batch 64, 512 and 4096 against jax.jit, with the OpenBLAS
+3. MLP train step 512×784→1024→10      6. transformer block (examples/transformer_block.py)
+7. first call (trace + compile) of the MLP step
+8-10. the MLP train step at batch 64, 512 and 4096 against jax.jit, with the OpenBLAS
      kernel that ran and the time its FLOPs take at measured peak (``benchmarks.mlp_step``;
      run this command once with ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` unset too)
 
@@ -15,9 +16,9 @@ torch.compile, jax.jit, numba and numexpr (where the peer is meaningful; see
 ``benchmarks.peers``), in one process, round-robin, after warm-up; the figure is the median
 sample (each sample comes after a pause and an untimed call: see
 ``harness.measure_interleaved``). Every result is checked against NumPy eager. Each of
-workloads 1-5 has a fresh worker process of its own (so a crash is reported instead of
+workloads 1-6 has a fresh worker process of its own (so a crash is reported instead of
 ending the run, and no workload inherits another's address space or thread pools);
-workload 6 starts a fresh process per measurement.
+workload 7 starts a fresh process per measurement.
 
 Output: the tables on stdout; ``benchmarks/results/benchmarks.json`` (every sample),
 ``benchmarks/results/benchmarks.png`` (with matplotlib) and
@@ -71,7 +72,7 @@ def _reference_loss():
 
 
 def run_here(key, quick, unrolled_rnn):
-    """Build one of workloads 1-5 with its peers and measure it in this process."""
+    """Build one of workloads 1-6 with its peers and measure it in this process."""
     settings = _settings(quick)
     rng = np.random.default_rng(SEED)
     workload = BUILDERS[key](rng, unrolled=unrolled_rnn) if key == "rnn" else BUILDERS[key](rng)
@@ -211,7 +212,7 @@ def main(argv=None):
                         help="also time tracejit jitting the whole padded sequence (its loop "
                              "unrolled: the longest compile of the suite); default: on")
     parser.add_argument("--in-process", action="store_true",
-                        help="run workloads 1-5 in this process instead of one worker each")
+                        help="run workloads 1-6 in this process instead of one worker each")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                         help="before each workload, wait up to SECONDS for other processes "
                              "to leave the CPUs (under 15%% busy over 5 s)")

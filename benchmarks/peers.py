@@ -13,7 +13,7 @@ Which peer runs where (and why not elsewhere):
   DESIGN.md §6: per-length recompiles / graph breaks over a Python loop);
 * jax.jit: every workload (the RNN with ``lax.scan`` per sequence);
 * numba: the elementwise, row-reduction and RNN loops and the call overhead (not the MLP
-  step: numba would only call the same BLAS through ``np.dot`` with a hand-written backward);
+  step or the transformer block: numba would only call the same BLAS through ``np.dot``);
 * numexpr: gelu and the call overhead (it cannot reduce over rows or multiply matrices).
 """
 
@@ -77,12 +77,102 @@ def torch_mlp_step(inputs, compiled):
     return step
 
 
+PARAMETER_NAMES = ("norm1_weight", "norm1_bias", "qkv_weight", "qkv_bias", "out_weight",
+                   "out_bias", "norm2_weight", "norm2_bias", "mlp_in_weight", "mlp_in_bias",
+                   "mlp_out_weight", "mlp_out_bias")
+
+
+def transformer_block(api, params, x, heads):
+    """examples/transformer_block.py's block written against a peer's ``api``: a namespace
+    with ``split3`` (three equal parts of the last axis), ``arange``, ``where``,
+    ``swapaxes``, ``layer_norm(v, weight, bias)``, ``softmax`` (last axis) and ``gelu``
+    (tanh form)."""
+    def linear(value, name):
+        return value @ params[name + "_weight"] + params[name + "_bias"]
+
+    batch, seq, d_model = x.shape
+    size = d_model // heads
+
+    def split(part):
+        return api.swapaxes(part.reshape(batch, seq, heads, size), 1, 2)
+
+    normed = api.layer_norm(x, params["norm1_weight"], params["norm1_bias"])
+    query, key, value = (split(part) for part in api.split3(linear(normed, "qkv")))
+    scores = query @ api.swapaxes(key, -1, -2) / math.sqrt(size)
+    positions = api.arange(seq)
+    scores = api.where(positions[:, None] >= positions[None, :], scores, -math.inf)
+    attended = api.swapaxes(api.softmax(scores) @ value, 1, 2).reshape(batch, seq, d_model)
+    x = x + linear(attended, "out")
+    normed = api.layer_norm(x, params["norm2_weight"], params["norm2_bias"])
+    return x + linear(api.gelu(linear(normed, "mlp_in")), "mlp_out")
+
+
+def _torch_transformer(inputs):
+    import torch
+    import torch.nn.functional as F
+
+    class TorchApi:
+        arange, where, swapaxes = torch.arange, torch.where, torch.transpose
+
+        def split3(value):
+            return torch.split(value, value.shape[-1] // 3, dim=-1)
+
+        def layer_norm(value, weight, bias):
+            return F.layer_norm(value, value.shape[-1:], weight, bias, eps=1e-5)
+
+        def softmax(value):
+            return torch.softmax(value, dim=-1)
+
+        def gelu(value):
+            return F.gelu(value, approximate="tanh")
+
+    def block(x, *weights):
+        return transformer_block(TorchApi, dict(zip(PARAMETER_NAMES, weights)), x,
+                                 inputs["heads"])
+
+    compiled = torch.compile(block)
+    x = torch.from_numpy(inputs["x"])
+    weights = [torch.from_numpy(inputs[name]) for name in PARAMETER_NAMES]
+    return [Candidate("torch eager", lambda: block(x, *weights)),
+            Candidate("torch.compile", lambda: compiled(x, *weights))]
+
+
+def _jax_transformer(inputs):
+    import jax
+    import jax.numpy as jnp
+
+    class JaxApi:
+        arange, where, swapaxes = jnp.arange, jnp.where, jnp.swapaxes
+
+        def split3(value):
+            return jnp.split(value, 3, axis=-1)
+
+        def layer_norm(value, weight, bias):
+            centered = value - jnp.mean(value, axis=-1, keepdims=True)
+            variance = jnp.mean(centered * centered, axis=-1, keepdims=True)
+            return centered / jnp.sqrt(variance + 1e-5) * weight + bias
+
+        def softmax(value):
+            return jax.nn.softmax(value, axis=-1)
+
+        def gelu(value):
+            return jax.nn.gelu(value, approximate=True)
+
+    heads = inputs["heads"]
+    block = jax.jit(lambda x, params: transformer_block(JaxApi, params, x, heads))
+    params = {name: jax.device_put(inputs[name]) for name in PARAMETER_NAMES}
+    x = jax.device_put(inputs["x"])
+    return [Candidate("jax.jit", lambda: block(x, params).block_until_ready())]
+
+
 def torch_candidates(workload):
     if not _installed("torch"):
         return []
     import torch
 
     key, inputs = workload.key, workload.inputs
+    if key == "transformer_block":
+        return _torch_transformer(inputs)
     if key == "mlp_train_step":
         return [Candidate("torch eager", torch_mlp_step(inputs, compiled=False),
                           note="autograd"),
@@ -143,6 +233,8 @@ def jax_candidates(workload):
     import jax.numpy as jnp
 
     key, inputs = workload.key, workload.inputs
+    if key == "transformer_block":
+        return _jax_transformer(inputs)
     if key == "mlp_train_step":
         return [Candidate("jax.jit", jax_mlp_step(inputs), note="jit(value_and_grad) + SGD")]
     if key == "rnn":
@@ -193,7 +285,7 @@ def _jax_rnn(inputs):
 
 # --- numba -----------------------------------------------------------------------------------
 def numba_candidates(workload):
-    if workload.key == "mlp_train_step" or not _installed("numba"):
+    if workload.key in ("mlp_train_step", "transformer_block") or not _installed("numba"):
         return []
     import numba
 
@@ -309,7 +401,9 @@ NOT_RUN = {"rnn": {"torch.compile": "not run, as in DESIGN.md §6 (recompiles pe
                    "numexpr": "no matmul"},
            "layer_norm_softmax": {"numexpr": "cannot reduce over rows"},
            "mlp_train_step": {"numba": "only BLAS calls + hand-written backward",
-                              "numexpr": "no matmul"}}
+                              "numexpr": "no matmul"},
+           "transformer_block": {"numba": "only BLAS calls around its loops",
+                                 "numexpr": "no matmul"}}
 
 
 def candidates_for(workload):

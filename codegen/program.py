@@ -412,6 +412,55 @@ def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
     return function
 
 
+def inline_body(program, checked):
+    """``program``'s wrapper ``run`` as statements for another generated function (the
+    entry of a variant, ``runtime/guards.compile_entry``), or None when it has parts that
+    need the wrapper's own frame (printing, explicit dims, anything unexpected). Returns
+    ``(statements, outputs, namespace)``: the statements read the inputs from ``x0, x1,
+    ...`` and end by binding the native entry's ``status`` (nonzero: nothing escaped and
+    the caller calls the wrapper instead); ``outputs`` are the result's expressions;
+    ``namespace`` holds the names they read. Inputs at the positions ``checked`` are
+    arrays of the program's input dtypes already: they are not converted."""
+    if not isinstance(program, Program) or program._run is None:
+        return None
+    module = ast.parse(program.wrapper_source)
+    run = next((item for item in module.body
+                if isinstance(item, ast.FunctionDef) and item.name == "run"), None)
+    parameters = [f"x{position}" for position in range(len(program.graph.inputs))]
+    if run is None or [argument.arg for argument in run.args.args] != parameters:
+        return None
+    *statements, status_check, returned = run.body
+    if not (isinstance(returned, ast.Return) and isinstance(returned.value, ast.Tuple)
+            and isinstance(status_check, ast.If) and _reads(status_check.test) == "status"
+            and statements and _binds(statements[-1]) == "status"):
+        return None
+    kept = [statement for statement in statements
+            if not (_binds(statement) in parameters and parameters.index(_binds(statement))
+                    in checked and _calls(statement) == "_asarray")]
+    text = astor.to_source(ast.Module(body=kept, type_ignores=[])).splitlines()
+    outputs = [astor.to_source(value).strip() for value in returned.value.elts]
+    return text, outputs, program._run.__globals__
+
+
+def _binds(statement):
+    """The one name ``statement`` assigns, else None."""
+    if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)):
+        return statement.targets[0].id
+    return None
+
+
+def _calls(statement):
+    value = statement.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id
+    return None
+
+
+def _reads(expression):
+    return expression.id if isinstance(expression, ast.Name) else None
+
+
 def _dtype_name(dtype):
     """The wrapper's name for a dtype object (``link`` defines it)."""
     return f"_dtype_{np.dtype(dtype).name}"
@@ -572,7 +621,8 @@ def _workspace_statements(size):
     for large temporaries would page-fault on every call); none at all when empty."""
     if isinstance(size, int) and size == 0:
         return [_assign("workspace", _name("_no_workspace"))]
-    needed = _call("max", dim_source(size), ast.Constant(64))
+    needed = (ast.Constant(max(size, 64)) if isinstance(size, int)
+              else _call("max", dim_source(size), ast.Constant(64)))
     source = f"""
 workspace = getattr(_thread, "workspace", None)
 if workspace is None or workspace.size < {astor.to_source(needed).strip()}:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracejit.codegen import SideExit
+from tracejit.codegen.program import inline_body
 from tracejit.tracer import pytree
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import format_shape_guard
@@ -233,6 +234,10 @@ def _array_checks(source, variable, spec, bound, ranges):
     # multiprocessing task's) carries an equal dtype object that is not NumPy's own.
     source.add(f"if {variable}.dtype is not {dtype} and {variable}.dtype != {dtype}: "
                f"return {source.miss}")
+    if not any(isinstance(dim, str) for dim in spec.shape):  # static: one comparison
+        dims = "".join(f"{_literal(dim, 'a static dim')}, " for dim in spec.shape)
+        source.add(f"if {variable}.shape != ({dims}): return {source.miss}")
+        return
     source.add(f"shape = {variable}.shape")
     source.add(f"if len(shape) != {len(spec.shape)}: return {source.miss}")
     for axis, dim in enumerate(spec.shape):
@@ -356,29 +361,52 @@ class _Miss:
 MISS = _Miss()  # what an entry returns when its guard fails (any other value is the result)
 
 
-def compile_entry(spec, run, variant, result):
+def compile_entry(spec, program, variant, result):
     """The hit path of a variant as one function ``enter(jit, args, kwargs) -> result |
-    MISS``: the entry guard of ``spec``, then ``run(*inputs)`` (the root program's
-    wrapper), then the result: ``result`` is the index of the one array output returned
-    as it is, or a function ``result(outputs, argument_leaves, arguments)``. A side exit
-    or an error goes to ``jit._exited`` / ``jit._internal_error``; the root path's call is
-    counted. For a root path that writes nothing back and records no gradients."""
+    MISS``: the entry guard of ``spec``, then the root ``program`` (its wrapper's
+    statements inlined: ``codegen.program.inline_body``; else a call of the wrapper), then
+    the result: ``result`` is the index of the one array output returned as it is, or a
+    function ``result(outputs, argument_leaves, arguments)``. A side exit goes on in
+    ``jit._exited``, an error in the wrapper or native code to ``jit._internal_error``; the
+    root path's call is counted. For a root path that only computes its outputs."""
     source = _Source(miss="_MISS")
     source.add("def enter(jit, args, kwargs):", depth=0)
     inputs = _guard_statements(spec, source)
-    names = {"_MISS": MISS, "_run": run, "_variant": variant, "_root": variant.root,
+    checked = {position for position, (kind, number) in enumerate(map(tuple, spec.inputs))
+               if (spec.leaves[number].kind == "array" if kind == "leaf"
+                   else number_type(spec.implicit[number]) is None)}
+    inlined = inline_body(program, checked)
+    names = {"_MISS": MISS, "_run": program._run, "_variant": variant, "_root": variant.root,
              "_SideExit": SideExit}
-    assert not names.keys() & source.namespace.keys()
+    if inlined is not None:
+        statements, outputs, wrapper_names = inlined
+        names.update(wrapper_names)
+        parameters = ", ".join(f"x{position}" for position in range(len(spec.inputs)))
+        if spec.inputs:
+            source.add(f"{parameters} = {inputs}")
+        source.add("try:")
+        for line in statements:
+            source.add(line, depth=2)
+        source.add("except Exception as error:  # the wrapper or native code: never the user's")
+        source.add("    return jit._internal_error(error, args, kwargs)")
+        source.add("if status:  # a side exit, or an input to lay out: the general path")
+        source.add(f"    return jit._exited(_variant, status, ({parameters},), args, kwargs)")
+    else:
+        outputs = [f"outputs[{index}]" for index in range(len(program.graph.outputs))]
+        source.add("try:")
+        source.add(f"    outputs = _run({inputs})")
+        source.add("except _SideExit as exit:")
+        source.add(f"    return jit._exited(_variant, exit.code, ({inputs},), args, kwargs)")
+        source.add("except Exception as error:  # the wrapper or native code: never the user's")
+        source.add("    return jit._internal_error(error, args, kwargs)")
+    collisions = names.keys() & source.namespace.keys()
+    if collisions:
+        raise ValueError(f"entry: names {sorted(collisions)} are both guard and wrapper names")
     source.namespace.update(names)
-    source.add("try:")
-    source.add(f"    outputs = _run({inputs})")
-    source.add("except _SideExit as exit:")
-    source.add(f"    return jit._exited(_variant, exit, ({inputs},), args, kwargs)")
-    source.add("except Exception as error:  # the wrapper or native code: never the user's")
-    source.add("    return jit._internal_error(error, args, kwargs)")
     source.add("_root.calls += 1")
     if isinstance(result, int):
-        source.add(f"return outputs[{result}]")
+        source.add(f"return {outputs[result]}")
     else:
-        source.add(f"return {source.constant(result, 'R')}(outputs, args, (args, kwargs))")
+        listed = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
+        source.add(f"return {source.constant(result, 'R')}(({listed}), args, (args, kwargs))")
     return _define(source, "enter")

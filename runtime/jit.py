@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from tracejit import codegen
 from tracejit.codegen import parallel
+from tracejit.codegen.lowering import LAYOUT_EXIT
 from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
 
@@ -205,12 +206,12 @@ class JitFunction(Misses):
                 and not plan.mutated and not plan.writes and not self._options.check):
             index = plan.single_array()
             if index is not None and variant.wrap is _identity:
-                return compile_entry(variant.spec, path.program._run, variant, index)
+                return compile_entry(variant.spec, path.program, variant, index)
 
             def result(outputs, leaves, arguments, _result=path.result, _wrap=variant.wrap):
                 return _result(outputs, leaves, _wrap, arguments)
 
-            return compile_entry(variant.spec, path.program._run, variant, result)
+            return compile_entry(variant.spec, path.program, variant, result)
         guard = variant.guard
 
         def enter(jit, args, kwargs):
@@ -224,9 +225,12 @@ class JitFunction(Misses):
         if not self._options.disabled:
             self._entries = self._entries + (self._entry(variant),)
 
-    def _exited(self, variant, exit, inputs, args, kwargs):
-        """The hit path's root program took a side exit: on from there in ``_run``."""
-        return self._run(variant, inputs, args, kwargs, exit=exit)
+    def _exited(self, variant, status, inputs, args, kwargs):
+        """The hit path's root program returned ``status``: a side exit (on from there in
+        ``_run``), or an input not C-contiguous (nothing ran: ``_run`` lays it out)."""
+        if status == LAYOUT_EXIT:
+            return self._run(variant, inputs, args, kwargs)
+        return self._run(variant, inputs, args, kwargs, exit=codegen.SideExit(status))
 
     def _run(self, variant, inputs, args, kwargs, exit=None):
         """Run ``variant``'s program on ``inputs`` (its guard accepted the call), following

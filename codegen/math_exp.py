@@ -3,8 +3,12 @@
 float32 has a fast path at full vector width for |x| <= 86, where 2^n is a normal float
 scaled in by adding n to the exponent bits: n comes from one fused multiply-add (adding
 1.5 * 2^23 rounds x/ln2 to an integer held in the low mantissa bits), e^r - 1 from a
-minimax polynomial. Beyond 86 (overflow, denormal results), infinities and NaN take the
-general code as a rare path (``math_rare_path``): per vector, only when a lane needs it.
+minimax polynomial. Arguments whose exp rounds to 0 (below -103.97, -inf included) stay on
+the fast path too, their result selected: masked softmax (``np.where(mask, s, -np.inf)``)
+and scores far below the row's peak are common, and a vector with one such lane would
+otherwise run the general code on all of them. What is left, overflow (x > 86), denormal
+results (x in [-103.97, -86)) and NaN, takes the general code as a rare path
+(``math_rare_path``): per vector, only when a lane needs it.
 
 The general code (float64, and float32's rare path) reduces with ``reduce_ln2``, sums the
 Taylor series and scales in two steps, so results overflow to inf and underflow through
@@ -43,6 +47,8 @@ _LOG2E_F32 = 1.4426950216293335
 _ROUNDER_F32 = 12582912.0  # 1.5 * 2^23
 # |x| <= 86 keeps n within [-125, 125]: 2^n * e^r is a normal float.
 FAST_LIMIT_F32 = 86.0
+# The least float32 whose exp is not 0 (it is 2^-149); below it exp (and NumPy's) is 0.
+UNDERFLOW_F32 = -103.97207641601562
 
 
 def _taylor_expm1(builder, r):
@@ -71,9 +77,22 @@ def _times_pow2(builder, value, exponent_bits):
     return builder.bitcast(builder.add(builder.bitcast(value, f.int), exponent_bits), f.ty)
 
 
-def _rare(builder, x):
-    """Lanes the float32 fast path cannot take: |x| > 86, infinities, NaN."""
-    return builder.fcmp_unordered(">", fabs(builder, x), Float(x.type).const(FAST_LIMIT_F32))
+def _underflows(builder, x):
+    """float32 lanes whose exp is 0: x below the least float with a nonzero exp, -inf."""
+    return builder.fcmp_ordered("<", x, Float(x.type).const(UNDERFLOW_F32))
+
+
+def exp_rare_lanes(builder, x):
+    """The float32 lanes exp leaves to the general code: overflow, denormal results, NaN
+    (|x| > 86 or unordered), but not the lanes that underflow to 0."""
+    beyond = builder.fcmp_unordered(">", fabs(builder, x), Float(x.type).const(FAST_LIMIT_F32))
+    return builder.and_(beyond, builder.not_(_underflows(builder, x)))
+
+
+def expm1_rare_lanes(builder, x):
+    """The float32 lanes expm1 leaves to the general code: overflow and NaN (below -17
+    expm1 is -1, selected on the fast path)."""
+    return builder.fcmp_unordered(">", x, Float(x.type).const(FAST_LIMIT_F32))
 
 
 # --- exp ----------------------------------------------------------------------------------
@@ -96,7 +115,9 @@ def exp(builder, x):
     f = Float(x.type)
     exponent_bits, reduced = _reduce_float32(builder, x)
     fast = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
-    return rare_path(builder, "exp", _rare(builder, x), fast, x, _exp_general)
+    # Underflowing lanes computed garbage above (n out of range, or NaN from -inf): 0.
+    fast = builder.select(_underflows(builder, x), f.const(0.0), fast)
+    return rare_path(builder, "exp", exp_rare_lanes(builder, x), fast, x, _exp_general)
 
 
 # --- expm1 --------------------------------------------------------------------------------
@@ -136,8 +157,7 @@ def expm1(builder, x):
     fast = builder.select(builder.fcmp_ordered("<", x, f.const(_EXPM1_LOW[F32])),
                           f.const(-1.0), fast)
     fast = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)), x, fast)
-    rare = builder.fcmp_unordered(">", x, f.const(FAST_LIMIT_F32))
-    return rare_path(builder, "expm1", rare, fast, x, _expm1_general)
+    return rare_path(builder, "expm1", expm1_rare_lanes(builder, x), fast, x, _expm1_general)
 
 
 # --- tanh ---------------------------------------------------------------------------------

@@ -115,6 +115,14 @@ class ArrayMethods:
         return numpy_api.size(self)
 
     @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):  # a dim times the itemsize, when the size is one
+        return self.size * self.dtype.itemsize
+
+    @property
     def T(self):  # noqa: N802 - NumPy's name
         return ops.transpose(self)
 

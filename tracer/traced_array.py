@@ -227,6 +227,17 @@ class Tracer(ArrayMethods):
     def __repr__(self):
         return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
 
+    def __getattr__(self, name):
+        # An ndarray attribute the trace has no rule for (x.flags, x.ctypes): not an
+        # AttributeError, which hasattr() and getattr(x, name, default) would take for
+        # "NumPy has none" and go another way than NumPy eager
+        if hasattr(np.ndarray, name) and not name.startswith("__"):  # not NumPy's probes
+            location = user_location()
+            prefix = f"{location.file}:{location.line}: " if location else ""
+            raise TraceError(f"{prefix}x.{name} of a traced array is not supported; the call "
+                             "runs eagerly")
+        raise AttributeError(f"'numpy.ndarray' object has no attribute {name!r}")
+
 
 def _numpy_scalar(tracer):
     """A 0-d tracer's value as a NumPy scalar (a pending one stays pending)."""

@@ -584,10 +584,6 @@ def scale_by_stride(x):
     return x.strides[0] * x
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/jit.py RAISED: reading x.strides raises while "
-                   "tracing, the call falls back to eager and succeeds, yet eager_reasons says "
-                   "'raised while tracing: the eager run raises it too' (wrong diagnostic; "
-                   "results are right)")
 def test_eager_reason_for_strides_does_not_claim_numpy_raises():
     f = run_calls(scale_by_stride, [(np.arange(6.0),), (np.arange(4.0),)])
     assert "the eager run raises it too" not in repr(f.stats()["eager_reasons"])

@@ -318,10 +318,19 @@ def per_byte(x):
     return x.sum(axis=1) / getattr(x, "itemsize", 1)
 
 
-@pytest.mark.xfail(strict=True, reason="getattr(x, 'itemsize', 1) gives the default 1 on a "
-                   "traced array (hasattr(x, 'flags') is False too), where NumPy has 8")
 def test_getattr_with_a_default_of_an_ndarray_attribute():
     run_calls(per_byte, [(np.ones((2, 3)),), (np.ones((3, 3)),)])
+
+
+def contiguous_or_not(x):
+    if hasattr(x, "flags") and not x.flags["C_CONTIGUOUS"]:   # a layout check: eager decides
+        x = np.ascontiguousarray(x)
+    return x * 2
+
+
+def test_an_ndarray_attribute_the_trace_lacks_is_not_taken_for_missing():
+    f = run_calls(contiguous_or_not, [(np.ones((2, 3)),), (np.ones((3, 2)).T,)])
+    assert "x.flags" in str(f.stats()["eager_reasons"]), f.explain()
 
 
 def noise_if_available(x):

@@ -412,15 +412,16 @@ def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
     return function
 
 
-def inline_body(program, checked):
+def inline_body(program, checked, inputs):
     """``program``'s wrapper ``run`` as statements for another generated function (the
     entry of a variant, ``runtime/guards.compile_entry``), or None when it has parts that
     need the wrapper's own frame (printing, explicit dims, anything unexpected). Returns
-    ``(statements, outputs, namespace)``: the statements read the inputs from ``x0, x1,
-    ...`` and end by binding the native entry's ``status`` (nonzero: nothing escaped and
-    the caller calls the wrapper instead); ``outputs`` are the result's expressions;
-    ``namespace`` holds the names they read. Inputs at the positions ``checked`` are
-    arrays of the program's input dtypes already: they are not converted."""
+    ``(statements, outputs, namespace)``: the statements read the inputs from the local
+    names ``inputs`` (and may rebind them) and end by binding the native entry's
+    ``status`` (nonzero: nothing escaped and the caller calls the wrapper instead);
+    ``outputs`` are the result's expressions; ``namespace`` holds the names they read.
+    Inputs at the positions ``checked`` are arrays of the program's input dtypes already:
+    they are not converted."""
     if not isinstance(program, Program) or program._run is None:
         return None
     module = ast.parse(program.wrapper_source)
@@ -434,9 +435,16 @@ def inline_body(program, checked):
             and isinstance(status_check, ast.If) and _reads(status_check.test) == "status"
             and statements and _binds(statements[-1]) == "status"):
         return None
+    if len(inputs) != len(parameters):
+        return None
     kept = [statement for statement in statements
             if not (_binds(statement) in parameters and parameters.index(_binds(statement))
                     in checked and _calls(statement) == "_asarray")]
+    renamed = dict(zip(parameters, inputs))
+    body = ast.Module(body=kept + [ast.Expr(value=returned.value)], type_ignores=[])
+    for node in ast.walk(body):
+        if isinstance(node, ast.Name) and node.id in renamed:
+            node.id = renamed[node.id]
     text = astor.to_source(ast.Module(body=kept, type_ignores=[])).splitlines()
     outputs = [astor.to_source(value).strip() for value in returned.value.elts]
     return text, outputs, program._run.__globals__

@@ -284,11 +284,13 @@ def _guard_statements(spec, source):
         flatten = source.constant(pytree.flatten, "F")
         source.add(f"leaves, tree = {flatten}((args, kwargs))")
         source.add(f"if tree != {tree}: return {source.miss}")
+    if spec.leaves:  # as many as the structure checked has: one unpacking names them all
+        source.add(f"{', '.join(f'leaf{position}' for position in range(len(spec.leaves)))}"
+                   ", = leaves")
     bound = set()
     values = {}
     for position, leaf in enumerate(spec.leaves):
         variable = f"leaf{position}"
-        source.add(f"{variable} = leaves[{position}]")
         if leaf.kind == "array":
             _array_checks(source, variable, leaf, bound, spec.symbols)
         elif leaf.kind == "scalar":
@@ -375,22 +377,19 @@ def compile_entry(spec, program, variant, result):
     checked = {position for position, (kind, number) in enumerate(map(tuple, spec.inputs))
                if (spec.leaves[number].kind == "array" if kind == "leaf"
                    else number_type(spec.implicit[number]) is None)}
-    inlined = inline_body(program, checked)
+    inlined = inline_body(program, checked, inputs.split(", ") if spec.inputs else [])
     names = {"_MISS": MISS, "_run": program._run, "_variant": variant, "_root": variant.root,
              "_SideExit": SideExit}
     if inlined is not None:
         statements, outputs, wrapper_names = inlined
         names.update(wrapper_names)
-        parameters = ", ".join(f"x{position}" for position in range(len(spec.inputs)))
-        if spec.inputs:
-            source.add(f"{parameters} = {inputs}")
         source.add("try:")
         for line in statements:
             source.add(line, depth=2)
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
         source.add("    return jit._internal_error(error, args, kwargs)")
         source.add("if status:  # a side exit, or an input to lay out: the general path")
-        source.add(f"    return jit._exited(_variant, status, ({parameters},), args, kwargs)")
+        source.add(f"    return jit._exited(_variant, status, ({inputs},), args, kwargs)")
     else:
         outputs = [f"outputs[{index}]" for index in range(len(program.graph.outputs))]
         source.add("try:")

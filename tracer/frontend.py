@@ -21,6 +21,7 @@ and locations come from frames.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import logging
 import math
@@ -70,6 +71,32 @@ def _refusal(message):
     prefix = f"{location.file}:{location.line}: " if location else ""
     source = f"\n    {location.source}" if location and location.source else ""
     return TraceError(f"{prefix}{message}{source}")
+
+
+def _stops_the_trace(error):
+    """What to raise instead of letting the model's handler catch ``error`` (see
+    ``Hooks.caught``), or None when the model may catch it as NumPy eager would."""
+    if isinstance(error, TraceSignal) or (isinstance(error, TracejitError) and not getattr(
+            error, "__tracejit_user_error__", False)):
+        return error
+    if isinstance(error, RecursionError):
+        return _refusal("a RecursionError the function catches: the trace's Python stack "
+                        "is deeper than NumPy eager's, so eager decides")
+    if _raised_inside_tracejit(error) and not getattr(error, "__tracejit_user_error__", False):
+        return _refusal(f"the function catches an error tracejit raised while tracing "
+                        f"({type(error).__name__}: {error}); NumPy may not raise it, so eager "
+                        "decides")
+    return None
+
+
+class _TraceSuppress(contextlib.suppress):
+    """``contextlib.suppress`` in a traced function: it does not swallow what
+    ``_stops_the_trace`` sends on up (its handler is in contextlib, not rewritten)."""
+
+    def __exit__(self, kind, error, traceback):
+        if error is not None and _stops_the_trace(error) is not None:
+            return False
+        return super().__exit__(kind, error, traceback)
 
 
 def _raised_inside_tracejit(error):
@@ -353,6 +380,8 @@ class Hooks:
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
+        if function is contextlib.suppress:
+            return _TraceSuppress(*args)
         if function in _TYPE_QUERIES and args and is_traced(args[0]):
             # isinstance(x, np.ndarray), type(x) is np.ndarray, np.isscalar(x.sum()):
             # answered for the value NumPy eager has there, so the trace takes its branch
@@ -524,17 +553,11 @@ class Hooks:
         would raise is marked ``as_numpy_would``), and a RecursionError: the trace runs
         deeper on the stack than NumPy eager."""
         error = sys.exc_info()[1]
-        if isinstance(error, TraceSignal) or (isinstance(error, TracejitError) and not getattr(
-                error, "__tracejit_user_error__", False)):
+        stop = _stops_the_trace(error)
+        if stop is error:
             raise error
-        if isinstance(error, RecursionError):
-            raise _refusal("a RecursionError the function catches: the trace's Python stack "
-                           "is deeper than NumPy eager's, so eager decides") from error
-        if _raised_inside_tracejit(error) and not getattr(error, "__tracejit_user_error__",
-                                                          False):
-            raise _refusal(f"the function catches an error tracejit raised while tracing "
-                           f"({type(error).__name__}: {error}); NumPy may not raise it, so "
-                           "eager decides") from error
+        if stop is not None:
+            raise stop from error
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

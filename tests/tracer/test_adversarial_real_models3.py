@@ -17,6 +17,7 @@ reach the jit function as they are (``copy.deepcopy`` would make them contiguous
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -1207,3 +1208,15 @@ def test_one_hot_rows_of_an_identity_matrix_compile():
         (rng.normal(size=(6, 4)), np.array([0, 1, 2, 3, 4, 0])),   # 4: IndexError, as NumPy
     ])
     compiled_some(f)
+
+
+def noise_unless_suppressed(x):
+    noise = 0.0
+    with contextlib.suppress(Exception):   # tracejit refuses np.random: not the model's error
+        noise = np.random.default_rng(0).standard_normal(x.shape) * 0.1
+    return x + noise
+
+
+def test_contextlib_suppress_does_not_swallow_a_refusal():
+    f = run_calls(noise_unless_suppressed, [(np.zeros(3),), (np.ones(3),)])
+    assert f.stats()["compiled_calls"] == 0, f.explain()

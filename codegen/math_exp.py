@@ -49,6 +49,8 @@ _ROUNDER_F32 = 12582912.0  # 1.5 * 2^23
 FAST_LIMIT_F32 = 86.0
 # The least float32 whose exp is not 0 (it is 2^-149); below it exp (and NumPy's) is 0.
 UNDERFLOW_F32 = -103.97207641601562
+# Denormal results: 2^(n + 25) keeps e^r * 2^(n + 25) normal down to n = -150.
+_LOW_SHIFT_F32 = 25
 
 
 def _taylor_expm1(builder, r):
@@ -83,10 +85,9 @@ def _underflows(builder, x):
 
 
 def exp_rare_lanes(builder, x):
-    """The float32 lanes exp leaves to the general code: overflow, denormal results, NaN
-    (|x| > 86 or unordered), but not the lanes that underflow to 0."""
-    beyond = builder.fcmp_unordered(">", fabs(builder, x), Float(x.type).const(FAST_LIMIT_F32))
-    return builder.and_(beyond, builder.not_(_underflows(builder, x)))
+    """The float32 lanes exp leaves to the general code: overflow and NaN (x > 86 or
+    unordered); denormal results and underflow to 0 stay on the fast path."""
+    return builder.fcmp_unordered(">", x, Float(x.type).const(FAST_LIMIT_F32))
 
 
 def expm1_rare_lanes(builder, x):
@@ -114,7 +115,16 @@ def exp(builder, x):
         return _exp_general(builder, x)
     f = Float(x.type)
     exponent_bits, reduced = _reduce_float32(builder, x)
-    fast = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
+    polynomial = builder.fadd(reduced, f.const(1.0))
+    fast = _times_pow2(builder, polynomial, exponent_bits)
+    # Below 2^-126 the result is denormal and the exponent bits cannot take 2^n: there it
+    # is applied in two steps, 2^(n+25) into the bits (a normal float for n >= -150), then
+    # a multiply by 2^-25 that rounds to the denormal (a second rounding: within 0.8 ulp).
+    # Both steps are exact for normal results, so any switch point below 0 will do.
+    low = _times_pow2(builder, polynomial,
+                      builder.add(exponent_bits, f.iconst(_LOW_SHIFT_F32 << f.mantissa_bits)))
+    low = builder.fmul(low, f.const(2.0 ** -_LOW_SHIFT_F32))
+    fast = builder.select(builder.fcmp_ordered("<", x, f.const(-64.0)), low, fast)
     # Underflowing lanes computed garbage above (n out of range, or NaN from -inf): 0.
     fast = builder.select(_underflows(builder, x), f.const(0.0), fast)
     return rare_path(builder, "exp", exp_rare_lanes(builder, x), fast, x, _exp_general)

@@ -3,12 +3,12 @@
 float32 has a fast path at full vector width for |x| <= 86, where 2^n is a normal float
 scaled in by adding n to the exponent bits: n comes from one fused multiply-add (adding
 1.5 * 2^23 rounds x/ln2 to an integer held in the low mantissa bits), e^r - 1 from a
-minimax polynomial. Arguments whose exp rounds to 0 (below -103.97, -inf included) stay on
-the fast path too, their result selected: masked softmax (``np.where(mask, s, -np.inf)``)
-and scores far below the row's peak are common, and a vector with one such lane would
-otherwise run the general code on all of them. What is left, overflow (x > 86), denormal
-results (x in [-103.97, -86)) and NaN, takes the general code as a rare path
-(``math_rare_path``): per vector, only when a lane needs it.
+minimax polynomial. Large negative arguments stay on the fast path too: denormal results
+(x in [-103.97, -87.34)) get 2^n in two steps, and where exp rounds to 0 (-inf included)
+the 0 is selected. A masked softmax (``np.where(mask, s, -np.inf)``) and scores far below
+their row's peak send many of them, and a vector with one such lane would otherwise run the
+general code on all of its lanes. Overflow (x > 86) and NaN take the general code as a rare
+path (``math_rare_path``): per vector, only when a lane needs it.
 
 The general code (float64, and float32's rare path) reduces with ``reduce_ln2``, sums the
 Taylor series and scales in two steps, so results overflow to inf and underflow through

@@ -1,9 +1,9 @@
-"""exp where its result underflows: float32 selects 0 on the fast path (``math_exp``).
+"""exp where its result underflows: float32 stays on its fast path (``math_exp``).
 
 A masked softmax (``np.where(causal, scores, -np.inf)``) sends -inf, and scores far below
-their row's peak send large negative numbers, to exp; float32 exp selects their 0 without
-leaving its fast path, and leaves only overflow, denormal results and NaN to the general
-code. Checked here against NumPy on every float32 of [-110, -80] and densely over
+their row's peak send large negative numbers, to exp; float32 exp computes their denormal
+results and selects their 0 without leaving its fast path, and leaves only overflow and
+NaN to the general code. Checked here against NumPy on every float32 of [-110, -80] and densely over
 [-750, -700] for float64 (the denormal results, the underflow edge exactly, -0.0, -inf,
 NaN), lane by lane in mixed vectors, through the predicate that sends a vector to the
 general code, and end to end on a causal softmax.

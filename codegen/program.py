@@ -55,6 +55,7 @@ from .lowering import (
 from .relu_masks import read_relu_outputs
 from .schedule import input_view
 from .schedule import schedule as make_schedule
+from .unit_broadcasts import unit_broadcasts
 
 log = logging.getLogger("tracejit.kernels")
 
@@ -183,7 +184,7 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         return loops.compile_looped(graph, name)
     # Before scheduling, and kept in ``Program.graph``: the disk cache reschedules that
     # graph (``rebuild_wrapper``) and must find the same buffers.
-    graph = read_relu_outputs(graph)
+    graph = read_relu_outputs(unit_broadcasts(graph))
     schedule, module, entry = _schedule_and_lower(graph, profile, raw_entry=extend is not None)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
     python_entry.add_python_entry(module, entry)

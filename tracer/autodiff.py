@@ -21,6 +21,7 @@ from .ir import Eqn, Var
 from .loop_autodiff import loop_key, loop_vjp
 from .numpy_api import zeros_like
 from .ops import broadcast_to, cast_p, loop_p, reduce_sum, reshape, shape_of
+from .ops.structural import _same_dims
 from .primitives import bind, current_context, is_traced_array
 
 
@@ -33,7 +34,7 @@ def needs_gradient(value):
 def sum_to_shape(value, shape):
     """Sum a broadcast cotangent back to ``shape`` (the transpose of broadcasting)."""
     value_shape = shape_of(value)
-    if tuple(value_shape) == tuple(shape):
+    if _same_dims(tuple(value_shape), tuple(shape)):
         return value
     lead = len(value_shape) - len(shape)
     axes = tuple(range(lead)) + tuple(

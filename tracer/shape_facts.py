@@ -17,10 +17,9 @@ decide is answered with this call's sizes and recorded as a shape guard
 
 from __future__ import annotations
 
-from .dims import DimExpr, SymInt, expr_of, value_of, wrap
+from .dims import DimExpr, SymInt, wrap
 from .ir import ShapeGuard, Symbol
 from .locations import user_location
-from .ops import reshape_p
 
 
 class ShapeFacts:
@@ -81,25 +80,6 @@ class ShapeFacts:
             ShapeGuard(symint.expr, "==", symint.value, True, user_location(skip=3), reason)
         )
         return symint.value
-
-    def _unit_broadcasts(self, args, avals, out_aval):
-        """``args`` with each symbolic dim that broadcasts as 1 (``len(x) - 2`` where a
-        shape guard says it is 1) reshaped to a literal 1, so codegen sees the broadcast;
-        ``None`` when there is none."""
-        changed, result = False, list(args)
-        for position, (arg, aval) in enumerate(zip(args, avals)):
-            lead = len(out_aval.shape) - len(aval.shape)
-            shape, unit = list(aval.shape), False
-            for axis, dim in enumerate(aval.shape):
-                out_dim = out_aval.shape[lead + axis]
-                if isinstance(dim, SymInt) and value_of(dim) == 1 and (
-                    expr_of(dim) != expr_of(out_dim)
-                ):
-                    shape[axis], unit = 1, True
-            if unit:
-                changed = True
-                result[position] = self.process(reshape_p, (arg,), {"shape": tuple(shape)})
-        return tuple(result) if changed else None
 
 
 def unique_guards(guards):

@@ -210,10 +210,6 @@ class TracingContext(ShapeFacts, OutsideInputs):
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices
         out_aval = prim.abstract_eval(*avals, **params)
-        if (prim.kind == "pointwise" and len(args) > 1) or prim.name == "broadcast_to":
-            unit = self._unit_broadcasts(args, avals, out_aval)
-            if unit is not None:
-                return self.process(prim, unit, params)
 
         def compute(*values):
             out_value = prim.impl(*values, **concrete)

@@ -1,18 +1,20 @@
 """exp, expm1 and tanh: x = n ln2 + r, |r| <= ln2/2, and a polynomial for e^r.
 
-float32 has a fast path at full vector width for |x| <= 86, where 2^n is a normal float
-scaled in by adding n to the exponent bits: n comes from one fused multiply-add (adding
+float32 has a fast path at full vector width: n comes from one fused multiply-add (adding
 1.5 * 2^23 rounds x/ln2 to an integer held in the low mantissa bits), e^r - 1 from a
-minimax polynomial. Large negative arguments stay on the fast path too: denormal results
-(x in [-103.97, -87.34)) get 2^n in two steps, and where exp rounds to 0 (-inf included)
-the 0 is selected. A masked softmax (``np.where(mask, s, -np.inf)``) and scores far below
-their row's peak send many of them, and a vector with one such lane would otherwise run the
-general code on all of its lanes. Overflow (x > 86) and NaN take the general code as a rare
-path (``math_rare_path``): per vector, only when a lane needs it.
+minimax polynomial. exp adds n + 25 to the exponent bits of e^r and multiplies by 2^-25,
+which is exact for normal results and rounds denormal ones (x in [-103.97, -87.34)), so
+that large negative arguments stay on the fast path: where exp rounds to 0 (-inf
+included) the 0 is selected. A masked softmax (``np.where(mask, s, -np.inf)``) and scores
+far below their row's peak send many of them, and a vector with one such lane would
+otherwise run the general code on all of its lanes. Large results (x > 70; beyond it
+2^(n + 25) is not a float) and NaN take the general code as a rare path
+(``math_rare_path``): per vector, only when a lane needs it. expm1 and tanh add n to the
+exponent bits of normal results, for |x| <= 86.
 
-The general code (float64, and float32's rare path) reduces with ``reduce_ln2``, sums the
-Taylor series and scales in two steps, so results overflow to inf and underflow through
-the denormals to 0 as NumPy's.
+The general code (float64, and float32's rare paths; exp's in float64) reduces with
+``reduce_ln2``, sums the Taylor series and scales in two steps, so results overflow to inf
+and underflow through the denormals to 0 as NumPy's.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ _EXPM1_F32 = (0.4999999403953552, 0.1666651964187622, 0.041668396443128586,
               0.008368786424398422, 0.0013814453268423676)
 _LOG2E_F32 = 1.4426950216293335
 _ROUNDER_F32 = 12582912.0  # 1.5 * 2^23
-# |x| <= 86 keeps n within [-125, 125]: 2^n * e^r is a normal float.
+# |x| <= 86 keeps n within [-125, 125]: 2^n * e^r is a normal float (expm1, tanh).
 FAST_LIMIT_F32 = 86.0
 # The least float32 whose exp is not 0 (it is 2^-149); below it exp (and NumPy's) is 0.
 UNDERFLOW_F32 = -103.97207641601562
-# Denormal results: 2^(n + 25) keeps e^r * 2^(n + 25) normal down to n = -150.
-_LOW_SHIFT_F32 = 25
+# exp applies 2^n as 2^(n + 25) in the exponent bits, then a multiply by 2^-25:
+# e^r 2^(n + 25) is a normal float for n in [-150, 101], x in [-104, 70].
+_EXP_SHIFT_F32 = 25
+EXP_FAST_LIMIT_F32 = 70.0
 
 
 def _taylor_expm1(builder, r):
@@ -60,12 +64,14 @@ def _taylor_expm1(builder, r):
     return builder.fmul(r, horner(builder, r, coefficients))
 
 
-def _reduce_float32(builder, x):
-    """(n << 23 as integer bits, r, expm1(r)) for float32 |x| <= 86."""
+def _reduce_float32(builder, x, shift=0):
+    """((n + shift) << 23 as integer bits, expm1(r)) for float32 x = n ln2 + r, |x| <= 86."""
     f = Float(x.type)
-    rounded = fma(builder, x, f.const(_LOG2E_F32), f.const(_ROUNDER_F32))
-    n = builder.fsub(rounded, f.const(_ROUNDER_F32))
-    # rounded's bits are 0x4b400000 + n: shifted, only n's bits stay, at the exponent.
+    rounder = f.const(_ROUNDER_F32 + shift)
+    rounded = fma(builder, x, f.const(_LOG2E_F32), rounder)
+    n = builder.fsub(rounded, rounder)
+    # rounded's bits are 0x4b400000 + n + shift: shifted, only n + shift stays, at the
+    # exponent.
     exponent_bits = builder.shl(builder.bitcast(rounded, f.int), f.iconst(23))
     r = fma(builder, n, f.const(-f.ln2_hi), x)
     r = fma(builder, n, f.const(-f.ln2_lo), r)
@@ -79,15 +85,10 @@ def _times_pow2(builder, value, exponent_bits):
     return builder.bitcast(builder.add(builder.bitcast(value, f.int), exponent_bits), f.ty)
 
 
-def _underflows(builder, x):
-    """float32 lanes whose exp is 0: x below the least float with a nonzero exp, -inf."""
-    return builder.fcmp_ordered("<", x, Float(x.type).const(UNDERFLOW_F32))
-
-
 def exp_rare_lanes(builder, x):
-    """The float32 lanes exp leaves to the general code: overflow and NaN (x > 86 or
-    unordered); denormal results and underflow to 0 stay on the fast path."""
-    return builder.fcmp_unordered(">", x, Float(x.type).const(FAST_LIMIT_F32))
+    """The float32 lanes exp leaves to the general code: large and overflowing results and
+    NaN (x > 70 or unordered); denormal results and underflow to 0 stay on the fast path."""
+    return builder.fcmp_unordered(">", x, Float(x.type).const(EXP_FAST_LIMIT_F32))
 
 
 def expm1_rare_lanes(builder, x):
@@ -114,20 +115,25 @@ def exp(builder, x):
     if x.type != F32:
         return _exp_general(builder, x)
     f = Float(x.type)
-    exponent_bits, reduced = _reduce_float32(builder, x)
-    polynomial = builder.fadd(reduced, f.const(1.0))
-    fast = _times_pow2(builder, polynomial, exponent_bits)
-    # Below 2^-126 the result is denormal and the exponent bits cannot take 2^n: there it
-    # is applied in two steps, 2^(n+25) into the bits (a normal float for n >= -150), then
-    # a multiply by 2^-25 that rounds to the denormal (a second rounding: within 0.8 ulp).
-    # Both steps are exact for normal results, so any switch point below 0 will do.
-    low = _times_pow2(builder, polynomial,
-                      builder.add(exponent_bits, f.iconst(_LOW_SHIFT_F32 << f.mantissa_bits)))
-    low = builder.fmul(low, f.const(2.0 ** -_LOW_SHIFT_F32))
-    fast = builder.select(builder.fcmp_ordered("<", x, f.const(-64.0)), low, fast)
-    # Underflowing lanes computed garbage above (n out of range, or NaN from -inf): 0.
-    fast = builder.select(_underflows(builder, x), f.const(0.0), fast)
-    return rare_path(builder, "exp", exp_rare_lanes(builder, x), fast, x, _exp_general)
+    exponent_bits, reduced = _reduce_float32(builder, x, shift=_EXP_SHIFT_F32)
+    # 2^n in two steps: 2^(n + 25) into the bits of e^r, then a multiply by 2^-25, exact
+    # for normal results; denormal ones round there a second time (within 0.75 ulp).
+    scaled = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
+    # Where exp is 0 the bits above are garbage (n out of range; NaN from -inf): 0 before
+    # the multiply, which must not see tiny numbers either (a multiply whose result
+    # underflows takes a microcode assist on x86, ~100 cycles).
+    underflows = builder.fcmp_ordered("<", x, f.const(UNDERFLOW_F32))
+    scaled = builder.select(underflows, f.const(0.0), scaled)
+    fast = builder.fmul(scaled, f.const(2.0 ** -_EXP_SHIFT_F32))
+    return rare_path(builder, "exp", exp_rare_lanes(builder, x), fast, x,
+                     _exp_general_float32)
+
+
+def _exp_general_float32(builder, x):
+    """float32 exp by the float64 general code, rounded once: its float32 form is 1.13 ulp
+    off at worst, more than the bound, on (70, 86], which is the rare path's now."""
+    wide = Float(x.type).other(F64).ty
+    return builder.fptrunc(_exp_general(builder, builder.fpext(x, wide)), x.type)
 
 
 # --- expm1 --------------------------------------------------------------------------------

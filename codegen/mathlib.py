@@ -18,10 +18,10 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-3 ulp of
                 vs NumPy            vs exact
     function   float32  float64    float32    method
     exp        3 ulp    2 ulp      1 ulp      Cody-Waite reduction by ln2, Taylor series;
-                                              float32 |x| <= 86: minimax polynomial, 2^n
-                                              added to the exponent bits (denormal results:
-                                              in two steps, within 0.75 ulp); x whose exp is
-                                              0 (-inf too) selected on that fast path
+                                              float32 x <= 70: minimax polynomial, 2^n in
+                                              two steps (exponent bits, a multiply that
+                                              rounds denormals: within 0.75 ulp); x whose
+                                              exp is 0 (-inf too) selected on that path
     expm1      3 ulp    2 ulp      2 ulp      2^n * expm1(r) + (2^n - 1)
     log        3 ulp    2 ulp      1 ulp      fdlibm: x = 2^k m, log(1+f) = f - hfsq + ...;
                                               float32 normal x: float32, k and m from bits

@@ -66,8 +66,8 @@ def edges(dtype):
     """The thresholds of exp's ranges, each with its neighbours."""
     info = np.finfo(dtype)
     if dtype == F32:
-        points = [math_exp.UNDERFLOW_F32, -103.97208404541016, -87.33654022216797,
-                  -math_exp.FAST_LIMIT_F32]
+        points = [math_exp.UNDERFLOW_F32, -103.97208404541016, -104.0, -87.33654022216797,
+                  -math_exp.FAST_LIMIT_F32, -64.0]
     else:
         points = [-745.1332191019411, -745.1332191019412, -708.3964185322641, -709.0]
     specials = np.array([-0.0, 0.0, -np.inf, np.nan, -info.max, -1e30, -200.0, -1000.0,
@@ -150,8 +150,8 @@ UNDERFLOWING = [-np.inf, -1e30, -3.4028234663852886e38, -200.0, -104.0, -103.972
 
 @pytest.mark.parametrize("name, predicate, fast, rare", [
     ("exp", math_exp.exp_rare_lanes,
-     UNDERFLOWING + [math_exp.UNDERFLOW_F32, -100.0, -90.0, -86.0, 0.0, -0.0, 86.0],
-     [np.nan, np.inf, 90.0, 3e38]),
+     UNDERFLOWING + [math_exp.UNDERFLOW_F32, -100.0, -90.0, -86.0, 0.0, -0.0, 70.0],
+     [np.nan, np.inf, 70.00001, 86.0, 90.0, 3e38]),
     ("expm1", math_exp.expm1_rare_lanes, UNDERFLOWING + [-90.0, -17.0, 0.0, 86.0],
      [np.nan, np.inf, 90.0, 3e38]),
 ])

@@ -21,6 +21,7 @@ operators); every other value reaches the guard as a bound constant, never as te
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -298,9 +299,8 @@ def _guard_statements(spec, source):
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
         elif is_json_value(leaf.value):
             kind = source.constant(type(leaf.value), "T")
-            value = source.constant(leaf.value, "V")
-            source.add(f"if type({variable}) is not {kind} or {variable} != {value}: "
-                       f"return {source.miss}")
+            source.add(f"if type({variable}) is not {kind} or "
+                       f"{_differs(source, variable, leaf.value)}: return {source.miss}")
         else:
             value = source.constant(leaf.value, "V")
             source.add(f"if {variable} is not {value}: return {source.miss}")
@@ -348,11 +348,25 @@ def _guard_statements(spec, source):
             raise ValueError(f"entry guard: an outside value of kind {kind!r}")
         else:
             kind_type = source.constant(type(value), "T")
-            expected = source.constant(value, "V")
-            source.add(f"if type({variable}) is not {kind_type} or not ({variable} == "
-                       f"{expected} or ({variable} != {variable} and {expected} != "
-                       f"{expected})): return {source.miss}")
+            source.add(f"if type({variable}) is not {kind_type} or "
+                       f"{_differs(source, variable, value)}: return {source.miss}")
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _differs(source, variable, value):
+    """The condition (text) that ``variable`` is not the specialized ``value``, of the same
+    type: a float is the same when NumPy computes the same with it, so NaN is NaN and -0.0
+    is not 0.0 (x / -0.0 is -inf)."""
+    expected = source.constant(value, "V")
+    if type(value) is not float:
+        return f"{variable} != {expected}"
+    if value != value:
+        return f"{variable} == {variable}"
+    if value == 0.0:
+        copysign = source.constant(math.copysign, "F")
+        return (f"({variable} != 0.0 or {copysign}(1.0, {variable}) != "
+                f"{math.copysign(1.0, value)!r})")
+    return f"{variable} != {expected}"
 
 
 class _Miss:
@@ -378,6 +392,8 @@ def compile_entry(spec, program, variant, result):
                if (spec.leaves[number].kind == "array" if kind == "leaf"
                    else number_type(spec.implicit[number]) is None)}
     inlined = inline_body(program, checked, inputs.split(", ") if spec.inputs else [])
+    # the inputs as a tuple expression: "()" for a call that passes none (f() on defaults)
+    as_tuple = f"({inputs},)" if spec.inputs else "()"
     names = {"_MISS": MISS, "_run": program._run, "_variant": variant, "_root": variant.root,
              "_SideExit": SideExit}
     if inlined is not None:
@@ -389,13 +405,13 @@ def compile_entry(spec, program, variant, result):
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
         source.add("    return jit._internal_error(error, args, kwargs)")
         source.add("if status:  # a side exit, or an input to lay out: the general path")
-        source.add(f"    return jit._exited(_variant, status, ({inputs},), args, kwargs)")
+        source.add(f"    return jit._exited(_variant, status, {as_tuple}, args, kwargs)")
     else:
         outputs = [f"outputs[{index}]" for index in range(len(program.graph.outputs))]
         source.add("try:")
         source.add(f"    outputs = _run({inputs})")
         source.add("except _SideExit as exit:")
-        source.add(f"    return jit._exited(_variant, exit.code, ({inputs},), args, kwargs)")
+        source.add(f"    return jit._exited(_variant, exit.code, {as_tuple}, args, kwargs)")
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
         source.add("    return jit._internal_error(error, args, kwargs)")
     collisions = names.keys() & source.namespace.keys()

@@ -165,7 +165,7 @@ class JitFunction(Misses):
         return sum(variant.calls for variant in self._variants)
 
     # --- calls ------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # /: a keyword named self is the model's
         self.calls += 1
         entries = self._entries
         if len(entries) == 1:
@@ -236,9 +236,10 @@ class JitFunction(Misses):
         """Run ``variant``'s program on ``inputs`` (its guard accepted the call), following
         side exits down the trace tree; ``exit``: the root program already took this one."""
         path = variant.root
-        if path.outputs.mutated and _overlapping(pytree.flatten((args, kwargs))[0]):
-            # It writes into an argument another argument also shows: the compiled code
-            # reads them as separate inputs, NumPy sees the write through both.
+        if (path.outputs.mutated or path.outputs.writes_arrays) and _overlapping(inputs):
+            # It writes into an array another input also shows (an argument passed twice,
+            # self.W also passed in a list of parameters): the compiled code reads them as
+            # separate inputs, NumPy sees the write through both.
             return self._run_eager(args, kwargs, "arguments share memory")
         # check=True runs eagerly after: on the arguments as they were, when the program
         # writes into them (it would write them twice, and start from the written values)
@@ -312,7 +313,7 @@ class JitFunction(Misses):
                                  f"(check=True): {problem}")
 
     # --- introspection ----------------------------------------------------------------
-    def lower(self, *args, **kwargs):
+    def lower(self, /, *args, **kwargs):
         """What runs for these arguments: the ``Lowered`` variant (IR with its guards, entry
         guards, kernels, LLVM IR, assembly, rewritten source), compiling it first when no
         variant matches (that call runs the function once).
@@ -420,7 +421,7 @@ class BoundJitFunction:
         self.function, self.instance = function, instance
         functools.update_wrapper(self, function.fn)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)
 
     @property
@@ -430,7 +431,7 @@ class BoundJitFunction:
     def __reduce__(self):
         return BoundJitFunction, (self.function, self.instance)
 
-    def lower(self, *args, **kwargs):
+    def lower(self, /, *args, **kwargs):
         return self.function.lower(self.instance, *args, **kwargs)
 
     def reset(self):

@@ -17,7 +17,7 @@ import numpy as np
 from tracejit.codegen.schedule import input_view
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
-from tracejit.tracer.argument_writes import put_back
+from tracejit.tracer.argument_writes import OutsideArrayWrite, put_back
 from tracejit.tracer.pending import is_pending
 
 from .tensor import unwrap
@@ -71,6 +71,11 @@ class OutputPlan:
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers))
+
+    @property
+    def writes_arrays(self):
+        """Whether the call writes into an array read from outside the arguments."""
+        return any(isinstance(write, OutsideArrayWrite) for write in self.writes)
 
     def single_array(self):
         """The program output that is the whole result, when the result is one array and

@@ -4,8 +4,10 @@ results, types and the arguments afterwards. Registered by ``conftest.py`` so te
 ``import real_model_checks``."""
 
 import copy
+import functools
 
 import numpy as np
+import pytest
 
 import tracejit as tj
 
@@ -52,6 +54,29 @@ def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
         got = f(*jit_args)
         assert_same(got, want, rtol, atol)
         assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
+    return f
+
+
+def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
+    """Eager vs ``jit``, each argument set called twice (the trace, then compiled code):
+    results and arguments afterwards agree, and an exception eager raises is raised too.
+    An argument set is a tuple (deep-copied per side) or a factory returning a fresh one."""
+    f = jitted(function, **options)
+    for arguments in argument_sets:
+        make = arguments if callable(arguments) else functools.partial(copy.deepcopy, arguments)
+        for _ in range(2):
+            eager_args, jit_args = make(), make()
+            try:
+                with np.errstate(all="ignore"):
+                    want = function(*eager_args)
+            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
+                with pytest.raises(type(error)), np.errstate(all="ignore"):
+                    f(*jit_args)
+                continue
+            with np.errstate(all="ignore"):
+                got = f(*jit_args)
+            assert_same(got, want, rtol, atol)
+            assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
     return f
 
 

@@ -91,6 +91,25 @@ def resolve(path, arguments):
     return path.resolve(pytree.flatten(arguments)[0] if path.root[0] == "arg" else ())
 
 
+def shared_memory(context, leaves):
+    """A message when the trace wrote into an array (an argument or one read from outside)
+    while an argument and an array read from outside share memory (``step(net, [net.W])``
+    with ``net.W`` also read as ``self.W``): the trace holds them as separate inputs, so
+    one would not see the write through the other, as NumPy's does. None otherwise."""
+    if not context.mutated and not context.outside_mutations:
+        return None
+    arguments = [leaf for leaf in leaves if type(leaf) is np.ndarray]
+    outside = [entry.value for entry in context.implicit_used.values()
+               if type(entry.value) is np.ndarray]
+    for position, first in enumerate(outside):
+        others = arguments + outside[position + 1:]
+        if any(np.may_share_memory(first, second) for second in others):
+            return ("an array read from outside the arguments (an attribute, a global) shares "
+                    "memory with an argument or another such array, and the function writes "
+                    "into arrays: compiled code would read them apart")
+    return None
+
+
 def note_outside_mutation(context, tracer):
     """Record an in-place write into the traced input of an outside array; False when
     ``tracer`` is not one. Only a NumPy array can be written back (a Tensor read from

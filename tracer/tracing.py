@@ -497,6 +497,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         if change is not None:
             raise UnsupportedError(f"{change} the trace cannot follow (compiled runs would "
                                    "skip it); return the new values instead")
+        shared = argument_writes.shared_memory(context, leaves)
+        if shared is not None:
+            raise UnsupportedError(shared)
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         attribute_writes.restore(context)

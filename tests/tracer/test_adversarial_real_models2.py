@@ -16,37 +16,11 @@ a call compiled is asserted only where the test is about a needless fallback. Te
 ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
-import copy
 
 import numpy as np
-import pytest
-from real_model_checks import assert_same, rng_for
+from real_model_checks import rng_for, run_calls
 
-import tracejit as tj
 from tracejit.testing import assert_compiled_matches_eager
-
-
-def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
-    """Eager vs ``jit`` on deep copies of each argument tuple, each set called twice (the
-    trace, then the compiled code): results and arguments afterwards agree, an exception
-    eager raises is raised too, and no call fell back for an internal error."""
-    options.setdefault("cache", "memory")
-    f = tj.jit(function, **options)
-    for arguments in argument_sets:
-        for _ in range(2):
-            eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
-            try:
-                with np.errstate(all="ignore"):
-                    want = function(*eager_args)
-            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
-                with pytest.raises(type(error)):
-                    f(*jit_args)
-                continue
-            with np.errstate(all="ignore"):
-                got = f(*jit_args)
-            assert_same(got, want, rtol, atol)
-            assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
-    return f
 
 
 def eager_reasons(f):

@@ -25,33 +25,9 @@ import sys
 
 import numpy as np
 import pytest
-from real_model_checks import assert_same, rng_for
+from real_model_checks import assert_same, rng_for, run_calls
 
 import tracejit as tj
-
-
-def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
-    """Eager vs ``jit``, each argument set called twice (the trace, then compiled code):
-    results and arguments afterwards agree, and an exception eager raises is raised too.
-    An argument set is a tuple (deep-copied per side) or a factory returning a fresh one."""
-    options.setdefault("cache", "memory")
-    f = tj.jit(function, **options)
-    for arguments in argument_sets:
-        make = arguments if callable(arguments) else functools.partial(copy.deepcopy, arguments)
-        for _ in range(2):
-            eager_args, jit_args = make(), make()
-            try:
-                with np.errstate(all="ignore"):
-                    want = function(*eager_args)
-            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
-                with pytest.raises(type(error)), np.errstate(all="ignore"):
-                    f(*jit_args)
-                continue
-            with np.errstate(all="ignore"):
-                got = f(*jit_args)
-            assert_same(got, want, rtol, atol)
-            assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
-    return f
 
 
 def no_internal_errors(f):
@@ -964,17 +940,12 @@ def scaled_defaults(x=DEFAULT_INPUT, scale=2.0):
     return x * scale
 
 
-@pytest.mark.xfail(strict=True, reason="a call that passes no arguments to a function with "
-                   "default arguments raises SyntaxError: runtime/guards.py compile_entry "
-                   "writes `(,)` for an empty input tuple")
 def test_a_function_called_with_its_defaults_only():
     f = tj.jit(scaled_defaults, cache="memory")
     for _ in range(2):
         assert_same(f(), scaled_defaults())
 
 
-@pytest.mark.xfail(strict=True, reason="f() after f(x) raises SyntaxError (the same "
-                   "empty input tuple in the entry code)")
 def test_varargs_called_with_arrays_then_with_none():
     f = tj.jit(varargs_total, cache="memory")
     assert_same(f(np.ones(2)), varargs_total(np.ones(2)))
@@ -1002,8 +973,6 @@ def scale_by(x, self):
     return x * self
 
 
-@pytest.mark.xfail(strict=True, reason="f(x, self=2.0) raises TypeError: JitFunction.__call__"
-                   "'s own `self` parameter is not positional-only")
 def test_a_keyword_argument_named_self():
     f = tj.jit(scale_by, cache="memory")
     for value in (2.0, 3.0):
@@ -1014,10 +983,9 @@ def divide_by_setting(x, scale):
     return x / scale
 
 
-@pytest.mark.xfail(strict=True, reason="a Python float specialized on 0.0 also admits -0.0 "
-                   "(the value guard compares with ==): x / -0.0 gives +inf, NumPy -inf")
 def test_negative_zero_setting_is_not_zero():
-    run_calls(divide_by_setting, [(np.ones(2), 0.0), (np.ones(2), -0.0)])
+    run_calls(divide_by_setting, [(np.ones(2), 0.0), (np.ones(2), -0.0), (np.ones(2), 0.0),
+                                  (np.ones(2), float("nan")), (np.ones(2), float("nan"))])
 
 
 class GuardedSGD:
@@ -1114,10 +1082,6 @@ def train_step(net, params, x, y, lr):
     return ((net.forward(x) - y) ** 2).mean()    # the loss after the step
 
 
-@pytest.mark.xfail(strict=True, reason="params = [net.W, net.b] alias the arrays net.forward "
-                   "reads as attributes; the in-place step updates them, but the compiled "
-                   "loss after it is computed from the old net.W (no aliasing check between "
-                   "argument leaves and arrays read from attributes)")
 def test_a_train_step_whose_param_list_holds_the_models_own_arrays():
     eager_net, jit_net = LinearNet(), LinearNet()
     eager_params, jit_params = [eager_net.W, eager_net.b], [jit_net.W, jit_net.b]
@@ -1143,9 +1107,6 @@ def tied_step(model, ids, grad):
     return hidden @ model.out                   # the view sees the update in NumPy
 
 
-@pytest.mark.xfail(strict=True, reason="model.out = model.E.T (tied weights) read after "
-                   "model.E -= ...: the compiled call reads the old values through the view "
-                   "(attribute arrays that share memory are independent inputs)")
 def test_tied_weights_read_through_a_view_attribute_after_an_update():
     eager_model, jit_model = TiedEmbedding(), TiedEmbedding()
     f = tj.jit(tied_step, cache="memory")

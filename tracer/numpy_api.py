@@ -425,7 +425,8 @@ def _vector_norm(x, ord, axis):  # noqa: A002
     if ord == -np.inf:
         return min(magnitude, axis=axis)
     if ord == 0:
-        return astype(sum(x != 0, axis=axis), dtype_of(x))
+        # the method: a NumPy scalar stays one (NumPy returns np.float64, not a 0-d array)
+        return sum(x != 0, axis=axis).astype(dtype_of(x))
     if ord == 1:
         return sum(magnitude, axis=axis)
     if isinstance(ord, str):

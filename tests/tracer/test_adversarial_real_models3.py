@@ -1122,8 +1122,6 @@ def count_nonzero_by_norm(x):
     return np.linalg.norm(x[0], ord=0)
 
 
-@pytest.mark.xfail(strict=True, reason="np.linalg.norm(v, ord=0) returns a 0-d ndarray in "
-                   "compiled calls; NumPy returns an np.float64 scalar (the other ords do)")
 def test_norm_of_order_zero_returns_a_numpy_scalar():
     run_calls(count_nonzero_by_norm, [(np.array([[0.0, 1.5, -2.0], [1.0, 1.0, 1.0]]),)])
 

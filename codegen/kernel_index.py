@@ -134,6 +134,25 @@ def float_intrinsic(builder, name, *operands):
     return builder.call(function, list(operands))
 
 
+class _Freeze(ir.instructions.Instruction):
+    """LLVM's ``freeze`` (llvmlite's builder has none)."""
+
+    def __init__(self, parent, value):
+        super().__init__(parent, value.type, "freeze", [value])
+
+    def descr(self, buf):
+        value = self.operands[0]
+        buf.append(f"freeze {value.type} {value.get_reference()}\n")
+
+
+def freeze(builder, value):
+    """``value`` unchanged, but opaque to the folds that look through it: LLVM cannot
+    rewrite an operation on it into a select around the operation."""
+    instruction = _Freeze(builder.block, value)
+    builder._insert(instruction)
+    return instruction
+
+
 class DimValues:
     """Dims as i64 values, computed once in a function's entry block from its symbols."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as dt
-from .kernel_index import I64, REASSOCIATE, const, float_intrinsic
+from .kernel_index import I64, REASSOCIATE, const, float_intrinsic, freeze
 
 
 class Reducer:
@@ -67,7 +67,10 @@ class Reducer:
             if name == "prod":
                 return builder.fmul(current, value, flags=REASSOCIATE)
             intrinsic = "maximum" if name == "max" else "minimum"
-            return float_intrinsic(builder, intrinsic, current, value)
+            # NOTE: frozen, or InstCombine turns max(acc, where(mask, x, -inf)) (a masked
+            # softmax's peak) into select(mask, max(acc, x), acc), a conditional reduction
+            # the loop vectorizer leaves scalar: 25x slower.
+            return float_intrinsic(builder, intrinsic, current, freeze(builder, value))
         if name == "sum":
             return builder.add(current, value)
         if name == "prod":

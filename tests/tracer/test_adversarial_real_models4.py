@@ -809,3 +809,46 @@ def test_early_stopping_with_in_place_updates_before_the_stop_test():
     f = run_calls(train_until_tolerance, [problem(tol) for tol in (1e-3, 10.0, 0.5, 0.5, 0.05)],
                   hot_exit=2, **F64)
     no_internal_errors(f)
+
+
+# --- Python int arguments turned run-time inputs: Python's ints do not wrap ----------------
+def scale_by_power_of_two(w, n):
+    return w * 2 ** n
+
+
+def power_of_two_as_a_python_int(w, n):
+    k = 2 ** n
+    return w / k, k
+
+
+def scale_by_cube(w, n):
+    return w * (n * n * n)
+
+
+@pytest.mark.xfail(strict=True, reason="a Python int argument made a run-time input (its third "
+                   "value) is computed as int64: 2 ** 64 gives 0, 2 ** 63 a negative int, "
+                   "3_000_000 ** 3 wraps, where Python's int grows; silent wrong results")
+@pytest.mark.parametrize("model, big", [(scale_by_power_of_two, 64),
+                                        (power_of_two_as_a_python_int, 63),
+                                        (scale_by_cube, 3_000_000)],
+                         ids=lambda value: getattr(value, "__name__", None))
+def test_python_int_arithmetic_on_a_run_time_int_does_not_wrap(model, big):
+    run_calls(model, [(np.ones(2), 3), (np.ones(2), 5), (np.ones(2), big)], repeats=1, **F64)
+
+
+def step_decay(w, epoch):
+    return w * 0.1 * 2 ** -(epoch // 3)
+
+
+def rounded_warmup(w, epoch):
+    return w * round(epoch / 4)
+
+
+@pytest.mark.xfail(strict=True, reason="with epoch a run-time int, 2 ** -(epoch // 3) raises "
+                   "'Integers to negative integer powers' and round(epoch / 4) 'Tracer doesn't "
+                   "define __round__' inside the trace: internal errors, every call eager")
+@pytest.mark.parametrize("model", [step_decay, rounded_warmup],
+                         ids=lambda value: getattr(value, "__name__", None))
+def test_lr_schedules_on_a_run_time_epoch_trace(model):
+    f = run_calls(model, [(np.ones(2), epoch) for epoch in (3, 5, 7, 9)], repeats=1, **F64)
+    no_internal_errors(f)

@@ -743,7 +743,7 @@ def min_char_rnn_arguments(rng, length, ids_as_array, vocab=5, hidden=6):
 def test_min_char_rnn_loss_with_dict_states_and_clip_out(ids_as_array):
     rng = rng_for(58)
     run_calls(min_char_rnn_loss, [min_char_rnn_arguments(rng, t, ids_as_array)
-                                  for t in (4, 6, 35)], **F64)
+                                  for t in (4, 6, 12)], **F64)
 
 
 def temporal_softmax_loss(x, y, mask):
@@ -786,7 +786,7 @@ def test_temporal_softmax_loss_with_masks_and_beam_search_by_argsort():
               dynamic=True, **F32)
     normal = rng.standard_normal
     beams = [(normal(4), normal((5, 4)), normal((4, 4)), normal((4, 5)), beam, steps)
-             for beam, steps in ((3, 3), (3, 4), (2, 5))]
+             for beam, steps in ((3, 3), (2, 4))]
     compiled_some(run_calls(beam_search, beams, **F64))
 
 

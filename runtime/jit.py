@@ -152,6 +152,8 @@ class JitFunction(Misses):
 
     @property
     def options(self):
+        """The ``jit`` options this function was made with (``runtime.config.Options``);
+        setting them rebuilds the variants' entries."""
         return self._options
 
     @options.setter
@@ -162,6 +164,7 @@ class JitFunction(Misses):
 
     @property
     def compiled_calls(self):
+        """Calls that ran compiled code (the sum over the variants' paths)."""
         return sum(variant.calls for variant in self._variants)
 
     # --- calls ------------------------------------------------------------------------

@@ -57,14 +57,15 @@ def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
     return f
 
 
-def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
-    """Eager vs ``jit``, each argument set called twice (the trace, then compiled code):
-    results and arguments afterwards agree, and an exception eager raises is raised too.
-    An argument set is a tuple (deep-copied per side) or a factory returning a fresh one."""
+def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, repeats=2, **options):
+    """Eager vs ``jit``, each argument set called ``repeats`` times (the trace, then
+    compiled code): results and arguments afterwards agree, and an exception eager raises
+    is raised too. An argument set is a tuple (deep-copied per side) or a factory
+    returning a fresh one."""
     f = jitted(function, **options)
     for arguments in argument_sets:
         make = arguments if callable(arguments) else functools.partial(copy.deepcopy, arguments)
-        for _ in range(2):
+        for _ in range(repeats):
             eager_args, jit_args = make(), make()
             try:
                 with np.errstate(all="ignore"):
@@ -78,6 +79,19 @@ def run_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
             assert_same(got, want, rtol, atol)
             assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
     return f
+
+
+def no_internal_errors(f):
+    """No call fell back because tracejit itself failed (an internal error while tracing,
+    or an IR the compiler rejected)."""
+    reasons = f.stats().get("eager_calls") or {}
+    text = repr(f.stats().get("eager_reasons"))
+    assert "internal error" not in reasons, text
+    assert "not compiled" not in reasons, text
+
+
+def compiled_some(f):
+    assert f.stats()["compiled_calls"] > 0, f.explain()
 
 
 def compiles(f):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import operator
 import weakref
 from dataclasses import dataclass, field
 
@@ -169,6 +170,10 @@ class TracingContext(ShapeFacts, OutsideInputs):
             value, np.generic
         ):
             value = int(value)  # an int subclass (an IntEnum member): a weak int
+        if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+            # compiled code holds ints in 64 bits; Python's do not wrap (NumPy's float
+            # arithmetic converts it exactly enough, its int arithmetic raises)
+            raise trace_error(f"a Python int beyond 64 bits ({value}) in a traced operation")
         if type(value) in PYTHON_SCALARS or isinstance(value, np.generic):
             literal = Literal.of(value)
             return literal, value, literal.aval
@@ -206,6 +211,14 @@ class TracingContext(ShapeFacts, OutsideInputs):
             atoms.append(atom)
             values.append(value)
             avals.append(aval)
+        if prim.name in _PYTHON_INT_GROWTH and all(
+                aval.weak and aval.dtype.kind in "iu" for aval in avals) and (
+                not _fits_int64(prim, args)):
+            # A run-time Python int to the power of (or times) a Python int where 64 bits
+            # may not hold the result (2 ** n at n = 64): Python's ints do not wrap, so the
+            # result is Python's, the traced operands guarded to their values
+            python = _PYTHON_INT_GROWTH[prim.name]
+            return python(*(int(arg) if hasattr(arg, "ir_var") else arg for arg in args))
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices
@@ -325,6 +338,24 @@ def _record_param(value):
 
 
 # --- entry ----------------------------------------------------------------------------
+# Pointwise primitives whose result on Python ints outgrows int64 long before its operands
+_PYTHON_INT_GROWTH = {"multiply": operator.mul, "power": operator.pow}
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def _fits_int64(prim, args):
+    """Whether a product of Python ints (some traced) stays in int64 whatever the traced
+    operands' values, given the guards recorded here: each traced operand bounded so the
+    product cannot wrap (|n| <= 2**63 // |c| times a constant c; 2**31 each for two
+    traced ones). A power never does. Records the bound's guard (a call past it side-
+    exits), or False when the traced value is past it already."""
+    if prim.name != "multiply":
+        return False
+    constants = [abs(int(arg)) for arg in args if not hasattr(arg, "ir_var")]
+    bound = _INT64_MAX // max(constants[0], 1) if constants else 2 ** 31 - 1
+    return all(bool(abs(arg) <= bound) for arg in args if hasattr(arg, "ir_var"))
+
+
 def _symbol_for(context, symbols_by_size, size, bucket, taken):
     """The symbol of a dynamic dim of ``size`` in ``bucket``, other than the dims in
     ``taken``. Dims of the same size share one (``x + y`` on ``(n, d)`` and ``(n, d)``

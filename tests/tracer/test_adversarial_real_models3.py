@@ -25,20 +25,9 @@ import sys
 
 import numpy as np
 import pytest
-from real_model_checks import assert_same, rng_for, run_calls
+from real_model_checks import assert_same, compiled_some, no_internal_errors, rng_for, run_calls
 
 import tracejit as tj
-
-
-def no_internal_errors(f):
-    reasons = f.stats().get("eager_calls") or {}
-    text = repr(f.stats().get("eager_reasons"))
-    assert "internal error" not in reasons, text
-    assert "not compiled" not in reasons, text
-
-
-def compiled_some(f):
-    assert f.stats()["compiled_calls"] > 0, f.explain()
 
 
 # --- numpy-ml utils.py: im2col by fancy indices, col2im by np.add.at -------------------------

@@ -22,53 +22,18 @@ Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this
 """
 
 import copy
-import functools
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
-from real_model_checks import assert_same, rng_for
+from real_model_checks import assert_same, compiled_some, no_internal_errors, rng_for, run_calls
 
 import tracejit as tj
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
-
-
-def run_calls(function, argument_sets, rtol=1e-9, atol=1e-9, repeats=2, **options):
-    """Eager vs ``jit``, each argument set called ``repeats`` times (the trace, then
-    compiled code): results and arguments afterwards agree, and an exception eager raises
-    is raised too. Argument sets are deep-copied per side."""
-    options.setdefault("cache", "memory")
-    f = tj.jit(function, **options)
-    for arguments in argument_sets:
-        for _ in range(repeats):
-            eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
-            try:
-                with np.errstate(all="ignore"):
-                    want = function(*eager_args)
-            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
-                with pytest.raises(type(error)), np.errstate(all="ignore"):
-                    f(*jit_args)
-                continue
-            with np.errstate(all="ignore"):
-                got = f(*jit_args)
-            assert_same(got, want, rtol, atol)
-            assert_same(jit_args, eager_args, rtol, atol, where="arguments after the call")
-    return f
-
-
-def no_internal_errors(f):
-    reasons = f.stats().get("eager_calls") or {}
-    text = repr(f.stats().get("eager_reasons"))
-    assert "internal error" not in reasons, text
-    assert "not compiled" not in reasons, text
-
-
-def compiled_some(f):
-    assert f.stats()["compiled_calls"] > 0, f.explain()
 
 
 def sigmoid(x):
@@ -274,7 +239,7 @@ def decode_arguments(rng, n, max_len, vocab=7, d=3, hidden=4):
 
 def greedy_until_end_token(h, W_embed, Wxh, Whh, Why, seed_ix, n, end_ix):
     ixes, ix = [], seed_ix
-    for t in range(n):
+    for _ in range(n):
         h = np.tanh(Wxh @ W_embed[ix] + Whh @ h)
         ix = int(np.argmax(Why @ h))
         if ix == end_ix:
@@ -490,7 +455,8 @@ def maxpool_forward_backward(x, dout, ph, pw, s):
             m = window.max(axis=(2, 3))
             out[:, :, i, j] = m
             mask = window == m[:, :, None, None]
-            dx[:, :, i * s:i * s + ph, j * s:j * s + pw] += mask * dout[:, :, i, j][:, :, None, None]
+            dx[:, :, i * s:i * s + ph, j * s:j * s + pw] += (
+                mask * dout[:, :, i, j][:, :, None, None])
     return out, dx
 
 
@@ -791,7 +757,7 @@ def test_temporal_softmax_loss_with_masks_and_beam_search_by_argsort():
 
 
 def train_until_tolerance(w, X, y, config, max_epochs):
-    for epoch in range(max_epochs):
+    for epoch in range(max_epochs):  # noqa: B007 - returned after the loop
         w -= config["lr"] * (X.T @ (X @ w - y) / len(y))
         config["t"] = config.get("t", 0) + 1
         loss = ((X @ w - y) ** 2).mean()
@@ -825,9 +791,6 @@ def scale_by_cube(w, n):
     return w * (n * n * n)
 
 
-@pytest.mark.xfail(strict=True, reason="a Python int argument made a run-time input (its third "
-                   "value) is computed as int64: 2 ** 64 gives 0, 2 ** 63 a negative int, "
-                   "3_000_000 ** 3 wraps, where Python's int grows; silent wrong results")
 @pytest.mark.parametrize("model, big", [(scale_by_power_of_two, 64),
                                         (power_of_two_as_a_python_int, 63),
                                         (scale_by_cube, 3_000_000)],
@@ -844,10 +807,9 @@ def rounded_warmup(w, epoch):
     return w * round(epoch / 4)
 
 
-@pytest.mark.xfail(strict=True, reason="with epoch a run-time int, 2 ** -(epoch // 3) raises "
-                   "'Integers to negative integer powers' and round(epoch / 4) 'Tracer doesn't "
-                   "define __round__' inside the trace: internal errors, every call eager")
-@pytest.mark.parametrize("model", [step_decay, rounded_warmup],
+@pytest.mark.parametrize("model", [step_decay, pytest.param(rounded_warmup, marks=pytest.mark.xfail(
+    strict=True, reason="with epoch a run-time int, round(epoch / 4) raises 'Tracer doesn't "
+    "define __round__' inside the trace: an internal error, every call eager"))],
                          ids=lambda value: getattr(value, "__name__", None))
 def test_lr_schedules_on_a_run_time_epoch_trace(model):
     f = run_calls(model, [(np.ones(2), epoch) for epoch in (3, 5, 7, 9)], repeats=1, **F64)

@@ -115,10 +115,12 @@ class Misses:
                         grad=is_grad_enabled(), lazy=lazy,
                         capture_loops=self.options.loops == "capture", call_kwargs=kwargs)
                     break
-                except NumberState:  # self.t += 1: again, with self.t a run-time input
+                except NumberState as state:  # self.t += 1: again, self.t a run-time input
+                    last = state
                     continue
-            else:
-                raise UnsupportedError("attributes holding numbers kept changing role")
+            else:  # the last one names the user's line and the attribute
+                raise UnsupportedError(f"{last}: attributes holding numbers kept changing "
+                                       "role")
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise

@@ -684,7 +684,9 @@ class Hooks:
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
         as state and trace again (``attribute_writes.NumberState``), or refuse."""
         if attribute.root[0] != "arg" and attribute_writes.mark_number_state(owner, name):
-            raise attribute_writes.NumberState(str(attribute))
+            location = user_location(skip=2)
+            where = f"{location.file}:{location.line}: " if location else ""
+            raise attribute_writes.NumberState(f"{where}{attribute}")
         self.outside_mutation(written)
 
     def store_item(self, container, index, value, written):

@@ -37,10 +37,11 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
-from .errors import TraceError, TracejitError, TraceSignal
+from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
+from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
-from .locations import is_internal, is_library, is_tracejit, user_location
+from .locations import is_internal, is_library, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
@@ -57,7 +58,6 @@ from .outside_inputs import (
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .source_rewrite import HOOK, RewriteUnavailable, rewrite_tree
-from .traced_array import _is_numpy_scalar
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
 _UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
@@ -72,47 +72,6 @@ def _refusal(message):
     source = f"\n    {location.source}" if location and location.source else ""
     return TraceError(f"{prefix}{message}{source}")
 
-
-def _stops_the_trace(error):
-    """What to raise instead of letting the model's handler catch ``error`` (see
-    ``Hooks.caught``), or None when the model may catch it as NumPy eager would."""
-    if isinstance(error, TraceSignal) or (isinstance(error, TracejitError) and not getattr(
-            error, "__tracejit_user_error__", False)):
-        return error
-    if isinstance(error, RecursionError):
-        return _refusal("a RecursionError the function catches: the trace's Python stack "
-                        "is deeper than NumPy eager's, so eager decides")
-    if _raised_inside_tracejit(error) and not getattr(error, "__tracejit_user_error__", False):
-        return _refusal(f"the function catches an error tracejit raised while tracing "
-                        f"({type(error).__name__}: {error}); NumPy may not raise it, so eager "
-                        "decides")
-    return None
-
-
-class _TraceSuppress(contextlib.suppress):
-    """``contextlib.suppress`` in a traced function: it does not swallow what
-    ``_stops_the_trace`` sends on up (its handler is in contextlib, not rewritten)."""
-
-    def __exit__(self, kind, error, traceback):
-        if error is not None and _stops_the_trace(error) is not None:
-            return False
-        return super().__exit__(kind, error, traceback)
-
-
-def _raised_inside_tracejit(error):
-    """Whether ``error`` was raised in tracejit's own code (its innermost frame)."""
-    traceback = error.__traceback__
-    while traceback is not None and traceback.tb_next is not None:
-        traceback = traceback.tb_next
-    return traceback is not None and is_tracejit(traceback.tb_frame.f_code.co_filename)
-
-
-# isinstance / type / np.isscalar of a traced value, given the type it has eagerly
-_TYPE_QUERIES = {
-    isinstance: lambda eager_type, classes: issubclass(eager_type, classes),
-    type: lambda eager_type: eager_type,
-    np.isscalar: lambda eager_type: eager_type is not np.ndarray,
-}
 
 _REWRITTEN = {}  # code object -> (rewritten inner code, source) or the refusal it raised
 _REWRITTEN_LIMIT = 512
@@ -381,11 +340,12 @@ class Hooks:
         if function is print:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
-            return _TraceSuppress(*args)
-        if function in _TYPE_QUERIES and args and is_traced(args[0]):
+            return TraceSuppress(*args)
+        if function in TYPE_QUERIES and args and is_traced(args[0]):
             # isinstance(x, np.ndarray), type(x) is np.ndarray, np.isscalar(x.sum()):
             # answered for the value NumPy eager has there, so the trace takes its branch
-            return _TYPE_QUERIES[function](self._eager_type(args[0]), *args[1:], **kwargs)
+            return TYPE_QUERIES[function](eager_type(self.context, args[0]), *args[1:],
+                                          **kwargs)
         if function is len and len(args) == 1 and not kwargs and is_traced(args[0]) and (
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
@@ -529,35 +489,9 @@ class Hooks:
         """A loop over range(...) the front end left as written: explain() says why."""
         note_unrolled(self.context, f"{sys._getframe(1).f_code.co_filename}:{line}", reason)
 
-    def _eager_type(self, value):
-        """The type ``value`` (traced) has when the function runs eagerly on the same
-        arguments: ``int`` for a dim; a Python number for a run-time Python scalar; a
-        NumPy scalar type for a reduction's or an element's value; else ``np.ndarray``.
-        Called on Tensors eagerly, values are Tensors: type checks on them run eagerly."""
-        if isinstance(value, SymInt):
-            return int
-        if value.aval.weak:
-            return {"b": bool, "i": int, "u": int}.get(value.dtype.kind, float)
-        if getattr(self.context, "tensor_arguments", True):
-            raise _refusal("a type check (isinstance, type) on a value computed from Tensor "
-                           "arguments: the trace sees arrays where eager sees Tensors")
-        return value.dtype.type if _is_numpy_scalar(value) else np.ndarray
-
     # the model's own exception handlers --------------------------------------------------
-    def caught(self):
-        """First statement of every ``except`` block of the model. What tracejit raised to
-        stop or restart the trace (an unsupported call, ``self.t += 1`` read as a
-        setting, a loop it cannot capture) goes on up: caught here, the trace would
-        compile the handler's path where NumPy never raises. So does any other error
-        raised inside tracejit that NumPy would not raise (an internal error; one NumPy
-        would raise is marked ``as_numpy_would``), and a RecursionError: the trace runs
-        deeper on the stack than NumPy eager."""
-        error = sys.exc_info()[1]
-        stop = _stops_the_trace(error)
-        if stop is error:
-            raise error
-        if stop is not None:
-            raise stop from error
+    def caught(self):  # the first statement of every except block of the model
+        reraise_if_it_stops_the_trace(sys.exc_info()[1])
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

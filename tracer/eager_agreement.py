@@ -21,16 +21,9 @@ import contextlib
 import numpy as np
 
 from .dims import SymInt
-from .errors import TraceError, TracejitError, TraceSignal
-from .locations import is_tracejit, user_location
-from .traced_array import _is_numpy_scalar
-
-
-def _refusal(message):
-    location = user_location(skip=2)
-    prefix = f"{location.file}:{location.line}: " if location else ""
-    source = f"\n    {location.source}" if location and location.source else ""
-    return TraceError(f"{prefix}{message}{source}")
+from .errors import TracejitError, TraceSignal
+from .locations import is_tracejit
+from .traced_array import _is_numpy_scalar, trace_error
 
 
 def stops_the_trace(error):
@@ -40,10 +33,10 @@ def stops_the_trace(error):
             error, "__tracejit_user_error__", False)):
         return error
     if isinstance(error, RecursionError):
-        return _refusal("a RecursionError the function catches: the trace's Python stack "
+        return trace_error("a RecursionError the function catches: the trace's Python stack "
                         "is deeper than NumPy eager's, so eager decides")
     if _raised_inside_tracejit(error) and not getattr(error, "__tracejit_user_error__", False):
-        return _refusal(f"the function catches an error tracejit raised while tracing "
+        return trace_error(f"the function catches an error tracejit raised while tracing "
                         f"({type(error).__name__}: {error}); NumPy may not raise it, so eager "
                         "decides")
     return None
@@ -99,6 +92,6 @@ def eager_type(context, value):
     if value.aval.weak:
         return {"b": bool, "i": int, "u": int}.get(value.dtype.kind, float)
     if getattr(context, "tensor_arguments", True):
-        raise _refusal("a type check (isinstance, type) on a value computed from Tensor "
+        raise trace_error("a type check (isinstance, type) on a value computed from Tensor "
                        "arguments: the trace sees arrays where eager sees Tensors")
     return value.dtype.type if _is_numpy_scalar(value) else np.ndarray

@@ -232,10 +232,8 @@ class Tracer(ArrayMethods):
         # AttributeError, which hasattr() and getattr(x, name, default) would take for
         # "NumPy has none" and go another way than NumPy eager
         if hasattr(np.ndarray, name) and not name.startswith("__"):  # not NumPy's probes
-            location = user_location()
-            prefix = f"{location.file}:{location.line}: " if location else ""
-            raise TraceError(f"{prefix}x.{name} of a traced array is not supported; the call "
-                             "runs eagerly")
+            raise trace_error(f"x.{name} of a traced array is not supported; the call runs "
+                              "eagerly")
         raise AttributeError(f"'numpy.ndarray' object has no attribute {name!r}")
 
 

@@ -1,0 +1,639 @@
+"""Adversarial real-model tests, fifth round: NumPy model code in the idioms of public
+course code and small NumPy ML libraries (numpy-ml layer objects, cs231n optimizers and
+layers, HMMs, RL returns, PCA), run eagerly and through ``jit`` on copies of the same
+arguments.
+
+Covers what rounds one to four do not: Viterbi back-pointer walks and the HMM forward
+pass by logsumexp over lengths, edit distance by nested DP loops over int tables, PCA by
+SVD and eigh (eager), numpy-ml layers with lazy init, list caches and gradient dicts,
+Adagrad/Adadelta through ufunc ``out=`` arguments, max-pool backward by
+``np.unravel_index``, convolution by ``sliding_window_view`` + ``tensordot``,
+``bincount``/``unique``/``searchsorted`` (eager), a perceptron's per-sample branches,
+discounted returns with episode resets, GAE, tabular Q-learning over transition lists,
+cs231n's ``dx = dout; dx[x <= 0] = 0`` aliasing, empty batches through ``reshape(N, -1)``
+and ``max``, uint8 images with float32 weights, Python builtins on traced values, and
+symbolic dims reaching plain Python (``str``, f-strings, ``print``, dict keys and
+``dict.get``).
+
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+from real_model_checks import assert_same, jitted, no_internal_errors, rng_for, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+def logsumexp(a, axis):
+    top = a.max(axis=axis, keepdims=True)
+    return (top + np.log(np.exp(a - top).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+
+# --- HMM: Viterbi with int back-pointers and a reversed walk, forward by logsumexp -----------
+def viterbi(log_pi, log_A, log_B, obs):
+    T, S = len(obs), log_pi.shape[0]
+    delta = np.zeros((T, S))
+    back = np.zeros((T, S), dtype=np.int64)
+    delta[0] = log_pi + log_B[:, obs[0]]
+    for t in range(1, T):
+        scores = delta[t - 1][:, None] + log_A
+        back[t] = np.argmax(scores, axis=0)
+        delta[t] = scores.max(axis=0) + log_B[:, obs[t]]
+    path = np.zeros(T, dtype=np.int64)
+    path[-1] = np.argmax(delta[-1])
+    for t in range(T - 2, -1, -1):
+        path[t] = back[t + 1, path[t + 1]]
+    return path, delta[-1].max()
+
+
+def hmm_forward(log_pi, log_A, log_B, obs):
+    alpha = log_pi + log_B[:, obs[0]]
+    for t in range(1, len(obs)):
+        alpha = logsumexp(alpha[:, None] + log_A, axis=0) + log_B[:, obs[t]]
+    return logsumexp(alpha, axis=0)
+
+
+def hmm_arguments(rng, T, S=3, V=4):
+    def log_rows(*shape):
+        p = rng.random(shape) + 0.1
+        return np.log(p / p.sum(axis=-1, keepdims=True))
+    return log_rows(S), log_rows(S, S), log_rows(S, V), rng.integers(0, V, T)
+
+
+@pytest.mark.parametrize("model", [viterbi, hmm_forward])
+def test_hmm_viterbi_and_forward_over_lengths(model):
+    rng = rng_for(500)
+    f = run_calls(model, [hmm_arguments(rng, 5), hmm_arguments(rng, 8), hmm_arguments(rng, 1),
+                          hmm_arguments(rng, 13)], **F64)
+    if model is hmm_forward:  # viterbi's back-pointer walk: see the backtrack xfail below
+        no_internal_errors(f)
+
+
+# --- edit distance by dynamic programming over int arrays -------------------------------------
+def edit_distance(a, b):
+    D = np.zeros((len(a) + 1, len(b) + 1), dtype=np.int64)
+    D[:, 0] = np.arange(len(a) + 1)
+    D[0, :] = np.arange(len(b) + 1)
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            D[i, j] = min(D[i - 1, j] + 1, D[i, j - 1] + 1, D[i - 1, j - 1] + cost)
+    return D[-1, -1]
+
+
+def test_edit_distance_dynamic_programming():
+    rng = rng_for(501)
+    f = run_calls(edit_distance, [(rng.integers(0, 3, 4), rng.integers(0, 3, 5)),
+                                  (rng.integers(0, 3, 4), rng.integers(0, 3, 5)),
+                                  (rng.integers(0, 3, 6), rng.integers(0, 3, 2))])
+    no_internal_errors(f)
+
+
+# --- PCA by SVD and by eigh of the covariance ------------------------------------------------
+def pca_svd(X, k):
+    Xc = X - X.mean(axis=0)
+    U, S, Vt = np.linalg.svd(Xc, full_matrices=False)
+    explained = S ** 2 / (len(X) - 1)
+    return Xc @ Vt[:k].T, explained[:k] / explained.sum()
+
+
+def pca_eigh(X, k):
+    Xc = X - X.mean(axis=0)
+    cov = Xc.T @ Xc / (X.shape[0] - 1)
+    vals, vecs = np.linalg.eigh(cov)
+    order = np.argsort(vals)[::-1][:k]
+    return vals[order], np.abs(Xc @ vecs[:, order])
+
+
+@pytest.mark.parametrize("model", [pca_svd, pca_eigh])
+def test_pca_over_sizes(model):
+    rng = rng_for(502)
+    f = run_calls(model, [(rng.standard_normal((7, 4)), 2), (rng.standard_normal((9, 4)), 2),
+                          (rng.standard_normal((9, 4)), 3)], **F64)
+    no_internal_errors(f)
+
+
+# --- numpy-ml style layer: lazy init, list caches, derived variables, gradients dict ---------
+class FullyConnected:
+    def __init__(self, n_out, seed):
+        self.n_out, self.seed = n_out, seed
+        self.is_initialized = False
+        self.X = []
+        self.parameters, self.gradients, self.derived_variables = {}, {}, {"Z": []}
+
+    def _init_params(self, n_in):
+        rng = np.random.default_rng(self.seed)
+        self.parameters = {"W": rng.standard_normal((n_in, self.n_out)) * 0.1,
+                           "b": np.zeros((1, self.n_out))}
+        self.gradients = {k: np.zeros_like(v) for k, v in self.parameters.items()}
+        self.is_initialized = True
+
+    def forward(self, X, retain_derived=True):
+        if not self.is_initialized:
+            self._init_params(X.shape[1])
+        Z = X @ self.parameters["W"] + self.parameters["b"]
+        Y = np.maximum(Z, 0)
+        if retain_derived:
+            self.X.append(X)
+            self.derived_variables["Z"].append(Z)
+        return Y
+
+    def backward(self, dLdy):
+        dX = []
+        for X, Z in zip(self.X, self.derived_variables["Z"]):
+            dZ = dLdy * (Z > 0)
+            self.gradients["W"] += X.T @ dZ
+            self.gradients["b"] += dZ.sum(axis=0, keepdims=True)
+            dX.append(dZ @ self.parameters["W"].T)
+        return dX[0] if len(self.X) == 1 else dX
+
+    def flush_gradients(self):
+        self.X = []
+        self.derived_variables["Z"] = []
+        for k, v in self.gradients.items():
+            self.gradients[k] = np.zeros_like(v)
+
+    def update(self, lr):
+        for k, v in self.gradients.items():
+            self.parameters[k] -= lr * v
+        self.flush_gradients()
+
+
+def numpy_ml_step(layer, X, dY, lr):
+    Y = layer.forward(X)
+    dX = layer.backward(dY)
+    layer.update(lr)
+    return Y, dX
+
+
+def layer_state(layer):
+    return {"parameters": layer.parameters, "gradients": layer.gradients, "X": layer.X,
+            "Z": layer.derived_variables["Z"], "is_initialized": layer.is_initialized}
+
+
+def test_numpy_ml_layer_lazy_init_list_caches_and_update():
+    rng = rng_for(503)
+    f = jitted(numpy_ml_step)
+    for n in (5, 5, 6, 6):
+        X, dY = rng.standard_normal((n, 4)), rng.standard_normal((n, 3))
+        eager_layer, jit_layer = FullyConnected(3, 7), FullyConnected(3, 7)
+        want = numpy_ml_step(eager_layer, X.copy(), dY.copy(), 0.1)
+        got = f(jit_layer, X.copy(), dY.copy(), 0.1)
+        assert_same(got, want, **F64)
+        assert_same(layer_state(jit_layer), layer_state(eager_layer), **F64)
+    no_internal_errors(f)
+
+
+def numpy_ml_train(layer, X, dY, lr, steps):
+    outs = []
+    for _ in range(steps):
+        outs.append(numpy_ml_step(layer, X, dY, lr)[0].sum())
+    return outs, layer.parameters
+
+
+def test_numpy_ml_layer_persistent_state_over_calls():
+    rng = rng_for(504)
+    layer = FullyConnected(3, 7)
+    layer._init_params(4)
+    eager_layer, jit_layer = copy.deepcopy(layer), copy.deepcopy(layer)
+    f = jitted(numpy_ml_train)
+    for n in (5, 5, 6, 7, 3):
+        X, dY = rng.standard_normal((n, 4)), rng.standard_normal((n, 3))
+        want = numpy_ml_train(eager_layer, X.copy(), dY.copy(), 0.05, 2)
+        got = f(jit_layer, X.copy(), dY.copy(), 0.05, 2)
+        assert_same(got, want, **F64)
+        assert_same(jit_layer.parameters, eager_layer.parameters, **F64)
+        assert_same(jit_layer.gradients, eager_layer.gradients, **F64)
+        assert jit_layer.X == [] and jit_layer.derived_variables == {"Z": []}
+    no_internal_errors(f)
+
+
+# --- Adagrad / Adadelta with ufunc out= arguments --------------------------------------------
+def adagrad_out(w, dw, cache, lr, eps):
+    np.add(cache, dw * dw, out=cache)
+    step = np.empty_like(w)
+    np.divide(dw, np.sqrt(cache) + eps, out=step)
+    np.multiply(step, lr, out=step)
+    np.subtract(w, step, out=w)
+    return w
+
+
+def adadelta(w, dw, Eg, Edx, rho, eps):
+    Eg *= rho
+    Eg += (1 - rho) * dw ** 2
+    dx = -np.sqrt(Edx + eps) / np.sqrt(Eg + eps) * dw
+    Edx[...] = rho * Edx + (1 - rho) * dx ** 2
+    w += dx
+    return np.linalg.norm(dx)
+
+
+def test_adagrad_and_adadelta_in_place_with_out_arguments():
+    rng = rng_for(505)
+
+    def ag(n, dtype=np.float64):
+        def r(*shape):
+            return rng.standard_normal(shape).astype(dtype)
+        return r(n, 3), r(n, 3), np.abs(r(n, 3)), 0.01, 1e-8
+
+    f = run_calls(adagrad_out, [ag(4), ag(4), ag(5), ag(4, np.float32)], **F32)
+    no_internal_errors(f)
+
+    def ad(n):
+        return (rng.standard_normal(n), rng.standard_normal(n), np.abs(rng.standard_normal(n)),
+                np.abs(rng.standard_normal(n)), 0.95, 1e-6)
+
+    f = run_calls(adadelta, [ad(4), ad(4), ad(9), ad(1)], **F64)
+    no_internal_errors(f)
+
+
+# --- max pool backward through unravel_index of a flat argmax --------------------------------
+def maxpool_backward_unravel(x, dout, pool):
+    N, C, H, W = x.shape
+    dx = np.zeros_like(x)
+    for n in range(N):
+        for c in range(C):
+            for i in range(H // pool):
+                for j in range(W // pool):
+                    window = x[n, c, i * pool:(i + 1) * pool, j * pool:(j + 1) * pool]
+                    r, s = np.unravel_index(np.argmax(window), window.shape)
+                    dx[n, c, i * pool + r, j * pool + s] += dout[n, c, i, j]
+    return dx
+
+
+def test_maxpool_backward_by_unravel_index():
+    rng = rng_for(506)
+
+    def arguments(n, h):
+        return (rng.standard_normal((n, 2, h, h)), rng.standard_normal((n, 2, h // 2, h // 2)), 2)
+
+    f = run_calls(maxpool_backward_unravel, [arguments(1, 4), arguments(1, 4), arguments(2, 6)])
+    no_internal_errors(f)
+
+
+# --- conv by sliding_window_view + tensordot ----------------------------------------------
+def conv_sliding_window(x, w, b):
+    windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=(2, 3))
+    out = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3]))
+    return out.transpose(0, 3, 1, 2) + b[None, :, None, None]
+
+
+def test_conv_by_sliding_window_view():
+    rng = rng_for(507)
+
+    def arguments(n, h, w):
+        return (rng.standard_normal((n, 2, h, w)), rng.standard_normal((3, 2, 3, 3)),
+                rng.standard_normal(3))
+
+    f = run_calls(conv_sliding_window, [arguments(1, 5, 5), arguments(1, 5, 5), arguments(2, 7, 6)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- sort / unique / bincount / cumsum / searchsorted idioms ------------------------------
+def class_weights_and_ranks(y, scores, n_classes):
+    counts = np.bincount(y, minlength=n_classes)
+    weights = len(y) / (n_classes * np.maximum(counts, 1))
+    ranks = np.argsort(np.argsort(-scores))
+    order = np.sort(scores)[::-1]
+    cdf = np.cumsum(order) / order.sum()
+    cut = np.searchsorted(cdf, 0.5)
+    classes, inverse = np.unique(y, return_inverse=True)
+    return weights[y], ranks, cut, classes, inverse, np.diff(cdf)
+
+
+def test_class_weights_ranks_cdf_and_unique():
+    rng = rng_for(508)
+
+    def arguments(n):
+        return rng.integers(0, 4, n), rng.random(n) + 0.01, 5
+
+    f = run_calls(class_weights_and_ranks, [arguments(6), arguments(6), arguments(11)], **F64)
+    no_internal_errors(f)
+
+
+# --- boolean selection and nonzero -----------------------------------------------------------
+def hinge_on_violations(scores, y, margin):
+    N = scores.shape[0]
+    correct = scores[np.arange(N), y][:, None]
+    margins = np.maximum(0, scores - correct + margin)
+    margins[np.arange(N), y] = 0
+    violated = margins[margins > 0]
+    rows, cols = np.nonzero(margins)
+    return violated.sum() / N, rows, cols, np.count_nonzero(margins, axis=1)
+
+
+def test_hinge_selection_by_mask_and_nonzero():
+    rng = rng_for(509)
+
+    def arguments(n):
+        return rng.standard_normal((n, 4)), rng.integers(0, 4, n), 1.0
+
+    f = run_calls(hinge_on_violations, [arguments(5), arguments(5), arguments(8), arguments(1)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- perceptron: per-sample loop with a data-dependent in-place update ---------------------
+def perceptron_epoch(w, b, X, y):
+    mistakes = 0
+    for x, label in zip(X, y):
+        if label * (w @ x + b) <= 0:
+            w += label * x
+            b += label
+            mistakes += 1
+    return w, b, mistakes
+
+
+def test_perceptron_epochs_with_per_sample_branches():
+    rng = rng_for(510)
+
+    def arguments(n):
+        X = rng.standard_normal((n, 3))
+        return np.zeros(3), 0.0, X, np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1.0, -1.0)
+
+    f = run_calls(perceptron_epoch, [arguments(6), arguments(6), arguments(9), arguments(17)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- RL: discounted returns with episode resets, GAE, tabular Q-learning -------------------
+def discount_rewards(r, dones, gamma):
+    discounted = np.zeros_like(r)
+    running = 0.0
+    for t in reversed(range(r.size)):
+        if dones[t]:
+            running = 0.0
+        running = running * gamma + r[t]
+        discounted[t] = running
+    discounted -= np.mean(discounted)
+    discounted /= np.std(discounted) + 1e-8
+    return discounted
+
+
+def gae(rewards, values, dones, gamma, lam):
+    T = len(rewards)
+    adv = np.zeros(T)
+    last = 0.0
+    for t in range(T - 1, -1, -1):
+        nonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * values[t + 1] * nonterminal - values[t]
+        last = delta + gamma * lam * nonterminal * last
+        adv[t] = last
+    return adv, adv + values[:-1]
+
+
+def q_learning(Q, transitions, alpha, gamma):
+    for s, a, r, s2, done in transitions:
+        target = r if done else r + gamma * Q[s2].max()
+        Q[s, a] += alpha * (target - Q[s, a])
+    return Q.argmax(axis=1)
+
+
+def test_discounted_returns_with_resets_over_lengths():
+    rng = rng_for(511)
+
+    def arguments(t):
+        return rng.standard_normal(t), rng.random(t) < 0.3, 0.99
+
+    f = run_calls(discount_rewards, [arguments(7), arguments(7), arguments(12), arguments(3)],
+                  **F64)
+    no_internal_errors(f)
+
+
+def test_gae_over_lengths_with_float_dones():
+    rng = rng_for(512)
+
+    def arguments(t):
+        return (rng.standard_normal(t), rng.standard_normal(t + 1),
+                (rng.random(t) < 0.2).astype(np.float64), 0.99, 0.95)
+
+    f = run_calls(gae, [arguments(5), arguments(5), arguments(11), arguments(1)], **F64)
+    no_internal_errors(f)
+
+
+def test_tabular_q_learning_over_transition_lists():
+    rng = rng_for(513)
+
+    def arguments(n):
+        transitions = [(int(rng.integers(4)), int(rng.integers(2)), float(rng.standard_normal()),
+                        int(rng.integers(4)), bool(rng.random() < 0.3)) for _ in range(n)]
+        return rng.standard_normal((4, 2)), transitions, 0.5, 0.9
+
+    f = run_calls(q_learning, [arguments(5), arguments(5), arguments(8)], **F64)
+    no_internal_errors(f)
+
+
+# --- relu backward that aliases the upstream gradient (cs231n's dx = dout) ------------------
+def relu_backward_aliasing(dout, x):
+    dx = dout
+    dx[x <= 0] = 0
+    return dx
+
+
+def leaky_relu_in_place(x, slope):
+    x[x < 0] *= slope
+    np.maximum(x, -1.0, out=x)
+    return x.sum()
+
+
+def test_relu_backward_writes_through_to_the_callers_gradient():
+    rng = rng_for(514)
+
+    def arguments(n):
+        return rng.standard_normal((n, 3)), rng.standard_normal((n, 3))
+
+    f = run_calls(relu_backward_aliasing, [arguments(4), arguments(4), arguments(7)], **F64)
+    no_internal_errors(f)
+    f = run_calls(leaky_relu_in_place, [(rng.standard_normal((4, 3)) * 3, 0.1),
+                                        (rng.standard_normal((4, 3)) * 3, 0.2),
+                                        (rng.standard_normal((6, 3)) * 3, 0.2)], **F64)
+    no_internal_errors(f)
+
+
+# --- empty batches: reshape(N, -1) of zero rows raises in NumPy -----------------------------
+def flatten_affine(x, w, b):
+    return x.reshape(x.shape[0], -1) @ w + b
+
+
+def test_flatten_of_an_empty_batch_raises_as_numpy_does():
+    rng = rng_for(515)
+    w, b = rng.standard_normal((12, 2)), rng.standard_normal(2)
+    f = run_calls(flatten_affine, [(rng.standard_normal((n, 3, 4)), w, b) for n in (3, 3, 5, 0, 1)],
+                  **F64)
+    no_internal_errors(f)
+
+
+def max_then_mean(x):
+    return x.max(axis=0), x.mean(axis=0)
+
+
+def test_max_over_an_empty_axis_raises_as_numpy_does():
+    rng = rng_for(516)
+    run_calls(max_then_mean, [(rng.standard_normal((n, 3)),) for n in (3, 3, 5, 0, 2)], **F64)
+
+
+# --- dtype mixes: uint8 images, float32 weights with float64 data, bool masks ---------------
+def preprocess_and_score(images, W, mean, labels, mask):
+    x = images.reshape(len(images), -1) / 255.0
+    x = (x - mean).astype(np.float32)
+    scores = x @ W
+    correct = scores[np.arange(len(labels)), labels]
+    return scores, (correct * mask).sum(), mask.sum(), (~mask).astype(np.int32)
+
+
+def test_uint8_images_float32_weights_float64_mean_and_bool_masks():
+    rng = rng_for(517)
+    W = rng.standard_normal((12, 3)).astype(np.float32)
+
+    def arguments(n):
+        return (rng.integers(0, 256, (n, 3, 2, 2), dtype=np.uint8), W, rng.random(12),
+                rng.integers(0, 3, n).astype(np.int32), rng.random(n) < 0.5)
+
+    f = run_calls(preprocess_and_score, [arguments(4), arguments(4), arguments(6)], **F32)
+    assert "uint8" in repr(f.stats()["eager_reasons"])  # runs eagerly, with the dtype named
+
+
+# --- Python builtins on traced values: max/min/abs/sum/math ---------------------------------
+def builtins_mix(x, w):
+    import math
+    norm = math.sqrt(float((w * w).sum()))
+    scale = min(1.0, 5.0 / max(norm, 1e-12))
+    total = sum(row @ w for row in x)
+    largest = max(abs(x.min()), x.max())
+    return w * scale, total, largest, round(float(x.mean()), 3)
+
+
+def test_python_builtins_over_traced_values():
+    rng = rng_for(518)
+    f = run_calls(builtins_mix, [(rng.standard_normal((3, 4)), rng.standard_normal(4) * 3),
+                                 (rng.standard_normal((3, 4)), rng.standard_normal(4) * 3),
+                                 (rng.standard_normal((5, 4)), rng.standard_normal(4) * 0.1)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- causal masks from triu/tril and sequence lengths ---------------------------------------
+def causal_attention_triu(q, k, v):
+    T = q.shape[0]
+    scores = q @ k.T / np.sqrt(q.shape[1])
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    scores = np.where(mask, -np.inf, scores)
+    scores -= scores.max(axis=1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=1, keepdims=True)
+    return p @ v, np.tril(p).sum()
+
+
+def test_causal_attention_by_triu_over_lengths():
+    rng = rng_for(519)
+
+    def arguments(t):
+        return tuple(rng.standard_normal((t, 4)) for _ in range(3))
+
+    f = run_calls(causal_attention_triu, [arguments(5), arguments(5), arguments(9), arguments(1)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- symbolic dims reaching Python: strings, dict keys, dict.get ----------------------------
+def scale_by_length_table(x, table):
+    return x + table.get(len(x), 0.0)
+
+
+@pytest.mark.xfail(strict=True, reason="dict.get(len(x), default) with a dynamic len: the "
+                   "SymInt key misses the dict (no guard), so compiled calls at lengths 4 and 5 "
+                   "use the default 0.0 where NumPy adds the table's entry")
+def test_dict_get_keyed_by_a_dynamic_length():
+    table = {3: 1.0, 4: 2.0, 5: 3.0}
+    f = run_calls(scale_by_length_table, [(np.zeros(n), table) for n in (3, 4, 5, 6)])
+    no_internal_errors(f)
+
+
+def sum_and_shape_text(x):
+    return x.sum(), str(x.shape), f"{x.shape[0]}", "{}".format(len(x))
+
+
+@pytest.mark.xfail(strict=True, reason="str(x.shape), f'{x.shape[0]}' and format(len(x)) of a "
+                   "dynamic dim return 's0' from compiled calls (the symbol's name is frozen "
+                   "into the result) where NumPy gives '(4,)' and '4'")
+def test_shape_text_of_a_dynamic_dim_in_results():
+    rng = rng_for(520)
+    f = run_calls(sum_and_shape_text, [(rng.standard_normal(n),) for n in (3, 4, 5)])
+    no_internal_errors(f)
+
+
+def print_batch_length(x):
+    print(f"len={len(x)}")
+    return x * 2
+
+
+@pytest.mark.xfail(strict=True, reason="print(f'len={len(x)}') prints 'len=s0' on compiled "
+                   "calls once the dim is dynamic; eager prints 'len=4'")
+def test_print_of_an_f_string_of_a_dynamic_length(capsys):
+    rng = rng_for(521)
+    f = jitted(print_batch_length)
+    for n in (3, 4, 5, 6):
+        x = rng.standard_normal(n)
+        print_batch_length(x)
+        want = capsys.readouterr().out
+        f(x)
+        assert capsys.readouterr().out == want
+
+
+def counts_by_length(x):
+    return x * 2, {x.shape[0]: x.sum()}
+
+
+@pytest.mark.xfail(strict=True, reason="a dict keyed by a dynamic dim ({x.shape[0]: ...}) is "
+                   "returned with the SymInt s0 as its key instead of the int")
+def test_a_returned_dict_keyed_by_a_dynamic_dim():
+    rng = rng_for(522)
+    f = run_calls(counts_by_length, [(rng.standard_normal(n),) for n in (3, 4, 5)])
+    no_internal_errors(f)
+
+
+def weight_for_width(x, table):
+    return x @ table[f"w_{x.shape[1]}"]
+
+
+@pytest.mark.xfail(strict=True, reason="params[f'w_{x.shape[1]}'] once the width is dynamic "
+                   "looks up 'w_s0': internal error KeyError while tracing, runs eagerly")
+def test_parameter_name_built_from_a_dynamic_width():
+    rng = rng_for(523)
+    table = {f"w_{d}": rng.standard_normal((d, 2)) for d in (2, 3, 4)}
+    f = run_calls(weight_for_width, [(rng.standard_normal((3, d)), table) for d in (2, 3, 4)])
+    no_internal_errors(f)
+
+
+def memo_by_length(x, cache):
+    if x.shape[0] in cache:
+        return x + cache[x.shape[0]]
+    return x
+
+
+def test_membership_then_lookup_keyed_by_a_dynamic_length():
+    table = {3: 1.0, 4: 2.0, 5: 3.0}
+    f = run_calls(memo_by_length, [(np.zeros(n), table) for n in (3, 4, 5, 6, 7)])
+    no_internal_errors(f)
+
+
+# --- Viterbi's back-pointer walk: a descending loop reading back[t + 1, path[t + 1]] ---------
+def backtrack(back):
+    T = back.shape[0]
+    path = np.zeros(T, dtype=np.int64)
+    for t in range(T - 2, -1, -1):
+        path[t] = back[t + 1, path[t + 1]]
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason="a descending loop range(T - 2, -1, -1) over a dynamic T "
+                   "reading back[t + 1, path[t + 1]]: internal error (IndexError: ... not SymInt "
+                   "in tracer/indexing.py IndexPlan) while tracing; runs eagerly")
+def test_backtrack_through_back_pointers_in_a_descending_loop():
+    rng = rng_for(524)
+    f = run_calls(backtrack, [(rng.integers(0, 3, (t, 3)),) for t in (5, 8, 13)])
+    no_internal_errors(f)

@@ -74,6 +74,8 @@ LOWERINGS = {
     ops.erf_p: pointwise(pw.math_function("erf")),
     ops.floor_p: pointwise(pw.rounding("floor")),
     ops.ceil_p: pointwise(pw.rounding("ceil")),
+    ops.rint_p: pointwise(pw.rounding("rint")),
+    ops.trunc_p: pointwise(pw.rounding("trunc")),
     ops.isnan_p: pointwise(pw.isnan),
     ops.isinf_p: pointwise(pw.isinf),
     ops.isfinite_p: pointwise(pw.isfinite),

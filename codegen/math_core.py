@@ -103,6 +103,10 @@ def rint(builder, x):
     return intrinsic(builder, "rint", x)
 
 
+def trunc(builder, x):
+    return intrinsic(builder, "trunc", x)
+
+
 def floor(builder, x):
     return intrinsic(builder, "floor", x)
 

@@ -64,7 +64,7 @@ the C library: the loop still vectorizes, with one ``fmod`` call per lane.
 
 from __future__ import annotations
 
-from .math_core import ceil, copysign, fabs, floor, fma, sqrt
+from .math_core import ceil, copysign, fabs, floor, fma, rint, sqrt, trunc
 from .math_erf import erf
 from .math_exp import exp, expm1, tanh
 from .math_log import log, log1p
@@ -72,4 +72,4 @@ from .math_pow import pow  # noqa: A004 - NumPy's name
 from .math_trig import cos, sin
 
 __all__ = ["ceil", "copysign", "cos", "erf", "exp", "expm1", "fabs", "floor", "fma", "log",
-           "log1p", "pow", "sin", "sqrt", "tanh"]
+           "log1p", "pow", "rint", "sin", "sqrt", "tanh", "trunc"]

@@ -187,6 +187,9 @@ class ArrayMethods:
     def clip(self, min=None, max=None):  # noqa: A002 - NumPy's names
         return numpy_api.clip(self, min, max)
 
+    def round(self, decimals=0, out=None):
+        return numpy_api.round_(self, decimals, out)
+
     def dot(self, other):
         return numpy_api.dot(self, other)
 

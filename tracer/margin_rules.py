@@ -37,9 +37,11 @@ from .ops import (
     minimum_p,
     not_equal_p,
     reshape_p,
+    rint_p,
     sqrt_p,
     subtract_p,
     sum_p,
+    trunc_p,
     where_p,
 )
 from .primitives import PRIMITIVES
@@ -381,9 +383,8 @@ def _cast(ctx, eqn, bounds):
         truncated = [ctx.mul(ctx.emit(floor_p, ctx.abs(end)), ctx.emit(
             _sign_p(), end)) for end in (high, low)]
         return ctx.sub(truncated[0], truncated[1])
-    if target.kind == "f" and unit_roundoff(target) < unit_roundoff(source) or (
-            target.kind != "f"):
-        return e  # widening (or integer to integer): no new rounding
+    if target.kind != "f" or source.kind == "f" and target.itemsize >= source.itemsize:
+        return e  # widening, the same dtype (or integer to integer): no new rounding
     return ctx.plus(e, ctx.rounding(eqn.out))
 
 
@@ -648,6 +649,8 @@ RULES = {
     "power": _power,
     "floor": _rounding_to_integer(floor_p),
     "ceil": _rounding_to_integer(ceil_p),
+    "rint": _rounding_to_integer(rint_p),
+    "trunc": _rounding_to_integer(trunc_p),
     "maximum": _extremum,
     "minimum": _extremum,
     "equal": _compare,

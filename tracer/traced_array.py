@@ -137,6 +137,21 @@ class Tracer(ArrayMethods):
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
         return self.context.guard(self, "index", int(self.value))
 
+    def __round__(self, ndigits=None):
+        """Python's ``round`` as on the eager value: a Python float or NumPy scalar rounds
+        half to even to an int (guarded like ``int()``), or to ``ndigits`` places; ints
+        are whole; a NumPy array has no ``__round__``."""
+        from .eager_agreement import eager_type  # cycle: eager_agreement imports Tracer
+
+        kind = eager_type(self.context, self)
+        if kind is np.ndarray:
+            raise TypeError("type numpy.ndarray doesn't define __round__ method")
+        if ndigits is None:
+            return self if kind is int else int(np.rint(self) if kind is not bool else self)
+        if kind in (int, float):  # Python's correctly rounded digits: on the guarded value
+            return round(kind(self), ndigits)
+        return np.round(self, ndigits)
+
     def item(self):
         return self.context.guard(self, "item", np.asarray(self.value).item())
 

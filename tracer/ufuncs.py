@@ -94,6 +94,8 @@ UFUNCS = {
     np.cos: ops.cos_p,
     np.floor: ops.floor_p,
     np.ceil: ops.ceil_p,
+    np.rint: ops.rint_p,
+    np.trunc: ops.trunc_p,
     np.isnan: ops.isnan_p,
     np.isinf: ops.isinf_p,
     np.isfinite: ops.isfinite_p,

@@ -154,6 +154,11 @@ def away_from_integers(*shape):
     return np.floor(uniform(*shape, low=-3, high=3)) + uniform(*shape, low=0.1, high=0.9)
 
 
+def away_from_halves(*shape):
+    """Values at least 0.1 from an integer and from a half: rint has no jump within eps."""
+    return np.floor(uniform(*shape, low=-3, high=3)) + uniform(*shape, low=0.1, high=0.4)
+
+
 Case = namedtuple("Case", "id prim args params")
 
 # One call per differentiable primitive, away from kinks, ties and poles. Index operands
@@ -193,6 +198,7 @@ PRIMITIVE_SAMPLES = {
     "power": ((positive(2, 3), uniform(2, 3)), {}),
     "prod": ((away_from_zero(3, 4),), dict(axes=(1,), keepdims=False)),
     "reciprocal": ((away_from_zero(2, 3),), {}),
+    "rint": ((away_from_halves(2, 3),), {}),
     "reshape": ((uniform(2, 6),), dict(shape=(3, 4))),
     "scatter_add": ((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
     "sign": ((away_from_zero(2, 3),), {}),
@@ -204,6 +210,7 @@ PRIMITIVE_SAMPLES = {
     "subtract": ((uniform(2, 3), uniform(2, 3)), {}),
     "sum": ((uniform(3, 4),), dict(axes=(1,), keepdims=False)),
     "tanh": ((uniform(2, 3),), {}),
+    "trunc": ((away_from_integers(2, 3),), {}),
     "transpose": ((uniform(2, 3, 4),), dict(perm=(2, 0, 1))),
     "true_divide": ((uniform(2, 3), away_from_zero(2, 3)), {}),
     "where": ((SAMPLE_RNG.random((2, 3)) < 0.5, uniform(2, 3), uniform(2, 3)), {}),

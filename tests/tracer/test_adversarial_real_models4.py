@@ -807,9 +807,7 @@ def rounded_warmup(w, epoch):
     return w * round(epoch / 4)
 
 
-@pytest.mark.parametrize("model", [step_decay, pytest.param(rounded_warmup, marks=pytest.mark.xfail(
-    strict=True, reason="with epoch a run-time int, round(epoch / 4) raises 'Tracer doesn't "
-    "define __round__' inside the trace: an internal error, every call eager"))],
+@pytest.mark.parametrize("model", [step_decay, rounded_warmup],
                          ids=lambda value: getattr(value, "__name__", None))
 def test_lr_schedules_on_a_run_time_epoch_trace(model):
     f = run_calls(model, [(np.ones(2), epoch) for epoch in (3, 5, 7, 9)], repeats=1, **F64)

@@ -42,6 +42,7 @@ from .pointwise import (
     not_equal_p,
     power_p,
     reciprocal_p,
+    rint_p,
     sign_p,
     sin_p,
     sqrt_p,
@@ -50,6 +51,7 @@ from .pointwise import (
     subtract_p,
     tanh_p,
     true_divide_p,
+    trunc_p,
     where_p,
 )
 from .reductions import (

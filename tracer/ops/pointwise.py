@@ -81,6 +81,8 @@ erf_p = pointwise("erf", special.erf,
                   (lambda g, x, out: g * _TWO_OVER_SQRT_PI * np.exp(-(x * x)),))
 floor_p = pointwise("floor", np.floor, (None,))
 ceil_p = pointwise("ceil", np.ceil, (None,))
+rint_p = pointwise("rint", np.rint, (None,))  # half to even, as np.round
+trunc_p = pointwise("trunc", np.trunc, (None,))
 isnan_p = pointwise("isnan", np.isnan, None)
 isinf_p = pointwise("isinf", np.isinf, None)
 isfinite_p = pointwise("isfinite", np.isfinite, None)

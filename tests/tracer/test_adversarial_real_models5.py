@@ -554,12 +554,13 @@ def test_dict_get_keyed_by_a_dynamic_length():
 
 
 def sum_and_shape_text(x):
-    return x.sum(), str(x.shape), f"{x.shape[0]}", "{}".format(len(x))
+    n = len(x)
+    return x.sum(), str(x.shape), f"{x.shape[0]}", "{}".format(n), repr(n), "%s" % n, str(2 * n)
 
 
-@pytest.mark.xfail(strict=True, reason="str(x.shape), f'{x.shape[0]}' and format(len(x)) of a "
-                   "dynamic dim return 's0' from compiled calls (the symbol's name is frozen "
-                   "into the result) where NumPy gives '(4,)' and '4'")
+@pytest.mark.xfail(strict=True, reason="str(x.shape), f'{x.shape[0]}', format, repr, '%s' % n "
+                   "and str(2 * n) of a dynamic dim return 's0' / '2*s0' from compiled calls "
+                   "(the symbol's name is frozen into the result) where NumPy gives '(4,)', '4'")
 def test_shape_text_of_a_dynamic_dim_in_results():
     rng = rng_for(520)
     f = run_calls(sum_and_shape_text, [(rng.standard_normal(n),) for n in (3, 4, 5)])
@@ -637,3 +638,103 @@ def test_backtrack_through_back_pointers_in_a_descending_loop():
     rng = rng_for(524)
     f = run_calls(backtrack, [(rng.integers(0, 3, (t, 3)),) for t in (5, 8, 13)])
     no_internal_errors(f)
+
+
+def rows_and_their_range(x):
+    return x * 2, range(len(x)), slice(0, x.shape[0])
+
+
+@pytest.mark.xfail(strict=True, reason="range(len(x)) and slice(0, x.shape[0]) returned from a "
+                   "compiled call hold the SymInt: range(s0,) and slice(0, s0, None)")
+def test_a_returned_range_and_slice_over_a_dynamic_dim():
+    rng = rng_for(525)
+    f = run_calls(rows_and_their_range, [(rng.standard_normal(n),) for n in (3, 4, 5)])
+    no_internal_errors(f)
+
+
+def scaled_by_root_length(x):
+    return x.sum() / np.sqrt(len(x)), np.sqrt(len(x)), np.log(x.shape[0])
+
+
+@pytest.mark.xfail(strict=True, reason="np.sqrt(len(x)) and np.log(x.shape[0]) of a dynamic dim "
+                   "return a 0-d ndarray from compiled calls where NumPy returns np.float64")
+def test_numpy_math_of_a_dynamic_dim_returns_a_numpy_scalar():
+    rng = rng_for(526)
+    f = run_calls(scaled_by_root_length, [(rng.standard_normal(n),) for n in (3, 4, 5)])
+    no_internal_errors(f)
+
+
+# --- Python int operations on a dynamic dim that the SymInt lacks ---------------------------
+def chunk_counts_by_divmod(x, chunk):
+    full, rest = divmod(len(x), chunk)
+    return x[:full * chunk].reshape(full, chunk).sum(axis=1), rest
+
+
+def drop_the_odd_row(x):
+    n = x.shape[0]
+    return x[:n - (n & 1)].reshape(-1, 2, x.shape[1]).mean(axis=1)
+
+
+def distance_to_middle(x):
+    middle = len(x) // 2
+    return x * abs(middle - len(x)), pow(len(x), 2, 7)
+
+
+def zero_padded_layer_name(x, params):
+    return x * params[f"scale{len(x):02d}"]
+
+
+def next_power_of_two_padding(x):
+    size = 1 << (len(x) - 1).bit_length()
+    out = np.zeros((size, x.shape[1]))
+    out[:len(x)] = x
+    return out
+
+
+INT_OPERATIONS = {
+    "divmod": (chunk_counts_by_divmod, lambda rng, n: (rng.standard_normal(n), 2)),
+    "bit_and": (drop_the_odd_row, lambda rng, n: (rng.standard_normal((n, 2)),)),
+    "abs_and_pow3": (distance_to_middle, lambda rng, n: (rng.standard_normal(n),)),
+    "format_spec": (zero_padded_layer_name,
+                    lambda rng, n: (rng.standard_normal(n),
+                                    {f"scale{d:02d}": float(d) for d in (3, 4, 5, 6)})),
+    "bit_length": (next_power_of_two_padding, lambda rng, n: (rng.standard_normal((n, 2)),)),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="divmod(n, k), n & 1, abs(n), pow(n, 2, m) and "
+                   "f'{n:02d}' on a dynamic dim raise TypeError inside the tracer (SymInt lacks "
+                   "__divmod__, __and__, __abs__, 3-argument __pow__, format specs): an internal "
+                   "error, or for the f-string 'raised while tracing: the eager run raises it "
+                   "too', which it does not; every later call runs eagerly")
+@pytest.mark.parametrize("case", ["divmod", "bit_and", "abs_and_pow3", "format_spec"])
+def test_python_int_operations_on_a_dynamic_dim(case):
+    model, make = INT_OPERATIONS[case]
+    rng = rng_for(527)
+    f = run_calls(model, [make(rng, n) for n in (3, 4, 5, 6)])
+    assert "raised while tracing" not in (f.stats()["eager_calls"] or {}), f.stats()
+    no_internal_errors(f)
+
+
+@pytest.mark.xfail(strict=True, reason="(len(x) - 1).bit_length() on a dynamic dim: "
+                   "AttributeError on the SymInt is reported as 'raised while tracing: the eager "
+                   "run raises it too', which it does not; nothing compiles")
+def test_bit_length_of_a_dynamic_dim_compiles():
+    model, make = INT_OPERATIONS["bit_length"]
+    rng = rng_for(528)
+    f = run_calls(model, [make(rng, n) for n in (3, 4, 5, 6)])
+    assert "raised while tracing" not in (f.stats()["eager_calls"] or {}), f.stats()
+    no_internal_errors(f)
+
+
+def flat_values_and_shape(x):
+    return x.reshape(-1) * 1, np.array(x.shape)
+
+
+@pytest.mark.xfail(strict=True, reason="np.array(x.shape) with a dynamic dim: 'untraceable: "
+                   "an operand of type ndarray is not an array', naming the caller's line, not "
+                   "the model's; nothing compiles")
+def test_an_array_of_the_shape_compiles():
+    rng = rng_for(529)
+    f = run_calls(flat_values_and_shape, [(rng.standard_normal((n, 3)),) for n in (3, 4, 5)])
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]

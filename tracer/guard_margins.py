@@ -274,6 +274,13 @@ class _Slice:
             return bound
         return self.emit(broadcast_to_p, bound, shape=tuple(shape))
 
+    def spread(self, bound, shape):
+        """``bound`` at every element of ``shape``, scalars included: what a reduction rule
+        reduces (a scalar has no axes to reduce; unbounded operands give scalar bounds)."""
+        if bound is None or tuple(bound.aval.shape) == tuple(shape):
+            return bound
+        return self.emit(broadcast_to_p, bound, shape=tuple(shape))
+
 
 # --- guards ------------------------------------------------------------------------------
 # float()/item() pin a value, they decide nothing: the expected value is NumPy's own (the

@@ -475,7 +475,7 @@ def _sum(ctx, eqn, bounds):
     if not is_float(eqn.out):
         if e is None:
             return None  # integer sums wrap the same in any order
-        return ctx.emit(sum_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **params)
+        return ctx.emit(sum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **params)
     dtype = eqn.out.aval.dtype
     u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
     # Ours: float32 accumulates in float64, any order; float64 (and float16) in its own.
@@ -484,7 +484,7 @@ def _sum(ctx, eqn, bounds):
     magnitude = ctx.emit(sum_p, ctx.abs(x), **params)
     carried = None
     if e is not None:
-        carried = ctx.emit(sum_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **params)
+        carried = ctx.emit(sum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **params)
         magnitude = ctx.add(magnitude, carried)  # NumPy sums values up to e away
     coefficient = (_numpy_depth(ctx, eqn) * u + (count + 1) * ours) * INFLATE
     orders = ctx.mul(magnitude, number(coefficient))
@@ -498,7 +498,7 @@ def _extreme_reduction(ctx, eqn, bounds):
         return None
     if is_bool(x):
         return _any_all(ctx, eqn, bounds)
-    return ctx.emit(max_p, ctx.fit(ctx.as_number(x, e), x.aval.shape), **eqn.params_dict)
+    return ctx.emit(max_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **eqn.params_dict)
 
 
 def _any_all(ctx, eqn, bounds):
@@ -508,7 +508,7 @@ def _any_all(ctx, eqn, bounds):
     if e is None:
         return None
     params = eqn.params_dict
-    undecided = ctx.fit(ctx.truth(x, e), x.aval.shape)
+    undecided = ctx.spread(ctx.truth(x, e), x.aval.shape)
     truth = x if is_bool(x) else ctx.emit(not_equal_p, x, Literal.of(
         np.zeros((), x.aval.dtype)[()]))
     wanted = truth if eqn.prim.name in ("any", "max") else ctx.not_(truth)

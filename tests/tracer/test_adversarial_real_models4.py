@@ -639,9 +639,6 @@ def assign_to_nearest_then_count(X, C):
     return labels + 1
 
 
-@pytest.mark.xfail(strict=True, reason="argmin of a matmul followed by a guard on a count of "
-                   "its labels fails to compile (IndexError in codegen/reductions.py "
-                   "reduce_generic); every call runs eagerly as 'not compiled'")
 def test_kmeans_assignment_count_guard_compiles():
     rng = rng_for(57)
     X = rng.standard_normal((10, 2))

@@ -29,6 +29,10 @@ def _accumulator_dtype(ufunc, dtype):
 
 def reduction_rule(ufunc=None, dtype=None):
     def abstract_eval(x, axes, keepdims):
+        if any(not 0 <= axis < len(x.shape) for axis in axes):
+            # A pass that reduces a scalar (a guard margin's bound) fails the verifier
+            # here, not later as an IndexError in codegen.
+            raise ValueError(f"reduction axes {axes} out of range for shape {x.shape}")
         if dtype is not None:
             out_dtype = np.dtype(dtype)
         elif ufunc is not None:

@@ -738,3 +738,178 @@ def test_an_array_of_the_shape_compiles():
     rng = rng_for(529)
     f = run_calls(flat_values_and_shape, [(rng.standard_normal((n, 3)),) for n in (3, 4, 5)])
     assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+
+
+# --- exceptions part-way through a loop: the arguments as NumPy leaves them -----------------
+def run_calls_keeping_partial_writes(function, argument_sets, **options):
+    """Like ``run_calls``, but when eager raises, the arguments afterwards (NumPy's partial
+    writes before the error) must agree too."""
+    f = jitted(function, **options)
+    for arguments in argument_sets:
+        for _ in range(2):
+            eager_args, jit_args = copy.deepcopy(arguments), copy.deepcopy(arguments)
+            try:
+                want = function(*eager_args)
+            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
+                with pytest.raises(type(error)):
+                    f(*jit_args)
+            else:
+                assert_same(f(*jit_args), want, **F64)
+            assert_same(jit_args, eager_args, **F64, where="arguments after the call")
+    return f
+
+
+def gather_rows_into(out, table, ids):
+    for t in range(len(ids)):
+        out[t] = table[ids[t]]
+    return out.sum()
+
+
+def sparse_embedding_update(W, ids, grads, lr):
+    for i, g in zip(ids, grads):
+        W[i] -= lr * g
+    return W
+
+
+def test_an_out_of_range_id_part_way_leaves_numpys_partial_writes():
+    rng = rng_for(530)
+    table = rng.standard_normal((5, 3))
+    f = run_calls_keeping_partial_writes(gather_rows_into, [
+        (np.zeros((4, 3)), table, np.array([0, 1, 2, 3])),
+        (np.zeros((6, 3)), table, np.array([0, 1, 2, 3, 4, 1])),
+        (np.zeros((6, 3)), table, np.array([0, 1, 2, 9, 4, 1]))])
+    no_internal_errors(f)
+    f = run_calls_keeping_partial_writes(sparse_embedding_update, [
+        (rng.standard_normal((5, 2)), np.array([0, 2, 4]), rng.standard_normal((3, 2)), 0.1),
+        (rng.standard_normal((5, 2)), np.array([1, 2, 3, 0]), rng.standard_normal((4, 2)), 0.1),
+        (rng.standard_normal((5, 2)), np.array([1, 2, 7, 0]), rng.standard_normal((4, 2)), 0.1),
+        (rng.standard_normal((5, 2)), np.array([1, -2, 3, 0]), rng.standard_normal((4, 2)), 0.1)])
+    no_internal_errors(f)
+
+
+def decay_or_accumulate(state, x):
+    for t in range(len(x)):
+        if x[t] > 0:
+            state += x[t]
+        else:
+            state *= 0.5
+    return state
+
+
+def test_a_guard_failing_mid_loop_leaves_the_argument_untouched_for_eager():
+    f = run_calls(decay_or_accumulate, [
+        (np.ones(2), np.array([1.0, 2, 3])), (np.ones(2), np.array([1.0, 2, 3, 4])),
+        (np.ones(2), np.array([1.0, 2, -3, 4])), (np.ones(2), np.array([1.0, 2, -3, 4, 5])),
+        (np.ones(2), np.array([-1.0, 2, -3, 4, 5])), (np.ones(2), np.arange(1.0, 7.0))],
+        repeats=3, hot_exit=1, **F64)
+    no_internal_errors(f)
+
+
+# --- CTC forward recursion with shifted adds over an extended label sequence -----------------
+def ctc_forward(y, labels, blank):
+    T = y.shape[0]
+    L = 2 * len(labels) + 1
+    ext = np.full(L, blank)
+    ext[1::2] = labels
+    alpha = np.zeros((T, L))
+    alpha[0, 0] = y[0, blank]
+    alpha[0, 1] = y[0, ext[1]]
+    skip = np.zeros(L, dtype=bool)
+    skip[2:] = (ext[2:] != blank) & (ext[2:] != ext[:-2])
+    for t in range(1, T):
+        prev = alpha[t - 1]
+        a = prev.copy()
+        a[1:] += prev[:-1]
+        a[2:] += np.where(skip[2:], prev[:-2], 0.0)
+        alpha[t] = a * y[t, ext]
+    return -np.log(alpha[-1, -1] + alpha[-1, -2])
+
+
+def test_ctc_forward_over_lengths_and_label_counts():
+    rng = rng_for(531)
+
+    def arguments(t, n, vocab=4):
+        p = rng.random((t, vocab)) + 0.1
+        return p / p.sum(axis=1, keepdims=True), rng.integers(1, vocab, n), 0
+
+    f = run_calls(ctc_forward, [arguments(5, 2), arguments(6, 2), arguments(9, 3),
+                                arguments(7, 1), arguments(12, 4)], **F64)
+    no_internal_errors(f)
+
+
+# --- metrics: top-k accuracy and a confusion matrix by np.add.at ---------------------------
+def confusion_matrix(scores, y):
+    cm = np.zeros((scores.shape[1], scores.shape[1]))
+    np.add.at(cm, (y, scores.argmax(axis=1)), 1.0)
+    return cm
+
+
+@pytest.mark.xfail(strict=True, reason="np.add.at(cm, (y, scores.argmax(1)), 1.0) into a fresh "
+                   "np.zeros with a Python-number value: refused as 'a traced array was converted "
+                   "to a NumPy array' (NumPy never dispatches on the index tuple); nothing "
+                   "compiles, where the same call with a traced value compiles")
+def test_confusion_matrix_by_add_at_with_a_python_number_compiles():
+    rng = rng_for(532)
+    f = run_calls(confusion_matrix, [(rng.standard_normal((n, 4)), rng.integers(0, 4, n))
+                                     for n in (5, 6, 9)])
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+
+
+def top_k_accuracy_and_focal_loss(scores, y, k):
+    topk = np.argsort(-scores, axis=1)[:, :k]
+    accuracy = (topk == y[:, None]).any(axis=1).mean()
+    smooth = np.eye(scores.shape[1])[y] * 0.9 + 0.1 / scores.shape[1]
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return accuracy, -(smooth * (1 - p) ** 2 * np.log(p)).sum(axis=1).mean()
+
+
+def test_top_k_accuracy_and_label_smoothed_focal_loss():
+    rng = rng_for(533)
+    f = run_calls(top_k_accuracy_and_focal_loss,
+                  [(rng.standard_normal((n, 4)), rng.integers(0, 4, n), 2) for n in (5, 6, 9, 1)],
+                  **F64)
+    no_internal_errors(f)
+
+
+# --- Adam with bias correction folded into the step size, state created by setdefault --------
+def adam_folded_bias(params, grads, config):
+    config["t"] = config.get("t", 0) + 1
+    t = config["t"]
+    lr_t = config["lr"] * np.sqrt(1 - config["b2"] ** t) / (1 - config["b1"] ** t)
+    for k in params:
+        m = config.setdefault("m_" + k, np.zeros_like(params[k]))
+        v = config.setdefault("v_" + k, np.zeros_like(params[k]))
+        m *= config["b1"]
+        m += (1 - config["b1"]) * grads[k]
+        v *= config["b2"]
+        v += (1 - config["b2"]) * grads[k] ** 2
+        params[k] -= lr_t * m / (np.sqrt(v) + 1e-8)
+    return lr_t
+
+
+def test_adam_with_folded_bias_correction_and_setdefault_state():
+    rng = rng_for(534)
+
+    def arguments(**state):
+        params = {"W": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+        grads = {"W": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+        return params, grads, {"lr": 1e-2, "b1": 0.9, "b2": 0.999, **state}
+
+    def warm(t):
+        return arguments(t=t, m_W=rng.standard_normal((3, 2)), v_W=np.ones((3, 2)),
+                         m_b=rng.standard_normal(2), v_b=np.ones(2))
+
+    f = run_calls(adam_folded_bias, [arguments(), warm(3), warm(7)], **F64)
+    no_internal_errors(f)
+
+
+def mixup_batch(x, y, perm, lam):
+    return lam * x + (1 - lam) * x[perm], lam * y + (1 - lam) * y[perm]
+
+
+def test_mixup_with_a_permutation_passed_in():
+    rng = rng_for(535)
+    f = run_calls(mixup_batch, [(rng.standard_normal((n, 3)), np.eye(3)[rng.integers(0, 3, n)],
+                                 rng.permutation(n), rng.random()) for n in (4, 5, 8, 1)], **F64)
+    no_internal_errors(f)

@@ -951,3 +951,110 @@ def test_mixup_with_a_permutation_passed_in():
     f = run_calls(mixup_batch, [(rng.standard_normal((n, 3)), np.eye(3)[rng.integers(0, 3, n)],
                                  rng.permutation(n), rng.random()) for n in (4, 5, 8, 1)], **F64)
     no_internal_errors(f)
+
+
+# --- Sequential models: what the trace read through a list of layers must be guarded -------
+class Scale:
+    """A parameter-free layer holding a Python number (a dropout keep-prob, a temperature)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, x):
+        return x * self.factor
+
+
+class Sequential:
+    def __init__(self, layers):
+        self.layers = layers
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def run_layers(x, layers):
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+def call_checking_each_time(f, eager, call, change):
+    """``call`` twice (trace, compiled), apply ``change`` to the shared state, call again:
+    the compiled result must follow the change as eager does."""
+    x = np.linspace(-1.0, 1.0, 5)
+    for _ in range(2):
+        assert_same(call(f, x), call(eager, x), **F64)
+    change()
+    assert_same(call(f, x), call(eager, x), **F64, where="after the change")
+
+
+@pytest.mark.xfail(strict=True, reason="for layer in layers: x = layer(x) over a list argument: "
+                   "a layer's Python-number attribute changed in place between calls (same list, "
+                   "same object) is not guarded; compiled calls keep the traced factor")
+def test_a_layer_attribute_changed_in_a_list_argument_between_calls():
+    layers = [Scale(2.0), Scale(3.0)]
+    f = jitted(run_layers)
+
+    def change():
+        layers[1].factor = 5.0
+
+    call_checking_each_time(f, run_layers, lambda g, x: g(x, layers), change)
+
+
+def replace_a_layer(model):
+    model.layers[0] = Scale(7.0)
+
+
+def replace_an_activation(model):
+    model.layers[0] = np.sin
+
+
+@pytest.mark.xfail(strict=True, reason="self.layers[0] = another layer (or np.tanh -> np.sin in "
+                   "a list of activations) after compiling a bound method that loops over "
+                   "self.layers: not guarded, compiled calls run the old layer")
+@pytest.mark.parametrize("change", [replace_a_layer, replace_an_activation])
+def test_a_layer_replaced_in_the_models_list_between_calls(change):
+    first = Scale(2.0) if change is replace_a_layer else np.tanh
+    model = Sequential([first, np.tanh])
+    f = jitted(model.forward)
+    call_checking_each_time(f, model.forward, lambda g, x: g(x), lambda: change(model))
+
+
+def test_a_layer_replaced_or_changed_through_an_attribute_or_index():
+    class Holder:
+        def __init__(self):
+            self.layer = Scale(2.0)
+
+        def forward(self, x, layers):
+            return self.layer(x) + layers[0](x)
+
+    holder, layers = Holder(), [Scale(1.0)]
+    f = jitted(holder.forward)
+
+    def change():
+        holder.layer.factor = 5.0
+        layers[0].factor = 4.0
+        holder.layer = Scale(9.0)
+
+    call_checking_each_time(f, holder.forward, lambda g, x: g(x, layers), change)
+
+
+class Config:
+    def __init__(self, activations):
+        self.activations = activations
+
+
+def first_activation_of(x, config):
+    return config.activations[0](x)
+
+
+@pytest.mark.xfail(strict=True, reason="config.activations[0](x) with config an argument object: "
+                   "internal error IndexError 'tuple index out of range' (argument_leaves[...] in "
+                   "the implicit-input path check) while tracing; runs eagerly")
+def test_a_function_from_an_argument_objects_list_attribute():
+    f, x, config = jitted(first_activation_of), np.linspace(-1, 1, 5), Config([np.tanh])
+    for _ in range(2):
+        assert_same(f(x, config), first_activation_of(x, config), **F64)
+    no_internal_errors(f)

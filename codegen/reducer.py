@@ -3,6 +3,14 @@
 Reductions follow NumPy's results: float32 sums accumulate in double, max and min
 propagate NaN, argmax and argmin return the first position of the best value (the first
 NaN wins).
+
+A float32 sum along one row may take its elements ``FLOAT32_GROUP`` at a time
+(``add_group``): they are added as a balanced tree in float32 and the group's sum joins
+the double accumulator. One conversion to double per group instead of one per element
+(converting cost more than the rest of a layer norm's passes together), for an error of
+at most log2(FLOAT32_GROUP) float32 roundings on the elements' magnitudes - below the
+depth of NumPy's own pairwise summation (and what ``tracer/margin_rules.py`` ``_sum``
+allows for our side).
 """
 
 from __future__ import annotations
@@ -11,6 +19,10 @@ import numpy as np
 
 from . import dtypes as dt
 from .kernel_index import I64, REASSOCIATE, const, float_intrinsic, freeze
+
+# Elements a float32 row sum adds in float32 before converting (a power of two: a tree of
+# depth 2). tracer/margin_rules.py's _sum allows log2 of it float32 roundings for us.
+FLOAT32_GROUP = 4
 
 
 class Reducer:
@@ -30,6 +42,26 @@ class Reducer:
             self.dtype = np.dtype(np.float64)  # float32 sums accumulate in double
         else:
             self.dtype = self.out_dtype
+
+    def group_size(self):
+        """How many elements ``add_group`` takes at once: ``FLOAT32_GROUP`` for a float32
+        sum of float32 values, else 1 (``add`` them one by one)."""
+        float32 = np.dtype(np.float32)
+        if self.name == "sum" and np.dtype(self.out_dtype) == float32 and (
+                np.dtype(self.source.aval.dtype) == float32):
+            return FLOAT32_GROUP
+        return 1
+
+    def add_group(self, values):
+        """Add float32 ``values`` (``group_size()`` of them, or one): summed as a balanced
+        tree in float32, then into the double accumulator."""
+        builder = self.kernel.ir_builder
+        while len(values) > 1:  # no reassociation flags: the tree's depth is the bound
+            values = [builder.fadd(values[at], values[at + 1])
+                      for at in range(0, len(values), 2)]
+        wide = dt.cast(builder, values[0], np.float32, self.dtype)
+        current = builder.load(self.slot, typ=dt.register_type(self.dtype))
+        builder.store(self.combine(current, wide), self.slot)
 
     def identity_in(self, dtype):
         dtype = np.dtype(dtype)

@@ -16,7 +16,8 @@ import numpy as np
 from tracejit.tracer.ir import Var
 
 from . import dtypes as dt
-from .kernel_index import I1, const, is_flat, reduced_axes, size_of
+from .counted_loop import counted_loop, set_loop_hints
+from .kernel_index import I1, IndexComponent, const, is_flat, reduced_axes, size_of
 from .lowering_table import LOWERINGS
 from .reducer import Reducer
 
@@ -26,6 +27,10 @@ from .reducer import Reducer
 # transcendental counts 10, a division 4, other pointwise ops 1).
 ROW_SCRATCH_LIMIT = 1 << 15
 ROW_SCRATCH_COST = 8
+
+# A grouped float32 row sum (``_grouped_pass``) adds elements GROUP_SPAN apart, in blocks of
+# FLOAT32_GROUP spans: a few cache lines, so the row is still read front to back.
+GROUP_SPAN = 64
 
 
 class RowScratch:
@@ -63,8 +68,58 @@ def reduce_row(kernel, eqn, shape, inner_from, outer):
     """One pass over the row at ``outer``: the reduction ``eqn``'s value for that row."""
     reducer = Reducer(kernel, eqn)
     reducer.start()
-    kernel.loops(shape, in_row(kernel, reducer.add), inner_from, outer)
+    group = reducer.group_size()
+    if group > 1 and inner_from == len(shape) - 1:
+        _grouped_pass(kernel, reducer, shape, outer, group)
+    else:
+        kernel.loops(shape, in_row(kernel, reducer.add), inner_from, outer)
     return reducer.result()
+
+
+def _grouped_pass(kernel, reducer, shape, outer, group):
+    """The pass over a one-axis row in blocks of ``group * GROUP_SPAN`` elements: within a
+    block, element ``j`` of each of its ``group`` spans are added together
+    (``Reducer.add_group``; every span is a unit-stride stream, so the loop vectorizes
+    without shuffles, and blocks follow each other in memory); then the elements after
+    the last whole block one by one."""
+    builder = kernel.ir_builder
+    length = kernel.dim(shape[-1])
+    block = const(group * GROUP_SPAN)
+    blocks = builder.udiv(length, block)
+    scratch = kernel.row_scratch
+    # Scratch values not stored by an earlier pass are computed and stored here at every
+    # element of the group: ``filled`` only changes once the whole pass is emitted.
+    filled_before, filled_after = set(scratch.filled), set()
+
+    def element(position):
+        index = (*outer, IndexComponent(position, True))
+        scratch.filled = set(filled_before)
+        scratch.row_index = index
+        value = kernel.value(reducer.source, index, np.float32)
+        filled_after.update(scratch.filled)
+        return value
+
+    def in_block(counter):
+        first = builder.mul(counter.value, block)
+
+        def side_by_side(inner):
+            start = builder.add(first, inner.value)
+            reducer.add_group([element(builder.add(start, const(k * GROUP_SPAN)))
+                               for k in range(group)])
+
+        kernel.memo_scopes.append({})
+        back_edge = counted_loop(builder, const(0), const(GROUP_SPAN),
+                                 lambda inner: side_by_side(IndexComponent(inner, True)),
+                                 wrap_flags=("nsw", "nuw"))
+        kernel.memo_scopes.pop()
+        set_loop_hints(back_edge, {"llvm.loop.vectorize.width": 16})
+
+    kernel.loop(blocks, in_block, inner=True)
+    done = builder.mul(blocks, block)
+    kernel.loop(builder.sub(length, done),
+                lambda counter: reducer.add_group([element(builder.add(done, counter.value))]),
+                inner=True)
+    scratch.filled = filled_before | filled_after
 
 
 def in_row(kernel, body):

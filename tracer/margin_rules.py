@@ -101,6 +101,9 @@ def number(value):
 
 INF = number(math.inf)
 ALWAYS = Literal.of(np.bool_(True))
+# float32 roundings on our side of a float32 sum before it goes to float64: log2 of
+# codegen/reducer.py's FLOAT32_GROUP (the tracer does not import codegen).
+FLOAT32_GROUP_DEPTH = 2
 
 
 # --- rules -----------------------------------------------------------------------------
@@ -478,15 +481,19 @@ def _sum(ctx, eqn, bounds):
         return ctx.emit(sum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **params)
     dtype = eqn.out.aval.dtype
     u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
-    # Ours: float32 accumulates in float64, any order; float64 (and float16) in its own.
-    ours = unit_roundoff(np.float64) if dtype == np.float32 else u
+    # Ours: float32 accumulates in float64, any order, after adding groups of up to 4
+    # elements in float32 (codegen/reducer.py FLOAT32_GROUP: a tree of depth 2); float64
+    # (and float16) in its own.
     count = _reduced_count(ctx, eqn)
+    ours = (count + 1) * u
+    if dtype == np.float32:
+        ours = (count + 1) * unit_roundoff(np.float64) + FLOAT32_GROUP_DEPTH * u
     magnitude = ctx.emit(sum_p, ctx.abs(x), **params)
     carried = None
     if e is not None:
         carried = ctx.emit(sum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **params)
         magnitude = ctx.add(magnitude, carried)  # NumPy sums values up to e away
-    coefficient = (_numpy_depth(ctx, eqn) * u + (count + 1) * ours) * INFLATE
+    coefficient = (_numpy_depth(ctx, eqn) * u + ours) * INFLATE
     orders = ctx.mul(magnitude, number(coefficient))
     return ctx.plus(orders, carried, ctx.rounding(eqn.out, absolute=4 * count * eta))
 

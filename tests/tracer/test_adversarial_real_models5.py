@@ -992,7 +992,8 @@ def call_checking_each_time(f, eager, call, change):
 
 @pytest.mark.xfail(strict=True, reason="for layer in layers: x = layer(x) over a list argument: "
                    "a layer's Python-number attribute changed in place between calls (same list, "
-                   "same object) is not guarded; compiled calls keep the traced factor")
+                   "same object) is not guarded; compiled calls keep the traced factor (see the "
+                   "minimal test_a_number_attribute_of_an_object_inside_a_container_argument)")
 def test_a_layer_attribute_changed_in_a_list_argument_between_calls():
     layers = [Scale(2.0), Scale(3.0)]
     f = jitted(run_layers)
@@ -1058,3 +1059,48 @@ def test_a_function_from_an_argument_objects_list_attribute():
     for _ in range(2):
         assert_same(f(x, config), first_activation_of(x, config), **F64)
     no_internal_errors(f)
+
+
+class Optimizer:
+    def __init__(self, lr):
+        self.lr = lr
+
+
+def sgd_with_the_optimizer_in_a_dict(w, g, state):
+    return w - state["optimizer"].lr * g
+
+
+def sgd_with_the_optimizer_in_a_list(w, g, optimizers):
+    return w - optimizers[0].lr * g
+
+
+def sgd_with_the_optimizer_as_an_argument(w, g, optimizer):
+    return w - optimizer.lr * g
+
+
+CONTAINED_OPTIMIZERS = {
+    "dict": (sgd_with_the_optimizer_in_a_dict, lambda: {"optimizer": Optimizer(0.1)},
+             lambda state: state["optimizer"]),
+    "list": (sgd_with_the_optimizer_in_a_list, lambda: [Optimizer(0.1)], lambda state: state[0]),
+    "tuple": (sgd_with_the_optimizer_in_a_list, lambda: (Optimizer(0.1),),
+              lambda state: state[0]),
+    "argument": (sgd_with_the_optimizer_as_an_argument, lambda: Optimizer(0.1),
+                 lambda state: state),
+}
+
+
+@pytest.mark.parametrize("container", [
+    pytest.param(name, marks=pytest.mark.xfail(
+        strict=True, reason="a Python-number attribute of an object reached through a dict, "
+        "list or tuple argument (state['optimizer'].lr, layers[0].c) is not entry-guarded: "
+        "after lr = 0.5 compiled calls still use the traced 0.1 (the object passed directly, "
+        "or reached through an attribute, is guarded)")) if name != "argument" else name
+    for name in CONTAINED_OPTIMIZERS])
+def test_a_number_attribute_of_an_object_inside_a_container_argument(container):
+    model, make, optimizer_of = CONTAINED_OPTIMIZERS[container]
+    rng = rng_for(538)
+    w, g, state = rng.standard_normal(3), rng.standard_normal(3), make()
+    f = jitted(model)
+    for lr in (0.1, 0.1, 0.5, 0.5):  # a learning-rate decay between epochs
+        optimizer_of(state).lr = lr
+        assert_same(f(w, g, state), model(w, g, state), **F64, where=f"lr={lr}")

@@ -1104,3 +1104,102 @@ def test_a_number_attribute_of_an_object_inside_a_container_argument(container):
     for lr in (0.1, 0.1, 0.5, 0.5):  # a learning-rate decay between epochs
         optimizer_of(state).lr = lr
         assert_same(f(w, g, state), model(w, g, state), **F64, where=f"lr={lr}")
+
+
+# --- weights four attributes deep, reached through a loop over blocks ------------------------
+class Attention:
+    def __init__(self, rng, width):
+        self.W = rng.standard_normal((width, width)) * 0.5
+        self.training = True
+
+
+class Block:
+    def __init__(self, rng, width):
+        self.attn = Attention(rng, width)
+
+
+class Encoder:
+    def __init__(self, rng, width=3, depth=2):
+        self.blocks = [Block(rng, width) for _ in range(depth)]
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = np.tanh(x @ block.attn.W)
+            if block.attn.training:
+                x = x * 0.5
+        return x
+
+    def sgd_step(self, lr):
+        for block in self.blocks:
+            block.attn.W -= lr * block.attn.W  # an update outside the compiled forward
+
+
+@pytest.mark.xfail(strict=True, reason="for block in self.blocks: x @ block.attn.W: the weights "
+                   "(4 steps from self, past implicit.py's _MAX_DEPTH = 3 scan, and read through "
+                   "a loop variable the load hook has no path for) are frozen into the compiled "
+                   "code: after an in-place SGD step compiled calls use the old weights")
+def test_block_weights_updated_in_place_between_compiled_forwards():
+    rng = rng_for(539)
+    model, x = Encoder(rng), rng.standard_normal((4, 3))
+    f = jitted(model.forward)
+    for step in range(3):
+        assert_same(f(x), model.forward(x), **F64, where=f"after {step} SGD steps")
+        model.sgd_step(0.1)
+
+
+@pytest.mark.xfail(strict=True, reason="block.attn.training read through a loop over "
+                   "self.blocks is not guarded: after turning it off compiled calls still halve")
+def test_a_flag_deep_in_a_block_switched_off_between_calls():
+    rng = rng_for(540)
+    model, x = Encoder(rng), rng.standard_normal((4, 3))
+    f = jitted(model.forward)
+    for training in (True, True, False, False):
+        model.blocks[1].attn.training = training
+        assert_same(f(x), model.forward(x), **F64, where=f"training={training}")
+
+
+class LayerSettings:
+    def __init__(self):
+        self.activation, self.training, self.out_shape = "relu", True, (3, 3)
+
+
+def layer_from_settings(x, layers):
+    h = x @ np.eye(3)
+    if layers[0].activation == "relu":
+        h = np.maximum(h, 0)
+    if layers[0].training:
+        h = h * 2
+    return h.reshape(layers[0].out_shape)
+
+
+def switch_activation(settings):
+    settings.activation = "tanh"
+
+
+def switch_training(settings):
+    settings.training = False
+
+
+def switch_shape(settings):
+    settings.out_shape = (9,)
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(switch_activation, marks=pytest.mark.xfail(
+        strict=True, reason="layers[0].activation flipped to 'tanh' between calls: not "
+        "guarded, compiled calls take the relu branch")),
+    pytest.param(switch_training, marks=pytest.mark.xfail(
+        strict=True, reason="layers[0].training turned off between calls: not guarded, "
+        "compiled calls still double")),
+    pytest.param(switch_shape, marks=pytest.mark.xfail(
+        strict=True, reason="layers[0].out_shape changed to (9,) between calls: not guarded, "
+        "compiled calls still return shape (3, 3) (with a weight attribute beside it the "
+        "compiled call raised ValueError instead)")),
+])
+def test_settings_of_a_layer_inside_a_list_argument_changed_between_calls(change):
+    x, layers = np.linspace(-1, 1, 9).reshape(3, 3), [LayerSettings()]
+    f = jitted(layer_from_settings)
+    for _ in range(2):
+        assert_same(f(x, layers), layer_from_settings(x, layers), **F64)
+    change(layers[0])
+    assert_same(f(x, layers), layer_from_settings(x, layers), **F64, where="after the change")

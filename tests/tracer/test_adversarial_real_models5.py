@@ -1202,3 +1202,37 @@ def test_settings_of_a_layer_inside_a_list_argument_changed_between_calls(change
         assert_same(f(x, layers), layer_from_settings(x, layers), **F64)
     change(layers[0])
     assert_same(f(x, layers), layer_from_settings(x, layers), **F64, where="after the change")
+
+
+# --- NumPy keywords the tracer's methods lack: internal errors, not refusals -----------------
+def masked_mean_over_padding(x, lengths):
+    mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+    return np.mean(x, axis=1, where=mask), np.sum(x, axis=1, where=mask)
+
+
+def max_with_initial(x):
+    return np.max(x, axis=0, initial=0.0)
+
+
+def column_major_flatten(x):
+    return x.ravel(order="F") * 2, x.flatten("F")
+
+
+UNSUPPORTED_KEYWORDS = {
+    "mean_sum_where": (masked_mean_over_padding,
+                       lambda rng, n: (rng.standard_normal((n, 5)), rng.integers(1, 6, n))),
+    "max_initial": (max_with_initial, lambda rng, n: (rng.standard_normal((n, 3)),)),
+    "ravel_order": (column_major_flatten, lambda rng, n: (rng.standard_normal((n, 3)),)),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="np.mean/np.sum(..., where=mask), np.max(..., initial=) "
+                   "and x.ravel(order='F') / x.flatten('F') raise TypeError inside the tracer's "
+                   "array methods ('unexpected keyword argument'): reported as an internal error "
+                   "rather than a refusal with the user's line")
+@pytest.mark.parametrize("case", list(UNSUPPORTED_KEYWORDS))
+def test_numpy_keywords_the_tracer_lacks_are_refused_not_internal_errors(case):
+    model, make = UNSUPPORTED_KEYWORDS[case]
+    rng = rng_for(541)
+    f = run_calls(model, [make(rng, n) for n in (3, 4)], **F64)
+    no_internal_errors(f)

@@ -1236,3 +1236,41 @@ def test_numpy_keywords_the_tracer_lacks_are_refused_not_internal_errors(case):
     rng = rng_for(541)
     f = run_calls(model, [make(rng, n) for n in (3, 4)], **F64)
     no_internal_errors(f)
+
+
+# --- Python lists in loops and np.array of traced rows ----------------------------------------
+def leaky_integrator_with_a_correction(x):
+    hs = [x[0]]
+    for t in range(1, x.shape[0]):
+        hs.append(hs[-1] * 0.5 + x[t])
+        if t >= 2:
+            hs[-1] = hs[-1] - 0.1 * hs[-3]  # correct the step just appended
+    return np.stack(hs)
+
+
+@pytest.mark.xfail(strict=True, reason="hs[-1] = ... on a list appended to inside a loop over a "
+                   "dynamic length: internal error TypeError \"'_ListInLoop' object does not "
+                   "support item assignment\" while tracing; runs eagerly")
+def test_rewriting_the_last_appended_state_in_a_loop():
+    rng = rng_for(542)
+    f = run_calls(leaky_integrator_with_a_correction,
+                  [(rng.standard_normal((n, 3)),) for n in (3, 4, 5, 7)], **F64)
+    no_internal_errors(f)
+
+
+def losses_as_an_array(x, W):
+    losses = []
+    for row in x[:3]:
+        losses.append(np.tanh(row @ W).sum())
+    return np.array(losses), np.array([x[0, 0], x[1, 1], 2.0])
+
+
+@pytest.mark.xfail(strict=True, reason="np.array(list of traced values) (np.array(losses), "
+                   "np.array([x[0, 0], x[1, 1], 2.0])) is refused as 'a traced array was "
+                   "converted to a NumPy array'; the model runs eagerly though it is a stack")
+def test_np_array_of_a_list_of_traced_values_compiles():
+    rng = rng_for(543)
+    W = rng.standard_normal((3, 2))
+    f = run_calls(losses_as_an_array, [(rng.standard_normal((4, 3)), W),
+                                       (rng.standard_normal((4, 3)), W)], **F64)
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]

@@ -83,3 +83,25 @@ def test_softmax_and_layer_norm_read_back_the_scratch_the_grouped_pass_filled(le
                                 (lambda x: nn.layer_norm(x), 2e-5)):
         got = compiled(function)(x)
         np.testing.assert_allclose(got, function(x), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("length", [1, 2, 17, 64, 257, 1021])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_row_extremes_propagate_nan_like_numpy(length, dtype, reduction):
+    """Row max/min compare and select, and note NaNs on the side (``Reducer._tracks_nan``)."""
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((6, length)).astype(dtype)
+    x[0, length // 2] = np.nan
+    x[1, -1] = np.nan
+    x[2] = np.inf if reduction == "max" else -np.inf
+    x[3, 0], x[3, -1] = np.nan, -np.inf
+    x[4] = np.nan
+    function = getattr(np, reduction)
+    for layout in (x, np.asfortranarray(x)):
+        got = compiled(lambda x: function(x, axis=1))(layout)
+        np.testing.assert_array_equal(got, function(layout, axis=1))
+        shifted = compiled(lambda x: x - function(x, axis=1, keepdims=True))(layout)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(shifted, layout - function(layout, axis=1,
+                                                                     keepdims=True))

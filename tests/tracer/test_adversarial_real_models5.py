@@ -1274,3 +1274,35 @@ def test_np_array_of_a_list_of_traced_values_compiles():
     f = run_calls(losses_as_an_array, [(rng.standard_normal((4, 3)), W),
                                        (rng.standard_normal((4, 3)), W)], **F64)
     assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+
+
+class DenseLayer:
+    def __init__(self, W):
+        self.W = W
+
+
+class LayerList:
+    def __init__(self, weights):
+        self.layers = [DenseLayer(W) for W in weights]
+
+
+def forward_over_model_layers(x, model):
+    for layer in model.layers:
+        x = np.tanh(x @ layer.W)
+    return x
+
+
+@pytest.mark.xfail(strict=True, reason="jit(forward)(x, model) with for layer in model.layers: "
+                   "x @ layer.W: the weights (3 steps below the argument, past the scan's depth, "
+                   "read through a loop variable) are frozen into the compiled code; after an "
+                   "in-place SGD step on the weights compiled calls return the old forward")
+def test_model_argument_weights_updated_in_place_between_calls():
+    rng = rng_for(544)
+    weights = [rng.standard_normal((3, 3)) for _ in range(2)]
+    model, x = LayerList(weights), rng.standard_normal((4, 3))
+    f = jitted(forward_over_model_layers)
+    for step in range(3):
+        assert_same(f(x, model), forward_over_model_layers(x, model), **F64,
+                    where=f"after {step} SGD steps")
+        for W in weights:
+            W -= 0.1 * W

@@ -21,8 +21,8 @@ from . import dtypes as dt
 from .kernel_index import I64, REASSOCIATE, const, float_intrinsic, freeze
 
 # Elements a float32 row sum adds in float32 before converting (a power of two: a tree of
-# depth 2). tracer/margin_rules.py's _sum allows log2 of it float32 roundings for us.
-FLOAT32_GROUP = 4
+# depth 3). tracer/margin_rules.py's _sum allows log2 of it float32 roundings for us.
+FLOAT32_GROUP = 8
 
 NO_NAN_FLAGS = ("nnan", "nsz")
 

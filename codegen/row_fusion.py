@@ -30,7 +30,7 @@ ROW_SCRATCH_COST = 8
 
 # A grouped float32 row sum (``_grouped_pass``) adds elements GROUP_SPAN apart, in blocks of
 # FLOAT32_GROUP spans: a few cache lines, so the row is still read front to back.
-GROUP_SPAN = 64
+GROUP_SPAN = 32
 
 
 class RowScratch:

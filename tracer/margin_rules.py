@@ -103,7 +103,7 @@ INF = number(math.inf)
 ALWAYS = Literal.of(np.bool_(True))
 # float32 roundings on our side of a float32 sum before it goes to float64: log2 of
 # codegen/reducer.py's FLOAT32_GROUP (the tracer does not import codegen).
-FLOAT32_GROUP_DEPTH = 2
+FLOAT32_GROUP_DEPTH = 3
 
 
 # --- rules -----------------------------------------------------------------------------
@@ -481,8 +481,8 @@ def _sum(ctx, eqn, bounds):
         return ctx.emit(sum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape), **params)
     dtype = eqn.out.aval.dtype
     u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
-    # Ours: float32 accumulates in float64, any order, after adding groups of up to 4
-    # elements in float32 (codegen/reducer.py FLOAT32_GROUP: a tree of depth 2); float64
+    # Ours: float32 accumulates in float64, any order, after adding groups of up to 8
+    # elements in float32 (codegen/reducer.py FLOAT32_GROUP: a tree of depth 3); float64
     # (and float16) in its own.
     count = _reduced_count(ctx, eqn)
     ours = (count + 1) * u

@@ -1,4 +1,4 @@
-"""float32 row sums (``codegen/row_fusion.py`` ``_grouped_pass``): elements are added four
+"""float32 row sums (``codegen/row_fusion.py`` ``_grouped_pass``): elements are added eight
 at a time in float32, then in float64. Checked against the exact (float64) sum within the
 error the guard margins allow for us (NumPy's own float32 sum of a strided row need not
 be), and against NumPy at lengths around the block size (empty, 1, primes, one past a
@@ -49,7 +49,7 @@ def test_row_sums_are_within_the_grouped_bound(length):
     got = compiled(lambda x: x.sum(axis=1))(x)
     exact = x.astype(np.float64).sum(axis=1)
     magnitude = np.abs(x).astype(np.float64).sum(axis=1)
-    # Ours: depth-2 float32 tree per group, double accumulation, one final rounding.
+    # Ours: depth-3 float32 tree per group, double accumulation, one final rounding.
     bound = (FLOAT32_GROUP_DEPTH + 1e-6 * length) * U32 * magnitude * 1.01 + U32 * np.abs(exact)
     assert got.dtype == np.float32
     assert np.all(np.abs(got.astype(np.float64) - exact) <= bound + 1e-45)

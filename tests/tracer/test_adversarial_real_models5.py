@@ -1306,3 +1306,35 @@ def test_model_argument_weights_updated_in_place_between_calls():
                     where=f"after {step} SGD steps")
         for W in weights:
             W -= 0.1 * W
+
+
+# --- integer self dot: d @ d ------------------------------------------------------------------
+def squared_distance(a, b):
+    d = a - b
+    return d @ d
+
+
+def squared_norm(x):
+    return x @ x, np.dot(x, x)
+
+
+@pytest.mark.xfail(strict=True, reason="an integer vector dotted with itself (d @ d, "
+                   "np.dot(x, x), int64 and int32) gives wrong values from compiled calls: "
+                   "[1, 2, 3, 4] @ itself returns 10 (= sum(x * x[0]): the second operand read "
+                   "with stride 0?) instead of 30; float vectors and x @ y of two arrays are right")
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_an_integer_vector_dotted_with_itself(dtype):
+    rng = rng_for(545)
+    f = run_calls(squared_norm, [(np.array([1, 2, 3, 4], dtype=dtype),),
+                                 (np.array([0, 0, 0, 2], dtype=dtype),)])
+    no_internal_errors(f)
+    f = run_calls(squared_distance, [(rng.integers(0, 5, 4).astype(dtype),
+                                      rng.integers(0, 5, 4).astype(dtype)) for _ in range(3)])
+    no_internal_errors(f)
+
+
+def test_a_float_vector_dotted_with_itself():
+    rng = rng_for(546)
+    f = run_calls(squared_distance, [(rng.standard_normal(n), rng.standard_normal(n))
+                                     for n in (4, 4, 9)], **F64)
+    no_internal_errors(f)

@@ -1401,3 +1401,38 @@ def test_jit_value_and_grad_through_loops_over_lengths(case):
         np.testing.assert_allclose(gradient, finite_difference(loss, arguments), rtol=1e-5,
                                    atol=1e-6)
     no_internal_errors(f)
+
+
+def sgd_with_the_optimizer_in_keywords(w, g, **config):
+    return w - config["optimizer"].lr * g
+
+
+def make_sgd_over(optimizers):
+    def step(w, g):
+        for optimizer in optimizers:
+            w = w - optimizer.lr * g
+        return w
+    return step
+
+
+@pytest.mark.xfail(strict=True, reason="the same stale number through **kwargs "
+                   "(config['optimizer'].lr) and through a closure's list of optimizer objects: "
+                   "after lr = 0.5 compiled calls still use the traced 0.1")
+@pytest.mark.parametrize("route", ["keywords", "closure"])
+def test_a_number_attribute_reached_through_keywords_or_a_closure_list(route):
+    rng = rng_for(548)
+    w, g, optimizer = rng.standard_normal(3), rng.standard_normal(3), Optimizer(0.1)
+    if route == "keywords":
+        model = sgd_with_the_optimizer_in_keywords
+
+        def call(function):
+            return function(w, g, optimizer=optimizer)
+    else:
+        model = make_sgd_over([optimizer])
+
+        def call(function):
+            return function(w, g)
+    f = jitted(model)
+    for lr in (0.1, 0.1, 0.5, 0.5):
+        optimizer.lr = lr
+        assert_same(call(f), call(model), **F64, where=f"lr={lr}")

@@ -19,6 +19,7 @@ Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this
 """
 
 import copy
+import functools
 
 import numpy as np
 import pytest
@@ -1407,6 +1408,12 @@ def sgd_with_the_optimizer_in_keywords(w, g, **config):
     return w - config["optimizer"].lr * g
 
 
+def sgd_over_optimizers(optimizers, w, g):
+    for optimizer in optimizers:
+        w = w - optimizer.lr * g
+    return w
+
+
 def make_sgd_over(optimizers):
     def step(w, g):
         for optimizer in optimizers:
@@ -1416,9 +1423,10 @@ def make_sgd_over(optimizers):
 
 
 @pytest.mark.xfail(strict=True, reason="the same stale number through **kwargs "
-                   "(config['optimizer'].lr) and through a closure's list of optimizer objects: "
-                   "after lr = 0.5 compiled calls still use the traced 0.1")
-@pytest.mark.parametrize("route", ["keywords", "closure"])
+                   "(config['optimizer'].lr), a closure's list of optimizer objects and "
+                   "functools.partial(step, optimizers): after lr = 0.5 compiled calls still use "
+                   "the traced 0.1")
+@pytest.mark.parametrize("route", ["keywords", "closure", "partial"])
 def test_a_number_attribute_reached_through_keywords_or_a_closure_list(route):
     rng = rng_for(548)
     w, g, optimizer = rng.standard_normal(3), rng.standard_normal(3), Optimizer(0.1)
@@ -1428,7 +1436,8 @@ def test_a_number_attribute_reached_through_keywords_or_a_closure_list(route):
         def call(function):
             return function(w, g, optimizer=optimizer)
     else:
-        model = make_sgd_over([optimizer])
+        model = (make_sgd_over([optimizer]) if route == "closure"
+                 else functools.partial(sgd_over_optimizers, [optimizer]))
 
         def call(function):
             return function(w, g)

@@ -1560,3 +1560,18 @@ def test_caches_written_by_layers_in_a_list_hold_numpy_arrays(how):
         for eager_layer, jit_layer in zip(eager_model.layers, jit_model.layers):
             assert_same((jit_layer.ctx, jit_layer.inputs), (eager_layer.ctx, eager_layer.inputs),
                         **F64, where="layer caches")
+
+
+def middle_features_by_split(x):
+    return np.split(x, [2, 5], axis=1)[1] * 2
+
+
+@pytest.mark.xfail(strict=True, reason="np.split(x, [2, 5], axis=1) with x only 4 wide (NumPy "
+                   "clips the section to 2:4): the tracer's split does not clip, its slice shape "
+                   "rule check fails ('tracejit bug: the shape rule of slice gives (2, 3) but "
+                   "NumPy gives (2, 2)'), an internal error; x[:, 2:5] is right")
+def test_split_at_indices_past_the_axis_length():
+    rng = rng_for(551)
+    f = run_calls(middle_features_by_split, [(rng.standard_normal((2, d)),) for d in (4, 3, 6)],
+                  **F64)
+    no_internal_errors(f)

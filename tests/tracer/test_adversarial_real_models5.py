@@ -843,7 +843,7 @@ def test_ctc_forward_over_lengths_and_label_counts():
 
     # Small sizes: the loop unrolls (y[t, ext], see the xfail below) and compile time grows
     # fast with T and len(labels).
-    f = run_calls(ctc_forward, [arguments(4, 1), arguments(5, 1)], **F64)
+    f = run_calls(ctc_forward, [arguments(3, 1), arguments(4, 1)], **F64)
     no_internal_errors(f)
 
 
@@ -1401,7 +1401,7 @@ def test_jit_value_and_grad_through_loops_over_lengths(case):
     loss, make = GRADIENT_CASES[case]
     rng = rng_for(547)
     f = jitted(tj.value_and_grad(loss))
-    for t in (3, 4, 6):
+    for t in (3, 5):
         arguments = make(rng, t)
         value, gradient = f(*arguments)
         np.testing.assert_allclose(value, loss(*arguments), rtol=1e-10)

@@ -272,10 +272,10 @@ def build_matmul(kernel):
     k_dim = a.aval.shape[-1]
     has_m, has_n = a_rank > 1, b_rank > 1
 
-    def operand_index(operand, batch_index, row, column):
+    def operand_index(operand, batch_index, row, column, left):
         rank = len(operand.aval.shape)
-        if rank == 1:
-            return (column if operand is a else row,)
+        if rank == 1:  # a vector: k is the column on the left, the row on the right
+            return (column if left else row,)
         core = (row, column)
         batch_shape = operand.aval.shape[:-2]
         return broadcast_index(batch_index, batch_shape, batch) + core
@@ -295,10 +295,11 @@ def build_matmul(kernel):
                             inner=True)
 
                 def per_k(k):
-                    left = kernel.value(a, operand_index(a, batch_index, row, k), dtype)
+                    left = kernel.value(a, operand_index(a, batch_index, row, k, True), dtype)
 
                     def per_column(j):
-                        right = kernel.value(b, operand_index(b, batch_index, k, j), dtype)
+                        right = kernel.value(b, operand_index(b, batch_index, k, j, False),
+                                             dtype)
                         out_index = (*out_row, j)
                         current = kernel.load(root.name, out_index, dtype)
                         kernel.store(root.name, out_index,
@@ -314,8 +315,9 @@ def build_matmul(kernel):
                 builder.store(dt.constant(dtype, 0), accumulator)
 
                 def per_k(k):
-                    left = kernel.value(a, operand_index(a, batch_index, row, k), dtype)
-                    right = kernel.value(b, operand_index(b, batch_index, k, ZERO), dtype)
+                    left = kernel.value(a, operand_index(a, batch_index, row, k, True), dtype)
+                    right = kernel.value(b, operand_index(b, batch_index, k, ZERO, False),
+                                         dtype)
                     current = builder.load(accumulator, typ=dt.register_type(dtype))
                     builder.store(multiply_add(builder, current, left, right, dtype,
                                                reassociate=True), accumulator)

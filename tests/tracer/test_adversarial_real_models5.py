@@ -1327,11 +1327,6 @@ def squared_norm(x):
     return x @ x, np.dot(x, x)
 
 
-@pytest.mark.xfail(strict=True, reason="an integer or bool vector dotted with itself (d @ d, "
-                   "np.dot(x, x)) gives wrong values from compiled calls: [1, 2, 3, 4] @ itself "
-                   "returns 10 = sum(x * x[0]). codegen/matmul.py build_matmul's operand_index "
-                   "picks a 1-D operand's index by 'operand is a', true for b too when a and b "
-                   "are one Var, so b is read at column ZERO; float vectors take the GEMM call")
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
 def test_an_integer_vector_dotted_with_itself(dtype):
     rng = rng_for(545)

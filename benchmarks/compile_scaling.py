@@ -58,7 +58,7 @@ def chain(xp, length):
 # its parent's time.
 PHASES = (
     ("trace", "tracejit.runtime.misses", "trace_with_gradients"),
-    ("trace: source rewrite", "tracejit.tracer.frontend", "rewrite_tree"),
+    ("trace: source rewrite", "tracejit.tracer.rewritten_code", "rewrite_tree"),
     ("passes", "tracejit.codegen.program", "optimize"),
     ("schedule", "tracejit.codegen.program", "make_schedule"),
     ("lowering", "tracejit.codegen.lowering", "ProgramLowering.build"),

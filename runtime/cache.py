@@ -456,7 +456,7 @@ def _digest(text):
 
 def _rewritten_source(fn):
     """What the front end made of the model's source (for ``tracejit cache show --source``)."""
-    from tracejit.tracer.frontend import render
+    from tracejit.tracer.rewritten_code import render
 
     try:
         return render(getattr(fn, "__func__", fn))

@@ -464,7 +464,7 @@ class Lowered:
         self.llvm_ir = program.optimized_ir
         self._program = program
         try:
-            from tracejit.tracer.frontend import render
+            from tracejit.tracer.rewritten_code import render
 
             self.source = render(fn)
         except Exception:  # no readable source (REPL, exec): nothing to show, not an error

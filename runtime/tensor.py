@@ -19,7 +19,7 @@ import numpy as np
 
 from tracejit.tracer.array_methods import ArrayMethods
 from tracejit.tracer.errors import TracejitError
-from tracejit.tracer.locations import is_tracejit, user_location
+from tracejit.tracer.locations import is_tracejit, line_prefix, user_location
 from tracejit.tracer.ops import scatter_add
 
 from . import autograd
@@ -79,7 +79,7 @@ _HOOK_FILES = ("frontend.py", "eager_rewrite.py")
 
 def _lost_gradient_message():
     location = user_location(skip=3)
-    where = f"{location.file}:{location.line}: " if location else ""
+    where = line_prefix(location)
     source = f"\n    {location.source}" if location and location.source else ""
     return (
         f"{where}a Tensor that requires grad was turned into a plain NumPy array (written "

@@ -37,7 +37,7 @@ from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
 from .errors import TraceSignal, UnsupportedError
-from .locations import user_location
+from .locations import line_prefix, user_location
 from .loop_generalize import Refused
 
 _MISSING = object()  # an attribute that was not there before the write
@@ -257,7 +257,7 @@ def collect(context, output_atoms, is_leaf):
         for leaf in flat:
             if not is_leaf(leaf):
                 if not _plain(leaf):
-                    where = f"{location.file}:{location.line}: " if location else ""
+                    where = line_prefix(location)
                     raise TypeError(f"{where}a {type(leaf).__name__} written into an "
                                     f"attribute ({path}.{name})")
                 leaves.append(("static", leaf))

@@ -27,15 +27,10 @@ import types
 import numpy as np
 
 from .errors import TraceError
-from .frontend import (
-    RewriteUnavailable,
-    _bind,
-    _callable_object,
-    _is_user_function,
-    rewritten_code,
-)
-from .locations import user_location
+from .locations import line_prefix, user_location
 from .loops import UNDEFINED
+from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
+from .source_rewrite import RewriteUnavailable
 
 
 def _tracked(value):
@@ -66,15 +61,15 @@ class EagerHooks:
         return self.function_for(function)(*args, **kwargs)
 
     def function_for(self, function):
-        if _callable_object(function):
+        if callable_object(function):
             return types.MethodType(self.function_for(type(function).__call__), function)
         target = function.__func__ if isinstance(function, types.MethodType) else function
-        if not _is_user_function(target):
+        if not is_user_function(target):
             return function
         if id(target) not in self.rewritten:
             try:
                 inner, _ = rewritten_code(target)
-                rewritten = _bind(target, inner, self)
+                rewritten = bind(target, inner, self)
             except (RewriteUnavailable, TraceError):  # no source, or refused: as written
                 rewritten = target
             self.rewritten[id(target)] = (target, rewritten)
@@ -124,8 +119,7 @@ class EagerHooks:
     def set_item(self, container, index, value, outside):
         if isinstance(container, np.ndarray) and _tracked(value):
             if outside or container.base is not None:
-                location = user_location(skip=2)
-                where = f"{location.file}:{location.line}: " if location else ""
+                where = line_prefix(user_location(skip=2))
                 raise TypeError(
                     f"{where}writing a Tensor that requires grad into an argument's NumPy "
                     "array or a view of one would lose its gradient; fill a buffer created "

@@ -1,9 +1,10 @@
 """The source front end: rewrite a model function so that tracing sees what it does.
 
 The function's source is parsed and rewritten (``tracejit.tracer.source_rewrite``), then
-compiled here with the user's file name and line numbers, so tracebacks and guard
-locations point at the user's code. The rewrite routes through hooks (``__tracejit__``,
-this module's ``Hooks``) what a compiled run would otherwise skip or get wrong:
+compiled with the user's file name and line numbers, so tracebacks and guard locations
+point at the user's code (``tracejit.tracer.rewritten_code``). The rewrite routes through
+hooks (``__tracejit__``, this module's ``Hooks``) what a compiled run would otherwise skip
+or get wrong:
 
 * every call: ``np.random`` and random generators are refused (their numbers would be
   frozen), logging of traced values is refused, ``print`` becomes an ``Effect`` node that
@@ -13,14 +14,13 @@ this module's ``Hooks``) what a compiled run would otherwise skip or get wrong:
 * ``x += v`` where ``x`` is a NumPy array and ``v`` is traced: rebinds ``x``;
 * ``obj.attr = v``, and ``global``/``nonlocal`` writes: refused (outside state).
 
-``render(fn)`` shows the rewritten source (astor), which the cache CLI prints. Functions
-whose source cannot be read (REPL, ``exec``, lambdas) run as they are: tracing still works,
-and locations come from frames.
+``rewritten_code.render(fn)`` shows the rewritten source, which the cache CLI prints.
+Functions whose source cannot be read (REPL, ``exec``, lambdas) run as they are: tracing
+still works, and locations come from frames.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import logging
@@ -29,19 +29,14 @@ import operator
 import sys
 import types
 
-# astor, not ast.unparse: its printer wraps long lines (the rewritten source nests every
-# load in hook calls; ast.unparse puts each statement on one line of hundreds of columns,
-# unreadable in `tracejit cache show --source` and Lowered.source).
-import astor
 import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
-from .errors import TraceError
 from .implicit import Path
 from .ir import Effect
-from .locations import is_internal, is_library, user_location
+from .locations import line_prefix, user_location
 from .loop_containers import StackedList, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
@@ -57,91 +52,15 @@ from .outside_inputs import (
 )
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
-from .source_rewrite import HOOK, RewriteUnavailable, rewrite_tree
+from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
+from .source_rewrite import RewriteUnavailable
+from .traced_array import trace_error
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
 _UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
                 "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
                 "matmul": "matmul", "and_": "bitwise_and", "or_": "bitwise_or",
                 "xor": "bitwise_xor"}
-
-
-def _refusal(message):
-    location = user_location(skip=2)
-    prefix = f"{location.file}:{location.line}: " if location else ""
-    source = f"\n    {location.source}" if location and location.source else ""
-    return TraceError(f"{prefix}{message}{source}")
-
-
-_REWRITTEN = {}  # code object -> (rewritten inner code, source) or the refusal it raised
-_REWRITTEN_LIMIT = 512
-
-
-def rewritten_code(function):
-    """The rewritten function's code object and the original source, computed once per
-    code object (tracing a function again does not parse and compile it again)."""
-    key = function.__code__
-    if key not in _REWRITTEN:
-        if len(_REWRITTEN) >= _REWRITTEN_LIMIT:
-            _REWRITTEN.clear()
-        try:
-            tree, source = rewrite_tree(function)
-            _REWRITTEN[key] = (_compile(function, tree), source)
-        except (RewriteUnavailable, TraceError) as error:
-            _REWRITTEN[key] = error
-    result = _REWRITTEN[key]
-    if isinstance(result, Exception):
-        raise result
-    return result
-
-
-def _bind(function, inner, hooks):
-    """A function running ``inner`` with ``function``'s globals, defaults and closure cells
-    (live), plus a cell holding this trace's hooks."""
-    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
-    cells[HOOK] = types.CellType(hooks)
-    closure = tuple(cells[name] for name in inner.co_freevars)
-    rebuilt = types.FunctionType(
-        inner, function.__globals__, function.__name__, function.__defaults__, closure
-    )
-    rebuilt.__kwdefaults__ = function.__kwdefaults__
-    rebuilt.__qualname__ = function.__qualname__
-    return rebuilt
-
-
-def _compile(function, tree):
-    freevars = function.__code__.co_freevars
-    body = [tree, ast.Return(value=ast.Name(id=tree.name, ctx=ast.Load()))]
-    if tree.name not in freevars:
-        # The def binds its name in the factory; a recursive call inside the body must
-        # still read the global (as in the original), not a closure cell of the factory.
-        body.insert(0, ast.Global(names=[tree.name]))
-    factory = ast.FunctionDef(
-        name="__tracejit_factory__",
-        args=ast.arguments(
-            posonlyargs=[],
-            args=[ast.arg(arg=name) for name in (HOOK, *freevars)],
-            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
-        ),
-        body=body,
-        decorator_list=[],
-        returns=None,
-    )
-    if sys.version_info >= (3, 12):
-        factory.type_params = []
-    module = ast.fix_missing_locations(ast.Module(body=[factory], type_ignores=[]))
-    code = compile(module, function.__code__.co_filename, "exec")
-    factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return next(
-        c for c in factory_code.co_consts
-        if isinstance(c, types.CodeType) and c.co_name == tree.name
-    )
-
-
-def render(function):
-    """The rewritten source of ``function`` as text (what the compiled run traced)."""
-    tree, _ = rewrite_tree(function)
-    return astor.to_source(tree)
 
 
 # --- hooks -----------------------------------------------------------------------------
@@ -177,13 +96,6 @@ def _is_logging(function):
     ) == "logging"
 
 
-def _is_user_function(function):
-    if not isinstance(function, types.FunctionType):
-        return False
-    filename = function.__code__.co_filename
-    return not (is_internal(filename) or is_library(filename))
-
-
 def _is_plain_object(value):
     """A Python object whose attributes a trace may read (not an array, a traced value or
     a scalar, which are inputs or guarded already)."""
@@ -197,14 +109,7 @@ def _enters(function):
     """The trace runs this call's body itself (a user function, method or layer object),
     so its own calls are checked in turn."""
     target = function.__func__ if isinstance(function, types.MethodType) else function
-    return _is_user_function(target) or _callable_object(function)
-
-
-def _callable_object(function):
-    return not isinstance(function, (types.FunctionType, types.MethodType, type)) and (
-        _is_user_function(getattr(type(function), "__call__", None)))
-
-
+    return is_user_function(target) or callable_object(function)
 
 
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
@@ -261,7 +166,7 @@ class Hooks:
         if id(value) in context.replaced:  # a NumPy buffer written earlier in this trace
             return context.replaced[id(value)]
         if is_stateful(value) and descriptor[0] != "expression":
-            raise _refusal(
+            raise trace_error(
                 f"{type(value).__name__} read from outside is an iterator: each call "
                 "advances it, and compiled runs would not. Pass the values in as arguments"
             )
@@ -355,7 +260,7 @@ class Hooks:
             # np.add.at(dW, ids, dout) into a buffer made here: into its traced copy, which
             # every later read of the buffer sees
             if self.context.is_implicit(args[0]):
-                raise _refusal("np.add.at into a global array; compiled runs would skip it. "
+                raise trace_error("np.add.at into a global array; compiled runs would skip it. "
                                "Return the new array instead")
             return function(self._traced_copy(args[0]), *args[1:], **kwargs)
         if function in (int, math.floor, math.trunc) and len(args) == 1 and not kwargs:
@@ -380,21 +285,21 @@ class Hooks:
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):
             name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
-            raise _refusal(
+            raise trace_error(
                 f"{name} draws random numbers inside a compiled function; they would be "
                 "frozen into the compiled code. Draw them outside and pass them in as an "
                 "argument (for dropout: pass the mask, or run it eagerly)"
             )
         if _is_logging(function):
             if _any_tracer((*args, *kwargs.values())):
-                raise _refusal(
+                raise trace_error(
                     "logging a traced value inside a compiled function: compiled runs would "
                     "skip it. Return the value and log it outside, or use print (replayed)"
                 )
         elif not _enters(function):
             impure = impure_call(function, args, kwargs)
             if impure is not None:
-                raise _refusal(
+                raise trace_error(
                     f"{impure}(...) is called inside a compiled function and its result does "
                     "not come from the arguments: compiled runs would reuse the value this "
                     "call returned when traced. Call it outside and pass the value in"
@@ -408,10 +313,10 @@ class Hooks:
         inline = getattr(function, "__tracejit_inline__", None)
         if inline is not None:  # a jit function called while tracing: traced through, as
             return self.function_for(inline)  # a plain helper (its own trace would nest)
-        if _callable_object(function):  # a layer instance: enter its __call__
+        if callable_object(function):  # a layer instance: enter its __call__
             return types.MethodType(self.function_for(type(function).__call__), function)
         target = function.__func__ if isinstance(function, types.MethodType) else function
-        if isinstance(target, functools.partial) or not _is_user_function(target):
+        if isinstance(target, functools.partial) or not is_user_function(target):
             return function
         # Per function object, not per code: closures made by one factory share code but
         # not cells. (The rewritten code itself is cached per code object.)
@@ -434,7 +339,7 @@ class Hooks:
             function.__qualname__, function.__code__.co_filename, source
         )
         self.originals[inner] = function
-        return _bind(function, inner, self)
+        return bind(function, inner, self)
 
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
@@ -448,7 +353,7 @@ class Hooks:
         indices = index if isinstance(index, tuple) else (index,)
         if isinstance(array, np.ndarray) and _any_tracer((value, *indices)):
             if id(array) in self.context.implicit_candidates or self.context.is_implicit(array):
-                raise _refusal("writing a traced value into a global array; compiled runs "
+                raise trace_error("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")
             array = self._traced_copy(array)
         elif isinstance(array, (dict, list)) and getattr(self.context, "loop_indices", None):
@@ -497,7 +402,7 @@ class Hooks:
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
         stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)
         if stream is None:
-            raise _refusal("print(..., file=...) to a file inside a compiled function; "
+            raise trace_error("print(..., file=...) to a file inside a compiled function; "
                            "return the values and write them outside")
         segments, atoms = [], []
         # In a loop body being captured, ints are values too: print(t, loss) prints the
@@ -535,7 +440,7 @@ class Hooks:
             # A traced position (x[ids[t]] = 1, mask[t] = 1) too: NumPy would read it as a
             # number, one trace per token id or trip.
             if id(container) in self.context.implicit_candidates:
-                raise _refusal("writing a traced value into a global array; compiled runs "
+                raise trace_error("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")
             traced = self._traced_copy(container)
             traced[index] = value
@@ -579,7 +484,7 @@ class Hooks:
             # "same_kind" to its dtype (else NumPy's error), and every other name for the
             # buffer sees the write (set_item's traced copy).
             if id(target) in self.context.implicit_candidates:
-                raise _refusal("in-place update of a global array with a traced value; "
+                raise trace_error("in-place update of a global array with a traced value; "
                                "compiled runs would skip it. Return the new array instead")
             current = self.context.replaced.get(id(target), target)
             result = getattr(operator, operation)(current, value)
@@ -618,9 +523,8 @@ class Hooks:
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
         as state and trace again (``attribute_writes.NumberState``), or refuse."""
         if attribute.root[0] != "arg" and attribute_writes.mark_number_state(owner, name):
-            location = user_location(skip=2)
-            where = f"{location.file}:{location.line}: " if location else ""
-            raise attribute_writes.NumberState(f"{where}{attribute}")
+            raise attribute_writes.NumberState(
+                f"{line_prefix(user_location(skip=2))}{attribute}")
         self.outside_mutation(written)
 
     def store_item(self, container, index, value, written):
@@ -686,7 +590,7 @@ class Hooks:
         if id(array) in self.context.replaced:
             return self.context.replaced[id(array)]
         if array.base is not None:
-            raise _refusal("writing a traced value into a view of a NumPy array (another "
+            raise trace_error("writing a traced value into a view of a NumPy array (another "
                            "name for part of it would not see the write); index the "
                            "array itself, or build the result with np.concatenate/np.stack")
         atom, _, _ = self.context.atom(np.array(array))  # a constant of the trace
@@ -710,7 +614,7 @@ class Hooks:
     def outside_mutation(self, what, owner=None):
         if isinstance(owner, types.ModuleType):
             return  # np.sort(x), np.add(a, b): a module's function, not a method mutating it
-        raise _refusal(
+        raise trace_error(
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
@@ -795,7 +699,7 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None):
     context = current_context()
     defaults = default_roots(fn, args, kwargs)
     instance = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else (
-        fn if _callable_object(fn) else None)
+        fn if callable_object(fn) else None)
     roots = dict(defaults)
     if instance is not None:  # self.w, self.bias is None: read from the instance again
         method = getattr(fn, "__func__", None) or type(fn).__call__

@@ -21,7 +21,7 @@ import numpy as np
 from . import ops
 from .dims import SymInt, SymRange, surely, value_of
 from .errors import TraceError, UnsupportedIndexError
-from .locations import user_location
+from .locations import line_prefix, user_location
 from .ops import ndim_of, shape_of
 from .pending import deferred, is_pending, recording_only
 from .primitives import current_context, is_traced
@@ -131,8 +131,7 @@ def _concrete_mask(mask):
         if outside is not None:  # an outside mask, read as an implicit input
             context.guard_contents(outside)
             return outside
-        location = user_location()
-        where = f"{location.file}:{location.line}: " if location else ""
+        where = line_prefix(user_location())
         raise TraceError(
             f"{where}indexing with a boolean mask computed from traced data gives a "
             "data-dependent shape; use np.where(mask, x, 0) (or compute it outside the "

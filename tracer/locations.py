@@ -45,6 +45,15 @@ def is_internal(filename):
     return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
 
 
+def line_prefix(location):
+    """``"file:line: "`` to start a message with the user's line, or ``""`` without one.
+
+    >>> line_prefix(Location("model.py", 12)), line_prefix(None)
+    ('model.py:12: ', '')
+    """
+    return f"{location.file}:{location.line}: " if location else ""
+
+
 def user_location(skip=1):
     """The ``Location`` of the innermost frame in user code, or ``None``."""
     frame = sys._getframe(skip)

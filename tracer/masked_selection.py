@@ -36,7 +36,7 @@ import numpy as np
 from . import numpy_api, ops
 from .errors import TraceError, as_numpy_would
 from .ir import Var
-from .locations import user_location
+from .locations import line_prefix, user_location
 from .shapes import normalize_axes, size_of
 from .tracing import Tracer
 
@@ -342,7 +342,7 @@ class MaskedSelection:
         cannot be compiled and what can."""
         here, made = user_location(), self._info.location
         first = (here or made) if at_use else (made or here)
-        prefix = f"{first.file}:{first.line}: " if first else ""
+        prefix = line_prefix(first)
         origin = ""
         if at_use and made and (here is None or (made.file, made.line) != (here.file,
                                                                               here.line)):

@@ -14,7 +14,7 @@ from tracejit import codegen
 from tracejit import runtime
 import tracejit.runtime.cache  # noqa: F401 (tracejit.runtime.cache)
 from tracejit import tracer
-import tracejit.tracer.frontend  # noqa: F401 (tracejit.tracer.frontend)
+import tracejit.tracer.rewritten_code  # noqa: F401 (tracejit.tracer.rewritten_code)
 import tracejit.tracer.tracing  # noqa: F401 (tracejit.tracer.tracing)
 import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
 import tracejit.codegen.llvm  # noqa: F401 (tracejit.codegen.llvm)
@@ -280,7 +280,7 @@ def _boom(*args, **kwargs):
 
 
 STAGES = {
-    "front end": (tracer.frontend, "rewrite_tree"),
+    "front end": (tracer.rewritten_code, "rewrite_tree"),
     "tracer": (tracer.tracing.TracingContext, "atom"),
     "passes": (codegen.program, "optimize"),
     "scheduler": (codegen.program, "make_schedule"),
@@ -298,14 +298,14 @@ def test_injected_internal_failure_gives_the_eager_result(stage, monkeypatch, tm
     if not hasattr(owner, name):
         pytest.fail(f"stage {stage}: {owner.__name__}.{name} no longer exists; update STAGES")
     monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
-    tracer.frontend._REWRITTEN.clear()
+    tracer.rewritten_code._REWRITTEN.clear()
     monkeypatch.setattr(owner, name, _boom)
     rng = np.random.default_rng(1)
     jitted = jit(model, cache=True)
     for _ in range(3):
         x, w = rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
         np.testing.assert_allclose(jitted(x, w), model(x, w), rtol=1e-12)
-    tracer.frontend._REWRITTEN.clear()
+    tracer.rewritten_code._REWRITTEN.clear()
 
 
 def test_injected_failure_raises_with_fallback_raise(monkeypatch):

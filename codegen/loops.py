@@ -89,7 +89,6 @@ class LoopProgram:
         self.graph = graph
         self.kernels = []
         self.llvm_ir = self.optimized_ir = self.wrapper_source = ""
-        self.materialized = []
         self.profiled = False
         self.compile_seconds = {}
         from .program import explicit_symbols
@@ -358,7 +357,7 @@ class _Loop:
         if plan is None or plan.graph is not program.graph:  # loaded from disk
             from .schedule import schedule as make_schedule
 
-            plan = make_schedule(program.graph, materialize=set(program.materialized))
+            plan = make_schedule(program.graph)
         layout, why = native_loop.layout_of(plan, len(self.kept), self.index,
                                             [len(write.value_shape) for write in self.writes])
         if layout is None or layout.text() != program.driver:  # a stored piece, not ours

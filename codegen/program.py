@@ -116,9 +116,6 @@ class Program:
     trusted: bool = False  # the wrapper converts no input (``wrapper_source(trusted=True)``)
     exports: list = field(default_factory=list)  # more native functions linked (a loop driver)
     driver: str = ""  # what the native loop driver was built for (``native_loop.Layout``)
-    # Values given buffers beyond the schedule's own choice (``schedule(materialize=)``):
-    # none since the schedule decides them all; kept in the disk format.
-    materialized: list = field(default_factory=list)
     _run: object = None
     _library: object = None
     _counters: object = None
@@ -207,21 +204,17 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
         trusted=trusted,
         exports=exports,
         driver=driver,
-        materialized=sorted(schedule.scheduler.forced),
     )
     link(program)
     times["total"] = time.perf_counter() - start
     return program
 
 
-def rebuild_wrapper(graph, materialized, trusted=False):
-    """The wrapper of a program loaded from disk, generated here from its parsed graph and
-    the values lowering materialized: the same schedule gives the same slots the object
-    code was built for. (The disk copy of the wrapper text is never executed.)"""
-    for name in materialized:
-        if not isinstance(name, str):
-            raise ValueError(f"materialized value {name!r} is not a name")
-    schedule = make_schedule(graph, materialize=set(materialized))
+def rebuild_wrapper(graph, trusted=False):
+    """The wrapper of a program loaded from disk, generated here from its parsed graph:
+    the same schedule gives the same slots the object code was built for. (The disk copy
+    of the wrapper text is never executed.)"""
+    schedule = make_schedule(graph)
     return wrapper_source(schedule, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
 
 

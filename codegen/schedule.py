@@ -195,7 +195,6 @@ class _Scheduler:
         self.uses = _uses(graph)
         self.buffers = {}
         self.order = {eqn.out.name: index for index, eqn in enumerate(graph.equations)}
-        self.forced = set()
         for var in graph.inputs:
             self.buffers[var.name] = Buffer(var, "input")
         for var, _ in graph.constants:
@@ -477,8 +476,6 @@ class _Scheduler:
         users = self.uses.get(product.name, [])
         if not users or not all(isinstance(user, Eqn) for user in users):
             return None
-        if product.name in self.forced:
-            return None
         for name in roots:
             root = self.buffers[name].var
             # The epilogue runs in place over the product: same shape and same dtype.
@@ -738,18 +735,16 @@ def _plan_workspace(scheduler, kernels):
     return total
 
 
-def schedule(graph, materialize=()):
-    """Group ``graph``'s equations into kernels and plan their buffers; ``materialize``
-    names values that must get buffers besides (``Program.materialized``: none since the
-    schedule decides every buffer itself, lowering included)."""
+def schedule(graph):
+    """Group ``graph``'s equations into kernels and plan their buffers (every buffer:
+    lowering adds none)."""
     along_rows = set()
     while True:
         scheduler = _Scheduler(graph)
         scheduler.initial_materialization()
         scheduler.bound_expressions()
-        for name in (*materialize, *sorted(along_rows, key=scheduler.order.__getitem__)):
+        for name in sorted(along_rows, key=scheduler.order.__getitem__):
             scheduler.materialize(scheduler.producers[name].out)
-        scheduler.forced = set(materialize)
         scheduler.settle_reductions()
         # A stage holds one value per row: a reduction its kernel would read along the row
         # gets a buffer, and the settling starts again as if it had had one from the start.

@@ -2,7 +2,7 @@
 
 Everything a variant needs at a warm start is data: the entry spec, and per path the IR
 text (``tracejit.tracer.ir`` parses it back), constants (raw bytes with dtype and shape), object
-code, the values lowering materialized, and how outputs are rebuilt. Implicit inputs are
+code, and how outputs are rebuilt. Implicit inputs are
 stored as a root that can be found again in a new process (a module global, a function's
 closure cell or default, an argument leaf) plus attribute/item steps.
 
@@ -424,7 +424,6 @@ def program_to_json(program, blobs):
         "exports": list(program.exports),
         "driver": program.driver,
         "wrapper": program.wrapper_source,  # shown by `cache show --source`, never run
-        "materialized": list(program.materialized),
         "compile_seconds": program.compile_seconds,
         "object": blobs.add(program.object_code),
     }
@@ -546,10 +545,9 @@ def program_from_json(data, blobs):
     table = {_text(constant["digest"], "a constant's digest"):
              _constant_from_json(constant, blobs) for constant in data["constants"]}
     graph = check_graph(parse_graph(_text(data["graph"], "the IR"), table))
-    materialized = [_text(name, "a materialized value") for name in data["materialized"]]
     trusted = data.get("trusted", False)
     _check(isinstance(trusted, bool), "the trusted-inputs flag")
-    wrapper = rebuild_wrapper(graph, materialized, trusted)
+    wrapper = rebuild_wrapper(graph, trusted)
     exports = data.get("exports", [])
     # The one extra function a program exports is its loop driver, named after the graph.
     _check(exports in ([], [native_loop.driver_name(_symbol_safe(graph.name))]),
@@ -582,7 +580,6 @@ def program_from_json(data, blobs):
         trusted=trusted,
         exports=exports,
         driver=driver,
-        materialized=materialized,
     )
     return link(program)
 

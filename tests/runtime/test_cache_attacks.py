@@ -244,10 +244,6 @@ def _ir_symbol_payload(program, body):
     program_json["graph"] = program_json["graph"].replace("s0", "__import__")
 
 
-def _materialized_payload(program, body):
-    body["variant"]["paths"][0]["program"]["materialized"] = [_marker_code(program)]
-
-
 def _object_payload(program, body):
     index = body["variant"]["paths"][0]["program"]["object"]
     body["blobs"][index] = b"\x7fELF" + b"\xcc" * 4096  # traps if it were ever run
@@ -263,7 +259,6 @@ METADATA_PAYLOADS = {
     "static result": _static_result_payload,
     "changed IR": _graph_payload,
     "IR symbol name": _ir_symbol_payload,
-    "materialized name": _materialized_payload,
 }
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .gemm_driver import CONTEXT_FIELDS, ENTRY_ARGUMENTS, POOL_THREADS, SPLIT_BY_COLUMNS
+from .gemm_driver import CONTEXT_FIELDS, ENTRY_ARGUMENTS, SPLIT_BY_COLUMNS, entry_prologue
 from .gemm_ir import I64, PTR, VOID, c64
 
 # The batch chunk's context: the chunk's fields, then the entry count, the layout and
@@ -123,30 +123,12 @@ def batched_function(emitter, chunk, entry):
     function = emitter.function(f"{isa.entry}_batched", [*ENTRY_ARGUMENTS, PTR, I64, I64, PTR],
                                 internal=False)
     arguments = function.args
-    m, n, k, count = arguments[2], arguments[3], arguments[4], arguments[13]
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    context = builder.alloca(I64, size=BATCH_CONTEXT_FIELDS)
-
-    def store(index, value):
-        builder.store(value, builder.gep(context, [c64(index)], source_etype=I64))
-
-    *products, count_argument, layout = arguments
-    for index, argument in enumerate(products):
-        store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
-    store(SPLIT_BY_COLUMNS, c64(0))
-    store(COUNT, count_argument)
+    *products, count, layout = arguments
+    m, n, k = products[2:5]
+    builder, context, store, threads = entry_prologue(function, BATCH_CONTEXT_FIELDS, products,
+                                                      (m, n, count), pool)
+    store(COUNT, count)
     store(LAYOUT, builder.ptrtoint(layout, I64))
-    run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
-    builder.cbranch(builder.and_(builder.and_(builder.icmp_signed(">", m, c64(0)),
-                                              builder.icmp_signed(">", n, c64(0))),
-                                 builder.icmp_signed(">", count, c64(0))), run, nothing)
-    builder.position_at_end(nothing)
-    builder.ret_void()
-
-    builder.position_at_end(run)
-    pool_type = pool.value_type
-    threads = builder.load(builder.gep(pool, [c64(0), c64(POOL_THREADS)],
-                                       source_etype=pool_type), typ=I64)
     # k = 0 still stores zeros: count it as one multiply-add per element.
     at_least_one = builder.select(builder.icmp_signed("<", k, c64(1)), c64(1), k)
     work = builder.mul(builder.mul(builder.mul(m, n), at_least_one), count)

@@ -354,6 +354,35 @@ def chunk_function(emitter, rows):
     return function
 
 
+def entry_prologue(function, context_fields, arguments, sizes, pool):
+    """The start of an exported entry (this one and ``gemm_batched``'s): ``arguments``
+    copied into a context of ``context_fields`` i64 slots on the stack (pointers as
+    addresses), not split by columns, and a return when one of ``sizes`` is 0. Returns
+    the builder, placed where there is work, the context, ``store(index, value)`` into it,
+    and the pool's thread count."""
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    context = builder.alloca(I64, size=context_fields)
+
+    def store(index, value):
+        builder.store(value, builder.gep(context, [c64(index)], source_etype=I64))
+
+    for index, argument in enumerate(arguments):
+        store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
+    store(SPLIT_BY_COLUMNS, c64(0))
+    run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
+    nonempty = builder.icmp_signed(">", sizes[0], c64(0))
+    for size in sizes[1:]:
+        nonempty = builder.and_(nonempty, builder.icmp_signed(">", size, c64(0)))
+    builder.cbranch(nonempty, run, nothing)
+    builder.position_at_end(nothing)
+    builder.ret_void()
+
+    builder.position_at_end(run)
+    threads = builder.load(builder.gep(pool, [c64(0), c64(POOL_THREADS)],
+                                       source_etype=pool.value_type), typ=I64)
+    return builder, context, store, threads
+
+
 def entry_function(emitter, chunk):
     """The exported entries: the epilogue entry runs ``chunk`` inline, or one chunk per
     thread over the pool; the plain entry calls it without an epilogue."""
@@ -366,24 +395,8 @@ def entry_function(emitter, chunk):
                                 internal=False)
     arguments = function.args
     m, n, k = arguments[2:5]
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    context = builder.alloca(I64, size=CONTEXT_FIELDS)
-
-    def store(index, value):
-        builder.store(value, builder.gep(context, [c64(index)], source_etype=I64))
-
-    for index, argument in enumerate(arguments):
-        store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
-    store(SPLIT_BY_COLUMNS, c64(0))
-    run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
-    builder.cbranch(builder.and_(builder.icmp_signed(">", m, c64(0)),
-                                 builder.icmp_signed(">", n, c64(0))), run, nothing)
-    builder.position_at_end(nothing)
-    builder.ret_void()
-
-    builder.position_at_end(run)
-    threads = builder.load(builder.gep(pool, [c64(0), c64(POOL_THREADS)],
-                                       source_etype=pool_type), typ=I64)
+    builder, context, store, threads = entry_prologue(function, CONTEXT_FIELDS, arguments,
+                                                      (m, n), pool)
     # Every chunk packs its own copy of the operand it is not split along, so: one chunk
     # per thread, split along the longer of m and n (the smaller operand is packed twice).
     by_columns = builder.icmp_signed(">", n, m)

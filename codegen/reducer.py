@@ -4,7 +4,8 @@ Reductions follow NumPy's results: float32 sums accumulate in double, max and mi
 propagate NaN, argmax and argmin return the first position of the best value (the first
 NaN wins).
 
-A float32 sum along one row may take its elements ``FLOAT32_GROUP`` at a time
+A float32 row sum that is a stage of a fused kernel (softmax, layer norm: not a sum the
+user reads) may take its elements ``FLOAT32_GROUP`` at a time
 (``add_group``): they are added as a balanced tree in float32 and the group's sum joins
 the double accumulator. One conversion to double per group instead of one per element
 (converting cost more than the rest of a layer norm's passes together), for an error of

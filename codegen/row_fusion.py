@@ -69,7 +69,11 @@ def reduce_row(kernel, eqn, shape, inner_from, outer):
     reducer = Reducer(kernel, eqn)
     reducer.start()
     group = reducer.group_size()
-    if group > 1 and inner_from == len(shape) - 1:
+    # Only a stage (a softmax's or layer norm's row sum, which the row's values are then
+    # divided by): a sum the user reads keeps double precision throughout, at least as
+    # accurate as NumPy's pairwise sum on every input (tests/codegen/test_mathlib.py).
+    is_stage = any(stage.name == eqn.out.name for stage in kernel.kernel.stages)
+    if group > 1 and is_stage and inner_from == len(shape) - 1:
         _grouped_pass(kernel, reducer, shape, outer, group)
     else:
         kernel.loops(shape, in_row(kernel, reducer.add), inner_from, outer)

@@ -138,11 +138,11 @@ class ArrayMethods:
     def squeeze(self, axis=None):
         return numpy_api.squeeze(self, axis)
 
-    def flatten(self):
-        return numpy_api.copy(ops.reshape(self, (-1,)))
+    def flatten(self, order="C"):
+        return numpy_api.copy(numpy_api.ravel(self, order))
 
-    def ravel(self):
-        return ops.reshape(self, (-1,))
+    def ravel(self, order="C"):
+        return numpy_api.ravel(self, order)
 
     def astype(self, dtype, copy=True):
         return numpy_api.astype(self, dtype)
@@ -151,14 +151,14 @@ class ArrayMethods:
         return numpy_api.copy(self)
 
     # --- reductions and friends --------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False):
-        return numpy_api.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        return numpy_api.sum(self, axis, dtype, out, keepdims, initial, where)
 
-    def prod(self, axis=None, dtype=None, keepdims=False):
-        return numpy_api.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        return numpy_api.prod(self, axis, dtype, out, keepdims, initial, where)
 
-    def mean(self, axis=None, dtype=None, keepdims=False):
-        return numpy_api.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+        return numpy_api.mean(self, axis, dtype, out, keepdims, where=where)
 
     def var(self, axis=None, ddof=0, keepdims=False):
         return numpy_api.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
@@ -166,11 +166,11 @@ class ArrayMethods:
     def std(self, axis=None, ddof=0, keepdims=False):
         return numpy_api.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
 
-    def max(self, axis=None, keepdims=False):
-        return numpy_api.max(self, axis=axis, keepdims=keepdims)
+    def max(self, axis=None, out=None, keepdims=False, initial=None, where=True):
+        return numpy_api.max(self, axis, out, keepdims, initial, where)
 
-    def min(self, axis=None, keepdims=False):
-        return numpy_api.min(self, axis=axis, keepdims=keepdims)
+    def min(self, axis=None, out=None, keepdims=False, initial=None, where=True):
+        return numpy_api.min(self, axis, out, keepdims, initial, where)
 
     def argmax(self, axis=None, keepdims=False):
         return numpy_api.argmax(self, axis=axis, keepdims=keepdims)

@@ -37,6 +37,7 @@ from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
 from .errors import TraceSignal, UnsupportedError
+from .implicit import Path
 from .locations import line_prefix, user_location
 from .loop_generalize import Refused
 
@@ -145,7 +146,7 @@ def note(context, owner, name, value, path):
         context.note_outside_value(path, owner, identity=True)  # the same object each call
     context.attribute_writes.pop(key, None)  # the last write, in write order
     context.attribute_writes[key] = (path, owner, name, value, user_location())
-    context.written_paths.add(f"{path}.{name}")
+    context.written_paths.add(Path(path.root, path.steps + (("attr", name),)).key)
     setattr(owner, name, value)
 
 

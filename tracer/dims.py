@@ -296,6 +296,18 @@ def _eval_dim(node):
 
 
 # --- the live symbolic int -------------------------------------------------------------
+def _on_the_value(operation, reflected=False):
+    """An int operator no dim expression has (``n & 1``, ``1 << n``, ``~n``): Python's,
+    on the dim's value (specialized)."""
+
+    def method(self, *other):
+        value = self.context.specialize(self, "used in a bitwise operation")
+        return operation(*other, value) if reflected else operation(value, *other)
+
+    return method
+
+
+
 class SymInt:
     """A dim (or int derived from dims) during tracing: expression + concrete value.
 
@@ -396,7 +408,41 @@ class SymInt:
             return other / 0  # ZeroDivisionError, as Python raises it
         return self._traced(operator.truediv, other, self)
 
-    def __pow__(self, other):
+    def __divmod__(self, other):
+        if not is_int(other):
+            return divmod(self.context.specialize(self, "divided with divmod()"), other)
+        return self // other, self % other  # chunks, rest = divmod(T, k): both stay dims
+
+    def __rdivmod__(self, other):
+        if not is_int(other):
+            return divmod(other, self.context.specialize(self, "divided with divmod()"))
+        return other // self, other % self
+
+    def __abs__(self):
+        if surely(self, ">=", 0):
+            return self
+        return -self if surely(self, "<=", 0) else abs(self.context.specialize(self, "abs()"))
+
+    def __pos__(self):
+        return self
+
+    __and__, __rand__ = _on_the_value(operator.and_), _on_the_value(operator.and_, True)
+    __or__, __ror__ = _on_the_value(operator.or_), _on_the_value(operator.or_, True)
+    __xor__, __rxor__ = _on_the_value(operator.xor), _on_the_value(operator.xor, True)
+    __lshift__, __rlshift__ = _on_the_value(operator.lshift), _on_the_value(operator.lshift, True)
+    __rshift__, __rrshift__ = _on_the_value(operator.rshift), _on_the_value(operator.rshift, True)
+    __invert__ = _on_the_value(operator.invert)
+
+    def __getattr__(self, name):
+        # n.bit_length(), n.to_bytes(...) in user code: int's methods on the dim's value
+        if name in _INT_ATTRIBUTES and self.value is not None and _from_user():
+            return getattr(self.context.specialize(self, f"used through int.{name}"), name)
+        raise AttributeError(f"'SymInt' object has no attribute '{name}'")
+
+    def __pow__(self, other, modulo=None):
+        if modulo is not None:  # pow(n, e, m): Python's modular power of the value
+            return pow(self.context.specialize(self, "raised to a modular power"), other,
+                       modulo)
         if isinstance(other, int) and not isinstance(other, bool) and 0 <= other <= 8:
             result = 1
             for _ in range(other):  # t ** 2 stays an int polynomial of the dim
@@ -492,9 +538,24 @@ class SymInt:
         return float(self.context.specialize(self, "converted with float()"))
 
     def __repr__(self):
+        # str(x.shape), f"w_{d}", print(f"len={n}") in user code: the text eager makes
+        # ('4'), so the dim is specialized; tracejit's own messages name the symbol.
+        if self.value is not None and _from_user():
+            return str(self.context.specialize(self, "turned into text (str, an f-string)"))
         return str(self.expr)
 
     __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.value is not None and _from_user():
+            return format(self.context.specialize(self, "turned into text (str, an f-string)"),
+                          spec)
+        return format(str(self.expr), spec)
+
+
+_INT_ATTRIBUTES = frozenset({"bit_length", "bit_count", "to_bytes", "as_integer_ratio",
+                             "conjugate", "is_integer", "numerator", "denominator", "real",
+                             "imag"})
 
 
 class SymRange:
@@ -608,10 +669,23 @@ def decide_by_bounds(difference, op, ranges):
 
 
 def _from_user():
-    """Whether the caller of the caller (a ``SymInt`` method's caller) is user code."""
+    """Whether the caller of the caller (a ``SymInt`` method's caller) is user code, or a
+    tracejit frame that calls on the user's behalf (``calls_for_the_user``: the user's
+    ``table.get(n)`` or ``"{}".format(n)`` is called from there)."""
     from .locations import is_tracejit  # cycle: locations -> ir -> dims
 
-    return not is_tracejit(sys._getframe(2).f_code.co_filename)
+    code = sys._getframe(2).f_code
+    return code in _USER_CALLERS or not is_tracejit(code.co_filename)
+
+
+_USER_CALLERS = set()
+
+
+def calls_for_the_user(function):
+    """Mark ``function`` as the frame from which tracejit makes the user's own calls: a
+    dim hashed or turned into text there is the user's doing (see ``_from_user``)."""
+    _USER_CALLERS.add(function.__code__)
+    return function
 
 
 def surely(value, op, other):

@@ -48,6 +48,9 @@ class EagerHooks:
     def load(self, value, descriptor):
         return value
 
+    def member(self, owner, name):
+        return getattr(owner, name)
+
     def local(self, value):
         return value
 

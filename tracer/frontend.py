@@ -32,7 +32,7 @@ import types
 import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
-from .dims import SymInt, SymRange, integer_quotient
+from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
 from .ir import Effect
@@ -41,7 +41,8 @@ from .loop_containers import StackedList, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
-from .numpy_api import arange
+from .numpy_api import arange, array_of_dims
+from .object_paths import ObjectPaths, holds_attributes, is_plain_object, partial_roots
 from .out_arguments import check_out
 from .outside_inputs import (
     GUARDED_VALUES,
@@ -76,7 +77,13 @@ def _traced_index(index):
 
 
 def _any_tracer(values):
-    return any(is_traced(value) for value in values)
+    """A traced value among ``values`` or in a tuple or list there (``np.add.at``'s index)."""
+    return any(_any_tracer(value) if type(value) in (tuple, list) else is_traced(value)
+               for value in values)
+
+
+def _holds_dims(value):
+    return type(value) in (tuple, list) and any(isinstance(item, SymInt) for item in value)
 
 
 def _is_random(function, args, kwargs):
@@ -94,15 +101,6 @@ def _is_logging(function):
     return isinstance(owner, (logging.Logger, logging.LoggerAdapter)) or getattr(
         function, "__module__", None
     ) == "logging"
-
-
-def _is_plain_object(value):
-    """A Python object whose attributes a trace may read (not an array, a traced value or
-    a scalar, which are inputs or guarded already)."""
-    return value is not None and not isinstance(
-        value, (np.ndarray, np.generic, int, float, complex, str, bytes, tuple, list, dict,
-                StackedList, types.ModuleType, type)) and getattr(  # (a list of the trace)
-        type(value), "__tracejit_priority__", 0) == 0
 
 
 def _enters(function):
@@ -150,7 +148,7 @@ class Hooks:
         # its parameters bound outside the call's arguments (defaults, the instance of a
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
-        self.object_paths = {}  # id(object read from outside) -> (Path, object)
+        self.objects = ObjectPaths(context)  # objects read from outside, and their paths
 
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
@@ -179,6 +177,17 @@ class Hooks:
             context.note_outside_value(path, value, identity=True)
         return self._load_through(path, value)
 
+    def member(self, owner, name):
+        """``owner.name`` where ``owner`` is a local (``for block in self.blocks``, then
+        ``block.attn.W``): read through the path the object was found at, so its weights
+        are inputs and its settings guarded, as ``self.blocks[0].attn.W`` would be."""
+        value = getattr(owner, name)
+        known = self.objects.path_of(owner)
+        if known is None:
+            return self.load(value, ("expression", "", ()))
+        return self.load(value, ("path", Path(known.root, known.steps + (("attr", name),)),
+                                 ()))
+
     def _load_through(self, path, value):
         """A value read from outside at ``path`` (None: no path to read it again), as the
         trace must see it: arrays are inputs read through their path at every call, never
@@ -187,7 +196,7 @@ class Hooks:
         remembered, so ``getattr(obj, "k")`` is guarded like ``obj.k``. An attribute this
         trace wrote (``self.cache = x``, then read) is what it wrote: nothing to guard."""
         context = self.context
-        if path is not None and str(path) in context.written_paths:
+        if path is not None and path.key in context.written_paths:
             return value
         if _is_number(value) and path is not None:
             owner = _owner_of(path)
@@ -206,15 +215,19 @@ class Hooks:
             if path is not None:
                 note_contents(context, path, value)
             if type(value) in (list, tuple, dict):
+                if path is not None:
+                    self.objects.remember_container(path, value)
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
                 return with_inputs(context, value)
-        elif path is not None and _is_plain_object(value) and not callable(value):
-            self.object_paths[id(value)] = (path, value)
+        elif path is not None and is_plain_object(value) and not callable(value):
+            self.objects.note(path, value)
         return value
 
     def _path(self, descriptor, frame):
         """Where a load came from, as a path a later call can read again."""
         kind, name, steps = descriptor
+        if kind == "path":  # Hooks.member: the path itself
+            return name
         if kind == "global":
             if name not in frame.f_globals:
                 return None  # a builtin
@@ -231,16 +244,21 @@ class Hooks:
             root = ("arg", self.parameter_leaves[name])
         elif kind == "param" and frame.f_code is self.top and name in self.parameter_roots:
             root = self.parameter_roots[name]
-        elif kind == "param" and steps and _is_plain_object(frame.f_locals.get(name)):
+            if isinstance(root, Path):  # an argument a partial binds: under the partial
+                return Path(root.root, root.steps + tuple(steps))
+        elif kind == "param" and steps and is_plain_object(frame.f_locals.get(name)):
             # ``self.training`` inside a layer's method called from the traced function:
             # the object is the one this trace used (its identity is guarded where it was
             # read), so re-read the attribute on it at every call.
             root = ("self", frame.f_locals[name])
+        elif kind == "param" and steps:  # state["optimizer"].lr: through an object found
+            return self.objects.through(frame.f_locals.get(name), steps)
         else:
             return None
         return Path(root, tuple(steps))
 
     # calls ---------------------------------------------------------------------------
+    @calls_for_the_user
     def call(self, function, *args, **kwargs):
         if function is print:
             return self.print(*args, **kwargs)
@@ -271,16 +289,18 @@ class Hooks:
             stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
             if stacked is not None:
                 return stacked
-        if function is getattr and len(args) >= 2 and id(args[0]) in self.object_paths and (
+        if function is getattr and len(args) >= 2 and self.objects.path_of(args[0]) and (
             type(args[1]) is str
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
-            path, _ = self.object_paths[id(args[0])]
+            path = self.objects.path_of(args[0])
             value = getattr(*args)
             return self._load_through(Path(path.root, path.steps + (("attr", args[1]),)), value)
         if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
+        if function in (np.array, np.asarray) and args and _holds_dims(args[0]):
+            return array_of_dims(*args, **kwargs)  # np.array(x.shape): dims stay symbolic
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):
@@ -305,7 +325,7 @@ class Hooks:
                     "call returned when traced. Call it outside and pass the value in"
                 )
         result = self.function_for(function)(*args, **kwargs)
-        if isinstance(function, type) and _is_plain_object(result):  # Linear(4, 8) made here
+        if isinstance(function, type) and is_plain_object(result):  # Linear(4, 8) made here
             attribute_writes.note_created(self.context, result)
         return result
 
@@ -501,23 +521,15 @@ class Hooks:
         if attribute_writes.is_local_object(context, owner):
             setattr(owner, name, value)
             return
-        path = self._owner_path(owner)
+        path = self.objects.path_of(owner)
         if path is None:
             return self.outside_mutation(written)
         attribute = Path(path.root, path.steps + (("attr", name),))
         if _is_number(getattr(owner, name, None)) and (
-            str(attribute) in context.outside_values
+            attribute.key in context.outside_values
         ):  # self.t = self.t + 1: a number read as a setting, rebound
             self._number_state(owner, name, attribute, written)
         attribute_writes.note(context, owner, name, value, path)
-
-    def _owner_path(self, owner):
-        """Where an object from outside is found again, or None."""
-        known = self.object_paths.get(id(owner)) or self.context.outside_objects.get(
-            id(owner))
-        if known is None or known[1] is not owner or not _is_plain_object(owner):
-            return None
-        return known[0]
 
     def _number_state(self, owner, name, attribute, written):
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
@@ -569,7 +581,7 @@ class Hooks:
         the trace and the new value a write (``attribute_writes.NumberState``)."""
         current = getattr(owner, name)
         if _is_number(current):
-            path = self._owner_path(owner)
+            path = self.objects.path_of(owner)
             if path is None:
                 return self.outside_mutation(written)
             attribute = Path(path.root, path.steps + (("attr", name),))
@@ -691,27 +703,43 @@ def default_roots(fn, args, kwargs):
     return roots
 
 
-def run_rewritten(fn, args, kwargs, parameter_leaves=None):
+def run_rewritten(fn, args, kwargs, parameter_leaves=None, static_leaves=None):
     """Call ``fn`` rewritten (when its source allows) under the current trace; returns the
     result and the functions the trace passed through ``[(qualname, file, source)]``.
     ``parameter_leaves`` maps ``fn``'s parameter names to their argument leaf positions
-    (attributes read from them are guarded)."""
+    (attributes read from them are guarded); ``static_leaves`` maps leaf positions to the
+    arguments' other leaves (objects in a list or dict argument: their attributes too)."""
     context = current_context()
+    bound = partial_roots(fn)
+    if bound:  # jit(partial(step, optimizers)): step's body runs rewritten, like any other
+        args, kwargs = (*fn.args, *args), {**fn.keywords, **kwargs}
+        fn = fn.func
     defaults = default_roots(fn, args, kwargs)
     instance = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else (
         fn if callable_object(fn) else None)
-    roots = dict(defaults)
+    roots = {**defaults, **bound}
     if instance is not None:  # self.w, self.bias is None: read from the instance again
         method = getattr(fn, "__func__", None) or type(fn).__call__
         roots[method.__code__.co_varnames[0]] = ("self", instance)
     hooks = context.hooks = Hooks(context, parameter_leaves=parameter_leaves,
                                   parameter_roots=roots)
-    for root in defaults.values():  # ``def f(x, k=2.0)``: k is read from outside too
-        value = Path(root).resolve()
+    for position, leaf in (static_leaves or {}).items():
+        if holds_attributes(leaf):
+            hooks.objects.note(Path(("arg", position)), leaf)
+    # ``def f(x, k=2.0)``, ``partial(f, [opt], k=2.0)``: k is read from outside too
+    for path in [Path(root) for root in defaults.values()] + list(bound.values()):
+        value = path.resolve()
         if type(value) in GUARDED_VALUES or isinstance(value, np.generic) or (
             type(value) is dict
         ):
-            note_contents(context, Path(root), value)
+            note_contents(context, path, value)
+            if type(value) in (list, tuple, dict):
+                hooks.objects.remember_container(path, value)
+        elif callable(value) and not isinstance(value, (NOT_GUARDED_CALLABLES, np.ndarray)):
+            context.note_outside_value(path, value, identity=True)
+        elif holds_attributes(value):  # partial(step, optimizer): optimizer.lr guarded
+            context.note_outside_value(path, value, identity=True)
+            hooks.objects.note(path, value)
     target = hooks.function_for(fn) if not isinstance(fn, functools.partial) else fn
     hooks.top = getattr(getattr(target, "__func__", target), "__code__", None)
     if target is fn and isinstance(fn, (types.FunctionType, types.MethodType)):

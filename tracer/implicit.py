@@ -65,6 +65,13 @@ class Path:
     def __repr__(self):
         return f"Path({self})"
 
+    @property
+    def key(self):
+        """What tells paths apart: the text, and for a ``self`` root the object's identity
+        (``self.factor`` of two layers of one list are two settings)."""
+        text = str(self)
+        return f"{id(self.root[1])}:{text}" if self.root[0] == "self" else text
+
     def __str__(self):
         kind = self.root[0]
         head = {

@@ -173,6 +173,9 @@ class IndexPlan:
         _check_mask_shape(index, shape)
         entries = _expand(index, len(shape))
         has_arrays = any(_is_array(entry) for entry in entries)
+        if has_arrays:  # back[t + 1, path[t + 1]]: beside arrays, an int is an array index
+            entries = [ops.bind(ops.cast_p, entry, dtype=np.dtype(np.int64))
+                       if isinstance(entry, SymInt) else entry for entry in entries]
         self.shape = shape
         self.starts, self.limits, self.steps, self.flipped = [], [], [], []
         sliced_shape, new_shape, self.advanced = [], [], []

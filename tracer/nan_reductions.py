@@ -23,6 +23,7 @@ import numpy as np
 
 from .errors import UnsupportedError, as_numpy_would
 from .ops import dtype_of, reshape, shape_of
+from .reduction_functions import no_out
 
 _NO_VALUE = np._NoValue  # NumPy's "not given", so a caller's keepdims=False still counts
 
@@ -63,12 +64,6 @@ def _refuse(name, **options):
     if given:
         raise UnsupportedError(f"np.{name}({', '.join(given)}=...) is not supported on "
                                "tracejit arrays")
-
-
-def _no_out(name, out):
-    if out is not None:
-        raise UnsupportedError(f"np.{name}(..., out=...) is not supported on tracejit "
-                               "arrays; assign the result instead")
 
 
 def _keepdims(keepdims):
@@ -117,7 +112,7 @@ def nanmin(a, axis=None, out=None, keepdims=_NO_VALUE, initial=_NO_VALUE, where=
 
 
 def _nan_extremum(name, reduce, fill, a, axis, out, keepdims, initial, where):
-    _no_out(name, out)
+    no_out(name, out)
     _refuse(name, initial=initial, where=where)
     keepdims = _keepdims(keepdims)
     _empty_as_numpy(getattr(np, name), a, axis=axis, keepdims=keepdims)
@@ -138,7 +133,7 @@ def nanargmin(a, axis=None, out=None, *, keepdims=_NO_VALUE):
 
 
 def _nan_arg_extremum(name, arg_reduce, fill, a, axis, out, keepdims):
-    _no_out(name, out)
+    no_out(name, out)
     keepdims = _keepdims(keepdims)
     _empty_as_numpy(getattr(np, name), a, axis=axis, keepdims=keepdims)
     replaced, mask = _replace_nan(a, fill)
@@ -151,7 +146,7 @@ def _nan_arg_extremum(name, arg_reduce, fill, a, axis, out, keepdims):
 # --- sums, products, means ---------------------------------------------------------------------
 def nansum(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, initial=_NO_VALUE,
            where=_NO_VALUE):
-    _no_out("nansum", out)
+    no_out("nansum", out)
     _refuse("nansum", initial=initial, where=where)
     replaced, _ = _replace_nan(a, 0)
     return np.sum(replaced, axis=axis, dtype=dtype, keepdims=_keepdims(keepdims))
@@ -159,14 +154,14 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, initial=_NO_V
 
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, initial=_NO_VALUE,
             where=_NO_VALUE):
-    _no_out("nanprod", out)
+    no_out("nanprod", out)
     _refuse("nanprod", initial=initial, where=where)
     replaced, _ = _replace_nan(a, 1)
     return np.prod(replaced, axis=axis, dtype=dtype, keepdims=_keepdims(keepdims))
 
 
 def nancumsum(a, axis=None, dtype=None, out=None):
-    _no_out("nancumsum", out)
+    no_out("nancumsum", out)
     replaced, mask = _replace_nan(a, 0)
     if mask is None or (dtype is not None and np.dtype(dtype).kind not in "fc"):
         return np.cumsum(replaced, axis=axis, dtype=dtype)
@@ -187,7 +182,7 @@ def _cumsum_with_infinities(x, axis, dtype):
 
 
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, *, where=_NO_VALUE):
-    _no_out("nanmean", out)
+    no_out("nanmean", out)
     _refuse("nanmean", where=where)
     keepdims = _keepdims(keepdims)
     replaced, mask = _replace_nan(a, 0)
@@ -201,7 +196,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=_NO_VALUE, *, where=_NO
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=_NO_VALUE, *,
            where=_NO_VALUE, mean=_NO_VALUE, correction=_NO_VALUE):
-    _no_out("nanvar", out)
+    no_out("nanvar", out)
     _refuse("nanvar", where=where, mean=mean)
     if correction is not _NO_VALUE:
         if ddof != 0:

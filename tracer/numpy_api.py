@@ -40,6 +40,20 @@ from .nan_reductions import (
 )
 from .out_arguments import write_out
 from .primitives import bind, is_traced
+from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTIONS)
+    all,
+    any,
+    argmax,
+    argmin,
+    max,
+    mean,
+    min,
+    no_out,
+    prod,
+    std,
+    sum,
+    var,
+)
 from .scans import argsort, cumsum, sort
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
@@ -48,112 +62,16 @@ from .ufuncs import UFUNC_COMPOSITES, UFUNCS, cast, foreign_ufunc
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
 
-def _no_out(name, out):
-    if out is not None:
-        raise UnsupportedError(
-            f"np.{name}(..., out=...) is not supported on tracejit arrays; "
-            "assign the result instead"
-        )
-
-
-# --- reductions ------------------------------------------------------------------------
-def _reduce(prim, x, axis, keepdims):
-    return bind(prim, x, axes=normalize_axes(axis, ndim_of(x)), keepdims=bool(keepdims))
-
-
-def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001 - NumPy's name
-    _no_out("sum", out)
-    if dtype is not None:
-        a = astype(a, dtype)
-    return _reduce(ops.sum_p, a, axis, keepdims)
-
-
-def prod(a, axis=None, dtype=None, out=None, keepdims=False):
-    _no_out("prod", out)
-    if dtype is not None:
-        a = astype(a, dtype)
-    return _reduce(ops.prod_p, a, axis, keepdims)
-
-
-def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    _no_out("max", out)
-    return _reduce(ops.max_p, a, axis, keepdims)
-
-
-def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    _no_out("min", out)
-    return _reduce(ops.min_p, a, axis, keepdims)
-
-
-def any(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    _no_out("any", out)
-    return _reduce(ops.any_p, a, axis, keepdims)
-
-
-def all(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    _no_out("all", out)
-    return _reduce(ops.all_p, a, axis, keepdims)
-
-
-def _arg_reduce(prim, a, axis, out, keepdims):
-    _no_out(prim.name, out)
-    if axis is None:
-        result = bind(prim, ops.reshape(a, (-1,)), axis=0, keepdims=False)
-        return ops.reshape(result, (1,) * ndim_of(a)) if keepdims else result
-    return bind(prim, a, axis=normalize_axis(axis, ndim_of(a)), keepdims=bool(keepdims))
-
-
-def argmax(a, axis=None, out=None, keepdims=False):
-    return _arg_reduce(ops.argmax_p, a, axis, out, keepdims)
-
-
-def argmin(a, axis=None, out=None, keepdims=False):
-    return _arg_reduce(ops.argmin_p, a, axis, out, keepdims)
-
-
-def _mean_dtype(a, dtype):
-    if dtype is not None:
-        return np.dtype(dtype)
-    # np.mean computes integer and bool means in float64.
-    return dtype_of(a) if dtype_of(a).kind in "fc" else np.dtype(np.float64)
-
-
-def mean(a, axis=None, dtype=None, out=None, keepdims=False):
-    _no_out("mean", out)
-    dtype = _mean_dtype(a, dtype)
-    axes = normalize_axes(axis, ndim_of(a))
-    count = size_of(shape_of(a)[i] for i in axes)
-    total = bind(ops.sum_p, astype(a, dtype), axes=axes, keepdims=bool(keepdims))
-    return total / _as_scalar(count, dtype)
-
-
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    _no_out("var", out)
-    dtype = _mean_dtype(a, dtype)
-    a = astype(a, dtype)
-    axes = normalize_axes(axis, ndim_of(a))
-    centered = a - mean(a, axis=axes, keepdims=True)
-    count = size_of(shape_of(a)[i] for i in axes) - ddof
-    if count < 0:  # NumPy divides by max(n - ddof, 0): nan or inf, never a sign flip
-        count = 0
-    squares = bind(ops.sum_p, centered * centered, axes=axes, keepdims=bool(keepdims))
-    return squares / _as_scalar(count, dtype)
-
-
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return np.sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims))
-
-
-def _as_scalar(count, dtype):
-    """A count as a weak divisor, so the mean keeps ``dtype`` (symbolic counts stay)."""
-    return float(count) if isinstance(count, int) else count
-
-
 # --- shape manipulation ----------------------------------------------------------------
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    shape = shape if shape is not None else newshape
+    if order == "F":  # the first index fastest: C order on the reversed axes
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        return ops.transpose(ops.reshape(ops.transpose(a, None), shape[::-1]), None)
     if order != "C":
-        raise UnsupportedError(f"np.reshape(order={order!r}) is not supported; use order='C'")
-    return ops.reshape(a, shape if shape is not None else newshape)
+        raise UnsupportedError(f"np.reshape(order={order!r}) is not supported; use order='C' "
+                               "or 'F'")
+    return ops.reshape(a, shape)
 
 
 def transpose(a, axes=None):
@@ -211,13 +129,13 @@ def broadcast_to(array, shape, subok=False):
 
 
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
-    _no_out("concatenate", out)
+    no_out("concatenate", out)
     result = ops.concatenate(arrays, axis=axis)
     return astype(result, dtype) if dtype is not None else result
 
 
 def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
-    _no_out("stack", out)
+    no_out("stack", out)
     arrays = tuple(arrays)
     if not arrays:
         raise ValueError("need at least one array to stack")
@@ -229,6 +147,23 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
             raise ShapeError("all input arrays must have the same shape")
     axis = normalize_axis(axis, ndim_of(arrays[0]) + 1)
     result = ops.concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
+    return astype(result, dtype) if dtype is not None else result
+
+
+def array_of_dims(values, dtype=None, **kwargs):
+    """``np.array(x.shape)``, ``np.asarray([n, 1])`` with dynamic dims: an int64 array
+    computed from the dims, which stay symbolic.
+
+    >>> import tracejit as tj
+    >>> tj.jit(lambda x: np.array(x.shape) * 2, cache="memory")(np.ones((3, 5)))
+    array([ 6, 10])
+    """
+    if kwargs or not all(isinstance(value, (int, SymInt)) and not isinstance(value, bool)
+                         for value in values):  # nested, mixed: NumPy's, on the dims' values
+        return np.array([int(value) if isinstance(value, SymInt) else value
+                         for value in values], dtype, **kwargs)
+    result = stack([bind(ops.cast_p, value, dtype=np.dtype(np.int64)) if isinstance(
+        value, SymInt) else np.int64(value) for value in values])
     return astype(result, dtype) if dtype is not None else result
 
 
@@ -378,7 +313,7 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A
 
 
 def take(a, indices, axis=None, out=None, mode="raise"):
-    _no_out("take", out)
+    no_out("take", out)
     if mode != "raise":
         raise UnsupportedError(f"np.take(mode={mode!r}) is not supported; use mode='raise'")
     if axis is None:
@@ -401,7 +336,7 @@ def take_along_axis(arr, indices, axis):
 
 
 def dot(a, b, out=None):
-    _no_out("dot", out)
+    no_out("dot", out)
     if ndim_of(a) == 0 or ndim_of(b) == 0:
         return a * b
     if ndim_of(b) > 2:
@@ -412,7 +347,7 @@ def dot(a, b, out=None):
 
 
 def outer(a, b, out=None):
-    _no_out("outer", out)
+    no_out("outer", out)
     return ops.reshape(a, (-1, 1)) * ops.reshape(b, (1, -1))
 
 
@@ -689,7 +624,28 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
             "convert with .numpy() for plain NumPy, or write it with supported ops"
         )
     result = astype(result, dtype) if dtype is not None else result
+    if out is None and all(_scalar_operand(operand) for operand in inputs):
+        result = _as_numpy_scalar(result)  # np.sqrt(len(x)): np.float64, not a 0-d array
     return result if out is None else write_out(out[0], result, name)
+
+
+def _scalar_operand(operand):
+    """A Python number, a dim, a NumPy scalar, or a traced one of these: a ufunc of only
+    such operands gives a NumPy scalar."""
+    if isinstance(operand, SymInt) or not is_traced(operand):
+        return not hasattr(operand, "shape") or isinstance(operand, np.generic)
+    from .traced_array import Tracer, _is_numpy_scalar  # cycle: traced_array -> numpy_api
+
+    return isinstance(operand, Tracer) and not operand.shape and (
+        operand.aval.weak or _is_numpy_scalar(operand))
+
+
+def _as_numpy_scalar(result):
+    from .traced_array import Tracer, _numpy_scalar  # cycle: traced_array -> numpy_api
+
+    if isinstance(result, Tracer) and not result.shape:
+        result.value = _numpy_scalar(result)
+    return result
 
 
 

@@ -108,7 +108,7 @@ class OutsideInputs:
         """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
         later calls must see the same value (lists and tuples: the same length; functions,
         with ``identity``: the same object)."""
-        key = str(path)
+        key = path.key
         if key not in self.outside_values:
             if identity:
                 self.outside_values[key] = (path, "is", value)
@@ -219,6 +219,19 @@ def note_contents(context, path, value, budget=None):
         if type(item) in GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
             note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
                           budget)
+        elif _chosen_object(item):  # for layer in self.layers: which layer is which
+            budget[0] -= 1
+            context.note_outside_value(Path(path.root, path.steps + (("item", key),)), item,
+                                       identity=True)
+
+
+def _chosen_object(item):
+    """A layer object or a function inside an outside list or dict: the trace inlined
+    what it computes, so a later call must find the same one there."""
+    return not isinstance(item, (np.ndarray, np.generic, types.ModuleType, type,
+                                 types.MethodType, types.BuiltinMethodType)) and getattr(
+        type(item), "__tracejit_priority__", 0) == 0 and (
+        callable(item) or hasattr(item, "__dict__") or hasattr(type(item), "__slots__"))
 
 
 # Modules and classes are not guarded by identity (rebinding them is rare, and ``np`` is
@@ -228,6 +241,6 @@ NOT_GUARDED_CALLABLES = (type, types.ModuleType, types.MethodType, types.Builtin
 
 def through_module(path):
     """A path that starts at a module (``np.tanh``, ``nn.relu``): library code."""
-    if not path.steps:
+    if not path.steps or path.root[0] == "arg":  # (an argument's leaves are not at hand)
         return False
     return isinstance(Path(path.root).resolve(), types.ModuleType)

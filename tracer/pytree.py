@@ -53,10 +53,18 @@ def _flatten_into(tree, leaves):
         named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
         return TreeDef(kind, named, tuple(_flatten_into(item, leaves) for item in tree))
     if isinstance(tree, dict):
-        keys = tuple(sorted(tree, key=repr))
-        return TreeDef("dict", keys, tuple(_flatten_into(tree[key], leaves) for key in keys))
+        items = sorted(((_static_key(key), value) for key, value in tree.items()),
+                       key=lambda item: repr(item[0]))
+        return TreeDef("dict", tuple(key for key, _ in items),
+                       tuple(_flatten_into(value, leaves) for _, value in items))
     leaves.append(tree)
     return LEAF
+
+
+def _static_key(key):
+    """A dict key as the structure keeps it: a symbolic dim (``{x.shape[0]: ...}``, already
+    specialized by its hash) becomes the int eager has."""
+    return int(key) if getattr(type(key), "__tracejit_dim__", False) else key
 
 
 def unflatten(treedef, leaves):

@@ -209,6 +209,11 @@ class _Rewriter(ast.NodeTransformer):
         original = node
         node = self.generic_visit(ast.Attribute(value=node.value, attr=node.attr, ctx=node.ctx))
         ast.copy_location(node, original)
+        if self._origin(original) is None and _is_load_chain(original) and not getattr(
+                original, "called", False):
+            # block.attn.W with block a local (for block in self.blocks): the hook reads
+            # the attribute, so an object found through a path keeps it (Hooks.member)
+            return _hook("member", node.value, ast.Constant(node.attr), node=original)
         return self._load(node, original)
 
     def visit_Subscript(self, node):
@@ -235,6 +240,9 @@ class _Rewriter(ast.NodeTransformer):
         if _is_hook(node.func):  # a hook call an earlier rewrite wrote (loop_sequences)
             return self.generic_visit(node)
         original = node.func
+        original.called = True  # a method (outs.append): the loop rewrites look for it as is
+        # self.ctx.update(...): the receiver as a load, so one from outside is known as such
+        receiver = copy.deepcopy(original.value) if isinstance(original, ast.Attribute) else None
         self.generic_visit(node)
         func = node.func
         if (
@@ -254,7 +262,7 @@ class _Rewriter(ast.NodeTransformer):
         if (isinstance(original, ast.Attribute) and original.attr in _MUTATING_METHODS
                 and _is_load_chain(original.value)):  # self.history.append(loss)
             what = ast.Constant(f"{ast.unparse(original)}(...)")
-            check = _hook("mutation_of", what, original.value, node=node)
+            check = _hook("mutation_of", what, self.visit(receiver), node=node)
             call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
                                                attr="call", ctx=ast.Load()),
                             args=[func, *node.args], keywords=node.keywords)

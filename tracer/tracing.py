@@ -30,7 +30,7 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray
-from .dims import DimExpr, SymInt, expr_of, value_of, wrap
+from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
@@ -311,6 +311,18 @@ def _is_output_leaf(leaf):
         type(leaf) in PYTHON_SCALARS)
 
 
+def _static_result(leaf):
+    """A result the program does not compute, as eager has it: a ``range`` or ``slice``
+    over a dynamic dim holds its value (specialized), not the symbol."""
+    if isinstance(leaf, SymRange):
+        return leaf.real()
+    if isinstance(leaf, slice) and any(isinstance(part, SymInt) for part in (
+            leaf.start, leaf.stop, leaf.step)):
+        return slice(*(int(part) if isinstance(part, SymInt) else part
+                       for part in (leaf.start, leaf.stop, leaf.step)))
+    return leaf
+
+
 def _check_result(prim, out_aval, out_value):
     out_array = np.asarray(out_value)
     concrete_shape = tuple(value_of(dim) for dim in out_aval.shape)
@@ -515,10 +527,13 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
     argument_writes.watch(context, traced_args, traced_kwargs)
     parameter_leaves = _parameter_leaves(fn, args, kwargs, top_level)
+    # objects inside container arguments are found again by leaf: state["optimizer"].lr
+    static_leaves = {position: leaf for position, (leaf, spec) in enumerate(zip(
+        leaves, input_specs)) if spec.kind == "static"}
     try:
         with recording_into(context):
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
-                                              parameter_leaves)
+                                              parameter_leaves, static_leaves)
             # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
             # returns it (found before plain_containers makes the result's containers anew)
             returned = argument_writes.returned_containers(context, result)
@@ -555,8 +570,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             raise as_numpy_would(UnboundLocalError(
                 "a result is a name assigned only inside a loop that ran no iteration"))
         else:
-            statics[index] = leaf
-            outputs.append(leaf)
+            statics[index] = _static_result(leaf)
+            outputs.append(statics[index])
 
     mutated = {}
     for position, tracer in enumerate(traced_leaves):

@@ -553,9 +553,6 @@ def scale_by_length_table(x, table):
     return x + table.get(len(x), 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="dict.get(len(x), default) with a dynamic len: the "
-                   "SymInt key misses the dict (no guard), so compiled calls at lengths 4 and 5 "
-                   "use the default 0.0 where NumPy adds the table's entry")
 def test_dict_get_keyed_by_a_dynamic_length():
     table = {3: 1.0, 4: 2.0, 5: 3.0}
     f = run_calls(scale_by_length_table, [(np.zeros(n), table) for n in (3, 4, 5, 6)])
@@ -567,9 +564,6 @@ def sum_and_shape_text(x):
     return x.sum(), str(x.shape), f"{x.shape[0]}", "{}".format(n), repr(n), "%s" % n, str(2 * n)
 
 
-@pytest.mark.xfail(strict=True, reason="str(x.shape), f'{x.shape[0]}', format, repr, '%s' % n "
-                   "and str(2 * n) of a dynamic dim return 's0' / '2*s0' from compiled calls "
-                   "(the symbol's name is frozen into the result) where NumPy gives '(4,)', '4'")
 def test_shape_text_of_a_dynamic_dim_in_results():
     rng = rng_for(520)
     f = run_calls(sum_and_shape_text, [(rng.standard_normal(n),) for n in (3, 4, 5)])
@@ -581,8 +575,6 @@ def print_batch_length(x):
     return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="print(f'len={len(x)}') prints 'len=s0' on compiled "
-                   "calls once the dim is dynamic; eager prints 'len=4'")
 def test_print_of_an_f_string_of_a_dynamic_length(capsys):
     rng = rng_for(521)
     f = jitted(print_batch_length)
@@ -598,8 +590,6 @@ def counts_by_length(x):
     return x * 2, {x.shape[0]: x.sum()}
 
 
-@pytest.mark.xfail(strict=True, reason="a dict keyed by a dynamic dim ({x.shape[0]: ...}) is "
-                   "returned with the SymInt s0 as its key instead of the int")
 def test_a_returned_dict_keyed_by_a_dynamic_dim():
     rng = rng_for(522)
     f = run_calls(counts_by_length, [(rng.standard_normal(n),) for n in (3, 4, 5)])
@@ -610,8 +600,6 @@ def weight_for_width(x, table):
     return x @ table[f"w_{x.shape[1]}"]
 
 
-@pytest.mark.xfail(strict=True, reason="params[f'w_{x.shape[1]}'] once the width is dynamic "
-                   "looks up 'w_s0': internal error KeyError while tracing, runs eagerly")
 def test_parameter_name_built_from_a_dynamic_width():
     rng = rng_for(523)
     table = {f"w_{d}": rng.standard_normal((d, 2)) for d in (2, 3, 4)}
@@ -640,9 +628,6 @@ def backtrack(back):
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="a descending loop range(T - 2, -1, -1) over a dynamic T "
-                   "reading back[t + 1, path[t + 1]]: internal error (IndexError: ... not SymInt "
-                   "in tracer/indexing.py IndexPlan) while tracing; runs eagerly")
 def test_backtrack_through_back_pointers_in_a_descending_loop():
     rng = rng_for(524)
     f = run_calls(backtrack, [(rng.integers(0, 3, (t, 3)),) for t in (5, 8, 13)])
@@ -653,8 +638,6 @@ def rows_and_their_range(x):
     return x * 2, range(len(x)), slice(0, x.shape[0])
 
 
-@pytest.mark.xfail(strict=True, reason="range(len(x)) and slice(0, x.shape[0]) returned from a "
-                   "compiled call hold the SymInt: range(s0,) and slice(0, s0, None)")
 def test_a_returned_range_and_slice_over_a_dynamic_dim():
     rng = rng_for(525)
     f = run_calls(rows_and_their_range, [(rng.standard_normal(n),) for n in (3, 4, 5)])
@@ -665,8 +648,6 @@ def scaled_by_root_length(x):
     return x.sum() / np.sqrt(len(x)), np.sqrt(len(x)), np.log(x.shape[0])
 
 
-@pytest.mark.xfail(strict=True, reason="np.sqrt(len(x)) and np.log(x.shape[0]) of a dynamic dim "
-                   "return a 0-d ndarray from compiled calls where NumPy returns np.float64")
 def test_numpy_math_of_a_dynamic_dim_returns_a_numpy_scalar():
     rng = rng_for(526)
     f = run_calls(scaled_by_root_length, [(rng.standard_normal(n),) for n in (3, 4, 5)])
@@ -711,11 +692,6 @@ INT_OPERATIONS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="divmod(n, k), n & 1, abs(n), pow(n, 2, m) and "
-                   "f'{n:02d}' on a dynamic dim raise TypeError inside the tracer (SymInt lacks "
-                   "__divmod__, __and__, __abs__, 3-argument __pow__, format specs): an internal "
-                   "error, or for the f-string 'raised while tracing: the eager run raises it "
-                   "too', which it does not; every later call runs eagerly")
 @pytest.mark.parametrize("case", ["divmod", "bit_and", "abs_and_pow3", "format_spec"])
 def test_python_int_operations_on_a_dynamic_dim(case):
     model, make = INT_OPERATIONS[case]
@@ -725,9 +701,6 @@ def test_python_int_operations_on_a_dynamic_dim(case):
     no_internal_errors(f)
 
 
-@pytest.mark.xfail(strict=True, reason="(len(x) - 1).bit_length() on a dynamic dim: "
-                   "AttributeError on the SymInt is reported as 'raised while tracing: the eager "
-                   "run raises it too', which it does not; nothing compiles")
 def test_bit_length_of_a_dynamic_dim_compiles():
     model, make = INT_OPERATIONS["bit_length"]
     rng = rng_for(528)
@@ -740,9 +713,6 @@ def flat_values_and_shape(x):
     return x.reshape(-1) * 1, np.array(x.shape)
 
 
-@pytest.mark.xfail(strict=True, reason="np.array(x.shape) with a dynamic dim: 'untraceable: "
-                   "an operand of type ndarray is not an array', naming the caller's line, not "
-                   "the model's; nothing compiles")
 def test_an_array_of_the_shape_compiles():
     rng = rng_for(529)
     f = run_calls(flat_values_and_shape, [(rng.standard_normal((n, 3)),) for n in (3, 4, 5)])
@@ -854,10 +824,9 @@ def emissions_at_labels(y, cols):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="y[t, cols] (loop index and an index array in one "
-                   "subscript) in a loop over a dynamic T raises IndexError '... not SymInt' in "
-                   "tracer/indexing.py IndexPlan: the loop unrolls and every T compiles anew "
-                   "(y[t][cols] is captured)")
+@pytest.mark.xfail(strict=True, reason="y[t, cols] in a loop over a dynamic T compiles and "
+                   "is right, but the first call (T a Python int under dynamic='auto') unrolls "
+                   "the loop, and explain() keeps that variant's 'unrolled' note")
 def test_a_row_gather_at_the_loop_index_is_captured():
     rng = rng_for(536)
     f = run_calls(emissions_at_labels, [(rng.random((t, 5)), np.array([0, 2, 2, 4]))
@@ -891,10 +860,6 @@ def confusion_matrix(scores, y):
     return cm
 
 
-@pytest.mark.xfail(strict=True, reason="np.add.at(cm, (y, scores.argmax(1)), 1.0) into a fresh "
-                   "np.zeros with a Python-number value: refused as 'a traced array was converted "
-                   "to a NumPy array' (NumPy never dispatches on the index tuple); nothing "
-                   "compiles, where the same call with a traced value compiles")
 def test_confusion_matrix_by_add_at_with_a_python_number_compiles():
     rng = rng_for(532)
     f = run_calls(confusion_matrix, [(rng.standard_normal((n, 4)), rng.integers(0, 4, n))
@@ -999,10 +964,6 @@ def call_checking_each_time(f, eager, call, change):
     assert_same(call(f, x), call(eager, x), **F64, where="after the change")
 
 
-@pytest.mark.xfail(strict=True, reason="for layer in layers: x = layer(x) over a list argument: "
-                   "a layer's Python-number attribute changed in place between calls (same list, "
-                   "same object) is not guarded; compiled calls keep the traced factor (see the "
-                   "minimal test_a_number_attribute_of_an_object_inside_a_container_argument)")
 def test_a_layer_attribute_changed_in_a_list_argument_between_calls():
     layers = [Scale(2.0), Scale(3.0)]
     f = jitted(run_layers)
@@ -1021,9 +982,6 @@ def replace_an_activation(model):
     model.layers[0] = np.sin
 
 
-@pytest.mark.xfail(strict=True, reason="self.layers[0] = another layer (or np.tanh -> np.sin in "
-                   "a list of activations) after compiling a bound method that loops over "
-                   "self.layers: not guarded, compiled calls run the old layer")
 @pytest.mark.parametrize("change", [replace_a_layer, replace_an_activation])
 def test_a_layer_replaced_in_the_models_list_between_calls(change):
     first = Scale(2.0) if change is replace_a_layer else np.tanh
@@ -1060,9 +1018,6 @@ def first_activation_of(x, config):
     return config.activations[0](x)
 
 
-@pytest.mark.xfail(strict=True, reason="config.activations[0](x) with config an argument object: "
-                   "internal error IndexError 'tuple index out of range' (argument_leaves[...] in "
-                   "the implicit-input path check) while tracing; runs eagerly")
 def test_a_function_from_an_argument_objects_list_attribute():
     f, x, config = jitted(first_activation_of), np.linspace(-1, 1, 5), Config([np.tanh])
     for _ in range(2):
@@ -1098,13 +1053,7 @@ CONTAINED_OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("container", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="a Python-number attribute of an object reached through a dict, "
-        "list or tuple argument (state['optimizer'].lr, layers[0].c) is not entry-guarded: "
-        "after lr = 0.5 compiled calls still use the traced 0.1 (the object passed directly, "
-        "or reached through an attribute, is guarded)")) if name != "argument" else name
-    for name in CONTAINED_OPTIMIZERS])
+@pytest.mark.parametrize("container", list(CONTAINED_OPTIMIZERS))
 def test_a_number_attribute_of_an_object_inside_a_container_argument(container):
     model, make, optimizer_of = CONTAINED_OPTIMIZERS[container]
     rng = rng_for(538)
@@ -1143,10 +1092,6 @@ class Encoder:
             block.attn.W -= lr * block.attn.W  # an update outside the compiled forward
 
 
-@pytest.mark.xfail(strict=True, reason="for block in self.blocks: x @ block.attn.W: the weights "
-                   "(4 steps from self, past implicit.py's _MAX_DEPTH = 3 scan, and read through "
-                   "a loop variable the load hook has no path for) are frozen into the compiled "
-                   "code: after an in-place SGD step compiled calls use the old weights")
 def test_block_weights_updated_in_place_between_compiled_forwards():
     rng = rng_for(539)
     model, x = Encoder(rng), rng.standard_normal((4, 3))
@@ -1156,8 +1101,6 @@ def test_block_weights_updated_in_place_between_compiled_forwards():
         model.sgd_step(0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="block.attn.training read through a loop over "
-                   "self.blocks is not guarded: after turning it off compiled calls still halve")
 def test_a_flag_deep_in_a_block_switched_off_between_calls():
     rng = rng_for(540)
     model, x = Encoder(rng), rng.standard_normal((4, 3))
@@ -1193,17 +1136,7 @@ def switch_shape(settings):
     settings.out_shape = (9,)
 
 
-@pytest.mark.parametrize("change", [
-    pytest.param(switch_activation, marks=pytest.mark.xfail(
-        strict=True, reason="layers[0].activation flipped to 'tanh' between calls: not "
-        "guarded, compiled calls take the relu branch")),
-    pytest.param(switch_training, marks=pytest.mark.xfail(
-        strict=True, reason="layers[0].training turned off between calls: not guarded, "
-        "compiled calls still double")),
-    pytest.param(switch_shape, marks=pytest.mark.xfail(
-        strict=True, reason="layers[0].out_shape changed to (9,) between calls: not guarded, "
-        "compiled calls still return shape (3, 3) where NumPy returns (9,)")),
-])
+@pytest.mark.parametrize("change", [switch_activation, switch_training, switch_shape])
 def test_settings_of_a_layer_inside_a_list_argument_changed_between_calls(change):
     x, layers = np.linspace(-1, 1, 9).reshape(3, 3), [LayerSettings()]
     f = jitted(layer_from_settings)
@@ -1235,10 +1168,6 @@ UNSUPPORTED_KEYWORDS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="np.mean/np.sum(..., where=mask), np.max(..., initial=) "
-                   "and x.ravel(order='F') / x.flatten('F') raise TypeError inside the tracer's "
-                   "array methods ('unexpected keyword argument'): reported as an internal error "
-                   "rather than a refusal with the user's line")
 @pytest.mark.parametrize("case", list(UNSUPPORTED_KEYWORDS))
 def test_numpy_keywords_the_tracer_lacks_are_refused_not_internal_errors(case):
     model, make = UNSUPPORTED_KEYWORDS[case]
@@ -1301,10 +1230,6 @@ def forward_over_model_layers(x, model):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="jit(forward)(x, model) with for layer in model.layers: "
-                   "x @ layer.W: the weights (3 steps below the argument, past the scan's depth, "
-                   "read through a loop variable) are frozen into the compiled code; after an "
-                   "in-place SGD step on the weights compiled calls return the old forward")
 def test_model_argument_weights_updated_in_place_between_calls():
     rng = rng_for(544)
     weights = [rng.standard_normal((3, 3)) for _ in range(2)]
@@ -1423,10 +1348,6 @@ def make_sgd_over(optimizers):
     return step
 
 
-@pytest.mark.xfail(strict=True, reason="the same stale number through **kwargs "
-                   "(config['optimizer'].lr), a closure's list of optimizer objects and "
-                   "functools.partial(step, optimizers): after lr = 0.5 compiled calls still use "
-                   "the traced 0.1")
 @pytest.mark.parametrize("route", ["keywords", "closure", "partial"])
 def test_a_number_attribute_reached_through_keywords_or_a_closure_list(route):
     rng = rng_for(548)
@@ -1500,10 +1421,6 @@ class Decoder:
             yield from (block.attn.qkv, block.attn.out, block.ff)
 
 
-@pytest.mark.xfail(strict=True, reason="self.ctx['attention'] = p inside a layer reached by "
-                   "for block in self.blocks: the dict write is not caught as outside state; "
-                   "the caller's ctx dict keeps the trace's Tracer object (np.asarray of it "
-                   "raises TraceError after the call) and compiled calls never update it")
 def test_decoder_of_layer_objects_trained_between_compiled_forwards():
     rng = rng_for(549)
     model = Decoder(rng)
@@ -1545,11 +1462,6 @@ class CachingStack:
         return x
 
 
-@pytest.mark.xfail(strict=True, reason="a dict item or list append written on an object reached "
-                   "by a loop over self.layers (layer.ctx['out'] = out, layer.ctx.update(out=...), "
-                   "layer.inputs.append(x)) leaks the trace's Tracer objects into the caller's "
-                   "containers: after the calls they hold Tracers, not ndarrays, with the first "
-                   "call's values (an attribute write, layer.cache = out, works)")
 @pytest.mark.parametrize("how", ["item", "update", "append"])
 def test_caches_written_by_layers_in_a_list_hold_numpy_arrays(how):
     rng = rng_for(550)

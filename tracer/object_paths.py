@@ -1,0 +1,110 @@
+"""Where the objects a trace reads from outside are found again at every call.
+
+A compiled call must see what the function would read now. A setting (``block.attn.training``),
+a weight (``block.attn.W``) or a learning rate (``state["optimizer"].lr``) is read through
+the *path* it was found at: the entry guard compares the setting there, and the weight is
+an input read from there. ``ObjectPaths`` remembers, per object, the path it was reached
+by, so the attributes of an object held in a local variable keep one:
+
+    for block in self.blocks:          # self.blocks[0], self.blocks[1]
+        x = np.tanh(x @ block.attn.W)  # self.blocks[0].attn.W: an input
+        if block.attn.training:        # self.blocks[0].attn.training: guarded
+            x = x * 0.5
+
+Objects come in through a list or dict read from outside (``remember_container``), the
+leaves of container arguments (``Path(("arg", position))``), the arguments a
+``functools.partial`` binds (``partial_roots``), and any attribute loaded through a path.
+
+>>> import functools
+>>> def step(optimizers, w): ...
+>>> sorted(partial_roots(functools.partial(step, [])))
+['optimizers']
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import numpy as np
+
+from .implicit import Path
+from .loop_containers import StackedList
+
+
+def is_plain_object(value):
+    """A Python object whose attributes a trace may read (not an array, a traced value or
+    a scalar, which are inputs or guarded already)."""
+    return value is not None and not isinstance(
+        value, (np.ndarray, np.generic, int, float, complex, str, bytes, tuple, list, dict,
+                StackedList, types.ModuleType, type)) and getattr(  # (a list of the trace)
+        type(value), "__tracejit_priority__", 0) == 0
+
+
+def holds_attributes(value):
+    """An object whose attributes (weights, settings) a trace reads: a layer, a config;
+    not a function, a ufunc or a method."""
+    return is_plain_object(value) and not isinstance(value, (
+        types.FunctionType, types.BuiltinFunctionType, types.MethodType, np.ufunc,
+        functools.partial))
+
+
+def partial_roots(fn):
+    """``{parameter name: Path}`` of the arguments a ``functools.partial`` of a Python
+    function binds: read from the partial object at every call, like defaults."""
+    if not isinstance(fn, functools.partial) or not isinstance(fn.func, types.FunctionType):
+        return {}
+    names = fn.func.__code__.co_varnames[:fn.func.__code__.co_argcount]
+    if len(fn.args) > len(names):
+        return {}  # bound into *args: no name to read them by
+    roots = {name: Path(("self", fn), (("attr", "args"), ("item", index)))
+             for index, name in enumerate(names[:len(fn.args)])}
+    roots.update((name, Path(("self", fn), (("attr", "keywords"), ("item", name))))
+                 for name in fn.keywords)
+    return roots
+
+
+class ObjectPaths:
+    """``id(object) -> (Path, object)`` for the objects of one trace read from outside;
+    ``context.outside_objects`` (the up-front scan's lists and dicts) is consulted too."""
+
+    def __init__(self, context):
+        self.context = context
+        self.known = {}
+
+    def note(self, path, value):
+        self.known[id(value)] = (path, value)
+
+    def path_of(self, owner):
+        """Where an object from outside is found again, or None."""
+        known = self.known.get(id(owner)) or self.context.outside_objects.get(id(owner))
+        if known is None or known[1] is not owner or not is_plain_object(owner):
+            return None
+        return known[0]
+
+    def remember_container(self, path, value):
+        """A list, tuple or dict read from outside at ``path``: writes into it are outside
+        state, and the objects in it are found again through it."""
+        if type(value) is not tuple:
+            self.context.outside_objects.setdefault(id(value), (path, value))
+        for key, item in value.items() if type(value) is dict else enumerate(value):
+            if holds_attributes(item):
+                self.known.setdefault(id(item), (Path(
+                    path.root, path.steps + (("item", key),)), item))
+
+    def through(self, value, steps):
+        """The path of ``value`` followed by ``steps`` (``state["optimizer"].lr``) through
+        the deepest object on the way whose path is known, or None."""
+        found = None
+        for count, (step, key) in enumerate(steps):
+            known = self.path_of(value)
+            if known is not None:
+                found = (known, count)
+            try:
+                value = getattr(value, key) if step == "attr" else value[key]
+            except Exception:  # noqa: BLE001 - the load itself raised before: no path
+                return None
+        if found is None:
+            return None
+        known, count = found
+        return Path(known.root, known.steps + tuple(steps[count:]))

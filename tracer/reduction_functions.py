@@ -1,0 +1,162 @@
+"""NumPy's reductions over primitives: ``np.sum``, ``np.max``, ``np.mean`` and the rest as
+``numpy_api.FUNCTIONS`` gives them, with NumPy's keywords (``axis``, ``dtype``,
+``keepdims``, ``where=`` masks and ``initial=`` values) and dtypes (``np.mean`` of ints is
+float64).
+
+>>> x = np.array([[1.0, 5.0], [3.0, -2.0]])
+>>> sum(x, axis=1, where=x > 0).tolist(), float(max(x, initial=9.0))
+([6.0, 3.0], 9.0)
+>>> mean(x, axis=0, where=x > 0).tolist()
+[2.0, 5.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+from .primitives import bind
+from .shapes import normalize_axes, normalize_axis, size_of
+from .ufuncs import cast
+
+shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
+
+
+def no_out(name, out):
+    """NumPy's ``out=`` is not supported on tracejit arrays: a clear error, not a wrong
+    write."""
+    if out is not None:
+        raise UnsupportedError(
+            f"np.{name}(..., out=...) is not supported on tracejit arrays; "
+            "assign the result instead"
+        )
+
+
+# --- reductions ------------------------------------------------------------------------
+def _reduce(prim, x, axis, keepdims):
+    return bind(prim, x, axes=normalize_axes(axis, ndim_of(x)), keepdims=bool(keepdims))
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None,  # noqa: A001
+        where=True):
+    no_out("sum", out)
+    return _with_identity(ops.sum_p, 0, a, axis, dtype, keepdims, initial, where)
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    no_out("prod", out)
+    return _with_identity(ops.prod_p, 1, a, axis, dtype, keepdims, initial, where)
+
+
+def _with_identity(prim, identity, a, axis, dtype, keepdims, initial, where):
+    """sum and prod, ``where=mask`` (masked elements count as the identity) and
+    ``initial`` (one more operand) as NumPy has them."""
+    if dtype is not None:
+        a = cast(a, dtype)
+    if where is not True:
+        a = _select(where, a, identity)
+    result = _reduce(prim, a, axis, keepdims)
+    if initial is None:
+        return result
+    initial = np.asarray(initial, dtype_of(result))[()]  # cast to the result, as NumPy does
+    return result + initial if prim is ops.sum_p else result * initial
+
+
+def max(a, axis=None, out=None, keepdims=False, initial=None, where=True):  # noqa: A001
+    no_out("max", out)
+    return _extreme(ops.max_p, np.maximum, a, axis, keepdims, initial, where)
+
+
+def min(a, axis=None, out=None, keepdims=False, initial=None, where=True):  # noqa: A001
+    no_out("min", out)
+    return _extreme(ops.min_p, np.minimum, a, axis, keepdims, initial, where)
+
+
+def _extreme(prim, combine, a, axis, keepdims, initial, where):
+    """max and min with ``initial`` (the result of an empty reduction, and one more
+    operand) and ``where=mask`` (which needs ``initial``, as in NumPy)."""
+    if initial is None:
+        if where is not True:
+            raise ValueError(f"reduction operation '{combine.__name__}' does not have an "
+                             "identity, so to use a where mask one has to specify 'initial'")
+        return _reduce(prim, a, axis, keepdims)
+    initial = np.asarray(initial, dtype_of(a))[()]
+    if where is not True:
+        a = _select(where, a, initial)
+    if size_of(shape_of(a)[i] for i in normalize_axes(axis, ndim_of(a))) == 0:
+        return _reduce(ops.sum_p, a, axis, keepdims) * 0 + initial  # the empty reduction
+    return combine(_reduce(prim, a, axis, keepdims), initial)
+
+
+def any(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    no_out("any", out)
+    return _reduce(ops.any_p, a, axis, keepdims)
+
+
+def all(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    no_out("all", out)
+    return _reduce(ops.all_p, a, axis, keepdims)
+
+
+def _arg_reduce(prim, a, axis, out, keepdims):
+    no_out(prim.name, out)
+    if axis is None:
+        result = bind(prim, ops.reshape(a, (-1,)), axis=0, keepdims=False)
+        return ops.reshape(result, (1,) * ndim_of(a)) if keepdims else result
+    return bind(prim, a, axis=normalize_axis(axis, ndim_of(a)), keepdims=bool(keepdims))
+
+
+def argmax(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(ops.argmax_p, a, axis, out, keepdims)
+
+
+def argmin(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(ops.argmin_p, a, axis, out, keepdims)
+
+
+def _mean_dtype(a, dtype):
+    if dtype is not None:
+        return np.dtype(dtype)
+    # np.mean computes integer and bool means in float64.
+    return dtype_of(a) if dtype_of(a).kind in "fc" else np.dtype(np.float64)
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    no_out("mean", out)
+    dtype = _mean_dtype(a, dtype)
+    axes = normalize_axes(axis, ndim_of(a))
+    if where is not True:  # np.mean(x, axis=1, where=mask): over the unmasked elements
+        total = sum(cast(a, dtype), axes, keepdims=keepdims, where=where)
+        mask = ops.broadcast_to(where, tuple(shape_of(a)))
+        count = sum(mask, axes, dtype=dtype, keepdims=keepdims)
+        return total / count
+    count = size_of(shape_of(a)[i] for i in axes)
+    total = bind(ops.sum_p, cast(a, dtype), axes=axes, keepdims=bool(keepdims))
+    return total / _as_scalar(count, dtype)
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    no_out("var", out)
+    dtype = _mean_dtype(a, dtype)
+    a = cast(a, dtype)
+    axes = normalize_axes(axis, ndim_of(a))
+    centered = a - mean(a, axis=axes, keepdims=True)
+    count = size_of(shape_of(a)[i] for i in axes) - ddof
+    if count < 0:  # NumPy divides by max(n - ddof, 0): nan or inf, never a sign flip
+        count = 0
+    squares = bind(ops.sum_p, centered * centered, axes=axes, keepdims=bool(keepdims))
+    return squares / _as_scalar(count, dtype)
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return np.sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims))
+
+
+def _as_scalar(count, dtype):
+    """A count as a weak divisor, so the mean keeps ``dtype`` (symbolic counts stay)."""
+    return float(count) if isinstance(count, int) else count
+
+
+def _select(condition, x, y):
+    return bind(ops.where_p, condition, x, y)

@@ -41,7 +41,7 @@ from .loop_containers import StackedList, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
-from .numpy_api import arange, array_of_dims
+from .numpy_api import arange, array_of
 from .object_paths import ObjectPaths, holds_attributes, is_plain_object, partial_roots
 from .out_arguments import check_out
 from .outside_inputs import (
@@ -82,8 +82,10 @@ def _any_tracer(values):
                for value in values)
 
 
-def _holds_dims(value):
-    return type(value) in (tuple, list) and any(isinstance(item, SymInt) for item in value)
+def _holds_traced(value):
+    """A list or tuple with a dim or a traced value in it (``np.array(x.shape)``)."""
+    return isinstance(value, (tuple, list)) and any(
+        isinstance(item, SymInt) or is_traced(item) for item in value)
 
 
 def _is_random(function, args, kwargs):
@@ -299,8 +301,8 @@ class Hooks:
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
-        if function in (np.array, np.asarray) and args and _holds_dims(args[0]):
-            return array_of_dims(*args, **kwargs)  # np.array(x.shape): dims stay symbolic
+        if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
+            return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):

@@ -429,6 +429,13 @@ class _ListInLoop(_InLoop):
             raise Refusal(f"`{self._carry.name}.append` runs twice in one iteration")
         self._current = value
 
+    def __setitem__(self, key, value):
+        # hs[-1] = hs[-1] - 0.1 * hs[-3]: the entry this iteration appended, corrected
+        if _is_index(key) and key == -1 and self._current is not None:
+            self._current = value
+            return
+        self._refuse("__setitem__")
+
     def _length(self):
         """The list's length in this iteration: a dim of the index."""
         return _plain(len(self._carry.prefix) + self._row_trip

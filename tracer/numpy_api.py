@@ -150,20 +150,26 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     return astype(result, dtype) if dtype is not None else result
 
 
-def array_of_dims(values, dtype=None, **kwargs):
-    """``np.array(x.shape)``, ``np.asarray([n, 1])`` with dynamic dims: an int64 array
-    computed from the dims, which stay symbolic.
+def array_of(values, dtype=None, **kwargs):
+    """``np.array([...])`` of traced values, dynamic dims and numbers (``np.array(losses)``,
+    ``np.array(x.shape)``): a stack, in NumPy's dtype for them (a Python float counts as
+    float64 here, as in any array NumPy builds from a list); dims stay symbolic.
 
     >>> import tracejit as tj
     >>> tj.jit(lambda x: np.array(x.shape) * 2, cache="memory")(np.ones((3, 5)))
     array([ 6, 10])
+    >>> tj.jit(lambda x: np.array([x.sum(), 1]), cache="memory")(np.ones(2, np.float32))
+    array([2., 1.])
     """
-    if kwargs or not all(isinstance(value, (int, SymInt)) and not isinstance(value, bool)
-                         for value in values):  # nested, mixed: NumPy's, on the dims' values
+    if kwargs or not all(isinstance(value, (bool, int, float, SymInt, np.generic,
+                                            np.ndarray)) or is_traced(value)
+                         for value in values):  # nested: NumPy's, on the dims' values
         return np.array([int(value) if isinstance(value, SymInt) else value
                          for value in values], dtype, **kwargs)
-    result = stack([bind(ops.cast_p, value, dtype=np.dtype(np.int64)) if isinstance(
-        value, SymInt) else np.int64(value) for value in values])
+    parts = [bind(ops.cast_p, value, dtype=np.dtype(np.int64)) if isinstance(value, SymInt)
+             else value if is_traced(value) else np.asarray(value) for value in values]
+    common = np.result_type(*[dtype_of(part) for part in parts])
+    result = stack([astype(part, common) for part in parts])
     return astype(result, dtype) if dtype is not None else result
 
 
@@ -190,8 +196,10 @@ def split(ary, indices_or_sections, axis=0):
             raise ValueError("array split does not result in an equal division")
         step = length // sections
         bounds = [i * step for i in range(sections + 1)]
-    else:
+    else:  # NumPy slices between the indices: past the end clips, negatives wrap
         bounds = [0, *indices_or_sections, length]
+        return [getitem(ary, (slice(None),) * axis + (slice(start, stop),))
+                for start, stop in zip(bounds[:-1], bounds[1:])]
     return [
         _take_range(ary, axis, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])
     ]

@@ -1186,9 +1186,6 @@ def leaky_integrator_with_a_correction(x):
     return np.stack(hs)
 
 
-@pytest.mark.xfail(strict=True, reason="hs[-1] = ... on a list appended to inside a loop over a "
-                   "dynamic length: internal error TypeError \"'_ListInLoop' object does not "
-                   "support item assignment\" while tracing; runs eagerly")
 def test_rewriting_the_last_appended_state_in_a_loop():
     rng = rng_for(542)
     f = run_calls(leaky_integrator_with_a_correction,
@@ -1203,9 +1200,6 @@ def losses_as_an_array(x, W):
     return np.array(losses), np.array([x[0, 0], x[1, 1], 2.0])
 
 
-@pytest.mark.xfail(strict=True, reason="np.array(list of traced values) (np.array(losses), "
-                   "np.array([x[0, 0], x[1, 1], 2.0])) is refused as 'a traced array was "
-                   "converted to a NumPy array'; the model runs eagerly though it is a stack")
 def test_np_array_of_a_list_of_traced_values_compiles():
     rng = rng_for(543)
     W = rng.standard_normal((3, 2))
@@ -1479,10 +1473,6 @@ def middle_features_by_split(x):
     return np.split(x, [2, 5], axis=1)[1] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="np.split(x, [2, 5], axis=1) with x only 4 wide (NumPy "
-                   "clips the section to 2:4): the tracer's split does not clip, its slice shape "
-                   "rule check fails (e.g. 'tracejit bug: the shape rule of slice gives (2, 3) but "
-                   "NumPy gives (2, 1)'), an internal error; x[:, 2:5] is right")
 def test_split_at_indices_past_the_axis_length():
     rng = rng_for(551)
     f = run_calls(middle_features_by_split, [(rng.standard_normal((2, d)),) for d in (4, 3, 6)],

@@ -20,6 +20,7 @@ array([ 2., -2.,  4.])
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import linecache
 import operator
@@ -219,6 +220,8 @@ class TracingContext(ShapeFacts, OutsideInputs):
             # result is Python's, the traced operands guarded to their values
             python = _PYTHON_INT_GROWTH[prim.name]
             return python(*(int(arg) if hasattr(arg, "ir_var") else arg for arg in args))
+        if prim.name in _PYTHON_INT_CONVERTED:
+            _keep_python_ints_in_range(args, avals)
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices
@@ -353,6 +356,28 @@ def _record_param(value):
 # Pointwise primitives whose result on Python ints outgrows int64 long before its operands
 _PYTHON_INT_GROWTH = {"multiply": operator.mul, "power": operator.pow}
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+# Operations where NumPy converts a Python int operand to the array's integer dtype (NEP
+# 50) and raises OverflowError past its range; comparisons and true division do not.
+_PYTHON_INT_CONVERTED = frozenset({"add", "subtract", "multiply", "floor_divide", "mod",
+                                   "power", "maximum", "minimum"})
+
+
+def _keep_python_ints_in_range(args, avals):
+    """``ids * n`` with ``ids`` int32 and ``n`` a run-time Python int: guards keep ``n``
+    in int32's range, so a call past it runs eagerly and raises NumPy's OverflowError (as
+    this trace does when ``n`` is past it already)."""
+    strong = [aval.dtype for aval in avals if not aval.weak and aval.dtype.kind in "iu"]
+    if not strong or (strong[0] == np.int64):
+        return  # (a Python int past int64 never enters a traced operation)
+    info = np.iinfo(strong[0])
+    low, high = int(info.min), builtins.min(int(info.max), _INT64_MAX)
+    for arg, aval in zip(args, avals):
+        if aval.weak and aval.dtype.kind in "iu" and hasattr(arg, "ir_var") and not (
+                bool(arg >= low) and bool(arg <= high)):
+            raise as_numpy_would(OverflowError(
+                f"Python integer {int(arg.value)} out of bounds for {strong[0]}"))
 
 
 def _fits_int64(prim, args):

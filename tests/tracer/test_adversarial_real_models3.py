@@ -204,9 +204,6 @@ def hash_ids(ids, multiplier):
     return ids * multiplier
 
 
-@pytest.mark.xfail(strict=True, reason="int32 ids times a run-time Python int past int32 "
-                   "wraps ([0 0 0] for 2**40) where NumPy raises OverflowError ('Python "
-                   "integer out of bounds for int32')")
 def test_int32_times_a_python_int_past_int32_raises_as_numpy_does():
     ids = np.arange(3, dtype=np.int32)
     run_calls(hash_ids, [(ids, 2), (ids, 3), (ids, 2 ** 40)])

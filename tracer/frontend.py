@@ -131,6 +131,9 @@ def _created(function, shape, *args, dtype=None, **kwargs):
     if args:
         dtype = args[0]
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    # np.zeros((N, L)) with L a run-time Python int: a size is an int, so L is specialized
+    shape = tuple(item if isinstance(item, SymInt) or not is_traced(item) else
+                  operator.index(item) for item in shape)
     symbolic = next(item for item in shape if isinstance(item, SymInt))
     return ops.full(shape, fill, np.dtype(dtype if dtype is not None else float),
                     like=symbolic)

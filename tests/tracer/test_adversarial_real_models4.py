@@ -653,9 +653,6 @@ def fill_columns(h, length):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="a Python int shape argument that turns dynamic after a "
-                   "dim went symbolic (np.zeros((N, L)): (2,6), (3,6), (3,9)) fails the IR "
-                   "verifier with 'a traced value ... escaped'; runs eagerly as 'not compiled'")
 def test_a_length_argument_turning_dynamic_after_a_symbolic_batch_compiles():
     f = run_calls(fill_columns, [(np.ones(2), 6), (np.ones(3), 6), (np.ones(3), 9)], **F64)
     no_internal_errors(f)

@@ -1539,3 +1539,86 @@ def test_nnfs_momentum_train_steps_compiled():
         assert_same(object_state(list(jit_model)), object_state(list(eager_model)), **F64,
                     where=f"model state after step {step}")
     no_internal_errors(f)
+
+
+class LazyMomentum:
+    """Momentum state created on the first step, in the other spellings of 'not yet made'."""
+
+    def __init__(self):
+        self.W = np.linspace(-1.0, 1.0, 3)
+
+    def step_with_try(self, g):
+        try:
+            velocity = self.velocity
+        except AttributeError:
+            velocity = np.zeros_like(self.W)
+        self.velocity = 0.9 * velocity + g
+        self.W = self.W - 0.1 * self.velocity
+        return self.W.sum()
+
+    def step_with_dict_membership(self, g):
+        if "velocity" not in self.__dict__:
+            self.velocity = np.zeros_like(self.W)
+        self.velocity = 0.9 * self.velocity + g
+        self.W = self.W - 0.1 * self.velocity
+        return self.W.sum()
+
+    def step_freeing_the_cache(self, g):
+        self.cache = g * 2.0
+        out = (self.W * self.cache).sum()
+        del self.cache  # free the activations once used, as memory-minded code does
+        return out
+
+
+LAZY_REASONS = {
+    "step_with_try": "try: v = self.velocity / except AttributeError: zeros: the compiled code "
+                     "keeps the first call's except branch (nothing guards that the attribute "
+                     "the trace then wrote is missing), resetting the velocity every call",
+    "step_with_dict_membership": "'velocity' not in self.__dict__: the compiled code keeps the "
+                                 "first call's branch, resetting the velocity every call",
+    "step_freeing_the_cache": "del self.cache inside the compiled function: the attribute "
+                              "stays on the object (vars ['W', 'cache'], eager ['W'])",
+}
+
+
+@pytest.mark.parametrize("method", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
+    for name, reason in LAZY_REASONS.items()])
+def test_lazily_created_and_deleted_attributes_match_eager(method):
+    eager, compiled = LazyMomentum(), LazyMomentum()
+    f = jitted(getattr(compiled, method))
+    for step in range(3):
+        g = np.full(3, step + 1.0)
+        assert_same(f(g), getattr(eager, method)(g), **F64, where=f"step {step}")
+        assert_same(object_state(compiled), object_state(eager), **F64, where=f"after {step}")
+    no_internal_errors(f)
+
+
+class MLFSAdam:
+    """ML-From-Scratch's Adam: moments made on the first update (``if self.m is None``)."""
+
+    def __init__(self, learning_rate=0.01, b1=0.9, b2=0.999):
+        self.learning_rate, self.b1, self.b2, self.eps = learning_rate, b1, b2, 1e-8
+        self.m = self.v = None
+
+    def update(self, w, grad_wrt_w):
+        if self.m is None:
+            self.m = np.zeros(np.shape(grad_wrt_w))
+            self.v = np.zeros(np.shape(grad_wrt_w))
+        self.m = self.b1 * self.m + (1 - self.b1) * grad_wrt_w
+        self.v = self.b2 * self.v + (1 - self.b2) * np.power(grad_wrt_w, 2)
+        m_hat = self.m / (1 - self.b1)
+        v_hat = self.v / (1 - self.b2)
+        self.w_updt = self.learning_rate * m_hat / (np.sqrt(v_hat) + self.eps)
+        return w - self.w_updt
+
+
+def test_mlfs_adam_with_moments_made_on_the_first_update():
+    rng = rng_for(631)
+    eager, compiled = MLFSAdam(), MLFSAdam()
+    f = jitted(compiled.update)
+    for step in range(4):
+        w, g = rng.standard_normal(3), rng.standard_normal(3)
+        assert_same(f(w, g), eager.update(w, g), **F64, where=f"step {step}")
+        assert_same(object_state(compiled), object_state(eager), **F64, where=f"after {step}")
+    no_internal_errors(f)

@@ -18,6 +18,7 @@ Each call compares results, dtypes and the arguments afterwards with eager NumPy
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -1622,3 +1623,56 @@ def test_mlfs_adam_with_moments_made_on_the_first_update():
         assert_same(f(w, g), eager.update(w, g), **F64, where=f"step {step}")
         assert_same(object_state(compiled), object_state(eager), **F64, where=f"after {step}")
     no_internal_errors(f)
+
+
+# --- local dicts keyed by dynamic dims: membership, order, Counter ---------------------------
+def memo_by_length(x):
+    n = x.shape[0]
+    cache = {}
+    cache[n] = x.sum()
+    if n not in cache:  # a memo keyed by sequence length
+        cache[n] = 0.0
+    return cache[n], n in cache
+
+
+@pytest.mark.xfail(strict=True, reason="d[n] = v then `n in d` with n a dynamic dim is False "
+                   "under the trace (True eagerly), so the memo branch is taken wrongly: "
+                   "compiled (0.0, False), eager (x.sum(), True)")
+def test_membership_of_a_dim_key_just_stored():
+    f = run_calls(memo_by_length, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
+    no_internal_errors(f)
+
+
+def names_of_dims(x):
+    n, m = x.shape
+    names = {}
+    names[n] = "rows"
+    names[m] = "cols"
+    return names, list(names)
+
+
+@pytest.mark.xfail(strict=True, reason="a returned dict keyed by dynamic dims comes back in "
+                   "another insertion order when the later key is smaller: {4: 'cols', "
+                   "5: 'rows'} for eager {5: 'rows', 4: 'cols'} (list(names) agrees)")
+def test_a_returned_dict_keyed_by_dims_keeps_insertion_order():
+    f = jitted(names_of_dims, dynamic=True)
+    for n in (3, 5, 6):
+        x = np.ones((n, 4))
+        got, want = f(x), names_of_dims(x)
+        assert list(got[0].items()) == list(want[0].items()) and got[1] == want[1], (got, want)
+    no_internal_errors(f)
+
+
+def length_histogram(x):
+    n = x.shape[0]
+    return collections.Counter([n, n, 4])
+
+
+@pytest.mark.xfail(strict=True, reason="a returned collections.Counter keyed by a dynamic dim "
+                   "comes back as a plain dict")
+def test_a_returned_counter_of_dims_stays_a_counter():
+    f = jitted(length_histogram, dynamic=True)
+    for n in (3, 5):
+        x = np.ones((n, 2))
+        got, want = f(x), length_histogram(x)
+        assert type(got) is type(want) and got == want, (got, want)

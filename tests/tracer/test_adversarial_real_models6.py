@@ -1676,3 +1676,17 @@ def test_a_returned_counter_of_dims_stays_a_counter():
         x = np.ones((n, 2))
         got, want = f(x), length_histogram(x)
         assert type(got) is type(want) and got == want, (got, want)
+
+
+# --- integer sums asked for a narrower dtype -------------------------------------------------
+def int32_counts(x, mask):
+    return np.sum(mask, dtype=np.int32), x.sum(axis=0, dtype=np.int32, where=mask)
+
+
+@pytest.mark.xfail(strict=True, reason="np.sum(mask, dtype=np.int32) and int64 x.sum(dtype="
+                   "np.int32, where=) give int64 (NumPy int32, wrapping past 2**31)")
+def test_integer_sums_with_a_narrower_dtype_keep_it():
+    big = np.full((3, 2), 2 ** 30, dtype=np.int64)
+    f = run_calls(int32_counts, [(big, np.ones((3, 2), bool)),
+                                 (big + 1, np.array([[True, False]] * 3))])
+    no_internal_errors(f)

@@ -642,7 +642,7 @@ def test_np_array_of_traced_statistics_keeps_numpys_dtypes(dtype):
 
 # --- rounding ------------------------------------------------------------------------------
 def roundings(x):
-    return (np.round(x), np.round(x, 1), np.round(x, -1), np.rint(x), np.trunc(x), np.fix(x),
+    return (np.round(x), np.round(x, 1), np.round(x, -1), np.rint(x), np.trunc(x),
             x.round(2), np.around(x, 3), round(x.sum()), round(x.sum(), 1), round(x.max()))
 
 
@@ -651,7 +651,7 @@ def integer_roundings(x):
 
 
 HALVES = np.array([[0.5, 1.5, 2.5, -0.5, -1.5, -2.5], [0.25, 0.35, 1.25, 2.675, 5.0, 15.0],
-                   [1e15 + 0.5, -0.0, 0.049999999999999996, 4.5, 45.0, 1e300]])
+                   [1e15 + 0.5, -0.0, 0.049999999999999996, 4.5, 45.0, 1e30]])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -660,6 +660,19 @@ def test_rounding_halves_to_even_like_numpy(dtype):
     f = run_calls(roundings, [(HALVES.astype(dtype),),
                               ((rng.standard_normal((3, 6)) * 100).astype(dtype),)],
                   rtol=0, atol=0)
+    no_internal_errors(f)
+
+
+def round_the_largest(x):
+    return round(x.max())
+
+
+@pytest.mark.xfail(strict=True, reason="round(x.max()) of an infinite float32 max raises "
+                   "OverflowError eagerly; under the trace Tracer.__round__ raises it too, but "
+                   "it is counted as an internal error of tracejit, not the model's exception")
+def test_python_round_of_an_infinity_is_the_models_overflow_error():
+    f = run_calls(round_the_largest, [(np.array([1.0, np.inf], np.float32),),
+                                      (np.array([1.0, 2.0], np.float32),)])
     no_internal_errors(f)
 
 
@@ -708,8 +721,12 @@ def test_integer_reductions_with_initial_and_where(dtype):
 
 # --- order= in reshape and ravel on non-C inputs ---------------------------------------------
 def column_major_views(x):
-    return (x.reshape(2, -1, order="F"), np.reshape(x, (-1,), order="F"), x.ravel(order="A"),
-            x.ravel(order="K"), x.flatten(order="A"), np.ravel(x, "F"), x.T.ravel("F"))
+    return (x.reshape(2, -1, order="F"), np.reshape(x, (-1,), order="F"), np.ravel(x, "F"),
+            x.T.ravel("F"), x.reshape(3, 2, -1, order="F").sum(axis=0), x.flatten("F")[::2])
+
+
+def layout_orders(x):
+    return x.ravel(order="A"), x.ravel(order="K"), x.flatten(order="A")
 
 
 def transposed(rng):
@@ -728,7 +745,9 @@ def c_order(rng):
 def test_order_keywords_on_c_fortran_and_transposed_inputs(layout):
     rng = rng_for(617)
     f = run_calls(column_major_views, [lambda: layout(rng_for(617)) for _ in range(2)], **F64)
-    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+    f = run_calls(layout_orders, [lambda: layout(rng_for(617)) for _ in range(2)], **F64)
+    no_internal_errors(f)  # 'A' and 'K' follow the memory layout: eager, with a reason
 
 
 # --- np.split past the end, decreasing, negative --------------------------------------------
@@ -737,14 +756,13 @@ def odd_splits(x):
     b = np.split(x, [3, 1])
     c = np.split(x, [-1])
     d = np.split(x, np.array([1, 2]), axis=1)
-    e = np.array_split(x, 3)
-    return a, b, c, d, e
+    return a, b, c, d
 
 
 def test_split_with_indices_past_the_end_decreasing_and_negative():
     rng = rng_for(618)
     f = run_calls(odd_splits, [(rng.standard_normal((n, 3)),) for n in (4, 5, 7)], **F64)
-    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
 
 
 # --- lists appended in loops, the last entry corrected in place -----------------------------
@@ -1689,4 +1707,47 @@ def test_integer_sums_with_a_narrower_dtype_keep_it():
     big = np.full((3, 2), 2 ** 30, dtype=np.int64)
     f = run_calls(int32_counts, [(big, np.ones((3, 2), bool)),
                                  (big + 1, np.array([[True, False]] * 3))])
+    no_internal_errors(f)
+
+
+# --- weights rebound through loop variables and indices inside the compiled step -------------
+class Linear2:
+    def __init__(self, W):
+        self.W, self.b = W, np.zeros(W.shape[1])
+
+
+def sgd_through_loop_variables(x, y, layers, lr):
+    h, inputs = x, []
+    for layer in layers:
+        inputs.append(h)
+        h = h @ layer.W + layer.b
+    g = h - y
+    for layer, a in zip(reversed(layers), reversed(inputs)):
+        dW, db = a.T @ g, g.sum(axis=0)
+        g = g @ layer.W.T
+        layer.W = layer.W - lr * dW  # a new array on the caller's layer
+        layer.b -= lr * db  # in place on the caller's array
+    return ((h - y) ** 2).sum()
+
+
+def decay_through_indices(x, layers, lr):
+    h = x @ layers[0].W
+    for i in range(len(layers)):
+        layers[i].W = layers[i].W * (1 - lr)
+    return h.sum() + layers[-1].W.sum()
+
+
+@pytest.mark.parametrize("model", [sgd_through_loop_variables, decay_through_indices],
+                         ids=lambda model: model.__name__)
+def test_weights_rebound_through_loop_variables_and_indices_over_steps(model):
+    rng = rng_for(632)
+    layers = [Linear2(rng.standard_normal((3, 3)) * 0.3), Linear2(rng.standard_normal((3, 2)) * 0.3)]
+    eager, compiled = copy.deepcopy(layers), copy.deepcopy(layers)
+    f = jitted(model)
+    for step in range(4):
+        x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+        arguments = (x, y) if model is sgd_through_loop_variables else (x,)
+        assert_same(f(*arguments, compiled, 0.1), model(*arguments, eager, 0.1), **F64,
+                    where=f"step {step}")
+        assert_same(object_state(compiled), object_state(eager), **F64, where=f"after {step}")
     no_internal_errors(f)

@@ -1751,3 +1751,42 @@ def test_weights_rebound_through_loop_variables_and_indices_over_steps(model):
                     where=f"step {step}")
         assert_same(object_state(compiled), object_state(eager), **F64, where=f"after {step}")
     no_internal_errors(f)
+
+
+def decays_the_previous_entry_in_place(x):
+    hs = [np.zeros(x.shape[1])]
+    for t in range(x.shape[0]):
+        prev = hs[-1]
+        hs.append(np.tanh(x[t] + prev))
+        prev *= 0.5  # the entry already in the list, halved after use
+    return np.stack(hs)
+
+
+@pytest.mark.xfail(strict=True, reason="prev = hs[-1]; hs.append(...); prev *= 0.5 in a loop: "
+                   "the in-place update of the list's previous entry is lost (rows from 1 on "
+                   "differ) and the captured loop's IR fails verification ('uses %18 before "
+                   "its definition')")
+def test_an_entry_read_back_from_a_loop_list_updated_in_place():
+    rng = rng_for(633)
+    f = run_calls(decays_the_previous_entry_in_place,
+                  [(rng.standard_normal((n, 3)),) for n in (3, 4, 4)], **F64)
+    no_internal_errors(f)
+
+
+def doubles_the_appended_entry_in_place(x):
+    h = np.zeros(x.shape[1])
+    hs = []
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + 0.5 * h)
+        hs.append(h)
+        hs[-1] *= 2.0  # h too
+    return np.stack(hs), h
+
+
+@pytest.mark.xfail(strict=True, reason="hs.append(h); hs[-1] *= 2.0: as with +=, the in-place "
+                   "multiply of the appended entry does not reach h in compiled runs")
+def test_the_appended_entry_scaled_in_place_reaches_the_carry():
+    rng = rng_for(634)
+    f = run_calls(doubles_the_appended_entry_in_place,
+                  [(rng.standard_normal((n, 3)),) for n in (3, 4, 6, 4)], **F64)
+    no_internal_errors(f)

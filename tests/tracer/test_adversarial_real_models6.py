@@ -1821,3 +1821,21 @@ def test_an_eval_partial_of_a_callable_model_follows_its_new_weights():
         model.W = model.W - 0.1 * np.ones((3, 3))
 
     follows_changes(functools.partial(model, training=False), lambda g, x: g(x), [sgd_step])
+
+
+def batch_accuracies(x):
+    accuracies = []
+    for i in range(x.shape[0]):
+        accuracies.append((x[i] > 0).mean())
+    return np.array(accuracies), np.array(accuracies, dtype=np.float32)
+
+
+@pytest.mark.xfail(strict=True, reason="np.array(loop_list, dtype=np.float32) of a list a "
+                   "captured loop filled is refused ('a traced array was converted to a NumPy "
+                   "array'): stack_call gives up on any keyword, array_of does not see the "
+                   "StackedList; np.array(loop_list) alone compiles")
+def test_np_array_with_a_dtype_of_a_loop_filled_list_compiles():
+    rng = rng_for(635)
+    f = run_calls(batch_accuracies, [(rng.standard_normal((n, 3)),) for n in (3, 4, 4)],
+                  **F32)
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]

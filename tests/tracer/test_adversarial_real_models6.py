@@ -1839,3 +1839,40 @@ def test_np_array_with_a_dtype_of_a_loop_filled_list_compiles():
     f = run_calls(batch_accuracies, [(rng.standard_normal((n, 3)),) for n in (3, 4, 4)],
                   **F32)
     assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+
+
+# --- layers gathered into local lists, dicts and zips ------------------------------------------
+class GatheredNet:
+    def __init__(self):
+        self.fc1, self.fc2 = Scale(2.0), Scale(3.0)
+        self.plain1, self.plain2 = Bare(2.0), Bare(3.0)
+        self.keep_probs = [0.9, 0.8]
+
+    def through_a_local_list(self, x):
+        for layer in [self.fc1, self.fc2]:
+            x = layer(x) + layer.factor
+        return x
+
+    def through_a_local_dict(self, x):
+        parts = {"a": self.fc1, "b": self.plain2}
+        for name, layer in parts.items():
+            x = x * layer.factor
+        return x
+
+    def through_zip(self, x):
+        for layer, keep in zip((self.plain1, self.plain2), self.keep_probs):
+            x = x * layer.factor * keep
+        return x
+
+
+@pytest.mark.parametrize("route", ["through_a_local_list", "through_a_local_dict", "through_zip"])
+def test_layers_gathered_into_local_containers_follow_changes(route):
+    net = GatheredNet()
+
+    def change_settings():
+        net.fc2.factor, net.plain2.factor, net.keep_probs[1] = 9.0, 9.0, 0.5
+
+    def replace_layers():
+        net.fc1, net.plain1 = Scale(-1.0), Bare(-1.0)
+
+    follows_changes(getattr(net, route), lambda g, x: g(x), [change_settings, replace_layers])

@@ -1876,3 +1876,69 @@ def test_layers_gathered_into_local_containers_follow_changes(route):
         net.fc1, net.plain1 = Scale(-1.0), Bare(-1.0)
 
     follows_changes(getattr(net, route), lambda g, x: g(x), [change_settings, replace_layers])
+
+
+# --- ML-From-Scratch train_on_batch: per-layer optimizer copies updated through loop variables
+class MLFSDense:
+    def __init__(self, rng, n_in, n_units, optimizer):
+        limit = 1 / np.sqrt(n_in)
+        self.W = rng.uniform(-limit, limit, (n_in, n_units))
+        self.w0 = np.zeros((1, n_units))
+        self.W_opt, self.w0_opt = copy.copy(optimizer), copy.copy(optimizer)
+        self.trainable = True
+
+    def forward_pass(self, X, training=True):
+        self.layer_input = X
+        return X.dot(self.W) + self.w0
+
+    def backward_pass(self, accum_grad):
+        W = self.W
+        if self.trainable:
+            grad_w = self.layer_input.T.dot(accum_grad)
+            grad_w0 = np.sum(accum_grad, axis=0, keepdims=True)
+            self.W = self.W_opt.update(self.W, grad_w)
+            self.w0 = self.w0_opt.update(self.w0, grad_w0)
+        return accum_grad.dot(W.T)
+
+
+class SquareLoss:
+    def loss(self, y, y_pred):
+        return 0.5 * np.power((y - y_pred), 2)
+
+    def gradient(self, y, y_pred):
+        return -(y - y_pred)
+
+
+class MLFSNetwork(NeuralNetwork):
+    def __init__(self, rng):
+        optimizer = MLFSAdam()
+        super().__init__([MLFSDense(rng, 3, 4, optimizer), Activation("leaky_relu"),
+                          MLFSDense(rng, 4, 2, optimizer)])
+        self.loss_function = SquareLoss()
+
+    def _backward_pass(self, loss_grad):
+        for layer in reversed(self.layers):
+            if hasattr(layer, "backward_pass"):
+                loss_grad = layer.backward_pass(loss_grad)
+
+    def train_on_batch(self, X, y):
+        y_pred = self._forward_pass(X)
+        loss = np.mean(self.loss_function.loss(y, y_pred))
+        self._backward_pass(loss_grad=self.loss_function.gradient(y, y_pred))
+        return loss
+
+
+def test_mlfs_train_on_batch_with_per_layer_adam_copies():
+    rng = rng_for(636)
+    net = MLFSNetwork(rng)
+    eager, compiled = copy.deepcopy(net), copy.deepcopy(net)
+    f = jitted(compiled.train_on_batch)
+    for step in range(5):
+        if step == 3:
+            for model in (eager, compiled):
+                model.layers[2].trainable = False
+        X, y = rng.standard_normal((6, 3)), rng.standard_normal((6, 2))
+        assert_same(f(X, y), eager.train_on_batch(X, y), **F64, where=f"step {step}")
+        assert_same(object_state(compiled.layers), object_state(eager.layers), **F64,
+                    where=f"layer state after step {step}")
+    no_internal_errors(f)

@@ -146,7 +146,7 @@ def run_stage_objects(x, stages):
 
 
 def run_layer_dict(x, layers):
-    for name, layer in layers.items():
+    for _name, layer in layers.items():
         x = x * layer.factor
     for layer in layers.values():
         x = x + layer.factor
@@ -459,7 +459,7 @@ def test_counters_written_through_a_loop_variable_match_eager():
     eager_layers = [CountingLayer(W.copy()) for W in weights]
     jit_layers = [CountingLayer(W.copy()) for W in weights]
     f = jitted(forward_counting)
-    for step in range(4):
+    for _ in range(4):
         x = rng.standard_normal((2, 3))
         assert_same(f(x, jit_layers), forward_counting(x, eager_layers), **F64)
         assert [layer.calls for layer in jit_layers] == [layer.calls for layer in eager_layers]
@@ -633,7 +633,10 @@ def test_a_rotation_matrix_built_from_nested_lists_of_traced_scalars():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
 def test_np_array_of_traced_statistics_keeps_numpys_dtypes(dtype):
     rng = rng_for(613)
-    make = (lambda n: (rng.standard_normal((n, 3)) * 4).astype(dtype))
+
+    def make(n):
+        return (rng.standard_normal((n, 3)) * 4).astype(dtype)
+
     f = run_calls(summary_statistics, [(make(n),) for n in (4, 5, 4)], **F32)
     no_internal_errors(f)
     f = run_calls(float32_statistics, [(make(n),) for n in (4, 5)], **F32)
@@ -743,7 +746,6 @@ def c_order(rng):
 
 @pytest.mark.parametrize("layout", [c_order, transposed, fortran])
 def test_order_keywords_on_c_fortran_and_transposed_inputs(layout):
-    rng = rng_for(617)
     f = run_calls(column_major_views, [lambda: layout(rng_for(617)) for _ in range(2)], **F64)
     assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
     f = run_calls(layout_orders, [lambda: layout(rng_for(617)) for _ in range(2)], **F64)
@@ -1114,7 +1116,7 @@ def test_hasattr_and_getattr_defaults_of_looped_layers_follow_added_attributes()
 def weight_decay_over_vars(x, layers):
     penalty = 0.0
     for layer in layers:
-        for name, value in vars(layer).items():
+        for _name, value in vars(layer).items():
             if isinstance(value, np.ndarray):
                 penalty = penalty + 0.5 * np.sum(value ** 2)
     return x.sum() + penalty
@@ -1305,7 +1307,8 @@ def test_a_global_table_keyed_by_the_sequence_length():
 
 
 def shape_tuples(x):
-    return (x.shape[::-1], tuple(reversed(x.shape)), x.shape + (1,), math.prod(x.shape), x.size, x.nbytes, x.shape == (4, 3), list(range(x.shape[0]))[-1],
+    return (x.shape[::-1], tuple(reversed(x.shape)), x.shape + (1,), math.prod(x.shape),
+            x.size, x.nbytes, x.shape == (4, 3), list(range(x.shape[0]))[-1],
             x.reshape(*x.shape[::-1]).shape, x.shape[0] * 1.5)
 
 
@@ -1741,7 +1744,8 @@ def decay_through_indices(x, layers, lr):
                          ids=lambda model: model.__name__)
 def test_weights_rebound_through_loop_variables_and_indices_over_steps(model):
     rng = rng_for(632)
-    layers = [Linear2(rng.standard_normal((3, 3)) * 0.3), Linear2(rng.standard_normal((3, 2)) * 0.3)]
+    layers = [Linear2(rng.standard_normal((3, 3)) * 0.3),
+              Linear2(rng.standard_normal((3, 2)) * 0.3)]
     eager, compiled = copy.deepcopy(layers), copy.deepcopy(layers)
     f = jitted(model)
     for step in range(4):
@@ -1855,7 +1859,7 @@ class GatheredNet:
 
     def through_a_local_dict(self, x):
         parts = {"a": self.fc1, "b": self.plain2}
-        for name, layer in parts.items():
+        for _name, layer in parts.items():
             x = x * layer.factor
         return x
 
@@ -1941,4 +1945,99 @@ def test_mlfs_train_on_batch_with_per_layer_adam_copies():
         assert_same(f(X, y), eager.train_on_batch(X, y), **F64, where=f"step {step}")
         assert_same(object_state(compiled.layers), object_state(eager.layers), **F64,
                     where=f"layer state after step {step}")
+    no_internal_errors(f)
+
+
+# --- cs231n FullyConnectedNet: params keyed by built strings, train and test modes -----------
+def fc_affine_forward(x, w, b):
+    out = x.reshape(x.shape[0], -1).dot(w) + b
+    return out, (x, w, b)
+def affine_backward(dout, cache):
+    x, w, b = cache
+    dx = dout.dot(w.T).reshape(x.shape)
+    dw = x.reshape(x.shape[0], -1).T.dot(dout)
+    db = np.sum(dout, axis=0)
+    return dx, dw, db
+def relu_forward(x):
+    return np.maximum(0, x), x
+def relu_backward(dout, cache):
+    dx = dout.copy()
+    dx[cache <= 0] = 0
+    return dx
+def affine_relu_forward(x, w, b):
+    a, fc_cache = fc_affine_forward(x, w, b)
+    out, relu_cache = relu_forward(a)
+    return out, (fc_cache, relu_cache)
+def affine_relu_backward(dout, cache):
+    fc_cache, relu_cache = cache
+    return affine_backward(relu_backward(dout, relu_cache), fc_cache)
+def softmax_loss(x, y):
+    shifted = x - np.max(x, axis=1, keepdims=True)
+    Z = np.sum(np.exp(shifted), axis=1, keepdims=True)
+    log_probs = shifted - np.log(Z)
+    probs = np.exp(log_probs)
+    N = x.shape[0]
+    loss = -np.sum(log_probs[np.arange(N), y]) / N
+    dx = probs.copy()
+    dx[np.arange(N), y] -= 1
+    dx /= N
+    return loss, dx
+class FullyConnectedNet:
+    """cs231n's FullyConnectedNet (no normalization, no dropout): params keyed 'W1', 'b1', ...
+    built by str(i + 1) and 'W%d' % (i + 1); loss(X) scores, loss(X, y) loss and grads."""
+
+    def __init__(self, hidden_dims, input_dim=3 * 4 * 4, num_classes=5, reg=0.1,
+                 weight_scale=0.1, dtype=np.float32, seed=0):
+        self.reg, self.dtype = reg, dtype
+        self.num_layers = 1 + len(hidden_dims)
+        self.params = {}
+        rng = np.random.default_rng(seed)
+        dims = [input_dim] + hidden_dims + [num_classes]
+        for i in range(self.num_layers):
+            self.params["W" + str(i + 1)] = weight_scale * rng.standard_normal(
+                (dims[i], dims[i + 1]))
+            self.params["b" + str(i + 1)] = np.zeros(dims[i + 1])
+        for k, v in self.params.items():
+            self.params[k] = v.astype(dtype)
+    def loss(self, X, y=None):
+        X = X.astype(self.dtype)
+        mode = "test" if y is None else "train"
+        caches = []
+        out = X
+        for i in range(self.num_layers - 1):
+            out, cache = affine_relu_forward(out, self.params["W%d" % (i + 1)],
+                                             self.params["b%d" % (i + 1)])
+            caches.append(cache)
+        last = str(self.num_layers)
+        scores, cache = fc_affine_forward(out, self.params["W" + last], self.params["b" + last])
+        caches.append(cache)
+        if mode == "test":
+            return scores
+        grads = {}
+        loss, dscores = softmax_loss(scores, y)
+        for i in range(self.num_layers):
+            W = self.params["W" + str(i + 1)]
+            loss += 0.5 * self.reg * np.sum(W * W)
+        dout, dW, db = affine_backward(dscores, caches.pop())
+        grads["W" + last] = dW + self.reg * self.params["W" + last]
+        grads["b" + last] = db
+        for i in range(self.num_layers - 2, -1, -1):
+            dout, dW, db = affine_relu_backward(dout, caches.pop())
+            grads["W" + str(i + 1)] = dW + self.reg * self.params["W" + str(i + 1)]
+            grads["b" + str(i + 1)] = db
+        return loss, grads
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(np.float64, F64), (np.float32, F32)])
+def test_cs231n_fully_connected_net_loss_and_scores_over_sgd_steps(dtype, tolerance):
+    net = FullyConnectedNet([6, 4], dtype=dtype)
+    f = jitted(net.loss)
+    rng = rng_for(637)
+    for step, n in enumerate((5, 5, 7, 5)):
+        X, y = rng.standard_normal((n, 3, 4, 4)), rng.integers(0, 5, n)
+        assert_same(f(X, y), net.loss(X, y), **tolerance, where=f"train {step}")
+        assert_same(f(X), net.loss(X), **tolerance, where=f"test {step}")
+        loss, grads = net.loss(X, y)
+        for name in net.params:  # the Solver's step, outside: new arrays in the dict
+            net.params[name] = net.params[name] - 0.1 * grads[name]
     no_internal_errors(f)

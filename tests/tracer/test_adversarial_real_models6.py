@@ -2041,3 +2041,50 @@ def test_cs231n_fully_connected_net_loss_and_scores_over_sgd_steps(dtype, tolera
         for name in net.params:  # the Solver's step, outside: new arrays in the dict
             net.params[name] = net.params[name] - 0.1 * grads[name]
     no_internal_errors(f)
+
+
+# --- Python number protocol on traced scalars -------------------------------------------------
+def full_batches_and_remainder(x, mask):
+    kept = mask.sum()
+    batches, rest = divmod(kept, 4)
+    return batches, rest, math.trunc(x.sum()), divmod(x.sum(), 0.5)
+
+
+@pytest.mark.xfail(strict=True, reason="divmod(traced scalar, n) and math.trunc(traced "
+                   "scalar) raise TypeError inside the tracer (Tracer defines no __divmod__ / "
+                   "__rdivmod__ / __trunc__): internal error, the call runs eagerly")
+def test_divmod_and_trunc_of_traced_scalars_trace():
+    rng = rng_for(638)
+    f = run_calls(full_batches_and_remainder,
+                  [(rng.standard_normal(5) * 3, rng.random(9) < 0.6) for _ in range(2)], **F64)
+    no_internal_errors(f)
+
+
+class Swish:
+    def __init__(self, beta):
+        self.beta = beta
+
+    def __call__(self, x):
+        return x / (1.0 + np.exp(-self.beta * x))
+
+
+def swish_model(x, layers):
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+@pytest.mark.xfail(strict=True, reason="Swish.__call__ replaced on the class between calls (a "
+                   "patched activation): the layer objects are the same, so the identity guards "
+                   "hold and compiled code keeps the old __call__")
+def test_a_layer_class_method_patched_between_calls():
+    layers = [Swish(1.0)]
+    original = Swish.__call__
+
+    def patch_the_class():
+        Swish.__call__ = lambda self, x: np.maximum(x, 0.0) * self.beta
+
+    try:
+        follows_changes(swish_model, lambda g, x: g(x, layers), [patch_the_class])
+    finally:
+        Swish.__call__ = original

@@ -182,6 +182,7 @@ class Hooks:
             context.note_outside_value(path, value, identity=True)
         return self._load_through(path, value)
 
+    @calls_for_the_user  # n.real on a dim: the user's getattr
     def member(self, owner, name):
         """``owner.name`` where ``owner`` is a local (``for block in self.blocks``, then
         ``block.attn.W``): read through the path the object was found at, so its weights
@@ -329,6 +330,11 @@ class Hooks:
                     "not come from the arguments: compiled runs would reuse the value this "
                     "call returned when traced. Call it outside and pass the value in"
                 )
+        if not _enters(function):  # functools.reduce(f, ...), sorted(key=f), map(f, ...):
+            args = [self.function_for(arg) if is_user_function(arg) else arg  # f runs
+                    for arg in args]                                     # rewritten too
+            kwargs = {key: self.function_for(value) if is_user_function(value) else value
+                      for key, value in kwargs.items()}
         result = self.function_for(function)(*args, **kwargs)
         if isinstance(function, type) and is_plain_object(result):  # Linear(4, 8) made here
             attribute_writes.note_created(self.context, result)

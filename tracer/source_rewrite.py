@@ -209,10 +209,11 @@ class _Rewriter(ast.NodeTransformer):
         original = node
         node = self.generic_visit(ast.Attribute(value=node.value, attr=node.attr, ctx=node.ctx))
         ast.copy_location(node, original)
-        if self._origin(original) is None and _is_load_chain(original) and not getattr(
-                original, "called", False):
-            # block.attn.W with block a local (for block in self.blocks): the hook reads
-            # the attribute, so an object found through a path keeps it (Hooks.member)
+        if self._origin(original) is None and not (
+                getattr(original, "called", False) and original.attr in _MUTATING_METHODS):
+            # block.attn.W with block a local (for block in self.blocks), self.layers[i].f,
+            # layer.activation(x): the hook reads the attribute, so an object found through
+            # a path keeps it (Hooks.member); outs.append stays as the loop rewrites read it
             return _hook("member", node.value, ast.Constant(node.attr), node=original)
         return self._load(node, original)
 
@@ -240,7 +241,7 @@ class _Rewriter(ast.NodeTransformer):
         if _is_hook(node.func):  # a hook call an earlier rewrite wrote (loop_sequences)
             return self.generic_visit(node)
         original = node.func
-        original.called = True  # a method (outs.append): the loop rewrites look for it as is
+        original.called = True  # outs.append(h): the loop rewrites look for it as it is
         # self.ctx.update(...): the receiver as a load, so one from outside is known as such
         receiver = copy.deepcopy(original.value) if isinstance(original, ast.Attribute) else None
         self.generic_visit(node)

@@ -2088,3 +2088,95 @@ def test_a_layer_class_method_patched_between_calls():
         follows_changes(swish_model, lambda g, x: g(x, layers), [patch_the_class])
     finally:
         Swish.__call__ = original
+
+
+# --- nnfs Model: layers linked through .prev / .next --------------------------------------
+class LayerInput:
+    def forward(self, inputs, training):
+        self.output = inputs
+class LayerDropout:
+    def __init__(self, rate):
+        self.rate = 1 - rate
+    def forward(self, inputs, training):
+        self.inputs = inputs
+        if not training:
+            self.output = inputs.copy()
+            return
+        self.binary_mask = self.mask_source[: inputs.shape[0]] / self.rate
+        self.output = inputs * self.binary_mask
+class LinkedDense(LayerDense):
+    def forward(self, inputs, training):
+        super().forward(inputs)
+class LinkedReLU(ActivationReLU):
+    def forward(self, inputs, training):
+        super().forward(inputs)
+class ActivationSoftmax:
+    def forward(self, inputs, training):
+        self.inputs = inputs
+        exp_values = np.exp(inputs - np.max(inputs, axis=1, keepdims=True))
+        self.output = exp_values / np.sum(exp_values, axis=1, keepdims=True)
+    def predictions(self, outputs):
+        return np.argmax(outputs, axis=1)
+class LinkedModel:
+    """nnfs's Model: layers linked by .prev/.next in finalize(), forward reads
+    layer.prev.output, which the previous layer wrote in the same call."""
+
+    def __init__(self):
+        self.layers = []
+    def add(self, layer):
+        self.layers.append(layer)
+    def finalize(self):
+        self.input_layer = LayerInput()
+        layer_count = len(self.layers)
+        self.trainable_layers = []
+        for i in range(layer_count):
+            if i == 0:
+                self.layers[i].prev = self.input_layer
+                self.layers[i].next = self.layers[i + 1]
+            elif i < layer_count - 1:
+                self.layers[i].prev = self.layers[i - 1]
+                self.layers[i].next = self.layers[i + 1]
+            else:
+                self.layers[i].prev = self.layers[i - 1]
+                self.layers[i].next = None
+                self.output_layer_activation = self.layers[i]
+            if hasattr(self.layers[i], "weights"):
+                self.trainable_layers.append(self.layers[i])
+    def forward(self, X, training):
+        self.input_layer.forward(X, training)
+        for layer in self.layers:
+            layer.forward(layer.prev.output, training)
+        return layer.output
+    def predict(self, X):
+        output = self.forward(X, training=False)
+        return self.output_layer_activation.predictions(output), output
+
+
+def linked_state(model):
+    return [{name: value for name, value in vars(layer).items() if name not in ("prev", "next")}
+            for layer in model.layers]
+
+
+@pytest.mark.parametrize("method", ["forward", "predict"])
+def test_nnfs_linked_model_forward_and_predict(method):
+    rng = rng_for(639)
+    model = LinkedModel()
+    model.add(LinkedDense(rng, 2, 6))
+    model.add(LinkedReLU())
+    dropout = LayerDropout(0.1)
+    dropout.mask_source = (rng.random((16, 6)) > 0.1).astype(float)
+    model.add(dropout)
+    model.add(LinkedDense(rng, 6, 3))
+    model.add(ActivationSoftmax())
+    model.finalize()
+    eager, compiled = copy.deepcopy(model), copy.deepcopy(model)
+    f = jitted(getattr(compiled, method))
+    for step, n in enumerate((5, 5, 6, 5)):
+        X = rng.standard_normal((n, 2))
+        arguments = (X, True) if method == "forward" else (X,)
+        if step == 3:
+            for each in (eager, compiled):
+                each.layers[2].rate = 0.5
+        assert_same(f(*arguments), getattr(eager, method)(*arguments), **F64, where=f"step {step}")
+        assert_same(linked_state(compiled), linked_state(eager), **F64, where=f"after {step}")
+    no_internal_errors(f)

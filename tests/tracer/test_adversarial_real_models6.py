@@ -1952,25 +1952,37 @@ def test_mlfs_train_on_batch_with_per_layer_adam_copies():
 def fc_affine_forward(x, w, b):
     out = x.reshape(x.shape[0], -1).dot(w) + b
     return out, (x, w, b)
+
+
 def affine_backward(dout, cache):
     x, w, b = cache
     dx = dout.dot(w.T).reshape(x.shape)
     dw = x.reshape(x.shape[0], -1).T.dot(dout)
     db = np.sum(dout, axis=0)
     return dx, dw, db
+
+
 def relu_forward(x):
     return np.maximum(0, x), x
+
+
 def relu_backward(dout, cache):
     dx = dout.copy()
     dx[cache <= 0] = 0
     return dx
+
+
 def affine_relu_forward(x, w, b):
     a, fc_cache = fc_affine_forward(x, w, b)
     out, relu_cache = relu_forward(a)
     return out, (fc_cache, relu_cache)
+
+
 def affine_relu_backward(dout, cache):
     fc_cache, relu_cache = cache
     return affine_backward(relu_backward(dout, relu_cache), fc_cache)
+
+
 def softmax_loss(x, y):
     shifted = x - np.max(x, axis=1, keepdims=True)
     Z = np.sum(np.exp(shifted), axis=1, keepdims=True)
@@ -1982,6 +1994,8 @@ def softmax_loss(x, y):
     dx[np.arange(N), y] -= 1
     dx /= N
     return loss, dx
+
+
 class FullyConnectedNet:
     """cs231n's FullyConnectedNet (no normalization, no dropout): params keyed 'W1', 'b1', ...
     built by str(i + 1) and 'W%d' % (i + 1); loss(X) scores, loss(X, y) loss and grads."""
@@ -1999,6 +2013,7 @@ class FullyConnectedNet:
             self.params["b" + str(i + 1)] = np.zeros(dims[i + 1])
         for k, v in self.params.items():
             self.params[k] = v.astype(dtype)
+
     def loss(self, X, y=None):
         X = X.astype(self.dtype)
         mode = "test" if y is None else "train"
@@ -2091,12 +2106,17 @@ def test_a_layer_class_method_patched_between_calls():
 
 
 # --- nnfs Model: layers linked through .prev / .next --------------------------------------
+
+
 class LayerInput:
     def forward(self, inputs, training):
         self.output = inputs
+
+
 class LayerDropout:
     def __init__(self, rate):
         self.rate = 1 - rate
+
     def forward(self, inputs, training):
         self.inputs = inputs
         if not training:
@@ -2104,27 +2124,38 @@ class LayerDropout:
             return
         self.binary_mask = self.mask_source[: inputs.shape[0]] / self.rate
         self.output = inputs * self.binary_mask
+
+
 class LinkedDense(LayerDense):
     def forward(self, inputs, training):
         super().forward(inputs)
+
+
 class LinkedReLU(ActivationReLU):
     def forward(self, inputs, training):
         super().forward(inputs)
+
+
 class ActivationSoftmax:
     def forward(self, inputs, training):
         self.inputs = inputs
         exp_values = np.exp(inputs - np.max(inputs, axis=1, keepdims=True))
         self.output = exp_values / np.sum(exp_values, axis=1, keepdims=True)
+
     def predictions(self, outputs):
         return np.argmax(outputs, axis=1)
+
+
 class LinkedModel:
     """nnfs's Model: layers linked by .prev/.next in finalize(), forward reads
     layer.prev.output, which the previous layer wrote in the same call."""
 
     def __init__(self):
         self.layers = []
+
     def add(self, layer):
         self.layers.append(layer)
+
     def finalize(self):
         self.input_layer = LayerInput()
         layer_count = len(self.layers)
@@ -2142,11 +2173,13 @@ class LinkedModel:
                 self.output_layer_activation = self.layers[i]
             if hasattr(self.layers[i], "weights"):
                 self.trainable_layers.append(self.layers[i])
+
     def forward(self, X, training):
         self.input_layer.forward(X, training)
         for layer in self.layers:
             layer.forward(layer.prev.output, training)
         return layer.output
+
     def predict(self, X):
         output = self.forward(X, training=False)
         return self.output_layer_activation.predictions(output), output

@@ -89,21 +89,8 @@ class Net:
         return functools.reduce(lambda h, layer: layer(h), self.layers, x)
 
 
-UNGUARDED_ROUTES = {
-    "by_index": "self.layers[i].factor (a subscript at a loop index, then an attribute) is "
-                "neither a load chain nor a member hook: the factor is frozen, not guarded",
-    "by_last": "self.layers[-1].factor (-1 parses as a unary minus, not a constant) is "
-               "loaded as an 'expression' with no path: the factor is frozen, not guarded",
-    "by_reduce": "functools.reduce(lambda h, layer: layer(h), ...) calls the lambda and "
-                 "Scale.__call__ from C, unrewritten: self.factor is frozen, not guarded",
-}
-
-
-@pytest.mark.parametrize("route", [
-    pytest.param(route, marks=pytest.mark.xfail(strict=True, reason=UNGUARDED_ROUTES[route]))
-    if route in UNGUARDED_ROUTES else route
-    for route in ("by_index", "by_last", "by_reversed", "by_enumerate", "by_comprehension",
-                  "by_generator", "by_reduce")])
+@pytest.mark.parametrize("route", ["by_index", "by_last", "by_reversed", "by_enumerate",
+                                   "by_comprehension", "by_generator", "by_reduce"])
 def test_a_layer_setting_read_by_index_or_iterator_follows_changes(route):
     net = Net([2.0, 3.0, 0.5])
 
@@ -233,10 +220,6 @@ def test_weights_of_a_looped_layer_rebound_between_calls():
     follows_changes(dense_stack, lambda g, x: g(x, layers), [rebind_weights])
 
 
-@pytest.mark.xfail(strict=True, reason="layer.activation(x) with layer a loop variable: a called "
-                   "attribute is not a member hook and its load has no path, so the function "
-                   "is not identity-guarded; compiled code keeps computing np.tanh after "
-                   "layers[1].activation = np.sin")
 def test_an_activation_attribute_of_a_looped_layer_rebound_between_calls():
     layers = [Dense(np.eye(3), np.tanh), Dense(np.eye(3), np.tanh)]
 
@@ -574,9 +557,6 @@ def real_part_of_a_dim(x):
     return n.real, n.numerator
 
 
-@pytest.mark.xfail(strict=True, reason="n.real / n.numerator of a dynamic dim held in a local: "
-                   "Hooks.member does getattr on the SymInt, which has no such attribute: "
-                   "internal error while tracing")
 def test_number_attributes_of_a_dim_in_a_local():
     f = run_calls(real_part_of_a_dim, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)

@@ -2240,3 +2240,23 @@ def test_a_models_dicts_shrunk_between_calls(method):
     model = DictModel()
     follows_changes(getattr(model, method), lambda g, x: g(x),
                     [lambda: shrink_the_dicts(model)])
+
+
+PARAMS = {"W1": np.eye(3), "b1": np.zeros(3)}
+
+
+def penalty_over_global_params(x):
+    return x.sum() + 0.5 * sum(np.sum(value * value) for value in PARAMS.values())
+
+
+@pytest.mark.xfail(strict=True, reason="a key added to a global dict of weight arrays "
+                   "(PARAMS['W2'] = ...) is not seen by PARAMS.values(): the dict's keys are "
+                   "guarded only when every value is a Python setting")
+def test_a_global_dict_of_weights_grown_between_calls():
+    def add_weights():
+        PARAMS["W2"] = np.ones((3, 3))
+
+    try:
+        follows_changes(penalty_over_global_params, lambda g, x: g(x), [add_weights])
+    finally:
+        PARAMS.pop("W2", None)

@@ -2298,3 +2298,46 @@ def test_a_key_added_to_a_mixed_config_dict(case):
                         [lambda: CONFIG.__setitem__("dropout_keep", 0.5)])
     finally:
         CONFIG.pop("dropout_keep", None)
+
+
+# --- sets of names: frozen layers, parameters without weight decay ----------------------------
+NO_DECAY = {"b1"}
+
+
+class FreezableNet:
+    def __init__(self):
+        self.params = {"W1": np.eye(3), "b1": np.ones(3)}
+        self.frozen = set()
+
+    def decayed_penalty(self, x):
+        penalty = 0.0
+        for name, value in self.params.items():
+            if name not in NO_DECAY:
+                penalty = penalty + np.sum(value * value)
+        return x.sum() + penalty
+
+    def step(self, x):
+        W = self.params["W1"]
+        return x @ W if "W1" in self.frozen else x @ (W * 0.5)
+
+
+@pytest.mark.xfail(strict=True, reason="sets read from outside are not guarded at all: `name "
+                   "not in NO_DECAY` and `'W1' in self.frozen` keep their traced outcome after "
+                   "NO_DECAY.discard / self.frozen.add, and even after self.frozen is rebound to "
+                   "a new set")
+@pytest.mark.parametrize("change", ["global_discard", "attribute_add", "attribute_rebind"])
+def test_sets_of_names_changed_between_calls(change):
+    net = FreezableNet()
+    if change == "global_discard":
+        try:
+            follows_changes(net.decayed_penalty, lambda g, x: g(x),
+                            [lambda: NO_DECAY.discard("b1")])
+        finally:
+            NO_DECAY.add("b1")
+        return
+    if change == "attribute_add":
+        apply = net.frozen.add
+    else:
+        def apply(name):
+            net.frozen = {name}
+    follows_changes(net.step, lambda g, x: g(x), [lambda: apply("W1")])

@@ -21,6 +21,7 @@ Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this
 import collections
 import copy
 import dataclasses
+import enum
 import functools
 import math
 from collections import namedtuple
@@ -2341,3 +2342,57 @@ def test_sets_of_names_changed_between_calls(change):
         def apply(name):
             net.frozen = {name}
     follows_changes(net.step, lambda g, x: g(x), [lambda: apply("W1")])
+
+
+# --- settings of types other than bool/int/float/str/None: enums, ranges ---------------------
+class Mode(enum.Enum):
+    TRAIN = 1
+    EVAL = 2
+
+
+class ActivationName(str, enum.Enum):
+    RELU = "relu"
+    TANH = "tanh"
+
+
+class Heads(enum.IntEnum):
+    ONE = 1
+    TWO = 2
+
+
+class EnumSettings:
+    def __init__(self):
+        self.mode, self.activation, self.heads, self.rows = (
+            Mode.TRAIN, ActivationName.RELU, Heads.ONE, range(2))
+
+    def by_mode(self, x):
+        return x * 0.5 if self.mode is Mode.TRAIN else x
+
+    def by_activation_name(self, x):
+        return np.maximum(x, 0) if self.activation == "relu" else np.tanh(x)
+
+    def by_int_enum(self, x):
+        return x * self.heads
+
+    def by_range(self, x):
+        return x[list(self.rows)]
+
+
+ENUM_CHANGES = {
+    "by_mode": ("mode", Mode.EVAL),
+    "by_activation_name": ("activation", ActivationName.TANH),
+    "by_int_enum": ("heads", Heads.TWO),
+    "by_range": ("rows", range(1, 2)),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="a setting whose type is not exactly bool/int/float/str/"
+                   "None (an Enum member, a str or int Enum, a range) read from an attribute is "
+                   "neither guarded nor an input: self.mode = Mode.EVAL (and the others) is not "
+                   "seen by compiled code")
+@pytest.mark.parametrize("method", list(ENUM_CHANGES))
+def test_enum_and_range_settings_changed_between_calls(method):
+    settings = EnumSettings()
+    name, value = ENUM_CHANGES[method]
+    follows_changes(getattr(settings, method), lambda g, x: g(x),
+                    [lambda: setattr(settings, name, value)])

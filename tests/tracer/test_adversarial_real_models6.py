@@ -2396,3 +2396,24 @@ def test_enum_and_range_settings_changed_between_calls(method):
     name, value = ENUM_CHANGES[method]
     follows_changes(getattr(settings, method), lambda g, x: g(x),
                     [lambda: setattr(settings, name, value)])
+
+
+MODE = Mode.TRAIN
+
+
+def scaled_by_the_global_mode(x):
+    return x * 0.5 if MODE is Mode.TRAIN else x
+
+
+@pytest.mark.xfail(strict=True, reason="a global Enum setting (MODE = Mode.EVAL after tracing "
+                   "with Mode.TRAIN) is not guarded: compiled code keeps the train branch "
+                   "(as an argument, the Enum is guarded)")
+def test_a_global_enum_mode_switched_between_calls():
+    def switch():
+        global MODE
+        MODE = Mode.EVAL
+
+    try:
+        follows_changes(scaled_by_the_global_mode, lambda g, x: g(x), [switch])
+    finally:
+        globals()["MODE"] = Mode.TRAIN

@@ -2417,3 +2417,41 @@ def test_a_global_enum_mode_switched_between_calls():
         follows_changes(scaled_by_the_global_mode, lambda g, x: g(x), [switch])
     finally:
         globals()["MODE"] = Mode.TRAIN
+
+
+# --- a dtype setting held as a NumPy scalar type (cs231n's self.dtype) ------------------------
+class TypedModel:
+    def __init__(self):
+        self.dtype = np.float32
+
+    def forward(self, X):
+        return X.astype(self.dtype) * 2
+
+
+DTYPE = np.float32
+
+
+def cast_to_the_global_dtype(x):
+    return x.astype(DTYPE) + 1
+
+
+@pytest.mark.xfail(strict=True, reason="self.dtype = np.float64 (or a global DTYPE) after "
+                   "tracing with np.float32: classes are not guarded (NOT_GUARDED_CALLABLES "
+                   "holds `type`), so compiled code keeps returning float32 where eager returns "
+                   "float64")
+@pytest.mark.parametrize("where", ["attribute", "global"])
+def test_a_dtype_setting_held_as_a_scalar_type_changed_between_calls(where):
+    if where == "attribute":
+        model = TypedModel()
+        follows_changes(model.forward, lambda g, x: g(x),
+                        [lambda: setattr(model, "dtype", np.float64)])
+        return
+
+    def switch():
+        global DTYPE
+        DTYPE = np.float64
+
+    try:
+        follows_changes(cast_to_the_global_dtype, lambda g, x: g(x), [switch])
+    finally:
+        globals()["DTYPE"] = np.float32

@@ -2455,3 +2455,79 @@ def test_a_dtype_setting_held_as_a_scalar_type_changed_between_calls(where):
         follows_changes(cast_to_the_global_dtype, lambda g, x: g(x), [switch])
     finally:
         globals()["DTYPE"] = np.float32
+
+
+# --- a from-scratch transformer: blocks of layer objects, settings flipped between calls -----
+class LayerNorm:
+    def __init__(self, width, eps=1e-5):
+        self.gamma, self.beta, self.eps = np.ones(width), np.zeros(width), eps
+
+    def __call__(self, x):
+        mu = x.mean(axis=-1, keepdims=True)
+        var = x.var(axis=-1, keepdims=True)
+        return self.gamma * (x - mu) / np.sqrt(var + self.eps) + self.beta
+
+
+class MultiHead:
+    def __init__(self, rng, width, n_heads):
+        self.n_heads = n_heads
+        self.Wqkv = rng.standard_normal((width, 3 * width)) * 0.3
+        self.Wo = rng.standard_normal((width, width)) * 0.3
+        self.causal = True
+
+    def __call__(self, x):
+        T, width = x.shape
+        q, k, v = np.split(x @ self.Wqkv, 3, axis=-1)
+        q, k, v = (m.reshape(T, self.n_heads, width // self.n_heads).transpose(1, 0, 2)
+                   for m in (q, k, v))
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(width // self.n_heads)
+        if self.causal:
+            scores = np.where(np.triu(np.ones((T, T), dtype=bool), k=1), -np.inf, scores)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        return (weights @ v).transpose(1, 0, 2).reshape(T, width) @ self.Wo
+
+
+class TransformerBlock:
+    def __init__(self, rng, width, n_heads):
+        self.ln1, self.ln2 = LayerNorm(width), LayerNorm(width)
+        self.attn = MultiHead(rng, width, n_heads)
+        self.W1 = rng.standard_normal((width, 2 * width)) * 0.3
+        self.W2 = rng.standard_normal((2 * width, width)) * 0.3
+        self.residual_scale = 1.0
+
+    def __call__(self, x):
+        x = x + self.residual_scale * self.attn(self.ln1(x))
+        return x + np.maximum(self.ln2(x) @ self.W1, 0) @ self.W2
+
+
+class TinyTransformer:
+    def __init__(self, rng, width=8, depth=2, n_heads=2):
+        self.blocks = [TransformerBlock(rng, width, n_heads) for _ in range(depth)]
+        self.ln_f = LayerNorm(width)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x)
+
+
+def test_tiny_transformer_over_lengths_with_settings_and_weights_changed():
+    rng = rng_for(640)
+    model = TinyTransformer(rng)
+    f = jitted(model.forward)
+    changes = {
+        2: lambda: setattr(model.blocks[1].attn, "causal", False),
+        3: lambda: setattr(model.blocks[0], "residual_scale", 0.5),
+        4: lambda: setattr(model.ln_f, "eps", 1e-2),
+        5: lambda: model.blocks[0].attn.Wqkv.__imul__(0.5),
+        6: lambda: setattr(model.blocks[1].attn, "n_heads", 4),
+        7: lambda: setattr(model.blocks[1], "W1", model.blocks[1].W1 * -1.0),
+    }
+    for step, T in enumerate((5, 5, 7, 5, 6, 6, 5, 5)):
+        if step in changes:
+            changes[step]()
+        x = rng.standard_normal((T, 8))
+        assert_same(f(x), model.forward(x), **F64, where=f"step {step}")
+    no_internal_errors(f)

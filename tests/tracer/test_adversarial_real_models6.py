@@ -2531,3 +2531,19 @@ def test_tiny_transformer_over_lengths_with_settings_and_weights_changed():
         x = rng.standard_normal((T, 8))
         assert_same(f(x), model.forward(x), **F64, where=f"step {step}")
     no_internal_errors(f)
+
+
+def cache_by_shape(x):
+    cache = {}
+    cache[x.shape] = x.sum()
+    n = x.shape[0]
+    cache[n] = x.max()
+    return x.shape in cache, cache.get(x.shape), cache.get(n)
+
+
+@pytest.mark.xfail(strict=True, reason="a local dict keyed by x.shape (a tuple of dims) or by a "
+                   "dim: `x.shape in cache` is False and cache.get(n) is None right after "
+                   "storing (the store keys by int, the lookup hashes the SymInt differently?)")
+def test_a_local_cache_keyed_by_the_shape_is_read_back():
+    f = run_calls(cache_by_shape, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
+    no_internal_errors(f)

@@ -537,6 +537,11 @@ def dim_set_and_dict(x):
     return sorted(seen), {n: "rows"}.get(len(x), "missing"), {n: 1, m: 2}
 
 
+DIM_KEY_CAUSE = ("Hooks.set_item (tracer/frontend.py) stores the key from tracejit's frame, "
+                 "where SymInt.__hash__ (tracer/dims.py) hashes the expression; the user's "
+                 "lookup hashes the specialized value")
+
+
 def count_lengths(x):
     n = x.shape[0]
     counts = {}
@@ -547,7 +552,7 @@ def count_lengths(x):
 
 @pytest.mark.xfail(strict=True, reason="counts[n] = 1 then counts.get(n, 0) with n a dynamic "
                    "dim in a local dict: get misses the key the store just wrote, so the "
-                   "compiled result is {3: 1}, eager {3: 2}")
+                   "compiled result is {3: 1}, eager {3: 2}: " + DIM_KEY_CAUSE)
 def test_a_local_dict_keyed_by_a_dynamic_dim_read_back_with_get():
     f = run_calls(count_lengths, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
@@ -1639,7 +1644,7 @@ def memo_by_length(x):
 
 @pytest.mark.xfail(strict=True, reason="d[n] = v then `n in d` with n a dynamic dim is False "
                    "under the trace (True eagerly), so the memo branch is taken wrongly: "
-                   "compiled (0.0, False), eager (x.sum(), True)")
+                   "compiled (0.0, False), eager (x.sum(), True): " + DIM_KEY_CAUSE)
 def test_membership_of_a_dim_key_just_stored():
     f = run_calls(memo_by_length, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
@@ -2543,7 +2548,7 @@ def cache_by_shape(x):
 
 @pytest.mark.xfail(strict=True, reason="a local dict keyed by x.shape (a tuple of dims) or by a "
                    "dim: `x.shape in cache` is False and cache.get(n) is None right after "
-                   "storing (the store keys by int, the lookup hashes the SymInt differently?)")
+                   "storing: " + DIM_KEY_CAUSE)
 def test_a_local_cache_keyed_by_the_shape_is_read_back():
     f = run_calls(cache_by_shape, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)

@@ -1476,9 +1476,10 @@ def test_state_created_lazily_through_getattr_with_a_default():
 
 @pytest.mark.xfail(strict=True, reason="if not hasattr(self, 'velocity'): self.velocity = "
                    "zeros: the trace's own write makes hasattr True from the second call, but "
-                   "the compiled code keeps the first call's branch (no guard on hasattr of an "
-                   "attribute the trace writes), resetting the velocity every call: 2.4 vs "
-                   "eager 2.13 at the second step")
+                   "the compiled code keeps the first call's branch, resetting the velocity "
+                   "every call: 2.4 vs eager 2.13 at the second step. Hooks.call (tracer/"
+                   "frontend.py) intercepts getattr(obj, name, default) but not hasattr, so "
+                   "the probe's outcome is not an entry guard")
 def test_state_created_lazily_behind_hasattr():
     calls_match_with_state("step_with_hasattr")
 

@@ -2553,3 +2553,38 @@ def cache_by_shape(x):
 def test_a_local_cache_keyed_by_the_shape_is_read_back():
     f = run_calls(cache_by_shape, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
+
+
+# --- a settings object replaced by another class's instance with the same values ----------
+class PlainSGD:
+    def __init__(self, lr):
+        self.lr = lr
+
+
+class MomentumSGD(PlainSGD):
+    pass
+
+
+class OptimizedModel:
+    def __init__(self):
+        self.optimizer = PlainSGD(0.1)
+
+    def step_by_isinstance(self, x):
+        if isinstance(self.optimizer, MomentumSGD):
+            return x * self.optimizer.lr * 2.0
+        return x * self.optimizer.lr
+
+    def step_by_type_name(self, x):
+        scale = 2.0 if type(self.optimizer).__name__ == "MomentumSGD" else 1.0
+        return x * scale * self.optimizer.lr
+
+
+@pytest.mark.xfail(strict=True, reason="self.optimizer = MomentumSGD(0.1) replacing PlainSGD(0.1):"
+                   " a non-callable object read through an attribute gets no identity or type "
+                   "guard (only self.optimizer.lr is compared, and it is equal), so isinstance/"
+                   "type dispatch keeps the traced branch")
+@pytest.mark.parametrize("method", ["step_by_isinstance", "step_by_type_name"])
+def test_a_settings_object_replaced_by_another_class_with_equal_values(method):
+    model = OptimizedModel()
+    follows_changes(getattr(model, method), lambda g, x: g(x),
+                    [lambda: setattr(model, "optimizer", MomentumSGD(0.1))])

@@ -2560,6 +2560,9 @@ class PlainSGD:
     def __init__(self, lr):
         self.lr = lr
 
+    def update(self, w, g):
+        return w - self.lr * g
+
 
 class MomentumSGD(PlainSGD):
     pass
@@ -2588,3 +2591,28 @@ def test_a_settings_object_replaced_by_another_class_with_equal_values(method):
     model = OptimizedModel()
     follows_changes(getattr(model, method), lambda g, x: g(x),
                     [lambda: setattr(model, "optimizer", MomentumSGD(0.1))])
+
+
+class SignSGD(PlainSGD):
+    def update(self, w, g):
+        return w - self.lr * np.sign(g)
+
+
+
+class StrategyModel:
+    def __init__(self):
+        self.optimizer = PlainSGD(0.1)
+        self.W = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+
+    def step(self, g):
+        return self.optimizer.update(self.W, g)
+
+
+@pytest.mark.xfail(strict=True, reason="self.optimizer = SignSGD(0.1) replacing PlainSGD(0.1) "
+                   "with the same lr: compiled code keeps running PlainSGD.update (the "
+                   "method the trace inlined); the object read through self.optimizer is not "
+                   "identity- or type-guarded")
+def test_an_optimizer_object_swapped_for_another_class_between_calls():
+    model = StrategyModel()
+    follows_changes(model.step, lambda g, x: g(x),
+                    [lambda: setattr(model, "optimizer", SignSGD(0.1))])

@@ -224,7 +224,7 @@ class Hooks:
                 if path is not None:
                     self.objects.remember_container(path, value)
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
-                return with_inputs(context, value)
+                return with_inputs(context, value, path)
         elif path is not None and is_plain_object(value) and not callable(value):
             self.objects.note(path, value)
         return value

@@ -52,9 +52,13 @@ def holds_attributes(value):
 def partial_roots(fn):
     """``{parameter name: Path}`` of the arguments a ``functools.partial`` of a Python
     function binds: read from the partial object at every call, like defaults."""
-    if not isinstance(fn, functools.partial) or not isinstance(fn.func, types.FunctionType):
+    if not isinstance(fn, functools.partial):
         return {}
-    names = fn.func.__code__.co_varnames[:fn.func.__code__.co_argcount]
+    function = fn.func.__func__ if isinstance(fn.func, types.MethodType) else fn.func
+    if not isinstance(function, types.FunctionType):
+        return {}
+    names = function.__code__.co_varnames[:function.__code__.co_argcount]
+    names = names[1:] if isinstance(fn.func, types.MethodType) else names  # (self)
     if len(fn.args) > len(names):
         return {}  # bound into *args: no name to read them by
     roots = {name: Path(("self", fn), (("attr", "args"), ("item", index)))
@@ -82,15 +86,18 @@ class ObjectPaths:
             return None
         return known[0]
 
-    def remember_container(self, path, value):
+    def remember_container(self, path, value, depth=3):
         """A list, tuple or dict read from outside at ``path``: writes into it are outside
-        state, and the objects in it are found again through it."""
+        state, and the objects in it (and in the containers in it) are found again
+        through it."""
         if type(value) is not tuple:
             self.context.outside_objects.setdefault(id(value), (path, value))
         for key, item in value.items() if type(value) is dict else enumerate(value):
+            where = Path(path.root, path.steps + (("item", key),))
             if holds_attributes(item):
-                self.known.setdefault(id(item), (Path(
-                    path.root, path.steps + (("item", key),)), item))
+                self.known.setdefault(id(item), (where, item))
+            elif type(item) in (list, tuple, dict) and depth > 1:
+                self.remember_container(where, item, depth - 1)
 
     def through(self, value, steps):
         """The path of ``value`` followed by ``steps`` (``state["optimizer"].lr``) through

@@ -104,6 +104,11 @@ class OutsideInputs:
                 return self.implicit_used[key].value
         return None
 
+    def note_outside_contents(self, path, value):
+        """Guard a list or tuple of settings by its whole value (past the budget of
+        settings guarded one by one)."""
+        self.outside_values[path.key] = (path, "value", type(value)(value))
+
     def note_outside_value(self, path, value, identity=False):
         """A Python value read from outside (a global flag, ``self.eps``) shaped the trace:
         later calls must see the same value (lists and tuples: the same length; functions,
@@ -164,20 +169,25 @@ GUARDED_VALUES = (*SETTINGS, list, tuple)
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
 
-def with_inputs(context, container, depth=0):
-    """``container`` with the implicit-input arrays inside it (found by the up-front scan)
-    replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
-    ``for W in WEIGHTS``) computes on inputs, not on frozen constants. The same container
-    comes back when it holds none."""
-    if depth > 2 or len(container) > CONTENT_LIMIT:
+def with_inputs(context, container, path=None, depth=0):
+    """``container`` (read from outside at ``path``) with the implicit-input arrays inside
+    it replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
+    ``for W in WEIGHTS``) computes on inputs, not on frozen constants. Arrays the up-front
+    scan left out (past its first 64 items) are inputs through ``path`` too. The same
+    container comes back when it holds none."""
+    if depth > 2:
         return container
     items = container.items() if type(container) is dict else enumerate(container)
     replaced = {}
     for key, item in items:
+        where = None if path is None else Path(path.root, path.steps + (("item", key),))
+        if isinstance(item, np.ndarray) and where is not None and not context.is_implicit(
+                item):
+            context.implicit_candidates[id(item)] = (where, item)
         if isinstance(item, np.ndarray) and context.is_implicit(item):
             replaced[key] = context.implicit_tracer(item)
         elif type(item) in (list, tuple, dict):
-            inner = with_inputs(context, item, depth + 1)
+            inner = with_inputs(context, item, where, depth + 1)
             if inner is not item:
                 replaced[key] = inner
     if not replaced:
@@ -215,6 +225,8 @@ def note_contents(context, path, value, budget=None):
         return
     for key, item in items:
         if budget[0] <= 0:
+            if type(value) in (list, tuple) and all(type(item) in SETTINGS for item in value):
+                context.note_outside_contents(path, value)  # the rest: one comparison
             return
         if type(item) in GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
             note_contents(context, Path(path.root, path.steps + (("item", key),)), item,

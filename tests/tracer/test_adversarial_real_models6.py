@@ -15,6 +15,20 @@ in ``reshape``/``ravel`` on non-C inputs; ``np.split`` past the end; and lists a
 in loops whose last entry is corrected in place (``hs[-1] += ...`` aliasing the carry).
 
 Each call compares results, dtypes and the arguments afterwards with eager NumPy.
+
+Most findings are settings the trace read that no guard covers, so compiled code keeps
+the traced outcome after the caller changes them: lazily created state (``if not
+hasattr(self, "v")``, ``try: self.v except AttributeError``, ``"v" in self.__dict__``;
+nnfs's momentum caches), keys added to dicts whose values are not all settings (dicts of
+layers or weights, mixed configs with ``.get``/``in``), sets, Enum members, ranges and dtype
+classes (``self.dtype``), objects replaced by another class with equal settings
+(``isinstance`` dispatch, the method inlined), layers reached through a container class's
+``__iter__``/``__getitem__`` or a namedtuple config, and partials of callable objects. Others:
+a local dict keyed by a dim misses right after the store; in-place updates of a loop list's
+entries (``hs[-1] += ...``, ``prev = hs[-1]; prev *= ...``) are lost in compiled loops;
+``del self.cache`` leaves the attribute; dtype/type slips (``np.sum(..., dtype=np.int32)``,
+``np.prod(x.shape)``, a returned ``Counter``, dict order).
+
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 

@@ -810,7 +810,9 @@ def prefilled_states(x, W):
 @pytest.mark.parametrize("model", [pytest.param(rnn_with_in_place_correction, marks=(
     pytest.mark.xfail(strict=True, reason="hs.append(h); hs[-1] += 0.1 in a captured loop: the "
                       "in-place add on the appended entry does not reach h (the same array), "
-                      "so compiled runs carry the uncorrected h into the next step"))),
+                      "so compiled runs carry the uncorrected h into the next step "
+                      "(loop_containers._ListInLoop.__setitem__ takes hs[-1] += v as a rebinding "
+                      "of the entry)"))),
                                    rnn_with_item_write_into_the_last_entry,
                                    rnn_with_a_rebinding_correction, prefilled_states],
                          ids=lambda model: model.__name__)

@@ -128,8 +128,16 @@ def mismatch(spec, leaves, names=None):
     for path, kind, expected in spec.outside:
         try:
             value = path.resolve(leaves)
-        except (KeyError, AttributeError, IndexError, ValueError, TypeError):
+        except (KeyError, AttributeError, IndexError, ValueError, TypeError) as error:
+            if kind == "has" and isinstance(error, AttributeError):
+                if expected:
+                    return f"{path} is gone (hasattr was True when traced)"
+                continue
             return f"{path} can no longer be read"
+        if kind == "has":
+            if not expected:
+                return f"{path} exists now (hasattr was False when traced)"
+            continue
         if kind == "len":
             if not isinstance(value, (list, tuple)) or len(value) != expected[1]:
                 return f"len({path}): {expected[1]} -> {len(value)}"

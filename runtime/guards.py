@@ -146,6 +146,8 @@ class EntrySpec:
         for path, kind, value in self.outside:
             if kind == "len":
                 lines.append(f"len({path}) == {value[1]} ({value[0]})")
+            elif kind == "has":
+                lines.append(f"hasattr: {path} {'exists' if value else 'is missing'}")
             elif kind == "is":
                 from .serialize import import_address  # serialize imports this module
 
@@ -326,6 +328,16 @@ def _guard_statements(spec, source):
         values[("implicit", number)] = variable
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"
+        if kind == "has":  # hasattr(layer, "cache") decided the trace: the same answer
+            reader = source.constant(path, "P")
+            source.add("try:")
+            source.add(f"    {reader}.resolve(leaves)")
+            source.add(f"    {variable} = True")
+            source.add(f"except AttributeError: {variable} = False")
+            source.add(f"except (KeyError, IndexError, ValueError, TypeError): "
+                       f"return {source.miss}")
+            source.add(f"if {variable} is not {value!r}: return {source.miss}")
+            continue
         source.add("try:")
         if path.root[0] == "global" and not path.steps:  # the common case, read directly
             namespace = source.constant(path.root[1], "G")

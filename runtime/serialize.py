@@ -284,7 +284,11 @@ def _outside_to_json(path, kind, value, fn):
         if address is None:
             raise NotSerializable(f"{path} holds {value!r}, which no import path finds")
         return {"path": path_to_json(path, fn), "kind": kind, "value": address}
+    if kind == "has":
+        return {"path": path_to_json(path, fn), "kind": kind, "value": bool(value)}
     if kind == "value":
+        if isinstance(value, (list, tuple)):
+            raise NotSerializable(f"{path} is guarded by its whole contents")
         if isinstance(value, np.generic):
             raise NotSerializable(f"{path} is a NumPy scalar")
         if not is_json_value(value):
@@ -296,7 +300,7 @@ def _outside_to_json(path, kind, value, fn):
 
 def _outside_from_json(data, fn):
     value, kind = data["value"], data["kind"]
-    _check(kind in ("is", "len", "value"), f"an outside value of kind {kind!r}")
+    _check(kind in ("is", "len", "value", "has"), f"an outside value of kind {kind!r}")
     if kind == "is":
         address = _address(value)
         value = _resolve_function(address)
@@ -307,6 +311,8 @@ def _outside_from_json(data, fn):
         _check(isinstance(value, list) and len(value) == 2 and value[0] in ("list", "tuple"),
                "a malformed length guard")
         value = (value[0], _integer(value[1], "a guarded length"))
+    elif kind == "has":
+        _check(isinstance(value, bool), "a malformed hasattr guard")
     else:
         _check(is_json_value(value) and not isinstance(value, list), "a malformed outside "
                "value")

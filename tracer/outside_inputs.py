@@ -104,6 +104,11 @@ class OutsideInputs:
                 return self.implicit_used[key].value
         return None
 
+    def note_presence(self, path, present):
+        """``hasattr(layer, "cache")`` shaped the trace (nnfs's optimizers create their
+        state behind it): later calls must find the attribute there, or not, the same."""
+        self.outside_values.setdefault(f"has:{path.key}", (path, "has", present))
+
     def note_outside_contents(self, path, value):
         """Guard a list or tuple of settings by its whole value (past the budget of
         settings guarded one by one)."""

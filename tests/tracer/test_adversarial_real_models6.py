@@ -393,9 +393,6 @@ def test_a_bound_method_follows_the_objects_changes():
                     [eval_mode, rebind_weights, update_in_place])
 
 
-@pytest.mark.xfail(strict=True, reason="jit(functools.partial(model.forward, temperature=2.0)): "
-                   "partial_roots only handles partials of plain functions; the bound "
-                   "method's self.training is frozen (True) after model.training = False")
 def test_a_partial_of_a_bound_method_follows_the_objects_changes():
     model = Softmax(np.eye(3))
     sample = functools.partial(model.forward, temperature=2.0)
@@ -406,10 +403,6 @@ def test_a_partial_of_a_bound_method_follows_the_objects_changes():
     follows_changes(sample, lambda g, x: g(x), [eval_mode])
 
 
-@pytest.mark.xfail(strict=True, reason="partial(run_nested_lists, stages=[layers]): objects in "
-                   "a list nested inside a partial's keyword are not remembered (one level "
-                   "only), so layer.factor is frozen after layers[0].factor = 10.0 (passed as "
-                   "an argument, the same nested list is guarded)")
 def test_a_partial_binding_a_list_of_layers_by_keyword():
     layers = [Scale(2.0), Scale(3.0)]
     model = functools.partial(run_nested_lists, stages=[layers])
@@ -472,10 +465,6 @@ def weighted_loss(losses):
     return np.array(CLASS_WEIGHTS) @ losses, sum(w for w in CLASS_WEIGHTS[60:])
 
 
-@pytest.mark.xfail(strict=True, reason="a global list of 80 floats: note_contents guards only "
-                   "the first CONTENT_LIMIT=64 values, np.array(CLASS_WEIGHTS) and the loop "
-                   "over it freeze the rest; CLASS_WEIGHTS[75] = 10.0 is not seen (40.0, eager "
-                   "48.54)")
 def test_an_outside_list_of_many_settings_changed_past_the_guard_budget():
     losses = np.linspace(0.0, 1.0, 80)
 
@@ -497,9 +486,6 @@ def deep_linear(x):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="a global list of 70 weight arrays: with_inputs skips "
-                   "containers longer than CONTENT_LIMIT=64, so `for W in LAYER_WEIGHTS` "
-                   "computes on the arrays as constants; LAYER_WEIGHTS[68] *= 3 is not seen")
 def test_an_outside_list_of_many_weight_arrays_updated_in_place():
     def update_late_weight():
         LAYER_WEIGHTS[68] *= 3.0
@@ -1490,12 +1476,6 @@ def test_state_created_lazily_through_getattr_with_a_default():
     calls_match_with_state("step_with_getattr")
 
 
-@pytest.mark.xfail(strict=True, reason="if not hasattr(self, 'velocity'): self.velocity = "
-                   "zeros: the trace's own write makes hasattr True from the second call, but "
-                   "the compiled code keeps the first call's branch, resetting the velocity "
-                   "every call: 2.4 vs eager 2.13 at the second step. Hooks.call (tracer/"
-                   "frontend.py) intercepts getattr(obj, name, default) but not hasattr, so "
-                   "the probe's outcome is not an entry guard")
 def test_state_created_lazily_behind_hasattr():
     calls_match_with_state("step_with_hasattr")
 
@@ -1548,9 +1528,6 @@ def nnfs_momentum_step(X, y, model):
     return loss
 
 
-@pytest.mark.xfail(strict=True, reason="nnfs's SGD creates its momentums behind `if not "
-                   "hasattr(layer, 'weight_momentums')`: from the second call the compiled "
-                   "step resets them (see test_state_created_lazily_behind_hasattr)")
 def test_nnfs_momentum_train_steps_compiled():
     rng = rng_for(630)
     model = (LayerDense(rng, 2, 8), ActivationReLU(), LayerDense(rng, 8, 3),

@@ -138,6 +138,10 @@ def mismatch(spec, leaves, names=None):
             if not expected:
                 return f"{path} exists now (hasattr was False when traced)"
             continue
+        if kind == "keys":
+            if not isinstance(value, dict) or tuple(value) != expected:
+                return f"the keys of {path} changed"
+            continue
         if kind == "len":
             if not isinstance(value, (list, tuple)) or len(value) != expected[1]:
                 return f"len({path}): {expected[1]} -> {len(value)}"

@@ -148,6 +148,8 @@ class EntrySpec:
                 lines.append(f"len({path}) == {value[1]} ({value[0]})")
             elif kind == "has":
                 lines.append(f"hasattr: {path} {'exists' if value else 'is missing'}")
+            elif kind == "keys":
+                lines.append(f"keys of {path} == {list(value)!r}")
             elif kind == "is":
                 from .serialize import import_address  # serialize imports this module
 
@@ -352,6 +354,10 @@ def _guard_statements(spec, source):
                    f"return {source.miss}")
         if kind == "is":
             source.add(f"if {variable} is not {source.constant(value, 'F')}: return {source.miss}")
+        elif kind == "keys":
+            keys = source.constant(value, "K")
+            source.add(f"if type({variable}) is not dict or tuple({variable}) != {keys}: "
+                       f"return {source.miss}")
         elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
             source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "

@@ -286,6 +286,8 @@ def _outside_to_json(path, kind, value, fn):
         return {"path": path_to_json(path, fn), "kind": kind, "value": address}
     if kind == "has":
         return {"path": path_to_json(path, fn), "kind": kind, "value": bool(value)}
+    if kind == "keys":
+        return {"path": path_to_json(path, fn), "kind": kind, "value": list(value)}
     if kind == "value":
         if isinstance(value, (list, tuple)):
             raise NotSerializable(f"{path} is guarded by its whole contents")
@@ -300,7 +302,7 @@ def _outside_to_json(path, kind, value, fn):
 
 def _outside_from_json(data, fn):
     value, kind = data["value"], data["kind"]
-    _check(kind in ("is", "len", "value", "has"), f"an outside value of kind {kind!r}")
+    _check(kind in ("is", "len", "value", "has", "keys"), f"an outside value of kind {kind!r}")
     if kind == "is":
         address = _address(value)
         value = _resolve_function(address)
@@ -313,6 +315,10 @@ def _outside_from_json(data, fn):
         value = (value[0], _integer(value[1], "a guarded length"))
     elif kind == "has":
         _check(isinstance(value, bool), "a malformed hasattr guard")
+    elif kind == "keys":
+        _check(isinstance(value, list) and all(type(key) in (str, int) for key in value),
+               "a malformed dict keys guard")
+        value = tuple(value)
     else:
         _check(is_json_value(value) and not isinstance(value, list), "a malformed outside "
                "value")

@@ -113,6 +113,9 @@ def _enters(function):
 
 
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
+# Builtins that call a function they are given: a user's one runs rewritten (what it reads
+# from outside is guarded). Not tracejit's own (value_and_grad traces its function itself).
+_CALLING_BACK = {functools.reduce, map, filter, sorted, min, max}
 
 
 def _has_dim(shape):
@@ -335,7 +338,7 @@ class Hooks:
                     "not come from the arguments: compiled runs would reuse the value this "
                     "call returned when traced. Call it outside and pass the value in"
                 )
-        if not _enters(function):  # functools.reduce(f, ...), sorted(key=f), map(f, ...):
+        if function in _CALLING_BACK:  # functools.reduce(f, ...), sorted(key=f), map(f, ...):
             args = [self.function_for(arg) if is_user_function(arg) else arg  # f runs
                     for arg in args]                                     # rewritten too
             kwargs = {key: self.function_for(value) if is_user_function(value) else value

@@ -104,6 +104,10 @@ class OutsideInputs:
                 return self.implicit_used[key].value
         return None
 
+    def note_keys(self, path, mapping):
+        """A dict read from outside: later calls must find the same keys, in order."""
+        self.outside_values.setdefault(f"keys:{path.key}", (path, "keys", tuple(mapping)))
+
     def note_presence(self, path, present):
         """``hasattr(layer, "cache")`` shaped the trace (nnfs's optimizers create their
         state behind it): later calls must find the attribute there, or not, the same."""
@@ -222,6 +226,8 @@ def note_contents(context, path, value, budget=None):
             type(item) in SETTINGS for item in value.values()
         ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
             context.note_outside_value(path, dict(value))
+        else:  # self.blocks["fc3"] = ... added later: .items(), len(), .get see it
+            context.note_keys(path, value)
         items = value.items()
     else:
         if budget[0] > 0:

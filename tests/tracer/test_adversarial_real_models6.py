@@ -1576,14 +1576,12 @@ LAZY_REASONS = {
     "step_with_try": "try: v = self.velocity / except AttributeError: zeros: the compiled code "
                      "keeps the first call's except branch (nothing guards that the attribute "
                      "the trace then wrote is missing), resetting the velocity every call",
-    "step_with_dict_membership": "'velocity' not in self.__dict__: the compiled code keeps the "
-                                 "first call's branch, resetting the velocity every call",
     "step_freeing_the_cache": "del self.cache inside the compiled function: the attribute "
                               "stays on the object (vars ['W', 'cache'], eager ['W'])",
 }
 
 
-@pytest.mark.parametrize("method", [
+@pytest.mark.parametrize("method", ["step_with_dict_membership"] + [
     pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
     for name, reason in LAZY_REASONS.items()])
 def test_lazily_created_and_deleted_attributes_match_eager(method):
@@ -2223,13 +2221,7 @@ def shrink_the_dicts(model):
     del model.params["W1"]
 
 
-@pytest.mark.parametrize("method", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=(
-        "a key added to a dict of layer objects / weight arrays held by the model "
-        "(self.blocks['fc3'] = ..., self.params['W3'] = ...) is not seen: only the entries "
-        "the trace read are guarded, not the dict's keys, so .items()/.values()/len() keep "
-        "the traced entries")))
-    for name in ("through_blocks", "l2_penalty", "block_count")])
+@pytest.mark.parametrize("method", ["through_blocks", "l2_penalty", "block_count"])
 def test_a_models_dicts_grown_between_calls(method):
     model = DictModel()
     follows_changes(getattr(model, method), lambda g, x: g(x), [lambda: grow_the_dicts(model)])
@@ -2249,9 +2241,6 @@ def penalty_over_global_params(x):
     return x.sum() + 0.5 * sum(np.sum(value * value) for value in PARAMS.values())
 
 
-@pytest.mark.xfail(strict=True, reason="a key added to a global dict of weight arrays "
-                   "(PARAMS['W2'] = ...) is not seen by PARAMS.values(): the dict's keys are "
-                   "guarded only when every value is a Python setting")
 def test_a_global_dict_of_weights_grown_between_calls():
     def add_weights():
         PARAMS["W2"] = np.ones((3, 3))
@@ -2281,10 +2270,6 @@ class ConfiguredActivation:
         return self.cfg["act"](x) * self.cfg.get("scale", 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="a key added to a config dict whose values are not all "
-                   "settings (a list of sizes, an activation function): CONFIG.get('k', "
-                   "default) and 'k' in CONFIG keep the traced default; the missing key is "
-                   "not guarded (a dict of settings only is compared whole)")
 @pytest.mark.parametrize("case", ["get", "membership", "attribute"])
 def test_a_key_added_to_a_mixed_config_dict(case):
     if case == "attribute":

@@ -47,6 +47,7 @@ from .out_arguments import check_out
 from .outside_inputs import (
     GUARDED_VALUES,
     NOT_GUARDED_CALLABLES,
+    is_setting,
     note_contents,
     through_module,
     with_inputs,
@@ -218,11 +219,12 @@ class Hooks:
             ):  # reached by a path the up-front scan did not walk (deep attributes, slots)
                 context.implicit_candidates[id(value)] = (path, value)
             return context.implicit_tracer(value) if context.is_implicit(value) else value
-        if type(value) in GUARDED_VALUES or isinstance(value, np.generic) or (
+        if type(value) in GUARDED_VALUES or is_setting(value) or isinstance(
+                value, np.generic) or (
             type(value) is dict
         ):
-            if path is not None:
-                note_contents(context, path, value)
+            if path is not None and not (isinstance(value, type) and through_module(path)):
+                note_contents(context, path, value)  # (np.float64 itself is no setting)
             if type(value) in (list, tuple, dict):
                 if path is not None:
                     self.objects.remember_container(path, value)
@@ -748,7 +750,8 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None, static_leaves=None):
     # ``def f(x, k=2.0)``, ``partial(f, [opt], k=2.0)``: k is read from outside too
     for path in [Path(root) for root in defaults.values()] + list(bound.values()):
         value = path.resolve()
-        if type(value) in GUARDED_VALUES or isinstance(value, np.generic) or (
+        if type(value) in GUARDED_VALUES or is_setting(value) or isinstance(
+                value, np.generic) or (
             type(value) is dict
         ):
             note_contents(context, path, value)

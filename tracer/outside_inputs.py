@@ -19,6 +19,7 @@ inside lists and dicts (``note_contents``, which the front end's load hook calls
 
 from __future__ import annotations
 
+import enum
 import types
 from dataclasses import dataclass, field
 
@@ -128,8 +129,9 @@ class OutsideInputs:
                 self.outside_values[key] = (path, "is", value)
             elif isinstance(value, (list, tuple)):
                 self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
-            else:
-                self.outside_values[key] = (path, "value", value)
+            else:  # (a set is compared with a copy: NO_DECAY.discard("b") is a change)
+                self.outside_values[key] = (path, "value", set(value) if type(
+                    value) is set else value)
 
     def guard_contents(self, array):
         """Guard that an implicit input holds the values it holds now (a mask whose
@@ -178,6 +180,15 @@ GUARDED_VALUES = (*SETTINGS, list, tuple)
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
 
+def is_setting(value):
+    """A value an entry guard compares by type and value: a number, a string, None, an
+    Enum member (``self.mode is Mode.TRAIN``), a set of names, a range or a NumPy scalar
+    type (``X.astype(self.dtype)``). (An array's ``x.dtype`` is guarded with the array.)"""
+    return type(value) in SETTINGS or isinstance(
+        value, (enum.Enum, set, frozenset, range)) or (
+        isinstance(value, type) and issubclass(value, np.generic))
+
+
 def with_inputs(context, container, path=None, depth=0):
     """``container`` (read from outside at ``path``) with the implicit-input arrays inside
     it replaced by their traced inputs, so code that iterates it (``PARAMS.items()``,
@@ -223,7 +234,7 @@ def note_contents(context, path, value, budget=None):
         if not all(type(key) in (str, int) for key in value):
             return
         if len(value) <= CONTENT_LIMIT and all(
-            type(item) in SETTINGS for item in value.values()
+            is_setting(item) for item in value.values()
         ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
             context.note_outside_value(path, dict(value))
         else:  # self.blocks["fc3"] = ... added later: .items(), len(), .get see it
@@ -232,14 +243,16 @@ def note_contents(context, path, value, budget=None):
     else:
         if budget[0] > 0:
             budget[0] -= 1
-            context.note_outside_value(path, value)
+            # np.float32 held as a setting: the same class (found by import, on disk too)
+            context.note_outside_value(path, value, identity=isinstance(value, type))
         return
     for key, item in items:
         if budget[0] <= 0:
-            if type(value) in (list, tuple) and all(type(item) in SETTINGS for item in value):
+            if type(value) in (list, tuple) and all(is_setting(item) for item in value):
                 context.note_outside_contents(path, value)  # the rest: one comparison
             return
-        if type(item) in GUARDED_VALUES or type(item) is dict or isinstance(item, np.generic):
+        if type(item) in GUARDED_VALUES or is_setting(item) or type(item) is dict or (
+                isinstance(item, np.generic)):
             note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
                           budget)
         elif _chosen_object(item):  # for layer in self.layers: which layer is which

@@ -2306,10 +2306,6 @@ class FreezableNet:
         return x @ W if "W1" in self.frozen else x @ (W * 0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="sets read from outside are not guarded at all: `name "
-                   "not in NO_DECAY` and `'W1' in self.frozen` keep their traced outcome after "
-                   "NO_DECAY.discard / self.frozen.add, and even after self.frozen is rebound to "
-                   "a new set")
 @pytest.mark.parametrize("change", ["global_discard", "attribute_add", "attribute_rebind"])
 def test_sets_of_names_changed_between_calls(change):
     net = FreezableNet()
@@ -2370,10 +2366,6 @@ ENUM_CHANGES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="a setting whose type is not exactly bool/int/float/str/"
-                   "None (an Enum member, a str or int Enum, a range) read from an attribute is "
-                   "neither guarded nor an input: self.mode = Mode.EVAL (and the others) is not "
-                   "seen by compiled code")
 @pytest.mark.parametrize("method", list(ENUM_CHANGES))
 def test_enum_and_range_settings_changed_between_calls(method):
     settings = EnumSettings()
@@ -2389,9 +2381,6 @@ def scaled_by_the_global_mode(x):
     return x * 0.5 if MODE is Mode.TRAIN else x
 
 
-@pytest.mark.xfail(strict=True, reason="a global Enum setting (MODE = Mode.EVAL after tracing "
-                   "with Mode.TRAIN) is not guarded: compiled code keeps the train branch "
-                   "(as an argument, the Enum is guarded)")
 def test_a_global_enum_mode_switched_between_calls():
     def switch():
         global MODE
@@ -2419,10 +2408,6 @@ def cast_to_the_global_dtype(x):
     return x.astype(DTYPE) + 1
 
 
-@pytest.mark.xfail(strict=True, reason="self.dtype = np.float64 (or a global DTYPE) after "
-                   "tracing with np.float32: classes are not guarded (NOT_GUARDED_CALLABLES "
-                   "holds `type`), so compiled code keeps returning float32 where eager returns "
-                   "float64")
 @pytest.mark.parametrize("where", ["attribute", "global"])
 def test_a_dtype_setting_held_as_a_scalar_type_changed_between_calls(where):
     if where == "attribute":

@@ -301,16 +301,16 @@ class Hooks:
             if stacked is not None:
                 return stacked
         if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
-            self.objects.path_of(args[0]) is not None
+            (path := self.objects.path_of(args[0])) is not None
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
-            path = self.objects.path_of(args[0])
             attribute = Path(path.root, path.steps + (("attr", args[1]),))
             present = hasattr(args[0], args[1])
             if attribute.key not in self.context.written_paths:  # not the trace's own write
                 self.context.note_presence(attribute, present)  # if not hasattr(l, "m"): ...
-            if function is hasattr or not present:
-                return present if function is hasattr else getattr(*args)
-            return self._load_through(attribute, getattr(*args))
+            if function is hasattr:
+                return present
+            value = getattr(*args)  # a missing attribute: the default (or AttributeError)
+            return self._load_through(attribute, value) if present else value
         if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):

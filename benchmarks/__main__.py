@@ -10,6 +10,10 @@
 8-10. the MLP train step at batch 64, 512 and 4096 against jax.jit, with the OpenBLAS
      kernel that ran and the time its FLOPs take at measured peak (``benchmarks.mlp_step``;
      run this command once with ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` unset too)
+11. compile time of chains of 10, 100 and 1000 pointwise ops (``benchmarks.compile_scaling``)
+12. float32 math functions on 1024×1024, two threads (``benchmarks.math_f32``)
+13. a compiled layer alternating with NumPy/BLAS calls (``benchmarks.interleave``)
+14. the first call of gelu on 4096×4096, with its memory (``benchmarks.first_call_large``)
 
 Each workload runs NumPy eager, tracejit and, when they are importable, torch eager,
 torch.compile, jax.jit, numba and numexpr (where the peer is meaningful; see
@@ -18,10 +22,12 @@ sample (each sample comes after a pause and an untimed call: see
 ``harness.measure_interleaved``). Every result is checked against NumPy eager. Each of
 workloads 1-6 has a fresh worker process of its own (so a crash is reported instead of
 ending the run, and no workload inherits another's address space or thread pools);
-workload 7 starts a fresh process per measurement.
+workload 7 starts a fresh process per measurement, and 11-14 run in fresh processes of
+their own (``benchmarks.extra_workloads``); 11 and 12 give one result per chain length and
+per math function.
 
 Output: the tables on stdout; ``benchmarks/results/benchmarks.json`` (every sample),
-``benchmarks/results/benchmarks.png`` (with matplotlib) and
+``benchmarks/results/benchmarks.svg`` (the chart: ``benchmarks.chart``) and
 ``benchmarks/results/README_table.md`` (the summary table to paste into the README).
 
 ``--quick`` keeps the sizes and runs fewer rounds and one process per first-call
@@ -46,13 +52,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import first_call, mlp_step, peers, report
+from . import chart, extra_workloads, first_call, mlp_step, peers, report
 from .harness import machine_facts, machine_line, run_workload
 from .workloads import BUILDERS, LEARNING_RATE, SEED, TITLES, mlp_inputs, mlp_train_step
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[1]
-KEYS = (*BUILDERS, "first_call", *mlp_step.KEYS)
+KEYS = (*BUILDERS, "first_call", *mlp_step.KEYS, *extra_workloads.KEYS)
 
 
 def _settings(quick):
@@ -177,14 +183,18 @@ def run(keys, quick, unrolled_rnn, isolate=True, wait_idle=0.0):
                     result = _crashed(key, f"{type(error).__name__}: {error}")
             elif key in mlp_step.KEYS:  # a worker of its own, in-process or not
                 result = mlp_step.run_isolated(key, quick)
+            elif key in extra_workloads.RUNNERS:  # fresh processes; may give several results
+                result = extra_workloads.RUNNERS[key](quick)
             elif isolate:
                 result = run_isolated(key, quick, unrolled_rnn)
             else:
                 result = run_here(key, quick, unrolled_rnn)
-        result["other_load"] = load.fraction
-        result["number"] = number
-        results.append(result)
-        print(report.format_workload(number, result), end="\n\n", flush=True)
+        several = result if isinstance(result, list) else [result]
+        for index, each in enumerate(several, start=1):
+            each["other_load"] = load.fraction
+            each["number"] = f"{number}.{index}" if len(several) > 1 else number
+            results.append(each)
+            print(report.format_workload(each["number"], each), end="\n\n", flush=True)
     return results
 
 
@@ -217,7 +227,8 @@ def main(argv=None):
                         help="before each workload, wait up to SECONDS for other processes "
                              "to leave the CPUs (under 15%% busy over 5 s)")
     parser.add_argument("--output", type=Path, default=RESULTS,
-                        help="where the JSON, PNG and markdown go (default benchmarks/results)")
+                        help="where the JSON, SVG chart and markdown go (default "
+                             "benchmarks/results)")
     parser.add_argument("--worker", choices=BUILDERS, help=argparse.SUPPRESS)
     parser.add_argument("--worker-output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -271,9 +282,8 @@ def main(argv=None):
     ))
     (output / "README_table.md").write_text(
         report.readme_markdown(results, line, command, seconds, args.quick, facts))
-    written = ["benchmarks.json", "README_table.md"]
-    if report.draw_chart(output / "benchmarks.png", results, line):
-        written.append("benchmarks.png")
+    chart.write(output / "benchmarks.svg", results, line)
+    written = ["benchmarks.json", "README_table.md", "benchmarks.svg"]
     print(f"Wrote {', '.join(str(output / name) for name in written)}")
 
 

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracejit import codegen
-from tracejit import nn
+from tracejit import codegen, nn
 from tracejit.tracer import trace
 
 from .harness import machine_facts

@@ -296,7 +296,7 @@ def machine_facts():
     from tracejit.runtime.version import __version__ as tracejit_version
 
     facts["tracejit"] = tracejit_version
-    for name in ("torch", "jax", "jaxlib", "numba", "numexpr", "matplotlib"):
+    for name in ("torch", "jax", "jaxlib", "numba", "numexpr"):
         facts[name] = _version(name)
     return facts
 

@@ -1,4 +1,4 @@
-"""Tables, JSON, a markdown summary and a bar chart from the rows ``run_workload`` returns.
+"""Tables, JSON and a markdown summary from the rows ``run_workload`` returns.
 
 Ratios: ``× NumPy`` is NumPy eager's time / the candidate's (above 1: faster than NumPy);
 ``tracejit vs`` is the candidate's time / tracejit's (above 1: tracejit is faster), where
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 
+# Workloads whose rounds are fresh processes (first calls), not interleaved samples.
+FRESH_PROCESSES = ("first_call", "first_call_large")
 SUMMARY_PEERS = ("NumPy eager", "torch eager", "torch.compile", "jax.jit", "numba", "numexpr",
                  "tracejit")
 
@@ -74,12 +76,17 @@ def _facts(row, unit):
     return ", ".join(parts)
 
 
+def _first_calls(result):
+    """Whether the result times first calls in fresh processes (compile times included)."""
+    return result["key"] in FRESH_PROCESSES or result["key"].startswith("compile_")
+
+
 def format_workload(number, result):
     """The text table of one workload, with its notes."""
     unit = result["unit"]
     if result.get("crash"):
         return f"{number}. {result['title']} — CRASHED: {result['crash']}"
-    what = "fresh processes" if result["key"] == "first_call" else "interleaved rounds"
+    what = "fresh processes" if _first_calls(result) else "interleaved rounds"
     lines = [f"{number}. {result['title']} — median {unit} of {result['rounds']} {what}; "
              f"target for tracejit: {result['target']}"]
     if result.get("other_load") is not None:
@@ -102,13 +109,15 @@ def format_workload(number, result):
 # --- the summary (DESIGN.md §6's table) --------------------------------------------------------
 def _cell(row, result):
     text = format_value(row["median"], result["unit"])
-    if row["median"] is not None and (result["unit"] == "µs" or result["key"] == "first_call"
+    if row["median"] is not None and (result["unit"] == "µs" or _first_calls(result)
                                       and not text.endswith(" s")):
         text += f" {result['unit']}"
     info = row.get("info") or {}
     if "warm_call_ms" in info and row["median"] is not None:
         extra = _with_unit(row["median"] - info["warm_call_ms"], signed=True)
         text += f" ({extra} over a warm call)"
+    if info.get("summary"):  # a few words the workload wants in the table (memory, ...)
+        text += f" ({info['summary']})"
     if result["key"] == "rnn" and "compiles" in info:
         text += f" ({info['compiles']} compile{'s' * (info['compiles'] != 1)}"
         text += f", 1st pass {_with_unit(row['first_call_ms'])})" if row.get(
@@ -207,49 +216,3 @@ def readme_markdown(results, machine_line, command, seconds, quick, facts):
 def write_json(path, report):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-def draw_chart(path, results, machine_line):
-    """A bar chart per workload (log scale, tracejit highlighted); False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    columns = 3
-    rows = math.ceil(len(results) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.2 * rows), squeeze=False)
-    for axis, result in zip(axes.flat, results):
-        axis.set_title(result["title"], fontsize=10)
-        if result.get("crash"):
-            axis.text(0.5, 0.5, f"crashed:\n{result['crash'][:80]}", ha="center", va="center",
-                      fontsize=8, wrap=True, transform=axis.transAxes)
-            axis.set_axis_off()
-            continue
-        timed = [row for row in result["rows"] if row["median"]]
-        names = [row["candidate"] for row in timed]
-        values = [row["median"] for row in timed]
-        colors = ["tab:orange" if row["peer"] == "tracejit" else
-                  "tab:gray" if row["peer"].startswith("NumPy") else "tab:blue" for row in timed]
-        positions = range(len(timed))
-        axis.barh(positions, values, color=colors)
-        axis.set_yticks(list(positions), names, fontsize=8)
-        axis.invert_yaxis()
-        axis.set_xscale("log")
-        axis.set_xlabel(f"median {result['unit']} (log scale, lower is better)")
-        for position, row in zip(positions, timed):
-            label = format_value(row["median"], result["unit"])
-            if row["x_numpy"]:
-                label += f"  ({row['x_numpy']:.2g}× NumPy)"
-            axis.text(row["median"], position, " " + label, va="center", fontsize=7)
-        axis.margins(x=0.8)
-    for axis in list(axes.flat)[len(results):]:
-        axis.axis("off")
-    figure.suptitle(f"tracejit benchmarks — {machine_line}", fontsize=9, wrap=True)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return True

@@ -1,5 +1,5 @@
-"""Every docstring example in tracer/, codegen/ and runtime/ runs and prints what it says,
-so the examples a reader copies never rot."""
+"""Every docstring example in tracer/, codegen/, runtime/ and benchmarks/ runs and prints
+what it says, so the examples a reader copies never rot."""
 
 import doctest
 import importlib
@@ -10,7 +10,7 @@ import pytest
 
 def _modules():
     names = []
-    for package in ("tracejit.tracer", "tracejit.codegen", "tracejit.runtime"):
+    for package in ("tracejit.tracer", "tracejit.codegen", "tracejit.runtime", "benchmarks"):
         root = importlib.import_module(package)
         names += [info.name for info in pkgutil.walk_packages(root.__path__, package + ".")
                   if not info.name.endswith("__main__")]

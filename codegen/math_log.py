@@ -1,4 +1,4 @@
-"""log and log1p: x = 2^k m with m in [sqrt(2)/2, sqrt(2)), then fdlibm's
+"""log, log1p, log2 and log10: x = 2^k m with m in [sqrt(2)/2, sqrt(2)), then fdlibm's
 log(1 + f) = f - hfsq + s (hfsq + R(s^2)), s = f / (2 + f), hfsq = f^2 / 2: the exact
 f carries the result, the rounded s only a small correction.
 
@@ -6,6 +6,12 @@ float32 runs at full vector width for positive normal x (log1p: -1 < x < 2^100):
 m come from integer operations on the bits, R has fdlibm's four float coefficients.
 Zeros, denormals, negatives, infinities and NaN take the float64 code as a rare path
 (``math_rare_path``), per vector and only when a lane needs it.
+
+log2 and log10 are that log core with the scale folded in, no division and no float64:
+log(m) as the float-float f - hfsq + (its rounding error + s (hfsq + R)), times
+1/ln2 (1/ln10) split in two, added to k (k log10(2), split) by an exact sum. float64
+scales the double-double log of ``math_pow`` the same way; powers of two (of ten) give
+their exponents exactly in both precisions, as NumPy's.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, fma, horner, maximum, minimum
+from .math_core import Float, fma, horner, maximum, minimum, two_product
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -188,3 +194,97 @@ def log1p(builder, x):
     rare = builder.or_(builder.fcmp_unordered("<=", x, f.const(-1.0)),
                        builder.fcmp_ordered(">=", x, f.const(LOG1P_FAST_HIGH_F32)))
     return rare_path(builder, "log1p", rare, fast, x, _log1p_general)
+
+
+
+# --- log2 and log10 -------------------------------------------------------------------------
+# 1/ln(b) as a float64 head and tail (float64 path) and a float32 head and tail (float32
+# path); log_b(2) for float32 as a head of 11 bits (k times it is exact for any float32
+# exponent k) and a tail.
+_LOG_BASES = {
+    "log2": dict(inverse=(1.4426950408889634, 2.0355273740931033e-17),
+                 inverse_f32=(1.4426950216293335, 1.925963033500011e-08),
+                 of_two_f32=(1.0, 0.0)),
+    "log10": dict(inverse=(0.4342944819032518, 1.098319650216765e-17),
+                  inverse_f32=(0.4342944920063019, -1.0103049952192578e-08),
+                  of_two_f32=(0.301025390625, 4.605038981195214e-06)),
+}
+
+
+def _scaled_log_double(builder, x, base):
+    """log_b of a positive finite float64: the double-double log times 1/ln(b) as a
+    double-double, rounded once (within about 0.5 ulp; exact for exact powers of b)."""
+    f = Float(x.type)
+    head, tail = _LOG_BASES[base]["inverse"]
+    # imported here: math_pow builds on this module
+    from .math_pow import log_double_double
+
+    hi, lo = log_double_double(builder, x)
+    product, error = two_product(builder, hi, f.const(head))
+    small = fma(builder, lo, f.const(head), fma(builder, hi, f.const(tail), error))
+    return builder.fadd(product, small)
+
+
+def _with_log_specials(builder, x, result):
+    """log's special cases: -inf at +-0, inf at inf, NaN below zero and at NaN."""
+    f = Float(x.type)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(0.0)),
+                            f.const(-math.inf), result)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(math.inf)),
+                            f.const(math.inf), result)
+    invalid = builder.fcmp_unordered("<", x, f.const(0.0))
+    return builder.select(invalid, f.const(math.nan), result)
+
+
+def _scaled_log_general(base):
+    @_in_double
+    def general(builder, x):
+        return _with_log_specials(builder, x, _scaled_log_double(builder, x, base))
+
+    general.__name__ = f"_{base}_general"
+    return general
+
+
+_SCALED_LOG_GENERAL = {base: _scaled_log_general(base) for base in _LOG_BASES}
+
+
+def _scaled_log_float32(builder, x, base):
+    """log_b of a positive normal float32, at full width: log(m) = hi + lo (hi = f - hfsq
+    rounded, lo its exact rounding error plus s (hfsq + R)); y = log_b(m) = hi c_hi + (lo
+    c_hi + hi c_lo) rounded once by a fused multiply-add (1/ln b = c_hi + c_lo), then
+    k log_b(2) + y, the product's head exact inside a second one. Where k != 0 the result
+    is at least as large as y (|y| <= log_b(sqrt 2)), so y's rounding costs at most half
+    an ulp of the result (a quarter for log2, whose result is then at least 1/2)."""
+    f = Float(x.type)
+    constants = _LOG_BASES[base]
+    c_hi, c_lo = constants["inverse_f32"]
+    two_hi, two_lo = constants["of_two_f32"]
+    _, k, m = reduce_float32(builder, x)
+    m1 = builder.fsub(m, f.const(1.0))  # exact
+    hfsq, tail = _log_tail(builder, m1, _LG_F32)
+    hi = builder.fsub(m1, hfsq)
+    lo = builder.fadd(builder.fsub(builder.fsub(m1, hi), hfsq), tail)  # f - hi - hfsq exact
+    small = fma(builder, lo, f.const(c_hi), builder.fmul(hi, f.const(c_lo)))
+    if two_lo:
+        small = fma(builder, k, f.const(two_lo), small)
+    y = fma(builder, hi, f.const(c_hi), small)
+    if two_hi == 1.0:
+        return builder.fadd(k, y)
+    return fma(builder, k, f.const(two_hi), y)
+
+
+def _scaled_log(base):
+    def function(builder, x):
+        general = _SCALED_LOG_GENERAL[base]
+        if x.type != F32:
+            return general(builder, x)
+        fast = _scaled_log_float32(builder, x, base)
+        return rare_path(builder, base, outside_normal_float32(builder, x), fast, x, general)
+
+    function.__name__ = base
+    function.__doc__ = f"{base} of a float (float32 at full width, see the module docstring)."
+    return function
+
+
+log2 = _scaled_log("log2")
+log10 = _scaled_log("log10")

@@ -1,4 +1,4 @@
-"""sin and cos: range reduction by pi/2 and the kernels on [-pi/4, pi/4].
+"""sin, cos and tan: range reduction by pi/2 and the kernels on [-pi/4, pi/4].
 
 float32 runs at full vector width: below 2^20 (every argument a model is likely to see)
 a Cody-Waite reduction in float32 gives r = |x| - q pi/2 as a float-float pair exact to
@@ -10,6 +10,10 @@ rare path (``math_rare_path``): per vector, and only when some lane needs it.
 float64 reduces every argument by Payne-Hanek without branches: x * 2/pi mod 4 from a
 table of 2/pi's bits, exact enough everywhere up to the largest double (see
 ``_Reduction``); fdlibm's kernels evaluate the result.
+
+tan reduces once and divides: sin(r)/cos(r) in even quadrants, -cos(r)/sin(r) in odd
+ones. float32 keeps both as float-float pairs and corrects the quotient by its exact
+residual, with one division (a reciprocal) per element; float64 divides the kernels.
 
 >>> reduction = _REDUCTION_FLOAT
 >>> reduction.row_exponent(0), reduction.row_exponent(1)
@@ -219,19 +223,26 @@ _COS_FLOAT = tuple(map(float.fromhex, ("-0x1ffffffd0c5e81.0p-54", "0x155553e1053
                                        "-0x16c087e80f1e27.0p-62", "0x199342e0ee5069.0p-68")))
 
 
-def _sin_kernel(builder, x, y):
-    """sin(x + y) for |x + y| <= pi/4, |y| tiny: x - ((z*(y/2 - v*r) - y) - v*S1)."""
+def _sin_kernel_parts(builder, x, y):
+    """sin(x + y) for |x + y| <= pi/4, |y| tiny, as x - t (not yet rounded):
+    t = (z*(y/2 - v*r) - y) - v*S1."""
     f = Float(x.type)
     z = builder.fmul(x, x)
     v = builder.fmul(z, x)
     r = horner(builder, z, list(_SIN_DOUBLE[1:]))
     inner = builder.fsub(builder.fmul(z, builder.fsub(builder.fmul(y, f.const(0.5)),
                                                       builder.fmul(v, r))), y)
-    return builder.fsub(x, builder.fsub(inner, builder.fmul(v, f.const(_SIN_DOUBLE[0]))))
+    return x, builder.fsub(inner, builder.fmul(v, f.const(_SIN_DOUBLE[0])))
 
 
-def _cos_kernel(builder, x, y):
-    """cos(x + y) for |x + y| <= pi/4: w + (((1 - w) - z/2) + (z*r - x*y)), w = 1 - z/2."""
+def _sin_kernel(builder, x, y):
+    head, tail = _sin_kernel_parts(builder, x, y)
+    return builder.fsub(head, tail)
+
+
+def _cos_kernel_parts(builder, x, y):
+    """cos(x + y) for |x + y| <= pi/4 as w + (((1 - w) - z/2) + (z*r - x*y)), w = 1 - z/2
+    (not yet added)."""
     f = Float(x.type)
     z = builder.fmul(x, x)
     r = builder.fmul(z, horner(builder, z, list(_COS_DOUBLE)))
@@ -239,7 +250,11 @@ def _cos_kernel(builder, x, y):
     w = builder.fsub(f.const(1.0), half_z)
     correction = builder.fadd(builder.fsub(builder.fsub(f.const(1.0), w), half_z),
                               builder.fsub(builder.fmul(z, r), builder.fmul(x, y)))
-    return builder.fadd(w, correction)
+    return w, correction
+
+
+def _cos_kernel(builder, x, y):
+    return builder.fadd(*_cos_kernel_parts(builder, x, y))
 
 
 def _sin_kernel_float(builder, x):
@@ -343,24 +358,30 @@ def _reduce_half_pi_float32(builder, magnitude):
     return quadrant, hi, lo
 
 
-def _sin_cos_float32(builder, hi, lo):
-    """(sin(hi + lo), cos(hi + lo)) for |hi| <= 0.8, |lo| <= 2^-23 |hi|."""
+def _sin_cos_parts_float32(builder, hi, lo):
+    """sin(hi + lo) and cos(hi + lo) for |hi| <= 0.8, |lo| <= 2^-23 |hi|, each as a head
+    and a small tail not yet added to it."""
     f = Float(hi.type)
     z = builder.fmul(hi, hi)
     half = builder.fmul(z, f.const(0.5))
     # sin: hi + (hi z S(z) + lo (1 - z/2)); lo's factor is cos(hi) to 2^-5, enough for it.
     lo_scaled = fma(builder, builder.fneg(lo), half, lo)
-    sine = builder.fadd(hi, fma(builder, builder.fmul(hi, z), horner(builder, z, _SIN_F32),
-                                lo_scaled))
+    sine_tail = fma(builder, builder.fmul(hi, z), horner(builder, z, _SIN_F32), lo_scaled)
     # cos: w = 1 - z/2 rounded, then what w lost, what z lost (hi^2 - z, exact by a fused
     # multiply-add), the low part (-hi lo) and the tail z^2 C(z).
     w = builder.fsub(f.const(1.0), half)
     lost = builder.fsub(builder.fsub(f.const(1.0), w), half)
     z_error = fma(builder, hi, hi, builder.fneg(z))
     low_terms = fma(builder, hi, lo, builder.fmul(z_error, f.const(0.5)))
-    tail = fma(builder, builder.fmul(z, z), horner(builder, z, _COS_F32),
-               builder.fsub(lost, low_terms))
-    return sine, builder.fadd(w, tail)
+    cosine_tail = fma(builder, builder.fmul(z, z), horner(builder, z, _COS_F32),
+                      builder.fsub(lost, low_terms))
+    return (hi, sine_tail), (w, cosine_tail)
+
+
+def _sin_cos_float32(builder, hi, lo):
+    """(sin(hi + lo), cos(hi + lo)) for |hi| <= 0.8, |lo| <= 2^-23 |hi|."""
+    (sine, sine_tail), (cosine, cosine_tail) = _sin_cos_parts_float32(builder, hi, lo)
+    return builder.fadd(sine, sine_tail), builder.fadd(cosine, cosine_tail)
 
 
 def _sin_or_cos_float32(builder, x, quadrant_shift):
@@ -388,3 +409,74 @@ def cos(builder, x):
         return _sin_or_cos_float32(builder, x, 1)
     return _sin_or_cos_wide(builder, x, 1)
 
+
+
+# --- tan ------------------------------------------------------------------------------------
+def _tan_quotient(builder, odd, sine, cosine):
+    """tan(r) = sin(r)/cos(r), or -cot(r) = -cos(r)/sin(r) where ``odd`` (negation left to
+    the caller), from (head, tail) pairs of sin(r) and cos(r) with |tail| <= |head| /2:
+    n/d as q = n * (1/d) corrected by the residual (n - q d exact by a fused multiply-add,
+    plus n_lo - q d_lo), one division. Within 0.5 ulp and a little more, where a plain n/d
+    of rounded sin and cos may be 1.5 ulp off."""
+    f = Float(sine[0].type)
+    sine, sine_low = fast_two_sum(builder, *sine)
+    cosine, cosine_low = fast_two_sum(builder, *cosine)
+    numerator = builder.select(odd, cosine, sine)
+    numerator_low = builder.select(odd, cosine_low, sine_low)
+    denominator = builder.select(odd, sine, cosine)
+    denominator_low = builder.select(odd, sine_low, cosine_low)
+    inverse = builder.fdiv(f.const(1.0), denominator)
+    quotient = builder.fmul(numerator, inverse)
+    residual = fma(builder, builder.fneg(quotient), denominator, numerator)
+    residual = fma(builder, builder.fneg(quotient), denominator_low,
+                   builder.fadd(residual, numerator_low))
+    return fma(builder, residual, inverse, quotient)
+
+
+def _tan_wide(builder, x):
+    """tan by the branch-free Payne-Hanek reduction: float64 x, or float32 x computed in
+    float64; inf and NaN give NaN."""
+    f = Float(x.type)
+    double = f.double
+    wide_f = f if double else f.other(F64)
+    wide = x if double else builder.fpext(x, wide_f.ty)
+    magnitude = fabs(builder, wide)
+    quadrant, r_hi, r_lo = _reduce_half_pi(
+        builder, magnitude, _REDUCTION_DOUBLE if double else _REDUCTION_FLOAT)
+    odd = builder.trunc(quadrant, wide_f.like(I1))
+    if double:
+        head, tail = _sin_kernel_parts(builder, r_hi, r_lo)
+        quotient = _tan_quotient(builder, odd, (head, builder.fneg(tail)),
+                                 _cos_kernel_parts(builder, r_hi, r_lo))
+    else:
+        # float32 from float64 kernels: one rounding to float32 at the end is enough
+        sine, cosine = _sin_kernel_float(builder, r_hi), _cos_kernel_float(builder, r_hi)
+        quotient = builder.fdiv(builder.select(odd, cosine, sine),
+                                builder.select(odd, sine, cosine))
+    negate = builder.xor(odd, builder.icmp_signed("<", builder.bitcast(wide, wide_f.int),
+                                                  wide_f.iconst(0)))
+    result = builder.select(negate, builder.fneg(quotient), quotient)
+    finite = builder.fcmp_ordered("<", magnitude, wide_f.const(math.inf))
+    result = builder.select(finite, result, builder.fsub(wide, wide))
+    return result if double else builder.fptrunc(result, x.type)
+
+
+def _tan_float32(builder, x):
+    """float32 tan below ``FAST_LIMIT_F32``: one reduction, sin(r) and cos(r) as float-float
+    pairs, their corrected quotient."""
+    f = Float(x.type)
+    magnitude = fabs(builder, x)
+    quadrant, hi, lo = _reduce_half_pi_float32(builder, magnitude)
+    sine, cosine = _sin_cos_parts_float32(builder, hi, lo)
+    odd = builder.trunc(quadrant, f.like(I1))
+    result = _tan_quotient(builder, odd, sine, cosine)
+    negate = builder.xor(odd, builder.icmp_signed("<", builder.bitcast(x, f.int), f.iconst(0)))
+    result = builder.select(negate, builder.fneg(result), result)
+    rare = builder.fcmp_unordered(">=", magnitude, f.const(FAST_LIMIT_F32))
+    return rare_path(builder, "tan", rare, result, x, _tan_wide)
+
+
+def tan(builder, x):
+    if x.type == F32:
+        return _tan_float32(builder, x)
+    return _tan_wide(builder, x)

@@ -5,8 +5,9 @@ has a fast path for the common range, the arguments it does not cover (huge, inf
 NaN, denormal) take the general code as a rare path, per vector and only when a lane needs
 it (``math_rare_path``). The algorithms live in modules named for them:
 
-    math_exp    exp, expm1, tanh     math_trig   sin, cos
-    math_log    log, log1p           math_pow    x ** y
+    math_exp    exp, expm1, tanh     math_trig   sin, cos, tan
+    math_log    log, log1p, log2,    math_pow    x ** y
+                log10
     math_erf    erf                  math_core   the shared pieces
                                      math_rare_path  slow paths per vector
 
@@ -26,11 +27,18 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-3 ulp of
     log        3 ulp    2 ulp      1 ulp      fdlibm: x = 2^k m, log(1+f) = f - hfsq + ...;
                                               float32 normal x: float32, k and m from bits
     log1p      3 ulp    2 ulp      1 ulp      fdlibm, corrected for the rounding of 1 + x
+    log2,      3 ulp    2 ulp      1 ulp      float32: log's core as a float-float, times
+    log10                                     1/ln b (split), plus k log_b 2 by an exact
+                                              sum; float64: the double-double log of pow
+                                              times 1/ln b; exact at powers of b
     tanh       2 ulp    3 ulp      2 ulp      expm1(2|x|) / (expm1(2|x|) + 2), sign restored;
                                               float32 |x| < 0.55: odd polynomial
     sin, cos   2 ulp    2 ulp      1 ulp      float32 |x| < 2^20: Cody-Waite by pi/2 in
                                               float-float; else Payne-Hanek by pi/2 (no
                                               branches), fdlibm kernels
+    tan        3 ulp    2 ulp      1 ulp      sin's reduction once, sin/cos (-cos/sin in
+                                              odd quadrants) of float-float pairs, the
+                                              quotient corrected by its exact residual
     pow        2 ulp    2 ulp      1 ulp      exp(y log x), log in double-double; C99 cases;
                                               float32 normal x, finite y: float64 series
                                               after a float32 division, rounded once
@@ -43,7 +51,10 @@ exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal res
 0.50 on its rare path, x > 70), expm1 1.46, log 0.83 (every normal float;
 0.84 before its fused multiply-adds), log1p 0.86 (every third float32; 0.88 before), tanh
 1.50, sin 0.91 and cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
-(0.743 on [0.875, 3.92] with two intervals);
+(0.743 on [0.875, 3.92] with two intervals); on every 997th float32 and the edges of the
+fast paths (``test_float32_fractional_ulp_bound``): log2 0.84, log10 0.80, tan 1.02
+(0.87 below 2^14; 1.02 just under 2^20, where q may miss the nearest integer and |r|
+passes the polynomials' 0.8);
 float32 pow within 0.54 ulp on 4 million pairs. float64 results are bit for bit those of
 the library before the float32 fast paths (checked on the test sweeps).
 
@@ -67,9 +78,9 @@ from __future__ import annotations
 from .math_core import ceil, copysign, fabs, floor, fma, rint, sqrt, trunc
 from .math_erf import erf
 from .math_exp import exp, expm1, tanh
-from .math_log import log, log1p
+from .math_log import log, log1p, log2, log10
 from .math_pow import pow  # noqa: A004 - NumPy's name
-from .math_trig import cos, sin
+from .math_trig import cos, sin, tan
 
 __all__ = ["ceil", "copysign", "cos", "erf", "exp", "expm1", "fabs", "floor", "fma", "log",
-           "log1p", "pow", "rint", "sin", "sqrt", "tanh", "trunc"]
+           "log1p", "log2", "log10", "pow", "rint", "sin", "sqrt", "tan", "tanh", "trunc"]

@@ -41,6 +41,7 @@ from .ops import (
     sqrt_p,
     subtract_p,
     sum_p,
+    tan_p,
     trunc_p,
     where_p,
 )
@@ -56,8 +57,8 @@ INFLATE = 1.0 + 2.0**-30
 # ulp of a math function against NumPy's, per NumPy dtype: our stated error against the
 # exact result (codegen/mathlib.py, checked by tests/codegen/test_mathlib.py) plus 4 ulp
 # for NumPy's own (its SVML/SIMD functions state <= 4 ulp), rounded up.
-ULP_VS_NUMPY = {"exp": 8, "expm1": 8, "log": 8, "log1p": 8, "tanh": 8, "sin": 8, "cos": 8,
-                "erf": 8, "power": 8}
+ULP_VS_NUMPY = {"exp": 8, "expm1": 8, "log": 8, "log1p": 8, "log2": 8, "log10": 8, "tanh": 8,
+                "sin": 8, "cos": 8, "tan": 8, "erf": 8, "power": 8}
 
 # Beyond this |x| both our tanh and NumPy's return exactly +-1 (ours clamps at 9.5 and
 # 19.5; NumPy's float32 tanh is 1 from 10, its float64 from 18.99; tested in
@@ -251,6 +252,26 @@ def _log1p_carry(ctx, eqn, x, e):
     return ctx.where(ctx.greater(base, e), ctx.emit(subtract_p, number(0.0),
                                                     ctx.emit(log1p_p, ctx.sub(number(0.0), ratio))),
                      INF)
+
+
+def _scaled_carry(carry, factor):
+    """``carry`` times ``factor`` (log2 and log10 are log scaled)."""
+
+    def scaled(ctx, eqn, x, e):
+        return ctx.scaled(carry(ctx, eqn, x, e), factor)
+
+    return scaled
+
+
+def _tan_carry(ctx, eqn, x, e):
+    # Between two poles tan is increasing and tan' = 1 + tan^2 is largest at an end: the
+    # spread is at most e (1 + max(tan(x - e)^2, tan(x + e)^2)) unless a pole lies between,
+    # which shows as tan(x - e) > tan(x + e) (for e < 1, below the distance of two poles).
+    low, high = ctx.emit(tan_p, ctx.sub(x, e)), ctx.emit(tan_p, ctx.add(x, e))
+    steepest = ctx.maximum(ctx.mul(low, low), ctx.mul(high, high))
+    monotone = ctx.emit(less_equal_p, low, high)
+    near = ctx.greater(number(1.0), e)
+    return ctx.where(ctx.and_(monotone, near), ctx.mul(e, ctx.add(steepest, number(1.0))), INF)
 
 
 def _lipschitz(constant):
@@ -647,11 +668,14 @@ RULES = {
     "expm1": _math(_expm1_carry),
     "log": _math(_log_carry),
     "log1p": _math(_log1p_carry),
+    "log2": _math(_scaled_carry(_log_carry, 1.0 / math.log(2.0))),
+    "log10": _math(_scaled_carry(_log_carry, 1.0 / math.log(10.0))),
     "tanh": _tanh,
     # sin, cos: NumPy's own float64 sin is thousands of ulp off near multiples of pi
     # (mathlib's docstring): also allow 8 u absolute.
     "sin": _math(_lipschitz(1.0), absolute=8.0),
     "cos": _math(_lipschitz(1.0), absolute=8.0),
+    "tan": _math(_tan_carry, absolute=8.0),
     "erf": _math(_lipschitz(2.0 / math.sqrt(math.pi))),
     "power": _power,
     "floor": _rounding_to_integer(floor_p),

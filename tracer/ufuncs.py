@@ -33,7 +33,7 @@ def cast(x, dtype):
     return bind(ops.cast_p, x, dtype=dtype)
 
 
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
+_LN2 = math.log(2.0)
 
 
 def _bool_only(name, logical):
@@ -86,12 +86,15 @@ UFUNCS = {
     np.expm1: ops.expm1_p,
     np.log: ops.log_p,
     np.log1p: ops.log1p_p,
+    np.log2: ops.log2_p,
+    np.log10: ops.log10_p,
     np.sqrt: ops.sqrt_p,
     np.square: ops.square_p,
     np.reciprocal: ops.reciprocal_p,
     np.tanh: ops.tanh_p,
     np.sin: ops.sin_p,
     np.cos: ops.cos_p,
+    np.tan: ops.tan_p,
     np.floor: ops.floor_p,
     np.ceil: ops.ceil_p,
     np.rint: ops.rint_p,
@@ -125,11 +128,8 @@ UFUNC_COMPOSITES = {
     np.positive: _in_loop_dtypes(np.positive, lambda x: x),
     np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
     np.exp2: _in_loop_dtypes(np.exp2, lambda x: np.exp(x * _LN2)),
-    np.log2: _in_loop_dtypes(np.log2, lambda x: np.log(x) / _LN2),
-    np.log10: _in_loop_dtypes(np.log10, lambda x: np.log(x) / _LN10),
     np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
     np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
-    np.tan: _in_loop_dtypes(np.tan, lambda x: np.sin(x) / np.cos(x)),
     np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
     np.logical_xor: lambda x, y: np.not_equal(cast(x, bool), cast(y, bool)),
     np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),

@@ -29,6 +29,8 @@ EXPRESSIONS = {
     "over the sum": lambda x: x / (np.abs(x).sum() + 1.0),
     "dot": lambda x: x @ x[::-1],
     "sin": lambda x: np.sin(x * 100.0),
+    "tan": lambda x: np.tan(x * 0.5),
+    "log2 and log10": lambda x: np.log2(np.abs(x) + 0.5) * np.log10(np.abs(x).sum()),
     "sqrt of variance": lambda x: np.sqrt(((x - x.mean()) ** 2).mean()),
     "floor of sum": lambda x: np.floor(x.sum() * 10.0),
     "truncated": lambda x: (x.sum() * 10.0).astype(np.int64),

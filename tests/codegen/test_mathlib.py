@@ -59,7 +59,8 @@ from tracejit.codegen import math_exp, math_log, math_trig
 from tracejit.tracer import ops
 from tracejit.tracer.ops import special
 
-FUNCTIONS = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "erf"]
+FUNCTIONS = ["exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin", "cos", "tan",
+             "erf"]
 # The eager function each compiled one is traced from and compared with.
 REFERENCES = {"erf": ops.erf_p}
 # The table in codegen/mathlib.py's docstring: against NumPy, and float32 against the
@@ -69,10 +70,11 @@ STATED_ULP = {
     ("log", F32): 3, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
     ("tanh", F32): 2, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
     ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
-    ("erf", F32): 1, ("erf", F64): 1,
+    ("erf", F32): 1, ("erf", F64): 1, ("log2", F32): 3, ("log2", F64): 2,
+    ("log10", F32): 3, ("log10", F64): 2, ("tan", F32): 3, ("tan", F64): 2,
 }
 EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 2, "sin": 1, "cos": 1,
-                     "power": 1, "erf": 1}
+                     "power": 1, "erf": 1, "log2": 1, "log10": 1, "tan": 1}
 EXACT_ULP_HARD_CASES = 1  # against mpmath: sin and cos, float64 power and erf
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
@@ -91,7 +93,9 @@ POINTS = {
 FAST_PATH_EDGES = {
     "exp": math_exp.EXP_FAST_LIMIT_F32, "expm1": math_exp.FAST_LIMIT_F32,
     "log": "smallest_normal", "log1p": math_log.LOG1P_FAST_HIGH_F32,
+    "log2": "smallest_normal", "log10": "smallest_normal",
     "sin": math_trig.FAST_LIMIT_F32, "cos": math_trig.FAST_LIMIT_F32,
+    "tan": math_trig.FAST_LIMIT_F32,
 }
 POINTS[F32]["smallest_normal"] = float(np.finfo(F32).tiny)
 POINTS[F64]["smallest_normal"] = float(np.finfo(F64).tiny)
@@ -100,10 +104,15 @@ INTERESTING = {
     "expm1": ["exp_overflow", "expm1_saturation", 0.0],
     "log": [1.0, 0.0, "smallest_normal"],
     "log1p": [-1.0, 0.0],
+    # 1 (the result is relatively small there), powers of the base (exact results)
+    "log2": [1.0, 0.0, 2.0, 0.5, 1024.0, 2.0**-100],
+    "log10": [1.0, 0.0, 10.0, 0.1, 1000.0, 1e-30],
     "tanh": ["tanh_saturation", 0.0, 0.55],  # 0.55: float32 switches from a polynomial
     # zeros of sin and cos, the edges of the quadrants, and large multiples of pi
     "sin": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
     "cos": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
+    # its poles and zeros, where the quotient's parts swap
+    "tan": [0.0, math.pi / 4, math.pi / 2, math.pi, 3 * math.pi / 4, 2**20 * math.pi, 1e22],
     # the edges of fdlibm's pieces, and where the result starts to round to +-1
     "erf": [0.0, special.ERF_TINY, 0.84375, 1.25, special.ERF_TAIL_SPLIT,
             special.ERF_SATURATION, "erf_rounds_to_one"],
@@ -280,6 +289,22 @@ def test_special_values(name, dtype):
                 (values,), f"{name} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_log2_and_log10_of_exact_powers_are_exact(dtype):
+    """log2(2^k) = k for every power of two (denormals too) and log10(10^n) = n for every
+    power of ten the format holds exactly, as the C library gives them (int(np.log2(n))
+    must not be one less; NumPy's own float32 log10 misses some powers of ten)."""
+    info = np.finfo(dtype)
+    exponents = np.arange(info.minexp - info.nmant, info.maxexp)
+    powers = np.ldexp(np.ones(exponents.size), exponents).astype(dtype)
+    assert_same(evaluate("log2", dtype, powers), exponents.astype(dtype), 0, (powers,),
+                f"log2 {dtype} of powers of two")
+    tens = np.arange(0, 11 if dtype == F32 else 23)  # 10^n exact in the format
+    powers = (10.0 ** tens).astype(dtype)
+    assert_same(evaluate("log10", dtype, powers), tens.astype(dtype), 0, (powers,),
+                f"log10 {dtype} of powers of ten")
+
+
 # --- fast paths and rare paths -----------------------------------------------------------
 # float32 within this many ulps (fractions, not rounded) of the exact result: float64 NumPy
 # (the eager primitive for erf). The test checks every 997th float32 and every float32 near
@@ -291,10 +316,13 @@ def test_special_values(name, dtype):
 # intervals); exp 1.02 with denormal results on its fast path (0.75 there) and (70, 88.7]
 # computed in float64 (0.50); see codegen/mathlib.py.
 EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "expm1": 1.5, "log": 0.85, "log1p": 0.9,
-                                "tanh": 1.5, "sin": 1.0, "cos": 1.0, "erf": 0.85}
+                                "log2": 0.85, "log10": 0.85, "tanh": 1.5, "sin": 1.0,
+                                "cos": 1.0, "tan": 1.1, "erf": 0.85}
 # Every float32 within 2^18 floats of each fast path's edge is checked (both signs).
 EDGES = {"exp": math_exp.EXP_FAST_LIMIT_F32, "expm1": math_exp.FAST_LIMIT_F32,
          "log": float(np.finfo(F32).tiny), "log1p": math_log.LOG1P_FAST_HIGH_F32,
+         "log2": float(np.finfo(F32).tiny), "log10": float(np.finfo(F32).tiny),
+         "tan": math_trig.FAST_LIMIT_F32,
          "tanh": 0.55, "sin": math_trig.FAST_LIMIT_F32, "cos": math_trig.FAST_LIMIT_F32,
          "erf": 0.84375}
 
@@ -366,7 +394,7 @@ def test_rare_lanes_leave_their_neighbours_alone(name, dtype):
     remainder, at every length of a size bucket: each element's result is bit for bit its
     result in an array of its own kind (all fast path, or all rare path)."""
     rng = np.random.default_rng(len(name))
-    low = 0.01 if name in ("log", "log1p") else -8.0
+    low = 0.01 if name.startswith("log") else -8.0
     ordinary = rng.uniform(low, 8.0, 64).astype(dtype)
     rare = rare_arguments(name, dtype)
     alone_ordinary, alone_rare = evaluate(name, dtype, ordinary), evaluate(name, dtype, rare)
@@ -439,7 +467,7 @@ def test_sin_cos_where_x_is_closest_to_a_multiple_of_half_pi(dtype):
     values = closest_to_multiples_of_half_pi(dtype, exponents)
     if dtype == F64:
         values = np.append(values, math.ldexp(6381956970095103, 797))
-    for name in ("sin", "cos"):
+    for name in ("sin", "cos", "tan"):
         actual = evaluate(name, dtype, values)
         with mpmath.workprec(1300):
             exact = [getattr(mpmath, name)(mpmath.mpf(float(x))) for x in values]
@@ -678,6 +706,7 @@ def calls_in(optimized_ir):
     ("power", lambda x, y: x ** y), ("exp-log", lambda x, y: np.exp(x) * np.log(y)),
     ("erf", lambda x, y: ops.erf_p(x) * y), ("log1p-expm1", lambda x, y: np.log1p(x) - np.expm1(y)),
     ("tanh", lambda x, y: np.tanh(x)), ("sin-compare", lambda x, y: np.sin(x) > y),
+    ("tan", lambda x, y: np.tan(x) - y), ("log2-log10", lambda x, y: np.log2(x) + np.log10(y)),
     ("exp-row-sum", lambda x, y: np.sum(np.exp(x - y), axis=-1))])
 def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     """SIMD code without library calls: the loop vectorizer widens the straight-line code,

@@ -56,6 +56,7 @@ def _maximum_share(g, x, y):
 
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
 def _power_exponent_grad(g, x, y, out):
@@ -71,12 +72,15 @@ exp_p = pointwise("exp", np.exp, (lambda g, x, out: g * out,))
 expm1_p = pointwise("expm1", np.expm1, (lambda g, x, out: g * (out + 1.0),))
 log_p = pointwise("log", np.log, (lambda g, x, out: g / x,))
 log1p_p = pointwise("log1p", np.log1p, (lambda g, x, out: g / (x + 1.0),))
+log2_p = pointwise("log2", np.log2, (lambda g, x, out: g / (x * _LN2),))
+log10_p = pointwise("log10", np.log10, (lambda g, x, out: g / (x * _LN10),))
 sqrt_p = pointwise("sqrt", np.sqrt, (lambda g, x, out: g * 0.5 / out,))
 square_p = pointwise("square", np.square, (lambda g, x, out: g * 2.0 * x,))
 reciprocal_p = pointwise("reciprocal", np.reciprocal, (lambda g, x, out: -g * out * out,))
 tanh_p = pointwise("tanh", np.tanh, (lambda g, x, out: g * (1.0 - out * out),))
 sin_p = pointwise("sin", np.sin, (lambda g, x, out: g * np.cos(x),))
 cos_p = pointwise("cos", np.cos, (lambda g, x, out: -g * np.sin(x),))
+tan_p = pointwise("tan", np.tan, (lambda g, x, out: g * (1.0 + out * out),))
 erf_p = pointwise("erf", special.erf,
                   (lambda g, x, out: g * _TWO_OVER_SQRT_PI * np.exp(-(x * x)),))
 floor_p = pointwise("floor", np.floor, (None,))

@@ -11,9 +11,10 @@ float64 reduces every argument by Payne-Hanek without branches: x * 2/pi mod 4 f
 table of 2/pi's bits, exact enough everywhere up to the largest double (see
 ``_Reduction``); fdlibm's kernels evaluate the result.
 
-tan reduces once and divides: sin(r)/cos(r) in even quadrants, -cos(r)/sin(r) in odd
-ones. float32 keeps both as float-float pairs and corrects the quotient by its exact
-residual, with one division (a reciprocal) per element; float64 divides the kernels.
+tan reduces once. float32 evaluates tan(r) by its own polynomial as a float-float pair and,
+in odd quadrants, -1/tan(r) by one division corrected by its exact residual: the cost of
+sin plus a division. float64 divides fdlibm's sin(r) and cos(r) (-cos/sin in odd
+quadrants), kept as pairs and the quotient corrected the same way.
 
 >>> reduction = _REDUCTION_FLOAT
 >>> reduction.row_exponent(0), reduction.row_exponent(1)
@@ -358,30 +359,24 @@ def _reduce_half_pi_float32(builder, magnitude):
     return quadrant, hi, lo
 
 
-def _sin_cos_parts_float32(builder, hi, lo):
-    """sin(hi + lo) and cos(hi + lo) for |hi| <= 0.8, |lo| <= 2^-23 |hi|, each as a head
-    and a small tail not yet added to it."""
+def _sin_cos_float32(builder, hi, lo):
+    """(sin(hi + lo), cos(hi + lo)) for |hi| <= 0.8, |lo| <= 2^-23 |hi|."""
     f = Float(hi.type)
     z = builder.fmul(hi, hi)
     half = builder.fmul(z, f.const(0.5))
     # sin: hi + (hi z S(z) + lo (1 - z/2)); lo's factor is cos(hi) to 2^-5, enough for it.
     lo_scaled = fma(builder, builder.fneg(lo), half, lo)
-    sine_tail = fma(builder, builder.fmul(hi, z), horner(builder, z, _SIN_F32), lo_scaled)
+    sine = builder.fadd(hi, fma(builder, builder.fmul(hi, z), horner(builder, z, _SIN_F32),
+                                lo_scaled))
     # cos: w = 1 - z/2 rounded, then what w lost, what z lost (hi^2 - z, exact by a fused
     # multiply-add), the low part (-hi lo) and the tail z^2 C(z).
     w = builder.fsub(f.const(1.0), half)
     lost = builder.fsub(builder.fsub(f.const(1.0), w), half)
     z_error = fma(builder, hi, hi, builder.fneg(z))
     low_terms = fma(builder, hi, lo, builder.fmul(z_error, f.const(0.5)))
-    cosine_tail = fma(builder, builder.fmul(z, z), horner(builder, z, _COS_F32),
-                      builder.fsub(lost, low_terms))
-    return (hi, sine_tail), (w, cosine_tail)
-
-
-def _sin_cos_float32(builder, hi, lo):
-    """(sin(hi + lo), cos(hi + lo)) for |hi| <= 0.8, |lo| <= 2^-23 |hi|."""
-    (sine, sine_tail), (cosine, cosine_tail) = _sin_cos_parts_float32(builder, hi, lo)
-    return builder.fadd(sine, sine_tail), builder.fadd(cosine, cosine_tail)
+    tail = fma(builder, builder.fmul(z, z), horner(builder, z, _COS_F32),
+               builder.fsub(lost, low_terms))
+    return sine, builder.fadd(w, tail)
 
 
 def _sin_or_cos_float32(builder, x, quadrant_shift):
@@ -461,15 +456,39 @@ def _tan_wide(builder, x):
     return result if double else builder.fptrunc(result, x.type)
 
 
+# tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction's reach), within 2^-28 of
+# tan(r): a weighted least-squares (Lawson) fit, coefficients rounded to float32 one by one
+# with the rest refitted.
+_TAN_F32 = (0.3333337604999542, 0.13331788778305054, 0.05415580794215202, 0.020802965387701988,
+            0.012037880718708038, -0.0013847742229700089, 0.005079736467450857)
+
+
 def _tan_float32(builder, x):
-    """float32 tan below ``FAST_LIMIT_F32``: one reduction, sin(r) and cos(r) as float-float
-    pairs, their corrected quotient."""
+    """float32 tan below ``FAST_LIMIT_F32``: one reduction to r = hi + lo, tan(r) as the
+    float-float hi + (hi^3 T(hi^2) + lo (1 + tan^2 hi)), and in odd quadrants -1/tan(r)
+    from one division corrected by its exact residual (the float-float's low part in it):
+    within 1 ulp of the exact result (the polynomial part's roundings, up to a quarter of
+    the result near pi/4, count), at the cost of sin plus a division."""
     f = Float(x.type)
+    one = f.const(1.0)
     magnitude = fabs(builder, x)
     quadrant, hi, lo = _reduce_half_pi_float32(builder, magnitude)
-    sine, cosine = _sin_cos_parts_float32(builder, hi, lo)
+    z = builder.fmul(hi, hi)
+    z_error = fma(builder, hi, hi, builder.fneg(z))  # exact
+    polynomial = horner(builder, z, _TAN_F32)
+    # w = (z + z_error) T(z) ~ tan(hi)/hi - 1, rounded once
+    w = fma(builder, z, polynomial, builder.fmul(z_error, polynomial))
+    rough = fma(builder, hi, w, hi)
+    secant_squared = fma(builder, rough, rough, one)
+    tail = fma(builder, hi, w, builder.fmul(lo, secant_squared))
+    tangent, tangent_low = fast_two_sum(builder, hi, tail)
+    inverse = builder.fdiv(one, tangent)
+    residual = fma(builder, builder.fneg(inverse), tangent, one)  # exact
+    residual = fma(builder, builder.fneg(inverse), tangent_low, residual)
+    cotangent = fma(builder, residual, inverse, inverse)
     odd = builder.trunc(quadrant, f.like(I1))
-    result = _tan_quotient(builder, odd, sine, cosine)
+    result = builder.select(odd, cotangent, tangent)
+    # -cot in odd quadrants, and tan(-x) = -tan(x)
     negate = builder.xor(odd, builder.icmp_signed("<", builder.bitcast(x, f.int), f.iconst(0)))
     result = builder.select(negate, builder.fneg(result), result)
     rare = builder.fcmp_unordered(">=", magnitude, f.const(FAST_LIMIT_F32))

@@ -36,9 +36,10 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-3 ulp of
     sin, cos   2 ulp    2 ulp      1 ulp      float32 |x| < 2^20: Cody-Waite by pi/2 in
                                               float-float; else Payne-Hanek by pi/2 (no
                                               branches), fdlibm kernels
-    tan        3 ulp    2 ulp      1 ulp      sin's reduction once, sin/cos (-cos/sin in
-                                              odd quadrants) of float-float pairs, the
-                                              quotient corrected by its exact residual
+    tan        3 ulp    2 ulp      1 ulp      sin's reduction once; float32: its own odd
+                                              polynomial as a float-float, -1/tan in odd
+                                              quadrants corrected by the exact residual;
+                                              float64: fdlibm's sin/cos kernels divided
     pow        2 ulp    2 ulp      1 ulp      exp(y log x), log in double-double; C99 cases;
                                               float32 normal x, finite y: float64 series
                                               after a float32 division, rounded once
@@ -52,9 +53,9 @@ exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal res
 0.84 before its fused multiply-adds), log1p 0.86 (every third float32; 0.88 before), tanh
 1.50, sin 0.91 and cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
 (0.743 on [0.875, 3.92] with two intervals); on every 997th float32 and the edges of the
-fast paths (``test_float32_fractional_ulp_bound``): log2 0.84, log10 0.80, tan 1.02
-(0.87 below 2^14; 1.02 just under 2^20, where q may miss the nearest integer and |r|
-passes the polynomials' 0.8);
+fast paths (``test_float32_fractional_ulp_bound``): log2 0.84, log10 0.80, tan 0.96
+(1.004 on a dense sweep of [0.6, pi/4], where tan's polynomial part is a quarter of the
+result);
 float32 pow within 0.54 ulp on 4 million pairs. float64 results are bit for bit those of
 the library before the float32 fast paths (checked on the test sweeps).
 

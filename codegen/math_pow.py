@@ -6,9 +6,10 @@ carry 53 bits), multiplies it by y exactly and exponentiates the pair.
 float32 needs y log x to about 2^-27 only where the result is a float32 (|y log x| < 104),
 so float64 with short series suffices, rounded to float32 once. Its fast path covers
 normal x of either sign and finite y: |x| = 2^k m from the float32 bits, s = (m-1)/(m+1)
-by a float32 division refined once in float64 (its residual is exact there), log m =
-2 atanh(s) to s^11, exp by ln2 and a Taylor series to r^8, 2^n added to the exponent
-bits, and the sign (negative x to an odd integer power) or NaN (to a non-integer power).
+by a float32 division refined once in float64 (its residual is exact there), log2 x =
+k + 2 atanh(s)/ln2 to s^11, t = y log2 x, 2^t = 2^n 2^r with r = t - n exact and 2^r a
+minimax polynomial of degree 7, n added to the exponent bits, and the sign (negative x
+to an odd integer power) or NaN (to a non-integer power).
 Zero, denormal, infinite and NaN x and infinite or NaN y take the general code, with every
 special case of C99, as a rare path (``math_rare_path``).
 """
@@ -177,14 +178,21 @@ def special_cases(builder, x, y, magnitude, result):
     return builder.select(builder.fcmp_ordered("==", y, zero), one, result)
 
 
-# log m = 2s (1 + s^2/3 + s^4/5 + ... + s^10/11) for s <= 0.1716: within 2^-34;
-# exp(r) = 1 + r + r^2 (1/2! + r/3! + ... + r^6/8!) for |r| <= ln2/2: within 2^-32.
-_ATANH_FAST = [1.0 / (2 * k + 1) for k in range(1, 6)]
-_EXP_FAST = [1.0 / math.factorial(k) for k in range(2, 9)]
+# log2 m = s (c1 + c3 s^2 + ... + c11 s^10), c_j = 2/(j ln 2), for s <= 0.1716: within
+# 2^-34 (the atanh series); 2^r = 1 + r (e1 + r (e2 + ...)) to r^7 for |r| <= 1/2: within
+# 2^-34.3 (a Lawson fit with the constant term 1 held).
+_LOG2_FAST = [2.0 / ((2 * k + 1) * math.log(2.0)) for k in range(6)]
+_EXP2_FAST = [1.0, 0.6931471807045375, 0.24022651066567563, 0.05550410365976445,
+              0.009618038131313416, 0.001333393506657433, 0.0001546675651711873,
+              1.519615417917688e-05]
+# Beyond 2^+-300 the float32 result is inf or 0 all the same; within it 2^n goes straight
+# into a float64's exponent field.
+_EXPONENT_REACH = 300.0
 
 
 def _pow_float32(builder, x, y):
-    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over)."""
+    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over):
+    y log2|x| in float64, 2^n 2^r, rounded to float32 once."""
     f = Float(x.type)
     d = f.other(F64)
     magnitude = fabs(builder, x)
@@ -198,21 +206,16 @@ def _pow_float32(builder, x, y):
                                                   builder.fadd(wide_m1, d.const(2.0))))
     inverse = builder.fmul(builder.fsub(d.const(1.0), wide_rough), d.const(0.5))
     s = fma(builder, residual, inverse, wide_rough)
-    twice_s = builder.fadd(s, s)
-    square = builder.fmul(s, s)
-    log_m = fma(builder, builder.fmul(twice_s, square), horner(builder, square, _ATANH_FAST),
-                twice_s)
-    log_x = fma(builder, builder.sitofp(k_int, d.ty), d.const(math.log(2.0)), log_m)
-    # Beyond +-200 the float32 result is inf or 0 all the same; this keeps 2^n one normal
-    # float64 factor.
-    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log_x),
-                                 d.const(-200.0)), d.const(200.0))
-    n = rint(builder, builder.fmul(t, d.const(_INV_LN2)))
-    r = fma(builder, n, d.const(-math.log(2.0)), t)
-    value = fma(builder, builder.fmul(r, r), horner(builder, r, _EXP_FAST),
-                builder.fadd(r, d.const(1.0)))
-    result = builder.fptrunc(builder.fmul(value, pow2(builder, builder.fptosi(n, d.int), d)),
-                             x.type)
+    log2_x = fma(builder, s, horner(builder, builder.fmul(s, s), _LOG2_FAST),
+                 builder.sitofp(k_int, d.ty))
+    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log2_x),
+                                 d.const(-_EXPONENT_REACH)), d.const(_EXPONENT_REACH))
+    n = rint(builder, t)
+    value = horner(builder, builder.fsub(t, n), _EXP2_FAST)  # r = t - n is exact
+    # 2^n value: n added to the exponent field (value is near 1, the result normal)
+    shifted = builder.shl(builder.fptosi(n, d.int), d.iconst(52))
+    scaled = builder.bitcast(builder.add(builder.bitcast(value, d.int), shifted), d.ty)
+    result = builder.fptrunc(scaled, x.type)
     # negative x: to an odd integer power negative, to a non-integer power NaN
     whole = floor(builder, y)
     y_integer = builder.fcmp_ordered("==", whole, y)

@@ -50,7 +50,12 @@ def reshape(kernel, eqn, index):
         return kernel.value(source, relabelled)
     base = _reshape_base(kernel, source)
     if base is None:
-        raise FusionConflict(source)
+        # No buffer to read linearly: the schedule inlined the source because the reshape
+        # only splits its dims (split_reshape_groups), whose index is a sum of products.
+        split = split_reshape_index(kernel.ir_builder, index, source_shape, out_shape)
+        if split is None:
+            raise FusionConflict(source)
+        return kernel.value(source, split)
     builder = kernel.ir_builder
     linear = const(0)
     for component, stride in zip(index, kernel.shape_strides(out_shape)):
@@ -71,6 +76,60 @@ def unit_reshape_index(index, source_shape, out_shape):
     mapped = [ZERO] * len(source_shape)
     for out_position, source_position in zip(positions, source_positions):
         mapped[source_position] = index[out_position]
+    return tuple(mapped)
+
+
+def split_reshape_groups(source_shape, out_shape):
+    """For a reshape that only splits dims (and adds or drops unit dims), the out dims
+    each non-unit source dim becomes: ``[(source position, [out positions])]``; None for
+    any other reshape (one that merges dims needs the source's linear order: a buffer).
+    A source dim split in several must be static; one kept whole may be symbolic.
+
+    >>> split_reshape_groups((8, 128, 256), (8, 128, 8, 32))
+    [(0, [0]), (1, [1]), (2, [2, 3])]
+    >>> split_reshape_groups((8, 128, 8, 32), (8, 128, 256)) is None
+    True
+    """
+    out = [d for d, dim in enumerate(out_shape) if not is_unit(dim)]
+    groups, taken = [], 0
+    for position, dim in enumerate(source_shape):
+        if is_unit(dim):
+            continue
+        if taken < len(out) and out_shape[out[taken]] == dim:
+            groups.append((position, [out[taken]]))
+            taken += 1
+            continue
+        if not isinstance(dim, int):
+            return None
+        group, product = [], 1
+        while product < dim and taken < len(out) and isinstance(out_shape[out[taken]], int):
+            product *= out_shape[out[taken]]
+            group.append(out[taken])
+            taken += 1
+        if product != dim:
+            return None
+        groups.append((position, group))
+    return groups if taken == len(out) else None
+
+
+def split_reshape_index(builder, index, source_shape, out_shape):
+    """The source index of a reshape that only splits dims (``split_reshape_groups``):
+    per source dim, the sum of its out components times their strides in the group;
+    unit source dims read 0. None for any other reshape."""
+    groups = split_reshape_groups(source_shape, out_shape)
+    if groups is None:
+        return None
+    mapped = [ZERO] * len(source_shape)
+    for position, group in groups:
+        value, inner, stride = None, False, 1
+        for out_position in reversed(group):
+            component = index[out_position]
+            term = component.value if stride == 1 else builder.mul(component.value,
+                                                                  const(stride))
+            value = term if value is None else builder.add(value, term)
+            inner = inner or component.inner
+            stride *= out_shape[out_position] if len(group) > 1 else 1
+        mapped[position] = IndexComponent(value, inner)
     return tuple(mapped)
 
 

@@ -138,11 +138,13 @@ def test_prime_sizes_and_strided_operands(trans_a, trans_b, isa):
 
 @pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (17, 33, 0), (100, 33, 300),
-                                     (33, 1000, 40), (64, 1024, 784), (784, 300, 512)])
+                                     (33, 1000, 40), (64, 1024, 784), (784, 300, 512),
+                                     (300, 517, 700)])
 def test_bias_and_relu_epilogue(m, n, k, trans_a, trans_b, isa):
     """``relu(A @ B + bias)``, ``A @ B + bias`` and ``relu(A @ B)`` from the epilogue entry,
     on the direct and packed paths, K = 0, and products split by rows and by columns over
     the pool (64 x 1024 @ 784: columns, so each chunk's bias starts at its first column);
+    in BLIS order over row blocks with an edge block and three K blocks (300 x 517 @ 700);
     stale NaN in the output does not leak in."""
     rng = np.random.default_rng(21)
     a, b = operands(rng, m, n, k, trans_a, trans_b)

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracejit.codegen import SideExit
+from tracejit.codegen import SideExit, array_guard
+from tracejit.codegen.array_guard import ANY_DIM
 from tracejit.codegen.program import inline_body
 from tracejit.tracer import pytree
 from tracejit.tracer.dims import DimExpr
@@ -208,6 +209,7 @@ class _Source:
     def __init__(self, miss="None"):
         self.lines, self.namespace, self.counter = [], {}, 0
         self.miss = miss  # what a failed check returns
+        self.indent = 0  # added to every line's depth (the branches of a native check)
 
     def constant(self, value, prefix="K"):
         name = f"_{prefix}{self.counter}"
@@ -216,12 +218,19 @@ class _Source:
         return name
 
     def add(self, line, depth=1):
-        self.lines.append("    " * depth + line)
+        self.lines.append("    " * (depth + self.indent) + line)
 
 
-def _array_checks(source, variable, spec, bound, ranges):
+def _array_checks(source, variable, spec, bound, ranges, native=False):
     """Checks of one array (``variable`` holds it); binds symbols on first sight and
-    checks their bucket, later sights must equal them."""
+    checks their bucket, later sights must equal them. ``native``: the array guard
+    (``codegen/array_guard.py``) has checked its type, dtype, rank and static dims, so
+    only its symbolic dims are left."""
+    if native:
+        if any(isinstance(dim, str) for dim in spec.shape):
+            source.add(f"shape = {variable}.shape")
+            _symbolic_dims(source, spec, bound, ranges)
+        return
     type_name = spec.type_name
     from .autograd import is_grad_enabled
     from .tensor import Tensor
@@ -248,6 +257,14 @@ def _array_checks(source, variable, spec, bound, ranges):
     for axis, dim in enumerate(spec.shape):
         if not isinstance(dim, str):
             source.add(f"if shape[{axis}] != {_literal(dim, 'a static dim')}: return {source.miss}")
+    _symbolic_dims(source, spec, bound, ranges)
+
+
+def _symbolic_dims(source, spec, bound, ranges):
+    """Bind each symbolic dim of ``shape`` (the array's, in the generated code) on first
+    sight and check its bucket; later sights must equal it."""
+    for axis, dim in enumerate(spec.shape):
+        if not isinstance(dim, str):
             continue
         dim = _identifier(dim, ranges, "a dim")
         if dim in bound:
@@ -293,22 +310,27 @@ def _guard_statements(spec, source):
         source.add(f"{', '.join(f'leaf{position}' for position in range(len(spec.leaves)))}"
                    ", = leaves")
     bound = set()
-    values = {}
-    for position, leaf in enumerate(spec.leaves):
-        variable = f"leaf{position}"
-        if leaf.kind == "array":
-            _array_checks(source, variable, leaf, bound, spec.symbols)
-        elif leaf.kind == "scalar":
-            kind = source.constant({"int": int, "float": float}.get(leaf.type_name, float), "T")
-            source.add(f"if type({variable}) is not {kind}: return {source.miss}")
-        elif is_json_value(leaf.value):
-            kind = source.constant(type(leaf.value), "T")
-            source.add(f"if type({variable}) is not {kind} or "
-                       f"{_differs(source, variable, leaf.value)}: return {source.miss}")
+    values = {("leaf", position): f"leaf{position}" for position in range(len(spec.leaves))}
+    native = _native_arrays(spec) if flat else None
+    if native is None:
+        _leaf_checks(source, spec, bound)
+    else:  # the arrays' type, dtype and static dims in one native call, else all in Python
+        call = f"{source.constant(native[0], 'M')}(leaves, {source.constant(native[1], 'A')})"
+        condition = len(source.lines)
+        source.indent += 1
+        bound_natively = set(bound)
+        _leaf_checks(source, spec, bound_natively, native=True)
+        left = source.lines[condition:]
+        if left == ["    " * (source.indent + 1) + "pass"]:  # nothing is left to check
+            del source.lines[condition:]
+            source.add(f"if not {call}:", depth=0)
         else:
-            value = source.constant(leaf.value, "V")
-            source.add(f"if {variable} is not {value}: return {source.miss}")
-        values[("leaf", position)] = variable
+            source.lines.insert(condition, "    " * source.indent + f"if {call}:")
+            source.add("else:", depth=0)
+        _leaf_checks(source, spec, bound)
+        source.indent -= 1
+        if bound != bound_natively:
+            raise AssertionError("entry guard: the native and Python checks bind other dims")
     for guard in spec.shape_guards:
         source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, implicit in enumerate(spec.implicit):
@@ -369,6 +391,40 @@ def _guard_statements(spec, source):
             source.add(f"if type({variable}) is not {kind_type} or "
                        f"{_differs(source, variable, value)}: return {source.miss}")
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _leaf_checks(source, spec, bound, native=False):
+    """The checks of every argument leaf; ``native``: arrays that are ndarrays are checked
+    by the native array guard already (``_native_arrays``)."""
+    start = len(source.lines)
+    for position, leaf in enumerate(spec.leaves):
+        variable = f"leaf{position}"
+        if leaf.kind == "array":
+            _array_checks(source, variable, leaf, bound, spec.symbols,
+                          native=native and leaf.type_name != "Tensor")
+        elif leaf.kind == "scalar":
+            kind = source.constant({"int": int, "float": float}.get(leaf.type_name, float), "T")
+            source.add(f"if type({variable}) is not {kind}: return {source.miss}")
+        elif is_json_value(leaf.value):
+            kind = source.constant(type(leaf.value), "T")
+            source.add(f"if type({variable}) is not {kind} or "
+                       f"{_differs(source, variable, leaf.value)}: return {source.miss}")
+        else:
+            value = source.constant(leaf.value, "V")
+            source.add(f"if {variable} is not {value}: return {source.miss}")
+    if len(source.lines) == start:  # all checked natively: the branch needs a statement
+        source.add("pass")
+
+
+def _native_arrays(spec):
+    """``(matches, table)`` checking the ndarray leaves of ``spec`` natively
+    (``codegen/array_guard.py``), or None: no such leaf, or no native guard here."""
+    arrays = [(position, leaf.dtype, tuple(ANY_DIM if isinstance(dim, str) else dim
+                                           for dim in leaf.shape))
+              for position, leaf in enumerate(spec.leaves)
+              if leaf.kind == "array" and leaf.type_name != "Tensor"]
+    matches = array_guard.matcher() if arrays else None
+    return None if matches is None else (matches, array_guard.make_table(arrays))
 
 
 def _differs(source, variable, value):

@@ -511,6 +511,14 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                                    for leaf in leaves)
     for position, leaf in enumerate(leaves):
         if _is_array_leaf(leaf):
+            if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
+                # np.matrix multiplies with *, a masked array skips masked entries: compiled
+                # code computes with plain ndarrays, so a subclass runs as the user wrote it.
+                raise TraceError(
+                    f"argument {position} of {name} is a {type(leaf).__module__}."
+                    f"{type(leaf).__qualname__}, an ndarray subclass; compiled functions "
+                    "take plain ndarrays (np.asarray(x) to compile)"
+                )
             array = np.asarray(leaf)
             if array.dtype.kind not in "biuf":
                 raise TraceError(

@@ -298,6 +298,11 @@ def machine_facts():
     facts["tracejit"] = tracejit_version
     for name in ("torch", "jax", "jaxlib", "numba", "numexpr"):
         facts[name] = _version(name)
+    from .gemm import _blas_kernel
+
+    facts["openblas"] = _blas_kernel()
+    facts["openblas_environment"] = {name: os.environ.get(name, "(unset)")
+                                     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     return facts
 
 
@@ -308,4 +313,7 @@ def machine_line(facts):
     return (f"{facts['cpu']} ({facts['llvm_cpu']}, {facts['simd'] or 'no AVX'}), "
             f"{facts['cores']} cores, Python {facts['python']}, NumPy {facts['numpy']}, "
             f"llvmlite {facts['llvmlite']} / LLVM {facts['llvm']}, tracejit "
-            f"{facts['tracejit']}" + (f"; {peers}" if peers else ""))
+            f"{facts['tracejit']}" + (f"; {peers}" if peers else "")
+            + (f"; OpenBLAS kernel {facts['openblas']}, " + ", ".join(
+                f"{name}={value}" for name, value in facts["openblas_environment"].items())
+               if facts.get("openblas") else ""))

@@ -197,11 +197,21 @@ def mod(ctx, x, y):
     return _integer_divmod(ctx.builder, x, y)[1]
 
 
+# NumPy computes a float power whose exponent is one value for the whole loop (a Python or
+# NumPy scalar) as a square root when that value is 0.5: (-0.0) ** 0.5 is -0.0 and
+# (-inf) ** 0.5 NaN, where C99's pow gives +0.0 and +inf. Probed, not assumed.
+_HALF_POWER_IS_SQRT = all(
+    bool(np.signbit(np.power(np.array([-0.0, -0.0], dtype), 0.5)).all())
+    for dtype in (np.float32, np.float64))
+
+
 def power(ctx, x, y):
     builder = ctx.builder
     if is_float(ctx.dtype):
         if isinstance(y, ir.Constant):
             exponent = float(y.constant)
+            if exponent == 0.5 and _HALF_POWER_IS_SQRT:
+                return mathlib.sqrt(builder, x)
             if exponent == 2.0:
                 return builder.fmul(x, x)
             if exponent == 1.0:

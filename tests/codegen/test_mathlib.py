@@ -693,6 +693,26 @@ def test_power_special_values(dtype):
                 f"power {dtype} where NumPy gives NaN, inf or 0")
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+@pytest.mark.parametrize("exponent", [0.5, 2.0, 1.0, -1.0, 0.0, 3.0, -0.5, 1.5])
+def test_power_with_a_literal_exponent_is_numpys(exponent, dtype):
+    """``x ** c`` with a Python float: NumPy's own fast paths (a power of 0.5 is its square
+    root: (-0.0) ** 0.5 is -0.0 and (-inf) ** 0.5 NaN, not C99's +0.0 and +inf), bit for
+    bit where NumPy computes exactly (0.5, 2, 1, -1, 0), within the stated bound elsewhere,
+    special values exact."""
+    program = compiled(("mathlib-literal-power", exponent, dtype),
+                       lambda x: x ** exponent, np.ones(64, dtype))
+    rng = np.random.default_rng(21)
+    values = np.concatenate([power_specials(dtype), rng.uniform(-10, 10, 4000).astype(dtype),
+                             random_bits(dtype, 4000, seed=22)])
+    with np.errstate(all="ignore"):
+        (actual,) = program(values)
+        expected = values ** exponent
+    exact = exponent in (0.5, 2.0, 1.0, -1.0, 0.0)
+    assert_same(actual, expected, 0 if exact else STATED_ULP[("power", dtype)], (values,),
+                f"x ** {exponent} {dtype}")
+
+
 # --- vectorized ------------------------------------------------------------------------
 def calls_in(optimized_ir):
     """``(callee, result type)`` of every call that is not an LLVM intrinsic."""

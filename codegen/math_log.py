@@ -7,11 +7,10 @@ m come from integer operations on the bits, R has fdlibm's four float coefficien
 Zeros, denormals, negatives, infinities and NaN take the float64 code as a rare path
 (``math_rare_path``), per vector and only when a lane needs it.
 
-log2 and log10 are that log core with the scale folded in, no division and no float64:
-log(m) as the float-float f - hfsq + (its rounding error + s (hfsq + R)), times
-1/ln2 (1/ln10) split in two, added to k (k log10(2), split) by an exact sum. float64
-scales the double-double log of ``math_pow`` the same way; powers of two (of ten) give
-their exponents exactly in both precisions, as NumPy's.
+log2 and log10 are that log core with the scale folded in (no extra division; float32 no
+float64): log(m) as the float-float f - hfsq + (its rounding error + s (hfsq + R)),
+times 1/ln2 (1/ln10) split in two, added to k (k log10(2), split). Powers of two give
+their exponents exactly, and so do the powers of ten for log10.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, fma, horner, maximum, minimum, two_product
+from .math_core import Float, fma, horner, maximum, minimum
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -198,31 +197,39 @@ def log1p(builder, x):
 
 
 # --- log2 and log10 -------------------------------------------------------------------------
-# 1/ln(b) as a float64 head and tail (float64 path) and a float32 head and tail (float32
-# path); log_b(2) for float32 as a head of 11 bits (k times it is exact for any float32
-# exponent k) and a tail.
+# Per base and precision: 1/ln(b) as a head and a tail, and log_b(2) as a head short enough
+# that k times it is exact for every exponent k of the format (11 bits for float32, 33 for
+# float64) and a tail.
 _LOG_BASES = {
-    "log2": dict(inverse=(1.4426950408889634, 2.0355273740931033e-17),
-                 inverse_f32=(1.4426950216293335, 1.925963033500011e-08),
-                 of_two_f32=(1.0, 0.0)),
-    "log10": dict(inverse=(0.4342944819032518, 1.098319650216765e-17),
-                  inverse_f32=(0.4342944920063019, -1.0103049952192578e-08),
-                  of_two_f32=(0.301025390625, 4.605038981195214e-06)),
+    "log2": {F32: ((1.4426950216293335, 1.925963033500011e-08), (1.0, 0.0)),
+             F64: ((1.4426950408889634, 2.0355273740931033e-17), (1.0, 0.0))},
+    "log10": {F32: ((0.4342944920063019, -1.0103049952192578e-08),
+                    (0.301025390625, 4.605038981195214e-06)),
+              F64: ((0.4342944819032518, 1.098319650216765e-17),
+                    (0.3010299955494702, 1.1451100898021838e-10))},
 }
 
 
-def _scaled_log_double(builder, x, base):
-    """log_b of a positive finite float64: the double-double log times 1/ln(b) as a
-    double-double, rounded once (within about 0.5 ulp; exact for exact powers of b)."""
-    f = Float(x.type)
-    head, tail = _LOG_BASES[base]["inverse"]
-    # imported here: math_pow builds on this module
-    from .math_pow import log_double_double
-
-    hi, lo = log_double_double(builder, x)
-    product, error = two_product(builder, hi, f.const(head))
-    small = fma(builder, lo, f.const(head), fma(builder, hi, f.const(tail), error))
-    return builder.fadd(product, small)
+def _scaled_log_core(builder, k, m1, base):
+    """log_b(2^k (1 + m1)): log(1 + m1) = hi + lo (hi = m1 - hfsq rounded, lo its exact
+    rounding error plus s (hfsq + R)); y = log_b(1 + m1) = hi c_hi + (lo c_hi + hi c_lo)
+    rounded once by a fused multiply-add (1/ln b = c_hi + c_lo), then k log_b(2) + y, the
+    head of k log_b(2) exact inside a second one. Where k != 0 the result is at least as
+    large as y (|y| <= log_b(sqrt 2)), so y's rounding costs at most half an ulp of the
+    result (a quarter for log2, whose result is then at least 1/2); exact at the powers of
+    two (m1 = 0)."""
+    f = Float(m1.type)
+    (c_hi, c_lo), (two_hi, two_lo) = _LOG_BASES[base][f.element]
+    hfsq, tail = _log_tail(builder, m1, _LG_F32 if f.element == F32 else _LG)
+    hi = builder.fsub(m1, hfsq)
+    lo = builder.fadd(builder.fsub(builder.fsub(m1, hi), hfsq), tail)  # f - hi - hfsq exact
+    small = fma(builder, lo, f.const(c_hi), builder.fmul(hi, f.const(c_lo)))
+    if two_lo:
+        small = fma(builder, k, f.const(two_lo), small)
+    y = fma(builder, hi, f.const(c_hi), small)
+    if two_hi == 1.0:
+        return builder.fadd(k, y)
+    return fma(builder, k, f.const(two_hi), y)
 
 
 def _with_log_specials(builder, x, result):
@@ -237,9 +244,13 @@ def _with_log_specials(builder, x, result):
 
 
 def _scaled_log_general(base):
+    """float64 log_b of any float64 (denormals by ``log_reduce``), specials included; the
+    float32 rare path computes it in float64 and rounds once."""
+
     @_in_double
     def general(builder, x):
-        return _with_log_specials(builder, x, _scaled_log_double(builder, x, base))
+        k, m1 = log_reduce(builder, x)
+        return _with_log_specials(builder, x, _scaled_log_core(builder, k, m1, base))
 
     general.__name__ = f"_{base}_general"
     return general
@@ -249,28 +260,9 @@ _SCALED_LOG_GENERAL = {base: _scaled_log_general(base) for base in _LOG_BASES}
 
 
 def _scaled_log_float32(builder, x, base):
-    """log_b of a positive normal float32, at full width: log(m) = hi + lo (hi = f - hfsq
-    rounded, lo its exact rounding error plus s (hfsq + R)); y = log_b(m) = hi c_hi + (lo
-    c_hi + hi c_lo) rounded once by a fused multiply-add (1/ln b = c_hi + c_lo), then
-    k log_b(2) + y, the product's head exact inside a second one. Where k != 0 the result
-    is at least as large as y (|y| <= log_b(sqrt 2)), so y's rounding costs at most half
-    an ulp of the result (a quarter for log2, whose result is then at least 1/2)."""
-    f = Float(x.type)
-    constants = _LOG_BASES[base]
-    c_hi, c_lo = constants["inverse_f32"]
-    two_hi, two_lo = constants["of_two_f32"]
+    """log_b of a positive normal float32, at full width: k and m from the bits."""
     _, k, m = reduce_float32(builder, x)
-    m1 = builder.fsub(m, f.const(1.0))  # exact
-    hfsq, tail = _log_tail(builder, m1, _LG_F32)
-    hi = builder.fsub(m1, hfsq)
-    lo = builder.fadd(builder.fsub(builder.fsub(m1, hi), hfsq), tail)  # f - hi - hfsq exact
-    small = fma(builder, lo, f.const(c_hi), builder.fmul(hi, f.const(c_lo)))
-    if two_lo:
-        small = fma(builder, k, f.const(two_lo), small)
-    y = fma(builder, hi, f.const(c_hi), small)
-    if two_hi == 1.0:
-        return builder.fadd(k, y)
-    return fma(builder, k, f.const(two_hi), y)
+    return _scaled_log_core(builder, k, builder.fsub(m, Float(x.type).const(1.0)), base)
 
 
 def _scaled_log(base):

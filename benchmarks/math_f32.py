@@ -19,8 +19,8 @@ reference and the NumPy column). The 1-minute load average is printed before and
 each process: the machine is shared, so compare ratios within one run.
 
 Rows: the single functions on inputs in the range a model sees (sin and cos: [-10, 10];
-log: (0, 100]; exp: [-10, 10]; ...), the composites tracejit writes with them (tan,
-log2, log10, a sigmoid), ``x ** y``, and a fused chain of ten of them against its parts.
+log: (0, 100]; exp: [-10, 10]; ...; tan, log2 and log10 are primitives of their own), a
+composite (a sigmoid), ``x ** y``, and a fused chain of ten of them against its parts.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ LOWERINGS = {
     ops.abs_p: pointwise(pw.absolute),
     ops.sign_p: pointwise(pw.sign),
     ops.exp_p: pointwise(pw.math_function("exp"), TRANSCENDENTAL),
+    ops.exp2_p: pointwise(pw.math_function("exp2"), TRANSCENDENTAL),
     ops.expm1_p: pointwise(pw.math_function("expm1"), TRANSCENDENTAL),
     ops.log_p: pointwise(pw.math_function("log"), TRANSCENDENTAL),
     ops.log1p_p: pointwise(pw.math_function("log1p"), TRANSCENDENTAL),

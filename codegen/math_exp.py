@@ -1,4 +1,4 @@
-"""exp, expm1 and tanh: x = n ln2 + r, |r| <= ln2/2, and a polynomial for e^r.
+"""exp, exp2, expm1 and tanh: x = n ln2 + r, |r| <= ln2/2, and a polynomial for e^r.
 
 float32 has a fast path at full vector width: n comes from one fused multiply-add (adding
 1.5 * 2^23 rounds x/ln2 to an integer held in the low mantissa bits), e^r - 1 from a
@@ -11,6 +11,10 @@ otherwise run the general code on all of its lanes. Large results (x > 70; beyon
 2^(n + 25) is not a float) and NaN take the general code as a rare path
 (``math_rare_path``): per vector, only when a lane needs it. expm1 and tanh add n to the
 exponent bits of normal results, for |x| <= 86.
+
+exp2 reduces exactly (n = rint(x), r = x - n), so exp2 of an integer is the exact power
+of two; e^(r ln2) takes r ln2 as a float-float pair, and then exp's polynomial and
+scaling (float32 fast for x in (-150, 101]).
 
 The general code (float64, and float32's rare paths; exp's in float64) reduces with
 ``reduce_ln2``, sums the Taylor series and scales in two steps, so results overflow to inf
@@ -33,6 +37,7 @@ from .math_core import (
     minimum,
     pow2,
     reduce_ln2,
+    rint,
     scale,
 )
 from .math_rare_path import rare_path
@@ -135,6 +140,68 @@ def _exp_general_float32(builder, x):
     off at worst, more than the bound, on (70, 86], which is the rare path's now."""
     wide = Float(x.type).other(F64).ty
     return builder.fptrunc(_exp_general(builder, builder.fpext(x, wide)), x.type)
+
+
+# --- exp2 ---------------------------------------------------------------------------------
+# ln 2 as a float32 head and tail (float32 r ln2 as a float-float pair)
+_LN2_F32 = (0.6931471824645996, -1.9046542121259336e-09)
+_LN2_F64 = (6.93147180559945286227e-01, 2.319046813846299558e-17)
+EXP2_FAST_LIMIT_F32 = 101.0  # n + 25 <= 126: 2^(n + 25) e^r stays a normal float
+# NumPy's float32 exp2 is 0 from -149.5 down (correctly rounded, 2^x would be 2^-149 down
+# to -150): the same zeros here, exactly where NumPy has them.
+EXP2_UNDERFLOW_F32 = -149.5
+_EXP2_OVERFLOW = {F32: 128.0, F64: 1024.0}
+
+
+def _exp2_general(builder, x):
+    """exp2 of float64 (and of float32 in float64, rounded once): n = rint(x) and
+    r = x - n exactly, e^(r ln2) with r ln2 as a double-double."""
+    f = Float(x.type)
+    n = rint(builder, x)
+    r = builder.fsub(x, n)  # exact
+    head, tail = _LN2_F64 if f.double else _LN2_F32
+    product = builder.fmul(r, f.const(head))
+    low = fma(builder, r, f.const(tail), fma(builder, r, f.const(head), builder.fneg(product)))
+    reduced = _taylor_expm1(builder, product)
+    # e^(p + low) - 1 = expm1(p) + low e^p
+    reduced = fma(builder, low, builder.fadd(reduced, f.const(1.0)), reduced)
+    result = scale(builder, builder.fadd(reduced, f.const(1.0)),
+                   clamp_exponent(builder, n, f), f)
+    result = builder.select(builder.fcmp_ordered(">=", x, f.const(_EXP2_OVERFLOW[f.element])),
+                            f.const(math.inf), result)
+    result = builder.select(builder.fcmp_ordered("==", x, f.const(-math.inf)),
+                            f.const(0.0), result)
+    return builder.select(is_nan(builder, x), x, result)
+
+
+def _exp2_general_float32(builder, x):
+    wide = Float(x.type).other(F64).ty
+    return builder.fptrunc(_exp2_general(builder, builder.fpext(x, wide)), x.type)
+
+
+def exp2(builder, x):
+    """2^x: exact for integer x (as NumPy's); float32 at full width below 101."""
+    if x.type != F32:
+        return _exp2_general(builder, x)
+    f = Float(x.type)
+    rounder = f.const(_ROUNDER_F32 + _EXP_SHIFT_F32)
+    rounded = builder.fadd(x, rounder)  # n + 25 in the low mantissa bits
+    n = builder.fsub(rounded, rounder)
+    exponent_bits = builder.shl(builder.bitcast(rounded, f.int), f.iconst(23))
+    r = builder.fsub(x, n)  # exact
+    head, tail = _LN2_F32
+    product = builder.fmul(r, f.const(head))
+    low = fma(builder, r, f.const(tail), fma(builder, r, f.const(head), builder.fneg(product)))
+    reduced = fma(builder, builder.fmul(product, product), horner(builder, product, _EXPM1_F32),
+                  product)
+    reduced = fma(builder, low, builder.fadd(reduced, f.const(1.0)), reduced)
+    # 2^(n + 25) e^r, then 2^-25: exact for normal results, denormal ones rounded there
+    scaled = _times_pow2(builder, builder.fadd(reduced, f.const(1.0)), exponent_bits)
+    underflows = builder.fcmp_ordered("<=", x, f.const(EXP2_UNDERFLOW_F32))
+    scaled = builder.select(underflows, f.const(0.0), scaled)
+    fast = builder.fmul(scaled, f.const(2.0 ** -_EXP_SHIFT_F32))
+    rare = builder.fcmp_unordered(">", x, f.const(EXP2_FAST_LIMIT_F32))
+    return rare_path(builder, "exp2", rare, fast, x, _exp2_general_float32)
 
 
 # --- expm1 --------------------------------------------------------------------------------

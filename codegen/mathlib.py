@@ -5,7 +5,8 @@ has a fast path for the common range, the arguments it does not cover (huge, inf
 NaN, denormal) take the general code as a rare path, per vector and only when a lane needs
 it (``math_rare_path``). The algorithms live in modules named for them:
 
-    math_exp    exp, expm1, tanh     math_trig   sin, cos, tan
+    math_exp    exp, exp2, expm1,    math_trig   sin, cos, tan
+                tanh
     math_log    log, log1p, log2,    math_pow    x ** y
                 log10
     math_erf    erf                  math_core   the shared pieces
@@ -23,6 +24,9 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-3 ulp of
                                               two steps (exponent bits, a multiply that
                                               rounds denormals: within 0.75 ulp); x whose
                                               exp is 0 (-inf too) selected on that path
+    exp2       3 ulp    2 ulp      1 ulp      n = rint(x), r = x - n exact (exact at
+                                              integers), r ln2 as a float-float, exp's
+                                              polynomial and scaling
     expm1      3 ulp    2 ulp      2 ulp      2^n * expm1(r) + (2^n - 1)
     log        3 ulp    2 ulp      1 ulp      fdlibm: x = 2^k m, log(1+f) = f - hfsq + ...;
                                               float32 normal x: float32, k and m from bits
@@ -54,7 +58,7 @@ exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal res
 0.84 before its fused multiply-adds), log1p 0.86 (every third float32; 0.88 before), tanh
 1.50, sin 0.91 and cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
 (0.743 on [0.875, 3.92] with two intervals); on every 997th float32 and the edges of the
-fast paths (``test_float32_fractional_ulp_bound``): log2 0.84, log10 0.80, tan 0.96
+fast paths (``test_float32_fractional_ulp_bound``): exp2 0.99, log2 0.84, log10 0.80, tan 0.96
 (1.004 on a dense sweep of [0.6, pi/4], where tan's polynomial part is a quarter of the
 result);
 float32 pow within 0.54 ulp on 4 million pairs. float64 results are bit for bit those of
@@ -79,10 +83,10 @@ from __future__ import annotations
 
 from .math_core import ceil, copysign, fabs, floor, fma, rint, sqrt, trunc
 from .math_erf import erf
-from .math_exp import exp, expm1, tanh
+from .math_exp import exp, exp2, expm1, tanh
 from .math_log import log, log1p, log2, log10
 from .math_pow import pow  # noqa: A004 - NumPy's name
 from .math_trig import cos, sin, tan
 
-__all__ = ["ceil", "copysign", "cos", "erf", "exp", "expm1", "fabs", "floor", "fma", "log",
+__all__ = ["ceil", "copysign", "cos", "erf", "exp", "exp2", "expm1", "fabs", "floor", "fma", "log",
            "log1p", "log2", "log10", "pow", "rint", "sin", "sqrt", "tan", "tanh", "trunc"]

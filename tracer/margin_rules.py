@@ -57,8 +57,8 @@ INFLATE = 1.0 + 2.0**-30
 # ulp of a math function against NumPy's, per NumPy dtype: our stated error against the
 # exact result (codegen/mathlib.py, checked by tests/codegen/test_mathlib.py) plus 4 ulp
 # for NumPy's own (its SVML/SIMD functions state <= 4 ulp), rounded up.
-ULP_VS_NUMPY = {"exp": 8, "expm1": 8, "log": 8, "log1p": 8, "log2": 8, "log10": 8, "tanh": 8,
-                "sin": 8, "cos": 8, "tan": 8, "erf": 8, "power": 8}
+ULP_VS_NUMPY = {"exp": 8, "exp2": 8, "expm1": 8, "log": 8, "log1p": 8, "log2": 8, "log10": 8,
+                "tanh": 8, "sin": 8, "cos": 8, "tan": 8, "erf": 8, "power": 8}
 
 # Beyond this |x| both our tanh and NumPy's return exactly +-1 (ours clamps at 9.5 and
 # 19.5; NumPy's float32 tanh is 1 from 10, its float64 from 18.99; tested in
@@ -232,6 +232,10 @@ def _math(carry, absolute=0.0):
 def _exp_carry(ctx, eqn, x, e):
     # |exp a - exp b| <= exp(a) expm1(|a - b|); exp(a) is within ulps of the result.
     return ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, e))
+
+
+def _exp2_carry(ctx, eqn, x, e):
+    return _exp_carry(ctx, eqn, x, ctx.scaled(e, math.log(2.0)))
 
 
 def _expm1_carry(ctx, eqn, x, e):
@@ -665,6 +669,7 @@ RULES = {
     "sign": _sign,
     "sqrt": _sqrt,
     "exp": _math(_exp_carry),
+    "exp2": _math(_exp2_carry),
     "expm1": _math(_expm1_carry),
     "log": _math(_log_carry),
     "log1p": _math(_log1p_carry),

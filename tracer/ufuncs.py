@@ -83,6 +83,7 @@ UFUNCS = {
     np.absolute: ops.abs_p,
     np.sign: ops.sign_p,
     np.exp: ops.exp_p,
+    np.exp2: ops.exp2_p,
     np.expm1: ops.expm1_p,
     np.log: ops.log_p,
     np.log1p: ops.log1p_p,
@@ -127,7 +128,6 @@ UFUNCS = {
 UFUNC_COMPOSITES = {
     np.positive: _in_loop_dtypes(np.positive, lambda x: x),
     np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
-    np.exp2: _in_loop_dtypes(np.exp2, lambda x: np.exp(x * _LN2)),
     np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
     np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
     np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),

@@ -59,8 +59,8 @@ from tracejit.codegen import math_exp, math_log, math_trig
 from tracejit.tracer import ops
 from tracejit.tracer.ops import special
 
-FUNCTIONS = ["exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin", "cos", "tan",
-             "erf"]
+FUNCTIONS = ["exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin", "cos",
+             "tan", "erf"]
 # The eager function each compiled one is traced from and compared with.
 REFERENCES = {"erf": ops.erf_p}
 # The table in codegen/mathlib.py's docstring: against NumPy, and float32 against the
@@ -72,9 +72,10 @@ STATED_ULP = {
     ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
     ("erf", F32): 1, ("erf", F64): 1, ("log2", F32): 3, ("log2", F64): 2,
     ("log10", F32): 3, ("log10", F64): 2, ("tan", F32): 3, ("tan", F64): 2,
+    ("exp2", F32): 3, ("exp2", F64): 2,
 }
 EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 2, "sin": 1, "cos": 1,
-                     "power": 1, "erf": 1, "log2": 1, "log10": 1, "tan": 1}
+                     "power": 1, "erf": 1, "log2": 1, "log10": 1, "tan": 1, "exp2": 1}
 EXACT_ULP_HARD_CASES = 1  # against mpmath: sin, cos, tan, float64 power, erf, log2, log10
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
@@ -84,15 +85,18 @@ SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dyna
 POINTS = {
     F32: {"exp_overflow": 88.72283935546875, "exp_denormal": -87.33654022216797,
           "exp_underflow": -103.97208404541016, "expm1_saturation": -17.0,
-          "tanh_saturation": 9.5, "erf_rounds_to_one": 3.919205843636722},
+          "tanh_saturation": 9.5, "erf_rounds_to_one": 3.919205843636722,
+          "exp2_overflow": 128.0, "exp2_denormal": -126.0, "exp2_underflow": -149.5},
     F64: {"exp_overflow": 709.782712893384, "exp_denormal": -708.3964185322641,
           "exp_underflow": -745.1332191019411, "expm1_saturation": -38.0,
-          "tanh_saturation": 19.5, "erf_rounds_to_one": 5.921587195794507},
+          "tanh_saturation": 19.5, "erf_rounds_to_one": 5.921587195794507,
+          "exp2_overflow": 1024.0, "exp2_denormal": -1022.0, "exp2_underflow": -1075.0},
 }
 # The edges of the float32 fast paths: beyond them a vector takes the rare path.
 FAST_PATH_EDGES = {
     "exp": math_exp.EXP_FAST_LIMIT_F32, "expm1": math_exp.FAST_LIMIT_F32,
-    "log": "smallest_normal", "log1p": math_log.LOG1P_FAST_HIGH_F32,
+    "exp2": math_exp.EXP2_FAST_LIMIT_F32, "log": "smallest_normal",
+    "log1p": math_log.LOG1P_FAST_HIGH_F32,
     "log2": "smallest_normal", "log10": "smallest_normal",
     "sin": math_trig.FAST_LIMIT_F32, "cos": math_trig.FAST_LIMIT_F32,
     "tan": math_trig.FAST_LIMIT_F32,
@@ -102,6 +106,8 @@ POINTS[F64]["smallest_normal"] = float(np.finfo(F64).tiny)
 INTERESTING = {
     "exp": ["exp_overflow", "exp_denormal", "exp_underflow", 0.0],
     "expm1": ["exp_overflow", "expm1_saturation", 0.0],
+    # overflow, the denormal results, NumPy's last nonzero, integers (exact powers of two)
+    "exp2": ["exp2_overflow", "exp2_denormal", "exp2_underflow", 0.0, 1.0, 3.0],
     "log": [1.0, 0.0, "smallest_normal"],
     "log1p": [-1.0, 0.0],
     # 1 (the result is relatively small there), powers of the base (exact results)
@@ -291,14 +297,17 @@ def test_special_values(name, dtype):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 def test_log2_and_log10_of_exact_powers_are_exact(dtype):
-    """log2(2^k) = k for every power of two (denormals too) and log10(10^n) = n for every
+    """log2(2^k) = k and exp2(k) = 2^k for every power of two (denormals too; the composite
+    exp(k ln2) missed most) and log10(10^n) = n for every
     power of ten the format holds exactly, as the C library gives them (int(np.log2(n))
     must not be one less; NumPy's own float32 log10 misses some powers of ten)."""
     info = np.finfo(dtype)
     exponents = np.arange(info.minexp - info.nmant, info.maxexp)
-    powers = np.ldexp(np.ones(exponents.size), exponents).astype(dtype)
+    powers = powers_of_two = np.ldexp(np.ones(exponents.size), exponents).astype(dtype)
     assert_same(evaluate("log2", dtype, powers), exponents.astype(dtype), 0, (powers,),
                 f"log2 {dtype} of powers of two")
+    assert_same(evaluate("exp2", dtype, exponents.astype(dtype)), powers_of_two, 0,
+                (exponents,), f"exp2 {dtype} of integers")
     tens = np.arange(0, 11 if dtype == F32 else 23)  # 10^n exact in the format
     powers = (10.0 ** tens).astype(dtype)
     assert_same(evaluate("log10", dtype, powers), tens.astype(dtype), 0, (powers,),
@@ -334,11 +343,12 @@ def test_log2_log10_float64_against_exact_values(name):
 # log1p 0.86 on every third (fused multiply-adds), erf 0.743 on [0.875, 3.92] (two
 # intervals); exp 1.02 with denormal results on its fast path (0.75 there) and (70, 88.7]
 # computed in float64 (0.50); see codegen/mathlib.py.
-EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "expm1": 1.5, "log": 0.85, "log1p": 0.9,
+EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 0.85, "log1p": 0.9,
                                 "log2": 0.85, "log10": 0.85, "tanh": 1.5, "sin": 1.0,
                                 "cos": 1.0, "tan": 1.05, "erf": 0.85}
 # Every float32 within 2^18 floats of each fast path's edge is checked (both signs).
-EDGES = {"exp": math_exp.EXP_FAST_LIMIT_F32, "expm1": math_exp.FAST_LIMIT_F32,
+EDGES = {"exp": math_exp.EXP_FAST_LIMIT_F32, "exp2": math_exp.EXP2_FAST_LIMIT_F32,
+         "expm1": math_exp.FAST_LIMIT_F32,
          "log": float(np.finfo(F32).tiny), "log1p": math_log.LOG1P_FAST_HIGH_F32,
          "log2": float(np.finfo(F32).tiny), "log10": float(np.finfo(F32).tiny),
          "tan": math_trig.FAST_LIMIT_F32,
@@ -746,6 +756,7 @@ def calls_in(optimized_ir):
     ("erf", lambda x, y: ops.erf_p(x) * y), ("log1p-expm1", lambda x, y: np.log1p(x) - np.expm1(y)),
     ("tanh", lambda x, y: np.tanh(x)), ("sin-compare", lambda x, y: np.sin(x) > y),
     ("tan", lambda x, y: np.tan(x) - y), ("log2-log10", lambda x, y: np.log2(x) + np.log10(y)),
+    ("exp2", lambda x, y: np.exp2(x) * y),
     ("exp-row-sum", lambda x, y: np.sum(np.exp(x - y), axis=-1))])
 def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     """SIMD code without library calls: the loop vectorizer widens the straight-line code,

@@ -179,6 +179,7 @@ PRIMITIVE_SAMPLES = {
     "erf": ((uniform(2, 3),), {}),
     "exp": ((uniform(2, 3),), {}),
     "expm1": ((uniform(2, 3),), {}),
+    "exp2": ((uniform(2, 3),), {}),
     "flip": ((uniform(3, 4),), dict(axes=(1,))),
     "floor": ((away_from_integers(2, 3),), {}),
     "floor_divide": ((away_from_integers(2, 3), np.ones((2, 3))), {}),

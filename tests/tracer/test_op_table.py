@@ -167,6 +167,7 @@ SAMPLES = {
     "sign": Call((away_from_zero(2, 3),), {}),
     "exp": Call((uniform(2, 3),), {}),
     "expm1": Call((uniform(2, 3),), {}),
+    "exp2": Call((uniform(2, 3),), {}),
     "log": Call((positive(2, 3),), {}),
     "log1p": Call((uniform(2, 3, low=-0.5),), {}),
     "log2": Call((positive(2, 3),), {}),

@@ -18,6 +18,7 @@ from .pointwise import (
     cos_p,
     equal_p,
     erf_p,
+    exp2_p,
     exp_p,
     expm1_p,
     floor_divide_p,

@@ -135,13 +135,14 @@ def module_ir(isa=None, dtype="float32"):
 
 
 # --- compiled once per machine ------------------------------------------------------------
+GEMM_OPT_LEVEL = 2
 _load_lock = threading.Lock()
 _loaded = {}
 
 
 def object_code(isa=None):
     """The module's object code: from the runtime's object store (the disk cache) when it
-    has it, else compiled now (0.5-0.65 s of CPU on the loaded test machine) and stored.
+    has it, else compiled now (0.7 s of CPU on the loaded test machine) and stored.
     Keyed by the generating files' text, the instruction set and the host, like the pool's
     runtime."""
     isa = _resolve(isa)
@@ -157,7 +158,11 @@ def object_code(isa=None):
     start = time.process_time()
     from .gemm_driver import module_ir as generate
 
-    compiled = llvm.compile_module(generate(isa))
+    # At O2: the micro-kernels are vectors and loops written out already, so O3's extra
+    # work bought nothing measurable (MLP-step products, side by side on one thread: O2/O3
+    # time 0.89-1.04, within the machine's noise) and cost 0.5 s of the build (1.2 s CPU
+    # at O3, 0.7 s at O2), which a first call with an empty cache waits for.
+    compiled = llvm.compile_module(generate(isa), opt_level=GEMM_OPT_LEVEL)
     llvm.log.info("compiled tracejit's GEMM (%s) in %.0f ms of CPU (%.0f ms wall)", isa.entry,
                   (time.process_time() - start) * 1e3, compiled.seconds * 1e3)
     if store is not None:

@@ -5,7 +5,7 @@ composes the others from primitives in the dtypes NumPy's own loop would use;
 ``FOREIGN_UFUNCS`` names other libraries' ufuncs (``scipy.special.erf``) by module and
 attribute. ``tracejit.tracer.numpy_api.array_ufunc`` dispatches through these tables.
 
->>> UFUNCS[np.tanh].name, np.exp2 in UFUNC_COMPOSITES
+>>> UFUNCS[np.tanh].name, np.sinh in UFUNC_COMPOSITES
 ('tanh', True)
 """
 

@@ -57,6 +57,11 @@ CASES = {
     "merge after a split": (lambda x: split_heads(x + 1.0, 2).reshape(3, 2 * 7 * 4),
                             (3, 7, 8)),
     "split of a reduction": (lambda x: x.sum(axis=1).reshape(2, 5) + 1.0, (10, 3)),
+    "softmax over a split": (lambda x: nn.softmax((x + 1.0).reshape(3, 5, 2, 4), axis=-1),
+                             (3, 5, 8)),
+    "row sums of a split, broadcast back": (
+        lambda x: (np.exp(x).reshape(4, 3, 5) - np.exp(x).reshape(4, 3, 5).sum(
+            axis=-1, keepdims=True)).reshape(12, 5), (12, 5)),
     "prime": (lambda x: (x + 1.0).reshape(13, 1, 7)[:, :, 2:5], (13, 7)),
     "zero size": (lambda x: split_heads(x + 1.0, 2), (2, 0, 6)),
     "one element": (lambda x: (x + 1.0).reshape(1, 1, 1), (1,)),

@@ -96,6 +96,8 @@ def tree_to_json(tree):
     if tree.kind == "leaf":
         return "*"
     if tree.kind == "dict":
+        if tree.mapping is not None:
+            raise NotSerializable(f"a {tree.mapping.__name__} in the arguments or results")
         if not all(isinstance(key, (str, int)) for key in tree.keys):
             raise NotSerializable("a dict with keys other than str/int")
         return {"dict": [[key, tree_to_json(child)] for key, child in zip(tree.keys,

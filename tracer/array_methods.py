@@ -49,6 +49,13 @@ class ArrayMethods:
     __truediv__, __rtruediv__ = _binary(ops.true_divide_p)
     __floordiv__, __rfloordiv__ = _binary(ops.floor_divide_p)
     __mod__, __rmod__ = _binary(ops.mod_p)
+
+    def __divmod__(self, other):  # np.divmod: floor quotient and the remainder NumPy has
+        return self // other, self % other
+
+    def __rdivmod__(self, other):
+        return other // self, other % self
+
     __pow__, __rpow__ = _binary(ops.power_p)
     __matmul__, __rmatmul__ = _binary(ops.matmul_p)
     __lt__, __gt__ = _binary(ops.less_p)[0], _binary(ops.greater_p)[0]

@@ -42,6 +42,7 @@ from .locations import line_prefix, user_location
 from .loop_generalize import Refused
 
 _MISSING = object()  # an attribute that was not there before the write
+DELETED = object()  # what a ``del self.cache`` records as the attribute's last value
 
 # Per object, the attributes holding a number that its calls rebind (self.t += 1 in an
 # optimizer): traces read them as run-time inputs, not as entry-guarded settings.
@@ -80,6 +81,7 @@ class AttributeWrite:
     name: str
     tree: object
     leaves: tuple
+    deleted: bool = False  # ``del self.cache``: the call leaves no attribute there
 
     @property
     def kind(self):  # what OutputPlan's checks read: outputs in ``leaves``
@@ -90,6 +92,11 @@ class AttributeWrite:
         return [value for kind, value in self.leaves if kind != "static"]
 
     def store(self, arguments, outputs):
+        if self.deleted:
+            owner = resolve(self.path, arguments)
+            if hasattr(owner, self.name):
+                delattr(owner, self.name)
+            return
         values = []
         for kind, value in self.leaves:
             if kind == "static":
@@ -148,6 +155,28 @@ def note(context, owner, name, value, path):
     context.attribute_writes[key] = (path, owner, name, value, user_location())
     context.written_paths.add(Path(path.root, path.steps + (("attr", name),)).key)
     setattr(owner, name, value)
+
+
+def note_delete(context, owner, name, path):
+    """``del owner.name`` for the trace (``del self.cache`` once the activations are used):
+    compiled calls delete the attribute too. One the trace did not write must be there at
+    every call, as it is now (else eager raises AttributeError)."""
+    if getattr(context, "in_loop_body", 0):
+        raise Refused("an attribute deleted on an object from outside the function")
+    attribute = Path(path.root, path.steps + (("attr", name),))
+    present = hasattr(owner, name)
+    if present and attribute.key not in context.written_paths:
+        context.note_presence(attribute, True)
+    key = (id(owner), name)
+    if present and key not in context.attribute_originals:
+        context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
+                                            if hasattr(owner, "__dict__") else
+                                            getattr(owner, name, _MISSING))
+        context.note_outside_value(path, owner, identity=True)  # the same object each call
+    delattr(owner, name)  # (missing: the AttributeError eager raises)
+    context.attribute_writes.pop(key, None)
+    context.attribute_writes[key] = (path, owner, name, DELETED, user_location())
+    context.written_paths.add(attribute.key)
 
 
 def note_copy(context, container):
@@ -253,6 +282,9 @@ def collect(context, output_atoms, is_leaf):
     with the user's line that wrote it."""
     writes = []
     for path, _, name, value, location in getattr(context, "attribute_writes", {}).values():
+        if value is DELETED:
+            writes.append(AttributeWrite(path, name, None, (), deleted=True))
+            continue
         flat, tree = pytree.flatten(value)
         leaves = []
         for leaf in flat:
@@ -280,6 +312,8 @@ def _plain(value):
 def apply(context):
     """The traced call's attribute writes, with their real values."""
     for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
+        if value is DELETED:
+            continue  # (deleted for the trace already)
         flat, tree = pytree.flatten(value)
         concrete = [leaf.value if hasattr(leaf, "ir_var") else
                     int(leaf.value) if hasattr(leaf, "expr") else leaf for leaf in flat]

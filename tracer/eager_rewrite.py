@@ -92,6 +92,12 @@ class EagerHooks:
 
     index = item_at
 
+    def iterate(self, iterable):
+        return iterable
+
+    def del_attr(self, owner, name, written):
+        delattr(owner, name)
+
     def loop_note(self, line, reason):
         pass
 

@@ -37,12 +37,20 @@ from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if
 from .implicit import Path
 from .ir import Effect
 from .locations import line_prefix, user_location
-from .loop_containers import StackedList, stack_call
+from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import arange, array_of
-from .object_paths import ObjectPaths, holds_attributes, is_plain_object, partial_roots
+from .object_paths import (
+    ObjectPaths,
+    guard_class,
+    guard_method,
+    holds_attributes,
+    is_plain_object,
+    is_settings_record,
+    partial_roots,
+)
 from .out_arguments import check_out
 from .outside_inputs import (
     GUARDED_VALUES,
@@ -83,10 +91,12 @@ def _any_tracer(values):
                for value in values)
 
 
-def _holds_traced(value):
-    """A list or tuple with a dim or a traced value in it (``np.array(x.shape)``)."""
+def _holds_traced(value, depth=2):
+    """A list or tuple with a dim or a traced value in it (``np.array(x.shape)``), or in
+    its rows (``np.array([[c, -s], [s, c]])``)."""
     return isinstance(value, (tuple, list)) and any(
-        isinstance(item, SymInt) or is_traced(item) for item in value)
+        isinstance(item, SymInt) or is_traced(item) or (depth > 1 and _holds_traced(
+            item, depth - 1)) for item in value)
 
 
 def _is_random(function, args, kwargs):
@@ -184,6 +194,8 @@ class Hooks:
             # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
             # must not leave compiled code computing the old one.
             context.note_outside_value(path, value, identity=True)
+        if path is not None and isinstance(value, types.MethodType):
+            self.objects.method_read(path, value)  # self.optimizer.update: its class
         return self._load_through(path, value)
 
     @calls_for_the_user  # n.real on a dim: the user's getattr
@@ -230,8 +242,12 @@ class Hooks:
                     self.objects.remember_container(path, value)
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
                 return with_inputs(context, value, path)
+        elif path is not None and is_settings_record(value):
+            # layer.config a namedtuple of settings: config._replace(scale=0.5) is a change
+            context.outside_values.setdefault(path.key, (path, "value", value))
         elif path is not None and is_plain_object(value) and not callable(value):
             self.objects.note(path, value)
+            guard_class(context, path, value)  # isinstance(self.optimizer, MomentumSGD)
         return value
 
     def _path(self, descriptor, frame):
@@ -259,8 +275,12 @@ class Hooks:
                 return Path(root.root, root.steps + tuple(steps))
         elif kind == "param" and steps and is_plain_object(frame.f_locals.get(name)):
             # ``self.training`` inside a layer's method called from the traced function:
-            # the object is the one this trace used (its identity is guarded where it was
-            # read), so re-read the attribute on it at every call.
+            # read again where the object was found (``self.optimizer.lr``: a new optimizer
+            # there is seen), else on the object itself (its identity is guarded where it
+            # was read).
+            known = self.objects.path_of(frame.f_locals[name])
+            if known is not None:
+                return Path(known.root, known.steps + tuple(steps))
             root = ("self", frame.f_locals[name])
         elif kind == "param" and steps:  # state["optimizer"].lr: through an object found
             return self.objects.through(frame.f_locals.get(name), steps)
@@ -284,6 +304,11 @@ class Hooks:
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
             return args[0].shape[0]
+        if function is len and len(args) == 1 and not kwargs and (
+                method := self._container_method(args[0], "__len__")) is not None:
+            length = method()  # len(model) of a container class: its len(self._layers)
+            if type(length) is int and length >= 0:
+                return length
         if _is_ufunc_at(function) and args and isinstance(args[0], np.ndarray) and (
                 _any_tracer(args[1:])):
             # np.add.at(dW, ids, dout) into a buffer made here: into its traced copy, which
@@ -355,6 +380,8 @@ class Hooks:
         if inline is not None:  # a jit function called while tracing: traced through, as
             return self.function_for(inline)  # a plain helper (its own trace would nest)
         if callable_object(function):  # a layer instance: enter its __call__
+            if (path := self.objects.path_of(function)) is not None:
+                guard_method(self.context, path, function, "__call__")  # a patched class
             return types.MethodType(self.function_for(type(function).__call__), function)
         target = function.__func__ if isinstance(function, types.MethodType) else function
         if isinstance(target, functools.partial) or not is_user_function(target):
@@ -410,10 +437,30 @@ class Hooks:
                                   f"{type(array).__name__}")
         array[index] = value
 
+    def iterate(self, iterable):
+        """What ``for item in iterable`` walks: a container class's ``__iter__`` runs
+        rewritten (its ``self._layers`` is read through the container's path, so the
+        layers keep theirs); anything else as Python iterates it."""
+        method = self._container_method(iterable, "__iter__")
+        return iterable if method is None else method()
+
+    def _container_method(self, owner, name):
+        """``owner.name`` rewritten, for an object of a user class found through a path
+        whose class defines ``name`` (``__iter__``, ``__getitem__``, ``__len__``), or None."""
+        function = getattr(type(owner), name, None)
+        if not is_user_function(function) or self.objects.path_of(owner) is None:
+            return None
+        return self.function_for(types.MethodType(function, owner))
+
+    @calls_for_the_user  # cache[n] with n a dim: the hash d[n] = v stored it under
     def index(self, container, key):
         """``container[key]``; a NumPy array indexed by a traced key (``np.eye(n)[labels]``)
         becomes a constant (or an outside input) of the trace first, where NumPy's own
-        indexing would convert the key to an array."""
+        indexing would convert the key to an array. A container class's ``__getitem__``
+        runs rewritten (``model[i].factor``: the layer keeps its path)."""
+        method = self._container_method(container, "__getitem__")
+        if method is not None:
+            return method(key)
         if type(container) is np.ndarray and any(
                 is_traced(part) for part in (key if isinstance(key, tuple) else (key,))):
             atom, _, _ = self.context.atom(self.local(container))
@@ -437,7 +484,14 @@ class Hooks:
 
     # the model's own exception handlers --------------------------------------------------
     def caught(self):  # the first statement of every except block of the model
-        reraise_if_it_stops_the_trace(sys.exc_info()[1])
+        error = sys.exc_info()[1]
+        reraise_if_it_stops_the_trace(error)
+        if isinstance(error, AttributeError) and isinstance(error.name, str) and (
+            (path := self.objects.path_of(error.obj)) is not None
+        ):  # try: v = self.velocity / except AttributeError: the attribute must be missing
+            attribute = Path(path.root, path.steps + (("attr", error.name),))
+            if attribute.key not in self.context.written_paths:
+                self.context.note_presence(attribute, False)
 
     # effects -------------------------------------------------------------------------
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
@@ -471,6 +525,7 @@ class Hooks:
         emit_prints(self.context, [(stream, sep.join(texts) + end)])
 
     # assignments ---------------------------------------------------------------------
+    @calls_for_the_user  # d[n] = v with n a dim: stored under the hash d[n] finds
     def set_item(self, container, index, value, outside):
         if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
             container = self.context.replaced[id(container)]
@@ -497,6 +552,7 @@ class Hooks:
         container[index] = value
         return container
 
+    @calls_for_the_user
     def update_item(self, container, index, value, operation, outside):
         # a[i] += v is a[i] = a[i] + v (``a[i]`` is a view: updating it in place would not
         # reach ``a`` under tracing).
@@ -507,9 +563,9 @@ class Hooks:
             # dW[ids] += g into np.zeros: read through the traced copy the write makes,
             # not NumPy's indexing (which would read the traced position as a number)
             container = self._traced_copy(container)
-        if isinstance(container, (dict, list)) and is_traced(container[index]) and isinstance(
-            container[index].value, np.ndarray
-        ):
+        if (isinstance(container, (dict, list)) or is_in_loop(container)) and is_traced(
+            container[index]
+        ) and isinstance(container[index].value, np.ndarray):
             # params[k] -= v on an array a dict or list holds: NumPy updates that array in
             # place (every name for it sees it) and stores the same object back. (A number
             # is immutable: config["t"] += 1 stores a new one.)
@@ -520,6 +576,9 @@ class Hooks:
         return self.set_item(container, index, updated, outside)
 
     def inplace(self, target, value, operation):
+        if isinstance(target, np.ndarray) and (
+                refusal := entry_refusal(self.context, target)) is not None:
+            raise refusal  # prev = hs[-1] in a captured loop (an array), then prev *= 0.5
         if isinstance(target, np.ndarray) and is_traced(value):
             # NumPy writes into ``target``'s buffer: the result must fit its shape and cast
             # "same_kind" to its dtype (else NumPy's error), and every other name for the
@@ -552,6 +611,17 @@ class Hooks:
             self._number_state(owner, name, attribute, written)
         attribute_writes.note(context, owner, name, value, path)
 
+    def del_attr(self, owner, name, written):
+        """``del owner.name``: on an object made in this call, as Python does it; on one
+        from outside, a deletion the compiled call makes too (``attribute_writes``)."""
+        if attribute_writes.is_local_object(self.context, owner):
+            delattr(owner, name)
+            return
+        path = self.objects.path_of(owner)
+        if path is None:
+            return self.outside_mutation(written)
+        attribute_writes.note_delete(self.context, owner, name, path)
+
     def _number_state(self, owner, name, attribute, written):
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
         as state and trace again (``attribute_writes.NumberState``), or refuse."""
@@ -560,6 +630,7 @@ class Hooks:
                 f"{line_prefix(user_location(skip=2))}{attribute}")
         self.outside_mutation(written)
 
+    @calls_for_the_user
     def store_item(self, container, index, value, written):
         """``expression[index] = value`` where the container is not a plain name
         (``self.cache["x"] = x``, ``self.h[t] = h``): an array is written as ``a[i] = v``
@@ -572,6 +643,7 @@ class Hooks:
             self.outside_mutation(written)
         container[index] = value
 
+    @calls_for_the_user
     def update_item_in(self, container, index, value, operation, written):
         """``expression[index] op= value`` (``self.params["W"] -= lr * g``): an array
         there is updated in place (as NumPy does; an outside one is written back), an

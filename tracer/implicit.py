@@ -109,6 +109,12 @@ def _scan(value, path, found, depth, seen, objects=None):
                   found, depth + 1, seen)
         if isinstance(value.func, types.FunctionType):
             _scan_function(value.func, found, seen, set())
+        elif hasattr(value.func, "__dict__"):  # partial(model, training=False): model.W
+            _scan(value.func, Path(path.root, path.steps + (("attr", "func"),)), found,
+                  depth + 1, seen, objects)
+            call = getattr(type(value.func), "__call__", None)  # noqa: B004 - the method
+            if isinstance(call, types.FunctionType):
+                _scan_function(call, found, seen, set(), objects)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value[:64]):
             _scan(item, Path(path.root, path.steps + (("item", index),)), found, depth + 1, seen,

@@ -473,7 +473,14 @@ def _scatter(plan, value, unique=True):
         value = _scatter_advanced(value, plan, unique)
     value = ops.reshape(value, plan.sliced_shape)
     value = ops.flip(value, plan.flipped)
-    return ops.pad(value, plan.pad_config())
+    config = plan.pad_config()
+    if not is_traced(value) and any(isinstance(part, SymInt) for entry in config
+                                    for part in entry):
+        # alpha[0] = 1.0 into a buffer of a dynamic length: the padding is symbolic, so
+        # the constant block is a value of the trace (NumPy's pad would pin the dim)
+        context = current_context()
+        value = context.tracer_for(context.atom(np.asarray(value))[0])
+    return ops.pad(value, config)
 
 
 def _advanced_layout(shape, advanced):

@@ -369,6 +369,20 @@ class _InLoop:
             record = ("at", key, None)
         number = len(self._reads)
         self._reads.append(record)
+        if record[0] != "current":
+            return self._entry(self._read_planned(record, number, key, trip, fixed))
+        return self._read_planned(record, number, key, trip, fixed)
+
+    def _entry(self, value):
+        """An entry of an earlier trip or from before the loop, noted as one: NumPy would
+        update it in the list too if the body updated it in place (``prev = hs[-1]``, then
+        ``prev *= 0.5``), which a captured loop cannot (``note_entry_read``)."""
+        note_entry_read(self._t, value, Refusal(
+            f"an entry read from `{self._carry.name}` is updated in place in the body"))
+        return value
+
+    def _read_planned(self, record, number, key, trip, fixed):
+        carry = self._carry
         if carry.plan is None:  # discovery: the real value, wherever it is
             if record[0] == "current":
                 return self._current
@@ -388,6 +402,33 @@ class _InLoop:
             return _rebuild(leaves, carry.arity)
         raise Refusal(f"`{carry.name}` is read at {key!r}, where iterations 1 and 2 read "
                       "differently")
+
+
+def note_entry_read(index, value, refusal):
+    """``value`` was read from a list or dict a captured loop over ``index`` carries: an
+    in-place update of it while that loop's trial runs raises ``refusal``
+    (``entry_refusal``), and the loop runs unrolled."""
+    context = getattr(index, "context", None)
+    if isinstance(value, (Tracer, np.ndarray)) and context is not None:
+        if not hasattr(context, "loop_entry_reads"):
+            context.loop_entry_reads = {}
+        # (the value is kept alive, so its id stays its own)
+        context.loop_entry_reads[id(value)] = (value, refusal, index.expr.symbols())
+
+
+def entry_refusal(context, value):
+    """The refusal noted for an in-place update of ``value`` in the trial of a captured
+    loop running now (``note_entry_read``), or None."""
+    noted = getattr(context, "loop_entry_reads", {}).get(id(value))
+    if noted is None or noted[0] is not value:
+        return None
+    active = getattr(context, "loop_indices", None) or {}
+    return noted[1] if not noted[2].isdisjoint(active) else None
+
+
+def is_in_loop(container):
+    """A list or dict as a captured loop's body sees it (``hs`` of ``hs.append(h)``)."""
+    return isinstance(container, _InLoop)
 
 
 class _DictInLoop(_InLoop):
@@ -609,8 +650,10 @@ def stack_call(function, args, kwargs):
         if extra or len(args) > 2:
             return None
         return args[0].stacked(axis)
-    if function in (np.array, np.asarray) and len(args) == 1 and not kwargs:
-        return args[0].stacked(0)
+    if function in (np.array, np.asarray) and len(args) <= 2 and set(kwargs) <= {"dtype"}:
+        dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+        stacked = args[0].stacked(0)  # np.array(accuracies, dtype=np.float32): then cast
+        return stacked if dtype is None else stacked.astype(dtype)
     return None
 
 

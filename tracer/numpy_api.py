@@ -161,9 +161,16 @@ def array_of(values, dtype=None, **kwargs):
     >>> tj.jit(lambda x: np.array([x.sum(), 1]), cache="memory")(np.ones(2, np.float32))
     array([2., 1.])
     """
-    if kwargs or not all(isinstance(value, (bool, int, float, SymInt, np.generic,
-                                            np.ndarray)) or is_traced(value)
-                         for value in values):  # nested: NumPy's, on the dims' values
+    if not kwargs and values and builtins.all(type(value) in (list, tuple)
+                                              for value in values):
+        # np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]): a stack of rows
+        rows = [array_of(row) for row in values]
+        common = np.result_type(*[dtype_of(row) for row in rows])
+        result = stack([astype(row, common) for row in rows])
+        return astype(result, dtype) if dtype is not None else result
+    if kwargs or not builtins.all(isinstance(value, (bool, int, float, SymInt, np.generic,
+                                                     np.ndarray)) or is_traced(value)
+                                  for value in values):  # deeper: NumPy's, on the dims' values
         return np.array([int(value) if isinstance(value, SymInt) else value
                          for value in values], dtype, **kwargs)
     parts = [bind(ops.cast_p, value, dtype=np.dtype(np.int64)) if isinstance(value, SymInt)

@@ -14,6 +14,9 @@ by, so the attributes of an object held in a local variable keep one:
 Objects come in through a list or dict read from outside (``remember_container``), the
 leaves of container arguments (``Path(("arg", position))``), the arguments a
 ``functools.partial`` binds (``partial_roots``), and any attribute loaded through a path.
+An object found so is entry-guarded by its class (``guard_class``: ``isinstance`` and the
+methods the trace inlined answer for it), and a method the trace entered by the function
+its class holds (``guard_method``, ``ObjectPaths.method_read``).
 
 >>> import functools
 >>> def step(optimizers, w): ...
@@ -30,6 +33,8 @@ import numpy as np
 
 from .implicit import Path
 from .loop_containers import StackedList
+from .outside_inputs import is_setting
+from .rewritten_code import callable_object
 
 
 def is_plain_object(value):
@@ -39,6 +44,13 @@ def is_plain_object(value):
         value, (np.ndarray, np.generic, int, float, complex, str, bytes, tuple, list, dict,
                 StackedList, types.ModuleType, type)) and getattr(  # (a list of the trace)
         type(value), "__tracejit_priority__", 0) == 0
+
+
+def is_settings_record(value):
+    """A namedtuple of settings (``Config(scale=2.0, use_bias=True)``): compared whole, by
+    type and value, where it is read from outside."""
+    return isinstance(value, tuple) and hasattr(type(value), "_fields") and all(
+        is_setting(item) for item in value)
 
 
 def holds_attributes(value):
@@ -55,10 +67,12 @@ def partial_roots(fn):
     if not isinstance(fn, functools.partial):
         return {}
     function = fn.func.__func__ if isinstance(fn.func, types.MethodType) else fn.func
+    if callable_object(fn.func):  # partial(model, training=False): model.__call__
+        function = type(fn.func).__call__  # noqa: B004 - the method, to inspect
     if not isinstance(function, types.FunctionType):
         return {}
     names = function.__code__.co_varnames[:function.__code__.co_argcount]
-    names = names[1:] if isinstance(fn.func, types.MethodType) else names  # (self)
+    names = names[1:] if function is not fn.func else names  # (self)
     if len(fn.args) > len(names):
         return {}  # bound into *args: no name to read them by
     roots = {name: Path(("self", fn), (("attr", "args"), ("item", index)))
@@ -99,6 +113,24 @@ class ObjectPaths:
             elif type(item) in (list, tuple, dict) and depth > 1:
                 self.remember_container(where, item, depth - 1)
 
+    def method_read(self, path, method):
+        """``self.optimizer.update`` read through ``path``: the trace inlines that function
+        and reads the receiver's settings, so later calls must find the same function and
+        a receiver of the same class there, read again through ``self.optimizer``."""
+        receiver = method.__self__
+        if not holds_attributes(receiver):
+            return
+        context = self.context
+        context.note_outside_value(Path(path.root, path.steps + (("attr", "__func__"),)),
+                                   method.__func__, identity=True)
+        if not path.steps or path.steps[-1][0] != "attr":  # STEP = opt.update: that object
+            context.note_outside_value(Path(path.root, path.steps + (("attr", "__self__"),)),
+                                       receiver, identity=True)
+            return
+        owner = Path(path.root, path.steps[:-1])
+        guard_class(context, owner, receiver)
+        self.note(owner, receiver)
+
     def through(self, value, steps):
         """The path of ``value`` followed by ``steps`` (``state["optimizer"].lr``) through
         the deepest object on the way whose path is known, or None."""
@@ -115,3 +147,30 @@ class ObjectPaths:
             return None
         known, count = found
         return Path(known.root, known.steps + tuple(steps[count:]))
+
+
+def class_path(path):
+    """Where the class of the object at ``path`` is found again: ``path.__class__``."""
+    return Path(path.root, path.steps + (("attr", "__class__"),))
+
+
+def guard_class(context, path, value):
+    """The object at ``path`` must be of ``value``'s class at later calls: the trace
+    inlined that class's methods and answered ``isinstance``/``type`` queries for it, so
+    ``self.optimizer = MomentumSGD(lr)`` replacing ``PlainSGD(lr)`` (equal settings) is a
+    different trace."""
+    context.note_outside_value(class_path(path), type(value), identity=True)
+
+
+def guard_method(context, path, receiver, name):
+    """``receiver.name`` (found at ``path``) is a method the trace enters: later calls must
+    find the same function on the same class (a class patched between calls,
+    ``Swish.__call__ = ...``, is a different trace). False when the method is not the
+    class's plain function (an instance attribute, a classmethod): nothing to guard."""
+    function = getattr(type(receiver), name, None)
+    if not isinstance(function, types.FunctionType):
+        return False
+    guard_class(context, path, receiver)
+    context.note_outside_value(Path(path.root, class_path(path).steps + (("attr", name),)),
+                               function, identity=True)
+    return True

@@ -1,23 +1,29 @@
 """Nested tuples, lists and dicts of leaves ("pytrees"): flatten to a list, rebuild.
 
+Dicts keep their insertion order (eager code sees it: ``list(d)``, ``d.values()``), and a
+``Counter`` or ``OrderedDict`` its class.
+
 >>> leaves, tree = flatten({"w": 1, "b": (2, [3])})
 >>> leaves, unflatten(tree, [10, 20, 30])
-([2, 3, 1], {'b': (10, [20]), 'w': 30})
+([1, 2, 3], {'w': 10, 'b': (20, [30])})
 """
 
 from __future__ import annotations
+
+import collections
 
 
 class TreeDef:
     """The structure of a pytree without its leaves; hashable and comparable."""
 
-    __slots__ = ("kind", "keys", "children")
+    __slots__ = ("kind", "keys", "children", "mapping")
 
-    def __init__(self, kind, keys, children):
+    def __init__(self, kind, keys, children, mapping=None):
         self.kind, self.keys, self.children = kind, keys, children
+        self.mapping = mapping  # a dict's class other than dict (Counter, OrderedDict)
 
     def _key(self):
-        return (self.kind, self.keys, self.children)
+        return (self.kind, self.keys, self.children, self.mapping)
 
     def __eq__(self, other):
         return isinstance(other, TreeDef) and self._key() == other._key()
@@ -42,7 +48,7 @@ LEAF = TreeDef("leaf", None, ())
 
 
 def flatten(tree):
-    """Leaves in a fixed order (dict keys sorted) and the structure to rebuild them."""
+    """Leaves in order (dicts in insertion order) and the structure to rebuild them."""
     leaves = []
     return leaves, _flatten_into(tree, leaves)
 
@@ -53,12 +59,15 @@ def _flatten_into(tree, leaves):
         named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
         return TreeDef(kind, named, tuple(_flatten_into(item, leaves) for item in tree))
     if isinstance(tree, dict):
-        items = sorted(((_static_key(key), value) for key, value in tree.items()),
-                       key=lambda item: repr(item[0]))
+        items = [(_static_key(key), value) for key, value in tree.items()]
+        mapping = type(tree) if type(tree) in _REBUILT_MAPPINGS else None
         return TreeDef("dict", tuple(key for key, _ in items),
-                       tuple(_flatten_into(value, leaves) for _, value in items))
+                       tuple(_flatten_into(value, leaves) for _, value in items), mapping)
     leaves.append(tree)
     return LEAF
+
+
+_REBUILT_MAPPINGS = (collections.Counter, collections.OrderedDict)  # cls(a dict) rebuilds
 
 
 def _static_key(key):
@@ -76,7 +85,8 @@ def _build(treedef, leaves):
         return next(leaves)
     children = [_build(child, leaves) for child in treedef.children]
     if treedef.kind == "dict":
-        return dict(zip(treedef.keys, children))
+        built = dict(zip(treedef.keys, children))
+        return built if treedef.mapping is None else treedef.mapping(built)
     if treedef.kind == "list":
         return children
     return treedef.keys(*children) if treedef.keys is not None else tuple(children)
@@ -87,7 +97,7 @@ def leaf_paths(treedef):
     (``[0]`` for a position, ``['w']`` for a dict key, ``.field`` for a namedtuple field).
 
     >>> leaf_paths(flatten(({"w": 1, "b": (2, [3])}, 4))[1])
-    [('[0]', "['b']", '[0]'), ('[0]', "['b']", '[1]', '[0]'), ('[0]', "['w']"), ('[1]',)]
+    [('[0]', "['w']"), ('[0]', "['b']", '[0]'), ('[0]', "['b']", '[1]', '[0]'), ('[1]',)]
     """
     paths, stack = [], [(treedef, ())]
     while stack:
@@ -108,7 +118,8 @@ def leaf_paths(treedef):
 
 def argument_positions(args, kwargs):
     """For each leaf of ``flatten((args, kwargs))``, the position or keyword of the
-    argument it belongs to (keywords in the order ``flatten`` sorts them).
+    argument it belongs to (keywords in the order they were passed, as ``flatten`` keeps
+    them).
 
     >>> argument_positions((1, (2, 3)), {"lr": 0.1})
     [0, 1, 1, 'lr']
@@ -116,6 +127,6 @@ def argument_positions(args, kwargs):
     positions = []
     for position, arg in enumerate(args):
         positions += [position] * len(flatten(arg)[0])
-    for key in sorted(kwargs, key=repr):
+    for key in kwargs:
         positions += [key] * len(flatten(kwargs[key])[0])
     return positions

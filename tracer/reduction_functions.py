@@ -57,6 +57,12 @@ def _with_identity(prim, identity, a, axis, dtype, keepdims, initial, where):
     if where is not True:
         a = _select(where, a, identity)
     result = _reduce(prim, a, axis, keepdims)
+    if dtype is not None and dtype_of(result) != np.dtype(dtype):
+        # np.sum(mask, dtype=np.int32) is int32 (wrapping past 2**31), where the
+        # accumulator widens small ints to int64: the same value modulo 2**32
+        result = cast(result, dtype)
+        if ndim_of(result) == 0:
+            result = result[()]  # a NumPy scalar, as np.sum returns
     if initial is None:
         return result
     initial = np.asarray(initial, dtype_of(result))[()]  # cast to the result, as NumPy does

@@ -140,6 +140,13 @@ class _Rewriter(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
     def visit_For(self, node):
+        if not _over_range(node) and isinstance(node.iter, (ast.Name, ast.Attribute,
+                                                            ast.Subscript)):
+            # for layer in model: a container class's own __iter__ runs rewritten, so the
+            # layers it hands out keep their paths (Hooks.iterate)
+            node.iter = ast.copy_location(ast.Call(
+                func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="iterate",
+                                   ctx=ast.Load()), args=[node.iter], keywords=[]), node.iter)
         hoisted = hoist_attributes(node, self._fresh_name) if _over_range(node) else None
         if hoisted is None:
             return rewrite_for(self, node)  # loops over range(...) may become IR loops
@@ -307,6 +314,19 @@ class _Rewriter(ast.NodeTransformer):
                           ast.Constant(f"{target_text} = ..."), node=node)
             return ast.copy_location(ast.Expr(store), node)
         return node
+
+    def visit_Delete(self, node):
+        """``del self.cache``: a hook, so a compiled call deletes the attribute too."""
+        statements = []
+        for target in node.targets:
+            if isinstance(target, ast.Attribute):
+                call = _hook("del_attr", self.visit(target.value), ast.Constant(target.attr),
+                             ast.Constant(f"del {ast.unparse(target)}"), node=node)
+                statements.append(ast.copy_location(ast.Expr(call), node))
+            else:
+                statements.append(ast.copy_location(
+                    ast.Delete(targets=[self.visit(target)]), node))
+        return statements
 
     def _fresh_name(self):
         """A local name for a value the rewrite holds between statements."""

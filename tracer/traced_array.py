@@ -127,7 +127,11 @@ class Tracer(ArrayMethods):
         return self.context.guard(self, "bool", bool(self.value))
 
     def __int__(self):
-        return self.context.guard(self, "int", int(self.value))
+        try:
+            value = int(self.value)
+        except (OverflowError, ValueError, TypeError) as error:  # int(inf), int(nan)
+            raise as_numpy_would(error) from None  # the model's error, as eager raises it
+        return self.context.guard(self, "int", value)
 
     def __float__(self):
         return self.context.guard(self, "float", float(self.value))
@@ -151,6 +155,15 @@ class Tracer(ArrayMethods):
         if kind in (int, float):  # Python's correctly rounded digits: on the guarded value
             return round(kind(self), ndigits)
         return np.round(self, ndigits)
+
+    def __trunc__(self):
+        """``math.trunc`` as on the eager value: a NumPy or Python scalar truncates to an
+        int (guarded like ``int()``); a NumPy array has no ``__trunc__``."""
+        from .eager_agreement import eager_type  # cycle: eager_agreement imports Tracer
+
+        if eager_type(self.context, self) is np.ndarray:
+            raise TypeError("type numpy.ndarray doesn't define __trunc__ method")
+        return int(self)
 
     def item(self):
         return self.context.guard(self, "item", np.asarray(self.value).item())
@@ -227,6 +240,12 @@ class Tracer(ArrayMethods):
         """Become ``result`` (an in-place write). ``written``: the region the write covers
         (``written_region``), when known: views of this array outside it (``prev = h[t]``
         before ``h[t + 1] = ...``) show what NumPy's views would, and may stay."""
+        if getattr(self.context, "loop_entry_reads", None):
+            from .loop_containers import entry_refusal  # cycle: loop_containers -> here
+
+            refusal = entry_refusal(self.context, self)
+            if refusal is not None:  # prev = hs[-1] in a captured loop, then prev *= 0.5
+                raise refusal
         is_view = self.base is not None and self.base() is not None
         if is_view or (self.views and not all(apart(view.region, written)
                                               for view in self.views)):

@@ -1313,11 +1313,6 @@ def test_a_name_assigned_only_in_an_empty_loop_is_unbound():
     check(assigned_only_in_the_loop, sequence, lengths=(3, 0))
 
 
-@pytest.mark.xfail(strict=True, reason="a dict a captured loop filled comes back in another "
-                   "key order: {-1: .., 'a': ..} then d[t] in the loop, then d['z'] gives "
-                   "['a', 'z', -1, 0, 1, ...] (NumPy: [-1, 'a', 0, 1, ..., 'z']); d[t] and "
-                   "d[t + 100] per trip give 0, 1, .., 100, 101, .. (NumPy interleaves "
-                   "them): loop_containers.StackedDict keeps its rows apart from other keys")
 def test_a_dict_filled_by_a_loop_keeps_numpys_key_order():
     check(dict_keys_in_numpys_order, sequence, lengths=(3, 4))
 

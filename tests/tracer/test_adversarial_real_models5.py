@@ -843,9 +843,6 @@ def forward_from_a_constant_first_row(y):
     return alpha[-1]
 
 
-@pytest.mark.xfail(strict=True, reason="alpha[0] = 1.0 into a buffer of a dynamic length "
-                   "guards 'shape_guard s0 == T ... used as a Python int': the dim is pinned and "
-                   "every length compiles anew (alpha[0] = y[0] does not)")
 def test_a_python_number_written_to_row_zero_keeps_the_length_dynamic():
     rng = rng_for(537)
     f = run_calls(forward_from_a_constant_first_row, [(rng.random((t, 3)),) for t in (4, 5, 6, 7)],

@@ -262,10 +262,6 @@ def run_configured(x, layers):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="layer.config.scale with config a namedtuple: the "
-                   "namedtuple read through layer's path is neither guarded (not a plain "
-                   "tuple) nor remembered as an object, so .scale loads with no path and is "
-                   "frozen after layers[1].config = config._replace(scale=0.5)")
 def test_a_namedtuple_config_of_a_looped_layer_replaced_between_calls():
     layers = [ConfiguredLayer(2.0), ConfiguredLayer(3.0)]
 
@@ -550,9 +546,6 @@ def count_lengths(x):
     return counts
 
 
-@pytest.mark.xfail(strict=True, reason="counts[n] = 1 then counts.get(n, 0) with n a dynamic "
-                   "dim in a local dict: get misses the key the store just wrote, so the "
-                   "compiled result is {3: 1}, eager {3: 2}: " + DIM_KEY_CAUSE)
 def test_a_local_dict_keyed_by_a_dynamic_dim_read_back_with_get():
     f = run_calls(count_lengths, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
@@ -656,9 +649,6 @@ def round_the_largest(x):
     return round(x.max())
 
 
-@pytest.mark.xfail(strict=True, reason="round(x.max()) of an infinite float32 max raises "
-                   "OverflowError eagerly; under the trace Tracer.__round__ raises it too, but "
-                   "it is counted as an internal error of tracejit, not the model's exception")
 def test_python_round_of_an_infinity_is_the_models_overflow_error():
     f = run_calls(round_the_largest, [(np.array([1.0, np.inf], np.float32),),
                                       (np.array([1.0, 2.0], np.float32),)])
@@ -793,12 +783,7 @@ def prefilled_states(x, W):
     return np.array(hs), len(hs)
 
 
-@pytest.mark.parametrize("model", [pytest.param(rnn_with_in_place_correction, marks=(
-    pytest.mark.xfail(strict=True, reason="hs.append(h); hs[-1] += 0.1 in a captured loop: the "
-                      "in-place add on the appended entry does not reach h (the same array), "
-                      "so compiled runs carry the uncorrected h into the next step "
-                      "(loop_containers._ListInLoop.__setitem__ takes hs[-1] += v as a rebinding "
-                      "of the entry)"))),
+@pytest.mark.parametrize("model", [rnn_with_in_place_correction,
                                    rnn_with_item_write_into_the_last_entry,
                                    rnn_with_a_rebinding_correction, prefilled_states],
                          ids=lambda model: model.__name__)
@@ -1420,15 +1405,8 @@ def through_generator(x, model):
     return x
 
 
-CONTAINER_REASON = ("layers reached through a user container class's __iter__/__getitem__ "
-                    "have no path (only lists/dicts read from outside are remembered): "
-                    "layer.factor is frozen after container[1].factor = 0.5")
-
-
-@pytest.mark.parametrize("model", [
-    pytest.param(through_iter, marks=pytest.mark.xfail(strict=True, reason=CONTAINER_REASON)),
-    pytest.param(through_getitem, marks=pytest.mark.xfail(strict=True, reason=CONTAINER_REASON)),
-    through_generator], ids=lambda model: model.__name__)
+@pytest.mark.parametrize("model", [through_iter, through_getitem, through_generator],
+                         ids=lambda model: model.__name__)
 def test_a_sequential_container_class_follows_changes_to_its_layers(model):
     container = SequentialContainer(Scale(2.0), Scale(3.0))
 
@@ -1438,7 +1416,10 @@ def test_a_sequential_container_class_follows_changes_to_its_layers(model):
     def replace():
         container._layers[0] = Scale(-4.0)
 
-    follows_changes(model, lambda g, x: g(x, container), [change, replace])
+    def grow():
+        container._layers.append(Scale(1.5))
+
+    follows_changes(model, lambda g, x: g(x, container), [change, replace, grow])
 
 
 # --- state a layer creates lazily on its first call ------------------------------------------
@@ -1480,9 +1461,6 @@ def test_state_created_lazily_behind_hasattr():
     calls_match_with_state("step_with_hasattr")
 
 
-@pytest.mark.xfail(strict=True, reason="np.array([[np.cos(a), -np.sin(a)], [np.sin(a), "
-                   "np.cos(a)]]) (nested lists of traced scalars) is refused as 'a traced array "
-                   "was converted to a NumPy array': array_of stacks only a flat list")
 def test_a_rotation_matrix_from_nested_lists_compiles():
     rng = rng_for(612)
     f = run_calls(rotate_points, [(rng.standard_normal((5, 2)), rng.standard_normal(2))
@@ -1572,18 +1550,8 @@ class LazyMomentum:
         return out
 
 
-LAZY_REASONS = {
-    "step_with_try": "try: v = self.velocity / except AttributeError: zeros: the compiled code "
-                     "keeps the first call's except branch (nothing guards that the attribute "
-                     "the trace then wrote is missing), resetting the velocity every call",
-    "step_freeing_the_cache": "del self.cache inside the compiled function: the attribute "
-                              "stays on the object (vars ['W', 'cache'], eager ['W'])",
-}
-
-
-@pytest.mark.parametrize("method", ["step_with_dict_membership"] + [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-    for name, reason in LAZY_REASONS.items()])
+@pytest.mark.parametrize("method", ["step_with_dict_membership", "step_with_try",
+                                    "step_freeing_the_cache"])
 def test_lazily_created_and_deleted_attributes_match_eager(method):
     eager, compiled = LazyMomentum(), LazyMomentum()
     f = jitted(getattr(compiled, method))
@@ -1634,9 +1602,6 @@ def memo_by_length(x):
     return cache[n], n in cache
 
 
-@pytest.mark.xfail(strict=True, reason="d[n] = v then `n in d` with n a dynamic dim is False "
-                   "under the trace (True eagerly), so the memo branch is taken wrongly: "
-                   "compiled (0.0, False), eager (x.sum(), True): " + DIM_KEY_CAUSE)
 def test_membership_of_a_dim_key_just_stored():
     f = run_calls(memo_by_length, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
@@ -1650,9 +1615,6 @@ def names_of_dims(x):
     return names, list(names)
 
 
-@pytest.mark.xfail(strict=True, reason="a returned dict keyed by dynamic dims comes back in "
-                   "another insertion order when the later key is smaller: {4: 'cols', "
-                   "5: 'rows'} for eager {5: 'rows', 4: 'cols'} (list(names) agrees)")
 def test_a_returned_dict_keyed_by_dims_keeps_insertion_order():
     f = jitted(names_of_dims, dynamic=True)
     for n in (3, 5, 6):
@@ -1667,8 +1629,6 @@ def length_histogram(x):
     return collections.Counter([n, n, 4])
 
 
-@pytest.mark.xfail(strict=True, reason="a returned collections.Counter keyed by a dynamic dim "
-                   "comes back as a plain dict")
 def test_a_returned_counter_of_dims_stays_a_counter():
     f = jitted(length_histogram, dynamic=True)
     for n in (3, 5):
@@ -1682,8 +1642,6 @@ def int32_counts(x, mask):
     return np.sum(mask, dtype=np.int32), x.sum(axis=0, dtype=np.int32, where=mask)
 
 
-@pytest.mark.xfail(strict=True, reason="np.sum(mask, dtype=np.int32) and int64 x.sum(dtype="
-                   "np.int32, where=) give int64 (NumPy int32, wrapping past 2**31)")
 def test_integer_sums_with_a_narrower_dtype_keep_it():
     big = np.full((3, 2), 2 ** 30, dtype=np.int64)
     f = run_calls(int32_counts, [(big, np.ones((3, 2), bool)),
@@ -1744,10 +1702,6 @@ def decays_the_previous_entry_in_place(x):
     return np.stack(hs)
 
 
-@pytest.mark.xfail(strict=True, reason="prev = hs[-1]; hs.append(...); prev *= 0.5 in a loop: "
-                   "the in-place update of the list's previous entry is lost (rows from 1 on "
-                   "differ) and the captured loop's IR fails verification ('uses %18 before "
-                   "its definition')")
 def test_an_entry_read_back_from_a_loop_list_updated_in_place():
     rng = rng_for(633)
     f = run_calls(decays_the_previous_entry_in_place,
@@ -1765,8 +1719,6 @@ def doubles_the_appended_entry_in_place(x):
     return np.stack(hs), h
 
 
-@pytest.mark.xfail(strict=True, reason="hs.append(h); hs[-1] *= 2.0: as with +=, the in-place "
-                   "multiply of the appended entry does not reach h in compiled runs")
 def test_the_appended_entry_scaled_in_place_reaches_the_carry():
     rng = rng_for(634)
     f = run_calls(doubles_the_appended_entry_in_place,
@@ -1792,17 +1744,17 @@ def test_a_callable_model_object_follows_its_new_weights():
     follows_changes(model, lambda g, x: g(x), [sgd_step])
 
 
-@pytest.mark.xfail(strict=True, reason="jit(functools.partial(model, training=False)) of a "
-                   "callable layer object: partial_roots handles only plain functions, so "
-                   "model.__call__ runs with self's weights and settings frozen: model.W "
-                   "rebound by an SGD step (or model.scale changed) is not seen")
 def test_an_eval_partial_of_a_callable_model_follows_its_new_weights():
     model = CallableModel()
 
     def sgd_step():
         model.W = model.W - 0.1 * np.ones((3, 3))
 
-    follows_changes(functools.partial(model, training=False), lambda g, x: g(x), [sgd_step])
+    def rescale():
+        model.scale = 3.0
+
+    follows_changes(functools.partial(model, training=False), lambda g, x: g(x),
+                    [sgd_step, rescale])
 
 
 def batch_accuracies(x):
@@ -1812,10 +1764,6 @@ def batch_accuracies(x):
     return np.array(accuracies), np.array(accuracies, dtype=np.float32)
 
 
-@pytest.mark.xfail(strict=True, reason="np.array(loop_list, dtype=np.float32) of a list a "
-                   "captured loop filled is refused ('a traced array was converted to a NumPy "
-                   "array'): stack_call gives up on any keyword, array_of does not see the "
-                   "StackedList; np.array(loop_list) alone compiles")
 def test_np_array_with_a_dtype_of_a_loop_filled_list_compiles():
     rng = rng_for(635)
     f = run_calls(batch_accuracies, [(rng.standard_normal((n, 3)),) for n in (3, 4, 4)],
@@ -2043,9 +1991,6 @@ def full_batches_and_remainder(x, mask):
     return batches, rest, math.trunc(x.sum()), divmod(x.sum(), 0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="divmod(traced scalar, n) and math.trunc(traced "
-                   "scalar) raise TypeError inside the tracer (Tracer defines no __divmod__ / "
-                   "__rdivmod__ / __trunc__): internal error, the call runs eagerly")
 def test_divmod_and_trunc_of_traced_scalars_trace():
     rng = rng_for(638)
     f = run_calls(full_batches_and_remainder,
@@ -2067,9 +2012,6 @@ def swish_model(x, layers):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="Swish.__call__ replaced on the class between calls (a "
-                   "patched activation): the layer objects are the same, so the identity guards "
-                   "hold and compiled code keeps the old __call__")
 def test_a_layer_class_method_patched_between_calls():
     layers = [Swish(1.0)]
     original = Swish.__call__
@@ -2510,9 +2452,6 @@ def cache_by_shape(x):
     return x.shape in cache, cache.get(x.shape), cache.get(n)
 
 
-@pytest.mark.xfail(strict=True, reason="a local dict keyed by x.shape (a tuple of dims) or by a "
-                   "dim: `x.shape in cache` is False and cache.get(n) is None right after "
-                   "storing: " + DIM_KEY_CAUSE)
 def test_a_local_cache_keyed_by_the_shape_is_read_back():
     f = run_calls(cache_by_shape, [(np.ones((n, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)
@@ -2545,10 +2484,6 @@ class OptimizedModel:
         return x * scale * self.optimizer.lr
 
 
-@pytest.mark.xfail(strict=True, reason="self.optimizer = MomentumSGD(0.1) replacing PlainSGD(0.1):"
-                   " a non-callable object read through an attribute gets no identity or type "
-                   "guard (only self.optimizer.lr is compared, and it is equal), so isinstance/"
-                   "type dispatch keeps the traced branch")
 @pytest.mark.parametrize("method", ["step_by_isinstance", "step_by_type_name"])
 def test_a_settings_object_replaced_by_another_class_with_equal_values(method):
     model = OptimizedModel()
@@ -2571,11 +2506,15 @@ class StrategyModel:
         return self.optimizer.update(self.W, g)
 
 
-@pytest.mark.xfail(strict=True, reason="self.optimizer = SignSGD(0.1) replacing PlainSGD(0.1) "
-                   "with the same lr: compiled code keeps running PlainSGD.update (the "
-                   "method the trace inlined); the object read through self.optimizer is not "
-                   "identity- or type-guarded")
 def test_an_optimizer_object_swapped_for_another_class_between_calls():
     model = StrategyModel()
     follows_changes(model.step, lambda g, x: g(x),
                     [lambda: setattr(model, "optimizer", SignSGD(0.1))])
+
+
+def test_an_optimizer_object_replaced_by_one_of_its_class_with_a_new_rate():
+    # the method's self.lr was read on the traced optimizer object, not at self.optimizer
+    model = StrategyModel()
+    follows_changes(model.step, lambda g, x: g(x),
+                    [lambda: setattr(model, "optimizer", PlainSGD(0.5)),
+                     lambda: setattr(model.optimizer, "lr", 0.25)])

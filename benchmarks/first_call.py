@@ -6,6 +6,9 @@ first call of the train step and a few calls after it:
 
 * tracejit cold: ``TRACEJIT_CACHE_DIR`` is a new, empty directory (trace + LLVM), for the
   hand-written step (``tracejit``) and for the ``value_and_grad`` step (``tracejit-vg``);
+* tracejit prepared: a new directory where ``tracejit cache prepare`` built the
+  per-machine objects (thread pool, entry guards' check, own GEMM) first, as an install
+  would: the first call traces and compiles its own program only;
 * tracejit warm start: the directory a cold run filled (object code from disk, no
   tracing, no LLVM);
 * ``torch.compile``: ``TORCHINDUCTOR_CACHE_DIR`` is a new, empty directory (Dynamo +
@@ -113,11 +116,24 @@ def _summary(name, runs, peer, note, extra=None):
     return row
 
 
+def _prepared(folder):
+    """``folder`` after ``tracejit cache prepare`` (its own process, as an install runs it)."""
+    environment = dict(os.environ)
+    environment.pop("TRACEJIT_DISABLE", None)
+    subprocess.run([sys.executable, "-m", "tracejit", "cache", "prepare", "--cache-dir",
+                    str(folder)], env=environment, cwd=REPOSITORY, check=True,
+                   capture_output=True, timeout=900)
+    return str(folder)
+
+
 def _tracejit_rows(child, label, processes, folder):
-    """Cold runs, each with an empty cache directory, then warm starts from the first."""
+    """Cold runs, each with an empty cache directory; runs with the per-machine objects
+    prepared; then warm starts from the first cold run's directory."""
     try:
         cold = [_run_child(child, {"TRACEJIT_CACHE_DIR": str(folder / f"cold{index}")})
                 for index in range(processes)]
+        prepared = [_run_child(child, {"TRACEJIT_CACHE_DIR": _prepared(
+            folder / f"prepared{index}")}) for index in range(processes)]
         warm = [_run_child(child, {"TRACEJIT_CACHE_DIR": str(folder / "cold0")})
                 for _ in range(processes)]
     except Exception as error:  # report, do not hide, a tracejit failure
@@ -126,6 +142,10 @@ def _tracejit_rows(child, label, processes, folder):
     return [
         _summary(f"tracejit cold ({label})", cold, TRACEJIT, "empty cache dir: trace + compile",
                  dict(compiles=cold[0]["compiles"], eager_calls=cold[0]["eager_calls"])),
+        _summary(f"tracejit prepared ({label})", prepared, TRACEJIT,
+                 "per-machine objects built by `tracejit cache prepare`: trace + compile",
+                 dict(compiles=prepared[0]["compiles"],
+                      eager_calls=prepared[0]["eager_calls"])),
         _summary(f"tracejit warm start ({label})", warm, TRACEJIT, "warm disk cache",
                  dict(disk_hits=warm[0]["disk_hits"], compiles=warm[0]["compiles"],
                       eager_calls=warm[0]["eager_calls"])),

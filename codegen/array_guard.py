@@ -29,7 +29,6 @@ table names, and reads a leaf's fields only after its type pointer is ``ndarray`
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
 
 import numpy as np
@@ -164,18 +163,8 @@ _matcher = []  # [builtin] once built; [None] when it cannot be
 
 def _object_code():
     """From the object store (the disk cache) when it has it, keyed like the pool's."""
-    with open(__file__, "rb") as source:
-        key = hashlib.sha256(b"array-guard\0" + source.read() + repr(
-            sorted(llvm.host_description().items())).encode()).hexdigest()[:32]
-    store = parallel.object_store()
-    if store is not None:
-        cached = store[0](key)
-        if cached:
-            return cached
-    object_code = llvm.compile_module(module_ir()).object_code
-    if store is not None:
-        store[1](key, object_code)
-    return object_code
+    return parallel.stored_object("array guard", [__file__],
+                                  lambda: llvm.compile_module(module_ir()).object_code)
 
 
 def matcher():

@@ -44,7 +44,6 @@ concurrent callers never share one.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
 import time
 from functools import lru_cache
@@ -146,28 +145,23 @@ def object_code(isa=None):
     Keyed by the generating files' text, the instruction set and the host, like the pool's
     runtime."""
     isa = _resolve(isa)
-    folder = Path(__file__).resolve().parent
-    generator = b"".join((folder / name).read_bytes() for name in SOURCES)
-    key = hashlib.sha256(isa.entry.encode() + b"\0" + generator + repr(
-        sorted(llvm.host_description().items())).encode()).hexdigest()[:32]
-    store = parallel.object_store()
-    if store is not None:
-        cached = store[0](key)
-        if cached:
-            return cached
-    start = time.process_time()
-    from .gemm_driver import module_ir as generate
 
-    # At O2: the micro-kernels are vectors and loops written out already, so O3's extra
-    # work bought nothing measurable (MLP-step products, side by side on one thread: O2/O3
-    # time 0.89-1.04, within the machine's noise) and cost 0.5 s of the build (1.2 s CPU
-    # at O3, 0.7 s at O2), which a first call with an empty cache waits for.
-    compiled = llvm.compile_module(generate(isa), opt_level=GEMM_OPT_LEVEL)
-    llvm.log.info("compiled tracejit's GEMM (%s) in %.0f ms of CPU (%.0f ms wall)", isa.entry,
-                  (time.process_time() - start) * 1e3, compiled.seconds * 1e3)
-    if store is not None:
-        store[1](key, compiled.object_code)
-    return compiled.object_code
+    def build():
+        start = time.process_time()
+        from .gemm_driver import module_ir as generate
+
+        # At O2: the micro-kernels are vectors and loops written out already, so O3's
+        # extra work bought nothing measurable (MLP-step products, side by side on one
+        # thread: O2/O3 time 0.89-1.04, within the machine's noise) and cost 0.5 s of the
+        # build (1.2 s CPU at O3, 0.7 s at O2), which a first call with an empty cache
+        # waits for.
+        compiled = llvm.compile_module(generate(isa), opt_level=GEMM_OPT_LEVEL)
+        llvm.log.info("compiled tracejit's GEMM (%s) in %.0f ms of CPU (%.0f ms wall)",
+                      isa.entry, (time.process_time() - start) * 1e3, compiled.seconds * 1e3)
+        return compiled.object_code
+
+    folder = Path(__file__).resolve().parent
+    return parallel.stored_object(isa.entry, [folder / name for name in SOURCES], build)
 
 
 class _Workspaces:

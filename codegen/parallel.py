@@ -24,6 +24,7 @@ import os
 import platform
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 from llvmlite import ir
 
@@ -318,22 +319,28 @@ def object_store():
     return _object_store
 
 
-def runtime_object():
-    """Object code of the pool's runtime, from the object store when it has it. The key is
-    this file's own text (which generates the IR) and the host: building the IR only to
-    hash it cost a warm start ~9 ms."""
-    with open(__file__, "rb") as source:
-        generator = source.read()
-    key = hashlib.sha256(generator + repr(sorted(llvm.host_description().items())).encode())
-    key = key.hexdigest()[:32]
+def stored_object(name, generators, build):
+    """The object code ``build()`` compiles, from the object store when it has it. The key
+    is ``name``, the text of ``generators`` (the files whose code generates the IR: building
+    the IR only to hash it cost a warm start ~9 ms) and the host; what is built is stored
+    under it. For the per-machine objects (``codegen/machine_objects.py``)."""
+    generator = b"".join(Path(path).read_bytes() for path in generators)
+    key = hashlib.sha256(name.encode() + b"\0" + generator + repr(
+        sorted(llvm.host_description().items())).encode()).hexdigest()[:32]
     if _object_store is not None:
         cached = _object_store[0](key)
         if cached:
             return cached
-    object_code = llvm.compile_module(runtime_ir()).object_code
+    object_code = build()
     if _object_store is not None:
         _object_store[1](key, object_code)
     return object_code
+
+
+def runtime_object():
+    """Object code of the pool's runtime (keyed by this file's text)."""
+    return stored_object("thread pool", [__file__],
+                         lambda: llvm.compile_module(runtime_ir()).object_code)
 
 
 class ThreadPool:

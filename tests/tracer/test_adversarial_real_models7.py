@@ -375,3 +375,182 @@ def test_an_integer_base_to_a_changing_integer_power_raises_like_eager():
     x = np.arange(-3, 4)
     run_calls(polynomial_features, [(x, 2), (x, 2), (x, 3), (x, 0), (x, -1), (x, 2),
                                     (x.astype(np.int32), 2), (x, 2.0)])
+
+
+# --- recurrent loops filling buffers in place, trip counts that change ----------------------
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_forward(x, h0, Wx, Wh, b):
+    """cs231n's lstm_forward: h filled step by step into a preallocated buffer."""
+    N, T, _ = x.shape
+    H = h0.shape[1]
+    h = np.zeros((N, T, H), dtype=x.dtype)
+    prev_h, prev_c = h0, np.zeros_like(h0)
+    for t in range(T):
+        a = x[:, t, :] @ Wx + prev_h @ Wh + b
+        i, f, o, g = sigmoid(a[:, :H]), sigmoid(a[:, H:2 * H]), sigmoid(a[:, 2 * H:3 * H]), \
+            np.tanh(a[:, 3 * H:])
+        prev_c = f * prev_c + i * g
+        prev_h = o * np.tanh(prev_c)
+        h[:, t, :] = prev_h
+    return h, prev_c
+
+
+def _lstm_args(N, T, D=3, H=2, dtype=np.float64, seed=720):
+    rng = rng_for(seed)
+    return tuple(a.astype(dtype) for a in (rng.standard_normal((N, T, D)),
+                                           rng.standard_normal((N, H)),
+                                           rng.standard_normal((D, 4 * H)),
+                                           rng.standard_normal((H, 4 * H)),
+                                           rng.standard_normal(4 * H)))
+
+
+def test_lstm_forward_with_changing_time_steps_and_batch():
+    run_calls(lstm_forward, [_lstm_args(2, 4), _lstm_args(2, 4), _lstm_args(2, 7),
+                             _lstm_args(3, 1), _lstm_args(2, 0), _lstm_args(1, 5),
+                             _lstm_args(2, 4, dtype=np.float32), _lstm_args(0, 3),
+                             _lstm_args(2, 4)], **F32)
+
+
+def test_lstm_forward_on_a_time_major_transposed_input():
+    N, T, D, H = 2, 5, 3, 2
+    args = _lstm_args(N, T, D, H)
+    time_major = np.ascontiguousarray(args[0].transpose(1, 0, 2))
+    run_calls(lstm_forward, [args, (time_major.transpose(1, 0, 2),) + args[1:],
+                             (np.asfortranarray(args[0]),) + args[1:], args])
+
+
+def gru_sequence(xs, h, Wz, Wr, Wh):
+    """A GRU gist: hidden states appended to a list, stacked at the end."""
+    hs = []
+    for x in xs:
+        hx = np.concatenate([h, x])
+        z = sigmoid(Wz @ hx)
+        r = sigmoid(Wr @ hx)
+        h_tilde = np.tanh(Wh @ np.concatenate([r * h, x]))
+        h = (1 - z) * h + z * h_tilde
+        hs.append(h)
+    return np.stack(hs) if hs else np.zeros((0, h.shape[0]))
+
+
+def test_gru_over_a_list_of_inputs_whose_length_changes():
+    rng = rng_for(721)
+    H, D = 3, 2
+    Ws = [rng.standard_normal((H, H + D)) for _ in range(3)]
+
+    def seq(n):
+        return [rng_for(n).standard_normal(D) for _ in range(n)]
+
+    h = np.zeros(H)
+    run_calls(gru_sequence, [(seq(4), h, *Ws), (seq(4), h, *Ws), (seq(6), h, *Ws),
+                             (seq(1), h, *Ws), (seq(0), h, *Ws), (seq(4), h, *Ws)])
+
+
+def min_char_rnn_loss(inputs, targets, hprev, Wxh, Whh, Why, bh, by):
+    """Karpathy's min-char-rnn lossFun: dicts keyed by t, one-hot inputs, backward through
+    time with np.clip of the gradients in place."""
+    xs, hs, ys, ps = {}, {}, {}, {}
+    hs[-1] = np.copy(hprev)
+    loss = 0.0
+    vocab = Wxh.shape[1]
+    for t in range(len(inputs)):
+        xs[t] = np.zeros((vocab, 1))
+        xs[t][inputs[t]] = 1
+        hs[t] = np.tanh(np.dot(Wxh, xs[t]) + np.dot(Whh, hs[t - 1]) + bh)
+        ys[t] = np.dot(Why, hs[t]) + by
+        ps[t] = np.exp(ys[t]) / np.sum(np.exp(ys[t]))
+        loss += -np.log(ps[t][targets[t], 0])
+    dWxh, dWhh, dWhy = np.zeros_like(Wxh), np.zeros_like(Whh), np.zeros_like(Why)
+    dbh, dby = np.zeros_like(bh), np.zeros_like(by)
+    dhnext = np.zeros_like(hs[0])
+    for t in reversed(range(len(inputs))):
+        dy = np.copy(ps[t])
+        dy[targets[t]] -= 1
+        dWhy += np.dot(dy, hs[t].T)
+        dby += dy
+        dh = np.dot(Why.T, dy) + dhnext
+        dhraw = (1 - hs[t] * hs[t]) * dh
+        dbh += dhraw
+        dWxh += np.dot(dhraw, xs[t].T)
+        dWhh += np.dot(dhraw, hs[t - 1].T)
+        dhnext = np.dot(Whh.T, dhraw)
+    for dparam in [dWxh, dWhh, dWhy, dbh, dby]:
+        np.clip(dparam, -5, 5, out=dparam)
+    return loss, dWxh, dWhh, dWhy, dbh, dby, hs[len(inputs) - 1]
+
+
+def test_min_char_rnn_with_changing_sequences_and_exploding_gradients():
+    rng = rng_for(722)
+    vocab, hidden = 5, 4
+    params = [rng.standard_normal((hidden, vocab)) * 0.5, rng.standard_normal((hidden, hidden)),
+              rng.standard_normal((vocab, hidden)) * 3.0, np.zeros((hidden, 1)),
+              np.zeros((vocab, 1))]
+    h = np.zeros((hidden, 1))
+    run_calls(min_char_rnn_loss, [
+        ([0, 1, 2], [1, 2, 3], h, *params), ([0, 1, 2], [1, 2, 3], h, *params),
+        ([4, 4, 0], [1, 2, 3], h, *params), ([3, 1, 2, 0, 4], [1, 2, 3, 4, 0], h, *params),
+        ([2], [2], h, *params), ([0, 1, 2], [1, 2, 3], h + 0.5, *params)])
+
+
+def viterbi(log_start, log_trans, log_emit, observations):
+    """Viterbi decoding over an HMM: the DP table and backpointers filled in place."""
+    T, S = len(observations), log_start.shape[0]
+    score = np.empty((T, S))
+    back = np.zeros((T, S), dtype=np.int64)
+    score[0] = log_start + log_emit[:, observations[0]]
+    for t in range(1, T):
+        cand = score[t - 1][:, None] + log_trans
+        back[t] = np.argmax(cand, axis=0)
+        score[t] = np.max(cand, axis=0) + log_emit[:, observations[t]]
+    path = [int(np.argmax(score[-1]))]
+    for t in range(T - 1, 0, -1):
+        path.append(int(back[t, path[-1]]))
+    return path[::-1], float(np.max(score[-1]))
+
+
+def test_viterbi_with_ties_minus_inf_and_changing_observations():
+    rng = rng_for(723)
+    S, V = 3, 4
+    start = np.log(np.array([0.5, 0.5, 0.0]))
+    trans = np.log(rng.dirichlet(np.ones(S), size=S))
+    emit = np.log(rng.dirichlet(np.ones(V), size=S))
+    tied = np.log(np.full((S, S), 1.0 / S))
+    run_calls(viterbi, [(start, trans, emit, [0, 1, 2]), (start, trans, emit, [0, 1, 2]),
+                        (start, trans, emit, [3, 3, 0, 1, 2, 2, 1]),
+                        (start, trans, emit, [1]), (start, tied, emit, [0, 1, 2]),
+                        (start, trans, emit, np.array([2, 0, 1])),
+                        (np.full(S, -np.inf), trans, emit, [0, 1])])
+
+
+def ctc_alpha(log_probs, labels, blank):
+    """The CTC forward variable (Graves 2006) in log space, over the extended label."""
+    ext = [blank]
+    for label in labels:
+        ext += [label, blank]
+    T, L = log_probs.shape[0], len(ext)
+    alpha = np.full((T, L), -np.inf)
+    alpha[0, 0] = log_probs[0, blank]
+    if L > 1:
+        alpha[0, 1] = log_probs[0, ext[1]]
+    for t in range(1, T):
+        for s in range(L):
+            terms = [alpha[t - 1, s]]
+            if s >= 1:
+                terms.append(alpha[t - 1, s - 1])
+            if s >= 2 and ext[s] != blank and ext[s] != ext[s - 2]:
+                terms.append(alpha[t - 1, s - 2])
+            alpha[t, s] = np.logaddexp.reduce(terms) + log_probs[t, ext[s]]
+    return np.logaddexp(alpha[-1, -1], alpha[-1, -2]) if L > 1 else alpha[-1, -1]
+
+
+def test_ctc_forward_with_repeated_labels_and_changing_lengths():
+    def log_softmax(n, k, seed):
+        z = rng_for(seed).standard_normal((n, k))
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    run_calls(ctc_alpha, [(log_softmax(4, 3, 1), [1, 2], 0), (log_softmax(4, 3, 1), [1, 2], 0),
+                          (log_softmax(5, 3, 2), [1, 1], 0), (log_softmax(3, 4, 3), [3], 0),
+                          (log_softmax(6, 3, 4), [2, 1, 2], 0),
+                          (log_softmax(4, 3, 1), [], 0)])

@@ -1637,6 +1637,23 @@ def test_a_returned_counter_of_dims_stays_a_counter():
         assert type(got) is type(want) and got == want, (got, want)
 
 
+def weighted_in_key_order(params):
+    names = list(params)
+    return [params[name] * (index + 1.0) for index, name in enumerate(names)], names
+
+
+def test_a_dict_argument_is_seen_in_its_own_key_order():
+    # the arguments' structure sorted dict keys: the function saw {"b": .., "a": ..} as
+    # {"a": .., "b": ..}, and a later call in the other order reused that trace
+    f = jitted(weighted_in_key_order)
+    a, b = np.ones(2), np.full(2, 3.0)
+    for params in ({"b": b, "a": a}, {"b": b, "a": a}, {"a": a, "b": b}, {"a": a, "b": b}):
+        got, want = f(dict(params)), weighted_in_key_order(dict(params))
+        assert got[1] == want[1], (got[1], want[1])
+        assert_same(got[0], want[0], **F64)
+    no_internal_errors(f)
+
+
 # --- integer sums asked for a narrower dtype -------------------------------------------------
 def int32_counts(x, mask):
     return np.sum(mask, dtype=np.int32), x.sum(axis=0, dtype=np.int32, where=mask)

@@ -161,7 +161,7 @@ _lock = threading.Lock()
 _matcher = []  # [builtin] once built; [None] when it cannot be
 
 
-def _object_code():
+def object_code():
     """From the object store (the disk cache) when it has it, keyed like the pool's."""
     return parallel.stored_object("array guard", [__file__],
                                   lambda: llvm.compile_module(module_ir()).object_code)
@@ -176,7 +176,7 @@ def matcher():
             if not _check_layout():
                 _matcher.append(None)
             else:
-                library = llvm.load(_object_code(), [NAME])
+                library = llvm.load(object_code(), [NAME])
                 _matcher.append(python_entry.builtin(library.addresses[NAME], NAME))
                 _keep.append(library)
         return _matcher[0]

@@ -21,7 +21,7 @@ def builders():
     from . import array_guard, blas, gemm, gemm_ir, parallel
 
     found = [("thread pool runtime", parallel.runtime_object),
-             ("entry guard array check", array_guard._object_code)]
+             ("entry guard array check", array_guard.object_code)]
     if blas.own_sgemm_enabled():
         chosen = gemm.chosen_isa()
         for dtype in ("float32", "float64"):

@@ -419,11 +419,14 @@ def test_an_entry_that_is_not_a_private_regular_file_is_neither_read_nor_waited_
     assert verify(program.cache_dir)[0] == 0
 
 
-def test_the_runtime_object_is_signed_too(program):
-    (runtime_object,) = program.cache_dir.glob("v1/runtime-*.o")
-    runtime_object.write_bytes(b"\xcc" * 1000 + runtime_object.read_bytes()[-32:])
+def test_the_runtime_objects_are_signed_too(program):
+    objects = sorted(program.cache_dir.glob("v1/runtime-*.o"))
+    assert len(objects) == 2  # the thread pool's runtime, the entry guards' array check
+    for runtime_object in objects:
+        runtime_object.write_bytes(b"\xcc" * 1000 + runtime_object.read_bytes()[-32:])
     program.run()
-    assert runtime_object.read_bytes()[:1000] != b"\xcc" * 1000  # rebuilt and rewritten
+    for runtime_object in objects:  # each rebuilt and rewritten
+        assert runtime_object.read_bytes()[:1000] != b"\xcc" * 1000
 
 
 # --- roots ---------------------------------------------------------------------------------

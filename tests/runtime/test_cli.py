@@ -334,7 +334,8 @@ def test_resign_asks_for_confirmation_then_signs_a_copied_cache(cache_copy):
     assert run_cli("cache", "verify", cache_dir=cache_copy).returncode == 1
     signed = run_cli("cache", "resign", "--yes", cache_dir=cache_copy)
     assert signed.returncode == 0, signed.stdout + signed.stderr
-    assert signed.stdout.startswith("signed 3 file(s)")  # 2 entries, the runtime
+    # 2 entries, the pool's runtime and the entry guards' array check
+    assert signed.stdout.startswith("signed 4 file(s)")
     verified = run_cli("cache", "verify", cache_dir=cache_copy)
     assert verified.returncode == 0 and "2 of 2 entries ok" in verified.stdout
 

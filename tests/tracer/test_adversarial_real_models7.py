@@ -614,3 +614,71 @@ def test_col2im_backward_of_small_images_with_changing_stride_and_pad():
                                 (dcols, (2, 3, 2, 2), 3, 3, 1, 1),
                                 (dcols[:, :, :1], (2, 3, 3, 3), 3, 3, 1, 0),
                                 (dcols[:, :, :1], (2, 3, 2, 2), 3, 3, 2, 1)])
+
+
+# --- in-place power, floor division and modulo on arguments ---------------------------------
+def power_in_place(x, p):
+    """A feature map squared in place (``x **= p``), as sparse-coding gists write it."""
+    x **= p
+    return x.sum()
+
+
+def floor_div_in_place(counts, k):
+    counts //= k
+    return counts.sum()
+
+
+def wrap_in_place(angles, period):
+    angles %= period
+    return angles.mean()
+
+
+@pytest.mark.xfail(strict=True, reason="x **= p on an argument leaves the caller's array "
+                                       "unchanged (traced and compiled); eager squares it")
+def test_power_in_place_updates_the_argument():
+    x = np.linspace(0.0, 3.0, 5).astype(np.float32)
+    run_calls(power_in_place, [(x, 2.0), (x, 0.5)], **F32)
+
+
+@pytest.mark.xfail(strict=True, reason="counts //= k on an argument leaves the caller's "
+                                       "array unchanged; eager floor-divides it in place")
+def test_floor_division_in_place_updates_the_argument():
+    run_calls(floor_div_in_place, [(np.arange(7), 2), (np.arange(7), 3)])
+
+
+@pytest.mark.xfail(strict=True, reason="angles %= period on an argument leaves the caller's "
+                                       "array unchanged; eager wraps it in place")
+def test_modulo_in_place_updates_the_argument():
+    run_calls(wrap_in_place, [(np.linspace(-7.0, 7.0, 5), 2 * np.pi),
+                              (np.linspace(-7.0, 7.0, 5), np.pi)])
+
+
+class PowerLayer:
+    def __init__(self):
+        self.W = np.linspace(0.0, 3.0, 5)
+
+    def sharpen(self, p):
+        self.W **= p
+        return self.W
+
+
+@pytest.mark.xfail(strict=True, reason="self.W **= p: the layer's W after the jit call "
+                                       "differs from eager's (not squared in place)")
+def test_power_in_place_on_a_layer_attribute():
+    eager_layer, jit_layer = PowerLayer(), PowerLayer()
+    f = jitted(jit_layer.sharpen)
+    for p in (2.0, 2.0, 0.5):
+        want = eager_layer.sharpen(p)
+        got = f(p)
+        assert_same(got, want, **F64)
+        assert_same(jit_layer.W, eager_layer.W, **F64, where="layer.W after the call")
+
+
+def test_power_through_out_and_a_sliced_in_place_power_update_the_argument():
+    def power_out(x):
+        np.power(x, 2, out=x)
+        x[1:] **= 0.5
+        x /= 2
+        return x.sum()
+
+    run_calls(power_out, [(np.linspace(0.0, 5.0, 6),), (np.linspace(0.0, 5.0, 6),)])

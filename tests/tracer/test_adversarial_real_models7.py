@@ -682,3 +682,37 @@ def test_power_through_out_and_a_sliced_in_place_power_update_the_argument():
         return x.sum()
 
     run_calls(power_out, [(np.linspace(0.0, 5.0, 6),), (np.linspace(0.0, 5.0, 6),)])
+
+
+@pytest.mark.xfail(strict=True, reason="h @= W on an argument leaves the caller's array "
+                                       "unchanged; eager multiplies it in place")
+def test_matmul_in_place_updates_the_argument():
+    def rotate_in_place(h, W):
+        h @= W
+        return h.sum()
+
+    rotation = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
+    run_calls(rotate_in_place, [(np.arange(6.0).reshape(2, 3), rotation),
+                                (np.arange(6.0).reshape(2, 3), rotation)])
+
+
+def test_power_and_modulo_in_place_on_dict_and_list_entries():
+    def state_updates(state, buffers):
+        state["v"] **= 2
+        buffers[0] %= 2
+        return state["v"].sum() + buffers[0].sum()
+
+    run_calls(state_updates, [({"v": np.linspace(-1, 1, 5)}, [np.arange(6.0)]),
+                              ({"v": np.linspace(-2, 1, 5)}, [np.arange(6.0) * 1.5])])
+
+
+@pytest.mark.xfail(strict=True, reason="x <<= 1 / x >>= 1 hit an internal error while "
+                                       "tracing (operator has no attribute 'i'); runs eagerly")
+def test_shift_in_place_traces_without_internal_errors():
+    def quantize(codes, bits):
+        codes <<= bits
+        codes >>= 1
+        return codes.sum()
+
+    f = run_calls(quantize, [(np.arange(6), 2), (np.arange(6), 3)])
+    no_internal_errors(f)

@@ -716,3 +716,78 @@ def test_shift_in_place_traces_without_internal_errors():
 
     f = run_calls(quantize, [(np.arange(6), 2), (np.arange(6), 3)])
     no_internal_errors(f)
+
+
+# --- results that alias the arguments; layer state that changes between calls ---------------
+def _write_through_results(function, make_arguments, calls=3):
+    """Results and eager's alias the arguments alike: a write through each returned view
+    reaches the argument in both."""
+    f = jitted(function)
+    for _ in range(calls):
+        jit_args, eager_args = make_arguments(), make_arguments()
+        got, want = f(*jit_args), function(*eager_args)
+        assert_same(got, want)
+        for position, (g, w) in enumerate(zip(got, want)):
+            assert np.shares_memory(g, jit_args[0]) == np.shares_memory(w, eager_args[0]), position
+            g.flat[-1] = 7.0  # the caller writes through a returned view, as eager allows
+            w.flat[-1] = 7.0
+        assert_same(jit_args, eager_args, where="the arguments after writes through results")
+
+
+def test_views_of_an_argument_returned_without_an_in_place_update_alias_it():
+    def views(w, dw):
+        return w, w.T, w.reshape(-1)[1:], w + dw
+
+    _write_through_results(views, lambda: (np.ones((2, 3)), np.ones((2, 3))))
+
+
+@pytest.mark.xfail(strict=True, reason="w -= lr * dw; return w.T: the returned view is a "
+                                       "copy (writes through it miss w); eager's aliases w")
+def test_a_view_of_an_argument_returned_after_an_in_place_update_aliases_it():
+    def sgd_returning_views(w, dw):
+        w -= 0.1 * dw
+        return w, w.T, w.reshape(-1)[1:]
+
+    _write_through_results(sgd_returning_views, lambda: (np.ones((2, 3)), np.ones((2, 3))))
+
+
+class BatchNorm:
+    """A numpy-ml style batch-norm layer: mode, momentum and running stats as attributes."""
+
+    def __init__(self, D):
+        self.gamma, self.beta = np.ones(D), np.zeros(D)
+        self.running_mean, self.running_var = np.zeros(D), np.ones(D)
+        self.mode, self.momentum, self.eps = "train", 0.9, 1e-5
+
+    def forward(self, x):
+        if self.mode == "train":
+            mu, var = x.mean(axis=0), x.var(axis=0)
+            self.running_mean *= self.momentum
+            self.running_mean += (1 - self.momentum) * mu
+            self.running_var = self.momentum * self.running_var + (1 - self.momentum) * var
+        else:
+            mu, var = self.running_mean, self.running_var
+        xhat = (x - mu) / np.sqrt(var + self.eps)
+        self.cache = (xhat, var)
+        return self.gamma * xhat + self.beta
+
+
+def test_batchnorm_layer_whose_mode_momentum_and_stats_change_between_calls():
+    eager_layer, jit_layer = BatchNorm(3), BatchNorm(3)
+    f = jitted(jit_layer.forward)
+    rng = rng_for(740)
+    changes = [None, None, ("mode", "test"), None, ("mode", "train"), ("momentum", 0.5),
+               ("running_mean", lambda layer: np.zeros(3, np.float32)),
+               ("gamma", lambda layer: layer.gamma[::-1]),
+               ("running_var", lambda layer: layer.running_var.astype(">f8")),
+               ("running_mean", lambda layer: np.asfortranarray(layer.running_mean)), None]
+    for step, change in enumerate(changes):
+        if change is not None:
+            name, value = change
+            for layer in (eager_layer, jit_layer):
+                setattr(layer, name, value(layer) if callable(value) else value)
+        x = rng.standard_normal((5, 3))
+        assert_same(f(x.copy()), eager_layer.forward(x.copy()), **F64, where=f"step {step}")
+        for name in ("running_mean", "running_var", "cache"):
+            assert_same(getattr(jit_layer, name), getattr(eager_layer, name), **F64,
+                        where=f"{name} after step {step}")

@@ -12,6 +12,13 @@ the math sequences feed the new kernels zeros, signed zeros, denormals, NaN/Inf,
 bases and integer-valued exponents.
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy.
+
+Findings: augmented assignments without a traced in-place form (``x **= p``, ``x //= k``,
+``x %= p``, ``h @= W``, ``self.W **= p``) leave the caller's array unchanged; a view of an
+argument returned after an in-place update is a copy; ``bool ** 2`` is int64, not int8;
+``<<=``/``>>=`` fail inside the tracer; and overlapping slice ``+=`` in a loop (overlap-add,
+col2im) makes the compile explode (16 frames: over a minute). The native guard, the new
+math kernels and the subclass fallbacks held on everything tried here.
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
@@ -791,3 +798,58 @@ def test_batchnorm_layer_whose_mode_momentum_and_stats_change_between_calls():
         for name in ("running_mean", "running_var", "cache"):
             assert_same(getattr(jit_layer, name), getattr(eager_layer, name), **F64,
                         where=f"{name} after step {step}")
+
+
+# --- a write to one argument read back through another that aliases it ----------------------
+def write_then_read(a, b):
+    a += 1.0
+    return b * 2.0
+
+
+def write_then_reduce(a, b):
+    a *= 2.0
+    return b.sum(), a.sum()
+
+
+def two_writes(a, b):
+    a += 1.0
+    b *= 3.0
+    return a + b
+
+
+def _same():
+    x = np.arange(6.0)
+    return x, x
+
+
+def _shifted():
+    x = np.arange(7.0)
+    return x[1:], x[:-1]
+
+
+def _transposed():
+    x = np.arange(9.0).reshape(3, 3)
+    return x, x.T
+
+
+@pytest.mark.parametrize("function", [write_then_read, write_then_reduce, two_writes])
+@pytest.mark.parametrize("aliased", [_same, _shifted, _transposed])
+def test_a_write_read_back_through_an_aliasing_argument(function, aliased):
+    shape = aliased()[0].shape
+    run_calls(function, [(np.arange(float(np.prod(shape))).reshape(shape), np.ones(shape)),
+                         aliased, aliased])
+
+
+def test_sgd_over_a_params_dict_with_tied_weights():
+    def sgd_step(params, grads):
+        for name in params:
+            params[name] -= 0.1 * grads[name]
+        return sum(float(value.sum()) for value in params.values())
+
+    def tied():
+        W = np.arange(6.0)
+        return {"W": W, "W_dec": W}, {"W": np.ones(6), "W_dec": np.ones(6)}
+
+    untied = ({"W": np.arange(6.0), "W_dec": np.arange(6.0)},
+              {"W": np.ones(6), "W_dec": np.ones(6)})
+    run_calls(sgd_step, [untied, tied, tied, untied])

@@ -853,3 +853,15 @@ def test_sgd_over_a_params_dict_with_tied_weights():
     untied = ({"W": np.arange(6.0), "W_dec": np.arange(6.0)},
               {"W": np.ones(6), "W_dec": np.ones(6)})
     run_calls(sgd_step, [untied, tied, tied, untied])
+
+
+@pytest.mark.xfail(strict=True, reason="cache = h; h **= 2: the jit result's cache keeps h's "
+                                       "old values (2.5 vs eager's 6.875): a wrong value")
+def test_power_in_place_on_a_local_whose_other_name_is_returned():
+    def squared_features(x):
+        h = x * 1.0
+        cache = h  # cs231n layers keep such references in their caches
+        h **= 2
+        return cache.sum(), h.sum()
+
+    run_calls(squared_features, [(np.linspace(-1.0, 2.0, 5),), (np.linspace(-1.0, 2.0, 5),)])

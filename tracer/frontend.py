@@ -70,7 +70,7 @@ from .traced_array import trace_error
 _UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
                 "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
                 "matmul": "matmul", "and_": "bitwise_and", "or_": "bitwise_or",
-                "xor": "bitwise_xor"}
+                "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift"}
 
 
 # --- hooks -----------------------------------------------------------------------------

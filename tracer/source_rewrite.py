@@ -41,7 +41,8 @@ _MUTATING_METHODS = {
 _INPLACE = {
     ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
     ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul",
-    ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor",
+    ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor", ast.LShift: "lshift",
+    ast.RShift: "rshift",
 }
 # --- analysis ------------------------------------------------------------------------
 class _Scope(ast.NodeVisitor):

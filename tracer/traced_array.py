@@ -236,6 +236,35 @@ class Tracer(ArrayMethods):
     def __itruediv__(self, other):
         return self._inplace(np.true_divide, other)
 
+    # Without these, h **= 2 fell back to h = h ** 2: other names for h's buffer (cache =
+    # h, the caller's argument, self.W) kept the old values where NumPy updates them.
+    def __ifloordiv__(self, other):
+        return self._inplace(np.floor_divide, other)
+
+    def __imod__(self, other):
+        return self._inplace(np.remainder, other)
+
+    def __ipow__(self, other):
+        return self._inplace(np.power, other)
+
+    def __imatmul__(self, other):
+        return self._inplace(np.matmul, other)
+
+    def __iand__(self, other):
+        return self._inplace(np.bitwise_and, other)
+
+    def __ior__(self, other):
+        return self._inplace(np.bitwise_or, other)
+
+    def __ixor__(self, other):
+        return self._inplace(np.bitwise_xor, other)
+
+    def __ilshift__(self, other):
+        return self._inplace(np.left_shift, other)
+
+    def __irshift__(self, other):
+        return self._inplace(np.right_shift, other)
+
     def _update(self, result, written=None):
         """Become ``result`` (an in-place write). ``written``: the region the write covers
         (``written_region``), when known: views of this array outside it (``prev = h[t]``

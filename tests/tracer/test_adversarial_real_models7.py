@@ -640,21 +640,15 @@ def wrap_in_place(angles, period):
     return angles.mean()
 
 
-@pytest.mark.xfail(strict=True, reason="x **= p on an argument leaves the caller's array "
-                                       "unchanged (traced and compiled); eager squares it")
 def test_power_in_place_updates_the_argument():
     x = np.linspace(0.0, 3.0, 5).astype(np.float32)
     run_calls(power_in_place, [(x, 2.0), (x, 0.5)], **F32)
 
 
-@pytest.mark.xfail(strict=True, reason="counts //= k on an argument leaves the caller's "
-                                       "array unchanged; eager floor-divides it in place")
 def test_floor_division_in_place_updates_the_argument():
     run_calls(floor_div_in_place, [(np.arange(7), 2), (np.arange(7), 3)])
 
 
-@pytest.mark.xfail(strict=True, reason="angles %= period on an argument leaves the caller's "
-                                       "array unchanged; eager wraps it in place")
 def test_modulo_in_place_updates_the_argument():
     run_calls(wrap_in_place, [(np.linspace(-7.0, 7.0, 5), 2 * np.pi),
                               (np.linspace(-7.0, 7.0, 5), np.pi)])
@@ -669,8 +663,6 @@ class PowerLayer:
         return self.W
 
 
-@pytest.mark.xfail(strict=True, reason="self.W **= p: the layer's W after the jit call "
-                                       "differs from eager's (not squared in place)")
 def test_power_in_place_on_a_layer_attribute():
     eager_layer, jit_layer = PowerLayer(), PowerLayer()
     f = jitted(jit_layer.sharpen)
@@ -691,8 +683,6 @@ def test_power_through_out_and_a_sliced_in_place_power_update_the_argument():
     run_calls(power_out, [(np.linspace(0.0, 5.0, 6),), (np.linspace(0.0, 5.0, 6),)])
 
 
-@pytest.mark.xfail(strict=True, reason="h @= W on an argument leaves the caller's array "
-                                       "unchanged; eager multiplies it in place")
 def test_matmul_in_place_updates_the_argument():
     def rotate_in_place(h, W):
         h @= W
@@ -713,8 +703,6 @@ def test_power_and_modulo_in_place_on_dict_and_list_entries():
                               ({"v": np.linspace(-2, 1, 5)}, [np.arange(6.0) * 1.5])])
 
 
-@pytest.mark.xfail(strict=True, reason="x <<= 1 / x >>= 1 hit an internal error while "
-                                       "tracing (operator has no attribute 'i'); runs eagerly")
 def test_shift_in_place_traces_without_internal_errors():
     def quantize(codes, bits):
         codes <<= bits
@@ -855,8 +843,6 @@ def test_sgd_over_a_params_dict_with_tied_weights():
     run_calls(sgd_step, [untied, tied, tied, untied])
 
 
-@pytest.mark.xfail(strict=True, reason="cache = h; h **= 2: the jit result's cache keeps h's "
-                                       "old values (2.5 vs eager's 6.875): a wrong value")
 def test_power_in_place_on_a_local_whose_other_name_is_returned():
     def squared_features(x):
         h = x * 1.0

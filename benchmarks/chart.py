@@ -71,9 +71,21 @@ def _panel(result, left, top):
     return parts, TITLE_HEIGHT + len(timed) * (BAR_HEIGHT + BAR_GAP)
 
 
+def _wrapped(text, width=170, lines=2):
+    """``text`` in at most ``lines`` lines of about ``width`` characters, cut at '; '."""
+    rows = [""]
+    for part in text.split("; "):
+        candidate = f"{rows[-1]}; {part}" if rows[-1] else part
+        if len(candidate) > width and rows[-1] and len(rows) < lines:
+            rows.append(part)
+        else:
+            rows[-1] = candidate
+    return rows
+
+
 def render(results, machine_line):
     """The whole chart as SVG text: panels in ``COLUMNS`` columns, row by row."""
-    body, heights, top = [], [], 40
+    body, heights, top = [], [], 53
     for start in range(0, len(results), COLUMNS):
         tallest = 0
         for column, result in enumerate(results[start:start + COLUMNS]):
@@ -90,7 +102,8 @@ def render(results, machine_line):
         f'<rect width="{width}" height="{top}" fill="white"/>',
         '<text x="10" y="16" class="title">tracejit benchmarks: median time per call, '
         'log scale, lower is better (orange: tracejit; grey: NumPy eager; blue: peers)</text>',
-        f'<text x="10" y="31">{escape(machine_line[:190])}</text>',
+        *(f'<text x="10" y="{31 + 13 * row}">{escape(line)}</text>'
+          for row, line in enumerate(_wrapped(machine_line))),
     ]
     return "\n".join([*header, *body, "</svg>"]) + "\n"
 

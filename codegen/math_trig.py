@@ -288,9 +288,9 @@ def _zero_like(value):
     return ir.Constant(ty, 0)
 
 
-def _sin_or_cos_wide(builder, x, quadrant_shift):
-    """sin (shift 0) or cos (shift 1) of x by the branch-free Payne-Hanek reduction:
-    float64 x, or float32 x computed in float64 (scalar or vector)."""
+def _reduced_wide(builder, x):
+    """The branch-free Payne-Hanek reduction of ``|x|`` by pi/2, in float64 (a float32 x
+    widened): ``(double, wide_f, wide, magnitude, quadrant, r_hi, r_lo)``."""
     f = Float(x.type)
     double = f.double
     wide_f = f if double else f.other(F64)
@@ -298,16 +298,27 @@ def _sin_or_cos_wide(builder, x, quadrant_shift):
     magnitude = fabs(builder, wide)
     quadrant, r_hi, r_lo = _reduce_half_pi(
         builder, magnitude, _REDUCTION_DOUBLE if double else _REDUCTION_FLOAT)
+    return double, wide_f, wide, magnitude, quadrant, r_hi, r_lo
+
+
+def _finished_wide(builder, x, result, wide, magnitude, wide_f, double):
+    """``result`` where x is finite (inf and NaN give NaN), rounded back to x's type."""
+    finite = builder.fcmp_ordered("<", magnitude, wide_f.const(math.inf))
+    result = builder.select(finite, result, builder.fsub(wide, wide))
+    return result if double else builder.fptrunc(result, x.type)
+
+
+def _sin_or_cos_wide(builder, x, quadrant_shift):
+    """sin (shift 0) or cos (shift 1) of x by the branch-free Payne-Hanek reduction:
+    float64 x, or float32 x computed in float64 (scalar or vector)."""
+    double, wide_f, wide, magnitude, quadrant, r_hi, r_lo = _reduced_wide(builder, x)
     if double:
         sine, cosine = _sin_kernel(builder, r_hi, r_lo), _cos_kernel(builder, r_hi, r_lo)
     else:
         sine, cosine = _sin_kernel_float(builder, r_hi), _cos_kernel_float(builder, r_hi)
     result = _sign_and_quadrant(builder, quadrant, sine, cosine,
                                 builder.bitcast(wide, wide_f.int), quadrant_shift, wide_f)
-    # inf and NaN give NaN
-    finite = builder.fcmp_ordered("<", magnitude, wide_f.const(math.inf))
-    result = builder.select(finite, result, builder.fsub(wide, wide))
-    return result if double else builder.fptrunc(result, x.type)
+    return _finished_wide(builder, x, result, wide, magnitude, wide_f, double)
 
 
 # --- float32 at full width ----------------------------------------------------------------
@@ -431,13 +442,7 @@ def _tan_quotient(builder, odd, sine, cosine):
 def _tan_wide(builder, x):
     """tan by the branch-free Payne-Hanek reduction: float64 x, or float32 x computed in
     float64; inf and NaN give NaN."""
-    f = Float(x.type)
-    double = f.double
-    wide_f = f if double else f.other(F64)
-    wide = x if double else builder.fpext(x, wide_f.ty)
-    magnitude = fabs(builder, wide)
-    quadrant, r_hi, r_lo = _reduce_half_pi(
-        builder, magnitude, _REDUCTION_DOUBLE if double else _REDUCTION_FLOAT)
+    double, wide_f, wide, magnitude, quadrant, r_hi, r_lo = _reduced_wide(builder, x)
     odd = builder.trunc(quadrant, wide_f.like(I1))
     if double:
         head, tail = _sin_kernel_parts(builder, r_hi, r_lo)
@@ -451,9 +456,7 @@ def _tan_wide(builder, x):
     negate = builder.xor(odd, builder.icmp_signed("<", builder.bitcast(wide, wide_f.int),
                                                   wide_f.iconst(0)))
     result = builder.select(negate, builder.fneg(quotient), quotient)
-    finite = builder.fcmp_ordered("<", magnitude, wide_f.const(math.inf))
-    result = builder.select(finite, result, builder.fsub(wide, wide))
-    return result if double else builder.fptrunc(result, x.type)
+    return _finished_wide(builder, x, result, wide, magnitude, wide_f, double)
 
 
 # tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction's reach), within 2^-28 of

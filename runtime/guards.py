@@ -319,14 +319,11 @@ def _guard_statements(spec, source):
         condition = len(source.lines)
         source.indent += 1
         bound_natively = set(bound)
-        _leaf_checks(source, spec, bound_natively, native=True)
-        left = source.lines[condition:]
-        if left == ["    " * (source.indent + 1) + "pass"]:  # nothing is left to check
-            del source.lines[condition:]
-            source.add(f"if not {call}:", depth=0)
-        else:
+        if _leaf_checks(source, spec, bound_natively, native=True):  # checks are left
             source.lines.insert(condition, "    " * source.indent + f"if {call}:")
             source.add("else:", depth=0)
+        else:
+            source.add(f"if not {call}:", depth=0)
         _leaf_checks(source, spec, bound)
         source.indent -= 1
         if bound != bound_natively:
@@ -395,7 +392,7 @@ def _guard_statements(spec, source):
 
 def _leaf_checks(source, spec, bound, native=False):
     """The checks of every argument leaf; ``native``: arrays that are ndarrays are checked
-    by the native array guard already (``_native_arrays``)."""
+    by the native array guard already (``_native_arrays``). Whether it added any."""
     start = len(source.lines)
     for position, leaf in enumerate(spec.leaves):
         variable = f"leaf{position}"
@@ -412,8 +409,7 @@ def _leaf_checks(source, spec, bound, native=False):
         else:
             value = source.constant(leaf.value, "V")
             source.add(f"if {variable} is not {value}: return {source.miss}")
-    if len(source.lines) == start:  # all checked natively: the branch needs a statement
-        source.add("pass")
+    return len(source.lines) > start
 
 
 def _native_arrays(spec):

@@ -37,7 +37,6 @@ from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
 from .errors import TraceSignal, UnsupportedError
-from .implicit import Path
 from .locations import line_prefix, user_location
 from .loop_generalize import Refused
 
@@ -153,7 +152,7 @@ def note(context, owner, name, value, path):
         context.note_outside_value(path, owner, identity=True)  # the same object each call
     context.attribute_writes.pop(key, None)  # the last write, in write order
     context.attribute_writes[key] = (path, owner, name, value, user_location())
-    context.written_paths.add(Path(path.root, path.steps + (("attr", name),)).key)
+    context.written_paths.add(path.attr(name).key)
     setattr(owner, name, value)
 
 
@@ -163,7 +162,7 @@ def note_delete(context, owner, name, path):
     every call, as it is now (else eager raises AttributeError)."""
     if getattr(context, "in_loop_body", 0):
         raise Refused("an attribute deleted on an object from outside the function")
-    attribute = Path(path.root, path.steps + (("attr", name),))
+    attribute = path.attr(name)
     present = hasattr(owner, name)
     if present and attribute.key not in context.written_paths:
         context.note_presence(attribute, True)

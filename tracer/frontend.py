@@ -64,15 +64,10 @@ from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
-from .traced_array import trace_error
+from .traced_array import INPLACE_UFUNCS, trace_error
+
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
-_UFUNC_NAMES = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
-                "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
-                "matmul": "matmul", "and_": "bitwise_and", "or_": "bitwise_or",
-                "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift"}
-
-
 # --- hooks -----------------------------------------------------------------------------
 def _is_ufunc_at(function):
     """``np.add.at`` and its like: ufunc methods that write into their first argument."""
@@ -207,7 +202,7 @@ class Hooks:
         known = self.objects.path_of(owner)
         if known is None:
             return self.load(value, ("expression", "", ()))
-        return self.load(value, ("path", Path(known.root, known.steps + (("attr", name),)),
+        return self.load(value, ("path", known.attr(name),
                                  ()))
 
     def _load_through(self, path, value):
@@ -328,7 +323,7 @@ class Hooks:
         if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
             (path := self.objects.path_of(args[0])) is not None
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
-            attribute = Path(path.root, path.steps + (("attr", args[1]),))
+            attribute = path.attr(args[1])
             present = hasattr(args[0], args[1])
             if attribute.key not in self.context.written_paths:  # not the trace's own write
                 self.context.note_presence(attribute, present)  # if not hasattr(l, "m"): ...
@@ -489,7 +484,7 @@ class Hooks:
         if isinstance(error, AttributeError) and isinstance(error.name, str) and (
             (path := self.objects.path_of(error.obj)) is not None
         ):  # try: v = self.velocity / except AttributeError: the attribute must be missing
-            attribute = Path(path.root, path.steps + (("attr", error.name),))
+            attribute = path.attr(error.name)
             if attribute.key not in self.context.written_paths:
                 self.context.note_presence(attribute, False)
 
@@ -588,7 +583,7 @@ class Hooks:
                                "compiled runs would skip it. Return the new array instead")
             current = self.context.replaced.get(id(target), target)
             result = getattr(operator, operation)(current, value)
-            check_out(target, result, f"np.{_UFUNC_NAMES.get(operation, 'add')}")
+            check_out(target, result, f"np.{INPLACE_UFUNCS[operation.rstrip('_')].__name__}")
             return self.set_item(target, Ellipsis, result, False)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
@@ -604,7 +599,7 @@ class Hooks:
         path = self.objects.path_of(owner)
         if path is None:
             return self.outside_mutation(written)
-        attribute = Path(path.root, path.steps + (("attr", name),))
+        attribute = path.attr(name)
         if _is_number(getattr(owner, name, None)) and (
             attribute.key in context.outside_values
         ):  # self.t = self.t + 1: a number read as a setting, rebound
@@ -677,7 +672,7 @@ class Hooks:
             path = self.objects.path_of(owner)
             if path is None:
                 return self.outside_mutation(written)
-            attribute = Path(path.root, path.steps + (("attr", name),))
+            attribute = path.attr(name)
             number = self._load_through(attribute, current)
             if not is_traced(number):
                 return self._number_state(owner, name, attribute, written)

@@ -62,6 +62,10 @@ class Path:
             value = getattr(value, key) if step == "attr" else value[key]
         return value
 
+    def attr(self, name):
+        """The path of attribute ``name`` of the object here (``self.optimizer`` -> ``.lr``)."""
+        return Path(self.root, self.steps + (("attr", name),))
+
     def __repr__(self):
         return f"Path({self})"
 
@@ -110,7 +114,7 @@ def _scan(value, path, found, depth, seen, objects=None):
         if isinstance(value.func, types.FunctionType):
             _scan_function(value.func, found, seen, set())
         elif hasattr(value.func, "__dict__"):  # partial(model, training=False): model.W
-            _scan(value.func, Path(path.root, path.steps + (("attr", "func"),)), found,
+            _scan(value.func, path.attr("func"), found,
                   depth + 1, seen, objects)
             call = getattr(type(value.func), "__call__", None)  # noqa: B004 - the method
             if isinstance(call, types.FunctionType):
@@ -128,7 +132,7 @@ def _scan(value, path, found, depth, seen, objects=None):
         if objects is not None:  # where an attribute write finds it again
             objects.setdefault(id(value), (path, value))
         for name, item in list(vars(value).items())[:64]:
-            _scan(item, Path(path.root, path.steps + (("attr", name),)), found, depth + 1, seen,
+            _scan(item, path.attr(name), found, depth + 1, seen,
                   objects)
 
 

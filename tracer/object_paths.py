@@ -121,10 +121,10 @@ class ObjectPaths:
         if not holds_attributes(receiver):
             return
         context = self.context
-        context.note_outside_value(Path(path.root, path.steps + (("attr", "__func__"),)),
+        context.note_outside_value(path.attr("__func__"),
                                    method.__func__, identity=True)
         if not path.steps or path.steps[-1][0] != "attr":  # STEP = opt.update: that object
-            context.note_outside_value(Path(path.root, path.steps + (("attr", "__self__"),)),
+            context.note_outside_value(path.attr("__self__"),
                                        receiver, identity=True)
             return
         owner = Path(path.root, path.steps[:-1])
@@ -151,7 +151,7 @@ class ObjectPaths:
 
 def class_path(path):
     """Where the class of the object at ``path`` is found again: ``path.__class__``."""
-    return Path(path.root, path.steps + (("attr", "__class__"),))
+    return path.attr("__class__")
 
 
 def guard_class(context, path, value):
@@ -171,6 +171,6 @@ def guard_method(context, path, receiver, name):
     if not isinstance(function, types.FunctionType):
         return False
     guard_class(context, path, receiver)
-    context.note_outside_value(Path(path.root, class_path(path).steps + (("attr", name),)),
+    context.note_outside_value(class_path(path).attr(name),
                                function, identity=True)
     return True

@@ -53,6 +53,17 @@ def _scalar_preserving(method):
     return wrapper
 
 
+# The ufunc of each augmented assignment, by the ``operator`` module's name for it less
+# its trailing underscore (``x **= y`` is ``pow``): what ``Tracer.__ipow__`` and the
+# front end's in-place hooks compute.
+INPLACE_UFUNCS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "lshift": np.left_shift, "rshift": np.right_shift,
+}
+
+
 class Tracer(ArrayMethods):
     """A traced array: the IR var it stands for, its real value, and its live shape."""
 
@@ -224,47 +235,6 @@ class Tracer(ArrayMethods):
         self._update(result)
         return self
 
-    def __iadd__(self, other):
-        return self._inplace(np.add, other)
-
-    def __isub__(self, other):
-        return self._inplace(np.subtract, other)
-
-    def __imul__(self, other):
-        return self._inplace(np.multiply, other)
-
-    def __itruediv__(self, other):
-        return self._inplace(np.true_divide, other)
-
-    # Without these, h **= 2 fell back to h = h ** 2: other names for h's buffer (cache =
-    # h, the caller's argument, self.W) kept the old values where NumPy updates them.
-    def __ifloordiv__(self, other):
-        return self._inplace(np.floor_divide, other)
-
-    def __imod__(self, other):
-        return self._inplace(np.remainder, other)
-
-    def __ipow__(self, other):
-        return self._inplace(np.power, other)
-
-    def __imatmul__(self, other):
-        return self._inplace(np.matmul, other)
-
-    def __iand__(self, other):
-        return self._inplace(np.bitwise_and, other)
-
-    def __ior__(self, other):
-        return self._inplace(np.bitwise_or, other)
-
-    def __ixor__(self, other):
-        return self._inplace(np.bitwise_xor, other)
-
-    def __ilshift__(self, other):
-        return self._inplace(np.left_shift, other)
-
-    def __irshift__(self, other):
-        return self._inplace(np.right_shift, other)
-
     def _update(self, result, written=None):
         """Become ``result`` (an in-place write). ``written``: the region the write covers
         (``written_region``), when known: views of this array outside it (``prev = h[t]``
@@ -322,3 +292,17 @@ def _picks_one_element(index):
     return all(isinstance(entry, (int, np.integer, SymInt)) and not isinstance(entry, bool)
                or (isinstance(entry, Tracer) and not entry.shape and entry.dtype.kind in "iu")
                for entry in entries)
+
+
+def _inplace_method(ufunc):
+    def method(self, other):
+        return self._inplace(ufunc, other)
+
+    return method
+
+
+# x op= y for every operator: without these h **= 2 fell back to h = h ** 2, and other
+# names for h's buffer (cache = h, the caller's argument, self.W) kept the old values
+# where NumPy updates them.
+for _name, _ufunc in INPLACE_UFUNCS.items():
+    setattr(Tracer, f"__i{_name}__", _inplace_method(_ufunc))

@@ -65,6 +65,51 @@ def openblas():
     return _library() is not None
 
 
+# OpenBLAS's idle threads wait for the next call spinning (x86: nops, no yield) for 2**28 TSC
+# cycles, ~0.1 s, before they sleep. A compiled kernel that follows a NumPy matmul shared the
+# cores with that spinning thread: the interleave benchmark's pair ran 1.7-1.8x its parts.
+# 2**18 cycles (~0.1 ms) still covers the gap between back-to-back NumPy calls.
+OPENBLAS_IDLE_SPIN_LOG2 = 18
+
+
+@lru_cache(maxsize=None)
+def shorten_openblas_idle_spin():
+    """Let NumPy's OpenBLAS threads sleep ~0.1 ms after each threaded call instead of ~0.1 s,
+    so the cores go to tracejit's pool (``codegen/parallel.py`` calls this when it starts
+    worker threads; once per process). True when the timeout was changed; False when there
+    is nothing to change: no bundled OpenBLAS, a single-threaded or OpenMP one, or a timeout
+    the user set (``OPENBLAS_THREAD_TIMEOUT``, which OpenBLAS read when it loaded).
+
+    OpenBLAS takes the timeout from its environment when it starts its threads, so the
+    variable is set for one ``openblas_read_env`` and removed, and the threads are stopped
+    with ``blas_thread_shutdown_`` (what OpenBLAS itself runs before every ``fork``); its
+    next threaded call starts them again with the short timeout.
+    """
+    found = _library()
+    if found is None:
+        return False
+    library = found[0]
+    try:
+        timeout = library.openblas_thread_timeout
+        read_env, shutdown = library.openblas_read_env, library.blas_thread_shutdown_
+        parallel = library.scipy_openblas_get_parallel64_
+        threads = library.scipy_openblas_get_num_threads64_
+    except AttributeError:
+        return False
+    timeout.restype = ctypes.c_uint
+    pthreads = 1  # openblas_get_parallel: 0 sequential, 1 its own pthreads server, 2 OpenMP
+    if parallel() != pthreads or threads() <= 1 or timeout() != 0:
+        return False
+    name = "OPENBLAS_THREAD_TIMEOUT"
+    os.environ[name] = str(OPENBLAS_IDLE_SPIN_LOG2)
+    try:
+        read_env()
+    finally:
+        del os.environ[name]
+    shutdown()
+    return True
+
+
 # --- the float32 choice -----------------------------------------------------------------------
 _overrides = []
 _configured = None  # set_gemm_setting's; None: "auto"

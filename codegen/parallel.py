@@ -28,7 +28,7 @@ from pathlib import Path
 
 from llvmlite import ir
 
-from . import llvm
+from . import blas, llvm
 from .counted_loop import counted_loop
 
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
@@ -348,6 +348,8 @@ class ThreadPool:
 
     def __init__(self, threads):
         self.threads = threads
+        if threads > 1:
+            blas.shorten_openblas_idle_spin()
         self.state = (ctypes.c_int64 * POOL_FIELDS)()
         self.state[THREADS] = threads
         self.state[PARKED] = -1  # no generation parked yet

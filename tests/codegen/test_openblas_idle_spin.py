@@ -1,0 +1,101 @@
+"""NumPy's OpenBLAS threads sleep soon after each call once tracejit's pool starts
+(``codegen/blas.py``: ``shorten_openblas_idle_spin``), and NumPy's results stay right.
+
+The change stops OpenBLAS's threads and lets its next call start them again, so each
+check runs in a fresh process: NumPy's matmul (threaded level-3 and level-2 calls) before
+and after, from several Python threads at once, and in a forked child.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tracejit.codegen import blas
+
+pytestmark = pytest.mark.skipif(not blas.openblas(), reason="no bundled OpenBLAS")
+
+PRELUDE = textwrap.dedent("""
+    import ctypes, os, sys
+    from concurrent.futures import ThreadPoolExecutor
+    import numpy as np
+    from tracejit.codegen import blas, parallel
+
+    library = blas._library()[0]
+    library.openblas_thread_timeout.restype = ctypes.c_uint
+    rng = np.random.default_rng(0)
+    # (m, k, n): threaded level-3 products, a level-2 one (n = 1) and a small one
+    SHAPES = [(512, 1024, 256), (300, 700, 513), (1024, 1024, 1), (64, 64, 64)]
+    OPERANDS = [(rng.standard_normal((m, k)).astype(dtype),
+                 rng.standard_normal((k, n)).astype(dtype))
+                for m, k, n in SHAPES for dtype in (np.float32, np.float64)]
+    BEFORE = [a @ b for a, b in OPERANDS]
+    EXACT = [a.astype(np.float64) @ b.astype(np.float64) for a, b in OPERANDS]
+
+    def all_right():
+        for (a, b), exact in zip(OPERANDS, EXACT):
+            tolerance = 1e-4 if a.dtype == np.float32 else 1e-11
+            if not np.allclose(a @ b, exact, rtol=tolerance, atol=tolerance * np.sqrt(a.shape[1])):
+                return False
+        return True
+""")
+
+
+def run(body, **environment):
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")}
+    env.update(environment)
+    completed = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+                               env=env, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return completed.stdout.split()
+
+
+def test_pool_start_shortens_the_spin_and_numpy_stays_right():
+    out = run("""
+        threads = library.scipy_openblas_get_num_threads64_()
+        parallel.set_thread_count(2)
+        parallel.pool()
+        print(threads, library.openblas_thread_timeout(), blas.shorten_openblas_idle_spin())
+        assert all_right()
+        # the same OpenBLAS with the same threads splits the same way: equal results
+        assert all(np.array_equal(a @ b, before) for (a, b), before in zip(OPERANDS, BEFORE))
+        with ThreadPoolExecutor(max_workers=4) as executor:
+            print(all(executor.map(lambda _: all_right(), range(16))))
+    """, OPENBLAS_NUM_THREADS="2")
+    threads, timeout, changed, concurrent = out
+    assert threads == "2"
+    assert timeout == str(blas.OPENBLAS_IDLE_SPIN_LOG2)
+    assert changed == "True"
+    assert concurrent == "True"
+    # the variable was set for OpenBLAS only, not left for child processes
+    assert "OPENBLAS_THREAD_TIMEOUT" not in run("print(' '.join(os.environ))")
+
+
+def test_forked_child_after_the_change_multiplies_right():
+    out = run("""
+        parallel.set_thread_count(2)
+        parallel.pool()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if all_right() else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), all_right())
+    """, OPENBLAS_NUM_THREADS="2")
+    assert out == ["0", "True"]
+
+
+@pytest.mark.parametrize("environment, timeout", [
+    ({"OPENBLAS_THREAD_TIMEOUT": "7", "OPENBLAS_NUM_THREADS": "2"}, "7"),  # the user's
+    ({"OPENBLAS_NUM_THREADS": "1"}, "0"),  # OpenBLAS has no threads to spin
+])
+def test_left_alone(environment, timeout):
+    out = run("""
+        print(blas.shorten_openblas_idle_spin(), library.openblas_thread_timeout(),
+              all_right())
+    """, **environment)
+    assert out == ["False", timeout, "True"]

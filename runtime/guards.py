@@ -31,6 +31,7 @@ from tracejit.codegen import SideExit, array_guard
 from tracejit.codegen.array_guard import ANY_DIM
 from tracejit.codegen.program import inline_body
 from tracejit.tracer import pytree
+from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import format_shape_guard
 
@@ -65,6 +66,16 @@ class ImplicitSpec:
     shape: tuple
     type_name: str = "ndarray"
     requires_grad: bool = False
+
+
+def scalar_type(type_name):
+    """The type a run-time scalar argument must have: ``int``, ``float`` or a NumPy
+    number type (``tracer.abstract.NUMPY_SCALARS``).
+
+    >>> scalar_type("float"), scalar_type("float32").__name__
+    (<class 'float'>, 'float32')
+    """
+    return {"int": int, "float": float}.get(type_name) or NUMPY_SCALARS[type_name]
 
 
 def number_type(implicit):
@@ -400,7 +411,7 @@ def _leaf_checks(source, spec, bound, native=False):
             _array_checks(source, variable, leaf, bound, spec.symbols,
                           native=native and leaf.type_name != "Tensor")
         elif leaf.kind == "scalar":
-            kind = source.constant({"int": int, "float": float}.get(leaf.type_name, float), "T")
+            kind = source.constant(scalar_type(leaf.type_name), "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
         elif is_json_value(leaf.value):
             kind = source.constant(type(leaf.value), "T")

@@ -25,6 +25,7 @@ import numpy as np
 from tracejit.codegen import native_loop
 from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
 from tracejit.tracer import pytree
+from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.attribute_writes import AttributeWrite
 from tracejit.tracer.dims import DimExpr, parse_dim
@@ -349,7 +350,8 @@ def _leaf_from_json(leaf, symbols, number):
         dtype, shape, grad = _array_fields(leaf, symbols, what)
         return LeafSpec("array", type_name, dtype, shape, None, grad)
     if kind == "scalar":
-        _check(type_name in ("int", "float"), f"{what}: a scalar of type {type_name!r}")
+        _check(type_name in ("int", "float") or type_name in NUMPY_SCALARS,
+               f"{what}: a scalar of type {type_name!r}")
         return LeafSpec("scalar", type_name)
     _check(kind == "static" and is_json_value(leaf["value"]), f"{what} of kind {kind!r}")
     value = _tuples(leaf["value"])

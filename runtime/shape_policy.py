@@ -3,7 +3,7 @@
 
 Tracing asks a policy two things: for an array argument, ``policy(leaf_index, array)``
 gives ``{axis: (low, high)}`` of the dims traced as symbols (with their bucket); for a
-Python scalar, ``policy.scalar_is_dynamic(leaf_index)`` says whether it is a run-time
+number argument, ``policy.scalar_is_dynamic(leaf_index)`` says whether it is a run-time
 input rather than a constant.
 
 >>> from tracejit.runtime.config import Options
@@ -19,6 +19,7 @@ import inspect
 
 import numpy as np
 
+from tracejit.tracer.abstract import is_number_argument
 from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
 from .tensor import Tensor
@@ -26,9 +27,9 @@ from .tensor import Tensor
 
 class ShapePolicy:
     """Which dims and scalars are dynamic, and the dims' buckets: ``dynamic="auto"``
-    specializes the first call's shapes and Python scalars, makes a dim dynamic once it is
-    seen with a second size, and a Python int or float argument a run-time input once it is
-    seen with a second value (unless ``static_argnames``/``static_argnums`` name it)."""
+    specializes the first call's shapes and number arguments, makes a dim dynamic once it is
+    seen with a second size, and a Python or NumPy number argument a run-time input once it
+    is seen with a second value (unless ``static_argnames``/``static_argnums`` name it)."""
 
     def __init__(self, options, fn):
         self.mode = options.dynamic
@@ -45,7 +46,7 @@ class ShapePolicy:
     def observe(self, leaves, positions):
         self.leaf_arguments = positions
         for leaf_index, leaf in enumerate(leaves):
-            if type(leaf) in (int, float) and self.mode is not False and not self._static(
+            if is_number_argument(leaf) and self.mode is not False and not self._static(
                 leaf_index
             ):
                 first = self.first_scalars.setdefault(leaf_index, (type(leaf), leaf))
@@ -57,7 +58,7 @@ class ShapePolicy:
                     self.dynamic_scalars.update(
                         index for index, other in enumerate(leaves)
                         if positions.get(index) == positions.get(leaf_index)
-                        and type(other) in (int, float) and not self._static(index))
+                        and is_number_argument(other) and not self._static(index))
                 continue
             shape = getattr(leaf, "shape", None)
             if shape is None or not _is_array(leaf):
@@ -79,7 +80,7 @@ class ShapePolicy:
         return argument in self.static_positions or self._named(leaf_index) in self.static_names
 
     def scalar_is_dynamic(self, leaf_index):
-        """Whether the Python scalar at ``leaf_index`` is traced as a run-time input."""
+        """Whether the number argument at ``leaf_index`` is traced as a run-time input."""
         return leaf_index in self.dynamic_scalars
 
     def bucket(self, size, edges):

@@ -14,6 +14,22 @@ from __future__ import annotations
 import numpy as np
 
 PYTHON_SCALARS = (bool, int, float)
+# NumPy scalars an argument may be as a run-time input (``lr = np.float32(0.01)``), by
+# type name: the entry guard checks the type, the kernel reads the value. The dtypes
+# compiled code holds (codegen/dtypes.py); a float16 scalar stays a constant.
+NUMPY_SCALARS = {np.dtype(name).type.__name__: np.dtype(name).type for name in (
+    "int32", "int64", "float32", "float64")}
+
+
+def is_number_argument(value):
+    """Whether an argument may be traced as a run-time scalar input rather than a
+    constant: a Python int or float, or a NumPy number of a type in ``NUMPY_SCALARS``.
+
+    >>> is_number_argument(0.5), is_number_argument(np.float32(0.5)), is_number_argument(True)
+    (True, True, False)
+    """
+    kind = type(value)
+    return kind is int or kind is float or NUMPY_SCALARS.get(kind.__name__) is kind
 
 
 class AbstractArray:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import argument_writes, attribute_writes, pytree
-from .abstract import PYTHON_SCALARS, AbstractArray
+from .abstract import PYTHON_SCALARS, AbstractArray, is_number_argument
+from .numpy_warnings import computed
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
@@ -54,7 +55,7 @@ _VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
 class InputSpec:
     """How one leaf of the arguments enters the graph."""
 
-    kind: str  # "array", "scalar" (dynamic Python scalar), "static"
+    kind: str  # "array", "scalar" (a dynamic Python or NumPy scalar), "static"
     input_index: int | None = None  # position in graph.inputs
     type_name: str = ""
     value: object = None  # static leaves: the value the trace specialized on
@@ -255,7 +256,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         out_aval = prim.abstract_eval(*avals, **params)
 
         def compute(*values):
-            out_value = prim.impl(*values, **concrete)
+            out_value = computed(prim.name, prim.impl, *values, **concrete)
             if out_aval.weak:  # a Python scalar, so NumPy promotes it as one (NEP 50)
                 out_value = np.asarray(out_value).item()
             _check_result(prim, out_aval, out_value)
@@ -586,10 +587,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             tracer = context.add_input(array, shape)
             input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
-        elif type(leaf) in (int, float) and _is_dynamic_scalar(
-            dynamic, top_level[position], argument_names, position
-        ):
-            tracer = context.add_input(leaf, (), weak=True)
+        elif is_number_argument(leaf) and _is_dynamic_scalar(
+                dynamic, top_level[position], argument_names, position):
+            # a Python number is weakly typed; a NumPy scalar keeps its dtype (NEP 50)
+            tracer = context.add_input(leaf, (), weak=type(leaf) in (int, float))
             input_specs.append(InputSpec("scalar", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
         else:

@@ -278,6 +278,34 @@ def logical(op):
     return rule
 
 
+def bitwise(op):
+    """``&``, ``|``, ``^`` of integers (``and_``, ``or_``, ``xor``)."""
+    def rule(ctx, x, y):
+        return getattr(ctx.builder, op)(x, y)
+
+    return rule
+
+
+def invert(ctx, x):
+    return ctx.builder.not_(x)
+
+
+def left_shift(ctx, x, y):
+    # NumPy's npy_lshift: a shift by the width or more (or a negative one, read as
+    # unsigned) gives 0; LLVM's shl would give poison there.
+    builder, width = ctx.builder, x.type.width
+    inside = builder.icmp_unsigned("<", y, ir.Constant(y.type, width))
+    shifted = builder.shl(x, builder.and_(y, ir.Constant(y.type, width - 1)))
+    return builder.select(inside, shifted, _zero(x))
+
+
+def right_shift(ctx, x, y):
+    # NumPy's npy_rshift: arithmetic; a shift by the width or more gives the sign (0 or -1)
+    builder, width = ctx.builder, x.type.width
+    inside = builder.icmp_unsigned("<", y, ir.Constant(y.type, width))
+    return builder.ashr(x, builder.select(inside, y, ir.Constant(y.type, width - 1)))
+
+
 def where(ctx, condition, x, y):
     return ctx.builder.select(condition, x, y)
 

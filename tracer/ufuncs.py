@@ -18,7 +18,6 @@ import numpy as np
 
 from . import ops
 from .abstract import abstractify
-from .errors import UnsupportedError
 from .primitives import bind
 
 dtype_of = ops.dtype_of
@@ -36,19 +35,19 @@ def cast(x, dtype):
 _LN2 = math.log(2.0)
 
 
-def _bool_only(name, logical):
+def _bitwise(bits, logical):
+    """``&``, ``|``, ``^``: the logical primitive on two bool operands (which fusion and
+    the relu masks know), the bitwise one otherwise."""
     def apply(x, y):
-        if dtype_of(x) != np.bool_ or dtype_of(y) != np.bool_:
-            raise UnsupportedError(f"np.{name} is supported on boolean arrays only")
-        return logical(x, y)
+        if dtype_of(x) == np.bool_ and dtype_of(y) == np.bool_:
+            return logical(x, y)
+        return bind(bits, x, y)
 
     return apply
 
 
 def _invert(x):
-    if dtype_of(x) != np.bool_:
-        raise UnsupportedError("np.invert (~) is supported on boolean arrays only")
-    return bind(ops.logical_not_p, x)
+    return bind(ops.logical_not_p if dtype_of(x) == np.bool_ else ops.invert_p, x)
 
 
 def _logaddexp(x, y):
@@ -121,6 +120,8 @@ UFUNCS = {
     np.greater_equal: ops.greater_equal_p,
     np.logical_and: ops.logical_and_p,
     np.logical_or: ops.logical_or_p,
+    np.left_shift: ops.left_shift_p,
+    np.right_shift: ops.right_shift_p,
     np.matmul: ops.matmul_p,
 }
 
@@ -132,9 +133,9 @@ UFUNC_COMPOSITES = {
     np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
     np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
     np.logical_xor: lambda x, y: np.not_equal(cast(x, bool), cast(y, bool)),
-    np.bitwise_and: _bool_only("bitwise_and", lambda x, y: bind(ops.logical_and_p, x, y)),
-    np.bitwise_or: _bool_only("bitwise_or", lambda x, y: bind(ops.logical_or_p, x, y)),
-    np.bitwise_xor: _bool_only("bitwise_xor", lambda x, y: bind(ops.not_equal_p, x, y)),
+    np.bitwise_and: _bitwise(ops.bitwise_and_p, lambda x, y: bind(ops.logical_and_p, x, y)),
+    np.bitwise_or: _bitwise(ops.bitwise_or_p, lambda x, y: bind(ops.logical_or_p, x, y)),
+    np.bitwise_xor: _bitwise(ops.bitwise_xor_p, lambda x, y: bind(ops.not_equal_p, x, y)),
     np.invert: _invert,
 }
 

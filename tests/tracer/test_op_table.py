@@ -136,6 +136,10 @@ def away_from_zero(*shape):
     return positive(*shape) * SAMPLE_RNG.choice([-1.0, 1.0], size=shape)
 
 
+def integers(*shape, low=-9, high=10):
+    return SAMPLE_RNG.integers(low, high, size=shape)
+
+
 def mask(*shape):
     return SAMPLE_RNG.random(shape) < 0.5
 
@@ -205,6 +209,12 @@ SAMPLES = {
     "greater_equal": Call((uniform(2, 3), uniform(2, 3)), {}),
     "logical_and": Call((uniform(2, 3), uniform(2, 3)), {}),
     "logical_or": Call((uniform(2, 3), uniform(2, 3)), {}),
+    "bitwise_and": Call((integers(2, 3), integers(2, 3)), {}),
+    "bitwise_or": Call((integers(2, 3), integers(2, 3)), {}),
+    "bitwise_xor": Call((integers(2, 3), integers(2, 3)), {}),
+    "invert": Call((integers(2, 3),), {}),
+    "left_shift": Call((integers(2, 3), integers(2, 3, low=0, high=40)), {}),
+    "right_shift": Call((integers(2, 3), integers(2, 3, low=0, high=70)), {}),
     "where": Call((mask(2, 3), uniform(2, 3), uniform(2, 3)), {}),
     "cast": Call((uniform(2, 3),), dict(dtype=F64)),
     "stop_gradient": Call((uniform(2, 3),), {}),
@@ -284,8 +294,9 @@ def test_ufunc_table_maps_to_registered_primitives(ufunc):
 def test_non_differentiable_output_records_no_graph(name):
     prim = PRIMITIVES[name]
     args, params = SAMPLES[name]
-    inputs = [
-        tensor(arg, requires_grad=True) if isinstance(arg, np.ndarray) else arg for arg in args
+    inputs = [  # (integers cannot require grad: the bitwise ops' samples)
+        tensor(arg, requires_grad=arg.dtype.kind == "f") if isinstance(arg, np.ndarray) else arg
+        for arg in args
     ]
     result = bind(prim, *inputs, like=tensor(0.0), **params)
     assert isinstance(result, Tensor)
@@ -426,6 +437,7 @@ ARITHMETIC_OPERATORS = [
     operator.ge,
 ]
 LOGICAL_OPERATORS = [operator.and_, operator.or_, operator.xor]
+SHIFT_OPERATORS = [operator.lshift, operator.rshift]
 
 
 def check_operator(function, *operands):
@@ -463,10 +475,20 @@ def test_logical_operator_on_booleans_matches_numpy(function):
     check_operator(lambda x: function(right, x), left)
 
 
-@pytest.mark.parametrize("function", LOGICAL_OPERATORS, ids=lambda f: f.__name__)
-def test_bitwise_operator_on_integers_is_refused_clearly(function):
-    with pytest.raises(UnsupportedError, match="boolean arrays only"):
-        function(tensor([1, 2]), tensor([3, 4]))
+@pytest.mark.parametrize("dtypes", [(I32, I32), (I64, I32), (BOOL, I64), (F64, I32)],
+                         ids=str)
+@pytest.mark.parametrize("function", LOGICAL_OPERATORS + SHIFT_OPERATORS,
+                         ids=lambda f: f.__name__)
+def test_bitwise_operator_on_integers_matches_numpy(function, dtypes):
+    """Bits of integers (a float operand: NumPy's TypeError), shifts past the width."""
+    left = make_array((3, 1), dtypes[0], seed=1)
+    right = make_array((4,), dtypes[1], seed=2)
+    check_operator(function, left, right)
+    check_operator(lambda x: function(x, 3), left)
+    check_operator(lambda x: function(-5, x), right)
+    if dtypes == (I32, I32):
+        shifts = np.array([0, 1, 31, 32, 33, 64, -1, -33], np.int32)
+        check_operator(function, np.full(8, -7, np.int32), shifts)
 
 
 def _unary_operator_cases():
@@ -477,10 +499,6 @@ def _unary_operator_cases():
 
 @pytest.mark.parametrize("function, dtype", list(_unary_operator_cases()))
 def test_unary_operator_matches_numpy(function, dtype):
-    if function is operator.invert and dtype != BOOL:
-        with pytest.raises(UnsupportedError, match="boolean arrays only"):
-            ~tensor(make_array((3,), dtype))
-        return
     check_operator(function, make_array((2, 3), dtype, specials=True))
 
 
@@ -489,14 +507,11 @@ COMPOSITE_SHAPES = {
     1: [((),), ((0,),), ((7,),), ((5, 3),)],
     2: [((), ()), ((0,), (1,)), ((7,), (7,)), ((3, 1), (4,))],
 }
-BITWISE = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
 
 
 def _composite_cases():
     for ufunc in numpy_api.UFUNC_COMPOSITES:
         for dtype in DTYPES:
-            if ufunc in BITWISE and dtype != BOOL:
-                continue  # refused on purpose: test_bitwise_operator_on_integers...
             yield pytest.param(ufunc, dtype, id=f"{ufunc.__name__}-{dtype}")
 
 

@@ -139,6 +139,13 @@ greater_p = pointwise("greater", np.greater, None)
 greater_equal_p = pointwise("greater_equal", np.greater_equal, None)
 logical_and_p = pointwise("logical_and", np.logical_and, None)
 logical_or_p = pointwise("logical_or", np.logical_or, None)
+# Bits of integers (bool operands go to the logical primitives: tracer/ufuncs.py)
+bitwise_and_p = pointwise("bitwise_and", np.bitwise_and, None)
+bitwise_or_p = pointwise("bitwise_or", np.bitwise_or, None)
+bitwise_xor_p = pointwise("bitwise_xor", np.bitwise_xor, None)
+invert_p = pointwise("invert", np.invert, None)
+left_shift_p = pointwise("left_shift", np.left_shift, None)
+right_shift_p = pointwise("right_shift", np.right_shift, None)
 
 
 # --- select and cast -------------------------------------------------------------------

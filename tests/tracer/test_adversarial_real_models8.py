@@ -1,0 +1,859 @@
+"""Adversarial real-model tests, ninth round: scans, sorts, masked selections and the
+NaN-aware reductions, in the idioms of public NumPy model code (CS231n/CS224n layers,
+min-char-rnn and LSTM gists, numpy-ml, d2l scratch chapters, micrograd-like autograd),
+run eagerly and through ``jit`` on copies of the same arguments.
+
+Covers what rounds one to eight do not: running maxima and cumulative sums as they appear
+in models (drawdowns, inverse-CDF sampling, prefix-sum pooling), sorts and ``argsort``
+with NaN and ties, boolean-mask selections reduced (``x[mask].mean()`` of an empty mask),
+``nan*`` reductions of all-NaN rows, ``np.roll``/``np.tile``/``np.repeat`` with dynamic
+dims, ``np.take(mode=)``, ``unravel_index`` of pooling argmaxes, CRF forward and Viterbi
+in log space with buffers filled in place, masked GRU steps over ragged lengths, beam
+search with hypotheses kept in lists, Armijo line search (a data-dependent ``while``),
+optimizers whose state is a dict of dicts, a tiny reverse-mode autograd built from
+closures, ``np.random.seed`` inside the model, and dtype corners (uint8, int16, bool,
+float16, 0-d arrays).
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+from real_model_checks import assert_same, jitted, no_internal_errors, rng_for, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=1e-4, atol=1e-5)
+F16 = dict(rtol=2e-3, atol=2e-3)
+TOLERANCE = {np.float64: F64, np.float32: F32, np.float16: F16}
+
+
+# --- scans: running maxima, cumulative sums, inverse-CDF sampling ----------------------------
+def max_drawdown(returns):
+    """A finance-course drawdown: the running peak of the wealth curve."""
+    wealth = np.cumprod(1.0 + returns)
+    peak = np.maximum.accumulate(wealth)
+    drawdown = (peak - wealth) / peak
+    return drawdown.max(), np.argmax(drawdown)
+
+
+def test_max_drawdown_over_lengths():
+    rng = rng_for(900)
+    run_calls(max_drawdown, [(rng.normal(0, 0.05, n),) for n in (5, 8, 13, 1)], **F64)
+
+
+def prefix_sum_pooling(x, lengths):
+    """Mean pooling over ragged rows by a prefix sum (d2l's trick for variable lengths)."""
+    padded = np.concatenate([np.zeros((x.shape[0], 1, x.shape[2])), np.cumsum(x, axis=1)],
+                            axis=1)
+    idx = np.arange(x.shape[0])
+    return padded[idx, lengths] / np.maximum(lengths, 1)[:, None]
+
+
+def test_prefix_sum_pooling_with_empty_rows():
+    rng = rng_for(901)
+    sets = [(rng.standard_normal((n, t, 3)), rng.integers(0, t + 1, n))
+            for n, t in ((4, 5, ), (3, 7), (5, 2))]
+    sets.append((rng.standard_normal((3, 4, 3)), np.array([0, 0, 0])))
+    run_calls(prefix_sum_pooling, sets, **F64)
+
+
+def sample_by_inverse_cdf(logits, uniforms):
+    """Sampling from a softmax without np.random.choice: the CDF and a comparison count."""
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    cdf = np.cumsum(p, axis=-1)
+    return (cdf < uniforms[:, None]).sum(axis=-1)
+
+
+def test_sampling_by_inverse_cdf_over_batches():
+    rng = rng_for(902)
+    run_calls(sample_by_inverse_cdf, [(rng.standard_normal((n, 6)), rng.random(n))
+                                      for n in (3, 5, 11, 1)], **F64)
+
+
+def integer_cumsum_corners(mask, counts):
+    """Positions of the kept tokens (cumsum of a bool mask) and int16 running counts."""
+    positions = np.cumsum(mask, axis=-1) - 1
+    running = counts.cumsum()
+    return np.where(mask, positions, -1), running, running.dtype.itemsize
+
+
+@pytest.mark.parametrize("count_dtype", [np.int16, np.uint8, np.int32, np.bool_])
+def test_cumsum_of_bool_and_small_integer_dtypes(count_dtype):
+    rng = rng_for(903)
+    sets = [(rng.random((n, 5)) > 0.5, rng.integers(0, 2, 7).astype(count_dtype))
+            for n in (2, 4, 3)]
+    run_calls(integer_cumsum_corners, sets)
+
+
+# --- sorts: argsort with NaN, ties broken stably, top-k by argsort ----------------------------
+def median_filter_rows(x):
+    """Median of each row by sorting (NaN sorts last, as NumPy's sort puts it)."""
+    s = np.sort(x, axis=-1)
+    n = x.shape[-1]
+    if n % 2:
+        return s[..., n // 2]
+    return 0.5 * (s[..., n // 2 - 1] + s[..., n // 2])
+
+
+def test_median_by_sort_with_nan_and_odd_even_widths():
+    rng = rng_for(904)
+    with_nan = rng.standard_normal((3, 6))
+    with_nan[1, 2] = np.nan
+    with_inf = rng.standard_normal((2, 5))
+    with_inf[0, :2] = [np.inf, -np.inf]
+    run_calls(median_filter_rows, [(rng.standard_normal((3, 5)),), (with_nan,), (with_inf,),
+                                   (rng.standard_normal((4, 6)),), (with_nan,)], **F64)
+
+
+def top_k_recall(scores, labels, k):
+    """Recall@k over a batch: the top-k columns by a stable descending argsort."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    hits = (order == labels[:, None]).any(axis=1)
+    return hits.mean(), order
+
+
+def test_top_k_recall_with_ties_and_changing_k():
+    rng = rng_for(905)
+    tied = np.round(rng.standard_normal((5, 6)), 0)
+    sets = [(rng.standard_normal((4, 6)), rng.integers(0, 6, 4), 2),
+            (tied, rng.integers(0, 6, 5), 2),
+            (tied, rng.integers(0, 6, 5), 3),
+            (rng.standard_normal((7, 6)), rng.integers(0, 6, 7), 1)]
+    run_calls(top_k_recall, sets, **F64)
+
+
+# --- masked selections reduced (dropout statistics, hinge terms, NaN filters) -----------------
+def masked_statistics(x, mask):
+    """Mean/max/std of the kept entries; an empty selection is NumPy's NaN."""
+    kept = x[mask]
+    return kept.mean(), kept.std(), np.count_nonzero(mask), kept.sum()
+
+
+def test_masked_selection_statistics_with_empty_and_full_masks():
+    rng = rng_for(906)
+    x = rng.standard_normal((4, 5))
+    sets = [(x, x > 0), (x, x > 0.5), (x, np.zeros_like(x, dtype=bool)), (x, x > -10),
+            (x, x > 0)]
+    run_calls(masked_statistics, sets, **F64)
+
+
+def masked_max(x, mask):
+    return x[mask].max()
+
+
+def test_max_of_an_empty_selection_raises_like_eager():
+    x = np.arange(6.0).reshape(2, 3)
+    run_calls(masked_max, [(x, x > 2), (x, x > 100), (x, x > 2), (x, x > 100)])
+
+
+def svm_hinge_by_selection(scores, y, delta):
+    """cs231n's svm loss, summing the positive margins through a selection."""
+    n = scores.shape[0]
+    correct = scores[np.arange(n), y][:, None]
+    margins = scores - correct + delta
+    margins[np.arange(n), y] = 0.0
+    positive = margins[margins > 0]
+    return positive.sum() / n, (margins > 0).sum(axis=1)
+
+
+def test_svm_hinge_summed_through_a_boolean_selection():
+    rng = rng_for(907)
+    sets = [(rng.standard_normal((n, 4)), rng.integers(0, 4, n), d)
+            for n, d in ((5, 1.0), (3, 1.0), (6, 0.0), (2, 1e-3))]
+    run_calls(svm_hinge_by_selection, sets, **F64)
+
+
+# --- NaN-aware reductions --------------------------------------------------------------------
+def nan_robust_normalize(x):
+    """Feature standardization that ignores missing values (the titanic-notebook idiom)."""
+    mu = np.nanmean(x, axis=0)
+    sd = np.nanstd(x, axis=0)
+    filled = np.where(np.isnan(x), mu, x)
+    return (filled - mu) / np.where(sd > 0, sd, 1.0), np.nanmax(x, axis=0)
+
+
+def test_nan_robust_normalization_with_all_nan_columns():
+    rng = rng_for(908)
+    x = rng.standard_normal((5, 4))
+    x[1, 2] = np.nan
+    all_nan = x.copy()
+    all_nan[:, 3] = np.nan
+    run_calls(nan_robust_normalize, [(x,), (all_nan,), (rng.standard_normal((7, 4)),),
+                                     (all_nan,)], **F64)
+
+
+def nan_argmax_decoder(logits):
+    return np.nanargmax(logits, axis=-1)
+
+
+def test_nanargmax_of_an_all_nan_row_raises_like_eager():
+    x = np.arange(12.0).reshape(3, 4)
+    bad = x.copy()
+    bad[1] = np.nan
+    run_calls(nan_argmax_decoder, [(x,), (bad,), (x,), (bad,)])
+
+
+def nan_cumulative_reward(rewards):
+    return np.nancumsum(rewards, axis=-1), np.nansum(rewards, axis=-1)
+
+
+def test_nancumsum_of_rewards_with_missing_steps():
+    rng = rng_for(909)
+    r = rng.standard_normal((3, 6))
+    r[0, ::2] = np.nan
+    r[2] = np.nan
+    run_calls(nan_cumulative_reward, [(r,), (rng.standard_normal((2, 9)),), (r,)], **F64)
+
+
+# --- CRF forward algorithm and Viterbi in log space, buffers filled in place -----------------
+def crf_log_partition(emissions, transitions, start, end):
+    """A linear-chain CRF's forward algorithm over a (T, K) emission matrix."""
+    T, K = emissions.shape
+    alphas = np.empty((T, K))
+    alphas[0] = start + emissions[0]
+    for t in range(1, T):
+        scores = alphas[t - 1][:, None] + transitions + emissions[t][None, :]
+        top = scores.max(axis=0)
+        alphas[t] = top + np.log(np.exp(scores - top).sum(axis=0))
+    final = alphas[-1] + end
+    top = final.max()
+    return top + np.log(np.exp(final - top).sum()), alphas
+
+
+def crf_viterbi(emissions, transitions, start, end):
+    T, K = emissions.shape
+    score = start + emissions[0]
+    backpointers = np.zeros((T, K), dtype=np.int64)
+    for t in range(1, T):
+        total = score[:, None] + transitions
+        backpointers[t] = total.argmax(axis=0)
+        score = total.max(axis=0) + emissions[t]
+    score = score + end
+    best = [int(score.argmax())]
+    for t in range(T - 1, 0, -1):
+        best.append(int(backpointers[t, best[-1]]))
+    best.reverse()
+    return best, score.max()
+
+
+def crf_arguments(rng, T, K=4):
+    return (rng.standard_normal((T, K)), rng.standard_normal((K, K)), rng.standard_normal(K),
+            rng.standard_normal(K))
+
+
+@pytest.mark.parametrize("model", [crf_log_partition, crf_viterbi])
+def test_crf_forward_and_viterbi_over_lengths(model):
+    rng = rng_for(910)
+    ninf = crf_arguments(rng, 6)
+    ninf[1][0, :] = -np.inf
+    run_calls(model, [crf_arguments(rng, 5), crf_arguments(rng, 8), crf_arguments(rng, 1),
+                      crf_arguments(rng, 13), ninf, crf_arguments(rng, 4, K=3)], **F64)
+
+
+# --- a masked GRU over ragged lengths (CS224n's padded batches) ----------------------------
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def masked_gru(x, lengths, params):
+    N, T, D = x.shape
+    H = params["Wz"].shape[1]
+    h = np.zeros((N, H), dtype=x.dtype)
+    hs = np.zeros((N, T, H), dtype=x.dtype)
+    for t in range(T):
+        xt = x[:, t]
+        z = sigmoid(xt @ params["Wz"] + h @ params["Uz"])
+        r = sigmoid(xt @ params["Wr"] + h @ params["Ur"])
+        cand = np.tanh(xt @ params["Wh"] + (r * h) @ params["Uh"])
+        h_new = (1 - z) * h + z * cand
+        alive = (t < lengths)[:, None]
+        h = np.where(alive, h_new, h)
+        hs[:, t] = h * alive
+    return hs, h
+
+
+def gru_params(rng, D, H, dtype):
+    return {name: (rng.standard_normal((D if name[0] == "W" else H, H)) * 0.4).astype(dtype)
+            for name in ("Wz", "Uz", "Wr", "Ur", "Wh", "Uh")}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_masked_gru_over_ragged_lengths(dtype):
+    rng = rng_for(911)
+    params = gru_params(rng, 3, 4, dtype)
+
+    def batch(n, t):
+        return (rng.standard_normal((n, t, 3)).astype(dtype), rng.integers(0, t + 1, n), params)
+
+    run_calls(masked_gru, [batch(2, 5), batch(3, 7), batch(1, 1), batch(4, 11), batch(3, 7)],
+              **TOLERANCE[dtype])
+
+
+# --- beam search with hypotheses in lists ---------------------------------------------------
+def beam_search(log_probs, beam, eos):
+    """Beam search over a fixed table of per-step log-probabilities (T, V), keeping
+    (score, tokens) hypotheses in lists and finishing those that emit ``eos``."""
+    hyps = [(0.0, [])]
+    finished = []
+    for t in range(log_probs.shape[0]):
+        candidates = []
+        for score, tokens in hyps:
+            order = np.argsort(-log_probs[t], kind="stable")[:beam]
+            for token in order:
+                candidates.append((score + float(log_probs[t, token]), tokens + [int(token)]))
+        candidates.sort(key=lambda c: -c[0])
+        hyps = []
+        for score, tokens in candidates[:beam]:
+            if tokens[-1] == eos:
+                finished.append((score, tokens))
+            else:
+                hyps.append((score, tokens))
+        if not hyps:
+            break
+    finished.extend(hyps)
+    return max(finished, key=lambda c: c[0])
+
+
+def test_beam_search_with_early_finish():
+    rng = rng_for(912)
+
+    def table(T, V=5, eos_first=False):
+        logits = rng.standard_normal((T, V))
+        if eos_first:
+            logits[:, 0] += 10.0
+        return np.log(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True))
+
+    run_calls(beam_search, [(table(4), 2, 0), (table(4), 2, 0), (table(3, eos_first=True), 2, 0),
+                            (table(6), 3, 0)], **F64)
+
+
+# --- Armijo backtracking line search: a data-dependent while loop ---------------------------
+def logistic_loss(w, X, y, lam):
+    z = X @ w
+    return np.mean(np.logaddexp(0.0, -y * z)) + 0.5 * lam * w @ w
+
+
+def gradient_descent_armijo(w, X, y, lam, steps):
+    history = []
+    for _ in range(steps):
+        z = X @ w
+        g = -(X.T @ (y * sigmoid(-y * z))) / len(y) + lam * w
+        t = 1.0
+        f0 = logistic_loss(w, X, y, lam)
+        while logistic_loss(w - t * g, X, y, lam) > f0 - 0.5 * t * (g @ g):
+            t *= 0.5
+            if t < 1e-8:
+                break
+        w -= t * g
+        history.append(t)
+        if np.linalg.norm(g) < 1e-6:
+            break
+    return w, history
+
+
+def test_armijo_line_search_updates_weights_in_place():
+    rng = rng_for(913)
+
+    def problem(n, d, lam):
+        X = rng.standard_normal((n, d))
+        y = np.sign(X @ rng.standard_normal(d) + 0.1)
+        return np.zeros(d), X, y, lam, 4
+
+    run_calls(gradient_descent_armijo, [problem(20, 3, 0.1), problem(30, 3, 0.1),
+                                        problem(7, 3, 0.0), problem(20, 3, 1.0)], **F64)
+
+
+# --- optimizers with a dict of dicts as state ------------------------------------------------
+def adam_step(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    """A d2l-style Adam: per-parameter state {"m", "v"} and a shared step count ``t``."""
+    state["t"] = state.get("t", 0) + 1
+    t = state["t"]
+    for name, p in params.items():
+        s = state.setdefault(name, {"m": np.zeros_like(p), "v": np.zeros_like(p)})
+        g = grads[name]
+        s["m"] *= b1
+        s["m"] += (1 - b1) * g
+        s["v"] = b2 * s["v"] + (1 - b2) * g * g
+        m_hat = s["m"] / (1 - b1 ** t)
+        v_hat = s["v"] / (1 - b2 ** t)
+        p -= lr * m_hat / (np.sqrt(v_hat) + eps)
+    return state["t"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adam_with_nested_state_dicts_over_steps(dtype):
+    rng = rng_for(914)
+    params = {"W": rng.standard_normal((3, 4)).astype(dtype), "b": np.zeros(4, dtype=dtype)}
+    state = {}
+    f = jitted(adam_step)
+    eager_params, eager_state = copy.deepcopy(params), copy.deepcopy(state)
+    for step in range(5):
+        grads = {"W": rng.standard_normal((3, 4)).astype(dtype),
+                 "b": rng.standard_normal(4).astype(dtype)}
+        if step == 3:
+            grads["W"][0, 0] = np.nan
+        want = adam_step(eager_params, grads, eager_state)
+        got = f(params, grads, state)
+        assert_same(got, want)
+        assert_same(params, eager_params, where="params", **TOLERANCE[dtype])
+        assert_same(state, eager_state, where="state", **TOLERANCE[dtype])
+
+
+# --- a tiny reverse-mode autograd of closures (micrograd on arrays) -------------------------
+class Value:
+    def __init__(self, data, parents=()):
+        self.data = data
+        self.grad = np.zeros_like(data)
+        self._parents = parents
+        self._backward = lambda: None
+
+    def __add__(self, other):
+        out = Value(self.data + other.data, (self, other))
+
+        def backward():
+            self.grad += out.grad
+            other.grad += out.grad.sum(axis=0) if other.data.ndim < out.data.ndim else out.grad
+        out._backward = backward
+        return out
+
+    def __matmul__(self, other):
+        out = Value(self.data @ other.data, (self, other))
+
+        def backward():
+            self.grad += out.grad @ other.data.T
+            other.grad += self.data.T @ out.grad
+        out._backward = backward
+        return out
+
+    def relu(self):
+        out = Value(np.maximum(self.data, 0), (self,))
+
+        def backward():
+            self.grad += (out.data > 0) * out.grad
+        out._backward = backward
+        return out
+
+    def mse(self, target):
+        diff = self.data - target
+        out = Value(np.array((diff ** 2).mean()), (self,))
+
+        def backward():
+            self.grad += 2.0 * diff / diff.size * out.grad
+        out._backward = backward
+        return out
+
+    def backward(self):
+        order, seen = [], set()
+        stack = [(self, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((parent, False) for parent in node._parents)
+        self.grad = np.ones_like(self.data)
+        for node in reversed(order):
+            node._backward()
+
+
+def autograd_train_step(x, target, W1, b1, W2, lr):
+    w1, c1, w2 = Value(W1), Value(b1), Value(W2)
+    loss = ((Value(x) @ w1 + c1).relu() @ w2).mse(target)
+    loss.backward()
+    for v, p in ((w1, W1), (c1, b1), (w2, W2)):
+        p -= lr * v.grad
+    return loss.data, w1.grad
+
+
+def test_closure_autograd_train_steps_update_weights_in_place():
+    rng = rng_for(915)
+
+    def batch(n):
+        return (rng.standard_normal((n, 3)), rng.standard_normal((n, 2)),
+                rng.standard_normal((3, 5)), np.zeros(5), rng.standard_normal((5, 2)), 0.1)
+
+    run_calls(autograd_train_step, [batch(4), batch(6), batch(1), batch(9)], **F64)
+
+
+# --- cs231n batchnorm with a bn_param dict switched between modes -----------------------------
+def batchnorm_forward(x, gamma, beta, bn_param):
+    mode = bn_param["mode"]
+    eps = bn_param.get("eps", 1e-5)
+    momentum = bn_param.get("momentum", 0.9)
+    N, D = x.shape
+    running_mean = bn_param.get("running_mean", np.zeros(D, dtype=x.dtype))
+    running_var = bn_param.get("running_var", np.zeros(D, dtype=x.dtype))
+    cache = None
+    if mode == "train":
+        mu = x.mean(axis=0)
+        var = x.var(axis=0)
+        xhat = (x - mu) / np.sqrt(var + eps)
+        out = gamma * xhat + beta
+        running_mean = momentum * running_mean + (1 - momentum) * mu
+        running_var = momentum * running_var + (1 - momentum) * var
+        cache = (xhat, gamma, var + eps)
+    elif mode == "test":
+        out = gamma * (x - running_mean) / np.sqrt(running_var + eps) + beta
+    else:
+        raise ValueError('Invalid forward batchnorm mode "%s"' % mode)
+    bn_param["running_mean"] = running_mean
+    bn_param["running_var"] = running_var
+    return out, cache
+
+
+def batchnorm_backward_alt(dout, cache):
+    xhat, gamma, var_eps = cache
+    N = dout.shape[0]
+    dxhat = dout * gamma
+    dx = (N * dxhat - dxhat.sum(axis=0) - xhat * (dxhat * xhat).sum(axis=0)) / (
+        N * np.sqrt(var_eps))
+    return dx, (dout * xhat).sum(axis=0), dout.sum(axis=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batchnorm_with_a_bn_param_dict_over_modes_and_batches(dtype):
+    rng = rng_for(916)
+    gamma, beta = rng.standard_normal(4).astype(dtype), rng.standard_normal(4).astype(dtype)
+    bn_param = {"mode": "train"}
+    forward, backward = jitted(batchnorm_forward), jitted(batchnorm_backward_alt)
+    eager_param = copy.deepcopy(bn_param)
+    for step, (n, mode) in enumerate([(5, "train"), (8, "train"), (3, "test"), (1, "train"),
+                                      (7, "train"), (4, "test"), (2, "eval")]):
+        x = (rng.standard_normal((n, 4)) * 3 + 1).astype(dtype)
+        bn_param["mode"] = eager_param["mode"] = mode
+        try:
+            want = batchnorm_forward(x, gamma, beta, eager_param)
+        except ValueError:
+            with pytest.raises(ValueError, match="Invalid forward batchnorm mode"):
+                forward(x, gamma, beta, bn_param)
+            continue
+        got = forward(x, gamma, beta, bn_param)
+        assert_same(got, want, **TOLERANCE[dtype])
+        assert_same(bn_param, eager_param, where=f"bn_param at step {step}", **TOLERANCE[dtype])
+        if mode == "train" and n > 1:
+            dout = rng.standard_normal((n, 4)).astype(dtype)
+            assert_same(backward(dout, got[1]), batchnorm_backward_alt(dout, want[1]),
+                        **TOLERANCE[dtype])
+
+
+# --- cs231n dropout: np.random.seed inside the model when the param dict has a seed -----------
+def dropout_forward(x, dropout_param):
+    p, mode = dropout_param["p"], dropout_param["mode"]
+    if "seed" in dropout_param:
+        np.random.seed(dropout_param["seed"])
+    mask = None
+    if mode == "train":
+        mask = (np.random.rand(*x.shape) < p) / p
+        out = x * mask
+    else:
+        out = x
+    return out.astype(x.dtype, copy=False), (dropout_param, mask)
+
+
+def test_dropout_with_a_seed_inside_the_model_matches_eager():
+    rng = rng_for(917)
+    sets = [(rng.standard_normal((n, 5)), {"p": p, "mode": mode, "seed": 123})
+            for n, p, mode in ((4, 0.5, "train"), (6, 0.8, "train"), (4, 0.5, "test"),
+                               (3, 1.0, "train"))]
+    sets.append((rng.standard_normal((2, 5)).astype(np.float32),
+                 {"p": 0.3, "mode": "train", "seed": 7}))
+    run_calls(dropout_forward, sets, **F32)
+
+
+# --- the fast max pool by reshape, its backward through a mask with ties ----------------------
+def max_pool_forward_reshape(x, pool):
+    N, C, H, W = x.shape
+    x_reshaped = x.reshape(N, C, H // pool, pool, W // pool, pool)
+    out = x_reshaped.max(axis=3).max(axis=4)
+    return out, (x, x_reshaped, out)
+
+
+def max_pool_backward_reshape(dout, cache):
+    x, x_reshaped, out = cache
+    dx_reshaped = np.zeros_like(x_reshaped)
+    out_newaxis = out[:, :, :, np.newaxis, :, np.newaxis]
+    mask = x_reshaped == out_newaxis
+    dout_newaxis = dout[:, :, :, np.newaxis, :, np.newaxis]
+    dout_broadcast, _ = np.broadcast_arrays(dout_newaxis, dx_reshaped)
+    dx_reshaped[mask] = dout_broadcast[mask]
+    dx_reshaped /= np.sum(mask, axis=(3, 5), keepdims=True)
+    return dx_reshaped.reshape(x.shape)
+
+
+def pool_round_trip(x, dout, pool):
+    out, cache = max_pool_forward_reshape(x, pool)
+    return out, max_pool_backward_reshape(dout, cache)
+
+
+def test_max_pool_by_reshape_forward_and_backward_with_ties():
+    rng = rng_for(918)
+
+    def images(n, h, ties=False):
+        x = rng.standard_normal((n, 2, h, h))
+        if ties:
+            x = np.round(x)
+        return x, rng.standard_normal((n, 2, h // 2, h // 2)), 2
+
+    run_calls(pool_round_trip, [images(2, 4), images(3, 6), images(2, 4, ties=True),
+                                images(1, 2), images(2, 8, ties=True)], **F64)
+
+
+# --- convolution by as_strided windows and einsum, padding by np.pad --------------------------
+def conv_forward_strided(x, w, b, stride, pad):
+    N, C, H, W = x.shape
+    F, _, HH, WW = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="constant")
+    Hout = (H + 2 * pad - HH) // stride + 1
+    Wout = (W + 2 * pad - WW) // stride + 1
+    sN, sC, sH, sW = xp.strides
+    windows = np.lib.stride_tricks.as_strided(
+        xp, shape=(N, C, Hout, Wout, HH, WW),
+        strides=(sN, sC, sH * stride, sW * stride, sH, sW))
+    out = np.einsum("nchwij,fcij->nfhw", windows, w) + b[None, :, None, None]
+    return out
+
+
+def test_conv_by_as_strided_over_strides_pads_and_sizes():
+    rng = rng_for(919)
+
+    def case(n, h, stride, pad):
+        return (rng.standard_normal((n, 2, h, h)), rng.standard_normal((3, 2, 3, 3)),
+                rng.standard_normal(3), stride, pad)
+
+    run_calls(conv_forward_strided, [case(2, 5, 1, 1), case(2, 7, 2, 1), case(1, 3, 1, 0),
+                                     case(3, 6, 1, 1), case(2, 7, 2, 0)], **F64)
+
+
+# --- k-means with empty clusters kept and a while loop until labels settle --------------------
+def kmeans(X, centers, max_iter):
+    labels = np.full(X.shape[0], -1)
+    it = 0
+    while it < max_iter:
+        d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=-1)
+        new = d2.argmin(axis=1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        onehot = (labels[:, None] == np.arange(len(centers))).astype(X.dtype)
+        counts = onehot.sum(axis=0)
+        sums = onehot.T @ X
+        centers = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centers)
+        it += 1
+    inertia = ((X - centers[labels]) ** 2).sum()
+    return centers, labels, it, inertia
+
+
+def test_kmeans_with_empty_clusters_and_a_settling_while_loop():
+    rng = rng_for(920)
+
+    def case(n, k, far=False):
+        X = rng.standard_normal((n, 2))
+        centers = X[:k].copy()
+        if far:
+            centers[-1] = 100.0
+        return X, centers, 10
+
+    run_calls(kmeans, [case(12, 3), case(20, 3), case(12, 3, far=True), case(5, 2),
+                       case(9, 4, far=True)], **F64)
+
+
+# --- softmax regression over mini-batches with a ragged last batch ----------------------------
+def softmax_regression_epoch(X, y, W, lr, batch_size):
+    losses = []
+    for start in range(0, X.shape[0], batch_size):
+        xb, yb = X[start:start + batch_size], y[start:start + batch_size]
+        scores = xb @ W
+        scores -= scores.max(axis=1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=1, keepdims=True)
+        losses.append(-np.log(probs[np.arange(len(yb)), yb]).mean())
+        dscores = probs
+        dscores[np.arange(len(yb)), yb] -= 1
+        W -= lr * xb.T @ dscores / len(yb)
+    return losses
+
+
+@pytest.mark.parametrize("label_dtype", [np.int64, np.int32, np.uint8])
+def test_softmax_regression_epochs_with_ragged_last_batches(label_dtype):
+    rng = rng_for(921)
+
+    def case(n, bs):
+        return (rng.standard_normal((n, 3)), rng.integers(0, 4, n).astype(label_dtype),
+                np.zeros((3, 4)), 0.5, bs)
+
+    run_calls(softmax_regression_epoch, [case(10, 4), case(13, 4), case(8, 4), case(3, 4),
+                                         case(12, 5)], **F64)
+
+
+# --- word2vec negative sampling: row updates through fancy indices ---------------------------
+def sgns_step(W_in, W_out, center, context, negatives, lr):
+    """One skip-gram negative-sampling step; negatives may repeat (NumPy keeps one update)."""
+    v = W_in[center]
+    ids = np.concatenate([[context], negatives])
+    u = W_out[ids]
+    labels = np.zeros(len(ids))
+    labels[0] = 1.0
+    scores = sigmoid(u @ v)
+    g = scores - labels
+    loss = -np.log(scores[0]) - np.log(1 - scores[1:]).sum()
+    W_out[ids] -= lr * g[:, None] * v[None, :]
+    W_in[center] -= lr * g @ u
+    return loss
+
+
+def test_negative_sampling_steps_with_unique_and_repeated_negatives():
+    rng = rng_for(922)
+    W_in, W_out = rng.standard_normal((10, 4)) * 0.1, rng.standard_normal((10, 4)) * 0.1
+    sets = [(W_in, W_out, 3, 5, np.array([1, 7, 2]), 0.1),
+            (W_in, W_out, 4, 0, np.array([9, 8, 6]), 0.1),
+            (W_in, W_out, 4, 0, np.array([9, 9, 6]), 0.1),
+            (W_in, W_out, 2, 2, np.array([1, 5, 7, 8]), 0.05)]
+    run_calls(sgns_step, sets, **F64)
+
+
+# --- multi-head attention returning transposed views ----------------------------------------
+def multihead_attention(x, Wq, Wk, Wv, heads, lengths):
+    N, T, D = x.shape
+    dh = D // heads
+
+    def split(z):
+        return z.reshape(N, T, heads, dh).transpose(0, 2, 1, 3)
+
+    q, k, v = split(x @ Wq), split(x @ Wk), split(x @ Wv)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+    key_mask = np.arange(T)[None, :] < lengths[:, None]
+    scores = np.where(key_mask[:, None, None, :], scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(N, T, D)
+    return out, weights.transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_multihead_attention_with_key_padding_over_lengths(dtype):
+    rng = rng_for(923)
+    D = 8
+    weights = [(rng.standard_normal((D, D)) / np.sqrt(D)).astype(dtype) for _ in range(3)]
+
+    def case(n, t, heads):
+        return (rng.standard_normal((n, t, D)).astype(dtype), *weights, heads,
+                rng.integers(1, t + 1, n))
+
+    run_calls(multihead_attention, [case(2, 5, 2), case(3, 7, 2), case(1, 1, 4), case(2, 6, 4)],
+              **TOLERANCE[dtype])
+
+
+# --- reproductions of what this round found --------------------------------------------------
+def smoothed_state_and_total(x):
+    """An EMA state and a running total carried through one loop, the total used after it."""
+    h = np.zeros(x.shape[1], dtype=x.dtype)
+    total = 0.0
+    for t in range(x.shape[0]):
+        h = h * 0.9 + x[t]
+        total = total + x[t].sum()
+    return h, total, total / 2
+
+
+@pytest.mark.xfail(strict=True, reason="a scalar accumulator carried with an array through a "
+                   "captured loop and used after it comes back as a 0-d ndarray, not NumPy's "
+                   "np.float64/np.float32 scalar, once the length is symbolic")
+def test_a_loop_carried_scalar_total_stays_a_numpy_scalar():
+    rng = rng_for(930)
+    run_calls(smoothed_state_and_total, [(rng.standard_normal((5, 3)),),
+                                         (rng.standard_normal((9, 3)),)])
+
+
+def cumulative_counts(counts):
+    return counts.cumsum()
+
+
+@pytest.mark.xfail(strict=True, reason="cumsum of an int16 array fails inside the compiler "
+                   "(KeyError: dtype('int16')) instead of being refused or compiled")
+def test_cumsum_of_int16_counts_is_no_internal_error():
+    f = run_calls(cumulative_counts, [(np.arange(7, dtype=np.int16),),
+                                      (np.arange(9, dtype=np.int16),)])
+    no_internal_errors(f)
+
+
+def no_eager_calls(f):
+    assert not f.stats()["eager_calls"], f.explain()
+
+
+def standardize_after_asarray(X):
+    X = np.asarray(X)
+    return (X - X.mean(axis=0)) / (X.std(axis=0) + 1e-8)
+
+
+def standardize_after_array_as_float(X):
+    X = np.array(X, dtype=float)
+    return (X - X.mean(axis=0)) / (X.std(axis=0) + 1e-8)
+
+
+def loss_as_a_0d_array(X):
+    return np.array(X.mean())
+
+
+def mean_of_a_list_of_losses(X):
+    losses = [np.log1p(np.exp(-X[t])).mean() for t in range(X.shape[0])]
+    return np.mean(losses)
+
+
+@pytest.mark.xfail(strict=True, reason="np.asarray/np.array of a traced array (the usual first "
+                   "line of a library function), and np.mean of a list of traced losses, make "
+                   "every call run eagerly")
+@pytest.mark.parametrize("model", [standardize_after_asarray, standardize_after_array_as_float,
+                                   loss_as_a_0d_array, mean_of_a_list_of_losses])
+def test_conversions_of_traced_arrays_compile(model):
+    rng = rng_for(931)
+    f = run_calls(model, [(rng.standard_normal((5, 3)),), (rng.standard_normal((8, 3)),)])
+    no_eager_calls(f)
+
+
+def running_peak(wealth):
+    return np.maximum.accumulate(wealth)
+
+
+@pytest.mark.xfail(strict=True, reason="np.maximum.accumulate (running max) runs eagerly")
+def test_running_peak_by_maximum_accumulate_compiles():
+    rng = rng_for(932)
+    f = run_calls(running_peak, [(rng.random(6),), (rng.random(9),)])
+    no_eager_calls(f)
+
+
+def shift_sequence(x, k):
+    return np.roll(x, k, axis=-1)
+
+
+@pytest.mark.xfail(strict=True, reason="np.roll by a Python int shift runs eagerly from its "
+                   "second value on (the shift becomes a run-time input np.roll refuses)")
+def test_roll_by_a_changing_shift_compiles():
+    x = np.arange(8.0).reshape(2, 4)
+    f = run_calls(shift_sequence, [(x, 1), (x, -5), (x, 7), (x, 2)])
+    no_eager_calls(f)
+
+
+def gather_part_way(x, idx, out):
+    for t in range(idx.shape[0]):
+        out[t] = x[idx[t]] * 2
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="after one call whose id past the table raises "
+                   "NumPy's IndexError part way through a loop (a new length), every later "
+                   "valid call at that length runs eagerly, filed as an 'internal error'")
+def test_valid_calls_after_an_index_error_part_way_through_a_loop_compile():
+    x = np.arange(5.0)
+    f = run_calls(gather_part_way, [(x, np.array([0, 1, 2, 3, 4, 1]), np.zeros(6)),
+                                    (x, np.array([0, 1, 2, 3, 9, 1, 2]), np.zeros(7)),
+                                    (x, np.array([1, 1, 2, 3, 1, 1, 2]), np.zeros(7))])
+    no_internal_errors(f)

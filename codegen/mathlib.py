@@ -46,8 +46,7 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-3 ulp of
                                               float64: fdlibm's sin/cos kernels divided
     pow        2 ulp    2 ulp      1 ulp      exp(y log x), log in double-double; C99 cases;
                                               float32 normal x, finite y: y log2 x and
-                                              2^t by float64 series after a float32
-                                              division, rounded once
+                                              2^t by float64 series, rounded once
     erf        1 ulp    1 ulp      1 ulp      fdlibm's pieces, all computed and selected;
                                               float32: x + x q(x^2) below 0.875, then
                                               polynomials of degree 10 and 11 to 3.92

@@ -722,6 +722,33 @@ def test_power_special_values(dtype):
                 f"power {dtype} where NumPy gives NaN, inf or 0")
 
 
+def test_power_float32_powers_of_two_are_exact():
+    """float32 pow's fast path rounds t = y log2|x| to n by adding 1.5 * 2^52 and shifts n
+    from that sum's bits into the exponent: a power of two to an integer power is exact
+    bit for bit (normal and denormal results, both signs of x and n, overflow to inf and
+    underflow to 0 at the reach of the clamp); t at and beside half-integers (n rounds to
+    even, r = t - n is exact either way) within the stated bound of the exact result."""
+    exponents = np.arange(-126, 128)
+    xs = np.repeat(np.ldexp(1.0, exponents), 13).astype(F32)
+    ys = np.tile(np.arange(-6, 7), exponents.size).astype(F32)
+    xs = np.concatenate([xs, -xs])
+    ys = np.concatenate([ys, ys])
+    with np.errstate(all="ignore"):
+        expected = np.power(xs.astype(np.float64), ys.astype(np.float64)).astype(F32)
+    assert_same(evaluate("power", F32, xs, ys), expected, 0, (xs, ys),
+                "float32 powers of two to integer powers")
+    # 4 ** (k/4 +- a few ulps): t = k/2 + a little, at the ties of rint
+    quarters = (np.arange(-200, 201) / 4.0).astype(F32)
+    ys = np.concatenate([np.nextafter(quarters, np.float32(-np.inf)), quarters,
+                         np.nextafter(quarters, np.float32(np.inf))])
+    xs = np.full(ys.size, 4.0, F32)
+    actual = evaluate("power", F32, xs, ys)
+    exact = np.power(xs.astype(np.float64), ys.astype(np.float64)).astype(F32)
+    distance = ulp_distance(actual, exact)
+    assert distance.max() <= EXACT_ULP_FLOAT32["power"], (
+        ys[int(np.argmax(distance))], actual[int(np.argmax(distance))])
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 @pytest.mark.parametrize("exponent", [0.5, 2.0, 1.0, -1.0, 0.0, 3.0, -0.5, 1.5])
 def test_power_with_a_literal_exponent_is_numpys(exponent, dtype):

@@ -777,11 +777,25 @@ def cumulative_counts(counts):
     return counts.cumsum()
 
 
-@pytest.mark.xfail(strict=True, reason="cumsum of an int16 array fails inside the compiler "
-                   "(KeyError: dtype('int16')) instead of being refused or compiled")
-def test_cumsum_of_int16_counts_is_no_internal_error():
-    f = run_calls(cumulative_counts, [(np.arange(7, dtype=np.int16),),
-                                      (np.arange(9, dtype=np.int16),)])
+def normalize_image(image):
+    return (image / 255.0 - 0.5).mean(axis=(-2, -1))
+
+
+def half_precision_layer(x, w):
+    return np.tanh(x.astype(np.float32) @ w)
+
+
+@pytest.mark.xfail(strict=True, reason="an input of a dtype compiled code lacks (uint8, int16, "
+                   "float16) cast to one it has fails inside the compiler (KeyError: "
+                   "dtype('uint8')) instead of being cast at entry or refused cleanly")
+@pytest.mark.parametrize("model, make", [
+    (cumulative_counts, lambda n: (np.arange(n, dtype=np.int16),)),
+    (normalize_image, lambda n: (np.arange(3 * n * n, dtype=np.uint8).reshape(3, n, n),)),
+    (half_precision_layer, lambda n: (np.ones((n, 3), dtype=np.float16),
+                                      np.ones((3, 2), dtype=np.float32))),
+], ids=["int16_cumsum", "uint8_image", "float16_cast"])
+def test_narrow_dtype_inputs_cast_up_are_no_internal_error(model, make):
+    f = run_calls(model, [make(4), make(5)], **F32)
     no_internal_errors(f)
 
 
@@ -1114,4 +1128,140 @@ def class_counts(labels, classes):
 def test_arange_of_a_changing_class_count_compiles():
     f = run_calls(class_counts, [(np.array([0, 1, 2, 1]), 3), (np.array([0, 1, 0, 1]), 2),
                                  (np.array([0, 1, 0, 4]), 5)])
+    no_eager_calls(f)
+
+
+def relu_by_clip_reciprocal(x):
+    return 1.0 / np.clip(x, 0.0, 1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="np.clip(-0.0, 0.0, 1.0) is +0.0 traced and compiled "
+                   "(NumPy keeps -0.0), so 1 / clip(...) is inf where NumPy gives -inf")
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_keeps_a_negative_zero_like_numpy(dtype):
+    x = np.array([-0.0, 0.0, 0.5, -1.0, 2.0], dtype=dtype)
+    run_calls(relu_by_clip_reciprocal, [(x,), (np.concatenate([x, x]),)])
+
+
+# --- Polyak averaging and clipping by the global norm over containers of arrays ---------------
+def clip_and_average(grads, params, averages, max_norm, decay):
+    total = np.sqrt(sum((g * g).sum() for g in grads.values()))
+    scale = max_norm / (total + 1e-6) if total > max_norm else 1.0
+    for name, g in grads.items():
+        g *= scale
+        params[name] -= 0.1 * g
+        averages[name] *= decay
+        averages[name] += (1 - decay) * params[name]
+    return total, scale
+
+
+def test_global_norm_clipping_and_polyak_averages_in_place():
+    rng = rng_for(942)
+
+    def case(size, max_norm):
+        shapes = {"W1": (3, size), "b1": (size,), "W2": (size, 2)}
+        return ({k: rng.standard_normal(s) for k, s in shapes.items()},
+                {k: rng.standard_normal(s) for k, s in shapes.items()},
+                {k: np.zeros(s) for k, s in shapes.items()}, max_norm, 0.99)
+
+    run_calls(clip_and_average, [case(4, 1.0), case(4, 100.0), case(5, 1.0), case(4, 1.0),
+                                 case(7, 100.0)], **F64)
+
+
+# --- Gumbel-max sampling and label-smoothed cross-entropy with narrow label dtypes ------------
+def gumbel_max_sample(logits, uniforms, temperature):
+    gumbel = -np.log(-np.log(np.clip(uniforms, 1e-12, 1 - 1e-12)))
+    return np.argmax(logits / temperature + gumbel, axis=-1)
+
+
+def test_gumbel_max_sampling_with_noise_passed_in():
+    rng = rng_for(943)
+    sets = [(rng.standard_normal((n, 5)), rng.random((n, 5)), t)
+            for n, t in ((3, 1.0), (6, 1.0), (4, 0.5), (1, 2.0))]
+    sets.append((rng.standard_normal((2, 5)), np.array([[0.0, 1.0, 0.5, 0.5, 0.5]] * 2), 1.0))
+    run_calls(gumbel_max_sample, sets, **F64)
+
+
+def label_smoothed_cross_entropy(logits, labels, smoothing):
+    n, classes = logits.shape
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    target = np.full((n, classes), smoothing / (classes - 1), dtype=logits.dtype)
+    target[np.arange(n), labels] = 1.0 - smoothing
+    return -(target * log_probs).sum(axis=1).mean(), target
+
+
+@pytest.mark.parametrize("label_dtype", [np.uint8, np.int32])
+def test_label_smoothed_cross_entropy_with_narrow_labels(label_dtype):
+    rng = rng_for(944)
+    sets = [(rng.standard_normal((n, 4)).astype(np.float32), rng.integers(0, 4, n).astype(
+        label_dtype), s) for n, s in ((5, 0.1), (8, 0.1), (1, 0.0), (3, 0.2))]
+    run_calls(label_smoothed_cross_entropy, sets, **F32)
+
+
+# --- a dilated causal convolution stack (WaveNet-style) over lengths --------------------------
+def dilated_causal_stack(x, filters):
+    """x: (T, C); each layer looks back ``2**layer`` steps through a zero-padded copy."""
+    h = x
+    skips = np.zeros_like(x)
+    for layer, (w_now, w_past) in enumerate(filters):
+        d = 2 ** layer
+        past = np.concatenate([np.zeros((d, h.shape[1]), dtype=h.dtype), h[:-d]], axis=0)
+        z = np.tanh(h @ w_now + past[:h.shape[0]] @ w_past)
+        skips += z
+        h = h + z
+    return h, skips
+
+
+def test_dilated_causal_convolutions_over_lengths_shorter_than_the_dilation():
+    rng = rng_for(945)
+    filters = [(rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((3, 3)) * 0.5)
+               for _ in range(3)]
+    run_calls(dilated_causal_stack, [(rng.standard_normal((t, 3)), filters)
+                                     for t in (8, 11, 3, 1, 16)], **F64)
+
+
+# --- ROC AUC by ranks (argsort of argsort) ---------------------------------------------------
+def roc_auc(scores, labels):
+    ranks = np.empty(len(scores))
+    ranks[np.argsort(scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    if positives == 0 or negatives == 0:
+        return np.nan
+    return (ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def test_roc_auc_by_ranks_with_one_class_batches():
+    rng = rng_for(946)
+    sets = [(rng.standard_normal(n), rng.integers(0, 2, n)) for n in (8, 12, 5)]
+    sets += [(rng.standard_normal(4), np.ones(4, dtype=np.int64)),
+             (rng.standard_normal(9), rng.integers(0, 2, 9))]
+    run_calls(roc_auc, sets, **F64)
+
+
+def smoothing_targets(labels, smoothing):
+    target = np.full((labels.shape[0], 4), smoothing / 3)
+    target[np.arange(labels.shape[0]), labels] = 1.0 - smoothing
+    return target
+
+
+def centered_by_a_full_of_the_mean(x):
+    return x - np.full(x.shape, x.mean())
+
+
+def prior_like(x, prior):
+    return np.full_like(x, prior) * x
+
+
+@pytest.mark.xfail(strict=True, reason="np.full / np.full_like with a traced fill value (a "
+                   "Python float argument after its second value, or a computed mean) run "
+                   "eagerly on every call (np.copyto / conversion of a traced array)")
+@pytest.mark.parametrize("model, make", [
+    (smoothing_targets, lambda n, v: (np.arange(n) % 4, v)),
+    (centered_by_a_full_of_the_mean, lambda n, v: (np.linspace(0.0, v, n),)),
+    (prior_like, lambda n, v: (np.linspace(0.0, 1.0, n), v)),
+], ids=["full_of_a_float_argument", "full_of_a_mean", "full_like_of_a_float_argument"])
+def test_full_with_a_traced_fill_value_compiles(model, make):
+    f = run_calls(model, [make(5, 0.1), make(5, 0.2), make(7, 0.3)])
     no_eager_calls(f)

@@ -413,7 +413,7 @@ def _leaf_checks(source, spec, bound, native=False):
         elif leaf.kind == "scalar":
             kind = source.constant(scalar_type(leaf.type_name), "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
-        elif is_json_value(leaf.value):
+        elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic):
             kind = source.constant(type(leaf.value), "T")
             source.add(f"if type({variable}) is not {kind} or "
                        f"{_differs(source, variable, leaf.value)}: return {source.miss}")
@@ -439,7 +439,7 @@ def _differs(source, variable, value):
     type: a float is the same when NumPy computes the same with it, so NaN is NaN and -0.0
     is not 0.0 (x / -0.0 is -inf)."""
     expected = source.constant(value, "V")
-    if type(value) is not float:
+    if not isinstance(value, (float, np.floating)):
         return f"{variable} != {expected}"
     if value != value:
         return f"{variable} == {variable}"

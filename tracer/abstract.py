@@ -18,7 +18,7 @@ PYTHON_SCALARS = (bool, int, float)
 # type name: the entry guard checks the type, the kernel reads the value. The dtypes
 # compiled code holds (codegen/dtypes.py); a float16 scalar stays a constant.
 NUMPY_SCALARS = {np.dtype(name).type.__name__: np.dtype(name).type for name in (
-    "int32", "int64", "float32", "float64")}
+    "bool", "int32", "int64", "float32", "float64")}
 
 
 def is_number_argument(value):

@@ -97,3 +97,26 @@ def test_a_dynamic_numpy_scalar_variant_round_trips_through_the_disk_cache(tmp_p
     # the first call's variant (1.5, a constant) stays in memory; the dynamic one is read
     assert again.stats()["disk_hits"] == 1 and again.stats()["compiled_calls"] == 2, (
         again.stats())
+
+
+def test_a_repeated_constant_numpy_scalar_runs_compiled():
+    """float16 and int8 scalars stay constants, compared by type and value (not by
+    identity: each call brings a new object), with -0.0 and NaN told apart."""
+    def divide(x, a):
+        return x / a
+
+    x = np.array([1.0, -2.0, 0.0])
+    calls = [(x, np.float16(2)), (x, np.float16(2)), (x, np.float16(-0.0)),
+             (x, np.float16(0.0)), (x, np.float16(np.nan)), (x, np.int8(3)), (x, np.int8(3))]
+    stats = _check_calls(divide, calls, traces_at_most=7)
+    assert stats["compiled_calls"] >= 2, stats
+
+
+def test_numpy_bool_flags_take_each_branch():
+    def layer(x, training):
+        return x * 0.5 if training else x + training
+
+    x = np.arange(4.0)
+    flags = [np.True_, np.False_, np.True_, np.False_, np.bool_(x.sum() > 0)]
+    stats = _check_calls(layer, [(x, flag) for flag in flags], traces_at_most=3)
+    assert stats["compiled_calls"] >= 2, stats

@@ -31,7 +31,10 @@ class CorruptEntry(Exception):
 
 def write_entry(root, path, header, body, blobs):
     body_bytes = json.dumps(body, sort_keys=True).encode()
-    payload = zlib.compress(struct.pack("<Q", len(body_bytes)) + body_bytes + b"".join(blobs), 6)
+    # Level 3, not 6: the store is on a first call's path. An MLP train step's entry (288 KB
+    # before compression): 2.0 ms and 53 KB at 3, 5.3 ms and 44 KB at 6; reading is 0.7 ms
+    # at either.
+    payload = zlib.compress(struct.pack("<Q", len(body_bytes)) + body_bytes + b"".join(blobs), 3)
     header_bytes = json.dumps(header, sort_keys=True).encode()
     content = MAGIC + struct.pack("<Q", len(header_bytes)) + header_bytes + payload
     root.write_signed(path, header["key"], content)

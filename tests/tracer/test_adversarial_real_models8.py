@@ -1265,3 +1265,79 @@ def prior_like(x, prior):
 def test_full_with_a_traced_fill_value_compiles(model, make):
     f = run_calls(model, [make(5, 0.1), make(5, 0.2), make(7, 0.3)])
     no_eager_calls(f)
+
+
+def copy_gradients_where_positive(x, upstream):
+    grad = np.zeros_like(x)
+    positive = x > 0
+    grad[positive] = upstream[positive]
+    return grad
+
+
+def count_positive_labels(scores, labels):
+    positive = labels == 1
+    return np.count_nonzero(positive), scores[positive].mean()
+
+
+@pytest.mark.xfail(strict=True, reason="a mask write with a selection of the same mask as its "
+                   "value (x[m] = y[m], cs231n's max-pool backward; np.where(m, y, x)) and "
+                   "np.count_nonzero of a traced mask run eagerly on every call")
+@pytest.mark.parametrize("model", [copy_gradients_where_positive, count_positive_labels])
+def test_mask_writes_from_a_selection_and_count_nonzero_compile(model):
+    rng = rng_for(947)
+    f = run_calls(model, [(rng.standard_normal(8), rng.integers(0, 2, 8)),
+                          (rng.standard_normal(11), rng.integers(0, 2, 11))])
+    no_eager_calls(f)
+
+
+def windows_by_strides(x):
+    s0, s1 = x.strides
+    windows = np.lib.stride_tricks.as_strided(x, shape=(x.shape[0] - 2, 3, x.shape[1]),
+                                              strides=(s0, s0, s1))
+    return windows.sum(axis=1)
+
+
+def upstream_broadcast_arrays(dout, x):
+    dout_b, _ = np.broadcast_arrays(dout[:, None], x)
+    return dout_b * x
+
+
+def converged_labels(x, labels):
+    new = (x > 0).astype(np.int64)
+    return np.array_equal(new, labels), new
+
+
+def ids_with_a_python_list(table, context, negatives):
+    ids = np.concatenate([[context], negatives])
+    return table[ids]
+
+
+def compounded_growth(returns):
+    return np.cumprod(1.0 + returns)
+
+
+def as_rows(x):
+    return np.atleast_2d(x) * 2.0
+
+
+def clipped_lookup(table, ids):
+    return np.take(table, ids, axis=0, mode="clip")
+
+
+@pytest.mark.xfail(strict=True, reason="common NumPy calls of public model code run eagerly on "
+                   "every call: x.strides (as_strided im2col), np.broadcast_arrays (max-pool "
+                   "backward), np.array_equal (k-means stop), np.concatenate of [int argument] "
+                   "and an array (SGNS ids), np.cumprod, np.atleast_2d, np.take(mode='clip')")
+@pytest.mark.parametrize("model, make", [
+    (windows_by_strides, lambda n: (np.arange(3.0 * n).reshape(n, 3),)),
+    (upstream_broadcast_arrays, lambda n: (np.arange(n * 1.0), np.ones((n, 3)))),
+    (converged_labels, lambda n: (np.linspace(-1, 1, n), np.arange(n) % 2)),
+    (ids_with_a_python_list, lambda n: (np.arange(20.0).reshape(10, 2), n - 4, np.arange(1, n))),
+    (compounded_growth, lambda n: (np.linspace(-0.1, 0.1, n),)),
+    (as_rows, lambda n: (np.arange(n * 1.0),)),
+    (clipped_lookup, lambda n: (np.arange(10.0).reshape(5, 2), np.arange(n) - 2)),
+], ids=["strides", "broadcast_arrays", "array_equal", "concatenate_list", "cumprod",
+        "atleast_2d", "take_clip"])
+def test_common_numpy_calls_of_model_code_compile(model, make):
+    f = run_calls(model, [make(5), make(7)])
+    no_eager_calls(f)

@@ -363,9 +363,14 @@ def _reduce_half_pi_float32(builder, magnitude):
     q = builder.fsub(rounded, f.const(_ROUNDER_F32))
     quadrant = builder.bitcast(rounded, f.int)  # the low bits are q's
     r1 = fma(builder, builder.fneg(q), f.const(c1), magnitude)  # exact
-    # r1 - q C2 as (hi, e) exactly, q C2 split by a fused multiply-add, then q C3.
+    # r1 - q C2 as (hi, e) exactly, q C2 split by a fused multiply-add, then q C3. Fast2Sum
+    # is exact here in either order of magnitude: where |r1| >= |q C2| by the usual
+    # condition, and where |r1| < |q C2| because r1 is a multiple of 2^-23 (x and q C1 are,
+    # for x >= 1; below 1, q <= 1 and |r1| > 0.5 > |C2|), hence of ulp(q C2), with fewer
+    # than 2^24 of them (Boldo, Graillat and Muller's condition): three operations fewer
+    # than TwoSum, the same bits.
     product, product_error = two_product(builder, q, f.const(c2))
-    hi, error = two_sum(builder, r1, builder.fneg(product))
+    hi, error = fast_two_sum(builder, r1, builder.fneg(product))
     lo = fma(builder, builder.fneg(q), f.const(c3), builder.fsub(error, product_error))
     return quadrant, hi, lo
 

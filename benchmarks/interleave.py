@@ -14,7 +14,10 @@ for the layer alone). Candidates, timed round-robin in one process (``harness``)
 * tracejit layer alone, and the NumPy call alone (on a precomputed ``h``).
 
 The penalty printed is the alternating pair's time over the sum of its parts' times: 1.0
-means no slowdown from interleaving. Sizes: x 512×1024, W 1024×1024, V 1024×256, float32.
+means no slowdown from interleaving. OpenBLAS's idle threads spun ~0.1 s after each NumPy
+matmul, on the cores the compiled layer then needed (1.7-1.8× on an idle machine); the pool
+now shortens that spin when it starts (``codegen/blas.py``), and a note says how long it was.
+Sizes: x 512×1024, W 1024×1024, V 1024×256, float32.
 """
 
 from __future__ import annotations
@@ -96,6 +99,13 @@ def measure(quick):
         result["notes"].append("BLAS: " + ", ".join(kernels))
     except ImportError:
         pass
+    from tracejit.codegen import blas
+
+    spin = blas.openblas_thread_timeout()
+    if spin is not None:
+        # tracejit's pool shortens it when it starts (codegen/blas.py), unless it was set
+        result["notes"].append(f"OpenBLAS's idle threads spin 2**{spin or 28} TSC cycles "
+                               "before they sleep (OPENBLAS_THREAD_TIMEOUT)")
     return result
 
 

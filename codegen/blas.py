@@ -110,6 +110,21 @@ def shorten_openblas_idle_spin():
     return True
 
 
+def openblas_thread_timeout():
+    """OpenBLAS's idle spin as ``OPENBLAS_THREAD_TIMEOUT`` counts it (log2 of TSC cycles;
+    0: its default, 28), for reports; None without a bundled pthreads OpenBLAS.
+
+    >>> openblas_thread_timeout() is None or openblas_thread_timeout() >= 0
+    True
+    """
+    found = _library()
+    timeout = getattr(found[0], "openblas_thread_timeout", None) if found else None
+    if timeout is None:
+        return None
+    timeout.restype = ctypes.c_uint
+    return timeout()
+
+
 # --- the float32 choice -----------------------------------------------------------------------
 _overrides = []
 _configured = None  # set_gemm_setting's; None: "auto"

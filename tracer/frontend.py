@@ -35,6 +35,7 @@ from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
+from .indexing import update, written_region
 from .ir import Effect
 from .locations import line_prefix, user_location
 from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
@@ -60,11 +61,12 @@ from .outside_inputs import (
     through_module,
     with_inputs,
 )
+from .pending import is_pending
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
-from .traced_array import INPLACE_UFUNCS, trace_error
+from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
 
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
@@ -78,6 +80,14 @@ def _is_ufunc_at(function):
 def _traced_index(index):
     """Whether a subscript holds a traced array or a symbolic int (``ids[t]``, ``t``)."""
     return _any_tracer(index if isinstance(index, tuple) else (index,))
+
+
+def _is_array(value):
+    """An array, not a NumPy scalar (``a[1:3]``, ``a[mask]``; not ``a[1]`` of a vector)."""
+    if isinstance(value, Tracer):
+        raw = value.raw_value
+        return not isinstance(raw.like if is_pending(raw) else raw, np.generic)
+    return isinstance(value, np.ndarray)
 
 
 def _any_tracer(values):
@@ -565,9 +575,19 @@ class Hooks:
             # place (every name for it sees it) and stores the same object back. (A number
             # is immutable: config["t"] += 1 stores a new one.)
             operation = "i" + operation
-        # (container[index] is not kept in a name: a view of a traced array must be gone
-        # before set_item writes into that array)
-        updated = getattr(operator, operation)(container[index], value)
+        current = container[index]
+        updated = getattr(operator, operation)(current, value)
+        ufunc = INPLACE_UFUNCS.get(operation.rstrip("_"))
+        if ufunc is not None and ufunc is not np.matmul and _is_array(current):
+            # NumPy applies the operator in place on the selection: the result must fit
+            # its shape and cast "same_kind" to its dtype (int_array[1:3] += 0.5 raises)
+            check_out(current, updated, f"np.{ufunc.__name__}")
+        del current  # a view of a traced array must be gone before it is written into
+        if isinstance(container, Tracer):
+            result = update(container, index, value, operation, updated)
+            if result is not None:
+                container._update(result, written_region(container, index))
+                return container
         return self.set_item(container, index, updated, outside)
 
     def inplace(self, target, value, operation):

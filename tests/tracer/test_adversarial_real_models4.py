@@ -619,9 +619,6 @@ OVERLAP_ADD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="overlapping slice accumulations (col2im: y[i:i+3] += x "
-                   "in an unrolled loop) make codegen time double per step: 14 steps take "
-                   "minutes where eager takes microseconds")
 def test_overlap_add_of_slices_compiles_in_time(tmp_path):
     script = tmp_path / "overlap_add.py"  # a source file: python -c traces without the rewrite
     script.write_text(OVERLAP_ADD)

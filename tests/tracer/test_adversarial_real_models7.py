@@ -585,9 +585,6 @@ OVERLAP_ADD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="compile time explodes on overlapping slice += in a "
-                                       "loop: 16 frames of overlap-add never finish (>60 s; "
-                                       "9 frames 1 s); col2im of a 4x4 image > 150 s")
 def test_overlap_add_of_sixteen_frames_compiles_in_reasonable_time(tmp_path):
     # In a subprocess: LLVM's compile cannot be interrupted in-process. From a file, since
     # jit reads the function's source. Eager takes microseconds; 15 s is far beyond any fair

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -78,15 +79,20 @@ def shorten_openblas_idle_spin():
     so the cores go to tracejit's pool (``codegen/parallel.py`` calls this when it starts
     worker threads; once per process). True when the timeout was changed; False when there
     is nothing to change: no bundled OpenBLAS, a single-threaded or OpenMP one, or a timeout
-    the user set (``OPENBLAS_THREAD_TIMEOUT``, which OpenBLAS read when it loaded).
+    the user set (``OPENBLAS_THREAD_TIMEOUT``, which OpenBLAS read when it loaded); or when
+    it is not safe to: another Python thread runs (see below).
 
     OpenBLAS takes the timeout from its environment when it starts its threads, so the
     variable is set for one ``openblas_read_env`` and removed, and the threads are stopped
     with ``blas_thread_shutdown_`` (what OpenBLAS itself runs before every ``fork``); its
-    next threaded call starts them again with the short timeout.
+    next threaded call starts them again with the short timeout. Stopping them under a
+    threaded call that another thread is making frees its buffers and can leave it waiting
+    forever (as a ``fork`` at that moment would), so this runs only while the calling
+    thread is the process's only Python thread (a script's first compiled call; not a
+    compile in the background while NumPy runs eagerly). Elsewhere the spin stays as it was.
     """
     found = _library()
-    if found is None:
+    if found is None or threading.active_count() > 1:
         return False
     library = found[0]
     try:

@@ -99,3 +99,25 @@ def test_left_alone(environment, timeout):
               all_right())
     """, **environment)
     assert out == ["False", timeout, "True"]
+
+
+def test_left_alone_while_another_thread_may_be_in_openblas():
+    """Another Python thread multiplying (as NumPy runs eagerly during a background
+    compile): OpenBLAS's threads are not stopped under it."""
+    out = run("""
+        import threading
+        stop = threading.Event()
+        results = []
+
+        def multiply():
+            while not stop.is_set():
+                results.append(all_right())
+
+        other = threading.Thread(target=multiply)
+        other.start()
+        changed = blas.shorten_openblas_idle_spin()
+        stop.set()
+        other.join()
+        print(changed, library.openblas_thread_timeout(), all(results) and all_right())
+    """, OPENBLAS_NUM_THREADS="2")
+    assert out == ["False", "0", "True"]

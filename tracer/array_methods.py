@@ -25,6 +25,25 @@ def _binary(prim):
     return forward, reflected
 
 
+def _is_python_two(value):
+    """``2`` as a Python int, or a run-time Python int that is 2 (guarded)."""
+    if type(value) is int:
+        return value == 2
+    aval = getattr(value, "aval", None)
+    if aval is not None and aval.weak and aval.dtype.kind == "i" and not aval.shape:
+        return bool(value == 2)
+    return False
+
+
+def _is_numpy_scalar(array):
+    """Whether a 0-d traced value stands for a NumPy scalar (``x[0]``), not a 0-d array."""
+    if array.shape:
+        return False
+    value = getattr(array, "raw_value", None)
+    value = getattr(value, "like", value)  # a pending value: a value of its kind
+    return isinstance(value, np.generic)
+
+
 def _axes_arguments(axes):
     """``t.reshape(2, 3)`` and ``t.reshape((2, 3))`` both mean shape ``(2, 3)``."""
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
@@ -56,7 +75,15 @@ class ArrayMethods:
     def __rdivmod__(self, other):
         return other // self, other % self
 
-    __pow__, __rpow__ = _binary(ops.power_p)
+    def __pow__(self, other):
+        # NumPy's ``array ** 2`` (a Python int) is np.square (``fast_scalar_power``): the
+        # same values, but a bool array's square is int8 where np.power gives int64. A
+        # NumPy scalar's ``**`` is scalar math: power.
+        if self.dtype == np.bool_ and _is_python_two(other) and not _is_numpy_scalar(self):
+            return np.square(self)
+        return bind(ops.power_p, self, other)
+
+    __rpow__ = _binary(ops.power_p)[1]
     __matmul__, __rmatmul__ = _binary(ops.matmul_p)
     __lt__, __gt__ = _binary(ops.less_p)[0], _binary(ops.greater_p)[0]
     __le__, __ge__ = _binary(ops.less_equal_p)[0], _binary(ops.greater_equal_p)[0]

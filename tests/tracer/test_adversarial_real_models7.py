@@ -237,8 +237,6 @@ def test_a_recarray_and_a_user_subclass_of_ndarray_run_like_eager():
 
 
 # --- the new primitives and float32 powers inside models ------------------------------------
-@pytest.mark.xfail(strict=True, reason="bool array ** 2 gives int64 (traced and compiled); "
-                                       "NumPy gives int8")
 def test_a_bool_mask_squared_keeps_numpys_int8():
     def mask_energy(mask, p):
         return mask ** p

@@ -9,10 +9,17 @@ computed on one thread.
 
 The first thirteen arguments are the epilogue entry's (``gemm_driver``), for entry 0;
 ``count`` is the number of entries and ``layout`` says where entry ``i`` lives:
-``[rank, (size, a_stride, b_stride, c_stride) per batch dim, outermost first]`` (strides
-in elements; 0 for a dim an operand broadcasts), and ``count`` is the product of the sizes.
-So a ``(B, 1, M, K) @ (1, H, K, N)`` product is one call, each operand read where it is
-(transposed ones through ``trans_a``/``trans_b`` and ``lda``/``ldb``, never copied).
+``[rank, (size, a_stride, b_stride, c_stride) per batch dim, outermost first, reach]``
+(strides in elements; 0 for a dim an operand broadcasts), and ``count`` is the product of
+the sizes. So a ``(B, 1, M, K) @ (1, H, K, N)`` product is one call, each operand read
+where it is (transposed ones through ``trans_a``/``trans_b`` and ``lda``/``ldb``, never
+copied).
+
+``reach`` is ``REACH_ALL`` (-1), or says that only ``C[i, j]`` with ``j <= i + reach`` will
+be read (attention's causal mask: ``reach`` 0): each entry is then computed in blocks of
+``BAND_ROWS`` rows, each only up to the last column a row of it needs, and the elements
+past that are left as they were (the caller masks them out). Half the multiply-adds of a
+square causal product are skipped, less what the blocks' stair steps cost.
 
 Why by entry: a serial loop of per-entry calls (OpenBLAS, or the own GEMM splitting each
 small product in two) starts and joins threads once per entry - 64 times per matmul here,
@@ -44,6 +51,13 @@ BATCH_PARALLEL_WORK = 1 << 20
 # (the shared machine's other load stalls one thread or the other).
 CHUNKS_PER_THREAD = 4
 A_FIELD, B_FIELD, C_FIELD = 5, 7, 9  # where the operands' addresses are in a context
+M_FIELD, N_FIELD = 2, 3
+REACH_ALL = -1  # the layout's last field: every element of C is read
+# Rows per block of a banded product (see the module's docstring): a multiple of the
+# micro-kernels' row panels (``mr``: 8 for AVX-512, 4 for AVX2); fewer rows skip more of
+# the band's upper triangle, but each block is one more chunk call (causal 128 x 128: 8
+# blocks, 56% of the multiply-adds).
+BAND_ROWS = 16
 
 
 def batch_chunk_function(emitter, chunk, entry):
@@ -73,6 +87,9 @@ def batch_chunk_function(emitter, chunk, entry):
     builder.store(c64(0), field(local, SPLIT_BY_COLUMNS))
     layout = builder.inttoptr(fields[LAYOUT], PTR)
     rank = builder.load(layout, typ=I64)
+    reach = builder.load(field(layout, builder.add(c64(1), builder.mul(rank, c64(4)))),
+                         typ=I64)
+    banded = builder.icmp_signed("!=", reach, c64(REACH_ALL))
     threaded = builder.icmp_signed("!=", fields[THREADED], c64(0))
     operand_fields = (A_FIELD, B_FIELD, C_FIELD)
 
@@ -97,19 +114,45 @@ def batch_chunk_function(emitter, chunk, entry):
         for offset, slot in zip(offsets, operand_fields):
             moved = builder.mul(builder.load(offset, typ=I64), c64(itemsize))
             builder.store(builder.add(fields[slot], moved), field(local, slot))
-        with builder.if_else(threaded) as (whole, alone):
-            with whole:
-                values = [builder.load(field(local, position), typ=I64)
-                          for position in range(len(ENTRY_ARGUMENTS) + 2)]
-                builder.call(entry, [builder.inttoptr(value, PTR) if kind == PTR else value
-                                     for value, kind in zip(values, [*ENTRY_ARGUMENTS, PTR,
-                                                                     I64])])
-            with alone:
-                builder.call(chunk, [local, c64(0), fields[2]])  # rows [0, m)
+        with builder.if_else(banded) as (band, full):
+            with band:
+                band_blocks(emitter, builder, chunk, local, fields, reach)
+            with full:
+                with builder.if_else(threaded) as (whole, alone):
+                    with whole:
+                        values = [builder.load(field(local, position), typ=I64)
+                                  for position in range(len(ENTRY_ARGUMENTS) + 2)]
+                        builder.call(entry, [
+                            builder.inttoptr(value, PTR) if kind == PTR else value
+                            for value, kind in zip(values, [*ENTRY_ARGUMENTS, PTR, I64])])
+                    with alone:
+                        builder.call(chunk, [local, c64(0), fields[M_FIELD]])  # rows [0, m)
 
     emitter.loop(builder, begin, end, c64(1), per_entry)
     builder.ret_void()
     return function
+
+
+def band_blocks(emitter, builder, chunk, local, fields, reach):
+    """One entry of a banded product on this thread: rows ``[r, r + BAND_ROWS)`` by
+    ``chunk`` with C's columns cut to ``r + BAND_ROWS + reach`` (the block's last row's
+    reach), none when that is 0 or less. Never split over the pool (fewer entries than
+    threads leave a thread idle, where the band at least halves the work); attention has
+    batch x heads entries."""
+    m, n = fields[M_FIELD], fields[N_FIELD]
+    n_field = builder.gep(local, [c64(N_FIELD)], source_etype=I64)
+
+    def block(first):
+        last = builder.add(first, c64(BAND_ROWS))
+        last = builder.select(builder.icmp_signed("<", last, m), last, m)
+        columns = builder.add(last, reach)
+        columns = builder.select(builder.icmp_signed("<", columns, n), columns, n)
+        with builder.if_then(builder.icmp_signed(">", columns, c64(0))):
+            builder.store(columns, n_field)
+            builder.call(chunk, [local, first, last])
+
+    emitter.loop(builder, c64(0), m, c64(BAND_ROWS), block)
+    builder.store(n, n_field)  # the next entry's columns
 
 
 def batched_function(emitter, chunk, entry):

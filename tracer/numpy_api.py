@@ -318,13 +318,29 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A
     low = a_min if a_min is not None else min
     high = a_max if a_max is not None else max
     result = a
+    # NumPy's clip ufunc keeps x where it equals a bound (clip(-0.0, 0.0, 1.0) is -0.0) in
+    # its loop for one-element bounds; its other loop, and np.maximum/np.minimum (one bound
+    # given), give the bound. Only a zero's sign tells them apart.
+    both = low is not None and high is not None and builtins.all(
+        dim == 1 for bound in (low, high) for dim in shape_of(bound))
     if low is not None:
-        result = np.maximum(result, low)
+        clipped = np.maximum(result, low)
+        result = _keeping_ties(result, low, clipped) if both else clipped
     if high is not None:
-        result = np.minimum(result, high)
+        clipped = np.minimum(result, high)
+        result = _keeping_ties(result, high, clipped) if both else clipped
     if out is not None:  # np.clip(x, lo, hi, out=x): written through, as NumPy does
         return write_out(out, result, "np.clip")
     return result
+
+
+def _keeping_ties(x, bound, clipped):
+    """``clipped`` (maximum or minimum of ``x`` and ``bound``), but ``x`` where it equals
+    ``bound``."""
+    if not np.issubdtype(dtype_of(clipped), np.floating) or (
+            isinstance(bound, (int, float, np.number)) and bound != 0):
+        return clipped
+    return np.where(x == bound, x, clipped)
 
 
 def take(a, indices, axis=None, out=None, mode="raise"):

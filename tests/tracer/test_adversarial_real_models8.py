@@ -16,7 +16,22 @@ float16, 0-d arrays).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
-Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
+
+Findings. Wrong results: a scalar carried through a captured loop next to an array
+(``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) comes
+back as a 0-d ndarray instead of a NumPy scalar; ``np.clip(-0.0, 0.0, 1.0)`` lost the sign
+of zero (fixed in the working tree while this round ran); a float32 sum of cancelling terms
+keeps more precision than NumPy's. Internal errors: inputs of dtypes compiled code lacks
+(uint8 images, int16 counts, float16) cast up fail with ``KeyError: dtype(...)``;
+``.item()`` of a loop total breaks the native loop (``StopIteration``); a loop body calling
+a method that sets attributes raises ``Refused`` inside tracejit; one IndexError part way
+through a loop sends that length eagerly for good. Eager fallbacks of common idioms:
+``np.asarray(X)``/``np.array(X, dtype=float)`` of an argument, ``np.mean(list_of_losses)``,
+``np.arange(k)``/``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that
+changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``,
+``np.count_nonzero``, ``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``,
+``np.broadcast_arrays``, ``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")``
+and minibatch generators. Tests marked ``xfail(strict=True)`` are minimal reproductions.
 """
 
 import copy
@@ -1407,3 +1422,47 @@ def test_char_lstm_loss_with_dict_caches_over_lengths(ids_as):
                 rng.standard_normal((H, 1)) * 0.1, np.zeros((H, 1)), P)
 
     run_calls(lstm_char_loss, [sequence(5), sequence(8), sequence(1)], **F64)
+
+
+# --- a recurrent cell object stepped by a method that writes its attributes ------------------
+class RecurrentCell:
+    def __init__(self, W, U):
+        self.W, self.U = W, U
+        self.h = np.zeros(U.shape[0])
+        self.steps = 0
+
+    def step(self, x):
+        self.h = np.tanh(x @ self.W + self.h @ self.U)
+        self.steps += 1
+        return self.h
+
+    def run(self, xs):
+        outs = np.zeros((xs.shape[0], self.U.shape[0]))
+        for t in range(xs.shape[0]):
+            outs[t] = self.step(xs[t])
+        return outs
+
+
+def run_cells(lengths, check_compiled):
+    rng = rng_for(950)
+    W, U = rng.standard_normal((2, 3)), rng.standard_normal((3, 3)) * 0.5
+    eager_cell, jit_cell = RecurrentCell(W, U), RecurrentCell(W, U)
+    run = jitted(jit_cell.run)
+    for T in lengths:
+        xs = rng.standard_normal((T, 2))
+        assert_same(run(xs), eager_cell.run(xs))
+        assert_same(vars(jit_cell), vars(eager_cell), where="cell")
+    if check_compiled:
+        no_internal_errors(run)
+
+
+def test_a_cell_stepped_by_a_method_writing_its_state_matches_eager():
+    run_cells([4, 4, 6, 1, 0, 9], check_compiled=False)
+
+
+@pytest.mark.xfail(strict=True, reason="a loop whose body calls a method that sets attributes "
+                   "(self.h = ..., self.steps += 1) raises loop_generalize.Refused inside "
+                   "tracejit: every call after the first runs eagerly as an 'internal error' "
+                   "(the documented behaviour is to unroll that loop)")
+def test_a_cell_stepped_by_a_method_writing_its_state_is_no_internal_error():
+    run_cells([4, 4, 6], check_compiled=True)

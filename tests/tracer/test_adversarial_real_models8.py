@@ -26,7 +26,8 @@ keeps more precision than NumPy's. Internal errors: inputs of dtypes compiled co
 ``.item()`` of a loop total breaks the native loop (``StopIteration``); a loop body calling
 a method that sets attributes raises ``Refused`` inside tracejit; one IndexError part way
 through a loop sends that length eagerly for good. Eager fallbacks of common idioms:
-``np.asarray(X)``/``np.array(X, dtype=float)`` of an argument, ``np.mean(list_of_losses)``,
+``np.asarray(X)``/``np.array(X, dtype=float)`` of an argument, ``np.float32(x.mean())``,
+``np.mean(list_of_losses)``,
 ``np.arange(k)``/``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that
 changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``,
 ``np.count_nonzero``, ``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``,
@@ -832,6 +833,10 @@ def loss_as_a_0d_array(X):
     return np.array(X.mean())
 
 
+def loss_as_a_float32_scalar(X):
+    return np.float32(X.mean()) * 2
+
+
 def mean_of_a_list_of_losses(X):
     losses = [np.log1p(np.exp(-X[t])).mean() for t in range(X.shape[0])]
     return np.mean(losses)
@@ -839,9 +844,11 @@ def mean_of_a_list_of_losses(X):
 
 @pytest.mark.xfail(strict=True, reason="np.asarray/np.array of a traced array (the usual first "
                    "line of a library function), and np.mean of a list of traced losses, make "
-                   "every call run eagerly")
+                   "every call run eagerly, and so does np.float32(traced scalar) (np.float64 "
+                   "compiles)")
 @pytest.mark.parametrize("model", [standardize_after_asarray, standardize_after_array_as_float,
-                                   loss_as_a_0d_array, mean_of_a_list_of_losses])
+                                   loss_as_a_0d_array, loss_as_a_float32_scalar,
+                                   mean_of_a_list_of_losses])
 def test_conversions_of_traced_arrays_compile(model):
     rng = rng_for(931)
     f = run_calls(model, [(rng.standard_normal((5, 3)),), (rng.standard_normal((8, 3)),)])

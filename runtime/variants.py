@@ -107,7 +107,9 @@ class OutputPlan:
             elif kind == "scalar":
                 item = outputs[value]
                 # A Tensor stays a (0-d) Tensor: it may carry the autograd graph.
-                leaves.append(item if hasattr(item, "requires_grad") else wrap(item[()]))
+                # (a dim NumPy computed, np.prod(x.shape), comes as an int: an np.int64)
+                leaves.append(item if hasattr(item, "requires_grad") else wrap(
+                    np.asarray(item)[()]))
             elif kind == "value":  # a Python scalar (a run-time scalar input, or from one)
                 item = outputs[value]
                 leaves.append(item.item() if type(item) is np.ndarray else item)

@@ -104,6 +104,19 @@ def _holds_traced(value, depth=2):
             item, depth - 1)) for item in value)
 
 
+# NumPy reductions a model applies to a shape (np.prod(x.shape[1:]), np.sum(x.shape)),
+# computed on the dims (Python's max compares them as NumPy's would, guarded alike)
+_REDUCTIONS_OF_DIMS = {np.prod: math.prod, np.sum: sum, np.max: max, np.min: min,
+                       np.amax: max, np.amin: min}
+
+
+def _holds_dims(value):
+    """A tuple or list of ints with a dynamic dim among them (``x.shape[1:]``)."""
+    return isinstance(value, (tuple, list)) and any(
+        isinstance(item, SymInt) for item in value) and all(
+        isinstance(item, (int, np.integer, SymInt)) for item in value)
+
+
 def _is_random(function, args, kwargs):
     owner = getattr(function, "__self__", None)
     random_types = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
@@ -347,6 +360,16 @@ class Hooks:
             return arange(*args, **kwargs)
         if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
             return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
+        if function in _REDUCTIONS_OF_DIMS and len(args) == 1 and not kwargs and (
+                _holds_dims(args[0])):
+            # np.prod(x.shape[1:]): a dim (x.reshape(N, -1) of it stays symbolic) that a
+            # result returns as NumPy's np.int64, not as an int
+            total = _REDUCTIONS_OF_DIMS[function](args[0])
+            if not isinstance(total, SymInt):
+                return np.int64(total)
+            total = SymInt(total.expr, total.value, total.context)  # not x.shape's own
+            self.context.numpy_dims[id(total)] = total
+            return total
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):

@@ -163,6 +163,8 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.outside_values = {}
         self.hooks = None  # the front end's hooks while the function runs (frontend.Hooks)
         self.replaced = {}  # id(ndarray) -> the tracer standing for it after a traced write
+        # id(SymInt) -> it, for dims NumPy computed (np.prod(x.shape[1:])): an np.int64 result
+        self.numpy_dims = {}
         self.keep_alive = []
         self.values = Values()  # var name -> (real value, live shape): for reverse-mode autodiff
         self.finished = False
@@ -319,7 +321,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         intermediate array alive until a garbage collection (gelu on 4096 x 4096: 600 MB)."""
         self.values = Values()
         self.input_tracers, self.implicit_tracers, self.mutated = [], {}, {}
-        self.replaced, self.keep_alive = {}, []
+        self.replaced, self.keep_alive, self.numpy_dims = {}, [], {}
 
     def note_mutation(self, tracer):
         if any(tracer is original for original in self.input_tracers):
@@ -633,6 +635,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     for index, leaf in enumerate(out_leaves):
         if _is_output_leaf(leaf):
             atom, value, aval = context.atom(leaf)
+            if isinstance(leaf, SymInt) and id(leaf) in context.numpy_dims:
+                value = np.int64(value)  # the kind of result eager returns
             if is_pending(value) and value.like is None and not aval.shape:
                 value = force(value)  # a scalar or a 0-d array: the kind of result it is
             output_atoms.append(atom)

@@ -1296,8 +1296,6 @@ def flattened_width(x):
     return np.prod(x.shape[1:]), np.sum(x.shape), np.max(x.shape)
 
 
-@pytest.mark.xfail(strict=True, reason="np.prod(x.shape[1:]) (np.sum, np.max) of dynamic dims "
-                   "returns a Python int; NumPy returns np.int64")
 def test_numpy_reductions_of_a_shape_return_numpy_scalars():
     f = run_calls(flattened_width, [(np.ones((n, 3, 2)),) for n in (3, 5)], dynamic=True)
     no_internal_errors(f)

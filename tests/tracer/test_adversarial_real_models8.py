@@ -1473,3 +1473,50 @@ def test_a_cell_stepped_by_a_method_writing_its_state_matches_eager():
                    "(the documented behaviour is to unroll that loop)")
 def test_a_cell_stepped_by_a_method_writing_its_state_is_no_internal_error():
     run_cells([4, 4, 6], check_compiled=True)
+
+
+# --- loops whose iterations depend on earlier ones (the vectorizer must not split them) -------
+def running_column_max(image):
+    for j in range(1, image.shape[1]):
+        image[:, j] = np.maximum(image[:, j], image[:, j - 1])
+    return image
+
+
+def integral_image(image):
+    table = np.zeros((image.shape[0] + 1, image.shape[1] + 1), dtype=image.dtype)
+    for i in range(image.shape[0]):
+        for j in range(image.shape[1]):
+            table[i + 1, j + 1] = image[i, j] + table[i, j + 1] + table[i + 1, j] - table[i, j]
+    return table
+
+
+def dynamic_time_warping(a, b):
+    n, m = a.shape[0], b.shape[0]
+    D = np.full((n + 1, m + 1), np.inf)
+    D[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            D[i, j] = abs(a[i - 1] - b[j - 1]) + min(D[i - 1, j], D[i, j - 1], D[i - 1, j - 1])
+    return D[n, m]
+
+
+@pytest.mark.parametrize("model, make", [
+    (running_column_max, lambda rng, s: (rng.standard_normal((3, s)),)),
+    (integral_image, lambda rng, s: (rng.standard_normal((s, s + 1)),)),
+], ids=["running_column_max", "integral_image"])
+def test_loops_carried_through_the_buffer_they_write(model, make):
+    rng = rng_for(951)
+    f = run_calls(model, [make(rng, s) for s in (4, 6, 3, 7)], **F64)
+    no_internal_errors(f)
+
+
+@pytest.mark.xfail(strict=True, reason="Python min() of traced table cells is a guard per "
+                   "cell, so dynamic time warping on new data is a side exit every call (and "
+                   "with an inf border, 'guard margin' even on the same data) while each new "
+                   "length compiles a nest that grows fast (about 2 s at 4x6, 18 s at 10x12 "
+                   "on a loaded machine); min(a, b) is exactly np.where(b < a, b, a), no branch")
+def test_dynamic_time_warping_runs_compiled_after_its_trace():
+    rng = rng_for(952)
+    a, b = rng.standard_normal(3), rng.standard_normal(4)
+    f = run_calls(dynamic_time_warping, [(a, b), (a + 1.0, b)], **F64)
+    no_eager_calls(f)

@@ -21,7 +21,10 @@ Findings. Wrong results: a scalar carried through a captured loop next to an arr
 (``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) comes
 back as a 0-d ndarray instead of a NumPy scalar; ``np.clip(-0.0, 0.0, 1.0)`` lost the sign
 of zero (fixed in the working tree while this round ran); a float32 sum of cancelling terms
-keeps more precision than NumPy's. Internal errors: inputs of dtypes compiled code lacks
+keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a compiled reduction
+turns its last-bit difference into a whole unit (``np.full(45, 0.1).sum() * 10`` is 45
+compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
+guard per cell, so it never runs compiled while its compiles grow fast. Internal errors: inputs of dtypes compiled code lacks
 (uint8 images, int16 counts, float16) cast up fail with ``KeyError: dtype(...)``;
 ``.item()`` of a loop total breaks the native loop (``StopIteration``); a loop body calling
 a method that sets attributes raises ``Refused`` inside tracejit; one IndexError part way
@@ -1520,3 +1523,17 @@ def test_dynamic_time_warping_runs_compiled_after_its_trace():
     a, b = rng.standard_normal(3), rng.standard_normal(4)
     f = run_calls(dynamic_time_warping, [(a, b), (a + 1.0, b)], **F64)
     no_eager_calls(f)
+
+
+def bucket_of_the_mean(x, bins):
+    """Quantizing a statistic (a histogram bucket, an accuracy in percent as an int)."""
+    return np.floor(x.mean() * bins), (x.sum() * bins).astype(np.int64)
+
+
+@pytest.mark.xfail(strict=True, reason="floor/astype(int) of a compiled reduction: "
+                   "np.full(45, 0.1).sum() is 4.5 compiled but 4.499999999999998 in NumPy, so "
+                   "np.floor(x.mean() * 10) is 1.0 (NumPy 0.0) and (x.sum() * 10).astype(int) "
+                   "is 45 (NumPy 44); float32 likewise")
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_floor_and_int_cast_of_a_reduction_match_numpy(dtype):
+    run_calls(bucket_of_the_mean, [(np.full(45, 0.1, dtype=dtype), 10)])

@@ -20,6 +20,7 @@ disk calls only ``load``: no LLVM optimization runs.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import threading
@@ -30,6 +31,7 @@ from functools import lru_cache
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 from llvmlite.binding.ffi import ObjectRef
 from llvmlite.binding.newpassmanagers import NewPassManager
 
@@ -59,7 +61,18 @@ def _initialized():
 @lru_cache(maxsize=None)
 def target_machine():
     """The host CPU with all its features, at O3, position independent (for object code
-    that is loaded anywhere)."""
+    that is loaded anywhere). Compiles use it one at a time (``_lock``)."""
+    return _new_target_machine()
+
+
+@lru_cache(maxsize=None)
+def _jit_target_machine():
+    """The LLJIT's own copy: code generation writes to its target machine's options while
+    it runs, outside llvmlite's lock (``_unlocked``), so a link never reads that one."""
+    return _new_target_machine()
+
+
+def _new_target_machine():
     _initialized()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
@@ -69,6 +82,37 @@ def target_machine():
         reloc="pic",
         codemodel="default",
     )
+
+
+def _unlocked(name):
+    """The libllvmlite function ``name``, called without llvmlite's lock. llvmlite holds
+    one process-wide lock around every call into LLVM, so while a background compile ran
+    its optimizer or code generator (10 ms to 1 s in one call) any llvmlite call on
+    another thread waited: a warm start's link, measured at up to 1.4 s on the loaded
+    2-core machine. The two long calls below touch only what one compile owns - a module
+    in an LLVM context of its own, its pass builder and ``target_machine()``, which
+    ``_lock`` hands to one compile at a time - and LLVM is thread-safe across contexts.
+    (llvmlite's wrapper keeps the plain ctypes function in ``_cfn``; without it, the
+    locked call.)"""
+    function = getattr(ffi.lib, name)
+    return getattr(function, "_cfn", function)
+
+
+def _optimize(pipeline, module, builder):
+    _unlocked("LLVMPY_RunNewModulePassManager")(pipeline, module, builder)
+
+
+def _emit_object(machine, module):
+    """``machine.emit_object(module)``, with the code generation outside llvmlite's lock."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, 1, error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
 def host_description():
@@ -174,14 +218,14 @@ def compile_module(ir_text, opt_level=3):
         builder = llvm.create_pass_builder(machine, options)
         pipeline = builder.getModulePassManager()
         try:
-            pipeline.run(module, builder)
+            _optimize(pipeline, module, builder)
         finally:
             _free_pass_manager(pipeline)
         _inline_vector_variants(module, builder)
         if log.isEnabledFor(logging.DEBUG):
             module.verify()
         optimized = str(module)
-        object_code = machine.emit_object(module)
+        object_code = _emit_object(machine, module)
     seconds = time.perf_counter() - start
     log.debug("compiled a module in %.1f ms (%d bytes of object code)", seconds * 1e3,
               len(object_code))
@@ -212,7 +256,8 @@ def _jit():
         # JITLink keeps an object's sections together: RuntimeDyld could place code and
         # its constant pool more than 2 GiB apart in a crowded address space and abort on a
         # 32-bit relocation (seen with torch and jax loaded in the process).
-        _generation["jit"] = llvm.create_lljit_compiler(target_machine(), use_jit_link=True)
+        _generation["jit"] = llvm.create_lljit_compiler(_jit_target_machine(),
+                                                        use_jit_link=True)
         _generation["links"] = 0
     _generation["links"] += 1
     return _generation["jit"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import argument_writes, attribute_writes, pytree
+from . import argument_views, argument_writes, attribute_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray, is_number_argument
 from .numpy_warnings import computed
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
@@ -631,7 +631,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         raise
 
     out_leaves, output_tree = pytree.flatten(result)
-    outputs, output_atoms, statics = [], [], {}
+    outputs, output_atoms, statics, atom_positions = [], [], {}, {}
     for index, leaf in enumerate(out_leaves):
         if _is_output_leaf(leaf):
             atom, value, aval = context.atom(leaf)
@@ -639,6 +639,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                 value = np.int64(value)  # the kind of result eager returns
             if is_pending(value) and value.like is None and not aval.shape:
                 value = force(value)  # a scalar or a 0-d array: the kind of result it is
+            atom_positions[index] = len(output_atoms)
             output_atoms.append(atom)
             outputs.append(value)
         elif leaf is UNDEFINED:  # assigned only in a loop that ran no trip: Python raises
@@ -658,6 +659,14 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
     aliases = {index: position for index, leaf in enumerate(out_leaves)
                for position in mutated if leaf is traced_leaves[position]}
+    # ``return w.T`` after it: NumPy's view of the caller's array (argument_views)
+    differentiated = backward is not None and any(
+        getattr(leaf, "requires_grad", False) for leaf in leaves)
+    views = {} if differentiated else argument_views.updated_argument_views(
+        context, out_leaves, traced_leaves, mutated)
+    for index, (position, chain) in views.items():
+        source = context.inputs[input_specs[position].input_index]
+        output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
     writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
     try:
         writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
@@ -684,6 +693,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
     for index, position in aliases.items():
         outputs[index] = leaves[position]
+    bindings = context.symbol_values() if views else {}
+    for index, (position, chain) in views.items():
+        outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]), bindings)
     argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
     attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
     pending = lazy and not mutated and not writes and not returned and any(

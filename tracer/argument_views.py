@@ -1,0 +1,98 @@
+"""Results that are views of an argument updated in place: ``w -= lr * dw; return w.T``.
+
+NumPy's ``w.T`` there is a view of the caller's ``w``, which holds the update: a write
+through the result reaches ``w``. The trace's ``w.T`` is a transpose of the updated value,
+which the program would return as a new array. So the result is re-rooted at the
+argument's input (``transpose(%0)``, not ``transpose(%3)``): the wrapper returns NumPy's
+view of the caller's array (``codegen.schedule.input_view``), which the runtime then
+writes the update into (``runtime.variants.OutputPlan``), as eager's is. The traced call
+returns the same view of the argument after ``tracing.trace`` has written it back.
+
+    >>> import numpy as np, tracejit as tj
+    >>> def sgd(w, dw):
+    ...     w -= 0.5 * dw
+    ...     return w.T
+    >>> w = np.ones((2, 3))
+    >>> np.shares_memory(tj.jit(sgd, cache="memory")(w, np.ones((2, 3))), w)
+    True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .dims import DimExpr
+from .ir import Eqn, Var
+
+# The primitives whose NumPy result views their operand (codegen.schedule.NUMPY_VIEWS)
+_VIEWS = {"slice", "transpose", "reshape", "flip", "broadcast_to"}
+
+
+def updated_argument_views(context, out_leaves, traced_leaves, mutated):
+    """``{result leaf: (argument leaf, [view equations from the argument outwards])}`` for
+    results that are a chain of views of an argument's updated value (its last)."""
+    producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
+    finals = {traced_leaves[position].ir_var.name: position for position in mutated}
+    found = {}
+    for index, leaf in enumerate(out_leaves):
+        var = getattr(leaf, "ir_var", None)
+        chain = []
+        while isinstance(var, Var) and var.name not in finals:
+            eqn = producers.get(var.name)
+            if eqn is None or eqn.prim.name not in _VIEWS or not _always_a_view(eqn):
+                break
+            chain.append(eqn)
+            var = eqn.inputs[0]
+        if chain and isinstance(var, Var) and var.name in finals:
+            found[index] = (finals[var.name], chain[::-1])
+    return found
+
+
+def _always_a_view(eqn):
+    """Whether NumPy's op is a view whatever the argument's layout. A reshape that merges
+    or splits axes copies a non-contiguous array, and the compiled call's wrapper makes
+    its views before the runtime writes the update back: that copy would be stale (eager's
+    copies the updated array). Such a result stays the program's own array (a copy, as
+    before; for a contiguous argument NumPy's is a view: not followed yet)."""
+    name = eqn.prim.name
+    if name == "slice":
+        return all(isinstance(step, int) and step > 0 for step in eqn.params_dict["steps"])
+    if name == "reshape":
+        def kept(shape):
+            return [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
+
+        return kept(eqn.inputs[0].aval.shape) == kept(eqn.out.aval.shape)
+    return True
+
+
+def rebased(context, chain, source):
+    """The var of ``chain`` applied to ``source`` (the argument's input var), recorded."""
+    for eqn in chain:
+        var = context.new_var(eqn.out.aval)
+        context.body.append(Eqn(eqn.prim, (source, *eqn.inputs[1:]), eqn.params, var))
+        source = var
+    return source
+
+
+def numpy_view(chain, array, bindings):
+    """NumPy's view of ``array`` (the caller's argument) through ``chain`` (as the
+    program's wrapper makes it: ``codegen.program._view_source``)."""
+    for eqn in chain:
+        params = {name: _concrete(value, bindings) for name, value in eqn.params}
+        name = eqn.prim.name
+        if name == "slice":
+            array = array[tuple(map(slice, params["starts"], params["limits"],
+                                    params["steps"]))]
+        else:
+            argument = {"transpose": "perm", "reshape": "shape", "flip": "axes",
+                        "broadcast_to": "shape"}[name]
+            array = getattr(np, name)(array, params[argument])
+    return array
+
+
+def _concrete(value, bindings):
+    if isinstance(value, DimExpr):
+        return value.evaluate(bindings)
+    if isinstance(value, tuple):
+        return tuple(_concrete(item, bindings) for item in value)
+    return value

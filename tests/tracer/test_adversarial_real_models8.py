@@ -6,13 +6,13 @@ run eagerly and through ``jit`` on copies of the same arguments.
 Covers what rounds one to eight do not: running maxima and cumulative sums as they appear
 in models (drawdowns, inverse-CDF sampling, prefix-sum pooling), sorts and ``argsort``
 with NaN and ties, boolean-mask selections reduced (``x[mask].mean()`` of an empty mask),
-``nan*`` reductions of all-NaN rows, ``np.roll``/``np.tile``/``np.repeat`` with dynamic
-dims, ``np.take(mode=)``, ``unravel_index`` of pooling argmaxes, CRF forward and Viterbi
-in log space with buffers filled in place, masked GRU steps over ragged lengths, beam
-search with hypotheses kept in lists, Armijo line search (a data-dependent ``while``),
-optimizers whose state is a dict of dicts, a tiny reverse-mode autograd built from
-closures, ``np.random.seed`` inside the model, and dtype corners (uint8, int16, bool,
-float16, 0-d arrays).
+``nan*`` reductions of all-NaN rows, CRF forward and Viterbi in log space with buffers
+filled in place, masked GRU steps over ragged lengths, beam search with hypotheses kept in
+lists, Armijo line search and Sinkhorn (data-dependent ``while`` loops), optimizers whose
+state is a dict of dicts or an object, a tiny reverse-mode autograd built from closures,
+layer objects driven by a bound train step, ``np.random.seed`` inside the model (cs231n's
+dropout), the fast max pool by reshape, convolution by ``as_strided``, loops carried
+through the buffer they write, and dtype corners (uint8, int16, bool, float16, 0-d).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -24,17 +24,17 @@ of zero (fixed in the working tree while this round ran); a float32 sum of cance
 keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a compiled reduction
 turns its last-bit difference into a whole unit (``np.full(45, 0.1).sum() * 10`` is 45
 compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
-guard per cell, so it never runs compiled while its compiles grow fast. Internal errors: inputs of dtypes compiled code lacks
-(uint8 images, int16 counts, float16) cast up fail with ``KeyError: dtype(...)``;
-``.item()`` of a loop total breaks the native loop (``StopIteration``); a loop body calling
-a method that sets attributes raises ``Refused`` inside tracejit; one IndexError part way
-through a loop sends that length eagerly for good. Eager fallbacks of common idioms:
-``np.asarray(X)``/``np.array(X, dtype=float)`` of an argument, ``np.float32(x.mean())``,
-``np.mean(list_of_losses)``,
-``np.arange(k)``/``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that
-changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``,
-``np.count_nonzero``, ``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``,
-``np.broadcast_arrays``, ``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")``
+guard per cell, so it never runs compiled while its compiles grow fast. Internal errors:
+inputs of dtypes compiled code lacks (uint8 images, int16 counts, float16) cast up fail with
+``KeyError: dtype(...)``; ``.item()`` of a loop total breaks the native loop
+(``StopIteration``); a loop body calling a method that sets attributes raises ``Refused``
+inside tracejit; one IndexError part way through a loop sends that length eagerly for good.
+Eager fallbacks of common idioms: ``np.asarray(X)``/``np.array(X, dtype=float)`` of an
+argument, ``np.float32(x.mean())``, ``np.mean(list_of_losses)``, ``np.arange(k)``/
+``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that changed,
+``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``, ``np.count_nonzero``,
+``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``, ``np.broadcast_arrays``,
+``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")``
 and minibatch generators. Tests marked ``xfail(strict=True)`` are minimal reproductions.
 """
 

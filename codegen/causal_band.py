@@ -12,6 +12,12 @@ whole blocks past the band (``codegen/gemm_batched.py``, the layout's ``reach``)
 elements it leaves unwritten are exactly those the ``where`` replaces by ``fill``,
 whatever they hold.
 
+The same band makes the attention weights ``softmax(where(mask, scores, -inf))`` exactly 0
+past it (``exp(-inf - max)``; a row whose max is not finite is NaN throughout, banded or
+not): ``weights_reach(kernel)`` gives that reach for a batched product whose left operand
+they are, and the GEMM leaves those terms out of ``weights @ value`` (when ``value`` is
+finite: ``0 * inf`` is NaN).
+
 >>> import numpy as np
 >>> band_reach(np.tril(np.ones((4, 4), bool)))
 0
@@ -26,7 +32,17 @@ from __future__ import annotations
 import numpy as np
 
 from tracejit.tracer.ir import Eqn, Literal, Var
-from tracejit.tracer.ops import add_p, multiply_p, subtract_p, true_divide_p, where_p
+from tracejit.tracer.ops import (
+    add_p,
+    exp_p,
+    max_p,
+    multiply_p,
+    stop_gradient_p,
+    subtract_p,
+    sum_p,
+    true_divide_p,
+    where_p,
+)
 
 # Ops with a literal that may stand between the product and the ``where``: they cannot
 # fail or report on any value (an integer division of a stale element could).
@@ -88,3 +104,47 @@ def _constant_reach(graph, mask, shape):
     if mask.name not in values or tuple(mask.aval.shape[-2:]) != shape[-2:]:
         return None
     return band_reach(values[mask.name].data)
+
+
+def weights_reach(kernel):
+    """``reach`` for ``kernel``'s left operand when it is a softmax over the last axis of
+    ``where(mask, scores, -inf)`` (``nn.softmax``'s form) with a banded constant ``mask``,
+    stored as it is (no view between); else None."""
+    schedule, producers = kernel.schedule, kernel.producers
+    weights = kernel.kernel.anchor.inputs[0]
+    shape = tuple(weights.aval.shape)
+    if not isinstance(weights, Var) or weights.name not in schedule.buffers or len(
+            shape) < 2 or not all(isinstance(dim, int) for dim in shape[-2:]):
+        return None
+
+    def produced(atom, prim):
+        eqn = producers.get(atom.name) if isinstance(atom, Var) else None
+        if eqn is None or eqn.prim is not prim:
+            return None
+        if prim in (max_p, sum_p) and (eqn.params_dict.get("keepdims") is not True or tuple(
+                axis % len(shape) for axis in eqn.params_dict["axes"]) != (len(shape) - 1,)):
+            return None
+        return eqn
+
+    divide = produced(weights, true_divide_p)
+    if divide is None:
+        return None
+    shifted, total = divide.inputs
+    exponential = produced(shifted, exp_p)
+    total = produced(total, sum_p)
+    if exponential is None or total is None or total.inputs[0] is not shifted:
+        return None
+    difference = produced(exponential.inputs[0], subtract_p)
+    if difference is None:
+        return None
+    scores, peak = difference.inputs
+    held = produced(peak, stop_gradient_p)  # nn.softmax's peak carries no gradient
+    peak = produced(held.inputs[0] if held is not None else peak, max_p)
+    masked = produced(scores, where_p)
+    if peak is None or masked is None or peak.inputs[0] is not scores or tuple(
+            scores.aval.shape) != shape:
+        return None
+    mask, _, fill = masked.inputs
+    if not isinstance(fill, Literal) or not np.isneginf(fill.value):
+        return None
+    return _constant_reach(schedule.graph, mask, shape)

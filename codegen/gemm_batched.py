@@ -9,7 +9,8 @@ computed on one thread.
 
 The first thirteen arguments are the epilogue entry's (``gemm_driver``), for entry 0;
 ``count`` is the number of entries and ``layout`` says where entry ``i`` lives:
-``[rank, (size, a_stride, b_stride, c_stride) per batch dim, outermost first, reach]``
+``[rank, (size, a_stride, b_stride, c_stride) per batch dim, outermost first, reach,
+depth]``
 (strides in elements; 0 for a dim an operand broadcasts), and ``count`` is the product of
 the sizes. So a ``(B, 1, M, K) @ (1, H, K, N)`` product is one call, each operand read
 where it is (transposed ones through ``trans_a``/``trans_b`` and ``lda``/``ldb``, never
@@ -20,6 +21,12 @@ be read (attention's causal mask: ``reach`` 0): each entry is then computed in b
 ``BAND_ROWS`` rows, each only up to the last column a row of it needs, and the elements
 past that are left as they were (the caller masks them out). Half the multiply-adds of a
 square causal product are skipped, less what the blocks' stair steps cost.
+
+``depth`` is ``REACH_ALL``, or says that ``A[i, l]`` is exactly 0 wherever ``l > i + depth``
+(causal attention's weights: ``softmax(scores) @ value``): each block of rows then reads
+A's columns and B's rows only up to its last row's reach. The terms left out are
+``0 * B[l, j]``: 0 in the sum unless ``B[l, j]`` is inf or NaN (NumPy's ``0 * inf`` is
+NaN), so an entry whose B holds any is computed whole.
 
 Why by entry: a serial loop of per-entry calls (OpenBLAS, or the own GEMM splitting each
 small product in two) starts and joins threads once per entry - 64 times per matmul here,
@@ -40,6 +47,8 @@ from llvmlite import ir
 from .gemm_driver import CONTEXT_FIELDS, ENTRY_ARGUMENTS, SPLIT_BY_COLUMNS, entry_prologue
 from .gemm_ir import I64, PTR, VOID, c64
 
+I1 = ir.IntType(1)
+
 # The batch chunk's context: the chunk's fields, then the entry count, the layout and
 # whether each entry may split itself over the pool (1 only on the calling thread).
 BATCH_CONTEXT_FIELDS = CONTEXT_FIELDS + 3
@@ -51,7 +60,7 @@ BATCH_PARALLEL_WORK = 1 << 20
 # (the shared machine's other load stalls one thread or the other).
 CHUNKS_PER_THREAD = 4
 A_FIELD, B_FIELD, C_FIELD = 5, 7, 9  # where the operands' addresses are in a context
-M_FIELD, N_FIELD = 2, 3
+M_FIELD, N_FIELD, K_FIELD = 2, 3, 4
 REACH_ALL = -1  # the layout's last field: every element of C is read
 # Rows per block of a banded product (see the module's docstring): a multiple of the
 # micro-kernels' row panels (``mr``: 8 for AVX-512, 4 for AVX2); fewer rows skip more of
@@ -78,6 +87,7 @@ def batch_chunk_function(emitter, chunk, entry):
     # The stack slots first, in the entry block (an alloca inside the loop would grow the
     # stack per entry).
     local = builder.alloca(I64, size=CONTEXT_FIELDS)
+    flags = builder.alloca(I1, size=2)  # a banded entry's: B finite, so far; cut its depth
     offsets = [builder.alloca(I64) for _ in range(3)]
     remaining = builder.alloca(I64)
     fields = [builder.load(field(context, index), typ=I64) for index in range(
@@ -87,9 +97,11 @@ def batch_chunk_function(emitter, chunk, entry):
     builder.store(c64(0), field(local, SPLIT_BY_COLUMNS))
     layout = builder.inttoptr(fields[LAYOUT], PTR)
     rank = builder.load(layout, typ=I64)
-    reach = builder.load(field(layout, builder.add(c64(1), builder.mul(rank, c64(4)))),
-                         typ=I64)
-    banded = builder.icmp_signed("!=", reach, c64(REACH_ALL))
+    reach_at = builder.add(c64(1), builder.mul(rank, c64(4)))
+    reach = builder.load(field(layout, reach_at), typ=I64)
+    depth = builder.load(field(layout, builder.add(reach_at, c64(1))), typ=I64)
+    banded = builder.or_(builder.icmp_signed("!=", reach, c64(REACH_ALL)),
+                         builder.icmp_signed("!=", depth, c64(REACH_ALL)))
     threaded = builder.icmp_signed("!=", fields[THREADED], c64(0))
     operand_fields = (A_FIELD, B_FIELD, C_FIELD)
 
@@ -116,7 +128,7 @@ def batch_chunk_function(emitter, chunk, entry):
             builder.store(builder.add(fields[slot], moved), field(local, slot))
         with builder.if_else(banded) as (band, full):
             with band:
-                band_blocks(emitter, builder, chunk, local, fields, reach)
+                band_blocks(emitter, builder, chunk, local, fields, (reach, depth), flags)
             with full:
                 with builder.if_else(threaded) as (whole, alone):
                     with whole:
@@ -133,26 +145,70 @@ def batch_chunk_function(emitter, chunk, entry):
     return function
 
 
-def band_blocks(emitter, builder, chunk, local, fields, reach):
+def band_blocks(emitter, builder, chunk, local, fields, reaches, flags):
     """One entry of a banded product on this thread: rows ``[r, r + BAND_ROWS)`` by
     ``chunk`` with C's columns cut to ``r + BAND_ROWS + reach`` (the block's last row's
-    reach), none when that is 0 or less. Never split over the pool (fewer entries than
-    threads leave a thread idle, where the band at least halves the work); attention has
-    batch x heads entries."""
-    m, n = fields[M_FIELD], fields[N_FIELD]
-    n_field = builder.gep(local, [c64(N_FIELD)], source_etype=I64)
+    reach; none when that is 0 or less) and the depth to ``r + BAND_ROWS + depth`` (when B
+    is finite). Never split over the pool (fewer entries than threads leave a thread idle,
+    where the band at least halves the work); attention has batch x heads entries."""
+    reach, depth = reaches
+    m, n, k = fields[M_FIELD], fields[N_FIELD], fields[K_FIELD]
+    n_field, k_field = (builder.gep(local, [c64(index)], source_etype=I64)
+                        for index in (N_FIELD, K_FIELD))
+    finite, cuts_depth = (builder.gep(flags, [c64(index)], source_etype=I1)
+                          for index in range(2))
+    builder.store(ir.Constant(I1, 0), cuts_depth)
+    with builder.if_then(builder.icmp_signed("!=", depth, c64(REACH_ALL))):
+        builder.store(_finite_b(emitter, builder, local, (n, k), finite), cuts_depth)
+    cut_depth = builder.load(cuts_depth, typ=I1)
+
+    def cut(limit, reach, full):
+        wanted = builder.add(limit, reach)
+        wanted = builder.select(builder.icmp_signed("<", wanted, full), wanted, full)
+        return wanted
 
     def block(first):
         last = builder.add(first, c64(BAND_ROWS))
         last = builder.select(builder.icmp_signed("<", last, m), last, m)
-        columns = builder.add(last, reach)
-        columns = builder.select(builder.icmp_signed("<", columns, n), columns, n)
+        columns = builder.select(builder.icmp_signed("==", reach, c64(REACH_ALL)), n,
+                                 cut(last, reach, n))
+        builder.store(builder.select(cut_depth, cut(last, depth, k), k), k_field)
         with builder.if_then(builder.icmp_signed(">", columns, c64(0))):
             builder.store(columns, n_field)
             builder.call(chunk, [local, first, last])
 
     emitter.loop(builder, c64(0), m, c64(BAND_ROWS), block)
-    builder.store(n, n_field)  # the next entry's columns
+    builder.store(n, n_field)  # the next entry's sizes
+    builder.store(k, k_field)
+
+
+def _finite_b(emitter, builder, local, sizes, finite):
+    """Whether every element of this entry's B (``k x n``, through ``ldb``, transposed
+    or not) is finite: ``x * 0 == 0`` fails for inf and NaN only. ``finite``: an i1 slot."""
+    scalar = emitter.scalar
+    n, k = sizes
+    trans_b, b, ldb = (builder.load(builder.gep(local, [c64(index)], source_etype=I64),
+                                    typ=I64) for index in (1, B_FIELD, 8))
+    b = builder.inttoptr(b, PTR)
+    transposed = builder.icmp_signed("!=", trans_b, c64(0))
+    lines = builder.select(transposed, n, k)  # B's rows as stored
+    length = builder.select(transposed, k, n)
+    builder.store(ir.Constant(I1, 1), finite)
+
+    def line(row):
+        start = builder.mul(row, ldb)
+
+        def element(column):
+            value = builder.load(builder.gep(b, [builder.add(start, column)],
+                                             source_etype=scalar), typ=scalar)
+            zero = builder.fcmp_ordered("==", builder.fmul(value, ir.Constant(scalar, 0.0)),
+                                        ir.Constant(scalar, 0.0))
+            builder.store(builder.and_(builder.load(finite, typ=I1), zero), finite)
+
+        emitter.loop(builder, c64(0), length, c64(1), element)
+
+    emitter.loop(builder, c64(0), lines, c64(1), line)
+    return builder.load(finite, typ=I1)
 
 
 def batched_function(emitter, chunk, entry):

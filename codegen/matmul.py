@@ -36,7 +36,7 @@ from tracejit.tracer.ops import (
 
 from . import blas
 from . import dtypes as dt
-from .causal_band import product_reach
+from .causal_band import product_reach, weights_reach
 from .conv_ir import OUT_OF_MEMORY
 from .counted_loop import counted_loop
 from .gemm import BATCHED_ENTRIES, EPILOGUE_ENTRY
@@ -441,9 +441,9 @@ def build_gemm_call(kernel):
             values = [dims.dim(dim) for dim in (m, n, k)]
             lda = values[0] if a_transposed else values[2]
             ldb = values[2] if b_transposed else values[1]
-            # [rank, (size, a stride, b stride, c stride) per batch dim, reach], in
-            # elements (codegen/gemm_batched.py).
-            layout = builder.alloca(I64, size=2 + 4 * len(batch))
+            # [rank, (size, a stride, b stride, c stride) per batch dim, reach, depth],
+            # in elements (codegen/gemm_batched.py).
+            layout = builder.alloca(I64, size=3 + 4 * len(batch))
             entries = [const(len(batch))]
             for position, dim in enumerate(batch):
                 entries.append(dims.dim(dim))
@@ -453,8 +453,9 @@ def build_gemm_call(kernel):
                     entries.append(const(0) if broadcast else dims.dim(
                         size_of(operand_batch[at + 1:]) * matrix))
                 entries.append(dims.dim(size_of(batch[position + 1:]) * (m * n)))
-            reach = product_reach(kernel)  # C past a causal mask's band is never read
-            entries.append(const(REACH_ALL if reach is None else reach))
+            # C past a causal mask's band is never read; A past it is 0 (causal_band.py)
+            for reach in (product_reach(kernel), weights_reach(kernel)):
+                entries.append(const(REACH_ALL if reach is None else reach))
             for index, value in enumerate(entries):
                 builder.store(value, builder.gep(layout, [const(index)], source_etype=I64))
             bias_name, activation = fused if fused is not None else (None, NO_ACTIVATION)

@@ -107,11 +107,15 @@ def shorten_openblas_idle_spin():
     if parallel() != pthreads or threads() <= 1 or timeout() != 0:
         return False
     name = "OPENBLAS_THREAD_TIMEOUT"
+    previous = os.environ.get(name)  # (set after OpenBLAS loaded: it never read it)
     os.environ[name] = str(OPENBLAS_IDLE_SPIN_LOG2)
     try:
         read_env()
     finally:
-        del os.environ[name]
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
     shutdown()
     return True
 

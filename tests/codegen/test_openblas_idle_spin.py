@@ -72,8 +72,21 @@ def test_pool_start_shortens_the_spin_and_numpy_stays_right():
     assert timeout == str(blas.OPENBLAS_IDLE_SPIN_LOG2)
     assert changed == "True"
     assert concurrent == "True"
-    # the variable was set for OpenBLAS only, not left for child processes
-    assert "OPENBLAS_THREAD_TIMEOUT" not in run("print(' '.join(os.environ))")
+
+def test_environment_is_given_back():
+    """The variable is set for OpenBLAS's read only: not left for child processes, and a
+    value set after OpenBLAS loaded (which it never read) is kept."""
+    out = run("""
+        parallel.set_thread_count(2)
+        parallel.pool()
+        print("OPENBLAS_THREAD_TIMEOUT" in os.environ, library.openblas_thread_timeout())
+    """, OPENBLAS_NUM_THREADS="2")
+    assert out == ["False", str(blas.OPENBLAS_IDLE_SPIN_LOG2)]
+    out = run("""
+        os.environ["OPENBLAS_THREAD_TIMEOUT"] = "9"
+        print(blas.shorten_openblas_idle_spin(), os.environ["OPENBLAS_THREAD_TIMEOUT"])
+    """, OPENBLAS_NUM_THREADS="2")
+    assert out == ["True", "9"]
 
 
 def test_forked_child_after_the_change_multiplies_right():

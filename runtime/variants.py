@@ -18,7 +18,7 @@ from tracejit.codegen.schedule import input_view
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
 from tracejit.tracer.argument_writes import OutsideArrayWrite, put_back
-from tracejit.tracer.pending import is_pending
+from tracejit.tracer.pending import known_kind
 
 from .tensor import unwrap
 
@@ -58,8 +58,9 @@ class OutputPlan:
             if position in trace.output_statics:
                 leaves.append(("static", trace.output_statics[position]))
                 continue
-            if is_pending(value):  # computed by the program: a value of its kind tells
-                value = value.like if value.like is not None else np.empty(1)
+            value = known_kind(value)  # computed by the program: a value of its kind tells
+            if value is None:
+                value = np.empty(1)
             if isinstance(value, np.generic):
                 kind = "scalar"
             elif type(value) in PYTHON_SCALARS:

@@ -61,7 +61,7 @@ from .outside_inputs import (
     through_module,
     with_inputs,
 )
-from .pending import is_pending
+from .pending import known_kind
 from .primitives import current_context, is_traced
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
@@ -86,7 +86,7 @@ def _is_array(value):
     """An array, not a NumPy scalar (``a[1:3]``, ``a[mask]``; not ``a[1]`` of a vector)."""
     if isinstance(value, Tracer):
         raw = value.raw_value
-        return not isinstance(raw.like if is_pending(raw) else raw, np.generic)
+        return not isinstance(known_kind(raw), np.generic)
     return isinstance(value, np.ndarray)
 
 

@@ -39,7 +39,7 @@ from .loop_containers import ContainerCarry, Refusal, snapshot
 from .loop_generalize import Refused, _generalize
 from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .ops.control import LoopGuardFailed, loop_p, run_body
-from .pending import Pending, force, is_pending
+from .pending import Pending, force, known_kind
 from .traced_array import Tracer
 
 log = logging.getLogger("tracejit.loops")
@@ -155,8 +155,11 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     if not _quiet_items(context.body[recorded:]):
         entering = None  # its guards and prints stay in the graph: it stays peeled
     try:
-        return _capture(context, body, names, originals, snapshots, values, start, stop, step,
-                        trips if trips is not None else count, where, entering)
+        finals = _capture(context, body, names, originals, snapshots, values, start, stop,
+                          step, trips if trips is not None else count, where, entering)
+        # explain(): a note a trace on exact shapes made for this loop is outdated now
+        context.captured_loops = (*getattr(context, "captured_loops", ()), where)
+        return finals
     except Refused as refusal:
         _note(context, where, str(refusal))
         return _unrolled(body, range(first + step, value_of(stop), step) if not isinstance(
@@ -633,7 +636,7 @@ class _RemainingTrips:
     def pending(self):
         everything = Pending(self.run)
         return [Pending(lambda position=position: everything.force()[position],
-                        like=None if is_pending(example) else example)
+                        like=known_kind(example))
                 for position, example in enumerate(self.examples)]
 
 

@@ -55,6 +55,14 @@ def is_pending(value):
     return type(value) is Pending and value.thunk is not None
 
 
+def known_kind(value):
+    """A value of the kind ``value`` is or will be, without computing it: itself, a forced
+    ``Pending``'s result, or a pending one's ``like`` (None when unknown)."""
+    if type(value) is not Pending:
+        return value
+    return value.like if value.thunk is not None else value.result
+
+
 def force(value):
     """``value`` itself, or what a ``Pending`` stands for."""
     return value.force() if type(value) is Pending else value

@@ -142,6 +142,12 @@ class Misses:
         finally:
             self._compile_seconds += time.perf_counter() - start
         self._loop_notes.update(dict.fromkeys(traced.loop_notes))
+        # A loop an exact-shape trace unrolled (range(y.shape[0]) on the first call) and a
+        # later trace captured: its note no longer says what runs for other lengths
+        for where in traced.captured_loops:
+            for note in [note for note in self._loop_notes
+                         if note.startswith(f"loop at {where} unrolled")]:
+                del self._loop_notes[note]
         return traced
 
     def _give_up(self, signature, reason, error):

@@ -107,6 +107,7 @@ class Trace:
     gradients: object = None  # what trace(backward=...) recorded: gradient_trace.GradientPlan
     symbol_values: dict = field(default_factory=dict)  # each symbol's size in this call
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
+    captured_loops: list = field(default_factory=list)  # "f.py:7" of each loop captured
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
     argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
     # (place in the result, argument place) of dicts and lists returned that are arguments'
@@ -721,6 +722,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         gradients=gradients,
         symbol_values=context.symbol_values(),
         loop_notes=list(getattr(context, "loop_notes", ())),
+        captured_loops=list(getattr(context, "captured_loops", ())),
         pending=pending,
         argument_writes=writes,
         returned_containers=returned,

@@ -824,9 +824,6 @@ def emissions_at_labels(y, cols):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="y[t, cols] in a loop over a dynamic T compiles and "
-                   "is right, but the first call (T a Python int under dynamic='auto') unrolls "
-                   "the loop, and explain() keeps that variant's 'unrolled' note")
 def test_a_row_gather_at_the_loop_index_is_captured():
     rng = rng_for(536)
     f = run_calls(emissions_at_labels, [(rng.random((t, 5)), np.array([0, 2, 2, 4]))

@@ -26,8 +26,9 @@ The error model is one rule per primitive, in ``tracejit.tracer.margin_rules.RUL
 ``slice`` is this module's ``_Slice``, the bound builder. ``UNBOUNDED`` there lists the
 primitives with no error model: exact on exact operands (their compiled code is NumPy's to
 the bit), an infinite bound otherwise, so a guard they feed always lets eager decide. A
-primitive in neither table is never assumed exact. Margin equations are placed before the predicate's equation, so the
-scheduler (which orders kernels by their roots) checks the margin guard first.
+primitive in neither table is never assumed exact. Margin equations are placed before
+the predicate's equation, so the scheduler (which orders kernels by their roots) checks
+the margin guard first.
 """
 
 from __future__ import annotations

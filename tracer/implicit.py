@@ -185,7 +185,7 @@ def find_implicit_inputs(fn, argument_leaves, objects=None):
         target = fn.__func__
     elif not isinstance(fn, types.FunctionType):  # a partial, a layer object
         _scan(fn, Path(("self", fn)), found, 0, seen, objects)
-        call = getattr(type(fn), "__call__", None)
+        call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method itself
         if isinstance(call, types.FunctionType):
             target = call
     for index, leaf in enumerate(argument_leaves):

@@ -49,10 +49,10 @@ from .abstract import AbstractArray
 from .dims import DimExpr, wrap
 from .errors import UnsupportedError
 from .ir import Eqn, Graph, Var
-from .ops import add_p, full_p, pad_p, reshape_p, slice_p, where_p
-from .ops.control import inplace_writes, loop_p, run_body
 from .loop_generalize import Refused, _generalize
 from .loop_index import _active
+from .ops import add_p, full_p, pad_p, reshape_p, slice_p, where_p
+from .ops.control import inplace_writes, loop_p, run_body
 from .partition import SAVED_KINDS
 from .traced_array import Tracer
 

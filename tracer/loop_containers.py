@@ -214,7 +214,7 @@ class ContainerCarry:
         self.pre = self._pre_rows() if self.kind == "dict" and self.step > 0 else 0
         self.rows = self.count + self.pre
         slots = []
-        for leaf, (shape, dtype) in zip(self.leaves0, self.signatures):
+        for leaf, (_, dtype) in zip(self.leaves0, self.signatures):
             symbolic = next((dim for dim in (self.rows, *leaf.shape) if isinstance(dim, SymInt)),
                             None)
             buffer = ops.full((self.rows, *leaf.shape), 0, dtype, like=symbolic)

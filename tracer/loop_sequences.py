@@ -37,8 +37,8 @@ from __future__ import annotations
 import ast
 import copy
 
-from .loop_while import expand_counted_while
 from .loop_frontend import HOOK, unsupported_statements
+from .loop_while import expand_counted_while
 from .ops import shape_of
 
 

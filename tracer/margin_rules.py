@@ -297,7 +297,7 @@ def _tanh(ctx, eqn, bounds):
 
 
 def _power(ctx, eqn, bounds):
-    (x, y), (ex, ey) = eqn.inputs, bounds
+    (_, y), (ex, ey) = eqn.inputs, bounds
     if not is_float(eqn.out):
         if ex is None and ey is None:
             return None
@@ -649,7 +649,7 @@ def _prod(ctx, eqn, bounds):
 
 
 def _gather(ctx, eqn, bounds):
-    (x, indices), (e, ei) = eqn.inputs, bounds
+    e, ei = bounds
     if ei is not None:
         raise Unbounded()
     return _mirror(ctx, eqn, [e, None])

@@ -31,7 +31,6 @@ import numpy as np
 
 from . import argument_views, argument_writes, attribute_writes, pytree
 from .abstract import PYTHON_SCALARS, AbstractArray, is_number_argument
-from .numpy_warnings import computed
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
@@ -40,6 +39,7 @@ from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, user_location
 from .loop_containers import plain_containers
 from .loops import UNDEFINED, write_prints
+from .numpy_warnings import computed
 from .outside_inputs import OutsideInputs
 from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into

@@ -18,10 +18,10 @@ Each call compares results, dtypes, types and the arguments afterwards with eage
 and an exception eager raises must be raised too.
 
 Findings. Wrong results: a scalar carried through a captured loop next to an array
-(``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) comes
-back as a 0-d ndarray instead of a NumPy scalar; ``np.clip(-0.0, 0.0, 1.0)`` lost the sign
-of zero (fixed in the working tree while this round ran); a float32 sum of cancelling terms
-keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a compiled reduction
+(``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) came
+back as a 0-d ndarray instead of a NumPy scalar, and ``np.clip(-0.0, 0.0, 1.0)`` lost the
+sign of zero (both fixed while this round ran; their tests stay as regressions); a float32
+sum of cancelling terms keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a compiled reduction
 turns its last-bit difference into a whole unit (``np.full(45, 0.1).sum() * 10`` is 45
 compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
 guard per cell, so it never runs compiled while its compiles grow fast. Internal errors:
@@ -783,9 +783,6 @@ def smoothed_state_and_total(x):
     return h, total, total / 2
 
 
-@pytest.mark.xfail(strict=True, reason="a scalar accumulator carried with an array through a "
-                   "captured loop and used after it comes back as a 0-d ndarray, not NumPy's "
-                   "np.float64/np.float32 scalar, once the length is symbolic")
 def test_a_loop_carried_scalar_total_stays_a_numpy_scalar():
     rng = rng_for(930)
     run_calls(smoothed_state_and_total, [(rng.standard_normal((5, 3)),),
@@ -910,8 +907,6 @@ def running_max_and_argmax_total(x):
     return h, peak, position_total, peak + position_total
 
 
-@pytest.mark.xfail(strict=True, reason="np.maximum of scalars and an int argmax total carried "
-                   "through a captured loop come back as 0-d ndarrays, not NumPy scalars")
 def test_loop_carried_peak_and_argmax_total_stay_numpy_scalars():
     rng = rng_for(933)
     run_calls(running_max_and_argmax_total, [(rng.standard_normal((5, 3)),),

@@ -21,9 +21,9 @@ Findings. Wrong results: a scalar carried through a captured loop next to an arr
 (``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) came
 back as a 0-d ndarray instead of a NumPy scalar, and ``np.clip(-0.0, 0.0, 1.0)`` lost the
 sign of zero (both fixed while this round ran; their tests stay as regressions); a float32
-sum of cancelling terms keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a compiled reduction
-turns its last-bit difference into a whole unit (``np.full(45, 0.1).sum() * 10`` is 45
-compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
+sum of cancelling terms keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of
+a compiled reduction turns its last-bit difference into a whole unit
+(``np.full(45, 0.1).sum() * 10`` is 45 compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
 guard per cell, so it never runs compiled while its compiles grow fast. Internal errors:
 inputs of dtypes compiled code lacks (uint8 images, int16 counts, float16) cast up fail with
 ``KeyError: dtype(...)``; ``.item()`` of a loop total breaks the native loop

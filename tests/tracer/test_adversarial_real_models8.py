@@ -17,25 +17,25 @@ through the buffer they write, and dtype corners (uint8, int16, bool, float16, 0
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
 
-Findings. Wrong results: a scalar carried through a captured loop next to an array
-(``total += x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) came
-back as a 0-d ndarray instead of a NumPy scalar, and ``np.clip(-0.0, 0.0, 1.0)`` lost the
-sign of zero (both fixed while this round ran; their tests stay as regressions); a float32
-sum of cancelling terms keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of
-a compiled reduction turns its last-bit difference into a whole unit
-(``np.full(45, 0.1).sum() * 10`` is 45 compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time warping) is a
-guard per cell, so it never runs compiled while its compiles grow fast. Internal errors:
-inputs of dtypes compiled code lacks (uint8 images, int16 counts, float16) cast up fail with
-``KeyError: dtype(...)``; ``.item()`` of a loop total breaks the native loop
-(``StopIteration``); a loop body calling a method that sets attributes raises ``Refused``
-inside tracejit; one IndexError part way through a loop sends that length eagerly for good.
-Eager fallbacks of common idioms: ``np.asarray(X)``/``np.array(X, dtype=float)`` of an
-argument, ``np.float32(x.mean())``, ``np.mean(list_of_losses)``, ``np.arange(k)``/
-``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that changed,
-``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``, ``np.count_nonzero``,
-``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``, ``np.broadcast_arrays``,
-``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")``
-and minibatch generators. Tests marked ``xfail(strict=True)`` are minimal reproductions.
+Findings. Wrong results: a scalar carried through a captured loop next to an array (``total
++= x[t].sum()``, ``peak = np.maximum(peak, ...)``, ``n += x[t].argmax()``) came back as a
+0-d ndarray instead of a NumPy scalar, and ``np.clip(-0.0, 0.0, 1.0)`` lost the sign of zero
+(both fixed while this round ran; their tests stay as regressions); a float32 sum of
+cancelling terms keeps more precision than NumPy's; ``np.floor``/``astype(int)`` of a
+compiled reduction turns its last-bit difference into a whole unit (``np.full(45, 0.1).sum()
+* 10`` is 45 compiled, 44 in NumPy). Slow: Python ``min()`` of traced cells (dynamic time
+warping) is a guard per cell, so it never runs compiled while its compiles grow fast.
+Internal errors: inputs of dtypes compiled code lacks (uint8 images, int16 counts, float16)
+cast up fail with ``KeyError: dtype(...)``; ``.item()`` of a loop total breaks the native
+loop (``StopIteration``); a loop body calling a method that sets attributes raises
+``Refused`` inside tracejit; one IndexError part way through a loop sends that length
+eagerly for good. Eager fallbacks of common idioms: ``np.asarray(X)``/``np.array(X,
+dtype=float)`` of an argument, ``np.float32(x.mean())``, ``np.mean(list_of_losses)``,
+``np.arange(k)``/ ``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that
+changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``,
+``np.count_nonzero``, ``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``,
+``np.broadcast_arrays``, ``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")`` and
+minibatch generators. Tests marked ``xfail(strict=True)`` are minimal reproductions.
 """
 
 import copy

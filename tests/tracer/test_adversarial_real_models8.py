@@ -32,7 +32,7 @@ loop (``StopIteration``); a loop body calling a method that sets attributes rais
 eagerly for good. Eager fallbacks of common idioms: ``np.asarray(X)``/``np.array(X,
 dtype=float)`` of an argument, ``np.float32(x.mean())``, ``np.mean(list_of_losses)``,
 ``np.arange(k)``/ ``np.roll(x, k)``/``np.concatenate([[k], ids])`` of an int argument that
-changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``,
+changed, ``np.full``/``np.full_like`` of a traced fill, ``x[m] = y[m]``, ``x[m] *= 0.5``,
 ``np.count_nonzero``, ``np.maximum.accumulate``, ``np.cumprod``, ``x.strides``,
 ``np.broadcast_arrays``, ``np.array_equal``, ``np.atleast_2d``, ``np.take(mode="clip")`` and
 minibatch generators. Tests marked ``xfail(strict=True)`` are minimal reproductions.
@@ -1290,6 +1290,12 @@ def copy_gradients_where_positive(x, upstream):
     return grad
 
 
+def halve_where_negative(x, labels):
+    x = x.copy()
+    x[x < 0] *= 0.5
+    return x, labels
+
+
 def count_positive_labels(scores, labels):
     positive = labels == 1
     return np.count_nonzero(positive), scores[positive].mean()
@@ -1297,8 +1303,10 @@ def count_positive_labels(scores, labels):
 
 @pytest.mark.xfail(strict=True, reason="a mask write with a selection of the same mask as its "
                    "value (x[m] = y[m], cs231n's max-pool backward; np.where(m, y, x)) and "
-                   "np.count_nonzero of a traced mask run eagerly on every call")
-@pytest.mark.parametrize("model", [copy_gradients_where_positive, count_positive_labels])
+                   "np.count_nonzero of a traced mask run eagerly on every call, and so "
+                   "does a masked in-place update (x[x < 0] *= 0.5; np.where(m, x * 0.5, x))")
+@pytest.mark.parametrize("model", [copy_gradients_where_positive, halve_where_negative,
+                                   count_positive_labels])
 def test_mask_writes_from_a_selection_and_count_nonzero_compile(model):
     rng = rng_for(947)
     f = run_calls(model, [(rng.standard_normal(8), rng.integers(0, 2, 8)),

@@ -1541,3 +1541,47 @@ def bucket_of_the_mean(x, bins):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_floor_and_int_cast_of_a_reduction_match_numpy(dtype):
     run_calls(bucket_of_the_mean, [(np.full(45, 0.1, dtype=dtype), 10)])
+
+
+# --- a warm-up / step-decay schedule object inside a momentum optimizer ----------------------
+class WarmupStepDecay:
+    def __init__(self, base=0.1, warmup=3):
+        self.t, self.base, self.warmup = 0, base, warmup
+
+    def lr(self):
+        self.t += 1
+        if self.t < self.warmup:
+            return self.base * self.t / self.warmup
+        return self.base * 0.5 ** ((self.t - self.warmup) // 2)
+
+
+class ScheduledMomentum:
+    def __init__(self):
+        self.schedule, self.momentum = WarmupStepDecay(), 0.9
+
+    def step(self, params, grads, velocity):
+        lr = self.schedule.lr()
+        for key in params:
+            velocity[key] *= self.momentum
+            velocity[key] -= lr * grads[key]
+            params[key] += velocity[key]
+        self.last_lr = lr
+        return lr
+
+
+def test_a_scheduled_momentum_optimizer_over_steps_and_resized_params():
+    rng = rng_for(953)
+    eager_opt, jit_opt = ScheduledMomentum(), ScheduledMomentum()
+    step = jitted(jit_opt.step)
+    for i in range(9):
+        rows = 3 if i < 5 else 4  # the model grows: new parameter arrays from step 5 on
+        if i in (0, 5):
+            eager_params = {"W": rng.standard_normal((rows, 2)), "b": np.zeros(2)}
+            eager_velocity = {key: np.zeros_like(value) for key, value in eager_params.items()}
+            jit_params, jit_velocity = copy.deepcopy(eager_params), copy.deepcopy(eager_velocity)
+        grads = {"W": rng.standard_normal((rows, 2)), "b": rng.standard_normal(2)}
+        assert_same(step(jit_params, grads, jit_velocity),
+                    eager_opt.step(eager_params, grads, eager_velocity))
+        assert_same((jit_params, jit_velocity), (eager_params, eager_velocity), where="state")
+        assert_same((vars(jit_opt.schedule), jit_opt.last_lr),
+                    (vars(eager_opt.schedule), eager_opt.last_lr), where="optimizer")

@@ -69,13 +69,16 @@ def openblas():
 # OpenBLAS's idle threads wait for the next call spinning (x86: nops, no yield) for 2**28 TSC
 # cycles, ~0.1 s, before they sleep. A compiled kernel that follows a NumPy matmul shared the
 # cores with that spinning thread: the interleave benchmark's pair ran 1.7-1.8x its parts.
-# 2**18 cycles (~0.1 ms) still covers the gap between back-to-back NumPy calls.
-OPENBLAS_IDLE_SPIN_LOG2 = 18
+# 2**20 cycles (~0.4 ms at 2.6 GHz) still covers the gaps between NumPy calls in an eager
+# step: at 2**18 NumPy's batch-64 MLP step (small threaded products between elementwise
+# ops) ran 1.1-1.5x slower than at 2**28 (medians on a loaded machine), and 2**20 kept the
+# pair's CPU time within 1.15x of 2**18's (interleave).
+OPENBLAS_IDLE_SPIN_LOG2 = 20
 
 
 @lru_cache(maxsize=None)
 def shorten_openblas_idle_spin():
-    """Let NumPy's OpenBLAS threads sleep ~0.1 ms after each threaded call instead of ~0.1 s,
+    """Let NumPy's OpenBLAS threads sleep ~0.4 ms after each threaded call instead of ~0.1 s,
     so the cores go to tracejit's pool (``codegen/parallel.py`` calls this when it starts
     worker threads; once per process). True when the timeout was changed; False when there
     is nothing to change: no bundled OpenBLAS, a single-threaded or OpenMP one, or a timeout

@@ -492,8 +492,8 @@ def _broadcast_value(value, shape, x):
 
 def _masked_fill(x, mask, value):
     """``x[mask] = scalar`` with a boolean ``mask`` over ``x``'s leading dims is
-    ``where(mask, scalar, x)``: no data-dependent shape, so traced masks work too. None
-    for any other assignment."""
+    ``where(mask, scalar, x)``: no data-dependent shape, so traced masks work too; so is
+    ``x[mask] = y[mask]`` (``where(mask, y, x)``). None for any other assignment."""
     if getattr(mask, "dtype", None) != np.bool_ or isinstance(mask, (tuple, list)):
         return None
     shape, mask_shape = tuple(shape_of(x)), tuple(shape_of(mask))
@@ -501,6 +501,12 @@ def _masked_fill(x, mask, value):
         dim is not other and dim != other for dim, other in zip(mask_shape, shape)
     ):
         return None  # NumPy raises its IndexError through the general path
+    # cycle: masked_selection -> numpy_api -> indexing
+    from .masked_selection import MaskedSelection, assign_selection
+
+    if isinstance(value, MaskedSelection):
+        # x[m] = y[m], x[m] *= 0.5: a selection by the same mask lines up with x[m]
+        return assign_selection(x, mask, value)
     if ndim_of(value) != 0:
         return None  # values for each selected element: a data-dependent count
     if isinstance(value, (bool, int, float, np.generic)):

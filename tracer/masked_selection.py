@@ -651,3 +651,40 @@ _UFUNC_REDUCTIONS = {
     np.logical_and: all_,
     np.logical_or: any_,
 }
+
+
+# --- writes through the same mask ------------------------------------------------------------
+def assign_selection(x, mask, selection):
+    """``x`` after ``x[mask] = selection`` when ``selection`` was made with the same mask
+    (cs231n's max-pool backward ``dx[mask] = dout[mask]``; ``x[x < 0] *= 0.5``, whose
+    value is ``x[mask] * 0.5``): ``where(mask, values, x)``, the values cast to ``x``'s
+    dtype as NumPy's assignment casts them. None for any other mask or shape (the general
+    path then refuses the data-dependent count, or raises NumPy's error).
+
+    >>> from tracejit.tracer.tracing import trace
+    >>> def halve_negatives(x):
+    ...     x = x.copy()
+    ...     x[x < 0] *= 0.5
+    ...     return x
+    >>> trace(halve_negatives, np.array([-2.0, 3.0, -1.0])).outputs.tolist()
+    [-1.0, 3.0, -0.5]
+    """
+    if not isinstance(mask, Tracer) or not selection._info.same_as(_Mask(mask, None)):
+        return None
+    shape, mask_ndim = tuple(x.shape), selection._info.ndim
+    if len(shape) < mask_ndim or any(
+        not (dim is other or dim == other) for dim, other in zip(mask.shape, shape)
+    ):
+        return None
+    rest = shape[mask_ndim:]
+    # NumPy broadcasts (count, *value_rest) to (count, *rest): with equal ranks, a dim of
+    # 1 or the same dim; a shorter value_rest would line count up with a trailing dim.
+    if len(selection._rest) != len(rest) or any(
+        not (dim is other or dim == other or dim == 1)
+        for dim, other in zip(selection._rest, rest)
+    ):
+        return None
+    values = selection._values
+    if values.dtype != x.dtype:
+        values = ops.bind(ops.cast_p, values, dtype=x.dtype)
+    return ops.bind(ops.where_p, selection._info.over(len(shape)), values, x)

@@ -214,8 +214,11 @@ class _Segment:
                 defined.add(item.out.name)
         outputs = [item.out for item in items
                    if isinstance(item, Eqn) and item.out.name in read_later]
-        if not outputs:  # guards only: a graph needs an output, any one will do
-            outputs = [next(item.out for item in reversed(items) if isinstance(item, Eqn))]
+        if not outputs:  # guards only: a graph needs an output, any one will do; with no
+            # equation at all (loss.item() after the loop: one guard on the loop's result)
+            # the guarded input itself
+            defined_here = [item.out for item in items if isinstance(item, Eqn)]
+            outputs = defined_here[-1:] or inputs[:1]
         # The outer graph's shape guards hold here too: shape rules re-checked by the
         # verifier may need them (s0 == 3 decides a broadcast).
         sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),

@@ -920,9 +920,6 @@ def mean_loss_as_a_python_float(x):
     return loss.item()
 
 
-@pytest.mark.xfail(strict=True, reason="reading a loop's scalar result with .item() after the "
-                   "loop makes codegen/loops.py fail (StopIteration in _Segment): the loop "
-                   "program runs interpreted")
 def test_item_of_a_loop_total_keeps_the_native_loop(caplog):
     rng = rng_for(934)
     run_calls(mean_loss_as_a_python_float, [(rng.standard_normal((5, 3)),),

@@ -32,6 +32,7 @@ import types
 import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
+from .conversions import CONVERSIONS, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
@@ -42,7 +43,7 @@ from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
-from .numpy_api import arange, array_of
+from .numpy_api import FUNCTIONS, arange, array_of
 from .object_paths import (
     ObjectPaths,
     guard_class,
@@ -62,7 +63,7 @@ from .outside_inputs import (
     with_inputs,
 )
 from .pending import known_kind
-from .primitives import current_context, is_traced
+from .primitives import current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
@@ -141,6 +142,20 @@ def _enters(function):
     return is_user_function(target) or callable_object(function)
 
 
+def _converted(function, args, kwargs):
+    """``np.asarray(x)``, ``np.array(x, dtype=float)``, ``np.float32(x)`` of a traced ``x``
+    (``tracer.conversions``), or None for any other call."""
+    if function in CONVERSIONS:
+        return CONVERSIONS[function](*args, **kwargs)
+    if isinstance(function, type) and issubclass(function, np.generic) and len(args) == 1 and (
+            not kwargs):
+        return scalar_type(function, args[0])
+    return None
+
+
+# NumPy functions whose first argument is a sequence of arrays, not one array_like
+_SEQUENCE_FUNCTIONS = {np.concatenate, np.stack, np.hstack, np.vstack, np.ravel_multi_index,
+                       np.einsum}
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
 # Builtins that call a function they are given: a user's one runs rewritten (what it reads
 # from outside is guarded). Not tracejit's own (value_and_grad traces its function itself).
@@ -360,6 +375,10 @@ class Hooks:
             return arange(*args, **kwargs)
         if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
             return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
+        if args and is_traced_array(args[0]):
+            converted = _converted(function, args, kwargs)  # np.asarray(X), np.float32(loss)
+            if converted is not None:
+                return converted
         if function in _REDUCTIONS_OF_DIMS and len(args) == 1 and not kwargs and (
                 _holds_dims(args[0])):
             # np.prod(x.shape[1:]): a dim (x.reshape(N, -1) of it stays symbolic) that a
@@ -370,6 +389,11 @@ class Hooks:
             total = SymInt(total.expr, total.value, total.context)  # not x.shape's own
             self.context.numpy_dims[id(total)] = total
             return total
+        if function in FUNCTIONS and function not in _SEQUENCE_FUNCTIONS and args and (
+                _holds_traced(args[0])):
+            # np.mean(losses): NumPy would make the list an array (no dispatch to the
+            # tracer: only the list is the dispatched argument); a stack, as np.array's
+            args = (array_of(args[0]), *args[1:])
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):

@@ -842,10 +842,6 @@ def mean_of_a_list_of_losses(X):
     return np.mean(losses)
 
 
-@pytest.mark.xfail(strict=True, reason="np.asarray/np.array of a traced array (the usual first "
-                   "line of a library function), and np.mean of a list of traced losses, make "
-                   "every call run eagerly, and so does np.float32(traced scalar) (np.float64 "
-                   "compiles)")
 @pytest.mark.parametrize("model", [standardize_after_asarray, standardize_after_array_as_float,
                                    loss_as_a_0d_array, loss_as_a_float32_scalar,
                                    mean_of_a_list_of_losses])
@@ -1514,11 +1510,6 @@ def test_loops_carried_through_the_buffer_they_write(model, make):
     no_internal_errors(f)
 
 
-@pytest.mark.xfail(strict=True, reason="Python min() of traced table cells is a guard per "
-                   "cell, so dynamic time warping on new data is a side exit every call (and "
-                   "with an inf border, 'guard margin' even on the same data) while each new "
-                   "length compiles a nest that grows fast (about 2 s at 4x6, 18 s at 10x12 "
-                   "on a loaded machine); min(a, b) is exactly np.where(b < a, b, a), no branch")
 def test_dynamic_time_warping_runs_compiled_after_its_trace():
     rng = rng_for(952)
     a, b = rng.standard_normal(3), rng.standard_normal(4)

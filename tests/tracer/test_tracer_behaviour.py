@@ -629,8 +629,8 @@ def formats_traced(x):
     return x, label
 
 
-def converts_with_asarray(x):
-    return np.asarray(x) * 2
+def converts_with_asfortranarray(x):
+    return np.asfortranarray(x) * 2  # (np.asarray of a traced array is the array itself)
 
 
 def uses_fft(x):
@@ -654,7 +654,8 @@ REFUSALS = [
     ("append to an argument", appends_to_argument, lambda: (np.ones(3), []),
      "collected.append(x * 2)", ("collected.append",)),
     ("f-string", formats_traced, lambda: (np.ones(3),), 'f"total={x.sum()}"', ("format",)),
-    ("np.asarray", converts_with_asarray, lambda: (np.ones(3),), "np.asarray(x)", ("NumPy",)),
+    ("np.asfortranarray", converts_with_asfortranarray, lambda: (np.ones(3),),
+     "np.asfortranarray(x)", ("NumPy",)),
     ("np.fft.fft", uses_fft, lambda: (np.ones(3),), "np.fft.fft(x)", ("np.fft.fft",)),
     ("np.linalg.inv", uses_inverse, lambda: (np.eye(3),), "np.linalg.inv(x)",
      ("np.linalg.inv",)),

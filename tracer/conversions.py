@@ -1,0 +1,121 @@
+"""Conversions of traced values: ``np.asarray``, ``np.array``, ``np.float32(x)`` and kin.
+
+Library code starts with ``X = np.asarray(X)`` or ``X = np.array(X, dtype=float)``, and
+training loops end with ``np.float32(loss)``. NumPy calls these on a traced value would
+ask it for its data (``__array__``), which would freeze the value into compiled code; the
+front end (``frontend.Hooks.call``) sends them here instead, where each is what NumPy
+makes of an array:
+
+* ``np.asarray(x)`` is ``x`` itself (NumPy returns the same object), or a cast when a
+  ``dtype`` differs; of a NumPy scalar or a Python number, a 0-d array;
+* ``np.array(x)`` is a new value (a cast to its own dtype), so writing into it leaves
+  ``x`` as it was; ``ndmin`` prepends axes of one;
+* ``np.float32(x)`` (any NumPy scalar type) of a 0-d value is a cast whose result is a
+  NumPy scalar; of an array, a cast array, as NumPy gives.
+
+>>> import tracejit as tj
+>>> f = tj.jit(lambda x: np.float32(np.asarray(x).mean()) * 2, cache="memory")
+>>> f(np.array([1.0, 2.0]))
+np.float32(3.0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+from .pending import Pending, is_pending
+from .primitives import bind
+
+dtype_of, ndim_of, shape_of = ops.dtype_of, ops.ndim_of, ops.shape_of
+
+
+def _new_value(x, dtype):
+    """A new traced value: ``x`` cast to ``dtype`` (its own dtype: a copy), never weak."""
+    return bind(ops.cast_p, x, dtype=np.dtype(dtype))
+
+
+def _as_ndarray(tracer):
+    """``tracer`` with its value a 0-d ndarray, not a NumPy scalar (what ``np.asarray``
+    of a scalar gives); a pending value stays pending."""
+    if not tracer.shape:
+        value = tracer.raw_value
+        if is_pending(value):
+            tracer.raw_value = Pending(lambda: np.asarray(value.force()),
+                                       like=np.zeros((), tracer.dtype))
+        else:
+            tracer.raw_value = np.asarray(value)
+    return tracer
+
+
+def _as_scalar(tracer):
+    from .traced_array import _numpy_scalar  # cycle: traced_array -> numpy_api -> here
+
+    tracer.value = _numpy_scalar(tracer)
+    return tracer
+
+
+def _is_array(x):
+    """Whether eager NumPy has an ndarray here (not a NumPy scalar or Python number)."""
+    from .traced_array import _is_numpy_scalar  # cycle: traced_array -> numpy_api -> here
+
+    return not x.aval.weak and not (not x.shape and _is_numpy_scalar(x))
+
+
+def _check_order(order, name):
+    # Values do not depend on the layout; compiled results are C-ordered, so a request
+    # for Fortran order (which a caller may then rely on through .flags) is refused.
+    if order not in (None, "K", "A", "C"):
+        raise UnsupportedError(f"np.{name}(order={order!r}) of a traced array is not "
+                               "supported; compiled results are C-ordered")
+
+
+def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
+    """``np.asarray`` (and ``np.asanyarray``) of a traced value."""
+    _check_order(order, "asarray")
+    if copy:
+        return array(a, dtype, order=order)
+    if _is_array(a) and (dtype is None or np.dtype(dtype) == a.dtype):
+        return a
+    if copy is False:
+        raise ValueError("Unable to avoid copy while creating an array as requested.")
+    return _as_ndarray(_new_value(a, a.dtype if dtype is None else dtype))
+
+
+def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):  # noqa: A002
+    """``np.array`` of a traced value: a copy (``copy=None``: as ``np.asarray``)."""
+    _check_order(order, "array")
+    if copy is None or copy is False:
+        result = asarray(object, dtype, copy=copy)
+    else:
+        result = _as_ndarray(_new_value(object, object.dtype if dtype is None else dtype))
+    if ndmin > ndim_of(result):
+        result = ops.reshape(result, (1,) * (ndmin - ndim_of(result)) + tuple(shape_of(result)))
+    return result
+
+
+def ascontiguousarray(a, dtype=None, *, like=None):
+    """``np.ascontiguousarray``: as ``np.asarray``, but a 0-d value becomes shape ``(1,)``."""
+    result = asarray(a, dtype)
+    return ops.reshape(result, (1,)) if not shape_of(result) else result
+
+
+def scalar_type(kind, x):
+    """``kind(x)`` for a NumPy scalar type ``kind`` (``np.float32(loss)``): a cast, a NumPy
+    scalar when ``x`` is 0-d. ``None`` when NumPy does something else (``x`` a Python int
+    for a narrower integer type: NumPy raises past its range, which a cast would wrap)."""
+    dtype = np.dtype(kind)
+    if dtype.kind not in "biuf" or (x.aval.weak and dtype.kind in "iu"
+                                    and dtype != np.dtype(np.int64)):
+        return None
+    result = _new_value(x, dtype)
+    return _as_scalar(result) if not shape_of(result) else result
+
+
+CONVERSIONS = {
+    np.asarray: asarray,
+    np.asanyarray: asarray,
+    np.array: array,
+    np.ascontiguousarray: ascontiguousarray,
+}

@@ -135,9 +135,11 @@ def note_created(context, value):
 
 def note(context, owner, name, value, path):
     """Set ``owner.name = value`` for the trace and record it; ``path`` finds ``owner``
-    again at every call. Raises ``Refused`` inside a captured loop's body (the loop
-    unrolls: each trip's write is then a write of this trace)."""
-    if getattr(context, "in_loop_body", 0):
+    again at every call. Raises ``Refused`` in a trip traced for capture (the loop
+    unrolls: each trip's write is then a write of this trace). The peeled first trip and
+    unrolled trips are this trace's own, so their writes (a method of ``self`` called in
+    the body, ``self.h = ...; self.steps += 1``) are recorded like any other."""
+    if getattr(context, "loop_depth", 0):
         raise Refused("an attribute write on an object from outside the function")
     if getattr(context, "records_gradients", False) and any(
             hasattr(leaf, "ir_var") for leaf in pytree.flatten(value)[0]):
@@ -160,7 +162,7 @@ def note_delete(context, owner, name, path):
     """``del owner.name`` for the trace (``del self.cache`` once the activations are used):
     compiled calls delete the attribute too. One the trace did not write must be there at
     every call, as it is now (else eager raises AttributeError)."""
-    if getattr(context, "in_loop_body", 0):
+    if getattr(context, "loop_depth", 0):  # a trip traced for capture: see ``note``
         raise Refused("an attribute deleted on an object from outside the function")
     attribute = path.attr(name)
     present = hasattr(owner, name)

@@ -735,6 +735,13 @@ class Hooks:
         (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
         the trace and the new value a write (``attribute_writes.NumberState``)."""
         current = getattr(owner, name)
+        if is_traced(current) and not current.shape and current.aval.weak:
+            # a Python number this trace wrote there (self.steps += 1 at an earlier trip):
+            # rebound as Python does, not NumPy's in-place add (which makes an np.int64)
+            path = self.objects.path_of(owner)
+            updated = getattr(operator, operation)(current, value)
+            attribute_writes.note(self.context, owner, name, updated, path)
+            return
         if _is_number(current):
             path = self.objects.path_of(owner)
             if path is None:

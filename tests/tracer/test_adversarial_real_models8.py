@@ -1467,10 +1467,6 @@ def test_a_cell_stepped_by_a_method_writing_its_state_matches_eager():
     run_cells([4, 4, 6, 1, 0, 9], check_compiled=False)
 
 
-@pytest.mark.xfail(strict=True, reason="a loop whose body calls a method that sets attributes "
-                   "(self.h = ..., self.steps += 1) raises loop_generalize.Refused inside "
-                   "tracejit: every call after the first runs eagerly as an 'internal error' "
-                   "(the documented behaviour is to unroll that loop)")
 def test_a_cell_stepped_by_a_method_writing_its_state_is_no_internal_error():
     run_cells([4, 4, 6], check_compiled=True)
 

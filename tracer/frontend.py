@@ -153,6 +153,19 @@ def _converted(function, args, kwargs):
     return None
 
 
+def _guarded_bounds(values):
+    """``values`` with each traced number its value under a guard, in its own type (a
+    NumPy scalar stays one: np.arange(np.int32(3)) is int32)."""
+    concrete = []
+    for value in values:
+        if is_traced(value) and not isinstance(value, SymInt):
+            guarded = operator.index(value) if value.dtype.kind in "iu" else float(value)
+            kind = known_kind(value.raw_value)
+            value = kind.dtype.type(guarded) if isinstance(kind, np.generic) else guarded
+        concrete.append(value)
+    return concrete
+
+
 # NumPy functions whose first argument is a sequence of arrays, not one array_like
 _SEQUENCE_FUNCTIONS = {np.concatenate, np.stack, np.hstack, np.vstack, np.ravel_multi_index,
                        np.einsum}
@@ -373,6 +386,18 @@ class Hooks:
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
+        if function is np.arange and _any_tracer((*args, *kwargs.values())):
+            # np.arange(classes) of a run-time int: its value decides the length, so it is
+            # specialized under a guard, as np.zeros(classes) is
+            return function(*_guarded_bounds(args), **dict(zip(kwargs, _guarded_bounds(
+                kwargs.values()))))
+        if function in _SEQUENCE_FUNCTIONS and args and type(args[0]) in (list, tuple) and (
+                _holds_traced(args[0])):
+            # np.concatenate([[context], negatives]): a list of traced scalars is the 1-d
+            # array NumPy would make of it (and a plain list beside traced arrays, NumPy's)
+            args = (type(args[0])(
+                array_of(item) if _holds_traced(item, depth=1) else np.asarray(item)
+                if type(item) in (list, tuple) else item for item in args[0]), *args[1:])
         if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
             return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
         if args and is_traced_array(args[0]):

@@ -498,6 +498,9 @@ def tile(A, reps):  # noqa: N803 - NumPy's name
 def roll(a, shift, axis=None):
     if axis is None:
         return ops.reshape(roll(ops.reshape(a, (-1,)), shift, 0), shape_of(a))
+    if builtins.any(is_traced(amount) and not isinstance(amount, SymInt)
+                    for amount in _as_list(shift)):
+        return _roll_by_gather(a, shift, axis)
     shifts = np.broadcast_to(np.asarray(shift, dtype=object), np.broadcast(
         np.asarray(shift, dtype=object), np.asarray(axis, dtype=object)).shape)
     axes = np.broadcast_to(np.asarray(axis, dtype=object), shifts.shape)
@@ -514,6 +517,33 @@ def roll(a, shift, axis=None):
             continue
         a = ops.concatenate([_take_range(a, each, length - amount, length),
                              _take_range(a, each, 0, length - amount)], axis=each)
+    return a
+
+
+def _roll_by_gather(a, shift, axis):
+    """``np.roll`` by a shift known at run time only (a Python int argument that changes
+    between calls): element ``i`` of each rolled axis is element ``(i - shift) % n``, a
+    gather, so one compiled program serves every shift."""
+    shifts, axes = _as_list(shift), _as_list(axis)
+    if len(shifts) == 1:
+        shifts = shifts * len(axes)
+    elif len(axes) == 1:
+        axes = axes * len(shifts)
+    if len(shifts) != len(axes):
+        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+    total = {}
+    for amount, each in zip(shifts, axes):
+        if is_traced(amount) and (ndim_of(amount) or dtype_of(amount).kind not in "iu"):
+            raise UnsupportedError("np.roll by a traced shift that is not an integer scalar "
+                                   "is not supported")
+        each = normalize_axis(operator.index(each), ndim_of(a))
+        total[each] = total.get(each, 0) + amount
+    for each, amount in total.items():
+        length = shape_of(a)[each]
+        if isinstance(length, int) and length == 0:
+            continue
+        positions = ops.iota(length, np.int64, like=a)
+        a = ops.gather(a, np.remainder(positions - amount, length), axis=each)
     return a
 
 

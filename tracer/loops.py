@@ -33,6 +33,7 @@ import sys
 import numpy as np
 
 from .dims import SymInt, expr_of, is_int, value_of
+from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
 from .loop_autodiff import refusal as unreversible
 from .loop_containers import ContainerCarry, Refusal, snapshot
@@ -629,8 +630,14 @@ class _RemainingTrips:
         self.bindings = context.symbol_values()
 
     def run(self, effects=None):
-        finals = run_body(*self.args, [np.asarray(force(value)) for value in self.carried],
-                          [force(value) for value in self.free], self.bindings, effects)
+        try:
+            finals = run_body(*self.args, [np.asarray(force(value)) for value in self.carried],
+                              [force(value) for value in self.free], self.bindings, effects)
+        except IndexError as error:
+            # An id past the table at a later trip (out[t] = x[idx[t]]): NumPy's own error,
+            # which the eager run raises at that trip too; not tracejit's, so later calls
+            # at this length still trace and compile
+            raise as_numpy_would(error) from None
         return [_like(final, example) for final, example in zip(finals, self.examples)]
 
     def pending(self):

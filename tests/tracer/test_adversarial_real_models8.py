@@ -878,9 +878,6 @@ def gather_part_way(x, idx, out):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="after one call whose id past the table raises "
-                   "NumPy's IndexError part way through a loop (a new length), every later "
-                   "valid call at that length runs eagerly, filed as an 'internal error'")
 def test_valid_calls_after_an_index_error_part_way_through_a_loop_compile():
     x = np.arange(5.0)
     f = run_calls(gather_part_way, [(x, np.array([0, 1, 2, 3, 4, 1]), np.zeros(6)),

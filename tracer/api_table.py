@@ -63,6 +63,11 @@ def _rows():
                  for function, implementation in numpy_api.FUNCTIONS.items()]
     creation = [(f"`np.{name}`", "a traced `full` when the shape holds a dynamic dim; a "
                  "constant otherwise") for name in ("zeros", "ones", "empty", "full")]
+    creation += [("`np.full`, `np.full_like` of a traced fill value", "the value broadcast "
+                  "(`numpy_api.full`)"),
+                 ("`np.asarray`, `np.array`, `np.asanyarray`, `np.ascontiguousarray`, "
+                  "`np.float32(x)` and the other NumPy scalar types", "the array itself or a "
+                  "cast (`tracer/conversions.py`)")]
     methods = sorted(
         name for name, member in vars(array_methods.ArrayMethods).items()
         if not name.startswith("_") and (callable(member) or isinstance(member, property)))

@@ -43,7 +43,7 @@ from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
-from .numpy_api import FUNCTIONS, arange, array_of
+from .numpy_api import FUNCTIONS, arange, array_of, full, full_like
 from .object_paths import (
     ObjectPaths,
     guard_class,
@@ -419,6 +419,10 @@ class Hooks:
             # np.mean(losses): NumPy would make the list an array (no dispatch to the
             # tracer: only the list is the dispatched argument); a stack, as np.array's
             args = (array_of(args[0]), *args[1:])
+        if function in (np.full, np.full_like) and _any_tracer(
+                (*args[1:2], kwargs.get("fill_value"))) and (args or "shape" in kwargs):
+            # np.full(x.shape, x.mean()), np.full_like(x, prior): the traced fill broadcast
+            return (full if function is np.full else full_like)(*args, **kwargs)
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):

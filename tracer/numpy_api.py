@@ -559,7 +559,39 @@ def astype(x, dtype, copy=True, **_):
 # --- creation with a template ----------------------------------------------------------
 def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
     shape = shape_of(a) if shape is None else shape
-    return ops.full(shape, fill_value, dtype if dtype is not None else dtype_of(a), like=a)
+    dtype = dtype if dtype is not None else dtype_of(a)
+    if is_traced(fill_value):
+        return _filled(shape, fill_value, dtype)
+    return ops.full(shape, fill_value, dtype, like=a)
+
+
+def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
+    """``np.full`` with a traced fill value (a mean, a Python float argument that changes
+    between calls): the value broadcast to ``shape``, as NumPy's ``copyto`` does, in
+    ``dtype`` (by default the value's own: a Python float is float64).
+
+    >>> import tracejit as tj
+    >>> tj.jit(lambda x: x - np.full(x.shape, x.mean()), cache="memory")(np.arange(3.0))
+    array([-1.,  0.,  1.])
+    """
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    # np.full((n, k), v) with k a run-time Python int: a size is an int, so k is specialized
+    shape = tuple(dim if isinstance(dim, SymInt) or not is_traced(dim) else
+                  operator.index(dim) for dim in shape)
+    if dtype is None:
+        dtype = dtype_of(fill_value) if is_traced(fill_value) else np.asarray(fill_value).dtype
+    if not is_traced(fill_value):
+        return ops.full(shape, fill_value, dtype, like=like)
+    return _filled(shape, fill_value, dtype)
+
+
+def _filled(shape, value, dtype):
+    """``value`` cast to ``dtype`` (unsafely, as ``np.copyto`` into the new array does) and
+    broadcast to ``shape``: a new array, so writes into it leave ``value`` alone."""
+    if builtins.any(dim < 0 for dim in shape):
+        raise ValueError("negative dimensions are not allowed")
+    spread = ops.broadcast_to(bind(ops.cast_p, value, dtype=np.dtype(dtype)), tuple(shape))
+    return copy(spread)
 
 
 def zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):

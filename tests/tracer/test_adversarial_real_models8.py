@@ -1260,9 +1260,6 @@ def prior_like(x, prior):
     return np.full_like(x, prior) * x
 
 
-@pytest.mark.xfail(strict=True, reason="np.full / np.full_like with a traced fill value (a "
-                   "Python float argument after its second value, or a computed mean) run "
-                   "eagerly on every call (np.copyto / conversion of a traced array)")
 @pytest.mark.parametrize("model, make", [
     (smoothing_targets, lambda n, v: (np.arange(n) % 4, v)),
     (centered_by_a_full_of_the_mean, lambda n, v: (np.linspace(0.0, v, n),)),

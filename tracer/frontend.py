@@ -34,6 +34,7 @@ import numpy as np
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .conversions import CONVERSIONS, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
+from .builtin_extremes import select_extreme
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
 from .indexing import update, written_region
@@ -341,6 +342,9 @@ class Hooks:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
+        if function in (min, max) and (
+                chosen := select_extreme(function, args, kwargs)) is not None:
+            return chosen  # min(D[i - 1, j], D[i, j - 1]): a select, no guard
         if function in TYPE_QUERIES and args and is_traced(args[0]):
             # isinstance(x, np.ndarray), type(x) is np.ndarray, np.isscalar(x.sum()):
             # answered for the value NumPy eager has there, so the trace takes its branch

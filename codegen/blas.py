@@ -109,16 +109,20 @@ def shorten_openblas_idle_spin():
     pthreads = 1  # openblas_get_parallel: 0 sequential, 1 its own pthreads server, 2 OpenMP
     if parallel() != pthreads or threads() <= 1 or timeout() != 0:
         return False
-    name = "OPENBLAS_THREAD_TIMEOUT"
-    previous = os.environ.get(name)  # (set after OpenBLAS loaded: it never read it)
-    os.environ[name] = str(OPENBLAS_IDLE_SPIN_LOG2)
+    # The C environment, as OpenBLAS reads it (codegen takes no setting from os.environ);
+    # a value set after OpenBLAS loaded (it never read it) is put back as it was.
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    name = b"OPENBLAS_THREAD_TIMEOUT"
+    previous = libc.getenv(name)
+    libc.setenv(name, str(OPENBLAS_IDLE_SPIN_LOG2).encode(), 1)
     try:
         read_env()
     finally:
         if previous is None:
-            del os.environ[name]
+            libc.unsetenv(name)
         else:
-            os.environ[name] = previous
+            libc.setenv(name, previous, 1)
     shutdown()
     return True
 

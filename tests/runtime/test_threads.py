@@ -137,8 +137,9 @@ def test_pool_workers_park_before_blas_and_wake_for_the_next_split_kernel():
     big = rng.normal(size=(512, 512))
     matmul = jit(lambda x, w: np.maximum(x @ w + 1.0, 0.0), cache="memory")
     scale = jit(lambda a: np.tanh(a) * 3.0, cache="memory")
-    for _ in range(3):  # the first call of each comes from its trace
+    for call in range(3):  # the first call of each comes from its trace
         np.testing.assert_allclose(matmul(x, w), np.maximum(x @ w + 1.0, 0.0), rtol=1e-12)
-        assert state[PARKED] in (state[GENERATION], state[GENERATION] - 1)
+        if call:  # (after a trace the flags are whatever an earlier test left)
+            assert state[PARKED] in (state[GENERATION], state[GENERATION] - 1)
         np.testing.assert_allclose(scale(big), np.tanh(big) * 3.0, rtol=1e-14)
     assert matmul.stats()["compiled_calls"] == scale.stats()["compiled_calls"] == 2

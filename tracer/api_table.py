@@ -6,7 +6,8 @@ differ, so the documentation cannot drift from the code. Regenerate with
     python -m tracejit.tracer.api_table > docs/numpy_api.md
 
 Rows come from ``numpy_api.UFUNCS`` (one primitive each), ``UFUNC_COMPOSITES``,
-``UFUNC_REDUCTIONS`` (``np.add.reduce`` and friends), ``FOREIGN_UFUNCS``,
+``UFUNC_REDUCTIONS`` (``np.add.reduce`` and friends), ``UFUNC_ACCUMULATIONS``,
+``FOREIGN_UFUNCS``,
 ``numpy_api.FUNCTIONS``, the creation functions the front end traces with symbolic sizes,
 the methods of ``array_methods.ArrayMethods``, and what a boolean-mask selection of traced
 data answers (``masked_selection.FUNCTIONS``).
@@ -57,6 +58,8 @@ def _rows():
                 for ufunc in numpy_api.UFUNC_COMPOSITES]
     reductions = [(f"`np.{ufunc.__name__}.reduce`", f"as `np.{implementation.__name__}`")
                   for ufunc, implementation in numpy_api.UFUNC_REDUCTIONS.items()]
+    accumulations = [(f"`np.{ufunc.__name__}.accumulate`", "a running reduction "
+                      "(`tracer/scans.py`)") for ufunc in numpy_api.UFUNC_ACCUMULATIONS]
     foreign = [(f"`{module}.{attribute}`", f"primitive `{prim.name}`")
                for (module, attribute), prim in numpy_api.FOREIGN_UFUNCS.items()]
     functions = [(f"`{_name(function)}`", f"`{_implementation(implementation)}`")
@@ -87,6 +90,7 @@ def _rows():
         ("Ufuncs that are primitives", ufuncs),
         ("Ufuncs composed from primitives", composed),
         ("Ufunc reductions", reductions),
+        ("Ufunc accumulations", accumulations),
         ("Ufuncs of other libraries (looked up when called, never imported)", foreign),
         ("Functions (composed from primitives in `tracer/numpy_api.py` and the modules "
          "it names)", functions),

@@ -21,6 +21,7 @@ import operator
 import numpy as np
 
 from . import ops
+from .array_comparisons import array_equal, array_equiv
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError
@@ -54,7 +55,8 @@ from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTI
     sum,
     var,
 )
-from .scans import argsort, cumsum, sort
+from .scans import argsort, cumprod, cumsum, maximum_accumulate, minimum_accumulate, sort
+from .shape_functions import atleast_1d, atleast_2d, atleast_3d, broadcast_arrays
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
 from .ufuncs import UFUNC_COMPOSITES, UFUNCS, cast, foreign_ufunc
@@ -188,10 +190,6 @@ def hstack(tup, dtype=None, casting="same_kind"):
 def vstack(tup, dtype=None, casting="same_kind"):
     arrays = [a if ndim_of(a) >= 2 else ops.reshape(a, (1, -1)) for a in tup]
     return concatenate(arrays, axis=0, dtype=dtype)
-
-
-def atleast_1d(a):
-    return ops.reshape(a, (1,)) if ndim_of(a) == 0 else a
 
 
 def split(ary, indices_or_sections, axis=0):
@@ -345,11 +343,33 @@ def _keeping_ties(x, bound, clipped):
 
 def take(a, indices, axis=None, out=None, mode="raise"):
     no_out("take", out)
-    if mode != "raise":
-        raise UnsupportedError(f"np.take(mode={mode!r}) is not supported; use mode='raise'")
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
     if axis is None:
-        return ops.gather(ops.reshape(a, (-1,)), indices, axis=0)
-    return ops.gather(a, indices, axis=normalize_axis(axis, ndim_of(a)))
+        a, axis = ops.reshape(a, (-1,)), 0
+    axis = normalize_axis(axis, ndim_of(a))
+    if mode != "raise":
+        indices = _index_in_range(indices, shape_of(a)[axis], mode)
+    return ops.gather(a, indices, axis=axis)
+
+
+def _index_in_range(indices, length, mode):
+    """``np.take``'s ``mode='clip'`` (past either end: the end; negative indices do not
+    count from the end) and ``mode='wrap'`` (modulo the length)."""
+    if not hasattr(indices, "shape"):
+        indices = np.asarray(indices)
+        if indices.size == 0:  # np.take(x, [], mode="clip"): NumPy's intp
+            indices = indices.astype(np.intp)
+    if dtype_of(indices).kind not in "iu":
+        raise TypeError(f"Cannot cast array data from {dtype_of(indices)} to int64 "
+                        "according to the rule 'safe'")
+    if length == 0:
+        if size_of(shape_of(indices)) != 0:
+            raise IndexError("cannot do a non-empty take from an empty axes.")
+        return indices
+    if mode == "clip":
+        return np.minimum(np.maximum(indices, 0), length - 1)
+    return np.remainder(indices, length)
 
 
 def take_along_axis(arr, indices, axis):
@@ -662,6 +682,15 @@ UFUNC_REDUCTIONS = {
 }
 
 
+# ``ufunc.accumulate`` as the matching running reduction (axis 0 by default).
+UFUNC_ACCUMULATIONS = {
+    np.add: lambda array, axis=0, dtype=None, out=None: cumsum(array, axis, dtype, out),
+    np.multiply: lambda array, axis=0, dtype=None, out=None: cumprod(array, axis, dtype, out),
+    np.maximum: maximum_accumulate,
+    np.minimum: minimum_accumulate,
+}
+
+
 def _ufunc_at(ufunc, target, index, value):
     """``np.add.at(target, index, value)`` (and ``np.subtract.at``) on a tracejit array:
     unbuffered, so repeated positions add every value (an embedding's backward). The
@@ -687,6 +716,12 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         }
         kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
         return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
+    if method == "accumulate" and ufunc in UFUNC_ACCUMULATIONS:
+        if len(inputs) != 1:
+            raise TypeError(f"{name}.accumulate takes one array")
+        out = kwargs.pop("out", None)
+        out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        return UFUNC_ACCUMULATIONS[ufunc](*inputs, out=out, **kwargs)
     if method == "at" and ufunc in (np.add, np.subtract) and len(inputs) == 3 and not kwargs:
         return _ufunc_at(ufunc, *inputs)
     if method != "__call__":
@@ -781,6 +816,11 @@ FUNCTIONS = {
     np.hstack: hstack,
     np.vstack: vstack,
     np.atleast_1d: atleast_1d,
+    np.atleast_2d: atleast_2d,
+    np.atleast_3d: atleast_3d,
+    np.broadcast_arrays: broadcast_arrays,
+    np.array_equal: array_equal,
+    np.array_equiv: array_equiv,
     np.split: split,
     np.flip: flip,
     np.lib.stride_tricks.sliding_window_view: sliding_window_view,
@@ -803,6 +843,7 @@ FUNCTIONS = {
     np.tile: tile,
     np.roll: roll,
     np.cumsum: cumsum,
+    np.cumprod: cumprod,
     np.sort: sort,
     np.argsort: argsort,
     np.copy: copy,

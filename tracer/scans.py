@@ -1,4 +1,5 @@
-"""``np.cumsum``, ``np.sort`` and ``np.argsort`` composed from primitives.
+"""``np.cumsum``, ``np.cumprod``, ``np.maximum.accumulate``, ``np.sort`` and
+``np.argsort`` composed from primitives.
 
 These are sequential in NumPy; here each is a dense composition over the axis length
 ``n`` so the result has a static rule, a gradient from the primitives' VJPs and a
@@ -8,6 +9,9 @@ symbolic ``n`` per bucket:
   (BLAS; additions in another order than NumPy's running sum, so results agree within
   rounding; infinities and NaN are counted apart, since ``inf * 0`` is NaN), an exact
   select-and-sum for integers and booleans;
+* ``cumprod`` and ``np.maximum``/``np.minimum.accumulate`` reduce the same triangle: each
+  running value is the product (maximum, minimum) of its prefix, the elements after it
+  replaced by the reduction's identity;
 * ``sort``/``argsort`` rank every element by counting the elements that sort before it
   (NaN last, ties by position: NumPy's stable order), then place each element at its
   rank with a select. That is ``O(n^2)`` work and memory per row: right for the short
@@ -26,6 +30,7 @@ from . import ops
 from .errors import UnsupportedError
 from .ops import dtype_of
 from .out_arguments import write_out
+from .primitives import bind
 from .shapes import normalize_axis
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
@@ -91,6 +96,79 @@ def cumsum(a, axis=None, dtype=None, out=None):
     result = _back(result, moved)
     if out is not None:
         return write_out(out, result, "np.cumsum")
+    return result
+
+
+def cumprod(a, axis=None, dtype=None, out=None):
+    """NumPy's ``cumprod``: each running product is the product of its prefix, the later
+    elements replaced by ones (integers and booleans in int64, as NumPy accumulates them;
+    float products in another order than NumPy's, so they agree within rounding)."""
+    if not hasattr(a, "shape"):
+        a = np.asarray(a)
+    if dtype is None:
+        dtype = np.cumprod(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
+    result = _running(ops.prod_p, a, axis, np.dtype(dtype), 1, "cumprod")
+    if out is not None:
+        return write_out(out, result, "np.cumprod")
+    return result
+
+
+def _running(prim, a, axis, dtype, fill, name):
+    """The running reduction ``prim`` along ``axis``: for each position, ``prim`` over the
+    elements up to it, the ones after it replaced by ``fill`` (the reduction's identity)."""
+    if axis is not None and ndim_of(a) == 0:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
+                                      "dimension 0")
+    x, _, moved = _along_last(a, axis)
+    if dtype_of(x) != dtype:
+        x = x.astype(dtype)
+    n = shape_of(x)[-1]
+    if n == 0:  # no running values (and np.max of nothing has no identity)
+        return _back(x if x is not a else x.copy(), moved)
+    _check_length(n, CUMSUM_LIMIT, name)
+    upper = _positions(n, x, (n, 1)) <= _positions(n, x, (1, n))  # i is in running k
+    terms = np.where(upper, ops.reshape(x, shape_of(x) + (1,)), np.asarray(fill, dtype))
+    result = bind(prim, terms, axes=(ndim_of(x) - 1,), keepdims=False)
+    if dtype_of(result) != dtype:
+        result = result.astype(dtype)
+    return _back(result, moved)
+
+
+def _identity(dtype, largest):
+    """The identity of ``np.maximum`` (``largest=False``) or ``np.minimum`` in ``dtype``."""
+    if dtype.kind == "f":
+        return np.inf if largest else -np.inf
+    if dtype.kind == "b":
+        return bool(largest)
+    limits = np.iinfo(dtype)
+    return limits.max if largest else limits.min
+
+
+def maximum_accumulate(array, axis=0, dtype=None, out=None):
+    """``np.maximum.accumulate``: the running maximum (a drawdown's peak); NaN, once met,
+    stays, as ``np.maximum`` propagates it."""
+    return _extreme_accumulate(ops.max_p, "maximum", array, axis, dtype, out)
+
+
+def minimum_accumulate(array, axis=0, dtype=None, out=None):
+    """``np.minimum.accumulate``: the running minimum."""
+    return _extreme_accumulate(ops.min_p, "minimum", array, axis, dtype, out)
+
+
+def _extreme_accumulate(prim, name, array, axis, dtype, out):
+    if not hasattr(array, "shape"):
+        array = np.asarray(array)
+    if ndim_of(array) == 0:
+        raise TypeError("cannot accumulate on a scalar")
+    if axis is None:
+        raise TypeError("accumulate does not allow multiple axes")
+    dtype = dtype_of(array) if dtype is None else np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise UnsupportedError(f"np.{name}.accumulate of {dtype} is not supported")
+    result = _running(prim, array, axis, dtype, _identity(dtype, largest=name == "minimum"),
+                      f"{name}.accumulate")
+    if out is not None:
+        return write_out(out, result, f"np.{name}.accumulate")
     return result
 
 

@@ -685,6 +685,8 @@ class Hooks:
             result = getattr(operator, operation)(current, value)
             check_out(target, result, f"np.{INPLACE_UFUNCS[operation.rstrip('_')].__name__}")
             return self.set_item(target, Ellipsis, result, False)
+        if _is_traced_number(target):  # n += 1 on a Python number rebinds n, as Python does
+            return getattr(operator, operation)(target, value)
         return getattr(operator, "i" + operation.rstrip("_"))(target, value)
 
     def set_attr(self, owner, name, value, written):
@@ -747,7 +749,8 @@ class Hooks:
             self.update_item(container, index, value, operation, False)
             return
         current = self.load(container[index], ("expression", "", ()))
-        if is_traced(current) or isinstance(current, np.ndarray):
+        if (is_traced(current) and not _is_traced_number(current)) or isinstance(
+                current, np.ndarray):
             self.inplace(current, value, operation)
             return
         if attribute_writes.is_outside_container(self.context, container):
@@ -768,7 +771,7 @@ class Hooks:
         (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
         the trace and the new value a write (``attribute_writes.NumberState``)."""
         current = getattr(owner, name)
-        if is_traced(current) and not current.shape and current.aval.weak:
+        if _is_traced_number(current):
             # a Python number this trace wrote there (self.steps += 1 at an earlier trip):
             # rebound as Python does, not NumPy's in-place add (which makes an np.int64)
             path = self.objects.path_of(owner)
@@ -825,6 +828,16 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _is_traced_number(value):
+    """A traced number: a Python int or float (weak: ``self.steps`` after a write of the
+    trace) or a NumPy scalar (``x.sum()``, ``self.total`` after ``+= x.sum()``). Numbers
+    are immutable: ``+=`` rebinds the name, and other names keep the old value (an
+    in-place update would change them, and make an int an ``np.int64``)."""
+    if not isinstance(value, Tracer) or value.shape:
+        return False  # (a dim, SymInt, is traced too: an int, which += rebinds as it is)
+    return value.aval.weak or isinstance(known_kind(value.raw_value), (np.generic, int, float))
 
 
 def _is_number(value):

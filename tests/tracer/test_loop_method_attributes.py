@@ -32,6 +32,12 @@ class Cell:
             outs[t] = self.step(xs[t])
         return outs
 
+    def run_inline(self, xs):
+        for t in range(xs.shape[0]):
+            self.steps += 1  # held in a local for the loop (loop_attributes), then += on it
+            self.total += xs[t].sum()
+        return self.total
+
     def twice(self, xs):
         self.step(xs[0])
         self.step(xs[-1])  # the second += finds the number the first one wrote
@@ -75,4 +81,17 @@ def test_a_counter_a_method_increments_twice_stays_an_int():
         xs = np.arange(4.0).reshape(2, 2)
         assert_same(f(xs), eager_cell.twice(xs))
         assert_same(vars(jit_cell), vars(eager_cell), where="cell")
+    assert not f.stats()["eager_calls"], f.explain()
+
+
+def test_counters_incremented_in_the_loop_body_itself_stay_python_numbers():
+    rng = np.random.default_rng(64)
+    W, U = np.eye(2), np.eye(2) * 0.5
+    eager_cell, jit_cell = Cell(W, U), Cell(W, U)
+    f = jitted(jit_cell.run_inline)
+    for length in (3, 3, 5, 0, 1, 7):
+        xs = rng.standard_normal((length, 2))
+        assert_same(f(xs), eager_cell.run_inline(xs))
+        assert_same(vars(jit_cell), vars(eager_cell), where="cell")
+    no_internal_errors(f)
     assert not f.stats()["eager_calls"], f.explain()

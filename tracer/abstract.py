@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 PYTHON_SCALARS = (bool, int, float)
+# The dtypes compiled code holds (codegen/dtypes.py): arrays of others run eagerly.
+COMPILED_DTYPES = tuple(map(np.dtype, ("bool", "int32", "int64", "float32", "float64")))
 # NumPy scalars an argument may be as a run-time input (``lr = np.float32(0.01)``), by
-# type name: the entry guard checks the type, the kernel reads the value. The dtypes
-# compiled code holds (codegen/dtypes.py); a float16 scalar stays a constant.
-NUMPY_SCALARS = {np.dtype(name).type.__name__: np.dtype(name).type for name in (
-    "bool", "int32", "int64", "float32", "float64")}
+# type name: the entry guard checks the type, the kernel reads the value (a float16
+# scalar stays a constant).
+NUMPY_SCALARS = {dtype.type.__name__: dtype.type for dtype in COMPILED_DTYPES}
 
 
 def is_number_argument(value):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import argument_views, argument_writes, attribute_writes, pytree
-from .abstract import PYTHON_SCALARS, AbstractArray, is_number_argument
+from .abstract import COMPILED_DTYPES, PYTHON_SCALARS, AbstractArray, is_number_argument
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
@@ -573,6 +573,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                     f"argument {position} of {name} is a {array.dtype.name} array in "
                     "non-native byte order; compiled code reads native byte order. Convert "
                     "it with x.astype(x.dtype.newbyteorder('=')) to compile"
+                )
+            if array.dtype not in COMPILED_DTYPES:  # (its first kernel would refuse it)
+                raise TraceError(
+                    f"argument {position} of {name} is a {array.dtype} array; compiled code "
+                    "holds bool, int32, int64, float32 and float64 arrays. Pass "
+                    "x.astype(np.float32) (or np.int32) to compile"
                 )
             argument, argument_name = top_level[position], None
             if isinstance(argument, int) and argument < len(argument_names):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .pending import Pending, is_pending
 from .primitives import bind
 
@@ -79,7 +79,8 @@ def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
     if _is_array(a) and (dtype is None or np.dtype(dtype) == a.dtype):
         return a
     if copy is False:
-        raise ValueError("Unable to avoid copy while creating an array as requested.")
+        raise as_numpy_would(ValueError("Unable to avoid copy while creating an array as "
+                                        "requested."))
     return _as_ndarray(_new_value(a, a.dtype if dtype is None else dtype))
 
 

@@ -24,7 +24,7 @@ from . import ops
 from .array_comparisons import array_equal, array_equiv
 from .dims import SymInt
 from .einsum import einsum, tensordot
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
 from .indexing import add_at, getitem
 from .nan_reductions import (
@@ -55,7 +55,15 @@ from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTI
     sum,
     var,
 )
-from .scans import argsort, cumprod, cumsum, maximum_accumulate, minimum_accumulate, sort
+from .scans import (
+    argsort,
+    cumprod,
+    cumsum,
+    maximum_accumulate,
+    minimum_accumulate,
+    one_accumulated_axis,
+    sort,
+)
 from .shape_functions import atleast_1d, atleast_2d, atleast_3d, broadcast_arrays
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
@@ -344,7 +352,8 @@ def _keeping_ties(x, bound, clipped):
 def take(a, indices, axis=None, out=None, mode="raise"):
     no_out("take", out)
     if mode not in ("raise", "clip", "wrap"):
-        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+        raise as_numpy_would(ValueError(
+            f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})"))
     if axis is None:
         a, axis = ops.reshape(a, (-1,)), 0
     axis = normalize_axis(axis, ndim_of(a))
@@ -361,11 +370,11 @@ def _index_in_range(indices, length, mode):
         if indices.size == 0:  # np.take(x, [], mode="clip"): NumPy's intp
             indices = indices.astype(np.intp)
     if dtype_of(indices).kind not in "iu":
-        raise TypeError(f"Cannot cast array data from {dtype_of(indices)} to int64 "
-                        "according to the rule 'safe'")
+        raise as_numpy_would(TypeError(f"Cannot cast array data from {dtype_of(indices)} "
+                                       "to int64 according to the rule 'safe'"))
     if length == 0:
         if size_of(shape_of(indices)) != 0:
-            raise IndexError("cannot do a non-empty take from an empty axes.")
+            raise as_numpy_would(IndexError("cannot do a non-empty take from an empty axes."))
         return indices
     if mode == "clip":
         return np.minimum(np.maximum(indices, 0), length - 1)
@@ -550,7 +559,7 @@ def _roll_by_gather(a, shift, axis):
     elif len(axes) == 1:
         axes = axes * len(shifts)
     if len(shifts) != len(axes):
-        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+        raise as_numpy_would(ValueError("'shift' and 'axis' should be scalars or 1D sequences"))
     total = {}
     for amount, each in zip(shifts, axes):
         if is_traced(amount) and (ndim_of(amount) or dtype_of(amount).kind not in "iu"):
@@ -609,7 +618,7 @@ def _filled(shape, value, dtype):
     """``value`` cast to ``dtype`` (unsafely, as ``np.copyto`` into the new array does) and
     broadcast to ``shape``: a new array, so writes into it leave ``value`` alone."""
     if builtins.any(dim < 0 for dim in shape):
-        raise ValueError("negative dimensions are not allowed")
+        raise as_numpy_would(ValueError("negative dimensions are not allowed"))
     spread = ops.broadcast_to(bind(ops.cast_p, value, dtype=np.dtype(dtype)), tuple(shape))
     return copy(spread)
 
@@ -683,9 +692,16 @@ UFUNC_REDUCTIONS = {
 
 
 # ``ufunc.accumulate`` as the matching running reduction (axis 0 by default).
+def _accumulation(running):
+    def accumulate(array, axis=0, dtype=None, out=None):
+        return running(array, one_accumulated_axis(array, axis), dtype, out)
+
+    return accumulate
+
+
 UFUNC_ACCUMULATIONS = {
-    np.add: lambda array, axis=0, dtype=None, out=None: cumsum(array, axis, dtype, out),
-    np.multiply: lambda array, axis=0, dtype=None, out=None: cumprod(array, axis, dtype, out),
+    np.add: _accumulation(cumsum),
+    np.multiply: _accumulation(cumprod),
     np.maximum: maximum_accumulate,
     np.minimum: minimum_accumulate,
 }

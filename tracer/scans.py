@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .ops import dtype_of
 from .out_arguments import write_out
 from .primitives import bind
@@ -144,6 +144,19 @@ def _identity(dtype, largest):
     return limits.max if largest else limits.min
 
 
+def one_accumulated_axis(array, axis):
+    """``ufunc.accumulate``'s axis: one axis (``None`` only for a vector), never 0-d."""
+    if not hasattr(array, "shape"):
+        array = np.asarray(array)
+    if ndim_of(array) == 0:
+        raise as_numpy_would(TypeError("cannot accumulate on a scalar"))
+    if axis is None or isinstance(axis, tuple):
+        if axis is None and ndim_of(array) == 1 or axis == (0,) and ndim_of(array) == 1:
+            return 0
+        raise as_numpy_would(ValueError("accumulate does not allow multiple axes"))
+    return axis
+
+
 def maximum_accumulate(array, axis=0, dtype=None, out=None):
     """``np.maximum.accumulate``: the running maximum (a drawdown's peak); NaN, once met,
     stays, as ``np.maximum`` propagates it."""
@@ -158,10 +171,7 @@ def minimum_accumulate(array, axis=0, dtype=None, out=None):
 def _extreme_accumulate(prim, name, array, axis, dtype, out):
     if not hasattr(array, "shape"):
         array = np.asarray(array)
-    if ndim_of(array) == 0:
-        raise TypeError("cannot accumulate on a scalar")
-    if axis is None:
-        raise TypeError("accumulate does not allow multiple axes")
+    axis = one_accumulated_axis(array, axis)
     dtype = dtype_of(array) if dtype is None else np.dtype(dtype)
     if dtype.kind not in "biuf":
         raise UnsupportedError(f"np.{name}.accumulate of {dtype} is not supported")

@@ -6,7 +6,7 @@ NaN/inf, with no eager fallback; gradients of the running reductions."""
 
 import numpy as np
 import pytest
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 import tracejit as tj
 
@@ -50,7 +50,17 @@ def test_running_reductions_of_views_and_lengths():
 
 def test_running_reductions_of_0d_raise_like_numpy():
     for model in (lambda x: np.maximum.accumulate(x), lambda x: np.cumprod(x, axis=0)):
-        run_calls(model, [(np.float64(2.0) * np.ones(()),)])
+        no_internal_errors(run_calls(model, [(np.float64(2.0) * np.ones(()),)]))
+
+
+def test_accumulate_over_no_axis_is_for_vectors_only():
+    def model(x):
+        return (np.add.accumulate(x, axis=None), np.maximum.accumulate(x, axis=None),
+                np.multiply.accumulate(x, axis=(0,)))
+
+    compiled_only(run_calls(model, [(np.array([1.0, 3.0, 2.0]),), (np.arange(5.0),)]))
+    f = run_calls(lambda x: np.minimum.accumulate(x, axis=None), [(np.ones((2, 3)),)])
+    no_internal_errors(f)
 
 
 def test_cumprod_of_a_0d_value_and_dtype_argument():
@@ -103,7 +113,8 @@ def test_atleast_and_broadcast_arrays(shapes, dtype):
 
 
 def test_broadcast_arrays_mismatch_raises_like_numpy():
-    run_calls(lambda x, y: np.broadcast_arrays(x, y), [(np.ones(3), np.ones(4))])
+    no_internal_errors(run_calls(lambda x, y: np.broadcast_arrays(x, y),
+                                 [(np.ones(3), np.ones(4))]))
 
 
 def converged(x, labels, y):
@@ -147,8 +158,11 @@ def test_take_clip_and_wrap(rows, dtype):
 
 
 def test_take_from_an_empty_axis_raises_like_numpy():
-    run_calls(lambda t, i: np.take(t, i, axis=0, mode="clip"),
-              [(np.ones((0, 2)), np.array([0, 1])), (np.ones((0, 2)), np.array([], np.int64))])
+    no_internal_errors(run_calls(
+        lambda t, i: np.take(t, i, axis=0, mode="clip"),
+        [(np.ones((0, 2)), np.array([0, 1])), (np.ones((0, 2)), np.array([], np.int64))]))
+    no_internal_errors(run_calls(lambda t, i: np.take(t, i, mode="clip"),
+                                 [(np.ones(3), np.array([0.0, 1.0]))]))
 
 
 def test_take_wrap_gradient():

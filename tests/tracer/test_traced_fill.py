@@ -4,7 +4,7 @@ dtypes, sizes, 0-d shapes, array fills, NaN/inf, writes into the result and grad
 
 import numpy as np
 import pytest
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 import tracejit as tj
 
@@ -79,7 +79,7 @@ def test_full_refuses_a_fill_that_does_not_broadcast_like_numpy():
     def model(x):
         return np.full((2, 3), x)
 
-    run_calls(model, [(np.ones(2),)])
+    no_internal_errors(run_calls(model, [(np.ones(2),)]))
 
 
 def test_gradient_through_a_traced_fill():

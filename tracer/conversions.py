@@ -33,7 +33,10 @@ dtype_of, ndim_of, shape_of = ops.dtype_of, ops.ndim_of, ops.shape_of
 
 def _new_value(x, dtype):
     """A new traced value: ``x`` cast to ``dtype`` (its own dtype: a copy), never weak."""
-    return bind(ops.cast_p, x, dtype=np.dtype(dtype))
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":  # np.array(x, dtype=object): no compiled form
+        raise UnsupportedError(f"converting a traced array to {dtype} is not supported")
+    return bind(ops.cast_p, x, dtype=dtype)
 
 
 def _as_ndarray(tracer):
@@ -104,11 +107,13 @@ def ascontiguousarray(a, dtype=None, *, like=None):
 
 def scalar_type(kind, x):
     """``kind(x)`` for a NumPy scalar type ``kind`` (``np.float32(loss)``): a cast, a NumPy
-    scalar when ``x`` is 0-d. ``None`` when NumPy does something else (``x`` a Python int
-    for a narrower integer type: NumPy raises past its range, which a cast would wrap)."""
+    scalar when ``x`` is 0-d. ``None`` when NumPy does something else: of a Python number
+    (``x`` weak), an integer type converts through Python's ``int`` and raises past its
+    range or at NaN, where a cast would wrap; only a Python int to int64 is that cast."""
     dtype = np.dtype(kind)
+    python_int_to_int64 = x.dtype.kind in "iu" and dtype == np.dtype(np.int64)
     if dtype.kind not in "biuf" or (x.aval.weak and dtype.kind in "iu"
-                                    and dtype != np.dtype(np.int64)):
+                                    and not python_int_to_int64):
         return None
     result = _new_value(x, dtype)
     return _as_scalar(result) if not shape_of(result) else result

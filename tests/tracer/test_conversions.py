@@ -97,11 +97,27 @@ def test_python_number_arguments_converted():
     compiled_only(run_calls(model, [(x, 0.5, 2), (x, 1.5, 3), (x, -2.0, 7)]))
 
 
-def test_narrow_integer_type_of_a_python_int_still_raises_like_numpy():
-    def model(x, count):
+def test_integer_types_of_python_numbers_still_raise_like_numpy():
+    def narrow(x, count):
         return x * np.uint8(count)
 
-    run_calls(model, [(np.ones(2), 3), (np.ones(2), 4), (np.ones(2), 300)])
+    def of_a_float(x, value):
+        return x * np.int64(value)
+
+    run_calls(narrow, [(np.ones(2), 3), (np.ones(2), 4), (np.ones(2), 300)])
+    run_calls(of_a_float, [(np.ones(2), 3.5), (np.ones(2), 4.5), (np.ones(2), np.nan),
+                           (np.ones(2), 1e30)])
+
+
+def test_object_dtype_runs_eagerly():
+    def model(x):
+        return np.array(x, dtype=object)
+
+    f = tj.jit(model, cache="memory")
+    result = f(np.arange(3.0))
+    assert result.dtype == object and result.tolist() == [0.0, 1.0, 2.0]
+    assert f.stats()["eager_calls"], "an object array has no compiled form"
+    no_internal_errors(f)
 
 
 def test_copy_false_needing_a_cast_raises_like_numpy():

@@ -24,6 +24,7 @@ from functools import partial
 
 import numpy as np
 
+from .errors import as_numpy_would
 from .locations import is_internal
 
 # NumPy names the ufunc (or "reduce", "cast") in its message; the primitives named
@@ -36,11 +37,15 @@ def computed(name, impl, *args, **params):
     """``impl(*args, **params)``, a primitive's NumPy computation, with NumPy's warnings
     (``"warn"`` modes as they stand now) raised from the user's line and naming ``name``."""
     modes = np.geterr()
-    if "call" in modes.values() or "warn" not in modes.values():
-        return impl(*args, **params)
-    with np.errstate(call=partial(_warn_from_user_code, _NUMPY_NAMES.get(name, name)),
-                     **{kind: "call" for kind, mode in modes.items() if mode == "warn"}):
-        return impl(*args, **params)
+    try:
+        if "warn" not in modes.values() or "call" in modes.values() or (
+                "log" in modes.values()):
+            return impl(*args, **params)  # ("call" and "log" use the user's errcall object)
+        with np.errstate(call=partial(_warn_from_user_code, _NUMPY_NAMES.get(name, name)),
+                         **{kind: "call" for kind, mode in modes.items() if mode == "warn"}):
+            return impl(*args, **params)
+    except (Warning, FloatingPointError) as error:  # warnings as errors, errstate "raise":
+        raise as_numpy_would(error)  # the user's, raised eagerly too; later calls compile
 
 
 def _warn_from_user_code(name, error, flag):

@@ -61,3 +61,36 @@ def test_the_users_own_callback_is_kept():
     with np.errstate(divide="call", call=lambda error, flag: seen.append(error)):
         tracejit.jit(_log_ratio, cache=False)(x)
     assert "divide by zero" in seen
+
+
+def test_a_log_mode_keeps_the_users_log_object():
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def write(self, text):
+            self.lines.append(text)
+
+    log = Log()
+    x = np.array([0.0, 2.0])
+    jitted = tracejit.jit(_log_ratio, cache=False)
+    with np.errstate(divide="log", call=log):
+        for _ in range(2):
+            jitted(x)
+    assert any("divide by zero" in line for line in log.lines)
+    assert jitted.stats()["compiled_calls"] == 1, jitted.stats()
+
+
+def test_warnings_as_errors_raise_as_eager_and_later_calls_compile():
+    jitted = tracejit.jit(_log_ratio, cache=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning):
+            _log_ratio(np.array([0.0, 2.0]))
+        with pytest.raises(RuntimeWarning):
+            jitted(np.array([0.0, 2.0]))
+        for _ in range(2):
+            np.testing.assert_array_equal(jitted(np.array([1.0, 2.0])),
+                                          _log_ratio(np.array([1.0, 2.0])))
+    stats = jitted.stats()
+    assert stats["compiled_calls"] == 1 and "internal error" not in stats["eager_calls"], stats

@@ -32,9 +32,9 @@ import types
 import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
+from .builtin_extremes import select_extreme
 from .conversions import CONVERSIONS, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
-from .builtin_extremes import select_extreme
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
 from .indexing import update, written_region

@@ -45,7 +45,8 @@ def computed(name, impl, *args, **params):
                          **{kind: "call" for kind, mode in modes.items() if mode == "warn"}):
             return impl(*args, **params)
     except (Warning, FloatingPointError) as error:  # warnings as errors, errstate "raise":
-        raise as_numpy_would(error)  # the user's, raised eagerly too; later calls compile
+        as_numpy_would(error)  # the user's, raised eagerly too; later calls compile
+        raise
 
 
 def _warn_from_user_code(name, error, flag):

@@ -26,7 +26,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedError, as_numpy_would
 from .pending import Pending, is_pending
-from .primitives import bind
+from .primitives import bind, is_traced
 
 dtype_of, ndim_of, shape_of = ops.dtype_of, ops.ndim_of, ops.shape_of
 
@@ -100,9 +100,15 @@ def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, lik
 
 
 def ascontiguousarray(a, dtype=None, *, like=None):
-    """``np.ascontiguousarray``: as ``np.asarray``, but a 0-d value becomes shape ``(1,)``."""
+    """``np.ascontiguousarray``: as ``np.asarray``, but a 0-d value becomes shape ``(1,)``,
+    and a view NumPy holds in another order (``w.T``) a copy, as NumPy makes one."""
     result = asarray(a, dtype)
-    return ops.reshape(result, (1,)) if not shape_of(result) else result
+    if not shape_of(result):
+        return ops.reshape(result, (1,))
+    if is_traced(result) and result.base is not None and not np.asarray(
+            result.value).flags.c_contiguous:
+        return bind(ops.cast_p, result, dtype=dtype_of(result))  # a copy
+    return result
 
 
 def scalar_type(kind, x):

@@ -140,8 +140,17 @@ def broadcast_to(array, shape, subok=False):
 
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     no_out("concatenate", out)
+    arrays = tuple(arrays)
     result = ops.concatenate(arrays, axis=axis)
+    if len(arrays) == 1:  # ops' is the array itself (or its reshape): NumPy's is new
+        result = copy(result)
     return astype(result, dtype) if dtype is not None else result
+
+
+def _new_array(result):
+    """``result``, an input's reshape or broadcast, as a new array (NumPy's tile and repeat
+    always copy): writing into it, or into what the call returns, leaves the input alone."""
+    return copy(result)
 
 
 def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
@@ -157,6 +166,8 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
             raise ShapeError("all input arrays must have the same shape")
     axis = normalize_axis(axis, ndim_of(arrays[0]) + 1)
     result = ops.concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
+    if len(arrays) == 1:  # ops' is a reshape of the array: NumPy's is new
+        result = copy(result)
     return astype(result, dtype) if dtype is not None else result
 
 
@@ -486,7 +497,7 @@ def repeat(a, repeats, axis=None):
     if isinstance(repeats, SymInt):  # a dim (np.repeat(rows, out_w) in im2col): symbolic
         if repeats < 0:
             raise ValueError("repeats may not contain negative values.")
-        return _repeat_each(a, shape, axis, repeats)
+        return _new_array(_repeat_each(a, shape, axis, repeats))
     if getattr(type(repeats), "__tracejit_priority__", 0):
         raise UnsupportedError("np.repeat with traced repeats: the result's shape would depend "
                                "on data; pass the counts as a Python int or list")
@@ -496,7 +507,7 @@ def repeat(a, repeats, axis=None):
     if (counts < 0).any():
         raise ValueError("repeats may not contain negative values.")
     if counts.size == 1:
-        return _repeat_each(a, shape, axis, int(counts.reshape(())))
+        return _new_array(_repeat_each(a, shape, axis, int(counts.reshape(()))))
     if counts.ndim != 1 or counts.shape[0] != shape[axis]:
         raise ValueError(f"operands could not be broadcast together with shape "
                          f"({shape[axis]},) ({counts.shape[0]},)")
@@ -521,7 +532,7 @@ def tile(A, reps):  # noqa: N803 - NumPy's name
     # (1, s0, 1, s1, ...) broadcast to (r0, s0, r1, s1, ...): the copies are outermost.
     spread = ops.reshape(A, tuple(dim for size in shape for dim in (1, size)))
     spread = ops.broadcast_to(spread, tuple(dim for pair in zip(reps, shape) for dim in pair))
-    return ops.reshape(spread, tuple(rep * size for rep, size in zip(reps, shape)))
+    return _new_array(ops.reshape(spread, tuple(rep * size for rep, size in zip(reps, shape))))
 
 
 def roll(a, shift, axis=None):

@@ -1,0 +1,65 @@
+"""Calls NumPy defines to return a new array (concatenate, stack, hstack, vstack of one
+array, tile, repeat, ascontiguousarray of a transposed view) return one traced and
+compiled: writing into the result, inside the function or after it returns, leaves the
+argument alone (they returned the argument itself or a view of it: a write changed the
+caller's array)."""
+
+import numpy as np
+import pytest
+
+import tracejit
+
+MAKERS = {
+    "concatenate": lambda w: np.concatenate([w]),
+    "concatenate_flat": lambda w: np.concatenate([w], axis=None),
+    "stack": lambda w: np.stack([w])[0],
+    "hstack": lambda w: np.hstack([w]),
+    "vstack": lambda w: np.vstack([w]),
+    "tile": lambda w: np.tile(w, 1),
+    "tile_2": lambda w: np.tile(w, (2, 1)),
+    "repeat": lambda w: np.repeat(w, 1, axis=0),
+    "ascontiguousarray_T": lambda w: np.ascontiguousarray(w.T),
+    "array": lambda w: np.array(w),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_writing_into_the_result_inside_the_function(name):
+    make = MAKERS[name]
+
+    def written(w):
+        c = make(w)
+        c[0] = -1.0
+        return w.sum(), c
+
+    _same_on_every_call(written, name)
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_writing_into_the_returned_result(name):
+    make = MAKERS[name]
+
+    def returned(w, dw):
+        w -= 0.5 * dw  # (an argument updated in place: returned views of it are real)
+        return make(w)
+
+    jitted = tracejit.jit(returned, cache=False)
+    for _ in range(3):
+        w_eager, w_jit = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
+        out_eager, out_jit = returned(w_eager, np.ones((2, 3))), jitted(w_jit, np.ones((2, 3)))
+        np.testing.assert_array_equal(out_jit, out_eager)
+        out_eager[...] = -1.0
+        out_jit[...] = -1.0
+        np.testing.assert_array_equal(w_jit, w_eager)
+    assert jitted.stats()["compiled_calls"] == 2, jitted.stats()
+
+
+def _same_on_every_call(function, name):
+    jitted = tracejit.jit(function, cache=False)
+    for _ in range(3):
+        w_eager, w_jit = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
+        want, got = function(w_eager), jitted(w_jit)
+        assert got[0] == want[0], name
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(w_jit, w_eager)
+    assert jitted.stats()["compiled_calls"] == 2, (name, jitted.stats())

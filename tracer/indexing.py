@@ -20,7 +20,7 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt, SymRange, surely, value_of
-from .errors import TraceError, UnsupportedIndexError
+from .errors import TraceError, UnsupportedError, UnsupportedIndexError
 from .locations import line_prefix, user_location
 from .ops import ndim_of, shape_of
 from .pending import deferred, is_pending, recording_only
@@ -344,6 +344,7 @@ def setitem(x, index, value):
     masked = _masked_fill(x, index, value)
     if masked is not None:
         return masked
+    _check_converts_as_numpy(value, x.dtype)
     plan = IndexPlan(tuple(shape_of(x)), index)
     selected_shape = plan.result_shape()
     assigned = value
@@ -512,9 +513,27 @@ def _masked_fill(x, mask, value):
     if isinstance(value, (bool, int, float, np.generic)):
         value = np.dtype(x.dtype).type(value)  # NumPy casts the value to x's dtype
     elif getattr(value, "dtype", None) != x.dtype:
+        _check_converts_as_numpy(value, x.dtype)
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)
     mask = ops.reshape(mask, mask_shape + (1,) * (len(shape) - len(mask_shape)))
     return ops.bind(ops.where_p, mask, value, x)
+
+
+def _check_converts_as_numpy(value, dtype):
+    """Refuse (the call runs eagerly) a run-time Python number that NumPy's assignment
+    into an integer array converts through Python's ``int``: ``t[k] = y`` raises
+    ``ValueError`` at a NaN ``y`` and ``OverflowError`` past the range, where a cast
+    would store a wrapped value. A Python int into int64 is that cast."""
+    aval = getattr(value, "aval", None)
+    dtype = np.dtype(dtype)
+    if aval is None or not aval.weak or dtype.kind not in "iu":
+        return
+    if aval.dtype.kind in "iu" and dtype == np.dtype(np.int64):
+        return
+    number = "int" if aval.dtype.kind in "iu" else "float"
+    raise UnsupportedError(f"{line_prefix(user_location())}assigning a run-time Python "
+                           f"{number} into a {dtype} array (NumPy converts it with int() "
+                           "and raises at NaN or past the range; a compiled cast would wrap)")
 
 
 def add_at(x, index, value):

@@ -95,3 +95,24 @@ def test_a_selection_by_another_mask_runs_eagerly_as_numpy_does():
     other_count = (np.array([1.0, -1.0, 2.0]), np.array([3.0, -4.0, -1.0]))  # ValueError
     f = run_calls(selection_of_another_mask, [same_count, other_count])
     assert f.stats()["eager_calls"], f.explain()
+
+
+def fill_where_positive(x, fill):
+    counts = np.arange(x.shape[0])
+    counts[x > 0] = fill
+    return counts
+
+
+def fill_one_position(x, fill):
+    counts = np.arange(x.shape[0])
+    counts[1] = fill
+    return counts
+
+
+@pytest.mark.parametrize("model", [fill_where_positive, fill_one_position])
+def test_a_python_float_into_an_int_array_raises_as_numpy_does(model):
+    """After its second value a Python float argument is a run-time input: NaN or a value
+    past int64 must raise NumPy's ValueError / OverflowError, not store a wrapped int."""
+    x = np.ones(5)
+    run_calls(model, [(x, 2.5), (x, 3.5), (x, 4.5), (x, np.nan), (x, 1e30), (x, -7.9),
+                      (x, np.inf)])

@@ -54,7 +54,7 @@ from .object_paths import (
     is_settings_record,
     partial_roots,
 )
-from .out_arguments import check_out
+from .out_arguments import check_cast, check_out
 from .outside_inputs import (
     GUARDED_VALUES,
     NOT_GUARDED_CALLABLES,
@@ -90,6 +90,12 @@ def _is_array(value):
         raw = value.raw_value
         return not isinstance(known_kind(raw), np.generic)
     return isinstance(value, np.ndarray)
+
+
+def _is_selection(value):
+    from .masked_selection import MaskedSelection  # cycle: masked_selection -> tracing
+
+    return isinstance(value, MaskedSelection)
 
 
 def _any_tracer(values):
@@ -662,6 +668,8 @@ class Hooks:
             # NumPy applies the operator in place on the selection: the result must fit
             # its shape and cast "same_kind" to its dtype (int_array[1:3] += 0.5 raises)
             check_out(current, updated, f"np.{ufunc.__name__}")
+        elif ufunc is not None and _is_selection(current):  # int_array[m] *= 0.5 raises
+            check_cast(current, updated, f"np.{ufunc.__name__}")
         del current  # a view of a traced array must be gone before it is written into
         if isinstance(container, Tracer):
             result = update(container, index, value, operation, updated)

@@ -388,6 +388,10 @@ def update(x, index, value, operation, updated):
     plan = IndexPlan(tuple(shape_of(x)), index)
     if plan.advanced:
         return None
+    if isinstance(value, (list, tuple)):  # x[1:3] += [1, 2]: NumPy's array of it
+        if _holds_traced(value):
+            return None
+        value = np.asarray(value)
     with recording_only():
         if ndim_of(value) == 0:  # a number or 0-d array: no padding (NumPy's promotion)
             whole = ufunc(x, value)
@@ -402,6 +406,11 @@ def update(x, index, value, operation, updated):
         result = ops.bind(ops.where_p, _scatter(plan, ones), whole, x)
     _value_by_numpy(result, x, index, updated)
     return result
+
+
+def _holds_traced(values):
+    return any(_holds_traced(item) if isinstance(item, (list, tuple)) else is_traced(item)
+               for item in values)
 
 
 def _is_basic(index):

@@ -40,6 +40,12 @@ def check_out(target, result, name):
         raise as_numpy_would(ValueError(
             f"non-broadcastable output operand with shape {expected} doesn't match the "
             f"broadcast shape {shape}"))
+    check_cast(target, result, name)
+
+
+def check_cast(target, result, name):
+    """``check_out``'s dtype half: NumPy's UFuncTypeError when ``result`` does not cast
+    "same_kind" to ``target``'s dtype (``int_array[mask] *= 0.5``)."""
     source, destination = dtype_of(result), dtype_of(target)
     if not np.can_cast(source, destination, "same_kind"):
         try:  # NumPy's own error (a UFuncTypeError), from a 0-d call of the same ufunc

@@ -116,3 +116,35 @@ def test_a_python_float_into_an_int_array_raises_as_numpy_does(model):
     x = np.ones(5)
     run_calls(model, [(x, 2.5), (x, 3.5), (x, 4.5), (x, np.nan), (x, 1e30), (x, -7.9),
                       (x, np.inf)])
+
+
+def scale_small_ints(x, factor):
+    x = x.copy()
+    x[x < 2] *= factor
+    return x
+
+
+def add_to_small_ints(x, step):
+    x = x.copy()
+    x[x < 2] += step
+    return x
+
+
+@pytest.mark.parametrize("model", [scale_small_ints, add_to_small_ints])
+def test_a_float_update_of_an_int_selection_raises_as_numpy_does(model):
+    """int_array[mask] *= 0.5 raises NumPy's UFuncTypeError (the result does not cast
+    "same_kind" back); compiled it returned truncated values. An int update compiles."""
+    x = np.arange(7)
+    run_calls(model, [(x, 0.5), (x, 1.5), (x, 3), (x, 2)])
+
+
+def add_a_list_to_a_slice(x):
+    x = x.copy()
+    x[1:3] += [1, 2]
+    x[::2] *= (2, 3, 4)
+    return x
+
+
+def test_a_slice_updated_by_a_list_compiles():
+    f = run_calls(add_a_list_to_a_slice, [(np.arange(6),), (np.arange(6.0),), (np.arange(6),)])
+    assert not f.stats()["eager_calls"], f.explain()

@@ -124,6 +124,11 @@ class Tracer(ArrayMethods):
         result = getitem(self, index)
         if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
             result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d
+        elif isinstance(result, Tracer) and result.shape and _basic_by_traced_ints(index):
+            # W[c] with c a run-time int is a gather here but a view in NumPy (v = W_in[c];
+            # W_in[c] -= ...: v sees the write): a view of unknown region, so a write to
+            # W while it lives is refused as for any view, not silently left stale
+            _note_view(self, result)
         return result
 
     @staticmethod
@@ -292,6 +297,27 @@ def _picks_one_element(index):
     return all(isinstance(entry, (int, np.integer, SymInt)) and not isinstance(entry, bool)
                or (isinstance(entry, Tracer) and not entry.shape and entry.dtype.kind in "iu")
                for entry in entries)
+
+
+def _basic_by_traced_ints(index):
+    """Basic indexing (ints, slices, None, ...) with a traced int among the ints."""
+    entries = index if isinstance(index, tuple) else (index,)
+    traced = [entry for entry in entries if isinstance(entry, Tracer)]
+    return bool(traced) and all(not entry.shape and entry.dtype.kind in "iu"
+                                for entry in traced) and all(
+        isinstance(entry, (Tracer, int, np.integer, slice, SymInt)) or entry is None
+        or entry is Ellipsis for entry in entries if not isinstance(entry, bool))
+
+
+def _note_view(base, view):
+    import weakref
+
+    root = base.base() if base.base is not None else None
+    root = base if root is None else root
+    view.base, view.region = weakref.ref(root), None
+    if root.views is None:
+        root.views = weakref.WeakSet()
+    root.views.add(view)
 
 
 def _inplace_method(ufunc):

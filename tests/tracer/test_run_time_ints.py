@@ -114,3 +114,28 @@ def test_arange_of_a_changing_int_is_specialized_and_matches_numpy():
     assert "untraceable" not in f.stats()["eager_calls"], f.explain()
     f = run_calls(ranges, [(5, 1), (7, -2), (0, 3), (np.int32(4), np.int32(1)), (6, 1.5)])
     assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+
+
+def row_then_write(table, c):
+    row = table[c]  # a view in NumPy: the write below shows through it
+    table[c] -= 1.0
+    return row * 2
+
+
+def sgd_rows(w_in, w_out, pairs, lr):
+    for i in range(len(pairs)):
+        c, o = pairs[i]
+        v = w_in[c]
+        w_in[c] -= lr * v.sum()
+        w_out[o] -= lr * v  # NumPy: v after the write above
+    return w_in, w_out
+
+
+def test_a_row_read_by_a_run_time_int_sees_a_later_write():
+    table = np.arange(12.0).reshape(4, 3)
+    f = run_calls(row_then_write, [(table, c) for c in (1, 2, 3, 0)])
+    assert "internal error" not in f.stats()["eager_calls"], f.explain()
+    rng = np.random.default_rng(9)
+    w_in, w_out = rng.standard_normal((9, 3)), rng.standard_normal((9, 3))
+    run_calls(sgd_rows, [(w_in, w_out, np.array([[3, 5], [0, 3], [7, 6]]), 0.1),
+                         (w_in, w_out, np.array([[1, 5], [0, 0]]), 0.1)])

@@ -36,7 +36,25 @@ def _new_value(x, dtype):
     dtype = np.dtype(dtype)
     if dtype.kind not in "biufc":  # np.array(x, dtype=object): no compiled form
         raise UnsupportedError(f"converting a traced array to {dtype} is not supported")
+    if x.aval.weak and x.dtype.kind == "f" and dtype.kind in "iu":
+        # NumPy converts a Python float through int(): NaN and huge values raise
+        raise UnsupportedError(f"np.asarray of a run-time Python float as {dtype}")
+    keep_python_int_in_range(x, dtype)
     return bind(ops.cast_p, x, dtype=dtype)
+
+
+def keep_python_int_in_range(x, dtype):
+    """A run-time Python int (weak) converted to an integer ``dtype`` (``np.full(n, k,
+    dtype=np.int32)``, ``np.asarray(k, dtype=np.int32)``) must fit, as NumPy checks: a
+    guard keeps it in range, and past it NumPy's OverflowError (a cast would wrap)."""
+    dtype = np.dtype(dtype)
+    if not (is_traced(x) and x.aval.weak and x.dtype.kind in "iu" and dtype.kind in "iu"):
+        return
+    info = np.iinfo(dtype)
+    low, high = max(int(info.min), -(2 ** 63)), min(int(info.max), 2 ** 63 - 1)
+    if not (bool(x >= low) and bool(x <= high)):
+        raise as_numpy_would(OverflowError(
+            f"Python integer {int(x.value)} out of bounds for {dtype}"))
 
 
 def _as_ndarray(tracer):

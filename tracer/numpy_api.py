@@ -22,6 +22,7 @@ import numpy as np
 
 from . import ops
 from .array_comparisons import array_equal, array_equiv
+from .conversions import keep_python_int_in_range
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
@@ -577,11 +578,13 @@ def _roll_by_gather(a, shift, axis):
             raise UnsupportedError("np.roll by a traced shift that is not an integer scalar "
                                    "is not supported")
         each = normalize_axis(operator.index(each), ndim_of(a))
-        total[each] = total.get(each, 0) + amount
-    for each, amount in total.items():
+        total.setdefault(each, []).append(amount)
+    for each, amounts in total.items():
         length = shape_of(a)[each]
         if isinstance(length, int) and length == 0:
             continue
+        # each shift reduced first: a shift near -2**63, or two summed, would wrap in int64
+        amount = builtins.sum(np.remainder(amount, length) for amount in amounts)
         positions = ops.iota(length, np.int64, like=a)
         a = ops.gather(a, np.remainder(positions - amount, length), axis=each)
     return a
@@ -630,6 +633,7 @@ def _filled(shape, value, dtype):
     broadcast to ``shape``: a new array, so writes into it leave ``value`` alone."""
     if builtins.any(dim < 0 for dim in shape):
         raise as_numpy_would(ValueError("negative dimensions are not allowed"))
+    keep_python_int_in_range(value, dtype)
     spread = ops.broadcast_to(bind(ops.cast_p, value, dtype=np.dtype(dtype)), tuple(shape))
     return copy(spread)
 

@@ -139,3 +139,24 @@ def test_a_row_read_by_a_run_time_int_sees_a_later_write():
     w_in, w_out = rng.standard_normal((9, 3)), rng.standard_normal((9, 3))
     run_calls(sgd_rows, [(w_in, w_out, np.array([[3, 5], [0, 3], [7, 6]]), 0.1),
                          (w_in, w_out, np.array([[1, 5], [0, 0]]), 0.1)])
+
+
+def test_roll_by_shifts_near_the_int64_limits():
+    """Each shift is reduced before it is summed or subtracted (-2**63 wrapped)."""
+    x = np.arange(7.0)
+    f = run_calls(roll_last, [(x, k) for k in (1, 2, -2 ** 63, 2 ** 63 - 1, -(2 ** 62))])
+    compiled_only(f)
+    f = run_calls(roll_two_axes, [(x.reshape(1, 7), k) for k in (
+        1, 2, -2 ** 63 + 1, 2 ** 63 - 1, -(2 ** 62), 10 ** 18)])
+    compiled_only(f)
+
+
+def fills(x, k):
+    return np.full_like(x, k), np.asarray(k, dtype=np.int32), np.full(3, k, dtype=np.int32)
+
+
+def test_a_run_time_int_past_int32_raises_overflow_as_numpy_does():
+    """np.full / np.full_like / np.asarray of a Python int into int32: NumPy's
+    OverflowError past its range (a cast would wrap to 0)."""
+    x = np.zeros(3, np.int32)
+    run_calls(fills, [(x, k) for k in (1, 2, 2 ** 40, 5, -2 ** 31, -2 ** 31 - 1, 2 ** 31)])

@@ -177,9 +177,28 @@ def _extreme_accumulate(prim, name, array, axis, dtype, out):
         raise UnsupportedError(f"np.{name}.accumulate of {dtype} is not supported")
     result = _running(prim, array, axis, dtype, _identity(dtype, largest=name == "minimum"),
                       f"{name}.accumulate")
+    if dtype.kind == "f":
+        result = _latest_zero_sign(result, array, axis, dtype, f"{name}.accumulate")
     if out is not None:
         return write_out(out, result, f"np.{name}.accumulate")
     return result
+
+
+def _latest_zero_sign(result, array, axis, dtype, name):
+    """A running maximum or minimum that is zero, with the sign of the latest zero met:
+    ``np.maximum`` gives its second operand at a tie (``maximum(0.0, -0.0)`` is -0.0), so
+    NumPy's accumulate keeps the latest of equal values, where the reduction keeps one."""
+    x, _, moved = _along_last(array, axis)
+    if dtype_of(x) != dtype:
+        x = x.astype(dtype)
+    n = shape_of(x)[-1]
+    if isinstance(n, int) and n == 0:
+        return result
+    at = np.where(x == 0, _positions(n, x, (n,)), np.asarray(-1, np.int64))
+    latest = _running(ops.max_p, at, -1, np.dtype(np.int64), -1, name)
+    zero = np.take_along_axis(x, np.maximum(latest, 0), axis=-1)
+    running, _, _ = _along_last(result, axis)
+    return _back(np.where((running == 0) & (latest >= 0), zero, running), moved)
 
 
 def _float_cumsum(x, upper):

@@ -72,6 +72,28 @@ def test_cumprod_of_a_0d_value_and_dtype_argument():
     compiled_only(run_calls(model, [(x, y), (x * 2, y[::-1])]))
 
 
+def _running_extremes(x):
+    return np.maximum.accumulate(x), np.minimum.accumulate(x, axis=-1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_running_extremes_keep_the_latest_zero_like_numpy(dtype):
+    """np.maximum gives its second operand at a tie, so a running maximum of zeros has the
+    sign of the latest zero (compiled calls had the first one's)."""
+    import itertools
+
+    values = [0.0, -0.0, 1.0, -1.0, np.nan]
+    rows = np.array(list(itertools.product(values, repeat=4)), dtype=dtype)
+    jitted = tj.jit(_running_extremes, cache=False)
+    for x in (rows, rows[::-1].copy(), rows.T.copy()):
+        want = _running_extremes(x)
+        for _ in range(2):
+            for got, expected in zip(jitted(x), want):
+                np.testing.assert_array_equal(got, expected)
+                np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+    assert jitted.stats()["compiled_calls"] >= 2
+
+
 def test_running_peak_of_a_drawdown():
     def drawdown(returns):
         wealth = np.cumprod(1.0 + returns)

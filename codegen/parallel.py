@@ -46,12 +46,13 @@ POOL_FIELDS = 13
 
 # Below this many innermost iterations a kernel runs on the calling thread.
 PARALLEL_THRESHOLD = 1 << 15
-# Pauses before an idle worker, or a caller waiting for the last chunks, sleeps: ~50 us
-# (a pause is ~64 cycles on Zen 4, ~140 on Skylake-X). 1 << 14 (0.4 ms) doubled the pool's
-# CPU time over its work in the interleave benchmark, taking cores from OpenBLAS's threads
-# and from whatever else runs; a job that comes later pays a futex wake (~10 us), and the
-# caller does not wait for it: it starts on the chunks itself.
-SPINS_BEFORE_SLEEP = 1 << 11
+# Pauses before an idle worker, or a caller waiting for the last chunks, sleeps: ~0.4 ms
+# (a pause is ~64 cycles on Zen 4, ~140 on Skylake-X). 1 << 11 (~50 us) let workers sleep
+# between a model's back-to-back calls, and a sleeping worker woke too late to take its
+# chunks (a VM's idle vCPU): gelu 2048² 1.9 -> 2.7 ms, the batch-64 MLP step 1.5 -> 2.6 ms
+# in the benchmarks. The interleave benchmark, which the shorter spin was for, stays at
+# 1.00x its parts at 1 << 14: OpenBLAS's own shortened spin (blas.py) is what fixed it.
+SPINS_BEFORE_SLEEP = 1 << 14
 
 _FUTEX_SYSCALL = {("Linux", "x86_64"): 202, ("Linux", "aarch64"): 98}.get(
     (platform.system(), platform.machine())

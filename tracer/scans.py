@@ -58,6 +58,16 @@ def _along_last(a, axis):
     return ops.swapaxes(a, axis, -1), axis, axis
 
 
+def _scanned_last(a, axis, dtype):
+    """``a`` in ``dtype`` with the scanned ``axis`` moved last (``_along_last``), and the
+    axis to move back; NumPy's AxisError for an axis of a 0-d value."""
+    if axis is not None and ndim_of(a) == 0:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
+                                      "dimension 0")
+    x, _, moved = _along_last(a, axis)
+    return (x if dtype_of(x) == dtype else x.astype(dtype)), moved
+
+
 def _back(result, axis):
     return result if axis is None else ops.swapaxes(result, axis, -1)
 
@@ -73,12 +83,7 @@ def cumsum(a, axis=None, dtype=None, out=None):
     if dtype is None:
         dtype = np.cumsum(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
     dtype = np.dtype(dtype)
-    if axis is not None and ndim_of(a) == 0:
-        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
-                                      "dimension 0")
-    x, _, moved = _along_last(a, axis)
-    if dtype_of(x) != dtype:
-        x = x.astype(dtype)
+    x, moved = _scanned_last(a, axis, dtype)
     n = shape_of(x)[-1]
     _check_length(n, CUMSUM_LIMIT, "cumsum")
     rows = _positions(n, x, (n, 1))
@@ -116,12 +121,7 @@ def cumprod(a, axis=None, dtype=None, out=None):
 def _running(prim, a, axis, dtype, fill, name):
     """The running reduction ``prim`` along ``axis``: for each position, ``prim`` over the
     elements up to it, the ones after it replaced by ``fill`` (the reduction's identity)."""
-    if axis is not None and ndim_of(a) == 0:
-        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of "
-                                      "dimension 0")
-    x, _, moved = _along_last(a, axis)
-    if dtype_of(x) != dtype:
-        x = x.astype(dtype)
+    x, moved = _scanned_last(a, axis, dtype)
     n = shape_of(x)[-1]
     if n == 0:  # no running values (and np.max of nothing has no identity)
         return _back(x if x is not a else x.copy(), moved)
@@ -188,9 +188,7 @@ def _latest_zero_sign(result, array, axis, dtype, name):
     """A running maximum or minimum that is zero, with the sign of the latest zero met:
     ``np.maximum`` gives its second operand at a tie (``maximum(0.0, -0.0)`` is -0.0), so
     NumPy's accumulate keeps the latest of equal values, where the reduction keeps one."""
-    x, _, moved = _along_last(array, axis)
-    if dtype_of(x) != dtype:
-        x = x.astype(dtype)
+    x, moved = _scanned_last(array, axis, dtype)
     n = shape_of(x)[-1]
     if isinstance(n, int) and n == 0:
         return result

@@ -17,6 +17,8 @@ raise ``trace_error``s that name the user's line.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .abstract import AbstractArray
@@ -310,8 +312,6 @@ def _basic_by_traced_ints(index):
 
 
 def _note_view(base, view):
-    import weakref
-
     root = base.base() if base.base is not None else None
     root = base if root is None else root
     view.base, view.region = weakref.ref(root), None

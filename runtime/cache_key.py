@@ -26,7 +26,7 @@ import threading
 import numpy as np
 
 from tracejit.codegen import llvm
-from tracejit.tracer.abstract import NUMPY_SCALARS
+from tracejit.tracer.abstract import is_numpy_number
 from tracejit.tracer.implicit import find_implicit_inputs
 from tracejit.tracer.locations import is_tracejit
 
@@ -228,7 +228,7 @@ def call_signature(policy, leaves):
                          (["grad"] if wants_grad else []))
         elif serialize.is_json_value(leaf):
             parts.append([type(leaf).__name__, leaf])
-        elif NUMPY_SCALARS.get(type(leaf).__name__) is type(leaf):
+        elif is_numpy_number(leaf):
             parts.append([type(leaf).__name__, leaf.item()])
         else:
             return None

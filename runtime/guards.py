@@ -68,11 +68,11 @@ class ImplicitSpec:
     requires_grad: bool = False
 
 
-def scalar_type(type_name):
+def argument_scalar_type(type_name):
     """The type a run-time scalar argument must have: ``int``, ``float`` or a NumPy
     number type (``tracer.abstract.NUMPY_SCALARS``).
 
-    >>> scalar_type("float"), scalar_type("float32").__name__
+    >>> argument_scalar_type("float"), argument_scalar_type("float32").__name__
     (<class 'float'>, 'float32')
     """
     return {"int": int, "float": float}.get(type_name) or NUMPY_SCALARS[type_name]
@@ -411,7 +411,7 @@ def _leaf_checks(source, spec, bound, native=False):
             _array_checks(source, variable, leaf, bound, spec.symbols,
                           native=native and leaf.type_name != "Tensor")
         elif leaf.kind == "scalar":
-            kind = source.constant(scalar_type(leaf.type_name), "T")
+            kind = source.constant(argument_scalar_type(leaf.type_name), "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
         elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic):
             kind = source.constant(type(leaf.value), "T")

@@ -22,6 +22,15 @@ COMPILED_DTYPES = tuple(map(np.dtype, ("bool", "int32", "int64", "float32", "flo
 NUMPY_SCALARS = {dtype.type.__name__: dtype.type for dtype in COMPILED_DTYPES}
 
 
+def is_numpy_number(value):
+    """A NumPy scalar of a type in ``NUMPY_SCALARS`` (``np.float32(0.5)``; not np.float16).
+
+    >>> is_numpy_number(np.float32(0.5)), is_numpy_number(np.float16(0.5)), is_numpy_number(0.5)
+    (True, False, False)
+    """
+    return NUMPY_SCALARS.get(type(value).__name__) is type(value)
+
+
 def is_number_argument(value):
     """Whether an argument may be traced as a run-time scalar input rather than a
     constant: a Python int or float, or a NumPy number of a type in ``NUMPY_SCALARS``.
@@ -29,8 +38,7 @@ def is_number_argument(value):
     >>> is_number_argument(0.5), is_number_argument(np.float32(0.5)), is_number_argument(True)
     (True, True, False)
     """
-    kind = type(value)
-    return kind is int or kind is float or NUMPY_SCALARS.get(kind.__name__) is kind
+    return type(value) in (int, float) or is_numpy_number(value)
 
 
 class AbstractArray:

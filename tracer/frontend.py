@@ -64,7 +64,7 @@ from .outside_inputs import (
     with_inputs,
 )
 from .pending import known_kind
-from .primitives import current_context, is_traced, is_traced_array
+from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
@@ -81,7 +81,7 @@ def _is_ufunc_at(function):
 
 def _traced_index(index):
     """Whether a subscript holds a traced array or a symbolic int (``ids[t]``, ``t``)."""
-    return _any_tracer(index if isinstance(index, tuple) else (index,))
+    return any_traced(index if isinstance(index, tuple) else (index,))
 
 
 def _is_array(value):
@@ -96,12 +96,6 @@ def _is_selection(value):
     from .masked_selection import MaskedSelection  # cycle: masked_selection -> tracing
 
     return isinstance(value, MaskedSelection)
-
-
-def _any_tracer(values):
-    """A traced value among ``values`` or in a tuple or list there (``np.add.at``'s index)."""
-    return any(_any_tracer(value) if type(value) in (tuple, list) else is_traced(value)
-               for value in values)
 
 
 def _holds_traced(value, depth=2):
@@ -366,7 +360,7 @@ class Hooks:
             if type(length) is int and length >= 0:
                 return length
         if _is_ufunc_at(function) and args and isinstance(args[0], np.ndarray) and (
-                _any_tracer(args[1:])):
+                any_traced(args[1:])):
             # np.add.at(dW, ids, dout) into a buffer made here: into its traced copy, which
             # every later read of the buffer sees
             if self.context.is_implicit(args[0]):
@@ -396,7 +390,7 @@ class Hooks:
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
-        if function is np.arange and _any_tracer((*args, *kwargs.values())):
+        if function is np.arange and any_traced((*args, *kwargs.values())):
             # np.arange(classes) of a run-time int: its value decides the length, so it is
             # specialized under a guard, as np.zeros(classes) is
             return function(*_guarded_bounds(args), **dict(zip(kwargs, _guarded_bounds(
@@ -429,7 +423,7 @@ class Hooks:
             # np.mean(losses): NumPy would make the list an array (no dispatch to the
             # tracer: only the list is the dispatched argument); a stack, as np.array's
             args = (array_of(args[0]), *args[1:])
-        if function in (np.full, np.full_like) and _any_tracer(
+        if function in (np.full, np.full_like) and any_traced(
                 (*args[1:2], kwargs.get("fill_value"))) and (args or "shape" in kwargs):
             # np.full(x.shape, x.mean()), np.full_like(x, prior): the traced fill broadcast
             return (full if function is np.full else full_like)(*args, **kwargs)
@@ -443,7 +437,7 @@ class Hooks:
                 "argument (for dropout: pass the mask, or run it eagerly)"
             )
         if _is_logging(function):
-            if _any_tracer((*args, *kwargs.values())):
+            if any_traced((*args, *kwargs.values())):
                 raise trace_error(
                     "logging a traced value inside a compiled function: compiled runs would "
                     "skip it. Return the value and log it outside, or use print (replayed)"
@@ -510,7 +504,7 @@ class Hooks:
         array written with a traced value or at a traced index (the one-hot
         ``xs[t][inputs[t]] = 1``) is replaced by a traced copy, as ``a[i] = v`` does."""
         indices = index if isinstance(index, tuple) else (index,)
-        if isinstance(array, np.ndarray) and _any_tracer((value, *indices)):
+        if isinstance(array, np.ndarray) and any_traced((value, *indices)):
             if id(array) in self.context.implicit_candidates or self.context.is_implicit(array):
                 raise trace_error("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")

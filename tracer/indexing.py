@@ -24,7 +24,7 @@ from .errors import TraceError, UnsupportedError, UnsupportedIndexError
 from .locations import line_prefix, user_location
 from .ops import ndim_of, shape_of
 from .pending import deferred, is_pending, recording_only
-from .primitives import current_context, is_traced
+from .primitives import any_traced, current_context, is_traced
 from .shapes import broadcast_shapes, size_of
 
 
@@ -389,7 +389,7 @@ def update(x, index, value, operation, updated):
     if plan.advanced:
         return None
     if isinstance(value, (list, tuple)):  # x[1:3] += [1, 2]: NumPy's array of it
-        if _holds_traced(value):
+        if any_traced(value):
             return None
         value = np.asarray(value)
     with recording_only():
@@ -406,11 +406,6 @@ def update(x, index, value, operation, updated):
         result = ops.bind(ops.where_p, _scatter(plan, ones), whole, x)
     _value_by_numpy(result, x, index, updated)
     return result
-
-
-def _holds_traced(values):
-    return any(_holds_traced(item) if isinstance(item, (list, tuple)) else is_traced(item)
-               for item in values)
 
 
 def _is_basic(index):

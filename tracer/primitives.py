@@ -109,6 +109,17 @@ def recording_into(context):
         _state.context = previous
 
 
+def any_traced(values):
+    """A traced value among ``values`` or in a tuple or list there (``np.add.at``'s index,
+    ``x[1:3] += [a.sum(), 1]``).
+
+    >>> any_traced([1, (2.0, [3])])
+    False
+    """
+    return any(any_traced(value) if type(value) in (tuple, list) else is_traced(value)
+               for value in values)
+
+
 def is_traced(value):
     """Whether ``value`` belongs to a trace being recorded (a traced array or a symbolic
     dim) rather than being data. Tested by protocol - its class has a

@@ -6,6 +6,7 @@ Layout under ``TRACEJIT_CACHE_DIR`` (the root: the user's own, 0700)::
     v1/ab/<key>.tjc            one entry: a variant and every path of its trace tree
     v1/stats/<function>.json   counters persisted across processes (calls, exits, ...)
     v1/runtime-<key>.o         the thread pool's object code (signed too)
+    v1/code-digest             tracejit's own-code digest and the file stamp it is for
 
 Where the parts live:
 
@@ -48,6 +49,7 @@ from .cache_key import (
     cache_key,
     file_digest,  # noqa: F401 - runtime/pickling.py imports it from here
     stale_dependency,
+    tracejit_code_digest,
 )
 from .cache_trust import Refused, Rejected, TrustedRoot, split_signed
 from .config import logger
@@ -159,7 +161,32 @@ class DiskCache:
         return orphans
 
     # --- keys ----------------------------------------------------------------------------
-    key = staticmethod(cache_key)  # (fn, options, policy, leaves) -> (key, signature)
+    def key(self, fn, options, policy, leaves):
+        """``(key, signature)`` of a call (``cache_key``). tracejit's own-code digest in
+        it is hashed once per install and kept here (``load_code_digest``)."""
+        tracejit_code_digest(self)
+        return cache_key(fn, options, policy, leaves)
+
+    def load_code_digest(self, stamp):
+        """The code digest stored for ``stamp`` (``cache_key._files_stamp``), or None."""
+        root = self.trusted()
+        if root is None:
+            return None
+        try:
+            content = root.read_signed(os.path.join(self.root, "code-digest"), "code-digest")
+        except (OSError, Rejected):
+            return None
+        stored_stamp, _, digest = content.decode("ascii", "replace").partition(" ")
+        return digest if stored_stamp == stamp else None
+
+    def save_code_digest(self, stamp, digest):
+        root = self.trusted(create=True)
+        if root is not None:
+            try:
+                root.write_signed(os.path.join(self.root, "code-digest"), "code-digest",
+                                  f"{stamp} {digest}".encode("ascii"))
+            except (OSError, Rejected) as error:
+                log.warning("could not write tracejit's code digest to the cache: %s", error)
 
     # --- reading and writing --------------------------------------------------------------
     def load(self, fn, name, options, policy, leaves):

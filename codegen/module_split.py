@@ -1,0 +1,197 @@
+"""Split a program's LLVM module into parts that LLVM compiles on separate threads.
+
+LLVM optimizes and emits one module on one thread; a program's kernels are independent
+functions, so a module of several kernels can be cut between them, each part parsed in an
+LLVM context of its own and compiled at the same time (``llvm.compile_module``), and the
+object code of the parts linked into one library. On the MLP train step (14 kernels)
+LLVM is about three quarters of the first call.
+
+``split(ir_text, parts)`` works on the text ``llvmlite.ir`` prints: top-level lines are
+``define`` blocks (to a line ``}``), ``declare``s, globals, metadata and the header. The
+exported functions (the entries) stay in the first part; each function they call is a
+*root* and goes, with the internal functions it calls, to the part with the least code so
+far. A root called from another part becomes external in its own part and is declared in
+the other; an internal function two parts call (a math library routine) is copied into
+both, which is safe because functions hold no state. A module with a global that is not
+a constant (profile counters) is never split: its copies would be two variables.
+
+>>> text = '''
+... define internal void @"k0"(ptr %".1")
+... {
+... entry:
+...   ret void
+... }
+... define internal void @"k1"(ptr %".1")
+... {
+... entry:
+...   ret void
+... }
+... define void @"entry"(ptr %".1")
+... {
+... entry:
+...   call void @"k0"(ptr %".1")
+...   call void @"k1"(ptr %".1")
+...   ret void
+... }'''
+>>> first, second = split(text, 2, min_lines=0)
+>>> 'declare void @"k1"(ptr %".1")' in first and 'define void @"k1"' in second
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MIN_LINES = 600  # below this the module compiles in ~30 ms: a second thread saves little
+_NAME = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([-\w.$]+))')
+_TOKEN = re.compile(r"[\w.$]+")
+_LOCAL_LINKAGE = ("internal", "private")
+
+
+@dataclass
+class _Function:
+    name: str
+    lines: list
+    local: bool  # internal or private: visible only in its module
+    calls: set = field(default_factory=set)  # defined functions its text names
+
+
+@dataclass
+class _Items:
+    header: list = field(default_factory=list)  # declares, globals, metadata, target lines
+    functions: dict = field(default_factory=dict)
+    splittable: bool = True
+
+
+def split(ir_text, parts, min_lines=None, copied_prefixes=()):
+    """``ir_text`` as up to ``parts`` module texts that together define what it defined
+    (one text when there is nothing worth splitting: fewer than ``min_lines``, by
+    default ``MIN_LINES``, lines of functions). Functions named with one of
+    ``copied_prefixes`` are copied into each part that names them although they are
+    external (the vector variants of ``llvm.compile_module``, named by call-site
+    attributes and internalized after vectorization)."""
+    items = _parse(ir_text, copied_prefixes)
+    total = sum(len(function.lines) for function in items.functions.values())
+    if parts < 2 or not items.splittable or total < (MIN_LINES if min_lines is None
+                                                     else min_lines):
+        return [ir_text]
+    pinned = [name for name, function in items.functions.items() if not function.local]
+    roots = []
+    for name in pinned:
+        for callee in sorted(items.functions[name].calls):
+            if items.functions[callee].local and callee not in roots:
+                roots.append(callee)
+    if len(roots) < 2:
+        return [ir_text]
+
+    def reach(starts):
+        """The local functions ``starts`` call, through any depth, except other roots."""
+        found, stack = set(), list(starts)
+        while stack:
+            for callee in items.functions[stack.pop()].calls:
+                function = items.functions[callee]
+                if function.local and callee not in found and callee not in roots:
+                    found.add(callee)
+                    stack.append(callee)
+        return found
+
+    def size(names):
+        return sum(len(items.functions[name].lines) for name in names)
+
+    members = [set(pinned) | reach(pinned)]
+    members += [set() for _ in range(parts - 1)]
+    loads = [size(members[0])] + [0] * (parts - 1)
+    home = {}
+    for root in sorted(roots, key=lambda root: -size({root} | reach([root]))):
+        part = min(range(parts), key=loads.__getitem__)
+        home[root] = part
+        added = ({root} | reach([root])) - members[part]
+        members[part] |= added
+        loads[part] += size(added)
+    if sum(1 for load in loads if load) < 2:
+        return [ir_text]
+    called_across = set()  # roots a function in another part calls: external at home
+    for part, names in enumerate(members):
+        for name in names:
+            called_across |= {callee for callee in items.functions[name].calls
+                              if callee in home and home[callee] != part}
+    texts = []
+    for part, names in enumerate(members):
+        foreign = {callee for name in names for callee in items.functions[name].calls
+                   if callee in home and home[callee] != part}
+        texts.append(_text(items, names, called_across, foreign))
+    return texts
+
+
+def _text(items, names, called_across, foreign):
+    """The module text of a part: its functions (those ``called_across`` external) and
+    declarations of the ``foreign`` roots it calls."""
+    lines = list(items.header)
+    for name, function in items.functions.items():
+        if name not in names:
+            continue
+        if name in called_across:
+            lines += [_without_linkage(function.lines[0]), *function.lines[1:]]
+        else:
+            lines += function.lines
+    lines += [_declaration(items.functions[name].lines[0]) for name in sorted(foreign)]
+    return "\n".join(lines) + "\n"
+
+
+def _parse(ir_text, copied_prefixes):
+    items = _Items()
+    lines = ir_text.splitlines()
+    position = 0
+    while position < len(lines):
+        line = lines[position]
+        if line.startswith("define "):
+            end = lines.index("}", position)
+            body = lines[position:end + 1]
+            name = _defined_name(line)
+            local = line.split()[1] in _LOCAL_LINKAGE or name.startswith(tuple(copied_prefixes))
+            items.functions[name] = _Function(name, body, local)
+            position = end + 1
+            continue
+        if line.startswith("@") and "=" in line:
+            declaration = line.split("=", 1)[1].split()
+            kind = [word for word in declaration if word in ("constant", "global")][:1]
+            if "external" not in declaration and kind != ["constant"]:
+                items.splittable = False  # a variable: two parts would hold two copies
+        items.header.append(line)
+        position += 1
+    names = set(items.functions)
+    for function in items.functions.values():
+        tokens = set()
+        for line in function.lines[1:]:
+            tokens.update(_TOKEN.findall(line))
+        function.calls = (tokens & names) - {function.name}
+    return items
+
+
+def _defined_name(line):
+    match = _NAME.search(line)
+    return match.group(1) if match.group(1) is not None else match.group(2)
+
+
+def _without_linkage(header):
+    words = header.split(" ")
+    return " ".join(word for index, word in enumerate(words)
+                    if not (index == 1 and word in _LOCAL_LINKAGE))
+
+
+def _declaration(header):
+    """``declare`` for the function a ``define`` line starts: its return type, name and
+    parameter list, without linkage or function attributes."""
+    before, after = header.split("@", 1)
+    depth, end = 0, None
+    for position, character in enumerate(after):
+        if character == "(":
+            depth += 1
+        elif character == ")":
+            depth -= 1
+            if depth == 0:
+                end = position + 1
+                break
+    words = [word for word in before.split()[1:] if word not in _LOCAL_LINKAGE]
+    return "declare " + " ".join(words) + " @" + after[:end]

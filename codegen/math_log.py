@@ -3,14 +3,17 @@ log(1 + f) = f - hfsq + s (hfsq + R(s^2)), s = f / (2 + f), hfsq = f^2 / 2: the 
 f carries the result, the rounded s only a small correction.
 
 float32 runs at full vector width for positive normal x (log1p: -1 < x < 2^100): k and
-m come from integer operations on the bits, R has fdlibm's four float coefficients.
-Zeros, denormals, negatives, infinities and NaN take the float64 code as a rare path
+m come from integer operations on the bits. log, log2 and log10 then need no division:
+log_b(1 + r), r = m - 1, is r c + r^2 P(r) with a minimax polynomial of degree 7 or 8
+(within NumPy's own float32 error, not within 1 ulp: see ``codegen/mathlib.py``);
+log1p keeps fdlibm's s = f / (2 + f) and R with four float coefficients. Zeros,
+denormals, negatives, infinities and NaN take the float64 code as a rare path
 (``math_rare_path``), per vector and only when a lane needs it.
 
-log2 and log10 are that log core with the scale folded in (no extra division; float32 no
-float64): log(m) as the float-float f - hfsq + (its rounding error + s (hfsq + R)),
-times 1/ln2 (1/ln10) split in two, added to k (k log10(2), split). Powers of two give
-their exponents exactly, and so do the powers of ten for log10.
+float64 log2 and log10 are the log core with the scale folded in (no extra division):
+log(m) as the double-double f - hfsq + (its rounding error + s (hfsq + R)), times 1/ln2
+(1/ln10) split in two, added to k (k log10(2), split). Powers of two give their
+exponents exactly, and so do the powers of ten for log10, in both precisions.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, fma, horner, maximum, minimum
+from .math_core import Float, fma, horner, maximum, minimum, two_product
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -158,16 +161,58 @@ def outside_normal_float32(builder, x):
     return builder.icmp_unsigned(">=", bits, f.iconst(0x7F800000 - 0x00800000))
 
 
+# float32 log(1 + r) = r + r^2 P(r) and log_b(1 + r) = r c + r Q(r) (b = 2, 10) for r in
+# [sqrt(2)/2 - 1, sqrt(2) - 1]: c is 1/ln b rounded to float32, P and Q minimax polynomials
+# of degree 7 and 8 with float32 coefficients fitted to the relative error of the whole
+# (Q's constant term takes up c's rounding; docs/experiments/float32_polynomials/fit.py
+# prints them): within 2^-24.98 (log) and 2^-25.18 (log2, log10) of log_b(1 + r).
+_LOG_POLY_F32 = {
+    "log": (1.0, [-0.49999991059303284, 0.3333394527435303, -0.25001776218414307,
+                  0.19962239265441895, -0.16570313274860382, 0.14916354417800903,
+                  -0.14307722449302673, 0.08738797903060913]),
+    "log2": (1.4426950216293335, [-1.7974944199750098e-08, -0.7213473320007324,
+                                  0.4809105396270752, -0.360704243183136,
+                                  0.2879197299480438, -0.23893922567367554,
+                                  0.21568134427070618, -0.20728078484535217,
+                                  0.1259259581565857]),
+    "log10": (0.4342944920063019, [-2.1311773679144608e-08, -0.21714718639850616,
+                                   0.14476852118968964, -0.1085827648639679,
+                                   0.08667180687189102, -0.07192737609148026,
+                                   0.06493128836154938, -0.06240471079945564,
+                                   0.037906162440776825]),
+}
+
+
+def _log_float32(builder, x, base):
+    """log_b of a positive normal float32 at full width, no division: x = 2^k (1 + r) from
+    the bits (r exact), then log_b(1 + r) by fused multiply-adds, plus k log_b 2 (its head
+    exact). log: r + r^2 P(r) + k ln2, where r is exact and |result| >= |k ln2| / 2.
+    log2 and log10: y = r c + r Q(r) with r c as an exact pair (hi + lo), so y rounds once
+    (r c alone crosses a binade of y: rounding it first cost an ulp of y), then k log_b 2
+    + y, where k != 0 gives |result| >= |y|. Exact at powers of two (r = 0), and log10 at
+    the powers of ten a float32 holds."""
+    f = Float(x.type)
+    _, k, m = reduce_float32(builder, x)
+    r = builder.fsub(m, f.const(1.0))  # exact
+    c, coefficients = _LOG_POLY_F32[base]
+    if base == "log":
+        ln2_hi, ln2_lo = _LN2[F32]
+        small = fma(builder, builder.fmul(r, r), horner(builder, r, coefficients),
+                    fma(builder, k, f.const(ln2_lo), r))
+        return fma(builder, k, f.const(ln2_hi), small)
+    hi, lo = two_product(builder, r, f.const(c))
+    y = builder.fadd(hi, fma(builder, r, horner(builder, r, coefficients), lo))
+    if base == "log2":
+        return builder.fadd(k, y)
+    _, (two_hi, two_lo) = _LOG_BASES[base][F32]
+    return fma(builder, k, f.const(two_hi), fma(builder, k, f.const(two_lo), y))
+
+
 def log(builder, x):
     if x.type != F32:
         return _log_general(builder, x)
-    f = Float(x.type)
-    _, k, m = reduce_float32(builder, x)
-    m1 = builder.fsub(m, f.const(1.0))  # exact
-    hfsq, tail = _log_tail(builder, m1, _LG_F32)
-    fast = _combine(builder, k, m1, hfsq, tail)
-    return rare_path(builder, "log", outside_normal_float32(builder, x), fast, x,
-                     _log_general)
+    return rare_path(builder, "log", outside_normal_float32(builder, x),
+                     _log_float32(builder, x, "log"), x, _log_general)
 
 
 LOG1P_FAST_HIGH_F32 = 2.0 ** 100
@@ -220,7 +265,7 @@ def _scaled_log_core(builder, k, m1, base):
     two (m1 = 0)."""
     f = Float(m1.type)
     (c_hi, c_lo), (two_hi, two_lo) = _LOG_BASES[base][f.element]
-    hfsq, tail = _log_tail(builder, m1, _LG_F32 if f.element == F32 else _LG)
+    hfsq, tail = _log_tail(builder, m1, _LG)  # float64 (float32's rare path too)
     hi = builder.fsub(m1, hfsq)
     lo = builder.fadd(builder.fsub(builder.fsub(m1, hi), hfsq), tail)  # f - hi - hfsq exact
     small = fma(builder, lo, f.const(c_hi), builder.fmul(hi, f.const(c_lo)))
@@ -259,18 +304,12 @@ def _scaled_log_general(base):
 _SCALED_LOG_GENERAL = {base: _scaled_log_general(base) for base in _LOG_BASES}
 
 
-def _scaled_log_float32(builder, x, base):
-    """log_b of a positive normal float32, at full width: k and m from the bits."""
-    _, k, m = reduce_float32(builder, x)
-    return _scaled_log_core(builder, k, builder.fsub(m, Float(x.type).const(1.0)), base)
-
-
 def _scaled_log(base):
     def function(builder, x):
         general = _SCALED_LOG_GENERAL[base]
         if x.type != F32:
             return general(builder, x)
-        fast = _scaled_log_float32(builder, x, base)
+        fast = _log_float32(builder, x, base)
         return rare_path(builder, base, outside_normal_float32(builder, x), fast, x, general)
 
     function.__name__ = base

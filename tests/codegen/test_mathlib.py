@@ -67,15 +67,22 @@ REFERENCES = {"erf": ops.erf_p}
 # correctly rounded result.
 STATED_ULP = {
     ("exp", F32): 3, ("exp", F64): 2, ("expm1", F32): 3, ("expm1", F64): 2,
-    ("log", F32): 3, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
+    ("log", F32): 5, ("log", F64): 2, ("log1p", F32): 3, ("log1p", F64): 2,
     ("tanh", F32): 2, ("tanh", F64): 3, ("sin", F32): 2, ("sin", F64): 2,
     ("cos", F32): 2, ("cos", F64): 2, ("power", F32): 2, ("power", F64): 2,
-    ("erf", F32): 1, ("erf", F64): 1, ("log2", F32): 3, ("log2", F64): 2,
-    ("log10", F32): 3, ("log10", F64): 2, ("tan", F32): 3, ("tan", F64): 2,
+    ("erf", F32): 1, ("erf", F64): 1, ("log2", F32): 4, ("log2", F64): 2,
+    ("log10", F32): 5, ("log10", F64): 2, ("tan", F32): 3, ("tan", F64): 2,
     ("exp2", F32): 3, ("exp2", F64): 2,
 }
-EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 1, "log1p": 1, "tanh": 2, "sin": 1, "cos": 1,
-                     "power": 1, "erf": 1, "log2": 1, "log10": 1, "tan": 1, "exp2": 1}
+EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 2, "log1p": 1, "tanh": 2, "sin": 1, "cos": 1,
+                     "power": 1, "erf": 1, "log2": 2, "log10": 2, "tan": 1, "exp2": 1}
+# NumPy's own float32 error on the machine the bounds were set on (NumPy 2.4.6, AVX512_ICL:
+# SVML-class kernels), in fractions of an ulp of the exact result (float64 NumPy): the
+# maximum over every positive float32 and every 7th negative one (``numpy_float32_error``;
+# for x ** y the pairs of ``test_power_float32_fractional_ulp_bound`` and 4 million of the
+# benchmark's). A float32 bound may be relaxed for speed up to NumPy's own error, never
+# beyond (issue 16): ``test_relaxed_bounds_stay_within_numpys_error``.
+NUMPY_FRACTIONAL_ULP_FLOAT32 = {"log": 3.83, "log2": 2.12, "log10": 3.49, "power": 1.15}
 EXACT_ULP_HARD_CASES = 1  # against mpmath: sin, cos, tan, float64 power, erf, log2, log10
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
@@ -343,8 +350,11 @@ def test_log2_log10_float64_against_exact_values(name):
 # log1p 0.86 on every third (fused multiply-adds), erf 0.743 on [0.875, 3.92] (two
 # intervals); exp 1.02 with denormal results on its fast path (0.75 there) and (70, 88.7]
 # computed in float64 (0.50); see codegen/mathlib.py.
-EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 0.85, "log1p": 0.9,
-                                "log2": 0.85, "log10": 0.85, "tanh": 1.5, "sin": 1.0,
+# log, log2 and log10 traded accuracy for speed within NumPy's own error (no division:
+# a polynomial in r = m - 1): measured on every float32 of [0.25, 4): log 1.14, log2 1.31,
+# log10 1.25 (NumPy's there: 3.83, 2.12, 3.49).
+EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 1.15, "log1p": 0.9,
+                                "log2": 1.35, "log10": 1.3, "tanh": 1.5, "sin": 1.0,
                                 "cos": 1.0, "tan": 1.05, "erf": 0.85}
 # Every float32 within 2^18 floats of each fast path's edge is checked (both signs).
 EDGES = {"exp": math_exp.EXP_FAST_LIMIT_F32, "exp2": math_exp.EXP2_FAST_LIMIT_F32,
@@ -404,6 +414,50 @@ def test_float32_every_float(name):
         if errors.size and errors.max() > worst:
             worst, where = float(errors.max()), values[int(np.argmax(errors))]
     assert worst <= EXACT_FRACTIONAL_ULP_FLOAT32[name], (name, worst, where)
+
+
+def numpy_float32_error(name, stride_negative=7):
+    """NumPy's own float32 error: max |np.f(x) - exact| in ulps of the exact float32 result
+    (float64 NumPy), over every positive float32 and every ``stride_negative``-th negative
+    one, where the result is a finite nonzero float32."""
+    worst = 0.0
+    function = reference(name)
+    for sign, stride in ((1, 1), (-1, stride_negative)):
+        for first in range(0, 0x7F800000, 1 << 24):
+            values = np.arange(first, min(first + (1 << 24), 0x7F800000), stride,
+                               dtype=np.int64).astype(np.uint32).view(F32) * F32(sign)
+            with np.errstate(all="ignore"):
+                actual, exact = function(values).astype(np.float64), function(
+                    values.astype(np.float64))
+            ordinary = np.isfinite(exact) & (np.abs(exact) <= np.finfo(F32).max) & (exact != 0)
+            spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
+            errors = np.abs(actual[ordinary] - exact[ordinary]) / spacing
+            worst = max(worst, float(errors.max(initial=0.0)))
+    return worst
+
+
+def test_relaxed_bounds_stay_within_numpys_error():
+    """A float32 bound relaxed for speed stays within NumPy's own error, and the guard
+    margins (``tracer.margin_rules.ULP_VS_NUMPY``: ulps between our result and NumPy's)
+    cover ours plus NumPy's."""
+    from tracejit.tracer.margin_rules import ULP_VS_NUMPY
+
+    for name, numpys in NUMPY_FRACTIONAL_ULP_FLOAT32.items():
+        ours = (EXACT_FRACTIONAL_ULP_FLOAT32[name] if name != "power"
+                else POWER_FRACTIONAL_ULP_FLOAT32)
+        assert ours <= numpys, (name, ours, numpys)
+        assert STATED_ULP[(name, F32)] <= ULP_VS_NUMPY[name], name
+        assert math.ceil(ours + numpys) <= ULP_VS_NUMPY[name], name
+
+
+@pytest.mark.skipif(not os.environ.get("TRACEJIT_EXHAUSTIVE"),
+                    reason="every float32: set TRACEJIT_EXHAUSTIVE=1 (minutes per function)")
+@pytest.mark.parametrize("name", sorted(set(NUMPY_FRACTIONAL_ULP_FLOAT32) - {"power"}))
+def test_numpys_own_float32_error(name):
+    """The recorded NumPy errors are NumPy's on this machine (another NumPy build or CPU
+    can differ: then re-measure before relaxing a bound against it)."""
+    assert numpy_float32_error(name) == pytest.approx(NUMPY_FRACTIONAL_ULP_FLOAT32[name],
+                                                      abs=0.01)
 
 
 def rare_arguments(name, dtype):
@@ -648,8 +702,11 @@ def test_power_float64_against_exact_values():
         f"x, y = {xs[worst]!r}, {ys[worst]!r}")
 
 
+POWER_FRACTIONAL_ULP_FLOAT32 = 0.6
+
+
 def test_power_float32_fractional_ulp_bound():
-    """float32 x ** y within 0.6 ulp (a fraction, not rounded) of the exact result (float64
+    """float32 x ** y within ``POWER_FRACTIONAL_ULP_FLOAT32`` (a fraction, not rounded) of the exact result (float64
     NumPy) on the sweep and on 3 million pairs whose results spread over every binade,
     and on bases and exponents a model uses (measured: 0.54, 0.53, 0.50)."""
     xs, ys = power_pairs(F32)
@@ -666,7 +723,7 @@ def test_power_float32_fractional_ulp_bound():
         spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
     errors = np.abs(actual[ordinary] - exact[ordinary]) / spacing
     worst = int(np.argmax(errors))
-    assert errors[worst] <= 0.6, (
+    assert errors[worst] <= POWER_FRACTIONAL_ULP_FLOAT32, (
         f"power float32: {errors[worst]:.3f} ulp at x, y = {xs[ordinary][worst]!r}, "
         f"{ys[ordinary][worst]!r}")
 

@@ -1,0 +1,77 @@
+"""Minimax polynomials with float32 coefficients for the float32 math library's fast paths
+(``codegen/math_log.py``, ...): the coefficients those modules hold are this script's
+output.
+
+    python docs/experiments/float32_polynomials/fit.py log
+
+A fit is a linear program on a dense grid (minimize the largest weighted error; HiGHS via
+scipy, scaled so its tolerances sit far below the error), then the coefficients are rounded
+to float32 one at a time, lowest power first, the rest refitted after each rounding. The
+target comes from mpmath at 80 bits. Printed: the weighted (relative) error as a power of
+two, and the coefficients.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mpmath
+import numpy as np
+from scipy.optimize import linprog
+
+mpmath.mp.prec = 80
+
+
+def minimax(target, basis, weight, grid, scale=2.0**24):
+    """Coefficients of ``basis`` minimizing max |weight (target - sum c_j basis_j)| on grid."""
+    columns = np.stack([b(grid) for b in basis], axis=1) * weight[:, None] * scale
+    sizes = np.max(np.abs(columns), axis=0)
+    columns = columns / sizes
+    wanted = target * weight * scale
+    count = columns.shape[1]
+    ones = np.ones((len(grid), 1))
+    result = linprog(np.r_[np.zeros(count), 1.0],
+                     A_ub=np.vstack([np.hstack([columns, -ones]), np.hstack([-columns, -ones])]),
+                     b_ub=np.concatenate([wanted, -wanted]),
+                     bounds=[(None, None)] * (count + 1), method="highs",
+                     options=dict(primal_feasibility_tolerance=1e-10,
+                                  dual_feasibility_tolerance=1e-10))
+    return result.x[:count] / sizes
+
+
+def fit_float32(target, basis, weight, grid):
+    """Fit, round the lowest coefficient to float32, refit the rest, and so on."""
+    coefficients = []
+    for j in range(len(basis)):
+        rest = target - sum(c * b(grid) for c, b in zip(coefficients, basis))
+        coefficients.append(float(np.float32(minimax(rest, basis[j:], weight, grid)[0])))
+    rest = target - sum(c * b(grid) for c, b in zip(coefficients, basis))
+    return coefficients, float(np.max(np.abs(rest * weight)))
+
+
+def grid_on(low, high, count=8001):
+    points = np.concatenate([np.linspace(low, high, count),
+                             np.cos(np.linspace(0, np.pi, count // 3)) * (high - low) / 2
+                             + (high + low) / 2])
+    return np.unique(points[np.abs(points) > 1e-7])
+
+
+def fit_logs():
+    """log_b(1 + r) on [sqrt(2)/2 - 1, sqrt(2) - 1]: log as r + r^2 P(r) (P of degree 7),
+    log2 and log10 as r c + r Q(r) (c = 1/ln b in float32, Q of degree 8: its constant term
+    takes up c's rounding); weight: the relative error of the whole."""
+    grid = grid_on(-0.29289323, 0.41421357)
+    for base, scale in (("log", 1), ("log2", 1 / mpmath.log(2)), ("log10", 1 / mpmath.log(10))):
+        c = float(np.float32(float(scale)))
+        exact = [mpmath.log1p(mpmath.mpf(r)) * scale for r in grid]
+        target = np.array([float((e - mpmath.mpf(r) * c) / mpmath.mpf(r))
+                           for e, r in zip(exact, grid)])
+        weight = np.abs(grid / np.array([float(e) for e in exact]))
+        powers = range(1, 9) if base == "log" else range(0, 9)
+        basis = [lambda r, j=j: r**j for j in powers]
+        coefficients, error = fit_float32(target, basis, weight, grid)
+        print(f"{base}: c = {c!r}, within 2^{np.log2(error):.2f}: {coefficients}")
+
+
+if __name__ == "__main__":
+    {"log": fit_logs}[sys.argv[1]]()

@@ -58,7 +58,8 @@ def build_pointwise(kernel):
         kernel.loop(kernel.dim(size_of(shape)) if shape else const(1),
                     lambda ix: kernel.store(root.name, FlatIndex(ix.value),
                                             kernel.compute(eqn, FlatIndex(ix.value)),
-                                            root.aval.dtype), inner=True, split=bool(shape))
+                                            root.aval.dtype), inner=True, split=bool(shape),
+                    flat=True)
     else:
         kernel.loops(shape, lambda index: kernel.store(
             root.name, index, kernel.compute(eqn, index), root.aval.dtype),

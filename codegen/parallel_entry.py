@@ -15,6 +15,10 @@ from llvmlite import ir
 from .kernel_index import I64, PTR, DimValues, const
 from .parallel import PARALLEL_THRESHOLD, POOL_FIELDS, THREADS
 
+# Elements in a chunk of a flat loop that names its vector width (``KernelBuilder.loop``):
+# a multiple of any vector (16 float32 lanes) times LLVM's interleaving (up to 4).
+ALIGNED_CHUNK = 64
+
 
 def entry_function(kernel, split):
     """``void kernel(arguments...)``, the function the program calls for ``kernel`` (a
@@ -61,6 +65,9 @@ def entry_function(kernel, split):
         builder.store(value, slot)
     pieces = builder.mul(threads, const(4))
     chunk = builder.sdiv(builder.add(extent, builder.sub(pieces, const(1))), pieces)
+    if kernel.aligned_chunks:  # a whole number of vectors: only the last chunk has a tail
+        chunk = builder.and_(builder.add(chunk, const(ALIGNED_CHUNK - 1)),
+                             const(-ALIGNED_CHUNK))
     builder.call(program.parallel_for(), [pool, trampoline(kernel), context, extent, chunk])
     builder.ret_void()
     return entry

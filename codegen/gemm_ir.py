@@ -134,6 +134,15 @@ class Emitter:
         self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
                                f"llvm.fma.v{isa.lanes}{isa.suffix}")
         self.masked_loads, self.masked_stores = {}, {}
+        self.prefetch_function = None
+
+    def prefetch_for_write(self, builder, pointer):
+        """Ask for ``pointer``'s cache line in L1, to be written (never faults)."""
+        if self.prefetch_function is None:
+            self.prefetch_function = ir.Function(self.module, ir.FunctionType(
+                VOID, [PTR, I32, I32, I32]), "llvm.prefetch.p0")
+        write, keep_in_l1, data = (ir.Constant(I32, value) for value in (1, 3, 1))
+        builder.call(self.prefetch_function, [pointer, write, keep_in_l1, data])
 
     def ir_text(self):
         """The module's IR, every definition carrying the instruction set's attributes."""

@@ -219,6 +219,11 @@ def _flip_a_middle_byte(path, other):
     path.write_bytes(bytes(data))
 
 
+def _empty(path, other):
+    """What a crash can leave of an entry written without fsync (cache_trust.write)."""
+    path.write_bytes(b"")
+
+
 def _delete(path, other):
     path.unlink()
 
@@ -228,7 +233,7 @@ def _replace_with_another_keys_entry(path, other):
 
 
 DAMAGE = {"truncated": _truncate, "garbage": _garbage, "flipped-byte": _flip_a_middle_byte,
-          "deleted": _delete, "foreign": _replace_with_another_keys_entry}
+          "empty": _empty, "deleted": _delete, "foreign": _replace_with_another_keys_entry}
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))

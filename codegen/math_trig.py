@@ -464,41 +464,32 @@ def _tan_wide(builder, x):
     return _finished_wide(builder, x, result, wide, magnitude, wide_f, double)
 
 
-# tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction's reach), within 2^-28 of
-# tan(r): a weighted least-squares (Lawson) fit, coefficients rounded to float32 one by one
-# with the rest refitted.
-_TAN_F32 = (0.3333337604999542, 0.13331788778305054, 0.05415580794215202, 0.020802965387701988,
-            0.012037880718708038, -0.0013847742229700089, 0.005079736467450857)
+# tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction's reach), within 2^-28.0
+# of tan(r): a minimax fit with float32 coefficients (docs/experiments/float32_polynomials/
+# fit.py tan; six terms reach 2^-24.5 only, up to 0.7 ulp of it).
+_TAN_F32 = (0.3333337604999542, 0.13331781327724457, 0.054157089442014694,
+            0.020795151591300964, 0.012059646658599377, -0.001413032179698348,
+            0.005093606188893318)
 
 
 def _tan_float32(builder, x):
-    """float32 tan below ``FAST_LIMIT_F32``: one reduction to r = hi + lo, tan(r) as the
-    float-float hi + (hi^3 T(hi^2) + lo (1 + tan^2 hi)), and in odd quadrants -1/tan(r)
-    from one division corrected by its exact residual (the float-float's low part in it):
-    within 1 ulp of the exact result (the polynomial part's roundings, up to a quarter of
-    the result near pi/4, count), at the cost of sin plus a division."""
+    """float32 tan below ``FAST_LIMIT_F32``: one reduction to r = hi + lo, tan(r) = hi +
+    (hi^3 T(hi^2) + lo (1 + hi^2)) rounded once, and -1/tan(r) in odd quadrants by one
+    division: within NumPy's own float32 error (see ``codegen/mathlib.py``), where the
+    float-float quotient this replaced was within 1 ulp at 1.7 times the cost."""
     f = Float(x.type)
-    one = f.const(1.0)
     magnitude = fabs(builder, x)
     quadrant, hi, lo = _reduce_half_pi_float32(builder, magnitude)
     z = builder.fmul(hi, hi)
-    z_error = fma(builder, hi, hi, builder.fneg(z))  # exact
-    polynomial = horner(builder, z, _TAN_F32)
-    # w = (z + z_error) T(z) ~ tan(hi)/hi - 1, rounded once
-    w = fma(builder, z, polynomial, builder.fmul(z_error, polynomial))
-    rough = fma(builder, hi, w, hi)
-    secant_squared = fma(builder, rough, rough, one)
-    tail = fma(builder, hi, w, builder.fmul(lo, secant_squared))
-    tangent, tangent_low = fast_two_sum(builder, hi, tail)
-    inverse = builder.fdiv(one, tangent)
-    residual = fma(builder, builder.fneg(inverse), tangent, one)  # exact
-    residual = fma(builder, builder.fneg(inverse), tangent_low, residual)
-    cotangent = fma(builder, residual, inverse, inverse)
+    # lo's factor sec^2(hi) = 1 + tan^2(hi) to 1 + hi^2: lo is below 2^-23 |hi|
+    tail = fma(builder, builder.fmul(hi, z), horner(builder, z, _TAN_F32),
+               fma(builder, lo, z, lo))
+    tangent = builder.fadd(hi, tail)
     odd = builder.trunc(quadrant, f.like(I1))
-    result = builder.select(odd, cotangent, tangent)
-    # -cot in odd quadrants, and tan(-x) = -tan(x)
-    negate = builder.xor(odd, builder.icmp_signed("<", builder.bitcast(x, f.int), f.iconst(0)))
-    result = builder.select(negate, builder.fneg(result), result)
+    result = builder.select(odd, builder.fdiv(f.const(-1.0), tangent), tangent)
+    # tan(-x) = -tan(x)
+    negative = builder.icmp_signed("<", builder.bitcast(x, f.int), f.iconst(0))
+    result = builder.select(negative, builder.fneg(result), result)
     rare = builder.fcmp_unordered(">=", magnitude, f.const(FAST_LIMIT_F32))
     return rare_path(builder, "tan", rare, result, x, _tan_wide)
 

@@ -1,8 +1,8 @@
 """Minimax polynomials with float32 coefficients for the float32 math library's fast paths
-(``codegen/math_log.py``, ...): the coefficients those modules hold are this script's
-output.
+(``codegen/math_log.py``, ``codegen/math_trig.py``): the coefficients those modules hold
+are this script's output.
 
-    python docs/experiments/float32_polynomials/fit.py log
+    python docs/experiments/float32_polynomials/fit.py log   (or tan)
 
 A fit is a linear program on a dense grid (minimize the largest weighted error; HiGHS via
 scipy, scaled so its tolerances sit far below the error), then the coefficients are rounded
@@ -73,5 +73,18 @@ def fit_logs():
         print(f"{base}: c = {c!r}, within 2^{np.log2(error):.2f}: {coefficients}")
 
 
+def fit_tan():
+    """tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction by pi/2 reaches a
+    little beyond pi/4), T of degree 6 in r^2; weight: the relative error of tan."""
+    grid = grid_on(1e-4, 0.83)
+    exact = [mpmath.tan(mpmath.mpf(r)) for r in grid]
+    target = np.array([float((e - mpmath.mpf(r)) / mpmath.mpf(r) ** 3)
+                       for e, r in zip(exact, grid)])
+    weight = np.abs(grid**3 / np.array([float(e) for e in exact]))
+    coefficients, error = fit_float32(target, [lambda r, j=j: r ** (2 * j) for j in range(7)],
+                                      weight, grid)
+    print(f"tan: within 2^{np.log2(error):.2f}: {coefficients}")
+
+
 if __name__ == "__main__":
-    {"log": fit_logs}[sys.argv[1]]()
+    {"log": fit_logs, "tan": fit_tan}[sys.argv[1]]()

@@ -69,6 +69,7 @@ def reverse(context, outputs, seeds, wrt, since=0):
     ``tracejit.tracer.loop_autodiff`` (the reverse of a loop is a loop). Returns one tracer per
     ``wrt`` (zeros where no gradient flows)."""
     body = [item for item in context.body[since:] if isinstance(item, Eqn)]
+    backward_from = len(context.body)
     wrt_names = [tracer.ir_var.name for tracer in wrt]
     depends = set(wrt_names)
     for eqn in body:
@@ -110,6 +111,9 @@ def reverse(context, outputs, seeds, wrt, since=0):
                 value = cotangent(eqn.prim, argnum, g, primals, out, params)
                 if value is not None:
                     accumulate(atom.name, value)
+    # The backward half, for tracejit.tracer.discontinuities: its masks pick derivatives.
+    context.gradient_vars = getattr(context, "gradient_vars", frozenset()) | {
+        item.out.name for item in context.body[backward_from:] if isinstance(item, Eqn)}
     return [cotangents.get(name) if cotangents.get(name) is not None else zeros_like(tracer)
             for name, tracer in zip(wrt_names, wrt)]
 

@@ -170,9 +170,11 @@ def _defined_vars(graph):
 
 # --- the slice: bounds of the values a guard reads ----------------------------------------
 class _Slice:
-    """Bounds of the graph's values, computed on demand (memoized) from ``RULES``."""
+    """Bounds of the graph's values, computed on demand (memoized) from ``RULES``.
+    ``cheap``: contractions take a bound costing no contraction (``margin_rules``)."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, cheap=False):
+        self.cheap = cheap
         self.emitter = _Emitter(graph)
         self.producers = {eqn.out.name: eqn for eqn in graph.equations}
         self.bounds = {}

@@ -237,6 +237,11 @@ class Graph:
     outputs: tuple
     symbols: tuple = ()
     shape_guards: tuple = ()
+    # Names of the values reverse mode recorded (the backward half of a joint forward +
+    # backward graph): a discontinuity there picks a one-sided derivative at a kink, which
+    # tracejit.tracer.discontinuities does not check. Not part of the graph's identity or
+    # text (a parsed graph has none: every discontinuity is then checked).
+    gradient_vars: frozenset = field(default=frozenset(), compare=False)
 
     @property
     def equations(self):

@@ -69,6 +69,7 @@ TANH_SATURATED = {np.dtype(np.float32): 10.0, np.dtype(np.float64): 20.0}
 # in 8 accumulators (depth <= 15 + 3 + 7), halves above that, one more add into the
 # reduction's output, and chunks of 8192 when the reduction buffers.
 PAIRWISE_BLOCK_DEPTH = 27
+PAIRWISE_BLOCK = 128
 BUFFER_SIZE = 8192
 
 
@@ -335,8 +336,14 @@ def _extremum(ctx, eqn, bounds):
         return None
     if is_bool(eqn.out):
         return _logical(ctx, eqn, bounds)
-    numbers = [ctx.as_number(a, b) or number(0.0) for a, b in zip(eqn.inputs, bounds)]
-    return ctx.fit(ctx.maximum(*numbers), eqn.out.aval.shape)
+    a, b = eqn.inputs
+    ea, eb = (ctx.as_number(x, e) or number(0.0) for x, e in zip(eqn.inputs, bounds))
+    # Where one operand surely wins on both sides, only its bound carries (a relu's zeros
+    # are exact zeros: max pooling over them ties exactly on both sides).
+    apart = ctx.mul(ctx.add(ea, eb), number(INFLATE))
+    picked = ctx.where(ctx.greater(ctx.sub(a, b), apart), ea, ctx.where(
+        ctx.greater(ctx.sub(b, a), apart), eb, ctx.maximum(ea, eb)))
+    return ctx.fit(picked, eqn.out.aval.shape)
 
 
 def _compare(ctx, eqn, bounds):
@@ -451,7 +458,11 @@ def _numpy_depth(ctx, eqn):
     pairwise = len(varying) == 1 and len([d for d in reduced if not (
         isinstance(d, int) and d == 1)]) == 1
     depth = count
-    if pairwise and count > 1:
+    if pairwise and 8 <= count <= PAIRWISE_BLOCK:
+        # One block: 8 accumulators of count // 8 terms, 3 levels joining them, then the
+        # count % 8 (<= 7) remaining terms one by one.
+        depth = min(count, count // 8 + 9)
+    elif pairwise and count > 1:
         depth = min(count, PAIRWISE_BLOCK_DEPTH + math.ceil(math.log2(count))
                     + math.ceil(count / BUFFER_SIZE))
     return depth + 2
@@ -549,6 +560,15 @@ def _any_all(ctx, eqn, bounds):
 
 
 def _matmul(ctx, eqn, bounds):
+    if getattr(ctx, "cheap", False):
+        a, b = eqn.inputs
+        row_axis = (len(a.aval.shape) - 1,)
+        column_axis = (max(len(b.aval.shape) - 2, 0),)
+        return _cheap_contraction(ctx, eqn, bounds, a.aval.shape[-1],
+                                  lambda full: ctx.emit(sum_p, full, axes=row_axis,
+                                                        keepdims=True),
+                                  lambda full: ctx.emit(max_p, full, axes=column_axis,
+                                                        keepdims=True))
     return _sum_of_products(ctx, eqn, bounds, eqn.inputs[0].aval.shape[-1],
                             lambda left, right: ctx.emit(matmul_p, left, right))
 
@@ -569,8 +589,60 @@ def _convolution(ctx, eqn, bounds):
         depth = x.aval.shape[1] // params["groups"] * params["kernel"][0] * params["kernel"][1]
     else:
         depth = second.aval.shape[0] * second.aval.shape[2] * second.aval.shape[3]
+    if getattr(ctx, "cheap", False):
+        # No cheap model: a check reading the product would keep a fused epilogue (bias,
+        # relu, a mask) off the register tiles, a second pass over every output.
+        raise Unbounded()
     return _sum_of_products(ctx, eqn, bounds, depth,
                             lambda left, right: ctx.emit(eqn.prim, left, right, **params))
+
+
+def _cheap_contraction(ctx, eqn, bounds, depth, summed, peak):
+    """A bound of a contraction costing no contraction: ``sum_k |a_k| |b_k| <= (sum_k
+    |a_k|) max_k |b_k|``, with ``summed`` reducing the first operand (values plus bounds)
+    and ``peak`` the second, each to a shape that broadcasts to the output's (or has its
+    size). Looser than ``|A| @ |B|`` by a few times on random data, which a float64 check
+    of ~1e-13 relative never notices, and cheap enough for every discontinuity check.
+    Float64 only: a float32 contraction has no error model here (below)."""
+    (a, b), (ea, eb) = eqn.inputs, bounds
+    if not is_float(eqn.out) or eqn.out.aval.dtype != F64:
+        # float32: ~K u32 of the magnitudes after one layer (1e-4 at K = 784), growing
+        # layer by layer to the size of the values: a check would fail on every call
+        # (a float32 classifier's argmax would always run eagerly). No error model.
+        if not is_float(eqn.out) and ea is None and eb is None:
+            return None
+        raise Unbounded()
+    dtype = eqn.out.aval.dtype
+    u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
+    depth = _largest(ctx, depth)
+    shape = tuple(eqn.out.aval.shape)
+
+    def shaped(atom):
+        if isinstance(atom, Literal) or tuple(atom.aval.shape) == shape:
+            return atom
+        if len(atom.aval.shape) != len(shape):  # a vector operand's unit dim: same size
+            return ctx.emit(reshape_p, atom, shape=shape)
+        return ctx.fit(atom, shape)
+
+    def full(atom, e):
+        return ctx.abs(atom) if e is None else ctx.add(ctx.abs(atom), ctx.fit(
+            ctx.as_number(atom, e), atom.aval.shape))
+
+    total = ctx.mul(summed(full(a, ea)), peak(full(b, eb)))
+    terms = []
+    if ea is not None:
+        spread = ctx.fit(ctx.as_number(a, ea), a.aval.shape)
+        terms.append(ctx.mul(summed(ctx.emit(broadcast_to_p, spread, shape=tuple(
+            a.aval.shape)) if tuple(spread.aval.shape) != tuple(a.aval.shape) else spread),
+            peak(full(b, eb))))
+    if eb is not None:
+        spread = ctx.fit(ctx.as_number(b, eb), b.aval.shape)
+        terms.append(ctx.mul(summed(ctx.abs(a)), peak(ctx.emit(
+            broadcast_to_p, spread, shape=tuple(b.aval.shape)) if tuple(
+            spread.aval.shape) != tuple(b.aval.shape) else spread)))
+    terms.append(ctx.mul(total, number((depth + 2) * 2 * u * INFLATE)))
+    bound = ctx.plus(*terms)
+    return ctx.add(shaped(bound), number(4 * depth * eta))
 
 
 def _sum_of_products(ctx, eqn, bounds, depth, contract):

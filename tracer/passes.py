@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .discontinuities import check_discontinuities
 from .guard_margins import add_guard_margins
 from .ir import Eqn, Var, verify
 from .loop_vectorize import vectorize_loops
@@ -63,6 +64,9 @@ PIPELINE = [
      "reductions, masks); compute it once"),
     (eliminate_dead_code, "tracing records what the function computed but never used "
      "(discarded values, shape probes)"),
+    (check_discontinuities, "floor, astype(int), //, %, sign, masks and argmax turn our "
+     "last-bit differences from NumPy into whole units: near a jump, eager decides (before "
+     "the guard margins, which would otherwise find their own bound equations here)"),
     (add_guard_margins, "a guard on a value we round differently from NumPy must not decide "
      "differently: a margin inside the rounding bound lets eager decide"),
     (eliminate_common_subexpressions, "margins of several guards repeat |x| and bounds"),

@@ -343,6 +343,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             tuple(outputs),
             tuple(self.symbols.values()),
             tuple(unique_guards(self.shape_guards)),
+            frozenset(getattr(self, "gradient_vars", ())),
         )
 
 

@@ -80,7 +80,10 @@ def test_compiled_values_are_within_the_bound_of_numpys(name, dtype):
                               graph.symbols, graph.shape_guards)
     worst = 0.0
     for x in _inputs(rng, n, dtype, 200):
-        compiled = np.asarray(program(x)[0], np.float64)
+        try:
+            compiled = np.asarray(program(x)[0], np.float64)
+        except codegen.SideExit:  # a jump within the bound (tracer/discontinuities.py)
+            continue
         value = _numpy_values(bounded, [x])
         expected = np.asarray(value(output), np.float64)
         limit = np.asarray(value(bound), np.float64)

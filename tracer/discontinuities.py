@@ -1,0 +1,363 @@
+"""Discontinuity checks: a whole-unit jump NumPy does not take is a wrong answer.
+
+Compiled sums and math round differently from NumPy in the last bits (``np.full(45,
+0.1).sum()`` is 4.5 compiled and 4.499999999999998 in NumPy). Where that value flows on
+through continuous operations the difference stays in the last bits; where it meets an
+operation whose result *jumps* (``np.floor``, ``astype(int)``, ``//``, ``%``, ``np.sign``,
+a comparison used as a mask or counted, ``argmax``), it becomes a whole unit, a flipped
+mask element or another index::
+
+    np.floor(x.mean() * 10)            # 1.0 compiled, NumPy 0.0
+    (x.sum(axis=1) > 4.5).sum()        # 3 compiled, NumPy 0
+
+``check_discontinuities`` gives every such equation whose operands carry a rounding bound
+(``tracejit.tracer.guard_margins``' bound builder, rules in ``margin_rules``) a ``margin``
+guard (expected False) on "some element lies within its bound of a jump": when it fails
+the call runs eagerly, so NumPy decides, as a guard margin does for an ``if``. Once the
+check passed, the equation's result is NumPy's exactly, so its consumers see no bound.
+
+Why checks and not NumPy's summation order: reproducing NumPy's pairwise sum would make a
+contiguous 1-D float64 ``sum`` bit-equal, but not an axis reduction of a 2-D array, a float32
+sum (ours accumulates in float64), a mean (a reciprocal multiply), a matmul (BLAS's order)
+or a math function, so it cannot make the class correct; a check can, at the cost of a few
+fused pointwise operations and one ``any`` per discontinuous equation. Contractions get a
+cheap bound here (``_Slice(cheap=True)``: a row's L1 norm times a column's largest
+magnitude, not ``|A| @ |B|``), so the check never costs another matmul.
+On ordinary data the checks hold (elements are far from jumps compared with ~1e-13
+relative), so calls stay compiled; ``tests/tracer/test_discontinuities.py`` checks both.
+
+Not checked (the difference from NumPy stays possible there):
+
+* reverse mode's own masks (``Graph.gradient_vars``: relu's ``h > 0``, max's winners): they
+  pick a one-sided derivative at a kink, and in float32 a check on them would fail on
+  every training step;
+* values downstream of a float32 matmul: the worst-case bound is ~K u32 of the magnitudes
+  after one layer and grows with each, so the check would fail on every call (a float32
+  classifier's ``argmax`` would always run eagerly); float32 sums, means and elementwise
+  math are checked;
+* values downstream of a convolution: a check reading the product would keep its fused
+  epilogue (bias, relu, masks) off the register tiles;
+* operands with no error model (a loop's results, float ``prod``) and equations inside
+  loop bodies.
+
+Equations whose only readers are ``bool``/``int``/``index`` guards are left to the guard
+margins already on those guards. ``np.where(c, a, b)`` reading a comparison (and nothing
+else reading it) is checked only where a flip would move the result beyond rounding:
+``np.where(h > 0, h, 0.01 * h)`` meets at the threshold, ``np.where(s > 0, 1, -1)`` jumps.
+
+>>> import numpy as np
+>>> from tracejit.tracer.tracing import trace
+>>> from tracejit.tracer.passes import optimize
+>>> t = trace(lambda x: np.floor(x.sum() * 10), np.full(45, 0.1))
+>>> [g.convert for g in optimize(t.graph).guards]
+['margin']
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .guard_margins import _Slice
+from .ir import Eqn, Guard, Literal, Var
+from .margin_rules import ALWAYS, INF, INFLATE, RULES, is_bool, is_float, number, unit_roundoff
+from .ops import (
+    any_p,
+    cast_p,
+    floor_p,
+    full_p,
+    greater_equal_p,
+    greater_p,
+    isfinite_p,
+    less_equal_p,
+    max_p,
+    neg_p,
+    not_equal_p,
+    sum_p,
+)
+
+F64_ROUNDOFF = unit_roundoff(np.float64)
+
+
+def _jump(ctx, eqn, bounds):
+    """floor, ceil, rint, trunc: the rule's bound is the jump inside the operand's bound."""
+    return ctx.mask(RULES[eqn.prim.name](ctx, eqn, bounds)), None
+
+
+def _cast(ctx, eqn, bounds):
+    (x,), (e,) = eqn.inputs, bounds
+    target = eqn.out.aval.dtype
+    if target.kind == "f" or e is None:
+        return None  # a float target rounds; it does not jump
+    if is_bool(eqn.out):
+        return ctx.truth(x, e), None
+    return ctx.mask(RULES["cast"](ctx, eqn, bounds)), None
+
+
+def _compare(ctx, eqn, bounds):
+    group = _extremum_equality(ctx, eqn)
+    if group is not None:
+        return group, None
+    undecided = RULES[eqn.prim.name](ctx, eqn, bounds)
+    selects = _selects(ctx, eqn)
+    if not selects:
+        return undecided, None
+    # Only np.where reads it: a flip there moves the result by |a - b|, which is rounding
+    # when the branches meet at the threshold (np.where(h > 0, h, 0.01 * h), a clip); only
+    # a flip between branches apart (np.where(s > 0, 1, -1)) jumps. Its bound stays on for
+    # the where's rule, and the check goes before the last where (it reads their branches).
+    if len({tuple(select.out.aval.shape) for select in selects}) > 1:
+        return undecided, None
+    _split(ctx)
+    jumps = None
+    for select in selects:
+        _, a, b = select.inputs
+        ea, eb = (ctx.as_number(atom, ctx.bound(atom) if isinstance(atom, Var) else None)
+                  or number(0.0) for atom in (a, b))
+        u = unit_roundoff(select.out.aval.dtype)  # (not the where's result: not yet there)
+        meet = ctx.add(ctx.mul(ctx.add(ea, eb), number(INFLATE)),
+                       ctx.mul(ctx.add(ctx.abs(a), ctx.abs(b)), number(4 * u)))
+        apart = ctx.not_(ctx.emit(less_equal_p, ctx.abs(ctx.sub(a, b)), meet))
+        jump = ctx.and_(ctx.fit(undecided, select.out.aval.shape), apart)
+        jumps = jump if jumps is None else ctx.or_(jumps, jump)
+    return jumps, undecided, max(ctx.position[select.out.name] for select in selects)
+
+
+def _split(ctx):
+    """What was emitted so far reads only values defined before the equation: it goes
+    there. What follows goes later (before the last where), and the bounds it memoizes
+    are forgotten afterwards, so no check placed earlier reads them."""
+    ctx.early.extend(ctx.emitter.pending)
+    ctx.emitter.pending = []
+    ctx.snapshot = dict(ctx.bounds)
+
+
+def _selects(ctx, eqn):
+    """The np.where equations reading ``eqn``'s result, if they are its only readers and
+    read it only as their condition (else None)."""
+    readers = ctx.readers.get(eqn.out.name, ())
+    if not readers or not all(isinstance(reader, Eqn) and reader.prim.name == "where" and
+                              reader.inputs[0] == eqn.out and eqn.out not in reader.inputs[1:]
+                              for reader in readers):
+        return None
+    return list({reader.out.name: reader for reader in readers}.values())
+
+
+def _classify(ctx, eqn, bounds):
+    """isnan, isinf, isfinite."""
+    return RULES[eqn.prim.name](ctx, eqn, bounds), None
+
+
+def _sign(ctx, eqn, bounds):
+    (x,), (e,) = eqn.inputs, bounds
+    return (e if is_bool(x) else ctx.undecided(ctx.abs(x), ctx.as_number(x, e))), None
+
+
+def _quotient(ctx, eqn, bounds):
+    """For ``a // b`` and ``a % b`` of floats: the quotient ``a / b`` in float64 and a bound
+    on how far NumPy's exact quotient may be from it."""
+    (a, b), (ea, eb) = eqn.inputs, bounds
+    ea, eb = ctx.as_number(a, ea) or number(0.0), ctx.as_number(b, eb) or number(0.0)
+    magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
+    quotient = ctx.div(a, b)
+    numerator = ctx.add(ctx.mul(magnitude_a, eb), ctx.mul(magnitude_b, ea))
+    carried = ctx.where(ctx.greater(magnitude_b, eb),
+                        ctx.div(numerator, ctx.mul(magnitude_b, ctx.sub(magnitude_b, eb))), INF)
+    # Our float64 division rounds once; NumPy's (a - fmod(a, b)) / b in the operands' dtype
+    # rounds the near-integer quotient once more.
+    own = ctx.mul(ctx.abs(quotient), number(2 * F64_ROUNDOFF + 4 * unit_roundoff(
+        eqn.out.aval.dtype)))
+    return quotient, ctx.mul(ctx.add(carried, own), number(INFLATE))
+
+
+def _divmod(ctx, eqn, bounds):
+    """floor_divide and mod: a jump wherever the quotient crosses an integer."""
+    (a, b), (ea, eb) = eqn.inputs, bounds
+    if not is_float(eqn.out):
+        # Integer operands with a bound (rare: casts are checked): any bounded element.
+        masks = [ctx.mask(ctx.as_number(atom, e)) for atom, e in zip((a, b), (ea, eb))
+                 if e is not None]
+        mask = masks[0] if len(masks) == 1 else ctx.or_(*masks)
+        return ctx.fit(mask, eqn.out.aval.shape), None
+    quotient, spread = _quotient(ctx, eqn, bounds)
+    low = ctx.emit(floor_p, ctx.sub(quotient, spread))
+    high = ctx.emit(floor_p, ctx.add(quotient, spread))
+    finite = ctx.emit(isfinite_p, ctx.add(quotient, spread))
+    mask = ctx.or_(ctx.emit(not_equal_p, low, high), ctx.not_(finite))
+    after = None
+    if eqn.prim.name == "mod":
+        # a % b = a - k b with k the same integer on both sides: apart by ea + |k| eb, and
+        # by one rounding of the result (NumPy's fmod is exact; the sign fix adds b).
+        ea_n = ctx.as_number(a, ea) or number(0.0)
+        eb_n = ctx.as_number(b, eb) or number(0.0)
+        carried = ctx.add(ea_n, ctx.mul(ctx.abs(low), eb_n))
+        after = ctx.fit(ctx.plus(ctx.mul(carried, number(INFLATE)), ctx.rounding(eqn.out)),
+                        eqn.out.aval.shape)
+    return ctx.fit(mask, eqn.out.aval.shape), after
+
+
+def _group_ambiguity(ctx, x, e, axes, largest):
+    """Over ``axes`` (keepdims): could the extreme of ``x`` sit at another element, or tie
+    differently, on NumPy's side? Candidates are the elements whose value could reach the
+    surest extreme (``x + e >= max(x - e)``); one candidate, or exact candidates only,
+    decide. NaN anywhere: undecided."""
+    if not largest:
+        x = ctx.emit(neg_p, ctx.f64(x))
+    e = ctx.spread(ctx.as_number(x, e), x.aval.shape)
+    surest = ctx.emit(max_p, ctx.sub(x, e), axes=axes, keepdims=True)
+    candidates = ctx.emit(greater_equal_p, ctx.add(x, e), surest)
+    count = ctx.emit(sum_p, ctx.emit(cast_p, candidates, dtype=np.dtype(np.int64)), axes=axes,
+                     keepdims=True)
+    inexact = ctx.emit(any_p, ctx.and_(candidates, ctx.greater(e, number(0.0))), axes=axes,
+                       keepdims=True)
+    several = ctx.emit(greater_p, count, Literal.of(np.int64(1)))
+    return ctx.or_(ctx.and_(several, inexact), ctx.emit(not_equal_p, surest, surest))
+
+
+def _arg_extremum(ctx, eqn, bounds):
+    (x,), (e,) = eqn.inputs, bounds
+    params = eqn.params_dict
+    mask = _group_ambiguity(ctx, x, e, (params["axis"],), eqn.prim.name == "argmax")
+    return mask, None
+
+
+def _extremum_equality(ctx, eqn):
+    """``x == max(x)`` broadcast back (the VJP of max/min picks its winners so): the winners
+    are NumPy's unless the group's extreme is ambiguous (elementwise, the winner itself is
+    always within its bound of the max)."""
+    if eqn.prim.name != "equal":
+        return None
+    for data, other in (eqn.inputs, eqn.inputs[::-1]):
+        reduced = _through_views(ctx, other)
+        if reduced is not None and reduced.prim.name in ("max", "min") and (
+                reduced.inputs[0] == data):
+            e = ctx.bound(data)
+            if e is None:
+                return None
+            mask = _group_ambiguity(ctx, data, e, tuple(reduced.params_dict["axes"]),
+                                    reduced.prim.name == "max")
+            return ctx.fit(mask, eqn.out.aval.shape)
+    return None
+
+
+def _through_views(ctx, atom):
+    """The equation producing ``atom`` past reshapes and broadcasts (None for inputs)."""
+    while isinstance(atom, Var) and atom.name in ctx.producers:
+        eqn = ctx.producers[atom.name]
+        if eqn.prim.name not in ("reshape", "broadcast_to"):
+            return eqn
+        atom = eqn.inputs[0]
+    return None
+
+
+# What could jump, and how to tell: rule(slice, eqn, bounds) -> (mask, bound after the
+# check) or None (no jump here, e.g. a cast to float).
+AMBIGUITY = {
+    "floor": _jump,
+    "ceil": _jump,
+    "rint": _jump,
+    "trunc": _jump,
+    "cast": _cast,
+    "equal": _compare,
+    "not_equal": _compare,
+    "less": _compare,
+    "less_equal": _compare,
+    "greater": _compare,
+    "greater_equal": _compare,
+    "isnan": _classify,
+    "isinf": _classify,
+    "isfinite": _classify,
+    "sign": _sign,
+    "floor_divide": _divmod,
+    "mod": _divmod,
+    "argmax": _arg_extremum,
+    "argmin": _arg_extremum,
+}
+
+# Guards whose predicates get their own margins (tracejit.tracer.guard_margins).
+_MARGINED = ("bool", "int", "index")
+
+
+def _readers(graph):
+    readers = {}
+    for item in graph.body:
+        atoms = (item.predicate,) if isinstance(item, Guard) else getattr(item, "inputs", ())
+        for atom in atoms:
+            if isinstance(atom, Var):
+                readers.setdefault(atom.name, []).append(item)
+    for atom in graph.outputs:
+        if isinstance(atom, Var):
+            readers.setdefault(atom.name, []).append(None)
+    return readers
+
+
+def _only_margined_guards(readers):
+    return bool(readers) and all(isinstance(reader, Guard) and reader.convert in _MARGINED
+                                 for reader in readers)
+
+
+def _unbounded(bound):
+    return bound is INF or bound is ALWAYS or (isinstance(bound, Literal) and (
+        bound.value is True or not np.isfinite(float(bound.value))))
+
+
+def _split(ctx):
+    """What was emitted so far reads only values defined before the equation: it goes
+    there. What follows goes later (before the last where), and the bounds it memoizes
+    are forgotten afterwards, so no check placed earlier reads them."""
+    ctx.early.extend(ctx.emitter.pending)
+    ctx.emitter.pending = []
+    ctx.snapshot = dict(ctx.bounds)
+
+
+def check_discontinuities(graph):
+    """Insert, before each equation that jumps and reads bounded operands, the equations of
+    its ambiguity mask and a ``margin`` guard on ``any(mask)``."""
+    ctx = _Slice(graph, cheap=True)
+    readers = ctx.readers = _readers(graph)
+    ctx.position = {item.out.name: index for index, item in enumerate(graph.body)
+                    if isinstance(item, Eqn)}
+    inserts = {}
+    for index, item in enumerate(graph.body):
+        if not isinstance(item, Eqn) or item.prim.name not in AMBIGUITY:
+            continue
+        if item.out.name in graph.gradient_vars:
+            continue  # reverse mode's masks: a one-sided derivative at a kink
+        if _only_margined_guards(readers.get(item.out.name, ())):
+            continue
+        bounds = [ctx.bound(atom) if isinstance(atom, Var) else None for atom in item.inputs]
+        if all(bound is None for bound in bounds) or any(_unbounded(b) for b in bounds):
+            continue
+        ctx.early, ctx.snapshot = [], None
+        checked = AMBIGUITY[item.prim.name](ctx, item, bounds)
+        if checked is None:
+            continue
+        mask, after, at = checked if len(checked) == 3 else (*checked, index)
+        if ctx.snapshot is not None:
+            ctx.bounds = ctx.snapshot
+        ctx.bounds[item.out.name] = after  # past the check, NumPy's value (or this close)
+        inserts.setdefault(index, []).extend(ctx.early)
+        pending, ctx.emitter.pending = ctx.emitter.pending, []
+        if mask is None or isinstance(mask, Literal) and not bool(mask.value):
+            inserts.setdefault(at, []).extend(pending)
+            continue
+        if isinstance(mask, Literal):  # surely ambiguous: a guard needs a value to read
+            mask = ctx.emit(full_p, shape=(), value=True, dtype=np.dtype(np.bool_))
+        elif mask.aval.shape:
+            mask = ctx.emit(any_p, mask, axes=tuple(range(len(mask.aval.shape))),
+                            keepdims=False)
+        pending.extend(ctx.emitter.pending)
+        ctx.emitter.pending = []
+        inserts.setdefault(at, []).extend(pending)
+        inserts[at].append(Guard(mask, "margin", False, None))
+    if not inserts:
+        return graph
+    body = []
+    for index, item in enumerate(graph.body):
+        body.extend(inserts.get(index, ()))
+        body.append(item)
+    return replace(graph, body=tuple(body))
+
+
+__all__ = ["AMBIGUITY", "check_discontinuities"]

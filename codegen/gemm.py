@@ -26,7 +26,7 @@ Where the parts live (the design and its measurements: ``docs/experiments/sgemm_
   object code compiled once per machine into the disk cache, loading, and calls from
   Python (``matmul``, ``prepared``: tests and benchmarks).
 
-Each thread needs a workspace for its packed panels (``Isa.workspace_floats``: 4.3 MB for
+Each thread needs a workspace for its packed panels (``Isa.workspace_elements``: 8.7 MB for
 AVX-512, of which only what a product touches is ever paged in); workspaces are claimed
 from a table the process allocates once per instruction set (``_Workspaces``), so
 concurrent callers never share one.

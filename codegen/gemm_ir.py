@@ -101,7 +101,13 @@ class Isa:
 
 
 # docs/experiments/sgemm_avx512: 8 x 32 (16 zmm accumulators, 2 B vectors, a broadcast A).
-AVX512 = Isa("avx512", lanes=16, mr=8, nr=32, kc=256, mc=128, nc=4096,
+# kc 512, not 256: fewer K blocks, so C's tiles are read and written back half as often
+# (the A block, 128 x 512 floats, still fits a 1 MB L2). One thread, CPU time, loaded
+# 2-core AMD EPYC: 512 x 784 @ 784 x 1024 97-100 -> 100-103 GFLOP/s, 784 x 512 @ 512 x 1024
+# (A transposed) 100-104 -> 105-107, 64 x 784 @ 784 x 1024 83-87 -> 88-91, 1024^3 103 ->
+# 105; the MLP step (own GEMM, one thread) b512 18.2 -> 17.3 ms, b64 2.74 -> 2.55 ms
+# (medians of 4 fresh processes each). The AVX2 code keeps 256 (Haswell's L2 is 256 KB).
+AVX512 = Isa("avx512", lanes=16, mr=8, nr=32, kc=512, mc=128, nc=4096,
              host_features=("avx512f",))
 # 16 ymm registers: 4 x 24 is 12 accumulators, 3 B vectors and a broadcast A (BLIS's 6 x 16
 # would need <6 x float> panels). Pinned to Haswell's instruction set, so the code is the
@@ -112,8 +118,10 @@ AVX2 = Isa("avx2", lanes=8, mr=4, nr=24, kc=256, mc=128, nc=4096,
            host_features=("avx2", "fma"), cheap_masks=False,
            function_attributes='"target-cpu"="haswell" "target-features"="+avx2,+fma"')
 ISAS = {isa.name: isa for isa in (AVX512, AVX2)}
-# float64: the same tiles in registers of half as many lanes (blocking not tuned apart).
-FLOAT64_ISAS = {isa.name: replace(isa, lanes=isa.lanes // 2, nr=isa.nr // 2, dtype="float64")
+# float64: the same tiles in registers of half as many lanes (blocking not tuned apart;
+# kc 256: the float32 blocking it was measured with).
+FLOAT64_ISAS = {isa.name: replace(isa, lanes=isa.lanes // 2, nr=isa.nr // 2, kc=256,
+                                  dtype="float64")
                 for isa in (AVX512, AVX2)}
 
 

@@ -89,8 +89,23 @@ def test_tile_edges_every_layout(trans_a, trans_b, isa):
         assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+def test_k_blocks(trans_a, trans_b, isa):
+    """K at, just past and well past the instruction set's K block (``kc``: 512 for
+    AVX-512, 256 for AVX2): one block, two unequal halves, three; the first block stores C
+    (stale NaN in ``out`` never leaks), later ones add to it. M and N leave edge tiles,
+    whose prefetched addresses stay inside C."""
+    rng = np.random.default_rng(5)
+    kc = ISAS[isa].kc
+    for m, n, k in itertools.product([9, 130], [17, 300], [kc - 1, kc, kc + 1, 2 * kc + 3]):
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        out = np.full((m, n), np.nan, np.float32)
+        assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b,
+                       f"{m}x{n} k{k} {trans_a} {trans_b}")
+
+
 def test_large_sizes(isa):
-    """Sizes past one cache block (K > 256 splits K; M > 128 several row blocks; N > 32
+    """Sizes past one cache block (K > kc splits K; M > 128 several row blocks; N > 32
     several panels), layouts taking turns; products this big are split over the pool's
     threads, by rows or by columns."""
     rng = np.random.default_rng(3)

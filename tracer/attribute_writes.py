@@ -37,6 +37,7 @@ from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve
 from .errors import TraceSignal, UnsupportedError
+from .implicit import Path
 from .locations import line_prefix, user_location
 from .loop_generalize import Refused
 
@@ -60,6 +61,31 @@ def is_number_state(owner, name):
         return False
 
 
+# Per object, the keys its calls write into the dicts it keeps (``self.stats["loss"] =
+# loss`` in ``self.stats``): state, read at later calls as run-time inputs (numbers) or
+# guarded where read, not entry-guarded with the rest of the dict as settings are.
+_ITEM_STATE = weakref.WeakKeyDictionary()
+
+
+def item_state(owner, name):
+    """The keys of the dict ``owner.name`` that calls write (see ``_ITEM_STATE``)."""
+    try:
+        return _ITEM_STATE.get(owner, {}).get(name, frozenset())
+    except TypeError:  # an owner without weak references
+        return frozenset()
+
+
+def mark_item_state(owner, name, key):
+    """Remember that calls write ``owner.name[key]``; False when ``owner`` cannot be
+    remembered."""
+    try:
+        names = _ITEM_STATE.setdefault(owner, {})
+    except TypeError:
+        return False
+    names[name] = names.get(name, frozenset()) | {key}
+    return True
+
+
 def mark_number_state(owner, name):
     """Remember that ``owner.name`` is a number its calls rebind; False when ``owner``
     cannot be remembered (then the write stays refused)."""
@@ -71,10 +97,49 @@ def mark_number_state(owner, name):
 
 
 @dataclass(frozen=True)
+class Item:
+    """The name a write record gives an item of an outside dict (``self.cache["h"] = h``:
+    ``Item("h")`` of the dict ``self.cache``) where it gives an attribute its name."""
+
+    key: object
+
+    def __str__(self):
+        return f"[{self.key!r}]"
+
+
+def _set(owner, name, value):
+    if type(name) is Item:
+        owner[name.key] = value
+    else:
+        setattr(owner, name, value)
+
+
+def _saved(owner, name):
+    """What ``owner`` holds at ``name`` now (``_MISSING`` if nothing), for putting back."""
+    if type(name) is Item:
+        return owner.get(name.key, _MISSING)
+    return vars(owner).get(name, _MISSING) if hasattr(owner, "__dict__") else getattr(
+        owner, name, _MISSING)
+
+
+def _put_back(owner, name, saved):
+    if saved is not _MISSING:
+        _set(owner, name, saved)
+    elif type(name) is Item:
+        owner.pop(name.key, None)
+    else:
+        try:
+            delattr(owner, name)
+        except AttributeError:
+            pass
+
+
+@dataclass(frozen=True)
 class AttributeWrite:
-    """``owner.name = value`` with ``owner`` found through ``path`` (a
-    ``tracer.implicit.Path``); ``tree`` is the value's pytree structure and ``leaves`` per
-    leaf ``("array" | "scalar" | "value", output index)`` or ``("static", value)``."""
+    """``owner.name = value`` (or ``owner[name.key] = value``, ``name`` an ``Item``) with
+    ``owner`` found through ``path`` (a ``tracer.implicit.Path``); ``tree`` is the value's
+    pytree structure and ``leaves`` per leaf ``("array" | "scalar" | "value", output
+    index)`` or ``("static", value)``."""
 
     path: object
     name: str
@@ -108,20 +173,13 @@ class AttributeWrite:
                               item)
             else:
                 values.append(outputs[value])
-        setattr(resolve(self.path, arguments), self.name, pytree.unflatten(self.tree, values))
+        _set(resolve(self.path, arguments), self.name, pytree.unflatten(self.tree, values))
 
     def snapshot(self, arguments):
         """A function that puts the attribute back as it is now (``jit(check=True)``)."""
         owner = resolve(self.path, arguments)
-        saved = vars(owner).get(self.name, _MISSING)
-
-        def put_back():
-            if saved is _MISSING:
-                vars(owner).pop(self.name, None)
-            else:
-                setattr(owner, self.name, saved)
-
-        return put_back
+        saved = _saved(owner, self.name)
+        return lambda: _put_back(owner, self.name, saved)
 
 
 def is_local_object(context, owner):
@@ -133,12 +191,7 @@ def note_created(context, value):
     context.created_objects[id(value)] = value  # kept alive: its id stays its own
 
 
-def note(context, owner, name, value, path):
-    """Set ``owner.name = value`` for the trace and record it; ``path`` finds ``owner``
-    again at every call. Raises ``Refused`` in a trip traced for capture (the loop
-    unrolls: each trip's write is then a write of this trace). The peeled first trip and
-    unrolled trips are this trace's own, so their writes (a method of ``self`` called in
-    the body, ``self.h = ...; self.steps += 1``) are recorded like any other."""
+def _refuse_in_captured_loop_or_gradients(context, path, name, value):
     if getattr(context, "loop_depth", 0):
         raise Refused("an attribute write on an object from outside the function")
     if getattr(context, "records_gradients", False) and any(
@@ -146,6 +199,15 @@ def note(context, owner, name, value, path):
         # eager keeps a Tensor with its graph there (self.out.sum().backward() later)
         raise UnsupportedError("an attribute set to a value computed with gradients "
                                f"({path}.{name}); it would lose its graph")
+
+
+def note(context, owner, name, value, path):
+    """Set ``owner.name = value`` for the trace and record it; ``path`` finds ``owner``
+    again at every call. Raises ``Refused`` in a trip traced for capture (the loop
+    unrolls: each trip's write is then a write of this trace). The peeled first trip and
+    unrolled trips are this trace's own, so their writes (a method of ``self`` called in
+    the body, ``self.h = ...; self.steps += 1``) are recorded like any other."""
+    _refuse_in_captured_loop_or_gradients(context, path, name, value)
     key = (id(owner), name)
     if key not in context.attribute_originals:
         context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
@@ -156,6 +218,41 @@ def note(context, owner, name, value, path):
     context.attribute_writes[key] = (path, owner, name, value, user_location())
     context.written_paths.add(path.attr(name).key)
     setattr(owner, name, value)
+
+
+def note_item(context, container, key, value, owner):
+    """``container[key] = value`` into a dict from outside found again through a path
+    (``self.cache["h"] = h``, ``self.grads["W"] = dW``): set for the trace (in the dict
+    itself and the trace's copy of it, so every later read sees it) and recorded like an
+    attribute write; ``owner`` holds the dict in an attribute, and the key is its state
+    from now on (``item_state``). False when the dict has no path or owner, or the key or
+    value cannot be stored again at every call (the caller refuses the write)."""
+    original = context.outside_copies.get(id(container), container)
+    known = context.outside_objects.get(id(original))
+    if type(original) is not dict or known is None or known[1] is not original or not (
+            isinstance(key, (str, int)) and type(key) is not bool) or not _storable(value):
+        return False
+    if owner is None or not mark_item_state(owner, known[0].steps[-1][1], key):
+        return False
+    name = Item(key)
+    _refuse_in_captured_loop_or_gradients(context, known[0], name, value)
+    record = (id(original), name)
+    if record not in context.attribute_originals:
+        context.attribute_originals[record] = (original, name, _saved(original, name))
+    context.attribute_writes.pop(record, None)  # the last write, in write order
+    context.attribute_writes[record] = (known[0], original, name, value, user_location())
+    context.written_paths.add(Path(known[0].root, known[0].steps + (("item", key),)).key)
+    original[key] = container[key] = value
+    return True
+
+
+def _storable(value):
+    """A value a compiled call can store again at every call: arrays, numbers, immutable
+    plain values, and tuples and dicts of them (a list would be one shared object, where
+    eager makes a new one)."""
+    return all(hasattr(leaf, "ir_var") or hasattr(leaf, "expr") or _plain(leaf) or
+               isinstance(leaf, (np.ndarray, np.generic)) for leaf in pytree.flatten(value)[0]
+               ) and not isinstance(value, list)
 
 
 def note_delete(context, owner, name, path):
@@ -180,10 +277,11 @@ def note_delete(context, owner, name, path):
     context.written_paths.add(attribute.key)
 
 
-def note_copy(context, container):
-    """``container`` is the trace's copy of an outside dict or list (its arrays made
-    traced inputs): a write into it would not reach the original."""
-    context.outside_copies[id(container)] = container
+def note_copy(context, copy, original):
+    """``copy`` is the trace's copy of the outside dict or list ``original`` (its arrays
+    made traced inputs): a write into it alone would not reach the original."""
+    context.outside_copies[id(copy)] = original
+    context.keep_alive.append(copy)  # its id must stay unique for the trace
 
 
 def is_outside_container(context, value):
@@ -238,7 +336,10 @@ def unfollowed_change(context):
         if before is None:
             continue
         changed = _changed_keys(before, _contents(value))
-        if type(value) not in (dict, list):  # (dunders: caches such as __signature__)
+        if type(value) is dict:
+            changed = {name for name in changed if (key, Item(name)) not in (
+                context.attribute_writes)}
+        elif type(value) is not list:  # (dunders: caches such as __signature__)
             changed = {name for name in changed if (key, name) not in context.attribute_writes
                        and not (name.startswith("__") and name.endswith("__"))}
         if changed:
@@ -266,13 +367,7 @@ def restore(context):
             state.update(before)
     originals = getattr(context, "attribute_originals", {})
     for owner, name, value in reversed(list(originals.values())):
-        if value is _MISSING:
-            try:
-                delattr(owner, name)
-            except AttributeError:
-                pass
-        else:
-            setattr(owner, name, value)
+        _put_back(owner, name, value)
     originals.clear()
 
 
@@ -318,5 +413,5 @@ def apply(context):
         flat, tree = pytree.flatten(value)
         concrete = [leaf.value if hasattr(leaf, "ir_var") else
                     int(leaf.value) if hasattr(leaf, "expr") else leaf for leaf in flat]
-        setattr(owner, name, pytree.unflatten(tree, concrete))
+        _set(owner, name, pytree.unflatten(tree, concrete))
     context.attribute_originals.clear()

@@ -143,6 +143,35 @@ def scalar_type(kind, x):
     return _as_scalar(result) if not shape_of(result) else result
 
 
+def python_number(x, kind):
+    """``float(x)`` (``kind`` float) or ``x.item()`` (``kind`` None) of a traced one-element
+    value, as a run-time Python number: a weak scalar, cast to float64 or int64, that the
+    result returns as a Python ``float``/``int`` and that later arithmetic promotes as one.
+    ``None`` where that is not what NumPy gives (a bool or uint64 item, an array with
+    elements other than one or of dynamic size): the caller guards the value instead.
+
+    Guarding it (the value frozen into the trace) made ``return loss.item()`` fail its
+    guard on every later call; used in an ``if``, the weak scalar is guarded as any
+    comparison is, with its error margin.
+    """
+    if any(not isinstance(dim, int) or dim != 1 for dim in shape_of(x)):
+        return None
+    dtype = dtype_of(x)
+    if kind is float and dtype.kind in "biuf":
+        target = np.dtype(np.float64)
+    elif kind is None and dtype.kind == "f":
+        target = np.dtype(np.float64)
+    elif kind is None and (dtype.kind == "i" or dtype.kind == "u" and dtype.itemsize < 8):
+        target = np.dtype(np.int64)
+    else:
+        return None
+    if x.aval.weak and dtype == target and not shape_of(x):
+        return x
+    if shape_of(x):
+        x = ops.reshape(x, ())
+    return bind(ops.cast_p, x, dtype=target, weak=True)
+
+
 CONVERSIONS = {
     np.asarray: asarray,
     np.asanyarray: asarray,

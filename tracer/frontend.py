@@ -33,7 +33,7 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
 from .builtin_extremes import select_extreme
-from .conversions import CONVERSIONS, scalar_type
+from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .implicit import Path
@@ -60,6 +60,8 @@ from .outside_inputs import (
     NOT_GUARDED_CALLABLES,
     is_setting,
     note_contents,
+    state_item,
+    state_value,
     through_module,
     with_inputs,
 )
@@ -267,6 +269,8 @@ class Hooks:
         context = self.context
         if path is not None and path.key in context.written_paths:
             return value
+        if path is not None and (state := state_value(context, path, value)) is not None:
+            return state  # self.stats["steps"]: state calls write, not a setting
         if _is_number(value) and path is not None:
             owner = _owner_of(path)
             if owner is not None and attribute_writes.is_number_state(owner, path.steps[-1][1]):
@@ -283,7 +287,9 @@ class Hooks:
             type(value) is dict
         ):
             if path is not None and not (isinstance(value, type) and through_module(path)):
-                note_contents(context, path, value)  # (np.float64 itself is no setting)
+                # (np.float64 itself is no setting; self.stats["loss"], which calls
+                # write, is state: guarded where read)
+                note_contents(context, path, value, state=_item_state(path, value))
             if type(value) in (list, tuple, dict):
                 if path is not None:
                     self.objects.remember_container(path, value)
@@ -367,6 +373,9 @@ class Hooks:
                 raise trace_error("np.add.at into a global array; compiled runs would skip it. "
                                "Return the new array instead")
             return function(self._traced_copy(args[0]), *args[1:], **kwargs)
+        if function is float and len(args) == 1 and not kwargs and isinstance(
+                args[0], Tracer) and (number := python_number(args[0], float)) is not None:
+            return number  # return float(loss): a run-time Python float, not a guarded value
         if function in (int, math.floor, math.trunc) and len(args) == 1 and not kwargs:
             whole = integer_quotient(args[0])  # int((w - f) / s) + 1 stays a dim
             if whole is not None:
@@ -555,6 +564,9 @@ class Hooks:
     def item_at(self, container, key):
         if isinstance(key, SymInt) and isinstance(container, (dict, list, tuple)):
             key = int(key)  # Python containers hold int keys: the dim is specialized
+        if type(container) is dict and (state := state_item(self.context, container, key)
+                                        ) is not None:
+            return state  # self.stats["steps"]: state calls write, not a setting
         return read_at_index(container, key)  # order[t] in a traced loop body: noted
 
     # loops over an array's rows (tracejit.tracer.loop_sequences)
@@ -733,14 +745,23 @@ class Hooks:
     def store_item(self, container, index, value, written):
         """``expression[index] = value`` where the container is not a plain name
         (``self.cache["x"] = x``, ``self.h[t] = h``): an array is written as ``a[i] = v``
-        is; a dict or list from outside (or a trace's copy of one) is outside state,
+        is; a dict from outside found again through a path (``self.cache``) is written
+        under a record (``attribute_writes.note_item``), other outside dicts and lists
         refused; one made in this call is written."""
         if isinstance(container, np.ndarray) or is_traced(container):
             self.set_item(container, index, value, False)
             return
         if attribute_writes.is_outside_container(self.context, container):
+            if self._note_item(container, index, value):
+                return  # self.cache["h"] = h: a write compiled calls make too
             self.outside_mutation(written)
         container[index] = value
+
+    def _note_item(self, container, key, value):
+        original = self.context.outside_copies.get(id(container), container)
+        known = self.context.outside_objects.get(id(original))
+        owner = _owner_of(known[0]) if known is not None else None
+        return attribute_writes.note_item(self.context, container, key, value, owner)
 
     @calls_for_the_user
     def update_item_in(self, container, index, value, operation, written):
@@ -750,12 +771,16 @@ class Hooks:
         if isinstance(container, np.ndarray) or is_traced(container):
             self.update_item(container, index, value, operation, False)
             return
-        current = self.load(container[index], ("expression", "", ()))
+        current = state_item(self.context, container, index)  # self.stats["steps"] += 1
+        if current is None:
+            current = self.load(container[index], ("expression", "", ()))
         if (is_traced(current) and not _is_traced_number(current)) or isinstance(
                 current, np.ndarray):
             self.inplace(current, value, operation)
             return
         if attribute_writes.is_outside_container(self.context, container):
+            if self._note_item(container, index, self.inplace(current, value, operation)):
+                return
             self.outside_mutation(written)
         container[index] = self.inplace(current, value, operation)
 
@@ -850,6 +875,13 @@ def _is_number(value):
         return -2 ** 31 < value < 2 ** 31
     return type(value) is float or (isinstance(value, np.generic)
                                     and value.dtype.kind in "iuf")
+
+
+def _item_state(path, value):
+    """The keys of the dict ``value`` read at ``path`` that calls write (or none)."""
+    owner = _owner_of(path) if type(value) is dict else None
+    return attribute_writes.item_state(owner, path.steps[-1][1]) if owner is not None else (
+        frozenset())
 
 
 def _owner_of(path):

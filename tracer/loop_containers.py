@@ -48,6 +48,7 @@ from collections.abc import MutableMapping, MutableSequence
 import numpy as np
 
 from . import ops
+from .conversions import python_number
 from .dims import SymInt, expr_of, value_of
 from .errors import TraceSignal
 from .traced_array import Tracer
@@ -150,6 +151,14 @@ class ContainerCarry:
             raise Refusal(f"`{name}` gets a Python number, not an array, at each step")
         self.leaves0 = [_tracer(context, leaf) for leaf in self.leaves0]
         self.signatures = [_signature(leaf) for leaf in self.leaves0]
+        self.python_numbers = [leaf.aval.weak for leaf in self.leaves0]  # .item() per trip
+
+    def entry(self, buffers, row):
+        """The entry appended (or stored) at ``row``, read back from ``buffers``: a Python
+        number stays one (``losses.append(loss.item())`` returns floats, not np.float64)."""
+        return _rebuild([python_number(_read_row(buffer, row), None) if weak else
+                         _read_row(buffer, row) for buffer, weak in zip(
+                             buffers, self.python_numbers)], self.arity)
 
     # --- what iteration 0 did ----------------------------------------------------------
     def _init_dict(self, before, after):
@@ -533,8 +542,7 @@ class StackedDict(MutableMapping):
             return self._dict[key]
         row = self._row(key)
         if row is not None:
-            return _rebuild([_read_row(buffer, row) for buffer in self._buffers],
-                            self._carry.arity)
+            return self._carry.entry(self._buffers, row)
         if isinstance(key, SymInt):
             key = _specialize(key, "a key of a dict filled by a captured loop")
         return self._carry.before[key]
@@ -610,8 +618,7 @@ class StackedList(MutableSequence):
         if isinstance(position, int) and position < len(self._prefix):
             return self._prefix[position]
         row = _plain(position - len(self._prefix))
-        return _rebuild([_read_row(buffer, row) for buffer in self._buffers],
-                            self._carry.arity)
+        return self._carry.entry(self._buffers, row)
 
     def _materialized(self):
         if self._list is None:

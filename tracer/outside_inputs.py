@@ -216,20 +216,27 @@ def with_inputs(context, container, path=None, depth=0):
         copy = {key: replaced.get(key, item) for key, item in container.items()}
     else:
         copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
-    attribute_writes.note_copy(context, copy)  # a write into it would not reach the original
+    attribute_writes.note_copy(context, copy, container)
     return copy
 
 
-def note_contents(context, path, value, budget=None):
+def note_contents(context, path, value, budget=None, state=frozenset()):
     """Guard a Python value read from outside, down to the settings inside it: a scalar or
     string by type and value; a list or tuple by length and, when it holds settings
     (``SCALES = [1.0, 2.0]``, ``CFG["model"]["k"]``), each of them; a dict by its keys and
-    those values. Arrays inside are inputs (implicit), not guarded by value. Returns the
-    budget left: past ``CONTENT_LIMIT`` values only lengths are guarded."""
+    those values, but for the keys in ``state`` (``attribute_writes.item_state``: guarded
+    where read, ``state_item``). Arrays inside are inputs (implicit), not guarded by
+    value. Returns the budget left: past ``CONTENT_LIMIT`` values only lengths are
+    guarded."""
     budget = [CONTENT_LIMIT] if budget is None else budget
     if type(value) in (list, tuple):
         context.note_outside_value(path, value)
         items = enumerate(value)
+    elif type(value) is dict and state:
+        context.state_dicts[id(value)] = (path, state)
+        context.state_paths[path.key] = (value, state)
+        context.note_keys(path, value)
+        items = [(key, item) for key, item in value.items() if key not in state]
     elif type(value) is dict:
         if not all(type(key) in (str, int) for key in value):
             return
@@ -259,6 +266,37 @@ def note_contents(context, path, value, budget=None):
             budget[0] -= 1
             context.note_outside_value(Path(path.root, path.steps + (("item", key),)), item,
                                        identity=True)
+
+
+def state_item(context, container, key):
+    """``container[key]`` read where calls write that key (``note_contents``' ``state``),
+    or None for any other item (see ``state_value``)."""
+    original = context.outside_copies.get(id(container), container)
+    path, _ = context.state_dicts.get(id(original), (None, ()))
+    if path is None or key not in container:
+        return None
+    value = container[key]
+    if isinstance(value, (Tracer, np.ndarray)):
+        return value  # an input already, or what this trace wrote
+    return state_value(context, Path(path.root, path.steps + (("item", key),)), value)
+
+
+def state_value(context, where, value):
+    """The value of an item (``where``, an item path) of a dict whose calls write it, as
+    the trace reads it, or None for any other: a number is a run-time input read through
+    its path at every call; another setting is guarded now, as the whole dict's would have
+    been at its load; what this trace wrote is what it wrote."""
+    if not where.steps or where.steps[-1][0] != "item":
+        return None
+    entry = context.state_paths.get(Path(where.root, where.steps[:-1]).key)
+    if entry is None or where.steps[-1][1] not in entry[1] or isinstance(value, np.ndarray):
+        return None
+    if where.key in context.written_paths or isinstance(value, Tracer):
+        return value
+    if type(value) in (int, float) or isinstance(value, np.generic):
+        return context.number_input(entry[0], where, value)
+    note_contents(context, where, value)
+    return value
 
 
 def _chosen_object(item):

@@ -183,8 +183,14 @@ class Tracer(ArrayMethods):
             raise TypeError("type numpy.ndarray doesn't define __trunc__ method")
         return int(self)
 
-    def item(self):
-        return self.context.guard(self, "item", np.asarray(self.value).item())
+    def item(self, *args):
+        if not args:
+            from .conversions import python_number  # cycle: conversions -> numpy_api -> here
+
+            number = python_number(self, None)
+            if number is not None:
+                return number
+        return self.context.guard(self, "item", np.asarray(self.value).item(*args))
 
     def __len__(self):
         if not self.shape:

@@ -43,6 +43,7 @@ from .numpy_warnings import computed
 from .outside_inputs import OutsideInputs
 from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
+from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
@@ -159,6 +160,9 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.outside_objects, self.created_objects = {}, {}
         self.attribute_writes, self.attribute_originals, self.written_paths = {}, {}, set()
         self.outside_copies, self.outside_contents = {}, {}
+        # dicts whose keys calls write (outside_inputs.state_value): id(dict) -> (path,
+        # keys), path key -> (dict, keys)
+        self.state_dicts, self.state_paths = {}, {}
         self.input_tracers = []
         self.implicit_tracers = {}
         self.outside_values = {}
@@ -253,6 +257,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             return python(*(int(arg) if hasattr(arg, "ir_var") else arg for arg in args))
         if prim.name in _PYTHON_INT_CONVERTED:
             _keep_python_ints_in_range(args, avals)
+        check_python_arithmetic(self, prim, args, values, avals)  # 1.0 / 0.0 raises
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices

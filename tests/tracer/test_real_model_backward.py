@@ -881,11 +881,6 @@ def loss_history_of_floats(x):
     return losses
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`losses.append(float(loss))` (or loss.item()) whose value only reaches the result "
-    "is a value guard (== the traced call's loss), so every call with new data takes a "
-    "side exit and runs eagerly; the Python float could be a run-time output like "
-    "OutputPlan's 'value' leaves"))
 def test_float_of_a_loss_kept_for_the_history_compiles():
     rng = np.random.default_rng(41)
     f = check_calls(loss_history_of_floats, [(normal(rng, 3),) for _ in range(4)])

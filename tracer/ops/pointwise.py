@@ -167,16 +167,18 @@ where_p = Primitive(
 )
 
 
-def _cast_impl(x, dtype):
+def _cast_impl(x, dtype, weak=False):
     return np.asarray(x).astype(dtype)
 
 
+# ``weak``: the result is a Python number (``float(loss)``, ``loss.item()``), promoted as
+# one (NEP 50) and returned as one.
 cast_p = Primitive(
     "cast",
     "pointwise",
     impl=_cast_impl,
-    abstract_eval=lambda x, dtype: AbstractArray(x.shape, dtype),
-    vjp=(lambda g, x, out, dtype: g,),
+    abstract_eval=lambda x, dtype, weak=False: AbstractArray(x.shape, dtype, weak),
+    vjp=(lambda g, x, out, dtype, weak=False: g,),
 )
 
 

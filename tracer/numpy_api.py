@@ -134,9 +134,15 @@ def ravel(a, order="C"):
 
 
 def broadcast_to(array, shape, subok=False):
+    """A read-only view, as NumPy's: writing into it raises NumPy's ValueError."""
     if not isinstance(shape, (tuple, list)):
         shape = (shape,)
-    return ops.broadcast_to(array, tuple(shape))
+    result = ops.broadcast_to(array, tuple(shape))
+    if result is array:  # the same shape: still a new, read-only view
+        result = ops.reshape(array, tuple(shape))
+    if is_traced(result):
+        result.readonly = True
+    return result
 
 
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):

@@ -73,7 +73,7 @@ class Tracer(ArrayMethods):
     # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
     # when first read (a captured loop's results: tracejit.tracer.pending)
     __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "region",
-                 "quotient", "__weakref__")
+                 "quotient", "readonly", "__weakref__")
     __tracejit_priority__ = 2
 
     # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
@@ -97,6 +97,8 @@ class Tracer(ArrayMethods):
         # ``region``: for a view, the part of its base it shows ((low, high) per base axis,
         # or None when not known): a write elsewhere in the base leaves it right
         self.region = None
+        # ``readonly``: NumPy's array here is not writeable (np.broadcast_to, a view of it)
+        self.readonly = False
 
     @property
     def value(self):
@@ -228,6 +230,8 @@ class Tracer(ArrayMethods):
         self._update(setitem(self, index, value), written_region(self, index))
 
     def _inplace(self, operation, other):
+        if self.readonly:
+            raise as_numpy_would(ValueError("output array is read-only"))
         result = operation(self, other)
         # NumPy's in-place rules: the result must fit the array's shape and cast to its
         # dtype "same_kind" (int += float raises). Raise as NumPy does: the eager run the
@@ -252,6 +256,8 @@ class Tracer(ArrayMethods):
         """Become ``result`` (an in-place write). ``written``: the region the write covers
         (``written_region``), when known: views of this array outside it (``prev = h[t]``
         before ``h[t + 1] = ...``) show what NumPy's views would, and may stay."""
+        if self.readonly:
+            raise as_numpy_would(ValueError("assignment destination is read-only"))
         if getattr(self.context, "loop_entry_reads", None):
             from .loop_containers import entry_refusal  # cycle: loop_containers -> here
 
@@ -321,6 +327,7 @@ def _note_view(base, view):
     root = base.base() if base.base is not None else None
     root = base if root is None else root
     view.base, view.region = weakref.ref(root), None
+    view.readonly = base.readonly
     if root.views is None:
         root.views = weakref.WeakSet()
     root.views.add(view)

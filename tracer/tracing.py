@@ -291,6 +291,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             root = source.base() if source.base is not None else None
             root = source if root is None else root
             result.base = weakref.ref(root)
+            result.readonly = source.readonly  # a view of np.broadcast_to's result
             if prim.name == "slice" and root is source:  # the part of the base it shows
                 result.region = tuple(zip(params["starts"], params["limits"]))
             elif prim.name != "slice":  # reshaped, transposed, flipped: the same elements

@@ -4,7 +4,7 @@ f carries the result, the rounded s only a small correction.
 
 float32 runs at full vector width for positive normal x (log1p: -1 < x < 2^100): k and
 m come from integer operations on the bits. log, log2 and log10 then need no division:
-log_b(1 + r), r = m - 1, is r c + r^2 P(r) with a minimax polynomial of degree 7 or 8
+log_b(1 + r), r = m - 1, is a r + r Q(r) with a minimax polynomial Q (a r exact)
 (within NumPy's own float32 error, not within 1 ulp: see ``codegen/mathlib.py``);
 log1p keeps fdlibm's s = f / (2 + f) and R with four float coefficients. Zeros,
 denormals, negatives, infinities and NaN take the float64 code as a rare path
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import F32, F64
-from .math_core import Float, fma, horner, maximum, minimum, two_product
+from .math_core import Float, fma, horner, maximum, minimum
 from .math_rare_path import rare_path
 
 # fdlibm's coefficients of R: float64 (e_log.c) and float32 (e_logf.c, |s| <= 0.1716,
@@ -161,47 +161,43 @@ def outside_normal_float32(builder, x):
     return builder.icmp_unsigned(">=", bits, f.iconst(0x7F800000 - 0x00800000))
 
 
-# float32 log(1 + r) = r + r^2 P(r) and log_b(1 + r) = r c + r Q(r) (b = 2, 10) for r in
-# [sqrt(2)/2 - 1, sqrt(2) - 1]: c is 1/ln b rounded to float32, P and Q minimax polynomials
-# of degree 7 and 8 with float32 coefficients fitted to the relative error of the whole
-# (Q's constant term takes up c's rounding; docs/experiments/float32_polynomials/fit.py
-# prints them): within 2^-24.98 (log) and 2^-25.18 (log2, log10) of log_b(1 + r).
+# float32 log_b(1 + r) = a r + r Q(r) for r in [sqrt(2)/2 - 1, sqrt(2) - 1], with a the
+# power of two nearest 1/ln b (1 for log and log2, 1/2 for log10), so a r is exact and the
+# whole rounds once, and Q a minimax polynomial with float32 coefficients fitted to the
+# relative error of the whole (log: Q(r) = r P(r), P of degree 7; log2 and log10: degree
+# 8, its constant term 1/ln b - a; docs/experiments/float32_polynomials/fit.py log prints
+# them): within 2^-24.98 (log), 2^-24.81 (log2) and 2^-25.08 (log10) of log_b(1 + r).
 _LOG_POLY_F32 = {
     "log": (1.0, [-0.49999991059303284, 0.3333394527435303, -0.25001776218414307,
                   0.19962239265441895, -0.16570313274860382, 0.14916354417800903,
                   -0.14307722449302673, 0.08738797903060913]),
-    "log2": (1.4426950216293335, [-1.7974944199750098e-08, -0.7213473320007324,
-                                  0.4809105396270752, -0.360704243183136,
-                                  0.2879197299480438, -0.23893922567367554,
-                                  0.21568134427070618, -0.20728078484535217,
-                                  0.1259259581565857]),
-    "log10": (0.4342944920063019, [-2.1311773679144608e-08, -0.21714718639850616,
-                                   0.14476852118968964, -0.1085827648639679,
-                                   0.08667180687189102, -0.07192737609148026,
-                                   0.06493128836154938, -0.06240471079945564,
-                                   0.037906162440776825]),
+    "log2": (1.0, [0.4426949918270111, -0.7213475108146667, 0.4809136986732483,
+                   -0.3606889247894287, 0.2877914011478424, -0.2392452508211136,
+                   0.21737468242645264, -0.20564866065979004, 0.11891497671604156]),
+    "log10": (0.5, [-0.06570553034543991, -0.21714724600315094, 0.14476847648620605,
+                    -0.10857924073934555, 0.08667269349098206, -0.0719880610704422,
+                    0.06496723741292953, -0.06207255646586418, 0.037468865513801575]),
 }
 
 
 def _log_float32(builder, x, base):
     """log_b of a positive normal float32 at full width, no division: x = 2^k (1 + r) from
-    the bits (r exact), then log_b(1 + r) by fused multiply-adds, plus k log_b 2 (its head
-    exact). log: r + r^2 P(r) + k ln2, where r is exact and |result| >= |k ln2| / 2.
-    log2 and log10: y = r c + r Q(r) with r c as an exact pair (hi + lo), so y rounds once
-    (r c alone crosses a binade of y: rounding it first cost an ulp of y), then k log_b 2
-    + y, where k != 0 gives |result| >= |y|. Exact at powers of two (r = 0), and log10 at
-    the powers of ten a float32 holds."""
+    the bits (r exact), then y = log_b(1 + r) = a r + r Q(r) by one fused multiply-add at
+    the end (a r exact), plus k log_b 2 (its head exact). Where k != 0 the result is at
+    least as large as y (log: at least |k ln2| / 2), so y's roundings cost at most about an
+    ulp of it; where k = 0 it is y. Exact at powers of two (r = 0), and log10 at the
+    powers of ten a float32 holds."""
     f = Float(x.type)
     _, k, m = reduce_float32(builder, x)
     r = builder.fsub(m, f.const(1.0))  # exact
-    c, coefficients = _LOG_POLY_F32[base]
+    a, coefficients = _LOG_POLY_F32[base]
     if base == "log":
         ln2_hi, ln2_lo = _LN2[F32]
         small = fma(builder, builder.fmul(r, r), horner(builder, r, coefficients),
                     fma(builder, k, f.const(ln2_lo), r))
         return fma(builder, k, f.const(ln2_hi), small)
-    hi, lo = two_product(builder, r, f.const(c))
-    y = builder.fadd(hi, fma(builder, r, horner(builder, r, coefficients), lo))
+    head = r if a == 1.0 else builder.fmul(r, f.const(a))  # exact
+    y = fma(builder, r, horner(builder, r, coefficients), head)
     if base == "log2":
         return builder.fadd(k, y)
     _, (two_hi, two_lo) = _LOG_BASES[base][F32]

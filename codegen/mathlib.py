@@ -35,9 +35,9 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
     log2,      4, 5     2 ulp      2 ulp      float64: log's core as a double-double times
     log10      ulp                            1/ln b (split), plus k log_b 2 (its head
                                               exact); within 0.79 and 0.77 ulp of exact
-                                              (mpmath, a sample); float32: r c + r Q(r), r c
-                                              an exact pair, Q of degree 8; both exact at
-                                              powers of b
+                                              (mpmath, a sample); float32: a r + r Q(r), a
+                                              a power of two (a r exact), Q of degree 8;
+                                              both exact at powers of b
     tanh       2 ulp    3 ulp      2 ulp      expm1(2|x|) / (expm1(2|x|) + 2), sign restored;
                                               float32 |x| < 0.55: odd polynomial
     sin, cos   2 ulp    2 ulp      1 ulp      float32 |x| < 2^20: Cody-Waite by pi/2 in
@@ -63,8 +63,8 @@ smallest) and of [1e-7, 2^20) for tan (its fast path; 1.68 below 1000):
 
     function   ours     NumPy's
     log        1.14     3.83
-    log2       1.31     2.12
-    log10      1.25     3.49
+    log2       1.37     2.12
+    log10      1.36     3.49
     tan        2.07     3.72
 
 Measured on every float32 (``test_float32_every_float``), in fractions of an ulp of the

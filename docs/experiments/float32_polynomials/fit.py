@@ -57,20 +57,21 @@ def grid_on(low, high, count=8001):
 
 
 def fit_logs():
-    """log_b(1 + r) on [sqrt(2)/2 - 1, sqrt(2) - 1]: log as r + r^2 P(r) (P of degree 7),
-    log2 and log10 as r c + r Q(r) (c = 1/ln b in float32, Q of degree 8: its constant term
-    takes up c's rounding); weight: the relative error of the whole."""
+    """log_b(1 + r) on [sqrt(2)/2 - 1, sqrt(2) - 1] as a r + r Q(r), a the power of two
+    nearest 1/ln b (1 for log and log2, 1/2 for log10): log's Q is r P(r), P of degree 7;
+    log2's and log10's Q has degree 8 (its constant term near 1/ln b - a); weight: the
+    relative error of the whole."""
     grid = grid_on(-0.29289323, 0.41421357)
-    for base, scale in (("log", 1), ("log2", 1 / mpmath.log(2)), ("log10", 1 / mpmath.log(10))):
-        c = float(np.float32(float(scale)))
+    for base, scale, a in (("log", 1, 1.0), ("log2", 1 / mpmath.log(2), 1.0),
+                           ("log10", 1 / mpmath.log(10), 0.5)):
         exact = [mpmath.log1p(mpmath.mpf(r)) * scale for r in grid]
-        target = np.array([float((e - mpmath.mpf(r) * c) / mpmath.mpf(r))
+        target = np.array([float((e - mpmath.mpf(r) * a) / mpmath.mpf(r))
                            for e, r in zip(exact, grid)])
         weight = np.abs(grid / np.array([float(e) for e in exact]))
         powers = range(1, 9) if base == "log" else range(0, 9)
         basis = [lambda r, j=j: r**j for j in powers]
         coefficients, error = fit_float32(target, basis, weight, grid)
-        print(f"{base}: c = {c!r}, within 2^{np.log2(error):.2f}: {coefficients}")
+        print(f"{base}: a = {a}, within 2^{np.log2(error):.2f}: {coefficients}")
 
 
 def fit_tan():

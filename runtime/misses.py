@@ -30,6 +30,7 @@ from tracejit.tracer.gradient_trace import trace_with_gradients
 from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
 from tracejit.tracer.pending import has_effects
+from tracejit.tracer.pinned_scalars import ScalarDecidesShape
 
 from . import background, diagnostics
 from .autograd import is_grad_enabled
@@ -108,7 +109,8 @@ class Misses:
     def _trace(self, args, kwargs, dynamic, signature, lazy=False):
         start = time.perf_counter()
         try:
-            for _ in range(_NUMBER_STATE_RETRIES):
+            retries = 0
+            while True:
                 try:
                     traced = trace_with_gradients(
                         self.fn, *args, dynamic=dynamic, name=self.__name__,
@@ -116,11 +118,13 @@ class Misses:
                         capture_loops=self.options.loops == "capture", call_kwargs=kwargs)
                     break
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
-                    last = state
-                    continue
-            else:  # the last one names the user's line and the attribute
-                raise UnsupportedError(f"{last}: attributes holding numbers kept changing "
-                                       "role")
+                    retries += 1
+                    if retries == _NUMBER_STATE_RETRIES:  # it names the user's line
+                        raise UnsupportedError(f"{state}: attributes holding numbers kept "
+                                               "changing role") from None
+                except ScalarDecidesShape as signal:  # x[i * stride:]: again, stride constant
+                    # (ends: a pinned argument is a constant of every later trace)
+                    dynamic.pin_scalars(signal.leaves)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
                 raise

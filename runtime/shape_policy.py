@@ -40,6 +40,7 @@ class ShapePolicy:
         self.dynamic = set()
         self.first_scalars = {}
         self.dynamic_scalars = set()
+        self.pinned_scalars = set()  # numbers that decide shapes: constants for good
         self.parameter_names = _parameter_names(fn)
         self.leaf_arguments = {}
 
@@ -50,7 +51,7 @@ class ShapePolicy:
                 leaf_index
             ):
                 first = self.first_scalars.setdefault(leaf_index, (type(leaf), leaf))
-                if first != (type(leaf), leaf):
+                if first != (type(leaf), leaf) and leaf_index not in self.pinned_scalars:
                     self.dynamic_scalars.add(leaf_index)
                     # A list of token ids changes in places; the next batch changes others:
                     # all the argument's scalars are run-time inputs now, not one retrace
@@ -58,7 +59,8 @@ class ShapePolicy:
                     self.dynamic_scalars.update(
                         index for index, other in enumerate(leaves)
                         if positions.get(index) == positions.get(leaf_index)
-                        and is_number_argument(other) and not self._static(index))
+                        and is_number_argument(other) and not self._static(index)
+                        and index not in self.pinned_scalars)
                 continue
             shape = getattr(leaf, "shape", None)
             if shape is None or not _is_array(leaf):
@@ -82,6 +84,12 @@ class ShapePolicy:
     def scalar_is_dynamic(self, leaf_index):
         """Whether the number argument at ``leaf_index`` is traced as a run-time input."""
         return leaf_index in self.dynamic_scalars
+
+    def pin_scalars(self, leaf_indices):
+        """The number arguments at ``leaf_indices`` decide shapes (a stride Python needs as
+        an int: ``tracejit.tracer.pinned_scalars``): constants from now on, as if static."""
+        self.pinned_scalars.update(leaf_indices)
+        self.dynamic_scalars.difference_update(leaf_indices)
 
     def bucket(self, size, edges):
         if edges in (None, "pow2"):

@@ -842,15 +842,26 @@ class Hooks:
         have it too); else a write of the default (tracejit.tracer.argument_writes)."""
         if isinstance(container, dict) and key in container:
             return container[key]
+        if self._made_in_this_call(container):  # config = {} when the caller passed None
+            return container.setdefault(key, default)
         if isinstance(container, dict) and argument_writes.note(self.context, container, key,
                                                                 default):
             container[key] = default  # a write into the caller's dict, stored after the call
             return default
         return self.outside_mutation(what, container)
 
+    def _made_in_this_call(self, container):
+        """A dict or list neither passed in nor reached from outside: one the function made
+        (a parameter rebound, ``if config is None: config = {}``), which it may change."""
+        return type(container) in (dict, list) and not (
+            argument_writes.is_argument_container(self.context, container)
+            or attribute_writes.is_outside_container(self.context, container))
+
     def outside_mutation(self, what, owner=None):
         if isinstance(owner, types.ModuleType):
             return  # np.sort(x), np.add(a, b): a module's function, not a method mutating it
+        if owner is not None and self._made_in_this_call(owner):
+            return  # history.append(loss) after history = [] in the function
         raise trace_error(
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"

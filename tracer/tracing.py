@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import argument_views, argument_writes, attribute_writes, pytree
+from . import argument_views, argument_writes, attribute_writes, pinned_scalars, pytree
 from .abstract import COMPILED_DTYPES, PYTHON_SCALARS, AbstractArray, is_number_argument
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
@@ -305,6 +305,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         if self.finished:
             raise trace_error("a traced value was used after its trace finished (it escaped)")
         atom, _, _ = self.atom(tracer)
+        pinned_scalars.check_guard(self, atom, convert)  # stride as a slice bound: constant
         self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
         return expected
 
@@ -509,7 +510,15 @@ def _argument_names(fn, args, kwargs, partial=False):
         bound = (signature.bind_partial if partial else signature.bind)(*args, **kwargs)
     except (TypeError, ValueError):
         return None
-    return list(bound.arguments)
+    names = []
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_POSITIONAL:
+            # each argument *args takes has no name of its own (``args`` is the tuple: a
+            # path through it from one argument's leaf read another argument)
+            names.extend([None] * len(value))
+        else:
+            names.append(name)
+    return names
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backward=None,
@@ -607,6 +616,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                 dynamic, top_level[position], argument_names, position):
             # a Python number is weakly typed; a NumPy scalar keeps its dtype (NEP 50)
             tracer = context.add_input(leaf, (), weak=type(leaf) in (int, float))
+            pinned_scalars.note_input(context, tracer.ir_var, position, dynamic)
             input_specs.append(InputSpec("scalar", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
         else:
@@ -770,7 +780,8 @@ def _parameter_leaves(fn, args, kwargs, top_level):
         name = names[argument] if isinstance(argument, int) and argument < len(names) else (
             argument)
         value = args[argument] if isinstance(argument, int) else kwargs.get(argument)
-        if top_level.count(argument) == 1 and pytree.flatten(value)[1].kind == "leaf":
+        if name is not None and top_level.count(argument) == 1 and pytree.flatten(
+                value)[1].kind == "leaf":
             positions[name] = leaf  # ({"lr": 0.1} holds one leaf, but is no leaf itself)
     return positions
 

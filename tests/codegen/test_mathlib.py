@@ -84,7 +84,7 @@ EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 2, "log1p": 1, "tanh": 2, "sin
 # beyond (issue 16): ``test_relaxed_bounds_stay_within_numpys_error``.
 NUMPY_FRACTIONAL_ULP_FLOAT32 = {"log": 3.83, "log2": 2.12, "log10": 3.49, "tan": 3.72,
                                 "power": 1.15}
-EXACT_ULP_HARD_CASES = 1  # against mpmath: sin, cos, tan, float64 power, erf, log2, log10
+EXACT_ULP_HARD_CASES = 1  # against mpmath: sin, cos, tan (float64), float64 power, erf, log2, log10
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
 
 SWEEP_SIZE = 1 << 20  # one program per function and dtype, traced at this (dynamic) size
@@ -559,7 +559,11 @@ def test_sin_cos_where_x_is_closest_to_a_multiple_of_half_pi(dtype):
             errors = np.array([float(abs(mpmath.mpf(float(a)) - e) / float(np.spacing(
                 dtype.type(abs(float(e)))))) for a, e in zip(actual, exact)])
         worst = int(np.argmax(errors))
-        assert errors[worst] <= EXACT_ULP_HARD_CASES, (
+        # float32 tan's bound is relaxed everywhere (1.28 here: its rounding, not the
+        # reduction's, which keeps r to 2^-45 relatively)
+        bound = (EXACT_FRACTIONAL_ULP_FLOAT32[name] if (name, dtype) == ("tan", F32)
+                 else EXACT_ULP_HARD_CASES)
+        assert errors[worst] <= bound, (
             f"{name} {dtype}: {errors[worst]:.3g} ulp from the exact value at "
             f"x = {values[worst]!r} ({values.size} inputs)")
 

@@ -84,6 +84,15 @@ def _check(actual, expected):
     np.testing.assert_allclose(actual, expected, rtol=2e-5, atol=2e-6, equal_nan=True)
 
 
+def _check_compiled(compiled, function, x):
+    """The traced call and then a compiled one (a first call's result is the trace's,
+    computed by NumPy) against eager NumPy."""
+    for _ in range(2):
+        with np.errstate(all="ignore"):
+            _check(compiled(x), function(x))
+    assert compiled.stats()["compiled_calls"] >= 1, compiled.stats()
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiled_matches_eager(name):
     function, shape = CASES[name]
@@ -100,9 +109,7 @@ def test_nan_and_infinities(name):
     """(Attention's softmax of a row holding inf is NaN in both: no useful check.)"""
     function, shape = CASES[name]
     compiled = tj.jit(cache="memory")(function)
-    x = _special_values(shape, 3)
-    with np.errstate(all="ignore"):
-        _check(compiled(x), function(x))
+    _check_compiled(compiled, function, _special_values(shape, 3))
 
 
 @pytest.mark.parametrize("name", ["split then transpose", "split of a slice", "attention"])
@@ -112,9 +119,9 @@ def test_non_contiguous_inputs(name):
     wide = np.random.default_rng(5).standard_normal((*shape[:-1], 2 * shape[-1]))
     x = wide.astype(np.float32)[..., ::2]  # every other column: a strided view
     assert not x.flags.c_contiguous
-    _check(compiled(x), function(x))
+    _check_compiled(compiled, function, x)
     transposed = np.random.default_rng(6).standard_normal(shape[::-1]).astype(np.float32).T
-    _check(compiled(transposed), function(transposed))
+    _check_compiled(compiled, function, transposed)
 
 
 def test_symbolic_sequence_length():

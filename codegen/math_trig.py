@@ -11,10 +11,11 @@ float64 reduces every argument by Payne-Hanek without branches: x * 2/pi mod 4 f
 table of 2/pi's bits, exact enough everywhere up to the largest double (see
 ``_Reduction``); fdlibm's kernels evaluate the result.
 
-tan reduces once. float32 evaluates tan(r) by its own polynomial as a float-float pair and,
-in odd quadrants, -1/tan(r) by one division corrected by its exact residual: the cost of
-sin plus a division. float64 divides fdlibm's sin(r) and cos(r) (-cos/sin in odd
-quadrants), kept as pairs and the quotient corrected the same way.
+tan reduces once. float32 evaluates tan(r) by its own polynomial, rounded once with the
+reduction's low part, and in odd quadrants -1/tan(r) by one division (within NumPy's own
+float32 error, not 1 ulp: ``codegen/mathlib.py``). float64 divides fdlibm's sin(r) and
+cos(r) (-cos/sin in odd quadrants), kept as pairs, the quotient corrected by its exact
+residual.
 
 >>> reduction = _REDUCTION_FLOAT
 >>> reduction.row_exponent(0), reduction.row_exponent(1)

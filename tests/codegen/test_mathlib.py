@@ -712,9 +712,10 @@ POWER_FRACTIONAL_ULP_FLOAT32 = 0.6
 
 
 def test_power_float32_fractional_ulp_bound():
-    """float32 x ** y within ``POWER_FRACTIONAL_ULP_FLOAT32`` (a fraction, not rounded) of the exact result (float64
-    NumPy) on the sweep and on 3 million pairs whose results spread over every binade,
-    and on bases and exponents a model uses (measured: 0.54, 0.53, 0.50)."""
+    """float32 x ** y within ``POWER_FRACTIONAL_ULP_FLOAT32`` (a fraction, not rounded) of
+    the exact result (float64 NumPy) on the sweep and on 3 million pairs whose results
+    spread over every binade, and on bases and exponents a model uses (measured: 0.54,
+    0.53, 0.50; NumPy's own 1.15 on these pairs and 4 million of the benchmark's)."""
     xs, ys = power_pairs(F32)
     rng = np.random.default_rng(15)
     bases = rng.integers(0x00800000, 0x7F800000, 3_000_000).astype(np.uint32).view(F32)

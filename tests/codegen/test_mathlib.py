@@ -82,7 +82,7 @@ EXACT_ULP_FLOAT32 = {"exp": 1, "expm1": 2, "log": 2, "log1p": 1, "tanh": 2, "sin
 # for x ** y the pairs of ``test_power_float32_fractional_ulp_bound`` and 4 million of the
 # benchmark's). A float32 bound may be relaxed for speed up to NumPy's own error, never
 # beyond (issue 16): ``test_relaxed_bounds_stay_within_numpys_error``.
-NUMPY_FRACTIONAL_ULP_FLOAT32 = {"log": 3.83, "log2": 2.12, "log10": 3.49, "tan": 3.72,
+NUMPY_FRACTIONAL_ULP_FLOAT32 = {"log": 3.83, "log2": 2.12, "log10": 3.49, "tan": 3.90,
                                 "power": 1.15}
 EXACT_ULP_HARD_CASES = 1  # against mpmath: sin, cos, tan (float64), float64 power, erf, log2, log10
 MEASURED_ULP = {}  # (function, dtype name) -> (max ulp, argument where it is reached)
@@ -354,7 +354,8 @@ def test_log2_log10_float64_against_exact_values(name):
 # log, log2 and log10 traded accuracy for speed within NumPy's own error (no division:
 # a polynomial in r = m - 1): measured on every float32 of [0.25, 4): log 1.14, log2 1.37,
 # log10 1.36 (NumPy's there: 3.83, 2.12, 3.49); tan (no float-float quotient) 1.68 on
-# every float32 of [1e-7, 1000), 2.07 on every one of [1000, 2^20) (NumPy's: 3.35, 3.72).
+# every float32 of [1e-7, 1000), 2.07 on every one of [1000, 2^20) (NumPy's: 3.35, 3.72;
+# 3.90 at 1.45e24).
 EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 1.15, "log1p": 0.9,
                                 "log2": 1.4, "log10": 1.4, "tanh": 1.5, "sin": 1.0,
                                 "cos": 1.0, "tan": 2.1, "erf": 0.85}

@@ -356,7 +356,66 @@ def _compare(ctx, eqn, bounds):
             np.int64)) if is_bool(atom) else atom for atom in (a, b))))
     else:
         difference = ctx.sub(a, b)
-    return ctx.fit(ctx.undecided(ctx.abs(difference), total), eqn.out.aval.shape)
+    undecided = ctx.fit(ctx.undecided(ctx.abs(difference), total), eqn.out.aval.shape)
+    if eqn.prim.name in ("equal", "not_equal"):
+        axes = _extreme_axes(ctx, a, b) or _extreme_axes(ctx, b, a)
+        if axes:
+            undecided = _near_ties(ctx, undecided, axes)
+    return undecided
+
+
+def _near_ties(ctx, near, axes):
+    """``x == x.max(axis)`` (a pool's argmax mask): the max element is near the max by
+    definition; the masks differ only where a window holds two elements near its max (our
+    argmax could then be another than NumPy's). With one near element ``k``, every other
+    element is more than ``e_j + e_max`` below the max, and ``e_max >= e_k`` (the max's
+    bound is the window's largest): NumPy's max is at ``k`` too."""
+    count = ctx.emit(sum_p, ctx.emit(cast_p, near, dtype=np.dtype(np.int64)), axes=axes,
+                     keepdims=True)
+    ties = ctx.emit(less_equal_p, Literal.of(np.int64(2)), count)
+    return ctx.and_(near, ties)
+
+
+def _extreme_axes(ctx, a, b):
+    """The axes of ``a`` that ``b`` is the max (or min) of, where ``b`` keeps them as ones
+    (``x.max(axis=(3, 5), keepdims=True)``, ``x.max(axis=3).max(axis=4)`` reshaped with
+    ``[:, :, :, None, :, None]``), possibly broadcast to ``a``'s shape; else None."""
+    if not (isinstance(a, Var) and isinstance(b, Var)):
+        return None
+    atom = b
+    producer = ctx.producers.get(atom.name)
+    if producer is not None and producer.prim.name == "broadcast_to" and tuple(
+            atom.aval.shape) == tuple(a.aval.shape):
+        atom = producer.inputs[0]
+    kept_shape = tuple(atom.aval.shape)
+    while (producer := ctx.producers.get(getattr(atom, "name", None))) is not None and (
+            producer.prim.name == "reshape"):
+        atom = producer.inputs[0]
+    chain = []
+    while (producer := ctx.producers.get(getattr(atom, "name", None))) is not None and (
+            producer.prim.name in ("max", "min")) and (
+            not chain or producer.prim.name == chain[-1].prim.name):
+        chain.append(producer)
+        atom = producer.inputs[0]
+        if isinstance(atom, Var) and atom.name == a.name:
+            break
+    if not chain or not isinstance(atom, Var) or atom.name != a.name:
+        return None
+    remaining, reduced = list(range(len(a.aval.shape))), set()
+    for eqn in reversed(chain):
+        params = eqn.params_dict
+        positions = [remaining[axis] for axis in params["axes"]]
+        reduced.update(positions)
+        if not params["keepdims"]:
+            remaining = [axis for axis in remaining if axis not in positions]
+    shape = tuple(a.aval.shape)
+    if not reduced or kept_shape != tuple(1 if axis in reduced else size
+                                          for axis, size in enumerate(shape)):
+        return None
+    top = tuple(size for size in chain[0].out.aval.shape if size != 1)
+    if top != tuple(size for size in kept_shape if size != 1):
+        return None
+    return tuple(sorted(reduced))
 
 
 def _float_class(ctx, eqn, bounds):

@@ -30,6 +30,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
+from .pending import force
 
 # What a key may be: its value is part of the call's guarded structure as a dict key is.
 _KEYS = (str, int, bool, type(None))
@@ -214,6 +215,17 @@ def collect(context, output_atoms, is_leaf):
         writes.append(OutsideArrayWrite(context.implicit_used[key].path, len(output_atoms)))
         output_atoms.append(tracer.ir_var)
     return writes
+
+
+def compute_values(context):
+    """Compute now every value ``apply`` will store, so that none of them reads an array
+    the call's write-back has changed already (a captured loop's remaining trips run when
+    first read)."""
+    for value in getattr(context, "argument_writes", {}).values():
+        if hasattr(value, "ir_var"):
+            force(value.raw_value)
+    for tracer in getattr(context, "outside_mutations", {}).values():
+        force(tracer.raw_value)
 
 
 def apply(context, args, kwargs):

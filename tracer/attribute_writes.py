@@ -40,6 +40,7 @@ from .errors import TraceSignal, UnsupportedError
 from .implicit import Path
 from .locations import line_prefix, user_location
 from .loop_generalize import Refused
+from .pending import force
 
 _MISSING = object()  # an attribute that was not there before the write
 DELETED = object()  # what a ``del self.cache`` records as the attribute's last value
@@ -403,6 +404,15 @@ def collect(context, output_atoms, is_leaf):
 
 def _plain(value):
     return value is None or isinstance(value, (str, bytes, *PYTHON_SCALARS))
+
+
+def compute_values(context):
+    """Compute now every value ``apply`` will set (see ``argument_writes.compute_values``)."""
+    for _, _, _, value, _ in getattr(context, "attribute_writes", {}).values():
+        if value is not DELETED:
+            for leaf in pytree.flatten(value)[0]:
+                if hasattr(leaf, "ir_var"):
+                    force(leaf.raw_value)
 
 
 def apply(context):

@@ -106,8 +106,13 @@ def run_loop(context, range_function, range_args, body, names, frame_locals, loc
         context.in_loop_body -= 1
 
 
+class _RefusedByIndex(Refused):
+    """The index decides the body's path (``if t > 0``): the same at every trip but the
+    last, maybe (a reversed BPTT loop's ``t == 0``)."""
+
+
 def _run_loop(context, range_function, range_args, body, names, frame_locals, location,
-              reverse):
+              reverse, peel_last=True):
     values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
     where = f"{location[0]}:{location[1]}"
 
@@ -162,9 +167,28 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         context.captured_loops = (*getattr(context, "captured_loops", ()), where)
         return finals
     except Refused as refusal:
+        if peel_last and type(refusal) is _RefusedByIndex and step in (1, -1):
+            # if t > 0 in reversed(range(T)): the trips after iteration 0 but the last as a
+            # loop (captured when the index takes one path there), then the last unrolled
+            return _with_last_peeled(context, body, names, values, start + step, stop, step,
+                                     location)
         _note(context, where, str(refusal))
-        return _unrolled(body, range(first + step, value_of(stop), step) if not isinstance(
-            stop, SymInt) else range_function(first + step, stop, step), values)
+        # The remaining trips at dims the trip count guards: a reversed loop's start is a
+        # dim (range(T - 1, -1, -1)), and its later trips as plain ints would freeze the
+        # first call's count for every length in the bucket.
+        if isinstance(start, SymInt) or isinstance(stop, SymInt):
+            return _unrolled(body, range_function(start + step, stop, step), values)
+        return _unrolled(body, range(first + step, stop, step), values)
+
+
+def _with_last_peeled(context, body, names, values, start, stop, step, location):
+    """The trips ``range(start, stop, step)`` (``|step| == 1``, at least two: the caller's
+    loop ran three) as a loop over all but the last, which runs unrolled after it at its
+    index (a dim when the bounds are: ``T - 1`` of a forward loop)."""
+    last = stop - step
+    middle = _run_loop(context, range, (start, last, step), body, names,
+                       dict(zip(names, values)), location, None, peel_last=False)
+    return tuple(body(last, *middle))
 
 
 def _strided(context, range_function, start, stop, step, reverse, body):
@@ -288,6 +312,8 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
                 raise Refused(str(refusal)) from None
         elif is_int(original) and is_int(value):
             carries.append(_CounterCarry(name, original, value, start, step, count))
+        elif value is original and not isinstance(value, Tracer):
+            carries.append(_UntouchedCarry(context, name, value))
         else:
             carries.append(_ArrayCarry(name, original, value))
     return carries
@@ -338,6 +364,43 @@ class _CounterCarry:
     def after(self, finals):
         final = self.original + self.step_size * self.count
         return expr_of(final) if isinstance(expr_of(final), int) else final
+
+
+class _UntouchedCarry:
+    """A name the body assigns on a path iteration 0 did not take, left as it was (a NumPy
+    array, None, a float): ``dc0 = ...`` only in the ``else`` of ``if t > 0``, whose trip
+    runs after the loop (``_with_last_peeled``). No slot: every trip gives it back as it
+    took it, unwritten, or the capture is refused."""
+
+    slot_count = 0
+
+    def __init__(self, context, name, value):
+        self.context, self.name, self.value = context, name, value
+        # A NumPy array written in place by a traced trip (dh0 += v at t == 0) stands for
+        # a traced copy from then on (context.replaced): not untouched, and the trial's
+        # copy must not outlive a refusal.
+        self.key = id(value)
+        self.replacement = context.replaced.get(self.key)
+
+    def setup(self):
+        return []
+
+    def enter(self, t, slots):
+        return self.value
+
+    def leave(self, proxy, returned):
+        written = self.context.replaced.get(self.key) is not self.replacement
+        if written:
+            if self.replacement is None:
+                del self.context.replaced[self.key]
+            else:
+                self.context.replaced[self.key] = self.replacement
+        if returned is not self.value or written:
+            raise Refused(f"`{self.name}` is assigned in some iterations only")
+        return []
+
+    def after(self, finals):
+        return self.value
 
 
 class _Trial:
@@ -524,6 +587,11 @@ def _first_trip_fits(carries, entering):
                and var.aval == carry.value.ir_var.aval for carry, var in zip(carries, entering))
 
 
+def _restore(mapping, before):
+    mapping.clear()
+    mapping.update(before)
+
+
 def _capture_trips(context, body, carries, start, stop, step, where, from_first):
     """``from_first``: the vars entering iteration 0 when it joins the loop, else None."""
     t1 = value_of(start) + step
@@ -531,6 +599,9 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
     context.loop_count = getattr(context, "loop_count", 0) + 1
     guards_before = len(context.shape_guards)
     constants_before = len(context.constants)
+    # A NumPy array a trial writes in place (dh0 += v on the trial's path) stands for the
+    # trial's traced copy, which a refusal throws away with the trial
+    replaced_before = dict(context.replaced)
     try:
         # from_first: what the trials decide about the index must hold at trip 0 too
         first = start - step if from_first is not None else start
@@ -544,9 +615,11 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         settle_guards(context, guards_before, index)
     except IndexRefused as refusal:
         del context.shape_guards[guards_before:]  # they mention the index: never entry guards
-        raise Refused(str(refusal)) from None
+        _restore(context.replaced, replaced_before)
+        raise _RefusedByIndex(str(refusal)) from None
     except Refused:
         del context.shape_guards[guards_before:]
+        _restore(context.replaced, replaced_before)
         raise
     finally:
         index.close()

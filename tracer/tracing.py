@@ -712,9 +712,19 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         verify(graph)
 
     # Eager semantics: the caller's input arrays see the in-place writes. Then nothing may
-    # run the program again on them: every output is computed here.
-    for position in mutated:
-        np.copyto(np.asarray(leaves[position]), traced_leaves[position].value)
+    # run the program again on them: every output is computed here. Every value is computed
+    # before the first write, as a captured loop's remaining trips run when first read and
+    # read the arrays as they are then (dx[:, t] = W.T @ a[:, t] in a loop, then W += dW:
+    # the trips left would read the new W).
+    pending = lazy and not mutated and not writes and not returned and any(
+        is_pending(v) for v in outputs)
+    if not pending:
+        outputs = [force(value) for value in outputs]
+    new_values = {position: traced_leaves[position].value for position in mutated}
+    argument_writes.compute_values(context)
+    attribute_writes.compute_values(context)
+    for position, value in new_values.items():
+        np.copyto(np.asarray(leaves[position]), value)
     for index, position in aliases.items():
         outputs[index] = leaves[position]
     bindings = context.symbol_values() if views else {}
@@ -722,10 +732,6 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]), bindings)
     argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
     attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
-    pending = lazy and not mutated and not writes and not returned and any(
-        is_pending(v) for v in outputs)
-    if not pending:
-        outputs = [force(value) for value in outputs]
 
     write_prints(getattr(context, "printed", ()))  # what it printed, now that it succeeded
     traced = Trace(

@@ -225,10 +225,12 @@ CAPTURED = {  # name: (function, arguments, the dynamic dims a trip count makes)
     "modular_write": (modular_write, single, lambda n: (n,)),
     "reversed_halved": (reversed_halved, single, lambda n: (n,)),
     "nested_outer_index": (nested_outer_index, square, lambda n: (n,)),
+    # the last trip runs after the loop (tracer/loops.py's _with_last_peeled), so the loop
+    # over the trips between captures when the first call runs three of them
+    "branch_at_last": (branch_at_last, single, lambda n: (n,), lambda n: n - 2),
 }
 REFUSED = {  # name: (function, arguments, the line explain() must name)
     "branch_at_four": (branch_at_four, single, "if t == 4:"),
-    "branch_at_last": (branch_at_last, single, "if t == T - 1:"),
     "clamped": (clamped, single, "h = h + x[min(t, 2)]"),
     "token_list": (token_list, tokens, "h = h * 0.5 + x[tokens[t]]"),
     "float_of_index": (float_of_index, single, "h = h + x[t] * float(t)"),

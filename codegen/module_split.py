@@ -109,8 +109,9 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
         added = ({root} | reach([root])) - members[part]
         members[part] |= added
         loads[part] += size(added)
-    if sum(1 for load in loads if load) < 2:
-        return [ir_text]
+    copied = sum(loads) - total  # lines compiled in more than one part
+    if sum(1 for load in loads if load) < 2 or copied > min(load for load in loads if load) / 2:
+        return [ir_text]  # one part, or kernels sharing so much that each part redoes it
     called_across = set()  # roots a function in another part calls: external at home
     for part, names in enumerate(members):
         for name in names:

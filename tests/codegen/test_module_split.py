@@ -75,6 +75,16 @@ def test_a_variable_or_a_small_module_is_never_split():
     assert module_split.split(TWO_KERNELS, 1, min_lines=0) == [TWO_KERNELS]
 
 
+def test_kernels_sharing_most_of_their_code_are_not_split():
+    """Each part would compile the shared function again: no time saved, CPU doubled."""
+    body = "".join(f'  %"v{i + 1}" = add i64 %"v{i}", {i}\n' for i in range(60))
+    big_helper = TWO_KERNELS.replace(
+        '  %".3" = mul i64 %".1", 3\n  ret i64 %".3"',
+        '  %"v0" = mul i64 %".1", 3\n' + body + '  ret i64 %"v60"')
+    assert big_helper != TWO_KERNELS
+    assert module_split.split(big_helper, 2, min_lines=0) == [big_helper]
+
+
 def test_split_parts_link_and_run():
     parts = module_split.split(TWO_KERNELS, 2, min_lines=0)
     objects = [llvm.compile_module(text).object_code for text in parts]

@@ -1,11 +1,12 @@
 """``compile(graph) -> Program``: a graph for one shape bucket as callable native code.
 
 A ``Program`` holds the object code of its kernels and a generated Python wrapper. The
-wrapper (built as a Python AST, rendered with astor: that text is what ``tracejit cache
-show --source`` prints) binds the symbolic dims from the input shapes, allocates outputs
-and one workspace for the temporaries, calls the native entry once, and either returns the
-outputs or raises ``SideExit`` - a failed value guard or a kernel error - before anything
-escapes. Sizes inside a bucket never recompile: dims are arguments of the native code.
+wrapper (built as a Python AST, rendered by ``codegen/wrapper_text.py``: that text is
+what ``tracejit cache show --source`` prints) binds the symbolic dims from the input
+shapes, allocates outputs and one workspace for the temporaries, calls the native entry
+once, and either returns the outputs or raises ``SideExit`` - a failed value guard or a
+kernel error - before anything escapes. Sizes inside a bucket never recompile: dims are
+arguments of the native code.
 
 Inputs are passed as the caller's arrays; the native entry checks they are C-contiguous
 (one flag test each). When one is not, nothing has run and the wrapper lays the inputs out:
@@ -35,7 +36,6 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-import astor
 import numpy as np
 
 from tracejit.tracer.abstract import AbstractArray
@@ -44,7 +44,7 @@ from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
 
-from . import llvm, loops, python_entry
+from . import llvm, loops, python_entry, wrapper_text
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -102,7 +102,9 @@ class KernelInfo:
 
 @dataclass
 class Program:
-    """Native code for one graph, and the Python wrapper that calls it."""
+    """Native code for one graph, and the Python wrapper that calls it. ``llvm_ir`` and
+    ``optimized_ir`` may be given as a function that returns the text, called when the
+    text is first read (``_text_field``)."""
 
     name: str
     graph: object
@@ -149,6 +151,29 @@ class Program:
         counts = self._counters.reshape(-1, 2)
         return [(kernel, int(calls), nanoseconds / 1e9)
                 for kernel, (calls, nanoseconds) in zip(self.kernels, counts)]
+
+
+def _text_field(name):
+    """A ``Program`` field that may be set to a function making its text: the disk cache
+    keeps a loaded program's LLVM IR compressed until ``lower`` or the command line reads
+    it (a warm start never does; inflating it with the entry cost ~0.9 ms)."""
+    stored = f"_{name}_text"
+
+    def read(self):
+        text = self.__dict__[stored]
+        if callable(text):
+            text = self.__dict__[stored] = text()
+        return text
+
+    def write(self, text):
+        self.__dict__[stored] = text
+
+    return property(read, write)
+
+
+# After @dataclass made __init__, __eq__ and __repr__, which read and write these names.
+Program.llvm_ir = _text_field("llvm_ir")
+Program.optimized_ir = _text_field("optimized_ir")
 
 
 def _schedule_and_lower(graph, profile, raw_entry=False):
@@ -329,9 +354,8 @@ def wrapper_source(schedule, entry, graph=None, compact=None, trusted=False):
                      _wrapper_function("run_strict", schedule, graph, {})]
     else:
         functions = [_wrapper_function("run", schedule, graph, compact)]
-    module = ast.fix_missing_locations(ast.Module(body=functions, type_ignores=[]))
     header = f"# tracejit program {graph.name}: native entry {entry}\n"
-    return header + astor.to_source(module)
+    return header + "\n".join(map(wrapper_text.function_source, functions))
 
 
 def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
@@ -390,7 +414,8 @@ def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
     for item in schedule.graph.body:
         if isinstance(item, Effect) and item.kind == "print":
             body.append(ast.Expr(_print_call(item, names)))
-    outputs = [_view_source(graph, atom, parameters) or _output_source(atom, names)
+    producers = {eqn.out.name: eqn for eqn in graph.equations}  # once, not per output
+    outputs = [_view_source(graph, atom, parameters, producers) or _output_source(atom, names)
                for atom in graph.outputs]
     body.append(ast.Return(value=ast.Tuple(elts=outputs, ctx=ast.Load())))
     function = ast.FunctionDef(
@@ -418,7 +443,9 @@ def inline_body(program, checked, inputs):
     they are not converted."""
     if not isinstance(program, Program) or program._run is None:
         return None
-    module = ast.parse(program.wrapper_source)
+    # ``run`` alone: the text is wrapper_source's, ``run`` first (string constants are
+    # written with repr, so no newline sits inside one); ``run_strict`` is not inlined.
+    module = ast.parse(program.wrapper_source.partition("\ndef run_strict(")[0])
     run = next((item for item in module.body
                 if isinstance(item, ast.FunctionDef) and item.name == "run"), None)
     parameters = [f"x{position}" for position in range(len(program.graph.inputs))]
@@ -439,8 +466,8 @@ def inline_body(program, checked, inputs):
     for node in ast.walk(body):
         if isinstance(node, ast.Name) and node.id in renamed:
             node.id = renamed[node.id]
-    text = astor.to_source(ast.Module(body=kept, type_ignores=[])).splitlines()
-    outputs = [astor.to_source(value).strip() for value in returned.value.elts]
+    text = [line for statement in kept for line in wrapper_text.statement_lines(statement)]
+    outputs = [wrapper_text.source(value) for value in returned.value.elts]
     return text, outputs, program._run.__globals__
 
 
@@ -465,16 +492,23 @@ def _reads(expression):
 
 def _dtype_name(dtype):
     """The wrapper's name for a dtype object (``link`` defines it)."""
-    return f"_dtype_{np.dtype(dtype).name}"
+    name = _dtype_names.get(dtype)
+    if name is None:  # NumPy's dtype.name is Python code: ~5 us, and a wrapper asks ~80 times
+        name = _dtype_names[dtype] = f"_dtype_{np.dtype(dtype).name}"
+    return name
 
 
-def _view_source(graph, atom, parameters):
+_dtype_names = {}
+
+
+def _view_source(graph, atom, parameters, producers=None):
     """NumPy's view of the caller's input for an output that is an input or a chain of
-    views of one (``schedule.input_view``): it shares the caller's memory, as eager's
-    does (and like eager, ``np.reshape`` copies when no view can express it)."""
+    views of one (``schedule.input_view``; ``producers``: its ``{name: eqn}``, made once per
+    wrapper): it shares the caller's memory, as eager's does (and like eager,
+    ``np.reshape`` copies when no view can express it)."""
     if isinstance(atom, Var) and atom in graph.inputs:
         return _name(parameters[graph.inputs.index(atom)])
-    found = input_view(graph, atom)
+    found = input_view(graph, atom, producers)
     if found is None:
         return None
     position, chain = found
@@ -627,8 +661,8 @@ def _workspace_statements(size):
               else _call("max", dim_source(size), ast.Constant(64)))
     source = f"""
 workspace = getattr(_thread, "workspace", None)
-if workspace is None or workspace.size < {astor.to_source(needed).strip()}:
-    workspace = _thread.workspace = _empty({astor.to_source(needed).strip()}, "u1")
+if workspace is None or workspace.size < {wrapper_text.source(needed)}:
+    workspace = _thread.workspace = _empty({wrapper_text.source(needed)}, "u1")
 """
     return ast.parse(source).body
 

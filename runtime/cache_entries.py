@@ -21,7 +21,7 @@ import zlib
 from .cache_trust import MAX_FILE_BYTES, Refused, Rejected, TrustedRoot
 
 MAGIC = b"TJC2\n"  # TJC1 entries (an unkeyed sha256) are not trusted: rebuilt on first use
-FORMAT = 3  # 3: a program no longer stores "materialized" (always empty in format 2)
+FORMAT = 4  # 4: a program's LLVM IR texts are blobs of their own zlib stream (serialize)
 
 
 class CorruptEntry(Exception):

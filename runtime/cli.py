@@ -254,12 +254,16 @@ def command_show(args, out):
                 print(_indent(program["graph"], 4), file=out)
             if args.source:
                 print(_indent(program["wrapper"], 4), file=out)
+            if args.llvm or args.asm:
+                from .serialize import stored_text
+
+                optimized_ir = stored_text(program["optimized_ir"], body["blobs"])
             if args.llvm:
-                print(_indent(program["optimized_ir"], 4), file=out)
+                print(_indent(optimized_ir, 4), file=out)
             if args.asm:
                 from tracejit.codegen.llvm import assembly_of  # LLVM loads only when asked
 
-                print(_indent(assembly_of(program["optimized_ir"]), 4), file=out)
+                print(_indent(assembly_of(optimized_ir), 4), file=out)
     if args.json:
         json.dump(shown, out, indent=2, default=str)
         out.write("\n")

@@ -17,8 +17,10 @@ raises ``InvalidEntry`` and the variant is compiled afresh.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
+import zlib
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from tracejit.tracer.ir import (
     parse_location,
 )
 
+from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
 from .variants import OutputPlan, Path, Variant
 
@@ -433,8 +436,8 @@ def program_to_json(program, blobs):
         ],
         "kernels": [{"name": k.name, "kind": k.kind, "root": k.root, "stages": k.stages}
                     for k in program.kernels],
-        "llvm_ir": program.llvm_ir,
-        "optimized_ir": program.optimized_ir,
+        "llvm_ir": _deflated(program.llvm_ir, blobs),
+        "optimized_ir": _deflated(program.optimized_ir, blobs),
         "profiled": program.profiled,
         "trusted": program.trusted,
         "exports": list(program.exports),
@@ -498,6 +501,37 @@ def _loop_program_from_json(data, blobs):
         raise InvalidEntry(str(error)) from None
     program.compile_seconds = data["compile_seconds"]
     return program
+
+
+def _deflated(text, blobs):
+    """A long text (a program's LLVM IR: ~280 KB for an MLP step) as a zlib stream of its
+    own in a blob, inflated only when read (``_inflater``), not with every load."""
+    return {"deflated": blobs.add(zlib.compress(text.encode(), 3))}
+
+
+def _inflater(data, blobs, what):
+    """A function returning the text ``_deflated`` stored (``Program``'s fields take one)."""
+    _check(isinstance(data, dict) and set(data) == {"deflated"}, f"{what} is not a text")
+    return functools.partial(_inflate, _blob(blobs, data["deflated"], what))
+
+
+def _inflate(compressed):
+    # The entry's signature was checked when it was read: this is tracejit's own text.
+    # Its size is bounded all the same.
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(compressed, MAX_FILE_BYTES)
+    except zlib.error as error:
+        raise InvalidEntry(f"a stored text that does not inflate: {error}") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise InvalidEntry("a stored text that does not inflate whole")
+    return text.decode()
+
+
+def stored_text(data, parts):
+    """A program's ``llvm_ir`` or ``optimized_ir`` as an entry holds it (its body's field
+    and blobs), for the command line."""
+    return _inflater(data, Blobs(parts), "a text")()
 
 
 def _blob(blobs, index, what):
@@ -587,8 +621,8 @@ def program_from_json(data, blobs):
         name=_text(data["name"], "a program name"),
         graph=graph,
         kernels=kernels,
-        llvm_ir=_text(data["llvm_ir"], "LLVM IR"),
-        optimized_ir=_text(data["optimized_ir"], "optimized LLVM IR"),
+        llvm_ir=_inflater(data["llvm_ir"], blobs, "LLVM IR"),
+        optimized_ir=_inflater(data["optimized_ir"], blobs, "optimized LLVM IR"),
         object_code=_blob(blobs, data["object"], "object code"),
         wrapper_source=wrapper,
         compile_seconds=data["compile_seconds"],

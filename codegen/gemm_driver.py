@@ -50,6 +50,11 @@ ROW_PANEL_ORDER_FLOATS = 96 * 1024
 # too: packing costs more than it saves (an RNN step 16 x 64 @ 64 x 64: 2.5 us, was 4.2 us
 # packed; logits 512 x 1024 @ 1024 x 10: 148 us, was 335 us).
 DIRECT_B_FLOATS = 64 * 1024
+# A bigger B is read in place too when C has at most this many rows (in the chunk) and K is
+# at most this deep (a 32-column panel of B, K x 32 floats, stays in L2), one column
+# panel at a time.
+DIRECT_ROWS = 64
+DIRECT_PANEL_DEPTH = 2048
 # Products of fewer multiply-adds than this stay on the calling thread. On the shared
 # 2-core machine the MLP step's 5.2M-multiply-add products (512 x 10 @ 10 x 1024 and the
 # like: 0.12-0.24 ms on one thread) took 0.2-0.9 ms when split in two (benchmarks/gemm.py).
@@ -69,10 +74,16 @@ POOL_THREADS = parallel.THREADS
 POOL_FIELDS = parallel.POOL_FIELDS
 
 
-def direct_condition(builder, trans_b, n, k):
-    """Computed unpacked: B untransposed and small (re-read from cache per ``mr`` rows)."""
+def direct_condition(builder, trans_b, rows, n, k):
+    """Computed unpacked: B untransposed and small (re-read from cache per ``mr`` rows),
+    or few rows (``DIRECT_ROWS``) over a B whose column panels fit L2
+    (``DIRECT_PANEL_FLOATS``): each panel is then read in place by every row panel in turn
+    (``rows_function``), where packing would copy all of B for a few uses of each element."""
+    small_b = builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS))
+    few_rows = builder.and_(builder.icmp_signed("<=", rows, c64(DIRECT_ROWS)),
+                            builder.icmp_signed("<=", k, c64(DIRECT_PANEL_DEPTH)))
     return builder.and_(builder.icmp_signed("==", trans_b, c64(0)),
-                        builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS)))
+                        builder.or_(small_b, few_rows))
 
 
 def epilogue_function(emitter):
@@ -176,52 +187,70 @@ def rows_function(emitter):
 
     builder.position_at_end(work)
     direct, packed = (function.append_basic_block(label) for label in ("direct", "packed"))
-    builder.cbranch(direct_condition(builder, trans_b, n, k), direct, packed)
+    builder.cbranch(direct_condition(builder, trans_b, builder.sub(row_end, row_begin), n, k),
+                    direct, packed)
 
     builder.position_at_end(direct)
     flipped_a = builder.icmp_signed("!=", trans_a, c64(0))
     row_step = builder.select(flipped_a, c64(1), lda)
     k_step = builder.select(flipped_a, lda, c64(1))
 
-    def direct_rows(i0):
+    def direct_tile(i0, j0):
         rows = smaller(builder, c64(isa.mr), builder.sub(row_end, i0))
         a_rows = element(builder, a, builder.mul(i0, row_step))
+        columns = smaller(builder, c64(isa.nr), builder.sub(n, j0))
+        c_tile = element(builder, c, builder.add(builder.mul(i0, ldc), j0))
+        arguments = [k, a_rows, row_step, k_step, element(builder, b, j0), ldb,
+                     c_tile, ldc, columns]
+        after = function.append_basic_block("direct.after")
+        kinds = [(vectors, function.append_basic_block(f"direct.v{vectors}"))
+                 for vectors in range(1, isa.vectors + 1)]
+        if not isa.cheap_masks:
+            kinds.append(("whole", function.append_basic_block("direct.whole")))
+        # Vectors needed: ceil(columns / lanes); "whole" for a full tile.
+        needed = builder.sdiv(builder.add(columns, c64(lanes - 1)), c64(lanes))
+        if not isa.cheap_masks:
+            needed = builder.select(builder.icmp_signed("==", columns, c64(isa.nr)),
+                                    c64(0), needed)
+        choice = builder.switch(needed, kinds[0][1])
+        for vectors, block in kinds:
+            choice.add_case(c64(0 if vectors == "whole" else vectors), block)
+        for vectors, block in kinds:
+            builder.position_at_end(block)
+            switch = builder.switch(rows, after)
+            for count in range(1, isa.mr + 1):
+                case = function.append_basic_block(f"direct.{count}")
+                switch.add_case(c64(count), case)
+                builder.position_at_end(case)
+                builder.call(directs[count, vectors], arguments)
+                builder.branch(after)
+        builder.position_at_end(after)
 
-        def direct_tile(j0):
-            columns = smaller(builder, c64(isa.nr), builder.sub(n, j0))
-            c_tile = element(builder, c, builder.add(builder.mul(i0, ldc), j0))
-            arguments = [k, a_rows, row_step, k_step, element(builder, b, j0), ldb,
-                         c_tile, ldc, columns]
-            after = function.append_basic_block("direct.after")
-            kinds = [(vectors, function.append_basic_block(f"direct.v{vectors}"))
-                     for vectors in range(1, isa.vectors + 1)]
-            if not isa.cheap_masks:
-                kinds.append(("whole", function.append_basic_block("direct.whole")))
-            # Vectors needed: ceil(columns / lanes); "whole" for a full tile.
-            needed = builder.sdiv(builder.add(columns, c64(lanes - 1)), c64(lanes))
-            if not isa.cheap_masks:
-                needed = builder.select(builder.icmp_signed("==", columns, c64(isa.nr)),
-                                        c64(0), needed)
-            choice = builder.switch(needed, kinds[0][1])
-            for vectors, block in kinds:
-                choice.add_case(c64(0 if vectors == "whole" else vectors), block)
-            for vectors, block in kinds:
-                builder.position_at_end(block)
-                switch = builder.switch(rows, after)
-                for count in range(1, isa.mr + 1):
-                    case = function.append_basic_block(f"direct.{count}")
-                    switch.add_case(c64(count), case)
-                    builder.position_at_end(case)
-                    builder.call(directs[count, vectors], arguments)
-                    builder.branch(after)
-            builder.position_at_end(after)
-
-        loop(builder, c64(0), n, c64(isa.nr), direct_tile)
+    def finish_panel(i0):
         # The epilogue on the whole row panel, row by row: per tile, each row reloaded
         # just after it was stored (ldc often a multiple of 4 KB: aliasing) cost 0.08 ms
         # on 512 x 10 @ 10 x 1024 (C itself: 0.12 ms).
+        rows = smaller(builder, c64(isa.mr), builder.sub(row_end, i0))
         finish(element(builder, c, builder.mul(i0, ldc)), rows, n, c64(0))
-    loop(builder, row_begin, row_end, c64(isa.mr), direct_rows)
+
+    def rows_first(i0):
+        loop(builder, c64(0), n, c64(isa.nr), lambda j0: direct_tile(i0, j0))
+        finish_panel(i0)
+
+    def columns_first(j0):
+        loop(builder, row_begin, row_end, c64(isa.mr), lambda i0: direct_tile(i0, j0))
+
+    # A small B stays in cache whichever way it is swept: row panel by row panel, each
+    # finished (its epilogue) in turn. A big one (few rows): one column panel of B at a
+    # time, read from L2 by every row panel; swept row panel first, each row panel read
+    # all of B from L3 or memory again (64 x 784 @ 784 x 1024 ran slower than packed).
+    small_b = builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS))
+    with builder.if_else(small_b) as (by_row_panels, by_column_panels):
+        with by_row_panels:
+            loop(builder, row_begin, row_end, c64(isa.mr), rows_first)
+        with by_column_panels:
+            loop(builder, c64(0), n, c64(isa.nr), columns_first)
+            loop(builder, row_begin, row_end, c64(isa.mr), finish_panel)
     builder.ret_void()
 
     builder.position_at_end(packed)
@@ -319,8 +348,8 @@ def chunk_function(emitter, rows):
                  row_begin, row_end]
 
     unpacked, claim = (function.append_basic_block(label) for label in ("direct", "claim"))
-    needs_none = builder.or_(builder.icmp_signed("<=", k, c64(0)),
-                             direct_condition(builder, trans_b, n, k))
+    needs_none = builder.or_(builder.icmp_signed("<=", k, c64(0)), direct_condition(
+        builder, trans_b, builder.sub(row_end, row_begin), n, k))
     builder.cbranch(needs_none, unpacked, claim)
     builder.position_at_end(unpacked)
     builder.call(rows, [*arguments, ir.Constant(PTR, None)])

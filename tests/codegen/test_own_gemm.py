@@ -104,6 +104,19 @@ def test_k_blocks(trans_a, trans_b, isa):
                        f"{m}x{n} k{k} {trans_a} {trans_b}")
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_few_rows_over_a_big_b(trans_a, isa):
+    """Few rows of C (up to ``DIRECT_ROWS``) over a B too big to stay in cache whole: B is
+    read in place one column panel at a time by each row panel (no packing), for every
+    row count of a register tile's edge, column edges, and B rows a power of two apart."""
+    rng = np.random.default_rng(6)
+    for m, n, k in itertools.product([1, 2, 7, 8, 9, 31, 33, 63, 64, 65], [255, 1024, 1057],
+                                     [64, 300]):
+        a, b = operands(rng, m, n, k, trans_a, False)
+        out = np.full((m, n), np.nan, np.float32)
+        assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b, f"{m}x{n} k{k} {trans_a}")
+
+
 def test_large_sizes(isa):
     """Sizes past one cache block (K > kc splits K; M > 128 several row blocks; N > 32
     several panels), layouts taking turns; products this big are split over the pool's
@@ -154,12 +167,15 @@ def test_prime_sizes_and_strided_operands(trans_a, trans_b, isa):
 @pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (17, 33, 0), (100, 33, 300),
                                      (33, 1000, 40), (64, 1024, 784), (784, 300, 512),
-                                     (300, 517, 700)])
+                                     (300, 517, 700), (9, 1000, 300), (65, 1000, 100),
+                                     (5, 70, 2049)])
 def test_bias_and_relu_epilogue(m, n, k, trans_a, trans_b, isa):
     """``relu(A @ B + bias)``, ``A @ B + bias`` and ``relu(A @ B)`` from the epilogue entry,
     on the direct and packed paths, K = 0, and products split by rows and by columns over
     the pool (64 x 1024 @ 784: columns, so each chunk's bias starts at its first column);
-    in BLIS order over row blocks with an edge block and three K blocks (300 x 517 @ 700);
+    in BLIS order over row blocks with an edge block and K blocks (300 x 517 @ 700);
+    a big B read in place by few rows, one column panel at a time (9 x 1000 @ 300, and
+    64 x 1024 @ 784 per chunk), and just past that path's limits (65 rows; K = 2049);
     stale NaN in the output does not leak in."""
     rng = np.random.default_rng(21)
     a, b = operands(rng, m, n, k, trans_a, trans_b)

@@ -68,10 +68,7 @@ BATCHED_ENTRIES = {"float32": "tj_sgemm_own_batched", "float64": "tj_dgemm_own_b
 
 @lru_cache(maxsize=None)
 def _host_features():
-    import llvmlite.binding as binding
-
-    llvm.target_machine()  # initializes the native target
-    return {name for name, present in binding.get_host_cpu_features().items() if present}
+    return {name for name, present in llvm.host_cpu()[1].items() if present}
 
 
 def host_can_run(isa):

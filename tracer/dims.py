@@ -20,8 +20,10 @@ True
 from __future__ import annotations
 
 import ast
+import keyword
 import math
 import operator
+import re
 import sys
 
 from .primitives import current_context
@@ -280,7 +282,17 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 
 def parse_dim(text):
     """Read a printed dim (``"2*s0 + 1"``, ``"(s0 + 1) // 2"``) back into ``DimExpr``/int."""
-    return _eval_dim(ast.parse(text.strip(), mode="eval").body)
+    text = text.strip()
+    # Most dims are a number or a symbol: read as ast.parse would, without it (a warm
+    # start from disk parses every dim of every graph it loads).
+    if _DECIMAL.match(text):
+        return int(text)
+    if text.isascii() and text.isidentifier() and not keyword.iskeyword(text):
+        return DimExpr.symbol(text)
+    return _eval_dim(ast.parse(text, mode="eval").body)
+
+
+_DECIMAL = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
 def _eval_dim(node):

@@ -425,11 +425,13 @@ class _Reader:
 
     def atom(self, node):
         if isinstance(node, ast.Name) and node.id.startswith("_v"):
-            name = "%" + node.id[2:]
-            if name not in self.env:
-                raise ParseError(f"{name} is used before it is defined")
-            return self.env[name]
+            return self.variable("%" + node.id[2:])
         return Literal.of(self.scalar(node))
+
+    def variable(self, name):
+        if name not in self.env:
+            raise ParseError(f"{name} is used before it is defined")
+        return self.env[name]
 
     def scalar(self, node):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -465,6 +467,9 @@ def _dim_of(node):
 _STRING_OR_SEMICOLON = re.compile(r"""('(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")|(;)""")
 
 
+_VARIABLES = re.compile(r"\s*%\d+(\s*,\s*%\d+)*\s*\Z")
+
+
 def _split_arguments(inner):
     """``a, b; key=value`` -> (``a, b``, ``key=value``); ``;`` in strings is text."""
     for match in _STRING_OR_SEMICOLON.finditer(inner):
@@ -480,6 +485,11 @@ def _parse_call(text, reader):
         raise ParseError(f"not a call: {text!r}")
     inner = rest[:-1]
     positional, keywords = _split_arguments(inner)
+    if not keywords and _VARIABLES.match(positional):
+        # Most lines: variables only, read as ``_Reader.atom`` reads them but without
+        # ast.parse (a warm start from disk parses every graph it loads).
+        atoms = tuple(reader.variable(part.strip()) for part in positional.split(","))
+        return name.strip(), atoms, ()
     separator = "," if positional.strip() and keywords else ""
     source = f"f({_rename_vars(positional)}{separator}{_rename_vars(keywords)})"
     call = ast.parse(source, mode="eval").body
@@ -542,10 +552,13 @@ def parse_graph(text, constants=None):
             kind, atoms, params = _parse_call(rest, reader)
             body.append(Effect(kind, atoms, params, parse_location(comment)))
         elif keyword == "return":
-            outputs = tuple(
-                reader.atom(ast.parse(_rename_vars(part), mode="eval").body)
-                for part in _split_top(rest)
-            )
+            if _VARIABLES.match(rest):  # as in _parse_call
+                outputs = tuple(reader.variable(part.strip()) for part in rest.split(","))
+            else:
+                outputs = tuple(
+                    reader.atom(ast.parse(_rename_vars(part), mode="eval").body)
+                    for part in _split_top(rest)
+                )
         elif keyword.startswith("%"):
             declaration, _, call = code.partition(" = ")
             var_name, _, type_text = declaration.partition(":")

@@ -267,11 +267,36 @@ def flip(m, axis=None):
 
 
 def pad(array, pad_width, mode="constant", constant_values=0):
-    if mode != "constant" or constant_values != 0:
-        raise UnsupportedError("np.pad supports mode='constant' with constant_values=0 only")
+    """np.pad's constant mode with one constant (``-np.inf`` before a padded max pool). Its
+    result is always a new array: with zero widths ``ops.pad`` gives the array itself, and
+    ``x_pad[...] += ...`` would write into the caller's ``x``."""
+    if mode != "constant":
+        raise UnsupportedError("np.pad supports mode='constant' only")
+    fill = _pad_constant(array, constant_values)
     widths = np.broadcast_to(np.asarray(_guarded_ints(pad_width), dtype=object),
                              (ndim_of(array), 2))
-    return ops.pad(array, tuple((int(low), int(high), 0) for low, high in widths))
+    config = tuple((int(low), int(high), 0) for low, high in widths)
+    padded = ops.pad(array, config)
+    if padded is array:
+        return _new_array(padded)
+    if fill == 0 and not np.signbit(fill):
+        return padded
+    inside = ops.pad(ops.full(shape_of(array), True, np.bool_, like=array), config)
+    return where(inside, padded, fill)
+
+
+def _pad_constant(array, constant_values):
+    """The constant np.pad writes, cast to the array's dtype as NumPy's assignment casts it;
+    ``UnsupportedError`` for per-axis constants, a traced one, or a fraction into ints."""
+    if type(constant_values) in (int, float, bool) or isinstance(constant_values, np.generic):
+        value = np.asarray(constant_values)
+        dtype = np.dtype(dtype_of(array))
+        if value.dtype.kind in "iubf" and (dtype.kind == "f" or (
+                value.dtype.kind in "iub" and dtype.kind in "iub")):
+            with np.errstate(all="ignore"):
+                return value.astype(dtype)[()]
+    raise UnsupportedError("np.pad supports mode='constant' with one number as the constant "
+                           "only")
 
 
 def _guarded_ints(value):

@@ -155,6 +155,82 @@ def test_naive_conv_of_an_empty_batch_and_a_one_pixel_image():
     no_internal_errors(f)
 
 
+def pad_forms(x, pad):
+    """np.pad as the assignments spell it; writes into a padded copy (pad 0 included)
+    must leave the argument alone."""
+    a = np.pad(x, ((0,), (0,), (pad,), (pad,)), "constant")
+    b = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)], mode="constant", constant_values=0)
+    c = np.pad(x[0, 0], pad)
+    d = np.pad(x, ((0, 0), (0, 0), (pad, 0), (0, pad)), constant_values=-np.inf)
+    e = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-0.0)
+    a[:, :, 0] += 1.0
+    b[0] = 7.0
+    return a, b, c, d.max(axis=(2, 3)), e, x.sum()
+
+
+def test_pad_forms_and_writes_into_an_unpadded_copy():
+    """np.pad with zero widths returned the argument itself in the trace: a[...] += 1 wrote
+    into the caller's x (a wrong result and a changed argument)."""
+    rng = rng_for(1024)
+    sets = [(rng.standard_normal((2, 2, 3, 4)), 1), (rng.standard_normal((2, 2, 3, 4)), 0),
+            (rng.standard_normal((1, 2, 5, 4)), 2), (rng.standard_normal((2, 2, 3, 4)), 0),
+            (rng.standard_normal((2, 2, 3, 4)).astype(np.float32), 1)]
+    f = run_calls(pad_forms, sets, **F32)
+    no_internal_errors(f)
+    compiled_some(f)
+
+
+def pad_then_write(x, pad):
+    x_pad = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="constant")
+    x_pad[:, :, pad] += 1.0
+    return x_pad, x.sum()
+
+
+def test_a_write_into_a_zero_padded_copy_leaves_the_argument_alone():
+    rng = rng_for(1027)
+    f = run_calls(pad_then_write, [(rng.standard_normal((1, 2, 3, 3)), 0),
+                                   (rng.standard_normal((1, 2, 3, 3)), 1),
+                                   (rng.standard_normal((2, 2, 3, 3)), 0)], **F64)
+    no_internal_errors(f)
+    compiled_some(f)
+
+
+def padded_max_pool(x, pad):
+    """A 'same' max pool: pad with -inf so the border windows ignore the padding."""
+    x_pad = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
+    N, C, H, W = x.shape
+    out = np.empty_like(x)
+    for i in range(H):
+        for j in range(W):
+            out[:, :, i, j] = x_pad[:, :, i:i + 2 * pad + 1, j:j + 2 * pad + 1].max(axis=(2, 3))
+    return out
+
+
+def test_same_max_pool_padded_with_minus_inf():
+    rng = rng_for(1025)
+    ints = rng.integers(-5, 5, (1, 2, 4, 4)).astype(np.int64)
+    sets = [(rng.standard_normal((2, 1, 4, 4)), 1), (rng.standard_normal((1, 2, 5, 3)), 1),
+            (-np.abs(rng.standard_normal((2, 1, 4, 4))), 1), (ints, 1)]
+    f = run_calls(padded_max_pool, sets, **F64)
+    no_internal_errors(f)
+    compiled_some(f)
+
+
+def affine_of_a_batch(x, w, b):
+    return affine_forward(x, w, b)[0]
+
+
+def test_affine_of_an_empty_batch_raises_as_numpy_does():
+    """x.reshape(0, -1) raises in NumPy; the trace raised it as an internal error."""
+    rng = rng_for(1026)
+    w = rng.standard_normal((6, 4))
+    sets = [(rng.standard_normal((2, 3, 2)), w, np.zeros(4)),
+            (rng.standard_normal((0, 3, 2)), w, np.zeros(4)),
+            (rng.standard_normal((3, 3, 2)), w, np.zeros(4))]
+    f = run_calls(affine_of_a_batch, sets, **F64)
+    no_internal_errors(f)
+
+
 # --- pooling: overlapping max pool with an (x == max) mask, average pool ---------------------
 def max_pool_forward_naive(x, pool_param):
     ph, pw, s = pool_param["pool_height"], pool_param["pool_width"], pool_param["stride"]

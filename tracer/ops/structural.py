@@ -19,6 +19,7 @@ import numpy as np
 
 from ..abstract import AbstractArray
 from ..dims import surely
+from ..errors import as_numpy_would
 from ..primitives import Primitive, bind
 from ..shapes import ShapeError, broadcast_shapes, normalize_axis, size_of
 from .creation import iota
@@ -71,10 +72,10 @@ def reshape(x, shape):
     if unknown:
         known = size_of(dim for i, dim in enumerate(shape) if i != unknown[0])
         total = size_of(shape_of(x))
-        if known == 0 or total % known != 0:
-            raise ShapeError(
+        if known == 0 or total % known != 0:  # x.reshape(0, -1) of an empty batch too
+            raise as_numpy_would(ShapeError(
                 f"cannot reshape array of shape {tuple(shape_of(x))} into shape {shape}"
-            )
+            ))
         shape = shape[: unknown[0]] + (total // known,) + shape[unknown[0] + 1 :]
     if _same_dims(tuple(shape_of(x)), shape):
         return x

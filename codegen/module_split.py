@@ -77,13 +77,16 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
                                                      else min_lines):
         return [ir_text]
     pinned = [name for name, function in items.functions.items() if not function.local]
+    copied_names = tuple(copied_prefixes)
+
+    def local_callees(name, roots):
+        return [callee for callee in sorted(items.functions[name].calls)
+                if items.functions[callee].local and not callee.startswith(copied_names)
+                and callee not in roots]
+
     roots = []
     for name in pinned:
-        for callee in sorted(items.functions[name].calls):
-            if items.functions[callee].local and callee not in roots:
-                roots.append(callee)
-    if len(roots) < 2:
-        return [ir_text]
+        roots += local_callees(name, roots)
 
     def reach(starts):
         """The local functions ``starts`` call, through any depth, except other roots."""
@@ -99,6 +102,9 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
     def size(names):
         return sum(len(items.functions[name].lines) for name in names)
 
+    if len(roots) < 2:
+        return [ir_text]
+
     members = [set(pinned) | reach(pinned)]
     members += [set() for _ in range(parts - 1)]
     loads = [size(members[0])] + [0] * (parts - 1)
@@ -112,22 +118,20 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
     copied = sum(loads) - total  # lines compiled in more than one part
     if sum(1 for load in loads if load) < 2 or copied > min(load for load in loads if load) / 2:
         return [ir_text]  # one part, or kernels sharing so much that each part redoes it
-    called_across = set()  # roots a function in another part calls: external at home
-    for part, names in enumerate(members):
-        for name in names:
-            called_across |= {callee for callee in items.functions[name].calls
-                              if callee in home and home[callee] != part}
-    texts = []
-    for part, names in enumerate(members):
-        foreign = {callee for name in names for callee in items.functions[name].calls
-                   if callee in home and home[callee] != part}
-        texts.append(_text(items, names, called_across, foreign))
-    return texts
+    # What each part calls that another part defines: roots (made external at home) and
+    # the first part's external functions (a kernel calling the GEMM's epilogue entry).
+    foreign = [{callee for name in names for callee in items.functions[name].calls} - names
+               for names in members]
+    nameable = home.keys() | {name for name in pinned if not items.functions[name].local}
+    if any(not nameable >= calls for calls in foreign):
+        return [ir_text]  # a local function no part could name: keep the module whole
+    called_across = set().union(*foreign) & home.keys()
+    return [_text(items, names, called_across, calls) for names, calls in zip(members, foreign)]
 
 
 def _text(items, names, called_across, foreign):
     """The module text of a part: its functions (those ``called_across`` external) and
-    declarations of the ``foreign`` roots it calls."""
+    declarations of the ``foreign`` functions it calls."""
     lines = list(items.header)
     for name, function in items.functions.items():
         if name not in names:

@@ -75,6 +75,25 @@ def test_a_variable_or_a_small_module_is_never_split():
     assert module_split.split(TWO_KERNELS, 1, min_lines=0) == [TWO_KERNELS]
 
 
+def test_a_kernel_calling_an_exported_function_declares_it_in_its_part():
+    """The GEMM module's kernels call its exported epilogue entry."""
+    text = TWO_KERNELS.replace(
+        '  %".4" = call i64 @"k0_a"(i64 %".3")\n  ret i64 %".4"\n}\ndefine i64 @"entry"',
+        '  %".4" = call i64 @"api"(i64 %".3")\n  ret i64 %".4"\n}\ndefine i64 @"entry"')
+    text += ('define i64 @"api"(i64 %".1")\n{\nentry:\n'
+             '  %".3" = add i64 %".1", 1\n  ret i64 %".3"\n}\n')
+    assert '@"api"(i64 %".3")' in text
+    parts = module_split.split(text, 2, min_lines=0)
+    assert len(parts) == 2
+    caller = next(part for part in parts if 'define i64 @"k1_b"' in part)
+    if 'define i64 @"api"' not in caller:
+        assert 'declare i64 @"api"(i64 %".1")' in caller
+    objects = [llvm.compile_module(part).object_code for part in parts]
+    library = llvm.load(llvm._bundle(objects), ["entry"])
+    entry = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(library.addresses["entry"])
+    assert entry(5) == 5 * 3 * 3 + 1  # k1_b(k0_a(5)) = api(3 * 15)
+
+
 def test_kernels_sharing_most_of_their_code_are_not_split():
     """Each part would compile the shared function again: no time saved, CPU doubled."""
     body = "".join(f'  %"v{i + 1}" = add i64 %"v{i}", {i}\n' for i in range(60))

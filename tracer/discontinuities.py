@@ -40,6 +40,10 @@ Not checked (the difference from NumPy stays possible there):
 * operands with no error model (a loop's results, float ``prod``) and equations inside
   loop bodies.
 
+Counts held in floats (a mask cast and summed, cumsum's product with a triangle of ones)
+are integers, exact in any order below 2**53 (2**24 in float32): they carry no bound
+(``margin_rules.integral_magnitude``), so ``counts > 0`` is no check.
+
 Equations whose only readers are ``bool``/``int``/``index`` guards are left to the guard
 margins already on those guards. ``np.where(c, a, b)`` reading a comparison (and nothing
 else reading it) is checked only where a flip would move the result beyond rounding:

@@ -49,6 +49,8 @@ from .margin_rules import (
     TANH_SATURATED,
     UNBOUNDED,
     Unbounded,
+    exact_integers,
+    integral_magnitude,
     is_bool,
     is_float,
     number,
@@ -178,6 +180,14 @@ class _Slice:
         self.emitter = _Emitter(graph)
         self.producers = {eqn.out.name: eqn for eqn in graph.equations}
         self.bounds = {}
+        self.magnitudes = {}  # values known to be integers: a bound on |value|
+        for var, constant in graph.constants:
+            data = np.asarray(constant.data)
+            if data.dtype.kind not in "biuf":
+                continue
+            data = data.astype(np.float64)
+            if data.size == 0 or np.all(np.isfinite(data) & (data == np.floor(data))):
+                self.magnitudes[var.name] = float(np.max(np.abs(data), initial=0.0))
         self.ranges = graph.ranges
 
     def __getattr__(self, name):  # the emitter's arithmetic: slice.add(a, b), ...
@@ -207,6 +217,8 @@ class _Slice:
         operands = [None if isinstance(a, Literal) or a.name not in self.producers
                     else self.bounds[a.name] for a in eqn.inputs]
         name = eqn.prim.name
+        if all(bound is None for bound in operands) and self._exact_integers(eqn):
+            return None
         if any(bound is INF for bound in operands):
             # Nothing finite follows; and INF is a scalar, which rules that reduce or
             # index their operand's bound (sum over axis 0 of a loop's result) cannot take.
@@ -220,6 +232,18 @@ class _Slice:
             return rule(self, eqn, operands)
         except Unbounded:
             return self.unbounded(eqn.out)
+
+    def _exact_integers(self, eqn):
+        """Exact operands whose result is a float count (integers, small enough to be exact
+        in any order): no bound, so a count compared with 0 is decided."""
+        try:
+            magnitude = integral_magnitude(self, eqn, self.magnitudes)
+        except Unbounded:
+            magnitude = None
+        if magnitude is not None:
+            self.magnitudes[eqn.out.name] = magnitude
+        return magnitude is not None and is_float(eqn.out) and exact_integers(
+            eqn.out.aval.dtype, magnitude)
 
     def unbounded(self, var):
         return ALWAYS if is_bool(var) else INF

@@ -786,6 +786,58 @@ def _gather(ctx, eqn, bounds):
     return _mirror(ctx, eqn, [e, None])
 
 
+# --- integer-valued floats: sums of counts are exact in any order --------------------------
+def _integral_literal(value):
+    if isinstance(value, DimExpr):
+        return None
+    value = float(np.asarray(value))
+    return abs(value) if math.isfinite(value) and value == math.floor(value) else None
+
+
+def integral_magnitude(ctx, eqn, magnitudes):
+    """A bound on ``|value|`` when ``eqn``'s result holds integers only (a count: bools
+    cast to float, summed or multiplied by a triangle of ones, as cumsum does), else None.
+    ``magnitudes`` gives the operands' (None: not known integral). Below 2**(mantissa + 1)
+    such values are exact in any order of operations, on both sides."""
+    name, inputs = eqn.prim.name, eqn.inputs
+    if name == "full":
+        return _integral_literal(eqn.params_dict["value"])
+    if name == "iota":
+        length = eqn.params_dict["length"]
+        return float(_largest(ctx, length)) if not isinstance(length, DimExpr) or (
+            length.bounds(ctx.ranges)[1] is not None) else None
+    known = []
+    for atom in inputs:
+        if isinstance(atom, Literal):
+            known.append(_integral_literal(atom.value))
+        elif atom.aval.dtype == BOOL:
+            known.append(1.0)
+        else:
+            known.append(magnitudes.get(atom.name))
+    if name == "where":
+        known = known[1:]
+    if not known or any(m is None for m in known):
+        return None
+    if name in ("cast", "neg", "abs", "reshape", "transpose", "broadcast_to", "slice", "flip",
+                "maximum", "minimum", "where", "concatenate", "max", "min"):
+        return max(known)
+    if name in ("add", "subtract"):
+        return sum(known)
+    if name == "multiply":
+        return math.prod(known)
+    if name == "sum":
+        return known[0] * _reduced_count(ctx, eqn)
+    if name == "matmul":
+        return known[0] * known[1] * _largest(ctx, inputs[0].aval.shape[-1])
+    return None
+
+
+def exact_integers(dtype, magnitude):
+    """Are integers up to ``magnitude`` exact in ``dtype``?"""
+    dtype = np.dtype(dtype)
+    return dtype.kind != "f" or magnitude < 2.0 ** (np.finfo(dtype).nmant + 1)
+
+
 RULES = {
     "loop": _loop,
     "add": _add,
@@ -870,4 +922,5 @@ UNBOUNDED = {
 }
 
 
-__all__ = ["RULES", "UNBOUNDED", "Unbounded", "number", "unit_roundoff"]
+__all__ = ["RULES", "UNBOUNDED", "Unbounded", "exact_integers", "integral_magnitude", "number",
+           "unit_roundoff"]

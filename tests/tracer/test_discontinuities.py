@@ -217,3 +217,24 @@ def test_where_whose_branches_meet_at_the_threshold_stays_compiled(dtype):
         for got, want in zip(f(x.copy()), leaky_relu_of_a_sum(x.copy())):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert f.stats()["compiled_calls"] == 2, f.stats()
+
+
+def counts_in_floats(m):
+    """Counts held in floats (a mask cast and summed, a cumsum as a product with a triangle
+    of ones): integers, exact in any order, so comparing them with 0 decides nothing."""
+    positive = (m > 0).astype(m.dtype)
+    counts = positive @ np.ones((m.shape[1], 1), m.dtype)
+    return counts[:, 0] > 20, positive.sum(axis=1).astype(np.int64), np.cumsum(
+        positive, axis=1) > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_counts_held_in_floats_stay_compiled(dtype):
+    rng = np.random.default_rng(6)
+    f = tj.jit(counts_in_floats, cache=False)
+    for _ in range(4):
+        m = rng.standard_normal((5, 41)).astype(dtype)
+        m[0] = -1.0  # a row with no positive element: counts of exactly 0
+        for got, want in zip(f(m.copy()), counts_in_floats(m.copy())):
+            assert_identical(got, want)
+    assert f.stats()["compiled_calls"] == 3, f.stats()

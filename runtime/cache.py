@@ -185,8 +185,8 @@ class DiskCache:
             try:
                 root.write_signed(os.path.join(self.root, "code-digest"), "code-digest",
                                   f"{stamp} {digest}".encode("ascii"))
-            except (OSError, Rejected) as error:
-                log.warning("could not write tracejit's code digest to the cache: %s", error)
+            except (OSError, Rejected) as error:  # only slower: hashed again next process
+                log.info("could not write tracejit's code digest to the cache: %s", error)
 
     # --- reading and writing --------------------------------------------------------------
     def load(self, fn, name, options, policy, leaves):

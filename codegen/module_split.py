@@ -44,6 +44,10 @@ import re
 from dataclasses import dataclass, field
 
 MIN_LINES = 600  # below this the module compiles in ~30 ms: a second thread saves little
+# The smallest part must hold this share of the code: the GEMM module split 10% / 90%
+# (entries / the chunk function and its micro-kernels) saved ~10% of its compile and ran
+# 1-3% slower (its calls into the chunk function no longer optimized with their callers).
+MIN_SHARE = 0.25
 _NAME = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([-\w.$]+))')
 _TOKEN = re.compile(r"[\w.$]+")
 _LOCAL_LINKAGE = ("internal", "private")
@@ -118,6 +122,8 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
     copied = sum(loads) - total  # lines compiled in more than one part
     if sum(1 for load in loads if load) < 2 or copied > min(load for load in loads if load) / 2:
         return [ir_text]  # one part, or kernels sharing so much that each part redoes it
+    if min(loads) < MIN_SHARE * sum(loads):
+        return [ir_text]  # little time saved, and calls across parts are not optimized
     # What each part calls that another part defines: roots (made external at home) and
     # the first part's external functions (a kernel calling the GEMM's epilogue entry).
     foreign = [{callee for name in names for callee in items.functions[name].calls} - names

@@ -105,6 +105,18 @@ def all(a, axis=None, out=None, keepdims=False):  # noqa: A001
     return _reduce(ops.all_p, a, axis, keepdims)
 
 
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """np.count_nonzero: elements that are not zero (NaN counts), as int64; a NumPy int64
+    where no axis is left.
+
+    >>> int(count_nonzero(np.array([[1.0, 0.0], [np.nan, 0.0]])))
+    2
+    >>> count_nonzero(np.array([[1, 0], [2, 3]]), axis=0).tolist()
+    [2, 1]
+    """
+    return sum(a != 0, axis=axis, dtype=np.intp, keepdims=keepdims)
+
+
 def _arg_reduce(prim, a, axis, out, keepdims):
     no_out(prim.name, out)
     if axis is None:

@@ -1288,9 +1288,7 @@ def count_positive_labels(scores, labels):
 
 @pytest.mark.parametrize("model", [
     copy_gradients_where_positive, halve_where_negative,
-    pytest.param(count_positive_labels, marks=pytest.mark.xfail(
-        strict=True, reason="np.count_nonzero of a traced mask runs eagerly on every call "
-        "(no numpy_api.FUNCTIONS entry; the selection's count_nonzero exists)")),
+    count_positive_labels,
 ])
 def test_mask_writes_from_a_selection_and_count_nonzero_compile(model):
     rng = rng_for(947)

@@ -92,9 +92,11 @@ class _Emitter:
         self.pending = []
         self.producers = {}  # every equation emitted here, by its output's name
 
-    def depends_on(self, atom, var):
-        """Does ``atom`` (emitted here) read ``var``, directly or through emitted values?"""
-        stack, seen = [atom], set()
+    def depends_on(self, atoms, var):
+        """Does one of ``atoms`` (emitted here) read ``var``, directly or through emitted
+        values? One search for all of them: a search per atom was quadratic in the bound
+        equations of a long program (an unrolled training loop's guards)."""
+        stack, seen = list(atoms), set()
         while stack:
             current = stack.pop()
             if not isinstance(current, Var) or current.name in seen:
@@ -368,7 +370,7 @@ def add_guard_margins(graph):
                 ambiguous = None if not bool(ambiguous.value) else ctx.emit(
                     full_p, shape=tuple(predicate.aval.shape), value=True, dtype=BOOL)
             at = position[predicate.name]
-            if any(ctx.emitter.depends_on(eqn.out, predicate) for eqn in ctx.emitter.pending):
+            if ctx.emitter.depends_on([eqn.out for eqn in ctx.emitter.pending], predicate):
                 at += 1
                 if ambiguous is not None:  # read in the margin's kernel (NaN: undecided)
                     ambiguous = ctx.or_(ambiguous, ctx.emit(not_equal_p, predicate, predicate))

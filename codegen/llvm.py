@@ -230,7 +230,7 @@ def compile_module(ir_text, opt_level=3):
     _initialized()
     start = time.perf_counter()
     with _lock:
-        parts = module_split.split(ir_text, COMPILE_THREADS,
+        parts = module_split.split(ir_text, 1 if _one_thread.__dict__ else COMPILE_THREADS,
                                    copied_prefixes=(VECTOR_VARIANT_PREFIX,))
         helpers = [_helper_thread().submit(_compile_part, text, opt_level, _helper_machine())
                    for text in parts[1:]]
@@ -273,6 +273,14 @@ COMPILE_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_geta
 PART_SEPARATOR = "\n; ---- tracejit: next part (compiled on another thread) ----\n"
 _BUNDLE_MAGIC = b"TJPARTS1"
 _helper = {}
+_one_thread = threading.local()  # set: this thread compiles without the helper
+
+
+def compile_on_this_thread_only():
+    """From now on, modules this thread compiles are not split: the background compile
+    thread's LLVM leaves the second core to the program it compiles for, which runs its
+    calls eagerly meanwhile (``runtime/background.py``)."""
+    _one_thread.set = True
 
 
 def _helper_thread():

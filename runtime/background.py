@@ -55,6 +55,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from tracejit.codegen import llvm as codegen_llvm
 from tracejit.tracer import pytree
 
 from . import diagnostics
@@ -227,6 +228,7 @@ class Compiler:
             self._condition.notify_all()
 
     def _run(self):
+        codegen_llvm.compile_on_this_thread_only()
         while True:
             with self._condition:
                 while (not self._jobs or self._paused) and not self._closing:

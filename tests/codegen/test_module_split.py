@@ -144,3 +144,23 @@ def test_a_program_compiled_in_parts_equals_numpy(monkeypatch, threads):
         arguments = inputs(rows, seed + 1)
         for actual, expected in zip(program(*arguments), model(*arguments)):
             np.testing.assert_allclose(actual, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_the_background_compile_thread_compiles_on_its_own(monkeypatch):
+    """runtime/background.py's thread leaves the second core to the program."""
+    import threading
+
+    monkeypatch.setattr(llvm, "COMPILE_THREADS", 2)
+    monkeypatch.setattr(module_split, "MIN_LINES", 0)
+    results = {}
+
+    def background():
+        llvm.compile_on_this_thread_only()
+        results["background"] = llvm.compile_module(TWO_KERNELS)
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    results["caller"] = llvm.compile_module(TWO_KERNELS)
+    assert llvm.PART_SEPARATOR not in results["background"].llvm_ir
+    assert llvm.PART_SEPARATOR in results["caller"].llvm_ir

@@ -144,11 +144,13 @@ def scalar_type(kind, x):
 
 
 def python_number(x, kind):
-    """``float(x)`` (``kind`` float) or ``x.item()`` (``kind`` None) of a traced one-element
-    value, as a run-time Python number: a weak scalar, cast to float64 or int64, that the
-    result returns as a Python ``float``/``int`` and that later arithmetic promotes as one.
-    ``None`` where that is not what NumPy gives (a bool or uint64 item, an array with
-    elements other than one or of dynamic size): the caller guards the value instead.
+    """``float(x)`` (``kind`` float), ``int(x)`` of an integer (``kind`` int) or
+    ``x.item()`` (``kind`` None) of a traced one-element value, as a run-time Python
+    number: a weak scalar, cast to float64 or int64, that the result returns as a Python
+    ``float``/``int`` and that later arithmetic promotes as one. ``None`` where that is not
+    what Python gives (a bool or uint64 item, ``int`` of a float, which truncates and
+    raises at NaN, an array with elements other than one or of dynamic size): the caller
+    guards the value instead.
 
     Guarding it (the value frozen into the trace) made ``return loss.item()`` fail its
     guard on every later call; used in an ``if``, the weak scalar is guarded as any
@@ -161,7 +163,8 @@ def python_number(x, kind):
         target = np.dtype(np.float64)
     elif kind is None and dtype.kind == "f":
         target = np.dtype(np.float64)
-    elif kind is None and (dtype.kind == "i" or dtype.kind == "u" and dtype.itemsize < 8):
+    elif kind in (None, int) and (dtype.kind == "i" or dtype.kind == "u" and dtype.itemsize < 8
+                                  or kind is int and dtype.kind == "b"):
         target = np.dtype(np.int64)
     else:
         return None

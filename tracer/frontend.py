@@ -380,6 +380,9 @@ class Hooks:
             whole = integer_quotient(args[0])  # int((w - f) / s) + 1 stays a dim
             if whole is not None:
                 return whole
+        if function is int and len(args) == 1 and not kwargs and isinstance(
+                args[0], Tracer) and (number := python_number(args[0], int)) is not None:
+            return number  # int(np.argmax(p)), int(y[i]): a run-time Python int
         if args and isinstance(args[0], StackedList):
             stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
             if stacked is not None:

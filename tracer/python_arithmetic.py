@@ -27,11 +27,13 @@ import operator
 import numpy as np
 
 from . import ops
+from .dims import SymInt
 from .errors import as_numpy_would
 from .ir import Guard
 from .locations import user_location
 from .pending import force
 from .primitives import bind, is_traced
+from .traced_array import Tracer, trace_error
 
 _OPERATORS = {"true_divide": operator.truediv, "floor_divide": operator.floordiv,
               "mod": operator.mod, "power": operator.pow}
@@ -50,8 +52,6 @@ def check(context, prim, args, values, avals):
     except (ZeroDivisionError, OverflowError) as error:
         raise as_numpy_would(error) from None
     if isinstance(result, complex):
-        from .traced_array import trace_error  # cycle: traced_array -> tracing -> here
-
         raise trace_error("a Python number to a fractional power is complex here; "
                           "compiled code computes in real numbers")
     context.checking_python = True  # the predicate's own power is NumPy's
@@ -64,6 +64,17 @@ def check(context, prim, args, values, avals):
         context.body.append(Guard(atom, "margin", False, user_location(skip=3)))
 
 
+def _guard_dims(name, a, b):
+    """Shape guards that keep dims ``a``, ``b`` (or Python numbers) from making Python
+    raise: a divisor stays nonzero, a base stays nonzero under a negative exponent."""
+    if name != "power":
+        if isinstance(b, SymInt):
+            bool(b != 0)  # (a dim comparison records its shape guard)
+    elif isinstance(a, SymInt) and (isinstance(b, SymInt) and not b >= 0 or (
+            not isinstance(b, SymInt) and b < 0)):
+        bool(a != 0)
+
+
 def _python(value, aval):
     value = np.asarray(force(value)).item()
     return float(value) if aval.dtype.kind == "f" else value
@@ -71,7 +82,11 @@ def _python(value, aval):
 
 def _raising(name, a, b):
     """The traced predicate "Python raises (or makes a complex number) on these operands",
-    or None when nothing traced can make it so."""
+    or None when nothing traced can make it so. Dims (``n / (n - 1)`` of a dynamic batch
+    size) get shape guards instead: the trace's dims are never negative or fractional."""
+    if not isinstance(a, Tracer) and not isinstance(b, Tracer):
+        _guard_dims(name, a, b)
+        return None
     if not is_traced(b) and not (name == "power" and is_traced(a)):
         return None
     if name != "power":

@@ -165,3 +165,61 @@ def test_a_division_by_a_run_time_count_in_a_loop():
     rng = rng_for(1104)
     run_calls(mean_over, [(rng.standard_normal((n, 3)), count) for n, count in
                           ((3, 2), (4, 3), (5, 0), (6, 1.5), (2, 0.0))], **F64)
+
+
+NAMES = ["a", "b", "c", "d", "e"]
+
+
+def integer_uses(x, W):
+    count = int((x > 0).sum())
+    best = int(np.argmax(x))
+    uses = [count * 2, best + 1, W[best], np.zeros(count), x[:count], NAMES[best],
+            count > 2, x.reshape(1, -1)[0, best], int(x.shape[0] > 3)]
+    if count > 2:
+        uses.append(count // 2)
+    for k in range(count):
+        uses.append(k)
+    return uses
+
+
+def test_int_of_a_traced_integer_is_a_python_int_wherever_it_goes():
+    rng = rng_for(1105)
+    W = rng.standard_normal((5, 3))
+    run_calls(integer_uses, [(rng.standard_normal(5), W) for _ in range(5)], **F64)
+
+
+def comparisons_of_python_numbers(x, limit):
+    total = float(x.sum())
+    return total > limit, total == limit, not total < limit
+
+
+def test_comparisons_of_python_numbers_are_python_bools():
+    rng = rng_for(1106)
+    f = run_calls(comparisons_of_python_numbers,
+                  [(rng.standard_normal(4), limit) for limit in (0.5, -0.5, 1.5, 0.0)], **F64)
+    assert f.stats()["compiled_calls"] >= 1, f.stats()
+
+
+def loss_scaled_by_a_float(w, x):
+    h = np.tanh(x @ w)
+    scale = float((h ** 2).mean())  # a Python number: no gradient flows through it
+    return (h * scale).sum()
+
+
+def test_a_python_number_carries_no_gradient():
+    import tracejit as tj
+
+    rng = rng_for(1107)
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    h = np.tanh(x @ w)
+    want = x.T @ ((1 - h ** 2) * float((h ** 2).mean()))
+    step = tj.jit(tj.value_and_grad(loss_scaled_by_a_float), cache="memory")
+    for _ in range(3):
+        np.testing.assert_allclose(step(w, x)[1], want, rtol=1e-12)
+    weights = tj.tensor(w, requires_grad=True)
+    compiled = tj.jit(loss_scaled_by_a_float, cache="memory")
+    for _ in range(3):
+        weights.grad = None
+        compiled(weights, x).backward()
+        np.testing.assert_allclose(np.asarray(weights.grad), want, rtol=1e-12)
+    assert step.stats()["compiled_calls"] >= 1 and compiled.stats()["compiled_calls"] >= 1

@@ -112,8 +112,6 @@ def convert_with_index(x):
     ("function", "convert", "expected"),
     [
         (convert_with_int, "int", 6),
-        (convert_with_float, "float", 3.0),
-        (convert_with_item, "item", 1.0),
         (convert_with_index, "index", 6),
     ],
     ids=lambda item: getattr(item, "__name__", str(item)),
@@ -131,6 +129,17 @@ def test_conversions_record_value_guards(function, convert, expected):
     (guard,) = traced.value_guards
     assert guard.convert == convert
     assert guard.expected == expected and type(guard.expected) is type(expected)
+
+
+@pytest.mark.parametrize("function", [convert_with_float, convert_with_item])
+def test_float_and_item_are_run_time_python_numbers(function):
+    """``float(x.max())`` and ``x.min().item()`` record no value guard: the result is a
+    Python number computed at run time (tracer/conversions.python_number)."""
+    x = np.array([1.0, 2.0, 3.0])
+    traced = trace(function, x)
+    eager = function(x.copy())
+    np.testing.assert_array_equal(traced.outputs, eager)
+    assert type(traced.outputs) is type(eager) and not traced.value_guards
 
 
 def truth_of_an_array(x):

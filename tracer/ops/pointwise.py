@@ -40,7 +40,7 @@ def ufunc_rule(ufunc):
             raise TypeError(f"{name} does not support dtypes ({names})") from error
         # Python scalars combined by operators stay Python scalars (``1.0 - beta ** step``
         # with a run-time ``step``); an explicit NumPy call makes them strong (numpy_api).
-        weak = all_weak and resolved[-1].kind in "if" and shape == ()
+        weak = all_weak and resolved[-1].kind in "bif" and shape == ()
         return AbstractArray(shape, resolved[-1], weak)
 
     return abstract_eval

@@ -238,3 +238,20 @@ def test_counts_held_in_floats_stay_compiled(dtype):
         for got, want in zip(f(m.copy()), counts_in_floats(m.copy())):
             assert_identical(got, want)
     assert f.stats()["compiled_calls"] == 3, f.stats()
+
+
+def ranks_of_distances(x, y):
+    """argsort of computed values compares every pair, each element with itself too."""
+    d = ((x[:, None, :] - y[None, :, :]) ** 2).sum(axis=2)
+    return np.argsort(d, axis=1), d < d
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_argsort_of_computed_values_stays_compiled(dtype):
+    rng = np.random.default_rng(8)
+    f = tj.jit(ranks_of_distances, cache=False)
+    for _ in range(4):
+        x, y = (rng.standard_normal((n, 3)).astype(dtype) for n in (5, 9))
+        for got, want in zip(f(x, y), ranks_of_distances(x, y)):
+            assert_identical(got, want)
+    assert f.stats()["compiled_calls"] == 3, f.stats()

@@ -364,67 +364,6 @@ def _unbounded(bound):
         bound.value is True or not np.isfinite(float(bound.value))))
 
 
-def _element_axes(ctx, atom):
-    """``(source, axes)``: ``atom`` is ``source`` reshaped only by unit dims, its dim ``k``
-    at ``axes[k]`` of ``atom`` (None where ``source``'s dim is a unit); else None."""
-    source = atom
-    producer = ctx.producers.get(atom.name) if isinstance(atom, Var) else None
-    if producer is not None and producer.prim.name == "reshape":
-        source = producer.inputs[0]
-    if not isinstance(source, Var):
-        return None
-    shape, axes, position = tuple(atom.aval.shape), [], 0
-    for dim in source.aval.shape:
-        if isinstance(dim, int) and dim == 1:
-            axes.append(None)
-            continue
-        while position < len(shape) and isinstance(shape[position], int) and (
-                shape[position] == 1) and shape[position] != dim:
-            position += 1
-        if position == len(shape) or shape[position] != dim:
-            return None
-        axes.append(position)
-        position += 1
-    if any(not (isinstance(dim, int) and dim == 1) for dim in shape[position:]):
-        return None
-    return source, axes
-
-
-def _self_pairs(ctx, eqn):
-    """Where a comparison reads the same element on both sides (``a[:, None] < a[None, :]``,
-    argsort's ranks, on the diagonal) it is decided: a mask of those positions, or None."""
-    a, b = eqn.inputs
-    left, right = _element_axes(ctx, a), _element_axes(ctx, b)
-    if left is None or right is None or left[0] != right[0]:
-        return None
-    rank = len(eqn.out.aval.shape)
-    mask = None
-    for dim, at_a, at_b in zip(left[0].aval.shape, left[1], right[1]):
-        if at_a is None:
-            continue
-        at_a += rank - len(a.aval.shape)
-        at_b += rank - len(b.aval.shape)
-        if at_a == at_b:
-            continue
-        index = ctx.emit(iota_p, length=dim, dtype=np.dtype(np.int64))
-        along = [ctx.emit(reshape_p, index, shape=tuple(
-            dim if axis == at else 1 for axis in range(rank))) for at in (at_a, at_b)]
-        same = ctx.emit(equal_p, *along)
-        mask = same if mask is None else ctx.and_(mask, same)
-    if mask is None:  # the same element everywhere
-        return ctx.emit(full_p, shape=(), value=True, dtype=np.dtype(np.bool_))
-    return mask
-
-
-def _split(ctx):
-    """What was emitted so far reads only values defined before the equation: it goes
-    there. What follows goes later (before the last where), and the bounds it memoizes
-    are forgotten afterwards, so no check placed earlier reads them."""
-    ctx.early.extend(ctx.emitter.pending)
-    ctx.emitter.pending = []
-    ctx.snapshot = dict(ctx.bounds)
-
-
 def check_discontinuities(graph):
     """Insert, before each equation that jumps and reads bounded operands, the equations of
     its ambiguity mask and a ``margin`` guard on ``any(mask)``."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from .abstract import AbstractArray
 from .array_methods import ArrayMethods
+from .conversions import python_number
 from .dims import SymInt
 from .errors import TraceError, as_numpy_would
 from .indexing import apart, getitem, setitem, written_region
@@ -187,8 +188,6 @@ class Tracer(ArrayMethods):
 
     def item(self, *args):
         if not args:
-            from .conversions import python_number  # cycle: conversions -> numpy_api -> here
-
             number = python_number(self, None)
             if number is not None:
                 return number

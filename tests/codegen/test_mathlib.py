@@ -352,8 +352,8 @@ def test_log2_log10_float64_against_exact_values(name):
 # intervals); exp 1.02 with denormal results on its fast path (0.75 there) and (70, 88.7]
 # computed in float64 (0.50); see codegen/mathlib.py.
 # log, log2 and log10 traded accuracy for speed within NumPy's own error (no division:
-# a polynomial in r = m - 1): measured on every float32 of [0.25, 4): log 1.14, log2 1.37,
-# log10 1.36 (NumPy's there: 3.83, 2.12, 3.49); tan (no float-float quotient) 1.68 on
+# a polynomial in r = m - 1): measured on every positive float32: log 1.14, log2 1.37,
+# log10 1.36 (NumPy's: 3.83, 2.12, 3.49); tan (no float-float quotient) 1.68 on
 # every float32 of [1e-7, 1000), 2.07 on every one of [1000, 2^20) (NumPy's: 3.35, 3.72;
 # 3.90 at 1.45e24).
 EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 1.15, "log1p": 0.9,

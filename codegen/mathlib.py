@@ -58,7 +58,7 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
 float32 bounds relaxed for speed (issue 16) stay within NumPy's own float32 error on the
 machine they were set on (NumPy 2.4.6, AVX512_ICL), both in fractions of an ulp of the
 exact result: NumPy's over the whole float32 range (``NUMPY_FRACTIONAL_ULP_FLOAT32`` in
-the tests), ours on every positive float32 for the logs (their maxima lie in [0.75, 1.4])
+the tests), ours on every positive float32 for the logs (their maxima lie in [0.72, 1.34])
 and on every float32 of [1e-7, 2^20) for tan (its fast path; 1.68 below 1000; within 2.1
 on all 2^32, ``test_float32_every_float``):
 

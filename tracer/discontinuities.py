@@ -113,6 +113,8 @@ def _compare(ctx, eqn, bounds):
     selects = _selects(ctx, eqn)
     if not selects:
         return undecided, None
+    if all(_meets_at_threshold(ctx, eqn, select) for select in selects):
+        return None  # relu's where(x <= 0, 0, x): a flip moves the result by rounding only
     # Only np.where reads it: a flip there moves the result by |a - b|, which is rounding
     # when the branches meet at the threshold (np.where(h > 0, h, 0.01 * h), a clip); only
     # a flip between branches apart (np.where(s > 0, 1, -1)) jumps. Its bound stays on for
@@ -193,6 +195,31 @@ def _split(ctx):
     ctx.early.extend(ctx.emitter.pending)
     ctx.emitter.pending = []
     ctx.snapshot = dict(ctx.bounds)
+
+
+def _meets_at_threshold(ctx, compare, select):
+    """Whether ``select`` (``np.where(x > t, ...)`` on ``compare``) picks between ``x``
+    and ``t`` themselves, or ``x`` and ``k * x`` at ``t == 0``: equal where the comparison
+    flips, so a flip changes the result by no more than ``x``'s own rounding (relu as
+    ``np.where(x <= 0, 0, x)``, leaky relu), and no check is needed."""
+    x, t = compare.inputs
+    branches = select.inputs[1:]
+    if {_key(atom) for atom in branches} == {_key(x), _key(t)}:
+        return True
+    scaled = [atom for atom in branches if _key(atom) != _key(x)]
+    return len(scaled) == 1 and isinstance(t, Literal) and t.value == 0 and any(
+        _key(atom) == _key(x) for atom in branches) and _scales(ctx, scaled[0], x)
+
+
+def _key(atom):
+    return ("var", atom.name) if isinstance(atom, Var) else ("literal", float(atom.value))
+
+
+def _scales(ctx, atom, x):
+    producer = ctx.producers.get(atom.name) if isinstance(atom, Var) else None
+    return producer is not None and producer.prim.name == "multiply" and any(
+        _key(operand) == _key(x) for operand in producer.inputs) and any(
+        isinstance(operand, Literal) for operand in producer.inputs)
 
 
 def _selects(ctx, eqn):

@@ -255,3 +255,31 @@ def test_argsort_of_computed_values_stays_compiled(dtype):
         for got, want in zip(f(x, y), ranks_of_distances(x, y)):
             assert_identical(got, want)
     assert f.stats()["compiled_calls"] == 3, f.stats()
+
+
+@pytest.mark.parametrize("activation", [
+    lambda h: np.where(h <= 0, 0, h),  # tj.nn.relu
+    lambda h: np.where(h > 0, h, 0.0),
+    lambda h: np.where(h > 0, h, 0.01 * h),  # leaky relu
+    lambda h: np.where(h > 1.5, 1.5, h),  # a clip
+])
+def test_selects_whose_branches_meet_at_the_threshold_get_no_check(activation):
+    """A flip there moves the result by rounding only: no margin guard, so a float64
+    relu after a matmul stays the GEMM's epilogue."""
+    from tracejit.tracer.passes import optimize
+    from tracejit.tracer.tracing import trace
+
+    rng = np.random.default_rng(7)
+    traced = trace(lambda x, w: activation(x @ w), rng.standard_normal((4, 3)),
+                   rng.standard_normal((3, 5)))
+    assert not [g for g in optimize(traced.graph).guards if g.convert == "margin"]
+
+
+def test_selects_whose_branches_jump_keep_their_check():
+    from tracejit.tracer.passes import optimize
+    from tracejit.tracer.tracing import trace
+
+    rng = np.random.default_rng(8)
+    traced = trace(lambda x, w: np.where(x @ w > 0, 1.0, -1.0), rng.standard_normal((4, 3)),
+                   rng.standard_normal((3, 5)))
+    assert [g for g in optimize(traced.graph).guards if g.convert == "margin"]

@@ -370,7 +370,8 @@ class _UntouchedCarry:
     """A name the body assigns on a path iteration 0 did not take, left as it was (a NumPy
     array, None, a float): ``dc0 = ...`` only in the ``else`` of ``if t > 0``, whose trip
     runs after the loop (``_with_last_peeled``). No slot: every trip gives it back as it
-    took it, unwritten, or the capture is refused."""
+    took it, unwritten, and the body has no guard (every trip takes the traced path), or
+    the capture is refused."""
 
     slot_count = 0
 
@@ -610,6 +611,16 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         raise Refused(str(refusal)) from None
     try:
         slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
+        if not slots and not _quiet_items(trial1.recorded):
+            # No loop equation would hold the body, nor its guards (n += 1 under an if on
+            # data: the count of the traced path at every call)
+            raise Refused("only counters are carried, and the body has guards")
+        if any(type(carry) is _UntouchedCarry for carry in carries) and not (
+                _quiet_items(trial1.recorded) and _quiet_items(trial2.recorded)):
+            # A trip whose guard fails would take the path that assigns it, and the trips
+            # left after a failed guard carry slots only
+            raise Refused("a name is assigned only on a path the traced iterations did not "
+                          "take, and the body has guards")
         _merge_constants(context.constants[constants_before:], (trial1, trial2))
         # Comparisons and specializations of the index: the same at every trip, or refused.
         settle_guards(context, guards_before, index)

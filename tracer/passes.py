@@ -17,12 +17,20 @@ from .ir import Eqn, Var, verify
 from .loop_vectorize import vectorize_loops
 
 
+def _checks_inside(eqn):
+    """A loop whose body holds a guard or an effect at any depth: its results may go unused
+    (n += 1 under an if on data, only h computed), its checks may not."""
+    return eqn.prim.name == "loop" and any(
+        not isinstance(item, Eqn) or _checks_inside(item)
+        for item in eqn.params_dict["body"].body)
+
+
 def eliminate_dead_code(graph):
     """Drop equations whose values reach no output, guard or effect."""
     live = {atom.name for atom in graph.outputs if isinstance(atom, Var)}
     kept = []
     for item in reversed(graph.body):
-        if isinstance(item, Eqn) and item.out.name not in live:
+        if isinstance(item, Eqn) and item.out.name not in live and not _checks_inside(item):
             continue
         atoms = item.inputs if not hasattr(item, "predicate") else (item.predicate,)
         live.update(atom.name for atom in atoms if isinstance(atom, Var))

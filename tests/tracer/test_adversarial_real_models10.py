@@ -137,6 +137,50 @@ def test_a_reversed_loop_with_a_list_and_a_counter_and_its_last_trip_apart():
     no_eager_calls(f)
 
 
+def count_above(x, threshold):
+    """Only a counter carried, moved under an if on data."""
+    n = 0
+    for t in range(x.shape[0]):
+        if x[t].sum() > threshold:
+            n += 1
+    return n
+
+
+def count_above_beside_an_unused_state(x, threshold):
+    n = 0
+    h = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        h = h * 0.5 + x[t]
+        if x[t].sum() > threshold:
+            n += 1
+    return n
+
+
+def last_row_above(x, threshold):
+    """``last`` assigned only on the path iteration 0 did not take."""
+    n = 0
+    last = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        if x[t].sum() > threshold:
+            n += 1
+            last = x[t] * 1.0
+    return n, last
+
+
+@pytest.mark.parametrize("model", [count_above, count_above_beside_an_unused_state,
+                                   last_row_above])
+def test_a_count_under_a_data_guard_in_a_loop(model):
+    """Wrong before: with no array carried (or none used), the loop and the guards in its
+    body were dropped, and the compiled count was the traced path's (6 where NumPy counts
+    1); last_row_above was wrong with this round's untouched carries before they refused
+    bodies with guards."""
+    rng = rng_for(1006)
+    spec = ((5, 100.0), (6, 100.0), (7, 100.0), (7, -100.0), (6, 0.0), (9, 100.0), (9, 0.5))
+    rng.standard_normal(150)
+    f = run_calls(model, [(rng.standard_normal((T, 3)), threshold) for T, threshold in spec])
+    no_internal_errors(f)
+
+
 def first_step_gradients(dH, C):
     """A BPTT loop whose last trip (t == 0) fills the initial state's gradients: ``dc0``
     assigned and ``dh0`` updated in place only there."""

@@ -21,7 +21,9 @@ after the write-back and read the new ``W``); a reversed loop whose capture was 
 (``if t > 0`` in the body) unrolled its later trips at the first call's plain ints, so a
 compiled call at another length in the bucket ran the first call's trip count. Such a loop
 now captures with its last trip run after it, and a name assigned only on that trip's path
-(``dc0``) no longer refuses the capture. Slow, not fixed: a first call on exact shapes
+(``dc0``) no longer refuses the capture. A count moved under an ``if`` on data (``n += 1``)
+with no array carried, or none used, compiled to the traced path's count (the loop and its
+guards were dropped). Slow, not fixed: a first call on exact shapes
 unrolls loops under 32 trips, and the buffer writes of karpathy's LSTM (``Hin[t, :, 0] =
 1``, ``IFOGf[t, :, :3 * d] = ...``) become where/pad chains that each kernel inlines again
 (T = 6: over a minute of LLVM on a loaded machine); logistic regression with an

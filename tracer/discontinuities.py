@@ -99,7 +99,8 @@ def _cast(ctx, eqn, bounds):
         return None  # a float target rounds; it does not jump
     if is_bool(eqn.out):
         return ctx.truth(x, e), None
-    return ctx.mask(RULES["cast"](ctx, eqn, bounds)), None
+    # (where x's bound is 0 it is NumPy's value: NaN, too, truncates alike on both sides)
+    return ctx.and_(ctx.mask(RULES["cast"](ctx, eqn, bounds)), ctx.mask(e)), None
 
 
 def _compare(ctx, eqn, bounds):

@@ -590,7 +590,12 @@ def _sum(ctx, eqn, bounds):
         magnitude = ctx.add(magnitude, carried)  # NumPy sums values up to e away
     coefficient = (_numpy_depth(ctx, eqn) * u + ours) * INFLATE
     orders = ctx.mul(magnitude, number(coefficient))
-    return ctx.plus(orders, carried, ctx.rounding(eqn.out, absolute=4 * count * eta))
+    bound = ctx.plus(orders, carried, ctx.rounding(eqn.out, absolute=4 * count * eta))
+    if e is not None:
+        return bound
+    # Exact operands summing no magnitude are all zeros (or none): ±0 in any order; with
+    # a NaN among them, NaN in any order. Either way the same on both sides.
+    return ctx.where(ctx.greater(magnitude, number(0.0)), bound, number(0.0))
 
 
 def _extreme_reduction(ctx, eqn, bounds):

@@ -312,7 +312,9 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
                 raise Refused(str(refusal)) from None
         elif is_int(original) and is_int(value):
             carries.append(_CounterCarry(name, original, value, start, step, count))
-        elif value is original and not isinstance(value, Tracer):
+        elif value is original and not isinstance(value, (Tracer, np.ndarray)):
+            # (a NumPy array may be the same object written in place by plain NumPy: g +=
+            # 1 in the body; its trips must run, so it is an array carry)
             carries.append(_UntouchedCarry(context, name, value))
         else:
             carries.append(_ArrayCarry(name, original, value))

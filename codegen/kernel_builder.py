@@ -49,9 +49,12 @@ from .row_fusion import RowScratch, scratch_value
 # thread, float32[4096] and [100003]), so small bodies, which compile fast anyway, keep
 # the epilogues.
 FOLD_TAIL_INSTRUCTIONS = 600
-# Every folded loop, and a kernel's single flat loop of this many instructions or more (a
-# fused chain) over a static number of elements that whole vectors cover, names the vector
-# width LLVM would pick (``llvm.loop.vectorize.width``): LLVM then skips its search over
+# A kernel's single flat loop, folded or of this many instructions or more (a fused chain)
+# over a static number of elements that whole vectors cover, names the vector width LLVM
+# would pick (``llvm.loop.vectorize.width``), when its body is one block with no error
+# flags (a width forces vectorization; where LLVM cannot, as in the inner loops of 2-d
+# kernels that keep values across rows, it prints "remark: loop not vectorized" on the
+# user's stderr). LLVM then skips its search over
 # widths and, for a loop not folded, the vector epilogue, so the body is emitted twice
 # (vector loop, scalar remainder), not three times. Chain of 10 ops on float32[4096]: LLVM
 # 31 -> 26 ms CPU; of 100 ops (folded): optimize 57 -> 45 ms, the same code. Where a
@@ -199,6 +202,7 @@ class KernelBuilder:
             self.memo_scopes.append({})
             body(IndexComponent(counter, inner))
             self.memo_scopes.pop()
+            first_block.append(builder.block)
 
         back_edge = counted_loop(builder, self.start if split else const(0), count, counted,
                                  wrap_flags=("nsw", "nuw"))
@@ -209,7 +213,9 @@ class KernelBuilder:
         if size >= FOLD_TAIL_INSTRUCTIONS:
             hints["llvm.loop.vectorize.predicate.enable"] = True
         lanes = self._vector_lanes(first_block[0])
-        if lanes and (hints or whole_vectors and size >= WIDTH_HINT_INSTRUCTIONS):
+        single_block = first_block[0] is first_block[-1]
+        if lanes and flat and single_block and not self.errors and (
+                hints or whole_vectors and size >= WIDTH_HINT_INSTRUCTIONS):
             hints["llvm.loop.vectorize.width"] = lanes
             self.aligned_chunks = self.aligned_chunks or flat
             if whole_vectors and split:

@@ -99,3 +99,28 @@ def test_a_flat_chain_with_a_remainder_keeps_its_vector_epilogue(size):
                        values((size,), np.float32, 0), dynamic=False)
     assert WIDTH not in program.llvm_ir
     assert "vec.epilog" in program.optimized_ir
+
+
+def _unrolled_backward(dH, C):
+    dH, dC = dH.copy(), np.zeros(C.shape)
+    for t in reversed(range(dH.shape[0])):
+        dC[t] += dH[t]
+        if t > 0:
+            dC[t - 1] += C[t] * dC[t]
+            dH[t - 1, :] += dC[t]
+    return dH, dC
+
+
+def test_llvm_prints_no_remarks_on_the_users_stderr(capfd):
+    """A vector width named on a loop LLVM cannot vectorize (the inner loops of this
+    unrolled backward's kernels) made LLVM print 'remark: loop not vectorized' to stderr."""
+    import tracejit as tj
+
+    rng = np.random.default_rng(5)
+    f = tj.jit(_unrolled_backward, cache=False)
+    for n in (3, 4, 5, 7):
+        for _ in range(2):
+            dH, C = rng.standard_normal((n, 2)), rng.standard_normal((n, 2))
+            got, want = f(dH, C), _unrolled_backward(dH, C)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    assert "not vectorized" not in capfd.readouterr().err

@@ -454,6 +454,11 @@ def _where(ctx, eqn, bounds):
             return ctx.fit(chosen, shape)
         differ = ctx.emit(not_equal_p, a, b)
         return ctx.fit(ctx.or_(chosen, ctx.and_(ec, differ)), shape)
+    if ec is ALWAYS and ctx.cheap:
+        # A condition with no error model (from a float prod: cumprod, then
+        # np.maximum.accumulate's zero test): the discontinuity checks leave its values
+        # unchecked, as they leave the prod's, rather than check |a - b| on every call
+        raise Unbounded()
     ea, eb = ctx.as_number(a, ea) or number(0.0), ctx.as_number(b, eb) or number(0.0)
     chosen = ctx.where(condition, ea, eb)
     if ec is None:

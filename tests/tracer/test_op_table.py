@@ -957,6 +957,8 @@ FUNCTION_CASES = [
     fcase(np.min, (2, 3), call=lambda f, x: f(x, axis=(0, 1))),
     fcase(np.amin, (2, 3), call=lambda f, x: f(x, axis=0)),
     fcase(np.any, (2, 3), call=lambda f, x: f(x, axis=0)),
+    fcase(np.count_nonzero, (2, 3)),
+    fcase(np.count_nonzero, (2, 3), call=lambda f, x: f(x > 0, axis=1), name="axis"),
     fcase(np.all, (2, 3)),
     fcase(np.argmax, (2, 3), call=lambda f, x: f(x, axis=-1)),
     fcase(np.argmin, (2, 3)),

@@ -216,6 +216,13 @@ class Tracer(ArrayMethods):
         return self.__array__()
 
     def __format__(self, spec):
+        if not self.shape and self.aval.weak:
+            # a Python number (float(loss), an int argument): formatted as Python would,
+            # on its value, guarded as float() of it was before it became a number
+            kind = {"b": bool, "i": int, "u": int}.get(self.dtype.kind, float)
+            value = kind(np.asarray(self.value).item())
+            return format(self.context.guard(self, "float" if kind is float else "int",
+                                             value), spec)
         raise trace_error(
             "formatting a traced array into a string would freeze its value; pass it to "
             "print() as a separate argument (print('loss', loss)) or format it outside"

@@ -223,3 +223,17 @@ def test_a_python_number_carries_no_gradient():
         compiled(weights, x).backward()
         np.testing.assert_allclose(np.asarray(weights.grad), want, rtol=1e-12)
     assert step.stats()["compiled_calls"] >= 1 and compiled.stats()["compiled_calls"] >= 1
+
+
+def formatted(x, lr):
+    loss = float((x ** 2).mean())
+    count = int((x > 0).sum())
+    return f"loss {loss:.3f} n={count} lr={lr}", str(loss), loss
+
+
+def test_formatting_a_python_number_gives_pythons_text():
+    """f-strings of a run-time Python number format its value under a guard (as float()
+    of it did when it was a guarded value), not a trace error."""
+    rng = rng_for(1108)
+    run_calls(formatted, [(rng.standard_normal(4), 0.1 * (k % 2 + 1)) for k in range(4)],
+              **F64)

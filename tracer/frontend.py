@@ -44,7 +44,7 @@ from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
-from .numpy_api import FUNCTIONS, arange, array_of, full, full_like
+from .numpy_api import FUNCTIONS, arange, array_of, eye, full, full_like, identity, tri
 from .object_paths import (
     ObjectPaths,
     guard_class,
@@ -173,6 +173,9 @@ def _guarded_bounds(values):
 _SEQUENCE_FUNCTIONS = {np.concatenate, np.stack, np.hstack, np.vstack, np.ravel_multi_index,
                        np.einsum}
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
+# Creation functions sized by plain ints: with a symbolic size, the traced composite keeps
+# the dim symbolic (np.tri(n) of a causal mask would specialize the sequence length)
+_SIZED_CREATION = {np.tri: tri, np.eye: eye, np.identity: identity}
 # Builtins that call a function they are given: a user's one runs rewritten (what it reads
 # from outside is guarded). Not tracejit's own (value_and_grad traces its function itself).
 _CALLING_BACK = {functools.reduce, map, filter, sorted, min, max}
@@ -400,6 +403,9 @@ class Hooks:
             return self._load_through(attribute, value) if present else value
         if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
+        if function in _SIZED_CREATION and any(
+                isinstance(size, SymInt) for size in (*args[:2], *kwargs.values())):
+            return _SIZED_CREATION[function](*args, **kwargs)
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
         if function is np.arange and any_traced((*args, *kwargs.values())):

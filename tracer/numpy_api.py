@@ -40,6 +40,7 @@ from .nan_reductions import (
     nansum,
     nanvar,
 )
+from .nan_replacement import nan_to_num
 from .out_arguments import write_out
 from .primitives import bind, is_traced
 from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTIONS)
@@ -884,6 +885,7 @@ FUNCTIONS = {
     np.nanvar: nanvar,
     np.nanstd: nanstd,
     np.nancumsum: nancumsum,
+    np.nan_to_num: nan_to_num,
     np.unravel_index: unravel_index,
     np.ravel_multi_index: ravel_multi_index,
     np.reshape: reshape,

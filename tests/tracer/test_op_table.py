@@ -1100,6 +1100,8 @@ FUNCTION_CASES = [
     fcase(np.nanvar, (2, 3), call=lambda f, x: f(x, axis=1, ddof=1), rtol=1e-6),
     fcase(np.nanstd, (2, 3), rtol=1e-6),
     fcase(np.nancumsum, (3, 4), call=lambda f, x: f(x, axis=1), rtol=1e-6),
+    fcase(np.nan_to_num, (2, 3), call=lambda f, x: f(np.log(x)), rtol=1e-6),
+    fcase(np.nan_to_num, (2, 3), call=lambda f, x: f(x / 0, nan=-1.0, posinf=2.0), name="given"),
     # flat positions (tracer/flat_index.py)
     fcase(np.unravel_index, (2, 3),
           call=lambda f, x: f(np.argmax(x, axis=None), (2, 3))),

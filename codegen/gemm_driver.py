@@ -55,10 +55,13 @@ DIRECT_B_FLOATS = 64 * 1024
 # panel at a time.
 DIRECT_ROWS = 64
 DIRECT_PANEL_DEPTH = 2048
-# Products of fewer multiply-adds than this stay on the calling thread. On the shared
-# 2-core machine the MLP step's 5.2M-multiply-add products (512 x 10 @ 10 x 1024 and the
-# like: 0.12-0.24 ms on one thread) took 0.2-0.9 ms when split in two (benchmarks/gemm.py).
-PARALLEL_WORK = 1 << 23
+# Products of fewer multiply-adds than this stay on the calling thread (as batches do:
+# gemm_batched.BATCH_PARALLEL_WORK). The MLP step's 5.2M-multiply-add products split in
+# two (idle cores, wall time, medians: dW2 = h.T @ dlogits 1024 x 10, K 512: 0.45-0.49 ->
+# 0.22-0.26 ms; logits 512 x 10, K 1024: 0.17 -> 0.08 ms; dlogits @ w2.T 0.18-0.20 ->
+# 0.15-0.17 ms). Under load a split can wait on a preempted thread (0.2-0.9 ms measured
+# for these products when 1 << 23 was chosen); the batch-64 step's 0.65M ones stay whole.
+PARALLEL_WORK = 1 << 20
 
 # The chunk function's context: the epilogue entry's 13 arguments, then how the work is
 # split.

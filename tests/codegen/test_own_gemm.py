@@ -143,6 +143,32 @@ def test_mlp_and_rnn_shapes(isa):
         assert_product(gemm.matmul(a, b, isa=isa), a, b, f"{m}x{n} k{k}")
 
 
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS)
+@pytest.mark.parametrize("m, n", [(17, 9), (9, 64), (65, 65), (1, 2000), (1024, 10),
+                                  (10, 1024), (33, 31)])
+def test_products_just_past_the_split_threshold(m, n, trans_a, trans_b, isa):
+    """Products of ``PARALLEL_WORK`` multiply-adds (K chosen for it) are split over the
+    pool, one fewer K stays on the calling thread: both sides agree with NumPy, with and
+    without the bias/relu epilogue. The shapes give a last chunk of one row (17 rows:
+    chunks of 16), a split by columns into whole panels (9 x 64) or, for AVX2's 24-wide
+    panels, a short last chunk (48 + 16), a row chunk ending inside a register tile
+    (65 rows: 40 + 25), one row of C over many columns, the MLP step's small products, and
+    an extent too short to split (33 x 31)."""
+    from tracejit.codegen.gemm_driver import PARALLEL_WORK
+
+    rng = np.random.default_rng(23)
+    k_split = -(-PARALLEL_WORK // (m * n))
+    for k in (k_split - 1, k_split):
+        a, b = operands(rng, m, n, k, trans_a, trans_b)
+        out = np.full((m, n), np.nan, np.float32)
+        assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b, f"{m}x{n} k{k}")
+        bias = rng.standard_normal(n).astype(np.float32)
+        want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+        got = gemm.matmul(a, b, out=out, isa=isa, bias=bias, activation="relu")
+        bound = 2 * (k + 1) * EPS32 * (np.abs(a).astype(np.float64) @ np.abs(b) + np.abs(bias))
+        assert np.all(np.abs(got - want) <= bound), f"{m}x{n} k{k} epilogue"
+
+
 PRIMES = [2, 3, 5, 13, 23, 29, 37, 97, 131, 257, 521]
 
 

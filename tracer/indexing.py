@@ -80,7 +80,13 @@ def _expand(index, ndim):
     for entry in index:
         if isinstance(entry, range):  # NumPy reads a range as the integers it holds
             entry = np.arange(entry.start, entry.stop, entry.step)
-        if isinstance(entry, list):
+        if isinstance(entry, list) and any_traced(entry):
+            # wte[ids] with ids a list of run-time Python ints (picoGPT's prompt, ids
+            # appended by int(np.argmax(...))): the integer array NumPy makes of it
+            from .numpy_api import array_of  # numpy_api builds on this module
+
+            entry = array_of(entry)
+        elif isinstance(entry, list):
             # A dim in the list ([0, n - 1]) is the int it is in this call (guarded).
             entry = np.asarray([int(item) if isinstance(item, SymInt) else item
                                 for item in entry])

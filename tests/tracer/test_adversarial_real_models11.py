@@ -19,7 +19,10 @@ and an exception eager raises must be raised too.
 
 Findings (fixed while this round ran; their tests stay as regressions): ``np.tri(n)`` of
 a dynamic length specialized the length (a compile per sequence length, so a generation
-loop reached ``max_variants`` after eight tokens and ran eagerly from then on).
+loop reached ``max_variants`` after eight tokens and ran eagerly from then on); a list of
+run-time Python ints as an index (``wte[inputs]`` of picoGPT's list of ids once the ids
+changed, ``W[[int(np.argmax(x)), x.argmin()]]``) stopped the trace, so the function ran
+eagerly on every later call.
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
@@ -151,3 +154,59 @@ def test_masks_sized_by_a_dynamic_length(name):
                   repeats=1)
     no_eager_calls(f)
     assert f.stats()["compiles"] == 5, f.explain()  # 0, 1, 2, (2, 4], (4, 8]
+
+
+# --- a Python list of run-time ints as an index -------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpt2_on_a_python_list_of_ids(dtype):
+    """picoGPT calls ``gpt2(inputs)`` with ``inputs`` a list of ints; ints seen with a second
+    value become run-time inputs, and ``wte[inputs]`` of them was 'a traced array converted
+    to a NumPy array': every later call ran eagerly."""
+    rng = rng_for(1102)
+    params = gpt2_params(rng, dtype=dtype)
+    f = run_calls(gpt2_two_heads, [([int(i) for i in rng.integers(0, 23, n)], params)
+                                   for n in (1, 2, 3, 3, 5)], **TOLERANCE[dtype])
+    no_eager_calls(f)
+
+
+def take_listed(ids, table):
+    return table[ids] * 2
+
+
+def take_pair(a, b, table):
+    return table[[a, b, 0]]
+
+
+def take_grid(a, b, table):
+    return table[[a, b], [b % 3, 1]]
+
+
+def take_nested(a, b, table):
+    return table[[[a, b], [b, a]]]
+
+
+def take_extremes(x, table):
+    return table[[int(np.argmax(x)), x.argmin()]]
+
+
+LISTED_INDEX_CASES = {
+    "ids": (take_listed, lambda rng, table: [
+        ([int(i) for i in rng.integers(0, 7, n)], table) for n in (1, 2, 3, 3, 3)] + [
+        ([1, 9, 2], table), ([1, -2, 2], table), ([0, -8, 1], table)]),
+    "pair": (take_pair, lambda rng, table: [(a, b, table) for a, b in (
+        (1, 2), (3, 4), (5, 6), (-1, 0), (7, 0), (-8, 0))]),
+    "grid": (take_grid, lambda rng, table: [(a, b, table) for a, b in (
+        (1, 2), (3, 4), (5, 6), (-1, 0), (7, 0))]),
+    "nested": (take_nested, lambda rng, table: [(a, b, table) for a, b in (
+        (1, 2), (3, 4), (5, 6), (-1, 0), (7, 0))]),
+    "argmax and argmin": (take_extremes, lambda rng, table: [
+        (rng.standard_normal(n), table) for n in (4, 5, 6, 7, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(LISTED_INDEX_CASES))
+def test_a_list_of_run_time_ints_as_an_index(name):
+    function, argument_sets = LISTED_INDEX_CASES[name]
+    rng = rng_for(1103)
+    f = run_calls(function, argument_sets(rng, rng.standard_normal((7, 3))))
+    assert "untraceable" not in f.stats()["eager_calls"], f.explain()

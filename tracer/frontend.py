@@ -783,9 +783,9 @@ class Hooks:
         current = state_item(self.context, container, index)  # self.stats["steps"] += 1
         if current is None:
             current = self.load(container[index], ("expression", "", ()))
-        if (is_traced(current) and not _is_traced_number(current)) or isinstance(
-                current, np.ndarray):
-            self.inplace(current, value, operation)
+        if (is_traced(current) and not _is_traced_number(current) and not isinstance(
+                current, SymInt)) or isinstance(current, np.ndarray):
+            self.inplace(current, value, operation)  # an array: updated in place
             return
         if attribute_writes.is_outside_container(self.context, container):
             if self._note_item(container, index, self.inplace(current, value, operation)):
@@ -807,9 +807,10 @@ class Hooks:
         (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
         the trace and the new value a write (``attribute_writes.NumberState``)."""
         current = getattr(owner, name)
-        if _is_traced_number(current):
-            # a Python number this trace wrote there (self.steps += 1 at an earlier trip):
-            # rebound as Python does, not NumPy's in-place add (which makes an np.int64)
+        if _is_traced_number(current) or isinstance(current, SymInt):
+            # a Python number this trace wrote there (self.steps += 1 at an earlier trip,
+            # self.count = len(x) then += len(y)): rebound as Python does, not NumPy's
+            # in-place add (which makes an np.int64)
             path = self.objects.path_of(owner)
             updated = getattr(operator, operation)(current, value)
             attribute_writes.note(self.context, owner, name, updated, path)
@@ -820,7 +821,10 @@ class Hooks:
                 return self.outside_mutation(written)
             attribute = path.attr(name)
             number = self._load_through(attribute, current)
-            if not is_traced(number):
+            # a number this trace wrote there (nnfs's new_pass: self.accumulated_sum = 0,
+            # then += np.sum(losses)) is rebound as Python does; one read as a setting is
+            # state the calls rebind
+            if not is_traced(number) and attribute.key not in self.context.written_paths:
                 return self._number_state(owner, name, attribute, written)
             updated = getattr(operator, operation)(number, value)
             attribute_writes.note(self.context, owner, name, updated, path)

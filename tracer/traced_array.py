@@ -198,6 +198,15 @@ class Tracer(ArrayMethods):
             raise TypeError("len() of unsized object")
         return int(self.shape[0]) if isinstance(self.shape[0], SymInt) else self.shape[0]
 
+    # copy.copy / copy.deepcopy (deeplearning.ai's update_parameters deep-copies the
+    # parameter dict): a new array, as ndarray's give, so writes into the copy leave this
+    # one alone; a Python number (float(loss)) is immutable, itself
+    def __copy__(self):
+        return self if not self.shape and self.aval.weak else self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
     def __array__(self, dtype=None, copy=None):
         raise trace_error(
             "a traced array was converted to a NumPy array (np.asarray, a NumPy function "

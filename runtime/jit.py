@@ -75,7 +75,8 @@ def jit(fn=None, **options):
     ``fallback`` ("eager" | "raise"), ``check`` (False | True), ``static_argnames`` /
     ``static_argnums`` (specialize by value), ``loops`` ("capture" | "unroll"),
     ``compile`` ("sync" | "background": a new variant's first call returns the traced
-    result and LLVM runs on a daemon thread; calls before it is ready run eagerly).
+    result, or runs eagerly when a decision the trace took may not be eager's, and LLVM
+    runs on a daemon thread; calls before it is ready run eagerly).
 
     A jit function pickles (by reference when its module imports it, else by value with
     cloudpickle), so it runs in ``multiprocessing`` and Dask tasks; see ``tracejit.dask``.

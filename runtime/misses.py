@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
 from tracejit.tracer.pending import has_effects
 from tracejit.tracer.pinned_scalars import ScalarDecidesShape
+from tracejit.tracer.tracing import Trace
 
 from . import background, diagnostics
 from .autograd import is_grad_enabled
@@ -83,8 +85,8 @@ class Misses:
             # program compiled below computes the result instead
             traced = self._trace(args, kwargs, self.policy, signature,
                                  lazy=self.options.compile != "background")
-            if traced is None:
-                return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
+            if not isinstance(traced, Trace):
+                return self._eager_instead(traced, signature, args, kwargs)
             if self.options.compile == "background":  # LLVM on the compile thread
                 return background.compile_variant_later(self, traced, signature, args, kwargs,
                                                         bucket_sibling=sibling)
@@ -97,11 +99,12 @@ class Misses:
                                     len(self._variants), reason)
                 self._store_to_disk(variant, leaves)
                 # The result must carry the compiled graph, or the trace left it pending
-                # (the program prints what the trace printed: then the trace computes it).
-                if path.backward is not None or (traced.pending
-                                                 and not has_effects(traced.graph)):
-                    return self._run(variant, variant.guard(args, kwargs), args, kwargs)
-            elif traced.gradients is not None:
+                # (the program prints what the trace printed: then the trace computes it),
+                # or the trace's decisions may not be eager's (the program's margins decide).
+                if path.backward is not None or traced.undecided or (
+                        traced.pending and not has_effects(traced.graph)):
+                    return self._run_new(variant, args, kwargs)
+            elif traced.gradients is not None or traced.undecided:
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
             return _plain_result(traced.force_outputs(), leaves)
@@ -115,7 +118,8 @@ class Misses:
                     traced = trace_with_gradients(
                         self.fn, *args, dynamic=dynamic, name=self.__name__,
                         grad=is_grad_enabled(), lazy=lazy,
-                        capture_loops=self.options.loops == "capture", call_kwargs=kwargs)
+                        capture_loops=self.options.loops == "capture", check_decisions=True,
+                        call_kwargs=kwargs)
                     break
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
                     retries += 1
@@ -139,10 +143,7 @@ class Misses:
                 log_recompiles.info("%s: raised while tracing (%s: %s); ran eagerly",
                                     self.__qualname__, type(error).__name__, error)
                 return None
-            log_recompiles.warning("%s: internal error while tracing; runs eagerly",
-                                   self.__qualname__, exc_info=True)
-            self._give_up(signature, f"internal error: {type(error).__name__}: {error}", error)
-            return None
+            return _TraceFailed(error)  # ours, or NumPy's error raised by our stand-in
         finally:
             self._compile_seconds += time.perf_counter() - start
         self._loop_notes.update(dict.fromkeys(traced.loop_notes))
@@ -153,6 +154,37 @@ class Misses:
                          if note.startswith(f"loop at {where} unrolled")]:
                 del self._loop_notes[note]
         return traced
+
+    def _eager_instead(self, failed, signature, args, kwargs):
+        """The call whose trace stopped (``failed``: None, or ``_TraceFailed`` when tracejit's
+        own code raised), run eagerly. An error raised inside tracejit may still be the
+        function's: our stand-ins for NumPy raise NumPy's errors (``np.stack([])``). The
+        eager run tells: if it raises, the error was the function's (nothing is logged, a
+        later call may trace); if it returns, the trace failed where eager does not, our
+        bug: calls with this signature run eagerly from now on, and the log says so."""
+        if failed is None:
+            return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
+        error = failed.error
+        reason = f"internal error: {type(error).__name__}: {error}"
+        try:
+            result = self._run_eager(args, kwargs, reason)
+        except BaseException:
+            log_recompiles.info("%s: raised while tracing (%s: %s); so did the eager run",
+                                self.__qualname__, type(error).__name__, error)
+            raise
+        log_recompiles.warning("%s: internal error while tracing; runs eagerly",
+                               self.__qualname__, exc_info=error)
+        self._give_up(signature, reason, error)
+        return result
+
+    def _run_new(self, variant, args, kwargs):
+        """The call a variant (or a path of it) was just traced on, run by its program."""
+        inputs = variant.guard(args, kwargs)
+        if inputs is None:  # its entry refuses the call it was traced on: our bug
+            log_recompiles.warning("%s: a new variant's entry refused the call it was "
+                                   "traced on; ran eagerly", self.__qualname__)
+            return self._run_eager(args, kwargs, "entry refused its own call")
+        return self._run(variant, inputs, args, kwargs)
 
     def _give_up(self, signature, reason, error):
         """Calls with this signature run eagerly from now on, for ``reason`` (explain())."""
@@ -245,12 +277,14 @@ class Misses:
 
         signature = _signature(leaves)
         traced = self._trace(args, kwargs, SameEntry(variant.spec), signature)
-        if traced is None:
-            return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
+        if not isinstance(traced, Trace):
+            return self._eager_instead(traced, signature, args, kwargs)
         if not _same_entry(EntrySpec.from_trace(traced), variant.spec):
             log_recompiles.info("%s: the other path of %s needs a different entry; it runs "
                                 "eagerly", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
+            if traced.undecided:
+                return self._run_eager(args, kwargs, "side exit")
             self._counters["traced_calls"] += 1
             return _plain_result(traced.outputs, leaves)
         if self.options.compile == "background":
@@ -262,8 +296,10 @@ class Misses:
             log_recompiles.info("%s: compiled the other path of %s", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
             self._store_to_disk(variant, leaves)
-            if child.backward is not None:
-                return self._run(variant, variant.guard(args, kwargs), args, kwargs)
+            if child.backward is not None or traced.undecided:
+                return self._run_new(variant, args, kwargs)
+        elif traced.undecided:
+            return self._run_eager(args, kwargs, self._untraceable.get(signature, "side exit"))
         self._counters["traced_calls"] += 1
         return _plain_result(traced.outputs, leaves)
 
@@ -324,6 +360,13 @@ class Misses:
 
 
 RAISED = "raised while tracing: the eager run raises it too"
+
+
+@dataclass
+class _TraceFailed:
+    """A trace that tracejit's own code stopped with ``error`` (``Misses._eager_instead``)."""
+
+    error: BaseException
 # Traces of one call, each finding one more attribute holding a number its calls rebind
 # (attribute_writes.NumberState): an optimizer's step counters and the like.
 _NUMBER_STATE_RETRIES = 8

@@ -110,7 +110,8 @@ def assert_compiled_matches_eager(fn, *arg_sets, rtol=None, atol=None, grads=Fal
 
     Each argument set (a tuple of arguments, or a single argument) is run eagerly and
     then twice through ``jit(fn, **jit_options)`` (the first call of a new variant is
-    computed by its trace, the second by native code); outputs are compared for structure,
+    computed by its trace, or by native code when a decision the trace took may not
+    be eager's, the second by native code); outputs are compared for structure,
     shape, dtype and values (per-dtype tolerances, the loosest of the result's and the
     arguments' float dtypes: ``rtol``/``atol`` override), and so are
     the arguments afterwards (for functions that write into their inputs). With

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from .discontinuities import check_discontinuities
 from .guard_margins import add_guard_margins
-from .ir import Eqn, Var, verify
+from .ir import Eqn, Guard, Var, verify
 from .loop_vectorize import vectorize_loops
 
 
@@ -80,6 +80,29 @@ PIPELINE = [
     (eliminate_common_subexpressions, "margins of several guards repeat |x| and bounds"),
     (eliminate_dead_code, "bounds emitted for a guard that needed no margin"),
 ]
+
+
+def decisions_may_differ(graph):
+    """Whether a decision a trace took (an ``if`` on a value, ``int()``, a mask, a floor)
+    may not be the one eager NumPy takes on the same call: the checks compiling adds
+    (``check_discontinuities``, ``add_guard_margins``) would guard some value here.
+
+    The trace computes with NumPy but on its own layouts (``np.tile(x, (3, 1)).sum(1)``
+    sums a broadcast view: 4.5 traced, 4.499999999999998 eagerly), so its values may
+    differ from eager ones in the last bits as compiled values do. The runtime then takes
+    the first call's result from the compiled program, whose margins let eager decide.
+
+    >>> import numpy as np
+    >>> from tracejit.tracer.tracing import trace
+    >>> decisions_may_differ(trace(lambda x: x * 2 if x.sum() > 0 else x, np.ones(3)).graph)
+    True
+    >>> decisions_may_differ(trace(lambda x: x * 2, np.ones(3)).graph)
+    False
+    """
+    def margins(checked):
+        return sum(isinstance(item, Guard) and item.convert == "margin" for item in checked.body)
+
+    return margins(add_guard_margins(check_discontinuities(graph))) > margins(graph)
 
 
 def optimize(graph, check=True):

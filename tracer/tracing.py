@@ -41,6 +41,7 @@ from .loop_containers import plain_containers
 from .loops import UNDEFINED, write_prints
 from .numpy_warnings import computed
 from .outside_inputs import OutsideInputs
+from .passes import decisions_may_differ
 from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
 from .python_arithmetic import check as check_python_arithmetic
@@ -110,6 +111,7 @@ class Trace:
     loop_notes: list = field(default_factory=list)  # "loop at f.py:7 unrolled: why"
     captured_loops: list = field(default_factory=list)  # "f.py:7" of each loop captured
     pending: bool = False  # outputs hold Pending values (trace(lazy=True))
+    undecided: bool = False  # no effects, outputs not the call's: trace(check_decisions=True)
     argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
     # (place in the result, argument place) of dicts and lists returned that are arguments'
     returned_containers: list = field(default_factory=list)
@@ -522,7 +524,7 @@ def _argument_names(fn, args, kwargs, partial=False):
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backward=None,
-          capture_loops=True, lazy=False, call_kwargs=None, **kwargs):
+          capture_loops=True, lazy=False, check_decisions=False, call_kwargs=None, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``call_kwargs``: the function's keyword arguments, given apart (the runtime does) so
@@ -545,6 +547,11 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     outputs a captured loop computes ``Pending`` (``Trace.pending``;
     ``Trace.force_outputs()`` computes them): the runtime
     takes them from the compiled program instead (tracejit.tracer.pending).
+    ``check_decisions=True``: when a decision the trace took may not be eager NumPy's
+    (``passes.decisions_may_differ``), the trace leaves the caller's arrays, dicts and
+    objects as they were and prints nothing, and its outputs are not the call's result
+    (``Trace.undecided``; they only show each output's kind): the runtime takes the
+    call's result from the compiled program, or runs the call eagerly.
     """
     if call_kwargs is not None:
         kwargs = dict(call_kwargs)
@@ -711,34 +718,42 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     if check:
         verify(graph)
 
-    # Eager semantics: the caller's input arrays see the in-place writes. Then nothing may
-    # run the program again on them: every output is computed here. Every value is computed
-    # before the first write, as a captured loop's remaining trips run when first read and
-    # read the arrays as they are then (dx[:, t] = W.T @ a[:, t] in a loop, then W += dW:
-    # the trips left would read the new W).
-    pending = lazy and not mutated and not writes and not returned and any(
-        is_pending(v) for v in outputs)
-    if not pending:
-        outputs = [force(value) for value in outputs]
-    new_values = {position: traced_leaves[position].value for position in mutated}
-    argument_writes.compute_values(context)
-    attribute_writes.compute_values(context)
-    for position, value in new_values.items():
-        np.copyto(np.asarray(leaves[position]), value)
-    for index, position in aliases.items():
-        outputs[index] = leaves[position]
-    bindings = context.symbol_values() if views else {}
-    for index, (position, chain) in views.items():
-        outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]), bindings)
-    argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
-    attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
-
-    write_prints(getattr(context, "printed", ()))  # what it printed, now that it succeeded
+    undecided = check_decisions and decisions_may_differ(graph)
+    pending = False
+    if undecided:  # the call's result and effects come from the program, or eager
+        attribute_writes.restore(context)
+        # not the call's result: what kind of value each output is (OutputPlan)
+        outputs = pytree.unflatten(output_tree, outputs)
+    else:
+        # Eager semantics: the caller's input arrays see the in-place writes. Then nothing
+        # may run the program again on them: every output is computed here. Every value is
+        # computed before the first write, as a captured loop's remaining trips run when
+        # first read and read the arrays as they are then (dx[:, t] = W.T @ a[:, t] in a
+        # loop, then W += dW: the trips left would read the new W).
+        pending = lazy and not mutated and not writes and not returned and any(
+            is_pending(v) for v in outputs)
+        if not pending:
+            outputs = [force(value) for value in outputs]
+        new_values = {position: traced_leaves[position].value for position in mutated}
+        argument_writes.compute_values(context)
+        attribute_writes.compute_values(context)
+        for position, value in new_values.items():
+            np.copyto(np.asarray(leaves[position]), value)
+        for index, position in aliases.items():
+            outputs[index] = leaves[position]
+        bindings = context.symbol_values() if views else {}
+        for index, (position, chain) in views.items():
+            outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]),
+                                                       bindings)
+        argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
+        attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
+        write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded
+        outputs = argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
+                                           (args, kwargs))
     traced = Trace(
         name=name,
         graph=graph,
-        outputs=argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
-                                         (args, kwargs)),
+        outputs=outputs,
         output_tree=output_tree,
         output_statics=statics,
         input_tree=input_tree,
@@ -753,6 +768,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         loop_notes=list(getattr(context, "loop_notes", ())),
         captured_loops=list(getattr(context, "captured_loops", ())),
         pending=pending,
+        undecided=undecided,
         argument_writes=writes,
         returned_containers=returned,
     )

@@ -95,8 +95,10 @@ def test_calls_never_wait_for_a_held_compile_and_equal_eager(monkeypatch):
         assert seconds < 5, f"a call took {seconds:.1f} s while the compile was held"
     assert held.wait_started(1) == 1  # one variant queued, not one per call
     stats = jitted.stats()
-    assert stats["traced_calls"] == 1 and stats["compiled_calls"] == 0
-    assert stats["eager_calls"] == {"compiling in the background": len(calls) - 1}
+    # The first call's trace decided on x.sum(), which may not be eager's decision: the
+    # call ran eagerly too, as every call does while the compile is held.
+    assert stats["traced_calls"] == 0 and stats["compiled_calls"] == 0
+    assert stats["eager_calls"] == {"compiling in the background": len(calls)}
     assert stats["variants"] == 0
 
     held.release()
@@ -229,7 +231,9 @@ def test_a_variant_compiling_in_the_background_counts_toward_max_variants(monkey
     assert held.wait_started(1) == 1  # the second shape was not traced and queued
     held.release()
     assert jitted.stats()["variants"] == 1
-    assert jitted.stats()["eager_calls"] == {"variant limit": 2}
+    # (the first call's trace decided on x.sum(): that call ran eagerly too)
+    assert jitted.stats()["eager_calls"] == {"variant limit": 2,
+                                             "compiling in the background": 1}
 
 
 def test_lower_waits_for_the_background_compile():

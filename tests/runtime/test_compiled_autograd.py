@@ -810,8 +810,10 @@ def test_value_and_grad_inside_jit_is_one_compiled_program():
         assert_tree_close(param_grads, expected_params)
         assert_tree_close(x_grad, expected_x)
     stats = jitted.stats()
-    # The first call is computed by its trace; every later one by the compiled program.
-    assert stats["compiled_calls"] == len(batches) - 1 and stats["eager_calls"] == {}
+    # The first call is computed by its trace, or by the program when a decision the trace
+    # took may not be eager's (the relu's mask); every later one by the program.
+    assert stats["compiled_calls"] + stats["traced_calls"] == len(batches)
+    assert stats["traced_calls"] <= 1 and stats["eager_calls"] == {}
     assert stats["compiles"] == stats["variants"] == stats["paths"] == 1
     explanation = jitted.explain()
     assert "backward:" not in explanation  # no separate backward program: one program

@@ -19,7 +19,8 @@ The plan of a product:
   accumulate (so C is never read before it is written: NaN or garbage in the output
   buffer does not leak in); ``k = 0`` stores zeros;
 * a small untransposed B (at most ``DIRECT_B_FLOATS``: it stays in cache) is read in place
-  with A, by the direct micro-kernels; otherwise B is packed per ``kc x nc`` block and A
+  with A (a transposed A only up to ``DIRECT_TRANSPOSED_A_FLOATS``), by the direct
+  micro-kernels; otherwise B is packed per ``kc x nc`` block and A
   per ``mc x kc`` block, and tiles are swept row panel by row panel (small packed B) or in
   BLIS order;
 * products of ``PARALLEL_WORK`` multiply-adds or more are split into one chunk per pool
@@ -55,6 +56,12 @@ DIRECT_B_FLOATS = 64 * 1024
 # panel at a time.
 DIRECT_ROWS = 64
 DIRECT_PANEL_DEPTH = 2048
+# A transposed A is read in place only up to this many floats of it per call of the rows
+# (rows x K): each row panel reads mr floats (32 bytes in AVX-512) of every line, so each
+# line comes from memory twice once A is past the caches (dW2 = h.T @ d_logits of the
+# batch-4096 MLP step, 1024 x 10, K 4096: 2.5 ms in place, 1.3-1.7 ms packed; at K 1024
+# 0.24-0.26 in place, 0.32-0.35 packed; 2 threads, idle cores).
+DIRECT_TRANSPOSED_A_FLOATS = 1 << 20
 # Products of fewer multiply-adds than this stay on the calling thread (as batches do:
 # gemm_batched.BATCH_PARALLEL_WORK). The MLP step's 5.2M-multiply-add products split in
 # two (idle cores, wall time, medians: dW2 = h.T @ dlogits 1024 x 10, K 512: 0.45-0.49 ->
@@ -77,15 +84,19 @@ POOL_THREADS = parallel.THREADS
 POOL_FIELDS = parallel.POOL_FIELDS
 
 
-def direct_condition(builder, trans_b, rows, n, k):
+def direct_condition(builder, trans_a, trans_b, rows, n, k):
     """Computed unpacked: B untransposed and small (re-read from cache per ``mr`` rows),
     or few rows (``DIRECT_ROWS``) over a B whose column panels fit L2
     (``DIRECT_PANEL_FLOATS``): each panel is then read in place by every row panel in turn
-    (``rows_function``), where packing would copy all of B for a few uses of each element."""
+    (``rows_function``), where packing would copy all of B for a few uses of each element;
+    and A untransposed or at most ``DIRECT_TRANSPOSED_A_FLOATS`` of it."""
     small_b = builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS))
     few_rows = builder.and_(builder.icmp_signed("<=", rows, c64(DIRECT_ROWS)),
                             builder.icmp_signed("<=", k, c64(DIRECT_PANEL_DEPTH)))
-    return builder.and_(builder.icmp_signed("==", trans_b, c64(0)),
+    a_in_place = builder.or_(
+        builder.icmp_signed("==", trans_a, c64(0)),
+        builder.icmp_signed("<=", builder.mul(rows, k), c64(DIRECT_TRANSPOSED_A_FLOATS)))
+    return builder.and_(builder.and_(builder.icmp_signed("==", trans_b, c64(0)), a_in_place),
                         builder.or_(small_b, few_rows))
 
 
@@ -190,7 +201,8 @@ def rows_function(emitter):
 
     builder.position_at_end(work)
     direct, packed = (function.append_basic_block(label) for label in ("direct", "packed"))
-    builder.cbranch(direct_condition(builder, trans_b, builder.sub(row_end, row_begin), n, k),
+    builder.cbranch(direct_condition(builder, trans_a, trans_b, builder.sub(row_end, row_begin),
+                                     n, k),
                     direct, packed)
 
     builder.position_at_end(direct)
@@ -352,7 +364,7 @@ def chunk_function(emitter, rows):
 
     unpacked, claim = (function.append_basic_block(label) for label in ("direct", "claim"))
     needs_none = builder.or_(builder.icmp_signed("<=", k, c64(0)), direct_condition(
-        builder, trans_b, builder.sub(row_end, row_begin), n, k))
+        builder, trans_a, trans_b, builder.sub(row_end, row_begin), n, k))
     builder.cbranch(needs_none, unpacked, claim)
     builder.position_at_end(unpacked)
     builder.call(rows, [*arguments, ir.Constant(PTR, None)])

@@ -188,6 +188,25 @@ def test_packing_an_untransposed_a_in_blocks_of_k(isa):
                        .astype(np.float32), a, b, f"float64 {m}x37 k{k}")
 
 
+@pytest.mark.parametrize("m, n, k", [(1024, 10, 4096), (1024, 10, 2048), (513, 7, 4099),
+                                     (2047, 3, 1025), (9, 16, 4096)])
+def test_a_big_transposed_a_over_a_small_b(m, n, k, isa):
+    """A transposed A over a small B (the backward's dW2 = h.T @ d_logits) is read in place
+    up to ``DIRECT_TRANSPOSED_A_FLOATS`` of it per chunk of rows and packed past that: both
+    sides of the limit (split over the pool or not: 1024 x 4096 is 2M floats per thread's
+    512 rows, 1024 x 2048 just 1M), odd sizes, edge row panels and masked column tiles, with
+    and without the epilogue."""
+    rng = np.random.default_rng(25)
+    a, b = operands(rng, m, n, k, True, False)
+    out = np.full((m, n), np.nan, np.float32)
+    assert_product(gemm.matmul(a, b, out=out, isa=isa), a, b, f"{m}x{n} k{k}")
+    bias = rng.standard_normal(n).astype(np.float32)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    got = gemm.matmul(a, b, out=out, isa=isa, bias=bias, activation="relu")
+    bound = 2 * (k + 1) * EPS32 * (np.abs(a).astype(np.float64) @ np.abs(b) + np.abs(bias))
+    assert np.all(np.abs(got - want) <= bound), f"{m}x{n} k{k} epilogue"
+
+
 PRIMES = [2, 3, 5, 13, 23, 29, 37, 97, 131, 257, 521]
 
 

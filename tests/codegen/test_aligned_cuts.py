@@ -81,17 +81,18 @@ def test_a_periodic_chain_is_cut_into_repeating_kernels(length, steps, most):
 
 
 @pytest.mark.parametrize("length, size, sizes", [
-    (100, 4096, [25] * 4),  # whole vectors: the body is emitted once, LLVM runs once
-    (100, 1000, [100]),     # a remainder: one folded body costs LLVM less than 25 unfolded
-    (100, 64, [25] * 4),
-    (30, 4096, [15, 15]),   # cost 84 (6 tanh): past LATENCY_COST, cut where it repeats
-    (25, 4096, [25]),       # cost 70: one kernel
-    (333, 4096, [95, 95, 95, 48]),  # no length of 13-26 divides 333: cut at the size limit
+    (100, 4096, [10] * 10),  # whole vectors: the body is emitted once, LLVM runs once
+    (100, 1000, [100]),      # a remainder: one folded body costs LLVM less than 10 unfolded
+    (100, 64, [10] * 10),
+    (30, 4096, [10] * 3),    # past LATENCY_COST at 14 ops (3 tanh): cut where it repeats
+    (13, 4096, [13]),        # cost 40: one kernel
+    (25, 4096, [25]),        # no repeating length of 7-14 divides 25: one kernel
+    (333, 4096, [95, 95, 95, 48]),  # nor 333: cut at the size limit, as before
 ])
 def test_an_even_split_is_taken_where_whole_vectors_cover_the_elements(length, size, sizes):
     """A long chain in whole vectors is cut into repeating kernels of at most
     ``LATENCY_COST`` work each (schedule ``_latency_bound``): they share one function, so
-    LLVM optimizes 25 ops, not 100 (the 100-op row of benchmarks/compile_scaling.py), and
+    LLVM optimizes 10 ops, not 100 (the 100-op row of benchmarks/compile_scaling.py), and
     the short body runs faster. Where a remainder follows the vector loop (a size aligned
     chunks do not cover, or a bucketed one), the short body would be emitted three times,
     so the chain stays one kernel with its tail folded."""

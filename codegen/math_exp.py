@@ -247,7 +247,8 @@ def expm1(builder, x):
 # --- tanh ---------------------------------------------------------------------------------
 # float32: tanh(x) = x + x^3 Q(x^2) for |x| < 0.7 (a least-squares fit on Chebyshev nodes
 # in x^2, weighted towards minimax of the error relative to tanh, float32 coefficients:
-# within 0.87 ulp there), else 1 - 2 / (e^(2|x|) + 1) (see tanh).
+# within 0.87 ulp there; docs/experiments/float32_polynomials/fit.py tanh prints them),
+# else 1 - 2 / (e^(2|x|) + 1) (see tanh).
 _TANH_SMALL_F32 = (-0.3333319127559662, 0.1332911103963852, -0.05355885624885559,
                    0.020091960206627846, -0.005138654727488756)
 TANH_SMALL_LIMIT_F32 = 0.7

@@ -12,6 +12,14 @@ degree 7, n shifted into the exponent bits, and the sign (negative x to an odd i
 power) or NaN (to a non-integer power).
 Zero, denormal, infinite and NaN x and infinite or NaN y take the general code, with every
 special case of C99, as a rare path (``math_rare_path``).
+
+Measured slower on the AVX-512 host (Zen 4; one thread, 1024x1024 float32, CPU time,
+interleaved): glibc's and ARM optimized-routines' powf (log2 by a 16-entry table of 1/c
+and log2 c and a degree-6 polynomial, 2^t by a 32-entry table and a cubic, no division,
+within 0.51 ulp) at 2.3 ms a call against this code's 1.6: the loop vectorizer turns the
+three table reads into six gathers per 16 lanes. Estrin's scheme for the two polynomials
+here: no difference (the kernel is bound by its ~56 float64 operations per 16 lanes, not
+their chain). NumPy's own (SVML, 1.15 ulp): 0.8.
 """
 
 from __future__ import annotations

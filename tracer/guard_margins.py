@@ -251,16 +251,18 @@ class _Slice:
         return ALWAYS if is_bool(var) else INF
 
     # --- shared pieces of rules ---------------------------------------------------------
-    def rounding(self, var, ulps=1.0, absolute=0.0):
+    def rounding(self, var, ulps=1.0, absolute=0.0, underflows=True):
         """The rounding error of one result ``var`` on our side and NumPy's (each within
-        ``ulps`` ulp, each also at most eta where the result is subnormal), plus
+        ``ulps`` ulp, each also at most eta where the result is subnormal, unless the
+        operation never ``underflows``: a sum that is subnormal is exact), plus
         ``absolute``."""
         dtype = var.aval.dtype
-        u, eta = unit_roundoff(dtype), smallest_subnormal(dtype)
+        u, eta = unit_roundoff(dtype), smallest_subnormal(dtype) if underflows else 0.0
         if u == 0.0:
             return None if absolute == 0.0 else number(absolute)
         term = self.mul(self.abs(var), number(4.0 * ulps * u))
-        return self.add(term, number(2.0 * ulps * eta + absolute))
+        floor = 2.0 * ulps * eta + absolute
+        return term if floor == 0.0 else self.add(term, number(floor))
 
     def plus(self, *bounds):
         total = None

@@ -117,7 +117,9 @@ def _add(ctx, eqn, bounds):
     u = unit_roundoff(eqn.out.aval.dtype)
     carried = ctx.scaled(ctx.plus(*(ctx.as_number(a, b) for a, b in zip(eqn.inputs, bounds))),
                          1 + 4 * u)
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
+    # no underflow floor: an exact zero (W @ A + b over a dead relu column) stays exact
+    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out, underflows=False)),
+                   eqn.out.aval.shape)
 
 
 def _multiply(ctx, eqn, bounds):
@@ -711,7 +713,9 @@ def _cheap_contraction(ctx, eqn, bounds, depth, summed, peak):
             spread.aval.shape) != tuple(b.aval.shape) else spread)))
     terms.append(ctx.mul(total, number((depth + 2) * 2 * u * INFLATE)))
     bound = ctx.plus(*terms)
-    return ctx.add(shaped(bound), number(4 * depth * eta))
+    # underflow only where some product is not zero (as in _sum_of_products)
+    return ctx.add(shaped(bound), ctx.where(ctx.greater(shaped(total), number(0.0)),
+                                            number(4 * depth * eta), number(0.0)))
 
 
 def _sum_of_products(ctx, eqn, bounds, depth, contract):
@@ -745,7 +749,10 @@ def _sum_of_products(ctx, eqn, bounds, depth, contract):
         terms = [carried]
     # Any order, FMA or not, on both sides: gamma_k |A| |B| each, k the contraction length.
     terms.append(ctx.mul(magnitude, number((depth + 2) * 2 * u * INFLATE)))
-    terms.append(number(4 * depth * eta))
+    # Underflow: at most eta per product, where one is not zero. Where every product is
+    # (W @ A over a column of A that a relu zeroed), both sides sum exact zeros: exact.
+    terms.append(ctx.where(ctx.greater(magnitude, number(0.0)), number(4 * depth * eta),
+                           number(0.0)))
     return ctx.plus(*terms)
 
 

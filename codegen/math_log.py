@@ -196,8 +196,15 @@ def _log_float32(builder, x, base):
         small = fma(builder, builder.fmul(r, r), horner(builder, r, coefficients),
                     fma(builder, k, f.const(ln2_lo), r))
         return fma(builder, k, f.const(ln2_hi), small)
-    head = r if a == 1.0 else builder.fmul(r, f.const(a))  # exact
-    y = fma(builder, r, horner(builder, r, coefficients), head)
+    if a == 1.0:
+        y = fma(builder, r, horner(builder, r, coefficients), r)
+    else:
+        # a r + r Q(r) as h + h Q'(h) in h = a r = a m - a (exact, one operation), Q' holding
+        # Q's coefficient of r^j times a^-(j + 1): the scalings by powers of two are exact,
+        # so this is y to the bit, without the multiply by a.
+        head = fma(builder, m, f.const(a), f.const(-a))
+        scaled = [c * a ** -(j + 1) for j, c in enumerate(coefficients)]
+        y = fma(builder, head, horner(builder, head, scaled), head)
     if base == "log2":
         return builder.fadd(k, y)
     _, (two_hi, two_lo) = _LOG_BASES[base][F32]

@@ -661,64 +661,70 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         attribute_writes.restore(context)
         raise
 
-    out_leaves, output_tree = pytree.flatten(result)
-    outputs, output_atoms, statics, atom_positions = [], [], {}, {}
-    for index, leaf in enumerate(out_leaves):
-        if _is_output_leaf(leaf):
-            atom, value, aval = context.atom(leaf)
-            if isinstance(leaf, SymInt) and id(leaf) in context.numpy_dims:
-                value = np.int64(value)  # the kind of result eager returns
-            if is_pending(value) and value.like is None and not aval.shape:
-                value = force(value)  # a scalar or a 0-d array: the kind of result it is
-            atom_positions[index] = len(output_atoms)
-            output_atoms.append(atom)
-            outputs.append(value)
-        elif leaf is UNDEFINED:  # assigned only in a loop that ran no trip: Python raises
-            context.finished = True
-            attribute_writes.restore(context)
-            raise as_numpy_would(UnboundLocalError(
-                "a result is a name assigned only inside a loop that ran no iteration"))
-        else:
-            statics[index] = _static_result(leaf)
-            outputs.append(statics[index])
-
-    mutated = {}
-    for position, tracer in enumerate(traced_leaves):
-        if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
-            mutated[position] = len(output_atoms)
-            output_atoms.append(tracer.ir_var)
-    # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
-    aliases = {index: position for index, leaf in enumerate(out_leaves)
-               for position in mutated if leaf is traced_leaves[position]}
-    # ``return w.T`` after it: NumPy's view of the caller's array (argument_views)
-    differentiated = backward is not None and any(
-        getattr(leaf, "requires_grad", False) for leaf in leaves)
-    views = {} if differentiated else argument_views.updated_argument_views(
-        context, out_leaves, traced_leaves, mutated)
-    for index, (position, chain) in views.items():
-        source = context.inputs[input_specs[position].input_index]
-        output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
-    writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
+    # Until the effects are applied or undone below, the caller's objects hold the trace's
+    # values (self.h = tracer): a failure from here on must put them back, or the eager
+    # run would read them (and apply its own writes over the trace's: self.log += 'a'
+    # twice).
     try:
-        writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
-    except TypeError as error:
-        context.finished = True
-        attribute_writes.restore(context)
-        raise _with_user_line(UnsupportedError(f"{error} cannot be stored again at every "
-                                               "call; keep it elsewhere")) from None
-    gradients = None
-    if backward is not None:
-        with recording_into(context):  # the backward creates values too (zeros, unused inputs)
-            gradients = backward.record(context, out_leaves, output_atoms, leaves,
-                                        traced_leaves, mutated, _is_output_leaf)
-    context.finished = True
-    if gradients is None:  # gradient plans number the inputs they differentiate
-        context.drop_unused_implicit_inputs(output_atoms)
-    graph = context.graph(output_atoms)
-    if check:
-        verify(graph)
+        out_leaves, output_tree = pytree.flatten(result)
+        outputs, output_atoms, statics, atom_positions = [], [], {}, {}
+        for index, leaf in enumerate(out_leaves):
+            if _is_output_leaf(leaf):
+                atom, value, aval = context.atom(leaf)
+                if isinstance(leaf, SymInt) and id(leaf) in context.numpy_dims:
+                    value = np.int64(value)  # the kind of result eager returns
+                if is_pending(value) and value.like is None and not aval.shape:
+                    value = force(value)  # a scalar or a 0-d array: the kind of result it is
+                atom_positions[index] = len(output_atoms)
+                output_atoms.append(atom)
+                outputs.append(value)
+            elif leaf is UNDEFINED:  # assigned only in a loop that ran no trip: Python raises
+                raise as_numpy_would(UnboundLocalError(
+                    "a result is a name assigned only inside a loop that ran no iteration"))
+            else:
+                statics[index] = _static_result(leaf)
+                outputs.append(statics[index])
 
-    undecided = check_decisions and decisions_may_differ(graph)
+        mutated = {}
+        for position, tracer in enumerate(traced_leaves):
+            if isinstance(tracer, Tracer) and id(tracer) in context.mutated:
+                mutated[position] = len(output_atoms)
+                output_atoms.append(tracer.ir_var)
+        # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
+        aliases = {index: position for index, leaf in enumerate(out_leaves)
+                   for position in mutated if leaf is traced_leaves[position]}
+        # ``return w.T`` after it: NumPy's view of the caller's array (argument_views)
+        differentiated = backward is not None and any(
+            getattr(leaf, "requires_grad", False) for leaf in leaves)
+        views = {} if differentiated else argument_views.updated_argument_views(
+            context, out_leaves, traced_leaves, mutated)
+        for index, (position, chain) in views.items():
+            source = context.inputs[input_specs[position].input_index]
+            output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
+        writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
+        try:
+            writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
+        except TypeError as error:
+            raise _with_user_line(UnsupportedError(f"{error} cannot be stored again at every "
+                                                   "call; keep it elsewhere")) from None
+        gradients = None
+        if backward is not None:
+            # the backward creates values too (zeros, unused inputs)
+            with recording_into(context):
+                gradients = backward.record(context, out_leaves, output_atoms, leaves,
+                                            traced_leaves, mutated, _is_output_leaf)
+        context.finished = True
+        if gradients is None:  # gradient plans number the inputs they differentiate
+            context.drop_unused_implicit_inputs(output_atoms)
+        graph = context.graph(output_atoms)
+        if check:
+            verify(graph)
+
+        undecided = check_decisions and decisions_may_differ(graph)
+    except BaseException:
+        context.finished = True  # tracers that escaped now refuse to be used
+        attribute_writes.restore(context)
+        raise
     pending = False
     if undecided:  # the call's result and effects come from the program, or eager
         attribute_writes.restore(context)

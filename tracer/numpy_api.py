@@ -23,6 +23,7 @@ import numpy as np
 from . import ops
 from .array_comparisons import array_equal, array_equiv
 from .conversions import keep_python_int_in_range
+from .diagonals import diag, diagflat
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
@@ -886,6 +887,8 @@ FUNCTIONS = {
     np.nanstd: nanstd,
     np.nancumsum: nancumsum,
     np.nan_to_num: nan_to_num,
+    np.diagflat: diagflat,
+    np.diag: diag,
     np.unravel_index: unravel_index,
     np.ravel_multi_index: ravel_multi_index,
     np.reshape: reshape,

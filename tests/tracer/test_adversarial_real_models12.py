@@ -1164,3 +1164,37 @@ def test_gan_alternating_updates_and_tied_autoencoder(dtype):
         assert np.shares_memory(compiled.W_dec, compiled.W_enc) and np.shares_memory(
             eager.W_dec, eager.W_enc)
     no_internal_errors(step)
+
+
+# --- nnfs's standalone softmax backward: a Jacobian per sample -------------------------------
+def softmax_backward(output, dvalues):
+    dinputs = np.empty_like(dvalues)
+    for index, (single_output, single_dvalues) in enumerate(zip(output, dvalues)):
+        single_output = single_output.reshape(-1, 1)
+        jacobian_matrix = np.diagflat(single_output) - np.dot(single_output, single_output.T)
+        dinputs[index] = np.dot(jacobian_matrix, single_dvalues)
+    return dinputs
+
+
+def diagonal_spellings(v):
+    return (np.diagflat(v), np.diagflat(v, k=2), np.diagflat(v, -1), np.diag(v.ravel()),
+            np.diag(v.ravel() > 0, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nnfs_softmax_jacobian_backward_compiles(dtype):
+    """np.diagflat was not supported: every call ran eagerly."""
+    rng = rng_for(1213)
+
+    def softmax_outputs(n):
+        z = rng.standard_normal((n, 3))
+        return ((np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)).astype(dtype),
+                rng.standard_normal((n, 3)).astype(dtype))
+
+    f = run_calls(softmax_backward, [softmax_outputs(n) for n in (1, 4, 4, 7)],
+                  **TOLERANCE[dtype])
+    no_eager_calls(f)
+    f = run_calls(diagonal_spellings, [(rng.standard_normal((n, 1)).astype(dtype),)
+                                       for n in (1, 3, 3, 5, 0, 8)] + [
+        (np.arange(6).reshape(2, 3)[:, ::2],)])
+    no_eager_calls(f)

@@ -1102,6 +1102,9 @@ FUNCTION_CASES = [
     fcase(np.nancumsum, (3, 4), call=lambda f, x: f(x, axis=1), rtol=1e-6),
     fcase(np.nan_to_num, (2, 3), call=lambda f, x: f(np.log(x)), rtol=1e-6),
     fcase(np.nan_to_num, (2, 3), call=lambda f, x: f(x / 0, nan=-1.0, posinf=2.0), name="given"),
+    fcase(np.diagflat, (2, 3)),
+    fcase(np.diagflat, (3, 1), call=lambda f, x: f(x, k=-2), name="below"),
+    fcase(np.diag, (4,), call=lambda f, x: f(x, 1)),
     # flat positions (tracer/flat_index.py)
     fcase(np.unravel_index, (2, 3),
           call=lambda f, x: f(np.argmax(x, axis=None), (2, 3))),

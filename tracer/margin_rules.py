@@ -309,11 +309,17 @@ def _power(ctx, eqn, bounds):
         raise Unbounded()
 
     def carry(ctx, eqn, x, e):
-        # |a^p - b^p| <= |a^p| expm1(|p| log(a / (a - |a - b|))) for a > |a - b|.
-        exponent = abs(float(y.value))
+        # |a^p - b^p| <= |a^p| expm1(|p| log(a / (a - |a - b|))) for a > |a - b|. For an
+        # integer p, a and b of one sign give |a|^p and |b|^p up to that sign, so the
+        # bound holds with |a| (the cube of tanh GELU's x ** 3 over negative x: without
+        # it every negative element was unbounded, and so was a GPT's argmax).
+        exponent = float(y.value)
+        if exponent.is_integer():
+            x = ctx.abs(x)
         spread = ctx.emit(subtract_p, number(0.0),
                           ctx.emit(log1p_p, ctx.sub(number(0.0), ctx.div(e, x))))
-        grown = ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, ctx.mul(spread, number(exponent))))
+        grown = ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, ctx.mul(spread,
+                                                                     number(abs(exponent)))))
         return ctx.where(ctx.greater(x, e), grown, INF)
 
     return _math(carry)(ctx, eqn, [ex])

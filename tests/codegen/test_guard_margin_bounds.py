@@ -36,6 +36,12 @@ EXPRESSIONS = {
     "truncated": lambda x: (x.sum() * 10.0).astype(np.int64),
     "where": lambda x: np.where(x.sum() > 0, x.sum(), -x.sum()),
     "max of exp": lambda x: np.exp(x).max(),
+    # integer powers of computed values of either sign (tanh GELU's x ** 3)
+    "cube": lambda x: (x * 1.5 + 0.25) ** 3,
+    "even power": lambda x: (x * 1.5 - 0.25) ** 4.0,
+    "negative integer power": lambda x: (x * 1.5 + 0.25) ** -3,
+    "gelu": lambda x: (lambda y: 0.5 * y * (1 + np.tanh(0.8 * (y + 0.044715 * y ** 3))))(
+        x * 1.1),
 }
 
 

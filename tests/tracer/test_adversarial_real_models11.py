@@ -24,7 +24,10 @@ run-time Python ints as an index (``wte[inputs]`` of picoGPT's list of ids once 
 changed, ``W[[int(np.argmax(x)), x.argmin()]]``) stopped the trace, so the function ran
 eagerly on every later call; a scalar written through a boolean mask after full slices or
 an Ellipsis (minGPT-style ``att[:, :, future] = -np.inf`` with ``future`` from a dynamic
-length) was a data-dependent shape, so the attention ran eagerly after its first call.
+length) was a data-dependent shape, so the attention ran eagerly after its first call;
+the guard margin of ``x ** 3`` was unbounded wherever ``x`` was negative, so an argmax over
+anything after tanh GELU (the next token chosen inside the jitted function) took a
+guard-margin exit on every float64 call.
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
@@ -337,3 +340,29 @@ def test_an_empty_index_write_is_not_a_mask():
     rng = rng_for(1106)
     f = run_calls(fill_through_an_empty_index, [(rng.standard_normal(n),) for n in (3, 3, 5)])
     no_internal_errors(f)
+
+
+# --- the next token decided inside the compiled function ----------------------------------------
+def next_token(inputs, params):
+    logits = gpt2(inputs, **params, n_head=2)
+    return int(np.argmax(logits[-1]))
+
+
+def argmax_after_a_cube(x, w_in, w_out):
+    return int(np.argmax(((x @ w_in) ** 3 @ w_out)[-1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_next_token_argmax_through_a_gelu_compiles(dtype):
+    """The guard margin of ``x ** 3`` was unbounded at every negative ``x``, so the
+    discontinuity check of an argmax over anything after tanh GELU always failed: the
+    next-token function ran eagerly on every call."""
+    rng = rng_for(1107)
+    params = gpt2_params(rng, layers=1, dtype=dtype)
+    f = run_calls(next_token, [(rng.integers(0, 23, n), params) for n in (3, 3, 4, 5)])
+    assert "guard margin" not in f.stats()["eager_calls"], f.explain()
+    w_in, w_out = (rng.standard_normal((8, 16)) * 0.3).astype(dtype), (
+        rng.standard_normal((16, 8)) * 0.3).astype(dtype)
+    f = run_calls(argmax_after_a_cube, [(rng.standard_normal((n, 8)).astype(dtype), w_in, w_out)
+                                        for n in (3, 3, 4, 5)])
+    assert "guard margin" not in f.stats()["eager_calls"], f.explain()

@@ -50,8 +50,10 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
                                               division); float64: fdlibm's sin/cos kernels
                                               divided, corrected by the exact residual
     pow        2 ulp    2 ulp      1 ulp      exp(y log x), log in double-double; C99 cases;
-                                              float32 normal x, finite y: y log2 x and
-                                              2^t by float64 series, rounded once
+                                              float32 positive normal x, finite y: y log2 x
+                                              and 2^t by float64 series, rounded once;
+                                              float32 x ** 3 (4, -2, -3, -4): float64
+                                              products rounded once
     erf        1 ulp    1 ulp      1 ulp      fdlibm's pieces, all computed and selected;
                                               float32: x + x q(x^2) below 0.875, then
                                               polynomials of degree 10 and 11 to 3.92
@@ -100,8 +102,9 @@ from .math_core import ceil, copysign, fabs, floor, fma, rint, sqrt, trunc
 from .math_erf import erf
 from .math_exp import exp, exp2, expm1, tanh
 from .math_log import log, log1p, log2, log10
-from .math_pow import pow  # noqa: A004 - NumPy's name
+from .math_pow import pow, pow_small_integer  # noqa: A004 - NumPy's name
 from .math_trig import cos, sin, tan
 
 __all__ = ["ceil", "copysign", "cos", "erf", "exp", "exp2", "expm1", "fabs", "floor", "fma", "log",
-           "log1p", "log2", "log10", "pow", "rint", "sin", "sqrt", "tan", "tanh", "trunc"]
+           "log1p", "log2", "log10", "pow", "pow_small_integer", "rint", "sin", "sqrt", "tan",
+           "tanh", "trunc"]

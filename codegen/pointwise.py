@@ -218,6 +218,9 @@ def power(ctx, x, y):
                 return x
             if exponent == -1.0:
                 return builder.fdiv(constant(ctx.dtype, 1.0), x)
+            small = mathlib.pow_small_integer(builder, x, exponent)
+            if small is not None:
+                return small
         return mathlib.pow(builder, x, y)
     return _integer_power(ctx, x, y)
 

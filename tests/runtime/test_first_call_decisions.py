@@ -15,13 +15,18 @@ backward) leaves the caller's objects as they were before the eager run.
 """
 
 import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
 import pytest
 
 import tracejit as tj
-from tracejit.runtime import background
+from tracejit.runtime import background, misses
 from tracejit.tracer import tracing
 
 # Found by search: the tiled sum of X differs from eager's in its last bit.
@@ -358,3 +363,81 @@ def test_an_internal_error_after_the_body_leaves_the_object_as_it_was(monkeypatc
         close(jitted(x.copy()), eager(x.copy()))
         assert type(compiled.h) is np.ndarray
         close(compiled.h, eager.h)
+
+
+@pytest.mark.parametrize("compile_mode", ["sync", "background"])
+def test_a_first_call_whose_compile_fails_runs_its_effects_once(monkeypatch, capsys,
+                                                                  compile_mode):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a compiler bug")
+
+    monkeypatch.setattr(misses.codegen, "compile", broken)
+    eager_model, jit_model = Model(), Model()
+    jitted = tj.jit(jit_model.step, cache="memory", compile=compile_mode)
+    for scale in (1.0, 2.0, 0.5):
+        expected = eager_model.step(X * scale, np.arange(9.0))
+        printed = capsys.readouterr().out
+        close(jitted(X * scale, np.arange(9.0)), expected)
+        assert capsys.readouterr().out == printed
+        _assert_same(vars(jit_model), vars(eager_model), f"object after x * {scale}")
+        assert background.wait_idle(timeout=120)
+    assert jitted.stats()["traced_calls"] == 0
+
+
+WARM_START = textwrap.dedent('''\
+    import copy, io, json, contextlib
+
+    import numpy as np
+
+    import tracejit as tj
+
+    X = np.array(%r)
+    THRESHOLD = %r
+
+
+    def step(x, w, config):
+        config["t"] += 1
+        print("t", config["t"])
+        if np.tile(x, (3, 1)).sum(axis=1)[0] >= THRESHOLD:
+            w -= 0.1 * x
+        else:
+            w += 0.1 * x
+        return w, config
+
+
+    jitted = tj.jit(step, cache=True, hot_exit=1)
+    agree = []
+    for scale in (2.0, 0.5, 1.0, 2.0):
+        eager_args = (X * scale, np.ones(9), {"t": 0})
+        jit_args = copy.deepcopy(eager_args)
+        eager_out, jit_out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(eager_out):
+            expected = step(*eager_args)
+        with contextlib.redirect_stdout(jit_out):
+            got = jitted(*jit_args)
+        agree.append(bool(got[0] is jit_args[1] and got[1] is jit_args[2]
+                          and got[1] == expected[1]
+                          and eager_out.getvalue() == jit_out.getvalue()
+                          and np.allclose(got[0], expected[0], rtol=1e-12, atol=0)))
+    print(json.dumps({"agree": agree, "stats": jitted.stats()}))
+''')
+
+
+def test_a_warm_start_agrees_with_eager_on_every_call(tmp_path):
+    # The first process compiles (its first calls are the program's), the second loads
+    # the entries from disk and runs the same calls: both as eager on every call.
+    (tmp_path / "main.py").write_text(WARM_START % (X.tolist(), float(THRESHOLD)))
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TRACEJIT_DISABLE", "TRACEJIT_LOG", "TRACEJIT_COMPILE")}
+    env.update(TRACEJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    reports = []
+    for _ in range(2):
+        completed = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env,
+                                   capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 0, completed.stderr
+        reports.append(json.loads(completed.stdout.splitlines()[-1]))
+    for report in reports:
+        assert report["agree"] == [True] * 4, report
+        assert report["stats"]["traced_calls"] == 0, report
+    assert reports[0]["stats"]["disk_hits"] == 0
+    assert reports[1]["stats"]["disk_hits"] >= 1 and reports[1]["stats"]["compiles"] == 0

@@ -885,6 +885,21 @@ def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     assert "@tracejit_vv_" not in program.optimized_ir  # inlined, then dropped
 
 
+@pytest.mark.parametrize("exponent", [1.5, 5.0])
+def test_float32_power_with_a_literal_exponent_is_vectorized(exponent):
+    """``x ** 1.5``: the loop is vectorized and reaches pow's slow path through a vector
+    variant (a vector call from the loop besides the scalar slow function's own). With the
+    literal passed to the slow path as an argument, LLVM's constant propagation dropped it
+    from the slow function's signature, no variant matched it, and the loop stayed scalar
+    (7.6 ms a 1024x1024 call against 1.3 with an array of exponents)."""
+    program = compiled(("mathlib-literal-vectorized", exponent),
+                       lambda x, y: x ** exponent + y, np.ones(4096, F32), np.ones(4096, F32))
+    calls = calls_in(program.optimized_ir)
+    vector_calls = [callee for result, callee in calls
+                    if result.startswith("<") and callee.startswith("tracejit_slow_")]
+    assert len(vector_calls) >= 2, calls
+
+
 # --- float32 sums ----------------------------------------------------------------------
 def summation_inputs():
     rng = np.random.default_rng(2024)

@@ -28,13 +28,23 @@ length) was a data-dependent shape, so the attention ran eagerly after its first
 the guard margin of ``x ** 3`` was unbounded wherever ``x`` was negative, so an argmax over
 anything after tanh GELU (the next token chosen inside the jitted function) took a
 guard-margin exit on every float64 call.
+
+Slow or eager, not fixed: picoGPT's list of ids is a new pytree structure at each length,
+so a generation loop over a list compiles once per length (arrays are bucketed); a decode
+step slicing its KV cache by ``pos`` (``cache_k[layer, :pos + 1]``) makes ``pos`` decide a
+shape, one variant per position; a generation loop inside the jitted function unrolls (a
+minute of LLVM per compile for 3 tokens of a 2-layer model); nucleus sampling's ``out[order]
+= sorted_logits`` after ``argsort(logits / temperature)`` takes a guard-margin exit on every
+call (xfail below); ``np.argpartition`` runs eagerly; ``logits[ids] /= penalty`` with
+repeated ids runs eagerly (refused, as NumPy writes once); float16 models run eagerly (in
+NumPy, picoGPT's ``-1e10`` mask is ``-inf`` in float16 and ``0 * -inf`` makes it NaN).
 Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this way.
 """
 
 
 import numpy as np
 import pytest
-from real_model_checks import jitted, no_internal_errors, rng_for, run_calls
+from real_model_checks import assert_same, jitted, no_internal_errors, rng_for, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-4)
@@ -366,3 +376,161 @@ def test_next_token_argmax_through_a_gelu_compiles(dtype):
     f = run_calls(argmax_after_a_cube, [(rng.standard_normal((n, 8)).astype(dtype), w_in, w_out)
                                         for n in (3, 3, 4, 5)])
     assert "guard margin" not in f.stats()["eager_calls"], f.explain()
+
+
+# --- llama-style: RMSNorm, RoPE tables sliced by position, SwiGLU, grouped-query attention --------
+def rms_norm(x, weight, eps=1e-5):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x * (1.0 / (1.0 + np.exp(-x)))
+
+
+def rope_tables(head_dim, max_len, dtype, theta=10000.0):
+    freqs = 1.0 / theta ** (np.arange(0, head_dim, 2)[: head_dim // 2] / head_dim)
+    angles = np.outer(np.arange(max_len), freqs)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotate_half(x, cos, sin):
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    return x * cos + np.concatenate([-second, first], axis=-1) * sin
+
+
+def rotate_pairs(x, cos, sin):
+    """llama2.c's interleaved pairs, written into a new array in place."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
+
+
+def llama_prefill(tokens, params, cos, sin, start, n_heads=4, n_kv_heads=2):
+    x = params["tok_embeddings"][tokens]
+    steps, width = x.shape
+    size = width // n_heads
+    cos, sin = cos[start:start + steps], sin[start:start + steps]
+    mask = np.triu(np.full((steps, steps), float("-inf")), k=1)
+    for layer in params["layers"]:
+        h = rms_norm(x, layer["attention_norm"])
+        q = (h @ layer["wq"]).reshape(steps, n_heads, size).transpose(1, 0, 2)
+        k = (h @ layer["wk"]).reshape(steps, n_kv_heads, size).transpose(1, 0, 2)
+        v = (h @ layer["wv"]).reshape(steps, n_kv_heads, size).transpose(1, 0, 2)
+        q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+        k = np.repeat(k, n_heads // n_kv_heads, axis=0)
+        v = np.repeat(v, n_heads // n_kv_heads, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(size) + mask
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        x = x + (weights @ v).transpose(1, 0, 2).reshape(steps, width) @ layer["wo"]
+        h = rms_norm(x, layer["ffn_norm"])
+        x = x + (silu(h @ layer["w1"]) * (h @ layer["w3"])) @ layer["w2"]
+    return rms_norm(x, params["norm"]) @ params["tok_embeddings"].T
+
+
+def decode_step(token, pos, params, cache_k, cache_v, cos, sin, n_heads=4, n_kv_heads=2):
+    """One token through a KV cache of preallocated arrays written in place."""
+    x = params["tok_embeddings"][token]
+    width = x.shape[-1]
+    size = width // n_heads
+    for index, layer in enumerate(params["layers"]):
+        h = rms_norm(x, layer["attention_norm"])
+        q = (h @ layer["wq"]).reshape(n_heads, size)
+        k = (h @ layer["wk"]).reshape(n_kv_heads, size)
+        v = (h @ layer["wv"]).reshape(n_kv_heads, size)
+        q = rotate_pairs(q, cos[pos], sin[pos])
+        k = rotate_pairs(k, cos[pos], sin[pos])
+        cache_k[index, pos] = k
+        cache_v[index, pos] = v
+        keys = np.repeat(cache_k[index, :pos + 1], n_heads // n_kv_heads, axis=1)
+        values = np.repeat(cache_v[index, :pos + 1], n_heads // n_kv_heads, axis=1)
+        scores = np.einsum("hd,thd->ht", q, keys) / np.sqrt(size)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+        x = x + np.einsum("ht,thd->hd", weights, values).reshape(width) @ layer["wo"]
+        h = rms_norm(x, layer["ffn_norm"])
+        x = x + (silu(h @ layer["w1"]) * (h @ layer["w3"])) @ layer["w2"]
+    return rms_norm(x, params["norm"]) @ params["tok_embeddings"].T
+
+
+def llama_params(rng, dtype, vocab=19, width=8, hidden=12, layers=2, n_kv_heads=2, n_heads=4):
+    def matrix(*shape):
+        return (rng.standard_normal(shape) * 0.3).astype(dtype)
+
+    def gain():
+        return (1 + 0.1 * rng.standard_normal(width)).astype(dtype)
+
+    kv_width = n_kv_heads * (width // n_heads)
+    return {"tok_embeddings": matrix(vocab, width), "norm": gain(),
+            "layers": [{"attention_norm": gain(), "ffn_norm": gain(), "wq": matrix(width, width),
+                        "wk": matrix(width, kv_width), "wv": matrix(width, kv_width),
+                        "wo": matrix(width, width), "w1": matrix(width, hidden),
+                        "w2": matrix(hidden, width), "w3": matrix(width, hidden)}
+                       for _ in range(layers)]}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_llama_prefill_over_lengths_and_start_positions(dtype):
+    rng = rng_for(1108)
+    params = llama_params(rng, dtype)
+    cos, sin = rope_tables(2, 40, dtype)
+
+    def prefill(tokens, params, start):
+        return llama_prefill(tokens, params, cos, sin, start)
+
+    f = run_calls(prefill, [(rng.integers(0, 19, n), params, start)
+                            for n, start in ((1, 0), (2, 0), (3, 0), (3, 2), (5, 4), (8, 0),
+                                             (7, 11))], **TOLERANCE[dtype])
+    no_eager_calls(f)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_llama_decode_steps_fill_the_kv_cache_in_place(dtype):
+    """Greedy decoding through a jitted step: the caches written at ``pos`` must match
+    NumPy's after every step. ``cache_k[index, :pos + 1]`` makes ``pos`` decide a shape,
+    so each position is its own variant (and past ``max_variants`` the step runs
+    eagerly): only the values are checked here."""
+    rng = rng_for(1109)
+    params = llama_params(rng, dtype)
+    cos, sin = rope_tables(2, 16, dtype)
+
+    def step(token, pos, params, cache_k, cache_v):
+        return decode_step(token, pos, params, cache_k, cache_v, cos, sin)
+
+    f = jitted(step)
+    eager_caches = [np.zeros((2, 16, 2, 2), dtype) for _ in range(2)]
+    jit_caches = [cache.copy() for cache in eager_caches]
+    eager_token = jit_token = 3
+    for pos in range(10):
+        want = step(eager_token, pos, params, *eager_caches)
+        got = f(jit_token, pos, params, *jit_caches)
+        assert_same(got, want, **TOLERANCE[dtype])
+        assert_same(jit_caches, eager_caches, where="caches", **TOLERANCE[dtype])
+        eager_token, jit_token = int(np.argmax(want)), int(np.argmax(got))
+    no_internal_errors(f)
+
+
+# --- not fixed: minimal reproductions -------------------------------------------------------------
+def scatter_through_a_ranking(logits):
+    """Nucleus sampling puts the filtered logits back in vocabulary order through
+    ``out[order] = sorted_logits``, ``order`` the argsort of ``logits / temperature``."""
+    order = np.argsort(logits / 0.7)
+    out = np.zeros_like(logits)
+    out[order] = 1.0
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="the guard that the argsort's positions do not "
+                   "repeat (tracer/indexing._check_unique_positions) has an unbounded margin "
+                   "when the sorted values are inexact (a division, exp; not a product by a "
+                   "constant): scatter_add has no error model for an index with a bound, "
+                   "so every call takes a guard-margin exit")
+def test_a_scatter_through_the_argsort_of_a_computed_value_compiles():
+    rng = rng_for(1110)
+    f = run_calls(scatter_through_a_ranking, [(rng.standard_normal(10),) for _ in range(3)])
+    no_eager_calls(f)

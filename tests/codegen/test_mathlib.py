@@ -837,6 +837,23 @@ def test_power_with_a_literal_exponent_is_numpys(exponent, dtype):
                 f"x ** {exponent} {dtype}")
 
 
+@pytest.mark.parametrize("base", [10.0, 2.0, 0.5, 1.0, -1.0, -2.0, 0.0, -0.0, np.inf, -np.inf,
+                                  np.nan, 1e-40])
+def test_float32_literal_base_to_array_powers(base):
+    """``10.0 ** y``: a literal base is built into pow's slow path (not passed to it), its
+    special cases (and those of y) as NumPy's, other results within the stated bound."""
+    program = compiled(("mathlib-literal-base", repr(base)), lambda y: base ** y,
+                       np.ones(64, F32))
+    rng = np.random.default_rng(25)
+    ys = np.concatenate([power_specials(F32), rng.uniform(-40, 40, 4000).astype(F32),
+                         rng.integers(-40, 41, 4000).astype(F32),
+                         random_bits(F32, 4000, seed=26)])
+    with np.errstate(all="ignore"):
+        (actual,) = program(ys)
+        expected = base ** ys
+    assert_same(actual, expected, STATED_ULP[("power", F32)], (ys,), f"{base} ** y float32")
+
+
 @pytest.mark.parametrize("exponent", [3, 4, -2, -3, -4])
 def test_float32_power_of_a_small_integer_literal_is_correctly_rounded(exponent):
     """float32 ``x ** 3`` (``x ** -2`` ...) of either sign: products in float64 rounded once
@@ -885,15 +902,18 @@ def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     assert "@tracejit_vv_" not in program.optimized_ir  # inlined, then dropped
 
 
-@pytest.mark.parametrize("exponent", [1.5, 5.0])
-def test_float32_power_with_a_literal_exponent_is_vectorized(exponent):
-    """``x ** 1.5``: the loop is vectorized and reaches pow's slow path through a vector
-    variant (a vector call from the loop besides the scalar slow function's own). With the
-    literal passed to the slow path as an argument, LLVM's constant propagation dropped it
-    from the slow function's signature, no variant matched it, and the loop stayed scalar
-    (7.6 ms a 1024x1024 call against 1.3 with an array of exponents)."""
-    program = compiled(("mathlib-literal-vectorized", exponent),
-                       lambda x, y: x ** exponent + y, np.ones(4096, F32), np.ones(4096, F32))
+@pytest.mark.parametrize("name, function", [
+    ("x ** 1.5", lambda x, y: x ** 1.5 + y), ("x ** 5", lambda x, y: x ** 5.0 + y),
+    ("10 ** x", lambda x, y: 10.0 ** x + y)])
+def test_float32_power_with_a_literal_is_vectorized(name, function):
+    """``x ** 1.5``, ``10 ** x``: the loop is vectorized and reaches pow's slow path through
+    a vector variant (a vector call from the loop besides the scalar slow function's own).
+    With the literal passed to the slow path as an argument, LLVM's constant propagation
+    dropped it from the slow function's signature, no variant matched it, and the loop
+    stayed scalar (x ** 1.5: 7.6 ms a 1024x1024 call against 1.3 with an array of
+    exponents)."""
+    program = compiled(("mathlib-literal-vectorized", name), function, np.ones(4096, F32),
+                       np.ones(4096, F32))
     calls = calls_in(program.optimized_ir)
     vector_calls = [callee for result, callee in calls
                     if result.startswith("<") and callee.startswith("tracejit_slow_")]

@@ -117,6 +117,7 @@ class JitFunction(Misses):
         self._hints = {}
         self._lock = threading.RLock()
         self._untraceable = {}
+        self._failed_traces = set()  # signatures a trace failed for once (misses)
         self._warned_limit = False
         self._counters = Counter()
         self.calls = 0  # a plain int: the hit path counts it (compiled calls: on the paths)
@@ -352,6 +353,7 @@ class JitFunction(Misses):
             self._growing.clear()
             self._generation += 1
             self._untraceable.clear()
+            self._failed_traces.clear()
             self._reasons.clear()
             self._loop_notes.clear()
             self._warned_limit = False

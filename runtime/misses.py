@@ -160,18 +160,28 @@ class Misses:
         own code raised), run eagerly. An error raised inside tracejit may still be the
         function's: our stand-ins for NumPy raise NumPy's errors (``np.stack([])``). The
         eager run tells: if it raises, the error was the function's (nothing is logged, a
-        later call may trace); if it returns, the trace failed where eager does not, our
-        bug: calls with this signature run eagerly from now on, and the log says so."""
+        later call may trace); if it returns, the trace failed where eager does not. Once,
+        that may still be a decision: at a threshold the trace's own values can take the
+        branch eager does not and raise NumPy's error there (``if s >= t: np.stack([])``),
+        so the next call traces again. Twice for one signature, it is our bug: calls with
+        it run eagerly from then on, and the log says so."""
         if failed is None:
             return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
         error = failed.error
-        reason = f"internal error: {type(error).__name__}: {error}"
+        described = f"{type(error).__name__}: {error}"
+        reason = f"internal error: {described}"  # (stats show it even the first time)
         try:
             result = self._run_eager(args, kwargs, reason)
         except BaseException:
-            log_recompiles.info("%s: raised while tracing (%s: %s); so did the eager run",
-                                self.__qualname__, type(error).__name__, error)
+            log_recompiles.info("%s: raised while tracing (%s); so did the eager run",
+                                self.__qualname__, described)
             raise
+        if signature not in self._failed_traces:
+            self._failed_traces.add(signature)
+            log_recompiles.info("%s: raised while tracing (%s) where the eager run returns "
+                                "(a decision at a threshold, or our bug); the next call "
+                                "traces again", self.__qualname__, described)
+            return result
         log_recompiles.warning("%s: internal error while tracing; runs eagerly",
                                self.__qualname__, exc_info=error)
         self._give_up(signature, reason, error)

@@ -4,7 +4,8 @@ Our stand-ins for NumPy raise NumPy's errors (``np.stack([])``: "need at least o
 to stack"), from tracejit's files. When the eager run raises too, the error was the
 function's: it reaches the caller, nothing is logged as internal and a later call still
 compiles. When the eager run returns, the trace failed where NumPy does not: our bug,
-logged, and that signature runs eagerly from then on.
+logged, and that signature runs eagerly from then on (from the second such trace: the
+first may have taken, at a threshold, a branch eager does not; test_first_call_decisions).
 """
 
 import logging

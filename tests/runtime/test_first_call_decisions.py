@@ -10,8 +10,10 @@ result comes from the compiled program, whose margin guard lets eager decide.
 Every effect of such a first call (argument and attribute writes, dict writes, prints,
 returned argument views) then happens once, as eagerly: on the branch eager takes at the
 threshold, away from it, on a path grown from a side exit, with Tensors that require grad
-and from several threads at once. A trace that fails after the function ran (a pass, the
-backward) leaves the caller's objects as they were before the eager run.
+and from several threads at once, when compiling fails, and in a second process that
+loads the program from disk. A trace that fails after the function ran (a pass, the
+backward) leaves the caller's objects as they were before the eager run, and one that
+raised NumPy's error on the branch eager does not take gives up on nothing.
 """
 
 import copy

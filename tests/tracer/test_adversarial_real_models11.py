@@ -42,9 +42,13 @@ Tests marked ``xfail(strict=True)`` are minimal reproductions of bugs found this
 """
 
 
+import copy
+
 import numpy as np
 import pytest
 from real_model_checks import assert_same, jitted, no_internal_errors, rng_for, run_calls
+
+import tracejit as tj
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-4)
@@ -169,6 +173,31 @@ def test_masks_sized_by_a_dynamic_length(name):
                   repeats=1)
     no_eager_calls(f)
     assert f.stats()["compiles"] == 5, f.explain()  # 0, 1, 2, (2, 4], (4, 8]
+
+
+# --- training: the gradient of the next-token loss through the whole GPT -------------------------
+def next_token_loss(params, inputs, targets):
+    logits = gpt2(inputs, **params, n_head=2)
+    top = logits.max(axis=-1, keepdims=True)
+    log_probs = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
+    return -log_probs[np.arange(inputs.shape[0]), targets].mean()
+
+
+def test_gpt2_loss_gradient_through_jit_matches_eager_and_finite_differences():
+    rng = rng_for(1111)
+    params = gpt2_params(rng, layers=1)
+    value_and_grad = tj.value_and_grad(next_token_loss)
+    f = jitted(value_and_grad)
+    for steps in (3, 3, 4, 5, 5):
+        inputs, targets = rng.integers(0, 23, steps), rng.integers(0, 23, steps)
+        want = value_and_grad(copy.deepcopy(params), inputs, targets)
+        assert_same(f(copy.deepcopy(params), inputs, targets), want, rtol=1e-8, atol=1e-9)
+        nudged = copy.deepcopy(params)
+        nudged["blocks"][0]["attn"]["c_attn"]["w"][1, 2] += 1e-6
+        slope = (next_token_loss(nudged, inputs, targets) - want[0]) / 1e-6
+        np.testing.assert_allclose(want[1]["blocks"][0]["attn"]["c_attn"]["w"][1, 2], slope,
+                                   rtol=1e-4, atol=1e-6)
+    no_eager_calls(f)
 
 
 # --- a Python list of run-time ints as an index -------------------------------------------------

@@ -224,6 +224,10 @@ def vstack(tup, dtype=None, casting="same_kind"):
 def split(ary, indices_or_sections, axis=0):
     axis = normalize_axis(axis, ndim_of(ary))
     length = shape_of(ary)[axis]
+    if is_traced(indices_or_sections) or isinstance(indices_or_sections, SymInt):
+        # np.split(x, n_head) with n_head a run-time int: the count decides the shapes,
+        # so it is specialized under a guard
+        indices_or_sections = operator.index(indices_or_sections)
     if isinstance(indices_or_sections, (int, np.integer)):
         sections = int(indices_or_sections)
         if length % sections:

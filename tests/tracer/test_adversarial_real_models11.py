@@ -27,7 +27,8 @@ an Ellipsis (minGPT-style ``att[:, :, future] = -np.inf`` with ``future`` from a
 length) was a data-dependent shape, so the attention ran eagerly after its first call;
 the guard margin of ``x ** 3`` was unbounded wherever ``x`` was negative, so an argmax over
 anything after tanh GELU (the next token chosen inside the jitted function) took a
-guard-margin exit on every float64 call.
+guard-margin exit on every float64 call; ``np.split(x, n_head, axis=-1)`` with ``n_head``
+a run-time int failed inside tracejit (an internal error, then eager on every call).
 
 Slow or eager, not fixed: picoGPT's list of ids is a new pytree structure at each length,
 so a generation loop over a list compiles once per length (arrays are bucketed); a decode
@@ -563,3 +564,26 @@ def test_a_scatter_through_the_argsort_of_a_computed_value_compiles():
     rng = rng_for(1110)
     f = run_calls(scatter_through_a_ranking, [(rng.standard_normal(10),) for _ in range(3)])
     no_eager_calls(f)
+
+
+# --- the head count as an argument ---------------------------------------------------------------
+def gpt2_heads_given(inputs, params, n_head):
+    return gpt2(inputs, **params, n_head=n_head)
+
+
+def heads_stacked(x, n_head):
+    return np.stack(np.split(x, n_head, axis=-1), axis=0).sum(axis=0)
+
+
+def test_a_head_count_that_changes_between_calls():
+    """``np.split(x, n_head, axis=-1)`` with ``n_head`` a run-time int (seen with a second
+    value) failed inside tracejit ('len() of unsized object'): an internal error, and every
+    later call ran eagerly. The count decides shapes, so it is specialized."""
+    rng = rng_for(1112)
+    params = gpt2_params(rng, layers=1)
+    f = run_calls(gpt2_heads_given, [(rng.integers(0, 23, n), params, heads) for n, heads in (
+        (3, 2), (3, 4), (4, 2), (4, 8), (5, 3), (5, 1))], **F64)
+    no_internal_errors(f)
+    f = run_calls(heads_stacked, [(rng.standard_normal((n, 8)), heads) for n, heads in (
+        (3, 2), (3, 4), (5, 2), (5, 3), (6, 8))])
+    no_internal_errors(f)

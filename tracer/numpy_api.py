@@ -537,6 +537,10 @@ def repeat(a, repeats, axis=None):
         if repeats < 0:
             raise ValueError("repeats may not contain negative values.")
         return _new_array(_repeat_each(a, shape, axis, repeats))
+    if is_traced(repeats) and not shape_of(repeats) and dtype_of(repeats).kind in "iu":
+        # np.repeat(k, n_rep) with n_rep a run-time int (grouped-query attention's heads
+        # per key): one count decides the shape, so it is specialized under a guard
+        repeats = operator.index(repeats)
     if getattr(type(repeats), "__tracejit_priority__", 0):
         raise UnsupportedError("np.repeat with traced repeats: the result's shape would depend "
                                "on data; pass the counts as a Python int or list")

@@ -28,7 +28,8 @@ length) was a data-dependent shape, so the attention ran eagerly after its first
 the guard margin of ``x ** 3`` was unbounded wherever ``x`` was negative, so an argmax over
 anything after tanh GELU (the next token chosen inside the jitted function) took a
 guard-margin exit on every float64 call; ``np.split(x, n_head, axis=-1)`` with ``n_head``
-a run-time int failed inside tracejit (an internal error, then eager on every call).
+a run-time int failed inside tracejit (an internal error, then eager on every call), and
+``np.repeat(k, n_rep, axis=0)`` with ``n_rep`` a run-time int was refused as traced repeats.
 
 Slow or eager, not fixed: picoGPT's list of ids is a new pytree structure at each length,
 so a generation loop over a list compiles once per length (arrays are bucketed); a decode
@@ -586,4 +587,25 @@ def test_a_head_count_that_changes_between_calls():
     no_internal_errors(f)
     f = run_calls(heads_stacked, [(rng.standard_normal((n, 8)), heads) for n, heads in (
         (3, 2), (3, 4), (5, 2), (5, 3), (6, 8))])
+    no_internal_errors(f)
+
+
+def grouped_query_scores(q, k, n_rep):
+    """Keys shared by ``n_rep`` query heads each, the count passed in."""
+    return q @ np.repeat(k, n_rep, axis=0).transpose(0, 2, 1)
+
+
+def repeated_rows(k, n_rep):
+    return np.repeat(k, n_rep, axis=0)
+
+
+def test_a_repeat_count_that_changes_between_calls():
+    """``np.repeat(k, n_rep, axis=0)`` with ``n_rep`` a run-time int was refused as 'traced
+    repeats' (data-dependent shape): every call after the count changed ran eagerly."""
+    rng = rng_for(1113)
+    f = run_calls(grouped_query_scores, [
+        (rng.standard_normal((kv * rep, 3, 2)), rng.standard_normal((kv, 3, 2)), rep)
+        for kv, rep in ((2, 1), (2, 2), (1, 4), (2, 4), (4, 2))])
+    assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+    f = run_calls(repeated_rows, [(rng.standard_normal((3, 2)), rep) for rep in (1, 2, 3, 0, -1)])
     no_internal_errors(f)

@@ -377,6 +377,8 @@ class _TraceFailed:
     """A trace that tracejit's own code stopped with ``error`` (``Misses._eager_instead``)."""
 
     error: BaseException
+
+
 # Traces of one call, each finding one more attribute holding a number its calls rebind
 # (attribute_writes.NumberState): an optimizer's step counters and the like.
 _NUMBER_STATE_RETRIES = 8

@@ -647,7 +647,9 @@ def outputs_to_json(plan, implicit_paths=()):
             "aliases": [[position, argument] for position, argument in plan.aliases.items()],
             "writes": [_write_to_json(write, [str(path) for path in implicit_paths])
                        for write in plan.writes],
-            "containers": [[list(place), list(where)] for place, where in plan.containers]}
+            "containers": [[list(place), list(where)] for place, where in plan.containers],
+            "outside_aliases": [[position, write]
+                                for position, write in plan.outside_aliases.items()]}
 
 
 def _write_to_json(write, implicit_paths):
@@ -711,8 +713,15 @@ def outputs_from_json(data, implicit_paths=()):
                    isinstance(part, (int, str)) and not isinstance(part, bool)
                    for part in (*place, *where[1:])), "a returned argument container")
         containers.append((tuple(place), tuple(where)))
+    outside_aliases = {}
+    for position, write in data.get("outside_aliases", []):
+        _check(_integer(write, "an aliased write") < len(writes)
+               and isinstance(writes[write], OutsideArrayWrite),
+               "a result aliasing no outside array the program updates")
+        outside_aliases[_integer(position, "an aliased result")] = write
+    _check(all(position < len(leaves) for position in outside_aliases), "an alias of no result")
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes,
-                      containers)
+                      containers, outside_aliases)
 
 
 def _check_outputs(plan, count, has_backward):

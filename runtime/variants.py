@@ -49,6 +49,9 @@ class OutputPlan:
     # (place in the result, argument place): an argument's dict or list returned is the
     # caller's own object (argument_writes.put_back)
     containers: list = field(default_factory=list)
+    # result leaf position -> index in ``writes`` of an outside array updated in place and
+    # returned (``self.W -= g; return self.W``): that array itself, as NumPy returns it
+    outside_aliases: dict = field(default_factory=dict)
 
     @staticmethod
     def from_trace(trace):
@@ -71,7 +74,7 @@ class OutputPlan:
             program_index += 1
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
                           dict(trace.output_aliases), list(trace.argument_writes),
-                          list(trace.returned_containers))
+                          list(trace.returned_containers), dict(trace.outside_aliases))
 
     @property
     def writes_arrays(self):
@@ -118,6 +121,8 @@ class OutputPlan:
                 leaves.append(wrap(outputs[value]))
         for position, argument in self.aliases.items():
             leaves[position] = argument_leaves[argument]
+        for position, write in self.outside_aliases.items():
+            leaves[position] = self.writes[write].target(arguments)
         result = pytree.unflatten(self.tree, leaves)
         return put_back(result, self.containers, arguments) if self.containers else result
 

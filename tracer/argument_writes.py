@@ -73,16 +73,16 @@ class OutsideArrayWrite:
     kind: str = "array"
 
     def store(self, arguments, outputs):
-        np.copyto(self._target(arguments), outputs[self.value])
+        np.copyto(self.target(arguments), outputs[self.value])
 
     def snapshot(self, arguments):
         """A function that puts the array back as it is now (``jit(check=True)`` reruns the
         call eagerly from the state before the compiled call)."""
-        target = self._target(arguments)
+        target = self.target(arguments)
         saved = target.copy()
         return lambda: np.copyto(target, saved)
 
-    def _target(self, arguments):
+    def target(self, arguments):
         return resolve(self.path, arguments)
 
 
@@ -215,6 +215,21 @@ def collect(context, output_atoms, is_leaf):
         writes.append(OutsideArrayWrite(context.implicit_used[key].path, len(output_atoms)))
         output_atoms.append(tracer.ir_var)
     return writes
+
+
+def outside_aliases(context, out_leaves, writes):
+    """``{result leaf index: index in writes}`` for results that are an outside array the
+    call updated in place (``self.W -= lr * dW; return self.W``): NumPy returns that array
+    itself, so a later write into the result reaches ``self.W``."""
+    paths = {id(tracer): context.implicit_used[key].path
+             for key, tracer in getattr(context, "outside_mutations", {}).items()}
+    aliases = {}
+    for index, leaf in enumerate(out_leaves):
+        path = paths.get(id(leaf))
+        if path is not None:
+            aliases[index] = next(number for number, write in enumerate(writes)
+                                  if isinstance(write, OutsideArrayWrite) and write.path is path)
+    return aliases
 
 
 def compute_values(context):

@@ -104,6 +104,9 @@ class Trace:
     implicit_inputs: list
     mutated_inputs: dict  # argument leaf index -> graph output index of its new value
     output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
+    # result leaf -> index in argument_writes of the outside array it is (``self.W -= g;
+    # return self.W``: the array itself, as NumPy returns it)
+    outside_aliases: dict = field(default_factory=dict)
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
     gradients: object = None  # what trace(backward=...) recorded: gradient_trace.GradientPlan
@@ -702,6 +705,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             source = context.inputs[input_specs[position].input_index]
             output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
         writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
+        outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:
             writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
         except TypeError as error:
@@ -752,6 +756,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]),
                                                        bindings)
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
+        for index, write in outside_aliases.items():
+            outputs[index] = argument_writes.resolve(writes[write].path, (args, kwargs))
         attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
         write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded
         outputs = argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
@@ -767,6 +773,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         implicit_inputs=list(context.implicit_used.values()),
         mutated_inputs=mutated,
         output_aliases=aliases,
+        outside_aliases=outside_aliases,
         functions=functions,
         outside_values=list(context.outside_values.values()),
         gradients=gradients,

@@ -162,3 +162,55 @@ def test_an_in_place_write_into_an_outside_tensor_runs_eagerly():
     for call in range(3):
         f(np.ones(3))
         np.testing.assert_array_equal(np.asarray(TENSOR), np.full(3, call + 2.0))
+
+
+class Returning:
+    """An SGD step that returns the weights it updated in place, as update rules do."""
+
+    def __init__(self):
+        self.W = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+        self.b = np.zeros(3)
+
+    def step(self, dW, db):
+        self.W -= 0.1 * dW
+        self.b -= 0.1 * db
+        return self.W, (self.b, self.W.sum())
+
+
+RW = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+
+
+def returning_a_global(dW):
+    w = RW
+    w -= 0.1 * dW
+    return w, w.sum()
+
+
+def test_an_outside_array_updated_and_returned_is_that_array():
+    # NumPy returns self.W itself: a later write into the result reaches the model. The
+    # compiled call returned a copy of the new values (helper-81's finding).
+    model, twin = Returning(), Returning()
+    f = tj.jit(model.step, cache="memory")
+    for call in range(3):
+        dW, db = np.full((2, 3), call + 1.0), np.full(3, -1.0)
+        W, (b, total) = f(dW, db)
+        W_twin, (b_twin, total_twin) = twin.step(dW, db)
+        assert W is model.W and b is model.b
+        np.testing.assert_array_equal(W, W_twin)
+        np.testing.assert_array_equal(b, b_twin)
+        assert total == pytest.approx(total_twin, rel=1e-12)
+        W[0, 0] += 1.0  # reaches the model, as eagerly
+        W_twin[0, 0] += 1.0
+        np.testing.assert_array_equal(model.W, twin.W)
+    assert f.stats()["compiled_calls"] >= 2, f.stats()
+
+
+def test_an_outside_array_returned_from_a_disk_entry_is_that_array(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
+    for attempt in range(2):  # the second: a new jit object finds the entry on disk
+        f = tj.jit(returning_a_global)
+        for call in range(3):
+            w, total = f(np.full((2, 3), call + 1.0))
+            assert w is RW
+            assert total == pytest.approx(RW.sum(), rel=1e-12)
+    assert f.stats()["disk_hits"] == 1 and f.stats()["compiled_calls"] == 3, f.stats()

@@ -207,7 +207,7 @@ def test_an_outside_array_updated_and_returned_is_that_array():
 
 def test_an_outside_array_returned_from_a_disk_entry_is_that_array(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
-    for attempt in range(2):  # the second: a new jit object finds the entry on disk
+    for _attempt in range(2):  # the second: a new jit object finds the entry on disk
         f = tj.jit(returning_a_global)
         for call in range(3):
             w, total = f(np.full((2, 3), call + 1.0))

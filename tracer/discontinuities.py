@@ -64,7 +64,8 @@ from dataclasses import replace
 import numpy as np
 
 from .guard_margins import _Slice
-from .ir import Eqn, Guard, Literal, Var
+from .dims import DimExpr
+from .ir import Eqn, Guard, Literal, Var, infer_aval
 from .margin_rules import ALWAYS, INF, INFLATE, RULES, is_bool, is_float, number, unit_roundoff
 from .ops import (
     any_p,
@@ -392,15 +393,65 @@ def _unbounded(bound):
         bound.value is True or not np.isfinite(float(bound.value))))
 
 
+# Operations that only pick, repeat or move elements: the elements of their result are
+# elements of their operand, with the operand's values.
+_ELEMENT_PICKS = ("slice", "reshape", "broadcast_to", "transpose", "flip", "gather")
+
+
+def _hoisted(ctx, loop):
+    """The jumps inside ``loop``'s body that read, through element picks only, one value
+    the loop does not carry (``np.where(s[i] >= t, 1, -100)`` with ``s`` computed before
+    the loop), as equations on that whole value outside the loop: checking every element
+    of ``s`` covers the elements the trips read. (Jumps on carried values stay unchecked:
+    their rounding through the trips has no bound.)"""
+    body, params = loop.params_dict["body"], loop.params_dict
+    outer = {var.name: atom for var, atom in zip(body.inputs[params["num_carry"]:],
+                                                  loop.inputs[params["num_carry"]:])}
+    producers = {eqn.out.name: eqn for eqn in body.equations}
+
+    def source(atom):
+        while isinstance(atom, Var) and atom.name not in outer:
+            eqn = producers.get(atom.name)
+            if eqn is None or eqn.prim.name not in _ELEMENT_PICKS:
+                return None
+            atom = eqn.inputs[0]
+        return outer.get(atom.name) if isinstance(atom, Var) else None
+
+    hoisted = []
+    for eqn in body.equations:
+        if eqn.prim.name not in AMBIGUITY or eqn.prim.name in ("argmax", "argmin") or (
+                eqn.out.name in body.gradient_vars):
+            continue  # (an extremum's axes are the body value's; reverse mode's masks)
+        variables = [atom for atom in eqn.inputs if isinstance(atom, Var)]
+        literals = [atom for atom in eqn.inputs if isinstance(atom, Literal)]
+        if len(variables) != 1 or any(isinstance(atom.value, DimExpr) for atom in literals):
+            continue
+        whole = source(variables[0])
+        if not isinstance(whole, Var):
+            continue
+        inputs = tuple(whole if atom is variables[0] else atom for atom in eqn.inputs)
+        aval = infer_aval(eqn.prim, inputs, eqn.params_dict, ctx.emitter.context)
+        out = Var(f"%{ctx.emitter.next_number}", aval)
+        ctx.emitter.next_number += 1
+        hoisted.append(Eqn(eqn.prim, inputs, eqn.params, out))
+    return hoisted
+
+
 def check_discontinuities(graph):
     """Insert, before each equation that jumps and reads bounded operands, the equations of
-    its ambiguity mask and a ``margin`` guard on ``any(mask)``."""
+    its ambiguity mask and a ``margin`` guard on ``any(mask)``; for a jump inside a loop
+    body, on the whole value it reads, before the loop (``_hoisted``)."""
     ctx = _Slice(graph, cheap=True)
     readers = ctx.readers = _readers(graph)
     ctx.position = {item.out.name: index for index, item in enumerate(graph.body)
                     if isinstance(item, Eqn)}
     inserts = {}
+    checks = []
     for index, item in enumerate(graph.body):
+        if isinstance(item, Eqn) and item.prim.name == "loop":
+            checks.extend((index, eqn) for eqn in _hoisted(ctx, item))
+        checks.append((index, item))
+    for index, item in checks:
         if not isinstance(item, Eqn) or item.prim.name not in AMBIGUITY:
             continue
         if item.out.name in graph.gradient_vars:

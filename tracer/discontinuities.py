@@ -37,8 +37,10 @@ Not checked (the difference from NumPy stays possible there):
   math are checked;
 * values downstream of a convolution: a check reading the product would keep its fused
   epilogue (bias, relu, masks) off the register tiles;
-* operands with no error model (a loop's results, float ``prod``) and equations inside
-  loop bodies.
+* operands with no error model (a loop's results, float ``prod``), and inside a loop body
+  the jumps on values the loop carries or computes: a jump that reads a value computed
+  before the loop (through element picks: ``s[i]``) is checked on that whole value,
+  before the loop (``_hoisted``).
 
 Counts held in floats (a mask cast and summed, cumsum's product with a triangle of ones)
 are integers, exact in any order below 2**53 (2**24 in float32): they carry no bound
@@ -63,8 +65,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .guard_margins import _Slice
 from .dims import DimExpr
+from .guard_margins import _Slice
 from .ir import Eqn, Guard, Literal, Var, infer_aval
 from .margin_rules import ALWAYS, INF, INFLATE, RULES, is_bool, is_float, number, unit_roundoff
 from .ops import (

@@ -152,7 +152,9 @@ def test_a_spawned_child_runs_pickled_functions_and_warm_starts_from_disk(monkey
         else:
             # A closure over a Python float is kept in memory only (its cell cannot be
             # found by import): the child compiles it once, and the second call hits it.
-            assert stats["compiles"] == 1 and stats["compiled_calls"] == 1, stats
+            # (its first call is its trace's, or the program's: gated decides on data)
+            assert stats["compiles"] == 1 and stats["compiled_calls"] >= 1, stats
+            assert stats["compiled_calls"] + stats["traced_calls"] == 2, stats
 
 
 MAIN_SCRIPT = textwrap.dedent("""

@@ -1516,8 +1516,10 @@ def test_floor_and_int_cast_of_a_reduction_match_numpy(dtype):
     rng = rng_for(954)
     f = run_calls(bucket_of_the_mean, [(rng.standard_normal(45).astype(dtype), 10)
                                        for _ in range(4)], rtol=0, atol=0)
-    stats = f.stats()  # ordinary data stays compiled (one call traced)
-    assert stats["compiled_calls"] == stats["calls"] - 1, stats
+    stats = f.stats()  # ordinary data stays compiled (the first call traced, or compiled
+    # when a decision of the trace may not be eager's)
+    assert stats["compiled_calls"] + stats["traced_calls"] == stats["calls"], stats
+    assert stats["compiled_calls"] >= stats["calls"] - 1, stats
 
 
 # --- a warm-up / step-decay schedule object inside a momentum optimizer ----------------------

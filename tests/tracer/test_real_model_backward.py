@@ -742,7 +742,11 @@ def test_training_loop_inside_the_function():
                     [arguments(6), arguments(7), arguments(8, 0.25), arguments(6, 0.1)],
                     dynamic=True)
     # a second learning rate makes it a run-time input: one more compile, then no more
-    assert compiles(f) == 2 and f.stats()["compiled_calls"] == 2, f.stats()
+    # (each compile's first call is its trace's, or the program's when a decision of the
+    # trace may not be eager's)
+    stats = f.stats()
+    assert compiles(f) == 2 and stats["compiled_calls"] + stats["traced_calls"] == 4, stats
+    assert stats["compiled_calls"] >= 2, stats
     assert no_eager_calls(f), f.stats()
 
 
@@ -809,7 +813,11 @@ def test_char_rnn_step_with_adagrad_in_place():
         arguments.append(loss_arguments + memories)
     f = check_calls(char_rnn_step, arguments)
     # new ids at the same length: the second compile makes them run-time inputs
-    assert compiles(f) == 2 and f.stats()["compiled_calls"] == 2, f.stats()
+    # (each compile's first call is its trace's, or the program's when a decision of the
+    # trace may not be eager's)
+    stats = f.stats()
+    assert compiles(f) == 2 and stats["compiled_calls"] + stats["traced_calls"] == 4, stats
+    assert stats["compiled_calls"] >= 2, stats
 
 
 def test_char_rnn_loss_over_lengths_of_id_arrays():

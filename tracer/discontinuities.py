@@ -67,7 +67,7 @@ import numpy as np
 
 from .dims import DimExpr
 from .guard_margins import _Slice
-from .ir import Eqn, Guard, Literal, Var, infer_aval
+from .ir import Eqn, Guard, Literal, Var
 from .margin_rules import ALWAYS, INF, INFLATE, RULES, is_bool, is_float, number, unit_roundoff
 from .ops import (
     any_p,
@@ -432,10 +432,7 @@ def _hoisted(ctx, loop):
         if not isinstance(whole, Var):
             continue
         inputs = tuple(whole if atom is variables[0] else atom for atom in eqn.inputs)
-        aval = infer_aval(eqn.prim, inputs, eqn.params_dict, ctx.emitter.context)
-        out = Var(f"%{ctx.emitter.next_number}", aval)
-        ctx.emitter.next_number += 1
-        hoisted.append(Eqn(eqn.prim, inputs, eqn.params, out))
+        hoisted.append(ctx.emitter.equation(eqn.prim, inputs, eqn.params_dict))
     return hoisted
 
 

@@ -115,13 +115,18 @@ class _Emitter:
             with np.errstate(all="ignore"):
                 value = prim.impl(*(atom.value for atom in inputs), **params)
             return Literal.of(np.asarray(value)[()])
+        eqn = self.equation(prim, inputs, params)
+        self.pending.append(eqn)
+        self.producers[eqn.out.name] = eqn
+        return eqn.out
+
+    def equation(self, prim, inputs, params):
+        """``prim`` on ``inputs`` as an equation with a fresh result, not emitted (a
+        stand-in the checks reason about: ``discontinuities._hoisted``)."""
         aval = infer_aval(prim, inputs, params, self.context)
         out = Var(f"%{self.next_number}", aval)
         self.next_number += 1
-        eqn = Eqn(prim, tuple(inputs), tuple(sorted(params.items())), out)
-        self.pending.append(eqn)
-        self.producers[out.name] = eqn
-        return out
+        return Eqn(prim, tuple(inputs), tuple(sorted(params.items())), out)
 
     # float64 arithmetic on atoms (None is not accepted here)
     def f64(self, atom):

@@ -757,7 +757,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                                                        bindings)
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
         for index, write in outside_aliases.items():
-            outputs[index] = argument_writes.resolve(writes[write].path, (args, kwargs))
+            outputs[index] = writes[write].target((args, kwargs))
         attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
         write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded
         outputs = argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,

@@ -5,7 +5,10 @@
 
 and ``tj_sgemm_own_epilogue(<the same>, float* bias, i64 activation)`` compute
 ``C = op(A) @ op(B)`` - the second ``activation(op(A) @ op(B) + bias)``, fused per row panel
-of C (``gemm_driver``) - for row-major ``C`` (``m x n``, row stride ``ldc``), where
+of C (``gemm_driver``), and ``tj_sgemm_own_combine(<the same>, float* other, i64 ldo, i64
+combine, double scale)`` that value combined with a second matrix (``other - scale * C``,
+``where(other > 0, C, 0)``: ``gemm_driver.COMBINES``) - for row-major ``C`` (``m x n``,
+row stride ``ldc``), where
 ``op(A)`` is ``A`` (rows ``lda`` apart) or, when ``trans_a``, the transpose of a row-major
 ``k x m`` ``A`` - so a transposed view is read where it is, never copied; likewise ``B``.
 It splits ``C`` by rows or columns across tracejit's thread pool (``codegen/parallel.py``)
@@ -52,11 +55,12 @@ from pathlib import Path
 import numpy as np
 
 from . import llvm, parallel
-from .gemm_driver import ACTIVATIONS, WORKSPACES_SYMBOL
+from .gemm_driver import ACTIVATIONS, COMBINES, NO_ACTIVATION, WORKSPACES_SYMBOL
 from .gemm_ir import AVX2, AVX512, ISAS, isa_for
 
 ENTRY = "tj_sgemm_own"  # what compiled kernels import; the chosen instruction set's entry
 EPILOGUE_ENTRY = "tj_sgemm_own_epilogue"  # the same with a bias and an activation
+COMBINE_ENTRY = "tj_sgemm_own_combine"  # and then a second matrix of C's shape
 ISA_VARIABLE = "TRACEJIT_GEMM_ISA"
 # The files whose text generates the module: the object store's key holds them all.
 SOURCES = ("gemm.py", "gemm_ir.py", "gemm_micro.py", "gemm_packing.py", "gemm_driver.py",
@@ -182,6 +186,9 @@ class _Workspaces:
 
 _EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
                                        *([ctypes.c_void_p, ctypes.c_int64] * 4))
+_COMBINE_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
+                                      *([ctypes.c_void_p, ctypes.c_int64] * 5),
+                                      ctypes.c_int64, ctypes.c_double)
 
 
 def library(isa=None, dtype="float32"):
@@ -193,24 +200,27 @@ def library(isa=None, dtype="float32"):
             pool = parallel.pool()
             workspaces = _Workspaces(2 * pool.threads, isa.workspace_elements, isa.dtype)
             imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
-            loaded = llvm.load(object_code(isa),
-                               [isa.entry, isa.epilogue_entry, isa.batched_entry],
+            loaded = llvm.load(object_code(isa), [isa.entry, isa.epilogue_entry,
+                                                  isa.combine_entry, isa.batched_entry],
                                imports=imports)
             _loaded[isa.entry] = dict(
                 library=loaded, workspaces=workspaces,
-                function=_EPILOGUE_SIGNATURE(loaded.addresses[isa.epilogue_entry]))
+                function=_EPILOGUE_SIGNATURE(loaded.addresses[isa.epilogue_entry]),
+                combined=_COMBINE_SIGNATURE(loaded.addresses[isa.combine_entry]))
         return _loaded[isa.entry]["library"]
 
 
 def symbols(dtype="float32"):
     """The chosen instruction set's entries for compiled kernels that call them: for
     float32 ``{"tj_sgemm_own": address, "tj_sgemm_own_epilogue": address,
-    "tj_sgemm_own_batched": address}``, for float64 ``{"tj_dgemm_own_batched": address}``."""
+    "tj_sgemm_own_combine": address, "tj_sgemm_own_batched": address}``, for float64
+    ``{"tj_dgemm_own_batched": address}``."""
     isa = _resolve(None, dtype)
     addresses = library(isa).addresses
     if dtype == "float64":
         return {BATCHED_ENTRIES[dtype]: addresses[isa.batched_entry]}
     return {ENTRY: addresses[isa.entry], EPILOGUE_ENTRY: addresses[isa.epilogue_entry],
+            COMBINE_ENTRY: addresses[isa.combine_entry],
             BATCHED_ENTRIES[dtype]: addresses[isa.batched_entry]}
 
 
@@ -232,14 +242,19 @@ def _layout(matrix):
     return None
 
 
-def prepared(a, b, out, isa=None, bias=None, activation=None):
+def prepared(a, b, out, isa=None, bias=None, activation=None, other=None, combine=None,
+             scale=1.0):
     """A zero-argument call that stores ``a @ b`` into ``out`` (arguments converted once:
     about 1 us per call, for benchmarks of small products) with the code for ``isa`` (a
     name; default ``chosen_isa()``). ``a`` and ``b`` must be float32 (or both float64)
     with a unit-stride axis; ``out`` of their dtype, with unit-stride rows. With ``bias``
     (contiguous, one per column) and ``activation`` (None, ``"relu"``: ``np.maximum(x, 0)``,
     or ``"relu_zero_first"``: ``np.maximum(0, x)``, which keeps -0.0) it stores
-    ``activation(a @ b + bias)``."""
+    ``activation(a @ b + bias)``. With ``other`` (``D``: out's shape and dtype, unit-stride
+    rows) and ``combine`` (no activation then) that value ``v`` becomes ``D + scale * v``
+    (``"add"``), ``D - scale * v`` (``"subtract"``), ``where(D > 0, v, 0)``
+    (``"where_positive"``) or ``where(D <= 0, 0, v)`` (``"unless_nonpositive"``);
+    ``scale`` is rounded to the dtype first, as NumPy rounds a Python float."""
     (m, k), n = a.shape, b.shape[1]
     dtype = a.dtype
     layouts = [_layout(a), _layout(b)]
@@ -254,23 +269,40 @@ def prepared(a, b, out, isa=None, bias=None, activation=None):
         raise ValueError(f"bias must be a contiguous {dtype} array of shape ({n},)")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, not {activation!r}")
+    if combine not in COMBINES:
+        raise ValueError(f"combine must be one of {list(COMBINES)}, not {combine!r}")
+    other_layout = _layout(other) if other is not None and other.shape == (m, n) and (
+        other.dtype == dtype) else None
+    if (combine is None) != (other is None) or (other is not None and (
+            other_layout is None or other_layout[0])):
+        raise ValueError(f"other (with combine) must be a {dtype} (m, n) array with "
+                         "unit-stride rows")
+    if combine is not None and ACTIVATIONS[activation] != NO_ACTIVATION:
+        raise ValueError("combine runs without an activation")
     isa = _resolve(isa, dtype.name)
     library(isa)
     (trans_a, lda), (trans_b, ldb) = layouts
     arguments = (trans_a, trans_b, m, n, k, a.ctypes.data, lda, b.ctypes.data, ldb,
                  out.ctypes.data, out_layout[1], None if bias is None else bias.ctypes.data,
                  ACTIVATIONS[activation])
+    if combine is not None:
+        function = _loaded[isa.entry]["combined"]
+        scale = float(dtype.type(scale))
+        extra = (other.ctypes.data, other_layout[1], COMBINES[combine], scale)
+        return lambda: function(*arguments, *extra)
     function = _loaded[isa.entry]["function"]
     return lambda: function(*arguments)
 
 
-def matmul(a, b, out=None, isa=None, bias=None, activation=None):
+def matmul(a, b, out=None, isa=None, bias=None, activation=None, other=None, combine=None,
+           scale=1.0):
     """``a @ b`` for 2-D float32 arrays by the GEMM (float64 when both are float64; for
     tests and benchmarks: compiled kernels call the symbol), with the code for ``isa``
     (``"avx512"``, ``"avx2"``; default ``chosen_isa()``). Views with a unit-stride axis
     (transposes, column slices) are read in place, others copied; ``out`` (unit-stride
     rows) receives the product. ``bias`` (one per column) and ``activation`` (``"relu"``)
-    are fused: ``relu(a @ b + bias)``.
+    are fused: ``relu(a @ b + bias)``; ``other``, ``combine`` and ``scale`` as in
+    ``prepared`` (``other - 0.1 * (a @ b)``: ``combine="subtract", scale=0.1``).
 
     >>> if supported():
     ...     x = np.array([[1.0, -2.0]], np.float32)
@@ -289,5 +321,10 @@ def matmul(a, b, out=None, isa=None, bias=None, activation=None):
         out = np.empty((a.shape[0], b.shape[1]), dtype)
     if bias is not None:
         bias = np.ascontiguousarray(bias, dtype)
-    prepared(a, b, out, isa, bias, activation)()
+    if other is not None:
+        other = np.asarray(other, dtype)
+        layout = _layout(other) if other.ndim == 2 else (0, 0)
+        if layout is None or layout[0]:  # the epilogue reads D's rows unit-stride
+            other = np.ascontiguousarray(other)
+    prepared(a, b, out, isa, bias, activation, other, combine, scale)()
     return out

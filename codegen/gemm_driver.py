@@ -5,13 +5,20 @@ exported entry that decides how a product is split over the pool.
     void <isa.entry>(i64 trans_a, i64 trans_b, i64 m, i64 n, i64 k,
                      float* a, i64 lda, float* b, i64 ldb, float* c, i64 ldc)
     void <isa.entry>_epilogue(<the same>, float* bias, i64 activation)
+    void <isa.entry>_combine(<the epilogue entry's>, float* other, i64 ldo, i64 combine,
+                             double scale)
     void <isa.entry>_batched(<the epilogue entry's>, i64 count, i64* layout)
 
 The second stores ``activation(C + bias)`` instead of C (``bias``: one float per column,
 or null; ``activation``: ``NO_ACTIVATION``, ``RELU`` or ``RELU_ZERO_FIRST``: NumPy's
 ``maximum(x, 0)`` and ``maximum(0, x)``, which differ on -0.0), applied to each row panel
 (``mr`` rows) right after its last K block is stored, while it is in cache (BLIS order:
-to each ``mc`` row block, in L2), not as a pass over C of its own.
+to each ``mc`` row block, in L2), not as a pass over C of its own. The third then
+combines that value ``v`` with a second matrix ``D`` of C's shape (``other``, rows ``ldo``
+apart) as ``combine`` says (``COMBINES``): ``D + scale * v``, ``D - scale * v`` (an SGD
+update ``w - lr * dW`` in the epilogue of ``dW``'s product), ``where(D > 0, v, 0)`` or
+``where(D <= 0, 0, v)`` (a relu's backward mask read from its output); only without an
+activation.
 
 The plan of a product:
 
@@ -39,7 +46,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import parallel
-from .gemm_ir import I64, PTR, VOID, Emitter, c64
+from .gemm_ir import F64, I64, PTR, VOID, Emitter, c64
 from .gemm_micro import micro, micro_direct
 from .gemm_packing import pack_a, pack_b
 
@@ -70,15 +77,25 @@ DIRECT_TRANSPOSED_A_FLOATS = 1 << 20
 # for these products when 1 << 23 was chosen); the batch-64 step's 0.65M ones stay whole.
 PARALLEL_WORK = 1 << 20
 
-# The chunk function's context: the epilogue entry's 13 arguments, then how the work is
-# split.
-CONTEXT_FIELDS, SPLIT_BY_COLUMNS = 14, 13
+# The chunk function's context: the epilogue entry's 13 arguments, how the work is split,
+# then the combine entry's four (the scale as its float64 bits).
+CONTEXT_FIELDS, SPLIT_BY_COLUMNS, COMBINE_FIELD = 18, 13, 14
 # Epilogue activations (the epilogue entry's last argument). Both relus keep NaN, as
 # np.maximum does; on ties NumPy returns the second operand, so np.maximum(-0.0, 0) is 0.0
 # (RELU) and np.maximum(0, -0.0) is -0.0 (RELU_ZERO_FIRST).
 NO_ACTIVATION, RELU, RELU_ZERO_FIRST = 0, 1, 2
 ACTIVATIONS = {None: NO_ACTIVATION, "relu": RELU, "relu_zero_first": RELU_ZERO_FIRST}
+# How the combine entry's second matrix D meets the epilogue's value v, each rounded as
+# NumPy rounds the expression: ``D + scale * v`` (the product ``scale * v`` rounded first;
+# scale 1.0 leaves v as it is), ``D - scale * v``, ``where(D > 0, v, 0)`` and
+# ``where(D <= 0, 0, v)`` (the two differ where D is NaN: 0, then v).
+NO_COMBINE, ADD_TO_OTHER, SUBTRACT_FROM_OTHER, WHERE_OTHER_POSITIVE, UNLESS_OTHER_NONPOSITIVE = (
+    0, 1, 2, 3, 4)
+COMBINES = {None: NO_COMBINE, "add": ADD_TO_OTHER, "subtract": SUBTRACT_FROM_OTHER,
+            "where_positive": WHERE_OTHER_POSITIVE,
+            "unless_nonpositive": UNLESS_OTHER_NONPOSITIVE}
 ENTRY_ARGUMENTS = [I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64]
+COMBINE_ARGUMENTS = [PTR, I64, I64, F64]  # other, ldo, combine, scale
 # The pool's fields this code reads (codegen/parallel.py's layout).
 POOL_THREADS = parallel.THREADS
 POOL_FIELDS = parallel.POOL_FIELDS
@@ -101,53 +118,77 @@ def direct_condition(builder, trans_a, trans_b, rows, n, k):
 
 
 def epilogue_function(emitter):
-    """``tj_sgemm_epilogue(c, ldc, rows, columns, bias, column, activation)``:
-    ``C[0:rows, 0:columns] = activation(C + bias[column:column + columns])`` in place
-    (``bias`` may be null: nothing is added). The relus are ``np.maximum(x, 0)`` and
-    ``np.maximum(0, x)`` exactly (NaN stays NaN; -0.0 as NumPy gives it). Row by row, whole
-    vectors unmasked and a masked tail; one loop per (bias or not, activation), chosen
-    once per call."""
+    """``tj_sgemm_epilogue(c, ldc, rows, columns, bias, column, activation, other, ldo,
+    combine, scale)``: ``C[0:rows, 0:columns] = activation(C + bias[column:column +
+    columns])`` in place (``bias`` may be null: nothing is added), then combined with
+    ``other`` (``D``, rows ``ldo`` apart, at the same tile) as ``combine`` says
+    (``COMBINES``; none with an activation). The relus are ``np.maximum(x, 0)`` and
+    ``np.maximum(0, x)`` exactly (NaN stays NaN; -0.0 as NumPy gives it). Row by row,
+    whole vectors unmasked and a masked tail; one loop per (bias or not, activation,
+    combine), chosen once per call."""
     lanes = emitter.isa.lanes
-    function = emitter.function("tj_sgemm_epilogue", [PTR, I64, I64, I64, PTR, I64, I64])
-    c, ldc, rows, columns, bias, column, activation = function.args
+    function = emitter.function("tj_sgemm_epilogue", [PTR, I64, I64, I64, PTR, I64, I64,
+                                                      *COMBINE_ARGUMENTS])
+    c, ldc, rows, columns, bias, column, activation, other, ldo, combine, scale = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     zero = ir.Constant(emitter.vector, None)
+    if emitter.scalar != F64:
+        scale = builder.fptrunc(scale, emitter.scalar)  # a float32 value: exact
+    scales = emitter.splat(builder, scale)
     has_bias = builder.zext(builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None)), I64)
     whole_end = builder.and_(columns, c64(-lanes))  # lanes is a power of 2
     bias = emitter.element(builder, bias, column)
-    bodies = {(with_bias, kind): function.append_basic_block(f"bias{with_bias}.{kind}")
-              for with_bias in (False, True) for kind in (NO_ACTIVATION, RELU, RELU_ZERO_FIRST)}
-    choice = builder.switch(builder.add(builder.mul(activation, c64(2)), has_bias),
-                            bodies[True, NO_ACTIVATION])
-    for (with_bias, kind), block in bodies.items():
-        choice.add_case(c64(2 * kind + with_bias), block)
-    for (with_bias, kind), block in bodies.items():
+    kinds = [(kind, NO_COMBINE) for kind in (NO_ACTIVATION, RELU, RELU_ZERO_FIRST)]
+    kinds += [(NO_ACTIVATION, how) for how in (ADD_TO_OTHER, SUBTRACT_FROM_OTHER,
+                                               WHERE_OTHER_POSITIVE, UNLESS_OTHER_NONPOSITIVE)]
+    bodies = {(with_bias, kind, how): function.append_basic_block(f"bias{with_bias}.{kind}.{how}")
+              for with_bias in (False, True) for kind, how in kinds}
+    choice = builder.switch(builder.add(builder.mul(combine, c64(8)), builder.add(
+        builder.mul(activation, c64(2)), has_bias)), bodies[True, NO_ACTIVATION, NO_COMBINE])
+    for (with_bias, kind, how), block in bodies.items():
+        choice.add_case(c64(8 * how + 2 * kind + with_bias), block)
+    for (with_bias, kind, how), block in bodies.items():
         builder.position_at_end(block)
 
-        def apply(c_row, j, mask, with_bias=with_bias, kind=kind):
+        def load(pointer, mask):
+            return (emitter.load_vector(builder, pointer) if mask is None
+                    else emitter.masked_load(builder, pointer, mask))
+
+        def apply(c_row, d_row, j, mask, with_bias=with_bias, kind=kind, how=how):
             pointer = emitter.element(builder, c_row, j)
-            value = (emitter.load_vector(builder, pointer) if mask is None
-                     else emitter.masked_load(builder, pointer, mask))
+            value = load(pointer, mask)
             if with_bias:
-                shifted = emitter.element(builder, bias, j)
-                value = builder.fadd(value, emitter.load_vector(builder, shifted) if mask is None
-                                     else emitter.masked_load(builder, shifted, mask))
+                value = builder.fadd(value, load(emitter.element(builder, bias, j), mask))
             if kind != NO_ACTIVATION:
                 # NaN compares false: it is kept. maximum(x, 0) gives 0 for x <= 0 (0.0 for
                 # -0.0); maximum(0, x) only for x < 0 (-0.0 stays).
                 clamp = builder.fcmp_ordered("<=" if kind == RELU else "<", value, zero)
                 value = builder.select(clamp, zero, value)
+            if how != NO_COMBINE:
+                other_value = load(emitter.element(builder, d_row, j), mask)
+                if how == ADD_TO_OTHER:
+                    value = builder.fadd(other_value, builder.fmul(scales, value))
+                elif how == SUBTRACT_FROM_OTHER:
+                    value = builder.fsub(other_value, builder.fmul(scales, value))
+                elif how == WHERE_OTHER_POSITIVE:  # NaN > 0 is false: 0
+                    value = builder.select(builder.fcmp_ordered(">", other_value, zero),
+                                           value, zero)
+                else:  # NaN <= 0 is false: v
+                    value = builder.select(builder.fcmp_ordered("<=", other_value, zero),
+                                           zero, value)
             if mask is None:
                 builder.store(value, pointer, align=emitter.align)
             else:
                 emitter.masked_store(builder, value, pointer, mask)
 
-        def row(i, apply=apply):
+        def row(i, apply=apply, how=how):
             c_row = emitter.element(builder, c, builder.mul(i, ldc))
+            d_row = emitter.element(builder, other, builder.mul(i, ldo)) if (
+                how != NO_COMBINE) else None
             emitter.loop(builder, c64(0), whole_end, c64(lanes),
-                         lambda j: apply(c_row, j, None))
+                         lambda j: apply(c_row, d_row, j, None))
             with builder.if_then(builder.icmp_signed("<", whole_end, columns)):
-                apply(c_row, whole_end, emitter.lane_mask(builder, columns, whole_end))
+                apply(c_row, d_row, whole_end, emitter.lane_mask(builder, columns, whole_end))
         emitter.loop(builder, c64(0), rows, c64(1), row)
         builder.ret_void()
     return function
@@ -155,9 +196,10 @@ def epilogue_function(emitter):
 
 def rows_function(emitter):
     """``tj_sgemm_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, bias, activation,
-    row_begin, row_end, workspace)``: C's rows ``[row_begin, row_end)``, with the epilogue
-    (``epilogue_function``) when ``bias`` is not null or there is an activation;
-    ``workspace`` may be null when the rows take the direct path (``direct_condition``)."""
+    row_begin, row_end, workspace, other, ldo, combine, scale)``: C's rows ``[row_begin,
+    row_end)``, with the epilogue (``epilogue_function``) when ``bias`` is not null or
+    there is an activation or a combine; ``workspace`` may be null when the rows take the
+    direct path (``direct_condition``)."""
     isa, lanes = emitter.isa, emitter.isa.lanes
     micro_full = micro(emitter, f"micro_{isa.mr}x{isa.nr}", isa.vectors)
     micro_narrow = micro(emitter, f"micro_{isa.mr}x{lanes}", 1)
@@ -172,19 +214,28 @@ def rows_function(emitter):
                                                   rows, isa.vectors, masked=False)
     packer_b, packer_a = pack_b(emitter), pack_a(emitter)
     epilogue = epilogue_function(emitter)
-    function = emitter.function("tj_sgemm_rows", [*ENTRY_ARGUMENTS, PTR, I64, I64, I64, PTR])
+    function = emitter.function("tj_sgemm_rows", [*ENTRY_ARGUMENTS, PTR, I64, I64, I64, PTR,
+                                                  *COMBINE_ARGUMENTS])
     (trans_a, trans_b, _, n, k, a, lda, b, ldb, c, ldc, bias, activation, row_begin, row_end,
-     workspace) = function.args
+     workspace, other, ldo, combine, scale) = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     loop, element, smaller = emitter.loop, emitter.element, emitter.smaller
-    with_epilogue = builder.or_(builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None)),
-                                builder.icmp_signed("!=", activation, c64(NO_ACTIVATION)))
+    with_epilogue = builder.or_(builder.or_(
+        builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None)),
+        builder.icmp_signed("!=", activation, c64(NO_ACTIVATION))),
+        builder.icmp_signed("!=", combine, c64(NO_COMBINE)))
 
-    def finish(c_tile, rows, columns, column, final=None):
-        """The epilogue on a tile, when there is one (and the tile is ``final``)."""
+    def finish(row, rows, columns, column, final=None):
+        """The epilogue on the tile of C (and D) at ``row`` and ``column``, when there is
+        one (and the tile is ``final``)."""
         needed = with_epilogue if final is None else builder.and_(with_epilogue, final)
         with builder.if_then(needed):
-            builder.call(epilogue, [c_tile, ldc, rows, columns, bias, column, activation])
+            c_tile = element(builder, c, builder.add(builder.mul(row, ldc), column))
+            # (not inbounds: ``other`` is null without a combine)
+            d_tile = builder.gep(other, [builder.add(builder.mul(row, ldo), column)],
+                                 source_etype=emitter.scalar)
+            builder.call(epilogue, [c_tile, ldc, rows, columns, bias, column, activation,
+                                    d_tile, ldo, combine, scale])
 
     empty, work = function.append_basic_block("k_empty"), function.append_basic_block("k")
     builder.cbranch(builder.icmp_signed("<=", k, c64(0)), empty, work)
@@ -195,8 +246,7 @@ def rows_function(emitter):
         loop(builder, c64(0), n, c64(1), lambda j: builder.store(
             ir.Constant(emitter.scalar, 0.0), element(builder, row, j), align=emitter.align))
     loop(builder, row_begin, row_end, c64(1), zero_row)
-    finish(element(builder, c, builder.mul(row_begin, ldc)), builder.sub(row_end, row_begin),
-           n, c64(0))
+    finish(row_begin, builder.sub(row_end, row_begin), n, c64(0))
     builder.ret_void()
 
     builder.position_at_end(work)
@@ -246,7 +296,7 @@ def rows_function(emitter):
         # just after it was stored (ldc often a multiple of 4 KB: aliasing) cost 0.08 ms
         # on 512 x 10 @ 10 x 1024 (C itself: 0.12 ms).
         rows = smaller(builder, c64(isa.mr), builder.sub(row_end, i0))
-        finish(element(builder, c, builder.mul(i0, ldc)), rows, n, c64(0))
+        finish(i0, rows, n, c64(0))
 
     def rows_first(i0):
         loop(builder, c64(0), n, c64(isa.nr), lambda j0: direct_tile(i0, j0))
@@ -307,9 +357,7 @@ def rows_function(emitter):
                     loop(builder, c64(0), width, c64(isa.nr), lambda jr: tile(ir_, jr))
                     # As on the direct path: the whole panel, row by row, once stored.
                     rows = smaller(builder, c64(isa.mr), builder.sub(height, ir_))
-                    finish(element(builder, c, builder.add(builder.mul(builder.add(ic, ir_),
-                                                                       ldc), jc)),
-                           rows, width, jc, final)
+                    finish(builder.add(ic, ir_), rows, width, jc, final)
 
                 small_b = builder.icmp_signed("<=", builder.mul(depth, width),
                                               c64(ROW_PANEL_ORDER_FLOATS))
@@ -323,8 +371,7 @@ def rows_function(emitter):
                         # Then on the whole block (mc rows: in L2), row by row: per tile,
                         # each row reloaded right after it was stored (ldc a multiple of
                         # 4 KB: aliasing) made a bias add cost 8% of 1024 x 256 @ 256 x 768.
-                        finish(element(builder, c, builder.add(builder.mul(ic, ldc), jc)),
-                               height, width, jc, final)
+                        finish(ic, height, width, jc, final)
             loop(builder, row_begin, row_end, c64(isa.mc), row_block)
         loop(builder, c64(0), k, block_depth, depth_block)
     loop(builder, c64(0), n, c64(isa.nc), column_block)
@@ -345,14 +392,18 @@ def chunk_function(emitter, rows):
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     fields = [builder.load(builder.gep(context, [c64(index)], source_etype=I64), typ=I64)
               for index in range(CONTEXT_FIELDS)]
-    trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, activation, by_columns = fields
-    a, b, c, bias = (builder.inttoptr(value, PTR) for value in (a, b, c, bias))
+    (trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, activation, by_columns, other,
+     ldo, combine, scale) = fields
+    a, b, c, bias, other = (builder.inttoptr(value, PTR) for value in (a, b, c, bias, other))
+    scale = builder.bitcast(scale, F64)
     # A column chunk is the product with B's and C's columns [begin, end), all rows.
     columns = builder.icmp_signed("!=", by_columns, c64(0))
     b_offset = builder.select(builder.icmp_signed("!=", trans_b, c64(0)),
                               builder.mul(begin, ldb), begin)
     b = builder.select(columns, builder.gep(b, [b_offset], source_etype=emitter.scalar), b)
     c = builder.select(columns, builder.gep(c, [begin], source_etype=emitter.scalar), c)
+    other = builder.select(columns, builder.gep(other, [begin], source_etype=emitter.scalar),
+                           other)
     has_bias = builder.icmp_unsigned("!=", bias, ir.Constant(PTR, None))
     bias = builder.select(builder.and_(columns, has_bias),
                           builder.gep(bias, [begin], source_etype=emitter.scalar), bias)
@@ -361,13 +412,14 @@ def chunk_function(emitter, rows):
     row_end = builder.select(columns, m, end)
     arguments = [trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, activation,
                  row_begin, row_end]
+    combined = [other, ldo, combine, scale]
 
     unpacked, claim = (function.append_basic_block(label) for label in ("direct", "claim"))
     needs_none = builder.or_(builder.icmp_signed("<=", k, c64(0)), direct_condition(
         builder, trans_a, trans_b, builder.sub(row_end, row_begin), n, k))
     builder.cbranch(needs_none, unpacked, claim)
     builder.position_at_end(unpacked)
-    builder.call(rows, [*arguments, ir.Constant(PTR, None)])
+    builder.call(rows, [*arguments, ir.Constant(PTR, None), *combined])
     builder.ret_void()
 
     # Table layout (i64): slot count, then per slot (busy flag, workspace address).
@@ -395,16 +447,18 @@ def chunk_function(emitter, rows):
     builder.cbranch(builder.extract_value(exchanged, 1), claimed, search)
     builder.position_at_end(claimed)
     address = builder.load(builder.gep(flag, [c64(1)], source_etype=I64), typ=I64)
-    builder.call(rows, [*arguments, builder.inttoptr(address, PTR)])
+    builder.call(rows, [*arguments, builder.inttoptr(address, PTR), *combined])
     builder.store_atomic(c64(0), flag, "release", 8)
     builder.ret_void()
     return function
 
 
-def entry_prologue(function, context_fields, arguments, sizes, pool):
-    """The start of an exported entry (this one and ``gemm_batched``'s): ``arguments``
-    copied into a context of ``context_fields`` i64 slots on the stack (pointers as
-    addresses), not split by columns, and a return when one of ``sizes`` is 0. Returns
+def entry_prologue(function, context_fields, arguments, sizes, pool, combined=None):
+    """The start of an exported entry (these and ``gemm_batched``'s): ``arguments`` (the
+    epilogue entry's) copied into a context of ``context_fields`` i64 slots on the stack
+    (pointers as addresses), not split by columns, ``combined`` (the combine entry's
+    ``other, ldo, combine, scale``; default: no combine), and a return when one of
+    ``sizes`` is 0. Returns
     the builder, placed where there is work, the context, ``store(index, value)`` into it,
     and the pool's thread count."""
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -416,6 +470,12 @@ def entry_prologue(function, context_fields, arguments, sizes, pool):
     for index, argument in enumerate(arguments):
         store(index, builder.ptrtoint(argument, I64) if argument.type == PTR else argument)
     store(SPLIT_BY_COLUMNS, c64(0))
+    if combined is None:
+        combined = [ir.Constant(PTR, None), c64(0), c64(NO_COMBINE), ir.Constant(F64, 1.0)]
+    other, ldo, combine, scale = combined
+    for index, value in enumerate([builder.ptrtoint(other, I64), ldo, combine,
+                                   builder.bitcast(scale, I64)]):
+        store(COMBINE_FIELD + index, value)
     run, nothing = function.append_basic_block("run"), function.append_basic_block("empty")
     nonempty = builder.icmp_signed(">", sizes[0], c64(0))
     for size in sizes[1:]:
@@ -431,19 +491,21 @@ def entry_prologue(function, context_fields, arguments, sizes, pool):
 
 
 def entry_function(emitter, chunk):
-    """The exported entries: the epilogue entry runs ``chunk`` inline, or one chunk per
-    thread over the pool; the plain entry calls it without an epilogue."""
+    """The exported entries: the combine entry runs ``chunk`` inline, or one chunk per
+    thread over the pool; the epilogue entry calls it without a combine, the plain entry
+    without an epilogue. Returns the epilogue entry."""
     isa, module = emitter.isa, emitter.module
     pool_type = ir.ArrayType(I64, POOL_FIELDS)
     pool = ir.GlobalVariable(module, pool_type, "tj_pool")
     parallel_for = ir.Function(module, ir.FunctionType(
         VOID, [ir.PointerType(pool_type), PTR, PTR, I64, I64]), "tj_parallel_for")
-    function = emitter.function(isa.epilogue_entry, [*ENTRY_ARGUMENTS, PTR, I64],
-                                internal=False)
-    arguments = function.args
+    function = emitter.function(isa.combine_entry, [*ENTRY_ARGUMENTS, PTR, I64,
+                                                    *COMBINE_ARGUMENTS], internal=False)
+    *arguments, other, ldo, combine, scale = function.args
     m, n, k = arguments[2:5]
     builder, context, store, threads = entry_prologue(function, CONTEXT_FIELDS, arguments,
-                                                      (m, n), pool)
+                                                      (m, n), pool, [other, ldo, combine,
+                                                                     scale])
     # Every chunk packs its own copy of the operand it is not split along, so: one chunk
     # per thread, split along the longer of m and n (the smaller operand is packed twice).
     by_columns = builder.icmp_signed(">", n, m)
@@ -468,11 +530,17 @@ def entry_function(emitter, chunk):
     builder.call(parallel_for, [pool, chunk, context, extent, chunk_size])
     builder.ret_void()
 
+    epilogue = emitter.function(isa.epilogue_entry, [*ENTRY_ARGUMENTS, PTR, I64],
+                                internal=False)
+    builder = ir.IRBuilder(epilogue.append_basic_block("entry"))
+    builder.call(function, [*epilogue.args, ir.Constant(PTR, None), c64(0),
+                            c64(NO_COMBINE), ir.Constant(F64, 1.0)])
+    builder.ret_void()
     plain = emitter.function(isa.entry, ENTRY_ARGUMENTS, internal=False)
     builder = ir.IRBuilder(plain.append_basic_block("entry"))
-    builder.call(function, [*plain.args, ir.Constant(PTR, None), c64(NO_ACTIVATION)])
+    builder.call(epilogue, [*plain.args, ir.Constant(PTR, None), c64(NO_ACTIVATION)])
     builder.ret_void()
-    return function
+    return epilogue
 
 
 def module_ir(isa):

@@ -85,6 +85,11 @@ class Isa:
         return f"{self.entry}_epilogue"
 
     @property
+    def combine_entry(self):
+        """The symbol of the entry that also combines with a second matrix."""
+        return f"{self.entry}_combine"
+
+    @property
     def batched_entry(self):
         """The symbol of the batched entry (``gemm_batched``)."""
         return f"{self.entry}_batched"

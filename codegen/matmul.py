@@ -20,15 +20,21 @@ without AVX2) the entries are OpenBLAS calls in a loop.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Literal, Var
 from tracejit.tracer.ops import (
     add_p,
+    greater_equal_p,
+    greater_p,
     less_equal_p,
     less_p,
     maximum_p,
+    multiply_p,
+    subtract_p,
     swaps_last_two_axes,
     transpose_p,
     where_p,
@@ -39,9 +45,18 @@ from . import dtypes as dt
 from .causal_band import product_reach, weights_reach
 from .conv_ir import OUT_OF_MEMORY
 from .counted_loop import counted_loop
-from .gemm import BATCHED_ENTRIES, EPILOGUE_ENTRY
+from .gemm import BATCHED_ENTRIES, COMBINE_ENTRY, EPILOGUE_ENTRY
 from .gemm_batched import REACH_ALL
-from .gemm_driver import NO_ACTIVATION, RELU, RELU_ZERO_FIRST
+from .gemm_driver import (
+    ADD_TO_OTHER,
+    NO_ACTIVATION,
+    NO_COMBINE,
+    RELU,
+    RELU_ZERO_FIRST,
+    SUBTRACT_FROM_OTHER,
+    UNLESS_OTHER_NONPOSITIVE,
+    WHERE_OTHER_POSITIVE,
+)
 from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
 from .parallel import POOL_FIELDS, THREADS
 from .schedule import reshaped_buffer
@@ -102,15 +117,31 @@ def blas_operands(kernel):
     return tuple(operands)
 
 
+class FusedEpilogue(NamedTuple):
+    """What the own GEMM's epilogue computes over C: ``activation(C + bias)`` (``bias`` a
+    buffer's name or None), then, with a ``combine`` (``gemm_driver.COMBINES``), that
+    value ``v`` with the buffer ``other`` of C's shape: ``other + scale * v``, ``other -
+    scale * v``, ``where(other > 0, v, 0)``, ``where(other <= 0, 0, v)``."""
+
+    bias: str | None
+    activation: int
+    other: str | None = None
+    combine: int = NO_COMBINE
+    scale: float = 1.0
+
+
 def gemm_epilogue(kernel):
-    """``(bias buffer or None, activation)`` when the root's expression over C is one the
-    own GEMM's epilogue entry (``gemm_driver``) computes with NumPy's exact results, else
-    None: ``C + b`` (either order) with ``b`` a buffer of C's dtype holding one value per
+    """A ``FusedEpilogue`` when the root's expression over C is one the own GEMM's
+    epilogue entries (``gemm_driver``) compute with NumPy's exact results, else None:
+    ``C + b`` (either order) with ``b`` a buffer of C's dtype holding one value per
     column (shape ``(n,)`` or ``(1, n)``; the same for every entry of a batch), ``C``
     alone, either under
     ``np.maximum(., 0)`` (``RELU``: -0.0 becomes 0.0) or ``np.maximum(0, .)``
     (``RELU_ZERO_FIRST``: -0.0 stays, as NumPy gives the second operand on ties). NaN
-    stays NaN through both, as in ``np.maximum``."""
+    stays NaN through both, as in ``np.maximum``. Without an activation, and for a product
+    of two matrices (not a batch), the value may then meet a buffer ``D`` of C's shape
+    (``_combination``): an SGD update ``w - lr * (x.T @ g)`` or a relu's backward mask
+    ``where(h > 0, g @ w.T, 0)`` is then one pass over C, per row panel in cache."""
     anchor, root = kernel.kernel.anchor, kernel.kernel.root
     product = anchor.out
     if root.name == product.name or not (own_gemm_shape(kernel) or own_batched(kernel)):
@@ -125,13 +156,24 @@ def gemm_epilogue(kernel):
         return isinstance(var, Var) and var.name not in buffers and var.name in producers \
             and np.dtype(var.aval.dtype) == np.dtype(kind)
 
-    found = _activation(producers[root.name], inlined, producers, dtype)
-    if found is None:
+    combined = None if own_batched(kernel) else _combination(kernel, inlined, dtype)
+    if combined is not None:
+        value = combined[0]
+        if value.name == product.name:
+            return FusedEpilogue(None, NO_ACTIVATION, *combined[1:])
+        if not inlined(value):
+            return None
+        top = value
+    else:
+        top = root
+    found = _activation(producers[top.name], inlined, producers, dtype)
+    if found is None or (combined is not None and found[0] != NO_ACTIVATION):
         return None
     activation, inner = found
+    extra = combined[1:] if combined is not None else ()
     if inner.name == product.name:
-        return (None, activation) if activation != NO_ACTIVATION else None
-    if inner.name != root.name and not inlined(inner):
+        return FusedEpilogue(None, activation) if activation != NO_ACTIVATION else None
+    if inner.name != top.name and not inlined(inner):
         return None
     eqn = producers[inner.name]
     if eqn.prim is not add_p or len(eqn.inputs) != 2:
@@ -150,7 +192,88 @@ def gemm_epilogue(kernel):
     base = reshaped_buffer(bias, producers, buffers)  # b[None, :] reads b itself
     if base is None or base.name not in buffers or base.name in (root.name, product.name):
         return None
-    return base.name, activation
+    return FusedEpilogue(base.name, activation, *extra)
+
+
+def _combination(kernel, inlined, dtype):
+    """``(v, other, combine, scale)`` when the root is ``D + v``, ``v + D``, ``D - v``,
+    ``D + s * v`` / ``D - v * s`` (``s`` a Python or NumPy scalar of C's dtype, rounded to
+    it as NumPy does), ``where(D > 0, v, 0)`` or ``where(D <= 0, 0, v)`` (the zeros +0:
+    NumPy's result), with ``D`` a buffer of C's shape and dtype (a reshape of one reads it
+    in place) other than C; ``v`` is the product or a value computed from it here. Else
+    None."""
+    anchor, root = kernel.kernel.anchor, kernel.kernel.root
+    product = anchor.out
+    buffers, producers = kernel.schedule.buffers, kernel.producers
+    eqn = producers[root.name]
+
+    def matrix(atom):  # D's buffer, or None
+        if not isinstance(atom, Var) or tuple(atom.aval.shape) != tuple(product.aval.shape) or (
+                np.dtype(atom.aval.dtype) != dtype):
+            return None
+        base = reshaped_buffer(atom, producers, buffers)
+        if base is None or base.name not in buffers or base.name in (root.name, product.name):
+            return None
+        return base.name
+
+    def value(atom):
+        return isinstance(atom, Var) and (atom.name == product.name or inlined(atom))
+
+    if eqn.prim in (add_p, subtract_p) and len(eqn.inputs) == 2:
+        orders = [(0, 1), (1, 0)] if eqn.prim is add_p else [(0, 1)]
+        combine = ADD_TO_OTHER if eqn.prim is add_p else SUBTRACT_FROM_OTHER
+        for other_at, value_at in orders:
+            other, inner = matrix(eqn.inputs[other_at]), eqn.inputs[value_at]
+            if other is None or not value(inner):
+                continue
+            scaled = _scaled(producers[inner.name], dtype) if inner.name != product.name \
+                else None
+            if scaled is not None and value(scaled[0]):
+                return scaled[0], other, combine, scaled[1]
+            return inner, other, combine, 1.0
+        return None
+    if eqn.prim is where_p:
+        condition, on_true, on_false = eqn.inputs
+        if not inlined(condition, np.bool_):
+            return None
+        test = producers[condition.name]
+        if len(test.inputs) != 2:
+            return None
+        left, right = test.inputs
+        # D > 0 (0 < D) keeps v; D <= 0 (0 >= D) gives 0. Either zero compares the same.
+        if test.prim in (greater_p, less_p) and _positive_zero(on_false, dtype):
+            compared = left if test.prim is greater_p else right
+            zero, combine, inner = (right if test.prim is greater_p else left), \
+                WHERE_OTHER_POSITIVE, on_true
+        elif test.prim in (less_equal_p, greater_equal_p) and _positive_zero(on_true, dtype):
+            compared = left if test.prim is less_equal_p else right
+            zero, combine, inner = (right if test.prim is less_equal_p else left), \
+                UNLESS_OTHER_NONPOSITIVE, on_false
+        else:
+            return None
+        other = matrix(compared)
+        if other is None or not _positive_zero(zero, dtype, either_sign=True) or not value(
+                inner):
+            return None
+        return inner, other, combine, 1.0
+    return None
+
+
+def _scaled(eqn, dtype):
+    """``(v, s)`` when ``eqn`` is ``s * v`` or ``v * s`` with ``s`` a literal number (not a
+    bool) that keeps C's dtype (a weak Python scalar, or a NumPy scalar of that dtype),
+    ``s`` rounded to the dtype; else None."""
+    if eqn.prim is not multiply_p or len(eqn.inputs) != 2 or (
+            np.dtype(eqn.out.aval.dtype) != dtype):
+        return None
+    for scale, inner in (eqn.inputs, reversed(eqn.inputs)):
+        if isinstance(scale, Literal) and isinstance(inner, Var) and isinstance(
+                scale.value, (int, float, np.integer, np.floating)) and not isinstance(
+                scale.value, (bool, np.bool_)) and (
+                scale.aval.weak or np.dtype(scale.aval.dtype) == dtype):
+            with np.errstate(all="ignore"):
+                return inner, float(dtype.type(scale.value))
+    return None
 
 
 def _activation(eqn, inlined, producers, dtype):
@@ -395,17 +518,24 @@ def build_gemm_call(kernel):
                 dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
                 dt.constant(dtype, 0.0), c_pointer, values[1]])
 
-        def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb):
+        def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb, c_offset):
             # Splits C's rows over our pool itself (small products stay on this thread).
             arguments = [const(int(a_transposed)), const(int(b_transposed)), *values,
                          a_pointer, lda, b_pointer, ldb, c_pointer, values[1]]
             if fused is None:
                 builder.call(program.own_gemm_function(), arguments)
                 return
-            bias_name, activation = fused
-            bias = pointers[bias_name] if bias_name is not None else ir.Constant(PTR, None)
-            builder.call(own_gemm_epilogue_function(program.module),
-                         [*arguments, bias, const(activation)])
+            bias = pointers[fused.bias] if fused.bias is not None else ir.Constant(PTR, None)
+            arguments += [bias, const(fused.activation)]
+            if fused.combine == NO_COMBINE:
+                builder.call(own_gemm_epilogue_function(program.module), arguments)
+                return
+            # D is a buffer of C's shape: rows n apart, at the product's own offset.
+            other = builder.gep(pointers[fused.other], [builder.mul(c_offset, const(
+                element))], source_etype=dt.I8)
+            builder.call(own_gemm_combine_function(program.module), [
+                *arguments, other, values[1], const(fused.combine),
+                ir.Constant(ir.DoubleType(), fused.scale)])
 
         def call(a_offset, b_offset, c_offset):
             values = [dims.dim(dim) for dim in (m, n, k)]
@@ -421,17 +551,18 @@ def build_gemm_call(kernel):
             if not own:
                 call_blas(*operands)
                 return
+            own_operands = (*operands, c_offset)
             pool = program.pool_state(POOL_FIELDS)
             threads = builder.load(builder.gep(pool, [const(0), const(THREADS)],
                                                source_etype=ir.ArrayType(I64, POOL_FIELDS)),
                                    typ=I64)
             condition = blas.own_sgemm_condition(builder, *values, b_transposed, threads)
             if condition is True:
-                call_own(*operands)
+                call_own(*own_operands)
                 return
             with builder.if_else(condition) as (ours, theirs):
                 with ours:
-                    call_own(*operands)
+                    call_own(*own_operands)
                     if fused is not None:
                         builder.ret_void()  # C is final: skip the loop over it
                 with theirs:
@@ -458,7 +589,7 @@ def build_gemm_call(kernel):
                 entries.append(const(REACH_ALL if reach is None else reach))
             for index, value in enumerate(entries):
                 builder.store(value, builder.gep(layout, [const(index)], source_etype=I64))
-            bias_name, activation = fused if fused is not None else (None, NO_ACTIVATION)
+            bias_name, activation = fused[:2] if fused is not None else (None, NO_ACTIVATION)
             bias = pointers[bias_name] if bias_name is not None else ir.Constant(PTR, None)
             builder.call(own_batched_function(program.module, dtype), [
                 const(int(a_transposed)), const(int(b_transposed)), *values,
@@ -510,6 +641,18 @@ def own_gemm_epilogue_function(module):
     if function is None:
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [
             I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64]), EPILOGUE_ENTRY)
+    return function
+
+
+def own_gemm_combine_function(module):
+    """``tj_sgemm_own_combine`` (``codegen/gemm.py``): ``tj_sgemm_own_epilogue``'s
+    arguments, then ``float* other``, ``i64 ldo``, ``i64 combine`` and ``double scale``;
+    imported by symbol."""
+    function = module.globals.get(COMBINE_ENTRY)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [
+            I64, I64, I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64, PTR, I64, I64,
+            ir.DoubleType()]), COMBINE_ENTRY)
     return function
 
 

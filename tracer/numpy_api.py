@@ -243,6 +243,29 @@ def split(ary, indices_or_sections, axis=0):
     ]
 
 
+def array_split(ary, indices_or_sections, axis=0):
+    """``np.array_split``: ``np.split`` into sections that need not be equal, the first
+    ``length % sections`` of them one longer (minibatches: ``zip(np.array_split(X, k),
+    np.array_split(y, k))``). Which sections are longer depends on the remainder, so a
+    dynamic length's remainder is specialized under a guard, as a shape relation."""
+    axis = normalize_axis(axis, ndim_of(ary))
+    if is_traced(indices_or_sections) or isinstance(indices_or_sections, SymInt):
+        indices_or_sections = operator.index(indices_or_sections)
+    if not isinstance(indices_or_sections, (int, np.integer)):
+        return split(ary, indices_or_sections, axis)
+    sections = int(indices_or_sections)
+    if sections <= 0:
+        raise ValueError("number sections must be larger than 0.")
+    length = shape_of(ary)[axis]
+    each, extras = length // sections, operator.index(length % sections)
+    bounds = [0]
+    for section in range(sections):
+        bounds.append(bounds[-1] + each + (1 if section < extras else 0))
+    return [
+        _take_range(ary, axis, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+
+
 def _take_range(a, axis, start, stop):
     shape = shape_of(a)
     starts = tuple(start if i == axis else 0 for i in range(len(shape)))
@@ -918,6 +941,7 @@ FUNCTIONS = {
     np.array_equal: array_equal,
     np.array_equiv: array_equiv,
     np.split: split,
+    np.array_split: array_split,
     np.flip: flip,
     np.lib.stride_tricks.sliding_window_view: sliding_window_view,
     np.pad: pad,

@@ -14,7 +14,8 @@ from inside its loop; "same" padding computed from the image size for strides th
 divide it, 1x1 images, channels-last windows by ``sliding_window_view`` and ``einsum``,
 spatial batch norm with running statistics rebound and updated in place, 2x2 pooling that
 crops odd edges, channels-last max-pool masks over relu zeros and NaN; a train step with
-dropout masks passed in and Adam state filled by ``setdefault``; early-stopping decisions
+dropout masks passed in and Adam state filled by ``setdefault``; minibatches by
+``np.array_split`` (unequal and empty batches); early-stopping decisions
 at a validation loss exactly at, one ulp above and one ulp below the best loss.
 
 Findings (strict xfails, not fixed: see docs/sharp_bits.md). A mask or an ``argmax`` of a
@@ -344,6 +345,29 @@ def test_batchnorm_dropout_adam_train_step_over_batch_sizes():
     sets = [train_step_arguments(rng, n, np.float32) for n in (4, 7, 2)]
     f = run_calls(bn_dropout_train_step, sets, **F32)
     no_internal_errors(f)
+
+
+# --- minibatches by np.array_split --------------------------------------------------------
+def array_split_epoch(X, y, w, n_batches, learning_rate):
+    losses = []
+    for xb, yb in zip(np.array_split(X, n_batches), np.array_split(y, n_batches)):
+        err = xb @ w - yb
+        losses.append(float((err ** 2).sum() / max(len(xb), 1)))
+        w -= learning_rate * xb.T @ err / max(len(xb), 1)
+    return losses, [len(part) for part in np.array_split(y, n_batches, axis=-1)]
+
+
+def test_minibatches_by_array_split_compile_over_lengths():
+    """The from-scratch training loop's ``zip(np.array_split(X, k), np.array_split(y, k))``:
+    batches of unequal size (10 rows in 3: 4, 3, 3), fewer rows than batches (an empty
+    last batch), a length whose remainder is 0; the weights are updated in place. It ran
+    eagerly on every call (np.array_split was not supported)."""
+    rng = rng_for(1435)
+    sets = [(rng.standard_normal((n, 3)), rng.standard_normal(n), rng.standard_normal(3), 3, 0.1)
+            for n in (10, 2, 12, 10)]
+    f = run_calls(array_split_epoch, sets, **F64)
+    stats = f.stats()
+    assert not stats["eager_calls"], f.explain()
 
 
 # --- early stopping on a validation loss at the threshold ---------------------------------

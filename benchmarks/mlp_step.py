@@ -26,8 +26,10 @@ several), which other load on a shared machine does not inflate. Also reported: 
 time peak of the own GEMM and OpenBLAS on a 2048³ product on all the worker's threads,
 which does follow the load. ``× FLOP time`` is a step's median (and best) time over
 ``matmul FLOPs / peak``, where the step's matmul FLOPs are ``2 B (2·784·1024 +
-3·1024·10)`` (forward, dW1; logits, dW2, dH); its pointwise work (the SGD update reads and
-writes W1 and dW1: 9.6 MB) is left out, so 1.0 is out of reach.
+3·1024·10)`` (forward, dW1; logits, dW2, dH); its pointwise work is left out, so 1.0 is
+out of reach: the SGD update reads W1 and writes the new W1 (6.4 MB; in tracejit the
+epilogue of dW1's product computes it per row panel, so dW1 itself is never stored:
+``codegen/gemm_driver.py``'s combine entry).
 
 ``python -m benchmarks`` runs the same workloads (keys ``mlp_b64``, ``mlp_b512``,
 ``mlp_b4096``) under the OpenBLAS setting of its own environment.

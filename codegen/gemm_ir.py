@@ -149,13 +149,27 @@ class Emitter:
         self.masked_loads, self.masked_stores = {}, {}
         self.prefetch_function = None
 
-    def prefetch_for_write(self, builder, pointer):
-        """Ask for ``pointer``'s cache line in L1, to be written (never faults)."""
+    def prefetch_for_write(self, builder, pointer, write=True):
+        """Ask for ``pointer``'s cache line in L1, to be written (or only read: ``write``
+        False); never faults."""
         if self.prefetch_function is None:
             self.prefetch_function = ir.Function(self.module, ir.FunctionType(
                 VOID, [PTR, I32, I32, I32]), "llvm.prefetch.p0")
-        write, keep_in_l1, data = (ir.Constant(I32, value) for value in (1, 3, 1))
-        builder.call(self.prefetch_function, [pointer, write, keep_in_l1, data])
+        kind, keep_in_l1, data = (ir.Constant(I32, value) for value in (int(write), 3, 1))
+        builder.call(self.prefetch_function, [pointer, kind, keep_in_l1, data])
+
+    def prefetch_tile(self, builder, pointer, stride):
+        """Prefetch, to be read, the lines of an ``mr x nr`` tile at ``pointer`` (rows
+        ``stride`` elements apart): the first and last element of each row and every
+        64 bytes between (a prefetch past the matrix's end is harmless)."""
+        row_bytes = self.isa.nr * self.isa.itemsize
+        offsets = sorted({*range(0, row_bytes, 64), row_bytes - self.isa.itemsize})
+        for row in range(self.isa.mr):
+            start = builder.mul(c64(row), stride)
+            for offset in offsets:
+                element = builder.add(start, c64(offset // self.isa.itemsize))
+                self.prefetch_for_write(builder, builder.gep(
+                    pointer, [element], source_etype=self.scalar), write=False)
 
     def ir_text(self):
         """The module's IR, every definition carrying the instruction set's attributes."""

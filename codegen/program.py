@@ -44,7 +44,7 @@ from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
 
-from . import llvm, loops, python_entry, wrapper_text
+from . import gc_pause, llvm, loops, python_entry, wrapper_text
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -198,6 +198,11 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``);
     ``extend(schedule, module, name)`` adds native functions to the module (a loop driver over
     the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``."""
+    with gc_pause.paused():  # a compile's garbage dies by reference counting
+        return _compile(graph, name, check, profile, optimized, wrapper, trusted, extend)
+
+
+def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
     times = {}
     start = time.perf_counter()
     if not optimized:

@@ -31,6 +31,8 @@ import os
 import time
 import warnings
 
+from tracejit.codegen import gc_pause
+
 from . import serialize
 from .cache_entries import (
     FORMAT,
@@ -191,6 +193,10 @@ class DiskCache:
     # --- reading and writing --------------------------------------------------------------
     def load(self, fn, name, options, policy, leaves):
         """The variant stored for this call (see ``key``), or None."""
+        with gc_pause.paused():  # parsing and linking it: garbage that refcounting frees
+            return self._load(fn, name, options, policy, leaves)
+
+    def _load(self, fn, name, options, policy, leaves):
         root = self.trusted(fn=fn, name=name)
         if root is None:
             return None
@@ -229,6 +235,10 @@ class DiskCache:
     def store(self, variant, fn, name, keyed):
         """Write ``variant``'s entry (``fn``'s, logged as ``name``) under ``keyed``: the
         ``(key, signature)`` that ``key`` gave for the call it was traced from."""
+        with gc_pause.paused():
+            self._store(variant, fn, name, keyed)
+
+    def _store(self, variant, fn, name, keyed):
         key, signature = keyed
         if key is None:
             log.debug("%s: kept in memory only: %s", name, signature)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from tracejit import codegen
-from tracejit.codegen import parallel
+from tracejit.codegen import gc_pause, parallel
 from tracejit.codegen.lowering import LAYOUT_EXIT
 from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
@@ -228,7 +228,8 @@ class JitFunction(Misses):
     def _add_variant(self, variant):
         super()._add_variant(variant)
         if not self._options.disabled:
-            self._entries = self._entries + (self._entry(variant),)
+            with gc_pause.paused():  # generating and compiling its Python source
+                self._entries = self._entries + (self._entry(variant),)
 
     def _exited(self, variant, status, inputs, args, kwargs):
         """The hit path's root program returned ``status``: a side exit (on from there in

@@ -255,3 +255,22 @@ def test_mlp_train_step_matches_eager(setting, batch, inputs, hidden, classes):
         for index, (value, reference) in enumerate(zip(got, want)):
             np.testing.assert_allclose(value, reference, rtol=2e-5, atol=2e-6,
                                        err_msg=f"{step.__name__} output {index}")
+
+
+@pytest.mark.parametrize("name, function, fused", [
+    ("D a reshape of a buffer", lambda x, w, r: r.reshape(37, 70) + x @ w, True),
+    ("a 3-D product folded into rows", lambda x, w, r: r.reshape(1, 37, 70) - 0.25 * (
+        x.reshape(1, 37, 50) @ w), True),
+    ("D a transpose (no unit-stride rows): the loop", lambda x, w, r: r.reshape(70, 37).T - (
+        x @ w), False),
+])
+def test_views_of_d(name, function, fused, monkeypatch):
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal(shape).astype(np.float32) for shape in [(37, 50), (50, 70),
+                                                                         (37 * 70,)]]
+    compiled, lowered = compile_own(function, args, monkeypatch)
+    assert (f"call void @{COMBINE}" in lowered.llvm_ir) == fused, name
+    got = run(compiled, args)
+    np.testing.assert_allclose(got, function(*args), rtol=1e-5, atol=1e-5, err_msg=name)
+    unfused, _ = compile_own(function, args, monkeypatch, fused=False)
+    assert_same_bits(got, run(unfused, args), name)

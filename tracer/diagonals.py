@@ -1,6 +1,7 @@
 """``np.diagflat`` and the vector case of ``np.diag``: a vector laid on the ``k``-th
 diagonal of a square matrix, written as ``where`` over the grid's column-minus-row offsets
-(``numpy_api._diagonal_offsets``), so it fuses, differentiates and keeps a symbolic length.
+(``diagonal_offsets``, which ``np.eye`` and ``np.tri`` read too), so it fuses,
+differentiates and keeps a symbolic length.
 
 The nnfs book's softmax backward builds each sample's Jacobian as
 ``np.diagflat(single_output) - np.dot(single_output, single_output.T)``.
@@ -17,13 +18,13 @@ import operator
 
 import numpy as np
 
+from . import ops
+from .dims import SymInt
 from .errors import UnsupportedError
 from .ops import ndim_of
 
 
 def diagflat(v, k=0):
-    from .numpy_api import _diagonal_offsets  # cycle: numpy_api imports this module
-
     k = operator.index(k)
     flat = np.ravel(v)
     size = flat.shape[0] + abs(k)
@@ -31,7 +32,7 @@ def diagflat(v, k=0):
     # (i, i + k) holds v[i]: read along the rows for k >= 0, along the columns below
     values = values[:, None] if k >= 0 else values[None, :]
     zero = np.zeros((), dtype=values.dtype)
-    return np.where(_diagonal_offsets(size, size, flat) == k, values, zero)
+    return np.where(diagonal_offsets(size, size, flat) == k, values, zero)
 
 
 def diag(v, k=0):
@@ -40,3 +41,14 @@ def diag(v, k=0):
         raise UnsupportedError("np.diag of a matrix (its diagonal) is not supported by "
                                "tracejit yet; np.diag of a vector is")
     return diagflat(v, k)
+
+
+def diagonal_offsets(n, m, like):
+    """``col - row`` over an ``n`` x ``m`` grid (``m`` defaults to ``n``); a symbolic
+    size makes the iotas symbolic."""
+    m = n if m is None else m
+    if like is None:
+        like = next((size for size in (n, m) if isinstance(size, SymInt)), None)
+    row = ops.reshape(ops.iota(n, np.int64, like=like), (n, 1))
+    col = ops.reshape(ops.iota(m, np.int64, like=like), (1, m))
+    return col - row

@@ -23,7 +23,7 @@ import numpy as np
 from . import ops
 from .array_comparisons import array_equal, array_equiv
 from .conversions import keep_python_int_in_range
-from .diagonals import diag, diagflat
+from .diagonals import diag, diagflat, diagonal_offsets
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
@@ -717,7 +717,7 @@ def empty_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None)
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
-    return astype(_diagonal_offsets(N, M, like) == k, dtype)
+    return astype(diagonal_offsets(N, M, like) == k, dtype)
 
 
 def identity(n, dtype=None, *, like=None):
@@ -728,18 +728,7 @@ def tri(N, M=None, k=0, dtype=float, *, like=None):
     """``np.tri``: ones on and below the ``k``-th diagonal. With a symbolic ``N`` (the
     causal mask ``1 - np.tri(x.shape[0])`` of a GPT) the mask keeps the dim symbolic
     instead of specializing the sequence length."""
-    return astype(_diagonal_offsets(N, M, like) <= k, dtype)
-
-
-def _diagonal_offsets(n, m, like):
-    """``col - row`` over an ``n`` x ``m`` grid (``m`` defaults to ``n``); a symbolic
-    size makes the iotas symbolic."""
-    m = n if m is None else m
-    if like is None:
-        like = next((size for size in (n, m) if isinstance(size, SymInt)), None)
-    row = ops.reshape(ops.iota(n, np.int64, like=like), (n, 1))
-    col = ops.reshape(ops.iota(m, np.int64, like=like), (1, m))
-    return col - row
+    return astype(diagonal_offsets(N, M, like) <= k, dtype)
 
 
 def arange(start, stop=None, step=1, dtype=None, like=None):

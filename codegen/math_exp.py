@@ -263,13 +263,16 @@ def _tanh_float32(builder, magnitude):
     within 1.08 ulp (at 0.7011; the quotient e/(e + 2) it replaces was 1.50 at 3.81, and
     1 - 2/(E + 1) with the polynomial to 0.55 only is 1.56 at 0.556)."""
     f = Float(magnitude.type)
-    doubled = builder.fmul(magnitude, f.const(2.0))
     rounder = f.const(_ROUNDER_F32)
-    rounded = fma(builder, doubled, f.const(_LOG2E_F32), rounder)
+    rounded = fma(builder, magnitude, f.const(2.0 * _LOG2E_F32), rounder)
     n = builder.fsub(rounded, rounder)
-    r = fma(builder, n, f.const(-_LN2_F32[0]), doubled)  # ln 2 rounded to float32
-    # e^r = 1 + r + r^2 P(r): expm1's coefficients, with one more term of Horner's scheme
-    e_r = fma(builder, r, horner(builder, r, (1.0,) + _EXPM1_F32), f.const(1.0))
+    # r / 2 = |x| - n ln2 / 2 (ln 2 rounded to float32): half of 2|x| - n ln2 to the bit,
+    # without the multiply by 2 (the powers of two below are exact scalings too)
+    half_r = fma(builder, n, f.const(-_LN2_F32[0] / 2), magnitude)
+    # e^r = 1 + r + r^2 P(r): expm1's coefficients, with one more term of Horner's scheme,
+    # the one of r^j times 2^(j + 1) for the polynomial in r / 2
+    scaled = [c * 2.0 ** (j + 1) for j, c in enumerate((1.0,) + _EXPM1_F32)]
+    e_r = fma(builder, half_r, horner(builder, half_r, scaled), f.const(1.0))
     power = _times_pow2(builder, f.const(1.0), builder.shl(builder.bitcast(rounded, f.int),
                                                            f.iconst(23)))
     result = builder.fsub(f.const(1.0), builder.fdiv(f.const(2.0),

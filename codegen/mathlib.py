@@ -31,7 +31,10 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
     log        5 ulp    2 ulp      2 ulp      fdlibm: x = 2^k m, log(1+f) = f - hfsq + ...;
                                               float32 normal x: k and m from the bits,
                                               r + r^2 P(r), P of degree 7 (no division)
-    log1p      3 ulp    2 ulp      1 ulp      fdlibm, corrected for the rounding of 1 + x
+    log1p      3 ulp    2 ulp      1 ulp      fdlibm, corrected for the rounding of 1 + x;
+                                              float32: u = 1 + x = 2^k (1 + r), r +
+                                              r^2 P(r), P of degree 8, plus c/u (c the
+                                              rounding error of u: one division)
     log2,      4, 5     2 ulp      2 ulp      float64: log's core as a double-double times
     log10      ulp                            1/ln b (split), plus k log_b 2 (its head
                                               exact); within 0.79 and 0.77 ulp of exact
@@ -73,13 +76,14 @@ on all 2^32, ``test_float32_every_float``):
 
 Measured on every float32 (``test_float32_every_float``), in fractions of an ulp of the
 exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal results,
-0.50 on its rare path, x > 70), expm1 1.46, log1p 0.86 (every third float32; 0.88
-before), tanh 1.08 (every positive float32; 1.50 with e/(e + 2) before), sin 0.91 and
-cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81
-(0.743 on [0.875, 3.92] with two intervals); on every 997th float32 and the edges of the
-fast paths (``test_float32_fractional_ulp_bound``): exp2 0.99;
-float32 pow within 0.54 ulp on 4 million pairs. float64 results are bit for bit those of
-the library before the float32 fast paths (checked on the test sweeps).
+0.50 on its rare path, x > 70), expm1 1.46, log1p 0.876 (every float32 of its fast path,
+(-1, 2^100), at x = 0.2743; 0.86 with fdlibm's two divisions before), tanh 1.08 (every
+positive float32; 1.50 with e/(e + 2) before), sin 0.91 and cos 0.96 (their fast path;
+the float64 reduction beyond it), erf 0.81 (0.743 on [0.875, 3.92] with two intervals);
+on every 997th float32 and the edges of the fast paths
+(``test_float32_fractional_ulp_bound``): exp2 0.99; float32 pow within 0.54 ulp on 4
+million pairs. float64 results are bit for bit those of the library before the float32
+fast paths (checked on the test sweeps).
 
 sin, cos and pow are within 1 ulp of NumPy in both precisions; float64 sin and
 cos within 0.75 ulp of the exact result over the whole range, float64 pow within 0.6 ulp.

@@ -350,7 +350,8 @@ def test_log2_log10_float64_against_exact_values(name):
 # float below 2^20, the fast path), erf 0.81. Since: log 0.83 on every normal float32 and
 # log1p 0.86 on every third (fused multiply-adds), erf 0.743 on [0.875, 3.92] (two
 # intervals); exp 1.02 with denormal results on its fast path (0.75 there) and (70, 88.7]
-# computed in float64 (0.50); see codegen/mathlib.py.
+# computed in float64 (0.50); see codegen/mathlib.py. log1p with one division (r + r^2 P(r)
+# + c/u, P of degree 8): 0.876 on every float32 of its fast path, (-1, 2^100).
 # log, log2 and log10 traded accuracy for speed within NumPy's own error (no division:
 # a polynomial in r = m - 1): measured on every positive float32: log 1.14, log2 1.37,
 # log10 1.36 (NumPy's: 3.83, 2.12, 3.49); tan (no float-float quotient) 1.68 on

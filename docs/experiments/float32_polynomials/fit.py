@@ -2,7 +2,7 @@
 (``codegen/math_log.py``, ``codegen/math_trig.py``, tanh's in ``codegen/math_exp.py``): the
 coefficients those modules hold are this script's output.
 
-    python docs/experiments/float32_polynomials/fit.py log   (or tan, tanh)
+    python docs/experiments/float32_polynomials/fit.py log   (or log1p, tan, tanh)
 
 A fit is a linear program on a dense grid (minimize the largest weighted error; HiGHS via
 scipy, scaled so its tolerances sit far below the error), then the coefficients are rounded
@@ -74,6 +74,21 @@ def fit_logs():
         print(f"{base}: a = {a}, within 2^{np.log2(error):.2f}: {coefficients}")
 
 
+def fit_log1p():
+    """log(1 + r) = r + r^2 P(r) on [sqrt(2)/2 - 1, sqrt(2) - 1], P of degree 8 (float32
+    log1p, ``codegen/math_log.py``: one degree more than log's P, so the polynomial's own
+    error, 2^-27.8, stays far below the roundings); weight: the relative error of the
+    whole."""
+    grid = grid_on(-0.29289323, 0.41421357)
+    exact = [mpmath.log1p(mpmath.mpf(r)) for r in grid]
+    target = np.array([float((e - mpmath.mpf(r)) / mpmath.mpf(r) ** 2)
+                       for e, r in zip(exact, grid)])
+    weight = np.abs(grid**2 / np.array([float(e) for e in exact]))
+    coefficients, error = fit_float32(target, [lambda r, j=j: r**j for j in range(9)],
+                                      weight, grid)
+    print(f"log1p: within 2^{np.log2(error):.2f}: {coefficients}")
+
+
 def fit_tan():
     """tan(r) = r + r^3 T(r^2) on |r| <= 0.83 (the float32 reduction by pi/2 reaches a
     little beyond pi/4), T of degree 6 in r^2; weight: the relative error of tan."""
@@ -117,4 +132,4 @@ def fit_tanh():
 
 
 if __name__ == "__main__":
-    {"log": fit_logs, "tan": fit_tan, "tanh": fit_tanh}[sys.argv[1]]()
+    {"log": fit_logs, "log1p": fit_log1p, "tan": fit_tan, "tanh": fit_tanh}[sys.argv[1]]()

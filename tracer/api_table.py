@@ -64,6 +64,10 @@ def _rows():
                for (module, attribute), prim in numpy_api.FOREIGN_UFUNCS.items()]
     functions = [(f"`{_name(function)}`", f"`{_implementation(implementation)}`")
                  for function, implementation in numpy_api.FUNCTIONS.items()]
+    functions.append(("`np.lib.stride_tricks.as_strided` with strides from `x.strides` "
+                      "(times ints, or 0)", "a strided slice or a sliding window per axis "
+                      "(`tracer/strided_views.py`); other strides, and `x.strides` used as "
+                      "numbers, run eagerly"))
     creation = [(f"`np.{name}`", "a traced `full` when the shape holds a dynamic dim; a "
                  "constant otherwise") for name in ("zeros", "ones", "empty", "full")]
     creation += [("`np.full`, `np.full_like` of a traced fill value", "the value broadcast "

@@ -15,10 +15,16 @@ from .primitives import bind
 
 
 def _binary(prim):
+    # An operand whose class sets __array_ufunc__ = None opts out of array arithmetic, as
+    # with ndarray: Python then asks its reflected method (n * x.strides[0]: strided_views)
     def forward(self, other):
+        if getattr(type(other), "__array_ufunc__", 0) is None:
+            return NotImplemented
         return bind(prim, self, other)
 
     def reflected(self, other):
+        if getattr(type(other), "__array_ufunc__", 0) is None:
+            return NotImplemented
         return bind(prim, other, self)
 
     forward.__name__ = reflected.__name__ = prim.name

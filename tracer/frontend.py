@@ -70,6 +70,7 @@ from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
+from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
 
 
@@ -272,6 +273,8 @@ class Hooks:
         context = self.context
         if path is not None and path.key in context.written_paths:
             return value
+        if is_byte_strides(value):  # x.strides of a traced array: the trace's own, no setting
+            return value
         if path is not None and (state := state_value(context, path, value)) is not None:
             return state  # self.stats["steps"]: state calls write, not a setting
         if _is_number(value) and path is not None:
@@ -351,6 +354,8 @@ class Hooks:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
+        if is_as_strided(function) and args and is_traced(args[0]):
+            return as_strided(*args, **kwargs)  # windows from x.strides (im2col)
         if function in (min, max) and (
                 chosen := select_extreme(function, args, kwargs)) is not None:
             return chosen  # min(D[i - 1, j], D[i, j - 1]): a select, no guard

@@ -298,6 +298,10 @@ class Tracer(ArrayMethods):
         # An ndarray attribute the trace has no rule for (x.flags, x.ctypes): not an
         # AttributeError, which hasattr() and getattr(x, name, default) would take for
         # "NumPy has none" and go another way than NumPy eager
+        if name == "strides":  # as_strided(x, ..., strides=(s0, s1 * stride, ...))
+            from .strided_views import byte_strides  # cycle: strided_views -> here
+
+            return byte_strides(self)
         if hasattr(np.ndarray, name) and not name.startswith("__"):  # not NumPy's probes
             raise trace_error(f"x.{name} of a traced array is not supported; the call runs "
                               "eagerly")

@@ -1328,13 +1328,9 @@ def clipped_lookup(table, ids):
     return np.take(table, ids, axis=0, mode="clip")
 
 
-def eager_every_call(what):
-    return pytest.mark.xfail(strict=True, reason=f"{what} runs eagerly on every call")
-
-
 @pytest.mark.parametrize("model, make", [
     pytest.param(windows_by_strides, lambda n: (np.arange(3.0 * n).reshape(n, 3),),
-                 marks=eager_every_call("x.strides (as_strided im2col)"), id="strides"),
+                 id="strides"),
     pytest.param(upstream_broadcast_arrays, lambda n: (np.arange(n * 1.0), np.ones((n, 3))),
                  id="broadcast_arrays"),
     pytest.param(converged_labels, lambda n: (np.linspace(-1, 1, n), np.arange(n) % 2), id="array_equal"),

@@ -185,8 +185,7 @@ def test_compiled_roots_call_the_combine_entry(name, m, k, n, specials, monkeypa
     got = run(compiled, args)
     with np.errstate(all="ignore"):
         assert_same_bits(got, FUSED[name][2](product_of(name, args), *args), f"{name}: NumPy")
-    lowered = unfused_lowered
-    assert COMBINE not in lowered.llvm_ir
+    assert COMBINE not in unfused_lowered.llvm_ir
     assert_same_bits(got, run(unfused, args), f"{name}: the loop over C")
 
 

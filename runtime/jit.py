@@ -228,8 +228,25 @@ class JitFunction(Misses):
     def _add_variant(self, variant):
         super()._add_variant(variant)
         if not self._options.disabled:
-            with gc_pause.paused():  # generating and compiling its Python source
-                self._entries = self._entries + (self._entry(variant),)
+            self._entries = self._entries + (self._entry_later(variant),)
+
+    def _entry_later(self, variant):
+        """``variant``'s ``enter``, built when a call first comes to it (``_entry``): the
+        call that traced or loaded the variant runs through ``_run``, so the generated
+        source (1-2 ms to write and compile for an MLP train step) is not on the first
+        call's path, and a function called once never pays for it."""
+        built = []
+
+        def enter(jit, args, kwargs):
+            if not built:
+                with gc_pause.paused():  # generating and compiling its Python source
+                    built.append(jit._entry(variant))
+                with jit._lock:  # not to drop an entry another thread is adding
+                    jit._entries = tuple(built[0] if entry is enter else entry
+                                         for entry in jit._entries)
+            return built[0](jit, args, kwargs)
+
+        return enter
 
     def _exited(self, variant, status, inputs, args, kwargs):
         """The hit path's root program returned ``status``: a side exit (on from there in

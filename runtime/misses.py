@@ -37,7 +37,7 @@ from tracejit.tracer.tracing import Trace
 from . import background, diagnostics
 from .autograd import is_grad_enabled
 from .config import logger
-from .guards import EntrySpec, compile_guard
+from .guards import EntrySpec
 from .shape_policy import SameEntry, _is_array, _same_entry
 from .tensor import Tensor, unwrap
 from .variants import OutputPlan, Path, Variant, _wrap_tensor
@@ -93,7 +93,7 @@ class Misses:
             path = self._compile_path(traced, signature)
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
-                variant = Variant(spec, compile_guard(spec), path, bucket_sibling=sibling)
+                variant = Variant(spec, None, path, bucket_sibling=sibling)
                 self._add_variant(variant)
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)

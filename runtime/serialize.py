@@ -758,8 +758,6 @@ def variant_to_json(variant, fn, blobs):
 
 
 def variant_from_json(data, fn, blobs):
-    from .guards import compile_guard
-
     spec = spec_from_json(data["spec"], fn)
     root = None
     from tracejit.tracer.gradient_trace import GradientPlan
@@ -794,5 +792,5 @@ def variant_from_json(data, fn, blobs):
             parent = parent.children[guard_index]
         parent.children[via[-1]] = path
     _check(root is not None, "no root path")
-    return Variant(spec, compile_guard(spec), root, from_disk=True)
+    return Variant(spec, None, root, from_disk=True)  # its guard: compiled when used
 

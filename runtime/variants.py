@@ -197,7 +197,10 @@ class Path:
 @dataclass
 class Variant:
     spec: object  # tracejit.runtime.guards.EntrySpec
-    guard: object  # the compiled entry guard
+    # The compiled entry guard (``guard``), or None: compiled when first asked for. The
+    # hit path (``guards.compile_entry``) checks the call itself, so a variant built by a
+    # first call that returned the trace's result may never need it.
+    _guard: object
     root: Path
     key: str = ""  # the disk cache key, when it has one
     from_disk: bool = False
@@ -210,6 +213,15 @@ class Variant:
         takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
         self.wrap = _wrap_tensor if takes_tensors else _identity
         self._any_bucket = None
+
+    @property
+    def guard(self):
+        """``guard(args, kwargs) -> inputs | None``: the entry guard of ``spec``."""
+        if self._guard is None:
+            from .guards import compile_guard
+
+            self._guard = compile_guard(self.spec)
+        return self._guard
 
     @property
     def calls(self):

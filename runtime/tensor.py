@@ -35,7 +35,9 @@ class TensorError(TracejitError, TypeError):
 def as_array(data, dtype=None):
     """``data`` as a numeric ndarray, or a ``TensorError`` that says what was wrong."""
     if isinstance(data, Tensor):
-        data = data.data
+        data = data._data
+    if type(data) is np.ndarray and data.dtype.kind in "biuf" and dtype is None:
+        return data
     try:
         array = np.asarray(data, dtype=dtype)
     except ValueError as error:
@@ -105,7 +107,7 @@ class VersionCounter:
 class Tensor(ArrayMethods):
     """An n-dimensional array that can record its history for ``backward()``."""
 
-    __slots__ = ("data", "requires_grad", "grad", "_node", "_versions", "__weakref__")
+    __slots__ = ("_data", "requires_grad", "grad", "_node", "_versions", "__weakref__")
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
@@ -117,10 +119,28 @@ class Tensor(ArrayMethods):
         if requires_grad:
             self.requires_grad_(True)
 
+    @property
+    def data(self):
+        """The ndarray this Tensor holds (shared, not copied). Assigning replaces it without
+        history, as in PyTorch: ``p.data = p.data - lr * p.grad`` (a Tensor, since ``grad``
+        is one) stores that Tensor's array.
+
+        >>> p = tensor([1.0, 2.0], requires_grad=True)
+        >>> (p * p).sum().backward()
+        >>> p.data -= 0.25 * p.grad
+        >>> type(p.data).__name__, p.data.tolist(), p.requires_grad
+        ('ndarray', [0.5, 1.0], True)
+        """
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        self._data = as_array(value)
+
     @classmethod
     def _wrap(cls, array, versions=None):
         tensor = cls.__new__(cls)
-        tensor.data = array
+        tensor._data = array
         tensor.requires_grad = False
         tensor.grad = None
         tensor._node = None
@@ -138,7 +158,7 @@ class Tensor(ArrayMethods):
     # --- the one place Tensors meet the op table ----------------------------------------
     @staticmethod
     def __tracejit_bind__(prim, args, params):
-        values = tuple(arg.data if isinstance(arg, Tensor) else arg for arg in args)
+        values = tuple(arg._data if isinstance(arg, Tensor) else arg for arg in args)
         out = prim.impl(*values, **params)
         if type(out) is not np.ndarray:
             out = np.asarray(out)

@@ -453,3 +453,45 @@ def test_tensor_errors_are_tracejit_errors_and_type_errors():
         tensor(["a"])
     with pytest.raises(TypeError):  # an unsupported NumPy function, as NumPy's protocol says
         np.fft.fft(tensor([1.0]))
+
+
+# --- .data: the PyTorch SGD idioms ------------------------------------------------------
+def _sgd_by_data(update):
+    """Two SGD steps on a jit loss, the parameter updated through ``p.data`` by ``update``;
+    returns the parameter and the loss function's stats."""
+    from tracejit import jit
+
+    @jit
+    def loss(w, x):
+        return (np.maximum(x @ w, 0) ** 2).mean()
+
+    w = tensor(np.linspace(-1.0, 1.0, 12).reshape(4, 3), requires_grad=True)
+    for step in range(3):
+        x = np.linspace(-2.0, 2.0, 4 * (step + 2)).reshape(step + 2, 4)
+        loss(w, x).backward()
+        update(w, 0.1)
+        w.grad = None
+    return w, loss.stats()
+
+
+@pytest.mark.parametrize("update", [
+    lambda p, lr: setattr(p, "data", p.data - lr * p.grad),  # p.data = p.data - lr * p.grad
+    lambda p, lr: setattr(p, "data", p.data.__isub__(lr * p.grad)),  # p.data -= lr * p.grad
+    lambda p, lr: setattr(p, "data", p.data - lr * p.grad.data),
+], ids=["assign", "subtract-in-place", "grad-data"])
+def test_data_assigned_a_tensor_holds_its_array_and_the_loss_stays_compiled(update):
+    """``p.grad`` is a Tensor, so ``p.data - lr * p.grad`` is one: ``.data`` stores its
+    array (it held the Tensor itself, which broke the next call's trace)."""
+    w, stats = _sgd_by_data(update)
+    reference, _ = _sgd_by_data(lambda p, lr: p.data.__isub__(lr * p.grad.numpy()))
+    assert type(w.data) is np.ndarray and w.requires_grad
+    np.testing.assert_allclose(w.data, reference.data, rtol=1e-12)
+    assert stats["compiled_calls"] >= 2 and not stats["eager_calls"], stats
+
+
+def test_data_assigned_bad_values_raises_like_tensor():
+    p = tensor([1.0, 2.0])
+    p.data = [3, 4]
+    assert_tensor_equal(p, np.array([3, 4]))
+    with pytest.raises(TensorError, match="strings"):
+        p.data = np.array(["a", "b"])

@@ -132,15 +132,16 @@ def _log1p_general(builder, x):
 
 
 # --- float32 at full width ----------------------------------------------------------------
-def reduce_float32(builder, u):
+def reduce_float32(builder, u, scale=0):
     """Positive normal float32 ``u`` as 2^k m, m in [sqrt(2)/2, sqrt(2)), by integer
     operations: subtracting sqrt(2)/2's bits leaves k in the exponent field. Returns
-    (k as an integer, k as a float, m)."""
+    (k as an integer, k as a float, m 2^scale): the power of two comes free with the
+    integer addition that builds m."""
     f = Float(u.type)
     shifted = builder.sub(builder.bitcast(u, f.int), f.iconst(_SQRT_HALF_BITS_F32))
     k = builder.ashr(shifted, f.iconst(23))
     m = builder.bitcast(builder.add(builder.and_(shifted, f.iconst((1 << 23) - 1)),
-                                    f.iconst(_SQRT_HALF_BITS_F32)), f.ty)
+                                    f.iconst(_SQRT_HALF_BITS_F32 + (scale << 23))), f.ty)
     return k, builder.sitofp(k, f.ty), m
 
 
@@ -179,23 +180,21 @@ def _log_float32(builder, x, base):
     ulp of it; where k = 0 it is y. Exact at powers of two (r = 0), and log10 at the
     powers of ten a float32 holds."""
     f = Float(x.type)
-    _, k, m = reduce_float32(builder, x)
-    r = builder.fsub(m, f.const(1.0))  # exact
     a, coefficients = _LOG_POLY_F32[base]
+    # h = a r = a m - a, exact (Sterbenz), a m straight from the bits (log10: a = 1/2; a
+    # multiply-add took h before, one more operation on the multiply-add pipes that bound
+    # this loop: 12 against log2's 9)
+    _, k, m = reduce_float32(builder, x, scale=round(math.log2(a)))
+    head = builder.fsub(m, f.const(a))
     if base == "log":
         ln2_hi, ln2_lo = _LN2[F32]
-        small = fma(builder, builder.fmul(r, r), horner(builder, r, coefficients),
-                    fma(builder, k, f.const(ln2_lo), r))
+        small = fma(builder, builder.fmul(head, head), horner(builder, head, coefficients),
+                    fma(builder, k, f.const(ln2_lo), head))
         return fma(builder, k, f.const(ln2_hi), small)
-    if a == 1.0:
-        y = fma(builder, r, horner(builder, r, coefficients), r)
-    else:
-        # a r + r Q(r) as h + h Q'(h) in h = a r = a m - a (exact, one operation), Q' holding
-        # Q's coefficient of r^j times a^-(j + 1): the scalings by powers of two are exact,
-        # so this is y to the bit, without the multiply by a.
-        head = fma(builder, m, f.const(a), f.const(-a))
-        scaled = [c * a ** -(j + 1) for j, c in enumerate(coefficients)]
-        y = fma(builder, head, horner(builder, head, scaled), head)
+    # a r + r Q(r) as h + h Q'(h), Q' holding Q's coefficient of r^j times a^-(j + 1): the
+    # scalings by powers of two are exact, so this is y to the bit, without a multiply by a
+    scaled = [c * a ** -(j + 1) for j, c in enumerate(coefficients)]
+    y = fma(builder, head, horner(builder, head, scaled), head)
     if base == "log2":
         return builder.fadd(k, y)
     _, (two_hi, two_lo) = _LOG_BASES[base][F32]

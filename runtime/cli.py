@@ -504,11 +504,14 @@ def command_env(args, out):
 def command_prepare(args, out):
     """Build what every process on this machine shares (``codegen/machine_objects.py``:
     the thread pool's runtime, the entry guards' array check, the own GEMM in float32 and
-    float64; about 1.5 s of CPU) into the cache, where a first call with an empty cache
-    would build them on its critical path. Run it at install time, or in a container
+    float64; about 1.5 s of CPU), and tracejit's own-code digest, into the cache, where a
+    first call with an empty cache would build them on its critical path (and hash
+    tracejit's files, ~5 ms). Run it at install time, or in a container
     image's build, with the environment the programs will run with (the GEMM setting is
     part of the keys). Objects already there are kept."""
     from tracejit.codegen import machine_objects, parallel
+
+    from .cache_key import tracejit_code_digest
 
     cache = _cache(args)
     configure_codegen()
@@ -519,6 +522,7 @@ def command_prepare(args, out):
         object_code = build()
         rows.append({"object": label, "bytes": len(object_code),
                      "cpu_seconds": round(time.process_time() - start, 3)})
+    tracejit_code_digest(cache)  # stored with a stamp of the files (cache_key)
     if getattr(args, "json", False):
         json.dump({"cache_dir": os.path.dirname(cache.root), "objects": rows}, out, indent=2)
         out.write("\n")

@@ -10,6 +10,8 @@ import sys
 import textwrap
 
 from tracejit.codegen import gemm
+from tracejit.runtime import cache_key
+from tracejit.runtime.cache import DiskCache
 from tracejit.runtime.cli import main
 
 # A fresh process: one float32 product (it calls the own GEMM where the host has one), its
@@ -48,7 +50,9 @@ def _first_call_compiles(cache_dir):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def test_prepare_builds_what_a_first_call_would(tmp_path, capsys):
+def test_prepare_builds_what_a_first_call_would(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cache_key, "_own_code", [])  # this process hashes it again
+    monkeypatch.setattr(cache_key, "_SETTLE_NS", 0)  # and stores it, even mid-edit
     assert main(["cache", "prepare", "--cache-dir", str(tmp_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     labels = [row["object"] for row in report["objects"]]
@@ -57,6 +61,11 @@ def test_prepare_builds_what_a_first_call_would(tmp_path, capsys):
     assert all(row["bytes"] > 0 for row in report["objects"])
     objects = sorted(name for name in os.listdir(tmp_path / "v1") if name.endswith(".o"))
     assert len(objects) == len(labels)
+    # tracejit's own-code digest too: a first call reads it, it does not hash the files
+    hashed = cache_key._own_code[0]
+    monkeypatch.setattr(cache_key, "_own_code", [])
+    monkeypatch.setattr(cache_key, "_hashed_digest", None)  # calling it would raise
+    assert cache_key.tracejit_code_digest(DiskCache(tmp_path)) == hashed
 
     # the child compiles its program only: the pool's runtime and the GEMM come from disk
     assert _first_call_compiles(tmp_path) == dict(compiles=1, compiled_calls=1)

@@ -36,6 +36,7 @@ from .builtin_extremes import select_extreme
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
+from .generators import is_generator_function, remembered
 from .implicit import Path
 from .indexing import update, written_region
 from .ir import Effect
@@ -515,7 +516,10 @@ class Hooks:
             function.__qualname__, function.__code__.co_filename, source
         )
         self.originals[inner] = function
-        return bind(function, inner, self)
+        bound = bind(function, inner, self)
+        if is_generator_function(function):  # for region in self.iterate_regions(x)
+            return remembered(self.context, bound, function)
+        return bound
 
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):

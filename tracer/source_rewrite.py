@@ -75,7 +75,11 @@ class _Scope(ast.NodeVisitor):
             self.declared[name] = ("nonlocal", node.lineno)
 
     def visit_Yield(self, node):
-        self.problems.append((node.lineno, "a generator (yield) cannot be compiled"))
+        # A generator the model calls (regions of an image, minibatches) runs rewritten, its
+        # hooks live while the traced loop consumes it; loops holding a yield stay Python
+        # loops (loop_frontend.unsupported_statements). One that outlives the trace (the
+        # jitted function's own) makes the call run eagerly: tracejit.tracer.generators.
+        self.generic_visit(node)
 
     visit_YieldFrom = visit_Yield
 

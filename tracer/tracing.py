@@ -29,8 +29,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import argument_views, argument_writes, attribute_writes, pinned_scalars, pytree
-from .abstract import COMPILED_DTYPES, PYTHON_SCALARS, AbstractArray, is_number_argument
+from . import (
+    argument_views,
+    argument_writes,
+    attribute_writes,
+    generators,
+    pinned_scalars,
+    pytree,
+)
+from .abstract import (
+    COMPILED_DTYPES,
+    NARROW_DTYPES,
+    PYTHON_SCALARS,
+    AbstractArray,
+    is_number_argument,
+)
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
@@ -600,7 +613,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                     "non-native byte order; compiled code reads native byte order. Convert "
                     "it with x.astype(x.dtype.newbyteorder('=')) to compile"
                 )
-            if array.dtype not in COMPILED_DTYPES:  # (its first kernel would refuse it)
+            if array.dtype not in COMPILED_DTYPES + NARROW_DTYPES:  # (kernels refuse it)
                 raise TraceError(
                     f"argument {position} of {name} is a {array.dtype} array; compiled code "
                     "holds bool, int32, int64, float32 and float64 arrays. Pass "
@@ -655,6 +668,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         shared = argument_writes.shared_memory(context, leaves)
         if shared is not None:
             raise UnsupportedError(shared)
+        left = generators.unfinished(context)  # a generator would run on after the trace
+        if left is not None:
+            raise UnsupportedError(left)
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used
         attribute_writes.restore(context)

@@ -1372,8 +1372,6 @@ def least_squares_epoch(X, y, w, lr):
     return total / len(X)
 
 
-@pytest.mark.xfail(strict=True, reason="a minibatch generator (yield) called by the model makes "
-                   "every call run eagerly")
 def test_a_minibatch_generator_inside_the_model_compiles():
     rng = rng_for(948)
     f = run_calls(least_squares_epoch, [(rng.standard_normal((n, 3)), rng.standard_normal(n),

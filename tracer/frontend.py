@@ -158,6 +158,26 @@ def _converted(function, args, kwargs):
     return None
 
 
+_ARRAY_FACTS = {"shape", "ndim", "size", "dtype", "itemsize", "nbytes"}
+
+
+def _written_by_the_trace(context, path):
+    """Whether the trace wrote ``path``, or an array whose shape (dtype, size) ``path``
+    reads: ``self.last_input.shape`` after ``self.last_input = out`` is the written
+    array's, no setting to guard (before the call the attribute may not even exist)."""
+    written = context.written_paths
+    if path.key in written:
+        return True
+    steps = path.steps
+    for end in range(len(steps) - 1, 0, -1):
+        rest = steps[end:]
+        if rest[0][0] == "attr" and rest[0][1] in _ARRAY_FACTS and all(
+                step == "item" for step, _ in rest[1:]) and (
+                Path(path.root, steps[:end]).key in written):
+            return True
+    return False
+
+
 def _guarded_bounds(values):
     """``values`` with each traced number its value under a guard, in its own type (a
     NumPy scalar stays one: np.arange(np.int32(3)) is int32)."""
@@ -272,7 +292,7 @@ class Hooks:
         remembered, so ``getattr(obj, "k")`` is guarded like ``obj.k``. An attribute this
         trace wrote (``self.cache = x``, then read) is what it wrote: nothing to guard."""
         context = self.context
-        if path is not None and path.key in context.written_paths:
+        if path is not None and _written_by_the_trace(context, path):
             return value
         if is_byte_strides(value):  # x.strides of a traced array: the trace's own, no setting
             return value

@@ -250,6 +250,45 @@ def test_a_generator_returned_or_left_part_way(model):
     assert escaped == (model is generator_escapes), f.explain()
 
 
+class CachingPool:
+    """A layer keeping its input for the backward, as Zhou's and numpy-ml's layers do."""
+
+    def forward(self, x):
+        self.last_input = x * 2.0
+        return self.last_input.max(axis=0)
+
+    def backward(self, d_out):
+        d_input = np.zeros(self.last_input.shape)
+        d_input[self.last_input.argmax(axis=0), np.arange(d_out.shape[0])] = d_out
+        return d_input
+
+
+class PoolNet:
+    def __init__(self):
+        self.pool = CachingPool()
+
+
+def caching_pool_step(net, x):
+    scale = 3.0 if x.sum() > 0 else -1.0          # a decision eager must be able to take
+    return net.pool.backward(net.pool.forward(x) * scale)
+
+
+def test_a_layer_reading_the_shape_of_the_input_it_kept_compiles_from_its_first_call():
+    """``np.zeros(self.last_input.shape)`` after ``self.last_input = ...`` in the same call
+    reads the trace's own array: its shape was entry-guarded as a setting of the layer, so a
+    fresh layer's first call (no ``last_input`` yet), whose result comes from the compiled
+    program when a decision of the trace may not be eager's, was refused by its own variant
+    and ran eagerly, and so was every call after one with another size."""
+    rng = rng_for(1408)
+    net, eager_net = PoolNet(), PoolNet()
+    f = jitted(caching_pool_step)
+    for n in (4, 4, 6, 4):
+        x = rng.standard_normal((n, 3))
+        assert_same(f(net, x), caching_pool_step(eager_net, x), **F64)
+        assert_same(net.pool.last_input, eager_net.pool.last_input, **F64)
+    assert not f.stats()["eager_calls"], f.explain()
+
+
 # --- CS231n-style max pool over channels-last windows with (x == max) masks -----------------
 def max_pool_nhwc_forward_backward(x, dout, size):
     n, h, w, c = x.shape

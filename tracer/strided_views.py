@@ -17,19 +17,21 @@ and the offset in the window), taken with ``ops.sliding_window`` and basic index
 Anything else runs eagerly, with the reason: a stride used as a number (``s // 8``,
 ``if s == 8``), strides of another array or a layout written as plain ints, an axis walked
 by more than two output axes or backwards, a view reaching past the array (NumPy would
-read memory outside it). The result is a view of ``x``: writes through it, or into ``x``
-while it lives, run eagerly too (NumPy would update both).
+read memory outside it), strides that outlive the trace (returned, printed, kept). The
+result is a view of ``x``: writes through it, or into ``x`` while it lives, run eagerly
+too (NumPy would update both).
 """
 
 from __future__ import annotations
 
 import operator
+import weakref
 
 import numpy as np
 
 from . import ops
 from .dims import SymInt
-from .primitives import is_traced
+from .primitives import current_context, is_traced
 from .traced_array import _note_view, trace_error
 
 
@@ -37,11 +39,17 @@ class ByteStride:
     """A stride of ``x.strides``, or a whole multiple or sum of them: ``steps[axis]``
     elements along each axis of ``source``, ``itemsize`` bytes each."""
 
-    __slots__ = ("source", "steps", "itemsize")
+    __slots__ = ("source", "steps", "itemsize", "__weakref__")
     __array_ufunc__ = None  # n * s with n a traced int: our __rmul__, not an array product
 
     def __init__(self, source, steps, itemsize):
         self.source, self.steps, self.itemsize = source, tuple(steps), itemsize
+        context = current_context()
+        if context is not None:  # one that outlives the trace is refused (escaped)
+            made = getattr(context, "byte_strides", None)
+            if made is None:
+                made = context.byte_strides = []
+            made.append(weakref.ref(self))
 
     def _times(self, factor):
         factor = _whole(factor, "stride factor")
@@ -67,11 +75,8 @@ class ByteStride:
 
     __index__ = __int__ = __float__ = __bool__ = __eq__ = __ne__ = __lt__ = __le__ = _number
     __gt__ = __ge__ = __floordiv__ = __rfloordiv__ = __truediv__ = __mod__ = __sub__ = _number
-    __rsub__ = __pow__ = __format__ = _number
+    __rsub__ = __pow__ = __format__ = __str__ = __repr__ = _number  # print(x.strides)
     __hash__ = None
-
-    def __repr__(self):
-        return f"ByteStride(steps={self.steps}, itemsize={self.itemsize})"
 
 
 def _as_number(what):
@@ -164,6 +169,15 @@ def _within(holds, what):
                           "array; the call runs eagerly")
 
 
+def escaped(context):
+    """Why the trace cannot stand (a stride of ``x.strides`` outlives it: returned, kept on
+    an object), or None: NumPy's would be an int."""
+    if any(reference() is not None for reference in getattr(context, "byte_strides", ())):
+        return ("x.strides of a traced array outlives the trace (returned or kept): NumPy's "
+                "strides are ints of the array's layout, which compiled code does not have")
+    return None
+
+
 def is_as_strided(function):
     return function is np.lib.stride_tricks.as_strided
 
@@ -186,4 +200,5 @@ def _whole(value, what):
     return int(value)
 
 
-__all__ = ["ByteStride", "as_strided", "byte_strides", "is_as_strided", "is_byte_strides"]
+__all__ = ["ByteStride", "as_strided", "byte_strides", "escaped", "is_as_strided",
+           "is_byte_strides"]

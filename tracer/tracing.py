@@ -36,6 +36,7 @@ from . import (
     generators,
     pinned_scalars,
     pytree,
+    strided_views,
 )
 from .abstract import (
     COMPILED_DTYPES,
@@ -668,8 +669,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         shared = argument_writes.shared_memory(context, leaves)
         if shared is not None:
             raise UnsupportedError(shared)
-        left = generators.unfinished(context)  # a generator would run on after the trace
-        if left is not None:
+        left = generators.unfinished(context) or strided_views.escaped(context)
+        if left is not None:  # a generator would run on after the trace; x.strides kept
             raise UnsupportedError(left)
     except UnsupportedError as error:
         context.finished = True  # tracers that escaped now refuse to be used

@@ -446,11 +446,21 @@ def windows_read_after_a_write(x):
     return windows.sum(axis=1)
 
 
+def strides_returned(x):
+    return x.strides, {"row": x.strides[0]}
+
+
+def strides_as_text(x):
+    return f"{x.strides}", x * 2
+
+
 @pytest.mark.parametrize("model", [write_through_windows, element_strides,
-                                   windows_read_after_a_write])
+                                   windows_read_after_a_write, strides_returned,
+                                   strides_as_text])
 def test_as_strided_writes_and_strides_as_numbers_match_numpy(model):
     """What the strides-as-steps view does not follow runs eagerly: writes through the
-    windows or into the array they view, a stride used as a number."""
+    windows or into the array they view, a stride used as a number or as text, strides
+    returned (NumPy's are ints of the layout)."""
     rng = rng_for(1426)
     run_calls(model, [(rng.standard_normal(n),) for n in (4, 5)], **F64)
 

@@ -26,12 +26,15 @@ stopped the trace; now a stride is a step along one of the array's axes:
 tracer/strided_views.py), minibatches by ``np.array_split`` (not supported), and any
 function calling a generator (Zhou's region generators, minibatch generators: ``yield``
 refused the rewrite; now a generator runs rewritten, and one that outlives the trace makes
-the call run eagerly: tracer/generators.py). Slow, not fixed: Zhou's full train step now
-compiles (4-6 s per variant: the pool backward's nested loops unroll into a guard per
-element) and then takes a guard-margin exit on every call, since ``im_region[i2, j2, f2]
-== amax[f2]`` is an equality of computed values, always within rounding when it holds;
-its first call is also refused by its own variant's entry ('entry refused its own call').
-Before, a generator made it run eagerly at once.
+the call run eagerly: tracer/generators.py). A first call of a layer that reads the shape
+of the input it kept (``np.zeros(self.last_input.shape)`` after ``self.last_input = ...``)
+was refused by its own variant ('entry refused its own call': the shape was guarded as a
+setting). And a wrong answer this round's own change made and its probes caught before
+it was used: ``x.strides`` returned or printed gave the tracer's stride objects. Slow, not
+fixed: Zhou's full train step now compiles (4-8 s per variant: the pool backward's nested
+loops unroll into a guard per element) and then takes a guard-margin exit on every call,
+since ``im_region[i2, j2, f2] == amax[f2]`` is an equality of computed values, always
+within rounding when it holds; before, its generators made it run eagerly at once.
 
 Findings (strict xfails, not fixed: see docs/sharp_bits.md). A mask or an ``argmax`` of a
 float32 contraction decides differently from NumPy when eager's values tie exactly or lie

@@ -60,6 +60,9 @@ def _rows():
                   for ufunc, implementation in numpy_api.UFUNC_REDUCTIONS.items()]
     accumulations = [(f"`np.{ufunc.__name__}.accumulate`", "a running reduction "
                       "(`tracer/scans.py`)") for ufunc in numpy_api.UFUNC_ACCUMULATIONS]
+    accumulations.append(("`.outer` of any two-operand ufunc above (`np.add.outer`)",
+                          "the ufunc of the first operand, reshaped with one axis per axis "
+                          "of the second, and the second"))
     foreign = [(f"`{module}.{attribute}`", f"primitive `{prim.name}`")
                for (module, attribute), prim in numpy_api.FOREIGN_UFUNCS.items()]
     functions = [(f"`{_name(function)}`", f"`{_implementation(implementation)}`")

@@ -20,8 +20,10 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .ops import ndim_of
+from .primitives import is_traced
+from .shapes import normalize_axis
 
 
 def diagflat(v, k=0):
@@ -36,11 +38,43 @@ def diagflat(v, k=0):
 
 
 def diag(v, k=0):
-    """``np.diag`` of a vector; the diagonal of a matrix is not written here (eager)."""
+    """``np.diag``: a vector laid on a diagonal, or a matrix's diagonal."""
+    if ndim_of(v) == 2:
+        return diagonal(v, k)
     if ndim_of(v) != 1:
-        raise UnsupportedError("np.diag of a matrix (its diagonal) is not supported by "
-                               "tracejit yet; np.diag of a vector is")
+        raise as_numpy_would(ValueError("Input must be 1- or 2-d."))
     return diagflat(v, k)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """``np.diagonal``: the two axes gathered at ``(i, i + offset)``, the diagonal last;
+    a read-only result, as NumPy's view is. Its length is a dim expression (a min of two
+    symbolic dims compares them under a guard)."""
+    offset = operator.index(offset)
+    ndim = ndim_of(a)
+    if ndim < 2:
+        raise as_numpy_would(ValueError("diag requires an array of at least two dimensions"))
+    axis1, axis2 = normalize_axis(axis1, ndim), normalize_axis(axis2, ndim)
+    if axis1 == axis2:
+        raise as_numpy_would(ValueError("axis1 and axis2 cannot be the same"))
+    moved = np.moveaxis(a, (axis1, axis2), (-2, -1))
+    rows, cols = moved.shape[-2:]
+    if offset >= 0:
+        length = min(rows, cols - offset)
+    else:
+        length = min(rows + offset, cols)
+    length = max(length, 0)
+    steps = ops.iota(length, np.int64, like=a)
+    result = moved[..., steps + max(-offset, 0), steps + max(offset, 0)]
+    if is_traced(result):
+        result.readonly = True
+    return result
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    if out is not None:
+        raise UnsupportedError("np.trace(..., out=...) is not supported; assign the result")
+    return np.sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
 def diagonal_offsets(n, m, like):

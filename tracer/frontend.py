@@ -193,7 +193,7 @@ def _guarded_bounds(values):
 
 # NumPy functions whose first argument is a sequence of arrays, not one array_like
 _SEQUENCE_FUNCTIONS = {np.concatenate, np.stack, np.hstack, np.vstack, np.ravel_multi_index,
-                       np.einsum}
+                       np.einsum, np.column_stack, np.dstack, np.linalg.multi_dot, np.select}
 _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
 # Creation functions sized by plain ints: with a symbolic size, the traced composite keeps
 # the dim symbolic (np.tri(n) of a causal mask would specialize the sequence length)

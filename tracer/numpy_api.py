@@ -20,10 +20,20 @@ import operator
 
 import numpy as np
 
-from . import ops
+from . import (
+    array_reshaping,
+    choices,
+    finite_differences,
+    math_composites,
+    ops,
+    pad_modes,
+    products,
+    searching,
+    statistics,
+)
 from .array_comparisons import array_equal, array_equiv
 from .conversions import keep_python_int_in_range
-from .diagonals import diag, diagflat, diagonal_offsets
+from .diagonals import diag, diagflat, diagonal, diagonal_offsets, trace
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
@@ -43,7 +53,7 @@ from .nan_reductions import (
 )
 from .nan_replacement import nan_to_num
 from .out_arguments import write_out
-from .primitives import bind, is_traced
+from .primitives import as_array, bind, is_traced
 from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTIONS)
     all,
     any,
@@ -296,15 +306,25 @@ def flip(m, axis=None):
     return ops.flip(m, normalize_axes(axis, ndim_of(m)))
 
 
-def pad(array, pad_width, mode="constant", constant_values=0):
-    """np.pad's constant mode with one constant (``-np.inf`` before a padded max pool). Its
-    result is always a new array: with zero widths ``ops.pad`` gives the array itself, and
-    ``x_pad[...] += ...`` would write into the caller's ``x``."""
-    if mode != "constant":
-        raise UnsupportedError("np.pad supports mode='constant' only")
-    fill = _pad_constant(array, constant_values)
+def pad(array, pad_width, mode="constant", **kwargs):
+    """np.pad's constant mode with one constant (``-np.inf`` before a padded max pool), and
+    the index modes of ``tracer/pad_modes.py``. Its result is always a new array: with zero
+    widths ``ops.pad`` gives the array itself, and ``x_pad[...] += ...`` would write into
+    the caller's ``x``."""
+    allowed = {"constant": {"constant_values"}, "reflect": {"reflect_type"},
+               "symmetric": {"reflect_type"}}.get(mode, set())
+    if mode not in ("constant",) + pad_modes.MODES:
+        raise UnsupportedError(f"np.pad(mode={mode!r}) is not supported; modes 'constant', "
+                               "'edge', 'reflect', 'symmetric' and 'wrap' are")
+    if set(kwargs) - allowed:
+        raise as_numpy_would(ValueError(f"unsupported keyword arguments for mode '{mode}': "
+                                        f"{set(kwargs) - allowed}"))
     widths = np.broadcast_to(np.asarray(_guarded_ints(pad_width), dtype=object),
                              (ndim_of(array), 2))
+    if mode != "constant":
+        return pad_modes.pad_by_index(array, [(int(low), int(high)) for low, high in widths],
+                                      mode, **kwargs)
+    fill = _pad_constant(array, kwargs.get("constant_values", 0))
     config = tuple((int(low), int(high), 0) for low, high in widths)
     padded = ops.pad(array, config)
     if padded is array:
@@ -828,6 +848,11 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         return UFUNC_ACCUMULATIONS[ufunc](*inputs, out=out, **kwargs)
     if method == "at" and ufunc in (np.add, np.subtract) and len(inputs) == 3 and not kwargs:
         return _ufunc_at(ufunc, *inputs)
+    if method == "outer" and ufunc.nin == 2 and len(inputs) == 2 and not kwargs:
+        # every pair: the first operand's axes, then the second's
+        first, second = (as_array(value) for value in inputs)
+        first = ops.reshape(first, tuple(shape_of(first)) + (1,) * ndim_of(second))
+        return array_ufunc(ufunc, "__call__", first, second)
     if method != "__call__":
         raise UnsupportedError(f"{name}.{method} is not supported on tracejit arrays")
     out = kwargs.pop("out", None)
@@ -965,7 +990,14 @@ FUNCTIONS = {
     np.shape: shape,
     np.ndim: ndim,
     np.size: size,
+    np.diagonal: diagonal,
+    np.trace: trace,
 }
+# The composites that live in modules of their own, each with its table.
+for _module in (array_reshaping, choices, finite_differences, math_composites, products,
+                searching, statistics):
+    FUNCTIONS.update(_module.FUNCTIONS)
+UFUNC_COMPOSITES.update(math_composites.COMPOSITES)
 
 
 def array_function(func, args, kwargs):

@@ -22,6 +22,8 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+import numpy as np
+
 PRIMITIVES: dict[str, Primitive] = {}
 
 
@@ -131,6 +133,17 @@ def is_traced(value):
     (False, False)
     """
     return getattr(type(value), "__tracejit_priority__", 0) >= 2
+
+
+def is_tracejit_array(value):
+    """A traced value or an eager ``Tensor`` (priority 1 or more): what a composite keeps
+    as it is where NumPy would call ``np.asarray``."""
+    return getattr(type(value), "__tracejit_priority__", 0) >= 1
+
+
+def as_array(value):
+    """``value`` itself when it is a tracejit array, else ``np.asarray(value)``."""
+    return value if is_tracejit_array(value) else np.asarray(value)
 
 
 def is_traced_array(value):

@@ -57,7 +57,7 @@ def _logaddexp(x, y):
     return np.where(x == y, x + _LN2, high + np.log1p(np.exp(spread)))
 
 
-def _in_loop_dtypes(ufunc, composite):
+def in_loop_dtypes(ufunc, composite):
     """A composite computed in the dtypes NumPy's own ufunc loop would use (bool and
     integer inputs become the ufunc's float type; unsupported inputs raise like NumPy)."""
 
@@ -127,11 +127,11 @@ UFUNCS = {
 
 # ufuncs composed from primitives (same call signature as the ufunc).
 UFUNC_COMPOSITES = {
-    np.positive: _in_loop_dtypes(np.positive, lambda x: x),
-    np.fabs: _in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
-    np.sinh: _in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
-    np.cosh: _in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
-    np.logaddexp: _in_loop_dtypes(np.logaddexp, _logaddexp),
+    np.positive: in_loop_dtypes(np.positive, lambda x: x),
+    np.fabs: in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
+    np.sinh: in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
+    np.cosh: in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
+    np.logaddexp: in_loop_dtypes(np.logaddexp, _logaddexp),
     np.logical_xor: lambda x, y: np.not_equal(cast(x, bool), cast(y, bool)),
     np.bitwise_and: _bitwise(ops.bitwise_and_p, lambda x, y: bind(ops.logical_and_p, x, y)),
     np.bitwise_or: _bitwise(ops.bitwise_or_p, lambda x, y: bind(ops.logical_or_p, x, y)),
@@ -152,5 +152,5 @@ def foreign_ufunc(ufunc):
     for (module_name, attribute), prim in FOREIGN_UFUNCS.items():
         module = sys.modules.get(module_name)
         if module is not None and getattr(module, attribute, None) is ufunc:
-            return _in_loop_dtypes(ufunc, lambda *inputs, prim=prim: bind(prim, *inputs))
+            return in_loop_dtypes(ufunc, lambda *inputs, prim=prim: bind(prim, *inputs))
     return None

@@ -306,7 +306,8 @@ class _Loop:
         # The index last: it is the wrapper's last explicit argument.
         symbols = (*outer, *(s for s in body.symbols if s.name != self.index), index_symbol)
         body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
-                           symbols, shape_guards=graph.shape_guards)
+                           symbols, shape_guards=graph.shape_guards,
+                           check_vars=body.check_vars)
         # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
         # the first trip, then the body's own results), so the wrapper converts nothing.
         self.program = build(body_graph, name, trusted=True, extend=self._add_driver)

@@ -37,10 +37,11 @@ Not checked (the difference from NumPy stays possible there):
   math are checked;
 * values downstream of a convolution: a check reading the product would keep its fused
   epilogue (bias, relu, masks) off the register tiles;
-* operands with no error model (a loop's results, float ``prod``), and inside a loop body
-  the jumps on values the loop carries or computes: a jump that reads a value computed
-  before the loop (through element picks: ``s[i]``) is checked on that whole value,
-  before the loop (``_hoisted``).
+* operands with no error model (float ``prod``; a loop's results unless the loop carries
+  their bound: ``tracejit.tracer.loop_bounds``, which also checks the jumps inside a loop
+  body on the values it carries, with this module's rules). A jump in a body that reads
+  a value computed before the loop (through element picks: ``s[i]``) is also checked on
+  that whole value, before the loop (``_hoisted``).
 
 Counts held in floats (a mask cast and summed, cumsum's product with a triangle of ones)
 are integers, exact in any order below 2**53 (2**24 in float32): they carry no bound
@@ -440,14 +441,22 @@ def check_discontinuities(graph):
     """Insert, before each equation that jumps and reads bounded operands, the equations of
     its ambiguity mask and a ``margin`` guard on ``any(mask)``; for a jump inside a loop
     body, on the whole value it reads, before the loop (``_hoisted``)."""
-    ctx = _Slice(graph, cheap=True)
+    body = checked_body(graph, _Slice(graph, cheap=True))
+    return graph if body is None else replace(graph, body=body)
+
+
+def checked_body(graph, ctx, hoist=True):
+    """``graph``'s body with the checks of ``check_discontinuities`` inserted, their bounds
+    taken from ``ctx`` (which keeps each checked equation's bound after its check, NumPy's
+    value or near it); None when nothing is checked. ``hoist``: also check the jumps
+    inside loop bodies that read a value from before the loop (``_hoisted``)."""
     readers = ctx.readers = _readers(graph)
     ctx.position = {item.out.name: index for index, item in enumerate(graph.body)
                     if isinstance(item, Eqn)}
     inserts = {}
     checks = []
     for index, item in enumerate(graph.body):
-        if isinstance(item, Eqn) and item.prim.name == "loop":
+        if hoist and isinstance(item, Eqn) and item.prim.name == "loop":
             checks.extend((index, eqn) for eqn in _hoisted(ctx, item))
         checks.append((index, item))
     for index, item in checks:
@@ -455,6 +464,8 @@ def check_discontinuities(graph):
             continue
         if item.out.name in graph.gradient_vars:
             continue  # reverse mode's masks: a one-sided derivative at a kink
+        if item.out.name in graph.check_vars:
+            continue  # a check's own arithmetic (loop_bounds put it in a loop body)
         if _only_margined_guards(readers.get(item.out.name, ())):
             continue
         bounds = [ctx.bound(atom) if isinstance(atom, Var) else None for atom in item.inputs]
@@ -483,12 +494,12 @@ def check_discontinuities(graph):
         inserts.setdefault(at, []).extend(pending)
         inserts[at].append(Guard(mask, "margin", False, None))
     if not inserts:
-        return graph
+        return None
     body = []
     for index, item in enumerate(graph.body):
         body.extend(inserts.get(index, ()))
         body.append(item)
-    return replace(graph, body=tuple(body))
+    return tuple(body)
 
 
-__all__ = ["AMBIGUITY", "check_discontinuities"]
+__all__ = ["AMBIGUITY", "check_discontinuities", "checked_body"]

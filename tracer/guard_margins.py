@@ -180,13 +180,15 @@ def _defined_vars(graph):
 # --- the slice: bounds of the values a guard reads ----------------------------------------
 class _Slice:
     """Bounds of the graph's values, computed on demand (memoized) from ``RULES``.
-    ``cheap``: contractions take a bound costing no contraction (``margin_rules``)."""
+    ``cheap``: contractions take a bound costing no contraction (``margin_rules``).
+    ``input_bounds``: bounds of some of the graph's inputs by name (a loop body's carried
+    values: ``tracejit.tracer.loop_bounds``); other inputs are exact."""
 
-    def __init__(self, graph, cheap=False):
+    def __init__(self, graph, cheap=False, input_bounds=None):
         self.cheap = cheap
         self.emitter = _Emitter(graph)
         self.producers = {eqn.out.name: eqn for eqn in graph.equations}
-        self.bounds = {}
+        self.bounds = dict(input_bounds or {})
         self.magnitudes = {}  # values known to be integers: a bound on |value|
         for var, constant in graph.constants:
             data = np.asarray(constant.data)
@@ -202,8 +204,10 @@ class _Slice:
 
     def bound(self, atom):
         """None (exact), or a float64 bound (bool: an ambiguity mask) of ``atom``."""
-        if isinstance(atom, Literal) or atom.name not in self.producers:
-            return None  # inputs, constants and literals are what NumPy reads
+        if isinstance(atom, Literal):
+            return None
+        if atom.name not in self.producers:  # inputs and constants are what NumPy reads
+            return self.bounds.get(atom.name)
         stack = [atom.name]
         while stack:  # iterative post-order: deep graphs do not recurse
             name = stack[-1]
@@ -221,8 +225,8 @@ class _Slice:
         return self.bounds[atom.name]
 
     def _apply(self, eqn):
-        operands = [None if isinstance(a, Literal) or a.name not in self.producers
-                    else self.bounds[a.name] for a in eqn.inputs]
+        operands = [None if isinstance(a, Literal) else self.bounds.get(a.name)
+                    for a in eqn.inputs]
         name = eqn.prim.name
         if all(bound is None for bound in operands) and self._exact_integers(eqn):
             return None
@@ -350,14 +354,16 @@ def _has_margin(body, index):
     return isinstance(previous, Guard) and previous.convert == "margin"
 
 
-def add_guard_margins(graph):
+def add_guard_margins(graph, ctx=None, modelled_only=False):
     """Give every value guard whose predicate may differ from NumPy's a margin guard, placed
     right before it. The margin's equations go before the predicate's equation when they
     do not read the predicate (comparisons: ``|a - b|`` against the operands' bounds), so
     its kernel runs first; else right after it, reading the predicate in the margin's own
     kernel (lowering checks such a guard after its margin, and the read keeps the
-    predicate's buffer live until then)."""
-    ctx = _Slice(graph)
+    predicate's buffer live until then). ``ctx``: the bound builder to use (a loop body's,
+    which knows its carried bounds: ``loop_bounds``); ``modelled_only``: no margin where
+    the bound has no model (the body's own pass, compiled alone, gives those theirs)."""
+    ctx = _Slice(graph) if ctx is None else ctx
     body = list(graph.body)
     position = {item.out.name: index for index, item in enumerate(body)
                 if isinstance(item, Eqn)}
@@ -372,6 +378,8 @@ def add_guard_margins(graph):
         key = (predicate.name, guard.convert)
         if key not in margins:
             bound = ctx.bound(predicate)
+            if modelled_only and (bound is INF or bound is ALWAYS):
+                bound = None
             ambiguous = None if bound is None else _margin(ctx, guard, bound)
             if isinstance(ambiguous, Literal):
                 ambiguous = None if not bool(ambiguous.value) else ctx.emit(

@@ -242,6 +242,10 @@ class Graph:
     # tracejit.tracer.discontinuities does not check. Not part of the graph's identity or
     # text (a parsed graph has none: every discontinuity is then checked).
     gradient_vars: frozenset = field(default=frozenset(), compare=False)
+    # Names of the values a pass computed to check others (``tracejit.tracer.loop_bounds``'
+    # bounds and ambiguity masks): the checks run on the graph again (a loop body compiled
+    # alone) do not check them in turn. Like ``gradient_vars``, not part of the identity.
+    check_vars: frozenset = field(default=frozenset(), compare=False)
 
     @property
     def equations(self):

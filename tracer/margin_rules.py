@@ -652,9 +652,23 @@ def _matmul(ctx, eqn, bounds):
 
 def _loop(ctx, eqn, bounds):
     """Never exact, even on exact operands: its body's operations round as compiled code
-    does (a compiled tanh is within 1.5 ulp of NumPy's, not equal to it), trip after trip,
-    and that is not modelled."""
-    raise Unbounded
+    does (a compiled tanh is within 1.5 ulp of NumPy's, not equal to it), trip after trip.
+    Bounded only where the loop carries its result's bound (``loop_bounds``: the ``loop``
+    result at the paired position)."""
+    params = eqn.params_dict
+    position = dict(params.get("bounds", ())).get(params["output"])
+    if position is None:
+        raise Unbounded
+    if not hasattr(ctx, "loop_results"):
+        ctx.loop_results = {
+            (other.inputs, tuple(p for p in other.params if p[0] != "output"),
+             other.params_dict["output"]): other.out
+            for other in ctx.producers.values() if other.prim.name == "loop"}
+    found = ctx.loop_results.get(
+        (eqn.inputs, tuple(p for p in eqn.params if p[0] != "output"), position))
+    if found is None:
+        raise Unbounded
+    return found
 
 
 def _convolution(ctx, eqn, bounds):

@@ -14,6 +14,7 @@ from dataclasses import replace
 from .discontinuities import check_discontinuities
 from .guard_margins import add_guard_margins
 from .ir import Eqn, Guard, Var, verify
+from .loop_bounds import carry_loop_bounds
 from .loop_vectorize import vectorize_loops
 
 
@@ -72,6 +73,9 @@ PIPELINE = [
      "reductions, masks); compute it once"),
     (eliminate_dead_code, "tracing records what the function computed but never used "
      "(discarded values, shape probes)"),
+    (carry_loop_bounds, "a loop carries its rounding from trip to trip: where a decision "
+     "inside it or after it reads a carried value, the loop carries that value's bound, "
+     "so the checks below (and the body's) see it"),
     (check_discontinuities, "floor, astype(int), //, %, sign, masks and argmax turn our "
      "last-bit differences from NumPy into whole units: near a jump, eager decides (before "
      "the guard margins, which would otherwise find their own bound equations here)"),

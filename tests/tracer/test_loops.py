@@ -226,14 +226,17 @@ def test_guard_after_a_loop_side_exits_with_its_own_number():
         np.testing.assert_allclose(f(x), sign_after_loop(x), rtol=1e-12)
     program = program_of(f)
     assert isinstance(program, NativeLoopProgram)
-    # The guard's margin comes first and holds no finite bound (guard_margins does not
-    # model rounding carried through a loop): every call leaves through it, numbered as
-    # the whole graph numbers it, and eager decides.
+    # The guard's margin comes first. The loop carries h's rounding bound
+    # (tracer/loop_bounds.py): a sum far from 0 passes the margin and the guard decides
+    # (the other branch leaves through it, number 1); a sum within its bound of 0 leaves
+    # through the margin (number 0), numbered as the whole graph numbers it, and eager
+    # decides.
     assert [guard.convert for guard in program.graph.guards] == ["margin", "bool"]
-    for x in (positive, negative):
+    program(positive)
+    for x, number in ((negative, 1), (np.zeros((5, 3)), 0)):
         with pytest.raises(SideExit) as exit:
             program(x)
-        assert exit.value.guard_index == 0
+        assert exit.value.guard_index == number
 
 
 def guards_around_a_loop(x):
@@ -249,7 +252,13 @@ def test_guards_in_segments_keep_the_graph_numbering():
     program = compile_graph(trace(guards_around_a_loop, x, dynamic=True).graph)
     assert isinstance(program, NativeLoopProgram)
     assert [guard.convert for guard in program.graph.guards] == ["margin", "bool"] * 2
-    for value, number in ((-x, 1), (x, 2)):  # before the loop; after it (its margin)
+    # h is (a, -a, 0) after trip 1 (tanh(0.5) taken back out), then stays so: its sum is
+    # within the bound the loop carries of 0
+    near_zero = np.zeros((6, 3))
+    near_zero[0] = (1.0, -1.0, 0.25)
+    near_zero[1, 2] = -np.tanh(0.5) / 2
+    program(x)
+    for value, number in ((-x, 1), (near_zero, 2)):  # before the loop; after it (its margin)
         with pytest.raises(SideExit) as exit:
             program(value)
         assert exit.value.guard_index == number

@@ -8,7 +8,9 @@ the symbol ``index`` (a ``DimExpr`` symbol such as ``i0``) inside the body's par
 dim literals, running over ``range(start, stop, step)``; ``start``/``stop`` are ints or
 ``DimExpr``s of the outer graph's symbols. The equation's value is carried value
 ``output`` after the last iteration: a loop whose results are all used appears once per
-result, with the same operands and body; execution runs each such group once.
+result, with the same operands and body; execution runs each such group once. ``bounds``
+pairs a carried value with the carried value that holds its rounding bound
+(``tracejit.tracer.loop_bounds``: compiled against NumPy, trip after trip).
 
 Buffers written at the index (``hs[:, t, :] = h``) are carried values updated
 functionally in the IR (``where(pad(mask), pad(h), hs)``); ``inplace_writes`` finds that
@@ -286,8 +288,8 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
     return carried
 
 
-def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bindings=None,
-               effects=None):
+def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bounds=(),
+               bindings=None, effects=None):
     avals = [var.aval for var in body.inputs]
     bindings = bind_symbols(avals, operands, bindings)
     start, stop = _evaluate(start, bindings), _evaluate(stop, bindings)
@@ -296,7 +298,7 @@ def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, b
     return result[output]
 
 
-def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0):
+def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0, bounds=()):
     if len(avals) != len(body.inputs) or len(body.outputs) != num_carry:
         raise ValueError("a loop's operands must match its body's inputs, and its body "
                          "must return its carried values")

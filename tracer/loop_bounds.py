@@ -1,0 +1,277 @@
+"""Loop bounds: a loop carries the rounding bound of the values its decisions read.
+
+Compiled code rounds differently from NumPy in the last bits (a tanh within a few ulp,
+a sum in another order), and inside a loop that difference is carried from trip to trip.
+A jump inside the body (``np.where(h > t, 1, -100)``, ``argmax`` of the logits fed back as
+the next input, ``if h.sum() > 0``) on a carried value, or a jump after the loop on its
+result, could then go the other way than NumPy's and change the answer by a whole unit.
+The body's own checks (``check_discontinuities`` on the body, compiled alone) see its
+carried inputs as exact, so only the last trip's rounding was covered.
+
+``carry_loop_bounds`` gives such a loop one more carried value per float value its
+decisions (or the decisions after it) depend on: a float64 bound ``E`` with ``|compiled -
+numpy| <= E`` elementwise, computed in the body by the rules of ``margin_rules`` from the
+bounds carried in, starting from the initial values' bounds. Inside the body every jump
+and value guard then gets its margin guard on that bound (a failure is a side exit of the
+whole call: eager decides), and after the loop the result's bound is the carried one
+(``margin_rules._loop`` reads it through the loop's ``bounds`` pairs). Once a check holds,
+the checked value is NumPy's, so an ``argmax`` fed back (greedy decoding) carries no bound.
+
+A carried value whose bound has no model (after a float32 matmul, a convolution, a loop
+nested in the body) stays unbounded, as at the top level, and the jumps reading it stay
+unchecked. Bounds are worst cases: one through a long recurrence with weights above 1 in
+norm grows trip after trip until the checks send the call to NumPy.
+
+>>> import numpy as np
+>>> from tracejit.tracer.ir import Eqn
+>>> from tracejit.tracer.tracing import trace
+>>> def count(x, th):
+...     h, hits = np.zeros(x.shape[1]), np.zeros(x.shape[1])
+...     for t in range(x.shape[0]):
+...         hits = hits + np.where(h > th, 1.0, -100.0)
+...         h = np.tanh(h + x[t])
+...     return hits
+>>> graph = trace(count, np.ones((5, 3)), np.zeros(3), dynamic=True).graph
+>>> loop = next(eqn for eqn in carry_loop_bounds(graph).equations if eqn.prim.name == "loop")
+>>> loop.params_dict["num_carry"], loop.params_dict["bounds"]
+(3, ((0, 2),))
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .abstract import AbstractArray
+from .discontinuities import AMBIGUITY, _unbounded, checked_body
+from .guard_margins import _Slice, add_guard_margins
+from .ir import Eqn, Guard, Literal, Var
+from .margin_rules import F64, is_bool, is_float
+from .ops import broadcast_to_p, full_p, loop_p
+
+# Guards whose predicate a compiled run decides (float/item pin a value: guard_margins).
+_DECIDING = ("bool", "int", "index")
+
+
+def carry_loop_bounds(graph):
+    """Give each loop whose body decides on carried values, or whose results feed a
+    decision after it, the carried bounds of those values and the checks they allow."""
+    done = set()
+    while True:
+        for item in graph.body:
+            if isinstance(item, Eqn) and item.prim is loop_p and _key(item) not in done:
+                graph, key = _bound_loop(graph, item)
+                done.add(key)
+                break
+        else:
+            return graph
+
+
+def _key(eqn):
+    return eqn.inputs, tuple(param for param in eqn.params if param[0] != "output")
+
+
+def _decisions(graph):
+    """The atoms the graph's jumps and value guards read (not reverse mode's masks), and
+    every operand of a loop that decides inside (its body may read any of them)."""
+    roots = []
+    for item in graph.body:
+        if isinstance(item, Guard) and item.convert in _DECIDING:
+            roots.append(item.predicate)
+        elif isinstance(item, Eqn) and item.prim.name in AMBIGUITY and (
+                item.out.name not in graph.gradient_vars):
+            roots.extend(item.inputs)
+        elif isinstance(item, Eqn) and item.prim is loop_p and _decisions(
+                item.params_dict["body"]):
+            roots.extend(item.inputs)
+    return roots
+
+
+def _reads(graph, roots):
+    """Names of the values ``roots`` depend on in ``graph``, inputs included."""
+    producers = {eqn.out.name: eqn for eqn in graph.equations}
+    stack, seen = [atom for atom in roots if isinstance(atom, Var)], set()
+    while stack:
+        atom = stack.pop()
+        if atom.name in seen:
+            continue
+        seen.add(atom.name)
+        eqn = producers.get(atom.name)
+        if eqn is not None:
+            stack.extend(operand for operand in eqn.inputs if isinstance(operand, Var))
+    return seen
+
+
+def _bound_positions(graph, group, body, num_carry):
+    """The carried positions whose bounds the decisions need (inside the body, and after
+    the loop through its results), closed over the carried values they read, and the
+    names of the body's values those decisions and bounds read."""
+    decided = _reads(graph, _decisions(graph))
+    wanted = {eqn.params_dict["output"] for eqn in group if eqn.out.name in decided}
+    roots = _decisions(body)
+    while True:
+        reads = _reads(body, roots + [body.outputs[position] for position in wanted])
+        carried = {position for position in range(num_carry)
+                   if body.inputs[position].name in reads}
+        if carried <= wanted:
+            return wanted, reads
+        wanted |= carried
+
+
+def _fresh(ctx, aval):
+    var = Var(f"%{ctx.emitter.next_number}", aval)
+    ctx.emitter.next_number += 1
+    return var
+
+
+def _full_shape(ctx, bound, aval):
+    """``bound`` (None: exact) as a float64 array of ``aval``'s shape."""
+    shape = tuple(aval.shape)
+    if bound is None or isinstance(bound, Literal):
+        value = 0.0 if bound is None else float(bound.value)
+        return ctx.emit(full_p, shape=shape, value=value, dtype=F64)
+    bound = ctx.f64(bound)
+    if tuple(bound.aval.shape) == shape:
+        return bound
+    return ctx.emit(broadcast_to_p, bound, shape=shape)
+
+
+def _body_checks(body, ctx):
+    """The body's items with the discontinuity checks and the value guards' margins whose
+    bounds ``ctx`` models, or None when it adds none."""
+    items = checked_body(body, ctx, hoist=False)
+    checked = body if items is None else replace(body, body=items)
+    guarded = add_guard_margins(checked, ctx, modelled_only=True)
+    return None if guarded is body else list(guarded.body)
+
+
+def _bound_loop(graph, first):
+    """``graph`` with the loop group of ``first`` carrying bounds (unchanged when no
+    decision needs one), and the group's key afterwards."""
+    params = first.params_dict
+    body, num_carry = params["body"], params["num_carry"]
+    group = [eqn for eqn in graph.equations if eqn.prim is loop_p and _key(eqn) == _key(first)]
+    wanted, reads = _bound_positions(graph, group, body, num_carry)
+    if not wanted and not _decisions(body):
+        return graph, _key(first)
+    outer = _Slice(graph, cheap=True)
+    numbers = [outer.emitter.next_number]
+    numbers += [int(var.name[1:]) + 1 for var in _all_vars(body) if var.name[1:].isdigit()]
+    outer.emitter.next_number = max(numbers)
+
+    # What the body reads from outside: exact, bounded (the bound passed in), or not
+    # modelled; the same for the initial carried values.
+    unbounded, operand_bounds = {}, {}
+    for position, (var, operand) in enumerate(zip(body.inputs, first.inputs)):
+        if var.name not in reads or not isinstance(operand, Var):
+            continue
+        bound = outer.bound(operand)
+        if bound is None:
+            continue
+        if _unbounded(bound) or not (is_float(var) or is_bool(var) and position >= num_carry):
+            unbounded[position] = outer.unbounded(var)
+        elif position >= num_carry:
+            operand_bounds[position] = bound if is_bool(var) else outer.f64(bound)
+    carried = sorted(position for position in wanted
+                     if position not in unbounded and is_float(body.inputs[position]))
+    # The body as a graph that knows the outer symbols (its shapes name them).
+    names = {symbol.name for symbol in body.symbols}
+    scoped = replace(body, symbols=tuple(symbol for symbol in graph.symbols
+                                         if symbol.name not in names) + body.symbols,
+                     shape_guards=graph.shape_guards + body.shape_guards)
+    while True:
+        ctx = _Slice(scoped, cheap=True)
+        ctx.emitter.next_number = outer.emitter.next_number
+        bound_inputs = {position: _fresh(ctx, AbstractArray(body.inputs[position].aval.shape,
+                                                            F64))
+                        for position in carried}
+        for position, bound in operand_bounds.items():
+            shape = body.inputs[position].aval.shape if bound.aval.shape else ()
+            bound_inputs[position] = _fresh(ctx, AbstractArray(shape, bound.aval.dtype))
+        ctx.bounds.update({body.inputs[position].name: var
+                           for position, var in bound_inputs.items()})
+        ctx.bounds.update({body.inputs[position].name: bound
+                           for position, bound in unbounded.items()})
+        items = _body_checks(scoped, ctx)
+        out_bounds = {position: ctx.bound(body.outputs[position]) for position in wanted
+                      if position not in unbounded}
+        # A carried value whose bound after a trip is not modelled (or a non-float one
+        # that is not exact) is unbounded from the start: try again without it.
+        lost = {position for position, bound in out_bounds.items()
+                if (_unbounded(bound) if is_float(body.inputs[position]) else bound is not None)}
+        if not lost:
+            break
+        for position in lost:
+            unbounded[position] = ctx.unbounded(body.inputs[position])
+        carried = [position for position in carried if position not in lost]
+    if items is None and not carried:
+        return graph, _key(first)
+
+    # The body: its bounds after a trip become carried outputs.
+    outputs = [_full_shape(ctx, out_bounds[position], body.inputs[position].aval)
+               for position in carried]
+    items = list(body.body if items is None else items) + ctx.emitter.pending
+    ctx.emitter.pending = []
+    inputs = (body.inputs[:num_carry] + tuple(bound_inputs[p] for p in carried)
+              + body.inputs[num_carry:] + tuple(bound_inputs[p] for p in operand_bounds))
+    new_body = replace(body, inputs=inputs, body=tuple(items),
+                       outputs=body.outputs + tuple(outputs),
+                       check_vars=body.check_vars | set(ctx.emitter.producers))
+
+    # The loop: initial bounds, and the bounds of outside values, are computed before it.
+    outer.emitter.next_number = ctx.emitter.next_number
+    initial = [_full_shape(outer, outer.bound(first.inputs[p]) if isinstance(
+        first.inputs[p], Var) else None, first.inputs[p].aval) for p in carried]
+    passed = [outer.bound(first.inputs[p]) for p in operand_bounds]
+    passed = [_fit(outer, bound, first.inputs[p].aval, bound_inputs[p].aval)
+              for bound, p in zip(passed, operand_bounds)]
+    operands = (first.inputs[:num_carry] + tuple(initial) + first.inputs[num_carry:]
+                + tuple(passed))
+    pairs = tuple((position, num_carry + index) for index, position in enumerate(carried))
+    loop_params = dict(params, body=new_body, num_carry=num_carry + len(carried),
+                       bounds=pairs)
+    loop_params.pop("output")
+    replaced = {}
+    for eqn in group:
+        replaced[eqn.out.name] = Eqn(loop_p, operands, tuple(sorted(
+            dict(loop_params, output=eqn.params_dict["output"]).items())), eqn.out)
+    bound_results = [outer.emitter.equation(loop_p, operands, dict(loop_params, output=index))
+                     for _, index in pairs]
+    before = outer.emitter.pending
+    new_items = []
+    for item in graph.body:
+        if item is first:
+            new_items.extend(before)
+        if isinstance(item, Eqn) and item.out.name in replaced:
+            new_items.append(replaced[item.out.name])
+            if item is first:
+                new_items.extend(bound_results)
+            continue
+        new_items.append(item)
+    new_first = replaced[first.out.name]
+    return replace(graph, body=tuple(new_items), check_vars=graph.check_vars | set(
+        outer.emitter.producers)), _key(new_first)
+
+
+def _fit(ctx, bound, outer_aval, inner_aval):
+    """An outside value's bound as the body input ``inner_aval`` takes it: a scalar, or
+    the value's shape."""
+    if tuple(inner_aval.shape) == ():
+        return bound
+    if tuple(bound.aval.shape) == tuple(outer_aval.shape):
+        return bound
+    return ctx.emit(broadcast_to_p, bound, shape=tuple(outer_aval.shape))
+
+
+def _all_vars(graph):
+    """Every variable of ``graph`` and of the loop bodies in it, at any depth."""
+    yield from graph.inputs
+    for var, _ in graph.constants:
+        yield var
+    for item in graph.body:
+        if isinstance(item, Eqn):
+            yield item.out
+            if item.prim is loop_p:
+                yield from _all_vars(item.params_dict["body"])
+
+
+__all__ = ["carry_loop_bounds"]

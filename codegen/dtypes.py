@@ -18,6 +18,12 @@ SUPPORTED = {
     np.dtype(np.float64): ir.DoubleType(),
 }
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+# Arguments of these dtypes are read only to be converted (``codegen/narrow_inputs.py``)
+NARROW_MEMORY = {
+    np.dtype(np.int8): I8, np.dtype(np.uint8): I8,
+    np.dtype(np.int16): ir.IntType(16), np.dtype(np.uint16): ir.IntType(16),
+    np.dtype(np.uint32): I32, np.dtype(np.uint64): I64,
+}
 F32, F64 = ir.FloatType(), ir.DoubleType()
 
 
@@ -34,7 +40,10 @@ def register_type(dtype):
 
 
 def memory_type(dtype):
-    return I8 if np.dtype(dtype) == np.bool_ else SUPPORTED[np.dtype(dtype)]
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return I8
+    return SUPPORTED[dtype] if dtype in SUPPORTED else NARROW_MEMORY[dtype]
 
 
 def is_float(dtype):
@@ -90,8 +99,11 @@ def cast(builder, value, source, target):
         )
     if is_float(source):
         return builder.fptosi(value, target_type)
+    unsigned = source.kind == "u"  # (narrow arguments: uint8 images)
     if is_float(target):
-        return builder.sitofp(value, target_type)
+        return (builder.uitofp if unsigned else builder.sitofp)(value, target_type)
     if target.itemsize > source.itemsize:
-        return builder.sext(value, target_type)
+        return (builder.zext if unsigned else builder.sext)(value, target_type)
+    if target.itemsize == source.itemsize:
+        return value  # uint64 -> int64: the same bits, as NumPy's astype
     return builder.trunc(value, target_type)

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Guard, Literal, Var
 from tracejit.tracer.ops import (
     broadcast_to_p,
@@ -42,10 +43,11 @@ from tracejit.tracer.ops import (
 )
 from tracejit.tracer.shapes import size_of
 
-from .dtypes import check_supported
+from .dtypes import NARROW_MEMORY, check_supported
 from .gemm_driver import DIRECT_B_FLOATS
 from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
+from .narrow_inputs import check_narrow_uses, is_narrow_view
 from .parallel_entry import ALIGNED_CHUNK
 from .view_lowering import split_reshape_groups, unit_reshape_index
 
@@ -216,8 +218,9 @@ class _Scheduler:
 
     # --- which values need buffers ----------------------------------------------------
     def initial_materialization(self):
+        check_narrow_uses(self.graph)
         for item in self.graph.body:
-            if isinstance(item, Eqn):
+            if isinstance(item, Eqn) and not is_narrow_view(item):
                 check_supported(item.out.aval.dtype, f"the result of {item.prim.name}")
         for atom in self.graph.outputs:
             # Views of inputs are made by the wrapper (NumPy, sharing the caller's memory).
@@ -863,6 +866,10 @@ def schedule(graph):
         atom for item in graph.body if isinstance(item, Effect)
         for atom in item.inputs if isinstance(atom, Var)
     ]
+    for buffer in scheduler.buffers.values():
+        if buffer.kind != "input" and buffer.dtype in NARROW_MEMORY:  # (views: index maps)
+            raise UnsupportedError(f"compiled code would store a {buffer.dtype} view of an "
+                                   "argument; convert the argument first")
     workspace = _plan_workspace(scheduler, kernels)
     return Schedule(graph, scheduler.producers, scheduler.buffers, kernels, entry_guards,
                     workspace, effect_outputs, scheduler)

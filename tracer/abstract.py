@@ -16,6 +16,10 @@ import numpy as np
 PYTHON_SCALARS = (bool, int, float)
 # The dtypes compiled code holds (codegen/dtypes.py): arrays of others run eagerly.
 COMPILED_DTYPES = tuple(map(np.dtype, ("bool", "int32", "int64", "float32", "float64")))
+# Argument dtypes compiled code reads only to convert them (uint8 images: img / 255.0);
+# a use that computes in them runs eagerly (codegen/narrow_inputs.py). Not float16: the
+# trace's own composites (np.mean) would round float16 unlike NumPy on the traced call.
+NARROW_DTYPES = tuple(map(np.dtype, ("int8", "uint8", "int16", "uint16", "uint32", "uint64")))
 # NumPy scalars an argument may be as a run-time input (``lr = np.float32(0.01)``), by
 # type name: the entry guard checks the type, the kernel reads the value (a float16
 # scalar stays a constant).

@@ -808,10 +808,14 @@ def half_precision_layer(x, w):
                                       np.ones((3, 2), dtype=np.float32))),
 ], ids=["int16_cumsum", "uint8_image", "float16_cast"])
 def test_narrow_dtype_inputs_cast_up_are_no_internal_error(model, make):
-    """Compiled code holds no uint8/int16/float16: such calls run eagerly, saying so."""
+    """uint8/int16 arguments that every use converts compile (codegen/narrow_inputs.py);
+    float16 ones run eagerly, saying how to compile."""
     f = run_calls(model, [make(4), make(5)], **F32)
     no_internal_errors(f)
-    assert "astype(np.float32)" in repr(f.stats()["eager_reasons"])
+    if model is half_precision_layer:
+        assert "astype(np.float32)" in repr(f.stats()["eager_reasons"])
+    else:
+        assert not f.stats()["eager_calls"], f.explain()
 
 
 def no_eager_calls(f):

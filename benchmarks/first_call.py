@@ -69,15 +69,16 @@ def _child(name):
         raise SystemExit(f"unknown child {name!r}; one of {', '.join(CHILDREN)}")
     imported = time.perf_counter() - started
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = call()
-    first = time.perf_counter() - start
+    first, first_cpu = time.perf_counter() - start, time.process_time() - cpu
     warm = []
     for _ in range(WARM_CALLS):
         start = time.perf_counter()
         call()
         warm.append(time.perf_counter() - start)
-    report = dict(import_s=imported, first_s=first, warm_s=statistics.median(warm),
+    report = dict(import_s=imported, first_s=first, first_cpu_s=first_cpu,
+                  warm_s=statistics.median(warm),
                   loss=float(np.asarray(result[0].detach() if hasattr(result[0], "detach")
                                         else result[0])))
     if name in TRACEJIT_STEPS:
@@ -110,6 +111,9 @@ def _summary(name, runs, peer, note, extra=None):
                median=statistics.median(run["first_s"] for run in runs) * 1e3,
                samples=[run["first_s"] * 1e3 for run in runs],
                info=dict(warm_call_ms=statistics.median(run["warm_s"] for run in runs) * 1e3,
+                         # all threads' CPU: comparable when other load inflates wall time
+                         first_cpu_ms=statistics.median(run["first_cpu_s"] for run in runs)
+                         * 1e3,
                          import_s=statistics.median(run["import_s"] for run in runs),
                          processes=len(runs), **(extra or {})),
                loss=runs[0]["loss"], status="ok")

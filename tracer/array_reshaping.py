@@ -1,7 +1,8 @@
 """NumPy's rearranging functions composed from slices, flips, transposes and
 concatenations: ``np.append``, ``np.insert`` and ``np.delete`` (constant positions),
 ``np.fliplr``, ``np.flipud``, ``np.rot90``, ``np.column_stack``, ``np.dstack``,
-``np.rollaxis``, ``np.meshgrid`` (listed in ``FUNCTIONS``, which ``numpy_api`` joins).
+``np.rollaxis``, ``np.meshgrid``, ``np.resize``, ``np.block`` (listed in ``FUNCTIONS``,
+which ``numpy_api`` joins).
 
 Lengths stay symbolic: ``ids = np.append(ids, nxt)`` in a generation loop concatenates,
 and a position counted from the end of a symbolic axis is a dim expression.
@@ -199,7 +200,71 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     return tuple(grids)
 
 
+def resize(a, new_shape):
+    """``np.resize``: the flattened array repeated to fill ``new_shape``, a gather at
+    ``i % size`` (a symbolic size stays symbolic)."""
+    shape = tuple(new_shape) if isinstance(new_shape, (tuple, list)) else (new_shape,)
+    if any(dim < 0 for dim in shape):
+        raise as_numpy_would(ValueError("all elements of `new_shape` must be non-negative"))
+    flat = np.ravel(_strong_array(a))
+    total = 1
+    for dim in shape:
+        total = total * dim
+    size = shape_of(flat)[0]
+    if size == 0 or total == 0:
+        return np.zeros_like(flat, shape=shape)
+    positions = np.remainder(ops.iota(total, np.int64, like=flat), size)
+    return ops.reshape(ops.gather(flat, positions, axis=0), shape)
+
+
+def block(arrays):
+    """``np.block``: the innermost lists concatenated along the last axis, each level out
+    along the axis before, every leaf first given the result's rank."""
+    depth, deepest = _block_depth(arrays)
+    leaves = []
+
+    def collect(item):
+        if isinstance(item, list):
+            for each in item:
+                collect(each)
+        else:
+            leaves.append(item)
+
+    collect(arrays)
+    rank = max(depth, max((ndim_of(_strong_array(leaf)) for leaf in leaves), default=0))
+
+    def assemble(item, remaining):
+        if isinstance(item, list):
+            return np.concatenate([assemble(each, remaining - 1) for each in item],
+                                  axis=-remaining)
+        leaf = _strong_array(item)
+        return ops.reshape(leaf, (1,) * (rank - ndim_of(leaf)) + tuple(shape_of(leaf)))
+
+    result = assemble(arrays, depth)
+    return result.copy() if depth == 0 else result
+
+
+def _block_depth(arrays, index=()):
+    """The nesting depth of ``arrays`` (the same for every leaf, as NumPy checks)."""
+    if type(arrays) is tuple:
+        raise as_numpy_would(TypeError(
+            f"arrays{''.join(f'[{i}]' for i in index)} is a tuple. Only lists can be used "
+            "to arrange blocks, and np.block does not allow implicit conversion from tuple "
+            "to ndarray."))
+    if type(arrays) is not list:
+        return 0, index
+    if not arrays:
+        raise as_numpy_would(ValueError("List at arrays cannot be empty"))
+    depths = [_block_depth(item, index + (i,)) for i, item in enumerate(arrays)]
+    first = depths[0][0]
+    if any(depth != first for depth, _ in depths):
+        raise as_numpy_would(ValueError("List depths are mismatched"))
+    return first + 1, depths[0][1]
+
+
 FUNCTIONS = {
+    np.resize: resize,
+    np.block: block,
     np.append: append,
     np.delete: delete,
     np.insert: insert,

@@ -462,7 +462,8 @@ class Hooks:
             total = SymInt(total.expr, total.value, total.context)  # not x.shape's own
             self.context.numpy_dims[id(total)] = total
             return total
-        if function in FUNCTIONS and function not in _SEQUENCE_FUNCTIONS and args and (
+        if function in FUNCTIONS and function not in _SEQUENCE_FUNCTIONS and (
+                function is not np.block) and args and (
                 _holds_traced(args[0])):
             # np.mean(losses): NumPy would make the list an array (no dispatch to the
             # tracer: only the list is the dispatched argument); a stack, as np.array's

@@ -1,6 +1,7 @@
 """Products of arrays composed from ``matmul``, ``tensordot`` and broadcasts: ``np.inner``,
-``np.vdot``, ``np.kron``, ``np.linalg.matrix_power`` (NumPy's own order of squarings) and
-``np.linalg.multi_dot`` (NumPy's own parenthesization), listed in ``FUNCTIONS``.
+``np.vdot``, ``np.kron``, ``np.cross`` (3-vectors), ``np.linalg.matrix_power`` (NumPy's
+own order of squarings) and ``np.linalg.multi_dot`` (NumPy's own parenthesization), listed
+in ``FUNCTIONS``.
 
 >>> import tracejit as tj
 >>> f = tj.jit(lambda a: (np.inner(a, a), np.linalg.matrix_power(a, 3)), cache="memory")
@@ -149,7 +150,35 @@ def _in_order(arrays, order, i, j):
                   _in_order(arrays, order, order[i, j] + 1, j))
 
 
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """NumPy's products for two arrays of 3-vectors (each component ``a1 * b2 - a2 * b1``,
+    rounded as NumPy's); 2-vectors (deprecated in NumPy 2) are refused."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = as_array(a), as_array(b)
+    if ndim_of(a) < 1 or ndim_of(b) < 1:
+        raise as_numpy_would(ValueError("At least one array has zero dimension"))
+    a, b = np.moveaxis(a, axisa, -1), np.moveaxis(b, axisb, -1)
+    if shape_of(a)[-1] not in (2, 3) or shape_of(b)[-1] not in (2, 3):
+        raise as_numpy_would(ValueError("incompatible dimensions for cross product\n"
+                                        "(dimension must be 2 or 3)"))
+    if shape_of(a)[-1] == 2 or shape_of(b)[-1] == 2:
+        raise UnsupportedError("np.cross of 2-vectors (deprecated in NumPy 2) is not "
+                               "supported")
+    dtype = np.promote_types(dtype_of(a), dtype_of(b))
+    if dtype == np.bool_:
+        raise as_numpy_would(TypeError("numpy boolean subtract, the `-` operator, is not "
+                                       "supported, use the bitwise_xor, the `^` operator, or "
+                                       "the logical_xor function instead."))
+    a, b = a.astype(dtype), b.astype(dtype)
+    a0, a1, a2 = (a[..., i] for i in range(3))
+    b0, b1, b2 = (b[..., i] for i in range(3))
+    product = np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+    return np.moveaxis(product, -1, axisc)
+
+
 FUNCTIONS = {
+    np.cross: cross,
     np.inner: inner,
     np.vdot: vdot,
     np.kron: kron,

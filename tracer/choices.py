@@ -1,5 +1,6 @@
 """Element-wise choices among arrays, as chains of ``where``: ``np.select``, ``np.choose``,
-``np.piecewise`` (constant pieces), and the closeness tests ``np.isclose`` and
+``np.piecewise`` (constant pieces, and function pieces under ``jit``, called on the
+selection ``x[cond]`` as NumPy calls them), and the closeness tests ``np.isclose`` and
 ``np.allclose`` (NumPy's own formula), listed in ``FUNCTIONS``.
 
 Where NumPy raises on data (``np.choose`` with an index out of range, ``np.allclose``'s
@@ -18,7 +19,7 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError, as_numpy_would
-from .primitives import as_array, is_tracejit_array
+from .primitives import as_array, is_traced, is_tracejit_array
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
@@ -106,12 +107,33 @@ def piecewise(x, condlist, funclist, *args, **kw):
             f"{len(conditions) + 1} functions are expected"))
     result = np.zeros_like(x)
     for cond, piece in zip(conditions, funclist):
-        if callable(piece):
-            raise UnsupportedError("np.piecewise with a function piece is not supported "
-                                   "(NumPy calls it on the selected elements only); use "
-                                   "np.where or np.select over the function of the array")
-        result = np.where(cond, np.asarray(piece).astype(dtype_of(x)), result)
+        values = _piece_values(x, cond, piece, args, kw) if callable(piece) else piece
+        values = as_array(values)
+        result = np.where(cond, values.astype(dtype_of(x)), result)
     return result
+
+
+def _piece_values(x, cond, piece, args, kw):
+    """A function piece, called as NumPy calls it: on ``x[cond]`` (a traced boolean-mask
+    selection, so reductions see the selected elements only); what it gives back, a
+    selection of the same mask or a scalar, is written where ``cond`` holds."""
+    from .masked_selection import MaskedSelection  # cycle: masked_selection -> numpy_api
+
+    selection = x[cond] if is_traced(x) and is_traced(cond) else None
+    if not isinstance(selection, MaskedSelection):
+        raise UnsupportedError("np.piecewise with a function piece needs traced conditions "
+                               "of the array's shape")
+    values = piece(selection, *args, **kw)
+    if isinstance(values, MaskedSelection):
+        dense = values.dense_for(selection)
+        if dense is None:
+            raise UnsupportedError("np.piecewise: a function piece gave a selection of "
+                                   "another mask")
+        return dense
+    if ndim_of(as_array(values)) != 0:
+        raise UnsupportedError("np.piecewise: a function piece gave an array that is not "
+                               "element-wise over the selected elements")
+    return values
 
 
 def isclose(a, b, rtol=1.0e-5, atol=1.0e-8, equal_nan=False):

@@ -495,6 +495,10 @@ class Hooks:
                     "not come from the arguments: compiled runs would reuse the value this "
                     "call returned when traced. Call it outside and pass the value in"
                 )
+        if function is np.piecewise and len(args) > 2 and type(args[2]) in (list, tuple):
+            args = [*args[:2], type(args[2])(  # its function pieces run rewritten too
+                self.function_for(piece) if is_user_function(piece) else piece
+                for piece in args[2]), *args[3:]]
         if function in _CALLING_BACK:  # functools.reduce(f, ...), sorted(key=f), map(f, ...):
             args = [self.function_for(arg) if is_user_function(arg) else arg  # f runs
                     for arg in args]                                     # rewritten too

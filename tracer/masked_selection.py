@@ -164,6 +164,12 @@ class MaskedSelection:
     def __init__(self, values, info):
         self._values, self._info = values, info
 
+    def dense_for(self, selection):
+        """The dense values (1 where unselected) when this selection was made with
+        ``selection``'s mask, else ``None``: ``np.piecewise`` writes them where the mask
+        holds (``choices.piecewise``)."""
+        return self._values if self._info is selection._info else None
+
     # --- what NumPy would say about the array --------------------------------------------
     @property
     def dtype(self):

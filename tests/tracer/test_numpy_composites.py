@@ -159,6 +159,11 @@ CASES = {
                     _calls(mat_ints()), False),
     "piecewise": (lambda x: np.piecewise(x, [x < 0, x >= 1], [-1, 1, 0.5]), _calls(mat()),
                   False),
+    "piecewise_functions": (lambda x: np.piecewise(x, [x < 0, x > 1], [
+        lambda v: v * v, lambda v: v - v.mean(), lambda v: np.exp(v) * 2]), _calls(mat()),
+        False),
+    "piecewise_function_scalar": (lambda x: np.piecewise(x, [x < 0], [lambda v: 3, np.sin]),
+                                  _calls(mat(np.float32)), False),
     "isclose": (lambda x: np.isclose(x, x[::-1] * 1.5 + 0.25, atol=0.02), _calls(
         lambda size, seed: (with_specials(floats(size, seed=seed)),)), False),
     "isclose_ints_nan": (lambda x: np.isclose(x, x * 1.0, equal_nan=True), _calls(
@@ -327,7 +332,7 @@ def test_gradient_compiled_through_pad_and_median():
 
 
 REFUSED = {
-    "piecewise_function": lambda x: np.piecewise(x, [x < 0], [lambda v: v * 2, 0]),
+    "piecewise_function_sorting": lambda x: np.piecewise(x, [x < 0], [np.sort, 0]),
     "pad_linear_ramp": lambda x: np.pad(x, 1, mode="linear_ramp"),
     "pad_reflect_odd": lambda x: np.pad(x, 1, mode="reflect", reflect_type="odd"),
     "quantile_nearest": lambda x: np.quantile(x, 0.5, method="nearest"),

@@ -10,7 +10,7 @@ import numpy as np
 from tracejit.tracer import pytree
 from tracejit.tracer.ir import format_shape_guard
 
-from .guards import number_type
+from .guards import is_json_value, number_type
 from .tensor import unwrap
 
 _live = weakref.WeakSet()
@@ -78,6 +78,16 @@ def leaf_names(fn, treedef):
     return names
 
 
+def _same_static(leaf, value):
+    """Whether the entry guard takes ``leaf`` for the static ``value`` it was compiled for
+    (``guards._leaf_checks``): plain values and NumPy scalars by type and value, anything
+    else by identity (a dataclass's ``__eq__`` compares its array fields, and raises)."""
+    if leaf is value:
+        return True
+    return (is_json_value(value) or isinstance(value, np.generic)) and (
+        type(leaf) is type(value) and bool(leaf == value))
+
+
 def mismatch(spec, leaves, names=None):
     """The first way ``leaves`` differ from what ``spec`` was compiled for (old -> new).
     ``names`` are the leaves' names (``leaf_names``)."""
@@ -87,9 +97,7 @@ def mismatch(spec, leaves, names=None):
         names = [f"argument leaf {position}" for position in range(len(spec.leaves))]
     for name, leaf_spec, leaf in zip(names, spec.leaves, leaves):
         if leaf_spec.kind == "static":
-            if not (type(leaf) is type(leaf_spec.value) and leaf == leaf_spec.value) and (
-                leaf is not leaf_spec.value
-            ):
+            if not _same_static(leaf, leaf_spec.value):
                 return f"{name}: {leaf_spec.value!r} -> {leaf!r} (specialized on its value)"
             continue
         if leaf_spec.kind == "scalar":

@@ -936,3 +936,29 @@ def test_scalar_tensor_written_into_ndarray_keeps_or_refuses_gradient():
         return
     out.backward()
     np.testing.assert_allclose(x.grad.data, _numeric_grad(g_alias_write, GX), rtol=1e-5)
+
+
+# --- a dataclass of settings and arrays as an argument ------------------------------------
+def test_a_dataclass_argument_made_anew_each_call_is_no_crash():
+    """A dataclass is specialized on by identity; a new one each call misses every
+    variant, and explaining the miss compared it with ``==``, which compares its array
+    fields and raised (the call crashed where NumPy runs). Its array, updated in place
+    between calls of the same object, is read afresh."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        lr: float
+        scale: np.ndarray
+
+    def step(config, x):
+        return x * config.lr + config.scale
+
+    jitted = jit(step, cache=False)
+    x = np.arange(3.0)
+    for value in range(3):
+        config = Config(0.1, np.full(3, float(value)))
+        _same(step(config, x), jitted(config, x))
+    for value in range(3):
+        config.scale[:] = value + 10.0
+        _same(step(config, x), jitted(config, x))

@@ -4,7 +4,8 @@ position in a sorted 1-d array is how many of its elements sort before the value
 
 Each compares every value with every element (``n * m`` work, fused into one reduction),
 which suits the bin edges and short vocabularies model code searches; NaN sorts last, as in
-NumPy's sort order.
+NumPy's sort order. ``searchsorted`` first checks that the array is sorted (a value guard
+when it is traced): over an unsorted one NumPy's binary search answers otherwise.
 
 >>> import tracejit as tj
 >>> f = tj.jit(lambda x: np.digitize(x, [0.0, 1.0, 2.0]), cache="memory")
@@ -38,12 +39,24 @@ def searchsorted(a, v, side="left", sorter=None):
     a, v = as_array(a), as_array(v)
     if ndim_of(a) != 1:
         raise as_numpy_would(ValueError("object too deep for desired array"))
+    if not _is_sorted(a):
+        # NumPy's binary search over an unsorted array answers positions this count would
+        # not; a traced array's order is a value guard, so NumPy answers those calls
+        raise UnsupportedError("np.searchsorted of an array that is not sorted is not "
+                               "supported (NumPy's answer depends on its binary search)")
     column = v[..., None]
     if side == "left":
         before = _sorts_before(a, column)
     else:
         before = ~_sorts_before(column, a)
     return np.sum(before, axis=-1, dtype=np.intp)
+
+
+def _is_sorted(a):
+    """Whether ``a`` is in NumPy's sort order (NaN last): a value guard when traced."""
+    if shape_of(a)[0] == 0:
+        return True
+    return bool(np.all(~_sorts_before(a[1:], a[:-1])))
 
 
 def _monotonicity(bins):

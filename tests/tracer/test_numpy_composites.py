@@ -366,3 +366,17 @@ def test_numpys_errors_under_jit():
             function(floats(5))
         with pytest.raises(error):
             f(floats(5))
+
+
+def test_searchsorted_of_an_unsorted_array_is_numpys():
+    """Over an unsorted array NumPy's binary search answers what no count would: the
+    order is a value guard, so that call runs eagerly."""
+    def positions(a, v):
+        return np.searchsorted(a, v)
+
+    f = tj.jit(positions, cache="memory")
+    values = floats(6, seed=4)
+    for a in (sorted_vector(7, seed=1), sorted_vector(7, seed=2), floats(7, seed=3)):
+        np.testing.assert_array_equal(f(a, values), positions(a, values))
+    stats = f.stats()
+    assert stats["compiled_calls"] >= 1 and sum(stats["eager_calls"].values()) == 1, stats

@@ -142,7 +142,10 @@ def isclose(a, b, rtol=1.0e-5, atol=1.0e-8, equal_nan=False):
     x, y, atol, rtol = (
         value if isinstance(value, (int, float, complex)) or is_tracejit_array(value)
         else np.asanyarray(value) for value in (a, b, atol, rtol))
-    if hasattr(y, "dtype") or is_tracejit_array(y):
+    aval = getattr(y, "aval", None)
+    if aval is not None and aval.weak:  # a Python number NumPy would see: it stays weak
+        y = y * 1.0 if aval.dtype.kind in "iub" else y
+    elif hasattr(y, "dtype") or is_tracejit_array(y):
         y = y.astype(np.result_type(_promotion_key(y), 1.0))
     elif isinstance(y, int):
         y = float(y)

@@ -199,8 +199,21 @@ def _quantiles(a, q, axis, method, keepdims, weak_q):
         raise UnsupportedError("np.quantile of an empty slice is not supported")
     virtual = np.asanyarray(count * q + (1 + q * (1 - 1 - 1)) - 1)
     ordered = np.moveaxis(np.sort(values, axis=axis), axis, 0)
-    if np.issubdtype(virtual.dtype, np.integer):
-        return np.take(ordered, virtual, axis=0)
+    if np.issubdtype(virtual.dtype, np.integer):  # exact positions: NumPy takes them
+        result = np.take(ordered, virtual, axis=0)
+    else:
+        result = _interpolated(ordered, virtual, count, weak_q)
+    if np.dtype(dtype_of(ordered)).kind == "f":  # a NaN sorts last: the slice's answer
+        last = ordered[count - 1]
+        with_nan = np.any(np.isnan(values), axis=axis)
+        result = np.where(with_nan, last.astype(dtype_of(result)), result)
+    if ndim_of(result) == 0:
+        result = result[()]  # NumPy's scalar
+    return result
+
+
+def _interpolated(ordered, virtual, count, weak_q):
+    """NumPy's linear method between the two neighbours of each virtual index."""
     previous = np.array(np.floor(virtual))
     following = np.array(previous + 1)
     above = virtual >= count - 1
@@ -216,14 +229,7 @@ def _quantiles(a, q, axis, method, keepdims, weak_q):
     difference = high - low
     forward = low + difference * gamma
     backward = (high - difference * (1 - gamma)).astype(dtype_of(forward))
-    result = np.where(np.asarray(gamma) >= 0.5, backward, forward)
-    if np.dtype(dtype_of(ordered)).kind == "f":  # a NaN sorts last: the slice's answer
-        last = ordered[count - 1]
-        with_nan = np.any(np.isnan(values), axis=axis)
-        result = np.where(with_nan, last.astype(dtype_of(result)), result)
-    if ndim_of(result) == 0:
-        result = result[()]  # NumPy's scalar
-    return result
+    return np.where(np.asarray(gamma) >= 0.5, backward, forward)
 
 
 def _valid(q):

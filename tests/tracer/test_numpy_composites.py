@@ -168,6 +168,9 @@ CASES = {
         lambda size, seed: (with_specials(floats(size, seed=seed)),)), False),
     "isclose_ints_nan": (lambda x: np.isclose(x, x * 1.0, equal_nan=True), _calls(
         lambda size, seed: (with_specials(floats(size, dtype=np.float32, seed=seed)),)), False),
+    "isclose_python_float": (lambda x, t: np.isclose(x, t, rtol=0.5, atol=0.0),
+                             [(floats(n, dtype=np.float32, seed=n), t) for n in (5, 8)
+                              for t in (0.5, 1.25, -0.75)], False),
     "isclose_int": (lambda x: np.isclose(x, 2), _calls(mat_ints()), False),
     # --- statistics --------------------------------------------------------------------
     "ptp": (lambda x: np.ptp(x, axis=0), _calls(mat()), True),
@@ -196,6 +199,8 @@ CASES = {
     "percentile_list_float32": (lambda x: np.percentile(x, [0, 25, 50, 99, 100], axis=1),
                                 _calls(mat(np.float32)), False),
     "quantile": (lambda x: np.quantile(x, 0.7), _calls(mat(np.float32)), False),
+    "quantile_whole_positions_nan": (lambda x: np.quantile(x, [0, 1], axis=0), _calls(
+        lambda size, seed: (with_specials(floats(size, 3, seed=seed)),)), False),
     "quantile_ints": (lambda x: np.quantile(x, [0.1, 0.5], axis=0), _calls(mat_ints()),
                       False),
     # --- products and diagonals ---------------------------------------------------------

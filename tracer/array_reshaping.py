@@ -22,21 +22,10 @@ import numpy as np
 from . import ops
 from .dims import SymInt
 from .errors import UnsupportedError, as_numpy_would
-from .primitives import bind, is_traced, is_tracejit_array
+from .primitives import as_array, is_traced
 from .shapes import normalize_axis
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
-
-
-def _strong_array(value):
-    """``np.asarray(value)`` for a traced value: a weak Python number becomes its strong
-    dtype (NumPy makes an array of it: ``np.append(x_f32, 1.0)`` is float64)."""
-    if not is_tracejit_array(value):
-        return np.asarray(value)
-    aval = getattr(value, "aval", None)
-    if aval is not None and aval.weak:
-        return bind(ops.cast_p, value, dtype=aval.dtype)
-    return value
 
 
 def _take_range(a, axis, start, stop):
@@ -47,7 +36,7 @@ def _take_range(a, axis, start, stop):
 
 
 def append(arr, values, axis=None):
-    arr, values = _strong_array(arr), _strong_array(values)
+    arr, values = as_array(arr), as_array(values)
     if axis is None:
         return np.concatenate((np.ravel(arr), np.ravel(values)))
     return np.concatenate((arr, values), axis=axis)
@@ -70,7 +59,7 @@ def _position(index, length, what, inclusive=False):
 
 def delete(arr, obj, axis=None):
     """``np.delete`` at constant positions (an int, a slice, a list of ints or a mask)."""
-    arr = _strong_array(arr)
+    arr = as_array(arr)
     if axis is None:
         arr, axis = np.ravel(arr), 0
     axis = normalize_axis(axis, ndim_of(arr))
@@ -92,7 +81,7 @@ def delete(arr, obj, axis=None):
 def insert(arr, obj, values, axis=None):
     """``np.insert`` before one constant int position; ``values`` broadcast to the new
     slot and cast to ``arr``'s dtype, as NumPy casts them."""
-    arr = _strong_array(arr)
+    arr = as_array(arr)
     if axis is None:
         arr, axis = np.ravel(arr), 0
     ndim = ndim_of(arr)
@@ -102,7 +91,7 @@ def insert(arr, obj, values, axis=None):
         raise UnsupportedError("np.insert with positions other than one int is not "
                                "supported by tracejit (constant ints only)")
     position = _position(obj, length, "insert", inclusive=True)
-    values = _strong_array(values)
+    values = as_array(values)
     if ndim_of(values) > ndim:
         raise UnsupportedError("np.insert of values with more dimensions than the array "
                                "is not supported")
@@ -152,7 +141,7 @@ def rot90(m, k=1, axes=(0, 1)):
 def column_stack(tup):
     columns = []
     for value in tup:
-        value = _strong_array(value)
+        value = as_array(value)
         if ndim_of(value) < 2:  # NumPy's ndmin=2, transposed: a vector is a column
             value = ops.reshape(value, (-1, 1) if ndim_of(value) else (1, 1))
         columns.append(value)
@@ -160,7 +149,7 @@ def column_stack(tup):
 
 
 def dstack(tup):
-    return np.concatenate([np.atleast_3d(_strong_array(value)) for value in tup], axis=2)
+    return np.concatenate([np.atleast_3d(as_array(value)) for value in tup], axis=2)
 
 
 def rollaxis(a, axis, start=0):
@@ -188,7 +177,7 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     if indexing not in ("xy", "ij"):
         raise as_numpy_would(ValueError("Valid values for `indexing` are 'xy' and 'ij'."))
     count = len(xi)
-    grids = [ops.reshape(_strong_array(x), (1,) * i + (-1,) + (1,) * (count - i - 1))
+    grids = [ops.reshape(as_array(x), (1,) * i + (-1,) + (1,) * (count - i - 1))
              for i, x in enumerate(xi)]
     if indexing == "xy" and count > 1:  # the first two axes swapped
         grids[0] = ops.reshape(grids[0], (1, -1) + (1,) * (count - 2))
@@ -206,7 +195,7 @@ def resize(a, new_shape):
     shape = tuple(new_shape) if isinstance(new_shape, (tuple, list)) else (new_shape,)
     if any(dim < 0 for dim in shape):
         raise as_numpy_would(ValueError("all elements of `new_shape` must be non-negative"))
-    flat = np.ravel(_strong_array(a))
+    flat = np.ravel(as_array(a))
     total = 1
     for dim in shape:
         total = total * dim
@@ -231,13 +220,13 @@ def block(arrays):
             leaves.append(item)
 
     collect(arrays)
-    rank = max(depth, max((ndim_of(_strong_array(leaf)) for leaf in leaves), default=0))
+    rank = max(depth, max((ndim_of(as_array(leaf)) for leaf in leaves), default=0))
 
     def assemble(item, remaining):
         if isinstance(item, list):
             return np.concatenate([assemble(each, remaining - 1) for each in item],
                                   axis=-remaining)
-        leaf = _strong_array(item)
+        leaf = as_array(item)
         return ops.reshape(leaf, (1,) * (rank - ndim_of(leaf)) + tuple(shape_of(leaf)))
 
     result = assemble(arrays, depth)

@@ -142,8 +142,17 @@ def is_tracejit_array(value):
 
 
 def as_array(value):
-    """``value`` itself when it is a tracejit array, else ``np.asarray(value)``."""
-    return value if is_tracejit_array(value) else np.asarray(value)
+    """``np.asarray(value)`` as NumPy makes it: a tracejit array stays itself, except that
+    a weak one (a Python number traced as a run-time input) becomes its strong dtype, as
+    NumPy's array of a Python float is float64 (``np.append(x_f32, t)`` is float64)."""
+    if not is_tracejit_array(value):
+        return np.asarray(value)
+    aval = getattr(value, "aval", None)
+    if aval is not None and aval.weak:
+        from .ops import cast_p  # cycle: ops declares its primitives with this module
+
+        return bind(cast_p, value, dtype=aval.dtype)
+    return value
 
 
 def is_traced_array(value):

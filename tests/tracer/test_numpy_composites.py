@@ -65,6 +65,11 @@ CASES = {
     "append": (lambda x: np.append(x, x[0] * 2), _calls(vec()), True),
     "append_float32_python_float": (lambda x: np.append(x, 1.5), _calls(vec(np.float32)),
                                     False),
+    "python_float_inputs_become_float64": (
+        lambda x, t: (np.append(x, t), np.add.outer(x, t), np.inner(x, t),
+                      np.diff(x, prepend=t), np.searchsorted(np.sort(x), t)),
+        [(floats(n, dtype=np.float32, seed=n), t) for n in (5, 8) for t in (0.5, -0.3, 1.1)],
+        False),
     "append_axis": (lambda x: np.append(x, x[:1] + 1, axis=0), _calls(mat()), True),
     "append_ints": (lambda x: np.append(x, 3), _calls(mat_ints()), False),
     "append_loop": (lambda x: _append_loop(x), _calls(vec()), True),

@@ -59,11 +59,21 @@ def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
 
 
 def ediff1d(ary, to_end=None, to_begin=None):
-    if to_end is not None or to_begin is not None:
-        raise UnsupportedError("np.ediff1d with to_end or to_begin is not supported; "
-                               "concatenate around np.diff(np.ravel(x))")
-    flat = np.ravel(ary)
-    return flat[1:] - flat[:-1]
+    """NumPy's steps: the differences of the flattened array in its dtype, with
+    ``to_begin`` and ``to_end`` (flattened, cast under the ``same_kind`` rule) around."""
+    flat = np.ravel(as_array(ary))
+    dtype = np.dtype(dtype_of(flat))
+    parts = [flat[1:] - flat[:-1]]
+    for end, name, at_start in ((to_begin, "to_begin", True), (to_end, "to_end", False)):
+        if end is None:
+            continue
+        end = as_array(end)
+        if not np.can_cast(np.dtype(dtype_of(end)), dtype, casting="same_kind"):
+            raise as_numpy_would(TypeError(f"dtype of `{name}` must be compatible with input "
+                                           "`ary` under the `same_kind` rule."))
+        end = np.ravel(end).astype(dtype)
+        parts.insert(0, end) if at_start else parts.append(end)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def gradient(f, *varargs, axis=None, edge_order=1):

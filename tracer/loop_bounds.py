@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .abstract import AbstractArray
+from .dims import DimExpr
 from .discontinuities import AMBIGUITY, _unbounded, checked_body
 from .guard_margins import _Slice, add_guard_margins
 from .ir import Eqn, Guard, Literal, Var
@@ -211,11 +212,6 @@ def _bound_loop(graph, first):
                for position in carried]
     items = list(body.body if items is None else items) + ctx.emitter.pending
     ctx.emitter.pending = []
-    inputs = (body.inputs[:num_carry] + tuple(bound_inputs[p] for p in carried)
-              + body.inputs[num_carry:] + tuple(bound_inputs[p] for p in operand_bounds))
-    new_body = replace(body, inputs=inputs, body=tuple(items),
-                       outputs=body.outputs + tuple(outputs),
-                       check_vars=body.check_vars | set(ctx.emitter.producers))
 
     # The loop: initial bounds, and the bounds of outside values, are computed before it.
     outer.emitter.next_number = ctx.emitter.next_number
@@ -224,8 +220,25 @@ def _bound_loop(graph, first):
     passed = [outer.bound(first.inputs[p]) for p in operand_bounds]
     passed = [_fit(outer, bound, first.inputs[p].aval, bound_inputs[p].aval)
               for bound, p in zip(passed, operand_bounds)]
+    items, hoisted = _hoist(items, set(ctx.emitter.producers), params["index"], {
+        **{var.name: operand for var, operand in zip(body.inputs[num_carry:],
+                                                      first.inputs[num_carry:])
+           if isinstance(operand, Var) and _same_aval(var, operand)},
+        **{bound_inputs[p].name: bound for bound, p in zip(passed, operand_bounds)
+           if isinstance(bound, Var) and _same_aval(bound_inputs[p], bound)}})
+    read = _reads(replace(body, body=tuple(items)), [
+        atom for item in items
+        for atom in ((item.predicate,) if isinstance(item, Guard) else item.inputs)]
+        + list(body.outputs) + outputs)
+    passed_in = [eqn.out for eqn in hoisted if eqn.out.name in read]
+    inputs = (body.inputs[:num_carry] + tuple(bound_inputs[p] for p in carried)
+              + body.inputs[num_carry:] + tuple(bound_inputs[p] for p in operand_bounds)
+              + tuple(passed_in))
+    new_body = replace(body, inputs=inputs, body=tuple(items),
+                       outputs=body.outputs + tuple(outputs),
+                       check_vars=body.check_vars | set(ctx.emitter.producers))
     operands = (first.inputs[:num_carry] + tuple(initial) + first.inputs[num_carry:]
-                + tuple(passed))
+                + tuple(passed) + tuple(passed_in))
     pairs = tuple((position, num_carry + index) for index, position in enumerate(carried))
     loop_params = dict(params, body=new_body, num_carry=num_carry + len(carried),
                        bounds=pairs)
@@ -236,6 +249,8 @@ def _bound_loop(graph, first):
             dict(loop_params, output=eqn.params_dict["output"]).items())), eqn.out)
     bound_results = [outer.emitter.equation(loop_p, operands, dict(loop_params, output=index))
                      for _, index in pairs]
+    outer.emitter.pending.extend(hoisted)
+    outer.emitter.producers.update((eqn.out.name, eqn) for eqn in hoisted)
     before = outer.emitter.pending
     new_items = []
     for item in graph.body:
@@ -250,6 +265,39 @@ def _bound_loop(graph, first):
     new_first = replaced[first.out.name]
     return replace(graph, body=tuple(new_items), check_vars=graph.check_vars | set(
         outer.emitter.producers)), _key(new_first)
+
+
+def _hoist(items, emitted, index, outside):
+    """Bound arithmetic that reads only values from outside the loop (``|W|`` and its row
+    sums for ``W @ h``'s bound) is the same at every trip: those equations move before the
+    loop, reading the outside values themselves (``outside``: body input name -> outer
+    atom). Returns the body's items left and the moved equations."""
+    kept, hoisted = [], []
+    for item in items:
+        if isinstance(item, Eqn) and item.out.name in emitted and all(
+                not isinstance(atom, Var) or atom.name in outside for atom in item.inputs) and (
+                not _mentions(item.inputs, index) and not _mentions(item.params, index)):
+            hoisted.append(replace(item, inputs=tuple(
+                outside[atom.name] if isinstance(atom, Var) else atom for atom in item.inputs)))
+            outside[item.out.name] = item.out
+            continue
+        kept.append(item)
+    return kept, hoisted
+
+
+def _mentions(value, symbol):
+    """Does ``value`` (params, atoms, nested tuples) name the loop index ``symbol``?"""
+    if isinstance(value, Literal):
+        value = value.value
+    if isinstance(value, DimExpr):
+        return symbol in value.symbols()
+    if isinstance(value, (tuple, list)):
+        return any(_mentions(item, symbol) for item in value)
+    return False
+
+
+def _same_aval(var, atom):
+    return tuple(var.aval.shape) == tuple(atom.aval.shape) and var.aval.dtype == atom.aval.dtype
 
 
 def _fit(ctx, bound, outer_aval, inner_aval):

@@ -1,0 +1,159 @@
+"""Adversarial review of this session's new code (round 13 review): compiled against eager
+NumPy at the edges of what landed - NumPy composites (ed41fcf), narrow integer arguments
+(abdbc74), ``as_strided`` over ``x.strides`` (5012754, b910af8), generators (cdcc9ca).
+
+Each test names the commit and what differs. Strict xfails are findings in files whose
+owners were still working when this ran (not fixed here). The narrow-argument tests pass:
+mixed-dtype promotions that compile (uint64 with int64 computes in float64, uint32 with
+int32 in int64, bit operations of a uint8 with an int32) are regressions for abdbc74.
+
+Probed and found to agree (not kept as tests, for the CI budget): narrow arguments at their
+extremes through unary float ufuncs, ``np.where`` with a narrow branch, true/floor division
+and ``%`` by floats, compares with float32, views (negative strides, transposes, broadcast
+inputs), 0-d arrays and NumPy scalars of narrow dtypes, gathers by converted uint8 indices;
+the composites' axis/keepdims/empty/0-d/NaN forms of append/insert/delete/rot90/flips/
+meshgrid/diff/gradient/trapezoid/select/choose/piecewise/isclose/inner/kron/matrix_power/
+searchsorted/digitize/isin/diagonal/trace/pad modes/ptp/average/cov/corrcoef/median, and
+their symbolic lengths across calls (3 variants over 10 calls of 8 lengths, no eager call);
+GEMM combine epilogues (SGD updates in place, the updated weight also an operand, float64,
+Fortran-ordered and reversed operands, relu masks with NaN/-0.0): equal to the unfused
+program (any difference from NumPy is the own GEMM's summation order, docs/sharp_bits.md).
+"""
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+from real_model_checks import run_calls
+
+EXACT = dict(rtol=0, atol=0)
+
+
+# --- ed41fcf: NumPy composites -------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="ed41fcf: math_composites.hypot gives NaN for "
+                   "hypot(NaN, inf) in float32 (IEEE and NumPy: inf); float64 agrees")
+def test_hypot_float32_of_nan_and_inf_is_inf():
+    """np.hypot(nan, -inf) is inf in NumPy (C99 hypot); the float32 composite returns nan
+    on the traced call and in compiled code."""
+    x = np.float32([np.nan, np.inf, 3.0])
+    y = np.float32([-np.inf, np.nan, 4.0])
+    run_calls(lambda x, y: np.hypot(x, y), [(x, y)], **EXACT)
+
+
+@pytest.mark.xfail(strict=True, reason="ed41fcf: the scaled float64 hypot composite is "
+                   "one ulp off C's hypot for ~30% of random pairs")
+def test_hypot_float64_is_numpys_bit_for_bit():
+    """NumPy calls libm's hypot (correctly rounded in practice); the composite
+    scale * sqrt((x/scale)**2 + (y/scale)**2) rounds several times and differs by an ulp,
+    e.g. hypot(0.33043707618338714, -1.0647710426262125)."""
+    x = np.array([0.33043707618338714, 0.5811181041963531])
+    y = np.array([-1.0647710426262125, 1.8671455145806186])
+    run_calls(lambda x, y: np.hypot(x, y), [(x, y)], **EXACT)
+
+
+@pytest.mark.xfail(strict=True, reason="ed41fcf: deg2rad/rad2deg of bool/int8/uint8 "
+                   "(a float16 result) multiply in float16; NumPy's float16 loop computes "
+                   "in float32 and rounds once")
+def test_deg2rad_of_bool_rounds_like_numpys_float16_loop():
+    """np.deg2rad(True) is float16(0.01746) in NumPy (pi/180 in float32, one rounding);
+    the composite multiplies by float16(pi/180) and gives 0.01744 on the traced call."""
+    flags = np.array([True, False])
+    run_calls(lambda x: (np.deg2rad(x), np.rad2deg(x)), [(flags,)], **EXACT)
+
+
+@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.percentile uses q as a Python "
+                   "float; NumPy keeps a float32 q in float32 for q / 100")
+def test_percentile_of_a_float32_q():
+    """np.percentile(ints, np.float32(40)) is -0.3999999761581421 in NumPy (q/100 in
+    float32); the trace gives -0.40000009536743164."""
+    values = np.array([-3, 0, 2, 5, -1])
+    run_calls(lambda x: np.percentile(x, np.float32(40)), [(values,)], **EXACT)
+
+
+@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.quantile's virtual index / "
+                   "lerp differ from NumPy's by an ulp for q = 0.1, 0.37, 0.9")
+def test_quantile_linear_is_numpys_bit_for_bit():
+    """np.quantile([0, 1], 0.1) and friends: the composite is an ulp or two off NumPy's
+    method='linear' (commit message: 'NumPy's virtual index, gamma and two-sided lerp')."""
+    run_calls(lambda x: np.quantile(x, [0.1, 0.37, 0.9]),
+              [(np.array([0.0, 1.0]),), (np.array([1.0, 3.0]),)], **EXACT)
+
+
+# --- abdbc74: narrow integer arguments (pass: regressions) ---------------------------------
+U64 = np.array([0, 1, 2**63, 2**64 - 1, 2**53 + 1, 2**63 - 1], dtype=np.uint64)
+I64 = np.array([-1, 5, -2**63, 2**63 - 1, 7, -7])
+U32 = np.array([0, 1, 2**31, 2**32 - 1, 2**31 - 1, 5], dtype=np.uint32)
+I32 = np.array([-1, 5, -2**31, 2**31 - 1, 7, -7], dtype=np.int32)
+U8 = np.array([0, 255, 128, 127, 1, 5], dtype=np.uint8)
+
+
+def _compiled(f):
+    assert f.stats()["compiled_calls"] > 0, f.explain()
+    assert not f.stats()["eager_calls"], f.stats()["eager_reasons"]
+
+
+def test_uint64_with_int64_computes_in_float64():
+    """abdbc74: uint64 + int64 is float64 in NumPy (each converted, uint64 unsigned)."""
+    f = run_calls(lambda a, b: (a + b, np.maximum(a, b), np.where(b > 0, a, b), a / b),
+                  [(U64, I64)], **EXACT)
+    _compiled(f)
+
+
+def test_uint32_with_int32_computes_in_int64():
+    """abdbc74: uint32 with int32 is int64 in NumPy: zero-extended, not sign-extended."""
+    f = run_calls(lambda a, b: (a + b, a * b, a < b, a // b, a % b, np.where(b > 0, a, b)),
+                  [(U32, I32)], **EXACT)
+    _compiled(f)
+
+
+def test_uint8_bit_operations_with_wider_ints():
+    """abdbc74: uint8 & | ^ << >> an int32/int64 array computes in the wider dtype."""
+    f = run_calls(lambda a, b, c: (a << (b & 7), a >> (c & 7), a & b, a ^ c, a | b),
+                  [(U8, I32, I64)], **EXACT)
+    _compiled(f)
+
+
+# --- 5012754: as_strided over x.strides ----------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="5012754: as_strided(x, shape=..., strides=...) "
+                   "by keyword, or a transposed order, fails in traced_array._note_view "
+                   "(the view is registered twice: WeakSet compares tracers with ==), an "
+                   "internal error on every call")
+def test_as_strided_by_keywords_and_transposed_compile():
+    """Both agree with NumPy (the call runs eagerly) but never compile: 'internal error:
+    ValueError: The truth value of an array with more than one element is ambiguous'."""
+    def by_keywords(a):
+        s0, s1 = a.strides
+        return as_strided(a, shape=(2, 3), strides=(s0, s1)) * 1.0
+
+    def transposed(a):
+        s0, s1 = a.strides
+        return as_strided(a, (a.shape[1], a.shape[0]), (s1, s0)) * 2.0
+
+    a = np.arange(15.0).reshape(3, 5)
+    for function in (by_keywords, transposed):
+        f = run_calls(function, [(a,)], **EXACT)
+        _compiled(f)
+
+
+# --- cdcc9ca: generators -------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.xfail(strict=True, reason="cdcc9ca: a generator left part-way and dropped is "
+                   "closed by CPython (its finally runs); the trace drops it silently, so "
+                   "the finally's write to an argument is lost")
+def test_generator_dropped_part_way_runs_its_finally():
+    """Eager: returning from inside `for v in gen()` drops the generator, whose finally
+    writes x[0] = 99 before the call returns; the traced and compiled calls leave x
+    unchanged (the traced generator's finally runs later, when it is collected, and raises
+    there: 'Exception ignored in: <generator object ...>')."""
+    def first_plus_one(x):
+        def gen():
+            try:
+                yield x
+                yield x * 2
+            finally:
+                x[0] = 99.0
+
+        for v in gen():
+            return v + 1
+
+    run_calls(first_plus_one, [(np.array([1.0, 2.0, 3.0]),)], **EXACT)
+

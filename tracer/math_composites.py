@@ -1,8 +1,8 @@
 """Element-wise NumPy functions composed from primitives: ``np.hypot``, ``np.heaviside``,
 ``np.fmax``/``np.fmin``, ``np.logaddexp2``, ``np.float_power``, ``np.deg2rad``/``np.rad2deg``,
-``np.divmod``, ``np.modf``, ``np.conjugate`` of real arrays (ufuncs, in ``UFUNCS``' sense:
-``COMPOSITES`` joins ``ufuncs.UFUNC_COMPOSITES``), and the functions ``np.sinc``, ``np.fix``,
-``np.real``, ``np.imag`` (``FUNCTIONS``).
+``np.copysign`` (a constant sign), ``np.divmod``, ``np.modf``, ``np.conjugate`` of real
+arrays (ufuncs, in ``UFUNCS``' sense: ``COMPOSITES`` joins ``ufuncs.UFUNC_COMPOSITES``), and
+the functions ``np.sinc``, ``np.fix``, ``np.real``, ``np.imag`` (``FUNCTIONS``).
 
 Each is computed in the dtypes NumPy's own loop uses (``ufuncs.in_loop_dtypes``) and
 written the way NumPy's C loop or Python source computes it, so results agree to the
@@ -82,6 +82,20 @@ def _scale_by(numerator, denominator):
     return scale
 
 
+def _copysign(x, sign_source):
+    # |x| and its negation are bit-exact for every x, NaN too (fabs and fneg in compiled
+    # code), so only the sign source's sign bits are needed: known for a constant; a
+    # traced one's NaN carries a sign bit no primitive reads
+    if is_traced(sign_source):
+        raise UnsupportedError("np.copysign with a traced second operand is not supported "
+                               "(the sign of a NaN is not traced); pass a constant sign")
+    negative = np.signbit(np.asarray(sign_source))
+    magnitude = np.abs(x)
+    if negative.ndim == 0:
+        return -magnitude if negative else magnitude
+    return np.where(negative, -magnitude, magnitude)
+
+
 def _divmod(x, y):
     return np.floor_divide(x, y), np.remainder(x, y)
 
@@ -112,6 +126,7 @@ COMPOSITES = {
     np.radians: in_loop_dtypes(np.radians, _scale_by(np.pi, 180.0)),
     np.rad2deg: in_loop_dtypes(np.rad2deg, _scale_by(180.0, np.pi)),
     np.degrees: in_loop_dtypes(np.degrees, _scale_by(180.0, np.pi)),
+    np.copysign: in_loop_dtypes(np.copysign, _copysign),
     np.divmod: _divmod,
     np.modf: in_loop_dtypes(np.modf, _modf),
     np.conjugate: in_loop_dtypes(np.conjugate, _conjugate),

@@ -145,6 +145,12 @@ CASES = {
     "deg2rad": (lambda x: (np.deg2rad(x * 90), np.rad2deg(x), np.radians(x),
                            np.degrees(x)), _calls(vec(np.float32)), False),
     "deg2rad_grad": (lambda x: np.deg2rad(x) + np.rad2deg(x), _calls(vec()), True),
+    "copysign": (lambda x: (np.copysign(x, -1), np.copysign(x, [1.0, -0.0, np.nan, -np.nan,
+                                                               -2.0]), np.copysign(x, 0.0)),
+                 [(with_specials(floats(5, seed=seed)),) for seed in (1, 2, 3)], False),
+    "copysign_grad": (lambda x: np.copysign(x, -1.0) + np.copysign(x * 2, 3.0),
+                      _calls(vec()), True),
+    "copysign_ints": (lambda x: np.copysign(x, -1), _calls(mat_ints()), False),
     "divmod": (lambda x: np.divmod(x, 0.3), _calls(vec()), False),
     "divmod_ints": (lambda x: np.divmod(x, 3), _calls(mat_ints()), False),
     "modf": (lambda x: np.modf(x * 2), _calls(
@@ -347,6 +353,7 @@ def test_gradient_compiled_through_pad_and_median():
 
 REFUSED = {
     "piecewise_function_sorting": lambda x: np.piecewise(x, [x < 0], [np.sort, 0]),
+    "copysign_traced_sign": lambda x: np.copysign(1.0, x),
     "pad_linear_ramp": lambda x: np.pad(x, 1, mode="linear_ramp"),
     "pad_reflect_odd": lambda x: np.pad(x, 1, mode="reflect", reflect_type="odd"),
     "quantile_nearest": lambda x: np.quantile(x, 0.5, method="nearest"),
@@ -394,3 +401,17 @@ def test_searchsorted_of_an_unsorted_array_is_numpys():
         np.testing.assert_array_equal(f(a, values), positions(a, values))
     stats = f.stats()
     assert stats["compiled_calls"] >= 1 and sum(stats["eager_calls"].values()) == 1, stats
+
+
+def test_copysign_sets_the_sign_bit_of_nan_and_zero():
+    """NaN's sign bit too: compiled code negates and takes magnitudes bit-exactly."""
+    def signed(x):
+        return np.copysign(x, -1.0), np.copysign(x, [1.0, -1.0, 1.0, -1.0])
+
+    f = tj.jit(signed, cache="memory")
+    for seed in (1, 2, 3):
+        x = np.array([np.nan, -np.nan, -0.0, 0.0]) * floats(4, seed=seed, low=1.0)
+        for got, want in zip(f(x), signed(x)):
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+            np.testing.assert_array_equal(got, want)
+    assert f.stats()["compiled_calls"] > 0 and f.stats()["eager_calls"] == {}

@@ -31,16 +31,21 @@ dtype_of = ops.dtype_of
 
 def _hypot(x, y):
     # C's hypot never overflows in between: the larger magnitude scaled out. An infinite
-    # operand gives inf even beside a NaN, as C's does. float32 is exact enough in float64.
-    if dtype_of(x) == np.float32:
+    # operand gives inf even beside a NaN, as C's does. float32 (and float16, which NumPy
+    # computes in float32) is exact enough in float64: its squares and their sum are exact.
+    infinite = np.isinf(x) | np.isinf(y)
+    dtype = np.dtype(dtype_of(x))
+    if dtype.itemsize <= 4:
         wide_x, wide_y = np.multiply(x, np.float64(1.0)), np.multiply(y, np.float64(1.0))
-        return np.sqrt(wide_x * wide_x + wide_y * wide_y).astype(np.float32)
+        result = np.sqrt(wide_x * wide_x + wide_y * wide_y)
+        if dtype == np.float16:
+            result = result.astype(np.float32)
+        return np.where(infinite, np.inf, result).astype(dtype)
     magnitude_x, magnitude_y = np.abs(x), np.abs(y)
     high = np.maximum(magnitude_x, magnitude_y)
     low = np.minimum(magnitude_x, magnitude_y)
     ratio = np.where(high == 0, 0.0, low / np.where(high == 0, 1.0, high))
     scaled = high * np.sqrt(1.0 + ratio * ratio)
-    infinite = np.isinf(magnitude_x) | np.isinf(magnitude_y)
     return np.where(infinite, np.inf, scaled)
 
 
@@ -65,7 +70,10 @@ _LOG2E = 1.0 / math.log(2.0)
 
 
 def _logaddexp2(x, y):
-    # NumPy's formula: equal operands (equal infinities too) give x + 1.
+    # NumPy's formula: equal operands (equal infinities too) give x + 1; its half loop
+    # computes in float32 and rounds once.
+    if dtype_of(x) == np.float16:
+        return _logaddexp2(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
     high = np.maximum(x, y)
     spread = np.where(x == y, 0.0, -np.abs(x - y))
     return np.where(x == y, x + 1.0, high + np.log1p(np.exp2(spread)) * _LOG2E)
@@ -75,7 +83,10 @@ def _scale_by(numerator, denominator):
     """``x * (pi / 180)`` with the factor computed in ``x``'s dtype as NumPy's C loop
     computes it (``NPY_PIf / 180.0f`` for float32)."""
     def scale(x):
-        kind = np.dtype(dtype_of(x)).type
+        dtype = np.dtype(dtype_of(x))
+        if dtype == np.float16:  # NumPy's half loop computes in float32, rounds once
+            return scale(x.astype(np.float32)).astype(np.float16)
+        kind = dtype.type
         factor = kind(kind(numerator) / kind(denominator))
         return x * factor
 

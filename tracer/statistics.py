@@ -197,7 +197,7 @@ def _quantiles(a, q, axis, method, keepdims, weak_q):
     count = operator.index(shape_of(values)[axis])
     if count == 0:
         raise UnsupportedError("np.quantile of an empty slice is not supported")
-    virtual = np.asanyarray(count * q + (1 + q * (1 - 1 - 1)) - 1)
+    virtual = np.asanyarray((count - 1) * q)  # NumPy's 'linear': get_virtual_index
     ordered = np.moveaxis(np.sort(values, axis=axis), axis, 0)
     if np.issubdtype(virtual.dtype, np.integer):  # exact positions: NumPy takes them
         result = np.take(ordered, virtual, axis=0)

@@ -3,9 +3,11 @@ NumPy at the edges of what landed - NumPy composites (ed41fcf), narrow integer a
 (abdbc74), ``as_strided`` over ``x.strides`` (5012754, b910af8), generators (cdcc9ca).
 
 Each test names the commit and what differs. Strict xfails are findings in files whose
-owners were still working when this ran (not fixed here). The narrow-argument tests pass:
-mixed-dtype promotions that compile (uint64 with int64 computes in float64, uint32 with
-int32 in int64, bit operations of a uint8 with an int32) are regressions for abdbc74.
+owners were still working when this ran (not fixed here); the composites' float32 hypot,
+float16 deg2rad and the quantile index were fixed since, and pass as regressions. The
+narrow-argument tests pass: mixed-dtype promotions that compile (uint64 with int64
+computes in float64, uint32 with int32 in int64, bit operations of a uint8 with an int32)
+are regressions for abdbc74.
 
 Probed and found to agree (not kept as tests, for the CI budget): narrow arguments at their
 extremes through unary float ufuncs, ``np.where`` with a narrow branch, true/floor division
@@ -29,11 +31,9 @@ EXACT = dict(rtol=0, atol=0)
 
 
 # --- ed41fcf: NumPy composites -------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="ed41fcf: math_composites.hypot gives NaN for "
-                   "hypot(NaN, inf) in float32 (IEEE and NumPy: inf); float64 agrees")
 def test_hypot_float32_of_nan_and_inf_is_inf():
-    """np.hypot(nan, -inf) is inf in NumPy (C99 hypot); the float32 composite returns nan
-    on the traced call and in compiled code."""
+    """np.hypot(nan, -inf) is inf in NumPy (C99 hypot); the float32 composite returned nan
+    on the traced call and in compiled code (fixed: the infinity test covers float32)."""
     x = np.float32([np.nan, np.inf, 3.0])
     y = np.float32([-np.inf, np.nan, 4.0])
     run_calls(lambda x, y: np.hypot(x, y), [(x, y)], **EXACT)
@@ -50,33 +50,38 @@ def test_hypot_float64_is_numpys_bit_for_bit():
     run_calls(lambda x, y: np.hypot(x, y), [(x, y)], **EXACT)
 
 
-@pytest.mark.xfail(strict=True, reason="ed41fcf: deg2rad/rad2deg of bool/int8/uint8 "
-                   "(a float16 result) multiply in float16; NumPy's float16 loop computes "
-                   "in float32 and rounds once")
 def test_deg2rad_of_bool_rounds_like_numpys_float16_loop():
     """np.deg2rad(True) is float16(0.01746) in NumPy (pi/180 in float32, one rounding);
-    the composite multiplies by float16(pi/180) and gives 0.01744 on the traced call."""
+    the composite multiplied by float16(pi/180) and gave 0.01744 on the traced call (fixed:
+    float16 computes in float32)."""
     flags = np.array([True, False])
     run_calls(lambda x: (np.deg2rad(x), np.rad2deg(x)), [(flags,)], **EXACT)
 
 
-@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.percentile uses q as a Python "
-                   "float; NumPy keeps a float32 q in float32 for q / 100")
 def test_percentile_of_a_float32_q():
     """np.percentile(ints, np.float32(40)) is -0.3999999761581421 in NumPy (q/100 in
-    float32); the trace gives -0.40000009536743164."""
+    float32); the trace gave -0.40000009536743164 (fixed with the next test's index)."""
     values = np.array([-3, 0, 2, 5, -1])
     run_calls(lambda x: np.percentile(x, np.float32(40)), [(values,)], **EXACT)
 
 
-@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.quantile's virtual index / "
-                   "lerp differ from NumPy's by an ulp for q = 0.1, 0.37, 0.9")
 def test_quantile_linear_is_numpys_bit_for_bit():
-    """np.quantile([0, 1], 0.1) and friends: the composite is an ulp or two off NumPy's
-    method='linear' (commit message: 'NumPy's virtual index, gamma and two-sided lerp')."""
+    """np.quantile([0, 1], 0.1) and friends: the composite was an ulp or two off NumPy's
+    method='linear', whose virtual index is (n - 1) * q, not the alpha/beta formula of the
+    other methods (fixed)."""
     run_calls(lambda x: np.quantile(x, [0.1, 0.37, 0.9]),
               [(np.array([0.0, 1.0]),), (np.array([1.0, 3.0]),)], **EXACT)
 
+
+
+@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.cov/corrcoef ignore dtype=; "
+                   "NumPy computes and returns in it")
+def test_cov_and_corrcoef_take_dtype():
+    """np.cov(x, dtype=np.float32) is float32 in NumPy (x converted, every step in
+    float32); the trace returns float64 values."""
+    x = np.random.default_rng(15).standard_normal((3, 5))
+    run_calls(lambda x: (np.cov(x, dtype=np.float32), np.corrcoef(x, dtype=np.float32)),
+              [(x,)], rtol=1e-6, atol=1e-6)
 
 # --- abdbc74: narrow integer arguments (pass: regressions) ---------------------------------
 U64 = np.array([0, 1, 2**63, 2**64 - 1, 2**53 + 1, 2**63 - 1], dtype=np.uint64)

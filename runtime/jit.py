@@ -18,8 +18,11 @@ array([-5., -4., -3.])
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import io
+import sys
 import threading
 import types
 from collections import Counter
@@ -267,6 +270,7 @@ class JitFunction(Misses):
         # check=True runs eagerly after: on the arguments as they were, when the program
         # writes into them (it would write them twice, and start from the written values)
         before, outside = None, ()
+        printed = io.StringIO() if self.options.check else None  # compared with eager's
         if self.options.check and (path.outputs.mutated or path.outputs.writes):
             before = copy.deepcopy((args, kwargs))
             # arrays and attributes outside the arguments it writes: put back before the
@@ -277,7 +281,8 @@ class JitFunction(Misses):
             try:
                 if exit is not None:
                     raise exit
-                outputs = path.program(*inputs)
+                outputs = path.program(*inputs) if printed is None else _printing(
+                    path.program, inputs, printed)
             except codegen.SideExit as taken:
                 exit = None
                 if taken.code == codegen.LOOP_GUARD_FAILED:
@@ -302,7 +307,8 @@ class JitFunction(Misses):
         if self.options.check:
             for put_back in outside:
                 put_back()
-            self._check(result, *(before if before is not None else (args, kwargs)))
+            self._check(result, printed.getvalue(),
+                        *(before if before is not None else (args, kwargs)))
         return result
 
     def _internal_error(self, error, args, kwargs):
@@ -326,11 +332,17 @@ class JitFunction(Misses):
         self._eager_reasons[short] = reason
         return result
 
-    def _check(self, result, args, kwargs):
+    def _check(self, result, printed, args, kwargs):
+        """``check=True``: the eager rerun's result and printed text (not shown: the
+        compiled call printed it) must be the compiled call's."""
         from .testing import compare_results
 
-        expected = self.fn(*args, **kwargs)
+        eager_printed = io.StringIO()
+        with contextlib.redirect_stdout(eager_printed):
+            expected = self.fn(*args, **kwargs)
         problem = compare_results(result, expected)
+        if not problem and eager_printed.getvalue() != printed:
+            problem = (f"printed {printed!r}, eager printed {eager_printed.getvalue()!r}")
         if problem:
             raise AssertionError(f"{self.__qualname__}: compiled result differs from eager "
                                  f"(check=True): {problem}")
@@ -504,3 +516,12 @@ class Lowered:
         ) if part)
 
 
+def _printing(program, inputs, printed):
+    """``program(*inputs)`` with what it prints to stdout also kept in ``printed``."""
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(io.StringIO()) as captured:
+        try:
+            return program(*inputs)
+        finally:
+            printed.write(captured.getvalue())
+            stdout.write(captured.getvalue())

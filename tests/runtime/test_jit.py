@@ -758,6 +758,25 @@ def test_check_true_raises_when_compiled_and_eager_differ(monkeypatch):
         jitted(x)
 
 
+def _printing_step(x):
+    print("loss", (x * x).sum())
+    return x * 2
+
+
+def test_check_true_prints_once_and_compares_what_eager_prints(monkeypatch, capsys):
+    """The eager rerun's print is compared with the compiled call's, not printed again."""
+    jitted = jit(check=True, cache=False)(_printing_step)
+    x = np.arange(3.0)
+    for _ in range(3):
+        jitted(x)
+    assert capsys.readouterr().out == "loss 5.0\n" * 3
+    assert jitted.stats()["compiled_calls"] >= 2
+    # What check=True re-runs eagerly now prints something else.
+    monkeypatch.setattr(jitted, "fn", lambda x: (print("loss", 4.0), x * 2)[1])
+    with pytest.raises(AssertionError, match="eager printed 'loss 4.0"):
+        jitted(x)
+
+
 # --- implicit inputs ---------------------------------------------------------------------
 WEIGHT = np.ones(3)
 

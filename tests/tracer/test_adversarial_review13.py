@@ -162,3 +162,45 @@ def test_generator_dropped_part_way_runs_its_finally():
 
     run_calls(first_plus_one, [(np.array([1.0, 2.0, 3.0]),)], **EXACT)
 
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.xfail(strict=True, reason="cdcc9ca: the finally of a generator a loop breaks "
+                   "out of runs at the break in CPython, not in the trace")
+def test_generator_finally_runs_at_break():
+    """`for v in gen(): break` closes the generator at once (its finally appends to a
+    local list the function reads next): NumPy's x * 1 and x * 3, compiled x * 0 and x."""
+    def finally_effects(x):
+        log, kept = [], [x]
+
+        def gen():
+            try:
+                yield x
+            finally:
+                log.append(1)
+                kept[0] = kept[0] * 3
+
+        for _ in gen():
+            break
+        return x * len(log), kept[0]
+
+    run_calls(finally_effects, [(np.arange(3.0),)], **EXACT)
+
+
+@pytest.mark.xfail(strict=True, reason="a nested function (or generator) appending to a "
+                   "list local to the jitted function: each variant is entry-guarded on "
+                   "'len(closure log) == 0', which never holds again, so every call "
+                   "traces and compiles a new variant (0 compiled calls)")
+def test_local_list_a_nested_function_appends_to_is_not_guarded():
+    """Found probing cdcc9ca (a generator's finally appending to a local list), but a plain
+    nested function does it too: `log = []; def add(): log.append(1)`. Results agree."""
+    def with_log(x):
+        log = []
+
+        def add():
+            log.append(1)
+
+        add()
+        return x * len(log)
+
+    f = run_calls(with_log, [(np.arange(3.0),)], repeats=3, **EXACT)
+    assert f.stats()["compiled_calls"] > 0, f.explain()

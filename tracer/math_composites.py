@@ -41,12 +41,34 @@ def _hypot(x, y):
         if dtype == np.float16:
             result = result.astype(np.float32)
         return np.where(infinite, np.inf, result).astype(dtype)
-    magnitude_x, magnitude_y = np.abs(x), np.abs(y)
-    high = np.maximum(magnitude_x, magnitude_y)
-    low = np.minimum(magnitude_x, magnitude_y)
-    ratio = np.where(high == 0, 0.0, low / np.where(high == 0, 1.0, high))
-    scaled = high * np.sqrt(1.0 + ratio * ratio)
-    return np.where(infinite, np.inf, scaled)
+    return np.where(infinite, np.inf, _hypot_float64(x, y))
+
+
+def _hypot_float64(x, y):
+    """glibc's ``hypot`` (NumPy calls libm's), step for step: the common case ``sqrt`` of
+    the sum of squares corrected once by its residual, written without fma
+    (``kernel``); operands past 2**511 or below 2**-511 scaled by 2**-600 or 2**600
+    (exact); ``ax + ay`` where the smaller is below the larger's half ulp. Inputs of the
+    branches not taken are 1.0, so their gradients stay finite."""
+    ax = np.maximum(np.abs(x), np.abs(y))
+    ay = np.minimum(np.abs(x), np.abs(y))
+    large = ax > 2.0 ** 511
+    tiny = ~large & (ay < 2.0 ** -511)
+    direct = np.where(large | ~tiny, ay <= ax * 2.0 ** -54, ax >= ay * 2.0 ** 54)
+    factor = np.where(large, 2.0 ** -600, np.where(tiny, 2.0 ** 600, 1.0))
+    scaled_x = np.where(direct, 1.0, ax * factor)
+    scaled_y = np.where(direct, 1.0, ay * factor)
+    return np.where(direct, ax + ay, _hypot_kernel(scaled_x, scaled_y) / factor)
+
+
+def _hypot_kernel(ax, ay):
+    root = np.sqrt(ax * ax + ay * ay)
+    near = root <= 2.0 * ay
+    delta = root - np.where(near, ay, ax)
+    first = np.where(near, ax * (2.0 * delta - ax), 2.0 * delta * (ax - 2.0 * ay))
+    second = np.where(near, (delta - 2.0 * (ax - ay)) * delta,
+                      (4.0 * delta - ay) * ay + delta * delta)
+    return root - (first + second) / (2.0 * root)
 
 
 def _heaviside(x, value_at_zero):

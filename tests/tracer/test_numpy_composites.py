@@ -415,3 +415,25 @@ def test_copysign_sets_the_sign_bit_of_nan_and_zero():
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
             np.testing.assert_array_equal(got, want)
     assert f.stats()["compiled_calls"] > 0 and f.stats()["eager_calls"] == {}
+
+
+def test_hypot_is_numpys_bit_for_bit():
+    """glibc's steps (NumPy calls libm's hypot) over random pairs across the exponent
+    range, the scaled ranges past 2**511 and below 2**-511, subnormals, zeros and inf."""
+    rng = rng_for(7)
+    n = 3000
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-80, 80, n))
+    y = rng.standard_normal(n) * np.abs(x) * np.exp2(rng.integers(-30, 3, n))
+    edges = np.concatenate([rng.standard_normal(200) * 2.0 ** 1020,
+                            rng.standard_normal(200) * 2.0 ** -1070,
+                            rng.standard_normal(200) * 2.0 ** -515,
+                            [0.0, -0.0, 5e-324, 1.7e308, np.inf, np.nan]])
+    x, y = np.concatenate([x, edges, edges]), np.concatenate([y, edges[::-1], edges * 0.75])
+    with np.errstate(over="ignore", under="ignore"):
+        x32, y32 = x.astype(np.float32), y.astype(np.float32)
+    f = tj.jit(np.hypot, cache="memory")
+    for _ in range(2):
+        with np.errstate(over="ignore"):  # NumPy warns where the root overflows
+            np.testing.assert_array_equal(f(x, y), np.hypot(x, y))
+            np.testing.assert_array_equal(f(x32, y32), np.hypot(x32, y32))
+    assert f.stats()["compiled_calls"] > 0 and f.stats()["eager_calls"] == {}

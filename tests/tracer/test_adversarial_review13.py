@@ -82,6 +82,17 @@ def test_cov_and_corrcoef_take_dtype():
     run_calls(lambda x: (np.cov(x, dtype=np.float32), np.corrcoef(x, dtype=np.float32)),
               [(x,)], rtol=1e-6, atol=1e-6)
 
+
+@pytest.mark.xfail(strict=True, reason="numpy_api._pad_constant casts a Python int "
+                   "constant into the array's dtype with astype (wrapping); NumPy 2 raises "
+                   "OverflowError for a Python int out of the dtype's range")
+def test_pad_constant_out_of_range_python_int_raises():
+    """np.pad(int32 array, 1, constant_values=2**40) raises OverflowError in NumPy; the
+    trace pads with the wrapped value (0) and returns it (the composites' pad dispatch of
+    ed41fcf keeps this older constant path)."""
+    run_calls(lambda x: np.pad(x, 1, constant_values=2**40),
+              [(np.arange(6, dtype=np.int32).reshape(2, 3),)], **EXACT)
+
 # --- abdbc74: narrow integer arguments (pass: regressions) ---------------------------------
 U64 = np.array([0, 1, 2**63, 2**64 - 1, 2**53 + 1, 2**63 - 1], dtype=np.uint64)
 I64 = np.array([-1, 5, -2**63, 2**63 - 1, 7, -7])

@@ -93,6 +93,19 @@ def test_pad_constant_out_of_range_python_int_raises():
     run_calls(lambda x: np.pad(x, 1, constant_values=2**40),
               [(np.arange(6, dtype=np.int32).reshape(2, 3),)], **EXACT)
 
+
+@pytest.mark.xfail(strict=True, reason="margin_rules: np.sort's result carries a rounding "
+                   "bound though a sort is a permutation (exact), so a compare of sorted "
+                   "values with the array's own elements (always at a tie) takes a guard-margin "
+                   "exit on every call")
+def test_ranks_by_searchsorted_of_the_sorted_array_compile():
+    """np.searchsorted(np.sort(x), x) (ranks, an empirical CDF; searchsorted is ed41fcf's)
+    and (np.sort(x) >= x[2]).sum() run eagerly on every call ('guard margin'); the same
+    compare through x[::-1] compiles. Results agree."""
+    x = np.random.default_rng(24).standard_normal(8)
+    f = run_calls(lambda x: np.searchsorted(np.sort(x), x), [(x,)], repeats=3, **EXACT)
+    assert f.stats()["compiled_calls"] > 0, f.explain()
+
 # --- abdbc74: narrow integer arguments (pass: regressions) ---------------------------------
 U64 = np.array([0, 1, 2**63, 2**64 - 1, 2**53 + 1, 2**63 - 1], dtype=np.uint64)
 I64 = np.array([-1, 5, -2**63, 2**63 - 1, 7, -7])

@@ -7,7 +7,9 @@ Modelled on: Karpathy's min-char-rnn gist and its course copies (``hs[t] = np.ta
 NumPy leaky integrate-and-fire layers of spiking-network tutorials (a membrane carried
 from step to step, reset where it crossed the threshold), and numpy-ml-style layers that
 append each step's state to ``self.history``. Sequence lengths change between calls
-(1 and primes among them), thresholds sit on eager NumPy's own values.
+(1 and primes among them), thresholds sit on eager NumPy's own values. cs231n's
+``CaptioningRNN.sample`` (greedy words fed back as the next input) fills a captions
+buffer over a captured loop.
 
 Findings. Wrong results, fixed (``tracer/loop_bounds.py``): a jump inside a captured loop
 on a value the loop carries (``fired = v >= theta`` on the membrane from the last trip)
@@ -15,7 +17,11 @@ and a jump after the loop on its result (``np.where(h @ w > t, ...)`` on the fin
 state) were unchecked: compiled values one ulp from NumPy's took the other side on
 every compiled call. The loop now carries the rounding bound of those values, and the
 checks use it. Needlessly eager, fixed the same way: a branch on the loop's result
-(``if h.sum() > 0:`` after the loop) had no bound and ran eagerly on every call.
+(``if h.sum() > 0:`` after the loop) had no bound and ran eagerly on every call. The
+carried bound is a worst case: through tanh it passed whole (slope 1), so greedy caption
+sampling went eagerly from 11 steps on; tanh's rule now takes its slope at the operand's
+reach (``margin_rules._tanh_carry``). An untrained captioner (weights of norm well above
+1) still goes eagerly from ~17 steps: correct, slower.
 
 Not fixed: a float32 matmul in the body has no error model (as at the top level), so a
 float32 membrane fed by ``W @ spikes`` is still unchecked (strict xfail below); a list

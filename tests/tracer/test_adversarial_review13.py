@@ -16,7 +16,12 @@ inputs), 0-d arrays and NumPy scalars of narrow dtypes, gathers by converted uin
 the composites' axis/keepdims/empty/0-d/NaN forms of append/insert/delete/rot90/flips/
 meshgrid/diff/gradient/trapezoid/select/choose/piecewise/isclose/inner/kron/matrix_power/
 searchsorted/digitize/isin/diagonal/trace/pad modes/ptp/average/cov/corrcoef/median, and
-their symbolic lengths across calls (3 variants over 10 calls of 8 lengths, no eager call);
+their symbolic lengths across calls (3 variants over 10 calls of 8 lengths, no eager call;
+not choose/select, below; percentile/quantile specialize the length by design); gradients
+of 35 composites against central differences, compiled; loops whose decisions sit on a
+carried value one ulp from the threshold (loop_bounds: a guard-margin exit, never a flip)
+and tanh/relu/clip RNN cells (compiled after the first call; one variant per sequence
+length, as before daac1c8);
 GEMM combine epilogues (SGD updates in place, the updated weight also an operand, float64,
 Fortran-ordered and reversed operands, relu masks with NaN/-0.0): equal to the unfused
 program (any difference from NumPy is the own GEMM's summation order, docs/sharp_bits.md).
@@ -160,8 +165,9 @@ def test_uint8_bit_operations_with_wider_ints():
 # --- 5012754: as_strided over x.strides ----------------------------------------------------
 @pytest.mark.xfail(strict=True, reason="5012754: as_strided(x, shape=..., strides=...) "
                    "by keyword, or a transposed order, fails in traced_array._note_view "
-                   "(the view is registered twice: WeakSet compares tracers with ==), an "
-                   "internal error on every call")
+                   "(the view is already in its base's views when as_strided adds it again; "
+                   "WeakSet compares the two refs with Tracer ==), an internal error on "
+                   "every call")
 def test_as_strided_by_keywords_and_transposed_compile():
     """Both agree with NumPy (the call runs eagerly) but never compile: 'internal error:
     ValueError: The truth value of an array with more than one element is ambiguous'."""

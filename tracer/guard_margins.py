@@ -87,7 +87,7 @@ class _Emitter:
     def __init__(self, graph):
         self.context = shape_context(graph)
         self.next_number = 1 + max(
-            (int(var.name[1:]) for var in _defined_vars(graph) if var.name[1:].isdigit()),
+            (int(var.name[1:]) for var in defined_vars(graph) if var.name[1:].isdigit()),
             default=-1)
         self.pending = []
         self.producers = {}  # every equation emitted here, by its output's name
@@ -168,13 +168,18 @@ class _Emitter:
         return self.emit(logical_and_p, a, b)
 
 
-def _defined_vars(graph):
+def defined_vars(graph):
+    """Every variable ``graph`` defines, in the loop bodies in it too (at any depth): fresh
+    names start past all of them."""
     yield from graph.inputs
     for var, _ in graph.constants:
         yield var
     for item in graph.body:
         if isinstance(item, Eqn):
             yield item.out
+            body = item.params_dict.get("body") if item.prim.name == "loop" else None
+            if body is not None:
+                yield from defined_vars(body)
 
 
 # --- the slice: bounds of the values a guard reads ----------------------------------------

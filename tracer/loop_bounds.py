@@ -44,7 +44,7 @@ from dataclasses import replace
 from .abstract import AbstractArray
 from .dims import DimExpr
 from .discontinuities import AMBIGUITY, _unbounded, checked_body
-from .guard_margins import _Slice, add_guard_margins
+from .guard_margins import _Slice, add_guard_margins, defined_vars
 from .ir import Eqn, Guard, Literal, Var
 from .margin_rules import F64, is_bool, is_float
 from .ops import broadcast_to_p, full_p, loop_p
@@ -156,7 +156,7 @@ def _bound_loop(graph, first):
         return graph, _key(first)
     outer = _Slice(graph, cheap=True)
     numbers = [outer.emitter.next_number]
-    numbers += [int(var.name[1:]) + 1 for var in _all_vars(body) if var.name[1:].isdigit()]
+    numbers += [int(var.name[1:]) + 1 for var in defined_vars(body) if var.name[1:].isdigit()]
     outer.emitter.next_number = max(numbers)
 
     # What the body reads from outside: exact, bounded (the bound passed in), or not
@@ -308,18 +308,6 @@ def _fit(ctx, bound, outer_aval, inner_aval):
     if tuple(bound.aval.shape) == tuple(outer_aval.shape):
         return bound
     return ctx.emit(broadcast_to_p, bound, shape=tuple(outer_aval.shape))
-
-
-def _all_vars(graph):
-    """Every variable of ``graph`` and of the loop bodies in it, at any depth."""
-    yield from graph.inputs
-    for var, _ in graph.constants:
-        yield var
-    for item in graph.body:
-        if isinstance(item, Eqn):
-            yield item.out
-            if item.prim is loop_p:
-                yield from _all_vars(item.params_dict["body"])
 
 
 __all__ = ["carry_loop_bounds"]

@@ -97,9 +97,11 @@ def test_logaddexp2_float64_is_numpys_bit_for_bit():
                    "pow for negative exponents on the traced call; float64 inputs agree")
 def test_float_power_of_integer_arrays_is_numpys_bit_for_bit():
     """np.float_power(27, -28) is 8.352463828623922e-41 in NumPy (both converted to float64,
-    then pow); the trace gives 8.352463828623921e-41. The same values as float64 agree."""
+    then pow); the trace gives 8.352463828623921e-41. The same values as float64 agree.
+    Only the traced call is checked: compiled code's pow is within a few ulp, as
+    docs/sharp_bits.md says of the math library (x.astype(float) ** y differs there too)."""
     run_calls(lambda x, y: np.float_power(x, y),
-              [(np.array([27, 60, 65]), np.array([-28, -61, -66]))], **EXACT)
+              [(np.array([27, 60, 65]), np.array([-28, -61, -66]))], repeats=1, **EXACT)
 
 @pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.cov/corrcoef ignore dtype=; "
                    "NumPy computes and returns in it")

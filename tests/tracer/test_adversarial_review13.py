@@ -86,10 +86,11 @@ def test_quantile_linear_is_numpys_bit_for_bit():
                    "the traced call")
 def test_logaddexp2_float64_is_numpys_bit_for_bit():
     """np.logaddexp2(0.4463745723640113, -1.1156770845743353): the trace's value is one
-    ulp below NumPy's."""
+    ulp below NumPy's. Only the traced call is checked (compiled log1p/exp2 are within a
+    few ulp by design, docs/sharp_bits.md)."""
     x = np.array([0.4463745723640113, 0.2136429974986111])
     y = np.array([-1.1156770845743353, 0.6517590520890427])
-    run_calls(lambda x, y: np.logaddexp2(x, y), [(x, y)], **EXACT)
+    run_calls(lambda x, y: np.logaddexp2(x, y), [(x, y)], repeats=1, **EXACT)
 
 
 @pytest.mark.xfail(strict=True, reason="ed41fcf: np.float_power of integer arrays "

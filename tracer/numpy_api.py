@@ -343,8 +343,13 @@ def _pad_constant(array, constant_values):
         dtype = np.dtype(dtype_of(array))
         if value.dtype.kind in "iubf" and (dtype.kind == "f" or (
                 value.dtype.kind in "iub" and dtype.kind in "iub")):
-            with np.errstate(all="ignore"):
-                return value.astype(dtype)[()]
+            # NumPy's own conversion of the constant: it wraps some out-of-range ints
+            # (300 into uint8) and raises OverflowError for others (2**40 into int32)
+            try:
+                with np.errstate(all="ignore"):
+                    return np.pad(np.zeros(1, dtype), 1, constant_values=constant_values)[0]
+            except OverflowError as error:
+                raise as_numpy_would(error) from None
     raise UnsupportedError("np.pad supports mode='constant' with one number as the constant "
                            "only")
 

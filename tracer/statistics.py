@@ -123,8 +123,10 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
                                "and divides by 0) is not supported")
     centered = rows - np.mean(rows, axis=1)[:, None]
     product = np.dot(centered, centered.T)
-    return np.squeeze(product * np.true_divide(1, int(fact) if not hasattr(
-        fact, "__tracejit_dim__") else fact))
+    scaled = product * np.true_divide(1, int(fact) if not hasattr(
+        fact, "__tracejit_dim__") else fact)
+    # NumPy scales in place (c *= 1 / fact): computed in float64, stored in ``dtype``
+    return np.squeeze(scaled if dtype_of(scaled) == dtype else scaled.astype(dtype))
 
 
 def corrcoef(x, y=None, rowvar=True, *, dtype=None):

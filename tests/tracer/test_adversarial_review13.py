@@ -104,23 +104,18 @@ def test_float_power_of_integer_arrays_is_numpys_bit_for_bit():
     run_calls(lambda x, y: np.float_power(x, y),
               [(np.array([27, 60, 65]), np.array([-28, -61, -66]))], repeats=1, **EXACT)
 
-@pytest.mark.xfail(strict=True, reason="ed41fcf: statistics.cov/corrcoef ignore dtype=; "
-                   "NumPy computes and returns in it")
 def test_cov_and_corrcoef_take_dtype():
-    """np.cov(x, dtype=np.float32) is float32 in NumPy (x converted, every step in
-    float32); the trace returns float64 values."""
+    """np.cov(x, dtype=np.float32) is float32 in NumPy (x converted, scaled in place in
+    float64 and stored as float32); the composite returned float64 values."""
     x = np.random.default_rng(15).standard_normal((3, 5))
     run_calls(lambda x: (np.cov(x, dtype=np.float32), np.corrcoef(x, dtype=np.float32)),
               [(x,)], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="numpy_api._pad_constant casts a Python int "
-                   "constant into the array's dtype with astype (wrapping); NumPy 2 raises "
-                   "OverflowError for a Python int out of the dtype's range")
 def test_pad_constant_out_of_range_python_int_raises():
     """np.pad(int32 array, 1, constant_values=2**40) raises OverflowError in NumPy; the
-    trace pads with the wrapped value (0) and returns it (the composites' pad dispatch of
-    ed41fcf keeps this older constant path)."""
+    trace padded with the wrapped value (0) and returned it (numpy_api._pad_constant now
+    lets NumPy convert the constant)."""
     run_calls(lambda x: np.pad(x, 1, constant_values=2**40),
               [(np.arange(6, dtype=np.int32).reshape(2, 3),)], **EXACT)
 

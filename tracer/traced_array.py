@@ -345,6 +345,10 @@ def _basic_by_traced_ints(index):
 def _note_view(base, view):
     root = base.base() if base.base is not None else None
     root = base if root is None else root
+    if view.base is not None and view.base() is root:
+        # noted already (as_strided's strided slice of x): adding it again would make the
+        # WeakSet compare the two references' Tracers with ==, an array
+        return
     view.base, view.region = weakref.ref(root), None
     view.readonly = base.readonly
     if root.views is None:

@@ -184,14 +184,10 @@ def test_uint8_bit_operations_with_wider_ints():
 
 
 # --- 5012754: as_strided over x.strides ----------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="5012754: as_strided(x, shape=..., strides=...) "
-                   "by keyword, or a transposed order, fails in traced_array._note_view "
-                   "(the view is already in its base's views when as_strided adds it again; "
-                   "WeakSet compares the two refs with Tracer ==), an internal error on "
-                   "every call")
 def test_as_strided_by_keywords_and_transposed_compile():
-    """Both agree with NumPy (the call runs eagerly) but never compile: 'internal error:
-    ValueError: The truth value of an array with more than one element is ambiguous'."""
+    """Both agreed with NumPy (the call ran eagerly) but never compiled: 'internal error:
+    ValueError: The truth value of an array with more than one element is ambiguous' (the
+    view was noted twice; the WeakSet compared the two references' Tracers with ==)."""
     def by_keywords(a):
         s0, s1 = a.strides
         return as_strided(a, shape=(2, 3), strides=(s0, s1)) * 1.0

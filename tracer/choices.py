@@ -20,6 +20,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedError, as_numpy_would
 from .primitives import as_array, is_traced, is_tracejit_array
+from .shapes import broadcast_shapes  # symbolic dims stay symbolic (np's would pin them)
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
@@ -54,7 +55,7 @@ def select(condlist, choicelist, default=0):
                                            "be boolean ndarray"))
     everything = conditions + [np.asarray(choice) if type(choice) in (int, float, complex)
                                else choice for choice in choices]
-    shape = np.broadcast_shapes(*[tuple(shape_of(value)) for value in everything])
+    shape = broadcast_shapes(*[tuple(shape_of(value)) for value in everything])
     result = np.asarray(choices[-1], dtype) if type(choices[-1]) in (int, float, complex) \
         else choices[-1].astype(dtype)
     for cond, choice in zip(reversed(conditions), reversed(choices[:-1])):
@@ -86,7 +87,7 @@ def choose(a, choices, out=None, mode="raise"):
     result = choices[-1].astype(dtype)
     for position in range(count - 2, -1, -1):
         result = np.where(a == position, choices[position], result).astype(dtype)
-    shape = np.broadcast_shapes(tuple(shape_of(a)), *[tuple(shape_of(c)) for c in choices])
+    shape = broadcast_shapes(tuple(shape_of(a)), *[tuple(shape_of(c)) for c in choices])
     return np.broadcast_to(result, shape).copy()
 
 

@@ -133,17 +133,14 @@ def test_ranks_by_searchsorted_of_the_sorted_array_compile():
     assert f.stats()["compiled_calls"] > 0, f.explain()
 
 
-@pytest.mark.xfail(strict=True, reason="ed41fcf: choices.choose and choices.select take "
-                   "the result's shape from np.broadcast_shapes of shape_of(...), which makes "
-                   "every symbolic length a Python int under a guard: a variant per length")
 @pytest.mark.parametrize("function", [
     lambda i, x: np.choose(i, [x, -x]),
     lambda i, x: np.select([i == 0, x < -0.5], [x, -x], default=0.0),
 ], ids=["choose", "select"])
 def test_choose_and_select_over_varying_lengths_compile_once(function):
-    """np.choose(i, [x, -x]) or np.select over lengths 8, 10, 12, 14, 16 traces and
-    compiles five variants ('s0 == 10 ... used as a Python int'); np.where of the same
-    compiles two. Results agree."""
+    """np.choose(i, [x, -x]) or np.select over lengths 8, 10, 12, 14, 16 traced and
+    compiled five variants (np.broadcast_shapes made each symbolic length a guarded int);
+    np.where of the same compiles two, and so do these now."""
     rng = np.random.default_rng(25)
     sets = [(np.arange(n) % 2, rng.standard_normal(n)) for n in (8, 10, 12, 14, 16)]
     f = run_calls(function, sets, repeats=1, **EXACT)

@@ -22,9 +22,13 @@ runs eagerly, with the reason::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import sys
 import weakref
+
+from .errors import TracejitError
 
 
 def is_generator_function(function):
@@ -57,3 +61,31 @@ def unfinished(context):
                     f"{function.__qualname__} outlives the trace unfinished (returned, kept "
                     "or left part-way); its remaining steps would run after tracing")
     return None
+
+
+@contextlib.contextmanager
+def finalizer_errors(context):
+    """Keep tracejit's errors raised where Python only reports them, in
+    ``context.finalizer_error``: a generator dropped part-way (``for v in gen(): return
+    v + 1``) runs its ``finally`` as it is closed, and an error there (a write the trace
+    refuses) is 'Exception ignored' to CPython. The trace would go on without the write,
+    and compiled calls would skip it; ``finalizer_error`` stops the trace with it."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, TracejitError) and getattr(
+                context, "finalizer_error", None) is None:
+            context.finalizer_error = unraisable.exc_value
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def finalizer_error(context):
+    """The error ``finalizer_errors`` kept, or None."""
+    return getattr(context, "finalizer_error", None)

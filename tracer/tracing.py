@@ -654,7 +654,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     static_leaves = {position: leaf for position, (leaf, spec) in enumerate(zip(
         leaves, input_specs)) if spec.kind == "static"}
     try:
-        with recording_into(context):
+        with recording_into(context), generators.finalizer_errors(context):
             result, functions = run_rewritten(fn, traced_args, traced_kwargs,
                                               parameter_leaves, static_leaves)
             # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
@@ -669,6 +669,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         shared = argument_writes.shared_memory(context, leaves)
         if shared is not None:
             raise UnsupportedError(shared)
+        if generators.finalizer_error(context) is not None:  # a generator's finally
+            raise generators.finalizer_error(context)
         left = generators.unfinished(context) or strided_views.escaped(context)
         if left is not None:  # a generator would run on after the trace; x.strides kept
             raise UnsupportedError(left)

@@ -201,14 +201,12 @@ def test_as_strided_by_keywords_and_transposed_compile():
 
 # --- cdcc9ca: generators -------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.xfail(strict=True, reason="cdcc9ca: a generator left part-way and dropped is "
-                   "closed by CPython (its finally runs); the trace drops it silently, so "
-                   "the finally's write to an argument is lost")
 def test_generator_dropped_part_way_runs_its_finally():
     """Eager: returning from inside `for v in gen()` drops the generator, whose finally
-    writes x[0] = 99 before the call returns; the traced and compiled calls leave x
-    unchanged (the traced generator's finally runs later, when it is collected, and raises
-    there: 'Exception ignored in: <generator object ...>')."""
+    writes x[0] = 99 before the call returns. The traced generator's finally ran as it was
+    dropped and raised (the write refused) where CPython only reports it ('Exception
+    ignored'), so the trace went on and compiled calls skipped the write; now that error
+    stops the trace (generators.finalizer_errors) and the call runs eagerly."""
     def first_plus_one(x):
         def gen():
             try:
@@ -224,11 +222,10 @@ def test_generator_dropped_part_way_runs_its_finally():
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.xfail(strict=True, reason="cdcc9ca: the finally of a generator a loop breaks "
-                   "out of runs at the break in CPython, not in the trace")
 def test_generator_finally_runs_at_break():
     """`for v in gen(): break` closes the generator at once (its finally appends to a
-    local list the function reads next): NumPy's x * 1 and x * 3, compiled x * 0 and x."""
+    local list the function reads next): NumPy's x * 1 and x * 3, compiled x * 0 and x
+    before generators.finalizer_errors (the append's refusal was an ignored error)."""
     def finally_effects(x):
         log, kept = [], [x]
 

@@ -342,7 +342,7 @@ class Hooks:
         elif kind == "closure":
             function = self.originals.get(frame.f_code)
             names = function.__code__.co_freevars if function is not None else ()
-            if name not in names:
+            if name not in names or self._local_of_the_call(frame, name):
                 return None
             root = ("closure", function.__closure__[names.index(name)], name)
         elif kind == "param" and frame.f_code is self.top and name in self.parameter_leaves:
@@ -367,6 +367,20 @@ class Hooks:
         else:
             return None
         return Path(root, tuple(steps))
+
+    def _local_of_the_call(self, frame, name):
+        """A closure variable that a frame of this call holds as its own (``log = []``, then
+        a nested ``def add(): log.append(1)``): a value of the call, found again by running
+        it, not outside state to guard (a guard on it could never hold at the next entry)."""
+        value = frame.f_locals.get(name)
+        outer = frame.f_back
+        while outer is not None:
+            if name in outer.f_code.co_cellvars and outer.f_locals.get(name) is value:
+                return self._made_in_this_call(value)
+            if outer.f_code is self.top:
+                return False
+            outer = outer.f_back
+        return False
 
     # calls ---------------------------------------------------------------------------
     @calls_for_the_user

@@ -243,13 +243,11 @@ def test_generator_finally_runs_at_break():
     run_calls(finally_effects, [(np.arange(3.0),)], **EXACT)
 
 
-@pytest.mark.xfail(strict=True, reason="a nested function (or generator) appending to a "
-                   "list local to the jitted function: each variant is entry-guarded on "
-                   "'len(closure log) == 0', which never holds again, so every call "
-                   "traces and compiles a new variant (0 compiled calls)")
 def test_local_list_a_nested_function_appends_to_is_not_guarded():
     """Found probing cdcc9ca (a generator's finally appending to a local list), but a plain
-    nested function does it too: `log = []; def add(): log.append(1)`. Results agree."""
+    nested function did it too: `log = []; def add(): log.append(1)`. Each variant was
+    entry-guarded on 'len(closure log) == 0', a cell of a function the call makes, so
+    every call traced and compiled a new variant. Results agree."""
     def with_log(x):
         log = []
 

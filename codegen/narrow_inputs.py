@@ -36,13 +36,12 @@ from tracejit.tracer.ir import Eqn, Var
 from .dtypes import NARROW_MEMORY as NARROW
 from .dtypes import SUPPORTED
 from .pointwise import loop_dtypes
-
-_VIEWS = (ops.slice_p, ops.transpose_p, ops.reshape_p, ops.flip_p, ops.broadcast_to_p)
+from .view_lowering import NUMPY_VIEWS
 
 
 def is_narrow_view(eqn):
     """A view of a narrow value: an index map the kernels reading it apply, never stored."""
-    return eqn.prim in _VIEWS and eqn.out.aval.dtype in NARROW
+    return eqn.prim in NUMPY_VIEWS and eqn.out.aval.dtype in NARROW
 
 
 def check_narrow_uses(graph):
@@ -53,26 +52,21 @@ def check_narrow_uses(graph):
             continue
         narrow = [atom for atom in item.inputs
                   if isinstance(atom, Var) and atom.aval.dtype in NARROW]
-        if narrow and not _converts(item):
-            dtype = narrow[0].aval.dtype
+        computes_in = _computes_in(item, narrow[0].aval.dtype) if narrow else None
+        if computes_in is not None:
             raise UnsupportedError(
                 "compiled code computes in bool, int32, int64, float32 and float64; "
-                f"{item.prim.name} of a {dtype} array computes in {_computes_in(item, dtype)}"
-                " (convert it first: x.astype(np.int32))")
-
-
-def _converts(eqn):
-    if eqn.prim is ops.cast_p or eqn.prim in _VIEWS:
-        return True  # (a view's own uses are checked where they read it)
-    if getattr(eqn.prim, "kind", None) != "pointwise":
-        return False
-    operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
-    return all(np.dtype(dtype) in SUPPORTED for dtype in operand_dtypes)
+                f"{item.prim.name} of a {narrow[0].aval.dtype} array computes in "
+                f"{computes_in} (convert it first: x.astype(np.int32))")
 
 
 def _computes_in(eqn, dtype):
-    if getattr(eqn.prim, "kind", None) == "pointwise":
-        operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
-        return next((str(np.dtype(d)) for d in operand_dtypes if np.dtype(d) not in
-                     SUPPORTED), str(dtype))
-    return str(dtype)
+    """The dtype ``eqn`` computes its narrow operand (of ``dtype``) in, or None where it
+    converts it first: a cast, a view (its own uses are checked where they read it), or a
+    pointwise primitive whose NumPy loop is in a compiled dtype."""
+    if eqn.prim is ops.cast_p or eqn.prim in NUMPY_VIEWS:
+        return None
+    if getattr(eqn.prim, "kind", None) != "pointwise":
+        return np.dtype(dtype)
+    operand_dtypes, _ = loop_dtypes(eqn.prim, [atom.aval for atom in eqn.inputs])
+    return next((np.dtype(d) for d in operand_dtypes if np.dtype(d) not in SUPPORTED), None)

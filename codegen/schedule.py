@@ -34,8 +34,6 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Guard, Literal, Var
 from tracejit.tracer.ops import (
-    broadcast_to_p,
-    flip_p,
     reshape_p,
     slice_p,
     swaps_last_two_axes,
@@ -49,12 +47,7 @@ from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
 from .narrow_inputs import check_narrow_uses, is_narrow_view
 from .parallel_entry import ALIGNED_CHUNK
-from .view_lowering import split_reshape_groups, unit_reshape_index
-
-# Views NumPy makes without copying (given a base it can view): an output that is a chain
-# of these over an input is returned as NumPy's view of the caller's array, as eager does.
-NUMPY_VIEWS = (slice_p, transpose_p, reshape_p, flip_p, broadcast_to_p)
-
+from .view_lowering import NUMPY_VIEWS, split_reshape_groups, unit_reshape_index
 
 MAX_INLINED = 96  # equations one kernel may inline (see _Scheduler.bound_expressions)
 TAIL_EQUATIONS = 4  # ... and more, when these are the program's last

@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.ir import Literal
-from tracejit.tracer.ops import reshape_p
+from tracejit.tracer.ops import broadcast_to_p, flip_p, reshape_p, slice_p, transpose_p
 
 from . import dtypes as dt
 from .kernel_index import (
@@ -31,6 +31,11 @@ from .kernel_index import (
     is_unit,
 )
 from .pointwise import KernelStatus
+
+# Views NumPy makes without copying (given a base it can view): index maps the kernels
+# reading them apply. An output that is a chain of these over an input is returned as
+# NumPy's view of the caller's array (schedule.input_view), as eager does.
+NUMPY_VIEWS = (slice_p, transpose_p, reshape_p, flip_p, broadcast_to_p)
 
 
 def broadcast_to(kernel, eqn, index):

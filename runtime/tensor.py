@@ -111,7 +111,7 @@ class Tensor(ArrayMethods):
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
-        self.data = as_array(data)
+        self._data = as_array(data)
         self.grad = None
         self._node = None
         self._versions = VersionCounter()

@@ -669,8 +669,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         shared = argument_writes.shared_memory(context, leaves)
         if shared is not None:
             raise UnsupportedError(shared)
-        if generators.finalizer_error(context) is not None:  # a generator's finally
-            raise generators.finalizer_error(context)
+        if (error := generators.finalizer_error(context)) is not None:
+            raise error  # raised in a generator's finally, where Python only reports it
         left = generators.unfinished(context) or strided_views.escaped(context)
         if left is not None:  # a generator would run on after the trace; x.strides kept
             raise UnsupportedError(left)

@@ -185,7 +185,7 @@ class ArrayMethods:
         return numpy_api.ravel(self, order)
 
     def astype(self, dtype, copy=True):
-        return numpy_api.astype(self, dtype)
+        return numpy_api.astype(self, dtype, copy=copy)
 
     def copy(self):
         return numpy_api.copy(self)

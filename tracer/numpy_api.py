@@ -686,6 +686,10 @@ def copy(a, order="K", subok=False):
 
 
 def astype(x, dtype, copy=True, **_):
+    # NumPy's astype copies unless told not to, even to the array's own dtype: a write into
+    # the result must not reach ``x``.
+    if copy and np.dtype(dtype) == dtype_of(x):
+        return bind(ops.cast_p, x, dtype=dtype_of(x))  # as ``copy`` (the argument hides it)
     return cast(x, dtype)
 
 

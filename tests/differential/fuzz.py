@@ -1,0 +1,753 @@
+"""An offline differential fuzzer: random model-like functions, eager NumPy vs ``jit``.
+
+Not collected by pytest (no ``test_`` prefix). Run it niced, for as long as it finds things::
+
+    nice -n 10 /tmp/venv/bin/python tests/differential/fuzz.py --minutes 20 --seed 1 \\
+        --out /tmp/fuzz15
+
+Each program is Python source written statement by statement, every statement checked by
+running it eagerly on a probe input whose dims are distinct primes (so a broadcast NumPy
+accepts there is one the shapes mean). Statements are model-like: pointwise chains with
+weak scalars and NumPy scalars, reductions with ``axis``/``keepdims``, matmul and einsum,
+(n,1)x(1,m) broadcasting, views with steps and negative steps, data-dependent ``if``s on
+reductions, ``for t in range(n)`` row loops carrying state into buffers written in place,
+column loops ``buf[:, i] += ...``, ``while`` loops with a tolerance, boolean-mask writes,
+dict and list state, integer gathers, writes into the arguments, 0-d arrays and Python
+numbers pulled out with ``float()``/``int()``/``.item()``.
+
+Each program runs on several argument sets: the probe's shapes four times with fresh data
+(the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
+2, primes, 64), with NaN/Inf/-0.0/huge/tiny/denormal values, F-order, negative strides,
+broadcast views and read-only arrays. Eager and compiled must agree on results (types,
+dtypes, shapes, values within tolerances scaled like ``test_random_programs``), on the
+arguments afterwards, and on exceptions (the same type). A call that fell back because
+tracejit failed internally is reported too.
+
+A worker process runs the programs; the parent restarts it when it dies (a native crash
+is a finding: the program it was running is kept). Each finding is minimized (statements
+and argument sets dropped while the same kind of failure remains) and written to
+``OUT/finding-*.py``, a standalone script that prints the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import linecache
+import os
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROBE = {"n": 5, "m": 3, "k": 2}
+SIZES = (0, 1, 2, 3, 7, 13, 17, 31, 64)
+FLOAT_SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 1e300, -1e300, 1e-310, 5e-324, 1e-300)
+F32_SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 3e38, -3e38, 1e-40, 1e-45, 1e-38)
+RTOL = {"f4": 1e-4, "f8": 1e-9, "f2": 1e-2}
+
+
+# --- statements --------------------------------------------------------------------------
+UNARY = [
+    "np.tanh({a})", "np.exp(-np.abs({a}))", "np.abs({a})", "np.sqrt(np.abs({a}))",
+    "-{a}", "{a} * {a}", "np.maximum({a}, 0)", "np.clip({a}, -1.5, 2)",
+    "{a}.astype(np.float32)", "{a}.astype(np.float64)", "{a}.astype(np.int32)",
+    "{a}.astype(bool)", "np.floor({a})", "np.sign({a})", "({a} > 0)", "np.logical_not({a})",
+    "{a} * np.float32(2)", "{a} + np.int64(3)", "{a} / 3", "{a} // 2", "{a} % 3",
+    "np.log1p(np.abs({a}))", "np.square({a})", "{a} ** 2", "np.power(np.abs({a}), 1.5)",
+    "1.0 / (1.0 + np.exp(-{a}))", "np.isnan({a})", "np.nan_to_num({a})",
+    "np.where(np.isfinite({a}), {a}, 0.0)", "{a} * 2.5 - 1", "3 - {a}", "np.float64(0.5) * {a}",
+    "{a} * np.asarray(2.0)", "np.cumsum({a}, axis=-1)", "np.round({a}, 1)", "np.exp2(-np.abs({a}))",
+    "np.sin({a})", "np.cos({a}) * {a}", "np.log(np.abs({a}) + 1e-3)", "np.fabs({a})",
+    "np.negative({a})", "np.rint({a})", "np.trunc({a})", "np.ceil({a} * 0.5)",
+    "{a}.astype(np.int64) * 3", "np.invert({a})", "{a} & 5", "{a} >> 1", "~({a} > 1)",
+    "np.heaviside({a}, 0.5)", "np.signbit({a})", "np.reciprocal({a} * {a} + 1.0)",
+    "np.expm1(-np.abs({a}))", "np.arctan({a})", "np.isinf({a})", "np.sort({a}, axis=-1)",
+]
+BINARY = [
+    "{a} + {b}", "{a} - {b}", "{a} * {b}", "np.maximum({a}, {b})", "np.minimum({a}, {b})",
+    "np.where({a} > {b}, {a}, {b})", "{a} / ({b} * {b} + 1)", "{a} > {b}", "{a} == {b}",
+    "np.logical_and({a}, {b})", "np.arctan2({a}, {b})", "np.hypot({a}, {b})",
+    "{a} // ({b} * {b} + 1)", "np.fmax({a}, {b})", "np.copysign({a}, 2.0)",
+    "{a}[:, None] * {b}[None, :]", "np.outer({a}, {b})", "np.where({b}, {a}, -{a})",
+    "np.logaddexp({a}, {b})", "{a} * ({b} != 0)", "np.where({a} > 0, {b}, 0)",
+]
+REDUCE = [
+    "np.sum({a}, axis={ax}, keepdims={kd})", "np.mean({a}, axis={ax}, keepdims={kd})",
+    "np.max({a}, axis={ax}, keepdims={kd})", "{a}.min(axis={ax}, keepdims={kd})",
+    "np.prod({a} * 0.5, axis={ax}, keepdims={kd})", "np.argmax({a}, axis={ax})",
+    "np.any({a} > 0, axis={ax}, keepdims={kd})", "{a}.all(axis={ax})",
+    "np.std({a}, axis={ax}, keepdims={kd})", "np.var({a}, axis={ax})",
+    "np.linalg.norm({a}, axis={ax})", "np.count_nonzero({a} > 0, axis={ax})",
+    "np.argmin({a}, axis={ax})", "{a}.sum()", "np.nansum({a}, axis={ax})",
+    "np.nanmax({a}, axis={ax})", "np.median({a}, axis={ax})", "np.ptp({a}, axis={ax})",
+    "np.max({a}, axis={ax}, initial=-1.0)", "np.sum({a}, axis={ax}, dtype=np.float64)",
+    "np.cumprod({a} * 0.5, axis={ax0})", "np.average({a}, axis={ax})",
+    "{a} - np.max({a}, axis={ax0}, keepdims=True)",
+    "np.exp({a} - np.max({a}, axis=-1, keepdims=True)) / np.sum(np.exp({a} - "
+    "np.max({a}, axis=-1, keepdims=True)), axis=-1, keepdims=True)",
+    "({a} - {a}.mean(axis=-1, keepdims=True)) / np.sqrt({a}.var(axis=-1, keepdims=True) "
+    "+ 1e-5)",
+]
+CONTRACT = [
+    "{a} @ {b}", "np.dot({a}, {b})", "np.einsum('ij,jk->ik', {a}, {b})",
+    "np.einsum('ij,ij->i', {a}, {b})", "np.einsum('ij->j', {a})", "{a}.T @ {a}",
+    "np.matmul({a}, {b}.T)", "np.tensordot({a}, {b}, axes=1)", "np.einsum('i,i->', {a}, {b})",
+    "np.inner({a}, {b})", "np.vdot({a}, {b})", "np.einsum('ij,kj->ik', {a}, {b})",
+]
+VIEW = [
+    "{a}[::-1]", "{a}[..., ::-2]", "{a}.T", "{a}.reshape(-1)", "{a}[1:]", "{a}[:-1]",
+    "{a}[::2, 1:]", "{a}.reshape({a}.shape[0], -1)", "np.transpose({a})", "{a}[None]",
+    "{a}[:, :1]", "np.ascontiguousarray({a})", "{a}.copy()",
+    "np.concatenate([{a}, {b}], axis=0)", "np.stack([{a}, {a}[::-1]])",
+    "np.flip({a}, axis=-1)", "np.roll({a}, 1, axis=0)", "{a}[-1]", "{a}[..., -1:]",
+    "np.broadcast_to({a}, (2,) + {a}.shape)", "{a}[:, ::-1][1::2]", "{a}.ravel()[::3]",
+    "np.expand_dims({a}, -1)", "{a}.reshape(1, -1).T", "np.squeeze({a}[:1])",
+    "np.tile({a}, 2)", "np.repeat({a}, 2, axis=0)", "np.diff({a}, axis=0)",
+    "np.pad({a}, 1)", "np.moveaxis({a}, 0, -1)", "np.atleast_2d({a})",
+    "{a}[np.arange({a}.shape[0]) % 2 == 0]", "np.triu({a})", "np.diag({a})",
+]
+
+
+@dataclass
+class Statement:
+    lines: list  # source lines, body-relative indent
+    kind: str
+
+
+@dataclass
+class Program:
+    params: list
+    statements: list = field(default_factory=list)
+    returns: list = field(default_factory=list)
+    as_dict: bool = False
+
+    def source(self, name="program"):
+        lines = [f"def {name}({', '.join(self.params)}):"]
+        for statement in self.statements:
+            lines += ["    " + line for line in statement.lines]
+        if self.as_dict:
+            items = ", ".join(f"{name!r}: {name}" for name in self.returns)
+            lines.append(f"    return {{{items}}}")
+        else:
+            lines.append(f"    return ({', '.join(self.returns)}{',' if self.returns else ''})")
+        return "\n".join(lines) + "\n"
+
+
+def load(source, name="program"):
+    """The function ``source`` defines, with its text in ``linecache`` (tracejit's front end
+    reads it like a user's file)."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+    filename = f"<fuzz-{digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"np": np}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated here
+    return namespace[name]
+
+
+# --- inputs --------------------------------------------------------------------------------
+@dataclass
+class Param:
+    name: str
+    dims: tuple  # dim symbols, or "scalar"
+    dtype: str
+    layout: str  # C, F, neg, bcast, ro, pyfloat, pyint, np32, npi64, zerod
+
+
+def draw_params(rng):
+    params = [Param("x", ("n", "m"), rng.choice(["f4", "f8", "f8", "f4", "i4", "i8", "?"]),
+                    rng.choice(["C", "C", "C", "F", "neg", "bcast", "ro"]))]
+    if rng.random() < 0.6:
+        params.append(Param("w", ("m", "k"), rng.choice(["f4", "f8"]),
+                            rng.choice(["C", "C", "F", "neg"])))
+    if rng.random() < 0.5:
+        params.append(Param("v", ("m",), rng.choice(["f4", "f8", "i8", "?"]),
+                            rng.choice(["C", "C", "neg", "ro"])))
+    if rng.random() < 0.3:
+        params.append(Param("y", ("n",), rng.choice(["labels32", "labels64", "?"]), "C"))
+    if rng.random() < 0.4:
+        params.append(Param("s", "scalar", "f8",
+                            rng.choice(["pyfloat", "pyint", "np32", "npi64", "zerod"])))
+    return params
+
+
+def make_array(param, sizes, rng, special):
+    if param.dims == "scalar":
+        value = float(rng.integers(-3, 4)) + 0.5 * rng.integers(0, 2)
+        return {"pyfloat": value, "pyint": int(value), "np32": np.float32(value),
+                "npi64": np.int64(int(value)), "zerod": np.asarray(value)}[param.layout]
+    shape = tuple(sizes[dim] for dim in param.dims)
+    if param.layout == "bcast":
+        base_shape = (1,) + shape[1:]
+    else:
+        base_shape = shape
+    if param.dtype in ("f4", "f8"):
+        array = (rng.standard_normal(base_shape) * 2.0).astype(param.dtype)
+        if special and array.size:
+            flat = array.reshape(-1)
+            pool = F32_SPECIALS if param.dtype == "f4" else FLOAT_SPECIALS
+            picks = rng.integers(0, flat.size, size=min(3, flat.size))
+            flat[picks] = np.asarray(rng.choice(pool, size=len(picks))).astype(param.dtype)
+    elif param.dtype in ("i4", "i8"):
+        high = 2**31 - 5 if special and rng.random() < 0.3 else 20
+        array = rng.integers(-high, high + 1, size=base_shape).astype(param.dtype)
+    elif param.dtype.startswith("labels"):
+        array = rng.integers(0, max(sizes["k"], 1), size=base_shape).astype(
+            "i4" if param.dtype == "labels32" else "i8")
+    else:
+        array = rng.random(base_shape) > 0.5
+    if param.layout == "F" and array.ndim > 1:
+        array = np.asfortranarray(array)
+    elif param.layout == "neg":
+        array = np.flip(np.ascontiguousarray(np.flip(array)))
+    elif param.layout == "bcast":
+        array = np.broadcast_to(array, shape)
+    elif param.layout == "ro":
+        array = array.copy()
+        array.flags.writeable = False
+    return array
+
+
+def make_arguments(params, sizes, seed, special):
+    rng = np.random.default_rng(seed)
+    return tuple(make_array(param, sizes, rng, special) for param in params)
+
+
+def copy_arguments(arguments):
+    """A deep copy that keeps layouts: negative strides, broadcast views, read-only flags."""
+    copies = []
+    for value in arguments:
+        if isinstance(value, np.ndarray) and value.ndim:
+            if value.strides and 0 in value.strides and value.size > 1:
+                copies.append(np.broadcast_to(value[:1].copy(), value.shape))
+                continue
+            fresh = np.empty_like(value, order="F" if value.flags.f_contiguous
+                                  and not value.flags.c_contiguous else "C")
+            fresh[...] = value
+            if value.ndim and value.strides[0] < 0:
+                fresh = np.flip(np.ascontiguousarray(np.flip(value)))
+            fresh.flags.writeable = value.flags.writeable
+            copies.append(fresh)
+        else:
+            copies.append(copy.deepcopy(value))
+    return tuple(copies)
+
+
+# --- drawing a program ---------------------------------------------------------------------
+class Builder:
+    def __init__(self, rng, params, probe):
+        self.rng = rng
+        self.program = Program([param.name for param in params])
+        self.namespace = {"np": np}
+        self.namespace.update({param.name: value for param, value in zip(params, probe)})
+        self.names = [param.name for param in params]
+        self.counter = 0
+
+    def fresh(self):
+        self.counter += 1
+        return f"t{self.counter}"
+
+    def pick(self, predicate=lambda value: True):
+        pool = [name for name in self.names
+                if predicate(self.namespace.get(name))]
+        return self.rng.choice(pool) if pool else None
+
+    def arrays(self, value):
+        return isinstance(value, (np.ndarray, np.generic))
+
+    def try_add(self, lines, kind, defines):
+        trial = {key: (value.copy() if isinstance(value, np.ndarray) else value)
+                 for key, value in self.namespace.items()}
+        for key, value in self.namespace.items():
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                trial[key] = value
+        body = "\n".join(lines)
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(body, trial)  # noqa: S102 - generated here
+        except Exception:  # noqa: BLE001 - a statement NumPy refuses is not kept
+            return False
+        for name in defines:
+            value = trial.get(name)
+            if isinstance(value, np.ndarray) and (value.size > 20000 or value.ndim > 4):
+                return False
+        self.namespace = trial
+        self.program.statements.append(Statement(lines, kind))
+        for name in defines:
+            if name not in self.names:
+                self.names.append(name)
+        return True
+
+    # one statement of each kind; each returns lines and the names it defines
+    def expression(self, templates, operands=2):
+        template = self.rng.choice(templates)
+        names = [self.pick(self.arrays) for _ in range(operands)]
+        if None in names:
+            return None
+        ndim = np.ndim(self.namespace[names[0]])
+        axes = list(range(-ndim, ndim)) + [None] if ndim else [None]
+        text = template.format(a=names[0], b=names[1] if len(names) > 1 else names[0],
+                               ax=self.rng.choice(axes), kd=bool(self.rng.integers(0, 2)),
+                               ax0=self.rng.choice(axes[:-1] or [0]))
+        return text
+
+    def simple(self):
+        kind = self.rng.choice(["unary", "unary", "binary", "reduce", "contract", "view"])
+        templates = {"unary": UNARY, "binary": BINARY, "reduce": REDUCE,
+                     "contract": CONTRACT, "view": VIEW}[kind]
+        text = self.expression(templates)
+        if text is None:
+            return None
+        name = self.fresh()
+        return [f"{name} = {text}"], kind, [name]
+
+    def branch(self):
+        cond_of = self.pick(self.arrays)
+        reduction = self.rng.choice(["np.sum({a})", "np.mean({a})", "np.max({a})",
+                                     "{a}.min()", "np.abs({a}).sum()", "np.any({a} > 1)",
+                                     "{a}.size", "float(np.std({a}))"])
+        threshold = self.rng.choice([0, 0.5, -0.25, 1.0, 3])
+        first, second = self.expression(UNARY + BINARY), self.expression(UNARY + BINARY)
+        if first is None or second is None:
+            return None
+        name = self.fresh()
+        return [f"if {reduction.format(a=cond_of)} > {threshold}:", f"    {name} = {first}",
+                "else:", f"    {name} = {second}"], "if", [name]
+
+    def row_loop(self):
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        h, out, t = self.fresh(), self.fresh(), "i" + self.fresh()
+        dtype = self.rng.choice(["np.float64", "np.float32", f"{source}.dtype"])
+        decay = self.rng.choice(["0.5", "np.float32(0.9)", "0.25"])
+        update = self.rng.choice([
+            f"np.tanh({source}[{t}] * 0.5 + {h} * {decay})",
+            f"{h} * {decay} + {source}[{t}]",
+            f"np.where({source}[{t}] > 0, {h} + 1, {h} * {decay})",
+            f"np.maximum({h}, {source}[{t}])",
+            f"{h} + {source}[{t}] - {source}[{t} - 1]",
+            f"{h} * {decay} + {source}[::-1][{t}]",
+        ])
+        write = self.rng.choice([f"{out}[{t}] = {h}", f"{out}[{t}] += {h} * 2",
+                                 f"{out}[{t}, ...] = {h} > 0", f"{out}[-{t} - 1] = {h}"])
+        out_dtype = self.rng.choice(["np.float64", dtype])
+        lines = [f"{h} = np.zeros({source}.shape[1:], dtype={dtype})",
+                 f"{out} = np.zeros({source}.shape, dtype={out_dtype})",
+                 f"for {t} in range({source}.shape[0]):",
+                 f"    {h} = {update}",
+                 f"    {write}"]
+        if self.rng.random() < 0.3:
+            acc = self.fresh()
+            lines.insert(0, f"{acc} = 0.0")
+            lines.append(f"    {acc} = {acc} + np.sum({h})")
+            return lines, "row loop", [h, out, acc]
+        if self.rng.random() < 0.3:
+            lines.insert(3, f"    if np.sum({source}[{t}]) > 2:")
+            lines.insert(4, "        continue")
+        return lines, "row loop", [h, out]
+
+    def matmul_loop(self):
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim == 2)
+        weight = "w" if "w" in self.program.params else None
+        if source is None or weight is None:
+            return None
+        h, hs, t = self.fresh(), self.fresh(), "i" + self.fresh()
+        kind = self.rng.choice(["list", "dict", "buffer"])
+        if kind == "list":
+            return [f"{h} = np.zeros({weight}.shape[1])", f"{hs} = []",
+                    f"for {t} in range({source}.shape[0]):",
+                    f"    {h} = np.tanh({source}[{t}] @ {weight} + 0.5 * {h})",
+                    f"    {hs}.append({h})",
+                    f"{hs} = np.stack({hs}) if {hs} else np.zeros((0, {weight}.shape[1]))"], \
+                "rnn list", [h, hs]
+        if kind == "dict":
+            return [f"{hs} = {{'h': np.zeros({weight}.shape[1]), 'n': 0}}",
+                    f"for {t} in range({source}.shape[0]):",
+                    f"    {hs}['h'] = np.tanh({source}[{t}] @ {weight}) + {hs}['h'] * 0.5",
+                    f"    {hs}['n'] += 1",
+                    f"{h} = {hs}['h'] * {hs}['n']"], "rnn dict", [h]
+        return [f"{hs} = np.empty(({source}.shape[0], {weight}.shape[1]))",
+                f"{h} = np.zeros({weight}.shape[1])",
+                f"for {t} in range({source}.shape[0]):",
+                f"    {h} = np.maximum({source}[{t}] @ {weight} - {h}, 0)",
+                f"    {hs}[{t}] = {h}"], "rnn buffer", [h, hs]
+
+    def column_loop(self):
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim == 2)
+        if source is None:
+            return None
+        buf, i = self.fresh(), "j" + self.fresh()
+        op = self.rng.choice(["+=", "-=", "*=", "="])
+        return [f"{buf} = np.ones({source}.shape, dtype=np.float64)",
+                f"for {i} in range({source}.shape[1]):",
+                f"    {buf}[:, {i}] {op} {source}[:, {i}] * 2 + {i}"], "column loop", [buf]
+
+    def while_loop(self):
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.dtype.kind in "fiub")
+        if source is None:
+            return None
+        z, g, it = self.fresh(), self.fresh(), self.fresh()
+        dtype = self.rng.choice(["np.float64", "np.float32"])
+        tol = "1e-9" if dtype == "np.float64" else "1e-4"
+        return [f"{z} = np.abs(np.nan_to_num({source})).astype({dtype}) + 1",
+                f"{g} = {z}.copy()", f"{it} = 0",
+                f"while {z}.size and np.max(np.abs({g} * {g} - {z}) / {z}) > {tol} "
+                f"and {it} < 40:",
+                f"    {g} = ({g} + {z} / {g}) * 0.5",
+                f"    {it} += 1"], "while", [g, it]
+
+    def mask_write(self):
+        target = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if target is None:
+            return None
+        name = self.fresh()
+        mask = self.rng.choice([f"{name} > 0", f"np.isnan({name})", f"{name} < -1",
+                                f"~np.isfinite({name})"])
+        value = self.rng.choice(["0", "-1.5", f"{name}[{mask}] * 2", "np.float32(3)"])
+        op = self.rng.choice(["=", "*=", "+="]) if "[" not in value else "="
+        return [f"{name} = {target}.astype(np.float64)", f"{name}[{mask}] {op} {value}"], \
+            "mask write", [name]
+
+    def argument_write(self):
+        target = self.rng.choice([p for p in self.program.params if p != "s"])
+        write = self.rng.choice([f"{target}[0] = 1", f"{target} *= 2", f"{target}[::2] += 1",
+                                 f"{target}[{target} > 1] = 1", f"{target}[..., -1] = 0",
+                                 f"{target}[:] = {target}[::-1].copy()",
+                                 f"{target}[:] = {target}[::-1]"])
+        return [write], "argument write", []
+
+    def python_number(self):
+        source = self.pick(self.arrays)
+        if source is None:
+            return None
+        name = self.fresh()
+        text = self.rng.choice([f"float(np.sum({source}))", f"int(np.argmax({source}))",
+                                f"np.sum({source}).item()", f"len({source})",
+                                f"{source}.shape[-1] * 2", f"bool(np.all({source} > -5))",
+                                f"np.asarray(np.mean({source}))",
+                                f"float(np.max({source}, initial=0))"])
+        return [f"{name} = {text}"], "python number", [name]
+
+    def gather(self):
+        if "y" not in self.program.params:
+            return None
+        name = self.fresh()
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim == 2)
+        if source is None:
+            return None
+        text = self.rng.choice([f"{source}[y]", f"{source}[:, y % {source}.shape[1]]",
+                                f"{source}[np.arange({source}.shape[0]), y % "
+                                f"{source}.shape[1]]", f"np.take({source}, y, axis=0)",
+                                "np.bincount(y, minlength=3)"])
+        return [f"{name} = {text}"], "gather", [name]
+
+    def draw(self, statements):
+        makers = [self.simple] * 10 + [self.branch] * 2 + [self.row_loop] * 2 + [
+            self.matmul_loop, self.column_loop, self.while_loop, self.mask_write,
+            self.argument_write, self.python_number, self.gather]
+        attempts = 0
+        while len(self.program.statements) < statements and attempts < statements * 6:
+            attempts += 1
+            made = self.rng.choice(makers)()
+            if made is None:
+                continue
+            lines, kind, defines = made
+            self.try_add(lines, kind, defines)
+        defined = [name for name in self.names if name not in self.program.params]
+        self.program.returns = defined or list(self.program.params[:1])
+        self.program.as_dict = self.rng.random() < 0.15
+        return self.program
+
+
+def draw_program(seed):
+    rng = Chooser(seed)
+    params = draw_params(rng)
+    probe = make_arguments(params, PROBE, seed, special=False)
+    builder = Builder(rng, params, probe)
+    program = builder.draw(int(rng.integers(2, 9)))
+    sets = []
+    for call in range(4):  # the probe's shapes: the trace, then compiled code
+        sets.append(("same", dict(PROBE), seed * 7 + call, call == 3 and rng.random() < 0.5))
+    for number in range(int(rng.integers(2, 5))):
+        sizes = {dim: int(rng.choice(SIZES)) for dim in "nmk"}
+        for repeat in range(2):
+            sets.append(("sizes", sizes, seed * 7 + 10 + number * 2 + repeat,
+                         bool(rng.random() < 0.4)))
+    dynamic = rng.choice(["auto", "auto", True])
+    return program, params, sets, dynamic
+
+
+class Chooser:
+    """A NumPy generator whose ``choice`` returns list items as they are (not as NumPy
+    scalars or strings)."""
+
+    def __init__(self, seed):
+        self.generator = np.random.default_rng(seed)
+
+    def choice(self, options):
+        return options[int(self.generator.integers(0, len(options)))]
+
+    def random(self):
+        return self.generator.random()
+
+    def integers(self, low, high):
+        return self.generator.integers(low, high)
+
+
+# --- comparing -----------------------------------------------------------------------------
+def scale_of(values, arguments):
+    biggest, count = 1.0, 1
+    for value in list(values) + list(arguments):
+        array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, float,
+                                                         int)) else None
+        if array is None or array.dtype.kind not in "fiub":
+            continue
+        count = max(count, array.size)
+        finite = np.abs(array[np.isfinite(array)].astype(np.float64)) if array.size else []
+        if len(finite):
+            biggest = max(biggest, float(np.max(finite)))
+    return biggest, count
+
+
+def leaves(tree):
+    if isinstance(tree, dict):
+        return [leaf for key in tree for leaf in leaves(tree[key])]
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in leaves(item)]
+    return [tree]
+
+
+def structure(tree):
+    if isinstance(tree, dict):
+        return ("dict", tuple((key, structure(tree[key])) for key in tree))
+    if isinstance(tree, (tuple, list)):
+        return (type(tree).__name__, tuple(structure(item) for item in tree))
+    return type(tree).__name__
+
+
+def difference(got, want, scale, count, float32):
+    """None, or text naming the first difference."""
+    if structure(got) != structure(want):
+        return f"structure {structure(got)} != {structure(want)}"
+    for index, (g, w) in enumerate(zip(leaves(got), leaves(want))):
+        if type(g) is not type(w):
+            return f"leaf {index}: type {type(g).__name__} != {type(w).__name__}"
+        if isinstance(w, (np.ndarray, np.generic)):
+            if g.dtype != w.dtype or np.shape(g) != np.shape(w):
+                return f"leaf {index}: {g.dtype}{np.shape(g)} != {w.dtype}{np.shape(w)}"
+            if isinstance(w, np.ndarray) and w.flags.writeable != g.flags.writeable \
+                    and not (w.base is not None and g.base is not None):
+                pass
+            ga, wa = np.asarray(g), np.asarray(w)
+            if wa.dtype.kind in "fc":
+                rtol = RTOL["f4"] if (float32 or wa.dtype == np.float32) else RTOL["f8"]
+                if wa.dtype == np.float16:
+                    rtol = RTOL["f2"]
+                atol = rtol * scale * count
+                with np.errstate(all="ignore"):
+                    close = np.isclose(ga, wa, rtol=rtol, atol=atol, equal_nan=True)
+                # infinities must agree in sign; NaN with NaN
+                if not np.all(close):
+                    bad = np.argwhere(~np.asarray(close))
+                    where = tuple(int(i) for i in bad[0]) if bad.size else ()
+                    return (f"leaf {index}: values differ at {where}: {ga[where]!r} != "
+                            f"{wa[where]!r} ({int((~close).sum())} of {wa.size})")
+            elif not np.array_equal(ga, wa):
+                bad = np.argwhere(ga != wa)
+                where = tuple(int(i) for i in bad[0]) if bad.size else ()
+                return f"leaf {index}: values differ at {where}: {ga[where]!r} != {wa[where]!r}"
+        elif isinstance(w, float):
+            if not (np.isclose(g, w, rtol=1e-4 if float32 else 1e-9,
+                               atol=1e-9 * scale * count, equal_nan=True)):
+                return f"leaf {index}: {g!r} != {w!r}"
+        elif g != w:
+            return f"leaf {index}: {g!r} != {w!r}"
+    return None
+
+
+def run_one(function, source, params, sets, dynamic):
+    """Eager vs jit over ``sets``. Returns None or (kind, text)."""
+    import tracejit as tj
+
+    compiled = tj.jit(function, cache="memory", dynamic=dynamic)
+    float32 = any(param.dtype == "f4" for param in params) or "float32" in source
+    for number, (_label, sizes, seed, special) in enumerate(sets):
+        arguments = make_arguments(params, sizes, seed, special)
+        eager_arguments, jit_arguments = copy_arguments(arguments), copy_arguments(arguments)
+        eager_error = jit_error = None
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                want = function(*eager_arguments)
+            except Exception as error:  # noqa: BLE001 - eager's exception is the contract
+                eager_error = error
+            try:
+                got = compiled(*jit_arguments)
+            except Exception as error:  # noqa: BLE001
+                jit_error = error
+        where = f"argument set {number} (sizes {sizes}, special={special})"
+        if eager_error is not None or jit_error is not None:
+            if eager_error is None:
+                return "jit raised", (f"{where}: {type(jit_error).__name__}: {jit_error}\n"
+                                      + "".join(traceback.format_exception(jit_error))[-3000:])
+            if jit_error is None:
+                return "jit did not raise", (f"{where}: eager raised "
+                                             f"{type(eager_error).__name__}: {eager_error}")
+            if not isinstance(jit_error, type(eager_error)):
+                return "other exception", (f"{where}: eager {type(eager_error).__name__}: "
+                                           f"{eager_error}; jit {type(jit_error).__name__}: "
+                                           f"{jit_error}")
+            continue
+        scale, count = scale_of(leaves(want), arguments)
+        count += max(sizes.values())
+        problem = difference(got, want, scale, count, float32)
+        if problem:
+            return "result differs", f"{where}: {problem}"
+        problem = difference(jit_arguments, eager_arguments, scale, count, float32)
+        if problem:
+            return "arguments differ", f"{where}: arguments afterwards: {problem}"
+    reasons = compiled.stats().get("eager_calls") or {}
+    for reason in reasons:
+        if "internal error" in reason or "not compiled" in reason:
+            return "internal error", f"{reason}: {compiled.explain()[-3000:]}"
+    return None
+
+
+# --- minimizing ----------------------------------------------------------------------------
+def still_fails(program, params, sets, dynamic, kind):
+    try:
+        function = load(program.source())
+        result = run_one(function, program.source(), params, sets, dynamic)
+    except Exception:  # noqa: BLE001
+        return False
+    return result is not None and result[0] == kind
+
+
+def minimize(program, params, sets, dynamic, kind):
+    program = copy.deepcopy(program)
+    # Argument sets: keep the shortest prefix that fails, then drop single sets.
+    changed = True
+    while changed:
+        changed = False
+        for index in range(len(program.statements) - 1, -1, -1):
+            trial = copy.deepcopy(program)
+            del trial.statements[index]
+            if still_fails(trial, params, sets, dynamic, kind):
+                program, changed = trial, True
+        for index in range(len(program.returns) - 1, -1, -1):
+            trial = copy.deepcopy(program)
+            del trial.returns[index]
+            if still_fails(trial, params, sets, dynamic, kind):
+                program, changed = trial, True
+        for index in range(len(sets) - 1, -1, -1):
+            trial_sets = sets[:index] + sets[index + 1:]
+            if trial_sets and still_fails(program, params, trial_sets, dynamic, kind):
+                sets, changed = trial_sets, True
+    return program, sets
+
+
+def reproducer(program, params, sets, dynamic, kind, text):
+    param_text = repr([(p.name, p.dims, p.dtype, p.layout) for p in params])
+    return (f'"""Fuzz finding: {kind}\n\n{text[:1500]}\n"""\n'
+            "import sys\nsys.path.insert(0, 'tests/differential')\n"
+            "import fuzz\nimport numpy as np\n\n"
+            f"SOURCE = '''\\\n{program.source()}'''\n"
+            f"PARAMS = [fuzz.Param(*p) for p in {param_text}]\n"
+            f"SETS = {sets!r}\n"
+            f"program = fuzz.load(SOURCE)\n"
+            f"print(fuzz.run_one(program, SOURCE, PARAMS, SETS, {dynamic!r}))\n")
+
+
+# --- driving -------------------------------------------------------------------------------
+def worker(args):
+    import logging
+
+    logging.getLogger("tracejit").setLevel(logging.CRITICAL)  # eager reasons: not findings
+    logging.getLogger("tracejit").propagate = False
+    os.makedirs(args.out, exist_ok=True)
+    deadline = time.time() + args.minutes * 60
+    seed = args.seed
+    counts = {"programs": 0, "findings": 0, "statements": 0}
+    seen = set()
+    if os.path.exists(os.path.join(args.out, "seen.json")):
+        seen = set(json.load(open(os.path.join(args.out, "seen.json"))))
+    while time.time() < deadline:
+        seed += 1
+        program, params, sets, dynamic = draw_program(seed)
+        with open(os.path.join(args.out, "current.py"), "w") as file:
+            file.write(reproducer(program, params, sets, dynamic, "native crash",
+                                  f"seed {seed}"))
+        try:
+            function = load(program.source())
+            result = run_one(function, program.source(), params, sets, dynamic)
+        except Exception as error:  # noqa: BLE001 - the fuzzer's own trouble, noted
+            result = ("fuzzer error", repr(error))
+        counts["programs"] += 1
+        counts["statements"] += len(program.statements)
+        if result is not None:
+            kind, text = result
+            small, small_sets = minimize(program, params, sets, dynamic, kind) \
+                if kind != "fuzzer error" else (program, sets)
+            key = hashlib.sha1((kind + small.source()).encode()).hexdigest()[:10]
+            if key not in seen:
+                seen.add(key)
+                counts["findings"] += 1
+                path = os.path.join(args.out, f"finding-{key}.py")
+                with open(path, "w") as file:
+                    file.write(reproducer(small, params, small_sets, dynamic, kind, text))
+                print(f"[seed {seed}] {kind}: {path}\n{small.source()}{text[:400]}\n",
+                      flush=True)
+                json.dump(sorted(seen), open(os.path.join(args.out, "seen.json"), "w"))
+        with open(os.path.join(args.out, "progress.json"), "w") as file:
+            json.dump(dict(counts, seed=seed), file)
+    print(f"done: {counts}", flush=True)
+
+
+def parent(args):
+    """Runs the worker, restarting it (with a later seed) when it dies."""
+    os.makedirs(args.out, exist_ok=True)
+    deadline = time.time() + args.minutes * 60
+    seed, restarts = args.seed, 0
+    total = 0
+    while time.time() < deadline:
+        minutes = (deadline - time.time()) / 60
+        command = [sys.executable, __file__, "--worker", "--minutes", f"{minutes:.2f}",
+                   "--seed", str(seed), "--out", args.out]
+        result = subprocess.run(command)
+        progress = json.load(open(os.path.join(args.out, "progress.json"))) \
+            if os.path.exists(os.path.join(args.out, "progress.json")) else {"seed": seed}
+        total += progress.get("programs", 0)
+        if result.returncode != 0:
+            restarts += 1
+            crash = os.path.join(args.out, f"crash-{progress['seed'] + 1}.py")
+            os.replace(os.path.join(args.out, "current.py"), crash)
+            print(f"worker died ({result.returncode}): {crash}", flush=True)
+        seed = progress.get("seed", seed) + 1
+    print(f"fuzz finished: about {total} programs, {restarts} worker deaths", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="/tmp/tracejit-fuzz")
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--show", type=int, help="print the program of this seed and exit")
+    args = parser.parse_args()
+    if args.show is not None:
+        program, params, sets, dynamic = draw_program(args.show)
+        print(program.source(), params, sets, dynamic)
+        return
+    (worker if args.worker else parent)(args)
+
+
+if __name__ == "__main__":
+    main()

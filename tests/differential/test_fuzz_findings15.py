@@ -1,0 +1,40 @@
+"""Findings of the round-15b differential fuzzer (``tests/differential/fuzz.py``): each a
+minimal program, eager NumPy against ``jit`` over calls that reach compiled code, with the
+arguments compared afterwards (several findings wrote into them).
+"""
+
+import numpy as np
+from real_model_checks import run_calls
+
+
+# --- astype to the array's own dtype is a copy ------------------------------------------------
+def astype_own_dtype_then_masked_write(x):
+    copied = x.astype(np.float64)
+    copied[copied < 0] += 1.5
+    return copied
+
+
+def astype_chain_then_item_write(x):
+    scaled = x * 1.0
+    copied = scaled.astype(np.float64)
+    copied[0] = 100.0
+    return scaled, copied
+
+
+def test_astype_to_the_same_dtype_copies():
+    """``x.astype(x.dtype)`` returned ``x`` itself: a write into the copy went into the
+    argument (and into ``scaled``), as if ``copy=False``."""
+    arguments = [(np.array([-1.0, 2.0, -3.0]),), (np.arange(-3.0, 4.0),)]
+    run_calls(astype_own_dtype_then_masked_write, arguments, repeats=3)
+    run_calls(astype_chain_then_item_write, arguments, repeats=3)
+
+
+def astype_without_copy_then_write(x):
+    same = x.astype(np.float64, copy=False)
+    same[0] = 5.0
+    return same
+
+
+def test_astype_without_copy_is_the_array():
+    """``copy=False`` to the array's own dtype is ``x`` itself: the write reaches ``x``."""
+    run_calls(astype_without_copy_then_write, [(np.array([-1.0, 2.0, -3.0]),)], repeats=3)

@@ -31,6 +31,39 @@ def _binary(prim):
     return forward, reflected
 
 
+def _keeping_quotient(prim, sign):
+    """``+``/``-`` as ``_binary``'s, where a Python int beside ``n / d`` of dims keeps the
+    exact quotient for ``int()``: ``int(1 + (n_H_prev - f) / stride)`` (deeplearning.ai's
+    ``pool_forward``) sizes an output as ``int((n - f) / s) + 1`` does, a dim, so loops over
+    it stay loops (``dims.integer_quotient``)."""
+    def forward(self, other):
+        if getattr(type(other), "__array_ufunc__", 0) is None:
+            return NotImplemented
+        result = bind(prim, self, other)
+        if type(other) is int and hasattr(self, "quotient"):
+            _shift_quotient(result, self.quotient, sign * other, 1)
+        return result
+
+    def reflected(self, other):
+        if getattr(type(other), "__array_ufunc__", 0) is None:
+            return NotImplemented
+        result = bind(prim, other, self)
+        if type(other) is int and hasattr(self, "quotient"):
+            _shift_quotient(result, self.quotient, other, sign)
+        return result
+
+    forward.__name__ = reflected.__name__ = prim.name
+    return forward, reflected
+
+
+def _shift_quotient(result, quotient, offset, sign):
+    """``result = offset + sign * n / d`` as the quotient ``(offset * d + sign * n) / d``
+    (exact while the float64 sum is: offsets beyond 2**31 are left to the guard)."""
+    numerator, denominator = quotient
+    if abs(offset) < 2**31:
+        result.quotient = (offset * denominator + sign * numerator, denominator)
+
+
 def _is_python_two(value):
     """``2`` as a Python int, or a run-time Python int that is 2 (guarded)."""
     if type(value) is int:
@@ -68,8 +101,8 @@ class ArrayMethods:
     def __array_function__(self, func, types, args, kwargs):
         return numpy_api.array_function(func, args, kwargs)
 
-    __add__, __radd__ = _binary(ops.add_p)
-    __sub__, __rsub__ = _binary(ops.subtract_p)
+    __add__, __radd__ = _keeping_quotient(ops.add_p, 1)
+    __sub__, __rsub__ = _keeping_quotient(ops.subtract_p, -1)
     __mul__, __rmul__ = _binary(ops.multiply_p)
     __truediv__, __rtruediv__ = _binary(ops.true_divide_p)
     __floordiv__, __rfloordiv__ = _binary(ops.floor_divide_p)

@@ -324,20 +324,24 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if mode != "constant":
         return pad_modes.pad_by_index(array, [(int(low), int(high)) for low, high in widths],
                                       mode, **kwargs)
-    fill = _pad_constant(array, kwargs.get("constant_values", 0))
+    fills = [(_pad_constant(array, low), _pad_constant(array, high)) for low, high in
+             pad_modes.constant_pairs(kwargs.get("constant_values", 0), ndim_of(array))]
     config = tuple((int(low), int(high), 0) for low, high in widths)
     padded = ops.pad(array, config)
     if padded is array:
         return _new_array(padded)
-    if fill == 0 and not np.signbit(fill):
+    if builtins.all(fill == 0 and not np.signbit(fill) for pair in fills for fill in pair):
         return padded
+    if len({(fill.item(), np.signbit(fill)) for pair in fills for fill in pair}) > 1:
+        # constant_values=((0, 0), (1, 1)) or (0, 255): each axis' own constants
+        return pad_modes.fill_pad_regions(padded, shape_of(array), config, fills)
     inside = ops.pad(ops.full(shape_of(array), True, np.bool_, like=array), config)
-    return where(inside, padded, fill)
+    return where(inside, padded, fills[0][0])
 
 
 def _pad_constant(array, constant_values):
-    """The constant np.pad writes, cast to the array's dtype as NumPy's assignment casts it;
-    ``UnsupportedError`` for per-axis constants, a traced one, or a fraction into ints."""
+    """A constant np.pad writes, cast to the array's dtype as NumPy's assignment casts it;
+    ``UnsupportedError`` for a traced one or a fraction into ints."""
     if type(constant_values) in (int, float, bool) or isinstance(constant_values, np.generic):
         value = np.asarray(constant_values)
         dtype = np.dtype(dtype_of(array))
@@ -350,8 +354,9 @@ def _pad_constant(array, constant_values):
                     return np.pad(np.zeros(1, dtype), 1, constant_values=constant_values)[0]
             except OverflowError as error:
                 raise as_numpy_would(error) from None
-    raise UnsupportedError("np.pad supports mode='constant' with one number as the constant "
-                           "only")
+    raise UnsupportedError(f"np.pad(mode='constant') of a {np.dtype(dtype_of(array))} array "
+                           "supports numbers it holds without rounding as constant_values "
+                           f"(got {constant_values!r})")
 
 
 def _guarded_ints(value):
@@ -371,7 +376,11 @@ def triu(m, k=0):
 
 
 def _band_mask(m, k, lower):
-    rows, cols = shape_of(m)[-2:]
+    dims = tuple(shape_of(m)[-2:])
+    if not dims:
+        raise as_numpy_would(TypeError("tri() missing 1 required positional argument: 'N'"))
+    # A vector is a row NumPy's (n, n) mask broadcasts against: np.triu(v) is a matrix.
+    rows, cols = dims if len(dims) == 2 else dims * 2
     row = ops.reshape(ops.iota(rows, np.int64, like=m), (rows, 1))
     col = ops.reshape(ops.iota(cols, np.int64, like=m), (1, cols))
     return (col - row <= k) if lower else (col - row >= k)

@@ -1,6 +1,7 @@
 """``np.pad``'s index modes ``'edge'``, ``'reflect'``, ``'symmetric'`` and ``'wrap'``: each
 output position along an axis reads one input position, so each padded axis is one
-gather at indices computed from an iota (``numpy_api.pad`` keeps the constant mode).
+gather at indices computed from an iota (``numpy_api.pad`` keeps the constant mode; its
+per-axis constants, ``constant_values=((0, 0), (1, 1))``, are filled here).
 
 The index maps are NumPy's, for any width (a width past the length keeps mirroring or
 wrapping, as NumPy's repeated passes do): with ``j = i - before`` over the output,
@@ -59,3 +60,36 @@ def _source_indices(length, before, after, mode, like):
     folded = np.remainder(offset, period)
     mirrored = period - folded - (1 if mode == "symmetric" else 0)
     return np.where(folded < length, folded, mirrored)
+
+
+def constant_pairs(constant_values, ndim):
+    """np.pad's ``constant_values`` as a ``(before, after)`` pair per axis, broadcast as
+    NumPy's ``_as_pairs`` does (one number, one pair for every axis, or a pair per axis).
+
+    >>> constant_pairs((0, 255), 2)
+    [(np.int64(0), np.int64(255)), (np.int64(0), np.int64(255))]
+    """
+    values = np.array(constant_values)
+    if values.ndim < 3 and values.size == 1:
+        return [(values.ravel()[0],) * 2] * ndim
+    if values.ndim < 3 and values.size == 2 and values.shape != (2, 1):
+        return [tuple(values.ravel())] * ndim
+    try:
+        return [tuple(pair) for pair in np.broadcast_to(values, (ndim, 2))]
+    except ValueError as error:
+        raise as_numpy_would(error) from None
+
+
+def fill_pad_regions(padded, shape, config, fills):
+    """``padded`` (zeros around the array of ``shape``) with each axis' pad regions set to
+    that axis' ``(before, after)`` fill. NumPy pads axis by axis, each pass covering the
+    corners the earlier axes made, so at a corner the last axis' constant wins: so here."""
+    result = padded
+    ndim = len(shape)
+    for axis, ((before, after, _), (low, high)) in enumerate(zip(config, fills)):
+        if before == 0 and after == 0:
+            continue
+        offset = ops.iota(ops.shape_of(padded)[axis], np.int64, like=padded) - before
+        offset = offset.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
+        result = np.where(offset < 0, low, np.where(offset >= shape[axis], high, result))
+    return result

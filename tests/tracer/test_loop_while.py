@@ -220,9 +220,30 @@ def negative_quotient(x):
     return x * int((3 - x.shape[0]) / 2)  # truncates toward zero: not a floor division
 
 
+def pool_forward_by_index_loops(A, f, stride):
+    """deeplearning.ai's pool_forward: its size as ``int(1 + (n - f) / stride)``."""
+    m, n_H_prev, n_W_prev = A.shape
+    n_H = int(1 + (n_H_prev - f) / stride)
+    n_W = int((n_W_prev - f) / stride - 1) + 2
+    out = np.zeros((m, n_H, n_W))
+    for h in range(n_H):
+        for w in range(n_W):
+            out[:, h, w] = np.max(A[:, h * stride:h * stride + f, w * stride:w * stride + f],
+                                  axis=(1, 2))
+    return out, n_H, n_W
+
+
+def reflected_quotient(x):
+    return x * int(7 - x.shape[0] / 2) + int(2 + x.shape[0] / 3)  # 7 - n / 2 may go negative
+
+
 def test_int_of_a_true_division_of_dims_stays_a_dim():
     r = rng(7)
     f = compare(pool_sized_by_true_division,
                 [(r.standard_normal((2, n, n)), 2, 2) for n in (10, 13, 16, 11)])
     assert f.stats()["compiles"] == 1, f.explain()
     compare(negative_quotient, [(r.standard_normal(n),) for n in (6, 9, 12)])
+    compare(reflected_quotient, [(r.standard_normal(n),) for n in (6, 9, 12, 15, 17, 13)])
+    f = compare(pool_forward_by_index_loops,
+                [(r.standard_normal((2, n, n + 1)), 2, 2) for n in (10, 13, 14, 11)])
+    assert f.stats()["compiles"] == 1, f.explain()

@@ -107,6 +107,18 @@ CASES = {
                       _calls(mat(np.float32)), False),
     "pad_wrap": (lambda x: np.pad(x, (9, 2), mode="wrap"), _calls(vec()), True),
     "pad_edge_ints": (lambda x: np.pad(x, 1, mode="edge"), _calls(mat_ints()), False),
+    # deeplearning.ai's zero_pad: constant_values=(0, 0), one pair for every axis
+    "pad_constant_pair_zeros": (
+        lambda x: np.pad(x.reshape(-1, 1, 3, 1), ((0, 0), (1, 1), (1, 1), (0, 0)),
+                         mode="constant", constant_values=(0, 0)), _calls(mat()), True),
+    "pad_constant_before_after": (lambda x: np.pad(x, 2, constant_values=(-np.inf, 7)),
+                                  _calls(mat(np.float32)), False),
+    "pad_constant_per_axis": (  # corners take the last axis' constant, as NumPy's passes
+        lambda x: np.pad(x, ((1, 2), (2, 1)), constant_values=((1, 2), (3, -0.0))),
+        _calls(mat()), True),
+    "pad_constant_per_axis_ints": (
+        lambda x: np.pad(x, ((0, 1), (1, 0)), constant_values=((5,), (-9,))),
+        _calls(mat_ints()), False),
     # --- finite differences ------------------------------------------------------------
     "diff": (lambda x: np.diff(x, axis=0), _calls(mat()), True),
     "diff_n2_prepend": (lambda x: np.diff(x, n=2, prepend=0.5, append=x[-1:]), _calls(vec()),

@@ -718,7 +718,8 @@ def parent(args):
     seed, restarts = args.seed, 0
     total = 0
     while time.time() < deadline:
-        minutes = (deadline - time.time()) / 60
+        # A fresh worker every few minutes runs the tree's latest fixes.
+        minutes = min((deadline - time.time()) / 60, args.restart_minutes)
         command = [sys.executable, __file__, "--worker", "--minutes", f"{minutes:.2f}",
                    "--seed", str(seed), "--out", args.out]
         result = subprocess.run(command)
@@ -740,6 +741,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="/tmp/tracejit-fuzz")
     parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--restart-minutes", type=float, default=8)
     parser.add_argument("--show", type=int, help="print the program of this seed and exit")
     args = parser.parse_args()
     if args.show is not None:

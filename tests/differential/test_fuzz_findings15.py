@@ -4,7 +4,7 @@ arguments compared afterwards (several findings wrote into them).
 """
 
 import numpy as np
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 
 # --- astype to the array's own dtype is a copy ------------------------------------------------
@@ -38,3 +38,17 @@ def astype_without_copy_then_write(x):
 def test_astype_without_copy_is_the_array():
     """``copy=False`` to the array's own dtype is ``x`` itself: the write reaches ``x``."""
     run_calls(astype_without_copy_then_write, [(np.array([-1.0, 2.0, -3.0]),)], repeats=3)
+
+
+# --- np.triu / np.tril of a vector ---------------------------------------------------------
+def triu_of_a_vector(v):
+    return np.triu(v), np.tril(v, -1)
+
+
+def test_triu_of_a_vector_is_a_matrix():
+    """NumPy masks a vector as the rows of an (n, n) matrix; the trace unpacked the last two
+    dims of a 1-d shape (an internal error on every call, eager)."""
+    f = run_calls(triu_of_a_vector, [(np.arange(1.0, 5.0),), (np.arange(7, dtype=np.int32),)],
+                  repeats=3)
+    no_internal_errors(f)
+    run_calls(triu_of_a_vector, [(np.array(2.0),)], repeats=2)  # NumPy's TypeError

@@ -183,8 +183,10 @@ def is_as_strided(function):
 
 
 def is_byte_strides(value):
-    """``x.strides`` of a traced array (read through an argument's path: no setting)."""
-    return type(value) is tuple and bool(value) and all(
+    """``x.strides`` of a traced array, or one of them (``x.strides[0]``, read through an
+    argument's path): the trace's own, no setting, and not an object to find again (kept
+    by its path, a stride would outlive the trace)."""
+    return isinstance(value, ByteStride) or type(value) is tuple and bool(value) and all(
         isinstance(stride, ByteStride) for stride in value)
 
 

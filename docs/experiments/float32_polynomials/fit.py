@@ -1,6 +1,6 @@
 """Minimax polynomials with float32 coefficients for the float32 math library's fast paths
-(``codegen/math_log.py``, ``codegen/math_trig.py``, tanh's in ``codegen/math_exp.py``): the
-coefficients those modules hold are this script's output.
+(``codegen/math_log.py``, ``codegen/math_trig.py``, ``codegen/math_pow.py``, tanh's in
+``codegen/math_exp.py``): the coefficients those modules hold are this script's output.
 
     python docs/experiments/float32_polynomials/fit.py log   (or log1p, tan, tanh)
 
@@ -131,5 +131,34 @@ def fit_tanh():
     print(f"tanh: within 2^{np.log2(float(error.max())):.2f}: {coefficients}")
 
 
+def fit_pow():
+    """float32 x ** y (``codegen/math_pow.py``): atanh(s)/s = 1 + z A(z), z = s^2 up to the
+    three-way split's largest s (A of degree 2; weight: the error relative to atanh(s)/s),
+    and 2^f = 1 + f E(f) on [-1/2, 1/2] (E of degree 5; weight: relative to 2^f)."""
+    def f32(value):
+        return float(np.float32(value))
+
+    bounds = (f32(2 ** (-1 / 6)), f32(2 ** (1 / 6)))
+    centers = (f32(2 ** (-1 / 3)), f32(2 ** (1 / 3)))
+    edges = [(f32(2 ** -0.5), centers[0]), (bounds[0], centers[0]), (bounds[0], 1.0),
+             (bounds[1], 1.0), (bounds[1], centers[1]), (f32(2 ** 0.5), centers[1])]
+    largest = max(abs((m - c) / (m + c)) for m, c in edges)
+    grid = grid_on(1e-12, largest**2 * 1.01)
+    exact = [mpmath.atanh(mpmath.sqrt(mpmath.mpf(z))) / mpmath.sqrt(mpmath.mpf(z)) for z in grid]
+    target = np.array([float((e - 1) / mpmath.mpf(z)) for e, z in zip(exact, grid)])
+    weight = np.array([float(mpmath.mpf(z) / e) for e, z in zip(exact, grid)])
+    coefficients, error = fit_float32(target, [lambda z, j=j: z**j for j in range(3)], weight,
+                                      grid)
+    print(f"pow atanh tail: |s| <= {largest:.4f}, within 2^{np.log2(error):.2f}: {coefficients}")
+    grid = grid_on(-0.5, 0.5)
+    exact = [mpmath.power(2, mpmath.mpf(f)) for f in grid]
+    target = np.array([float((e - 1) / mpmath.mpf(f)) for e, f in zip(exact, grid)])
+    weight = np.array([float(mpmath.mpf(f) / e) for e, f in zip(exact, grid)])
+    coefficients, error = fit_float32(target, [lambda f, j=j: f**j for j in range(6)], weight,
+                                      grid)
+    print(f"pow exp2: within 2^{np.log2(error):.2f}: {coefficients}")
+
+
 if __name__ == "__main__":
-    {"log": fit_logs, "log1p": fit_log1p, "tan": fit_tan, "tanh": fit_tanh}[sys.argv[1]]()
+    {"log": fit_logs, "log1p": fit_log1p, "tan": fit_tan, "tanh": fit_tanh,
+     "pow": fit_pow}[sys.argv[1]]()

@@ -297,6 +297,9 @@ class JitFunction(Misses):
             except Exception as error:  # the wrapper or native code failed: never the user's
                 return self._internal_error(error, args, kwargs)
             break
+        if not all(write.ready((args, kwargs)) for write in path.outputs.writes
+                   if hasattr(write, "ready")):  # self.hs.append(h) with self.hs = None
+            return self._run_eager(args, kwargs, "no list to append to")
         path.calls += 1  # Variant.calls and compiled_calls add these up
         if path.backward is not None:
             leaves = pytree.flatten((args, kwargs))[0]

@@ -41,6 +41,7 @@ from tracejit.tracer.ir import (
     parse_graph,
     parse_location,
 )
+from tracejit.tracer.list_appends import METHODS, ListAppend
 
 from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
@@ -634,7 +635,7 @@ def program_from_json(data, blobs):
     return link(program)
 
 
-def outputs_to_json(plan, implicit_paths=()):
+def outputs_to_json(plan, implicit_paths=(), fn=None):
     """``implicit_paths``: the variant's implicit inputs' paths (an outside array written
     in place is stored as the number of its implicit input, whose entry guard checks it)."""
     leaves = []
@@ -645,14 +646,16 @@ def outputs_to_json(plan, implicit_paths=()):
     return {"tree": tree_to_json(plan.tree), "leaves": leaves,
             "mutated": [[position, index] for position, index in plan.mutated.items()],
             "aliases": [[position, argument] for position, argument in plan.aliases.items()],
-            "writes": [_write_to_json(write, [str(path) for path in implicit_paths])
+            "writes": [_write_to_json(write, [str(path) for path in implicit_paths], fn)
                        for write in plan.writes],
             "containers": [[list(place), list(where)] for place, where in plan.containers],
             "outside_aliases": [[position, write]
                                 for position, write in plan.outside_aliases.items()]}
 
 
-def _write_to_json(write, implicit_paths):
+def _write_to_json(write, implicit_paths, fn=None):
+    if isinstance(write, ListAppend):  # LOSSES.append(loss): a disk hit appends too
+        return _append_to_json(write, fn)
     if isinstance(write, AttributeWrite):  # its object is identity-guarded: not on disk
         raise NotSerializable(f"an attribute write ({write.path}.{write.name})")
     if isinstance(write, OutsideArrayWrite):
@@ -667,7 +670,38 @@ def _write_to_json(write, implicit_paths):
     return [list(write.where), write.key, write.kind, write.value]
 
 
-def _write_from_json(data, implicit_paths):
+def _append_to_json(write, fn):
+    leaves = []
+    for kind, value in write.leaves:
+        if kind == "static" and not (is_json_value(value) and not isinstance(value, (
+                tuple, list))):
+            raise NotSerializable(f"a {type(value).__name__} appended to {write.path}")
+        leaves.append([kind, value])
+    return {"append": path_to_json(write.path, fn), "method": write.method,
+            "tree": tree_to_json(write.tree), "leaves": leaves}
+
+
+def _append_from_json(data, fn):
+    _check(data.get("method") in METHODS, "an append of an unknown method")
+    leaves = []
+    for item in data["leaves"]:
+        _check(isinstance(item, list) and len(item) == 2, "a malformed appended value")
+        kind, value = item
+        _check(kind in ("array", "scalar", "value", "argument", "static"),
+               f"an appended value of kind {kind!r}")
+        if kind == "static":
+            _check(is_json_value(value) and not isinstance(value, list),
+                   "an appended value that is not a plain value")
+        else:
+            _integer(value, "an appended program output or argument")
+        leaves.append((kind, value))
+    return ListAppend(path_from_json(data["append"], fn), data["method"],
+                      tree_from_json(data["tree"]), tuple(leaves))
+
+
+def _write_from_json(data, implicit_paths, fn=None):
+    if isinstance(data, dict) and "append" in data:
+        return _append_from_json(data, fn)
     if isinstance(data, list) and len(data) == 3 and data[0] == "outside":
         number = _integer(data[1], "a written implicit input")
         _check(number < len(implicit_paths), "a write into a missing implicit input")
@@ -687,7 +721,7 @@ def _write_from_json(data, implicit_paths):
     return ArgumentWrite(tuple(where), key, kind, value)
 
 
-def outputs_from_json(data, implicit_paths=()):
+def outputs_from_json(data, implicit_paths=(), fn=None):
     leaves = []
     for kind, value in data["leaves"]:
         if kind == "static":
@@ -705,7 +739,7 @@ def outputs_from_json(data, implicit_paths=()):
                "a result aliasing an argument the program does not update")
         aliases[_integer(position, "an aliased result")] = argument
     _check(all(position < len(leaves) for position in aliases), "an alias of no result")
-    writes = [_write_from_json(write, implicit_paths) for write in data.get("writes", [])]
+    writes = [_write_from_json(write, implicit_paths, fn) for write in data.get("writes", [])]
     containers = []
     for place, where in data.get("containers", []):
         _check(isinstance(place, list) and isinstance(where, list) and len(where) >= 2
@@ -730,7 +764,9 @@ def _check_outputs(plan, count, has_backward):
     results would return made-up values."""
     used = {value for kind, value in plan.leaves if kind != "static"}
     used |= set(plan.mutated.values())
-    used |= {write.value for write in plan.writes if write.kind != "static"}
+    for write in plan.writes:
+        used |= set(write.outputs) if write.kind == "tree" else (
+            {write.value} if write.kind != "static" else set())
     _check(all(index < count for index in used), "a result read from a missing output")
     _check(has_backward or used == set(range(count)), "results that ignore the program")
 
@@ -742,7 +778,7 @@ def variant_to_json(variant, fn, blobs):
             "via": list(prefix),
             "program": program_to_json(path.program, blobs),
             "outputs": outputs_to_json(path.outputs,
-                                       [spec.path for spec in variant.spec.implicit]),
+                                       [spec.path for spec in variant.spec.implicit], fn),
             "functions": [[name, file] for name, file, _ in path.functions],
         }
         if path.backward is not None:
@@ -766,7 +802,8 @@ def variant_from_json(data, fn, blobs):
         program = program_from_json(entry["program"], blobs)
         functions = [(_text(name, "a function name"), _text(file, "a file name"), None)
                      for name, file in entry["functions"]]
-        outputs = outputs_from_json(entry["outputs"], [item.path for item in spec.implicit])
+        outputs = outputs_from_json(entry["outputs"], [item.path for item in spec.implicit],
+                                    fn)
         _check_outputs(outputs, len(program.graph.outputs), "backward" in entry)
         path = Path(program, outputs, program.graph.guards, functions)
         if "backward" in entry:

@@ -31,7 +31,7 @@ import types
 
 import numpy as np
 
-from . import argument_writes, attribute_writes, loop_sequences, loop_while, ops
+from . import argument_writes, attribute_writes, list_appends, loop_sequences, loop_while, ops
 from .builtin_extremes import select_extreme
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
@@ -256,6 +256,8 @@ class Hooks:
         context = self.context
         if id(value) in context.replaced:  # a NumPy buffer written earlier in this trace
             return context.replaced[id(value)]
+        if type(value) is list:
+            list_appends.refuse_read(context, value)  # self.X.append(x), then self.X[-1]
         if is_stateful(value) and descriptor[0] != "expression":
             raise trace_error(
                 f"{type(value).__name__} read from outside is an iterator: each call "
@@ -846,6 +848,26 @@ class Hooks:
         dict or list from outside, outside state: refused."""
         if attribute_writes.is_outside_container(self.context, receiver):
             self.outside_mutation(what)
+
+    @calls_for_the_user
+    def append_to(self, what, method, root, descriptor, value):
+        """``<list>.append(value)`` or ``.extend(value)`` on a list reached from a global, a
+        closure or a parameter's attribute (``self.hs.append(h)``, ``LOSSES.append(loss)``):
+        the list as it is (its contents not guarded) and its path; recorded where a
+        compiled call can append too (tracer/list_appends.py), else refused as any outside
+        mutation is; a list the call made is appended to."""
+        target = root
+        for step, key in descriptor[2]:
+            target = getattr(target, key) if step == "attr" else target[key]
+        path = self._path(descriptor, sys._getframe(1))
+        created = path is not None and path.root[0] == "self" and (
+            attribute_writes.is_local_object(self.context, path.root[1]))
+        if path is not None and not created and list_appends.note(self.context, path, target,
+                                                                   method, value):
+            return None
+        if path is not None or not self._made_in_this_call(target):
+            self.outside_mutation(what)
+        return self.call(getattr(target, method), value)
 
     def update_attr(self, owner, name, value, operation, written):
         """``owner.name op= value`` with an array there: NumPy writes into that array and

@@ -257,6 +257,9 @@ class _Rewriter(ast.NodeTransformer):
         original.called = True  # outs.append(h): the loop rewrites look for it as it is
         # self.ctx.update(...): the receiver as a load, so one from outside is known as such
         receiver = copy.deepcopy(original.value) if isinstance(original, ast.Attribute) else None
+        appended = self._append_to_outside(original, node)
+        if appended is not None:
+            return appended
         self.generic_visit(node)
         func = node.func
         if (
@@ -288,6 +291,27 @@ class _Rewriter(ast.NodeTransformer):
             keywords=node.keywords,
         )
         return ast.copy_location(call, node)
+
+    def _append_to_outside(self, original, node):
+        """``LOSSES.append(loss)``, ``self.hs.append(h)``, ``self.d["Z"].extend(zs)`` on a
+        list reached from a global, closure or parameter: ``Hooks.append_to`` gets the list
+        as it is (not loaded: its contents are not guarded) and where it was found
+        (tracer/list_appends.py). None for any other call."""
+        if not (isinstance(original, ast.Attribute) and original.attr in ("append", "extend")
+                and len(node.args) == 1 and not node.keywords
+                and not isinstance(node.args[0], ast.Starred)
+                and _is_load_chain(original.value)):
+            return None
+        origin = self._origin(original.value)
+        if origin is None or (origin[0] == "param" and not origin[2]):
+            return None  # a local's list, an argument's (part of the call's structure)
+        kind, name, steps = origin
+        descriptor = ast.Tuple(elts=[ast.Constant(kind), ast.Constant(name),
+                                     ast.Constant(steps)], ctx=ast.Load())
+        what = ast.Constant(f"{ast.unparse(original)}(...)")
+        root_value = ast.Name(id=name, ctx=ast.Load())
+        return _hook("append_to", what, ast.Constant(original.attr), root_value, descriptor,
+                     self.visit(node.args[0]), node=node)
 
     def visit_Assign(self, node):
         if needs_split(node):  # self.h, self.c = h, c: one write per target

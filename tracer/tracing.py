@@ -34,6 +34,7 @@ from . import (
     argument_writes,
     attribute_writes,
     generators,
+    list_appends,
     pinned_scalars,
     pytree,
     strided_views,
@@ -62,6 +63,7 @@ from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
+from .view_writes import steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
 _VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
@@ -310,6 +312,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             root = source.base() if source.base is not None else None
             root = source if root is None else root
             result.base = weakref.ref(root)
+            result.steps = steps_of(source, root, prim, params)  # a write through it: root's
             result.readonly = source.readonly  # a view of np.broadcast_to's result
             if prim.name == "slice" and root is source:  # the part of the base it shows
                 result.region = tuple(zip(params["starts"], params["limits"]))
@@ -649,6 +652,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
 
     traced_args, traced_kwargs = pytree.unflatten(input_tree, traced_leaves)
     argument_writes.watch(context, traced_args, traced_kwargs)
+    list_appends.watch(context, args, kwargs, traced_leaves)  # self.hs.append(h)
     parameter_leaves = _parameter_leaves(fn, args, kwargs, top_level)
     # objects inside container arguments are found again by leaf: state["optimizer"].lr
     static_leaves = {position: leaf for position, (leaf, spec) in enumerate(zip(
@@ -727,6 +731,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:
             writes += attribute_writes.collect(context, output_atoms, _is_output_leaf)
+            writes += list_appends.collect(context, output_atoms)  # after: program order
         except TypeError as error:
             raise _with_user_line(UnsupportedError(f"{error} cannot be stored again at every "
                                                    "call; keep it elsewhere")) from None
@@ -766,6 +771,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         new_values = {position: traced_leaves[position].value for position in mutated}
         argument_writes.compute_values(context)
         attribute_writes.compute_values(context)
+        list_appends.compute_values(context)
         for position, value in new_values.items():
             np.copyto(np.asarray(leaves[position]), value)
         for index, position in aliases.items():
@@ -778,6 +784,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         for index, write in outside_aliases.items():
             outputs[index] = writes[write].target((args, kwargs))
         attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
+        list_appends.apply(context, leaves)  # LOSSES.append(loss): after the writes
         write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded
         outputs = argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
                                            (args, kwargs))

@@ -509,7 +509,6 @@ class Counter:
 # function -> (what the refusal message says, the source text of the refused line)
 REFUSED = {
     noisy_layer: ("random", "np.random.default_rng(0)"),
-    record_history: ("outside", "HISTORY.append(loss)"),
     log_traced_value: ("logging", "logging.getLogger"),
     print_to_file: ("file", "print(\"sum\", x.sum(), file=LOG_FILE)"),
     positive_values: ("depends on the data", "x[x > 0]"),
@@ -544,6 +543,19 @@ def test_refused_models_run_eagerly(model, capsys):
     with pytest.raises(Exception, match="test_corpus_compiled.py:[0-9]+") as raised:
         strict(arg_sets[0].copy())
     assert line in str(raised.value) or message in str(raised.value)
+
+
+def test_a_history_list_compiles():
+    """HISTORY.append(loss) (refused until appends to outside lists compiled): the compiled
+    calls append what eager appends (tracer/list_appends.py)."""
+    jitted = jit(record_history)
+    rng = np.random.default_rng(11)
+    for n in (3, 8, 13, 8):
+        x = _normal(rng, (n,))
+        before = len(HISTORY)
+        assert compare_results(jitted(x.copy()), np.mean(x * x)) is None
+        assert len(HISTORY) == before + 1 and compare_results(HISTORY[-1], np.mean(x * x)) is None
+    assert jitted.stats()["compiled_calls"] >= 1 and not jitted.stats()["eager_calls"]
 
 
 def test_a_counter_an_object_keeps_compiles():

@@ -189,9 +189,9 @@ class RecordingRNNCell:
 
 
 def test_a_state_history_appended_every_call_matches_numpy():
-    """The appended list is outside state the compiled program cannot grow: every call runs
-    eagerly with that reason, the list gets the same arrays, and nothing is compiled or
-    traced again per call."""
+    """The appended list is outside state the compiled call appends to after its kernels
+    (tracer/list_appends.py): one compile, the later calls compiled, and the list gets the
+    same arrays."""
     rng = rng_for(7)
     eager_cell = RecordingRNNCell(rng, 4, 6)
     jit_cell = copy.deepcopy(eager_cell)
@@ -203,7 +203,7 @@ def test_a_state_history_appended_every_call_matches_numpy():
         assert_same(h_jit, h_eager, **F64)
     assert_same(jit_cell.history, eager_cell.history, **F64)
     stats = f.stats()
-    assert stats["compiles"] == 0 and stats["eager_calls"] == {"untraceable": 5}, stats
+    assert stats["compiles"] == 1 and stats["compiled_calls"] >= 4, stats
 
 
 # --- cs231n CaptioningRNN.sample: greedy words fed back, a captions buffer filled at t -------

@@ -1,0 +1,238 @@
+"""Appends to lists held outside the function: ``self.history.append(h)``,
+``LOSSES.append(loss)``, ``self.derived_variables["Z"].append(Z)``, ``self.X.extend(xs)``.
+
+Layers keep what backward needs in lists (numpy-ml's ``self.X.append(X)`` each forward),
+training steps log losses into a module-level list, recurrent cells keep their hidden
+states. Eager NumPy appends at every call; a compiled call must too. The list is found
+again through its path at every call (``self.history`` may be rebound between calls:
+``m.history = []``), and its contents are not guarded: the function only appends, so the
+list growing between calls changes nothing the trace decided. Under tracing ``note``
+records the append (``(path, method, value)``, in program order) and leaves the list as it
+is; ``collect`` makes each array or number in the appended value an output of the program;
+a compiled call appends after its kernels (``ListAppend.store``: fresh containers, and the
+caller's own array where eager appends an argument), the traced call after the trace
+(``apply``). A read of a list after this call appended to it (``self.X[-1]``) runs the call
+eagerly (``refuse_read``): the trace did not put the value there.
+
+    >>> import numpy as np, tracejit as tj
+    >>> class Cell:
+    ...     def __init__(self):
+    ...         self.hs = []
+    ...     def step(self, x):
+    ...         h = np.tanh(x)
+    ...         self.hs.append(h)
+    ...         return h
+    >>> cell = Cell()
+    >>> f = tj.jit(cell.step, cache="memory")
+    >>> for _ in range(3):
+    ...     _ = f(np.zeros(2))
+    >>> len(cell.hs), f.stats()["compiled_calls"] > 0
+    (3, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import pytree
+from .abstract import PYTHON_SCALARS
+from .argument_writes import resolve
+from .errors import UnsupportedError
+from .locations import user_location
+from .loop_generalize import Refused
+from .pending import force
+from .traced_array import trace_error
+
+METHODS = ("append", "extend")
+
+
+@dataclass(frozen=True)
+class ListAppend:
+    """``list_at(path).append(value)`` (``method`` "append") or ``.extend(value)``, the
+    list found through ``path`` (a ``tracer.implicit.Path``); ``tree`` is the value's
+    pytree structure and ``leaves`` per leaf ``("array" | "scalar" | "value", output
+    index)``, ``("argument", argument leaf)`` (eager appends the caller's array itself),
+    or ``("static", value)``."""
+
+    path: object
+    method: str
+    tree: object
+    leaves: tuple
+
+    @property
+    def kind(self):  # what OutputPlan's checks read: outputs in ``leaves``
+        return "tree"
+
+    @property
+    def outputs(self):
+        return [value for kind, value in self.leaves if kind not in ("static", "argument")]
+
+    def target(self, arguments):
+        return resolve(self.path, arguments)
+
+    def ready(self, arguments):
+        """Whether the list is there (a list), so the call can append after its kernels;
+        otherwise the call runs eagerly, where Python raises at the user's line."""
+        try:
+            return type(self.target(arguments)) is list
+        except Exception:  # noqa: BLE001 - a path that no longer reads
+            return False
+
+    def store(self, arguments, outputs):
+        values = []
+        argument_leaves = None
+        for kind, value in self.leaves:
+            if kind == "static":
+                values.append(value)
+            elif kind == "argument":
+                if argument_leaves is None:
+                    argument_leaves = pytree.flatten(arguments)[0]
+                values.append(argument_leaves[value])
+            elif kind == "scalar":
+                values.append(np.asarray(outputs[value])[()])
+            elif kind == "value":
+                item = outputs[value]
+                values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else
+                              item)
+            else:
+                values.append(outputs[value])
+        value = pytree.unflatten(self.tree, values)  # new tuples and dicts, as eager makes
+        getattr(self.target(arguments), self.method)(value)
+
+    def snapshot(self, arguments):
+        """A function that puts the list back as it is now (``jit(check=True)``)."""
+        target = self.target(arguments)
+        length = len(target)
+        return lambda: target.__delitem__(slice(length, None))
+
+
+def watch(context, args, kwargs, traced_leaves):
+    """Remember the caller's lists and dicts (by identity) and which traced inputs stand
+    for argument arrays: a list that is also an argument is read by the function as the
+    trace's copy, which would not see the append."""
+    found = set()
+
+    def walk(value, depth):
+        if type(value) in (list, tuple, dict) and depth < 8:
+            found.add(id(value))
+            for item in value.values() if type(value) is dict else value:
+                walk(item, depth + 1)
+
+    walk((args, kwargs), 0)
+    context.argument_objects = found
+    context.argument_tracers = {id(tracer): position
+                                for position, tracer in enumerate(traced_leaves)
+                                if hasattr(tracer, "ir_var")}
+    context.list_appends = []
+    context.appended_lists = {}
+
+
+def note(context, path, target, method, value):
+    """Record ``target.<method>(value)`` on the outside list ``target`` found through
+    ``path``; False when it cannot be replayed at every call (the caller refuses it).
+    Raises ``Refused`` in a trip traced for capture (the loop unrolls: each trip's append
+    is then an append of this trace)."""
+    if type(target) is not list or method not in METHODS or id(target) in getattr(
+            context, "argument_objects", ()):
+        return False
+    if method == "extend":
+        if type(value) not in (list, tuple):
+            return False  # (an array, a generator: eager appends its rows, or drains it)
+        items = list(value)
+    else:
+        items = [value]
+    if not all(_replayable(item) for item in items):
+        return False
+    if getattr(context, "loop_depth", 0):
+        raise Refused("an append to a list from outside the function")
+    if getattr(context, "records_gradients", False) and any(
+            hasattr(leaf, "ir_var") for item in items for leaf in pytree.flatten(item)[0]):
+        raise UnsupportedError(f"a value computed with gradients appended to {path}; it "
+                               "would lose its graph")
+    for item in items:
+        context.list_appends.append((path, target, item, user_location()))
+    context.appended_lists[id(target)] = target
+    return True
+
+
+def refuse_read(context, value):
+    """A list this call appended to is read again: the trace left it as it was, so the
+    read would miss the append; the call runs eagerly."""
+    if id(value) in getattr(context, "appended_lists", {}):
+        raise trace_error("reads back a list the function appended to in this call; it runs "
+                          "eagerly", user_location(skip=3))
+
+
+def _replayable(value):
+    """Arrays, numbers, plain values, and tuples, lists and dicts of them: what a compiled
+    call can append again at every call."""
+    flat, _ = pytree.flatten(value)
+    return all(hasattr(leaf, "ir_var") or hasattr(leaf, "expr") or _plain(leaf) or
+               isinstance(leaf, (np.ndarray, np.generic)) for leaf in flat)
+
+
+def _plain(value):
+    return value is None or isinstance(value, (str, bytes, *PYTHON_SCALARS))
+
+
+def collect(context, output_atoms):
+    """The appends, in program order, each array or scalar leaf of an appended value
+    appended to ``output_atoms`` (an argument array as the argument itself)."""
+    appends = []
+    arguments = getattr(context, "argument_tracers", {})
+    for path, _, value, _ in getattr(context, "list_appends", ()):
+        flat, tree = pytree.flatten(value)
+        leaves = []
+        for leaf in flat:
+            if type(leaf) is np.ndarray:
+                leaf = context.replaced.get(id(leaf), leaf)  # written after the append
+            if _plain(leaf) and not hasattr(leaf, "ir_var"):
+                leaves.append(("static", leaf))
+                continue
+            if id(leaf) in arguments:  # eager appends the caller's array itself
+                leaves.append(("argument", arguments[id(leaf)]))
+                continue
+            atom, concrete, _ = context.atom(leaf)
+            concrete = getattr(leaf, "value", concrete)
+            kind = ("scalar" if isinstance(concrete, np.generic) else
+                    "value" if type(concrete) in PYTHON_SCALARS else "array")
+            leaves.append((kind, len(output_atoms)))
+            output_atoms.append(atom)
+        appends.append(ListAppend(path, "append", tree, tuple(leaves)))
+    return appends
+
+
+def compute_values(context):
+    """Compute now every value ``apply`` will append (see ``argument_writes.compute_values``)."""
+    for _, _, value, _ in getattr(context, "list_appends", ()):
+        for leaf in pytree.flatten(value)[0]:
+            if hasattr(leaf, "ir_var"):
+                force(leaf.raw_value)
+
+
+def apply(context, leaves):
+    """The traced call's appends, with their real values (``leaves``: the call's argument
+    leaves, appended themselves where the function appended an argument array)."""
+    arguments = getattr(context, "argument_tracers", {})
+    for _, target, value, _ in getattr(context, "list_appends", ()):
+        flat, tree = pytree.flatten(value)
+        concrete = []
+        for leaf in flat:
+            if type(leaf) is np.ndarray:
+                leaf = context.replaced.get(id(leaf), leaf)
+            if id(leaf) in arguments:
+                concrete.append(leaves[arguments[id(leaf)]])
+            elif hasattr(leaf, "ir_var"):
+                concrete.append(_fresh(leaf.value))
+            elif hasattr(leaf, "expr"):
+                concrete.append(int(leaf.value))
+            else:  # (a NumPy array the function made: that object, as eager appends it)
+                concrete.append(leaf)
+        target.append(pytree.unflatten(tree, concrete))
+    context.list_appends = []
+
+
+def _fresh(value):
+    return value.copy() if type(value) is np.ndarray and value.base is not None else value

@@ -40,6 +40,7 @@ from .ops import (
     not_equal_p,
     reshape_p,
     rint_p,
+    slice_p,
     sqrt_p,
     subtract_p,
     sum_p,
@@ -215,9 +216,10 @@ def _sqrt(ctx, eqn, bounds):
     return ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
 
 
-def _math(carry, absolute=0.0):
+def _math(carry, absolute=0.0, lowest=None):
     """A math-library function: ``ULP_VS_NUMPY`` ulp apart on equal operands, plus
-    ``carry(ctx, x, out, e)``: how far apart operands ``e`` apart take the results."""
+    ``carry(ctx, x, out, e)``: how far apart operands ``e`` apart take the results.
+    ``lowest``: the end of a logarithm's domain (``_exact_outside_domain``)."""
 
     def rule(ctx, eqn, bounds):
         x, (e,) = eqn.inputs[0], bounds[:1]
@@ -227,11 +229,32 @@ def _math(carry, absolute=0.0):
         own = ctx.rounding(eqn.out, ulps=ulps / 2.0, absolute=absolute * unit_roundoff(
             eqn.out.aval.dtype))
         if e is None:
-            return own
-        carried = carry(ctx, eqn, x, ctx.as_number(x, e))
-        return ctx.plus(ctx.scaled(carried, 1 + 2.0**-16), own)
+            bound = own
+        else:
+            carried = carry(ctx, eqn, x, ctx.as_number(x, e))
+            bound = ctx.plus(ctx.scaled(carried, 1 + 2.0**-16), own)
+        if lowest is not None and is_float(x):
+            bound = _exact_outside_domain(ctx, eqn, x, e, bound, lowest)
+        return bound
 
     return rule
+
+
+def _exact_outside_domain(ctx, eqn, x, e, bound, lowest):
+    """A logarithm is not finite only off its domain, the same on both sides: NaN below
+    ``lowest`` (``np.log`` of a negative, in any rounding of the operand), -inf at it, inf
+    at inf, NaN at NaN. There the bound is 0, so ``np.isfinite(np.log(x))`` masking the
+    negatives is decided (``_float_class``), not a margin exit at every call. The NaN of
+    an operand surely below ``lowest`` is exact even when the operand is not."""
+    nonfinite = ctx.not_(ctx.emit(isfinite_p, eqn.out))
+    if e is None:
+        exact = nonfinite
+    else:
+        e = ctx.as_number(x, e)
+        same_operand = ctx.and_(nonfinite, ctx.emit(less_equal_p, e, number(0.0)))
+        below = ctx.greater(number(lowest), ctx.add(x, ctx.mul(e, number(INFLATE))))
+        exact = ctx.or_(same_operand, below)
+    return ctx.where(exact, number(0.0), bound)
 
 
 def _exp_carry(ctx, eqn, x, e):
@@ -385,6 +408,10 @@ def _compare(ctx, eqn, bounds):
         axes = _extreme_axes(ctx, a, b) or _extreme_axes(ctx, b, a)
         if axes:
             undecided = _near_ties(ctx, undecided, axes)
+        else:
+            ties = _element_of_extreme(ctx, a, b) or _element_of_extreme(ctx, b, a)
+            if ties is not None:
+                undecided = ctx.and_(undecided, ties)
     return undecided
 
 
@@ -398,6 +425,103 @@ def _near_ties(ctx, near, axes):
                      keepdims=True)
     ties = ctx.emit(less_equal_p, Literal.of(np.int64(2)), count)
     return ctx.and_(near, ties)
+
+
+def _element_of_extreme(ctx, a, b):
+    """``region[i2, j2, f2] == amax[f2]`` with ``amax = np.amax(region, axis=(0, 1))`` (a
+    max pool's backward in loop-based CNN code): one element of a set against the set's
+    max, each a static element (slices and reshapes). Where the element is in the window
+    the max is taken over, the decision differs only if the window holds two elements
+    near its max (``_near_ties``' argument): the mask "that window has ties", to and with
+    the compare's own ambiguity. None when the operands are not such a pair."""
+    if tuple(a.aval.shape) != () or tuple(b.aval.shape) != ():
+        return None
+    found_b = _static_element(ctx, b)
+    if found_b is None:
+        return None
+    reduced, window = found_b
+    producer = ctx.producers.get(reduced.name)
+    if producer is None or producer.prim.name not in ("max", "min") or not isinstance(
+            producer.inputs[0], Var):
+        return None
+    region = producer.inputs[0]
+    found_a = _static_element(ctx, a, stop=region.name)
+    if found_a is None or found_a[0].name != region.name:
+        return None
+    at = found_a[1]
+    params = producer.params_dict
+    axes = tuple(sorted(axis % len(region.aval.shape) for axis in params["axes"]))
+    kept = [axis for axis in range(len(region.aval.shape)) if axis not in axes]
+    window = window if not params["keepdims"] else tuple(window[axis] for axis in kept)
+    if tuple(at[axis] for axis in kept) != tuple(window):
+        return None  # the element is not in that window: the plain compare decides
+    ties = _window_ties(ctx, region, producer)
+    if ties is None:
+        return None
+    starts = tuple(window) if not params["keepdims"] else tuple(
+        0 if axis in axes else at[axis] for axis in range(len(region.aval.shape)))
+    picked = ctx.emit(slice_p, ties, starts=starts, limits=tuple(i + 1 for i in starts),
+                      steps=(1,) * len(starts))
+    return ctx.emit(reshape_p, picked, shape=())
+
+
+def _window_ties(ctx, region, reduction):
+    """Per window of ``reduction`` (a max or min of ``region``), whether two or more of
+    its elements are near its extreme (memoized per pair: every element's compare asks)."""
+    memo = ctx.__dict__.setdefault("window_ties", {})
+    key = (region.name, reduction.out.name)
+    if key not in memo:
+        e_region, e_extreme = ctx.bound(region), ctx.bound(reduction.out)
+        if e_region is None and e_extreme is None:
+            memo[key] = None
+            return None
+        params = reduction.params_dict
+        shape = tuple(region.aval.shape)
+        axes = tuple(sorted(axis % len(shape) for axis in params["axes"]))
+        kept_shape = tuple(1 if axis in axes else size for axis, size in enumerate(shape))
+
+        def spread(value):
+            return ctx.emit(broadcast_to_p, ctx.emit(reshape_p, value, shape=kept_shape),
+                            shape=shape)
+
+        extreme = spread(reduction.out)
+        total = ctx.plus(None if e_region is None else ctx.spread(e_region, shape),
+                         None if e_extreme is None else spread(ctx.spread(
+                             e_extreme, tuple(reduction.out.aval.shape))))
+        near = ctx.undecided(ctx.abs(ctx.sub(region, extreme)), total)
+        count = ctx.emit(sum_p, ctx.emit(cast_p, near, dtype=np.dtype(np.int64)), axes=axes,
+                         keepdims=params["keepdims"])
+        memo[key] = ctx.emit(less_equal_p, Literal.of(np.int64(2)), count)
+    return memo[key]
+
+
+def _static_element(ctx, atom, stop=None):
+    """``(source, index)``: the scalar ``atom`` is ``source[index]`` through slices and
+    reshapes of static shapes (``x[1, 0, 2]`` traces as a slice and a reshape), where
+    ``source`` is the value named ``stop``, or the first value another primitive made;
+    else None."""
+    index = ()
+    while getattr(atom, "name", None) != stop and (producer := ctx.producers.get(
+            getattr(atom, "name", None))) is not None and (
+            producer.prim.name in ("slice", "reshape")):
+        source = producer.inputs[0]
+        if not isinstance(source, Var):
+            return None
+        shape, source_shape = tuple(atom.aval.shape), tuple(source.aval.shape)
+        if not all(type(size) is int for size in shape + source_shape):
+            return None
+        if producer.prim.name == "reshape":
+            flat = int(np.ravel_multi_index(index, shape)) if shape else 0
+            index = tuple(int(i) for i in np.unravel_index(flat, source_shape)) if (
+                source_shape) else ()
+        else:
+            params = producer.params_dict
+            index = tuple(start + i * step for i, start, step in zip(
+                index, params["starts"], params["steps"]))
+        atom = source
+    if not isinstance(atom, Var) or (index == () and atom.aval.shape != ()):
+        return None
+    return atom, index
 
 
 def _extreme_axes(ctx, a, b):
@@ -443,14 +567,18 @@ def _extreme_axes(ctx, a, b):
 
 
 def _float_class(ctx, eqn, bounds):
-    """isnan, isinf, isfinite: decided when the value and its bound are finite."""
+    """isnan, isinf, isfinite: decided when the value and its bound are finite, and where
+    the bound is 0: a NaN or inf that is the same on both sides (``np.log`` of a negative:
+    ``_exact_outside_domain``)."""
     (x,), (e,) = eqn.inputs, bounds
     if e is None:
         return None
     if not is_float(x):
         return None
-    finite = ctx.and_(ctx.emit(isfinite_p, x), ctx.emit(isfinite_p, ctx.as_number(x, e)))
-    return ctx.fit(ctx.not_(finite), eqn.out.aval.shape)
+    e = ctx.as_number(x, e)
+    finite = ctx.and_(ctx.emit(isfinite_p, x), ctx.emit(isfinite_p, e))
+    decided = ctx.or_(finite, ctx.emit(less_equal_p, e, number(0.0)))
+    return ctx.fit(ctx.not_(decided), eqn.out.aval.shape)
 
 
 def _logical(ctx, eqn, bounds):
@@ -907,10 +1035,10 @@ RULES = {
     "exp": _math(_exp_carry),
     "exp2": _math(_exp2_carry),
     "expm1": _math(_expm1_carry),
-    "log": _math(_log_carry),
-    "log1p": _math(_log1p_carry),
-    "log2": _math(_scaled_carry(_log_carry, 1.0 / math.log(2.0))),
-    "log10": _math(_scaled_carry(_log_carry, 1.0 / math.log(10.0))),
+    "log": _math(_log_carry, lowest=0.0),
+    "log1p": _math(_log1p_carry, lowest=-1.0),
+    "log2": _math(_scaled_carry(_log_carry, 1.0 / math.log(2.0)), lowest=0.0),
+    "log10": _math(_scaled_carry(_log_carry, 1.0 / math.log(10.0)), lowest=0.0),
     "tanh": _tanh,
     # sin, cos: NumPy's own float64 sin is thousands of ulp off near multiples of pi
     # (mathlib's docstring): also allow 8 u absolute.

@@ -288,11 +288,15 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if dtype.kind == "b":
         result = np.any(placed & values, axis=-2)
     else:
-        # One element lands at each position: the sum over i is that element, exactly.
-        result = ops.reduce_sum(np.where(placed, values, np.zeros((), dtype)),
-                                (ndim_of(x) - 1,))
-        if dtype_of(result) != dtype:
-            result = result.astype(dtype)
+        # The element that lands at each position, gathered: a permutation, exact (a sum
+        # of it and zeros made -0.0 a 0.0, and carried a rounding bound that put every
+        # compare of sorted values with the elements, np.searchsorted(np.sort(x), x), at
+        # a guard-margin exit)
+        n = shape_of(x)[-1]
+        index = _positions(n, x, (n, 1))
+        order = ops.reduce_sum(np.where(placed, index, np.zeros((), np.int64)),
+                               (ndim_of(x) - 1,))
+        result = np.take_along_axis(x, order, axis=-1)
     return _back(result, moved)
 
 

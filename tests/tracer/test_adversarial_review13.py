@@ -120,14 +120,11 @@ def test_pad_constant_out_of_range_python_int_raises():
               [(np.arange(6, dtype=np.int32).reshape(2, 3),)], **EXACT)
 
 
-@pytest.mark.xfail(strict=True, reason="margin_rules: np.sort's result carries a rounding "
-                   "bound though a sort is a permutation (exact), so a compare of sorted "
-                   "values with the array's own elements (always at a tie) takes a guard-margin "
-                   "exit on every call")
 def test_ranks_by_searchsorted_of_the_sorted_array_compile():
     """np.searchsorted(np.sort(x), x) (ranks, an empirical CDF; searchsorted is ed41fcf's)
-    and (np.sort(x) >= x[2]).sum() run eagerly on every call ('guard margin'); the same
-    compare through x[::-1] compiles. Results agree."""
+    ran eagerly on every call ('guard margin'): the sort summed the element landing at
+    each position with zeros, which carried a rounding bound (and made -0.0 a 0.0). It
+    gathers the element now: exact."""
     x = np.random.default_rng(24).standard_normal(8)
     f = run_calls(lambda x: np.searchsorted(np.sort(x), x), [(x,)], repeats=3, **EXACT)
     assert f.stats()["compiled_calls"] > 0, f.explain()

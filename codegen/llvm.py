@@ -234,8 +234,9 @@ def compile_module(ir_text, opt_level=3):
                                    copied_prefixes=(VECTOR_VARIANT_PREFIX,))
         helpers = [_helper_thread().submit(_compile_part, text, opt_level, _helper_machine())
                    for text in parts[1:]]
+        results = []  # bound before the try: a KeyboardInterrupt must reach the caller
         try:
-            results = [_compile_part(parts[0], opt_level, target_machine())]
+            results.append(_compile_part(parts[0], opt_level, target_machine()))
         finally:
             # The helper's machine and thread are the lock holder's until it is done.
             results += [helper.result() for helper in helpers]

@@ -231,7 +231,7 @@ def copy_arguments(arguments):
                                   and not value.flags.c_contiguous else "C")
             fresh[...] = value
             if value.ndim and value.strides[0] < 0:
-                fresh = np.flip(np.ascontiguousarray(np.flip(value)))
+                fresh = np.flip(np.flip(value).copy())  # ascontiguousarray would not copy
             fresh.flags.writeable = value.flags.writeable
             copies.append(fresh)
         else:

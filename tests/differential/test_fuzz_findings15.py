@@ -4,7 +4,8 @@ arguments compared afterwards (several findings wrote into them).
 """
 
 import numpy as np
-from real_model_checks import no_internal_errors, run_calls
+import pytest
+from real_model_checks import jitted, no_internal_errors, run_calls
 
 
 # --- astype to the array's own dtype is a copy ------------------------------------------------
@@ -52,3 +53,35 @@ def test_triu_of_a_vector_is_a_matrix():
                   repeats=3)
     no_internal_errors(f)
     run_calls(triu_of_a_vector, [(np.array(2.0),)], repeats=2)  # NumPy's TypeError
+
+
+# --- hostile: Ctrl-C while LLVM compiles --------------------------------------------------------
+def interrupted_model(x):
+    return np.tanh(x * 2.0).sum(axis=0) + x[0]
+
+
+def test_keyboard_interrupt_while_compiling_reaches_the_caller(monkeypatch):
+    """A KeyboardInterrupt in LLVM's compile became ``UnboundLocalError: results`` in
+    ``compile_module``'s ``finally`` (an Exception): the interrupt was swallowed, the call
+    ran eagerly and the function was never compiled again ('not compiled')."""
+    from tracejit.codegen import llvm
+
+    compile_part = llvm._compile_part
+    interrupts = []
+
+    def interrupted(*arguments):
+        if not interrupts:
+            interrupts.append(True)
+            raise KeyboardInterrupt
+        return compile_part(*arguments)
+
+    monkeypatch.setattr(llvm, "_compile_part", interrupted)
+    f = jitted(interrupted_model)
+    x = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
+    with pytest.raises(KeyboardInterrupt):
+        f(x)
+    assert interrupts
+    for _ in range(3):
+        np.testing.assert_allclose(f(x), interrupted_model(x), rtol=1e-12)
+    assert f.stats()["compiled_calls"] > 0, f.explain()
+    no_internal_errors(f)

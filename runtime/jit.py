@@ -108,6 +108,7 @@ class JitFunction(Misses):
 
     def __init__(self, fn, options):
         functools.update_wrapper(self, fn)
+        _combine_dict(self)
         if not hasattr(self, "__qualname__"):  # a callable object: a layer with __call__
             self.__name__ = self.__qualname__ = type(fn).__qualname__
         self.fn = fn
@@ -447,6 +448,18 @@ class JitFunction(Misses):
                                  code.co_filename if code else None, deltas)
 
 
+def _combine_dict(wrapper):
+    """Give ``wrapper`` (just through ``functools.update_wrapper``) a combined ``__dict__``.
+
+    update_wrapper reads ``wrapper.__dict__``; CPython 3.11 then keeps the attributes in a
+    split dict, and its specialized attribute reads and writes miss on a split dict every
+    time (the instruction falls back to the generic lookup, respecializes, misses again):
+    the hit path's ``self.calls += 1`` and ``self._entries`` cost ~1300 instructions of a
+    7750-instruction call on 16 floats (callgrind). A copy is a combined dict, which they
+    read at the cached index."""
+    wrapper.__dict__ = dict(wrapper.__dict__)
+
+
 def _subtract(now, before):
     if isinstance(now, dict):
         return {key: _subtract(value, (before or {}).get(key)) for key, value in now.items()}
@@ -459,6 +472,7 @@ class BoundJitFunction:
     def __init__(self, function, instance):
         self.function, self.instance = function, instance
         functools.update_wrapper(self, function.fn)
+        _combine_dict(self)
 
     def __call__(self, /, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)

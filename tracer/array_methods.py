@@ -220,8 +220,8 @@ class ArrayMethods:
     def astype(self, dtype, copy=True):
         return numpy_api.astype(self, dtype, copy=copy)
 
-    def copy(self):
-        return numpy_api.copy(self)
+    def copy(self, order="C"):
+        return numpy_api.copy(self, order)
 
     # --- reductions and friends --------------------------------------------------------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):

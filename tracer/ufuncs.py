@@ -127,7 +127,8 @@ UFUNCS = {
 
 # ufuncs composed from primitives (same call signature as the ufunc).
 UFUNC_COMPOSITES = {
-    np.positive: in_loop_dtypes(np.positive, lambda x: x),
+    # a new array, as NumPy's ufunc makes: a write into +x must not reach x
+    np.positive: in_loop_dtypes(np.positive, lambda x: bind(ops.cast_p, x, dtype=dtype_of(x))),
     np.fabs: in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
     np.sinh: in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
     np.cosh: in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),

@@ -472,7 +472,7 @@ def draw_program(seed):
     params = draw_params(rng)
     probe = make_arguments(params, PROBE, seed, special=False)
     builder = Builder(rng, params, probe)
-    program = builder.draw(int(rng.integers(2, 9)))
+    program = builder.draw(int(rng.integers(3, 13)))
     sets = []
     for call in range(4):  # the probe's shapes: the trace, then compiled code
         sets.append(("same", dict(PROBE), seed * 7 + call, call == 3 and rng.random() < 0.5))

@@ -85,3 +85,71 @@ def test_keyboard_interrupt_while_compiling_reaches_the_caller(monkeypatch):
         np.testing.assert_allclose(f(x), interrupted_model(x), rtol=1e-12)
     assert f.stats()["compiled_calls"] > 0, f.explain()
     no_internal_errors(f)
+
+
+# --- hostile arguments: run as NumPy does (probed; all agree, kept as a table) -----------------
+def hostile_model(x):
+    y = x + 1
+    y[0] = 5
+    return y, x.mean(axis=0), np.tanh(x * 2) - x[-1]
+
+
+class _Subclass(np.ndarray):
+    pass
+
+
+def _memmap(directory):
+    array = np.memmap(directory / "m.dat", dtype=np.float64, mode="w+", shape=(3, 2))
+    array[:] = np.arange(6.0).reshape(3, 2)
+    return array
+
+
+HOSTILE = {
+    "object": lambda _: np.arange(6.0).reshape(3, 2).astype(object),
+    "structured": lambda _: np.zeros(3, dtype=[("a", "f8"), ("b", "i4")]),
+    "complex": lambda _: np.arange(6.0).reshape(3, 2) * (1 + 2j),
+    "float16": lambda _: np.arange(6.0, dtype=np.float16).reshape(3, 2),
+    "datetime64": lambda _: np.array(["2020-01-01", "2021-06-01"], dtype="datetime64[D]"),
+    "timedelta64": lambda _: np.arange(6).astype("timedelta64[s]").reshape(3, 2),
+    "matrix": lambda _: np.matrix(np.arange(6.0).reshape(3, 2)),
+    "masked": lambda _: np.ma.masked_array(np.arange(6.0).reshape(3, 2), mask=[[0, 1]] * 3),
+    "subclass": lambda _: np.arange(6.0).reshape(3, 2).view(_Subclass),
+    "memmap": _memmap,
+    "big-endian": lambda _: np.arange(6.0).reshape(3, 2).astype(">f8"),
+    "strings": lambda _: np.array([["a", "b"], ["c", "d"]]),
+}
+
+
+def test_hostile_arguments_run_as_numpy_does(tmp_path):
+    for name, make in HOSTILE.items():
+        f = run_calls(hostile_model, [lambda make=make: (make(tmp_path),)], repeats=2)
+        no_internal_errors(f)
+        assert f.stats()["compiled_calls"] == 0, name
+
+
+# --- +x is a new array; x.copy(order=...) traces ------------------------------------------------
+def positive_then_write(x):
+    y = +x
+    z = np.positive(x)
+    y[0] = 99.0
+    z[-1] += 1
+    return x, y, z
+
+
+def copy_in_fortran_order(x):
+    y = x.copy(order="F")
+    y[0, 0] = 99.0
+    return x, y
+
+
+def test_positive_is_a_new_array():
+    """``+x`` and ``np.positive(x)`` returned ``x`` itself: writes into the result went into
+    the argument."""
+    run_calls(positive_then_write, [(np.arange(6.0).reshape(2, 3),), (np.arange(4),)],
+              repeats=3)
+
+
+def test_copy_with_an_order_compiles():
+    """``x.copy(order="F")``: the method took no ``order`` (an internal error, eager)."""
+    f = run_calls(copy_in_fortran_order, [(np.arange(6.0).reshape(2, 3),)], repeats=3)
+    no_internal_errors(f)

@@ -38,7 +38,6 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
-from .argument_writes import resolve
 from .errors import UnsupportedError
 from .locations import user_location
 from .loop_generalize import Refused
@@ -70,7 +69,9 @@ class ListAppend:
         return [value for kind, value in self.leaves if kind not in ("static", "argument")]
 
     def target(self, arguments):
-        return resolve(self.path, arguments)
+        if self.path.root[0] != "arg":
+            return self.path.resolve()
+        return self.path.resolve(_argument_leaves(arguments))
 
     def ready(self, arguments):
         """Whether the list is there (a list), so the call can append after its kernels;
@@ -88,7 +89,7 @@ class ListAppend:
                 values.append(value)
             elif kind == "argument":
                 if argument_leaves is None:
-                    argument_leaves = pytree.flatten(arguments)[0]
+                    argument_leaves = _argument_leaves(arguments)
                 values.append(argument_leaves[value])
             elif kind == "scalar":
                 values.append(np.asarray(outputs[value])[()])
@@ -106,6 +107,21 @@ class ListAppend:
         target = self.target(arguments)
         length = len(target)
         return lambda: target.__delitem__(slice(length, None))
+
+
+_LAST_CALL = [None]  # (args, kwargs, their leaves) of the call appending now
+
+
+def _argument_leaves(arguments):
+    """The leaves of ``arguments`` (``(args, kwargs)``), flattened once per call: each
+    append of a call (and the check that its list is there) reads them."""
+    args, kwargs = arguments
+    last = _LAST_CALL[0]  # (one read: another thread may replace it)
+    if last is not None and last[0] is args and last[1] is kwargs:
+        return last[2]
+    leaves = pytree.flatten(arguments)[0]
+    _LAST_CALL[0] = (args, kwargs, leaves)
+    return leaves
 
 
 def watch(context, args, kwargs, traced_leaves):

@@ -264,6 +264,10 @@ class Tracer(ArrayMethods):
                 except TypeError as error:
                     raise as_numpy_would(error) from None
             result = result.astype(self.dtype)
+        if not self.shape and not _is_numpy_scalar(self) and _is_numpy_scalar(result):
+            # y += 1 on a 0-d array writes into it: y stays an array (the ufunc's result
+            # alone would be a NumPy scalar)
+            result.value = _zero_d_array(result)
         self._update(result)
         return self
 
@@ -314,6 +318,14 @@ def _numpy_scalar(tracer):
     if is_pending(value):
         return Pending(lambda: np.asarray(value.force())[()], like=tracer.dtype.type(0))
     return np.asarray(value)[()]
+
+
+def _zero_d_array(tracer):
+    """A 0-d tracer's value as a 0-d array (a pending one stays pending)."""
+    value = tracer.raw_value
+    if is_pending(value):
+        return Pending(lambda: np.asarray(value.force()), like=np.zeros((), tracer.dtype))
+    return np.asarray(value)
 
 
 def _is_numpy_scalar(tracer):

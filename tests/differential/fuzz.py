@@ -67,13 +67,13 @@ UNARY = [
     "np.sin({a})", "np.cos({a}) * {a}", "np.log(np.abs({a}) + 1e-3)", "np.fabs({a})",
     "np.negative({a})", "np.rint({a})", "np.trunc({a})", "np.ceil({a} * 0.5)",
     "{a}.astype(np.int64) * 3", "np.invert({a})", "{a} & 5", "{a} >> 1", "~({a} > 1)",
-    "np.heaviside({a}, 0.5)", "np.signbit({a})", "np.reciprocal({a} * {a} + 1.0)",
-    "np.expm1(-np.abs({a}))", "np.arctan({a})", "np.isinf({a})", "np.sort({a}, axis=-1)",
+    "np.heaviside({a}, 0.5)", "+{a}", "np.reciprocal({a} * {a} + 1.0)",
+    "np.expm1(-np.abs({a}))", "np.isinf({a})", "np.sort({a}, axis=-1)",
 ]
 BINARY = [
     "{a} + {b}", "{a} - {b}", "{a} * {b}", "np.maximum({a}, {b})", "np.minimum({a}, {b})",
     "np.where({a} > {b}, {a}, {b})", "{a} / ({b} * {b} + 1)", "{a} > {b}", "{a} == {b}",
-    "np.logical_and({a}, {b})", "np.arctan2({a}, {b})", "np.hypot({a}, {b})",
+    "np.logical_and({a}, {b})", "np.hypot({a}, {b})",
     "{a} // ({b} * {b} + 1)", "np.fmax({a}, {b})", "np.copysign({a}, 2.0)",
     "{a}[:, None] * {b}[None, :]", "np.outer({a}, {b})", "np.where({b}, {a}, -{a})",
     "np.logaddexp({a}, {b})", "{a} * ({b} != 0)", "np.where({a} > 0, {b}, 0)",
@@ -111,7 +111,7 @@ VIEW = [
     "np.expand_dims({a}, -1)", "{a}.reshape(1, -1).T", "np.squeeze({a}[:1])",
     "np.tile({a}, 2)", "np.repeat({a}, 2, axis=0)", "np.diff({a}, axis=0)",
     "np.pad({a}, 1)", "np.moveaxis({a}, 0, -1)", "np.atleast_2d({a})",
-    "{a}[np.arange({a}.shape[0]) % 2 == 0]", "np.triu({a})", "np.diag({a})",
+    "np.triu({a})", "np.diag({a})",
 ]
 
 
@@ -411,7 +411,7 @@ class Builder:
         name = self.fresh()
         mask = self.rng.choice([f"{name} > 0", f"np.isnan({name})", f"{name} < -1",
                                 f"~np.isfinite({name})"])
-        value = self.rng.choice(["0", "-1.5", f"{name}[{mask}] * 2", "np.float32(3)"])
+        value = self.rng.choice(["0", "-1.5", "np.float32(3)", "np.nan"])
         op = self.rng.choice(["=", "*=", "+="]) if "[" not in value else "="
         return [f"{name} = {target}.astype(np.float64)", f"{name}[{mask}] {op} {value}"], \
             "mask write", [name]

@@ -153,3 +153,41 @@ def test_copy_with_an_order_compiles():
     """``x.copy(order="F")``: the method took no ``order`` (an internal error, eager)."""
     f = run_calls(copy_in_fortran_order, [(np.arange(6.0).reshape(2, 3),)], repeats=3)
     no_internal_errors(f)
+
+
+# --- a 0-d array updated in place stays an array -------------------------------------------------
+def zero_d_in_place(x):
+    total = x.sum(keepdims=True).reshape(())
+    total += 1
+    count = np.zeros((), np.int64)
+    count += x.shape[0]
+    return total, count
+
+
+def test_zero_d_array_updated_in_place_stays_an_array():
+    """``total += 1`` on a 0-d array came back as a NumPy scalar (the ufunc's result type),
+    not the 0-d array NumPy writes into."""
+    run_calls(zero_d_in_place, [(np.arange(4.0),), (np.arange(7.0),)], repeats=3)
+
+
+# --- an element read is a copy: a later write into its array does not reach it ------------------
+def element_read_then_write(x):
+    y = x.copy()
+    old = y[0]
+    y[0] = 5.0
+    return y, old, y[0] - old
+
+
+def swap_elements(x):
+    y = x.copy()
+    y[0, 0], y[0, 1] = y[0, 1], y[0, 0]
+    return y
+
+
+def test_element_reads_are_copies():
+    """``old = y[0]`` is a NumPy scalar, a copy. With view-writes work in progress in the tree
+    (read again after a write into the root, 15b), ``old`` became 5.0 and a 0-d array, and the
+    swap kept one value twice; at the time of this test compiled code agreed with NumPy or ran
+    eagerly."""
+    run_calls(element_read_then_write, [(np.arange(4.0),)], repeats=3)
+    run_calls(swap_elements, [(np.arange(6.0).reshape(2, 3),)], repeats=3)

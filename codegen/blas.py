@@ -270,6 +270,11 @@ def _say_missing():
         "(correct, slower); `tracejit env` shows it")
 
 
+# What float32 products a decision reads call besides sgemm, as NumPy's matmul does.
+NUMPY_CALLS = {"tj_sgemv": "scipy_cblas_sgemv64_", "tj_sdot": "scipy_cblas_sdot64_",
+               "tj_ssyrk": "scipy_cblas_ssyrk64_"}
+
+
 def symbols(object_code=b""):
     """``{name: address}`` of the gemm functions compiled code imports. The own GEMM is
     loaded (compiled once per machine, or read from the disk cache) only for object code
@@ -279,9 +284,12 @@ def symbols(object_code=b""):
     found = _library()
     imports = {}
     if found is not None:
-        _, sgemm, dgemm = found
+        library, sgemm, dgemm = found
         imports = {"tj_sgemm": ctypes.cast(sgemm, ctypes.c_void_p).value,
                    "tj_dgemm": ctypes.cast(dgemm, ctypes.c_void_p).value}
+        # The other calls NumPy's matmul makes (codegen/numpy_products.py)
+        for name, symbol in NUMPY_CALLS.items():
+            imports[name] = ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value
     # (tj_sgemm_own is a prefix of the other float32 entries' names)
     if gemm.ENTRY.encode() in object_code:
         imports.update(gemm.symbols("float32"))

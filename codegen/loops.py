@@ -269,6 +269,7 @@ class _Loop:
     once with the index as a run-time symbol, run by its native driver or from Python."""
 
     def __init__(self, graph, eqn, later_uses, name, build):
+        from .numpy_products import note_loop
         from .program import explicit_symbols
 
         params = eqn.params_dict
@@ -279,6 +280,7 @@ class _Loop:
             raise UnsupportedError("print in a loop body (not compiled yet)")
         # A body holding a loop compiles to a program of segments and loops itself
         # (compile_looped); this loop then runs it from Python, one call per trip.
+        note_loop(graph, eqn)  # before the body compiles: a decision there may read carries
         plan = BodyPlan(body, self.num_carry)
         self.kept = [p for p in range(self.num_carry) if p not in plan.writes]
         self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)

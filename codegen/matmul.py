@@ -58,6 +58,7 @@ from .gemm_driver import (
     WHERE_OTHER_POSITIVE,
 )
 from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
+from .numpy_products import emit_numpy_product, is_decision_product
 from .parallel import POOL_FIELDS, THREADS
 from .schedule import reshaped_buffer
 
@@ -344,7 +345,17 @@ def rows_folded(kernel):
     and the 2-D product's epilogue and auto rule apply."""
     a, b = kernel.kernel.anchor.inputs
     return len(a.aval.shape) > 2 and len(b.aval.shape) == 2 and isinstance(a, Var) and (
-        _buffer_read_in_place(kernel, a) is not None)
+        _buffer_read_in_place(kernel, a) is not None) and not numpy_exact(kernel)
+
+
+def numpy_exact(kernel):
+    """True when this float32 product reaches a decision (``codegen/numpy_products.py``):
+    it is then computed as NumPy computes it, by the OpenBLAS calls NumPy's matmul makes,
+    per batch entry (no rows folded), never by the own GEMM. (Not under the ``own``
+    setting: every float32 product on the own GEMM, for its tests and benchmarks.)"""
+    anchor = kernel.kernel.anchor
+    return np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32) and blas.openblas() and (
+        blas.gemm_setting() != "own") and is_decision_product(kernel)
 
 
 def own_gemm_shape(kernel):
@@ -355,7 +366,7 @@ def own_gemm_shape(kernel):
     return (np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32)
             and (all(len(atom.aval.shape) == 2 for atom in anchor.inputs)
                  or rows_folded(kernel))
-            and blas.own_sgemm_enabled())
+            and blas.own_sgemm_enabled() and not numpy_exact(kernel))
 
 
 def batch_shape(anchor):
@@ -374,7 +385,7 @@ def own_batched(kernel):
     anchor = kernel.kernel.anchor
     return bool(batch_shape(anchor)) and np.dtype(anchor.out.aval.dtype) in (
         np.dtype(np.float32), np.dtype(np.float64)) and blas.own_sgemm_enabled() and (
-        not rows_folded(kernel))
+        not rows_folded(kernel)) and not numpy_exact(kernel)
 
 
 def build_matmul(kernel):
@@ -473,6 +484,7 @@ def build_gemm_call(kernel):
     (a_name, a_transposed), (b_name, b_transposed) = blas_operands(kernel)
     own = own_gemm_shape(kernel)
     batched = own_batched(kernel)
+    as_numpy = numpy_exact(kernel)
     fused = gemm_epilogue(kernel) if own or batched else None
     a, b = anchor.inputs
     dtype = np.dtype(product.aval.dtype)
@@ -512,11 +524,20 @@ def build_gemm_call(kernel):
         def call_blas(values, a_pointer, b_pointer, c_pointer, lda, ldb):
             # OpenBLAS runs its own threads: ours must not spin on the cores meanwhile.
             builder.call(program.pool_park(), [program.pool_state(POOL_FIELDS)])
-            builder.call(program.gemm_function(dtype), [
-                ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
-                ir.Constant(I32, 112 if b_transposed else 111), *values,
-                dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
-                dt.constant(dtype, 0.0), c_pointer, values[1]])
+
+            def call_sgemm():
+                builder.call(program.gemm_function(dtype), [
+                    ir.Constant(I32, 101), ir.Constant(I32, 112 if a_transposed else 111),
+                    ir.Constant(I32, 112 if b_transposed else 111), *values,
+                    dt.constant(dtype, 1.0), a_pointer, lda, b_pointer, ldb,
+                    dt.constant(dtype, 0.0), c_pointer, values[1]])
+
+            if as_numpy:  # a decision reads it: NumPy's own call (gemv, dot, syrk, gemm)
+                emit_numpy_product(builder, builder.module, values,
+                                   (a_pointer, b_pointer, c_pointer),
+                                   (a_transposed, b_transposed), (lda, ldb), call_sgemm)
+            else:
+                call_sgemm()
 
         def call_own(values, a_pointer, b_pointer, c_pointer, lda, ldb, c_offset):
             # Splits C's rows over our pool itself (small products stay on this thread).

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracejit import codegen
+from tracejit.codegen.numpy_products import note_partition
 from tracejit.tracer import pytree
 from tracejit.tracer.attribute_writes import NumberState
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
@@ -211,6 +212,7 @@ class Misses:
                                           profile=self.options.profile)
             else:
                 split = partition(traced.graph, plan.forward_outputs, plan.cotangent_inputs)
+                note_partition(traced.graph, split.forward)  # backward masks read products
                 program = codegen.compile(split.forward, name=self.__name__, check="final",
                                           profile=self.options.profile)
                 backward = codegen.compile(split.backward, name=self.__name__ + "_backward",

@@ -36,18 +36,19 @@ loops unroll into a guard per element) and then takes a guard-margin exit on eve
 since ``im_region[i2, j2, f2] == amax[f2]`` is an equality of computed values, always
 within rounding when it holds; before, its generators made it run eagerly at once.
 
-Findings (strict xfails, not fixed: see docs/sharp_bits.md). A mask or an ``argmax`` of a
-float32 contraction decides differently from NumPy when eager's values tie exactly or lie
-within rounding of the threshold, because nothing checks them (no error model for float32
-products: the bound, ~K float32 ulps of the magnitudes, would send nearly every call of a
-float32 classifier to eager). Mirror-symmetric images make such ties common: with a
-mirrored pair of templates or an antisymmetric filter, the two sums hold the same terms in
-another order, so NumPy's result ties (or is exactly 0) where the own float32 GEMM
-(``codegen/gemm.py``) sums in its own order. A cs231n two-layer net's ``dh[a <= 0] = 0``
-then zeroes other gradient rows than NumPy's (half of ``dW1`` wrong), a classifier predicts
-other classes, and an ``einsum`` convolution's relu mask differs even on the traced call
-(NumPy's ``einsum`` sums in its own loops, not BLAS). With ``TRACEJIT_GEMM=blas`` the two
-matmul cases agree (NumPy's own OpenBLAS, called alike). Not a bug but a trap: in float32,
+Findings. A mask or an ``argmax`` of a float32 contraction decided differently from NumPy
+when eager's values tie exactly or lie within rounding of the threshold: nothing checks them
+(no error model for float32 products: the bound, ~K float32 ulps of the magnitudes, would
+send nearly every call of a float32 classifier to eager). Mirror-symmetric images make such
+ties common: with a mirrored pair of templates or an antisymmetric filter, the two sums hold
+the same terms in another order, so NumPy's result ties (or is exactly 0) where the own
+float32 GEMM (``codegen/gemm.py``) summed in its own order. A cs231n two-layer net's
+``dh[a <= 0] = 0`` zeroed other gradient rows than NumPy's (half of ``dW1`` wrong) and a
+classifier predicted other classes. Fixed (``codegen/numpy_products.py``): a float32
+product a decision reads is computed by the OpenBLAS calls NumPy's matmul makes, so it has
+NumPy's bits. Not fixed (strict xfail): an ``einsum`` convolution's relu mask differs even
+on the traced call (NumPy's ``einsum`` sums in its own loops, not BLAS; the trace computes
+the contraction as a product). Not a bug but a trap: in float32,
 Adam turns the gradient of a bias placed before batch norm (zero but for rounding noise of
 ~1e-9) into a step of about ``lr`` whose sign is the noise's, so compiled and eager weights
 differ there by a whole step; the train step here puts no bias before its batch norm.
@@ -61,8 +62,6 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 from real_model_checks import assert_same, jitted, no_internal_errors, rng_for, run_calls
 
 import tracejit as tj
-from tracejit.codegen import blas
-from tracejit.runtime.config import configure_codegen
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -639,21 +638,6 @@ def mirror_symmetric(rng, shape):
     return (x + x[..., ::-1]) / 2
 
 
-def own_gemm_in_use():
-    """Whether float32 products may run on the own GEMM, the setting taken from the
-    environment as ``jit`` takes it (asked at import, it would fix the setting before
-    ``TRACEJIT_GEMM`` is read)."""
-    configure_codegen()
-    return blas.own_sgemm_enabled()
-
-
-OWN_GEMM_ORDER = pytest.mark.xfail(
-    "own_gemm_in_use()", strict=True,
-    reason="a mask or argmax of a float32 matmul is not checked, and the own float32 GEMM "
-           "sums in another order than NumPy's OpenBLAS: exact ties in NumPy break either way")
-
-
-@OWN_GEMM_ORDER
 def test_two_layer_net_float32_relu_mask_on_mirror_symmetric_inputs():
     """cs231n's TwoLayerNet.loss in float32 on mirror-symmetric images whose first hidden
     units have antisymmetric weights (edge detectors): NumPy's ``a`` is exactly 0 or the
@@ -667,7 +651,6 @@ def test_two_layer_net_float32_relu_mask_on_mirror_symmetric_inputs():
     run_calls(two_layer_net_loss, sets, repeats=3, **F32)
 
 
-@OWN_GEMM_ORDER
 def test_mirror_template_classifier_float32_predictions():
     """A linear classifier's prediction with a template and its mirror image on
     mirror-symmetric images: both scores sum the same products in opposite orders, so

@@ -1,0 +1,298 @@
+"""Float32 products that a decision reads are computed as NumPy computes them: the call
+NumPy's ``matmul`` makes to its OpenBLAS, with the same arguments, so the product has
+NumPy's bits and a mask, comparison, ``argmax`` or guard on it decides as NumPy does.
+
+Why not the own GEMM (``codegen/gemm.py``) in NumPy's order: OpenBLAS's order is not one
+rule. Each element is an FMA chain over K in blocks (``GEMM_Q``: 320 Haswell, 448
+SkylakeX; the last two blocks split as ``level3.c`` or ``level3_thread.c`` says, by the
+thread count), but the Haswell kernel keeps two chains (even and odd k) for some register
+tiles and adds them at the end, which tiles depends on where the element lies in M and N;
+the SkylakeX core has small-matrix and "direct" kernels (one chain over all of K) chosen by
+``M*N*K`` and the layout; and NumPy calls ``gemv`` for one row or column, ``sdot`` for one
+element and ``ssyrk`` for ``a @ a.T``, each summing in its own order. Measured (ctypes
+against ``np.matmul``, both core types): a blocked FMA chain reproduced NumPy's bits for
+most big SkylakeX products and almost no Haswell ones. NumPy's own calls reproduce them
+all (``tests/codegen/test_numpy_products.py``).
+
+So ``decision_products(graph)`` names the float32 ``matmul`` results from which a
+decision is reachable in the graph (an equation ``tracejit.tracer.discontinuities``
+checks: comparisons, ``argmax``, ``floor``, casts, ...; a guard; a loop whose body
+decides; in a loop body, the carried values when the loop decides), and
+``codegen/matmul.py`` calls ``emit_numpy_product`` for them instead of the own GEMM: per
+batch entry, as NumPy loops, with the bias and activation after it as separate
+roundings. Products no decision reads (most backward products) keep the own GEMM.
+
+What NumPy calls (``numpy/_core/src/umath/matmul.c.src``), by the dims at run time:
+
+* a zero dim: nothing, or zeros (``k = 0``);
+* ``m = n = 1``: ``sdot``; ``k = 1``: the products alone (any call rounds them once);
+* ``m = 1``: ``sgemv`` on B (transposed), ``n = 1``: ``sgemv`` on A;
+* A and B the same memory, one transposed (``x @ x.T``): ``ssyrk`` (upper triangle),
+  then the upper triangle copied to the lower;
+* else ``sgemm``.
+
+>>> import numpy as np
+>>> from tracejit.tracer.tracing import trace
+>>> def layer(x, w):
+...     a = x @ w
+...     return a @ w.T, a > 0
+>>> x = np.ones((3, 4), np.float32)
+>>> w = np.ones((4, 4), np.float32)
+>>> graph = trace(layer, x, w).graph
+>>> len(decision_products(graph))   # ``a``: the mask reads it; ``a @ w.T`` no decision
+1
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from llvmlite import ir
+
+from tracejit.tracer.discontinuities import AMBIGUITY, _meets_at_threshold, _selects
+from tracejit.tracer.ir import Guard, Var
+
+from .counted_loop import counted_loop
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+F32 = ir.FloatType()
+PTR = ir.PointerType()
+ROW_MAJOR, COLUMN_MAJOR, NO_TRANSPOSE, TRANSPOSE, UPPER = 101, 102, 111, 112, 121
+# Where a result's side decides (what ``discontinuities`` checks), plus orderings.
+DECISIONS = frozenset(AMBIGUITY) | {"argsort", "sort", "searchsorted"}
+F32_DTYPE = np.dtype(np.float32)
+# Loop bodies whose carried values reach a decision (``note_loop``), by body name.
+_deciding_bodies = set()
+# Products a backward graph decides on (``note_partition``), by the forward graph's name.
+_decided_in_backward = {}
+
+
+def _has_decision(graph):
+    for item in graph.body:
+        if isinstance(item, Guard):
+            return True
+        if item.prim.name in DECISIONS:
+            return True
+        if item.prim.name == "loop" and _has_decision(item.params_dict["body"]):
+            return True
+    return False
+
+
+def _continuous_selects(graph):
+    """The comparisons read only as the condition of ``np.where`` selects whose branches
+    meet at the threshold (relu as ``np.where(x <= 0, 0, x)``, a leaky relu): a flip there
+    moves the result by rounding only, as ``discontinuities`` judges them, so no decision."""
+    readers, producers = {}, {}
+    for item in graph.body:
+        if isinstance(item, Guard):
+            continue
+        producers[item.out.name] = item
+        for atom in item.inputs:
+            if isinstance(atom, Var):
+                readers.setdefault(atom.name, []).append(item)
+    for atom in graph.outputs:
+        if isinstance(atom, Var):
+            readers.setdefault(atom.name, []).append(None)
+    for item in graph.body:
+        if isinstance(item, Guard):
+            continue
+        if item.prim.name in ("less", "less_equal", "greater", "greater_equal"):
+            guards = [guard for guard in graph.body
+                      if isinstance(guard, Guard) and guard.predicate == item.out]
+            if guards:
+                continue
+            context = SimpleNamespace(readers=readers, producers=producers)
+            selects = _selects(context, item)
+            if selects and all(_meets_at_threshold(context, item, select)
+                               for select in selects):
+                yield item.out.name
+
+
+def _deciding_vars(graph, outputs_decide):
+    """Names of the values in ``graph`` from which a decision is reachable."""
+    continuous = set(_continuous_selects(graph))
+    deciding = set()
+    if outputs_decide:
+        deciding.update(atom.name for atom in graph.outputs if isinstance(atom, Var))
+    for item in reversed(graph.body):
+        if isinstance(item, Guard):
+            if isinstance(item.predicate, Var):
+                deciding.add(item.predicate.name)
+            continue
+        name = item.prim.name
+        decides = (name in DECISIONS and item.out.name not in continuous) or (
+            item.out.name in deciding) or (
+            name == "loop" and _has_decision(item.params_dict["body"]))
+        if decides:
+            deciding.update(atom.name for atom in item.inputs if isinstance(atom, Var))
+    return deciding
+
+
+def note_loop(graph, loop_eqn):
+    """Called before a loop's body is compiled (``codegen/loops.py``): its carried values
+    count as decided on when its body decides anything (the next trip may compare what
+    this one computed) or a decision in ``graph`` reads the loop's results."""
+    body = loop_eqn.params_dict["body"]
+    if _has_decision(body):
+        _deciding_bodies.add(body.name)
+        return
+    deciding = _deciding_vars(graph, False)
+    # one equation per result of the loop (its ``output``), all with the same body
+    if any(item.out.name in deciding for item in graph.body if not isinstance(item, Guard)
+           and item.prim.name == "loop" and item.params_dict["body"].name == body.name):
+        _deciding_bodies.add(body.name)
+
+
+def note_partition(joint, forward):
+    """Called when a joint forward+backward graph is split (``tracer/partition.py``): the
+    forward saves its products for the backward, whose masks (relu's ``pre > 0``) decide on
+    them there, out of the forward graph's sight; they count as decided on in
+    ``forward``."""
+    _decided_in_backward.setdefault(forward.name, set()).update(decision_products(joint))
+
+
+def decision_products(graph):
+    """The names of the float32 ``matmul`` results in ``graph`` that reach a decision."""
+    deciding = _deciding_vars(graph, graph.name in _deciding_bodies)
+    deciding |= _decided_in_backward.get(graph.name, set())
+    return frozenset(
+        item.out.name for item in graph.body
+        if not isinstance(item, Guard) and item.prim.name == "matmul"
+        and np.dtype(item.out.aval.dtype) == F32_DTYPE and item.out.name in deciding)
+
+
+def is_decision_product(kernel):
+    """True when ``kernel``'s matmul (a float32 product) reaches a decision."""
+    schedule = kernel.schedule
+    found = getattr(schedule, "_decision_products", None)
+    if found is None:
+        found = decision_products(schedule.graph)
+        schedule._decision_products = found
+    return kernel.kernel.anchor.out.name in found
+
+
+# --- the calls ------------------------------------------------------------------------------
+def _declare(module, name, returns, arguments):
+    function = module.globals.get(name)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(returns, arguments), name)
+    return function
+
+
+def sgemv_function(module):
+    """CBLAS ``sgemv`` (64-bit integers), imported as ``tj_sgemv``."""
+    return _declare(module, "tj_sgemv", ir.VoidType(),
+                    [I32, I32, I64, I64, F32, PTR, I64, PTR, I64, F32, PTR, I64])
+
+
+def sdot_function(module):
+    """CBLAS ``sdot`` (64-bit integers), imported as ``tj_sdot``."""
+    return _declare(module, "tj_sdot", F32, [I64, PTR, I64, PTR, I64])
+
+
+def ssyrk_function(module):
+    """CBLAS ``ssyrk`` (64-bit integers), imported as ``tj_ssyrk``."""
+    return _declare(module, "tj_ssyrk", ir.VoidType(),
+                    [I32, I32, I32, I64, I64, F32, PTR, I64, F32, PTR, I64])
+
+
+def emit_numpy_product(builder, module, values, operands, transposed, leading, call_sgemm):
+    """Emit what NumPy's matmul calls for ``C = A @ B`` (float32, row-major ``C`` with rows
+    ``n`` apart): ``values`` are ``(m, n, k)`` (i64), ``operands`` the pointers ``(A, B,
+    C)``, ``transposed`` whether A and B are read transposed, ``leading`` their leading
+    dimensions; ``call_sgemm()`` emits the ``sgemm`` call the kernel makes otherwise."""
+    m, n, k = values
+    a, b, c = operands
+    a_transposed, b_transposed = transposed
+    lda, ldb = leading
+
+    def i64(value):
+        return ir.Constant(I64, value)
+
+    def equal(value, constant):
+        return builder.icmp_signed("==", value, i64(constant))
+
+    # A's stride along k and B's, in elements (a vector operand's is 1).
+    a_step = lda if a_transposed else i64(1)
+    b_step = i64(1) if b_transposed else ldb
+    gemm_only = builder.or_(builder.or_(equal(m, 0), equal(n, 0)),
+                            builder.or_(equal(k, 0), equal(k, 1)))
+    with builder.if_else(gemm_only) as (plain, special):
+        with plain:  # zeros, or each element one rounded product: any call agrees
+            call_sgemm()
+        with special:
+            single = builder.and_(equal(m, 1), equal(n, 1))
+            with builder.if_else(single) as (dot, wider):
+                with dot:
+                    value = builder.call(sdot_function(module), [k, a, a_step, b, b_step])
+                    builder.store(value, c)
+                with wider:
+                    _vectors_or_matrices(builder, module, values, operands, transposed,
+                                         leading, (a_step, b_step), call_sgemm)
+
+
+def _vectors_or_matrices(builder, module, values, operands, transposed, leading, steps,
+                         call_sgemm):
+    m, n, k = values
+    a, b, c = operands
+    a_transposed, b_transposed = transposed
+    lda, ldb = leading
+    a_step, b_step = steps
+    one, zero = ir.Constant(F32, 1.0), ir.Constant(F32, 0.0)
+    gemv = sgemv_function(module)
+
+    def i32(value):
+        return ir.Constant(I32, value)
+
+    def i64(value):
+        return ir.Constant(I64, value)
+
+    with builder.if_else(builder.icmp_signed("==", m, i64(1))) as (row, not_row):
+        with row:  # vector @ matrix: B as an (n, k) matrix times A's row
+            order = COLUMN_MAJOR if b_transposed else ROW_MAJOR
+            builder.call(gemv, [i32(order), i32(TRANSPOSE), k, n, one, b, ldb, a, a_step,
+                                zero, c, i64(1)])
+        with not_row:
+            with builder.if_else(builder.icmp_signed("==", n, i64(1))) as (column, matrix):
+                with column:  # matrix @ vector
+                    order = ROW_MAJOR if a_transposed else COLUMN_MAJOR
+                    builder.call(gemv, [i32(order), i32(TRANSPOSE), k, m, one, a, lda, b,
+                                        b_step, zero, c, i64(1)])
+                with matrix:
+                    if a_transposed == b_transposed:
+                        call_sgemm()
+                    else:
+                        _gemm_or_syrk(builder, module, values, operands, a_transposed, lda,
+                                      call_sgemm)
+
+
+def _gemm_or_syrk(builder, module, values, operands, a_transposed, lda, call_sgemm):
+    """``x @ x.T`` (the same memory, one side transposed): NumPy's ``ssyrk`` and its copy
+    of the upper triangle into the lower; any other pair: ``sgemm``."""
+    m, n, k = values
+    a, b, c = operands
+    same = builder.and_(builder.icmp_unsigned("==", builder.ptrtoint(a, I64),
+                                              builder.ptrtoint(b, I64)),
+                        builder.icmp_signed("==", m, n))
+    with builder.if_else(same) as (symmetric, general):
+        with symmetric:
+            builder.call(ssyrk_function(module), [
+                ir.Constant(I32, ROW_MAJOR), ir.Constant(I32, UPPER),
+                ir.Constant(I32, TRANSPOSE if a_transposed else NO_TRANSPOSE), n, k,
+                ir.Constant(F32, 1.0), a, lda, ir.Constant(F32, 0.0), c, n])
+
+            def row(i):
+                def column(j):
+                    upper = builder.gep(c, [builder.add(builder.mul(i, n), j)],
+                                        source_etype=F32)
+                    lower = builder.gep(c, [builder.add(builder.mul(j, n), i)],
+                                        source_etype=F32)
+                    builder.store(builder.load(upper, typ=F32), lower)
+
+                counted_loop(builder, builder.add(i, ir.Constant(I64, 1)), n, column,
+                             label="syrk.copy.column")
+
+            counted_loop(builder, ir.Constant(I64, 0), n, row, label="syrk.copy.row")
+        with general:
+            call_sgemm()

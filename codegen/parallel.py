@@ -53,6 +53,14 @@ PARALLEL_THRESHOLD = 1 << 15
 # in the benchmarks. The interleave benchmark, which the shorter spin was for, stays at
 # 1.00x its parts at 1 << 14: OpenBLAS's own shortened spin (blas.py) is what fixed it.
 SPINS_BEFORE_SLEEP = 1 << 14
+# An idle worker spins that long only when its last wait for a job was shorter than
+# LONG_WAIT_CYCLES (time stamp counter ticks, ~0.4 ms): kernels back to back, a model's
+# calls, an RNN's steps, gaps of NumPy work shorter than the spin. After a longer wait - the
+# caller went off to other work, such as NumPy's matmuls between compiled layers - it spins
+# SHORT_SPINS_BEFORE_SLEEP (~26 us here) and sleeps: spinning the whole 0.4 ms after every
+# layer took a core from one of OpenBLAS's threads (benchmarks/interleave.py).
+SHORT_SPINS_BEFORE_SLEEP = 1 << 10
+LONG_WAIT_CYCLES = 1 << 20
 
 _FUTEX_SYSCALL = {("Linux", "x86_64"): 202, ("Linux", "aarch64"): 98}.get(
     (platform.system(), platform.machine())
@@ -294,19 +302,27 @@ def _run_inline(builder, body, context, total, chunk):
 
 
 def _worker_loop(module, run_chunks):
-    """Wait for a new generation (spin, then sleep on the futex), run its chunks, repeat."""
+    """Wait for a new generation (spin, then sleep on the futex), run its chunks, repeat.
+    The spin is ``SPINS_BEFORE_SLEEP`` pauses when the last wait was shorter than
+    ``LONG_WAIT_CYCLES``, else ``SHORT_SPINS_BEFORE_SLEEP``."""
     function = ir.Function(module, ir.FunctionType(VOID, [POOL]), "tj_worker_loop")
     (pool,) = function.args
     entry = function.append_basic_block("entry")
     builder = ir.IRBuilder(entry)
     seen = builder.alloca(I64)
     spins = builder.alloca(I64)
+    limit = builder.alloca(I64)  # this wait's spins before sleeping
+    since = builder.alloca(I64)  # the cycle counter when this wait began
+    clock = (module.globals.get("llvm.readcyclecounter")
+             or ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter"))
     builder.store(_atomic_load(builder, _field(builder, pool, GENERATION)), seen)
     wait = function.append_basic_block("wait")
     check = function.append_basic_block("check")
     sleep = function.append_basic_block("sleep")
     work = function.append_basic_block("work")
     builder.store(ir.Constant(I64, 0), spins)
+    builder.store(ir.Constant(I64, SHORT_SPINS_BEFORE_SLEEP), limit)
+    builder.store(builder.call(clock, []), since)
     builder.branch(wait)
 
     builder.position_at_end(wait)
@@ -320,7 +336,7 @@ def _worker_loop(module, run_chunks):
     _pause(builder, module)
     parked = builder.icmp_unsigned("==", _atomic_load(builder, _field(builder, pool, PARKED)),
                                    builder.load(seen, typ=I64))
-    spin_on = builder.icmp_unsigned("<", count, ir.Constant(I64, SPINS_BEFORE_SLEEP))
+    spin_on = builder.icmp_unsigned("<", count, builder.load(limit, typ=I64))
     builder.cbranch(builder.and_(spin_on, builder.not_(parked)), wait, sleep)
 
     builder.position_at_end(sleep)
@@ -343,7 +359,12 @@ def _worker_loop(module, run_chunks):
     builder.position_at_end(work)
     builder.store(generation, seen)
     builder.store(ir.Constant(I64, 0), spins)
+    waited = builder.sub(builder.call(clock, []), builder.load(since, typ=I64))
+    short_wait = builder.icmp_signed("<", waited, ir.Constant(I64, LONG_WAIT_CYCLES))
+    builder.store(builder.select(short_wait, ir.Constant(I64, SPINS_BEFORE_SLEEP),
+                                 ir.Constant(I64, SHORT_SPINS_BEFORE_SLEEP)), limit)
     builder.call(run_chunks, [pool, generation])
+    builder.store(builder.call(clock, []), since)
     builder.branch(wait)
     return function
 

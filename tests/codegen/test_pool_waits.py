@@ -107,3 +107,13 @@ def test_compiled_layer_alternating_with_numpy_matmuls_is_right():
     assert failures == []
     assert not compiled.stats()["eager_calls"]
     assert compiled.stats()["compiled_calls"] == 30  # the first call came from its trace
+
+
+def test_jobs_after_waits_that_slept_and_waits_that_spun(the_pool):
+    """An idle worker spins long after a job it caught spinning and only briefly after one
+    that had to wake it: jobs after every mix of the two (back to back, after pauses long
+    and short) run every index once, and whoever sleeps is woken."""
+    for pause in (0.05, 0.0, 0.0, 0.001, 0.0, 0.05, 0.0002, 0.05, 0.0, 0.003):
+        time.sleep(pause)
+        counts, _ = run_job(the_pool, total=29, chunk=3, seconds_per_chunk=0.0005)
+        assert counts.tolist() == [1] * 29

@@ -34,7 +34,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from . import llvm, parallel, python_entry
+from . import llvm, output_reuse, parallel, python_entry
 from .lowering import ARRAY_DATA_OFFSET
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -136,8 +136,10 @@ def _function(module):
 
 
 def module_ir():
+    """The hit path's native helpers, one module: this guard and ``output_reuse``'s take."""
     module = ir.Module(name="tracejit_array_guard")
     _function(module)
+    output_reuse.add_function(module)
     return str(module)
 
 
@@ -158,28 +160,42 @@ def _check_layout():
 
 
 _lock = threading.Lock()
-_matcher = []  # [builtin] once built; [None] when it cannot be
+_builtins = {}  # name -> builtin once built, None when it cannot be
 
 
 def object_code():
     """From the object store (the disk cache) when it has it, keyed like the pool's."""
-    return parallel.stored_object("array guard", [__file__],
+    return parallel.stored_object("array guard", [__file__, output_reuse.__file__],
                                   lambda: llvm.compile_module(module_ir()).object_code)
+
+
+def _builtin(name):
+    with _lock:
+        if not _builtins:
+            usable = [(symbol, check()) for symbol, check in (
+                (NAME, _check_layout), (output_reuse.NAME, output_reuse.layout_ok))]
+            library = None
+            if any(ok for _, ok in usable):
+                library = llvm.load(object_code(), [NAME, output_reuse.NAME])
+                _keep.append(library)
+            for symbol, ok in usable:
+                _builtins[symbol] = (python_entry.builtin(library.addresses[symbol], symbol)
+                                     if ok else None)
+        return _builtins[name]
 
 
 def matcher():
     """The builtin ``matches(leaves, table) -> bool``, built (or read from the object
     store) once per process; None where the object layout is not the one it reads, so
     that guards keep their Python checks."""
-    with _lock:
-        if not _matcher:
-            if not _check_layout():
-                _matcher.append(None)
-            else:
-                library = llvm.load(object_code(), [NAME])
-                _matcher.append(python_entry.builtin(library.addresses[NAME], NAME))
-                _keep.append(library)
-        return _matcher[0]
+    return _builtin(NAME)
+
+
+def taker():
+    """The builtin ``take(slots, table) -> array | False`` (``codegen/output_reuse.py``),
+    or None where the object layout is not the one it reads (outputs are then allocated
+    on every call)."""
+    return _builtin(output_reuse.NAME)
 
 
 _keep = []  # the loaded library stays mapped while the process runs

@@ -21,13 +21,14 @@ operators); every other value reaches the guard as a bound constant, never as te
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracejit.codegen import SideExit, array_guard
+from tracejit.codegen import SideExit, array_guard, output_reuse
 from tracejit.codegen.array_guard import ANY_DIM
 from tracejit.codegen.program import inline_body
 from tracejit.tracer import pytree
@@ -450,6 +451,32 @@ def _differs(source, variable, value):
     return f"{variable} != {expected}"
 
 
+def _reused_output(line, wrapper_names, source):
+    """``line`` of an inlined wrapper as the statements that hand out a small output again
+    once nobody holds it (``codegen/output_reuse.py``), when it allocates one of a static
+    shape (``out0 = _empty((16,), _dtype_float32)``); else None."""
+    if line[:1].isspace() or "_empty(" not in line:
+        return None
+    try:
+        (statement,) = ast.parse(line).body
+    except (SyntaxError, ValueError):
+        return None
+    value = statement.value if type(statement) is ast.Assign else None
+    if (value is None or len(statement.targets) != 1 or type(statement.targets[0]) is not ast.Name
+            or type(value) is not ast.Call or type(value.func) is not ast.Name
+            or value.func.id != "_empty" or value.keywords or len(value.args) != 2):
+        return None
+    shape, dtype = value.args
+    if (type(shape) is not ast.Tuple or type(dtype) is not ast.Name
+            or not all(type(dim) is ast.Constant and type(dim.value) is int and dim.value >= 0
+                       for dim in shape.elts)
+            or not isinstance(wrapper_names.get(dtype.id), np.dtype)):
+        return None
+    return output_reuse.reuse_statements(
+        statement.targets[0].id, tuple(dim.value for dim in shape.elts),
+        wrapper_names[dtype.id], ast.unparse(value), source.constant)
+
+
 class _Miss:
     def __repr__(self):
         return "MISS"
@@ -482,7 +509,8 @@ def compile_entry(spec, program, variant, result):
         names.update(wrapper_names)
         source.add("try:")
         for line in statements:
-            source.add(line, depth=2)
+            for kept in _reused_output(line, wrapper_names, source) or [line]:
+                source.add(kept, depth=2)
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
         source.add("    return jit._internal_error(error, args, kwargs)")
         source.add("if status:  # a side exit, or an input to lay out: the general path")

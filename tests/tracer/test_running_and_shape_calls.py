@@ -170,8 +170,10 @@ def lookups(table, ids):
             np.take(table, ids[::-1], axis=1, mode="wrap"), np.take(table, 9, mode="clip"))
 
 
+# One row (every id clipped or wrapped onto it) and five (ids inside, past both ends and
+# wrapping more than once); another row count compiles the same program with other bounds.
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows", [1, 5, 7])
+@pytest.mark.parametrize("rows", [1, 5])
 def test_take_clip_and_wrap(rows, dtype):
     table = make((rows, 3), dtype, specials=False)
     sets = [(table, np.array([0, -1, 2, 9, -13])), (table, np.arange(11) - 5),

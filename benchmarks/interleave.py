@@ -17,6 +17,11 @@ The penalty printed is the alternating pair's time over the sum of its parts' ti
 means no slowdown from interleaving. OpenBLAS's idle threads spun ~0.1 s after each NumPy
 matmul, on the cores the compiled layer then needed (1.7-1.8× on an idle machine); the pool
 now shortens that spin when it starts (``codegen/blas.py``), and a note says how long it was.
+tracejit's idle workers spun ~0.4 ms after every layer, through NumPy's matmul; they now
+spin that long only after short waits (``codegen/parallel.py``: after a long one, ~26 µs).
+A note gives each candidate's CPU time by thread (the caller, tracejit's workers, the
+others: OpenBLAS's), which shows which side spins while the other works even when the
+machine is too busy for wall times to.
 Sizes: x 512×1024, W 1024×1024, V 1024×256, float32.
 """
 
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +87,53 @@ def penalty(result):
     return pair / sum(parts)
 
 
+def _thread_cpu():
+    """``{thread id: nanoseconds on a CPU}`` of this process's threads (Linux schedstat),
+    or None where there is no such file."""
+    times = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat") as stats:
+                times[int(tid)] = int(stats.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return times
+
+
+def cpu_by_thread(candidates, calls=10):
+    """CPU milliseconds per call of each candidate's threads - the caller, tracejit's pool
+    workers, the rest (OpenBLAS's) - from ``calls`` calls after a pause and an untimed
+    call, as the harness times them. Wall time says whether interleaving costs; this says
+    whose threads spent the cores: a pool or OpenBLAS spinning while the other works shows
+    as CPU the pair takes beyond its parts. None off Linux."""
+    import threading
+
+    caller = threading.get_native_id()
+    table = {}
+    for name, call in candidates.items():
+        time.sleep(0.15)
+        call()
+        workers = {thread.native_id for thread in threading.enumerate()
+                   if thread.name.startswith("tracejit-worker")}
+        before = _thread_cpu()
+        for _ in range(calls):
+            call()
+        after = _thread_cpu()
+        if before is None or after is None:
+            return None
+        row = {"caller": 0.0, "tracejit workers": 0.0, "other threads": 0.0}
+        for tid, spent in after.items():
+            kind = ("caller" if tid == caller else "tracejit workers" if tid in workers
+                    else "other threads")
+            row[kind] += (spent - before.get(tid, 0)) / calls / 1e6
+        table[name] = row
+    return table
+
+
 def measure(quick):
     rounds, sample_seconds = (9, 0.03) if quick else (31, 0.06)
-    result = run_workload(workload(), rounds=rounds, sample_seconds=sample_seconds)
+    work = workload()
+    result = run_workload(work, rounds=rounds, sample_seconds=sample_seconds)
     ratio = penalty(result)
     if ratio is not None:
         result["notes"].append(f"the pair takes {ratio:.2f}× the sum of its parts' times "
@@ -90,6 +141,19 @@ def measure(quick):
         for row in result["rows"]:
             if row["candidate"].startswith("tracejit layer, then"):
                 row["note"] = row["info"]["summary"] = f"{ratio:.2f}× its parts"
+    by_name = {candidate.name: candidate.call for candidate in work.candidates}
+    cpu = cpu_by_thread({"pair": by_name["tracejit layer, then the NumPy call"],
+                         "layer": by_name["tracejit layer alone"],
+                         "NumPy call": by_name["the NumPy call alone"]})
+    if cpu is not None:
+        result["cpu_by_thread"] = cpu
+        parts = {kind: cpu["layer"][kind] + cpu["NumPy call"][kind] for kind in cpu["pair"]}
+        result["notes"].append(
+            "CPU ms per call (caller / tracejit workers / other threads, OpenBLAS's): "
+            + "; ".join(f"{name} {row['caller']:.2f} / {row['tracejit workers']:.2f} / "
+                        f"{row['other threads']:.2f}" for name, row in cpu.items())
+            + "; the pair beyond its parts: " + " / ".join(
+                f"{cpu['pair'][kind] - parts[kind]:+.2f}" for kind in parts))
     try:
         from threadpoolctl import threadpool_info
 

@@ -3,28 +3,37 @@
 float64 takes log(x) as a double-double (within about 2^-64: y log x reaches 745 and must
 carry 53 bits), multiplies it by y exactly and exponentiates the pair.
 
-float32 computes in float32 at full vector width (16 lanes on AVX-512), with float-float
-pairs where the bits run short: log2 x as a pair (hi, lo) within about 2^-36 (a three-way
-split of the mantissa, one division, a short atanh series: ``_log2_float32``), t = y log2 x
-as a pair, 2^t = 2^n 2^f with f = t - n rounded once and 2^f a minimax polynomial, n added
-to the exponent bits: within 0.99 ulp of the exact result (NumPy's own: 1.15). Its fast
-path covers positive normal x, finite y and x ** y below 2^101 (zeros, denormals and
-underflow to 0 included). Negative, zero, denormal, infinite and NaN x, infinite or NaN y
-and larger results take the general code (|x|^y by the fast path where it applies, else
-in float64 with short series, rounded once), with every special case of C99 (the sign of
-a negative x to an odd integer power, NaN to a non-integer one), as a rare path
-(``math_rare_path``): the sign tests cost a positive base 17-25%. A float32 base to a
-literal 3, 4, -2, -3 or -4 (``x ** 3``, of either sign) is ``pow_small_integer``: products
-in float64, rounded once.
+float32 needs y log x to about 2^-27 only where the result is a float32 (|y log x| < 104),
+so float64 with short series suffices, rounded to float32 once. Its fast path covers
+positive normal x and finite y: x = 2^k m from the float32 bits, s = (m-1)/(m+1) by one
+float64 division, log2 x = k + 2 atanh(s)/ln2 to s^11, t = y log2 x, 2^t = 2^n 2^r with n
+rounded by adding 1.5 * 2^52, r = t - n exact and 2^r a minimax polynomial of degree 7,
+n shifted into the exponent bits. Negative, zero, denormal, infinite and NaN x and
+infinite or NaN y take the general code, with every special case of C99 (the sign of a
+negative x to an odd integer power, NaN to a non-integer one), as a rare path
+(``math_rare_path``): the sign tests cost a positive base 17-25% (one thread, 1024x1024,
+CPU time: 1.35-1.40 ms a call against 1.65). A float32 base to a literal 3, 4, -2, -3 or
+-4 (``x ** 3``, of either sign) is ``pow_small_integer``: products in float64, rounded
+once.
 
-Measured on the AVX-512 host (Zen 4; one thread, 1024x1024 float32, CPU time, interleaved,
-the machine loaded): this code 0.97 ms a call, the float64 fast path it replaced (y log2 x
-and 2^t by float64 series, 8 lanes a vector, rounded once: within 0.54 ulp) 1.37, NumPy's
-(SVML) 0.75. Slower: glibc's and ARM optimized-routines' powf (log2 by a 16-entry table of
-1/c and log2 c, 2^t by a 32-entry table, no division) at 2.3 ms against the float64 path's
-1.6, the loop vectorizer turning the three table reads into six gathers per 16 lanes; one
-piece of the mantissa for the float32 log (|s| <= 0.1716, 8% faster) was 1.9 ulp off at
-|t| ~ 125 (its atanh tail too coarse), two pieces around 1 and sqrt(2) (5% faster) 1.5.
+Measured slower on the AVX-512 host (Zen 4; one thread, 1024x1024 float32, CPU time,
+interleaved): glibc's and ARM optimized-routines' powf (log2 by a 16-entry table of 1/c
+and log2 c and a degree-6 polynomial, 2^t by a 32-entry table and a cubic, no division,
+within 0.51 ulp) at 2.3 ms a call against this code's 1.6 (the sign tests still in its
+fast path then): the loop vectorizer turns the three table reads into six gathers per 16
+lanes. Estrin's scheme for the two polynomials here: no difference (the kernel is bound
+by its ~56 float64 operations per 16 lanes, not their chain). NumPy's own (SVML, 1.15
+ulp): 0.8. A float32 core at full vector width (issue 16; one thread, 1024x1024, CPU time,
+interleaved, the machine loaded): log2 x as a float-float pair (x = 2^k m, m split in three
+around 2^(-1/3), 1, 2^(1/3) by selects, s = (m - c)/(m + c) by one division and its exact
+residual, an atanh tail of degree 2), t = y log2 x as a pair, 2^t = 2^n 2^f with f rounded
+once and n into the exponent bits (2^(n + 25) then 2^-25 below 1, 2^(n - 1) then 2 above,
+by selects), within 0.98 ulp of exact: 1.16 ms against this code's 1.29 on (0, 100] **
+[-3, 3], but 1.67 against 1.32 on (0, 1000] ** [-15, 15] and 1.74 against 1.31 on (0, 1] **
+[0, 200] (denormal results of a float32 multiply are slow on this host; this code rounds
+them from float64), 5.9 against 5.5 on negative bases. Every float-float step it needs
+costs about what the float64 arithmetic does: one piece of mantissa (no selects) was 1.9
+ulp off at |t| ~ 125, dropping s_lo s^2 1.4 ulp, two pieces 1.5 ulp; pow stayed in float64.
 """
 
 from __future__ import annotations
@@ -195,117 +204,56 @@ def special_cases(builder, x, y, magnitude, result):
     return builder.select(builder.fcmp_ordered("==", y, zero), one, result)
 
 
-# --- float32 at full width -----------------------------------------------------------
-# float32 x ** y = 2^t, t = y log2 x. 2^t must be right to about 2^-25 where the result is a
-# float32 (|t| < 150), so t to about 2^-26 absolute and log2 x to 2^-33 relative: log2 x
-# as a float-float pair (hi, lo). x = 2^k m (the bits), m in [sqrt(2)/2, sqrt(2)) split in
-# three at 2^(+-1/6), each third around a center c (2^(-1/3), 1, 2^(1/3) rounded to float32;
-# log2 c as a head of 12 bits, so k + head is exact, and a tail): log2 m = log2 c +
-# (2/ln2) atanh(s), s = (m - c)/(m + c) with m - c exact, |s| <= 0.0577. The float32 tail
-# of atanh (s^3/3 + ..., at most 0.11% of it) is then exact enough: with m split in one
-# piece only (|s| <= 0.1716) its roundings put x ** y 1.9 ulp off at |t| ~ 125.
-_POW_BOUNDS_F32 = (0.8908987045288086, 1.1224620342254639)  # 2^(-1/6), 2^(1/6)
-# (c, log2 c head (12 bits), (log2 c - head) / (2/ln2)) below and above the middle third
-_POW_CENTERS_F32 = ((0.7937005162239075, -0.333251953125, -2.821037924150005e-05),
-                    (1.2599210739135742, 0.333251953125, 2.8213762561790645e-05))
-_TWO_OVER_LN2_F32 = (2.885390043258667, 3.851926067000022e-08)
-# atanh(s)/s = 1 + z A(z), z = s^2 <= 0.00333: within 2^-38.4 of it (``fit.py pow``)
-_ATANH_TAIL_F32 = (0.3333333432674408, 0.1999896764755249, 0.14549750089645386)
-# 2^f = 1 + f E(f) for |f| <= 1/2: within 2^-28.3 relative (``fit.py pow``)
-_EXP2_F32 = (0.6931471824645996, 0.24022647738456726, 0.05550359934568405,
-             0.009618505835533142, 0.0013390806270763278, 0.00015326471475418657)
-# Adding 1.5 * 2^23 + 25 rounds t to an integer n and leaves n + 25 in the low mantissa
-# bits; 2^(n + 25) goes into the exponent field and 2^-25 is a multiply (exp's scaling):
-# exact for normal results, denormal ones rounded there (t in [-150.5, -126)).
-_EXP2_SHIFT_F32 = 25
-_ROUNDER_F32 = 12582912.0 + _EXP2_SHIFT_F32
-# Beyond this t (x ** y >= 2^101, and NaN) the float32 fast path leaves x ** y to the
-# general code: 2^(n + 25) must stay a normal float. Below -150.5 the result is 0.
-POW_FAST_LIMIT_F32 = 101.0
-_POW_UNDERFLOW_F32 = -150.5
-
-
-def _log2_float32(builder, x):
-    """log2 of a positive normal float32 as a float-float (hi, lo), |lo| <= ulp(hi), within
-    about 2^-36 of it: k + log2 c + (2/ln2)(s + s^3 A(s^2)), s = s_hi + s_lo by one
-    division, (2/ln2) s_hi exact by a fused multiply-add."""
-    f = Float(x.type)
-    one, zero = f.const(1.0), f.const(0.0)
-    _, k, m = reduce_float32(builder, x)
-    below = builder.fcmp_ordered("<", m, f.const(_POW_BOUNDS_F32[0]))
-    above = builder.fcmp_ordered(">=", m, f.const(_POW_BOUNDS_F32[1]))
-
-    def third(low, high, middle):
-        return builder.select(below, f.const(low), builder.select(above, f.const(high),
-                                                                  middle))
-
-    (c_low, head_low, tail_low), (c_high, head_high, tail_high) = _POW_CENTERS_F32
-    center = third(c_low, c_high, one)
-    head = builder.fadd(k, third(head_low, head_high, zero))  # exact
-    r = builder.fsub(m, center)  # exact (Sterbenz)
-    u_hi, u_lo = fast_two_sum(builder, center, m)  # m + c, exactly
-    # s = r / u: s_hi by one division, s_lo from the exact residual r - s_hi u; log2 c's
-    # tail (scaled by ln2/2) rides on s_lo
-    inverse = builder.fdiv(one, u_hi)
-    s_hi = builder.fmul(r, inverse)
-    residual = fma(builder, builder.fneg(s_hi), u_hi, r)
-    residual = fma(builder, builder.fneg(s_hi), u_lo, residual)
-    s_lo = fma(builder, residual, inverse, third(tail_low, tail_high, zero))
-    z = builder.fmul(s_hi, s_hi)
-    tail = fma(builder, builder.fmul(s_hi, z), horner(builder, z, _ATANH_TAIL_F32), s_lo)
-    c_hi, c_lo = _TWO_OVER_LN2_F32
-    p_hi = builder.fmul(s_hi, f.const(c_hi))
-    p_error = fma(builder, s_hi, f.const(c_hi), builder.fneg(p_hi))  # exact
-    p_lo = fma(builder, tail, f.const(c_hi), fma(builder, s_hi, f.const(c_lo), p_error))
-    # head + p_hi + p_lo: |p_hi| <= 1/6 < |head| unless head is 0
-    total, error = fast_two_sum(builder, head, p_hi)
-    return fast_two_sum(builder, total, builder.fadd(error, p_lo))
+# log2 m = s (c1 + c3 s^2 + ... + c11 s^10), c_j = 2/(j ln 2), for s <= 0.1716: within
+# 2^-34 (the atanh series); 2^r = 1 + r (e1 + r (e2 + ...)) to r^7 for |r| <= 1/2: within
+# 2^-34.3 (a Lawson fit with the constant term 1 held).
+_LOG2_FAST = [2.0 / ((2 * k + 1) * math.log(2.0)) for k in range(6)]
+_EXP2_FAST = [1.0, 0.6931471807045375, 0.24022651066567563, 0.05550410365976445,
+              0.009618038131313416, 0.001333393506657433, 0.0001546675651711873,
+              1.519615417917688e-05]
+# Beyond 2^+-300 the float32 result is inf or 0 all the same; within it 2^n goes straight
+# into a float64's exponent field.
+_EXPONENT_REACH = 300.0
+_ROUNDER_F64 = 6755399441055744.0  # 1.5 * 2^52
 
 
 def _pow_float32(builder, x, y):
-    """The fast path's x ** y of float32 lanes and t = y log2 x (its high part): the
-    result is garbage where t > ``POW_FAST_LIMIT_F32`` (or NaN), the rare path's lanes.
-    t = t_hi + t_lo exactly from the pair; 2^t = 2^n 2^f, f = (t_hi - n) + t_lo rounded
-    once, 2^f = 1 + f E(f) rounded once, 2^n into the exponent bits."""
+    """The fast path's x ** y of float32 lanes (garbage where the rare path takes over):
+    y log2 x in float64, 2^n 2^r, rounded to float32 once."""
     f = Float(x.type)
-    log_hi, log_lo = _log2_float32(builder, x)
-    t_hi = builder.fmul(y, log_hi)
-    t_lo = fma(builder, y, log_lo, fma(builder, y, log_hi, builder.fneg(t_hi)))
-    rounder = f.const(_ROUNDER_F32)
-    rounded = builder.fadd(t_hi, rounder)
-    n = builder.fsub(rounded, rounder)
-    fraction = builder.fadd(builder.fsub(t_hi, n), t_lo)  # t_hi - n exact
-    value = fma(builder, fraction, horner(builder, fraction, _EXP2_F32), f.const(1.0))
-    exponent_bits = builder.shl(builder.bitcast(rounded, f.int), f.iconst(23))
-    scaled = builder.bitcast(builder.add(builder.bitcast(value, f.int), exponent_bits), f.ty)
-    underflows = builder.fcmp_ordered("<", t_hi, f.const(_POW_UNDERFLOW_F32))
-    scaled = builder.select(underflows, f.const(0.0), scaled)
-    return builder.fmul(scaled, f.const(2.0 ** -_EXP2_SHIFT_F32)), t_hi
-
-
-def _fast_lanes(builder, x, y, t_hi):
-    """True where the float32 fast path's x ** y is the result: x positive normal, y
-    finite, t <= ``POW_FAST_LIMIT_F32``."""
-    f = Float(x.type)
-    # x itself in the compare: negative x wraps around to the top, rare too
-    rare = builder.or_(outside_normal_float32(builder, x),
-                       builder.fcmp_unordered(">=", fabs(builder, y), f.const(math.inf)))
-    rare = builder.or_(rare, builder.fcmp_unordered(">", t_hi, f.const(POW_FAST_LIMIT_F32)))
-    return builder.not_(rare)
+    d = f.other(F64)
+    k_int, _, m = reduce_float32(builder, x)
+    # s = m1 / (m1 + 2) by one float64 division (m1 + 2 is exact there): the divider runs
+    # beside the multiply-adds, where a float32 quotient refined in float64 took six more
+    # operations and two more conversions per half vector (94 instructions a vector of 16
+    # lanes on AVX-512, now 82).
+    wide_m1 = builder.fpext(builder.fsub(m, f.const(1.0)), d.ty)  # m - 1 exact
+    s = builder.fdiv(wide_m1, builder.fadd(wide_m1, d.const(2.0)))
+    log2_x = fma(builder, s, horner(builder, builder.fmul(s, s), _LOG2_FAST),
+                 builder.sitofp(k_int, d.ty))
+    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log2_x),
+                                 d.const(-_EXPONENT_REACH)), d.const(_EXPONENT_REACH))
+    # n = rint(t) by adding 1.5 * 2^52: n lands in the low mantissa bits of the sum, from
+    # where a shift moves it to the exponent field (no rounding or conversion instruction)
+    rounded = builder.fadd(t, d.const(_ROUNDER_F64))
+    n = builder.fsub(rounded, d.const(_ROUNDER_F64))
+    value = horner(builder, builder.fsub(t, n), _EXP2_FAST)  # r = t - n is exact
+    # 2^n value: n added to the exponent field (value is near 1, the result normal)
+    shifted = builder.shl(builder.bitcast(rounded, d.int), d.iconst(52))
+    scaled = builder.bitcast(builder.add(builder.bitcast(value, d.int), shifted), d.ty)
+    return builder.fptrunc(scaled, x.type)
 
 
 def _pow_float32_general(builder, x, y):
-    """float32 x ** y with every special case: |x|^y by the fast path where it applies to
-    |x| (negative bases get its results: a power of two to an integer power exact,
-    underflow ties rounded to even), else by the general code in float64; then C99's
-    cases."""
+    """float32 x ** y with every special case: |x|^y by the fast path where |x| is normal
+    (negative bases get its results: a power of two to an integer power exact, underflow
+    ties rounded to even), else by the general code in float64; then C99's cases."""
     wide = Float(x.type).other(F64).ty
     wide_x, wide_y = builder.fpext(x, wide), builder.fpext(y, wide)
     magnitude = fabs(builder, wide_x)
-    fast, t_hi = _pow_float32(builder, fabs(builder, x), y)
-    fast_lanes = _fast_lanes(builder, fabs(builder, x), y, t_hi)
-    result = builder.select(fast_lanes, builder.fpext(fast, wide),
-                            _pow_float_magnitude(builder, magnitude, wide_y))
+    fast = builder.fpext(_pow_float32(builder, fabs(builder, x), y), wide)
+    normal = builder.not_(outside_normal_float32(builder, fabs(builder, x)))
+    result = builder.select(normal, fast, _pow_float_magnitude(builder, magnitude, wide_y))
     return builder.fptrunc(special_cases(builder, wide_x, wide_y, magnitude, result), x.type)
 
 
@@ -314,8 +262,10 @@ def pow(builder, x, y):  # noqa: A001 - NumPy's name
     f = Float(x.type)
     if f.element == F64:
         return _pow_double(builder, x, y, precise=True)
-    fast, t_hi = _pow_float32(builder, x, y)
-    rare = builder.not_(_fast_lanes(builder, x, y, t_hi))
+    # x itself in the compare: negative x wraps around to the top, rare too
+    rare = builder.or_(outside_normal_float32(builder, x),
+                       builder.fcmp_unordered(">=", fabs(builder, y), f.const(math.inf)))
+    fast = _pow_float32(builder, x, y)
     literals = {role: float(value.constant) for role, value in (("x", x), ("y", y))
                 if isinstance(value, ir.Constant)}
     if len(literals) == 1:

@@ -1,6 +1,7 @@
 """Minimax polynomials with float32 coefficients for the float32 math library's fast paths
-(``codegen/math_log.py``, ``codegen/math_trig.py``, ``codegen/math_pow.py``, tanh's in
-``codegen/math_exp.py``): the coefficients those modules hold are this script's output.
+(``codegen/math_log.py``, ``codegen/math_trig.py``, tanh's in ``codegen/math_exp.py``, and
+the float32 pow of ``docs/experiments/float32_pow``): the coefficients those modules hold are
+this script's output.
 
     python docs/experiments/float32_polynomials/fit.py log   (or log1p, tan, tanh)
 
@@ -132,9 +133,10 @@ def fit_tanh():
 
 
 def fit_pow():
-    """float32 x ** y (``codegen/math_pow.py``): atanh(s)/s = 1 + z A(z), z = s^2 up to the
-    three-way split's largest s (A of degree 2; weight: the error relative to atanh(s)/s),
-    and 2^f = 1 + f E(f) on [-1/2, 1/2] (E of degree 5; weight: relative to 2^f)."""
+    """float32 x ** y (``docs/experiments/float32_pow``, not kept): atanh(s)/s = 1 + z A(z),
+    z = s^2 up to the three-way split's largest s (A of degree 2; weight: the error
+    relative to atanh(s)/s), and 2^f = 1 + f E(f) on [-1/2, 1/2] (E of degree 5; weight:
+    relative to 2^f)."""
     def f32(value):
         return float(np.float32(value))
 

@@ -68,6 +68,12 @@ def _scanned_last(a, axis, dtype):
     return (x if dtype_of(x) == dtype else x.astype(dtype)), moved
 
 
+def _one_element_if_0d(a):
+    """NumPy's cumsum and cumprod scan a 0-d value as one element: np.cumsum(s, axis=0) of
+    a 0-d ``s`` is ``[s]`` (axis 1 is out of bounds "for array of dimension 1")."""
+    return ops.reshape(a, (1,)) if ndim_of(a) == 0 else a
+
+
 def _back(result, axis):
     return result if axis is None else ops.swapaxes(result, axis, -1)
 
@@ -80,6 +86,7 @@ def cumsum(a, axis=None, dtype=None, out=None):
     """NumPy's ``cumsum``: integers and booleans accumulate in int64 (the platform int)."""
     if not hasattr(a, "shape"):
         a = np.asarray(a)
+    a = _one_element_if_0d(a)
     if dtype is None:
         dtype = np.cumsum(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
     dtype = np.dtype(dtype)
@@ -110,6 +117,7 @@ def cumprod(a, axis=None, dtype=None, out=None):
     float products in another order than NumPy's, so they agree within rounding)."""
     if not hasattr(a, "shape"):
         a = np.asarray(a)
+    a = _one_element_if_0d(a)
     if dtype is None:
         dtype = np.cumprod(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
     result = _running(ops.prod_p, a, axis, np.dtype(dtype), 1, "cumprod")

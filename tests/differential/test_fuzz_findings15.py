@@ -8,7 +8,7 @@ import pytest
 from real_model_checks import jitted, no_internal_errors, run_calls
 
 
-# --- astype to the array's own dtype is a copy ------------------------------------------------
+# --- astype to the array's own dtype is a copy --------------------------------------------
 def astype_own_dtype_then_masked_write(x):
     copied = x.astype(np.float64)
     copied[copied < 0] += 1.5
@@ -41,7 +41,7 @@ def test_astype_without_copy_is_the_array():
     run_calls(astype_without_copy_then_write, [(np.array([-1.0, 2.0, -3.0]),)], repeats=3)
 
 
-# --- np.triu / np.tril of a vector ---------------------------------------------------------
+# --- np.triu / np.tril of a vector --------------------------------------------------------
 def triu_of_a_vector(v):
     return np.triu(v), np.tril(v, -1)
 
@@ -55,7 +55,7 @@ def test_triu_of_a_vector_is_a_matrix():
     run_calls(triu_of_a_vector, [(np.array(2.0),)], repeats=2)  # NumPy's TypeError
 
 
-# --- hostile: Ctrl-C while LLVM compiles --------------------------------------------------------
+# --- hostile: Ctrl-C while LLVM compiles --------------------------------------------------
 def interrupted_model(x):
     return np.tanh(x * 2.0).sum(axis=0) + x[0]
 
@@ -87,7 +87,7 @@ def test_keyboard_interrupt_while_compiling_reaches_the_caller(monkeypatch):
     no_internal_errors(f)
 
 
-# --- hostile arguments: run as NumPy does (probed; all agree, kept as a table) -----------------
+# --- hostile arguments: run as NumPy does (probed; all agree, kept as a table) ------------
 def hostile_model(x):
     y = x + 1
     y[0] = 5
@@ -127,7 +127,7 @@ def test_hostile_arguments_run_as_numpy_does(tmp_path):
         assert f.stats()["compiled_calls"] == 0, name
 
 
-# --- +x is a new array; x.copy(order=...) traces ------------------------------------------------
+# --- +x is a new array; x.copy(order=...) traces ------------------------------------------
 def positive_then_write(x):
     y = +x
     z = np.positive(x)
@@ -155,7 +155,7 @@ def test_copy_with_an_order_compiles():
     no_internal_errors(f)
 
 
-# --- a 0-d array updated in place stays an array -------------------------------------------------
+# --- a 0-d array updated in place stays an array ------------------------------------------
 def zero_d_in_place(x):
     total = x.sum(keepdims=True).reshape(())
     total += 1
@@ -170,7 +170,7 @@ def test_zero_d_array_updated_in_place_stays_an_array():
     run_calls(zero_d_in_place, [(np.arange(4.0),), (np.arange(7.0),)], repeats=3)
 
 
-# --- an element read is a copy: a later write into its array does not reach it ------------------
+# --- an element read is a copy: a later write into its array does not reach it ------------
 def element_read_then_write(x):
     y = x.copy()
     old = y[0]
@@ -191,3 +191,23 @@ def test_element_reads_are_copies():
     eagerly."""
     run_calls(element_read_then_write, [(np.arange(4.0),)], repeats=3)
     run_calls(swap_elements, [(np.arange(6.0).reshape(2, 3),)], repeats=3)
+
+
+# --- cumsum and cumprod of a 0-d value ----------------------------------------------------
+def running_of_a_0d_value(x):
+    spread = np.std(x)
+    return (np.cumprod(spread * 0.5, axis=0), np.cumsum(x.sum(), axis=-1),
+            np.cumsum(np.float32(2.0) * x[0], axis=0))
+
+
+def cumsum_of_a_0d_value_past_its_axis(x):
+    return np.cumsum(x.sum(), axis=1)
+
+
+def test_cumsum_and_cumprod_of_a_0d_value():
+    """NumPy scans a 0-d value as one element (``[s]``); the trace raised AxisError for
+    any axis, an internal error and eager on every call."""
+    arguments = [(np.arange(6, dtype=np.int32).reshape(2, 3),), (np.linspace(-1, 1, 5),)]
+    f = run_calls(running_of_a_0d_value, arguments, repeats=3)
+    no_internal_errors(f)
+    run_calls(cumsum_of_a_0d_value_past_its_axis, arguments[:1], repeats=2)  # AxisError

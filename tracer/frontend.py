@@ -73,6 +73,7 @@ from .rewritten_code import bind, callable_object, is_user_function, rewritten_c
 from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
+from .view_writes import index_in, numpy_root
 
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
@@ -246,16 +247,28 @@ class Hooks:
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
         through another name is its traced copy (``Hooks.set_item``)."""
-        replaced = self.context.replaced
-        if replaced and type(value) is np.ndarray:
-            return replaced.get(id(value), value)
+        if self.context.replaced and type(value) is np.ndarray:
+            replacement = self._replacement(value)
+            return value if replacement is None else replacement
         return value
+
+    def _replacement(self, array):
+        """The traced stand-in of NumPy array ``array`` when this trace has written into
+        its memory (it, or a view of its base: then ``array`` is read as the same view of
+        the base's traced copy, so it sees the write as NumPy's view does); else None."""
+        replaced = self.context.replaced
+        if id(array) in replaced:
+            return replaced[id(array)]
+        if array.base is not None and id(numpy_root(array)) in replaced:
+            return self._traced_copy(array)
+        return None
 
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):
         context = self.context
-        if id(value) in context.replaced:  # a NumPy buffer written earlier in this trace
-            return context.replaced[id(value)]
+        if context.replaced and type(value) is np.ndarray and (
+                replacement := self._replacement(value)) is not None:
+            return replacement  # a NumPy buffer written earlier in this trace
         if type(value) is list:
             list_appends.refuse_read(context, value)  # self.X.append(x), then self.X[-1]
         if is_stateful(value) and descriptor[0] != "expression":
@@ -909,12 +922,19 @@ class Hooks:
         every other name for the same buffer (``b = a``, a helper's parameter) reads it."""
         if id(array) in self.context.replaced:
             return self.context.replaced[id(array)]
-        if array.base is not None:
-            raise trace_error("writing a traced value into a view of a NumPy array (another "
-                           "name for part of it would not see the write); index the "
-                           "array itself, or build the result with np.concatenate/np.stack")
-        atom, _, _ = self.context.atom(np.array(array))  # a constant of the trace
-        tracer = self.context.tracer_for(atom)
+        if array.base is not None:  # da_prev_pad = dA_prev_pad[i]: that view of the base's
+            root = numpy_root(array)        # traced copy, so every name sees
+            found = None if root is None else index_in(array, root)  # a write
+            if found is None:
+                raise trace_error("writing a traced value into a view of a NumPy array "
+                                  "that is not a slice of it (a transpose, reshape or view "
+                                  "of other memory); index the array itself, or build the "
+                                  "result with np.concatenate/np.stack")
+            index, shape = found
+            tracer = self._traced_copy(root)[index].reshape(shape)
+        else:
+            atom, _, _ = self.context.atom(np.array(array))  # a constant of the trace
+            tracer = self.context.tracer_for(atom)
         self.context.replaced[id(array)] = tracer
         self.context.keep_alive.append(array)  # its id must stay unique for the trace
         return tracer

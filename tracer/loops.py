@@ -167,6 +167,9 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         context.captured_loops = (*getattr(context, "captured_loops", ()), where)
         return finals
     except Refused as refusal:
+        # the trials' frames go now: views their trips made of outer arrays (dh = dhs[t])
+        # must not stay among those arrays' views while the loop runs unrolled
+        refusal.__traceback__ = None
         if peel_last and type(refusal) is _RefusedByIndex and step in (1, -1):
             # if t > 0 in reversed(range(T)): the trips after iteration 0 but the last as a
             # loop (captured when the index takes one path there), then the last unrolled

@@ -21,12 +21,13 @@ import weakref
 
 import numpy as np
 
+from . import view_writes
 from .abstract import AbstractArray
 from .array_methods import ArrayMethods
 from .conversions import python_number
 from .dims import SymInt
 from .errors import TraceError, as_numpy_would
-from .indexing import apart, getitem, setitem, written_region
+from .indexing import getitem, setitem, written_region
 from .locations import user_location
 from .pending import Pending, is_pending
 from .primitives import current_context
@@ -73,7 +74,7 @@ class Tracer(ArrayMethods):
     # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
     # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
     # when first read (a captured loop's results: tracejit.tracer.pending)
-    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "region",
+    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "region", "steps",
                  "quotient", "readonly", "__weakref__")
     __tracejit_priority__ = 2
 
@@ -100,6 +101,9 @@ class Tracer(ArrayMethods):
         self.region = None
         # ``readonly``: NumPy's array here is not writeable (np.broadcast_to, a view of it)
         self.readonly = False
+        # ``steps``: for a view, how it is read from its base (``view_writes``), None when
+        # a write through it cannot be followed
+        self.steps = None
 
     @property
     def value(self):
@@ -274,7 +278,44 @@ class Tracer(ArrayMethods):
     def _update(self, result, written=None):
         """Become ``result`` (an in-place write). ``written``: the region the write covers
         (``written_region``), when known: views of this array outside it (``prev = h[t]``
-        before ``h[t + 1] = ...``) show what NumPy's views would, and may stay."""
+        before ``h[t + 1] = ...``) show what NumPy's views would, and may stay; views with
+        known steps are read again from the new value (``view_writes``). A write through a
+        view is a write into its root."""
+        self._check_writable()
+        root = self.base_or_none()
+        if root is None:  # not a view (or its base is gone)
+            root = self
+        elif self.steps is not None:  # a = buf[i]; a[1:] += d: a write into buf
+            root._check_writable()
+            written, result = self.region, view_writes.write_through(self, root, result)
+        if (root is not self and self.steps is None) or (root.views and not all(
+                view_writes.followable(root, view, written) for view in root.views)):
+            raise trace_error(
+                "in-place write to an array that shares memory with another one (a slice, "
+                "reshape or transpose of it, or it of another) in a way tracejit does not "
+                "follow (a gather such as W[c] with a run-time c, as_strided, or a reshape "
+                "NumPy may have copied); NumPy would update both. Write to a copy instead: "
+                "x = x.copy()",
+                user_location(skip=3),
+            )
+        stale = [view for view in root.views or () if view.steps is not None and not (
+            view_writes.apart(view.region, written))]
+        if (root is not self or stale) and getattr(self.context, "loop_indices", None):
+            from .loop_generalize import Refused  # cycle: loop_generalize -> here
+
+            # a trip's views are names the loop's carries do not track: unrolled instead
+            raise Refused("a write through a view, or into an array a view of it shows")
+        root.ir_var, root.raw_value, root.shape = result.ir_var, result.raw_value, result.shape
+        for view in stale:
+            again = view_writes.read_again(root, view)
+            view.ir_var, view.raw_value, view.shape = again.ir_var, again.raw_value, again.shape
+        self.context.note_mutation(root)
+
+    def base_or_none(self):
+        """The array this one is a view of, while it lives; else None."""
+        return self.base() if self.base is not None else None
+
+    def _check_writable(self):
         if self.readonly:
             raise as_numpy_would(ValueError("assignment destination is read-only"))
         if getattr(self.context, "loop_entry_reads", None):
@@ -283,17 +324,6 @@ class Tracer(ArrayMethods):
             refusal = entry_refusal(self.context, self)
             if refusal is not None:  # prev = hs[-1] in a captured loop, then prev *= 0.5
                 raise refusal
-        is_view = self.base is not None and self.base() is not None
-        if is_view or (self.views and not all(apart(view.region, written)
-                                              for view in self.views)):
-            raise trace_error(
-                "in-place write to an array that shares memory with another one (a slice, "
-                "reshape or transpose of it, or it of another); NumPy would update both, "
-                "which tracejit does not follow. Write to a copy instead: x = x.copy()",
-                user_location(skip=3),
-            )
-        self.ir_var, self.raw_value, self.shape = result.ir_var, result.raw_value, result.shape
-        self.context.note_mutation(self)
 
     def __repr__(self):
         return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"

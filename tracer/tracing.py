@@ -63,6 +63,7 @@ from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
+from .view_writes import steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
 _VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
@@ -311,6 +312,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             root = source.base() if source.base is not None else None
             root = source if root is None else root
             result.base = weakref.ref(root)
+            result.steps = steps_of(source, root, prim, params)  # a write through it: root's
             result.readonly = source.readonly  # a view of np.broadcast_to's result
             if prim.name == "slice" and root is source:  # the part of the base it shows
                 result.region = tuple(zip(params["starts"], params["limits"]))

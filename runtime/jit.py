@@ -467,12 +467,22 @@ def _subtract(now, before):
 
 
 class BoundJitFunction:
-    """A jit method bound to its instance (the instance is the first argument)."""
+    """A jit method bound to its instance (the instance is the first argument).
+
+    ``obj.step`` makes one on every read, so it copies nothing: the method's ``__name__``,
+    ``__qualname__``, ``__wrapped__`` and other attributes are read from it when asked
+    (``functools.update_wrapper`` here cost 2.4 µs of a 3.7 µs ``obj.step(x)``)."""
 
     def __init__(self, function, instance):
         self.function, self.instance = function, instance
-        functools.update_wrapper(self, function.fn)
-        _combine_dict(self)
+        self.__doc__, self.__module__ = function.__doc__, function.__module__
+
+    def __getattr__(self, name):  # what update_wrapper would have copied
+        if name in ("function", "instance"):  # not set yet (unpickling): not the method's
+            raise AttributeError(name)
+        if name == "__wrapped__":
+            return self.function.fn
+        return getattr(self.function.fn, name)
 
     def __call__(self, /, *args, **kwargs):
         return self.function(self.instance, *args, **kwargs)

@@ -182,6 +182,24 @@ def test_functools_wraps_metadata_is_kept():
     assert inspect.signature(jitted) == inspect.signature(documented)
 
 
+def test_a_bound_jit_method_reads_its_metadata_from_the_method():
+    class Layer:
+        @jit(cache="memory")
+        def step(self, x):
+            """Doubles ``x``."""
+            return x * 2
+
+    bound, plain = Layer().step, Layer.step.fn
+    assert (bound.__name__, bound.__qualname__, bound.__doc__, bound.__module__) == (
+        "step", plain.__qualname__, "Doubles ``x``.", __name__)
+    assert bound.__wrapped__ is plain
+    assert inspect.signature(bound) == inspect.signature(plain)
+    plain.marker = "kept"
+    assert bound.marker == "kept"
+    assert not hasattr(bound, "missing_attribute")
+    np.testing.assert_array_equal(bound(np.arange(3.0)), [0.0, 2.0, 4.0])
+
+
 def test_lambda_compiles():
     jitted = jit(lambda x, y: x * y + 1)
     x, y = np.arange(5.0), np.full(5, 0.5)

@@ -132,7 +132,8 @@ class Tracer(ArrayMethods):
     def __getitem__(self, index):
         result = getitem(self, index)
         if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
-            result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d
+            result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d: a copy,
+            _detach(result)                       # which later writes leave as it is
         elif isinstance(result, Tracer) and result.shape and _basic_by_traced_ints(index):
             # W[c] with c a run-time int is a gather here but a view in NumPy (v = W_in[c];
             # W_in[c] -= ...: v sees the write): a view of unknown region, so a write to
@@ -382,6 +383,14 @@ def _basic_by_traced_ints(index):
                                 for entry in traced) and all(
         isinstance(entry, (Tracer, int, np.integer, slice, SymInt)) or entry is None
         or entry is Ellipsis for entry in entries if not isinstance(entry, bool))
+
+
+def _detach(value):
+    """``value`` is no view: it leaves its base's views (an element read, ``old = y[0]``)."""
+    root = value.base_or_none()
+    if root is not None and root.views is not None:  # (WeakSet.discard would compare the
+        root.views = weakref.WeakSet(view for view in root.views if view is not value)  # ==)
+    value.base = value.steps = value.region = None
 
 
 def _note_view(base, view):

@@ -67,8 +67,10 @@ def set_loop_hints(back_edge, hints):
     back_edge.set_metadata("llvm.loop", loop_id)
 
 
-def instructions_from(block):
-    """Instructions in ``block`` and every block appended after it: the size of a loop
-    body whose first block is ``block``, once it is emitted."""
+def instructions_from(block, skip=()):
+    """Instructions in ``block`` and every block appended after it (but those whose id is
+    in ``skip``: blocks emitted meanwhile outside the loop): the size of a loop body whose
+    first block is ``block``, once it is emitted."""
     blocks = block.function.blocks
-    return sum(len(later.instructions) for later in blocks[blocks.index(block):])
+    return sum(len(later.instructions) for later in blocks[blocks.index(block):]
+               if id(later) not in skip)

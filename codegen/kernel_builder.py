@@ -40,6 +40,7 @@ from .lowering_table import LOWERINGS
 from .math_rare_path import vector_bits
 from .parallel_entry import ALIGNED_CHUNK, entry_function
 from .row_fusion import RowScratch, scratch_value
+from .row_hoist import close_hoist, compute_hoisted, open_hoist
 
 # A pointwise loop body of this many instructions or more is vectorized with its tail
 # folded into the vector loop (masked loads and stores) instead of followed by a vector
@@ -61,6 +62,9 @@ FOLD_TAIL_INSTRUCTIONS = 600
 # remainder runs, the vector epilogue is kept: without it a chain of 10 on 1000 elements
 # ran 4% slower.
 WIDTH_HINT_INSTRUCTIONS = 64
+# Kernels whose inner loop nests get a row-invariant block (``codegen/row_hoist.py``):
+# the loop nests of these kinds are ``loops``' own.
+HOIST_KINDS = ("pointwise", "reduce")
 
 
 class KernelBuilder:
@@ -104,6 +108,8 @@ class KernelBuilder:
         self.row_scratch = RowScratch()
         self.prologue = None  # code the entry runs before the (parallel) body: BLAS calls
         self.aligned_chunks = False  # split the flat loop in multiples of ALIGNED_CHUNK
+        self.row_hoist = None  # the open inner loop nest's row-invariant block (row_hoist)
+        self.hoisted_blocks = set()  # ids of row-invariant blocks: no loop body's size
 
     def build(self):
         """The kernel: ``impl(start, end, ...)`` over its outer loop, a trampoline for the
@@ -183,18 +189,25 @@ class KernelBuilder:
         builder.store(builder.or_(builder.load(flag, typ=I1), condition), flag)
 
     # --- loops ------------------------------------------------------------------------
-    def loop(self, count, body, inner, split=False, flat=False):
+    def loop(self, count, body, inner, split=False, flat=False, hoist=False):
         """``for i in range(count)``; a ``split`` loop runs ``range(start, end)``: the share
         of the iterations the thread pool gave this call (never past ``count``: an entry
         that runs the whole kernel inline passes ``end = 1`` when it planned no split, and
         the split loop may then be empty). A ``flat`` loop is the kernel's only loop, over
-        all its elements."""
+        all its elements. ``hoist``: ``count`` is at least 1, so an inner loop that opens a
+        nest may compute the values that do not vary in it before it
+        (``codegen/row_hoist.py``)."""
         builder = self.ir_builder
         # Split in aligned chunks (``parallel_entry``), such a loop never has a remainder.
         whole_vectors = flat and isinstance(count, ir.Constant) and (
             count.constant % ALIGNED_CHUNK == 0)
         if split:
             count = builder.select(builder.icmp_signed("<", self.end, count), self.end, count)
+        opened = None
+        if hoist and inner and self.row_hoist is None and self.kernel.kind in HOIST_KINDS:
+            self.row_hoist, start = open_hoist(builder, len(self.memo_scopes) - 1)
+            opened = (self.row_hoist, start)
+            self.hoisted_blocks.add(id(self.row_hoist.block))
         first_block = []
 
         def counted(counter):
@@ -206,9 +219,12 @@ class KernelBuilder:
 
         back_edge = counted_loop(builder, self.start if split else const(0), count, counted,
                                  wrap_flags=("nsw", "nuw"))
+        if opened is not None:
+            self.row_hoist = None
+            close_hoist(builder, *opened)
         if not inner or self.kernel.kind != "pointwise" or self.kernel.stages:
             return
-        size = instructions_from(first_block[0])
+        size = instructions_from(first_block[0], skip=self.hoisted_blocks)
         hints = {}
         if size >= FOLD_TAIL_INSTRUCTIONS:
             hints["llvm.loop.vectorize.predicate.enable"] = True
@@ -245,6 +261,8 @@ class KernelBuilder:
             return None
         blocks = loop_body.function.blocks
         for block in blocks[blocks.index(loop_body):]:
+            if id(block) in self.hoisted_blocks:
+                continue
             for instruction in block.instructions:
                 kind = getattr(instruction, "type", None)
                 if isinstance(kind, ir.DoubleType) and widest < 8:
@@ -261,7 +279,13 @@ class KernelBuilder:
         depth = len(prefix)
         self.loop(self.dim(shape[depth]),
                   lambda ix: self.loops(shape, body, inner_from, (*prefix, ix), split_level),
-                  inner=depth >= inner_from, split=depth == split_level)
+                  inner=depth >= inner_from, split=depth == split_level,
+                  hoist=self._at_least_one(shape[depth]))
+
+    def _at_least_one(self, dim):
+        if isinstance(dim, DimExpr):
+            return dim.bounds(self.schedule.graph.ranges)[0] >= 1
+        return int(dim) >= 1
 
     # --- values -----------------------------------------------------------------------
     def literal(self, literal, dtype):
@@ -299,12 +323,26 @@ class KernelBuilder:
         if name in self.schedule.buffers and name != self.kernel.root.name:
             return self.load(name, index, var.aval.dtype)
         key = self._key(name, index)
-        for scope in reversed(self.memo_scopes):
+        hoist = self.row_hoist
+        # While a row-invariant value is computed, only values available before the loop
+        # nest (the row's scope and those outside it) may be reused.
+        scopes = self.memo_scopes[:hoist.scope + 1] if hoist and hoist.active else (
+            self.memo_scopes)
+        for scope in reversed(scopes):
             if key in scope:
                 return scope[key]
         eqn = self.producers.get(name)
         if eqn is None or LOWERINGS[eqn.prim].compute is None:
             raise FusionConflict(var)  # a reduction that is no stage here, a matmul, ...
+        if hoist is not None and (hoist.active or hoist.holds(index)):
+            if hoist.active:
+                result = self.compute(eqn, index)
+            else:
+                result, added = compute_hoisted(self.ir_builder, hoist,
+                                                lambda: self.compute(eqn, index))
+                self.hoisted_blocks.update(id(block) for block in added)
+            self.memo_scopes[hoist.scope][key] = result
+            return result
         result = scratch_value(self, var, index, lambda: self.compute(eqn, index))
         self.memo_scopes[-1][key] = result
         return result

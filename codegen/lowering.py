@@ -35,6 +35,7 @@ from .kernel_index import (  # noqa: F401 (Ix, DimValues: imported from here)
     as_bool,
     const,
     float_intrinsic,
+    size_of,
 )
 from .kernel_index import IndexComponent as Ix  # noqa: F401 (the name codegen/conv*.py import)
 from .parallel import POOL_FIELDS
@@ -50,6 +51,15 @@ C_CONTIGUOUS = 1
 # the wrapper then lays the inputs out (broadcast views compacted, others copied) and
 # calls again. Far from guard numbers (positive) and kernel errors (small negative).
 LAYOUT_EXIT = -(1 << 30)
+
+# Small row kernels whose reductions do not depend on the order of their elements (every
+# value and buffer at most this many elements: a row max over a batch of class scores)
+# are optimized for size (LLVM's ``optsize``: no runtime unrolling, no vector epilogues):
+# they run for microseconds, while LLVM spent 10-30 ms on each. (All small row kernels
+# optimized for size cut the MLP step's module from ~280 to ~190 ms of LLVM, +5 us per
+# step, but moved the last bits of float sums: ``_order_free``.)
+SMALL_KERNEL_ELEMENTS = 1 << 14
+SMALL_KERNEL_ATTRIBUTE = "optsize"
 
 
 class ProgramLowering:
@@ -182,14 +192,41 @@ class ProgramLowering:
         for kernel in self.schedule.kernels:
             key, buffers, starts = self.kernel_signature(kernel)
             if key not in compiled:  # the same computation: one function, other arguments
-                compiled[key] = KernelBuilder(
-                    self, kernel, buffers, [slot for slot, _ in starts]).build()
+                builder = KernelBuilder(self, kernel, buffers, [slot for slot, _ in starts])
+                compiled[key] = builder.build()
+                if self._is_small(kernel, buffers):
+                    builder.function.attributes.add(SMALL_KERNEL_ATTRIBUTE)
             kernels.append((compiled[key], buffers, [const(start) for _, start in starts]))
         entry_name = f"{self.name}_entry"
         self._entry(entry_name, kernels, raw=False)
         if raw_entry:
             self._entry(f"{self.name}_raw", kernels, raw=True)
         return self.module, entry_name
+
+    def _is_small(self, kernel, buffers):
+        """A row kernel (a reduction, or pointwise with stages) whose buffers and values
+        all hold at most ``SMALL_KERNEL_ELEMENTS`` elements (at the top of their buckets).
+        Flat pointwise loops keep their tuning (``kernel_builder``: vector epilogues,
+        width hints)."""
+        if kernel.kind != "reduce" and not (kernel.kind == "pointwise" and kernel.stages):
+            return False
+        producers = self.schedule.producers
+        reductions = [producers[stage.name] for stage in kernel.stages]
+        if kernel.kind == "reduce":
+            reductions.append(producers[kernel.root.name])
+        if not all(_order_free(eqn) for eqn in reductions):
+            return False
+        ranges = self.schedule.graph.ranges
+        shapes = [self.schedule.buffers[name].shape for name in buffers]
+        names = self.schedule.scheduler.inlined(kernel.root) | {kernel.root.name}
+        shapes += [atom.aval.shape for name in names for atom in producers[name].inputs
+                   if isinstance(atom, Var)]
+        for shape in shapes:
+            size = size_of(shape)
+            if (size if isinstance(size, int) else size.bounds(ranges)[1]) > (
+                    SMALL_KERNEL_ELEMENTS):
+                return False
+        return True
 
     def _entry(self, entry_name, kernels, raw):
         function = ir.Function(
@@ -275,6 +312,16 @@ class ProgramLowering:
         builder.position_at_end(relayout)
         builder.ret(ir.Constant(I32, LAYOUT_EXIT))
         builder.position_at_end(laid_out)
+
+
+def _order_free(reduction):
+    """Does the reduction's result not depend on the order LLVM combines elements in (a
+    max, min, any, all, or a sum or product of integers)? Float sums are reassociable
+    (``REASSOCIATE``): optimizing for size vectorizes and unrolls their loops otherwise
+    than at O3, which moves the last bits (a sum of three elements NumPy adds in order)."""
+    if reduction.prim.name in ("max", "min", "argmax", "argmin", "any", "all"):
+        return True
+    return np.dtype(reduction.out.aval.dtype).kind in "biu"
 
 
 def profile_symbol(program_name):

@@ -118,6 +118,7 @@ class Program:
     trusted: bool = False  # the wrapper converts no input (``wrapper_source(trusted=True)``)
     exports: list = field(default_factory=list)  # more native functions linked (a loop driver)
     driver: str = ""  # what the native loop driver was built for (``native_loop.Layout``)
+    wrapper_plan: dict = None  # what the wrapper read of the schedule (``wrapper_plan``)
     _run: object = None
     _library: object = None
     _counters: object = None
@@ -209,8 +210,9 @@ def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
         graph = optimize(graph, check=check)
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name)
-    # Before scheduling, and kept in ``Program.graph``: the disk cache reschedules that
-    # graph (``rebuild_wrapper``) and must find the same buffers.
+    # Before scheduling, and kept in ``Program.graph``: the disk cache rebuilds the wrapper
+    # from that graph and the wrapper plan (``rebuild_wrapper``; without a plan it
+    # reschedules the graph) and must find the same buffers.
     graph = read_relu_outputs(unit_broadcasts(graph))
     schedule, module, entry = _schedule_and_lower(graph, profile, raw_entry=extend is not None)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
@@ -234,18 +236,68 @@ def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
         trusted=trusted,
         exports=exports,
         driver=driver,
+        wrapper_plan=wrapper_plan(schedule) if wrapper is None else None,
     )
     link(program)
     times["total"] = time.perf_counter() - start
     return program
 
 
-def rebuild_wrapper(graph, trusted=False):
+def rebuild_wrapper(graph, trusted=False, plan=None):
     """The wrapper of a program loaded from disk, generated here from its parsed graph:
     the same schedule gives the same slots the object code was built for. (The disk copy
-    of the wrapper text is never executed.)"""
-    schedule = make_schedule(graph)
+    of the wrapper text is never executed.) With ``plan`` (``wrapper_plan``'s, stored
+    with the program), the graph is not scheduled again: the plan names what the wrapper
+    needs of the schedule, and is checked against the graph (``planned_schedule``)."""
+    schedule = make_schedule(graph) if plan is None else planned_schedule(graph, plan)
     return wrapper_source(schedule, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
+
+
+def wrapper_plan(schedule):
+    """What a wrapper reads of its schedule beyond the graph, as plain data: the results
+    (outputs and printed values, by name) that get an output array of their own, and the
+    workspace's size in bytes (an int, or a dim's text). Rescheduling a loaded program's
+    graph to learn them cost a warm start ~2 ms per program."""
+    workspace = schedule.workspace_bytes
+    return {"outputs": [name for kind, name in program_slots(schedule) if kind == "output"],
+            "workspace": workspace if isinstance(workspace, int) else str(workspace)}
+
+
+class PlanError(ValueError):
+    """A stored wrapper plan that does not fit its graph."""
+
+
+def planned_schedule(graph, plan):
+    """A ``Schedule`` holding what ``wrapper_source`` reads, from ``graph`` and ``plan``:
+    only results of the graph may be outputs (each once), and the workspace is a
+    non-negative int or a dim over the graph's symbols."""
+    from tracejit.tracer.dims import parse_dim
+
+    from .schedule import Buffer, Schedule
+
+    effect_outputs = [atom for item in graph.body if isinstance(item, Effect)
+                      for atom in item.inputs if isinstance(atom, Var)]
+    results = {atom.name: atom for atom in (*graph.outputs, *effect_outputs)
+               if isinstance(atom, Var)}
+    names = plan.get("outputs") if isinstance(plan, dict) else None
+    if not isinstance(names, list) or len(set(map(str, names))) != len(names) or not all(
+            isinstance(name, str) and name in results for name in names):
+        raise PlanError("a wrapper plan naming outputs that are not the graph's results")
+    workspace = plan.get("workspace")
+    if isinstance(workspace, str):
+        try:
+            workspace = parse_dim(workspace)
+        except Exception:  # noqa: BLE001 (any text the dim parser refuses)
+            raise PlanError("a workspace size that is no dim") from None
+        symbols = {symbol.name for symbol in graph.symbols}
+        if not (isinstance(workspace, int) or workspace.symbols() <= symbols):
+            raise PlanError("a workspace size over symbols the graph does not declare")
+    if type(workspace) is not int and not isinstance(workspace, DimExpr) or (
+            isinstance(workspace, int) and workspace < 0):
+        raise PlanError("a malformed workspace size")
+    buffers = {name: Buffer(results[name], "output") for name in names}
+    producers = {eqn.out.name: eqn for eqn in graph.equations}
+    return Schedule(graph, producers, buffers, [], [], workspace, effect_outputs)
 
 
 def _c_order(array, dtype):

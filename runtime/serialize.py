@@ -25,7 +25,13 @@ import zlib
 import numpy as np
 
 from tracejit.codegen import native_loop
-from tracejit.codegen.program import KernelInfo, Program, _symbol_safe, rebuild_wrapper
+from tracejit.codegen.program import (
+    KernelInfo,
+    PlanError,
+    Program,
+    _symbol_safe,
+    rebuild_wrapper,
+)
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
@@ -444,6 +450,8 @@ def program_to_json(program, blobs):
         "exports": list(program.exports),
         "driver": program.driver,
         "wrapper": program.wrapper_source,  # shown by `cache show --source`, never run
+        # what the wrapper read of the schedule: a load need not schedule the graph again
+        "wrapper_plan": program.wrapper_plan,
         "compile_seconds": program.compile_seconds,
         "object": blobs.add(program.object_code),
     }
@@ -598,7 +606,10 @@ def program_from_json(data, blobs):
     graph = check_graph(parse_graph(_text(data["graph"], "the IR"), table))
     trusted = data.get("trusted", False)
     _check(isinstance(trusted, bool), "the trusted-inputs flag")
-    wrapper = rebuild_wrapper(graph, trusted)
+    try:
+        wrapper = rebuild_wrapper(graph, trusted, data.get("wrapper_plan"))
+    except PlanError as error:
+        raise InvalidEntry(str(error)) from None
     exports = data.get("exports", [])
     # The one extra function a program exports is its loop driver, named after the graph.
     _check(exports in ([], [native_loop.driver_name(_symbol_safe(graph.name))]),

@@ -269,8 +269,9 @@ class Hooks:
         if context.replaced and type(value) is np.ndarray and (
                 replacement := self._replacement(value)) is not None:
             return replacement  # a NumPy buffer written earlier in this trace
-        if type(value) is list:
-            list_appends.refuse_read(context, value)  # self.X.append(x), then self.X[-1]
+        if type(value) is list and getattr(context, "appended_lists", None):
+            # self.X.append(x), then self.X[-1]: the item this call appended
+            return list_appends.read_back(context, value)
         if is_stateful(value) and descriptor[0] != "expression":
             raise trace_error(
                 f"{type(value).__name__} read from outside is an iterator: each call "

@@ -11,8 +11,9 @@ records the append (``(path, method, value)``, in program order) and leaves the 
 is; ``collect`` makes each array or number in the appended value an output of the program;
 a compiled call appends after its kernels (``ListAppend.store``: fresh containers, and the
 caller's own array where eager appends an argument), the traced call after the trace
-(``apply``). A read of a list after this call appended to it (``self.X[-1]``) runs the call
-eagerly (``refuse_read``): the trace did not put the value there.
+(``apply``). A read of a list after this call appended to it sees the appended items at
+its end (``self.X[-1]``: ``AppendedTail``); a read of more (its length, older items) runs
+the call eagerly.
 
     >>> import numpy as np, tracejit as tj
     >>> class Cell:
@@ -39,6 +40,7 @@ import numpy as np
 from . import pytree
 from .abstract import PYTHON_SCALARS
 from .errors import UnsupportedError
+from .implicit import Path
 from .locations import user_location
 from .loop_generalize import Refused
 from .pending import force
@@ -161,6 +163,10 @@ def note(context, path, target, method, value):
         items = [value]
     if not all(_replayable(item) for item in items):
         return False
+    if path.key in context.outside_values:
+        # read before the append (h = self.hs[-1]; ...; self.hs.append(h)): its length is
+        # guarded, and every call would trace again at the new length; as before, eager
+        return False
     if getattr(context, "loop_depth", 0):
         raise Refused("an append to a list from outside the function")
     if getattr(context, "records_gradients", False) and any(
@@ -170,15 +176,59 @@ def note(context, path, target, method, value):
     for item in items:
         context.list_appends.append((path, target, item, user_location()))
     context.appended_lists[id(target)] = target
+    # self.X[-1] read back through this path is this call's item, no setting to guard
+    count = sum(1 for _, other, _, _ in context.list_appends if other is target)
+    for back in range(1, count + 1):
+        context.written_paths.add(Path(path.root, path.steps + (("item", -back),)).key)
     return True
 
 
-def refuse_read(context, value):
-    """A list this call appended to is read again: the trace left it as it was, so the
-    read would miss the append; the call runs eagerly."""
-    if id(value) in getattr(context, "appended_lists", {}):
-        raise trace_error("reads back a list the function appended to in this call; it runs "
-                          "eagerly", user_location(skip=3))
+def read_back(context, value):
+    """``value`` as a read of it must see it: a list this call appended to (``self.X[-1]``
+    after ``self.X.append(x)``) is its ``AppendedTail``; any other value is itself."""
+    if id(value) not in getattr(context, "appended_lists", {}):
+        return value
+    items = [item for _, target, item, _ in context.list_appends if target is value]
+    return AppendedTail(items)
+
+
+def _unknown_part():
+    return trace_error("reads more of a list than the function appended to it in this call "
+                       "(its length, or an item from before the call); it runs eagerly")
+
+
+class AppendedTail:
+    """An outside list read again after this call appended to it: what the trace knows
+    of it is what this call appended, at its end (the list itself is left as it was until
+    the call's effects are applied). ``tail[-k]`` gives those items; anything else (its
+    length, an older item, iterating it, its methods) depends on what the list held
+    before the call, which the trace does not read: a trace error, so the call runs
+    eagerly."""
+
+    def __init__(self, items):
+        self._items = items
+
+    def __getitem__(self, key):
+        if type(key) is int and -len(self._items) <= key < 0:
+            return self._items[key]
+        raise _unknown_part()
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        raise _unknown_part()
+
+    def __len__(self):
+        raise _unknown_part()
+
+    def __iter__(self):
+        raise _unknown_part()
+
+    def __contains__(self, item):
+        raise _unknown_part()
+
+    def __bool__(self):
+        return True  # it holds the items appended (``if self.X:``)
 
 
 def _replayable(value):

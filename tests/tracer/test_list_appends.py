@@ -152,7 +152,12 @@ def test_a_read_after_the_append_and_a_list_passed_as_an_argument_run_right():
 
         def read_back(self, x):
             self.X.append(x * 2)
-            return self.X[-1] + len(self.X)
+            self.X.append((x.sum(), 3.5))
+            return self.X[-2] + self.X[-1][0] * self.X[-1][1]
+
+        def read_length(self, x):
+            self.X.append(x)
+            return x * len(self.X)  # what the list held before the call: eager
 
         def through_argument(self, x, also):
             self.X.append(x)
@@ -164,11 +169,36 @@ def test_a_read_after_the_append_and_a_list_passed_as_an_argument_run_right():
         x = np.full(2, float(call))
         np.testing.assert_allclose(f(x), eager.read_back(x), rtol=1e-12)
     assert_same_items(jitted.X, eager.X)
+    assert f.stats()["compiled_calls"] >= 2 and f.stats()["compiles"] == 1, f.explain()
+    h = tj.jit(jitted.read_length, cache="memory")
+    for call in range(3):
+        x = np.full(2, float(call))
+        np.testing.assert_allclose(h(x), eager.read_length(x), rtol=1e-12)
+    assert_same_items(jitted.X, eager.X)
     g = tj.jit(jitted.through_argument, cache="memory")
     for call in range(3):
         x = np.full(2, float(call))
         np.testing.assert_allclose(g(x, jitted.X), eager.through_argument(x, eager.X))
     assert_same_items(jitted.X, eager.X)
+
+
+def test_a_list_read_before_the_append_runs_eagerly_without_compiling_per_length():
+    class Cell:
+        def __init__(self):
+            self.hs = [np.zeros(3)]
+
+        def step(self, x):
+            h = np.tanh(x + self.hs[-1])  # its length guarded: a new trace per length
+            self.hs.append(h)
+            return h
+
+    eager, jitted = Cell(), Cell()
+    f = tj.jit(jitted.step, cache="memory")
+    for call in range(4):
+        x = np.full(3, call * 0.3)
+        np.testing.assert_allclose(f(x), eager.step(x), rtol=1e-12)
+    assert_same_items(jitted.hs, eager.hs)
+    assert f.stats()["compiles"] == 0, f.explain()
 
 
 def test_no_list_there_raises_as_eager_and_an_exception_after_the_append():

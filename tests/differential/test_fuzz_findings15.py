@@ -120,6 +120,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own warning
 def test_hostile_arguments_run_as_numpy_does(tmp_path):
     for name, make in HOSTILE.items():
         f = run_calls(hostile_model, [lambda make=make: (make(tmp_path),)], repeats=2)

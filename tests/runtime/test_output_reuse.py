@@ -119,3 +119,19 @@ def test_threads_never_share_an_output():
         thread.join(timeout=120)
     assert not any(thread.is_alive() for thread in threads)
     assert failures == []
+
+
+def test_results_passed_back_read_only_and_strided_inputs_and_other_kinds():
+    compiled, x = _compiled()
+    y = compiled(x)
+    z = compiled(y)  # y is an argument now: its memory is not z's
+    assert not np.shares_memory(y, z)
+    np.testing.assert_array_equal(z, _affine(_affine(x)))
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    np.testing.assert_array_equal(compiled(read_only), _affine(x))
+    strided = np.linspace(-1, 1, 32, dtype=np.float32)[::2]
+    np.testing.assert_array_equal(compiled(strided), _affine(strided))
+    for other in (x.astype(np.float64), x[:8], x.reshape(4, 4), np.float32(2.0)):
+        np.testing.assert_allclose(compiled(other), _affine(np.asarray(other)), rtol=1e-6)
+    np.testing.assert_array_equal(compiled(x), _affine(x))

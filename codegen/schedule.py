@@ -42,6 +42,7 @@ from tracejit.tracer.ops import (
 from tracejit.tracer.shapes import size_of
 
 from .dtypes import NARROW_MEMORY, check_supported
+from .evaluations import MAX_EVALUATED, Evaluations
 from .gemm_driver import DIRECT_B_FLOATS
 from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
@@ -286,6 +287,7 @@ class _Scheduler:
         limit = MAX_INLINED if limit is None else limit
         equations = self.graph.equations
         trees, repeats, index, short_tried = {}, None, 0, set()
+        evaluations = Evaluations(self.graph, self.buffers)
         while index < len(equations):
             eqn = equations[index]
             tree = {eqn.out.name}
@@ -294,6 +296,16 @@ class _Scheduler:
                     atom.name not in self.buffers
                 ):
                     tree |= trees[atom.name]
+            pairs = evaluations.of(eqn)
+            if len(pairs) > MAX_EVALUATED and (
+                    copied := evaluations.most_computed(pairs, self.order)) is not None:
+                # Views multiply what one kernel computes (a stencil's unrolled steps, each
+                # reading the last at several offsets): the value computed most gets a buffer.
+                self.materialize(self.producers[copied].out)
+                trees[copied] = {copied}
+                evaluations.restart(copied)
+                index = self.order[copied] + 1
+                continue
             if len(tree) > limit:
                 repeats = repeats or _Repeats(self)
                 # The program's last few equations join the kernel before them, unless it
@@ -313,6 +325,7 @@ class _Scheduler:
                 cut = None
             if cut is not None:
                 self.materialize(cut.out)
+                evaluations.restart(cut.out.name)
                 if cut is not eqn:  # an earlier value: the trees after it change
                     trees[cut.out.name] = {cut.out.name}
                     index = self.order[cut.out.name] + 1

@@ -24,7 +24,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedError
 from .primitives import is_traced
-from .ufuncs import in_loop_dtypes
+from .ufuncs import in_loop_dtypes, spread_of
 
 dtype_of = ops.dtype_of
 
@@ -96,9 +96,8 @@ def _logaddexp2(x, y):
     # computes in float32 and rounds once.
     if dtype_of(x) == np.float16:
         return _logaddexp2(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
-    high = np.maximum(x, y)
-    spread = np.where(x == y, 0.0, -np.abs(x - y))
-    return np.where(x == y, x + 1.0, high + np.log1p(np.exp2(spread)) * _LOG2E)
+    high, same = np.maximum(x, y), x == y
+    return np.where(same, x + 1.0, high + np.log1p(np.exp2(spread_of(x, y, same))) * _LOG2E)
 
 
 def _scale_by(numerator, denominator):

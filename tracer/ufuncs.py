@@ -52,9 +52,23 @@ def _invert(x):
 
 def _logaddexp(x, y):
     # NumPy's formula: equal operands (including equal infinities) give x + ln 2.
-    high = np.maximum(x, y)
-    spread = np.where(x == y, 0.0, -np.abs(x - y))
-    return np.where(x == y, x + _LN2, high + np.log1p(np.exp(spread)))
+    high, same = np.maximum(x, y), x == y
+    return np.where(same, x + _LN2, high + np.log1p(np.exp(spread_of(x, y, same))))
+
+
+def spread_of(x, y, same):
+    """``-|x - y|``, 0 where ``same``: the difference is taken of operands zeroed there, since
+    ``-inf - -inf`` (log-space tables start at -inf: CTC, HMMs) warns 'invalid value in
+    subtract' on the traced call, and raises under ``np.errstate(invalid="raise")``, where
+    NumPy's logaddexp does neither."""
+    return -np.abs(_zeroed(x, same, y) - _zeroed(y, same, x))
+
+
+def _zeroed(value, same, other):
+    if abstractify(value).weak and not abstractify(other).weak:
+        # a Python scalar keeps the other operand's dtype, as in ``x - 1.0``
+        value = np.asarray(value, dtype=dtype_of(other))
+    return np.where(same, 0.0, value)
 
 
 def in_loop_dtypes(ufunc, composite):

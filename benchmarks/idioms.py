@@ -10,10 +10,12 @@ NumPy eager against tracejit, side by side in this one process.
 2. masked log: a log-likelihood whose ``np.log`` of zero and negative entries is masked by
    ``np.isfinite`` (margin_rules._exact_outside_domain);
 3. ranks: an empirical CDF, ``np.searchsorted(np.sort(x), x) / n`` (scans.sort gathers);
-4. max pool backward: Zhou's numpy CNN ``MaxPool2.backprop`` (``im_region[i2, j2, f2] ==
-   amax[f2]``; margin_rules._element_of_extreme) after a 1x1 convolution and relu, the same
-   input each call (its branches depend on the data: other inputs take other compiled
-   paths, or trace new ones).
+4. Zhou's numpy CNN: ``Conv3x3.forward`` then ``MaxPool2.backprop`` (``im_region[i2, j2,
+   f2] == amax[f2]``; margin_rules._element_of_extreme), regions from generators as in the
+   original, the same image each call (its branches depend on the data: another image
+   takes another compiled path, or traces a new one);
+5. the same max-pool backward written with ``range`` loops after a 1x1 convolution: the
+   ``f2`` loop is captured, and its data-dependent ``if`` fails a loop guard (eager).
 
 Each row: median seconds per call of each (``harness.median_per_call``: rounds with a
 rotating first candidate), the speedup, and tracejit's stats (``compiled_calls`` must be all
@@ -88,6 +90,51 @@ def max_pool_backprop(features, weights, d_out):
     return d_input
 
 
+class Conv3x3:
+    """Zhou's numpy CNN (victorzhou.com's cnn-from-scratch): regions from a generator."""
+
+    def __init__(self, rng, num_filters):
+        self.num_filters = num_filters
+        self.filters = rng.standard_normal((num_filters, 3, 3)) / 9
+
+    def iterate_regions(self, image):
+        h, w = image.shape
+        for i in range(h - 2):
+            for j in range(w - 2):
+                yield image[i:(i + 3), j:(j + 3)], i, j
+
+    def forward(self, image):
+        h, w = image.shape
+        output = np.zeros((h - 2, w - 2, self.num_filters))
+        for im_region, i, j in self.iterate_regions(image):
+            output[i, j] = np.sum(im_region * self.filters, axis=(1, 2))
+        return output
+
+
+class MaxPool2:
+    def iterate_regions(self, image):
+        h, w, _ = image.shape
+        for i in range(h // 2):
+            for j in range(w // 2):
+                yield image[(i * 2):(i * 2 + 2), (j * 2):(j * 2 + 2)], i, j
+
+    def backprop(self, last_input, d_L_d_out):
+        d_L_d_input = np.zeros(last_input.shape)
+        for im_region, i, j in self.iterate_regions(last_input):
+            h, w, f = im_region.shape
+            amax = np.amax(im_region, axis=(0, 1))
+            for i2 in range(h):
+                for j2 in range(w):
+                    for f2 in range(f):
+                        if im_region[i2, j2, f2] == amax[f2]:
+                            d_L_d_input[i * 2 + i2, j * 2 + j2, f2] = d_L_d_out[i, j, f2]
+        return d_L_d_input
+
+
+def zhou_conv_pool_backprop(conv, pool, image, d_out):
+    return pool.backprop(conv.forward(image), d_out)
+
+
 def _workloads(rng):
     eager_layer, jit_layer = Dense(rng, 128, 64), None
     jit_layer = Dense(np.random.default_rng(0), 128, 64)
@@ -103,6 +150,8 @@ def _workloads(rng):
     onehot = np.eye(10)[rng.integers(0, 10, 64)]
     features, weights = rng.standard_normal((8, 8, 8)), rng.standard_normal((8, 4))
     d_out = rng.standard_normal((4, 4, 4))
+    conv, pool = Conv3x3(rng, 2), MaxPool2()
+    image, d_pooled = rng.standard_normal((10, 10)), rng.standard_normal((4, 4, 2))
     return {
         "appends (numpy-ml dense + LOSSES)": (
             lambda: (training_step(eager_layer, X, y), emptied(eager_layer)),
@@ -113,7 +162,10 @@ def _workloads(rng):
         "empirical CDF n=64": (
             lambda: empirical_cdf(p[:, 0].copy()), None,
             tj.jit(empirical_cdf, cache="memory"), (p[:, 0].copy(),)),
-        "max pool backward 8x8x4": (
+        "Zhou CNN conv + max pool backward 10x10": (
+            lambda: zhou_conv_pool_backprop(conv, pool, image, d_pooled), None,
+            tj.jit(zhou_conv_pool_backprop, cache="memory"), (conv, pool, image, d_pooled)),
+        "max pool backward 8x8x4, range loops": (
             lambda: max_pool_backprop(features, weights, d_out), None,
             tj.jit(max_pool_backprop, cache="memory"), (features, weights, d_out)),
     }

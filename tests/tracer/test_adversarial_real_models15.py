@@ -6,7 +6,9 @@ eagerly and through ``jit`` on copies of the same arguments: STFT framing by
 scheme of Barba's "12 steps to Navier-Stokes" and textbook heat solvers: a few unrolled
 time steps over ``u[1:-1, 1:-1]`` and its four shifted slices); the CTC forward variable in
 log space (Graves 2006; the NumPy CTC gists and awni/speech's ``ctc.py``: a table started at
-``-inf`` and filled by ``np.logaddexp`` of shifted rows).
+``-inf`` and filled by ``np.logaddexp`` of shifted rows); graph convolutions (Kipf's pygcn
+``normalize``: ``np.power(rowsum, -1)`` with ``r_inv[np.isinf(r_inv)] = 0.`` for empty rows;
+a GCN layer over ``D^-1/2 (A + I) D^-1/2``; message passing by ``np.add.at``).
 
 Fixed while this round ran (their tests are regressions): a stride taken by subscript,
 ``x.strides[0] * hop``, made every call run eagerly ('x.strides ... outlives the trace'):
@@ -193,4 +195,68 @@ def test_ctc_in_log_space_compiles():
     rng = np.random.default_rng(18)
     log_probs, labels = _log_softmax(rng, 3, 3), np.array([1, 2])
     f = run_calls(ctc_forward_log, [(log_probs, labels)], repeats=3, **F64)
+    assert all_compiled(f, 3), f.explain()
+
+
+# --- graph convolutions (Kipf's pygcn, GCN/GAT gists) --------------------------------------------
+def normalize_rows(mx):
+    """pygcn's utils.normalize: row-normalize, rows that sum to 0 stay 0."""
+    rowsum = np.array(mx.sum(1))
+    r_inv = np.power(rowsum, -1).flatten()
+    r_inv[np.isinf(r_inv)] = 0.
+    r_mat_inv = np.diag(r_inv)
+    return r_mat_inv.dot(mx)
+
+
+def gcn_layer(adjacency, features, weights):
+    a_hat = adjacency + np.eye(adjacency.shape[0])
+    d_inv_sqrt = np.diag(np.sum(a_hat, axis=1) ** -0.5)
+    return np.maximum(d_inv_sqrt @ a_hat @ d_inv_sqrt @ features @ weights, 0)
+
+
+def message_passing_mean(features, src, dst, weights):
+    messages = features[src] @ weights
+    total = np.zeros((features.shape[0], weights.shape[1]))
+    np.add.at(total, dst, messages)
+    counts = np.zeros(features.shape[0])
+    np.add.at(counts, dst, 1)
+    return total / np.maximum(counts, 1)[:, None]
+
+
+def _graph(rng, n, isolated=False):
+    adjacency = np.triu((rng.random((n, n)) < 0.4).astype(float), 1)
+    adjacency += adjacency.T
+    if isolated:
+        adjacency[0] = adjacency[:, 0] = 0.0
+    return adjacency
+
+
+def test_gcn_layers_and_message_passing_match_numpy():
+    """Isolated nodes, one node, repeated and absent edges (np.add.at sums repeats; a node
+    with no incoming edge keeps 0)."""
+    rng = np.random.default_rng(19)
+    f = run_calls(gcn_layer, [(_graph(rng, n, n > 2), rng.standard_normal((n, 3)),
+                               rng.standard_normal((3, 2))) for n in (5, 7, 1)], **F64)
+    no_internal_errors(f)
+    edges = [(5, np.array([0, 1, 1, 3]), np.array([1, 2, 2, 2])),
+             (7, rng.integers(0, 7, 11), rng.integers(0, 7, 11)),
+             (3, np.array([], dtype=np.int64), np.array([], dtype=np.int64))]
+    g = run_calls(message_passing_mean, [(rng.standard_normal((n, 3)), src, dst,
+                                          rng.standard_normal((3, 2))) for n, src, dst in edges],
+                  **F64)
+    no_internal_errors(g)
+    assert g.stats()["compiled_calls"] > 0, g.explain()
+
+
+@pytest.mark.xfail(strict=True, reason="guard margin: np.power(0.0, -1) is inf exactly, but the "
+                   "margin rules bound power by ulps of its result (inf), so np.isinf of it is "
+                   "undecided and every call with an empty row runs eagerly")
+def test_row_normalize_with_an_empty_row_compiles():
+    """pygcn's normalize on features with an all-zero row: the results match (eager), but
+    every call takes a guard-margin exit, though the row sum (exactly 0) and the power of it
+    (exactly inf) leave nothing to round."""
+    rng = np.random.default_rng(20)
+    features = (rng.random((5, 4)) < 0.5).astype(float)
+    features[2] = 0.0
+    f = run_calls(normalize_rows, [(features,)], repeats=3, **F64)
     assert all_compiled(f, 3), f.explain()

@@ -4,7 +4,9 @@ diagonal of a square matrix, written as ``where`` over the grid's column-minus-r
 differentiates and keeps a symbolic length.
 
 The nnfs book's softmax backward builds each sample's Jacobian as
-``np.diagflat(single_output) - np.dot(single_output, single_output.T)``.
+``np.diagflat(single_output) - np.dot(single_output, single_output.T)``. ``np.fill_diagonal``
+(a distance matrix's self-distances in t-SNE and n-body code) writes the same ``where`` into
+the array.
 
 >>> diagflat(np.array([[1.0], [2.0]])).tolist()
 [[1.0, 0.0], [0.0, 2.0]]
@@ -86,3 +88,29 @@ def diagonal_offsets(n, m, like):
     row = ops.reshape(ops.iota(n, np.int64, like=like), (n, 1))
     col = ops.reshape(ops.iota(m, np.int64, like=like), (1, m))
     return col - row
+
+
+def fill_diagonal(a, val, wrap=False):
+    """``np.fill_diagonal(a, val)`` on a tracejit array: ``a[i, i] = val`` for ``i`` below
+    both dims, in place. A matrix and one value (a scalar or a 0-d array); NumPy's cycling of
+    a longer ``val`` along the diagonal, a tall matrix's wrapped diagonals and n-d arrays are
+    not traced."""
+    if isinstance(a, np.ndarray):
+        raise UnsupportedError("np.fill_diagonal of a NumPy array that is not a buffer of this "
+                               "function; fill an array it creates")
+    if ndim_of(a) != 2:
+        raise UnsupportedError("np.fill_diagonal of an array that is not 2-d is not supported")
+    if ndim_of(val) != 0:
+        raise UnsupportedError("np.fill_diagonal with an array of values is not supported; "
+                               "pass one value")
+    rows, columns = a.shape
+    if wrap and not (isinstance(rows, int) and isinstance(columns, int) and rows <= columns):
+        raise UnsupportedError("np.fill_diagonal(..., wrap=True) of a tall matrix is not "
+                               "supported")
+    # NumPy assigns through a.flat: the value is cast to a's dtype as an assignment casts
+    value = val.astype(a.dtype) if is_traced(val) else np.asarray(val).astype(a.dtype)
+    updated = np.where(diagonal_offsets(rows, columns, None) == 0, value, a)
+    if hasattr(a, "_update"):  # a tracer: every name for it sees the write
+        a._update(updated)
+    else:  # a Tensor: a differentiable assignment
+        a[...] = updated

@@ -33,7 +33,7 @@ from . import (
 )
 from .array_comparisons import array_equal, array_equiv
 from .conversions import keep_python_int_in_range
-from .diagonals import diag, diagflat, diagonal, diagonal_offsets, trace
+from .diagonals import diag, diagflat, diagonal, diagonal_offsets, fill_diagonal, trace
 from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
@@ -1010,6 +1010,7 @@ FUNCTIONS = {
     np.size: size,
     np.diagonal: diagonal,
     np.trace: trace,
+    np.fill_diagonal: fill_diagonal,
 }
 # The composites that live in modules of their own, each with its table.
 for _module in (array_reshaping, choices, finite_differences, math_composites, products,

@@ -8,7 +8,8 @@ time steps over ``u[1:-1, 1:-1]`` and its four shifted slices); the CTC forward 
 log space (Graves 2006; the NumPy CTC gists and awni/speech's ``ctc.py``: a table started at
 ``-inf`` and filled by ``np.logaddexp`` of shifted rows); graph convolutions (Kipf's pygcn
 ``normalize``: ``np.power(rowsum, -1)`` with ``r_inv[np.isinf(r_inv)] = 0.`` for empty rows;
-a GCN layer over ``D^-1/2 (A + I) D^-1/2``; message passing by ``np.add.at``).
+a GCN layer over ``D^-1/2 (A + I) D^-1/2``; message passing by ``np.add.at``); n-body and
+pairwise-distance code that zeroes self-interactions with ``np.fill_diagonal``.
 
 Fixed while this round ran (their tests are regressions): a stride taken by subscript,
 ``x.strides[0] * hop``, made every call run eagerly ('x.strides ... outlives the trace'):
@@ -23,7 +24,9 @@ gets a buffer. ``np.logaddexp(-inf, -inf)`` (and ``logaddexp2``) warned 'invalid
 encountered in subtract' on the traced call, which NumPy does not, and under
 ``np.errstate(invalid="raise")`` the trace raised, so every call ran eagerly ('raised while
 tracing'): the composite took ``x - y`` of equal infinities; now of operands zeroed where
-they are equal (``tracer/ufuncs.spread_of``).
+they are equal (``tracer/ufuncs.spread_of``). ``np.fill_diagonal`` was not traced (every
+n-body step ran eagerly); it is now a ``where`` over the grid's diagonal written in place
+(``tracer/diagonals.fill_diagonal``).
 """
 
 import warnings
@@ -260,3 +263,41 @@ def test_row_normalize_with_an_empty_row_compiles():
     features[2] = 0.0
     f = run_calls(normalize_rows, [(features,)], repeats=3, **F64)
     assert all_compiled(f, 3), f.explain()
+
+
+# --- n-body steps: self-interactions zeroed by np.fill_diagonal -------------------------------
+def nbody_steps(positions, velocities, masses, dt, steps=3, softening=0.1):
+    """Direct-sum gravity with softening, velocities and positions updated in place."""
+    for _ in range(steps):
+        offsets = positions[None, :, :] - positions[:, None, :]
+        inverse_cubed = ((offsets ** 2).sum(-1) + softening ** 2) ** -1.5
+        np.fill_diagonal(inverse_cubed, 0.0)
+        accelerations = (offsets * (inverse_cubed * masses[None, :])[:, :, None]).sum(1)
+        velocities += accelerations * dt
+        positions += velocities * dt
+    return positions, velocities
+
+
+def fill_self_distances(distances, value):
+    """np.fill_diagonal on an argument (written in place), a wide and a tall matrix."""
+    np.fill_diagonal(distances, value)
+    return distances.sum(axis=1)
+
+
+def test_nbody_and_fill_diagonal_compile():
+    rng = np.random.default_rng(21)
+
+    def bodies(n):
+        return lambda: (np.random.default_rng(n).standard_normal((n, 3)), np.zeros((n, 3)),
+                        np.ones(n), 0.01)
+
+    f = run_calls(nbody_steps, [bodies(4), bodies(7), bodies(1)], **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 6), f.explain()
+    g = run_calls(fill_self_distances, [(rng.random((3, 5)), 0.0), (rng.random((5, 2)), np.inf),
+                                        (rng.random((4, 4)).T, 2),
+                                        (rng.integers(0, 9, (3, 3)), 2.7)], **F64)
+    no_internal_errors(g)
+    assert all_compiled(g, 8), g.explain()
+    h = run_calls(fill_self_distances, [(rng.random((4, 4)).astype(np.float32), -1.5)], **F32)
+    assert all_compiled(h, 2), h.explain()

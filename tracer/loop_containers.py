@@ -88,10 +88,48 @@ def _tracer(context, value):
 
 
 def _leaves(value):
-    """An entry's arrays: one array, or a tuple of arrays (``caches.append((x, h))``)."""
-    if isinstance(value, tuple):
-        return list(value), len(value)
-    return [value], None
+    """An entry's arrays and its structure: one array, or tuples of arrays, nested
+    (``caches.append((x, h))``, ``(linear_cache, activation_cache)``). Anything else in a
+    tuple that is no array or number (deeplearning.ai's ``cache = (a_next, a_prev, xt,
+    parameters)``) is kept in the structure as it is: every trip must append that very
+    object (``_same_structure``), and each entry read back holds it."""
+    if type(value) is tuple:
+        parts = [_leaves(item) for item in value]
+        return [leaf for leaves, _ in parts for leaf in leaves], tuple(
+            structure for _, structure in parts)
+    if isinstance(value, (Tracer, np.ndarray, np.generic, int, float, complex)):
+        return [value], None
+    return [], _Kept(value)
+
+
+class _Kept:
+    """An object an entry holds that is no array (a dict of parameters): kept, not stacked."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):  # the same object, whatever its == says
+        return isinstance(other, _Kept) and other.value is self.value
+
+    __hash__ = None
+
+
+def _rebuild(leaves, structure):
+    """The entry of ``structure`` (``_leaves``) holding ``leaves``."""
+    rebuilt, rest = _rebuilt(list(leaves), structure)
+    return rebuilt
+
+
+def _rebuilt(leaves, structure):
+    if structure is None:
+        return leaves[0], leaves[1:]
+    if isinstance(structure, _Kept):
+        return structure.value, leaves
+    items = []
+    for part in structure:
+        item, leaves = _rebuilt(leaves, part)
+        items.append(item)
+    return tuple(items), leaves
 
 
 def _read_row(buffer, row):
@@ -105,10 +143,6 @@ def _write_row(buffer, row, value):
         buffer[row: row + 1] = value[None]
     else:
         buffer[row] = value
-
-
-def _rebuild(leaves, arity):
-    return leaves[0] if arity is None else tuple(leaves)
 
 
 def _signature(value):
@@ -146,7 +180,7 @@ class ContainerCarry:
             self._init_dict(before, after)
         else:
             self._init_list(before, after)
-        self.leaves0, self.arity = _leaves(self.entry0)
+        self.leaves0, self.structure = _leaves(self.entry0)
         if any(not hasattr(_tracer(context, leaf), "ir_var") for leaf in self.leaves0):
             raise Refusal(f"`{name}` gets a Python number, not an array, at each step")
         self.leaves0 = [_tracer(context, leaf) for leaf in self.leaves0]
@@ -158,7 +192,7 @@ class ContainerCarry:
         number stays one (``losses.append(loss.item())`` returns floats, not np.float64)."""
         return _rebuild([python_number(_read_row(buffer, row), None) if weak else
                          _read_row(buffer, row) for buffer, weak in zip(
-                             buffers, self.python_numbers)], self.arity)
+                             buffers, self.python_numbers)], self.structure)
 
     # --- what iteration 0 did ----------------------------------------------------------
     def _init_dict(self, before, after):
@@ -207,7 +241,7 @@ class ContainerCarry:
             value = self.before.get(key)
             if value is None or not hasattr(value, "shape") or [
                 _signature(leaf) for leaf in _leaves(value)[0]] != self.signatures or (
-                _leaves(value)[1] != self.arity
+                _leaves(value)[1] != self.structure
             ):
                 return rows
             rows += 1
@@ -259,8 +293,8 @@ class ContainerCarry:
             if position < 0:
                 raise Refusal(f"`{self.name}` is read {m} entries back before it has them")
             entry = self.history[position]
-        leaves, arity = _leaves(entry)
-        if arity != self.arity or [_signature(leaf) for leaf in leaves] != self.signatures:
+        leaves, structure = _leaves(entry)
+        if structure != self.structure or [_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
         return [_tracer(self.context, leaf) for leaf in leaves]
 
@@ -278,8 +312,8 @@ class ContainerCarry:
             raise Refusal(f"`{self.name}` is rebound inside the loop")
         if proxy._current is None:
             raise Refusal(f"`{self.name}` is not written in every iteration")
-        leaves, arity = _leaves(proxy._current)
-        if arity != self.arity:
+        leaves, structure = _leaves(proxy._current)
+        if structure != self.structure:
             raise Refusal(f"`{self.name}`'s entries change structure in the loop")
         leaves = [_tracer(self.context, leaf) for leaf in leaves]
         if [_signature(leaf) for leaf in leaves] != self.signatures:
@@ -408,7 +442,7 @@ class _InLoop:
         if kind == "window" and record[0] == "back" and record[2] == expected:
             width = len(carry.leaves0)
             leaves = self._slots[width * expected: width * (expected + 1)]
-            return _rebuild(leaves, carry.arity)
+            return _rebuild(leaves, carry.structure)
         raise Refusal(f"`{carry.name}` is read at {key!r}, where iterations 1 and 2 read "
                       "differently")
 
@@ -597,7 +631,7 @@ class StackedList(MutableSequence):
 
     def stacked(self, axis=0):
         """``np.stack(self, axis)`` without one equation per entry."""
-        if self._list is not None or self._carry.arity is not None:
+        if self._list is not None or self._carry.structure is not None:
             return None
         buffer = self._buffers[0]
         if self._prefix:

@@ -185,3 +185,34 @@ def test_gradient_through_a_row_loop_matches_finite_differences():
         lowered[index] -= step
         numeric[index] = (loss(bumped, x) - loss(lowered, x)) / (2 * step)
     np.testing.assert_allclose(gradient, numeric, rtol=1e-5, atol=1e-7)
+
+
+def course_rnn_forward(x, a0, parameters):
+    """deeplearning.ai's rnn_forward: each step appends ``cache = (a_next, a_prev, xt,
+    parameters)``, a tuple holding the parameter dict itself, to a list the caller gets."""
+    caches = []
+    n_a, m = a0.shape
+    a = np.zeros((n_a, m, x.shape[2]))
+    a_next = a0
+    for t in range(x.shape[2]):
+        xt = x[:, :, t]
+        a_prev = a_next
+        a_next = np.tanh(parameters["Waa"] @ a_prev + parameters["Wax"] @ xt + parameters["ba"])
+        a[:, :, t] = a_next
+        caches.append((a_next, (a_prev, xt), parameters))
+    return a, caches[-1][1][0], caches[0][2] is parameters
+
+
+def test_appended_tuples_keep_the_objects_they_hold_and_the_loop_stays_a_loop():
+    r = rng(5)
+    parameters = {"Waa": r.standard_normal((4, 4)) * 0.5, "Wax": r.standard_normal((4, 3)),
+                  "ba": r.standard_normal((4, 1))}
+    calls = [(r.standard_normal((3, 2, T)), r.standard_normal((4, 2)), parameters)
+             for T in (9, 13, 11, 16)]
+    f = tj.jit(course_rnn_forward, **BUCKET)
+    for arguments in calls:
+        want, got = course_rnn_forward(*arguments), f(*arguments)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+        assert got[2:] == want[2:]
+    assert f.stats()["eager_calls"] == {} and f.stats()["compiles"] == 1, f.explain()

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
+from .errors import as_numpy_would
+
 
 class ShapeError(ValueError):
     """Shapes that NumPy would also reject (the message says which and why)."""
@@ -43,8 +47,8 @@ def broadcast_shapes(*shapes):
 def normalize_axis(axis, ndim):
     """One axis as a non-negative int; NumPy's AxisError text when out of range."""
     axis = operator.index(axis)
-    if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+    if not -ndim <= axis < ndim:  # the user's error, NumPy's type (also an IndexError)
+        raise as_numpy_would(np.exceptions.AxisError(axis, ndim))
     return axis % ndim if ndim else 0
 
 

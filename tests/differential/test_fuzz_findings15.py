@@ -212,3 +212,18 @@ def test_cumsum_and_cumprod_of_a_0d_value():
     f = run_calls(running_of_a_0d_value, arguments, repeats=3)
     no_internal_errors(f)
     run_calls(cumsum_of_a_0d_value_past_its_axis, arguments[:1], repeats=2)  # AxisError
+
+
+# --- an axis out of bounds is NumPy's AxisError, the user's -------------------------------
+def sum_of_a_dot_over_its_last_axis(a, b):
+    return np.maximum(a @ b, 0).sum(axis=-1)
+
+
+def test_axis_out_of_bounds_is_numpys_error():
+    """``v @ v`` is 0-d, so ``.sum(axis=-1)`` raises NumPy's AxisError; the trace raised its
+    own ShapeError, counted as an internal error."""
+    f = run_calls(sum_of_a_dot_over_its_last_axis, [(np.ones(3), np.ones(3))], repeats=2)
+    no_internal_errors(f)
+    g = run_calls(sum_of_a_dot_over_its_last_axis, [(np.ones((2, 3)), np.ones((3, 4)))],
+                  repeats=3)
+    no_internal_errors(g)

@@ -60,7 +60,8 @@ def test_attribute_lists_get_what_eager_appends():
     f = tj.jit(jitted.forward, cache="memory")
     xs = [np.full((2, 3), value) for value in (0.5, -1.0, np.inf, 2.0)]
     for x in xs:
-        np.testing.assert_allclose(f(x), eager.forward(x.copy()), rtol=1e-12)
+        with np.errstate(invalid="ignore"):  # inf * 0 in the matmul: NaN, as eager has it
+            np.testing.assert_allclose(f(x), eager.forward(x.copy()), rtol=1e-12)
     for name in ("X", "history"):
         assert_same_items(getattr(jitted, name), getattr(eager, name))
     assert_same_items(jitted.derived_variables["Z"], eager.derived_variables["Z"])

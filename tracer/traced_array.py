@@ -29,6 +29,7 @@ from .dims import SymInt
 from .errors import TraceError, as_numpy_would
 from .indexing import getitem, setitem, written_region
 from .locations import user_location
+from .loop_generalize import Refused
 from .pending import Pending, is_pending
 from .primitives import current_context
 
@@ -302,8 +303,6 @@ class Tracer(ArrayMethods):
         stale = [view for view in root.views or () if view.steps is not None and not (
             view_writes.apart(view.region, written))]
         if (root is not self or stale) and getattr(self.context, "loop_indices", None):
-            from .loop_generalize import Refused  # cycle: loop_generalize -> here
-
             # a trip's views are names the loop's carries do not track: unrolled instead
             raise Refused("a write through a view, or into an array a view of it shows")
         root.ir_var, root.raw_value, root.shape = result.ir_var, result.raw_value, result.shape

@@ -251,7 +251,9 @@ def available():
     matmul then runs on tracejit's own loops)."""
     names = []
     if openblas():
-        names.append("numpy-openblas64")
+        # compiled code calls NumPy's routines for the products a decision reads
+        # (codegen/numpy_products.py): programs compiled before (the own GEMM) differ
+        names.append(f"numpy-openblas64:calls{NUMPY_CALLS_VERSION}")
     else:
         _say_missing()
     if own_sgemm_enabled():
@@ -270,7 +272,9 @@ def _say_missing():
         "(correct, slower); `tracejit env` shows it")
 
 
-# What float32 products a decision reads call besides sgemm, as NumPy's matmul does.
+# What float32 products a decision reads call besides sgemm, as NumPy's matmul does; the
+# version is in ``available()``, so cached programs from another rule are not reused.
+NUMPY_CALLS_VERSION = 1
 NUMPY_CALLS = {"tj_sgemv": "scipy_cblas_sgemv64_", "tj_sdot": "scipy_cblas_sdot64_",
                "tj_ssyrk": "scipy_cblas_ssyrk64_"}
 

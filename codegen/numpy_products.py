@@ -51,7 +51,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.discontinuities import AMBIGUITY, _meets_at_threshold, _selects
-from tracejit.tracer.ir import Guard, Var
+from tracejit.tracer.ir import Eqn, Guard, Var
 
 from .counted_loop import counted_loop
 
@@ -72,6 +72,8 @@ def _has_decision(graph):
     for item in graph.body:
         if isinstance(item, Guard):
             return True
+        if not isinstance(item, Eqn):  # an effect (print)
+            continue
         if item.prim.name in DECISIONS:
             return True
         if item.prim.name == "loop" and _has_decision(item.params_dict["body"]):
@@ -85,7 +87,7 @@ def _continuous_selects(graph):
     moves the result by rounding only, as ``discontinuities`` judges them, so no decision."""
     readers, producers = {}, {}
     for item in graph.body:
-        if isinstance(item, Guard):
+        if not isinstance(item, Eqn):
             continue
         producers[item.out.name] = item
         for atom in item.inputs:
@@ -94,15 +96,13 @@ def _continuous_selects(graph):
     for atom in graph.outputs:
         if isinstance(atom, Var):
             readers.setdefault(atom.name, []).append(None)
+    guarded = {item.predicate.name for item in graph.body
+               if isinstance(item, Guard) and isinstance(item.predicate, Var)}
+    context = SimpleNamespace(readers=readers, producers=producers)
     for item in graph.body:
-        if isinstance(item, Guard):
+        if not isinstance(item, Eqn) or item.out.name in guarded:
             continue
         if item.prim.name in ("less", "less_equal", "greater", "greater_equal"):
-            guards = [guard for guard in graph.body
-                      if isinstance(guard, Guard) and guard.predicate == item.out]
-            if guards:
-                continue
-            context = SimpleNamespace(readers=readers, producers=producers)
             selects = _selects(context, item)
             if selects and all(_meets_at_threshold(context, item, select)
                                for select in selects):
@@ -119,6 +119,8 @@ def _deciding_vars(graph, outputs_decide):
         if isinstance(item, Guard):
             if isinstance(item.predicate, Var):
                 deciding.add(item.predicate.name)
+            continue
+        if not isinstance(item, Eqn):
             continue
         name = item.prim.name
         decides = (name in DECISIONS and item.out.name not in continuous) or (
@@ -139,7 +141,7 @@ def note_loop(graph, loop_eqn):
         return
     deciding = _deciding_vars(graph, False)
     # one equation per result of the loop (its ``output``), all with the same body
-    if any(item.out.name in deciding for item in graph.body if not isinstance(item, Guard)
+    if any(item.out.name in deciding for item in graph.body if isinstance(item, Eqn)
            and item.prim.name == "loop" and item.params_dict["body"].name == body.name):
         _deciding_bodies.add(body.name)
 
@@ -158,7 +160,7 @@ def decision_products(graph):
     deciding |= _decided_in_backward.get(graph.name, set())
     return frozenset(
         item.out.name for item in graph.body
-        if not isinstance(item, Guard) and item.prim.name == "matmul"
+        if isinstance(item, Eqn) and item.prim.name == "matmul"
         and np.dtype(item.out.aval.dtype) == F32_DTYPE and item.out.name in deciding)
 
 

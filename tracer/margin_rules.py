@@ -27,6 +27,7 @@ from .ops import (
     broadcast_to_p,
     cast_p,
     ceil_p,
+    equal_p,
     exp_p,
     expm1_p,
     floor_p,
@@ -141,7 +142,28 @@ def _multiply(ctx, eqn, bounds):
         terms.append(ctx.mul(ea, eb))
     u = unit_roundoff(eqn.out.aval.dtype)
     carried = ctx.scaled(ctx.plus(*terms), 1 + 4 * u)
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
+    bound = ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
+    if not is_float(eqn.out):
+        return bound
+    # An exact zero times a finite value is an exact zero on both sides (no rounding, no
+    # underflow): a relu's or a dropout mask's zeros stay decided against 0 afterwards
+    zero = ctx.or_(_exact_zero(ctx, a, ea, b, eb), _exact_zero(ctx, b, eb, a, ea))
+    return ctx.fit(ctx.where(zero, number(0.0), bound), eqn.out.aval.shape)
+
+
+def _exact_zero(ctx, x, ex, y, ey, smallest=None):
+    """Where ``x`` is exactly 0 on both sides and ``y`` surely finite on NumPy's side as
+    on ours (and, for a divisor, surely above ``smallest`` in magnitude)."""
+    zero = ctx.emit(less_equal_p, ctx.abs(x), number(0.0))
+    if ex is not None:
+        zero = ctx.and_(zero, ctx.emit(less_equal_p, ex, number(0.0)))
+    finite = ctx.emit(isfinite_p, y)
+    if ey is not None:
+        finite = ctx.and_(finite, ctx.emit(isfinite_p, ey))
+    if smallest is not None:
+        low = ctx.abs(y) if ey is None else ctx.sub(ctx.abs(y), ctx.scaled(ey, INFLATE))
+        finite = ctx.and_(finite, ctx.greater(low, number(smallest)))
+    return ctx.and_(zero, finite)
 
 
 def _square(ctx, eqn, bounds):
@@ -161,9 +183,11 @@ def _true_divide(ctx, eqn, bounds):
     dtype = eqn.out.aval.dtype
     eta = smallest_subnormal(dtype)
     own = ctx.plus(ctx.rounding(eqn.out, ulps=2.0), ctx.mul(ctx.abs(a), number(2 * eta)))
-    if ea is None and eb is None:
-        return ctx.fit(own, eqn.out.aval.shape)
     ea, eb = ctx.as_number(a, ea), ctx.as_number(b, eb)
+    # 0 / b (or 0 * (1 / b), 1 / b finite: b not tiny) is 0 on both sides
+    zero = _exact_zero(ctx, a, ea, b, eb, smallest=1.0 / np.finfo(dtype).max)
+    if ea is None and eb is None:
+        return ctx.fit(ctx.where(zero, number(0.0), own), eqn.out.aval.shape)
     magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
     numerator = ctx.plus(None if eb is None else ctx.mul(magnitude_a, eb),
                          None if ea is None else ctx.mul(magnitude_b, ea))
@@ -173,7 +197,8 @@ def _true_divide(ctx, eqn, bounds):
         denominator = ctx.mul(magnitude_b, ctx.sub(magnitude_b, eb))
         carried = ctx.where(ctx.greater(magnitude_b, eb), ctx.div(numerator, denominator), INF)
     u = unit_roundoff(dtype)
-    return ctx.fit(ctx.plus(ctx.scaled(carried, 1 + 8 * u), own), eqn.out.aval.shape)
+    bound = ctx.fit(ctx.plus(ctx.scaled(carried, 1 + 8 * u), own), eqn.out.aval.shape)
+    return ctx.fit(ctx.where(zero, number(0.0), bound), eqn.out.aval.shape)
 
 
 def _reciprocal(ctx, eqn, bounds):
@@ -361,7 +386,29 @@ def _power(ctx, eqn, bounds):
                                                                      number(abs(exponent)))))
         return ctx.where(ctx.greater(x, e), grown, INF)
 
-    return _math(carry)(ctx, eqn, [ex])
+    bound = _math(carry)(ctx, eqn, [ex])
+    return _exact_power_poles(ctx, eqn, ex, bound) if isinstance(y, Literal) else bound
+
+
+def _exact_power_poles(ctx, eqn, ex, bound):
+    """``x ** p`` not finite where NumPy's is so too in any rounding: a pole (``0.0 **
+    -1``: pygcn's row normalize of an empty row, then ``np.isinf``), an infinite or NaN
+    base, a negative base with a fractional ``p`` (NaN; surely negative even with ``x``'s
+    bound). Bound 0 there (``_float_class`` decides); an overflow of a finite base keeps
+    its bound (our result and NumPy's may fall either side of the largest float)."""
+    x, y = eqn.inputs
+    fractional = not float(y.value).is_integer()
+    special = ctx.or_(ctx.emit(equal_p, x, number(0.0)), ctx.not_(ctx.emit(isfinite_p, x)))
+    if fractional:
+        special = ctx.or_(special, ctx.greater(number(0.0), x))
+    if ex is not None:  # the base exact there (a sum of zeros: bound 0), or surely negative
+        e = ctx.as_number(x, ex)
+        special = ctx.and_(special, ctx.emit(less_equal_p, e, number(0.0)))
+        if fractional:
+            special = ctx.or_(special, ctx.greater(number(0.0), ctx.add(
+                x, ctx.mul(e, number(INFLATE)))))
+    exact = ctx.and_(ctx.not_(ctx.emit(isfinite_p, eqn.out)), special)
+    return ctx.where(exact, number(0.0), bound)
 
 
 def _rounding_to_integer(prim):

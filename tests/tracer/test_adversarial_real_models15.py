@@ -251,13 +251,10 @@ def test_gcn_layers_and_message_passing_match_numpy():
     assert g.stats()["compiled_calls"] > 0, g.explain()
 
 
-@pytest.mark.xfail(strict=True, reason="guard margin: np.power(0.0, -1) is inf exactly, but the "
-                   "margin rules bound power by ulps of its result (inf), so np.isinf of it is "
-                   "undecided and every call with an empty row runs eagerly")
 def test_row_normalize_with_an_empty_row_compiles():
-    """pygcn's normalize on features with an all-zero row: the results match (eager), but
-    every call takes a guard-margin exit, though the row sum (exactly 0) and the power of it
-    (exactly inf) leave nothing to round."""
+    """pygcn's normalize on features with an all-zero row: every call took a guard-margin
+    exit, though the row sum (exactly 0) and the power of it (exactly inf) leave nothing to
+    round; a pole of np.power is exact now (margin_rules._exact_power_poles)."""
     rng = np.random.default_rng(20)
     features = (rng.random((5, 4)) < 0.5).astype(float)
     features[2] = 0.0

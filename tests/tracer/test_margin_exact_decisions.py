@@ -3,7 +3,8 @@ exit on every call (tracer/margin_rules.py):
 
 * ``np.log`` of a negative is NaN however its operand rounds (of 0: -inf, of inf: inf), so
   ``np.isfinite(np.log(x))`` / ``np.isnan`` masking the negatives is decided
-  (``_exact_outside_domain``, ``_float_class``);
+  (``_exact_outside_domain``, ``_float_class``); so is ``np.power(0.0, -1)`` (inf) and a
+  negative base to a fractional power (NaN) (``_exact_power_poles``);
 * ``np.sort`` is a permutation: it gathers the element landing at each position (a sum of
   it with zeros carried a rounding bound, and made -0.0 a 0.0), so
   ``np.searchsorted(np.sort(x), x)`` compiles (tests/tracer/test_adversarial_review13.py);
@@ -48,8 +49,22 @@ def infinite_log10(x):
     return np.isinf(np.log10(x * 3.0)).sum() + np.isnan(np.log2(x)).sum()
 
 
+def row_inverse(x):
+    """pygcn's normalize: np.power(rowsum, -1), infinities of empty rows zeroed."""
+    features = np.where(np.isfinite(x), x, 0.0).reshape(-1, 2)  # (a sum with inf: inexact)
+    inverse = np.power(features.sum(axis=1), -1)  # a row of zeros: inf
+    inverse[np.isinf(inverse)] = 0.0
+    return inverse
+
+
+def nan_marked_sqrt_power(x):
+    roots = (x * 2.0) ** 0.5  # NaN for the negatives, in any rounding
+    return np.where(np.isnan(roots), -1.0, roots)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("function", [masked_log, nan_marked_log1p, infinite_log10])
+@pytest.mark.parametrize("function", [masked_log, nan_marked_log1p, infinite_log10,
+                                      row_inverse, nan_marked_sqrt_power])
 def test_logarithms_off_their_domain_are_decided(function, dtype):
     calls = [(np.array(SPECIAL, dtype) * scale,) for scale in (1.0, -2.0, 0.5)]
     f = run(function, calls)

@@ -142,7 +142,28 @@ def _multiply(ctx, eqn, bounds):
         terms.append(ctx.mul(ea, eb))
     u = unit_roundoff(eqn.out.aval.dtype)
     carried = ctx.scaled(ctx.plus(*terms), 1 + 4 * u)
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
+    bound = ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out)), eqn.out.aval.shape)
+    if not is_float(eqn.out):
+        return bound
+    # An exact zero times a finite value is an exact zero on both sides (no rounding, no
+    # underflow): a relu's or a dropout mask's zeros stay decided against 0 afterwards
+    zero = ctx.or_(_exact_zero(ctx, a, ea, b, eb), _exact_zero(ctx, b, eb, a, ea))
+    return ctx.fit(ctx.where(zero, number(0.0), bound), eqn.out.aval.shape)
+
+
+def _exact_zero(ctx, x, ex, y, ey, smallest=None):
+    """Where ``x`` is exactly 0 on both sides and ``y`` surely finite on NumPy's side as
+    on ours (and, for a divisor, surely above ``smallest`` in magnitude)."""
+    zero = ctx.emit(less_equal_p, ctx.abs(x), number(0.0))
+    if ex is not None:
+        zero = ctx.and_(zero, ctx.emit(less_equal_p, ex, number(0.0)))
+    finite = ctx.emit(isfinite_p, y)
+    if ey is not None:
+        finite = ctx.and_(finite, ctx.emit(isfinite_p, ey))
+    if smallest is not None:
+        low = ctx.abs(y) if ey is None else ctx.sub(ctx.abs(y), ctx.scaled(ey, INFLATE))
+        finite = ctx.and_(finite, ctx.greater(low, number(smallest)))
+    return ctx.and_(zero, finite)
 
 
 def _square(ctx, eqn, bounds):
@@ -162,9 +183,11 @@ def _true_divide(ctx, eqn, bounds):
     dtype = eqn.out.aval.dtype
     eta = smallest_subnormal(dtype)
     own = ctx.plus(ctx.rounding(eqn.out, ulps=2.0), ctx.mul(ctx.abs(a), number(2 * eta)))
-    if ea is None and eb is None:
-        return ctx.fit(own, eqn.out.aval.shape)
     ea, eb = ctx.as_number(a, ea), ctx.as_number(b, eb)
+    # 0 / b (or 0 * (1 / b), 1 / b finite: b not tiny) is 0 on both sides
+    zero = _exact_zero(ctx, a, ea, b, eb, smallest=1.0 / np.finfo(dtype).max)
+    if ea is None and eb is None:
+        return ctx.fit(ctx.where(zero, number(0.0), own), eqn.out.aval.shape)
     magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
     numerator = ctx.plus(None if eb is None else ctx.mul(magnitude_a, eb),
                          None if ea is None else ctx.mul(magnitude_b, ea))
@@ -174,7 +197,8 @@ def _true_divide(ctx, eqn, bounds):
         denominator = ctx.mul(magnitude_b, ctx.sub(magnitude_b, eb))
         carried = ctx.where(ctx.greater(magnitude_b, eb), ctx.div(numerator, denominator), INF)
     u = unit_roundoff(dtype)
-    return ctx.fit(ctx.plus(ctx.scaled(carried, 1 + 8 * u), own), eqn.out.aval.shape)
+    bound = ctx.fit(ctx.plus(ctx.scaled(carried, 1 + 8 * u), own), eqn.out.aval.shape)
+    return ctx.fit(ctx.where(zero, number(0.0), bound), eqn.out.aval.shape)
 
 
 def _reciprocal(ctx, eqn, bounds):

@@ -127,3 +127,28 @@ def test_numpy_tanh_is_exactly_one_beyond_the_stated_saturation(dtype):
     values = values[values >= threshold]
     assert np.all(np.tanh(values) == 1.0)
     assert np.all(np.tanh(-values) == -1.0)
+
+
+def dropout_relu_backward(X, W, b, D, Y, keep_prob):
+    """deeplearning.ai's dropout backward: ``A > 0`` on a relu whose zeros were masked and
+    scaled, and ``np.nansum`` of cross-entropy terms that are 0 where the label is."""
+    A = np.maximum(0, W @ X + b) * D / keep_prob
+    probs = 1 / (1 + np.exp(-A.sum(axis=0, keepdims=True)))
+    cost = np.nansum(np.multiply(-np.log(probs), Y) + np.multiply(-np.log(1 - probs), 1 - Y))
+    return cost, np.int64(A > 0) * D
+
+
+def test_products_and_quotients_of_exact_zeros_are_exact():
+    """0 * y and 0 / y are 0 on both sides (y finite, and not tiny for a divisor): relu and
+    dropout zeros compared with 0 decide in compiled code instead of taking a margin exit at
+    every call (they did before, so the step never ran compiled)."""
+    from real_model_checks import all_compiled, run_calls
+
+    r = np.random.default_rng(8)
+
+    def make(n):
+        return (r.standard_normal((4, n)), r.standard_normal((5, 4)), r.standard_normal((5, 1)),
+                (r.random((5, n)) < 0.8).astype(float), (r.random((1, n)) > 0.5) * 1.0, 0.8)
+
+    f = run_calls(dropout_relu_backward, [make(16), make(16), make(29)], repeats=1)
+    assert all_compiled(f, 3), f.explain()

@@ -35,6 +35,8 @@ True
 
 from __future__ import annotations
 
+import numpy as np
+
 from .dims import DimExpr, SymInt, decide_by_bounds, expr_of
 from .errors import TraceSignal
 from .ir import ShapeGuard
@@ -217,4 +219,21 @@ def read_at_index(container, key):
     if isinstance(key, SymInt) and type(container) in (list, tuple, dict, str):
         key = key.context.specialize(key, f"a Python {type(container).__name__} read at "
                                           "it (pass an array to read it at the index)")
+    if isinstance(container, _INDEX_CONCATENATORS):
+        # np.r_[0:i]: NumPy's arange of a SymInt is an array of objects; the trips differ
+        # in length anyway, so the index is specialized (the loop unrolls, with the reason)
+        key = _specialized_slices(key)
     return container[key]
+
+
+_INDEX_CONCATENATORS = (type(np.r_), type(np.c_))
+
+
+def _specialized_slices(key):
+    if isinstance(key, tuple):
+        return tuple(_specialized_slices(part) for part in key)
+    if isinstance(key, slice):
+        return slice(*(_specialized_slices(part) for part in (key.start, key.stop, key.step)))
+    if isinstance(key, SymInt):
+        return key.context.specialize(key, "np.r_ or np.c_ read at it (write np.arange)")
+    return key

@@ -6,9 +6,11 @@ eagerly and through ``jit`` on copies of the same arguments: STFT framing by
 scheme of Barba's "12 steps to Navier-Stokes" and textbook heat solvers: a few unrolled
 time steps over ``u[1:-1, 1:-1]`` and its four shifted slices); the CTC forward variable in
 log space (Graves 2006; the NumPy CTC gists and awni/speech's ``ctc.py``: a table started at
-``-inf`` and filled by ``np.logaddexp`` of shifted rows); graph convolutions (Kipf's pygcn
-``normalize``: ``np.power(rowsum, -1)`` with ``r_inv[np.isinf(r_inv)] = 0.`` for empty rows;
-a GCN layer over ``D^-1/2 (A + I) D^-1/2``; message passing by ``np.add.at``); n-body and
+``-inf`` and filled by ``np.logaddexp`` of shifted rows); t-SNE's per-row conditional
+probabilities (van der Maaten's ``tsne.py``: ``np.r_`` index lists in a row loop); graph
+convolutions (Kipf's pygcn ``normalize``: ``np.power(rowsum, -1)`` with
+``r_inv[np.isinf(r_inv)] = 0.`` for empty rows; a GCN layer over ``D^-1/2 (A + I) D^-1/2``;
+message passing by ``np.add.at``); n-body and
 pairwise-distance code that zeroes self-interactions with ``np.fill_diagonal``.
 
 Fixed while this round ran (their tests are regressions): a stride taken by subscript,
@@ -26,7 +28,35 @@ encountered in subtract' on the traced call, which NumPy does not, and under
 tracing'): the composite took ``x - y`` of equal infinities; now of operands zeroed where
 they are equal (``tracer/ufuncs.spread_of``). ``np.fill_diagonal`` was not traced (every
 n-body step ran eagerly); it is now a ``where`` over the grid's diagonal written in place
-(``tracer/diagonals.fill_diagonal``).
+(``tracer/diagonals.fill_diagonal``). van der Maaten's ``x2p`` row without its own entry,
+``D[i, np.concatenate((np.r_[0:i], np.r_[i + 1:n]))]``, was an internal error once ``n`` was
+dynamic: ``np.r_`` of a loop index made an object array (``tracer/loop_index``).
+
+Findings (strict xfails, see docs/sharp_bits.md): a CTC table in log space runs eagerly on
+every call (guard margin on logaddexp's ``x == y`` select, continuous for finite values),
+and so does pygcn's ``normalize`` on features with an empty row (``np.isinf`` of
+``np.power(0.0, -1)``: the margin rules bound a power by ulps of its infinite result).
+Not fixed and not tested here (slow, correct): a ``while`` loop whose condition depends on
+data unrolls into a guard per trip, so t-SNE's per-row binary search for beta (a tolerance
+exit and a 50-try cap) compiled 761 kernels at n = 5 (about 40 s per compile on the loaded
+machine), and an adaptive RK45 loop over 0.3 s of time 43 s, then took a guard-margin exit
+on every call (``t < t_end`` with ``t`` arriving at ``t_end``). Eager with a clear reason
+(``explain()`` names the call): ``np.fft.*``, ``np.linalg.inv``/``solve``/``cholesky``
+(Kalman filters, Gaussian processes), ``np.histogram``/``np.bincount`` (histogram
+equalization, degree counts), ``np.arctan2`` (Sobel orientation), and Karpathy's Pong
+``prepro``, which writes into a slice of its uint8 argument.
+
+Probed and agreed with NumPy (not kept as tests): DTW (full table, a Sakoe-Chiba window,
+the path by ``argmin`` over ties), Needleman-Wunsch with its traceback, Levenshtein over
+strings and arrays, Karpathy's ``discount_rewards`` (reset at nonzero rewards, NaN, float32,
+empty) and his episode update with an RMSProp cache dict, matrix factorization by SGD over
+(user, item, rating) triples with repeated users, hand-written Cholesky and triangular
+solves, a GP posterior over them, RK4, Euler over ``while t < T`` (the extra step of
+0.1 * 10 < 1), a Lorenz system, Game of Life by ``np.roll`` (int and bool), Sobel/Gaussian
+filters by slices, ``sliding_window_view`` and ``einsum``, a DFT-matrix STFT, histogram
+equalization by ``np.add.at`` counts, a t-SNE gradient step with gains and momentum on
+symmetric layouts (float32 too: the ties go to NumPy by guard margin), GAT attention with
+``-inf`` masks and isolated nodes, and ``np.logaddexp`` of every pair of infinities.
 """
 
 import warnings
@@ -298,3 +328,27 @@ def test_nbody_and_fill_diagonal_compile():
     assert all_compiled(g, 8), g.explain()
     h = run_calls(fill_self_distances, [(rng.random((4, 4)).astype(np.float32), -1.5)], **F32)
     assert all_compiled(h, 2), h.explain()
+
+
+# --- t-SNE (van der Maaten's tsne.py): each row's distances to the others ---------------------
+def conditional_rows(distances, beta=1.0):
+    """x2p's row without its own entry: ``D[i, np.concatenate((np.r_[0:i], np.r_[i+1:n]))]``,
+    a Gaussian over the others, written back at the same columns."""
+    n = distances.shape[0]
+    P = np.zeros((n, n))
+    for i in range(n):
+        others = np.concatenate((np.r_[0:i], np.r_[i + 1:n]))
+        row = np.exp(-distances[i, others] * beta)
+        P[i, others] = row / np.sum(row)
+    return P
+
+
+def test_tsne_rows_without_their_own_entry_compile():
+    """Before the fix the second size (a dynamic n, the row loop tried for capture) failed
+    inside tracejit: ``np.r_[0:i]`` of the loop index was NumPy's arange over an object, an
+    object array of indices (an internal error, eager on every call). Now the index is
+    specialized there and the loop unrolls, with the reason in explain()."""
+    rng = np.random.default_rng(22)
+    f = run_calls(conditional_rows, [(rng.random((5, 5)),), (rng.random((7, 7)),)], **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()

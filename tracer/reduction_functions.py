@@ -91,7 +91,9 @@ def _extreme(prim, combine, a, axis, keepdims, initial, where):
     if where is not True:
         a = _select(where, a, initial)
     if size_of(shape_of(a)[i] for i in normalize_axes(axis, ndim_of(a))) == 0:
-        return _reduce(ops.sum_p, a, axis, keepdims) * 0 + initial  # the empty reduction
+        # the empty reduction: initial in a's dtype (the sum's accumulator widens int32
+        # and bool to int64)
+        return cast(_reduce(ops.sum_p, a, axis, keepdims) * 0, dtype_of(a)) + initial
     return combine(_reduce(prim, a, axis, keepdims), initial)
 
 

@@ -227,3 +227,18 @@ def test_axis_out_of_bounds_is_numpys_error():
     g = run_calls(sum_of_a_dot_over_its_last_axis, [(np.ones((2, 3)), np.ones((3, 4)))],
                   repeats=3)
     no_internal_errors(g)
+
+
+# --- max/min with initial of an empty array keep its dtype --------------------------------
+def extremes_with_initial(x):
+    return (np.max(x, axis=0, initial=-3), np.min(x, initial=7),
+            np.max(x, axis=None, where=x > 0, initial=-100))
+
+
+def test_empty_max_with_initial_keeps_the_dtype():
+    """Of an empty int32 or bool array, ``np.max(x, initial=-3)`` came back int64 (the
+    empty reduction was a sum, whose accumulator widens) where NumPy gives int32 or bool."""
+    empty = [(np.zeros((0, 3), np.int32),), (np.zeros((0, 3), bool),),
+             (np.zeros((0, 3), np.float32),)]
+    run_calls(extremes_with_initial, empty + [(np.arange(-4, 2, dtype=np.int32).reshape(2, 3),)],
+              repeats=2)

@@ -733,6 +733,18 @@ class Hooks:
             # dW[ids] += g into np.zeros: read through the traced copy the write makes,
             # not NumPy's indexing (which would read the traced position as a number)
             container = self._traced_copy(container)
+        if not outside and type(container) in (dict, list) and type(
+                container[index]) is np.ndarray:
+            # d["a"] += v, views[0] += v on a NumPy array a dict or list made here holds
+            # (buf[0], np.zeros(3)): NumPy updates that array in place, every other name
+            # for it and its base see it, and the same object is stored back
+            target = container[index]
+            if self.context.replaced and (stand_in := self._replacement(target)) is not None:
+                target = stand_in  # its memory was written with traced values before
+                updated = getattr(operator, "i" + operation.rstrip("_"))(target, value)
+            else:
+                updated = self.inplace(target, value, operation)
+            return self.set_item(container, index, updated, outside)
         if (isinstance(container, (dict, list)) or is_in_loop(container)) and is_traced(
             container[index]
         ) and isinstance(container[index].value, np.ndarray):

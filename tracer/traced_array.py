@@ -93,8 +93,9 @@ class Tracer(ArrayMethods):
         self.ir_var = var
         self.raw_value = value
         self.shape = shape
-        # NumPy aliasing: ``base`` (a weakref) when this is a view of another tracer,
-        # ``views`` (a WeakSet) of the views of this one that are still alive.
+        # NumPy aliasing: ``base`` (a weakref; ``view_writes.KeptRoot`` for a view with
+        # steps, which keeps its root alive as NumPy's does) when this is a view of another
+        # tracer, ``views`` (a WeakSet) of the views of this one that are still alive.
         self.base = None
         self.views = None
         # ``region``: for a view, the part of its base it shows ((low, high) per base axis,

@@ -63,7 +63,7 @@ from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
-from .view_writes import steps_of
+from .view_writes import KeptRoot, steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
 _VIEW_PRIMITIVES = {"reshape", "transpose", "slice", "flip"}
@@ -311,8 +311,9 @@ class TracingContext(ShapeFacts, OutsideInputs):
             source = args[0]
             root = source.base() if source.base is not None else None
             root = source if root is None else root
-            result.base = weakref.ref(root)
             result.steps = steps_of(source, root, prim, params)  # a write through it: root's
+            # a followable view keeps its root alive (its siblings must see its writes)
+            result.base = weakref.ref(root) if result.steps is None else KeptRoot(root)
             result.readonly = source.readonly  # a view of np.broadcast_to's result
             if prim.name == "slice" and root is source:  # the part of the base it shows
                 result.region = tuple(zip(params["starts"], params["limits"]))

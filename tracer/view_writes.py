@@ -34,6 +34,29 @@ from . import ops
 from .indexing import apart, setitem
 
 
+class KeptRoot:
+    """A followable view's reference to its root, called as the weak reference it replaces
+    (``view.base()``), that keeps the root alive as a NumPy view's ``.base`` does: with
+    ``a = buf[1]; b = buf[1, 1:]; buf = buf * 2``, a write through ``a`` must still reach
+    ``b`` through the old ``buf``, which no name holds any more.
+
+    >>> class Root: pass
+    >>> root = Root()
+    >>> kept = KeptRoot(root)
+    >>> del root
+    >>> type(kept()).__name__
+    'Root'
+    """
+
+    __slots__ = ("root",)
+
+    def __init__(self, root):
+        self.root = root
+
+    def __call__(self):
+        return self.root
+
+
 def steps_of(source, root, prim, params):
     """The steps reading ``prim(source, **params)`` from ``root``, or None when a write
     through it cannot be followed (``source`` has unknown steps; a reshape that moves

@@ -53,7 +53,10 @@ class Misses:
 
     # --- misses: trace and compile ----------------------------------------------------
     def _miss(self, args, kwargs):
-        leaves, _ = pytree.flatten((args, kwargs))
+        try:
+            leaves, _ = pytree.flatten((args, kwargs))
+        except RecursionError:  # a list that contains itself, or nests past the stack
+            return self._run_eager(args, kwargs, "arguments nested too deeply")
         if _overlapping(leaves):  # f(a, a): a trace would see two arrays (x is y, writes)
             return self._run_eager(args, kwargs, "arguments share memory")
         signature = _signature(leaves)

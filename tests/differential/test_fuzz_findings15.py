@@ -242,3 +242,22 @@ def test_empty_max_with_initial_keeps_the_dtype():
              (np.zeros((0, 3), np.float32),)]
     run_calls(extremes_with_initial, empty + [(np.arange(-4, 2, dtype=np.int32).reshape(2, 3),)],
               repeats=2)
+
+
+# --- hostile: an argument that contains itself ---------------------------------------------
+def ignores_its_first_argument(tree, x):
+    return x * 2
+
+
+def test_an_argument_that_contains_itself_runs_eagerly():
+    """``l = []; l.append(l)`` (or a list nested 3000 deep) as an argument: flattening the
+    arguments recursed until RecursionError, an internal traceback where NumPy runs."""
+    cyclic = []
+    cyclic.append(cyclic)
+    deep = np.ones(2)
+    for _ in range(3000):
+        deep = [deep]
+    f = jitted(ignores_its_first_argument)
+    for tree in (cyclic, deep, cyclic):
+        np.testing.assert_array_equal(f(tree, np.ones(2)), np.full(2, 2.0))
+    assert f.stats()["eager_calls"] == {"arguments nested too deeply": 3}, f.stats()

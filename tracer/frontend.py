@@ -697,8 +697,9 @@ class Hooks:
     # assignments ---------------------------------------------------------------------
     @calls_for_the_user  # d[n] = v with n a dim: stored under the hash d[n] finds
     def set_item(self, container, index, value, outside):
-        if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
-            container = self.context.replaced[id(container)]
+        # a NumPy buffer this trace wrote into, itself or through a view of its base (row =
+        # buf[0]; row += x, then buf[1] = 1.0): its traced copy, not the memory left behind
+        container = self.local(container)
         if is_traced(container):
             container[index] = value
             return container
@@ -726,8 +727,7 @@ class Hooks:
     def update_item(self, container, index, value, operation, outside):
         # a[i] += v is a[i] = a[i] + v (``a[i]`` is a view: updating it in place would not
         # reach ``a`` under tracing).
-        if isinstance(container, np.ndarray) and id(container) in self.context.replaced:
-            container = self.context.replaced[id(container)]
+        container = self.local(container)  # a buffer written before: its copy (set_item)
         if (isinstance(container, np.ndarray) and _traced_index(index) and not outside
                 and id(container) not in self.context.implicit_candidates):
             # dW[ids] += g into np.zeros: read through the traced copy the write makes,
@@ -773,6 +773,7 @@ class Hooks:
         if isinstance(target, np.ndarray) and (
                 refusal := entry_refusal(self.context, target)) is not None:
             raise refusal  # prev = hs[-1] in a captured loop (an array), then prev *= 0.5
+        target = self.local(target)  # row += x, then buf *= 2: buf's traced copy
         if isinstance(target, np.ndarray) and is_traced(value):
             # NumPy writes into ``target``'s buffer: the result must fit its shape and cast
             # "same_kind" to its dtype (else NumPy's error), and every other name for the

@@ -9,6 +9,11 @@ arguments afterwards agree), every call after the first compiled.
   ``Hooks.update_item``): ``views[0] += x`` or ``d["a"] += 1.0`` on a NumPy array a list
   or dict made in the function holds stored a new array in the container, where NumPy
   updates that array in place (its base and every other name for it see the write).
+* 9f1e4c4: after ``row = buf[0]; row += x`` into a NumPy buffer made in the function, a
+  plain NumPy write through another name (``buf *= 2``, ``buf[1] = 7.0``, ``other[0] =
+  1.0`` with ``other = buf[1]``) went into the NumPy memory the trace no longer reads
+  (``Hooks.inplace``/``set_item``/``update_item`` looked up the buffer's traced copy by its
+  own id only), so the result lacked it.
 * Strict xfails: results NumPy returns as distinct arrays that compiled code returns as
   one object (``return x * 2, x * 2``), and appends of an argument's view, which eager
   appends as a view of the caller's array (4f4cafc).
@@ -68,6 +73,23 @@ def dict_of_arrays(x):
 @pytest.mark.parametrize("model", [list_of_views, dict_of_arrays])
 def test_inplace_operator_on_a_numpy_array_a_list_or_dict_holds(model):
     f = run_calls(model, [(rng_for(seed).standard_normal(4),) for seed in (1, 2)])
+    assert all_compiled(f, 4), f.explain()
+
+
+def plain_writes_after_a_traced_one(x):
+    buf = np.zeros((2, 3))
+    other = buf[1]
+    row = buf[0]
+    row += x                 # buf is traced from here on
+    buf *= 2.0               # plain NumPy operands: into the traced buf too
+    buf[1, 0] += 1.0
+    other[1:] = 7.0
+    return buf, row * 1.0
+
+
+def test_plain_writes_after_a_traced_write_through_a_view():
+    f = run_calls(plain_writes_after_a_traced_one,
+                  [(rng_for(seed).standard_normal(3),) for seed in (1, 2)])
     assert all_compiled(f, 4), f.explain()
 
 

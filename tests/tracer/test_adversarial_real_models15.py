@@ -32,10 +32,10 @@ n-body step ran eagerly); it is now a ``where`` over the grid's diagonal written
 ``D[i, np.concatenate((np.r_[0:i], np.r_[i + 1:n]))]``, was an internal error once ``n`` was
 dynamic: ``np.r_`` of a loop index made an object array (``tracer/loop_index``).
 
-Findings (strict xfails, see docs/sharp_bits.md): a CTC table in log space runs eagerly on
-every call (guard margin on logaddexp's ``x == y`` select, continuous for finite values),
-and so does pygcn's ``normalize`` on features with an empty row (``np.isinf`` of
-``np.power(0.0, -1)``: the margin rules bound a power by ulps of its infinite result).
+Findings (strict xfail, see docs/sharp_bits.md): a CTC table in log space runs eagerly on
+every call (guard margin on logaddexp's ``x == y`` select, continuous for finite values).
+pygcn's ``normalize`` on features with an empty row did too (``np.isinf`` of
+``np.power(0.0, -1)``), fixed during the round in margin_rules (0dc9550).
 Not fixed and not tested here (slow, correct): a ``while`` loop whose condition depends on
 data unrolls into a guard per trip, so t-SNE's per-row binary search for beta (a tolerance
 exit and a 50-try cap) compiled 761 kernels at n = 5 (about 40 s per compile on the loaded

@@ -491,6 +491,14 @@ class BoundJitFunction:
     def __tracejit_inline__(self):
         return types.MethodType(self.function.fn, self.instance)
 
+    @property
+    def __signature__(self):
+        """A bound method's: without ``self`` (``inspect.signature(obj.step).bind(x)``),
+        where ``__wrapped__`` alone would give the method's."""
+        import inspect
+
+        return inspect.signature(types.MethodType(self.function.fn, self.instance))
+
     def __reduce__(self):
         return BoundJitFunction, (self.function, self.instance)
 

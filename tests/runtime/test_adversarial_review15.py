@@ -117,9 +117,13 @@ def _product_of_two_views(X):
 
 @pytest.mark.xfail(strict=True, reason=(
     "the program materializes Y.T (a pointwise transpose kernel) and calls sgemm with B not "
-    "transposed; NumPy passes Y to sgemm transposed, which sums in another order"))
+    "transposed; NumPy passes Y to sgemm transposed, which SkylakeX's kernels sum in "
+    "another order"))
 def test_a_float32_product_a_decision_reads_has_numpys_bits_with_a_materialized_operand():
     X = np.random.default_rng(15).standard_normal((40, 64)).astype(np.float32)
+    A, Y = X[:30, :32], X.reshape(80, 32)[:30]
+    if np.array_equal(A @ Y.T, A @ np.ascontiguousarray(Y.T)):
+        pytest.skip("this OpenBLAS core sums B and B transposed alike here (Haswell does)")
     compiled = tj.jit(_product_of_two_views, cache="memory")
     for _ in range(3):
         product, mask = compiled(X)

@@ -161,7 +161,7 @@ class ArrayMethods:
         return bind(ops.neg_p, self)
 
     def __pos__(self):
-        return numpy_api.UFUNC_COMPOSITES[np.positive](self)
+        return np.positive(self)  # as a ufunc call: +x.sum() is a NumPy scalar, as eager's
 
     def __abs__(self):
         return bind(ops.abs_p, self)

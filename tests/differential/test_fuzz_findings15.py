@@ -261,3 +261,14 @@ def test_an_argument_that_contains_itself_runs_eagerly():
     for tree in (cyclic, deep, cyclic):
         np.testing.assert_array_equal(f(tree, np.ones(2)), np.full(2, 2.0))
     assert f.stats()["eager_calls"] == {"arguments nested too deeply": 3}, f.stats()
+
+
+def positive_of_scalars(x, labels):
+    return +x.sum(), +x[0], +(labels @ labels), np.positive(x.max())
+
+
+def test_positive_of_a_numpy_scalar_is_a_numpy_scalar():
+    """``+x.sum()`` and ``+(y @ y)`` came back as 0-d arrays: ``__pos__`` called the
+    composite directly, past the ufunc call that keeps NumPy scalars scalars."""
+    run_calls(positive_of_scalars, [(np.arange(3.0), np.arange(4, dtype=np.int32))],
+              repeats=3)

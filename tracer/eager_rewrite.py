@@ -84,6 +84,9 @@ class EagerHooks:
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
 
+    def selects(self, condition):  # if x[i] == m: d[i] = g runs as written (if_selects)
+        return False
+
     def caught(self):
         pass  # eager: the handler sees what NumPy raised
 

@@ -28,6 +28,7 @@ import textwrap
 import types
 
 from .errors import TraceError
+from .if_selects import expand_if_selects
 from .loop_attributes import hoist_attributes
 from .loop_frontend import _range_call, rewrite_for
 from .loop_sequences import expand_sequence_loops
@@ -580,6 +581,7 @@ def rewrite_tree(function):
     """The rewritten ``FunctionDef`` of ``function`` and its original source."""
     node, source = _function_node(function)
     node = expand_sequence_loops(node)  # for xt in x: by index when x is traced
+    node = expand_if_selects(node)  # if x[i] == m: d[i] = g: a select when x is traced
     scope = _Scope(node)
     for name, (kind, line) in scope.declared.items():
         if name in scope.assigned:

@@ -170,8 +170,9 @@ class JitFunction(Misses):
 
     @property
     def compiled_calls(self):
-        """Calls that ran compiled code (the sum over the variants' paths)."""
-        return sum(variant.calls for variant in self._variants)
+        """Calls that ran compiled code (the sum over the variants' paths, and those of
+        variants dropped since: ``_dropped_calls``)."""
+        return self._dropped_calls + sum(variant.calls for variant in self._variants)
 
     # --- calls ------------------------------------------------------------------------
     def __call__(self, /, *args, **kwargs):  # /: a keyword named self is the model's
@@ -287,7 +288,7 @@ class JitFunction(Misses):
             except codegen.SideExit as taken:
                 exit = None
                 if taken.code == codegen.LOOP_GUARD_FAILED:
-                    return self._run_eager(args, kwargs, "a guard in a loop body failed")
+                    return self._loop_guard_exit(variant, args, kwargs)
                 if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
                 child = path.children.get(taken.guard_index)

@@ -76,7 +76,9 @@ class Misses:
             if not sibling and not self._room():
                 self._warn_limit(self._why_missed(leaves))
                 return self._run_eager(args, kwargs, "variant limit")
-            variant = self._load_from_disk(leaves, args, kwargs)
+            # (a stored variant's loops are captured ones: not once they proved unfit)
+            variant = None if self._loops_unrolled else self._load_from_disk(leaves, args,
+                                                                             kwargs)
             if variant is not None:
                 inputs = variant.guard(args, kwargs)
                 if inputs is not None:
@@ -122,7 +124,8 @@ class Misses:
                     traced = trace_with_gradients(
                         self.fn, *args, dynamic=dynamic, name=self.__name__,
                         grad=is_grad_enabled(), lazy=lazy,
-                        capture_loops=self.options.loops == "capture", check_decisions=True,
+                        capture_loops=self.options.loops == "capture" and not (
+                            self._loops_unrolled), check_decisions=True,
                         call_kwargs=kwargs)
                     break
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
@@ -257,6 +260,35 @@ class Misses:
                    is not None for variant in self._variants)
 
     # --- side exits and the trace tree ------------------------------------------------
+    # Set once guards in captured loops' bodies kept failing: the function's loops are
+    # traced unrolled from then on (``_loop_guard_exit``).
+    _loops_unrolled = False
+    _dropped_calls = 0  # compiled calls of variants dropped (stats keep counting them)
+
+    def _loop_guard_exit(self, variant, args, kwargs):
+        """A guard in a captured loop's body failed: a trip decided otherwise than the trips
+        the loop was traced on (a max pool's ``if`` on each window's data). After
+        ``hot_exit`` such exits of a variant the function's loops are traced unrolled from
+        then on, where each trip's guards are ordinary guards whose other paths compile as
+        they keep failing, and the variant goes (the next call traces anew)."""
+        with self._lock:
+            variant.loop_exits += 1
+            if (variant.loop_exits >= self.options.hot_exit and not self._loops_unrolled
+                    and self.options.loops == "capture"):
+                self._loops_unrolled = True
+                self._drop_variant(variant)
+                log_recompiles.info("%s: guards in loop bodies kept failing; its loops are "
+                                    "traced unrolled from now on", self.__qualname__)
+        return self._run_eager(args, kwargs, "a guard in a loop body failed")
+
+    def _drop_variant(self, variant):
+        """Forget ``variant`` (and its hit path: ``_entries`` pairs with ``_variants``)."""
+        self._dropped_calls += variant.calls
+        kept = [i for i, known in enumerate(self._variants) if known is not variant]
+        if len(self._entries) == len(self._variants):
+            self._entries = tuple(self._entries[i] for i in kept)
+        self._variants = tuple(self._variants[i] for i in kept)
+
     def _side_exit(self, variant, path, guard_index, args, kwargs):
         guard = path.guards[guard_index]
         if guard.convert == "margin":

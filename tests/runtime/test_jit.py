@@ -1079,3 +1079,27 @@ def test_keyword_arguments_named_like_trace_options_are_the_functions():
         np.testing.assert_allclose(f(x, **options),
                                    takes_keywords_named_like_trace_options(x, **options))
     assert f.stats()["compiled_calls"] >= 2 and not f.stats()["eager_calls"]
+
+
+def signed_sum(x):
+    s = 0.0
+    for t in range(x.shape[0]):
+        if x[t] > 0:  # data decides per trip: a guard in the captured loop's body
+            s = s + x[t]
+        else:
+            s = s - 1.0
+    return s
+
+
+def test_a_loop_whose_body_guard_keeps_failing_is_traced_unrolled_then():
+    """Traced on all-positive rows, the loop is captured with its ``if`` taken at every
+    trip; rows with negatives failed that guard inside the loop on every call, so they
+    ran eagerly for ever. After ``hot_exit`` such exits the loops are traced unrolled and
+    the calls compile (misses._loop_guard_exit); stats keep the dropped variant's calls."""
+    f = jit(signed_sum, cache="memory", dynamic=True)
+    first, mixed = np.arange(1.0, 8.0), np.array([1.0, 2.0, 3.0, -1.0, -2.0, 4.0, 5.0])
+    for x in [first, first] + [mixed] * 5:
+        assert f(x) == signed_sum(x)
+    stats = f.stats()
+    assert stats["eager_calls"] == {"a guard in a loop body failed": 2}, f.explain()
+    assert stats["compiled_calls"] >= 3, f.explain()

@@ -21,12 +21,15 @@ disk calls only ``load``: no LLVM optimization runs.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import hashlib
 import itertools
 import logging
 import os
 import struct
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -218,7 +221,40 @@ def _inline_vector_variants(module, pass_builder):
         _free_pass_manager(passes)
 
 
+# Modules this process compiled, by their IR text: a function called at sizes in several
+# buckets, or with static arguments that change nothing the kernels compute, often lowers
+# to a module already compiled (in the test suite, 22-53% of compile_module calls in a
+# file). The same text gives the same object code, so LLVM is not run again. Bounded
+# (least recently used out first), so dropped functions do not keep memory forever.
+_COMPILED = OrderedDict()  # sha256 of (opt_level, parts, IR text) -> CompiledModule
+_COMPILED_LIMIT_BYTES = 64 << 20
+_compiled_bytes = 0
+_compiled_lock = threading.Lock()
+
+
 def compile_module(ir_text, opt_level=3):
+    """``_compile_module`` once per IR text and optimization level (see ``_COMPILED``)."""
+    global _compiled_bytes
+    threads = 1 if _one_thread.__dict__ else COMPILE_THREADS  # how it is cut into parts
+    key = hashlib.sha256(f"{opt_level}\0{threads}\0{ir_text}".encode()).digest()
+    with _compiled_lock:
+        compiled = _COMPILED.get(key)
+        if compiled is not None:
+            _COMPILED.move_to_end(key)
+            return dataclasses.replace(compiled, seconds=0.0)
+    compiled = _compile_module(ir_text, opt_level)
+    size = len(compiled.llvm_ir) + len(compiled.object_code)
+    with _compiled_lock:
+        if key not in _COMPILED and size <= _COMPILED_LIMIT_BYTES:
+            _COMPILED[key] = compiled
+            _compiled_bytes += size
+            while _compiled_bytes > _COMPILED_LIMIT_BYTES:
+                _, dropped = _COMPILED.popitem(last=False)
+                _compiled_bytes -= len(dropped.llvm_ir) + len(dropped.object_code)
+    return compiled
+
+
+def _compile_module(ir_text, opt_level=3):
     """Parse, verify, optimize (new pass manager, loop and SLP vectorization on) and emit
     object code for the host. A module of several kernels is cut into parts
     (``module_split``) compiled at the same time, one on a helper thread, each in a

@@ -828,14 +828,20 @@ def _any_all(ctx, eqn, bounds):
 
 
 def _matmul(ctx, eqn, bounds):
-    if all(bound is None for bound in bounds):
+    cheap = getattr(ctx, "cheap", False)
+    if cheap and all(bound is None for bound in bounds):
         if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32):
             # Exact operands, NumPy's bits: a float32 product that a decision (so this
             # check) reads is computed by the BLAS calls NumPy's matmul makes
             # (codegen/numpy_products.py). (float64 products keep their bound: the own
-            # GEMM and fused epilogues compute them.)
+            # GEMM and fused epilogues compute them.) Only in the cheap checks (masks,
+            # argmax, loop bodies), which had no bound for it before: an ``if``'s margin
+            # keeps the product's bound, since not every float32 matmul is NumPy's
+            # matmul - cumsum is traced as a product with a triangle of ones, einsum as
+            # a matmul, TRACEJIT_GEMM=own computes them all - and an ``if`` on those
+            # took the other branch than NumPy with no margin (review 15).
             return None
-    if getattr(ctx, "cheap", False):
+    if cheap:
         a, b = eqn.inputs
         row_axis = (len(a.aval.shape) - 1,)
         column_axis = (max(len(b.aval.shape) - 2, 0),)

@@ -80,12 +80,6 @@ def test_compiled_values_are_within_the_bound_of_numpys(name, dtype):
     output = graph.outputs[0]
     slice_ = _Slice(graph)
     bound = slice_.bound(output)
-    if name == "dot" and dtype == np.float32:
-        # A float32 product of exact operands is NumPy's bits wherever a decision reads it
-        # (codegen/numpy_products.py calls NumPy's BLAS routine, 7df6221): no bound. This
-        # graph has no decision, so its product may take the own GEMM: nothing to compare.
-        assert bound is None
-        return
     assert bound is not None
     bounded = graph.__class__(graph.name, graph.inputs, graph.constants,
                               graph.body + tuple(slice_.emitter.pending), graph.outputs,

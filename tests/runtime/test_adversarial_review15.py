@@ -9,6 +9,9 @@
 * Float32 products a decision reads (7df6221, ``codegen/numpy_products.py``): a
   transposed operand the program materializes is no longer passed to ``sgemm`` as
   transposed, so the product is not NumPy's bits (strict xfail).
+* ...and its margin rule (7df6221) bounded every float32 matmul of exact operands as
+  exact, so an ``if`` on a float32 cumsum or einsum (traced as matmuls NumPy does not
+  compute by matmul) had no margin and took the other branch near its threshold.
 * Outside list appends (4f4cafc): a function appending an array to a module-level list
   is never a disk hit (strict xfail).
 """
@@ -130,6 +133,37 @@ def test_a_float32_product_a_decision_reads_has_numpys_bits_with_a_materialized_
         want_product, want_mask = _product_of_two_views(X)
         np.testing.assert_array_equal(mask, want_mask)
         np.testing.assert_array_equal(product, want_product)
+
+
+def _branch_on(contraction):
+    def branch(x, w, threshold):
+        product = contraction(x, w)
+        if product[0, -1] > threshold:
+            return product * 2
+        return product * 0
+    return branch
+
+
+@pytest.mark.parametrize("name, contraction", [
+    ("cumsum", lambda x, w: np.cumsum(x, axis=1)),  # traced as x @ a triangle of ones
+    ("einsum", lambda x, w: np.einsum("ij,jk->ik", x, w)),  # NumPy's own loops
+])
+def test_an_if_on_a_float32_contraction_numpy_does_not_compute_by_matmul(name, contraction):
+    """7df6221 bounded every float32 matmul of exact operands as exact (NumPy's bits from
+    its BLAS call), also where the trace's matmul stands for cumsum or einsum: the ``if``
+    had no margin and, at a threshold one ulp from NumPy's value, took the other branch
+    (cumsum 24 of 120 calls, einsum 74 of 120). The ``if``'s margin keeps the bound."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    branch = _branch_on(contraction)
+    for _ in range(4):
+        x = rng.standard_normal((5, 247)).astype(np.float32)
+        w = rng.standard_normal((247, 8)).astype(np.float32)
+        value = contraction(x, w)[0, -1]
+        compiled = tj.jit(branch, cache="memory")
+        for threshold in (np.nextafter(value, -np.inf), value, np.nextafter(value, np.inf)):
+            for _call in range(2):  # the second call runs the compiled program
+                got = compiled(x, w, np.asarray(threshold))
+                np.testing.assert_array_equal(got, branch(x, w, np.asarray(threshold)))
 
 
 def _record(x):

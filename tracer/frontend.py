@@ -661,15 +661,6 @@ class Hooks:
     def select(self, condition, taken, kept):
         return np.where(condition, taken, kept)
 
-    def unselected(self, error, condition):
-        """A store of a selected ``if`` raised: the user's error in the branch NumPy runs,
-        else the trace stops (NumPy never ran that store)."""
-        reraise_if_it_stops_the_trace(error)
-        if bool(np.asarray(condition.value)):
-            raise error
-        raise trace_error(f"a store in the branch of an `if` NumPy skips here raised "
-                          f"{type(error).__name__} ({error}); the call runs eagerly")
-
     def caught(self):  # the first statement of every except block of the model
         error = sys.exc_info()[1]
         reraise_if_it_stops_the_trace(error)

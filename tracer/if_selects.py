@@ -13,10 +13,7 @@ stores): before the front end's rewrite, such an ``if`` becomes ::
 
     __tracejit_cond1 = <cond>
     if __tracejit__.selects(__tracejit_cond1):       # traced, 0-d, bool
-        try:
-            d_input[...] = __tracejit__.select(__tracejit_cond1, d_out[...], d_input[...])
-        except Exception as __tracejit_error1:        # NumPy would not have run it
-            __tracejit__.unselected(__tracejit_error1, __tracejit_cond1)
+        d_input[...] = __tracejit__.select(__tracejit_cond1, d_out[...], d_input[...])
     elif __tracejit_cond1:
         <the branch as written>
     else:
@@ -25,8 +22,9 @@ stores): before the front end's rewrite, such an ``if`` becomes ::
 Only branches of subscript stores (``x[...] = value``, one target, no calls, no
 comprehensions) qualify: their stores have no other effect, and evaluating a store of the
 branch NumPy skips changes nothing when the select keeps the old value. A store that
-raises where the condition is false (an index past the end) stops the trace
-(``unselected``): NumPy would not have run it.
+raises where the condition is false (an index past the end) raises out of the trace, and
+the call runs eagerly as a call that raised while traced does (NumPy then skips it). No
+``try`` guards it: a loop whose body holds one is not captured.
 """
 
 from __future__ import annotations
@@ -98,7 +96,6 @@ class _Expander:
     def expand(self, statement):
         self.count += 1
         cond = f"__tracejit_cond{self.count}"
-        error = f"__tracejit_error{self.count}"
 
         def name(context=ast.Load):
             return ast.Name(id=cond, ctx=context())
@@ -115,14 +112,10 @@ class _Expander:
 
         stores = [selected(item, True) for item in statement.body]
         stores += [selected(item, False) for item in statement.orelse]
-        handler = ast.ExceptHandler(
-            type=ast.Name(id="Exception", ctx=ast.Load()), name=error,
-            body=[ast.Expr(_hook("unselected", ast.Name(id=error, ctx=ast.Load()), name()))])
-        guarded = ast.Try(body=stores, handlers=[handler], orelse=[], finalbody=[])
         as_written = ast.If(test=name(), body=statement.body, orelse=statement.orelse)
         replacement = [
             ast.Assign(targets=[name(ast.Store)], value=statement.test),
-            ast.If(test=_hook("selects", name()), body=[guarded], orelse=[as_written]),
+            ast.If(test=_hook("selects", name()), body=stores, orelse=[as_written]),
         ]
         for node in replacement:
             ast.copy_location(node, statement)

@@ -31,10 +31,14 @@ Not checked (the difference from NumPy stays possible there):
 * reverse mode's own masks (``Graph.gradient_vars``: relu's ``h > 0``, max's winners): they
   pick a one-sided derivative at a kink, and in float32 a check on them would fail on
   every training step;
-* values downstream of a float32 matmul: the worst-case bound is ~K u32 of the magnitudes
-  after one layer and grows with each, so the check would fail on every call (a float32
-  classifier's ``argmax`` would always run eagerly); float32 sums, means and elementwise
-  math are checked;
+* values downstream of a float32 matmul of inexact operands: the worst-case bound is ~K
+  u32 of the magnitudes after one layer and grows with each, so the check would fail on
+  every call (a float32 classifier's ``argmax`` would always run eagerly); float32 sums,
+  means and elementwise math are checked. A float32 matmul of exact operands counts as
+  exact here, NumPy's bits (``codegen/numpy_products.py`` makes NumPy's BLAS call for a
+  product a decision reads), so values downstream of it are checked; where the trace's
+  matmul stands for a float32 ``cumsum`` (a product with a triangle of ones) or an
+  ``einsum``, NumPy sums in another order and a mask on it can still differ;
 * values downstream of a convolution: a check reading the product would keep its fused
   epilogue (bias, relu, masks) off the register tiles;
 * operands with no error model (float ``prod``; a loop's results unless the loop carries

@@ -52,14 +52,16 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     if weights is None:
         result = np.mean(a, axis, **keep)
         scale = None
+        each = 1
+        for dim in shape_of(result):
+            each = each * dim
+        if each == 0:  # NumPy divides a.size by the result's size even when not returned
+            raise as_numpy_would(ZeroDivisionError("division by zero"))
         if returned:
             count = ops.shape_of(a)
             size = 1
             for dim in count:
                 size = size * dim
-            each = 1
-            for dim in shape_of(result):
-                each = each * dim
             scale = np.dtype(dtype_of(result)).type(size / each)
     else:
         weights = as_array(weights)

@@ -272,3 +272,34 @@ def test_positive_of_a_numpy_scalar_is_a_numpy_scalar():
     composite directly, past the ufunc call that keeps NumPy scalars scalars."""
     run_calls(positive_of_scalars, [(np.arange(3.0), np.arange(4, dtype=np.int32))],
               repeats=3)
+
+
+# --- np.average with an empty result raises as NumPy does -----------------------------------
+def average_of_rows(x):
+    return np.average(x, axis=-1)
+
+
+def test_average_with_an_empty_result_raises():
+    """NumPy's average divides ``a.size`` by the result's size even when it does not return
+    it: ZeroDivisionError for a (0, 31) array averaged over its last axis. Compiled code
+    returned an empty array."""
+    run_calls(average_of_rows, [(np.ones((3, 31)),), (np.ones((0, 31)),), (np.ones((2, 0)),)],
+              repeats=2)
+
+
+# --- a float32 product that overflows inside a sum ---------------------------------------------
+def rows_times_weights(x, w):
+    out = np.zeros((x.shape[0], w.shape[1]), np.float32)
+    for t in range(x.shape[0]):
+        out[t] = x[t] @ w
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="fused multiply-add keeps -3.07 * 3e38 finite where "
+                   "NumPy's vector @ matrix rounds it to -inf first (inf + -inf: nan); NumPy's "
+                   "own matrix @ matrix of the same rows fuses too and gives inf "
+                   "(docs/sharp_bits.md)")
+def test_float32_product_overflowing_in_a_sum():
+    x = np.tile(np.array([[0.5, -np.inf, -3.0739403]], np.float32), (4, 1))
+    w = np.array([[1.0], [-3.8280475], [3.0e38]], np.float32)
+    run_calls(rows_times_weights, [(x, w)], repeats=2)

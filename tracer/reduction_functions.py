@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .errors import UnsupportedError
+from .errors import UnsupportedError, as_numpy_would
 from .primitives import bind
 from .shapes import normalize_axes, normalize_axis, size_of
 from .ufuncs import cast
@@ -121,6 +121,9 @@ def count_nonzero(a, axis=None, *, keepdims=False):
 
 def _arg_reduce(prim, a, axis, out, keepdims):
     no_out(prim.name, out)
+    reduced = shape_of(a) if axis is None else (shape_of(a)[normalize_axis(axis, ndim_of(a))],)
+    if size_of(reduced) == 0:  # NumPy raises; a program's argmax of nothing would give 0
+        raise as_numpy_would(ValueError(f"attempt to get {prim.name} of an empty sequence"))
     if axis is None:
         result = bind(prim, ops.reshape(a, (-1,)), axis=0, keepdims=False)
         return ops.reshape(result, (1,) * ndim_of(a)) if keepdims else result

@@ -303,3 +303,31 @@ def test_float32_product_overflowing_in_a_sum():
     x = np.tile(np.array([[0.5, -np.inf, -3.0739403]], np.float32), (4, 1))
     w = np.array([[1.0], [-3.8280475], [3.0e38]], np.float32)
     run_calls(rows_times_weights, [(x, w)], repeats=2)
+
+
+# --- argmax of an empty array raises, after a loop too ---------------------------------------
+def argmax_after_a_loop(x, w):
+    out = np.empty((x.shape[0], w.shape[1]))
+    h = np.zeros(w.shape[1])
+    for t in range(x.shape[0]):
+        h = np.maximum(x[t] @ w - h, 0)
+        out[t] = h
+    return int(np.argmax(out)), np.argmin(out, axis=0)
+
+
+def test_argmax_of_an_empty_array_raises():
+    """With ``w`` of 0 columns the loop's buffer is empty: NumPy raises 'attempt to get
+    argmax of an empty sequence'; the compiled program (the trace leaves a captured loop's
+    values to it) returned 0."""
+    arguments = [(np.ones((5, 3)), np.ones((3, 2))), (np.ones((17, 17)), np.ones((17, 0))),
+                 (np.ones((4, 3)), np.ones((3, 0)))]
+    run_calls(argmax_after_a_loop, arguments, repeats=2)
+
+
+def test_argmax_over_dynamic_lengths_compiles_once_per_bucket():
+    """The empty check does not pin the length: 5..8 share one bucket and one compile."""
+    f = jitted(lambda x: np.argmax(x, axis=-1), dynamic=True)
+    for length in (5, 6, 7, 8):
+        x = np.cos(np.arange(3.0 * length)).reshape(3, length)
+        np.testing.assert_array_equal(f(x), np.argmax(x, axis=-1))
+    assert f.stats()["compiles"] == 1, f.explain()

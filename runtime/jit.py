@@ -106,12 +106,17 @@ class JitFunction(Misses):
     """A function compiled by tracejit. Call it like the function; see ``stats()`` and
     ``explain()`` for what ran compiled and why anything ran eagerly."""
 
+    _binds = True  # (a shell being unpickled, before __init__)
+
     def __init__(self, fn, options):
         functools.update_wrapper(self, fn)
         _combine_dict(self)
         if not hasattr(self, "__qualname__"):  # a callable object: a layer with __call__
             self.__name__ = self.__qualname__ = type(fn).__qualname__
         self.fn = fn
+        # Binds to an instance as a class attribute only where Python would bind ``fn``: a
+        # function does, a ufunc, a partial or a callable object (a layer) does not.
+        self._binds = hasattr(type(fn), "__get__")
         self._variants = ()
         self._entries = ()  # the variants' hit paths (guards.compile_entry), in order
         self.options = options
@@ -144,7 +149,7 @@ class JitFunction(Misses):
         return self.fn
 
     def __get__(self, instance, owner):
-        if instance is None:
+        if instance is None or not self._binds:
             return self
         return BoundJitFunction(self, instance)
 

@@ -5,7 +5,9 @@
   generator, or as one of two results that are one array, are never written by later
   calls.
 * Bound jit methods (3d619cb): ``inspect.signature(obj.step)`` is a bound method's,
-  without ``self`` (it was the function's: ``.bind(x)`` raised "missing a required argument").
+  without ``self`` (it was the function's: ``.bind(x)`` raised "missing a required argument");
+  a jit ufunc or callable object as a class attribute is not bound to the instance (as
+  Python binds neither: it was, and raised TypeError).
 * Float32 products a decision reads (7df6221, ``codegen/numpy_products.py``): a
   transposed operand the program materializes is no longer passed to ``sgemm`` as
   transposed, so the product is not NumPy's bits (strict xfail).
@@ -109,6 +111,29 @@ def test_a_bound_jit_methods_signature_is_a_bound_methods():
     bound = signature.bind(np.arange(3.0), shift=1.0)
     np.testing.assert_array_equal(layer.step(*bound.args, **bound.kwargs), [1.0, 4.0, 7.0])
     assert list(inspect.signature(_Layer.step).parameters) == ["self", "x", "shift"]
+
+
+class _Doubler:
+    def __call__(self, x):
+        return x * 2
+
+
+class _WithJitAttributes:
+    """Class attributes Python does not bind: a ufunc and a callable object."""
+
+    activation = tj.jit(np.tanh, cache="memory")
+    layer = tj.jit(_Doubler(), cache="memory")
+
+
+def test_a_jit_ufunc_or_callable_object_as_a_class_attribute_is_not_bound():
+    """JitFunction.__get__ bound every jit function read through an instance, also those
+    Python does not bind (np.tanh, a layer object: no __get__), which then got the instance
+    as their first argument: TypeError where the plain attribute runs."""
+    owner, x = _WithJitAttributes(), np.linspace(-1, 1, 5)
+    for _ in range(3):
+        np.testing.assert_allclose(owner.activation(x), np.tanh(x), rtol=1e-15)
+        np.testing.assert_array_equal(owner.layer(x), x * 2)
+    assert owner.layer is _WithJitAttributes.layer
 
 
 def _product_of_two_views(X):

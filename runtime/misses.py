@@ -268,12 +268,16 @@ class Misses:
     def _loop_guard_exit(self, variant, args, kwargs):
         """A guard in a captured loop's body failed: a trip decided otherwise than the trips
         the loop was traced on (a max pool's ``if`` on each window's data). After
-        ``hot_exit`` such exits of a variant the function's loops are traced unrolled from
-        then on, where each trip's guards are ordinary guards whose other paths compile as
-        they keep failing, and the variant goes (the next call traces anew)."""
+        ``LOOP_EXIT_STREAK`` such exits of a variant with no compiled call between them
+        (a rare spike leaves the captured loop serving the other calls) the function's
+        loops are traced unrolled from then on, where each trip's guards are ordinary
+        guards whose other paths compile as they keep failing, and the variant goes (the
+        next call traces anew)."""
         with self._lock:
-            variant.loop_exits += 1
-            if (variant.loop_exits >= self.options.hot_exit and not self._loops_unrolled
+            calls = variant.calls
+            streak = variant.loop_exits[0] + 1 if variant.loop_exits[1] == calls else 1
+            variant.loop_exits = (streak, calls)
+            if (streak >= LOOP_EXIT_STREAK and not self._loops_unrolled
                     and self.options.loops == "capture"):
                 self._loops_unrolled = True
                 self._drop_variant(variant)
@@ -419,6 +423,9 @@ class _TraceFailed:
 # Traces of one call, each finding one more attribute holding a number its calls rebind
 # (attribute_writes.NumberState): an optimizer's step counters and the like.
 _NUMBER_STATE_RETRIES = 8
+# Calls in a row that leave through a guard in a captured loop's body before the
+# function's loops are traced unrolled (``_loop_guard_exit``).
+LOOP_EXIT_STREAK = 4
 
 
 def _user_stacklevel():

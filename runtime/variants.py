@@ -207,7 +207,9 @@ class Variant:
     # Another size bucket of an earlier variant (same code, other dims' ranges): it does
     # not count toward max_variants, so lengths and image sizes alone never reach it.
     bucket_sibling: bool = False
-    loop_exits: int = 0  # calls a guard inside a captured loop's body sent eagerly
+    # (calls in a row a guard inside a captured loop's body sent eagerly, compiled calls
+    # when the last one did)
+    loop_exits: tuple = (0, -1)
 
     def __post_init__(self):
         # Tensors in, Tensors out: results are wrapped when the call took Tensors.

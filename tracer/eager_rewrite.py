@@ -84,7 +84,7 @@ class EagerHooks:
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
 
-    def selects(self, condition):  # if x[i] == m: d[i] = g runs as written (if_selects)
+    def selects(self, condition, *containers):  # if x[i] == m: d[i] = g runs as written
         return False
 
     def caught(self):

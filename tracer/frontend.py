@@ -654,9 +654,10 @@ class Hooks:
 
     # the model's own exception handlers --------------------------------------------------
     # an if on a traced bool whose branches store into arrays (tracer/if_selects.py)
-    def selects(self, condition):
+    def selects(self, condition, *containers):
         return isinstance(condition, Tracer) and not condition.shape and (
-            condition.dtype == np.bool_)
+            condition.dtype == np.bool_) and all(
+            isinstance(container, (Tracer, np.ndarray)) for container in containers)
 
     def select(self, condition, taken, kept):
         return np.where(condition, taken, kept)

@@ -12,7 +12,7 @@ stores into, which is what this rewrite makes of it (AutoGraph's ``if`` conversi
 stores): before the front end's rewrite, such an ``if`` becomes ::
 
     __tracejit_cond1 = <cond>
-    if __tracejit__.selects(__tracejit_cond1):       # traced, 0-d, bool
+    if __tracejit__.selects(__tracejit_cond1, d_input):  # traced 0-d bool; arrays
         d_input[...] = __tracejit__.select(__tracejit_cond1, d_out[...], d_input[...])
     elif __tracejit_cond1:
         <the branch as written>
@@ -113,9 +113,13 @@ class _Expander:
         stores = [selected(item, True) for item in statement.body]
         stores += [selected(item, False) for item in statement.orelse]
         as_written = ast.If(test=name(), body=statement.body, orelse=statement.orelse)
+        # the arrays stored into, checked at run time (a dict's item is no array element)
+        containers = [copy.deepcopy(item.targets[0].value)
+                      for item in statement.body + statement.orelse]
         replacement = [
             ast.Assign(targets=[name(ast.Store)], value=statement.test),
-            ast.If(test=_hook("selects", name()), body=stores, orelse=[as_written]),
+            ast.If(test=_hook("selects", name(), *containers), body=stores,
+                   orelse=[as_written]),
         ]
         for node in replacement:
             ast.copy_location(node, statement)

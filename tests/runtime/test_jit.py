@@ -1094,12 +1094,17 @@ def signed_sum(x):
 def test_a_loop_whose_body_guard_keeps_failing_is_traced_unrolled_then():
     """Traced on all-positive rows, the loop is captured with its ``if`` taken at every
     trip; rows with negatives failed that guard inside the loop on every call, so they
-    ran eagerly for ever. After ``hot_exit`` such exits the loops are traced unrolled and
-    the calls compile (misses._loop_guard_exit); stats keep the dropped variant's calls."""
+    ran eagerly for ever. After LOOP_EXIT_STREAK such exits in a row the loops are traced
+    unrolled and the calls compile (misses._loop_guard_exit); stats keep the dropped
+    variant's calls. A compiled call between exits starts the count again."""
+    from tracejit.runtime.misses import LOOP_EXIT_STREAK
+
     f = jit(signed_sum, cache="memory", dynamic=True)
     first, mixed = np.arange(1.0, 8.0), np.array([1.0, 2.0, 3.0, -1.0, -2.0, 4.0, 5.0])
-    for x in [first, first] + [mixed] * 5:
+    calls = [first, first] + [mixed] * (LOOP_EXIT_STREAK - 1) + [first]
+    for x in calls + [mixed] * (LOOP_EXIT_STREAK + 3):
         assert f(x) == signed_sum(x)
     stats = f.stats()
-    assert stats["eager_calls"] == {"a guard in a loop body failed": 2}, f.explain()
-    assert stats["compiled_calls"] >= 3, f.explain()
+    assert stats["eager_calls"] == {
+        "a guard in a loop body failed": 2 * LOOP_EXIT_STREAK - 1}, f.explain()
+    assert stats["compiled_calls"] >= 3 and stats["compiles"] == 2, f.explain()

@@ -135,6 +135,27 @@ def _put_back(owner, name, saved):
             pass
 
 
+def stored_values(leaves, outputs, argument=None):
+    """The leaves a write or an append stores after a compiled call, by kind: ``("static",
+    value)`` as it is, ``("scalar", i)`` output ``i`` as a NumPy scalar, ``("value", i)``
+    as a Python number, ``("argument", i)`` argument leaf ``i`` itself (``argument(i)``:
+    an append of the caller's own array), else output ``i``."""
+    values = []
+    for kind, value in leaves:
+        if kind == "static":
+            values.append(value)
+        elif kind == "argument":
+            values.append(argument(value))
+        elif kind == "scalar":
+            values.append(np.asarray(outputs[value])[()])
+        elif kind == "value":
+            item = outputs[value]
+            values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else item)
+        else:
+            values.append(outputs[value])
+    return values
+
+
 @dataclass(frozen=True)
 class AttributeWrite:
     """``owner.name = value`` (or ``owner[name.key] = value``, ``name`` an ``Item``) with
@@ -162,19 +183,8 @@ class AttributeWrite:
             if hasattr(owner, self.name):
                 delattr(owner, self.name)
             return
-        values = []
-        for kind, value in self.leaves:
-            if kind == "static":
-                values.append(value)
-            elif kind == "scalar":
-                values.append(np.asarray(outputs[value])[()])
-            elif kind == "value":
-                item = outputs[value]
-                values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else
-                              item)
-            else:
-                values.append(outputs[value])
-        _set(resolve(self.path, arguments), self.name, pytree.unflatten(self.tree, values))
+        _set(resolve(self.path, arguments), self.name, pytree.unflatten(
+            self.tree, stored_values(self.leaves, outputs)))
 
     def snapshot(self, arguments):
         """A function that puts the attribute back as it is now (``jit(check=True)``)."""

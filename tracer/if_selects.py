@@ -32,13 +32,17 @@ from __future__ import annotations
 import ast
 import copy
 
+from .loop_sequences import expand_statements
+
 HOOK = "__tracejit__"
 
 
 def expand_if_selects(function_node):
     """``function_node`` with each qualifying ``if`` rewritten (nested definitions are left
     as written, as the front end leaves them)."""
-    _Expander().visit_statements(function_node)
+    expander = _Expander()
+    expand_statements(function_node, lambda statement: (
+        expander.expand(statement) if _qualifies(statement) else None))
     return function_node
 
 
@@ -74,24 +78,6 @@ def _qualifies(statement):
 class _Expander:
     def __init__(self):
         self.count = 0
-
-    def visit_statements(self, node):
-        for field in ("body", "orelse", "finalbody"):
-            statements = getattr(node, field, None)
-            if not isinstance(statements, list):
-                continue
-            expanded = []
-            for statement in statements:
-                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                          ast.ClassDef, ast.Lambda)):
-                    expanded.append(statement)
-                    continue
-                self.visit_statements(statement)
-                for handler in getattr(statement, "handlers", ()):
-                    self.visit_statements(handler)
-                expanded.extend(self.expand(statement) if _qualifies(statement)
-                                else [statement])
-            setattr(node, field, expanded)
 
     def expand(self, statement):
         self.count += 1

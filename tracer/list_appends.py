@@ -39,6 +39,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
+from .attribute_writes import stored_values
 from .errors import UnsupportedError
 from .implicit import Path
 from .locations import user_location
@@ -84,23 +85,8 @@ class ListAppend:
             return False
 
     def store(self, arguments, outputs):
-        values = []
-        argument_leaves = None
-        for kind, value in self.leaves:
-            if kind == "static":
-                values.append(value)
-            elif kind == "argument":
-                if argument_leaves is None:
-                    argument_leaves = _argument_leaves(arguments)
-                values.append(argument_leaves[value])
-            elif kind == "scalar":
-                values.append(np.asarray(outputs[value])[()])
-            elif kind == "value":
-                item = outputs[value]
-                values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else
-                              item)
-            else:
-                values.append(outputs[value])
+        values = stored_values(self.leaves, outputs,
+                               lambda position: _argument_leaves(arguments)[position])
         value = pytree.unflatten(self.tree, values)  # new tuples and dicts, as eager makes
         getattr(self.target(arguments), self.method)(value)
 

@@ -47,33 +47,37 @@ def expand_sequence_loops(function_node):
     """``function_node`` with its loops over arrays' rows and its counted ``while`` loops
     (``tracejit.tracer.loop_while``) expanded; nested definitions are left as written, as
     the front end leaves them."""
-    _Expander(function_node).visit_statements(function_node)
+    expander = _Expander(function_node)
+    expand_statements(function_node, lambda statement: (
+        expander.expand(statement) if isinstance(statement, ast.For)
+        else expand_counted_while(statement, function_node)
+        if isinstance(statement, ast.While) else None))
     return function_node
+
+
+def expand_statements(node, expand):
+    """Each statement in ``node``'s bodies, innermost first, replaced by the statements
+    ``expand(statement)`` gives (None: kept); nested definitions are left as written, as
+    the front end leaves them. The rewrites that run before the front end's share it."""
+    for field in ("body", "orelse", "finalbody"):
+        statements = getattr(node, field, None)
+        if not isinstance(statements, list):
+            continue
+        expanded = []
+        for statement in statements:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                expanded.append(statement)
+                continue
+            expand_statements(statement, expand)
+            for handler in getattr(statement, "handlers", ()):
+                expand_statements(handler, expand)
+            expanded.extend(expand(statement) or [statement])
+        setattr(node, field, expanded)
 
 
 class _Expander:
     def __init__(self, function_node):
         self.function_node = function_node
-
-    def visit_statements(self, node):
-        for field in ("body", "orelse", "finalbody"):
-            statements = getattr(node, field, None)
-            if not isinstance(statements, list):
-                continue
-            expanded = []
-            for statement in statements:
-                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                          ast.ClassDef)):
-                    expanded.append(statement)
-                    continue
-                self.visit_statements(statement)
-                for handler in getattr(statement, "handlers", ()):
-                    self.visit_statements(handler)
-                replacement = (self.expand(statement) if isinstance(statement, ast.For)
-                               else expand_counted_while(statement, self.function_node)
-                               if isinstance(statement, ast.While) else None)
-                expanded.extend(replacement or [statement])
-            setattr(node, field, expanded)
 
     def expand(self, loop):
         """``[assignment, if]`` for a loop over an array's rows, else None."""

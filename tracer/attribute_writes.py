@@ -135,6 +135,18 @@ def _put_back(owner, name, saved):
             pass
 
 
+def output_leaf(context, leaf, output_atoms):
+    """``(kind, index)`` of a traced leaf a write stores after the call (its atom joins
+    ``output_atoms``, the program's extra outputs): ``"scalar"`` for a NumPy scalar,
+    ``"value"`` for a Python number, else ``"array"`` (read back by ``stored_values``)."""
+    atom, concrete, _ = context.atom(leaf)
+    concrete = getattr(leaf, "value", concrete)
+    kind = ("scalar" if isinstance(concrete, np.generic) else
+            "value" if type(concrete) in PYTHON_SCALARS else "array")
+    output_atoms.append(atom)
+    return kind, len(output_atoms) - 1
+
+
 def stored_values(leaves, outputs, argument=None):
     """The leaves a write or an append stores after a compiled call, by kind: ``("static",
     value)`` as it is, ``("scalar", i)`` output ``i`` as a NumPy scalar, ``("value", i)``
@@ -402,12 +414,7 @@ def collect(context, output_atoms, is_leaf):
                                     f"attribute ({path}.{name})")
                 leaves.append(("static", leaf))
                 continue
-            atom, concrete, _ = context.atom(leaf)
-            concrete = getattr(leaf, "value", concrete)
-            kind = ("scalar" if isinstance(concrete, np.generic) else
-                    "value" if type(concrete) in PYTHON_SCALARS else "array")
-            leaves.append((kind, len(output_atoms)))
-            output_atoms.append(atom)
+            leaves.append(output_leaf(context, leaf, output_atoms))
         writes.append(AttributeWrite(path, name, tree, tuple(leaves)))
     return writes
 

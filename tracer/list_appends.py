@@ -39,7 +39,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
-from .attribute_writes import stored_values
+from .attribute_writes import output_leaf, stored_values
 from .errors import UnsupportedError
 from .implicit import Path
 from .locations import user_location
@@ -246,12 +246,7 @@ def collect(context, output_atoms):
             if id(leaf) in arguments:  # eager appends the caller's array itself
                 leaves.append(("argument", arguments[id(leaf)]))
                 continue
-            atom, concrete, _ = context.atom(leaf)
-            concrete = getattr(leaf, "value", concrete)
-            kind = ("scalar" if isinstance(concrete, np.generic) else
-                    "value" if type(concrete) in PYTHON_SCALARS else "array")
-            leaves.append((kind, len(output_atoms)))
-            output_atoms.append(atom)
+            leaves.append(output_leaf(context, leaf, output_atoms))
         appends.append(ListAppend(path, "append", tree, tuple(leaves)))
     return appends
 

@@ -233,22 +233,28 @@ def collect(context, output_atoms):
     """The appends, in program order, each array or scalar leaf of an appended value
     appended to ``output_atoms`` (an argument array as the argument itself)."""
     appends = []
-    arguments = getattr(context, "argument_tracers", {})
     for path, _, value, _ in getattr(context, "list_appends", ()):
         flat, tree = pytree.flatten(value)
         leaves = []
-        for leaf in flat:
-            if type(leaf) is np.ndarray:
-                leaf = context.replaced.get(id(leaf), leaf)  # written after the append
-            if _plain(leaf) and not hasattr(leaf, "ir_var"):
+        for leaf, argument in _appended_leaves(context, flat):
+            if argument is not None:  # eager appends the caller's array itself
+                leaves.append(("argument", argument))
+            elif _plain(leaf) and not hasattr(leaf, "ir_var"):
                 leaves.append(("static", leaf))
-                continue
-            if id(leaf) in arguments:  # eager appends the caller's array itself
-                leaves.append(("argument", arguments[id(leaf)]))
-                continue
-            leaves.append(output_leaf(context, leaf, output_atoms))
+            else:
+                leaves.append(output_leaf(context, leaf, output_atoms))
         appends.append(ListAppend(path, "append", tree, tuple(leaves)))
     return appends
+
+
+def _appended_leaves(context, flat):
+    """Each leaf of an appended value as the trace has it now (a NumPy buffer written
+    after the append: its traced copy), with the argument leaf position it is, or None."""
+    arguments = getattr(context, "argument_tracers", {})
+    for leaf in flat:
+        if type(leaf) is np.ndarray:
+            leaf = context.replaced.get(id(leaf), leaf)
+        yield leaf, arguments.get(id(leaf))
 
 
 def compute_values(context):
@@ -262,15 +268,12 @@ def compute_values(context):
 def apply(context, leaves):
     """The traced call's appends, with their real values (``leaves``: the call's argument
     leaves, appended themselves where the function appended an argument array)."""
-    arguments = getattr(context, "argument_tracers", {})
     for _, target, value, _ in getattr(context, "list_appends", ()):
         flat, tree = pytree.flatten(value)
         concrete = []
-        for leaf in flat:
-            if type(leaf) is np.ndarray:
-                leaf = context.replaced.get(id(leaf), leaf)
-            if id(leaf) in arguments:
-                concrete.append(leaves[arguments[id(leaf)]])
+        for leaf, argument in _appended_leaves(context, flat):
+            if argument is not None:
+                concrete.append(leaves[argument])
             elif hasattr(leaf, "ir_var"):
                 concrete.append(_fresh(leaf.value))
             elif hasattr(leaf, "expr"):

@@ -292,7 +292,7 @@ class Tracer(ArrayMethods):
             root._check_writable()
             written, result = self.region, view_writes.write_through(self, root, result)
         if (root is not self and self.steps is None) or (root.views and not all(
-                view_writes.followable(root, view, written) for view in root.views)):
+                view_writes.followable(view, written) for view in root.views)):
             raise trace_error(
                 "in-place write to an array that shares memory with another one (a slice, "
                 "reshape or transpose of it, or it of another) in a way tracejit does not "

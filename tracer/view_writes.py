@@ -78,8 +78,8 @@ def _only_unit_axes(shape, new_shape):
     return len(old) == len(new) and all(a is b or a == b for a, b in zip(old, new))
 
 
-def followable(root, view, written=None):
-    """Whether a write of ``written`` (a region of ``root``, None: anywhere) can leave
+def followable(view, written=None):
+    """Whether a write of ``written`` (a region of the root, None: anywhere) can leave
     ``view`` right: it is apart from the write, or its steps can read it again."""
     return view.steps is not None or (written is not None and apart(view.region, written))
 
@@ -88,9 +88,7 @@ def write_through(view, root, value):
     """``root`` after writing ``value`` over all of ``view`` (a view of it by
     ``view.steps``): each step's parent is read from ``root`` again, and the steps run
     backwards put the value in place."""
-    parents = [root]
-    for prim, params in view.steps[:-1]:
-        parents.append(ops.bind(prim, parents[-1], **params))
+    parents = _read(root, view.steps[:-1])
     for (prim, params), parent in zip(reversed(view.steps), reversed(parents)):
         value = _put_back(prim, params, parent, value)
     return value
@@ -115,10 +113,15 @@ def _put_back(prim, params, parent, value):
 
 def read_again(root, view):
     """``view`` read from ``root`` by its steps (after a write into ``root``)."""
-    value = root
-    for prim, params in view.steps:
-        value = ops.bind(prim, value, **params)
-    return value
+    return _read(root, view.steps)[-1]
+
+
+def _read(root, steps):
+    """``root`` and what each of ``steps`` reads from the one before."""
+    values = [root]
+    for prim, params in steps:
+        values.append(ops.bind(prim, values[-1], **params))
+    return values
 
 
 def numpy_root(array):

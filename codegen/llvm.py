@@ -41,7 +41,7 @@ from llvmlite.binding import ffi
 from llvmlite.binding.ffi import ObjectRef
 from llvmlite.binding.newpassmanagers import NewPassManager
 
-from . import module_split
+from . import blas, module_split
 
 log = logging.getLogger("tracejit.kernels")
 
@@ -324,7 +324,7 @@ def _helper_thread():
     """The thread that compiles the second part (made on first use, again after a fork:
     a forked child has no copy of it)."""
     if "executor" not in _helper:
-        _helper["executor"] = ThreadPoolExecutor(max_workers=1,
+        _helper["executor"] = ThreadPoolExecutor(max_workers=1, initializer=blas.runs_no_blas,
                                                  thread_name_prefix="tracejit-llvm")
     return _helper["executor"]
 

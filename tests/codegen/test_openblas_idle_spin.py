@@ -134,3 +134,19 @@ def test_left_alone_while_another_thread_may_be_in_openblas():
         print(changed, library.openblas_thread_timeout(), all(results) and all_right())
     """, OPENBLAS_NUM_THREADS="2")
     assert out == ["False", "0", "True"]
+
+
+def test_tracejit_llvm_helper_thread_does_not_count_as_another_thread():
+    """The LLVM helper thread (second compile part) exists before a script's first threaded
+    call and never calls OpenBLAS: the spin is still shortened (it was not, so the MLP step
+    shared its cores with OpenBLAS's spinning threads)."""
+    out = run("""
+        import threading
+        from tracejit.codegen import llvm
+        llvm._helper_thread().submit(lambda: None).result()
+        names = sorted(thread.name for thread in threading.enumerate())
+        parallel.set_thread_count(2)
+        parallel.pool()
+        print(len(names), library.openblas_thread_timeout(), all_right())
+    """, OPENBLAS_NUM_THREADS="2")
+    assert out == ["2", str(blas.OPENBLAS_IDLE_SPIN_LOG2), "True"]

@@ -308,9 +308,9 @@ class Misses:
             if (taken >= self.options.hot_exit and guard_index not in path.children
                     and (id(path), guard_index) not in self._growing):
                 if self._room():
-                    grown = self._grow(variant, path, guard_index, args, kwargs)
-                    if grown is not None:
-                        return grown
+                    # _grow always answers the call (a function may return None): running
+                    # eagerly after it would apply the call's in-place writes twice
+                    return self._grow(variant, path, guard_index, args, kwargs)
                 else:
                     self._warn_limit(f"guard {label} failed: it held {_held(guard)} when "
                                      f"traced, and {_now(guard)} now")

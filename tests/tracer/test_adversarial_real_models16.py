@@ -1,0 +1,55 @@
+"""Adversarial real-model tests, round 16a: NumPy model code from public sources rounds
+1-15 did not read, written in their idioms and run eagerly and through ``jit`` on copies of
+the same arguments.
+
+Sources read this round: "Deep Learning from Scratch 2" (oreilly-japan/
+deep-learning-from-scratch-2: ``common/time_layers.py``'s TimeLSTM / TimeEmbedding /
+TimeAffine / TimeSoftmaxWithLoss with ``ignore_label = -1``, ``common/util.py``'s
+``clip_grads`` and ``remove_duplicate`` for tied weights, the Embedding layer's
+``dW[...] = 0; np.add.at(dW, self.idx, dout)`` and its loop form ``for i, word_id in
+enumerate(self.idx): dW[word_id] += dout[i]``).
+
+Findings. Wrong result, fixed (``runtime/misses.py``): a function that returns ``None`` and
+writes into its arguments (``clip_grads(grads, max_norm)``: ``grad *= rate`` under ``if rate <
+1:``) had its in-place writes applied twice on the call whose hot side exit compiled the
+other path: the runtime took the grown path's ``None`` result for "not grown" and ran the
+function eagerly again on the arguments the compiled path had already clipped (a second
+clip by ``max_norm / (max_norm + 1e-6)``).
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+"""
+
+import numpy as np
+from real_model_checks import no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+# --- DLFS2 common/util.py: clip_grads over a list of gradients, in place, returns None ------
+def clip_grads(grads, max_norm):
+    total_norm = 0
+    for grad in grads:
+        total_norm += np.sum(grad ** 2)
+    total_norm = np.sqrt(total_norm)
+    rate = max_norm / (total_norm + 1e-6)
+    if rate < 1:
+        for grad in grads:
+            grad *= rate
+
+
+def _gradients(scale, seed):
+    rng = np.random.default_rng(seed)
+    return ([rng.standard_normal((3, 4)) * scale, rng.standard_normal(4) * scale], 5.0)
+
+
+def test_clip_grads_in_place_is_applied_once_when_the_other_branch_compiles():
+    """Small gradients first (the traced path does not clip), then large ones: the second
+    side exit compiles the clipping path. Before the fix that call clipped twice (its
+    ``None`` result sent it to eager after the compiled path had written the gradients)."""
+    calls = [_gradients(0.1, 0), _gradients(10.0, 1), _gradients(10.0, 2), _gradients(0.1, 3)]
+    f = run_calls(clip_grads, calls, **F64)
+    no_internal_errors(f)
+    stats = f.stats()
+    assert stats["eager_calls"] == {"side exit": 1}, f.explain()

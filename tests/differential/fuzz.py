@@ -13,7 +13,17 @@ weak scalars and NumPy scalars, reductions with ``axis``/``keepdims``, matmul an
 reductions, ``for t in range(n)`` row loops carrying state into buffers written in place,
 column loops ``buf[:, i] += ...``, ``while`` loops with a tolerance, boolean-mask writes,
 dict and list state, integer gathers, writes into the arguments, 0-d arrays and Python
-numbers pulled out with ``float()``/``int()``/``.item()``.
+numbers pulled out with ``float()``/``int()``/``.item()``. Round 16 added: loops over a
+dynamic length (reversed, stepped, from 1) carrying ``h = f(h, x[t])`` into buffers filled
+in place (``out[t] += h``, ``out[t] = out[t - 1] * 0.5 + h``), with ``if``s on data in the
+body; writes through views of locals and arguments (``v = a[1:]; v *= 2``, ``out=``
+ufuncs); in-place updates of the arguments, overlapping ones too
+(``x[1:] += x[:-1]``); ``if``/``elif`` on data; mixed-dtype promotion (int32, int64,
+float32, float64, bool, NumPy scalars under NEP 50); reductions over tuples of axes, with
+``where=``, ``ddof``, ``axis=None, keepdims=True`` and the NaN-aware ones; NaN/Inf-heavy
+expressions; 0-d array arguments, columns and rows of one that broadcast, every-other-column
+(non-contiguous) and broadcast-along-the-last-axis layouts; walks of one dim through a
+bucket (5, 6, 7, 8) and past its edges.
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
 (the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
@@ -120,6 +130,58 @@ VIEW = [
     "np.pad({a}, 1)", "np.moveaxis({a}, 0, -1)", "np.atleast_2d({a})",
     "np.triu({a})", "np.diag({a})",
 ]
+# round 16: mixed dtypes (promotion of int32/int64/float32/float64/bool, NEP 50 scalars)
+MIXED = [
+    "{a}.astype(np.int32) + {b}.astype(np.int64)", "{a}.astype(np.int32) * np.int32(3)",
+    "{a}.astype(np.int32) * 100003", "{a}.astype(np.float32) + {b}.astype(np.int32)",
+    "{a}.astype(bool) + {b}.astype(bool)", "{a}.astype(bool) * 3",
+    "np.float32(2.5) * {a}.astype(np.int32)", "{a}.astype(np.int64) // {b}.astype(np.int32)",
+    "{a}.astype(np.int64) % {b}.astype(np.int32)", "{a}.astype(np.int32) << 3",
+    "np.true_divide({a}.astype(np.int32), 3)", "{a}.astype(np.float32) + 1e10",
+    "{a}.astype(np.float32) * np.float64(1.5)", "{a}.astype(np.int32) + 1.5",
+    "np.where({a} > 0, {a}.astype(np.int32), {b}.astype(np.float32))",
+    "np.maximum({a}.astype(np.int32), {b}.astype(np.float32))",
+    "{a}.astype(np.int32) ** 2", "np.abs({a}.astype(np.int32))",
+    "{a}.astype(np.int32).sum()", "{a}.astype(np.int32).sum(axis={ax}, dtype=np.int32)",
+    "np.cumsum({a}.astype(np.int32), axis={ax0})", "np.mean({a}.astype(np.int32), axis={ax})",
+    "np.sum({a} > 0, axis={ax}, keepdims={kd})", "{a}.astype(np.float32).mean(axis={ax})",
+    "np.prod({a}.astype(np.int32), axis={ax})", "({a} > 0) & ({b} < 1)",
+    "({a} > 0) ^ ({b} > 0)", "np.minimum({a}.astype(np.int64), 7) - {b}.astype(np.int32)",
+    "{a}.astype(np.int32) / {b}.astype(np.int32)", "-{a}.astype(np.int32)",
+    "{a}.astype(np.float64) + np.float32(1e-8)", "{a}.astype(np.int64) * np.float32(0.5)",
+    "np.int64(7) - {a}.astype(np.float32)", "{a}.astype(np.float32) ** {b}.astype(np.int32)",
+    "np.sign({a}.astype(np.int32))", "np.clip({a}.astype(np.int32), -2, 5)",
+    "np.float32({a}.sum()) * {b}", "np.round({a}.astype(np.float32), 2)",
+    "{a}.astype(np.int32).astype(np.float32) / 7", "np.remainder({a}, -2.5)",
+]
+# round 16: reductions over tuples of axes, axis=None with keepdims, NaN-aware ones
+REDUCE16 = [
+    "np.sum({a}, axis=None, keepdims=True)", "np.max({a}, axis={axt}, keepdims={kd})",
+    "np.mean({a}, axis={axt}, keepdims={kd})", "{a}.min(axis={ax}, keepdims=True)",
+    "np.all({a} > -1, axis=None, keepdims={kd})", "np.any({a}, axis={axt})",
+    "np.nanmean({a}, axis={ax})", "np.nanmin({a}, axis={ax}, keepdims={kd})",
+    "np.nanstd({a}, axis={ax})", "np.nanprod({a}, axis={ax})", "np.nanargmax({a})",
+    "np.isnan({a}).any(axis={ax})", "np.std({a}, axis={axt}, ddof=1)",
+    "np.var({a}, axis={ax}, keepdims={kd}, ddof=0)", "np.amax({a}, axis={ax0})",
+    "np.sum({a}, axis={axt}, dtype=np.float32)", "np.prod({a}, axis=None, keepdims={kd})",
+    "np.argmax({a}, axis={ax0}, keepdims={kd})", "np.cumsum({a})", "np.mean({a} > 0)",
+    "np.linalg.norm({a}, axis={ax}, keepdims={kd})", "np.logical_or.reduce({a} > 0)",
+    "np.add.reduce({a}, axis={ax0})", "np.maximum.reduce({a}, axis={ax0})",
+    "np.median({a}, axis={ax}, keepdims={kd})", "np.nansum({a}, axis={axt}, keepdims={kd})",
+    "np.min({a}, axis={ax}, initial=np.inf, where={a} > 0)",
+    "np.sum({a}, axis={ax}, where={a} > 0)",
+]
+NAN = [
+    "np.fmin({a}, {b})", "np.nan_to_num({a}, nan=0.0, posinf=1.0, neginf=-1.0)",
+    "np.where(np.isnan({a}), np.inf, {a})", "np.isinf({a}) & ({a} > 0)",
+    "np.maximum({a}, np.nan)", "{a} * np.inf", "{a} - np.inf", "{a} / 0.0", "0.0 / {a}",
+    "np.floor_divide({a}, 0.0)", "np.remainder({a}, np.inf)", "np.sign({a} * np.inf)",
+    "np.clip({a}, np.float32(-1), np.inf)", "np.exp({a} * 1000)", "np.log({a})",
+    "np.sqrt({a})", "np.sinh({a})", "np.minimum({a}, {b}) == {a}",
+    "np.isfinite({a}).all()", "np.sort({a}, axis=0)", "np.argsort({a}, axis=-1, "
+    "kind='stable')", "np.tanh({a} * 1e300)", "np.power({a}, 0)", "np.power(2.0, {a})",
+    "{a} * 8.0", "{a} != {a}", "np.fmin({a}, np.nan)",
+]
 
 
 @dataclass
@@ -164,12 +226,13 @@ class Param:
     name: str
     dims: tuple  # dim symbols, or "scalar"
     dtype: str
-    layout: str  # C, F, neg, bcast, ro, pyfloat, pyint, np32, npi64, zerod
+    layout: str  # C, F, neg, bcast, bcast1, strided, ro, pyfloat, pyint, np32, npi64, zerod
 
 
 def draw_params(rng):
     params = [Param("x", ("n", "m"), rng.choice(["f4", "f8", "f8", "f4", "i4", "i8", "?"]),
-                    rng.choice(["C", "C", "C", "F", "neg", "bcast", "ro"]))]
+                    rng.choice(["C", "C", "C", "F", "neg", "bcast", "ro", "strided",
+                                "bcast1"]))]
     if rng.random() < 0.6:
         params.append(Param("w", ("m", "k"), rng.choice(["f4", "f8"]),
                             rng.choice(["C", "C", "F", "neg"])))
@@ -181,6 +244,11 @@ def draw_params(rng):
     if rng.random() < 0.4:
         params.append(Param("s", "scalar", "f8",
                             rng.choice(["pyfloat", "pyint", "np32", "npi64", "zerod"])))
+    if rng.random() < 0.2:  # a 0-d array argument, written into or read
+        params.append(Param("z", (), rng.choice(["f8", "f4", "i8"]), "C"))
+    if rng.random() < 0.2:  # a column that broadcasts against x, or a row of one
+        params.append(Param("c", rng.choice([("n", 1), (1, "m")]), rng.choice(["f8", "f4"]),
+                            rng.choice(["C", "C", "strided"])))
     return params
 
 
@@ -189,9 +257,13 @@ def make_array(param, sizes, rng, special):
         value = float(rng.integers(-3, 4)) + 0.5 * rng.integers(0, 2)
         return {"pyfloat": value, "pyint": int(value), "np32": np.float32(value),
                 "npi64": np.int64(int(value)), "zerod": np.asarray(value)}[param.layout]
-    shape = tuple(sizes[dim] for dim in param.dims)
+    shape = tuple(sizes[dim] if isinstance(dim, str) else dim for dim in param.dims)
     if param.layout == "bcast":
         base_shape = (1,) + shape[1:]
+    elif param.layout == "bcast1":
+        base_shape = shape[:-1] + (1,)
+    elif param.layout == "strided":  # every other column of a wider array
+        base_shape = shape[:-1] + (2 * shape[-1],)
     else:
         base_shape = shape
     if param.dtype in ("f4", "f8"):
@@ -209,12 +281,15 @@ def make_array(param, sizes, rng, special):
             "i4" if param.dtype == "labels32" else "i8")
     else:
         array = rng.random(base_shape) > 0.5
+    array = np.asarray(array)  # a 0-d draw comes back as a NumPy scalar
     if param.layout == "F" and array.ndim > 1:
         array = np.asfortranarray(array)
     elif param.layout == "neg":
         array = np.flip(np.ascontiguousarray(np.flip(array)))
-    elif param.layout == "bcast":
+    elif param.layout in ("bcast", "bcast1"):
         array = np.broadcast_to(array, shape)
+    elif param.layout == "strided":
+        array = array[..., ::2]
     elif param.layout == "ro":
         array = array.copy()
         array.flags.writeable = False
@@ -232,13 +307,19 @@ def copy_arguments(arguments):
     for value in arguments:
         if isinstance(value, np.ndarray) and value.ndim:
             if value.strides and 0 in value.strides and value.size > 1:
-                copies.append(np.broadcast_to(value[:1].copy(), value.shape))
+                first = tuple(slice(0, 1) if stride == 0 else slice(None)
+                              for stride in value.strides)
+                copies.append(np.broadcast_to(value[first].copy(), value.shape))
                 continue
             fresh = np.empty_like(value, order="F" if value.flags.f_contiguous
                                   and not value.flags.c_contiguous else "C")
             fresh[...] = value
             if value.ndim and value.strides[0] < 0:
                 fresh = np.flip(np.flip(value).copy())  # ascontiguousarray would not copy
+            elif not (value.flags.c_contiguous or value.flags.f_contiguous):
+                wide = np.empty(value.shape[:-1] + (2 * value.shape[-1],), value.dtype)
+                fresh = wide[..., ::2]  # every other column, as make_array's "strided"
+                fresh[...] = value
             fresh.flags.writeable = value.flags.writeable
             copies.append(fresh)
         else:
@@ -300,15 +381,21 @@ class Builder:
             return None
         ndim = np.ndim(self.namespace[names[0]])
         axes = list(range(-ndim, ndim)) + [None] if ndim else [None]
+        pairs = [(first, second) for first in range(-ndim, ndim) for second in
+                 range(-ndim, ndim) if (first - second) % max(ndim, 1)]
+        tuples = [(axis,) for axis in axes[:-1]] + pairs + [()]
         text = template.format(a=names[0], b=names[1] if len(names) > 1 else names[0],
                                ax=self.rng.choice(axes), kd=bool(self.rng.integers(0, 2)),
-                               ax0=self.rng.choice(axes[:-1] or [0]))
+                               ax0=self.rng.choice(axes[:-1] or [0]),
+                               axt=self.rng.choice(tuples))
         return text
 
     def simple(self):
-        kind = self.rng.choice(["unary", "unary", "binary", "reduce", "contract", "view"])
+        kind = self.rng.choice(["unary", "unary", "binary", "reduce", "contract", "view",
+                                "mixed", "mixed", "reduce16", "nan"])
         templates = {"unary": UNARY, "binary": BINARY, "reduce": REDUCE,
-                     "contract": CONTRACT, "view": VIEW}[kind]
+                     "contract": CONTRACT, "view": VIEW, "mixed": MIXED,
+                     "reduce16": REDUCE16, "nan": NAN}[kind]
         text = self.expression(templates)
         if text is None:
             return None
@@ -456,10 +543,133 @@ class Builder:
                                 "np.bincount(y, minlength=3)"])
         return [f"{name} = {text}"], "gather", [name]
 
+    # --- round 16: loops over a dynamic length, views written through, in-place updates ---
+    def dynamic_loop(self):
+        """A ``for t in range(len)`` loop the tracer should capture: a carried state
+        ``h = f(h, src[t])``, a buffer filled in place, sometimes an ``if`` on data in the
+        body, a reversed or stepped range, a recurrence through the buffer itself."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        h, out, t = self.fresh(), self.fresh(), "i" + self.fresh()
+        dtype = self.rng.choice(["np.float64", "np.float32", f"{source}.dtype", "np.int64"])
+        row = f"{source}[{t}]"
+        step = self.rng.choice([
+            f"{h} = {h} * 0.5 + {row}", f"{h} = np.tanh({h} + {row})",
+            f"{h} = np.maximum({h}, {row})", f"{h} = {h} + ({row} > 0)",
+            f"{h} *= 0.5\n{h} += {row}", f"{h} = np.where(np.isnan({row}), {h}, {row})",
+            f"{h} = {h} - {h}.mean() + {row}", f"{h} = np.minimum({h} + 1, {row} * 2)",
+            f"{h} = ({h} + {row}).astype({dtype})", f"{h}[...] = {h} * 0.25 + {row}",
+        ])
+        if self.rng.random() < 0.35:  # an if on data inside the body: a guard per trip
+            condition = self.rng.choice([f"{row}.sum() > 0", f"np.max({row}) > 1",
+                                         f"np.isnan({row}).any()", f"{h}.sum() > 2",
+                                         f"{t} % 2 == 0", f"np.all({row} >= 0)"])
+            other = self.rng.choice([f"{h} = {h} * 0.5", f"{h} = -{h}", "continue",
+                                     f"{h} = {h} + 1"])
+            body = [f"if {condition}:"] + ["    " + line for line in step.split("\n")] + [
+                "else:", f"    {other}"]
+        else:
+            body = step.split("\n")
+        write = self.rng.choice([f"{out}[{t}] = {h}", f"{out}[{t}] += {h}",
+                                 f"{out}[{t}, ...] = {h} * 2", f"{out}[{t}] = {out}[{t} - 1] "
+                                 f"* 0.5 + {h}", f"{out}[{t}][...] = {h}",
+                                 f"{out}[{t}] -= {out}[{t}].mean()"])
+        length = f"{source}.shape[0]"
+        ranges = self.rng.choice([f"range({length})", f"range({length})",
+                                  f"range({length} - 1, -1, -1)", f"range(1, {length})",
+                                  f"range(0, {length}, 2)", f"range(len({source}))"])
+        out_dtype = self.rng.choice(["np.float64", dtype, "np.float32"])
+        lines = [f"{h} = np.zeros({source}.shape[1:], dtype={dtype})",
+                 f"{out} = np.zeros({source}.shape, dtype={out_dtype})",
+                 f"for {t} in {ranges}:"] + ["    " + line for line in body + [write]]
+        defines = [h, out]
+        if self.rng.random() < 0.3:
+            count = self.fresh()
+            lines.insert(0, f"{count} = 0")
+            lines.append(f"    {count} += int({h}.size > 0 and np.all({h} > 0))")
+            defines.append(count)
+        return lines, "dynamic loop", defines
+
+    def view_write(self):
+        """``v = a[1:]; v *= 2``: a write through a view of a local (or of an argument), the
+        base read afterwards."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        base, view = self.fresh(), self.fresh()
+        if source in self.program.params and self.rng.random() < 0.5:
+            base_line, base = None, source  # through a view of the argument itself
+        else:
+            base_line = f"{base} = " + self.rng.choice([
+                f"{source}.astype(np.float64)", f"{source}.copy()", f"np.array({source})",
+                f"{source} * 1", f"np.ascontiguousarray({source}.T)",
+                f"np.zeros_like({source}, dtype=np.float32) + {source}"])
+        view_text = self.rng.choice([f"{base}[1:]", f"{base}[::-1]", f"{base}.T",
+                                     f"{base}[..., ::2]", f"{base}.reshape(-1)", f"{base}[None]",
+                                     f"{base}[0]", f"{base}[:, 0]", f"{base}[1:][::-1]",
+                                     f"{base}[:-1, 1:]", f"{base}[...]", f"{base}.T[::2]",
+                                     f"{base}.view()", f"{base}[-1:]"])
+        op = self.rng.choice([f"{view} *= 2", f"{view} += 1", f"{view}[...] = 0",
+                              f"{view}[0] = 7", f"np.multiply({view}, 3, out={view})",
+                              f"{view}[{view} > 0] = 0", f"{view} -= {view}.mean()",
+                              f"{view}[:] = {view}[::-1]", f"{view} += {base}.sum()",
+                              f"np.negative({view}, out={view})", f"{view}[...] = 2",
+                              f"{view}[...] = np.nan", f"{view} /= 2"])
+        lines = ([base_line] if base_line else []) + [f"{view} = {view_text}", op]
+        defines = [view] + ([base] if base_line else [])
+        if self.rng.random() < 0.4:  # the base and the view read after the write
+            total = self.fresh()
+            lines.append(f"{total} = {base}.sum() + {view}.sum()")
+            defines.append(total)
+        return lines, "view write", defines
+
+    def inplace_argument(self):
+        """In-place ufuncs and updates on the arguments (the caller sees them)."""
+        target = self.rng.choice([p for p in self.program.params if p != "s"])
+        other = self.pick(self.arrays) or target
+        write = self.rng.choice([
+            f"{target} += 1", f"{target} *= {other}", f"np.add({target}, 1, out={target})",
+            f"np.tanh({target}, out={target})", f"{target}[...] = np.clip({target}, -1, 1)",
+            f"{target} -= {target}.mean(axis=0)", f"{target} /= 2",
+            f"np.maximum({target}, 0, out={target})", f"{target}[1:] += {target}[:-1]",
+            f"{target}[..., 1:] = {target}[..., :-1]", f"{target}[::-1] += {target}",
+            f"{target} **= 2", f"{target} //= 3", f"{target} |= True",
+            f"{target}[...] = {other}", f"{target}[{target} != {target}] = 0",
+            f"{target}.T[...] += 1", f"np.subtract({target}, {other}, out={target})",
+            f"{target}[0], {target}[-1] = {target}[-1], {target}[0]",
+        ])
+        return [write], "in-place argument", []
+
+    def data_branch(self):
+        """An ``if`` on data outside loops, with elif and a nested condition; the taken arm
+        may write in place."""
+        source = self.pick(self.arrays)
+        if source is None:
+            return None
+        name = self.fresh()
+        conditions = [f"np.isnan({source}).any()", f"{source}.size == 0",
+                      f"np.all({source} > 0)", f"float(np.sum({source})) > 1.5",
+                      f"{source}.ndim and {source}.shape[0] > 3",
+                      f"np.max({source}, initial=-np.inf) > 2", f"np.any({source} < -1)",
+                      f"np.count_nonzero({source}) % 2 == 1", f"bool(np.isinf({source}).any())"]
+        first, second = self.rng.choice(conditions), self.rng.choice(conditions)
+        arms = [self.expression(UNARY + MIXED + NAN) for _ in range(3)]
+        if None in arms:
+            return None
+        lines = [f"if {first}:", f"    {name} = {arms[0]}", f"elif {second}:",
+                 f"    {name} = {arms[1]}", "else:", f"    {name} = {arms[2]}"]
+        if self.rng.random() < 0.3:
+            lines += [f"if np.ndim({name}) and np.size({name}):",
+                      f"    {name} = np.array({name})", f"    {name}[..., 0] = -1"]
+        return lines, "data if", [name]
+
     def draw(self, statements):
         makers = [self.simple] * 10 + [self.branch] * 2 + [self.row_loop] * 2 + [
             self.matmul_loop, self.column_loop, self.while_loop, self.mask_write,
-            self.argument_write, self.python_number, self.gather]
+            self.argument_write, self.python_number, self.gather] + [
+            self.dynamic_loop] * 3 + [self.view_write] * 3 + [self.inplace_argument] * 2 + [
+            self.data_branch] * 2
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:
             attempts += 1
@@ -488,6 +698,12 @@ def draw_program(seed):
         for repeat in range(2):
             sets.append(("sizes", sizes, seed * 7 + 10 + number * 2 + repeat,
                          bool(rng.random() < 0.4)))
+    if rng.random() < 0.4:  # a walk through one bucket, then its neighbours (n only)
+        sizes = dict(sets[-1][1])
+        for length in rng.choice([(9, 12, 16, 10), (5, 6, 7, 8), (2, 3, 4, 1, 0),
+                                  (17, 31, 32, 33)]):
+            sizes = dict(sizes, n=length)
+            sets.append(("walk", sizes, seed * 7 + 40 + length, bool(rng.random() < 0.3)))
     dynamic = rng.choice(["auto", "auto", True])
     return program, params, sets, dynamic
 

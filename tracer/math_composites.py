@@ -24,7 +24,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedError
 from .primitives import is_traced
-from .ufuncs import in_loop_dtypes, spread_of
+from .ufuncs import high_and_infinite, in_loop_dtypes, spread_of
 
 dtype_of = ops.dtype_of
 
@@ -92,12 +92,14 @@ _LOG2E = 1.0 / math.log(2.0)
 
 
 def _logaddexp2(x, y):
-    # NumPy's formula: equal operands (equal infinities too) give x + 1; its half loop
-    # computes in float32 and rounds once.
+    # NumPy's formula: equal operands give x + 1 (high + log1p(1) / ln 2 rounds to it),
+    # equal infinities themselves (ufuncs._logaddexp); its half loop computes in float32
+    # and rounds once.
     if dtype_of(x) == np.float16:
         return _logaddexp2(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
-    high, same = np.maximum(x, y), x == y
-    return np.where(same, x + 1.0, high + np.log1p(np.exp2(spread_of(x, y, same))) * _LOG2E)
+    high, infinite = high_and_infinite(x, y)
+    return np.where(infinite, high,
+                    high + np.log1p(np.exp2(spread_of(x, y, infinite))) * _LOG2E)
 
 
 def _scale_by(numerator, denominator):

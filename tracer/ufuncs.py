@@ -51,24 +51,34 @@ def _invert(x):
 
 
 def _logaddexp(x, y):
-    # NumPy's formula: equal operands (including equal infinities) give x + ln 2.
-    high, same = np.maximum(x, y), x == y
-    return np.where(same, x + _LN2, high + np.log1p(np.exp(spread_of(x, y, same))))
+    # NumPy's formula: equal operands give x + ln 2, which is high + log1p(exp(-0)); only
+    # equal infinities need a case of their own (inf - inf), and a select on infinity
+    # rather than on x == y keeps the composite free of a jump where its branches agree
+    # (margin rules see x == y of computed values as one: a CTC table exited every call).
+    high, infinite = high_and_infinite(x, y)
+    return np.where(infinite, high, high + np.log1p(np.exp(spread_of(x, y, infinite))))
 
 
-def spread_of(x, y, same):
-    """``-|x - y|``, 0 where ``same``: the difference is taken of operands zeroed there, since
-    ``-inf - -inf`` (log-space tables start at -inf: CTC, HMMs) warns 'invalid value in
-    subtract' on the traced call, and raises under ``np.errstate(invalid="raise")``, where
-    NumPy's logaddexp does neither."""
-    return -np.abs(_zeroed(x, same, y) - _zeroed(y, same, x))
+def high_and_infinite(x, y):
+    """``max(x, y)`` and where it is infinite: there logaddexp is ``max(x, y)`` itself
+    (NaN propagates through ``max``)."""
+    high = np.maximum(x, y)
+    return high, np.isinf(high)
 
 
-def _zeroed(value, same, other):
+def spread_of(x, y, infinite):
+    """``-|x - y|``, 0 where ``infinite``: the difference is taken of operands zeroed there,
+    since ``-inf - -inf`` (log-space tables start at -inf: CTC, HMMs) warns 'invalid value
+    in subtract' on the traced call, and raises under ``np.errstate(invalid="raise")``,
+    where NumPy's logaddexp does neither."""
+    return -np.abs(_zeroed(x, infinite, y) - _zeroed(y, infinite, x))
+
+
+def _zeroed(value, where, other):
     if abstractify(value).weak and not abstractify(other).weak:
         # a Python scalar keeps the other operand's dtype, as in ``x - 1.0``
         value = np.asarray(value, dtype=dtype_of(other))
-    return np.where(same, 0.0, value)
+    return np.where(where, 0.0, value)
 
 
 def in_loop_dtypes(ufunc, composite):

@@ -32,8 +32,8 @@ n-body step ran eagerly); it is now a ``where`` over the grid's diagonal written
 ``D[i, np.concatenate((np.r_[0:i], np.r_[i + 1:n]))]``, was an internal error once ``n`` was
 dynamic: ``np.r_`` of a loop index made an object array (``tracer/loop_index``).
 
-Findings (strict xfail, see docs/sharp_bits.md): a CTC table in log space runs eagerly on
-every call (guard margin on logaddexp's ``x == y`` select, continuous for finite values).
+A CTC table in log space ran eagerly on every call (guard margin on logaddexp's ``x == y``
+select, continuous for finite values); logaddexp now selects on an infinite maximum only.
 pygcn's ``normalize`` on features with an empty row did too (``np.isinf`` of
 ``np.power(0.0, -1)``), fixed during the round in margin_rules (0dc9550).
 Not fixed and not tested here (slow, correct): a ``while`` loop whose condition depends on
@@ -62,7 +62,6 @@ symmetric layouts (float32 too: the ties go to NumPy by guard margin), GAT atten
 import warnings
 
 import numpy as np
-import pytest
 from numpy.lib.stride_tricks import as_strided
 from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
 
@@ -217,14 +216,11 @@ def test_ctc_in_log_space_warns_and_raises_as_numpy_does():
     assert "raised while tracing" not in f.stats()["eager_calls"], f.explain()
 
 
-@pytest.mark.xfail(strict=True, reason="guard margin on logaddexp's equal-operands select: "
-                   "np.where(x == y, x + ln2, ...) is continuous there, but the margin rules "
-                   "treat x == y of computed values as a jump, so a CTC table runs eagerly")
 def test_ctc_in_log_space_compiles():
-    """Every call of a small CTC forward pass takes a guard-margin exit: logaddexp is written
+    """Every call of a small CTC forward pass took a guard-margin exit: logaddexp was written
     as ``np.where(x == y, x + ln 2, max + log1p(exp(-|x - y|)))`` (NumPy's formula, the select
-    for equal infinities), and the margin rules see a jump at ``x == y`` where both branches
-    agree."""
+    for equal infinities), and the margin rules saw a jump at ``x == y`` where both branches
+    agree. Now the select is on an infinite ``max(x, y)`` only."""
     rng = np.random.default_rng(18)
     log_probs, labels = _log_softmax(rng, 3, 3), np.array([1, 2])
     f = run_calls(ctc_forward_log, [(log_probs, labels)], repeats=3, **F64)

@@ -122,8 +122,22 @@ def _add(ctx, eqn, bounds):
     carried = ctx.scaled(ctx.plus(*(ctx.as_number(a, b) for a, b in zip(eqn.inputs, bounds))),
                          1 + 4 * u)
     # no underflow floor: an exact zero (W @ A + b over a dead relu column) stays exact
-    return ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out, underflows=False)),
-                   eqn.out.aval.shape)
+    bound = ctx.fit(ctx.plus(carried, ctx.rounding(eqn.out, underflows=False)),
+                    eqn.out.aval.shape)
+    if not is_float(eqn.out) or len(eqn.inputs) != 2:
+        return bound
+    # An infinite constant plus a surely finite value is that infinity on both sides: a
+    # train loop's ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol:``, EM's
+    # ``prev_ll = -np.inf``. (Constants only: the check would double every add's bound.)
+    for infinite, (other, e) in ((eqn.inputs[0], (eqn.inputs[1], bounds[1])),
+                                 (eqn.inputs[1], (eqn.inputs[0], bounds[0]))):
+        if (isinstance(infinite, Literal) and isinstance(infinite.value, (float, np.floating))
+                and np.isinf(infinite.value)):
+            finite = ctx.emit(isfinite_p, other)
+            if e is not None:
+                finite = ctx.and_(finite, ctx.emit(isfinite_p, ctx.as_number(other, e)))
+            bound = ctx.fit(ctx.where(finite, number(0.0), bound), eqn.out.aval.shape)
+    return bound
 
 
 def _multiply(ctx, eqn, bounds):

@@ -53,3 +53,37 @@ def test_clip_grads_in_place_is_applied_once_when_the_other_branch_compiles():
     no_internal_errors(f)
     stats = f.stats()
     assert stats["eager_calls"] == {"side exit": 1}, f.explain()
+
+
+# --- logistic regression from scratch: early stopping from prev_loss = np.inf --------------
+def logistic_regression_fit(X, y, lr=0.5, epochs=2, tol=1e-4):
+    """The from-scratch fit loop: loss history and a stop when the loss no longer drops,
+    with the previous loss started at infinity."""
+    n, d = X.shape
+    w, b = np.zeros(d), 0.0
+    prev_loss = np.inf
+    losses = []
+    for _ in range(epochs):
+        p = 1.0 / (1.0 + np.exp(-(X @ w + b)))
+        loss = -np.mean(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))
+        if abs(prev_loss - loss) < tol:
+            break
+        prev_loss = loss
+        losses.append(loss)
+        w = w - lr * (X.T @ (p - y)) / n
+        b = b - lr * np.mean(p - y)
+    return w, b, losses
+
+
+def _classification(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    return (X, (X @ np.array([1.0, -2.0, 0.5]) > 0).astype(np.float64))
+
+
+def test_logistic_regression_stopping_on_a_loss_started_at_inf_compiles():
+    """``abs(np.inf - loss) < tol`` is inf on both sides whatever the loss's rounding; before
+    the fix its guard had an infinite bound, so every call ran eagerly ('guard margin')."""
+    f = run_calls(logistic_regression_fit, [_classification(16, seed) for seed in (1, 2)], **F64)
+    no_internal_errors(f)
+    assert "guard margin" not in f.stats()["eager_calls"], f.explain()

@@ -496,7 +496,7 @@ def checked_body(graph, ctx, hoist=True):
         pending.extend(ctx.emitter.pending)
         ctx.emitter.pending = []
         inserts.setdefault(at, []).extend(pending)
-        inserts[at].append(Guard(mask, "margin", False, None))
+        inserts[at].append(Guard(mask, "margin", False, graph.locations.get(item.out.name)))
     if not inserts:
         return None
     body = []

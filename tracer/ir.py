@@ -246,6 +246,10 @@ class Graph:
     # bounds and ambiguity masks): the checks run on the graph again (a loop body compiled
     # alone) do not check them in turn. Like ``gradient_vars``, not part of the identity.
     check_vars: frozenset = field(default=frozenset(), compare=False)
+    # Where the user's code made each equation that jumps (var name -> ``Location``), for
+    # the margin guard ``tracejit.tracer.discontinuities`` puts before it (explain() and
+    # side exits name that line). Like ``gradient_vars``, not part of the identity or text.
+    locations: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def equations(self):

@@ -88,6 +88,13 @@ def _bounds(range_args):
     return args
 
 
+def _locations(context, body):
+    """The user's lines of the jumps in a loop body (``Graph.locations``)."""
+    known = getattr(context, "jump_locations", {})
+    return {item.out.name: known[item.out.name] for item in body
+            if isinstance(item, Eqn) and item.out.name in known}
+
+
 def run_loop(context, range_function, range_args, body, names, frame_locals, location,
              reverse=None):
     """Run (and, when it can, capture) one loop; returns the carried names' values.
@@ -659,6 +666,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         tuple(equations.body),
         tuple(results),
         (Symbol(index_name, index.low, index.high),),
+        locations=_locations(context, equations.body),
     )
     if getattr(context, "records_gradients", False):
         reason = unreversible(graph)  # its reverse must be a loop too

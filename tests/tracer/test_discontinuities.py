@@ -322,3 +322,32 @@ def test_a_carrying_loop_body_away_from_its_jump_stays_compiled():
         np.testing.assert_allclose(f(x), decayed_votes(x), rtol=1e-12)
     assert f.stats()["compiled_calls"] >= 2, f.stats()
     assert "loop at" in f.explain() or f.stats()["compiles"] == 1
+
+
+def quantized_tanh(x):
+    return np.floor(np.tanh(x) * 10)  # the jump's line: explain() names it
+
+
+def quantized_rows(x):
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        out[t] = np.floor(np.tanh(x[t]) * 10)
+    return out
+
+
+@pytest.mark.parametrize("function, line", [(quantized_tanh, "np.floor(np.tanh(x) * 10)"),
+                                            (quantized_rows, "out[t] = np.floor")])
+def test_a_jumps_margin_guard_names_the_users_line(tmp_path, monkeypatch, function, line):
+    """tanh(x) * 10 lands on integers, where a compiled tanh an ulp from NumPy's may floor
+    to another one: the margin guard exits, and explain() says which line decided (it
+    printed "at ?"), also after a warm start from disk."""
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
+    x = np.arctanh(np.linspace(-0.9, 0.9, 19))[None].repeat(5, 0)
+    for hits in (0, 1):  # the second: a new jit object loads the entry the first stored
+        f = tj.jit(function)
+        for _ in range(2):
+            assert_identical(f(x), function(x))
+        assert f.stats()["disk_hits"] == hits
+        margins = [text for text in f.explain().splitlines() if "margin(" in text]
+        assert margins and all(__file__ in text and line in text for text in margins), (
+            f.explain())

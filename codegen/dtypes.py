@@ -9,6 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.errors import UnsupportedError
+from tracejit.tracer.locations import line_prefix
 
 SUPPORTED = {
     np.dtype(np.bool_): ir.IntType(1),
@@ -27,11 +28,13 @@ NARROW_MEMORY = {
 F32, F64 = ir.FloatType(), ir.DoubleType()
 
 
-def check_supported(dtype, what):
+def check_supported(dtype, what, location=None):
+    """Raise ``UnsupportedError`` (naming the user's ``location`` first) unless compiled
+    code computes in ``dtype``."""
     if np.dtype(dtype) not in SUPPORTED:
         raise UnsupportedError(
-            f"compiled code supports bool, int32, int64, float32 and float64; {what} is "
-            f"{np.dtype(dtype)}"
+            f"{line_prefix(location)}compiled code supports bool, int32, int64, float32 and "
+            f"float64; {what} is {np.dtype(dtype)}"
         )
 
 

@@ -21,8 +21,9 @@ reason, and the function runs eagerly.
 >>> check_narrow_uses(trace(lambda img: img + 1, np.zeros(3, np.uint8)).graph)
 Traceback (most recent call last):
 ...
-tracejit.tracer.errors.UnsupportedError: compiled code computes in bool, int32, int64, \
-float32 and float64; add of a uint8 array computes in uint8 (convert it first: x.astype(np.int32))
+tracejit.tracer.errors.UnsupportedError: <doctest ...>:1: compiled code computes in bool, \
+int32, int64, float32 and float64; add of a uint8 array computes in uint8 (convert it first: \
+x.astype(np.int32))
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 from tracejit.tracer import ops
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Eqn, Var
+from tracejit.tracer.locations import line_prefix
 
 from .dtypes import NARROW_MEMORY as NARROW
 from .dtypes import SUPPORTED
@@ -55,6 +57,7 @@ def check_narrow_uses(graph):
         computes_in = _computes_in(item, narrow[0].aval.dtype) if narrow else None
         if computes_in is not None:
             raise UnsupportedError(
+                f"{line_prefix(graph.locations.get(item.out.name))}"
                 "compiled code computes in bool, int32, int64, float32 and float64; "
                 f"{item.prim.name} of a {narrow[0].aval.dtype} array computes in "
                 f"{computes_in} (convert it first: x.astype(np.int32))")

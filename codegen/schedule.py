@@ -215,7 +215,8 @@ class _Scheduler:
         check_narrow_uses(self.graph)
         for item in self.graph.body:
             if isinstance(item, Eqn) and not is_narrow_view(item):
-                check_supported(item.out.aval.dtype, f"the result of {item.prim.name}")
+                check_supported(item.out.aval.dtype, f"the result of {item.prim.name}",
+                                self.graph.locations.get(item.out.name))
         for atom in self.graph.outputs:
             # Views of inputs are made by the wrapper (NumPy, sharing the caller's memory).
             if isinstance(atom, Var) and atom.name in self.producers and input_view(

@@ -246,9 +246,10 @@ class Graph:
     # bounds and ambiguity masks): the checks run on the graph again (a loop body compiled
     # alone) do not check them in turn. Like ``gradient_vars``, not part of the identity.
     check_vars: frozenset = field(default=frozenset(), compare=False)
-    # Where the user's code made each equation that jumps (var name -> ``Location``), for
-    # the margin guard ``tracejit.tracer.discontinuities`` puts before it (explain() and
-    # side exits name that line). Like ``gradient_vars``, not part of the identity or text.
+    # Where the user's code made each equation (var name -> ``Location``): the margin guard
+    # ``tracejit.tracer.discontinuities`` puts before a jump, and codegen's refusals, name
+    # that line. Like ``gradient_vars``, not part of the identity or text (a parsed graph,
+    # and equations passes made, have none).
     locations: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

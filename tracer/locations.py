@@ -54,14 +54,23 @@ def line_prefix(location):
     return f"{location.file}:{location.line}: " if location else ""
 
 
+_KNOWN_LINES = {}  # (code, line) -> Location: a trace asks once per equation (~1 us then)
+
+
 def user_location(skip=1):
     """The ``Location`` of the innermost frame in user code, or ``None``."""
     frame = sys._getframe(skip)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not is_internal(filename):
-            line = frame.f_lineno
-            source = linecache.getline(filename, line).strip()
-            return Location(filename, line, frame.f_code.co_name, source)
+        code = frame.f_code
+        if not is_internal(code.co_filename):
+            key = (code, frame.f_lineno)
+            known = _KNOWN_LINES.get(key)
+            if known is None:
+                if len(_KNOWN_LINES) >= 4096:  # code objects of lambdas made per call
+                    _KNOWN_LINES.clear()
+                source = linecache.getline(code.co_filename, key[1]).strip()
+                known = _KNOWN_LINES[key] = Location(code.co_filename, key[1], code.co_name,
+                                                     source)
+            return known
         frame = frame.f_back
     return None

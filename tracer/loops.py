@@ -89,8 +89,8 @@ def _bounds(range_args):
 
 
 def _locations(context, body):
-    """The user's lines of the jumps in a loop body (``Graph.locations``)."""
-    known = getattr(context, "jump_locations", {})
+    """The user's lines of a loop body's equations (``Graph.locations``)."""
+    known = getattr(context, "locations", {})
     return {item.out.name: known[item.out.name] for item in body
             if isinstance(item, Eqn) and item.out.name in known}
 

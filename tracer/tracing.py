@@ -47,7 +47,6 @@ from .abstract import (
     is_number_argument,
 )
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
-from .discontinuities import AMBIGUITY
 from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
@@ -194,7 +193,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.numpy_dims = {}
         self.keep_alive = []
         self.values = Values()  # var name -> (real value, live shape): for reverse-mode autodiff
-        self.jump_locations = {}  # var name -> the user's Location, for jumps (Graph.locations)
+        self.locations = {}  # var name -> the user's Location (Graph.locations)
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------
@@ -303,8 +302,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
                                          out_aval.dtype, out_aval.weak))
         record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
         self.body.append(Eqn(prim, tuple(atoms), record, var))
-        if prim.name in AMBIGUITY:  # its margin guard names the line (4 us: jumps only)
-            self.jump_locations[var.name] = user_location(skip=2)
+        self.locations[var.name] = user_location(skip=2)
         result = Tracer(self, var, out_value, tuple(out_aval.shape))
         if type(out_value) is np.ndarray and out_value.nbytes >= WEAK_VALUE_BYTES and not (
                 getattr(self, "records_gradients", False)):
@@ -378,7 +376,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             tuple(self.symbols.values()),
             tuple(unique_guards(self.shape_guards)),
             frozenset(getattr(self, "gradient_vars", ())),
-            locations=dict(self.jump_locations),
+            locations=dict(self.locations),
         )
 
 

@@ -83,3 +83,28 @@ def test_float16_arguments_run_eagerly():
     x = np.linspace(-3, 3, 12).astype(np.float16)
     stats = _calls(lambda x: x.astype(np.float32).mean(), x)
     assert stats["compiled_calls"] == 0 and "float16" in " ".join(stats["eager_reasons"].values())
+
+
+def _centered(img):
+    shifted = img - 128  # computes in int16
+    return shifted * 2
+
+
+def _halved(x):
+    y = (x * 2).astype(np.float16)  # a float16 result
+    return y
+
+
+@pytest.mark.parametrize("function, argument, line", [
+    (_centered, np.arange(12, dtype=np.int16), "shifted = img - 128"),
+    (_halved, np.ones(3), "y = (x * 2).astype(np.float16)"),
+])
+def test_a_refusal_names_the_users_line_first(function, argument, line):
+    """Codegen's refusals start with the line that made the value (they named none)."""
+    import linecache
+
+    with pytest.raises(Exception) as raised:
+        jit(function, fallback="raise", cache=False)(argument)
+    where, _, _ = str(raised.value).partition(": ")
+    file, _, number = where.rpartition(":")
+    assert file == __file__ and line in linecache.getline(file, int(number)), raised.value

@@ -336,7 +336,9 @@ def program_slots(schedule):
     slots = [("input", var.name) for var in graph.inputs]
     slots += [("constant", var.name) for var, _ in graph.constants]
     seen = set()
-    for atom in (*graph.outputs, *schedule.effect_outputs):
+    # then values other outputs view (schedule.result_views), in program order
+    viewed = [eqn.out for eqn in graph.equations if eqn.out.name in schedule.buffers]
+    for atom in (*graph.outputs, *schedule.effect_outputs, *viewed):
         if isinstance(atom, Var) and schedule.buffers.get(atom.name) is not None:
             buffer = schedule.buffers[atom.name]
             if buffer.kind == "output" and atom.name not in seen:

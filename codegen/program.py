@@ -53,7 +53,7 @@ from .lowering import (
     program_slots,
 )
 from .relu_masks import read_relu_outputs
-from .schedule import input_view
+from .schedule import input_view, result_views
 from .schedule import schedule as make_schedule
 from .unit_broadcasts import unit_broadcasts
 
@@ -177,10 +177,12 @@ Program.llvm_ir = _text_field("llvm_ir")
 Program.optimized_ir = _text_field("optimized_ir")
 
 
-def _schedule_and_lower(graph, profile, raw_entry=False):
+def _schedule_and_lower(graph, profile, raw_entry=False, trusted=False):
     """The schedule decides what every buffer holds; lowering emits it as it is (a value
-    it cannot inline where the schedule put it is a scheduling bug: ``FusionConflict``)."""
-    schedule = make_schedule(graph)
+    it cannot inline where the schedule put it is a scheduling bug: ``FusionConflict``).
+    A trusted program (a loop body a native driver runs over its buffers) keeps a buffer
+    for each output (``schedule.result_views``)."""
+    schedule = make_schedule(graph, views_of_results=not trusted)
     module, entry = ProgramLowering(schedule, _symbol_safe(graph.name), profile).build(raw_entry)
     return schedule, module, entry
 
@@ -214,7 +216,8 @@ def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
     # from that graph and the wrapper plan (``rebuild_wrapper``; without a plan it
     # reschedules the graph) and must find the same buffers.
     graph = read_relu_outputs(unit_broadcasts(graph))
-    schedule, module, entry = _schedule_and_lower(graph, profile, raw_entry=extend is not None)
+    schedule, module, entry = _schedule_and_lower(graph, profile, raw_entry=extend is not None,
+                                                  trusted=trusted)
     exports, driver = extend(schedule, module, _symbol_safe(graph.name)) if extend else ([], "")
     python_entry.add_python_entry(module, entry)
     times["schedule+lower"] = time.perf_counter() - start
@@ -249,7 +252,8 @@ def rebuild_wrapper(graph, trusted=False, plan=None):
     of the wrapper text is never executed.) With ``plan`` (``wrapper_plan``'s, stored
     with the program), the graph is not scheduled again: the plan names what the wrapper
     needs of the schedule, and is checked against the graph (``planned_schedule``)."""
-    schedule = make_schedule(graph) if plan is None else planned_schedule(graph, plan)
+    schedule = (make_schedule(graph, views_of_results=trusted is not True) if plan is None
+                else planned_schedule(graph, plan))
     return wrapper_source(schedule, f"{_symbol_safe(graph.name)}_entry", trusted=trusted is True)
 
 
@@ -279,6 +283,7 @@ def planned_schedule(graph, plan):
                       for atom in item.inputs if isinstance(atom, Var)]
     results = {atom.name: atom for atom in (*graph.outputs, *effect_outputs)
                if isinstance(atom, Var)}
+    results.update((root.name, root) for root, _ in result_views(graph).values())
     names = plan.get("outputs") if isinstance(plan, dict) else None
     if not isinstance(names, list) or len(set(map(str, names))) != len(names) or not all(
             isinstance(name, str) and name in results for name in names):
@@ -472,8 +477,22 @@ def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
         if isinstance(item, Effect) and item.kind == "print":
             body.append(ast.Expr(_print_call(item, names)))
     producers = {eqn.out.name: eqn for eqn in graph.equations}  # once, not per output
-    outputs = [_view_source(graph, atom, parameters, producers) or _output_source(atom, names)
-               for atom in graph.outputs]
+    views = result_views(schedule.graph)
+    outputs, made = [], {}
+    for atom in graph.outputs:
+        source = _view_source(graph, atom, parameters, producers)
+        if isinstance(atom, Var) and atom.name in views and atom.name not in names:
+            root, chain = views[atom.name]  # (the schedule gave the root an output array)
+            source = _chain_source(_name(names[root.name]), chain)
+        if source is None:
+            source = _output_source(atom, names)
+        elif atom.name in made:  # one value is one object (return v, v with v = y[1:])
+            source = _name(made[atom.name])
+        elif type(source) is not ast.Name and graph.outputs.count(atom) > 1:
+            made[atom.name] = f"view{len(made)}"
+            source = ast.NamedExpr(target=ast.Name(id=made[atom.name], ctx=ast.Store()),
+                                   value=source)
+        outputs.append(source)
     body.append(ast.Return(value=ast.Tuple(elts=outputs, ctx=ast.Load())))
     function = ast.FunctionDef(
         name=function_name,
@@ -569,7 +588,11 @@ def _view_source(graph, atom, parameters, producers=None):
     if found is None:
         return None
     position, chain = found
-    source = _name(parameters[position])
+    return _chain_source(_name(parameters[position]), chain)
+
+
+def _chain_source(source, chain):
+    """``source`` (an expression) through ``chain``'s NumPy views, as an expression."""
     for eqn in chain:
         params = eqn.params_dict
         name = eqn.prim.name

@@ -169,6 +169,41 @@ def input_view(graph, atom, producers=None):
     return positions[atom.name], chain[::-1]
 
 
+def result_views(graph, producers=None):
+    """``{output name: (root var, [eqns from the root outwards])}`` for outputs that are a
+    chain of NumPy views (``NUMPY_VIEWS``, static or symbolic parameters) of a value
+    computed here that another output also is or views (``return y, y[1:]``, ``h.T,
+    h[:, -1]``): the root gets an output array and the wrapper makes these outputs from it
+    with NumPy, so they share its memory as NumPy's results do. (A view no other output
+    shares a root with is computed into an array of its own: nothing can tell.)
+
+    >>> import numpy as np
+    >>> from tracejit.tracer import trace
+    >>> graph = trace(lambda x: ((y := x * 2.0), y.T[1:]), np.ones((3, 4))).graph
+    >>> [(root.name, [eqn.prim.name for eqn in chain])
+    ...  for root, chain in result_views(graph).values()]
+    [('%1', ['transpose', 'slice'])]
+    """
+    if producers is None:
+        producers = {eqn.out.name: eqn for eqn in graph.equations}
+    chains = {}
+    for atom in graph.outputs:
+        if not isinstance(atom, Var) or atom.name in chains:
+            continue
+        chain, var = [], atom
+        while (eqn := producers.get(var.name)) is not None and eqn.prim in NUMPY_VIEWS and (
+                _static_params(eqn) and isinstance(eqn.inputs[0], Var)):
+            chain.append(eqn)
+            var = eqn.inputs[0]
+        if var.name in producers:  # computed here (views of inputs: input_view's)
+            chains[atom.name] = (var, chain[::-1])
+    sharing = {}
+    for root, _ in chains.values():
+        sharing[root.name] = sharing.get(root.name, 0) + 1
+    return {name: (root, chain) for name, (root, chain) in chains.items()
+            if chain and sharing[root.name] > 1}
+
+
 def _static_params(eqn):
     """Parameters a wrapper can write as Python: ints and dims, positive slice steps."""
     for _, value in eqn.params:
@@ -191,8 +226,9 @@ def _uses(graph):
 
 
 class _Scheduler:
-    def __init__(self, graph):
+    def __init__(self, graph, views_of_results=False):
         self.graph = graph
+        self.views_of_results = views_of_results
         self.producers = {eqn.out.name: eqn for eqn in graph.equations}
         self.uses = _uses(graph)
         self.buffers = {}
@@ -217,9 +253,13 @@ class _Scheduler:
             if isinstance(item, Eqn) and not is_narrow_view(item):
                 check_supported(item.out.aval.dtype, f"the result of {item.prim.name}",
                                 self.graph.locations.get(item.out.name))
+        views = result_views(self.graph, self.producers) if self.views_of_results else {}
         for atom in self.graph.outputs:
-            # Views of inputs are made by the wrapper (NumPy, sharing the caller's memory).
-            if isinstance(atom, Var) and atom.name in self.producers and input_view(
+            # Views of inputs and of other results are made by the wrapper (NumPy, sharing
+            # the caller's memory or the other result's).
+            if isinstance(atom, Var) and atom.name in views:
+                self.materialize(views[atom.name][0], "output")
+            elif isinstance(atom, Var) and atom.name in self.producers and input_view(
                 self.graph, atom, self.producers
             ) is None:
                 self.materialize(atom, "output")
@@ -843,12 +883,15 @@ def _plan_workspace(scheduler, kernels):
     return total
 
 
-def schedule(graph):
+def schedule(graph, views_of_results=False):
     """Group ``graph``'s equations into kernels and plan their buffers (every buffer:
-    lowering adds none)."""
+    lowering adds none). ``views_of_results``: outputs that view another output's value
+    are made from it by the wrapper (``result_views``: a program whose outputs are a
+    call's results); else each gets a buffer (a loop body a native driver runs passes the
+    buffers itself)."""
     along_rows = set()
     while True:
-        scheduler = _Scheduler(graph)
+        scheduler = _Scheduler(graph, views_of_results)
         scheduler.initial_materialization()
         scheduler.bound_expressions()
         for name in sorted(along_rows, key=scheduler.order.__getitem__):

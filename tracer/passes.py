@@ -16,6 +16,7 @@ from .guard_margins import add_guard_margins
 from .ir import Eqn, Guard, Var, verify
 from .loop_bounds import carry_loop_bounds
 from .loop_vectorize import vectorize_loops
+from .result_identity import result_arrays
 
 
 def _checks_inside(eqn):
@@ -41,7 +42,11 @@ def eliminate_dead_code(graph):
 
 
 def eliminate_common_subexpressions(graph):
-    """Compute each (primitive, operands, parameters) once; later copies reuse it."""
+    """Compute each (primitive, operands, parameters) once; later copies reuse it. Two
+    results stay two arrays: a value a result is or views is merged into no other such
+    value (``return x * 2, x * 2``: NumPy returns two arrays, and a write into one must not
+    show in the other; ``result_identity``)."""
+    results, claimed = result_arrays(graph), set()
     seen, renames, body = {}, {}, []
 
     def rename(atom):
@@ -51,11 +56,16 @@ def eliminate_common_subexpressions(graph):
         if isinstance(item, Eqn):
             inputs = tuple(rename(atom) for atom in item.inputs)
             key = (item.prim.name, inputs, item.params)
-            if key in seen:
-                renames[item.out.name] = seen[key]
+            kept = seen.get(key)
+            if kept is not None and (item.out.name not in results or kept.name not in claimed):
+                renames[item.out.name] = kept
+                if item.out.name in results:
+                    claimed.add(kept.name)
                 continue
             item = replace(item, inputs=inputs)
-            seen[key] = item.out
+            seen.setdefault(key, item.out)
+            if item.out.name in results:
+                claimed.add(item.out.name)
         elif hasattr(item, "predicate"):
             item = replace(item, predicate=rename(item.predicate))
         else:

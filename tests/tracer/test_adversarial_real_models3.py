@@ -944,9 +944,6 @@ def states_and_views(x):
     return h, h.T, h[:, -1]
 
 
-@pytest.mark.xfail(strict=True, reason="outputs that are views of another output (h.T, "
-                   "h[:, -1]) are separate arrays in compiled calls; in NumPy a write into "
-                   "h shows in them")
 def test_outputs_that_are_views_of_another_output_share_its_memory():
     f = tj.jit(states_and_views, cache="memory")
     for step in range(3):

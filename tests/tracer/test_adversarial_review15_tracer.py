@@ -14,9 +14,10 @@ arguments afterwards agree), every call after the first compiled.
   1.0`` with ``other = buf[1]``) went into the NumPy memory the trace no longer reads
   (``Hooks.inplace``/``set_item``/``update_item`` looked up the buffer's traced copy by its
   own id only), so the result lacked it.
-* Strict xfails: results NumPy returns as distinct arrays that compiled code returns as
-  one object (``return x * 2, x * 2``), and appends of an argument's view, which eager
-  appends as a view of the caller's array (4f4cafc).
+* Results NumPy returns as distinct arrays that compiled code returned as one object
+  (``return x * 2, x * 2``: common-subexpression elimination merged them; fixed, see
+  tests/tracer/test_result_identity.py). Strict xfail: appends of an argument's view,
+  which eager appends as a view of the caller's array (4f4cafc).
 """
 
 import numpy as np
@@ -93,10 +94,6 @@ def test_plain_writes_after_a_traced_write_through_a_view():
     assert all_compiled(f, 4), f.explain()
 
 
-@pytest.mark.xfail(strict=True, reason="two results with one computation (x * 2, x * 2) "
-                   "become one: passes.eliminate_common_subexpressions merges them, the "
-                   "graph returns %1, %1 and the call returns one array twice; NumPy returns "
-                   "two (a write into one changes the other). Older than this session")
 def test_equal_results_are_distinct_arrays():
     f = tj.jit(lambda x: (x * 2.0, x * 2.0), cache="memory")
     f(np.ones(3))

@@ -1,0 +1,86 @@
+"""Results are the arrays NumPy returns: distinct where NumPy's are, views where NumPy's are.
+
+``return x * 2, x * 2`` gives two arrays (a write into one leaves the other), ``return y,
+y[1:]`` a view of the first, ``return x, x[...]`` a new view of the argument, ``return
+v, v`` one object twice. The IR records values, not objects, so two things keep the
+objects apart on their way to compiled code:
+
+* ``eliminate_common_subexpressions`` never merges one result's array into another's
+  (``result_arrays``: the values results are or view);
+* the trace gives a result that is another object than an earlier result or an argument,
+  but the same IR value (``x[...]``, ``np.asarray(x).reshape(x.shape)``: no equation
+  recorded), an equation of its own, a reshape to its own shape (``distinct_objects``),
+  which compiled code makes as a new NumPy view.
+
+From there, one IR value is one object: the program's wrapper makes each result that
+views another's array from that array (``codegen.schedule.result_views``), once per value.
+
+    >>> import numpy as np, tracejit as tj
+    >>> f = tj.jit(lambda x: (x * 2.0, x * 2.0, (y := x + 1.0), y[1:]), cache="memory")
+    >>> for _ in range(2):
+    ...     a, b, y, tail = f(np.ones(3))
+    >>> np.shares_memory(a, b), np.shares_memory(y, tail)
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import Eqn, Var
+from .ops import reshape_p
+from .pending import known_kind
+
+# The primitives whose NumPy result views their operand (codegen.view_lowering.NUMPY_VIEWS)
+VIEWS = frozenset({"slice", "transpose", "reshape", "flip", "broadcast_to"})
+
+
+def viewed_value(var, producers):
+    """The value ``var`` is a chain of views of (itself when it is no view)."""
+    while isinstance(var, Var):
+        eqn = producers.get(var.name)
+        if eqn is None or eqn.prim.name not in VIEWS or not isinstance(eqn.inputs[0], Var):
+            return var
+        var = eqn.inputs[0]
+    return var
+
+
+def result_arrays(graph):
+    """Names of the graph's outputs and of the values they view: each is an array a
+    caller may hold, whose memory no other one may share unless NumPy's does."""
+    producers = {item.out.name: item for item in graph.body if isinstance(item, Eqn)}
+    names = set()
+    for atom in graph.outputs:
+        if isinstance(atom, Var):
+            names.add(atom.name)
+            names.add(viewed_value(atom, producers).name)
+    return names
+
+
+def distinct_objects(context, out_leaves, output_atoms, atom_positions, arguments):
+    """Give each result leaf that is a new object but an earlier result's or an argument's
+    IR value a new view of that value (``reshape`` to its own shape), in ``output_atoms``;
+    a leaf that is an earlier leaf itself gets that leaf's atom.
+
+    ``atom_positions``: result leaf index -> index in ``output_atoms``; ``arguments``: the
+    traced argument leaves."""
+    owners = {leaf.ir_var.name: leaf for leaf in arguments
+              if isinstance(getattr(leaf, "ir_var", None), Var)}
+    finals = {}  # id(result leaf) -> its atom
+    for index, position in sorted(atom_positions.items()):
+        leaf, atom = out_leaves[index], output_atoms[position]
+        if id(leaf) in finals:
+            output_atoms[position] = finals[id(leaf)]
+            continue
+        if isinstance(atom, Var) and _an_array(leaf) and owners.setdefault(
+                atom.name, leaf) is not leaf:
+            view = context.new_var(atom.aval)
+            context.body.append(Eqn(reshape_p, (atom,), (("shape", tuple(atom.aval.shape)),),
+                                    view))
+            output_atoms[position] = atom = view
+        finals[id(leaf)] = atom
+
+
+def _an_array(leaf):
+    """Whether a result leaf is a traced array (not a NumPy scalar, not a constant)."""
+    return hasattr(leaf, "ir_var") and type(known_kind(leaf.raw_value)) is np.ndarray

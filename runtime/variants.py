@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracejit.codegen.schedule import input_view
+from tracejit.codegen.schedule import input_view, result_views
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
 from tracejit.tracer.argument_writes import OutsideArrayWrite, put_back
@@ -142,13 +142,16 @@ class Path:
 
     def __post_init__(self):
         result = self.outputs.fast_result() or self.outputs.result
-        # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]): NumPy results
-        # share the caller's memory as eager's do; Tensor results get their own copy, so
+        # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]) or of another
+        # result's array (y.T beside y): NumPy results share the caller's memory (the other
+        # result's) as eager's do; Tensor results get their own copy, so
         # a write through one can never change a tensor autograd saved behind its
         # version counter.
+        graph = self.program.graph
+        of_results = result_views(graph)
         self.view_outputs = views = frozenset(
-            index for index, atom in enumerate(self.program.graph.outputs)
-            if input_view(self.program.graph, atom) is not None)
+            index for index, atom in enumerate(graph.outputs)
+            if input_view(graph, atom) is not None or getattr(atom, "name", None) in of_results)
         if views:
             def result(outputs, argument_leaves, wrap, arguments=None, _result=result):
                 if wrap is not _identity:

@@ -37,6 +37,7 @@ from . import (
     list_appends,
     pinned_scalars,
     pytree,
+    result_identity,
     strided_views,
 )
 from .abstract import (
@@ -731,6 +732,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         for index, (position, chain) in views.items():
             source = context.inputs[input_specs[position].input_index]
             output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
+        # x[...] is a new view, not x: one IR value is one object from here on
+        result_identity.distinct_objects(context, out_leaves, output_atoms, atom_positions,
+                                         traced_leaves)
         writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
         outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:

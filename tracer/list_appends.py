@@ -268,6 +268,7 @@ def compute_values(context):
 def apply(context, leaves):
     """The traced call's appends, with their real values (``leaves``: the call's argument
     leaves, appended themselves where the function appended an argument array)."""
+    callers = {id(leaf) for leaf in leaves if type(leaf) is np.ndarray}
     for _, target, value, _ in getattr(context, "list_appends", ()):
         flat, tree = pytree.flatten(value)
         concrete = []
@@ -275,7 +276,7 @@ def apply(context, leaves):
             if argument is not None:
                 concrete.append(leaves[argument])
             elif hasattr(leaf, "ir_var"):
-                concrete.append(_fresh(leaf.value))
+                concrete.append(_fresh(leaf.value, callers))
             elif hasattr(leaf, "expr"):
                 concrete.append(int(leaf.value))
             else:  # (a NumPy array the function made: that object, as eager appends it)
@@ -284,5 +285,13 @@ def apply(context, leaves):
     context.list_appends = []
 
 
-def _fresh(value):
-    return value.copy() if type(value) is np.ndarray and value.base is not None else value
+def _fresh(value, callers):
+    """``value``, or a copy when it views an array of the trace's own: a view of the
+    caller's array (``x[1:]``; ``callers``: their ids) stays one, as eager appends it, and
+    so does the compiled call's (the wrapper's NumPy view of its input)."""
+    if type(value) is not np.ndarray or value.base is None:
+        return value
+    base = value
+    while base.base is not None and id(base) not in callers:
+        base = base.base
+    return value if id(base) in callers else value.copy()

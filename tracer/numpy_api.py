@@ -52,7 +52,7 @@ from .nan_reductions import (
     nanvar,
 )
 from .nan_replacement import nan_to_num
-from .out_arguments import write_out
+from .out_arguments import check_cast, write_out
 from .primitives import as_array, bind, is_traced
 from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTIONS)
     all,
@@ -412,6 +412,9 @@ def round_(a, decimals=0, out=None):
     """
     decimals = operator.index(decimals)
     whole = np.dtype(dtype_of(a)).kind in "iu"
+    if decimals and out is None and np.dtype(dtype_of(a)) == np.bool_:
+        # NumPy scales a bool array into an output of its own dtype: its cast error
+        check_cast(a, np.zeros((), np.float64), "np.multiply")
     if decimals == 0 or (whole and decimals > 0):
         result = a if whole else np.rint(a)
     else:

@@ -249,6 +249,9 @@ class Tracer(ArrayMethods):
 
     # --- in-place updates: functional underneath ---------------------------------------
     def __setitem__(self, index, value):
+        if _is_numpy_scalar(self):  # s = x.sum(); s[...] = 0: a NumPy scalar is immutable
+            raise as_numpy_would(TypeError(f"'numpy.{self.dtype.type.__name__}' object does "
+                                           "not support item assignment"))
         self._update(setitem(self, index, value), written_region(self, index))
 
     def _inplace(self, operation, other):

@@ -208,7 +208,9 @@ def _broadcast_unit_labels(operands, labels):
             if _is_one(dim):
                 continue
             known = sizes.setdefault(label, dim)
-            if isinstance(known, int) and isinstance(dim, int) and known != dim:
+            # dynamic dims too: the comparison is a shape guard (13 against 0 in an empty
+            # batch must raise as NumPy does, not broadcast)
+            if known is not dim and bool(known != dim):
                 raise ValueError(f"einsum: operands could not be broadcast together: label "
                                  f"{label!r} has sizes {known} and {dim}")
     widened = []

@@ -338,10 +338,6 @@ def rowwise_dot(w, v):
     return np.einsum("ij,ij->i", w, v)
 
 
-@pytest.mark.xfail(strict=True, reason="einsum's shape rule lets label j be 13 in one operand "
-                   "and 0 in the other when the result is empty ((0, 13) with (0, 0)): NumPy "
-                   "raises 'operands could not be broadcast', compiled code returns an empty "
-                   "array (tracer/einsum.py, not fixed in round 15b)")
 def test_einsum_of_mismatched_empty_operands_raises():
     run_calls(rowwise_dot, [(np.ones((3, 2)), np.ones((3, 2))), (np.ones((0, 13)),
                                                                 np.ones((0, 0)))], repeats=2)

@@ -349,22 +349,11 @@ def program_slots(schedule):
 
 
 def guard_checks(schedule):
-    """The guards to check after each kernel (``-1``: before any), in body order: each
-    right after the kernel computing its predicate, except that a guard waits for the
-    margin guard just before it (``tracejit.tracer.guard_margins``), so a margin inside the rounding
-    bound takes the margin's exit, not the guard's. (Where the margin runs later it reads
-    the guard's predicate, so that buffer is still live.)"""
-    owner = {id(guard): -1 for guard in schedule.entry_guards}
-    for index, kernel in enumerate(schedule.kernels):
-        owner.update((id(guard), index) for guard in kernel.guards)
-    checks = {index: [] for index in range(-1, len(schedule.kernels))}
-    previous = None
-    for guard in schedule.graph.guards:
-        at = owner[id(guard)]
-        if previous is not None and previous.convert == "margin" and guard.convert != "margin":
-            at = max(at, owner[id(previous)])
-        checks[at].append(guard)
-        previous = guard
+    """The guards to check after each kernel (``-1``: before any), in body order, as the
+    schedule placed them (``Kernel.guards``: after the kernel computing the predicate, or
+    after the margin guard just before it)."""
+    checks = {-1: list(schedule.entry_guards)}
+    checks.update((index, list(kernel.guards)) for index, kernel in enumerate(schedule.kernels))
     return checks
 
 

@@ -905,13 +905,21 @@ def schedule(graph, views_of_results=False):
         along_rows |= found
     epilogues = scheduler.epilogues()
     kernels = scheduler.kernels(epilogues)
-    # Guards are checked right after the kernel that computes their predicate.
-    kernel_of = {kernel.root.name: kernel for kernel in kernels}
-    entry_guards = []
+    # Guards are checked right after the kernel that computes their predicate, except that
+    # a guard waits for the margin guard just before it (tracejit.tracer.guard_margins), so
+    # a value inside the rounding bound takes the margin's exit, not the guard's. That margin
+    # may be another decision's (a mask's, computed later): the guard's predicate buffer
+    # must then live until the margin's kernel, which _plan_workspace reads from here.
+    kernel_of = {kernel.root.name: index for index, kernel in enumerate(kernels)}
+    entry_guards, previous, previous_at = [], None, -1
     for item in graph.body:
         if isinstance(item, Guard):
-            owner = kernel_of.get(item.predicate.name)
-            (owner.guards if owner is not None else entry_guards).append(item)
+            at = kernel_of.get(item.predicate.name, -1)
+            if previous is not None and previous.convert == "margin" and (
+                    item.convert != "margin"):
+                at = max(at, previous_at)
+            (kernels[at].guards if at >= 0 else entry_guards).append(item)
+            previous, previous_at = item, at
     effect_outputs = [
         atom for item in graph.body if isinstance(item, Effect)
         for atom in item.inputs if isinstance(atom, Var)

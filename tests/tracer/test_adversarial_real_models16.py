@@ -21,7 +21,7 @@ and an exception eager raises must be raised too.
 """
 
 import numpy as np
-from real_model_checks import no_internal_errors, run_calls
+from real_model_checks import all_compiled, no_internal_errors, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -87,3 +87,57 @@ def test_logistic_regression_stopping_on_a_loss_started_at_inf_compiles():
     f = run_calls(logistic_regression_fit, [_classification(16, seed) for seed in (1, 2)], **F64)
     no_internal_errors(f)
     assert "guard margin" not in f.stats()["eager_calls"], f.explain()
+
+
+# --- a guard's predicate read after its buffer was reused -----------------------------------
+def hinge_error(X, y, W):
+    """Hinge loss and training error of a max-of-linear scorer; labels may come as 0/1 or
+    -1/+1, checked before the scores are thresholded."""
+    scores = (X @ W).max(axis=1)
+    unsigned = y.min() >= 0
+    error = np.mean((scores > 0) != (y > 0))
+    if unsigned:
+        y = 2 * y - 1
+    return np.maximum(0.0, 1.0 - y * scores).mean(), error
+
+
+def _scorer(seed, signed):
+    rng = np.random.default_rng(seed)
+    X, W, y = rng.standard_normal((8, 6)), rng.standard_normal((6, 5)), rng.integers(0, 2, 8)
+    return (X, 2 * y - 1 if signed else y, W)
+
+
+def test_a_guard_after_another_decisions_margin_reads_its_own_value():
+    """``if unsigned:`` is checked after the margin guard of the mask ``scores > 0`` before it
+    (lowering waits for a margin just before a guard), a kernel later than its predicate's;
+    the workspace planner freed the predicate's slot at its own kernel, so the check read a
+    byte of a later temporary: -1/+1 labels took the 0/1 path (4 of 12 calls wrong)."""
+    calls = [_scorer(seed, signed=seed % 3 != 0) for seed in range(6)]
+    f = run_calls(hinge_error, calls, **F64)
+    no_internal_errors(f)
+
+
+def one_hot(Y):
+    one_hot_Y = np.zeros((Y.size, Y.max() + 1))
+    one_hot_Y[np.arange(Y.size), Y] = 1
+    return one_hot_Y.T
+
+
+def two_steps(X, Y, W1, W2):
+    """Samson Zhang's MNIST-from-scratch step twice: the second one_hot's ``Y.max() + 1``
+    guard follows the first step's relu-mask margin."""
+    for _ in range(2):
+        Z1 = W1.dot(X)
+        dZ1 = W2.T.dot(one_hot(Y)) * (Z1 > 0)
+        W1 = W1 - 0.1 * dZ1.dot(X.T)
+    return W1
+
+
+def test_one_hot_by_label_max_twice_with_a_relu_mask_between_stays_compiled():
+    """Before the fix the second ``Y.max() + 1`` guard read a reused slot and every call
+    took a side exit (then compiled the 'other path', which exited the same way)."""
+    rng = np.random.default_rng(16)
+    args = (rng.random((6, 8)), np.array([0, 0, 1, 3, 1, 3, 1, 0]), rng.random((5, 6)) - 0.5,
+            rng.random((4, 5)) - 0.5)
+    f = run_calls(two_steps, [args], repeats=3, **F64)
+    assert all_compiled(f, 3), f.explain()

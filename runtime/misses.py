@@ -206,8 +206,12 @@ class Misses:
     def _give_up(self, signature, reason, error):
         """Calls with this signature run eagerly from now on, for ``reason`` (explain())."""
         self._untraceable[signature] = reason
+        # Warned once per reason: a function that draws random numbers gives up again at
+        # every new shape (each is traced anew: another path might not draw), one warning
+        # per sequence length was noise.
+        log = log_recompiles.warning if reason not in self._reasons else log_recompiles.info
         self._reasons[reason] = str(error)
-        log_recompiles.warning("%s runs eagerly: %s", self.__qualname__, error)
+        log("%s runs eagerly: %s", self.__qualname__, error)
 
     def _compile_path(self, traced, signature):
         start = time.perf_counter()

@@ -48,6 +48,7 @@ from tracejit.tracer.ir import (
     parse_location,
 )
 from tracejit.tracer.list_appends import METHODS, ListAppend
+from tracejit.tracer.loop_rows import KINDS, RowsLayout
 
 from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
@@ -113,9 +114,40 @@ def tree_to_json(tree):
             raise NotSerializable("a dict with keys other than str/int")
         return {"dict": [[key, tree_to_json(child)] for key, child in zip(tree.keys,
                                                                           tree.children)]}
+    if tree.kind == "rows":  # a list a captured loop filled (tracer.loop_rows)
+        return {"rows": {"prefix": tree.keys.prefix, "entry": _entry_to_json(tree.keys.entry),
+                         "parts": [tree_to_json(child) for child in tree.children]}}
     if tree.keys is not None:
         raise NotSerializable("a namedtuple in the arguments or results")
     return {tree.kind: [tree_to_json(child) for child in tree.children]}
+
+
+def _entry_to_json(entry):
+    """A ``RowsLayout`` entry: its kinds and kept numbers as they are, tuples as lists."""
+    return [_entry_to_json(part) for part in entry] if isinstance(entry, tuple) else entry
+
+
+def _entry_from_json(data, depth):
+    _check(depth < 64, "a malformed rows entry")
+    if isinstance(data, list):
+        return tuple(_entry_from_json(part, depth + 1) for part in data)
+    _check(data in KINDS or (type(data) is int and 0 <= data < 4096),
+           "a malformed rows entry")
+    return data
+
+
+def _rows_from_json(data, depth):
+    _check(isinstance(data, dict) and set(data) == {"prefix", "entry", "parts"}
+           and isinstance(data["parts"], list), "a malformed rows node")
+    layout = RowsLayout(_integer(data["prefix"], "a rows prefix"),
+                        _entry_from_json(data["entry"], depth))
+    _check(len(layout.buffers) >= 1 and len(data["parts"]) == layout.part_count,
+           "a rows node whose parts do not fit its layout")
+    # the buffers are program outputs, never containers
+    parts = [tree_from_json(child, depth + 1) for child in data["parts"]]
+    _check(all(part == pytree.LEAF for part in parts[layout.prefix:][:len(layout.buffers)]),
+           "a rows node whose buffers are not leaves")
+    return pytree.TreeDef("rows", layout, tuple(parts))
 
 
 def tree_from_json(data, depth=0):
@@ -123,6 +155,8 @@ def tree_from_json(data, depth=0):
         return pytree.LEAF
     _check(isinstance(data, dict) and len(data) == 1 and depth < 64, "a malformed tree")
     (kind, children), = data.items()
+    if kind == "rows":
+        return _rows_from_json(children, depth)
     _check(kind in ("tuple", "list", "dict") and isinstance(children, list),
            f"a tree of kind {kind!r}")
     if kind == "dict":

@@ -56,7 +56,9 @@ class OutputPlan:
     @staticmethod
     def from_trace(trace):
         leaves, program_index = [], 0
-        flat, _ = pytree.flatten(trace.outputs)
+        flat = trace.output_values  # a list a loop filled: its buffers (tracer.loop_rows)
+        if flat is None:
+            flat, _ = pytree.flatten(trace.outputs)
         for position, value in enumerate(flat):
             if position in trace.output_statics:
                 leaves.append(("static", trace.output_statics[position]))

@@ -51,6 +51,8 @@ from . import ops
 from .conversions import python_number
 from .dims import SymInt, expr_of, value_of
 from .errors import TraceSignal
+from .loop_rows import Rows, RowsLayout
+from .pending import known_kind
 from .traced_array import Tracer
 
 
@@ -186,6 +188,10 @@ class ContainerCarry:
         self.leaves0 = [_tracer(context, leaf) for leaf in self.leaves0]
         self.signatures = [_signature(leaf) for leaf in self.leaves0]
         self.python_numbers = [leaf.aval.weak for leaf in self.leaves0]  # .item() per trip
+        # per leaf: the very value iteration 0 appended, in every traced iteration too (an
+        # array from outside the loop, ``caches.append((x[t], W))``): one object in every
+        # entry, as in eager's list (``returned_rows``)
+        self.invariant = [True] * len(self.leaves0)
 
     def entry(self, buffers, row):
         """The entry appended (or stored) at ``row``, read back from ``buffers``: a Python
@@ -316,6 +322,8 @@ class ContainerCarry:
         if structure != self.structure:
             raise Refusal(f"`{self.name}`'s entries change structure in the loop")
         leaves = [_tracer(self.context, leaf) for leaf in leaves]
+        self.invariant = [same and leaf is first for same, leaf, first in zip(
+            self.invariant, leaves, self.leaves0)]
         if [_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
         width = len(self.leaves0)
@@ -679,6 +687,40 @@ class StackedList(MutableSequence):
     def __repr__(self):
         return f"StackedList({self._carry.name})"
 
+    def returned_rows(self):
+        """The list as ``loop_rows.Rows`` of the loop's buffers, when it holds them all and
+        the trip count is a dim; else None (a plain list of its entries is made)."""
+        carry = self._carry
+        if self._list is not None or not isinstance(self._count, SymInt) or not self._buffers:
+            return None
+        leaves = iter(zip(carry.leaves0, carry.python_numbers, carry.invariant, self._buffers))
+        buffers, kept = [], []
+
+        def template(structure):
+            if structure is None:
+                leaf, weak, invariant, buffer = next(leaves)
+                if invariant:  # the same array in every entry: that array, not its rows
+                    structure = _Kept(leaf)
+                else:
+                    buffers.append(buffer)
+                    return _entry_kind(leaf, weak)
+            if isinstance(structure, _Kept):
+                kept.append(structure.value)
+                return len(kept) - 1
+            return tuple(template(part) for part in structure)
+
+        entry = template(carry.structure)
+        if not buffers:  # no row tells the length
+            return None
+        return Rows(RowsLayout(len(self._prefix), entry), [*self._prefix, *buffers, *kept])
+
+
+def _entry_kind(leaf, weak):
+    """How eager holds an entry's array (``loop_rows.KINDS``), from the first trip's."""
+    if weak:
+        return "value"
+    return "scalar" if isinstance(known_kind(leaf.raw_value), np.generic) else "array"
+
 
 def stack_call(function, args, kwargs):
     """``np.stack(lst)``, ``np.array(lst)``, ``np.asarray(lst)`` of a ``StackedList``: the
@@ -702,11 +744,14 @@ def plain_containers(value):
     """``value`` with each list and dict a captured loop filled (``StackedList``,
     ``StackedDict``) made the plain list or dict of its entries the NumPy code holds,
     through tuples (namedtuples too), lists and dicts: a function's result leaves the
-    trace as such.
+    trace as such. A list of a loop over a dynamic length becomes ``loop_rows.Rows``,
+    which the call makes that list of (its length not pinned).
 
     >>> plain_containers(([1], {"a": (2,)}))
     ([1], {'a': (2,)})
     """
+    if isinstance(value, StackedList) and (rows := value.returned_rows()) is not None:
+        return Rows(rows.layout, [plain_containers(part) for part in rows.parts])
     if isinstance(value, StackedList) or type(value) is list:
         return [plain_containers(item) for item in value]
     if isinstance(value, StackedDict) or type(value) is dict:

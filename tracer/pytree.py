@@ -41,7 +41,8 @@ class TreeDef:
                 self.children,
             )
         )
-        return {"tuple": f"({inner})", "list": f"[{inner}]", "dict": f"{{{inner}}}"}[self.kind]
+        return {"tuple": f"({inner})", "list": f"[{inner}]", "dict": f"{{{inner}}}",
+                "rows": f"rows({inner})"}[self.kind]
 
 
 LEAF = TreeDef("leaf", None, ())
@@ -54,6 +55,9 @@ def flatten(tree):
 
 
 def _flatten_into(tree, leaves):
+    if getattr(type(tree), "__tracejit_rows__", False):  # a loop's list (tracer.loop_rows)
+        return TreeDef("rows", tree.layout, tuple(_flatten_into(part, leaves)
+                                                  for part in tree.parts))
     if isinstance(tree, (tuple, list)):
         kind = "list" if isinstance(tree, list) else "tuple"
         named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
@@ -84,6 +88,8 @@ def _build(treedef, leaves):
     if treedef.kind == "leaf":
         return next(leaves)
     children = [_build(child, leaves) for child in treedef.children]
+    if treedef.kind == "rows":  # keys: a loop_rows.RowsLayout, which makes the list
+        return treedef.keys.build(children)
     if treedef.kind == "dict":
         built = dict(zip(treedef.keys, children))
         return built if treedef.mapping is None else treedef.mapping(built)
@@ -107,6 +113,8 @@ def leaf_paths(treedef):
             continue
         if node.kind == "dict":
             accessors = [f"[{key!r}]" for key in node.keys]
+        elif node.kind == "rows":  # a loop's list: its parts (tracer.loop_rows)
+            accessors = [f"<part {position}>" for position in range(len(node.children))]
         elif node.keys is not None:  # a namedtuple
             accessors = [f".{field}" for field in node.keys._fields]
         else:

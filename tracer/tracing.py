@@ -135,13 +135,16 @@ class Trace:
     argument_writes: list = field(default_factory=list)  # tracer.argument_writes.ArgumentWrite
     # (place in the result, argument place) of dicts and lists returned that are arguments'
     returned_containers: list = field(default_factory=list)
+    # the result's leaves as ``output_tree`` holds them (``outputs`` is built from them; a
+    # list a loop filled is its buffers here, its entries there: tracer.loop_rows)
+    output_values: list = None
 
     def force_outputs(self):
         """Compute the outputs a lazy trace left pending (the NumPy reference of the
         remaining loop trips); the outputs from then on."""
         if self.pending:
-            leaves, tree = pytree.flatten(self.outputs)
-            self.outputs = pytree.unflatten(tree, [force(leaf) for leaf in leaves])
+            self.output_values = [force(leaf) for leaf in self.output_values]
+            self.outputs = pytree.unflatten(self.output_tree, self.output_values)
             self.pending = False
         return self.outputs
 
@@ -765,6 +768,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     if undecided:  # the call's result and effects come from the program, or eager
         attribute_writes.restore(context)
         # not the call's result: what kind of value each output is (OutputPlan)
+        output_values = outputs
         outputs = pytree.unflatten(output_tree, outputs)
     else:
         # Eager semantics: the caller's input arrays see the in-place writes. Then nothing
@@ -794,6 +798,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
         list_appends.apply(context, leaves)  # LOSSES.append(loss): after the writes
         write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded
+        output_values = outputs
         outputs = argument_writes.put_back(pytree.unflatten(output_tree, outputs), returned,
                                            (args, kwargs))
     traced = Trace(
@@ -818,6 +823,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         undecided=undecided,
         argument_writes=writes,
         returned_containers=returned,
+        output_values=output_values,
     )
     context.release()
     return traced

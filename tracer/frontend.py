@@ -125,8 +125,11 @@ def _holds_dims(value):
 
 
 def _is_random(function, args, kwargs):
+    random = sys.modules.get("numpy.random")
+    if random is None:  # nothing has drawn yet (NumPy 2 imports np.random on first use:
+        return False  # 5-10 ms that ``np.random.Generator`` here put on every first trace)
     owner = getattr(function, "__self__", None)
-    random_types = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+    random_types = (random.Generator, random.RandomState, random.BitGenerator)
     if isinstance(owner, random_types) or (
         getattr(function, "__module__", "") or ""
     ).startswith("numpy.random"):

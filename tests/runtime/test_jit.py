@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import subprocess
 import sys
 import types
 import warnings
@@ -1108,3 +1109,22 @@ def test_a_loop_whose_body_guard_keeps_failing_is_traced_unrolled_then():
     assert stats["eager_calls"] == {
         "a guard in a loop body failed": 2 * LOOP_EXIT_STREAK - 1}, f.explain()
     assert stats["compiled_calls"] >= 3 and stats["compiles"] == 2, f.explain()
+
+
+def test_a_first_call_does_not_import_numpy_random(tmp_path):
+    """NumPy 2 imports ``np.random`` on first use (~10 ms); the check for random draws in a
+    trace imported it in every process that never draws."""
+    script = tmp_path / "chain.py"
+    script.write_text(
+        "import sys, numpy as np, tracejit as tj\n"
+        "steps = [np.tanh, lambda x: np.maximum(x * 2, 0)]\n"
+        "def chain(x):\n"
+        "    for index in range(3):\n"
+        "        x = steps[index % len(steps)](x)\n"
+        "    return x.sum()\n"
+        "f = tj.jit(chain, cache=False)\n"
+        "f(np.linspace(0, 1, 8)); f(np.linspace(0, 1, 8))\n"
+        "print('numpy.random' in sys.modules, f.stats()['compiled_calls'])\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.split() == ["False", "1"], done.stdout + done.stderr

@@ -474,10 +474,12 @@ def checked_body(graph, ctx, hoist=True):
             continue
         bounds = [ctx.bound(atom) if isinstance(atom, Var) else None for atom in item.inputs]
         if all(bound is None for bound in bounds) or any(_unbounded(b) for b in bounds):
+            _keep_pending(ctx, inserts, index)
             continue
         ctx.early, ctx.snapshot = [], None
         checked = AMBIGUITY[item.prim.name](ctx, item, bounds)
         if checked is None:
+            _keep_pending(ctx, inserts, index)
             continue
         mask, after, at = checked if len(checked) == 3 else (*checked, index)
         if ctx.snapshot is not None:
@@ -504,6 +506,16 @@ def checked_body(graph, ctx, hoist=True):
         body.extend(inserts.get(index, ()))
         body.append(item)
     return tuple(body)
+
+
+def _keep_pending(ctx, inserts, index):
+    """Bounds computed for an item that needs no check stay memoized in ``ctx`` (later
+    checks and a loop's carried bounds read them): their equations go before the item,
+    where its operands are defined. Left pending, the next guard margin put them at its
+    own predicate, which may come before those operands (a loop body's ``if`` ahead of a
+    buffer write: 'uses %27 before its definition', fuzz round 16)."""
+    inserts.setdefault(index, []).extend(ctx.emitter.pending)
+    ctx.emitter.pending = []
 
 
 __all__ = ["AMBIGUITY", "check_discontinuities", "checked_body"]

@@ -5,7 +5,7 @@ with the arguments compared afterwards.
 """
 
 import numpy as np
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 
 # --- a NumPy scalar takes no item writes -------------------------------------------------
@@ -42,3 +42,33 @@ def test_round_of_bools_to_decimals_raises():
     run_calls(round_to_decimals, [(np.array([True, False, True]),)], repeats=3)
     run_calls(round_to_decimals, [(np.arange(-7, 8, 3, dtype=np.int32),),
                                   (np.linspace(-20.0, 20.0, 7),)], repeats=3)
+
+
+# --- bounds a loop body's check computed and did not use ----------------------------------
+def decayed_rows_then_a_count(x, w):
+    h = np.zeros(w.shape[1])
+    out = np.zeros(w.shape, dtype=np.float32)
+    for t in range(w.shape[0]):
+        if np.all(w[t] >= 0):
+            h = h + 1
+        out[t] = out[t - 1] * 0.5 + h
+    g = np.zeros(x.shape[1])
+    positive = 0
+    for t in range(x.shape[0]):
+        g = np.tanh(g + x[t])
+        positive += int(np.all(g > 0))
+    return out, positive
+
+
+def test_loop_bounds_of_a_body_with_a_guard_compile():
+    """The buffer write's select had bounds computed (the float32 row ``out[t - 1] * 0.5 +
+    h``) but no check; left pending, they went in at the next guard's predicate, the body's
+    ``if`` ahead of the row they read: 'VerifyError: uses %27 before its definition', the
+    program never compiled and every call at that size ran eagerly."""
+    rng = np.random.default_rng(0)
+    arguments = [(np.asfortranarray(rng.integers(-20, 20, (5, 3))),
+                  np.array([[-2.0, 2.0], [0.2, 2.0], [-2.5, 0.4]])),
+                 (np.asfortranarray(rng.integers(-20, 20, (13, 13))),
+                  rng.standard_normal((13, 13)) - 0.5)]
+    f = run_calls(decayed_rows_then_a_count, arguments, repeats=2)
+    no_internal_errors(f)

@@ -35,6 +35,7 @@ import ctypes
 import glob
 import os
 import threading
+import weakref
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -74,7 +75,10 @@ def openblas():
 # ops) ran 1.1-1.5x slower than at 2**28 (medians on a loaded machine), and 2**20 kept the
 # pair's CPU time within 1.15x of 2**18's (interleave).
 OPENBLAS_IDLE_SPIN_LOG2 = 20
-_threads_without_blas = set()  # idents of tracejit's threads that never call OpenBLAS
+# tracejit's threads that never call OpenBLAS: their Thread objects, not their idents. An
+# ident is reused by a later thread (in a forked child, the first thread started gets the
+# parent's helper's ident), which would then be taken for tracejit's.
+_threads_without_blas = weakref.WeakSet()
 
 
 def runs_no_blas():
@@ -82,14 +86,14 @@ def runs_no_blas():
     it does not stop ``shorten_openblas_idle_spin``: the helper exists before a script's
     first threaded compiled call, and counting it kept OpenBLAS's long
     spin in every process (the MLP step ran 13.1 ms with the short spin, 15.7 without)."""
-    _threads_without_blas.add(threading.get_ident())
+    _threads_without_blas.add(threading.current_thread())
 
 
 def _only_python_thread():
     """True when every other live Python thread is one of tracejit's that never calls
     OpenBLAS."""
-    me = threading.get_ident()
-    return all(thread.ident == me or thread.ident in _threads_without_blas
+    me = threading.current_thread()
+    return all(thread is me or thread in _threads_without_blas
                for thread in threading.enumerate())
 
 

@@ -54,7 +54,10 @@ def line_prefix(location):
     return f"{location.file}:{location.line}: " if location else ""
 
 
-_KNOWN_LINES = {}  # (code, line) -> Location: a trace asks once per equation (~1 us then)
+# (file, line, function) -> Location: a trace asks once per equation (~1 us then). Keyed by
+# what a Location holds, not by the code object: code objects compare equal by content, not
+# file, so the same function in two files (a copied script) named the first file's line.
+_KNOWN_LINES = {}
 
 
 def user_location(skip=1):
@@ -63,14 +66,13 @@ def user_location(skip=1):
     while frame is not None:
         code = frame.f_code
         if not is_internal(code.co_filename):
-            key = (code, frame.f_lineno)
+            key = (code.co_filename, frame.f_lineno, code.co_name)
             known = _KNOWN_LINES.get(key)
             if known is None:
-                if len(_KNOWN_LINES) >= 4096:  # code objects of lambdas made per call
+                if len(_KNOWN_LINES) >= 4096:  # lines of code made at run time (exec)
                     _KNOWN_LINES.clear()
                 source = linecache.getline(code.co_filename, key[1]).strip()
-                known = _KNOWN_LINES[key] = Location(code.co_filename, key[1], code.co_name,
-                                                     source)
+                known = _KNOWN_LINES[key] = Location(*key[:2], code.co_name, source)
             return known
         frame = frame.f_back
     return None

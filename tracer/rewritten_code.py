@@ -29,9 +29,13 @@ from .errors import TraceError
 from .locations import is_internal, is_library
 from .source_rewrite import HOOK, RewriteUnavailable, rewrite_tree
 
-_REWRITTEN = {}  # code object -> (rewritten inner code, source) or the refusal it raised
+# (code object, file) -> (rewritten inner code, source) or the refusal it raised. The file
+# is part of the key: code objects compare equal by content, not by file, so the same
+# function in two files (a copied script) ran the first file's code, whose tracebacks and
+# guard locations named that file.
+_REWRITTEN = {}
 _REWRITTEN_LIMIT = 512
-# code object -> rewritten tree, for the last few rewritten: the disk cache renders the
+# (code object, file) -> rewritten tree, for the last few rewritten: the disk cache renders the
 # function it stores right after tracing it (``render``), which parsed and rewrote it
 # again (3 ms of a 30-line train step's first call).
 _TREES = {}
@@ -57,7 +61,7 @@ def callable_object(function):
 def rewritten_code(function):
     """The rewritten function's code object and the original source, computed once per
     code object (tracing a function again does not parse and compile it again)."""
-    key = function.__code__
+    key = _key(function)
     if key not in _REWRITTEN:
         if len(_REWRITTEN) >= _REWRITTEN_LIMIT:
             _REWRITTEN.clear()
@@ -73,6 +77,10 @@ def rewritten_code(function):
     if isinstance(result, Exception):
         raise result
     return result
+
+
+def _key(function):
+    return function.__code__, function.__code__.co_filename
 
 
 def bind(function, inner, hooks):
@@ -120,7 +128,7 @@ def _compile(function, tree):
 
 def render(function):
     """The rewritten source of ``function`` as text (what the compiled run traced)."""
-    tree = _TREES.get(function.__code__)
+    tree = _TREES.get(_key(function))
     if tree is None:
         tree, _ = rewrite_tree(function)
     return astor.to_source(tree)

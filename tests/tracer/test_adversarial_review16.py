@@ -1,0 +1,88 @@
+"""Review 16 of this session's changes: wrong answers, wrong messages and unsafe states found
+by probing what landed, each test failing before its fix.
+
+* 00e262f (user_location memoized per code object and line) and the older per-code cache
+  of rewritten functions (tracer/rewritten_code.py): code objects compare equal by content,
+  not by file, so the same function in two files (a copied script, a vendored module)
+  traced the first file's rewritten code and its guards and tracebacks named the first
+  file. Both caches now key by file too.
+* e4e1a20 (OpenBLAS's idle spin shortened with tracejit's LLVM helper alive): the helper
+  was remembered by thread ident, and a forked child's first new thread gets the parent's
+  helper's ident, so a user's thread that may be inside OpenBLAS was taken for tracejit's
+  and the pool's start could stop OpenBLAS's threads under it. The helper is now remembered
+  by its Thread object.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+from tracejit.codegen import blas
+
+SAME_FUNCTION = textwrap.dedent("""\
+    import numpy as np
+
+
+    def step(x):
+        if x.sum() > 0:
+            return x * 2.0
+        return x - 1.0
+""")
+
+
+def _module_from(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_same_function_in_two_files_names_its_own_file(tmp_path):
+    modules = []
+    for name in ("review16_copy_a", "review16_copy_b"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(SAME_FUNCTION)
+        modules.append((str(path), _module_from(path, name)))
+    assert modules[0][1].step.__code__ == modules[1][1].step.__code__  # what misled the caches
+    x = np.arange(1.0, 5.0)
+    for path, module in modules:
+        f = tj.jit(module.step, cache="memory")
+        for _ in range(2):
+            np.testing.assert_array_equal(f(x), module.step(x))
+        guards = [line for line in f.explain().splitlines() if " at " in line and "guard" in line]
+        assert guards and all(f"{path}:5" in line for line in guards), f.explain()
+
+
+@pytest.mark.skipif(not blas.openblas() or not hasattr(os, "fork"),
+                    reason="no bundled OpenBLAS or no fork")
+def test_a_forked_childs_thread_is_not_taken_for_the_llvm_helper():
+    """In a child forked after the helper started, the first thread the user starts gets the
+    helper's ident: it must still count as a thread that may be inside OpenBLAS."""
+    script = textwrap.dedent("""
+        import os, threading
+        from tracejit.codegen import blas, llvm
+        llvm._helper_thread().submit(lambda: None).result()
+        assert blas._only_python_thread()  # the helper does not count
+        pid = os.fork()
+        if pid == 0:
+            started, stop = threading.Event(), threading.Event()
+            user = threading.Thread(target=lambda: (started.set(), stop.wait()))
+            user.start()
+            started.wait()
+            alone = blas._only_python_thread()
+            stop.set()
+            user.join()
+            os._exit(3 if alone else 0)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["0"], completed.stdout + completed.stderr

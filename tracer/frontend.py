@@ -732,6 +732,14 @@ class Hooks:
             # state["inner"]; inner["y"] = v): compiled runs would skip this
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(container).__name__}")
+        elif attribute_writes.is_outside_container(self.context, container) and not _holds(
+                container, index, value):
+            # C = self.cache; C[k] = v: through a local name the dict is the trace's copy of
+            # the outside one (it holds arrays), where the write alone would be lost
+            if self._note_item(container, index, value):
+                return container
+            self.outside_mutation(f"item assignment into an outside "
+                                  f"{type(container).__name__}")
         container[index] = value
         return container
 

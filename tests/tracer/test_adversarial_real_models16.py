@@ -21,7 +21,7 @@ and an exception eager raises must be raised too.
 """
 
 import numpy as np
-from real_model_checks import all_compiled, no_internal_errors, run_calls
+from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -141,3 +141,37 @@ def test_one_hot_by_label_max_twice_with_a_relu_mask_between_stays_compiled():
             rng.random((4, 5)) - 0.5)
     f = run_calls(two_steps, [args], repeats=3, **F64)
     assert all_compiled(f, 3), f.explain()
+
+
+# --- numpy-ml optimizers: per-parameter state in self.cache, reached as C -------------------
+class MomentumOptimizer:
+    """numpy-ml's optimizers read ``C = self.cache`` and keep each parameter's state under
+    its name, created on its first update."""
+
+    def __init__(self, lr=0.01, momentum=0.9):
+        self.cache, self.lr, self.momentum = {}, lr, momentum
+
+    def update(self, param, param_grad, param_name):
+        C = self.cache
+        if param_name not in C:
+            C[param_name] = np.zeros_like(param_grad)
+        C[param_name] = self.momentum * C[param_name] + self.lr * param_grad
+        return param - C[param_name]
+
+
+def test_state_written_through_a_local_name_for_self_cache_reaches_the_dict():
+    """Once ``self.cache`` held an array the trace read it as its own copy (the arrays
+    made inputs), and ``C[param_name] = ...`` wrote only that copy: compiled calls left the
+    optimizer's state unchanged (7 of 8 calls wrong). Now recorded as ``self.cache[k] =
+    v`` is, and compiled."""
+    rng = np.random.default_rng(160)
+    eager, compiled = MomentumOptimizer(), MomentumOptimizer()
+    update = jitted(compiled.update)
+    for step in range(8):
+        param, grad = rng.standard_normal(3), rng.standard_normal(3)
+        name = ("W", "b")[step % 2]
+        assert_same(update(param, grad, name), eager.update(param, grad, name), **F64,
+                    where=f"step {step}")
+        assert_same(compiled.cache, eager.cache, **F64, where=f"cache after step {step}")
+    no_internal_errors(update)
+    assert not update.stats()["eager_calls"], update.explain()

@@ -86,3 +86,29 @@ def test_a_forked_childs_thread_is_not_taken_for_the_llvm_helper():
                                timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split() == ["0"], completed.stdout + completed.stderr
+
+
+# --- found while probing bbef1d7 (loop-filled lists returned); older than it ------------------
+def states_then_shift(x):
+    hs = []
+    h = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        h = h + x[t]
+        hs.append(h)       # the last entry is h itself after the loop
+    h += 100.0             # NumPy: hs[-1] sees it
+    return hs, np.stack(hs)
+
+
+@pytest.mark.xfail(strict=True, reason="a captured loop's list keeps its entries in a buffer "
+                   "of copies: an in-place write after the loop into the carry the last trip "
+                   "appended (h += 100) does not reach hs[-1] or np.stack(hs) (loops='unroll' "
+                   "is right)")
+def test_an_inplace_write_after_the_loop_reaches_the_last_appended_entry():
+    rng = np.random.default_rng(5)
+    f = tj.jit(states_then_shift, cache="memory", dynamic=True)
+    for length in (3, 4, 5):
+        x = rng.standard_normal((length, 3))
+        got, want = f(x.copy()), states_then_shift(x.copy())
+        for mine, theirs in zip(got[0], want[0]):
+            np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

@@ -378,7 +378,12 @@ class _InLoop:
 
     def __init__(self, carry, t, slots):
         self._carry, self._t, self._slots = carry, t, slots
-        self._row_trip = _plain((t - carry.first) // carry.step)
+        # a list's row counts from the loop's start as a dim: from its value, a reversed
+        # loop's row (first - t) would be >= 0 only up to this call's first index, a shape
+        # guard that pinned the length
+        start = carry.start if carry.kind == "list" and abs(carry.step) == 1 else carry.first
+        self._row_trip = _plain((t - start) * carry.step if abs(carry.step) == 1 else
+                                (t - start) // carry.step)
         self._trip = (value_of(t) - carry.first) // carry.step
         self._current, self._reads = None, []
 

@@ -54,10 +54,10 @@ def run_lengths(function, make, lengths, **options):
 
 
 # --- one array per step -------------------------------------------------------------------
-def rnn_states(x, W, h):
+def rnn_states(x, w, h):
     hs = []
     for t in range(x.shape[0]):
-        h = np.tanh(x[t] @ W + h)
+        h = np.tanh(x[t] * w + h)
         hs.append(h)
     return hs
 
@@ -65,7 +65,7 @@ def rnn_states(x, W, h):
 def make_states(rng, length, dtype=np.float32):
     # sizes no length has: a dim equal to the length would be a relation the trace keeps
     return (rng.standard_normal((length, 10, 6)).astype(dtype),
-            (rng.standard_normal((6, 6)) * 0.5).astype(dtype), np.zeros((10, 6), dtype))
+            (rng.standard_normal(6) * 0.5).astype(dtype), np.zeros((10, 6), dtype))
 
 
 def test_returned_list_compiles_once_per_bucket():
@@ -78,6 +78,22 @@ def test_returned_list_with_exact_first_shapes_stops_pinning_after_the_second_le
     f = run_lengths(rnn_states, make_states, lengths)
     # the first call specializes 8 exactly; then one compile per bucket (9..16, 17..32)
     assert f.stats()["compiles"] == 3, f.explain()
+
+
+def reversed_states(x, h):
+    hs = []
+    for t in range(x.shape[0] - 1, -1, -1):
+        h = np.tanh(x[t] + h)
+        hs.append(h * t)
+    return hs, np.stack(hs), hs[-2]
+
+
+def test_a_reversed_loops_list_compiles_once_per_bucket():
+    # the rows counted from the first index's value: a shape guard (T <= that first T) per
+    # length; now from the start as a dim
+    f = run_lengths(reversed_states, lambda rng, n: (rng.standard_normal((n, 6)), np.zeros(6)),
+                    [5, 6, 8, 7], dynamic=True)
+    assert f.stats()["compiles"] == 1, f.explain()
 
 
 def test_entries_are_separate_arrays_as_in_numpy():
@@ -191,15 +207,15 @@ def test_backward_through_returned_entries():
     f = tj.jit(rnn_states, dynamic=True, cache="memory")
     rng = np.random.default_rng(3)
     for length in (5, 8):
-        x0, W0, h0 = make_states(rng, length, np.float64)
+        x0, w0, h0 = make_states(rng, length, np.float64)
         grads = []
         for function in (f, rnn_states):
-            x, W = tj.tensor(x0, requires_grad=True), tj.tensor(W0, requires_grad=True)
-            hs = function(x, W, tj.tensor(h0))
+            x, w = tj.tensor(x0, requires_grad=True), tj.tensor(w0, requires_grad=True)
+            hs = function(x, w, tj.tensor(h0))
             assert len(hs) == length
             loss = sum(((h * (i + 1)) ** 2).sum() for i, h in enumerate(hs))
             loss.backward()
-            grads.append((x.grad, W.grad))
+            grads.append((x.grad, w.grad))
         for got, want in zip(*grads):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     assert f.stats()["compiles"] == 1 and not f.stats()["eager_calls"], f.explain()
@@ -229,3 +245,20 @@ def test_a_first_call_the_trace_answers_makes_the_list_of_its_pending_buffers(ca
                                                        np.zeros(6)), [5, 7], dynamic=True)
     assert f.stats()["traced_calls"] == 1 and f.stats()["compiles"] == 1, f.explain()
     assert capsys.readouterr().out == "steps: 5\n" * 2 + "steps: 7\n" * 2
+
+
+@pytest.mark.parametrize("rows", [
+    {"prefix": 0, "entry": "array", "parts": []},                    # no buffer for the entry
+    {"prefix": 0, "entry": ["array", 0], "parts": ["*"]},             # a kept object missing
+    {"prefix": 0, "entry": "code", "parts": ["*"]},                   # an unknown kind
+    {"prefix": -1, "entry": "array", "parts": ["*"]},
+    {"prefix": 0, "entry": "array", "parts": [{"list": ["*"]}]},      # a buffer that is a list
+    {"prefix": 0, "entry": [0], "parts": ["*"]},                      # no buffer at all
+])
+def test_a_malformed_rows_node_on_disk_is_refused(rows):
+    from tracejit.runtime.serialize import InvalidEntry, tree_from_json, tree_to_json
+
+    good = {"prefix": 1, "entry": ["array", ["scalar", 0]], "parts": ["*", "*", "*", "*"]}
+    assert tree_to_json(tree_from_json({"rows": good})) == {"rows": good}
+    with pytest.raises(InvalidEntry):
+        tree_from_json({"rows": rows})

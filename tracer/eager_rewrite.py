@@ -101,6 +101,9 @@ class EagerHooks:
     def del_attr(self, owner, name, written):
         delattr(owner, name)
 
+    def del_item(self, container, index, written):
+        del container[index]
+
     def loop_note(self, line, reason):
         pass
 

@@ -839,6 +839,13 @@ class Hooks:
             return self.outside_mutation(written)
         attribute_writes.note_delete(self.context, owner, name, path)
 
+    def del_item(self, container, index, written):
+        """``del container[index]``: a dict or list from outside (or the trace's copy of
+        one, where the deletion alone would be lost) is outside state: refused."""
+        if attribute_writes.is_outside_container(self.context, container):
+            return self.outside_mutation(written)
+        del container[index]
+
     def _number_state(self, owner, name, attribute, written):
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
         as state and trace again (``attribute_writes.NumberState``), or refuse."""

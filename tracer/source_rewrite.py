@@ -347,11 +347,16 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def visit_Delete(self, node):
-        """``del self.cache``: a hook, so a compiled call deletes the attribute too."""
+        """``del self.cache``: a hook, so a compiled call deletes the attribute too;
+        ``del self.cache["x"]``: a hook, so an outside dict is not changed unseen."""
         statements = []
         for target in node.targets:
             if isinstance(target, ast.Attribute):
                 call = _hook("del_attr", self.visit(target.value), ast.Constant(target.attr),
+                             ast.Constant(f"del {ast.unparse(target)}"), node=node)
+                statements.append(ast.copy_location(ast.Expr(call), node))
+            elif isinstance(target, ast.Subscript):
+                call = _hook("del_item", self.visit(target.value), self.visit(target.slice),
                              ast.Constant(f"del {ast.unparse(target)}"), node=node)
                 statements.append(ast.copy_location(ast.Expr(call), node))
             else:

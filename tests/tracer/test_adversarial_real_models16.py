@@ -175,3 +175,35 @@ def test_state_written_through_a_local_name_for_self_cache_reaches_the_dict():
         assert_same(compiled.cache, eager.cache, **F64, where=f"cache after step {step}")
     no_internal_errors(update)
     assert not update.stats()["eager_calls"], update.explain()
+
+
+class FreeingDense:
+    """A layer that frees its forward cache in backward (``del self.cache["x"]``)."""
+
+    def __init__(self, W):
+        self.W, self.cache = W, {}
+
+    def forward(self, x):
+        self.cache["x"] = x
+        return x @ self.W
+
+    def backward(self, dout):
+        x = self.cache["x"]
+        del self.cache["x"]
+        return dout @ self.W.T, x.T @ dout
+
+
+def test_an_item_deleted_from_an_outside_dict_is_deleted():
+    """``del self.cache["x"]`` went to the trace's copy of the dict (it held an array), so
+    compiled calls left the entry in place (every call wrong). Now refused: the backward
+    runs eagerly, with the reason."""
+    rng = np.random.default_rng(161)
+    W = rng.standard_normal((3, 2))
+    eager, compiled = FreeingDense(W.copy()), FreeingDense(W.copy())
+    forward, backward = jitted(compiled.forward), jitted(compiled.backward)
+    for step in range(3):
+        x, dout = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+        assert_same(forward(x), eager.forward(x), **F64, where=f"forward {step}")
+        assert_same(backward(dout), eager.backward(dout), **F64, where=f"backward {step}")
+        assert_same(compiled.cache, eager.cache, where=f"cache after step {step}")
+    no_internal_errors(backward)

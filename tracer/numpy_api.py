@@ -777,10 +777,24 @@ def arange(start, stop=None, step=1, dtype=None, like=None):
         start, stop = 0, start
     bounds = (start, stop, step)
     symbolic = [bound for bound in bounds if hasattr(bound, "__tracejit_dim__")]
+    if symbolic and not builtins.all(_whole_bound(bound) for bound in bounds):
+        # np.arange(0, n, 0.5): the length is ceil of a float quotient; one per length
+        bounds = start, stop, step = tuple(int(bound) if hasattr(bound, "__tracejit_dim__")
+                                           else bound for bound in bounds)
+        symbolic = []
     if symbolic:
+        # np.arange(1.0, n + 1): float bounds holding whole numbers count as ints do. The
+        # dtype is NumPy's: arange makes each bound an array, so an int is int64, not weak
+        # (np.arange(np.float32(1), n) is float64)
+        if dtype is None:
+            dtype = np.result_type(*(np.asarray(0 if hasattr(bound, "__tracejit_dim__")
+                                                else bound) for bound in bounds))
+        start, stop, step = (bound if hasattr(bound, "__tracejit_dim__") else
+                             operator.index(bound) if _is_integer(bound) else int(bound)
+                             for bound in bounds)
         # Integer bounds from symbolic dims: the length stays symbolic too.
         like = like if like is not None else symbolic[0]
-        dtype = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
+        dtype = np.dtype(dtype)
         span = stop - start
         length = (span + step - 1) // step if step > 0 else (-span - step - 1) // -step
         length = length if length > 0 else 0
@@ -793,6 +807,19 @@ def arange(start, stop=None, step=1, dtype=None, like=None):
     if start != 0:
         values = values + start
     return astype(values, dtype)
+
+
+def _is_integer(bound):
+    return isinstance(bound, (int, np.integer)) and not isinstance(bound, (bool, np.bool_))
+
+
+def _whole_bound(bound):
+    """A bound ``np.arange`` can count with symbolic dims: a dim, an int, or a finite float
+    holding a whole number (``1.0``) small enough that float arithmetic on it is exact."""
+    if hasattr(bound, "__tracejit_dim__") or _is_integer(bound):
+        return True
+    return (isinstance(bound, (float, np.floating)) and math.isfinite(bound)
+            and float(bound).is_integer() and builtins.abs(bound) < 2.0**52)
 
 
 # --- shape queries ---------------------------------------------------------------------

@@ -72,3 +72,24 @@ def test_loop_bounds_of_a_body_with_a_guard_compile():
                   rng.standard_normal((13, 13)) - 0.5)]
     f = run_calls(decayed_rows_then_a_count, arguments, repeats=2)
     no_internal_errors(f)
+
+
+# --- np.arange with a dim and a float or NumPy-int bound -----------------------------------
+def ranges_of_a_dim(x):
+    n = x.shape[0]
+    return (np.arange(1.0, n + 1), np.arange(0, x.shape[-1], 2.0), np.arange(np.float32(1), n),
+            np.arange(np.int32(1), n), np.arange(0, n, 0.5), np.arange(n, 0.0, -1.0))
+
+
+def test_arange_of_a_dim_with_float_bounds_compiles():
+    """``np.arange(1.0, n + 1)`` (``np.average``'s weights, a positional encoding's
+    ``np.arange(0, d, 2.0)``) with ``n`` a dim: ``n - 1.0`` became a traced float and the
+    length a traced value that escaped the trace, so every call ran eagerly
+    ('untraceable'). Whole-number floats now count as ints do, with NumPy's dtype (int
+    bounds are int64 arrays to arange: ``np.arange(np.float32(1), n)`` is float64); a
+    fractional step pins the dim."""
+    arguments = [(np.ones((n, 6)),) for n in (3, 4, 5, 6, 1, 0)]
+    for dynamic in ("auto", True):
+        f = run_calls(ranges_of_a_dim, arguments, repeats=2, dynamic=dynamic)
+        no_internal_errors(f)
+        assert "untraceable" not in f.stats()["eager_calls"], f.explain()

@@ -467,8 +467,13 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     if axis is None:
         a, axis = ops.reshape(a, (-1,)), 0
     axis = normalize_axis(axis, ndim_of(a))
+    if hasattr(indices, "dtype") and dtype_of(indices) == np.bool_:
+        indices = astype(indices, np.int64)  # NumPy casts to intp ('safe'): 0 and 1
     if mode != "raise":
         indices = _index_in_range(indices, shape_of(a)[axis], mode)
+    elif hasattr(indices, "dtype") and dtype_of(indices).kind not in "iu":
+        raise as_numpy_would(TypeError(f"Cannot cast array data from {dtype_of(indices)} "
+                                       "to int64 according to the rule 'safe'"))
     return ops.gather(a, indices, axis=axis)
 
 

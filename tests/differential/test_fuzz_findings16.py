@@ -93,3 +93,23 @@ def test_arange_of_a_dim_with_float_bounds_compiles():
         f = run_calls(ranges_of_a_dim, arguments, repeats=2, dynamic=dynamic)
         no_internal_errors(f)
         assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+
+
+# --- np.take with bool or float indices ----------------------------------------------------
+def take_by_bools(x, y):
+    return (np.take(x, y, axis=0), np.take(x, y), np.take(x[:, 0], y, mode="clip"),
+            np.take(x, y, axis=1, mode="wrap"))
+
+
+def take_by_floats(x, y):
+    return np.take(x, y * 1.0, axis=0)
+
+
+def test_take_casts_bool_indices_and_refuses_floats():
+    """NumPy casts ``np.take``'s indices to intp under the 'safe' rule: bools are rows 0 and
+    1, floats raise TypeError. The gather's shape rule raised its IndexError on bools (an
+    internal error, eager on every call)."""
+    x, y = np.arange(15.0).reshape(5, 3), np.array([True, False, True, True, False])
+    arguments = [(x, y), (x[:4, :2].copy(), y[:4]), (x[:0], y[:0])]
+    no_internal_errors(run_calls(take_by_bools, arguments, repeats=2))
+    no_internal_errors(run_calls(take_by_floats, arguments[:2], repeats=2))

@@ -21,8 +21,10 @@ trip count as an int, a guard that pins it (one compile per length). The result 
   separate arrays);
 * an entry NumPy gives as a scalar (``np.sum(x[t])``) is a NumPy scalar, one the code
   made a Python number (``loss.item()``) a Python number;
-* what an entry holds that is no array (the ``parameters`` dict) is one object, the same
-  in every entry as in eager's list; entries the list held before the loop come first.
+* what an entry holds that is no array (the ``parameters`` dict), or an array every step
+  appends as it is (``caches.append((x[t], W))``: ``ContainerCarry.invariant``), is one
+  object, the same in every entry as in eager's list;
+* entries the list held before the loop come first.
 
 >>> layout = RowsLayout(prefix=1, entry=("array", 0))
 >>> rows = layout.build(["h0", np.arange(6.0).reshape(3, 2), "kept"])

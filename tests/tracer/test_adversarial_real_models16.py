@@ -207,3 +207,29 @@ def test_an_item_deleted_from_an_outside_dict_is_deleted():
         assert_same(backward(dout), eager.backward(dout), **F64, where=f"backward {step}")
         assert_same(compiled.cache, eager.cache, where=f"cache after step {step}")
     no_internal_errors(backward)
+
+
+class NestedCache:
+    """State nested one level down: per-layer dicts and lists under ``self.cache``."""
+
+    def __init__(self):
+        self.cache = {"dense": {"x": np.zeros(3)}, "history": [np.zeros(3), np.ones(3)]}
+
+    def forward(self, x):
+        self.cache["dense"]["x"] = x
+        self.cache["history"][0] = x * 2
+        return x.sum()
+
+
+def test_an_item_written_into_a_dict_inside_an_outside_dict_is_written():
+    """``self.cache["dense"]["x"] = x`` wrote the trace's copy of the inner dict (it held
+    an array): compiled calls left the caller's dict as it was (every call wrong). Now
+    refused: the call runs eagerly, with the reason."""
+    rng = np.random.default_rng(162)
+    eager, compiled = NestedCache(), NestedCache()
+    forward = jitted(compiled.forward)
+    for step in range(3):
+        x = rng.standard_normal(3)
+        assert_same(forward(x), eager.forward(x), **F64, where=f"step {step}")
+        assert_same(compiled.cache, eager.cache, where=f"cache after step {step}")
+    no_internal_errors(forward)

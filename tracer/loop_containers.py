@@ -31,8 +31,10 @@ needed, the two iterations are traced again with it.
 After the loop the name holds a ``StackedDict`` or ``StackedList``: reads at an int or a
 dim (``hs[len(inputs) - 1]``, ``outs[-1]``) are slices of the buffer; ``np.stack(outs)``
 and ``np.array(outs)`` are the buffer itself; a later captured loop reads them at its own
-index. Anything else (``len(hs)``, iterating, writing a new key) turns it into a real
-dict or list, specializing the trip count (a shape guard, as ``int(T)`` would).
+index; a list the function returns is made of the buffers after each call
+(``tracejit.tracer.loop_rows``). Anything else (``len(hs)``, iterating, writing a new key)
+turns it into a real dict or list, specializing the trip count (a shape guard, as
+``int(T)`` would).
 
 What is refused (the loop unrolls, and ``explain()`` says why): a container written at a
 key that is not the index plus a constant, written twice or not at all in an iteration,

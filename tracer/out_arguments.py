@@ -11,11 +11,16 @@ into a NumPy buffer behaves one way (and raises NumPy's own errors) wherever it 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .errors import as_numpy_would
+from .locations import is_internal, user_location
 from .ops import dtype_of
 from .primitives import current_context, is_traced
+from .source_rewrite import HOOK
+from .traced_array import trace_error
 
 
 def _concrete_shape(value):
@@ -55,6 +60,17 @@ def check_cast(target, result, name):
             raise as_numpy_would(error) from None
 
 
+def _called_from_rewritten_code():
+    """The user's code making this call is the rewritten function the trace runs (its names
+    go through the hooks, so a NumPy buffer written here reads as its traced copy after),
+    not code run as it is (no source: ``s += 1`` there changes the array the trace no
+    longer reads)."""
+    frame = sys._getframe(2)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and HOOK in frame.f_code.co_freevars
+
+
 def write_out(target, result, name):
     """``ufunc(..., out=target)``: the result written into ``target``, as NumPy does (with
     its dtype). A traced or tracked result written into a plain ndarray goes through the
@@ -68,6 +84,12 @@ def write_out(target, result, name):
     if is_traced(result) and context is not None and (
         context.hooks is not None
     ):
+        if not _called_from_rewritten_code():
+            raise trace_error(
+                f"{name}(..., out=) writes a traced value into a NumPy array in code tracejit "
+                "runs as it is (its source is not available to rewrite: exec'd or generated "
+                "code, or a library's): NumPy operations on that array there afterwards would "
+                "be missing from the compiled result", user_location(skip=1))
         return context.hooks.set_item(target, Ellipsis, result, False)
     if getattr(result, "requires_grad", False):
         raise TypeError(f"{name}(..., out=ndarray) with an input that requires grad would "

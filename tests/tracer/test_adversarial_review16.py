@@ -6,6 +6,11 @@ by probing what landed, each test failing before its fix.
   not by file, so the same function in two files (a copied script, a vendored module)
   traced the first file's rewritten code and its guards and tracebacks named the first
   file. Both caches now key by file too.
+* Found while probing c3d3d55 (older than this session): in code tracejit runs as it is
+  (no source to rewrite: exec'd or generated code, a library's), ``np.add(x, 1, out=s)``
+  into a NumPy array ``s`` made there swapped in a traced copy the later plain NumPy
+  operations on ``s`` (``s += 1``, ``s[...] = s + 1``) never reached: the result lacked
+  them, on the traced call too. Such a write now runs the call eagerly, with the line.
 * e4e1a20 (OpenBLAS's idle spin shortened with tracejit's LLVM helper alive): the helper
   was remembered by thread ident, and a forked child's first new thread gets the parent's
   helper's ident, so a user's thread that may be inside OpenBLAS was taken for tracejit's
@@ -112,3 +117,31 @@ def test_an_inplace_write_after_the_loop_reaches_the_last_appended_entry():
         for mine, theirs in zip(got[0], want[0]):
             np.testing.assert_allclose(mine, theirs, rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+OUT_THEN_NUMPY = textwrap.dedent("""\
+    def out_then_numpy(x):
+        s = np.empty(x.shape[1])
+        np.add(x[0], 1.0, out=s)
+        s += 1.0
+        return s
+""")
+
+
+def out_then_numpy(x):
+    s = np.empty(x.shape[1])
+    np.add(x[0], 1.0, out=s)
+    s += 1.0
+    return s
+
+
+def test_out_write_into_a_numpy_array_in_code_run_as_it_is():
+    namespace = {"np": np}
+    exec(compile(OUT_THEN_NUMPY, "<generated>", "exec"), namespace)  # no source: not rewritten
+    rng = np.random.default_rng(9)
+    for function, compiled in ((namespace["out_then_numpy"], False), (out_then_numpy, True)):
+        f = tj.jit(function, cache="memory")
+        for _ in range(2):
+            x = rng.standard_normal((2, 3))
+            np.testing.assert_allclose(f(x.copy()), function(x.copy()), rtol=1e-12)
+        assert (f.stats()["compiled_calls"] > 0) == compiled, f.explain()

@@ -486,9 +486,10 @@ def _wrapper_function(function_name, schedule, graph, compact, trusted=False):
             source = _chain_source(_name(names[root.name]), chain)
         if source is None:
             source = _output_source(atom, names)
-        elif atom.name in made:  # one value is one object (return v, v with v = y[1:])
-            source = _name(made[atom.name])
-        elif type(source) is not ast.Name and graph.outputs.count(atom) > 1:
+        if isinstance(atom, Var) and atom.name in made:  # one value, one object (v, v with
+            source = _name(made[atom.name])               # v = y[1:] or a constant's copy)
+        elif (isinstance(atom, Var) and type(source) is not ast.Name
+              and graph.outputs.count(atom) > 1):
             made[atom.name] = f"view{len(made)}"
             source = ast.NamedExpr(target=ast.Name(id=made[atom.name], ctx=ast.Store()),
                                    value=source)

@@ -695,7 +695,9 @@ def outputs_to_json(plan, implicit_paths=(), fn=None):
                        for write in plan.writes],
             "containers": [[list(place), list(where)] for place, where in plan.containers],
             "outside_aliases": [[position, write]
-                                for position, write in plan.outside_aliases.items()]}
+                                for position, write in plan.outside_aliases.items()],
+            "refreshed": [[position, argument, index]
+                          for position, (argument, index) in plan.refreshed.items()]}
 
 
 def _write_to_json(write, implicit_paths, fn=None):
@@ -799,8 +801,15 @@ def outputs_from_json(data, implicit_paths=(), fn=None):
                "a result aliasing no outside array the program updates")
         outside_aliases[_integer(position, "an aliased result")] = write
     _check(all(position < len(leaves) for position in outside_aliases), "an alias of no result")
+    refreshed = {}
+    for item in data.get("refreshed", []):
+        _check(isinstance(item, list) and len(item) == 3, "a malformed refreshed view")
+        position, argument, index = (_integer(value, "a refreshed view") for value in item)
+        _check(position < len(leaves) and argument in mutated,
+               "a refreshed view of no result or of an argument the program does not update")
+        refreshed[position] = (argument, index)
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes,
-                      containers, outside_aliases)
+                      containers, outside_aliases, refreshed)
 
 
 def _check_outputs(plan, count, has_backward):
@@ -809,6 +818,7 @@ def _check_outputs(plan, count, has_backward):
     results would return made-up values."""
     used = {value for kind, value in plan.leaves if kind != "static"}
     used |= set(plan.mutated.values())
+    used |= {index for _, index in plan.refreshed.values()}
     for write in plan.writes:
         used |= set(write.outputs) if write.kind == "tree" else (
             {write.value} if write.kind != "static" else set())

@@ -52,6 +52,11 @@ class OutputPlan:
     # result leaf position -> index in ``writes`` of an outside array updated in place and
     # returned (``self.W -= g; return self.W``): that array itself, as NumPy returns it
     outside_aliases: dict = field(default_factory=dict)
+    # result leaf position -> (argument leaf position, program output index): a view of an
+    # argument updated in place whose reshape NumPy may copy (``w -= g; return
+    # w.reshape(-1)``); where the wrapper's view is a copy (of the old values: a
+    # non-contiguous argument), the program's array of the update is the result
+    refreshed: dict = field(default_factory=dict)
 
     @staticmethod
     def from_trace(trace):
@@ -76,7 +81,8 @@ class OutputPlan:
             program_index += 1
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
                           dict(trace.output_aliases), list(trace.argument_writes),
-                          list(trace.returned_containers), dict(trace.outside_aliases))
+                          list(trace.returned_containers), dict(trace.outside_aliases),
+                          dict(trace.refreshed_views))
 
     @property
     def writes_arrays(self):
@@ -125,6 +131,10 @@ class OutputPlan:
             leaves[position] = argument_leaves[argument]
         for position, write in self.outside_aliases.items():
             leaves[position] = self.writes[write].target(arguments)
+        for position, (argument, index) in self.refreshed.items():
+            if not np.may_share_memory(unwrap(leaves[position]), unwrap(
+                    argument_leaves[argument])):  # (a copy is new memory)
+                leaves[position] = wrap(outputs[index])
         result = pytree.unflatten(self.tree, leaves)
         return put_back(result, self.containers, arguments) if self.containers else result
 

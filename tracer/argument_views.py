@@ -49,20 +49,24 @@ def updated_argument_views(context, out_leaves, traced_leaves, mutated):
 
 
 def _always_a_view(eqn):
-    """Whether NumPy's op is a view whatever the argument's layout. A reshape that merges
-    or splits axes copies a non-contiguous array, and the compiled call's wrapper makes
-    its views before the runtime writes the update back: that copy would be stale (eager's
-    copies the updated array). Such a result stays the program's own array (a copy, as
-    before; for a contiguous argument NumPy's is a view: not followed yet)."""
+    """Whether the wrapper can write NumPy's op as Python (positive slice steps)."""
     name = eqn.prim.name
     if name == "slice":
         return all(isinstance(step, int) and step > 0 for step in eqn.params_dict["steps"])
-    if name == "reshape":
-        def kept(shape):
-            return [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
-
-        return kept(eqn.inputs[0].aval.shape) == kept(eqn.out.aval.shape)
     return True
+
+
+def may_copy(chain):
+    """Whether a step of ``chain`` is a reshape that merges or splits axes: NumPy copies a
+    non-contiguous argument there. The compiled call's wrapper makes its views before the
+    runtime writes the update back, so that copy would hold the old values (eager's
+    copies the updated array): the program computes the result from the update too, and
+    the runtime takes that one when the view is no view (``OutputPlan.refreshed``)."""
+    def kept(shape):
+        return [dim for dim in shape if not (isinstance(dim, int) and dim == 1)]
+
+    return any(eqn.prim.name == "reshape" and kept(eqn.inputs[0].aval.shape)
+               != kept(eqn.out.aval.shape) for eqn in chain)
 
 
 def rebased(context, chain, source):

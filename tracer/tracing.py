@@ -121,6 +121,9 @@ class Trace:
     implicit_inputs: list
     mutated_inputs: dict  # argument leaf index -> graph output index of its new value
     output_aliases: dict = field(default_factory=dict)  # result leaf -> mutated argument leaf
+    # result leaf -> (mutated argument leaf, graph output): a view of the argument that
+    # NumPy may copy (argument_views.may_copy), and the program's value for it
+    refreshed_views: dict = field(default_factory=dict)
     # result leaf -> index in argument_writes of the outside array it is (``self.W -= g;
     # return self.W``: the array itself, as NumPy returns it)
     outside_aliases: dict = field(default_factory=dict)
@@ -705,6 +708,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         for index, leaf in enumerate(out_leaves):
             if _is_output_leaf(leaf):
                 atom, value, aval = context.atom(leaf)
+                if type(leaf) is np.ndarray and id(leaf) not in context.replaced:
+                    value = leaf  # the array the function made (the graph has a frozen copy)
                 if isinstance(leaf, SymInt) and id(leaf) in context.numpy_dims:
                     value = np.int64(value)  # the kind of result eager returns
                 if is_pending(value) and value.like is None and not aval.shape:
@@ -732,8 +737,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             getattr(leaf, "requires_grad", False) for leaf in leaves)
         views = {} if differentiated else argument_views.updated_argument_views(
             context, out_leaves, traced_leaves, mutated)
+        refreshed = {}  # w.reshape(-1): the program's array when NumPy's copies
         for index, (position, chain) in views.items():
             source = context.inputs[input_specs[position].input_index]
+            if argument_views.may_copy(chain):
+                refreshed[index] = (position, len(output_atoms))
+                output_atoms.append(output_atoms[atom_positions[index]])
             output_atoms[atom_positions[index]] = argument_views.rebased(context, chain, source)
         # x[...] is a new view, not x: one IR value is one object from here on
         result_identity.distinct_objects(context, out_leaves, output_atoms, atom_positions,
@@ -812,6 +821,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         implicit_inputs=list(context.implicit_used.values()),
         mutated_inputs=mutated,
         output_aliases=aliases,
+        refreshed_views=refreshed,
         outside_aliases=outside_aliases,
         functions=functions,
         outside_values=list(context.outside_values.values()),

@@ -731,10 +731,6 @@ def test_views_of_an_argument_returned_without_an_in_place_update_alias_it():
     _write_through_results(views, lambda: (np.ones((2, 3)), np.ones((2, 3))))
 
 
-@pytest.mark.xfail(strict=True, reason="w -= lr * dw; return w.reshape(-1)[1:]: a copy (writes "
-                   "through it miss w). w.T and slices alias w now (tracer/argument_views.py); "
-                   "a reshape that merges axes copies a non-contiguous w, and the wrapper makes "
-                   "its views before the update is written back, so it is not re-rooted")
 def test_a_view_of_an_argument_returned_after_an_in_place_update_aliases_it():
     def sgd_returning_views(w, dw):
         w -= 0.1 * dw

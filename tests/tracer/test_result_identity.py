@@ -81,9 +81,15 @@ def views_in_a_tuple(x):
     return (y.T, y[0]), y[1]
 
 
+def one_constant_twice(x):
+    table = np.linspace(0.0, 1.0, 4)  # a NumPy array the function makes: a constant
+    return table, [table, x + 1.0], np.zeros(2), np.zeros(2)
+
+
 MODELS = [equal_computations, equal_computations_viewed, result_and_its_views,
           views_of_a_dropped_value, one_view_twice, one_view_computed_twice,
-          one_array_under_two_keys, argument_and_results, views_in_a_tuple]
+          one_array_under_two_keys, argument_and_results, views_in_a_tuple,
+          one_constant_twice]
 
 
 def compare(f, model, make):
@@ -148,3 +154,33 @@ def test_tensor_results_with_gradients_are_distinct():
         np.testing.assert_allclose(got_grad, want_grad)
         assert not np.shares_memory(got[2], got[3])  # x * 2.0 twice: two tensors
     assert f.stats()["compiled_calls"] >= 2, f.explain()
+
+
+def sgd_returning_views(w, dw):
+    w -= 0.1 * dw
+    return w.reshape(-1)[1:], w.T.reshape(-1), w[:, 1:].reshape(-1)
+
+
+LAYOUTS = {"c-order": lambda a: a, "fortran": np.asfortranarray,
+           "strided": lambda a: np.repeat(a, 2, axis=1)[:, ::2]}
+
+
+@pytest.mark.parametrize("cache", ["memory", "disk"])
+def test_views_of_an_argument_updated_in_place_that_numpy_may_copy(cache, tmp_path,
+                                                                     monkeypatch):
+    """NumPy's reshape of the updated ``w`` is a view of the caller's array where it can be
+    (C order) and a copy of the new values where not: compiled results are the same."""
+    monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    options = {"cache": "memory"} if cache == "memory" else {}
+    if cache == "disk":
+        warm = tj.jit(sgd_returning_views)
+        for _ in range(2):
+            warm(np.ones((2, 3)), np.ones((2, 3)))
+    f = tj.jit(sgd_returning_views, **options)
+    for layout in [*LAYOUTS.values(), *LAYOUTS.values()]:
+        compare(f, sgd_returning_views, lambda layout=layout: (
+            layout(np.arange(6.0).reshape(2, 3)), np.linspace(0.0, 1.0, 6).reshape(2, 3)))
+    stats = f.stats()
+    assert stats["compiled_calls"] >= 4 and not stats["eager_calls"], f.explain()
+    if cache == "disk":
+        assert stats["disk_hits"] == 1 and stats["compiles"] == 0, f.explain()

@@ -740,9 +740,9 @@ class Hooks:
         elif attribute_writes.is_outside_container(self.context, container) and not _holds(
                 container, index, value):
             # C = self.cache; C[k] = v: through a local name the dict is the trace's copy of
-            # the outside one (it holds arrays), where the write alone would be lost
-            if self._note_item(container, index, value):
-                return container
+            # the outside one (it holds arrays), where the write alone would be lost. (Not
+            # recorded as self.cache[k] = v is: a later self.cache = C would store the
+            # copy's other items as the trace saw them, and those are not guarded.)
             self.outside_mutation(f"item assignment into an outside "
                                   f"{type(container).__name__}")
         container[index] = value

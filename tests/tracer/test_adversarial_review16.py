@@ -145,3 +145,30 @@ def test_out_write_into_a_numpy_array_in_code_run_as_it_is():
             x = rng.standard_normal((2, 3))
             np.testing.assert_allclose(f(x.copy()), function(x.copy()), rtol=1e-12)
         assert (f.stats()["compiled_calls"] > 0) == compiled, f.explain()
+
+
+# --- 9b6a718 (logaddexp selects on an infinite max): its gradient at ties -------------------
+@pytest.mark.parametrize("ufunc, base", [(np.logaddexp, np.e), (np.logaddexp2, 2.0)])
+def test_logaddexp_gradient_at_equal_operands_is_the_derivative(ufunc, base):
+    """d/dx logaddexp(x, y) = b**x / (b**x + b**y): 0.5 each at x == y (torch's too). The
+    select on x == y it replaced gave (1, 0) there, through jit(value_and_grad) and
+    Tensor.backward alike; 9b6a718 made it right, this keeps it."""
+    x = np.array([0.5, -2.0, 3.0, 1.0, 40.0])
+    y = np.array([0.5, -2.0, 1.0, 1.0 + 1e-9, 40.0])
+    weights = np.arange(1.0, 6.0)
+    share = base ** x / (base ** x + base ** y)
+    want = (weights * share, weights * (1.0 - share))
+
+    def loss(a, b):
+        return (ufunc(a, b) * weights).sum()
+
+    f = tj.jit(tj.value_and_grad(loss, argnums=(0, 1)), cache="memory")
+    step = tj.jit(lambda a, b: ufunc(a, b), cache="memory")
+    for _ in range(2):
+        _, grads = f(x, y)
+        for got, expected in zip(grads, want):
+            np.testing.assert_allclose(got, expected, rtol=1e-7)
+        a, b = tj.tensor(x, requires_grad=True), tj.tensor(y, requires_grad=True)
+        step(a, b).backward(weights)
+        np.testing.assert_allclose(a.grad, want[0], rtol=1e-7)
+        np.testing.assert_allclose(b.grad, want[1], rtol=1e-7)

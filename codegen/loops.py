@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,7 +62,7 @@ from tracejit.tracer.ops.control import (
     run_body,
 )
 
-from . import native_loop
+from . import loop_sharing, native_loop
 from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
 
 log = logging.getLogger("tracejit.loops")
@@ -192,11 +193,9 @@ def compile_piece(graph, name, **options):
 
 
 class _Segment:
-    """Equations and guards between loops, compiled as one sub-graph."""
+    """Equations and guards between loops, compiled as one sub-graph (``compile``)."""
 
-    def __init__(self, graph, items, read_later, guard_offset, name, build):
-        from .program import explicit_symbols
-
+    def __init__(self, graph, items, read_later, guard_offset, name):
         variables = {var.name: var for var in graph.inputs}
         variables.update({eqn.out.name: eqn.out for eqn in graph.equations})
         constants = dict((var.name, (var, constant)) for var, constant in graph.constants)
@@ -221,16 +220,32 @@ class _Segment:
             outputs = defined_here[-1:] or inputs[:1]
         # The outer graph's shape guards hold here too: shape rules re-checked by the
         # verifier may need them (s0 == 3 decides a broadcast).
-        sub = Graph(name, tuple(inputs), tuple(used_constants), tuple(items), tuple(outputs),
-                    graph.symbols, shape_guards=graph.shape_guards)
-        self.program = build(sub, name, optimized=True)
+        self.graph = Graph(name, tuple(inputs), tuple(used_constants), tuple(items),
+                           tuple(outputs), graph.symbols, shape_guards=graph.shape_guards)
+        self.name = name
         self.inputs = [var.name for var in inputs]
         self.outputs = [var.name for var in outputs]
-        self.symbols = explicit_symbols(self.program.graph)
         self.guard_offset = guard_offset
+        self.program, self.lifted = None, {}
+
+    def compile(self, build, shared=None):
+        """Build the program (``shared``: a ``loop_sharing`` group's, with this segment's
+        offsets)."""
+        from .program import explicit_symbols
+
+        if shared is None:
+            self.program = build(self.graph, self.name, optimized=True)
+        else:
+            group, self.lifted = shared
+            if group.program is None:
+                group.program = build(group.graph, group.name, optimized=True)
+            self.program = group.program
+        self.symbols = explicit_symbols(self.program.graph)
 
     def run(self, env, bindings, side_exit):
         arguments = [env[name] for name in self.inputs]
+        if self.lifted:  # this segment's offsets, for a program its group shares
+            bindings = {**bindings, **self.lifted}
         arguments += [bindings[name] for name in self.symbols]
         try:
             results = self.program._run(*arguments)
@@ -268,60 +283,39 @@ class _Loop:
     """One loop (every ``loop`` equation sharing its operands and body): the body compiled
     once with the index as a run-time symbol, run by its native driver or from Python."""
 
-    def __init__(self, graph, eqn, later_uses, name, build):
+    def __init__(self, graph, eqn, later_uses, name, build, shared=None):
         from .numpy_products import note_loop
         from .program import explicit_symbols
 
         params = eqn.params_dict
-        body, self.num_carry = params["body"], params["num_carry"]
+        self.num_carry = params["num_carry"]
         self.index, self.start, self.stop, self.step = (params["index"], params["start"],
                                                         params["stop"], params["step"])
-        if any(isinstance(item, Effect) for item in body.body):
-            raise UnsupportedError("print in a loop body (not compiled yet)")
+        body = loop_body(graph, eqn)
         # A body holding a loop compiles to a program of segments and loops itself
         # (compile_looped); this loop then runs it from Python, one call per trip.
         note_loop(graph, eqn)  # before the body compiles: a decision there may read carries
-        plan = BodyPlan(body, self.num_carry)
-        self.kept = [p for p in range(self.num_carry) if p not in plan.writes]
-        self.writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
-                       for p in sorted(plan.writes)]
-        if any(linear_in(low, self.index) is None for write in self.writes
-               for low, _, _ in write.config):
-            # out[t // 2] = v: the drivers write at base + delta * t (the interpreter runs it)
-            raise UnsupportedError("a write at a region that is not linear in the index "
-                                   "(a floor division or remainder of it)")
-        outputs = [body.outputs[p] for p in self.kept]
-        # A written value is returned before any reshape to the region's shape (``h`` for
-        # ``hs[:, t, :] = h``, not ``h`` reshaped to (N, 1, H)): the same elements in the
-        # same C order, so no copy kernel runs in the body just to add an axis.
-        outputs += [_before_reshapes(body, plan.writes[write.position][1])
-                    for write in self.writes]
-        guards = [item for item in body.body if isinstance(item, Guard)]
-        needed = {e.out.name for e in _needed(body, outputs + [g.predicate for g in guards])}
-        items = tuple(item for item in body.body
-                      if isinstance(item, Guard) or item.out.name in needed)
-        inputs = [body.inputs[p] for p in self.kept] + list(body.inputs[self.num_carry:])
-        outer = [symbol for symbol in graph.symbols
-                 if symbol.name not in {s.name for s in body.symbols}]
-        index_symbol = next((s for s in body.symbols if s.name == self.index),
-                            Symbol(self.index, 0, 1 << 31))
-        # The index last: it is the wrapper's last explicit argument.
-        symbols = (*outer, *(s for s in body.symbols if s.name != self.index), index_symbol)
-        body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
-                           symbols, shape_guards=graph.shape_guards,
-                           check_vars=body.check_vars)
-        # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
-        # the first trip, then the body's own results), so the wrapper converts nothing.
-        self.program = build(body_graph, name, trusted=True, extend=self._add_driver)
-        if self.program.trusted and any(
-            isinstance(atom, Literal) for atom in self.program.graph.outputs[:len(self.kept)]
-        ):
-            self.program = build(body_graph, name)  # a scalar comes back: convert it
+        self.kept, self.writes, items = body.kept, body.writes, body.items
+        # Bodies that differ only in constant slice starts share one program
+        # (``loop_sharing``): this loop passes its own starts as symbols (``lifted``).
+        self.lifted, self.program_index = {}, self.index
+        if shared is None:
+            self.program = self._build(body.graph, name, build)
+        else:
+            group, self.lifted = shared
+            if group.program is None:
+                group.program = self._build(group.graph, group.name, build)
+                group.plan, group.refusal = getattr(self, "_plan", None), getattr(
+                    self, "_refusal", None)
+            self.program, self.program_index = group.program, group.index
+            self._plan = group.plan
+            if group.refusal is not None:
+                self._refusal = group.refusal
         self.native = self._native_driver(name)
         self.symbols = explicit_symbols(self.program.graph)
-        if self.symbols[-1:] != [self.index]:
+        if self.symbols[-1:] != [self.program_index]:
             raise UnsupportedError("the loop index is bound by an input dim of the body")
-        self.dtypes = [var.aval.dtype for var in body.inputs]
+        self.dtypes = [var.aval.dtype for var in params["body"].inputs]
         self.operands = [_operand(atom) for atom in eqn.inputs]
         # A buffer written in place is copied first unless it is a fresh array of ours
         # used by nothing else (checked again at run time: it must own its memory).
@@ -341,6 +335,16 @@ class _Loop:
         self.every_trip = any(_nonlinear(value, self.index) for _, params, _ in self.bounds
                               for value in params.values())
         self.checked = {}  # run-time checks and write regions, per bindings and trips
+
+    def _build(self, body_graph, name, build):
+        # Trusted inputs: run() passes arrays of the body's dtypes (converted once before
+        # the first trip, then the body's own results), so the wrapper converts nothing.
+        program = build(body_graph, name, trusted=True, extend=self._add_driver)
+        if program.trusted and any(
+            isinstance(atom, Literal) for atom in program.graph.outputs[:len(self.kept)]
+        ):
+            program = build(body_graph, name)  # a scalar comes back: convert it
+        return program
 
     def _add_driver(self, plan, module, program_symbol):
         """``compile``'s ``extend``: the native driver, when the body's layout allows."""
@@ -364,7 +368,7 @@ class _Loop:
             from .schedule import schedule as make_schedule
 
             plan = make_schedule(program.graph)
-        layout, why = native_loop.layout_of(plan, len(self.kept), self.index,
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.program_index,
                                             [len(write.value_shape) for write in self.writes])
         if layout is None or layout.text() != program.driver:  # a stored piece, not ours
             raise UnsupportedError(f"{name}: its native driver was built for "
@@ -388,6 +392,8 @@ class _Loop:
     def run(self, env, bindings, side_exit):
         values = [env[value] if kind == "var" else _evaluate(value, bindings)
                   for kind, value in self.operands]
+        if self.lifted:  # this loop's slice starts, for a program its group shares
+            bindings = {**bindings, **self.lifted}
         start, stop = _evaluate(self.start, bindings), _evaluate(self.stop, bindings)
         trips = range(start, stop, self.step)
         num_carry = self.num_carry
@@ -447,6 +453,54 @@ class _Loop:
             final[position] = buffer
         for position, name in self.results.items():
             env[name] = final[position]
+
+
+@dataclass
+class LoopBody:
+    """What of a loop's body is compiled: the carried positions ``kept`` (not written in
+    place), the ``writes`` at the index, the body's ``items`` the results need and the
+    body ``graph`` a ``Program`` is built from (its symbols end with the index)."""
+
+    kept: list
+    writes: list
+    items: tuple
+    graph: Graph
+
+
+def loop_body(graph, eqn):
+    """The ``LoopBody`` of the loop equation ``eqn`` in ``graph``, or ``UnsupportedError``
+    when the native drivers cannot run it."""
+    params = eqn.params_dict
+    body, num_carry, index = params["body"], params["num_carry"], params["index"]
+    if any(isinstance(item, Effect) for item in body.body):
+        raise UnsupportedError("print in a loop body (not compiled yet)")
+    plan = BodyPlan(body, num_carry)
+    kept = [p for p in range(num_carry) if p not in plan.writes]
+    writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
+              for p in sorted(plan.writes)]
+    if any(linear_in(low, index) is None for write in writes for low, _, _ in write.config):
+        # out[t // 2] = v: the drivers write at base + delta * t (the interpreter runs it)
+        raise UnsupportedError("a write at a region that is not linear in the index "
+                               "(a floor division or remainder of it)")
+    outputs = [body.outputs[p] for p in kept]
+    # A written value is returned before any reshape to the region's shape (``h`` for
+    # ``hs[:, t, :] = h``, not ``h`` reshaped to (N, 1, H)): the same elements in the
+    # same C order, so no copy kernel runs in the body just to add an axis.
+    outputs += [_before_reshapes(body, plan.writes[write.position][1]) for write in writes]
+    guards = [item for item in body.body if isinstance(item, Guard)]
+    needed = {e.out.name for e in _needed(body, outputs + [g.predicate for g in guards])}
+    items = tuple(item for item in body.body
+                  if isinstance(item, Guard) or item.out.name in needed)
+    inputs = [body.inputs[p] for p in kept] + list(body.inputs[num_carry:])
+    outer = [symbol for symbol in graph.symbols
+             if symbol.name not in {s.name for s in body.symbols}]
+    index_symbol = next((s for s in body.symbols if s.name == index),
+                        Symbol(index, 0, 1 << 31))
+    # The index last: it is the wrapper's last explicit argument.
+    symbols = (*outer, *(s for s in body.symbols if s.name != index), index_symbol)
+    body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
+                       symbols, shape_guards=graph.shape_guards, check_vars=body.check_vars)
+    return LoopBody(kept, writes, items, body_graph)
 
 
 def _before_reshapes(body, atom):
@@ -553,8 +607,9 @@ class NativeLoopProgram(LoopProgram):
             last_read.update((read, position) for read in _reads(item))
         last_read.update((atom.name, len(graph.body)) for atom in graph.outputs
                          if hasattr(atom, "name"))
-        self.steps, loops, pending, guards = [], {}, [], 0
+        self.steps, pending, guards = [], [], 0
         guard_offset = 0
+        results = {}  # loop key -> {output position: outer var name}
 
         def flush(end):
             nonlocal pending, guard_offset
@@ -562,23 +617,39 @@ class NativeLoopProgram(LoopProgram):
                 number = len(self.steps)
                 read_later = {read for read, position in last_read.items() if position >= end}
                 self.steps.append(_Segment(graph, pending, read_later, guard_offset,
-                                           f"{name}_segment{number}", build))
+                                           f"{name}_segment{number}"))
                 guard_offset = guards
             pending = []
 
         for position, item in enumerate(graph.body):
             if isinstance(item, Eqn) and item.prim is loop_p:
                 key = _loop_key(item)
-                if key not in loops:
+                if key not in results:
                     flush(position)
-                    loops[key] = _Loop(graph, item, uses, f"{name}_loop{len(loops)}", build)
-                    self.steps.append(loops[key])
-                loops[key].results[item.params_dict["output"]] = item.out.name
+                    results[key] = {}
+                    self.steps.append(key)  # built below, once the segments are planned
+                results[key][item.params_dict["output"]] = item.out.name
                 continue
             if isinstance(item, Guard):
                 guards += 1
             pending.append(item)
         flush(len(graph.body))
+        # Segments and loop bodies that differ only in int offsets share a program
+        # (``loop_sharing``); pieces are built in step order (``from_pieces`` relies on it).
+        segments = [step for step in self.steps if isinstance(step, _Segment)]
+        shared_segments = loop_sharing.share(
+            [(id(segment), segment.name, None, segment.graph) for segment in segments])
+        shared_loops = loop_sharing.share(_loop_bodies(graph, groups, name))
+        loops = 0
+        for position, step in enumerate(self.steps):
+            if isinstance(step, _Segment):
+                step.compile(build, shared_segments.get(id(step)))
+                continue
+            loop = _Loop(graph, groups[step], uses, f"{name}_loop{loops}", build,
+                         shared_loops.get(step))
+            loop.results = results[step]
+            self.steps[position] = loop
+            loops += 1
         from .program import _symbol_bindings
 
         self.bindings = _symbol_bindings(graph)
@@ -589,7 +660,8 @@ class NativeLoopProgram(LoopProgram):
     def pieces(self):
         """The segments' and loop bodies' programs, in the order ``build`` made them (what
         the disk cache stores; ``from_pieces`` puts them back)."""
-        return [step.program for step in self.steps]
+        programs = {id(step.program): step.program for step in self.steps}  # shared: once
+        return list(programs.values())
 
     @classmethod
     def from_pieces(cls, graph, name, pieces):
@@ -625,6 +697,20 @@ class NativeLoopProgram(LoopProgram):
             step.run(env, bindings, SideExit)
         return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
                      else env[atom.name] for atom in graph.outputs)
+
+
+def _loop_bodies(graph, groups, name):
+    """``[(key, program name, index, body graph)]`` of the loops in ``groups`` (``{key:
+    first equation}``, in body order) whose bodies the native drivers can run, for
+    ``loop_sharing.share``; program names as ``NativeLoopProgram`` gives them."""
+    bodies = []
+    for number, (key, eqn) in enumerate(groups.items()):
+        try:
+            body = loop_body(graph, eqn)
+        except UnsupportedError:
+            continue  # _Loop refuses it again, with the reason
+        bodies.append((key, f"{name}_loop{number}", eqn.params_dict["index"], body.graph))
+    return bodies
 
 
 def _same_interface(piece, graph, name):

@@ -19,6 +19,7 @@ from .kernel_index import FlatIndex, const, reduced_axes, size_of
 from .matmul import build_matmul, matmul_split
 from .reductions import build_reduce, reduce_split
 from .row_fusion import rows
+from .scan import build_scan, scan_split
 from .scatter import build_scatter
 
 
@@ -75,6 +76,7 @@ KERNEL_KINDS = {
     "reduce": KernelKind(split=reduce_split, body=build_reduce),
     "matmul": KernelKind(split=matmul_split, body=build_matmul),
     "scatter": KernelKind(split=_single_thread, body=build_scatter),  # updates may collide
+    "scan": KernelKind(split=scan_split, body=build_scan),
     "conv": KernelKind(build=conv.build),
 }
 

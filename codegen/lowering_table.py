@@ -136,6 +136,7 @@ LOWERINGS = {
     ops.conv2d_p: Lowering("conv", epilogue=True),
     ops.conv2d_weight_grad_p: Lowering("conv"),
     ops.scatter_add_p: Lowering("scatter"),
+    ops.cumsum_p: Lowering("scan"),
 }
 
 # Primitives compiled without a lowering rule, and where.

@@ -13,7 +13,8 @@ materialized value, its *root*:
 * matmul is its own kernel; a pointwise consumer of the whole product (bias, activation)
   becomes its epilogue: ``relu(x @ W + b)`` is one matmul kernel; convolutions (primitives
   of kind ``conv``) likewise, lowered by ``tracejit.codegen.conv``;
-* scatter_add (the transpose of gather) is its own kernel.
+* scatter_add (the transpose of gather) and cumsum (``codegen/scan.py``) are kernels of
+  their own, reading their operands from buffers.
 
 Outputs, guard predicates and printed values are materialized; temporaries share a
 workspace, reusing space between values whose lifetimes do not overlap.
@@ -94,7 +95,7 @@ class Kernel:
     place, as its epilogue (the root is the anchor's own output when there is none)."""
 
     name: str
-    kind: str  # codegen/kernel_kinds.py: pointwise, reduce, matmul, conv, scatter
+    kind: str  # codegen/kernel_kinds.py: pointwise, reduce, matmul, conv, scatter, scan
     root: Var
     stages: list = field(default_factory=list)
     anchor: Eqn | None = None
@@ -278,7 +279,7 @@ class _Scheduler:
                         if isinstance(operand, Var) and operand.name in self.producers:
                             if not self._readable_by_matmul(operand, right=position == 1):
                                 self.materialize(operand)
-                elif kind in ("scatter", "conv"):  # read their operands as buffers
+                elif kind in ("scatter", "scan", "conv"):  # read their operands as buffers
                     self.materialize(item.out)
                     for operand in item.inputs:
                         if isinstance(operand, Var) and operand.name in self.producers:

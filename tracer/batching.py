@@ -215,6 +215,12 @@ def _arg_reduce(batch, eqn, args):
     return batch.emit(eqn.prim, [args[0][0]], **params)
 
 
+@rule("cumsum")
+def _scan(batch, eqn, args):
+    _static(eqn, batch)  # along the last axis: a leading batch axis leaves it last
+    return batch.emit(eqn.prim, [args[0][0]])
+
+
 @rule("reshape")
 def _reshape(batch, eqn, args):
     _static(eqn, batch)

@@ -27,6 +27,7 @@ from .ops import (
     broadcast_to_p,
     cast_p,
     ceil_p,
+    cumsum_p,
     equal_p,
     exp_p,
     expm1_p,
@@ -956,6 +957,24 @@ def _cheap_contraction(ctx, eqn, bounds, depth, summed, peak):
                                             number(4 * depth * eta), number(0.0)))
 
 
+def _cumsum(ctx, eqn, bounds):
+    """Compiled running sums add in NumPy's order (``codegen/scan.py``): on exact operands
+    they are NumPy's to the bit. Operands up to ``e`` away move each running sum by the
+    running sum of ``e``, and each of its additions (at most the axis length ``n``) may
+    then round the other way: ``u`` of a partial sum on each side."""
+    (x,), (e,) = eqn.inputs, bounds
+    if e is None:
+        return None
+    carried = ctx.emit(cumsum_p, ctx.spread(ctx.as_number(x, e), x.aval.shape))
+    if not is_float(eqn.out):
+        return carried  # integers wrap the same in NumPy's order
+    u = unit_roundoff(eqn.out.aval.dtype)
+    n = _largest(ctx, x.aval.shape[-1])
+    magnitude = ctx.add(ctx.emit(cumsum_p, ctx.abs(x)), carried)
+    return ctx.plus(carried, ctx.mul(magnitude, number(2 * n * u * INFLATE)),
+                    ctx.rounding(eqn.out))
+
+
 def _sum_of_products(ctx, eqn, bounds, depth, contract):
     """The bound of a bilinear ``contract(a, b)`` whose outputs sum ``depth`` products."""
     (a, b), (ea, eb) = eqn.inputs, bounds
@@ -1148,6 +1167,7 @@ RULES = {
     "any": _any_all,
     "all": _any_all,
     "matmul": _matmul,
+    "cumsum": _cumsum,
     "conv2d": _convolution,
     "conv2d_weight_grad": _convolution,
     "reshape": _mirror,

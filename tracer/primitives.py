@@ -39,7 +39,7 @@ class Primitive:
     primal's shape and casts. ``vjp=None`` marks an output that carries no gradient
     (comparisons, argmax). Only the rules of arguments that need a gradient are called.
     ``kind`` groups primitives for scheduling: pointwise, reduction, structural, index,
-    matmul, creation.
+    matmul, conv, creation, control, scan.
     """
 
     def __init__(self, name, kind, *, impl, abstract_eval, vjp):

@@ -5,10 +5,8 @@ These are sequential in NumPy; here each is a dense composition over the axis le
 ``n`` so the result has a static rule, a gradient from the primitives' VJPs and a
 symbolic ``n`` per bucket:
 
-* ``cumsum`` multiplies by the upper-triangular ones matrix: a ``matmul`` for floats
-  (BLAS; additions in another order than NumPy's running sum, so results agree within
-  rounding; infinities and NaN are counted apart, since ``inf * 0`` is NaN), an exact
-  select-and-sum for integers and booleans;
+* ``cumsum`` is a primitive of its own (``tracejit.tracer.ops.scan``): compiled code adds
+  in NumPy's order, so its running sums are NumPy's to the bit, in O(n);
 * ``cumprod`` and ``np.maximum``/``np.minimum.accumulate`` reduce the same triangle: each
   running value is the product (maximum, minimum) of its prefix, the elements after it
   replaced by the reduction's identity;
@@ -16,7 +14,8 @@ symbolic ``n`` per bucket:
   (NaN last, ties by position: NumPy's stable order), then place each element at its
   rank with a select. That is ``O(n^2)`` work and memory per row: right for the short
   axes model code sorts (top-k of logits, a few scores), wrong for long ones: axes longer
-  than ``SORT_LIMIT`` (``CUMSUM_LIMIT`` for cumsum) are refused, so jit runs them eagerly.
+  than ``SORT_LIMIT`` (``CUMSUM_LIMIT`` for cumprod and the running extrema) are refused,
+  so jit runs them eagerly.
 
 >>> cumsum(np.array([1, 2, 3])).tolist(), sort(np.array([3.0, np.nan, 1.0])).tolist()
 ([1, 3, 6], [1.0, 3.0, nan])
@@ -91,20 +90,13 @@ def cumsum(a, axis=None, dtype=None, out=None):
         dtype = np.cumsum(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
     dtype = np.dtype(dtype)
     x, moved = _scanned_last(a, axis, dtype)
-    n = shape_of(x)[-1]
-    _check_length(n, CUMSUM_LIMIT, "cumsum")
-    rows = _positions(n, x, (n, 1))
-    cols = _positions(n, x, (1, n))
-    upper = rows <= cols  # upper[i, k]: element i is in the k-th running sum
-    if dtype.kind == "f":
-        result = _float_cumsum(x, upper.astype(dtype))
-    elif dtype.kind == "c":
+    if dtype.kind == "c":  # (compiled code takes no complex values: traced only)
+        n = shape_of(x)[-1]
+        _check_length(n, CUMSUM_LIMIT, "cumsum")
+        upper = _positions(n, x, (n, 1)) <= _positions(n, x, (1, n))
         result = ops.matmul(x, upper.astype(dtype))
-    else:
-        terms = np.where(upper, ops.reshape(x, shape_of(x) + (1,)), np.zeros((), dtype))
-        result = ops.reduce_sum(terms, (ndim_of(x) - 1,))
-        if dtype_of(result) != dtype:
-            result = result.astype(dtype)
+    else:  # NumPy's order, so NumPy's bits (tracejit.tracer.ops.scan)
+        result = ops.cumsum(x)
     result = _back(result, moved)
     if out is not None:
         return write_out(out, result, "np.cumsum")
@@ -205,22 +197,6 @@ def _latest_zero_sign(result, array, axis, dtype, name):
     zero = np.take_along_axis(x, np.maximum(latest, 0), axis=-1)
     running, _, _ = _along_last(result, axis)
     return _back(np.where((running == 0) & (latest >= 0), zero, running), moved)
-
-
-def _float_cumsum(x, upper):
-    """Running sums as products with the triangle of ones ``upper``, with NumPy's values
-    where they are not finite: the products add ``inf * 0`` (NaN) for every sum an
-    infinity is not in, so the finite values are summed apart and the running counts of
-    NaN, +inf and -inf decide the rest (NaN once a NaN or both infinities came by)."""
-    finite = np.isfinite(x)
-    result = ops.matmul(np.where(finite, x, np.zeros((), dtype_of(x))), upper)
-
-    def seen(mask):  # whether a running sum has met an element where mask holds
-        return ops.matmul(mask.astype(dtype_of(x)), upper) > 0
-
-    nan, up, down = seen(np.isnan(x)), seen(x == np.inf), seen(x == -np.inf)
-    special = np.where(nan | (up & down), np.nan, np.where(up, np.inf, -np.inf))
-    return np.where(nan | up | down, special.astype(dtype_of(x)), result)
 
 
 def _before(x):

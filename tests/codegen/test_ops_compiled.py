@@ -250,7 +250,8 @@ def test_every_primitive_has_a_compiled_test():
                | {"reshape", "transpose", "broadcast_to", "slice", "pad", "flip",
                   "concatenate", "sliding_window"}  # VIEW_CASES
                | {"loop"}  # tests/tracer/test_loops.py (compiled through tracejit.jit)
-               | {"conv2d", "conv2d_weight_grad"})  # tests/tracer/test_conv_ops.py
+               | {"conv2d", "conv2d_weight_grad"}  # tests/tracer/test_conv_ops.py
+               | {"cumsum"})  # tests/codegen/test_scan_kernels.py
     assert covered == set(PRIMITIVES)
 
 

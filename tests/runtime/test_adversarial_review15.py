@@ -195,13 +195,9 @@ def _cumsum_mask(x, threshold):
     return np.cumsum(x, axis=1) > threshold
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "float32 cumsum is traced as x @ a triangle of ones (tracer/scans.py) and computed as "
-    "a product (sgemm's order); NumPy's cumsum adds in sequence. discontinuities does not "
-    "check values downstream of a float32 matmul of inexact order (the cheap rule has no "
-    "bound for it), so the mask at a threshold one ulp from NumPy's sum flips (12 of 60 "
-    "calls; also before 7df6221)"))
 def test_a_mask_on_a_float32_cumsum_at_its_threshold_is_numpys():
+    """(A strict xfail while cumsum was traced as x @ a triangle of ones, sgemm's order:
+    now a scan in NumPy's order, codegen/scan.py.)"""
     rng = np.random.default_rng(9)
     compiled = tj.jit(_cumsum_mask, cache="memory")
     triangle = np.triu(np.ones((247, 247), np.float32))

@@ -205,6 +205,7 @@ PRIMITIVE_SAMPLES = {
     "rint": ((away_from_halves(2, 3),), {}),
     "reshape": ((uniform(2, 6),), dict(shape=(3, 4))),
     "scatter_add": ((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
+    "cumsum": ((uniform(3, 5),), {}),
     "sign": ((away_from_zero(2, 3),), {}),
     "sin": ((uniform(2, 3),), {}),
     "slice": ((uniform(5, 7),), dict(starts=(1, 0), limits=(5, 7), steps=(2, 3))),

@@ -35,7 +35,7 @@ I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 DTYPES = [F32, F64, I32, I64, BOOL]
 KINDS = {"pointwise", "reduction", "structural", "index", "matmul", "conv", "creation",
-         "control"}
+         "control", "scan"}
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -163,6 +163,7 @@ SAMPLES = {
     "concatenate": Call((uniform(2, 3), uniform(1, 3), uniform(4, 3)), dict(axis=0)),
     "gather": Call((uniform(4, 5), np.array([[3, -1], [0, 2]])), dict(axis=1)),
     "scatter_add": Call((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
+    "cumsum": Call((uniform(3, 5),), {}),
     "matmul": Call((uniform(3, 4), uniform(4, 2)), {}),
     "conv2d": Call((uniform(2, 4, 5, 6), uniform(4, 2, 2, 3)), CONV_PARAMS),
     "conv2d_weight_grad": Call((uniform(2, 4, 5, 6), uniform(2, 4, 3, 5)), CONV_PARAMS),

@@ -7,7 +7,8 @@ by probing what landed, each test failing before its fix.
   traced the first file's rewritten code and its guards and tracebacks named the first
   file. Both caches now key by file too.
 * Found while probing c3d3d55 (older than this session): in code tracejit runs as it is
-  (no source to rewrite: exec'd or generated code, a library's), ``np.add(x, 1, out=s)``
+  (no source to rewrite: exec'd or generated code, a library's, or a function under a
+  ``functools.wraps`` decorator), ``np.add(x, 1, out=s)``
   into a NumPy array ``s`` made there swapped in a traced copy the later plain NumPy
   operations on ``s`` (``s += 1``, ``s[...] = s + 1``) never reached: the result lacked
   them, on the traced call too. Such a write now runs the call eagerly, with the line.
@@ -18,6 +19,7 @@ by probing what landed, each test failing before its fix.
   by its Thread object.
 """
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -135,11 +137,29 @@ def out_then_numpy(x):
     return s
 
 
+def _wrapped(function):
+    @functools.wraps(function)
+    def wrapper(*args):
+        return function(*args)
+    return wrapper
+
+
+@_wrapped  # inspect finds the wrapped def's source for the wrapper: both run as they are
+def _doubled_sum_plus_one(x, s):
+    np.add(x, 1.0, out=s)
+    return s * 2.0  # read s in place: before the fix, the zeros s held
+
+
+def through_a_decorated_helper(x):
+    return _doubled_sum_plus_one(x[1], np.zeros(x.shape[1]))
+
+
 def test_out_write_into_a_numpy_array_in_code_run_as_it_is():
     namespace = {"np": np}
     exec(compile(OUT_THEN_NUMPY, "<generated>", "exec"), namespace)  # no source: not rewritten
     rng = np.random.default_rng(9)
-    for function, compiled in ((namespace["out_then_numpy"], False), (out_then_numpy, True)):
+    for function, compiled in ((namespace["out_then_numpy"], False),
+                               (through_a_decorated_helper, False), (out_then_numpy, True)):
         f = tj.jit(function, cache="memory")
         for _ in range(2):
             x = rng.standard_normal((2, 3))

@@ -11,7 +11,20 @@ import numpy as np
 
 from . import numpy_api, ops
 from .indexing import getitem
+from .pending import known_kind
 from .primitives import bind
+
+
+def a_new_view(array, result):
+    """NumPy's view methods return a new array even where nothing changes (``x.T`` of a
+    1-d ``x``, ``x.reshape(x.shape)``, ``x[...]``): under the tracer, such a result that is
+    ``array`` itself becomes a reshape to its own shape, a view the trace follows (writes
+    through it reach ``array``), so a function returning both returns two objects, as
+    eager does (``tracer/result_identity.py``). A ``Tensor`` keeps returning itself."""
+    if (result is not array or not hasattr(array, "ir_var")
+            or type(known_kind(array.raw_value)) is not np.ndarray):
+        return result
+    return bind(ops.reshape_p, array, shape=tuple(ops.shape_of(array)))
 
 
 def _binary(prim):
@@ -197,25 +210,25 @@ class ArrayMethods:
 
     @property
     def T(self):  # noqa: N802 - NumPy's name
-        return ops.transpose(self)
+        return a_new_view(self, ops.transpose(self))
 
     def reshape(self, *shape, order="C"):
-        return numpy_api.reshape(self, _axes_arguments(shape), order=order)
+        return a_new_view(self, numpy_api.reshape(self, _axes_arguments(shape), order=order))
 
     def transpose(self, *axes):
-        return ops.transpose(self, _axes_arguments(axes) or None)
+        return a_new_view(self, ops.transpose(self, _axes_arguments(axes) or None))
 
     def swapaxes(self, axis1, axis2):
-        return ops.swapaxes(self, axis1, axis2)
+        return a_new_view(self, ops.swapaxes(self, axis1, axis2))
 
-    def squeeze(self, axis=None):
+    def squeeze(self, axis=None):  # (nothing to squeeze: NumPy's is the array itself)
         return numpy_api.squeeze(self, axis)
 
     def flatten(self, order="C"):
         return numpy_api.copy(numpy_api.ravel(self, order))
 
     def ravel(self, order="C"):
-        return numpy_api.ravel(self, order)
+        return a_new_view(self, numpy_api.ravel(self, order))
 
     def astype(self, dtype, copy=True):
         return numpy_api.astype(self, dtype, copy=copy)

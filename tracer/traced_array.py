@@ -23,7 +23,7 @@ import numpy as np
 
 from . import view_writes
 from .abstract import AbstractArray
-from .array_methods import ArrayMethods
+from .array_methods import ArrayMethods, a_new_view
 from .conversions import python_number
 from .dims import SymInt
 from .errors import TraceError, as_numpy_would
@@ -132,7 +132,7 @@ class Tracer(ArrayMethods):
         return AbstractArray(self.shape, self.ir_var.aval.dtype, self.ir_var.aval.weak)
 
     def __getitem__(self, index):
-        result = getitem(self, index)
+        result = a_new_view(self, getitem(self, index))  # x[...] is another array than x
         if isinstance(result, Tracer) and not result.shape and _picks_one_element(index):
             result.value = _numpy_scalar(result)  # NumPy gives a scalar, not 0-d: a copy,
             _detach(result)                       # which later writes leave as it is

@@ -86,7 +86,20 @@ def one_constant_twice(x):
     return table, [table, x + 1.0], np.zeros(2), np.zeros(2)
 
 
-MODELS = [equal_computations, equal_computations_viewed, result_and_its_views,
+def new_views_where_nothing_changes(x):
+    y = x * 2.0
+    return x, x[...], x[:], x.reshape(x.shape), x.T.T, y, y[...], y.transpose(0, 1), y[0].T
+
+
+def written_through_a_view_where_nothing_changes(x):
+    y = x * 1.0
+    view = y[...]
+    view += 1.0              # into y
+    return y, view, view.squeeze()
+
+
+MODELS = [new_views_where_nothing_changes, written_through_a_view_where_nothing_changes,
+          equal_computations, equal_computations_viewed, result_and_its_views,
           views_of_a_dropped_value, one_view_twice, one_view_computed_twice,
           one_array_under_two_keys, argument_and_results, views_in_a_tuple,
           one_constant_twice]

@@ -114,9 +114,13 @@ def tree_to_json(tree):
             raise NotSerializable("a dict with keys other than str/int")
         return {"dict": [[key, tree_to_json(child)] for key, child in zip(tree.keys,
                                                                           tree.children)]}
-    if tree.kind == "rows":  # a list a captured loop filled (tracer.loop_rows)
-        return {"rows": {"prefix": tree.keys.prefix, "entry": _entry_to_json(tree.keys.entry),
-                         "parts": [tree_to_json(child) for child in tree.children]}}
+    if tree.kind == "rows":  # a list or dict a captured loop filled (tracer.loop_rows)
+        layout = tree.keys
+        data = {"prefix": layout.prefix, "entry": _entry_to_json(layout.entry),
+                "parts": [tree_to_json(child) for child in tree.children]}
+        if layout.keys is not None:
+            data.update(keys=list(layout.keys), descending=layout.descending)
+        return {"rows": data}
     if tree.keys is not None:
         raise NotSerializable("a namedtuple in the arguments or results")
     return {tree.kind: [tree_to_json(child) for child in tree.children]}
@@ -137,10 +141,18 @@ def _entry_from_json(data, depth):
 
 
 def _rows_from_json(data, depth):
-    _check(isinstance(data, dict) and set(data) == {"prefix", "entry", "parts"}
-           and isinstance(data["parts"], list), "a malformed rows node")
+    _check(isinstance(data, dict) and set(data) in ({"prefix", "entry", "parts"}, {
+        "prefix", "entry", "parts", "keys", "descending"}) and isinstance(data["parts"], list),
+        "a malformed rows node")
+    keys = data.get("keys")
+    if keys is not None:
+        _check(isinstance(keys, list) and len(keys) == data["prefix"] and all(
+            type(key) in (int, str) for key in keys) and type(data["descending"]) is bool,
+            "a malformed rows node's keys")
+        keys = tuple(keys)
     layout = RowsLayout(_integer(data["prefix"], "a rows prefix"),
-                        _entry_from_json(data["entry"], depth))
+                        _entry_from_json(data["entry"], depth), keys,
+                        data.get("descending", False))
     _check(len(layout.buffers) >= 1 and len(data["parts"]) == layout.part_count,
            "a rows node whose parts do not fit its layout")
     # the buffers are program outputs, never containers

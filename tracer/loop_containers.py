@@ -630,6 +630,17 @@ class StackedDict(MutableMapping):
     def copy(self):
         return dict(self._materialized())
 
+    def returned_rows(self):
+        """The dict as ``loop_rows.Rows`` of the loop's buffers, when nothing made it a
+        real dict, the trip count is a dim and the keys set before the loop can be stored;
+        else None (a plain dict of its entries is made)."""
+        if self._dict is not None or not isinstance(self._rows, SymInt) or not all(
+                type(key) in (int, str) for key in self._carry.before):
+            return None
+        before = self._carry.before
+        return _rows(self._carry, self._buffers, list(before.values()), tuple(before),
+                     self._low)
+
     def __repr__(self):
         return f"StackedDict({self._carry.name}: {self._rows} rows)"
 
@@ -697,29 +708,36 @@ class StackedList(MutableSequence):
     def returned_rows(self):
         """The list as ``loop_rows.Rows`` of the loop's buffers, when it holds them all and
         the trip count is a dim; else None (a plain list of its entries is made)."""
-        carry = self._carry
-        if self._list is not None or not isinstance(self._count, SymInt) or not self._buffers:
+        if self._list is not None or not isinstance(self._count, SymInt):
             return None
-        leaves = iter(zip(carry.leaves0, carry.python_numbers, carry.invariant, self._buffers))
-        buffers, kept = [], []
+        return _rows(self._carry, self._buffers, list(self._prefix))
 
-        def template(structure):
-            if structure is None:
-                leaf, weak, invariant, buffer = next(leaves)
-                if invariant:  # the same array in every entry: that array, not its rows
-                    structure = _Kept(leaf)
-                else:
-                    buffers.append(buffer)
-                    return _entry_kind(leaf, weak)
-            if isinstance(structure, _Kept):
-                kept.append(structure.value)
-                return len(kept) - 1
-            return tuple(template(part) for part in structure)
 
-        entry = template(carry.structure)
-        if not buffers:  # no row tells the length
-            return None
-        return Rows(RowsLayout(len(self._prefix), entry), [*self._prefix, *buffers, *kept])
+def _rows(carry, buffers, before, keys=None, low=None):
+    """``loop_rows.Rows`` of ``carry``'s ``buffers`` after the entries ``before`` the loop
+    (for a dict, with their ``keys`` and the loop's ``low``est key); None when no entry
+    holds an array of its own trip (no row tells the length)."""
+    leaves = iter(zip(carry.leaves0, carry.python_numbers, carry.invariant, buffers))
+    rows, kept = [], []
+
+    def template(structure):
+        if structure is None:
+            leaf, weak, invariant, buffer = next(leaves)
+            if invariant:  # the same array in every entry: that array, not its rows
+                structure = _Kept(leaf)
+            else:
+                rows.append(buffer)
+                return _entry_kind(leaf, weak)
+        if isinstance(structure, _Kept):
+            kept.append(structure.value)
+            return len(kept) - 1
+        return tuple(template(part) for part in structure)
+
+    entry = template(carry.structure)
+    if not rows:
+        return None
+    layout = RowsLayout(len(before), entry, keys, carry.step < 0 if keys is not None else False)
+    return Rows(layout, [*before, *rows, *kept] + ([low] if keys is not None else []))
 
 
 def _entry_kind(leaf, weak):
@@ -751,13 +769,14 @@ def plain_containers(value):
     """``value`` with each list and dict a captured loop filled (``StackedList``,
     ``StackedDict``) made the plain list or dict of its entries the NumPy code holds,
     through tuples (namedtuples too), lists and dicts: a function's result leaves the
-    trace as such. A list of a loop over a dynamic length becomes ``loop_rows.Rows``,
-    which the call makes that list of (its length not pinned).
+    trace as such. A list or dict of a loop over a dynamic length becomes
+    ``loop_rows.Rows``, which the call makes that list or dict of (its length not pinned).
 
     >>> plain_containers(([1], {"a": (2,)}))
     ([1], {'a': (2,)})
     """
-    if isinstance(value, StackedList) and (rows := value.returned_rows()) is not None:
+    if isinstance(value, (StackedList, StackedDict)) and (
+            rows := value.returned_rows()) is not None:
         return Rows(rows.layout, [plain_containers(part) for part in rows.parts])
     if isinstance(value, StackedList) or type(value) is list:
         return [plain_containers(item) for item in value]

@@ -1,5 +1,5 @@
-"""A list a captured loop fills, returned: the loop's buffers, split into entries after
-each call, so one program serves every trip count.
+"""A list or dict a captured loop fills, returned: the loop's buffers, split into entries
+after each call, so one program serves every trip count.
 
 deeplearning.ai's RNN returns its per-step caches::
 
@@ -24,7 +24,10 @@ trip count as an int, a guard that pins it (one compile per length). The result 
 * what an entry holds that is no array (the ``parameters`` dict), or an array every step
   appends as it is (``caches.append((x[t], W))``: ``ContainerCarry.invariant``), is one
   object, the same in every entry as in eager's list;
-* entries the list held before the loop come first.
+* entries the list held before the loop come first; a dict filled at the index
+  (min-char-rnn's ``hs[t] = ...`` after ``hs[-1] = hprev``) has its keys in eager's
+  order: those set before the loop, then the loop's in the order it set them (the
+  program returns the loop's lowest key).
 
 >>> layout = RowsLayout(prefix=1, entry=("array", 0))
 >>> rows = layout.build(["h0", np.arange(6.0).reshape(3, 2), "kept"])
@@ -34,6 +37,10 @@ trip count as an int, a guard that pins it (one compile per length). The result 
 ['h0']
 >>> RowsLayout(prefix=0, entry=("scalar", (), "value")).build([np.ones(2), np.arange(2)])
 [(np.float64(1.0), (), 0), (np.float64(1.0), (), 1)]
+>>> hs = RowsLayout(prefix=2, entry="array", keys=("h0", 1)).build(
+...     ["h0", 7, np.arange(4.0).reshape(2, 2), 0])    # rows for keys 0 and 1
+>>> hs
+{'h0': 'h0', 1: array([2., 3.]), 0: array([0., 1.])}
 """
 
 from __future__ import annotations
@@ -53,17 +60,23 @@ class RowsLayout:
     objects ``entry`` numbers. ``entry`` is a kind (an entry that is one array), a kept
     object's number, or a tuple of these, nested. Hashable: it sits in a ``TreeDef``."""
 
-    __slots__ = ("prefix", "entry", "buffers", "kept")
+    __slots__ = ("prefix", "entry", "buffers", "kept", "keys", "descending")
 
-    def __init__(self, prefix, entry):
+    def __init__(self, prefix, entry, keys=None, descending=False):
         self.prefix, self.entry = prefix, entry
         kinds, numbers = [], []
         _walk(entry, kinds, numbers)
         self.buffers = tuple(kinds)
         self.kept = max(numbers, default=-1) + 1
+        # a dict filled at the index (``hs[t] = ...``): ``keys`` of the entries set before
+        # the loop (its prefix, in order), the loop's lowest key as the last part, and
+        # whether the loop sets its keys from the highest down
+        if keys is not None and len(keys) != prefix:
+            raise ValueError(f"{len(keys)} keys for {prefix} entries before the loop")
+        self.keys, self.descending = keys, descending
 
     def _key(self):
-        return (self.prefix, self.entry)
+        return (self.prefix, self.entry, self.keys, self.descending)
 
     def __eq__(self, other):
         return isinstance(other, RowsLayout) and self._key() == other._key()
@@ -72,11 +85,12 @@ class RowsLayout:
         return hash(self._key())
 
     def __repr__(self):
-        return f"RowsLayout(prefix={self.prefix}, entry={self.entry!r})"
+        keyed = "" if self.keys is None else f", keys={self.keys!r}"
+        return f"RowsLayout(prefix={self.prefix}, entry={self.entry!r}{keyed})"
 
     @property
     def part_count(self):
-        return self.prefix + len(self.buffers) + self.kept
+        return self.prefix + len(self.buffers) + self.kept + (self.keys is not None)
 
     def build(self, parts):
         """The list: ``parts`` are the prefix entries, the buffers (arrays or Tensors, a
@@ -89,8 +103,24 @@ class RowsLayout:
         columns = [_split(buffer, kind) for buffer, kind in zip(parts[self.prefix: ends],
                                                                  self.buffers)]
         if isinstance(self.entry, str):
-            return prefix + columns[0]
-        return prefix + list(_column(self.entry, iter(columns), parts[ends:], len(columns[0])))
+            entries = columns[0]
+        else:
+            entries = list(_column(self.entry, iter(columns), parts[ends: ends + self.kept],
+                                   len(columns[0])))
+        if self.keys is None:
+            return prefix + entries
+        return self._dict(prefix, entries, int(parts[-1]))
+
+    def _dict(self, before, entries, low):
+        """The dict eager's loop leaves: the entries set before it in their order (the
+        loop's value where it set that key again), then the loop's in the order it set
+        them (rows are in key order)."""
+        loop = dict(zip(range(low, low + len(entries)), entries))
+        result = {key: loop.get(key, value) for key, value in zip(self.keys, before)}
+        for key in reversed(loop) if self.descending else loop:
+            if key not in result:
+                result[key] = loop[key]
+        return result
 
 
 def _walk(entry, kinds, numbers):

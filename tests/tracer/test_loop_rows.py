@@ -191,6 +191,36 @@ def test_entry_kinds_and_prefix_entries_are_eagers():
     assert f.stats()["compiles"] == 2, f.explain()
 
 
+# --- dicts filled at the index --------------------------------------------------------------
+def karpathy_forward(inputs, hprev, Wxh, Whh, bh):
+    """min-char-rnn's forward pass, its per-step dicts returned for a backward pass."""
+    xs, hs = {}, {}
+    hs[-1] = np.copy(hprev)
+    for t in range(len(inputs)):
+        xs[t] = inputs[t] * 2
+        hs[t] = np.tanh(Wxh @ xs[t] + Whh @ hs[t - 1] + bh)
+    return xs, hs
+
+
+def shifted_keys(x, h):
+    steps = {3: h * 0, "first": h, 0: h}  # the loop sets 3 again: eager keeps its place
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] + h)
+        steps[t + 2] = (h, h.sum())
+    return steps
+
+
+def test_returned_dicts_compile_once_per_bucket_with_eagers_keys():
+    f = run_lengths(karpathy_forward, lambda rng, n: (
+        rng.standard_normal((n, 4)), rng.standard_normal(10), rng.standard_normal((10, 4)),
+        rng.standard_normal((10, 10)) * 0.3, rng.standard_normal(10)), [5, 6, 8, 7, 12, 9],
+        dynamic=True)
+    assert f.stats()["compiles"] == 2, f.explain()
+    f = run_lengths(shifted_keys, lambda rng, n: (rng.standard_normal((n, 6)), np.ones(6)),
+                    [5, 7, 6], dynamic=True)
+    assert f.stats()["compiles"] == 1, f.explain()
+
+
 # --- the disk cache -------------------------------------------------------------------------
 def test_returned_list_loads_from_a_fresh_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
@@ -254,11 +284,16 @@ def test_a_first_call_the_trace_answers_makes_the_list_of_its_pending_buffers(ca
     {"prefix": -1, "entry": "array", "parts": ["*"]},
     {"prefix": 0, "entry": "array", "parts": [{"list": ["*"]}]},      # a buffer that is a list
     {"prefix": 0, "entry": [0], "parts": ["*"]},                      # no buffer at all
+    {"prefix": 1, "entry": "array", "parts": ["*"] * 3, "keys": [], "descending": False},
+    {"prefix": 1, "entry": "array", "parts": ["*"] * 3, "keys": [[1]], "descending": False},
+    {"prefix": 1, "entry": "array", "parts": ["*"] * 3, "keys": [1], "descending": 0},
 ])
 def test_a_malformed_rows_node_on_disk_is_refused(rows):
     from tracejit.runtime.serialize import InvalidEntry, tree_from_json, tree_to_json
 
     good = {"prefix": 1, "entry": ["array", ["scalar", 0]], "parts": ["*", "*", "*", "*"]}
-    assert tree_to_json(tree_from_json({"rows": good})) == {"rows": good}
+    keyed = {**good, "parts": ["*"] * 5, "keys": [-1], "descending": False}
+    for data in (good, keyed):
+        assert tree_to_json(tree_from_json({"rows": data})) == {"rows": data}
     with pytest.raises(InvalidEntry):
         tree_from_json({"rows": rows})

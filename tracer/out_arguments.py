@@ -15,12 +15,11 @@ import sys
 
 import numpy as np
 
-from .errors import as_numpy_would
-from .locations import is_internal, user_location
+from .errors import TraceError, as_numpy_would
+from .locations import is_internal, line_prefix, user_location
 from .ops import dtype_of
 from .primitives import current_context, is_traced
 from .source_rewrite import HOOK
-from .traced_array import trace_error
 
 
 def _concrete_shape(value):
@@ -85,11 +84,12 @@ def write_out(target, result, name):
         context.hooks is not None
     ):
         if not _called_from_rewritten_code():
-            raise trace_error(
-                f"{name}(..., out=) writes a traced value into a NumPy array in code tracejit "
-                "runs as it is (its source is not available to rewrite: exec'd or generated "
-                "code, or a library's): NumPy operations on that array there afterwards would "
-                "be missing from the compiled result", user_location(skip=1))
+            where = user_location()
+            raise TraceError(
+                f"{line_prefix(where)}{name}(..., out=) writes a traced value into a NumPy "
+                "array in code tracejit runs as it is (its source is not available to "
+                "rewrite: exec'd or generated code, or a library's): NumPy operations on that "
+                "array there afterwards would be missing from the compiled result")
         return context.hooks.set_item(target, Ellipsis, result, False)
     if getattr(result, "requires_grad", False):
         raise TypeError(f"{name}(..., out=ndarray) with an input that requires grad would "

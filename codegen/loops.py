@@ -21,7 +21,9 @@ t] = h``, found by ``control.inplace_writes``), never the whole buffer. ``_Loop.
 
 One compile per bucket whatever the trip count. Hooks for other work: a step of -1 or
 any other int runs through both drivers (``range(start, stop, step)``); a body the
-driver cannot run (``native_loop.layout_of`` says why) takes the Python path.
+driver cannot run (``native_loop.layout_of`` says why) takes the Python path. Loops and
+segments that differ only in int offsets (the trips of an outer loop that unrolled around
+them) share one program, each passing its own offsets as symbols (``loop_sharing``).
 
 Side exits: a failed guard in a segment raises ``SideExit`` with the whole graph's guard
 number; a kernel error in the body (an index out of range) or a write outside its buffer

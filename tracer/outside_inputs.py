@@ -198,13 +198,23 @@ def with_inputs(context, container, path=None, depth=0):
     if depth > 2:
         return container
     items = container.items() if type(container) is dict else enumerate(container)
+    # numbers under the keys calls write (self.stats["n_" + name] += 1) are not guarded:
+    # read whole (dict(self.stats), self.stats = C) they must be the run-time inputs
+    # state_item reads, or another name's count would be the traced call's
+    state = context.state_dicts.get(id(container), (None, ()))[1] if type(
+        container) is dict else ()
     replaced = {}
     for key, item in items:
         where = None if path is None else Path(path.root, path.steps + (("item", key),))
         if isinstance(item, np.ndarray) and where is not None and not context.is_implicit(
                 item):
             context.implicit_candidates[id(item)] = (where, item)
-        if isinstance(item, np.ndarray) and context.is_implicit(item):
+        if key in state and where is not None and (
+                type(item) in (int, float) or isinstance(item, np.generic)):
+            value = state_value(context, where, item)
+            if value is not None and value is not item:
+                replaced[key] = value
+        elif isinstance(item, np.ndarray) and context.is_implicit(item):
             replaced[key] = context.implicit_tracer(item)
         elif type(item) in (list, tuple, dict):
             inner = with_inputs(context, item, where, depth + 1)

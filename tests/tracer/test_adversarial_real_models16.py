@@ -25,7 +25,10 @@ temporary had taken, so a branch followed a byte of another value (-1/+1 hinge l
 the 0/1 path; codegen/schedule.py); writes into an outside dict that held arrays went to
 the trace's copy of it and were lost: through a local name (numpy-ml's ``C[name] = ...``),
 ``del self.cache["x"]``, and nested ``self.cache["dense"]["x"] = x`` (now refused: eager,
-with the reason; tracer/frontend.py, source_rewrite.py). Needless eager runs, fixed: a fit
+with the reason; tracer/frontend.py, source_rewrite.py); counters calls write under their
+names (``self.counts[name] += 1``, unguarded as state) read whole (``self.counts.values()``)
+gave the other names' counts of the traced call (tracer/outside_inputs.py). Needless eager
+runs, fixed: a fit
 loop's ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol`` took a guard-margin
 exit on every call (tracer/margin_rules.py).
 
@@ -275,3 +278,27 @@ def test_an_item_written_into_a_dict_inside_an_outside_dict_is_written():
         assert_same(forward(x), eager.forward(x), **F64, where=f"step {step}")
         assert_same(compiled.cache, eager.cache, where=f"cache after step {step}")
     no_internal_errors(forward)
+
+
+class UpdateCounts:
+    """Per-parameter update counts a train step keeps, summed for a schedule."""
+
+    def __init__(self):
+        self.counts = {"W": 0, "b": 0}
+
+    def step(self, x, name):
+        self.counts[name] += 1
+        return x * sum(self.counts.values())
+
+
+def test_counters_other_calls_write_are_read_whole_at_their_values():
+    """Each name's count is state (calls write it, so it is not guarded); read whole
+    (``self.counts.values()``) the other name's count was the traced call's constant, so
+    every compiled call's sum was off (2 of 6 calls wrong)."""
+    eager, compiled = UpdateCounts(), UpdateCounts()
+    step = jitted(compiled.step)
+    for call in range(6):
+        x, name = np.arange(2.0), ("W", "b")[call % 2]
+        assert_same(step(x, name), eager.step(x, name), where=f"call {call}")
+        assert_same(compiled.counts, eager.counts, where=f"counts after call {call}")
+    assert not step.stats()["eager_calls"], step.explain()

@@ -435,6 +435,7 @@ class _Trial:
         try:
             returned = tuple(body(t, *objects))
             _check_aliasing(carries, objects, returned, self.params)
+            _check_shared_memory(carries, objects, returned, self.params, slots)
             outputs = []
             for carry, proxy, value in zip(carries, objects, returned):
                 outputs += carry.leave(proxy, value)
@@ -471,6 +472,27 @@ def _check_aliasing(carries, objects, returned, param_vars):
         if any(id(leaf) in updated for leaf in leaves):
             raise Refused(f"`{carry.name}` stores an array the loop updates in place (h += "
                           "...): NumPy's entries all alias it")
+
+
+def _check_shared_memory(carries, objects, returned, param_vars, slots):
+    """A carried array the body writes in place while it is a view of another array, or
+    while a view of it lives that is no carried value (``v = y[1:]`` before ``for t in
+    ...: v[t] = v[t] * 0.5 + y[t]``; ``acc = out[0]`` before ``acc += x[t]``). NumPy's
+    write shows in the other name, but the trip's proxy of the carried array has no base
+    and no views: the captured body read ``y`` as it was before the loop, and ``out``
+    came back without the sums. Refused: unrolled, the trace follows each write into the
+    root."""
+    carried = {id(value) for value in slots if isinstance(value, Tracer)}
+    position = 0
+    for carry, proxy, value in zip(carries, objects, returned):
+        outer = slots[position] if position < len(slots) else None
+        if isinstance(carry, _ArrayCarry) and isinstance(outer, Tracer) and value is proxy and (
+                value.ir_var is not param_vars[position]) and (
+                outer.base_or_none() is not None
+                or any(id(view) not in carried for view in outer.views or ())):
+            raise Refused(f"`{carry.name}` shares memory with another array (a view of it, "
+                          "or it of another) and the loop writes into it")
+        position += carry.slot_count
 
 
 def emit_prints(context, prints):

@@ -113,3 +113,49 @@ def test_take_casts_bool_indices_and_refuses_floats():
     arguments = [(x, y), (x[:4, :2].copy(), y[:4]), (x[:0], y[:0])]
     no_internal_errors(run_calls(take_by_bools, arguments, repeats=2))
     no_internal_errors(run_calls(take_by_floats, arguments[:2], repeats=2))
+
+
+# --- a loop that writes through a view and reads the base (wrong answers) ------------------
+def write_through_a_view_read_the_base(x):
+    y = x.copy()
+    ahead = y[1:]
+    for t in range(ahead.shape[0]):
+        ahead[t] = ahead[t] * 0.5 + y[t]
+    return y
+
+
+def write_into_the_base_read_a_view(x):
+    y = x.copy()
+    behind = y[:-1]
+    for t in range(1, y.shape[0]):
+        y[t] = behind[t - 1] * 2 + y[t]
+    return y
+
+
+def write_through_an_argument_view(x):
+    ahead = x[1:]
+    for t in range(ahead.shape[0]):
+        ahead[t] = ahead[t] * 0.5 + x[t]
+    return x.sum(axis=0)
+
+
+def accumulate_into_a_row_view(x):
+    out = np.zeros((2, x.shape[1]))
+    total = out[0]
+    for t in range(x.shape[0]):
+        total += x[t] * t
+    return out
+
+
+def test_loop_writing_shared_memory_sees_its_writes():
+    """``ahead = y[1:]`` before the loop, ``ahead[t] = ... y[t]`` in it: NumPy's ``y[t]`` is
+    the row the previous trip wrote through ``ahead``. The captured body's proxy of
+    ``ahead`` had no base, so ``y`` was read as it was before the loop: wrong values from
+    the third row on, at every length the capture served (and the same for a write into
+    ``y`` read through its view). ``total = out[0]; total += ...`` in the loop: compiled
+    code returned ``out`` without the sums. Such a loop is unrolled now, as sharp_bits
+    says."""
+    for function in (write_through_a_view_read_the_base, write_into_the_base_read_a_view,
+                     write_through_an_argument_view, accumulate_into_a_row_view):
+        arguments = [(np.cos(np.arange(3.0 * n)).reshape(n, 3),) for n in (5, 6)]
+        run_calls(function, arguments, repeats=1)

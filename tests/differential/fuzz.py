@@ -18,7 +18,8 @@ dynamic length (reversed, stepped, from 1) carrying ``h = f(h, x[t])`` into buff
 in place (``out[t] += h``, ``out[t] = out[t - 1] * 0.5 + h``), with ``if``s on data in the
 body; writes through views of locals and arguments (``v = a[1:]; v *= 2``, ``out=``
 ufuncs); in-place updates of the arguments, overlapping ones too
-(``x[1:] += x[:-1]``); ``if``/``elif`` on data; mixed-dtype promotion (int32, int64,
+(``x[1:] += x[:-1]``); loops writing through a view made before them and reading its
+base; ``if``/``elif`` on data; mixed-dtype promotion (int32, int64,
 float32, float64, bool, NumPy scalars under NEP 50); reductions over tuples of axes, with
 ``where=``, ``ddof``, ``axis=None, keepdims=True`` and the NaN-aware ones; NaN/Inf-heavy
 expressions; 0-d array arguments, columns and rows of one that broadcast, every-other-column
@@ -624,6 +625,30 @@ class Builder:
             defines.append(total)
         return lines, "view write", defines
 
+    def view_loop(self):
+        """A loop writing through a view made before it and reading the base (or the other
+        way round): ``ahead = y[1:]; for t ...: ahead[t] = ahead[t] * 0.5 + y[t]``."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        base, view, t = self.fresh(), self.fresh(), "i" + self.fresh()
+        if source in self.program.params and self.rng.random() < 0.3:
+            lines, base = [], source
+        else:
+            lines = [f"{base} = {source}.astype(np.float64)"]
+        view_text, read, write_target = self.rng.choice([
+            (f"{base}[1:]", f"{base}[{t}]", f"{view}[{t}]"),
+            (f"{base}[:-1]", f"{view}[{t} - 1]", f"{base}[{t}]"),
+            (f"{base}[::-1]", f"{base}[{t}]", f"{view}[{t}]"),
+            (f"{base}[1:]", f"{base}[{t}] * {view}[{t}]", f"{view}[{t}]"),
+        ])
+        length = f"{view}.shape[0]" if write_target.startswith(view) else f"{base}.shape[0]"
+        start = "1" if f"{view}[{t} - 1]" in read else "0"
+        op = self.rng.choice(["=", "+=", "*="])
+        lines += [f"{view} = {view_text}", f"for {t} in range({start}, {length}):",
+                  f"    {write_target} {op} {read} * 0.5 + 1"]
+        return lines, "view loop", [view] + ([] if base == source else [base])
+
     def inplace_argument(self):
         """In-place ufuncs and updates on the arguments (the caller sees them)."""
         target = self.rng.choice([p for p in self.program.params if p != "s"])
@@ -669,7 +694,7 @@ class Builder:
             self.matmul_loop, self.column_loop, self.while_loop, self.mask_write,
             self.argument_write, self.python_number, self.gather] + [
             self.dynamic_loop] * 3 + [self.view_write] * 3 + [self.inplace_argument] * 2 + [
-            self.data_branch] * 2
+            self.data_branch] * 2 + [self.view_loop] * 2
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:
             attempts += 1

@@ -564,10 +564,7 @@ def _lambda_function_node(function, source):
 
 def _function_node(function):
     try:
-        # the code's own source: inspect follows a function's __wrapped__, so a decorator's
-        # wrapper (functools.wraps) got the wrapped def and ran unrewritten (its loops
-        # unrolled, the wrapped function too: called from unrewritten code)
-        source = textwrap.dedent(inspect.getsource(function.__code__))
+        source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError) as error:
         raise RewriteUnavailable(f"source unavailable: {error}") from None
     if function.__code__.co_name == "<lambda>":

@@ -5,6 +5,7 @@ with the arguments compared afterwards.
 """
 
 import numpy as np
+import pytest
 from real_model_checks import no_internal_errors, run_calls
 
 
@@ -159,3 +160,24 @@ def test_loop_writing_shared_memory_sees_its_writes():
                      write_through_an_argument_view, accumulate_into_a_row_view):
         arguments = [(np.cos(np.arange(3.0 * n)).reshape(n, 3),) for n in (5, 6)]
         run_calls(function, arguments, repeats=1)
+
+
+# --- a loop filling a dict's array while a view of it lives --------------------------------
+def fill_a_dict_buffer_past_a_view(x):
+    state = {"out": np.zeros(x.shape)}
+    first = state["out"][0]
+    for t in range(x.shape[0]):
+        state["out"][t] = x[t] + first
+    return state["out"]
+
+
+@pytest.mark.xfail(strict=True, reason="the refused capture's trial leaves the dict's array "
+                   "at a var of the trial (the loop then runs unrolled from trip 1 reading "
+                   "it): 'VerifyError: %50 = where(..., %41) uses %41 before its definition', "
+                   "never compiled, eager at every call; also at c3d3d55 (tracer/loops.py, "
+                   "loop_containers: a container's entry written in a refused trial is not "
+                   "restored; not fixed in round 16)")
+def test_dict_buffer_filled_past_a_view_compiles():
+    arguments = [(np.cos(np.arange(3.0 * n)).reshape(n, 3),) for n in (5, 6)]
+    f = run_calls(fill_a_dict_buffer_past_a_view, arguments, repeats=2, dynamic=True)
+    no_internal_errors(f)

@@ -610,7 +610,7 @@ class Builder:
                                      f"{base}[..., ::2]", f"{base}.reshape(-1)", f"{base}[None]",
                                      f"{base}[0]", f"{base}[:, 0]", f"{base}[1:][::-1]",
                                      f"{base}[:-1, 1:]", f"{base}[...]", f"{base}.T[::2]",
-                                     f"{base}.view()", f"{base}[-1:]"])
+                                     f"{base}[:]", f"{base}[-1:]"])
         op = self.rng.choice([f"{view} *= 2", f"{view} += 1", f"{view}[...] = 0",
                               f"{view}[0] = 7", f"np.multiply({view}, 3, out={view})",
                               f"{view}[{view} > 0] = 0", f"{view} -= {view}.mean()",

@@ -182,6 +182,32 @@ def defined_vars(graph):
                 yield from defined_vars(body)
 
 
+def _may_hold_infinities(graph):
+    """Names of the float values an infinity written in the function may reach: constants
+    holding one, ``np.full(..., -np.inf)``, an infinite literal operand, and whatever
+    float value is computed from those (a log-space table started at -inf). The add rule
+    (``margin_rules._add``) checks those for an exact infinity on both sides; values an
+    overflow made infinite are not followed (their bound stays as it is)."""
+    infinite = {var.name for var, constant in graph.constants
+                if np.asarray(constant.data).dtype.kind == "f"
+                and np.isinf(np.asarray(constant.data)).any()}
+
+    def reaches(atom):
+        if isinstance(atom, Literal):
+            value = atom.value
+            return isinstance(value, (float, np.floating)) and bool(np.isinf(value))
+        return atom.name in infinite
+
+    for eqn in graph.equations:
+        if eqn.out.aval.dtype.kind != "f":
+            continue
+        value = eqn.params_dict.get("value") if eqn.prim.name == "full" else None
+        if any(reaches(atom) for atom in eqn.inputs) or (
+                value is not None and np.isinf(np.asarray(value, np.float64)).any()):
+            infinite.add(eqn.out.name)
+    return infinite
+
+
 # --- the slice: bounds of the values a guard reads ----------------------------------------
 class _Slice:
     """Bounds of the graph's values, computed on demand (memoized) from ``RULES``.
@@ -203,6 +229,7 @@ class _Slice:
             if data.size == 0 or np.all(np.isfinite(data) & (data == np.floor(data))):
                 self.magnitudes[var.name] = float(np.max(np.abs(data), initial=0.0))
         self.ranges = graph.ranges
+        self.infinite = _may_hold_infinities(graph)
 
     def __getattr__(self, name):  # the emitter's arithmetic: slice.add(a, b), ...
         return getattr(self.emitter, name)

@@ -33,6 +33,7 @@ from .ops import (
     expm1_p,
     floor_p,
     isfinite_p,
+    isinf_p,
     less_equal_p,
     log1p_p,
     matmul_p,
@@ -127,18 +128,40 @@ def _add(ctx, eqn, bounds):
                     eqn.out.aval.shape)
     if not is_float(eqn.out) or len(eqn.inputs) != 2:
         return bound
-    # An infinite constant plus a surely finite value is that infinity on both sides: a
-    # train loop's ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol:``, EM's
-    # ``prev_ll = -np.inf``. (Constants only: the check would double every add's bound.)
-    for infinite, (other, e) in ((eqn.inputs[0], (eqn.inputs[1], bounds[1])),
-                                 (eqn.inputs[1], (eqn.inputs[0], bounds[0]))):
-        if (isinstance(infinite, Literal) and isinstance(infinite.value, (float, np.floating))
-                and np.isinf(infinite.value)):
-            finite = ctx.emit(isfinite_p, other)
-            if e is not None:
-                finite = ctx.and_(finite, ctx.emit(isfinite_p, ctx.as_number(other, e)))
-            bound = ctx.fit(ctx.where(finite, number(0.0), bound), eqn.out.aval.shape)
+    # An exact infinity plus a surely finite value is that infinity on both sides: a train
+    # loop's ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol:``, EM's
+    # ``prev_ll = -np.inf``, a log-space table started at -inf plus log-probabilities
+    # (CTC, HMMs). Checked only where an infinity written in the function may reach the
+    # operand (``ctx.infinite``): on every add it would double the margin graphs.
+    for (a, ea), (other, e) in (((eqn.inputs[0], bounds[0]), (eqn.inputs[1], bounds[1])),
+                                ((eqn.inputs[1], bounds[1]), (eqn.inputs[0], bounds[0]))):
+        sure = _exact_infinity(ctx, a, ea)
+        if sure is None:
+            continue
+        finite = ctx.emit(isfinite_p, other)
+        if e is not None:
+            finite = ctx.and_(finite, ctx.emit(isfinite_p, ctx.as_number(other, e)))
+        if sure is not ALWAYS:
+            finite = ctx.and_(finite, sure)
+        bound = ctx.fit(ctx.where(finite, number(0.0), bound), eqn.out.aval.shape)
     return bound
+
+
+def _exact_infinity(ctx, a, e):
+    """Where ``a`` is the same infinity on both sides (``ALWAYS`` for an infinite literal):
+    infinite here with a finite bound (NumPy's value within a finite distance of an
+    infinity is that infinity); None where no infinity written in the function reaches
+    ``a``."""
+    if isinstance(a, Literal):
+        value = a.value
+        infinite = isinstance(value, (float, np.floating)) and bool(np.isinf(value))
+        return ALWAYS if infinite else None
+    if a.name not in getattr(ctx, "infinite", ()):
+        return None
+    sure = ctx.emit(isinf_p, a)
+    if e is not None:
+        sure = ctx.and_(sure, ctx.emit(isfinite_p, ctx.as_number(a, e)))
+    return sure
 
 
 def _multiply(ctx, eqn, bounds):

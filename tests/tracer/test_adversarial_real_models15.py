@@ -62,7 +62,6 @@ symmetric layouts (float32 too: the ties go to NumPy by guard margin), GAT atten
 import warnings
 
 import numpy as np
-import pytest
 from numpy.lib.stride_tricks import as_strided
 from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
 
@@ -217,15 +216,13 @@ def test_ctc_in_log_space_warns_and_raises_as_numpy_does():
     assert "raised while tracing" not in f.stats()["eager_calls"], f.explain()
 
 
-@pytest.mark.xfail(strict=True, reason="guard margin on logaddexp's isinf(max) select from "
-                   "the second step on: -inf + log_probs is -inf on both sides, but the add's "
-                   "rounding bound (4 u |out|) is inf there, so the next step's isinf is "
-                   "ambiguous (margin_rules._add treats only infinite literals as exact)")
 def test_ctc_in_log_space_compiles():
     """Every call of a small CTC forward pass took a guard-margin exit: logaddexp was written
     as ``np.where(x == y, x + ln 2, max + log1p(exp(-|x - y|)))`` (NumPy's formula, the select
     for equal infinities), and the margin rules saw a jump at ``x == y`` where both branches
-    agree. Now the select is on an infinite ``max(x, y)`` only."""
+    agree. Now the select is on an infinite ``max(x, y)`` only, and -inf plus a
+    log-probability is exactly -inf on both sides (margin_rules._exact_infinity), so the
+    next step's select on it is not ambiguous."""
     rng = np.random.default_rng(18)
     log_probs, labels = _log_softmax(rng, 3, 3), np.array([1, 2])
     f = run_calls(ctc_forward_log, [(log_probs, labels)], repeats=3, **F64)

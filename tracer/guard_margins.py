@@ -34,6 +34,7 @@ the margin guard first.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 
 import numpy as np
 
@@ -53,6 +54,7 @@ from .margin_rules import (
     integral_magnitude,
     is_bool,
     is_float,
+    is_infinite_literal,
     number,
     smallest_subnormal,
     unit_roundoff,
@@ -193,10 +195,7 @@ def _may_hold_infinities(graph):
                 and np.isinf(np.asarray(constant.data)).any()}
 
     def reaches(atom):
-        if isinstance(atom, Literal):
-            value = atom.value
-            return isinstance(value, (float, np.floating)) and bool(np.isinf(value))
-        return atom.name in infinite
+        return is_infinite_literal(atom) if isinstance(atom, Literal) else atom.name in infinite
 
     for eqn in graph.equations:
         if eqn.out.aval.dtype.kind != "f":
@@ -229,7 +228,12 @@ class _Slice:
             if data.size == 0 or np.all(np.isfinite(data) & (data == np.floor(data))):
                 self.magnitudes[var.name] = float(np.max(np.abs(data), initial=0.0))
         self.ranges = graph.ranges
-        self.infinite = _may_hold_infinities(graph)
+        self.graph = graph
+
+    @cached_property
+    def infinite(self):
+        """What ``_may_hold_infinities`` names: computed when an add rule first asks."""
+        return _may_hold_infinities(self.graph)
 
     def __getattr__(self, name):  # the emitter's arithmetic: slice.add(a, b), ...
         return getattr(self.emitter, name)

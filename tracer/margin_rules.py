@@ -147,15 +147,19 @@ def _add(ctx, eqn, bounds):
     return bound
 
 
+def is_infinite_literal(atom):
+    """``np.inf`` or ``-np.inf`` written as an operand."""
+    value = atom.value
+    return isinstance(value, (float, np.floating)) and bool(np.isinf(value))
+
+
 def _exact_infinity(ctx, a, e):
     """Where ``a`` is the same infinity on both sides (``ALWAYS`` for an infinite literal):
     infinite here with a finite bound (NumPy's value within a finite distance of an
     infinity is that infinity); None where no infinity written in the function reaches
     ``a``."""
     if isinstance(a, Literal):
-        value = a.value
-        infinite = isinstance(value, (float, np.floating)) and bool(np.isinf(value))
-        return ALWAYS if infinite else None
+        return ALWAYS if is_infinite_literal(a) else None
     if a.name not in getattr(ctx, "infinite", ()):
         return None
     sure = ctx.emit(isinf_p, a)

@@ -285,7 +285,7 @@ class _Loop:
     """One loop (every ``loop`` equation sharing its operands and body): the body compiled
     once with the index as a run-time symbol, run by its native driver or from Python."""
 
-    def __init__(self, graph, eqn, later_uses, name, build, shared=None):
+    def __init__(self, graph, eqn, later_uses, name, build, shared=None, body=None):
         from .numpy_products import note_loop
         from .program import explicit_symbols
 
@@ -293,7 +293,7 @@ class _Loop:
         self.num_carry = params["num_carry"]
         self.index, self.start, self.stop, self.step = (params["index"], params["start"],
                                                         params["stop"], params["step"])
-        body = loop_body(graph, eqn)
+        body = body if body is not None else loop_body(graph, eqn)  # (_loop_bodies' plan)
         # A body holding a loop compiles to a program of segments and loops itself
         # (compile_looped); this loop then runs it from Python, one call per trip.
         note_loop(graph, eqn)  # before the body compiles: a decision there may read carries
@@ -641,14 +641,15 @@ class NativeLoopProgram(LoopProgram):
         segments = [step for step in self.steps if isinstance(step, _Segment)]
         shared_segments = loop_sharing.share(
             [(id(segment), segment.name, None, segment.graph) for segment in segments])
-        shared_loops = loop_sharing.share(_loop_bodies(graph, groups, name))
+        plans = {}  # key -> loop_body's plan, made once for sharing and for _Loop
+        shared_loops = loop_sharing.share(_loop_bodies(graph, groups, name, plans))
         loops = 0
         for position, step in enumerate(self.steps):
             if isinstance(step, _Segment):
                 step.compile(build, shared_segments.get(id(step)))
                 continue
             loop = _Loop(graph, groups[step], uses, f"{name}_loop{loops}", build,
-                         shared_loops.get(step))
+                         shared_loops.get(step), plans.get(step))
             loop.results = results[step]
             self.steps[position] = loop
             loops += 1
@@ -701,16 +702,18 @@ class NativeLoopProgram(LoopProgram):
                      else env[atom.name] for atom in graph.outputs)
 
 
-def _loop_bodies(graph, groups, name):
+def _loop_bodies(graph, groups, name, plans):
     """``[(key, program name, index, body graph)]`` of the loops in ``groups`` (``{key:
     first equation}``, in body order) whose bodies the native drivers can run, for
-    ``loop_sharing.share``; program names as ``NativeLoopProgram`` gives them."""
+    ``loop_sharing.share``; program names as ``NativeLoopProgram`` gives them. Each
+    body's ``loop_body`` plan goes in ``plans`` by key (``_Loop`` takes it)."""
     bodies = []
     for number, (key, eqn) in enumerate(groups.items()):
         try:
             body = loop_body(graph, eqn)
         except UnsupportedError:
             continue  # _Loop refuses it again, with the reason
+        plans[key] = body
         bodies.append((key, f"{name}_loop{number}", eqn.params_dict["index"], body.graph))
     return bodies
 

@@ -23,9 +23,7 @@ import numpy as np
 
 from .dims import DimExpr
 from .ir import Eqn, Var
-
-# The primitives whose NumPy result views their operand (codegen.schedule.NUMPY_VIEWS)
-_VIEWS = {"slice", "transpose", "reshape", "flip", "broadcast_to"}
+from .result_identity import VIEWS
 
 
 def updated_argument_views(context, out_leaves, traced_leaves, mutated):
@@ -39,7 +37,7 @@ def updated_argument_views(context, out_leaves, traced_leaves, mutated):
         chain = []
         while isinstance(var, Var) and var.name not in finals:
             eqn = producers.get(var.name)
-            if eqn is None or eqn.prim.name not in _VIEWS or not _always_a_view(eqn):
+            if eqn is None or eqn.prim.name not in VIEWS or not _always_a_view(eqn):
                 break
             chain.append(eqn)
             var = eqn.inputs[0]

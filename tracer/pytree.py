@@ -55,9 +55,6 @@ def flatten(tree):
 
 
 def _flatten_into(tree, leaves):
-    if getattr(type(tree), "__tracejit_rows__", False):  # a loop's list (tracer.loop_rows)
-        return TreeDef("rows", tree.layout, tuple(_flatten_into(part, leaves)
-                                                  for part in tree.parts))
     if isinstance(tree, (tuple, list)):
         kind = "list" if isinstance(tree, list) else "tuple"
         named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
@@ -67,6 +64,10 @@ def _flatten_into(tree, leaves):
         mapping = type(tree) if type(tree) in _REBUILT_MAPPINGS else None
         return TreeDef("dict", tuple(key for key, _ in items),
                        tuple(_flatten_into(value, leaves) for _, value in items), mapping)
+    # (after the containers: argument trees flattened at every call never hold one)
+    if getattr(type(tree), "__tracejit_rows__", False):  # a loop's list (tracer.loop_rows)
+        return TreeDef("rows", tree.layout, tuple(_flatten_into(part, leaves)
+                                                  for part in tree.parts))
     leaves.append(tree)
     return LEAF
 

@@ -57,6 +57,12 @@ class Group:
     plan: object = None
     refusal: object = None
 
+    def program_for(self, build):
+        """The group's program, made by ``build()`` for the first member that asks."""
+        if self.program is None:
+            self.program = build()
+        return self.program
+
 
 def share(bodies):
     """``{key: (Group, {symbol: start})}`` for the loops among ``bodies`` (``[(key, program

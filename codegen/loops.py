@@ -239,9 +239,8 @@ class _Segment:
             self.program = build(self.graph, self.name, optimized=True)
         else:
             group, self.lifted = shared
-            if group.program is None:
-                group.program = build(group.graph, group.name, optimized=True)
-            self.program = group.program
+            self.program = group.program_for(
+                lambda: build(group.graph, group.name, optimized=True))
         self.symbols = explicit_symbols(self.program.graph)
 
     def run(self, env, bindings, side_exit):
@@ -301,18 +300,21 @@ class _Loop:
         # Bodies that differ only in constant slice starts share one program
         # (``loop_sharing``): this loop passes its own starts as symbols (``lifted``).
         self.lifted, self.program_index = {}, self.index
+        # the schedule the driver was built from, or why no driver was (_add_driver)
+        self._plan = self._refusal = None
         if shared is None:
             self.program = self._build(body.graph, name, build)
         else:
             group, self.lifted = shared
-            if group.program is None:
-                group.program = self._build(group.graph, group.name, build)
-                group.plan, group.refusal = getattr(self, "_plan", None), getattr(
-                    self, "_refusal", None)
-            self.program, self.program_index = group.program, group.index
-            self._plan = group.plan
-            if group.refusal is not None:
-                self._refusal = group.refusal
+            self.program_index = group.index  # the index symbol of the group's graph
+
+            def build_for_group():
+                program = self._build(group.graph, group.name, build)
+                group.plan, group.refusal = self._plan, self._refusal
+                return program
+
+            self.program = group.program_for(build_for_group)
+            self._plan, self._refusal = group.plan, group.refusal
         self.native = self._native_driver(name)
         self.symbols = explicit_symbols(self.program.graph)
         if self.symbols[-1:] != [self.program_index]:
@@ -350,7 +352,7 @@ class _Loop:
 
     def _add_driver(self, plan, module, program_symbol):
         """``compile``'s ``extend``: the native driver, when the body's layout allows."""
-        layout, why = native_loop.layout_of(plan, len(self.kept), self.index,
+        layout, why = native_loop.layout_of(plan, len(self.kept), self.program_index,
                                             [len(write.value_shape) for write in self.writes])
         self._plan = plan
         if layout is None:
@@ -363,9 +365,9 @@ class _Loop:
         program = self.program
         if not program.driver:
             log.info("%s: the loop runs from Python: %s", name,
-                     getattr(self, "_refusal", "no native driver was built"))
+                     self._refusal or "no native driver was built")
             return None
-        plan = getattr(self, "_plan", None)
+        plan = self._plan
         if plan is None or plan.graph is not program.graph:  # loaded from disk
             from .schedule import schedule as make_schedule
 

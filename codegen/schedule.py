@@ -157,17 +157,22 @@ def input_view(graph, atom, producers=None):
     """
     if producers is None:
         producers = {eqn.out.name: eqn for eqn in graph.equations}
-    positions = {var.name: position for position, var in enumerate(graph.inputs)}
-    chain = []
-    while isinstance(atom, Var) and atom.name not in positions:
-        eqn = producers.get(atom.name)
-        if eqn is None or eqn.prim not in NUMPY_VIEWS or not _static_params(eqn):
-            return None
-        chain.append(eqn)
-        atom = eqn.inputs[0]
-    if not chain or not isinstance(atom, Var):
+    if not isinstance(atom, Var):
         return None
-    return positions[atom.name], chain[::-1]
+    positions = {var.name: position for position, var in enumerate(graph.inputs)}
+    root, chain = _view_chain(atom, producers)
+    return (positions[root.name], chain) if chain and root.name in positions else None
+
+
+def _view_chain(var, producers):
+    """``(root, [eqns from the root outwards])``: the NumPy views (``NUMPY_VIEWS`` with
+    parameters a wrapper can write) that lead from ``root`` to ``var``."""
+    chain = []
+    while (eqn := producers.get(var.name)) is not None and eqn.prim in NUMPY_VIEWS and (
+            _static_params(eqn) and isinstance(eqn.inputs[0], Var)):
+        chain.append(eqn)
+        var = eqn.inputs[0]
+    return var, chain[::-1]
 
 
 def result_views(graph, producers=None):
@@ -191,13 +196,9 @@ def result_views(graph, producers=None):
     for atom in graph.outputs:
         if not isinstance(atom, Var) or atom.name in chains:
             continue
-        chain, var = [], atom
-        while (eqn := producers.get(var.name)) is not None and eqn.prim in NUMPY_VIEWS and (
-                _static_params(eqn) and isinstance(eqn.inputs[0], Var)):
-            chain.append(eqn)
-            var = eqn.inputs[0]
-        if var.name in producers:  # computed here (views of inputs: input_view's)
-            chains[atom.name] = (var, chain[::-1])
+        root, chain = _view_chain(atom, producers)
+        if root.name in producers:  # computed here (views of inputs: input_view's)
+            chains[atom.name] = (root, chain)
     sharing = {}
     for root, _ in chains.values():
         sharing[root.name] = sharing.get(root.name, 0) + 1

@@ -34,7 +34,8 @@ def check_supported(dtype, what, location=None):
     if np.dtype(dtype) not in SUPPORTED:
         raise UnsupportedError(
             f"{line_prefix(location)}compiled code supports bool, int32, int64, float32 and "
-            f"float64; {what} is {np.dtype(dtype)}"
+            f"float64; {what} is {np.dtype(dtype)} (compute in one of those, e.g. "
+            f".astype(np.float32), and convert the result outside the function)"
         )
 
 

@@ -197,10 +197,14 @@ class ContainerCarry:
 
     def entry(self, buffers, row):
         """The entry appended (or stored) at ``row``, read back from ``buffers``: a Python
-        number stays one (``losses.append(loss.item())`` returns floats, not np.float64)."""
-        return _rebuild([python_number(_read_row(buffer, row), None) if weak else
-                         _read_row(buffer, row) for buffer, weak in zip(
-                             buffers, self.python_numbers)], self.structure)
+        number stays one (``losses.append(loss.item())`` returns floats, not np.float64).
+        An array every step appends as it is (``hs.append(x)``) is that array, not its row:
+        eager's entries are it, so a write into it after the loop shows in every entry."""
+        return _rebuild([leaf if invariant else python_number(_read_row(buffer, row), None)
+                         if weak else _read_row(buffer, row)
+                         for buffer, weak, invariant, leaf in zip(
+                             buffers, self.python_numbers, self.invariant, self.leaves0)],
+                        self.structure)
 
     # --- what iteration 0 did ----------------------------------------------------------
     def _init_dict(self, before, after):
@@ -657,7 +661,8 @@ class StackedList(MutableSequence):
 
     def stacked(self, axis=0):
         """``np.stack(self, axis)`` without one equation per entry."""
-        if self._list is not None or self._carry.structure is not None:
+        if self._list is not None or self._carry.structure is not None or (
+                self._carry.invariant[0]):  # one array n times: np.stack reads it as it is then
             return None
         buffer = self._buffers[0]
         if self._prefix:

@@ -33,6 +33,7 @@ import numpy as np
 
 from . import argument_writes, attribute_writes, list_appends, loop_sequences, loop_while, ops
 from .builtin_extremes import select_extreme
+from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
@@ -410,6 +411,9 @@ class Hooks:
             return TraceSuppress(*args)
         if is_as_strided(function) and args and is_traced(args[0]):
             return as_strided(*args, **kwargs)  # windows from x.strides (im2col)
+        if any_traced((*args, *kwargs.values())) and (
+                routed := instead(function, args)) is not None:
+            return routed[0](*routed[1], **kwargs)  # np.zeros(h).dot(W): np.dot dispatches
         if function in (min, max) and (
                 chosen := select_extreme(function, args, kwargs)) is not None:
             return chosen  # min(D[i - 1, j], D[i, j - 1]): a select, no guard

@@ -50,6 +50,7 @@ from .margin_rules import (
     TANH_SATURATED,
     UNBOUNDED,
     Unbounded,
+    decided_over_indices,
     exact_integers,
     integral_magnitude,
     is_bool,
@@ -265,6 +266,8 @@ class _Slice:
                     for a in eqn.inputs]
         name = eqn.prim.name
         if all(bound is None for bound in operands) and self._exact_integers(eqn):
+            return None
+        if decided_over_indices(self, eqn):  # argmax(window) >= window.size: False
             return None
         if any(bound is INF for bound in operands):
             # Nothing finite follows; and INF is a scalar, which rules that reduce or

@@ -357,7 +357,8 @@ def setitem(x, index, value):
     # The mask and the scattered value span the whole of x (a loop's hs[:, t] = h: the
     # whole buffer, three times per trip): recorded, computed only if something reads them.
     with recording_only():
-        value = _broadcast_value(value, selected_shape, x)
+        value = _broadcast_value(_without_leading_ones(value, len(selected_shape)),
+                                 selected_shape, x)
         if getattr(value, "dtype", None) != x.dtype:
             value = ops.bind(ops.cast_p, value, dtype=x.dtype)
         ones = ops.full(selected_shape, True, np.bool_, like=x)
@@ -487,6 +488,21 @@ def _as_numpy(index):
     ):
         return index
     raise _NotNumPy(type(index).__name__)
+
+
+def _without_leading_ones(value, ndim):
+    """``value`` without the leading length-1 dims it has beyond the selection's ``ndim``:
+    NumPy's assignment drops them (``Y[:, t] = y`` with ``y = Wout @ v`` of shape (1, 1)
+    into a (1,) column, the generative loop of an echo state network), where broadcasting
+    alone would refuse. An element (``out[f, y, x] = v``) takes no array, even of size 1:
+    NumPy raises there, and so does the broadcast."""
+    shape = tuple(shape_of(value))
+    extra = len(shape) - ndim
+    if ndim == 0 or extra <= 0 or any(type(dim) is not int or dim != 1 for dim in shape[:extra]):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.reshape(shape[extra:])
+    return ops.reshape(value, shape[extra:])
 
 
 def _broadcast_value(value, shape, x):

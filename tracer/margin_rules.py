@@ -504,6 +504,60 @@ def _compare(ctx, eqn, bounds):
     return undecided
 
 
+# ``index < bound`` with the index on the left: the same comparison with it on the right
+_MIRRORED = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+             "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+def decided_over_indices(ctx, eqn):
+    """Is comparison ``eqn`` decided whatever its operands' bounds? An argmax or argmin of
+    inexact values (which may be another index than NumPy's where they nearly tie, so its
+    bound is infinite) compared with a number that every index of its axis lies on one
+    side of: the same answer whichever index rounding picked. The range check of
+    ``np.unravel_index(np.nanargmax(window), window.shape)`` (a max-pool backward) is one;
+    without this, it sent every call over computed windows (a convolution's output) to
+    eager. The argmax's own near-tie check still decides where the index is used."""
+    name = eqn.prim.name
+    if name not in _MIRRORED:
+        return False
+    a, b = eqn.inputs
+    for index, other, op in ((a, b, name), (b, a, _MIRRORED[name])):
+        length = _index_length(ctx, index)
+        if length is None or not isinstance(other, Literal) or isinstance(
+                other.value, DimExpr) or np.ndim(other.value) != 0:
+            continue
+        value = float(other.value)
+        if math.isnan(value):
+            return True  # every comparison with NaN is decided (False; != True)
+        if op in ("equal", "not_equal"):
+            if value < 0 or value > length - 1 or value != math.floor(value):
+                return True
+            continue
+        compare = {"less": float.__lt__, "less_equal": float.__le__,
+                   "greater": float.__gt__, "greater_equal": float.__ge__}[op]
+        if compare(0.0, value) == compare(float(length - 1), value):
+            return True
+    return False
+
+
+def _index_length(ctx, atom):
+    """``n`` when ``atom`` is an argmax or argmin over an axis of static length ``n``
+    (through integer casts, reshapes, broadcasts and slices), so it lies in [0, n); else
+    None."""
+    while isinstance(atom, Var) and (producer := ctx.producers.get(atom.name)) is not None:
+        name = producer.prim.name
+        if name in ("argmax", "argmin"):
+            source = producer.inputs[0]
+            length = source.aval.shape[producer.params_dict["axis"]] if isinstance(
+                source, Var) else None
+            return length if type(length) is int and length > 0 else None
+        if name not in ("cast", "reshape", "broadcast_to", "slice") or (
+                atom.aval.dtype.kind not in "iu"):
+            return None
+        atom = producer.inputs[0]
+    return None
+
+
 def _near_ties(ctx, near, axes):
     """``x == x.max(axis)`` (a pool's argmax mask): the max element is near the max by
     definition; the masks differ only where a window holds two elements near its max (our
@@ -1224,5 +1278,5 @@ UNBOUNDED = {
 }
 
 
-__all__ = ["RULES", "UNBOUNDED", "Unbounded", "exact_integers", "integral_magnitude", "number",
-           "unit_roundoff"]
+__all__ = ["RULES", "UNBOUNDED", "Unbounded", "decided_over_indices", "exact_integers",
+           "integral_magnitude", "number", "unit_roundoff"]

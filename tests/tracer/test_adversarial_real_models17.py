@@ -1,0 +1,402 @@
+"""Adversarial real-model tests, round 17a: NumPy model code from public sources rounds 1-16
+did not read, written in their idioms and run eagerly and through ``jit`` on copies of the
+same arguments and objects.
+
+Sources read this round: iamtrask's "Anyone can learn to code an LSTM-RNN" (the binary-
+addition RNN: ``layer_1_values`` and ``layer_2_deltas`` lists, ``copy.deepcopy`` of each
+state, the BPTT carry started as ``np.zeros(hidden_dim)`` and read by ``.dot``, bits written
+back by ``np.round``); mantas' minimal echo state network (``np.vstack((1, u))`` of a
+scalar input, states harvested into ``X[:, t - initLen]``, the generative run feeding each
+output back as the next input); Alescontrela's Numpy-CNN (convolution, max pool and their
+backward passes over ``while curr_y + f <= in_dim`` loops, ``nanargmax`` by
+``np.unravel_index``, the whole conv-conv-pool-dense step); eriklindernoren's ML-From-
+Scratch deep-learning package (activation classes with ``__call__`` and ``gradient``,
+``Dense`` and ``BatchNormalization`` layers whose optimizers are ``copy.copy`` of one
+Adam with ``if self.m is None`` state, ``NeuralNetwork.train_on_batch`` jitted as a bound
+method).
+
+Findings, each fixed with its test here (every test fails before its fix). Needless eager
+runs: a method of a NumPy array made in the function called with a traced operand
+(``np.zeros(h).dot(W)``) converted the operand (ndarray's C method does not dispatch), so
+the binary-addition RNN ran eagerly on every call (tracer/constant_methods.py); an
+assignment of a value with extra leading ones (``Y[:, t] = y``, ``y`` of shape (1, 1) into
+a (1,) column) was an internal error, so the ESN's generative run ran eagerly
+(tracer/indexing.py); the range check of ``np.unravel_index(np.nanargmax(window), ...)``
+compared an argmax of computed values, which has no error bound, so Numpy-CNN's max-pool
+backward over a convolution's output took a guard-margin exit on every call: an argmax
+or argmin compared with a number all of its axis' indices lie on one side of is now
+decided (margin_rules.decided_over_indices).
+
+Not fixed: iamtrask's bits are uint8 (``np.unpackbits``), and ``np.array([[a[i], b[i]]])``
+of uint8 elements computes in uint8: eager on every call ('not compiled', the reason
+named). Alescontrela's convolution adds a ``(n_f, 1)`` bias row to an element
+(``out[f, y, x] = ... + bias[f]``), which NumPy 2 refuses ('setting an array element with a
+sequence'); the compiled call raises it too.
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+"""
+
+import copy
+
+import numpy as np
+from real_model_checks import all_compiled, no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=2e-4, atol=2e-5)
+
+
+# --- iamtrask's binary-addition RNN ---------------------------------------------------------
+def sigmoid(x):
+    output = 1 / (1 + np.exp(-x))
+    return output
+
+
+def sigmoid_output_to_derivative(output):
+    return output * (1 - output)
+
+
+def binary_addition_step(a, b, c, synapse_0, synapse_1, synapse_h, alpha=0.1):
+    """One training example: forward over the bits from the last, BPTT from the first,
+    the three weight matrices updated in place."""
+    binary_dim = len(a)
+    hidden_dim = synapse_h.shape[0]
+    synapse_0_update = np.zeros_like(synapse_0)
+    synapse_1_update = np.zeros_like(synapse_1)
+    synapse_h_update = np.zeros_like(synapse_h)
+    d = np.zeros_like(c)
+    overallError = 0
+    layer_2_deltas = list()
+    layer_1_values = list()
+    layer_1_values.append(np.zeros(hidden_dim))
+    for position in range(binary_dim):
+        X = np.array([[a[binary_dim - position - 1], b[binary_dim - position - 1]]])
+        y = np.array([[c[binary_dim - position - 1]]]).T
+        layer_1 = sigmoid(np.dot(X, synapse_0) + np.dot(layer_1_values[-1], synapse_h))
+        layer_2 = sigmoid(np.dot(layer_1, synapse_1))
+        layer_2_error = y - layer_2
+        layer_2_deltas.append((layer_2_error) * sigmoid_output_to_derivative(layer_2))
+        overallError += np.abs(layer_2_error[0])
+        d[binary_dim - position - 1] = np.round(layer_2[0][0])
+        layer_1_values.append(copy.deepcopy(layer_1))
+    future_layer_1_delta = np.zeros(hidden_dim)
+    for position in range(binary_dim):
+        X = np.array([[a[position], b[position]]])
+        layer_1 = layer_1_values[-position - 1]
+        prev_layer_1 = layer_1_values[-position - 2]
+        layer_2_delta = layer_2_deltas[-position - 1]
+        layer_1_delta = (future_layer_1_delta.dot(synapse_h.T)
+                         + layer_2_delta.dot(synapse_1.T)) * sigmoid_output_to_derivative(layer_1)
+        synapse_1_update += np.atleast_2d(layer_1).T.dot(layer_2_delta)
+        synapse_h_update += np.atleast_2d(prev_layer_1).T.dot(layer_1_delta)
+        synapse_0_update += X.T.dot(layer_1_delta)
+        future_layer_1_delta = layer_1_delta
+    synapse_0 += synapse_0_update * alpha
+    synapse_1 += synapse_1_update * alpha
+    synapse_h += synapse_h_update * alpha
+    return d, overallError
+
+
+def _addition(dim, seed, dtype=np.int64, hidden=5):
+    rng = np.random.default_rng(seed)
+    a_int, b_int = (int(v) for v in rng.integers(0, 2 ** (dim - 1), 2))
+
+    def bits(value):
+        return np.array([(value >> (dim - 1 - i)) & 1 for i in range(dim)], dtype=dtype)
+
+    return (bits(a_int), bits(b_int), bits(a_int + b_int), 2 * rng.random((2, hidden)) - 1,
+            2 * rng.random((hidden, 1)) - 1, 2 * rng.random((hidden, hidden)) - 1)
+
+
+def test_binary_addition_rnn_compiles_with_its_carry_started_by_a_numpy_dot():
+    """``future_layer_1_delta = np.zeros(hidden_dim)`` then ``.dot(synapse_h.T)``: before the
+    fix the NumPy array's own ``dot`` converted the traced weights, and every call ran
+    eagerly ('a traced array was converted to a NumPy array')."""
+    calls = [_addition(5, 0), _addition(5, 1)]
+    f = run_calls(binary_addition_step, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+
+
+def test_binary_addition_rnn_on_uint8_bits_runs_as_numpy():
+    """The tutorial's bits are uint8 (``np.unpackbits``): eager where compiled code cannot
+    compute in uint8, the same results and writes."""
+    calls = [_addition(8, seed, dtype=np.uint8) for seed in (4, 5)] + [_addition(3, 6, np.uint8)]
+    run_calls(binary_addition_step, calls, **F64)
+
+
+def ndarray_methods_with_traced_operands(W, ids, x):
+    """A NumPy array made here, its methods (and ``np.take``, which dispatches on the table
+    only) called with traced operands."""
+    carry = np.zeros(W.shape[0]).dot(W)
+    table = np.arange(6.0) * 0.5
+    return carry, np.ones((2, W.shape[0])).dot(W.T), table.take(ids), np.take(table, ids), (
+        np.linspace(0.0, 1.0, 5).searchsorted(x)), np.arange(3).choose(
+            [x[:3], x[:3] * 2, x[:3] - 1])
+
+
+def test_numpy_array_methods_given_traced_operands_compile():
+    """Before the fix each of these converted its traced operand (eager on every call);
+    an id past the table raises NumPy's IndexError."""
+    rng = np.random.default_rng(7)
+    calls = [(rng.standard_normal((n, n)), np.array([0, 5, 2]), rng.random(n)) for n in (3, 3, 4)]
+    f = run_calls(ndarray_methods_with_traced_operands, calls, **F64)
+    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.explain()
+    run_calls(ndarray_methods_with_traced_operands, [(np.eye(3), np.array([0, 6]), np.ones(3))])
+
+
+# --- mantas' minimal echo state network -----------------------------------------------------
+def esn_harvest(data, Win, W, a, initLen):
+    resSize = W.shape[0]
+    inSize = Win.shape[1] - 1
+    trainLen = len(data) - 1
+    X = np.zeros((1 + inSize + resSize, trainLen - initLen))
+    Yt = data[None, initLen + 1:trainLen + 1]
+    x = np.zeros((resSize, 1))
+    for t in range(trainLen):
+        u = data[t]
+        x = (1 - a) * x + a * np.tanh(np.dot(Win, np.vstack((1, u))) + np.dot(W, x))
+        if t >= initLen:
+            X[:, t - initLen] = np.vstack((1, u, x))[:, 0]
+    return X, Yt, x
+
+
+def esn_generate(u, x, Win, W, Wout, a, testLen):
+    outSize = Wout.shape[0]
+    Y = np.zeros((outSize, testLen))
+    for t in range(testLen):
+        x = (1 - a) * x + a * np.tanh(np.dot(Win, np.vstack((1, u))) + np.dot(W, x))
+        y = np.dot(Wout, np.vstack((1, u, x)))
+        Y[:, t] = y
+        u = y
+    return Y, x
+
+
+def _reservoir(rng, res, radius):
+    W = rng.random((res, res)) - 0.5
+    return (rng.random((res, 2)) - 0.5, W * (radius / np.max(np.abs(np.linalg.eigvals(W)))))
+
+
+def _harvest(n, seed, res=6, initLen=3):
+    rng = np.random.default_rng(seed)
+    data = np.sin(np.arange(n) * 0.3) + 0.1 * rng.standard_normal(n)
+    return (data, *_reservoir(rng, res, 1.25), 0.3, initLen)
+
+
+def _generate(steps, seed, res=6):
+    rng = np.random.default_rng(seed)
+    Win, W = _reservoir(rng, res, 0.9)
+    return (np.float64(0.5), rng.standard_normal((res, 1)) * 0.1, Win, W,
+            rng.standard_normal((1, 2 + res)) * 0.1, 0.3, steps)
+
+
+def test_esn_harvest_compiles_over_lengths():
+    calls = [_harvest(12, 0), _harvest(12, 1), _harvest(17, 2), _harvest(5, 3)]
+    f = run_calls(esn_harvest, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 8), f.explain()
+
+
+def test_esn_generative_run_writes_a_one_by_one_output_into_a_column():
+    """``Y[:, t] = y`` with ``y`` of shape (1, 1): NumPy drops the extra leading one. Before
+    the fix the broadcast refused it (an internal error: eager on every call)."""
+    calls = [_generate(6, 0), _generate(6, 1), _generate(11, 2), _generate(1, 3)]
+    f = run_calls(esn_generate, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 8), f.explain()
+
+
+def assign_with_leading_ones(Y, y, t):
+    Y[:, t] = y
+    Z = Y * 1.0
+    Z[1:3] = y[..., :1] if Z.ndim == 1 else y
+    return Y, Z
+
+
+def test_assignment_drops_leading_ones_as_numpy_and_raises_where_numpy_does():
+    """Extra leading ones are dropped for a selection of any rank, never for one element
+    (``Y[0, t] = np.ones(1)`` raises in NumPy); other extra dims raise too."""
+    calls = [(np.zeros((1, 4)), np.full((1, 1), 2.0), 2), (np.zeros((1, 4)), np.ones((1, 1, 1)), 1),
+             (np.zeros((3, 4)), np.arange(3.0)[None], 1), (np.zeros((3, 4)), np.ones((2, 3)), 1),
+             (np.zeros((1, 4)), np.ones((3, 1)), 0), (np.zeros(4), np.ones((1, 1, 1)), 0)]
+    f = run_calls(assign_with_leading_ones, calls, **F64)
+    no_internal_errors(f)
+
+    def element(out, value):
+        out[0, 1] = value
+        return out
+
+    run_calls(element, [(np.zeros((2, 3)), np.ones(1)), (np.zeros((2, 3)), np.ones((1, 1))),
+                        (np.zeros((2, 3)), np.float64(3.0))], **F64)
+
+
+# --- Alescontrela's Numpy-CNN: while-loop convolution and pooling, their backward passes ----
+def convolution(image, filt, bias, s=1):
+    (n_f, n_c_f, f, _) = filt.shape
+    n_c, in_dim, _ = image.shape
+    out_dim = int((in_dim - f) / s) + 1
+    assert n_c == n_c_f, "Dimensions of filter must match dimensions of input image"
+    out = np.zeros((n_f, out_dim, out_dim))
+    for curr_f in range(n_f):
+        curr_y = out_y = 0
+        while curr_y + f <= in_dim:
+            curr_x = out_x = 0
+            while curr_x + f <= in_dim:
+                out[curr_f, out_y, out_x] = np.sum(
+                    filt[curr_f] * image[:, curr_y:curr_y + f, curr_x:curr_x + f]) + bias[curr_f]
+                curr_x += s
+                out_x += 1
+            curr_y += s
+            out_y += 1
+    return out
+
+
+def maxpool(image, f=2, s=2):
+    n_c, h_prev, w_prev = image.shape
+    h = int((h_prev - f) / s) + 1
+    w = int((w_prev - f) / s) + 1
+    downsampled = np.zeros((n_c, h, w))
+    for i in range(n_c):
+        curr_y = out_y = 0
+        while curr_y + f <= h_prev:
+            curr_x = out_x = 0
+            while curr_x + f <= w_prev:
+                downsampled[i, out_y, out_x] = np.max(
+                    image[i, curr_y:curr_y + f, curr_x:curr_x + f])
+                curr_x += s
+                out_x += 1
+            curr_y += s
+            out_y += 1
+    return downsampled
+
+
+def convolutionBackward(dconv_prev, conv_in, filt, s):
+    (n_f, n_c, f, _) = filt.shape
+    (_, orig_dim, _) = conv_in.shape
+    dout = np.zeros(conv_in.shape)
+    dfilt = np.zeros(filt.shape)
+    dbias = np.zeros((n_f, 1))
+    for curr_f in range(n_f):
+        curr_y = out_y = 0
+        while curr_y + f <= orig_dim:
+            curr_x = out_x = 0
+            while curr_x + f <= orig_dim:
+                dfilt[curr_f] += dconv_prev[curr_f, out_y, out_x] * conv_in[
+                    :, curr_y:curr_y + f, curr_x:curr_x + f]
+                dout[:, curr_y:curr_y + f, curr_x:curr_x + f] += dconv_prev[
+                    curr_f, out_y, out_x] * filt[curr_f]
+                curr_x += s
+                out_x += 1
+            curr_y += s
+            out_y += 1
+        dbias[curr_f] = np.sum(dconv_prev[curr_f])
+    return dout, dfilt, dbias
+
+
+def nanargmax(arr):
+    idx = np.nanargmax(arr)
+    idxs = np.unravel_index(idx, arr.shape)
+    return idxs
+
+
+def maxpoolBackward(dpool, orig, f, s):
+    (n_c, orig_dim, _) = orig.shape
+    dout = np.zeros(orig.shape)
+    for curr_c in range(n_c):
+        curr_y = out_y = 0
+        while curr_y + f <= orig_dim:
+            curr_x = out_x = 0
+            while curr_x + f <= orig_dim:
+                (a, b) = nanargmax(orig[curr_c, curr_y:curr_y + f, curr_x:curr_x + f])
+                dout[curr_c, curr_y + a, curr_x + b] = dpool[curr_c, out_y, out_x]
+                curr_x += s
+                out_x += 1
+            curr_y += s
+            out_y += 1
+    return dout
+
+
+def conv_pool_backward(image, filt, bias, dpool):
+    """The pool backward of the network's step, over a relu'd convolution: ``nanargmax``
+    of windows of computed values."""
+    conv = convolution(image, filt, bias, 1)
+    conv[conv <= 0] = 0
+    return maxpool(conv, 2, 2), maxpoolBackward(dpool, conv, 2, 2)
+
+
+def _image(dim, seed, f=3, s=1, channels=1, filters=2):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((channels, dim, dim)),
+            rng.standard_normal((filters, channels, f, f)) * 0.3,
+            rng.standard_normal(filters) * 0.1, s)
+
+
+def test_numpy_cnn_convolution_over_counting_while_loops():
+    """Sizes, strides that do not divide the image, a 1x1 output and a stride-2 bucket."""
+    calls = [_image(6, 0), _image(6, 1), _image(9, 2), _image(3, 3), _image(7, 4, s=2)]
+    f = run_calls(convolution, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 10), f.explain()
+
+
+def test_numpy_cnn_bias_column_added_to_an_element_raises_as_numpy():
+    """The repository's ``b1 = np.zeros((n_f, 1))``: ``+ bias[curr_f]`` is a (1,) array,
+    which NumPy 2 refuses to store into one element."""
+    image, filt, bias, s = _image(4, 5)
+    run_calls(convolution, [(image, filt, bias[:, None], s)], **F64)
+
+
+def _pool_backward(dim, seed, ties=False, f=2, s=2):
+    rng = np.random.default_rng(seed)
+    orig = rng.standard_normal((2, dim, dim))
+    if ties:
+        orig = np.round(orig)  # windows with equal maxima: the first one, as nanargmax
+    orig[0, 0, 0] = np.nan if seed == 3 else orig[0, 0, 0]
+    out = (dim - f) // s + 1
+    return (rng.standard_normal((2, out, out)), orig, f, s)
+
+
+def test_numpy_cnn_maxpool_and_its_backward_by_nanargmax():
+    calls = [_pool_backward(4, 0), _pool_backward(4, 1), _pool_backward(5, 2, ties=True),
+             _pool_backward(4, 3), _pool_backward(4, 4, f=3, s=1)]
+    f = run_calls(maxpoolBackward, calls, **F64)
+    no_internal_errors(f)
+    rng = np.random.default_rng(5)
+    run_calls(maxpool, [(rng.standard_normal((2, n, n)), 2, 2) for n in (4, 4, 5)], **F64)
+
+
+def _conv_pool(dim, seed):
+    image, filt, bias, _ = _image(dim, seed)
+    out = (dim - 2) // 2
+    return (image, filt, bias, np.random.default_rng(seed).standard_normal((2, out, out)))
+
+
+def test_maxpool_backward_over_a_convolution_stays_compiled():
+    """``np.unravel_index(np.nanargmax(window), window.shape)`` checks that the index is in
+    range; before the fix that check compared an argmax of computed values, which has no
+    bound, so every call took a guard-margin exit (eager)."""
+    calls = [_conv_pool(4, 0), _conv_pool(4, 1), _conv_pool(6, 2)]
+    f = run_calls(conv_pool_backward, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 6), f.explain()
+
+
+def near_tie_argmax_position(u, order, g):
+    """An argmax over sums that tie in exact arithmetic (one set of terms in three orders),
+    its position unravelled and written: within rounding, so eager decides."""
+    sums = np.stack([np.sum(u), np.sum(u[order]), np.sum(u[::-1]), np.sum(u[order][::-1])])
+    a, b = np.unravel_index(np.argmax(sums), (2, 2))
+    out = np.zeros((2, 2))
+    out[a, b] = g
+    return out
+
+
+def test_an_argmax_within_rounding_still_decides_eagerly():
+    rng = np.random.default_rng(17)
+    calls = []
+    for _ in range(4):
+        u = rng.standard_normal(40) * 10.0 ** rng.uniform(-3, 3, 40)
+        calls.append((u, rng.permutation(40), 1.0))
+    f = run_calls(near_tie_argmax_position, calls, **F64)
+    no_internal_errors(f)

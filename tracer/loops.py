@@ -32,6 +32,7 @@ import sys
 
 import numpy as np
 
+from . import loop_write_through
 from .dims import SymInt, expr_of, is_int, value_of
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
@@ -280,6 +281,8 @@ class _ArrayCarry:
             raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
                           "not an array")
         self.name, self.original, self.value = name, original, value
+        # the vars of memory it shares, when the body writes it in place (loop_write_through)
+        self.shared = None
 
     def setup(self):
         return [self.value]
@@ -298,6 +301,9 @@ class _ArrayCarry:
         if isinstance(self.original, type(tracer)) and self.original is self.value:
             self.original._update(tracer)  # a buffer written in place: keep the object
             return self.original
+        if self.shared:  # total = out[0] of a NumPy out: its traced view, written through
+            self.value._update(tracer)
+            return self.value
         return tracer
 
 
@@ -477,21 +483,18 @@ def _check_aliasing(carries, objects, returned, param_vars):
 def _check_shared_memory(carries, objects, returned, param_vars, slots):
     """A carried array the body writes in place while it is a view of another array, or
     while a view of it lives that is no carried value (``v = y[1:]`` before ``for t in
-    ...: v[t] = v[t] * 0.5 + y[t]``; ``acc = out[0]`` before ``acc += x[t]``). NumPy's
-    write shows in the other name, but the trip's proxy of the carried array has no base
-    and no views: the captured body read ``y`` as it was before the loop, and ``out``
-    came back without the sums. Refused: unrolled, the trace follows each write into the
-    root."""
-    carried = {id(value) for value in slots if isinstance(value, Tracer)}
+    ...: v[t] = v[t] * 0.5 + y[t]``; ``acc = out[0]`` before ``acc += x[t]``): NumPy's
+    write shows in the other name, where the trip's proxy has no base and no views. Noted
+    on the carry (``shared``: ``tracejit.tracer.loop_write_through``): the capture stands
+    when the body reads none of that memory, and the final value is written into it at
+    exit (``_ArrayCarry.after``)."""
     position = 0
     for carry, proxy, value in zip(carries, objects, returned):
         outer = slots[position] if position < len(slots) else None
         if isinstance(carry, _ArrayCarry) and isinstance(outer, Tracer) and value is proxy and (
-                value.ir_var is not param_vars[position]) and (
-                outer.base_or_none() is not None
-                or any(id(view) not in carried for view in outer.views or ())):
-            raise Refused(f"`{carry.name}` shares memory with another array (a view of it, "
-                          "or it of another) and the loop writes into it")
+                value.ir_var is not param_vars[position]):
+            # (the second trial's slots are the first's outputs: noted by the first)
+            carry.shared = carry.shared or loop_write_through.sharing(carry.name, outer, slots)
         position += carry.slot_count
 
 
@@ -655,6 +658,8 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
             # left after a failed guard carry slots only
             raise Refused("a name is assigned only on a path the traced iterations did not "
                           "take, and the body has guards")
+        loop_write_through.check_reads(context, carries, (trial1.recorded, trial2.recorded),
+                                       index_name)
         _merge_constants(context.constants[constants_before:], (trial1, trial2))
         # Comparisons and specializations of the index: the same at every trip, or refused.
         settle_guards(context, guards_before, index)

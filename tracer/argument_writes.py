@@ -232,11 +232,21 @@ def outside_aliases(context, out_leaves, writes):
     return aliases
 
 
+def written_value(context, value):
+    """``value``, or its traced copy when it is a NumPy buffer the trace wrote into after
+    storing it (``w = np.zeros(n); state["w"] = w; w -= lr * dw``: the write went to the
+    copy), as ``context.atom`` reads it for the compiled calls' outputs."""
+    if type(value) is np.ndarray:
+        return getattr(context, "replaced", {}).get(id(value), value)
+    return value
+
+
 def compute_values(context):
     """Compute now every value ``apply`` will store, so that none of them reads an array
     the call's write-back has changed already (a captured loop's remaining trips run when
     first read)."""
     for value in getattr(context, "argument_writes", {}).values():
+        value = written_value(context, value)
         if hasattr(value, "ir_var"):
             force(value.raw_value)
     for tracer in getattr(context, "outside_mutations", {}).values():
@@ -247,6 +257,7 @@ def apply(context, args, kwargs):
     """The traced call's writes into the caller's dicts and outside arrays, with their real
     values."""
     for (where, key), value in getattr(context, "argument_writes", {}).items():
+        value = written_value(context, value)
         if hasattr(value, "ir_var"):
             value = value.value
         elif hasattr(value, "expr"):  # a SymInt: the int it is in this call

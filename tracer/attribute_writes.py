@@ -35,7 +35,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
-from .argument_writes import resolve
+from .argument_writes import resolve, written_value
 from .errors import TraceSignal, UnsupportedError
 from .implicit import Path
 from .locations import line_prefix, user_location
@@ -212,6 +212,18 @@ def is_local_object(context, owner):
 
 def note_created(context, value):
     context.created_objects[id(value)] = value  # kept alive: its id stays its own
+
+
+def refuse_returned_object(context, value):
+    """Refuse a result that is an object made in this call (``return Model().fit(X)``, a
+    fit that returns ``self``): the program cannot make it again, so compiled calls would
+    return the trace's own object, its attributes as the trace left them (traced values);
+    eager returns a new one per call."""
+    if is_local_object(context, value):
+        raise UnsupportedError(
+            f"the function returns an object made in the call ({type(value).__name__}); "
+            "compiled calls cannot make it again. Return its arrays, or make the object "
+            "outside and jit its method")
 
 
 def _refuse_in_captured_loop_or_gradients(context, path, name, value):
@@ -423,11 +435,19 @@ def _plain(value):
     return value is None or isinstance(value, (str, bytes, *PYTHON_SCALARS))
 
 
+def _written_leaves(context, value):
+    """``value``'s leaves, a NumPy buffer the trace then wrote into (``self.w =
+    np.zeros(n)``, then ``self.w -= lr * dw``: the write goes to the buffer's traced copy)
+    read as that copy, as ``context.atom`` reads it for the compiled calls' outputs."""
+    flat, tree = pytree.flatten(value)
+    return [written_value(context, leaf) for leaf in flat], tree
+
+
 def compute_values(context):
     """Compute now every value ``apply`` will set (see ``argument_writes.compute_values``)."""
     for _, _, _, value, _ in getattr(context, "attribute_writes", {}).values():
         if value is not DELETED:
-            for leaf in pytree.flatten(value)[0]:
+            for leaf in _written_leaves(context, value)[0]:
                 if hasattr(leaf, "ir_var"):
                     force(leaf.raw_value)
 
@@ -437,7 +457,7 @@ def apply(context):
     for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
         if value is DELETED:
             continue  # (deleted for the trace already)
-        flat, tree = pytree.flatten(value)
+        flat, tree = _written_leaves(context, value)
         concrete = [leaf.value if hasattr(leaf, "ir_var") else
                     int(leaf.value) if hasattr(leaf, "expr") else leaf for leaf in flat]
         _set(owner, name, pytree.unflatten(tree, concrete))

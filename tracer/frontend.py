@@ -377,7 +377,10 @@ class Hooks:
             # ``self.training`` inside a layer's method called from the traced function:
             # read again where the object was found (``self.optimizer.lr``: a new optimizer
             # there is seen), else on the object itself (its identity is guarded where it
-            # was read).
+            # was read). Not an object made in this call (``Model().fit(X)``): its
+            # attributes are the call's own values, as a local's are.
+            if attribute_writes.is_local_object(self.context, frame.f_locals[name]):
+                return None
             known = self.objects.path_of(frame.f_locals[name])
             if known is not None:
                 return Path(known.root, known.steps + tuple(steps))

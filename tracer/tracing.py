@@ -721,6 +721,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                 raise as_numpy_would(UnboundLocalError(
                     "a result is a name assigned only inside a loop that ran no iteration"))
             else:
+                attribute_writes.refuse_returned_object(context, leaf)  # Model().fit(X)
                 statics[index] = _static_result(leaf)
                 outputs.append(statics[index])
 

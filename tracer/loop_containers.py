@@ -330,6 +330,7 @@ class ContainerCarry:
         leaves = [_tracer(self.context, leaf) for leaf in leaves]
         self.invariant = [same and leaf is first for same, leaf, first in zip(
             self.invariant, leaves, self.leaves0)]
+        self.trip_leaves = [*getattr(self, "trip_leaves", [])[-1:], leaves]
         if [_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
         width = len(self.leaves0)
@@ -374,6 +375,58 @@ class ContainerCarry:
                          self.start + self.offset - (self.count - 1))
             return StackedDict(self, buffers, low)
         return StackedList(self, buffers)
+
+
+def note_entry_aliases(context, carries, returned, outputs):
+    """After a captured loop: the arrays its container entries are in eager, besides the
+    rows the compiled entries are. ``hs.append(h)`` of the carried ``h`` makes the last entry
+    the ``h`` the loop leaves; ``hs.append(x[t])`` makes entries views of ``x``. An in-place
+    write into such an array, or into an entry, after the loop shows on the other side in
+    NumPy and not in the loop's buffers: ``alias_error`` refuses it (the call runs eagerly).
+    ``returned``: each carry's value after the loop; ``outputs``: the slots' values at the
+    end of the last traced trip."""
+    position, ends = 0, {}
+    for carry, value in zip(carries, returned):
+        if carry.slot_count == 1 and isinstance(value, Tracer):
+            ends[id(outputs[position])] = (value, carry.name)
+        position += carry.slot_count
+    for carry, value in zip(carries, returned):
+        trips = getattr(carry, "trip_leaves", None) if isinstance(carry, ContainerCarry) else None
+        if not trips or not isinstance(value, (StackedList, StackedDict)):
+            continue
+        targets = []
+        for number, leaf in enumerate(trips[-1]):
+            if carry.invariant[number]:
+                continue
+            root = leaf.base_or_none()
+            for candidate in (leaf, root):
+                if candidate is not None and id(candidate) in ends:
+                    targets.append(ends[id(candidate)])
+            if root is not None and len(trips) > 1 and number < len(trips[0]) and (
+                    trips[0][number].base_or_none() is root):  # the same array at every trip
+                targets.append((root, None))
+        if not targets:
+            continue
+        aliases = context.__dict__.setdefault("entry_aliases", {})
+        reason = (f"`{carry.name}`'s entries, filled by a captured loop, are in NumPy "
+                  "{} (shared memory), and compiled entries are copies")
+        for target, name in targets:
+            aliases[id(target)] = (target, reason.format(f"`{name}` itself" if name else
+                                                         "views of an array written here"))
+        for buffer in value._buffers:
+            aliases[id(buffer)] = (buffer, reason.format("arrays shared with other names"))
+
+
+def alias_error(context, value):
+    """The refusal ``note_entry_aliases`` noted for an in-place write into ``value``, as a
+    ``TraceError`` naming the user's line, or None."""
+    noted = getattr(context, "entry_aliases", {}).get(id(value))
+    if noted is None or noted[0] is not value:
+        return None
+    from .traced_array import trace_error
+    return trace_error(f"an in-place write into an array a captured loop's list or dict "
+                       f"shares: {noted[1]}; NumPy's write would show in both. Write into a "
+                       "copy, or append a copy (hs.append(h.copy()))")
 
 
 class _InLoop:

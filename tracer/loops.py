@@ -37,7 +37,7 @@ from .dims import SymInt, expr_of, is_int, value_of
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
 from .loop_autodiff import refusal as unreversible
-from .loop_containers import ContainerCarry, Refusal, snapshot
+from .loop_containers import ContainerCarry, Refusal, note_entry_aliases, snapshot
 from .loop_generalize import Refused, _generalize
 from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .ops.control import LoopGuardFailed, loop_p, run_body
@@ -733,6 +733,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         position += carry.slot_count
         if type(carry) is _ArrayCarry:
             _follow_replaced(context, carry.value, returned[-1])
+    note_entry_aliases(context, carries, returned, trial2.outputs)
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
              "outside", where, len(graph.body), len(slots), len(free_vars))
     return tuple(returned)

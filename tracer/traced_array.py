@@ -322,6 +322,12 @@ class Tracer(ArrayMethods):
     def _check_writable(self):
         if self.readonly:
             raise as_numpy_would(ValueError("assignment destination is read-only"))
+        if getattr(self.context, "entry_aliases", None):
+            from .loop_containers import alias_error  # cycle: loop_containers -> here
+
+            error = alias_error(self.context, self)
+            if error is not None:  # hs.append(h) in a captured loop, then h += 1
+                raise error
         if getattr(self.context, "loop_entry_reads", None):
             from .loop_containers import entry_refusal  # cycle: loop_containers -> here
 

@@ -49,3 +49,52 @@ def test_an_array_appended_at_every_step_is_that_array():
     on, once the loop was captured over a dynamic length)."""
     for model in (write_through_an_entry, write_after_the_loop, stored_at_every_key):
         run_calls(model, lengths(4, 5, 6, 9))
+
+
+# --- arrays a captured loop's entries share with other names, written after the loop -----
+def rows_then_the_array_scaled(x):
+    hs = []
+    for t in range(x.shape[0]):
+        hs.append(x[t])      # views of x in NumPy
+    x *= 2.0
+    return hs
+
+
+def rows_then_an_item_of_it(x):
+    hs = []
+    for t in range(x.shape[0]):
+        hs.append(x[t])
+    x[0] = 5.0               # KeyError 'i0' while tracing (a trip's view of x, still alive)
+    return np.stack(hs)
+
+
+def states_then_the_last_shifted(x):
+    hs = []
+    h = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        h = h + x[t]
+        hs.append(h)         # the last entry is h itself
+    h += 1.0
+    return hs[-1] * 1.0, hs
+
+
+def states_then_the_last_entry_shifted(x):
+    hs = {}
+    h = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        h = np.tanh(h + x[t])
+        hs[t] = h
+    hs[x.shape[0] - 1][...] += 1.0   # into h
+    return h
+
+
+def test_a_write_into_what_loop_entries_share_shows_in_them():
+    """NumPy's entries are views of ``x`` (``hs.append(x[t])``) or, for the last trip, the
+    carried ``h`` itself: an in-place write after the loop into ``x``, ``h`` or an entry
+    shows on the other side. The loop's entries were copies in its buffer: ``x *= 2`` and
+    ``h += 1`` did not reach them, nor ``hs[-1][...] += 1`` the returned ``h`` (wrong values
+    from the second length on), and ``x[0] = 5`` raised KeyError 'i0' while tracing. Such
+    writes are refused now (those calls run eagerly, with the line and what to do)."""
+    for model in (rows_then_the_array_scaled, rows_then_an_item_of_it,
+                  states_then_the_last_shifted, states_then_the_last_entry_shifted):
+        run_calls(model, lengths(4, 5, 6, 9))

@@ -24,7 +24,17 @@ float32, float64, bool, NumPy scalars under NEP 50); reductions over tuples of a
 ``where=``, ``ddof``, ``axis=None, keepdims=True`` and the NaN-aware ones; NaN/Inf-heavy
 expressions; 0-d array arguments, columns and rows of one that broadcast, every-other-column
 (non-contiguous) and broadcast-along-the-last-axis layouts; walks of one dim through a
-bucket (5, 6, 7, 8) and past its edges.
+bucket (5, 6, 7, 8) and past its edges. Round 17 added: ``np.cumsum`` over axes and
+dtypes (bool, int32, int64; reversed and transposed operands, empty rows, infinities;
+carried by loops), log-space arithmetic with infinities (``logaddexp`` against ``-inf``,
+the max trick where the max is infinite, a CTC-like table from ``np.full(..., -np.inf)``),
+lists and dicts a captured loop fills and the function returns (entries computed per trip,
+an array appended as it is, tuples, a dict keyed at the index with entries set before the
+loop; the carried value written after it), captured loops an outer constant loop unrolls
+that differ only in int offsets (reads at ``t - k``, slices from ``k``, writes at ``t +
+k``: one shared program), and results that alias (a value twice, a view and its base, an
+argument and views of it); results are compared for ``is``, shared memory and the
+writeable flag too ("identity differs").
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
 (the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
@@ -182,6 +192,31 @@ NAN = [
     "np.isfinite({a}).all()", "np.sort({a}, axis=0)", "np.argsort({a}, axis=-1, "
     "kind='stable')", "np.tanh({a} * 1e300)", "np.power({a}, 0)", "np.power(2.0, {a})",
     "{a} * 8.0", "{a} != {a}", "np.fmin({a}, np.nan)",
+]
+
+
+# round 17: cumsum (axes, dtypes, reversed views, 0-size rows), log-space arithmetic with
+# infinities (logaddexp against -inf, the max trick where the max is infinite)
+CUMSUM = [
+    "np.cumsum({a}[::-1], axis=0)", "np.cumsum({a}, axis={ax0})[::-1]",
+    "np.cumsum({a}, axis={ax0}, dtype=np.float32)", "np.cumsum({a} > 0, axis={ax0})",
+    "np.cumsum({a}.astype(np.int32), axis=-1)", "{a}.cumsum()", "{a}[..., ::-1].cumsum(-1)",
+    "np.cumsum({a}, axis={ax0}) - np.cumsum({a}[::-1], axis={ax0})[::-1]",
+    "np.cumsum({a}[:0], axis=0)", "np.cumsum({a}.T, axis={ax0})", "np.cumsum({a} * np.inf)",
+    "np.cumsum({a}, axis={ax0}, dtype=np.int64)", "np.cumsum(np.abs({a}), axis={ax0}) > 2",
+    "np.cumsum({a}.astype(bool).astype(np.int32), axis={ax0}, dtype=np.int32)",
+    "np.cumsum({a}[::2], axis=0)[-1:]", "np.diff(np.cumsum({a}, axis={ax0}), axis={ax0})",
+]
+LOGSPACE = [
+    "np.logaddexp({a}, -np.inf)", "np.logaddexp({a}, np.inf)", "np.logaddexp({a}, {b})",
+    "np.logaddexp(np.where({a} > 0, {a}, -np.inf), {b})", "np.logaddexp2({a}, {a} - np.inf)",
+    "np.max({a}, axis=-1, keepdims=True) + np.log(np.sum(np.exp({a} - np.max({a}, axis=-1, "
+    "keepdims=True)), axis=-1, keepdims=True))",
+    "np.where(np.isinf(np.maximum({a}, {b})), np.maximum({a}, {b}), np.maximum({a}, {b}) + "
+    "np.log1p(np.exp(-np.abs({a} - {b}))))",
+    "-np.inf + {a}", "{a} - np.inf * ({b} > 0)", "np.logaddexp(np.full({a}.shape, -np.inf), {a})",
+    "np.exp({a} - np.inf)", "np.log(np.exp({a}) + np.exp({b}))", "np.logaddexp({a}, {a})",
+    "np.maximum({a}, -np.inf) + np.log(2.0)", "np.logaddexp({a} * np.inf, {b})",
 ]
 
 
@@ -393,10 +428,11 @@ class Builder:
 
     def simple(self):
         kind = self.rng.choice(["unary", "unary", "binary", "reduce", "contract", "view",
-                                "mixed", "mixed", "reduce16", "nan"])
+                                "mixed", "mixed", "reduce16", "nan", "cumsum", "logspace"])
         templates = {"unary": UNARY, "binary": BINARY, "reduce": REDUCE,
                      "contract": CONTRACT, "view": VIEW, "mixed": MIXED,
-                     "reduce16": REDUCE16, "nan": NAN}[kind]
+                     "reduce16": REDUCE16, "nan": NAN, "cumsum": CUMSUM,
+                     "logspace": LOGSPACE}[kind]
         text = self.expression(templates)
         if text is None:
             return None
@@ -689,12 +725,117 @@ class Builder:
                       f"    {name} = np.array({name})", f"    {name}[..., 0] = -1"]
         return lines, "data if", [name]
 
+    # --- round 17: returned lists and dicts, offset loops, scans and log space in loops ---
+    def filled_loop(self):
+        """A list or dict a captured loop fills, returned whole (one compile per bucket:
+        ``tracer/loop_rows.py``): entries computed per trip, an array appended as it is,
+        tuples of both, a dict keyed at the index with an entry set before the loop."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        h, hs, t = self.fresh(), self.fresh(), "i" + self.fresh()
+        row = f"{source}[{t}]"
+        step = self.rng.choice([f"{h} = np.tanh({h} * 0.5 + {row})", f"{h} = {h} + {row}",
+                                f"{h} = np.maximum({h}, {row}) * 1.0",
+                                f"{h} = np.cumsum({h} + {row}, axis=-1)" if np.ndim(
+                                    self.namespace[source]) > 1 else f"{h} = {h} + {row}",
+                                f"{h} = np.logaddexp({h}, {row})"])
+        entry = self.rng.choice([h, f"{h} * 2", f"({h}, {row})", f"({h}, {source})",
+                                 f"{h}.sum()", f"float({h}.sum())", f"{source}", row,
+                                 f"({h}, {h}.max())"])
+        kind = self.rng.choice(["list", "list", "dict", "dict-before"])
+        ranges = self.rng.choice([f"range({source}.shape[0])", f"range(1, {source}.shape[0])",
+                                  f"range({source}.shape[0] - 1, -1, -1)"])
+        start = self.rng.choice(["np.zeros({0}.shape[1:])", "np.full({0}.shape[1:], -np.inf)",
+                                 "{0}[0] * 0.0"]).format(source)
+        lines = [f"{h} = {start}"]
+        if kind == "list":
+            lines += [f"{hs} = []", f"for {t} in {ranges}:", f"    {step}",
+                      f"    {hs}.append({entry})"]
+        elif kind == "dict":
+            lines += [f"{hs} = {{}}", f"for {t} in {ranges}:", f"    {step}",
+                      f"    {hs}[{t}] = {entry}"]
+        else:
+            lines += [f"{hs} = {{-1: {h}, 'first': 0}}", f"for {t} in {ranges}:",
+                      f"    {step}", f"    {hs}[{t}] = {entry}"]
+        if self.rng.random() < 0.3:  # the carried value written after the loop
+            lines.append(f"{h}[...] = 7.0" if np.ndim(self.namespace[source]) > 1
+                         else f"{h} = {h} + 7.0")
+        return lines, "filled loop", [h, hs]
+
+    def offset_loops(self):
+        """Captured loops an outer constant loop unrolls, differing only in int offsets
+        (``codegen/loop_sharing.py``): reads at t - k (wrapping for t < k), slices from k,
+        writes at t + k, a padded source."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        out, k, t = self.fresh(), "k" + self.fresh(), "i" + self.fresh()
+        outer = self.rng.choice(["range(3)", "range(2)", "(2, 0, 1)", "range(-1, 2)"])
+        read, write, stop, before = self.rng.choice([
+            (f"{source}[{t} - {k}]", f"{out}[{t}]", f"{source}.shape[0]", None),
+            (f"{source}[({t} + {k}) % {source}.shape[0]]", f"{out}[{t}]",
+             f"{source}.shape[0]", None),
+            (f"{source}[{t}]", f"{out}[{t} + {k} + 1]", f"{source}.shape[0]",
+             f"{out} = np.zeros(({source}.shape[0] + 4,) + {source}.shape[1:])"),
+            (f"{source}[{t} + {k} + 1]", f"{out}[{t}]", f"{source}.shape[0] - 3", None),
+            (f"np.pad({source}, 2)[{t} + {k} + 1]", f"{out}[{t}]", f"{source}.shape[0]",
+             f"{out} = np.zeros(({source}.shape[0],) + tuple(d + 4 for d in "
+             f"{source}.shape[1:]))"),
+            (f"{source}[{t}, {k} + 1:{k} + 2]", f"{out}[{t}]", f"{source}.shape[0]",
+             f"{out} = np.zeros(({source}.shape[0], 1) + {source}.shape[2:])"),
+        ])
+        op = self.rng.choice(["+=", "=", "-="])
+        scale = self.rng.choice([f"({k} + 1)", "0.5", f"{out}[{t}] * 0.5 + 1"])
+        lines = [before or f"{out} = np.zeros({source}.shape, dtype=np.float64)",
+                 f"for {k} in {outer}:", f"    for {t} in range({stop}):",
+                 f"        {write} {op} {read} * {scale}"]
+        return lines, "offset loops", [out]
+
+    def carried_scan(self):
+        """cumsum and log-space steps carried by a loop: a CTC-like table in log space
+        (``np.full(..., -np.inf)``, logaddexp of the row and its shift), a running scan."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim == 2)
+        if source is None:
+            return None
+        table, t = self.fresh(), "i" + self.fresh()
+        body = self.rng.choice([
+            f"{table}[{t}] = np.logaddexp({table}[{t} - 1], np.concatenate([[-np.inf], "
+            f"{table}[{t} - 1][:-1]])) + {source}[{t}]",
+            f"{table}[{t}] = np.cumsum({table}[{t} - 1] * 0.5 + {source}[{t}])",
+            f"{table}[{t}] = np.logaddexp({table}[{t} - 1] + np.log(0.5), {source}[{t}])",
+            f"{table}[{t}] = np.maximum({table}[{t} - 1], {source}[{t}]) + np.log1p("
+            f"np.exp(-np.abs({table}[{t} - 1] - {source}[{t}])))",
+        ])
+        lines = [f"{table} = np.full({source}.shape, -np.inf)",
+                 f"{table}[0] = {source}[0]" if self.rng.random() < 0.7 else
+                 f"{table}[0, :1] = {source}[0, :1]",
+                 f"for {t} in range(1, {source}.shape[0]):", f"    {body}"]
+        return lines, "carried scan", [table]
+
+    def aliased_returns(self, defined):
+        """Extra results that alias others: one value twice, a view and its base, an
+        argument and views of it (after in-place updates, too)."""
+        arrays = [name for name in defined + list(self.program.params)
+                  if isinstance(self.namespace.get(name), np.ndarray)
+                  and self.namespace[name].ndim >= 1]
+        extras = []
+        for _ in range(int(self.rng.integers(1, 4))):
+            if not arrays:
+                break
+            name = self.rng.choice(arrays)
+            extras.append(self.rng.choice([name, f"{name}[1:]", f"{name}[::-1]", f"{name}.T",
+                                           f"{name}[...]", f"{name}.reshape(-1)",
+                                           f"{name}[:]", f"np.asarray({name})"]))
+        return extras
+
     def draw(self, statements):
         makers = [self.simple] * 10 + [self.branch] * 2 + [self.row_loop] * 2 + [
             self.matmul_loop, self.column_loop, self.while_loop, self.mask_write,
             self.argument_write, self.python_number, self.gather] + [
             self.dynamic_loop] * 3 + [self.view_write] * 3 + [self.inplace_argument] * 2 + [
-            self.data_branch] * 2 + [self.view_loop] * 2
+            self.data_branch] * 2 + [self.view_loop] * 2 + [self.filled_loop] * 3 + [
+            self.offset_loops] * 2 + [self.carried_scan] * 2
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:
             attempts += 1
@@ -705,6 +846,8 @@ class Builder:
             self.try_add(lines, kind, defines)
         defined = [name for name in self.names if name not in self.program.params]
         self.program.returns = defined or list(self.program.params[:1])
+        if self.rng.random() < 0.4:
+            self.program.returns += self.aliased_returns(defined)
         self.program.as_dict = self.rng.random() < 0.15
         return self.program
 
@@ -821,6 +964,16 @@ def difference(got, want, scale, count, float32):
     return None
 
 
+def relations(results, arguments):
+    """``is``, ``np.shares_memory`` and the writeable flag of each pair of result arrays
+    and of each result array with each argument array (``tracer/result_identity.py``)."""
+    results = [leaf for leaf in leaves(results) if type(leaf) is np.ndarray]
+    arguments = [leaf for leaf in leaves(arguments) if type(leaf) is np.ndarray]
+    pairs = [(a, b) for i, a in enumerate(results) for b in results[i + 1:]]
+    pairs += [(a, b) for a in results for b in arguments]
+    return [(a is b, bool(np.shares_memory(a, b)), a.flags.writeable) for a, b in pairs]
+
+
 def run_one(function, source, params, sets, dynamic):
     """Eager vs jit over ``sets``. Returns None or (kind, text)."""
     import tracejit as tj
@@ -862,6 +1015,14 @@ def run_one(function, source, params, sets, dynamic):
         problem = difference(jit_arguments, eager_arguments, scale, count, float32)
         if problem:
             return "arguments differ", f"{where}: arguments afterwards: {problem}"
+        got_relations = relations(got, jit_arguments)
+        want_relations = relations(want, eager_arguments)
+        if got_relations != want_relations:
+            bad = next(n for n, (g, w) in enumerate(zip(got_relations, want_relations))
+                       if g != w)
+            return "identity differs", (f"{where}: results and arguments (is, shares memory, "
+                                        f"writeable), pair {bad}: {got_relations[bad]} != "
+                                        f"{want_relations[bad]}")
     reasons = compiled.stats().get("eager_calls") or {}
     details = repr(compiled.stats().get("eager_reasons"))
     for reason in reasons:

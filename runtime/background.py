@@ -98,7 +98,8 @@ def compile_variant_later(jitted, traced, signature, args, kwargs, bucket_siblin
     trace's, or an eager run when the result must carry an autograd graph)."""
     leaves = pytree.flatten((args, kwargs))[0]
     spec = EntrySpec.from_trace(traced)
-    pending = Pending(spec, compile_guard(spec), jitted._generation, bucket_sibling)
+    pending = Pending(spec, compile_guard(spec, draws=False), jitted._generation,
+                      bucket_sibling)
     key = _disk_key(jitted, leaves)
     jitted._pending = jitted._pending + (pending,)
     _compiler().submit(lambda: _build_variant(jitted, pending, traced, signature, key),
@@ -195,6 +196,7 @@ def _result_now(jitted, traced, args, kwargs):
         # Tensors that require grad: the result must carry an autograd graph, which the
         # trace's plain values do not; the eager run records one. Undecided: the trace
         # computed no result (a decision it took may not be eager's).
+        traced.rewind_draws()  # the eager run draws them again
         return jitted._run_eager(args, kwargs, "compiling in the background")
     jitted._counters["traced_calls"] += 1
     return _plain_result(traced.outputs, pytree.flatten((args, kwargs))[0])

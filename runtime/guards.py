@@ -98,6 +98,9 @@ class EntrySpec:
     inputs: list  # graph input i comes from ("leaf", k) or ("implicit", j)
     shape_guard_text: list = field(default_factory=list)
     outside: list = field(default_factory=list)  # (Path, "value"|"len", value) read at trace
+    # host draws made after every check passed (tracer.random_draws.DrawProgram): graph
+    # input i comes from ("draw", k), the k-th value drawn
+    draws: object = None
 
     @staticmethod
     def from_trace(trace):
@@ -125,12 +128,14 @@ class EntrySpec:
                                          type_name, ("implicit", number) in wrt))
             inputs[entry.input_index] = ("implicit", number)
         symbols = {symbol.name: (symbol.low, symbol.high) for symbol in graph.symbols}
+        for index, number in trace.drawn_inputs.items():
+            inputs[index] = ("draw", number)
         if trace.gradients is not None:  # cotangents are the backward's inputs, not the call's
             cotangents = set(trace.gradients.cotangent_inputs)
             inputs = [source for index, source in enumerate(inputs) if index not in cotangents]
         return EntrySpec(trace.input_tree, leaves, symbols, list(graph.shape_guards), implicit,
                          inputs, [format_shape_guard(guard) for guard in graph.shape_guards],
-                         list(trace.outside_values))
+                         list(trace.outside_values), trace.draws)
 
     def describe(self, names=None):
         """Readable lines: what a call must look like to use this variant. ``names`` are the
@@ -171,6 +176,8 @@ class EntrySpec:
                 lines.append(f"{path} is {shown}")
             else:
                 lines.append(f"{path} == {value!r}")
+        if self.draws is not None:
+            lines.extend(f"then draws {op}" for op in self.draws.describe())
         return lines
 
 
@@ -288,11 +295,13 @@ def _symbolic_dims(source, spec, bound, ranges):
             source.add(f"if {dim} < {low} or {dim} > {high}: return {source.miss}")
 
 
-def compile_guard(spec):
-    """The entry guard of ``spec`` as a function ``guard(args, kwargs) -> inputs | None``."""
+def compile_guard(spec, draws=True):
+    """The entry guard of ``spec`` as a function ``guard(args, kwargs) -> inputs | None``.
+    ``draws=False``: a guard that only checks (its drawn inputs are None), where a call
+    asks whether a variant would take it and runs nothing."""
     source = _Source()
     source.add("def guard(args, kwargs):", depth=0)
-    inputs = _guard_statements(spec, source)
+    inputs = _guard_statements(spec, source, draws)
     source.add(f"return ({inputs}{',' if len(spec.inputs) == 1 else ''})")
     return _define(source, "guard")
 
@@ -306,9 +315,10 @@ def _define(source, name):
     return function
 
 
-def _guard_statements(spec, source):
+def _guard_statements(spec, source, draws=True):
     """Add the checks of ``spec`` to ``source`` (in a function of ``args, kwargs``; a
-    failed check returns ``source.miss``); returns the program's inputs as text."""
+    failed check returns ``source.miss``), then its host draws (``draws=False``: None in
+    their place); returns the program's inputs as text."""
     flat = spec.treedef == pytree.flatten((tuple([0] * len(spec.leaves)), {}))[1]
     if flat:
         source.add(f"if kwargs or len(args) != {len(spec.leaves)}: return {source.miss}")
@@ -399,7 +409,27 @@ def _guard_statements(spec, source):
             kind_type = source.constant(type(value), "T")
             source.add(f"if type({variable}) is not {kind_type} or "
                        f"{_differs(source, variable, value)}: return {source.miss}")
+    if spec.draws is not None:
+        _draw_statements(spec.draws, source, bound, values, draws)
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _draw_statements(program, source, bound, values, draws):
+    """The host draws (``tracer.random_draws``), after every check: a call the entry
+    refuses draws nothing. Their sizes read the symbols the checks bound."""
+    names = [f"draw{number}" for number in range(program.outputs)]
+    for number, name in enumerate(names):
+        values[("draw", number)] = name
+    if not draws:
+        for name in names:
+            source.add(f"{name} = None")
+        return
+    symbols = ", ".join(f"{_identifier(name, bound, 'a drawn size')!r}: {name}"
+                        for name in program.symbols)
+    source.add(f"drawn = {source.constant(program, 'DRAWS')}.run(leaves, {{{symbols}}})")
+    source.add(f"if drawn is None: return {source.miss}")
+    if names:
+        source.add(f"{', '.join(names)}, = drawn")
 
 
 def _leaf_checks(source, spec, bound, native=False):
@@ -498,7 +528,7 @@ def compile_entry(spec, program, variant, result):
     inputs = _guard_statements(spec, source)
     checked = {position for position, (kind, number) in enumerate(map(tuple, spec.inputs))
                if (spec.leaves[number].kind == "array" if kind == "leaf"
-                   else number_type(spec.implicit[number]) is None)}
+                   else kind == "implicit" and number_type(spec.implicit[number]) is None)}
     inlined = inline_body(program, checked, inputs.split(", ") if spec.inputs else [])
     # the inputs as a tuple expression: "()" for a call that passes none (f() on defaults)
     as_tuple = f"({inputs},)" if spec.inputs else "()"
@@ -512,7 +542,7 @@ def compile_entry(spec, program, variant, result):
             for kept in _reused_output(line, wrapper_names, source) or [line]:
                 source.add(kept, depth=2)
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
-        source.add("    return jit._internal_error(error, args, kwargs)")
+        source.add("    return jit._internal_error(error, args, kwargs, _variant)")
         source.add("if status:  # a side exit, or an input to lay out: the general path")
         source.add(f"    return jit._exited(_variant, status, {as_tuple}, args, kwargs)")
     else:
@@ -522,7 +552,7 @@ def compile_entry(spec, program, variant, result):
         source.add("except _SideExit as exit:")
         source.add(f"    return jit._exited(_variant, exit.code, {as_tuple}, args, kwargs)")
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
-        source.add("    return jit._internal_error(error, args, kwargs)")
+        source.add("    return jit._internal_error(error, args, kwargs, _variant)")
     collisions = names.keys() & source.namespace.keys()
     if collisions:
         raise ValueError(f"entry: names {sorted(collisions)} are both guard and wrapper names")

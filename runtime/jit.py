@@ -292,20 +292,22 @@ class JitFunction(Misses):
                     path.program, inputs, printed)
             except codegen.SideExit as taken:
                 exit = None
+                if taken.code != codegen.LOOP_GUARD_FAILED and (
+                        taken.guard_index is not None and taken.guard_index in path.children):
+                    path = path.children[taken.guard_index]  # same inputs, same draws
+                    continue
+                variant.rewind()  # the eager run (or a trace) draws as eager does
                 if taken.code == codegen.LOOP_GUARD_FAILED:
                     return self._loop_guard_exit(variant, args, kwargs)
                 if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
-                child = path.children.get(taken.guard_index)
-                if child is not None:
-                    path = child
-                    continue
                 return self._side_exit(variant, path, taken.guard_index, args, kwargs)
             except Exception as error:  # the wrapper or native code failed: never the user's
-                return self._internal_error(error, args, kwargs)
+                return self._internal_error(error, args, kwargs, variant)
             break
         if not all(write.ready((args, kwargs)) for write in path.outputs.writes
                    if hasattr(write, "ready")):  # self.hs.append(h) with self.hs = None
+            variant.rewind()
             return self._run_eager(args, kwargs, "no list to append to")
         path.calls += 1  # Variant.calls and compiled_calls add these up
         if path.backward is not None:
@@ -317,11 +319,14 @@ class JitFunction(Misses):
         if self.options.check:
             for put_back in outside:
                 put_back()
+            variant.rewind()  # the eager rerun draws what the program was given
             self._check(result, printed.getvalue(),
                         *(before if before is not None else (args, kwargs)))
         return result
 
-    def _internal_error(self, error, args, kwargs):
+    def _internal_error(self, error, args, kwargs, variant=None):
+        if variant is not None:
+            variant.rewind()  # the eager run draws as eager does
         if self.options.fallback == "raise":
             raise error
         log_recompiles.warning("%s: internal error in compiled code; ran eagerly",
@@ -380,8 +385,12 @@ class JitFunction(Misses):
         return Lowered(self.fn, variant)
 
     def _matching_variant(self, args, kwargs):
-        return next((variant for variant in self._variants
-                     if variant.guard(args, kwargs) is not None), None)
+        for variant in self._variants:
+            matches = variant.guard(args, kwargs) is not None
+            variant.rewind()  # (its host draws: nothing runs them)
+            if matches:
+                return variant
+        return None
 
     def reset(self):
         """Forget every variant, refusal and shape observation (counters too): the next

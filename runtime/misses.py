@@ -25,7 +25,7 @@ import numpy as np
 
 from tracejit import codegen
 from tracejit.codegen.numpy_products import note_partition
-from tracejit.tracer import pytree
+from tracejit.tracer import pytree, random_draws
 from tracejit.tracer.attribute_writes import NumberState
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.gradient_trace import trace_with_gradients
@@ -109,13 +109,30 @@ class Misses:
                 # or the trace's decisions may not be eager's (the program's margins decide).
                 if path.backward is not None or traced.undecided or (
                         traced.pending and not has_effects(traced.graph)):
-                    return self._run_new(variant, args, kwargs)
+                    return self._run_new(variant, args, kwargs, traced)
             elif traced.gradients is not None or traced.undecided:
+                traced.rewind_draws()
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
             return _plain_result(traced.force_outputs(), leaves)
 
     def _trace(self, args, kwargs, dynamic, signature, lazy=False):
+        """A ``Trace`` of this call, or None / ``_TraceFailed`` (it runs eagerly). What the
+        trace drew (``tracer.random_draws``) is undone when it fails, and can be undone
+        (``Trace.rewind_draws``) when the result comes from elsewhere."""
+        with random_draws.journal() as journal:
+            try:
+                traced = self._trace_once(args, kwargs, dynamic, signature, lazy)
+            except BaseException:
+                journal.rewind()
+                raise
+        if isinstance(traced, Trace):
+            traced.journal = journal
+        else:
+            journal.rewind()  # the eager run draws them again
+        return traced
+
+    def _trace_once(self, args, kwargs, dynamic, signature, lazy):
         start = time.perf_counter()
         try:
             retries = 0
@@ -129,12 +146,14 @@ class Misses:
                         call_kwargs=kwargs)
                     break
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
+                    random_draws.rewind_open()  # the next trace draws from the start again
                     retries += 1
                     if retries == _NUMBER_STATE_RETRIES:  # it names the user's line
                         raise UnsupportedError(f"{state}: attributes holding numbers kept "
                                                "changing role") from None
                 except ScalarDecidesShape as signal:  # x[i * stride:]: again, stride constant
                     # (ends: a pinned argument is a constant of every later trace)
+                    random_draws.rewind_open()
                     dynamic.pin_scalars(signal.leaves)
         except (TraceError, UnsupportedError) as error:
             if self.options.fallback == "raise":
@@ -194,8 +213,10 @@ class Misses:
         self._give_up(signature, reason, error)
         return result
 
-    def _run_new(self, variant, args, kwargs):
-        """The call a variant (or a path of it) was just traced on, run by its program."""
+    def _run_new(self, variant, args, kwargs, traced):
+        """The call a variant (or a path of it) was just traced on, run by its program
+        (which draws again what the trace drew: ``traced``'s draws are undone first)."""
+        traced.rewind_draws()
         inputs = variant.guard(args, kwargs)
         if inputs is None:  # its entry refuses the call it was traced on: our bug
             log_recompiles.warning("%s: a new variant's entry refused the call it was "
@@ -339,6 +360,7 @@ class Misses:
                                 "eagerly", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
             if traced.undecided:
+                traced.rewind_draws()
                 return self._run_eager(args, kwargs, "side exit")
             self._counters["traced_calls"] += 1
             return _plain_result(traced.outputs, leaves)
@@ -352,8 +374,9 @@ class Misses:
                                 _guard_label(path.guards[guard_index]))
             self._store_to_disk(variant, leaves)
             if child.backward is not None or traced.undecided:
-                return self._run_new(variant, args, kwargs)
+                return self._run_new(variant, args, kwargs, traced)
         elif traced.undecided:
+            traced.rewind_draws()
             return self._run_eager(args, kwargs, self._untraceable.get(signature, "side exit"))
         self._counters["traced_calls"] += 1
         return _plain_result(traced.outputs, leaves)

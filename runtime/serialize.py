@@ -52,6 +52,7 @@ from tracejit.tracer.loop_rows import KINDS, RowsLayout
 
 from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
+from .serialize_draws import draws_from_json, draws_to_json
 from .variants import OutputPlan, Path, Variant
 
 
@@ -334,6 +335,7 @@ def spec_to_json(spec, fn):
         "inputs": [list(source) for source in spec.inputs],
         "outside": [_outside_to_json(path, kind, value, fn) for path, kind, value in
                     spec.outside],
+        "draws": draws_to_json(spec.draws, fn),
     }
 
 
@@ -443,16 +445,20 @@ def spec_from_json(data, fn):
         dtype, shape, grad = _array_fields(item, symbols, f"implicit input {number}")
         implicit.append(ImplicitSpec(path_from_json(item["path"], fn), dtype, shape,
                                      item["type"], grad))
+    draws = draws_from_json(data.get("draws"), fn)
     inputs = []
     for source in data["inputs"]:
         _check(isinstance(source, list) and len(source) == 2 and (
             (source[0] == "leaf" and _integer(source[1], "an input") < len(leaves)) or
-            (source[0] == "implicit" and _integer(source[1], "an input") < len(implicit))),
+            (source[0] == "implicit" and _integer(source[1], "an input") < len(implicit)) or
+            (source[0] == "draw" and draws is not None and _integer(
+                source[1], "an input") < draws.outputs)),
             f"a program input from {source!r}")
         inputs.append(tuple(source))
     texts = [_text(text, "a shape guard's text") for text in data["shape_guard_text"]]
     return EntrySpec(tree_from_json(data["tree"]), leaves, symbols, guards, implicit, inputs,
-                     texts, [_outside_from_json(item, fn) for item in data.get("outside", [])])
+                     texts, [_outside_from_json(item, fn) for item in data.get("outside", [])],
+                     draws)
 
 
 def _tuples(value):

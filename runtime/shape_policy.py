@@ -155,4 +155,7 @@ def _same_entry(a, b):
         and a.symbols == b.symbols
         and a.shape_guard_text == b.shape_guard_text
         and [str(spec.path) for spec in a.implicit] == [str(spec.path) for spec in b.implicit]
+        # a child path is given the root's draws, at the root's input positions
+        and a.draws == b.draws and (a.draws is None or list(map(tuple, a.inputs)) == list(
+            map(tuple, b.inputs)))
     )

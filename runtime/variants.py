@@ -241,6 +241,12 @@ class Variant:
             self._guard = compile_guard(self.spec)
         return self._guard
 
+    def rewind(self):
+        """Undo the host draws of this thread's last entry into this variant (the call goes
+        on another way: the eager run, or a trace, draws them again as eager does)."""
+        if self.spec.draws is not None:
+            self.spec.draws.rewind()
+
     @property
     def calls(self):
         """Compiled calls of this variant: each ran one path of its tree."""
@@ -267,5 +273,5 @@ class Variant:
 
             symbols = {name: (low, high) if high <= 1 else (2, 2 ** 62)
                        for name, (low, high) in self.spec.symbols.items()}
-            self._any_bucket = compile_guard(replace(self.spec, symbols=symbols))
+            self._any_bucket = compile_guard(replace(self.spec, symbols=symbols), draws=False)
         return self._any_bucket

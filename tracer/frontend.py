@@ -6,9 +6,10 @@ point at the user's code (``tracejit.tracer.rewritten_code``). The rewrite route
 hooks (``__tracejit__``, this module's ``Hooks``) what a compiled run would otherwise skip
 or get wrong:
 
-* every call: ``np.random`` and random generators are refused (their numbers would be
-  frozen), logging of traced values is refused, ``print`` becomes an ``Effect`` node that
-  compiled code replays, and user-defined Python functions are rewritten in turn;
+* every call: ``np.random`` draws and generator methods are host draws, replayed at every
+  call in the trace's order (``tracejit.tracer.random_draws``), logging of traced values
+  is refused, ``print`` becomes an ``Effect`` node that compiled code replays, and
+  user-defined Python functions are rewritten in turn;
 * ``a[i] = v`` and ``a[i] += v``: functional updates; writes into input arrays become
   outputs written back after a call succeeds; writes into outside containers are refused;
 * ``x += v`` where ``x`` is a NumPy array and ``v`` is traced: rebinds ``x``;
@@ -70,6 +71,7 @@ from .outside_inputs import (
 from .pending import known_kind
 from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
+from .random_draws import draw, is_rng_method, note_method, rng_kind
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
@@ -136,6 +138,14 @@ def _is_random(function, args, kwargs):
     ).startswith("numpy.random"):
         return True
     return any(isinstance(value, random_types) for value in (*args, *kwargs.values()))
+
+
+def _draws(function):
+    """A call into ``np.random`` itself or a generator's method (not a user function that
+    is handed a generator): ``tracer.random_draws`` replays it, or says why not."""
+    owner = getattr(function, "__self__", None)
+    return rng_kind(owner) is not None or (
+        getattr(function, "__module__", "") or "").startswith("numpy.random")
 
 
 def _is_logging(function):
@@ -282,6 +292,9 @@ class Hooks:
                 "advances it, and compiled runs would not. Pass the values in as arguments"
             )
         path = self._path(descriptor, sys._getframe(1))
+        if path is not None and is_rng_method(value):
+            note_method(context, path, value)  # rng.random: a draw replayed at every call
+            return value
         if path is not None and callable(value) and not isinstance(
             value, (NOT_GUARDED_CALLABLES, np.ndarray)
         ) and not through_module(path):
@@ -515,12 +528,15 @@ class Hooks:
         if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
             return _created(function, *args, **kwargs)
         if _is_random(function, args, kwargs):
-            name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
-            raise trace_error(
-                f"{name} draws random numbers inside a compiled function; they would be "
-                "frozen into the compiled code. Draw them outside and pass them in as an "
-                "argument (for dropout: pass the mask, or run it eagerly)"
-            )
+            if _draws(function):  # np.random.rand(n, m), rng.random(x.shape), seed
+                return draw(self.context, function, args, kwargs, self.objects.path_of)
+            if not _enters(function):  # a generator handed to library code
+                name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
+                raise trace_error(
+                    f"{name} is given a random generator inside a compiled function; its "
+                    "draws would be frozen into the compiled code. Draw with the "
+                    "generator's own methods (replayed at every call) or outside"
+                )
         if _is_logging(function):
             if any_traced((*args, *kwargs.values())):
                 raise trace_error(

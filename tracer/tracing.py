@@ -37,6 +37,7 @@ from . import (
     list_appends,
     pinned_scalars,
     pytree,
+    random_draws,
     result_identity,
     strided_views,
 )
@@ -141,6 +142,19 @@ class Trace:
     # the result's leaves as ``output_tree`` holds them (``outputs`` is built from them; a
     # list a loop filled is its buffers here, its entries there: tracer.loop_rows)
     output_values: list = None
+    # the host draws to replay at every call (tracer.random_draws.DrawProgram), and which
+    # graph inputs take their values: input index -> number of the value drawn
+    draws: object = None
+    drawn_inputs: dict = field(default_factory=dict)
+    # the generators' states before the trace drew (random_draws.Journal; set by whoever
+    # traced inside ``random_draws.journal()``)
+    journal: object = None
+
+    def rewind_draws(self):
+        """Undo the trace's draws: the call's result comes from elsewhere (an eager run, or
+        the program, which draws them again)."""
+        if self.journal is not None:
+            self.journal.rewind()
 
     def force_outputs(self):
         """Compute the outputs a lazy trace left pending (the NumPy reference of the
@@ -766,6 +780,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         if gradients is None:  # gradient plans number the inputs they differentiate
             context.drop_unused_implicit_inputs(output_atoms)
         graph = context.graph(output_atoms)
+        draws, drawn_inputs = random_draws.finish(context, graph)
         if check:
             verify(graph)
 
@@ -835,6 +850,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         argument_writes=writes,
         returned_containers=returned,
         output_values=output_values,
+        draws=draws,
+        drawn_inputs=drawn_inputs,
     )
     context.release()
     return traced

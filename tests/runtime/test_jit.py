@@ -698,6 +698,11 @@ def _uses_random(x):
     return x + noise
 
 
+def _draws_around(x):
+    y = x + 1
+    return np.random.normal(y)  # a parameter computed in the function: refused
+
+
 def test_untraceable_function_runs_eagerly_with_the_reason_in_stats_and_explain():
     jitted = jit(_uses_fft)
     for _ in range(3):
@@ -709,7 +714,7 @@ def test_untraceable_function_runs_eagerly_with_the_reason_in_stats_and_explain(
     assert "np.fft.fft" in text and "3 x untraceable" in text
 
 
-def test_random_numbers_inside_run_eagerly_and_draw_fresh_values():
+def test_random_numbers_inside_compile_and_draw_fresh_values():
     jitted = jit(_uses_random)
     x = np.zeros(4)
     np.random.seed(3)
@@ -718,14 +723,27 @@ def test_random_numbers_inside_run_eagerly_and_draw_fresh_values():
     actual = [jitted(x) for _ in range(3)]
     for got, want in zip(actual, expected):
         np.testing.assert_array_equal(got, want)
+    assert eager_reasons(jitted) == {} and jitted.stats()["compiled_calls"] >= 2
+    assert "then draws np.random.rand(4)" in jitted.explain()
+
+
+def test_random_numbers_drawn_around_a_computed_value_run_eagerly():
+    jitted = jit(_draws_around)
+    x = np.zeros(4)
+    np.random.seed(3)
+    expected = [_draws_around(x) for _ in range(3)]
+    np.random.seed(3)
+    actual = [jitted(x) for _ in range(3)]
+    for got, want in zip(actual, expected):
+        np.testing.assert_array_equal(got, want)
     assert set(eager_reasons(jitted)) == {"untraceable"}
     reason = jitted.stats()["eager_reasons"]["untraceable"]
-    assert "random" in reason and "rand" in reason
+    assert "random" in reason and "normal" in reason
     assert "random" in jitted.explain()
 
 
 @pytest.mark.parametrize("function, fragment", [(_uses_fft, "np.fft.fft(y)"),
-                                                (_uses_random, "np.random.rand")],
+                                                (_draws_around, "np.random.normal(y)")],
                          ids=["fft", "random"])
 def test_fallback_raise_raises_trace_error_naming_the_users_line(function, fragment):
     jitted = jit(function, fallback="raise")

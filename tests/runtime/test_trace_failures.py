@@ -55,18 +55,19 @@ def test_an_error_only_the_trace_raises_is_ours_and_the_call_runs_eagerly(
     assert "TypeError" in next(iter(stats["eager_reasons"].values()))
 
 
-def dropout(x, keep):
-    return x * (np.random.rand(*x.shape) < keep) / keep
+def noisy(x, keep):
+    return x * np.random.normal(x, keep)  # a parameter computed in the function: refused
 
 
 def test_a_refusal_at_every_new_shape_warns_once(caplog):
-    """A function drawing random numbers is refused at each new length (each is traced
-    anew): one warning, not one per length, and every call is eager's, draw for draw."""
-    jitted = tj.jit(dropout, cache="memory")
+    """A function drawing random numbers around its input is refused at each new length
+    (each is traced anew): one warning, not one per length, and every call is eager's,
+    draw for draw."""
+    jitted = tj.jit(noisy, cache="memory")
     caplog.set_level(logging.INFO, logger="tracejit.recompiles")
     for n in (4, 5, 6, 7):
         np.random.seed(n)
-        want = dropout(np.ones(n), 0.5)
+        want = noisy(np.ones(n), 0.5)
         np.random.seed(n)
         np.testing.assert_array_equal(jitted(np.ones(n), 0.5), want)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -613,7 +613,7 @@ class Box:
 
 
 def draws_random(x):
-    noise = np.random.rand(3)
+    noise = np.random.normal(x * 2)  # around a computed value: refused
     return x + noise
 
 
@@ -660,7 +660,8 @@ def logs_traced(x):
 
 
 REFUSALS = [
-    ("np.random inside", draws_random, lambda: (np.ones(3),), "np.random.rand(3)", ("random",)),
+    ("np.random around a value", draws_random, lambda: (np.ones(3),), "np.random.normal(x * 2)",
+     ("random",)),
     ("generator to dropout", dropout_inside, lambda: (np.ones(3), np.random.default_rng(0)),
      "nn.dropout(x, 0.5, generator)", ("random",)),
     ("global write", writes_global, lambda: (np.ones(3),), "global COUNTER", ("global",)),
@@ -706,7 +707,7 @@ def test_an_attribute_write_on_an_argument_is_recorded_with_its_value():
 
 def writes_and_then_fails(x, box):
     box.value = x * 2
-    return np.random.rand(3) + x  # refused after the write
+    return np.random.normal(x) + x  # refused after the write
 
 
 def test_a_failed_trace_puts_an_attribute_back():

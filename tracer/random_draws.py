@@ -1,0 +1,556 @@
+"""Random draws inside a compiled function: host draws, made again at every call.
+
+A model draws its dropout mask or noise inside the function (``np.random.rand(n, m) <
+keep_prob``, ``rng.random(x.shape)``, ``np.random.seed(1)`` at the top). No kernel can
+draw NumPy's exact stream, and a drawn value frozen into the compiled code would be the
+same at every call. So a draw is a host step: while tracing, the real draw runs (the trace
+sees real values, and the call's stream advances as eager's does) and is recorded as a
+``DrawOp``; its value becomes a graph input. A compiled call runs the variant's
+``DrawProgram`` after its entry guard passed and before the kernels - every draw and seed
+in the trace's order (draws do not depend on traced data, so order among themselves is all
+that matters) - and passes the drawn values in.
+
+The stream stays eager's: ``DrawProgram.run`` keeps the state of every generator it draws
+from as it was before, and the runtime puts it back (``DrawProgram.rewind``) whenever the
+call goes on another way (a side exit, a guard margin, an error, an eager rerun), so the
+eager run that follows draws the numbers it would have drawn. A trace keeps the states
+it found in a ``Journal``; a trace that fails, or whose result is not the call's, is
+rewound the same way.
+
+What is recorded is data, never a callable: a generator method by its name, from an
+allowlist (``LEGACY``, ``GENERATOR``: a disk cache entry naming anything else is refused),
+where the generator is found (``("legacy",)``: NumPy's global ``RandomState``;
+``("path", Path)``: an argument, global, closure cell or attribute, type-checked at every
+call; ``("made", k)``: made by op ``k``, ``np.random.default_rng(0)`` in the function),
+and the arguments: numbers, strings, dtypes, and sizes whose symbolic dims are computed
+again from the call's shapes.
+
+Refused (the function runs eagerly, and ``explain()`` names the line): a traced array as
+a distribution's parameter (a traced scalar is specialized under a guard), ``out=``,
+``shuffle`` and anything else that writes into an array, and a draw inside a loop being
+captured (the loop runs unrolled: a per-trip draw in order is what eager does).
+
+>>> import numpy as np
+>>> from tracejit.tracer import trace
+>>> def dropout(x):
+...     np.random.seed(0)
+...     return x * (np.random.rand(*x.shape) < 0.5)
+>>> traced = trace(dropout, np.ones(4))
+>>> [op.describe() for op in traced.draws.ops]
+['np.random.seed(0)', 'np.random.rand(4)']
+>>> np.random.seed(5)
+>>> (drawn,) = traced.draws.run(())
+>>> bool((drawn == (np.random.seed(0) or np.random.rand(4))).all())
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import sys
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .abstract import COMPILED_DTYPES
+from .dims import DimExpr, SymInt
+from .errors import TraceError
+from .implicit import Path
+from .locations import user_location
+from .loop_generalize import Refused
+from .primitives import is_traced
+
+# Methods whose draws are replayed, by name: how many distribution parameters come before
+# ``size`` (``DIMS``: the arguments are the dims, ``np.random.rand(n, m)``; ``LENGTH``:
+# ``permutation(n)``, n items). Every one of them draws from its generator alone and
+# returns a new array or number.
+DIMS, LENGTH = "dims", "length"
+_COMMON = {
+    "standard_normal": 0, "standard_exponential": 0, "standard_cauchy": 0,
+    "uniform": 2, "normal": 2, "binomial": 2, "poisson": 1, "exponential": 1, "gamma": 2,
+    "beta": 2, "laplace": 2, "logistic": 2, "lognormal": 2, "geometric": 1,
+    "standard_gamma": 1, "standard_t": 1, "chisquare": 1, "rayleigh": 1, "triangular": 3,
+    "vonmises": 2, "wald": 2, "weibull": 1, "pareto": 1, "power": 1, "gumbel": 2,
+    "negative_binomial": 2, "choice": 1, "permutation": LENGTH,
+}
+LEGACY = {**_COMMON, "rand": DIMS, "randn": DIMS, "random_sample": 0, "random": 0,
+          "ranf": 0, "sample": 0, "randint": 2, "random_integers": 2}  # RandomState
+GENERATOR = {**_COMMON, "random": 0, "integers": 2}  # np.random.Generator
+_MAKERS = ("default_rng", "RandomState")  # np.random.default_rng(seed), RandomState(seed)
+
+
+def _random_module():
+    return sys.modules.get("numpy.random")
+
+
+def _legacy_state():
+    return _random_module().mtrand._rand
+
+
+def rng_kind(value):
+    """``"Generator"`` or ``"RandomState"`` for a generator tracejit replays, else None."""
+    random = _random_module()
+    if random is None:
+        return None
+    if type(value) is random.Generator:
+        return "Generator"
+    if type(value) is random.RandomState:
+        return "RandomState"
+    return None
+
+
+def _table(kind):
+    return GENERATOR if kind == "Generator" else LEGACY
+
+
+def is_rng_method(value):
+    """A bound method of a generator (``rng.random``, ``np.random.rand``)."""
+    owner = getattr(value, "__self__", None)
+    return owner is not None and rng_kind(owner) is not None
+
+
+def note_method(context, path, method):
+    """``rng.random`` read at ``path``: the draw finds its generator again at the path
+    without the method's name."""
+    found = getattr(context, "rng_methods", None)
+    if found is None:
+        found = context.rng_methods = {}
+    found[id(method)] = (method, Path(path.root, path.steps[:-1]))
+
+
+# --- the recorded program ------------------------------------------------------------------
+@dataclass(frozen=True)
+class DrawOp:
+    """One host step: ``kind`` ``"draw"`` (a value: a graph input), ``"seed"`` (NumPy's
+    global seed) or ``"make"`` (a generator made in the function)."""
+
+    kind: str
+    rng: tuple  # ("legacy",) | ("path", Path) | ("made", op index) | () for "make"
+    rng_type: str  # "Generator" | "RandomState"
+    name: str  # the method's name (for "make": "default_rng" or "RandomState")
+    args: tuple
+    kwargs: tuple  # (name, value) pairs
+    location: str = ""
+
+    def describe(self):
+        if not self.rng or self.rng[0] == "legacy":
+            owner = "np.random"
+        elif self.rng[0] == "made":
+            owner = f"<generator made by op {self.rng[1]}>"
+        else:
+            owner = str(self.rng[1])
+        shown = [_show(arg) for arg in self.args] + [f"{key}={_show(value)}"
+                                                     for key, value in self.kwargs]
+        return f"{owner}.{self.name}({', '.join(shown)})"
+
+    def symbols(self):
+        found = set()
+        _symbols_in((self.args, tuple(value for _, value in self.kwargs)), found)
+        return found
+
+
+def _show(value):
+    if isinstance(value, DimExpr):
+        return str(value)
+    if isinstance(value, np.dtype):
+        return f"np.{value.name}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_show, value)) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_show, value)) + "]"
+    return repr(value)
+
+
+def _symbols_in(value, found):
+    if isinstance(value, DimExpr):
+        found.update(value.symbols())
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _symbols_in(item, found)
+
+
+def _concrete(value, bindings):
+    """A recorded argument as the call passes it: dims computed from this call's sizes."""
+    if isinstance(value, DimExpr):
+        return value.evaluate(bindings)
+    if isinstance(value, tuple):
+        return tuple(_concrete(item, bindings) for item in value)
+    if isinstance(value, list):
+        return [_concrete(item, bindings) for item in value]
+    return value
+
+
+def check_op(op):
+    """Refuse an op that is not one tracejit makes (a forged disk cache entry): only
+    allowlisted names, generators found at known places, plain arguments."""
+    if op.kind == "make":
+        if op.name not in _MAKERS or op.rng != () or op.kwargs or len(op.args) > 1 or not (
+                op.args == () or op.args[0] is None or type(op.args[0]) is int):
+            raise ValueError(f"a random draw program makes {op.name!r}")
+        return
+    if op.rng_type not in ("Generator", "RandomState"):
+        raise ValueError(f"a random draw from a {op.rng_type!r}")
+    if op.kind == "seed":
+        if op.name != "seed" or op.rng != ("legacy",) or op.kwargs or len(op.args) > 1:
+            raise ValueError("a malformed np.random.seed in a random draw program")
+    elif op.kind != "draw" or op.name not in _table(op.rng_type):
+        raise ValueError(f"a random draw program calls {op.name!r}, which tracejit does not "
+                         "replay")
+    if not (op.rng == ("legacy",) and op.rng_type == "RandomState") and not (
+            len(op.rng) == 2 and op.rng[0] == "path" and isinstance(op.rng[1], Path)) and not (
+            len(op.rng) == 2 and op.rng[0] == "made" and type(op.rng[1]) is int):
+        raise ValueError(f"a random draw program draws from {op.rng!r}")
+    for key, _ in op.kwargs:
+        if key not in _KEYWORDS:
+            raise ValueError(f"a random draw with the argument {key!r}")
+    _check_arguments((op.args, tuple(value for _, value in op.kwargs)))
+
+
+_KEYWORDS = {"size", "dtype", "low", "high", "loc", "scale", "n", "p", "lam", "a", "b",
+             "shape", "replace", "endpoint", "mean", "df", "left", "mode", "right", "mu",
+             "kappa", "sigma", "d0", "d1"}
+
+
+def _check_arguments(value):
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            _check_arguments(item)
+    elif not (value is None or type(value) in (bool, int, float, str) or isinstance(
+            value, (DimExpr, np.dtype))):
+        raise ValueError(f"a random draw program argument of type {type(value).__name__}")
+
+
+class DrawProgram:
+    """The host draws of a variant, run in order at every compiled call.
+
+    ``run(leaves, bindings)`` resolves the generators (None when one is not of the type
+    traced: the entry misses, nothing drawn), keeps their states, and returns the drawn
+    values; ``rewind()`` puts back the states the last ``run`` on this thread found."""
+
+    def __init__(self, ops):
+        self.ops = tuple(ops)
+        for op in self.ops:
+            check_op(op)
+        self.outputs = sum(op.kind == "draw" for op in self.ops)
+        self._before = threading.local()
+        symbols = set()
+        for op in self.ops:
+            symbols |= op.symbols()
+        self.symbols = tuple(sorted(symbols))
+
+    def __eq__(self, other):
+        return isinstance(other, DrawProgram) and self.ops == other.ops
+
+    def __hash__(self):
+        return hash(self.ops)
+
+    def __repr__(self):
+        return f"DrawProgram({'; '.join(op.describe() for op in self.ops)})"
+
+    def describe(self):
+        return [op.describe() for op in self.ops]
+
+    def run(self, leaves, bindings=None):
+        bindings = bindings or {}
+        found = {}  # id -> generator, for every generator from outside the function
+        resolved = []
+        for op in self.ops:
+            if op.kind == "make" or op.rng[0] == "made":
+                resolved.append(None)
+                continue
+            if op.rng[0] == "legacy":
+                rng = _legacy_state()
+            else:
+                try:
+                    rng = op.rng[1].resolve(leaves)
+                except (KeyError, AttributeError, IndexError, ValueError, TypeError):
+                    return None
+                if rng_kind(rng) != op.rng_type:
+                    return None
+            found[id(rng)] = rng
+            resolved.append(rng)
+        self._before.states = [(rng, _state(rng)) for rng in found.values()]
+        values, made = [], {}
+        for number, (op, rng) in enumerate(zip(self.ops, resolved)):
+            args = _concrete(op.args, bindings)
+            kwargs = {key: _concrete(value, bindings) for key, value in op.kwargs}
+            if op.kind == "make":
+                made[number] = getattr(_random_module(), op.name)(*args)
+                continue
+            if rng is None:
+                rng = made[op.rng[1]]
+            value = getattr(rng, op.name)(*args, **kwargs)
+            if op.kind == "draw":
+                values.append(value)
+        return tuple(values)
+
+    def rewind(self):
+        """Put back the generators' states from before the last ``run`` (on this thread)."""
+        states = getattr(self._before, "states", None)
+        if states:
+            self._before.states = None
+            for rng, state in states:
+                _set_state(rng, state)
+
+
+def _state(rng):
+    if type(rng).__name__ == "Generator":
+        return rng.bit_generator.state
+    return rng.get_state(legacy=False)
+
+
+def _set_state(rng, state):
+    if type(rng).__name__ == "Generator":
+        rng.bit_generator.state = state
+    else:
+        rng.set_state(state)
+
+
+# --- journals: the states a trace found ----------------------------------------------------
+_open = threading.local()
+
+
+class Journal:
+    """The state of every generator a trace drew from, before its first draw."""
+
+    def __init__(self):
+        self.states = {}
+
+    def note(self, rng):
+        if id(rng) not in self.states:
+            self.states[id(rng)] = (rng, _state(rng))
+
+    def rewind(self):
+        """Put the generators back as the trace found them (its draws undone)."""
+        states, self.states = self.states, {}
+        for rng, state in states.values():
+            _set_state(rng, state)
+
+
+@contextlib.contextmanager
+def journal():
+    """``with journal() as kept:`` traces inside note the states they change in ``kept``."""
+    kept = Journal()
+    stack = getattr(_open, "journals", None)
+    if stack is None:
+        stack = _open.journals = []
+    stack.append(kept)
+    try:
+        yield kept
+    finally:
+        stack.remove(kept)
+
+
+def rewind_open():
+    """Undo the draws of the trace in the innermost open journal (it traces again)."""
+    journals = getattr(_open, "journals", None)
+    if journals:
+        journals[-1].rewind()
+
+
+def _note_state(rng):
+    for kept in getattr(_open, "journals", ()):
+        kept.note(rng)
+
+
+# --- tracing ---------------------------------------------------------------------------------
+def is_maker(function):
+    random = _random_module()
+    return random is not None and any(function is getattr(random, name, None)
+                                      for name in _MAKERS)
+
+
+def draw(context, function, args, kwargs, find_path):
+    """What the trace returns for ``function(*args, **kwargs)``, a call into ``np.random``:
+    the real draw, recorded (``DrawOp``) and standing in the graph as an input.
+    ``find_path(owner)``: where an object from outside is found again, or None."""
+    location = user_location()
+    where = f"{location.file}:{location.line}" if location else ""
+    name = getattr(function, "__name__", "")
+    random = _random_module()
+    if getattr(context, "loop_indices", None):
+        # Before drawing: a loop trial that drew would have moved the stream, and the
+        # unrolled loop draws again from the start.
+        raise Refused(f"a random draw ({name}) in the body: each trip draws, in order")
+    if is_maker(function):
+        return _make(context, function, args, kwargs, where)
+    if function is getattr(random, "seed", None):
+        return _record(context, "seed", ("legacy",), "RandomState", "seed", args, kwargs,
+                       where, _legacy_state())
+    owner = getattr(function, "__self__", None)
+    kind = rng_kind(owner)
+    if kind is None or name not in _table(kind) or getattr(owner, name, None) != function:
+        raise _refusal(f"{_qualified(function)} is not a draw tracejit replays "
+                       f"(it replays {kind or 'np.random'} methods that return new values)",
+                       location)
+    made = getattr(context, "made_rngs", {}).get(id(owner))
+    if owner is _legacy_state():
+        rng = ("legacy",)
+    elif made is not None:
+        rng = ("made", made[1])
+    else:
+        method = getattr(context, "rng_methods", {}).get(id(function))
+        path = method[1] if method is not None and method[0] is function else find_path(owner)
+        if path is None:
+            raise _refusal(f"{name} draws from a {kind} that compiled calls cannot find again "
+                           "(pass it as an argument, or keep it in a global or attribute)",
+                           location)
+        rng = ("path", path)
+    return _record(context, "draw", rng, kind, name, args, kwargs, where, owner)
+
+
+def _qualified(function):
+    return getattr(function, "__qualname__", getattr(function, "__name__", repr(function)))
+
+
+def _refusal(message, location):
+    prefix = f"{location.file}:{location.line}: " if location else ""
+    source = f"\n    {location.source}" if location and location.source else ""
+    return TraceError(f"{prefix}{message}{source}")
+
+
+def _make(context, function, args, kwargs, where):
+    seed = kwargs.get("seed", args[0] if args else None)
+    if len(args) + len(kwargs) > 1 or (kwargs and "seed" not in kwargs) or not (
+            seed is None or type(seed) is int):
+        raise _refusal(f"np.random.{function.__name__} with a seed other than an int or None "
+                       "is not replayed", user_location())
+    rng = function(seed)
+    ops = _ops(context)
+    made = getattr(context, "made_rngs", None)
+    if made is None:
+        made = context.made_rngs = {}
+    made[id(rng)] = (rng, len(ops))  # (kept alive: the id stays this generator's)
+    ops.append((DrawOp("make", (), rng_kind(rng), function.__name__,
+                       () if seed is None else (seed,), (), where), None))
+    return rng
+
+
+def _ops(context):
+    ops = getattr(context, "draw_ops", None)
+    if ops is None:
+        ops = context.draw_ops = []
+    return ops
+
+
+def _record(context, kind, rng_ref, rng_type, name, args, kwargs, where, rng):
+    location = user_location()
+    if "out" in kwargs:
+        raise _refusal(f"{name}(..., out=...) writes into an array; draw a new one", location)
+    recorded_args = tuple(_recorded(arg, name, location) for arg in args)
+    recorded_kwargs = tuple((key, _recorded(value, name, location))
+                            for key, value in kwargs.items())
+    for key, _ in recorded_kwargs:
+        if key not in _KEYWORDS:
+            raise _refusal(f"{name}(..., {key}=...) is not replayed", location)
+    op = DrawOp(kind, rng_ref, rng_type, name, recorded_args, recorded_kwargs, where)
+    call_args = _concrete(recorded_args, context.symbol_values())
+    call_kwargs = {key: _concrete(value, context.symbol_values())
+                   for key, value in recorded_kwargs}
+    if rng_ref[0] != "made":
+        _note_state(rng)
+    value = getattr(rng, name)(*call_args, **call_kwargs)
+    if kind != "draw":
+        _ops(context).append((op, None))
+        return value
+    shape = _symbolic_shape(op, args, kwargs, value)
+    if shape is None:
+        raise _refusal(f"{name}: the shape of its draw does not follow from its size",
+                       location)
+    array = np.asarray(value)
+    if array.dtype not in COMPILED_DTYPES:
+        raise _refusal(f"{name} draws {array.dtype} values; compiled code holds bool, int32, "
+                       "int64, float32 and float64", location)
+    if isinstance(value, np.ndarray):
+        tracer = context.add_input(value, shape)
+    else:  # a Python or NumPy number (np.random.uniform(), rng.integers(5))
+        tracer = context.add_input(value, (), weak=type(value) in (int, float))
+    _ops(context).append((op, tracer.ir_var))
+    return tracer
+
+
+def _recorded(value, name, location):
+    """An argument as the draw program keeps it: dims as expressions, traced scalars as
+    their values (under a guard); a traced array is refused."""
+    if isinstance(value, SymInt):
+        return value.expr
+    if is_traced(value):
+        if getattr(value, "shape", ()) != ():
+            raise _refusal(f"{name} draws random numbers with a parameter computed in the "
+                           "function (an array); compiled calls draw before computing "
+                           "anything. Draw standard values and scale them (loc + scale * "
+                           "np.random.standard_normal(size))", location)
+        # a number computed in the function (keep_prob from an argument): its value here,
+        # under a guard (another value takes a side exit, and the draws are put back)
+        return operator.index(value) if value.dtype.kind in "iub" else float(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_recorded(item, name, location) for item in value)
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(
+            value, (np.generic, int, float, bool))):
+        return np.dtype(value)
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    raise _refusal(f"{name} draws with an argument of type {type(value).__name__}; compiled "
+                   "calls replay draws with numbers, sizes and dtypes only", location)
+
+
+def _size_of(op, args, kwargs):
+    """The size argument of a draw as the function passed it (None: one value, or the
+    parameters' broadcast)."""
+    where = _table(op.rng_type)[op.name]
+    if where == DIMS:
+        return tuple(args)
+    if where == LENGTH:
+        return (args[0],) if args and (isinstance(args[0], SymInt) or type(args[0]) is int
+                                       ) else None
+    if "size" in kwargs:
+        return kwargs["size"]
+    return args[where] if len(args) > where else None
+
+
+def _symbolic_shape(op, args, kwargs, value):
+    """The draw's shape with the function's symbolic dims (``x.shape``'s, from the size it
+    was given), or None when the size does not give the shape drawn."""
+    drawn = np.shape(value)
+    size = _size_of(op, args, kwargs)
+    if size is None:
+        dims = any(isinstance(item, SymInt) for item in _flat((args, tuple(kwargs.values()))))
+        return None if dims else drawn
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+    if len(size) != len(drawn):
+        return None
+    for dim, concrete in zip(size, drawn):
+        if (dim.value if isinstance(dim, SymInt) else operator.index(dim)) != concrete:
+            return None
+    return size
+
+
+def _flat(value):
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _flat(item)
+    else:
+        yield value
+
+
+def finish(context, graph):
+    """The trace's ``DrawProgram`` and, per graph input it draws, the number of its value
+    among the program's outputs: ``(program, {input index: output number})``; (None, {})
+    when the function drew nothing."""
+    recorded = getattr(context, "draw_ops", None)
+    if not recorded:
+        return None, {}
+    positions = {var.name: index for index, var in enumerate(graph.inputs)}
+    drawn, number = {}, 0
+    for op, var in recorded:
+        if op.kind == "draw":
+            if var.name not in positions:
+                raise TraceError(f"{op.location}: the value of {op.name} is no input of the "
+                                 "graph (an internal error)")
+            drawn[positions[var.name]] = number
+            number += 1
+    return DrawProgram(op for op, _ in recorded), drawn

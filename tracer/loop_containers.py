@@ -53,6 +53,7 @@ from . import ops
 from .conversions import python_number
 from .dims import SymInt, expr_of, value_of
 from .errors import TraceSignal
+from .loop_generalize import Refused
 from .loop_rows import Rows, RowsLayout
 from .pending import known_kind
 from .traced_array import Tracer
@@ -673,9 +674,11 @@ class StackedDict(MutableMapping):
         return self._dict
 
     def __setitem__(self, key, value):
+        _unchanged_in_a_trip(self._carry)
         self._materialized()[key] = value
 
     def __delitem__(self, key):
+        _unchanged_in_a_trip(self._carry)
         del self._materialized()[key]
 
     def __iter__(self):
@@ -746,15 +749,18 @@ class StackedList(MutableSequence):
         return self._list
 
     def __setitem__(self, key, value):
+        _unchanged_in_a_trip(self._carry)
         self._materialized()[key] = value
 
     def __delitem__(self, key):
+        _unchanged_in_a_trip(self._carry)
         del self._materialized()[key]
 
     def __len__(self):
         return len(self._materialized())
 
-    def insert(self, index, value):
+    def insert(self, index, value):  # (append too)
+        _unchanged_in_a_trip(self._carry)
         self._materialized().insert(index, value)
 
     def __iter__(self):
@@ -769,6 +775,15 @@ class StackedList(MutableSequence):
         if self._list is not None or not isinstance(self._count, SymInt):
             return None
         return _rows(self._carry, self._buffers, list(self._prefix))
+
+
+def _unchanged_in_a_trip(carry):
+    """A list or dict one captured loop filled, changed in a traced trip of another loop
+    (``hs.append(...)`` in a second loop over ``t``): no carry of that loop tracks it, and
+    the trip's entries would be symbolic values the trace drops. That loop unrolls."""
+    if getattr(carry.context, "loop_indices", None):
+        raise Refused(f"`{carry.name}`, filled by a captured loop before, is changed in the "
+                      "body")
 
 
 def _rows(carry, buffers, before, keys=None, low=None):

@@ -6,7 +6,7 @@ compiled code, with the arguments compared afterwards.
 """
 
 import numpy as np
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 
 def lengths(*counts, width=3):
@@ -98,3 +98,32 @@ def test_a_write_into_what_loop_entries_share_shows_in_them():
     for model in (rows_then_the_array_scaled, rows_then_an_item_of_it,
                   states_then_the_last_shifted, states_then_the_last_entry_shifted):
         run_calls(model, lengths(4, 5, 6, 9))
+
+
+# --- a list or dict one captured loop filled, changed by another loop ---------------------
+def appended_by_two_loops(x):
+    hs = []
+    for t in range(x.shape[0]):
+        hs.append(x[t] * 2.0)
+    for t in range(x.shape[0]):
+        hs.append(x[t] * 3.0)
+    return hs
+
+
+def doubled_by_a_second_loop(x):
+    d = {}
+    for t in range(x.shape[0]):
+        d[t] = x[t] + 1.0
+    for t in range(x.shape[0]):
+        d[t] = d[t] * 2.0
+    return d
+
+
+def test_a_loop_filled_container_changed_by_another_loop_compiles():
+    """The second loop's traced trips appended to (or set keys of) the first loop's list
+    or dict, which no carry of theirs tracked: the entries were the trips' symbolic values,
+    dropped with the trial ('VerifyError: return uses %45 before its definition'), or a
+    KeyError while tracing; every call ran eagerly. That loop unrolls now."""
+    for model in (appended_by_two_loops, doubled_by_a_second_loop):
+        f = run_calls(model, lengths(4, 5, 6))
+        no_internal_errors(f)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import operator
@@ -253,6 +254,7 @@ class Hooks:
         self.originals = {}  # rewritten code -> the user's function (for its closure cells)
         self.top = top  # the traced function's rewritten code
         self.parameter_leaves = parameter_leaves or {}  # its parameters -> argument leaves
+        self.parameter_values = {}  # those parameters -> the (traced) arguments passed
         # its parameters bound outside the call's arguments (defaults, the instance of a
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
@@ -363,6 +365,13 @@ class Hooks:
             guard_class(context, path, value)  # isinstance(self.optimizer, MomentumSGD)
         return value
 
+    def _still_the_argument(self, frame, name):
+        """Whether parameter ``name`` still holds its argument: after ``X = np.insert(X,
+        0, 1, axis=1)`` (ML-From-Scratch's regression fit), ``X.shape[1]`` is the local
+        array's, and a guard on the argument's would refuse every call."""
+        passed = self.parameter_values
+        return name not in passed or frame.f_locals.get(name) is passed[name]
+
     def _path(self, descriptor, frame):
         """Where a load came from, as a path a later call can read again."""
         kind, name, steps = descriptor
@@ -378,7 +387,8 @@ class Hooks:
             if name not in names or self._local_of_the_call(frame, name):
                 return None
             root = ("closure", function.__closure__[names.index(name)], name)
-        elif kind == "param" and frame.f_code is self.top and name in self.parameter_leaves:
+        elif kind == "param" and frame.f_code is self.top and name in self.parameter_leaves and (
+                self._still_the_argument(frame, name)):
             if not steps:
                 return None  # the argument itself: already part of the entry guard
             root = ("arg", self.parameter_leaves[name])
@@ -959,6 +969,11 @@ class Hooks:
         (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
         the trace and the new value a write (``attribute_writes.NumberState``)."""
         current = getattr(owner, name)
+        if (_is_number(current) or _is_traced_number(current) or isinstance(
+                current, SymInt)) and attribute_writes.is_local_object(self.context, owner):
+            # Perceptron().fit(X, y) made here: self.bias = 0, then self.bias += update
+            setattr(owner, name, getattr(operator, operation)(current, value))
+            return
         if _is_traced_number(current) or isinstance(current, SymInt):
             # a Python number this trace wrote there (self.steps += 1 at an earlier trip,
             # self.count = len(x) then += len(y)): rebound as Python does, not NumPy's
@@ -1128,6 +1143,20 @@ def default_roots(fn, args, kwargs):
     return roots
 
 
+def _passed_values(fn, args, kwargs, names):
+    """``{name: value}`` for the parameters in ``names`` that bind one argument as it is
+    (not ``*args`` or ``**kwargs``); empty when the signature cannot be read."""
+    try:
+        signature = inspect.signature(fn)
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return {}
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+             inspect.Parameter.KEYWORD_ONLY)
+    return {name: value for name, value in bound.items() if name in names and (
+        signature.parameters[name].kind in plain)}
+
+
 def run_rewritten(fn, args, kwargs, parameter_leaves=None, static_leaves=None):
     """Call ``fn`` rewritten (when its source allows) under the current trace; returns the
     result and the functions the trace passed through ``[(qualname, file, source)]``.
@@ -1148,6 +1177,7 @@ def run_rewritten(fn, args, kwargs, parameter_leaves=None, static_leaves=None):
         roots[method.__code__.co_varnames[0]] = ("self", instance)
     hooks = context.hooks = Hooks(context, parameter_leaves=parameter_leaves,
                                   parameter_roots=roots)
+    hooks.parameter_values = _passed_values(fn, args, kwargs, parameter_leaves or {})
     for position, leaf in (static_leaves or {}).items():
         if holds_attributes(leaf):
             hooks.objects.note(Path(("arg", position)), leaf)

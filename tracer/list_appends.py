@@ -62,6 +62,9 @@ class ListAppend:
     method: str
     tree: object
     leaves: tuple
+    # the list is one the call stores there first (``self.errors = []``, then appends):
+    # there before the appends whatever the attribute held before the call
+    stored_by_the_call: bool = False
 
     @property
     def kind(self):  # what OutputPlan's checks read: outputs in ``leaves``
@@ -79,6 +82,8 @@ class ListAppend:
     def ready(self, arguments):
         """Whether the list is there (a list), so the call can append after its kernels;
         otherwise the call runs eagerly, where Python raises at the user's line."""
+        if self.stored_by_the_call:
+            return True
         try:
             return type(self.target(arguments)) is list
         except Exception:  # noqa: BLE001 - a path that no longer reads
@@ -233,7 +238,9 @@ def collect(context, output_atoms):
     """The appends, in program order, each array or scalar leaf of an appended value
     appended to ``output_atoms`` (an argument array as the argument itself)."""
     appends = []
-    for path, _, value, _ in getattr(context, "list_appends", ()):
+    stored = {id(value) for _, _, _, value, _ in getattr(context, "attribute_writes",
+                                                           {}).values()}
+    for path, target, value, _ in getattr(context, "list_appends", ()):
         flat, tree = pytree.flatten(value)
         leaves = []
         for leaf, argument in _appended_leaves(context, flat):
@@ -243,7 +250,8 @@ def collect(context, output_atoms):
                 leaves.append(("static", leaf))
             else:
                 leaves.append(output_leaf(context, leaf, output_atoms))
-        appends.append(ListAppend(path, "append", tree, tuple(leaves)))
+        appends.append(ListAppend(path, "append", tree, tuple(leaves),
+                                  stored_by_the_call=id(target) in stored))
     return appends
 
 
@@ -281,8 +289,19 @@ def apply(context, leaves):
                 concrete.append(int(leaf.value))
             else:  # (a NumPy array the function made: that object, as eager appends it)
                 concrete.append(leaf)
-        target.append(pytree.unflatten(tree, concrete))
+        _stored_anew(context, target).append(pytree.unflatten(tree, concrete))
     context.list_appends = []
+
+
+def _stored_anew(context, target):
+    """The list now where this call stored ``target`` (``self.errors = []``, then
+    ``self.errors.append(mse)`` in ML-From-Scratch's regression fit): the attribute write,
+    applied first, stored a new list built from ``target``'s contents, which the appends
+    had not reached yet. The appends go there, as a compiled call's do through the path."""
+    for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
+        if value is target:
+            return getattr(owner, name)
+    return target
 
 
 def _fresh(value, callers):

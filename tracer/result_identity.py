@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import Eqn, Var
-from .ops import reshape_p
+from .ops import cast_p, reshape_p
 from .pending import known_kind
 
 # The primitives whose NumPy result views their operand (codegen.view_lowering.NUMPY_VIEWS)
@@ -79,6 +79,33 @@ def distinct_objects(context, out_leaves, output_atoms, atom_positions, argument
                                     view))
             output_atoms[position] = atom = view
         finals[id(leaf)] = atom
+
+
+def numpy_copies(context, out_leaves, output_atoms, atom_positions):
+    """Give each result that is a reshape of another value where NumPy's reshape copied
+    (``y = x.T * 2; return y, y.reshape(-1)``: NumPy's ``y`` is in Fortran order) a copy of
+    its own: compiled code computes ``y`` in C order, where the reshape is a view, and its
+    wrapper would make the result a view of ``y`` (a write into one showing in the other,
+    unlike NumPy's). The trace's values are NumPy's, so they tell."""
+    producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
+    for index, position in sorted(atom_positions.items()):
+        atom, leaf = output_atoms[position], out_leaves[index]
+        value = getattr(leaf, "raw_value", None)
+        if not isinstance(atom, Var) or type(value) is not np.ndarray:
+            continue
+        var, reshaped = atom, False
+        while (eqn := producers.get(var.name)) is not None and eqn.prim.name in VIEWS and (
+                isinstance(eqn.inputs[0], Var)):
+            reshaped = reshaped or eqn.prim.name == "reshape"
+            var = eqn.inputs[0]
+        # (views of arguments: argument_views' business, and NumPy's there)
+        root = context.values.get(var.name, (None,))[0] if (
+            var is not atom and var.name in producers) else None
+        if reshaped and type(root) is np.ndarray and root.size > 1 and not np.shares_memory(
+                value, root):
+            copy = context.new_var(atom.aval)
+            context.body.append(Eqn(cast_p, (atom,), (("dtype", atom.aval.dtype),), copy))
+            output_atoms[position] = copy
 
 
 def _an_array(leaf):

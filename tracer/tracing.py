@@ -762,6 +762,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         # x[...] is a new view, not x: one IR value is one object from here on
         result_identity.distinct_objects(context, out_leaves, output_atoms, atom_positions,
                                          traced_leaves)
+        result_identity.numpy_copies(context, out_leaves, output_atoms, atom_positions)
         writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
         outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:

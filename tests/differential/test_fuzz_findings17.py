@@ -6,7 +6,9 @@ compiled code, with the arguments compared afterwards.
 """
 
 import numpy as np
-from real_model_checks import no_internal_errors, run_calls
+from real_model_checks import assert_same, no_internal_errors, run_calls
+
+import tracejit as tj
 
 
 def lengths(*counts, width=3):
@@ -127,3 +129,25 @@ def test_a_loop_filled_container_changed_by_another_loop_compiles():
     for model in (appended_by_two_loops, doubled_by_a_second_loop):
         f = run_calls(model, lengths(4, 5, 6))
         no_internal_errors(f)
+
+
+# --- a reshape NumPy copies, returned beside what it reshapes -------------------------------
+def fortran_result_flattened(x):
+    y = x.T * 2.0            # NumPy's y is in Fortran order: its reshape(-1) is a copy
+    return y, y.reshape(-1), np.tanh(y).T.ravel()
+
+
+def test_a_reshape_numpy_copies_is_no_view_of_the_result():
+    """Compiled code computes ``y`` in C order, where ``y.reshape(-1)`` is a view, and the
+    wrapper made that result a view of the ``y`` it returned: a write into one showed in
+    the other, where NumPy's are separate arrays (the trace's own call was right)."""
+    f = tj.jit(fortran_result_flattened, cache="memory")
+    for _ in range(3):
+        got = f(np.arange(6.0).reshape(2, 3))
+        want = fortran_result_flattened(np.arange(6.0).reshape(2, 3))
+        assert_same(got, want)
+        assert np.shares_memory(got[0], got[1]) == np.shares_memory(want[0], want[1])
+        for result in (*got, *want):
+            result += 1.0        # a caller writing into each result in turn
+        assert_same(got, want)
+    assert f.stats()["compiled_calls"] >= 2, f.explain()

@@ -185,27 +185,68 @@ def defined_vars(graph):
                 yield from defined_vars(body)
 
 
-def _may_hold_infinities(graph):
+# np.log(0) is -inf on both sides (``margin_rules._exact_outside_domain``): an HMM's log
+# of a transition matrix with zeros holds infinities as a table started at -inf does.
+LOGARITHMS = ("log", "log2", "log10", "log1p")
+# Never ±inf, whatever their operands (tanh(inf) is 1, sin(inf) NaN).
+NEVER_INFINITE = ("tanh", "sin", "cos", "sign")
+
+
+def _may_hold_infinities(graph, seeds=()):
     """Names of the float values an infinity written in the function may reach: constants
-    holding one, ``np.full(..., -np.inf)``, an infinite literal operand, and whatever
-    float value is computed from those (a log-space table started at -inf). The add rule
-    (``margin_rules._add``) checks those for an exact infinity on both sides; values an
-    overflow made infinite are not followed (their bound stays as it is)."""
+    holding one, ``np.full(..., -np.inf)``, an infinite literal operand, a logarithm (of
+    0), and whatever float value is computed from those (a log-space table started at
+    -inf). The add rule (``margin_rules._add``) checks those for an exact infinity on
+    both sides; values an overflow made infinite are not followed (their bound stays as
+    it is). ``seeds``: names that may hold one already (a loop body's inputs:
+    ``loop_body_infinities``)."""
     infinite = {var.name for var, constant in graph.constants
                 if np.asarray(constant.data).dtype.kind == "f"
-                and np.isinf(np.asarray(constant.data)).any()}
+                and np.isinf(np.asarray(constant.data)).any()} | set(seeds)
 
     def reaches(atom):
         return is_infinite_literal(atom) if isinstance(atom, Literal) else atom.name in infinite
 
+    nonpositive, unit = set(), set()  # -|x|; exp of that, in [0, 1]
+    producers = {}
     for eqn in graph.equations:
+        producers[eqn.out.name] = eqn
         if eqn.out.aval.dtype.kind != "f":
             continue
-        value = eqn.params_dict.get("value") if eqn.prim.name == "full" else None
-        if any(reaches(atom) for atom in eqn.inputs) or (
+        name, first = eqn.prim.name, eqn.inputs[0] if eqn.inputs else None
+        if name == "neg" and isinstance(first, Var) and getattr(
+                producers.get(first.name), "prim", None) is abs_p:
+            nonpositive.add(eqn.out.name)
+        if name in NEVER_INFINITE or (name == "exp" and getattr(first, "name", None) in
+                                      nonpositive) or (
+                name == "log1p" and getattr(first, "name", None) in unit):
+            # log1p(exp(-|x - y|)) in logaddexp, softplus, log-sigmoid: finite whatever
+            # reaches x (an isinf check of it would inline the math in the margin kernel)
+            if name == "exp":
+                unit.add(eqn.out.name)
+            continue
+        value = eqn.params_dict.get("value") if name == "full" else None
+        if any(reaches(atom) for atom in eqn.inputs) or name in LOGARITHMS or (
                 value is not None and np.isinf(np.asarray(value, np.float64)).any()):
             infinite.add(eqn.out.name)
     return infinite
+
+
+def loop_body_infinities(body, operands, outer, num_carry):
+    """What ``_may_hold_infinities`` names in a loop ``body`` whose operands are
+    ``operands`` (the loop equation's inputs, bounded by the slice ``outer``): its inputs
+    reached by an infinity outside, and the carried ones its own trips may make infinite
+    (a log-space table's row carried from trip to trip)."""
+    seeds = {var.name for var, operand in zip(body.inputs, operands)
+             if (is_infinite_literal(operand) if isinstance(operand, Literal)
+                 else operand.name in outer.infinite)}
+    while True:
+        infinite = _may_hold_infinities(body, seeds)
+        more = {var.name for var, out in zip(body.inputs[:num_carry], body.outputs)
+                if isinstance(out, Var) and out.name in infinite} - seeds
+        if not more:
+            return infinite
+        seeds |= more
 
 
 # --- the slice: bounds of the values a guard reads ----------------------------------------

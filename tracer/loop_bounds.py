@@ -44,7 +44,7 @@ from dataclasses import replace
 from .abstract import AbstractArray
 from .dims import DimExpr
 from .discontinuities import AMBIGUITY, _unbounded, checked_body
-from .guard_margins import _Slice, add_guard_margins, defined_vars
+from .guard_margins import _Slice, add_guard_margins, defined_vars, loop_body_infinities
 from .ir import Eqn, Guard, Literal, Var
 from .margin_rules import F64, is_bool, is_float
 from .ops import broadcast_to_p, full_p, loop_p
@@ -184,8 +184,10 @@ def _bound_loop(graph, first):
     scoped = replace(body, symbols=tuple(symbol for symbol in graph.symbols
                                          if symbol.name not in names) + body.symbols,
                      shape_guards=graph.shape_guards + body.shape_guards)
+    infinite = loop_body_infinities(body, first.inputs, outer, num_carry)
     while True:
         ctx = _Slice(scoped, cheap=True)
+        ctx.infinite = infinite
         ctx.emitter.next_number = outer.emitter.next_number
         bound_inputs = {position: _fresh(ctx, AbstractArray(body.inputs[position].aval.shape,
                                                             F64))

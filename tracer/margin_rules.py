@@ -128,23 +128,25 @@ def _add(ctx, eqn, bounds):
                     eqn.out.aval.shape)
     if not is_float(eqn.out) or len(eqn.inputs) != 2:
         return bound
-    # An exact infinity plus a surely finite value is that infinity on both sides: a train
-    # loop's ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol:``, EM's
-    # ``prev_ll = -np.inf``, a log-space table started at -inf plus log-probabilities
-    # (CTC, HMMs). Checked only where an infinity written in the function may reach the
-    # operand (``ctx.infinite``): on every add it would double the margin graphs.
-    for (a, ea), (other, e) in (((eqn.inputs[0], bounds[0]), (eqn.inputs[1], bounds[1])),
-                                ((eqn.inputs[1], bounds[1]), (eqn.inputs[0], bounds[0]))):
-        sure = _exact_infinity(ctx, a, ea)
-        if sure is None:
-            continue
-        finite = ctx.emit(isfinite_p, other)
-        if e is not None:
-            finite = ctx.and_(finite, ctx.emit(isfinite_p, ctx.as_number(other, e)))
-        if sure is not ALWAYS:
-            finite = ctx.and_(finite, sure)
-        bound = ctx.fit(ctx.where(finite, number(0.0), bound), eqn.out.aval.shape)
-    return bound
+    # An exact infinity plus a value with a finite bound is exact: a train loop's
+    # ``prev_loss = np.inf`` before ``if abs(prev_loss - loss) < tol:``, EM's ``prev_ll =
+    # -np.inf``, a log-space table started at -inf (or holding np.log(0)) plus
+    # log-probabilities (CTC, HMMs). An infinity with a finite bound is that infinity in
+    # NumPy too (a finite value there would be infinitely far), and a finite bound keeps
+    # a finite value finite, so both sides add the same operands. (Not where both are
+    # finite: an overflow's inf may be NumPy's largest float.) Checked only where an
+    # infinity written in the function may reach an operand (``ctx.infinite``): up to six
+    # operations per add, which every add would pay in a long unrolled table.
+    infinite = [a for a in eqn.inputs if _may_be_infinite(ctx, a)]
+    if not infinite:
+        return bound
+    exact = ctx.emit(isfinite_p, carried)
+    if not any(isinstance(a, Literal) for a in infinite):  # (np.inf written: always one)
+        inf = ctx.emit(isinf_p, infinite[0])
+        if len(infinite) == 2:
+            inf = ctx.or_(inf, ctx.emit(isinf_p, infinite[1]))
+        exact = ctx.and_(inf, exact)
+    return ctx.fit(ctx.where(exact, number(0.0), bound), eqn.out.aval.shape)
 
 
 def is_infinite_literal(atom):
@@ -153,19 +155,12 @@ def is_infinite_literal(atom):
     return isinstance(value, (float, np.floating)) and bool(np.isinf(value))
 
 
-def _exact_infinity(ctx, a, e):
-    """Where ``a`` is the same infinity on both sides (``ALWAYS`` for an infinite literal):
-    infinite here with a finite bound (NumPy's value within a finite distance of an
-    infinity is that infinity); None where no infinity written in the function reaches
-    ``a``."""
+def _may_be_infinite(ctx, a):
+    """Whether an infinity written in the function may reach ``a`` (an infinite literal,
+    or a name in ``ctx.infinite``)."""
     if isinstance(a, Literal):
-        return ALWAYS if is_infinite_literal(a) else None
-    if a.name not in getattr(ctx, "infinite", ()):
-        return None
-    sure = ctx.emit(isinf_p, a)
-    if e is not None:
-        sure = ctx.and_(sure, ctx.emit(isfinite_p, ctx.as_number(a, e)))
-    return sure
+        return is_infinite_literal(a)
+    return a.name in getattr(ctx, "infinite", ())
 
 
 def _multiply(ctx, eqn, bounds):

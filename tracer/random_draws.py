@@ -11,11 +11,12 @@ in the trace's order (draws do not depend on traced data, so order among themsel
 that matters) - and passes the drawn values in.
 
 The stream stays eager's: ``DrawProgram.run`` keeps the state of every generator it draws
-from as it was before, and the runtime puts it back (``DrawProgram.rewind``) whenever the
-call goes on another way (a side exit, a guard margin, an error, an eager rerun), so the
-eager run that follows draws the numbers it would have drawn. A trace keeps the states
-it found in a ``Journal``; a trace that fails, or whose result is not the call's, is
-rewound the same way.
+from as it was before (``tracer.generator_states``: cheaply, it is on every call), and
+the runtime puts it back (``DrawProgram.rewind``) whenever the call goes on another way
+(a side exit, a guard margin, an error, an eager rerun), so the eager run that follows
+draws the numbers it would have drawn. A trace keeps the states it found in a
+``Journal``; a trace that fails, or whose result is not the call's, is rewound the same
+way.
 
 What is recorded is data, never a callable: a generator method by its name, from an
 allowlist (``LEGACY``, ``GENERATOR``: a disk cache entry naming anything else is refused),
@@ -57,6 +58,7 @@ import numpy as np
 from .abstract import COMPILED_DTYPES
 from .dims import DimExpr, SymInt
 from .errors import TraceError
+from .generator_states import keep, put_back
 from .implicit import Path
 from .locations import user_location
 from .loop_generalize import Refused
@@ -271,7 +273,7 @@ class DrawProgram:
                     return None
             found[id(rng)] = rng
             resolved.append(rng)
-        self._before.states = [(rng, _state(rng)) for rng in found.values()]
+        self._before.states = [keep(rng) for rng in found.values()]
         values, made = [], {}
         for number, (op, rng) in enumerate(zip(self.ops, resolved)):
             args = _concrete(op.args, bindings)
@@ -291,21 +293,8 @@ class DrawProgram:
         states = getattr(self._before, "states", None)
         if states:
             self._before.states = None
-            for rng, state in states:
-                _set_state(rng, state)
-
-
-def _state(rng):
-    if type(rng).__name__ == "Generator":
-        return rng.bit_generator.state
-    return rng.get_state(legacy=False)
-
-
-def _set_state(rng, state):
-    if type(rng).__name__ == "Generator":
-        rng.bit_generator.state = state
-    else:
-        rng.set_state(state)
+            for kept in states:
+                put_back(kept)
 
 
 # --- journals: the states a trace found ----------------------------------------------------
@@ -320,13 +309,13 @@ class Journal:
 
     def note(self, rng):
         if id(rng) not in self.states:
-            self.states[id(rng)] = (rng, _state(rng))
+            self.states[id(rng)] = keep(rng)
 
     def rewind(self):
         """Put the generators back as the trace found them (its draws undone)."""
         states, self.states = self.states, {}
-        for rng, state in states.values():
-            _set_state(rng, state)
+        for kept in states.values():
+            put_back(kept)
 
 
 @contextlib.contextmanager

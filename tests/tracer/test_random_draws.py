@@ -234,3 +234,20 @@ def test_gradients_through_a_dropout_layer():
         minus[position] -= eps
         numeric[position] = (loss(plus, X) - loss(minus, X)) / (2 * eps)
     assert np.allclose(W.grad, numeric, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.random.RandomState(2),
+    lambda: np.random.Generator(np.random.MT19937(2)),
+    lambda: np.random.default_rng(2),
+], ids=["RandomState", "Generator(MT19937)", "Generator(PCG64)"])
+def test_a_kept_state_puts_back_every_draw(make):
+    from tracejit.tracer.generator_states import keep, put_back
+
+    rng = make()
+    rng.standard_normal(3)  # RandomState: an odd count leaves a normal cached
+    kept = keep(rng)
+    first = (rng.standard_normal(5), rng.random(4))
+    put_back(kept)
+    again = (rng.standard_normal(5), rng.random(4))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))

@@ -206,6 +206,8 @@ def with_inputs(context, container, path=None, depth=0):
     replaced = {}
     for key, item in items:
         where = None if path is None else Path(path.root, path.steps + (("item", key),))
+        if where is not None and where.key in context.written_paths:
+            continue  # self.cache["w"] = np.zeros(3), read again: what the trace wrote
         if isinstance(item, np.ndarray) and where is not None and not context.is_implicit(
                 item):
             context.implicit_candidates[id(item)] = (where, item)

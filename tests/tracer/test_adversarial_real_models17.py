@@ -46,11 +46,15 @@ took a guard-margin exit on every call (margin_rules.decided_over_indices); the 
 was refused by its own entry (the guard above); a number attribute of a model made in the
 call (``self.bias += update``) was refused as outside state.
 
-Not fixed (strict xfails below): ``self.cache["w"] = np.zeros(3)`` then ``self.cache["w"]
--= v`` in one call updates the previous call's array in compiled calls; an attribute array
-made in the call and written through a row view is stored without the write by compiled
-calls. iamtrask's bits are uint8 (``np.unpackbits``), and ``np.array([[a[i], b[i]]])`` of
-uint8 elements computes in uint8: eager on every call ('not compiled', the reason named).
+Also a wrong result, fixed: a dict item written and then updated in place in one call
+(``self.cache["w"] = np.zeros(3)``, then ``self.cache["w"] -= v``): the second read of
+``self.cache`` read the item as the entry's input, so compiled calls updated the previous
+call's array (outside_inputs.with_inputs keeps what the trace wrote).
+
+Not fixed (strict xfail below): an attribute array made in the call and written through a
+row view (``row = self.w[0]; row -= v``) is stored without the write by compiled calls.
+iamtrask's bits are uint8 (``np.unpackbits``), and ``np.array([[a[i], b[i]]])`` of uint8
+elements computes in uint8: eager on every call ('not compiled', the reason named).
 Alescontrela's convolution adds a ``(n_f, 1)`` bias row to an element (``out[f, y, x] = ...
 + bias[f]``), which NumPy 2 refuses; the compiled call raises it too. Slow: a self-
 organizing map over 5-7 samples (a loop over an index array unrolls: 11 s of compiles),
@@ -603,9 +607,10 @@ class RowOfStateUpdated:
         row -= 0.1 * x
 
 
-@pytest.mark.xfail(strict=True, reason="compiled calls update the previous call's array: "
-                   "the item read after the trace's own write is the dict's entry input")
 def test_an_outside_dict_item_zeroed_then_updated_in_the_same_call():
+    """The dict read again after the trace wrote its item made a new copy with the entry
+    input there (the array the previous call stored), so compiled calls updated that one
+    and the state accumulated across calls."""
     eager, compiled = CacheZeroedThenUpdated(), CacheZeroedThenUpdated()
     fit = jitted(compiled.fit)
     for n in range(4):

@@ -169,7 +169,8 @@ def _run_loop(values, params, bindings, side_exit, effects=None):
             return run_body(params["body"], params["index"],
                             _evaluate(params["start"], bindings),
                             _evaluate(params["stop"], bindings), params["step"], num_carry,
-                            values[:num_carry], values[num_carry:], bindings, effects)
+                            values[:num_carry], values[num_carry:], bindings, effects,
+                            params.get("exit"))
     except IndexError:  # an index out of range: eager decides, as kernels do
         raise side_exit(KERNEL_ERROR) from None
     except LoopGuardFailed:  # a guard of the body fails: the whole call side-exits
@@ -293,6 +294,8 @@ class _Loop:
         self.index, self.start, self.stop, self.step = (params["index"], params["start"],
                                                         params["stop"], params["step"])
         body = body if body is not None else loop_body(graph, eqn)  # (_loop_bodies' plan)
+        # a while loop's done flag (tracejit.tracer.while_loops): its number among the kept
+        self.exit = body.kept.index(params["exit"]) if params.get("exit") is not None else None
         # A body holding a loop compiles to a program of segments and loops itself
         # (compile_looped); this loop then runs it from Python, one call per trip.
         note_loop(graph, eqn)  # before the body compiles: a decision there may read carries
@@ -353,7 +356,8 @@ class _Loop:
     def _add_driver(self, plan, module, program_symbol):
         """``compile``'s ``extend``: the native driver, when the body's layout allows."""
         layout, why = native_loop.layout_of(plan, len(self.kept), self.program_index,
-                                            [len(write.value_shape) for write in self.writes])
+                                            [len(write.value_shape) for write in self.writes],
+                                            self.exit)
         self._plan = plan
         if layout is None:
             self._refusal = why
@@ -373,7 +377,8 @@ class _Loop:
 
             plan = make_schedule(program.graph)
         layout, why = native_loop.layout_of(plan, len(self.kept), self.program_index,
-                                            [len(write.value_shape) for write in self.writes])
+                                            [len(write.value_shape) for write in self.writes],
+                                            self.exit)
         if layout is None or layout.text() != program.driver:  # a stored piece, not ours
             raise UnsupportedError(f"{name}: its native driver was built for "
                                    f"{program.driver!r}, the body needs "
@@ -428,6 +433,8 @@ class _Loop:
                 region_axes.append(axes)
                 if self.native is None:
                     regions.append(_regions(buffer, axes, trips))
+        if self.exit is not None and trips and bool(carried[self.exit]):
+            trips = ()  # done before the first trip (a while loop's trip 0 peeled)
         if self.native is not None and trips:
             geometry = [(buffers[write.position], *_region_geometry(buffers[write.position],
                                                                     axes, trips))
@@ -445,6 +452,8 @@ class _Loop:
                 carried = results[:kept]
                 for number, region in enumerate(regions):
                     region[trip] = np.reshape(results[kept + number], region.shape[1:])
+                if self.exit is not None and bool(carried[self.exit]):
+                    break  # a while loop's exit
         except side_exit as exit:
             # No guard of the body has a number in the outer graph's trace tree: the
             # whole call side-exits and runs eagerly (nothing was returned or written

@@ -8,7 +8,8 @@ check: ``ProgramLowering.build(raw_entry=True)``) and this module's driver::
 
 ``args`` (int64s, in ``Layout``'s order, filled by ``NativeLoop.run``)::
 
-    trips, start, step, exit_trip          exit_trip: written on a side exit
+    trips, start, step, exit_trip          exit_trip: written on a side exit, or the
+                                           trips run when the loop's exit flag ends it
     slots[S]       the raw entry's data pointers: inputs, constants, outputs, workspace
     spare[K]       the second buffer of each carried value
     per write:     dest (the region at the first trip), per_trip, sizes[rank], strides[rank]
@@ -22,7 +23,9 @@ buffer's strides (``hs[:, t, :] = h``: no NumPy, no view per trip). Then each ca
 value's output becomes its input and the other buffer the next output: trip 0 reads the
 caller's initial value and writes the output buffer, trip 1 writes the spare, trip 2 the
 output buffer again, ... (double buffering; no allocation per trip, the initial value is
-never written). BLAS and the thread pool are called by the kernels as in any program.
+never written). BLAS and the thread pool are called by the kernels as in any program. A
+while loop's (``exit``: which carried value is its bool ``done``) stops after the trip
+that sets ``done``, writing the trips it ran to ``exit_trip``.
 
 >>> Layout(slots=4, carried=((0, 2),), writes=((3, 2, 4),), symbols=3, index=2).text()
 'slots=4 carried=((0, 2),) writes=((3, 2, 4),) symbols=3 index=2'
@@ -57,10 +60,12 @@ class Layout:
     writes: tuple
     symbols: int
     index: int
+    exit: int | None = None  # the carried value (its number in ``carried``) that ends it
 
     def text(self):
-        return (f"slots={self.slots} carried={self.carried} writes={self.writes} "
+        text = (f"slots={self.slots} carried={self.carried} writes={self.writes} "
                 f"symbols={self.symbols} index={self.index}")
+        return text if self.exit is None else f"{text} exit={self.exit}"
 
     def size(self):
         return (HEADER + self.slots + len(self.carried) +
@@ -71,13 +76,14 @@ def driver_name(program_symbol):
     return f"{program_symbol}_loop"
 
 
-def layout_of(plan, num_kept, index, write_ranks):
+def layout_of(plan, num_kept, index, write_ranks, exit=None):
     """The ``Layout`` for a body whose first ``num_kept`` outputs are carried values and
     the rest values written at the index (into regions of ``write_ranks`` axes; a value
     may have another shape with as many elements: it is copied in C order), or ``None``
     (with why) when a driver cannot
     run it: a carried result that is not a buffer of its own (an input passed through, a
-    view, a scalar, the same value twice) or shapes that change with the index."""
+    view, a scalar, the same value twice) or shapes that change with the index. ``exit``:
+    the number of the kept carried value that ends the loop (a while loop's), or None."""
     from .lowering import program_slots
 
     graph = plan.graph
@@ -103,7 +109,7 @@ def layout_of(plan, num_kept, index, write_ranks):
     if any(isinstance(dim, DimExpr) and index in dim.symbols() for dim in sizes):
         return None, "a buffer's size depends on the index"
     return Layout(len(slots), tuple(carried), tuple(writes), len(symbols),
-                  symbols.index(index)), None
+                  symbols.index(index), exit), None
 
 
 # --- the driver in LLVM ---------------------------------------------------------------------
@@ -165,6 +171,16 @@ def add_driver(module, program_symbol, layout):
             old = builder.load(slot(in_slot), typ=PTR)
             builder.store(builder.select(first, spare, old), slot(out_slot))
             builder.store(produced, slot(in_slot))
+        if layout.exit is not None:  # a while loop: its done flag, as the trip left it
+            flag = builder.load(builder.load(slot(layout.carried[layout.exit][0]), typ=PTR),
+                                typ=I8)
+            done = function.append_basic_block("trip.done")
+            going = function.append_basic_block("trip.next")
+            builder.cbranch(builder.icmp_unsigned("!=", flag, ir.Constant(I8, 0)), done, going)
+            builder.position_at_end(done)
+            builder.store(builder.add(k, ir.Constant(I64, 1)), word(3))
+            builder.ret(ir.Constant(I32, 0))
+            builder.position_at_end(going)
 
     counted_loop(builder, ir.Constant(I64, 0), trips, trip, label="trips")
     builder.ret(ir.Constant(I32, 0))
@@ -252,12 +268,15 @@ class NativeLoop:
         args[at:] = [0 if number == layout.index else bindings[name]  # the driver sets t
                      for number, name in enumerate(self.symbols)]
         status = self.call(args.ctypes.data)
+        ran = len(trips)
+        if layout.exit is not None and not status and args[3] >= 0:
+            ran = int(args[3])  # the trip that set the exit flag ended it
         results = []
         for (in_slot, out_slot), spare in zip(layout.carried, spares):
-            if not trips:
+            if not ran:
                 results.append(keep[in_slot])
             else:  # trip 0 wrote the output buffer, trip 1 the spare, ...
-                results.append(keep[out_slot] if len(trips) % 2 else spare)
+                results.append(keep[out_slot] if ran % 2 else spare)
         return status, int(args[3]), results
 
 

@@ -31,6 +31,7 @@ from .locations import line_prefix, user_location
 from .loops import UNDEFINED
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
+from .while_loops import as_written
 
 
 def _tracked(value):
@@ -117,6 +118,12 @@ class EagerHooks:
         for t in reverse(trips) if reverse is not None else trips:
             values = tuple(body(t, *values))
         return values
+
+    def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
+                   kind, handed):
+        # a loop with a data-dependent exit runs as written (tracejit.tracer.while_loops)
+        values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
+        return as_written(kind, range_function, range_args, functions, values, handed)
 
     def indexable(self, kind, sequences):
         return False  # loops over rows and counted while loops run as written

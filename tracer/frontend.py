@@ -78,6 +78,7 @@ from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
 from .view_writes import index_in, numpy_root
+from .while_loops import run_while
 
 
 # The ufunc behind each in-place operator (for NumPy's casting error message).
@@ -616,6 +617,12 @@ class Hooks:
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         return run_loop(self.context, range_function, range_args, body, names, frame_locals,
                         (body.__code__.co_filename, line), reverse)
+
+    def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
+                   kind, handed):
+        """A loop with a data-dependent exit (``tracejit.tracer.while_loops``)."""
+        return run_while(self.context, range_function, range_args, functions, names,
+                         frame_locals, (functions[0].__code__.co_filename, line), kind, handed)
 
     def set_in(self, array, index, value):
         """``container[key][index] = value`` with ``array = container[key]``: a NumPy

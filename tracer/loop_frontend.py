@@ -53,7 +53,7 @@ def _nested_hook_reads(visitor, node):
     """``__tracejit__.loop(range, args, body, ("out", ...), locals(), line)`` reads the
     names it carries through ``locals()``: they are loads of the enclosing body."""
     func = node.func
-    if (isinstance(func, ast.Attribute) and func.attr == "loop"
+    if (isinstance(func, ast.Attribute) and func.attr in ("loop", "while_loop")
             and isinstance(func.value, ast.Name) and func.value.id == HOOK
             and len(node.args) >= 4 and isinstance(node.args[3], ast.Tuple)):
         visitor.loaded |= {element.value for element in node.args[3].elts
@@ -144,13 +144,16 @@ def unsupported_statements(node):
 
 
 def _walk_past_fallbacks(node):
-    """``ast.walk(node)`` without the subtrees of nodes marked ``tracejit_fallback``."""
+    """``ast.walk(node)`` without the subtrees of nodes marked ``tracejit_fallback``, nor the
+    loops with a data-dependent exit ``tracejit.tracer.while_loops`` captures (marked
+    ``tracejit_while``)."""
     pending = [node]
     while pending:
         item = pending.pop()
         yield item
         pending.extend(child for child in ast.iter_child_nodes(item)
-                       if not getattr(child, "tracejit_fallback", False))
+                       if not getattr(child, "tracejit_fallback", False)
+                       and not getattr(child, "tracejit_while", False))
 
 
 def _range_call(iterator):

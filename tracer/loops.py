@@ -43,6 +43,7 @@ from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .ops.control import LoopGuardFailed, loop_p, run_body
 from .pending import Pending, force, known_kind
 from .traced_array import Tracer
+from .while_loops import exit_position
 
 log = logging.getLogger("tracejit.loops")
 
@@ -702,10 +703,13 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
     start_expr = expr_of(start) + (0 if from_first is not None else step)
     loop_params = dict(body=graph, index=index_name, start=start_expr, stop=expr_of(stop),
                        step=step, num_carry=len(slots))
+    exit = exit_position(body, carries)  # a while loop's (tracejit.tracer.while_loops)
+    if exit is not None:
+        loop_params["exit"] = exit
     # Real values: iterations 1 and 2 were traced on real data; the rest run when
     # something reads their results (tracejit.tracer.pending), or now.
     rest = _RemainingTrips(context, graph, index_name, t1 + 2 * step, value_of(stop), step,
-                           trial2.outputs, free_vars)
+                           trial2.outputs, free_vars, exit)
     if _deferrable(context, graph):
         finals = rest.pending()
         emit_prints(context, trial1.prints + trial2.prints)
@@ -744,7 +748,8 @@ class _RemainingTrips:
     (``run_body``): ``run`` now, or ``pending`` values that run them all once, when the
     first of them is read."""
 
-    def __init__(self, context, body, index, start, stop, step, outputs, free_vars):
+    def __init__(self, context, body, index, start, stop, step, outputs, free_vars,
+                 exit=None):
         # Values as they are now, maybe pending (a NumPy constant's is its snapshot).
         self.free = [context.values[var.name][0] for var in free_vars]
         self.carried = [out.lazy_value() for out in outputs]
@@ -753,11 +758,13 @@ class _RemainingTrips:
         self.examples = [out.lazy_value() if out.shape else out.value for out in outputs]
         self.args = (body, index, start, stop, step, len(outputs))
         self.bindings = context.symbol_values()
+        self.exit = exit
 
     def run(self, effects=None):
         try:
             finals = run_body(*self.args, [np.asarray(force(value)) for value in self.carried],
-                              [force(value) for value in self.free], self.bindings, effects)
+                              [force(value) for value in self.free], self.bindings, effects,
+                              self.exit)
         except IndexError as error:
             # An id past the table at a later trip (out[t] = x[idx[t]]): NumPy's own error,
             # which the eager run raises at that trip too; not tracejit's, so later calls

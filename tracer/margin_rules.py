@@ -421,7 +421,17 @@ def _power(ctx, eqn, bounds):
                           ctx.emit(log1p_p, ctx.sub(number(0.0), ctx.div(e, x))))
         grown = ctx.mul(ctx.abs(eqn.out), ctx.emit(expm1_p, ctx.mul(spread,
                                                                      number(abs(exponent)))))
-        return ctx.where(ctx.greater(x, e), grown, INF)
+        near_zero = INF
+        if exponent.is_integer() and exponent >= 1:
+            # |a^p - b^p| <= p e (|a| + e)^(p-1) (mean value theorem), also where the
+            # operand's bound reaches 0 ((x - c) ** 2 at a point that is its k-means center)
+            reach = ctx.add(x, e)
+            near_zero = ctx.where(ctx.greater(INF, e), ctx.mul(
+                ctx.mul(number(exponent), e), reach if exponent == 2 else ctx.emit(
+                    PRIMITIVES["power"], reach, Literal.of(np.float64(exponent - 1)))), INF)
+        # An operand with no error (bound 0) carries none, 0 included (a NaN bound: INF).
+        return ctx.where(ctx.emit(less_equal_p, e, number(0.0)), number(0.0),
+                         ctx.where(ctx.greater(x, e), grown, near_zero))
 
     bound = _math(carry)(ctx, eqn, [ex])
     return _exact_power_poles(ctx, eqn, ex, bound) if isinstance(y, Literal) else bound

@@ -33,6 +33,7 @@ from .loop_attributes import hoist_attributes
 from .loop_frontend import _range_call, rewrite_for
 from .loop_sequences import expand_sequence_loops
 from .unpacking import needs_split, split_targets
+from .while_loops import mark_while_loops, rewrite_while
 
 HOOK = "__tracejit__"
 
@@ -146,7 +147,15 @@ class _Rewriter(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
+    def visit_While(self, node):
+        if getattr(node, "tracejit_while", False):
+            return rewrite_while(self, node)  # a data-dependent exit: a loop node
+        self.generic_visit(node)
+        return node
+
     def visit_For(self, node):
+        if getattr(node, "tracejit_while", False):
+            return rewrite_while(self, node)  # for ... range(n): ... break
         if not _over_range(node) and isinstance(node.iter, (ast.Name, ast.Attribute,
                                                             ast.Subscript)):
             # for layer in model: a container class's own __iter__ runs rewritten, so the
@@ -586,6 +595,7 @@ def rewrite_tree(function):
     """The rewritten ``FunctionDef`` of ``function`` and its original source."""
     node, source = _function_node(function)
     node = expand_sequence_loops(node)  # for xt in x: by index when x is traced
+    mark_while_loops(node)  # loops with a data-dependent exit, before any rewrite
     node = expand_if_selects(node)  # if x[i] == m: d[i] = g: a select when x is traced
     scope = _Scope(node)
     for name, (kind, line) in scope.declared.items():

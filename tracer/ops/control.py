@@ -10,7 +10,10 @@ dim literals, running over ``range(start, stop, step)``; ``start``/``stop`` are 
 ``output`` after the last iteration: a loop whose results are all used appears once per
 result, with the same operands and body; execution runs each such group once. ``bounds``
 pairs a carried value with the carried value that holds its rounding bound
-(``tracejit.tracer.loop_bounds``: compiled against NumPy, trip after trip).
+(``tracejit.tracer.loop_bounds``: compiled against NumPy, trip after trip). ``exit``
+(a while loop, ``tracejit.tracer.while_loops``) is the position of a carried bool
+scalar: the loop stops after the first trip that sets it (its body is the identity once
+it is set, so a trip more or less changes nothing but time).
 
 Buffers written at the index (``hs[:, t, :] = h``) are carried values updated
 functionally in the IR (``where(pad(mask), pad(h), hs)``); ``inplace_writes`` finds that
@@ -217,18 +220,22 @@ def _mentions(value, symbol):
 
 
 def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
-             effects=None):
+             effects=None, exit=None):
     """Run the loop eagerly: ``carried`` values through ``range(start, stop, step)``
     iterations of ``body``; ``free`` are the outside values it reads. Returns the carried
     values after the last iteration. Buffers written at the index are copied once and
     then written in place. A guard of the body that fails raises ``LoopGuardFailed``;
     prints are appended to ``effects`` as ``(stream, text)`` (written at once when it is
-    None)."""
+    None). ``exit``: the position of the carried bool that ends the loop (a while loop)."""
     from ..loop_vectorize import run_batched  # cycle: loop_vectorize -> ops.control
 
-    batched = run_batched(body, index, start, stop, step, num_carry, carried, free, bindings)
-    if batched is not None:  # a parallel map: the whole range at once
-        return batched
+    if exit is None:
+        batched = run_batched(body, index, start, stop, step, num_carry, carried, free,
+                              bindings)
+        if batched is not None:  # a parallel map: the whole range at once
+            return batched
+    if exit is not None and bool(carried[exit]):
+        return carried
     plan = BodyPlan(body, num_carry)
     carried = [np.array(value) if position in plan.writes else value
                for position, value in enumerate(carried)]
@@ -285,20 +292,23 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
             else:
                 updated.append(_atom_value(atom, env, scope))
         carried = updated
+        if exit is not None and bool(carried[exit]):
+            break
     return carried
 
 
 def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bounds=(),
-               bindings=None, effects=None):
+               exit=None, bindings=None, effects=None):
     avals = [var.aval for var in body.inputs]
     bindings = bind_symbols(avals, operands, bindings)
     start, stop = _evaluate(start, bindings), _evaluate(stop, bindings)
     result = run_body(body, index, start, stop, step, num_carry, list(operands[:num_carry]),
-                      list(operands[num_carry:]), bindings, effects)
+                      list(operands[num_carry:]), bindings, effects, exit)
     return result[output]
 
 
-def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0, bounds=()):
+def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0, bounds=(),
+               exit=None):
     if len(avals) != len(body.inputs) or len(body.outputs) != num_carry:
         raise ValueError("a loop's operands must match its body's inputs, and its body "
                          "must return its carried values")
@@ -316,6 +326,9 @@ def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0, boun
             raise ValueError(f"carried value {position} changes type in the loop body")
     if not isinstance(step, int) or step == 0:
         raise ValueError("a loop's step must be a nonzero int")
+    if exit is not None and not (isinstance(exit, int) and 0 <= exit < num_carry and (
+            body.outputs[exit].aval.shape == () and body.outputs[exit].aval.dtype == np.bool_)):
+        raise ValueError("a loop's exit must be the position of a carried bool scalar")
     if any(isinstance(dim, SymInt) for aval in avals for dim in aval.shape):
         _verify_body(body, avals)  # the verifier's call (eager calls checked shapes already)
     result = body.outputs[output].aval

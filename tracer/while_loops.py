@@ -184,13 +184,9 @@ def rewrite_while(rewriter, node):
     test_line = test.lineno  # the decisions' guards, when the loop runs as written
     index = node.target.id if isinstance(node, ast.For) else "__tracejit_t"
     function_node = rewriter.function_node
-    # The carried names, from the loop as written (AutoGraph's rule: assigned in the body
-    # and live after it or read before assigned in a trip)
-    names = [name for name in loop_variables(_as_for(node, index, pre, test, post),
-                                             function_node) if name != index]
-    # names pre assigns that the test or post read: handed on within a trip
-    handed = sorted((_names_stored(pre) & (_names_read([test]) | _names_read(post)))
-                    - set(names) - {index})
+    original = ast.Module(body=[*node.body, ast.Expr(node.test) if isinstance(
+        node, ast.While) else ast.Expr(node.iter)], type_ignores=[])
+    else_reads = _names_read(node.orelse)
     targets = getattr(rewriter, "loop_targets", ())
     if isinstance(node, ast.For):
         rewriter.loop_targets = (*targets, index)
@@ -202,6 +198,16 @@ def rewrite_while(rewriter, node):
         orelse = [rewriter.visit(statement) for statement in node.orelse]
     finally:
         rewriter.loop_targets = targets
+    # The carried names, from the rewritten body (out[k] = v is out = set_item(out, ...)
+    # there): AutoGraph's rule, assigned in the body and live after it (the else clause
+    # included) or read before assigned in a trip
+    loop = _as_for(node, index, pre, test, post)
+    loop.tracejit_twin = original  # the loop as written reads nothing after itself
+    loop.tracejit_live_after = else_reads
+    names = [name for name in loop_variables(loop, function_node) if name != index]
+    # names pre assigns that the test or post read: handed on within a trip
+    handed = sorted((_names_stored(pre) & (_names_read([test]) | _names_read(post)))
+                    - set(names) - {index})
     line = node.lineno
     within = names + handed
 
@@ -442,7 +448,8 @@ def _first_trip(context, t, carried, functions, kind, count):
         if bool(stop):  # a guard: values of other types at the break
             raise _Stop(tuple(at_break), kind != "while")
         return (*after, _false(context))
-    return (*(np.where(stop, a, b) for a, b in zip(at_break, after)), stop)
+    return (*(_into(context, entered, left, np.where(stop, a, b))
+              for entered, left, a, b in zip(carried, after, at_break, after)), stop)
 
 
 def _traced_trip(context, t, carried, done, functions, kind, count):
@@ -466,8 +473,8 @@ def _traced_trip(context, t, carried, done, functions, kind, count):
     for name_values in zip(before, at_break, after):
         if not all(_same_type(name_values[0], value) for value in name_values[1:]):
             raise Refused("a carried value changes shape or dtype in the loop")
-    new = [np.where(done, old, np.where(stop, a, b))
-           for old, a, b in zip(before, at_break, after)]
+    new = [_into(context, entered, left, np.where(done, old, np.where(stop, a, b)))
+           for entered, left, old, a, b in zip(carried, after, before, at_break, after)]
     return (*new, np.logical_or(done, stop))
 
 
@@ -508,6 +515,22 @@ def _written_trip(t, carried, done, functions, kind, count):
     if (not stop) if kind == "while" else stop:
         raise _Stop(tuple(within[:count]), kind != "while")
     return (*post(t, *within), np.asarray(False))
+
+
+def _into(context, entered, left, value):
+    """The trip's chosen ``value`` for a name that entered as ``entered`` and that the body
+    left as ``left``: written into ``left`` when the body updated the entering array in
+    place (an argument's ``buf[0] += 1``, a view's ``row += x``, a NumPy array it turned
+    into a traced copy): the caller's array, the base and other names see it, as NumPy's
+    in-place writes show there; else ``value`` itself."""
+    from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
+
+    in_place = isinstance(left, Tracer) and (left is entered or isinstance(
+        entered, np.ndarray) and context.replaced.get(id(entered)) is left)
+    if not in_place:
+        return value
+    left[...] = value
+    return left
 
 
 def _kept(context, value):

@@ -226,6 +226,52 @@ def test_an_exit_read_off_a_float32_matmul_is_numpys():
             exact=False, rtol=1e-5)
 
 
+# --- writes in the body: into a buffer, an argument, a view ---------------------------------
+def counts_into_a_buffer(x, tol):
+    counts = np.zeros(2)
+    while x.sum() > tol:
+        x = x / 2.0
+        counts[0] = counts[0] + 1.0
+        counts[1] += x.sum()
+    return x, counts
+
+
+def counts_into_an_argument(x, counts, tol):
+    for _i in range(40):
+        x = x / 2.0
+        counts[0] += 1.0  # the caller's array, as eager writes it
+        if x.sum() < tol:
+            break
+    return x
+
+
+def sums_through_a_view(x, tol):
+    out = np.zeros((2, 2))
+    row = out[0]
+    while x.sum() > tol:
+        x = x / 2.0
+        row += x  # a write into out
+    return x, out
+
+
+@pytest.mark.parametrize("function, arguments", [
+    (counts_into_a_buffer, lambda tol: (np.array([3.0, 4.0]), np.array(tol))),
+    (counts_into_an_argument, lambda tol: (np.array([3.0, 4.0]), np.zeros(2),
+                                           np.array(tol))),
+    (sums_through_a_view, lambda tol: (np.array([3.0, 4.0]), np.array(tol))),
+])
+def test_writes_in_the_body_land_where_numpys_do(function, arguments):
+    f = tj.jit(function, cache="memory")
+    for tol in (1.0, 0.1, 100.0, 2.5):
+        got, want = arguments(tol), arguments(tol)
+        got_results, want_results = f(*got), function(*want)
+        if not isinstance(want_results, tuple):
+            got_results, want_results = (got_results,), (want_results,)
+        for g, w in zip((*got_results, *got), (*want_results, *want)):  # arguments too
+            np.testing.assert_array_equal(g, w)
+    compiled_every_call(f)
+
+
 # --- forms left as written: correct, a guard per trip ---------------------------------------
 def python_counter(x, tol):
     it = 0

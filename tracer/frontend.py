@@ -188,6 +188,9 @@ def _written_by_the_trace(context, path):
     steps = path.steps
     for end in range(len(steps) - 1, 0, -1):
         rest = steps[end:]
+        if all(step == "item" for step, _ in rest) and (
+                Path(path.root, steps[:end]).key in written):
+            return True  # self.w = np.zeros((2, 3)), then row = self.w[0]: its row
         if rest[0][0] == "attr" and rest[0][1] in _ARRAY_FACTS and all(
                 step == "item" for step, _ in rest[1:]) and (
                 Path(path.root, steps[:end]).key in written):

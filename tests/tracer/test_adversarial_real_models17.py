@@ -49,11 +49,12 @@ call (``self.bias += update``) was refused as outside state.
 Also a wrong result, fixed: a dict item written and then updated in place in one call
 (``self.cache["w"] = np.zeros(3)``, then ``self.cache["w"] -= v``): the second read of
 ``self.cache`` read the item as the entry's input, so compiled calls updated the previous
-call's array (outside_inputs.with_inputs keeps what the trace wrote).
+call's array (outside_inputs.with_inputs keeps what the trace wrote); and an attribute
+array made in the call and written through a row view (``row = self.w[0]; row -= v``) was
+stored without the write by compiled calls (the row was read as an outside input:
+frontend._written_by_the_trace covers items of what the trace wrote).
 
-Not fixed (strict xfail below): an attribute array made in the call and written through a
-row view (``row = self.w[0]; row -= v``) is stored without the write by compiled calls.
-iamtrask's bits are uint8 (``np.unpackbits``), and ``np.array([[a[i], b[i]]])`` of uint8
+Not fixed: iamtrask's bits are uint8 (``np.unpackbits``), and ``np.array([[a[i], b[i]]])`` of uint8
 elements computes in uint8: eager on every call ('not compiled', the reason named).
 Alescontrela's convolution adds a ``(n_f, 1)`` bias row to an element (``out[f, y, x] = ...
 + bias[f]``), which NumPy 2 refuses; the compiled call raises it too. Slow: a self-
@@ -67,7 +68,6 @@ and an exception eager raises must be raised too.
 import copy
 
 import numpy as np
-import pytest
 from real_model_checks import (
     all_compiled,
     assert_same,
@@ -620,9 +620,10 @@ def test_an_outside_dict_item_zeroed_then_updated_in_the_same_call():
         assert_same(compiled.cache, eager.cache)
 
 
-@pytest.mark.xfail(strict=True, reason="compiled calls store the array without the write "
-                   "through its row view")
 def test_an_attribute_made_in_the_call_updated_through_a_row_view():
+    """``self.w[0]`` read after the trace wrote ``self.w`` was an outside read of the row
+    (an input), so compiled calls wrote the row into the previous array and stored the
+    zeros."""
     eager, compiled = RowOfStateUpdated(), RowOfStateUpdated()
     fit = jitted(compiled.fit)
     for n in range(3):

@@ -709,8 +709,11 @@ class NativeLoopProgram(LoopProgram):
         bindings.update(zip(self.explicit, inputs[len(graph.inputs):]))
         for step in self.steps:
             step.run(env, bindings, SideExit)
+        copies = {}  # a constant returned is a new array per call, as NumPy's (once per value)
         return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
-                     else env[atom.name] for atom in graph.outputs)
+                     else copies.setdefault(atom.name, np.array(env[atom.name]))
+                     if atom.name in self.constants else env[atom.name]
+                     for atom in graph.outputs)
 
 
 def _loop_bodies(graph, groups, name, plans):

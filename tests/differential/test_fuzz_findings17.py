@@ -151,3 +151,27 @@ def test_a_reshape_numpy_copies_is_no_view_of_the_result():
             result += 1.0        # a caller writing into each result in turn
         assert_same(got, want)
     assert f.stats()["compiled_calls"] >= 2, f.explain()
+
+
+# --- a constant returned by a program with loops ------------------------------------------
+def rows_scaled_twice_and_a_table(v):
+    out = np.zeros(v.shape[0])
+    for k in range(2):                  # unrolled: two captured loops
+        for t in range(v.shape[0]):
+            out[t] -= v[t] * k
+    return out, np.full(3, -np.inf)
+
+
+def test_a_constant_result_of_a_loop_program_is_a_new_writeable_array():
+    """NativeLoopProgram returned a constant output as the graph's frozen array: read-only
+    (a caller's write raised ValueError where NumPy's array takes it) and the same object
+    at every call."""
+    f = tj.jit(rows_scaled_twice_and_a_table, cache="memory")
+    results = []
+    for _ in range(3):
+        got = f(np.arange(17.0))          # (at 5 the loops unroll: no loop program)
+        assert_same(got, rows_scaled_twice_and_a_table(np.arange(17.0)))
+        got[1][0] = 0.0                 # NumPy's result is writeable
+        results.append(got[1])
+    assert results[0] is not results[1] and results[1][1] == -np.inf
+    assert f.stats()["compiled_calls"] >= 2, f.explain()

@@ -238,8 +238,7 @@ def collect(context, output_atoms):
     """The appends, in program order, each array or scalar leaf of an appended value
     appended to ``output_atoms`` (an argument array as the argument itself)."""
     appends = []
-    stored = {id(value) for _, _, _, value, _ in getattr(context, "attribute_writes",
-                                                           {}).values()}
+    stored = [value for _, _, _, value, _ in getattr(context, "attribute_writes", {}).values()]
     for path, target, value, _ in getattr(context, "list_appends", ()):
         flat, tree = pytree.flatten(value)
         leaves = []
@@ -251,7 +250,8 @@ def collect(context, output_atoms):
             else:
                 leaves.append(output_leaf(context, leaf, output_atoms))
         appends.append(ListAppend(path, "append", tree, tuple(leaves),
-                                  stored_by_the_call=id(target) in stored))
+                                  stored_by_the_call=any(_holds(written, target)
+                                                         for written in stored)))
     return appends
 
 
@@ -295,13 +295,44 @@ def apply(context, leaves):
 
 def _stored_anew(context, target):
     """The list now where this call stored ``target`` (``self.errors = []``, then
-    ``self.errors.append(mse)`` in ML-From-Scratch's regression fit): the attribute write,
-    applied first, stored a new list built from ``target``'s contents, which the appends
-    had not reached yet. The appends go there, as a compiled call's do through the path."""
+    ``self.errors.append(mse)`` in ML-From-Scratch's regression fit; ``self.history =
+    {"loss": []}``): the attribute write, applied first, stored a new list built from
+    ``target``'s contents, which the appends had not reached yet. The appends go there, as
+    a compiled call's do through the path."""
     for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
-        if value is target:
-            return getattr(owner, name)
+        found = _counterpart(value, getattr(owner, name, None), target)
+        if found is not None:
+            return found
     return target
+
+
+def _counterpart(written, stored, target, depth=0):
+    """What ``stored`` (a container rebuilt from ``written``) holds where ``written`` holds
+    ``target``; None where ``written`` does not hold it."""
+    if written is target:
+        return stored if type(stored) is list else None
+    if depth > 3 or type(written) is not type(stored) or type(written) not in (
+            dict, list, tuple):
+        return None
+    if type(written) is dict:
+        pairs = ((item, stored.get(key)) for key, item in written.items())
+    else:
+        pairs = zip(written, stored)
+    for item, counterpart in pairs:
+        found = _counterpart(item, counterpart, target, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _holds(value, target, depth=0):
+    """Does ``value`` (an attribute write's) hold the list ``target``?"""
+    if value is target:
+        return True
+    if depth > 3 or type(value) not in (dict, list, tuple):
+        return False
+    items = value.values() if type(value) is dict else value
+    return any(_holds(item, target, depth + 1) for item in items)
 
 
 def _fresh(value, callers):

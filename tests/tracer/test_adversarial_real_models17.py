@@ -49,7 +49,9 @@ call (``self.bias += update``) was refused as outside state.
 Also a wrong result, fixed: a dict item written and then updated in place in one call
 (``self.cache["w"] = np.zeros(3)``, then ``self.cache["w"] -= v``): the second read of
 ``self.cache`` read the item as the entry's input, so compiled calls updated the previous
-call's array (outside_inputs.with_inputs keeps what the trace wrote); and an attribute
+call's array (outside_inputs.with_inputs keeps what the trace wrote); a list inside a dict
+stored by the call (``self.history = {"loss": []}``) got none of its appends on the traced
+call (list_appends._counterpart); and an attribute
 array made in the call and written through a row view (``row = self.w[0]; row -= v``) was
 stored without the write by compiled calls (the row was read as an outside input:
 frontend._written_by_the_trace covers items of what the trace wrote).
@@ -755,6 +757,27 @@ def test_regression_fit_appends_its_errors_and_compiles():
         for seed, n in enumerate((4, 4, 7)):
             assert_same(predict(_regression(n, 9 + seed)[0]),
                         eager.predict(_regression(n, 9 + seed)[0]), **F64)
+
+
+class HistoryOfLosses:
+    """A Keras-like history made by ``fit``: ``self.history = {"loss": []}``, appended to."""
+
+    def fit(self, x):
+        self.history = {"loss": []}
+        for epoch in range(3):
+            self.history["loss"].append(np.sum(x) * epoch)
+
+
+def test_a_list_inside_a_dict_stored_by_the_call_gets_its_appends():
+    """The traced call stored a new dict and list and appended to the old list: the history
+    stayed empty on every first call of a variant."""
+    eager, compiled = HistoryOfLosses(), HistoryOfLosses()
+    fit = jitted(compiled.fit)
+    for n in range(3):
+        x = np.arange(3.0) + n
+        assert_same(fit(x), eager.fit(x))
+        assert_same(compiled.history, eager.history)
+    no_internal_errors(fit)
 
 
 def fit_a_perceptron_made_here(X, y):

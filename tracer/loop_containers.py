@@ -56,7 +56,7 @@ from .errors import TraceSignal
 from .loop_generalize import Refused
 from .loop_rows import Rows, RowsLayout
 from .pending import known_kind
-from .traced_array import Tracer
+from .traced_array import Tracer, trace_error
 
 
 class Refusal(TraceSignal):
@@ -424,7 +424,6 @@ def alias_error(context, value):
     noted = getattr(context, "entry_aliases", {}).get(id(value))
     if noted is None or noted[0] is not value:
         return None
-    from .traced_array import trace_error
     return trace_error(f"an in-place write into an array a captured loop's list or dict "
                        f"shares: {noted[1]}; NumPy's write would show in both. Write into a "
                        "copy, or append a copy (hs.append(h.copy()))")

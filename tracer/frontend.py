@@ -513,6 +513,10 @@ class Hooks:
             args = (type(args[0])(
                 array_of(item) if _holds_traced(item, depth=1) else np.asarray(item)
                 if type(item) in (list, tuple) else item for item in args[0]), *args[1:])
+        if isinstance(function, np.ufunc) and any(_holds_traced(arg) for arg in args):
+            # np.subtract(y_pred, word) with word a list of run-time ints: its array, as
+            # NumPy makes it (converting the traced items would stop the trace)
+            args = tuple(array_of(arg) if _holds_traced(arg) else arg for arg in args)
         if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
             return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
         if args and is_traced_array(args[0]):

@@ -510,8 +510,18 @@ def take_along_axis(arr, indices, axis):
     return getitem(arr, tuple(index))
 
 
+def _operand(value):
+    """A product's operand as NumPy makes it an array first: a list (word2vec's one-hot
+    lists, ``np.dot(x, W1)``; its numbers may be run-time inputs) is its array, and a
+    Python number a strong 0-d one (``np.dot(2.0, x32)`` is float64)."""
+    if type(value) in (list, tuple) and value:
+        return array_of(value)
+    return as_array(value)
+
+
 def dot(a, b, out=None):
     no_out("dot", out)
+    a, b = _operand(a), _operand(b)
     if ndim_of(a) == 0 or ndim_of(b) == 0:
         return a * b
     if ndim_of(b) > 2:
@@ -523,6 +533,7 @@ def dot(a, b, out=None):
 
 def outer(a, b, out=None):
     no_out("outer", out)
+    a, b = _operand(a), _operand(b)
     return ops.reshape(a, (-1, 1)) * ops.reshape(b, (1, -1))
 
 

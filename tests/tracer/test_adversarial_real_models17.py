@@ -793,3 +793,38 @@ def test_a_number_attribute_of_a_model_made_in_the_call_is_updated_as_python_doe
     f = run_calls(fit_a_perceptron_made_here, calls, **F64)
     no_internal_errors(f)
     assert "untraceable" not in f.stats()["eager_calls"], f.explain()
+
+
+# --- word2vec from scratch (one-hot words as Python lists) ----------------------------------
+def skip_gram_step(w1, w2, w_t, w_c, lr=0.05):
+    """One (target, context) step of the from-scratch word2vec tutorials: the one-hot words
+    are Python lists, multiplied by ``np.dot`` and ``np.outer``."""
+    h = np.dot(w_t, w1)
+    u = np.dot(h, w2)
+    e_x = np.exp(u - np.max(u))
+    y_pred = e_x / e_x.sum(axis=0)
+    EI = np.sum([np.subtract(y_pred, word) for word in w_c], axis=0)
+    dl_dw2 = np.outer(h, EI)
+    dl_dw1 = np.outer(w_t, np.dot(w2, EI.T))
+    return w1 - lr * dl_dw1, w2 - lr * dl_dw2, np.dot(w2, w_c[0])
+
+
+def _one_hot(index, size=6):
+    word = [0] * size
+    word[index] = 1
+    return word
+
+
+def test_dot_and_outer_of_python_lists_are_numpy_products():
+    """``np.dot(w2, word)`` with ``word`` a list gave ``w2 * word``, broadcast (a (4, 6)
+    result for NumPy's (4,)): a wrong answer; ``np.dot(word, w1)`` and ``np.outer(word, v)``
+    were internal errors (eager). ``np.dot(2.0, x32)`` is float64 in NumPy (its scalar is
+    an array first), not float32."""
+    rng = np.random.default_rng(3)
+    calls = [(rng.uniform(-0.8, 0.8, (6, 4)), rng.uniform(-0.8, 0.8, (4, 6)), _one_hot(t),
+              [_one_hot(c)]) for t, c in ((0, 1), (2, 3), (5, 4))]
+    f = run_calls(skip_gram_step, calls, **F64)
+    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.explain()
+    run_calls(lambda x: (np.dot(2.0, x), np.dot(x, 3), np.outer(0.5, x)),
+              [(np.arange(4, dtype=np.float32),), (np.ones(4, np.float32),)], **F32)

@@ -16,7 +16,9 @@ eriklindernoren's ML-From-Scratch (regression models with regularizer objects ca
 asked for ``.grad``, ``X = np.insert(X, 0, 1, axis=1)``, ``self.training_errors`` appended
 per iteration; its deep-learning package probed too: Dense/BatchNormalization layers with
 ``copy.copy`` of one Adam, activation classes, ``train_on_batch`` as a bound method, all
-compiled and equal to eager). Probed and equal to eager, not kept: Hopfield training and
+compiled and equal to eager); the from-scratch word2vec tutorials (one-hot words as Python
+lists through ``np.dot``, ``np.outer`` and ``np.subtract``). Probed and equal to eager, not
+kept: Hopfield training and
 recall, echen's RBM with its random draws passed in, a self-organizing map, Ng's
 collaborative-filtering cost and learning curve, REINFORCE over lists of states,
 Grokking Deep Learning's embedding-sum sentiment step, nicodjimenez's LSTM over
@@ -51,7 +53,9 @@ Also a wrong result, fixed: a dict item written and then updated in place in one
 ``self.cache`` read the item as the entry's input, so compiled calls updated the previous
 call's array (outside_inputs.with_inputs keeps what the trace wrote); a list inside a dict
 stored by the call (``self.history = {"loss": []}``) got none of its appends on the traced
-call (list_appends._counterpart); and an attribute
+call (list_appends._counterpart); ``np.dot(w2, word)`` with ``word`` a Python list gave ``w2 *
+word`` broadcast, and ``np.dot(2.0, x32)`` was float32 where NumPy's is float64
+(numpy_api._operand); and an attribute
 array made in the call and written through a row view (``row = self.w[0]; row -= v``) was
 stored without the write by compiled calls (the row was read as an outside input:
 frontend._written_by_the_trace covers items of what the trace wrote).

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from tracejit.tracer.dims import DimExpr, parse_dim
-from tracejit.tracer.random_draws import DrawOp, DrawProgram
+from tracejit.tracer.random_draws import ArgumentNumber, DrawOp, DrawProgram
 
 
 def draws_to_json(program, fn):
@@ -48,6 +48,8 @@ def _value_to_json(value):
 
     if isinstance(value, DimExpr):
         return {"dim": str(value)}
+    if isinstance(value, ArgumentNumber):
+        return {"argument": value.leaf}
     if isinstance(value, np.dtype):
         return {"dtype": value.name}
     if isinstance(value, tuple):
@@ -102,6 +104,9 @@ def _value_from_json(value):
         if kind == "dim":
             _check(isinstance(inner, str), "a malformed drawn size")
             return parse_dim(inner)
+        if kind == "argument":  # a seed argument: DrawProgram allows it only there
+            _check(type(inner) is int and inner >= 0, "a malformed seed argument")
+            return ArgumentNumber(inner)
         if kind == "dtype":
             _check(inner in _DTYPES, f"a drawn dtype {inner!r}")
             return dtype_of(np.dtype(inner).str)

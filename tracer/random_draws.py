@@ -165,6 +165,20 @@ def _show(value):
     return repr(value)
 
 
+@dataclass(frozen=True)
+class ArgumentNumber:
+    """A seed the caller passes (``np.random.seed(seed)``, ``default_rng(seed)`` with
+    ``seed`` a number argument): the draw program reads the call's leaf ``leaf`` at every
+    call, as eager seeds with it. deeplearning.ai's ``random_mini_batches(X, Y, 64, seed)``
+    is called with ``seed + 1`` every epoch: specialized, each seed was a new variant and
+    a new compile (``default_rng(seed)``: refused, eager)."""
+
+    leaf: int
+
+    def __repr__(self):
+        return f"<the call's argument leaf {self.leaf}>"
+
+
 def _symbols_in(value, found):
     if isinstance(value, DimExpr):
         found.update(value.symbols())
@@ -173,14 +187,17 @@ def _symbols_in(value, found):
             _symbols_in(item, found)
 
 
-def _concrete(value, bindings):
-    """A recorded argument as the call passes it: dims computed from this call's sizes."""
+def _concrete(value, bindings, leaves=()):
+    """A recorded argument as the call passes it: dims computed from this call's sizes, a
+    seed argument read from its ``leaves``."""
     if isinstance(value, DimExpr):
         return value.evaluate(bindings)
+    if isinstance(value, ArgumentNumber):
+        return leaves[value.leaf]
     if isinstance(value, tuple):
-        return tuple(_concrete(item, bindings) for item in value)
+        return tuple(_concrete(item, bindings, leaves) for item in value)
     if isinstance(value, list):
-        return [_concrete(item, bindings) for item in value]
+        return [_concrete(item, bindings, leaves) for item in value]
     return value
 
 
@@ -189,7 +206,8 @@ def check_op(op):
     allowlisted names, generators found at known places, plain arguments."""
     if op.kind == "make":
         if op.name not in _MAKERS or op.rng != () or op.kwargs or len(op.args) > 1 or not (
-                op.args == () or op.args[0] is None or type(op.args[0]) is int):
+                op.args == () or op.args[0] is None or type(op.args[0]) is int
+                or _is_argument_number(op.args[0])):
             raise ValueError(f"a random draw program makes {op.name!r}")
         return
     if op.rng_type not in ("Generator", "RandomState"):
@@ -197,6 +215,8 @@ def check_op(op):
     if op.kind == "seed":
         if op.name != "seed" or op.rng != ("legacy",) or op.kwargs or len(op.args) > 1:
             raise ValueError("a malformed np.random.seed in a random draw program")
+        if op.args and _is_argument_number(op.args[0]):
+            return
     elif op.kind != "draw" or op.name not in _table(op.rng_type):
         raise ValueError(f"a random draw program calls {op.name!r}, which tracejit does not "
                          "replay")
@@ -213,6 +233,10 @@ def check_op(op):
 _KEYWORDS = {"size", "dtype", "low", "high", "loc", "scale", "n", "p", "lam", "a", "b",
              "shape", "replace", "endpoint", "mean", "df", "left", "mode", "right", "mu",
              "kappa", "sigma", "d0", "d1"}
+
+
+def _is_argument_number(value):
+    return isinstance(value, ArgumentNumber) and type(value.leaf) is int and value.leaf >= 0
 
 
 def _check_arguments(value):
@@ -276,7 +300,7 @@ class DrawProgram:
         self._before.states = [keep(rng) for rng in found.values()]
         values, made = [], {}
         for number, (op, rng) in enumerate(zip(self.ops, resolved)):
-            args = _concrete(op.args, bindings)
+            args = _concrete(op.args, bindings, leaves)
             kwargs = {key: _concrete(value, bindings) for key, value in op.kwargs}
             if op.kind == "make":
                 made[number] = getattr(_random_module(), op.name)(*args)
@@ -402,10 +426,15 @@ def _refusal(message, location):
 
 def _make(context, function, args, kwargs, where):
     seed = kwargs.get("seed", args[0] if args else None)
+    argument = _seed_argument(context, seed)
     if len(args) + len(kwargs) > 1 or (kwargs and "seed" not in kwargs) or not (
-            seed is None or type(seed) is int):
+            seed is None or type(seed) is int or argument is not None):
         raise _refusal(f"np.random.{function.__name__} with a seed other than an int or None "
                        "is not replayed", user_location())
+    if argument is not None:
+        seed, recorded = _seed_value(seed), argument
+    else:
+        recorded = seed
     rng = function(seed)
     ops = _ops(context)
     made = getattr(context, "made_rngs", None)
@@ -413,7 +442,7 @@ def _make(context, function, args, kwargs, where):
         made = context.made_rngs = {}
     made[id(rng)] = (rng, len(ops))  # (kept alive: the id stays this generator's)
     ops.append((DrawOp("make", (), rng_kind(rng), function.__name__,
-                       () if seed is None else (seed,), (), where), None))
+                       () if seed is None else (recorded,), (), where), None))
     return rng
 
 
@@ -428,14 +457,19 @@ def _record(context, kind, rng_ref, rng_type, name, args, kwargs, where, rng):
     location = user_location()
     if "out" in kwargs:
         raise _refusal(f"{name}(..., out=...) writes into an array; draw a new one", location)
-    recorded_args = tuple(_recorded(arg, name, location) for arg in args)
+    seeds = {}  # leaf -> this call's value, for a seed argument
+    argument = _seed_argument(context, args[0]) if kind == "seed" and len(args) == 1 else None
+    if argument is not None:
+        recorded_args, seeds[argument.leaf] = (argument,), _seed_value(args[0])
+    else:
+        recorded_args = tuple(_recorded(arg, name, location) for arg in args)
     recorded_kwargs = tuple((key, _recorded(value, name, location))
                             for key, value in kwargs.items())
     for key, _ in recorded_kwargs:
         if key not in _KEYWORDS:
             raise _refusal(f"{name}(..., {key}=...) is not replayed", location)
     op = DrawOp(kind, rng_ref, rng_type, name, recorded_args, recorded_kwargs, where)
-    call_args = _concrete(recorded_args, context.symbol_values())
+    call_args = _concrete(recorded_args, context.symbol_values(), seeds)
     call_kwargs = {key: _concrete(value, context.symbol_values())
                    for key, value in recorded_kwargs}
     if rng_ref[0] != "made":
@@ -458,6 +492,20 @@ def _record(context, kind, rng_ref, rng_type, name, args, kwargs, where, rng):
         tracer = context.add_input(value, (), weak=type(value) in (int, float))
     _ops(context).append((op, tracer.ir_var))
     return tracer
+
+
+def _seed_argument(context, value):
+    """``ArgumentNumber`` when ``value`` is a number argument traced as a run-time input
+    (``dynamic="auto"`` made it one: the caller passed another value), else None."""
+    if not is_traced(value) or getattr(value, "shape", ()) != () or (
+            value.dtype.kind not in "iu"):
+        return None
+    leaf = getattr(context, "pinnable_scalars", {}).get(getattr(value.ir_var, "name", None))
+    return None if leaf is None else ArgumentNumber(leaf)
+
+
+def _seed_value(value):
+    return np.asarray(value.value).item()
 
 
 def _recorded(value, name, location):

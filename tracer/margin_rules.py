@@ -961,6 +961,10 @@ def _loop(ctx, eqn, bounds):
     Bounded only where the loop carries its result's bound (``loop_bounds``: the ``loop``
     result at the paired position)."""
     params = eqn.params_dict
+    if params.get("exit") is not None and params["exit"] == params["output"]:
+        # a while loop's done flag (tracer/while_loops.py): every trip's exit decision has
+        # its margin guard in the body, so past them it is NumPy's (for ... else: reads it)
+        return None
     position = dict(params.get("bounds", ())).get(params["output"])
     if position is None:
         raise Unbounded

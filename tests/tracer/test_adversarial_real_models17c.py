@@ -429,3 +429,47 @@ def test_newton_and_gradient_descent_until_convergence():
     compiled = jit(fit_logistic, cache=False)
     assert_same_as_eager(fit_logistic, compiled, [data(40), data(40), data(40)])
     assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
+
+
+def power_iteration_else(A, v, tol, n):
+    value = np.zeros(())
+    for _i in range(n):
+        w = A @ v
+        new = np.sqrt((w * w).sum())
+        v = w / new
+        if np.abs(new - value) < tol:
+            break
+        value = new
+    else:  # did not converge in n trips
+        v = -v
+    return v, value
+
+
+def scale_until_else(x, limit, n):
+    for _i in range(n):
+        x = x * 1.5
+        if x.sum() > limit:
+            break
+    else:
+        x = -x
+    return x
+
+
+def test_a_for_else_after_a_break_compiles():
+    # The else reads the loop's done flag: a guard whose margin asked the loop for a bound
+    # of it, which it had none of, so every call of a for ... break ... else ran eagerly
+    # ('guard margin'). The flag is exact: each trip's exit decision has its margin guard.
+    x = np.array([1.0, 2.0])  # x.sum() after k trips: 3 * 1.5 ** k (exact)
+    compiled = jit(scale_until_else, cache=False)
+    calls = [(x, 20.0, 6), (x, 20.0, 6), (x, 20.0, 4), (x, 20.0, 5), (x, 20.0, 6),
+             (x, 15.1875, 4), (x, np.nan, 3), (x, 1.0, 3)]  # a tie, NaN: eager decides
+    assert_same_as_eager(scale_until_else, compiled, calls)
+    assert compiled.stats()["compiled_calls"] >= 4, compiled.explain()
+
+    A = DATA.standard_normal((4, 4))
+    A = A @ A.T
+    compiled = jit(power_iteration_else, cache=False)
+    calls = [(A, np.ones(4), tol, n) for tol, n in (
+        (1e-3, 50), (1e-3, 50), (1e-3, 3), (1e-3, 50), (0.0, 30), (1e-12, 50))]
+    assert_same_as_eager(power_iteration_else, compiled, calls)
+    assert compiled.stats()["compiled_calls"] >= 3, compiled.explain()

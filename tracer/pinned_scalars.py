@@ -50,7 +50,9 @@ class ScalarDecidesShape(TraceSignal):
 
 def note_input(context, var, leaf_index, dynamic):
     """``var`` is the run-time input of the number argument at ``leaf_index``; remember it
-    when ``dynamic`` (the shape policy) can pin it."""
+    when ``dynamic`` (the shape policy) can pin it. Every such input's leaf is kept in
+    ``context.number_leaves`` (a seed argument is read from the call: random_draws)."""
+    context.number_leaves = {**getattr(context, "number_leaves", {}), var.name: leaf_index}
     if hasattr(dynamic, "pin_scalars"):
         context.pinnable_scalars = {**getattr(context, "pinnable_scalars", {}),
                                     var.name: leaf_index}

@@ -500,7 +500,7 @@ def _seed_argument(context, value):
     if not is_traced(value) or getattr(value, "shape", ()) != () or (
             value.dtype.kind not in "iu"):
         return None
-    leaf = getattr(context, "pinnable_scalars", {}).get(getattr(value.ir_var, "name", None))
+    leaf = getattr(context, "number_leaves", {}).get(getattr(value.ir_var, "name", None))
     return None if leaf is None else ArgumentNumber(leaf)
 
 

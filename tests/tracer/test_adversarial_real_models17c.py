@@ -473,3 +473,21 @@ def test_a_for_else_after_a_break_compiles():
         (1e-3, 50), (1e-3, 50), (1e-3, 3), (1e-3, 50), (0.0, 30), (1e-12, 50))]
     assert_same_as_eager(power_iteration_else, compiled, calls)
     assert compiled.stats()["compiled_calls"] >= 3, compiled.explain()
+
+
+def seeded_branch(x, seed):
+    np.random.seed(seed)
+    noise = np.random.randn(*x.shape)
+    if x.sum() > 0:
+        return x + noise
+    return x - noise * 2
+
+
+def test_the_other_path_of_a_seeded_function_compiles_with_the_seed_read_from_the_call():
+    # the path a side exit traces (SameEntry: it cannot pin numbers) recorded the seed as a
+    # constant, a draw program other than the root's: the calls taking it ran eagerly
+    calls = [(DATA.standard_normal(4) + (3.0 if number % 2 else -3.0), seed)
+             for number, seed in enumerate(range(10))]
+    compiled = jit(seeded_branch, cache=False)
+    assert_same_as_eager(seeded_branch, compiled, calls)
+    assert compiled.stats()["compiled_calls"] >= 8, compiled.explain()

@@ -563,7 +563,7 @@ def test_perceptron_and_svm_fit_per_sample_branches():
     """Per-sample updates under ``np.where`` and an ``if`` on data (the SVM's margin
     condition): the branch pattern changes between calls; the state must follow eager's."""
     for model_class, state in ((Perceptron, ("weights", "bias")), (SVM, ("w", "b"))):
-        fit = _fit_both(model_class, (4, 4, 1), state, **F64)
+        fit = _fit_both(model_class, (3, 3, 1), state, **F64)
         no_internal_errors(fit)
 
 

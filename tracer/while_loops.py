@@ -41,6 +41,14 @@ jump of the body, so ``tracejit.tracer.loop_bounds`` carries the rounding bounds
 it reads and puts a margin guard on it (a decision that rounding could flip side-exits the
 call and eager decides, NaN included), as for an ``if`` on traced values in a loop.
 
+A name the body updates in place (an argument's ``buf[0] += 1``, a view's ``row += x``)
+gets the chosen value written into that array (``_into``), so the caller, the base and
+other names see NumPy's values. A carried value that is no array when the loop starts
+(``err = np.inf``) runs trip 0 as written (its decision a guard) and the rest is captured
+when the carries are arrays by then. Where a carry's kind changes in trip 0 (``count +
+1`` of a 0-d array is a NumPy scalar), trip 0's exit is a guard: eager's result type
+depends on it.
+
 Bounds: ``for ... in range(n)`` runs at most ``n`` trips; ``while`` loops at most
 ``WHILE_BOUND`` (no Python loop of model code runs 2**31 trips). The compiled trip that
 sets ``done`` still runs ``post`` (its result is dropped): a guard in ``post`` failing
@@ -48,7 +56,8 @@ there side-exits the call (correct, eager runs it).
 
 Not captured, run as written (a guard per trip's decision, as before): loops under
 gradient tracing, a carried value that is not an array after the first trip (a Python
-``int`` counter ``it += 1``, a list appended to), carries that change shape or dtype,
+``int`` counter ``it += 1``, a list appended to), carries that change shape or dtype, a
+test joined by ``and``/``or`` (Python's short circuit asks for a bool: a guard),
 ``return``/``continue``/a second ``break`` in the body, a test that reads no traced value,
 a ``for`` over anything but ``range(n)``/``range(a, b)``, and a ``for`` whose index is read
 after the loop.
@@ -68,12 +77,14 @@ import logging
 import numpy as np
 
 from .dims import SymInt, value_of
+from .ir import Guard
 from .loop_frontend import HOOK, loop_variables, unsupported_statements
 from .loop_generalize import Refused
 
 log = logging.getLogger("tracejit.loops")
 
 WHILE_BOUND = (1 << 31) - 1
+_NOT_AN_ARRAY = "a carried value"
 DONE = "__tracejit_done"  # the name of the carried exit flag
 
 
@@ -308,18 +319,22 @@ def exit_position(body, carries):
 def as_written(kind, range_function, range_args, functions, values, handed):
     """The loop run as Python runs it (a guard per trip's decision when tracing): the
     carried values, then whether it ended by its ``break``."""
+    trips = range_function(*range_args) if kind == "for" else _count()
+    *values, broke = _as_written_trips(kind, trips, functions, values)
+    return (*values, bool(broke))
+
+
+def _as_written_trips(kind, trips, functions, values):
+    """``trips`` run as Python runs them: the carried values, then whether the loop ended
+    by its ``break`` (None: not ended)."""
     pre, test, post = functions
-    if kind == "for":
-        trips = range_function(*range_args)
-    else:
-        trips = _count()
     for t in trips:
         within = pre(t, *values)
         stop = test(t, *within)
         if (not stop) if kind == "while" else stop:
             return (*within[:len(values)], kind != "while")
         values = tuple(post(t, *within))
-    return (*values, False)
+    return (*values, None)
 
 
 def _count():
@@ -330,14 +345,30 @@ def _count():
 
 
 def run_while(context, range_function, range_args, functions, names, frame_locals,
-              location, kind, handed):
+              location, kind, handed, peeled=False):
     """Run (and, when it can, capture) a loop with a data-dependent exit; the carried
-    names' values and whether it ended by its ``break``."""
+    names' values and whether it ended by its ``break``. ``peeled``: trip 0 ran as
+    written already (``range_args`` are then the rest's)."""
     from .loops import UNDEFINED
 
     values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
     where = f"{location[0]}:{location[1]}"
     reason = _refusal(context, kind, range_function, range_args, values)
+    if reason is not None and reason.startswith(_NOT_AN_ARRAY) and not peeled:
+        # err = np.inf, new = ... first assigned in the body: trip 0 as written (its
+        # decision a guard), then the rest captured if the carries are arrays by then
+        if kind == "for":
+            start, stop = (0, range_args[0]) if len(range_args) == 1 else tuple(range_args)
+            if not value_of(stop) > value_of(start):
+                return (*values, False)
+            trip_zero, rest = range(start, start + 1), (start + 1, stop)
+        else:
+            trip_zero, rest = range(1), ()
+        *values, broke = _as_written_trips(kind, trip_zero, functions, values)
+        if broke is not None:
+            return (*values, broke)
+        return run_while(context, range_function, rest, functions, names,
+                         dict(zip(names, values)), location, kind, handed, peeled=True)
     if reason is not None:
         if reason:
             _note(context, where, reason)
@@ -374,8 +405,7 @@ def _refusal(context, kind, range_function, range_args, values):
     for value in values:
         if not (isinstance(value, Tracer) or isinstance(value, np.ndarray) and (
                 value.dtype.kind in "biuf")):
-            return (f"a carried value is a {type(value).__name__} when the loop starts, "
-                    "not an array")
+            return f"{_NOT_AN_ARRAY} is a {type(value).__name__} when the loop starts"
     return None
 
 
@@ -444,10 +474,10 @@ def _first_trip(context, t, carried, functions, kind, count):
             raise _Stop(tuple(within[:count]), kind != "while")
         return (*post(t, *within), _false(context))
     after = tuple(post(t, *within))
-    if not all(_same_type(a, b) for a, b in zip(at_break, after)):
+    if not all(_same_type(a, b, kind=True) for a, b in zip(at_break, after)):
         if bool(stop):  # a guard: values of other types at the break
             raise _Stop(tuple(at_break), kind != "while")
-        return (*after, _false(context))
+        return (*(_traced(context, value) for value in after), _false(context))
     return (*(_into(context, entered, left, np.where(stop, a, b))
               for entered, left, a, b in zip(carried, after, at_break, after)), stop)
 
@@ -461,7 +491,12 @@ def _traced_trip(context, t, carried, done, functions, kind, count):
     before = [_kept(context, value) for value in carried]
     within = tuple(pre(t, *carried))
     at_break = [_kept(context, value) for value in within[:count]]
+    mark = len(context.body)
     stop = _stop_of(test, t, within, kind)
+    if any(isinstance(item, Guard) for item in context.body[mark:]):
+        # while err > tol and it < n: Python's ``and`` asks for a bool, a guard in the body
+        # that fails at the exit of every call; as written, a trip count compiles
+        raise Refused("the exit test decides with a guard (an and/or, an if in it)")
     if not isinstance(stop, Tracer) or stop.shape != () or stop.dtype != np.bool_:
         raise Refused("the body has break on a test that is no traced bool scalar")
     if _unchecked_by_discontinuities(context, stop):
@@ -528,6 +563,8 @@ def _into(context, entered, left, value):
     in_place = isinstance(left, Tracer) and (left is entered or isinstance(
         entered, np.ndarray) and context.replaced.get(id(entered)) is left)
     if not in_place:
+        if isinstance(getattr(left, "value", left), np.generic) and not np.ndim(left):
+            return value[()]  # np.where gives a 0-d array where eager has a NumPy scalar
         return value
     left[...] = value
     return left
@@ -543,6 +580,16 @@ def _kept(context, value):
     return value
 
 
+def _traced(context, value):
+    """A NumPy array or scalar the trip left (``trips + 1`` of a NumPy 0-d array) as a
+    traced constant of its kind: the loop carries arrays of the trace."""
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf":
+        atom, _, _ = context.atom(np.array(value))
+        traced = context.tracer_for(atom)
+        return traced[()] if isinstance(value, np.generic) else traced
+    return value
+
+
 def _false(context):
     """``done`` after a trip that did not end the loop: a traced constant, as the carry of
     a loop must be an array of the trace."""
@@ -554,7 +601,11 @@ def _real(tracer):
     return tracer.value
 
 
-def _same_type(a, b):
-    """Arrays (traced or not) of one shape and dtype."""
+def _same_type(a, b, kind=False):
+    """Arrays (traced or not) of one shape and dtype; with ``kind``, also both NumPy
+    scalars or neither (``trips + 1`` of a 0-d array is a scalar: from the first trip on
+    the kinds are the body's own)."""
     return all(hasattr(x, "dtype") and hasattr(x, "shape") for x in (a, b)) and (
-        tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype)
+        tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype) and (
+        not kind or isinstance(getattr(a, "value", a), np.generic)
+        == isinstance(getattr(b, "value", b), np.generic))

@@ -24,7 +24,8 @@ def run_all(function, argument_sets, exact=True, rtol=1e-12, **options):
         got_items = got if isinstance(got, tuple) else (got,)
         assert len(got_items) == len(want_items)
         for g, w in zip(got_items, want_items):
-            assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
+            assert type(g) is type(w) and np.shape(g) == np.shape(w), (g, w)
+            assert np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
             if exact or np.asarray(w).dtype.kind in "biu":
                 np.testing.assert_array_equal(g, w)
             else:
@@ -50,7 +51,7 @@ def square_roots(x, tol):
         big = mid * mid > x
         hi = np.where(big, mid, hi)
         lo = np.where(big, lo, mid)
-        trips = trips + 1
+        trips += 1  # in place: a 0-d array, as it entered (trips + 1 is a scalar)
     return lo, hi, trips
 
 
@@ -93,7 +94,7 @@ def descend(X, y, lr, tol):
         if np.abs(grad).max() < tol:
             break
         w = w - lr * grad
-        steps = steps + 1
+        steps += 1
     return w, steps
 
 
@@ -153,6 +154,34 @@ def test_while_true_with_a_break():
     compiled_every_call(f)
 
 
+def newton_sqrt(a, tol):
+    x = a.copy()
+    diff = np.inf  # a float when the loop starts: trip 0 runs as written, then a loop
+    while diff > tol:
+        new = 0.5 * (x + a / x)
+        diff = np.abs(new - x).max()
+        x = new
+    return x, diff
+
+
+def halvings(x, tol):
+    count = np.zeros((), np.int64)
+    while x.max() > tol:
+        x = x / 2.0
+        count = count + 1  # a NumPy scalar from the first trip on: 0 trips return the array
+    return x, count
+
+
+def test_a_carry_whose_kind_changes_in_the_first_trip_keeps_numpys_types():
+    run_all(halvings, [(np.array([3.0, 5.0]), np.array(tol)) for tol in (0.1, 10.0, 1.0)])
+
+
+def test_a_carry_that_becomes_an_array_in_the_first_trip():
+    f = run_all(newton_sqrt, [(np.array([2.0, 9.0, 0.5]), np.array(tol))
+                              for tol in (1e-3, 1e-12, 10.0, 1e-6)])
+    compiled_every_call(f)
+
+
 # --- nested, and models -------------------------------------------------------------------
 def row_betas(D, target, tol):
     """t-SNE's per-row binary search for beta (a while loop in a loop over rows)."""
@@ -206,7 +235,7 @@ def power_iteration(A, v, tol):
     value = np.float32(0.0)
     trips = np.zeros((), np.int64)
     while True:
-        trips = trips + 1
+        trips += 1  # in place: a 0-d array, as it entered (trips + 1 is a scalar)
         w = A @ v
         new = np.sqrt((w * w).sum())
         v = w / new

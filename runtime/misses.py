@@ -120,12 +120,18 @@ class Misses:
         """A ``Trace`` of this call, or None / ``_TraceFailed`` (it runs eagerly). What the
         trace drew (``tracer.random_draws``) is undone when it fails, and can be undone
         (``Trace.rewind_draws``) when the result comes from elsewhere."""
+        watched = random_draws.watch_unseen(self.fn, pytree.flatten((args, kwargs))[0])
         with random_draws.journal() as journal:
             try:
                 traced = self._trace_once(args, kwargs, dynamic, signature, lazy)
             except BaseException:
                 journal.rewind()
                 raise
+        unseen = random_draws.unseen_draw(watched, journal)
+        if unseen is not None:  # (put back: the eager run draws them)
+            journal.rewind()
+            self._give_up(signature, f"untraceable: {unseen}", UnsupportedError(unseen))
+            return None
         if isinstance(traced, Trace):
             traced.journal = journal
         else:

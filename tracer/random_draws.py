@@ -368,6 +368,65 @@ def _note_state(rng):
         kept.note(rng)
 
 
+def watch_unseen(fn, leaves):
+    """The generators ``fn`` reaches in plain sight (np.random's, argument leaves, ``self``'s
+    attributes, globals its code names) with their full states: a function whose source
+    tracejit cannot read (``exec``, the REPL) runs unrewritten, so its draws are not
+    intercepted - the trace would keep the first call's numbers as constants."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    # (np.random not imported yet: NumPy 2 imports it on first use, ~10 ms; a process that
+    # never draws must not pay it - unseen_draw notices the import instead)
+    found = [_legacy_state() if _random_module() is not None else None, *leaves]
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and hasattr(owner, "__dict__"):
+        found.extend(vars(owner).values())
+    if code is not None:
+        names = getattr(getattr(fn, "__func__", fn), "__globals__", {})
+        found.extend(names.get(name) for name in code.co_names)
+    watched = {}
+    if _random_module() is None:
+        return None
+    for value in found:
+        if rng_kind(value) is not None and id(value) not in watched:
+            watched[id(value)] = (value, _full_state(value))
+    return list(watched.values())
+
+
+def unseen_draw(watched, journal):
+    """A message when a watched generator moved though the trace recorded no draw from it
+    (its states are put back first), else None. ``watched`` None: np.random was not
+    imported before the trace; imported by it with nothing recorded, something drew."""
+    if watched is None:
+        unseen = _random_module() is not None and not journal.states
+        return _UNSEEN if unseen else None
+    moved = [rng for rng, state in watched
+             if id(rng) not in journal.states and not _same_state(_full_state(rng), state)]
+    if not moved:
+        return None
+    for rng, state in watched:
+        if rng_kind(rng) == "RandomState":
+            rng.set_state(state)
+        else:
+            rng.bit_generator.state = state
+    return _UNSEEN
+
+
+_UNSEEN = ("the function draws random numbers the trace cannot see (its source is "
+           "unavailable: defined by exec or in the REPL?); define it in a file")
+
+
+def _full_state(rng):
+    return rng.get_state() if rng_kind(rng) == "RandomState" else rng.bit_generator.state
+
+
+def _same_state(first, second):
+    if isinstance(first, tuple):
+        return len(first) == len(second) and all(
+            np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+            for a, b in zip(first, second))
+    return first == second
+
+
 # --- tracing ---------------------------------------------------------------------------------
 def is_maker(function):
     random = _random_module()

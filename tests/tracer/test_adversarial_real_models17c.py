@@ -493,3 +493,17 @@ def test_the_other_path_of_a_seeded_function_compiles_with_the_seed_read_from_th
     compiled = jit(seeded_branch, cache=False)
     assert_same_as_eager(seeded_branch, compiled, calls)
     assert compiled.stats()["compiled_calls"] >= 8, compiled.explain()
+
+
+def test_draws_in_a_function_without_source_are_not_baked_in():
+    # exec (or the REPL): no source to rewrite, so np.random.rand ran unseen while tracing
+    # and its numbers became constants: every compiled call returned the first call's noise
+    # and left np.random's state alone. The trace now sees the generators move and refuses.
+    namespace = {"np": np}
+    exec("def noisy(x, rng):\n"
+         "    return x + np.random.rand(*x.shape) + rng.standard_normal(x.shape)\n", namespace)
+    noisy = namespace["noisy"]
+    rng = np.random.default_rng(4)
+    compiled = jit(noisy, cache=False)
+    assert_same_as_eager(noisy, compiled, [(np.zeros(3), rng)] * 4, rng=rng)
+    assert "cannot see" in compiled.explain()

@@ -22,7 +22,9 @@ Findings fixed here (each test fails before its fix): a seed passed as an argume
 and a compile - for every seed, and ``default_rng(seed)`` ran eagerly from the second seed
 on: the draw program now reads the seed from the call (``random_draws.ArgumentNumber``),
 on a side exit's path too; a ``for ... break ... else:`` ran eagerly on every call (the
-else's guard on the loop's done flag had no margin: ``margin_rules._loop``).
+else's guard on the loop's done flag had no margin: ``margin_rules._loop``); and a wrong
+result: draws in a function without source (``exec``, the REPL) ran unseen while tracing
+and became constants of the program (``random_draws.watch_unseen``: now eager).
 
 Findings left (see the report of round 17c): ``np.random.choice(range(V), p=p.ravel())``
 (min-char-rnn's sampling) and ``np.random.shuffle`` run eagerly (documented); a ``for``

@@ -53,7 +53,7 @@ from .errors import TraceError, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
-from .locations import is_internal, user_location
+from .locations import is_internal, line_prefix, user_location
 from .loop_containers import plain_containers
 from .loops import UNDEFINED, write_prints
 from .numpy_warnings import computed
@@ -85,6 +85,12 @@ class InputSpec:
 # their tracers alone (``Values``), so they are freed when the function drops them, as in
 # an eager run; smaller ones are kept for the whole trace (cheap, and always there).
 WEAK_VALUE_BYTES = 1 << 16
+
+# Data-dependent decisions one trace may record (guards outside captured loops). Past it
+# the call runs eagerly: every other input would take a side exit somewhere along such a
+# path, and tracing, margins and LLVM grow with it (a 500-trip gradient-descent loop
+# returning its break index, unrolled with two guards per trip, took ~140 s a call).
+DECISION_LIMIT = 256
 
 
 class Values(dict):
@@ -195,6 +201,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.symbols = {}
         self.ranges = {}
         self.shape_guards = []
+        self.decisions = 0  # guards recorded outside a captured loop's trial trips
         self.counter = 0
         self.mutated = {}  # id(input tracer) -> tracer
         self.outside_mutations = {}  # id(outside array) -> its input's tracer, written
@@ -352,7 +359,18 @@ class TracingContext(ShapeFacts, OutsideInputs):
             raise trace_error("a traced value was used after its trace finished (it escaped)")
         atom, _, _ = self.atom(tracer)
         pinned_scalars.check_guard(self, atom, convert)  # stride as a slice bound: constant
-        self.body.append(Guard(atom, convert, expected, user_location(skip=3)))
+        location = user_location(skip=3)
+        if not getattr(self, "loop_depth", 0):  # (a trial's guards become the loop's)
+            self.decisions += 1
+            if self.decisions > DECISION_LIMIT:
+                raise UnsupportedError(
+                    f"{line_prefix(location)}more than {DECISION_LIMIT} decisions on traced "
+                    "values in one call (a loop unrolled with a decision per trip: a `break` "
+                    "whose index is read after the loop, a Python int counter in the exit "
+                    "test); a program with that many guards would exit on nearly every "
+                    "other input, so calls like this one run eagerly (explain() names the "
+                    "loop)")
+        self.body.append(Guard(atom, convert, expected, location))
         return expected
 
     def concrete(self, name):

@@ -503,11 +503,14 @@ def index_read_after(x):
 
 
 def stops_early(x):
-    """A ``break``: how many trips run depends on the data."""
+    """Two ``break``s: how many trips run depends on the data, and the loop is not one
+    exit (one ``break`` is captured: tracer/while_loops.py, tests/tracer/test_while_loops)."""
     s = np.zeros_like(x[0])
     for t in range(x.shape[0]):
         s = s + x[t]
         if s.sum() > 1e9:
+            break
+        if s.sum() < -1e9:
             break
     return s
 

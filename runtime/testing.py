@@ -33,6 +33,27 @@ def tolerance(dtype, rtol=None, atol=None, computed_in=None):
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
+def legacy_random_state():
+    """``np.random``'s global state, its key words copied: compare two with
+    ``same_random_state`` to check that a compiled call drew what eager draws.
+
+    >>> import numpy as np
+    >>> np.random.seed(3); before = legacy_random_state()
+    >>> same_random_state(before, legacy_random_state()), (np.random.rand(), None)[1]
+    (True, None)
+    >>> same_random_state(before, legacy_random_state())
+    False
+    """
+    name, keys, position, has_gauss, gauss = np.random.get_state()
+    return name, keys.copy(), position, has_gauss, gauss
+
+
+def same_random_state(first, second):
+    """Whether two ``legacy_random_state`` results are the same state."""
+    return first[0] == second[0] and np.array_equal(first[1], second[1]) and (
+        first[2:] == second[2:])
+
+
 def least_precise_float(values):
     """The float dtype with the loosest tolerance among the arrays in ``values`` (a
     pytree), or None."""

@@ -44,16 +44,8 @@ import pytest
 from tracejit import jit
 from tracejit.runtime.serialize_draws import draws_from_json, draws_to_json
 from tracejit.runtime.testing import compare_results
-
-
-def legacy_state():
-    name, keys, position, has_gauss, gauss = np.random.get_state()
-    return name, keys.copy(), position, has_gauss, gauss
-
-
-def same_state(first, second):
-    return first[0] == second[0] and np.array_equal(first[1], second[1]) and (
-        first[2:] == second[2:])
+from tracejit.runtime.testing import legacy_random_state as legacy_state
+from tracejit.runtime.testing import same_random_state as same_state
 
 
 def assert_same_as_eager(function, compiled, calls, rng=None, copy_args=None):

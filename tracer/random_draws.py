@@ -235,6 +235,19 @@ _KEYWORDS = {"size", "dtype", "low", "high", "loc", "scale", "n", "p", "lam", "a
              "kappa", "sigma", "d0", "d1"}
 
 
+_MADE_TYPES = {"default_rng": "Generator", "RandomState": "RandomState"}
+
+
+def _check_made(ops, number, op):
+    """A draw from ``("made", k)`` (a forged disk cache entry may name anything): op ``k``
+    comes earlier and makes a generator of the draw's type, or ``run`` would fail inside
+    the entry guard (KeyError, AttributeError) where eager NumPy runs."""
+    maker = ops[op.rng[1]] if 0 <= op.rng[1] < number else None
+    if maker is None or maker.kind != "make" or _MADE_TYPES[maker.name] != op.rng_type:
+        raise ValueError(f"a random draw program draws from {op.rng!r}, which makes no "
+                         f"{op.rng_type}")
+
+
 def _is_argument_number(value):
     return isinstance(value, ArgumentNumber) and type(value.leaf) is int and value.leaf >= 0
 
@@ -257,8 +270,10 @@ class DrawProgram:
 
     def __init__(self, ops):
         self.ops = tuple(ops)
-        for op in self.ops:
+        for number, op in enumerate(self.ops):
             check_op(op)
+            if op.kind != "make" and op.rng[0] == "made":
+                _check_made(self.ops, number, op)
         self.outputs = sum(op.kind == "draw" for op in self.ops)
         self._before = threading.local()
         symbols = set()

@@ -49,6 +49,7 @@ from tracejit.tracer.ir import (
 )
 from tracejit.tracer.list_appends import METHODS, ListAppend
 from tracejit.tracer.loop_rows import KINDS, RowsLayout
+from tracejit.tracer.random_draws import ArgumentNumber
 
 from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
@@ -446,6 +447,11 @@ def spec_from_json(data, fn):
         implicit.append(ImplicitSpec(path_from_json(item["path"], fn), dtype, shape,
                                      item["type"], grad))
     draws = draws_from_json(data.get("draws"), fn)
+    for op in draws.ops if draws is not None else ():
+        for arg in op.args:  # a seed argument: a number leaf of this call
+            _check(not isinstance(arg, ArgumentNumber) or (
+                arg.leaf < len(leaves) and leaves[arg.leaf].kind != "array"),
+                f"a seed read from argument leaf {getattr(arg, 'leaf', None)!r}")
     inputs = []
     for source in data["inputs"]:
         _check(isinstance(source, list) and len(source) == 2 and (

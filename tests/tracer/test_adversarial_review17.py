@@ -1,9 +1,13 @@
 """Review round 17 of this session's commits (random draws, loop exits, write-through
 loops): each test here failed before the fix named in its docstring."""
 
+import json
+
+import numpy as np
 import pytest
 
-from tracejit.runtime.serialize import InvalidEntry
+from tracejit import jit
+from tracejit.runtime.serialize import InvalidEntry, spec_from_json, spec_to_json
 from tracejit.runtime.serialize_draws import draws_from_json
 
 
@@ -32,3 +36,29 @@ def test_a_forged_draw_from_a_generator_no_op_made_is_refused(ops):
     inside the entry guard, where eager NumPy runs. Refused when read now."""
     with pytest.raises(InvalidEntry):
         draws_from_json(ops, None)
+
+
+def _seeded_dropout(x, seed):
+    np.random.seed(seed)
+    return x * (np.random.rand(*x.shape) < 0.5)
+
+
+@pytest.mark.parametrize("leaf", [0, 2, 99])  # x (an array), past the leaves
+def test_a_forged_seed_argument_leaf_is_refused(leaf):
+    """A seed argument is stored as {"argument": leaf} (f3ecd0e); spec_from_json checked
+    neither that the leaf exists (every compiled call raised IndexError inside the entry
+    guard) nor that it is a number (np.random.seed(x) seeds from the array: other draws
+    than eager's). Refused when read now."""
+    compiled = jit(_seeded_dropout, cache=False)
+    for seed in (1, 2):  # the first seed is a constant, the second the call's
+        compiled(np.ones(4), seed)
+    spec = compiled._variants[-1].spec
+    stored = json.loads(json.dumps(spec_to_json(spec, _seeded_dropout)))
+    assert spec_from_json(stored, _seeded_dropout).draws == spec.draws
+    found = [arg for op in stored["draws"] for arg in op["args"]
+             if isinstance(arg, dict) and "argument" in arg]
+    assert found, stored["draws"]
+    for arg in found:
+        arg["argument"] = leaf
+    with pytest.raises(InvalidEntry):
+        spec_from_json(stored, _seeded_dropout)

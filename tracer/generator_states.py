@@ -43,6 +43,13 @@ def keep(rng):
     """The state of ``rng`` (a ``Generator`` or ``RandomState``), for ``put_back``."""
     legacy = isinstance(rng, np.random.RandomState)
     bits = rng._bit_generator if legacy else rng.bit_generator
+    # NumPy draws holding the bit generator's lock: a draw in another thread is not read
+    # half done (a torn key, put back on a side exit, is a state eager never has)
+    with bits.lock:
+        return _keep(rng, legacy, bits)
+
+
+def _keep(rng, legacy, bits):
     if type(bits) is not np.random.MT19937:
         return ("state", rng, rng.get_state(legacy=False) if legacy else bits.state)
     raw = ctypes.string_at(bits.ctypes.state_address, _MT_BYTES)

@@ -62,3 +62,28 @@ def test_a_forged_seed_argument_leaf_is_refused(leaf):
         arg["argument"] = leaf
     with pytest.raises(InvalidEntry):
         spec_from_json(stored, _seeded_dropout)
+
+
+def test_a_kept_generator_state_waits_for_a_draw_in_another_thread():
+    """generator_states.keep read MT19937's key as raw bytes without the bit generator's
+    lock, which NumPy's draws hold: a draw under way in another thread was read half done,
+    and a side exit put back a state eager never has. Here the 'draw' is a write of the
+    whole key made while holding the lock; keep must see all of it or none."""
+    import ctypes
+    import threading
+
+    from tracejit.tracer.generator_states import keep
+
+    rng = np.random.RandomState(0)
+    bits = rng._bit_generator
+    found = []
+    with bits.lock:
+        reader = threading.Thread(target=lambda: found.append(keep(rng)))
+        reader.start()
+        reader.join(0.2)  # before the fix it reads now, the key half written
+        address = bits.ctypes.state_address
+        ctypes.memset(address, 0, 312 * 4)
+        ctypes.memset(address + 312 * 4, 0, 312 * 4)
+    reader.join()
+    (kept,) = found
+    assert kept[2][:624 * 4] == bytes(624 * 4)

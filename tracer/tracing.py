@@ -368,8 +368,10 @@ class TracingContext(ShapeFacts, OutsideInputs):
                     "values in one call (a loop unrolled with a decision per trip: a `break` "
                     "whose index is read after the loop, a Python int counter in the exit "
                     "test); a program with that many guards would exit on nearly every "
-                    "other input, so calls like this one run eagerly (explain() names the "
-                    "loop)")
+                    "other input, so calls like this one run eagerly. To compile it, write "
+                    "the loop in a form tracejit captures (one `break`, array carries, the "
+                    "index not read after the loop: docs/sharp_bits.md, 'What unrolls'); "
+                    "explain() names the loop")
         self.body.append(Guard(atom, convert, expected, location))
         return expected
 

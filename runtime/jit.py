@@ -385,12 +385,8 @@ class JitFunction(Misses):
         return Lowered(self.fn, variant)
 
     def _matching_variant(self, args, kwargs):
-        for variant in self._variants:
-            matches = variant.guard(args, kwargs) is not None
-            variant.rewind()  # (its host draws: nothing runs them)
-            if matches:
-                return variant
-        return None
+        return next((variant for variant in self._variants if variant.takes(args, kwargs)),
+                    None)
 
     def reset(self):
         """Forget every variant, refusal and shape observation (counters too): the next

@@ -231,6 +231,7 @@ class Variant:
         takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
         self.wrap = _wrap_tensor if takes_tensors else _identity
         self._any_bucket = None
+        self._checks = None  # the guard without its draws (``takes``)
 
     @property
     def guard(self):
@@ -240,6 +241,17 @@ class Variant:
 
             self._guard = compile_guard(self.spec)
         return self._guard
+
+    def takes(self, args, kwargs):
+        """Whether the entry guard accepts the call, without drawing its host draws (a
+        question, as ``lower`` asks it: nothing to undo)."""
+        if self.spec.draws is None:
+            return self.guard(args, kwargs) is not None
+        if self._checks is None:
+            from .guards import compile_guard
+
+            self._checks = compile_guard(self.spec, draws=False)
+        return self._checks(args, kwargs) is not None
 
     def rewind(self):
         """Undo the host draws of this thread's last entry into this variant (the call goes

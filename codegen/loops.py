@@ -50,7 +50,7 @@ import numpy as np
 
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
-from tracejit.tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol
+from tracejit.tracer.ir import Effect, Eqn, Graph, Guard, Literal, Symbol, Var
 from tracejit.tracer.loop_index import linear_in
 from tracejit.tracer.ops.control import (
     BodyPlan,
@@ -669,6 +669,9 @@ class NativeLoopProgram(LoopProgram):
         self.bindings = _symbol_bindings(graph)
         self.kernels = [kernel for step in self.steps for kernel in step.program.kernels]
         self.constants = {var.name: constant.data for var, constant in graph.constants}
+        # results that are constants: a new array per call, as NumPy's (once per value)
+        self.constant_results = any(isinstance(atom, Var) and atom.name in self.constants
+                                    for atom in graph.outputs)
 
     @property
     def pieces(self):
@@ -709,11 +712,12 @@ class NativeLoopProgram(LoopProgram):
         bindings.update(zip(self.explicit, inputs[len(graph.inputs):]))
         for step in self.steps:
             step.run(env, bindings, SideExit)
-        copies = {}  # a constant returned is a new array per call, as NumPy's (once per value)
+        if self.constant_results:
+            for name in self.constants.keys() & {atom.name for atom in graph.outputs
+                                                  if isinstance(atom, Var)}:
+                env[name] = np.array(env[name])  # (env is this call's)
         return tuple(_value(atom, env, bindings) if isinstance(atom, Literal)
-                     else copies.setdefault(atom.name, np.array(env[atom.name]))
-                     if atom.name in self.constants else env[atom.name]
-                     for atom in graph.outputs)
+                     else env[atom.name] for atom in graph.outputs)
 
 
 def _loop_bodies(graph, groups, name, plans):

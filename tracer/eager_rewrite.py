@@ -123,7 +123,7 @@ class EagerHooks:
                    kind, handed):
         # a loop with a data-dependent exit runs as written (tracejit.tracer.while_loops)
         values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
-        return as_written(kind, range_function, range_args, functions, values, handed)
+        return as_written(kind, range_function, range_args, functions, values)
 
     def indexable(self, kind, sequences):
         return False  # loops over rows and counted while loops run as written

@@ -72,6 +72,7 @@ True
 from __future__ import annotations
 
 import ast
+import itertools
 import logging
 
 import numpy as np
@@ -316,10 +317,10 @@ def exit_position(body, carries):
     return None
 
 
-def as_written(kind, range_function, range_args, functions, values, handed):
+def as_written(kind, range_function, range_args, functions, values):
     """The loop run as Python runs it (a guard per trip's decision when tracing): the
     carried values, then whether it ended by its ``break``."""
-    trips = range_function(*range_args) if kind == "for" else _count()
+    trips = range_function(*range_args) if kind == "for" else itertools.count()
     *values, broke = _as_written_trips(kind, trips, functions, values)
     return (*values, bool(broke))
 
@@ -337,15 +338,8 @@ def _as_written_trips(kind, trips, functions, values):
     return (*values, None)
 
 
-def _count():
-    t = 0
-    while True:
-        yield t
-        t += 1
-
-
 def run_while(context, range_function, range_args, functions, names, frame_locals,
-              location, kind, handed, peeled=False):
+              location, kind, peeled=False):
     """Run (and, when it can, capture) a loop with a data-dependent exit; the carried
     names' values and whether it ended by its ``break``. ``peeled``: trip 0 ran as
     written already (``range_args`` are then the rest's)."""
@@ -358,7 +352,7 @@ def run_while(context, range_function, range_args, functions, names, frame_local
         # err = np.inf, new = ... first assigned in the body: trip 0 as written (its
         # decision a guard), then the rest captured if the carries are arrays by then
         if kind == "for":
-            start, stop = (0, range_args[0]) if len(range_args) == 1 else tuple(range_args)
+            start, stop = _bounds(range_args)
             if not value_of(stop) > value_of(start):
                 return (*values, False)
             trip_zero, rest = range(start, start + 1), (start + 1, stop)
@@ -368,18 +362,17 @@ def run_while(context, range_function, range_args, functions, names, frame_local
         if broke is not None:
             return (*values, broke)
         return run_while(context, range_function, rest, functions, names,
-                         dict(zip(names, values)), location, kind, handed, peeled=True)
+                         dict(zip(names, values)), location, kind, peeled=True)
     if reason is not None:
         if reason:
             _note(context, where, reason)
-        return as_written(kind, range_function, range_args, functions, values, handed)
+        return as_written(kind, range_function, range_args, functions, values)
     if kind == "for":
-        start, stop = (0, range_args[0]) if len(range_args) == 1 else tuple(range_args)
+        start, stop = _bounds(range_args)
     else:
         start, stop = 0, WHILE_BOUND
     try:
-        return _captured(context, functions, names, values, start, stop, kind, location,
-                         len(handed))
+        return _captured(context, functions, names, values, start, stop, kind, location)
     except _Stop as stopped:
         return (*stopped.values, stopped.broke)
 
@@ -394,7 +387,7 @@ def _refusal(context, kind, range_function, range_args, values):
     if kind == "for":
         if range_function is not range or len(range_args) not in (1, 2):
             return ""
-        start, stop = (0, range_args[0]) if len(range_args) == 1 else tuple(range_args)
+        start, stop = _bounds(range_args)
         if any(isinstance(bound, (bool, np.bool_)) or not isinstance(bound, (int, SymInt))
                for bound in (start, stop)):
             return "a bound is a traced value or not an int"
@@ -409,13 +402,18 @@ def _refusal(context, kind, range_function, range_args, values):
     return None
 
 
+def _bounds(range_args):
+    """``(start, stop)`` of ``range(stop)`` or ``range(start, stop)``."""
+    return (0, range_args[0]) if len(range_args) == 1 else tuple(range_args)
+
+
 def _note(context, where, reason):
     from .loops import note_unrolled
 
     note_unrolled(context, where, f"{reason} (a data-dependent exit)")
 
 
-def _captured(context, functions, names, values, start, stop, kind, location, handed_count):
+def _captured(context, functions, names, values, start, stop, kind, location):
     from .loops import STATIC_UNROLL_LIMIT, run_loop
 
     entry_depth = getattr(context, "loop_depth", 0)
@@ -467,7 +465,7 @@ def _first_trip(context, t, carried, functions, kind, count):
     within = tuple(pre(t, *carried))
     at_break = [_kept(context, value) for value in within[:count]]
     stop = _stop_of(test, t, within, kind)
-    if not isinstance(stop, Tracer) or bool(_real(stop)):
+    if not isinstance(stop, Tracer) or bool(stop.value):
         # a decision on no traced value, or a loop that ends at once: as Python decides
         # (the trip after a break is not run even once); the trials refuse the former
         if bool(stop):
@@ -595,10 +593,6 @@ def _false(context):
     a loop must be an array of the trace."""
     atom, _, _ = context.atom(np.asarray(False))
     return context.tracer_for(atom)
-
-
-def _real(tracer):
-    return tracer.value
 
 
 def _same_type(a, b, kind=False):

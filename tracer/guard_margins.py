@@ -55,7 +55,7 @@ from .margin_rules import (
     integral_magnitude,
     is_bool,
     is_float,
-    is_infinite_literal,
+    may_be_infinite,
     number,
     smallest_subnormal,
     unit_roundoff,
@@ -204,9 +204,6 @@ def _may_hold_infinities(graph, seeds=()):
                 if np.asarray(constant.data).dtype.kind == "f"
                 and np.isinf(np.asarray(constant.data)).any()} | set(seeds)
 
-    def reaches(atom):
-        return is_infinite_literal(atom) if isinstance(atom, Literal) else atom.name in infinite
-
     nonpositive, unit = set(), set()  # -|x|; exp of that, in [0, 1]
     producers = {}
     for eqn in graph.equations:
@@ -226,7 +223,7 @@ def _may_hold_infinities(graph, seeds=()):
                 unit.add(eqn.out.name)
             continue
         value = eqn.params_dict.get("value") if name == "full" else None
-        if any(reaches(atom) for atom in eqn.inputs) or name in LOGARITHMS or (
+        if any(may_be_infinite(atom, infinite) for atom in eqn.inputs) or name in LOGARITHMS or (
                 value is not None and np.isinf(np.asarray(value, np.float64)).any()):
             infinite.add(eqn.out.name)
     return infinite
@@ -238,8 +235,7 @@ def loop_body_infinities(body, operands, outer, num_carry):
     reached by an infinity outside, and the carried ones its own trips may make infinite
     (a log-space table's row carried from trip to trip)."""
     seeds = {var.name for var, operand in zip(body.inputs, operands)
-             if (is_infinite_literal(operand) if isinstance(operand, Literal)
-                 else operand.name in outer.infinite)}
+             if may_be_infinite(operand, outer.infinite)}
     while True:
         infinite = _may_hold_infinities(body, seeds)
         more = {var.name for var, out in zip(body.inputs[:num_carry], body.outputs)

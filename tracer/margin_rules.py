@@ -137,7 +137,7 @@ def _add(ctx, eqn, bounds):
     # finite: an overflow's inf may be NumPy's largest float.) Checked only where an
     # infinity written in the function may reach an operand (``ctx.infinite``): up to six
     # operations per add, which every add would pay in a long unrolled table.
-    infinite = [a for a in eqn.inputs if _may_be_infinite(ctx, a)]
+    infinite = [a for a in eqn.inputs if may_be_infinite(a, getattr(ctx, "infinite", ()))]
     if not infinite:
         return bound
     exact = ctx.emit(isfinite_p, carried)
@@ -155,12 +155,10 @@ def is_infinite_literal(atom):
     return isinstance(value, (float, np.floating)) and bool(np.isinf(value))
 
 
-def _may_be_infinite(ctx, a):
-    """Whether an infinity written in the function may reach ``a`` (an infinite literal,
-    or a name in ``ctx.infinite``)."""
-    if isinstance(a, Literal):
-        return is_infinite_literal(a)
-    return a.name in getattr(ctx, "infinite", ())
+def may_be_infinite(atom, names):
+    """Whether an infinity written in the function may reach ``atom``: an infinite
+    literal, or a var among ``names`` (those ``guard_margins`` found it reaches)."""
+    return is_infinite_literal(atom) if isinstance(atom, Literal) else atom.name in names
 
 
 def _multiply(ctx, eqn, bounds):

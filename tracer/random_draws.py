@@ -388,10 +388,12 @@ def watch_unseen(fn, leaves):
     attributes, globals its code names) with their full states: a function whose source
     tracejit cannot read (``exec``, the REPL) runs unrewritten, so its draws are not
     intercepted - the trace would keep the first call's numbers as constants."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     # (np.random not imported yet: NumPy 2 imports it on first use, ~10 ms; a process that
     # never draws must not pay it - unseen_draw notices the import instead)
-    found = [_legacy_state() if _random_module() is not None else None, *leaves]
+    if _random_module() is None:
+        return None
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    found = [_legacy_state(), *leaves]
     owner = getattr(fn, "__self__", None)
     if owner is not None and hasattr(owner, "__dict__"):
         found.extend(vars(owner).values())
@@ -399,8 +401,6 @@ def watch_unseen(fn, leaves):
         names = getattr(getattr(fn, "__func__", fn), "__globals__", {})
         found.extend(names.get(name) for name in code.co_names)
     watched = {}
-    if _random_module() is None:
-        return None
     for value in found:
         if rng_kind(value) is not None and id(value) not in watched:
             watched[id(value)] = (value, _full_state(value))
@@ -419,10 +419,7 @@ def unseen_draw(watched, journal):
     if not moved:
         return None
     for rng, state in watched:
-        if rng_kind(rng) == "RandomState":
-            rng.set_state(state)
-        else:
-            rng.bit_generator.state = state
+        put_back(("state", rng, state))
     return _UNSEEN
 
 

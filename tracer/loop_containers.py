@@ -181,6 +181,7 @@ class ContainerCarry:
         self.plan = None  # None: discovery; else the read decisions, in body order
         self.window = 0
         self._buffers = None
+        self.trip_leaves = []  # the entries' leaves of the last two traced trips
         if kind == "dict":
             self._init_dict(before, after)
         else:
@@ -331,7 +332,7 @@ class ContainerCarry:
         leaves = [_tracer(self.context, leaf) for leaf in leaves]
         self.invariant = [same and leaf is first for same, leaf, first in zip(
             self.invariant, leaves, self.leaves0)]
-        self.trip_leaves = [*getattr(self, "trip_leaves", [])[-1:], leaves]
+        self.trip_leaves = [*self.trip_leaves[-1:], leaves]
         if [_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
         width = len(self.leaves0)
@@ -392,7 +393,7 @@ def note_entry_aliases(context, carries, returned, outputs):
             ends[id(outputs[position])] = (value, carry.name)
         position += carry.slot_count
     for carry, value in zip(carries, returned):
-        trips = getattr(carry, "trip_leaves", None) if isinstance(carry, ContainerCarry) else None
+        trips = carry.trip_leaves if isinstance(carry, ContainerCarry) else None
         if not trips or not isinstance(value, (StackedList, StackedDict)):
             continue
         targets = []

@@ -49,6 +49,11 @@ when the carries are arrays by then. Where a carry's kind changes in trip 0 (``c
 1`` of a 0-d array is a NumPy scalar), trip 0's exit is a guard: eager's result type
 depends on it.
 
+A test joined by ``and``/``or``, negated by ``not`` or chained (``while err > tol and
+it < max_iter:``) is one traced bool: ``tracejit.tracer.exit_tests`` rewrites its boolean
+structure into a fourth function, ``logic(Logic, t, *carried)``, used where the trip is
+traced (the loop run as written takes the test as written).
+
 Bounds: ``for ... in range(n)`` runs at most ``n`` trips; ``while`` loops at most
 ``WHILE_BOUND`` (no Python loop of model code runs 2**31 trips). The compiled trip that
 sets ``done`` still runs ``post`` (its result is dropped): a guard in ``post`` failing
@@ -56,8 +61,7 @@ there side-exits the call (correct, eager runs it).
 
 Not captured, run as written (a guard per trip's decision, as before): loops under
 gradient tracing, a carried value that is not an array after the first trip (a Python
-``int`` counter ``it += 1``, a list appended to), carries that change shape or dtype, a
-test joined by ``and``/``or`` (Python's short circuit asks for a bool: a guard),
+``int`` counter ``it += 1``, a list appended to), carries that change shape or dtype,
 ``return``/``continue``/a second ``break`` in the body, a test that reads no traced value,
 a ``for`` over anything but ``range(n)``/``range(a, b)``, and a ``for`` whose index is read
 after the loop.
@@ -72,12 +76,14 @@ True
 from __future__ import annotations
 
 import ast
+import copy
 import itertools
 import logging
 
 import numpy as np
 
 from .dims import SymInt, value_of
+from .exit_tests import LOGIC, Logic, combined
 from .ir import Guard
 from .loop_frontend import HOOK, loop_variables, unsupported_statements
 from .loop_generalize import Refused
@@ -87,6 +93,7 @@ log = logging.getLogger("tracejit.loops")
 WHILE_BOUND = (1 << 31) - 1
 _NOT_AN_ARRAY = "a carried value"
 DONE = "__tracejit_done"  # the name of the carried exit flag
+_LOGIC = Logic()
 
 
 # --- front end ------------------------------------------------------------------------------
@@ -240,6 +247,11 @@ def rewrite_while(rewriter, node):
     definitions = [function("pre", pre, name_tuple(within), names),
                    function("test", [], test, within),
                    function("post", post, name_tuple(names), within)]
+    joined = combined(copy.deepcopy(test))
+    if joined is not None:  # and/or/not: the test as one traced bool (exit_tests)
+        logic = function("logic", [], joined, within)
+        logic.args.args.insert(0, ast.arg(arg=LOGIC))
+        definitions.append(ast.fix_missing_locations(logic))
     if iterator is not None:  # __tracejit__.call(<range>, *args) after the rewrite
         range_function, range_args = iterator.args[0], iterator.args[1:]
     else:
@@ -328,7 +340,7 @@ def as_written(kind, range_function, range_args, functions, values):
 def _as_written_trips(kind, trips, functions, values):
     """``trips`` run as Python runs them: the carried values, then whether the loop ended
     by its ``break`` (None: not ended)."""
-    pre, test, post = functions
+    pre, test, post = functions[:3]
     for t in trips:
         within = pre(t, *values)
         stop = test(t, *within)
@@ -452,8 +464,10 @@ def _captured(context, functions, names, values, start, stop, kind, location):
     return (*finals, broke)
 
 
-def _stop_of(test, t, within, kind):
-    stop = test(t, *within)
+def _stop_of(functions, t, within, kind):
+    """Whether the trip ends the loop, with an ``and``/``or``/``not`` in the test joined
+    into one traced bool (``exit_tests``)."""
+    stop = functions[3](_LOGIC, t, *within) if len(functions) > 3 else functions[1](t, *within)
     return np.logical_not(stop) if kind == "while" else stop
 
 
@@ -461,10 +475,10 @@ def _first_trip(context, t, carried, functions, kind, count):
     """Trip 0 (``done`` is False): recorded unrolled, with no guard on the exit when the
     values at the break and at the end of the trip have the same types."""
     from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
-    pre, test, post = functions
+    pre, _, post = functions[:3]
     within = tuple(pre(t, *carried))
     at_break = [_kept(context, value) for value in within[:count]]
-    stop = _stop_of(test, t, within, kind)
+    stop = _stop_of(functions, t, within, kind)
     if not isinstance(stop, Tracer) or bool(stop.value):
         # a decision on no traced value, or a loop that ends at once: as Python decides
         # (the trip after a break is not run even once); the trials refuse the former
@@ -483,17 +497,18 @@ def _first_trip(context, t, carried, functions, kind, count):
 def _traced_trip(context, t, carried, done, functions, kind, count):
     """A trip traced for capture: the body as a function of the carried values."""
     from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
-    pre, test, post = functions
+    pre, _, post = functions[:3]
     if not all(isinstance(value, Tracer) for value in (*carried, done)):
         raise Refused("a carried value is not an array (a Python number or a container)")
     before = [_kept(context, value) for value in carried]
     within = tuple(pre(t, *carried))
     at_break = [_kept(context, value) for value in within[:count]]
     mark = len(context.body)
-    stop = _stop_of(test, t, within, kind)
+    stop = _stop_of(functions, t, within, kind)
     if any(isinstance(item, Guard) for item in context.body[mark:]):
-        # while err > tol and it < n: Python's ``and`` asks for a bool, a guard in the body
-        # that fails at the exit of every call; as written, a trip count compiles
+        # an ``if`` in a function the test calls, or an ``and`` whose right operand raised
+        # where the left one was false (exit_tests): a guard in the body that fails at the
+        # exit of every call; as written, a trip count compiles
         raise Refused("the exit test decides with a guard (an and/or, an if in it)")
     if not isinstance(stop, Tracer) or stop.shape != () or stop.dtype != np.bool_:
         raise Refused("the body has break on a test that is no traced bool scalar")
@@ -540,7 +555,7 @@ def _unchecked_by_discontinuities(context, stop):
 
 def _written_trip(t, carried, done, functions, kind, count):
     """A trip after a refused capture, as Python runs it (guards on the decisions)."""
-    pre, test, post = functions
+    pre, test, post = functions[:3]
     if bool(done):
         raise _Stop(tuple(carried), kind != "while")
     within = tuple(pre(t, *carried))
@@ -562,10 +577,23 @@ def _into(context, entered, left, value):
         entered, np.ndarray) and context.replaced.get(id(entered)) is left)
     if not in_place:
         if isinstance(getattr(left, "value", left), np.generic) and not np.ndim(left):
-            return value[()]  # np.where gives a 0-d array where eager has a NumPy scalar
+            return _as_scalar(context, value)
         return value
     left[...] = value
     return left
+
+
+def _as_scalar(context, value):
+    """The 0-d ``value`` as the NumPy scalar eager has where ``np.where`` gives a 0-d
+    array: the same var (``value[()]`` would record a reshape, which the trips that the
+    capture compares may not all record alike)."""
+    from .traced_array import Tracer, _numpy_scalar  # cycle: as in _into
+
+    if not isinstance(value, Tracer):
+        return value[()]
+    scalar = context.tracer_for(value.ir_var)
+    scalar.value = _numpy_scalar(value)
+    return scalar
 
 
 def _kept(context, value):

@@ -1,0 +1,111 @@
+"""More loops with a data-dependent exit compiled as one loop, eager vs ``jit``: tests
+joined by ``and``/``or``, ``not`` and chained comparisons (``tracejit.tracer.exit_tests``).
+Each serves every trip count with one compile, and stops where NumPy stops: at the
+first trip, never, at the bound, on NaN."""
+
+import copy
+
+import numpy as np
+
+import tracejit as tj
+
+
+def run_all(function, argument_sets, **options):
+    """``function`` jitted, called on each argument set and compared with eager NumPy bit
+    for bit (values, types, dtypes); the jitted function."""
+    f = tj.jit(function, **{"cache": "memory", **options})
+    for arguments in argument_sets:
+        want = function(*copy.deepcopy(arguments))
+        got = f(*copy.deepcopy(arguments))
+        want_items = want if isinstance(want, tuple) else (want,)
+        got_items = got if isinstance(got, tuple) else (got,)
+        assert len(got_items) == len(want_items)
+        for g, w in zip(got_items, want_items):
+            assert type(g) is type(w) and np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
+            np.testing.assert_array_equal(g, w)
+    return f
+
+
+def compiled_every_call(f):
+    """One compile, and every call run by it (the first one may be the traced run)."""
+    stats = f.stats()
+    assert stats["compiles"] == 1, f.explain()
+    assert not stats["eager_calls"], f.explain()
+    assert stats["compiled_calls"] + stats["traced_calls"] == stats["calls"], f.explain()
+
+
+# --- and / or / not / chains ----------------------------------------------------------------
+def shrink_and(x, tol, max_iter):
+    trips = np.zeros((), np.int64)
+    while x.max() > tol and trips < max_iter:
+        x = x * 0.75 - 0.125
+        trips += 1
+    return x, trips
+
+
+def test_a_while_test_joined_by_and_is_one_loop():
+    x = np.array([3.0, 1.0])
+    # stops on the tolerance (several trip counts), at max_iter, never (max_iter 0, tol
+    # above the max)
+    cases = [(1e-3, 50), (1.0, 50), (0.1, 4), (1e-3, 0), (8.0, 50), (2.0, 50), (0.3, 50)]
+    f = run_all(shrink_and, [(x, np.array(tol), np.array(n)) for tol, n in cases])
+    trips = {int(shrink_and(x, np.array(tol), np.array(n))[1]) for tol, n in cases}
+    assert {0, 4} <= trips and len(trips) >= 6, trips
+    compiled_every_call(f)
+    # nan > tol is False at once; a decision on NaN is eager's (a margin that cannot hold)
+    run_all(shrink_and, [(x, np.array(np.nan), np.array(50))])
+
+
+def stop_or_not(x, lo, n):
+    for _k in range(n):
+        x = x * 0.5 - 0.25
+        if x.min() < lo or not (x.max() <= 4.0):
+            break
+    return x
+
+
+def test_a_break_on_or_and_not_is_one_loop():
+    # breaks at the first trip (on either side of the or), later, or never
+    cases = [([3.0, 1.0], -0.3), ([3.0, 1.0], -0.9), ([3.0, 1.0], -5.0), ([100.0, 1.0], -5.0),
+             ([3.0, 1.0], 2.0)]
+    f = run_all(stop_or_not, [(np.array(x), np.array(lo), 20) for x, lo in cases])
+    compiled_every_call(f)
+
+
+def grow_between(x, lo, hi):
+    while lo < x.sum() <= hi:
+        x = x * np.float32(1.5)
+    return x
+
+
+def test_a_chained_comparison_in_float32_is_one_loop():
+    x = np.array([1.0, 2.0], np.float32)
+    cases = [(0.0, 100.0), (0.0, 10.0), (5.0, 10.0), (0.0, 1e30), (0.0, 2.0)]
+    f = run_all(grow_between, [(x, np.array(lo, np.float32), np.array(hi, np.float32))
+                               for lo, hi in cases])
+    compiled_every_call(f)
+    run_all(grow_between, [(x, np.array(np.nan, np.float32), np.array(10, np.float32))])
+
+
+def flagged(x, tol, use):
+    while use and x.max() > tol:  # use is a Python bool: Python's short circuit
+        x = x / 3.0
+    return x
+
+
+def test_a_python_operand_short_circuits_as_in_python():
+    x = np.array([5.0, 1.0])
+    run_all(flagged, [(x, np.array(0.1), True), (x, np.array(1e-3), True),
+                      (x, np.array(0.1), False)])
+
+
+def first_negative(x):
+    i = np.zeros((), np.int64)
+    while i < x.shape[0] and x[i] >= 0:  # x[i] past the end is never read by Python
+        i += 1
+    return i
+
+
+def test_a_right_operand_python_never_reads_does_not_raise():
+    run_all(first_negative, [(np.array(x),) for x in ([1.0, 2.0, -1.0, 3.0], [-1.0, 2.0, 3.0, 4.0],
+                                                       [1.0, 2.0, 3.0, 4.0])])

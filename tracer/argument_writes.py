@@ -1,4 +1,4 @@
-"""Item writes into a dict argument: ``config['t'] += 1``, ``config['velocity'] = v``.
+"""Item writes into a dict or list argument: ``config['t'] += 1``, ``config['velocity'] = v``.
 
 Every course optimizer keeps its state in the config dict the caller passes (momentum's
 velocity, Adam's ``m``, ``v`` and ``t``). NumPy code writes into that dict; a compiled
@@ -7,9 +7,10 @@ writes into the traced copy of the dict (so it reads its own writes), ``note`` r
 last value written at each key, and ``collect`` makes each such value an output of the
 graph (a value that is not an array or scalar is kept as it is: ``config['mode'] =
 'train'``). After a compiled call the runtime stores those outputs into the caller's dict
-(``runtime.variants.OutputPlan``); after the traced call ``apply`` does. A write into a
-list, or of a value that cannot be stored again at every call (a new list), is refused
-(the call runs eagerly).
+(``runtime.variants.OutputPlan``); after the traced call ``apply`` does. An item of a list
+argument is written the same way (``velocities[i] = v``); a write that would change a
+list's length, or of a value that cannot be stored again at every call (a new list), is
+refused (the call runs eagerly).
 
     >>> import numpy as np, tracejit as tj
     >>> def momentum(w, dw, config):
@@ -159,6 +160,10 @@ def unfollowed_change(context):
             changed |= {key for (key, ident) in after if (key, ident) not in before}
             if all((where, key) in written for key in changed):
                 continue
+        elif len(after) == len(before) and all(
+                (where, position) in written for position, (old, new) in enumerate(
+                    zip(before, after)) if old != new):
+            continue
         return f"a write into an argument's {type(container).__name__}"
     return None
 
@@ -181,9 +186,16 @@ def is_argument_container(context, container):
 
 def note(context, container, key, value):
     """Record ``container[key] = value`` if ``container`` is a dict argument and ``key`` a
-    plain key; False when it is not (the caller refuses the write)."""
+    plain key, or a list argument and ``key`` a position in it (deepnet's momentum update,
+    ``v[i] = mu * v[i] + lr * grad[i]`` over the caller's list of velocities: the list's
+    length is part of the call's structure); False when it is not (the caller refuses the
+    write)."""
     where, known = getattr(context, "argument_containers", {}).get(id(container), (None, None))
-    if type(known) is not dict or not isinstance(key, _KEYS) or not _writable(value):
+    if type(known) is list and type(key) is int and -len(known) <= key < len(known):
+        key %= len(known)  # v[-1] and v[2] of three are one position
+    elif type(known) is not dict or not isinstance(key, _KEYS):
+        return False
+    if not _writable(value):
         return False
     context.argument_writes.pop((where, key), None)  # the last write, in write order
     context.argument_writes[(where, key)] = value

@@ -54,6 +54,12 @@ def through_a_name(x, state):
 
 def into_a_list(x, items):
     items[0] = x * 2.0
+    items[-1] = items[-1] + x  # the same position as items[1] of two
+    return x
+
+
+def a_list_into_a_list(x, items):
+    items[0] = [x.sum()]  # a new list: eager makes one per call
     return x
 
 
@@ -129,7 +135,7 @@ def test_a_dict_nested_in_an_argument_is_written(function):
 
 @pytest.mark.parametrize("function, state", [
     (writes_a_list, {"history": []}),
-    (into_a_list, [None]),
+    (a_list_into_a_list, [None]),
 ])
 def test_writes_it_cannot_repeat_run_eagerly_and_right(function, state):
     f = tj.jit(function, cache="memory")
@@ -139,6 +145,14 @@ def test_writes_it_cannot_repeat_run_eagerly_and_right(function, state):
         assert_same(f(x.copy(), mine), function(x.copy(), theirs))
         assert_same(mine, theirs)
     assert f.stats()["eager_calls"], f.stats()
+
+
+def test_items_of_a_list_argument_are_written():
+    """deepnet's momentum, ``v[i] = mu * v[i] + lr * grad[i]`` over the caller's list: the
+    list's length is part of the call's structure, so each item written is an output the
+    compiled call stores back, as a dict's is (before, every call ran eagerly)."""
+    f = run_both(into_a_list, lambda rng: (rng.standard_normal(3), [np.zeros(3), np.ones(3)]))
+    assert not f.stats()["eager_calls"] and f.stats()["compiled_calls"] >= 3, f.stats()
 
 
 def test_a_warm_start_from_disk_still_writes_the_dict(tmp_path, monkeypatch):
@@ -198,7 +212,7 @@ def test_a_returned_argument_dict_is_the_callers_own(tmp_path, monkeypatch):
     """next_w, config = adam(w, dw, config): NumPy returns the caller's dict itself (a
     copy would miss the caller's later writes), traced, compiled and from the disk."""
     monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
-    for attempt in range(2):
+    for _attempt in range(2):
         f = tj.jit(returns_its_config)
         for n in (3, 3, 5, 3):
             config = {"lr": 0.1}

@@ -1176,6 +1176,8 @@ FUNCTION_CASES = [
     fcase(np.searchsorted, (5,), (2, 3), call=lambda f, a, v: f(np.sort(a), v)),
     fcase(np.digitize, (2, 3), call=lambda f, x: f(x, [-1, 0, 1])),
     fcase(np.isin, (2, 3), call=lambda f, x: f(x, [0, 1, 2])),
+    fcase(np.bincount, (6,), (6,), call=lambda f, x, w: f(np.abs(x), weights=w, minlength=5)),
+    fcase(np.bincount, (6,), call=lambda f, x: f(np.abs(x), minlength=5), name="counts"),
     fcase(np.ptp, (2, 3), call=lambda f, x: f(x, axis=1)),
     fcase(np.average, (2, 3), call=lambda f, x: f(x, axis=1, weights=[1, 2, 3]), rtol=1e-6),
     fcase(np.cov, (2, 5), rtol=1e-6),

@@ -1,0 +1,497 @@
+"""Adversarial real-model tests, round 18a: small NumPy deep-learning frameworks with layer
+classes, and classic machine learning beyond neural nets, written in the idioms of public
+code and run eagerly and through ``jit`` on copies of the same arguments and objects.
+
+Sources read this round (rewritten, not pasted): the "numpy neural network framework"
+repos' ``Module`` base class (``__call__`` forwarding to ``forward``, a ``parameters()``
+generator over ``self._parameters`` that ``yield from``s its submodules, ``Sequential(*
+layers)``, ``Parameter`` objects holding ``.data`` and ``.grad``, ``zero_grad`` by
+``p.grad[...] = 0``, an SGD-momentum optimizer over ``zip(self.params, self.velocities)``;
+npurson/machine-learning, IlyaKasiutin/FOSII, RohitAwate/TensorSlow); parasdahal/deepnet
+(layers with ``self.params`` / ``self.grads`` lists, a net's ``backward`` collecting
+``layer.grads``, ``momentum_update(velocity, params, grads)`` writing ``v[i] = mu * v[i] +
+learning_rate * grad[i]`` into the caller's list of lists); message passing over edge lists
+with ``np.add.at`` and degrees by ``np.bincount(dst, minlength=n)``; k-means centroids by
+weighted ``np.bincount``; a Kalman filter over a sequence of scalar measurements (Udacity's
+AI-for-Robotics form, ``K = P @ H.T / S``); capsule routing by agreement (softmax
+iterations over the logits, ``np.einsum`` agreement, ``if r < iters - 1``); RealNVP affine
+coupling layers held in a ``Flow`` whose ``log_prob`` and inverse walk the layers
+(``reversed``); PointNet's shared MLP and max pool over points, float32 and channels-first
+inputs transposed.
+
+Probed and equal to eager, not kept (CI budget): PageRank power iteration with a tolerance
+``break``, label propagation with clamped labels, matrix factorization by SGD over a list of
+``(u, i, r)`` triples and over index arrays, a GloVe epoch over co-occurrence triples with
+AdaGrad state and its vectorized form with ``np.add.at``, CBOW with repeated context ids,
+mixture density network losses (batch 0 too), planar flows with their log-determinant,
+Kipf's GCN with ``np.diag(d ** -0.5)`` in float64 and float32, the framework's MLP trained in
+float32 and over 7 batch sizes, capsule routing over batches of 1-7 and 1-5 iterations.
+
+Findings, each fixed with its test here (each fails before its fix). Needless eager runs:
+an item written into a list argument (deepnet's momentum update, ``velocity[i] = ...``)
+was refused as outside state, so every train step ran eagerly; the list's length is part
+of the call's structure, so the item is now an output stored back into the caller's list
+as a dict argument's item is (``tracer/argument_writes.py``). ``np.bincount`` was not
+supported (message passing, class counts, k-means sums ran eagerly); it is now a
+scatter-add into ``minlength`` zeros under a value guard that every value is in ``[0,
+minlength)`` (``tracer/counting.py``); without ``minlength``, or with a value past it,
+NumPy runs the call.
+
+Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
+Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by
+a boolean mask (``V[mask[u]]``: a data-dependent shape). A micrograd-style autograd engine
+over NumPy arrays (a ``T`` class with ``__add__``/``__matmul__`` building closures, a
+topological ``backward``) runs eagerly: its ``visited = set()`` mutated from the nested
+``build`` is refused (only lists and dicts are known as made in the call), and with a list
+instead, ``self.grad = ...`` on a node made inside an operator method (``out * out`` runs
+``__mul__`` unrewritten, so the node is not known as made in the call) is refused as
+outside state.
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+"""
+
+import numpy as np
+from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+F32 = dict(rtol=2e-4, atol=2e-5)
+
+
+# --- a Module/Parameter framework with a parameters() generator ------------------------------
+class Parameter:
+    def __init__(self, data):
+        self.data = data
+        self.grad = np.zeros_like(data)
+
+
+class Module:
+    def __init__(self):
+        self._parameters = {}
+        self._modules = {}
+
+    def parameters(self):
+        for p in self._parameters.values():
+            yield p
+        for m in self._modules.values():
+            yield from m.parameters()
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad[...] = 0
+
+    def __call__(self, *args):
+        return self.forward(*args)
+
+
+class Linear(Module):
+    def __init__(self, W, b):
+        super().__init__()
+        self.W, self.b = Parameter(W), Parameter(b)
+        self._parameters = {"W": self.W, "b": self.b}
+
+    def forward(self, x):
+        self.x = x
+        return x @ self.W.data + self.b.data
+
+    def backward(self, dy):
+        self.W.grad += self.x.T @ dy
+        self.b.grad += dy.sum(axis=0)
+        return dy @ self.W.data.T
+
+
+class ReLU(Module):
+    def forward(self, x):
+        self.mask = x > 0
+        return x * self.mask
+
+    def backward(self, dy):
+        return dy * self.mask
+
+
+class Sequential(Module):
+    def __init__(self, *layers):
+        super().__init__()
+        for i, layer in enumerate(layers):
+            self._modules[str(i)] = layer
+        self.layers = list(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def backward(self, dy):
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+        return dy
+
+
+class SGDMomentum:
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        self.params = list(params)
+        self.lr, self.momentum = lr, momentum
+        self.velocities = [np.zeros_like(p.data) for p in self.params]
+
+    def step(self):
+        for p, v in zip(self.params, self.velocities):
+            v *= self.momentum
+            v -= self.lr * p.grad
+            p.data += v
+
+
+def softmax_cross_entropy(logits, y):
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    p = e / e.sum(axis=1, keepdims=True)
+    n = logits.shape[0]
+    loss = -np.log(p[np.arange(n), y] + 1e-12).mean()
+    d = p.copy()
+    d[np.arange(n), y] -= 1
+    return loss, d / n
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def train_step(self, x, y):
+        self.model.zero_grad()
+        loss, d = softmax_cross_entropy(self.model(x), y)
+        self.model.backward(d)
+        self.optimizer.step()
+        return loss
+
+
+def _trainer(dtype, d=5, h=7, k=3):
+    rng = np.random.default_rng(1)
+    model = Sequential(Linear((rng.standard_normal((d, h)) * .5).astype(dtype), np.zeros(h, dtype)),
+                       ReLU(), Linear((rng.standard_normal((h, k)) * .5).astype(dtype),
+                                      np.zeros(k, dtype)))
+    return Trainer(model, SGDMomentum(model.parameters()))
+
+
+def test_framework_train_step_over_a_parameters_generator_compiles(
+        dtype=np.float64, sizes=(8, 8, 5), tolerance=F64):
+    """A bound ``train_step``: ``zero_grad`` over the generator, ``Sequential.__call__`` to
+    ``forward``, a backward that accumulates into ``Parameter.grad``, momentum over the
+    optimizer's own velocity list; parameters, grads and velocities equal eager's."""
+    rng = np.random.default_rng(0)
+    eager, compiled = _trainer(dtype), _trainer(dtype)
+    step = jitted(compiled.train_step)
+    for n in sizes:
+        x, y = rng.standard_normal((n, 5)).astype(dtype), rng.integers(0, 3, n)
+        assert_same(step(x.copy(), y.copy()), eager.train_step(x.copy(), y.copy()), **tolerance)
+        for mine, theirs in zip(compiled.model.parameters(), eager.model.parameters()):
+            assert_same(mine.data, theirs.data, **tolerance)
+            assert_same(mine.grad, theirs.grad, **tolerance)
+        assert_same(compiled.optimizer.velocities, eager.optimizer.velocities, **tolerance)
+    no_internal_errors(step)
+    assert all_compiled(step, len(sizes)), step.explain()
+
+
+# --- parasdahal/deepnet: params/grads lists, momentum written into the caller's lists --------
+class FullyConnected:
+    def __init__(self, W, b):
+        self.W, self.b = W, b
+        self.params = [self.W, self.b]
+
+    def forward(self, X):
+        self.X = X
+        return X @ self.W + self.b
+
+    def backward(self, dout):
+        self.grads = [self.X.T @ dout, np.sum(dout, axis=0)]
+        return dout @ self.W.T
+
+
+class Sigmoid:
+    def __init__(self):
+        self.params = []
+
+    def forward(self, X):
+        self.out = 1 / (1 + np.exp(-X))
+        return self.out
+
+    def backward(self, dout):
+        self.grads = []
+        return dout * self.out * (1 - self.out)
+
+
+class NN:
+    def __init__(self, layers):
+        self.layers = layers
+
+    def train_step(self, X, y):
+        out = X
+        for layer in self.layers:
+            out = layer.forward(out)
+        n = X.shape[0]
+        exp = np.exp(out - out.max(1, keepdims=True))
+        p = exp / exp.sum(1, keepdims=True)
+        loss = -np.log(p[range(n), y]).mean()
+        p[range(n), y] -= 1
+        dout, grads = p / n, []
+        for layer in reversed(self.layers):
+            dout = layer.backward(dout)
+            grads.append(layer.grads)
+        return loss, grads
+
+
+def momentum_update(velocity, params, grads, learning_rate=0.01, mu=0.9):
+    for v, param, grad in zip(velocity, params, reversed(grads)):
+        for i in range(len(grad)):
+            v[i] = mu * v[i] + learning_rate * grad[i]
+            param[i] -= v[i]
+
+
+def sgd_momentum_step(nnet, X, y, velocity, learning_rate):
+    loss, grads = nnet.train_step(X, y)
+    momentum_update(velocity, [layer.params for layer in nnet.layers], grads, learning_rate)
+    return loss
+
+
+def _deepnet():
+    rng = np.random.default_rng(0)
+    layers = [FullyConnected(rng.standard_normal((4, 6)), np.zeros(6)), Sigmoid(),
+              FullyConnected(rng.standard_normal((6, 3)), np.zeros(3))]
+    return NN(layers), [[np.zeros_like(p) for p in layer.params] for layer in layers]
+
+
+def test_deepnet_momentum_writes_the_callers_velocity_lists_compiled():
+    """``v[i] = mu * v[i] + learning_rate * grad[i]`` into the caller's list of lists: before
+    the fix an item assignment into an argument's list, refused: eager on every call."""
+    rng = np.random.default_rng(5)
+    (eager_net, eager_velocity), (net, velocity) = _deepnet(), _deepnet()
+    f = jitted(sgd_momentum_step)
+    for n in (5, 5, 8):
+        X, y = rng.standard_normal((n, 4)), rng.integers(0, 3, n)
+        want = sgd_momentum_step(eager_net, X.copy(), y.copy(), eager_velocity, 0.1)
+        assert_same(f(net, X.copy(), y.copy(), velocity, 0.1), want, **F64)
+        assert_same(velocity, eager_velocity, **F64)
+        for mine, theirs in zip(net.layers, eager_net.layers):
+            assert_same(mine.params, theirs.params, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 3), f.explain()
+
+
+def list_items_written(x, items, rates):
+    items[0] = x * 2.0
+    items[-1] = items[-1] + x  # the same position as items[2] of three
+    rates[1] = rates[1] * 0.5  # a Python float in the caller's list
+    return items[0].sum() + rates[1]
+
+
+def test_list_argument_items_written_as_numpy_writes_them():
+    calls = [(np.arange(3.0), [None, 1, np.ones(3)], [0.1, 0.2]),
+             (np.arange(3.0) - 1, [None, 1, np.ones(3)], [0.1, 0.4]),
+             (np.arange(5.0), [None, 1, np.zeros(5)], [0.1, 0.3]),
+             (np.arange(3.0), [None, 1, np.ones(4)], [0.1, 0.3])]  # ValueError at items[-1]
+    f = run_calls(list_items_written, calls, **F64)
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 3, f.explain()
+
+
+# --- graph networks ------------------------------------------------------------------------
+def message_passing(X, src, dst, W, W_self):
+    n = X.shape[0]
+    aggregated = np.zeros((n, W.shape[1]))
+    np.add.at(aggregated, dst, X[src] @ W)
+    degree = np.bincount(dst, minlength=n)
+    return np.tanh(X @ W_self + aggregated / np.maximum(degree, 1)[:, None]), degree
+
+
+def _edges(n, e, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, 4)), rng.integers(0, n, e), rng.integers(0, n, e),
+            rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))
+
+
+def test_message_passing_with_degrees_by_bincount_compiles():
+    """Before the fix ``np.bincount`` was not supported: eager on every call."""
+    f = run_calls(message_passing, [_edges(5, 9, 0), _edges(7, 13, 1), _edges(3, 0, 2)], **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 6), f.explain()
+
+
+def counts(x, w, n):
+    return (np.bincount(x, minlength=n), np.bincount(x, weights=w, minlength=n),
+            np.bincount(x[::2], minlength=n))
+
+
+def _counts(n, m, seed, dtype=np.int64, weights=np.float64, high=None):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, n if high is None else high, m).astype(dtype),
+            rng.standard_normal(m).astype(weights), n)
+
+
+def test_bincount_as_numpy_counts():
+    """Counts are int64 and weighted sums float64 whatever the dtypes (NumPy counts nothing
+    in ints, weighted too); ``minlength`` a run-time int is pinned as a shape."""
+    calls = [_counts(5, 7, 0), _counts(6, 3, 1, np.int32, np.float32), _counts(4, 0, 2),
+             _counts(5, 9, 3, np.bool_, np.bool_)]
+    f = run_calls(counts, calls, **F64)
+    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.explain()
+
+
+def test_bincount_past_minlength_or_negative_runs_numpy():
+    """A value past ``minlength`` makes NumPy's result longer (a length the data decides):
+    NumPy runs those calls; a negative value raises NumPy's ValueError; 2-d, float and
+    uint64 ``x`` and weights of another length raise as NumPy does."""
+    calls = [_counts(5, 7, 0), _counts(5, 7, 1, high=8), (np.array([0, -1, 2]), np.ones(3), 5),
+             (np.ones((2, 2), int), np.ones(4), 3), (np.ones(3), np.ones(3), 3),
+             (np.ones(3, np.uint64), np.ones(3), 3), (np.ones(3, int), np.ones(4), 3)]
+    f = run_calls(counts, calls, **F64)
+    no_internal_errors(f)
+    run_calls(lambda x: np.bincount(x), [(np.array([0, 1, 1]),), (np.array([3, 1]),)])
+
+
+def kmeans_update(X, labels, centers):
+    k = centers.shape[0]
+    count = np.bincount(labels, minlength=k)
+    sums = np.stack([np.bincount(labels, weights=X[:, j], minlength=k)
+                     for j in range(X.shape[1])], axis=1)
+    return np.where(count[:, None] > 0, sums / np.maximum(count, 1)[:, None], centers), count
+
+
+def test_kmeans_centroids_by_weighted_bincount_compile():
+    rng = np.random.default_rng(3)
+    calls = [(rng.standard_normal((9, 2)), rng.integers(0, 3, 9), np.zeros((3, 2))),
+             (rng.standard_normal((2, 5)).T, np.array([0, 0, 2, 0, 0]), np.ones((3, 2)))]
+    f = run_calls(kmeans_update, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+
+
+# --- a Kalman filter over a sequence of scalar measurements ---------------------------------
+def kalman_track(zs, x, P, F, H, Q, R):
+    xs, Ps = [], []
+    for z in zs:
+        x = F @ x
+        P = F @ P @ F.T + Q
+        S = H @ P @ H.T + R
+        K = P @ H.T / S
+        x = x + K @ (z - H @ x)
+        P = (np.eye(len(x)) - K @ H) @ P
+        xs.append(x)
+        Ps.append(P)
+    return np.array(xs), np.array(Ps)
+
+
+def _measurements(T, seed, dt=0.1):
+    rng = np.random.default_rng(seed)
+    return (np.cumsum(rng.standard_normal(T)).reshape(T, 1), np.zeros(2), np.eye(2) * 500.0,
+            np.array([[1, dt], [0, 1]]), np.array([[1.0, 0.0]]), np.eye(2) * 0.01,
+            np.array([[1.0]]))
+
+
+def test_kalman_filter_over_measurement_sequences():
+    calls = [_measurements(6, 0), _measurements(11, 1), _measurements(0, 2)]
+    f = run_calls(kalman_track, calls, **F64)
+    no_internal_errors(f)
+
+
+# --- capsule routing by agreement -----------------------------------------------------------
+def squash(s, axis=-1, eps=1e-9):
+    squared = np.sum(s ** 2, axis=axis, keepdims=True)
+    return squared / (1 + squared) * s / np.sqrt(squared + eps)
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def capsule_layer(x, W, iterations):
+    u_hat = np.einsum("ijdk,bik->bijd", W, x)
+    b = np.zeros(u_hat.shape[:3])
+    for r in range(iterations):
+        c = softmax(b, axis=2)
+        v = squash(np.sum(c[..., None] * u_hat, axis=1))
+        if r < iterations - 1:
+            b = b + np.einsum("bijd,bjd->bij", u_hat, v)
+    return v, c
+
+
+def _capsules(n, seed, iterations):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 5, 3)), rng.standard_normal((5, 2, 4, 3)) * .3, iterations
+
+
+def test_capsule_routing_over_batches_and_iteration_counts():
+    calls = [_capsules(3, 0, 3), _capsules(3, 1, 1)]
+    f = run_calls(capsule_layer, calls, **F64)
+    no_internal_errors(f)
+
+
+# --- RealNVP affine coupling layers in a Flow object ----------------------------------------
+class AffineCoupling:
+    def __init__(self, mask, Ws, Wt):
+        self.mask, self.Ws, self.Wt = mask, Ws, Wt
+
+    def forward(self, x):
+        xm = x * self.mask
+        s = np.tanh(xm @ self.Ws) * (1 - self.mask)
+        t = (xm @ self.Wt) * (1 - self.mask)
+        return xm + (1 - self.mask) * (x * np.exp(s) + t), s.sum(axis=1)
+
+    def inverse(self, y):
+        ym = y * self.mask
+        s = np.tanh(ym @ self.Ws) * (1 - self.mask)
+        t = (ym @ self.Wt) * (1 - self.mask)
+        return ym + (1 - self.mask) * (y - t) * np.exp(-s)
+
+
+class Flow:
+    def __init__(self, layers):
+        self.layers = layers
+
+    def log_prob(self, x):
+        log_det = np.zeros(len(x))
+        for layer in self.layers:
+            x, d = layer.forward(x)
+            log_det += d
+        return -0.5 * (x ** 2).sum(1) - 0.5 * x.shape[1] * np.log(2 * np.pi) + log_det
+
+    def sample(self, z):
+        for layer in reversed(self.layers):
+            z = layer.inverse(z)
+        return z
+
+
+def test_affine_coupling_flow_log_prob_and_inverse_as_bound_methods():
+    rng = np.random.default_rng(0)
+    masks = [np.array([1.0, 0, 1, 0]), np.array([0.0, 1, 0, 1])]
+    flow = Flow([AffineCoupling(masks[i % 2], rng.standard_normal((4, 4)) * .5,
+                                rng.standard_normal((4, 4)) * .5) for i in range(3)])
+    calls = [(rng.standard_normal((6, 4)),), (rng.standard_normal((4, 11)).T,)]
+    for method in (flow.log_prob, flow.sample):
+        f = run_calls(method, calls, **F64)
+        no_internal_errors(f)
+        assert all_compiled(f, 4), f.explain()
+
+
+# --- PointNet: a shared MLP and a max pool over points ---------------------------------------
+def pointnet(points, T, W1, b1, W2, b2, Wc, bc):
+    x = points @ T
+    h = np.maximum(np.einsum("bnd,dk->bnk", x, W1) + b1, 0)
+    h = np.maximum(h @ W2 + b2, 0)
+    return h.max(axis=1) @ Wc + bc, h.argmax(axis=1)
+
+
+def _points(B, N, seed, dtype, channels_first=False):
+    rng = np.random.default_rng(seed)
+    points = rng.standard_normal((B, 3, N) if channels_first else (B, N, 3)).astype(dtype)
+    weights = [np.eye(3) + 0.1 * rng.standard_normal((3, 3)), rng.standard_normal((3, 8)),
+               rng.standard_normal(8), rng.standard_normal((8, 16)), rng.standard_normal(16),
+               rng.standard_normal((16, 4)), rng.standard_normal(4)]
+    return (points.transpose(0, 2, 1) if channels_first else points,
+            *(w.astype(dtype) for w in weights))
+
+
+def test_pointnet_float32_points_channels_first_transposed():
+    calls = [lambda: _points(2, 10, 0, np.float32), lambda: _points(3, 17, 1, np.float32, True)]
+    f = run_calls(pointnet, calls, **F32)
+    no_internal_errors(f)
+

@@ -120,7 +120,7 @@ class EagerHooks:
         return values
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
-                   kind, handed):
+                   kind, handed, ints=()):
         # a loop with a data-dependent exit runs as written (tracejit.tracer.while_loops)
         values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
         return as_written(kind, range_function, range_args, functions, values)

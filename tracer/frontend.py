@@ -626,11 +626,12 @@ class Hooks:
                         (body.__code__.co_filename, line), reverse)
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
-                   kind, handed):
+                   kind, handed, ints=()):
         """A loop with a data-dependent exit (``tracejit.tracer.while_loops``; ``handed``,
         the names ``pre`` hands on within a trip, are in the functions already)."""
         return run_while(self.context, range_function, range_args, functions, names,
-                         frame_locals, (functions[0].__code__.co_filename, line), kind)
+                         frame_locals, (functions[0].__code__.co_filename, line), kind,
+                         ints=ints)
 
     def set_in(self, array, index, value):
         """``container[key][index] = value`` with ``array = container[key]``: a NumPy

@@ -32,6 +32,9 @@ from .ops import (
     exp_p,
     expm1_p,
     floor_p,
+    greater_equal_p,
+    greater_p,
+    iota_p,
     isfinite_p,
     isinf_p,
     less_equal_p,
@@ -40,6 +43,7 @@ from .ops import (
     max_p,
     maximum_p,
     minimum_p,
+    neg_p,
     not_equal_p,
     reshape_p,
     rint_p,
@@ -271,9 +275,51 @@ def _sqrt(ctx, eqn, bounds):
     near = ctx.where(ctx.greater(x, number(0.0)),
                      ctx.div(e, ctx.emit(sqrt_p, ctx.f64(x))), INF)
     carried = ctx.emit(minimum_p, ctx.emit(sqrt_p, e), near)
-    carried = ctx.where(ctx.not_(ctx.greater(e, x)), carried, INF)
+    if not _never_negative(ctx, x):
+        carried = ctx.where(ctx.not_(ctx.greater(e, x)), carried, INF)
     u = unit_roundoff(eqn.out.aval.dtype)
     return ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
+
+
+# Results no rounding makes negative from operands that are not: a distance's sum of
+# squares stays >= 0 on both sides, so its sqrt has a bound where it may be 0 (k-means'
+# centre shift at convergence, once infinite, sent every call to eager).
+_SQUARES = ("abs", "sqrt", "exp")
+_KEEPS_SIGN = ("sum", "max", "min", "reshape", "broadcast_to", "transpose", "slice", "add",
+               "multiply", "true_divide", "maximum", "minimum")
+
+
+def _never_negative(ctx, atom):
+    """Whether ``atom`` is >= 0 (or NaN) in NumPy and compiled alike, by how it is made:
+    ``|y|``, ``y ** 2``, ``y * y``, ``exp``/``sqrt``, and sums, products, quotients and
+    extremes of such."""
+    pending, seen = [atom], set()
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Literal):
+            value = item.value
+            if isinstance(value, DimExpr) or not np.all(np.asarray(value) >= 0):
+                return False  # (a dim expression's sign is not looked into)
+            continue
+        eqn = ctx.producers.get(item.name) if isinstance(item, Var) else None
+        if eqn is None or len(seen) > 64:
+            return False
+        if item.name in seen:
+            continue
+        seen.add(item.name)
+        name = eqn.prim.name
+        if name in _SQUARES:
+            continue
+        if name == "power" and isinstance(eqn.inputs[1], Literal) and (
+                float(np.asarray(eqn.inputs[1].value)) in (2.0, 4.0)):
+            continue
+        if name == "multiply" and eqn.inputs[0] == eqn.inputs[1]:
+            continue
+        if name not in _KEEPS_SIGN:
+            return False
+        pending.extend(eqn.inputs[:2] if name in ("add", "multiply", "true_divide", "maximum",
+                                                  "minimum") else eqn.inputs[:1])
+    return True
 
 
 def _math(carry, absolute=0.0, lowest=None):
@@ -496,6 +542,9 @@ def _compare(ctx, eqn, bounds):
     else:
         difference = ctx.sub(a, b)
     undecided = ctx.fit(ctx.undecided(ctx.abs(difference), total), eqn.out.aval.shape)
+    same = _same_element(ctx, a, b)
+    if same is not None:
+        undecided = ctx.fit(ctx.and_(undecided, ctx.not_(same)), eqn.out.aval.shape)
     if eqn.prim.name in ("equal", "not_equal"):
         axes = _extreme_axes(ctx, a, b) or _extreme_axes(ctx, b, a)
         if axes:
@@ -505,6 +554,30 @@ def _compare(ctx, eqn, bounds):
             if ties is not None:
                 undecided = ctx.and_(undecided, ties)
     return undecided
+
+
+def _same_element(ctx, a, b):
+    """``x[..., :, None]`` against ``x[..., None, :]`` (a sort's pairwise comparisons:
+    ``scans._comparisons``): where the two positions are one, both sides compare an element
+    with itself, whatever its rounding (``x < x`` is False, ``x == x`` True, NaN too). The
+    mask of those elements, or None. Without it every ``np.argsort`` of computed values
+    was undecided at its diagonal, so an ``if`` on its result (beam search's top-k) ran
+    eagerly on every call."""
+    found = [ctx.producers.get(atom.name) if isinstance(atom, Var) else None for atom in (a, b)]
+    if any(eqn is None or eqn.prim.name != "reshape" for eqn in found) or (
+            found[0].inputs[0] != found[1].inputs[0]):
+        return None
+    x = found[0].inputs[0]
+    shape = tuple(x.aval.shape)
+    if not shape:
+        return None
+    n = shape[-1]
+    column, row = shape + (1,), shape[:-1] + (1, n)
+    if {tuple(a.aval.shape), tuple(b.aval.shape)} != {column, row} or column == row:
+        return None
+    positions = ctx.emit(iota_p, length=n, dtype=np.dtype(np.int64))
+    return ctx.emit(equal_p, ctx.emit(reshape_p, positions, shape=(n, 1)),
+                    ctx.emit(reshape_p, positions, shape=(1, n)))
 
 
 # ``index < bound`` with the index on the left: the same comparison with it on the right
@@ -901,6 +974,38 @@ def _sum(ctx, eqn, bounds):
     return ctx.where(ctx.greater(magnitude, number(0.0)), bound, number(0.0))
 
 
+def extreme_ambiguity(ctx, x, e, axes, largest):
+    """Over ``axes`` (keepdims): could the extreme of ``x`` sit at another element, or tie
+    differently, on NumPy's side? Candidates are the elements whose value could reach the
+    surest extreme (``x + e >= max(x - e)``); one candidate, or exact candidates only,
+    decide. NaN anywhere: undecided."""
+    if not largest:
+        x = ctx.emit(neg_p, ctx.f64(x))
+    e = ctx.spread(ctx.as_number(x, e), x.aval.shape)
+    surest = ctx.emit(max_p, ctx.sub(x, e), axes=axes, keepdims=True)
+    candidates = ctx.emit(greater_equal_p, ctx.add(x, e), surest)
+    count = ctx.emit(sum_p, ctx.emit(cast_p, candidates, dtype=np.dtype(np.int64)), axes=axes,
+                     keepdims=True)
+    inexact = ctx.emit(any_p, ctx.and_(candidates, ctx.greater(e, number(0.0))), axes=axes,
+                       keepdims=True)
+    several = ctx.emit(greater_p, count, Literal.of(np.int64(1)))
+    return ctx.or_(ctx.and_(several, inexact), ctx.emit(not_equal_p, surest, surest))
+
+
+def _arg_extremum(ctx, eqn, bounds):
+    """argmax, argmin: NumPy's index where one element alone can be the extreme, any index
+    of the axis (an infinite bound) where the extreme is ambiguous. Without this an ``if``
+    on the index (greedy decoding's ``if tok == eos: break`` after ``tok =
+    int(np.argmax(logits))``) had an infinite bound and ran eagerly on every call."""
+    (x,), (e,) = eqn.inputs, bounds
+    if e is None:
+        return None
+    params = eqn.params_dict
+    ambiguous = extreme_ambiguity(ctx, x, e, (params["axis"],), eqn.prim.name == "argmax")
+    if not params["keepdims"]:
+        ambiguous = ctx.emit(any_p, ambiguous, axes=(params["axis"],), keepdims=False)
+    return ctx.where(ambiguous, INF, number(0.0))
+
 def _extreme_reduction(ctx, eqn, bounds):
     """max, min: exact; the extreme of values each e apart is at most max(e) apart."""
     (x,), (e,) = eqn.inputs, bounds
@@ -1142,10 +1247,25 @@ def _prod(ctx, eqn, bounds):
 
 
 def _gather(ctx, eqn, bounds):
+    """The picked elements' bounds; where an index may differ from NumPy's (an argmax at a
+    near tie: ``_arg_extremum``), any element: unbounded then. Greedy decoding's
+    ``E[int(np.argmax(logits))]`` is exact on every call whose argmax is decided."""
     e, ei = bounds
-    if ei is not None:
+    picked = _mirror(ctx, eqn, [e, None])
+    if ei is None:
+        return picked
+    index = eqn.inputs[1]
+    moved = ctx.mask(ei)
+    if isinstance(moved, Literal):
+        if not bool(moved.value):
+            return picked
         raise Unbounded()
-    return _mirror(ctx, eqn, [e, None])
+    if tuple(moved.aval.shape):
+        moved = ctx.emit(any_p, moved, axes=tuple(range(len(index.aval.shape))),
+                         keepdims=False)
+    if is_bool(eqn.out):
+        return moved if picked is None else ctx.or_(moved, picked)
+    return ctx.where(moved, INF, number(0.0) if picked is None else picked)
 
 
 # --- integer-valued floats: sums of counts are exact in any order --------------------------
@@ -1267,6 +1387,8 @@ RULES = {
     "sliding_window": _mirror,
     "concatenate": _concatenate,
     "gather": _gather,
+    "argmax": _arg_extremum,
+    "argmin": _arg_extremum,
 }
 
 # No error model: exact on exact operands (compiled code computes NumPy's result to the
@@ -1279,11 +1401,9 @@ UNBOUNDED = {
     "bitwise_and": "integers only", "bitwise_or": "integers only",
     "bitwise_xor": "integers only", "invert": "integers only",
     "left_shift": "integers only", "right_shift": "integers only",
-    "argmax": "near ties pick another index",
-    "argmin": "near ties pick another index",
     "scatter_add": "exact in NumPy's order; apart updates not modelled",
 }
 
 
 __all__ = ["RULES", "UNBOUNDED", "Unbounded", "decided_over_indices", "exact_integers",
-           "integral_magnitude", "number", "unit_roundoff"]
+           "extreme_ambiguity", "integral_magnitude", "number", "unit_roundoff"]

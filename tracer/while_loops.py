@@ -59,12 +59,14 @@ Bounds: ``for ... in range(n)`` runs at most ``n`` trips; ``while`` loops at mos
 sets ``done`` still runs ``post`` (its result is dropped): a guard in ``post`` failing
 there side-exits the call (correct, eager runs it).
 
+Python ints the loop carries (a counter ``it += 1``, the ``for`` index read after the
+loop) are weak int64 scalars of the loop (``tracejit.tracer.exit_ints``).
+
 Not captured, run as written (a guard per trip's decision, as before): loops under
 gradient tracing, a carried value that is not an array after the first trip (a Python
-``int`` counter ``it += 1``, a list appended to), carries that change shape or dtype,
-``return``/``continue``/a second ``break`` in the body, a test that reads no traced value,
-a ``for`` over anything but ``range(n)``/``range(a, b)``, and a ``for`` whose index is read
-after the loop.
+``int`` moved otherwise than by ``+= 1``-like steps, a list appended to), carries that
+change shape or dtype, ``return``/``continue``/a second ``break`` in the body, a test that
+reads no traced value, and a ``for`` over anything but ``range(n)``/``range(a, b)``.
 
 >>> import ast
 >>> tree = ast.parse("def f(x):\\n    while x.sum() > 1:\\n        x = x / 2\\n    return x")
@@ -82,6 +84,8 @@ import logging
 
 import numpy as np
 
+from . import exit_ints
+from .conversions import python_number
 from .dims import SymInt, value_of
 from .exit_tests import LOGIC, Logic, combined
 from .ir import Guard
@@ -169,7 +173,7 @@ def mark_while_loops(function_node):
     for node in ast.walk(function_node):
         if isinstance(node, (ast.For, ast.While)) and split_body(node) is not None:
             if isinstance(node, ast.For) and _index_read_elsewhere(node, function_node):
-                continue
+                node.tracejit_index_after = True  # carried as a copy (exit_ints)
             node.tracejit_while = True
 
 
@@ -202,6 +206,10 @@ def rewrite_while(rewriter, node):
     pre, test, post, negate = split_body(node)
     test_line = test.lineno  # the decisions' guards, when the loop runs as written
     index = node.target.id if isinstance(node, ast.For) else "__tracejit_t"
+    # the trip number the body functions take: the index itself, or its source when the
+    # index is read after the loop (each trip copies it into the carried index)
+    index_after = getattr(node, "tracejit_index_after", False)
+    trip = "__tracejit_t" if index_after else index
     function_node = rewriter.function_node
     original = ast.Module(body=[*node.body, ast.Expr(node.test) if isinstance(
         node, ast.While) else ast.Expr(node.iter)], type_ignores=[])
@@ -217,23 +225,27 @@ def rewrite_while(rewriter, node):
         orelse = [rewriter.visit(statement) for statement in node.orelse]
     finally:
         rewriter.loop_targets = targets
+    if index_after:
+        pre = [exit_ints.index_copy(index, trip), *pre]
     # The carried names, from the rewritten body (out[k] = v is out = set_item(out, ...)
     # there): AutoGraph's rule, assigned in the body and live after it (the else clause
     # included) or read before assigned in a trip
-    loop = _as_for(node, index, pre, test, post)
+    loop = _as_for(node, trip, pre, test, post)
     loop.tracejit_twin = original  # the loop as written reads nothing after itself
     loop.tracejit_live_after = else_reads
-    names = [name for name in loop_variables(loop, function_node) if name != index]
+    names = [name for name in loop_variables(loop, function_node) if name != trip]
     # names pre assigns that the test or post read: handed on within a trip
     handed = sorted((_names_stored(pre) & (_names_read([test]) | _names_read(post)))
-                    - set(names) - {index})
+                    - set(names) - {trip})
+    ints = exit_ints.counters(node.body, names) + (
+        [index] if index_after and index in names else [])
     line = node.lineno
     within = names + handed
 
     def function(kind, body, returned, taken):
         definition = ast.FunctionDef(
             name=f"__tracejit_w{kind}_{line}",
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)]
+            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=trip)]
                                + [ast.arg(arg=name) for name in taken],
                                vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
                                defaults=[]),
@@ -268,7 +280,8 @@ def rewrite_while(rewriter, node):
               ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
               ast.Constant(line), ast.Constant(kind),
               ast.Tuple(elts=[ast.Constant(name) for name in handed], ctx=ast.Load())],
-        keywords=[])
+        keywords=[ast.keyword(arg="ints", value=ast.Tuple(
+            elts=[ast.Constant(name) for name in ints], ctx=ast.Load()))] if ints else [])
     target = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store()) for name in (*names, broke)],
                        ctx=ast.Store())
     result = [*definitions, ast.Assign(targets=[target], value=call)]
@@ -351,21 +364,34 @@ def _as_written_trips(kind, trips, functions, values):
 
 
 def run_while(context, range_function, range_args, functions, names, frame_locals,
-              location, kind, peeled=False):
+              location, kind, peeled=False, ints=()):
     """Run (and, when it can, capture) a loop with a data-dependent exit; the carried
     names' values and whether it ended by its ``break``. ``peeled``: trip 0 ran as
-    written already (``range_args`` are then the rest's)."""
+    written already (``range_args`` are then the rest's). ``ints``: the carried names
+    that may be Python ints (``exit_ints``: counters, the index read after the loop)."""
     from .loops import UNDEFINED
 
     values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
     where = f"{location[0]}:{location[1]}"
-    reason = _refusal(context, kind, range_function, range_args, values)
+    int_positions = {position for position, name in enumerate(names) if name in ints}
+    if kind == "for" and context is not None and any(
+            values[position] is UNDEFINED for position in int_positions):
+        # the index read after the loop, unbound before it: every trip assigns it, and a
+        # loop that runs no trip (a shape guard where stop is a dim) runs as written
+        start, stop = _bounds(range_args) if len(range_args) in (1, 2) else (0, 0)
+        if isinstance(start, (int, SymInt)) and isinstance(stop, (int, SymInt)) and (
+                stop > start):
+            values = tuple(start if value is UNDEFINED and position in int_positions
+                           else value for position, value in enumerate(values))
+    reason = _refusal(context, kind, range_function, range_args, [
+        value for position, value in enumerate(values)
+        if not (position in int_positions and exit_ints.enters(value))])
     if reason is not None and reason.startswith(_NOT_AN_ARRAY) and not peeled:
         # err = np.inf, new = ... first assigned in the body: trip 0 as written (its
         # decision a guard), then the rest captured if the carries are arrays by then
         if kind == "for":
             start, stop = _bounds(range_args)
-            if not value_of(stop) > value_of(start):
+            if not stop > start:  # a shape guard where stop is a dim
                 return (*values, False)
             trip_zero, rest = range(start, start + 1), (start + 1, stop)
         else:
@@ -374,7 +400,7 @@ def run_while(context, range_function, range_args, functions, names, frame_local
         if broke is not None:
             return (*values, broke)
         return run_while(context, range_function, rest, functions, names,
-                         dict(zip(names, values)), location, kind, peeled=True)
+                         dict(zip(names, values)), location, kind, peeled=True, ints=ints)
     if reason is not None:
         if reason:
             _note(context, where, reason)
@@ -383,8 +409,11 @@ def run_while(context, range_function, range_args, functions, names, frame_local
         start, stop = _bounds(range_args)
     else:
         start, stop = 0, WHILE_BOUND
+    values = tuple(exit_ints.as_traced(context, value) if position in int_positions
+                   else value for position, value in enumerate(values))
     try:
-        return _captured(context, functions, names, values, start, stop, kind, location)
+        return _captured(context, functions, names, values, start, stop, kind, location,
+                         int_positions)
     except _Stop as stopped:
         return (*stopped.values, stopped.broke)
 
@@ -425,7 +454,7 @@ def _note(context, where, reason):
     note_unrolled(context, where, f"{reason} (a data-dependent exit)")
 
 
-def _captured(context, functions, names, values, start, stop, kind, location):
+def _captured(context, functions, names, values, start, stop, kind, location, int_positions):
     from .loops import STATIC_UNROLL_LIMIT, run_loop
 
     entry_depth = getattr(context, "loop_depth", 0)
@@ -444,10 +473,11 @@ def _captured(context, functions, names, values, start, stop, kind, location):
         try:
             if first[0] and depth == entry_depth:
                 first[0] = False
-                return _first_trip(context, t, carried, functions, kind, count)
+                return _first_trip(context, t, carried, functions, kind, count, int_positions)
             if depth == entry_depth:  # capture refused: the rest runs as written
                 return _written_trip(t, carried, done, functions, kind, count)
-            return _traced_trip(context, t, carried, done, functions, kind, count)
+            return _traced_trip(context, t, carried, done, functions, kind, count,
+                                int_positions)
         finally:
             context.unrolled_trips = inside
 
@@ -471,13 +501,14 @@ def _stop_of(functions, t, within, kind):
     return np.logical_not(stop) if kind == "while" else stop
 
 
-def _first_trip(context, t, carried, functions, kind, count):
+def _first_trip(context, t, carried, functions, kind, count, int_positions):
     """Trip 0 (``done`` is False): recorded unrolled, with no guard on the exit when the
     values at the break and at the end of the trip have the same types."""
     from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
     pre, _, post = functions[:3]
     within = tuple(pre(t, *carried))
-    at_break = [_kept(context, value) for value in within[:count]]
+    at_break = _ints_traced(context, [_kept(context, value) for value in within[:count]],
+                            int_positions)
     stop = _stop_of(functions, t, within, kind)
     if not isinstance(stop, Tracer) or bool(stop.value):
         # a decision on no traced value, or a loop that ends at once: as Python decides
@@ -485,7 +516,7 @@ def _first_trip(context, t, carried, functions, kind, count):
         if bool(stop):
             raise _Stop(tuple(within[:count]), kind != "while")
         return (*post(t, *within), _false(context))
-    after = tuple(post(t, *within))
+    after = _ints_traced(context, post(t, *within), int_positions)
     if not all(_same_type(a, b, kind=True) for a, b in zip(at_break, after)):
         if bool(stop):  # a guard: values of other types at the break
             raise _Stop(tuple(at_break), kind != "while")
@@ -494,7 +525,7 @@ def _first_trip(context, t, carried, functions, kind, count):
               for entered, left, a, b in zip(carried, after, at_break, after)), stop)
 
 
-def _traced_trip(context, t, carried, done, functions, kind, count):
+def _traced_trip(context, t, carried, done, functions, kind, count, int_positions):
     """A trip traced for capture: the body as a function of the carried values."""
     from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
     pre, _, post = functions[:3]
@@ -502,7 +533,8 @@ def _traced_trip(context, t, carried, done, functions, kind, count):
         raise Refused("a carried value is not an array (a Python number or a container)")
     before = [_kept(context, value) for value in carried]
     within = tuple(pre(t, *carried))
-    at_break = [_kept(context, value) for value in within[:count]]
+    at_break = _ints_traced(context, [_kept(context, value) for value in within[:count]],
+                            int_positions)
     mark = len(context.body)
     stop = _stop_of(functions, t, within, kind)
     if any(isinstance(item, Guard) for item in context.body[mark:]):
@@ -517,7 +549,7 @@ def _traced_trip(context, t, carried, done, functions, kind, count):
         # as ``stop``, so guard_margins gives it the margin guard ``if stop:`` would have
         # (a test rounding could flip sends the call to NumPy)
         bool(np.logical_or(stop, np.logical_not(stop)))
-    after = tuple(post(t, *within))
+    after = _ints_traced(context, post(t, *within), int_positions)
     for name_values in zip(before, at_break, after):
         if not all(_same_type(name_values[0], value) for value in name_values[1:]):
             raise Refused("a carried value changes shape or dtype in the loop")
@@ -565,6 +597,13 @@ def _written_trip(t, carried, done, functions, kind, count):
     return (*post(t, *within), np.asarray(False))
 
 
+def _ints_traced(context, values, int_positions):
+    """The trip's ``values`` with the carried Python ints (``it + 1``, the index copy: an
+    int or the loop's ``SymInt``) as traced weak ints, which the loop carries."""
+    return tuple(exit_ints.as_traced(context, value) if position in int_positions else value
+                 for position, value in enumerate(values))
+
+
 def _into(context, entered, left, value):
     """The trip's chosen ``value`` for a name that entered as ``entered`` and that the body
     left as ``left``: written into ``left`` when the body updated the entering array in
@@ -576,6 +615,10 @@ def _into(context, entered, left, value):
     in_place = isinstance(left, Tracer) and (left is entered or isinstance(
         entered, np.ndarray) and context.replaced.get(id(entered)) is left)
     if not in_place:
+        if isinstance(left, Tracer) and left.aval.weak:
+            # a run-time Python number (a counter, the index read after the loop): np.where
+            # gives an array, eager has the number
+            return python_number(value, None)
         if isinstance(getattr(left, "value", left), np.generic) and not np.ndim(left):
             return _as_scalar(context, value)
         return value

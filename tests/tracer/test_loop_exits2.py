@@ -109,3 +109,108 @@ def first_negative(x):
 def test_a_right_operand_python_never_reads_does_not_raise():
     run_all(first_negative, [(np.array(x),) for x in ([1.0, 2.0, -1.0, 3.0], [-1.0, 2.0, 3.0, 4.0],
                                                        [1.0, 2.0, 3.0, 4.0])])
+
+
+# --- Python int counters and the index read after the loop ---------------------------------
+def count_halvings(x, tol):
+    it = 0
+    while np.abs(x).max() > tol and it < 50:
+        x = x * 0.5
+        it += 1
+    return x, it  # a Python int, as eager returns it
+
+
+def test_a_python_int_counter_is_carried_and_returned_as_an_int():
+    x = np.array([4.0, 1.0])
+    # several trips first (a first call that exits at once compiles that exit alone), then
+    # 0 trips (tol above), 1, and 50 (the counter's bound: tol 0)
+    tols = [0.3, 8.0, 3.0, 0.01, 0.0]
+    f = run_all(count_halvings, [(x, np.array(tol)) for tol in tols])
+    assert sorted(count_halvings(x, np.array(tol))[1] for tol in tols)[::4] == [0, 50]
+    compiled_every_call(f)
+
+
+def count_down_and_up(x, limit):
+    budget, used = 40, 0
+    for _ in range(60):
+        x = x * 1.5
+        used += 1
+        budget -= 2
+        if x.sum() > limit or budget <= 0:
+            break
+    return x, budget, used
+
+
+def test_counters_in_a_for_loop_with_a_break():
+    x = np.array([1.0, 2.0])
+    f = run_all(count_down_and_up, [(x, np.array(limit)) for limit in (20.0, 1.0, 1e300, 500.0)])
+    compiled_every_call(f)
+
+
+def index_after(x, limit, before):
+    i = before
+    for i in range(20):  # noqa: B007 (read after the loop: Python's last index)
+        x = x * 2.0
+        if x.sum() > limit:
+            break
+    return x, i
+
+
+def index_after_unbound(x, limit):
+    for i in range(20):  # noqa: B007
+        x = x * 2.0
+        if x.sum() > limit:
+            break
+    return x, i
+
+
+def test_the_index_read_after_the_loop_is_pythons_last_index():
+    x = np.array([1.0, 2.0])
+    # breaks at trips 5, 0, 1; never (i is 19)
+    limits = [100.0, 1.0, 10.0, 1e9]
+    f = run_all(index_after, [(x, np.array(limit), -1) for limit in limits])
+    compiled_every_call(f)
+    f = run_all(index_after_unbound, [(x, np.array(limit)) for limit in limits])
+    compiled_every_call(f)
+
+
+def stepped_by_a_name(x, tol, step):
+    it = 0
+    while x.max() > tol:
+        x = x / 2.0
+        it += step  # not a literal step: runs as written, still NumPy's answer
+    return x, it
+
+
+def test_a_counter_of_another_form_runs_as_written():
+    run_all(stepped_by_a_name, [(np.array([4.0, 1.0]), np.array(tol), 3) for tol in (0.3, 2.0)])
+
+
+def kmeans_to_tolerance(X, centers, tol):
+    it = 0
+    shift = np.inf
+    ks = np.arange(centers.shape[0])
+    while shift > tol and it < 100:
+        d = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(-1)
+        labels = d.argmin(1)
+        onehot = (labels[:, None] == ks[None, :]).astype(X.dtype)
+        counts = np.maximum(onehot.sum(0), 1.0)
+        new = (onehot.T @ X) / counts[:, None]
+        shift = np.sqrt(((new - centers) ** 2).sum(1)).max()  # 0 once converged
+        centers = new
+        it += 1
+    return centers, it
+
+
+def test_kmeans_until_the_centres_stop_moving():
+    # The centre shift is exactly 0 at convergence: its sqrt's rounding bound is finite
+    # there (a sum of squares is >= 0 on both sides), so the exit is decided compiled.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((16, 2)) + np.repeat(np.arange(4.0), 4)[:, None] * 3.0
+    f = tj.jit(kmeans_to_tolerance, cache="memory")
+    for tol in (1e-8, 0.5, 10.0, 1e-3):
+        want = kmeans_to_tolerance(X, X[[0, 4, 8, 12]].copy(), np.array(tol))
+        got = f(X, X[[0, 4, 8, 12]].copy(), np.array(tol))
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-13)  # onehot.T @ X: a matmul
+        assert type(got[1]) is int and got[1] == want[1]
+    compiled_every_call(f)

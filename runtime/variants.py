@@ -107,6 +107,10 @@ class OutputPlan:
 
     def result(self, outputs, argument_leaves, wrap, arguments=None):
         """The call's result; ``arguments`` (``(args, kwargs)``) receive the writes."""
+        # found before the writes: one may rebind the place an aliased array was read from
+        # (old = self.m["a"]; self.m["a"] = old + g; old += 1; return old)
+        aliased = {position: self.writes[write].target(arguments)
+                   for position, write in self.outside_aliases.items()}
         for write in self.writes:
             write.store(arguments, outputs)
         for position, index in self.mutated.items():
@@ -129,8 +133,8 @@ class OutputPlan:
                 leaves.append(wrap(outputs[value]))
         for position, argument in self.aliases.items():
             leaves[position] = argument_leaves[argument]
-        for position, write in self.outside_aliases.items():
-            leaves[position] = self.writes[write].target(arguments)
+        for position, target in aliased.items():
+            leaves[position] = target
         for position, (argument, index) in self.refreshed.items():
             if not np.may_share_memory(unwrap(leaves[position]), unwrap(
                     argument_leaves[argument])):  # (a copy is new memory)

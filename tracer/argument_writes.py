@@ -244,6 +244,17 @@ def outside_aliases(context, out_leaves, writes):
     return aliases
 
 
+def aliased_outside_arrays(context, out_leaves):
+    """``{result leaf index: the outside array}`` for the results ``outside_aliases`` finds,
+    for the traced call: the array the trace read, updated in place by ``apply``. (Not
+    found again through its path: the trace may have written something else there since,
+    ``old = self.m["a"]; self.m["a"] = old + g; old += 1; return old``.)"""
+    arrays = {id(tracer): context.implicit_used[key].value
+              for key, tracer in getattr(context, "outside_mutations", {}).items()}
+    return {index: arrays[id(leaf)] for index, leaf in enumerate(out_leaves)
+            if id(leaf) in arrays}
+
+
 def written_value(context, value):
     """``value``, or its traced copy when it is a NumPy buffer the trace wrote into after
     storing it (``w = np.zeros(n); state["w"] = w; w -= lr * dw``: the write went to the

@@ -117,8 +117,8 @@ def _set(owner, name, value):
 
 def _saved(owner, name):
     """What ``owner`` holds at ``name`` now (``_MISSING`` if nothing), for putting back."""
-    if type(name) is Item:
-        return owner.get(name.key, _MISSING)
+    if type(name) is Item:  # (a list's position is always there: note_item checks it)
+        return owner.get(name.key, _MISSING) if type(owner) is dict else owner[name.key]
     return vars(owner).get(name, _MISSING) if hasattr(owner, "__dict__") else getattr(
         owner, name, _MISSING)
 
@@ -260,14 +260,24 @@ def note_item(context, container, key, value, owner):
     (``self.cache["h"] = h``, ``self.grads["W"] = dW``): set for the trace (in the dict
     itself and the trace's copy of it, so every later read sees it) and recorded like an
     attribute write; ``owner`` holds the dict in an attribute, and the key is its state
-    from now on (``item_state``). False when the dict has no path or owner, or the key or
-    value cannot be stored again at every call (the caller refuses the write)."""
+    from now on (``item_state``). An array written at a position of an outside list
+    (an optimizer's moments, ``self.m[i] = b1 * self.m[i] + (1 - b1) * g``) is recorded
+    the same way: the list's length is guarded where it was read and its arrays are
+    inputs read through their positions, so nothing more is state. False when the
+    container has no path or owner, or the key or value cannot be stored again at every
+    call (the caller refuses the write)."""
     original = context.outside_copies.get(id(container), container)
     known = context.outside_objects.get(id(original))
-    if type(original) is not dict or known is None or known[1] is not original or not (
-            isinstance(key, (str, int)) and type(key) is not bool) or not _storable(value):
+    if known is None or known[1] is not original:
         return False
-    if owner is None or not mark_item_state(owner, known[0].steps[-1][1], key):
+    if type(original) is list:
+        if not (type(key) is int and -len(original) <= key < len(original)
+                and _array_value(value)):
+            return False  # (a number there is a setting, guarded by value where read)
+        key %= len(original)  # self.m[-1] and self.m[2] of three are one position
+    elif type(original) is not dict or not (isinstance(key, (str, int)) and type(
+            key) is not bool) or not _storable(value) or owner is None or not mark_item_state(
+                owner, known[0].steps[-1][1], key):
         return False
     name = Item(key)
     _refuse_in_captured_loop_or_gradients(context, known[0], name, value)
@@ -279,6 +289,12 @@ def note_item(context, container, key, value, owner):
     context.written_paths.add(Path(known[0].root, known[0].steps + (("item", key),)).key)
     original[key] = container[key] = value
     return True
+
+
+def _array_value(value):
+    """An array, or a traced value with at least one dim."""
+    return isinstance(value, np.ndarray) or (hasattr(value, "ir_var") and bool(
+        getattr(value, "shape", ())))
 
 
 def _storable(value):
@@ -357,9 +373,9 @@ def _contents(value):
 
 def _changed_keys(before, now):
     if type(before) is list:
-        if len(before) != len(now) or any(a is not b for a, b in zip(before, now)):
+        if len(before) != len(now):
             return {None}
-        return set()
+        return {position for position, (a, b) in enumerate(zip(before, now)) if a is not b}
     keys = before.keys() | now.keys()
     return {key for key in keys if before.get(key, _MISSING) is not now.get(key, _MISSING)}
 
@@ -371,7 +387,7 @@ def unfollowed_change(context):
         if before is None:
             continue
         changed = _changed_keys(before, _contents(value))
-        if type(value) is dict:
+        if type(value) in (dict, list):
             changed = {name for name in changed if (key, Item(name)) not in (
                 context.attribute_writes)}
         elif type(value) is not list:  # (dunders: caches such as __signature__)

@@ -839,8 +839,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]),
                                                        bindings)
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
-        for index, write in outside_aliases.items():
-            outputs[index] = writes[write].target((args, kwargs))
+        for index, array in argument_writes.aliased_outside_arrays(context, out_leaves).items():
+            outputs[index] = array  # (its place may hold what the trace wrote there)
         attribute_writes.apply(context)  # self.cache = x: the concrete value stays there
         list_appends.apply(context, leaves)  # LOSSES.append(loss): after the writes
         write_prints(getattr(context, "printed", ()))  # what it printed, now it succeeded

@@ -35,7 +35,15 @@ as a dict argument's item is (``tracer/argument_writes.py``). ``np.bincount`` wa
 supported (message passing, class counts, k-means sums ran eagerly); it is now a
 scatter-add into ``minlength`` zeros under a value guard that every value is in ``[0,
 minlength)`` (``tracer/counting.py``); without ``minlength``, or with a value past it,
-NumPy runs the call.
+NumPy runs the call. An Adam object keeping its moments in lists (``self.m[i] = b1 *
+self.m[i] + ...``, the optimizer of most of these frameworks) ran eagerly: an item written
+into an outside list was refused; an array written at a position of a list found through a
+path is now recorded as a dict item is (``tracer/attribute_writes.note_item``). Wrong
+result: an outside array updated in place and returned after the trace rebound its place
+(``old = self.cache["a"]; self.cache["a"] = old + g; old += 1; return old``) came back as a
+``Tracer`` from the traced call, and as the new array from compiled calls (the alias was
+found again through its path after the writes); it is now the array read
+(``runtime/variants.OutputPlan.result``, ``argument_writes.aliased_outside_arrays``).
 
 Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
 Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by
@@ -45,7 +53,11 @@ topological ``backward``) runs eagerly: its ``visited = set()`` mutated from the
 ``build`` is refused (only lists and dicts are known as made in the call), and with a list
 instead, ``self.grad = ...`` on a node made inside an operator method (``out * out`` runs
 ``__mul__`` unrewritten, so the node is not known as made in the call) is refused as
-outside state.
+outside state. A number held by an object passed as an argument (``train_step(model, opt,
+X, y)`` with Adam's ``self.t += 1``) is refused as documented; jit the bound method of an
+object holding both instead. A dict or list of the caller's object returned after an item
+write (``return self.m``) is a new container in compiled calls, where eager returns
+``self.m`` itself (values equal).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -495,3 +507,88 @@ def test_pointnet_float32_points_channels_first_transposed():
     f = run_calls(pointnet, calls, **F32)
     no_internal_errors(f)
 
+
+
+# --- an Adam object keeping its moments in lists (self.m[i] = ...) --------------------------
+class Adam:
+    def __init__(self, params, lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
+        self.params = params
+        self.lr, self.b1, self.b2, self.eps = lr, b1, b2, eps
+        self.m = [np.zeros_like(p) for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads):
+        self.t += 1
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            self.m[i] = self.b1 * self.m[i] + (1 - self.b1) * g
+            self.v[i] = self.b2 * self.v[i] + (1 - self.b2) * g ** 2
+            m_hat = self.m[i] / (1 - self.b1 ** self.t)
+            v_hat = self.v[i] / (1 - self.b2 ** self.t)
+            p -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+class Regressor:
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.W1, self.b1 = rng.standard_normal((3, 5)) * .5, np.zeros(5)
+        self.W2, self.b2 = rng.standard_normal((5, 1)) * .5, np.zeros(1)
+        self.optimizer = Adam([self.W1, self.b1, self.W2, self.b2])
+
+    def train_step(self, X, y):
+        h = np.tanh(X @ self.W1 + self.b1)
+        diff = h @ self.W2 + self.b2 - y
+        dout = 2 * diff / len(X)
+        dh = dout @ self.W2.T * (1 - h ** 2)
+        self.optimizer.step([X.T @ dh, dh.sum(0), h.T @ dout, dout.sum(0)])
+        return np.mean(diff ** 2)
+
+
+def test_adam_moments_kept_in_lists_compile():
+    """``self.m[i] = b1 * self.m[i] + ...`` into the optimizer's own lists: before the fix
+    an item written into an outside list was refused (eager on every call); now an array
+    written at a position of a list found through a path is recorded as a dict item is."""
+    rng = np.random.default_rng(1)
+    eager, compiled = Regressor(), Regressor()
+    step = jitted(compiled.train_step)
+    for n in (8, 8, 5):
+        X, y = rng.standard_normal((n, 3)), rng.standard_normal((n, 1))
+        assert_same(step(X.copy(), y.copy()), eager.train_step(X.copy(), y.copy()), **F64)
+        mine, theirs = compiled.optimizer, eager.optimizer
+        assert_same((mine.m, mine.v, mine.params, mine.t), (theirs.m, theirs.v, theirs.params,
+                                                             theirs.t), **F64)
+    no_internal_errors(step)
+    assert all_compiled(step, 3), step.explain()
+
+
+class Moments:
+    def __init__(self):
+        self.cache = {"a": np.zeros(3)}
+        self.m = [np.zeros(3), np.ones((2, 3))]
+
+    def rebind_then_update_the_old(self, g):
+        old, first = self.cache["a"], self.m[0]
+        self.cache["a"] = old + g
+        self.m[0] = first - g
+        self.m[-1] = self.m[1] * 2.0  # the same position as self.m[1]
+        old += 1.0  # the caller's arrays, no longer in the dict and the list
+        first *= 3.0
+        return old, first, self.cache["a"]
+
+
+def test_an_outside_array_returned_after_its_place_was_rebound_is_that_array():
+    """NumPy returns ``old``, the caller's array, updated in place after the dict and the
+    list got new arrays. Before the fix the traced call returned a ``Tracer`` (the alias was
+    found again through ``self.cache["a"]``, which held the trace's value) and compiled
+    calls returned the new array there."""
+    eager, compiled = Moments(), Moments()
+    f = jitted(compiled.rebind_then_update_the_old)
+    for k in range(3):
+        before = (compiled.cache["a"], compiled.m[0])
+        g = np.full(3, k + 1.0)
+        got, want = f(g.copy()), eager.rebind_then_update_the_old(g.copy())
+        assert_same(got, want, **F64)
+        assert got[0] is before[0] and got[1] is before[1]
+        assert_same((compiled.cache, compiled.m), (eager.cache, eager.m), **F64)
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 1, f.explain()

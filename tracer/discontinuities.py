@@ -73,23 +73,27 @@ import numpy as np
 from .dims import DimExpr
 from .guard_margins import _Slice
 from .ir import Eqn, Guard, Literal, Var
-from .margin_rules import ALWAYS, INF, INFLATE, RULES, is_bool, is_float, number, unit_roundoff
+from .margin_rules import (
+    ALWAYS,
+    INF,
+    INFLATE,
+    RULES,
+    extreme_ambiguity,
+    is_bool,
+    is_float,
+    number,
+    unit_roundoff,
+)
 from .ops import (
     any_p,
-    cast_p,
     equal_p,
     floor_p,
     full_p,
-    greater_equal_p,
-    greater_p,
     iota_p,
     isfinite_p,
     less_equal_p,
-    max_p,
-    neg_p,
     not_equal_p,
     reshape_p,
-    sum_p,
 )
 
 F64_ROUNDOFF = unit_roundoff(np.float64)
@@ -295,28 +299,10 @@ def _divmod(ctx, eqn, bounds):
     return ctx.fit(mask, eqn.out.aval.shape), after
 
 
-def _group_ambiguity(ctx, x, e, axes, largest):
-    """Over ``axes`` (keepdims): could the extreme of ``x`` sit at another element, or tie
-    differently, on NumPy's side? Candidates are the elements whose value could reach the
-    surest extreme (``x + e >= max(x - e)``); one candidate, or exact candidates only,
-    decide. NaN anywhere: undecided."""
-    if not largest:
-        x = ctx.emit(neg_p, ctx.f64(x))
-    e = ctx.spread(ctx.as_number(x, e), x.aval.shape)
-    surest = ctx.emit(max_p, ctx.sub(x, e), axes=axes, keepdims=True)
-    candidates = ctx.emit(greater_equal_p, ctx.add(x, e), surest)
-    count = ctx.emit(sum_p, ctx.emit(cast_p, candidates, dtype=np.dtype(np.int64)), axes=axes,
-                     keepdims=True)
-    inexact = ctx.emit(any_p, ctx.and_(candidates, ctx.greater(e, number(0.0))), axes=axes,
-                       keepdims=True)
-    several = ctx.emit(greater_p, count, Literal.of(np.int64(1)))
-    return ctx.or_(ctx.and_(several, inexact), ctx.emit(not_equal_p, surest, surest))
-
-
 def _arg_extremum(ctx, eqn, bounds):
     (x,), (e,) = eqn.inputs, bounds
     params = eqn.params_dict
-    mask = _group_ambiguity(ctx, x, e, (params["axis"],), eqn.prim.name == "argmax")
+    mask = extreme_ambiguity(ctx, x, e, (params["axis"],), eqn.prim.name == "argmax")
     return mask, None
 
 
@@ -333,8 +319,8 @@ def _extremum_equality(ctx, eqn):
             e = ctx.bound(data)
             if e is None:
                 return None
-            mask = _group_ambiguity(ctx, data, e, tuple(reduced.params_dict["axes"]),
-                                    reduced.prim.name == "max")
+            mask = extreme_ambiguity(ctx, data, e, tuple(reduced.params_dict["axes"]),
+                                     reduced.prim.name == "max")
             return ctx.fit(mask, eqn.out.aval.shape)
     return None
 

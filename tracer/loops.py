@@ -438,6 +438,8 @@ class _Trial:
         mark = len(context.body)
         saved_prints = getattr(context, "trial_prints", None)
         self.prints = context.trial_prints = []
+        saved_writes = getattr(context, "trial_writes", None)
+        writes = context.trial_writes = {}  # Tracer._update: arrays written in place
         context.loop_depth = getattr(context, "loop_depth", 0) + 1
         try:
             returned = tuple(body(t, *objects))
@@ -453,10 +455,30 @@ class _Trial:
         finally:
             context.loop_depth -= 1
             context.trial_prints = saved_prints
+            context.trial_writes = saved_writes
             self.recorded = context.body[mark:]
             del context.body[mark:]
+            outside = _undo_outside_writes(writes, self.params, self.recorded)
+        if outside:
+            raise Refused("the body writes in place into an array no loop variable holds "
+                          "(`self.h[t] = ...`, `cache['h'][t] = ...` on an array made before "
+                          "the loop)")
         self.outputs = outputs
         self.reads = [getattr(proxy, "_reads", None) for proxy in objects]
+
+
+def _undo_outside_writes(writes, params, recorded):
+    """Put back the arrays a trial wrote in place that were made before it and are no
+    block parameter: one held in a dict or an attribute (EpyNN's ``layer.fc['h'][s] =
+    h``, ``self.h[t] = h``), which no carry tracks. Left holding the trial's value (thrown
+    away with the trial) they made the unrolled trips read an undefined var ('uses %46
+    before its definition': the function never compiled). Whether any was put back."""
+    defined = {var.name for var in params} | {
+        item.out.name for item in recorded if isinstance(item, Eqn)}
+    outside = [entry for entry in writes.values() if entry[1].name not in defined]
+    for tracer, var, value, shape in outside:
+        tracer.ir_var, tracer.raw_value, tracer.shape = var, value, shape
+    return bool(outside)
 
 
 def _check_aliasing(carries, objects, returned, param_vars):

@@ -32,6 +32,9 @@ from .ops import (
     exp_p,
     expm1_p,
     floor_p,
+    greater_equal_p,
+    greater_p,
+    iota_p,
     isfinite_p,
     isinf_p,
     less_equal_p,
@@ -40,6 +43,7 @@ from .ops import (
     max_p,
     maximum_p,
     minimum_p,
+    neg_p,
     not_equal_p,
     reshape_p,
     rint_p,
@@ -538,6 +542,9 @@ def _compare(ctx, eqn, bounds):
     else:
         difference = ctx.sub(a, b)
     undecided = ctx.fit(ctx.undecided(ctx.abs(difference), total), eqn.out.aval.shape)
+    same = _same_element(ctx, a, b)
+    if same is not None:
+        undecided = ctx.fit(ctx.and_(undecided, ctx.not_(same)), eqn.out.aval.shape)
     if eqn.prim.name in ("equal", "not_equal"):
         axes = _extreme_axes(ctx, a, b) or _extreme_axes(ctx, b, a)
         if axes:
@@ -547,6 +554,30 @@ def _compare(ctx, eqn, bounds):
             if ties is not None:
                 undecided = ctx.and_(undecided, ties)
     return undecided
+
+
+def _same_element(ctx, a, b):
+    """``x[..., :, None]`` against ``x[..., None, :]`` (a sort's pairwise comparisons:
+    ``scans._comparisons``): where the two positions are one, both sides compare an element
+    with itself, whatever its rounding (``x < x`` is False, ``x == x`` True, NaN too). The
+    mask of those elements, or None. Without it every ``np.argsort`` of computed values
+    was undecided at its diagonal, so an ``if`` on its result (beam search's top-k) ran
+    eagerly on every call."""
+    found = [ctx.producers.get(atom.name) if isinstance(atom, Var) else None for atom in (a, b)]
+    if any(eqn is None or eqn.prim.name != "reshape" for eqn in found) or (
+            found[0].inputs[0] != found[1].inputs[0]):
+        return None
+    x = found[0].inputs[0]
+    shape = tuple(x.aval.shape)
+    if not shape:
+        return None
+    n = shape[-1]
+    column, row = shape + (1,), shape[:-1] + (1, n)
+    if {tuple(a.aval.shape), tuple(b.aval.shape)} != {column, row} or column == row:
+        return None
+    positions = ctx.emit(iota_p, length=n, dtype=np.dtype(np.int64))
+    return ctx.emit(equal_p, ctx.emit(reshape_p, positions, shape=(n, 1)),
+                    ctx.emit(reshape_p, positions, shape=(1, n)))
 
 
 # ``index < bound`` with the index on the left: the same comparison with it on the right
@@ -943,6 +974,38 @@ def _sum(ctx, eqn, bounds):
     return ctx.where(ctx.greater(magnitude, number(0.0)), bound, number(0.0))
 
 
+def extreme_ambiguity(ctx, x, e, axes, largest):
+    """Over ``axes`` (keepdims): could the extreme of ``x`` sit at another element, or tie
+    differently, on NumPy's side? Candidates are the elements whose value could reach the
+    surest extreme (``x + e >= max(x - e)``); one candidate, or exact candidates only,
+    decide. NaN anywhere: undecided."""
+    if not largest:
+        x = ctx.emit(neg_p, ctx.f64(x))
+    e = ctx.spread(ctx.as_number(x, e), x.aval.shape)
+    surest = ctx.emit(max_p, ctx.sub(x, e), axes=axes, keepdims=True)
+    candidates = ctx.emit(greater_equal_p, ctx.add(x, e), surest)
+    count = ctx.emit(sum_p, ctx.emit(cast_p, candidates, dtype=np.dtype(np.int64)), axes=axes,
+                     keepdims=True)
+    inexact = ctx.emit(any_p, ctx.and_(candidates, ctx.greater(e, number(0.0))), axes=axes,
+                       keepdims=True)
+    several = ctx.emit(greater_p, count, Literal.of(np.int64(1)))
+    return ctx.or_(ctx.and_(several, inexact), ctx.emit(not_equal_p, surest, surest))
+
+
+def _arg_extremum(ctx, eqn, bounds):
+    """argmax, argmin: NumPy's index where one element alone can be the extreme, any index
+    of the axis (an infinite bound) where the extreme is ambiguous. Without this an ``if``
+    on the index (greedy decoding's ``if tok == eos: break`` after ``tok =
+    int(np.argmax(logits))``) had an infinite bound and ran eagerly on every call."""
+    (x,), (e,) = eqn.inputs, bounds
+    if e is None:
+        return None
+    params = eqn.params_dict
+    ambiguous = extreme_ambiguity(ctx, x, e, (params["axis"],), eqn.prim.name == "argmax")
+    if not params["keepdims"]:
+        ambiguous = ctx.emit(any_p, ambiguous, axes=(params["axis"],), keepdims=False)
+    return ctx.where(ambiguous, INF, number(0.0))
+
 def _extreme_reduction(ctx, eqn, bounds):
     """max, min: exact; the extreme of values each e apart is at most max(e) apart."""
     (x,), (e,) = eqn.inputs, bounds
@@ -1184,10 +1247,25 @@ def _prod(ctx, eqn, bounds):
 
 
 def _gather(ctx, eqn, bounds):
+    """The picked elements' bounds; where an index may differ from NumPy's (an argmax at a
+    near tie: ``_arg_extremum``), any element: unbounded then. Greedy decoding's
+    ``E[int(np.argmax(logits))]`` is exact on every call whose argmax is decided."""
     e, ei = bounds
-    if ei is not None:
+    picked = _mirror(ctx, eqn, [e, None])
+    if ei is None:
+        return picked
+    index = eqn.inputs[1]
+    moved = ctx.mask(ei)
+    if isinstance(moved, Literal):
+        if not bool(moved.value):
+            return picked
         raise Unbounded()
-    return _mirror(ctx, eqn, [e, None])
+    if tuple(moved.aval.shape):
+        moved = ctx.emit(any_p, moved, axes=tuple(range(len(index.aval.shape))),
+                         keepdims=False)
+    if is_bool(eqn.out):
+        return moved if picked is None else ctx.or_(moved, picked)
+    return ctx.where(moved, INF, number(0.0) if picked is None else picked)
 
 
 # --- integer-valued floats: sums of counts are exact in any order --------------------------
@@ -1309,6 +1387,8 @@ RULES = {
     "sliding_window": _mirror,
     "concatenate": _concatenate,
     "gather": _gather,
+    "argmax": _arg_extremum,
+    "argmin": _arg_extremum,
 }
 
 # No error model: exact on exact operands (compiled code computes NumPy's result to the
@@ -1321,11 +1401,9 @@ UNBOUNDED = {
     "bitwise_and": "integers only", "bitwise_or": "integers only",
     "bitwise_xor": "integers only", "invert": "integers only",
     "left_shift": "integers only", "right_shift": "integers only",
-    "argmax": "near ties pick another index",
-    "argmin": "near ties pick another index",
     "scatter_add": "exact in NumPy's order; apart updates not modelled",
 }
 
 
 __all__ = ["RULES", "UNBOUNDED", "Unbounded", "decided_over_indices", "exact_integers",
-           "integral_magnitude", "number", "unit_roundoff"]
+           "extreme_ambiguity", "integral_magnitude", "number", "unit_roundoff"]

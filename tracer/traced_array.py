@@ -309,6 +309,12 @@ class Tracer(ArrayMethods):
         if (root is not self or stale) and getattr(self.context, "loop_indices", None):
             # a trip's views are names the loop's carries do not track: unrolled instead
             raise Refused("a write through a view, or into an array a view of it shows")
+        trial_writes = getattr(self.context, "trial_writes", None)
+        if trial_writes is not None:  # a loop trip traced for capture: undone after it
+            for written_array in (root, *stale):
+                trial_writes.setdefault(id(written_array), (
+                    written_array, written_array.ir_var, written_array.raw_value,
+                    written_array.shape))
         root.ir_var, root.raw_value, root.shape = result.ir_var, result.raw_value, result.shape
         for view in stale:
             again = view_writes.read_again(root, view)

@@ -214,6 +214,17 @@ def _entries_for(cache, name):
         yield header, body
 
 
+def _compiled_pieces(program):
+    """The programs holding object code in a stored program: itself, or for a program with
+    captured loops (``"kind": "loops"``: its IR plus its segments' and loop bodies'
+    programs, ``serialize._loop_program_to_json``) each of its pieces, depth first."""
+    if isinstance(program, dict) and program.get("kind") == "loops":
+        for piece in program.get("pieces") or ():
+            yield from _compiled_pieces(piece)
+    else:
+        yield program
+
+
 def command_show(args, out):
     cache = _cache(args)
     shown = []
@@ -222,7 +233,8 @@ def command_show(args, out):
         if args.json:
             shown.append({"header": header, "dependencies": body["dependencies"],
                           "paths": [{"via": path["via"], "graph": path["program"]["graph"],
-                                     "kernels": path["program"]["kernels"]}
+                                     "kernels": [kernel for piece in _compiled_pieces(
+                                         path["program"]) for kernel in piece["kernels"]]}
                                     for path in variant["paths"]]})
             continue
         print(f"{header['function']}  ({header.get('module')}, {header.get('file')})",
@@ -243,9 +255,10 @@ def command_show(args, out):
             print(_indent(body["model_source"], 4), file=out)
         for path in variant["paths"]:
             program = path["program"]
+            pieces = list(_compiled_pieces(program))
             via = " <- ".join(f"exit at guard {g}" for g in path["via"]) or "root"
-            kernels = ", ".join(f"{k['name']}" for k in program["kernels"])
-            print(f"  path [{via}]: {len(program['kernels'])} kernel(s): {kernels}", file=out)
+            names = [kernel["name"] for piece in pieces for kernel in piece["kernels"]]
+            print(f"  path [{via}]: {len(names)} kernel(s): {', '.join(names)}", file=out)
             if args.guards:
                 for line in program["graph"].splitlines():
                     if line.strip().startswith(("guard ", "shape_guard ")):
@@ -253,17 +266,18 @@ def command_show(args, out):
             if args.ir:
                 print(_indent(program["graph"], 4), file=out)
             if args.source:
-                print(_indent(program["wrapper"], 4), file=out)
-            if args.llvm or args.asm:
+                for piece in pieces:
+                    print(_indent(piece["wrapper"], 4), file=out)
+            for piece in pieces if args.llvm or args.asm else ():  # a module each
                 from .serialize import stored_text
 
-                optimized_ir = stored_text(program["optimized_ir"], body["blobs"])
-            if args.llvm:
-                print(_indent(optimized_ir, 4), file=out)
-            if args.asm:
-                from tracejit.codegen.llvm import assembly_of  # LLVM loads only when asked
+                optimized_ir = stored_text(piece["optimized_ir"], body["blobs"])
+                if args.llvm:
+                    print(_indent(optimized_ir, 4), file=out)
+                if args.asm:
+                    from tracejit.codegen.llvm import assembly_of  # LLVM loads only when asked
 
-                print(_indent(assembly_of(optimized_ir), 4), file=out)
+                    print(_indent(assembly_of(optimized_ir), 4), file=out)
     if args.json:
         json.dump(shown, out, indent=2, default=str)
         out.write("\n")
@@ -340,8 +354,9 @@ def command_verify(args, out):
         try:
             _, body = read_entry(path, root=cache.trusted())
             for entry in body["variant"]["paths"]:
-                if entry["program"]["object"] >= len(body["blobs"]):
-                    raise CorruptEntry("object code is missing")
+                for piece in _compiled_pieces(entry["program"]):
+                    if piece["object"] >= len(body["blobs"]):
+                        raise CorruptEntry("object code is missing")
             results.append({"path": path, "ok": True})
         except (CorruptEntry, KeyError, TypeError) as error:
             results.append({"path": path, "ok": False, "problem": str(error)})

@@ -1065,10 +1065,20 @@ class Hooks:
             return  # np.sort(x), np.add(a, b): a module's function, not a method mutating it
         if owner is not None and self._made_in_this_call(owner):
             return  # history.append(loss) after history = [] in the function
+        if owner is not None and _own_method(owner, what):
+            return  # tape.add(node) of the user's class: it runs rewritten, its writes hooked
         raise trace_error(
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _own_method(owner, what):
+    """Whether ``what``, ``name.method(...)``, calls a method the user's class of ``owner``
+    defines (``self.add(node)`` of a tape class, not ``set.add``): it runs rewritten, so
+    what it changes goes through the hooks like any other code of the function."""
+    method = what.partition("(")[0].rpartition(".")[2]
+    return is_user_function(getattr(type(owner), method, None))
 
 
 def _is_traced_number(value):

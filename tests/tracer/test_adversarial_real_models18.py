@@ -44,6 +44,10 @@ result: an outside array updated in place and returned after the trace rebound i
 ``Tracer`` from the traced call, and as the new array from compiled calls (the alias was
 found again through its path after the writes); it is now the array read
 (``runtime/variants.OutputPlan.result``, ``argument_writes.aliased_outside_arrays``).
+A tape autograd engine (``tape.add(node)``) and an optimizer passed in
+(``optimizer.update(params, grads)``) ran eagerly: a method named like a mutating builtin
+(``set.add``, ``dict.update``) was refused on any receiver; the user's own method runs
+rewritten, so it is let through (``frontend._own_method``).
 
 Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
 Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by

@@ -6,26 +6,32 @@ Sources read this round (rewritten, not pasted): the "numpy neural network frame
 repos' ``Module`` base class (``__call__`` forwarding to ``forward``, a ``parameters()``
 generator over ``self._parameters`` that ``yield from``s its submodules, ``Sequential(*
 layers)``, ``Parameter`` objects holding ``.data`` and ``.grad``, ``zero_grad`` by
-``p.grad[...] = 0``, an SGD-momentum optimizer over ``zip(self.params, self.velocities)``;
-npurson/machine-learning, IlyaKasiutin/FOSII, RohitAwate/TensorSlow); parasdahal/deepnet
-(layers with ``self.params`` / ``self.grads`` lists, a net's ``backward`` collecting
-``layer.grads``, ``momentum_update(velocity, params, grads)`` writing ``v[i] = mu * v[i] +
-learning_rate * grad[i]`` into the caller's list of lists); message passing over edge lists
-with ``np.add.at`` and degrees by ``np.bincount(dst, minlength=n)``; k-means centroids by
-weighted ``np.bincount``; a Kalman filter over a sequence of scalar measurements (Udacity's
-AI-for-Robotics form, ``K = P @ H.T / S``); capsule routing by agreement (softmax
-iterations over the logits, ``np.einsum`` agreement, ``if r < iters - 1``); RealNVP affine
-coupling layers held in a ``Flow`` whose ``log_prob`` and inverse walk the layers
-(``reversed``); PointNet's shared MLP and max pool over points, float32 and channels-first
-inputs transposed.
+``p.grad[...] = 0``, an SGD-momentum optimizer over ``zip(self.params, self.velocities)``,
+an Adam keeping its moments in lists; npurson/machine-learning, IlyaKasiutin/FOSII,
+RohitAwate/TensorSlow); parasdahal/deepnet (layers with ``self.params`` / ``self.grads``
+lists, a net's ``backward`` collecting ``layer.grads``, ``momentum_update(velocity, params,
+grads)`` writing ``v[i] = mu * v[i] + learning_rate * grad[i]`` into the caller's list of
+lists); tape autograd engines (nodes recorded by ``tape.add(node)``, closures walked in
+reverse); message passing over edge lists with ``np.add.at`` and degrees by
+``np.bincount(dst, minlength=n)``; k-means centroids by weighted ``np.bincount``; a Kalman
+filter over a sequence of scalar measurements (Udacity's AI-for-Robotics form, ``K = P @
+H.T / S``); RealNVP affine coupling layers held in a ``Flow`` whose ``log_prob`` and inverse
+walk the layers (``reversed``), on a transposed batch.
 
 Probed and equal to eager, not kept (CI budget): PageRank power iteration with a tolerance
 ``break``, label propagation with clamped labels, matrix factorization by SGD over a list of
 ``(u, i, r)`` triples and over index arrays, a GloVe epoch over co-occurrence triples with
 AdaGrad state and its vectorized form with ``np.add.at``, CBOW with repeated context ids,
 mixture density network losses (batch 0 too), planar flows with their log-determinant,
-Kipf's GCN with ``np.diag(d ** -0.5)`` in float64 and float32, the framework's MLP trained in
-float32 and over 7 batch sizes, capsule routing over batches of 1-7 and 1-5 iterations.
+Kipf's GCN with ``np.diag(d ** -0.5)`` in float64 and float32, the framework's MLP trained
+in float32 and over 7 batch sizes, a framework with BatchNorm1d (running statistics
+rebound) and Dropout (a generator it keeps) switched between ``train()`` and ``eval()``,
+capsule routing by agreement (softmax iterations over the logits, ``np.einsum`` agreement,
+``if r < iters - 1``) over batches of 1-7 and 1-5 iterations, PointNet's shared MLP
+(``np.einsum``) and max pool with ``argmax`` of the critical points (float32,
+channels-first inputs transposed), Gaussian and multinomial naive Bayes with class counts
+by ``np.bincount``, a Gini decision stump over sorted thresholds (``continue`` at ties),
+``np.bincount`` weights under ``value_and_grad`` and Tensor inputs.
 
 Findings, each fixed with its test here (each fails before its fix). Needless eager runs:
 an item written into a list argument (deepnet's momentum update, ``velocity[i] = ...``)
@@ -403,41 +409,8 @@ def _measurements(T, seed, dt=0.1):
 
 
 def test_kalman_filter_over_measurement_sequences():
-    calls = [_measurements(6, 0), _measurements(11, 1), _measurements(0, 2)]
+    calls = [_measurements(6, 0), _measurements(0, 2)]
     f = run_calls(kalman_track, calls, **F64)
-    no_internal_errors(f)
-
-
-# --- capsule routing by agreement -----------------------------------------------------------
-def squash(s, axis=-1, eps=1e-9):
-    squared = np.sum(s ** 2, axis=axis, keepdims=True)
-    return squared / (1 + squared) * s / np.sqrt(squared + eps)
-
-
-def softmax(x, axis=-1):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
-def capsule_layer(x, W, iterations):
-    u_hat = np.einsum("ijdk,bik->bijd", W, x)
-    b = np.zeros(u_hat.shape[:3])
-    for r in range(iterations):
-        c = softmax(b, axis=2)
-        v = squash(np.sum(c[..., None] * u_hat, axis=1))
-        if r < iterations - 1:
-            b = b + np.einsum("bijd,bjd->bij", u_hat, v)
-    return v, c
-
-
-def _capsules(n, seed, iterations):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, 5, 3)), rng.standard_normal((5, 2, 4, 3)) * .3, iterations
-
-
-def test_capsule_routing_over_batches_and_iteration_counts():
-    calls = [_capsules(3, 0, 3), _capsules(3, 1, 1)]
-    f = run_calls(capsule_layer, calls, **F64)
     no_internal_errors(f)
 
 
@@ -481,36 +454,11 @@ def test_affine_coupling_flow_log_prob_and_inverse_as_bound_methods():
     masks = [np.array([1.0, 0, 1, 0]), np.array([0.0, 1, 0, 1])]
     flow = Flow([AffineCoupling(masks[i % 2], rng.standard_normal((4, 4)) * .5,
                                 rng.standard_normal((4, 4)) * .5) for i in range(3)])
-    calls = [(rng.standard_normal((6, 4)),), (rng.standard_normal((4, 11)).T,)]
+    calls = [(rng.standard_normal((4, 11)).T,)]  # transposed: not contiguous
     for method in (flow.log_prob, flow.sample):
         f = run_calls(method, calls, **F64)
         no_internal_errors(f)
-        assert all_compiled(f, 4), f.explain()
-
-
-# --- PointNet: a shared MLP and a max pool over points ---------------------------------------
-def pointnet(points, T, W1, b1, W2, b2, Wc, bc):
-    x = points @ T
-    h = np.maximum(np.einsum("bnd,dk->bnk", x, W1) + b1, 0)
-    h = np.maximum(h @ W2 + b2, 0)
-    return h.max(axis=1) @ Wc + bc, h.argmax(axis=1)
-
-
-def _points(B, N, seed, dtype, channels_first=False):
-    rng = np.random.default_rng(seed)
-    points = rng.standard_normal((B, 3, N) if channels_first else (B, N, 3)).astype(dtype)
-    weights = [np.eye(3) + 0.1 * rng.standard_normal((3, 3)), rng.standard_normal((3, 8)),
-               rng.standard_normal(8), rng.standard_normal((8, 16)), rng.standard_normal(16),
-               rng.standard_normal((16, 4)), rng.standard_normal(4)]
-    return (points.transpose(0, 2, 1) if channels_first else points,
-            *(w.astype(dtype) for w in weights))
-
-
-def test_pointnet_float32_points_channels_first_transposed():
-    calls = [lambda: _points(2, 10, 0, np.float32), lambda: _points(3, 17, 1, np.float32, True)]
-    f = run_calls(pointnet, calls, **F32)
-    no_internal_errors(f)
-
+        assert all_compiled(f, 2), f.explain()
 
 
 # --- an Adam object keeping its moments in lists (self.m[i] = ...) --------------------------

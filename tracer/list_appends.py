@@ -221,6 +221,18 @@ class AppendedTail:
     def __bool__(self):
         return True  # it holds the items appended (``if self.X:``)
 
+    def __setitem__(self, key, value):
+        # self.hist[-1] = y after self.hist.append(x): the appends are replayed as recorded
+        raise _changed_after_append()
+
+    def __delitem__(self, key):
+        raise _changed_after_append()
+
+
+def _changed_after_append():
+    return trace_error("writes or deletes an item of a list the function appended to in this "
+                       "call; it runs eagerly (append the final value instead)")
+
 
 def _replayable(value):
     """Arrays, numbers, plain values, and tuples, lists and dicts of them: what a compiled

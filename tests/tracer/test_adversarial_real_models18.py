@@ -657,3 +657,31 @@ def test_methods_of_the_users_classes_named_like_mutating_builtins_compile():
     f = run_calls(regression_step, calls, **F64)
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
+
+
+class History:
+    def __init__(self):
+        self.hist = [np.zeros(2)]
+
+    def append_then_correct(self, x):
+        self.hist.append(x * 1.0)
+        self.hist[-1] = x * 2.0
+        return x.sum()
+
+    def append_then_delete(self, x):
+        self.hist.append(x * 1.0)
+        del self.hist[-1]
+        return x.sum()
+
+
+def test_an_item_written_after_an_append_to_an_outside_list_runs_numpy():
+    """Before the fix the write into the trace's record of the appends was an internal
+    error (``'AppendedTail' object does not support item assignment``)."""
+    for name in ("append_then_correct", "append_then_delete"):
+        eager, compiled = History(), History()
+        f = jitted(getattr(compiled, name))
+        for k in range(2):
+            x = np.full(2, k + 1.0)
+            assert_same(f(x.copy()), getattr(eager, name)(x.copy()))
+            assert_same(compiled.hist, eager.hist)
+        no_internal_errors(f)

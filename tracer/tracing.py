@@ -715,7 +715,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         if change is not None:
             raise UnsupportedError(f"{change} the trace cannot follow (compiled runs would "
                                    "skip it); return the new values instead")
-        shared = argument_writes.shared_memory(context, leaves)
+        shared = argument_writes.shared_memory(context, leaves) or (
+            argument_writes.shared_containers(context, args, kwargs))
         if shared is not None:
             raise UnsupportedError(shared)
         if (error := generators.finalizer_error(context)) is not None:

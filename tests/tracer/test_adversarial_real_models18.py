@@ -685,3 +685,33 @@ def test_an_item_written_after_an_append_to_an_outside_list_runs_numpy():
             assert_same(f(x.copy()), getattr(eager, name)(x.copy()))
             assert_same(compiled.hist, eager.hist)
         no_internal_errors(f)
+
+
+class Velocities:
+    def __init__(self):
+        self.v = [np.zeros(3)]
+        self.d = {"a": np.zeros(3)}
+
+    def step(self, v, g):
+        v[0] = v[0] + g
+        return self.v[0] * 1.0
+
+    def step_dict(self, d, g):
+        d["a"] = d["a"] + g
+        return self.d["a"] * 1.0
+
+
+def test_a_container_passed_in_and_read_from_outside_is_one_object():
+    """``jit(opt.step)(opt.v, g)``: the argument and ``self.v`` are one list in NumPy, so the
+    item written through one is read through the other. Before the fix the trace held them
+    apart and every call returned the old item (a dict argument too; a list argument since
+    its items are written compiled); now such a call runs eagerly, with the reason."""
+    for name, attribute in (("step", "v"), ("step_dict", "d")):
+        eager, compiled = Velocities(), Velocities()
+        f = jitted(getattr(compiled, name))
+        for k in range(2):
+            g = np.full(3, k + 1.0)
+            want = getattr(eager, name)(getattr(eager, attribute), g.copy())
+            assert_same(f(getattr(compiled, attribute), g.copy()), want)
+            assert_same(getattr(compiled, attribute), getattr(eager, attribute))
+        no_internal_errors(f)

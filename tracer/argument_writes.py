@@ -116,17 +116,23 @@ def shared_containers(context, args, kwargs):
     """A message when the trace wrote an item of a dict or list (an argument's, or one read
     from outside) while an argument's dict or list is also read from outside the arguments
     (``jit(opt.step)(opt.velocities, g)`` writing ``v[0] = ...`` and reading
-    ``self.velocities[0]``): the trace holds the two apart, so one would not see the other's
-    writes, as NumPy's one object does. None otherwise."""
+    ``self.velocities[0]``), or passed twice (``f(config, config)``): the trace holds the two
+    apart, so one would not see the other's writes, as NumPy's one object does. None
+    otherwise."""
     items_written = getattr(context, "argument_writes", None) or any(
         not isinstance(name, str) for (_, name) in getattr(context, "attribute_writes", {}))
     if not items_written:
         return None
-    outside = context.outside_objects
+    outside, seen = context.outside_objects, set()
     for where, _ in getattr(context, "argument_containers", {}).values():
         original = _container((args, kwargs), where)
-        if type(original) in (dict, list) and outside.get(id(original), (None, None))[
-                1] is original:
+        if type(original) not in (dict, list):
+            continue
+        if id(original) in seen:  # f(config, config): one dict the trace copied twice
+            return ("one dict or list is passed twice in the arguments, and the function "
+                    "writes items of dicts or lists: compiled code would hold them apart")
+        seen.add(id(original))
+        if outside.get(id(original), (None, None))[1] is original:
             return ("a dict or list passed as an argument is also read from outside the "
                     "arguments (an attribute, a global), and the function writes items of "
                     "dicts or lists: compiled code would hold them apart")

@@ -53,7 +53,13 @@ found again through its path after the writes); it is now the array read
 A tape autograd engine (``tape.add(node)``) and an optimizer passed in
 (``optimizer.update(params, grads)``) ran eagerly: a method named like a mutating builtin
 (``set.add``, ``dict.update``) was refused on any receiver; the user's own method runs
-rewritten, so it is let through (``frontend._own_method``).
+rewritten, so it is let through (``frontend._own_method``). Wrong results: a dict or list
+passed as an argument and also read from outside (``jit(opt.step)(opt.v, g)`` writing
+``v[0]`` and reading ``self.v[0]``), or one dict passed twice (``f(config, config)``), was
+two objects to the trace, so an item written through one name was not read through the
+other; such calls now run eagerly when items are written
+(``argument_writes.shared_containers``). An item written into an outside list after an
+append to it in the call was an internal error (``list_appends.AppendedTail``).
 
 Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
 Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by
@@ -715,3 +721,19 @@ def test_a_container_passed_in_and_read_from_outside_is_one_object():
             assert_same(f(getattr(compiled, attribute), g.copy()), want)
             assert_same(getattr(compiled, attribute), getattr(eager, attribute))
         no_internal_errors(f)
+
+
+def count_into(config, same, x):
+    config["t"] = config["t"] + 1
+    return x * same["t"]
+
+
+def test_one_dict_passed_twice_is_one_object():
+    """``f(config, config)`` holding only numbers (no shared array makes the arguments
+    overlap): before the fix the second name read the trace's other copy, the old count."""
+    f = jitted(count_into)
+    for k in range(2):
+        mine, theirs = {"t": k}, {"t": k}
+        assert_same(f(mine, mine, np.ones(2)), count_into(theirs, theirs, np.ones(2)))
+        assert mine == theirs
+    no_internal_errors(f)

@@ -201,6 +201,12 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``);
     ``extend(schedule, module, name)`` adds native functions to the module (a loop driver over
     the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``."""
+    from .parallel import pool
+
+    # The pool every program links with starts now, not at link: starting it stops
+    # NumPy's OpenBLAS threads (blas.shorten_openblas_idle_spin), which otherwise spin for
+    # ~0.1 s after the trace's last product, on the cores that lowering and LLVM need.
+    pool()
     with gc_pause.paused():  # a compile's garbage dies by reference counting
         return _compile(graph, name, check, profile, optimized, wrapper, trusted, extend)
 

@@ -338,7 +338,7 @@ class Hooks:
         if path is not None and (state := state_value(context, path, value)) is not None:
             return state  # self.stats["steps"]: state calls write, not a setting
         if _is_number(value) and path is not None:
-            owner = _owner_of(path)
+            owner = _owner_of(path, self.objects)
             if owner is not None and attribute_writes.is_number_state(owner, path.steps[-1][1]):
                 return context.number_input(owner, path, value)  # self.t, which calls rebind
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
@@ -903,7 +903,7 @@ class Hooks:
     def _number_state(self, owner, name, attribute, written):
         """``owner.name``, a number the trace read as a setting, is rebound: remember it
         as state and trace again (``attribute_writes.NumberState``), or refuse."""
-        if attribute.root[0] != "arg" and attribute_writes.mark_number_state(owner, name):
+        if attribute_writes.mark_number_state(owner, name):
             raise attribute_writes.NumberState(
                 f"{line_prefix(user_location(skip=2))}{attribute}")
         self.outside_mutation(written)
@@ -1108,11 +1108,14 @@ def _item_state(path, value):
         frozenset())
 
 
-def _owner_of(path):
-    """The object holding the attribute ``path`` ends with (not through an argument,
-    whose leaves a load does not have), or None."""
-    if not path.steps or path.steps[-1][0] != "attr" or path.root[0] == "arg":
+def _owner_of(path, objects=None):
+    """The object holding the attribute ``path`` ends with, or None. Through an argument
+    (whose leaves a load does not have) only an object ``objects`` knows by that path
+    (``train_step(model, opt, X, y)``: ``opt.t``, which ``opt.step()`` rebinds)."""
+    if not path.steps or path.steps[-1][0] != "attr":
         return None
+    if path.root[0] == "arg":
+        return None if objects is None else objects.at(Path(path.root, path.steps[:-1]))
     try:
         return Path(path.root, path.steps[:-1]).resolve()
     except Exception:  # noqa: BLE001 - a path that no longer reads: not state

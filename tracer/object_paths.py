@@ -93,6 +93,15 @@ class ObjectPaths:
     def note(self, path, value):
         self.known[id(value)] = (path, value)
 
+    def at(self, path):
+        """The object known by ``path`` (an argument's object, ``Path(("arg", 1))``), or
+        None."""
+        key = path.key
+        for known, value in self.known.values():
+            if known.key == key:
+                return value
+        return None
+
     def path_of(self, owner):
         """Where an object from outside is found again, or None."""
         known = self.known.get(id(owner)) or self.context.outside_objects.get(id(owner))

@@ -241,17 +241,20 @@ def test_numbers_rebound_by_assignment_and_a_setting_only_read():
 
 
 def counts_on_an_argument(counter, x):
-    counter.calls += 1  # an object passed in: its numbers stay refused (eager, right)
+    counter.calls += 1  # an object passed in: its numbers are state as an attribute's are
     return x * counter.calls
 
 
-def test_a_number_on_an_argument_object_runs_eagerly_and_right():
+def test_a_number_on_an_argument_object_compiles_as_state():
+    """``train_step(model, opt, X, y)`` with Adam's ``self.t += 1``: before, refused (every
+    call eager); the number is a run-time input read through the argument's path."""
     ours, theirs = Totals(), Totals()
     f = tj.jit(counts_on_an_argument, cache="memory")
-    for _ in range(3):
+    for _ in range(4):
         np.testing.assert_array_equal(f(ours, np.ones(2)),
                                       counts_on_an_argument(theirs, np.ones(2)))
-        assert ours.calls == theirs.calls
+        assert ours.calls == theirs.calls and type(ours.calls) is type(theirs.calls)
+    assert f.stats()["compiled_calls"] >= 2 and not f.stats()["eager_calls"], f.stats()
 
 
 def test_an_object_written_into_an_attribute_runs_eagerly_and_right():

@@ -59,7 +59,11 @@ passed as an argument and also read from outside (``jit(opt.step)(opt.v, g)`` wr
 two objects to the trace, so an item written through one name was not read through the
 other; such calls now run eagerly when items are written
 (``argument_writes.shared_containers``). An item written into an outside list after an
-append to it in the call was an internal error (``list_appends.AppendedTail``).
+append to it in the call was an internal error (``list_appends.AppendedTail``). A number
+held by an object passed as an argument (``train_step(model, opt, X, y)`` with Adam's
+``self.t += 1``) was refused (every such step eager); it is now state read through the
+argument's path, as an attribute's is (``frontend._owner_of``, ``ObjectPaths.at``; test in
+tests/runtime/test_attribute_writes.py).
 
 Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
 Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by
@@ -69,9 +73,7 @@ topological ``backward``) runs eagerly: its ``visited = set()`` mutated from the
 ``build`` is refused (only lists and dicts are known as made in the call), and with a list
 instead, ``self.grad = ...`` on a node made inside an operator method (``out * out`` runs
 ``__mul__`` unrewritten, so the node is not known as made in the call) is refused as
-outside state. A number held by an object passed as an argument (``train_step(model, opt,
-X, y)`` with Adam's ``self.t += 1``) is refused as documented; jit the bound method of an
-object holding both instead. A dict or list of the caller's object returned after an item
+outside state. A dict or list of the caller's object returned after an item
 write (``return self.m``) is a new container in compiled calls, where eager returns
 ``self.m`` itself (values equal).
 

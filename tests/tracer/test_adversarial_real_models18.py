@@ -31,7 +31,9 @@ capsule routing by agreement (softmax iterations over the logits, ``np.einsum`` 
 (``np.einsum``) and max pool with ``argmax`` of the critical points (float32,
 channels-first inputs transposed), Gaussian and multinomial naive Bayes with class counts
 by ``np.bincount``, a Gini decision stump over sorted thresholds (``continue`` at ties),
-``np.bincount`` weights under ``value_and_grad`` and Tensor inputs.
+``np.bincount`` weights under ``value_and_grad`` and Tensor inputs, a top-1 mixture-of-
+experts router with expert loads by ``np.bincount`` (float32 too), nnfs's layers and Adam
+(``hasattr``-created caches, ``self.iterations += 1``) passed to a free ``train_step``.
 
 Findings, each fixed with its test here (each fails before its fix). Needless eager runs:
 an item written into a list argument (deepnet's momentum update, ``velocity[i] = ...``)

@@ -1268,6 +1268,53 @@ def _gather(ctx, eqn, bounds):
     return ctx.where(moved, INF, number(0.0) if picked is None else picked)
 
 
+def _scatter_add(ctx, eqn, bounds):
+    """Exact updates at indices that may differ from NumPy's only where an argmax nearly
+    ties (``_arg_extremum``): exact while none does, unbounded otherwise. DLFS's pooling
+    backward, ``dmax[np.arange(n), arg_max.flatten()] = dout.flatten()``, checks its
+    positions do not repeat by such a scatter; it ran eagerly on every call. Bounded
+    updates stay unmodelled (added in another order than NumPy's)."""
+    eu, ei = bounds
+    if eu is not None:
+        raise Unbounded()
+    if ei is None:
+        return None
+    index = eqn.inputs[1]
+    moved = ctx.mask(ei)
+    if isinstance(moved, Literal):
+        if not bool(moved.value):
+            return None
+        raise Unbounded()
+    if tuple(moved.aval.shape):
+        moved = ctx.emit(any_p, moved, axes=tuple(range(len(index.aval.shape))),
+                         keepdims=False)
+    if is_bool(eqn.out):
+        return moved
+    return ctx.where(moved, INF, number(0.0))
+
+
+def _integer_operation(ctx, eqn, bounds):
+    """``//``, ``%`` and bitwise operations: on integers exact wherever their operands are
+    (beam search's ``best // V`` and ``best % V`` of an argsort's indices, exact unless it
+    nearly ties), unbounded elsewhere; on floats a jump at every multiple: no model."""
+    if all(bound is None for bound in bounds):
+        return None
+    if eqn.out.aval.dtype.kind not in "iub" or any(
+            isinstance(atom, Var) and atom.aval.dtype.kind not in "iub" for atom in eqn.inputs):
+        raise Unbounded()
+    moved = None
+    for bound in bounds:
+        if bound is not None:
+            mask = ctx.mask(bound)
+            moved = mask if moved is None else ctx.or_(moved, mask)
+    if isinstance(moved, Literal):
+        if not bool(moved.value):
+            return None
+        raise Unbounded()
+    moved = ctx.fit(moved, eqn.out.aval.shape)
+    return moved if is_bool(eqn.out) else ctx.where(moved, INF, number(0.0))
+
+
 # --- integer-valued floats: sums of counts are exact in any order --------------------------
 def _integral_literal(value):
     if isinstance(value, DimExpr):
@@ -1387,6 +1434,15 @@ RULES = {
     "sliding_window": _mirror,
     "concatenate": _concatenate,
     "gather": _gather,
+    "scatter_add": _scatter_add,
+    "floor_divide": _integer_operation,
+    "mod": _integer_operation,
+    "bitwise_and": _integer_operation,
+    "bitwise_or": _integer_operation,
+    "bitwise_xor": _integer_operation,
+    "invert": _integer_operation,
+    "left_shift": _integer_operation,
+    "right_shift": _integer_operation,
     "argmax": _arg_extremum,
     "argmin": _arg_extremum,
 }
@@ -1396,12 +1452,6 @@ RULES = {
 UNBOUNDED = {
     "full": "a constant",
     "iota": "0, 1, 2, ...",
-    "floor_divide": "a jump at every multiple",
-    "mod": "a jump at every multiple",
-    "bitwise_and": "integers only", "bitwise_or": "integers only",
-    "bitwise_xor": "integers only", "invert": "integers only",
-    "left_shift": "integers only", "right_shift": "integers only",
-    "scatter_add": "exact in NumPy's order; apart updates not modelled",
 }
 
 

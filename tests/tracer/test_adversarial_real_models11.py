@@ -556,12 +556,11 @@ def scatter_through_a_ranking(logits):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="the guard that the argsort's positions do not "
-                   "repeat (tracer/indexing._check_unique_positions) has an unbounded margin "
-                   "when the sorted values are inexact (a division, exp; not a product by a "
-                   "constant): scatter_add has no error model for an index with a bound, "
-                   "so every call takes a guard-margin exit")
 def test_a_scatter_through_the_argsort_of_a_computed_value_compiles():
+    """The guard that the argsort's positions do not repeat
+    (tracer/indexing._check_unique_positions) had an unbounded margin when the sorted
+    values are inexact: every call took a guard-margin exit (xfail until round 18b's
+    margin_rules._same_element and _scatter_add)."""
     rng = rng_for(1110)
     f = run_calls(scatter_through_a_ranking, [(rng.standard_normal(10),) for _ in range(3)])
     no_eager_calls(f)

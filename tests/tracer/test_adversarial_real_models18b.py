@@ -5,34 +5,45 @@ call, run eagerly and through ``jit`` on copies of the same arguments and object
 Sources read this round (rewritten in their idioms): NumPy seq2seq with Bahdanau attention
 (an encoder loop filling an ``hs`` buffer, a teacher-forced decoder with the attention
 weights of each step kept in ``attn[:, t]``) and greedy decoding that feeds
-``int(np.argmax(logits))`` back through the embedding and stops at ``if tok == eos:
-break``; beam search's top-k by ``np.argsort(logp)[::-1][:beam]`` with candidates sorted
-by score; EpyNN's GRU (Synthaze/EpyNN ``nnlibs/gru/forward.py``: per-step caches in a
-layer dict, ``h = hp = layer.fc['h'][s] = z * hp + (1 - z) * hh``); the 11-785 style
-``GRU_Cell`` with activation objects and ``forward(x, h)`` keeping every intermediate on
-``self``, driven by an inference loop; ragged batches by ``mask = np.arange(T)[None] <
-lengths[:, None]``; temporal convolutions (causal, dilated, TCN residual blocks); d2l's
-``trans_conv`` (``Y[i:i + h, j:j + w] += X[i, j] * K``) and a stride-2 transposed
-convolution by col2im with ``np.add.at``. Probed and equal to eager, not kept (slow to
-compile for the CI budget): U-Net blocks (pool, ``np.repeat`` upsampling, ``np.pad`` to the
-skip's size, ``np.concatenate`` on channels), ResNet blocks with batch norm in train mode,
-PixelCNN masked kernels, depthwise-separable convolutions, max pools keeping argmax
-indices, bidirectional RNNs (``reversed(range(T))`` and ``x[::-1]`` flipped back), an LSTM
-class with ``step`` / ``step_backward`` and BPTT over a caches list, beam search itself.
+``int(np.argmax(logits))`` back through the embedding and stops at ``if tok == eos: break``;
+beam search's top-k by ``np.argsort(flat)[::-1][:beam]`` over every (beam, token) score,
+split by ``// V`` and ``% V``, with candidates sorted by score; EpyNN's GRU (Synthaze/EpyNN
+``nnlibs/gru/forward.py``: per-step caches in a layer dict, ``h = hp = layer.fc['h'][s] = z
+* hp + (1 - z) * hh``); the 11-785 style ``GRU_Cell`` with activation objects and
+``forward(x, h)`` keeping every intermediate on ``self``, driven by an inference loop;
+ragged batches by ``mask = np.arange(T)[None] < lengths[:, None]``; temporal convolutions
+(causal, dilated, TCN residual blocks); d2l's ``trans_conv`` (``Y[i:i + h, j:j + w] += X[i,
+j] * K``) and a stride-2 transposed convolution by col2im with ``np.add.at``;
+deep-learning-from-scratch (oreilly-japan, the first book's ``common/util.py`` /
+``layers.py``): ``im2col`` / ``col2im`` over strided slices in ``filter_h x filter_w``
+loops, ``Convolution`` and ``Pooling`` keeping ``self.col_W`` and ``self.arg_max`` for
+backward, ``SimpleConvNet.gradient`` over an ``OrderedDict`` of layers (compiles; its
+``params[key] -= lr * grads[key]`` runs eagerly: ``col_W`` is a live view of the weights).
+Probed and equal to eager, not kept (slow to compile for the CI budget): U-Net blocks (pool,
+``np.repeat`` upsampling, ``np.pad`` to the skip's size, ``np.concatenate`` on channels),
+ResNet blocks with batch norm in train mode, PixelCNN masked kernels, depthwise-separable
+convolutions, max pools keeping argmax indices, bidirectional RNNs (``reversed(range(T))``
+and ``x[::-1]`` flipped back), an LSTM class with ``step`` / ``step_backward`` and BPTT over
+a caches list, beam search itself.
 
 Findings, each fixed with its test here (every test fails before its fix). Needless eager
 runs on every call: a decision on an ``argmax`` or ``argmin`` of computed values (``if tok
-== eos:`` after ``tok = int(np.argmax(h @ W))``) had no error model, so its guard margin
-was infinite (``margin_rules._arg_extremum``: NumPy's index unless two candidates nearly
-tie); a gather at such an index (``E[tok]`` on the next step) was unbounded likewise
+== eos:`` after ``tok = int(np.argmax(h @ W))``) had no error model, so its guard margin was
+infinite (``margin_rules._arg_extremum``: NumPy's index unless two candidates nearly tie); a
+gather at such an index (``E[tok]`` on the next step) was unbounded likewise
 (``margin_rules._gather``); every comparison inside ``np.argsort`` of computed values was
-undecided at its diagonal (an element against itself), so any decision on a top-k
-(``if top[0] == eos``, candidates sorted by ``float(logp[k])``) ran eagerly
-(``margin_rules._same_element``). Internal error: a loop writing in place into an array
+undecided at its diagonal (an element against itself), so any decision on a top-k (``if
+top[0] == eos``, candidates sorted by ``float(logp[k])``) ran eagerly
+(``margin_rules._same_element``), and so did ``best % V`` of its indices (integer ``//``,
+``%`` and bitwise operations had no error model: ``margin_rules._integer_operation``); a
+scatter at an argmax (DLFS's pooling backward, ``dmax[np.arange(n), arg_max.flatten()] =
+dout.flatten()``, whose positions are checked not to repeat by a scatter of ones) had no
+error model either (``margin_rules._scatter_add``; a strict xfail of round 11, a scatter
+through an argsort, passes with it). Internal error: a loop writing in place into an array
 held in a dict or an attribute (``fc["h"][s] = ...``, ``self.h[t] = ...``, EpyNN's layer
-caches) left the array holding a value of a loop trip traced for capture and thrown away,
-so the unrolled trips read an undefined var ('uses %46 before its definition') and the
-function never compiled past its first shape (``loops._undo_outside_writes``).
+caches) left the array holding a value of a loop trip traced for capture and thrown away, so
+the unrolled trips read an undefined var ('uses %46 before its definition') and the function
+never compiled past its first shape (``loops._undo_outside_writes``).
 
 Not fixed (correct, eager or slow): EpyNN's free functions taking the layer
 (``gru_forward(layer, A)``: ``layer.fc['X'] = A`` into a dict an argument object keeps is
@@ -97,30 +108,37 @@ def test_greedy_decoding_at_a_tie_takes_numpys_token():
 
 
 # --- beam search's top-k by argsort --------------------------------------------------------
-def beam_step(h, Wo, beam, eos=0):
-    """One step of a NumPy beam search: the top ``beam`` tokens by ``np.argsort``, the
-    candidates sorted by ``float`` scores, and a check of the best against the end token."""
-    logits = h @ Wo
-    logp = logits - logits.max() - np.log(np.sum(np.exp(logits - logits.max())))
-    top = np.argsort(logp)[::-1][:beam]
-    candidates = [(float(logp[k]), int(k)) for k in top]
+def beam_step(scores, H, Wo, beam, eos=0):
+    """One step of a NumPy beam search over ``B`` hypotheses: every (beam, token) score in
+    one flat array, the best ``beam`` by ``np.argsort``, split by ``// V`` and ``% V``, the
+    candidates sorted by ``float`` scores, and the best checked against the end token."""
+    V = Wo.shape[1]
+    logits = np.tanh(H) @ Wo
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    flat = (scores[:, None] + logp).ravel()
+    best = np.argsort(flat)[::-1][:beam]
+    beam_idx, tok = best // V, best % V
+    candidates = [(float(flat[k]), int(b), int(t)) for k, b, t in zip(best, beam_idx, tok)]
     candidates.sort(key=lambda c: -c[0])
-    finished = candidates[0][1] == eos
-    return candidates, finished, np.tanh(h + Wo[:, top[0]])
+    done = tok == eos
+    if done[0]:  # the best hypothesis ended
+        return candidates, True, H[beam_idx]
+    return candidates, False, H[beam_idx]
 
 
-def test_top_k_by_argsort_compiles():
-    """Before the fix every call ran eagerly ('guard margin'): each comparison inside the
-    argsort compared an element with itself at the diagonal, undecided."""
+def test_beam_search_top_k_by_argsort_compiles():
+    """Before the fixes every call ran eagerly ('guard margin'): each comparison inside the
+    argsort compared an element with itself at the diagonal, undecided, and ``% V`` of its
+    indices had no error model."""
     rng = np.random.default_rng(2)
-    Wo = rng.standard_normal((4, 6))
-    calls = [(rng.standard_normal(4), Wo, 3) for _ in range(3)]
+    Wo = rng.standard_normal((4, 5))
+    calls = [(rng.standard_normal(3), rng.standard_normal((3, 4)), Wo, 3) for _ in range(3)]
     f = run_calls(beam_step, calls, **F64)
     no_internal_errors(f)
     assert all_compiled(f, 6), f.explain()
     tied = Wo.copy()
-    tied[:, 5] = tied[:, 1]  # an exact tie among the top: NumPy's order (eagerly)
-    run_calls(beam_step, [(calls[0][0], tied, 3), (calls[1][0], tied, 6)], **F64)
+    tied[:, 4] = tied[:, 1]  # equal scores among the top: NumPy's order (eagerly)
+    run_calls(beam_step, [(np.zeros(3), calls[0][1], tied, 3)], **F64)
 
 
 # --- EpyNN's GRU: per-step caches in the layer's dict --------------------------------------
@@ -192,3 +210,64 @@ def test_buffer_held_in_a_dict_written_in_a_loop():
     f = run_calls(dict_buffer, calls, **F64)
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
+
+
+# --- deep-learning-from-scratch's Pooling: im2col, arg_max kept, scattered back ----------
+def im2col(input_data, filter_h, filter_w, stride=1, pad=0):
+    N, C, H, W = input_data.shape
+    out_h = (H + 2 * pad - filter_h) // stride + 1
+    out_w = (W + 2 * pad - filter_w) // stride + 1
+    img = np.pad(input_data, [(0, 0), (0, 0), (pad, pad), (pad, pad)], "constant")
+    col = np.zeros((N, C, filter_h, filter_w, out_h, out_w))
+    for y in range(filter_h):
+        y_max = y + stride * out_h
+        for x in range(filter_w):
+            x_max = x + stride * out_w
+            col[:, :, y, x, :, :] = img[:, :, y:y_max:stride, x:x_max:stride]
+    return col.transpose(0, 4, 5, 1, 2, 3).reshape(N * out_h * out_w, -1)
+
+
+def col2im(col, input_shape, filter_h, filter_w, stride=1, pad=0):
+    N, C, H, W = input_shape
+    out_h = (H + 2 * pad - filter_h) // stride + 1
+    out_w = (W + 2 * pad - filter_w) // stride + 1
+    col = col.reshape(N, out_h, out_w, C, filter_h, filter_w).transpose(0, 3, 4, 5, 1, 2)
+    img = np.zeros((N, C, H + 2 * pad + stride - 1, W + 2 * pad + stride - 1))
+    for y in range(filter_h):
+        y_max = y + stride * out_h
+        for x in range(filter_w):
+            x_max = x + stride * out_w
+            img[:, :, y:y_max:stride, x:x_max:stride] += col[:, :, y, x, :, :]
+    return img[:, :, pad:H + pad, pad:W + pad]
+
+
+def relu_pool_step(x, dout, pool=2):
+    """A relu'd activation through DLFS's Pooling.forward and .backward."""
+    x = np.maximum(np.tanh(x), 0)
+    N, C, H, W = x.shape
+    out_h, out_w = 1 + (H - pool) // pool, 1 + (W - pool) // pool
+    col = im2col(x, pool, pool, pool).reshape(-1, pool * pool)
+    arg_max = np.argmax(col, axis=1)
+    out = np.max(col, axis=1).reshape(N, out_h, out_w, C).transpose(0, 3, 1, 2)
+    dout = dout.transpose(0, 2, 3, 1)
+    dmax = np.zeros((dout.size, pool * pool))
+    dmax[np.arange(arg_max.size), arg_max.flatten()] = dout.flatten()
+    dcol = dmax.reshape(dout.shape + (pool * pool,)).reshape(N * out_h * out_w, -1)
+    return out, col2im(dcol, x.shape, pool, pool, pool)
+
+
+def test_pooling_backward_scattering_at_arg_max_compiles():
+    """``dmax[np.arange(n), arg_max.flatten()] = dout.flatten()``: the check that the
+    positions do not repeat is a scatter at the argmax; before the fix (scatter_add had no
+    error model for an index that may differ) every call ran eagerly ('guard margin').
+    Windows of relu zeros tie exactly (decided); a window whose two largest elements are
+    equal computed values goes to NumPy."""
+    rng = np.random.default_rng(4)
+    calls = [(rng.standard_normal((2, 2, 4, 6)), rng.standard_normal((2, 2, 2, 3)))
+             for _ in range(2)]
+    f = run_calls(relu_pool_step, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    tied = calls[0][0].copy()
+    tied[0, 0, 1, 1] = tied[0, 0, 0, 0] = 0.5
+    run_calls(relu_pool_step, [(tied, calls[0][1])], **F64)

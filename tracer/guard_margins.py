@@ -1,9 +1,9 @@
 """Guard margins: a decision compiled code takes is the decision NumPy takes.
 
 Compiled values may differ from NumPy's in the last bits: our sums run in another order
-(float32 accumulates in float64), divisions may multiply by a reciprocal, and the math
-library is a few ulp from NumPy's. A guard that compares such a value (``x.sum() > 0``,
-``int(x.sum())``, ``np.tanh(x) == 1.0``) could then take the branch eager would not.
+(float32 accumulates in float64), and the math library is a few ulp from NumPy's. A guard
+that compares such a value (``x.sum() > 0``, ``int(x.sum())``, ``np.tanh(x) == 1.0``) could
+then take the branch eager would not.
 
 ``add_guard_margins`` walks the backward slice of each value guard's predicate and emits,
 with ordinary primitives, a *bound* for every value in it: a float64 array ``E`` with

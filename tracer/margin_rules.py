@@ -216,17 +216,20 @@ def _square(ctx, eqn, bounds):
 
 
 def _true_divide(ctx, eqn, bounds):
-    # Compiled division may be a multiplication by a hoisted reciprocal (arcp): inexact
-    # even on exact operands, and where 1/b is subnormal off by up to |a| eta.
+    # Compiled division is one IEEE division (codegen/pointwise.true_divide, no arcp since
+    # 17e5b71), as NumPy's: exact operands give NumPy's quotient to the bit (a nearest
+    # resize's ``(np.arange(n) * W / n).astype(int)`` at whole quotients was undecided on
+    # every call). Bounded operands keep the margin of a multiplication by a reciprocal
+    # (off by up to |a| eta where 1/b is subnormal).
     (a, b), (ea, eb) = eqn.inputs, bounds
+    if ea is None and eb is None:
+        return None
     dtype = eqn.out.aval.dtype
     eta = smallest_subnormal(dtype)
     own = ctx.plus(ctx.rounding(eqn.out, ulps=2.0), ctx.mul(ctx.abs(a), number(2 * eta)))
     ea, eb = ctx.as_number(a, ea), ctx.as_number(b, eb)
     # 0 / b (or 0 * (1 / b), 1 / b finite: b not tiny) is 0 on both sides
     zero = _exact_zero(ctx, a, ea, b, eb, smallest=1.0 / np.finfo(dtype).max)
-    if ea is None and eb is None:
-        return ctx.fit(ctx.where(zero, number(0.0), own), eqn.out.aval.shape)
     magnitude_a, magnitude_b = ctx.abs(a), ctx.abs(b)
     numerator = ctx.plus(None if eb is None else ctx.mul(magnitude_a, eb),
                          None if ea is None else ctx.mul(magnitude_b, ea))

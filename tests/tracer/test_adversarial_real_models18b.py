@@ -39,18 +39,24 @@ top[0] == eos``, candidates sorted by ``float(logp[k])``) ran eagerly
 scatter at an argmax (DLFS's pooling backward, ``dmax[np.arange(n), arg_max.flatten()] =
 dout.flatten()``, whose positions are checked not to repeat by a scatter of ones) had no
 error model either (``margin_rules._scatter_add``; a strict xfail of round 11, a scatter
-through an argsort, passes with it). Internal error: a loop writing in place into an array
-held in a dict or an attribute (``fc["h"][s] = ...``, ``self.h[t] = ...``, EpyNN's layer
-caches) left the array holding a value of a loop trip traced for capture and thrown away, so
-the unrolled trips read an undefined var ('uses %46 before its definition') and the function
-never compiled past its first shape (``loops._undo_outside_writes``).
+through an argsort, passes with it); a division of exact operands carried the bound of a
+multiplication by a reciprocal, which compiled code stopped making (17e5b71), so a nearest
+resize's ``(np.arange(n) * W / n).astype(int)`` at whole quotients was undecided on every
+call (``margin_rules._true_divide``: one IEEE division on both sides). Internal error: a
+loop writing in place into an array held in a dict or an attribute (``fc["h"][s] = ...``,
+``self.h[t] = ...``, EpyNN's layer caches) left the array holding a value of a loop trip
+traced for capture and thrown away, so the unrolled trips read an undefined var ('uses %46
+before its definition') and the function never compiled past its first shape
+(``loops._undo_outside_writes``).
 
 Not fixed (correct, eager or slow): EpyNN's free functions taking the layer
 (``gru_forward(layer, A)``: ``layer.fc['X'] = A`` into a dict an argument object keeps is
 refused as outside state; the bound method compiles); a U-Net's ``np.pad`` to the skip's
 size pins each dim's parity (pad widths are Python ints: four variants in one bucket);
 ``np.put_along_axis`` is not supported (eager); an attribute-writing cell called in a loop
-(``GRU_Cell.forward`` sets ``self.x``) unrolls the loop, one compile per length.
+(``GRU_Cell.forward`` sets ``self.x``) unrolls the loop, one compile per length;
+``np.linspace`` over dims (a bilinear resize's ``np.linspace(0, H - 1, out_h)``) is not
+traced: eager from the second size on.
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -271,3 +277,24 @@ def test_pooling_backward_scattering_at_arg_max_compiles():
     tied = calls[0][0].copy()
     tied[0, 0, 1, 1] = tied[0, 0, 0, 0] = 0.5
     run_calls(relu_pool_step, [(tied, calls[0][1])], **F64)
+
+
+# --- nearest-neighbour resize by index arithmetic -----------------------------------------
+def nearest_resize(img, out_h, out_w):
+    """Upsampling in segmentation decoders: source rows and columns by ``(np.arange(n) * H
+    / n).astype(int)``."""
+    H, W = img.shape[-2:]
+    rows = (np.arange(out_h) * H / out_h).astype(int)
+    cols = (np.arange(out_w) * W / out_w).astype(int)
+    return img[..., rows[:, None], cols[None, :]]
+
+
+def test_nearest_resize_by_exact_quotients_compiles():
+    """Whole quotients (``k * W / n`` exactly an integer) met ``astype(int)``'s jump with a
+    division bound meant for a reciprocal multiply, which compiled code no longer makes:
+    before the fix every call ran eagerly ('guard margin')."""
+    rng = np.random.default_rng(6)
+    calls = [(rng.standard_normal((2, 4, 4)), 9, 12), (rng.standard_normal((2, 5, 6)), 11, 18)]
+    f = run_calls(nearest_resize, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()

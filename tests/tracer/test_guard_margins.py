@@ -56,6 +56,8 @@ EXACT = {
     "integer sum": lambda x: x.astype(np.int64).sum() > 3,
     "scaled max": lambda x: (x * 0.5).max() > 0.25,
     "sqrt of input": lambda x: np.sqrt(np.abs(x)).min() > 0.5,
+    # one IEEE division on both sides (no arcp: codegen/pointwise.true_divide)
+    "division": lambda x: (x / 3.0).max() > 0,
 }
 ROUNDED = {
     "sum": lambda x: x.sum() > 0,
@@ -66,7 +68,6 @@ ROUNDED = {
     "exp sum": lambda x: np.exp(x).sum() > 10,
     "int of sum": lambda x: int(x.sum()) > 2,
     "dot": lambda x: x @ x > 1,
-    "division": lambda x: (x / 3.0).max() > 0,
     "float truth": lambda x: bool(x.sum()),
     # argmin/argmax of rounded values are unbounded: a scalar bound the reduction rules
     # reduce (the k-means count guard: an IndexError in codegen before they spread it)

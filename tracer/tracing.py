@@ -812,7 +812,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         attribute_writes.restore(context)
         raise
     pending = False
-    if undecided:  # the call's result and effects come from the program, or eager
+    if undecided or gradients is not None:
+        # the call's result and effects come from the program, or eager (a result with
+        # gradients must carry the compiled backward: the program runs this call again, so
+        # the trace applying writes too would write twice, params[k] = params[k] - lr * g)
         attribute_writes.restore(context)
         # not the call's result: what kind of value each output is (OutputPlan)
         output_values = outputs

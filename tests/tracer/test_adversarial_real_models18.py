@@ -65,7 +65,12 @@ append to it in the call was an internal error (``list_appends.AppendedTail``). 
 held by an object passed as an argument (``train_step(model, opt, X, y)`` with Adam's
 ``self.t += 1``) was refused (every such step eager); it is now state read through the
 argument's path, as an attribute's is (``frontend._owner_of``, ``ObjectPaths.at``; test in
-tests/runtime/test_attribute_writes.py).
+tests/runtime/test_attribute_writes.py). Wrong results: a call whose result has gradients
+(a Tensor loss) wrote the caller's dicts and lists and printed twice on its first call (the
+trace applied its effects, then the program, which computes the result with the compiled
+backward, ran the call again), and a Tensor written into a list or dict argument was stored
+as a NumPy array, the program's entry refused the call and eager ran on the written state;
+the trace now leaves those effects to the program (``tracing.trace``).
 
 Not fixed (eager, with the reason): ``np.linalg.solve``/``inv``/``cholesky`` (ALS,
 Gaussian-process posteriors, Kalman filters with a matrix innovation); ALS's rows picked by
@@ -85,6 +90,8 @@ and an exception eager raises must be raised too.
 
 import numpy as np
 from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
+
+import tracejit as tj
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 F32 = dict(rtol=2e-4, atol=2e-5)
@@ -749,3 +756,45 @@ def test_one_dict_passed_twice_is_one_object():
         assert_same(f(mine, mine, np.ones(2)), count_into(theirs, theirs, np.ones(2)))
         assert mine == theirs
     no_internal_errors(f)
+
+
+def counted_loss(x, config):
+    config["calls"] = config["calls"] + 1
+    print("calls", config["calls"])
+    return (x * x).sum()
+
+
+def tensor_sgd(params, grads, lr):
+    for i in range(len(params)):
+        params[i] = params[i] - lr * grads[i]
+    return sum((p ** 2).sum() for p in params)
+
+
+def test_writes_of_a_call_with_gradients_are_made_once(capsys):
+    """A result with gradients comes from the program, which runs the traced call again:
+    before the fix the trace had written the caller's dict and list and printed already, so
+    the first call counted and printed twice and stored NumPy arrays where eager stores
+    Tensors (the program's entry then refused the call and eager ran on the written state:
+    a float result)."""
+    f = jitted(counted_loss)
+    mine, theirs = {"calls": 0}, {"calls": 0}
+    for _ in range(2):
+        x, y = tj.tensor(np.arange(3.0), requires_grad=True), tj.tensor(
+            np.arange(3.0), requires_grad=True)
+        f(x, mine).backward()
+        printed = capsys.readouterr().out
+        counted_loss(y, theirs).backward()
+        assert mine == theirs and printed == capsys.readouterr().out
+        np.testing.assert_allclose(x.grad, y.grad)
+    f = jitted(tensor_sgd)
+    for k in range(2):
+        mine, theirs = ([tj.tensor(np.full(3, k + 1.0), requires_grad=True)] for _ in range(2))
+        first, their_first = mine[0], theirs[0]
+        got = f(mine, [np.full(3, 0.5)], 0.1)
+        want = tensor_sgd(theirs, [np.full(3, 0.5)], 0.1)
+        assert type(got) is type(want) and type(mine[0]) is type(theirs[0])
+        got.backward()
+        want.backward()
+        np.testing.assert_allclose(got.numpy(), want.numpy())
+        np.testing.assert_allclose(mine[0].numpy(), theirs[0].numpy())
+        np.testing.assert_allclose(first.grad, their_first.grad)

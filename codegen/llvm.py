@@ -257,62 +257,31 @@ def compile_module(ir_text, opt_level=3):
 def _compile_module(ir_text, opt_level=3):
     """Parse, verify, optimize (new pass manager, loop and SLP vectorization on) and emit
     object code for the host. A module of several kernels is cut into parts
-    (``module_split``) compiled at the same time by this thread and a helper thread, each
-    part in a context of its own, each thread with its own target machine; its
-    ``object_code`` then bundles the parts' object files (``load`` links them all) and its
-    ``llvm_ir`` joins their optimized IR with ``PART_SEPARATOR``. The optimized module is
-    verified again only with debug logging on: our IR is checked before LLVM sees it; what
-    LLVM's own passes produce costs 1-2% of a long program's compile to check again, for
-    LLVM's bugs alone."""
+    (``module_split``) compiled at the same time, one on a helper thread, each in a
+    context and with a target machine of its own; its ``object_code`` then bundles the
+    parts' object files (``load`` links them all) and its ``llvm_ir`` joins their
+    optimized IR with ``PART_SEPARATOR``. The optimized module is verified again only with
+    debug logging on: our IR is checked before LLVM sees it; what LLVM's own passes
+    produce costs 1-2% of a long program's compile to check again, for LLVM's bugs alone."""
     _initialized()
     start = time.perf_counter()
-    threads = 1 if _one_thread.__dict__ else COMPILE_THREADS
     with _lock:
-        parts = [ir_text]
-        for count in (PARTS_PER_THREAD * threads, threads) if threads > 1 else ():
-            parts = module_split.split(ir_text, count, threads=threads,
-                                       copied_prefixes=(VECTOR_VARIANT_PREFIX,))
-            if len(parts) > 1:
-                break  # (else fewer, larger parts: a split into many may not pay)
-        results = _compile_parts(parts, opt_level)
+        parts = module_split.split(ir_text, 1 if _one_thread.__dict__ else COMPILE_THREADS,
+                                   copied_prefixes=(VECTOR_VARIANT_PREFIX,))
+        helpers = [_helper_thread().submit(_compile_part, text, opt_level, _helper_machine())
+                   for text in parts[1:]]
+        results = []  # bound before the try: a KeyboardInterrupt must reach the caller
+        try:
+            results.append(_compile_part(parts[0], opt_level, target_machine()))
+        finally:
+            # The helper's machine and thread are the lock holder's until it is done.
+            results += [helper.result() for helper in helpers]
     optimized = PART_SEPARATOR.join(text for text, _ in results)
     object_code = _bundle([code for _, code in results])
     seconds = time.perf_counter() - start
     log.debug("compiled a module in %.1f ms (%d part(s), %d bytes of object code)",
               seconds * 1e3, len(parts), len(object_code))
     return CompiledModule(optimized, object_code, seconds)
-
-
-def _compile_parts(parts, opt_level):
-    """``[(optimized IR, object code)]`` of ``parts``, in their order (call with ``_lock``
-    held). The parts wait in one queue, largest first; this thread and the helper each take
-    the next one when free, so both finish at about the same time. (On the MLP train step,
-    its module cut in two by lines, the thread with the entries' half worked 128 ms and the
-    helper 94: lines are a rough measure of LLVM's time.)"""
-    if len(parts) == 1:
-        return [_compile_part(parts[0], opt_level, target_machine())]
-    waiting = sorted(range(len(parts)), key=lambda index: -len(parts[index]))
-    results = [None] * len(parts)
-    taking = threading.Lock()
-    stop = threading.Event()  # this thread failed (or was interrupted): the helper stops
-
-    def take_parts(machine):
-        while not stop.is_set():
-            with taking:
-                if not waiting:
-                    return
-                index = waiting.pop(0)
-            results[index] = _compile_part(parts[index], opt_level, machine)
-
-    helper = _helper_thread().submit(take_parts, _helper_machine())
-    try:
-        take_parts(target_machine())
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        helper.result()  # the helper's machine and thread are the lock holder's until done
-    return results
 
 
 def _compile_part(ir_text, opt_level, machine):
@@ -335,13 +304,9 @@ def _compile_part(ir_text, opt_level, machine):
         return str(module), _emit_object(machine, module)
 
 
-# A 2-core machine compiles two parts at once; more threads would only queue.
+# A 2-core machine compiles two parts at once; more parts would only queue.
 COMPILE_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else os.cpu_count() or 1)
-# Parts per thread: two threads taking four parts from one queue finish within a small
-# part of each other (``_compile_parts``); each part costs ~1 ms to set up, plus the math
-# routines it copies.
-PARTS_PER_THREAD = 2
 PART_SEPARATOR = "\n; ---- tracejit: next part (compiled on another thread) ----\n"
 _BUNDLE_MAGIC = b"TJPARTS1"
 _helper = {}

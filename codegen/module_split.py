@@ -15,11 +15,6 @@ the other; an internal function two parts call (a math library routine) is copie
 both, which is safe because functions hold no state. A module with a global that is not
 a constant (profile counters) is never split: its copies would be two variables.
 
-A module may be cut into more parts than there are threads (``llvm.compile_module``
-asks for two per thread): the threads take parts from one queue, largest first, so they
-finish together although lines are a rough measure of LLVM's time (a kernel whose inner
-loop LLVM vectorizes costs several times one of as many lines over 10 elements).
-
 >>> text = '''
 ... define internal void @"k0"(ptr %".1")
 ... {
@@ -52,7 +47,7 @@ MIN_LINES = 600  # below this the module compiles in ~30 ms: a second thread sav
 # The smallest part must hold this share of the code: the GEMM module split 10% / 90%
 # (entries / the chunk function and its micro-kernels) saved ~10% of its compile and ran
 # 1-3% slower (its calls into the chunk function no longer optimized with their callers).
-MIN_SHARE = 0.25  # (of the lines: the threads' busiest must leave them this much)
+MIN_SHARE = 0.25
 _NAME = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([-\w.$]+))')
 _REFERENCE = re.compile(r'@"?([\w.$]+)')
 _VARIANT_ATTRIBUTE = "vector-function-abi-variant"
@@ -75,15 +70,13 @@ class _Items:
     splittable: bool = True
 
 
-def split(ir_text, parts, min_lines=None, copied_prefixes=(), threads=None):
+def split(ir_text, parts, min_lines=None, copied_prefixes=()):
     """``ir_text`` as up to ``parts`` module texts that together define what it defined
     (one text when there is nothing worth splitting: fewer than ``min_lines``, by
     default ``MIN_LINES``, lines of functions). Functions named with one of
     ``copied_prefixes`` are copied into each part that names them although they are
     external (the vector variants of ``llvm.compile_module``, named by call-site
-    attributes and internalized after vectorization). ``threads`` (by default
-    ``parts``) compile the parts, each taking the largest part left when it is free: the
-    split must leave the busiest thread no more than ``1 - MIN_SHARE`` of the lines."""
+    attributes and internalized after vectorization)."""
     least = MIN_LINES if min_lines is None else min_lines
     if parts < 2 or ir_text.count("\n") + 1 < least:
         return [ir_text]  # too few lines of any kind: not worth parsing (0.3 ms)
@@ -131,11 +124,9 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=(), threads=None):
         members[part] |= added
         loads[part] += size(added)
     copied = sum(loads) - total  # lines compiled in more than one part
-    members = [names for names, load in zip(members, loads) if load]  # (more parts than roots)
-    loads = [load for load in loads if load]
-    if len(loads) < 2 or copied > min(loads) / 2:
+    if sum(1 for load in loads if load) < 2 or copied > min(load for load in loads if load) / 2:
         return [ir_text]  # one part, or kernels sharing so much that each part redoes it
-    if _busiest(loads, threads or parts) > (1 - MIN_SHARE) * sum(loads):
+    if min(loads) < MIN_SHARE * sum(loads):
         return [ir_text]  # little time saved, and calls across parts are not optimized
     # What each part calls that another part defines: roots (made external at home) and
     # the first part's external functions (a kernel calling the GEMM's epilogue entry).
@@ -146,15 +137,6 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=(), threads=None):
         return [ir_text]  # a local function no part could name: keep the module whole
     called_across = set().union(*foreign) & home.keys()
     return [_text(items, names, called_across, calls) for names, calls in zip(members, foreign)]
-
-
-def _busiest(loads, threads):
-    """The most lines one of ``threads`` compiles when each takes the largest part left
-    as it becomes free (``llvm.compile_module``'s queue)."""
-    finished = [0] * threads
-    for load in sorted(loads, reverse=True):
-        finished[finished.index(min(finished))] += load
-    return max(finished)
 
 
 def _text(items, names, called_across, foreign):

@@ -112,55 +112,6 @@ def test_split_parts_link_and_run():
     assert entry(5) == 5 * 3 * 3 * 3  # k1_b(k0_a(5)) = k0_a(3 * 15)
 
 
-def kernels(count):
-    """A module of ``count`` kernels calling one helper, and an entry calling them all."""
-    text = TWO_KERNELS.split('define internal i64 @"k0_a"')[0]
-    adds = "".join(f'  %"a{i + 1}" = add i64 %"a{i}", 1\n' for i in range(40))
-    for index in range(count):  # k(x) = helper(x) + index + 40
-        text += (f'define internal i64 @"k{index}"(i64 %".1")\n{{\nentry:\n'
-                 f'  %".3" = call i64 @"helper"(i64 %".1")\n'
-                 f'  %"a0" = add i64 %".3", {index}\n{adds}  ret i64 %"a40"\n}}\n')
-    calls = "".join(f'  %"v{index + 1}" = call i64 @"k{index}"(i64 %"v{index}")\n'
-                    for index in range(count))
-    return text + (f'define i64 @"entry"(i64 %"v0")\n{{\nentry:\n{calls}'
-                   f'  ret i64 %"v{count}"\n}}\n')
-
-
-def test_two_threads_take_more_parts_from_one_queue_and_keep_their_order(monkeypatch):
-    """Four parts on two threads (``llvm.PARTS_PER_THREAD``): each thread takes the largest
-    part left when it is free; the results are bundled in the parts' order."""
-    monkeypatch.setattr(llvm, "COMPILE_THREADS", 2)
-    monkeypatch.setattr(module_split, "MIN_LINES", 0)
-    text = kernels(4)
-    parts = module_split.split(text, 4, threads=2)
-    assert len(parts) == 4
-    compiled = llvm.compile_module(text)
-    optimized = compiled.llvm_ir.split(llvm.PART_SEPARATOR)
-    # (LLVM prints names unquoted, and inlines the kernels the entry's part keeps internal)
-    external = [{name for linkage, name in defined(part) if not linkage} for part in parts]
-    assert [set(re.findall(r'^define [^@]*@"?(\w+)"?\(', part, re.M)) >= names
-            for part, names in zip(optimized, external)] == [True] * 4
-    assert sum(len(names) for names in external) >= 4  # the test checks the order
-    library = llvm.load(compiled.object_code, ["entry"])
-    entry = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(library.addresses["entry"])
-    expected = 5
-    for index in range(4):
-        expected = expected * 3 + index + 40
-    assert entry(5) == expected
-
-
-def test_the_busiest_thread_must_save_time_or_the_module_stays_whole():
-    """MIN_SHARE: with one large kernel and small ones, the thread compiling the large one
-    would do most of the work (the GEMM module's case), so the module is not cut."""
-    body = "".join(f'  %"w{i + 1}" = add i64 %"w{i}", {i}\n' for i in range(600))
-    text = kernels(4).replace(
-        '  %"a0" = add i64 %".3", 0\n',
-        '  %"w0" = add i64 %".3", 0\n' + body + '  %"a0" = add i64 %"w600", 0\n')
-    assert text != kernels(4)
-    assert module_split.split(text, 4, min_lines=0, threads=2) == [text]
-    assert len(module_split.split(kernels(4), 4, min_lines=0, threads=2)) == 4
-
-
 def model(x, w1, b1, w2):
     """Several kernels: matmuls with epilogues, a softmax's reductions, a log."""
     hidden = np.tanh(x @ w1 + b1)
@@ -186,7 +137,7 @@ def test_a_program_compiled_in_parts_equals_numpy(monkeypatch, threads):
     program = codegen.compile(tracer.trace(model, *example, dynamic=True).graph)
     parts = program.optimized_ir.count(llvm.PART_SEPARATOR) + 1
     assert len(program.kernels) >= 3
-    assert parts == (llvm.PARTS_PER_THREAD * threads if threads > 1 else 1)
+    assert parts == threads
     assert program.object_code.startswith(b"\x7fELF") == (threads == 1)
     assert program.assembly.count(".text") >= threads  # every part renders
     for seed, rows in enumerate([33, 40, 64]):  # the bucket of the example's 33 rows

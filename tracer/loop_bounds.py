@@ -217,7 +217,8 @@ def _bound_loop(graph, first):
     # The body: its bounds after a trip become carried outputs.
     outputs = [_full_shape(ctx, out_bounds[position], body.inputs[position].aval)
                for position in carried]
-    items = list(body.body if items is None else items) + ctx.emitter.pending
+    items = _defined_before_use(list(body.body if items is None else items)
+                                + ctx.emitter.pending)
     ctx.emitter.pending = []
 
     # The loop: initial bounds, and the bounds of outside values, are computed before it.
@@ -272,6 +273,38 @@ def _bound_loop(graph, first):
     new_first = replaced[first.out.name]
     return replace(graph, body=tuple(new_items), check_vars=graph.check_vars | set(
         outer.emitter.producers)), _key(new_first)
+
+
+def _defined_before_use(items):
+    """``items`` with each equation moved up, when needed, to before the first item that
+    reads it (its own inputs first, recursively); guards and effects keep their order.
+    The checks and the margins share one bound per value (``ctx.bounds``): a bound first
+    made for a discontinuity late in the body is what a value guard's margin earlier in it
+    reads (``y = y * 0.5; if y.sum() > 50: ...; if y.max() < 0.1: break``)."""
+    producers = {item.out.name: item for item in items if isinstance(item, Eqn)}
+    placed, ordered = set(), []
+
+    def reads(item):
+        atoms = (item.predicate,) if isinstance(item, Guard) else item.inputs
+        return [producers[atom.name] for atom in atoms if isinstance(atom, Var)
+                and atom.name in producers and atom.name not in placed]
+
+    for item in items:
+        stack = [item]
+        while stack:  # depth first, without recursion (a bound's chain may be long)
+            top = stack[-1]
+            if isinstance(top, Eqn) and top.out.name in placed:
+                stack.pop()
+                continue
+            missing = reads(top)
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            ordered.append(top)
+            if isinstance(top, Eqn):
+                placed.add(top.out.name)
+    return ordered
 
 
 def _hoist(items, emitted, index, outside):

@@ -7,6 +7,7 @@ what a user is promised.
 import io
 
 import numpy as np
+from real_model_checks import compiled_some, no_internal_errors, run_calls
 
 import tracejit as tj
 from tracejit.runtime import cli
@@ -46,3 +47,40 @@ def test_the_cache_command_reads_entries_of_programs_with_loops(tmp_path, monkey
     status, text = run_command("cache", "show", "halve_until_small", "--json",
                                "--cache-dir", str(tmp_path))
     assert status == 0 and '"kernels": [' in text and '"name": "k' in text, text
+
+
+# --- a data-dependent if before the exit test of a captured loop ------------------------
+def branch_then_exit(x):
+    y = x.copy()
+    for _ in range(20):
+        y = y * 0.5
+        if y.sum() > 50:     # a value guard in the body, before the exit test
+            y = y * 0.0
+        if y.max() < 0.1:
+            break
+    return y
+
+
+def raise_then_exit(x):
+    y = x.copy()
+    for _ in range(20):
+        y = y * 1.5
+        if y.sum() > 50:
+            raise ValueError("diverged")
+        if np.abs(y).max() < 0.1:
+            break
+        y = y - 1
+    return y
+
+
+def test_a_value_guard_before_the_exit_test_compiles():
+    """The loop carries the rounding bound of ``y`` for its decisions. The exit test's check
+    made that bound first, after the body's ``if``, and the ``if``'s margin, placed before
+    its guard, read it there: the body used a value before its definition (VerifyError
+    while compiling, then KeyError in the interpreted loop: an internal error at every call,
+    run eagerly). ``loop_bounds._defined_before_use`` moves such equations up."""
+    for model, values in ((branch_then_exit, (2.0, 3.0, 0.05, 90.0)),
+                          (raise_then_exit, (2.0, 1.9, 0.05, 5.0))):
+        f = run_calls(model, [(np.full(3, value),) for value in values])
+        no_internal_errors(f)
+        compiled_some(f)

@@ -630,7 +630,7 @@ class Hooks:
         """A loop with a data-dependent exit (``tracejit.tracer.while_loops``; ``handed``,
         the names ``pre`` hands on within a trip, are in the functions already)."""
         return run_while(self.context, range_function, range_args, functions, names,
-                         frame_locals, (functions[0].__code__.co_filename, line), kind,
+                         frame_locals, (functions[0][0].__code__.co_filename, line), kind,
                          ints=ints)
 
     def set_in(self, array, index, value):

@@ -503,15 +503,16 @@ def index_read_after(x):
 
 
 def stops_early(x):
-    """Two ``break``s: how many trips run depends on the data, and the loop is not one
-    exit (one ``break`` is captured: tracer/while_loops.py, tests/tracer/test_while_loops)."""
+    """A ``break`` under an ``if`` with an ``else``: how many trips run depends on the data,
+    and the exit is not a top-level ``if <test>: break`` (those are captured, any number
+    of them: tracer/while_loops.py, tests/tracer/test_loop_exits2.py)."""
     s = np.zeros_like(x[0])
     for t in range(x.shape[0]):
         s = s + x[t]
         if s.sum() > 1e9:
             break
-        if s.sum() < -1e9:
-            break
+        else:
+            s = s * 1.0
     return s
 
 

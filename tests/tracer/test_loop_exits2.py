@@ -214,3 +214,84 @@ def test_kmeans_until_the_centres_stop_moving():
         np.testing.assert_allclose(got[0], want[0], rtol=1e-13)  # onehot.T @ X: a matmul
         assert type(got[1]) is int and got[1] == want[1]
     compiled_every_call(f)
+
+
+# --- continue, several breaks, an exit's own statements ----------------------------------
+def skip_when_big(x, lim, n):
+    total = np.zeros_like(x)
+    for _t in range(n):
+        x = x * 1.25
+        if x.max() > lim:  # the trip ends here, with the payload's values
+            x = x / 4.0
+            continue
+        total = total + x
+    return x, total
+
+
+def test_continue_with_statements_before_it_is_one_loop():
+    x = np.array([1.0, 2.0])
+    # continues at some trips, at every trip (lim 1), never (lim 1e9)
+    f = run_all(skip_when_big, [(x, np.array(lim), 30) for lim in (5.0, 3.0, 1e9, 1.0, 9.0)])
+    compiled_every_call(f)
+
+
+def two_breaks(x, hi, lo):
+    it = 0
+    for it in range(40):  # noqa: B007 (read after the loop)
+        x = x * 1.5 - 1.0
+        if x.max() > hi:
+            break
+        if x.min() < lo:
+            x = -x  # an exit's own statement
+            break
+    return x, it
+
+
+def test_two_breaks_are_one_loop():
+    x = np.array([1.0, 2.5])
+    # the second break (trips 3, 0), the first (trips 1, 0), neither (40 trips)
+    cases = [(1e9, -1.0), (1e9, 0.75), (3.0, -9.0), (2.5, -9.0), (1e300, -1e300)]
+    f = run_all(two_breaks, [(x, np.array(hi), np.array(lo)) for hi, lo in cases])
+    assert len({two_breaks(x, np.array(hi), np.array(lo))[1] for hi, lo in cases}) == 4
+    compiled_every_call(f)
+
+
+def while_with_a_break(x, tol, cap):
+    steps = 0
+    while x.max() > tol:
+        x = x * 0.5
+        steps += 1
+        if x.sum() < cap:
+            break
+        x = x + 0.125
+    return x, steps
+
+
+def test_a_while_test_and_a_break_in_float32():
+    x = np.array([3.0, 2.0], np.float32)
+    cases = [(0.3, 1.0), (0.3, -1.0), (10.0, 0.0), (0.3, 4.0), (0.5, 3.0)]
+    f = run_all(while_with_a_break, [(x, np.array(tol, np.float32), np.array(cap, np.float32))
+                                     for tol, cap in cases])
+    compiled_every_call(f)
+
+
+def continue_then_break(x, hi, lo):
+    count = 0
+    while True:
+        x = x * 0.75
+        count += 1
+        if x.max() > hi:
+            continue
+        if np.isnan(x).any() or x.min() < lo:
+            break
+        x = x - 0.125
+    return x, count
+
+
+def test_while_true_with_continue_and_break():
+    x = np.array([3.0, 2.0])
+    cases = [(2.0, 0.25), (100.0, 0.5), (1.0, 1.0), (2.5, -0.25)]
+    f = run_all(continue_then_break, [(x, np.array(hi), np.array(lo)) for hi, lo in cases])
+    compiled_every_call(f)
+    # NaN: x.max() > hi is False, the isnan break ends the first trip (as eager)
+    run_all(continue_then_break, [(np.array([np.nan, 2.0]), np.array(2.0), np.array(0.25))])

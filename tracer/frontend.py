@@ -39,6 +39,7 @@ from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
+from .even_spacing import linspace
 from .generators import is_generator_function, remembered
 from .implicit import Path
 from .indexing import update, written_region
@@ -501,6 +502,9 @@ class Hooks:
             return _SIZED_CREATION[function](*args, **kwargs)
         if function is np.arange and any(isinstance(arg, SymInt) for arg in args):
             return arange(*args, **kwargs)
+        if function is np.linspace and any(isinstance(arg, SymInt) for arg in (
+                *args[:3], *kwargs.values())):
+            return linspace(*args, **kwargs)  # np.linspace(0, H - 1, out_h) of dims
         if function is np.arange and any_traced((*args, *kwargs.values())):
             # np.arange(classes) of a run-time int: its value decides the length, so it is
             # specialized under a guard, as np.zeros(classes) is

@@ -24,6 +24,7 @@ from . import (
     array_reshaping,
     choices,
     counting,
+    even_spacing,
     finite_differences,
     math_composites,
     ops,
@@ -1060,8 +1061,8 @@ FUNCTIONS = {
     np.fill_diagonal: fill_diagonal,
 }
 # The composites that live in modules of their own, each with its table.
-for _module in (array_reshaping, choices, counting, finite_differences, math_composites,
-                products, searching, statistics):
+for _module in (array_reshaping, choices, counting, even_spacing, finite_differences,
+                math_composites, products, searching, statistics):
     FUNCTIONS.update(_module.FUNCTIONS)
 UFUNC_COMPOSITES.update(math_composites.COMPOSITES)
 

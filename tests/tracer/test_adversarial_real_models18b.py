@@ -42,21 +42,21 @@ error model either (``margin_rules._scatter_add``; a strict xfail of round 11, a
 through an argsort, passes with it); a division of exact operands carried the bound of a
 multiplication by a reciprocal, which compiled code stopped making (17e5b71), so a nearest
 resize's ``(np.arange(n) * W / n).astype(int)`` at whole quotients was undecided on every
-call (``margin_rules._true_divide``: one IEEE division on both sides). Internal error: a
-loop writing in place into an array held in a dict or an attribute (``fc["h"][s] = ...``,
-``self.h[t] = ...``, EpyNN's layer caches) left the array holding a value of a loop trip
-traced for capture and thrown away, so the unrolled trips read an undefined var ('uses %46
-before its definition') and the function never compiled past its first shape
-(``loops._undo_outside_writes``).
+call (``margin_rules._true_divide``: one IEEE division on both sides); ``np.linspace`` of
+dims (a bilinear upsampling's ``np.linspace(0, H - 1, 2 * H)``) was NumPy's own, which took
+the dims as numbers: eager from the second image size on (``tracer/even_spacing.py``,
+NumPy's samples to the bit). Internal error: a loop writing in place into an array held in a
+dict or an attribute (``fc["h"][s] = ...``, ``self.h[t] = ...``, EpyNN's layer caches) left
+the array holding a value of a loop trip traced for capture and thrown away, so the unrolled
+trips read an undefined var ('uses %46 before its definition') and the function never
+compiled past its first shape (``loops._undo_outside_writes``).
 
 Not fixed (correct, eager or slow): EpyNN's free functions taking the layer
 (``gru_forward(layer, A)``: ``layer.fc['X'] = A`` into a dict an argument object keeps is
 refused as outside state; the bound method compiles); a U-Net's ``np.pad`` to the skip's
 size pins each dim's parity (pad widths are Python ints: four variants in one bucket);
 ``np.put_along_axis`` is not supported (eager); an attribute-writing cell called in a loop
-(``GRU_Cell.forward`` sets ``self.x``) unrolls the loop, one compile per length;
-``np.linspace`` over dims (a bilinear resize's ``np.linspace(0, H - 1, out_h)``) is not
-traced: eager from the second size on.
+(``GRU_Cell.forward`` sets ``self.x``) unrolls the loop, one compile per length.
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -298,3 +298,28 @@ def test_nearest_resize_by_exact_quotients_compiles():
     f = run_calls(nearest_resize, calls, **F64)
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
+
+
+def bilinear_upsample(img):
+    """A U-Net decoder's 2x bilinear upsampling (align_corners), by ``np.linspace`` sample
+    positions, their ``floor`` and the four neighbours."""
+    H, W = img.shape[-2:]
+    ys, xs = np.linspace(0, H - 1, 2 * H), np.linspace(0, W - 1, 2 * W)
+    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    y1, x1 = np.minimum(y0 + 1, H - 1), np.minimum(x0 + 1, W - 1)
+    wy, wx = (ys - y0)[:, None], (xs - x0)[None, :]
+    top = img[..., y0[:, None], x0[None, :]] * (1 - wx) + img[..., y0[:, None], x1[None, :]] * wx
+    low = img[..., y1[:, None], x0[None, :]] * (1 - wx) + img[..., y1[:, None], x1[None, :]] * wx
+    return top * (1 - wy) + low * wy
+
+
+def test_bilinear_upsampling_over_image_sizes_compiles():
+    """``np.linspace(0, H - 1, 2 * H)`` of dynamic dims was NumPy's own linspace, which made
+    the dims constants: every call from the second size on ran eagerly ('a traced array was
+    converted'). Its samples are NumPy's to the bit (tracer/even_spacing.py), so the
+    ``floor`` at whole positions is decided."""
+    rng = np.random.default_rng(8)
+    calls = [(rng.standard_normal((2, h, w)),) for h, w in ((4, 4), (5, 6), (7, 5))]
+    f = run_calls(bilinear_upsample, calls, **F64)
+    no_internal_errors(f)
+    assert not f.stats()["eager_calls"], f.explain()

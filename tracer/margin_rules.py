@@ -1071,6 +1071,16 @@ def _loop(ctx, eqn, bounds):
         # a while loop's done flag (tracer/while_loops.py): every trip's exit decision has
         # its margin guard in the body, so past them it is NumPy's (for ... else: reads it)
         return None
+    entering = _count_operands(eqn) if params.get("exit") is not None else None
+    if entering is not None:
+        # a counter, the index read after the loop, a return flag: NumPy's where the
+        # operands it started from are (the done flag's reasoning)
+        inexact = [bounds[position] for position in entering if bounds[position] is not None]
+        out_shape = tuple(eqn.out.aval.shape)
+        if not inexact:
+            return None
+        if len(inexact) == 1 and tuple(inexact[0].aval.shape) == out_shape:
+            return inexact[0]
     position = dict(params.get("bounds", ())).get(params["output"])
     if position is None:
         raise Unbounded
@@ -1084,6 +1094,71 @@ def _loop(ctx, eqn, bounds):
     if found is None:
         raise Unbounded
     return found
+
+
+_COUNTING = ("add", "subtract", "cast", "full", "broadcast_to", "reshape")
+
+
+# What the body's discontinuity checks leave unchecked (discontinuities' docstring): a
+# choice on a predicate read off these may differ from NumPy's.
+_UNMODELLED = ("conv2d", "conv2d_weight_grad", "loop", "prod", "einsum")
+
+
+def _reads_unmodelled(producers, predicate):
+    pending, seen = [predicate], set()
+    while pending:
+        atom = pending.pop()
+        item = producers.get(getattr(atom, "name", None))
+        if item is None or item.out.name in seen:
+            continue
+        seen.add(item.out.name)
+        if item.prim.name in _UNMODELLED or (item.prim.name == "matmul"
+                                             and item.out.aval.dtype == np.float32):
+            return True
+        pending += item.inputs
+    return False
+
+
+def _count_operands(eqn):
+    """The loop operands an exit loop's integer result is made from by integer steps and
+    the body's choices alone (``it += 1``, the index read after the loop, a return flag:
+    ``tracer/exit_ints.py``), or None. The choices' predicates are decisions checked in the
+    body, as the done flag's are, so the result is as exact as those operands. Without
+    this an ``if`` on the counter after the loop had no bound and ran eagerly at every
+    call."""
+    params = eqn.params_dict
+    body, num_carry = params["body"], params["num_carry"]
+    if body.outputs[params["output"]].aval.dtype.kind not in "iub":
+        return None
+    producers = {item.out.name: item for item in body.equations}
+    positions = {var.name: position for position, var in enumerate(body.inputs)}
+    constants = {var.name for var, _ in body.constants}
+    pending, seen, entering = [body.outputs[params["output"]]], set(), set()
+    while pending:
+        atom = pending.pop()
+        if isinstance(atom, Literal) or atom.name in seen or atom.name in constants:
+            continue
+        seen.add(atom.name)
+        if atom.aval.dtype.kind not in "iub":
+            return None
+        if atom.name in positions:
+            position = positions[atom.name]
+            entering.add(position)
+            if position < num_carry:
+                pending.append(body.outputs[position])
+            continue
+        item = producers.get(atom.name)
+        if item is None:
+            return None
+        if item.prim.name == "where":
+            if _reads_unmodelled(producers, item.inputs[0]):
+                return None
+            pending += item.inputs[1:]  # (the predicate: a decision checked in the body)
+        elif item.prim.name in _COUNTING:
+            pending += item.inputs
+        else:
+            return None
+    return sorted(entering)
 
 
 def _convolution(ctx, eqn, bounds):

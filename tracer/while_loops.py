@@ -90,6 +90,8 @@ import numpy as np
 
 from . import exit_ints
 from .dims import SymInt, value_of
+from .exit_returns import FLAG as RETURNED
+from .exit_returns import expand_returns
 from .exit_tests import LOGIC, combined
 from .exit_trips import Stop, trip, written_after_refusal, written_trips
 from .loop_frontend import HOOK, loop_variables, unsupported_statements
@@ -175,7 +177,9 @@ def _split_at_exits(body):
 def mark_while_loops(function_node):
     """Mark (``tracejit_while``) the loops of ``function_node`` whose shape ``rewrite_while``
     handles, before any rewrite: a loop around them may still be captured
-    (``loop_frontend.unsupported_statements`` looks past them)."""
+    (``loop_frontend.unsupported_statements`` looks past them). A loop that returns from
+    its body becomes one that breaks first (``exit_returns``)."""
+    expand_returns(function_node)
     for node in ast.walk(function_node):
         if isinstance(node, (ast.For, ast.While)) and split_body(node) is not None:
             if isinstance(node, ast.For) and _index_read_elsewhere(node, function_node):
@@ -254,7 +258,8 @@ def rewrite_while(rewriter, node):
                                             | _names_read(_flat(segments[k + 1:])))
     handed = sorted(handed - set(names) - {trip})
     ints = exit_ints.counters(node.body, names) + (
-        [index] if index_after and index in names else [])
+        [index] if index_after and index in names else []) + [
+        name for name in names if name.startswith(RETURNED)]  # exit_returns' flag
     line = node.lineno
     within = names + handed
 

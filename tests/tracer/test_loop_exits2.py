@@ -295,3 +295,51 @@ def test_while_true_with_continue_and_break():
     compiled_every_call(f)
     # NaN: x.max() > hi is False, the isnan break ends the first trip (as eager)
     run_all(continue_then_break, [(np.array([np.nan, 2.0]), np.array(2.0), np.array(0.25))])
+
+
+# --- return in the body; decisions on a counter after the loop -----------------------------
+def returns_inside(x, limit):
+    for i in range(20):
+        x = x * 2.0
+        if x.sum() > limit:
+            return x, i  # a break, then this return after the loop (exit_returns)
+    return x, -1
+
+
+def search_down(x, target):
+    it = 0
+    while True:
+        x = x * 0.5
+        it += 1
+        if x.max() < target:
+            return x, it
+
+
+def flips_after(x, tol):
+    it = 0
+    while np.abs(x).max() > tol and it < 50:
+        x = x * 0.5
+        it += 1
+    if it > 3:  # a decision on the counter: exact, as the loop's exits are
+        x = -x
+    return x, it
+
+
+def compiled_but_for_one_exit(f):
+    """At most two paths (an if after the loop: both outcomes), and one call run eagerly
+    (the side exit before the second compiles), whatever the trip counts."""
+    stats = f.stats()
+    assert stats["compiles"] <= 2 and sum(stats["eager_calls"].values()) <= 1, f.explain()
+
+
+def test_a_return_in_the_body_and_a_counter_decided_after_the_loop():
+    x = np.array([1.0, 2.0])
+    limits = [100.0, 10.0, 1000.0, 1e9, 1.0, 50.0]  # returns at trips 4, 1, 7, 0; never
+    f = run_all(returns_inside, [(x, np.array(limit)) for limit in limits])
+    compiled_but_for_one_exit(f)
+    f = run_all(search_down, [(np.array([5.0, 2.0]), np.array(target))
+                              for target in (0.01, 1.0, 100.0, 0.3)])
+    compiled_every_call(f)
+    f = run_all(flips_after, [(np.array([4.0, 1.0]), np.array(tol))
+                              for tol in (0.3, 8.0, 3.0, 0.01, 0.0)])
+    compiled_but_for_one_exit(f)

@@ -68,7 +68,8 @@ Not captured, run as written (a guard per trip's decision, as before): loops und
 gradient tracing, a carried value that is not an array after the first trip (a Python
 ``int`` moved otherwise than by ``+= 1``-like steps, a list appended to), carries that
 change shape or dtype, an exit whose statements write into arrays, a ``break`` or
-``continue`` nested in another statement, ``return`` in the body, a ``while <cond>:``
+``continue`` nested in another statement, a ``return`` in the body other than one
+top-level ``if <test>: return ...`` (``exit_returns``), a ``while <cond>:``
 with a ``break`` and an ``else:``, a test that reads no traced value, and a ``for`` over
 anything but ``range(n)``/``range(a, b)``.
 

@@ -171,11 +171,11 @@ def test_data_dependent_loop_counter_is_a_python_int():
     np.testing.assert_array_equal(traced.outputs[0], expected_array)
     assert traced.outputs[1] == expected_steps == 3
     assert type(traced.outputs[1]) is int
-    guards = traced.value_guards
-    assert [guard.expected for guard in guards] == [True, True, True, False]
-    assert {guard.location.line for guard in guards} == {
-        line_of(halve_and_count, "while np.abs(x).max() > 1.0:")
-    }
+    # one loop node carries the counter (tracer/while_loops.py, exit_ints.py): no guard
+    # per trip's decision, so one trace serves every trip count
+    assert not [guard for guard in traced.value_guards if guard.location.line == line_of(
+        halve_and_count, "while np.abs(x).max() > 1.0:") and guard.convert == "bool"]
+    assert any(eqn.prim.name == "loop" for eqn in traced.graph.equations)
 
 
 # --- symbolic dims ------------------------------------------------------------------------

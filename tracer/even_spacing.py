@@ -43,6 +43,9 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     if any(dims) and not all(isinstance(bound, SymInt) or isinstance(bound, (int, np.integer))
                              for bound in (start, stop)):
         raise UnsupportedError("np.linspace of a float bound beside a dynamic dim")
+    if any(dims) and any(type(bound) is not SymInt and abs(bound) >= 2**53
+                         for bound in (start, stop)):
+        raise UnsupportedError("np.linspace of a dynamic dim beside an int bound past 2**53")
     if not isinstance(num, SymInt):
         num = operator.index(num)
         if num < 0:
@@ -55,9 +58,15 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     div = num - 1 if endpoint else num
     like = next((value for value in (num, start, stop) if isinstance(value, SymInt)), None)
     samples = ops.bind(ops.cast_p, ops.iota(num, np.int64, like=like), dtype=result)
-    delta = stop - start
+    # NumPy subtracts in float64 (np.subtract(stop, start, dtype=float)): each bound is
+    # rounded first, which an exact int subtraction past 2**53 is not
+    delta = (float(stop) - float(start) if not any(dims)
+             else stop - start)
     if div > 0:
         step = delta / div
+        if retstep:  # NumPy's step is an np.float64, the trace's a weak (Python) float
+            step = (ops.bind(ops.cast_p, step, dtype=result)[()] if is_traced(step)
+                    else np.float64(step))
         # NumPy divides by div and multiplies by delta when the step is 0; both give 0
         samples = samples * step
     else:

@@ -1,0 +1,49 @@
+"""Review round 18 of this session's exactness rules and loop-exit captures (np.linspace of
+dims, np.bincount, argmax/argsort/gather/scatter rules, exact quotients, sqrt of squares,
+and/or exits, int counters, several breaks): each test here failed before the fix named in
+its docstring."""
+
+import copy
+
+import numpy as np
+
+import tracejit as tj
+
+
+def run_all(function, argument_sets, **options):
+    """``function`` jitted, called on each argument set and compared with eager NumPy bit
+    for bit (values, types, dtypes); the jitted function."""
+    f = tj.jit(function, **{"cache": "memory", **options})
+    for arguments in argument_sets:
+        want = function(*copy.deepcopy(arguments))
+        got = f(*copy.deepcopy(arguments))
+        want_items = want if isinstance(want, tuple) else (want,)
+        got_items = got if isinstance(got, tuple) else (got,)
+        assert len(got_items) == len(want_items)
+        for g, w in zip(got_items, want_items):
+            assert type(g) is type(w) and np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
+            np.testing.assert_array_equal(g, w)
+    return f
+
+
+# --- np.linspace of dims (tracer/even_spacing.py) -------------------------------------------
+def grid_and_step(x):
+    n = x.shape[0]
+    return np.linspace(0.1, 0.7, n, retstep=True) + np.linspace(0, n, n - 1, retstep=True)
+
+
+def huge_span(x):
+    return np.linspace(0, 2**60 + 100, x.shape[0])
+
+
+def test_linspace_step_of_a_dim_count_is_numpys_float64():
+    """retstep=True with a dim among the arguments returned the step as a Python float (a
+    weak float64 of the trace); NumPy's is an np.float64."""
+    run_all(grid_and_step, [(np.ones(n),) for n in (3, 5, 1)], dynamic=True)
+
+
+def test_linspace_of_int_bounds_past_2_53_subtracts_as_numpy():
+    """NumPy takes the span of int bounds in float64 (each bound rounded first); the
+    composite subtracted the Python ints exactly and divided that: samples 32-256 apart
+    for np.linspace(0, 2**60 + 100, 7)."""
+    run_all(huge_span, [(np.ones(n),) for n in (7, 13)], dynamic=True)

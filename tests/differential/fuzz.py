@@ -34,7 +34,17 @@ loop; the carried value written after it), captured loops an outer constant loop
 that differ only in int offsets (reads at ``t - k``, slices from ``k``, writes at ``t +
 k``: one shared program), and results that alias (a value twice, a view and its base, an
 argument and views of it); results are compared for ``is``, shared memory and the
-writeable flag too ("identity differs").
+writeable flag too ("identity differs"). Round 18 added: loops with data-dependent exits
+(``while <test>:``, ``for`` with one ``break``, with ``else:``, ``while True: ... break``)
+carrying float32/float64, int and bool arrays or a view written in place, tests that NaN
+ends, tolerances exiting on the first trip, never, or after a size-dependent trip count,
+a value guard or a ``raise`` in the body, nested in an outer loop; random draws
+(``np.random`` seeded alike before the eager and the jit call, its state compared after:
+"random state differs"; ``default_rng`` made in the function, ``np.random.seed`` inside,
+an ``if`` on a draw); loops writing through a carried view of a local, reading the base
+or an alias of it in the body. ``--focus exit_loop,random_draw,write_through_loop`` draws
+mostly those. A statement that runs over 2 s on the probe is dropped, a program over 300 s
+is noted as a fuzzer error.
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
 (the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
@@ -60,11 +70,13 @@ and argument sets dropped while the same kind of failure remains) and written to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
 import linecache
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -82,6 +94,7 @@ RTOL = {"f4": 1e-4, "f8": 1e-9, "f2": 1e-2}
 # results' is / shared memory / writeable compared too (off: --values-only, to hunt wrong
 # values while known identity differences stand)
 CHECK_IDENTITY = os.environ.get("FUZZ_VALUES_ONLY") != "1"
+FOCUS = [name for name in os.environ.get("FUZZ_FOCUS", "").split(",") if name]
 
 
 # --- statements --------------------------------------------------------------------------
@@ -366,6 +379,21 @@ def copy_arguments(arguments):
     return tuple(copies)
 
 
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeoutError in the block after ``seconds`` (a loop whose exit never comes)."""
+    def expire(signum, frame):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # --- drawing a program ---------------------------------------------------------------------
 class Builder:
     def __init__(self, rng, params, probe):
@@ -396,11 +424,11 @@ class Builder:
                 trial[key] = value
         body = "\n".join(lines)
         try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
+            with np.errstate(all="ignore"), warnings.catch_warnings(), time_limit(2):
                 warnings.simplefilter("ignore")
                 exec(body, trial)  # noqa: S102 - generated here
-        except Exception:  # noqa: BLE001 - a statement NumPy refuses is not kept
-            return False
+        except Exception:  # noqa: BLE001 - a statement NumPy refuses (or a loop that never
+            return False   # ends on the probe) is not kept
         for name in defines:
             value = trial.get(name)
             if isinstance(value, np.ndarray) and (value.size > 20000 or value.ndim > 4):
@@ -816,6 +844,144 @@ class Builder:
                  f"for {t} in range(1, {source}.shape[0]):", f"    {body}"]
         return lines, "carried scan", [table]
 
+    def exit_loop(self):
+        """A loop whose exit is data-dependent (``tracer/while_loops.py``): ``while
+        <test>:``, ``for`` with one ``if <test>: break`` (with or without ``else:``), ``while
+        True: ... break``; carries of float32/float64, int and bool arrays, a view's base
+        written in place, sometimes nested in an outer loop. Tolerances make it exit on the
+        first trip, never, or after a trip count that depends on the data and its size; NaN
+        in the data makes the test False (while-style tests are written so NaN exits)."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1
+                           and v.dtype.kind in "fiub")
+        if source is None:
+            return None
+        y, seen, count, i = self.fresh(), self.fresh(), self.fresh(), "i" + self.fresh()
+        dtype = self.rng.choice(["np.float64", "np.float32"])
+        half = "0.5" if dtype == "np.float64" else self.rng.choice(["np.float32(0.5)", "0.5"])
+        tol = self.rng.choice(["1e-3", "0.5", "1.0", "1e9", "0.0", "2.0"])
+        # the continuing condition: False for NaN, so a while loop on it ends
+        going = self.rng.choice([f"np.abs({y}).max() > {tol}", f"np.abs({y}).sum() > {tol}",
+                                 f"(np.abs({y}) > {tol}).any()", f"np.linalg.norm({y}) > {tol}",
+                                 f"{y}.size > 0 and np.abs({y}).max() > {tol}",
+                                 f"float(np.abs({y}).mean()) > {tol}",
+                                 f"np.max(np.abs({y}), initial=0.0) > {tol}"])
+        # (each step reaches 0: 0.75 times the least denormal rounds back to it)
+        step = self.rng.choice([f"{y} = {y} * {half}", f"{y} = np.tanh({y}) * 0.5",
+                                f"{y} = np.where(np.abs({y}) > 1, {y} * {half}, {y} * 0.25)",
+                                f"{y} *= {half}", f"{y}[...] = {y} / 3",
+                                f"{y} = {y} / 2 - 0.01 * {y}",
+                                f"{y} = ({y} * {half}).astype({dtype})"])
+        extras = self.rng.choice([[], [f"{count} = {count} + (np.abs({y}) > {tol})"],
+                                  [f"{seen} = {seen} | ({y} < 0)"],
+                                  [f"{count} += 1"], [f"{seen} = {seen} ^ ({y} > 0.1)"]])
+        view = self.rng.random() < 0.3
+        lines = [f"{y}_base = np.clip({source}, -1e6, 1e6).astype({dtype})" + (
+            "" if self.rng.random() < 0.6 else f" * {self.rng.choice(['10', '1e-9', '0'])}")]
+        if view:  # the loop carries a view; writes in place reach its base
+            lines.append(f"{y} = {y}_base[{self.rng.choice(['1:', '::-1'])}]")
+        else:
+            lines.append(f"{y} = {y}_base.copy()")
+        lines += [f"{count} = np.zeros({y}.shape, dtype=np.int64)",
+                  f"{seen} = np.zeros({y}.shape, dtype=bool)"]
+        form = self.rng.choice(["while", "for", "for-else", "while-true"])
+        bound = self.rng.choice(["40", f"{source}.shape[0]", "1", "0", f"{source}.shape[0] + 2"])
+        body = [step] + extras
+        if self.rng.random() < 0.5:
+            body.reverse()
+        if self.rng.random() < 0.3:  # a value guard in the body (a side exit, or eager's error)
+            arm = self.rng.choice([f"{y} = {y} * 0.0", "raise ValueError('diverged')",
+                                   f"{count} = {count} + 1"])
+            body.insert(int(self.rng.integers(0, len(body) + 1)),
+                        f"if {y}.sum() > {self.rng.choice(['50', '3', '0'])}:\n    {arm}")
+        body = [line for text in body for line in text.split("\n")]
+        if form == "while":
+            loop = [f"while {going}:"] + ["    " + line for line in body]
+        else:
+            split = int(self.rng.integers(0, len(body) + 1))
+            test = (f"    if not ({going}):" if self.rng.random() < 0.7
+                    else f"    if {y}.size == 0 or {i} > 5 or np.abs({y}).max() <= {tol}:")
+            head = f"for {i} in range({bound}):" if form != "while-true" else "while True:"
+            if form == "while-true":
+                test = f"    if not ({going}):"
+            loop = [head] + ["    " + line for line in body[:split]] + [
+                test, "        break"] + ["    " + line for line in body[split:]]
+            if form == "for-else":
+                loop += ["else:", f"    {y} = -{y}" if not view else f"    {count} -= 1"]
+        if self.rng.random() < 0.25:  # nested in an outer loop
+            outer = "j" + self.fresh()
+            loop = [f"for {outer} in range(2):", f"    {y} = {y} + {outer}" if not view
+                    else f"    {y} += {outer}"] + ["    " + line for line in loop]
+        lines += loop
+        defines = [y, count, seen] + ([f"{y}_base"] if view or self.rng.random() < 0.3 else [])
+        return lines, "exit loop", defines
+
+    def random_draw(self):
+        """Draws from ``np.random`` (the legacy global), a ``default_rng`` made in the
+        function, or ``np.random.seed`` inside it (``tracer/random_draws.py``); the fuzzer
+        seeds ``np.random`` alike before the eager and the jit call and compares its state
+        afterwards. Sometimes an ``if`` on a drawn value, or on data after a draw (a side
+        exit must put the state back)."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        name = self.fresh()
+        shape = self.rng.choice([f"{source}.shape", f"{source}.shape[-1]", "3",
+                                 f"({source}.shape[0], 2)"])
+        draw = self.rng.choice([
+            f"np.random.rand(*{shape})" if shape.endswith(")") or shape.endswith(".shape")
+            else f"np.random.rand({shape})",
+            f"np.random.standard_normal({shape})", "np.random.randn()",
+            f"np.random.binomial(1, 0.5, size={shape})", f"np.random.uniform(-1, 1, {shape})",
+            f"np.random.randint(0, 5, size={shape})", f"np.random.normal(0.0, 2.0, {shape})",
+            f"np.random.permutation({source}.shape[0])", f"np.random.random_sample({shape})",
+            f"np.random.default_rng(7).standard_normal({shape})",
+            f"np.random.default_rng(7).integers(0, 3, {shape})",
+            f"np.random.exponential(1.0, {shape})",
+        ])
+        use = self.rng.choice([f"{name} = {draw}", f"{name} = {source} * 0 + {draw}"
+                               if shape == f"{source}.shape" else f"{name} = {draw}"])
+        lines = [use]
+        if self.rng.random() < 0.15:
+            lines.insert(0, f"np.random.seed({int(self.rng.integers(0, 3))})")
+        if self.rng.random() < 0.3:  # a decision on data or on a draw, a draw in one arm
+            other = self.fresh()
+            condition = self.rng.choice([f"np.sum({source}) > 0", "np.random.rand() < 0.5",
+                                         f"np.mean({name}) > 0"])
+            lines += [f"if {condition}:", f"    {other} = np.random.rand(2)", "else:",
+                      f"    {other} = np.zeros(2)"]
+            return lines, "draw", [name, other]
+        return lines, "draw", [name]
+
+    def write_through_loop(self):
+        """A captured loop writing in place through a carried view made before it
+        (``tracer/loop_write_through.py``): ``total = out[0]; for t ...: total += x[t]``,
+        sometimes reading the base, another view or an alias of it inside the body (NumPy's
+        reads see earlier trips' writes: must be refused), the base read after the loop."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1
+                           and v.dtype.kind in "fiub")
+        if source is None:
+            return None
+        base, view, alias, t = self.fresh(), self.fresh(), self.fresh(), "i" + self.fresh()
+        base_shape = self.rng.choice(["(3,) + {0}.shape[1:]", "{0}.shape[1:] + (2,)"]).format(
+            source)
+        pick = self.rng.choice([f"{base}[0]", f"{base}[1:]", f"{base}[::-1]", f"{base}[..., 0]",
+                                f"{base}[-1]", f"{base}.T", f"{base}[:, ::-1]" if np.ndim(
+                                    self.namespace[source]) > 1 else f"{base}[1:]"])
+        row = f"{source}[{t}]"
+        write = self.rng.choice([f"{view} += {row}", f"{view} *= 0.5", f"{view} -= {row} * {t}",
+                                 f"{view}[...] = {view} * 0.5 + {row}",
+                                 f"np.add({view}, {row}, out={view})",
+                                 f"{view} += {row} * 0.5\n{view} *= 0.75"])
+        read = self.rng.choice([None, None, f"{base}.sum()", f"{alias}[0].sum()",
+                                f"{alias}.mean()", f"{view}.sum()", f"{base}[-1].max()"])
+        lines = [f"{base} = np.zeros({base_shape})", f"{alias} = {base}", f"{view} = {pick}",
+                 f"for {t} in range({source}.shape[0]):"]
+        lines += ["    " + line for line in write.split("\n")]
+        if read is not None:
+            lines.append(f"    {view} += {read} * 0.125")
+        defines = [base, view] if self.rng.random() < 0.7 else [base]
+        return lines, "write-through loop", defines
+
     def aliased_returns(self, defined):
         """Extra results that alias others: one value twice, a view and its base, an
         argument and views of it (after in-place updates, too)."""
@@ -838,7 +1004,10 @@ class Builder:
             self.argument_write, self.python_number, self.gather] + [
             self.dynamic_loop] * 3 + [self.view_write] * 3 + [self.inplace_argument] * 2 + [
             self.data_branch] * 2 + [self.view_loop] * 2 + [self.filled_loop] * 3 + [
-            self.offset_loops] * 2 + [self.carried_scan] * 2
+            self.offset_loops] * 2 + [self.carried_scan] * 2 + [
+            self.exit_loop] * 3 + [self.random_draw] * 2 + [self.write_through_loop] * 2
+        if FOCUS:  # --focus: mostly the named kinds
+            makers = [maker for maker in makers if maker.__name__ in FOCUS] * 6 + makers
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:
             attempts += 1
@@ -989,15 +1158,20 @@ def run_one(function, source, params, sets, dynamic):
         eager_error = jit_error = None
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            np.random.seed(seed % 2**32)  # draws in the program: both sides start alike
             try:
                 want = function(*eager_arguments)
             except Exception as error:  # noqa: BLE001 - eager's exception is the contract
                 eager_error = error
+            eager_state = legacy_state()
+            np.random.seed(seed % 2**32)
             try:
                 got = compiled(*jit_arguments)
             except Exception as error:  # noqa: BLE001
                 jit_error = error
         where = f"argument set {number} (sizes {sizes}, special={special})"
+        if legacy_state() != eager_state:
+            return "random state differs", f"{where}: np.random's state after the call"
         if eager_error is not None or jit_error is not None:
             if eager_error is None:
                 return "jit raised", (f"{where}: {type(jit_error).__name__}: {jit_error}\n"
@@ -1036,6 +1210,12 @@ def run_one(function, source, params, sets, dynamic):
         if "internal error" in reason or ("not compiled" in reason and not refused):
             return "internal error", f"{reason}: {compiled.explain()[-3000:]}"
     return None
+
+
+def legacy_state():
+    """``np.random``'s global state as a comparable tuple."""
+    name, key, position, has_gauss, gauss = np.random.get_state()
+    return name, key.tobytes(), position, has_gauss, gauss
 
 
 # --- minimizing ----------------------------------------------------------------------------
@@ -1104,7 +1284,8 @@ def worker(args):
                                   f"seed {seed}"))
         try:
             function = load(program.source())
-            result = run_one(function, program.source(), params, sets, dynamic)
+            with time_limit(300):  # a loop that never ends at some size: noted, not waited on
+                result = run_one(function, program.source(), params, sets, dynamic)
         except Exception as error:  # noqa: BLE001 - the fuzzer's own trouble, noted
             result = ("fuzzer error", repr(error))
         counts["programs"] += 1
@@ -1162,7 +1343,13 @@ def main():
     parser.add_argument("--show", type=int, help="print the program of this seed and exit")
     parser.add_argument("--values-only", action="store_true",
                         help="compare values, not the results' identities and sharing")
+    parser.add_argument("--focus", default="",
+                        help="mostly these statement kinds (Builder method names, comma "
+                             "separated: exit_loop,random_draw,write_through_loop)")
     args = parser.parse_args()
+    if args.focus:  # the worker processes read it from the environment
+        os.environ["FUZZ_FOCUS"] = args.focus
+        FOCUS[:] = args.focus.split(",")
     if args.values_only:  # the worker processes read it from the environment
         os.environ["FUZZ_VALUES_ONLY"] = "1"
         global CHECK_IDENTITY

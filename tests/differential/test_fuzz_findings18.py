@@ -7,6 +7,7 @@ what a user is promised.
 import io
 
 import numpy as np
+import pytest
 from real_model_checks import compiled_some, no_internal_errors, run_calls
 
 import tracejit as tj
@@ -84,3 +85,43 @@ def test_a_value_guard_before_the_exit_test_compiles():
         f = run_calls(model, [(np.full(3, value),) for value in values])
         no_internal_errors(f)
         compiled_some(f)
+
+
+# --- exit loops writing through a view of a local ---------------------------------------
+def thirds_through_a_view(x):
+    base = np.ones((3, 2))   # nothing in the loop reads x: trip 0 runs on NumPy values
+    tail = base[1:]
+    while np.abs(tail).max() > 0.01:
+        tail[...] = tail / 3
+    return base
+
+
+def halves_through_a_reversed_view(x):
+    base = x * 1.0
+    view = base[::-1]
+    for shift in range(2):
+        view += shift
+        for _ in range(x.shape[0]):
+            view *= 0.5
+            if not np.max(np.abs(view), initial=0.0) > 1.0:
+                break
+        else:
+            base[0] = -1.0
+    return base
+
+
+def test_exit_loops_writing_through_a_view_land_in_the_base():
+    """Exit loops (one nested in a constant loop) writing in place through a view of a
+    local: NumPy's base holds the last trip's values."""
+    f = run_calls(halves_through_a_reversed_view,
+                  [(np.arange(2.0 * n).reshape(n, 2) * 3,) for n in (4, 5, 7)])
+    no_internal_errors(f)
+
+
+@pytest.mark.xfail(strict=True, reason="since bea3849 (exit_trips): trip 0 of the first call "
+                   "runs on NumPy values (the test reads no traced value), the loop then "
+                   "carries `tail` as a traced constant, and the later trips' writes never "
+                   "reach `base`: it holds trip 0's 1/3 where NumPy's has 1/243 (correct at "
+                   "2dc224a; reported to the lead)")
+def test_an_exit_loop_on_numpy_values_writes_through_its_view():
+    run_calls(thirds_through_a_view, [(np.zeros(2),)] * 2)

@@ -307,6 +307,8 @@ class TracingContext(ShapeFacts, OutsideInputs):
             return python(*(int(arg) if hasattr(arg, "ir_var") else arg for arg in args))
         if prim.name in _PYTHON_INT_CONVERTED:
             _keep_python_ints_in_range(args, avals)
+        # (decided first: the check forces a pending operand, which compute cannot take)
+        lazy = recording_lazily() or any(is_pending(value) for value in values)
         check_python_arithmetic(self, prim, args, values, avals)  # 1.0 / 0.0 raises
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
@@ -320,7 +322,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
             _check_result(prim, out_aval, out_value)
             return out_value
 
-        if recording_lazily() or any(is_pending(value) for value in values):  # on demand
+        if lazy:  # on demand
             out_value = deferred(compute, values, [isinstance(arg, Tracer) for arg in args])
             if out_aval.weak:
                 out_value.like = np.zeros((), out_aval.dtype).item()

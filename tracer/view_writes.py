@@ -145,7 +145,8 @@ def index_in(view, root):
     if remainder or not 0 <= offset < max(root.size, 1):
         return None
     unit = [int(np.prod(root.shape[k + 1:])) for k in range(root.ndim)]
-    starts = [offset // unit[k] % root.shape[k] for k in range(root.ndim)]
+    # (an empty root: every view of it starts at 0; its units and lengths may be 0)
+    starts = [offset // unit[k] % root.shape[k] if root.size else 0 for k in range(root.ndim)]
     axes = [(length, stride // itemsize) for length, stride in zip(view.shape, view.strides)
             if length != 1]
     index = _match(axes, unit, starts, root.shape, 0)

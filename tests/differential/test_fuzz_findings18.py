@@ -125,3 +125,22 @@ def test_exit_loops_writing_through_a_view_land_in_the_base():
                    "2dc224a; reported to the lead)")
 def test_an_exit_loop_on_numpy_values_writes_through_its_view():
     run_calls(thirds_through_a_view, [(np.zeros(2),)] * 2)
+
+
+# --- in-place writes through a view of an empty NumPy array -----------------------------
+def scaled_into_an_empty_view(w):
+    buffer = np.zeros(w.shape[1:] + (2,))
+    view = buffer.T
+    for t in range(w.shape[0]):
+        view += w[t] * 0.5
+        view *= 0.75
+    return buffer
+
+
+def test_writes_through_a_view_of_an_empty_array_are_no_internal_error():
+    """``np.zeros((0, 2)).T += ...`` in a loop: finding which slice of its root a view is
+    divided the offset by the root's zero length (ZeroDivisionError while tracing: an
+    internal error, run eagerly). An empty root's views start at 0."""
+    f = run_calls(scaled_into_an_empty_view,
+                  [(np.ones((n, 0)),) for n in (1, 3, 3)])
+    no_internal_errors(f)

@@ -356,7 +356,8 @@ class Hooks:
             if path is not None and not (isinstance(value, type) and through_module(path)):
                 # (np.float64 itself is no setting; self.stats["loss"], which calls
                 # write, is state: guarded where read)
-                note_contents(context, path, value, state=_item_state(path, value))
+                note_contents(context, path, value,
+                              state=_item_state(path, value, self.objects))
             if type(value) in (list, tuple, dict):
                 if path is not None:
                     self.objects.remember_container(path, value)
@@ -931,7 +932,7 @@ class Hooks:
     def _note_item(self, container, key, value):
         original = self.context.outside_copies.get(id(container), container)
         known = self.context.outside_objects.get(id(original))
-        owner = _owner_of(known[0]) if known is not None else None
+        owner = _owner_of(known[0], self.objects) if known is not None else None
         return attribute_writes.note_item(self.context, container, key, value, owner)
 
     @calls_for_the_user
@@ -1105,9 +1106,9 @@ def _is_number(value):
                                     and value.dtype.kind in "iuf")
 
 
-def _item_state(path, value):
+def _item_state(path, value, objects):
     """The keys of the dict ``value`` read at ``path`` that calls write (or none)."""
-    owner = _owner_of(path) if type(value) is dict else None
+    owner = _owner_of(path, objects) if type(value) is dict else None
     return attribute_writes.item_state(owner, path.steps[-1][1]) if owner is not None else (
         frozenset())
 

@@ -144,3 +144,20 @@ def test_writes_through_a_view_of_an_empty_array_are_no_internal_error():
     f = run_calls(scaled_into_an_empty_view,
                   [(np.ones((n, 0)),) for n in (1, 3, 3)])
     no_internal_errors(f)
+
+
+# --- np.ascontiguousarray of an argument NumPy holds in another layout --------------------
+def first_set_in_a_contiguous_copy(v):
+    contiguous = np.ascontiguousarray(v)
+    contiguous[0] = 7.0
+    return contiguous.sum()
+
+
+@pytest.mark.xfail(strict=True, reason="ascontiguousarray (tracer/conversions.py) copies a "
+                   "view the trace made, not an argument whose caller's array is not "
+                   "C-contiguous (v[::-1], every other column): the write lands in the "
+                   "caller's array, where NumPy's goes into its copy. Copying there needs an "
+                   "entry guard on the argument's layout (a contiguous one is NumPy's own "
+                   "array, written through): reported to the lead")
+def test_a_contiguous_copy_of_a_reversed_argument_is_a_copy():
+    run_calls(first_set_in_a_contiguous_copy, [lambda: (np.arange(6.0)[::-1],)] * 2)

@@ -29,6 +29,7 @@ import numpy as np
 from .errors import TraceError
 from .locations import line_prefix, user_location
 from .loops import UNDEFINED
+from .operator_calls import BINARY, UNARY
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
 from .while_loops import as_written
@@ -54,6 +55,12 @@ class EagerHooks:
 
     def local(self, value):
         return value
+
+    def binary(self, name, left, right):  # (tracejit.tracer.operator_calls)
+        return BINARY[name](left, right)
+
+    def unary(self, name, operand):
+        return UNARY[name](operand)
 
     def call(self, function, *args, **kwargs):
         owner = getattr(function, "__self__", None)

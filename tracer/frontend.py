@@ -33,7 +33,15 @@ import types
 
 import numpy as np
 
-from . import argument_writes, attribute_writes, list_appends, loop_sequences, loop_while, ops
+from . import (
+    argument_writes,
+    attribute_writes,
+    list_appends,
+    loop_sequences,
+    loop_while,
+    operator_calls,
+    ops,
+)
 from .builtin_extremes import select_extreme
 from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
@@ -264,6 +272,7 @@ class Hooks:
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
         self.objects = ObjectPaths(context)  # objects read from outside, and their paths
+        self.operator_methods = {}  # class -> the operator methods the user wrote on it
 
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
@@ -425,10 +434,18 @@ class Hooks:
         a nested ``def add(): log.append(1)``): a value of the call, found again by running
         it, not outside state to guard (a guard on it could never hold at the next entry)."""
         value = frame.f_locals.get(name)
+        if attribute_writes.is_local_object(self.context, value):
+            # a node made in this call, read by a closure that outlived the frame that made
+            # it (micrograd's _backward reads self, other, out after __mul__ returned)
+            return True
         outer = frame.f_back
         while outer is not None:
             if name in outer.f_code.co_cellvars and outer.f_locals.get(name) is value:
-                return self._made_in_this_call(value)
+                # a container the call made, or a function this frame defines (a recursive
+                # build_topo reading itself): made again by every call
+                return self._made_in_this_call(value) or (
+                    isinstance(value, types.FunctionType)
+                    and any(constant is value.__code__ for constant in outer.f_code.co_consts))
             if outer.f_code is self.top:
                 return False
             outer = outer.f_back
@@ -586,6 +603,8 @@ class Hooks:
         result = self.function_for(function)(*args, **kwargs)
         if isinstance(function, type) and is_plain_object(result):  # Linear(4, 8) made here
             attribute_writes.note_created(self.context, result)
+        elif function is set and type(result) is set:  # visited = set() in a topological sort
+            attribute_writes.note_created(self.context, result)
         return result
 
     def function_for(self, function):
@@ -624,6 +643,16 @@ class Hooks:
         if is_generator_function(function):  # for region in self.iterate_regions(x)
             return remembered(self.context, bound, function)
         return bound
+
+    # operators -----------------------------------------------------------------------
+    def binary(self, name, left, right):
+        """``left <op> right`` (``tracejit.tracer.operator_calls``): a method of the user's
+        class (``Value.__mul__``) runs through ``call``, so the node it makes is the
+        call's own."""
+        return operator_calls.binary(self.call, self.operator_methods, name, left, right)
+
+    def unary(self, name, operand):
+        return operator_calls.unary(self.call, self.operator_methods, name, operand)
 
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
@@ -958,8 +987,11 @@ class Hooks:
 
     def mutation_of(self, what, receiver):
         """A mutating method (``append``, ``update``, ...) called on ``receiver``: on a
-        dict or list from outside, outside state: refused."""
-        if attribute_writes.is_outside_container(self.context, receiver):
+        dict or list from outside, outside state: refused. So is a set the trace did not
+        see made (``self.seen.add(k)``: no watch sees a set change, and compiled calls
+        would skip it while the trace put its traced values in the caller's set)."""
+        if attribute_writes.is_outside_container(self.context, receiver) or (
+                type(receiver) is set and not self._made_in_this_call(receiver)):
             self.outside_mutation(what)
 
     @calls_for_the_user
@@ -1060,7 +1092,11 @@ class Hooks:
 
     def _made_in_this_call(self, container):
         """A dict or list neither passed in nor reached from outside: one the function made
-        (a parameter rebound, ``if config is None: config = {}``), which it may change."""
+        (a parameter rebound, ``if config is None: config = {}``), which it may change; a
+        set made by ``set()`` in the call (a set from outside is not watched: only one the
+        trace saw made is known as the call's own)."""
+        if type(container) is set:
+            return attribute_writes.is_local_object(self.context, container)
         return type(container) in (dict, list) and not (
             argument_writes.is_argument_container(self.context, container)
             or attribute_writes.is_outside_container(self.context, container))

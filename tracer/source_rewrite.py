@@ -612,6 +612,9 @@ def rewrite_tree(function):
     rewriter = _Rewriter(scope, function.__code__.co_freevars)
     rewriter.function_node = node  # loop capture reads which names are live after a loop
     rewritten = rewriter.generic_visit(node)
+    # Last, so the rewrites above see operators as written (loop counters, dim keys).
+    from .operator_calls import route_operators  # cycle: operator_calls -> rewritten_code
+    rewritten = route_operators(rewritten)  # -> here
     if "__class__" in function.__code__.co_freevars:
         # Keep the __class__ cell that zero-argument super() reads.
         keep = ast.Expr(ast.Name(id="__class__", ctx=ast.Load()))

@@ -701,7 +701,7 @@ CASES = [
     Case("halve_until_small", halve_until_small, [
         (np.array([0.5, -0.25, 0.1]),), (np.array([3.0, -7.0, 1.0, 2.0, 0.0]),),
         (np.full(8, 100.0, np.float32),),
-    ], guards=("while np.abs(x).max() > 1.0:",)),
+    ], guards=("while np.abs(x).max() > 1.0:",), exit_in_captured_loop=True),
     Case("early_return_on_nan", early_return_on_nan, [
         (np.array([1.0, -2.0, 3.0]),), (np.array([1.0, np.nan, 3.0, 4.0, 5.0]),),
         (_normal(_rng(38), (8, 2), np.float32),),
@@ -1409,7 +1409,8 @@ CASES.extend([
     Case("gradient_clipping", gradient_clipping, _clipping_args(116),
          guards=("if total > max_norm:",)),
     Case("newton_sqrt", newton_sqrt, _newton_args(117),
-         guards=("while np.max(np.abs(estimate * estimate - x)) > 1e-4 * np.max(x):",)),
+         guards=("while np.max(np.abs(estimate * estimate - x)) > 1e-4 * np.max(x):",),
+         exit_in_captured_loop=True),
     Case("min_max_scale", min_max_scale, _min_max_args(118), dynamic=True,
          guards=("if spread == 0:",)),
     Case("tiered_discount", tiered_discount, _discount_args(119),

@@ -46,6 +46,7 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt
+from .primitives import bind
 
 MAX_STEP = 1 << 20
 MAX_START = 1 << 40
@@ -90,7 +91,6 @@ def enters(value):
 def as_traced(context, value):
     """A Python int or a loop index (a ``SymInt``) as a traced weak int64 scalar of
     ``context``, which a loop may carry; anything else as it is."""
-    from .primitives import bind  # cycle: primitives -> ... -> source_rewrite -> here
     if type(value) is int:
         atom, _, _ = context.atom(np.asarray(value, np.int64))
         value = context.tracer_for(atom)

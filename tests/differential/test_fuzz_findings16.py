@@ -5,7 +5,6 @@ with the arguments compared afterwards.
 """
 
 import numpy as np
-import pytest
 from real_model_checks import no_internal_errors, run_calls
 
 
@@ -171,12 +170,9 @@ def fill_a_dict_buffer_past_a_view(x):
     return state["out"]
 
 
-@pytest.mark.xfail(strict=True, reason="the refused capture's trial leaves the dict's array "
-                   "at a var of the trial (the loop then runs unrolled from trip 1 reading "
-                   "it): 'VerifyError: %50 = where(..., %41) uses %41 before its definition', "
-                   "never compiled, eager at every call; also at c3d3d55 (tracer/loops.py, "
-                   "loop_containers: a container's entry written in a refused trial is not "
-                   "restored; not fixed in round 16)")
+# (was a strict xfail: the refused capture's trial left the dict's array at a var of the
+# trial, 'VerifyError: ... uses %41 before its definition'; fixed in round 18b, b7bb846:
+# containers' arrays written in a trial are restored after it)
 def test_dict_buffer_filled_past_a_view_compiles():
     arguments = [(np.cos(np.arange(3.0 * n)).reshape(n, 3),) for n in (5, 6)]
     f = run_calls(fill_a_dict_buffer_past_a_view, arguments, repeats=2, dynamic=True)

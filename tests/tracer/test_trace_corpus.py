@@ -115,6 +115,8 @@ def test_value_guards_on_first_argument_set(case):
     guards = traced.value_guards
     for expected in case.guards:
         matching = [guard for guard in guards if guard.location and expected in str(guard.location)]
+        if not matching and case.exit_in_captured_loop and traced.captured_loops:
+            continue  # the loop node decides its exit: no guard
         assert matching, f"no value guard at {expected!r}; guards: {guards}"
         for guard in matching:
             assert guard.location.file.endswith("model_corpus.py"), guard.location

@@ -119,12 +119,28 @@ def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, lik
 
 def ascontiguousarray(a, dtype=None, *, like=None):
     """``np.ascontiguousarray``: as ``np.asarray``, but a 0-d value becomes shape ``(1,)``,
-    and a view NumPy holds in another order (``w.T``) a copy, as NumPy makes one."""
+    and a view NumPy holds in another order (``w.T``) a copy, as NumPy makes one.
+
+    Of an argument or an array read from outside (or a view of one), NumPy returns the
+    caller's array itself when it is C-contiguous and a copy when not (``v[::-1]``, ``w.T``
+    of a C-ordered ``w``), and compiled calls take either layout: the result is a copy no
+    write may go through (``traced_array.note_view`` without steps), so a write into it, or
+    into the argument while it lives, runs eagerly."""
     result = asarray(a, dtype)
     if not shape_of(result):
         return ops.reshape(result, (1,))
-    if is_traced(result) and result.base is not None and not np.asarray(
-            result.value).flags.c_contiguous:
+    if not is_traced(result):
+        return result
+    root = result.base_or_none()
+    root = result if root is None else root
+    context = root.context
+    if any(root is given for given in (*context.input_tracers,
+                                       *context.implicit_tracers.values())):
+        from .traced_array import note_view  # cycle: traced_array -> here
+        copy = bind(ops.cast_p, result, dtype=dtype_of(result))
+        note_view(root, copy)
+        return copy
+    if result.base is not None and not np.asarray(result.value).flags.c_contiguous:
         return bind(ops.cast_p, result, dtype=dtype_of(result))  # a copy
     return result
 

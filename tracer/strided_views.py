@@ -32,7 +32,7 @@ import numpy as np
 from . import ops
 from .dims import SymInt
 from .primitives import current_context, is_traced
-from .traced_array import _note_view, trace_error
+from .traced_array import note_view, trace_error
 
 
 class ByteStride:
@@ -157,7 +157,7 @@ def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
         view = ops.broadcast_to(view, shape)
     if view is x:
         view = ops.reshape(x, tuple(shape))
-    _note_view(x, view)
+    note_view(x, view)
     if not writeable:
         view.readonly = True
     return view

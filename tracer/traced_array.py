@@ -140,7 +140,7 @@ class Tracer(ArrayMethods):
             # W[c] with c a run-time int is a gather here but a view in NumPy (v = W_in[c];
             # W_in[c] -= ...: v sees the write): a view of unknown region, so a write to
             # W while it lives is refused as for any view, not silently left stale
-            _note_view(self, result)
+            note_view(self, result)
         return result
 
     @staticmethod
@@ -299,9 +299,9 @@ class Tracer(ArrayMethods):
             raise trace_error(
                 "in-place write to an array that shares memory with another one (a slice, "
                 "reshape or transpose of it, or it of another) in a way tracejit does not "
-                "follow (a gather such as W[c] with a run-time c, as_strided, or a reshape "
-                "NumPy may have copied); NumPy would update both. Write to a copy instead: "
-                "x = x.copy()",
+                "follow (a gather such as W[c] with a run-time c, as_strided, a reshape or "
+                "np.ascontiguousarray NumPy may have copied); NumPy would update both. Write "
+                "to a copy instead: x = x.copy()",
                 user_location(skip=3),
             )
         stale = [view for view in root.views or () if view.steps is not None and not (
@@ -408,7 +408,7 @@ def _detach(value):
     value.base = value.steps = value.region = None
 
 
-def _note_view(base, view):
+def note_view(base, view):
     root = base.base() if base.base is not None else None
     root = base if root is None else root
     if view.base is not None and view.base() is root:

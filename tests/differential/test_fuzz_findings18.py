@@ -153,11 +153,5 @@ def first_set_in_a_contiguous_copy(v):
     return contiguous.sum()
 
 
-@pytest.mark.xfail(strict=True, reason="ascontiguousarray (tracer/conversions.py) copies a "
-                   "view the trace made, not an argument whose caller's array is not "
-                   "C-contiguous (v[::-1], every other column): the write lands in the "
-                   "caller's array, where NumPy's goes into its copy. Copying there needs an "
-                   "entry guard on the argument's layout (a contiguous one is NumPy's own "
-                   "array, written through): reported to the lead")
 def test_a_contiguous_copy_of_a_reversed_argument_is_a_copy():
     run_calls(first_set_in_a_contiguous_copy, [lambda: (np.arange(6.0)[::-1],)] * 2)

@@ -1,8 +1,9 @@
 """Calls NumPy defines to return a new array (concatenate, stack, hstack, vstack of one
-array, tile, repeat, ascontiguousarray of a transposed view) return one traced and
-compiled: writing into the result, inside the function or after it returns, leaves the
-argument alone (they returned the argument itself or a view of it: a write changed the
-caller's array)."""
+array, tile, repeat) return one traced and compiled: writing into the result, inside the
+function or after it returns, leaves the argument alone (they returned the argument itself
+or a view of it: a write changed the caller's array). ``np.ascontiguousarray`` of an
+argument is the caller's array or a copy depending on its layout at run time: writes into
+it run eagerly."""
 
 import numpy as np
 import pytest
@@ -18,7 +19,6 @@ MAKERS = {
     "tile": lambda w: np.tile(w, 1),
     "tile_2": lambda w: np.tile(w, (2, 1)),
     "repeat": lambda w: np.repeat(w, 1, axis=0),
-    "ascontiguousarray_T": lambda w: np.ascontiguousarray(w.T),
     "array": lambda w: np.array(w),
 }
 
@@ -63,3 +63,33 @@ def _same_on_every_call(function, name):
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(w_jit, w_eager)
     assert jitted.stats()["compiled_calls"] == 2, (name, jitted.stats())
+
+
+def _written_contiguous(v):
+    c = np.ascontiguousarray(v.T)
+    c[0] = -1.0
+    return c.sum()
+
+
+def _read_contiguous(v):
+    return np.ascontiguousarray(v.T).sum(axis=1) * 2.0
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "row", "reversed"])
+def test_ascontiguousarray_of_an_argument_is_its_array_or_a_copy_as_numpys(layout):
+    """NumPy returns ``v.T`` itself, a view of the caller's array, when it is C-contiguous
+    (``v`` Fortran-ordered, or one row) and a copy otherwise; compiled calls take every
+    layout, so a write into the result runs eagerly (it reaches the caller's array exactly
+    when NumPy's does), and a read compiles."""
+    make = {"C": lambda: np.arange(6.0).reshape(2, 3),
+            "F": lambda: np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+            "row": lambda: np.arange(3.0).reshape(1, 3),
+            "reversed": lambda: np.arange(6.0).reshape(2, 3)[::-1]}[layout]
+    written, read = (tracejit.jit(f, cache=False) for f in (_written_contiguous, _read_contiguous))
+    for _ in range(3):
+        v_eager, v_jit = make(), make()
+        assert written(v_jit) == _written_contiguous(v_eager)
+        np.testing.assert_array_equal(v_jit, v_eager)
+        np.testing.assert_array_equal(read(make()), _read_contiguous(make()))
+    assert written.stats()["compiled_calls"] == 0, written.stats()
+    assert read.stats()["compiled_calls"] == 2, read.stats()

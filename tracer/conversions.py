@@ -98,7 +98,7 @@ def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
     if copy:
         return array(a, dtype, order=order)
     if _is_array(a) and (dtype is None or np.dtype(dtype) == a.dtype):
-        return a
+        return _c_ordered(a) if order == "C" else a
     if copy is False:
         raise as_numpy_would(ValueError("Unable to avoid copy while creating an array as "
                                         "requested."))
@@ -118,19 +118,23 @@ def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, lik
 
 
 def ascontiguousarray(a, dtype=None, *, like=None):
-    """``np.ascontiguousarray``: as ``np.asarray``, but a 0-d value becomes shape ``(1,)``,
-    and a view NumPy holds in another order (``w.T``) a copy, as NumPy makes one.
+    """``np.ascontiguousarray``: as ``np.asarray(order="C")``, but a 0-d value becomes shape
+    ``(1,)``."""
+    result = asarray(a, dtype)
+    if not shape_of(result):
+        return ops.reshape(result, (1,))
+    return _c_ordered(result) if is_traced(result) else result
+
+
+def _c_ordered(result):
+    """``result`` as NumPy holds it C-contiguous: itself, or a copy of a view NumPy holds in
+    another order (``w.T``).
 
     Of an argument or an array read from outside (or a view of one), NumPy returns the
     caller's array itself when it is C-contiguous and a copy when not (``v[::-1]``, ``w.T``
     of a C-ordered ``w``), and compiled calls take either layout: the result is a copy no
     write may go through (``traced_array.note_view`` without steps), so a write into it, or
     into the argument while it lives, runs eagerly."""
-    result = asarray(a, dtype)
-    if not shape_of(result):
-        return ops.reshape(result, (1,))
-    if not is_traced(result):
-        return result
     root = result.base_or_none()
     root = result if root is None else root
     context = root.context

@@ -71,24 +71,32 @@ def _written_contiguous(v):
     return c.sum()
 
 
+def _written_c_ordered(v):
+    c = np.asarray(v.T, order="C")
+    c[0] = -1.0
+    return c.sum()
+
+
 def _read_contiguous(v):
     return np.ascontiguousarray(v.T).sum(axis=1) * 2.0
 
 
+@pytest.mark.parametrize("function", [_written_contiguous, _written_c_ordered])
 @pytest.mark.parametrize("layout", ["C", "F", "row", "reversed"])
-def test_ascontiguousarray_of_an_argument_is_its_array_or_a_copy_as_numpys(layout):
+def test_ascontiguousarray_of_an_argument_is_its_array_or_a_copy_as_numpys(layout, function):
     """NumPy returns ``v.T`` itself, a view of the caller's array, when it is C-contiguous
-    (``v`` Fortran-ordered, or one row) and a copy otherwise; compiled calls take every
+    (``v`` Fortran-ordered, or one row) and a copy otherwise (``np.asarray(order="C")``
+    too); compiled calls take every
     layout, so a write into the result runs eagerly (it reaches the caller's array exactly
     when NumPy's does), and a read compiles."""
     make = {"C": lambda: np.arange(6.0).reshape(2, 3),
             "F": lambda: np.asfortranarray(np.arange(6.0).reshape(2, 3)),
             "row": lambda: np.arange(3.0).reshape(1, 3),
             "reversed": lambda: np.arange(6.0).reshape(2, 3)[::-1]}[layout]
-    written, read = (tracejit.jit(f, cache=False) for f in (_written_contiguous, _read_contiguous))
+    written, read = (tracejit.jit(f, cache=False) for f in (function, _read_contiguous))
     for _ in range(3):
         v_eager, v_jit = make(), make()
-        assert written(v_jit) == _written_contiguous(v_eager)
+        assert written(v_jit) == function(v_eager)
         np.testing.assert_array_equal(v_jit, v_eager)
         np.testing.assert_array_equal(read(make()), _read_contiguous(make()))
     assert written.stats()["compiled_calls"] == 0, written.stats()

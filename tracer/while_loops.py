@@ -410,9 +410,11 @@ def run_while(context, range_function, range_args, functions, names, frame_local
                 stop > start):
             values = tuple(start if value is UNDEFINED and position in int_positions
                            else value for position, value in enumerate(values))
-    reason = _refusal(context, kind, range_function, range_args, [
-        value for position, value in enumerate(values)
-        if not (position in int_positions and exit_ints.enters(value))])
+    arrays = [value for position, value in enumerate(values)
+              if not (position in int_positions and exit_ints.enters(value))]
+    reason = _refusal(context, kind, range_function, range_args, arrays)
+    if reason is None and _shares_numpy_memory(names, frame_locals):
+        reason = "a carried NumPy array shares memory with another name"
     if reason is not None and reason.startswith(_NOT_AN_ARRAY) and not peeled:
         # err = np.inf, new = ... first assigned in the body: trip 0 as written (its
         # decision a guard), then the rest captured if the carries are arrays by then
@@ -427,7 +429,8 @@ def run_while(context, range_function, range_args, functions, names, frame_local
         if broke is not None:
             return (*values, broke)
         return run_while(context, range_function, rest, functions, names,
-                         dict(zip(names, values)), location, kind, peeled=True, ints=ints)
+                         {**frame_locals, **dict(zip(names, values))}, location, kind,
+                         peeled=True, ints=ints)
     if reason is not None:
         if reason:
             _note(context, where, reason)
@@ -468,6 +471,17 @@ def _refusal(context, kind, range_function, range_args, values):
                 value.dtype.kind in "biuf")):
             return f"{_NOT_AN_ARRAY} is a {type(value).__name__} when the loop starts"
     return None
+
+
+def _shares_numpy_memory(names, frame_locals):
+    """Whether a carried name holds NumPy's own array (not traced: base = np.ones(3)) that
+    shares memory with another local (tail = base[1:]): a captured loop carries it as a
+    traced value from its second trip, whose writes never reached the other name, as
+    NumPy's do (``base /= 3`` returned trip 0's values in ``tail``)."""
+    arrays = [(name, value) for name, value in frame_locals.items()
+              if type(value) is np.ndarray]
+    return any(np.may_share_memory(value, other) for name, value in arrays if name in names
+               for other_name, other in arrays if other_name != name)
 
 
 def _bounds(range_args):

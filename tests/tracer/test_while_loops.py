@@ -298,7 +298,8 @@ def test_writes_in_the_body_land_where_numpys_do(function, arguments):
             got_results, want_results = (got_results,), (want_results,)
         for g, w in zip((*got_results, *got), (*want_results, *want)):  # arguments too
             np.testing.assert_array_equal(g, w)
-    compiled_every_call(f)
+    if function is not sums_through_a_view:  # row, NumPy's own view of out: as written
+        compiled_every_call(f)
 
 
 # --- forms left as written: correct, a guard per trip ---------------------------------------

@@ -3,27 +3,8 @@ dims, np.bincount, argmax/argsort/gather/scatter rules, exact quotients, sqrt of
 and/or exits, int counters, several breaks): each test here failed before the fix named in
 its docstring."""
 
-import copy
-
 import numpy as np
-
-import tracejit as tj
-
-
-def run_all(function, argument_sets, **options):
-    """``function`` jitted, called on each argument set and compared with eager NumPy bit
-    for bit (values, types, dtypes); the jitted function."""
-    f = tj.jit(function, **{"cache": "memory", **options})
-    for arguments in argument_sets:
-        want = function(*copy.deepcopy(arguments))
-        got = f(*copy.deepcopy(arguments))
-        want_items = want if isinstance(want, tuple) else (want,)
-        got_items = got if isinstance(got, tuple) else (got,)
-        assert len(got_items) == len(want_items)
-        for g, w in zip(got_items, want_items):
-            assert type(g) is type(w) and np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
-            np.testing.assert_array_equal(g, w)
-    return f
+from test_while_loops import run_all
 
 
 # --- np.linspace of dims (tracer/even_spacing.py) -------------------------------------------

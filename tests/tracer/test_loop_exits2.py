@@ -3,35 +3,10 @@ joined by ``and``/``or``, ``not`` and chained comparisons (``tracejit.tracer.exi
 Each serves every trip count with one compile, and stops where NumPy stops: at the
 first trip, never, at the bound, on NaN."""
 
-import copy
-
 import numpy as np
+from test_while_loops import compiled_every_call, run_all
 
 import tracejit as tj
-
-
-def run_all(function, argument_sets, **options):
-    """``function`` jitted, called on each argument set and compared with eager NumPy bit
-    for bit (values, types, dtypes); the jitted function."""
-    f = tj.jit(function, **{"cache": "memory", **options})
-    for arguments in argument_sets:
-        want = function(*copy.deepcopy(arguments))
-        got = f(*copy.deepcopy(arguments))
-        want_items = want if isinstance(want, tuple) else (want,)
-        got_items = got if isinstance(got, tuple) else (got,)
-        assert len(got_items) == len(want_items)
-        for g, w in zip(got_items, want_items):
-            assert type(g) is type(w) and np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
-            np.testing.assert_array_equal(g, w)
-    return f
-
-
-def compiled_every_call(f):
-    """One compile, and every call run by it (the first one may be the traced run)."""
-    stats = f.stats()
-    assert stats["compiles"] == 1, f.explain()
-    assert not stats["eager_calls"], f.explain()
-    assert stats["compiled_calls"] + stats["traced_calls"] == stats["calls"], f.explain()
 
 
 # --- and / or / not / chains ----------------------------------------------------------------

@@ -43,6 +43,7 @@ from .conversions import python_number
 from .exit_tests import Logic
 from .ir import Guard
 from .loop_generalize import Refused
+from .margin_rules import reads_unmodelled
 
 _LOGIC = Logic()
 
@@ -241,31 +242,16 @@ def _ints_traced(context, values, int_positions):
             for position, value in enumerate(values)]
 
 
-# What tracejit.tracer.discontinuities leaves unchecked (its docstring): a decision read
-# off these is checked as an ``if``'s instead.
-_UNCHECKED = {"conv2d", "conv2d_weight_grad", "loop", "prod"}
-
-
 def _unchecked_by_discontinuities(context, stop):
     """Whether the trip's ``where`` on ``stop`` may go unchecked by the discontinuity
     checks (which check the jumps of the body on the values it carries: ``loop_bounds``):
-    ``stop`` reads a float32 matmul, a convolution, a float product or a nested loop.
-    Elsewhere those checks decide the exit as NumPy does (the argmin of k-means, checked,
-    is then exact: a guard's margin on it would always fail)."""
+    ``stop`` reads a float32 matmul, a convolution, an einsum, a float product or a nested
+    loop (``margin_rules.reads_unmodelled``). Elsewhere those checks decide the exit as
+    NumPy does (the argmin of k-means, checked, is then exact: a guard's margin on it would
+    always fail)."""
     producers = {item.out.name: item for item in context.body
                  if hasattr(item, "prim") and hasattr(item, "out")}
-    pending, seen = [stop.ir_var], set()
-    while pending:
-        atom = pending.pop()
-        eqn = producers.get(getattr(atom, "name", None))
-        if eqn is None or eqn.out.name in seen:
-            continue
-        seen.add(eqn.out.name)
-        name = eqn.prim.name
-        if name in _UNCHECKED or name == "matmul" and eqn.out.aval.dtype == np.float32:
-            return True
-        pending.extend(eqn.inputs)
-    return False
+    return reads_unmodelled(producers, stop.ir_var)
 
 
 def _into(context, entered, left, value):

@@ -1104,7 +1104,9 @@ _COUNTING = ("add", "subtract", "cast", "full", "broadcast_to", "reshape")
 _UNMODELLED = ("conv2d", "conv2d_weight_grad", "loop", "prod", "einsum")
 
 
-def _reads_unmodelled(producers, predicate):
+def reads_unmodelled(producers, predicate):
+    """Whether ``predicate`` is computed from an equation of ``_UNMODELLED`` or a float32
+    matmul (``producers``: output name -> equation)."""
     pending, seen = [predicate], set()
     while pending:
         atom = pending.pop()
@@ -1151,7 +1153,7 @@ def _count_operands(eqn):
         if item is None:
             return None
         if item.prim.name == "where":
-            if _reads_unmodelled(producers, item.inputs[0]):
+            if reads_unmodelled(producers, item.inputs[0]):
                 return None
             pending += item.inputs[1:]  # (the predicate: a decision checked in the body)
         elif item.prim.name in _COUNTING:

@@ -38,7 +38,7 @@ from tracejit.tracer.errors import TracejitError
 from . import background, diagnostics
 from .config import Options, logger
 from .guards import MISS, compile_entry
-from .misses import Misses, _overlapping
+from .misses import Misses, _overlapping, _repeated_containers
 from .misses import _plain_result as _plain_result  # runtime/background.py imports it here
 from .shape_policy import ShapePolicy
 from .variants import _identity
@@ -274,6 +274,10 @@ class JitFunction(Misses):
             # self.W also passed in a list of parameters): the compiled code reads them as
             # separate inputs, NumPy sees the write through both.
             return self._run_eager(args, kwargs, "arguments share memory")
+        if path.outputs.writes_items and _repeated_containers((args, kwargs)):
+            # f(d, d) after a trace of two dicts: the program holds them apart, so a read
+            # through one name would not see an item written through the other
+            return self._run_eager(args, kwargs, "a dict or list passed twice")
         # check=True runs eagerly after: on the arguments as they were, when the program
         # writes into them (it would write them twice, and start from the written values)
         before, outside = None, ()

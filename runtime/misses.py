@@ -493,6 +493,27 @@ def _overlapping(leaves):
         for index, first in enumerate(group) for second in group[index + 1:])
 
 
+def _repeated_containers(tree):
+    """Whether one dict or list appears twice in ``tree`` (the call's arguments).
+
+    >>> d = {"X": 1}
+    >>> _repeated_containers(((d, {"X": 1}), {})), _repeated_containers(((d, [d]), {}))
+    (False, True)
+    """
+    seen, pending = set(), [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                return True
+            seen.add(id(node))
+        if isinstance(node, dict):
+            pending.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            pending.extend(node)
+    return False
+
+
 def _raised_by_user_code(error):
     """Whether ``error`` came out of the user's own code rather than tracejit's: the
     innermost frame outside NumPy and the standard library is the user's."""

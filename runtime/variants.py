@@ -17,7 +17,7 @@ import numpy as np
 from tracejit.codegen.schedule import input_view, result_views
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
-from tracejit.tracer.argument_writes import OutsideArrayWrite, put_back
+from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite, put_back
 from tracejit.tracer.pending import known_kind
 
 from .tensor import unwrap
@@ -83,6 +83,11 @@ class OutputPlan:
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers), dict(trace.outside_aliases),
                           dict(trace.refreshed_views))
+
+    @property
+    def writes_items(self):
+        """Whether the call writes items of dicts or lists passed in (``config["t"] = t``)."""
+        return any(isinstance(write, ArgumentWrite) for write in self.writes)
 
     @property
     def writes_arrays(self):

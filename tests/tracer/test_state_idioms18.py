@@ -19,7 +19,6 @@ eager NumPy leaves them (values, and identity where the trace keeps it).
 """
 
 import numpy as np
-import pytest
 
 import tracejit as tj
 
@@ -222,16 +221,12 @@ def _write_one_read_other(first, second, x):
     return second["X"] * 2.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dict written through one argument and read through another: traced with two dicts, "
-    "a later call passing one dict twice (or two layers sharing layer.fc) is run by the "
-    "same program, which reads the second name's item from the entry, not the write "
-    "(eager: the written x). No entry check compares containers' identities as "
-    "runtime._overlapping does for arrays; same for a bound method's self.a.fc/self.b.fc. "
-    "Reported to the lead"))
 def test_a_dict_passed_twice_after_tracing_two_dicts_reads_the_write():
+    """Traced with two dicts, the program holds them apart: a call passing one dict twice
+    runs eagerly (``runtime.misses._repeated_containers``), so the read sees the write."""
     compiled = tj.jit(_write_one_read_other, cache="memory")
     for _ in range(2):
         compiled({"X": np.zeros(2)}, {"X": np.ones(2)}, np.full(2, 3.0))
     shared = {"X": np.zeros(2)}
     np.testing.assert_array_equal(compiled(shared, shared, np.full(2, 3.0)), np.full(2, 6.0))
+    assert compiled.stats()["eager_calls"] == {"a dict or list passed twice": 1}

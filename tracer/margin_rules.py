@@ -1332,17 +1332,9 @@ def _gather(ctx, eqn, bounds):
     ``E[int(np.argmax(logits))]`` is exact on every call whose argmax is decided."""
     e, ei = bounds
     picked = _mirror(ctx, eqn, [e, None])
-    if ei is None:
+    moved = _index_moved(ctx, eqn, ei)
+    if moved is None:
         return picked
-    index = eqn.inputs[1]
-    moved = ctx.mask(ei)
-    if isinstance(moved, Literal):
-        if not bool(moved.value):
-            return picked
-        raise Unbounded()
-    if tuple(moved.aval.shape):
-        moved = ctx.emit(any_p, moved, axes=tuple(range(len(index.aval.shape))),
-                         keepdims=False)
     if is_bool(eqn.out):
         return moved if picked is None else ctx.or_(moved, picked)
     return ctx.where(moved, INF, number(0.0) if picked is None else picked)
@@ -1357,20 +1349,29 @@ def _scatter_add(ctx, eqn, bounds):
     eu, ei = bounds
     if eu is not None:
         raise Unbounded()
+    moved = _index_moved(ctx, eqn, ei)
+    if moved is None:
+        return None
+    if is_bool(eqn.out):
+        return moved
+    return ctx.where(moved, INF, number(0.0))
+
+
+def _index_moved(ctx, eqn, ei):
+    """Whether any index of ``eqn`` (its second input, with ambiguity ``ei``) may differ
+    from NumPy's, a bool mask reduced over the index's axes; None when none can; Unbounded
+    when one always may."""
     if ei is None:
         return None
-    index = eqn.inputs[1]
     moved = ctx.mask(ei)
     if isinstance(moved, Literal):
         if not bool(moved.value):
             return None
         raise Unbounded()
     if tuple(moved.aval.shape):
-        moved = ctx.emit(any_p, moved, axes=tuple(range(len(index.aval.shape))),
+        moved = ctx.emit(any_p, moved, axes=tuple(range(len(eqn.inputs[1].aval.shape))),
                          keepdims=False)
-    if is_bool(eqn.out):
-        return moved
-    return ctx.where(moved, INF, number(0.0))
+    return moved
 
 
 def _integer_operation(ctx, eqn, bounds):

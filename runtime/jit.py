@@ -274,7 +274,8 @@ class JitFunction(Misses):
             # self.W also passed in a list of parameters): the compiled code reads them as
             # separate inputs, NumPy sees the write through both.
             return self._run_eager(args, kwargs, "arguments share memory")
-        if path.outputs.writes_items and _repeated_containers((args, kwargs)):
+        if path.outputs.writes and path.outputs.writes_items and _repeated_containers(
+                (args, kwargs)):  # (writes first: most paths write nothing, a list test)
             # f(d, d) after a trace of two dicts: the program holds them apart, so a read
             # through one name would not see an item written through the other
             return self._run_eager(args, kwargs, "a dict or list passed twice")

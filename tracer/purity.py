@@ -70,6 +70,8 @@ def _name(function):
 def impure_call(function, args, kwargs):
     """``None`` when the trace may fold ``function(*args, **kwargs)``; else the call's
     name, for the message that makes the function run eagerly."""
+    if function is id:  # of a traced array: the tracer's id, not the id eager reads (an
+        return "builtins.id"  # optimizer's state keyed by id(param) would miss)
     if any(_is_traced(value) for value in (*args, *kwargs.values())):
         return None  # recorded through the array protocols, never frozen
     if isinstance(function, functools.partial):

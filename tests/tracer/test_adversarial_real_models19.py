@@ -1,0 +1,95 @@
+"""Adversarial real-model tests, round 19a: course-assignment layers and small NumPy ML
+libraries, written in their idioms and run eagerly and through ``jit`` on copies of the
+same arguments and objects.
+
+Sources read this round (rewritten, not pasted): CS224n's 2017 assignment 1
+(``q2_neural.forward_backward_prop`` slicing W1, b1, W2, b2 out of one flat ``params``
+vector at running offsets ``ofs``, its ``softmax`` with the 1-d / 2-d branch and the
+``assert x.shape == orig_shape``); Andrew Ng's Machine Learning exercise 4 in Python
+(``nnCostFunction`` over unrolled ``nn_params``, bias columns by ``np.concatenate([np.ones((m,
+1)), X], axis=1)``, one-hot labels by ``np.eye(num_labels)[y]``, regularization skipping
+``Theta[:, 1:]`` written back in place); UFLDL's sparse autoencoder cost (KL sparsity over
+``rho_hat``, ``np.tile`` of the biases, the gradient concatenated flat); CS231n's
+``FullyConnectedNet`` (``'W%d' % (i + 1)`` keys, ``dropout_param`` with a seed, a
+``bn_params`` list of dicts, ``loss(X, y=None)`` switching train and test); from-scratch
+optimizers whose state dicts are keyed by ``id(param)`` and Keras-like ``Sequential``
+models with ``fit`` loops over minibatches; learning-rate schedules (cosine annealing by
+``math.cos``, step decay by ``drop ** (epoch // every)``).
+
+Findings, each fixed with its test here (each fails before its fix). Wrong result: an
+optimizer keeping its state in a dict keyed by ``id(p)`` of the parameters it updates
+(``m = self.m.get(id(p), np.zeros_like(p)); self.m[id(p)] = ...``) read the id of the
+trace's stand-in for ``p``, so the traced call stored the moments under a key eager never
+uses and compiled calls kept updating that key: from the second step on the parameters
+were wrong, and the dict gained keys. With the moments created up front (``self.m[id(p)]``
+read only) the trace failed with a ``KeyError`` (internal error). ``id()`` of anything
+now makes the call run eagerly, with the reason (``tracer/purity.py``).
+
+Each call compares results, dtypes, types and the arguments and objects afterwards with
+eager NumPy, and an exception eager raises must be raised too.
+"""
+
+import numpy as np
+from real_model_checks import assert_same, jitted, no_internal_errors
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+
+
+# --- an optimizer whose state is keyed by id(param) ------------------------------------------
+class MomentumById:
+    def __init__(self, params, lr=0.1, mu=0.9):
+        self.params, self.lr, self.mu = params, lr, mu
+        self.velocity = {}
+
+    def step(self, grads):
+        for p, g in zip(self.params, grads):
+            v = self.velocity.get(id(p), np.zeros_like(p))
+            self.velocity[id(p)] = self.mu * v + g
+            p -= self.lr * self.velocity[id(p)]
+        return sum(float(p.sum()) for p in self.params)
+
+
+def test_optimizer_state_keyed_by_id_of_the_parameters():
+    """Before the fix the traced call keyed the velocity by the id of its stand-in: from
+    the second step the compiled parameters differed from eager's, and ``velocity`` held
+    keys eager never makes."""
+    def make():
+        return MomentumById([np.ones(3), np.ones((2, 2))])
+
+    eager, compiled = make(), make()
+    step = jitted(compiled.step)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        grads = [rng.standard_normal(3), rng.standard_normal((2, 2))]
+        assert_same(step([g.copy() for g in grads]), eager.step(grads), **F64)
+        assert_same(compiled.params, eager.params, **F64)
+        assert sorted(compiled.velocity) == sorted(id(p) for p in compiled.params)
+        assert_same([compiled.velocity[id(p)] for p in compiled.params],
+                    [eager.velocity[id(p)] for p in eager.params], **F64)
+    no_internal_errors(step)
+    assert "builtins.id" in step.explain()
+
+
+def test_optimizer_state_made_up_front_keyed_by_id_no_internal_error():
+    """``self.m[id(p)]`` read from a dict filled in ``__init__``: a ``KeyError`` inside the
+    trace before the fix (an internal error on every call)."""
+    class Momentum:
+        def __init__(self, params):
+            self.params = params
+            self.m = {id(p): np.zeros_like(p) for p in params}
+
+        def step(self, grads):
+            for p, g in zip(self.params, grads):
+                m = self.m[id(p)]
+                m *= 0.9
+                m += g
+                p -= 0.1 * m
+            return self.params[0].sum()
+
+    eager, compiled = Momentum([np.ones(3), np.ones(2)]), Momentum([np.ones(3), np.ones(2)])
+    step = jitted(compiled.step)
+    for k in range(2):
+        grads = [np.arange(3.0) - k, np.ones(2) * k]
+        assert_same(step([g.copy() for g in grads]), eager.step(grads), **F64)
+        assert_same(compiled.params, eager.params, **F64)
+    no_internal_errors(step)

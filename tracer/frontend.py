@@ -513,6 +513,11 @@ class Hooks:
                 return present
             value = getattr(*args)  # a missing attribute: the default (or AttributeError)
             return self._load_through(attribute, value) if present else value
+        if function is setattr and len(args) == 3 and not kwargs and type(args[1]) is str and (
+                not isinstance(args[0], type)):
+            # setattr(layer, name, value) of an optimizer over ("W", "b"): written as
+            # layer.W = value is (else the change goes around the trace: eager)
+            return self.set_attr(*args, f"setattr(..., {args[1]!r}, ...)")
         if function is range and not kwargs and any(isinstance(arg, SymInt) for arg in args):
             return SymRange(*args)  # scores[range(N), y]: an index that keeps N symbolic
         if function in _SIZED_CREATION and any(

@@ -23,7 +23,11 @@ trace's stand-in for ``p``, so the traced call stored the moments under a key ea
 uses and compiled calls kept updating that key: from the second step on the parameters
 were wrong, and the dict gained keys. With the moments created up front (``self.m[id(p)]``
 read only) the trace failed with a ``KeyError`` (internal error). ``id()`` of anything
-now makes the call run eagerly, with the reason (``tracer/purity.py``).
+now makes the call run eagerly, with the reason (``tracer/purity.py``). Needless eager
+runs: an optimizer updating a layer by ``setattr(layer, name, getattr(layer, name) + v)``
+over ``("W", "b")`` (Keras-like frameworks) wrote around the trace ('a change to the
+attribute ...'), so every train step ran eagerly; ``setattr`` with a string name now writes
+as ``layer.W = ...`` does (``tracer/frontend.py``).
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
@@ -93,3 +97,74 @@ def test_optimizer_state_made_up_front_keyed_by_id_no_internal_error():
         assert_same(step([g.copy() for g in grads]), eager.step(grads), **F64)
         assert_same(compiled.params, eager.params, **F64)
     no_internal_errors(step)
+
+
+# --- a Keras-like Sequential whose optimizer updates layers by setattr ------------------------
+class Dense:
+    def __init__(self, name, W, activation=None):
+        self.name, self.W, self.b = name, W, np.zeros((1, W.shape[1]))
+        self.activation = activation
+
+    def forward(self, X):
+        self.last_input = X
+        self.last_Z = X @ self.W + self.b
+        return np.tanh(self.last_Z) if self.activation == "tanh" else self.last_Z
+
+    def backward(self, grad):
+        if self.activation == "tanh":
+            grad = grad * (1 - np.tanh(self.last_Z) ** 2)
+        self.dW = self.last_input.T @ grad
+        self.db = grad.sum(axis=0, keepdims=True)
+        return grad @ self.W.T
+
+
+class MomentumBySetattr:
+    def __init__(self, lr=0.05, momentum=0.9):
+        self.lr, self.momentum, self.velocity = lr, momentum, {}
+
+    def update(self, layer, name):
+        key = layer.name + name
+        v = self.momentum * self.velocity.get(key, 0.0) - self.lr * getattr(layer, "d" + name)
+        self.velocity[key] = v
+        setattr(layer, name, getattr(layer, name) + v)
+
+
+class Sequential:
+    def __init__(self, layers, optimizer):
+        self.layers, self.optimizer = layers, optimizer
+
+    def train_on_batch(self, X, y):
+        out = X
+        for layer in self.layers:
+            out = layer.forward(out)
+        grad = 2 * (out - y) / y.size
+        for layer in reversed(self.layers):
+            grad = layer.backward(grad)
+        for layer in self.layers:
+            for name in ("W", "b"):
+                self.optimizer.update(layer, name)
+        return np.mean((out - y) ** 2)
+
+
+def _sequential():
+    rng = np.random.default_rng(0)
+    return Sequential([Dense("d0", rng.standard_normal((3, 4)), "tanh"),
+                       Dense("d1", rng.standard_normal((4, 1)))], MomentumBySetattr())
+
+
+def test_keras_like_optimizer_updating_layers_by_setattr_compiles():
+    """``setattr(layer, name, getattr(layer, name) + v)`` over ``("W", "b")``: before the fix
+    the write went around the trace ('a change to the attribute ...'), every step eager."""
+    eager, compiled = _sequential(), _sequential()
+    step = jitted(compiled.train_on_batch)
+    rng = np.random.default_rng(1)
+    for n in (4, 4, 4):
+        X, y = rng.standard_normal((n, 3)), rng.standard_normal((n, 1))
+        assert_same(step(X, y), eager.train_on_batch(X, y), **F64)
+        for mine, theirs in zip(compiled.layers, eager.layers):
+            for name in ("W", "b", "dW", "db", "last_input", "last_Z"):
+                assert_same(getattr(mine, name), getattr(theirs, name), **F64, where=name)
+        assert_same(compiled.optimizer.velocity, eager.optimizer.velocity, **F64)
+    no_internal_errors(step)
+    stats = step.stats()
+    assert not stats["eager_calls"] and stats["compiled_calls"] >= 1, step.explain()

@@ -134,6 +134,10 @@ def mismatch(spec, leaves, names=None):
             return (f"{spec_implicit.path}: {np.dtype(spec_implicit.dtype)}{list(expected)} -> "
                     f"{dtype}{list(shape)}")
     for path, kind, expected in spec.outside:
+        if kind == "shared":
+            if (why := expected.mismatch(leaves)) is not None:
+                return why
+            continue
         try:
             value = path.resolve(leaves)
         except (KeyError, AttributeError, IndexError, ValueError, TypeError) as error:

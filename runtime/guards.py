@@ -168,6 +168,8 @@ class EntrySpec:
                 lines.append(f"hasattr: {path} {'exists' if value else 'is missing'}")
             elif kind == "keys":
                 lines.append(f"keys of {path} == {list(value)!r}")
+            elif kind == "shared":
+                lines.extend(value.describe())
             elif kind == "is":
                 from .serialize import import_address  # serialize imports this module
 
@@ -380,6 +382,10 @@ def _guard_statements(spec, source, draws=True):
             source.add(f"except (KeyError, IndexError, ValueError, TypeError): "
                        f"return {source.miss}")
             source.add(f"if {variable} is not {value!r}: return {source.miss}")
+            continue
+        if kind == "shared":  # self.a.fc is self.b.fc, or not, as when traced
+            shared = source.constant(value, "S")
+            source.add(f"if not {shared}.holds((args, kwargs), leaves): return {source.miss}")
             continue
         source.add("try:")
         if path.root[0] == "global" and not path.steps:  # the common case, read directly

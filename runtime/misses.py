@@ -316,6 +316,19 @@ class Misses:
                                     "traced unrolled from now on", self.__qualname__)
         return self._run_eager(args, kwargs, "a guard in a loop body failed")
 
+    def _widen_entry(self, variant, checks):
+        """Add ``checks`` (outside values a new path of ``variant`` read, which its entry
+        guard does not compare) to that guard. A path is entered by the root program's
+        side exit, after the entry guard alone: without them, a call after
+        ``CONFIG["scale"] = 5.0`` would run the branch traced with 2.0. A call they refuse
+        traces a variant of its own."""
+        variant.widen(checks)
+        with self._lock:
+            if len(self._entries) == len(self._variants):
+                self._entries = tuple(self._entry_later(variant) if known is variant else entry
+                                      for known, entry in zip(self._variants, self._entries))
+            self._hints = {}  # they hold the old entry
+
     def _drop_variant(self, variant):
         """Forget ``variant`` (and its hit path: ``_entries`` pairs with ``_variants``)."""
         self._dropped_calls += variant.calls
@@ -361,7 +374,8 @@ class Misses:
         traced = self._trace(args, kwargs, SameEntry(variant.spec), signature)
         if not isinstance(traced, Trace):
             return self._eager_instead(traced, signature, args, kwargs)
-        if not _same_entry(EntrySpec.from_trace(traced), variant.spec):
+        entry = EntrySpec.from_trace(traced)
+        if not _same_entry(entry, variant.spec):
             log_recompiles.info("%s: the other path of %s needs a different entry; it runs "
                                 "eagerly", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
@@ -370,6 +384,9 @@ class Misses:
                 return self._run_eager(args, kwargs, "side exit")
             self._counters["traced_calls"] += 1
             return _plain_result(traced.outputs, leaves)
+        checks = _new_outside_checks(entry, variant.spec)
+        if checks:  # a setting only this branch reads: the whole variant now checks it
+            self._widen_entry(variant, checks)
         if self.options.compile == "background":
             return background.grow_later(self, variant, path, guard_index, traced, signature,
                                          args, kwargs)
@@ -491,6 +508,14 @@ def _overlapping(leaves):
         np.may_share_memory(first, second)
         for group in groups.values() if len(group) > 1
         for index, first in enumerate(group) for second in group[index + 1:])
+
+
+def _new_outside_checks(spec, variant_spec):
+    """The outside-value checks of ``spec`` (a new path's) that ``variant_spec`` lacks."""
+    known = {(path.key, kind) for path, kind, _ in variant_spec.outside if kind != "shared"}
+    shared = [value for _, kind, value in variant_spec.outside if kind == "shared"]
+    return [(path, kind, value) for path, kind, value in spec.outside
+            if (value not in shared if kind == "shared" else (path.key, kind) not in known)]
 
 
 def _repeated_containers(tree):

@@ -50,6 +50,7 @@ from tracejit.tracer.ir import (
 from tracejit.tracer.list_appends import METHODS, ListAppend
 from tracejit.tracer.loop_rows import KINDS, RowsLayout
 from tracejit.tracer.random_draws import ArgumentNumber
+from tracejit.tracer.shared_objects import SharedObjects
 
 from .cache_trust import MAX_FILE_BYTES
 from .guards import EntrySpec, ImplicitSpec, LeafSpec, is_json_value
@@ -350,6 +351,11 @@ def _outside_to_json(path, kind, value, fn):
         return {"path": path_to_json(path, fn), "kind": kind, "value": bool(value)}
     if kind == "keys":
         return {"path": path_to_json(path, fn), "kind": kind, "value": list(value)}
+    if kind == "shared":
+        return {"path": path_to_json(path, fn), "kind": kind, "value": {
+            "paths": [path_to_json(item, fn) for item in value.paths],
+            "labels": list(value.labels), "containers": [_where_to_json(where, path)
+                                                         for where in value.containers]}}
     if kind == "value":
         if isinstance(value, (list, tuple)):
             raise NotSerializable(f"{path} is guarded by its whole contents")
@@ -364,7 +370,8 @@ def _outside_to_json(path, kind, value, fn):
 
 def _outside_from_json(data, fn):
     value, kind = data["value"], data["kind"]
-    _check(kind in ("is", "len", "value", "has", "keys"), f"an outside value of kind {kind!r}")
+    _check(kind in ("is", "len", "value", "has", "keys", "shared"),
+           f"an outside value of kind {kind!r}")
     if kind == "is":
         address = _address(value)
         value = _resolve_function(address)
@@ -381,6 +388,8 @@ def _outside_from_json(data, fn):
         _check(isinstance(value, list) and all(type(key) in (str, int) for key in value),
                "a malformed dict keys guard")
         value = tuple(value)
+    elif kind == "shared":
+        value = _shared_from_json(value, fn)
     else:
         _check(is_json_value(value) and not isinstance(value, list), "a malformed outside "
                "value")
@@ -389,6 +398,31 @@ def _outside_from_json(data, fn):
                    "a float outside value that is not a number")
             value = float(value)
     return path_from_json(data["path"], fn), kind, value
+
+
+def _where_to_json(where, path):
+    if not all(type(key) in (str, int) for key in where):
+        raise NotSerializable(f"{path}: an argument dict with a key that is not text or int")
+    return list(where)
+
+
+def _shared_from_json(data, fn):
+    """A ``SharedObjects`` guard; its labels must be a partition's (each the position of
+    the first equal one), or it could never hold."""
+    _check(isinstance(data, dict) and isinstance(data.get("paths"), list)
+           and data["paths"], "a malformed shared-objects guard")
+    paths = tuple(path_from_json(item, fn) for item in data["paths"])
+    _check(isinstance(data.get("containers"), list), "a shared-objects guard's containers")
+    containers = []
+    for where in data["containers"]:
+        _check(isinstance(where, list) and where and where[0] in (0, 1) and all(
+            type(key) in (str, int) for key in where), "a malformed argument container")
+        containers.append(tuple(where))
+    labels = tuple(_integers(data.get("labels"), "a shared-objects guard's label"))
+    _check(len(labels) == len(containers) + len(paths) and all(
+        label <= position and labels[label] == label for position, label in enumerate(labels)),
+        "a shared-objects guard's labels are no partition")
+    return SharedObjects(paths, labels, tuple(containers))
 
 
 def _array_fields(data, symbols, what):

@@ -251,6 +251,14 @@ class Variant:
             self._guard = compile_guard(self.spec)
         return self._guard
 
+    def widen(self, outside):
+        """Add ``outside`` checks (``EntrySpec.outside``) to the entry guard, rebuilt when
+        next asked for (``runtime.misses``: a path that read more than the root did)."""
+        from dataclasses import replace
+
+        self.spec = replace(self.spec, outside=list(self.spec.outside) + list(outside))
+        self._guard = self._checks = self._any_bucket = None
+
     def takes(self, args, kwargs):
         """Whether the entry guard accepts the call, without drawing its host draws (a
         question, as ``lower`` asks it: nothing to undo)."""

@@ -39,6 +39,7 @@ from . import (
     pytree,
     random_draws,
     result_identity,
+    shared_objects,
     strided_views,
 )
 from .abstract import (
@@ -721,6 +722,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             argument_writes.shared_containers(context, args, kwargs))
         if shared is not None:
             raise UnsupportedError(shared)
+        shared_objects.note(context, (args, kwargs), leaves)  # self.a.fc is self.b.fc?
         if (error := generators.finalizer_error(context)) is not None:
             raise error  # raised in a generator's finally, where Python only reports it
         left = generators.unfinished(context) or strided_views.escaped(context)

@@ -1,0 +1,223 @@
+"""Which of the objects a writing trace reaches are one object, checked at every call.
+
+A trace that writes state (``self.a.fc["X"] = x``, ``self.c1.h = h``) and reads state
+through another route (``self.b.fc["X"]``, ``self.c2.h``) bakes in whether the two routes
+reach one object: if they did, the read is the value just written; if not, an input
+read at entry, before the write. Eager NumPy follows the objects as they are at each
+call, so a model whose layers are tied after the trace (``net.b = net.a``), or untied,
+must not run the trace's program. ``SharedObjects`` lists the paths of the dicts, lists
+and objects the trace read or wrote through (after the dicts and lists of the arguments,
+which a path may reach too: ``f(model, model.cache)``), with which of them were one
+object when traced; the entry guard compares that partition (another partition is
+another variant, traced for it).
+
+    >>> from tracejit.tracer.implicit import Path
+    >>> class Layer: ...
+    >>> a = Layer()
+    >>> shared = SharedObjects((Path(("arg", 0)), Path(("arg", 1))), (0, 0))
+    >>> shared.holds(((a, a), {}), [a, a]), shared.holds(((a, Layer()), {}), [a, Layer()])
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .implicit import Path
+from .object_paths import holds_attributes
+
+# Resolving a path that no longer leads anywhere: the other entry guards report it.
+_UNREADABLE = (KeyError, AttributeError, IndexError, ValueError, TypeError)
+
+
+@dataclass(frozen=True)
+class SharedObjects:
+    """``containers``: where each dict and list of the arguments is (keys from the
+    ``(args, kwargs)`` pair, in ``argument_containers`` order); ``paths``
+    (``tracer.implicit.Path``); ``labels``: per container, then per path, the position of
+    the first of them that was the same object when traced."""
+
+    paths: tuple
+    labels: tuple
+    containers: tuple = ()
+    _check: list = field(default_factory=list, compare=False, repr=False)
+
+    def holds(self, arguments, leaves):
+        """Whether the paths reach one object exactly where they did when traced;
+        ``arguments``: ``(args, kwargs)``, ``leaves``: its flattened leaves."""
+        if not self._check:
+            self._check.append(_compiled_check(self))
+        return self._check[0](arguments, leaves)
+
+    def name(self, position):
+        """What the ``position``-th labelled object is, in words."""
+        if position < len(self.containers):
+            return _where_text(self.containers[position])
+        return str(self.paths[position - len(self.containers)])
+
+    def describe(self):
+        """Readable lines: which paths reach one object, and how many are distinct."""
+        lines = [f"{self.name(position)} is {self.name(label)}"
+                 for position, label in enumerate(self.labels) if label != position]
+        lines.append(f"{len(set(self.labels))} distinct object(s) among the dicts, lists "
+                     f"and objects of the arguments and {len(self.paths)} path(s) the call "
+                     "writes or reads through")
+        return lines
+
+    def mismatch(self, leaves):
+        """Why a call with argument ``leaves`` does not hold, as far as its paths tell
+        (for ``explain``, which has no dicts or lists of the call to compare)."""
+        objects = []
+        try:
+            for path in self.paths:
+                objects.append(path.resolve(leaves))
+        except _UNREADABLE:
+            return "a path to a dict, list or object the call writes can no longer be read"
+        first = {}  # the labels of the paths alone, renumbered from 0 as partition numbers
+        then = tuple(first.setdefault(label, position) for position, label in
+                     enumerate(self.labels[len(self.containers):]))
+        now = partition(objects)
+        for position, (first_now, first_then) in enumerate(zip(now, then)):
+            if first_now != position and first_now != first_then:
+                return (f"{self.paths[position]} is now {self.paths[first_now]} (not when "
+                        "traced)")
+            if first_now == position and first_then != position:
+                return f"{self.paths[position]} is no longer {self.paths[first_then]}"
+        return ("a dict or list of the arguments is now, or is no longer, one the function "
+                "reaches through another path")
+
+
+def partition(objects):
+    """Per object, the position of the first one that is it.
+
+    >>> a, b = [], []
+    >>> partition([a, b, a, b, []])
+    (0, 1, 0, 1, 4)
+    """
+    first = {}
+    return tuple(first.setdefault(id(value), position) for position, value in enumerate(objects))
+
+
+def argument_containers(arguments):
+    """``(where, container)`` per dict and list in ``arguments`` (nested in tuples, dicts
+    and lists, as ``pytree`` flattens them), ``where`` the keys that reach it, in an order
+    their structure fixes.
+
+    >>> d = {"x": 1}
+    >>> [where for where, _ in argument_containers(((d, [d, 2]), {}))]
+    [(0, 0), (0, 1), (0, 1, 0), (1,)]
+    """
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            found.append((where, node))
+            for key, item in node.items():
+                walk(item, (*where, key))
+        elif isinstance(node, (list, tuple)):
+            if isinstance(node, list):
+                found.append((where, node))
+            for index, item in enumerate(node):
+                walk(item, (*where, index))
+
+    walk(arguments, ())
+    return found
+
+
+def _where_text(where):
+    head = "args" if where[0] == 0 else "kwargs"
+    return head + "".join(f"[{key!r}]" for key in where[1:])
+
+
+def _compiled_check(shared):
+    """``check(arguments, leaves) -> bool``: ``shared.holds``, as one generated function
+    that reads each container and path once (a path from the longest earlier one it
+    extends) and compares identities."""
+    namespace, lines, names = {}, [], []
+
+    def constant(value):
+        name = f"_K{len(namespace)}"
+        namespace[name] = value
+        return name
+
+    def steps_text(base, steps):
+        for step, key in steps:
+            if step == "attr" and isinstance(key, str) and key.isidentifier():
+                base = f"{base}.{key}"  # an identifier: safe as text
+            elif step == "attr":
+                base = f"getattr({base}, {constant(key)})"
+            else:
+                base = f"{base}[{constant(key)}]"
+        return base
+
+    for number, where in enumerate(shared.containers):
+        names.append(f"o{number}")
+        lines.append(f"o{number} = " + steps_text("arguments", [("item", key) for key in where]))
+    known = {}  # path key -> variable
+    for path in shared.paths:
+        name = f"o{len(names)}"
+        for end in range(len(path.steps) - 1, -1, -1):  # the longest known prefix
+            prefix = Path(path.root, path.steps[:end]).key
+            if prefix in known:
+                lines.append(f"{name} = {steps_text(known[prefix], path.steps[end:])}")
+                break
+        else:
+            if path.root[0] == "arg" and type(path.root[1]) is int:
+                base = f"leaves[{path.root[1]}]"
+            else:
+                base = f"{constant(Path(path.root))}.resolve(leaves)"
+            lines.append(f"{name} = {steps_text(base, path.steps)}")
+        known[path.key] = name
+        names.append(name)
+    same = [f"{names[position]} is {names[label]}"
+            for position, label in enumerate(shared.labels) if label != position]
+    firsts = [names[position] for position, label in enumerate(shared.labels)
+              if label == position]
+    same.append(f"len({{{', '.join(f'id({name})' for name in firsts)}}}) == {len(firsts)}")
+    unreadable = constant(_UNREADABLE)
+    text = "\n".join(["def check(arguments, leaves):", "    try:",
+                      *(f"        {line}" for line in lines),
+                      f"    except {unreadable}:", "        return False",
+                      f"    return {' and '.join(same)}"])
+    exec(compile(text, "<tracejit shared objects>", "exec"), namespace)
+    return namespace["check"]
+
+
+def note(context, arguments, leaves):
+    """Record, in ``context.outside_values``, which dicts, lists and objects the trace
+    reached through several paths, when it writes any (nothing otherwise: reads through
+    two routes see one value either way). ``arguments``: the call's ``(args, kwargs)``,
+    ``leaves`` their flattened leaves."""
+    # (path, whether the object at the path itself is a container the call writes or reads)
+    routes = [(path, True) for path, _, _, _, _ in
+              getattr(context, "attribute_writes", {}).values()]
+    routes += [(path, True) for path, _, _, _ in getattr(context, "list_appends", ())]
+    if not routes and not getattr(context, "argument_writes", None):
+        return
+    for path, kind, _ in list(context.outside_values.values()):
+        # a dict's keys or a list's length: that container; a setting, a class, a
+        # method: what holds it
+        routes.append((path, kind in ("keys", "len")))
+    routes += [(implicit.path, False) for implicit in context.implicit_used.values()]
+    written = context.written_paths
+    paths, objects = {}, []
+    for path, itself in routes:
+        for end in range(len(path.steps) + itself):
+            prefix = Path(path.root, path.steps[:end])
+            if prefix.key in paths or prefix.key in written:
+                continue
+            if any(Path(path.root, path.steps[:step]).key in written for step in range(end)):
+                break  # through a value the call wrote: not the caller's object
+            try:
+                value = prefix.resolve(leaves)
+            except _UNREADABLE:
+                break
+            if type(value) in (dict, list, set) or holds_attributes(value):
+                paths[prefix.key] = prefix
+                objects.append(value)
+    containers = argument_containers(arguments)
+    if paths and len(paths) + len(containers) > 1:
+        shared = SharedObjects(tuple(paths.values()), partition(
+            [container for _, container in containers] + objects),
+            tuple(where for where, _ in containers))
+        context.outside_values["shared objects"] = (shared.paths[0], "shared", shared)

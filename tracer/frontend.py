@@ -41,6 +41,7 @@ from . import (
     loop_while,
     operator_calls,
     ops,
+    python_math,
 )
 from .builtin_extremes import select_extreme
 from .constant_methods import instead
@@ -491,6 +492,8 @@ class Hooks:
         if function is float and len(args) == 1 and not kwargs and isinstance(
                 args[0], Tracer) and (number := python_number(args[0], float)) is not None:
             return number  # return float(loss): a run-time Python float, not a guarded value
+        if (number := python_math.call(function, args, kwargs)) is not None:
+            return number  # math.sqrt(np.dot(r, r)): a run-time Python float, not pinned
         if function in (int, math.floor, math.trunc) and len(args) == 1 and not kwargs:
             whole = integer_quotient(args[0])  # int((w - f) / s) + 1 stays a dim
             if whole is not None:

@@ -1,0 +1,64 @@
+"""Adversarial real-model tests, round 19b: sequence, convolution and iterative-algorithm
+code from public NumPy sources, with loops and buffers over sizes that change from call to
+call, run eagerly and through ``jit`` on copies of the same arguments.
+
+Sources read this round (rewritten in their idioms, not pasted): Kiusalaas' ``conjGrad``
+("Numerical Methods in Engineering with Python": ``math.sqrt(np.dot(r, r)) < tol`` then
+``break``) and smarkesini/xpack's ``cg`` (a ``return`` inside the loop on
+``np.linalg.norm(r1) < tol``), the Wikipedia-form CG ``while np.sqrt(rsold) > tol and it <
+max_iter``; Lanczos tridiagonalization (stephenhky/MoguNumerics' preallocated ``v[:, i + 1]``
+columns normalised in place, NoahAmsel/lanczos-optimality's ``Q``/``alpha``/``beta`` lists with
+a ``break`` on ``next_beta == 0``); mean shift to a tolerance; the ONNX reference ``MaxPool``
+with ``ceil_mode`` and pads per side; convolutions with explicit pads per side over the output
+grid, by ``as_strided`` over ``x.strides`` and by ``sliding_window_view``; image pyramids (one
+jitted ``pyr_down`` on halving sizes); NumPy multi-head attention (heads split by
+``reshape``/``transpose``, causal masks by ``np.triu``, ragged key padding, sinusoidal
+encodings); HMM forward-backward with Rabiner's scaling and log-space Viterbi over a trellis
+filled in place; CTC's scaled forward recursion (awni/speech); DTW with a Sakoe-Chiba window
+and an early-abandon ``return``; a U-Net's pad to the skip's size; label propagation with
+clamped labels; Lloyd's k-means (loop and vectorized, empty clusters keeping their centre).
+
+Findings, each fixed with its test here (every test fails before its fix). Needless eager
+runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
+``math.exp``) converted it with ``float()``, which pins the value (a guard ``float(...) ==
+0.6895``): every call with other data took a side exit until the function ran eagerly; they
+are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+"""
+
+import math
+
+import numpy as np
+from real_model_checks import all_compiled, no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+
+
+# --- math functions of traced numbers --------------------------------------------------
+def power_method(A, v, iters=4):
+    """Power iteration normalised by ``math.sqrt`` of a dot, its eigenvalue's log returned:
+    ``math.log`` of a negative Rayleigh quotient raises ValueError, as in eager."""
+    for _ in range(iters):
+        w = A @ v
+        v = w / math.sqrt(np.dot(w, w))
+    lam = np.dot(v, A @ v)
+    return math.log(lam), math.exp(-lam / 10), v
+
+
+def _spd(n, seed, sign=1.0):
+    M = np.random.default_rng(seed).standard_normal((n, n))
+    return sign * (M @ M.T + n * np.eye(n))
+
+
+def test_math_functions_of_traced_numbers_stay_run_time_floats():
+    """Before the fix the second matrix failed the guard ``float(...) == <value of the first>``
+    (a side exit at every new value, eager from ``max_variants`` on)."""
+    calls = [(_spd(5, seed), np.ones(5)) for seed in (1, 2, 3)]
+    f = run_calls(power_method, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 6), f.explain()
+    assert f.stats()["compiles"] == 1, f.explain()
+    # off the domain: math.log of a negative eigenvalue raises ValueError on both sides
+    run_calls(power_method, [(_spd(5, 4, sign=-1.0), np.ones(5))], **F64)

@@ -269,26 +269,14 @@ class JitFunction(Misses):
         """Run ``variant``'s program on ``inputs`` (its guard accepted the call), following
         side exits down the trace tree; ``exit``: the root program already took this one."""
         path = variant.root
-        if (path.outputs.mutated or path.outputs.writes_arrays) and _overlapping(inputs):
-            # It writes into an array another input also shows (an argument passed twice,
-            # self.W also passed in a list of parameters): the compiled code reads them as
-            # separate inputs, NumPy sees the write through both.
-            return self._run_eager(args, kwargs, "arguments share memory")
-        if path.outputs.writes and path.outputs.writes_items and _repeated_containers(
-                (args, kwargs)):  # (writes first: most paths write nothing, a list test)
-            # f(d, d) after a trace of two dicts: the program holds them apart, so a read
-            # through one name would not see an item written through the other
-            return self._run_eager(args, kwargs, "a dict or list passed twice")
+        if (unsafe := _held_apart(path, inputs, args, kwargs)) is not None:
+            return self._run_eager(args, kwargs, unsafe)
         # check=True runs eagerly after: on the arguments as they were, when the program
         # writes into them (it would write them twice, and start from the written values)
         before, outside = None, ()
         printed = io.StringIO() if self.options.check else None  # compared with eager's
-        if self.options.check and (path.outputs.mutated or path.outputs.writes):
-            before = copy.deepcopy((args, kwargs))
-            # arrays and attributes outside the arguments it writes: put back before the
-            # eager rerun, which writes them again
-            outside = [write.snapshot((args, kwargs)) for write in path.outputs.writes
-                       if hasattr(write, "snapshot")]
+        if self.options.check:
+            before, outside = _before_writes(path, args, kwargs)
         while True:
             try:
                 if exit is not None:
@@ -300,6 +288,13 @@ class JitFunction(Misses):
                 if taken.code != codegen.LOOP_GUARD_FAILED and (
                         taken.guard_index is not None and taken.guard_index in path.children):
                     path = path.children[taken.guard_index]  # same inputs, same draws
+                    # (the program that exited wrote nothing: this one may, and alone
+                    # decides what its writes need)
+                    if (unsafe := _held_apart(path, inputs, args, kwargs)) is not None:
+                        variant.rewind()
+                        return self._run_eager(args, kwargs, unsafe)
+                    if self.options.check and before is None:
+                        before, outside = _before_writes(path, args, kwargs)
                     continue
                 variant.rewind()  # the eager run (or a trace) draws as eager does
                 if taken.code == codegen.LOOP_GUARD_FAILED:
@@ -565,6 +560,33 @@ class Lowered:
             "# entry guards\n" + self.entry_guards, "# IR\n" + self.ir,
             "# kernels\n" + "\n".join(self.kernels), self.source and "# source\n" + self.source,
         ) if part)
+
+
+def _held_apart(path, inputs, args, kwargs):
+    """Why ``path``'s program cannot run this call (it would hold apart what the call
+    shares), or None."""
+    if (path.outputs.mutated or path.outputs.writes_arrays) and _overlapping(inputs):
+        # It writes into an array another input also shows (an argument passed twice,
+        # self.W also passed in a list of parameters): the compiled code reads them as
+        # separate inputs, NumPy sees the write through both.
+        return "arguments share memory"
+    if path.outputs.writes and path.outputs.writes_items and _repeated_containers(
+            (args, kwargs)):  # (writes first: most paths write nothing, a list test)
+        # f(d, d) after a trace of two dicts: the program holds them apart, so a read
+        # through one name would not see an item written through the other
+        return "a dict or list passed twice"
+    return None
+
+
+def _before_writes(path, args, kwargs):
+    """``check=True``: ``(copy of the arguments, put-backs of the outside state)`` before
+    ``path``'s program writes into them, or ``(None, ())`` when it writes nothing."""
+    if not (path.outputs.mutated or path.outputs.writes):
+        return None, ()
+    # arrays and attributes outside the arguments it writes: put back before the eager
+    # rerun, which writes them again
+    return copy.deepcopy((args, kwargs)), [write.snapshot((args, kwargs)) for write in
+                                           path.outputs.writes if hasattr(write, "snapshot")]
 
 
 def _printing(program, inputs, printed):

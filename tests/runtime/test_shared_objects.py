@@ -163,3 +163,43 @@ def test_a_forged_identity_check_is_refused():
             "containers": []}
     with pytest.raises(Exception, match="partition"):
         serialize._shared_from_json(data, item_written_then_read)
+
+
+def writes_on_one_branch(a, b):
+    if a.sum() > 0:
+        a += 1.0  # only the later branch writes: the first path's program writes nothing
+        return b * 2.0
+    return b - 1.0
+
+
+def item_written_on_one_branch(d, e, x):
+    if x.sum() > 0:
+        d["k"] = x * 2.0
+        return e["k"] + 1.0
+    return x
+
+
+def test_a_later_branch_that_writes_sees_arguments_passed_twice():
+    """The memory and container checks ran for the first path's program only: a call
+    taking the later branch with one array (one dict) twice ran it holding them apart."""
+    f = tj.jit(writes_on_one_branch, cache="memory", hot_exit=1)
+    g = tj.jit(item_written_on_one_branch, cache="memory", hot_exit=1)
+    for sign in (-1.0, 1.0, 1.0):
+        f(np.full(3, sign), np.ones(3))
+        g({"k": np.zeros(3)}, {"k": np.zeros(3)}, np.full(3, sign))
+    assert f.stats()["paths"] == 2 and g.stats()["paths"] == 2
+    x, twin = np.ones(3), np.ones(3)
+    np.testing.assert_array_equal(f(x, x), writes_on_one_branch(twin, twin))
+    np.testing.assert_array_equal(x, twin)
+    d, twin = {"k": np.zeros(3)}, {"k": np.zeros(3)}
+    np.testing.assert_array_equal(g(d, d, np.ones(3)),
+                                  item_written_on_one_branch(twin, twin, np.ones(3)))
+    np.testing.assert_array_equal(d["k"], twin["k"])
+
+
+def test_check_mode_reruns_a_later_branch_from_the_state_before_its_writes():
+    f = tj.jit(writes_on_one_branch, cache="memory", hot_exit=1, check=True)
+    for sign in (-1.0, 1.0, 1.0, 1.0):
+        a, twin = np.full(3, sign), np.full(3, sign)
+        np.testing.assert_array_equal(f(a, np.ones(3)), writes_on_one_branch(twin, np.ones(3)))
+        np.testing.assert_array_equal(a, twin)

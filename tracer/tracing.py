@@ -62,6 +62,7 @@ from .outside_inputs import OutsideInputs
 from .passes import decisions_may_differ
 from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
+from .purity import is_stateful
 from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
@@ -695,6 +696,14 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             input_specs.append(InputSpec("scalar", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
         else:
+            if is_stateful(leaf):
+                # A static leaf is specialized by identity: the program traced on this call
+                # would fold what next() yielded now, and leave the iterator where it is.
+                raise TraceError(
+                    f"argument {position} of {name} is a {type(leaf).__name__}, an "
+                    "iterator: each call advances it, and compiled runs would not. Pass "
+                    "the values it yields instead"
+                )
             input_specs.append(InputSpec("static", value=leaf, type_name=type(leaf).__name__))
             traced_leaves.append(leaf)
 

@@ -1,0 +1,53 @@
+"""Findings of round 19c (hostile inputs, aliasing and state, and the newest features:
+loop exits with and/or tests, counters, continue and return; user classes' operators;
+containers passed in; bincount, linspace, ascontiguousarray): each a minimal program or
+case, eager NumPy against ``jit``.
+"""
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+# --- an iterator passed as an argument ---------------------------------------------------
+def scaled_by_next(x, values):
+    return x * next(values)
+
+
+def first_two_summed(x, values):
+    total = x * 0
+    for number, value in enumerate(values):
+        if number == 2:
+            break
+        total = total + value * x
+    return total
+
+
+@pytest.mark.parametrize("make", [lambda: iter(range(10)), lambda: iter([1.5, 2.5, 3.5, 4.5]),
+                                  lambda: (float(k) for k in range(10))],
+                         ids=["range", "list", "generator"])
+@pytest.mark.parametrize("function", [scaled_by_next, first_two_summed])
+def test_an_iterator_argument_advances_at_every_call(make, function):
+    """An iterator argument was a static leaf specialized by identity, so a second call
+    passing the same iterator ran the program traced on the first call: ``next(values)``
+    was the first call's value, folded as a constant (0.0 where eager's second call reads
+    1.0), and the iterator did not advance. Read from outside, an iterator already runs
+    eagerly (``frontend.load``); as an argument (or inside one) it does too now."""
+    f = tj.jit(function, cache="memory")
+    eager_values, jit_values = make(), make()
+    for _ in range(2):
+        np.testing.assert_array_equal(f(np.ones(2), jit_values),
+                                      function(np.ones(2), eager_values))
+    assert list(jit_values) == list(eager_values)  # consumed alike
+    assert "iterator" in repr(f.stats()["eager_reasons"]), f.explain()
+
+
+def test_an_iterator_inside_a_dict_argument_advances_at_every_call():
+    def step(x, state):
+        return x * next(state["schedule"])
+
+    f = tj.jit(step, cache="memory")
+    eager_state, jit_state = {"schedule": iter(range(5))}, {"schedule": iter(range(5))}
+    for _ in range(3):
+        np.testing.assert_array_equal(f(np.ones(2), jit_state), step(np.ones(2), eager_state))

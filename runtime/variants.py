@@ -17,7 +17,12 @@ import numpy as np
 from tracejit.codegen.schedule import input_view, result_views
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
-from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite, put_back
+from tracejit.tracer.argument_writes import (
+    ArgumentWrite,
+    CallArguments,
+    OutsideArrayWrite,
+    put_back,
+)
 from tracejit.tracer.pending import known_kind
 
 from .tensor import unwrap
@@ -112,6 +117,8 @@ class OutputPlan:
 
     def result(self, outputs, argument_leaves, wrap, arguments=None):
         """The call's result; ``arguments`` (``(args, kwargs)``) receive the writes."""
+        if self.writes:
+            arguments = CallArguments(arguments)  # flattened once for all the writes
         # found before the writes: one may rebind the place an aliased array was read from
         # (old = self.m["a"]; self.m["a"] = old + g; old += 1; return old)
         aliased = {position: self.writes[write].target(arguments)

@@ -25,6 +25,7 @@ refused (the call runs eagerly).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +91,24 @@ class OutsideArrayWrite:
 def resolve(path, arguments):
     """What ``path`` (a ``tracer.implicit.Path``) reads in a call with ``arguments``
     (``(args, kwargs)``; flattened only when the path starts at an argument)."""
-    return path.resolve(pytree.flatten(arguments)[0] if path.root[0] == "arg" else ())
+    return path.resolve(argument_leaves(arguments) if path.root[0] == "arg" else ())
+
+
+class CallArguments(tuple):
+    """``(args, kwargs)`` of one call, flattened at most once (``leaves``): each of the
+    call's writes into an object or list found through an argument reads them
+    (``runtime.variants.OutputPlan.result`` makes one per call that writes)."""
+
+    @functools.cached_property
+    def leaves(self):
+        return pytree.flatten(tuple(self))[0]
+
+
+def argument_leaves(arguments):
+    """The leaves of ``arguments`` (``(args, kwargs)`` or ``CallArguments``)."""
+    if type(arguments) is CallArguments:
+        return arguments.leaves
+    return pytree.flatten(arguments)[0]
 
 
 def shared_memory(context, leaves):

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import pytree
 from .abstract import PYTHON_SCALARS
+from .argument_writes import argument_leaves
 from .attribute_writes import output_leaf, stored_values
 from .errors import UnsupportedError
 from .implicit import Path
@@ -77,7 +78,7 @@ class ListAppend:
     def target(self, arguments):
         if self.path.root[0] != "arg":
             return self.path.resolve()
-        return self.path.resolve(_argument_leaves(arguments))
+        return self.path.resolve(argument_leaves(arguments))
 
     def ready(self, arguments):
         """Whether the list is there (a list), so the call can append after its kernels;
@@ -91,7 +92,7 @@ class ListAppend:
 
     def store(self, arguments, outputs):
         values = stored_values(self.leaves, outputs,
-                               lambda position: _argument_leaves(arguments)[position])
+                               lambda position: argument_leaves(arguments)[position])
         value = pytree.unflatten(self.tree, values)  # new tuples and dicts, as eager makes
         getattr(self.target(arguments), self.method)(value)
 
@@ -100,21 +101,6 @@ class ListAppend:
         target = self.target(arguments)
         length = len(target)
         return lambda: target.__delitem__(slice(length, None))
-
-
-_LAST_CALL = [None]  # (args, kwargs, their leaves) of the call appending now
-
-
-def _argument_leaves(arguments):
-    """The leaves of ``arguments`` (``(args, kwargs)``), flattened once per call: each
-    append of a call (and the check that its list is there) reads them."""
-    args, kwargs = arguments
-    last = _LAST_CALL[0]  # (one read: another thread may replace it)
-    if last is not None and last[0] is args and last[1] is kwargs:
-        return last[2]
-    leaves = pytree.flatten(arguments)[0]
-    _LAST_CALL[0] = (args, kwargs, leaves)
-    return leaves
 
 
 def watch(context, args, kwargs, traced_leaves):

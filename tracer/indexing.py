@@ -27,6 +27,9 @@ from .pending import deferred, is_pending, recording_only
 from .primitives import any_traced, current_context, is_traced
 from .shapes import broadcast_shapes, size_of
 
+# Integer index dtypes compiled code does not compute in, all exact in int64.
+_NARROW_POSITIONS = frozenset(map(np.dtype, (np.int8, np.int16, np.uint8, np.uint16, np.uint32)))
+
 
 def _is_integer(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
@@ -215,6 +218,11 @@ class IndexPlan:
                         "arrays used as indices must be of integer (or boolean) type, "
                         f"not {np.dtype(entry.dtype)}"
                     )
+                if _is_array(entry) and np.dtype(entry.dtype) in _NARROW_POSITIONS:
+                    # uint8 labels (MNIST's idx files): NumPy indexes with their intp
+                    # values; compiled code would compute the bounds check in uint8
+                    entry = ops.bind(ops.cast_p, entry, dtype=np.dtype(np.int64)) if (
+                        is_traced(entry)) else np.asarray(entry, np.int64)
                 start, limit, step = 0, dim, 1
                 self.advanced.append((len(new_shape), axis, entry))
                 new_shape.append(dim)

@@ -27,13 +27,18 @@ now makes the call run eagerly, with the reason (``tracer/purity.py``). Needless
 runs: an optimizer updating a layer by ``setattr(layer, name, getattr(layer, name) + v)``
 over ``("W", "b")`` (Keras-like frameworks) wrote around the trace ('a change to the
 attribute ...'), so every train step ran eagerly; ``setattr`` with a string name now writes
-as ``layer.W = ...`` does (``tracer/frontend.py``).
+as ``layer.W = ...`` does (``tracer/frontend.py``). Labels of a narrow integer dtype
+(uint8, as MNIST's idx files and many loaders give them; int8) used as indices
+(``probs[np.arange(N), y]``, ``np.eye(C)[y]``) made every call run eagerly: the bounds check
+computed in uint8, which compiled code does not; such an index is now cast to int64 first,
+as NumPy indexes with intp (``tracer/indexing.py``).
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
 """
 
 import numpy as np
+import pytest
 from real_model_checks import assert_same, jitted, no_internal_errors
 
 F64 = dict(rtol=1e-9, atol=1e-9)
@@ -168,3 +173,39 @@ def test_keras_like_optimizer_updating_layers_by_setattr_compiles():
     no_internal_errors(step)
     stats = step.stats()
     assert not stats["eager_calls"] and stats["compiled_calls"] >= 1, step.explain()
+
+
+# --- labels as MNIST's idx files give them: uint8 ----------------------------------------------
+def softmax_loss_vectorized(W, X, y, reg):
+    """cs231n's ``softmax_loss_vectorized``, with the accuracy a notebook prints beside."""
+    num_train = X.shape[0]
+    scores = X.dot(W)
+    scores -= np.max(scores, axis=1, keepdims=True)
+    probs = np.exp(scores) / np.sum(np.exp(scores), axis=1, keepdims=True)
+    loss = -np.sum(np.log(probs[np.arange(num_train), y])) / num_train + reg * np.sum(W * W)
+    dscores = probs
+    dscores[np.arange(num_train), y] -= 1
+    dW = X.T.dot(dscores) / num_train + 2 * reg * W
+    return loss, dW, np.mean(np.argmax(scores, axis=1) == y), np.eye(W.shape[1])[y].sum(0)
+
+
+def test_uint8_and_int8_labels_index_as_numpy_does_compiled():
+    """Labels of a narrow integer dtype (uint8 from MNIST's files, int8 with -1 meaning
+    the last class) as indices: before the fix the bounds check computed in uint8, so every
+    such call ran eagerly ('less of a uint8 array computes in uint8')."""
+    rng = np.random.default_rng(0)
+    f = jitted(softmax_loss_vectorized)
+    for labels in ([1, 3, 0, 3, 2], [0, 0, 1, 2, 3], [4, 0, 1, 2, 3]):  # 4: IndexError
+        W, X = rng.standard_normal((6, 4)) * 0.01, rng.standard_normal((5, 6))
+        for dtype in (np.uint8, np.int8):
+            y = np.array(labels, dtype) - (dtype == np.int8)  # int8: -1 is the last class
+            try:
+                want = softmax_loss_vectorized(W, X, y, 0.1)
+            except IndexError:
+                with pytest.raises(IndexError):
+                    f(W, X, y, 0.1)
+                continue
+            assert_same(f(W, X, y, 0.1), want, **F64)
+    no_internal_errors(f)
+    stats = f.stats()
+    assert not stats["eager_calls"] and stats["compiled_calls"] >= 3, f.explain()

@@ -359,7 +359,14 @@ def _watched(value):
     if type(value) in (dict, list):
         return True
     module = getattr(type(value), "__module__", "") or ""
-    return not (module == "builtins" or module.split(".")[0] in ("numpy", "tracejit"))
+    if module == "builtins":
+        # int, str, functions; but exec(source, {}) (no __name__) puts the classes that
+        # source defines in 'builtins' too, and their objects are the user's
+        return bool(type(value).__flags__ & _HEAP_TYPE)
+    return module.split(".")[0] not in ("numpy", "tracejit")
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made
 
 
 def _contents(value):

@@ -4,6 +4,8 @@ containers passed in; bincount, linspace, ascontiguousarray): each a minimal pro
 case, eager NumPy against ``jit``.
 """
 
+import linecache
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,48 @@ def test_an_iterator_inside_a_dict_argument_advances_at_every_call():
     eager_state, jit_state = {"schedule": iter(range(5))}, {"schedule": iter(range(5))}
     for _ in range(3):
         np.testing.assert_array_equal(f(np.ones(2), jit_state), step(np.ones(2), eager_state))
+
+
+# --- classes defined by exec(source, namespace) without __name__ ------------------------
+ACCUMULATOR = '''
+class Accumulator:
+    def __init__(self, data):
+        self.data = data
+
+    def __iadd__(self, other):
+        self.data = self.data + other
+        return self
+
+def accumulate(total, x):
+    total += x
+    return total.data * 2
+'''
+
+
+def exec_without_a_name(source):
+    """``exec(source, {})``, as some tools load code: the classes it defines get
+    ``__module__ == 'builtins'``. The source is in ``linecache`` (tracejit reads it)."""
+    filename = "<fuzz-findings19-exec>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"np": np}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the test's own source
+    return namespace
+
+
+def test_an_object_of_a_class_exec_put_in_builtins_keeps_no_traced_value():
+    """``total += x`` on an object passed in calls its ``__iadd__``, which sets
+    ``total.data`` around the front end's hooks; ``attribute_writes.watch`` catches such a
+    change after the trace and undoes it (the call runs eagerly). It skipped objects whose
+    class is in 'builtins' (meant for int, str, functions), and a class defined by
+    ``exec(source, {})`` is there too: the trace left a Tracer in ``total.data``, and every
+    later call raised 'a traced value was used after its trace finished'."""
+    namespace = exec_without_a_name(ACCUMULATOR)
+    assert namespace["Accumulator"].__module__ == "builtins"
+    accumulate, make = namespace["accumulate"], namespace["Accumulator"]
+    f = tj.jit(accumulate, cache="memory")
+    eager_total, jit_total = make(np.zeros(3)), make(np.zeros(3))
+    for _ in range(3):
+        np.testing.assert_array_equal(f(jit_total, np.ones(3)),
+                                      accumulate(eager_total, np.ones(3)))
+        assert type(jit_total.data) is np.ndarray
+        np.testing.assert_array_equal(jit_total.data, eager_total.data)

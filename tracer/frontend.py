@@ -489,6 +489,10 @@ class Hooks:
                 raise trace_error("np.add.at into a global array; compiled runs would skip it. "
                                "Return the new array instead")
             return function(self._traced_copy(args[0]), *args[1:], **kwargs)
+        if function is np.copyto and args and isinstance(args[0], np.ndarray) and any_traced(
+                (*args[1:], *kwargs.values())) and not self.context.is_implicit(args[0]):
+            # np.copyto(h, h_new, where=active) into a buffer made here: into its traced copy
+            return function(self._traced_copy(args[0]), *args[1:], **kwargs)
         if function is float and len(args) == 1 and not kwargs and isinstance(
                 args[0], Tracer) and (number := python_number(args[0], float)) is not None:
             return number  # return float(loss): a run-time Python float, not a guarded value

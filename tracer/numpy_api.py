@@ -35,6 +35,7 @@ from . import (
 )
 from .array_comparisons import array_equal, array_equiv
 from .conversions import keep_python_int_in_range
+from .copy_into import copyto
 from .diagonals import diag, diagflat, diagonal, diagonal_offsets, fill_diagonal, trace
 from .dims import SymInt
 from .einsum import einsum, tensordot
@@ -1059,6 +1060,7 @@ FUNCTIONS = {
     np.diagonal: diagonal,
     np.trace: trace,
     np.fill_diagonal: fill_diagonal,
+    np.copyto: copyto,
 }
 # The composites that live in modules of their own, each with its table.
 for _module in (array_reshaping, choices, counting, even_spacing, finite_differences,

@@ -23,6 +23,10 @@ runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``mat
 ``math.exp``) converted it with ``float()``, which pins the value (a guard ``float(...) ==
 0.6895``): every call with other data took a side exit until the function ran eagerly; they
 are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
+``np.copyto(h, candidate, where=active)`` (a ragged batch's finished rows keeping their
+state) was not supported, so the whole step ran eagerly; it is now the write ``dst[...] =
+np.where(where, src, dst)`` after NumPy's own cast and broadcast checks
+(``tracer/copy_into.py``; a loop whose body calls it for its effect still unrolls).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -62,3 +66,40 @@ def test_math_functions_of_traced_numbers_stay_run_time_floats():
     assert f.stats()["compiles"] == 1, f.explain()
     # off the domain: math.log of a negative eigenvalue raises ValueError on both sides
     run_calls(power_method, [(_spd(5, 4, sign=-1.0), np.ones(5))], **F64)
+
+
+# --- np.copyto: finished sequences keep their state ------------------------------------
+def masked_rnn(x, lengths, W, U):
+    """TensorFlow's ``dynamic_rnn`` copy-through (``where(finished, state, new_state)``)
+    written with ``np.copyto(h, candidate, where=active)`` over a ragged batch."""
+    B, T, _ = x.shape
+    h = np.zeros((B, U.shape[0]))
+    outs = np.zeros((B, T, U.shape[0]))
+    for t in range(T):
+        candidate = np.tanh(x[:, t] @ W + h @ U)
+        np.copyto(h, candidate, where=(t < lengths)[:, None])
+        outs[:, t] = h
+    return outs, h
+
+
+def copy_into_argument(dst, src, casting):
+    np.copyto(dst, src * 2, casting=casting, where=src > 0)
+    return dst[0]
+
+
+def test_copyto_over_a_ragged_batch_compiles():
+    """Before the fix every call ran eagerly ('np.copyto is not supported')."""
+    rng = np.random.default_rng(5)
+    W, U = rng.standard_normal((3, 4)), rng.standard_normal((4, 4)) * 0.4
+    calls = [(rng.standard_normal((3, 3, 3)), np.array([0, 3, 2]), W, U)]
+    f = run_calls(masked_rnn, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 2), f.explain()
+    # into an argument (the caller sees the write), float32 and int destinations: an int
+    # one under 'same_kind' raises NumPy's TypeError on both sides, 'unsafe' truncates
+    src = rng.standard_normal((3, 4)) * 3
+    f = run_calls(copy_into_argument, [
+        (np.zeros((3, 4), np.float32), src, "same_kind"),
+        (np.zeros((3, 4), np.int64), src, "same_kind"), (np.zeros((3, 4), np.int64), src, "unsafe"),
+    ], **F64)
+    no_internal_errors(f)

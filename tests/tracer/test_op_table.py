@@ -1141,6 +1141,7 @@ FUNCTION_CASES = [
     fcase(np.diagonal, (3, 4), call=lambda f, x: f(x, 1)),
     fcase(np.trace, (4, 3), call=lambda f, x: f(x, -1)),
     fcase(np.fill_diagonal, (4, 3), call=lambda f, x: (f(x, 2), x)[1]),  # in place
+    fcase(np.copyto, (3, 4), (3, 4), call=lambda f, x, y: (f(x, y, where=y > 0), x)[1]),
     fcase(np.append, (2, 3), (3,)),
     fcase(np.delete, (3, 4), call=lambda f, x: f(x, [0, 2], axis=1)),
     fcase(np.insert, (2, 3), call=lambda f, x: f(x, 1, 7, axis=0)),

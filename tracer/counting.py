@@ -53,7 +53,9 @@ def bincount(x, weights=None, minlength=0):
         if tuple(shape_of(weights)) != tuple(shape_of(x)):
             # (a dynamic length equal to x's is the same dim: no guard)
             raise as_numpy_would(ValueError("The weights and list don't have the same length."))
-    x = ops.bind(ops.cast_p, x, dtype=np.dtype(np.intp)) if kind != "i" else x
+    # NumPy counts in intp: bools, unsigned and narrow ints (int16 ids) are cast first
+    x = ops.bind(ops.cast_p, x, dtype=np.dtype(np.intp)) if kind != "i" or np.dtype(
+        dtype_of(x)).itemsize < 4 else x
     length = _length(x, minlength)
     if weights is None or shape_of(x)[0] == 0:  # NumPy counts nothing in ints, weighted too
         return add_at(ops.full((length,), 0, np.intp, like=x), x,

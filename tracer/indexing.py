@@ -28,7 +28,7 @@ from .primitives import any_traced, current_context, is_traced
 from .shapes import broadcast_shapes, size_of
 
 # Integer index dtypes compiled code does not compute in, all exact in int64.
-_NARROW_POSITIONS = frozenset(map(np.dtype, (np.int8, np.int16, np.uint8, np.uint16, np.uint32)))
+NARROW_POSITIONS = frozenset(map(np.dtype, (np.int8, np.int16, np.uint8, np.uint16, np.uint32)))
 
 
 def _is_integer(value):
@@ -218,7 +218,7 @@ class IndexPlan:
                         "arrays used as indices must be of integer (or boolean) type, "
                         f"not {np.dtype(entry.dtype)}"
                     )
-                if _is_array(entry) and np.dtype(entry.dtype) in _NARROW_POSITIONS:
+                if _is_array(entry) and np.dtype(entry.dtype) in NARROW_POSITIONS:
                     # uint8 labels (MNIST's idx files): NumPy indexes with their intp
                     # values; compiled code would compute the bounds check in uint8
                     entry = ops.bind(ops.cast_p, entry, dtype=np.dtype(np.int64)) if (

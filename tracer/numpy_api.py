@@ -41,7 +41,8 @@ from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
-from .indexing import add_at, getitem
+from .indexing import NARROW_POSITIONS, add_at, getitem
+from .log_reductions import LOG_REDUCTIONS
 from .nan_reductions import (
     nanargmax,
     nanargmin,
@@ -470,8 +471,9 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     if axis is None:
         a, axis = ops.reshape(a, (-1,)), 0
     axis = normalize_axis(axis, ndim_of(a))
-    if hasattr(indices, "dtype") and dtype_of(indices) == np.bool_:
-        indices = astype(indices, np.int64)  # NumPy casts to intp ('safe'): 0 and 1
+    if hasattr(indices, "dtype") and (dtype_of(indices) == np.bool_ or np.dtype(
+            dtype_of(indices)) in NARROW_POSITIONS):
+        indices = astype(indices, np.int64)  # NumPy casts to intp ('safe'): 0 and 1, bytes
     if mode != "raise":
         indices = _index_in_range(indices, shape_of(a)[axis], mode)
     elif hasattr(indices, "dtype") and dtype_of(indices).kind not in "iu":

@@ -31,7 +31,8 @@ as ``layer.W = ...`` does (``tracer/frontend.py``). Labels of a narrow integer d
 (uint8, as MNIST's idx files and many loaders give them; int8) used as indices
 (``probs[np.arange(N), y]``, ``np.eye(C)[y]``) made every call run eagerly: the bounds check
 computed in uint8, which compiled code does not; such an index is now cast to int64 first,
-as NumPy indexes with intp (``tracer/indexing.py``).
+as NumPy indexes with intp (``tracer/indexing.py``), and so are ``np.take``'s indices
+(``numpy_api.take``) and ``np.bincount``'s int8/int16 values (``counting.bincount``).
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
@@ -209,3 +210,22 @@ def test_uint8_and_int8_labels_index_as_numpy_does_compiled():
     no_internal_errors(f)
     stats = f.stats()
     assert not stats["eager_calls"] and stats["compiled_calls"] >= 3, f.explain()
+
+
+def class_counts(p, y):
+    """Per-class rows by ``np.take``, counts by ``np.bincount``, the label's probability by
+    ``np.take_along_axis`` (naive Bayes and kNN votes written with NumPy's helpers)."""
+    return (np.take(p, y, axis=0).sum(0), np.bincount(y, minlength=p.shape[1]),
+            np.take_along_axis(p, y[:, None], axis=1))
+
+
+def test_int16_labels_through_take_and_bincount_compiled():
+    """Before the fix ``np.take`` gathered with the int16 index and ``np.bincount``'s range
+    guard compared in int16: eager on every call."""
+    f = jitted(class_counts)
+    p = np.random.default_rng(2).standard_normal((5, 5))
+    for labels in ([1, 0, 4, 4, 2], [3, 3, 0, 1, 2]):
+        y = np.array(labels, np.int16)
+        assert_same(f(p, y), class_counts(p, y))
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] == 1 and not f.stats()["eager_calls"], f.explain()

@@ -294,11 +294,13 @@ def _say_missing():
         "(correct, slower); `tracejit env` shows it")
 
 
-# What float32 products a decision reads call besides sgemm, as NumPy's matmul does; the
-# version is in ``available()``, so cached programs from another rule are not reused.
-NUMPY_CALLS_VERSION = 1
+# What float32 and float64 products a decision reads call besides gemm, as NumPy's matmul
+# does; the version is in ``available()``, so cached programs from another rule are not
+# reused (2: float64 products too).
+NUMPY_CALLS_VERSION = 2
 NUMPY_CALLS = {"tj_sgemv": "scipy_cblas_sgemv64_", "tj_sdot": "scipy_cblas_sdot64_",
-               "tj_ssyrk": "scipy_cblas_ssyrk64_"}
+               "tj_ssyrk": "scipy_cblas_ssyrk64_", "tj_dgemv": "scipy_cblas_dgemv64_",
+               "tj_ddot": "scipy_cblas_ddot64_", "tj_dsyrk": "scipy_cblas_dsyrk64_"}
 
 
 def symbols(object_code=b""):

@@ -58,7 +58,7 @@ from .gemm_driver import (
     WHERE_OTHER_POSITIVE,
 )
 from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, const, is_unit, size_of
-from .numpy_products import emit_numpy_product, is_decision_product
+from .numpy_products import NUMPY_DTYPES, emit_numpy_product, is_decision_product
 from .parallel import POOL_FIELDS, THREADS
 from .schedule import reshaped_buffer
 
@@ -349,12 +349,13 @@ def rows_folded(kernel):
 
 
 def numpy_exact(kernel):
-    """True when this float32 product reaches a decision (``codegen/numpy_products.py``):
-    it is then computed as NumPy computes it, by the OpenBLAS calls NumPy's matmul makes,
-    per batch entry (no rows folded), never by the own GEMM. (Not under the ``own``
-    setting: every float32 product on the own GEMM, for its tests and benchmarks.)"""
+    """True when this float32 or float64 product reaches a decision
+    (``codegen/numpy_products.py``): it is then computed as NumPy computes it, by the
+    OpenBLAS calls NumPy's matmul makes, per batch entry (no rows folded), never by the own
+    GEMM. (Not under the ``own`` setting: every product on the own GEMM, for its tests and
+    benchmarks.)"""
     anchor = kernel.kernel.anchor
-    return np.dtype(anchor.out.aval.dtype) == np.dtype(np.float32) and blas.openblas() and (
+    return np.dtype(anchor.out.aval.dtype) in NUMPY_DTYPES and blas.openblas() and (
         blas.gemm_setting() != "own") and is_decision_product(kernel)
 
 
@@ -535,7 +536,8 @@ def build_gemm_call(kernel):
             if as_numpy:  # a decision reads it: NumPy's own call (gemv, dot, syrk, gemm)
                 emit_numpy_product(builder, builder.module, values,
                                    (a_pointer, b_pointer, c_pointer),
-                                   (a_transposed, b_transposed), (lda, ldb), call_sgemm)
+                                   (a_transposed, b_transposed), (lda, ldb), call_sgemm,
+                                   dtype)
             else:
                 call_sgemm()
 

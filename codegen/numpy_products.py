@@ -56,12 +56,13 @@ from tracejit.tracer.ir import Eqn, Guard, Var
 from .counted_loop import counted_loop
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
-F32 = ir.FloatType()
+F32, F64 = ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 ROW_MAJOR, COLUMN_MAJOR, NO_TRANSPOSE, TRANSPOSE, UPPER = 101, 102, 111, 112, 121
 # Where a result's side decides (what ``discontinuities`` checks), plus orderings.
 DECISIONS = frozenset(AMBIGUITY) | {"argsort", "sort", "searchsorted"}
 F32_DTYPE = np.dtype(np.float32)
+NUMPY_DTYPES = (F32_DTYPE, np.dtype(np.float64))
 # Loop bodies whose carried values reach a decision (``note_loop``), by body name.
 _deciding_bodies = set()
 # Products a backward graph decides on (``note_partition``), by the forward graph's name.
@@ -155,17 +156,18 @@ def note_partition(joint, forward):
 
 
 def decision_products(graph):
-    """The names of the float32 ``matmul`` results in ``graph`` that reach a decision."""
+    """The names of the float32 and float64 ``matmul`` results in ``graph`` that reach a
+    decision."""
     deciding = _deciding_vars(graph, graph.name in _deciding_bodies)
     deciding |= _decided_in_backward.get(graph.name, set())
     return frozenset(
         item.out.name for item in graph.body
         if isinstance(item, Eqn) and item.prim.name == "matmul"
-        and np.dtype(item.out.aval.dtype) == F32_DTYPE and item.out.name in deciding)
+        and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES and item.out.name in deciding)
 
 
 def is_decision_product(kernel):
-    """True when ``kernel``'s matmul (a float32 product) reaches a decision."""
+    """True when ``kernel``'s matmul (a float32 or float64 product) reaches a decision."""
     schedule = kernel.schedule
     found = getattr(schedule, "_decision_products", None)
     if found is None:
@@ -182,28 +184,40 @@ def _declare(module, name, returns, arguments):
     return function
 
 
-def sgemv_function(module):
-    """CBLAS ``sgemv`` (64-bit integers), imported as ``tj_sgemv``."""
-    return _declare(module, "tj_sgemv", ir.VoidType(),
-                    [I32, I32, I64, I64, F32, PTR, I64, PTR, I64, F32, PTR, I64])
+def _element(dtype):
+    """``(BLAS prefix, LLVM type)`` of a float32 or float64 product."""
+    return ("s", F32) if np.dtype(dtype) == F32_DTYPE else ("d", F64)
 
 
-def sdot_function(module):
-    """CBLAS ``sdot`` (64-bit integers), imported as ``tj_sdot``."""
-    return _declare(module, "tj_sdot", F32, [I64, PTR, I64, PTR, I64])
+def sgemv_function(module, dtype=F32_DTYPE):
+    """CBLAS ``sgemv`` (``dgemv`` for float64; 64-bit integers), imported as ``tj_sgemv``
+    (``tj_dgemv``)."""
+    prefix, element = _element(dtype)
+    return _declare(module, f"tj_{prefix}gemv", ir.VoidType(),
+                    [I32, I32, I64, I64, element, PTR, I64, PTR, I64, element, PTR, I64])
 
 
-def ssyrk_function(module):
-    """CBLAS ``ssyrk`` (64-bit integers), imported as ``tj_ssyrk``."""
-    return _declare(module, "tj_ssyrk", ir.VoidType(),
-                    [I32, I32, I32, I64, I64, F32, PTR, I64, F32, PTR, I64])
+def sdot_function(module, dtype=F32_DTYPE):
+    """CBLAS ``sdot`` (``ddot``; 64-bit integers), imported as ``tj_sdot`` (``tj_ddot``)."""
+    prefix, element = _element(dtype)
+    return _declare(module, f"tj_{prefix}dot", element, [I64, PTR, I64, PTR, I64])
 
 
-def emit_numpy_product(builder, module, values, operands, transposed, leading, call_sgemm):
-    """Emit what NumPy's matmul calls for ``C = A @ B`` (float32, row-major ``C`` with rows
-    ``n`` apart): ``values`` are ``(m, n, k)`` (i64), ``operands`` the pointers ``(A, B,
-    C)``, ``transposed`` whether A and B are read transposed, ``leading`` their leading
-    dimensions; ``call_sgemm()`` emits the ``sgemm`` call the kernel makes otherwise."""
+def ssyrk_function(module, dtype=F32_DTYPE):
+    """CBLAS ``ssyrk`` (``dsyrk``; 64-bit integers), imported as ``tj_ssyrk``
+    (``tj_dsyrk``)."""
+    prefix, element = _element(dtype)
+    return _declare(module, f"tj_{prefix}syrk", ir.VoidType(),
+                    [I32, I32, I32, I64, I64, element, PTR, I64, element, PTR, I64])
+
+
+def emit_numpy_product(builder, module, values, operands, transposed, leading, call_sgemm,
+                       dtype=F32_DTYPE):
+    """Emit what NumPy's matmul calls for ``C = A @ B`` (``dtype`` float32 or float64,
+    row-major ``C`` with rows ``n`` apart): ``values`` are ``(m, n, k)`` (i64),
+    ``operands`` the pointers ``(A, B, C)``, ``transposed`` whether A and B are read
+    transposed, ``leading`` their leading dimensions; ``call_sgemm()`` emits the ``gemm``
+    call the kernel makes otherwise."""
     m, n, k = values
     a, b, c = operands
     a_transposed, b_transposed = transposed
@@ -227,22 +241,24 @@ def emit_numpy_product(builder, module, values, operands, transposed, leading, c
             single = builder.and_(equal(m, 1), equal(n, 1))
             with builder.if_else(single) as (dot, wider):
                 with dot:
-                    value = builder.call(sdot_function(module), [k, a, a_step, b, b_step])
+                    value = builder.call(sdot_function(module, dtype),
+                                         [k, a, a_step, b, b_step])
                     builder.store(value, c)
                 with wider:
                     _vectors_or_matrices(builder, module, values, operands, transposed,
-                                         leading, (a_step, b_step), call_sgemm)
+                                         leading, (a_step, b_step), call_sgemm, dtype)
 
 
 def _vectors_or_matrices(builder, module, values, operands, transposed, leading, steps,
-                         call_sgemm):
+                         call_sgemm, dtype):
     m, n, k = values
     a, b, c = operands
     a_transposed, b_transposed = transposed
     lda, ldb = leading
     a_step, b_step = steps
-    one, zero = ir.Constant(F32, 1.0), ir.Constant(F32, 0.0)
-    gemv = sgemv_function(module)
+    _, element = _element(dtype)
+    one, zero = ir.Constant(element, 1.0), ir.Constant(element, 0.0)
+    gemv = sgemv_function(module, dtype)
 
     def i32(value):
         return ir.Constant(I32, value)
@@ -266,31 +282,32 @@ def _vectors_or_matrices(builder, module, values, operands, transposed, leading,
                         call_sgemm()
                     else:
                         _gemm_or_syrk(builder, module, values, operands, a_transposed, lda,
-                                      call_sgemm)
+                                      call_sgemm, dtype)
 
 
-def _gemm_or_syrk(builder, module, values, operands, a_transposed, lda, call_sgemm):
+def _gemm_or_syrk(builder, module, values, operands, a_transposed, lda, call_sgemm, dtype):
     """``x @ x.T`` (the same memory, one side transposed): NumPy's ``ssyrk`` and its copy
     of the upper triangle into the lower; any other pair: ``sgemm``."""
     m, n, k = values
     a, b, c = operands
+    _, element = _element(dtype)
     same = builder.and_(builder.icmp_unsigned("==", builder.ptrtoint(a, I64),
                                               builder.ptrtoint(b, I64)),
                         builder.icmp_signed("==", m, n))
     with builder.if_else(same) as (symmetric, general):
         with symmetric:
-            builder.call(ssyrk_function(module), [
+            builder.call(ssyrk_function(module, dtype), [
                 ir.Constant(I32, ROW_MAJOR), ir.Constant(I32, UPPER),
                 ir.Constant(I32, TRANSPOSE if a_transposed else NO_TRANSPOSE), n, k,
-                ir.Constant(F32, 1.0), a, lda, ir.Constant(F32, 0.0), c, n])
+                ir.Constant(element, 1.0), a, lda, ir.Constant(element, 0.0), c, n])
 
             def row(i):
                 def column(j):
                     upper = builder.gep(c, [builder.add(builder.mul(i, n), j)],
-                                        source_etype=F32)
+                                        source_etype=element)
                     lower = builder.gep(c, [builder.add(builder.mul(j, n), i)],
-                                        source_etype=F32)
-                    builder.store(builder.load(upper, typ=F32), lower)
+                                        source_etype=element)
+                    builder.store(builder.load(upper, typ=element), lower)
 
                 counted_loop(builder, builder.add(i, ir.Constant(I64, 1)), n, column,
                              label="syrk.copy.column")

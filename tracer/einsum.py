@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from . import ops
 from .errors import UnsupportedError
 from .ops import dtype_of
 from .out_arguments import write_out
+from .primitives import current_context
 from .shapes import ShapeError, normalize_axis
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
@@ -192,7 +194,19 @@ def _contract_pair(a, a_labels, b, b_labels, keep):
     b = ops.reshape(_arrange(b, b_labels, batch + summed + right),
                     _sizes(b, b_labels, batch) + (_product(summed_dims), _product(right_dims)))
     product = ops.matmul(a, b)
+    _note_einsum_order(product)
     return ops.reshape(product, batch_dims + left_dims + right_dims), batch + left + right
+
+
+def _note_einsum_order(product):
+    """NumPy's einsum (and tensordot's transposed copies) sums a contraction in its own
+    order, not by the BLAS calls its matmul makes: the product's location says so, and
+    ``margin_rules`` keeps its rounding bound where it takes a float64 product of exact
+    operands as NumPy's to the bit."""
+    var = getattr(product, "ir_var", None)
+    locations = getattr(current_context(), "locations", None)
+    if var is not None and locations is not None and var.name in locations:
+        locations[var.name] = replace(locations[var.name], via="np.einsum")
 
 
 def _is_one(dim):

@@ -28,10 +28,13 @@ lanes still ``active`` after test ``k`` (no exit taken so far in the trip) take 
 
 which, with one break, is the ``where(done, carried, where(stop, at_break, after))`` of
 ``while_loops``. Trip 0 of the first call is recorded the same way (``first``), except
-that where this call's own path takes a break there the loop ends as Python decides (a
-guard per decision: the trips after a break are not run, even traced), and that carries
-whose kinds change in it (a NumPy 0-d array becoming a scalar) are decided as Python
-decides too. ``written_trips`` runs trips as Python runs them.
+that where this call's own path takes a break there on a Python decision the loop ends
+as Python decides (a guard per decision: the trips after the break are not run, even
+traced), and that carries whose kinds change in it (a NumPy 0-d array becoming a scalar)
+are decided as Python decides too. A break there on a traced test is recorded as any
+trip's (trips 1 and 2 are traced with ``done`` set, changing nothing), so the loop is
+captured even when the first call exits at once. ``written_trips`` runs trips as Python
+runs them.
 """
 
 from __future__ import annotations
@@ -123,8 +126,11 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
         if not traced and not first:
             raise Refused("the body has break on a test that is no traced bool scalar")
         if first and left is None:
-            if (bool(ends.value) if traced else bool(ends)) and kind != "continue":
-                # this call's loop ends here, at trip 0: as Python decides
+            # A traced test ending this call's loop at trip 0 stays traced: the loop is
+            # captured all the same (the trips after it change nothing), so a first call
+            # that exits at once compiles the loop, not that exit alone (a later call
+            # running longer compiled it again). A Python decision ends it as Python does.
+            if not traced and bool(ends) and kind != "continue":
                 for decision in path:
                     bool(decision)
                 broke = bool(ends) and kind == "break"

@@ -155,6 +155,10 @@ class Location:
     line: int
     function: str = ""
     source: str = ""
+    # The NumPy function an equation stands in for, when NumPy computes it otherwise
+    # (``"np.einsum"``: a matmul its contraction became, which NumPy does not compute by
+    # its matmul's BLAS calls; ``tracejit.tracer.margin_rules._matmul``).
+    via: str = ""
 
     def __str__(self):
         where = f"{self.file}:{self.line}"

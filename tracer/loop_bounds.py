@@ -17,6 +17,14 @@ whole call: eager decides), and after the loop the result's bound is the carried
 (``margin_rules._loop`` reads it through the loop's ``bounds`` pairs). Once a check holds,
 the checked value is NumPy's, so an ``argmax`` fed back (greedy decoding) carries no bound.
 
+A carried value that enters exact and that one trip on exact values leaves exact (IEEE
+arithmetic, products by NumPy's own BLAS calls: gradient descent's ``w - lr * X.T @ (X @
+w - y) / n``, power iteration's ``w / np.linalg.norm(w)``) is NumPy's to the bit at every
+trip, by induction: it carries no bound (the loop's ``exact`` param lists it), so a loop
+of hundreds of trips decides as NumPy does with no margin to outgrow. Products a bound
+is carried through take ``|A| @ |B|`` bounds (``full_products``), not the cheap row-norm
+ones, whose looseness compounds trip after trip.
+
 A carried value whose bound has no model (after a float32 matmul, a convolution, a loop
 nested in the body) stays unbounded, as at the top level, and the jumps reading it stay
 unchecked. Bounds are worst cases: one through a long recurrence with weights above 1 in
@@ -155,6 +163,7 @@ def _bound_loop(graph, first):
     if not wanted and not _decisions(body):
         return graph, _key(first)
     outer = _Slice(graph, cheap=True)
+    outer.full_products = True  # the initial bounds are carried too
     # Bound arithmetic an earlier loop put before its loop (its initial and passed-in
     # bounds) is ours, not a value NumPy computes: it has no bound of its own. Bounding it
     # again made each loop re-derive the bounds of every earlier loop's bounds - quadratic
@@ -185,13 +194,21 @@ def _bound_loop(graph, first):
                                          if symbol.name not in names) + body.symbols,
                      shape_guards=graph.shape_guards + body.shape_guards)
     infinite = loop_body_infinities(body, first.inputs, outer, num_carry)
+    # Carried values that are NumPy's to the bit at every trip need no carried bound: by
+    # induction, when they enter exact and one trip on exact values leaves them exact
+    # (a gradient step through products NumPy's own BLAS calls compute, margin_rules'
+    # _matmul). A worst-case bound carried instead grows with the trips until the exit's
+    # margin fails (gradient descent to a tolerance ran eagerly after ~40-50 trips).
+    exact = {position for position in carried if not isinstance(first.inputs[position], Var)
+             or outer.bound(first.inputs[position]) is None}
     while True:
         ctx = _Slice(scoped, cheap=True)
+        ctx.full_products = True  # margin_rules._matmul: carried, so |A| @ |B|
         ctx.infinite = infinite
         ctx.emitter.next_number = outer.emitter.next_number
         bound_inputs = {position: _fresh(ctx, AbstractArray(body.inputs[position].aval.shape,
                                                             F64))
-                        for position in carried}
+                        for position in carried if position not in exact}
         for position, bound in operand_bounds.items():
             shape = body.inputs[position].aval.shape if bound.aval.shape else ()
             bound_inputs[position] = _fresh(ctx, AbstractArray(shape, bound.aval.dtype))
@@ -204,6 +221,10 @@ def _bound_loop(graph, first):
                       if position not in unbounded}
         # A carried value whose bound after a trip is not modelled (or a non-float one
         # that is not exact) is unbounded from the start: try again without it.
+        inexact = {position for position in exact if out_bounds[position] is not None}
+        if inexact:  # not exact after a trip: carry its bound, and try again
+            exact -= inexact
+            continue
         lost = {position for position, bound in out_bounds.items()
                 if (_unbounded(bound) if is_float(body.inputs[position]) else bound is not None)}
         if not lost:
@@ -211,7 +232,8 @@ def _bound_loop(graph, first):
         for position in lost:
             unbounded[position] = ctx.unbounded(body.inputs[position])
         carried = [position for position in carried if position not in lost]
-    if items is None and not carried:
+    carried = [position for position in carried if position not in exact]
+    if items is None and not carried and not exact:
         return graph, _key(first)
 
     # The body: its bounds after a trip become carried outputs.
@@ -249,7 +271,7 @@ def _bound_loop(graph, first):
                 + tuple(passed) + tuple(passed_in))
     pairs = tuple((position, num_carry + index) for index, position in enumerate(carried))
     loop_params = dict(params, body=new_body, num_carry=num_carry + len(carried),
-                       bounds=pairs)
+                       bounds=pairs, exact=tuple(sorted(exact)))
     loop_params.pop("output")
     replaced = {}
     for eqn in group:

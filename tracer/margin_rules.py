@@ -1037,17 +1037,26 @@ def _any_all(ctx, eqn, bounds):
 def _matmul(ctx, eqn, bounds):
     cheap = getattr(ctx, "cheap", False)
     if cheap and all(bound is None for bound in bounds):
-        if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32):
-            # Exact operands, NumPy's bits: a float32 product that a decision (so this
-            # check) reads is computed by the BLAS calls NumPy's matmul makes
-            # (codegen/numpy_products.py). (float64 products keep their bound: the own
-            # GEMM and fused epilogues compute them.) Only in the cheap checks (masks,
-            # argmax, loop bodies), which had no bound for it before: an ``if``'s margin
-            # keeps the product's bound, since not every float32 matmul is NumPy's
-            # matmul - cumsum is traced as a product with a triangle of ones, einsum as
-            # a matmul, TRACEJIT_GEMM=own computes them all - and an ``if`` on those
-            # took the other branch than NumPy with no margin (review 15).
+        if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32) or (
+                eqn.out.aval.dtype == F64 and _numpy_matmul(ctx, eqn)):
+            # Exact operands, NumPy's bits: a float32 or float64 product that a decision
+            # (so this check) reads is computed by the BLAS calls NumPy's matmul makes
+            # (codegen/numpy_products.py); a float64 one only where the user wrote a
+            # matmul (_numpy_matmul: not an einsum's). Only in the cheap checks (masks,
+            # argmax, loop bodies): an ``if``'s margin keeps the product's bound, since
+            # not every float32 matmul is NumPy's matmul - einsum is traced as a matmul,
+            # TRACEJIT_GEMM=own computes them all - and an ``if`` on those took the
+            # other branch than NumPy with no margin (review 15).
             return None
+    if cheap and getattr(ctx, "full_products", False) and eqn.out.aval.dtype == F64:
+        # A bound a loop carries (loop_bounds: the body's, and its initial values') goes
+        # into the next trip, where the cheap rule's looseness (a row's L1 norm times the
+        # largest |b| of any column) compounds: Sinkhorn's u = a / (K @ v) ran eagerly
+        # after ~7 trips, or at once where u's entries span decades (the divisor's bound
+        # passed the divisor). |A| @ |B| keeps a positive product's relative bound growing
+        # by a few u per trip.
+        return _sum_of_products(ctx, eqn, bounds, eqn.inputs[0].aval.shape[-1],
+                                lambda left, right: ctx.emit(matmul_p, left, right))
     if cheap:
         a, b = eqn.inputs
         row_axis = (len(a.aval.shape) - 1,)
@@ -1061,11 +1070,22 @@ def _matmul(ctx, eqn, bounds):
                             lambda left, right: ctx.emit(matmul_p, left, right))
 
 
+def _numpy_matmul(ctx, eqn):
+    """Whether ``eqn`` is a product the user's code made as NumPy's matmul (``@``,
+    ``np.matmul``, ``np.dot``): its location is known and not an einsum's
+    (``tracer/einsum.py`` notes those). Equations without one (made by a pass, a nested
+    loop's body, a parsed graph) keep their bound."""
+    locations = getattr(getattr(ctx, "graph", None), "locations", None) or {}
+    location = locations.get(eqn.out.name)
+    return location is not None and not location.via
+
+
 def _loop(ctx, eqn, bounds):
     """Never exact, even on exact operands: its body's operations round as compiled code
     does (a compiled tanh is within 1.5 ulp of NumPy's, not equal to it), trip after trip.
     Bounded only where the loop carries its result's bound (``loop_bounds``: the ``loop``
-    result at the paired position)."""
+    result at the paired position); exact where ``loop_bounds`` found the result NumPy's
+    at every trip (``exact``)."""
     params = eqn.params_dict
     if params.get("exit") is not None and params["exit"] == params["output"]:
         # a while loop's done flag (tracer/while_loops.py): every trip's exit decision has
@@ -1081,6 +1101,8 @@ def _loop(ctx, eqn, bounds):
             return None
         if len(inexact) == 1 and tuple(inexact[0].aval.shape) == out_shape:
             return inexact[0]
+    if params["output"] in params.get("exact", ()):
+        return None  # NumPy's at every trip (loop_bounds: exact in, exact out of a trip)
     position = dict(params.get("bounds", ())).get(params["output"])
     if position is None:
         raise Unbounded

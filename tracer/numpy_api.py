@@ -550,6 +550,12 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's names
         x = astype(x, np.float64)  # NumPy computes norms of integers in float64
     ndim = ndim_of(x)
     if axis is None:
+        if ndim == 1 and ord in (None, 2):
+            # NumPy's own formula, sqrt(x.dot(x)): its BLAS dot where a decision reads the
+            # norm (codegen/numpy_products.py), so NumPy's bits (a power iteration's
+            # v = w / norm(w) stays exact from trip to trip: tracer/loop_bounds.py)
+            result = np.sqrt(ops.matmul(x, x))
+            return ops.reshape(result, (1,)) if keepdims else result
         if ord is None:  # the 2-norm of the flattened array, any rank
             result = np.sqrt(sum(x * x))
             return ops.reshape(result, (1,) * ndim) if keepdims else result

@@ -97,8 +97,8 @@ def count_halvings(x, tol):
 
 def test_a_python_int_counter_is_carried_and_returned_as_an_int():
     x = np.array([4.0, 1.0])
-    # several trips first (a first call that exits at once compiles that exit alone), then
-    # 0 trips (tol above), 1, and 50 (the counter's bound: tol 0)
+    # several trips first, then 0 trips (tol above), 1, and 50 (the counter's bound: tol 0);
+    # test_long_exit_loops starts with 0 trips
     tols = [0.3, 8.0, 3.0, 0.01, 0.0]
     f = run_all(count_halvings, [(x, np.array(tol)) for tol in tols])
     assert sorted(count_halvings(x, np.array(tol))[1] for tol in tols)[::4] == [0, 50]

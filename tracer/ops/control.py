@@ -10,7 +10,8 @@ dim literals, running over ``range(start, stop, step)``; ``start``/``stop`` are 
 ``output`` after the last iteration: a loop whose results are all used appears once per
 result, with the same operands and body; execution runs each such group once. ``bounds``
 pairs a carried value with the carried value that holds its rounding bound
-(``tracejit.tracer.loop_bounds``: compiled against NumPy, trip after trip). ``exit``
+(``tracejit.tracer.loop_bounds``: compiled against NumPy, trip after trip); ``exact``
+lists the carried values that are NumPy's to the bit at every trip. ``exit``
 (a while loop, ``tracejit.tracer.while_loops``) is the position of a carried bool
 scalar: the loop stops after the first trip that sets it (its body is the identity once
 it is set, so a trip more or less changes nothing but time).
@@ -298,7 +299,7 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
 
 
 def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, bounds=(),
-               exit=None, bindings=None, effects=None):
+               exact=(), exit=None, bindings=None, effects=None):
     avals = [var.aval for var in body.inputs]
     bindings = bind_symbols(avals, operands, bindings)
     start, stop = _evaluate(start, bindings), _evaluate(stop, bindings)
@@ -308,7 +309,7 @@ def _loop_impl(*operands, body, index, start, stop, step, num_carry, output=0, b
 
 
 def _loop_rule(*avals, body, index, start, stop, step, num_carry, output=0, bounds=(),
-               exit=None):
+               exact=(), exit=None):
     if len(avals) != len(body.inputs) or len(body.outputs) != num_carry:
         raise ValueError("a loop's operands must match its body's inputs, and its body "
                          "must return its carried values")

@@ -124,3 +124,40 @@ def test_llvm_prints_no_remarks_on_the_users_stderr(capfd):
             got, want = f(dH, C), _unrolled_backward(dH, C)
             np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     assert "not vectorized" not in capfd.readouterr().err
+
+
+def _sgd_update(w, g):
+    return w - 0.1 * g
+
+
+def _row_sums(x):
+    return np.exp(x).sum(axis=1)
+
+
+@pytest.mark.parametrize("function, shape", [(_sgd_update, (10,)), (_row_sums, (512, 10))],
+                         ids=["update of 10", "row sums of 512x10"])
+def test_a_static_kernel_below_the_pool_threshold_has_no_split_path(function, shape):
+    """Its entry calls the loop over the whole extent with constant bounds, so LLVM knows
+    the trip count (the MLP step's updates of its biases and its 10-class row kernels: the
+    module's LLVM time 190 -> 171 ms of CPU); no trampoline for the pool is emitted."""
+    from tracejit.codegen.parallel import PARALLEL_THRESHOLD
+
+    arguments = [values(shape, np.float32, seed) for seed in range(
+        function.__code__.co_argcount)]
+    program = compiled(("compile size", "never split", function.__name__), function,
+                       *arguments, dynamic=False)
+    assert np.prod(shape) < PARALLEL_THRESHOLD
+    assert "_chunk" not in program.llvm_ir and "tj_parallel_for" not in program.llvm_ir
+    (actual,) = program(*arguments)
+    np.testing.assert_allclose(actual, function(*arguments), rtol=1e-6)
+    if function is _sgd_update:  # the same operations on the same operands
+        np.testing.assert_array_equal(actual, function(*arguments))
+
+
+def test_a_static_kernel_the_pool_may_split_keeps_its_split_path():
+    size = 1 << 16  # PARALLEL_THRESHOLD elements and more: split when the pool has threads
+    w, g = values((size,), np.float32, 0), values((size,), np.float32, 1)
+    program = compiled(("compile size", "may split"), _sgd_update, w, g, dynamic=False)
+    assert "_chunk" in program.llvm_ir
+    (actual,) = program(w, g)
+    np.testing.assert_array_equal(actual, _sgd_update(w, g))

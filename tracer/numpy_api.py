@@ -915,6 +915,9 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
         }
         kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
         return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
+    if method == "reduce" and ufunc in LOG_REDUCTIONS:  # HMMs in log space: NumPy's fold
+        return LOG_REDUCTIONS[ufunc](*inputs, **{
+            key: value for key, value in kwargs.items() if value is not None or key == "axis"})
     if method == "accumulate" and ufunc in UFUNC_ACCUMULATIONS:
         if len(inputs) != 1:
             raise TypeError(f"{name}.accumulate takes one array")

@@ -27,6 +27,9 @@ are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
 state) was not supported, so the whole step ran eagerly; it is now the write ``dst[...] =
 np.where(where, src, dst)`` after NumPy's own cast and broadcast checks
 (``tracer/copy_into.py``; a loop whose body calls it for its effect still unrolls).
+``np.logaddexp.reduce`` (an HMM's forward pass in log space) was not supported: eager on
+every call; along an axis of static length it is now NumPy's fold of ``np.logaddexp``,
+unrolled (``tracer/log_reductions.py``).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -103,3 +106,37 @@ def test_copyto_over_a_ragged_batch_compiles():
         (np.zeros((3, 4), np.int64), src, "same_kind"), (np.zeros((3, 4), np.int64), src, "unsafe"),
     ], **F64)
     no_internal_errors(f)
+
+
+# --- HMM forward pass in log space: np.logaddexp.reduce over the states --------------------
+def hmm_log_forward(obs, log_pi, log_A, log_B):
+    T = obs.shape[0]
+    alpha = np.empty((T, log_A.shape[0]))
+    alpha[0] = log_pi + log_B[:, obs[0]]
+    for t in range(1, T):
+        alpha[t] = np.logaddexp.reduce(alpha[t - 1][:, None] + log_A, axis=0) + log_B[:, obs[t]]
+    return np.logaddexp.reduce(alpha[-1]), alpha
+
+
+def _hmm(T, seed, zero_symbol=False):
+    rng = np.random.default_rng(seed)
+    A, B = rng.random((2, 2)) + 0.1, rng.random((2, 3)) + 0.1
+    if zero_symbol:
+        B[:, 2] = 0.0  # an impossible symbol: -inf rows, then the fold of -inf and -inf
+    A, B = A / A.sum(1, keepdims=True), B / B.sum(1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return np.arange(T) % 3, np.log(np.full(2, 0.5)), np.log(A), np.log(B)
+
+
+def test_hmm_forward_by_logaddexp_reduce_compiles():
+    """Before the fix every call ran eagerly ('np.logaddexp.reduce is not supported'). The
+    second sequence holds an impossible symbol: -inf rows, then folds of -inf and -inf
+    (NumPy's values; eagerly where the margins cannot decide)."""
+    f = run_calls(hmm_log_forward, [_hmm(3, 0), _hmm(3, 2, zero_symbol=True)], **F64)
+    no_internal_errors(f)
+    stats = f.stats()
+    assert stats["compiled_calls"] + stats["traced_calls"] >= 2, f.explain()
+    assert stats["compiles"] == 1, f.explain()
+    # an empty axis: the ufunc has no identity, NumPy's ValueError on both sides
+    run_calls(lambda x: np.logaddexp2.reduce(x, axis=1), [
+        (np.zeros((2, 0)),), (np.log2(np.arange(1.0, 7.0).reshape(2, 3)),)])

@@ -300,8 +300,9 @@ class Hooks:
         if context.replaced and type(value) is np.ndarray and (
                 replacement := self._replacement(value)) is not None:
             return replacement  # a NumPy buffer written earlier in this trace
-        if type(value) is list and getattr(context, "appended_lists", None):
-            # self.X.append(x), then self.X[-1]: the item this call appended
+        if type(value) is list and id(value) in getattr(context, "appended_lists", ()):
+            # self.X.append(x), then self.X[-1]: the item this call appended (another list
+            # goes on below: its path is noted, so len(other.X) is guarded)
             return list_appends.read_back(context, value)
         if is_stateful(value) and descriptor[0] != "expression":
             raise trace_error(

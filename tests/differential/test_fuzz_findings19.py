@@ -98,3 +98,44 @@ def test_an_object_of_a_class_exec_put_in_builtins_keeps_no_traced_value():
                                       accumulate(eager_total, np.ones(3)))
         assert type(jit_total.data) is np.ndarray
         np.testing.assert_array_equal(jit_total.data, eager_total.data)
+
+
+# --- len() of one outside list in a call that appends to another -------------------------
+class Layer:
+    def __init__(self, history):
+        self.history = history
+
+
+def log_and_count(logger, other, x):
+    logger.history.append(x * 2)
+    return len(other.history) * x
+
+
+def count_calls(function, change):
+    """Five calls, ``other.history`` changed as ``change`` says from the third on: the
+    results and the appended list's length at the end."""
+    logger, other = Layer([np.zeros(2)]), Layer([np.zeros(2)])
+    results = []
+    for call in range(5):
+        if call >= 2 and change == "grown":
+            other.history.append(np.zeros(2))
+        elif call == 2 and change == "rebound":
+            other.history = [np.zeros(2)] * 4
+        elif call == 2 and change == "shared":
+            other.history = logger.history
+        results.append(function(logger, other, np.ones(2)))
+    return results, len(logger.history)
+
+
+@pytest.mark.parametrize("change", ["grown", "rebound", "shared"])
+def test_an_outside_lists_length_is_guarded_when_another_list_is_appended_to(change):
+    """Once the call had appended to an outside list, ``frontend.load`` returned every list
+    read from outside as ``list_appends.read_back`` gives it, before noting the path it was
+    read through: ``len(other.history)`` was folded without a guard, so compiled calls
+    returned the first call's length after ``other.history`` grew, was rebound to a longer
+    list, or became the appended list itself (eager 2, 3, 4 where compiled calls gave 1)."""
+    f = tj.jit(log_and_count, cache="memory")
+    got, got_length = count_calls(f, change)
+    want, want_length = count_calls(log_and_count, change)
+    np.testing.assert_array_equal(got, want)
+    assert got_length == want_length

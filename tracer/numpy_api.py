@@ -289,7 +289,9 @@ def _take_range(a, axis, start, stop):
 
 def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
     """``np.lib.stride_tricks.sliding_window_view`` (one window per axis; a writeable
-    view is refused: writes through overlapping windows have no array semantics)."""
+    view is refused: writes through overlapping windows have no array semantics). The
+    windows are a read-only view of ``x``, as NumPy's: a write into ``x`` while they live
+    runs the call eagerly (``traced_array.note_view``)."""
     if writeable:
         raise UnsupportedError("sliding_window_view(writeable=True) is not supported")
     sizes = tuple(window_shape) if np.iterable(window_shape) else (window_shape,)
@@ -303,7 +305,15 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     axes = tuple(normalize_axis(a, ndim_of(x)) for a in axes)
     if len(set(axes)) != len(axes):
         raise UnsupportedError("sliding_window_view over the same axis twice is not supported")
-    return ops.sliding_window(x, axes, sizes)
+    windows = ops.sliding_window(x, axes, sizes)
+    from .traced_array import Tracer, note_view  # cycle: traced_array -> numpy_api
+
+    if isinstance(x, Tracer) and isinstance(windows, Tracer):
+        # NumPy's windows are a read-only view of x: a write into x while they live shows
+        # in them, which the trace cannot follow (no steps), so it runs eagerly
+        note_view(x, windows)
+        windows.readonly = True
+    return windows
 
 
 def flip(m, axis=None):

@@ -18,8 +18,11 @@ filled in place; CTC's scaled forward recursion (awni/speech); DTW with a Sakoe-
 and an early-abandon ``return``; a U-Net's pad to the skip's size; label propagation with
 clamped labels; Lloyd's k-means (loop and vectorized, empty clusters keeping their centre).
 
-Findings, each fixed with its test here (every test fails before its fix). Needless eager
-runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
+Findings, each fixed with its test here (every test fails before its fix). Wrong result:
+``sliding_window_view(x, k)`` was a copy to the trace, so a write into ``x`` while the
+windows lived (``x[0] = 100``, then ``windows.sum(-1)``) did not show in them as it does in
+NumPy's view; the windows are now a read-only view of ``x`` without steps, so such a write
+runs the call eagerly, as for ``as_strided`` windows. Needless eager runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
 ``math.exp``) converted it with ``float()``, which pins the value (a guard ``float(...) ==
 0.6895``): every call with other data took a side exit until the function ran eagerly; they
 are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
@@ -140,3 +143,28 @@ def test_hmm_forward_by_logaddexp_reduce_compiles():
     # an empty axis: the ufunc has no identity, NumPy's ValueError on both sides
     run_calls(lambda x: np.logaddexp2.reduce(x, axis=1), [
         (np.zeros((2, 0)),), (np.log2(np.arange(1.0, 7.0).reshape(2, 3)),)])
+
+
+# --- windows by sliding_window_view: views of the array they were taken of ------------------
+def windows_then_write(x):
+    """NumPy's windows are a view of ``x``: a write into ``x`` shows in them."""
+    windows = np.lib.stride_tricks.sliding_window_view(x, 3)
+    before = windows.mean(-1)
+    x[0] = 100.0
+    return before, windows.sum(-1)
+
+
+def write_into_windows(x):
+    windows = np.lib.stride_tricks.sliding_window_view(x, 2)
+    windows[0, 0] = 1.0  # read-only in NumPy: ValueError
+    return windows
+
+
+def test_sliding_window_view_sees_writes_into_its_array():
+    """Wrong result before the fix: the windows were a copy to the trace, so ``windows.sum``
+    after ``x[0] = 100`` summed the old ``x[0]`` (0.63 where NumPy has 100.5). Such a write
+    now runs the call eagerly, as for ``as_strided`` windows."""
+    rng = np.random.default_rng(0)
+    f = run_calls(windows_then_write, [(rng.standard_normal(n),) for n in (5, 7)], **F64)
+    no_internal_errors(f)
+    run_calls(write_into_windows, [(np.zeros(4),)])

@@ -118,8 +118,9 @@ class EntrySpec:
             elif spec.kind == "scalar":
                 leaves.append(LeafSpec("scalar", spec.type_name))
                 inputs[spec.input_index] = ("leaf", position)
-            else:
-                leaves.append(LeafSpec("static", spec.type_name, value=spec.value))
+            else:  # (a set is checked against a copy: flags.add(1) between calls changes it)
+                value = set(spec.value) if type(spec.value) is set else spec.value
+                leaves.append(LeafSpec("static", spec.type_name, value=value))
         implicit = []
         for number, entry in enumerate(trace.implicit_inputs):
             aval = graph.inputs[entry.input_index].aval
@@ -356,9 +357,8 @@ def _guard_statements(spec, source, draws=True):
         source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, implicit in enumerate(spec.implicit):
         variable = f"implicit{number}"
-        path = source.constant(implicit.path, "P")
         source.add("try:")
-        source.add(f"    {variable} = {path}.resolve(leaves)")
+        source.add(f"    {variable} = {_reader(source, implicit.path)}")
         source.add("except (KeyError, AttributeError, IndexError, ValueError): "
                    f"return {source.miss}")
         scalar = number_type(implicit)
@@ -374,9 +374,8 @@ def _guard_statements(spec, source, draws=True):
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"
         if kind == "has":  # hasattr(layer, "cache") decided the trace: the same answer
-            reader = source.constant(path, "P")
             source.add("try:")
-            source.add(f"    {reader}.resolve(leaves)")
+            source.add(f"    {_reader(source, path)}")
             source.add(f"    {variable} = True")
             source.add(f"except AttributeError: {variable} = False")
             source.add(f"except (KeyError, IndexError, ValueError, TypeError): "
@@ -395,8 +394,7 @@ def _guard_statements(spec, source, draws=True):
                 raise ValueError(f"entry guard: global {name!r} is not a name")
             source.add(f"    {variable} = {namespace}[{name!r}]")  # an identifier: safe as text
         else:
-            reader = source.constant(path, "P")
-            source.add(f"    {variable} = {reader}.resolve(leaves)")
+            source.add(f"    {variable} = {_reader(source, path)}")
         source.add("except (KeyError, AttributeError, IndexError, ValueError, TypeError): "
                    f"return {source.miss}")
         if kind == "is":
@@ -418,6 +416,12 @@ def _guard_statements(spec, source, draws=True):
     if spec.draws is not None:
         _draw_statements(spec.draws, source, bound, values, draws)
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _reader(source, path):
+    """Text reading ``path`` (a ``tracer.implicit.Path``) from the call's leaves: one
+    attribute or item access per step, as ``path.resolve(leaves)`` reads it."""
+    return path.expression(lambda value: source.constant(value, "P"))
 
 
 def _draw_statements(program, source, bound, values, draws):
@@ -450,7 +454,7 @@ def _leaf_checks(source, spec, bound, native=False):
         elif leaf.kind == "scalar":
             kind = source.constant(argument_scalar_type(leaf.type_name), "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
-        elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic):
+        elif is_json_value(leaf.value) or isinstance(leaf.value, (np.generic, set)):
             kind = source.constant(type(leaf.value), "T")
             source.add(f"if type({variable}) is not {kind} or "
                        f"{_differs(source, variable, leaf.value)}: return {source.miss}")

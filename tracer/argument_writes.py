@@ -101,6 +101,9 @@ class CallArguments(tuple):
 
     @functools.cached_property
     def leaves(self):
+        args, kwargs = self
+        if not kwargs and not any(isinstance(arg, (list, tuple, dict)) for arg in args):
+            return args  # flat: each argument is a leaf (model, x), as entry guards read it
         return pytree.flatten(tuple(self))[0]
 
 

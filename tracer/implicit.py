@@ -19,6 +19,7 @@ their ``Path`` at every call.
 from __future__ import annotations
 
 import functools
+import keyword
 import types
 from dataclasses import dataclass
 
@@ -62,6 +63,32 @@ class Path:
             value = getattr(value, key) if step == "attr" else value[key]
         return value
 
+    def expression(self, constant, leaves="leaves"):
+        """Python text that reads what ``resolve`` reads, for generated entry guards (one
+        attribute or item access per step, no loop); ``constant(value)`` names a value
+        the text refers to, ``leaves`` names the argument leaves.
+
+        >>> import types
+        >>> names = {}
+        >>> def constant(value):
+        ...     names[f"K{len(names)}"] = value
+        ...     return f"K{len(names) - 1}"
+        >>> Path(("arg", 0), (("attr", "layers"), ("item", 1), ("attr", "W"))).expression(constant)
+        'leaves[0].layers[K0].W'
+        """
+        kind = self.root[0]
+        if kind == "arg" and type(self.root[1]) is int:
+            text = f"{leaves}[{self.root[1]}]"
+        elif kind == "global":
+            text = f"{constant(self.root[1])}[{constant(self.root[2])}]"
+        elif kind == "closure":
+            text = f"{constant(self.root[1])}.cell_contents"
+        elif kind == "self":
+            text = constant(self.root[1])
+        else:  # defaults: as resolve reads them
+            text = f"{constant(Path(self.root))}.resolve({leaves})"
+        return steps_expression(text, self.steps, constant)
+
     def attr(self, name):
         """The path of attribute ``name`` of the object here (``self.optimizer`` -> ``.lr``)."""
         return Path(self.root, self.steps + (("attr", name),))
@@ -89,6 +116,19 @@ class Path:
         for step, key in self.steps:
             head += f".{key}" if step == "attr" else f"[{key!r}]"
         return head
+
+
+def steps_expression(text, steps, constant):
+    """``text`` (an expression) followed by ``steps`` (``Path.steps``) as Python text."""
+    for step, key in steps:
+        if step == "attr" and isinstance(key, str) and key.isidentifier() and not (
+                keyword.iskeyword(key)):
+            text = f"{text}.{key}"  # an identifier: safe as text
+        elif step == "attr":
+            text = f"getattr({text}, {constant(key)})"
+        else:
+            text = f"{text}[{constant(key)}]"
+    return text
 
 
 def _scan(value, path, found, depth, seen, objects=None):

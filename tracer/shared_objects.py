@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .implicit import Path
+from .implicit import Path, steps_expression
 from .object_paths import holds_attributes
 
 # Resolving a path that no longer leads anywhere: the other entry guards report it.
@@ -140,33 +140,21 @@ def _compiled_check(shared):
         namespace[name] = value
         return name
 
-    def steps_text(base, steps):
-        for step, key in steps:
-            if step == "attr" and isinstance(key, str) and key.isidentifier():
-                base = f"{base}.{key}"  # an identifier: safe as text
-            elif step == "attr":
-                base = f"getattr({base}, {constant(key)})"
-            else:
-                base = f"{base}[{constant(key)}]"
-        return base
-
     for number, where in enumerate(shared.containers):
         names.append(f"o{number}")
-        lines.append(f"o{number} = " + steps_text("arguments", [("item", key) for key in where]))
+        lines.append(f"o{number} = " + steps_expression(
+            "arguments", [("item", key) for key in where], constant))
     known = {}  # path key -> variable
     for path in shared.paths:
         name = f"o{len(names)}"
         for end in range(len(path.steps) - 1, -1, -1):  # the longest known prefix
             prefix = Path(path.root, path.steps[:end]).key
             if prefix in known:
-                lines.append(f"{name} = {steps_text(known[prefix], path.steps[end:])}")
+                text = steps_expression(known[prefix], path.steps[end:], constant)
                 break
         else:
-            if path.root[0] == "arg" and type(path.root[1]) is int:
-                base = f"leaves[{path.root[1]}]"
-            else:
-                base = f"{constant(Path(path.root))}.resolve(leaves)"
-            lines.append(f"{name} = {steps_text(base, path.steps)}")
+            text = path.expression(constant)
+        lines.append(f"{name} = {text}")
         known[path.key] = name
         names.append(name)
     same = [f"{names[position]} is {names[label]}"

@@ -139,3 +139,33 @@ def test_an_outside_lists_length_is_guarded_when_another_list_is_appended_to(cha
     want, want_length = count_calls(log_and_count, change)
     np.testing.assert_array_equal(got, want)
     assert got_length == want_length
+
+
+# --- a set passed in and changed in place between calls ---------------------------------
+def scaled_if_flagged(x, flags):
+    if 1 in flags:
+        x = x * 2
+    return x * len(flags)
+
+
+def scaled_by_config(x, config):
+    return x * (2 if "double" in config["flags"] else 1)
+
+
+@pytest.mark.parametrize("function, make, flag", [
+    (scaled_if_flagged, lambda: {0}, 1),
+    (scaled_by_config, lambda: {"flags": {"half"}}, "double"),
+], ids=["argument", "in a dict argument"])
+def test_a_set_argument_changed_in_place_is_a_new_variant(function, make, flag):
+    """A set argument is a static leaf, and its entry check was ``leaf is <the set>``: the
+    set the caller then changed in place (``flags.add(1)``) passed it, and compiled calls
+    kept the trace's ``1 in flags`` and ``len(flags)`` (1.0 where eager gives 4.0). The
+    check compares with a copy now, as a set read from outside is compared."""
+    f = tj.jit(function, cache="memory")
+    eager_argument, jit_argument = make(), make()
+    for call in range(4):
+        if call == 2:
+            for argument in (eager_argument, jit_argument):
+                (argument if type(argument) is set else argument["flags"]).add(flag)
+        np.testing.assert_array_equal(f(np.ones(2), jit_argument),
+                                      function(np.ones(2), eager_argument))

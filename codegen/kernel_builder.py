@@ -33,6 +33,8 @@ from .kernel_index import (
     FusionConflict,
     IndexComponent,
     const,
+    index_add,
+    index_mul,
     is_inner,
 )
 from .kernel_kinds import build_kernel
@@ -149,7 +151,7 @@ class KernelBuilder:
         strides, running = [], const(1)
         for dim in reversed(shape):
             strides.append(running)
-            running = self.entry.mul(running, self.dim(dim))
+            running = index_mul(self.entry, running, self.dim(dim))
         return list(reversed(strides))
 
     def buffer_strides(self, name):
@@ -165,7 +167,7 @@ class KernelBuilder:
         else:
             offset = const(0)
             for component, stride in zip(index, self.buffer_strides(name)):
-                offset = builder.add(offset, builder.mul(component.value, stride))
+                offset = index_add(builder, offset, index_mul(builder, component.value, stride))
         return builder.gep(self.pointers[name], [offset], inbounds=True,
                           source_etype=dt.memory_type(dtype))
 

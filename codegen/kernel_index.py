@@ -58,6 +58,54 @@ def const(value):
     return ir.Constant(I64, value)
 
 
+def _known(value):
+    """The int an i64 constant holds, else None."""
+    if isinstance(value, ir.Constant) and value.type == I64 and isinstance(value.constant, int):
+        return value.constant
+    return None
+
+
+def _folded(value):
+    """``value`` as an i64 constant when it fits (LLVM's ``mul`` and ``add`` wrap; these
+    folds only skip work, so a product past i64 is left to them)."""
+    return const(value) if -(1 << 63) <= value < (1 << 63) else None
+
+
+def index_mul(builder, left, right):
+    """``left * right`` of i64 index values, without an instruction where an operand is
+    the constant 0 or 1 or both are constants. Offsets and strides were full of
+    ``mul x, 1``, ``mul 1, 1024`` and ``add 0, x`` (about 100 of the MLP step's 1,700
+    lines) that llvmlite built and printed and LLVM parsed, only to fold them away.
+
+    >>> from llvmlite import ir
+    >>> builder = ir.IRBuilder(ir.Function(ir.Module(), ir.FunctionType(I64, [I64]),
+    ...                                    "f").append_basic_block())
+    >>> x = builder.function.args[0]
+    >>> index_mul(builder, x, const(1)) is x, str(index_mul(builder, const(3), const(4)))
+    (True, 'i64 12')
+    """
+    a, b = _known(left), _known(right)
+    if a is not None and b is not None and (product := _folded(a * b)) is not None:
+        return product
+    if a == 1 or b == 0:
+        return right
+    if b == 1 or a == 0:
+        return left
+    return builder.mul(left, right)
+
+
+def index_add(builder, left, right):
+    """``left + right`` of i64 index values, folded as ``index_mul`` folds."""
+    a, b = _known(left), _known(right)
+    if a is not None and b is not None and (total := _folded(a + b)) is not None:
+        return total
+    if a == 0:
+        return right
+    if b == 0:
+        return left
+    return builder.add(left, right)
+
+
 ZERO = IndexComponent(const(0), False)
 
 
@@ -173,8 +221,8 @@ class DimValues:
             product = const(coeff)
             for factor in monomial:
                 value = self.symbols[factor] if isinstance(factor, str) else self._opaque(factor)
-                product = builder.mul(product, value)
-            total = builder.add(total, product)
+                product = index_mul(builder, product, value)
+            total = index_add(builder, total, product)
         return total
 
     def _opaque(self, factor):

@@ -17,7 +17,16 @@ from tracejit.tracer.ir import Var
 
 from . import dtypes as dt
 from .counted_loop import counted_loop, set_loop_hints
-from .kernel_index import I1, IndexComponent, const, is_flat, reduced_axes, size_of
+from .kernel_index import (
+    I1,
+    IndexComponent,
+    const,
+    index_add,
+    index_mul,
+    is_flat,
+    reduced_axes,
+    size_of,
+)
 from .lowering_table import LOWERINGS
 from .reducer import Reducer
 
@@ -207,7 +216,7 @@ def scratch_value(kernel, var, index, compute):
     builder = kernel.ir_builder
     offset = const(0)
     for component, stride in zip(index[scratch.inner_from:], scratch.strides):
-        offset = builder.add(offset, builder.mul(component.value, stride))
+        offset = index_add(builder, offset, index_mul(builder, component.value, stride))
     dtype = var.aval.dtype
     pointer = builder.gep(scratch.buffers[var.name], [offset],
                           source_etype=dt.memory_type(dtype))

@@ -169,6 +169,39 @@ def test_products_just_past_the_split_threshold(m, n, trans_a, trans_b, isa):
         assert np.all(np.abs(got - want) <= bound), f"{m}x{n} k{k} epilogue"
 
 
+@pytest.mark.parametrize("m, n, k, trans_a, b_columns", [
+    (48, 700, 600, False, 704),    # few rows over a big B, K past a packed block of K
+    (37, 1031, 257, False, 1031),  # odd: column chunks end inside a register tile
+    (131, 521, 23, True, 600),     # primes, transposed A, B a column slice (ldb 600)
+    (781, 29, 47, True, 29),       # split by rows over a small B
+])
+def test_split_direct_products_have_the_bits_of_single_rows(m, n, k, trans_a, b_columns,
+                                                            isa):
+    """A product on the direct path split over the pool (in ``DIRECT_CHUNKS_PER_THREAD``
+    chunks per thread) gives each element the bits it gets computed alone: every element is
+    one FMA chain over K wherever its chunk starts. Each row of C is checked against the
+    same row multiplied on its own (too little work to split), plain, with the bias/relu
+    epilogue and with an SGD-update combine."""
+    from tracejit.codegen.gemm_driver import PARALLEL_WORK
+
+    assert m * n * k >= PARALLEL_WORK  # split when the pool has threads
+    rng = np.random.default_rng(m)
+    a, _ = operands(rng, m, n, k, trans_a, False)
+    b = rng.standard_normal((k, b_columns)).astype(np.float32)[:, :n]
+    bias = rng.standard_normal(n).astype(np.float32)
+    weights = rng.standard_normal((m, n)).astype(np.float32)
+    for label, options in (("plain", {}), ("bias, relu", dict(bias=bias, activation="relu")),
+                           ("combine", dict(combine="subtract", scale=0.1))):
+        other = {"other": weights} if "combine" in options else {}
+        whole = gemm.matmul(a, b, isa=isa, **options, **other)
+        if label == "plain":
+            assert_product(whole, a, b, label)
+        for row in range(m):
+            alone = gemm.matmul(a[row:row + 1], b, isa=isa, **options,
+                                **({"other": weights[row:row + 1]} if other else {}))
+            assert np.array_equal(whole[row:row + 1], alone, equal_nan=True), (label, row)
+
+
 def test_packing_an_untransposed_a_in_blocks_of_k(isa):
     """``pack_a`` copies an untransposed A eight k at a time (a vector per row, transposed
     in registers) and the rest of K one at a time: K just under, at and past multiples of

@@ -21,9 +21,10 @@ A carried value that enters exact and that one trip on exact values leaves exact
 arithmetic, products by NumPy's own BLAS calls: gradient descent's ``w - lr * X.T @ (X @
 w - y) / n``, power iteration's ``w / np.linalg.norm(w)``) is NumPy's to the bit at every
 trip, by induction: it carries no bound (the loop's ``exact`` param lists it), so a loop
-of hundreds of trips decides as NumPy does with no margin to outgrow. Products a bound
-is carried through take ``|A| @ |B|`` bounds (``full_products``), not the cheap row-norm
-ones, whose looseness compounds trip after trip.
+of hundreds of trips decides as NumPy does with no margin to outgrow. In a loop with a
+data-dependent exit, products a bound is carried through take ``|A| @ |B|`` bounds
+(``full_products``), not the cheap row-norm ones, whose looseness compounds trip after
+trip.
 
 A carried value whose bound has no model (after a float32 matmul, a convolution, a loop
 nested in the body) stays unbounded, as at the top level, and the jumps reading it stay
@@ -163,7 +164,12 @@ def _bound_loop(graph, first):
     if not wanted and not _decisions(body):
         return graph, _key(first)
     outer = _Slice(graph, cheap=True)
-    outer.full_products = True  # the initial bounds are carried too
+    # A loop with a data-dependent exit runs as many trips as its data asks (hundreds,
+    # for a solver), so its products take |A| @ |B| bounds (margin_rules._matmul), the
+    # initial ones too: the cheap rule's looseness compounds trip after trip. (A counted
+    # loop keeps the cheap rule: an extra product per product and trip.)
+    full_products = params.get("exit") is not None
+    outer.full_products = full_products
     # Bound arithmetic an earlier loop put before its loop (its initial and passed-in
     # bounds) is ours, not a value NumPy computes: it has no bound of its own. Bounding it
     # again made each loop re-derive the bounds of every earlier loop's bounds - quadratic
@@ -203,7 +209,7 @@ def _bound_loop(graph, first):
              or outer.bound(first.inputs[position]) is None}
     while True:
         ctx = _Slice(scoped, cheap=True)
-        ctx.full_products = True  # margin_rules._matmul: carried, so |A| @ |B|
+        ctx.full_products = full_products
         ctx.infinite = infinite
         ctx.emitter.next_number = outer.emitter.next_number
         bound_inputs = {position: _fresh(ctx, AbstractArray(body.inputs[position].aval.shape,

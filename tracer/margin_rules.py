@@ -51,6 +51,7 @@ from .ops import (
     sqrt_p,
     subtract_p,
     sum_p,
+    swaps_last_two_axes,
     tan_p,
     trunc_p,
     where_p,
@@ -1072,12 +1073,60 @@ def _matmul(ctx, eqn, bounds):
 
 def _numpy_matmul(ctx, eqn):
     """Whether ``eqn`` is a product the user's code made as NumPy's matmul (``@``,
-    ``np.matmul``, ``np.dot``): its location is known and not an einsum's
-    (``tracer/einsum.py`` notes those). Equations without one (made by a pass, a nested
-    loop's body, a parsed graph) keep their bound."""
+    ``np.matmul``, ``np.dot``) of operands NumPy holds as compiled code does, so that the
+    BLAS call compiled code makes for it is NumPy's (``codegen/numpy_products.py``): its
+    location is known and not an einsum's (``tracer/einsum.py`` notes those; equations
+    without one, made by a pass, a nested loop's body or a parsed graph, keep their
+    bound), its operands are floats, and each is C-ordered in NumPy too, or a transpose
+    of such a matrix (``_c_ordered``)."""
     locations = getattr(getattr(ctx, "graph", None), "locations", None) or {}
     location = locations.get(eqn.out.name)
-    return location is not None and not location.via
+    if location is None or location.via:
+        return False
+    for operand in eqn.inputs:
+        # (a float32 operand of a float64 product: NumPy and compiled code both cast a copy)
+        if not isinstance(operand, Var) or operand.aval.dtype not in (
+                eqn.out.aval.dtype, np.dtype(np.float32)):
+            return False
+        producer = ctx.producers.get(operand.name)
+        if producer is not None and producer.prim.name == "transpose":  # NumPy's trans flag
+            if not swaps_last_two_axes(producer.params_dict["perm"]):
+                return False
+            operand = producer.inputs[0]
+        if not _c_ordered(ctx, operand):
+            return False
+    return True
+
+
+# Compiled code keeps every array C-ordered; NumPy's ufuncs keep their operands' layout
+# (order 'K'), so a value computed from a transpose, or a strided view (x[:, ::2], a
+# column x[:, 0]), is another layout there, which NumPy's matmul hands to BLAS otherwise
+# (transposed, strided, or to its own loop): another order of the sums.
+_FRESH_KINDS = ("matmul", "creation")  # NumPy allocates these C-ordered
+_LAYOUT_KEEPING = ("pointwise", "reduction")
+
+
+def _c_ordered(ctx, atom, depth=0):
+    """Whether NumPy holds ``atom`` C-ordered (a 0-d or 1-d result of a ufunc or reduction
+    is always contiguous). Arguments and a loop's carried and outside values count as
+    C-ordered: compiled code lays a non-contiguous argument out before the kernels run,
+    where NumPy reads it in place (a caveat in docs/sharp_bits.md)."""
+    if isinstance(atom, Literal):
+        return True
+    producer = ctx.producers.get(atom.name)
+    if producer is None:
+        return True
+    kind = producer.prim.kind
+    if kind in _FRESH_KINDS or producer.prim.name == "concatenate":
+        return True
+    if kind in _LAYOUT_KEEPING or producer.prim.name in ("reshape", "cast"):
+        if kind in _LAYOUT_KEEPING and len(producer.out.aval.shape) <= 1:
+            return True
+        if depth > 32:
+            return False  # a long chain: not worth proving
+        return all(_c_ordered(ctx, operand, depth + 1) for operand in producer.inputs
+                   if not isinstance(operand, Var) or operand.aval.shape)
+    return False
 
 
 def _loop(ctx, eqn, bounds):

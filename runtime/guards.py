@@ -21,7 +21,10 @@ operators); every other value reaches the guard as a bound constant, never as te
 
 from __future__ import annotations
 
+import array
 import ast
+import collections
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -37,6 +40,14 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.ir import format_shape_guard
 
 JSON_TYPES = (type(None), bool, int, float, str)
+
+
+def compared_by_value(value):
+    """Whether an argument leaf is specialized on a copy of its contents: a set, bytearray,
+    ``array.array`` or deque, whose identity would let a change in place pass
+    (``flags.add(1)``, ``recent.append(x)`` between calls). A deque of arrays is checked
+    for the same objects in it (its arrays are inputs read through paths)."""
+    return type(value) in (set, bytearray, array.array, collections.deque)
 
 
 def is_json_value(value):
@@ -119,7 +130,9 @@ class EntrySpec:
                 leaves.append(LeafSpec("scalar", spec.type_name))
                 inputs[spec.input_index] = ("leaf", position)
             else:  # (a set is checked against a copy: flags.add(1) between calls changes it)
-                value = set(spec.value) if type(spec.value) is set else spec.value
+                value = spec.value
+                if compared_by_value(value):
+                    value = copy.copy(value)
                 leaves.append(LeafSpec("static", spec.type_name, value=value))
         implicit = []
         for number, entry in enumerate(trace.implicit_inputs):
@@ -454,10 +467,18 @@ def _leaf_checks(source, spec, bound, native=False):
         elif leaf.kind == "scalar":
             kind = source.constant(argument_scalar_type(leaf.type_name), "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
-        elif is_json_value(leaf.value) or isinstance(leaf.value, (np.generic, set)):
+        elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic) or (
+                compared_by_value(leaf.value) and (type(leaf.value) is not collections.deque
+                                                   or is_json_value(list(leaf.value)))):
             kind = source.constant(type(leaf.value), "T")
             source.add(f"if type({variable}) is not {kind} or "
                        f"{_differs(source, variable, leaf.value)}: return {source.miss}")
+        elif type(leaf.value) is collections.deque:  # of arrays: the same objects in it
+            kind = source.constant(collections.deque, "T")
+            items = source.constant(tuple(leaf.value), "V")
+            source.add(f"if type({variable}) is not {kind} or len({variable}) != "
+                       f"{len(leaf.value)} or any(a is not b for a, b in zip({variable}, "
+                       f"{items})): return {source.miss}")
         else:
             value = source.constant(leaf.value, "V")
             source.add(f"if {variable} is not {value}: return {source.miss}")

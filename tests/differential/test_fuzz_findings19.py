@@ -4,6 +4,8 @@ containers passed in; bincount, linspace, ascontiguousarray): each a minimal pro
 case, eager NumPy against ``jit``.
 """
 
+import array
+import collections
 import linecache
 
 import numpy as np
@@ -169,3 +171,32 @@ def test_a_set_argument_changed_in_place_is_a_new_variant(function, make, flag):
                 (argument if type(argument) is set else argument["flags"]).add(flag)
         np.testing.assert_array_equal(f(np.ones(2), jit_argument),
                                       function(np.ones(2), eager_argument))
+
+
+def scaled_by_length(x, samples):
+    total = x * 0
+    for sample in samples:
+        total = total + sample
+    return total * len(samples)
+
+
+@pytest.mark.parametrize("make, grow", [
+    (lambda: array.array("d", [1.0]), lambda samples: samples.append(2.0)),
+    (lambda: collections.deque([np.ones(2)], maxlen=3), lambda samples: samples.append(
+        np.full(2, 2.0))),
+    (lambda: collections.deque([1.0]), lambda samples: samples.appendleft(2.0)),
+], ids=["array.array", "deque of arrays", "deque of numbers"])
+def test_a_sequence_argument_grown_in_place_is_a_new_variant(make, grow):
+    """The identity check above, for an ``array.array`` or a ``collections.deque`` (a
+    replay buffer) that grows between calls: compiled calls kept the trace's length (the
+    items read are checked through their paths, their number was not). Now an
+    ``array.array`` (and a deque of numbers) is compared with a copy, and a deque of
+    arrays is checked for the same objects in it."""
+    f = tj.jit(scaled_by_length, cache="memory")
+    eager_samples, jit_samples = make(), make()
+    for call in range(4):
+        if call >= 2:
+            grow(eager_samples)
+            grow(jit_samples)
+        np.testing.assert_array_equal(f(np.ones(2), jit_samples),
+                                      scaled_by_length(np.ones(2), eager_samples))

@@ -385,15 +385,16 @@ def _sin_cos_float32(builder, hi, lo):
     lo_scaled = fma(builder, builder.fneg(lo), half, lo)
     sine = builder.fadd(hi, fma(builder, builder.fmul(hi, z), horner(builder, z, _SIN_F32),
                                 lo_scaled))
-    # cos: w = 1 - z/2 rounded, then what w lost, what z lost (hi^2 - z, exact by a fused
-    # multiply-add), the low part (-hi lo) and the tail z^2 C(z).
-    w = builder.fsub(f.const(1.0), half)
-    lost = builder.fsub(builder.fsub(f.const(1.0), w), half)
-    z_error = fma(builder, hi, hi, builder.fneg(z))
-    low_terms = fma(builder, hi, lo, builder.fmul(z_error, f.const(0.5)))
+    # cos: 1 + t, t = -hi^2/2 + (z^2 C(z) - hi lo) rounded once, hi^2/2 exact inside the
+    # fused multiply-add (-hi/2 is exact): |t| <= 0.32, so t's rounding costs at most a
+    # quarter of an ulp of the result and the add to 1 half of one. Before, 1 - z/2 was
+    # rounded and what it and z lost were added back: four operations more a vector,
+    # 5-7% of a float32 sin or cos (issue 16); within 0.836 ulp of exact on every float32
+    # of [1e-7, 16) (0.741 before), 0.917 on the whole fast path's sweep as before.
     tail = fma(builder, builder.fmul(z, z), horner(builder, z, _COS_F32),
-               builder.fsub(lost, low_terms))
-    return sine, builder.fadd(w, tail)
+               builder.fneg(builder.fmul(hi, lo)))
+    t = fma(builder, builder.fmul(hi, f.const(-0.5)), hi, tail)
+    return sine, builder.fadd(f.const(1.0), t)
 
 
 def _sin_or_cos_float32(builder, x, quadrant_shift):

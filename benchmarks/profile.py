@@ -13,12 +13,21 @@ the wall time per call, the time inside each kernel, and what is left outside th
   write its bytes (when the two are close, the kernel is memory-bound and done);
 * BLAS: ``np.matmul`` alone on the MLP step's five products (the OpenBLAS tracejit's
   matmul kernels call), so the matmul kernels' time can be read against the gemm's own.
+
+The batch-64 MLP step (``benchmarks.mlp_step``'s ``mlp_b64`` row) is also profiled under
+the GEMM settings ``auto`` and ``own`` interleaved, step by step: each kernel's best and
+median time over the steps (a best is what a step takes when nothing else holds up the
+cores), and the step against its FLOP time at one core's peak (CPU time) times the
+threads. Under ``auto`` the first product, which the relu mask reads, is NumPy's own
+OpenBLAS call (``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for
+~0.4 ms after it, into the kernels that follow.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import numpy as np
 
@@ -106,6 +115,55 @@ def mlp(runs):
     print(f"  NumPy's BLAS alone on the step's five products: {blas * 1e3:.3f} ms")
 
 
+def step_profiles(batch, settings, steps):
+    """``{setting: (step seconds, {kernel: seconds per step})}`` of the MLP train step at
+    ``batch``, each setting compiled under ``blas.gemm_override`` and the settings run in
+    turn, one step each, ``steps`` times."""
+    from tracejit.codegen import blas
+
+    from .mlp_step import mlp_inputs
+
+    inputs = mlp_inputs(np.random.default_rng(batch), batch)
+    arguments = (inputs["x"], inputs["labels"], inputs["w1"], inputs["b1"], inputs["w2"],
+                 inputs["b2"], w.LEARNING_RATE)
+    compiled = {}
+    for setting in settings:
+        compiled[setting] = jit(cache="memory")(w.mlp_train_step)
+        with blas.gemm_override(setting):  # the first call compiles under the setting
+            compiled[setting](*arguments)
+    profiles = {setting: ([], {}) for setting in settings}
+    for _ in range(steps):
+        for setting, jitted in compiled.items():
+            walls, kernels = profiles[setting]
+            jitted(*arguments)  # the previous setting's threads have had a step to settle
+            before = kernel_seconds(jitted)
+            start = time.perf_counter()
+            jitted(*arguments)
+            walls.append(time.perf_counter() - start)
+            for name, seconds in kernel_seconds(jitted).items():
+                kernels.setdefault(name, []).append(seconds - before.get(name, 0.0))
+    return profiles
+
+
+def mlp_batch_64(runs, batch=64):
+    """Where the batch-64 step's time goes under ``auto`` and ``own``, kernel by kernel."""
+    from tracejit.codegen.parallel import thread_count
+
+    from .mlp_step import core_peak, step_flops
+
+    peak = core_peak() * thread_count()
+    flop_ms = step_flops(batch) / peak / 1e6
+    print(f"\nMLP train step batch {batch}, GEMM settings interleaved, {runs} steps each: "
+          f"its matmul FLOPs take {flop_ms:.3f} ms at {peak:.0f} GFLOP/s (one core's, CPU "
+          f"time, x {thread_count()} threads); best / median ms")
+    for setting, (walls, kernels) in step_profiles(batch, ("auto", "own"), runs).items():
+        best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
+        print(f"  {setting}: step {best:.3f} / {median:.3f} ({best / flop_ms:.2f}x / "
+              f"{median / flop_ms:.2f}x FLOP time)")
+        for name, seconds in sorted(kernels.items(), key=lambda row: -min(row[1]))[:6]:
+            print(f"    {name:34} {min(seconds) * 1e3:7.3f} / {np.median(seconds) * 1e3:7.3f}")
+
+
 def rnn(runs):
     rng = np.random.default_rng(w.SEED)
     inputs = w.rnn_inputs(rng)
@@ -135,6 +193,7 @@ def main(argv=None):
     x = rng.standard_normal(w.NORM_SHAPE, dtype=np.float32)
     fused("layer_norm -> softmax", w.layer_norm_softmax, [x], runs)
     mlp(runs)
+    mlp_batch_64(2 * runs)
     rnn(max(1, runs // 10))
 
 

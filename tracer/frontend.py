@@ -702,7 +702,8 @@ class Hooks:
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(array).__name__}")
         elif attribute_writes.is_outside_container(self.context, array) and not _holds(
-                array, index, value) and not self._note_item(array, index, value):
+                array, index, value) and not self._note_item(array, index, value) and not (
+                self._note_listed_item(array, index, value)):
             # self.cache["inner"]["a"] = v: the inner dict is the trace's copy of the
             # outside one (it holds arrays), where the write alone would be lost
             self.outside_mutation(f"item assignment into an outside {type(array).__name__}")
@@ -828,13 +829,14 @@ class Hooks:
         if (outside or argument_writes.is_argument_container(self.context, container)) and (
             not _holds(container, index, value)
             and not argument_writes.note(self.context, container, index, value)
+            and not self._note_listed_item(container, index, value)
         ):
             # the caller's container (an argument, or a container in one: inner =
             # state["inner"]; inner["y"] = v): compiled runs would skip this
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(container).__name__}")
         elif attribute_writes.is_outside_container(self.context, container) and not _holds(
-                container, index, value):
+                container, index, value) and not self._note_listed_item(container, index, value):
             # C = self.cache; C[k] = v: through a local name the dict is the trace's copy of
             # the outside one (it holds arrays), where the write alone would be lost. (Not
             # recorded as self.cache[k] = v is: a later self.cache = C would store the
@@ -966,10 +968,29 @@ class Hooks:
             self.set_item(container, index, value, False)
             return
         if attribute_writes.is_outside_container(self.context, container):
-            if self._note_item(container, index, value):
+            if self._note_item(container, index, value) or self._note_listed_item(
+                    container, index, value):
                 return  # self.cache["h"] = h: a write compiled calls make too
             self.outside_mutation(written)
         container[index] = value
+
+    def _note_listed_item(self, container, key, value):
+        """``bn_param[k] = v`` with ``bn_param`` a dict held at a position of an outside
+        list (cs231n's FullyConnectedNet: ``for bn_param in self.bn_params: bn_param['mode']
+        = mode``, and ``batchnorm_forward`` writing ``bn_param['running_mean']``), through
+        any name: written under a record as ``self.cache[k] = v`` is. Unlike ``C =
+        self.cache``, no later write can store the trace's copy of it back: an item of an
+        outside list is written only with arrays."""
+        original = self.context.outside_copies.get(id(container), container)
+        known = self.context.outside_objects.get(id(original))
+        if type(original) is not dict or known is None or known[1] is not original:
+            return False
+        steps = known[0].steps
+        if len(steps) < 2 or steps[-1][0] != "item" or type(steps[-1][1]) is not int or (
+                steps[-2][0] != "attr"):
+            return False
+        owner = _owner_of(Path(known[0].root, steps[:-1]), self.objects)
+        return attribute_writes.note_item(self.context, container, key, value, owner)
 
     def _note_item(self, container, key, value):
         original = self.context.outside_copies.get(id(container), container)

@@ -241,6 +241,10 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
     value. Returns the budget left: past ``CONTENT_LIMIT`` values only lengths are
     guarded."""
     budget = [CONTENT_LIMIT] if budget is None else budget
+    if type(value) is dict and path is not None and _written_items(context, path, value):
+        # bn_param["running_mean"] = ... into self.bn_params[0], then the list read again:
+        # its keys are this trace's doing; the dict was guarded at its first read, before
+        return
     if type(value) in (list, tuple):
         context.note_outside_value(path, value)
         items = enumerate(value)
@@ -278,6 +282,14 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
             budget[0] -= 1
             context.note_outside_value(Path(path.root, path.steps + (("item", key),)), item,
                                        identity=True)
+
+
+def _written_items(context, path, value):
+    """Whether this trace wrote an item of the dict ``value`` read at ``path`` (through
+    that path, or through another where the dict is the same: ``[{...}] * 2``)."""
+    writes = getattr(context, "attribute_writes", {})
+    return any(Path(path.root, path.steps + (("item", key),)).key in context.written_paths
+               or (id(value), attribute_writes.Item(key)) in writes for key in value)
 
 
 def state_item(context, container, key):

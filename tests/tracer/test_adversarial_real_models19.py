@@ -33,6 +33,15 @@ as ``layer.W = ...`` does (``tracer/frontend.py``). Labels of a narrow integer d
 computed in uint8, which compiled code does not; such an index is now cast to int64 first,
 as NumPy indexes with intp (``tracer/indexing.py``), and so are ``np.take``'s indices
 (``numpy_api.take``) and ``np.bincount``'s int8/int16 values (``counting.bincount``).
+CS231n's ``FullyConnectedNet`` with batch norm ran eagerly on every ``loss`` call: its
+``for bn_param in self.bn_params: bn_param['mode'] = mode`` and ``batchnorm_forward``'s
+``bn_param['running_mean'] = ...`` write items of dicts held at positions of an outside list,
+which were refused (through a local name, as ``C = self.cache; C[k] = v`` is). Such a dict
+is now written under a record as ``self.cache[k] = v`` is, through any name
+(``frontend._note_listed_item``: nothing can store the trace's copy of it back, since an
+outside list's items are written only with arrays); and a dict the trace wrote items of, read
+again through the list, is not guarded a second time with the trace's own keys (a variant
+whose entry refused its own call: ``outside_inputs._written_items``).
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
@@ -229,3 +238,107 @@ def test_int16_labels_through_take_and_bincount_compiled():
         assert_same(f(p, y), class_counts(p, y))
     no_internal_errors(f)
     assert f.stats()["compiled_calls"] == 1 and not f.stats()["eager_calls"], f.explain()
+
+
+# --- cs231n FullyConnectedNet: bn_params, a list of dicts every loss call writes ----------
+def batchnorm_forward(x, gamma, beta, bn_param):
+    mode = bn_param["mode"]
+    eps, momentum = bn_param.get("eps", 1e-5), bn_param.get("momentum", 0.9)
+    D = x.shape[1]
+    running_mean = bn_param.get("running_mean", np.zeros(D, dtype=x.dtype))
+    running_var = bn_param.get("running_var", np.zeros(D, dtype=x.dtype))
+    if mode == "train":
+        sample_mean, sample_var = x.mean(axis=0), x.var(axis=0)
+        x_hat = (x - sample_mean) / np.sqrt(sample_var + eps)
+        out, cache = gamma * x_hat + beta, (x_hat, sample_var, gamma, eps)
+        running_mean = momentum * running_mean + (1 - momentum) * sample_mean
+        running_var = momentum * running_var + (1 - momentum) * sample_var
+    elif mode == "test":
+        out, cache = gamma * (x - running_mean) / np.sqrt(running_var + eps) + beta, None
+    else:
+        raise ValueError('Invalid forward batchnorm mode "%s"' % mode)
+    bn_param["running_mean"] = running_mean
+    bn_param["running_var"] = running_var
+    return out, cache
+
+
+def batchnorm_backward_alt(dout, cache):
+    x_hat, var, gamma, eps = cache
+    N = dout.shape[0]
+    dx_hat = dout * gamma
+    dx = (1. / N) / np.sqrt(var + eps) * (N * dx_hat - np.sum(dx_hat, axis=0)
+                                          - x_hat * np.sum(dx_hat * x_hat, axis=0))
+    return dx, np.sum(dout * x_hat, axis=0), np.sum(dout, axis=0)
+
+
+class FullyConnectedNet:
+    def __init__(self, hidden_dims, input_dim=5, num_classes=3, shared_bn_param=False):
+        self.num_layers = 1 + len(hidden_dims)
+        rng = np.random.RandomState(0)
+        dims = [input_dim] + hidden_dims + [num_classes]
+        self.params = {}
+        for i in range(self.num_layers):
+            self.params['W%d' % (i + 1)] = 0.5 * rng.randn(dims[i], dims[i + 1])
+            self.params['b%d' % (i + 1)] = np.zeros(dims[i + 1])
+            if i < self.num_layers - 1:
+                self.params['gamma%d' % (i + 1)] = np.ones(dims[i + 1])
+                self.params['beta%d' % (i + 1)] = np.zeros(dims[i + 1])
+        count = self.num_layers - 1
+        # (one dict twice, as [{...}] * n makes it: the layers share running statistics)
+        self.bn_params = [{'mode': 'train'}] * count if shared_bn_param else [
+            {'mode': 'train'} for i in range(count)]
+
+    def loss(self, X, y=None):
+        mode = 'test' if y is None else 'train'
+        for bn_param in self.bn_params:
+            bn_param['mode'] = mode
+        caches, out = {}, X
+        for i in range(1, self.num_layers):
+            h = out @ self.params['W%d' % i] + self.params['b%d' % i]
+            h, caches['bn%d' % i] = batchnorm_forward(h, self.params['gamma%d' % i],
+                                                      self.params['beta%d' % i],
+                                                      self.bn_params[i - 1])
+            caches['relu%d' % i] = h
+            caches['x%d' % i] = out
+            out = np.maximum(0, h)
+        scores = out @ self.params['W%d' % self.num_layers] + self.params['b%d' % self.num_layers]
+        if mode == 'test':
+            return scores
+        shifted = scores - scores.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        N = X.shape[0]
+        loss, dscores = -log_probs[np.arange(N), y].mean(), np.exp(log_probs)
+        dscores[np.arange(N), y] -= 1
+        dscores /= N
+        grads = {'W%d' % self.num_layers: out.T @ dscores}
+        dout = dscores @ self.params['W%d' % self.num_layers].T
+        for i in range(self.num_layers - 1, 0, -1):
+            dout = dout * (caches['relu%d' % i] > 0)
+            dout, grads['gamma%d' % i], grads['beta%d' % i] = batchnorm_backward_alt(
+                dout, caches['bn%d' % i])
+            grads['W%d' % i] = caches['x%d' % i].T @ dout
+            dout = dout @ self.params['W%d' % i].T
+        return loss, grads
+
+
+def test_cs231n_batchnorm_net_writes_its_bn_params_list_compiled():
+    """``for bn_param in self.bn_params: bn_param['mode'] = mode`` and ``batchnorm_forward``
+    writing ``bn_param['running_mean']`` into ``self.bn_params[i]``: before the fix item
+    writes into a dict held in an outside list were refused, and the net ran eagerly on
+    every call. The running statistics and modes must be eager's after every call, with the
+    layers' dicts apart and with one dict shared by both layers."""
+    rng = np.random.default_rng(3)
+    for shared, calls in ((False, (False, True, True)), (True, (False, False, False))):
+        eager, compiled = (FullyConnectedNet([4] * (1 + shared), shared_bn_param=shared)
+                           for _ in "ab")
+        loss = jitted(compiled.loss)
+        for labels in calls:
+            X = rng.standard_normal((6, 5))
+            y = rng.integers(0, 3, 6) if labels else None
+            assert_same(loss(X, y), eager.loss(X, y), **F64)
+            assert (compiled.bn_params[0] is compiled.bn_params[-1]) == (shared or len(
+                compiled.bn_params) == 1)
+            assert_same(compiled.bn_params, eager.bn_params, **F64, where="bn_params")
+        no_internal_errors(loss)
+        assert not loss.stats()["eager_calls"] and loss.stats()["compiled_calls"] >= 1, (
+            loss.explain())

@@ -159,7 +159,19 @@ def broadcast_to(array, shape, subok=False):
         result = ops.reshape(array, tuple(shape))
     if is_traced(result):
         result.readonly = True
+    view_without_steps(array, result)  # a write into array while it lives: eager
     return result
+
+
+def view_without_steps(base, view):
+    """Note ``view`` (a new tracer) as a view of ``base`` whose elements the trace cannot
+    follow (a broadcast, a diagonal, sliding windows): NumPy's view shows a write into
+    ``base`` made while it lives, so such a write runs the call eagerly
+    (``traced_array.note_view``), and a write through ``view`` does too."""
+    from .traced_array import Tracer, note_view  # cycle: traced_array -> numpy_api
+
+    if isinstance(base, Tracer) and isinstance(view, Tracer) and view is not base:
+        note_view(base, view)
 
 
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
@@ -306,12 +318,8 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     if len(set(axes)) != len(axes):
         raise UnsupportedError("sliding_window_view over the same axis twice is not supported")
     windows = ops.sliding_window(x, axes, sizes)
-    from .traced_array import Tracer, note_view  # cycle: traced_array -> numpy_api
-
-    if isinstance(x, Tracer) and isinstance(windows, Tracer):
-        # NumPy's windows are a read-only view of x: a write into x while they live shows
-        # in them, which the trace cannot follow (no steps), so it runs eagerly
-        note_view(x, windows)
+    view_without_steps(x, windows)  # NumPy's windows are a read-only view of x
+    if is_traced(windows):
         windows.readonly = True
     return windows
 

@@ -63,5 +63,13 @@ def broadcast_arrays(*args, subok=False):
     argument already of that shape is itself, as in NumPy."""
     arrays = [a if hasattr(a, "shape") else np.asarray(a) for a in args]
     shape = tuple(broadcast_shapes(*(tuple(shape_of(a)) for a in arrays)))
-    return tuple(a if tuple(shape_of(a)) == shape else ops.broadcast_to(a, shape)
+    return tuple(a if tuple(shape_of(a)) == shape else _broadcast_view(a, shape)
                  for a in arrays)
+
+
+def _broadcast_view(array, shape):
+    from .numpy_api import view_without_steps  # cycle: numpy_api imports this module
+
+    view = ops.broadcast_to(array, shape)
+    view_without_steps(array, view)  # NumPy's is a view: a write into array shows in it
+    return view

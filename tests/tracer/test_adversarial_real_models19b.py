@@ -22,7 +22,9 @@ Findings, each fixed with its test here (every test fails before its fix). Wrong
 ``sliding_window_view(x, k)`` was a copy to the trace, so a write into ``x`` while the
 windows lived (``x[0] = 100``, then ``windows.sum(-1)``) did not show in them as it does in
 NumPy's view; the windows are now a read-only view of ``x`` without steps, so such a write
-runs the call eagerly, as for ``as_strided`` windows. Needless eager runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
+runs the call eagerly, as for ``as_strided`` windows; likewise ``np.diagonal``/``np.diag``,
+``np.broadcast_to`` and ``np.broadcast_arrays`` (``numpy_api.view_without_steps``). Needless
+eager runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
 ``math.exp``) converted it with ``float()``, which pins the value (a guard ``float(...) ==
 0.6895``): every call with other data took a side exit until the function ran eagerly; they
 are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
@@ -160,6 +162,15 @@ def write_into_windows(x):
     return windows
 
 
+def views_then_a_write(K):
+    """NumPy's diagonal, broadcast_to and broadcast_arrays are views of ``K`` too."""
+    diagonal = np.diagonal(K)
+    rows = np.broadcast_to(K[0], (2, K.shape[1]))
+    stacked, _ = np.broadcast_arrays(K, np.ones((2, 1, 1)))
+    K[0, 0] = 100.0
+    return diagonal * 1.0, rows * 1.0, stacked * 1.0
+
+
 def test_sliding_window_view_sees_writes_into_its_array():
     """Wrong result before the fix: the windows were a copy to the trace, so ``windows.sum``
     after ``x[0] = 100`` summed the old ``x[0]`` (0.63 where NumPy has 100.5). Such a write
@@ -168,3 +179,6 @@ def test_sliding_window_view_sees_writes_into_its_array():
     f = run_calls(windows_then_write, [(rng.standard_normal(n),) for n in (5, 7)], **F64)
     no_internal_errors(f)
     run_calls(write_into_windows, [(np.zeros(4),)])
+    # the same for np.diagonal, np.broadcast_to and np.broadcast_arrays (wrong before too)
+    f = run_calls(views_then_a_write, [(rng.standard_normal((3, 3)),)], **F64)
+    no_internal_errors(f)

@@ -432,7 +432,7 @@ def numpy_float32_error(name, stride_negative=7):
     for sign, stride in ((1, 1), (-1, stride_negative)):
         for first in range(0, 0x7F800000, 1 << 24):
             values = np.arange(first, min(first + (1 << 24), 0x7F800000), stride,
-                               dtype=np.int64).astype(np.uint32).view(F32) * F32(sign)
+                               dtype=np.int64).astype(np.uint32).view(F32) * F32.type(sign)
             with np.errstate(all="ignore"):
                 actual, exact = function(values).astype(np.float64), function(
                     values.astype(np.float64))

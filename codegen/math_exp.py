@@ -252,6 +252,17 @@ def expm1(builder, x):
 _TANH_SMALL_F32 = (-0.3333319127559662, 0.1332911103963852, -0.05355885624885559,
                    0.020091960206627846, -0.005138654727488756)
 TANH_SMALL_LIMIT_F32 = 0.7
+# What bounds the float32 loop, and what was measured and not kept (issue 16; one thread,
+# 1024x1024 on [-10, 10], CPU time, variants compiled and interleaved in one process): 15
+# operations a vector on the two multiply-add pipes, plus the division, which costs about
+# three of them (a multiply in its place: 9% faster); the series below 0.7 is 30% of the
+# time. e^r of degree 5 (2^-23.2): 5% faster, 1.43 ulp at 0.8665 (NumPy's own 1.37). e^r
+# as a Pade [3/3] quotient inside the one division: no faster. em1 / (em1 + 2) below 0.7
+# from the same exponential, no series, one division for both: 2% faster (selects and
+# adds then bound the other pipes), 3.35 ulp at 0.031. NumPy's AVX-512 tanh (SVML) is a
+# piecewise polynomial whose coefficients come from 32-entry tables by vpermt2ps: six
+# multiply-adds, no division; the loop vectorizer makes gathers, not permutes, of table
+# reads in the scalar code this library emits.
 
 
 def _tanh_float32(builder, magnitude):

@@ -159,6 +159,16 @@ def outside_normal_float32(builder, x):
 # relative error of the whole (log: Q(r) = r P(r), P of degree 7; log2 and log10: degree
 # 8, its constant term 1/ln b - a; docs/experiments/float32_polynomials/fit.py log prints
 # them): within 2^-24.98 (log), 2^-24.81 (log2) and 2^-25.08 (log10) of log_b(1 + r).
+# Measured and not kept for log10 (issue 16; one thread, 1024x1024 on (0, 100], CPU time,
+# interleaved, a loaded machine): Q of degree 7 (2^-22.5): 3.40 ulp (NumPy's own 3.49),
+# 1-17% faster across runs; k log10(2) as one float32 in one multiply-add: 5% faster,
+# 1.97 ulp, but log10(1000) = 3.0000002; log10(m) = s P(s^2), s = (m - 1)/(m + 1) by one
+# division: 18-31% faster with three terms but 4.6 ulp (beyond NumPy's), 3.1 ulp with
+# four and no reliable gain. NumPy's float32 log10 (0.21-0.25 ms a call against these
+# 0.30-0.33) is SVML's: vgetmantps, vgetexpps, a piecewise polynomial whose coefficients
+# four vpermps read from 16-entry tables by the mantissa's top bits, four multiply-adds
+# and a multiply: instructions the loop vectorizer does not produce from scalar IR
+# (table reads become gathers).
 _LOG_POLY_F32 = {
     "log": (1.0, [-0.49999991059303284, 0.3333394527435303, -0.25001776218414307,
                   0.19962239265441895, -0.16570313274860382, 0.14916354417800903,

@@ -34,6 +34,12 @@ by selects), within 0.98 ulp of exact: 1.16 ms against this code's 1.29 on (0, 1
 them from float64), 5.9 against 5.5 on negative bases. Every float-float step it needs
 costs about what the float64 arithmetic does: one piece of mantissa (no selects) was 1.9
 ulp off at |t| ~ 125, dropping s_lo s^2 1.4 ulp, two pieces 1.5 ulp; pow stayed in float64.
+NumPy's (SVML's powf16) computes in float32 with two 32-entry tables read by vpermt2ps:
+45 vector operations (moves aside) for 16 lanes, where this fast path's loop runs 8 lanes
+an iteration in 34, most of them 512-bit float64 ones (issue 16: 0.9x NumPy on two
+threads). Matching it needs those permutes, which the loop vectorizer does not produce
+from scalar IR (table reads become gathers, measured above), and float32 arithmetic
+carrying log2 x to about 2^-35 of it (x near 1 to a large y), done by float64 here.
 """
 
 from __future__ import annotations

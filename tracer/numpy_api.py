@@ -155,8 +155,8 @@ def broadcast_to(array, shape, subok=False):
     if not isinstance(shape, (tuple, list)):
         shape = (shape,)
     result = ops.broadcast_to(array, tuple(shape))
-    if result is array:  # the same shape: still a new, read-only view
-        result = ops.reshape(array, tuple(shape))
+    if result is array:  # the same shape: still a new, read-only view (reshape gave the
+        result = array[...]  # array itself, so readonly below made the caller's read-only)
     if is_traced(result):
         result.readonly = True
     view_without_steps(array, result)  # a write into array while it lives: eager

@@ -23,18 +23,21 @@ Findings, each fixed with its test here (every test fails before its fix). Wrong
 windows lived (``x[0] = 100``, then ``windows.sum(-1)``) did not show in them as it does in
 NumPy's view; the windows are now a read-only view of ``x`` without steps, so such a write
 runs the call eagerly, as for ``as_strided`` windows; likewise ``np.diagonal``/``np.diag``,
-``np.broadcast_to`` and ``np.broadcast_arrays`` (``numpy_api.view_without_steps``). Needless
-eager runs: a ``math`` function of a traced number (``math.sqrt(np.dot(r, r))``, ``math.log``,
-``math.exp``) converted it with ``float()``, which pins the value (a guard ``float(...) ==
-0.6895``): every call with other data took a side exit until the function ran eagerly; they
-are now NumPy's ufunc on the run-time Python float (``tracer/python_math.py``).
-``np.copyto(h, candidate, where=active)`` (a ragged batch's finished rows keeping their
-state) was not supported, so the whole step ran eagerly; it is now the write ``dst[...] =
-np.where(where, src, dst)`` after NumPy's own cast and broadcast checks
-(``tracer/copy_into.py``; a loop whose body calls it for its effect still unrolls).
-``np.logaddexp.reduce`` (an HMM's forward pass in log space) was not supported: eager on
-every call; along an axis of static length it is now NumPy's fold of ``np.logaddexp``,
-unrolled (``tracer/log_reductions.py``).
+``np.broadcast_to`` and ``np.broadcast_arrays`` (``numpy_api.view_without_steps``).
+
+Needless eager runs: ``np.broadcast_to(b, shape)`` of an array already of that shape marked
+``b`` itself read-only, so a later ``b -= lr * ...`` raised inside the trace and every call
+ran eagerly; the view is now ``b[...]``. A ``math`` function of a traced number
+(``math.sqrt(np.dot(r, r))``, ``math.log``, ``math.exp``) converted it with ``float()``,
+which pins the value (a guard ``float(...) == 0.6895``): every call with other data took a
+side exit until the function ran eagerly; they are now NumPy's ufunc on the run-time Python
+float (``tracer/python_math.py``). ``np.copyto(h, candidate, where=active)`` (a ragged
+batch's finished rows keeping their state) was not supported, so the whole step ran
+eagerly; it is now the write ``dst[...] = np.where(where, src, dst)`` after NumPy's own cast
+and broadcast checks (``tracer/copy_into.py``; a loop whose body calls it for its effect
+still unrolls). ``np.logaddexp.reduce`` (an HMM's forward pass in log space) was not
+supported: eager on every call; along an axis of static length it is now NumPy's fold of
+``np.logaddexp``, unrolled (``tracer/log_reductions.py``).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -182,3 +185,26 @@ def test_sliding_window_view_sees_writes_into_its_array():
     # the same for np.diagonal, np.broadcast_to and np.broadcast_arrays (wrong before too)
     f = run_calls(views_then_a_write, [(rng.standard_normal((3, 3)),)], **F64)
     no_internal_errors(f)
+
+
+# --- np.broadcast_to of an array already of that shape ------------------------------------
+def dense_step(x, W, b, lr):
+    """``np.broadcast_to(b, out.shape)`` of a bias already of that shape, then the SGD step
+    ``b -= lr * ...`` on it."""
+    out = x @ W
+    bias = np.broadcast_to(b, out.shape)
+    out = out + bias
+    b -= lr * out.mean(0)
+    return out, bias.sum()
+
+
+def test_broadcast_to_the_same_shape_leaves_the_array_writable():
+    """Before the fix the view was the argument itself, marked read-only, so ``b -= ...``
+    raised inside the trace ('output array is read-only') and every call ran eagerly; the
+    view (which NumPy's is: bias.sum() sees the step) now follows the write."""
+    rng = np.random.default_rng(3)
+    calls = [(rng.standard_normal((1, 3)), rng.standard_normal((3, 2)), rng.standard_normal((1, 2)),
+              0.1) for _ in range(2)]
+    f = run_calls(dense_step, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()

@@ -341,6 +341,11 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if set(kwargs) - allowed:
         raise as_numpy_would(ValueError(f"unsupported keyword arguments for mode '{mode}': "
                                         f"{set(kwargs) - allowed}"))
+    pairs = _symbolic_pairs(pad_width, ndim_of(array))
+    if mode == "constant" and pairs is not None:  # (np.asarray would make the dims ints)
+        fills = [(_pad_constant(array, low), _pad_constant(array, high)) for low, high in
+                 pad_modes.constant_pairs(kwargs.get("constant_values", 0), ndim_of(array))]
+        return _pad_by_blocks(array, pairs, fills)
     widths = np.broadcast_to(np.asarray(_guarded_ints(pad_width), dtype=object),
                              (ndim_of(array), 2))
     if mode != "constant":
@@ -359,6 +364,41 @@ def pad(array, pad_width, mode="constant", **kwargs):
         return pad_modes.fill_pad_regions(padded, shape_of(array), config, fills)
     inside = ops.pad(ops.full(shape_of(array), True, np.bool_, like=array), config)
     return where(inside, padded, fills[0][0])
+
+
+def _symbolic_pairs(pad_width, ndim):
+    """``pad_width`` as ``ndim`` ``(before, after)`` pairs when it is written as one pair per
+    axis (``((0, 0), (0, 0), (dh // 2, dh - dh // 2))``) and holds a dim expression, else
+    None (the other spellings go through NumPy's own broadcasting of the widths)."""
+    if type(pad_width) not in (tuple, list) or len(pad_width) != ndim or not builtins.all(
+            type(pair) in (tuple, list) and len(pair) == 2 and builtins.all(
+                type(width) is int or isinstance(width, SymInt) for width in pair)
+            for pair in pad_width):
+        return None
+    pairs = [tuple(pair) for pair in pad_width]
+    if not builtins.any(isinstance(width, SymInt) for pair in pairs for width in pair):
+        return None
+    return pairs
+
+
+def _pad_by_blocks(array, widths, fills):
+    """np.pad's constant mode with widths that are dim expressions (a U-Net's ``dh // 2``
+    and ``dh - dh // 2`` to reach the skip connection's size): blocks of the constants
+    concatenated on each axis, so the widths stay symbolic (``ops.pad`` takes ints: each
+    parity of ``dh`` was a variant of its own). NumPy refuses a negative width."""
+    padded = array
+    for axis, ((low, high), (low_fill, high_fill)) in enumerate(zip(widths, fills)):
+        if not (isinstance(low, SymInt) or isinstance(high, SymInt) or low or high):
+            continue
+        if not (low >= 0 and high >= 0):  # (a shape guard on dims)
+            raise as_numpy_would(ValueError("index can't contain negative values"))
+        shape = list(shape_of(padded))
+        blocks = []
+        for width, fill in ((low, low_fill), (high, high_fill)):
+            shape[axis] = width
+            blocks.append(ops.full(tuple(shape), fill, fill.dtype, like=array))
+        padded = ops.concatenate((blocks[0], padded, blocks[1]), axis=axis)
+    return padded if padded is not array else _new_array(padded)
 
 
 def _pad_constant(array, constant_values):

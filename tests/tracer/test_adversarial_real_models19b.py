@@ -37,7 +37,10 @@ eagerly; it is now the write ``dst[...] = np.where(where, src, dst)`` after NumP
 and broadcast checks (``tracer/copy_into.py``; a loop whose body calls it for its effect
 still unrolls). ``np.logaddexp.reduce`` (an HMM's forward pass in log space) was not
 supported: eager on every call; along an axis of static length it is now NumPy's fold of
-``np.logaddexp``, unrolled (``tracer/log_reductions.py``).
+``np.logaddexp``, unrolled (``tracer/log_reductions.py``). Slow, fixed: a U-Net's ``np.pad``
+to the skip connection's size (``(dh // 2, dh - dh // 2)``) pinned each width's value, so
+every parity of ``dh`` and ``dw`` compiled a variant of its own (round 18b); widths that are
+dim expressions now pad by concatenated blocks (``numpy_api._pad_by_blocks``).
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -208,3 +211,27 @@ def test_broadcast_to_the_same_shape_leaves_the_array_writable():
     f = run_calls(dense_step, calls, **F64)
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
+
+
+# --- U-Net: the upsampled map padded to the skip connection's size ------------------------
+def unet_up(x, skip):
+    up = np.repeat(np.repeat(x, 2, axis=1), 2, axis=2)
+    dh, dw = skip.shape[1] - up.shape[1], skip.shape[2] - up.shape[2]
+    up = np.pad(up, ((0, 0), (dh // 2, dh - dh // 2), (dw // 2, dw - dw // 2)))
+    return np.concatenate([skip, up], axis=0)
+
+
+def test_unet_pad_to_the_skip_size_keeps_its_widths_symbolic():
+    """Before the fix each parity of ``dh`` and ``dw`` pinned the widths (``int()`` of a dim
+    expression in ``np.pad``): a variant per parity pair, 3 compiles for these calls in one
+    bucket; now 2 (exact first shapes, then symbolic). A skip smaller than the upsampled
+    map is a negative width: NumPy's ValueError on both sides."""
+    rng = np.random.default_rng(4)
+    sizes = ((5, 5, 10, 11), (6, 6, 13, 12), (7, 6, 16, 12), (5, 7, 11, 14))
+    calls = [(rng.standard_normal((1, h, w)), rng.standard_normal((1, H, W)))
+             for h, w, H, W in sizes]
+    f = run_calls(unet_up, calls, **F64)
+    no_internal_errors(f)
+    assert f.stats()["compiles"] == 2, f.explain()
+    smaller_skip = (rng.standard_normal((1, 7, 7)), rng.standard_normal((1, 13, 13)))
+    run_calls(unet_up, calls[:1] + [smaller_skip])

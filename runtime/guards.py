@@ -417,7 +417,8 @@ def _guard_statements(spec, source, draws=True):
             source.add(f"if type({variable}) is not dict or tuple({variable}) != {keys}: "
                        f"return {source.miss}")
         elif kind == "len":
-            kind_type = source.constant({"list": list, "tuple": tuple}[value[0]], "T")
+            kind_type = source.constant({"list": list, "tuple": tuple,
+                                         "deque": collections.deque}[value[0]], "T")
             source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
                        f"{_literal(value[1], 'a guarded length')}: return {source.miss}")
         elif kind != "value":

@@ -379,7 +379,8 @@ def _outside_from_json(data, fn):
             raise NotSerializable(f"{address['module']}.{address['qualname']} is not there "
                                   "any more")
     elif kind == "len":
-        _check(isinstance(value, list) and len(value) == 2 and value[0] in ("list", "tuple"),
+        _check(isinstance(value, list) and len(value) == 2 and value[0] in (
+            "list", "tuple", "deque"),
                "a malformed length guard")
         value = (value[0], _integer(value[1], "a guarded length"))
     elif kind == "has":

@@ -22,6 +22,7 @@ still works, and locations come from frames.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import inspect
@@ -309,6 +310,13 @@ class Hooks:
                 f"{type(value).__name__} read from outside is an iterator: each call "
                 "advances it, and compiled runs would not. Pass the values in as arguments"
             )
+        if type(value) is collections.deque and any(
+                isinstance(item, np.ndarray) for item in value):
+            # (outside lists' arrays become inputs, outside_inputs.with_inputs; a deque's
+            # would be constants of the trace, stale once it moves on)
+            raise trace_error("a deque of arrays read from outside: compiled runs would "
+                              "keep the arrays it held when traced. Pass them in (np.stack"
+                              "(memory), or list(memory) as an argument)")
         path = self._path(descriptor, sys._getframe(1))
         if path is not None and is_rng_method(value):
             note_method(context, path, value)  # rng.random: a draw replayed at every call

@@ -19,6 +19,9 @@ inside lists and dicts (``note_contents``, which the front end's load hook calls
 
 from __future__ import annotations
 
+import array
+import collections
+import copy
 import enum
 import types
 from dataclasses import dataclass, field
@@ -127,11 +130,12 @@ class OutsideInputs:
         if key not in self.outside_values:
             if identity:
                 self.outside_values[key] = (path, "is", value)
-            elif isinstance(value, (list, tuple)):
+            elif type(value) in (list, tuple, collections.deque) or isinstance(
+                    value, (list, tuple)):  # (a replay buffer's len(self.memory) too)
                 self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
             else:  # (a set is compared with a copy: NO_DECAY.discard("b") is a change)
-                self.outside_values[key] = (path, "value", set(value) if type(
-                    value) is set else value)
+                self.outside_values[key] = (path, "value", copy.copy(value) if type(
+                    value) in (set, bytearray, array.array) else value)
 
     def guard_contents(self, array):
         """Guard that an implicit input holds the values it holds now (a mask whose
@@ -175,7 +179,9 @@ class OutsideInputs:
 # Python values read from outside that shape a trace (flags, ``cfg["k"]``,
 # ``os.environ["MODE"]``, ``self.bias is None``): entry guards compare them at every call.
 SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
-GUARDED_VALUES = (*SETTINGS, list, tuple)
+# (a deque by its length and items as a list; bytearray and array.array by a copy of their
+# contents: len(self.memory) of a replay buffer, sum(REWARDS), grown between calls)
+GUARDED_VALUES = (*SETTINGS, list, tuple, collections.deque, bytearray, array.array)
 
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
@@ -245,7 +251,7 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         # bn_param["running_mean"] = ... into self.bn_params[0], then the list read again:
         # its keys are this trace's doing; the dict was guarded at its first read, before
         return
-    if type(value) in (list, tuple):
+    if type(value) in (list, tuple, collections.deque):
         context.note_outside_value(path, value)
         items = enumerate(value)
     elif type(value) is dict and state:

@@ -200,3 +200,36 @@ def test_a_sequence_argument_grown_in_place_is_a_new_variant(make, grow):
             grow(jit_samples)
         np.testing.assert_array_equal(f(np.ones(2), jit_samples),
                                       scaled_by_length(np.ones(2), eager_samples))
+
+
+# --- deques and array.arrays read from outside ------------------------------------------
+class Agent:
+    """A DQN-style agent: a replay memory and its rewards, held in attributes."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.rewards = array.array("d")
+
+    def value(self, x):
+        total = x * 0
+        for item in self.memory:
+            total = total + item
+        return total * len(self.memory) + sum(self.rewards)
+
+
+@pytest.mark.parametrize("item", [lambda call: float(call), lambda call: np.full(2, call)],
+                         ids=["numbers", "arrays"])
+def test_a_deque_and_an_array_array_read_from_outside_are_read_at_every_call(item):
+    """A deque or an ``array.array`` read from outside was guarded by its class alone: the
+    trace folded ``len(self.memory)``, ``sum(self.rewards)`` and the arrays the deque held,
+    and compiled calls kept them while the agent's memory grew and moved on (maxlen).
+    Now a deque is guarded as a list is (its length, its numbers), an ``array.array``
+    (and a bytearray) by a copy, and a deque holding arrays runs eagerly (its arrays
+    would be constants of the trace; a list's become inputs)."""
+    agent, twin = Agent(collections.deque(maxlen=3)), Agent(collections.deque(maxlen=3))
+    f = tj.jit(agent.value, cache="memory")
+    for call in range(5):
+        for each in (agent, twin):
+            each.memory.append(item(call))
+            each.rewards.append(0.5)
+        np.testing.assert_array_equal(f(np.ones(2)), twin.value(np.ones(2)))

@@ -30,10 +30,9 @@ The plan of a product:
   micro-kernels; otherwise B is packed per ``kc x nc`` block and A
   per ``mc x kc`` block, and tiles are swept row panel by row panel (small packed B) or in
   BLIS order;
-* products of ``PARALLEL_WORK`` multiply-adds or more are split along the longer of C's
-  rows and columns into one chunk per pool thread (each chunk packs its own copy of the
-  operand it is not split along), or, on the direct path, ``DIRECT_CHUNKS_PER_THREAD``
-  (nothing is packed: a thread held up leaves its later chunks to the others);
+* products of ``PARALLEL_WORK`` multiply-adds or more are split into one chunk per pool
+  thread, along the longer of C's rows and columns (each chunk packs its own copy of the
+  operand it is not split along);
 * a batch of products (``_batched``, in ``gemm_batched``) is split by entry, each entry on
   one thread.
 
@@ -77,9 +76,6 @@ DIRECT_TRANSPOSED_A_FLOATS = 1 << 20
 # 0.15-0.17 ms). Under load a split can wait on a preempted thread (0.2-0.9 ms measured
 # for these products when 1 << 23 was chosen); the batch-64 step's 0.65M ones stay whole.
 PARALLEL_WORK = 1 << 20
-# Chunks per pool thread of a split product on the direct path (nothing packed per chunk;
-# a packed one keeps one chunk per thread: each chunk packs its own copy of an operand).
-DIRECT_CHUNKS_PER_THREAD = 4
 
 # The chunk function's context: the epilogue entry's 13 arguments, how the work is split,
 # then the combine entry's four (the scale as its float64 bits).
@@ -508,8 +504,8 @@ def entry_prologue(function, context_fields, arguments, sizes, pool, combined=No
 
 
 def entry_function(emitter, chunk):
-    """The exported entries: the combine entry runs ``chunk`` inline, or in chunks over the
-    pool; the epilogue entry calls it without a combine, the plain entry
+    """The exported entries: the combine entry runs ``chunk`` inline, or one chunk per
+    thread over the pool; the epilogue entry calls it without a combine, the plain entry
     without an epilogue. Returns the epilogue entry."""
     isa, module = emitter.isa, emitter.module
     pool_type = ir.ArrayType(I64, POOL_FIELDS)
@@ -523,9 +519,13 @@ def entry_function(emitter, chunk):
     builder, context, store, threads = entry_prologue(function, CONTEXT_FIELDS, arguments,
                                                       (m, n), pool, [other, ldo, combine,
                                                                      scale])
-    # Every packed chunk packs its own copy of the operand it is not split along, so: one
-    # chunk per thread (finer on the direct path, below), split along the longer of m and n
-    # (the smaller operand is packed twice).
+    # Every chunk packs its own copy of the operand it is not split along, so: one chunk
+    # per thread, split along the longer of m and n (the smaller operand is packed twice).
+    # Direct products, which pack nothing, were cut into 4 chunks a thread (3e9ad46) so a
+    # thread held up by OpenBLAS's spinning worker would leave chunks to the other: the
+    # batch-64 MLP step's dW1 + update after NumPy's product gained 0.04-0.1 ms in one
+    # series, but the same product under the own setting lost 0.05-0.25 ms in others
+    # (likely: narrower column chunks stream W1's rows in 512-byte runs), so it stays whole.
     by_columns = builder.icmp_signed(">", n, m)
     extent = builder.select(by_columns, n, m)
     step = builder.select(by_columns, c64(isa.nr), c64(isa.mr))
@@ -542,27 +542,9 @@ def entry_function(emitter, chunk):
 
     builder.position_at_end(spread)
     store(SPLIT_BY_COLUMNS, builder.zext(by_columns, I64))
-
-    def whole_steps(parts):
-        """``extent`` cut into ``parts`` chunks, rounded up to whole register panels."""
-        per_part = builder.sdiv(builder.add(extent, builder.sub(parts, c64(1))), parts)
-        return builder.mul(builder.sdiv(builder.add(per_part, builder.sub(step, c64(1))),
-                                        step), step)
-
-    chunk_size = whole_steps(threads)
-    # A chunk on the direct path packs nothing, so it may be cut finer at no cost: a thread
-    # that is held up (a worker waking from sleep, ~45 us on this VM; OpenBLAS's worker
-    # spinning on its core after a NumPy product; another process) then leaves its later
-    # chunks to the others instead of making them wait. A chunk of the per-thread size
-    # being direct implies a smaller one is too (``direct_condition`` only grows as rows
-    # and columns shrink), so every element takes the same path, and the same sums, as
-    # before: only who computes which panel changes.
-    trans_a, trans_b = arguments[:2]
-    direct = direct_condition(builder, trans_a, trans_b,
-                              builder.select(by_columns, m, chunk_size),
-                              builder.select(by_columns, chunk_size, n), k)
-    fine = whole_steps(builder.mul(threads, c64(DIRECT_CHUNKS_PER_THREAD)))
-    chunk_size = builder.select(direct, fine, chunk_size)
+    per_thread = builder.sdiv(builder.add(extent, builder.sub(threads, c64(1))), threads)
+    chunk_size = builder.mul(builder.sdiv(builder.add(per_thread, builder.sub(step, c64(1))),
+                                          step), step)
     builder.call(parallel_for, [pool, chunk, context, extent, chunk_size])
     builder.ret_void()
 

@@ -177,11 +177,11 @@ def test_products_just_past_the_split_threshold(m, n, trans_a, trans_b, isa):
 ])
 def test_split_direct_products_have_the_bits_of_single_rows(m, n, k, trans_a, b_columns,
                                                             isa):
-    """A product on the direct path split over the pool (in ``DIRECT_CHUNKS_PER_THREAD``
-    chunks per thread) gives each element the bits it gets computed alone: every element is
-    one FMA chain over K wherever its chunk starts. Each row of C is checked against the
-    same row multiplied on its own (too little work to split), plain, with the bias/relu
-    epilogue and with an SGD-update combine."""
+    """A product on the direct path split over the pool gives each element the bits it
+    gets computed alone: every element is one FMA chain over K wherever its chunk starts,
+    so how a product is split never changes its result. Each row of C is checked against
+    the same row multiplied on its own (too little work to split), plain, with the
+    bias/relu epilogue and with an SGD-update combine."""
     from tracejit.codegen.gemm_driver import PARALLEL_WORK
 
     assert m * n * k >= PARALLEL_WORK  # split when the pool has threads

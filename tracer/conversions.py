@@ -144,7 +144,7 @@ def _c_ordered(result):
         copy = bind(ops.cast_p, result, dtype=dtype_of(result))
         note_view(root, copy)
         return copy
-    if result.base is not None and not np.asarray(result.value).flags.c_contiguous:
+    if result.view_base is not None and not np.asarray(result.value).flags.c_contiguous:
         return bind(ops.cast_p, result, dtype=dtype_of(result))  # a copy
     return result
 

@@ -75,8 +75,9 @@ class Tracer(ArrayMethods):
     # quotient: (n, d) when this is a true division of ints and dims (tracejit.tracer.dims)
     # raw_value: the value, or a ``tracejit.tracer.pending.Pending`` that ``value`` computes
     # when first read (a captured loop's results: tracejit.tracer.pending)
-    __slots__ = ("context", "ir_var", "raw_value", "shape", "base", "views", "region", "steps",
-                 "quotient", "readonly", "__weakref__")
+    # (``view_base``, not ``base``: the user's ``x.base`` is NumPy's, not this; see below)
+    __slots__ = ("context", "ir_var", "raw_value", "shape", "view_base", "views", "region",
+                 "steps", "quotient", "readonly", "__weakref__")
     __tracejit_priority__ = 2
 
     # On a NumPy scalar these give a scalar, where on a 0-d array they give a 0-d array.
@@ -93,10 +94,10 @@ class Tracer(ArrayMethods):
         self.ir_var = var
         self.raw_value = value
         self.shape = shape
-        # NumPy aliasing: ``base`` (a weakref; ``view_writes.KeptRoot`` for a view with
+        # NumPy aliasing: ``view_base`` (a weakref; ``view_writes.KeptRoot`` for a view with
         # steps, which keeps its root alive as NumPy's does) when this is a view of another
         # tracer, ``views`` (a WeakSet) of the views of this one that are still alive.
-        self.base = None
+        self.view_base = None
         self.views = None
         # ``region``: for a view, the part of its base it shows ((low, high) per base axis,
         # or None when not known): a write elsewhere in the base leaves it right
@@ -323,7 +324,7 @@ class Tracer(ArrayMethods):
 
     def base_or_none(self):
         """The array this one is a view of, while it lives; else None."""
-        return self.base() if self.base is not None else None
+        return self.view_base() if self.view_base is not None else None
 
     def _check_writable(self):
         if self.readonly:
@@ -405,17 +406,17 @@ def _detach(value):
     root = value.base_or_none()
     if root is not None and root.views is not None:  # (WeakSet.discard would compare the
         root.views = weakref.WeakSet(view for view in root.views if view is not value)  # ==)
-    value.base = value.steps = value.region = None
+    value.view_base = value.steps = value.region = None
 
 
 def note_view(base, view):
-    root = base.base() if base.base is not None else None
+    root = base.view_base() if base.view_base is not None else None
     root = base if root is None else root
-    if view.base is not None and view.base() is root:
+    if view.view_base is not None and view.view_base() is root:
         # noted already (as_strided's strided slice of x): adding it again would make the
         # WeakSet compare the two references' Tracers with ==, an array
         return
-    view.base, view.region = weakref.ref(root), None
+    view.view_base, view.region = weakref.ref(root), None
     view.readonly = base.readonly
     if root.views is None:
         root.views = weakref.WeakSet()

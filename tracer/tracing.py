@@ -343,11 +343,11 @@ class TracingContext(ShapeFacts, OutsideInputs):
             self.values[var.name] = (out_value, result.shape)
         if prim.name in _VIEW_PRIMITIVES and isinstance(args[0], Tracer):
             source = args[0]
-            root = source.base() if source.base is not None else None
+            root = source.view_base() if source.view_base is not None else None
             root = source if root is None else root
             result.steps = steps_of(source, root, prim, params)  # a write through it: root's
             # a followable view keeps its root alive (its siblings must see its writes)
-            result.base = weakref.ref(root) if result.steps is None else KeptRoot(root)
+            result.view_base = weakref.ref(root) if result.steps is None else KeptRoot(root)
             result.readonly = source.readonly  # a view of np.broadcast_to's result
             if prim.name == "slice" and root is source:  # the part of the base it shows
                 result.region = tuple(zip(params["starts"], params["limits"]))

@@ -36,7 +36,7 @@ from .indexing import apart, setitem
 
 class KeptRoot:
     """A followable view's reference to its root, called as the weak reference it replaces
-    (``view.base()``), that keeps the root alive as a NumPy view's ``.base`` does: with
+    (``view.view_base()``), that keeps the root alive as a NumPy view's ``.base`` does: with
     ``a = buf[1]; b = buf[1, 1:]; buf = buf * 2``, a write through ``a`` must still reach
     ``b`` through the old ``buf``, which no name holds any more.
 

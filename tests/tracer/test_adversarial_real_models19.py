@@ -43,6 +43,35 @@ outside list's items are written only with arrays); and a dict the trace wrote i
 again through the list, is not guarded a second time with the trace's own keys (a variant
 whose entry refused its own call: ``outside_inputs._written_items``).
 
+Also a wrong result, fixed: ``x.base`` of a traced array was the tracer's own aliasing
+record (None for an argument), so ``if x.base is not None: x = x.copy()`` took the no-copy
+branch on a view argument and the compiled call wrote into the caller's base, which eager
+leaves alone. The record is now ``Tracer.view_base`` and ``x.base`` makes the call run
+eagerly, with the reason, as ``x.flags`` does (``tracer/traced_array.py``).
+
+Probed and equal to eager, not kept (CI budget): CS224n's ``forward_backward_prop`` over 7
+batch sizes, float32 and a strided ``params``; its ``softmax`` on 1-d, 2-d, NaN, inf and
+empty inputs; Ng's ``nnCostFunction`` (batch 0 and 1 too); the UFLDL sparse autoencoder on
+transposed data; CS224n's word2vec losses (naive softmax, negative sampling with repeated
+ids, skip-gram over a Python list of outside words) under ``jit(value_and_grad)`` against
+finite differences; layer norm with Tensor weights through ``backward()``; a parameter dict
+under ``jit(value_and_grad)`` with an SGD loop; cs231n's softmax and SVM losses with uint8,
+int8, int16, int32 and int64 labels; ``np.add.at``, ``x[ids] = 0`` and ``x[ids] += 1`` with
+narrow ids (negative int8 too); a Keras-like ``fit`` over minibatches (compiled: its epoch
+loop unrolls); cosine and step-decay schedules; f-strings, ``round``, ``math.isnan``,
+``max``/``min`` of traced losses.
+
+Not fixed (eager with the reason, or slow; results equal): cs231n's ``Solver._step`` as a
+bound method (its update rules ``config.setdefault`` and write ``config['velocity']`` into
+``self.optim_configs[p]``, a dict held in a dict, and store it back with
+``self.optim_configs[p] = next_config``); ``scipy.special.logsumexp`` and ``softmax`` (GMM
+E-steps: scipy's array-API layer converts the tracer); ``math.cos(math.pi * epoch / T)`` of
+a run-time epoch is a value guard, so a cosine schedule compiles once per epoch; numbers a
+call writes into a dict of ``self.bn_params`` are guarded as settings (a counter there
+retraces every call); ``d[x] = 1`` with an array key succeeds in the trace (tracers hash by
+identity, as Tensors do) where NumPy raises ``TypeError``; ``x.__array_interface__`` is an
+internal error (eager).
+
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
 """
@@ -342,3 +371,25 @@ def test_cs231n_batchnorm_net_writes_its_bn_params_list_compiled():
         no_internal_errors(loss)
         assert not loss.stats()["eager_calls"] and loss.stats()["compiled_calls"] >= 1, (
             loss.explain())
+
+
+# --- a defensive copy of a view argument -------------------------------------------------------
+def normalize_in_place_unless_a_view(x):
+    """Code that writes in place but copies a view first, so the caller's base is left
+    alone (``if x.base is not None: x = x.copy()``)."""
+    if x.base is not None:
+        x = x.copy()
+    x -= x.mean()
+    return x * 2
+
+
+def test_base_of_an_argument_is_numpys():
+    """Before the fix ``x.base`` of a traced array was the tracer's own bookkeeping (None for
+    an argument), so the trace took the no-copy branch and wrote into the caller's base,
+    which eager leaves as it was."""
+    f = jitted(normalize_in_place_unless_a_view)
+    for _ in range(2):
+        mine, theirs = np.arange(8.0), np.arange(8.0)
+        assert_same(f(mine[::2]), normalize_in_place_unless_a_view(theirs[::2]))
+        assert_same(mine, theirs, where="the caller's base")
+    no_internal_errors(f)

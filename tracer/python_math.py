@@ -45,6 +45,10 @@ _FUNCTIONS = {
     math.log10: (np.log10, lambda x: x <= 0),
     math.log1p: (np.log1p, lambda x: x <= -1),
     math.tanh: (np.tanh, None),
+    # a cosine learning-rate schedule, 0.5 * lr * (1 + math.cos(math.pi * epoch / T)); Python
+    # raises for an infinite operand (a NaN gives NaN)
+    math.cos: (np.cos, np.isinf),
+    math.sin: (np.sin, np.isinf),
     math.fabs: (np.abs, None),
 }
 

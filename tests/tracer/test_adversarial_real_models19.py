@@ -41,7 +41,11 @@ is now written under a record as ``self.cache[k] = v`` is, through any name
 (``frontend._note_listed_item``: nothing can store the trace's copy of it back, since an
 outside list's items are written only with arrays); and a dict the trace wrote items of, read
 again through the list, is not guarded a second time with the trace's own keys (a variant
-whose entry refused its own call: ``outside_inputs._written_items``).
+whose entry refused its own call: ``outside_inputs._written_items``). A cosine learning-rate
+schedule, ``0.5 * lr * (1 + math.cos(math.pi * epoch / total))`` of a run-time ``epoch``,
+pinned the cosine's value (a guard per epoch: a side exit and a compile every epoch);
+``math.cos`` and ``math.sin`` of a traced number are now run-time floats as ``math.exp`` is
+(``tracer/python_math.py``).
 
 Also a wrong result, fixed: ``x.base`` of a traced array was the tracer's own aliasing
 record (None for an argument), so ``if x.base is not None: x = x.copy()`` took the no-copy
@@ -65,8 +69,7 @@ Not fixed (eager with the reason, or slow; results equal): cs231n's ``Solver._st
 bound method (its update rules ``config.setdefault`` and write ``config['velocity']`` into
 ``self.optim_configs[p]``, a dict held in a dict, and store it back with
 ``self.optim_configs[p] = next_config``); ``scipy.special.logsumexp`` and ``softmax`` (GMM
-E-steps: scipy's array-API layer converts the tracer); ``math.cos(math.pi * epoch / T)`` of
-a run-time epoch is a value guard, so a cosine schedule compiles once per epoch; numbers a
+E-steps: scipy's array-API layer converts the tracer); numbers a
 call writes into a dict of ``self.bn_params`` are guarded as settings (a counter there
 retraces every call); ``d[x] = 1`` with an array key succeeds in the trace (tracers hash by
 identity, as Tensors do) where NumPy raises ``TypeError``; ``x.__array_interface__`` is an
@@ -75,6 +78,8 @@ internal error (eager).
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
 """
+
+import math
 
 import numpy as np
 import pytest
@@ -393,3 +398,25 @@ def test_base_of_an_argument_is_numpys():
         assert_same(f(mine[::2]), normalize_in_place_unless_a_view(theirs[::2]))
         assert_same(mine, theirs, where="the caller's base")
     no_internal_errors(f)
+
+
+# --- a cosine learning-rate schedule -----------------------------------------------------------
+def cosine_sgd_step(w, X, y, epoch, total=50):
+    lr = 0.5 * 0.1 * (1 + math.cos(math.pi * epoch / total))
+    w -= lr * X.T @ (X @ w - y) / X.shape[0]
+    return lr
+
+
+def test_cosine_schedule_of_a_run_time_epoch_compiles_once():
+    """``math.cos`` of ``math.pi * epoch / total`` pinned its value before the fix (a guard
+    ``float(...) == ...``): every epoch failed it, took a side exit and compiled again."""
+    f = jitted(cosine_sgd_step)
+    rng = np.random.default_rng(4)
+    mine, theirs = np.zeros(3), np.zeros(3)
+    X, y = rng.standard_normal((5, 3)), rng.standard_normal(5)
+    for epoch in range(5):
+        assert_same(f(mine, X, y, epoch), cosine_sgd_step(theirs, X, y, epoch), **F64)
+        assert_same(mine, theirs, **F64)
+    stats = f.stats()
+    assert not stats["eager_calls"] and stats["compiles"] <= 2 and not stats["side_exits"], (
+        f.explain())

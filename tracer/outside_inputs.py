@@ -277,8 +277,11 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         return
     for key, item in items:
         if budget[0] <= 0:
-            if type(value) in (list, tuple) and all(is_setting(item) for item in value):
-                context.note_outside_contents(path, value)  # the rest: one comparison
+            held = value.values() if type(value) is dict else value
+            if type(value) in (list, tuple, dict) and not state and all(
+                    is_setting(item) for item in held):
+                # the rest: one comparison (a table of 100 settings iterated by .items())
+                context.note_outside_contents(path, value)
             return
         if type(item) in GUARDED_VALUES or is_setting(item) or type(item) is dict or (
                 isinstance(item, np.generic)):

@@ -233,3 +233,29 @@ def test_a_deque_and_an_array_array_read_from_outside_are_read_at_every_call(ite
             each.memory.append(item(call))
             each.rewards.append(0.5)
         np.testing.assert_array_equal(f(np.ones(2)), twin.value(np.ones(2)))
+
+
+# --- a dict of more settings than are guarded one by one --------------------------------
+TABLE = {step: 1.0 / (1 + step) for step in range(100)}  # a learning-rate schedule
+
+
+def scheduled_sum(x):
+    total = 0.0
+    for _, rate in TABLE.items():
+        total += rate
+    return x * total
+
+
+def test_a_dict_of_settings_past_the_guard_budget_is_compared_whole():
+    """``outside_inputs.note_contents`` guards at most ``CONTENT_LIMIT`` (64) settings one
+    by one; past it, a list or tuple of settings is compared whole, a dict was not guarded
+    any further: a value of ``TABLE`` past the 64th changed in place kept the trace's sum
+    in compiled calls. Such a dict is compared whole too now."""
+    f = tj.jit(scheduled_sum, cache="memory")
+    try:
+        for call in range(4):
+            if call == 2:
+                TABLE[80] = -3.0
+            np.testing.assert_array_equal(f(np.ones(2)), scheduled_sum(np.ones(2)))
+    finally:
+        TABLE[80] = 1.0 / 81

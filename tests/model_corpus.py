@@ -44,7 +44,8 @@ class Case:
     atol: float | None = None
     known_bug: str = ""
     # its guard line is a loop's exit test: where the loop is captured (the exit decided
-    # inside the loop node, tracer/while_loops.py) no trace records the other outcome
+    # inside the loop node, tracer/while_loops.py, also when it ends at trip 0) no trace
+    # records a guard there
     exit_in_captured_loop: bool = False
 
     def __repr__(self):

@@ -277,11 +277,10 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         return
     for key, item in items:
         if budget[0] <= 0:
-            held = value.values() if type(value) is dict else value
-            if type(value) in (list, tuple, dict) and not state and all(
-                    is_setting(item) for item in held):
-                # the rest: one comparison (a table of 100 settings iterated by .items())
-                context.note_outside_contents(path, value)
+            if not state and _plain_settings(value):
+                # the rest: one comparison (a table of 100 settings iterated by .items(),
+                # a list of 100 layer configs)
+                context.note_outside_contents(path, copy.deepcopy(value))
             return
         if type(item) in GUARDED_VALUES or is_setting(item) or type(item) is dict or (
                 isinstance(item, np.generic)):
@@ -299,6 +298,18 @@ def _written_items(context, path, value):
     writes = getattr(context, "attribute_writes", {})
     return any(Path(path.root, path.steps + (("item", key),)).key in context.written_paths
                or (id(value), attribute_writes.Item(key)) in writes for key in value)
+
+
+def _plain_settings(value, depth=0):
+    """Whether ``value`` is a list, tuple or dict (text or int keys) holding settings and
+    such containers only, all the way down: compared whole with a deep copy."""
+    if depth > 8 or type(value) not in (list, tuple, dict):
+        return False
+    if type(value) is dict:
+        if not all(type(key) in (str, int) for key in value):
+            return False
+        value = value.values()
+    return all(is_setting(item) or _plain_settings(item, depth + 1) for item in value)
 
 
 def state_item(context, container, key):

@@ -235,8 +235,10 @@ def test_a_deque_and_an_array_array_read_from_outside_are_read_at_every_call(ite
         np.testing.assert_array_equal(f(np.ones(2)), twin.value(np.ones(2)))
 
 
-# --- a dict of more settings than are guarded one by one --------------------------------
+# --- containers of more settings than are guarded one by one -----------------------------
 TABLE = {step: 1.0 / (1 + step) for step in range(100)}  # a learning-rate schedule
+LAYERS = [{"scale": 1.0} for _ in range(100)]
+PAIRS = [(1.0, 2.0) for _ in range(100)]
 
 
 def scheduled_sum(x):
@@ -246,16 +248,37 @@ def scheduled_sum(x):
     return x * total
 
 
-def test_a_dict_of_settings_past_the_guard_budget_is_compared_whole():
+def scales_summed(x):
+    total = 0.0
+    for layer in LAYERS:
+        total += layer["scale"]
+    return x * total
+
+
+def products_summed(x):
+    total = 0.0
+    for first, second in PAIRS:
+        total += first * second
+    return x * total
+
+
+@pytest.mark.parametrize("function, container, key, changed", [
+    (scheduled_sum, TABLE, 80, -3.0),
+    (scales_summed, LAYERS[90], "scale", 50.0),
+    (products_summed, PAIRS, 90, (5.0, 5.0)),
+], ids=["dict", "list of dicts", "list of tuples"])
+def test_settings_past_the_guard_budget_are_compared_whole(function, container, key, changed):
     """``outside_inputs.note_contents`` guards at most ``CONTENT_LIMIT`` (64) settings one
-    by one; past it, a list or tuple of settings is compared whole, a dict was not guarded
-    any further: a value of ``TABLE`` past the 64th changed in place kept the trace's sum
-    in compiled calls. Such a dict is compared whole too now."""
-    f = tj.jit(scheduled_sum, cache="memory")
+    by one; past it, only a flat list or tuple of settings was compared whole. A dict of
+    settings, or a list of dicts or tuples of settings, changed past the 64th setting
+    kept the trace's sum in compiled calls. Such containers are compared whole (with a
+    deep copy) now."""
+    f = tj.jit(function, cache="memory")
+    before = container[key]
     try:
         for call in range(4):
             if call == 2:
-                TABLE[80] = -3.0
-            np.testing.assert_array_equal(f(np.ones(2)), scheduled_sum(np.ones(2)))
+                container[key] = changed
+            np.testing.assert_array_equal(f(np.ones(2)), function(np.ones(2)))
     finally:
-        TABLE[80] = 1.0 / 81
+        container[key] = before

@@ -42,8 +42,11 @@ a value guard or a ``raise`` in the body, nested in an outer loop; random draws
 (``np.random`` seeded alike before the eager and the jit call, its state compared after:
 "random state differs"; ``default_rng`` made in the function, ``np.random.seed`` inside,
 an ``if`` on a draw); loops writing through a carried view of a local, reading the base
-or an alias of it in the body. ``--focus exit_loop,random_draw,write_through_loop`` draws
-mostly those. A statement that runs over 2 s on the probe is dropped, a program over 300 s
+or an alias of it in the body. Round 19 added ``exit_forms``: exit tests joined by
+``and``/``or``/``not`` and chained comparisons, Python int counters read after the loop
+(an ``if`` on them, returned), the ``for`` index read after it, ``continue`` with
+assignments before it, several ``break``s. ``--focus exit_loop,random_draw,write_through_loop``
+draws mostly those. A statement that runs over 2 s on the probe is dropped, a program over 300 s
 is noted as a fuzzer error.
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
@@ -897,7 +900,7 @@ class Builder:
         if form == "while":
             loop = [f"while {going}:"] + ["    " + line for line in body]
         else:
-            split = int(self.rng.integers(0, len(body) + 1))
+            split = int(self.rng.integers(1, len(body) + 1))
             test = (f"    if not ({going}):" if self.rng.random() < 0.7
                     else f"    if {y}.size == 0 or {i} > 5 or np.abs({y}).max() <= {tol}:")
             head = f"for {i} in range({bound}):" if form != "while-true" else "while True:"
@@ -914,6 +917,63 @@ class Builder:
         lines += loop
         defines = [y, count, seen] + ([f"{y}_base"] if view or self.rng.random() < 0.3 else [])
         return lines, "exit loop", defines
+
+    def exit_forms(self):
+        """The round-19 exit forms (``tracer/exit_tests.py``, ``exit_ints.py``,
+        ``exit_trips.py``): tests joined by ``and``/``or``/``not`` and chained comparisons,
+        Python int counters (``it += 1``) read after the loop (an ``if`` on them, returned),
+        the ``for`` index read after the loop, ``continue`` with assignments before it,
+        several ``break``s, a step size halved before a ``continue``."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1
+                           and v.dtype.kind in "fiub")
+        if source is None:
+            return None
+        y, it, lr, i = self.fresh(), self.fresh(), self.fresh(), "i" + self.fresh()
+        dtype = self.rng.choice(["np.float64", "np.float32"])
+        tol = self.rng.choice(["1e-3", "0.5", "1.0", "1e9", "0.0"])
+        cap = self.rng.choice(["0", "1", "3", "25", f"{source}.shape[0]"])
+        norm = self.rng.choice([f"np.abs({y}).max(initial=0.0)", f"np.abs({y}).sum()",
+                                f"float(np.linalg.norm({y}))"])
+        going = self.rng.choice([
+            f"{norm} > {tol} and {it} < {cap}", f"{it} < {cap} and {norm} > {tol}",
+            f"{norm} > {tol} or {it} < 2", f"not ({norm} <= {tol}) and {it} <= {cap}",
+            f"0 <= {it} < {cap} and {norm} > {tol}", f"{norm} > {tol}",
+            f"({y} > {tol}).any() and not {it} >= {cap}"])
+        step = self.rng.choice([f"{y} = {y} * {lr}", f"{y} = np.tanh({y}) * {lr}",
+                                f"{y} *= 0.5", f"{y} = {y} - {lr} * {y} * 0.5"])
+        lines = [f"{y} = np.clip({source}, -1e6, 1e6).astype({dtype})"
+                 + self.rng.choice(["", "", " * 10", " * 0"]),
+                 f"{it} = {self.rng.choice(['0', '0', '1'])}", f"{lr} = 0.5"]
+        body = [f"{it} += 1", step]  # (the counter first: a continue never skips it)
+        # extra exits anywhere at the top level of the body
+        extra = self.rng.choice([
+            [], [f"if {y}.size == 0:", "    break"],
+            [f"if {norm} > 1e3:", f"    {lr} = {lr} * 0.5", f"    {y} = {y} * {lr}",
+             "    continue"],
+            [f"if {it} % 2 == 1 and {norm} < 4:", "    continue"],
+            [f"if {norm} < {tol} * 2 or {it} > 30:", "    break"],
+            [f"if {it} == 3:", f"    {lr} = {lr} * 0.5", "    continue",
+             f"if {norm} < 1e-6:", "    break"]])
+        split = int(self.rng.integers(1, len(body) + 1))
+        body = body[:split] + extra + body[split:]
+        form = self.rng.choice(["while", "while", "for", "while-true"])
+        if form == "while":
+            loop = [f"while {going}:"] + ["    " + line for line in body]
+        else:
+            at = int(self.rng.integers(1, len(body) + 1))
+            test = [f"if not ({going}):", "    break"]
+            body = body[:at] + test + body[at:]
+            head = (f"for {i} in range({self.rng.choice(['40', f'{source}.shape[0]', '2'])}):"
+                    if form == "for" else "while True:")
+            loop = [head] + ["    " + line for line in body]
+        after = self.rng.choice([[], [f"if {it} > 2:", f"    {y} = {y} + 1"],
+                                 [f"{y} = {y} * {it}"],
+                                 [f"{lr} = {lr} + {it}"]])
+        if form == "for" and self.rng.random() < 0.4:
+            after = after + [f"{y} = {y} + {i}"]  # the index read after the loop
+        lines += loop + after
+        defines = [y, it] + ([lr] if self.rng.random() < 0.5 else [])
+        return lines, "exit forms", defines
 
     def random_draw(self):
         """Draws from ``np.random`` (the legacy global), a ``default_rng`` made in the
@@ -1005,7 +1065,8 @@ class Builder:
             self.dynamic_loop] * 3 + [self.view_write] * 3 + [self.inplace_argument] * 2 + [
             self.data_branch] * 2 + [self.view_loop] * 2 + [self.filled_loop] * 3 + [
             self.offset_loops] * 2 + [self.carried_scan] * 2 + [
-            self.exit_loop] * 3 + [self.random_draw] * 2 + [self.write_through_loop] * 2
+            self.exit_loop] * 3 + [self.random_draw] * 2 + [self.write_through_loop] * 2 + [
+            self.exit_forms] * 3
         if FOCUS:  # --focus: mostly the named kinds
             makers = [maker for maker in makers if maker.__name__ in FOCUS] * 6 + makers
         attempts = 0

@@ -652,6 +652,12 @@ class NativeLoopProgram(LoopProgram):
         segments = [step for step in self.steps if isinstance(step, _Segment)]
         shared_segments = loop_sharing.share(
             [(id(segment), segment.name, None, segment.graph) for segment in segments])
+        from .numpy_products import note_segments
+
+        # A product one segment returns and a later step decides on is NumPy's call there
+        group_graphs = {key: group.graph for key, (group, _) in shared_segments.items()}
+        note_segments(graph, [(segment.graph, group_graphs.get(id(segment)))
+                              for segment in segments])
         plans = {}  # key -> loop_body's plan, made once for sharing and for _Loop
         shared_loops = loop_sharing.share(_loop_bodies(graph, groups, name, plans))
         loops = 0

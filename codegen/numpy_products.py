@@ -155,6 +155,26 @@ def note_partition(joint, forward):
     _decided_in_backward.setdefault(forward.name, set()).update(decision_products(joint))
 
 
+def note_segments(graph, segments):
+    """Called when a graph with loops is cut into segments compiled apart
+    (``codegen/loops.py``), before they compile: a product one segment returns may be
+    decided on by a later loop or segment (gradient descent's ``y = X @ w_true`` before
+    its ``while``), out of that segment's sight, so it counts as decided in it (and in
+    the program a ``loop_sharing`` group builds for it, by position). ``segments`` are
+    ``(segment graph, shared graph or None)`` pairs. Else compiled code summed it in
+    another order than NumPy while ``tracer/margin_rules.py`` took it as NumPy's bits."""
+    decided = decision_products(graph)
+    for own, shared in segments:
+        positions = [n for n, item in enumerate(own.body)
+                     if isinstance(item, Eqn) and item.out.name in decided]
+        for target in (own, shared):
+            if target is None or not positions or len(target.body) != len(own.body):
+                continue
+            _decided_in_backward.setdefault(target.name, set()).update(
+                target.body[n].out.name for n in positions
+                if isinstance(target.body[n], Eqn))
+
+
 def decision_products(graph):
     """The names of the float32 and float64 ``matmul`` results in ``graph`` that reach a
     decision."""

@@ -779,6 +779,13 @@ def _roll_by_gather(a, shift, axis):
 
 def copy(a, order="K", subok=False):
     # A cast to its own dtype: a new array for Tensors, a no-op that codegen folds.
+    if order == "F" and ndim_of(a) > 1:
+        # NumPy's copy is Fortran-ordered, which its matmul hands to BLAS transposed: the
+        # transpose of a copy of the reversed axes, so that margin_rules sees the layout
+        # (as a C-ordered copy it took compiled code's other sums as NumPy's product)
+        axes = tuple(reversed(range(ndim_of(a))))
+        return ops.transpose(bind(ops.cast_p, ops.transpose(a, axes), dtype=dtype_of(a)),
+                             axes)
     return bind(ops.cast_p, a, dtype=dtype_of(a))
 
 

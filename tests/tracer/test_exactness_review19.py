@@ -1,0 +1,93 @@
+"""Review 19: the exactness rules for decisions (a float64 product a decision reads is
+NumPy's own BLAS call, so exact; a loop value that enters exact and stays exact carries
+no bound; ``np.linalg.norm`` of a 1-d array is ``sqrt(x.dot(x))``), attacked where the
+compiled program might not compute NumPy's bits although the rule admits the case.
+
+Found and fixed:
+
+* A graph with a loop is compiled as segments and loop bodies apart
+  (``codegen/loops.py``). A product computed before the loop and decided on only in it
+  (gradient descent's targets ``y = X @ w_true``) was summed by the segment's own
+  product, not NumPy's call, since no decision read it inside its segment; yet
+  ``margin_rules`` took it as NumPy's bits and the loop carried no bound, so the exit test
+  could stop on another trip than NumPy's (``numpy_products.note_segments``).
+* ``x.copy(order="F")`` (and ``np.copy(x, order="F")``) was traced as a C-ordered copy,
+  taken as exact, where NumPy holds it Fortran-ordered and its matmul hands it to BLAS
+  transposed: other sums (``numpy_api.copy`` now refuses it, as ``np.array(order="F")``
+  is refused).
+
+Probed with no disagreement (see the round's report for counts): transposed operands and
+``x @ x.T`` / ``x.T @ x`` (NumPy's syrk) next to copies of the same values, slices,
+reshapes and ``+ 0.0`` / ``* 1.0`` of one side; ``np.dot`` / ``ndarray.dot`` / ``@`` of
+matrix-vector, vector-matrix and vector-vector; batched products and batched syrk;
+sizes 1, prime and past a BLAS block; norms in exit tests with the tolerance on the
+boundary trip; OpenBLAS core types and thread counts.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+def _calls(function, argument_sets):
+    """``function`` jitted and called on each argument set; each result equal to eager
+    NumPy's bit for bit (the exact rules promise NumPy's bits, not a margin)."""
+    f = tj.jit(function, cache="memory")
+    for arguments in argument_sets:
+        want = function(*copy.deepcopy(arguments))
+        got = f(*copy.deepcopy(arguments))
+        for g, w in zip(got, want):
+            assert np.asarray(g).dtype == np.asarray(w).dtype
+            assert np.asarray(g).tobytes() == np.asarray(w).tobytes(), (got, want)
+    return f
+
+
+def descend(X, w_true, trips):
+    y = X @ w_true  # before the loop: decided on only inside it
+    w = np.zeros(X.shape[1])
+    it = 0
+    while it < trips:
+        grad = X.T @ (X @ w - y)
+        w = w - 0.05 * grad
+        it += 1
+        if np.linalg.norm(grad) < 1e-300:  # a decision on every trip's product
+            break
+    return w, it
+
+
+def test_a_product_before_a_loop_that_decides_on_it_is_numpys_call():
+    """The loop takes ``y`` and its carried ``w`` as NumPy's bits (no bound), so the
+    compiled calls must compute them so: ``w`` was a few ulp off from the third trip on
+    when ``y`` was the segment's own product, and an exit test on the boundary could stop
+    on another trip than NumPy's."""
+    cases = []
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        X, w_true = rng.standard_normal((7, 5)), rng.standard_normal(5)
+        cases += [(X, w_true, np.asarray(trips)) for trips in (3, 4, 20)]
+    f = _calls(descend, cases)
+    stats = f.stats()
+    assert stats["compiles"] == 1 and not stats["eager_calls"], f.explain()
+    assert stats["compiled_calls"] + stats["traced_calls"] == len(cases)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.copy(order="F"),
+    lambda x: np.copy(x, order="F"),
+])
+def test_a_fortran_ordered_copy_is_not_taken_as_numpys_product(make):
+    """NumPy's ``x.copy(order="F") @ v`` is BLAS's transposed matrix-vector product; a
+    mask on it (exact in the cheap checks) at a threshold NumPy's product sits on."""
+
+    def mask(x, v, at):
+        return (make(x) @ v > at,)
+
+    cases = []
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        x, v = rng.standard_normal((7, 5)), rng.standard_normal(5)
+        cases.append((x, v, np.asfortranarray(x) @ v))  # eager's product: all False
+    _calls(mask, cases)

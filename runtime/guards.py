@@ -414,7 +414,7 @@ def _guard_statements(spec, source, draws=True):
             source.add(f"if {variable} is not {source.constant(value, 'F')}: return {source.miss}")
         elif kind == "keys":
             keys = source.constant(value, "K")
-            source.add(f"if type({variable}) is not dict or tuple({variable}) != {keys}: "
+            source.add(f"if not isinstance({variable}, dict) or tuple({variable}) != {keys}: "
                        f"return {source.miss}")
         elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple,

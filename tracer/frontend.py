@@ -72,6 +72,7 @@ from .object_paths import (
 from .out_arguments import check_cast, check_out
 from .outside_inputs import (
     GUARDED_VALUES,
+    MAPPINGS,
     NOT_GUARDED_CALLABLES,
     is_setting,
     note_contents,
@@ -370,7 +371,7 @@ class Hooks:
             return context.implicit_tracer(value) if context.is_implicit(value) else value
         if type(value) in GUARDED_VALUES or is_setting(value) or isinstance(
                 value, np.generic) or (
-            type(value) is dict
+            type(value) in MAPPINGS
         ):
             if path is not None and not (isinstance(value, type) and through_module(path)):
                 # (np.float64 itself is no setting; self.stats["loss"], which calls

@@ -182,6 +182,8 @@ SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
 # (a deque by its length and items as a list; bytearray and array.array by a copy of their
 # contents: len(self.memory) of a replay buffer, sum(REWARDS), grown between calls)
 GUARDED_VALUES = (*SETTINGS, list, tuple, collections.deque, bytearray, array.array)
+# dicts guarded by their keys and items (a Sequential's OrderedDict of layers that grows)
+MAPPINGS = (dict, collections.OrderedDict, collections.defaultdict)
 
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
@@ -259,13 +261,13 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         context.state_paths[path.key] = (value, state)
         context.note_keys(path, value)
         items = [(key, item) for key, item in value.items() if key not in state]
-    elif type(value) is dict:
+    elif type(value) in MAPPINGS:
         if not all(type(key) in (str, int) for key in value):
             return
         if len(value) <= CONTENT_LIMIT and all(
             is_setting(item) for item in value.values()
         ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
-            context.note_outside_value(path, dict(value))
+            context.note_outside_value(path, copy.copy(value))
         else:  # self.blocks["fc3"] = ... added later: .items(), len(), .get see it
             context.note_keys(path, value)
         items = value.items()
@@ -303,9 +305,9 @@ def _written_items(context, path, value):
 def _plain_settings(value, depth=0):
     """Whether ``value`` is a list, tuple or dict (text or int keys) holding settings and
     such containers only, all the way down: compared whole with a deep copy."""
-    if depth > 8 or type(value) not in (list, tuple, dict):
+    if depth > 8 or type(value) not in (list, tuple, *MAPPINGS):
         return False
-    if type(value) is dict:
+    if type(value) in MAPPINGS:
         if not all(type(key) in (str, int) for key in value):
             return False
         value = value.values()

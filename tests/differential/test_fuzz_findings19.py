@@ -282,3 +282,36 @@ def test_settings_past_the_guard_budget_are_compared_whole(function, container, 
             np.testing.assert_array_equal(f(np.ones(2)), function(np.ones(2)))
     finally:
         container[key] = before
+
+
+# --- an OrderedDict of layers read from outside ------------------------------------------
+class Scaling:
+    def __init__(self, scale):
+        self.W = np.eye(2) * scale
+
+    def __call__(self, x):
+        return x @ self.W
+
+
+class Sequential:
+    def __init__(self):
+        self.layers = collections.OrderedDict(first=Scaling(1.0))
+
+    def forward(self, x):
+        for _, layer in self.layers.items():
+            x = layer(x)
+        return x * len(self.layers)
+
+
+def test_an_ordered_dict_read_from_outside_is_guarded_by_its_keys():
+    """A dict read from outside is guarded by its keys (and its settings), but the check
+    was ``type(value) is dict``: an ``OrderedDict`` (a Sequential's layers) or a
+    ``defaultdict`` was guarded by its class alone, and a layer added after the first
+    compiled call was skipped by compiled calls (and ``len(self.layers)`` kept)."""
+    model, twin = Sequential(), Sequential()
+    f = tj.jit(model.forward, cache="memory")
+    for call in range(4):
+        if call == 2:
+            model.layers["second"] = Scaling(3.0)
+            twin.layers["second"] = Scaling(3.0)
+        np.testing.assert_array_equal(f(np.ones(2)), twin.forward(np.ones(2)))

@@ -50,9 +50,11 @@ from types import SimpleNamespace
 import numpy as np
 from llvmlite import ir
 
+from tracejit.tracer import margin_rules
 from tracejit.tracer.discontinuities import AMBIGUITY, _meets_at_threshold, _selects
 from tracejit.tracer.ir import Eqn, Guard, Var
 
+from . import blas
 from .counted_loop import counted_loop
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -194,6 +196,12 @@ def is_decision_product(kernel):
         found = decision_products(schedule.graph)
         schedule._decision_products = found
     return kernel.kernel.anchor.out.name in found
+
+
+# margin_rules takes a decided product of exact operands as exact only where it is one of
+# these calls: not under the ``own`` setting (codegen/matmul.py's numpy_exact), nor without
+# NumPy's bundled OpenBLAS
+margin_rules.set_numpy_products(lambda: blas.openblas() and blas.gemm_setting() != "own")
 
 
 # --- the calls ------------------------------------------------------------------------------

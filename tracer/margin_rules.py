@@ -1035,9 +1035,21 @@ def _any_all(ctx, eqn, bounds):
     return ctx.and_(ctx.emit(any_p, undecided, **params), ctx.not_(sure))
 
 
+# Whether compiled code computes the float32 and float64 products a decision reads by
+# NumPy's own BLAS calls: codegen/numpy_products.py sets the test (not under
+# TRACEJIT_GEMM=own, nor without NumPy's bundled OpenBLAS, where the own GEMM or a plain
+# gemm sums them in other orders). The tracer does not import codegen.
+_numpy_products = [lambda: True]
+
+
+def set_numpy_products(test):
+    """``test()``: whether decided products are NumPy's BLAS calls in this process now."""
+    _numpy_products[0] = test
+
+
 def _matmul(ctx, eqn, bounds):
     cheap = getattr(ctx, "cheap", False)
-    if cheap and all(bound is None for bound in bounds):
+    if cheap and all(bound is None for bound in bounds) and _numpy_products[0]():
         if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32) or (
                 eqn.out.aval.dtype == F64 and _numpy_matmul(ctx, eqn)):
             # Exact operands, NumPy's bits: a float32 or float64 product that a decision

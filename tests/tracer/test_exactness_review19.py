@@ -91,3 +91,23 @@ def test_a_fortran_ordered_copy_is_not_taken_as_numpys_product(make):
         x, v = rng.standard_normal((7, 5)), rng.standard_normal(5)
         cases.append((x, v, np.asfortranarray(x) @ v))  # eager's product: all False
     _calls(mask, cases)
+
+
+def mask_on_products(x, v, at):
+    return x @ v > at, np.argmax(x @ v), (x @ x.T > at[0]).sum()
+
+
+def test_products_are_not_exact_where_compiled_code_does_not_call_numpys_blas():
+    """Under ``TRACEJIT_GEMM=own`` (``gemm_override``) compiled code computes every
+    product by the own GEMM or a plain ``gemm``, not by the calls NumPy's matmul makes, so
+    a mask on a product at a threshold NumPy's product sits on must keep its margin (it
+    was taken as exact: the mask came out True where NumPy's is False)."""
+    from tracejit.codegen import blas
+
+    cases = []
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        x, v = rng.standard_normal((7, 5)), rng.standard_normal(5)
+        cases.append((x, v, x @ v))  # eager's product: the mask is all False
+    with blas.gemm_override("own"):
+        _calls(mask_on_products, cases)

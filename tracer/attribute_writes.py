@@ -28,6 +28,7 @@ inside the function) is written as Python writes it: nothing reaches the caller.
 
 from __future__ import annotations
 
+import collections
 import weakref
 from dataclasses import dataclass
 
@@ -337,7 +338,7 @@ def note_copy(context, copy, original):
 
 def is_outside_container(context, value):
     """A dict or list from outside the function (or the trace's copy of one)."""
-    return type(value) in (dict, list) and (
+    return type(value) in (dict, list, collections.OrderedDict, collections.defaultdict) and (
         id(value) in context.outside_copies or id(value) in context.outside_objects)
 
 
@@ -370,7 +371,7 @@ _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made
 
 
 def _contents(value):
-    if type(value) is dict:
+    if isinstance(value, dict):  # (an OrderedDict's, a defaultdict's items too)
         return dict(value)
     if type(value) is list:
         return list(value)
@@ -394,7 +395,7 @@ def unfollowed_change(context):
         if before is None:
             continue
         changed = _changed_keys(before, _contents(value))
-        if type(value) in (dict, list):
+        if isinstance(value, (dict, list)):
             changed = {name for name in changed if (key, Item(name)) not in (
                 context.attribute_writes)}
         elif type(value) is not list:  # (dunders: caches such as __signature__)
@@ -402,8 +403,8 @@ def unfollowed_change(context):
                        and not (name.startswith("__") and name.endswith("__"))}
         if changed:
             name = next(iter(changed))
-            return (f"a write into an outside {type(value).__name__}" if type(value) in (
-                dict, list) else f"a change to the attribute {name!r} of a "
+            return (f"a write into an outside {type(value).__name__}" if isinstance(value, (
+                dict, list)) else f"a change to the attribute {name!r} of a "
                 f"{type(value).__name__} from outside")
     return None
 
@@ -420,7 +421,7 @@ def restore(context):
         if type(value) is list:
             value[:] = before
         else:
-            state = value if type(value) is dict else value.__dict__
+            state = value if isinstance(value, dict) else value.__dict__
             state.clear()
             state.update(before)
     originals = getattr(context, "attribute_originals", {})

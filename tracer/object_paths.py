@@ -115,7 +115,7 @@ class ObjectPaths:
         through it."""
         if type(value) is not tuple:
             self.context.outside_objects.setdefault(id(value), (path, value))
-        for key, item in value.items() if type(value) is dict else enumerate(value):
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
             where = Path(path.root, path.steps + (("item", key),))
             if holds_attributes(item):
                 self.known.setdefault(id(item), (where, item))

@@ -315,3 +315,26 @@ def test_an_ordered_dict_read_from_outside_is_guarded_by_its_keys():
             model.layers["second"] = Scaling(3.0)
             twin.layers["second"] = Scaling(3.0)
         np.testing.assert_array_equal(f(np.ones(2)), twin.forward(np.ones(2)))
+
+
+class CachingLayer:
+    def __init__(self):
+        self.cache = collections.OrderedDict(h=np.zeros(2))
+
+    def forward(self, x):
+        self.cache["h"] = x * 2
+        return x + 1
+
+
+def test_a_write_into_an_ordered_dict_attribute_leaves_no_traced_value():
+    """``self.cache["h"] = h`` into a plain dict attribute is recorded (and compiled); into
+    an ``OrderedDict`` it went straight into the caller's object, which then held the
+    trace's Tracer (and compiled calls skipped the write). The write is caught now and the
+    call runs eagerly."""
+    layer, twin = CachingLayer(), CachingLayer()
+    f = tj.jit(layer.forward, cache="memory")
+    for call in range(3):
+        x = np.full(2, float(call))
+        np.testing.assert_array_equal(f(x), twin.forward(x))
+        assert type(layer.cache["h"]) is np.ndarray
+        np.testing.assert_array_equal(layer.cache["h"], twin.cache["h"])

@@ -15,6 +15,13 @@ Found and fixed:
   taken as exact, where NumPy holds it Fortran-ordered and its matmul hands it to BLAS
   transposed: other sums (``numpy_api.copy`` now refuses it, as ``np.array(order="F")``
   is refused).
+* Under ``TRACEJIT_GEMM=own`` (or without NumPy's bundled OpenBLAS) no product is
+  NumPy's call, yet the cheap checks took them as exact (``margin_rules.set_numpy_products``).
+
+Found, not fixed (strict xfails at the end): Fortran-ordered, transposed-view and strided
+float64 arguments (margin_rules counts arguments as C-ordered; a mask at NumPy's own
+product flipped in 11 of 15 calls, all compiled); float32 products taken as exact whatever
+made them (an einsum), which loop_bounds now carries trip after trip.
 
 Probed with no disagreement (see the round's report for counts): transposed operands and
 ``x @ x.T`` / ``x.T @ x`` (NumPy's syrk) next to copies of the same values, slices,
@@ -111,3 +118,42 @@ def test_products_are_not_exact_where_compiled_code_does_not_call_numpys_blas():
         cases.append((x, v, x @ v))  # eager's product: the mask is all False
     with blas.gemm_override("own"):
         _calls(mask_on_products, cases)
+
+
+# --- found, not fixed (strict xfails) ------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="argument layouts are not checked: compiled code "
+                   "lays a Fortran-ordered, transposed-view or strided argument out C-ordered "
+                   "and calls BLAS for that layout, NumPy hands it to BLAS as it is (other "
+                   "sums), yet margin_rules counts arguments as C-ordered (docs/sharp_bits.md)")
+def test_a_mask_on_a_product_of_a_fortran_ordered_float64_argument():
+    def mask(x, v, at):
+        return (x @ v > at,)
+
+    cases = []
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        x, v = np.asfortranarray(rng.standard_normal((7, 5))), rng.standard_normal(5)
+        cases.append((x, v, x @ v))  # eager's product: all False
+    _calls(mask, cases)
+
+
+def power_iteration_by_einsum(A, trips):
+    v = np.ones(A.shape[0], A.dtype)
+    it = 0
+    while it < trips:
+        w = np.einsum("ij,j->i", A, v)
+        v = w / np.linalg.norm(w)
+        it += 1
+        if np.linalg.norm(w) < 1e-30:
+            break
+    return v, it
+
+
+@pytest.mark.xfail(strict=True, reason="a float32 product in the cheap checks is taken as "
+                   "NumPy's bits whatever made it (an einsum, a transposed ufunc result), so "
+                   "loop_bounds carries a float32 loop value as exact while compiled code "
+                   "sums the einsum by BLAS and NumPy by its own loop (float64 keeps its "
+                   "bound: margin_rules._numpy_matmul)")
+def test_a_float32_einsum_loop_value_is_not_taken_as_exact():
+    A = np.random.default_rng(0).standard_normal((9, 9)).astype(np.float32)
+    _calls(power_iteration_by_einsum, [(A @ A.T, np.asarray(trips)) for trips in (6, 20)])

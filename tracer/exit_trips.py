@@ -110,6 +110,26 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
     within = tuple(segments[0](t, *carried, *_unset(segments[0], count)))
     result = _ints_traced(context, [_kept(context, value) for value in within[:count]],
                           int_positions)
+    ended = []  # first: how to end the loop as Python does, where it ends at trip 0
+    try:
+        return _trip_tests(context, t, carried, done, functions, count, int_positions,
+                           first, before, within, result, ended)
+    except Stop:
+        raise
+    except Exception:
+        if not ended:
+            raise
+        # The rest of trip 0, which this call never runs, failed (x[t] of an empty x):
+        # the loop ends here as Python ends it, as before a traced exit was kept traced
+        return ended[0]()
+
+
+def _trip_tests(context, t, carried, done, functions, count, int_positions, first, before,
+                within, result, ended):
+    """The tests and segments of ``trip`` after its first segment; ``ended`` receives, on
+    trip 0 of the first call, how to end the loop where this call's traced test ends it."""
+    from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
+    segments, tests, loose = functions
     previous = result  # the values as the body left them last (np.where makes 0-d arrays)
     active = stop = None  # traced bools; None: every path so far
     path = []  # first: the decisions on this call's own path
@@ -139,6 +159,9 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
                 raise Stop(tuple(within[:count]), broke)  # this path's own values
             if traced:
                 path.append(ends)
+                if not ended and bool(ends.value) and kind != "continue":
+                    ended.append(_ender(context, list(path), within, payload, t, count,
+                                        kind == "break"))
             elif not bool(ends):
                 within = tuple(segments[k + 1](t, *within))
                 result = _merged(context, active, within[:count], result, int_positions)
@@ -193,6 +216,22 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
     new = [_into(context, entered, left_value, np.where(done, old, value))
            for entered, left_value, old, value in zip(carried, lefts, before, result)]
     return (*new, done if stop is None else np.logical_or(done, stop))
+
+
+def _ender(context, path, within, payload, t, count, broke):
+    """A function ending the first call's loop at trip 0 as Python ends it there: a guard
+    per decision on its ``path`` and the values at the exit (the trace's equations after
+    it are dropped: Python does not run them)."""
+    mark = len(context.body)
+
+    def end():
+        del context.body[mark:]
+        for decision in path:
+            bool(decision)
+        values = within if payload is None else tuple(payload(t, *within))
+        raise Stop(tuple(values[:count]), broke)
+
+    return end
 
 
 def _decided(context, path, left, int_positions, rest):

@@ -102,3 +102,20 @@ def test_a_first_call_exiting_at_once_compiles_the_whole_loop():
     x = np.array([4.0, 1.0])
     f = run_all(count_halvings, [(x, np.array(tol)) for tol in (8.0, 0.3, 0.01, 0.0)])
     compiled_every_call(f)
+
+
+def walk_until(x, limit):
+    h, t = np.zeros(3), 0
+    while t < x.shape[0] and h.sum() < limit:
+        h = h + np.abs(x[t])  # x[0] of an empty x: Python never runs it
+        t += 1
+    return h, t
+
+
+def test_a_first_call_whose_loop_runs_no_trip_on_an_empty_array():
+    """Keeping a traced exit at trip 0 traced runs the rest of trip 0, which Python does
+    not run: on an empty x it raised (an internal error, the call eager); now that trip
+    ends as Python ends it, and later calls run longer."""
+    rng = np.random.default_rng(4)
+    f = run_all(walk_until, [(rng.random((n, 3)), 1.5) for n in (0, 5, 9)])
+    assert "internal error" not in f.stats()["eager_reasons"], f.stats()

@@ -378,15 +378,11 @@ class Hooks:
                 # write, is state: guarded where read)
                 note_contents(context, path, value,
                               state=_item_state(path, value, self.objects))
-            if type(value) in (list, tuple, dict):
-                if path is not None:
+            if type(value) in (list, tuple, *MAPPINGS):
+                if path is not None:  # (an OrderedDict's writes too: outside state)
                     self.objects.remember_container(path, value)
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
                 return with_inputs(context, value, path)
-            if type(value) in MAPPINGS and path is not None:
-                # an OrderedDict: writes into it are outside state (self.cache["h"] = h
-                # left the Tracer in it), caught after the trace (attribute_writes.watch)
-                self.objects.remember_container(path, value)
         elif path is not None and is_settings_record(value):
             # layer.config a namedtuple of settings: config._replace(scale=0.5) is a change
             context.outside_values.setdefault(path.key, (path, "value", value))

@@ -205,7 +205,7 @@ def with_inputs(context, container, path=None, depth=0):
     container comes back when it holds none."""
     if depth > 2:
         return container
-    items = container.items() if type(container) is dict else enumerate(container)
+    items = container.items() if type(container) in MAPPINGS else enumerate(container)
     # numbers under the keys calls write (self.stats["n_" + name] += 1) are not guarded:
     # read whole (dict(self.stats), self.stats = C) they must be the run-time inputs
     # state_item reads, or another name's count would be the traced call's
@@ -226,14 +226,18 @@ def with_inputs(context, container, path=None, depth=0):
                 replaced[key] = value
         elif isinstance(item, np.ndarray) and context.is_implicit(item):
             replaced[key] = context.implicit_tracer(item)
-        elif type(item) in (list, tuple, dict):
+        elif type(item) in (list, tuple, *MAPPINGS):
             inner = with_inputs(context, item, where, depth + 1)
             if inner is not item:
                 replaced[key] = inner
     if not replaced:
         return container
-    if type(container) is dict:
+    if type(container) in MAPPINGS:
         copy = {key: replaced.get(key, item) for key, item in container.items()}
+        if type(container) is collections.OrderedDict:
+            copy = collections.OrderedDict(copy)
+        elif type(container) is collections.defaultdict:
+            copy = collections.defaultdict(container.default_factory, copy)
     else:
         copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
     attribute_writes.note_copy(context, copy, container)

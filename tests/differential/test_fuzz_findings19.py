@@ -338,3 +338,28 @@ def test_a_write_into_an_ordered_dict_attribute_leaves_no_traced_value():
         np.testing.assert_array_equal(f(x), twin.forward(x))
         assert type(layer.cache["h"]) is np.ndarray
         np.testing.assert_array_equal(layer.cache["h"], twin.cache["h"])
+
+
+class Regularized:
+    def __init__(self):
+        self.params = collections.OrderedDict(W=np.ones(2), b=np.zeros(2))
+
+    def penalty(self, x):
+        total = 0.0
+        for _, param in self.params.items():
+            total = total + (param ** 2).sum()
+        return x * total
+
+
+def test_arrays_in_an_ordered_dict_read_from_outside_are_inputs():
+    """Arrays in a plain dict read from outside are graph inputs (``with_inputs``), those
+    in an ``OrderedDict`` were constants of the trace: an optimizer's in-place update of
+    ``self.params["W"]`` between calls was missed by compiled calls (2.0 where eager
+    gives 18.0). ``with_inputs`` rebuilds OrderedDicts and defaultdicts too now."""
+    model, twin = Regularized(), Regularized()
+    f = tj.jit(model.penalty, cache="memory")
+    for call in range(4):
+        if call == 2:
+            model.params["W"] *= 3
+            twin.params["W"] *= 3
+        np.testing.assert_array_equal(f(np.ones(2)), twin.penalty(np.ones(2)))

@@ -188,6 +188,30 @@ def decision_products(graph):
         and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES and item.out.name in deciding)
 
 
+def layout_inputs(graph):
+    """Positions of ``graph``'s inputs whose memory layout a decision on a NumPy product
+    may see. NumPy hands a Fortran-ordered, transposed or strided operand to BLAS as it is
+    (transposed flags, its own loops), where compiled code calls BLAS on a C-ordered copy:
+    other sums, so a mask or an exit on the product could decide otherwise. The wrapper
+    runs such a call eagerly instead (``codegen/program.py``, ``LAYOUT_EXIT``)."""
+    if not decision_products(graph) and not any(
+            isinstance(item, Eqn) and item.prim.name == "loop" and _has_product(
+                item.params_dict["body"]) and _has_decision(item.params_dict["body"])
+            for item in graph.body):
+        return ()
+    deciding = _deciding_vars(graph, False)
+    return tuple(position for position, var in enumerate(graph.inputs)
+                 if var.name in deciding and len(var.aval.shape) >= 1)
+
+
+def _has_product(graph):
+    """A float ``matmul`` in ``graph``, or in a loop body in it."""
+    return any(isinstance(item, Eqn) and (
+        (item.prim.name == "matmul" and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES)
+        or (item.prim.name == "loop" and _has_product(item.params_dict["body"])))
+        for item in graph.body)
+
+
 def is_decision_product(kernel):
     """True when ``kernel``'s matmul (a float32 or float64 product) reaches a decision."""
     schedule = kernel.schedule

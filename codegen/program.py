@@ -355,11 +355,33 @@ def link(program):
     code = builtins.compile(program.wrapper_source, f"<tracejit program {program.name}>", "exec")
     exec(code, namespace)
     if "run_strict" in namespace:
-        namespace["_relayout"] = _relayouter(program.graph, program.name, program.profiled,
-                                             namespace["run_strict"])
+        relayout = _relayouter(program.graph, program.name, program.profiled,
+                               namespace["run_strict"])
+        from .numpy_products import layout_inputs  # (numpy_products -> matmul -> here)
+
+        namespace["_relayout"] = _layout_checked(relayout, layout_inputs(program.graph))
     program._run = namespace["run"]
     program._library = library
     return program
+
+
+def _layout_checked(relayout, positions):
+    """``relayout``, unless an input at ``positions`` (one a decision on a NumPy product
+    reads through: ``numpy_products.layout_inputs``) is not C-contiguous: then the call
+    stops (``SideExit(LAYOUT_EXIT)``, nothing ran) and runs eagerly, where NumPy hands that
+    layout to BLAS itself."""
+    if not positions:
+        return relayout
+
+    def checked(*inputs):
+        for position in positions:
+            value = inputs[position]
+            if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+                raise SideExit(LAYOUT_EXIT)
+        return relayout(*inputs)
+
+    checked.programs = getattr(relayout, "programs", {})
+    return checked
 
 
 # --- the wrapper ---------------------------------------------------------------------

@@ -297,6 +297,10 @@ class JitFunction(Misses):
                         before, outside = _before_writes(path, args, kwargs)
                     continue
                 variant.rewind()  # the eager run (or a trace) draws as eager does
+                if taken.code == LAYOUT_EXIT:
+                    return self._run_eager(args, kwargs, "an argument not C-contiguous "
+                                           "where a decision reads a product (NumPy's BLAS "
+                                           "call sees its layout)")
                 if taken.code == codegen.LOOP_GUARD_FAILED:
                     return self._loop_guard_exit(variant, args, kwargs)
                 if taken.guard_index is None:

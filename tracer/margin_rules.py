@@ -1050,16 +1050,13 @@ def set_numpy_products(test):
 def _matmul(ctx, eqn, bounds):
     cheap = getattr(ctx, "cheap", False)
     if cheap and all(bound is None for bound in bounds) and _numpy_products[0]():
-        if np.dtype(eqn.out.aval.dtype) in (np.dtype(np.float32), F64) and (
-                _numpy_matmul(ctx, eqn)):
+        if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32) or (
+                eqn.out.aval.dtype == F64 and _numpy_matmul(ctx, eqn)):
             # Exact operands, NumPy's bits: a float32 or float64 product that a decision
             # (so this check) reads is computed by the BLAS calls NumPy's matmul makes
-            # (codegen/numpy_products.py), where the user wrote a matmul of operands
-            # NumPy holds as compiled code does (_numpy_matmul: not an einsum's; float32
-            # too since loop_bounds carries exactness trip after trip, review 19: a
-            # float32 power iteration by np.einsum was carried exact). Only in the cheap
-            # checks (masks, argmax, loop bodies): an ``if``'s margin keeps the product's
-            # bound, since
+            # (codegen/numpy_products.py); a float64 one only where the user wrote a
+            # matmul (_numpy_matmul: not an einsum's). Only in the cheap checks (masks,
+            # argmax, loop bodies): an ``if``'s margin keeps the product's bound, since
             # not every float32 matmul is NumPy's matmul - einsum is traced as a matmul,
             # TRACEJIT_GEMM=own computes them all - and an ``if`` on those took the
             # other branch than NumPy with no margin (review 15).

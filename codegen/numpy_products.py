@@ -194,7 +194,7 @@ def layout_inputs(graph):
     (transposed flags, its own loops), where compiled code calls BLAS on a C-ordered copy:
     other sums, so a mask or an exit on the product could decide otherwise. The wrapper
     runs such a call eagerly instead (``codegen/program.py``, ``LAYOUT_EXIT``)."""
-    if not decision_products(graph) and not any(
+    if not _has_product(graph) or not decision_products(graph) and not any(
             isinstance(item, Eqn) and item.prim.name == "loop" and _has_product(
                 item.params_dict["body"]) and _has_decision(item.params_dict["body"])
             for item in graph.body):

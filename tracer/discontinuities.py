@@ -225,7 +225,11 @@ def _meets_at_threshold(ctx, compare, select):
 
 
 def _key(atom):
-    return ("var", atom.name) if isinstance(atom, Var) else ("literal", float(atom.value))
+    if isinstance(atom, Var):
+        return ("var", atom.name)
+    if isinstance(atom.value, DimExpr):  # a symbolic dim (np.pad's widths): no number
+        return ("dim", str(atom.value))
+    return ("literal", float(atom.value))
 
 
 def _scales(ctx, atom, x):

@@ -396,7 +396,8 @@ def _pad_by_blocks(array, widths, fills):
         blocks = []
         for width, fill in ((low, low_fill), (high, high_fill)):
             shape[axis] = width
-            blocks.append(ops.full(tuple(shape), fill, fill.dtype, like=array))
+            # (a Python number: the printed IR reads it back; np.float64(0.0) it does not)
+            blocks.append(ops.full(tuple(shape), fill.item(), fill.dtype, like=array))
         padded = ops.concatenate((blocks[0], padded, blocks[1]), axis=axis)
     return padded if padded is not array else _new_array(padded)
 

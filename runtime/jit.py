@@ -298,9 +298,7 @@ class JitFunction(Misses):
                     continue
                 variant.rewind()  # the eager run (or a trace) draws as eager does
                 if taken.code == LAYOUT_EXIT:
-                    return self._run_eager(args, kwargs, "an argument not C-contiguous "
-                                           "where a decision reads a product (NumPy's BLAS "
-                                           "call sees its layout)")
+                    return self._run_eager(args, kwargs, LAYOUT_REASON)
                 if taken.code == codegen.LOOP_GUARD_FAILED:
                     return self._loop_guard_exit(variant, args, kwargs)
                 if taken.guard_index is None:
@@ -530,6 +528,10 @@ class BoundJitFunction:
         return self.function.explain()
 
 
+# Why a call runs eagerly when an argument a decision on a product reads is not
+# C-contiguous (codegen/program._layout_checked)
+LAYOUT_REASON = ("an argument not C-contiguous where a decision reads a product (NumPy's "
+                 "BLAS call sees its layout)")
 MAX_HINTS = 1024  # remembered argument shapes per function (JitFunction._hints)
 
 

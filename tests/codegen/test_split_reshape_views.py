@@ -20,6 +20,7 @@ import tracejit as tj
 from tracejit import nn, tracer
 from tracejit.codegen.schedule import schedule as schedule_of
 from tracejit.codegen.view_lowering import split_reshape_groups
+from tracejit.runtime.jit import LAYOUT_REASON
 
 
 def split_heads(x, heads):
@@ -86,11 +87,15 @@ def _check(actual, expected):
 
 def _check_compiled(compiled, function, x):
     """The traced call and then a compiled one (a first call's result is the trace's,
-    computed by NumPy) against eager NumPy."""
+    computed by NumPy) against eager NumPy. A non-contiguous argument that a decision on a
+    product reads (attention's softmax max over q @ k.T) runs eagerly instead: NumPy hands
+    it to BLAS as it is (codegen/program._layout_checked)."""
     for _ in range(2):
         with np.errstate(all="ignore"):
             _check(compiled(x), function(x))
-    assert compiled.stats()["compiled_calls"] >= 1, compiled.stats()
+    stats = compiled.stats()
+    assert stats["compiled_calls"] >= 1 or (
+        not x.flags.c_contiguous and set(stats["eager_calls"]) == {LAYOUT_REASON}), stats
 
 
 @pytest.mark.parametrize("name", list(CASES))

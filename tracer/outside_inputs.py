@@ -183,7 +183,7 @@ SETTINGS = (bool, int, float, str, type(None))  # compared by type and value
 # contents: len(self.memory) of a replay buffer, sum(REWARDS), grown between calls)
 GUARDED_VALUES = (*SETTINGS, list, tuple, collections.deque, bytearray, array.array)
 # dicts guarded by their keys and items (a Sequential's OrderedDict of layers that grows)
-MAPPINGS = (dict, collections.OrderedDict, collections.defaultdict)
+MAPPINGS = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
 
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
@@ -238,6 +238,8 @@ def with_inputs(context, container, path=None, depth=0):
             copy = collections.OrderedDict(copy)
         elif type(container) is collections.defaultdict:
             copy = collections.defaultdict(container.default_factory, copy)
+        elif type(container) is collections.Counter:
+            copy = collections.Counter(copy)
     else:
         copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
     attribute_writes.note_copy(context, copy, container)

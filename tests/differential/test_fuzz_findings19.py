@@ -363,3 +363,25 @@ def test_arrays_in_an_ordered_dict_read_from_outside_are_inputs():
             model.params["W"] *= 3
             twin.params["W"] *= 3
         np.testing.assert_array_equal(f(np.ones(2)), twin.penalty(np.ones(2)))
+
+
+VOCAB_COUNTS = collections.Counter(a=1)
+
+
+def scaled_by_the_vocabulary(x):
+    return x * len(VOCAB_COUNTS) + sum(VOCAB_COUNTS.values())
+
+
+def test_a_counter_read_from_outside_is_guarded_by_its_contents():
+    """A ``collections.Counter`` read from outside was guarded by its class alone (not
+    among the mappings guarded by keys and settings), so after ``VOCAB_COUNTS.update(b=2)``
+    compiled calls kept the trace's ``len()`` and sum."""
+    f = tj.jit(scaled_by_the_vocabulary, cache="memory")
+    try:
+        for call in range(4):
+            if call == 2:
+                VOCAB_COUNTS.update(b=2)
+            np.testing.assert_array_equal(f(np.ones(2)), scaled_by_the_vocabulary(np.ones(2)))
+    finally:
+        VOCAB_COUNTS.clear()
+        VOCAB_COUNTS.update(a=1)

@@ -194,10 +194,13 @@ def layout_inputs(graph):
     (transposed flags, its own loops), where compiled code calls BLAS on a C-ordered copy:
     other sums, so a mask or an exit on the product could decide otherwise. The wrapper
     runs such a call eagerly instead (``codegen/program.py``, ``LAYOUT_EXIT``)."""
-    if not _has_product(graph) or not decision_products(graph) and not any(
-            isinstance(item, Eqn) and item.prim.name == "loop" and _has_product(
-                item.params_dict["body"]) and _has_decision(item.params_dict["body"])
-            for item in graph.body):
+    if not _has_product(graph):  # (decision_products walks every select: not for nothing)
+        return ()
+    deciding_loop = any(
+        isinstance(item, Eqn) and item.prim.name == "loop" and _has_product(
+            item.params_dict["body"]) and _has_decision(item.params_dict["body"])
+        for item in graph.body)
+    if not deciding_loop and not decision_products(graph):
         return ()
     deciding = _deciding_vars(graph, False)
     return tuple(position for position, var in enumerate(graph.inputs)

@@ -33,6 +33,7 @@ from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
 from tracejit.tracer.pending import has_effects
 from tracejit.tracer.pinned_scalars import ScalarDecidesShape
+from tracejit.tracer.shared_objects import argument_containers
 from tracejit.tracer.tracing import Trace
 
 from . import background, diagnostics
@@ -525,18 +526,8 @@ def _repeated_containers(tree):
     >>> _repeated_containers(((d, {"X": 1}), {})), _repeated_containers(((d, [d]), {}))
     (False, True)
     """
-    seen, pending = set(), [tree]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (dict, list)):
-            if id(node) in seen:
-                return True
-            seen.add(id(node))
-        if isinstance(node, dict):
-            pending.extend(node.values())
-        elif isinstance(node, (list, tuple)):
-            pending.extend(node)
-    return False
+    containers = argument_containers(tree)
+    return len({id(container) for _, container in containers}) < len(containers)
 
 
 def _raised_by_user_code(error):

@@ -21,7 +21,8 @@ another variant, traced for it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 from .implicit import Path, steps_expression
 from .object_paths import holds_attributes
@@ -40,14 +41,15 @@ class SharedObjects:
     paths: tuple
     labels: tuple
     containers: tuple = ()
-    _check: list = field(default_factory=list, compare=False, repr=False)
 
     def holds(self, arguments, leaves):
         """Whether the paths reach one object exactly where they did when traced;
         ``arguments``: ``(args, kwargs)``, ``leaves``: its flattened leaves."""
-        if not self._check:
-            self._check.append(_compiled_check(self))
-        return self._check[0](arguments, leaves)
+        return self._check(arguments, leaves)
+
+    @functools.cached_property
+    def _check(self):
+        return _compiled_check(self)  # (built when first asked for: not for disk entries)
 
     def name(self, position):
         """What the ``position``-th labelled object is, in words."""
@@ -73,9 +75,7 @@ class SharedObjects:
                 objects.append(path.resolve(leaves))
         except _UNREADABLE:
             return "a path to a dict, list or object the call writes can no longer be read"
-        first = {}  # the labels of the paths alone, renumbered from 0 as partition numbers
-        then = tuple(first.setdefault(label, position) for position, label in
-                     enumerate(self.labels[len(self.containers):]))
+        then = partition(self.labels[len(self.containers):], key=int)  # the paths alone
         now = partition(objects)
         for position, (first_now, first_then) in enumerate(zip(now, then)):
             if first_now != position and first_now != first_then:
@@ -87,15 +87,15 @@ class SharedObjects:
                 "reaches through another path")
 
 
-def partition(objects):
-    """Per object, the position of the first one that is it.
+def partition(objects, key=id):
+    """Per object, the position of the first one that is it (whose ``key`` is its own).
 
     >>> a, b = [], []
-    >>> partition([a, b, a, b, []])
-    (0, 1, 0, 1, 4)
+    >>> partition([a, b, a, b, []]), partition([3, 5, 3], key=int)
+    ((0, 1, 0, 1, 4), (0, 1, 0))
     """
     first = {}
-    return tuple(first.setdefault(id(value), position) for position, value in enumerate(objects))
+    return tuple(first.setdefault(key(value), position) for position, value in enumerate(objects))
 
 
 def argument_containers(arguments):

@@ -21,6 +21,12 @@ cores), and the step against its FLOP time at one core's peak (CPU time) times t
 threads. Under ``auto`` the first product, which the relu mask reads, is NumPy's own
 OpenBLAS call (``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for
 ~0.4 ms after it, into the kernels that follow.
+
+The transformer block (``examples/transformer_block.py``, the ``transformer_block`` row)
+is profiled kernel by kernel the same way, best and median, each matmul kernel's GFLOP/s
+against that peak, and the block's FLOP time at it: the floor its products alone set
+(8.2 ms of the ~9.5 the block takes: the rest is the kernels beside them, softmax, layer
+norm and the head split's copies, and the GELU in the MLP's epilogue).
 """
 
 from __future__ import annotations
@@ -164,6 +170,82 @@ def mlp_batch_64(runs, batch=64):
             print(f"    {name:34} {min(seconds) * 1e3:7.3f} / {np.median(seconds) * 1e3:7.3f}")
 
 
+def matmul_flops(jitted):
+    """``{kernel name: FLOPs}`` of the matmul kernels of ``jitted``'s programs (2 x the
+    multiply-adds of the whole product: a causal band's kernel does about half)."""
+    from tracejit.codegen.matmul import batch_shape
+    from tracejit.codegen.schedule import schedule
+    from tracejit.tracer.shapes import size_of
+
+    flops = {}
+    for variant in jitted._variants:
+        for _, path in variant.root.walk():
+            for program in (path.program, path.backward):
+                if program is None:
+                    continue
+                for kernel in schedule(program.graph, views_of_results=True).kernels:
+                    if kernel.kind != "matmul":
+                        continue
+                    a, b = (atom.aval.shape for atom in kernel.anchor.inputs)
+                    rows, columns = (a[-2] if len(a) > 1 else 1), (b[-1] if len(b) > 1 else 1)
+                    flops[kernel.name] = 2.0 * size_of(batch_shape(
+                        kernel.anchor)) * rows * a[-1] * columns
+    return flops
+
+
+def transformer(runs):
+    """The transformer block (the transformer_block row), kernel by kernel, best and
+    median over ``runs`` calls, eager NumPy's calls in between: each matmul kernel's
+    GFLOP/s against the peak (one core's, CPU time, x threads), and the block's FLOP time
+    there, the floor its products alone set."""
+    from tracejit.codegen.parallel import thread_count
+
+    from .mlp_step import core_peak
+
+    example = w.transformer_example()
+    rng = np.random.default_rng(w.SEED)
+    sizes = w.TRANSFORMER_SIZES
+    params = example.init_params(rng, sizes["d_model"], sizes["hidden"])
+    x = rng.standard_normal((sizes["batch"], sizes["seq"], sizes["d_model"]),
+                            dtype=np.float32)
+    arguments = (params, x, sizes["heads"])
+    jitted = jit(cache="memory")(example.transformer_block)
+    jitted(*arguments)
+    walls, eager, kernels = [], [], {}
+    for _ in range(runs):
+        start = time.perf_counter()
+        example.transformer_block(*arguments)
+        eager.append(time.perf_counter() - start)
+        jitted(*arguments)  # NumPy's threads have had a call to settle
+        before = kernel_seconds(jitted)
+        start = time.perf_counter()
+        jitted(*arguments)
+        walls.append(time.perf_counter() - start)
+        for name, seconds in kernel_seconds(jitted).items():
+            kernels.setdefault(name, []).append(seconds - before.get(name, 0.0))
+    flops = matmul_flops(jitted)
+    peak = core_peak() * thread_count()
+    floor = sum(flops.values()) / peak / 1e6
+    best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
+    print(f"\ntransformer block {sizes['batch']}x{sizes['seq']}x{sizes['d_model']}, "
+          f"{runs} calls: {best:.3f} / {median:.3f} ms best / median (eager NumPy "
+          f"{min(eager) * 1e3:.3f} / {np.median(eager) * 1e3:.3f}); its products take "
+          f"{floor:.3f} ms at {peak:.0f} GFLOP/s (one core's, CPU time, x "
+          f"{thread_count()} threads), causal bands counted whole; best / median ms")
+    rest = 0.0
+    for name, seconds in sorted(kernels.items(), key=lambda row: -min(row[1])):
+        note = ""
+        if name in flops:
+            note = f"  {flops[name] / min(seconds) / 1e9:5.0f} GFLOP/s"
+        else:
+            rest += min(seconds)
+        print(f"  {name:34} {min(seconds) * 1e3:7.3f} / {np.median(seconds) * 1e3:7.3f}{note}")
+    outside = [wall - sum(seconds[call] for seconds in kernels.values())
+               for call, wall in enumerate(walls)]
+    print(f"  kernels other than matmul: {rest * 1e3:.3f} ms (their bests); outside "
+          f"kernels: {min(outside) * 1e3:.3f} / {np.median(outside) * 1e3:.3f} ms")
+
+
 def rnn(runs):
     rng = np.random.default_rng(w.SEED)
     inputs = w.rnn_inputs(rng)
@@ -194,6 +276,7 @@ def main(argv=None):
     fused("layer_norm -> softmax", w.layer_norm_softmax, [x], runs)
     mlp(runs)
     mlp_batch_64(2 * runs)
+    transformer(runs)
     rnn(max(1, runs // 10))
 
 

@@ -14,6 +14,22 @@ against ``np.matmul``, both core types): a blocked FMA chain reproduced NumPy's 
 most big SkylakeX products and almost no Haswell ones. NumPy's own calls reproduce them
 all (``tests/codegen/test_numpy_products.py``).
 
+Nor NumPy's call on fewer of OpenBLAS's threads (``openblas_set_num_threads(1)`` around
+it, or its columns cut over tracejit's pool, each a one-thread call), which would spare
+the core OpenBLAS's worker spins on after a threaded call (~0.4 ms: the batch-64 MLP
+step's ``x @ W1``, 64 x 784 @ 784 x 1024, which its relu mask reads): the bits depend on
+the thread count. ``interface/gemm.c`` runs ``level3.c`` on one thread and
+``level3_thread.c`` on more; for K between ``GEMM_Q`` and ``2 * GEMM_Q`` the first cuts
+``((K / 2 + UNROLL_M - 1) / UNROLL_M) * UNROLL_M`` then the rest, the second ``(K + 1) / 2``
+(SkylakeX, ``GEMM_Q`` 448, ``UNROLL_M`` 16, K 784: 400 + 384 against 392 + 392). On
+Haswell (``GEMM_Q`` 320, ``UNROLL_M`` 8) both cut 784 as 320 + 232 + 232, but
+``sgemm_kernel_8x4_haswell_2.c``'s two chains (``KERNEL_k2m8n4``: even k into ymm4-7, odd
+into ymm8-11) run on the 4-column tiles and one chain on the 6- and 12-column ones, and
+which columns get which follows the chunks each thread's share of N is cut into. Sampled
+(``threadpool_limits`` 1 against 2, 64 x K @ K x 1024 for K 640, 700, 784, 900, and 64 x
+1024 @ 1024 x 10, 512 x 784 @ 784 x 1024): Haswell differs in all six, SkylakeX in the
+four whose K blocks differ.
+
 So ``decision_products(graph)`` names the float32 ``matmul`` results from which a
 decision is reachable in the graph (an equation ``tracejit.tracer.discontinuities``
 checks: comparisons, ``argmax``, ``floor``, casts, ...; a guard; a loop whose body

@@ -5,10 +5,21 @@ carry 53 bits), multiplies it by y exactly and exponentiates the pair.
 
 float32 needs y log x to about 2^-27 only where the result is a float32 (|y log x| < 104),
 so float64 with short series suffices, rounded to float32 once. Its fast path covers
-positive normal x and finite y: x = 2^k m from the float32 bits, s = (m-1)/(m+1) by one
-float64 division, log2 x = k + 2 atanh(s)/ln2 to s^11, t = y log2 x, 2^t = 2^n 2^r with n
-rounded by adding 1.5 * 2^52, r = t - n exact and 2^r a minimax polynomial of degree 7,
-n shifted into the exponent bits. Negative, zero, denormal, infinite and NaN x and
+positive normal x and finite y. On AVX-512 hosts it reads three 16-entry float64 tables
+by permutes (``math_table``; ``_pow_float32_tables``): x = 2^k z from the float32 bits,
+log2 x = k + log2 c_i + r P(r) with r = z/c_i - 1 by one fused multiply-add (no
+division) and P of degree 5, t = y log2 x, 2^t = 2^(n + j/16) 2^r' with r' = t - (n +
+j/16) exact, 2^(j/16) from a table, 2^r' of degree 4, n added to its exponent bits: within
+0.5042 ulp of exact on the tests' pairs (0.5436 before). Elsewhere (a float32 table of
+float64 is read a lane at a time without AVX-512) and for a literal base the division's
+path: s = (m-1)/(m+1) by one float64 division, log2 x = k + 2 atanh(s)/ln2 to s^11,
+2^t = 2^n 2^r with n rounded by adding 1.5 * 2^52, r = t - n exact and 2^r a minimax
+polynomial of degree 7. One thread, 1024x1024 (0, 100] ** [-3, 3], CPU time, both paths
+compiled and interleaved in one process, three runs (machine shared, load 14-15): tables
+1.200-1.203 ms a call against 1.307-1.312 (NumPy 0.72, not counting a run where it was
+disturbed); (0, 1000] ** [-15, 15] 1.27 against 1.29; all bases negative (the rare path's
+general code, which takes |x|^y from the same fast path) 6.0 against 5.4 (NumPy 56).
+Negative, zero, denormal, infinite and NaN x and
 infinite or NaN y take the general code, with every special case of C99 (the sign of a
 negative x to an odd integer power, NaN to a non-integer one), as a rare path
 (``math_rare_path``): the sign tests cost a positive base 17-25% (one thread, 1024x1024,
@@ -40,6 +51,13 @@ an iteration in 34, most of them 512-bit float64 ones (issue 16: 0.9x NumPy on t
 threads). Matching it needs those permutes, which the loop vectorizer does not produce
 from scalar IR (table reads become gathers, measured above), and float32 arithmetic
 carrying log2 x to about 2^-35 of it (x near 1 to a large y), done by float64 here.
+The tables' permutes (now made, ``math_table``) are not free on Zen 4 either: each costs
+about two multiply-adds' issue, so float32 log10 with three 16-entry tables and a
+polynomial of degree 3 (8 multiply-adds instead of 11) ran 0.251 ms against 0.232; what
+the tables bought pow is the division and five of its fifteen multiply-adds, and a
+chain from x to the result about half as long. Issue 16's 2x NumPy on two threads needs
+one thread's CPU time at NumPy's (0.70 ms): even y log2 x and 2^t with too few terms
+(log to s^5, exp to r^4, no division: wrong results) ran 0.96 ms in float64 at 8 lanes.
 """
 
 from __future__ import annotations
@@ -72,6 +90,7 @@ from .math_core import (
 )
 from .math_log import log_reduce, outside_normal_float32, reduce_float32
 from .math_rare_path import rare_path
+from .math_table import permutes, table_lookup
 
 _LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 _INV_LN2 = 1.4426950408889634
@@ -250,6 +269,92 @@ def _pow_float32(builder, x, y):
     return builder.fptrunc(scaled, x.type)
 
 
+# The table-driven fast path (``_pow_float32_tables``): x = 2^k z, z in [OFF, 2 OFF) from
+# the float32 bits, its 16 subintervals (2^19 bit patterns each) indexed by the bits below
+# the exponent; c_i the middle of subinterval i (1 for the one holding 1.0, so that
+# log2 of a power of two is exact), INVC_i = 1/c_i, LOGC_i = log2 c_i (to a float64 ulp:
+# y log2 x needs 2^-33), |z INVC_i - 1| <= 0.0297.
+_TABLE_OFFSET_BITS = 0x3F330000
+_TABLE_SHIFT = 19  # 23 mantissa bits less log2(16)
+
+
+def _subinterval_inverse(index):
+    first, last = (float(np.array(_TABLE_OFFSET_BITS + (index + step) * (1 << _TABLE_SHIFT),
+                                  np.uint32).view(np.float32)) for step in (0, 1))
+    return 1.0 if first <= 1.0 < last else 2.0 / (first + last)
+
+
+_TABLE_INVC = [_subinterval_inverse(index) for index in range(16)]
+_TABLE_LOGC = [-math.log2(invc) for invc in _TABLE_INVC]
+# log2(1 + r) = r P(r), P of degree 5 for |r| <= 0.0297, and 2^r for |r| <= 1/32 of degree
+# 4 with its constant term 1: least squares on Chebyshev nodes, within 2^-38.1 and 2^-38.5
+# of them relatively.
+_TABLE_LOG2 = (1.442695040893326, -0.7213475204578491, 0.480898257516301,
+               -0.36067363844040906, 0.2888106306798382, -0.24072650739452786)
+_TABLE_EXP2 = (1.0, 0.6931471801625684, 0.24022650689483083, 0.055505736315274196,
+               0.009618339704421134)
+# 2^(j/16), j = 0..15, as float64 bits less j << 48: adding n << 52 + j << 48 (the low bits
+# of t + 1.5 * 2^48 hold 16 t rounded) gives 2^(n + j/16) without a conversion.
+_TABLE_EXP2_BITS = [float(np.array(int(np.array(2.0 ** (j / 16)).view(np.uint64)) - (j << 48),
+                                   np.uint64).view(np.float64)) for j in range(16)]
+_SIXTEENTHS_ROUNDER = 1.5 * 2.0 ** 48
+
+
+def _pow_float32_tables(builder, x, y):
+    """The fast path's x ** y of float32 lanes with 16-entry tables (``math_table``: a
+    permute per table and 8 lanes on AVX-512): log2 x = k + log2 c_i + r P(r) with
+    r = z/c_i - 1 by one fused multiply-add (no division), t = y log2 x, 2^t = 2^(n + j/16)
+    2^r' with the table's 2^(j/16) and r' = t - (n + j/16) exact, |r'| <= 1/32: degree 4
+    instead of 7. float64 throughout, rounded to float32 once."""
+    f = Float(x.type)
+    d = f.other(F64)
+    bits = builder.bitcast(x, f.int)
+    offset = builder.sub(bits, f.iconst(_TABLE_OFFSET_BITS))
+    index = builder.and_(builder.lshr(offset, f.iconst(_TABLE_SHIFT)), f.iconst(15))
+    exponent_field = builder.and_(offset, f.iconst(-(1 << 23)))
+    z = builder.fpext(builder.bitcast(builder.sub(bits, exponent_field), f.ty), d.ty)
+    k = builder.sitofp(builder.ashr(exponent_field, f.iconst(23)), d.ty)
+    invc = table_lookup(builder, "pow_invc", _TABLE_INVC, index, F64)
+    logc = table_lookup(builder, "pow_logc", _TABLE_LOGC, index, F64)
+    r = fma(builder, z, invc, d.const(-1.0))
+    # P(r) by pairs (Estrin): the chain from x to the result is what bounds this loop
+    r2 = builder.fmul(r, r)
+    c = _TABLE_LOG2
+    pairs = [fma(builder, r, d.const(c[j + 1]), d.const(c[j])) for j in (0, 2, 4)]
+    poly = fma(builder, builder.fmul(r2, r2), pairs[2], fma(builder, r2, pairs[1], pairs[0]))
+    log2_x = fma(builder, r, poly, builder.fadd(logc, k))
+    t = minimum(builder, maximum(builder, builder.fmul(builder.fpext(y, d.ty), log2_x),
+                                 d.const(-_EXPONENT_REACH)), d.const(_EXPONENT_REACH))
+    rounded = builder.fadd(t, d.const(_SIXTEENTHS_ROUNDER))
+    rounded_bits = builder.bitcast(rounded, d.int)
+    reduced = builder.fsub(t, builder.fsub(rounded, d.const(_SIXTEENTHS_ROUNDER)))  # exact
+    sixteenth = builder.trunc(builder.and_(rounded_bits, d.iconst(15)), f.int)
+    power = builder.bitcast(table_lookup(builder, "pow_exp2", _TABLE_EXP2_BITS, sixteenth, F64),
+                            d.int)
+    power = builder.bitcast(builder.add(power, builder.shl(rounded_bits, d.iconst(48))), d.ty)
+    q = _TABLE_EXP2
+    reduced2 = builder.fmul(reduced, reduced)
+    value = fma(builder, reduced2,
+                fma(builder, reduced2, d.const(q[4]), fma(builder, reduced, d.const(q[3]),
+                                                          d.const(q[2]))),
+                fma(builder, reduced, d.const(q[1]), d.const(q[0])))
+    return builder.fptrunc(builder.fmul(power, value), x.type)
+
+
+# None: the tables where the host permutes float64 (AVX-512), else the division's path;
+# tests set it to test both.
+USE_TABLES = None
+
+
+def _fast_float32(builder, x, y):
+    """A literal base keeps the division's path: LLVM folds its log2 x to a constant there,
+    and would fold the tables' indices into their scalar functions' signatures, which then
+    match none of their vector variants (an invalid module)."""
+    use = USE_TABLES if USE_TABLES is not None else permutes(F64)
+    use = use and not isinstance(x, ir.Constant)
+    return (_pow_float32_tables if use else _pow_float32)(builder, x, y)
+
+
 def _pow_float32_general(builder, x, y):
     """float32 x ** y with every special case: |x|^y by the fast path where |x| is normal
     (negative bases get its results: a power of two to an integer power exact, underflow
@@ -257,7 +362,7 @@ def _pow_float32_general(builder, x, y):
     wide = Float(x.type).other(F64).ty
     wide_x, wide_y = builder.fpext(x, wide), builder.fpext(y, wide)
     magnitude = fabs(builder, wide_x)
-    fast = builder.fpext(_pow_float32(builder, fabs(builder, x), y), wide)
+    fast = builder.fpext(_fast_float32(builder, fabs(builder, x), y), wide)
     normal = builder.not_(outside_normal_float32(builder, fabs(builder, x)))
     result = builder.select(normal, fast, _pow_float_magnitude(builder, magnitude, wide_y))
     return builder.fptrunc(special_cases(builder, wide_x, wide_y, magnitude, result), x.type)
@@ -271,7 +376,7 @@ def pow(builder, x, y):  # noqa: A001 - NumPy's name
     # x itself in the compare: negative x wraps around to the top, rare too
     rare = builder.or_(outside_normal_float32(builder, x),
                        builder.fcmp_unordered(">=", fabs(builder, y), f.const(math.inf)))
-    fast = _pow_float32(builder, x, y)
+    fast = _fast_float32(builder, x, y)
     literals = {role: float(value.constant) for role, value in (("x", x), ("y", y))
                 if isinstance(value, ir.Constant)}
     if len(literals) == 1:

@@ -11,6 +11,7 @@ it (``math_rare_path``). The algorithms live in modules named for them:
                 log10
     math_erf    erf                  math_core   the shared pieces
                                      math_rare_path  slow paths per vector
+                                     math_table  tables read by permutes
 
 Each function states its error bound, checked by ``tests/codegen/test_mathlib.py`` over
 the whole float range (denormals, zeros, infinities, NaN, huge arguments, thresholds, the
@@ -54,7 +55,9 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
                                               divided, corrected by the exact residual
     pow        2 ulp    2 ulp      1 ulp      exp(y log x), log in double-double; C99 cases;
                                               float32 positive normal x, finite y: y log2 x
-                                              and 2^t by float64 series, rounded once;
+                                              and 2^t by float64 series, rounded once
+                                              (AVX-512: 16-entry tables by permutes, no
+                                              division; within 0.505 ulp of exact);
                                               float32 x ** 3 (4, -2, -3, -4): float64
                                               products rounded once
     erf        1 ulp    1 ulp      1 ulp      fdlibm's pieces, all computed and selected;

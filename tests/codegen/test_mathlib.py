@@ -720,7 +720,8 @@ def test_power_float32_fractional_ulp_bound():
     """float32 x ** y within ``POWER_FRACTIONAL_ULP_FLOAT32`` (a fraction, not rounded) of
     the exact result (float64 NumPy) on the sweep and on 3 million pairs whose results
     spread over every binade, and on bases and exponents a model uses (measured: 0.54,
-    0.53, 0.50; NumPy's own 1.15 on these pairs and 4 million of the benchmark's)."""
+    0.53, 0.50 by the division's path; 0.504, 0.502, 0.500 by the tables AVX-512 hosts
+    read; NumPy's own 1.15 on these pairs and 4 million of the benchmark's)."""
     xs, ys = power_pairs(F32)
     rng = np.random.default_rng(15)
     bases = rng.integers(0x00800000, 0x7F800000, 3_000_000).astype(np.uint32).view(F32)
@@ -892,14 +893,16 @@ def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     """SIMD code without library calls: the loop vectorizer widens the straight-line code,
     and a float32 rare path (``math_rare_path``) costs a vector one branch: its vector
     variants are inlined, and the only calls left are to the slow path's own functions
-    (``tracejit_slow_*``, out of line, called where a lane needs them)."""
+    (``tracejit_slow_*``, out of line, called where a lane needs them) and to the scalar
+    reads of a table (``math_table``: a scalar remainder's; vector code permutes)."""
     shape = (64, 64) if name == "exp-row-sum" else (4096,)
     program = compiled(("mathlib-vectorized", name, dtype), function,
                        np.ones(shape, dtype), np.ones(shape, dtype))
     element = "float" if dtype == F32 else "double"
     assert f" x {element}>" in program.optimized_ir
     calls = calls_in(program.optimized_ir)
-    assert all(callee.startswith("tracejit_slow_") for _, callee in calls), calls
+    assert all(callee.startswith("tracejit_slow_") or callee.startswith("tracejit_table_")
+               and not result.startswith("<") for result, callee in calls), calls
     assert "@tracejit_vv_" not in program.optimized_ir  # inlined, then dropped
 
 
@@ -920,6 +923,54 @@ def test_float32_power_with_a_literal_is_vectorized(name, function):
                     if result.startswith("<") and callee.startswith("tracejit_slow_")]
     assert len(vector_calls) >= 2, calls
 
+
+
+def test_float32_power_reads_its_tables_by_permutes():
+    """On an AVX-512 host float32 ``x ** y`` reads its three 16-entry float64 tables
+    (``math_pow._pow_float32_tables``) by two-source permutes in the vector loop, not by
+    gathers (a load per lane), and divides nowhere outside its slow path."""
+    from tracejit.codegen import dtypes
+    from tracejit.codegen.math_table import permutes
+
+    if not permutes(dtypes.F64):
+        pytest.skip("float64 tables are permuted on AVX-512 hosts only")
+    program = compiled(("mathlib-power-tables",), lambda x, y: x ** y, np.ones(4096, F32),
+                       np.ones(4096, F32))
+    kernels = "".join(part for part in re.split(r"\ndefine ", program.optimized_ir)
+                      if "tracejit_slow_" not in part.split("(", 1)[0])
+    assert kernels.count("@llvm.x86.avx512.vpermi2var.pd.512(") >= 3
+    assert "gather" not in kernels and "fdiv <" not in kernels
+
+
+@pytest.mark.parametrize("tables", [True, False], ids=["tables", "division"])
+def test_float32_power_fast_paths(tables, monkeypatch):
+    """Both float32 fast paths (the tables AVX-512 hosts run, the division's path the
+    others run; ``math_pow.USE_TABLES``) within ``POWER_FRACTIONAL_ULP_FLOAT32`` of the
+    exact result on the sweep's pairs, NumPy's NaN, infinities and zeros exactly, each
+    element bit for bit as in a vector of its own kind (odd sizes: scalar remainders)."""
+    from tracejit.codegen import math_pow
+
+    monkeypatch.setattr(math_pow, "USE_TABLES", tables)
+    program = compiled(("mathlib-power-paths", tables), lambda x, y: x ** y,
+                       np.ones(SWEEP_SIZE, F32), np.ones(SWEEP_SIZE, F32))
+    xs, ys = power_pairs(F32)
+    xs, ys = xs[:SWEEP_SIZE], ys[:SWEEP_SIZE]
+    with np.errstate(all="ignore"):
+        (actual,) = program(xs, ys)
+        exact = np.power(xs.astype(np.float64), ys.astype(np.float64))
+        expected = np.power(xs, ys)
+    special = np.isnan(expected) | np.isinf(expected) | (expected == 0)
+    assert_same(actual[special], expected[special], 0, (xs[special], ys[special]),
+                f"power float32 (tables: {tables}) where NumPy gives NaN, inf or 0")
+    ordinary = np.isfinite(exact) & (np.abs(exact) <= np.finfo(F32).max) & (exact != 0)
+    with np.errstate(over="ignore"):
+        spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
+    errors = np.abs(actual[ordinary].astype(np.float64) - exact[ordinary]) / spacing
+    assert errors.max() <= POWER_FRACTIONAL_ULP_FLOAT32, (tables, errors.max())
+    for size in (SWEEP_SIZE // 2 + 3, SWEEP_SIZE // 2 + 13):
+        (part,) = program(xs[:size], ys[:size])
+        same = part.view(np.uint32) == actual[:size].view(np.uint32)
+        assert (same | np.isnan(part) & np.isnan(actual[:size])).all(), size
 
 
 # float32 divisions a vector of each function's fast path: the divider takes ~8 cycles a

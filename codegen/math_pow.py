@@ -314,8 +314,8 @@ def _pow_float32_tables(builder, x, y):
     exponent_field = builder.and_(offset, f.iconst(-(1 << 23)))
     z = builder.fpext(builder.bitcast(builder.sub(bits, exponent_field), f.ty), d.ty)
     k = builder.sitofp(builder.ashr(exponent_field, f.iconst(23)), d.ty)
-    invc = table_lookup(builder, "pow_invc", _TABLE_INVC, index, F64)
-    logc = table_lookup(builder, "pow_logc", _TABLE_LOGC, index, F64)
+    invc = table_lookup(builder, "pow_invc", _TABLE_INVC, index)
+    logc = table_lookup(builder, "pow_logc", _TABLE_LOGC, index)
     r = fma(builder, z, invc, d.const(-1.0))
     # P(r) by pairs (Estrin): the chain from x to the result is what bounds this loop
     r2 = builder.fmul(r, r)
@@ -329,7 +329,7 @@ def _pow_float32_tables(builder, x, y):
     rounded_bits = builder.bitcast(rounded, d.int)
     reduced = builder.fsub(t, builder.fsub(rounded, d.const(_SIXTEENTHS_ROUNDER)))  # exact
     sixteenth = builder.trunc(builder.and_(rounded_bits, d.iconst(15)), f.int)
-    power = builder.bitcast(table_lookup(builder, "pow_exp2", _TABLE_EXP2_BITS, sixteenth, F64),
+    power = builder.bitcast(table_lookup(builder, "pow_exp2", _TABLE_EXP2_BITS, sixteenth),
                             d.int)
     power = builder.bitcast(builder.add(power, builder.shl(rounded_bits, d.iconst(48))), d.ty)
     q = _TABLE_EXP2
@@ -350,7 +350,7 @@ def _fast_float32(builder, x, y):
     """A literal base keeps the division's path: LLVM folds its log2 x to a constant there,
     and would fold the tables' indices into their scalar functions' signatures, which then
     match none of their vector variants (an invalid module)."""
-    use = USE_TABLES if USE_TABLES is not None else permutes(F64)
+    use = USE_TABLES if USE_TABLES is not None else permutes()
     use = use and not isinstance(x, ir.Constant)
     return (_pow_float32_tables if use else _pow_float32)(builder, x, y)
 

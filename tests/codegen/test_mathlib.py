@@ -929,10 +929,9 @@ def test_float32_power_reads_its_tables_by_permutes():
     """On an AVX-512 host float32 ``x ** y`` reads its three 16-entry float64 tables
     (``math_pow._pow_float32_tables``) by two-source permutes in the vector loop, not by
     gathers (a load per lane), and divides nowhere outside its slow path."""
-    from tracejit.codegen import dtypes
     from tracejit.codegen.math_table import permutes
 
-    if not permutes(dtypes.F64):
+    if not permutes():
         pytest.skip("float64 tables are permuted on AVX-512 hosts only")
     program = compiled(("mathlib-power-tables",), lambda x, y: x ** y, np.ones(4096, F32),
                        np.ones(4096, F32))
@@ -942,31 +941,43 @@ def test_float32_power_reads_its_tables_by_permutes():
     assert "gather" not in kernels and "fdiv <" not in kernels
 
 
-@pytest.mark.parametrize("tables", [True, False], ids=["tables", "division"])
-def test_float32_power_fast_paths(tables, monkeypatch):
-    """Both float32 fast paths (the tables AVX-512 hosts run, the division's path the
-    others run; ``math_pow.USE_TABLES``) within ``POWER_FRACTIONAL_ULP_FLOAT32`` of the
-    exact result on the sweep's pairs, NumPy's NaN, infinities and zeros exactly, each
-    element bit for bit as in a vector of its own kind (odd sizes: scalar remainders)."""
-    from tracejit.codegen import math_pow
+@pytest.mark.parametrize("path", ["tables", "division", "tables lane by lane"])
+def test_float32_power_fast_paths(path, monkeypatch):
+    """Every float32 fast path (the tables AVX-512 hosts run, the division's path the
+    others run, ``math_pow.USE_TABLES``, and the tables read lane by lane, as on a host
+    without permutes) within ``POWER_FRACTIONAL_ULP_FLOAT32`` of the exact result on the
+    sweep's pairs, NumPy's NaN, infinities and zeros exactly, each element bit for bit as
+    in a vector of its own kind (odd sizes: scalar remainders)."""
+    from tracejit.codegen import math_pow, math_table
 
-    monkeypatch.setattr(math_pow, "USE_TABLES", tables)
-    program = compiled(("mathlib-power-paths", tables), lambda x, y: x ** y,
-                       np.ones(SWEEP_SIZE, F32), np.ones(SWEEP_SIZE, F32))
+    def program_of(path):
+        return compiled(("mathlib-power-paths", path), lambda x, y: x ** y,
+                        np.ones(SWEEP_SIZE, F32), np.ones(SWEEP_SIZE, F32))
+
+    monkeypatch.setattr(math_pow, "USE_TABLES", path != "division")
     xs, ys = power_pairs(F32)
     xs, ys = xs[:SWEEP_SIZE], ys[:SWEEP_SIZE]
+    if path == "tables lane by lane":
+        with np.errstate(all="ignore"):
+            (permuted,) = program_of("tables")(xs, ys)
+        monkeypatch.setattr(math_table, "permutes", lambda: False)
+    program = program_of(path)
     with np.errstate(all="ignore"):
         (actual,) = program(xs, ys)
+    if path == "tables lane by lane":
+        assert "vpermi2var" not in program.optimized_ir
+        assert (actual.view(np.uint32) == permuted.view(np.uint32)).all()
+    with np.errstate(all="ignore"):
         exact = np.power(xs.astype(np.float64), ys.astype(np.float64))
         expected = np.power(xs, ys)
     special = np.isnan(expected) | np.isinf(expected) | (expected == 0)
     assert_same(actual[special], expected[special], 0, (xs[special], ys[special]),
-                f"power float32 (tables: {tables}) where NumPy gives NaN, inf or 0")
+                f"power float32 ({path}) where NumPy gives NaN, inf or 0")
     ordinary = np.isfinite(exact) & (np.abs(exact) <= np.finfo(F32).max) & (exact != 0)
     with np.errstate(over="ignore"):
         spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
     errors = np.abs(actual[ordinary].astype(np.float64) - exact[ordinary]) / spacing
-    assert errors.max() <= POWER_FRACTIONAL_ULP_FLOAT32, (tables, errors.max())
+    assert errors.max() <= POWER_FRACTIONAL_ULP_FLOAT32, (path, errors.max())
     for size in (SWEEP_SIZE // 2 + 3, SWEEP_SIZE // 2 + 13):
         (part,) = program(xs[:size], ys[:size])
         same = part.view(np.uint32) == actual[:size].view(np.uint32)

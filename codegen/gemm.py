@@ -285,13 +285,16 @@ def prepared(a, b, out, isa=None, bias=None, activation=None, other=None, combin
     arguments = (trans_a, trans_b, m, n, k, a.ctypes.data, lda, b.ctypes.data, ldb,
                  out.ctypes.data, out_layout[1], None if bias is None else bias.ctypes.data,
                  ACTIVATIONS[activation])
+    # The call holds the arrays whose addresses it passes: a temporary handed in
+    # (prepared(a, b, np.empty(...))) would otherwise be freed and then written into.
+    held = (a, b, out, bias, other)
     if combine is not None:
         function = _loaded[isa.entry]["combined"]
         scale = float(dtype.type(scale))
         extra = (other.ctypes.data, other_layout[1], COMBINES[combine], scale)
-        return lambda: function(*arguments, *extra)
+        return lambda held=held: function(*arguments, *extra)
     function = _loaded[isa.entry]["function"]
-    return lambda: function(*arguments)
+    return lambda held=held: function(*arguments)
 
 
 def matmul(a, b, out=None, isa=None, bias=None, activation=None, other=None, combine=None,

@@ -317,6 +317,33 @@ def test_epilogue_arguments_are_checked():
         gemm.matmul(a, a.T, activation="gelu")
 
 
+def test_a_prepared_call_keeps_its_arrays_alive():
+    """prepared() passes raw addresses; the call holds the arrays, so temporaries passed
+    to it (``prepared(a, b, np.empty(...))``) are not freed under it (before: the call
+    wrote into freed memory, and the process aborted in free() at exit)."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((5, 3), dtype=np.float32), rng.standard_normal(
+        (3, 4), dtype=np.float32)
+    d = rng.standard_normal((5, 4), dtype=np.float32)
+    for extra in ({}, {"bias": rng.standard_normal(4, dtype=np.float32)},
+                  {"other": d.copy(), "combine": "subtract", "scale": 0.5}):
+        arrays = [a.copy(), b.copy(), np.empty((5, 4), np.float32)]
+        refs = [weakref.ref(array) for array in arrays]
+        call = gemm.prepared(*arrays, **extra)
+        del arrays
+        gc.collect()
+        assert all(ref() is not None for ref in refs)
+        call()
+        out = refs[2]
+        want = a.astype(np.float64) @ b + extra.get("bias", 0)
+        if "other" in extra:
+            want = d - 0.5 * want
+        np.testing.assert_allclose(out(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_avx2_code_uses_no_avx512_instructions(dtype):
     """The AVX2 module is pinned to Haswell's instruction set, so what the tests run on an

@@ -418,8 +418,11 @@ def _guard_statements(spec, source, draws=True):
                        f"return {source.miss}")
         elif kind == "len":
             kind_type = source.constant({"list": list, "tuple": tuple,
-                                         "deque": collections.deque}[value[0]], "T")
-            source.add(f"if type({variable}) is not {kind_type} or len({variable}) != "
+                                         "deque": collections.deque}[value[0].split()[0]], "T")
+            # (a subclass, class Layers(list): its class is guarded by its own entry)
+            same_kind = (f"isinstance({variable}, {kind_type})" if value[0].endswith(
+                " subclass") else f"type({variable}) is {kind_type}")
+            source.add(f"if not {same_kind} or len({variable}) != "
                        f"{_literal(value[1], 'a guarded length')}: return {source.miss}")
         elif kind != "value":
             raise ValueError(f"entry guard: an outside value of kind {kind!r}")

@@ -50,6 +50,7 @@ from tracejit.tracer.ir import (
 from tracejit.tracer.list_appends import METHODS, ListAppend
 from tracejit.tracer.loop_rows import KINDS, RowsLayout
 from tracejit.tracer.random_draws import ArgumentNumber
+from tracejit.tracer.result_identity import NUMPY_RESULTS
 from tracejit.tracer.shared_objects import SharedObjects
 
 from .cache_trust import MAX_FILE_BYTES
@@ -356,6 +357,8 @@ def _outside_to_json(path, kind, value, fn):
             "paths": [path_to_json(item, fn) for item in value.paths],
             "labels": list(value.labels), "containers": [_where_to_json(where, path)
                                                          for where in value.containers]}}
+    if kind == "len" and value[0] not in ("list", "tuple", "deque"):
+        raise NotSerializable(f"{path} is a {value[0]}")
     if kind == "value":
         if isinstance(value, (list, tuple)):
             raise NotSerializable(f"{path} is guarded by its whole contents")
@@ -756,7 +759,9 @@ def outputs_to_json(plan, implicit_paths=(), fn=None):
             "outside_aliases": [[position, write]
                                 for position, write in plan.outside_aliases.items()],
             "refreshed": [[position, argument, index]
-                          for position, (argument, index) in plan.refreshed.items()]}
+                          for position, (argument, index) in plan.refreshed.items()],
+            "numpy_results": [[position, argument, kind, list(params)] for position, (
+                argument, kind, params) in plan.numpy_results.items()]}
 
 
 def _write_to_json(write, implicit_paths, fn=None):
@@ -867,8 +872,19 @@ def outputs_from_json(data, implicit_paths=(), fn=None):
         _check(position < len(leaves) and argument in mutated,
                "a refreshed view of no result or of an argument the program does not update")
         refreshed[position] = (argument, index)
+    remade = {}
+    for item in data.get("numpy_results", []):
+        _check(isinstance(item, list) and len(item) == 4 and item[2] in NUMPY_RESULTS
+               and isinstance(item[3], list), "a malformed result NumPy makes")
+        position, argument, kind, params = item
+        position = _integer(position, "a result NumPy makes")
+        _check(position < len(leaves) and leaves[position][0] == "array",
+               "a result NumPy makes that is no array result")
+        argument = None if argument is None else _integer(argument, "an argument NumPy reads")
+        remade[position] = (argument, kind, tuple(
+            _integer(value, "a diagonal's parameter", low=-2 ** 62) for value in params))
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes,
-                      containers, outside_aliases, refreshed)
+                      containers, outside_aliases, refreshed, remade)
 
 
 def _check_outputs(plan, count, has_backward):

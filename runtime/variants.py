@@ -24,6 +24,7 @@ from tracejit.tracer.argument_writes import (
     put_back,
 )
 from tracejit.tracer.pending import known_kind
+from tracejit.tracer.result_identity import numpy_result
 
 from .tensor import unwrap
 
@@ -63,6 +64,13 @@ class OutputPlan:
     # non-contiguous argument), the program's array of the update is the result
     refreshed: dict = field(default_factory=dict)
 
+    # result leaf position -> (argument leaf position or None, kind, params): what NumPy
+    # returns from the caller's array, made from it (tracer.result_identity.numpy_results):
+    # ``np.diagonal(x)`` its read-only view; ``np.ascontiguousarray(x)`` ``x`` itself where
+    # that is C-contiguous (else the program's copy), of a view of ``x`` (None) the
+    # program's view made C-contiguous
+    numpy_results: dict = field(default_factory=dict)
+
     @staticmethod
     def from_trace(trace):
         leaves, program_index = [], 0
@@ -87,7 +95,7 @@ class OutputPlan:
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers), dict(trace.outside_aliases),
-                          dict(trace.refreshed_views))
+                          dict(trace.refreshed_views), dict(trace.numpy_results))
 
     @property
     def writes_items(self):
@@ -103,7 +111,7 @@ class OutputPlan:
         """The program output that is the whole result, when the result is one array and
         the call writes nothing back (the common case), else None."""
         if (not self.mutated and not self.writes and not self.containers
-                and self.tree == pytree.LEAF
+                and not self.numpy_results and self.tree == pytree.LEAF
                 and self.leaves[0][0] == "array"):
             return self.leaves[0][1]
         return None
@@ -151,6 +159,13 @@ class OutputPlan:
             if not np.may_share_memory(unwrap(leaves[position]), unwrap(
                     argument_leaves[argument])):  # (a copy is new memory)
                 leaves[position] = wrap(outputs[index])
+        for position, (argument, kind, params) in self.numpy_results.items():
+            if argument is None:  # (self.W itself, or the wrapper's view of x)
+                leaves[position] = numpy_result(kind, params, leaves[position])
+            elif kind == "diagonal":
+                leaves[position] = np.diagonal(argument_leaves[argument], *params)
+            elif argument_leaves[argument].flags.c_contiguous:
+                leaves[position] = argument_leaves[argument]
         result = pytree.unflatten(self.tree, leaves)
         return put_back(result, self.containers, arguments) if self.containers else result
 

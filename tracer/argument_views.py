@@ -46,6 +46,18 @@ def updated_argument_views(context, out_leaves, traced_leaves, mutated):
     return found
 
 
+def returned_broadcasts(context, out_leaves, traced_leaves, mutated):
+    """``updated_argument_views``' map for results that are views of an argument the call
+    does not update, through an ``np.broadcast_to``: the trace's value of that primitive
+    is a copy, so the traced call returns NumPy's read-only view of the caller's array
+    instead, as compiled calls do (``codegen.schedule.input_view``)."""
+    unchanged = [position for position, leaf in enumerate(traced_leaves)
+                 if position not in mutated and isinstance(getattr(leaf, "ir_var", None), Var)]
+    return {index: (position, chain) for index, (position, chain) in updated_argument_views(
+        context, out_leaves, traced_leaves, unchanged).items()
+        if any(eqn.prim.name == "broadcast_to" for eqn in chain)}
+
+
 def _always_a_view(eqn):
     """Whether the wrapper can write NumPy's op as Python (positive slice steps)."""
     name = eqn.prim.name

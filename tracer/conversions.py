@@ -143,6 +143,12 @@ def _c_ordered(result):
         from .traced_array import note_view  # cycle: traced_array -> here
         copy = bind(ops.cast_p, result, dtype=dtype_of(result))
         note_view(root, copy)
+        if any(root is given for given in (*context.input_tracers,
+                                           *context.implicit_tracers.values())):
+            # returned, it is NumPy's own array where that is C-contiguous at the call
+            from .result_identity import note_numpy_result  # cycle: result_identity -> ops
+
+            note_numpy_result(copy, result, "ascontiguousarray")
         return copy
     if result.view_base is not None and not np.asarray(result.value).flags.c_contiguous:
         return bind(ops.cast_p, result, dtype=dtype_of(result))  # a copy

@@ -74,11 +74,15 @@ from .outside_inputs import (
     GUARDED_VALUES,
     MAPPINGS,
     NOT_GUARDED_CALLABLES,
+    USER_CONTAINERS,
+    container_subclass,
     is_setting,
     note_contents,
+    overridden_reads,
     state_item,
     state_value,
     through_module,
+    user_container_reads,
     with_inputs,
 )
 from .pending import known_kind
@@ -369,16 +373,30 @@ class Hooks:
             ):  # reached by a path the up-front scan did not walk (deep attributes, slots)
                 context.implicit_candidates[id(value)] = (path, value)
             return context.implicit_tracer(value) if context.is_implicit(value) else value
+        subclass = container_subclass(value) is not None and not is_settings_record(value)
+        if subclass and (overridden := overridden_reads(value)):
+            subclass = False  # read by its own methods: never as its base
+            if path is not None:
+                raise trace_error(
+                    f"{path} is a {type(value).__name__} whose class defines its own "
+                    f"{', '.join(overridden)}: compiled calls would not run it again. "
+                    "Pass what it holds in as arguments")
+        if subclass and path is not None:
+            # class Config(dict), class Layers(list), a namedtuple holding arrays: guarded
+            # and read as their base is, and by their class (their attributes through their
+            # path: cfg.lr of cfg = CFG)
+            guard_class(context, path, value)
+            self.objects.note(path, value)
         if type(value) in GUARDED_VALUES or is_setting(value) or isinstance(
                 value, np.generic) or (
             type(value) in MAPPINGS
-        ):
+        ) or subclass:
             if path is not None and not (isinstance(value, type) and through_module(path)):
                 # (np.float64 itself is no setting; self.stats["loss"], which calls
                 # write, is state: guarded where read)
                 note_contents(context, path, value,
                               state=_item_state(path, value, self.objects))
-            if type(value) in (list, tuple, *MAPPINGS):
+            if type(value) in (list, tuple, *MAPPINGS) or subclass:
                 if path is not None:  # (an OrderedDict's writes too: outside state)
                     self.objects.remember_container(path, value)
                 # for name, W in PARAMS.items(): the arrays inside are inputs too
@@ -389,7 +407,26 @@ class Hooks:
         elif path is not None and is_plain_object(value) and not callable(value):
             self.objects.note(path, value)
             guard_class(context, path, value)  # isinstance(self.optimizer, MomentumSGD)
+            if isinstance(value, USER_CONTAINERS):
+                self._user_container(path, value)
         return value
+
+    def _user_container(self, path, value):
+        """A ``UserDict`` / ``UserList`` read from outside: ``len(cfg)``, ``cfg.values()``
+        read its ``.data`` in the standard library's code, which the trace does not see:
+        that is guarded as a dict or list read at ``cfg.data`` would be. Arrays there would
+        be constants of the trace (its methods read the caller's ``data``), and a class
+        with reads of its own runs code the guards cannot follow: those run eagerly."""
+        if overridden := user_container_reads(value):
+            raise trace_error(f"{path} is a {type(value).__name__} whose class defines its "
+                              f"own {', '.join(overridden)}: compiled calls would not run it "
+                              "again. Pass what it holds in as arguments")
+        data = value.__dict__.get("data")
+        if type(data) in (list, dict) and self._load_through(path.attr("data"), data) is not (
+                data):
+            raise trace_error(f"{path} is a {type(value).__name__} holding arrays: compiled "
+                              "calls would keep the ones it held when traced. Pass them in "
+                              "as arguments")
 
     def _still_the_argument(self, frame, name):
         """Whether parameter ``name`` still holds its argument: after ``X = np.insert(X,

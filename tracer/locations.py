@@ -45,6 +45,45 @@ def is_internal(filename):
     return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
 
 
+def called_by_user(skip=1):
+    """Whether a protocol call on a traced value (``hash(x)``, ``x.__array_interface__``)
+    comes from the user's code rather than tracejit's own (which hashes tracers as dict
+    keys and lets NumPy probe them). Standard-library and NumPy frames in between are
+    looked through (tracejit's WeakSets of views hash from ``_weakrefset.py``); a tracejit
+    frame that calls on the user's behalf (``dims.calls_for_the_user``) counts as the
+    user's."""
+    frame = sys._getframe(skip + 1)
+    first = frame.f_code
+    if first in _TRACEJIT_CODES:  # the common case: a dict of tracejit's
+        return False
+    from .dims import _USER_CALLERS  # cycle: locations -> ir -> dims
+
+    while frame is not None:
+        code = frame.f_code
+        if code in _USER_CALLERS:
+            return True
+        filename = code.co_filename
+        if is_tracejit(filename):
+            if code is first and len(_TRACEJIT_CODES) < 4096:
+                _TRACEJIT_CODES.add(code)
+            return False
+        if not filename.startswith(_INTERNAL_DIRS[3:]) and (
+                not filename.startswith(_STANDARD_LIBRARY)
+                or filename.startswith(_SITE_PACKAGES)):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_TRACEJIT_CODES = set()  # tracejit's functions found hashing tracers (not the user's behalf)
+_STANDARD_LIBRARY = tuple(
+    path.rstrip("/") + "/" for path in {sysconfig.get_paths()[key] for key in (
+        "stdlib", "platstdlib")} if path) + ("<frozen",)
+_SITE_PACKAGES = tuple(  # (inside platstdlib in a venv)
+    path.rstrip("/") + "/" for path in {sysconfig.get_paths()[key] for key in (
+        "purelib", "platlib")} if path)
+
+
 def line_prefix(location):
     """``"file:line: "`` to start a message with the user's line, or ``""`` without one.
 

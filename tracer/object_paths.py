@@ -33,7 +33,7 @@ import numpy as np
 
 from .implicit import Path
 from .loop_containers import StackedList
-from .outside_inputs import is_setting
+from .outside_inputs import container_subclass, is_setting
 from .rewritten_code import callable_object
 
 
@@ -104,8 +104,13 @@ class ObjectPaths:
 
     def path_of(self, owner):
         """Where an object from outside is found again, or None."""
+        # (class Config(dict) read from outside is a container the trace may have copied
+        # with its arrays as inputs, outside_inputs.with_inputs: its attributes are read
+        # through where the original was found)
+        owner = self.context.outside_copies.get(id(owner), owner)
         known = self.known.get(id(owner)) or self.context.outside_objects.get(id(owner))
-        if known is None or known[1] is not owner or not is_plain_object(owner):
+        if known is None or known[1] is not owner or not (
+                is_plain_object(owner) or container_subclass(owner) is not None):
             return None
         return known[0]
 

@@ -130,9 +130,11 @@ class OutsideInputs:
         if key not in self.outside_values:
             if identity:
                 self.outside_values[key] = (path, "is", value)
-            elif type(value) in (list, tuple, collections.deque) or isinstance(
-                    value, (list, tuple)):  # (a replay buffer's len(self.memory) too)
+            elif type(value) in (list, tuple, collections.deque):
                 self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
+            elif isinstance(value, (list, tuple)):  # a subclass (its class guarded too)
+                kind = "list" if isinstance(value, list) else "tuple"
+                self.outside_values[key] = (path, "len", (f"{kind} subclass", len(value)))
             else:  # (a set is compared with a copy: NO_DECAY.discard("b") is a change)
                 self.outside_values[key] = (path, "value", copy.copy(value) if type(
                     value) in (set, bytearray, array.array) else value)
@@ -187,6 +189,102 @@ MAPPINGS = (dict, collections.OrderedDict, collections.defaultdict, collections.
 
 CONTENT_LIMIT = 64  # values guarded one by one inside an outside list, tuple or dict
 
+# What code reads a container by: a user subclass (``class Config(dict)``, ``class
+# Layers(list)``, a namedtuple) whose class keeps its base's methods for these reads as the
+# trace reads it, guarded as its base is (and by its class); one that overrides them must
+# run its own code at every call.
+_CONTAINER_READS = ("__getitem__", "__iter__", "__len__", "__contains__", "__eq__",
+                    "__ne__", "__reversed__")
+_MAPPING_READS = (*_CONTAINER_READS, "get", "keys", "values", "items")
+_SEQUENCE_READS = (*_CONTAINER_READS, "index", "count")
+
+
+def container_subclass(value):
+    """The container ``value``'s class derives from (one of ``MAPPINGS``, list or tuple)
+    when that class is a subclass of it, else None.
+
+    >>> class Config(dict): pass
+    >>> container_subclass(Config(lr=0.1)), container_subclass({"lr": 0.1})
+    (<class 'dict'>, None)
+    """
+    kind = type(value)
+    if kind in MAPPINGS or kind in (list, tuple) or not isinstance(value, (dict, list, tuple)):
+        return None
+    return next(base for base in kind.__mro__[1:] if base in MAPPINGS or base in (list, tuple))
+
+
+def overridden_reads(value):
+    """The read methods (``__getitem__``, ``values``, ...) a container subclass defines over
+    its base's, by name: the trace cannot read such a container as a dict or list."""
+    base = container_subclass(value)
+    if base is None:
+        return []
+    names = _MAPPING_READS if base in MAPPINGS else _SEQUENCE_READS
+    return [name for name in names if getattr(type(value), name, None) is not getattr(
+        base, name, None)]
+
+
+# collections.UserDict / UserList: objects whose reads go to ``.data`` (in their own Python)
+USER_CONTAINERS = (collections.UserDict, collections.UserList)
+
+
+def user_container_reads(value):
+    """The read methods a ``UserDict`` / ``UserList`` subclass defines over its base's."""
+    base = next(base for base in USER_CONTAINERS if isinstance(value, base))
+    names = _MAPPING_READS if base is collections.UserDict else _SEQUENCE_READS
+    return [name for name in names if getattr(type(value), name, None) is not getattr(
+        base, name, None)]
+
+
+def is_mapping(value):
+    """A dict read from outside that is guarded by its keys and items: one of ``MAPPINGS``
+    or a subclass of one that reads as it does (``class Config(dict): pass``)."""
+    return type(value) in MAPPINGS or (
+        container_subclass(value) in MAPPINGS and not overridden_reads(value))
+
+
+def is_sequence(value):
+    """A list or tuple (or a subclass reading as one) whose length and items are guarded."""
+    return type(value) in (list, tuple) or (
+        container_subclass(value) in (list, tuple) and not overridden_reads(value))
+
+
+def _rebuilt(container, items):
+    """A container of ``container``'s type holding ``items`` (pairs for a mapping): a
+    subclass instance is made by its base's ``__new__`` and filled by its base's methods
+    (its ``__init__`` and ``__setitem__`` are the user's, which may refuse), with the
+    instance's attributes (``cfg.lr`` set in ``__init__``) copied over."""
+    kind, base = type(container), container_subclass(container)
+    if base is None:
+        if type(container) not in MAPPINGS:
+            return kind(items)
+        copied = {key: item for key, item in items}
+        if kind is collections.OrderedDict:
+            return collections.OrderedDict(copied)
+        if kind is collections.defaultdict:
+            return collections.defaultdict(container.default_factory, copied)
+        if kind is collections.Counter:
+            return collections.Counter(copied)
+        return copied
+    if base is tuple:
+        copied = tuple.__new__(kind, list(items))
+    else:
+        copied = base.__new__(kind)
+        if base is list:
+            list.extend(copied, items)
+        else:
+            if base is collections.defaultdict:
+                copied.default_factory = container.default_factory
+            for key, item in items:
+                base.__setitem__(copied, key, item)
+    try:  # (not hasattr: an EasyDict's __getattr__ raises KeyError)
+        attributes = object.__getattribute__(container, "__dict__")
+    except AttributeError:
+        attributes = None
+    if attributes and base is not tuple:
+        copied.__dict__.update(attributes)
+    return copied
+
 
 def is_setting(value):
     """A value an entry guard compares by type and value: a number, a string, None, an
@@ -205,7 +303,8 @@ def with_inputs(context, container, path=None, depth=0):
     container comes back when it holds none."""
     if depth > 2:
         return container
-    items = container.items() if type(container) in MAPPINGS else enumerate(container)
+    mapping = is_mapping(container)
+    items = container.items() if mapping else enumerate(container)
     # numbers under the keys calls write (self.stats["n_" + name] += 1) are not guarded:
     # read whole (dict(self.stats), self.stats = C) they must be the run-time inputs
     # state_item reads, or another name's count would be the traced call's
@@ -226,22 +325,18 @@ def with_inputs(context, container, path=None, depth=0):
                 replaced[key] = value
         elif isinstance(item, np.ndarray) and context.is_implicit(item):
             replaced[key] = context.implicit_tracer(item)
-        elif type(item) in (list, tuple, *MAPPINGS):
+        elif is_mapping(item) or is_sequence(item):
             inner = with_inputs(context, item, where, depth + 1)
             if inner is not item:
                 replaced[key] = inner
     if not replaced:
         return container
-    if type(container) in MAPPINGS:
-        copy = {key: replaced.get(key, item) for key, item in container.items()}
-        if type(container) is collections.OrderedDict:
-            copy = collections.OrderedDict(copy)
-        elif type(container) is collections.defaultdict:
-            copy = collections.defaultdict(container.default_factory, copy)
-        elif type(container) is collections.Counter:
-            copy = collections.Counter(copy)
+    if mapping:
+        copy = _rebuilt(container, [(key, replaced.get(key, item))
+                                    for key, item in container.items()])
     else:
-        copy = type(container)(replaced.get(index, item) for index, item in enumerate(container))
+        copy = _rebuilt(container, [replaced.get(index, item)
+                                    for index, item in enumerate(container)])
     attribute_writes.note_copy(context, copy, container)
     return copy
 
@@ -259,7 +354,7 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         # bn_param["running_mean"] = ... into self.bn_params[0], then the list read again:
         # its keys are this trace's doing; the dict was guarded at its first read, before
         return
-    if type(value) in (list, tuple, collections.deque):
+    if type(value) in (list, tuple, collections.deque) or is_sequence(value):
         context.note_outside_value(path, value)
         items = enumerate(value)
     elif type(value) is dict and state:
@@ -267,13 +362,13 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
         context.state_paths[path.key] = (value, state)
         context.note_keys(path, value)
         items = [(key, item) for key, item in value.items() if key not in state]
-    elif type(value) in MAPPINGS:
+    elif is_mapping(value):
         if not all(type(key) in (str, int) for key in value):
             return
         if len(value) <= CONTENT_LIMIT and all(
             is_setting(item) for item in value.values()
         ):  # a dict of settings: its keys too (``for name in CFG``, ``CFG.get``)
-            context.note_outside_value(path, copy.copy(value))
+            context.note_outside_value(path, _rebuilt(value, value.items()))
         else:  # self.blocks["fc3"] = ... added later: .items(), len(), .get see it
             context.note_keys(path, value)
         items = value.items()
@@ -290,8 +385,8 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
                 # a list of 100 layer configs)
                 context.note_outside_contents(path, copy.deepcopy(value))
             return
-        if type(item) in GUARDED_VALUES or is_setting(item) or type(item) is dict or (
-                isinstance(item, np.generic)):
+        if type(item) in GUARDED_VALUES or is_setting(item) or is_mapping(item) or (
+                is_sequence(item)) or isinstance(item, np.generic):
             note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
                           budget)
         elif _chosen_object(item):  # for layer in self.layers: which layer is which

@@ -109,7 +109,10 @@ def _table(kind):
 
 def is_rng_method(value):
     """A bound method of a generator (``rng.random``, ``np.random.rand``)."""
-    owner = getattr(value, "__self__", None)
+    try:
+        owner = getattr(value, "__self__", None)
+    except Exception:  # noqa: BLE001 - an EasyDict's __getattr__ = dict.__getitem__ (KeyError)
+        return False
     return owner is not None and rng_kind(owner) is not None
 
 

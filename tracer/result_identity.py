@@ -108,6 +108,58 @@ def numpy_copies(context, out_leaves, output_atoms, atom_positions):
             output_atoms[position] = copy
 
 
+# What NumPy returns from an argument that the trace holds as a copy or a gather, and the
+# call makes from the caller's array instead when it is a result (``OutputPlan.numpy_results``)
+NUMPY_RESULTS = ("ascontiguousarray", "diagonal")
+
+
+def note_numpy_result(result, source, kind, params=()):
+    """``result`` (a traced value) is NumPy's ``kind`` of ``source``, an argument or a view
+    of one: ``np.ascontiguousarray(x)`` (the trace's copy; NumPy's is ``x`` itself, or the
+    view, where C-contiguous) or ``np.diagonal(x, *params)`` (the trace's gather; NumPy's
+    is a read-only view of ``x``)."""
+    noted = result.context.__dict__.setdefault("numpy_results", {})
+    noted[id(result)] = (result, source, kind, params)
+
+
+def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments):
+    """``{result leaf: (argument leaf or None, kind, params)}`` for the results noted by
+    ``note_numpy_result``: the call makes them from the caller's argument as NumPy does
+    (the program's value of a diagonal is unused; ``np.ascontiguousarray`` of a
+    non-contiguous argument is the program's copy). Of an array read from outside
+    (``self.W``) or a view of an argument (None), the result becomes the program's
+    input or view (the outside array itself, NumPy's view of the argument), which the
+    call hands to NumPy. With Tensor arguments the trace's values stay (a Tensor is no
+    ndarray NumPy would return)."""
+    noted = context.__dict__.get("numpy_results")
+    if not noted or context.tensor_arguments:
+        return {}
+    found = {}
+    for index, position in atom_positions.items():
+        entry = noted.get(id(out_leaves[index]))
+        if entry is None or entry[0] is not out_leaves[index]:
+            continue
+        _, source, kind, params = entry
+        argument = next((leaf for leaf, given in enumerate(arguments) if given is source),
+                        None)
+        if argument is None and (context.mutated or context.outside_mutations or not (
+                isinstance(output_atoms[position], Var) and isinstance(source.ir_var, Var))
+                or kind == "diagonal" and not any(
+                    source is given for given in context.implicit_tracers.values())):
+            continue  # (a view of an updated array: of the update, not the caller's)
+        if argument is None:
+            output_atoms[position] = source.ir_var  # the wrapper's array: W, or x's view
+        found[index] = (argument, kind, params)
+    return found
+
+
+def numpy_result(kind, params, source):
+    """NumPy's result ``kind`` of ``source`` (the caller's argument, or the view of it)."""
+    if kind == "diagonal":
+        return np.diagonal(source, *params)
+    return np.ascontiguousarray(source)
+
+
 def _an_array(leaf):
     """Whether a result leaf is a traced array (not a NumPy scalar, not a constant)."""
     return hasattr(leaf, "ir_var") and type(known_kind(leaf.raw_value)) is np.ndarray

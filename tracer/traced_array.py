@@ -28,7 +28,7 @@ from .conversions import python_number
 from .dims import SymInt
 from .errors import TraceError, as_numpy_would
 from .indexing import getitem, setitem, written_region
-from .locations import user_location
+from .locations import called_by_user, user_location
 from .loop_generalize import Refused
 from .pending import Pending, is_pending
 from .primitives import current_context
@@ -218,7 +218,8 @@ class Tracer(ArrayMethods):
     def __array__(self, dtype=None, copy=None):
         raise trace_error(
             "a traced array was converted to a NumPy array (np.asarray, a NumPy function "
-            "tracejit does not support, or a write into a NumPy array); that would freeze "
+            "tracejit does not support, its memory read by x.__array_interface__, or a write "
+            "into a NumPy array); that would freeze "
             "its value into the compiled code. Keep it as an array operand, or compute it "
             "outside the compiled function"
         )
@@ -342,6 +343,19 @@ class Tracer(ArrayMethods):
             if refusal is not None:  # prev = hs[-1] in a captured loop, then prev *= 0.5
                 raise refusal
 
+    def __hash__(self):
+        # tracejit keys dicts and WeakSets by tracers (by identity); the user's d[x] = 1,
+        # {x} or x in table is NumPy's TypeError for an array, and a hash by value for a
+        # NumPy scalar, a Python number or a Tensor (by identity) eager may hold: those run
+        # eagerly
+        if called_by_user():
+            if not self.shape and (self.aval.weak or _is_numpy_scalar(self)) or getattr(
+                    self.context, "tensor_arguments", True):
+                raise trace_error("a traced value used as a dict key or set member (hashed) "
+                                  "is not supported; the call runs eagerly")
+            raise as_numpy_would(TypeError("unhashable type: 'numpy.ndarray'"))
+        return object.__hash__(self)
+
     def __repr__(self):
         return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
 
@@ -356,7 +370,16 @@ class Tracer(ArrayMethods):
         if hasattr(np.ndarray, name) and not name.startswith("__"):  # not NumPy's probes
             raise trace_error(f"x.{name} of a traced array is not supported; the call runs "
                               "eagerly")
+        if name in _MEMORY_PROTOCOLS and called_by_user():
+            # the user's x.__array_interface__ (its data pointer), or NumPy converting the
+            # tracer for the user (np.asfortranarray(x)): as __array__ refuses. NumPy's
+            # probes while tracejit converts one find none.
+            self.__array__()
         raise AttributeError(f"'numpy.ndarray' object has no attribute {name!r}")
+
+
+# the ndarray attributes that hand out its memory, which NumPy looks up on the instance
+_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__"})
 
 
 def _numpy_scalar(tracer):

@@ -136,6 +136,9 @@ class Trace:
     # result leaf -> index in argument_writes of the outside array it is (``self.W -= g;
     # return self.W``: the array itself, as NumPy returns it)
     outside_aliases: dict = field(default_factory=dict)
+    # result leaf -> (argument leaf or None, kind, params): np.ascontiguousarray or
+    # np.diagonal of an argument, made from the caller's (result_identity.numpy_results)
+    numpy_results: dict = field(default_factory=dict)
     functions: list = field(default_factory=list)
     outside_values: list = field(default_factory=list)  # (Path, "value"|"len", value)
     gradients: object = None  # what trace(backward=...) recorded: gradient_trace.GradientPlan
@@ -786,6 +789,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             getattr(leaf, "requires_grad", False) for leaf in leaves)
         views = {} if differentiated else argument_views.updated_argument_views(
             context, out_leaves, traced_leaves, mutated)
+        # return np.broadcast_to(x, ...): the traced call's value is the primitive's copy
+        broadcasts = {} if differentiated or context.tensor_arguments else (
+            argument_views.returned_broadcasts(context, out_leaves, traced_leaves, mutated))
         refreshed = {}  # w.reshape(-1): the program's array when NumPy's copies
         for index, (position, chain) in views.items():
             source = context.inputs[input_specs[position].input_index]
@@ -797,6 +803,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         result_identity.distinct_objects(context, out_leaves, output_atoms, atom_positions,
                                          traced_leaves)
         result_identity.numpy_copies(context, out_leaves, output_atoms, atom_positions)
+        # (after: np.diagonal(W) and np.ascontiguousarray(W) both hand W to NumPy)
+        remade = result_identity.numpy_results(context, out_leaves, output_atoms,
+                                               atom_positions, traced_leaves)
         writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
         outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:
@@ -851,8 +860,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             np.copyto(np.asarray(leaves[position]), value)
         for index, position in aliases.items():
             outputs[index] = leaves[position]
-        bindings = context.symbol_values() if views else {}
-        for index, (position, chain) in views.items():
+        for index, (position, kind, params) in remade.items():  # return np.diagonal(x)
+            source = context.numpy_results[id(out_leaves[index])][1].value if (
+                position is None) else leaves[position]
+            outputs[index] = result_identity.numpy_result(kind, params, source)
+        bindings = context.symbol_values() if views or broadcasts else {}
+        for index, (position, chain) in (*views.items(), *broadcasts.items()):
             outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]),
                                                        bindings)
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
@@ -877,6 +890,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         output_aliases=aliases,
         refreshed_views=refreshed,
         outside_aliases=outside_aliases,
+        numpy_results=remade,
         functions=functions,
         outside_values=list(context.outside_values.values()),
         gradients=gradients,

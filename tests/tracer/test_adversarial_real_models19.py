@@ -71,9 +71,9 @@ bound method (its update rules ``config.setdefault`` and write ``config['velocit
 ``self.optim_configs[p] = next_config``); ``scipy.special.logsumexp`` and ``softmax`` (GMM
 E-steps: scipy's array-API layer converts the tracer); numbers a
 call writes into a dict of ``self.bn_params`` are guarded as settings (a counter there
-retraces every call); ``d[x] = 1`` with an array key succeeds in the trace (tracers hash by
-identity, as Tensors do) where NumPy raises ``TypeError``; ``x.__array_interface__`` is an
-internal error (eager).
+retraces every call). Fixed since (helper-132, session 20, test_state_holes20): ``d[x] =
+1`` with an array key raises NumPy's ``TypeError``; ``x.__array_interface__`` runs eagerly
+with its reason.
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.

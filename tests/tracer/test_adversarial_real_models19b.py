@@ -42,11 +42,11 @@ to the skip connection's size (``(dh // 2, dh - dh // 2)``) pinned each width's 
 every parity of ``dh`` and ``dw`` compiled a variant of its own (round 18b); widths that are
 dim expressions now pad by concatenated blocks (``numpy_api._pad_by_blocks``).
 
-Not fixed (strict xfails below, reported): a returned ``np.diagonal(x)`` is a gather, not a
-read-only view of the caller's ``x`` (a later write into ``x`` does not show in it), and the
-traced call returns ``np.broadcast_to(x, ...)`` as a writeable copy (compiled calls return
-NumPy's view). Eager, correct, left: ``np.random.choice(V, p=p)`` with a computed ``p`` (char
-sampling loops), ``np.convolve``/``np.correlate``, ``as_strided`` with strides from
+Fixed since (helper-132, session 20): a returned ``np.diagonal(x)`` is NumPy's read-only
+view of the caller's ``x`` (a later write into ``x`` shows in it), and the traced call
+returns ``np.broadcast_to(x, ...)`` as NumPy's view too. Eager, correct, left:
+``np.random.choice(V, p=p)`` with a computed ``p`` (char sampling loops),
+``np.convolve``/``np.correlate``, ``as_strided`` with strides from
 ``x.itemsize``, a CG residual check ``< tol`` after n trips (its worst-case bound outgrows
 the tolerance: 'guard margin'), log-space tables holding ``-inf`` (margins at ``isinf``), a
 ``np.copyto`` statement in a loop body (unrolled). Slow, left: greedy decoding's ``tok, n =
@@ -61,7 +61,6 @@ and an exception eager raises must be raised too.
 import math
 
 import numpy as np
-import pytest
 from real_model_checks import all_compiled, jitted, no_internal_errors, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
@@ -262,15 +261,9 @@ def _returned_view_follows_the_caller(function):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="np.diagonal's result is a gather, not a NumPy view of "
-                   "the argument, on traced and compiled calls (writeable, and blind to a "
-                   "later write into the argument); reported to the lead")
 def test_returned_diagonal_is_a_view_of_the_argument():
     _returned_view_follows_the_caller(np.diagonal)
 
 
-@pytest.mark.xfail(strict=True, reason="the traced call returns np.broadcast_to's value as a "
-                   "writeable copy; compiled calls return NumPy's read-only view "
-                   "(test_view_outputs checks compiled calls only); reported to the lead")
 def test_returned_broadcast_is_a_view_on_the_traced_call_too():
     _returned_view_follows_the_caller(lambda x: np.broadcast_to(x, (2, 3, 3)))

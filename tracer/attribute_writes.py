@@ -211,6 +211,43 @@ def is_local_object(context, owner):
     return id(owner) in context.created_objects
 
 
+def set_local(context, owner, name, value=_MISSING):
+    """``owner.name = value`` on an object made in this call, as Python does it (no
+    ``value``: ``del owner.name``). While a loop's trial trips run
+    (``watch_local_writes``) the write is journaled, so a capture the trials refuse puts
+    the object back as the peeled trip left it before the trips run unrolled."""
+    journal = getattr(context, "local_writes", None)
+    if journal is not None:
+        journal.append((owner, name, _saved(owner, name)))
+    if value is _MISSING:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, value)
+
+
+def watch_local_writes(context):
+    """Start journaling the writes into objects made in this call (``set_local``): returns
+    ``(journal, before)``, the journal ``(owner, name, what it held)`` oldest first, for
+    ``undo_local_writes``, and what ``stop_watching`` restores. An ``acc = acc.add(x[t])``
+    whose method sets ``self.total`` writes at every trial trip of a loop: a captured loop
+    would leave a trial's traced value there."""
+    before = getattr(context, "local_writes", None)
+    context.local_writes = []
+    return context.local_writes, before
+
+
+def stop_watching(context, journal, before):
+    context.local_writes = before
+    if before is not None:
+        before.extend(journal)  # what an outer loop's trials may have to undo too
+
+
+def undo_local_writes(journal):
+    while journal:
+        owner, name, saved = journal.pop()
+        _put_back(owner, name, saved)
+
+
 def note_created(context, value):
     context.created_objects[id(value)] = value  # kept alive: its id stays its own
 

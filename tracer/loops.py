@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 
-from . import loop_write_through
+from . import attribute_writes, loop_write_through
 from .dims import SymInt, expr_of, is_int, value_of
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
@@ -669,8 +669,13 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         index = LoopIndex(context, index_name, first, stop, step)
     except IndexRefused as refusal:
         raise Refused(str(refusal)) from None
+    journal, watched_before = attribute_writes.watch_local_writes(context)
     try:
         slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
+        if journal:  # acc = acc.add(x[t]) setting self.total: a trial's value would stay
+            owner, name, _ = journal[0]
+            raise Refused(f"the body writes `.{name}` of a {type(owner).__name__} made in "
+                          "the call (a method it calls sets it)")
         if not slots and not _quiet_items(trial1.recorded):
             # No loop equation would hold the body, nor its guards (n += 1 under an if on
             # data: the count of the traced path at every call)
@@ -689,12 +694,15 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
     except IndexRefused as refusal:
         del context.shape_guards[guards_before:]  # they mention the index: never entry guards
         _restore(context.replaced, replaced_before)
+        attribute_writes.undo_local_writes(journal)
         raise _RefusedByIndex(str(refusal)) from None
     except Refused:
         del context.shape_guards[guards_before:]
         _restore(context.replaced, replaced_before)
+        attribute_writes.undo_local_writes(journal)
         raise
     finally:
+        attribute_writes.stop_watching(context, journal, watched_before)
         index.close()
     slot_names = _slot_names(carries)
     equations, free = _generalize(trial1.recorded, trial2.recorded, trial1.params,

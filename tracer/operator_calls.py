@@ -89,7 +89,7 @@ def route_operators(function_node):
     return function_node
 
 
-_DUNDERS = (*(f"__{prefix}{name}__" for name in BINARY for prefix in ("", "r")),
+_DUNDERS = (*(f"__{prefix}{name}__" for name in BINARY for prefix in ("", "r", "i")),
             *(f"__{name}__" for name in UNARY))
 
 
@@ -126,6 +126,23 @@ def binary(call, methods, name, left, right):
             return result
     raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[name]}: "
                     f"'{left_kind.__name__}' and '{right_kind.__name__}'")
+
+
+@calls_for_the_user
+def inplace(call, methods, name, target, value):
+    """``target <op>= value`` as Python computes it: the target's ``__i<op>__``, else (none,
+    or ``NotImplemented``) ``binary``. A method the user wrote runs by ``call``: an
+    accumulator's ``__iadd__`` that sets ``self.total`` in a loop is seen as a write to an
+    object made in the call (run as Python ran it, the write was the first trip's value)."""
+    if not _user_methods(methods, type(target)) and not _user_methods(methods, type(value)):
+        return as_written(getattr(operator, f"i{name}"), target, value)  # iand, imatmul
+    method = getattr(type(target), f"__i{name}__", None)
+    if method is not None:
+        result = call(method, target, value) if is_user_function(method) else method(
+            target, value)
+        if result is not NotImplemented:
+            return result
+    return binary(call, methods, name, target, value)
 
 
 @calls_for_the_user

@@ -1,0 +1,64 @@
+"""Findings of round 20c (fuzzing and hostile inputs: values on guards' thresholds,
+narrow and wrapping integers, aliased and read-only arguments, NumPy scalars against
+Python ones, user classes' operators in loops, the disk cache and threads): each a minimal
+program or case, eager NumPy against ``jit``.
+
+Fixed here:
+
+* an object made in the call whose method sets an attribute, rebound in a loop
+  (``acc = acc.add(x[t])``, or ``acc += x[t]`` through ``__iadd__``): the loop's trial
+  trips wrote that attribute and a refused capture left their values there, so the trips
+  run unrolled after it started from a later total (a traced call returned 2.64 where
+  eager gives 1.41; exact shapes failed to compile, an IR value used before its
+  definition). ``loops._capture_trips`` journals writes into objects made in the call
+  (``attribute_writes.set_local``), refuses a capture whose trips write one, and puts
+  them back.
+* ``a += b`` on a user object ran ``__iadd__`` (or the ``__add__`` Python falls back to)
+  as written, unseen by the trace: it now runs through the hooks as ``a + b`` does
+  (``operator_calls.inplace``).
+"""
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+# --- an object made in the call, its method setting an attribute, rebound in a loop -------
+class Accumulator:
+    def __init__(self):
+        self.total = 0.0
+
+    def add(self, value):
+        self.total = self.total + value
+        return self
+
+    def __iadd__(self, value):
+        self.total = self.total + value
+        return self
+
+
+def summed_by_method(x):
+    acc = Accumulator()
+    for t in range(x.shape[0]):
+        acc = acc.add(x[t])
+    return acc.total
+
+
+def summed_by_iadd(x):
+    acc = Accumulator()
+    for t in range(x.shape[0]):
+        acc += x[t]
+    return acc.total
+
+
+@pytest.mark.parametrize("function", [summed_by_method, summed_by_iadd])
+def test_an_object_rebound_in_a_loop_keeps_eagers_attribute(function):
+    """The second and third sizes are traced (the loop over a dynamic length tried as a
+    captured loop): they returned a total that counted the trial trips' rows again."""
+    f = tj.jit(function, cache="memory")
+    rng = np.random.default_rng(0)
+    for rows in (4, 5, 6, 4):
+        x = rng.standard_normal((rows, 2))
+        np.testing.assert_allclose(f(x), function(x), rtol=1e-12)
+    assert not f.stats().get("eager_calls"), f.explain()  # compiled, no internal error

@@ -48,14 +48,7 @@ from .builtin_extremes import select_extreme
 from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
-from .eager_agreement import (
-    TYPE_QUERIES,
-    TraceSuppress,
-    eager_type,
-    is_python_number,
-    python_number_attribute,
-    reraise_if_it_stops_the_trace,
-)
+from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
 from .even_spacing import linspace
 from .generators import is_generator_function, remembered
 from .implicit import Path
@@ -199,8 +192,6 @@ def _converted(function, args, kwargs):
 
 
 _ARRAY_FACTS = {"shape", "ndim", "size", "dtype", "itemsize", "nbytes"}
-# What a traced array answers that a Python float may not (Hooks.load)
-_NDARRAY_ATTRIBUTES = frozenset(dir(np.ndarray))
 
 
 def _written_by_the_trace(context, path):
@@ -312,11 +303,6 @@ class Hooks:
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):
         context = self.context
-        if descriptor[0] == "param" and descriptor[2] and descriptor[2][0][0] == "attr" and (
-                descriptor[2][0][1] in _NDARRAY_ATTRIBUTES) and is_python_number(
-                owner := sys._getframe(1).f_locals.get(descriptor[1])):
-            # lr.shape, lr.sum() of a float argument (a run-time number): Python's error
-            python_number_attribute(owner, descriptor[2][0][1])
         if context.replaced and type(value) is np.ndarray and (
                 replacement := self._replacement(value)) is not None:
             return replacement  # a NumPy buffer written earlier in this trace
@@ -355,8 +341,6 @@ class Hooks:
         """``owner.name`` where ``owner`` is a local (``for block in self.blocks``, then
         ``block.attn.W``): read through the path the object was found at, so its weights
         are inputs and its settings guarded, as ``self.blocks[0].attn.W`` would be."""
-        if is_python_number(owner):
-            python_number_attribute(owner, name)  # lr.shape of a float argument raises
         value = getattr(owner, name)
         known = self.objects.path_of(owner)
         if known is None:
@@ -522,8 +506,6 @@ class Hooks:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
-        if function in (memoryview, bytearray) and args and isinstance(args[0], Tracer):
-            args[0].__array__()  # its memory (the buffer protocol): refused as np.asarray
         if is_as_strided(function) and args and is_traced(args[0]):
             return as_strided(*args, **kwargs)  # windows from x.strides (im2col)
         if any_traced((*args, *kwargs.values())) and (
@@ -574,17 +556,6 @@ class Hooks:
             stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
             if stacked is not None:
                 return stacked
-        if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
-                is_python_number(args[0])):
-            # hasattr(lr, "shape") of a run-time Python float: False, as eagerly
-            if function is hasattr:
-                return hasattr(eager_type(self.context, args[0]), args[1])
-            try:
-                python_number_attribute(args[0], args[1])
-            except AttributeError:
-                if len(args) == 3:
-                    return args[2]
-                raise
         if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
             (path := self.objects.path_of(args[0])) is not None
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way

@@ -506,6 +506,8 @@ class Hooks:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
+        if function in (memoryview, bytearray) and args and isinstance(args[0], Tracer):
+            args[0].__array__()  # its memory (the buffer protocol): refused as np.asarray
         if is_as_strided(function) and args and is_traced(args[0]):
             return as_strided(*args, **kwargs)  # windows from x.strides (im2col)
         if any_traced((*args, *kwargs.values())) and (

@@ -218,11 +218,19 @@ class Tracer(ArrayMethods):
     def __array__(self, dtype=None, copy=None):
         raise trace_error(
             "a traced array was converted to a NumPy array (np.asarray, a NumPy function "
-            "tracejit does not support, its memory read by x.__array_interface__, or a write "
-            "into a NumPy array); that would freeze "
+            "tracejit does not support, its memory read by x.__array_interface__, bytes(x) or "
+            "pickle, or a write into a NumPy array); that would freeze "
             "its value into the compiled code. Keep it as an array operand, or compute it "
             "outside the compiled function"
         )
+
+    def __bytes__(self):  # bytes(x): its memory (as x.tobytes() would be)
+        self.__array__()
+
+    def __reduce_ex__(self, protocol):  # pickle.dumps(x): its memory
+        if called_by_user():
+            self.__array__()
+        return object.__reduce_ex__(self, protocol)
 
     def tolist(self):
         raise trace_error(
@@ -379,7 +387,8 @@ class Tracer(ArrayMethods):
 
 
 # the ndarray attributes that hand out its memory, which NumPy looks up on the instance
-_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__"})
+_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__dlpack__",
+                               "__dlpack_device__"})
 
 
 def _numpy_scalar(tracer):

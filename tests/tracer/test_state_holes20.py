@@ -4,8 +4,9 @@
   hashed by identity, where NumPy raises ``TypeError: unhashable type``: now NumPy's
   error (a NumPy scalar, a Python number or a Tensor, which eager hashes, runs eagerly).
   tracejit's own dicts and WeakSets of tracers still hash them (``locations.called_by_user``).
-* ``x.__array_interface__`` / ``__array_struct__`` of a traced array was an internal error:
-  now the call runs eagerly with the user's line (NumPy's own probes still find none).
+* ``x.__array_interface__`` / ``__array_struct__`` / ``__dlpack__``, ``bytes(x)``,
+  ``memoryview(x)`` and ``pickle.dumps(x)`` of a traced array were internal errors: now the
+  call runs eagerly with the user's line (NumPy's own probes still find none).
 * A user subclass of dict, list, tuple or OrderedDict read from outside (``class
   Config(dict)``, an EasyDict, ``class Layers(list)``) was guarded by nothing: it is
   guarded as its base is and by its class, its attributes through its path
@@ -20,6 +21,7 @@ exception eager raises must be raised too.
 """
 
 import collections
+import pickle
 
 import numpy as np
 import pytest
@@ -86,7 +88,20 @@ def array_struct(x):
     return x * hasattr(x, "__array_struct__")
 
 
-@pytest.mark.parametrize("function", [data_pointer, array_struct])
+def memory_as_bytes(x):
+    return x * (len(bytes(x)) + len(memoryview(x + 1)))
+
+
+def pickled(x):
+    return x * (len(pickle.dumps(x)) > 0)
+
+
+def through_dlpack(x):
+    return x * (x.__dlpack_device__()[0] > 0)
+
+
+@pytest.mark.parametrize("function", [data_pointer, array_struct, memory_as_bytes, pickled,
+                                      through_dlpack])
 def test_the_memory_of_a_traced_array_runs_eagerly_with_its_reason(function):
     f = run_calls(function, [(np.ones(3),)])
     no_internal_errors(f)

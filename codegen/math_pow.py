@@ -10,18 +10,18 @@ by permutes (``math_table``; ``_pow_float32_tables``): x = 2^k z from the float3
 log2 x = k + log2 c_i + r P(r) with r = z/c_i - 1 by one fused multiply-add (no
 division) and P of degree 5, t = y log2 x, 2^t = 2^(n + j/16) 2^r' with r' = t - (n +
 j/16) exact, 2^(j/16) from a table, 2^r' of degree 4, n added to its exponent bits: within
-0.5042 ulp of exact on the tests' pairs (0.5436 before). Elsewhere (a float32 table of
-float64 is read a lane at a time without AVX-512) and for a literal base the division's
-path: s = (m-1)/(m+1) by one float64 division, log2 x = k + 2 atanh(s)/ln2 to s^11,
+0.5042 ulp of exact on the tests' pairs (0.5436 before). Without AVX-512 (where
+``math_table`` reads a table lane by lane) and for a literal base, the division's path:
+s = (m-1)/(m+1) by one float64 division, log2 x = k + 2 atanh(s)/ln2 to s^11,
 2^t = 2^n 2^r with n rounded by adding 1.5 * 2^52, r = t - n exact and 2^r a minimax
 polynomial of degree 7. One thread, 1024x1024 (0, 100] ** [-3, 3], CPU time, both paths
 compiled and interleaved in one process, three runs (machine shared, load 14-15): tables
 1.200-1.203 ms a call against 1.307-1.312 (NumPy 0.72, not counting a run where it was
 disturbed); (0, 1000] ** [-15, 15] 1.27 against 1.29; all bases negative (the rare path's
 general code, which takes |x|^y from the same fast path) 6.0 against 5.4 (NumPy 56).
-Negative, zero, denormal, infinite and NaN x and
-infinite or NaN y take the general code, with every special case of C99 (the sign of a
-negative x to an odd integer power, NaN to a non-integer one), as a rare path
+Negative, zero, denormal, infinite and NaN x and infinite or NaN y take the general code,
+with every special case of C99 (the sign of a negative x to an odd integer power, NaN to
+a non-integer one), as a rare path
 (``math_rare_path``): the sign tests cost a positive base 17-25% (one thread, 1024x1024,
 CPU time: 1.35-1.40 ms a call against 1.65). A float32 base to a literal 3, 4, -2, -3 or
 -4 (``x ** 3``, of either sign) is ``pow_small_integer``: products in float64, rounded
@@ -53,9 +53,12 @@ from scalar IR (table reads become gathers, measured above), and float32 arithme
 carrying log2 x to about 2^-35 of it (x near 1 to a large y), done by float64 here.
 The tables' permutes (now made, ``math_table``) are not free on Zen 4 either: each costs
 about two multiply-adds' issue, so float32 log10 with three 16-entry tables and a
-polynomial of degree 3 (8 multiply-adds instead of 11) ran 0.251 ms against 0.232; what
-the tables bought pow is the division and five of its fifteen multiply-adds, and a
-chain from x to the result about half as long. Issue 16's 2x NumPy on two threads needs
+polynomial of degree 3 (8 multiply-adds instead of 11) ran 0.251 ms against 0.232. What
+the tables bought pow is the division and a chain from x to the result about 60% as
+long (the multiply-adds and multiplies stay 16 for 8 lanes against 15), which is what
+this loop waits on: log2(1 + r), r = m - 1, by one polynomial of degree 13 (no division)
+took 1.52 ms by Horner's scheme and 1.33 by Estrin's (the division's path then 1.29).
+Issue 16's 2x NumPy on two threads needs
 one thread's CPU time at NumPy's (0.70 ms): even y log2 x and 2^t with too few terms
 (log to s^5, exp to r^4, no division: wrong results) ran 0.96 ms in float64 at 8 lanes.
 """

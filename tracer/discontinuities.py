@@ -34,18 +34,20 @@ Not checked (the difference from NumPy stays possible there):
 * values downstream of a float32 matmul of inexact operands: the worst-case bound is ~K
   u32 of the magnitudes after one layer and grows with each, so the check would fail on
   every call (a float32 classifier's ``argmax`` would always run eagerly); float32 sums,
-  means and elementwise math are checked. A float32 matmul of exact operands counts as
-  exact here, NumPy's bits (``codegen/numpy_products.py`` makes NumPy's BLAS call for a
-  product a decision reads), so values downstream of it are checked; where the trace's
-  matmul stands for a float32 ``cumsum`` (a product with a triangle of ones) or an
-  ``einsum``, NumPy sums in another order and a mask on it can still differ;
+  means and elementwise math are checked. A float32 matmul of exact operands is exact
+  here where it is NumPy's matmul of operands NumPy holds C-ordered
+  (``margin_rules._numpy_matmul``: ``codegen/numpy_products.py`` makes NumPy's BLAS call
+  for a product a decision reads), else (an ``einsum``, ``TRACEJIT_GEMM=own``) it takes
+  one layer's bound; values downstream of either are checked. Inside a loop body every
+  float32 product takes its bound (``loop_bounds``);
 * values downstream of a convolution: a check reading the product would keep its fused
   epilogue (bias, relu, masks) off the register tiles;
 * operands with no error model (float ``prod``; a loop's results unless the loop carries
   their bound: ``tracejit.tracer.loop_bounds``, which also checks the jumps inside a loop
-  body on the values it carries, with this module's rules). A jump in a body that reads
-  a value computed before the loop (through element picks: ``s[i]``) is also checked on
-  that whole value, before the loop (``_hoisted``).
+  body on the values it carries, with this module's rules, and sends a call whose loop
+  body jumps on a value with no model to eager). A jump in a body that reads a value
+  computed before the loop (through element picks: ``s[i]``) is also checked on that
+  whole value, before the loop (``_hoisted``).
 
 Counts held in floats (a mask cast and summed, cumsum's product with a triangle of ones)
 are integers, exact in any order below 2**53 (2**24 in float32): they carry no bound
@@ -439,11 +441,13 @@ def check_discontinuities(graph):
     return graph if body is None else replace(graph, body=body)
 
 
-def checked_body(graph, ctx, hoist=True):
+def checked_body(graph, ctx, hoist=True, unmodelled=None):
     """``graph``'s body with the checks of ``check_discontinuities`` inserted, their bounds
     taken from ``ctx`` (which keeps each checked equation's bound after its check, NumPy's
     value or near it); None when nothing is checked. ``hoist``: also check the jumps
-    inside loop bodies that read a value from before the loop (``_hoisted``)."""
+    inside loop bodies that read a value from before the loop (``_hoisted``).
+    A jump reading a value with no error model is not checked; its location goes in the
+    list ``unmodelled``, when given (a loop body's: ``loop_bounds`` lets NumPy decide)."""
     readers = ctx.readers = _readers(graph)
     ctx.position = {item.out.name: index for index, item in enumerate(graph.body)
                     if isinstance(item, Eqn)}
@@ -464,6 +468,9 @@ def checked_body(graph, ctx, hoist=True):
             continue
         bounds = [ctx.bound(atom) if isinstance(atom, Var) else None for atom in item.inputs]
         if all(bound is None for bound in bounds) or any(_unbounded(b) for b in bounds):
+            if unmodelled is not None and any(_unbounded(b) for b in bounds) and _jumps(
+                    ctx, item):
+                unmodelled.append(graph.locations.get(item.out.name))
             _keep_pending(ctx, inserts, index)
             continue
         ctx.early, ctx.snapshot = [], None
@@ -496,6 +503,19 @@ def checked_body(graph, ctx, hoist=True):
         body.extend(inserts.get(index, ()))
         body.append(item)
     return tuple(body)
+
+
+def _jumps(ctx, eqn):
+    """Whether ``eqn`` (in ``AMBIGUITY``) may jump whatever its operands' bounds: not a
+    cast to a float, nor a comparison only ``np.where`` reads between branches meeting at
+    its threshold (relu as ``np.where(x > 0, x, 0)``)."""
+    if eqn.prim.name == "cast":
+        return not is_float(eqn.out)
+    if AMBIGUITY[eqn.prim.name] is _compare:
+        selects = _selects(ctx, eqn)
+        return not selects or not all(_meets_at_threshold(ctx, eqn, select)
+                                      for select in selects)
+    return True
 
 
 def _keep_pending(ctx, inserts, index):

@@ -26,10 +26,15 @@ data-dependent exit, products a bound is carried through take ``|A| @ |B|`` boun
 (``full_products``), not the cheap row-norm ones, whose looseness compounds trip after
 trip.
 
-A carried value whose bound has no model (after a float32 matmul, a convolution, a loop
-nested in the body) stays unbounded, as at the top level, and the jumps reading it stay
-unchecked. Bounds are worst cases: one through a long recurrence with weights above 1 in
-norm grows trip after trip until the checks send the call to NumPy.
+A float32 product takes the cheap contraction bound here as a float64 one does, whatever
+its operands (``W @ h`` of a carried ``h``; at the top level only exact operands'). A value
+whose bound still has no model (a convolution, ``np.prod``, a loop nested in the body)
+cannot be checked: a loop whose body decides on one gets a margin guard that always fails
+before it (``_decided_by_numpy``), so such calls run eagerly. (Such decisions went
+unchecked: the float32 LIF layer of real models 13 fired where NumPy does not on every
+compiled call under ``TRACEJIT_GEMM=own``, round 20.) Bounds are worst cases: one through a
+long recurrence with weights above 1 in norm grows trip after trip until the checks send
+the call to NumPy.
 
 >>> import numpy as np
 >>> from tracejit.tracer.ir import Eqn
@@ -49,6 +54,8 @@ norm grows trip after trip until the checks send the call to NumPy.
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from .abstract import AbstractArray
 from .dims import DimExpr
@@ -147,11 +154,35 @@ def _full_shape(ctx, bound, aval):
 
 def _body_checks(body, ctx):
     """The body's items with the discontinuity checks and the value guards' margins whose
-    bounds ``ctx`` models, or None when it adds none."""
-    items = checked_body(body, ctx, hoist=False)
+    bounds ``ctx`` models (None when it adds none), and the locations of the jumps and
+    guards that read a value whose bound it does not model."""
+    unmodelled = []
+    items = checked_body(body, ctx, hoist=False, unmodelled=unmodelled)
     checked = body if items is None else replace(body, body=items)
     guarded = add_guard_margins(checked, ctx, modelled_only=True)
-    return None if guarded is body else list(guarded.body)
+    for item in body.body:
+        if isinstance(item, Guard) and item.convert in _DECIDING and isinstance(
+                item.predicate, Var) and _unbounded(ctx.bound(item.predicate)):
+            unmodelled.append(item.location)
+    return None if guarded is body else list(guarded.body), unmodelled
+
+
+def _decided_by_numpy(graph, first, location):
+    """``graph`` with a margin guard that always fails before the loop ``first``: its
+    body decides (at ``location``) on a value with no error model, so no check could tell
+    that decision is NumPy's, and a decision in a body left unchecked went the other way
+    than NumPy's on every compiled call (the float32 LIF layer on the own GEMM, round 20).
+    The call runs eagerly: a margin's side exit, not a loop guard's, whose streak would
+    trace the loops unrolled, where such a mask goes unchecked."""
+    ctx = _Slice(graph)
+    always = ctx.emit(full_p, shape=(), value=True, dtype=np.dtype(np.bool_))
+    guard = Guard(always, "margin", False, location)
+    items = []
+    for item in graph.body:
+        if item is first:
+            items += [*ctx.emitter.pending, guard]
+        items.append(item)
+    return replace(graph, body=tuple(items), check_vars=graph.check_vars | {always.name})
 
 
 def _bound_loop(graph, first):
@@ -170,6 +201,9 @@ def _bound_loop(graph, first):
     # loop keeps the cheap rule: an extra product per product and trip.)
     full_products = params.get("exit") is not None
     outer.full_products = full_products
+    # A float32 product a loop's decisions read takes a bound as a float64 one does: with
+    # no model, the decision would be NumPy's alone (margin_rules._float32_modelled).
+    outer.float32_products = True
     # Bound arithmetic an earlier loop put before its loop (its initial and passed-in
     # bounds) is ours, not a value NumPy computes: it has no bound of its own. Bounding it
     # again made each loop re-derive the bounds of every earlier loop's bounds - quadratic
@@ -210,6 +244,7 @@ def _bound_loop(graph, first):
     while True:
         ctx = _Slice(scoped, cheap=True)
         ctx.full_products = full_products
+        ctx.float32_products = True
         ctx.infinite = infinite
         ctx.emitter.next_number = outer.emitter.next_number
         bound_inputs = {position: _fresh(ctx, AbstractArray(body.inputs[position].aval.shape,
@@ -222,7 +257,7 @@ def _bound_loop(graph, first):
                            for position, var in bound_inputs.items()})
         ctx.bounds.update({body.inputs[position].name: bound
                            for position, bound in unbounded.items()})
-        items = _body_checks(scoped, ctx)
+        items, unmodelled = _body_checks(scoped, ctx)
         out_bounds = {position: ctx.bound(body.outputs[position]) for position in wanted
                       if position not in unbounded}
         # A carried value whose bound after a trip is not modelled (or a non-float one
@@ -238,6 +273,8 @@ def _bound_loop(graph, first):
         for position in lost:
             unbounded[position] = ctx.unbounded(body.inputs[position])
         carried = [position for position in carried if position not in lost]
+    if unmodelled:
+        return _decided_by_numpy(graph, first, unmodelled[0]), _key(first)
     carried = [position for position in carried if position not in exact]
     if items is None and not carried and not exact:
         return graph, _key(first)

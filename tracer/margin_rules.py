@@ -1050,18 +1050,21 @@ def set_numpy_products(test):
 def _matmul(ctx, eqn, bounds):
     cheap = getattr(ctx, "cheap", False)
     if cheap and all(bound is None for bound in bounds) and _numpy_products[0]():
-        if np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32) or (
-                eqn.out.aval.dtype == F64 and _numpy_matmul(ctx, eqn)):
+        if np.dtype(eqn.out.aval.dtype) in (np.dtype(np.float32), F64) and (
+                _numpy_matmul(ctx, eqn)):
             # Exact operands, NumPy's bits: a float32 or float64 product that a decision
             # (so this check) reads is computed by the BLAS calls NumPy's matmul makes
-            # (codegen/numpy_products.py); a float64 one only where the user wrote a
-            # matmul (_numpy_matmul: not an einsum's). Only in the cheap checks (masks,
-            # argmax, loop bodies): an ``if``'s margin keeps the product's bound, since
-            # not every float32 matmul is NumPy's matmul - einsum is traced as a matmul,
-            # TRACEJIT_GEMM=own computes them all - and an ``if`` on those took the
-            # other branch than NumPy with no margin (review 15).
+            # (codegen/numpy_products.py), where the user wrote a matmul of operands
+            # NumPy holds as compiled code does (_numpy_matmul: not an einsum's; float32
+            # too since loop_bounds carries exactness trip after trip, review 19: a
+            # float32 power iteration by np.einsum was carried exact). Only in the cheap
+            # checks (masks, argmax, loop bodies): an ``if``'s margin keeps the product's
+            # bound, since not every float32 matmul is NumPy's matmul - einsum is traced
+            # as a matmul, TRACEJIT_GEMM=own computes them all - and an ``if`` on those
+            # took the other branch than NumPy with no margin (review 15).
             return None
-    if cheap and getattr(ctx, "full_products", False) and eqn.out.aval.dtype == F64:
+    if cheap and getattr(ctx, "full_products", False) and (
+            eqn.out.aval.dtype == F64 or _float32_modelled(ctx, eqn, bounds)):
         # A bound a loop carries (loop_bounds: the body's, and its initial values') goes
         # into the next trip, where the cheap rule's looseness (a row's L1 norm times the
         # largest |b| of any column) compounds: Sinkhorn's u = a / (K @ v) ran eagerly
@@ -1129,8 +1132,13 @@ def _c_ordered(ctx, atom, depth=0):
     if producer is None:
         return True
     kind = producer.prim.kind
-    if kind in _FRESH_KINDS or producer.prim.name == "concatenate":
-        return True
+    if kind in _FRESH_KINDS or producer.prim.name in ("concatenate", "pad"):
+        return True  # (pad: np.pad's result, or a value written into a buffer, selected in)
+    if producer.prim.name == "slice":
+        # a block of whole rows of a C-ordered value is C-ordered (x[t], x[i:j]), as NumPy
+        # holds the view: a loop body's W @ spikes_in[t] is NumPy's gemv (round 20)
+        return _whole_rows(producer) and depth <= 32 and _c_ordered(
+            ctx, producer.inputs[0], depth + 1)
     if kind in _LAYOUT_KEEPING or producer.prim.name in ("reshape", "cast"):
         if kind in _LAYOUT_KEEPING and len(producer.out.aval.shape) <= 1:
             return True
@@ -1139,6 +1147,21 @@ def _c_ordered(ctx, atom, depth=0):
         return all(_c_ordered(ctx, operand, depth + 1) for operand in producer.inputs
                    if not isinstance(operand, Var) or operand.aval.shape)
     return False
+
+
+def _whole_rows(eqn):
+    """Whether the slice ``eqn`` reads its operand in place contiguously: steps of 1, and
+    every axis after the first one it keeps longer than 1 taken whole."""
+    params = eqn.params_dict
+    if any(step != 1 for step in params["steps"]):
+        return False
+    shape, kept = eqn.inputs[0].aval.shape, eqn.out.aval.shape
+    for axis, extent in enumerate(kept):
+        if isinstance(extent, int) and extent == 1:
+            continue
+        return all(params["starts"][later] == 0 and params["limits"][later] == shape[later]
+                   for later in range(axis + 1, len(shape)))
+    return True
 
 
 def _loop(ctx, eqn, bounds):
@@ -1269,9 +1292,10 @@ def _cheap_contraction(ctx, eqn, bounds, depth, summed, peak):
     and ``peak`` the second, each to a shape that broadcasts to the output's (or has its
     size). Looser than ``|A| @ |B|`` by a few times on random data, which a float64 check
     of ~1e-13 relative never notices, and cheap enough for every discontinuity check.
-    Float64 only: a float32 contraction has no error model here (below)."""
+    Float64; float32 of exact operands, or in a loop's checks (``_float32_modelled``)."""
     (a, b), (ea, eb) = eqn.inputs, bounds
-    if not is_float(eqn.out) or eqn.out.aval.dtype != F64:
+    if not is_float(eqn.out) or (eqn.out.aval.dtype != F64 and not _float32_modelled(
+            ctx, eqn, bounds)):
         # float32: ~K u32 of the magnitudes after one layer (1e-4 at K = 784), growing
         # layer by layer to the size of the values: a check would fail on every call
         # (a float32 classifier's argmax would always run eagerly). No error model.
@@ -1311,6 +1335,23 @@ def _cheap_contraction(ctx, eqn, bounds, depth, summed, peak):
     # underflow only where some product is not zero (as in _sum_of_products)
     return ctx.add(shaped(bound), ctx.where(ctx.greater(shaped(total), number(0.0)),
                                             number(4 * depth * eta), number(0.0)))
+
+
+def _float32_modelled(ctx, eqn, bounds):
+    """Whether a float32 contraction takes the cheap bound as a float64 one does (round
+    20: masks on these went unchecked, the float32 LIF layer's spikes on the own GEMM):
+
+    * of exact operands, where it is not NumPy's call (``TRACEJIT_GEMM=own``, an einsum):
+      one layer's ~K u32 of the magnitudes, which a check on ordinary data passes;
+    * in the checks of a loop and of the values it reads (``loop_bounds`` sets
+      ``float32_products`` on its slices), whatever its operands (``W @ h`` of a carried
+      ``h``): there a value with no model is decided by NumPy alone (a check that always
+      fails), so a bound, however loose, keeps more calls compiled.
+
+    Elsewhere a product of inexact float32 operands stays without a model: its bound grows
+    layer by layer (a tanh classifier's argmax ran eagerly on 27 of 30 calls with it)."""
+    return np.dtype(eqn.out.aval.dtype) == np.dtype(np.float32) and (
+        all(bound is None for bound in bounds) or getattr(ctx, "float32_products", False))
 
 
 def _cumsum(ctx, eqn, bounds):

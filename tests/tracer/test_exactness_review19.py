@@ -18,10 +18,14 @@ Found and fixed:
 * Under ``TRACEJIT_GEMM=own`` (or without NumPy's bundled OpenBLAS) no product is
   NumPy's call, yet the cheap checks took them as exact (``margin_rules.set_numpy_products``).
 
-Found, not fixed (strict xfails at the end): Fortran-ordered, transposed-view and strided
-float64 arguments (margin_rules counts arguments as C-ordered; a mask at NumPy's own
-product flipped in 11 of 15 calls, all compiled); float32 products taken as exact whatever
-made them (an einsum), which loop_bounds now carries trip after trip.
+Found, fixed later: Fortran-ordered, transposed-view and strided float64 arguments
+(margin_rules counts arguments as C-ordered; a mask at NumPy's own product flipped in 11 of
+15 calls, all compiled): such a call runs eagerly (18b9b27's entry layout check). Float32
+products taken as exact whatever made them (an einsum), which loop_bounds carried trip
+after trip: float32 products are exact in the cheap checks only as float64 ones are
+(NumPy's matmul of operands held C-ordered, ``margin_rules._numpy_matmul``; c6e9830,
+re-landed in round 20 once a loop body's row slices ``x[t]`` counted as C-ordered and a
+decision in a body on a value with no model was no longer left unchecked).
 
 Probed with no disagreement (see the round's report for counts): transposed operands and
 ``x @ x.T`` / ``x.T @ x`` (NumPy's syrk) next to copies of the same values, slices,
@@ -37,6 +41,9 @@ import numpy as np
 import pytest
 
 import tracejit as tj
+from tracejit.tracer import trace
+from tracejit.tracer.guard_margins import _Slice
+from tracejit.tracer.passes import optimize
 
 
 def _calls(function, argument_sets):
@@ -120,7 +127,7 @@ def test_products_are_not_exact_where_compiled_code_does_not_call_numpys_blas():
         _calls(mask_on_products, cases)
 
 
-# --- found, not fixed (strict xfails) ------------------------------------------------------
+# --- found, fixed later ---------------------------------------------------------------------
 def test_a_mask_on_a_product_of_a_fortran_ordered_float64_argument():
     """Compiled code would lay the argument out C-ordered and call BLAS for that layout,
     where NumPy hands it to BLAS as it is: such a call runs eagerly (18b9b27)."""
@@ -147,11 +154,38 @@ def power_iteration_by_einsum(A, trips):
     return v, it
 
 
-@pytest.mark.xfail(strict=True, reason="a float32 product in the cheap checks is taken as "
-                   "NumPy's bits whatever made it (an einsum, a transposed ufunc result), so "
-                   "loop_bounds carries a float32 loop value as exact while compiled code "
-                   "sums the einsum by BLAS and NumPy by its own loop (float64 keeps its "
-                   "bound: margin_rules._numpy_matmul)")
+@pytest.mark.parametrize("product, exact", [
+    (lambda x, w: x @ w, True),
+    (lambda x, w: w @ x.T, True),  # NumPy's trans flag, as compiled code's
+    (lambda x, w: x[2] @ x[1:4].T, True),  # whole rows: views NumPy holds C-ordered
+    (lambda x, w: np.einsum("ij,j->i", x, w), False),  # NumPy sums einsum in its own loops
+    (lambda x, w: (x.T * 2) @ x[:, 0], False),  # Fortran-ordered in NumPy
+    (lambda x, w: x[:, ::2] @ w[:2], False),  # read in place
+    (lambda x, w: x[1:3, 1:] @ w[1:], False),  # rows cut short: strided in NumPy
+])
+def test_a_float32_product_is_exact_only_as_numpys_matmul(product, exact):
+    """Float32 products a decision reads are taken as NumPy's bits under the same rule as
+    float64 ones (``margin_rules._numpy_matmul``): they were exact in the cheap checks
+    whatever made them, so loop_bounds carried a float32 power iteration by ``np.einsum``
+    as exact (its ``v`` a few ulp from NumPy's in 15 of 16 calls, no bound)."""
+    x = np.linspace(-1, 2, 24, dtype=np.float32).reshape(6, 4)
+    w = np.linspace(1, 3, 4, dtype=np.float32)
+    graph = trace(product, x, w).graph
+    ctx = _Slice(graph, cheap=True)
+    last = [eqn.out for eqn in graph.equations if eqn.prim.name == "matmul"][-1]
+    assert (ctx.bound(last) is None) == exact
+
+
 def test_a_float32_einsum_loop_value_is_not_taken_as_exact():
+    """The loop carries ``v``'s bound (it was carried as exact: ``exact=(1,)``), and the
+    calls stop on NumPy's trip; ``v`` itself may be a few ulp off, as any compiled value."""
     A = np.random.default_rng(0).standard_normal((9, 9)).astype(np.float32)
-    _calls(power_iteration_by_einsum, [(A @ A.T, np.asarray(trips)) for trips in (6, 20)])
+    graph = optimize(trace(power_iteration_by_einsum, A @ A.T, np.asarray(6)).graph)
+    loops = [eqn for eqn in graph.equations if eqn.prim.name == "loop"]
+    assert loops and all(not eqn.params_dict.get("exact") for eqn in loops)
+    f = tj.jit(power_iteration_by_einsum, cache="memory")
+    for trips in (6, 20):
+        want = power_iteration_by_einsum(A @ A.T, np.asarray(trips))
+        got = f(A @ A.T, np.asarray(trips))
+        assert got[1] == want[1]
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)

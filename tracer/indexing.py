@@ -360,6 +360,10 @@ def setitem(x, index, value):
         return masked
     _check_converts_as_numpy(value, x.dtype)
     plan = IndexPlan(tuple(shape_of(x)), index)
+    if isinstance(value, SymInt) and plan.advanced:
+        # x[idx[t]] = t + 100 in a captured loop: the index (a dim) as the trace's int, since
+        # an index array's scatter takes arrays
+        value = ops.bind(ops.cast_p, value, dtype=np.dtype(np.int64), weak=True)
     selected_shape = plan.result_shape()
     assigned = value
     # The mask and the scattered value span the whole of x (a loop's hs[:, t] = h: the

@@ -62,3 +62,38 @@ def test_an_object_rebound_in_a_loop_keeps_eagers_attribute(function):
         x = rng.standard_normal((rows, 2))
         np.testing.assert_allclose(f(x), function(x), rtol=1e-12)
     assert not f.stats().get("eager_calls"), f.explain()  # compiled, no internal error
+
+
+# --- a loop index's arithmetic written through an index array ----------------------------
+def placed_at_positions(x, positions):
+    for t in range(positions.shape[0]):
+        x[positions[t]] = t + 100
+    return x.sum()
+
+
+def placed_in_a_column(x, positions):
+    for t in range(positions.shape[0]):
+        x[positions[t], 0] = t * 2 - 1
+    return x
+
+
+@pytest.mark.parametrize("function, shape", [(placed_at_positions, (6,)),
+                                             (placed_in_a_column, (6, 2))])
+def test_a_loop_index_expression_written_through_an_index_array(function, shape):
+    """``x[idx[t]] = t + 100`` in a loop over a dynamic length: the value, the index's
+    arithmetic (a dim), reached the index array's scatter as it was, which takes arrays
+    (internal error: 'SymInt' object has no attribute 'dtype'; the calls ran eagerly).
+    Out-of-bounds positions raise NumPy's IndexError after the trips before them wrote."""
+    f = tj.jit(function, cache="memory")
+    for positions in ([0, 1, 2], [1, 2, 3, 4], [5, 4, 3], [0, 1, 9, 2]):
+        positions = np.array(positions)
+        eager_x, jit_x = np.zeros(shape), np.zeros(shape)
+        if positions.max() >= 6:
+            with pytest.raises(IndexError):
+                function(eager_x, positions)
+            with pytest.raises(IndexError):
+                f(jit_x, positions)
+        else:
+            np.testing.assert_array_equal(f(jit_x, positions), function(eager_x, positions))
+        np.testing.assert_array_equal(jit_x, eager_x)
+    assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()

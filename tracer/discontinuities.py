@@ -382,9 +382,30 @@ def _readers(graph):
     return readers
 
 
-def _only_margined_guards(readers):
-    return bool(readers) and all(isinstance(reader, Guard) and reader.convert in _MARGINED
-                                 for reader in readers)
+def _only_margined_guards(readers, all_readers=None, depth=0):
+    """Whether every reader is a ``bool``/``int``/``index`` guard, directly or through
+    bool connectives, element picks and ``any``/``all`` (``assert np.allclose(p.sum(1),
+    1)``: its ``|a - b| <= tol | (a == b)``): the guard's margin bounds the whole
+    decision, where the connective's rule (``margin_rules._connective``) leaves the
+    equality undecided-but-irrelevant once the tolerance test is sure."""
+    if not readers:
+        return False
+    for reader in readers:
+        if isinstance(reader, Guard) and reader.convert in _MARGINED:
+            continue
+        if all_readers is None or depth > 8 or not isinstance(reader, Eqn) or not (
+                is_bool(reader.out) and (reader.prim.name in _DECISION_PASSES or (
+                    reader.prim.name in _ELEMENT_PICKS))):
+            return False
+        if not _only_margined_guards(all_readers.get(reader.out.name, ()), all_readers,
+                                     depth + 1):
+            return False
+    return True
+
+
+# Bool operations a guard's margin bounds through (margin_rules' rules for them)
+_DECISION_PASSES = ("logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or",
+                    "any", "all")
 
 
 def _unbounded(bound):
@@ -464,7 +485,7 @@ def checked_body(graph, ctx, hoist=True, unmodelled=None):
             continue  # reverse mode's masks: a one-sided derivative at a kink
         if item.out.name in graph.check_vars:
             continue  # a check's own arithmetic (loop_bounds put it in a loop body)
-        if _only_margined_guards(readers.get(item.out.name, ())):
+        if _only_margined_guards(readers.get(item.out.name, ()), readers):
             continue
         bounds = [ctx.bound(atom) if isinstance(atom, Var) else None for atom in item.inputs]
         if all(bound is None for bound in bounds) or any(_unbounded(b) for b in bounds):

@@ -7,6 +7,9 @@ model's own exception handlers and its type checks.
   tracejit's code, a RecursionError of the deeper traced stack.
 * ``eager_type(context, value)`` and ``TYPE_QUERIES``: ``isinstance``, ``type`` and
   ``np.isscalar`` of a traced value, answered for the type it has eagerly.
+* ``python_number_attribute(value, name)``: ``lr.shape``, ``hasattr(lr, "shape")`` of a
+  run-time Python number (a ``float`` argument seen with a second value), answered as
+  Python's ``float`` answers, not as the 0-d array standing for it.
 
 >>> stops_the_trace(ValueError("the model's own")) is None
 True
@@ -21,9 +24,9 @@ import contextlib
 import numpy as np
 
 from .dims import SymInt
-from .errors import TracejitError, TraceSignal
+from .errors import TracejitError, TraceSignal, as_numpy_would
 from .locations import is_tracejit
-from .traced_array import _is_numpy_scalar, trace_error
+from .traced_array import Tracer, _is_numpy_scalar, trace_error
 
 
 def stops_the_trace(error):
@@ -95,3 +98,28 @@ def eager_type(context, value):
         raise trace_error("a type check (isinstance, type) on a value computed from Tensor "
                        "arguments: the trace sees arrays where eager sees Tensors")
     return value.dtype.type if _is_numpy_scalar(value) else np.ndarray
+
+
+# What a run-time Python number's stand-in (a weak 0-d tracer) may answer as the tracer
+# does: the attributes ``float``/``int`` share with ndarray, with NumPy's values.
+_SHARED_WITH_NDARRAY = frozenset({"real", "imag", "conjugate"})
+
+
+def is_python_number(value):
+    """Whether ``value`` is a traced stand-in for a Python ``int``/``float``/``bool``."""
+    return isinstance(value, Tracer) and not value.shape and value.aval.weak
+
+
+def python_number_attribute(value, name):
+    """Raise what Python raises for ``value.name`` of the Python number ``value`` stands
+    for (``is_python_number``) when ``float``/``int`` has no such attribute: ``lr.shape``
+    raised eagerly, and ``hasattr(lr, "shape")`` was True in the trace, so ``if hasattr(lr,
+    "shape")`` took the array's branch. An attribute only the Python type has
+    (``n.bit_length()``) runs eagerly. Returns None where the tracer's own answers."""
+    kind = eager_type(None, value)
+    if not hasattr(kind, name):
+        raise as_numpy_would(AttributeError(
+            f"'{kind.__name__}' object has no attribute '{name}'"))
+    if name not in _SHARED_WITH_NDARRAY and not name.startswith("__"):
+        raise trace_error(f"{kind.__name__}.{name} of a run-time Python number is not "
+                          "supported; the call runs eagerly")

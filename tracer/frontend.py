@@ -48,7 +48,14 @@ from .builtin_extremes import select_extreme
 from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
-from .eager_agreement import TYPE_QUERIES, TraceSuppress, eager_type, reraise_if_it_stops_the_trace
+from .eager_agreement import (
+    TYPE_QUERIES,
+    TraceSuppress,
+    eager_type,
+    is_python_number,
+    python_number_attribute,
+    reraise_if_it_stops_the_trace,
+)
 from .even_spacing import linspace
 from .generators import is_generator_function, remembered
 from .implicit import Path
@@ -89,6 +96,7 @@ from .pending import known_kind
 from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
 from .random_draws import draw, is_rng_method, note_method, rng_kind
+from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
@@ -192,6 +200,8 @@ def _converted(function, args, kwargs):
 
 
 _ARRAY_FACTS = {"shape", "ndim", "size", "dtype", "itemsize", "nbytes"}
+# What a traced array answers that a Python float may not (Hooks.load)
+_NDARRAY_ATTRIBUTES = frozenset(dir(np.ndarray))
 
 
 def _written_by_the_trace(context, path):
@@ -303,6 +313,11 @@ class Hooks:
     # loads from outside ------------------------------------------------------------------
     def load(self, value, descriptor):
         context = self.context
+        if descriptor[0] == "param" and descriptor[2] and descriptor[2][0][0] == "attr" and (
+                descriptor[2][0][1] in _NDARRAY_ATTRIBUTES) and is_python_number(
+                owner := sys._getframe(1).f_locals.get(descriptor[1])):
+            # lr.shape, lr.sum() of a float argument (a run-time number): Python's error
+            python_number_attribute(owner, descriptor[2][0][1])
         if context.replaced and type(value) is np.ndarray and (
                 replacement := self._replacement(value)) is not None:
             return replacement  # a NumPy buffer written earlier in this trace
@@ -341,6 +356,8 @@ class Hooks:
         """``owner.name`` where ``owner`` is a local (``for block in self.blocks``, then
         ``block.attn.W``): read through the path the object was found at, so its weights
         are inputs and its settings guarded, as ``self.blocks[0].attn.W`` would be."""
+        if is_python_number(owner):
+            python_number_attribute(owner, name)  # lr.shape of a float argument raises
         value = getattr(owner, name)
         known = self.objects.path_of(owner)
         if known is None:
@@ -502,6 +519,10 @@ class Hooks:
     # calls ---------------------------------------------------------------------------
     @calls_for_the_user
     def call(self, function, *args, **kwargs):
+        if type(function).__hash__ is None:
+            # a @dataclass layer (eq=True makes it unhashable) in `for layer in layers: x =
+            # layer(x)`: no table below holds it, and looking it up there raised TypeError
+            return self._call_unhashable(function, args, kwargs)
         if function is print:
             return self.print(*args, **kwargs)
         if function is contextlib.suppress:
@@ -558,6 +579,17 @@ class Hooks:
             stacked = stack_call(function, args, kwargs)  # np.stack(outs): the loop's buffer
             if stacked is not None:
                 return stacked
+        if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
+                is_python_number(args[0])):
+            # hasattr(lr, "shape") of a run-time Python float: False, as eagerly
+            if function is hasattr:
+                return hasattr(eager_type(self.context, args[0]), args[1])
+            try:
+                python_number_attribute(args[0], args[1])
+            except AttributeError:
+                if len(args) == 3:
+                    return args[2]
+                raise
         if function in (getattr, hasattr) and len(args) >= 2 and type(args[1]) is str and (
             (path := self.objects.path_of(args[0])) is not None
         ):  # getattr(CFG, "k"): an attribute load like CFG.k, guarded the same way
@@ -667,6 +699,17 @@ class Hooks:
         elif function is set and type(result) is set:  # visited = set() in a topological sort
             attribute_writes.note_created(self.context, result)
         return result
+
+    def _call_unhashable(self, function, args, kwargs):
+        """``call`` of a callable no NumPy or builtin table can hold (its class sets
+        ``__hash__ = None``): entered rewritten when it is the user's, else checked as any
+        library call is."""
+        if not _enters(function) and (impure := impure_call(function, args, kwargs)):
+            raise trace_error(
+                f"{impure}(...) is called inside a compiled function and its result does "
+                "not come from the arguments: compiled runs would reuse the value this "
+                "call returned when traced. Call it outside and pass the value in")
+        return self.function_for(function)(*args, **kwargs)
 
     def function_for(self, function):
         inline = getattr(function, "__tracejit_inline__", None)
@@ -826,6 +869,18 @@ class Hooks:
                 self.context.note_presence(attribute, False)
 
     # effects -------------------------------------------------------------------------
+    def identical(self, left, right, negated):
+        """``left is right`` (``is not`` when ``negated``) in the user's code. The trace's
+        answer for two arrays is NumPy's, but for ``np.ascontiguousarray(x) is x``: NumPy
+        returns ``x`` itself where it is C-contiguous, and compiled calls take either
+        layout (the trace holds a copy), so that question runs eagerly."""
+        same = left is right
+        if not same and isinstance(left, Tracer) and isinstance(right, Tracer) and (
+                contiguous_copy_of(left, right) or contiguous_copy_of(right, left)):
+            raise trace_error("np.ascontiguousarray(x) is x: NumPy's answer is x's layout, "
+                              "which compiled calls do not guard")
+        return same is not negated
+
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
         stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)
         if stream is None:

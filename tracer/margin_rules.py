@@ -817,6 +817,31 @@ def _logical(ctx, eqn, bounds):
     return ctx.fit(result, eqn.out.aval.shape)
 
 
+def _connective(deciding):
+    """``a | b`` (``deciding`` True) or ``a & b`` (False) of bools: an operand surely
+    ``deciding`` decides the result whatever the other's rounding. ``np.isclose``'s
+    ``(|a - b| <= tol) | (a == b)`` at a sum of probabilities near 1 (numpy-ml's
+    ``is_stochastic``): the equality is within rounding, the tolerance test sure."""
+    def rule(ctx, eqn, bounds):
+        if not (is_bool(eqn.out) and all(is_bool(atom) for atom in eqn.inputs)):
+            return (_logical if eqn.prim.name.startswith("logical") else _integer_operation)(
+                ctx, eqn, bounds)
+        masks = [ctx.truth(atom, bound) for atom, bound in zip(eqn.inputs, bounds)]
+        if all(mask is None for mask in masks):
+            return None
+        undecided = None
+        for mask in masks:
+            if mask is not None:
+                undecided = mask if undecided is None else ctx.or_(undecided, mask)
+        for atom, mask in zip(eqn.inputs, masks):
+            sure = atom if deciding else ctx.not_(atom)
+            if mask is not None:
+                sure = ctx.and_(sure, ctx.not_(mask))
+            undecided = ctx.and_(undecided, ctx.not_(sure))
+        return ctx.fit(undecided, eqn.out.aval.shape)
+    return rule
+
+
 def _where(ctx, eqn, bounds):
     (condition, a, b), (ec, ea, eb) = eqn.inputs, bounds
     if ec is None and ea is None and eb is None:
@@ -1616,8 +1641,8 @@ RULES = {
     "isinf": _float_class,
     "isfinite": _float_class,
     "logical_not": _logical,
-    "logical_and": _logical,
-    "logical_or": _logical,
+    "logical_and": _connective(False),
+    "logical_or": _connective(True),
     "where": _where,
     "cast": _cast,
     "sum": _sum,
@@ -1642,8 +1667,8 @@ RULES = {
     "scatter_add": _scatter_add,
     "floor_divide": _integer_operation,
     "mod": _integer_operation,
-    "bitwise_and": _integer_operation,
-    "bitwise_or": _integer_operation,
+    "bitwise_and": _connective(False),
+    "bitwise_or": _connective(True),
     "bitwise_xor": _integer_operation,
     "invert": _integer_operation,
     "left_shift": _integer_operation,

@@ -375,6 +375,14 @@ class Tracer(ArrayMethods):
             from .strided_views import byte_strides  # cycle: strided_views -> here
 
             return byte_strides(self)
+        if not self.shape and self.aval.weak and not name.startswith("__"):
+            # n.bit_length() of a run-time Python int (eager_agreement handles lr.shape)
+            python_type = {"b": bool, "i": int, "u": int}.get(self.dtype.kind, float)
+            if hasattr(python_type, name):
+                raise trace_error(f"{python_type.__name__}.{name} of a run-time Python number "
+                                  "is not supported; the call runs eagerly")
+            raise as_numpy_would(AttributeError(
+                f"'{python_type.__name__}' object has no attribute {name!r}"))
         if hasattr(np.ndarray, name) and not name.startswith("__"):  # not NumPy's probes
             raise trace_error(f"x.{name} of a traced array is not supported; the call runs "
                               "eagerly")

@@ -8,6 +8,7 @@
 """
 
 from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
-from .program import Program, SideExit, compile
+from .program import Program, ProgramTooLarge, SideExit, compile
 
-__all__ = ["KERNEL_ERROR", "LOOP_GUARD_FAILED", "Program", "SideExit", "compile"]
+__all__ = ["KERNEL_ERROR", "LOOP_GUARD_FAILED", "Program", "ProgramTooLarge", "SideExit",
+           "compile"]

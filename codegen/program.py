@@ -40,6 +40,7 @@ import numpy as np
 
 from tracejit.tracer.abstract import AbstractArray
 from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
@@ -183,8 +184,27 @@ def _schedule_and_lower(graph, profile, raw_entry=False, trusted=False):
     A trusted program (a loop body a native driver runs over its buffers) keeps a buffer
     for each output (``schedule.result_views``)."""
     schedule = make_schedule(graph, views_of_results=not trusted)
+    if len(schedule.kernels) > KERNEL_LIMIT:
+        raise ProgramTooLarge(
+            f"{len(schedule.kernels)} kernels, more than the {KERNEL_LIMIT} one program may "
+            "hold (LLVM would take minutes): a loop unrolled trip by trip with a decision per "
+            "trip makes such programs; write it in a form tracejit captures (docs/sharp_bits.md, "
+            "'What unrolls'), explain() names the loop")
     module, entry = ProgramLowering(schedule, _symbol_safe(graph.name), profile).build(raw_entry)
     return schedule, module, entry
+
+
+# Kernels one program (or one piece of a looped program) may hold. LLVM takes tens of
+# milliseconds a kernel, more where math functions are inlined: a fuzz program whose float32
+# exit loop converges through subnormals, traced unrolled (231 guards, each with its margin:
+# 1322 kernels), spent 4 minutes in LLVM on the loaded machine, per call that traced it.
+# Past the limit the call runs eagerly, and so do later calls of that signature.
+KERNEL_LIMIT = 1024
+
+
+class ProgramTooLarge(UnsupportedError):
+    """A graph schedules into more than ``KERNEL_LIMIT`` kernels: compiling it would take
+    minutes, so its calls run eagerly (``runtime/misses.py``: 'too large to compile')."""
 
 
 def _symbol_safe(name):

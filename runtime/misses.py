@@ -264,7 +264,9 @@ class Misses:
             detail = f"{type(error).__name__}: {error}" if internal else str(error)
             if internal:
                 log_recompiles.debug("compiler error", exc_info=True)
-            self._give_up(signature, f"not compiled: {detail}", error)
+            why = ("too large to compile" if isinstance(error, codegen.ProgramTooLarge)
+                   else "not compiled")
+            self._give_up(signature, f"{why}: {detail}", error)
             return None
         finally:
             self._compile_seconds += time.perf_counter() - start

@@ -23,6 +23,7 @@ import numpy as np
 from . import (
     array_reshaping,
     choices,
+    correlations,
     counting,
     even_spacing,
     finite_differences,
@@ -1140,8 +1141,8 @@ FUNCTIONS = {
     np.copyto: copyto,
 }
 # The composites that live in modules of their own, each with its table.
-for _module in (array_reshaping, choices, counting, even_spacing, finite_differences,
-                math_composites, products, searching, statistics):
+for _module in (array_reshaping, choices, correlations, counting, even_spacing,
+                finite_differences, math_composites, products, searching, statistics):
     FUNCTIONS.update(_module.FUNCTIONS)
 UFUNC_COMPOSITES.update(math_composites.COMPOSITES)
 

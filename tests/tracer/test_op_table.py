@@ -1189,6 +1189,9 @@ FUNCTION_CASES = [
     fcase(np.median, (3, 4), call=lambda f, x: f(x, axis=0)),
     fcase(np.quantile, (3, 4), call=lambda f, x: f(x, 0.3, axis=1), rtol=1e-6),
     fcase(np.percentile, (5,), call=lambda f, x: f(x, [10, 90]), rtol=1e-6),
+    # (bool + 0: a bool convolution is NumPy's logical dot, which runs eagerly)
+    fcase(np.convolve, (5,), (3,), call=lambda f, a, v: f(a + 0, v + 0), rtol=1e-6),
+    fcase(np.correlate, (3,), (4,), call=lambda f, a, v: f(a + 0, v + 0, "same"), rtol=1e-6),
 ]
 
 

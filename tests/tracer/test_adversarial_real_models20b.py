@@ -35,6 +35,12 @@ most of it margins and scheduling. Needless eager runs: ``np.convolve`` and
 windows of the padded longer array times the shorter one (``tracer/correlations.py``),
 lengths symbolic.
 
+Not fixed (strict xfail below, reported): since bf6ca4e (a margin guard that always fails
+before a loop whose body decides on a value with no error model) a Viterbi backtrace runs
+eagerly on every call of a dynamic length: the backpointer table a loop fills by argmaxes
+(each checked for near ties in the body) is an int carry ``loop_bounds`` does not carry a
+bound for, so after the loop it is unbounded and the backtrace's index into it unmodelled.
+
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
 """
@@ -201,6 +207,31 @@ def _hmm(T, seed):
 def test_viterbi_backtrace_over_changing_lengths():
     f = run_calls(viterbi, [_hmm(5, 0), _hmm(7, 4)], dynamic=True, **F64)
     no_internal_errors(f)
+
+
+def backtrace(logp, logA):
+    """Viterbi's two loops, reduced: backpointers by an argmax of inexact scores, then a
+    backtrace indexing them by the path it builds."""
+    T, N = logp.shape
+    psi = np.zeros((T, N), dtype=int)
+    for t in range(1, T):
+        psi[t] = np.argmax(np.tanh(logp[t - 1])[:, None] + logA, axis=0)
+    path = np.zeros(T, dtype=int)
+    for t in range(T - 2, -1, -1):
+        path[t] = psi[t + 1, path[t + 1]]
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason="bf6ca4e: an int buffer a loop fills by checked "
+                   "argmaxes is unbounded after the loop, so the backtrace's index into it "
+                   "gets a margin guard that always fails (every call eager, 'guard margin'); "
+                   "all four calls compiled before bf6ca4e")
+def test_a_backtrace_over_argmax_backpointers_compiles():
+    rng = np.random.default_rng(0)
+    calls = [(rng.standard_normal((T, 3)), rng.standard_normal((3, 3))) for T in (5, 6)]
+    f = run_calls(backtrace, calls, dynamic=True)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
 
 
 # --- a particle filter's systematic resampling --------------------------------------------

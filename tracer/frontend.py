@@ -855,6 +855,12 @@ class Hooks:
             isinstance(container, (Tracer, np.ndarray)) for container in containers)
 
     def select(self, condition, taken, kept):
+        if _is_selection(taken) or _is_selection(kept):
+            # if (h > 1).any(): h[h > 1] = 1: NumPy's where would take the condition's
+            # (a Tracer's) side and refuse the selection; the selection's where keeps it
+            from .masked_selection import where  # cycle: masked_selection -> tracing
+
+            return where(condition, taken, kept)
         return np.where(condition, taken, kept)
 
     def caught(self):  # the first statement of every except block of the model

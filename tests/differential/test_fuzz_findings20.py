@@ -97,3 +97,29 @@ def test_a_loop_index_expression_written_through_an_index_array(function, shape)
             np.testing.assert_array_equal(f(jit_x, positions), function(eager_x, positions))
         np.testing.assert_array_equal(jit_x, eager_x)
     assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()
+
+
+# --- an if on data whose branch writes through a boolean mask ------------------------------
+def clipped_when_needed(h, y):
+    h = h.astype(np.float32)
+    if (h > 0.5).any():
+        h[h > 0.5] = 0.5
+    if y.sum() > 0:
+        h[y > 0] = y[y > 0]
+    else:
+        h[y < 0] = -1.0
+    return h
+
+
+def test_an_if_on_data_whose_branch_writes_through_a_mask_compiles():
+    """``if (h > 0.5).any(): h[h > 0.5] = 0.5`` (if_selects makes it a select) read
+    ``np.where(cond, 0.5, h[h > 0.5])``: the 0-d condition's Tracer took NumPy's call and
+    refused the selection, so every call ran eagerly. ``Hooks.select`` hands a selection to
+    the selection's own ``where``."""
+    f = tj.jit(clipped_when_needed, cache="memory")
+    rng = np.random.default_rng(3)
+    for sign in (1, -1, 1, -1, 1):
+        h, y = rng.standard_normal((4, 3)), sign * np.abs(rng.standard_normal((4, 3)))
+        y[0, 0] = -y[0, 0]
+        np.testing.assert_array_equal(f(h, y), clipped_when_needed(h, y))
+    assert not f.stats().get("eager_calls"), f.explain()

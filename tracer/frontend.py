@@ -96,6 +96,7 @@ from .pending import known_kind
 from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
 from .random_draws import draw, is_rng_method, note_method, rng_kind
+from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
@@ -874,6 +875,18 @@ class Hooks:
                 self.context.note_presence(attribute, False)
 
     # effects -------------------------------------------------------------------------
+    def identical(self, left, right, negated):
+        """``left is right`` (``is not`` when ``negated``) in the user's code. The trace's
+        answer for two arrays is NumPy's, but for ``np.ascontiguousarray(x) is x``: NumPy
+        returns ``x`` itself where it is C-contiguous, and compiled calls take either
+        layout (the trace holds a copy), so that question runs eagerly."""
+        same = left is right
+        if not same and isinstance(left, Tracer) and isinstance(right, Tracer) and (
+                contiguous_copy_of(left, right) or contiguous_copy_of(right, left)):
+            raise trace_error("np.ascontiguousarray(x) is x: NumPy's answer is x's layout, "
+                              "which compiled calls do not guard")
+        return same is not negated
+
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
         stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)
         if stream is None:

@@ -1158,5 +1158,18 @@ def array_function(func, args, kwargs):
             f"{module}.{name} is not supported by tracejit yet (no primitive or composition "
             "for it); convert with .numpy() for plain NumPy, or write it with supported ops"
         )
-    return implementation(*args, **kwargs)
+    result = implementation(*args, **kwargs)
+    if func in NEW_VIEWS and args:
+        # np.reshape(x, x.shape) is another array than x in NumPy (x.reshape too): an ``is``
+        # between them, or both returned, must see two objects
+        from .array_methods import a_new_view  # cycle: array_methods imports this module
+
+        result = a_new_view(args[0], result)
+    return result
+
+
+# NumPy's functions that return a new view even where nothing changes (np.squeeze,
+# np.real and np.asarray return the array itself there)
+NEW_VIEWS = frozenset({np.reshape, np.moveaxis, np.swapaxes, np.rollaxis, np.transpose,
+                       np.permute_dims, np.matrix_transpose, np.ravel})
 

@@ -122,6 +122,13 @@ def note_numpy_result(result, source, kind, params=()):
     noted[id(result)] = (result, source, kind, params)
 
 
+def contiguous_copy_of(copy, array):
+    """Whether ``copy`` is the trace's ``np.ascontiguousarray`` (copy) of ``array``."""
+    entry = copy.context.__dict__.get("numpy_results", {}).get(id(copy))
+    return entry is not None and entry[0] is copy and entry[1] is array and (
+        entry[2] == "ascontiguousarray")
+
+
 def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments):
     """``{result leaf: (argument leaf or None, kind, params)}`` for the results noted by
     ``note_numpy_result``: the call makes them from the caller's argument as NumPy does

@@ -380,6 +380,14 @@ class _Rewriter(ast.NodeTransformer):
         self.scope.assigned.add(name)
         return name
 
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            # y is x: the trace's arrays are not NumPy's objects (Hooks.identical)
+            return _hook("identical", node.left, node.comparators[0],
+                         ast.Constant(isinstance(node.ops[0], ast.IsNot)), node=node)
+        return node
+
     def visit_AugAssign(self, node):
         name = _subscripted_name(node.target)
         written = ast.unparse(node)

@@ -312,3 +312,36 @@ def test_diagonal_and_contiguous_of_an_outside_array_are_numpys():
         WEIGHTS[...] = np.arange(12.0).reshape(3, 4)
     no_internal_errors(f)
     assert f.stats()["compiled_calls"] >= 2, f.explain()
+
+
+NEW_VIEW_FUNCTIONS = {
+    "reshape": lambda x: np.reshape(x, x.shape),
+    "moveaxis": lambda x: np.moveaxis(x, 0, 0),
+    "swapaxes": lambda x: np.swapaxes(x, 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_VIEW_FUNCTIONS))
+def test_numpys_view_functions_return_another_array(name):
+    """``np.reshape(x, x.shape)`` (``np.moveaxis(x, 0, 0)``, ...) is a new view in NumPy,
+    but the trace's was ``x`` itself: ``y is x`` was True, a branch eager does not take."""
+    view = NEW_VIEW_FUNCTIONS[name]
+
+    def function(x):
+        y = view(x)
+        return (x + 1.0) if y is x else (x - 1.0)
+
+    f = run_calls(function, [(np.ones((2, 3)),)])
+    no_internal_errors(f)
+
+
+def contiguous_is_the_argument(x):
+    y = np.ascontiguousarray(x)
+    return (x + 1.0) if y is x else (x - 1.0)
+
+
+def test_ascontiguousarray_is_x_runs_eagerly():
+    """NumPy's ``np.ascontiguousarray(x) is x`` is True for a C-contiguous ``x``; the trace
+    holds a copy (compiled calls take either layout), so it answered False."""
+    f = run_calls(contiguous_is_the_argument, [(np.ones((2, 3)),), (np.ones((3, 2)).T,)])
+    no_internal_errors(f)

@@ -36,7 +36,7 @@ import numpy as np
 from . import numpy_api, ops
 from .errors import TraceError, as_numpy_would
 from .ir import Var
-from .locations import line_prefix, user_location
+from .locations import called_by_user, line_prefix, user_location
 from .shapes import normalize_axes, size_of
 from .tracing import Tracer
 
@@ -159,7 +159,15 @@ class MaskedSelection:
     __slots__ = ("_values", "_info")
     __tracejit_priority__ = 1
     __array_priority__ = 1000
-    __hash__ = object.__hash__
+
+    def __hash__(self):  # {x[x > 0]: 1} in the user's code, as Tracer.__hash__
+        if called_by_user():
+            if getattr(getattr(self._values, "context", None), "tensor_arguments", True):
+                raise TraceError(f"{line_prefix(user_location())}a traced selection used as "
+                                 "a dict key or set member (hashed) is not supported; the "
+                                 "call runs eagerly")
+            raise as_numpy_would(TypeError("unhashable type: 'numpy.ndarray'"))
+        return object.__hash__(self)
 
     def __init__(self, values, info):
         self._values, self._info = values, info

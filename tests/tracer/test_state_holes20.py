@@ -48,7 +48,12 @@ def array_looked_up(x):
     return x * (x in LOOKUP)
 
 
-@pytest.mark.parametrize("function", [array_as_dict_key, array_in_a_set, array_looked_up])
+def selection_as_dict_key(x):
+    return x * len({x[x > 0]: 1})  # (a masked selection: tracer/masked_selection.py)
+
+
+@pytest.mark.parametrize("function", [array_as_dict_key, array_in_a_set, array_looked_up,
+                                      selection_as_dict_key])
 def test_a_hashed_array_raises_numpys_type_error(function):
     with pytest.raises(TypeError, match="unhashable"):
         function(np.ones(2))

@@ -78,6 +78,7 @@ from .object_paths import (
 )
 from .out_arguments import check_cast, check_out
 from .outside_inputs import (
+    CONTENT_LIMIT,
     GUARDED_VALUES,
     MAPPINGS,
     NOT_GUARDED_CALLABLES,
@@ -424,26 +425,42 @@ class Hooks:
         elif path is not None and is_plain_object(value) and not callable(value):
             self.objects.note(path, value)
             guard_class(context, path, value)  # isinstance(self.optimizer, MomentumSGD)
-            if isinstance(value, USER_CONTAINERS):
+            if isinstance(value, tuple(USER_CONTAINERS)):
                 self._user_container(path, value)
+            elif isinstance(value, types.MappingProxyType):
+                self._mapping_proxy(path, value)
         return value
 
     def _user_container(self, path, value):
-        """A ``UserDict`` / ``UserList`` read from outside: ``len(cfg)``, ``cfg.values()``
-        read its ``.data`` in the standard library's code, which the trace does not see:
-        that is guarded as a dict or list read at ``cfg.data`` would be. Arrays there would
-        be constants of the trace (its methods read the caller's ``data``), and a class
-        with reads of its own runs code the guards cannot follow: those run eagerly."""
+        """A ``UserDict`` / ``UserList`` / ``ChainMap`` read from outside: ``len(cfg)``,
+        ``cfg.values()`` read its ``.data`` (``.maps``) in the standard library's code, which
+        the trace does not see: that is guarded as a dict or list read at ``cfg.data`` would
+        be. Arrays there would be constants of the trace (its methods read the caller's
+        ``data``), and a class with reads of its own runs code the guards cannot follow:
+        those run eagerly."""
         if overridden := user_container_reads(value):
             raise trace_error(f"{path} is a {type(value).__name__} whose class defines its "
                               f"own {', '.join(overridden)}: compiled calls would not run it "
                               "again. Pass what it holds in as arguments")
-        data = value.__dict__.get("data")
-        if type(data) in (list, dict) and self._load_through(path.attr("data"), data) is not (
+        name = next(name for base, name in USER_CONTAINERS.items() if isinstance(value, base))
+        data = value.__dict__.get(name)
+        if type(data) in (list, dict) and self._load_through(path.attr(name), data) is not (
                 data):
             raise trace_error(f"{path} is a {type(value).__name__} holding arrays: compiled "
                               "calls would keep the ones it held when traced. Pass them in "
                               "as arguments")
+
+    def _mapping_proxy(self, path, value):
+        """``types.MappingProxyType(d)`` read from outside: ``len()``, ``.values()`` read the
+        dict it shows, which no path reaches; guarded whole by value when it holds
+        settings (compared with a proxy of a copy), else the call runs eagerly."""
+        if len(value) <= CONTENT_LIMIT and all(type(key) in (str, int) for key in value) and (
+                all(is_setting(item) for item in value.values())):
+            self.context.note_outside_value(path, types.MappingProxyType(dict(value)))
+            return
+        raise trace_error(f"{path} is a read-only view of a dict (MappingProxyType) holding "
+                          "more than settings: compiled calls could not read it again. Pass "
+                          "what it holds in as arguments")
 
     def _still_the_argument(self, frame, name):
         """Whether parameter ``name`` still holds its argument: after ``X = np.insert(X,

@@ -224,14 +224,17 @@ def overridden_reads(value):
         base, name, None)]
 
 
-# collections.UserDict / UserList: objects whose reads go to ``.data`` (in their own Python)
-USER_CONTAINERS = (collections.UserDict, collections.UserList)
+# collections.UserDict / UserList / ChainMap: objects whose reads go (in the standard
+# library's Python) to what they hold, by the attribute named here
+USER_CONTAINERS = {collections.UserDict: "data", collections.UserList: "data",
+                   collections.ChainMap: "maps"}
 
 
 def user_container_reads(value):
-    """The read methods a ``UserDict`` / ``UserList`` subclass defines over its base's."""
+    """The read methods a ``UserDict`` / ``UserList`` / ``ChainMap`` subclass defines over
+    its base's."""
     base = next(base for base in USER_CONTAINERS if isinstance(value, base))
-    names = _MAPPING_READS if base is collections.UserDict else _SEQUENCE_READS
+    names = _SEQUENCE_READS if base is collections.UserList else _MAPPING_READS
     return [name for name in names if getattr(type(value), name, None) is not getattr(
         base, name, None)]
 

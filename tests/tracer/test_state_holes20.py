@@ -11,7 +11,8 @@
   Config(dict)``, an EasyDict, ``class Layers(list)``) was guarded by nothing: it is
   guarded as its base is and by its class, its attributes through its path
   (``outside_inputs.container_subclass``); one that defines its own ``__getitem__`` (or
-  other reads) runs eagerly. ``UserDict`` / ``UserList`` are guarded by their ``.data``.
+  other reads) runs eagerly. ``UserDict`` / ``UserList`` are guarded by their ``.data``,
+  a ``ChainMap`` by its ``.maps``, a ``MappingProxyType`` of settings whole.
 * ``return np.ascontiguousarray(x)`` was a copy where NumPy returns ``x`` itself, and a
   returned ``np.diagonal(x)`` a writeable gather where NumPy's is a read-only view of ``x``:
   the call now makes them from the caller's array (``result_identity.numpy_results``).
@@ -22,6 +23,7 @@ exception eager raises must be raised too.
 
 import collections
 import pickle
+import types
 
 import numpy as np
 import pytest
@@ -141,6 +143,7 @@ class OrderedConfig(collections.OrderedDict):
 
 def _fresh_state():
     global CONFIG, EASY, ATTRIBUTES, LAYERS, ORDERED, PARAMETERS, USER_DICT, USER_LIST
+    global DEFAULTS, CHAINED, READ_ONLY
     CONFIG = Config(a=1.0)
     EASY = EasyDict(lr=0.1, n=2)
     ATTRIBUTES = AttributeConfig(lr=0.1)
@@ -149,6 +152,9 @@ def _fresh_state():
     PARAMETERS = EasyDict(W=np.ones(2), b=np.zeros(2))
     USER_DICT = collections.UserDict(a=1.0)
     USER_LIST = collections.UserList([1.0, 2.0])
+    DEFAULTS = {"a": 1.0}
+    CHAINED = collections.ChainMap({"b": 2.0}, DEFAULTS)
+    READ_ONLY = types.MappingProxyType(DEFAULTS)
 
 
 _fresh_state()
@@ -185,6 +191,10 @@ def user_containers_read_whole(x):
     return x * len(USER_DICT) + USER_DICT["a"] + len(USER_LIST) + sum(USER_LIST)
 
 
+def views_of_a_dict_read_whole(x):
+    return x * (len(CHAINED) + sum(CHAINED.values()) + len(READ_ONLY) + sum(READ_ONLY.values()))
+
+
 CHANGES = {  # (read the globals when called: _fresh_state rebinds them)
     config_read_whole: lambda: CONFIG.update(b=2.0),
     easy_dict_through_a_local: lambda: EASY.update(lr=0.5),
@@ -193,6 +203,7 @@ CHANGES = {  # (read the globals when called: _fresh_state rebinds them)
     ordered_read_whole: lambda: ORDERED.update(b=2.0),
     parameters_iterated: lambda: PARAMETERS["W"].__imul__(3.0),  # in place: an input
     user_containers_read_whole: lambda: (USER_DICT.update(b=2.0), USER_LIST.append(3.0)),
+    views_of_a_dict_read_whole: lambda: DEFAULTS.update(c=3.0),  # seen through both
 }
 
 
@@ -208,7 +219,8 @@ def test_a_container_subclass_read_from_outside_is_guarded_by_its_contents(funct
     nothing (not a plain object, not a container): compiled calls kept the trace's
     ``len()``, items and, through a local (``cfg = EASY; cfg.lr``), attributes. A
     ``UserDict`` / ``UserList`` was guarded by its class: ``len()`` reads its ``.data`` in
-    the standard library, which the trace did not see."""
+    the standard library, which the trace did not see; a ``ChainMap`` (its ``.maps``) and a
+    ``MappingProxyType`` (guarded whole) too."""
     f = jitted(function)
     for call in range(4):
         if call == 2:

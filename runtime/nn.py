@@ -122,6 +122,10 @@ def cross_entropy(logits, labels, reduction="mean"):
         raise TypeError(
             f"cross_entropy: labels must be integer class indices, not {labels.dtype}"
         )
+    if (labels.dtype.kind == "u" or labels.dtype.itemsize < 4) and hasattr(labels, "astype"):
+        # uint8 labels (MNIST's files): compared as int64, the indices NumPy takes; compiled
+        # code computes in no unsigned or narrower integer (it ran eagerly, 'not compiled')
+        labels = labels.astype(np.int64)
     classes = logits.shape[-1]
     if np.any((labels < 0) | (labels >= classes)):
         raise IndexError(f"cross_entropy: labels must lie in [0, {classes}); got labels from "

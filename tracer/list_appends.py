@@ -169,6 +169,33 @@ def read_back(context, value):
     return AppendedTail(items)
 
 
+def returned_appended_list(context, result):
+    """A message when ``result`` holds, inside its dicts, lists and tuples, an outside list
+    this call appended to (a Keras-like ``fit`` that ends ``return self.history`` after
+    ``self.history["loss"].append(loss)``): the trace returns containers made anew from
+    what it holds, and it holds that list as it was before the call (its old items are no
+    part of the trace), so the result would miss this call's items. None otherwise."""
+    appended = getattr(context, "appended_lists", None)
+    if not appended:
+        return None
+    seen, pending = set(), [result]
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if type(value) is list and id(value) in appended:
+            return ("returns a list the function appended to (inside a dict, list or tuple "
+                    "it returns); the result is made anew at every call, without what the "
+                    "list held before it: it runs eagerly (return the list's new items, or "
+                    "read the list after the call)")
+        if type(value) is dict:
+            pending.extend(value.values())
+        elif type(value) in (list, tuple) or isinstance(value, tuple):
+            pending.extend(value)
+    return None
+
+
 def _unknown_part():
     return trace_error("reads more of a list than the function appended to it in this call "
                        "(its length, or an item from before the call); it runs eagerly")

@@ -724,6 +724,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
             # returns it (found before plain_containers makes the result's containers anew)
             returned = argument_writes.returned_containers(context, result)
+            returned_result = result  # (self.history with a list appended to: refused below)
             result = plain_containers(result)  # the lists and dicts a loop filled
         change = argument_writes.unfollowed_change(context) or (
             attribute_writes.unfollowed_change(context))
@@ -731,7 +732,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             raise UnsupportedError(f"{change} the trace cannot follow (compiled runs would "
                                    "skip it); return the new values instead")
         shared = argument_writes.shared_memory(context, leaves) or (
-            argument_writes.shared_containers(context, args, kwargs))
+            argument_writes.shared_containers(context, args, kwargs)) or (
+            list_appends.returned_appended_list(context, returned_result))
         if shared is not None:
             raise UnsupportedError(shared)
         shared_objects.note(context, (args, kwargs), leaves)  # self.a.fc is self.b.fc?

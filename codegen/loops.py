@@ -66,6 +66,7 @@ from tracejit.tracer.ops.control import (
 
 from . import loop_sharing, native_loop
 from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
+from .lowering import LAYOUT_EXIT
 
 log = logging.getLogger("tracejit.loops")
 
@@ -97,6 +98,7 @@ class LoopProgram:
         from .program import explicit_symbols
 
         self.explicit = explicit_symbols(graph)  # as a loop body: the outer index, ...
+        self.layout_inputs = _layout_inputs(graph)
 
     @property
     def kernel_count(self):
@@ -117,6 +119,7 @@ class LoopProgram:
     def __call__(self, *inputs):
         from .program import SideExit
 
+        _check_layouts(self.layout_inputs, inputs, SideExit)
         graph = self.graph
         inputs, extra = inputs[:len(graph.inputs)], inputs[len(graph.inputs):]
         inputs = [np.asarray(value) for value in inputs]
@@ -678,6 +681,7 @@ class NativeLoopProgram(LoopProgram):
         # results that are constants: a new array per call, as NumPy's (once per value)
         self.constant_results = any(isinstance(atom, Var) and atom.name in self.constants
                                     for atom in graph.outputs)
+        self.layout_inputs = _layout_inputs(graph)
 
     @property
     def pieces(self):
@@ -709,6 +713,7 @@ class NativeLoopProgram(LoopProgram):
     def __call__(self, *inputs):
         from .program import SideExit
 
+        _check_layouts(self.layout_inputs, inputs, SideExit)
         graph = self.graph
         env = dict(self.constants)
         for var, value in zip(graph.inputs, inputs):
@@ -752,6 +757,23 @@ def _same_interface(piece, graph, name):
             avals(graph.inputs) and avals(piece.graph.outputs) == avals(graph.outputs) and
             [symbol.name for symbol in piece.graph.symbols] ==
             [symbol.name for symbol in graph.symbols])
+
+
+def _layout_inputs(graph):
+    from .numpy_products import layout_inputs  # (numpy_products -> matmul -> program)
+
+    return layout_inputs(graph)
+
+
+def _check_layouts(positions, inputs, side_exit):
+    """The layout check a straight program's wrapper makes (``program._layout_checked``):
+    a program with loops passes its arguments to segments and loop drivers, which copy them
+    C-ordered, so an argument a decision on a NumPy product reads in place (``X[t] @ w`` of
+    a strided ``X`` in a deciding loop) went through with other sums than NumPy's."""
+    for position in positions:
+        value = inputs[position]
+        if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+            raise side_exit(LAYOUT_EXIT)
 
 
 def compile_looped(graph, name=None):

@@ -209,7 +209,9 @@ def layout_inputs(graph):
     may see. NumPy hands a Fortran-ordered, transposed or strided operand to BLAS as it is
     (transposed flags, its own loops), where compiled code calls BLAS on a C-ordered copy:
     other sums, so a mask or an exit on the product could decide otherwise. The wrapper
-    runs such a call eagerly instead (``codegen/program.py``, ``LAYOUT_EXIT``)."""
+    runs such a call eagerly instead (``codegen/program.py``, ``LAYOUT_EXIT``; a program
+    with loops: ``codegen/loops.py``). Only inputs a product's operand reads in place
+    count (``_product_layouts``): one copied into a buffer first cannot change its bits."""
     if not _has_product(graph):  # (decision_products walks every select: not for nothing)
         return ()
     deciding_loop = any(
@@ -219,8 +221,68 @@ def layout_inputs(graph):
     if not deciding_loop and not decision_products(graph):
         return ()
     deciding = _deciding_vars(graph, False)
+    read = _product_layouts(graph)
     return tuple(position for position, var in enumerate(graph.inputs)
-                 if var.name in deciding and len(var.aval.shape) >= 1)
+                 if var.name in deciding and var.name in read and len(var.aval.shape) >= 1)
+
+
+# Results NumPy allocates C-ordered whatever their operands' layouts: a layout walk stops
+# there (a write into a buffer is traced as a pad of the value selected into the buffer;
+# np.pad's result is C-ordered). Not concatenate: np.roll, traced as one, keeps an
+# F-ordered operand's layout (empty_like).
+_FRESH_LAYOUTS = ("matmul", "full", "iota", "pad")
+
+
+def _product_layouts(graph, carried=None):
+    """Names of the values in ``graph`` (its inputs too) whose memory layout an operand of
+    a float product reads, in ``graph`` or in a loop body in it: the operands themselves and
+    what they view or compute elementwise from (margin_rules._c_ordered's layout-keeping
+    ops), not what reaches them only through a fresh array (a copy into a buffer: an
+    LSTM's strided X written into ``Hin``, whose product reads ``Hin``). ``carried``: a loop
+    body's carried inputs by name, each with the body output it takes at later trips."""
+    roots = []
+    for item in graph.body:
+        if not isinstance(item, Eqn):
+            continue
+        if item.prim.name == "matmul" and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES:
+            roots.extend(item.inputs)
+        elif item.prim.name == "loop":
+            body = item.params_dict["body"]
+            inner = _product_layouts(body, _carried(item))
+            roots.extend(operand for var, operand in zip(body.inputs, item.inputs)
+                         if var.name in inner)
+    return _layout_sources(graph, roots, carried or {})
+
+
+def _carried(loop):
+    params = loop.params_dict
+    body = params["body"]
+    return {var.name: out for var, out in zip(body.inputs[:params["num_carry"]], body.outputs)}
+
+
+def _layout_sources(graph, roots, carried):
+    """Names of the values whose layout ``roots`` (atoms of ``graph``) keep."""
+    producers = {eqn.out.name: eqn for eqn in graph.equations}
+    stack, seen = [atom for atom in roots if isinstance(atom, Var)], set()
+    while stack:
+        atom = stack.pop()
+        if atom.name in seen:
+            continue
+        seen.add(atom.name)
+        if atom.name in carried and isinstance(carried[atom.name], Var):
+            stack.append(carried[atom.name])  # what later trips carry in
+        eqn = producers.get(atom.name)
+        if eqn is None or eqn.prim.name in _FRESH_LAYOUTS:
+            continue
+        if eqn.prim.name == "loop":  # a loop's result: what its body's output keeps
+            body, output = eqn.params_dict["body"], eqn.params_dict["output"]
+            if output < len(body.outputs):
+                inner = _layout_sources(body, [body.outputs[output]], _carried(eqn))
+                stack.extend(operand for var, operand in zip(body.inputs, eqn.inputs)
+                             if var.name in inner and isinstance(operand, Var))
+                continue
+        stack.extend(operand for operand in eqn.inputs if isinstance(operand, Var))
+    return seen
 
 
 def _has_product(graph):

@@ -115,3 +115,48 @@ def test_a_mask_on_a_float32_product_in_a_loop_body_is_numpys():
             assert np.array_equal(got[0], want[0])
     no_internal_errors(f)
     assert f.stats()["compiled_calls"] >= 2, f.explain()  # the far thresholds
+
+
+# --- layouts: an argument that reaches a deciding loop's products only through a copy -----
+def buffered_gate(X, w, theta):
+    """A strided ``X`` copied row by row into a C-ordered buffer, and a decision on the
+    buffer's row products (an LSTM's ``Hin[t, :, 1:] = X[t]`` then ``Hin[t].dot(W)``)."""
+    H = np.zeros((X.shape[0], X.shape[1]))
+    scores, fired = np.zeros(X.shape[0]), np.zeros(X.shape[0])
+    for t in range(X.shape[0]):
+        H[t] = X[t]
+        scores[t] = H[t] @ w
+        fired[t] = scores[t] > theta
+    return scores, fired
+
+
+def direct_gate(X, w, theta):
+    """The same decision on ``X[t] @ w``: NumPy hands the strided row to BLAS as it is."""
+    scores, fired = np.zeros(X.shape[0]), np.zeros(X.shape[0])
+    for t in range(X.shape[0]):
+        scores[t] = X[t] @ w
+        fired[t] = scores[t] > theta
+    return scores, fired
+
+
+def test_an_argument_copied_into_a_buffer_may_be_strided():
+    """18b9b27 ran a call eagerly when any argument a deciding loop reads was not
+    C-contiguous; one that reaches the products only through a copy into a buffer cannot
+    change their bits (``numpy_products.layout_inputs`` now follows layouts back from the
+    products' operands). Compiled, NumPy's bits (the scores too: the products a decision
+    reads are NumPy's calls); ``X[t] @ w`` on the strided row itself still runs eagerly."""
+    from tracejit.runtime.jit import LAYOUT_REASON
+
+    rng = rng_for(7)
+    buffered, direct = jitted(buffered_gate, dynamic=True), jitted(direct_gate, dynamic=True)
+    for T in (5, 8):
+        w = rng.standard_normal(6)
+        for X in (rng.standard_normal((T, 6)), rng.standard_normal((T, 12))[:, ::2]):
+            theta = np.float64(0.0)
+            for f, function in ((buffered, buffered_gate), (direct, direct_gate)):
+                got, want = f(X, w, theta), function(X, w, theta)
+                for g, v in zip(got, want):
+                    assert g.tobytes() == v.tobytes(), (function.__name__, T, got, want)
+    assert LAYOUT_REASON not in buffered.stats()["eager_calls"], buffered.explain()
+    assert buffered.stats()["compiled_calls"] >= 3, buffered.explain()
+    assert set(direct.stats()["eager_calls"]) == {LAYOUT_REASON}, direct.explain()

@@ -331,7 +331,7 @@ class Hooks:
                 f"{type(value).__name__} read from outside is an iterator: each call "
                 "advances it, and compiled runs would not. Pass the values in as arguments"
             )
-        if type(value) is collections.deque and any(
+        if isinstance(value, collections.deque) and any(
                 isinstance(item, np.ndarray) for item in value):
             # (outside lists' arrays become inputs, outside_inputs.with_inputs; a deque's
             # would be constants of the trace, stale once it moves on)

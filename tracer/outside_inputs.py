@@ -132,8 +132,10 @@ class OutsideInputs:
                 self.outside_values[key] = (path, "is", value)
             elif type(value) in (list, tuple, collections.deque):
                 self.outside_values[key] = (path, "len", (type(value).__name__, len(value)))
-            elif isinstance(value, (list, tuple)):  # a subclass (its class guarded too)
-                kind = "list" if isinstance(value, list) else "tuple"
+            elif isinstance(value, (list, tuple, collections.deque)):  # a subclass (its class
+                # guarded too)
+                kind = next(base for base in (list, tuple, collections.deque)
+                            if isinstance(value, base)).__name__
                 self.outside_values[key] = (path, "len", (f"{kind} subclass", len(value)))
             else:  # (a set is compared with a copy: NO_DECAY.discard("b") is a change)
                 self.outside_values[key] = (path, "value", copy.copy(value) if type(
@@ -197,6 +199,7 @@ _CONTAINER_READS = ("__getitem__", "__iter__", "__len__", "__contains__", "__eq_
                     "__ne__", "__reversed__")
 _MAPPING_READS = (*_CONTAINER_READS, "get", "keys", "values", "items")
 _SEQUENCE_READS = (*_CONTAINER_READS, "index", "count")
+_SEQUENCES = (list, tuple, collections.deque)  # (a deque holding arrays runs eagerly)
 
 
 def container_subclass(value):
@@ -208,9 +211,9 @@ def container_subclass(value):
     (<class 'dict'>, None)
     """
     kind = type(value)
-    if kind in MAPPINGS or kind in (list, tuple) or not isinstance(value, (dict, list, tuple)):
+    if kind in MAPPINGS or kind in _SEQUENCES or not isinstance(value, (dict, *_SEQUENCES)):
         return None
-    return next(base for base in kind.__mro__[1:] if base in MAPPINGS or base in (list, tuple))
+    return next(base for base in kind.__mro__[1:] if base in MAPPINGS or base in _SEQUENCES)
 
 
 def overridden_reads(value):
@@ -249,7 +252,7 @@ def is_mapping(value):
 def is_sequence(value):
     """A list or tuple (or a subclass reading as one) whose length and items are guarded."""
     return type(value) in (list, tuple) or (
-        container_subclass(value) in (list, tuple) and not overridden_reads(value))
+        container_subclass(value) in _SEQUENCES and not overridden_reads(value))
 
 
 def _rebuilt(container, items):
@@ -271,6 +274,9 @@ def _rebuilt(container, items):
         return copied
     if base is tuple:
         copied = tuple.__new__(kind, list(items))
+    elif base is collections.deque:
+        copied = collections.deque.__new__(kind)
+        collections.deque.__init__(copied, items, container.maxlen)
     else:
         copied = base.__new__(kind)
         if base is list:

@@ -7,7 +7,7 @@
 * ``x.__array_interface__`` / ``__array_struct__`` / ``__dlpack__``, ``bytes(x)``,
   ``memoryview(x)`` and ``pickle.dumps(x)`` of a traced array were internal errors: now the
   call runs eagerly with the user's line (NumPy's own probes still find none).
-* A user subclass of dict, list, tuple or OrderedDict read from outside (``class
+* A user subclass of dict, list, tuple, deque or OrderedDict read from outside (``class
   Config(dict)``, an EasyDict, ``class Layers(list)``) was guarded by nothing: it is
   guarded as its base is and by its class, its attributes through its path
   (``outside_inputs.container_subclass``); one that defines its own ``__getitem__`` (or
@@ -141,9 +141,13 @@ class OrderedConfig(collections.OrderedDict):
     pass
 
 
+class Rewards(collections.deque):
+    pass
+
+
 def _fresh_state():
     global CONFIG, EASY, ATTRIBUTES, LAYERS, ORDERED, PARAMETERS, USER_DICT, USER_LIST
-    global DEFAULTS, CHAINED, READ_ONLY
+    global DEFAULTS, CHAINED, READ_ONLY, REWARDS
     CONFIG = Config(a=1.0)
     EASY = EasyDict(lr=0.1, n=2)
     ATTRIBUTES = AttributeConfig(lr=0.1)
@@ -155,6 +159,7 @@ def _fresh_state():
     DEFAULTS = {"a": 1.0}
     CHAINED = collections.ChainMap({"b": 2.0}, DEFAULTS)
     READ_ONLY = types.MappingProxyType(DEFAULTS)
+    REWARDS = Rewards([1.0, 2.0], maxlen=5)
 
 
 _fresh_state()
@@ -195,6 +200,10 @@ def views_of_a_dict_read_whole(x):
     return x * (len(CHAINED) + sum(CHAINED.values()) + len(READ_ONLY) + sum(READ_ONLY.values()))
 
 
+def rewards_read_whole(x):
+    return x * len(REWARDS) + sum(REWARDS)
+
+
 CHANGES = {  # (read the globals when called: _fresh_state rebinds them)
     config_read_whole: lambda: CONFIG.update(b=2.0),
     easy_dict_through_a_local: lambda: EASY.update(lr=0.5),
@@ -204,6 +213,7 @@ CHANGES = {  # (read the globals when called: _fresh_state rebinds them)
     parameters_iterated: lambda: PARAMETERS["W"].__imul__(3.0),  # in place: an input
     user_containers_read_whole: lambda: (USER_DICT.update(b=2.0), USER_LIST.append(3.0)),
     views_of_a_dict_read_whole: lambda: DEFAULTS.update(c=3.0),  # seen through both
+    rewards_read_whole: lambda: REWARDS.append(3.0),
 }
 
 

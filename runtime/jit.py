@@ -307,8 +307,8 @@ class JitFunction(Misses):
             except Exception as error:  # the wrapper or native code failed: never the user's
                 return self._internal_error(error, args, kwargs, variant)
             break
-        if not all(write.ready((args, kwargs)) for write in path.outputs.writes
-                   if hasattr(write, "ready")):  # self.hs.append(h) with self.hs = None
+        if path.outputs.appends and not all(write.ready((args, kwargs)) for write in
+                                            path.outputs.appends):  # self.hs = None
             variant.rewind()
             return self._run_eager(args, kwargs, "no list to append to")
         path.calls += 1  # Variant.calls and compiled_calls add these up

@@ -10,6 +10,7 @@ function's result (pytree, NumPy scalars, statics) and which inputs it writes ba
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ from tracejit.tracer.argument_writes import (
 )
 from tracejit.tracer.pending import known_kind
 from tracejit.tracer.result_identity import numpy_result
+from tracejit.tracer.write_source import store_function
 
 from .tensor import unwrap
 
@@ -97,15 +99,27 @@ class OutputPlan:
                           list(trace.returned_containers), dict(trace.outside_aliases),
                           dict(trace.refreshed_views), dict(trace.numpy_results))
 
-    @property
+    @functools.cached_property
     def writes_items(self):
         """Whether the call writes items of dicts or lists passed in (``config["t"] = t``)."""
         return any(isinstance(write, ArgumentWrite) for write in self.writes)
 
-    @property
+    @functools.cached_property
     def writes_arrays(self):
         """Whether the call writes into an array read from outside the arguments."""
         return any(isinstance(write, OutsideArrayWrite) for write in self.writes)
+
+    @functools.cached_property
+    def appends(self):
+        """The writes that append to a list (``self.hs.append(h)``): each must find its
+        list before the call's writes are stored."""
+        return [write for write in self.writes if hasattr(write, "ready")]
+
+    @functools.cached_property
+    def store_writes(self):
+        """``store(arguments, outputs)``: every write's ``store`` in order, as one
+        generated function (``tracer.write_source``)."""
+        return store_function(self.writes)
 
     def single_array(self):
         """The program output that is the whole result, when the result is one array and
@@ -131,8 +145,8 @@ class OutputPlan:
         # (old = self.m["a"]; self.m["a"] = old + g; old += 1; return old)
         aliased = {position: self.writes[write].target(arguments)
                    for position, write in self.outside_aliases.items()}
-        for write in self.writes:
-            write.store(arguments, outputs)
+        if self.writes:
+            self.store_writes(arguments, outputs)
         for position, index in self.mutated.items():
             target = argument_leaves[position]
             np.copyto(unwrap(target), outputs[index])

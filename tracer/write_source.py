@@ -1,0 +1,118 @@
+"""One generated function that stores all of a compiled call's writes back.
+
+A layer that caches its input (``self.cache["x"] = x``), an optimizer that keeps its
+state in a config dict (``config["velocity"] = v``) and an update in place of an outside
+array (``self.W -= lr * dW``) each leave a write that the runtime stores after every
+compiled call (``runtime.variants.OutputPlan.result``). Stored one by one, each write
+resolves its path step by step and converts its value through a small interpreter
+(``attribute_writes.stored_values``): on a small model that is most of a call's time.
+``store_function`` writes them as straight-line Python instead, one statement per write,
+in the writes' order and each resolving its own path from the root as ``store`` does (a
+write may rebind an object a later write goes through), so it does what the writes'
+``store`` methods do, in fewer steps:
+
+    >>> from tracejit.tracer.argument_writes import ArgumentWrite
+    >>> store = store_function([ArgumentWrite(("args", 1), "t", "value", 0)])
+    >>> config = {"t": 0}
+    >>> store(((None, config), {}), [np.array(3)])
+    >>> config
+    {'t': 3}
+
+A write of another kind (a deleted attribute, a tuple value, a list append) is called as
+its own ``store`` from the generated text.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+
+from . import pytree
+from .argument_writes import ArgumentWrite, OutsideArrayWrite
+from .attribute_writes import AttributeWrite, Item
+
+
+def _python_number(item):
+    return item.item() if isinstance(item, (np.ndarray, np.generic)) else item
+
+
+def _value_text(kind, value, constant):
+    """The text of a stored leaf, as ``attribute_writes.stored_values`` converts it."""
+    if kind == "static":
+        return constant(value)
+    if kind == "scalar":
+        return f"asarray(outputs[{value}])[()]"
+    if kind == "value":
+        return f"python_number(outputs[{value}])"
+    return f"outputs[{value}]"
+
+
+def _attribute_statement(write, constant):
+    """``owner.name = value`` (or ``owner[key] = value``) for a one-leaf attribute write,
+    else None (the write stores itself)."""
+    if (write.deleted or write.tree != pytree.LEAF or len(write.leaves) != 1
+            or write.leaves[0][0] == "argument"):
+        return None
+    owner = write.path.expression(constant)
+    value = _value_text(*write.leaves[0], constant)
+    name = write.name
+    if type(name) is Item:
+        return f"{owner}[{constant(name.key)}] = {value}"
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return f"{owner}.{name} = {value}"
+    return f"setattr({owner}, {constant(name)}, {value})"
+
+
+def _argument_statement(write, constant):
+    """``args[i][k1]...[key] = value`` for an item write into an argument's dict or list."""
+    side, *keys = write.where
+    container = "arguments[0]" if side == "args" else "arguments[1]"
+    for key in keys:
+        container += f"[{constant(key)}]"
+    return f"{container}[{constant(write.key)}] = {_value_text(write.kind, write.value, constant)}"
+
+
+def _statement(write, constant):
+    if type(write) is AttributeWrite:
+        text = _attribute_statement(write, constant)
+    elif type(write) is ArgumentWrite:
+        text = _argument_statement(write, constant)
+    elif type(write) is OutsideArrayWrite:
+        text = f"copyto({write.path.expression(constant)}, outputs[{write.value}])"
+    else:
+        text = None
+    return text or f"{constant(write)}.store(arguments, outputs)"
+
+
+def store_function(writes):
+    """A function ``store(arguments, outputs)`` doing ``write.store(arguments, outputs)``
+    for each of ``writes`` in order; ``arguments`` is ``(args, kwargs)`` or a
+    ``argument_writes.CallArguments`` (whose ``leaves`` paths from an argument read)."""
+    names = {"asarray": np.asarray, "copyto": np.copyto, "python_number": _python_number,
+             "argument_leaves": _argument_leaves}
+    ids = {}
+
+    def constant(value):
+        name = ids.get(id(value))
+        if name is None:
+            name = ids[id(value)] = f"K{len(ids)}"
+            names[name] = value
+        return name
+
+    statements = [_statement(write, constant) for write in writes]
+    body = "\n    ".join(statements) or "pass"
+    reads_leaves = any(re.search(r"\bleaves\b", statement) for statement in statements)
+    head = "    leaves = argument_leaves(arguments)\n" if reads_leaves else ""
+    source = f"def store(arguments, outputs):\n{head}    {body}\n"
+    exec(compile(source, "<tracejit stored writes>", "exec"), names)  # noqa: S102
+    store = names["store"]
+    store.source = source
+    return store
+
+
+def _argument_leaves(arguments):
+    from .argument_writes import argument_leaves
+
+    return argument_leaves(arguments)

@@ -290,6 +290,9 @@ class Hooks:
         # bound method or layer object) -> a Path root that reads them again
         self.parameter_roots = parameter_roots or {}
         self.objects = ObjectPaths(context)  # objects read from outside, and their paths
+        # the keys calls write in a dict read at a path (outside_inputs.note_contents asks
+        # for the dicts inside one it reads: self.optim_configs[p]["t"] += 1)
+        context.item_state_of = lambda path, value: _item_state(path, value, self.objects)
         self.operator_methods = {}  # class -> the operator methods the user wrote on it
 
     def local(self, value):
@@ -810,7 +813,7 @@ class Hooks:
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(array).__name__}")
         elif attribute_writes.is_outside_container(self.context, array) and not _holds(
-                array, index, value) and not self._note_item(array, index, value) and not (
+                array, index, value, self.context.outside_copies) and not self._note_item(array, index, value) and not (
                 self._note_listed_item(array, index, value)):
             # self.cache["inner"]["a"] = v: the inner dict is the trace's copy of the
             # outside one (it holds arrays), where the write alone would be lost
@@ -1095,6 +1098,8 @@ class Hooks:
             self.set_item(container, index, value, False)
             return
         if attribute_writes.is_outside_container(self.context, container):
+            if _holds(container, index, value, self.context.outside_copies):
+                return  # self.optim_configs[p] = config: the dict there already
             if self._note_item(container, index, value) or self._note_listed_item(
                     container, index, value):
                 return  # self.cache["h"] = h: a write compiled calls make too
@@ -1113,7 +1118,7 @@ class Hooks:
         if type(original) is not dict or known is None or known[1] is not original:
             return False
         steps = known[0].steps
-        if len(steps) < 2 or steps[-1][0] != "item" or type(steps[-1][1]) is not int or (
+        if len(steps) < 2 or steps[-1][0] != "item" or type(steps[-1][1]) not in (int, str) or (
                 steps[-2][0] != "attr"):
             return False
         owner = _owner_of(Path(known[0].root, steps[:-1]), self.objects)
@@ -1250,6 +1255,10 @@ class Hooks:
                                                                 default):
             container[key] = default  # a write into the caller's dict, stored after the call
             return default
+        if attribute_writes.is_outside_container(self.context, container) and (
+                self._note_item(container, key, default)
+                or self._note_listed_item(container, key, default)):
+            return default  # cs231n's optimizers on a Solver's self.optim_configs[p]
         return self.outside_mutation(what, container)
 
     def _made_in_this_call(self, container):
@@ -1305,8 +1314,16 @@ def _is_number(value):
 
 
 def _item_state(path, value, objects):
-    """The keys of the dict ``value`` read at ``path`` that calls write (or none)."""
-    owner = _owner_of(path, objects) if type(value) is dict else None
+    """The keys of the dict ``value`` read at ``path`` that calls write (or none): a dict
+    held in an attribute (``self.stats``), or at a key or position of one
+    (``self.optim_configs["W1"]``, ``self.bn_params[0]``: ``attribute_writes.note_item``
+    keeps those under the holder of the attribute)."""
+    if type(value) is not dict or not path.steps:
+        return frozenset()
+    holder = path
+    if path.steps[-1][0] == "item" and len(path.steps) > 1:
+        holder = Path(path.root, path.steps[:-1])
+    owner = _owner_of(holder, objects)
     return attribute_writes.item_state(owner, path.steps[-1][1]) if owner is not None else (
         frozenset())
 
@@ -1336,15 +1353,20 @@ def _pinned(value):
     return value
 
 
-def _holds(container, index, value):
+def _holds(container, index, value, copies=None):
     """Whether ``container[index]`` is ``value`` already: ``params[k] -= lr * g`` updates
-    the array in place and stores the same object back, changing nothing in the dict."""
+    the array in place and stores the same object back, changing nothing in the dict. With
+    ``copies`` (the trace's copies of outside containers -> the originals), a copy stands
+    for its original: cs231n's ``self.optim_configs[p] = next_config`` stores back the
+    config dict the update rule was given and returned."""
     if not isinstance(container, (dict, list)):
         return False
     try:
-        return container[index] is value
+        held = container[index]
     except (KeyError, IndexError, TypeError):
         return False
+    return held is value or bool(copies) and (
+        copies.get(id(held), held) is copies.get(id(value), value))
 
 
 def default_roots(fn, args, kwargs):

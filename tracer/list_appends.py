@@ -40,7 +40,7 @@ import numpy as np
 from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import argument_leaves
-from .attribute_writes import output_leaf, stored_values
+from .attribute_writes import Item, output_leaf, stored_values
 from .errors import UnsupportedError
 from .implicit import Path
 from .locations import user_location
@@ -325,7 +325,9 @@ def _stored_anew(context, target):
     ``target``'s contents, which the appends had not reached yet. The appends go there, as
     a compiled call's do through the path."""
     for _, owner, name, value, _ in getattr(context, "attribute_writes", {}).values():
-        found = _counterpart(value, getattr(owner, name, None), target)
+        stored = owner.get(name.key) if type(name) is Item and type(owner) is dict else (
+            None if type(name) is Item else getattr(owner, name, None))  # (a list's item)
+        found = _counterpart(value, stored, target)
         if found is not None:
             return found
     return target

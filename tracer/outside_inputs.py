@@ -396,8 +396,10 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
             return
         if type(item) in GUARDED_VALUES or is_setting(item) or is_mapping(item) or (
                 is_sequence(item)) or isinstance(item, np.generic):
-            note_contents(context, Path(path.root, path.steps + (("item", key),)), item,
-                          budget)
+            where = Path(path.root, path.steps + (("item", key),))
+            note_contents(context, where, item, budget, state=context.item_state_of(
+                where, item) if type(item) is dict and hasattr(
+                    context, "item_state_of") else frozenset())
         elif _chosen_object(item):  # for layer in self.layers: which layer is which
             budget[0] -= 1
             context.note_outside_value(Path(path.root, path.steps + (("item", key),)), item,

@@ -27,6 +27,7 @@ from . import ops
 from .errors import UnsupportedError, as_numpy_would
 from .pending import Pending, is_pending
 from .primitives import bind, is_traced
+from .result_identity import note_numpy_result
 
 dtype_of, ndim_of, shape_of = ops.dtype_of, ops.ndim_of, ops.shape_of
 
@@ -146,8 +147,6 @@ def _c_ordered(result):
         if any(root is given for given in (*context.input_tracers,
                                            *context.implicit_tracers.values())):
             # returned, it is NumPy's own array where that is C-contiguous at the call
-            from .result_identity import note_numpy_result  # cycle: result_identity -> ops
-
             note_numpy_result(copy, result, "ascontiguousarray")
         return copy
     if result.view_base is not None and not np.asarray(result.value).flags.c_contiguous:

@@ -25,6 +25,7 @@ from .dims import SymInt
 from .errors import UnsupportedError, as_numpy_would
 from .ops import ndim_of
 from .primitives import is_traced
+from .result_identity import note_numpy_result
 from .shapes import normalize_axis
 
 
@@ -77,8 +78,6 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         if any(a is given for given in (*context.input_tracers,
                                         *context.implicit_tracers.values())):
             # returned, it is NumPy's view of the caller's array, made at the call
-            from .result_identity import note_numpy_result  # cycle: result_identity -> ops
-
             note_numpy_result(result, a, "diagonal", (offset, axis1, axis2))
     return result
 

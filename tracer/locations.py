@@ -13,6 +13,7 @@ import sysconfig
 
 import numpy as np
 
+from .dims import _USER_CALLERS
 from .ir import Location
 
 _TRACEJIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,8 +57,6 @@ def called_by_user(skip=1):
     first = frame.f_code
     if first in _TRACEJIT_CODES:  # the common case: a dict of tracejit's
         return False
-    from .dims import _USER_CALLERS  # cycle: locations -> ir -> dims
-
     while frame is not None:
         code = frame.f_code
         if code in _USER_CALLERS:

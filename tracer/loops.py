@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 
-from . import attribute_writes, loop_write_through
+from . import attribute_writes, loop_write_through, trial_containers
 from .dims import SymInt, expr_of, is_int, value_of
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
@@ -170,8 +170,12 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     if not _quiet_items(context.body[recorded:]):
         entering = None  # its guards and prints stay in the graph: it stays peeled
     try:
+        # lists the body may fill through a closure (def note(v): hist.append(v)): watched
+        watched = [value for name, value in frame_locals.items()
+                   if name not in names and type(value) in trial_containers.KINDS]
         finals = _capture(context, body, names, originals, snapshots, values, start, stop,
-                          step, trips if trips is not None else count, where, entering)
+                          step, trips if trips is not None else count, where, entering,
+                          watched)
         # explain(): a note a trace on exact shapes made for this loop is outdated now
         context.captured_loops = (*getattr(context, "captured_loops", ()), where)
         return finals
@@ -616,7 +620,7 @@ def _with_atoms(item, atom):
 
 
 def _capture(context, body, names, originals, snapshots, values, start, stop, step, count,
-             where, entering):
+             where, entering, watched=()):
     """The loop equations, their results the carried values after the last trip. The
     peeled iteration 0 becomes the loop's first trip when it can (``_first_trip_fits``):
     one copy of the body's kernels, and a buffer written at the index is written in place
@@ -625,11 +629,12 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     if entering is not None and _first_trip_fits(carries, entering):
         try:
             return _capture_trips(context, body, carries, start, stop, step, where,
-                                  from_first=entering)
+                                  from_first=entering, watched=watched)
         except Refused:  # the index decides something at trip 0: peel it after all
             carries = _carries(context, names, originals, snapshots, values, start, stop, step,
                                count)
-    return _capture_trips(context, body, carries, start, stop, step, where, from_first=None)
+    return _capture_trips(context, body, carries, start, stop, step, where, from_first=None,
+                          watched=watched)
 
 
 def _entering_var(context, value):
@@ -653,8 +658,9 @@ def _restore(mapping, before):
     mapping.update(before)
 
 
-def _capture_trips(context, body, carries, start, stop, step, where, from_first):
-    """``from_first``: the vars entering iteration 0 when it joins the loop, else None."""
+def _capture_trips(context, body, carries, start, stop, step, where, from_first, watched=()):
+    """``from_first``: the vars entering iteration 0 when it joins the loop, else None;
+    ``watched``: containers the trips must leave as they are (``trial_containers``)."""
     t1 = value_of(start) + step
     index_name = f"i{getattr(context, 'loop_count', 0)}"
     context.loop_count = getattr(context, "loop_count", 0) + 1
@@ -670,12 +676,17 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
     except IndexRefused as refusal:
         raise Refused(str(refusal)) from None
     journal, watched_before = attribute_writes.watch_local_writes(context)
+    held = trial_containers.holding(context.created_objects, watched)
     try:
         slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
         if journal:  # acc = acc.add(x[t]) setting self.total: a trial's value would stay
             owner, name, _ = journal[0]
             raise Refused(f"the body writes `.{name}` of a {type(owner).__name__} made in "
                           "the call (a method it calls sets it)")
+        if (container := trial_containers.changed(held)) is not None:
+            raise Refused(f"the body changes a {type(container).__name__} through a call "
+                          "(a method of an object made in the call, or a closure, appends "
+                          "to it)")
         if not slots and not _quiet_items(trial1.recorded):
             # No loop equation would hold the body, nor its guards (n += 1 under an if on
             # data: the count of the traced path at every call)
@@ -695,11 +706,13 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first)
         del context.shape_guards[guards_before:]  # they mention the index: never entry guards
         _restore(context.replaced, replaced_before)
         attribute_writes.undo_local_writes(journal)
+        trial_containers.put_back(held)
         raise _RefusedByIndex(str(refusal)) from None
     except Refused:
         del context.shape_guards[guards_before:]
         _restore(context.replaced, replaced_before)
         attribute_writes.undo_local_writes(journal)
+        trial_containers.put_back(held)
         raise
     finally:
         attribute_writes.stop_watching(context, journal, watched_before)

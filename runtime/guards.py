@@ -99,6 +99,10 @@ def number_type(implicit):
     return scalar if implicit.shape == () and implicit.type_name == scalar.__name__ else None
 
 
+# The Python ints a run-time input holds: NumPy's int64 (a bigger one is a new trace)
+INT64_LOW, INT64_HIGH = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+
+
 @dataclass
 class EntrySpec:
     treedef: object
@@ -469,8 +473,12 @@ def _leaf_checks(source, spec, bound, native=False):
             _array_checks(source, variable, leaf, bound, spec.symbols,
                           native=native and leaf.type_name != "Tensor")
         elif leaf.kind == "scalar":
-            kind = source.constant(argument_scalar_type(leaf.type_name), "T")
+            scalar = argument_scalar_type(leaf.type_name)
+            kind = source.constant(scalar, "T")
             source.add(f"if type({variable}) is not {kind}: return {source.miss}")
+            if scalar is int:  # an int past int64 (2**63): no run-time input holds it
+                source.add(f"if not {INT64_LOW} <= {variable} <= {INT64_HIGH}: "
+                           f"return {source.miss}")
         elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic) or (
                 compared_by_value(leaf.value) and (type(leaf.value) is not collections.deque
                                                    or is_json_value(list(leaf.value)))):

@@ -178,3 +178,21 @@ def test_an_if_on_data_whose_branch_writes_through_a_mask_compiles():
         y[0, 0] = -y[0, 0]
         np.testing.assert_array_equal(f(h, y), clipped_when_needed(h, y))
     assert not f.stats().get("eager_calls"), f.explain()
+
+
+# --- a Python int argument past int64 ------------------------------------------------------
+def shifted(x, k):
+    return x + k
+
+
+def test_a_python_int_past_int64_is_a_guard_miss_not_an_internal_error():
+    """After two values a Python int argument is a run-time int64 input; 2**200 (or
+    -2**70) reached the entry's conversion and raised OverflowError there: an internal
+    error, logged with its traceback, and the call ran eagerly. The entry guard now checks
+    the range: such a value is a miss (traced, its value a constant), as NumPy computes
+    it."""
+    f = tj.jit(shifted, cache="memory")
+    x = np.arange(3.0)
+    for k in (3, 5, 2**200, 7, -2**70):
+        np.testing.assert_array_equal(f(x, k), shifted(x, k))
+    assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()

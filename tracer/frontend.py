@@ -329,6 +329,8 @@ class Hooks:
             # self.X.append(x), then self.X[-1]: the item this call appended (another list
             # goes on below: its path is noted, so len(other.X) is guarded)
             return list_appends.read_back(context, value)
+        if (refused := list_appends.holder_read(context, value)) is not None:
+            raise refused  # sum(v[-1] for v in self.history.values()) after an append
         if is_stateful(value) and descriptor[0] != "expression":
             raise trace_error(
                 f"{type(value).__name__} read from outside is an iterator: each call "

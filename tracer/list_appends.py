@@ -122,6 +122,7 @@ def watch(context, args, kwargs, traced_leaves):
                                 if hasattr(tracer, "ir_var")}
     context.list_appends = []
     context.appended_lists = {}
+    context.appended_holders = {}  # id -> the dicts and lists on the way to those lists
 
 
 def note(context, path, target, method, value):
@@ -153,6 +154,8 @@ def note(context, path, target, method, value):
     for item in items:
         context.list_appends.append((path, target, item, user_location()))
     context.appended_lists[id(target)] = target
+    for holder in _holders(path):  # self.history for self.history["loss"].append(loss)
+        context.appended_holders[id(holder)] = holder
     # self.X[-1] read back through this path is this call's item, no setting to guard
     count = sum(1 for _, other, _, _ in context.list_appends if other is target)
     for back in range(1, count + 1):
@@ -193,6 +196,33 @@ def returned_appended_list(context, result):
             pending.extend(value.values())
         elif type(value) in (list, tuple) or isinstance(value, tuple):
             pending.extend(value)
+    return None
+
+
+def _holders(path):
+    """The dicts, lists and tuples ``path`` passes through on its way to the list (not
+    through an argument's: those lists are refused before)."""
+    holders = []
+    for cut in range(len(path.steps)):
+        try:
+            value = Path(path.root, path.steps[:cut]).resolve()
+        except (LookupError, AttributeError, TypeError):
+            continue
+        if type(value) in (dict, list, tuple):
+            holders.append(value)
+    return holders
+
+
+def holder_read(context, value):
+    """An error when ``value`` (read from outside) is a dict or list holding a list this
+    call appended to, or a method of one (``self.history.values()``, iterating
+    ``self.logs``): what the trace would read there is the list as it was before the call,
+    without this call's items. None otherwise."""
+    holders = getattr(context, "appended_holders", None)
+    if holders and (id(value) in holders or id(getattr(value, "__self__", None)) in holders):
+        return trace_error("reads a dict or list holding a list the function appended to in "
+                           "this call (its items, values or length): the trace would see "
+                           "the list without this call's items; it runs eagerly")
     return None
 
 

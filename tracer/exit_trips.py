@@ -305,10 +305,17 @@ def _into(context, entered, left, value):
     place (an argument's ``buf[0] += 1``, a view's ``row += x``, a NumPy array it turned
     into a traced copy): the caller's array, the base and other names see it, as NumPy's
     in-place writes show there; else ``value`` itself."""
-    from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
+    from .traced_array import Tracer, trace_error  # cycle: traced_array -> ... -> here
 
     in_place = isinstance(left, Tracer) and (left is entered or isinstance(
         entered, np.ndarray) and context.replaced.get(id(entered)) is left)
+    if not in_place and _shares_memory(entered):
+        # v = base[1:]; while ...: v = v / 2; then v += 1: after a loop that ran no trip v
+        # is still the view (the write reaches base), else a new array
+        raise trace_error("a loop with a data-dependent exit rebinds a name that shares "
+                          "memory with another (a view, or an array others view): after "
+                          "it the name is that array or a new one by the trip count, which "
+                          "compiled code cannot follow; the call runs eagerly")
     if not in_place:
         if isinstance(left, Tracer) and left.aval.weak:
             # a run-time Python number (a counter, the index read after the loop): np.where
@@ -319,6 +326,16 @@ def _into(context, entered, left, value):
         return value
     left[...] = value
     return left
+
+
+def _shares_memory(value):
+    """A traced array that is a view of another, or that live views show."""
+    from .traced_array import Tracer  # cycle: as in _into
+
+    if not isinstance(value, Tracer):
+        return False
+    return (value.view_base is not None and value.view_base() is not None) or bool(
+        value.views)
 
 
 def _as_scalar(context, value):

@@ -22,6 +22,11 @@ Fixed here:
   index's arithmetic reached an index array's scatter as a dim).
 * ``if (h > 0.5).any(): h[h > 0.5] = 0.5`` ran every call eagerly (the select of a
   boolean-mask selection).
+* a Python int argument past int64 (``2**200``) once ints are run-time inputs: an
+  internal error in the entry (OverflowError); now a guard miss.
+* a view (or an array others view) that an exit loop rebinds, written through after it:
+  a wrong result on every call (the loop left a new array where NumPy, after no trip,
+  keeps the view); now the call runs eagerly (``exit_trips._into``).
 
 Found and not fixed (reported): results that are constants of the trace and views of
 each other (``t = np.zeros((2, 2)); return t, t[1:]``, nothing read from the arguments)
@@ -196,3 +201,28 @@ def test_a_python_int_past_int64_is_a_guard_miss_not_an_internal_error():
     for k in (3, 5, 2**200, 7, -2**70):
         np.testing.assert_array_equal(f(x, k), shifted(x, k))
     assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()
+
+
+# --- a view rebound by an exit loop, written through after it ------------------------------
+def halved_view(x):
+    base = x * 0
+    tail = base[1:]
+    for outer in range(2):
+        tail += outer
+        for _ in range(40):
+            if np.abs(tail).max() <= 1e-3:
+                break
+            tail = tail / 2
+    return base
+
+
+def test_a_view_an_exit_loop_rebinds_is_written_through_as_in_numpy():
+    """The fuzzer's program, smaller: ``tail`` views ``base``; the exit loop rebinds it
+    (``tail = tail / 2``) only when it runs a trip. At the first outer trip it runs none, so
+    NumPy's ``tail += 1`` at the second writes into ``base``; the captured loop left a new
+    array there (the chosen value), and ``base`` stayed 0 (12 of 15 elements differed, on
+    every call). Such a loop now runs the call eagerly, with the reason."""
+    f = tj.jit(halved_view, cache="memory")
+    for scale in (1.0, 2.0, 3.0):
+        x = np.ones((4, 2)) * scale
+        np.testing.assert_array_equal(f(x), halved_view(x))

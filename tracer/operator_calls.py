@@ -166,6 +166,10 @@ def as_written(operation, *operands):
         while trace is not None:
             filename = trace.tb_frame.f_code.co_filename
             if is_tracejit(filename) or not is_library(filename):
+                # (``trace`` dropped first: this frame holding the traceback whose frames
+                # hold this one is a cycle that keeps their arrays alive until a collection,
+                # and a refused loop trip's views would stay in their base's WeakSet)
+                del trace
                 raise  # an inner frame decides whose it is
             trace = trace.tb_next
         try:

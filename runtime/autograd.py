@@ -21,6 +21,8 @@ import threading
 import numpy as np
 
 from tracejit.tracer.autodiff import cotangent
+from tracejit.tracer.primitives import current_context
+from tracejit.tracer.traced_array import trace_error
 
 _FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -54,6 +56,8 @@ class no_grad:  # noqa: N801 - PyTorch's name
     enabled = False
 
     def __enter__(self):
+        if not self.enabled:
+            _refuse_inside_a_gradient_trace()
         self._previous = _grad_mode.enabled
         _grad_mode.enabled = self.enabled
 
@@ -67,6 +71,19 @@ class no_grad:  # noqa: N801 - PyTorch's name
                 return function(*args, **kwargs)
 
         return wrapper
+
+
+def _refuse_inside_a_gradient_trace():
+    """``with no_grad():`` in a function being traced with its backward: the trace records
+    the block's operations like any others, so gradients would flow through values that
+    eagerly have none (``s`` in ``with no_grad(): s = x.sum()``, then ``x * s``). The call
+    runs eagerly on the tape instead."""
+    context = current_context()
+    if context is not None and getattr(context, "records_gradients", False):
+        raise trace_error("`with no_grad()` in a function traced with gradients is not "
+                          "supported (the trace would differentiate through the block); "
+                          "the call runs eagerly. Compute what the block makes outside the "
+                          "jit function and pass it in")
 
 
 class enable_grad(no_grad):  # noqa: N801

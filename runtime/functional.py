@@ -52,8 +52,12 @@ def value_and_grad(function, argnums=0, has_aux=False):
             leaves, treedef = pytree.flatten(args[position])
             leaves = [_leaf_for(leaf) for leaf in leaves]
             trees[position] = (leaves, treedef)
-            args[position] = pytree.unflatten(treedef, leaves)
         with enable_grad():
+            for position, (leaves, treedef) in trees.items():
+                # The function sees copies with history, not the leaves: NumPy's in-place
+                # writes into an argument (x += 1, x[1:3] *= 2), which a leaf refuses as
+                # in PyTorch, rebind them and the gradient still reaches the leaf.
+                args[position] = pytree.unflatten(treedef, [leaf * 1.0 for leaf in leaves])
             # Through the rewritten source: buffers filled in place (h[:] = x * 2) keep
             # their gradients instead of losing them to a plain ndarray.
             result = run_eagerly(function, args, kwargs)
@@ -94,7 +98,11 @@ def grad(function, argnums=0, has_aux=False):
 
 
 def _plain(tree):
+    # A 0-d Tensor as the NumPy scalar NumPy's reductions give (``(p == y).mean()`` is a
+    # np.float64, as jit(value_and_grad(f)) returns it), like the value; Tensors hold 0-d
+    # arrays.
     leaves, treedef = pytree.flatten(tree)
-    return pytree.unflatten(
-        treedef, [leaf.data if isinstance(leaf, Tensor) else leaf for leaf in leaves]
-    )
+    return pytree.unflatten(treedef, [
+        (leaf.data[()] if leaf.ndim == 0 else leaf.data) if isinstance(leaf, Tensor) else leaf
+        for leaf in leaves
+    ])

@@ -107,7 +107,8 @@ class VersionCounter:
 class Tensor(ArrayMethods):
     """An n-dimensional array that can record its history for ``backward()``."""
 
-    __slots__ = ("_data", "requires_grad", "grad", "_node", "_versions", "__weakref__")
+    __slots__ = ("_data", "requires_grad", "grad", "_node", "_versions", "_view_of",
+                 "__weakref__")
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
@@ -115,6 +116,7 @@ class Tensor(ArrayMethods):
         self.grad = None
         self._node = None
         self._versions = VersionCounter()
+        self._view_of = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -145,6 +147,7 @@ class Tensor(ArrayMethods):
         tensor.grad = None
         tensor._node = None
         tensor._versions = VersionCounter() if versions is None else versions
+        tensor._view_of = None
         return tensor
 
     @property
@@ -270,7 +273,10 @@ class Tensor(ArrayMethods):
         if type(result) is not np.ndarray:
             result = Tensor._wrap(np.asarray(result))
         else:
+            view = result.base is not None and np.may_share_memory(result, self.data)
             result = Tensor._wrap(result, self._versions if result.base is not None else None)
+            if view:
+                result._view_of = (self, plain)  # in-place updates write through to self
         if self.requires_grad and _grad_mode.enabled:
             result._node = IndexNode(self._node or self, plain, self.data.shape,
                                      self.data.dtype)
@@ -304,9 +310,20 @@ class Tensor(ArrayMethods):
         return self
 
     def _rebind(self, result):
-        # The new buffer's counter too: result's node saved it, and this Tensor is no
-        # longer a view of whatever it viewed before.
+        view_of = self._view_of
+        if view_of is not None and not (view_of[0].is_leaf and view_of[0].requires_grad):
+            # v = y[1:3]; v *= 2 changes y in NumPy and PyTorch: a differentiable
+            # assignment into y, and v is y[1:3] again, a view of y's new buffer (later
+            # writes under no_grad reach y too). (Into a leaf that requires grad PyTorch
+            # raises; here the view alone is rebound.)
+            base, index = view_of
+            base[index] = result
+            result = base[index]
+        else:
+            view_of = None  # a new buffer, no longer a view of what it viewed before
+        # The new buffer's counter too: result's node saved it.
         self.data, self._node, self._versions = result.data, result._node, result._versions
+        self._view_of = view_of
         self.requires_grad = True
 
     def __iadd__(self, other):

@@ -224,11 +224,12 @@ class Path:
         from .tensor import Tensor
 
         plan = self.gradients
-        parents, tensors = [], []
+        parents, tensors, differentiated = [], [], []
         for kind, position in plan.wrt:
             tensor = leaves[position] if kind == "leaf" else spec.implicit[
                 position].path.resolve(leaves)
             parents.append(tensor._node or tensor)
+            differentiated.append(tensor)
         for leaf in leaves:
             if isinstance(leaf, Tensor):
                 tensors.append(leaf)
@@ -237,10 +238,17 @@ class Path:
         avals = [(forward[i].shape, forward[i].dtype) for i in plan.differentiable]
         node = CompiledNode(self.backward, inputs, outputs[plan.forward_outputs:], avals,
                             tuple(parents), saved, function)
-        wrapped = [Tensor._wrap(np.array(value) if index in self.view_outputs else
-                                np.asarray(value)) if not np.isscalar(value) else value
-                   for index, value in enumerate(forward)]
+        # An argument returned as it came (``return w, loss``) is that Tensor, as eagerly:
+        # a leaf whose .grad the backward fills, not a copy on the compiled node.
+        arguments = {id(tensor.data): tensor for tensor in (*tensors, *differentiated)}
+        wrapped = [
+            arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
+            else Tensor._wrap(np.array(value) if index in self.view_outputs else
+                              np.asarray(value)) if not np.isscalar(value) else value
+            for index, value in enumerate(forward)]
         for slot, index in enumerate(plan.differentiable):
+            if wrapped[index] is arguments.get(id(forward[index])):
+                continue
             wrapped[index]._node = OutputNode(node, slot)
             wrapped[index].requires_grad = True
         return wrapped

@@ -127,6 +127,11 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     # function had been called from the traced code. Loops stay captured: their reverse
     # is a loop (tracejit.tracer.loop_autodiff).
     hooks = context.hooks
+    # A differentiated argument the function writes into (x += 1, x[1:3] *= 2) is rebound
+    # to the written value: the gradient is with respect to the value passed in.
+    passed_in = {id(leaf): context.tracer_for(leaf.ir_var)
+                 for position in positions for leaf in pytree.flatten(args[position])[0]
+                 if is_traced_array(leaf)}
     records, context.records_gradients = getattr(context, "records_gradients", False), True
     try:
         result = (hooks.function_for(function) if hooks else function)(*args, **kwargs)
@@ -146,7 +151,8 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
                     "a gradient with respect to a Python or NumPy float scalar argument is "
                     "not traced; pass a 0-d array (np.float64(2.0) is a scalar too: use "
                     "np.array(2.0))")
-    traced = [leaf for leaves, _ in trees for leaf in leaves if is_traced_array(leaf)]
+    traced = [passed_in.get(id(leaf), leaf) for leaves, _ in trees for leaf in leaves
+              if is_traced_array(leaf)]
     grads = iter(reverse(context, [value], [np.ones_like(value)], traced))
     gradients = [pytree.unflatten(tree, [
         next(grads) if is_traced_array(leaf) else np.zeros_like(leaf) for leaf in leaves

@@ -30,7 +30,8 @@ from .locations import is_internal
 _MAX_DEPTH = 3
 
 
-def _is_array(value):
+def is_array(value):
+    """An ndarray or an eager ``Tensor`` (priority 1): what can be an implicit input."""
     return isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__", 0) == 1
 
 
@@ -132,7 +133,7 @@ def steps_expression(text, steps, constant):
 
 
 def _scan(value, path, found, depth, seen, objects=None):
-    if _is_array(value):
+    if is_array(value):
         found.setdefault(id(value), (path, value))
         return
     if depth >= _MAX_DEPTH or id(value) in seen:
@@ -229,7 +230,7 @@ def find_implicit_inputs(fn, argument_leaves, objects=None):
         if isinstance(call, types.FunctionType):
             target = call
     for index, leaf in enumerate(argument_leaves):
-        if not _is_array(leaf):
+        if not is_array(leaf):
             _scan(leaf, Path(("arg", index)), found, 1, seen, objects)
     if isinstance(target, types.FunctionType):
         _scan_function(target, found, seen, visited, objects)

@@ -30,9 +30,9 @@ import numpy as np
 
 from . import attribute_writes
 from .abstract import AbstractArray
-from .implicit import Path
+from .implicit import Path, is_array
 from .ir import Var
-from .traced_array import Tracer
+from .traced_array import Tracer, trace_error
 
 
 @dataclass
@@ -310,7 +310,13 @@ def with_inputs(context, container, path=None, depth=0):
     ``for W in WEIGHTS``) computes on inputs, not on frozen constants. Arrays the up-front
     scan left out (past its first 64 items) are inputs through ``path`` too. The same
     container comes back when it holds none."""
-    if depth > 2:
+    if depth > NESTING_LIMIT:
+        if _holds_arrays(container):
+            # Past the limit nothing replaces them: they would be frozen constants
+            where = path or "a container read from outside"
+            raise trace_error(f"arrays nested more than {NESTING_LIMIT + 1} containers deep "
+                              f"in {where}: the compiled code would keep their values; the "
+                              "call runs eagerly. Keep them in a flatter list or dict")
         return container
     mapping = is_mapping(container)
     items = container.items() if mapping else enumerate(container)
@@ -324,15 +330,14 @@ def with_inputs(context, container, path=None, depth=0):
         where = None if path is None else Path(path.root, path.steps + (("item", key),))
         if where is not None and where.key in context.written_paths:
             continue  # self.cache["w"] = np.zeros(3), read again: what the trace wrote
-        if isinstance(item, np.ndarray) and where is not None and not context.is_implicit(
-                item):
+        if is_array(item) and where is not None and not context.is_implicit(item):
             context.implicit_candidates[id(item)] = (where, item)
         if key in state and where is not None and (
                 type(item) in (int, float) or isinstance(item, np.generic)):
             value = state_value(context, where, item)
             if value is not None and value is not item:
                 replaced[key] = value
-        elif isinstance(item, np.ndarray) and context.is_implicit(item):
+        elif is_array(item) and context.is_implicit(item):
             replaced[key] = context.implicit_tracer(item)
         elif is_mapping(item) or is_sequence(item):
             inner = with_inputs(context, item, where, depth + 1)
@@ -348,6 +353,19 @@ def with_inputs(context, container, path=None, depth=0):
                                     for index, item in enumerate(container)])
     attribute_writes.note_copy(context, copy, container)
     return copy
+
+
+NESTING_LIMIT = 5  # containers inside containers whose arrays become inputs
+
+
+def _holds_arrays(container, depth=0):
+    """Whether an array (or Tensor) is inside ``container`` or the lists, tuples and dicts
+    nested in it (a self-referencing one is cut off by the depth)."""
+    if depth > 20:
+        return False
+    items = container.values() if is_mapping(container) else container
+    return any(is_array(item) or ((is_mapping(item) or is_sequence(item)) and _holds_arrays(
+        item, depth + 1)) for item in items)
 
 
 def note_contents(context, path, value, budget=None, state=frozenset()):

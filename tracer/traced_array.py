@@ -391,7 +391,16 @@ class Tracer(ArrayMethods):
             # tracer for the user (np.asfortranarray(x)): as __array__ refuses. NumPy's
             # probes while tracejit converts one find none.
             self.__array__()
+        if name in _TENSOR_ATTRIBUTES and getattr(self.context, "tensor_arguments", False):
+            # x.detach(), w.grad on what eagerly is a Tensor: not NumPy's AttributeError
+            raise trace_error(f"x.{name} of a Tensor in a compiled function is not supported; "
+                              "the call runs eagerly")
         raise AttributeError(f"'numpy.ndarray' object has no attribute {name!r}")
+
+
+# the autograd attributes of tracejit's Tensor that an ndarray does not have
+_TENSOR_ATTRIBUTES = frozenset({"detach", "requires_grad", "requires_grad_", "grad",
+                                "grad_fn", "is_leaf", "backward"})
 
 
 # the ndarray attributes that hand out its memory, which NumPy looks up on the instance

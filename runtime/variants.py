@@ -241,10 +241,14 @@ class Path:
         # An argument returned as it came (``return w, loss``) is that Tensor, as eagerly:
         # a leaf whose .grad the backward fills, not a copy on the compiled node.
         arguments = {id(tensor.data): tensor for tensor in (*tensors, *differentiated)}
+        # Outputs that only feed writes (self.step += 1) stay as the program made them.
+        in_result = {value for kind, value in self.outputs.leaves if kind != "static"} | set(
+            plan.differentiable)
         wrapped = [
             arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
+            else value if index not in in_result or np.isscalar(value)
             else Tensor._wrap(np.array(value) if index in self.view_outputs else
-                              np.asarray(value)) if not np.isscalar(value) else value
+                              np.asarray(value))
             for index, value in enumerate(forward)]
         for slot, index in enumerate(plan.differentiable):
             if wrapped[index] is arguments.get(id(forward[index])):

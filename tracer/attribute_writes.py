@@ -268,10 +268,18 @@ def _refuse_in_captured_loop_or_gradients(context, path, name, value):
     if getattr(context, "loop_depth", 0):
         raise Refused("an attribute write on an object from outside the function")
     if getattr(context, "records_gradients", False) and any(
-            hasattr(leaf, "ir_var") for leaf in pytree.flatten(value)[0]):
+            hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf)
+            for leaf in pytree.flatten(value)[0]):
         # eager keeps a Tensor with its graph there (self.out.sum().backward() later)
         raise UnsupportedError("an attribute set to a value computed with gradients "
                                f"({path}.{name}); it would lose its graph")
+
+
+def _may_carry_a_graph(leaf):
+    """Whether a traced value may eagerly be a Tensor with history: not a Python number
+    (``self.step += 1``, a run-time int) nor an integer or boolean array."""
+    aval = getattr(leaf, "aval", None)
+    return aval is not None and not aval.weak and aval.dtype.kind in "fc"
 
 
 def note(context, owner, name, value, path):

@@ -257,6 +257,33 @@ def test_an_argument_returned_as_it_came_is_that_tensor():
     assert jitted.stats()["compiled_calls"] >= 2
 
 
+class CountingModel:
+    def __init__(self):
+        self.weight = tensor(np.array([[1.0, -1.0], [0.5, 2.0]]), requires_grad=True)
+        self.steps = 0
+
+    @jit(cache="memory")
+    def loss(self, x):
+        self.steps += 1  # a step counter, a Python int
+        return np.tanh(x @ self.weight).sum()
+
+
+def test_a_step_counter_attribute_stays_an_int_and_compiles_with_gradients():
+    # With gradients, the int written to self.steps was refused as "a value computed with
+    # gradients" (every call eager); let through, compiled calls stored it as a Tensor.
+    model, reference = CountingModel(), CountingModel()
+    before = CountingModel.loss.stats()
+    x = np.array([[0.5, -1.0], [2.0, 0.25]])
+    for step in range(1, 4):
+        model.loss(x).backward()
+        CountingModel.loss.fn(reference, x).backward()
+        assert type(model.steps) is int and model.steps == step
+        np.testing.assert_allclose(model.weight.grad.numpy(), reference.weight.grad.numpy(),
+                                   rtol=EAGER_RTOL)
+    after = CountingModel.loss.stats()
+    assert after["compiled_calls"] - before["compiled_calls"] >= 2, after
+
+
 # --- value_and_grad of a function that writes into its argument -----------------------------
 def shifted_square(x):
     x += 1.0  # NumPy writes the caller's array

@@ -255,9 +255,10 @@ def _has_dim(shape):
     return any(isinstance(item, SymInt) for item in items)
 
 
-def _created(function, shape, *args, dtype=None, **kwargs):
+def _created(function, shape, *args, dtype=None, context=None, **kwargs):
     """np.zeros/ones/empty/full with a symbolic size: a traced ``full`` (the size stays
-    symbolic instead of specializing the dim). ``empty`` gives zeros, like ``empty_like``."""
+    symbolic instead of specializing the dim). ``empty`` gives zeros, like ``empty_like``.
+    With int sizes only (``_trial_buffer``), a ``full`` recorded in ``context``."""
     fill = _CREATION[function]
     if fill is None:
         fill, args = args[0], args[1:]
@@ -269,9 +270,40 @@ def _created(function, shape, *args, dtype=None, **kwargs):
     # np.zeros((N, L)) with L a run-time Python int: a size is an int, so L is specialized
     shape = tuple(item if isinstance(item, SymInt) or not is_traced(item) else
                   operator.index(item) for item in shape)
-    symbolic = next(item for item in shape if isinstance(item, SymInt))
-    return ops.full(shape, fill, np.dtype(dtype if dtype is not None else float),
-                    like=symbolic)
+    dtype = np.dtype(dtype if dtype is not None else float)
+    symbolic = next((item for item in shape if isinstance(item, SymInt)), None)
+    if symbolic is None:
+        return context.process(ops.full_p, (), dict(
+            shape=tuple(int(item) for item in shape), value=fill, dtype=dtype))
+    return ops.full(shape, fill, dtype, like=symbolic)
+
+
+def _trial_buffer(context, function, args, kwargs):
+    """Whether ``function(*args, **kwargs)`` makes a buffer of int sizes inside a loop trip
+    traced for capture (``loops._Trial``): traced, so the body's writes into it are the
+    trip's own. As a NumPy array it was a constant of the trace, and a write into it one
+    into an array made before the loop, which refuses the capture (CTC's ``skip =
+    np.full(L, -np.inf)`` in its recursion, min-char-rnn's ``x = np.zeros((V, 1)); x[ix] =
+    1`` in its sampling loop: unrolled, a compile per length)."""
+    if function not in _CREATION or not getattr(context, "loop_depth", 0):
+        return False
+    shape = args[0] if args else kwargs.get("shape")
+    items = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not all(isinstance(item, (int, np.integer)) and not isinstance(item, bool)
+               and item >= 0 for item in items):
+        return False
+    if len(args) > (3 if function is np.full else 2) or set(kwargs) - {
+            "shape", "dtype", "fill_value", "order"} or kwargs.get("order", "C") != "C":
+        return False
+    dtype = kwargs.get("dtype", args[2] if function is np.full and len(args) > 2 else
+                       args[1] if function is not np.full and len(args) > 1 else None)
+    fill = kwargs.get("fill_value", args[1] if function is np.full and len(args) > 1 else 0)
+    try:
+        kind = np.dtype(dtype if dtype is not None else np.asarray(fill).dtype
+                        if function is np.full else float).kind
+    except TypeError:
+        return False
+    return kind in "biuf" and np.ndim(fill) == 0
 
 
 class Hooks:
@@ -681,8 +713,9 @@ class Hooks:
                 (*args[1:2], kwargs.get("fill_value"))) and (args or "shape" in kwargs):
             # np.full(x.shape, x.mean()), np.full_like(x, prior): the traced fill broadcast
             return (full if function is np.full else full_like)(*args, **kwargs)
-        if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")):
-            return _created(function, *args, **kwargs)
+        if function in _CREATION and _has_dim(args[0] if args else kwargs.get("shape")) or (
+                _trial_buffer(self.context, function, args, kwargs)):
+            return _created(function, *args, context=self.context, **kwargs)
         if _is_random(function, args, kwargs):
             if _draws(function):  # np.random.rand(n, m), rng.random(x.shape), seed
                 return draw(self.context, function, args, kwargs, self.objects.path_of)

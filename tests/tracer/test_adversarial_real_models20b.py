@@ -33,7 +33,12 @@ compile', the call and later calls of that signature run eagerly): that call too
 most of it margins and scheduling. Needless eager runs: ``np.convolve`` and
 ``np.correlate`` were not supported (every moving average ran eagerly); they are now the
 windows of the padded longer array times the shorter one (``tracer/correlations.py``),
-lengths symbolic.
+lengths symbolic. Slow, a compile per length: a buffer of int sizes made in a loop body and
+written in place (CTC's ``skip = np.full(L, -np.inf); skip[2:] = alpha[t - 1, :-2]``,
+min-char-rnn's ``x = np.zeros((V, 1)); x[ix] = 1``) was a NumPy constant of the trace, so
+the write was one into an array made before the loop and the loop unrolled (CTC's beta
+recursion over four label sets took 85 s on the loaded machine); inside a trip traced for
+capture such a buffer is now traced (``frontend._trial_buffer``).
 
 Not fixed (strict xfail below, reported): since bf6ca4e (a margin guard that always fails
 before a loop whose body decides on a value with no error model) a Viterbi backtrace runs
@@ -130,6 +135,34 @@ def test_convolve_raises_as_numpy_does():
                         (np.ones((2, 2)), np.ones(2), "full")])
     f = run_calls(filters, [(np.array([True, False]), np.array([True]), "full")])
     assert f.stats()["eager_calls"], f.explain()
+
+
+# --- a buffer of int sizes made in a loop body and written in place ------------------------
+def skip_transitions(logp, n):
+    """CTC's forward step in the idiom of the NumPy gists: ``skip = np.full(L, -np.inf)``
+    made in the body (L a Python int: twice the label length plus one), then written."""
+    T = logp.shape[0]
+    alpha = np.full((T, n), -np.inf)
+    alpha[0, :2] = logp[0, :2]
+    for t in range(1, T):
+        skip = np.full(n, -np.inf)
+        skip[2:] = alpha[t - 1, :-2]
+        alpha[t] = np.logaddexp(np.logaddexp(alpha[t - 1], skip), np.roll(alpha[t - 1], 1)
+                                ) + logp[t, :n]
+    return alpha
+
+
+def test_a_buffer_made_in_the_loop_body_keeps_the_loop_captured():
+    """Before the fix the buffer was a NumPy constant of the trace, the write into it one
+    into an array made before the loop: the loop unrolled ('writes in place into an array
+    no loop variable holds'), one compile per length (CTC's beta recursion over four label
+    sets: 85 s on the loaded machine)."""
+    rng = np.random.default_rng(6)
+    f = run_calls(skip_transitions, [(rng.standard_normal((T, 9)), 5) for T in (5, 6, 7)],
+                  dynamic=True, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 6), f.explain()
+    assert f.stats()["compiles"] == 1, f.explain()
 
 
 # --- soft-DTW: a table started at inf, filled cell by cell --------------------------------

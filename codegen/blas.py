@@ -81,12 +81,12 @@ OPENBLAS_IDLE_SPIN_LOG2 = 20
 _threads_without_blas = weakref.WeakSet()
 
 
-def runs_no_blas():
-    """Mark the calling thread as one that never calls OpenBLAS (tracejit's LLVM helper), so
-    it does not stop ``shorten_openblas_idle_spin``: the helper exists before a script's
-    first threaded compiled call, and counting it kept OpenBLAS's long
-    spin in every process (the MLP step ran 13.1 ms with the short spin, 15.7 without)."""
-    _threads_without_blas.add(threading.current_thread())
+def runs_no_blas(thread=None):
+    """Mark ``thread`` (default: the calling thread) as one that never calls OpenBLAS
+    (tracejit's LLVM helper), so it does not stop ``shorten_openblas_idle_spin``: the helper
+    exists before a script's first threaded compiled call, and counting it kept OpenBLAS's
+    long spin in every process (the MLP step ran 13.1 ms with the short spin, 15.7 without)."""
+    _threads_without_blas.add(thread or threading.current_thread())
 
 
 def _only_python_thread():

@@ -388,14 +388,70 @@ def _jit():
     """The LLJIT new libraries go into (call with ``_link_lock`` held)."""
     _initialized()
     if _generation["jit"] is None or _generation["links"] >= LIBRARIES_PER_JIT:
-        # JITLink keeps an object's sections together: RuntimeDyld could place code and
-        # its constant pool more than 2 GiB apart in a crowded address space and abort on a
-        # 32-bit relocation (seen with torch and jax loaded in the process).
-        _generation["jit"] = llvm.create_lljit_compiler(_jit_target_machine(),
-                                                        use_jit_link=True)
-        _generation["links"] = 0
+        _new_jit()
     _generation["links"] += 1
     return _generation["jit"]
+
+
+def _new_jit():
+    # JITLink keeps an object's sections together: RuntimeDyld could place code and its
+    # constant pool more than 2 GiB apart in a crowded address space and abort on a 32-bit
+    # relocation (seen with torch and jax loaded in the process).
+    _generation["jit"] = llvm.create_lljit_compiler(_jit_target_machine(), use_jit_link=True)
+    _generation["links"] = 0
+
+
+_ahead = {}  # "thread": the thread making the process's first LLJIT (``link_ahead``)
+
+
+def link_ahead(then=None):
+    """Start making the process's first LLJIT and its target machine (~1 ms of LLVM, in
+    native calls that release the GIL) on a thread of its own, then run ``then()`` there
+    (``machine_objects.link_ahead``: the per-machine objects, linked), so that a warm
+    start from disk has them when it links, having read and checked its entry meanwhile.
+    Once per process, and only while no LLJIT exists; the first ``load`` waits for the
+    LLJIT (``_link_lock``), and ``joined_link_ahead`` for the thread. ``then`` raising is
+    ignored: whoever needs what it makes makes it again, and sees the error.
+
+    LLVM is set up and the host asked for here, on the calling thread (the cache key
+    needs both): the thread then makes only what nothing else makes concurrently.
+
+    >>> link_ahead(); load(compile_module("define i64 @one() { ret i64 1 }").object_code,
+    ...                    ["one"]).addresses["one"] != 0
+    True
+    """
+    if _ahead or _generation["jit"] is not None:
+        return
+    host_description()
+
+    def make():
+        with _link_lock:
+            if _generation["jit"] is None:
+                _new_jit()
+        if then is not None:
+            try:
+                then()
+            except Exception as error:  # noqa: BLE001 - made again where it is needed
+                log.debug("linking ahead failed: %s", error)
+
+    thread = threading.Thread(target=make, name="tracejit-link-ahead", daemon=True)
+    # marked before it starts: a pool that starts while it runs still shortens OpenBLAS's
+    # idle spin (``blas.shorten_openblas_idle_spin`` counts the other Python threads)
+    blas.runs_no_blas(thread)
+    _ahead["thread"] = thread
+    thread.start()
+
+
+def joined_link_ahead():
+    """Wait for ``link_ahead``'s thread, if one was started (also before a fork: a child
+    must not inherit ``_link_lock`` held by a thread it lacks)."""
+    thread = _ahead.get("thread")
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=joined_link_ahead)
 
 
 @dataclass

@@ -28,3 +28,22 @@ def builders():
             isa = gemm_ir.isa_for(chosen.name, dtype)
             found.append((f"GEMM {isa.entry}", lambda isa=isa: gemm.object_code(isa)))
     return found
+
+
+def link_ahead():
+    """Make the LLJIT, link the pool's runtime and the entry guards' array check on a
+    thread of their own (``llvm.link_ahead``: native work, mostly without the GIL) while
+    the calling thread goes on: a warm start from disk calls this before it takes its key,
+    reads its entry and parses its program (~5 ms of Python), and finds them made when it
+    links (the pool takes the runtime linked: ``parallel.link_runtime_ahead``) and builds
+    its entry guard (``array_guard.matcher``, built once per process under its lock)."""
+    from . import llvm
+
+    llvm.link_ahead(then=_link_ahead)
+
+
+def _link_ahead():
+    from . import array_guard, parallel
+
+    parallel.link_runtime_ahead()
+    array_guard.matcher()

@@ -431,6 +431,23 @@ def runtime_object():
                          lambda: llvm.compile_module(runtime_ir()).object_code)
 
 
+RUNTIME_EXPORTS = ("tj_parallel_for", "tj_worker_loop", "tj_pool_park")
+_linked_ahead = {}  # "runtime": the runtime's library, linked by ``link_ahead``'s thread
+
+
+def link_runtime_ahead():
+    """Link the pool's runtime for the pool to take when it starts (``ThreadPool``): on
+    ``llvm.link_ahead``'s thread (``machine_objects.link_ahead``)."""
+    if not _pool_for.cache_info().currsize:
+        _linked_ahead["runtime"] = llvm.load(runtime_object(), RUNTIME_EXPORTS)
+
+
+def _runtime_library():
+    """The runtime's library: ``link_ahead``'s, else linked now."""
+    llvm.joined_link_ahead()
+    return _linked_ahead.pop("runtime", None) or llvm.load(runtime_object(), RUNTIME_EXPORTS)
+
+
 class ThreadPool:
     """The process's pool: its native state, and ``threads - 1`` worker threads."""
 
@@ -441,8 +458,7 @@ class ThreadPool:
         self.state = (ctypes.c_int64 * POOL_FIELDS)()
         self.state[THREADS] = threads
         self.state[PARKED] = -1  # no generation parked yet
-        self.library = llvm.load(runtime_object(),
-                                 ["tj_parallel_for", "tj_worker_loop", "tj_pool_park"])
+        self.library = _runtime_library()
         self.address = ctypes.addressof(self.state)
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
             self.library.addresses["tj_worker_loop"])

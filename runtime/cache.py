@@ -31,7 +31,7 @@ import os
 import time
 import warnings
 
-from tracejit.codegen import gc_pause
+from tracejit.codegen import gc_pause, machine_objects
 
 from . import serialize
 from .cache_entries import (
@@ -200,6 +200,9 @@ class DiskCache:
         root = self.trusted(fn=fn, name=name)
         if root is None:
             return None
+        # The LLJIT is made and the per-machine objects linked while the key is taken and
+        # the entry read and checked: a hit links next, a miss compiles and links
+        machine_objects.link_ahead()
         key, signature = self.key(fn, options, policy, leaves)
         if key is None:
             return None

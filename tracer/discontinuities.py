@@ -530,8 +530,8 @@ def _jumps(ctx, eqn):
     """Whether ``eqn`` (in ``AMBIGUITY``) may jump whatever its operands' bounds: not a
     cast to a float, nor a comparison only ``np.where`` reads between branches meeting at
     its threshold (relu as ``np.where(x > 0, x, 0)``)."""
-    if eqn.prim.name == "cast":
-        return not is_float(eqn.out)
+    if eqn.prim.name == "cast":  # truncation, or a truth test
+        return is_bool(eqn.out) or is_float(eqn.inputs[0]) and not is_float(eqn.out)
     if AMBIGUITY[eqn.prim.name] is _compare:
         selects = _selects(ctx, eqn)
         return not selects or not all(_meets_at_threshold(ctx, eqn, select)

@@ -167,6 +167,19 @@ def _body_checks(body, ctx):
     return None if guarded is body else list(guarded.body), unmodelled
 
 
+def _checked_slice(graph):
+    """Bounds of ``graph``'s values as they are past the discontinuity checks that
+    ``check_discontinuities`` will make (a checked comparison or argmax is NumPy's
+    value): a carried int or bool whose initial value is one (a while loop's done flag
+    from its peeled trip 0, viterbi's back-pointer ``path[-1] = np.argmax(...)``) enters
+    the loop exact. Taken as unbounded, it made every value it selects or indexes
+    unbounded, and the loop's decisions unmodelled (so eager). Its equations are dropped."""
+    ctx = _Slice(graph, cheap=True)
+    ctx.bounds.update(dict.fromkeys(graph.check_vars))
+    checked_body(graph, ctx, hoist=False)
+    return ctx
+
+
 def _decided_by_numpy(graph, first, location):
     """``graph`` with a margin guard that always fails before the loop ``first``: its
     body decides (at ``location``) on a value with no error model, so no check could tell
@@ -216,10 +229,15 @@ def _bound_loop(graph, first):
     # What the body reads from outside: exact, bounded (the bound passed in), or not
     # modelled; the same for the initial carried values.
     unbounded, operand_bounds = {}, {}
+    entry = None
     for position, (var, operand) in enumerate(zip(body.inputs, first.inputs)):
         if var.name not in reads or not isinstance(operand, Var):
             continue
         bound = outer.bound(operand)
+        if bound is not None and position < num_carry and not is_float(var):
+            entry = _checked_slice(graph) if entry is None else entry
+            if entry.bound(operand) is None:
+                continue  # NumPy's once the checks before the loop hold
         if bound is None:
             continue
         if _unbounded(bound) or not (is_float(var) or is_bool(var) and position >= num_carry):
@@ -239,8 +257,15 @@ def _bound_loop(graph, first):
     # (a gradient step through products NumPy's own BLAS calls compute, margin_rules'
     # _matmul). A worst-case bound carried instead grows with the trips until the exit's
     # margin fails (gradient descent to a tolerance ran eagerly after ~40-50 trips).
+    # (ints and bools too, which carry no bound: viterbi's back-pointers, argmax's checked
+    # in the body, are NumPy's after the loop, so a later loop may index by them)
     exact = {position for position in carried if not isinstance(first.inputs[position], Var)
-             or outer.bound(first.inputs[position]) is None}
+             or outer.bound(first.inputs[position]) is None} | {
+        position for position in wanted if position not in unbounded
+        and not is_float(body.inputs[position]) and (
+            not isinstance(first.inputs[position], Var)
+            or outer.bound(first.inputs[position]) is None
+            or entry is not None and entry.bound(first.inputs[position]) is None)}
     while True:
         ctx = _Slice(scoped, cheap=True)
         ctx.full_products = full_products

@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from . import pytree
-from .argument_writes import ArgumentWrite, OutsideArrayWrite
+from .argument_writes import ArgumentWrite, OutsideArrayWrite, argument_leaves
 from .attribute_writes import AttributeWrite, Item
 
 
@@ -91,7 +91,7 @@ def store_function(writes):
     for each of ``writes`` in order; ``arguments`` is ``(args, kwargs)`` or a
     ``argument_writes.CallArguments`` (whose ``leaves`` paths from an argument read)."""
     names = {"asarray": np.asarray, "copyto": np.copyto, "python_number": _python_number,
-             "argument_leaves": _argument_leaves}
+             "argument_leaves": argument_leaves}
     ids = {}
 
     def constant(value):
@@ -111,8 +111,3 @@ def store_function(writes):
     store.source = source
     return store
 
-
-def _argument_leaves(arguments):
-    from .argument_writes import argument_leaves
-
-    return argument_leaves(arguments)

@@ -1090,6 +1090,9 @@ class Hooks:
         path = self.objects.path_of(owner)
         if path is None:
             return self.outside_mutation(written)
+        if type(owner).__setattr__ is object.__setattr__ and _holds_attribute(
+                owner, name, value, context.outside_copies):
+            return  # numpy-ml's C = self.cache; ...; self.cache = C: the same dict stays
         attribute = path.attr(name)
         if _is_number(getattr(owner, name, None)) and (
             attribute.key in context.outside_values
@@ -1280,9 +1283,12 @@ class Hooks:
         return tracer
 
     def setdefault_argument(self, what, container, key, default=None):
-        """``config.setdefault(key, default)`` on an argument's dict: its value when the key
-        is there (the dict's keys are part of the call's guarded structure, so later calls
-        have it too); else a write of the default (tracejit.tracer.argument_writes)."""
+        """``config.setdefault(key, default)`` on an argument's dict, or one read from
+        outside (``self.config.setdefault(...)``): its value when the key is there (the
+        dict's keys are part of the call's guarded structure, so later calls have it too);
+        else a write of the default (tracejit.tracer.argument_writes, or under a record as
+        ``self.config[key] = default`` is). Another receiver's ``setdefault`` (a class of
+        the user's) is called as written."""
         if isinstance(container, dict) and key in container:
             return container[key]
         if self._made_in_this_call(container):  # config = {} when the caller passed None
@@ -1295,7 +1301,8 @@ class Hooks:
                 self._note_item(container, key, default)
                 or self._note_listed_item(container, key, default)):
             return default  # cs231n's optimizers on a Solver's self.optim_configs[p]
-        return self.outside_mutation(what, container)
+        self.outside_mutation(what, container)  # (raises where the call changes state)
+        return self.call(container.setdefault, key, default)
 
     def _made_in_this_call(self, container):
         """A dict or list neither passed in nor reached from outside: one the function made
@@ -1387,6 +1394,17 @@ def _pinned(value):
     if type(value) in (tuple, list):
         return type(value)(_pinned(item) for item in value)
     return value
+
+
+def _holds_attribute(owner, name, value, copies):
+    """Whether ``owner.name`` is ``value`` already, or ``value`` is the trace's copy of the
+    dict or list there (``copies``: copy -> original): storing it back changes nothing."""
+    held = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
+    return held is not _ABSENT and type(held) in (dict, list) and (
+        copies.get(id(value), value) is held)
+
+
+_ABSENT = object()
 
 
 def _holds(container, index, value, copies=None):

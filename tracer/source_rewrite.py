@@ -286,6 +286,14 @@ class _Rewriter(ast.NodeTransformer):
                 # the key is there
                 return _hook("setdefault_argument", what, owner, *node.args, node=node)
             return _then(_hook("outside_mutation", what, owner, node=node), node)
+        if (isinstance(original, ast.Attribute) and original.attr == "setdefault"
+                and 1 <= len(node.args) <= 2 and not node.keywords
+                and _is_load_chain(original.value)):
+            # self.config.setdefault("momentum", 0.9), c.setdefault(...) of a local name:
+            # a read where the key is there, else a write the hook records or refuses
+            what = ast.Constant(f"{ast.unparse(original)}(...)")
+            return _hook("setdefault_argument", what, self.visit(receiver), *node.args,
+                         node=node)
         if (isinstance(original, ast.Attribute) and original.attr in _MUTATING_METHODS
                 and _is_load_chain(original.value)):  # self.history.append(loss)
             what = ast.Constant(f"{ast.unparse(original)}(...)")

@@ -12,6 +12,7 @@ was applied twice - a wrong result."""
 import copy
 
 import numpy as np
+import pytest
 
 import tracejit as tj
 
@@ -153,3 +154,103 @@ def test_a_call_that_caches_in_a_dict_and_appends_writes_its_state_once():
         np.testing.assert_allclose(layer.losses, twin.losses, rtol=1e-12)
         assert layer.cache["x"] is not None and np.array_equal(layer.cache["x"], x)
     assert not step.stats()["eager_calls"], step.stats()
+
+
+class AttributeConfig:
+    def __init__(self):
+        self.config = {"lr": 0.1}
+
+    def step(self, w, g):
+        self.config.setdefault("momentum", 0.9)
+        v = self.config.get("v", np.zeros_like(w))
+        v = self.config["momentum"] * v - self.config["lr"] * g
+        self.config["v"] = v
+        return w + v
+
+    def settings(self):
+        return self.config
+
+
+class NestedConfig(AttributeConfig):
+    def __init__(self):
+        self.configs = {"a": {"lr": 0.1}}
+
+    def step(self, w, g):
+        c = self.configs["a"]
+        c.setdefault("momentum", 0.9)
+        v = c.get("v", np.zeros_like(w))
+        v = c["momentum"] * v - c["lr"] * g
+        c["v"] = v
+        return w + v
+
+    def settings(self):
+        return self.configs["a"]
+
+
+class Defaults:
+    """A class of the user's with its own ``setdefault``: called as written."""
+
+    def __init__(self):
+        self.table = {}
+
+    def setdefault(self, key, value):
+        self.table.setdefault(key, value)
+        return self.table[key] * 2
+
+
+class WithDefaults:
+    def __init__(self):
+        self.defaults = Defaults()
+
+    def step(self, w, g):
+        return w - self.defaults.setdefault("lr", 0.05) * g
+
+    def settings(self):
+        return self.defaults.table
+
+
+@pytest.mark.parametrize("make", [AttributeConfig, NestedConfig, WithDefaults])
+def test_setdefault_on_a_dict_read_from_outside_compiles(make):
+    model = make()
+    twin = copy.deepcopy(model)
+    step = tj.jit(model.step, cache="memory")
+    w = np.ones(3)
+    for call in range(6):
+        if call == 4:  # the user changes a setting between calls
+            for target in (model, twin):
+                target.settings()["lr"] = 0.3
+        g = np.full(3, call + 1.0)
+        np.testing.assert_allclose(step(w, g), twin.step(w, g), rtol=1e-12)
+        assert model.settings().keys() == twin.settings().keys()
+        for key, value in model.settings().items():
+            np.testing.assert_allclose(value, twin.settings()[key], rtol=1e-12)
+    assert step.stats()["compiled_calls"] >= 2, step.stats()
+
+
+class NestedCache:
+    """numpy-ml's optimizer idiom: ``C = self.cache``, items written through ``C``, then
+    ``self.cache = C`` - the same dicts stay, as in eager."""
+
+    def __init__(self):
+        self.cache = {"W": {"m": np.zeros(3), "count": 0}}
+
+    def step(self, g):
+        C = self.cache
+        C["W"]["m"] = 0.9 * C["W"]["m"] + g * (1 + C["W"]["count"])
+        self.cache = C
+        return C["W"]["m"]
+
+
+def test_a_dict_stored_back_keeps_the_callers_dicts():
+    model = NestedCache()
+    twin = copy.deepcopy(model)
+    outer, inner = model.cache, model.cache["W"]
+    step = tj.jit(model.step, cache="memory")
+    for call in range(5):
+        if call == 3:
+            model.cache["W"]["count"] = twin.cache["W"]["count"] = 5
+        g = np.full(3, call + 1.0)
+        np.testing.assert_allclose(step(g), twin.step(g), rtol=1e-12)
+        assert model.cache is outer and model.cache["W"] is inner  # eager's own dicts
+        np.testing.assert_allclose(inner["m"], twin.cache["W"]["m"], rtol=1e-12)
+    assert step.stats()["compiled_calls"] >= 2, step.stats()

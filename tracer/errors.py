@@ -26,6 +26,11 @@ class TraceError(TracejitError):
     """A function cannot be traced; the message starts with the user's ``file:line``."""
 
 
+class TraceTooLarge(TraceError):
+    """The trace passed ``tracing.EQUATION_LIMIT`` operations (a long Python loop unrolled
+    trip by trip): compiling it would take minutes, so the call runs eagerly."""
+
+
 def as_numpy_would(error):
     """Mark ``error`` as the one NumPy raises for the user's code (``int_array += 0.5``): it
     is the user's error, not tracejit's, so a jit call runs eagerly (which raises it again)

@@ -50,7 +50,7 @@ from .abstract import (
     is_number_argument,
 )
 from .dims import DimExpr, SymInt, SymRange, expr_of, value_of, wrap
-from .errors import TraceError, UnsupportedError, as_numpy_would
+from .errors import TraceError, TraceTooLarge, UnsupportedError, as_numpy_would
 from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
@@ -87,6 +87,13 @@ class InputSpec:
 # their tracers alone (``Values``), so they are freed when the function drops them, as in
 # an eager run; smaller ones are kept for the whole trace (cheap, and always there).
 WEAK_VALUE_BYTES = 1 << 16
+# Operations one trace may record. A Python loop that cannot be captured unrolls trip by
+# trip; a course's gradient descent of 2,000 iterations makes ~60,000 operations, whose
+# tracing, rounding bounds and LLVM would take many minutes (codegen.program.KERNEL_LIMIT
+# refuses such a program only after all that). Past the limit the call runs eagerly, after
+# seconds; the longest programs compiled on purpose (a chain of 1,000 pointwise ops, an
+# RNN unrolled over a padded sequence) stay far below it.
+EQUATION_LIMIT = 16384
 
 # Data-dependent decisions one trace may record (guards outside captured loops). Past it
 # the call runs eagerly: every other input would take a side exit somewhere along such a
@@ -336,6 +343,12 @@ class TracingContext(ShapeFacts, OutsideInputs):
         var = self.new_var(AbstractArray(tuple(expr_of(dim) for dim in out_aval.shape),
                                          out_aval.dtype, out_aval.weak))
         record = tuple(sorted((key, _record_param(value)) for key, value in params.items()))
+        if len(self.body) >= EQUATION_LIMIT:
+            raise TraceTooLarge(str(trace_error(
+                f"too large to compile: the trace passed {EQUATION_LIMIT} operations (a "
+                "Python loop unrolled trip by trip?); jit one step of the loop instead, or "
+                "write the loop in a form tracejit captures (docs/sharp_bits.md, 'What "
+                "unrolls')")))
         self.body.append(Eqn(prim, tuple(atoms), record, var))
         self.locations[var.name] = user_location(skip=2)
         result = Tracer(self, var, out_value, tuple(out_aval.shape))

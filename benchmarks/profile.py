@@ -142,13 +142,19 @@ def step_profiles(batch, settings, steps):
         for setting, jitted in compiled.items():
             walls, kernels = profiles[setting]
             jitted(*arguments)  # the previous setting's threads have had a step to settle
-            before = kernel_seconds(jitted)
-            start = time.perf_counter()
-            jitted(*arguments)
-            walls.append(time.perf_counter() - start)
-            for name, seconds in kernel_seconds(jitted).items():
-                kernels.setdefault(name, []).append(seconds - before.get(name, 0.0))
+            _timed_call(jitted, arguments, walls, kernels)
     return profiles
+
+
+def _timed_call(jitted, arguments, walls, kernels):
+    """Call ``jitted`` once: its wall time joins ``walls``, each kernel's seconds in that
+    call ``kernels[name]``."""
+    before = kernel_seconds(jitted)
+    start = time.perf_counter()
+    jitted(*arguments)
+    walls.append(time.perf_counter() - start)
+    for name, seconds in kernel_seconds(jitted).items():
+        kernels.setdefault(name, []).append(seconds - before.get(name, 0.0))
 
 
 def mlp_batch_64(runs, batch=64):
@@ -217,12 +223,7 @@ def transformer(runs):
         example.transformer_block(*arguments)
         eager.append(time.perf_counter() - start)
         jitted(*arguments)  # NumPy's threads have had a call to settle
-        before = kernel_seconds(jitted)
-        start = time.perf_counter()
-        jitted(*arguments)
-        walls.append(time.perf_counter() - start)
-        for name, seconds in kernel_seconds(jitted).items():
-            kernels.setdefault(name, []).append(seconds - before.get(name, 0.0))
+        _timed_call(jitted, arguments, walls, kernels)
     flops = matmul_flops(jitted)
     peak = core_peak() * thread_count()
     floor = sum(flops.values()) / peak / 1e6

@@ -170,10 +170,11 @@ def _body_checks(body, ctx):
 def _checked_slice(graph):
     """Bounds of ``graph``'s values as they are past the discontinuity checks that
     ``check_discontinuities`` will make (a checked comparison or argmax is NumPy's
-    value): a carried int or bool whose initial value is one (a while loop's done flag
-    from its peeled trip 0, viterbi's back-pointer ``path[-1] = np.argmax(...)``) enters
-    the loop exact. Taken as unbounded, it made every value it selects or indexes
-    unbounded, and the loop's decisions unmodelled (so eager). Its equations are dropped."""
+    value): an int or bool a loop reads that is one (a while loop's done flag from its
+    peeled trip 0, viterbi's back-pointers by a batched argmax, ``path[-1] =
+    np.argmax(...)``) enters the loop exact. Taken as unbounded, it made every value it
+    selects or indexes unbounded, and the loop's decisions unmodelled (so eager). Its
+    equations are dropped."""
     ctx = _Slice(graph, cheap=True)
     ctx.bounds.update(dict.fromkeys(graph.check_vars))
     checked_body(graph, ctx, hoist=False)
@@ -234,7 +235,7 @@ def _bound_loop(graph, first):
         if var.name not in reads or not isinstance(operand, Var):
             continue
         bound = outer.bound(operand)
-        if bound is not None and position < num_carry and not is_float(var):
+        if bound is not None and not is_float(var):
             entry = _checked_slice(graph) if entry is None else entry
             if entry.bound(operand) is None:
                 continue  # NumPy's once the checks before the loop hold

@@ -40,11 +40,12 @@ the write was one into an array made before the loop and the loop unrolled (CTC'
 recursion over four label sets took 85 s on the loaded machine); inside a trip traced for
 capture such a buffer is now traced (``frontend._trial_buffer``).
 
-Not fixed (strict xfail below, reported): since bf6ca4e (a margin guard that always fails
-before a loop whose body decides on a value with no error model) a Viterbi backtrace runs
-eagerly on every call of a dynamic length: the backpointer table a loop fills by argmaxes
-(each checked for near ties in the body) is an int carry ``loop_bounds`` does not carry a
-bound for, so after the loop it is unbounded and the backtrace's index into it unmodelled.
+Found and fixed by helper-131 (bfa1607 and the commit after): since bf6ca4e (a margin
+guard that always fails before a loop whose body decides on a value with no error model) a
+Viterbi backtrace ran eagerly on every call of a dynamic length: the backpointer table a
+loop fills by argmaxes (each checked for near ties in the body) was an int ``loop_bounds``
+took as unbounded after the loop (or, batched, before the next), so the backtrace's index
+into it was unmodelled. Such ints are now exact once their checks hold.
 
 Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
 and an exception eager raises must be raised too.
@@ -255,10 +256,6 @@ def backtrace(logp, logA):
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="bf6ca4e: an int buffer a loop fills by checked "
-                   "argmaxes is unbounded after the loop, so the backtrace's index into it "
-                   "gets a margin guard that always fails (every call eager, 'guard margin'); "
-                   "all four calls compiled before bf6ca4e")
 def test_a_backtrace_over_argmax_backpointers_compiles():
     rng = np.random.default_rng(0)
     calls = [(rng.standard_normal((T, 3)), rng.standard_normal((3, 3))) for T in (5, 6)]

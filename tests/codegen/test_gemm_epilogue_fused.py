@@ -237,11 +237,22 @@ def test_other_epilogues_keep_the_loop(name, function, reference, monkeypatch):
     b = rng.standard_normal(23).astype(np.float32)
     x[0, :] = -0.0
     x[1, 3], w[2, 5] = np.nan, np.inf  # NaN in C: a row, a column, and inf - inf
+    if name.startswith("where(x <="):
+        # A decision on the own GEMM's float32 product carries its rounding bound (bf6ca4e):
+        # in a row or column holding NaN or inf the bound is too, its margin guard fails
+        # and NumPy decides that call. Compiled on finite data; the specials' call eager.
+        special_x, special_w = x, w
+        x, w = x.copy(), w.copy()
+        x[1, 3], w[2, 5] = 0.5, 2.0
     compiled, lowered = compile_own(function, x, w, b, monkeypatch=monkeypatch)
     assert "tj_sgemm_own" in lowered.llvm_ir
     if name != "relu then bias":  # its bias add may become a kernel of its own
         assert EPILOGUE not in lowered.llvm_ir, name
     assert_same_bits(run(compiled, x, w, b), reference(product_of(x, w), b), name)
+    if name.startswith("where(x <="):
+        with blas.gemm_override("own"):
+            assert_same_bits(compiled(special_x, special_w, b),
+                             function(special_x, special_w, b), name)
 
 
 def test_values_used_elsewhere(monkeypatch):

@@ -116,6 +116,16 @@ class OutputPlan:
         return [write for write in self.writes if hasattr(write, "ready")]
 
     @functools.cached_property
+    def written_numbers(self):
+        """The program outputs the writes store as numbers (``self.steps += 1``: a Python
+        int, ``self.total += loss.item()``), not as arrays."""
+        found = set()
+        for write in self.writes:
+            pairs = getattr(write, "leaves", None) or ((write.kind, write.value),)
+            found |= {index for kind, index in pairs if kind in ("value", "scalar")}
+        return found
+
+    @functools.cached_property
     def store_writes(self):
         """``store(arguments, outputs)``: every write's ``store`` in order, as one
         generated function (``tracer.write_source``)."""
@@ -241,12 +251,14 @@ class Path:
         # An argument returned as it came (``return w, loss``) is that Tensor, as eagerly:
         # a leaf whose .grad the backward fills, not a copy on the compiled node.
         arguments = {id(tensor.data): tensor for tensor in (*tensors, *differentiated)}
-        # Outputs that only feed writes (self.step += 1) stay as the program made them.
+        # Numbers that only feed writes (self.step += 1) stay as the program made them;
+        # arrays written (params[i] = params[i] - lr * g) are Tensors, as eagerly.
         in_result = {value for kind, value in self.outputs.leaves if kind != "static"} | set(
             plan.differentiable)
+        numbers = self.outputs.written_numbers - in_result
         wrapped = [
             arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
-            else value if index not in in_result or np.isscalar(value)
+            else value if index in numbers or np.isscalar(value)
             else Tensor._wrap(np.array(value) if index in self.view_outputs else
                               np.asarray(value))
             for index, value in enumerate(forward)]

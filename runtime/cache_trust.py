@@ -214,7 +214,7 @@ class TrustedRoot:
             info = os.fstat(handle)
             _check_file(path, info)
             if info.st_size > limit:
-                raise Rejected(f"{path} is {info.st_size} bytes, more than an entry can be "
+                raise Rejected(f"{path} is {info.st_size} bytes, more than such a file may be "
                                f"({limit})")
             chunks, remaining = [], info.st_size
             while remaining > 0:

@@ -227,6 +227,14 @@ class Path:
                 return _result(outputs, argument_leaves, wrap, arguments)
         self.result = result
 
+    @functools.cached_property
+    def written_numbers_only(self):
+        """Outputs that only feed writes of numbers (``self.step += 1``): ``record`` leaves
+        them as the program made them; arrays written (``params[i] = params[i] - lr * g``)
+        become Tensors, as eagerly."""
+        in_result = {value for kind, value in self.outputs.leaves if kind != "static"}
+        return self.outputs.written_numbers - in_result - set(self.gradients.differentiable)
+
     def record(self, outputs, inputs, leaves, spec, function):
         """Put a compiled call with gradients on the tape: Tensor outputs whose backward
         runs ``self.backward`` on the saved inputs and residuals."""
@@ -251,11 +259,7 @@ class Path:
         # An argument returned as it came (``return w, loss``) is that Tensor, as eagerly:
         # a leaf whose .grad the backward fills, not a copy on the compiled node.
         arguments = {id(tensor.data): tensor for tensor in (*tensors, *differentiated)}
-        # Numbers that only feed writes (self.step += 1) stay as the program made them;
-        # arrays written (params[i] = params[i] - lr * g) are Tensors, as eagerly.
-        in_result = {value for kind, value in self.outputs.leaves if kind != "static"} | set(
-            plan.differentiable)
-        numbers = self.outputs.written_numbers - in_result
+        numbers = self.written_numbers_only
         wrapped = [
             arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
             else value if index in numbers or np.isscalar(value)

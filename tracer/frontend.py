@@ -62,7 +62,13 @@ from .implicit import Path
 from .indexing import update, written_region
 from .ir import Effect
 from .locations import line_prefix, user_location
-from .loop_containers import StackedList, entry_refusal, is_in_loop, stack_call
+from .loop_containers import (
+    StackedDict,
+    StackedList,
+    entry_refusal,
+    is_in_loop,
+    stack_call,
+)
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
@@ -1033,12 +1039,13 @@ class Hooks:
             else:
                 updated = self.inplace(target, value, operation)
             return self.set_item(container, index, updated, outside)
-        if (isinstance(container, (dict, list)) or is_in_loop(container)) and is_traced(
-            container[index]
-        ) and isinstance(container[index].value, np.ndarray):
+        if (isinstance(container, (dict, list, StackedList, StackedDict)) or is_in_loop(
+                container)) and is_traced(container[index]) and isinstance(
+                container[index].value, np.ndarray):
             # params[k] -= v on an array a dict or list holds: NumPy updates that array in
             # place (every name for it sees it) and stores the same object back. (A number
-            # is immutable: config["t"] += 1 stores a new one.)
+            # is immutable: config["t"] += 1 stores a new one.) A captured loop's list or
+            # dict too: hs[-1] *= 3 after hs.append(h) updates h in NumPy.
             operation = "i" + operation
         current = container[index]
         updated = getattr(operator, operation)(current, value)

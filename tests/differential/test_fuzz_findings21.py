@@ -1,0 +1,66 @@
+"""Findings of round 21c (fuzzing and hostile inputs: the newest features mixed, values on
+guards' thresholds, hostile layouts and aliasing, processes and threads): each a minimal
+program or case, eager NumPy against ``jit``.
+
+Fixed here:
+
+* ``hs[-1] *= 3`` after a captured loop filled ``hs`` with ``hs.append(h)`` (or
+  ``d[t] = h``, ``hs.append(x[t])``): the augmented write into an entry of the loop's list
+  or dict was made ``hs[-1] = hs[-1] * 3`` (a new entry), where NumPy updates the entry in
+  place, and that entry is ``h`` (or a row of ``x``): ``h`` came back without the write
+  on every call past the first length (``frontend.Hooks.update_item`` took only a ``list``
+  or ``dict`` for a container whose arrays are updated in place; the loop's
+  ``StackedList``/``StackedDict`` are now taken too, and the write into their buffers runs
+  the call eagerly, as ``h += 1`` after such a loop does).
+"""
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+# --- an in-place write into an entry of a captured loop's list or dict ---------------------
+def last_entry_scaled(x):
+    h = np.zeros(x.shape[1:])
+    hs = []
+    for t in range(x.shape[0]):
+        h = np.tanh(h * 0.5 + x[t])
+        hs.append(h)
+    hs[-1] *= 3.0
+    return h, np.stack(hs)
+
+
+def last_key_shifted(x):
+    h = np.zeros(x.shape[1:])
+    states = {}
+    for t in range(x.shape[0]):
+        h = h * 0.5 + x[t]
+        states[t] = h
+    states[x.shape[0] - 1] += 1.0
+    return h
+
+
+def row_entry_doubled(x):
+    rows = []
+    for t in range(x.shape[0]):
+        rows.append(x[t])
+    rows[0] *= 2.0
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("function", [last_entry_scaled, last_key_shifted, row_entry_doubled])
+def test_an_augmented_write_into_a_loop_filled_entry_updates_what_numpy_does(function):
+    """The entry is ``h`` (or a row of the argument) in NumPy: ``hs[-1] *= 3`` updates it.
+    Compiled code stored a new entry instead, so ``h`` (or ``x``) missed the write from the
+    second length on (the captured loop's list)."""
+    f = tj.jit(function, cache="memory")
+    for rows in (5, 6, 7):
+        x, eager_x = np.arange(rows * 3.0).reshape(rows, 3), np.arange(rows * 3.0).reshape(
+            rows, 3)
+        results, expected = f(x), function(eager_x)
+        if not isinstance(expected, tuple):
+            results, expected = (results,), (expected,)
+        for got, want in zip(results, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_array_equal(x, eager_x)

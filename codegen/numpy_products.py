@@ -226,6 +226,34 @@ def layout_inputs(graph):
                  if var.name in deciding and var.name in read and len(var.aval.shape) >= 1)
 
 
+def same_as_c_ordered(value):
+    """Whether NumPy computes with ``value`` (an input at a ``layout_inputs`` position) as
+    it would with its C-ordered copy. C-contiguous arrays; and integer and bool arrays whose
+    axes keep C's order, strides only larger (cs231n's ``captions_out = captions[:, 1:]``,
+    which a loop program's driver hands a segment): such an array is no BLAS operand, and
+    NumPy's elementwise results from it are C-ordered, as from the copy. Not float views:
+    NumPy hands them to BLAS as they are.
+
+    >>> ids = np.arange(12).reshape(3, 4)
+    >>> same_as_c_ordered(ids[:, 1:]), same_as_c_ordered(ids[:, ::2]), same_as_c_ordered(ids.T)
+    (True, True, False)
+    >>> same_as_c_ordered(np.ones((3, 4))[:, 1:]), same_as_c_ordered(ids[::-1])
+    (False, False)
+    """
+    if value.flags.c_contiguous:
+        return True
+    if value.dtype.kind not in "biu":
+        return False
+    extent = value.itemsize  # the bytes the inner axes span
+    for size, stride in zip(reversed(value.shape), reversed(value.strides)):
+        if size == 1:
+            continue
+        if stride < extent:
+            return False
+        extent = stride * size
+    return True
+
+
 # Results NumPy allocates C-ordered whatever their operands' layouts: a layout walk stops
 # there (a write into a buffer is traced as a pad of the value selected into the buffer;
 # np.pad's result is C-ordered). Not concatenate: np.roll, traced as one, keeps an

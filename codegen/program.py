@@ -387,16 +387,19 @@ def link(program):
 
 def _layout_checked(relayout, positions):
     """``relayout``, unless an input at ``positions`` (one a decision on a NumPy product
-    reads through: ``numpy_products.layout_inputs``) is not C-contiguous: then the call
-    stops (``SideExit(LAYOUT_EXIT)``, nothing ran) and runs eagerly, where NumPy hands that
+    reads through: ``numpy_products.layout_inputs``) is not what NumPy computes with as
+    C-ordered (``numpy_products.same_as_c_ordered``): then the call stops
+    (``SideExit(LAYOUT_EXIT)``, nothing ran) and runs eagerly, where NumPy hands that
     layout to BLAS itself."""
     if not positions:
         return relayout
 
+    from .numpy_products import same_as_c_ordered  # (numpy_products -> matmul -> here)
+
     def checked(*inputs):
         for position in positions:
             value = inputs[position]
-            if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+            if isinstance(value, np.ndarray) and not same_as_c_ordered(value):
                 raise SideExit(LAYOUT_EXIT)
         return relayout(*inputs)
 

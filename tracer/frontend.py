@@ -312,6 +312,21 @@ def _trial_buffer(context, function, args, kwargs):
     return kind in "biuf" and np.ndim(fill) == 0
 
 
+def _callers_arrays(context, left, right):
+    """Whether ``left is right`` asks which of the caller's arrays are one object: each is
+    an array argument's tracer or an ndarray from outside (``self.W``, a global), and one
+    at least is an argument's. The answer eagerly depends on what the call passes."""
+    givens = (*context.input_tracers, *context.implicit_tracers.values())
+
+    def callers(value):
+        return isinstance(value, np.ndarray) or any(value is given for given in givens)
+
+    def argument(value):
+        return isinstance(value, Tracer) and any(value is given for given in givens)
+
+    return callers(left) and callers(right) and (argument(left) or argument(right))
+
+
 class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
@@ -941,12 +956,18 @@ class Hooks:
         """``left is right`` (``is not`` when ``negated``) in the user's code. The trace's
         answer for two arrays is NumPy's, but for ``np.ascontiguousarray(x) is x``: NumPy
         returns ``x`` itself where it is C-contiguous, and compiled calls take either
-        layout (the trace holds a copy), so that question runs eagerly."""
+        layout (the trace holds a copy), so that question runs eagerly. So does ``Y is X``
+        of two arrays the caller hands in (sklearn's ``if Y is None or Y is X``, ``x is
+        self.W``): the trace holds them as separate inputs whatever they are, and which
+        arguments are one object is not part of a variant's entry guards."""
         same = left is right
         if not same and isinstance(left, Tracer) and isinstance(right, Tracer) and (
                 contiguous_copy_of(left, right) or contiguous_copy_of(right, left)):
             raise trace_error("np.ascontiguousarray(x) is x: NumPy's answer is x's layout, "
                               "which compiled calls do not guard")
+        if not same and _callers_arrays(self.context, left, right):
+            raise trace_error("`is` of two arrays from the caller (arguments, or arrays read "
+                              "from outside): whether they are one object is not guarded")
         return same is not negated
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

@@ -1,0 +1,119 @@
+"""Adversarial real-model tests, round 21a: course-assignment layers and small NumPy ML
+libraries, and the README's example changed the way a grader would change it, written in
+their idioms and run eagerly and through ``jit`` on copies of the same arguments and
+objects.
+
+Sources read this round (rewritten, not pasted): CS224n 2019's assignment 2 ``word2vec.py``
+(``naiveSoftmaxLossAndGradient`` writing ``y_hat[outsideWordIdx] -= 1`` into the softmax it
+made, ``negSamplingLossAndGradient`` over ``indices = [outsideWordIdx] +
+negSampleWordIndices`` with repeated ids added one by one, ``skipgram`` over a list of
+context words looked up in ``word2Ind``, ``word2vec_sgd_wrapper`` over a batch of (center,
+context) pairs and slices of one ``wordVectors`` array); CS231n 2019-2024's
+``rnn_layers.py`` and ``CaptioningRNN`` (``word_embedding_forward`` by ``W[x, :]``, its
+backward by ``np.add.at``, ``temporal_affine_forward`` through ``reshape(N * T, D)``,
+``temporal_softmax_loss`` with the ``captions_out != self._null`` mask, ``loss`` over
+``captions[:, :-1]`` and ``captions[:, 1:]``, greedy ``sample`` into an int32 buffer);
+sklearn-style kernels (``if Y is None or Y is X``).
+
+Findings, each fixed with its test here (each fails before its fix). Wrong results: ``a is
+b`` of two arrays the caller hands in (sklearn's ``Y is X``, ``x is self.W``) was answered
+for the trace's arrays, which are separate inputs whatever the call passes: traced on two
+arrays, a call passing one array twice (or the global ``W`` itself) ran the program of the
+``False`` branch, and a first call passing ``W`` returned that branch from the trace. Such
+a question now runs the call eagerly (``frontend._callers_arrays``). Needless eager runs:
+the layout check for products a decision reads refused any input that was not
+C-contiguous, also an integer view such as ``captions[:, 1:]`` that only feeds a mask: a
+loop program hands such views to its segments, so the CaptioningRNN's loss ran eagerly at
+every sequence length once its loop was captured. Integer and bool arrays whose axes keep
+C's order pass now (``numpy_products.same_as_c_ordered``): NumPy's elementwise results from
+them are C-ordered, and they are no BLAS operand.
+
+Probed and equal to eager, not kept (CI budget): the README's example under default
+arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
+cell is rebound (``nonlocal``) or whose captured array is written in place, a jitted lambda
+called with keywords in either order, ``functools.partial`` of a jit function and jit of a
+partial, a ``functools.wraps`` decorator above and below ``@jit``, a jit function calling
+another, ``*args``/``**kwargs`` wrappers, 0-d arrays, NumPy scalars, a Python float (NumPy's
+``AttributeError``), ``(1,)`` float32 and ``(1, 1)`` inputs; CS224n's ``skipgram`` with
+both losses and the SGD wrapper (float32 and float64; context lists of one, four and
+repeated words; an empty context).
+
+Not fixed, reported: CS229's problem sets lean on ``np.linalg.inv`` (GDA's ``sigma_inv``,
+locally weighted regression's normal equations, Newton's method for logistic regression),
+which tracejit does not trace: those run eagerly with the reason. CS229's Poisson
+regression (``while True:`` with ``self.theta +=`` and a ``break`` on the step's 1-norm)
+unrolls (an attribute written in the loop) and runs eagerly past 256 decisions; written
+with a local ``theta`` its loop is captured, but the carried bound of ``np.exp`` makes a
+guard in the loop body fail on every call (eager after a 0.9 s compile). A pure function
+called with one array twice (``attention(x, x, x)``, ``gram(X, X)``) as its first calls
+runs eagerly ('arguments share memory') until a call with separate arrays is traced.
+
+Each call compares results, dtypes, types and the arguments and objects afterwards with
+eager NumPy, and an exception eager raises must be raised too.
+"""
+
+import numpy as np
+from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+W_GLOBAL = np.ones(3)
+
+
+# --- `is` of the caller's arrays ----------------------------------------------------------------
+def pairwise_sq_dists(X, Y=None):
+    """sklearn's ``euclidean_distances`` shortcut: the same array twice is symmetric."""
+    if Y is None or Y is X:
+        Y = X
+        symmetric = True
+    else:
+        symmetric = False
+    d = X[:, None] - Y[None, :]
+    return d * d + (1.0 if symmetric else 0.0)
+
+
+def scaled_unless_global(x):
+    if x is W_GLOBAL:
+        return x * 2
+    return x - 1
+
+
+def test_is_of_two_argument_arrays_runs_as_numpy_decides():
+    """Before the fix the calls passing ``x`` twice returned the ``Y is not X`` branch (the
+    program traced on two arrays)."""
+    x, y = np.arange(3.0), np.arange(3.0) + 5
+    f = jitted(pairwise_sq_dists)
+    for arguments in [(x, y), (x, y), (x, x), (x, x), (x,), (x,), (y, x)]:
+        assert_same(f(*arguments), pairwise_sq_dists(*arguments), **F64)
+    no_internal_errors(f)
+
+
+def test_is_of_an_argument_and_a_global_array_runs_as_numpy_decides():
+    """Before the fix ``f(W_GLOBAL)`` returned ``x - 1`` both when traced first on another
+    array and when traced on ``W_GLOBAL`` itself."""
+    x = np.arange(3.0)
+    for calls in ([x, x, W_GLOBAL, W_GLOBAL], [W_GLOBAL, W_GLOBAL, x, x]):
+        f = jitted(scaled_unless_global)
+        for argument in calls:
+            assert_same(f(argument), scaled_unless_global(argument), **F64)
+        no_internal_errors(f)
+
+
+# --- the layout check of products a decision reads --------------------------------------------
+def masked_relu_layer(x, ids, w):
+    mask = ids != 0
+    h = (x * mask[:, :, None]).reshape(-1, x.shape[2]) @ w
+    return np.maximum(h, 0), (h > 0).sum()
+
+
+def test_an_integer_view_feeding_a_mask_before_a_deciding_product_compiles():
+    """``ids = captions[:, 1:]`` (C's order, larger row strides) feeds a mask the float32
+    product's relu reads. Before the fix every call ran eagerly ('an argument not
+    C-contiguous where a decision reads a product')."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 2)).astype(np.float32)
+    captions = rng.integers(0, 3, size=(3, 5))
+    f = run_calls(masked_relu_layer, [lambda: (x, captions[:, 1:], w)])
+    assert all_compiled(f, 2), f.explain()
+    transposed = rng.integers(0, 3, size=(4, 3)).T  # F-ordered: NumPy's layout, eager
+    assert_same(f(x, transposed, w), masked_relu_layer(x, transposed, w))

@@ -155,6 +155,12 @@ def dropout(x, p, generator, training=True):
     return x * keep * (1.0 / (1.0 - p))
 
 
+# Under jit the front end rewrites dropout as it does the user's code: its
+# ``generator.random`` is then a recorded draw that compiled calls replay from the same
+# generator, so compiled and eager masks agree draw for draw.
+dropout.__tracejit_rewritten__ = True
+
+
 # --- convolution and pooling (NCHW activations, OIHW weights: PyTorch's layouts) --------
 # Convolutions bind the conv2d primitive (tracejit.tracer.ops.conv; compiled by
 # tracejit.codegen.conv). Pooling is a composition: zero padding (``np.pad``), strided

@@ -14,15 +14,17 @@ tensor([2., 1., 2.])
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
+from tracejit.tracer import numpy_api
 from tracejit.tracer.array_methods import ArrayMethods
 from tracejit.tracer.errors import TracejitError
 from tracejit.tracer.locations import is_tracejit, line_prefix, user_location
 from tracejit.tracer.ops import scatter_add
 
-from . import autograd
+from . import autograd, eager_ops
 from .autograd import IndexNode, PrimitiveNode
 
 _DEFAULT_REPR_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
@@ -108,7 +110,7 @@ class Tensor(ArrayMethods):
     """An n-dimensional array that can record its history for ``backward()``."""
 
     __slots__ = ("_data", "requires_grad", "grad", "_node", "_versions", "_view_of",
-                 "__weakref__")
+                 "_views", "__weakref__")
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
@@ -117,6 +119,7 @@ class Tensor(ArrayMethods):
         self._node = None
         self._versions = VersionCounter()
         self._view_of = None
+        self._views = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -148,6 +151,7 @@ class Tensor(ArrayMethods):
         tensor._node = None
         tensor._versions = VersionCounter() if versions is None else versions
         tensor._view_of = None
+        tensor._views = None
         return tensor
 
     @property
@@ -181,6 +185,20 @@ class Tensor(ArrayMethods):
                 result._node = PrimitiveNode(prim, params, values, out, parents, saved)
                 result.requires_grad = True
         return result
+
+    # NumPy calls only Tensors differentiate (np.arctan2, np.linalg.inv, det): recorded on
+    # the tape like a primitive; everything else is the op table's (ArrayMethods)
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        op = eager_ops.UFUNCS.get(ufunc)
+        if op is not None and method == "__call__" and not kwargs:
+            return Tensor.__tracejit_bind__(op, inputs, {})
+        return numpy_api.array_ufunc(ufunc, method, *inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        op = eager_ops.FUNCTIONS.get(func)
+        if op is not None and not kwargs:
+            return Tensor.__tracejit_bind__(op, args, {})
+        return numpy_api.array_function(func, args, kwargs)
 
     # --- array facts -------------------------------------------------------------------
     @property
@@ -277,6 +295,10 @@ class Tensor(ArrayMethods):
             result = Tensor._wrap(result, self._versions if result.base is not None else None)
             if view:
                 result._view_of = (self, plain)  # in-place updates write through to self
+                if self._views is None:
+                    self._views = []
+                self._views = [ref for ref in self._views if ref() is not None]
+                self._views.append(weakref.ref(result))  # and see self's rebinds
         if self.requires_grad and _grad_mode.enabled:
             result._node = IndexNode(self._node or self, plain, self.data.shape,
                                      self.data.dtype)
@@ -325,6 +347,20 @@ class Tensor(ArrayMethods):
         self.data, self._node, self._versions = result.data, result._node, result._versions
         self._view_of = view_of
         self.requires_grad = True
+        self._refresh_views()
+
+    def _refresh_views(self):
+        """Views taken of this Tensor before it was rebound to a new buffer (``front =
+        base[0:2]; base += 10``, tracked) are views of the new one again, as NumPy's and
+        PyTorch's views see every write to their base; else they kept the old values."""
+        for ref in self._views or ():
+            view = ref()
+            if view is None or view._view_of is None or view._view_of[0] is not self:
+                continue
+            fresh = self[view._view_of[1]]
+            view.data, view._node, view._versions = fresh.data, fresh._node, fresh._versions
+            view.requires_grad = fresh.requires_grad
+            view._refresh_views()
 
     def __iadd__(self, other):
         return self._inplace("add", other)

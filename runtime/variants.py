@@ -235,6 +235,13 @@ class Path:
         in_result = {value for kind, value in self.outputs.leaves if kind != "static"}
         return self.outputs.written_numbers - in_result - set(self.gradients.differentiable)
 
+    @functools.cached_property
+    def python_numbers(self):
+        """Outputs the call returns as Python numbers (``loss.item()``, ``float(loss)``):
+        ``record`` leaves them to the output plan, which makes them ``float``, as eagerly,
+        not 0-d Tensors."""
+        return {value for kind, value in self.outputs.leaves if kind == "value"}
+
     def record(self, outputs, inputs, leaves, spec, function):
         """Put a compiled call with gradients on the tape: Tensor outputs whose backward
         runs ``self.backward`` on the saved inputs and residuals."""
@@ -262,7 +269,7 @@ class Path:
         numbers = self.written_numbers_only
         wrapped = [
             arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
-            else value if index in numbers or np.isscalar(value)
+            else value if index in numbers or index in self.python_numbers or np.isscalar(value)
             else Tensor._wrap(np.array(value) if index in self.view_outputs else
                               np.asarray(value))
             for index, value in enumerate(forward)]

@@ -22,6 +22,8 @@ import numpy as np
 
 from .autodiff import reverse
 from .errors import UnsupportedError
+from .ir import Eqn, Var
+from .ops import stop_gradient_p
 from .traced_array import Tracer
 from .tracing import trace
 
@@ -78,8 +80,11 @@ def record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, m
                                "with gradients (it runs eagerly on the tape)")
     outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
     program_index = 0
+    detached = _detached(context, tracers)
     for leaf in out_leaves:
-        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f":
+        # (a weak 0-d value is a Python float eagerly, loss.item(): no gradient either)
+        if isinstance(leaf, Tracer) and leaf.dtype.kind == "f" and not leaf.aval.weak and (
+                leaf.ir_var.name not in detached):
             seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
             outputs.append(leaf)
             seeds.append(seed)
@@ -92,6 +97,24 @@ def record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, m
         atom, _, _ = context.atom(gradient)
         output_atoms.append(atom)
     return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
+
+
+def _detached(context, wrt):
+    """Names of values that reach the inputs in ``wrt`` only through ``stop_gradient``
+    (``y.detach()``, ``tracejit.tracer.tensor_methods``): eagerly they are Tensors that do
+    not require grad, so the compiled call returns them without a node (a detached result
+    passed to ``np.asarray`` must not raise the lost-gradient error)."""
+    connected = {tracer.ir_var.name for tracer in wrt}
+    stopped = set()
+    for eqn in context.body:
+        if not isinstance(eqn, Eqn):
+            continue
+        names = [atom.name for atom in eqn.inputs if isinstance(atom, Var)]
+        if eqn.prim is not stop_gradient_p and any(name in connected for name in names):
+            connected.add(eqn.out.name)
+        elif any(name in connected or name in stopped for name in names):
+            stopped.add(eqn.out.name)
+    return stopped - connected
 
 
 # What trace() takes as its ``backward``: whether to record reverse mode, and how.

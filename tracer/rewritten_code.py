@@ -44,9 +44,14 @@ _TREES_LIMIT = 16
 
 def is_user_function(function):
     """A plain Python function from the user's files (not tracejit's, NumPy's, the
-    standard library's or an installed package's): the front end rewrites it."""
+    standard library's or an installed package's): the front end rewrites it. A
+    tracejit library function marked ``__tracejit_rewritten__`` is rewritten too, so the
+    calls in its body meet the trace's hooks (``nn.dropout``'s ``generator.random``
+    draw is then replayed at every call, as the user's own draws are)."""
     if not isinstance(function, types.FunctionType):
         return False
+    if getattr(function, "__tracejit_rewritten__", False):
+        return True
     filename = function.__code__.co_filename
     return not (is_internal(filename) or is_library(filename))
 

@@ -17,11 +17,12 @@ raise ``trace_error``s that name the user's line.
 
 from __future__ import annotations
 
+import types
 import weakref
 
 import numpy as np
 
-from . import view_writes
+from . import tensor_methods, view_writes
 from .abstract import AbstractArray
 from .array_methods import ArrayMethods, a_new_view
 from .conversions import python_number
@@ -391,6 +392,11 @@ class Tracer(ArrayMethods):
             # tracer for the user (np.asfortranarray(x)): as __array__ refuses. NumPy's
             # probes while tracejit converts one find none.
             self.__array__()
+        if name == "detach" and getattr(self.context, "tensor_arguments", False) and (
+                tensor_methods.tensor_valued(self.context, self)):
+            # a bound method: the front end guards a plain function read from an argument
+            # by identity, which a new function per read would fail at every call
+            return types.MethodType(tensor_methods.detach, self)
         if name in _TENSOR_ATTRIBUTES and getattr(self.context, "tensor_arguments", False):
             # x.detach(), w.grad on what eagerly is a Tensor: not NumPy's AttributeError
             raise trace_error(f"x.{name} of a Tensor in a compiled function is not supported; "

@@ -94,9 +94,10 @@ def stable_log_sum_exp(logits):
     return (np.log(np.exp(logits - logits.max().detach()).sum()) * 2).sum()
 
 
-def test_detach_in_a_jit_function_runs_eagerly_with_its_reason_not_an_internal_error():
+def test_detach_in_a_jit_function_compiles_not_an_internal_error():
     # x.detach() in the trace raised NumPy's AttributeError from inside tracejit: logged as
-    # an internal error with a traceback.
+    # an internal error with a traceback. (Then it ran eagerly with its reason; since
+    # adversarial 21d it compiles: tracejit.tracer.tensor_methods.)
     jitted = jit(stable_log_sum_exp, cache="memory")
     for _ in range(2):
         logits = tensor(np.array([1.0, 3.0, -2.0]), requires_grad=True)
@@ -104,8 +105,8 @@ def test_detach_in_a_jit_function_runs_eagerly_with_its_reason_not_an_internal_e
         expected = tensor(logits.numpy(), requires_grad=True)
         stable_log_sum_exp(expected).backward()
         np.testing.assert_allclose(logits.grad.numpy(), expected.grad.numpy())
-    reasons = " ".join(jitted.stats()["eager_reasons"].values())
-    assert "x.detach of a Tensor" in reasons and "internal" not in reasons, reasons
+    stats = jitted.stats()
+    assert stats["compiled_calls"] + stats["traced_calls"] == 2, stats["eager_reasons"]
 
 
 # --- parameters kept in nested containers of a model object ---------------------------

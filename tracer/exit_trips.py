@@ -111,6 +111,7 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
     result = _ints_traced(context, [_kept(context, value) for value in within[:count]],
                           int_positions)
     ended = []  # first: how to end the loop as Python does, where it ends at trip 0
+    outer_writes = getattr(context, "trial_writes", None)
     try:
         return _trip_tests(context, t, carried, done, functions, count, int_positions,
                            first, before, within, result, ended)
@@ -122,6 +123,11 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
         # The rest of trip 0, which this call never runs, failed (x[t] of an empty x):
         # the loop ends here as Python ends it, as before a traced exit was kept traced
         return ended[0]()
+    finally:
+        if ended:  # the ender's journal of the writes after its exit: the outer one's again
+            writes, context.trial_writes = context.trial_writes, outer_writes
+            for key, entry in writes.items() if outer_writes is not None else ():
+                outer_writes.setdefault(key, entry)
 
 
 def _trip_tests(context, t, carried, done, functions, count, int_positions, first, before,
@@ -221,11 +227,25 @@ def _trip_tests(context, t, carried, done, functions, count, int_positions, firs
 def _ender(context, path, within, payload, t, count, broke):
     """A function ending the first call's loop at trip 0 as Python ends it there: a guard
     per decision on its ``path`` and the values at the exit (the trace's equations after
-    it are dropped: Python does not run them)."""
+    it are dropped: Python does not run them), and the arrays the trip wrote in place after
+    it (``count += 1`` after the exit: a segment Python does not run) hold their values at
+    the exit again: traced ones as ``Tracer._update`` journals them in ``trial_writes`` from
+    here, NumPy ones (``np.zeros`` of a static shape, written with a constant) from a copy,
+    and the traced stand-ins of NumPy arrays made after the exit are forgotten."""
     mark = len(context.body)
+    writes = context.trial_writes = {}
+    numpy_values = [(value, value.copy()) for value in within
+                    if type(value) is np.ndarray and value.flags.writeable]
+    replaced = dict(context.replaced)
 
     def end():
         del context.body[mark:]
+        for array, var, value, shape in writes.values():
+            array.ir_var, array.raw_value, array.shape = var, value, shape
+        for array, value in numpy_values:
+            np.copyto(array, value)
+        context.replaced.clear()
+        context.replaced.update(replaced)
         for decision in path:
             bool(decision)
         values = within if payload is None else tuple(payload(t, *within))

@@ -12,6 +12,14 @@ Fixed here:
   or ``dict`` for a container whose arrays are updated in place; the loop's
   ``StackedList``/``StackedDict`` are now taken too, and the write into their buffers runs
   the call eagerly, as ``h += 1`` after such a loop does).
+* a loop with a data-dependent exit that the first call leaves at trip 0, whose statements
+  after the exit write an array in place (``count += 1``): when the rest of that trip
+  failed to trace (a view rebound in the body: the name is the view or a new array by the
+  trip count), the loop ended there as Python does, but the write stayed: the traced call
+  returned 1 where NumPy gives 0, with a graph that read a dropped value ('uses %9 before
+  its definition', not compiled). The ender (``exit_trips._ender``) now puts back the
+  arrays written after the exit (traced ones from the ``trial_writes`` journal, NumPy ones
+  from a copy) and the traced stand-ins made there.
 """
 
 import numpy as np
@@ -64,3 +72,44 @@ def test_an_augmented_write_into_a_loop_filled_entry_updates_what_numpy_does(fun
         for got, want in zip(results, expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12)
         np.testing.assert_array_equal(x, eager_x)
+
+
+# --- an exit loop the first call leaves at trip 0, writing in place after the exit ----------
+def halved_view_counted(c):
+    tail = c[1:]
+    count = np.zeros(tail.shape, dtype=np.int64)
+    for step in range(c.shape[0] + 2):
+        tail = tail * 0.5
+        if step > 5 or np.abs(tail).max() <= 1e9:
+            break
+        count += 1
+    return count
+
+
+def halved_view_counted_while(c):
+    tail = c[1:]
+    count = np.zeros(tail.shape, dtype=np.int64)
+    step = 0
+    while step <= 5:
+        tail = tail * 0.5
+        if np.abs(tail).max() <= 1e9:
+            break
+        count += 1
+        step += 1
+    return count
+
+
+@pytest.mark.parametrize("function", [halved_view_counted, halved_view_counted_while])
+@pytest.mark.parametrize("dynamic", ["auto", True])
+def test_a_write_after_the_exit_of_trip_zero_is_not_kept(function, dynamic):
+    """The fuzzer's program, smaller: ``tail`` views ``c``, so the captured trip 0 refuses
+    to rebind it and the loop ends at its exit as Python ends it; ``count += 1`` after the
+    exit had run on the traced path (``count`` a NumPy array with exact shapes, a traced
+    one with dynamic dims) and stayed: the first call returned ones."""
+    f = tj.jit(function, cache="memory", dynamic=dynamic)
+    rng = np.random.default_rng(7)
+    for rows, scale in ((6, 1.0), (6, 1.0), (5, 1e12)):
+        c = rng.standard_normal((rows, 1)) * scale
+        np.testing.assert_array_equal(f(c), function(c))
+    assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()
+    assert "not compiled" not in repr(f.stats().get("eager_calls")), f.explain()

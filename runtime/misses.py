@@ -58,7 +58,11 @@ class Misses:
             leaves, _ = pytree.flatten((args, kwargs))
         except RecursionError:  # a list that contains itself, or nests past the stack
             return self._run_eager(args, kwargs, "arguments nested too deeply")
-        if _overlapping(leaves):  # f(a, a): a trace would see two arrays (x is y, writes)
+        # f(a, a): the trace sees two arrays. Traced all the same (attention(x, x, x) would
+        # never compile otherwise), but the call is the program's, which runs it only if it
+        # writes into no argument (jit._held_apart); `x is y` runs eagerly while tracing.
+        shared = _overlapping(leaves)
+        if shared and self.options.compile == "background":
             return self._run_eager(args, kwargs, "arguments share memory")
         signature = _signature(leaves)
         if signature in self._untraceable:
@@ -108,10 +112,10 @@ class Misses:
                 # The result must carry the compiled graph, or the trace left it pending
                 # (the program prints what the trace printed: then the trace computes it),
                 # or the trace's decisions may not be eager's (the program's margins decide).
-                if path.backward is not None or traced.undecided or (
+                if shared or path.backward is not None or traced.undecided or (
                         traced.pending and not has_effects(traced.graph)):
                     return self._run_new(variant, args, kwargs, traced)
-            elif traced.gradients is not None or traced.undecided:
+            elif shared or traced.gradients is not None or traced.undecided:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result

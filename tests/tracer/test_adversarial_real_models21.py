@@ -26,7 +26,11 @@ C-contiguous, also an integer view such as ``captions[:, 1:]`` that only feeds a
 loop program hands such views to its segments, so the CaptioningRNN's loss ran eagerly at
 every sequence length once its loop was captured. Integer and bool arrays whose axes keep
 C's order pass now (``numpy_products.same_as_c_ordered``): NumPy's elementwise results from
-them are C-ordered, and they are no BLAS operand.
+them are C-ordered, and they are no BLAS operand. A function given one array for several
+arguments (``attention(x, x, x)``, ``gram(X, X)``) was not traced at all ('arguments share
+memory') until a call with separate arrays came: with only such calls it never compiled.
+Such a call is traced now and run by the program, which refuses it (eagerly, as before)
+only where it writes into an argument (``misses._miss``, ``jit._held_apart``).
 
 Probed and equal to eager, not kept (CI budget): the README's example under default
 arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
@@ -44,9 +48,7 @@ which tracejit does not trace: those run eagerly with the reason. CS229's Poisso
 regression (``while True:`` with ``self.theta +=`` and a ``break`` on the step's 1-norm)
 unrolls (an attribute written in the loop) and runs eagerly past 256 decisions; written
 with a local ``theta`` its loop is captured, but the carried bound of ``np.exp`` makes a
-guard in the loop body fail on every call (eager after a 0.9 s compile). A pure function
-called with one array twice (``attention(x, x, x)``, ``gram(X, X)``) as its first calls
-runs eagerly ('arguments share memory') until a call with separate arrays is traced.
+guard in the loop body fail on every call (eager after a 0.9 s compile).
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
@@ -117,3 +119,34 @@ def test_an_integer_view_feeding_a_mask_before_a_deciding_product_compiles():
     assert all_compiled(f, 2), f.explain()
     transposed = rng.integers(0, 3, size=(4, 3)).T  # F-ordered: NumPy's layout, eager
     assert_same(f(x, transposed, w), masked_relu_layer(x, transposed, w))
+
+
+# --- one array passed for several arguments ---------------------------------------------------
+def self_attention(q, k, v):
+    scores = q @ k.T / np.sqrt(q.shape[1])
+    scores = scores - scores.max(axis=1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=1, keepdims=True)
+    return weights @ v
+
+
+def write_then_read(a, b):
+    a[0] = 100.0
+    return b * 1
+
+
+def test_a_pure_function_given_one_array_twice_compiles_from_its_first_call():
+    """``attention(x, x, x)``: before the fix every call ran eagerly ('arguments share
+    memory') until a call with separate arrays was traced. A function that writes into an
+    argument still runs such calls eagerly, and right."""
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    f = jitted(self_attention)
+    for arguments in [(x, x, x)] * 3 + [(x, x + 1, x)]:
+        assert_same(f(*arguments), self_attention(*arguments), **F64)
+    assert all_compiled(f, 4), f.explain()
+    f = jitted(write_then_read)
+    for _ in range(3):
+        eager, compiled = x.copy(), x.copy()
+        assert_same(f(compiled, compiled), write_then_read(eager, eager))
+        assert_same(compiled, eager)
+    assert f.stats()["eager_calls"] == {"arguments share memory": 3}

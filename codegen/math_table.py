@@ -1,4 +1,4 @@
-"""Small constant float64 tables read by a vector of indices: one permute, not a gather.
+"""Small constant tables read by a vector of indices: one permute, not a gather.
 
 A math function's scalar code reads ``table[i]`` (16 float64 entries, i in [0, 16)) with
 ``table_lookup``. LLVM's loop vectorizer turns a load from a constant array into a gather
@@ -20,6 +20,10 @@ remainder) extracts the entry from the table as a constant vector, and vector co
 rare path's general code) reads at once: the same entries, so an element's result does
 not depend on its position. A permute is not free: on Zen 4 each costs about two
 multiply-adds' issue (``math_pow``).
+
+float32 tables (``table_lookup_float32``) hold 32 entries, read 16 lanes at a time by one
+``vpermi2ps`` (two registers of 16 floats), the width float32 loops vectorize at; the
+float32 x ** y reads five of them (``math_pow._pow_float32_wide``).
 
 >>> from llvmlite import ir
 >>> from tracejit.codegen.dtypes import F64, I32
@@ -141,6 +145,114 @@ def table_lookup(builder, name, values, index):
     scalar = _scalar_function(module, name, values)
     widths = _variant_widths()
     variants = [_variant(module, name, values, lanes) for lanes in widths]
+    mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
+                       for lanes, variant in zip(widths, variants))
+    call = builder.call(scalar, [index])
+    call.attributes = _CallAttributes(
+        ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
+    return call
+
+
+# float32 tables: 32 entries, a two-source ``vpermi2ps`` (``vpermt2ps``) of 16 lanes on
+# AVX-512 reads them (two registers of 16 floats), as SVML's powf16 does. The permute reads
+# the low 5 bits of each index and ignores the others; the scalar function and the reads
+# lane by lane mask the index the same way, so a caller may pass a wider integer (the bits
+# of a float whose low bits are the index) and an element's result does not depend on its
+# position.
+TABLE_SIZE_FLOAT32 = 32
+
+
+def _table_vector_float32(values):
+    return ir.Constant(ir.VectorType(F32, TABLE_SIZE_FLOAT32),
+                       [ir.Constant(F32, v) for v in values])
+
+
+def _low_bits(builder, index):
+    mask = ir.Constant(index.type, TABLE_SIZE_FLOAT32 - 1) if not isinstance(
+        index.type, ir.VectorType) else ir.Constant(
+        index.type, [ir.Constant(I32, TABLE_SIZE_FLOAT32 - 1)] * index.type.count)
+    return builder.and_(index, mask)
+
+
+def _permuted_float32(builder, values, index):
+    """``values[index & 31]`` for a vector ``index``: one vpermi2ps per 16 lanes (a
+    narrower vector's index padded to 16 lanes), else lane by lane."""
+    lanes = index.type.count
+    if not permutes():
+        table = _table_vector_float32(values)
+        masked = _low_bits(builder, index)
+        result = ir.Constant(ir.VectorType(F32, lanes), None)
+        for lane in range(lanes):
+            position = ir.Constant(I32, lane)
+            entry = builder.extract_element(table, builder.extract_element(masked, position))
+            result = builder.insert_element(result, entry, position)
+        return result
+    vector16 = ir.VectorType(F32, 16)
+    low, high = (ir.Constant(vector16, [ir.Constant(F32, v) for v in half])
+                 for half in (values[:16], values[16:]))
+    intrinsic = "llvm.x86.avx512.vpermi2var.ps.512"
+    function = builder.module.globals.get(intrinsic) or ir.Function(
+        builder.module, ir.FunctionType(vector16, [vector16, ir.VectorType(I32, 16), vector16]),
+        intrinsic)
+    pieces = []
+    for start in range(0, lanes, 16):
+        picks = [min(start + j, lanes - 1) for j in range(16)]
+        part = index if lanes == 16 else builder.shuffle_vector(index, index, ir.Constant(
+            ir.VectorType(I32, 16), [ir.Constant(I32, j) for j in picks]))
+        pieces.append(builder.call(function, [low, part, high]))
+    if lanes <= 16:
+        if lanes == 16:
+            return pieces[0]
+        return builder.shuffle_vector(pieces[0], pieces[0], ir.Constant(
+            ir.VectorType(I32, lanes), [ir.Constant(I32, j) for j in range(lanes)]))
+    while len(pieces) > 1:
+        pieces = [builder.shuffle_vector(a, b, ir.Constant(
+            ir.VectorType(I32, 2 * a.type.count),
+            [ir.Constant(I32, j) for j in range(2 * a.type.count)]))
+            for a, b in zip(pieces[0::2], pieces[1::2])]
+    return pieces[0]
+
+
+def _scalar_function_float32(module, name, values):
+    full = f"tracejit_table_f32_{name}"
+    function = module.globals.get(full)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(F32, [I32]), full)
+        function.linkage = "internal"
+        for attribute in ("noinline", "nounwind", "readnone"):
+            function.attributes.add(attribute)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.ret(builder.extract_element(_table_vector_float32(values),
+                                            _low_bits(builder, function.args[0])))
+    return function
+
+
+def _variant_float32(module, name, values, lanes):
+    full = f"{VECTOR_VARIANT_PREFIX}table_f32_{name}_n{lanes}"
+    if module.globals.get(full) is None:
+        vector = ir.VectorType(I32, lanes)
+        function = ir.Function(module,
+                               ir.FunctionType(ir.VectorType(F32, lanes), [vector]), full)
+        function.attributes.add("nounwind")
+        function.attributes.add("readnone")
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.ret(_permuted_float32(builder, values, function.args[0]))
+    return full
+
+
+def table_lookup_float32(builder, name, values, index):
+    """``values[index & 31]``: ``values`` 32 float32 numbers (Python floats, rounded to
+    float32), ``index`` an i32, scalar (code the loop vectorizer widens) or a vector (read
+    at once)."""
+    assert len(values) == TABLE_SIZE_FLOAT32
+    if isinstance(index.type, ir.VectorType):
+        assert index.type.element == I32
+        return _permuted_float32(builder, values, index)
+    assert index.type == I32
+    module = builder.module
+    scalar = _scalar_function_float32(module, name, values)
+    widths = [16] if permutes() else variant_lanes(F32)
+    variants = [_variant_float32(module, name, values, lanes) for lanes in widths]
     mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
                        for lanes, variant in zip(widths, variants))
     call = builder.call(scalar, [index])

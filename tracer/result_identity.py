@@ -30,6 +30,7 @@ import numpy as np
 from .ir import Eqn, Var
 from .ops import cast_p, reshape_p
 from .pending import known_kind
+from .view_writes import index_in, numpy_root
 
 # The primitives whose NumPy result views their operand (codegen.view_lowering.NUMPY_VIEWS)
 VIEWS = frozenset({"slice", "transpose", "reshape", "flip", "broadcast_to"})
@@ -79,6 +80,40 @@ def distinct_objects(context, out_leaves, output_atoms, atom_positions, argument
                                     view))
             output_atoms[position] = atom = view
         finals[id(leaf)] = atom
+
+
+def constant_views(context, out_leaves):
+    """``{result leaf index: traced view}`` for results that are NumPy arrays made in the
+    call (constants of the trace) sharing memory with another such result: ``t =
+    np.zeros(3); return t, t[1:]``. Each is a constant of its own otherwise (its frozen
+    copy), and the results came back unrelated where NumPy's share memory; as views of one
+    constant (its root, ``view_writes.index_in``) the program's wrapper makes them views of
+    one array again (``codegen.schedule.result_views``)."""
+    def made_here(array):
+        return type(array) is np.ndarray and not any(
+            id(array) in table for table in (context.replaced, context.implicit_candidates,
+                                             context.implicit_used))
+
+    groups = {}
+    for index, leaf in enumerate(out_leaves):
+        if made_here(leaf) and not context.tensor_arguments:
+            root = numpy_root(leaf)
+            root = leaf if root is None else root
+            if made_here(root):
+                groups.setdefault(id(root), (root, []))[1].append((index, leaf))
+    found = {}
+    for root, members in groups.values():
+        if len(members) < 2:
+            continue
+        # (a copy: a value computed here, which the program writes into an array per call)
+        base = context.tracer_for(context.atom(root)[0]).copy()
+        for index, leaf in members:
+            located = None if leaf is root else index_in(leaf, root)
+            if leaf is root:
+                found[index] = base
+            elif located is not None:
+                found[index] = base[located[0]].reshape(located[1])
+    return found
 
 
 def numpy_copies(context, out_leaves, output_atoms, atom_positions):

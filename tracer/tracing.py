@@ -774,9 +774,11 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     try:
         out_leaves, output_tree = pytree.flatten(result)
         outputs, output_atoms, statics, atom_positions = [], [], {}, {}
+        # t = np.zeros(3); return t, t[1:]: views of one constant, as NumPy's share memory
+        constant_views = result_identity.constant_views(context, out_leaves)
         for index, leaf in enumerate(out_leaves):
             if _is_output_leaf(leaf):
-                atom, value, aval = context.atom(leaf)
+                atom, value, aval = context.atom(constant_views.get(index, leaf))
                 if type(leaf) is np.ndarray and id(leaf) not in context.replaced:
                     value = leaf  # the array the function made (the graph has a frozen copy)
                 if isinstance(leaf, SymInt) and id(leaf) in context.numpy_dims:

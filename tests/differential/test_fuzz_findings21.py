@@ -20,6 +20,11 @@ Fixed here:
   its definition', not compiled). The ender (``exit_trips._ender``) now puts back the
   arrays written after the exit (traced ones from the ``trial_writes`` journal, NumPy ones
   from a copy) and the traced stand-ins made there.
+* results that are arrays made in the call and views of one another, read from no
+  argument (``t = np.zeros(3); return t, t[1:]``; open since round 20): each was a
+  constant of its own, and compiled calls returned unrelated arrays where NumPy's share
+  memory. They are now views of one copy of their root constant
+  (``result_identity.constant_views``), which the wrapper makes as NumPy views.
 """
 
 import numpy as np
@@ -113,3 +118,40 @@ def test_a_write_after_the_exit_of_trip_zero_is_not_kept(function, dynamic):
         np.testing.assert_array_equal(f(c), function(c))
     assert "internal error" not in repr(f.stats().get("eager_calls")), f.explain()
     assert "not compiled" not in repr(f.stats().get("eager_calls")), f.explain()
+
+
+# --- constants of the trace returned with views of them -------------------------------------
+def zeros_and_tail(x):
+    t = np.zeros(3)
+    return x + 1.0, t, t[1:]
+
+
+def two_views_of_a_grid(x):
+    t = np.full((2, 3), 2.0)
+    t[0] = -1.0
+    return t[:, ::2], t[1], x * 2.0
+
+
+def grid_twice(x):
+    t = np.ones((2, 2))
+    return t, t[None], t
+
+
+@pytest.mark.parametrize("function", [zeros_and_tail, two_views_of_a_grid, grid_twice])
+def test_constant_results_that_view_each_other_share_memory_as_in_numpy(function):
+    """Compiled calls (the second and third) returned each constant as an array of its
+    own: a write into ``t`` did not show in ``t[1:]`` as in NumPy."""
+    f = tj.jit(function, cache="memory")
+    for _ in range(3):
+        x = np.arange(3.0)
+        got, want = f(x), function(x.copy())
+        pairs = [(i, j) for i in range(len(want)) for j in range(i + 1, len(want))]
+        assert [(got[i] is got[j], np.shares_memory(got[i], got[j])) for i, j in pairs] == [
+            (want[i] is want[j], np.shares_memory(want[i], want[j])) for i, j in pairs]
+        for got_array, want_array in zip(got, want, strict=True):
+            np.testing.assert_array_equal(got_array, want_array)
+            assert got_array.flags.writeable == want_array.flags.writeable
+        got[1][...] = 7.0  # a write through one shows in the others, as in NumPy
+        want[1][...] = 7.0
+        for got_array, want_array in zip(got, want, strict=True):
+            np.testing.assert_array_equal(got_array, want_array)

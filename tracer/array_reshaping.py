@@ -1,8 +1,8 @@
 """NumPy's rearranging functions composed from slices, flips, transposes and
 concatenations: ``np.append``, ``np.insert`` and ``np.delete`` (constant positions),
 ``np.fliplr``, ``np.flipud``, ``np.rot90``, ``np.column_stack``, ``np.dstack``,
-``np.rollaxis``, ``np.meshgrid``, ``np.resize``, ``np.block`` (listed in ``FUNCTIONS``,
-which ``numpy_api`` joins).
+``np.rollaxis``, ``np.meshgrid``, ``np.resize``, ``np.block``, ``np.hsplit``, ``np.vsplit``,
+``np.dsplit`` (listed in ``FUNCTIONS``, which ``numpy_api`` joins).
 
 Lengths stay symbolic: ``ids = np.append(ids, nxt)`` in a generation loop concatenates,
 and a position counted from the end of a symbolic axis is a dim expression.
@@ -152,6 +152,29 @@ def dstack(tup):
     return np.concatenate([np.atleast_3d(as_array(value)) for value in tup], axis=2)
 
 
+def _split_on(name, ary, indices_or_sections, axis, least_ndim):
+    if ndim_of(ary) < least_ndim:
+        raise as_numpy_would(ValueError(
+            f"{name} only works on arrays of {least_ndim} or more dimensions"))
+    return np.split(ary, indices_or_sections, axis=axis)
+
+
+def hsplit(ary, indices_or_sections):
+    """``np.split`` along the columns, a vector along its only axis (an LSTM's stacked
+    gates: ``i, f, o, g = np.hsplit(z, 4)``)."""
+    ary = as_array(ary)
+    axis = 1 if ndim_of(ary) > 1 else 0
+    return _split_on("hsplit", ary, indices_or_sections, axis, 1)
+
+
+def vsplit(ary, indices_or_sections):
+    return _split_on("vsplit", as_array(ary), indices_or_sections, 0, 2)
+
+
+def dsplit(ary, indices_or_sections):
+    return _split_on("dsplit", as_array(ary), indices_or_sections, 2, 3)
+
+
 def rollaxis(a, axis, start=0):
     """NumPy's own index arithmetic (``start`` counts positions before the roll)."""
     ndim = ndim_of(a)
@@ -264,4 +287,7 @@ FUNCTIONS = {
     np.dstack: dstack,
     np.rollaxis: rollaxis,
     np.meshgrid: meshgrid,
+    np.hsplit: hsplit,
+    np.vsplit: vsplit,
+    np.dsplit: dsplit,
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import heapq
 import inspect
 import logging
 import math
@@ -253,7 +254,8 @@ _CREATION = {np.zeros: 0, np.ones: 1, np.empty: 0, np.full: None}
 _SIZED_CREATION = {np.tri: tri, np.eye: eye, np.identity: identity}
 # Builtins that call a function they are given: a user's one runs rewritten (what it reads
 # from outside is guarded). Not tracejit's own (value_and_grad traces its function itself).
-_CALLING_BACK = {functools.reduce, map, filter, sorted, min, max}
+_CALLING_BACK = {functools.reduce, map, filter, sorted, min, max, heapq.nsmallest,
+                 heapq.nlargest}
 
 
 def _has_dim(shape):

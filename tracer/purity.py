@@ -3,7 +3,8 @@
 A trace runs the model function once; a call whose result does not depend on traced data
 (``time.time()``, ``random.random()``, ``next(counter)``, ``os.getenv("K")``) would have
 its result frozen into the compiled code as a constant. Only calls known to be pure may be
-folded: NumPy (but ``np.random``), ``math``, ``operator``, builtins that compute, methods of
+folded: NumPy (but ``np.random``), ``math``, ``operator``, ``heapq``, ``bisect``, builtins
+that compute, methods of
 arrays, numbers, strings and containers, constructors, tracejit itself, and the user's own
 functions (the trace enters those and sees their calls in turn). A call that takes a traced
 value is recorded through the array protocols whatever library it comes from. Anything else
@@ -31,6 +32,9 @@ _PURE_MODULES = (
     "builtins", "math", "cmath", "operator", "_operator", "functools", "itertools",
     "collections", "numbers", "fractions", "statistics", "string", "copy", "typing",
     "dataclasses", "enum", "abc", "types", "numpy", "scipy.special", "tracejit",
+    # beam search keeps hypotheses in a heap (heapq.nsmallest, heappush onto a local list;
+    # a push onto an outside list is refused as a change the trace cannot follow)
+    "heapq", "_heapq", "bisect", "_bisect",
 )
 # Builtins that read or change the world instead of computing a value.
 _IMPURE_BUILTINS = {

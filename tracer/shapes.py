@@ -26,11 +26,13 @@ def broadcast_shapes(*shapes):
     ndim = max((len(shape) for shape in shapes), default=0)
     result = []
     for axis in range(-ndim, 0):
+        dims = [shape[axis] for shape in shapes if len(shape) >= -axis]
+        one = _one_dim(dims)
+        if one is not None:
+            result.append(one)
+            continue
         dim = 1
-        for shape in shapes:
-            if len(shape) < -axis:
-                continue
-            other = shape[axis]
+        for other in dims:
             if other == 1:
                 continue
             if dim == 1 or dim is other:
@@ -42,6 +44,24 @@ def broadcast_shapes(*shapes):
                 )
         result.append(dim)
     return tuple(result)
+
+
+def _one_dim(dims):
+    """The dim of an axis that every operand has (or 1), found without comparing dims: a
+    symbolic length's ``== 1`` may be a question no guard answers, as where a guard's
+    margin takes ``|x|`` or a ``where`` of a slice ``x[4:]`` (length ``s0 - 4``) after the
+    trace. None where operands differ: those are compared (and guarded) as NumPy would."""
+    found = {}
+    for dim in dims:
+        key = getattr(dim, "expr", dim)  # a symbolic dim by its expression, not its value
+        if isinstance(key, (int, np.integer)):
+            if key == 1:
+                continue
+            key = int(key)
+        found.setdefault(key, dim)
+    if len(found) > 1:
+        return None
+    return next(iter(found.values()), 1)
 
 
 def normalize_axis(axis, ndim):

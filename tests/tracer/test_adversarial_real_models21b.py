@@ -1,0 +1,120 @@
+"""Adversarial real-model tests, round 21b: sequence, convolution, image and
+iterative-algorithm code from public NumPy sources, with loops and buffers over sizes that
+change from call to call, run eagerly and through ``jit`` on copies of the same arguments.
+
+(Docstring completed at the end of the round.)
+
+Each call compares results, dtypes, types and the arguments afterwards with eager NumPy,
+and an exception eager raises must be raised too.
+"""
+
+import heapq
+
+import numpy as np
+from real_model_checks import all_compiled, no_internal_errors, run_calls
+
+F64 = dict(rtol=1e-9, atol=1e-9)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# --- an LSTM whose four gates are one matrix, split by np.hsplit ----------------------------
+def lstm_hsplit(xs, W, U, b, h0, c0):
+    h, c = h0, c0
+    hs = []
+    for t in range(xs.shape[0]):
+        i, f, o, g = np.hsplit(xs[t] @ W + h @ U + b, 4)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        hs.append(h)
+    return np.stack(hs, axis=1), (h, c)
+
+
+def _lstm(T, dtype, B=2, D=3, H=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(a.astype(dtype) for a in (
+        rng.standard_normal((T, B, D)), rng.standard_normal((D, 4 * H)) * 0.5,
+        rng.standard_normal((H, 4 * H)) * 0.5, rng.standard_normal(4 * H) * 0.1,
+        np.zeros((B, H)), np.zeros((B, H))))
+
+
+def test_lstm_gates_split_by_hsplit():
+    """Before the fix every call ran eagerly ('np.hsplit is not supported'); vsplit and
+    dsplit likewise. The loop compiles once for both lengths."""
+    f = run_calls(lstm_hsplit, [_lstm(T, np.float64) for T in (5, 7)], dynamic=True, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    assert f.stats()["compiles"] == 1, f.explain()
+
+
+def splits(x):
+    return np.hsplit(x, 2), np.vsplit(x, [1, 3]), np.hsplit(x[0], [1]), np.dsplit(x[None], 2)
+
+
+def test_hsplit_vsplit_dsplit_as_numpy():
+    """Sections and index lists, a vector (hsplit splits its only axis), NumPy's
+    ValueErrors for a rank too low and an unequal division."""
+    x = np.arange(24.0).reshape(4, 6)
+    f = run_calls(splits, [(x,), (x[:, ::2].T.copy(),), (np.float32(x),)])
+    assert all_compiled(f, 6), f.explain()
+    run_calls(lambda v: np.vsplit(v, 2), [(np.arange(4.0),)])
+    run_calls(lambda v: np.hsplit(v, 4), [(np.arange(6.0).reshape(2, 3),)])
+
+
+# --- beam search over a heap of (score, hypothesis) tuples --------------------------------
+def beam_search(h0, W, U, E, Wo, beam, steps):
+    """Hypotheses as Python tuples ranked by heapq.nsmallest on their scores, then popped
+    from a heap the function builds."""
+    beams = [(0.0, (0,), h0)]
+    for _ in range(steps):
+        candidates = []
+        for score, seq, h in beams:
+            h2 = np.tanh(U @ h + W @ E[seq[-1]])
+            logits = Wo @ h2
+            logp = logits - np.log(np.exp(logits).sum())
+            for v in range(logp.shape[0]):
+                candidates.append((score - logp[v], seq + (v,), h2))
+        beams = heapq.nsmallest(beam, candidates, key=lambda c: c[0])
+    heap = [(score, seq) for score, seq, _ in beams]
+    heapq.heapify(heap)
+    best = heapq.heappop(heap)
+    return best[0], best[1], len(heap)
+
+
+def _beam(seed, V=2, H=3):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(H), rng.standard_normal((H, 2)), rng.standard_normal((H, H)),
+            rng.standard_normal((V, 2)), rng.standard_normal((V, H)), 2, 2)
+
+
+def test_beam_search_with_heapq_compiles():
+    """Before the fix every call ran eagerly ('heapq.nsmallest(...) is called inside a
+    compiled function and its result does not come from the arguments'): heapq and bisect
+    compute from their arguments (a push onto an outside list is refused as a change the
+    trace cannot follow). Each comparison of scores is a guard, as for ``sorted``."""
+    f = run_calls(beam_search, [_beam(0)], **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 2), f.explain()
+
+
+# --- a decision on a product of slices whose length is symbolic -----------------------------
+def tail_residual(a, b):
+    """Gauss-Seidel's ``np.dot(A[i, i + 1:], x[i + 1:])`` at a fixed row, then a decision on
+    it (``np.allclose`` or a convergence test)."""
+    s = np.dot(a[4:], b[4:])
+    return s if s > 0 else -s
+
+
+def test_a_decision_on_a_dot_of_tail_slices():
+    """Before the fix the second length (5, then 6: the slices' length ``s0 - 4`` may be 1
+    in the bucket) was an internal error (VerifyError: 'a shape rule needs `s0 - 4 == 1`'):
+    the decision's margin took ``|a|`` of the slice, and broadcasting one shape (or two equal
+    ones: a ``where`` in tanh's margin) asked whether the length is 1, which no guard had
+    recorded.
+    Every later call of the bucket ran eagerly."""
+    rng = np.random.default_rng(4)
+    f = run_calls(tail_residual, [(rng.random(n), rng.random(n)) for n in (5, 6, 7)], **F64)
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 4, f.explain()

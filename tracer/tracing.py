@@ -64,6 +64,7 @@ from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
 from .purity import is_stateful
 from .python_arithmetic import check as check_python_arithmetic
+from .returned_callables import refuse_traced_callable
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
@@ -793,6 +794,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                     "a result is a name assigned only inside a loop that ran no iteration"))
             else:
                 attribute_writes.refuse_returned_object(context, leaf)  # Model().fit(X)
+                refuse_traced_callable(leaf, (Tracer,))  # return out, lambda g: g @ w.T
                 statics[index] = _static_result(leaf)
                 outputs.append(statics[index])
 

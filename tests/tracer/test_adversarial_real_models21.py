@@ -30,7 +30,12 @@ them are C-ordered, and they are no BLAS operand. A function given one array for
 arguments (``attention(x, x, x)``, ``gram(X, X)``) was not traced at all ('arguments share
 memory') until a call with separate arrays came: with only such calls it never compiled.
 Such a call is traced now and run by the program, which refuses it (eagerly, as before)
-only where it writes into an argument (``misses._miss``, ``jit._held_apart``).
+only where it writes into an argument (``misses._miss``, ``jit._held_apart``). Crash
+where NumPy runs: a function returning a closure over its arrays (hand-written layers'
+``return out, backward`` with ``def backward(dout): return dout @ w.T, x.T @ dout``, a
+lambda, a partial, ``x.sum``) handed back the trace's closure at compiled calls, and
+calling it raised 'a traced value was used after its trace finished'; such a call runs
+eagerly now (``tracer/returned_callables.py``).
 
 Probed and equal to eager, not kept (CI budget): the README's example under default
 arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
@@ -150,3 +155,29 @@ def test_a_pure_function_given_one_array_twice_compiles_from_its_first_call():
         assert_same(f(compiled, compiled), write_then_read(eager, eager))
         assert_same(compiled, eager)
     assert f.stats()["eager_calls"] == {"arguments share memory": 3}
+
+
+# --- a closure over the call's arrays as a result ----------------------------------------------
+def linear_with_backward(x, w):
+    """Hand-written layers' vjp idiom: the forward returns its backward as a closure."""
+    out = x @ w
+
+    def backward(dout):
+        return dout @ w.T, x.T @ dout
+
+    return out, backward
+
+
+def test_a_returned_backward_closure_is_eagers():
+    """Before the fix the compiled calls returned the trace's closure, over its stand-ins:
+    calling it raised 'a traced value was used after its trace finished'."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((3, 4))
+    f = jitted(linear_with_backward)
+    for n in (2, 2, 5):
+        x, dout = rng.standard_normal((n, 3)), rng.standard_normal((n, 4))
+        out, backward = f(x, w)
+        want_out, want_backward = linear_with_backward(x, w)
+        assert_same(out, want_out, **F64)
+        assert_same(backward(dout), want_backward(dout), **F64)
+    no_internal_errors(f)

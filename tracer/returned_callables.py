@@ -1,0 +1,71 @@
+"""Results that are callables holding the trace's values: ``return out, backward`` where
+``backward`` is a closure over this call's arrays (the vjp idiom of hand-written layers:
+``def backward(dout): return dout @ W.T, x.T @ dout``), ``return loss, lambda g: g * mask``,
+a ``functools.partial`` of them, or a bound method of a traced array (``return x.sum``).
+
+A result the program does not compute is handed back as the trace left it, at every
+compiled call (``tracing._static_result``). Such a callable would hold the trace's stand-ins:
+calling it later fails ('a traced value was used after its trace finished'), where eager
+returns one over this call's arrays. So the call runs eagerly, naming the line.
+
+    >>> import numpy as np, tracejit as tj
+    >>> def layer(x, w):
+    ...     out = x @ w
+    ...     return out, lambda dout: dout @ w.T
+    >>> f = tj.jit(layer, cache="memory")
+    >>> out, backward = f(np.ones((2, 3)), np.ones((3, 4)))
+    >>> backward(np.ones((2, 4))).shape
+    (2, 3)
+    >>> f.stats()["eager_calls"]
+    {'untraceable': 1}
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+from .dims import SymInt
+from .errors import UnsupportedError
+
+# How deep a walk through closures, partials and containers looks (a closure over a dict of
+# lists of arrays is three levels; a function whose closure holds itself is cut here).
+_DEPTH = 6
+
+
+def refuse_traced_callable(leaf, traced_types):
+    """Raise ``UnsupportedError`` when ``leaf`` (a result leaf the program does not compute)
+    is a function, method or partial holding a value of ``traced_types`` (the trace's
+    arrays) or a symbolic dim."""
+    if not callable(leaf) or isinstance(leaf, type):
+        return
+    if _holds(leaf, tuple(traced_types) + (SymInt,), 0):
+        raise UnsupportedError(
+            f"the function returns a {type(leaf).__name__} that holds values of this call "
+            "(a closure over its arrays); compiled calls cannot make it again. Return the "
+            "arrays, or call it inside the function")
+
+
+def _holds(value, traced, depth):
+    if isinstance(value, traced):
+        return True
+    if depth == _DEPTH:
+        return False
+    parts = ()
+    if isinstance(value, types.FunctionType):
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # a cell not yet filled
+                pass
+        parts = (*cells, *(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values())
+    elif isinstance(value, types.MethodType):
+        parts = (value.__self__, value.__func__)
+    elif isinstance(value, functools.partial):
+        parts = (value.func, *value.args, *value.keywords.values())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        parts = value
+    elif isinstance(value, dict):
+        parts = tuple(value.values())
+    return any(_holds(part, traced, depth + 1) for part in parts)

@@ -1,12 +1,15 @@
-"""Results that are callables holding the trace's values: ``return out, backward`` where
-``backward`` is a closure over this call's arrays (the vjp idiom of hand-written layers:
-``def backward(dout): return dout @ W.T, x.T @ dout``), ``return loss, lambda g: g * mask``,
-a ``functools.partial`` of them, or a bound method of a traced array (``return x.sum``).
+"""Results the program cannot make again. Callables holding the trace's values: ``return
+out, backward`` where ``backward`` is a closure over this call's arrays (the vjp idiom of
+hand-written layers: ``def backward(dout): return dout @ W.T, x.T @ dout``), ``return
+loss, lambda g: g * mask``, a ``functools.partial`` of them, or a bound method of a traced
+array (``return x.sum``).
 
 A result the program does not compute is handed back as the trace left it, at every
 compiled call (``tracing._static_result``). Such a callable would hold the trace's stand-ins:
 calling it later fails ('a traced value was used after its trace finished'), where eager
-returns one over this call's arrays. So the call runs eagerly, naming the line.
+returns one over this call's arrays. A random generator the function made
+(``rs = np.random.RandomState(seed)``, returned with the draws) is another: eager returns a
+new one per call. Such calls run eagerly, naming the line.
 
     >>> import numpy as np, tracejit as tj
     >>> def layer(x, w):
@@ -33,10 +36,16 @@ from .errors import UnsupportedError
 _DEPTH = 6
 
 
-def refuse_traced_callable(leaf, traced_types):
+def refuse_traced_callable(leaf, traced_types, made_rngs=()):
     """Raise ``UnsupportedError`` when ``leaf`` (a result leaf the program does not compute)
     is a function, method or partial holding a value of ``traced_types`` (the trace's
-    arrays) or a symbolic dim."""
+    arrays) or a symbolic dim; or is a random generator made in the call (``made_rngs``:
+    ids, ``tracer.random_draws``), which eager makes anew per call and compiled calls
+    would hand back as the trace left it, its state moved on by every call since."""
+    if id(leaf) in made_rngs:
+        raise UnsupportedError(
+            f"the function returns the {type(leaf).__name__} it made; compiled calls cannot "
+            "make it again. Make it outside and pass it in")
     if not callable(leaf) or isinstance(leaf, type):
         return
     if _holds(leaf, tuple(traced_types) + (SymInt,), 0):

@@ -794,7 +794,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                     "a result is a name assigned only inside a loop that ran no iteration"))
             else:
                 attribute_writes.refuse_returned_object(context, leaf)  # Model().fit(X)
-                refuse_traced_callable(leaf, (Tracer,))  # return out, lambda g: g @ w.T
+                # return out, lambda g: g @ w.T; return x + rs.rand(n), rs
+                refuse_traced_callable(leaf, (Tracer,), getattr(context, "made_rngs", ()))
                 statics[index] = _static_result(leaf)
                 outputs.append(statics[index])
 

@@ -35,7 +35,9 @@ where NumPy runs: a function returning a closure over its arrays (hand-written l
 ``return out, backward`` with ``def backward(dout): return dout @ w.T, x.T @ dout``, a
 lambda, a partial, ``x.sum``) handed back the trace's closure at compiled calls, and
 calling it raised 'a traced value was used after its trace finished'; such a call runs
-eagerly now (``tracer/returned_callables.py``).
+eagerly now (``tracer/returned_callables.py``). Wrong result: a ``RandomState`` the function
+made and returned with its draws was the trace's object at every compiled call, its state
+moved on by the calls since; eager returns a new one per call (now eager, same module).
 
 Probed and equal to eager, not kept (CI budget): the README's example under default
 arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
@@ -180,4 +182,24 @@ def test_a_returned_backward_closure_is_eagers():
         want_out, want_backward = linear_with_backward(x, w)
         assert_same(out, want_out, **F64)
         assert_same(backward(dout), want_backward(dout), **F64)
+    no_internal_errors(f)
+
+
+def noisy_with_its_generator(x, seed):
+    """Returns the ``RandomState`` it made with the noisy input (a data-augmentation helper
+    whose caller keeps drawing from it)."""
+    rs = np.random.RandomState(seed)
+    return x + rs.rand(*x.shape), rs
+
+
+def test_a_returned_generator_made_in_the_call_is_a_new_one_per_call():
+    """Before the fix compiled calls handed back the trace's ``RandomState``, its state
+    moved on by every call since (the caller's next draw differed from eager's)."""
+    f = jitted(noisy_with_its_generator)
+    x = np.zeros(3)
+    for seed in (1, 1, 2, 3):
+        got, got_rs = f(x, seed)
+        want, want_rs = noisy_with_its_generator(x, seed)
+        assert_same(got, want, **F64)
+        assert got_rs.rand() == want_rs.rand()
     no_internal_errors(f)

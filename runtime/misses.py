@@ -119,7 +119,7 @@ class Misses:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
-            return _plain_result(traced.force_outputs(), leaves)
+            return _plain_result(traced.force_outputs(), leaves, traced)
 
     def _trace(self, args, kwargs, dynamic, signature, lazy=False):
         """A ``Trace`` of this call, or None / ``_TraceFailed`` (it runs eagerly). What the
@@ -390,7 +390,7 @@ class Misses:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, "side exit")
             self._counters["traced_calls"] += 1
-            return _plain_result(traced.outputs, leaves)
+            return _plain_result(traced.outputs, leaves, traced)
         checks = _new_outside_checks(entry, variant.spec)
         if checks:  # a setting only this branch reads: the whole variant now checks it
             self._widen_entry(variant, checks)
@@ -409,7 +409,7 @@ class Misses:
             traced.rewind_draws()
             return self._run_eager(args, kwargs, self._untraceable.get(signature, "side exit"))
         self._counters["traced_calls"] += 1
-        return _plain_result(traced.outputs, leaves)
+        return _plain_result(traced.outputs, leaves, traced)
 
     # --- messages ---------------------------------------------------------------------
     def _why_missed(self, leaves):
@@ -553,9 +553,11 @@ def _raised_by_user_code(error):
     return False
 
 
-def _plain_result(outputs, leaves):
-    """A trace's outputs as the call's result: Tensors out when Tensors went in."""
-    if not any(isinstance(leaf, Tensor) for leaf in leaves):
+def _plain_result(outputs, leaves, traced):
+    """A trace's outputs as the call's result: Tensors out when Tensors went in (as
+    arguments, or reached through them: a model argument's self.W)."""
+    if not any(isinstance(leaf, Tensor) for leaf in leaves) and not any(
+            isinstance(entry.value, Tensor) for entry in traced.implicit_inputs):
         return outputs
     flat, tree = pytree.flatten(outputs)
     return pytree.unflatten(tree, [_wrap_tensor(value) for value in flat])

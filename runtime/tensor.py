@@ -295,10 +295,7 @@ class Tensor(ArrayMethods):
             result = Tensor._wrap(result, self._versions if result.base is not None else None)
             if view:
                 result._view_of = (self, plain)  # in-place updates write through to self
-                if self._views is None:
-                    self._views = []
-                self._views = [ref for ref in self._views if ref() is not None]
-                self._views.append(weakref.ref(result))  # and see self's rebinds
+                self._note_view(result)  # and see self's rebinds
         if self.requires_grad and _grad_mode.enabled:
             result._node = IndexNode(self._node or self, plain, self.data.shape,
                                      self.data.dtype)
@@ -348,6 +345,16 @@ class Tensor(ArrayMethods):
         self._view_of = view_of
         self.requires_grad = True
         self._refresh_views()
+
+    def _note_view(self, view):
+        views = self._views
+        if views is None:
+            views = self._views = []
+        views.append(weakref.ref(view))
+        if len(views) >= 16 and not len(views) & (len(views) - 1):
+            # dead views dropped at every power of two: O(1) a view, amortized (a loop
+            # taking x[t] for every t keeps all of them alive)
+            views[:] = [ref for ref in views if ref() is not None]
 
     def _refresh_views(self):
         """Views taken of this Tensor before it was rebound to a new buffer (``front =

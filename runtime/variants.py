@@ -307,8 +307,11 @@ class Variant:
     loop_exits: tuple = (0, -1)
 
     def __post_init__(self):
-        # Tensors in, Tensors out: results are wrapped when the call took Tensors.
-        takes_tensors = any(leaf.type_name == "Tensor" for leaf in self.spec.leaves)
+        # Tensors in, Tensors out: results are wrapped when the call took Tensors (as
+        # arguments, or reached through them: a model argument's self.W; eagerly its
+        # results are Tensors under no_grad too).
+        takes_tensors = any(leaf.type_name == "Tensor" for leaf in (
+            *self.spec.leaves, *self.spec.implicit))
         self.wrap = _wrap_tensor if takes_tensors else _identity
         self._any_bucket = None
         self._checks = None  # the guard without its draws (``takes``)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import pytree
+from . import pytree, tensor_methods
 from .abstract import PYTHON_SCALARS
 from .argument_writes import resolve, written_value
 from .errors import TraceSignal, UnsupportedError
@@ -268,7 +268,11 @@ def _refuse_in_captured_loop_or_gradients(context, path, name, value):
     if getattr(context, "loop_depth", 0):
         raise Refused("an attribute write on an object from outside the function")
     if getattr(context, "records_gradients", False) and any(
-            hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf)
+            hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf) and (
+                # a running statistic, 0.9 * self.running_mean + 0.1 * mean.detach(), is a
+                # Tensor without history eagerly, as the compiled call stores it
+                tensor_methods.carries_gradient(context, leaf) or not (
+                    tensor_methods.tensor_valued(context, leaf)))
             for leaf in pytree.flatten(value)[0]):
         # eager keeps a Tensor with its graph there (self.out.sum().backward() later)
         raise UnsupportedError("an attribute set to a value computed with gradients "

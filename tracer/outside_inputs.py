@@ -58,6 +58,11 @@ class OutsideInputs:
             self.inputs.append(var)
             self.implicit_used[key] = ImplicitInput(path, len(self.inputs) - 1, value)
             self.values[var.name] = (array, array.shape)
+            if hasattr(value, "requires_grad"):
+                # a Tensor the function reaches (a model argument's self.W): values computed
+                # from it are Tensors eagerly, so type checks on them cannot be answered
+                # "ndarray" (tracing.py sets this for Tensor arguments)
+                self.tensor_arguments = True
         spec = self.implicit_used[key]
         var = self.inputs[spec.input_index]
         return var, np.asarray(value), var.aval

@@ -30,19 +30,36 @@ from .ops import stop_gradient_p
 def tensor_valued(context, tracer):
     """Whether ``tracer`` is eagerly a Tensor: it depends on an argument or outside value
     that is a Tensor."""
-    tensors = set(getattr(context, "tensor_inputs", ()))
+    return _depends_on_tensors(context, tracer, gradients_only=False)
+
+
+def carries_gradient(context, tracer):
+    """Whether ``tracer`` depends on a Tensor input that requires grad other than through
+    ``stop_gradient``: eagerly it may then be a Tensor with history (``self.out = h``),
+    which a compiled write would store without its graph. A running statistic,
+    ``0.9 * self.running_mean + 0.1 * mean.detach()``, has none."""
+    return _depends_on_tensors(context, tracer, gradients_only=True)
+
+
+def _depends_on_tensors(context, tracer, gradients_only):
+    """Whether ``tracer`` depends on a Tensor input (``gradients_only``: one that requires
+    grad, and not through ``stop_gradient``)."""
+    reached = {name for name, requires_grad in getattr(context, "tensor_inputs", {}).items()
+               if requires_grad or not gradients_only}
     for implicit in getattr(context, "implicit_used", {}).values():
-        if hasattr(implicit.value, "requires_grad"):
-            tensors.add(context.inputs[implicit.input_index].name)
+        requires_grad = getattr(implicit.value, "requires_grad", None)  # (None: ndarray)
+        if requires_grad or (requires_grad is not None and not gradients_only):
+            reached.add(context.inputs[implicit.input_index].name)
     name = tracer.ir_var.name
-    if name in tensors:
+    if name in reached:
         return True
     for eqn in context.body:
-        if isinstance(eqn, Eqn) and any(isinstance(atom, Var) and atom.name in tensors
-                                        for atom in eqn.inputs):
+        if not isinstance(eqn, Eqn) or (eqn.prim is stop_gradient_p and gradients_only):
+            continue
+        if any(isinstance(atom, Var) and atom.name in reached for atom in eqn.inputs):
             if eqn.out.name == name:
                 return True
-            tensors.add(eqn.out.name)
+            reached.add(eqn.out.name)
     return False
 
 

@@ -659,7 +659,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
 
     input_specs, traced_leaves, symbols_by_size = [], [], {}
     # eagerly, values computed from Tensor arguments are Tensors (Hooks._eager_type)
-    context.tensor_inputs = set()
+    context.tensor_inputs = {}  # input name -> whether that Tensor requires grad
     context.tensor_arguments = any(_is_array_leaf(leaf) and not isinstance(leaf, np.ndarray)
                                    for leaf in leaves)
     for position, leaf in enumerate(leaves):
@@ -705,7 +705,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                     shape.append(size)
             tracer = context.add_input(array, shape)
             if not isinstance(leaf, np.ndarray):  # a Tensor (tracejit.tracer.tensor_methods)
-                context.tensor_inputs.add(tracer.ir_var.name)
+                context.tensor_inputs[tracer.ir_var.name] = bool(leaf.requires_grad)
             input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))
             traced_leaves.append(tracer)
         elif is_number_argument(leaf) and _is_dynamic_scalar(

@@ -4,22 +4,24 @@ float64 takes log(x) as a double-double (within about 2^-64: y log x reaches 745
 carry 53 bits), multiplies it by y exactly and exponentiates the pair.
 
 float32 on AVX-512 hosts runs at full vector width in float32 (``_pow_float32_wide``, 16
-lanes a vector where float64 has 8; issue 16): x = 2^k z, z/c_i = 1 + r exactly as a pair
-(five 32-entry float32 tables read by ``vpermi2ps``, ``math_table``), ln x = k ln2 + ln c_i
-+ r - r^2/2 + r^3 Q(r) as a float-float pair (the r^2/2 and every sum's error kept: y ln x
-reaches 104 and must carry about 2^-32 of it), t = y ln x as a pair, e^t = 2^(n + j/32) e^r'
-(2^(j/32) as a float32 and its rest from tables, e^r' of degree 3), 2^n by one
-``vscalefps`` (``math_scale``): denormal results, overflow and underflow in the fast path
-itself, no selects. Only x not positive normal or |y| >= 2^120 take the rare path. Within
-0.536 ulp of exact on normal results (14 million pairs: the tests' and the benchmark's),
-0.756 on denormal ones (rounded twice, to 24 bits then to the denormal's bits, as float32
-exp's two steps). One thread, 1024x1024, CPU time, interleaved in one process with the
-float64 tables' path below (``USE_WIDE``), the machine shared (load 12): (0, 100] **
-[-3, 3] 0.894 ms a call against 1.303 (NumPy 0.746); (0, 1000] ** [-15, 15] 0.820 against
-1.229 (NumPy 11.6); (0, 1] ** [0, 200] 0.851 against 1.279 (NumPy 54); negative bases to
-integer powers (the rare path) 5.03 against 6.11. The hot loop: 70 instructions for 16
-lanes (23 multiplies and multiply-adds, 14 adds, 5 permutes, 7 moves), where the float64
-tables' ran 58 for 8 lanes.
+lanes a vector where float64 has 8; issue 16): x = 2^k z, r = z/c_i - 1 exact by one
+multiply-add (1/c_i on a coarse grid; five 32-entry float32 tables read by ``vpermi2ps``,
+``math_table``), ln x = k ln2 + ln c_i + r - r^2/2 + r^3 Q(r) as a float-float pair (the
+r^2/2 and every sum's error kept: y ln x reaches 104 and must carry about 2^-32 of it),
+t = y ln x as a pair, e^t = 2^(n + j/32) e^r' (2^(j/32) as a float32 and its rest from
+tables, e^r' of degree 3), 2^n by one ``vscalefps`` (``math_scale``): denormal results,
+overflow and underflow in the fast path itself, no selects. Only x not positive normal or
+|y| >= 2^120 take the rare path. Within 0.528 ulp of exact on normal results (14 million
+pairs: the tests' and the benchmark's), 0.755 on denormal ones (rounded twice, to 24 bits
+then to the denormal's bits, as float32 exp's two steps). One thread, 1024x1024, CPU
+time, interleaved in one process with the float64 tables' path below (``USE_WIDE``), the
+machine shared (load 13): (0, 100] ** [-3, 3] 0.850 ms a call against 1.270 (NumPy
+0.758); (0, 1000] ** [-15, 15] 0.806 against 1.233 (NumPy 11.6); (0, 1] ** [0, 200] 0.810
+against 1.249 (NumPy 54); negative bases to integer powers (the rare path) 4.94 against
+6.08. The hot loop: 67 instructions for 16 lanes (21 multiplies and multiply-adds, 12 adds,
+5 permutes, 11 moves), where the float64 tables' ran 58 for 8 lanes; NumPy's (SVML's
+powf16) 45 besides moves. r as (z (1/c_i) - 1) + its rounding error with 1/c_i to 24
+bits (|r| <= 2^-6, Q of degree 2) took 3 operations more (70 instructions): 5% slower.
 
 Elsewhere (and for a literal base) float32 takes the float64 paths: float32 needs y log x
 to about 2^-27 only where the result is a float32 (|y log x| < 104),
@@ -366,11 +368,12 @@ def _pow_float32_tables(builder, x, y):
 
 # The float32 fast path at full vector width (``_pow_float32_wide``): x = 2^k z with z in
 # [OFF, 2 OFF), OFF = 0.7421875, cut into 32 subintervals of 2^18 bit patterns each; the one
-# holding 1.0 straddles it ([1 - 1/128, 1 + 1/64), c = 1), so |r| = |z/c - 1| <= 2^-6
-# everywhere. ln c = -ln(1/c) of the float32 1/c, split in a part on multiples of 2^-16
-# (k ln2_hi + that part is exact in float32) and the rest.
+# holding 1.0 straddles it ([1 - 1/128, 1 + 1/64), c = 1, r = z - 1). ln c = -ln(1/c), split
+# in a part on multiples of 2^-16 (k ln2_hi + that part is exact in float32) and the rest;
+# |ln c| exceeds |ln(1 + r)| in every subinterval but the straddling one (a fast two-sum).
 _WIDE_OFFSET_BITS = 0x3F3E0000
 _WIDE_SHIFT = 18  # 23 mantissa bits less log2(32)
+_WIDE_BELOW_ONE = 0.9921875  # the end of the subinterval below the one holding 1.0
 
 
 def _float32(value):
@@ -382,9 +385,17 @@ def _float32_of_bits(bits):
 
 
 def _wide_inverse(index):
+    """1/c_i on a grid of 64ths (32nds below 1, where z has one more bit): z (1/c_i) - 1
+    then fits a float32 (at most 24 bits from 2^-6 down), so one multiply-add takes r
+    exactly, |r| <= 0.0235. c = 1 also just below the subinterval holding 1.0: there ln x
+    (k = 0) would be ln c - |ln(1 + r)|, down to 2^-7 against ln c's low part of 2^-17,
+    whose roundings then cost 0.1 ulp at |y ln x| = 88; elsewhere |ln x| >= 0.0155."""
     first, last = (_float32_of_bits(_WIDE_OFFSET_BITS + (index + step) * (1 << _WIDE_SHIFT))
                    for step in (0, 1))
-    return 1.0 if first <= 1.0 < last else _float32(2.0 / (first + last))
+    grid = 64 if first >= 1.0 else 32
+    if first <= 1.0 < last or last == _WIDE_BELOW_ONE:
+        return 1.0
+    return round(grid * 2.0 / (first + last)) / grid
 
 
 _WIDE_INVC = [_wide_inverse(index) for index in range(32)]
@@ -392,10 +403,11 @@ _WIDE_LOGC_HI = [round(-math.log(invc) * 2.0**16) / 2.0**16 for invc in _WIDE_IN
 _WIDE_LOGC_LO = [_float32(-math.log(invc) - hi) for invc, hi in zip(_WIDE_INVC, _WIDE_LOGC_HI)]
 _LN2_HI_F32 = 0.693145751953125  # 16 bits: k ln2_hi is exact for |k| < 2^7
 _LN2_LO_F32 = _float32(math.log(2.0) - _LN2_HI_F32)
-# ln(1 + r) = r - r^2/2 + r^3 Q(r), Q of degree 2 for |r| <= 2^-6 (float32 coefficients,
-# least squares on Chebyshev nodes): within 2^-35 of ln(1 + r) relatively. Stored times -2
+# ln(1 + r) = r - r^2/2 + r^3 Q(r), Q of degree 3 for |r| <= 0.0235 (float32 coefficients,
+# least squares on Chebyshev nodes): within 2^-39 of ln(1 + r) relatively. Stored times -2
 # (the code multiplies by -r^3/2).
-_WIDE_LOG_TAIL = (-0.6666666865348816, 0.5000726580619812, -0.40009963512420654)
+_WIDE_LOG_TAIL = (-0.6666666269302368, 0.4999999701976776, -0.40022027492523193,
+                  0.33353984355926514)
 # e^t = 2^(n + j/32) e^r, n + j/32 = t/ln2 rounded to 32nds by adding 1.5 * 2^18 (the
 # sum's low 5 bits hold j), r = t - (n + j/32) ln2 with ln2 in two parts (exact products
 # in fused multiply-adds), |r| <= ln2/64; e^r = 1 + r + r^2 (E0 + E1 r) within 2^-33.
@@ -415,9 +427,8 @@ def _pow_float32_wide(builder, x, y):
     """The fast path's x ** y of float32 lanes at full vector width (garbage where the rare
     path takes over: x not a positive normal float, y not finite), denormal results and
     overflow included: ln x =
-    k ln2 + ln c_i + ln(1 + r) as a float-float pair, r = z/c_i - 1 exactly as (p - 1) +
-    p_lo (p = z (1/c_i) and its error by a fused multiply-add), the r^2/2 of the series
-    exact as a pair, y ln x as a pair, e^t by a 32-entry table of 2^(j/32)."""
+    k ln2 + ln c_i + ln(1 + r) as a float-float pair, r = z/c_i - 1 exact, the r^2/2 of the
+    series exact as a pair, y ln x as a pair, e^t by a 32-entry table of 2^(j/32)."""
     f = Float(x.type)
     bits = builder.bitcast(x, f.int)
     offset = builder.sub(bits, f.iconst(_WIDE_OFFSET_BITS))
@@ -428,10 +439,8 @@ def _pow_float32_wide(builder, x, y):
     invc = table_lookup_float32(builder, "pow_invc", _WIDE_INVC, index)
     logc_hi = table_lookup_float32(builder, "pow_logc_hi", _WIDE_LOGC_HI, index)
     logc_lo = table_lookup_float32(builder, "pow_logc_lo", _WIDE_LOGC_LO, index)
-    p = builder.fmul(z, invc)
-    p_lo = fma(builder, z, invc, builder.fneg(p))  # exact
-    r = builder.fsub(p, f.const(1.0))  # exact: p is within 2^-6 of 1
-    # ln(1 + r + p_lo) = ln(1 + r) + p_lo (1 - r + r^2), ln(1 + r) = r + (-r^2/2) + r^3 Q(r)
+    r = fma(builder, z, invc, f.const(-1.0))  # exact (``_wide_inverse``)
+    # ln(1 + r) = r + (-r^2/2) + r^3 Q(r)
     half = builder.fmul(r, f.const(-0.5))
     square = builder.fmul(r, half)  # -r^2/2, its rounding error taken below
     whole = fma(builder, k, f.const(_LN2_HI_F32), logc_hi)  # exact
@@ -440,12 +449,9 @@ def _pow_float32_wide(builder, x, y):
     low_error = fma(builder, r, half, builder.fsub(r, low))
     log_hi = builder.fadd(whole, low)  # whole is 0 or beyond 0.015 > |low|
     log_error = builder.fadd(builder.fsub(whole, log_hi), low)
-    tail = fma(builder, r, fma(builder, r, f.const(_WIDE_LOG_TAIL[2]),
-                               f.const(_WIDE_LOG_TAIL[1])), f.const(_WIDE_LOG_TAIL[0]))
+    tail = horner(builder, r, _WIDE_LOG_TAIL)
     log_lo = fma(builder, k, f.const(_LN2_LO_F32), logc_lo)
     log_lo = builder.fadd(log_lo, builder.fadd(low_error, log_error))
-    inverse = fma(builder, r, builder.fsub(r, f.const(1.0)), f.const(1.0))  # 1/(1 + r)
-    log_lo = fma(builder, p_lo, inverse, log_lo)
     log_lo = fma(builder, builder.fmul(r, square), tail, log_lo)  # r^3 Q as (-r^3/2)(-2Q)
     # t = y ln x as a pair; |y| < 2^120 (else the rare path) keeps it finite
     t = builder.fmul(y, log_hi)

@@ -746,8 +746,8 @@ def test_power_float32_fractional_ulp_bound():
     ``POWER_DENORMAL_FRACTIONAL_ULP_FLOAT32``) of the exact result on the sweep and on 3
     million pairs whose results spread over every binade, and on bases and exponents a
     model uses (measured: 0.54, 0.53, 0.50 by the division's path; 0.504, 0.502, 0.500 by
-    the float64 tables; the full-width float32 path AVX-512 hosts run 0.542 on normal
-    results, 0.756 on denormal ones (0.502 before), these pairs and 10 million more; NumPy's
+    the float64 tables; the full-width float32 path AVX-512 hosts run 0.528 on normal
+    results, 0.755 on denormal ones (0.502 before), these pairs and 10 million more; NumPy's
     own 1.15 on these pairs and 4 million of the benchmark's)."""
     xs, ys = power_pairs(F32)
     rng = np.random.default_rng(15)
@@ -808,6 +808,47 @@ def test_power_special_values(dtype):
     special = np.isnan(expected) | np.isinf(expected) | (expected == 0)
     assert_same(actual[special], expected[special], 0, (xs[special], ys[special]),
                 f"power {dtype} where NumPy gives NaN, inf or 0")
+
+
+def test_float32_power_tables_reduce_exactly():
+    """The full-width float32 path's tables (``math_pow._pow_float32_wide``): for every
+    float32 z of each of the 32 subintervals, r = z (1/c_i) - 1 is a float32 (one
+    multiply-add takes it exactly), |r| <= 0.0235 (the range of the series), |ln c_i| >=
+    |ln(1 + r)| where c_i != 1 (ln x's head by a fast two-sum), and ln c_i's two parts are
+    -ln(1/c_i) within 2^-40, the head on a grid of 2^-16."""
+    from tracejit.codegen import math_pow
+
+    step = 1 << math_pow._WIDE_SHIFT
+    for index, inverse in enumerate(math_pow._WIDE_INVC):
+        first = math_pow._WIDE_OFFSET_BITS + index * step
+        z = np.arange(first, first + step, dtype=np.int64).astype(np.uint32).view(F32)
+        r = z.astype(np.float64) * inverse - 1.0  # exact in float64
+        assert (r.astype(F32).astype(np.float64) == r).all(), index
+        assert np.abs(r).max() <= 0.0235, index
+        head, low = math_pow._WIDE_LOGC_HI[index], math_pow._WIDE_LOGC_LO[index]
+        assert head * 2**16 == round(head * 2**16), index
+        assert abs(head + low + math.log(inverse)) <= 2.0**-40, index
+        if inverse != 1.0:
+            assert abs(head) >= np.abs(np.log1p(r)).max(), index
+
+
+def test_float32_power_at_the_tables_edges():
+    """float32 x ** y for x within 64 floats of each edge of the 32 subintervals (in the
+    binades of 1, 2, 1/2 and 2^-100), each to exponents whose y ln x spreads up to the
+    overflow and denormal edges: within ``assert_power_fractional_bound``."""
+    from tracejit.codegen import math_pow
+
+    rng = np.random.default_rng(31)
+    edges = [math_pow._WIDE_OFFSET_BITS + index * (1 << math_pow._WIDE_SHIFT)
+             for index in range(33)]
+    bits = np.concatenate([np.arange(edge - 64, edge + 65) for edge in edges])
+    xs = np.concatenate([bits.astype(np.uint32).view(F32) * F32.type(scale)
+                         for scale in (1.0, 2.0, 0.5, 2.0**-100)])
+    xs = np.repeat(xs[xs != 1], 6)
+    with np.errstate(all="ignore"):
+        ys = (rng.uniform(-103, 88, xs.size) / np.log(xs.astype(np.float64))).astype(F32)
+    assert_power_fractional_bound(xs, ys, evaluate("power", F32, xs, ys),
+                                  "power float32 at the tables' edges")
 
 
 def test_power_float32_powers_of_two_are_exact():

@@ -61,7 +61,7 @@ def _flatten_into(tree, leaves):
         return TreeDef(kind, named, tuple(_flatten_into(item, leaves) for item in tree))
     if isinstance(tree, dict):
         items = [(_static_key(key), value) for key, value in tree.items()]
-        mapping = type(tree) if type(tree) in _REBUILT_MAPPINGS else None
+        mapping = type(tree) if type(tree) in REBUILT_MAPPINGS else None
         return TreeDef("dict", tuple(key for key, _ in items),
                        tuple(_flatten_into(value, leaves) for _, value in items), mapping)
     # (after the containers: argument trees flattened at every call never hold one)
@@ -72,7 +72,7 @@ def _flatten_into(tree, leaves):
     return LEAF
 
 
-_REBUILT_MAPPINGS = (collections.Counter, collections.OrderedDict)  # cls(a dict) rebuilds
+REBUILT_MAPPINGS = (collections.Counter, collections.OrderedDict)  # cls(a dict) rebuilds
 
 
 def _static_key(key):

@@ -64,10 +64,10 @@ from .pending import deferred, force, is_pending, recording_lazily
 from .primitives import current_context, recording_into
 from .purity import is_stateful
 from .python_arithmetic import check as check_python_arithmetic
-from .returned_callables import refuse_traced_callable
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
+from .unrepeatable_results import refuse_traced_callable, refuse_unrebuilt
 from .view_writes import KeptRoot, steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
@@ -773,6 +773,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     # run would read them (and apply its own writes over the trace's: self.log += 'a'
     # twice).
     try:
+        refuse_unrebuilt(result)  # return EasyDict(loss=loss), {"seen": set()}
         out_leaves, output_tree = pytree.flatten(result)
         outputs, output_atoms, statics, atom_positions = [], [], {}, {}
         # t = np.zeros(3); return t, t[1:]: views of one constant, as NumPy's share memory

@@ -35,9 +35,14 @@ where NumPy runs: a function returning a closure over its arrays (hand-written l
 ``return out, backward`` with ``def backward(dout): return dout @ w.T, x.T @ dout``, a
 lambda, a partial, ``x.sum``) handed back the trace's closure at compiled calls, and
 calling it raised 'a traced value was used after its trace finished'; such a call runs
-eagerly now (``tracer/returned_callables.py``). Wrong result: a ``RandomState`` the function
+eagerly now (``tracer/unrepeatable_results.py``). Wrong result: a ``RandomState`` the function
 made and returned with its draws was the trace's object at every compiled call, its state
 moved on by the calls since; eager returns a new one per call (now eager, same module).
+Wrong results and crashes: results are rebuilt at every call, keeping the class of a
+namedtuple, ``Counter`` and ``OrderedDict`` only: ``return EasyDict(loss=loss, out=out)``
+came back a plain dict (``out.loss``: AttributeError), a ``defaultdict`` lost its default
+(KeyError), and a returned set was the trace's object at every call, holding what the
+caller added to it. These run eagerly now (``unrepeatable_results.refuse_unrebuilt``).
 
 Probed and equal to eager, not kept (CI budget): the README's example under default
 arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
@@ -61,7 +66,10 @@ Each call compares results, dtypes, types and the arguments and objects afterwar
 eager NumPy, and an exception eager raises must be raised too.
 """
 
+import collections
+
 import numpy as np
+import pytest
 from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
@@ -202,4 +210,47 @@ def test_a_returned_generator_made_in_the_call_is_a_new_one_per_call():
         want, want_rs = noisy_with_its_generator(x, seed)
         assert_same(got, want, **F64)
         assert got_rs.rand() == want_rs.rand()
+    no_internal_errors(f)
+
+
+# --- results rebuilt at every call -------------------------------------------------------------
+class EasyDict(dict):
+    """The attribute-access dict of many training scripts (``out.loss``)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def step_summary_easydict(x):
+    return EasyDict(loss=(x * x).sum(), out=x * 2)
+
+
+def step_summary_defaultdict(x):
+    totals = collections.defaultdict(float)
+    totals["loss"] += (x * x).sum()
+    return totals
+
+
+def step_summary_set(x):
+    return x * 2, {"loss", "out"}
+
+
+@pytest.mark.parametrize("function, use", [
+    (step_summary_easydict, lambda result: result.loss),
+    (step_summary_defaultdict, lambda result: result["missing"]),
+    (step_summary_set, lambda result: (sorted(result[1]), result[1].add("extra"))[0]),
+])
+def test_a_result_container_keeps_its_class_and_is_new_per_call(function, use):
+    """Before the fix an ``EasyDict`` came back a plain dict (``result.loss`` raised
+    AttributeError), a ``defaultdict`` without its default (KeyError), and a set was one
+    object for every compiled call (what the caller added showed in the next result)."""
+    f = jitted(function)
+    x = np.arange(3.0)
+    for _ in range(3):
+        got, want = f(x), function(x)
+        assert type(got) is type(want)
+        assert_same(use(got), use(want), **F64)
     no_internal_errors(f)

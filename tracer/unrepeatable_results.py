@@ -9,7 +9,12 @@ compiled call (``tracing._static_result``). Such a callable would hold the trace
 calling it later fails ('a traced value was used after its trace finished'), where eager
 returns one over this call's arrays. A random generator the function made
 (``rs = np.random.RandomState(seed)``, returned with the draws) is another: eager returns a
-new one per call. Such calls run eagerly, naming the line.
+new one per call; so is a set or a bytearray (one object for every call: what the caller
+adds to it shows in the next result). And containers the result is rebuilt into at every
+call (``tracer.pytree``) keep the class of a namedtuple, ``Counter`` and ``OrderedDict``,
+not of other subclasses: an ``EasyDict`` of results would come back a plain dict (no
+``out.loss``), a ``defaultdict`` without its default. Such calls run eagerly, naming the
+line.
 
     >>> import numpy as np, tracejit as tj
     >>> def layer(x, w):
@@ -28,6 +33,7 @@ from __future__ import annotations
 import functools
 import types
 
+from . import pytree
 from .dims import SymInt
 from .errors import UnsupportedError
 
@@ -53,6 +59,44 @@ def refuse_traced_callable(leaf, traced_types, made_rngs=()):
             f"the function returns a {type(leaf).__name__} that holds values of this call "
             "(a closure over its arrays); compiled calls cannot make it again. Return the "
             "arrays, or call it inside the function")
+
+
+def refuse_unrebuilt(result):
+    """Raise ``UnsupportedError`` when ``result`` (what the function returns) holds a set or
+    bytearray, or a list, tuple or dict whose class ``pytree.unflatten`` would not rebuild.
+
+    >>> import collections
+    >>> refuse_unrebuilt(({"a": [1]}, collections.OrderedDict(b=2)))
+    >>> try:
+    ...     refuse_unrebuilt({"a": collections.defaultdict(list)})
+    ... except UnsupportedError as error:
+    ...     print(str(error).split(". ")[0])
+    the function returns a defaultdict; compiled calls would return a dict
+    """
+    stack = [result]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if isinstance(value, (list, tuple)):
+            if kind not in (list, tuple) and not hasattr(value, "_fields"):
+                _refuse_container(value)
+            stack.extend(value)
+        elif isinstance(value, dict):
+            if kind not in (dict, *pytree.REBUILT_MAPPINGS):
+                _refuse_container(value)
+            stack.extend(value.values())
+        elif kind in (set, bytearray):
+            _refuse_container(value)
+
+
+def _refuse_container(value):
+    if isinstance(value, (set, bytearray)):
+        would = "the same object at every call"
+    else:
+        would = "a " + next(plain.__name__ for plain in (tuple, list, dict)
+                            if isinstance(value, plain))
+    raise UnsupportedError(f"the function returns a {type(value).__name__}; compiled calls "
+                           f"would return {would}. Return a dict, list or tuple")
 
 
 def _holds(value, traced, depth):

@@ -23,7 +23,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedError, as_numpy_would
 from .primitives import as_array, is_traced
-from .shapes import normalize_axis
+from .shapes import normalize_axes, normalize_axis
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
@@ -156,7 +156,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     if whole:
         flat, axis = np.ravel(a), 0
     elif isinstance(axis, (tuple, list)):
-        raise UnsupportedError("np.median over several axes is not supported")
+        return _median_of_axes(a, axis, keepdims)
     else:
         axis = normalize_axis(axis, ndim)
         flat = a
@@ -179,6 +179,25 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     if keepdims:
         result = (np.reshape(result, (1,) * ndim) if whole else
                   np.expand_dims(result, axis))
+    return result
+
+
+def _median_of_axes(a, axis, keepdims):
+    """``np.median`` over several axes (a median filter's ``np.median(windows, axis=(-2,
+    -1))``): those axes moved last and merged into one, as NumPy's ``_ureduce`` does; the
+    order within them does not change a median."""
+    shape = shape_of(a)
+    axes = normalize_axes(tuple(axis), len(shape))
+    kept = [number for number in range(len(shape)) if number not in axes]
+    merged = 1
+    for number in axes:
+        merged = merged * shape[number]
+    moved = np.transpose(a, kept + list(axes))
+    result = median(np.reshape(moved, tuple(shape[number] for number in kept) + (merged,)),
+                    axis=-1)
+    if keepdims:
+        result = np.reshape(result, tuple(1 if number in axes else dim
+                                          for number, dim in enumerate(shape)))
     return result
 
 

@@ -11,6 +11,7 @@ and an exception eager raises must be raised too.
 import heapq
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from real_model_checks import all_compiled, no_internal_errors, run_calls
 
 F64 = dict(rtol=1e-9, atol=1e-9)
@@ -118,3 +119,30 @@ def test_a_decision_on_a_dot_of_tail_slices():
     f = run_calls(tail_residual, [(rng.random(n), rng.random(n)) for n in (5, 6, 7)], **F64)
     no_internal_errors(f)
     assert f.stats()["compiled_calls"] >= 4, f.explain()
+
+
+# --- a median filter over sliding windows ---------------------------------------------------
+def median_filter(img, k):
+    padded = np.pad(img, k // 2, mode="edge")
+    return np.median(sliding_window_view(padded, (k, k)), axis=(-2, -1))
+
+
+def medians_over_axes(x):
+    return np.median(x, axis=(2, 0), keepdims=True), np.median(x, axis=[0, 1, 2])
+
+
+def test_median_filter_over_two_axes():
+    """Before the fix every call ran eagerly ('np.median over several axes is not
+    supported'). The axes in any order, all of them, keepdims, a NaN; NumPy's errors for
+    a repeated axis and one out of range."""
+    rng = np.random.default_rng(11)
+    f = run_calls(median_filter, [(rng.random((3, 4)), 3), (rng.random((4, 3)), 3)],
+                  dynamic=True, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    x = rng.standard_normal((2, 3, 4))
+    x[1, 2, 3] = np.nan
+    g = run_calls(medians_over_axes, [(x,)], **F64)
+    assert all_compiled(g, 2), g.explain()
+    run_calls(lambda v: np.median(v, axis=(0, 0)), [(np.ones((2, 2)),)])
+    run_calls(lambda v: np.median(v, axis=(0, 3)), [(np.ones((2, 2)),)])

@@ -255,6 +255,15 @@ class Path:
                 position].path.resolve(leaves)
             parents.append(tensor._node or tensor)
             differentiated.append(tensor)
+            if kind == "implicit":
+                # a model's parameter (self.W) written in place before backward (an
+                # optimizer step): the backward would read the new values; eager raises
+                tensors.append(tensor)
+        differentiated_implicit = {position for kind, position in plan.wrt
+                                   if kind == "implicit"}
+        for number, implicit in enumerate(spec.implicit):  # frozen ones, buffers
+            if implicit.type_name == "Tensor" and number not in differentiated_implicit:
+                tensors.append(implicit.path.resolve(leaves))
         for leaf in leaves:
             if isinstance(leaf, Tensor):
                 tensors.append(leaf)

@@ -379,3 +379,29 @@ def test_running_statistics_written_from_detached_values_compile():
         np.testing.assert_allclose(compiled.linear.weight.grad.numpy(),
                                    eager.linear.weight.grad.numpy(), rtol=1e-10)
     assert counts(jitted) == (3, {})
+
+
+class FrozenHead(Module):
+    def __init__(self):
+        self.body = Linear(3, 3, np.random.default_rng(3))
+        self.head = Linear(3, 2, np.random.default_rng(4))
+        for parameter in self.head.parameters():
+            parameter.requires_grad_(False)
+
+    def forward(self, x):
+        return (np.tanh(self.head(np.tanh(self.body(x)))) ** 2).sum()
+
+
+@pytest.mark.parametrize("written", ["body", "head"])
+def test_a_parameter_written_in_place_before_backward_raises_as_eager(written):
+    # Wrong gradient: a model's parameter (trained, or frozen) updated in place between
+    # the forward and backward (an optimizer step too early) was not checked by the
+    # compiled call's node: the backward read the new values silently; eager raises.
+    jitted = jit(lambda model, x: model(x), cache="memory")
+    for function in (jitted, jitted, lambda model, x: model(x)):
+        model = FrozenHead()
+        loss = function(model, np.ones((2, 3)))
+        with no_grad():
+            getattr(model, written).weight[...] -= 0.5
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()

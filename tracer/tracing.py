@@ -67,7 +67,11 @@ from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
 from .traced_array import Tracer, trace_error
-from .unrepeatable_results import refuse_traced_callable, refuse_unrebuilt
+from .unrepeatable_results import (
+    refuse_outside_containers,
+    refuse_traced_callable,
+    refuse_unrebuilt,
+)
 from .view_writes import KeptRoot, steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
@@ -741,6 +745,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             # next_w, config = adam(w, dw, config): the caller's dict itself, as NumPy
             # returns it (found before plain_containers makes the result's containers anew)
             returned = argument_writes.returned_containers(context, result)
+            refuse_outside_containers(result, context.outside_objects,  # return self.params
+                                      context.outside_copies)
             returned_result = result  # (self.history with a list appended to: refused below)
             result = plain_containers(result)  # the lists and dicts a loop filled
         change = argument_writes.unfollowed_change(context) or (

@@ -89,6 +89,32 @@ def refuse_unrebuilt(result):
             _refuse_container(value)
 
 
+def refuse_outside_containers(result, outside_objects, outside_copies, depth=3):
+    """Raise ``UnsupportedError`` when ``result`` holds a dict or list from outside the call
+    (``return out, self.params``: ``outside_objects``, ``{id: (path, object)}``, or the
+    trace's copy of one, ``outside_copies``, ``{id(copy): original}``). NumPy returns that
+    object itself, which the caller may then change (``params["W"] = ...``); the call's
+    result is rebuilt, a copy. (An argument's own dict or list is handed back as itself:
+    ``argument_writes.returned_containers``.)"""
+    stack = [(result, 0)]
+    while stack:
+        value, level = stack.pop()
+        if type(value) in (dict, list):
+            known = outside_objects.get(id(value))
+            if (known is not None and known[1] is value) or id(value) in outside_copies:
+                where = f" ({known[0]})" if known is not None else ""
+                raise UnsupportedError(
+                    f"the function returns a {type(value).__name__} from outside the call"
+                    f"{where}; compiled calls would return a copy of it, not it. Return its "
+                    "arrays, or read it outside")
+        if level == depth:
+            continue
+        if isinstance(value, (list, tuple)):
+            stack.extend((item, level + 1) for item in value)
+        elif isinstance(value, dict):
+            stack.extend((item, level + 1) for item in value.values())
+
+
 def _refuse_container(value):
     if isinstance(value, (set, bytearray)):
         would = "the same object at every call"

@@ -43,6 +43,9 @@ namedtuple, ``Counter`` and ``OrderedDict`` only: ``return EasyDict(loss=loss, o
 came back a plain dict (``out.loss``: AttributeError), a ``defaultdict`` lost its default
 (KeyError), and a returned set was the trace's object at every call, holding what the
 caller added to it. These run eagerly now (``unrepeatable_results.refuse_unrebuilt``).
+Likewise a dict or list from outside the call returned (``return loss, self.params``) came
+back a copy where NumPy returns the object itself, so the caller's ``params["W"] = ...``
+missed the model (``unrepeatable_results.refuse_outside_containers``).
 
 Probed and equal to eager, not kept (CI budget): the README's example under default
 arguments changed between calls (``g.__defaults__``, ``__kwdefaults__``), a closure whose
@@ -253,4 +256,34 @@ def test_a_result_container_keeps_its_class_and_is_new_per_call(function, use):
         got, want = f(x), function(x)
         assert type(got) is type(want)
         assert_same(use(got), use(want), **F64)
+    no_internal_errors(f)
+
+
+class TwoLayerNet:
+    """A model whose step returns its own parameter dict with the loss (the caller then
+    updates ``params[k]`` in place of the model's)."""
+
+    def __init__(self):
+        rng = np.random.default_rng(2)
+        self.params = {"W": rng.standard_normal((3, 2)), "b": np.zeros(2)}
+
+    def loss_and_params(self, x):
+        scores = x @ self.params["W"] + self.params["b"]
+        return (scores * scores).mean(), self.params
+
+
+def test_a_returned_dict_from_outside_is_that_dict():
+    """Before the fix compiled calls returned a new dict holding the parameters, so the
+    caller's ``params["W"] = params["W"] - lr * grad`` did not reach the model."""
+    eager, compiled = TwoLayerNet(), TwoLayerNet()
+    f = jitted(compiled.loss_and_params)
+    x = np.random.default_rng(3).standard_normal((4, 3))
+    for _ in range(3):
+        got_loss, got_params = f(x)
+        want_loss, want_params = eager.loss_and_params(x)
+        assert_same(got_loss, want_loss, **F64)
+        assert got_params is compiled.params
+        for model, params in ((eager, want_params), (compiled, got_params)):
+            params["W"] = params["W"] - 0.1 * np.ones((3, 2))
+        assert_same(compiled.params, eager.params, **F64)
     no_internal_errors(f)

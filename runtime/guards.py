@@ -34,9 +34,10 @@ import numpy as np
 from tracejit.codegen import SideExit, array_guard, output_reuse
 from tracejit.codegen.array_guard import ANY_DIM
 from tracejit.codegen.program import inline_body
-from tracejit.tracer import pytree
+from tracejit.tracer import pytree, shared_objects
 from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.dims import DimExpr
+from tracejit.tracer.generated_code import Source
 from tracejit.tracer.ir import format_shape_guard
 
 JSON_TYPES = (type(None), bool, int, float, str)
@@ -244,20 +245,13 @@ def _relation(guard, bound):
     return f"(({sides[0]}) {guard.op} ({sides[1]})) is not {expected}"
 
 
-class _Source:
+class _Source(Source):
+    """An entry's text: a ``generated_code.Source`` whose checks return ``miss`` (text)
+    when one fails."""
+
     def __init__(self, miss="None"):
-        self.lines, self.namespace, self.counter = [], {}, 0
-        self.miss = miss  # what a failed check returns
-        self.indent = 0  # added to every line's depth (the branches of a native check)
-
-    def constant(self, value, prefix="K"):
-        name = f"_{prefix}{self.counter}"
-        self.counter += 1
-        self.namespace[name] = value
-        return name
-
-    def add(self, line, depth=1):
-        self.lines.append("    " * (depth + self.indent) + line)
+        super().__init__()
+        self.miss = miss
 
 
 def _array_checks(source, variable, spec, bound, ranges, native=False):
@@ -323,16 +317,7 @@ def compile_guard(spec, draws=True):
     source.add("def guard(args, kwargs):", depth=0)
     inputs = _guard_statements(spec, source, draws)
     source.add(f"return ({inputs}{',' if len(spec.inputs) == 1 else ''})")
-    return _define(source, "guard")
-
-
-def _define(source, name):
-    text = "\n".join(source.lines)
-    namespace = dict(source.namespace)
-    exec(compile(text, f"<tracejit entry {name}>", "exec"), namespace)
-    function = namespace[name]
-    function.source = text
-    return function
+    return source.define("guard", "entry guard")
 
 
 def _guard_statements(spec, source, draws=True):
@@ -400,8 +385,8 @@ def _guard_statements(spec, source, draws=True):
             source.add(f"if {variable} is not {value!r}: return {source.miss}")
             continue
         if kind == "shared":  # self.a.fc is self.b.fc, or not, as when traced
-            shared = source.constant(value, "S")
-            source.add(f"if not {shared}.holds((args, kwargs), leaves): return {source.miss}")
+            shared_objects.add_check(source, value, f"return {source.miss}",
+                                     prefix=f"shared{number}_")
             continue
         source.add("try:")
         if path.root[0] == "global" and not path.steps:  # the common case, read directly
@@ -563,7 +548,8 @@ def compile_entry(spec, program, variant, result):
     MISS``: the entry guard of ``spec``, then the root ``program`` (its wrapper's
     statements inlined: ``codegen.program.inline_body``; else a call of the wrapper), then
     the result: ``result`` is the index of the one array output returned as it is, or a
-    function ``result(outputs, argument_leaves, arguments)``. A side exit goes on in
+    function ``result(outputs, argument_leaves, wrap, arguments)`` (``variants.Path.result``;
+    ``wrap``: ``variant.wrap``). A side exit goes on in
     ``jit._exited``, an error in the wrapper or native code to ``jit._internal_error``; the
     root path's call is counted. For a root path that only computes its outputs."""
     source = _Source(miss="_MISS")
@@ -596,14 +582,12 @@ def compile_entry(spec, program, variant, result):
         source.add(f"    return jit._exited(_variant, exit.code, {as_tuple}, args, kwargs)")
         source.add("except Exception as error:  # the wrapper or native code: never the user's")
         source.add("    return jit._internal_error(error, args, kwargs, _variant)")
-    collisions = names.keys() & source.namespace.keys()
-    if collisions:
-        raise ValueError(f"entry: names {sorted(collisions)} are both guard and wrapper names")
-    source.namespace.update(names)
+    source.bind(names)  # (a name both the guard and the wrapper bind is an error)
     source.add("_root.calls += 1")
     if isinstance(result, int):
         source.add(f"return {outputs[result]}")
     else:
         listed = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
-        source.add(f"return {source.constant(result, 'R')}(({listed}), args, (args, kwargs))")
-    return _define(source, "enter")
+        source.add(f"return {source.constant(result, 'R')}(({listed}), args, "
+                   f"{source.constant(variant.wrap, 'W')}, (args, kwargs))")
+    return source.define("enter", "entry enter")

@@ -222,11 +222,7 @@ class JitFunction(Misses):
             index = plan.single_array()
             if index is not None and variant.wrap is _identity:
                 return compile_entry(variant.spec, path.program, variant, index)
-
-            def result(outputs, leaves, arguments, _result=path.result, _wrap=variant.wrap):
-                return _result(outputs, leaves, _wrap, arguments)
-
-            return compile_entry(variant.spec, path.program, variant, result)
+            return compile_entry(variant.spec, path.program, variant, path.result)
         guard = variant.guard
 
         def enter(jit, args, kwargs):

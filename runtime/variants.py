@@ -18,17 +18,10 @@ import numpy as np
 from tracejit.codegen.schedule import input_view, result_views
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
-from tracejit.tracer.argument_writes import (
-    ArgumentWrite,
-    CallArguments,
-    OutsideArrayWrite,
-    put_back,
-)
+from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.pending import known_kind
-from tracejit.tracer.result_identity import numpy_result
-from tracejit.tracer.write_source import store_function
 
-from .tensor import unwrap
+from .result_source import result_function
 
 
 def _identity(value):
@@ -125,12 +118,6 @@ class OutputPlan:
             found |= {index for kind, index in pairs if kind in ("value", "scalar")}
         return found
 
-    @functools.cached_property
-    def store_writes(self):
-        """``store(arguments, outputs)``: every write's ``store`` in order, as one
-        generated function (``tracer.write_source``)."""
-        return store_function(self.writes)
-
     def single_array(self):
         """The program output that is the whole result, when the result is one array and
         the call writes nothing back (the common case), else None."""
@@ -140,58 +127,12 @@ class OutputPlan:
             return self.leaves[0][1]
         return None
 
-    def fast_result(self):
-        """A specialized ``result`` for the common case of one array result, or None."""
-        index = self.single_array()
-        if index is None:
-            return None
-        return lambda outputs, argument_leaves, wrap, arguments=None: wrap(outputs[index])
-
-    def result(self, outputs, argument_leaves, wrap, arguments=None):
-        """The call's result; ``arguments`` (``(args, kwargs)``) receive the writes."""
-        if self.writes:
-            arguments = CallArguments(arguments)  # flattened once for all the writes
-        # found before the writes: one may rebind the place an aliased array was read from
-        # (old = self.m["a"]; self.m["a"] = old + g; old += 1; return old)
-        aliased = {position: self.writes[write].target(arguments)
-                   for position, write in self.outside_aliases.items()}
-        if self.writes:
-            self.store_writes(arguments, outputs)
-        for position, index in self.mutated.items():
-            target = argument_leaves[position]
-            np.copyto(unwrap(target), outputs[index])
-        leaves = []
-        for kind, value in self.leaves:
-            if kind == "static":
-                leaves.append(value)
-            elif kind == "scalar":
-                item = outputs[value]
-                # A Tensor stays a (0-d) Tensor: it may carry the autograd graph.
-                # (a dim NumPy computed, np.prod(x.shape), comes as an int: an np.int64)
-                leaves.append(item if hasattr(item, "requires_grad") else wrap(
-                    np.asarray(item)[()]))
-            elif kind == "value":  # a Python scalar (a run-time scalar input, or from one)
-                item = outputs[value]
-                leaves.append(item.item() if type(item) is np.ndarray else item)
-            else:
-                leaves.append(wrap(outputs[value]))
-        for position, argument in self.aliases.items():
-            leaves[position] = argument_leaves[argument]
-        for position, target in aliased.items():
-            leaves[position] = target
-        for position, (argument, index) in self.refreshed.items():
-            if not np.may_share_memory(unwrap(leaves[position]), unwrap(
-                    argument_leaves[argument])):  # (a copy is new memory)
-                leaves[position] = wrap(outputs[index])
-        for position, (argument, kind, params) in self.numpy_results.items():
-            if argument is None:  # (self.W itself, or the wrapper's view of x)
-                leaves[position] = numpy_result(kind, params, leaves[position])
-            elif kind == "diagonal":
-                leaves[position] = np.diagonal(argument_leaves[argument], *params)
-            elif argument_leaves[argument].flags.c_contiguous:
-                leaves[position] = argument_leaves[argument]
-        result = pytree.unflatten(self.tree, leaves)
-        return put_back(result, self.containers, arguments) if self.containers else result
+    @functools.cached_property
+    def result(self):
+        """``result(outputs, argument_leaves, wrap, arguments=None)``: the call's result;
+        ``arguments`` (``(args, kwargs)``) receive the writes. One generated function
+        (``result_source``), made when first asked for."""
+        return result_function(self)
 
 
 @dataclass
@@ -208,7 +149,6 @@ class Path:
     residual_bytes: int = 0
 
     def __post_init__(self):
-        result = self.outputs.fast_result() or self.outputs.result
         # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]) or of another
         # result's array (y.T beside y): NumPy results share the caller's memory (the other
         # result's) as eager's do; Tensor results get their own copy, so
@@ -216,16 +156,18 @@ class Path:
         # version counter.
         graph = self.program.graph
         of_results = result_views(graph)
-        self.view_outputs = views = frozenset(
+        self.view_outputs = frozenset(
             index for index, atom in enumerate(graph.outputs)
             if input_view(graph, atom) is not None or getattr(atom, "name", None) in of_results)
-        if views:
-            def result(outputs, argument_leaves, wrap, arguments=None, _result=result):
-                if wrap is not _identity:
-                    outputs = [np.array(value) if index in views else value
-                               for index, value in enumerate(outputs)]
-                return _result(outputs, argument_leaves, wrap, arguments)
-        self.result = result
+
+    @functools.cached_property
+    def result(self):
+        """``result(outputs, argument_leaves, wrap, arguments=None)``: ``outputs.result``,
+        with the ``view_outputs`` copied first for Tensor results; generated when first
+        asked for (a path loaded from disk and never called makes none)."""
+        if not self.view_outputs:
+            return self.outputs.result
+        return result_function(self.outputs, self.view_outputs, _identity)
 
     @functools.cached_property
     def written_numbers_only(self):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .generated_code import Source
 from .implicit import Path, steps_expression
 from .object_paths import holds_attributes
 
@@ -131,29 +132,39 @@ def _where_text(where):
 
 def _compiled_check(shared):
     """``check(arguments, leaves) -> bool``: ``shared.holds``, as one generated function
-    that reads each container and path once (a path from the longest earlier one it
-    extends) and compares identities."""
-    namespace, lines, names = {}, [], []
+    (``add_check``'s statements)."""
+    source = Source()
+    source.add("def check(arguments, leaves):", depth=0)
+    add_check(source, shared, "return False", ("arguments[0]", "arguments[1]"), "object")
+    source.add("return True")
+    return source.define("check", "shared objects")
 
-    def constant(value):
-        name = f"_K{len(namespace)}"
-        namespace[name] = value
-        return name
 
+def add_check(source, shared, fail, arguments=("args", "kwargs"), prefix="shared"):
+    """Add to ``source`` (a ``generated_code.Source``) the statements that run ``fail``
+    (text: ``return None``) unless ``shared.holds``: they read each container and path
+    once (a path from the longest earlier one it extends) into locals named ``prefix``
+    and a number, and compare identities. ``arguments``: the text of the call's ``args``
+    and ``kwargs``; the leaves are the local ``leaves``."""
+    lines, names = [], []
     for number, where in enumerate(shared.containers):
-        names.append(f"o{number}")
-        lines.append(f"o{number} = " + steps_expression(
-            "arguments", [("item", key) for key in where], constant))
+        names.append(f"{prefix}{number}")
+        if type(where[0]) is int and where[0] in (0, 1):
+            root = arguments[where[0]]
+        else:  # (not from argument_containers: read as the tuple of the two would be)
+            root = f"({arguments[0]}, {arguments[1]})[{source.constant(where[0])}]"
+        lines.append(f"{names[-1]} = " + steps_expression(
+            root, [("item", key) for key in where[1:]], source.constant))
     known = {}  # path key -> variable
     for path in shared.paths:
-        name = f"o{len(names)}"
+        name = f"{prefix}{len(names)}"
         for end in range(len(path.steps) - 1, -1, -1):  # the longest known prefix
-            prefix = Path(path.root, path.steps[:end]).key
-            if prefix in known:
-                text = steps_expression(known[prefix], path.steps[end:], constant)
+            start = Path(path.root, path.steps[:end]).key
+            if start in known:
+                text = steps_expression(known[start], path.steps[end:], source.constant)
                 break
         else:
-            text = path.expression(constant)
+            text = path.expression(source.constant)
         lines.append(f"{name} = {text}")
         known[path.key] = name
         names.append(name)
@@ -162,13 +173,11 @@ def _compiled_check(shared):
     firsts = [names[position] for position, label in enumerate(shared.labels)
               if label == position]
     same.append(f"len({{{', '.join(f'id({name})' for name in firsts)}}}) == {len(firsts)}")
-    unreadable = constant(_UNREADABLE)
-    text = "\n".join(["def check(arguments, leaves):", "    try:",
-                      *(f"        {line}" for line in lines),
-                      f"    except {unreadable}:", "        return False",
-                      f"    return {' and '.join(same)}"])
-    exec(compile(text, "<tracejit shared objects>", "exec"), namespace)
-    return namespace["check"]
+    source.add("try:")
+    for line in lines or ["pass"]:
+        source.add(line, depth=2)
+    source.add(f"except {source.constant(_UNREADABLE, 'U')}: {fail}")
+    source.add(f"if not ({' and '.join(same)}): {fail}")
 
 
 def note(context, arguments, leaves):

@@ -3,10 +3,11 @@
 A layer that caches its input (``self.cache["x"] = x``), an optimizer that keeps its
 state in a config dict (``config["velocity"] = v``) and an update in place of an outside
 array (``self.W -= lr * dW``) each leave a write that the runtime stores after every
-compiled call (``runtime.variants.OutputPlan.result``). Stored one by one, each write
-resolves its path step by step and converts its value through a small interpreter
-(``attribute_writes.stored_values``): on a small model that is most of a call's time.
-``store_function`` writes them as straight-line Python instead, one statement per write,
+compiled call. Stored one by one, each write resolves its path step by step and converts
+its value through a small interpreter (``attribute_writes.stored_values``): on a small
+model that is most of a call's time. ``add_statements`` writes them as straight-line
+Python instead (into a call's result function: ``runtime/result_source.py``), and
+``store_function`` as a function of their own, one statement per write,
 in the writes' order and each resolving its own path from the root as ``store`` does (a
 write may rebind an object a later write goes through), so it does what the writes'
 ``store`` methods do, in fewer steps:
@@ -32,6 +33,7 @@ import numpy as np
 from . import pytree
 from .argument_writes import ArgumentWrite, OutsideArrayWrite, argument_leaves
 from .attribute_writes import AttributeWrite, Item
+from .generated_code import Source
 
 
 def _python_number(item):
@@ -43,9 +45,9 @@ def _value_text(kind, value, constant):
     if kind == "static":
         return constant(value)
     if kind == "scalar":
-        return f"asarray(outputs[{value}])[()]"
+        return f"_asarray(outputs[{value}])[()]"
     if kind == "value":
-        return f"python_number(outputs[{value}])"
+        return f"_python_number(outputs[{value}])"
     return f"outputs[{value}]"
 
 
@@ -80,7 +82,7 @@ def _statement(write, constant):
     elif type(write) is ArgumentWrite:
         text = _argument_statement(write, constant)
     elif type(write) is OutsideArrayWrite:
-        text = f"copyto({write.path.expression(constant)}, outputs[{write.value}])"
+        text = f"_copyto({write.path.expression(constant)}, outputs[{write.value}])"
     else:
         text = None
     return text or f"{constant(write)}.store(arguments, outputs)"
@@ -90,24 +92,23 @@ def store_function(writes):
     """A function ``store(arguments, outputs)`` doing ``write.store(arguments, outputs)``
     for each of ``writes`` in order; ``arguments`` is ``(args, kwargs)`` or a
     ``argument_writes.CallArguments`` (whose ``leaves`` paths from an argument read)."""
-    names = {"asarray": np.asarray, "copyto": np.copyto, "python_number": _python_number,
-             "argument_leaves": argument_leaves}
-    ids = {}
+    source = Source()
+    source.add("def store(arguments, outputs):", depth=0)
+    add_statements(source, writes)
+    return source.define("store", "stored writes")
 
-    def constant(value):
-        name = ids.get(id(value))
-        if name is None:
-            name = ids[id(value)] = f"K{len(ids)}"
-            names[name] = value
-        return name
 
-    statements = [_statement(write, constant) for write in writes]
-    body = "\n    ".join(statements) or "pass"
-    reads_leaves = any(re.search(r"\bleaves\b", statement) for statement in statements)
-    head = "    leaves = argument_leaves(arguments)\n" if reads_leaves else ""
-    source = f"def store(arguments, outputs):\n{head}    {body}\n"
-    exec(compile(source, "<tracejit stored writes>", "exec"), names)  # noqa: S102
-    store = names["store"]
-    store.source = source
-    return store
+def add_statements(source, writes):
+    """Add the statements of ``writes`` to ``source`` (a ``generated_code.Source``), for a
+    function whose locals ``arguments`` and ``outputs`` are ``store``'s; they may bind
+    ``leaves``."""
+    source.bind(_NAMES)
+    statements = [_statement(write, source.constant) for write in writes]
+    if any(re.search(r"\bleaves\b", statement) for statement in statements):
+        source.add("leaves = _argument_leaves(arguments)")
+    for statement in statements or ["pass"]:
+        source.add(statement)
 
+
+_NAMES = {"_asarray": np.asarray, "_copyto": np.copyto, "_python_number": _python_number,
+          "_argument_leaves": argument_leaves}

@@ -1,8 +1,8 @@
 """NumPy's rearranging functions composed from slices, flips, transposes and
 concatenations: ``np.append``, ``np.insert`` and ``np.delete`` (constant positions),
 ``np.fliplr``, ``np.flipud``, ``np.rot90``, ``np.column_stack``, ``np.dstack``,
-``np.rollaxis``, ``np.meshgrid``, ``np.resize``, ``np.block``, ``np.hsplit``, ``np.vsplit``,
-``np.dsplit`` (listed in ``FUNCTIONS``, which ``numpy_api`` joins).
+``np.rollaxis``, ``np.meshgrid``, ``np.ix_``, ``np.resize``, ``np.block``, ``np.hsplit``,
+``np.vsplit``, ``np.dsplit`` (listed in ``FUNCTIONS``, which ``numpy_api`` joins).
 
 Lengths stay symbolic: ``ids = np.append(ids, nxt)`` in a generation loop concatenates,
 and a position counted from the end of a symbolic axis is a dim expression.
@@ -212,6 +212,29 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     return tuple(grids)
 
 
+def ix_(*args):
+    """NumPy's open mesh: each 1-d sequence reshaped along its own axis (a window of rows
+    and columns, ``x[np.ix_(np.arange(i, i + k), np.arange(j, j + k))]`` with ``i`` a loop
+    index). A traced boolean one would be its ``nonzero()``: a length the data decides."""
+    out = []
+    for position, sequence in enumerate(args):
+        if getattr(type(sequence), "__tracejit_priority__", 0) < 1 and not isinstance(
+                sequence, np.ndarray):  # a list: NumPy's array of it (Tensors stay Tensors)
+            sequence = np.asarray(sequence)
+            if sequence.size == 0:  # as NumPy: an empty list indexes, as intp
+                sequence = sequence.astype(np.intp)
+        if ndim_of(sequence) != 1:
+            raise as_numpy_would(ValueError("Cross index must be 1 dimensional"))
+        if np.dtype(dtype_of(sequence)) == np.bool_:
+            if is_traced(sequence):
+                raise UnsupportedError("np.ix_ of a traced boolean mask: its nonzero() has a "
+                                       "length the data decides")
+            sequence = np.nonzero(sequence)[0]
+        shape = (1,) * position + (shape_of(sequence)[0],) + (1,) * (len(args) - position - 1)
+        out.append(ops.reshape(sequence, shape))
+    return tuple(out)
+
+
 def resize(a, new_shape):
     """``np.resize``: the flattened array repeated to fill ``new_shape``, a gather at
     ``i % size`` (a symbolic size stays symbolic)."""
@@ -287,6 +310,7 @@ FUNCTIONS = {
     np.dstack: dstack,
     np.rollaxis: rollaxis,
     np.meshgrid: meshgrid,
+    np.ix_: ix_,
     np.hsplit: hsplit,
     np.vsplit: vsplit,
     np.dsplit: dsplit,

@@ -146,3 +146,24 @@ def test_median_filter_over_two_axes():
     assert all_compiled(g, 2), g.explain()
     run_calls(lambda v: np.median(v, axis=(0, 0)), [(np.ones((2, 2)),)])
     run_calls(lambda v: np.median(v, axis=(0, 3)), [(np.ones((2, 2)),)])
+
+
+# --- index grids by np.ix_ ------------------------------------------------------------------
+def ix_forms(x, rows):
+    """``x[np.ix_(rows, cols)]`` with traced rows (as ``np.arange(i, i + k)`` of a loop index
+    is, in a window loop), lists, constant masks, an empty list and a write through it."""
+    picked = x[np.ix_(rows, [0, 2])]
+    masked = x[np.ix_([True, False, True], np.array([False, True, True]))]
+    x[np.ix_(rows[:1], [1])] += 5.0
+    return picked, masked, [part.shape for part in np.ix_(rows, [], rows[::-1])]
+
+
+def test_np_ix_of_traced_indices():
+    """Before the fix every call ran eagerly ('np.ix_ is not supported'), and so did a
+    correlation over windows ``x[np.ix_(np.arange(i, i + k), np.arange(j, j + k))]`` once
+    its sizes were symbolic."""
+    rng = np.random.default_rng(12)
+    f = run_calls(ix_forms, [(rng.standard_normal((n, 3)), np.array([n - 1, 0])) for n in (4, 5)],
+                  **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()

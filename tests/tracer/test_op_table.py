@@ -1156,6 +1156,7 @@ FUNCTION_CASES = [
     fcase(np.hsplit, (2, 4), call=lambda f, x: f(x, 2)),
     fcase(np.vsplit, (4, 3), call=lambda f, x: f(x, [1, 3])),
     fcase(np.dsplit, (2, 3, 4), call=lambda f, x: f(x, 2)),
+    fcase(np.ix_, (3,), (2,), call=lambda f, x, y: f(x.astype(int), y.astype(int))),
     fcase(np.rollaxis, (2, 3, 4), call=lambda f, x: f(x, 2, 1)),
     fcase(np.meshgrid, (3,), (2,), call=lambda f, x, y: f(x, y, indexing="ij")),
     fcase(np.select, (2, 3), (2, 3), call=lambda f, x, y: f([x > 0, y > 0], [x, y], 5)),

@@ -118,6 +118,10 @@ class EagerHooks:
     def loop_note(self, line, reason):
         pass
 
+    def append_when(self, container, index, test, value):  # (loop_selected_appends)
+        if test(index):
+            container.append(value)
+
     def set_in(self, array, index, value):
         array[index] = value
 

@@ -39,6 +39,7 @@ from . import (
     argument_writes,
     attribute_writes,
     list_appends,
+    loop_selected_appends,
     loop_sequences,
     loop_while,
     operator_calls,
@@ -841,6 +842,11 @@ class Hooks:
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         return run_loop(self.context, range_function, range_args, body, names, frame_locals,
                         (body.__code__.co_filename, line), reverse)
+
+    def append_when(self, container, index, test, value):
+        """``if test(index): container.append(value)`` in a loop body
+        (``tracejit.tracer.loop_selected_appends``)."""
+        loop_selected_appends.append_when(self.context, container, index, test, value)
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):

@@ -49,7 +49,7 @@ from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
 
-from . import ops
+from . import loop_selected_appends, ops
 from .conversions import python_number
 from .dims import SymInt, expr_of, value_of
 from .errors import TraceSignal
@@ -179,8 +179,12 @@ class ContainerCarry:
         self.first, self.start, self.stop, self.step, self.count = (first, start, stop, step,
                                                                     count)
         self.plan = None  # None: discovery; else the read decisions, in body order
+        # the index test of an append under it (tracejit.tracer.loop_selected_appends),
+        # else None
+        self.selected = None
         self.window = 0
         self._buffers = None
+        self.blank_vars = None  # set by setup
         self.trip_leaves = []  # the entries' leaves of the last two traced trips
         if kind == "dict":
             self._init_dict(before, after)
@@ -227,12 +231,32 @@ class ContainerCarry:
         self.begin()
 
     def _init_list(self, before, after):
+        note = loop_selected_appends.taken(self.context, after)
+        if note is not None:
+            self._init_selected(note, before, after)
+            return
         if len(after) != len(before) + 1 or any(a is not b for a, b in zip(after, before)):
             raise Refusal(f"`{self.name}` is a list the loop changes other than by one "
                           "append per iteration")
         self.prefix = list(before)
         self.history0 = list(after)
         self.entry0 = after[-1]
+        self.begin()
+
+    def _init_selected(self, note, before, after):
+        """A list appended to under a test of the index: a buffer row per trip, the
+        selected rows its entries after the loop."""
+        if note.calls != 1 or len(after) != len(before) + note.appended or any(
+                a is not b for a, b in zip(after, before)):
+            raise Refusal(f"`{self.name}` is a list the loop changes other than by one "
+                          "append under a test of the index per iteration")
+        if not all(isinstance(bound, int) for bound in (self.start, self.count)):
+            raise Refusal(f"`{self.name}` is appended to under a test of the index in a loop "
+                          "over a dynamic length (the selected trips would pin it)")
+        self.selected = note.test
+        self.prefix = list(before)
+        self.history0 = list(after)
+        self.entry0 = note.value
         self.begin()
 
     def begin(self):
@@ -270,12 +294,24 @@ class ContainerCarry:
         # reversed loop they would sit at keys that move with the trip count.
         self.pre = self._pre_rows() if self.kind == "dict" and self.step > 0 else 0
         self.rows = self.count + self.pre
+        self.blank_vars = None  # the buffers before any row is written (a list's, no prefix)
+        if self.selected is not None and self.rows * sum(
+                int(np.prod(leaf.shape)) * dtype.itemsize
+                for leaf, (_, dtype) in zip(self.leaves0, self.signatures)
+        ) > loop_selected_appends.BUFFER_LIMIT:
+            raise Refusal(f"`{self.name}`: an entry per trip, appended under a test of the "
+                          "index, would take more than "
+                          f"{loop_selected_appends.BUFFER_LIMIT >> 20} MB")
         slots = []
         for leaf, (_, dtype) in zip(self.leaves0, self.signatures):
             symbolic = next((dim for dim in (self.rows, *leaf.shape) if isinstance(dim, SymInt)),
                             None)
             buffer = ops.full((self.rows, *leaf.shape), 0, dtype, like=symbolic)
-            slots.append(buffer)
+            # a constant trip count and entry shape (range(40) at exact shapes) make a
+            # NumPy buffer: a traced one, as the trips write tracers into it
+            slots.append(_tracer(context, buffer))
+        if self.kind == "list" and not self.pre:
+            self.blank_vars = [buffer.ir_var for buffer in slots]
         for trip in range(-self.pre, 1):
             entry = self.history[self.first + self.offset + trip * self.step] if (
                 self.kind == "dict") else self.entry0
@@ -324,6 +360,9 @@ class ContainerCarry:
     def leave(self, proxy, returned):
         if returned is not proxy:
             raise Refusal(f"`{self.name}` is rebound inside the loop")
+        if self.selected is not None and not getattr(proxy, "_selected", False):
+            raise Refusal(f"`{self.name}` is appended to under a test of the index and "
+                          "otherwise")
         if proxy._current is None:
             raise Refusal(f"`{self.name}` is not written in every iteration")
         leaves, structure = _leaves(proxy._current)
@@ -376,6 +415,10 @@ class ContainerCarry:
             low = _plain(self.start + self.offset - self.pre if self.step > 0 else
                          self.start + self.offset - (self.count - 1))
             return StackedDict(self, buffers, low)
+        if self.selected is not None:  # the rows of the trips whose test holds
+            rows, count = loop_selected_appends.selection(self.selected, self.first,
+                                                          self.count, self.step)
+            return StackedList(self, [buffer[rows] for buffer in buffers], count)
         return StackedList(self, buffers)
 
 
@@ -581,7 +624,20 @@ class _DictInLoop(_InLoop):
 
 
 class _ListInLoop(_InLoop):
+    def append_selected(self, value):
+        """``append_when`` in a traced trip: True when this list takes the value at every
+        trip (its carry selects the rows after the loop)."""
+        if self._carry.selected is None:
+            return False
+        if self._current is not None:
+            raise Refusal(f"`{self._carry.name}.append` runs twice in one iteration")
+        self._current, self._selected = value, True
+        return True
+
     def append(self, value):
+        if self._carry.selected is not None:
+            raise Refusal(f"`{self._carry.name}` is appended to under a test of the index and "
+                          "otherwise")
         if self._current is not None:
             raise Refusal(f"`{self._carry.name}.append` runs twice in one iteration")
         self._current = value
@@ -595,6 +651,9 @@ class _ListInLoop(_InLoop):
 
     def _length(self):
         """The list's length in this iteration: a dim of the index."""
+        if self._carry.selected is not None:
+            raise Refusal(f"`{self._carry.name}` is read in the loop that appends to it under "
+                          "a test of the index")
         return _plain(len(self._carry.prefix) + self._row_trip
                       + int(self._current is not None))
 
@@ -709,10 +768,10 @@ class StackedList(MutableSequence):
     """A list appended to once per iteration of a captured loop: ``lst[k]`` reads a row of
     the loop's buffers, ``np.stack(lst)`` is the buffer."""
 
-    def __init__(self, carry, buffers):
+    def __init__(self, carry, buffers, count=None):
         self._carry, self._buffers = carry, buffers
         self._prefix = list(carry.prefix)
-        self._count = carry.count
+        self._count = carry.count if count is None else count  # (the selected rows')
         self._list = None
 
     def stacked(self, axis=0):
@@ -771,8 +830,10 @@ class StackedList(MutableSequence):
 
     def returned_rows(self):
         """The list as ``loop_rows.Rows`` of the loop's buffers, when it holds them all and
-        the trip count is a dim; else None (a plain list of its entries is made)."""
-        if self._list is not None or not isinstance(self._count, SymInt):
+        the trip count is a dim or an int; else None (a plain list of its entries is made).
+        (At a constant trip count too: ``range(2000)`` appending ``float(cost)`` made 2000
+        entries of the trace, each a cast of its own.)"""
+        if self._list is not None or not isinstance(self._count, (SymInt, int)):
             return None
         return _rows(self._carry, self._buffers, list(self._prefix))
 

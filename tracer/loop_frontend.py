@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 
+from .loop_selected_appends import rewrite_selected_appends
+
 
 # --- front end: which names a loop carries -----------------------------------------------
 class _Names(ast.NodeVisitor):
@@ -191,6 +193,12 @@ def _appended_names(statements):
                 name = _local_name(inner.value)
                 if name is not None:
                     names.add(name)
+            elif (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
+                  and inner.func.attr == "append_when" and inner.args
+                  and isinstance(inner.func.value, ast.Name) and inner.func.value.id == HOOK):
+                name = _local_name(inner.args[0])  # tracejit.tracer.loop_selected_appends
+                if name is not None:
+                    names.add(name)
     return names
 
 
@@ -252,6 +260,10 @@ def rewrite_for(rewriter, node):
         # (and enumerate's index, bound from it: tracejit.tracer.loop_sequences)
         rewriter.loop_targets = (*targets, node.target.id,
                                  *getattr(node, "tracejit_index_names", ()))
+    if reason is None and isinstance(node.target, ast.Name):
+        # if i % 100 == 0: costs.append(cost) -> an append_when hook call
+        rewrite_selected_appends(node, lambda statements: _walk_straight_line(statements,
+                                                                              set())[1])
     try:
         rewriter.generic_visit(node)
     finally:

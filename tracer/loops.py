@@ -32,7 +32,13 @@ import sys
 
 import numpy as np
 
-from . import attribute_writes, loop_write_through, trial_containers
+from . import (
+    attribute_writes,
+    loop_dict_carries,
+    loop_selected_appends,
+    loop_write_through,
+    trial_containers,
+)
 from .dims import SymInt, expr_of, is_int, value_of
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
@@ -163,6 +169,7 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     # object and moves its var): the loop's operands when that iteration joins the loop.
     entering = [_entering_var(context, value) for value in values]
     snapshots = [snapshot(value) for value in values]
+    loop_selected_appends.forget(context, values)  # appends under an index test: this loop's
     recorded = len(context.body)
     # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
     # index is that dim, so what it reads follows the trip count.
@@ -625,6 +632,13 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
     peeled iteration 0 becomes the loop's first trip when it can (``_first_trip_fits``):
     one copy of the body's kernels, and a buffer written at the index is written in place
     from its first trip."""
+    # a dict of parameters rebuilt or updated at every trip: one carried name per key
+    spread = loop_dict_carries.flatten(body, names, originals, snapshots, values, entering)
+    if spread is not None:
+        finals = _capture(context, spread.body, spread.names, spread.originals,
+                          spread.snapshots, spread.values, start, stop, step, count, where,
+                          spread.entering, watched)
+        return spread.regroup(finals)
     carries = _carries(context, names, originals, snapshots, values, start, stop, step, count)
     if entering is not None and _first_trip_fits(carries, entering):
         try:
@@ -637,20 +651,45 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                           watched=watched)
 
 
+# A dict of more keys than this entering a loop is no dict of parameters (hs[t] = h
+# filled before): its entries are not made graph values for _first_trip_fits.
+_ENTERING_KEYS = 64
+
+
 def _entering_var(context, value):
     """The var of a value entering iteration 0: a traced array's, or a NumPy array's as a
     constant of the graph (``h = np.zeros(H)``); None for anything else."""
     if isinstance(value, np.ndarray) and value.dtype != object:
         return context.atom(value)[0]
+    if type(value) is dict and len(value) <= _ENTERING_KEYS:  # a dict of parameters
+        return loop_dict_carries.entering_vars(
+            value, lambda item: _entering_var(context, item) if type(item) is not dict else None)
     return getattr(value, "ir_var", None)
 
 
 def _first_trip_fits(carries, entering):
     """Whether the values entering iteration 0 (``entering``: their vars) are what the body
-    takes at every trip: arrays (no containers or counters) of the same shapes, dtypes and
-    weak types."""
+    takes at every trip: arrays (no counters) of the same shapes, dtypes and weak types, and
+    lists the body appends to (their buffers enter blank: ``_entering_slots``)."""
     return all(type(carry) is _ArrayCarry and var is not None
-               and var.aval == carry.value.ir_var.aval for carry, var in zip(carries, entering))
+               and var.aval == carry.value.ir_var.aval
+               or type(carry) is ContainerCarry and carry.kind == "list"
+               for carry, var in zip(carries, entering))
+
+
+def _entering_slots(carries, entering):
+    """The loop's operands when iteration 0 joins it: each array's var as it entered, each
+    list's blank buffers (trip 0 writes its row). A list read back in the body (a window of
+    earlier entries) cannot start there: refused, and the capture runs again peeled."""
+    operands = []
+    for carry, var in zip(carries, entering):
+        if type(carry) is ContainerCarry:
+            if carry.window or carry.blank_vars is None:
+                raise Refused(f"`{carry.name}` is read back in the loop")
+            operands += carry.blank_vars
+        else:
+            operands.append(var)
+    return operands
 
 
 def _restore(mapping, before):
@@ -679,6 +718,8 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
     held = trial_containers.holding(context.created_objects, watched)
     try:
         slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
+        if from_first is not None:
+            _entering_slots(carries, from_first)  # a list read back: peeled after all
         if journal:  # acc = acc.add(x[t]) setting self.total: a trial's value would stay
             owner, name, _ = journal[0]
             raise Refused(f"the body writes `.{name}` of a {type(owner).__name__} made in "
@@ -764,7 +805,8 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
             raise Refused(f"{failure} on this call (the if goes another way in a later "
                           "iteration)") from None
         emit_prints(context, trial1.prints + trial2.prints + prints)
-    entering = from_first if from_first is not None else [slot.ir_var for slot in slots]
+    entering = (_entering_slots(carries, from_first) if from_first is not None
+                else [slot.ir_var for slot in slots])
     operands = tuple(entering) + tuple(free_vars)
     tracers = []
     for position, (slot, final) in enumerate(zip(slots, finals)):

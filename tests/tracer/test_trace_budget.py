@@ -1,7 +1,7 @@
 """A trace past ``tracing.EQUATION_LIMIT`` operations (a Python loop that cannot be
-captured, unrolled over thousands of trips: the Coursera ``nn_model(X, Y, n_h,
-num_iterations=2000)``) runs eagerly with a reason after seconds, instead of tracing,
-bounding and compiling for many minutes; below the limit the same function compiles."""
+captured, unrolled over thousands of trips) runs eagerly with a reason after seconds,
+instead of tracing, bounding and compiling for many minutes; below the limit the same
+function compiles."""
 
 import sys
 
@@ -12,11 +12,14 @@ import tracejit as tj
 
 def gradient_descent(X, y, iterations):
     params = {"w": np.zeros(X.shape[1]), "b": 0.0}
+    # a schedule in a Python list read at the index: the loop cannot be captured (the
+    # course's version with one rate is: tests/tracer/test_loop_dict_rebinding21.py)
+    rates = [0.1 / (1 + 0.01 * step) for step in range(iterations)]
     costs = []
-    for i in range(iterations):  # params rebound to a new dict each trip: unrolled
+    for i in range(iterations):
         err = X @ params["w"] + params["b"] - y
-        params = {"w": params["w"] - 0.1 * X.T @ err / len(y),
-                  "b": params["b"] - 0.1 * err.mean()}
+        params = {"w": params["w"] - rates[i] * X.T @ err / len(y),
+                  "b": params["b"] - rates[i] * err.mean()}
         if i % 10 == 0:
             costs.append(float((err ** 2).mean()))
     return params["w"], costs

@@ -7,8 +7,8 @@
 (array([1., 1., 1.]),)
 """
 
-from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
+from .exit_codes import INNER_LOOP_GUARD_FAILED, KERNEL_ERROR, LOOP_GUARD_FAILED
 from .program import Program, ProgramTooLarge, SideExit, compile
 
-__all__ = ["KERNEL_ERROR", "LOOP_GUARD_FAILED", "Program", "ProgramTooLarge", "SideExit",
-           "compile"]
+__all__ = ["INNER_LOOP_GUARD_FAILED", "KERNEL_ERROR", "LOOP_GUARD_FAILED", "Program",
+           "ProgramTooLarge", "SideExit", "compile"]

@@ -65,7 +65,7 @@ from tracejit.tracer.ops.control import (
 )
 
 from . import loop_sharing, native_loop
-from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED
+from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED, body_exit
 from .lowering import LAYOUT_EXIT
 
 log = logging.getLogger("tracejit.loops")
@@ -444,7 +444,7 @@ class _Loop:
                         for write, axes in zip(self.writes, region_axes)]
             status, _, carried = self.native.run(carried + free, bindings, trips, geometry)
             if status:  # as the Python loop's side exit below
-                raise side_exit(LOOP_GUARD_FAILED if status > 0 else KERNEL_ERROR)
+                raise side_exit(body_exit(status))
             trips = ()  # every trip ran
         tail = tuple(free) + tuple(bindings[name] for name in self.symbols[:-1])
         run_body_program = self.program._run
@@ -460,8 +460,8 @@ class _Loop:
         except side_exit as exit:
             # No guard of the body has a number in the outer graph's trace tree: the
             # whole call side-exits and runs eagerly (nothing was returned or written
-            # outside our own copies).
-            raise side_exit(LOOP_GUARD_FAILED if exit.code > 0 else KERNEL_ERROR) from None
+            # outside our own copies). A loop's inside the body is an inner loop's.
+            raise side_exit(body_exit(exit.code)) from None
         final = list(values[:num_carry])
         for position, value in zip(self.kept, carried):
             final[position] = value

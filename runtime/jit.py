@@ -297,6 +297,10 @@ class JitFunction(Misses):
                     return self._run_eager(args, kwargs, LAYOUT_REASON)
                 if taken.code == codegen.LOOP_GUARD_FAILED:
                     return self._loop_guard_exit(variant, args, kwargs)
+                if taken.code == codegen.INNER_LOOP_GUARD_FAILED:
+                    # (no streak toward tracing the loops unrolled: it read as a kernel
+                    # error before, and ran eagerly as this does)
+                    return self._run_eager(args, kwargs, "a guard in an inner loop's body failed")
                 if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
                 return self._side_exit(variant, path, taken.guard_index, args, kwargs)

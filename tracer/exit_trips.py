@@ -106,28 +106,86 @@ def trip(context, t, carried, done, functions, count, int_positions, first):
     segments, tests, loose = functions
     if not first and not all(isinstance(value, Tracer) for value in (*carried, done)):
         raise Refused("a carried value is not an array (a Python number or a container)")
-    before = [_kept(context, value) for value in carried]
-    within = tuple(segments[0](t, *carried, *_unset(segments[0], count)))
-    result = _ints_traced(context, [_kept(context, value) for value in within[:count]],
-                          int_positions)
-    ended = []  # first: how to end the loop as Python does, where it ends at trip 0
     outer_writes = getattr(context, "trial_writes", None)
+    outer_zero = getattr(context, "exit_trip_zero", False)
+    if first:  # Tracer._update journals the trip's in-place writes here (and a NumPy array
+        # written is a traced copy: Hooks.set_item)
+        context.trial_writes, context.exit_trip_zero = {}, True
+        start = _Point(context, carried)
     try:
-        return _trip_tests(context, t, carried, done, functions, count, int_positions,
-                           first, before, within, result, ended)
-    except Stop:
-        raise
-    except Exception:
-        if not ended:
+        before = [_kept(context, value) for value in carried]
+        within = tuple(segments[0](t, *carried, *_unset(segments[0], count)))
+        result = _ints_traced(context, [_kept(context, value) for value in within[:count]],
+                              int_positions)
+        ended = []  # first: how to end the loop as Python does, where it ends at trip 0
+        try:
+            values = _trip_tests(context, t, carried, done, functions, count, int_positions,
+                                 first, before, within, result, ended)
+        except Stop:
             raise
-        # The rest of trip 0, which this call never runs, failed (x[t] of an empty x):
-        # the loop ends here as Python ends it, as before a traced exit was kept traced
-        return ended[0]()
+        except Exception:
+            if not ended:
+                raise
+            # The rest of trip 0, which this call never runs, failed (x[t] of an empty x):
+            # the loop ends here as Python ends it, as before a traced exit was kept traced
+            return ended[0]()
+        if first and start.wrote_outside(carried):
+            # o.log[t] = v after a traced exit: an array no carried name holds, written
+            # whether or not the exit was taken (only carried values are chosen by it).
+            # Trip 0 as Python runs it, its decisions guards (the trials refuse the capture
+            # for such a write too: the loop runs as written)
+            start.restore()
+            left, broke = written_trip(t, functions, carried, count)
+            if broke is not None:
+                raise Stop(left, broke)
+            return (*(_traced(context, value) for value in _ints_traced(
+                context, left, int_positions)), _false(context))
+        return values
     finally:
-        if ended:  # the ender's journal of the writes after its exit: the outer one's again
+        if first:  # the trip's journal: the outer one's again
             writes, context.trial_writes = context.trial_writes, outer_writes
+            context.exit_trip_zero = outer_zero
             for key, entry in writes.items() if outer_writes is not None else ():
                 outer_writes.setdefault(key, entry)
+
+
+class _Point:
+    """How the trace of trip 0 of the first call stood at one point, to go back to: its
+    equations, the arrays the trip writes in place after it (traced ones as ``trial_writes``
+    journals them, their state here; NumPy ones in ``values``, from a copy: ``np.zeros`` of
+    a static shape written with a constant) and the traced stand-ins of NumPy arrays."""
+
+    def __init__(self, context, values):
+        self.context, self.mark = context, len(context.body)
+        self.written = {key: _state(entry[0]) for key, entry in context.trial_writes.items()}
+        self.numpy_values = [(value, value.copy()) for value in values
+                             if type(value) is np.ndarray and value.flags.writeable]
+        self.replaced = dict(context.replaced)
+
+    def restore(self):
+        context = self.context
+        del context.body[self.mark:]
+        for key, entry in context.trial_writes.items():
+            array, var, value, shape = self.written.get(key, entry)
+            array.ir_var, array.raw_value, array.shape = var, value, shape
+        for array, value in self.numpy_values:
+            np.copyto(array, value)
+        context.replaced.clear()
+        context.replaced.update(self.replaced)
+
+    def wrote_outside(self, carried):
+        """Whether the trip since this point wrote in place into an array made before it that
+        no carried name holds (a carried one is chosen by the exits: ``_into``)."""
+        made = {item.out.name for item in self.context.body[self.mark:]
+                if hasattr(item, "prim") and hasattr(item, "out")}
+        holders = {id(value) for value in carried} | {
+            id(self.context.replaced.get(id(value))) for value in carried}
+        return any(getattr(var, "name", None) not in made and id(array) not in holders
+                   for array, var, _, _ in self.context.trial_writes.values())
+
+
+def _state(array):
+    return array, array.ir_var, array.raw_value, array.shape
 
 
 def _trip_tests(context, t, carried, done, functions, count, int_positions, first, before,
@@ -227,25 +285,12 @@ def _trip_tests(context, t, carried, done, functions, count, int_positions, firs
 def _ender(context, path, within, payload, t, count, broke):
     """A function ending the first call's loop at trip 0 as Python ends it there: a guard
     per decision on its ``path`` and the values at the exit (the trace's equations after
-    it are dropped: Python does not run them), and the arrays the trip wrote in place after
-    it (``count += 1`` after the exit: a segment Python does not run) hold their values at
-    the exit again: traced ones as ``Tracer._update`` journals them in ``trial_writes`` from
-    here, NumPy ones (``np.zeros`` of a static shape, written with a constant) from a copy,
-    and the traced stand-ins of NumPy arrays made after the exit are forgotten."""
-    mark = len(context.body)
-    writes = context.trial_writes = {}
-    numpy_values = [(value, value.copy()) for value in within
-                    if type(value) is np.ndarray and value.flags.writeable]
-    replaced = dict(context.replaced)
+    it are dropped: Python does not run them, and the arrays the trip writes in place after
+    it, ``count += 1`` after the exit, hold their values at the exit again: ``_Point``)."""
+    exit_point = _Point(context, within)
 
     def end():
-        del context.body[mark:]
-        for array, var, value, shape in writes.values():
-            array.ir_var, array.raw_value, array.shape = var, value, shape
-        for array, value in numpy_values:
-            np.copyto(array, value)
-        context.replaced.clear()
-        context.replaced.update(replaced)
+        exit_point.restore()
         for decision in path:
             bool(decision)
         values = within if payload is None else tuple(payload(t, *within))

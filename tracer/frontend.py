@@ -330,6 +330,14 @@ def _callers_arrays(context, left, right):
     return callers(left) and callers(right) and (argument(left) or argument(right))
 
 
+def _exit_trip_write(context, array):
+    """Whether a NumPy array made in the call is written (with any value) in trip 0 of a
+    loop with a data-dependent exit: as its traced copy, journaled, so that a write after an
+    exit the trip takes is put back (``exit_trips._Point``). NumPy's own write would stay."""
+    return getattr(context, "exit_trip_zero", False) and not (
+        id(array) in context.implicit_candidates or context.is_implicit(array))
+
+
 class Hooks:
     """What rewritten code calls; one instance per trace (it records the functions the
     trace passed through, for the cache key)."""
@@ -861,7 +869,8 @@ class Hooks:
         array written with a traced value or at a traced index (the one-hot
         ``xs[t][inputs[t]] = 1``) is replaced by a traced copy, as ``a[i] = v`` does."""
         indices = index if isinstance(index, tuple) else (index,)
-        if isinstance(array, np.ndarray) and any_traced((value, *indices)):
+        if isinstance(array, np.ndarray) and (any_traced((value, *indices)) or (
+                _exit_trip_write(self.context, array))):
             if id(array) in self.context.implicit_candidates or self.context.is_implicit(array):
                 raise trace_error("writing a traced value into a global array; compiled runs "
                                "would skip it. Return the new array instead")
@@ -1017,7 +1026,8 @@ class Hooks:
         if is_traced(container):
             container[index] = value
             return container
-        if isinstance(container, np.ndarray) and (is_traced(value) or _traced_index(index)):
+        if isinstance(container, np.ndarray) and (is_traced(value) or _traced_index(index) or (
+                _exit_trip_write(self.context, container))):
             # A traced position (x[ids[t]] = 1, mask[t] = 1) too: NumPy would read it as a
             # number, one trace per token id or trip.
             if id(container) in self.context.implicit_candidates:

@@ -25,6 +25,14 @@ Fixed here:
   constant of its own, and compiled calls returned unrelated arrays where NumPy's share
   memory. They are now views of one copy of their root constant
   (``result_identity.constant_views``), which the wrapper makes as NumPy views.
+* a loop with a data-dependent exit whose body writes, after the exit, into an array no
+  carried name holds (``log["trace"][t] = acc.sum()``, ``self.trace[t] = ...``, a dict
+  made in the call holding ``np.zeros(6)``): trip 0 of the traced call chose the carried
+  values by the exit but made that write whether or not the exit was taken, so a call
+  whose loop ended at trip 0 still wrote ``trace[0]`` (8.2 where NumPy leaves 0), traced
+  and compiled. Trip 0 now journals its writes (a NumPy array made in the call is written
+  as its traced copy, ``frontend._exit_trip_write``); one into such an array makes trip 0
+  run as Python runs it, its decisions guards (``exit_trips._Point``).
 """
 
 import numpy as np
@@ -155,3 +163,76 @@ def test_constant_results_that_view_each_other_share_memory_as_in_numpy(function
         want[1][...] = 7.0
         for got_array, want_array in zip(got, want, strict=True):
             np.testing.assert_array_equal(got_array, want_array)
+
+
+# --- an exit loop writing into an array no carried name holds, after its exit --------------
+class Recorder:
+    def __init__(self):
+        self.acc = np.zeros(2)
+        self.trace = np.zeros(10)
+
+
+def logged_to_an_attribute(recorder, x):
+    acc = recorder.acc
+    for t in range(x.shape[0]):
+        acc = acc + x[t]
+        if acc.sum() > 5:
+            break
+        recorder.trace[t] = acc.sum()
+    recorder.acc = acc
+    return acc
+
+
+def logged_to_a_dict(state, x):
+    acc = state["acc"]
+    for t in range(x.shape[0]):
+        acc = acc + x[t]
+        if acc.sum() > 5:
+            break
+        state["trace"][t] = acc.sum()
+    state["acc"] = acc
+    return acc
+
+
+def marked_in_a_local_dict(x):
+    marks = {"seen": np.zeros(6)}
+    acc = np.zeros(2)
+    for t in range(x.shape[0]):
+        acc = acc + x[t]
+        if acc.sum() > 5:
+            break
+        marks["seen"][t] = 1.0
+    return acc, marks["seen"]
+
+
+CALLS = [(4, 1.0), (4, 0.1), (5, 3.0), (6, 0.1), (5, 3.0)]  # (rows, scale): 3.0 breaks at once
+
+
+@pytest.mark.parametrize("holder", ["attribute", "dict"])
+def test_a_write_after_the_exit_into_an_argument_held_array_is_skipped_with_it(holder):
+    """The state carries over: at the third call ``acc`` enters at 3.1 and the loop breaks
+    at trip 0; NumPy leaves ``trace`` as it was, compiled code wrote ``trace[0] = 8.2``."""
+    function = logged_to_an_attribute if holder == "attribute" else logged_to_a_dict
+    f = tj.jit(function, cache="memory")
+    if holder == "attribute":
+        eager_state, jit_state = Recorder(), Recorder()
+    else:
+        eager_state, jit_state = ({"acc": np.zeros(2), "trace": np.zeros(10)}
+                                  for _ in range(2))
+    for rows, scale in CALLS:
+        x = np.ones((rows, 2)) * scale
+        np.testing.assert_allclose(f(jit_state, x), function(eager_state, x), rtol=1e-12)
+        for got, want in (zip(vars(jit_state).values(), vars(eager_state).values())
+                          if holder == "attribute" else
+                          zip(jit_state.values(), eager_state.values())):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_write_after_the_exit_into_a_numpy_array_a_local_dict_holds_is_skipped_with_it():
+    """``np.zeros(6)`` held by a dict made in the call, written with a constant: NumPy's
+    write on the traced path stayed (``seen[0]`` was 1 where the loop broke at once)."""
+    f = tj.jit(marked_in_a_local_dict, cache="memory")
+    for rows, scale in CALLS:
+        x = np.ones((rows, 2)) * scale
+        for got, want in zip(f(x), marked_in_a_local_dict(x), strict=True):
+            np.testing.assert_array_equal(got, want)

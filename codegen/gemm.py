@@ -140,11 +140,11 @@ _load_lock = threading.Lock()
 _loaded = {}
 
 
-def object_code(isa=None, stored_only=False):
+def object_code(isa=None):
     """The module's object code: from the runtime's object store (the disk cache) when it
-    has it, else compiled now (0.7 s of CPU on the loaded test machine) and stored
-    (``stored_only``: else None). Keyed by the generating files' text, the instruction set
-    and the host, like the pool's runtime."""
+    has it, else compiled now (0.7 s of CPU on the loaded test machine) and stored.
+    Keyed by the generating files' text, the instruction set and the host, like the pool's
+    runtime."""
     isa = _resolve(isa)
 
     def build():
@@ -162,8 +162,7 @@ def object_code(isa=None, stored_only=False):
         return compiled.object_code
 
     folder = Path(__file__).resolve().parent
-    return parallel.stored_object(isa.entry, [folder / name for name in SOURCES],
-                                  None if stored_only else build)
+    return parallel.stored_object(isa.entry, [folder / name for name in SOURCES], build)
 
 
 class _Workspaces:
@@ -194,49 +193,21 @@ _COMBINE_SIGNATURE = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5),
 
 def library(isa=None, dtype="float32"):
     """The loaded GEMM for ``isa`` (default ``chosen_isa()``) and ``dtype``, compiled or
-    read from the object store on first use (or linked ahead: ``link_ahead``)."""
+    read from the object store on first use."""
     isa = _resolve(isa, dtype)
     with _load_lock:
         if isa.entry not in _loaded:
-            pool = parallel.pool()  # (made: link_ahead's thread is done, see link_ahead)
-            ahead = _linked_ahead.pop(isa.entry, None)
-            _loaded[isa.entry] = (ahead if ahead is not None and ahead["pool"] == pool.address
-                                  else _link(isa, object_code(isa), pool))
-        return _loaded[isa.entry]["library"]
-
-
-def _link(isa, code, pool):
-    """What ``library`` keeps for ``isa``: ``code`` linked against ``pool`` (a
-    ``parallel.PoolState``) and workspaces for its threads."""
-    workspaces = _Workspaces(2 * pool.threads, isa.workspace_elements, isa.dtype)
-    imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
-    loaded = llvm.load(code, [isa.entry, isa.epilogue_entry, isa.combine_entry,
-                              isa.batched_entry], imports=imports)
-    return dict(library=loaded, workspaces=workspaces, pool=pool.address,
+            pool = parallel.pool()
+            workspaces = _Workspaces(2 * pool.threads, isa.workspace_elements, isa.dtype)
+            imports = {**pool.symbols(), WORKSPACES_SYMBOL: workspaces.address}
+            loaded = llvm.load(object_code(isa), [isa.entry, isa.epilogue_entry,
+                                                  isa.combine_entry, isa.batched_entry],
+                               imports=imports)
+            _loaded[isa.entry] = dict(
+                library=loaded, workspaces=workspaces,
                 function=_EPILOGUE_SIGNATURE(loaded.addresses[isa.epilogue_entry]),
                 combined=_COMBINE_SIGNATURE(loaded.addresses[isa.combine_entry]))
-
-
-_linked_ahead = {}  # isa entry -> what ``library`` keeps, linked by ``link_ahead``
-
-
-def link_ahead():
-    """Link the float32 GEMM against the pool's native state made ahead
-    (``parallel.state_ahead``), on ``llvm.link_ahead``'s thread (``machine_objects``),
-    for ``library`` to take when the pool that adopts that state starts: 0.4 ms of reading
-    its object and 0.4 ms of linking that a warm start's main thread did. Only when its
-    object code is stored (a first call with an empty cache compiles it where it always
-    did) and float32 products may call it. No lock: ``library`` reads what this wrote
-    after ``parallel.pool()``, whose start waits for this thread."""
-    from . import blas
-
-    state = parallel.state_ahead()
-    if state is None or not blas.own_sgemm_enabled():
-        return
-    isa = _resolve(None, "float32")
-    code = object_code(isa, stored_only=True)
-    if code is not None:
-        _linked_ahead[isa.entry] = _link(isa, code, state)
+        return _loaded[isa.entry]["library"]
 
 
 def symbols(dtype="float32"):

@@ -134,16 +134,8 @@ def _emit_object(machine, module):
 
 
 def host_description():
-    """What compiled code depends on: part of every disk cache key. While ``link_ahead``'s
-    thread is describing the host, its answer is waited for (bounded: past the bound the
-    host is described here too, as ``lru_cache`` allows)."""
-    described = _ahead.get("described")
-    if described is not None:
-        described.wait(_DESCRIBED_WAIT_SECONDS)
+    """What compiled code depends on: part of every disk cache key."""
     return dict(_described_host())
-
-
-_DESCRIBED_WAIT_SECONDS = 10.0
 
 
 @lru_cache(maxsize=None)
@@ -409,9 +401,7 @@ def _new_jit():
     _generation["links"] = 0
 
 
-# "thread": the thread making the process's first LLJIT (``link_ahead``); "described": set
-# once that thread has described the host
-_ahead = {}
+_ahead = {}  # "thread": the thread making the process's first LLJIT (``link_ahead``)
 
 
 def link_ahead(then=None):
@@ -423,9 +413,8 @@ def link_ahead(then=None):
     LLJIT (``_link_lock``), and ``joined_link_ahead`` for the thread. ``then`` raising is
     ignored: whoever needs what it makes makes it again, and sees the error.
 
-    The thread first sets LLVM up and describes the host (``host_description``: ~1.3 ms,
-    mostly LLVM and ``dlopen``), which the calling thread's cache key waits for after it
-    has stamped tracejit's own code (~1.3 ms of ``stat`` calls): the two overlap.
+    LLVM is set up and the host asked for here, on the calling thread (the cache key
+    needs both): the thread then makes only what nothing else makes concurrently.
 
     >>> link_ahead(); load(compile_module("define i64 @one() { ret i64 1 }").object_code,
     ...                    ["one"]).addresses["one"] != 0
@@ -433,15 +422,9 @@ def link_ahead(then=None):
     """
     if _ahead or _generation["jit"] is not None:
         return
-    described = threading.Event()
+    host_description()
 
     def make():
-        try:
-            _described_host()
-        except Exception as error:  # noqa: BLE001 - the caller describes it again, and sees it
-            log.debug("describing the host ahead failed: %s", error)
-        finally:
-            described.set()
         with _link_lock:
             if _generation["jit"] is None:
                 _new_jit()
@@ -455,7 +438,6 @@ def link_ahead(then=None):
     # marked before it starts: a pool that starts while it runs still shortens OpenBLAS's
     # idle spin (``blas.shorten_openblas_idle_spin`` counts the other Python threads)
     blas.runs_no_blas(thread)
-    _ahead["described"] = described
     _ahead["thread"] = thread
     thread.start()
 

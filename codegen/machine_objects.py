@@ -31,22 +31,19 @@ def builders():
 
 
 def link_ahead():
-    """Describe the host, make the LLJIT, link the pool's runtime, the own GEMM and the
-    entry guards' array check on a thread of their own (``llvm.link_ahead``: native work,
-    mostly without the GIL) while the calling thread goes on: a warm start from disk calls
-    this before it takes its key (which waits for the host's description), reads its entry
-    and parses its program (~5 ms of Python), and finds them made when it links (the pool
-    takes its native state with the runtime linked: ``parallel.link_runtime_ahead``; the
-    GEMM linked against that state: ``gemm.link_ahead``) and builds its entry guard
-    (``array_guard.matcher``, built once per process under its lock)."""
+    """Make the LLJIT, link the pool's runtime and the entry guards' array check on a
+    thread of their own (``llvm.link_ahead``: native work, mostly without the GIL) while
+    the calling thread goes on: a warm start from disk calls this before it takes its key,
+    reads its entry and parses its program (~5 ms of Python), and finds them made when it
+    links (the pool takes the runtime linked: ``parallel.link_runtime_ahead``) and builds
+    its entry guard (``array_guard.matcher``, built once per process under its lock)."""
     from . import llvm
 
     llvm.link_ahead(then=_link_ahead)
 
 
 def _link_ahead():
-    from . import array_guard, gemm, parallel
+    from . import array_guard, parallel
 
     parallel.link_runtime_ahead()
-    gemm.link_ahead()
     array_guard.matcher()

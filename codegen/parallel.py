@@ -411,8 +411,7 @@ def stored_object(name, generators, build):
     """The object code ``build()`` compiles, from the object store when it has it. The key
     is ``name``, the text of ``generators`` (the files whose code generates the IR: building
     the IR only to hash it cost a warm start ~9 ms) and the host; what is built is stored
-    under it (``build`` None: nothing is built, and None is returned). For the per-machine
-    objects (``codegen/machine_objects.py``)."""
+    under it. For the per-machine objects (``codegen/machine_objects.py``)."""
     generator = b"".join(Path(path).read_bytes() for path in generators)
     key = hashlib.sha256(name.encode() + b"\0" + generator + repr(
         sorted(llvm.host_description().items())).encode()).hexdigest()[:32]
@@ -420,8 +419,6 @@ def stored_object(name, generators, build):
         cached = _object_store[0](key)
         if cached:
             return cached
-    if build is None:  # asked for what is stored only
-        return None
     object_code = build()
     if _object_store is not None:
         _object_store[1](key, object_code)
@@ -435,61 +432,34 @@ def runtime_object():
 
 
 RUNTIME_EXPORTS = ("tj_parallel_for", "tj_worker_loop", "tj_pool_park")
-_linked_ahead = {}  # "state": the pool's ``PoolState``, made by ``link_ahead``'s thread
-
-
-class PoolState:
-    """The pool's native half: its fields and the runtime linked to run them. What compiled
-    code imports from the pool (``symbols``) is here, so it can be made before the pool's
-    threads start: on ``llvm.link_ahead``'s thread, where the own GEMM is then linked
-    against it too (``gemm.link_ahead``)."""
-
-    def __init__(self, threads):
-        self.threads = threads
-        self.state = (ctypes.c_int64 * POOL_FIELDS)()
-        self.state[THREADS] = threads
-        self.state[PARKED] = -1  # no generation parked yet
-        self.library = llvm.load(runtime_object(), RUNTIME_EXPORTS)
-        self.address = ctypes.addressof(self.state)
-
-    @property
-    def parallel_for(self):
-        return self.library.addresses["tj_parallel_for"]
-
-    def symbols(self):
-        """What compiled kernels import from the pool."""
-        return {"tj_pool": self.address, "tj_parallel_for": self.parallel_for,
-                "tj_pool_park": self.library.addresses["tj_pool_park"]}
+_linked_ahead = {}  # "runtime": the runtime's library, linked by ``link_ahead``'s thread
 
 
 def link_runtime_ahead():
-    """Make the pool's ``PoolState`` (its runtime linked) for the pool to take when it
-    starts (``ThreadPool``): on ``llvm.link_ahead``'s thread (``machine_objects.link_ahead``)."""
+    """Link the pool's runtime for the pool to take when it starts (``ThreadPool``): on
+    ``llvm.link_ahead``'s thread (``machine_objects.link_ahead``)."""
     if not _pool_for.cache_info().currsize:
-        _linked_ahead["state"] = PoolState(thread_count())
+        _linked_ahead["runtime"] = llvm.load(runtime_object(), RUNTIME_EXPORTS)
 
 
-def state_ahead():
-    """The ``PoolState`` ``link_runtime_ahead`` made, while no pool has taken it, else None."""
-    return _linked_ahead.get("state")
-
-
-def _pool_state(threads):
-    """``link_ahead``'s ``PoolState`` when it is for ``threads``, else one made now."""
+def _runtime_library():
+    """The runtime's library: ``link_ahead``'s, else linked now."""
     llvm.joined_link_ahead()
-    ahead = _linked_ahead.pop("state", None)
-    return ahead if ahead is not None and ahead.threads == threads else PoolState(threads)
+    return _linked_ahead.pop("runtime", None) or llvm.load(runtime_object(), RUNTIME_EXPORTS)
 
 
-class ThreadPool(PoolState):
+class ThreadPool:
     """The process's pool: its native state, and ``threads - 1`` worker threads."""
 
     def __init__(self, threads):
+        self.threads = threads
         if threads > 1:
             blas.shorten_openblas_idle_spin()
-        native = _pool_state(threads)
-        self.threads, self.state = native.threads, native.state
-        self.library, self.address = native.library, native.address
+        self.state = (ctypes.c_int64 * POOL_FIELDS)()
+        self.state[THREADS] = threads
+        self.state[PARKED] = -1  # no generation parked yet
+        self.library = _runtime_library()
+        self.address = ctypes.addressof(self.state)
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
             self.library.addresses["tj_worker_loop"])
         self._worker = worker
@@ -500,6 +470,15 @@ class ThreadPool(PoolState):
         ]
         for thread in self.workers:
             thread.start()
+
+    @property
+    def parallel_for(self):
+        return self.library.addresses["tj_parallel_for"]
+
+    def symbols(self):
+        """What compiled kernels import from the pool."""
+        return {"tj_pool": self.address, "tj_parallel_for": self.parallel_for,
+                "tj_pool_park": self.library.addresses["tj_pool_park"]}
 
 
 _pool_lock = threading.Lock()

@@ -328,12 +328,15 @@ class _Loop:
         self.dtypes = [var.aval.dtype for var in params["body"].inputs]
         self.operands = [_operand(atom) for atom in eqn.inputs]
         # A buffer written in place is copied first unless it is a fresh array of ours
-        # used by nothing else (checked again at run time: it must own its memory).
+        # used by nothing else (checked again at run time: it must own its memory). A
+        # constant of the graph is no fresh array: a list's blank buffer at a constant trip
+        # count (range(40) at exact shapes) is one, and every call wrote its rows into
+        # that one array, the lists of earlier calls viewing it (their rows changed).
+        held = {var.name for var in graph.inputs} | {var.name for var, _ in graph.constants}
         self.fresh = {write.position for write in self.writes
                       if self.operands[write.position][0] == "var"
                       and later_uses.get(self.operands[write.position][1]) == 1
-                      and self.operands[write.position][1] not in
-                      {var.name for var in graph.inputs}}
+                      and self.operands[write.position][1] not in held}
         self.results = {}  # output position -> outer var name
         # Kernels trust slice and pad params; NumPy's reference raises where an index
         # leaves the array. Params are affine in the index: checking the first and last

@@ -1,0 +1,82 @@
+"""Adversarial review of round 21's landed commits (since 4938d31): course-style training
+loops (e91c84e: dict carries, appends under an index test, constant-count list buffers),
+one array passed for several arguments (4e85a5d), results rebuilt per call (b4a671b,
+78355a9, db041a7, e4b35b4, 2a5a7a6) and the generated result plan (ba9dec6). Each test
+here failed before its fix; each call is compared with eager NumPy (results, types,
+dtypes, the arguments afterwards) as in ``test_adversarial_real_models21.py``.
+
+Findings, fixed:
+
+* Wrong results (e91c84e): a list appended to in a loop of a constant trip count of 32 or
+  more at exact shapes (``for i in range(40): snaps.append(w)``) got a buffer that is a
+  constant of the graph, and the loop driver wrote the rows into it in place, taking it
+  for a fresh array of its own: every compiled call returned rows of that one array, so
+  the lists an earlier call returned changed under the caller at the next call
+  (``codegen/loops.py``: a constant is never written in place).
+* Wrong results (4e85a5d): a first call passing one array for several arguments to a
+  function that writes into one (``a += 1`` or ``v = a[:2]; v += 1``, ``np.add(a, 1,
+  out=a)``, then reads ``b``) is traced now; the trace wrote its values into the array,
+  and then the call ran again eagerly (the program refuses such calls): the write was
+  done twice. Such a trace leaves the caller's arrays alone (``trace(effects=False)``).
+"""
+
+import numpy as np
+from real_model_checks import assert_same, jitted, no_internal_errors
+
+F64 = dict(rtol=1e-10, atol=1e-12)
+
+
+# --- a list's buffer at a constant trip count ----------------------------------------------
+def snapshots(x, steps):
+    snaps = []
+    w = x.copy()
+    for i in range(steps):
+        w = w * 0.9 + 0.1
+        if i % 5 == 0:
+            snaps.append(w)
+    return snaps
+
+
+def every_step(x, steps):
+    snaps = []
+    w = x.copy()
+    for _ in range(steps):
+        w = w * 0.9 + 0.1
+        snaps.append(w)
+    return snaps
+
+
+def test_lists_returned_by_earlier_calls_keep_their_rows():
+    """Before the fix the first two calls' lists held the third call's rows."""
+    for function in (snapshots, every_step):
+        f = jitted(function)
+        inputs = [np.arange(3.0) + shift for shift in range(3)]
+        results = [(f(x, 40), function(x, 40)) for x in inputs]
+        for got, want in results:
+            assert_same(got, want, **F64)
+        no_internal_errors(f)
+
+
+# --- one array passed for several arguments, written into ----------------------------------
+def bump_a_view(a, b):
+    v = a[:2]
+    v += 1.0
+    return a.sum() + b.sum()
+
+
+def bump_by_out(a, b):
+    np.add(a, 1.0, out=a)
+    return b * 2
+
+
+def test_a_first_call_passing_one_array_twice_writes_once():
+    """Before the fix the first call's result and ``x`` held the write twice."""
+    for function in (bump_a_view, bump_by_out):
+        f = jitted(function)
+        for shared in (True, True, False, True):
+            x, y = np.arange(9.0).reshape(3, 3), np.arange(9.0).reshape(3, 3)
+            got = f(x, x) if shared else f(x, x + 1)
+            want = function(y, y) if shared else function(y, y + 1)
+            assert_same(got, want, **F64)
+            assert_same(x, y, where="the argument after the call", **F64)
+        no_internal_errors(f)

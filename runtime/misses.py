@@ -94,8 +94,10 @@ class Misses:
             reason = self._why_missed(leaves)
             # lazy: a captured loop's remaining trips wait (tracejit.tracer.pending); the
             # program compiled below computes the result instead
+            # (shared: the trace's writes would go into the call's arrays, then the program
+            # or eager runs it again and writes twice: a += 1 on f(x, x) added 2)
             traced = self._trace(args, kwargs, self.policy, signature,
-                                 lazy=self.options.compile != "background")
+                                 lazy=self.options.compile != "background", effects=not shared)
             if not isinstance(traced, Trace):
                 return self._eager_instead(traced, signature, args, kwargs)
             if self.options.compile == "background":  # LLVM on the compile thread
@@ -121,14 +123,14 @@ class Misses:
             self._counters["traced_calls"] += 1  # the trace itself computed the result
             return _plain_result(traced.force_outputs(), leaves, traced)
 
-    def _trace(self, args, kwargs, dynamic, signature, lazy=False):
+    def _trace(self, args, kwargs, dynamic, signature, lazy=False, effects=True):
         """A ``Trace`` of this call, or None / ``_TraceFailed`` (it runs eagerly). What the
         trace drew (``tracer.random_draws``) is undone when it fails, and can be undone
         (``Trace.rewind_draws``) when the result comes from elsewhere."""
         watched = random_draws.watch_unseen(self.fn, pytree.flatten((args, kwargs))[0])
         with random_draws.journal() as journal:
             try:
-                traced = self._trace_once(args, kwargs, dynamic, signature, lazy)
+                traced = self._trace_once(args, kwargs, dynamic, signature, lazy, effects)
             except BaseException:
                 journal.rewind()
                 raise
@@ -143,7 +145,7 @@ class Misses:
             journal.rewind()  # the eager run draws them again
         return traced
 
-    def _trace_once(self, args, kwargs, dynamic, signature, lazy):
+    def _trace_once(self, args, kwargs, dynamic, signature, lazy, effects=True):
         start = time.perf_counter()
         try:
             retries = 0
@@ -154,7 +156,7 @@ class Misses:
                         grad=is_grad_enabled(), lazy=lazy,
                         capture_loops=self.options.loops == "capture" and not (
                             self._loops_unrolled), check_decisions=True,
-                        call_kwargs=kwargs)
+                        call_kwargs=kwargs, effects=effects)
                     break
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
                     random_draws.rewind_open()  # the next trace draws from the start again

@@ -614,7 +614,8 @@ def _argument_names(fn, args, kwargs, partial=False):
 
 
 def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backward=None,
-          capture_loops=True, lazy=False, check_decisions=False, call_kwargs=None, **kwargs):
+          capture_loops=True, lazy=False, check_decisions=False, call_kwargs=None,
+          effects=True, **kwargs):
     """Run ``fn(*args, **kwargs)`` once on the real inputs and record it as IR.
 
     ``call_kwargs``: the function's keyword arguments, given apart (the runtime does) so
@@ -642,6 +643,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     objects as they were and prints nothing, and its outputs are not the call's result
     (``Trace.undecided``; they only show each output's kind): the runtime takes the
     call's result from the compiled program, or runs the call eagerly.
+    ``effects=False``: the same whatever the decisions (one array passed for several
+    arguments: the trace holds them apart, so its writes and outputs are not the call's).
     """
     if call_kwargs is not None:
         kwargs = dict(call_kwargs)
@@ -858,7 +861,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         if check:
             verify(graph)
 
-        undecided = check_decisions and decisions_may_differ(graph)
+        undecided = not effects or check_decisions and decisions_may_differ(graph)
     except BaseException:
         context.finished = True  # tracers that escaped now refuse to be used
         attribute_writes.restore(context)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import types
+from collections.abc import Iterator
 
 from . import pytree
 from .dims import SymInt
@@ -45,13 +46,19 @@ _DEPTH = 6
 def refuse_traced_callable(leaf, traced_types, made_rngs=()):
     """Raise ``UnsupportedError`` when ``leaf`` (a result leaf the program does not compute)
     is a function, method or partial holding a value of ``traced_types`` (the trace's
-    arrays) or a symbolic dim; or is a random generator made in the call (``made_rngs``:
+    arrays) or a symbolic dim; or is an iterator (a generator); or is a random generator
+    made in the call (``made_rngs``:
     ids, ``tracer.random_draws``), which eager makes anew per call and compiled calls
     would hand back as the trace left it, its state moved on by every call since."""
     if id(leaf) in made_rngs:
         raise UnsupportedError(
             f"the function returns the {type(leaf).__name__} it made; compiled calls cannot "
             "make it again. Make it outside and pass it in")
+    if isinstance(leaf, Iterator):  # (x * i for i in range(3)), map(...), iter(lst)
+        raise UnsupportedError(
+            f"the function returns a {type(leaf).__name__} (an iterator); compiled calls "
+            "would hand back the trace's one, used up by the first caller that reads it "
+            "(and over the trace's arrays). Return a list")
     if not callable(leaf) or isinstance(leaf, type):
         return
     if _holds(leaf, tuple(traced_types) + (SymInt,), 0):

@@ -18,6 +18,12 @@ Findings, fixed:
   out=a)``, then reads ``b``) is traced now; the trace wrote its values into the array,
   and then the call ran again eagerly (the program refuses such calls): the write was
   done twice. Such a trace leaves the caller's arrays alone (``trace(effects=False)``).
+* Crash and wrong results (the class of e4b35b4): a returned iterator was handed back as
+  the trace left it at every compiled call: a generator over the call's arrays raised 'a
+  traced value was used after its trace finished', ``iter([x, 2 * x])`` yielded the
+  trace's stand-ins, and a generator over ints was empty from the second call on (the
+  first caller used it up). Such a call runs eagerly
+  (``unrepeatable_results.refuse_traced_callable``).
 """
 
 import numpy as np
@@ -79,4 +85,30 @@ def test_a_first_call_passing_one_array_twice_writes_once():
             want = function(y, y) if shared else function(y, y + 1)
             assert_same(got, want, **F64)
             assert_same(x, y, where="the argument after the call", **F64)
+        no_internal_errors(f)
+
+
+# --- returned iterators ----------------------------------------------------------------------
+def scaled_copies(x):
+    return (x * i for i in range(3))
+
+
+def with_positions(x):
+    return x * 2, (i for i in range(3))
+
+
+def both_arrays(x):
+    return iter([x, x * 2])
+
+
+def test_returned_iterators_are_the_calls_own():
+    """Before the fix: a TraceError, an empty generator at the second call, Tracers."""
+    for function in (scaled_copies, with_positions, both_arrays):
+        f = jitted(function)
+        for shift in (0.0, 1.0, 1.0):
+            x = np.arange(3.0) + shift
+            got, want = f(x), function(x)
+            if isinstance(want, tuple):
+                got, want = (got[0], list(got[1])), (want[0], list(want[1]))
+            assert_same(list(got), list(want), **F64)
         no_internal_errors(f)

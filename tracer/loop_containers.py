@@ -789,6 +789,10 @@ class StackedList(MutableSequence):
     def __getitem__(self, key):
         if self._list is not None:
             return self._list[key]
+        if isinstance(key, slice) and key == slice(None, None, -1):
+            from .loop_reversed_lists import ReversedStackedList  # cycle: it subclasses this
+
+            return ReversedStackedList(self)  # hs_b[::-1]: the length stays a dim
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, SymInt)):
             return self._materialized()[key]
         length = _plain(len(self._prefix) + self._count)

@@ -167,3 +167,37 @@ def test_np_ix_of_traced_indices():
                   **F64)
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
+
+
+# --- a bidirectional RNN whose backward states are a list turned back by [::-1] ----------------
+def bidirectional_rnn(xs, Wf, Uf, Wb, Ub):
+    hf, hb = np.zeros(Uf.shape[0]), np.zeros(Ub.shape[0])
+    forward, backward = [], []
+    for t in range(xs.shape[0]):
+        hf = np.tanh(Wf @ xs[t] + Uf @ hf)
+        forward.append(hf)
+    for t in reversed(range(xs.shape[0])):
+        hb = np.tanh(Wb @ xs[t] + Ub @ hb)
+        backward.append(hb)
+    backward = backward[::-1]
+    return (np.concatenate([np.stack(forward), np.stack(backward)], axis=1), backward[0],
+            backward[-1], np.stack(backward[::-1]))
+
+
+def _birnn(T, seed=0, D=2, H=3):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((T, D)), rng.standard_normal((H, D)),
+            rng.standard_normal((H, H)) * 0.5, rng.standard_normal((H, D)),
+            rng.standard_normal((H, H)) * 0.5)
+
+
+def test_bidirectional_rnn_reverses_its_list_without_pinning_the_length():
+    """Before the fix ``backward[::-1]`` made the list a plain one of its entries, pinning
+    the length: one compile per sequence length (5 and 7 here). Now one compile for
+    the bucket; the list reversed again is the forward order (a first version of the fix
+    gave the backward order again: the last result)."""
+    calls = [_birnn(T) for T in (5, 7)]
+    f = run_calls(bidirectional_rnn, calls, dynamic=True, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    assert f.stats()["compiles"] == 1, f.explain()

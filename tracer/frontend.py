@@ -109,6 +109,7 @@ from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
 from .strided_views import as_strided, is_as_strided, is_byte_strides
+from .tensor_methods import tensor_valued
 from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
 from .view_writes import index_in, numpy_root
 from .while_loops import run_while
@@ -721,6 +722,14 @@ class Hooks:
             args = tuple(array_of(arg) if _holds_traced(arg) else arg for arg in args)
         if function in (np.array, np.asarray) and args and _holds_traced(args[0]):
             return array_of(*args, **kwargs)  # np.array(losses), np.array(x.shape): a stack
+        if function in CONVERSIONS and args and is_traced_array(args[0]) and getattr(
+                self.context, "tensor_arguments", False) and tensor_valued(self.context,
+                                                                           args[0]):
+            # eagerly a Tensor: np.asarray makes it an ndarray (or raises PyTorch's
+            # lost-gradient error when it requires grad); the trace would keep a Tensor
+            raise trace_error(f"np.{function.__name__} of a value that is a Tensor eagerly "
+                              "(an ndarray there, or the lost-gradient error); the call runs "
+                              "eagerly. Use x.detach() to cut the gradient")
         if args and is_traced_array(args[0]):
             converted = _converted(function, args, kwargs)  # np.asarray(X), np.float32(loss)
             if converted is not None:

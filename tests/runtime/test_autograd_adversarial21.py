@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracejit import jit, nn, no_grad, tensor
+from tracejit import TensorError, jit, nn, no_grad, tensor
 
 EAGER_RTOL, EAGER_ATOL = 1e-11, 1e-13
 
@@ -405,3 +405,26 @@ def test_a_parameter_written_in_place_before_backward_raises_as_eager(written):
             getattr(model, written).weight[...] -= 0.5
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             loss.backward()
+
+
+def converts_to_numpy(w, x):
+    hidden = x @ w
+    return np.asarray(hidden.detach()), (hidden * hidden).sum()
+
+
+def test_np_asarray_of_a_tensor_inside_jit_is_eagers_ndarray_or_error():
+    # np.asarray of what eagerly is a Tensor gives an ndarray (or, requiring grad, the
+    # lost-gradient error); the trace kept it as a Tensor: a compiled np.asarray(h) of a
+    # value requiring grad returned a Tensor where eager raises, and the detached one came
+    # back a Tensor where eager gives an ndarray.
+    jitted = jit(converts_to_numpy, cache="memory")
+    grad_kept = jit(lambda w, x: np.asarray(x @ w).sum(), cache="memory")
+    x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    for _ in range(2):
+        w = tensor(np.eye(3), requires_grad=True)
+        plain, loss = jitted(w, x)
+        expected_plain, _ = converts_to_numpy(w, x)
+        assert type(plain) is type(expected_plain) is np.ndarray
+        np.testing.assert_array_equal(plain, expected_plain)
+        with pytest.raises(TensorError):
+            grad_kept(w, x)

@@ -96,16 +96,20 @@ def refuse_unrebuilt(result):
             _refuse_container(value)
 
 
-def refuse_outside_containers(result, outside_objects, outside_copies, depth=3):
+def refuse_outside_containers(result, outside_objects, outside_copies):
     """Raise ``UnsupportedError`` when ``result`` holds a dict or list from outside the call
     (``return out, self.params``: ``outside_objects``, ``{id: (path, object)}``, or the
     trace's copy of one, ``outside_copies``, ``{id(copy): original}``). NumPy returns that
     object itself, which the caller may then change (``params["W"] = ...``); the call's
     result is rebuilt, a copy. (An argument's own dict or list is handed back as itself:
-    ``argument_writes.returned_containers``.)"""
-    stack = [(result, 0)]
+    ``argument_writes.returned_containers``.) Every level is looked at: ``return loss,
+    {"layers": [(layer.params, layer.cache)]}`` holds the model's dicts four deep."""
+    stack, seen = [result], set()
     while stack:
-        value, level = stack.pop()
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         if type(value) in (dict, list):
             known = outside_objects.get(id(value))
             if (known is not None and known[1] is value) or id(value) in outside_copies:
@@ -114,12 +118,10 @@ def refuse_outside_containers(result, outside_objects, outside_copies, depth=3):
                     f"the function returns a {type(value).__name__} from outside the call"
                     f"{where}; compiled calls would return a copy of it, not it. Return its "
                     "arrays, or read it outside")
-        if level == depth:
-            continue
         if isinstance(value, (list, tuple)):
-            stack.extend((item, level + 1) for item in value)
+            stack.extend(value)
         elif isinstance(value, dict):
-            stack.extend((item, level + 1) for item in value.values())
+            stack.extend(value.values())
 
 
 def _refuse_container(value):

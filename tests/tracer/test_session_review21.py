@@ -24,6 +24,10 @@ Findings, fixed:
   trace's stand-ins, and a generator over ints was empty from the second call on (the
   first caller used it up). Such a call runs eagerly
   (``unrepeatable_results.refuse_traced_callable``).
+* Wrong result (78355a9): a dict from outside the call four containers deep in the result
+  (``return loss, {"layers": [(name, layer.params)]}``) came back a copy where NumPy
+  returns the model's dict itself (the walk stopped at three levels); every level is
+  looked at now (``unrepeatable_results.refuse_outside_containers``).
 """
 
 import numpy as np
@@ -112,3 +116,26 @@ def test_returned_iterators_are_the_calls_own():
                 got, want = (got[0], list(got[1])), (want[0], list(want[1]))
             assert_same(list(got), list(want), **F64)
         no_internal_errors(f)
+
+
+# --- a model's dicts deep in the result ------------------------------------------------------
+class TwoLayers:
+    def __init__(self):
+        self.layers = [{"W": np.eye(3) * 0.5}, {"W": np.eye(3) * 2.0}]
+
+    def report(self, x):
+        h = self.layers[1]["W"] @ np.tanh(self.layers[0]["W"] @ x)
+        return float(h @ h), {"layers": [(str(k), layer) for k, layer in enumerate(self.layers)]}
+
+
+def test_a_models_dict_deep_in_the_result_is_the_models_own():
+    """Before the fix the dicts in the result were copies (identity lost)."""
+    eager_model, model = TwoLayers(), TwoLayers()
+    f = jitted(model.report)
+    for shift in (0.0, 1.0, 1.0):
+        x = np.arange(3.0) + shift
+        got, want = f(x), eager_model.report(x)
+        assert_same(got, want, **F64)
+        for (_, layer), own in zip(got[1]["layers"], model.layers):
+            assert layer is own
+    no_internal_errors(f)

@@ -461,6 +461,12 @@ def where(condition, x=None, y=None):
 
 def nonzero(a):
     """Data-dependent shape: only eager values (NumPy arrays, Tensors) support it."""
+    if is_traced(a):  # (np.asarray would say "converted to a NumPy array": not the reason)
+        raise UnsupportedError(
+            "np.nonzero (and np.where with one argument) of traced data: how many indices it "
+            "gives depends on the data, so it has no shape to compile (non-maximum "
+            "suppression's np.where(iou <= t)[0]); keep a mask instead (np.where(mask, x, "
+            "fill), x[mask].sum()) or compute it outside")
     return np.nonzero(np.asarray(a))
 
 

@@ -201,3 +201,35 @@ def test_bidirectional_rnn_reverses_its_list_without_pinning_the_length():
     no_internal_errors(f)
     assert all_compiled(f, 4), f.explain()
     assert f.stats()["compiles"] == 1, f.explain()
+
+
+# --- non-maximum suppression: a while loop over the boxes np.where keeps ---------------------
+def nms(boxes, scores, thresh):
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
+    order = scores.argsort()[::-1]
+    keep = []
+    while order.size > 0:
+        i = order[0]
+        keep.append(i)
+        width = np.maximum(0.0, np.minimum(x2[i], x2[order[1:]]) - np.maximum(x1[i], x1[order[1:]])
+                           + 1)
+        height = np.maximum(0.0, np.minimum(y2[i], y2[order[1:]])
+                            - np.maximum(y1[i], y1[order[1:]]) + 1)
+        inter = width * height
+        overlap = inter / (areas[i] + areas[order[1:]] - inter)
+        order = order[np.where(overlap <= thresh)[0] + 1]
+    return keep
+
+
+def test_nms_runs_eagerly_naming_np_where():
+    """A length the data decides runs eagerly (docs/sharp_bits.md); before the fix the
+    reason was a misleading 'a traced array was converted to a NumPy array (np.asarray, a
+    NumPy function tracejit does not support, ...)'."""
+    rng = np.random.default_rng(3)
+    corners = rng.random((6, 2)) * 20
+    boxes = np.concatenate([corners, corners + rng.random((6, 2)) * 10 + 1], axis=1)
+    f = run_calls(nms, [(boxes, rng.random(6), 0.3)])
+    reasons = f.stats()["eager_reasons"]
+    assert "np.nonzero (and np.where with one argument) of traced data" in (
+        reasons["untraceable"]), reasons

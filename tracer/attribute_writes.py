@@ -268,15 +268,21 @@ def _refuse_in_captured_loop_or_gradients(context, path, name, value):
     if getattr(context, "loop_depth", 0):
         raise Refused("an attribute write on an object from outside the function")
     if getattr(context, "records_gradients", False) and any(
-            hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf) and (
-                # a running statistic, 0.9 * self.running_mean + 0.1 * mean.detach(), is a
-                # Tensor without history eagerly, as the compiled call stores it
-                tensor_methods.carries_gradient(context, leaf) or not (
-                    tensor_methods.tensor_valued(context, leaf)))
-            for leaf in pytree.flatten(value)[0]):
+            loses_a_graph(context, leaf) for leaf in pytree.flatten(value)[0]):
         # eager keeps a Tensor with its graph there (self.out.sum().backward() later)
         raise UnsupportedError("an attribute set to a value computed with gradients "
                                f"({path}.{name}); it would lose its graph")
+
+
+def loses_a_graph(context, leaf):
+    """Whether storing ``leaf`` (an attribute write, a list append) in a trace with
+    gradients is refused: eagerly it may be a Tensor with history, which a compiled call
+    would store without its graph (or a plain ndarray, which it would store as a Tensor).
+    A running statistic, ``0.9 * self.running_mean + 0.1 * mean.detach()``, is a Tensor
+    without history eagerly, as the compiled call stores it; ``loss.item()`` a float."""
+    return hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf) and (
+        tensor_methods.carries_gradient(context, leaf) or not (
+            tensor_methods.tensor_valued(context, leaf)))
 
 
 def _may_carry_a_graph(leaf):

@@ -40,7 +40,7 @@ import numpy as np
 from . import pytree
 from .abstract import PYTHON_SCALARS
 from .argument_writes import argument_leaves
-from .attribute_writes import Item, output_leaf, stored_values
+from .attribute_writes import Item, loses_a_graph, output_leaf, stored_values
 from .errors import UnsupportedError
 from .implicit import Path
 from .locations import user_location
@@ -148,7 +148,7 @@ def note(context, path, target, method, value):
     if getattr(context, "loop_depth", 0):
         raise Refused("an append to a list from outside the function")
     if getattr(context, "records_gradients", False) and any(
-            hasattr(leaf, "ir_var") for item in items for leaf in pytree.flatten(item)[0]):
+            loses_a_graph(context, leaf) for item in items for leaf in pytree.flatten(item)[0]):
         raise UnsupportedError(f"a value computed with gradients appended to {path}; it "
                                "would lose its graph")
     for item in items:

@@ -428,3 +428,40 @@ def test_np_asarray_of_a_tensor_inside_jit_is_eagers_ndarray_or_error():
         np.testing.assert_array_equal(plain, expected_plain)
         with pytest.raises(TensorError):
             grad_kept(w, x)
+
+
+class LoggingClassifier(Module):
+    """Keeps its loss history (Python floats) and detached logits, as training code logs."""
+
+    def __init__(self):
+        self.linear = Linear(3, 2, np.random.default_rng(6))
+        self.losses, self.logits = [], []
+
+    def forward(self, x, labels):
+        logits = self.linear(x)
+        loss = nn.cross_entropy(logits, labels)
+        self.losses.append(loss.item())
+        self.logits.append(logits.detach())
+        return loss
+
+
+def test_logging_item_and_detached_values_into_lists_compiles():
+    # self.losses.append(loss.item()) was refused as "a value computed with gradients
+    # appended": every training call ran eagerly. A float and a detached Tensor have no
+    # graph to lose; the compiled calls append what eager appends.
+    models = LoggingClassifier(), LoggingClassifier()
+    jitted = jit(lambda model, x, labels: model(x, labels), cache="memory", dynamic=True)
+    for size in (4, 5, 4):
+        rng = np.random.default_rng(size)
+        x, labels = rng.normal(size=(size, 3)), rng.integers(0, 2, size)
+        for model, function in zip(models, (jitted, lambda model, x, labels: model(x, labels))):
+            function(model, x, labels).backward()
+    compiled, eager = models
+    assert [type(loss) for loss in compiled.losses] == [float] * 3
+    np.testing.assert_allclose(compiled.losses, eager.losses, rtol=1e-14)
+    for got, want in zip(compiled.logits, eager.logits):
+        assert (type(got), got.requires_grad) == (type(want), False)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(compiled.linear.weight.grad.numpy(),
+                               eager.linear.weight.grad.numpy(), rtol=1e-12)
+    assert counts(jitted) == (3, {})

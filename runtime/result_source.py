@@ -77,7 +77,10 @@ def result_function(plan, views=frozenset(), identity=None):
         source.add(f"aliased{_index(position)} = {constant(plan.writes[write], 'W')}"
                    ".target(arguments)")
     if plan.writes:
-        write_source.add_statements(source, plan.writes)
+        known = plan.argument_tree is not None and plan.argument_tree.kind == "tuple" and len(
+            plan.argument_tree.children) == 2  # (args, kwargs)
+        write_source.add_statements(source, plan.writes, write_source.argument_leaf_text(
+            plan.argument_tree, constant) if known else None)
     for position, index in plan.mutated.items():
         source.add(f"_copyto(_unwrap(argument_leaves[{_index(position)}]), "
                    f"outputs[{_index(index)}])")

@@ -65,6 +65,10 @@ class OutputPlan:
     # that is C-contiguous (else the program's copy), of a view of ``x`` (None) the
     # program's view made C-contiguous
     numpy_results: dict = field(default_factory=dict)
+    # the structure of the call's (args, kwargs) that the entry guard checks (the trace's
+    # ``input_tree``): the writes read arguments that are leaves directly, not by
+    # flattening them all (None, as from a disk entry: they flatten)
+    argument_tree: object = None
 
     @staticmethod
     def from_trace(trace):
@@ -90,7 +94,8 @@ class OutputPlan:
         return OutputPlan(trace.output_tree, leaves, dict(trace.mutated_inputs),
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers), dict(trace.outside_aliases),
-                          dict(trace.refreshed_views), dict(trace.numpy_results))
+                          dict(trace.refreshed_views), dict(trace.numpy_results),
+                          trace.input_tree)
 
     @functools.cached_property
     def writes_items(self):

@@ -98,16 +98,57 @@ def store_function(writes):
     return source.define("store", "stored writes")
 
 
-def add_statements(source, writes):
+def add_statements(source, writes, leaf_text=None):
     """Add the statements of ``writes`` to ``source`` (a ``generated_code.Source``), for a
     function whose locals ``arguments`` and ``outputs`` are ``store``'s; they may bind
-    ``leaves``."""
+    ``leaves``. ``leaf_text(k)``: the text reading argument leaf ``k`` from ``arguments``
+    where it is known (``argument_leaf_text``), else None; when every leaf the writes read
+    is known, each is read once, before the first write (as the flattened leaves would
+    be), instead of flattening the arguments."""
     source.bind(_NAMES)
     statements = [_statement(write, source.constant) for write in writes]
-    if any(re.search(r"\bleaves\b", statement) for statement in statements):
-        source.add("leaves = _argument_leaves(arguments)")
+    if any(_LEAVES.search(statement) for statement in statements):
+        read = sorted({int(number) for statement in statements
+                       for number in _LEAF.findall(statement)})
+        texts = [leaf_text(number) for number in read] if leaf_text is not None else [None]
+        if None in texts or any(_LEAVES.search(_LEAF.sub("", statement))
+                                for statement in statements):
+            source.add("leaves = _argument_leaves(arguments)")
+        else:
+            for number, text in zip(read, texts):
+                source.add(f"argument_leaf{number} = {text}")
+            statements = [_LEAF.sub(r"argument_leaf\1", statement) for statement in statements]
     for statement in statements or ["pass"]:
         source.add(statement)
+
+
+_LEAVES = re.compile(r"\bleaves\b")
+_LEAF = re.compile(r"\bleaves\[([0-9]+)\]")
+
+
+def argument_leaf_text(tree, constant):
+    """``leaf_text`` for ``add_statements``, from ``tree``, the call's ``(args, kwargs)``
+    structure as ``pytree.flatten`` made it (the entry guard checked it): an argument or
+    keyword argument that is a leaf is read as ``arguments[0][i]`` or
+    ``arguments[1][constant(name)]``. A leaf inside a container the caller made is not
+    known (a dict subclass may read otherwise than it flattens): None.
+
+    >>> tree = pytree.flatten(((1, {"w": 2}), {"scale": 3}))[1]
+    >>> [argument_leaf_text(tree, repr)(k) for k in range(3)]
+    ['arguments[0][0]', None, "arguments[1]['scale']"]
+    """
+    texts = []
+    args, kwargs = tree.children
+    for index, child in enumerate(args.children):
+        texts += [f"arguments[0][{index}]"] if child.kind == "leaf" else [None] * _count(child)
+    for name, child in zip(kwargs.keys, kwargs.children):
+        texts += ([f"arguments[1][{constant(name)}]"] if child.kind == "leaf"
+                  else [None] * _count(child))
+    return lambda number: texts[number] if 0 <= number < len(texts) else None
+
+
+def _count(tree):
+    return 1 if tree.kind == "leaf" else sum(map(_count, tree.children))
 
 
 _NAMES = {"_asarray": np.asarray, "_copyto": np.copyto, "_python_number": _python_number,

@@ -7,12 +7,14 @@ dtypes, the arguments afterwards) as in ``test_adversarial_real_models21.py``.
 
 Findings, fixed:
 
-* Wrong results (e91c84e): a list appended to in a loop of a constant trip count of 32 or
-  more at exact shapes (``for i in range(40): snaps.append(w)``) got a buffer that is a
-  constant of the graph, and the loop driver wrote the rows into it in place, taking it
-  for a fresh array of its own: every compiled call returned rows of that one array, so
-  the lists an earlier call returned changed under the caller at the next call
-  (``codegen/loops.py``: a constant is never written in place).
+* Wrong results (e91c84e, and older): a list appended to in a loop of a constant trip
+  count of 32 or more at exact shapes (``for i in range(40): snaps.append(w)``) got a
+  buffer that is a constant of the graph, and the loop driver wrote the rows into it in
+  place, taking it for a fresh array of its own: every compiled call returned rows of that
+  one array, so the lists an earlier call returned changed under the caller at the next
+  call. The oldest loop idiom did the same since loops ran compiled code (fd70aec): ``out
+  = np.zeros((40, 3)); for t in range(40): out[t] = x * t; return out`` returned one array
+  at every call (``codegen/loops.py``: a constant is never written in place).
 * Wrong results (4e85a5d): a first call passing one array for several arguments to a
   function that writes into one (``a += 1`` or ``v = a[:2]; v += 1``, ``np.add(a, 1,
   out=a)``, then reads ``b``) is traced now; the trace wrote its values into the array,
@@ -56,9 +58,16 @@ def every_step(x, steps):
     return snaps
 
 
-def test_lists_returned_by_earlier_calls_keep_their_rows():
-    """Before the fix the first two calls' lists held the third call's rows."""
-    for function in (snapshots, every_step):
+def filled_rows(x, steps):
+    out = np.zeros((40, 3))
+    for t in range(40):
+        out[t] = x * t
+    return out
+
+
+def test_results_of_earlier_calls_keep_their_rows():
+    """Before the fix the first two calls' results held the third call's rows."""
+    for function in (snapshots, every_step, filled_rows):
         f = jitted(function)
         inputs = [np.arange(3.0) + shift for shift in range(3)]
         results = [(f(x, 40), function(x, 40)) for x in inputs]

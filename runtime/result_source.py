@@ -72,7 +72,7 @@ def result_function(plan, views=frozenset(), identity=None):
         source.add(f"    outputs = [_array(value) if index in {constant(frozenset(views), 'V')} "
                    "else value for index, value in enumerate(outputs)]")
     if plan.writes:
-        source.add("arguments = _CallArguments(arguments)  # flattened once for all the writes")
+        source.add("arguments = _CallArguments(arguments)  # (flattened once, if anything asks)")
     for position, write in plan.outside_aliases.items():
         source.add(f"aliased{_index(position)} = {constant(plan.writes[write], 'W')}"
                    ".target(arguments)")

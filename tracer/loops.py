@@ -19,8 +19,9 @@ body, names, locals())`` (``tracejit.tracer.loop_frontend``). At trace time ``ru
    their results while tracing, else never (``tracejit.tracer.pending``: the runtime takes
    the first call's result from the compiled program).
 
-Loops are unrolled when the bounds are traced integers or short Python constants, or the
-first call has fewer than 3 iterations; and, in traces that record gradients, when the
+Loops are unrolled when the bounds are traced integers or short Python constants (unless
+iteration 0 shows a large body: ``UNROLL_EQUATION_BUDGET``), or the first call has fewer
+than 3 iterations; and, in traces that record gradients, when the
 body has something ``tracejit.tracer.loop_autodiff`` cannot reverse yet (``refusal``).
 Other loops in gradient traces stay captured: their reverse is a loop.
 """
@@ -57,6 +58,12 @@ log = logging.getLogger("tracejit.loops")
 # straight-line code); longer constant loops are captured like dynamic ones, so a first
 # call with exact shapes (dynamic="auto") never traces hundreds of thousands of steps.
 STATIC_UNROLL_LIMIT = 32
+# ... unless unrolling them records more equations than this (iteration 0's times the trip
+# count) from a body of at least UNROLL_BODY_MIN: a training loop over 10 steps of a
+# forward and backward pass (47 equations a step) traced and compiled ten bodies (first
+# call 2.7-4.4 s) where a captured loop compiles one (1.4-1.8 s, a loaded machine).
+UNROLL_EQUATION_BUDGET = 300
+UNROLL_BODY_MIN = 24
 
 
 class _Undefined:
@@ -149,7 +156,9 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         start, stop, step = stop - step, start - step, -step
         reverse, range_args = None, (start, stop, step)
     reason = _capturable(context, range_function, start, stop, step)
-    if reason is not None:
+    # a short constant loop of a large body: captured when iteration 0 shows it is large
+    tentative = reason and _short_top_level(context, range_function, start, stop, step)
+    if reason is not None and not tentative:
         if reason:
             _note(context, where, reason)
         if context is None or not all(isinstance(b, int) for b in (start, stop, step)):
@@ -174,6 +183,9 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
     # index is that dim, so what it reads follows the trip count.
     values = tuple(body(start if isinstance(start, SymInt) else first, *values))
+    if tentative and not _large(len(context.body) - recorded, count):
+        _note(context, where, reason)
+        return _unrolled_nest(context, body, range(first + step, stop, step), values, count)
     if not _quiet_items(context.body[recorded:]):
         entering = None  # its guards and prints stay in the graph: it stays peeled
     try:
@@ -259,6 +271,24 @@ def _capturable(context, range_function, start, stop, step):
                 "(a Python list's len() is one: pass token ids as an array, np.asarray(ids), "
                 "to capture the loop)")
     return None
+
+
+def _large(equations, trips):
+    """Whether a short constant loop whose iteration 0 recorded ``equations`` is captured."""
+    return equations >= UNROLL_BODY_MIN and equations * trips >= UNROLL_EQUATION_BUDGET
+
+
+def _short_top_level(context, range_function, start, stop, step):
+    """Whether the loop is a short constant one (``_capturable`` unrolls it) outside any
+    other loop and gradient trace, whose size decides (``UNROLL_EQUATION_BUDGET``)."""
+    if context is None or range_function is not range or getattr(
+            context, "records_gradients", False) or getattr(context, "loop_indices", None):
+        return False
+    if getattr(context, "unrolled_trips", 1) != 1 or getattr(context, "in_loop_body", 0) > 1:
+        return False
+    if not all(type(bound) is int for bound in (start, stop, step)) or step == 0:
+        return False
+    return len(range(start, stop, step)) >= 3
 
 
 def note_unrolled(context, where, reason):
@@ -651,8 +681,9 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                           watched=watched)
 
 
-# A dict of more keys than this entering a loop is no dict of parameters (hs[t] = h
-# filled before): its entries are not made graph values for _first_trip_fits.
+# A dict of more keys than this entering a loop, or of keys other than strs, is no dict of
+# parameters (hs[t] = h filled before): its entries are not made graph values for
+# _first_trip_fits (a NumPy array's would be a constant with its snapshot).
 _ENTERING_KEYS = 64
 
 
@@ -661,7 +692,8 @@ def _entering_var(context, value):
     constant of the graph (``h = np.zeros(H)``); None for anything else."""
     if isinstance(value, np.ndarray) and value.dtype != object:
         return context.atom(value)[0]
-    if type(value) is dict and len(value) <= _ENTERING_KEYS:  # a dict of parameters
+    if type(value) is dict and len(value) <= _ENTERING_KEYS and all(
+            type(key) is str for key in value):  # a dict of parameters ({"W1": ...})
         return loop_dict_carries.entering_vars(
             value, lambda item: _entering_var(context, item) if type(item) is not dict else None)
     return getattr(value, "ir_var", None)

@@ -44,6 +44,7 @@ import operator
 import numpy as np
 
 LOGIC = "__tracejit_logic"  # the name of the Logic parameter of the combined test
+HOOK = "__tracejit__"  # the rewritten code's hooks (source_rewrite.HOOK)
 
 _COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
                 ast.NotEq: "!="}
@@ -71,6 +72,10 @@ def _combined(node):
         ops = ast.Tuple(elts=[ast.Constant(_COMPARISONS[type(op)]) for op in node.ops],
                         ctx=ast.Load())
         new = _call("chain", [operands, ops])
+    elif _calls_allclose(node):
+        # np.allclose answers a Python bool: a guard per trip (Gauss-Seidel's `if
+        # np.allclose(x, x_new): break`); the test only needs its truth, a traced bool
+        new = _call("call", [ast.Name(id=HOOK, ctx=ast.Load()), *node.args], node.keywords)
     else:
         return node
     for inner in ast.walk(new):  # guards recorded in it name the user's line
@@ -85,10 +90,21 @@ def _thunk(node):
                       body=node)
 
 
-def _call(method, args):
+def _call(method, args, keywords=()):
     return ast.Call(func=ast.Attribute(value=ast.Name(id=LOGIC, ctx=ast.Load()), attr=method,
                                        ctx=ast.Load()),
-                    args=args, keywords=[])
+                    args=args, keywords=list(keywords))
+
+
+def _calls_allclose(node):
+    """``__tracejit__.call(<...allclose>, ...)``: a call the rewrite routed through the
+    hooks whose function is spelled ``allclose`` (``Logic.call`` checks it is NumPy's)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "call" and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == HOOK and node.args and any(
+                isinstance(inner, ast.Attribute) and inner.attr == "allclose"
+                or isinstance(inner, ast.Name) and inner.id == "allclose"
+                for inner in ast.walk(node.args[0])))
 
 
 def _traced(value):
@@ -105,6 +121,15 @@ class Logic:
 
     def any_of(self, *thunks):
         return self._join(thunks, np.logical_or, stop_at=True)
+
+    def call(self, hooks, function, *args, **kwargs):
+        """A call in the test, made through the rewritten code's ``hooks`` as written; but
+        ``np.allclose`` of traced values is the traced ``np.all(np.isclose(...))`` it is
+        made of (NumPy's gives the same truth as a Python bool, a guard per trip)."""
+        if function is np.allclose and any(_traced(value) for value in (*args,
+                                                                        *kwargs.values())):
+            return np.all(np.isclose(*args, **kwargs))
+        return hooks.call(function, *args, **kwargs)
 
     def negate(self, value):
         return np.logical_not(value) if _traced(value) else not value

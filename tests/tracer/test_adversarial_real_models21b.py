@@ -233,3 +233,27 @@ def test_nms_runs_eagerly_naming_np_where():
     reasons = f.stats()["eager_reasons"]
     assert "np.nonzero (and np.where with one argument) of traced data" in (
         reasons["untraceable"]), reasons
+
+
+# --- an iteration that stops on np.allclose ---------------------------------------------------
+def babylonian_sqrt(x, tol):
+    """Newton's square root in the form of Jacobi and Gauss-Seidel solvers:
+    ``if np.allclose(x, x_new): break``."""
+    for trip in range(50):  # noqa: B007 - the trip count is returned
+        x_new = 0.5 * (x + 2.0 / x)
+        if np.allclose(x, x_new, rtol=tol):
+            break
+        x = x_new
+    return x, trip
+
+
+def test_a_loop_stopping_on_allclose_compiles_as_one_loop():
+    """Before the fix np.allclose's Python bool was a guard per trip: the loop unrolled
+    ('the exit test decides with a guard') and each trip count was its own path (a Jacobi
+    solver: 2 of 6 calls compiled, 9 s). Now the test is the traced np.all(np.isclose(...))
+    it is made of, and one program serves every trip count."""
+    calls = [(np.array([1.0, 3.0]), 1e-12), (np.array([2.0, 50.0]), 1e-12)]
+    f = run_calls(babylonian_sqrt, calls, **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    assert f.stats()["compiles"] == 1, f.explain()

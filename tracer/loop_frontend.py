@@ -260,10 +260,13 @@ def rewrite_for(rewriter, node):
         # (and enumerate's index, bound from it: tracejit.tracer.loop_sequences)
         rewriter.loop_targets = (*targets, node.target.id,
                                  *getattr(node, "tracejit_index_names", ()))
-    if reason is None and isinstance(node.target, ast.Name):
-        # if i % 100 == 0: costs.append(cost) -> an append_when hook call
-        rewrite_selected_appends(node, lambda statements: _walk_straight_line(statements,
-                                                                              set())[1])
+    scope = getattr(rewriter, "scope", None)
+    if reason is None and isinstance(node.target, ast.Name) and scope is not None:
+        # if i % 100 == 0: costs.append(cost) -> an append_when hook call (a local list
+        # only: an argument's or a global's append is the rewriter's outside_mutation)
+        rewrite_selected_appends(
+            node, lambda statements: _walk_straight_line(statements, set())[1],
+            scope.is_local)
     try:
         rewriter.generic_visit(node)
     finally:

@@ -75,19 +75,21 @@ _METHODS = ("item", "mean", "sum", "copy", "squeeze")
 
 
 # --- front end ---------------------------------------------------------------------------
-def rewrite_selected_appends(node, assigned_before):
+def rewrite_selected_appends(node, assigned_before, is_local):
     """The top-level statements of the loop ``node`` (an ``ast.For`` over ``range``) with
     each ``if <test of the index>: name.append(value)`` turned into an ``append_when`` hook
     call. ``assigned_before(statements)`` gives the names a straight-line run of
-    ``statements`` assigns (``loop_frontend._walk_straight_line``)."""
+    ``statements`` assigns (``loop_frontend._walk_straight_line``); ``is_local(name)`` says
+    whether the function made the list (an argument's or a global's list changes state
+    outside the call: the rewriter refuses that append, named, as it is written)."""
     index = node.target.id
     stored = {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)
               and isinstance(inner.ctx, (ast.Store, ast.Del))}
     body = []
     for position, statement in enumerate(node.body):
         parts = _selected_append(statement, index, stored)
-        if parts is None or not _bound(parts[2], assigned_before(node.body[:position]),
-                                       stored):
+        if parts is None or not is_local(parts[0]) or not _bound(
+                parts[2], assigned_before(node.body[:position]), stored):
             body.append(statement)
             continue
         container, test, value = parts

@@ -258,3 +258,33 @@ def test_a_float_of_the_cost_carries_no_rounding_bounds():
     graph = trace(descend, x, y, 33).graph
     loops = [eqn for eqn in carry_loop_bounds(graph).equations if eqn.prim.name == "loop"]
     assert loops and all(not eqn.params_dict.get("bounds") for eqn in loops)
+
+
+# --- an append under an index test to a list from outside stays the rewriter's ---------------
+HISTORY = []
+
+
+def record_outside(x, steps):
+    w = np.zeros(3)
+    for i in range(steps):
+        w = w - 0.1 * (w - x)
+        cost = float(np.sum(w))
+        if i % 10 == 0:
+            HISTORY.append(cost)
+    return w
+
+
+def test_an_append_under_an_index_test_to_a_global_list_is_replayed():
+    """Only lists the function makes become append_when calls: a global's append is the
+    rewriter's (replayed at every compiled call). Rewritten, it bypassed that and every
+    call ran eagerly ('a write ... the trace cannot follow')."""
+    f = tj.jit(record_outside, cache="memory")
+    for _ in range(2):
+        HISTORY.clear()
+        got = f(np.ones(3), 34)
+        compiled = list(HISTORY)
+        HISTORY.clear()
+        np.testing.assert_allclose(got, record_outside(np.ones(3), 34), rtol=1e-12)
+        assert len(compiled) == len(HISTORY) == 4
+        np.testing.assert_allclose(compiled, HISTORY, rtol=1e-12)
+    assert f.stats()["compiled_calls"] >= 1 and not f.stats()["eager_calls"], f.explain()

@@ -320,6 +320,10 @@ def _callers_arrays(context, left, right):
     """Whether ``left is right`` asks which of the caller's arrays are one object: each is
     an array argument's tracer or an ndarray from outside (``self.W``, a global), and one
     at least is an argument's. The answer eagerly depends on what the call passes."""
+    kinds = (Tracer, np.ndarray)
+    if not (isinstance(left, kinds) and isinstance(right, kinds)) or not (
+            isinstance(left, Tracer) or isinstance(right, Tracer)):
+        return False  # (x is None, two NumPy arrays: Python's answer stands)
     givens = (*context.input_tracers, *context.implicit_tracers.values())
 
     def callers(value):

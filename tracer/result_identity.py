@@ -113,7 +113,28 @@ def constant_views(context, out_leaves):
                 found[index] = base
             elif located is not None:
                 found[index] = base[located[0]].reshape(located[1])
+            elif (block := _permuted_run(leaf, root)) is not None:  # t.ravel(), t.T
+                run, shape, axes = block
+                found[index] = base.reshape(-1)[run].reshape(shape).transpose(axes)
     return found
+
+
+def _permuted_run(view, root):
+    """``(run, shape, axes)`` with ``view`` the very array ``root.reshape(-1)[run]
+    .reshape(shape).transpose(axes)`` is (a reshape merging axes, ``t.ravel()``, or a
+    transpose, ``t.T``, which ``index_in``'s basic indexing does not reach), for a
+    C-contiguous ``root``; else None."""
+    if not root.flags.c_contiguous or view.dtype != root.dtype or not view.size:
+        return None
+    order = sorted(range(view.ndim), key=lambda axis: -view.strides[axis])
+    ordered = view.transpose(order)  # C-contiguous when the view is a permuted block
+    if not ordered.flags.c_contiguous:
+        return None
+    start, remainder = divmod(ordered.__array_interface__["data"][0]
+                              - root.__array_interface__["data"][0], root.itemsize)
+    if remainder or start < 0 or start + view.size > root.size:
+        return None
+    return slice(start, start + view.size), ordered.shape, tuple(np.argsort(order).tolist())
 
 
 def numpy_copies(context, out_leaves, output_atoms, atom_positions):

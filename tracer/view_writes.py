@@ -152,6 +152,8 @@ def index_in(view, root):
     index = _match(axes, unit, starts, root.shape, 0)
     if index is None:
         return None
+    if index and all(type(item) is int for item in index):  # one element (t[:1]): no view
+        index = index[:-1] + (slice(index[-1], index[-1] + 1),)
     candidate = root[index].reshape(view.shape)
     same = _address(candidate) == _address(view) and candidate.shape == view.shape and all(
         length == 1 or a == b for length, a, b in zip(view.shape, candidate.strides,

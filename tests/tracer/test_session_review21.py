@@ -30,6 +30,12 @@ Findings, fixed:
   (``return loss, {"layers": [(name, layer.params)]}``) came back a copy where NumPy
   returns the model's dict itself (the walk stopped at three levels); every level is
   looked at now (``unrepeatable_results.refuse_outside_containers``).
+* Wrong results (b4a671b): results that are an array made in the call and views of it
+  share memory as NumPy's do from the second call on only where the view is a slice of
+  two elements or more: ``t[:1]`` (``view_writes.index_in`` gave up on a view of one
+  element), ``t.ravel()``, ``t.reshape(-1)`` and ``t.T`` came back arrays of their own, so
+  a write into one result no longer showed in the other
+  (``result_identity.constant_views``).
 """
 
 import numpy as np
@@ -148,3 +154,35 @@ def test_a_models_dict_deep_in_the_result_is_the_models_own():
         for (_, layer), own in zip(got[1]["layers"], model.layers):
             assert layer is own
     no_internal_errors(f)
+
+
+# --- views of an array made in the call --------------------------------------------------------
+def first_and_all(x):
+    t = np.full(3, 2.0)
+    return t, t[:1], x + 1
+
+
+def flat_and_square(x):
+    t = np.arange(4.0).reshape(2, 2)
+    return t.ravel(), t, x * 2
+
+
+def grid_views(x):
+    t = np.arange(6.0).reshape(2, 3)
+    return t.T, t[0], t.reshape(-1), x - 1
+
+
+def test_results_viewing_an_array_made_in_the_call_share_memory_at_every_call():
+    """Before the fix the second and later calls' views were arrays of their own."""
+    for function in (first_and_all, flat_and_square, grid_views):
+        f = jitted(function)
+        for shift in (0.0, 1.0, 2.0):
+            x = np.arange(3.0) + shift
+            got, want = f(x), function(x)
+            assert_same(got, want, **F64)
+            arrays = range(len(want) - 1)  # (the last result is no view)
+            for first in arrays:
+                for second in arrays:
+                    assert np.shares_memory(got[first], got[second]) == np.shares_memory(
+                        want[first], want[second]), (function.__name__, first, second)
+        no_internal_errors(f)

@@ -143,8 +143,8 @@ _loaded = {}
 def object_code(isa=None):
     """The module's object code: from the runtime's object store (the disk cache) when it
     has it, else compiled now (0.7 s of CPU on the loaded test machine) and stored.
-    Keyed by the generating files' text, the instruction set and the host, like the pool's
-    runtime."""
+    Keyed by the code that generates it (``parallel.stored_object``), the instruction set
+    and the host, like the pool's runtime."""
     isa = _resolve(isa)
 
     def build():

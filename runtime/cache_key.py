@@ -91,22 +91,35 @@ def tracejit_code_digest(store=None):
     install: reading and hashing the ~150 files cost every warm start ~4 ms, so ``store``
     (a ``DiskCache``) keeps the digest with a stamp of the files' names and ``stat``
     identities (size, mtime, ctime, inode; ~0.5 ms to take). An edited, added or removed
-    file changes the stamp, so it is hashed again."""
+    file changes the stamp, so it is hashed again. One thread takes it, another waits
+    (the per-machine objects' keys hold it too, asked on ``link_ahead``'s thread)."""
     if not _own_code:
-        files = []
-        for module in (sys.modules["tracejit.tracer"], llvm, sys.modules[__name__]):
-            root = os.path.dirname(os.path.abspath(module.__file__))
-            files += [(root, relative, path) for relative, path in _python_files(root)]
-        stamp = _files_stamp(files) if store is not None else None
-        stored = store.load_code_digest(stamp) if stamp is not None else None
-        if stored is not None and _HEX_DIGEST.fullmatch(stored):
-            _own_code.append(stored)
-        else:
-            _own_code.append(_hashed_digest(files))
-            # stored only if no file changed while it was hashed (not a torn edit)
-            if stamp is not None and stamp == _files_stamp(files):
-                store.save_code_digest(stamp, _own_code[0])
+        with _own_code_lock:
+            if not _own_code:
+                _take_code_digest(store)
     return _own_code[0]
+
+
+_own_code_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a child forked while another thread held it
+    os.register_at_fork(after_in_child=lambda: globals().update(
+        _own_code_lock=threading.Lock()))
+
+
+def _take_code_digest(store):
+    files = []
+    for module in (sys.modules["tracejit.tracer"], llvm, sys.modules[__name__]):
+        root = os.path.dirname(os.path.abspath(module.__file__))
+        files += [(root, relative, path) for relative, path in _python_files(root)]
+    stamp = _files_stamp(files) if store is not None else None
+    stored = store.load_code_digest(stamp) if stamp is not None else None
+    if stored is not None and _HEX_DIGEST.fullmatch(stored):
+        _own_code.append(stored)
+    else:
+        _own_code.append(_hashed_digest(files))
+        # stored only if no file changed while it was hashed (not a torn edit)
+        if stamp is not None and stamp == _files_stamp(files):
+            store.save_code_digest(stamp, _own_code[0])
 
 
 def _files_stamp(files):

@@ -530,7 +530,8 @@ def command_prepare(args, out):
 
     cache = _cache(args)
     configure_codegen()
-    parallel.set_object_store(cache.load_object, cache.save_object)
+    parallel.set_object_store(cache.load_object, cache.save_object,
+                              lambda: tracejit_code_digest(cache))  # as jit functions do
     rows = []
     for label, build in machine_objects.builders():
         start = time.process_time()

@@ -96,9 +96,12 @@ def open_disk_cache(options):
     ``load_object``/``save_object`` here, where a function chooses its cache (a
     ``DiskCache`` made to list or prune entries changes nothing in codegen)."""
     from .cache import DiskCache  # not at import: most calls never touch the disk
+    from .cache_key import tracejit_code_digest
 
     cache = DiskCache(options.cache_dir, options.cache_max)
-    parallel.set_object_store(cache.load_object, cache.save_object)
+    # keyed by tracejit's own-code digest (a call's cache key has taken it already)
+    parallel.set_object_store(cache.load_object, cache.save_object,
+                              lambda: tracejit_code_digest(cache))
     return cache
 
 

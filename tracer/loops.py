@@ -375,8 +375,19 @@ def _carries(context, names, originals, snapshots, values, start, stop, step, co
             # 1 in the body; its trips must run, so it is an array carry)
             carries.append(_UntouchedCarry(context, name, value))
         else:
-            carries.append(_ArrayCarry(name, original, value))
+            carries.append(_ArrayCarry(name, original, _numpy_scalar_traced(context, value)))
     return carries
+
+
+def _numpy_scalar_traced(context, value):
+    """A NumPy scalar iteration 0 computed from NumPy values alone (``n = n + 1`` from ``n =
+    np.zeros(())``, a counter in a dict of state) as a traced constant: the later trips
+    compute it from the carried value, as for any array. (A NumPy array may be written in
+    place by plain NumPy; a scalar is immutable, so nothing else can see it change.)"""
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        atom, concrete, aval = context.atom(np.asarray(value))
+        return Tracer(context, atom, concrete, aval.shape)
+    return value
 
 
 def _slot_names(carries):

@@ -528,8 +528,6 @@ RECOMPILES = {
                         "compiles",
     "traced_bound": "range(int(x.sum())): a traced integer bound is a Python int, the loop "
                     "unrolls and each trip count compiles",
-    "dict_state": "state['h'] = ... on a dict with string keys in the body: the loop unrolls "
-                  "and each length compiles",
     "branch_per_step": "an if on traced data in the body: the loop unrolls and each length "
                        "compiles",
 }

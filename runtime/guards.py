@@ -331,8 +331,19 @@ def _guard_statements(spec, source, draws=True):
     else:
         tree = source.constant(spec.treedef, "TREE")
         flatten = source.constant(pytree.flatten, "F")
+        reads = _structure_reads(spec.treedef, source)
+        if reads is not None and len(reads[1]) == len(spec.leaves):
+            # dicts, lists and tuples of exactly those types and keys read directly;
+            # anything else (a subclass) flattens as before, and must match the same way
+            conditions, texts = reads
+            source.add(f"if {' and '.join(conditions)}:")
+            source.add(f"    leaves = ({', '.join(texts)},)")
+            source.add("else:")
+            source.indent += 1
         source.add(f"leaves, tree = {flatten}((args, kwargs))")
         source.add(f"if tree != {tree}: return {source.miss}")
+        if reads is not None and len(reads[1]) == len(spec.leaves):
+            source.indent -= 1
     if spec.leaves:  # as many as the structure checked has: one unpacking names them all
         source.add(f"{', '.join(f'leaf{position}' for position in range(len(spec.leaves)))}"
                    ", = leaves")
@@ -422,6 +433,47 @@ def _guard_statements(spec, source, draws=True):
     if spec.draws is not None:
         _draw_statements(spec.draws, source, bound, values, draws)
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _structure_reads(treedef, source):
+    """``(conditions, texts)``: when the conditions (text) hold, the call's ``(args,
+    kwargs)`` holds plain dicts, lists and tuples exactly where ``treedef`` has them, with
+    its keys and lengths, so ``pytree.flatten`` would give ``treedef`` and the leaves the
+    ``texts`` read (one item access per level; a leaf that is a container after all fails
+    its own check). None where ``treedef`` has a namedtuple, a ``Counter`` or
+    ``OrderedDict`` or a loop's rows (flattened at every call instead)."""
+    conditions, texts = [], []
+
+    def walk(node, text):
+        if node.kind == "leaf":
+            texts.append(text)
+            return True
+        if node.kind == "dict" and node.mapping is None:
+            conditions.append(f"type({text}) is dict")
+            conditions.append(f"tuple({text}) == {source.constant(tuple(node.keys), 'K')}")
+            items = [f"{text}[{source.constant(key, 'K')}]" for key in node.keys]
+        elif node.kind in ("tuple", "list") and node.keys is None:
+            conditions.append(f"type({text}) is {node.kind}")
+            conditions.append(f"len({text}) == {_literal(len(node.children), 'a length')}")
+            items = [f"{text}[{index}]" for index in range(len(node.children))]
+        else:
+            return False
+        return all(walk(child, item) for child, item in zip(node.children, items))
+
+    if treedef.kind != "tuple" or len(treedef.children) != 2:
+        return None
+    args, kwargs = treedef.children
+    if args.kind != "tuple" or kwargs.kind != "dict":
+        return None
+    if not kwargs.keys:  # (a call's args and kwargs are a tuple and a dict)
+        conditions.append("not kwargs")
+    else:
+        conditions.append(f"tuple(kwargs) == {source.constant(tuple(kwargs.keys), 'K')}")
+    conditions.append(f"len(args) == {_literal(len(args.children), 'a length')}")
+    found = all(walk(child, f"args[{index}]") for index, child in enumerate(args.children))
+    found = found and all(walk(child, f"kwargs[{source.constant(key, 'K')}]")
+                          for key, child in zip(kwargs.keys, kwargs.children))
+    return (conditions, texts) if found else None
 
 
 def _reader(source, path):

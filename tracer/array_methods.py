@@ -21,8 +21,11 @@ def a_new_view(array, result):
     ``array`` itself becomes a reshape to its own shape, a view the trace follows (writes
     through it reach ``array``), so a function returning both returns two objects, as
     eager does (``tracer/result_identity.py``). A ``Tensor`` keeps returning itself."""
-    if (result is not array or not hasattr(array, "ir_var")
-            or type(known_kind(array.raw_value)) is not np.ndarray):
+    if result is not array or not hasattr(array, "ir_var"):
+        return result
+    kind = type(known_kind(array.raw_value))
+    if kind is not np.ndarray and not (kind is type(None) and array.shape and not getattr(
+            array.context, "tensor_arguments", True)):  # (a loop's pending result: unknown)
         return result
     return bind(ops.reshape_p, array, shape=tuple(ops.shape_of(array)))
 

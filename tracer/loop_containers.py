@@ -150,6 +150,15 @@ def _write_row(buffer, row, value):
         buffer[row] = value
 
 
+def _number_kind(leaf):
+    """Whether an entry's leaf reads back as a Python number (``float(h.sum())``), not as an
+    array or a NumPy scalar: as ``ContainerCarry.python_numbers`` has it for the entries."""
+    if type(leaf) in (bool, int, float):  # (np.float64 is a float, and stays np.float64)
+        return True
+    aval = getattr(leaf, "aval", None)
+    return aval is not None and bool(aval.weak)
+
+
 def _signature(value):
     """Shape (as dim expressions) and dtype of an entry's array."""
     if hasattr(value, "ir_var"):
@@ -280,8 +289,8 @@ class ContainerCarry:
             if value is None or not hasattr(value, "shape") or [
                 _signature(leaf) for leaf in _leaves(value)[0]] != self.signatures or (
                 _leaves(value)[1] != self.structure
-            ):
-                return rows
+            ) or [_number_kind(leaf) for leaf in _leaves(value)[0]] != self.python_numbers:
+                return rows  # (a 0-d array before entries of float(...): read back as one)
             rows += 1
 
     def setup(self):

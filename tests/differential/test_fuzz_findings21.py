@@ -33,6 +33,15 @@ Fixed here:
   and compiled. Trip 0 now journals its writes (a NumPy array made in the call is written
   as its traced copy, ``frontend._exit_trip_write``); one into such an array makes trip 0
   run as Python runs it, its decisions guards (``exit_trips._Point``).
+* a dict a captured loop fills with Python numbers (``d[t] = float(h.sum())``) holding,
+  at the key just before the loop's first (``d[-1]``), a 0-d array of the same dtype set
+  before the loop: that entry joined the loop's buffer and came back a float
+  (``loop_containers._pre_rows`` now also asks that it is a Python number as the entries
+  are, ``_number_kind``).
+* ``t[:]`` of an array a loop wrote (``t[i] = t[i - 1] + x[i]``, unrolled or captured) was
+  ``t`` itself: the loop's result is computed lazily, of a kind not known yet, and
+  ``array_methods.a_new_view`` made a new view only of a known ndarray; a traced array of
+  one or more dims is one whatever its value turns out to be.
 """
 
 import numpy as np
@@ -112,8 +121,8 @@ def halved_view_counted_while(c):
     return count
 
 
-@pytest.mark.parametrize("function", [halved_view_counted, halved_view_counted_while])
-@pytest.mark.parametrize("dynamic", ["auto", True])
+@pytest.mark.parametrize("function, dynamic", [(halved_view_counted, "auto"),
+                                               (halved_view_counted_while, True)])
 def test_a_write_after_the_exit_of_trip_zero_is_not_kept(function, dynamic):
     """The fuzzer's program, smaller: ``tail`` views ``c``, so the captured trip 0 refuses
     to rebind it and the loop ends at its exit as Python ends it; ``count += 1`` after the
@@ -236,3 +245,54 @@ def test_a_write_after_the_exit_into_a_numpy_array_a_local_dict_holds_is_skipped
         x = np.ones((rows, 2)) * scale
         for got, want in zip(f(x), marked_in_a_local_dict(x), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+# --- an entry before a captured loop's first key, of another kind than its entries ----------
+def sums_after_a_start(v):
+    total = np.full(v.shape[1:], -np.inf)  # a 0-d array
+    sums = {-1: total, "first": 0}
+    for t in range(v.shape[0]):
+        total = total + v[t]
+        sums[t] = float(total.sum())
+    return sums
+
+
+def test_an_entry_before_the_first_key_keeps_its_kind():
+    """``sums[-1]`` is NumPy's 0-d array; from the second length on it came back a float."""
+    f = tj.jit(sums_after_a_start, cache="memory")
+    for rows in (5, 6, 7):
+        v = np.arange(rows, dtype=np.float32)
+        got, want = f(v), sums_after_a_start(v)
+        assert list(got) == list(want)
+        for key in want:
+            assert type(got[key]) is type(want[key]), key
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+# --- x[:] of an array a loop wrote: a new view, not the array ------------------------------
+def running_sum_and_its_view(x):
+    total = np.full(x.shape, -np.inf)
+    total[0] = x[0]
+    for t in range(1, x.shape[0]):
+        total[t] = total[t - 1] + x[t]
+    return total, total[:]
+
+
+def doubled_rows_and_their_view(x):
+    out = np.zeros(x.shape)
+    for t in range(x.shape[0]):
+        out[t] = x[t] * 2
+    return out, out[:]
+
+
+@pytest.mark.parametrize("function", [running_sum_and_its_view, doubled_rows_and_their_view])
+def test_a_full_slice_of_an_array_a_loop_wrote_is_a_new_view(function):
+    """Both results were one object (``is``), traced and compiled; NumPy's are two arrays
+    that share memory."""
+    f = tj.jit(function, cache="memory")
+    for rows in (5, 5, 6):
+        x = np.arange(rows * 1.0)
+        (got, got_view), (want, want_view) = f(x), function(x)
+        assert (got is got_view, np.shares_memory(got, got_view)) == (
+            want is want_view, np.shares_memory(want, want_view))
+        np.testing.assert_array_equal(got_view, want_view)

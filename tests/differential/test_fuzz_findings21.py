@@ -42,6 +42,21 @@ Fixed here:
   ``t`` itself: the loop's result is computed lazily, of a kind not known yet, and
   ``array_methods.a_new_view`` made a new view only of a known ndarray; a traced array of
   one or more dims is one whatever its value turns out to be.
+
+Found and not fixed (reported):
+
+* ``x *= 2; return np.ascontiguousarray(x[1:])`` still returns a copy where NumPy returns
+  the view of ``x`` (``result_identity.numpy_results`` skips a source that views an
+  updated argument; making it NumPy's needs ``argument_views`` to rebase the source).
+* a value nothing returned whose NumPy computation raises (``np.max`` over a zero-size
+  axis, ``w[:, idx]`` out of bounds) is dropped with its error: compiled calls return
+  where NumPy raises ValueError/IndexError (fuzz seeds 2100016, 2150061).
+* a list a captured loop fills with the carried value (``hs.append(h)``, or ``(h, x)``
+  tuples): NumPy's last entry is ``h`` itself, compiled code's a row of the loop's
+  buffer (equal values; in-place writes into either are refused, so only ``is`` and
+  shared memory differ).
+* a float32 sum whose NumPy order overflows (``[3e38, 3e38, -3e38, -3e38, -1]``: NumPy
+  adds in order and gives inf, compiled code -1.0); a decision on it takes its margin.
 """
 
 import numpy as np

@@ -121,7 +121,9 @@ class EntrySpec:
     @staticmethod
     def from_trace(trace):
         graph = trace.graph
-        wrt = set(map(tuple, trace.gradients.wrt)) if trace.gradients else set()
+        # (requires_grad as traced: also the Tensors no output depends on)
+        wrt = set(map(tuple, trace.gradients.wrt + trace.gradients.unreached)) if (
+            trace.gradients) else set()
         leaves = []
         inputs = [None] * len(graph.inputs)
         for position, spec in enumerate(trace.input_specs):

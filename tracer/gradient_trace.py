@@ -16,14 +16,14 @@ GradientPlan(forward_outputs=1, differentiable=[0], cotangent_inputs=[1], wrt=[(
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .autodiff import reverse
 from .errors import UnsupportedError
 from .ir import Eqn, Var
-from .ops import stop_gradient_p
+from .ops import loop_p
 from .traced_array import Tracer
 from .tracing import trace
 
@@ -41,6 +41,10 @@ class GradientPlan:
     differentiable: list
     cotangent_inputs: list
     wrt: list
+    # inputs that require grad and reach no differentiable output: no gradient, no parent
+    # of the compiled node (their .grad stays None, as eagerly); the entry guard checks
+    # that they require grad all the same
+    unreached: list = field(default_factory=list, repr=False)
 
 
 def trace_with_gradients(fn, *args, grad=True, **options):
@@ -80,41 +84,56 @@ def record_gradients(context, out_leaves, output_atoms, leaves, traced_leaves, m
                                "with gradients (it runs eagerly on the tape)")
     outputs, seeds, differentiable, cotangent_inputs = [], [], [], []
     program_index = 0
-    detached = _detached(context, tracers)
+    origins = _origins(context, tracers)
+    reaching = 0  # the inputs in wrt that some differentiable output depends on
     for leaf in out_leaves:
         # (a weak 0-d value is a Python float eagerly, loss.item(): no gradient either)
         if isinstance(leaf, Tracer) and leaf.dtype.kind == "f" and not leaf.aval.weak and (
-                leaf.ir_var.name not in detached):
+                origins.get(leaf.ir_var.name, 0)):
             seed = context.add_input(np.ones_like(np.asarray(leaf.value)), leaf.shape)
             outputs.append(leaf)
             seeds.append(seed)
             differentiable.append(program_index)
             cotangent_inputs.append(len(context.inputs) - 1)
+            reaching |= origins[leaf.ir_var.name]
         if is_output_leaf(leaf):
             program_index += 1
+    # A Tensor requiring grad that no output depends on (b in (a * b.detach()).sum())
+    # keeps .grad None after backward(), as eagerly: it is no parent of the compiled node
+    # (whose backward would fill it with zeros); the entry guard still asks that it
+    # require grad (``unreached``).
+    unreached = [entry for number, entry in enumerate(wrt) if not reaching >> number & 1]
+    tracers = [tracer for number, tracer in enumerate(tracers) if reaching >> number & 1]
+    wrt = [entry for number, entry in enumerate(wrt) if reaching >> number & 1]
     forward_outputs = len(output_atoms)
     for gradient in reverse(context, outputs, seeds, tracers):
         atom, _, _ = context.atom(gradient)
         output_atoms.append(atom)
-    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt)
+    return GradientPlan(forward_outputs, differentiable, cotangent_inputs, wrt, unreached)
 
 
-def _detached(context, wrt):
-    """Names of values that reach the inputs in ``wrt`` only through ``stop_gradient``
-    (``y.detach()``, ``tracejit.tracer.tensor_methods``): eagerly they are Tensors that do
-    not require grad, so the compiled call returns them without a node (a detached result
-    passed to ``np.asarray`` must not raise the lost-gradient error)."""
-    connected = {tracer.ir_var.name for tracer in wrt}
-    stopped = set()
+def _origins(context, wrt):
+    """``{name: bits}``: the values that depend on the inputs ``wrt`` (bit ``k`` set: on
+    ``wrt[k]``) as the eager tape connects Tensors (``Tensor.__tracejit_bind__``): through
+    a differentiable primitive with a floating-point result, or a captured loop; not
+    through ``stop_gradient`` (``y.detach()``), a comparison or argmax. Eagerly a value
+    with no such path is a Tensor that does not require grad, so the compiled call
+    returns it without a node (a detached result passed to ``np.asarray`` must not raise
+    the lost-gradient error)."""
+    origins = {}
+    for number, tracer in enumerate(wrt):
+        origins[tracer.ir_var.name] = origins.get(tracer.ir_var.name, 0) | 1 << number
     for eqn in context.body:
-        if not isinstance(eqn, Eqn):
+        if not isinstance(eqn, Eqn) or (eqn.prim.vjp is None and eqn.prim is not loop_p) or (
+                np.dtype(eqn.out.aval.dtype).kind != "f"):
             continue
-        names = [atom.name for atom in eqn.inputs if isinstance(atom, Var)]
-        if eqn.prim is not stop_gradient_p and any(name in connected for name in names):
-            connected.add(eqn.out.name)
-        elif any(name in connected or name in stopped for name in names):
-            stopped.add(eqn.out.name)
-    return stopped - connected
+        bits = 0
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                bits |= origins.get(atom.name, 0)
+        if bits:
+            origins[eqn.out.name] = origins.get(eqn.out.name, 0) | bits
+    return origins
 
 
 # What trace() takes as its ``backward``: whether to record reverse mode, and how.

@@ -325,7 +325,11 @@ def test_tensor_backward_compiles_once_per_bucket(form):
         loss.backward()
         value, grads = tj.value_and_grad(form, argnums=ARGNUMS)(*args)
         np.testing.assert_allclose(loss.numpy(), value, rtol=1e-12)
-        for tensor, want in zip(tensors, grads):
+        for position, (tensor, want) in enumerate(zip(tensors, grads)):
+            if form is writes_only and position == 1:
+                # (never reads Wh: its .grad stays None, as on the eager tape)
+                assert tensor.grad is None
+                continue
             np.testing.assert_allclose(tensor.grad, want, rtol=1e-9, atol=1e-12)
     assert f.stats()["compiles"] == 1
 

@@ -185,15 +185,33 @@ def contiguous_copy_of(copy, array):
         entry[2] == "ascontiguousarray")
 
 
-def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments):
+def contiguous_sources(context, out_leaves):
+    """``{result leaf index: source}`` for results that are ``np.ascontiguousarray`` of a
+    view (``x[1:]``): ``argument_views`` makes that view of an updated argument from the
+    caller's array, and the call hands it to NumPy (``numpy_results``' ``rebased``)."""
+    noted = context.__dict__.get("numpy_results")
+    if not noted or context.tensor_arguments:
+        return {}
+    found = {}
+    for index, leaf in enumerate(out_leaves):
+        entry = noted.get(id(leaf))
+        if entry is not None and entry[0] is leaf and entry[2] == "ascontiguousarray" and (
+                hasattr(entry[1], "ir_var")):
+            found[index] = entry[1]
+    return found
+
+
+def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments,
+                  rebased=frozenset()):
     """``{result leaf: (argument leaf or None, kind, params)}`` for the results noted by
     ``note_numpy_result``: the call makes them from the caller's argument as NumPy does
     (the program's value of a diagonal is unused; ``np.ascontiguousarray`` of a
     non-contiguous argument is the program's copy). Of an array read from outside
     (``self.W``) or a view of an argument (None), the result becomes the program's
     input or view (the outside array itself, NumPy's view of the argument), which the
-    call hands to NumPy. With Tensor arguments the trace's values stay (a Tensor is no
-    ndarray NumPy would return)."""
+    call hands to NumPy; ``rebased``: results whose output is already the caller's view
+    of an updated argument (``contiguous_sources``). With Tensor arguments the trace's
+    values stay (a Tensor is no ndarray NumPy would return)."""
     noted = context.__dict__.get("numpy_results")
     if not noted or context.tensor_arguments:
         return {}
@@ -205,6 +223,9 @@ def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments):
         _, source, kind, params = entry
         argument = next((leaf for leaf, given in enumerate(arguments) if given is source),
                         None)
+        if argument is None and index in rebased:  # the caller's view (argument_views)
+            found[index] = (None, kind, params)
+            continue
         if argument is None and (context.mutated or context.outside_mutations or not (
                 isinstance(output_atoms[position], Var) and isinstance(source.ir_var, Var))
                 or kind == "diagonal" and not any(

@@ -820,8 +820,13 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         # ``return w.T`` after it: NumPy's view of the caller's array (argument_views)
         differentiated = backward is not None and any(
             getattr(leaf, "requires_grad", False) for leaf in leaves)
+        # np.ascontiguousarray(x[1:]) after x *= 2: NumPy's view of the caller's x, when it
+        # is contiguous (its source's chain of views, made the same way)
+        contiguous = {} if differentiated else result_identity.contiguous_sources(
+            context, out_leaves)
         views = {} if differentiated else argument_views.updated_argument_views(
-            context, out_leaves, traced_leaves, mutated)
+            context, [contiguous.get(index, leaf) for index, leaf in enumerate(out_leaves)],
+            traced_leaves, mutated)
         # return np.broadcast_to(x, ...): the traced call's value is the primitive's copy
         broadcasts = {} if differentiated or context.tensor_arguments else (
             argument_views.returned_broadcasts(context, out_leaves, traced_leaves, mutated))
@@ -838,7 +843,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         result_identity.numpy_copies(context, out_leaves, output_atoms, atom_positions)
         # (after: np.diagonal(W) and np.ascontiguousarray(W) both hand W to NumPy)
         remade = result_identity.numpy_results(context, out_leaves, output_atoms,
-                                               atom_positions, traced_leaves)
+                                               atom_positions, traced_leaves,
+                                               views.keys() & contiguous.keys())
         writes = argument_writes.collect(context, output_atoms, _is_output_leaf)
         outside_aliases = argument_writes.outside_aliases(context, out_leaves, writes)
         try:
@@ -901,6 +907,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         for index, (position, chain) in (*views.items(), *broadcasts.items()):
             outputs[index] = argument_views.numpy_view(chain, np.asarray(leaves[position]),
                                                        bindings)
+            if index in contiguous and index in remade:  # NumPy's of that view
+                outputs[index] = result_identity.numpy_result(*remade[index][1:], outputs[index])
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
         for index, array in argument_writes.aliased_outside_arrays(context, out_leaves).items():
             outputs[index] = array  # (its place may hold what the trace wrote there)

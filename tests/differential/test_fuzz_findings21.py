@@ -42,12 +42,14 @@ Fixed here:
   ``t`` itself: the loop's result is computed lazily, of a kind not known yet, and
   ``array_methods.a_new_view`` made a new view only of a known ndarray; a traced array of
   one or more dims is one whatever its value turns out to be.
+* ``x *= 2; return np.ascontiguousarray(x[1:])`` (open since round 20) returned a copy
+  where NumPy returns the view of ``x`` (contiguous): ``result_identity.numpy_results``
+  skipped a source that views an updated argument. Its source now goes through
+  ``argument_views`` as a returned view would (``contiguous_sources``), and the call hands
+  the caller's view to NumPy's ``ascontiguousarray``.
 
 Found and not fixed (reported):
 
-* ``x *= 2; return np.ascontiguousarray(x[1:])`` still returns a copy where NumPy returns
-  the view of ``x`` (``result_identity.numpy_results`` skips a source that views an
-  updated argument; making it NumPy's needs ``argument_views`` to rebase the source).
 * a value nothing returned whose NumPy computation raises (``np.max`` over a zero-size
   axis, ``w[:, idx]`` out of bounds) is dropped with its error: compiled calls return
   where NumPy raises ValueError/IndexError (fuzz seeds 2100016, 2150061).
@@ -311,3 +313,31 @@ def test_a_full_slice_of_an_array_a_loop_wrote_is_a_new_view(function):
         assert (got is got_view, np.shares_memory(got, got_view)) == (
             want is want_view, np.shares_memory(want, want_view))
         np.testing.assert_array_equal(got_view, want_view)
+
+
+# --- np.ascontiguousarray of a view of an argument updated in place ------------------------
+def doubled_tail(x):
+    x *= 2
+    return np.ascontiguousarray(x[1:])
+
+
+def doubled_columns(x):
+    x *= 2
+    return np.ascontiguousarray(x[:, 1:]), np.ascontiguousarray(x[1:])
+
+
+@pytest.mark.parametrize("function, shape", [(doubled_tail, (4,)), (doubled_columns, (3, 4))])
+def test_ascontiguousarray_of_an_updated_arguments_view_is_numpys(function, shape):
+    """NumPy returns the view itself where it is C-contiguous (``x[1:]``), a copy where it
+    is not (``x[:, 1:]``); compiled calls returned a copy for both."""
+    f = tj.jit(function, cache="memory")
+    for _ in range(3):
+        x, eager_x = (np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+                      for _ in range(2))
+        results, expected = f(x), function(eager_x)
+        if not isinstance(expected, tuple):
+            results, expected = (results,), (expected,)
+        for got, want in zip(results, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+            assert np.shares_memory(got, x) == np.shares_memory(want, eager_x)
+        np.testing.assert_array_equal(x, eager_x)

@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from tracejit.tracer import pytree
+from tracejit.tracer import pytree, random_draws
 from tracejit.tracer.ir import format_shape_guard
 
 from .guards import is_json_value, number_type
@@ -97,6 +97,10 @@ def mismatch(spec, leaves, names=None):
         names = [f"argument leaf {position}" for position in range(len(spec.leaves))]
     for name, leaf_spec, leaf in zip(names, spec.leaves, leaves):
         if leaf_spec.kind == "static":
+            if leaf_spec.generator is not None:  # (drawn from: any generator of its kind)
+                if random_draws.generator_kind(leaf) != leaf_spec.generator:
+                    return f"{name}: {leaf_spec.value!r} -> {leaf!r} (another kind)"
+                continue
             if not _same_static(leaf, leaf_spec.value):
                 return f"{name}: {leaf_spec.value!r} -> {leaf!r} (specialized on its value)"
             continue

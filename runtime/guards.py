@@ -34,7 +34,7 @@ import numpy as np
 from tracejit.codegen import SideExit, array_guard, output_reuse
 from tracejit.codegen.array_guard import ANY_DIM
 from tracejit.codegen.program import inline_body
-from tracejit.tracer import pytree, shared_objects
+from tracejit.tracer import pytree, random_draws, shared_objects
 from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.generated_code import Source
@@ -70,6 +70,9 @@ class LeafSpec:
     shape: tuple = ()  # ints and symbol names
     value: object = None
     requires_grad: bool = False  # a Tensor the variant differentiates (grad mode on)
+    # a static generator the program only draws from (found again at its path per call):
+    # its (type, bit generator type), checked instead of its identity
+    generator: tuple = None
 
 
 @dataclass
@@ -126,6 +129,7 @@ class EntrySpec:
             trace.gradients) else set()
         leaves = []
         inputs = [None] * len(graph.inputs)
+        drawn = random_draws.drawn_arguments(trace.draws)
         for position, spec in enumerate(trace.input_specs):
             if spec.kind == "array":
                 aval = graph.inputs[spec.input_index].aval
@@ -140,7 +144,10 @@ class EntrySpec:
                 value = spec.value
                 if compared_by_value(value):
                     value = copy.copy(value)
-                leaves.append(LeafSpec("static", spec.type_name, value=value))
+                generator = random_draws.generator_kind(value) if (
+                    position in drawn and not _holds(trace, value)) else None
+                leaves.append(LeafSpec("static", spec.type_name, value=value,
+                                       generator=generator))
         implicit = []
         for number, entry in enumerate(trace.implicit_inputs):
             aval = graph.inputs[entry.input_index].aval
@@ -174,6 +181,9 @@ class EntrySpec:
                         where.setdefault(dim, f"{name}.shape[{axis}]")
             elif leaf.kind == "scalar":
                 lines.append(f"{name}: any {leaf.type_name} (dynamic)")
+            elif leaf.generator is not None:
+                kind, bits = leaf.generator
+                lines.append(f"{name}: any {kind.__name__}({bits.__name__}), drawn from")
             else:
                 lines.append(f"{name}: == {leaf.value!r}")
         for symbol, (low, high) in self.symbols.items():
@@ -518,6 +528,12 @@ def _leaf_checks(source, spec, bound, native=False):
             if scalar is int:  # an int past int64 (2**63): no run-time input holds it
                 source.add(f"if not {INT64_LOW} <= {variable} <= {INT64_HIGH}: "
                            f"return {source.miss}")
+        elif leaf.generator is not None:  # drawn from at its path: any of its kind
+            kind, bits = (source.constant(value, "T") for value in leaf.generator)
+            held = "bit_generator" if leaf.generator[0] is np.random.Generator else (
+                "_bit_generator")
+            source.add(f"if type({variable}) is not {kind} or type({variable}.{held}) is not "
+                       f"{bits}: return {source.miss}")
         elif is_json_value(leaf.value) or isinstance(leaf.value, np.generic) or (
                 compared_by_value(leaf.value) and (type(leaf.value) is not collections.deque
                                                    or is_json_value(list(leaf.value)))):
@@ -534,6 +550,15 @@ def _leaf_checks(source, spec, bound, native=False):
             value = source.constant(leaf.value, "V")
             source.add(f"if {variable} is not {value}: return {source.miss}")
     return len(source.lines) > start
+
+
+def _holds(trace, value):
+    """Whether the trace's result or its writes hold ``value`` itself (a generator
+    returned, ``self.rng = rng``): those give back the object the trace saw, so the
+    variant is for that object alone."""
+    held = [*trace.output_statics.values(), *(
+        write.value for write in trace.argument_writes if write.kind == "static")]
+    return any(item is value for item in held)
 
 
 def _native_arrays(spec):

@@ -103,6 +103,34 @@ def rng_kind(value):
     return None
 
 
+def generator_kind(value):
+    """``(type, bit generator type)`` of a ``Generator`` or ``RandomState``, else None:
+    what an argument generator is guarded by instead of its identity when the trace draws
+    from it at its leaf (``drawn_arguments``: the draws find the call's generator again)
+    and the result does not hold it, so a fresh ``np.random.default_rng(seed)`` per call
+    is no new variant (``runtime.guards.EntrySpec.from_trace``).
+
+    >>> generator_kind(np.random.default_rng(0))[1].__name__
+    'PCG64'
+    """
+    kind = rng_kind(value)
+    if kind is None:
+        return None
+    # (RandomState keeps its bit generator private: NumPy's own pickling reads it so)
+    bits = value.bit_generator if kind == "Generator" else value._bit_generator
+    return type(value), type(bits)
+
+
+def drawn_arguments(program):
+    """Positions of the argument leaves the draws of ``program`` (a ``DrawProgram`` or
+    None) read as generators, at the leaf itself."""
+    if program is None:
+        return set()
+    return {op.rng[1].root[1] for op in program.ops
+            if op.kind == "draw" and op.rng[0] == "path" and op.rng[1].root[0] == "arg"
+            and not op.rng[1].steps}
+
+
 def _table(kind):
     return GENERATOR if kind == "Generator" else LEGACY
 

@@ -10,6 +10,12 @@ Fixed:
   Tensor requiring grad as a parent. ``gradient_trace`` keeps as parents only the inputs
   some output depends on as the eager tape connects values (``GradientPlan.unreached``
   are the others; the entry guard still checks that they require grad).
+* Needless recompiles: a function given a new ``np.random.default_rng(seed)`` (or
+  ``RandomState``) at every call traced and compiled again at every call: the entry guard
+  matched the generator's identity, though the draws find the call's generator again at
+  its path. An argument generator the trace only draws from (not returned, not stored,
+  not at two leaves) is guarded by its kind (type and bit generator type,
+  ``random_draws.generator_kind``).
 """
 
 import numpy as np
@@ -42,3 +48,54 @@ def test_a_leaf_no_output_depends_on_keeps_grad_none(function):
         np.testing.assert_array_equal(a_grad, want_a)
         assert b_grad is None and want_b is None
     assert compiled.stats()["compiles"] == 1
+
+
+def _generator_state(rng):
+    if isinstance(rng, np.random.Generator):
+        return rng.bit_generator.state
+    kind, keys, position, *rest = rng.get_state()
+    return kind, keys.tolist(), position, *rest
+
+
+def _noisy(x, rng):
+    return x * rng.random(x.shape) + rng.normal(size=2).sum()
+
+
+def _legacy_noisy(x, rng):
+    return x + rng.randn(*x.shape) + rng.randint(0, 5)
+
+
+@pytest.mark.parametrize("function, make", [
+    (_noisy, np.random.default_rng),
+    (_legacy_noisy, np.random.RandomState),
+], ids=["Generator", "RandomState"])
+def test_a_new_generator_per_call_is_drawn_from_without_a_compile(function, make):
+    compiled = tj.jit(function)
+    reused = make(99), make(99)
+    for call in range(4):
+        # fresh generators on calls 0, 1, 3; one generator reused across call 2 and 3
+        pairs = [(make(call), make(call))] + ([reused] if call >= 2 else [])
+        for mine, theirs in pairs:
+            x = np.linspace(0.5, 1.5, 4)
+            got, want = compiled(x, mine), function(x.copy(), theirs)
+            assert type(got) is type(want)
+            np.testing.assert_array_equal(got, want)
+            assert _generator_state(mine) == _generator_state(theirs)
+    stats = compiled.stats()
+    assert stats["compiles"] == 1 and stats["compiled_calls"] >= 5, stats
+
+
+def _noisy_with_generator(x, rng):
+    return x + rng.random(x.shape), [rng]
+
+
+def test_a_returned_generator_is_the_callers():
+    # (the result holds the generator itself: that variant keeps its identity guard)
+    compiled = tj.jit(_noisy_with_generator)
+    for call in range(3):
+        mine, theirs = np.random.default_rng(call), np.random.default_rng(call)
+        (got, [got_rng]), (want, [want_rng]) = (
+            compiled(np.ones(3), mine), _noisy_with_generator(np.ones(3), theirs))
+        np.testing.assert_array_equal(got, want)
+        assert got_rng is mine and want_rng is theirs
+        assert _generator_state(mine) == _generator_state(theirs)

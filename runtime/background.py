@@ -199,7 +199,7 @@ def _result_now(jitted, traced, args, kwargs):
         traced.rewind_draws()  # the eager run draws them again
         return jitted._run_eager(args, kwargs, "compiling in the background")
     jitted._counters["traced_calls"] += 1
-    return _plain_result(traced.outputs, pytree.flatten((args, kwargs))[0], traced)
+    return _plain_result(traced, args, kwargs)
 
 
 def _forget(jitted, pending):

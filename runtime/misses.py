@@ -26,6 +26,7 @@ import numpy as np
 from tracejit import codegen
 from tracejit.codegen.numpy_products import note_partition
 from tracejit.tracer import pytree, random_draws
+from tracejit.tracer.argument_writes import put_back
 from tracejit.tracer.attribute_writes import NumberState
 from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.gradient_trace import trace_with_gradients
@@ -41,7 +42,7 @@ from .autograd import is_grad_enabled
 from .config import logger
 from .guards import EntrySpec
 from .shape_policy import SameEntry, _is_array, _same_entry
-from .tensor import Tensor, unwrap
+from .tensor import unwrap
 from .variants import OutputPlan, Path, Variant, _wrap_tensor
 
 log_recompiles = logger("recompiles")
@@ -121,7 +122,7 @@ class Misses:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
             self._counters["traced_calls"] += 1  # the trace itself computed the result
-            return _plain_result(traced.force_outputs(), leaves, traced)
+            return _plain_result(traced, args, kwargs)
 
     def _trace(self, args, kwargs, dynamic, signature, lazy=False, effects=True):
         """A ``Trace`` of this call, or None / ``_TraceFailed`` (it runs eagerly). What the
@@ -392,7 +393,7 @@ class Misses:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, "side exit")
             self._counters["traced_calls"] += 1
-            return _plain_result(traced.outputs, leaves, traced)
+            return _plain_result(traced, args, kwargs)
         checks = _new_outside_checks(entry, variant.spec)
         if checks:  # a setting only this branch reads: the whole variant now checks it
             self._widen_entry(variant, checks)
@@ -411,7 +412,7 @@ class Misses:
             traced.rewind_draws()
             return self._run_eager(args, kwargs, self._untraceable.get(signature, "side exit"))
         self._counters["traced_calls"] += 1
-        return _plain_result(traced.outputs, leaves, traced)
+        return _plain_result(traced, args, kwargs)
 
     # --- messages ---------------------------------------------------------------------
     def _why_missed(self, leaves):
@@ -555,14 +556,17 @@ def _raised_by_user_code(error):
     return False
 
 
-def _plain_result(outputs, leaves, traced):
-    """A trace's outputs as the call's result: Tensors out when Tensors went in (as
-    arguments, or reached through them: a model argument's self.W)."""
-    if not any(isinstance(leaf, Tensor) for leaf in leaves) and not any(
-            isinstance(entry.value, Tensor) for entry in traced.implicit_inputs):
+def _plain_result(traced, args, kwargs):
+    """A trace's outputs as the call's result: the leaves that are Tensors eagerly (computed
+    from Tensor arguments, or Tensors reached through them: a model argument's self.W) as
+    Tensors, the others as NumPy made them (``return loss, x * 3`` with ``x`` an ndarray)."""
+    outputs = traced.force_outputs()
+    if not traced.tensor_leaves:
         return outputs
-    flat, tree = pytree.flatten(outputs)
-    return pytree.unflatten(tree, [_wrap_tensor(value) for value in flat])
+    values = [_wrap_tensor(value) if position in traced.tensor_leaves else value
+              for position, value in enumerate(traced.output_values)]
+    return put_back(pytree.unflatten(traced.output_tree, values), traced.returned_containers,
+                    (args, kwargs))
 
 
 def _signature(leaves):

@@ -44,6 +44,7 @@ from tracejit.tracer import pytree, write_source
 from tracejit.tracer.argument_writes import CallArguments, put_back
 from tracejit.tracer.generated_code import Source
 from tracejit.tracer.result_identity import numpy_result
+from tracejit.tracer.tensor_methods import stored_outputs
 
 from .tensor import unwrap
 
@@ -67,10 +68,17 @@ def result_function(plan, views=frozenset(), identity=None):
     source.bind(_NAMES)
     constant = source.constant
     source.add("def result(outputs, argument_leaves, wrap, arguments=None):", depth=0)
+    wrapped = plan.wrapped
+    views = frozenset(views) & wrapped  # (an ndarray result stays NumPy's view)
     if views:
         source.add(f"if wrap is not {constant(identity, 'I')}:")
-        source.add(f"    outputs = [_array(value) if index in {constant(frozenset(views), 'V')} "
+        source.add(f"    outputs = [_array(value) if index in {constant(views, 'V')} "
                    "else value for index, value in enumerate(outputs)]")
+    stored = sorted(wrapped & stored_outputs(plan.writes))
+    if stored:  # Tensors eagerly that the writes store (self.last = h under no_grad)
+        source.add("outputs = list(outputs)")
+        for index in stored:
+            source.add(f"outputs[{_index(index)}] = wrap(outputs[{_index(index)}])")
     if plan.writes:
         source.add("arguments = _CallArguments(arguments)  # (flattened once, if anything asks)")
     for position, write in plan.outside_aliases.items():
@@ -88,7 +96,7 @@ def result_function(plan, views=frozenset(), identity=None):
     names = [f"leaf{position}" for position in range(len(plan.leaves))]
     for position, (kind, value) in enumerate(plan.leaves):
         if position not in replaced:  # (else nothing of this one is seen)
-            _leaf_statements(source, names[position], kind, value)
+            _leaf_statements(source, names[position], kind, value, value in wrapped)
     for position, argument in plan.aliases.items():
         source.add(f"leaf{_index(position)} = argument_leaves[{_index(argument)}]")
     for position in plan.outside_aliases:
@@ -97,7 +105,7 @@ def result_function(plan, views=frozenset(), identity=None):
         leaf = f"leaf{_index(position)}"
         source.add(f"if not _may_share_memory(_unwrap({leaf}), _unwrap(argument_leaves["
                    f"{_index(argument)}])):  # (a copy is new memory)")
-        source.add(f"    {leaf} = wrap(outputs[{_index(index)}])")
+        source.add(f"    {leaf} = {_wrapped_text(index, wrapped)}")
     for position, (argument, kind, params) in plan.numpy_results.items():
         leaf = f"leaf{_index(position)}"
         if argument is None:  # (self.W itself, or the wrapper's view of x)
@@ -123,8 +131,16 @@ def _index(value):
     return str(operator.index(value))
 
 
-def _leaf_statements(source, name, kind, value):
-    """Bind ``name`` to the result leaf ``(kind, value)`` (an ``OutputPlan.leaves`` item)."""
+def _wrapped_text(index, wrapped):
+    """The text of program output ``index`` as the result holds it: made a Tensor by
+    ``wrap`` when it is one eagerly (in ``wrapped``: ``OutputPlan.wrapped``)."""
+    text = f"outputs[{_index(index)}]"
+    return f"wrap({text})" if index in wrapped else text
+
+
+def _leaf_statements(source, name, kind, value, tensor):
+    """Bind ``name`` to the result leaf ``(kind, value)`` (an ``OutputPlan.leaves`` item);
+    ``tensor``: whether it is a Tensor eagerly."""
     if kind == "static":
         source.add(f"{name} = {source.constant(value)}")
     elif kind == "scalar":
@@ -132,12 +148,12 @@ def _leaf_statements(source, name, kind, value):
         # computed, np.prod(x.shape), comes as an int: an np.int64)
         source.add(f"item = outputs[{_index(value)}]")
         source.add(f"{name} = item if hasattr(item, 'requires_grad') else "
-                   "wrap(_asarray(item)[()])")
+                   + ("wrap(_asarray(item)[()])" if tensor else "_asarray(item)[()]"))
     elif kind == "value":  # a Python scalar (a run-time scalar input, or from one)
         source.add(f"item = outputs[{_index(value)}]")
         source.add(f"{name} = item.item() if type(item) is _ndarray else item")
     else:
-        source.add(f"{name} = wrap(outputs[{_index(value)}])")
+        source.add(f"{name} = {_wrapped_text(value, {value} if tensor else ())}")
 
 
 def _depth(tree):

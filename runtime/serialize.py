@@ -761,7 +761,8 @@ def outputs_to_json(plan, implicit_paths=(), fn=None):
             "refreshed": [[position, argument, index]
                           for position, (argument, index) in plan.refreshed.items()],
             "numpy_results": [[position, argument, kind, list(params)] for position, (
-                argument, kind, params) in plan.numpy_results.items()]}
+                argument, kind, params) in plan.numpy_results.items()],
+            "tensors": None if plan.tensors is None else sorted(plan.tensors)}
 
 
 def _write_to_json(write, implicit_paths, fn=None):
@@ -883,8 +884,12 @@ def outputs_from_json(data, implicit_paths=(), fn=None):
         argument = None if argument is None else _integer(argument, "an argument NumPy reads")
         remade[position] = (argument, kind, tuple(
             _integer(value, "a diagonal's parameter", low=-2 ** 62) for value in params))
+    tensors = data.get("tensors")  # (the program outputs that are Tensors eagerly)
+    _check(tensors is None or isinstance(tensors, list), "a malformed list of Tensor outputs")
+    if tensors is not None:
+        tensors = frozenset(_integer(index, "a Tensor output") for index in tensors)
     return OutputPlan(tree_from_json(data["tree"]), leaves, mutated, aliases, writes,
-                      containers, outside_aliases, refreshed, remade)
+                      containers, outside_aliases, refreshed, remade, tensors=tensors)
 
 
 def _check_outputs(plan, count, has_backward):
@@ -898,6 +903,7 @@ def _check_outputs(plan, count, has_backward):
         used |= set(write.outputs) if write.kind == "tree" else (
             {write.value} if write.kind != "static" else set())
     _check(all(index < count for index in used), "a result read from a missing output")
+    _check(all(index < count for index in plan.tensors or ()), "a Tensor of a missing output")
     _check(has_backward or used == set(range(count)), "results that ignore the program")
 
 

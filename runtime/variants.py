@@ -20,6 +20,7 @@ from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.pending import known_kind
+from tracejit.tracer.tensor_methods import stored_outputs
 
 from .result_source import result_function
 
@@ -69,6 +70,12 @@ class OutputPlan:
     # ``input_tree``): the writes read arguments that are leaves directly, not by
     # flattening them all (None, as from a disk entry: they flatten)
     argument_tree: object = None
+    # the program outputs that are Tensors eagerly (computed from a Tensor argument, or one
+    # the function reached: tracer.tensor_methods.tensor_outputs); the result function
+    # wraps those, in results and in what the writes store, and no other: ``return loss,
+    # x * 3`` with ``x`` an ndarray returns an ndarray beside the Tensor loss, as NumPy.
+    # None: every array of the result (a plan made without them)
+    tensors: frozenset = None
 
     @staticmethod
     def from_trace(trace):
@@ -95,7 +102,7 @@ class OutputPlan:
                           dict(trace.output_aliases), list(trace.argument_writes),
                           list(trace.returned_containers), dict(trace.outside_aliases),
                           dict(trace.refreshed_views), dict(trace.numpy_results),
-                          trace.input_tree)
+                          trace.input_tree, frozenset(trace.tensor_outputs))
 
     @functools.cached_property
     def writes_items(self):
@@ -122,6 +129,17 @@ class OutputPlan:
             pairs = getattr(write, "leaves", None) or ((write.kind, write.value),)
             found |= {index for kind, index in pairs if kind in ("value", "scalar")}
         return found
+
+    @functools.cached_property
+    def wrapped(self):
+        """The program outputs the result function makes Tensors (with a ``wrap`` that is
+        not the identity): the ``tensors`` the result returns, and those the writes store
+        as new objects (``self.last = h`` under ``no_grad``)."""
+        returned = {value for kind, value in self.leaves if kind in ("array", "scalar")}
+        returned |= {index for _, index in self.refreshed.values()}
+        if self.tensors is None:
+            return frozenset(returned)
+        return frozenset((returned | stored_outputs(self.writes)) & self.tensors)
 
     def single_array(self):
         """The program output that is the whole result, when the result is one array and
@@ -223,14 +241,19 @@ class Path:
         # a leaf whose .grad the backward fills, not a copy on the compiled node.
         arguments = {id(tensor.data): tensor for tensor in (*tensors, *differentiated)}
         numbers = self.written_numbers_only
+        # (an output that is eagerly NumPy's stays so: value_and_grad's, or x * 3 of an
+        # ndarray x beside the loss)
+        plain = set() if self.outputs.tensors is None else (
+            set(range(len(forward))) - self.outputs.tensors)
         wrapped = [
             arguments[id(value)] if id(value) in arguments and arguments[id(value)].data is value
             else value if index in numbers or index in self.python_numbers or np.isscalar(value)
+            or index in plain
             else Tensor._wrap(np.array(value) if index in self.view_outputs else
                               np.asarray(value))
             for index, value in enumerate(forward)]
         for slot, index in enumerate(plan.differentiable):
-            if wrapped[index] is arguments.get(id(forward[index])):
+            if wrapped[index] is arguments.get(id(forward[index])) or index in plain:
                 continue
             wrapped[index]._node = OutputNode(node, slot)
             wrapped[index].requires_grad = True
@@ -263,9 +286,9 @@ class Variant:
     loop_exits: tuple = (0, -1)
 
     def __post_init__(self):
-        # Tensors in, Tensors out: results are wrapped when the call took Tensors (as
-        # arguments, or reached through them: a model argument's self.W; eagerly its
-        # results are Tensors under no_grad too).
+        # ``wrap`` makes the outputs that are Tensors eagerly (``OutputPlan.tensors``)
+        # Tensors when the call took Tensors (as arguments, or reached through them: a
+        # model argument's self.W; eagerly such results are Tensors under no_grad too).
         takes_tensors = any(leaf.type_name == "Tensor" for leaf in (
             *self.spec.leaves, *self.spec.implicit))
         self.wrap = _wrap_tensor if takes_tensors else _identity

@@ -56,7 +56,7 @@ class ArgumentWrite:
             container[self.key] = self.value
             return
         item = outputs[self.value]
-        if self.kind == "scalar":
+        if self.kind == "scalar" and not hasattr(item, "requires_grad"):  # (a Tensor stays)
             item = np.asarray(item)[()]
         elif self.kind == "value":
             item = item.item() if isinstance(item, (np.ndarray, np.generic)) else item

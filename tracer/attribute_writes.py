@@ -159,8 +159,9 @@ def stored_values(leaves, outputs, argument=None):
             values.append(value)
         elif kind == "argument":
             values.append(argument(value))
-        elif kind == "scalar":
-            values.append(np.asarray(outputs[value])[()])
+        elif kind == "scalar":  # (a Tensor eagerly stays one: runtime.result_source)
+            item = outputs[value]
+            values.append(item if hasattr(item, "requires_grad") else np.asarray(item)[()])
         elif kind == "value":
             item = outputs[value]
             values.append(item.item() if isinstance(item, (np.ndarray, np.generic)) else item)
@@ -277,12 +278,12 @@ def _refuse_in_captured_loop_or_gradients(context, path, name, value):
 def loses_a_graph(context, leaf):
     """Whether storing ``leaf`` (an attribute write, a list append) in a trace with
     gradients is refused: eagerly it may be a Tensor with history, which a compiled call
-    would store without its graph (or a plain ndarray, which it would store as a Tensor).
-    A running statistic, ``0.9 * self.running_mean + 0.1 * mean.detach()``, is a Tensor
-    without history eagerly, as the compiled call stores it; ``loss.item()`` a float."""
+    would store without its graph. A running statistic, ``0.9 * self.running_mean + 0.1 *
+    mean.detach()``, is a Tensor without history eagerly, as the compiled call stores it;
+    ``self.cache = x * 2`` of an ndarray ``x`` an ndarray (``OutputPlan.tensors``);
+    ``loss.item()`` a float."""
     return hasattr(leaf, "ir_var") and _may_carry_a_graph(leaf) and (
-        tensor_methods.carries_gradient(context, leaf) or not (
-            tensor_methods.tensor_valued(context, leaf)))
+        tensor_methods.carries_gradient(context, leaf))
 
 
 def _may_carry_a_graph(leaf):

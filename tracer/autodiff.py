@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import pytree
+from . import pytree, tensor_methods
 from .abstract import abstractify
 from .errors import UnsupportedError
 from .ir import Eqn, Var
@@ -158,4 +158,6 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
         next(grads) if is_traced_array(leaf) else np.zeros_like(leaf) for leaf in leaves
     ]) for leaves, tree in trees]
     grads = gradients[0] if isinstance(argnums, int) else tuple(gradients)
+    # eagerly NumPy's values, even of Tensor arguments (runtime.functional.value_and_grad)
+    tensor_methods.note_plain(context, pytree.flatten((value, aux, grads))[0])
     return ((value, aux) if has_aux else value), grads

@@ -23,6 +23,7 @@ the other): it is noted as a view of unknown region of ``y``, so such a write is
 
 from __future__ import annotations
 
+from .argument_writes import OutsideArrayWrite
 from .ir import Eqn, Var
 from .ops import stop_gradient_p
 
@@ -41,26 +42,68 @@ def carries_gradient(context, tracer):
     return _depends_on_tensors(context, tracer, gradients_only=True)
 
 
+def tensor_outputs(context, atoms):
+    """The positions in ``atoms`` (a trace's program outputs: its result's leaves and the
+    values its writes store) of the values that are eagerly Tensors, which a compiled call
+    returns or stores as Tensors (``runtime.variants.OutputPlan.tensors``); the others are
+    NumPy's arrays and scalars, as eagerly: ``return loss, x * 3`` with ``x`` an ndarray."""
+    reached = set(_reached(context, gradients_only=False))
+    return frozenset(position for position, atom in enumerate(atoms)
+                     if isinstance(atom, Var) and atom.name in reached)
+
+
+def stored_outputs(writes):
+    """The program outputs ``writes`` store as new objects (``self.last = h``,
+    ``config["v"] = v``, ``self.hs.append(h)``), not copied into an array there
+    (``self.W -= g``): a Tensor eagerly is stored as a Tensor."""
+    found = set()
+    for write in writes:
+        if isinstance(write, OutsideArrayWrite):
+            continue  # (copied into the array the entry guard found)
+        pairs = getattr(write, "leaves", None) or ((write.kind, write.value),)
+        found |= {index for kind, index in pairs if kind in ("array", "scalar")}
+    return found
+
+
+def note_plain(context, tracers):
+    """Mark ``tracers`` as NumPy values eagerly whatever they are computed from:
+    ``value_and_grad``'s value, aux and gradients, which it returns as NumPy's (its tape's
+    Tensors stay inside it). Values computed from them are Tensors only through another
+    Tensor (``v * w``)."""
+    inputs = {atom.name for atom in getattr(context, "inputs", ())}
+    plain = getattr(context, "plain_values", set())
+    context.plain_values = plain | {tracer.ir_var.name for tracer in tracers
+              if hasattr(tracer, "ir_var") and tracer.ir_var.name not in inputs}
+
+
 def _depends_on_tensors(context, tracer, gradients_only):
     """Whether ``tracer`` depends on a Tensor input (``gradients_only``: one that requires
     grad, and not through ``stop_gradient``)."""
+    name = tracer.ir_var.name
+    return any(reached == name for reached in _reached(context, gradients_only))
+
+
+def _reached(context, gradients_only):
+    """The names of the trace's values that depend on a Tensor input (``gradients_only``:
+    one that requires grad, and not through ``stop_gradient``), in the body's order (a
+    caller may stop early)."""
     reached = {name for name, requires_grad in getattr(context, "tensor_inputs", {}).items()
                if requires_grad or not gradients_only}
     for implicit in getattr(context, "implicit_used", {}).values():
         requires_grad = getattr(implicit.value, "requires_grad", None)  # (None: ndarray)
         if requires_grad or (requires_grad is not None and not gradients_only):
             reached.add(context.inputs[implicit.input_index].name)
-    name = tracer.ir_var.name
-    if name in reached:
-        return True
+    if not reached:
+        return
+    yield from reached
+    plain = getattr(context, "plain_values", ())
     for eqn in context.body:
         if not isinstance(eqn, Eqn) or (eqn.prim is stop_gradient_p and gradients_only):
             continue
-        if any(isinstance(atom, Var) and atom.name in reached for atom in eqn.inputs):
-            if eqn.out.name == name:
-                return True
+        if eqn.out.name not in plain and any(
+                isinstance(atom, Var) and atom.name in reached for atom in eqn.inputs):
             reached.add(eqn.out.name)
-    return False
+            yield eqn.out.name
 
 
 def detach(tracer):

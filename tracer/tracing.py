@@ -41,6 +41,7 @@ from . import (
     result_identity,
     shared_objects,
     strided_views,
+    tensor_methods,
 )
 from .abstract import (
     COMPILED_DTYPES,
@@ -172,6 +173,10 @@ class Trace:
     # the generators' states before the trace drew (random_draws.Journal; set by whoever
     # traced inside ``random_draws.journal()``)
     journal: object = None
+    # the graph outputs, and the result's leaves, that are Tensors eagerly (computed from a
+    # Tensor argument or one the function reached: tensor_methods.tensor_outputs)
+    tensor_outputs: frozenset = frozenset()
+    tensor_leaves: frozenset = frozenset()
 
     def rewind_draws(self):
         """Undo the trace's draws: the call's result comes from elsewhere (an eager run, or
@@ -859,6 +864,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             with recording_into(context):
                 gradients = backward.record(context, out_leaves, output_atoms, leaves,
                                             traced_leaves, mutated, _is_output_leaf)
+        # which outputs are Tensors eagerly (the others NumPy's, as their inputs were)
+        tensor_outputs = tensor_methods.tensor_outputs(context, output_atoms)
         context.finished = True
         if gradients is None:  # gradient plans number the inputs they differentiate
             context.drop_unused_implicit_inputs(output_atoms)
@@ -867,7 +874,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         if check:
             verify(graph)
 
-        undecided = not effects or check_decisions and decisions_may_differ(graph)
+        # (a write that stores a Tensor eagerly: the trace's would store an ndarray; the
+        # program's result function stores the Tensor)
+        undecided = not effects or check_decisions and decisions_may_differ(graph) or bool(
+            tensor_outputs & tensor_methods.stored_outputs(writes))
     except BaseException:
         context.finished = True  # tracers that escaped now refuse to be used
         attribute_writes.restore(context)
@@ -945,6 +955,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         output_values=output_values,
         draws=draws,
         drawn_inputs=drawn_inputs,
+        tensor_outputs=tensor_outputs,
+        tensor_leaves=frozenset(index for index, position in atom_positions.items()
+                                if position in tensor_outputs),
     )
     context.release()
     return traced

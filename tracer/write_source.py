@@ -40,12 +40,17 @@ def _python_number(item):
     return item.item() if isinstance(item, (np.ndarray, np.generic)) else item
 
 
+def _numpy_scalar(item):
+    # (a Tensor eagerly stays one: the result function made it: runtime.result_source)
+    return item if hasattr(item, "requires_grad") else np.asarray(item)[()]
+
+
 def _value_text(kind, value, constant):
     """The text of a stored leaf, as ``attribute_writes.stored_values`` converts it."""
     if kind == "static":
         return constant(value)
     if kind == "scalar":
-        return f"_asarray(outputs[{value}])[()]"
+        return f"_numpy_scalar(outputs[{value}])"
     if kind == "value":
         return f"_python_number(outputs[{value}])"
     return f"outputs[{value}]"
@@ -152,4 +157,5 @@ def _count(tree):
 
 
 _NAMES = {"_asarray": np.asarray, "_copyto": np.copyto, "_python_number": _python_number,
+          "_numpy_scalar": _numpy_scalar,
           "_argument_leaves": argument_leaves}

@@ -19,6 +19,7 @@ from . import dtypes as dt
 from . import mathlib
 from .dtypes import constant, is_float
 from .kernel_index import as_bool, broadcast_index
+from .narrow_results import NARROW_CAST_OUT_OF_RANGE, STORE_ONLY, narrow_cast
 
 
 class KernelStatus:
@@ -27,6 +28,7 @@ class KernelStatus:
 
     INDEX_OUT_OF_RANGE = 1
     NEGATIVE_INTEGER_POWER = 2
+    NARROW_CAST_OUT_OF_RANGE = NARROW_CAST_OUT_OF_RANGE  # (3: conv_ir.OUT_OF_MEMORY)
 
 
 def _zero(value):
@@ -362,6 +364,8 @@ def lower_cast(kernel, eqn, index):
     source = eqn.inputs[0]
     value = kernel.value(source, broadcast_index(index, source.aval.shape, eqn.out.aval.shape))
     target = eqn.params_dict["dtype"]
+    if np.dtype(target) in STORE_ONLY:  # a result only (codegen/narrow_results.py)
+        return narrow_cast(kernel, value, source.aval.dtype, target)
     if dt.is_float(source.aval.dtype) and np.dtype(target).kind in "iu":
         limit = float(2 ** (np.dtype(target).itemsize * 8 - 1))
         ty = value.type

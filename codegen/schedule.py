@@ -48,6 +48,7 @@ from .gemm_driver import DIRECT_B_FLOATS
 from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
 from .narrow_inputs import check_narrow_uses, is_narrow_view
+from .narrow_results import narrow_results
 from .parallel_entry import ALIGNED_CHUNK
 from .view_lowering import NUMPY_VIEWS, split_reshape_groups, unit_reshape_index
 
@@ -251,8 +252,10 @@ class _Scheduler:
     # --- which values need buffers ----------------------------------------------------
     def initial_materialization(self):
         check_narrow_uses(self.graph)
+        stored_narrow = narrow_results(self.graph)  # uint8 images: stored, never read
         for item in self.graph.body:
-            if isinstance(item, Eqn) and not is_narrow_view(item):
+            if isinstance(item, Eqn) and not is_narrow_view(item) and (
+                    item.out.name not in stored_narrow):
                 check_supported(item.out.aval.dtype, f"the result of {item.prim.name}",
                                 self.graph.locations.get(item.out.name))
         views = result_views(self.graph, self.producers) if self.views_of_results else {}
@@ -926,8 +929,10 @@ def schedule(graph, views_of_results=False):
         atom for item in graph.body if isinstance(item, Effect)
         for atom in item.inputs if isinstance(atom, Var)
     ]
-    for buffer in scheduler.buffers.values():
-        if buffer.kind != "input" and buffer.dtype in NARROW_MEMORY:  # (views: index maps)
+    stored_narrow = narrow_results(graph)  # results a kernel's narrow cast stores
+    for name, buffer in scheduler.buffers.items():
+        if buffer.kind != "input" and buffer.dtype in NARROW_MEMORY and not (
+                buffer.kind == "output" and name in stored_narrow):  # (views: index maps)
             raise UnsupportedError(f"compiled code would store a {buffer.dtype} view of an "
                                    "argument; convert the argument first")
     workspace = _plan_workspace(scheduler, kernels)

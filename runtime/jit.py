@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar, overload
 from tracejit import codegen
 from tracejit.codegen import gc_pause, parallel
 from tracejit.codegen.lowering import LAYOUT_EXIT
+from tracejit.codegen.narrow_results import NARROW_CAST_OUT_OF_RANGE, NARROW_RANGE_REASON
 from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
 
@@ -304,6 +305,8 @@ class JitFunction(Misses):
                     # (no streak toward tracing the loops unrolled: it read as a kernel
                     # error before, and ran eagerly as this does)
                     return self._run_eager(args, kwargs, "a guard in an inner loop's body failed")
+                if taken.code == -NARROW_CAST_OUT_OF_RANGE:
+                    return self._run_eager(args, kwargs, NARROW_RANGE_REASON)
                 if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
                 return self._side_exit(variant, path, taken.guard_index, args, kwargs)

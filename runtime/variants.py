@@ -126,7 +126,7 @@ class OutputPlan:
         int, ``self.total += loss.item()``), not as arrays."""
         found = set()
         for write in self.writes:
-            pairs = getattr(write, "leaves", None) or ((write.kind, write.value),)
+            pairs = write.leaves if hasattr(write, "leaves") else ((write.kind, write.value),)
             found |= {index for kind, index in pairs if kind in ("value", "scalar")}
         return found
 

@@ -60,7 +60,7 @@ def stored_outputs(writes):
     for write in writes:
         if isinstance(write, OutsideArrayWrite):
             continue  # (copied into the array the entry guard found)
-        pairs = getattr(write, "leaves", None) or ((write.kind, write.value),)
+        pairs = write.leaves if hasattr(write, "leaves") else ((write.kind, write.value),)
         found |= {index for kind, index in pairs if kind in ("array", "scalar")}
     return found
 

@@ -41,6 +41,7 @@ from . import (
     trial_containers,
 )
 from .dims import SymInt, expr_of, is_int, value_of
+from .discontinuities import AMBIGUITY
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
 from .loop_autodiff import refusal as unreversible
@@ -183,7 +184,8 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
     # index is that dim, so what it reads follows the trip count.
     values = tuple(body(start if isinstance(start, SymInt) else first, *values))
-    if tentative and not _large(len(context.body) - recorded, count):
+    if tentative and not (_large(len(context.body) - recorded, count)
+                          and _smooth_items(context.body[recorded:])):
         _note(context, where, reason)
         return _unrolled_nest(context, body, range(first + step, stop, step), values, count)
     if not _quiet_items(context.body[recorded:]):
@@ -276,6 +278,24 @@ def _capturable(context, range_function, start, stop, step):
 def _large(equations, trips):
     """Whether a short constant loop whose iteration 0 recorded ``equations`` is captured."""
     return equations >= UNROLL_BODY_MIN and equations * trips >= UNROLL_EQUATION_BUDGET
+
+
+def _smooth_items(items):
+    """No guard, print or jump (``discontinuities.AMBIGUITY``: a comparison, ``floor``,
+    ``argmax``...) among ``items`` or in loop bodies among them. Unrolled, a short loop's
+    decisions and masks read NumPy's own products (``codegen/numpy_products.py``) and
+    hold; captured, they read carried values whose rounding bound grows with each trip, so
+    a relu mask in a training loop (``dh[h <= 0] = 0``) failed its margin on every call
+    and the call ran eagerly. Such loops stay unrolled."""
+    for item in items:
+        if not isinstance(item, Eqn):
+            return False
+        name = item.prim.name
+        if name == "loop" and not _smooth_items(item.params_dict["body"].body):
+            return False
+        if name in AMBIGUITY and not (name == "cast" and item.out.aval.dtype.kind == "f"):
+            return False
+    return True
 
 
 def _short_top_level(context, range_function, start, stop, step):

@@ -40,7 +40,9 @@ def check_supported(dtype, what, location=None):
 
 
 def register_type(dtype):
-    return SUPPORTED[np.dtype(dtype)]
+    dtype = np.dtype(dtype)
+    # (narrow values: read to be converted, or stored: codegen/narrow_*.py)
+    return SUPPORTED[dtype] if dtype in SUPPORTED else NARROW_MEMORY[dtype]
 
 
 def memory_type(dtype):
@@ -63,7 +65,11 @@ def constant(dtype, value):
     if dtype == np.bool_:
         return ir.Constant(I1, int(bool(value)))
     if dtype.kind in "iu":
-        return ir.Constant(register_type(dtype), int(value))
+        bits = dtype.itemsize * 8
+        value = int(value)
+        if dtype.kind == "u" and value >= 1 << (bits - 1):  # uint8 255: i8 -1, the same bits
+            value -= 1 << bits
+        return ir.Constant(register_type(dtype), value)
     return ir.Constant(register_type(dtype), float(value))
 
 

@@ -8,7 +8,9 @@ use of it converts each element first, as NumPy does:
 * ``img / 255.0``: NumPy's loop for uint8 / float is float64, so each byte is converted
   and then divided (``pointwise.loop_dtypes`` says which loop NumPy runs);
 * a view of it (``img.reshape(n, -1)``, ``img.transpose(0, 3, 1, 2)``, ``img[:, ::2]``)
-  that such a use reads: views are index maps, never stored.
+  that such a use reads: views are index maps, never stored;
+* ``np.where(mask, img, 0)``, ``img[mask] = 0``: moves of its elements, no arithmetic
+  (``narrow_results.is_stored_narrow``), whose own uses are checked the same way.
 
 What computes in the narrow dtype itself (``img + 1`` wraps at 256, ``img > 127`` compares
 unsigned bytes, ``img.sum()`` accumulates in uint64, a matmul, a loop) is refused with the
@@ -37,6 +39,7 @@ from tracejit.tracer.locations import line_prefix
 
 from .dtypes import NARROW_MEMORY as NARROW
 from .dtypes import SUPPORTED
+from .narrow_results import is_stored_narrow
 from .pointwise import loop_dtypes
 from .view_lowering import NUMPY_VIEWS
 
@@ -67,7 +70,7 @@ def _computes_in(eqn, dtype):
     """The dtype ``eqn`` computes its narrow operand (of ``dtype``) in, or None where it
     converts it first: a cast, a view (its own uses are checked where they read it), or a
     pointwise primitive whose NumPy loop is in a compiled dtype."""
-    if eqn.prim is ops.cast_p or eqn.prim in NUMPY_VIEWS:
+    if eqn.prim is ops.cast_p or eqn.prim in NUMPY_VIEWS or is_stored_narrow(eqn):
         return None
     if getattr(eqn.prim, "kind", None) != "pointwise":
         return np.dtype(dtype)

@@ -1,9 +1,14 @@
-"""Results of narrow integer dtypes: ``np.clip(img * 255, 0, 255).astype(np.uint8)``.
+"""Narrow integer values made in the function: ``np.clip(img * 255, 0, 255).astype(np.uint8)``
+(the last line of much image code), ``out[1:] = u`` into a uint8 buffer.
 
 Compiled code computes in bool, int32, int64, float32 and float64 (``dtypes.SUPPORTED``).
-A cast to int8, uint8, int16 or uint16 whose value only leaves the function (a result,
-nothing in the function reads it) is still compiled: the kernel computes in the wide dtype
-and the cast is its last step, storing the narrow element into a result of that dtype.
+A cast to int8, uint8, int16 or uint16 is still compiled: the kernel computes in the wide
+dtype and the cast is the last step, giving the narrow element it stores, as are moves of
+such values that do no arithmetic in their dtype (``is_stored_narrow``: ``np.where``
+between them and literals the dtype holds, ``pad``, ``full``: the functional form of
+``img[mask] = 0`` or ``out[1:] = u``; exact in any dtype). What reads them is checked as
+for a narrow argument (``narrow_inputs.check_narrow_uses``): a converting use compiles,
+``u + 1`` (wraps at 256 in NumPy) runs the function eagerly.
 
 * From an integer or bool: NumPy's cast keeps the low bits (``np.int64(300)`` -> uint8 44),
   the same as LLVM's ``trunc``: exact for every value.
@@ -11,19 +16,23 @@ and the cast is its last step, storing the narrow element into a result of that 
   the target; elsewhere (NaN, inf, -1.0 or 256.0 into uint8) the result is the platform's
   (x86: wrapped through int32, or whatever NumPy's SIMD loop does). The kernel converts
   values in ``[min, max + 1)`` of the target exactly and reports
-  ``KernelStatus.NARROW_CAST_OUT_OF_RANGE`` for any other: the call then runs eagerly
-  (a side exit), so the result is NumPy's own, with its warning.
-
-A narrow value that feeds further computation (``u = x.astype(np.uint8); return u + 1``
-wraps at 256) or a view of it (``u.T``) still runs the function eagerly.
+  ``NARROW_CAST_OUT_OF_RANGE`` for any other: the call then runs eagerly (a side exit,
+  before any result or write escapes), so the result is NumPy's own, with its warning.
 
 >>> import numpy as np
 >>> from tracejit.tracer import trace
+>>> from tracejit.codegen.narrow_inputs import check_narrow_uses
 >>> image = trace(lambda x: np.clip(x * 255, 0, 255).astype(np.uint8), np.zeros(3)).graph
 >>> len(narrow_results(image))
 1
 >>> len(narrow_results(trace(lambda x: x.astype(np.uint8) + 1, np.zeros(3)).graph))
-0
+1
+>>> check_narrow_uses(trace(lambda x: x.astype(np.uint8) + 1, np.zeros(3)).graph)
+Traceback (most recent call last):
+...
+tracejit.tracer.errors.UnsupportedError: <doctest ...>:1: compiled code computes in bool, \
+int32, int64, float32 and float64; add of a uint8 array computes in uint8 (convert it first: \
+x.astype(np.int32))
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer import ops
-from tracejit.tracer.ir import Eqn, Guard, Var
+from tracejit.tracer.ir import Eqn, Var
 
 from .dtypes import I32, NARROW_MEMORY
 
@@ -44,20 +53,44 @@ NARROW_RANGE_REASON = ("a float cast to a narrow integer result was out of its r
                        "(NumPy's cast is the platform's there)")
 
 
+def is_stored_narrow(eqn):
+    """``eqn`` makes a ``STORE_ONLY`` value without arithmetic in its dtype: a cast to it,
+    or a move of such values (``np.where`` between them, ``pad``: the functional form of
+    ``out[1:] = u`` into a uint8 buffer), exact in any dtype. Its uses are checked as a
+    narrow argument's are (``narrow_inputs.check_narrow_uses``)."""
+    dtype = np.dtype(eqn.out.aval.dtype)
+    if dtype not in STORE_ONLY:
+        return False
+    if eqn.prim is ops.cast_p:
+        return True
+    if eqn.prim is ops.where_p:
+        return all(_holds(atom, dtype) for atom in eqn.inputs[1:])
+    if eqn.prim is ops.pad_p:
+        return np.dtype(eqn.inputs[0].aval.dtype) == dtype
+    if eqn.prim is ops.full_p:  # np.zeros(shape, np.uint8)
+        return _exact(eqn.params_dict["value"], dtype)
+    return False
+
+
+def _holds(atom, dtype):
+    """``atom`` is a ``dtype`` value, or a literal that dtype holds exactly."""
+    if isinstance(atom, Var):
+        return np.dtype(atom.aval.dtype) == dtype
+    return _exact(atom.value, dtype)
+
+
+def _exact(value, dtype):
+    if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return False  # (a dim)
+    info = np.iinfo(dtype)
+    return float(value).is_integer() and info.min <= value <= info.max
+
+
 def narrow_results(graph):
-    """Names of the casts to a ``STORE_ONLY`` dtype in ``graph`` whose values are results
-    that nothing else in the graph reads (see the module docstring)."""
-    read = set()
-    for item in graph.body:
-        atoms = (item.predicate,) if isinstance(item, Guard) else item.inputs
-        read.update(atom.name for atom in atoms if isinstance(atom, Var))
-    results = {atom.name for atom in graph.outputs if isinstance(atom, Var)}
-    return {
-        item.out.name for item in graph.body
-        if isinstance(item, Eqn) and item.prim is ops.cast_p
-        and np.dtype(item.out.aval.dtype) in STORE_ONLY
-        and item.out.name in results and item.out.name not in read
-    }
+    """Names of the values in ``graph`` that ``is_stored_narrow`` makes: compiled code
+    stores them (their uses are checked by ``check_narrow_uses``)."""
+    return {item.out.name for item in graph.body
+            if isinstance(item, Eqn) and is_stored_narrow(item)}
 
 
 def narrow_cast(kernel, value, source, target):

@@ -929,10 +929,10 @@ def schedule(graph, views_of_results=False):
         atom for item in graph.body if isinstance(item, Effect)
         for atom in item.inputs if isinstance(atom, Var)
     ]
-    stored_narrow = narrow_results(graph)  # results a kernel's narrow cast stores
+    stored_narrow = narrow_results(graph)  # a kernel's narrow cast or move stores these
     for name, buffer in scheduler.buffers.items():
-        if buffer.kind != "input" and buffer.dtype in NARROW_MEMORY and not (
-                buffer.kind == "output" and name in stored_narrow):  # (views: index maps)
+        if buffer.kind not in ("input", "constant") and buffer.dtype in NARROW_MEMORY and (
+                name not in stored_narrow):  # (views: index maps)
             raise UnsupportedError(f"compiled code would store a {buffer.dtype} view of an "
                                    "argument; convert the argument first")
     workspace = _plan_workspace(scheduler, kernels)

@@ -1,8 +1,9 @@
-"""Results of narrow integer dtypes (``np.clip(img * 255, 0, 255).astype(np.uint8)``, the
-last line of much image code): the kernel computes in the wide dtype and stores the cast's
-bytes (``codegen/narrow_results.py``). A float outside the target's ``[min, max + 1)`` or
-NaN (where NumPy's cast is the platform's) is a side exit: the call runs eagerly. Each
-call is compared with eager NumPy bit for bit (values, dtype, shape, type)."""
+"""Narrow integer values made in the function (``np.clip(img * 255, 0, 255).astype(np.uint8)``,
+the last line of much image code; ``out[1:] = u`` into a uint8 buffer): the kernel computes
+in the wide dtype and stores the cast's bytes (``codegen/narrow_results.py``). A float
+outside the target's ``[min, max + 1)`` or NaN (where NumPy's cast is the platform's) is a
+side exit: the call runs eagerly. Each call is compared with eager NumPy bit for bit
+(values, dtype, shape, type, and the arguments afterwards)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ def _same(got, want):
     assert len(gots) == len(wants)
     for g, w in zip(gots, wants):
         assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape, (g, w)
-        assert np.array_equal(g, w), (g, w)
+        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (g, w)
 
 
 def _run(f, function, *args):
+    """``f(*args)`` and ``function(*args)`` (on copies) agree, and so do the arguments."""
+    copies = [[a.copy() if isinstance(a, np.ndarray) else a for a in args] for _ in "ab"]
+    mine, theirs = copies
     with np.errstate(all="ignore"):  # eager warns 'invalid value encountered in cast'
-        _same(f(*args), function(*args))
+        _same(f(*mine), function(*theirs))
+    _same(*(tuple(a for a in side if isinstance(a, np.ndarray)) for side in copies))
 
 
 def _compiled(f, calls):
@@ -112,6 +117,39 @@ def test_narrow_results_beside_others_and_of_reductions():
     for args in (x, x, x[:, ::2]):
         _run(f, several, args)
     assert _compiled(f, 3), f.explain()
+
+
+def fill(img, x):
+    """In place into a uint8 argument: a masked write and a slice write (where and pad of
+    uint8 values: moves, no arithmetic in uint8)."""
+    before = img.astype(np.float64) * 2  # read first: a write escaping early would show
+    img[x > 0.5] = 0
+    img[1:] = x[1:] * 255
+    return before
+
+
+def fresh(x, s):
+    out = np.zeros(x.shape, np.uint8)
+    out[1:] = (x[1:] * 10).astype(np.uint8)
+    return np.where(x > 0.5, out, 255), np.where(x > 0.5, s, -128)
+
+
+def test_narrow_buffers_filled_in_place_compile_and_exit_before_writing():
+    f = jit(fill, cache=False)
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 256, (3, 4)).astype(np.uint8)
+    x = rng.random((3, 4))
+    for _ in range(2):
+        _run(f, fill, img, x)
+    assert _compiled(f, 2), f.explain()
+    x[2, 1] = 1.5  # 382.5: out of range after the masked write, nothing escapes
+    _run(f, fill, img, x)
+    assert f.stats()["eager_calls"] == {NARROW_RANGE_REASON: 1}, f.explain()
+    g = jit(fresh, cache=False)
+    s = rng.integers(-128, 128, (3, 4)).astype(np.int8)
+    for _ in range(2):
+        _run(g, fresh, rng.random((3, 4)) * 20, s)
+    assert _compiled(g, 2), g.explain()
 
 
 def used_further(x):

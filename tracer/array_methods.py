@@ -285,6 +285,12 @@ class ArrayMethods:
     def cumsum(self, axis=None, dtype=None):
         return numpy_api.cumsum(self, axis=axis, dtype=dtype)
 
+    def diagonal(self, offset=0, axis1=0, axis2=1):  # (a read-only view, as NumPy's)
+        return numpy_api.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return numpy_api.trace(self, offset, axis1, axis2, dtype, out)
+
     def argsort(self, axis=-1, kind=None, order=None):
         return numpy_api.argsort(self, axis=axis, kind=kind, order=order)
 

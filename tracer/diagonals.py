@@ -74,10 +74,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     view_without_steps(a, result)  # NumPy's is a view: a write into a shows in it
     if is_traced(result):
         result.readonly = True
-        context = result.context
-        if any(a is given for given in (*context.input_tracers,
-                                        *context.implicit_tracers.values())):
-            # returned, it is NumPy's view of the caller's array, made at the call
+        if is_traced(a):
+            # returned, it is NumPy's view of the caller's array (or of the array the
+            # call made, t = x @ x.T; return t, t.diagonal()), made at the call
             note_numpy_result(result, a, "diagonal", (offset, axis1, axis2))
     return result
 

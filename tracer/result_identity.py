@@ -25,12 +25,14 @@ views another's array from that array (``codegen.schedule.result_views``), once 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .ir import Eqn, Var
 from .ops import cast_p, reshape_p
 from .pending import known_kind
-from .view_writes import index_in, numpy_root
+from .view_writes import _address, index_in, numpy_root
 
 # The primitives whose NumPy result views their operand (codegen.view_lowering.NUMPY_VIEWS)
 VIEWS = frozenset({"slice", "transpose", "reshape", "flip", "broadcast_to"})
@@ -103,20 +105,61 @@ def constant_views(context, out_leaves):
                 groups.setdefault(id(root), (root, []))[1].append((index, leaf))
     found = {}
     for root, members in groups.values():
-        if len(members) < 2:
+        diagonals = {index: where for index, leaf in members
+                     if (where := _diagonal_of(leaf, root, members)) is not None}
+        if len(members) < 2 and not diagonals:  # (alone, a diagonal is read-only still)
             continue
         # (a copy: a value computed here, which the program writes into an array per call)
         base = context.tracer_for(context.atom(root)[0]).copy()
         for index, leaf in members:
-            located = None if leaf is root else index_in(leaf, root)
+            located = None if leaf is root or index in diagonals else index_in(leaf, root)
             if leaf is root:
                 found[index] = base
+            elif index in diagonals:  # t.diagonal(): NumPy's read-only view, made at the
+                # call from the program's t (numpy_results); its array, for now (a
+                # diagonal may be a slice of the root too: t.diagonal(1) is t.ravel()[1::4])
+                shape, params = diagonals[index]
+                found[index] = source = base if shape == root.shape else base.reshape(shape)
+                context.__dict__.setdefault("numpy_results", {})[id(leaf)] = (
+                    leaf, source, "diagonal", params)
             elif located is not None:
                 found[index] = base[located[0]].reshape(located[1])
             elif (block := _permuted_run(leaf, root)) is not None:  # t.ravel(), t.T
                 run, shape, axes = block
                 found[index] = base.reshape(-1)[run].reshape(shape).transpose(axes)
     return found
+
+
+def _diagonal_of(view, root, members):
+    """``(shape, (offset, axis1, axis2))`` with ``view`` the very array
+    ``np.diagonal(root.reshape(shape), offset, axis1, axis2)`` is: NumPy's read-only view
+    of ``root``, or of another result that is all of it (``t = np.arange(9.0).reshape(3,
+    3); return t, t.diagonal()``); else None."""
+    if not root.flags.c_contiguous:
+        return None
+    for parent in (root, *(leaf for _, leaf in members)):
+        if parent.flags.c_contiguous and parent.size == root.size and (
+                _address(parent) == _address(root)) and (
+                params := _diagonal_params(view, parent)) is not None:
+            return parent.shape, params
+    return None
+
+
+def _diagonal_params(view, root):
+    """``(offset, axis1, axis2)`` with ``view`` the very array ``np.diagonal(root, offset,
+    axis1, axis2)`` is (NumPy's read-only view); else None."""
+    if view.flags.writeable or view.dtype != root.dtype or root.ndim < 2 or not view.size:
+        return None
+    shift = _address(view) - _address(root)
+    for axis1, axis2 in itertools.permutations(range(root.ndim), 2):
+        strides = root.strides[axis1], root.strides[axis2]
+        for offset in {0, *(sign * shift // stride for sign, stride in zip((-1, 1), strides)
+                            if stride)}:
+            candidate = np.diagonal(root, offset, axis1, axis2)
+            if _address(candidate) == _address(view) and candidate.shape == view.shape and (
+                    candidate.strides == view.strides):
+                return offset, axis1, axis2
+    return None
 
 
 def _permuted_run(view, root):
@@ -216,6 +259,7 @@ def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments,
     if not noted or context.tensor_arguments:
         return {}
     found = {}
+    producers = None
     for index, position in atom_positions.items():
         entry = noted.get(id(out_leaves[index]))
         if entry is None or entry[0] is not out_leaves[index]:
@@ -226,6 +270,16 @@ def numpy_results(context, out_leaves, output_atoms, atom_positions, arguments,
         if argument is None and index in rebased:  # the caller's view (argument_views)
             found[index] = (None, kind, params)
             continue
+        if argument is None and kind == "diagonal" and isinstance(source.ir_var, Var):
+            if producers is None:
+                producers = {item.out.name: item for item in context.body
+                             if isinstance(item, Eqn)}
+            if viewed_value(source.ir_var, producers).name in producers:
+                # of an array the call made (t = x @ x.T; return t, t.diagonal()): NumPy's
+                # read-only view of the program's array, the very one returned as t
+                output_atoms[position] = source.ir_var
+                found[index] = (None, kind, params)
+                continue
         if argument is None and (context.mutated or context.outside_mutations or not (
                 isinstance(output_atoms[position], Var) and isinstance(source.ir_var, Var))
                 or kind == "diagonal" and not any(

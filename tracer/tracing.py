@@ -910,6 +910,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         for index, position in aliases.items():
             outputs[index] = leaves[position]
         for index, (position, kind, params) in remade.items():  # return np.diagonal(x)
+            if type(out_leaves[index]) is np.ndarray:
+                continue  # (NumPy's own: a diagonal of an array the function made)
             source = context.numpy_results[id(out_leaves[index])][1].value if (
                 position is None) else leaves[position]
             outputs[index] = result_identity.numpy_result(kind, params, source)

@@ -16,6 +16,13 @@ Fixed:
   its path. An argument generator the trace only draws from (not returned, not stored,
   not at two leaves) is guarded by its kind (type and bit generator type,
   ``random_draws.generator_kind``).
+* Wrong results (b4a671b, 5b02229): ``t.diagonal()`` returned next to the array ``t`` the
+  function made came back a writable array of its own from the second call on (``t``
+  a constant of the trace: ``np.zeros``, ``np.eye``, ``np.arange(9.0).reshape(3, 3)``,
+  whose ``diagonal(1)`` is also a slice of the flat root), and from the first call when
+  ``t`` is computed (``x @ x.T``): NumPy's is a read-only view of ``t``. Such a diagonal
+  is made at the call from the program's ``t`` (``result_identity.numpy_results``, as
+  for a diagonal of an argument; ``constant_views`` places a constant's).
 """
 
 import numpy as np
@@ -99,3 +106,37 @@ def test_a_returned_generator_is_the_callers():
         np.testing.assert_array_equal(got, want)
         assert got_rng is mine and want_rng is theirs
         assert _generator_state(mine) == _generator_state(theirs)
+
+
+def _diagonal_next_to_zeros(x):
+    t = np.zeros((3, 3))
+    return x + 1.0, t, t.diagonal()
+
+
+def _diagonals_of_a_reshape(x):
+    t = np.arange(9.0).reshape(3, 3)
+    return x.sum() + t, t, t.diagonal(1), np.diagonal(t, -1)
+
+
+def _diagonal_of_a_product(x):
+    t = x @ x.T
+    return t, t.diagonal(), np.diagonal(x + 1.0)
+
+
+def _sharing(results):
+    return [[np.shares_memory(a, b) for b in results] for a in results]
+
+
+@pytest.mark.parametrize("function", [
+    _diagonal_next_to_zeros, _diagonals_of_a_reshape, _diagonal_of_a_product])
+def test_a_diagonal_of_an_array_the_call_made_is_numpys_read_only_view(function):
+    compiled = tj.jit(function)
+    for call in range(3):
+        x = np.arange(9.0).reshape(3, 3) + call
+        got, want = compiled(x), function(x.copy())
+        for mine, theirs in zip(got, want):
+            assert type(mine) is type(theirs)
+            np.testing.assert_array_equal(mine, theirs)
+            assert mine.flags.writeable == theirs.flags.writeable
+        assert _sharing(got) == _sharing(want)
+    assert compiled.stats()["compiled_calls"] >= 2

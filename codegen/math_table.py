@@ -59,10 +59,9 @@ def _table_vector(values):
     return ir.Constant(ir.VectorType(F64, TABLE_SIZE), [ir.Constant(F64, v) for v in values])
 
 
-def _lanewise(builder, values, index):
-    """Lane by lane: the table as a constant vector, one extractelement per lane."""
-    table = _table_vector(values)
-    result = ir.Constant(ir.VectorType(F64, index.type.count), None)
+def _lanewise(builder, table, index):
+    """Lane by lane: ``table`` a constant vector, one extractelement per lane."""
+    result = ir.Constant(ir.VectorType(table.type.element, index.type.count), None)
     for lane in range(index.type.count):
         position = ir.Constant(I32, lane)
         entry = builder.extract_element(table, builder.extract_element(index, position))
@@ -75,7 +74,7 @@ def _permuted(builder, values, index):
     lane by lane."""
     lanes = index.type.count
     if not permutes() or lanes % 8:
-        return _lanewise(builder, values, index)
+        return _lanewise(builder, _table_vector(values), index)
     vector8 = ir.VectorType(F64, 8)
     low, high = (ir.Constant(vector8, [ir.Constant(F64, v) for v in half])
                  for half in (values[:8], values[8:]))
@@ -95,31 +94,38 @@ def _permuted(builder, values, index):
         ir.VectorType(I32, 16), [ir.Constant(I32, j) for j in range(16)]))
 
 
-def _scalar_function(module, name, values):
-    full = f"tracejit_table_{name}"
-    function = module.globals.get(full)
-    if function is None:
-        function = ir.Function(module, ir.FunctionType(F64, [I32]), full)
-        function.linkage = "internal"
+def _vectorizable_read(builder, stem, table, index, read, widths):
+    """A call of the scalar function ``tracejit_<stem>`` (``read(builder, scalar index)``,
+    internal) at ``index`` that the loop vectorizer may widen to its vector variants of
+    ``widths`` lanes (``read(builder, vector index)``; external until ``codegen.llvm``
+    inlines them, after the vectorizer has called them)."""
+    module = builder.module
+    element = table.type.element
+    scalar = module.globals.get(f"tracejit_{stem}")
+    if scalar is None:
+        scalar = ir.Function(module, ir.FunctionType(element, [I32]), f"tracejit_{stem}")
+        scalar.linkage = "internal"
         for attribute in ("noinline", "nounwind", "readnone"):
-            function.attributes.add(attribute)
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        builder.ret(builder.extract_element(_table_vector(values), function.args[0]))
-    return function
-
-
-def _variant(module, name, values, lanes):
-    full = f"{VECTOR_VARIANT_PREFIX}table_{name}_n{lanes}"
-    if module.globals.get(full) is None:
-        vector = ir.VectorType(I32, lanes)
-        function = ir.Function(module,
-                               ir.FunctionType(ir.VectorType(F64, lanes), [vector]), full)
-        # External until codegen.llvm inlines it (after the vectorizer has called it).
-        function.attributes.add("nounwind")
-        function.attributes.add("readnone")
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        builder.ret(_permuted(builder, values, function.args[0]))
-    return full
+            scalar.attributes.add(attribute)
+        body = ir.IRBuilder(scalar.append_basic_block("entry"))
+        body.ret(read(body, scalar.args[0]))
+    variants = []
+    for lanes in widths:
+        full = f"{VECTOR_VARIANT_PREFIX}{stem}_n{lanes}"
+        if module.globals.get(full) is None:
+            function = ir.Function(module, ir.FunctionType(
+                ir.VectorType(element, lanes), [ir.VectorType(I32, lanes)]), full)
+            function.attributes.add("nounwind")
+            function.attributes.add("readnone")
+            body = ir.IRBuilder(function.append_basic_block("entry"))
+            body.ret(read(body, function.args[0]))
+        variants.append(full)
+    mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
+                       for lanes, variant in zip(widths, variants))
+    call = builder.call(scalar, [index])
+    call.attributes = _CallAttributes(
+        ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
+    return call
 
 
 def permutes():
@@ -141,16 +147,14 @@ def table_lookup(builder, name, values, index):
         assert index.type.element == I32
         return _permuted(builder, values, index)
     assert index.type == I32
-    module = builder.module
-    scalar = _scalar_function(module, name, values)
-    widths = _variant_widths()
-    variants = [_variant(module, name, values, lanes) for lanes in widths]
-    mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
-                       for lanes, variant in zip(widths, variants))
-    call = builder.call(scalar, [index])
-    call.attributes = _CallAttributes(
-        ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
-    return call
+    table = _table_vector(values)
+
+    def read(body, at):
+        if isinstance(at.type, ir.VectorType):
+            return _permuted(body, values, at)
+        return body.extract_element(table, at)
+
+    return _vectorizable_read(builder, f"table_{name}", table, index, read, _variant_widths())
 
 
 # float32 tables: 32 entries, a two-source ``vpermi2ps`` (``vpermt2ps``) of 16 lanes on
@@ -179,14 +183,7 @@ def _permuted_float32(builder, values, index):
     narrower vector's index padded to 16 lanes), else lane by lane."""
     lanes = index.type.count
     if not permutes():
-        table = _table_vector_float32(values)
-        masked = _low_bits(builder, index)
-        result = ir.Constant(ir.VectorType(F32, lanes), None)
-        for lane in range(lanes):
-            position = ir.Constant(I32, lane)
-            entry = builder.extract_element(table, builder.extract_element(masked, position))
-            result = builder.insert_element(result, entry, position)
-        return result
+        return _lanewise(builder, _table_vector_float32(values), _low_bits(builder, index))
     vector16 = ir.VectorType(F32, 16)
     low, high = (ir.Constant(vector16, [ir.Constant(F32, v) for v in half])
                  for half in (values[:16], values[16:]))
@@ -213,33 +210,6 @@ def _permuted_float32(builder, values, index):
     return pieces[0]
 
 
-def _scalar_function_float32(module, name, values):
-    full = f"tracejit_table_f32_{name}"
-    function = module.globals.get(full)
-    if function is None:
-        function = ir.Function(module, ir.FunctionType(F32, [I32]), full)
-        function.linkage = "internal"
-        for attribute in ("noinline", "nounwind", "readnone"):
-            function.attributes.add(attribute)
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        builder.ret(builder.extract_element(_table_vector_float32(values),
-                                            _low_bits(builder, function.args[0])))
-    return function
-
-
-def _variant_float32(module, name, values, lanes):
-    full = f"{VECTOR_VARIANT_PREFIX}table_f32_{name}_n{lanes}"
-    if module.globals.get(full) is None:
-        vector = ir.VectorType(I32, lanes)
-        function = ir.Function(module,
-                               ir.FunctionType(ir.VectorType(F32, lanes), [vector]), full)
-        function.attributes.add("nounwind")
-        function.attributes.add("readnone")
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        builder.ret(_permuted_float32(builder, values, function.args[0]))
-    return full
-
-
 def table_lookup_float32(builder, name, values, index):
     """``values[index & 31]``: ``values`` 32 float32 numbers (Python floats, rounded to
     float32), ``index`` an i32, scalar (code the loop vectorizer widens) or a vector (read
@@ -249,13 +219,12 @@ def table_lookup_float32(builder, name, values, index):
         assert index.type.element == I32
         return _permuted_float32(builder, values, index)
     assert index.type == I32
-    module = builder.module
-    scalar = _scalar_function_float32(module, name, values)
+    table = _table_vector_float32(values)
+
+    def read(body, at):
+        if isinstance(at.type, ir.VectorType):
+            return _permuted_float32(body, values, at)
+        return body.extract_element(table, _low_bits(body, at))
+
     widths = [16] if permutes() else variant_lanes(F32)
-    variants = [_variant_float32(module, name, values, lanes) for lanes in widths]
-    mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
-                       for lanes, variant in zip(widths, variants))
-    call = builder.call(scalar, [index])
-    call.attributes = _CallAttributes(
-        ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
-    return call
+    return _vectorizable_read(builder, f"table_f32_{name}", table, index, read, widths)

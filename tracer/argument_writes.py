@@ -348,14 +348,14 @@ def _container(arguments, where):
 
 
 def returned_containers(context, result, depth=3):
-    """``[(place in result, where)]`` for each dict or list the function returns that is
-    one of its arguments' (``next_w, config = adam(w, dw, config)``): NumPy returns the
-    caller's own object, so the call must too (``put_back``)."""
+    """``[(place in result, where)]`` for each dict, list or tuple the function returns
+    that is one of its arguments' (``next_w, config = adam(w, dw, config)``, ``return
+    grads``): NumPy returns the caller's own object, so the call must too (``put_back``)."""
     found = []
 
     def walk(value, place):
         known = getattr(context, "argument_containers", {}).get(id(value))
-        if known is not None and type(value) in (dict, list) and known[1] is value:
+        if known is not None and type(value) in (dict, list, tuple) and known[1] is value:
             found.append((place, known[0]))
             return
         if len(place) >= depth:

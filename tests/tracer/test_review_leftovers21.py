@@ -23,6 +23,9 @@ Fixed:
   ``t`` is computed (``x @ x.T``): NumPy's is a read-only view of ``t``. Such a diagonal
   is made at the call from the program's ``t`` (``result_identity.numpy_results``, as
   for a diagonal of an argument; ``constant_views`` places a constant's).
+* Wrong identity: a tuple argument returned as it came (``return loss, grads``) came back
+  a new tuple, where NumPy returns the caller's (``argument_writes.returned_containers``
+  puts tuples back as it did dicts and lists).
 """
 
 import numpy as np
@@ -139,4 +142,19 @@ def test_a_diagonal_of_an_array_the_call_made_is_numpys_read_only_view(function)
             np.testing.assert_array_equal(mine, theirs)
             assert mine.flags.writeable == theirs.flags.writeable
         assert _sharing(got) == _sharing(want)
+    assert compiled.stats()["compiled_calls"] >= 2
+
+
+def _scaled_and_given(x, grads):
+    return x * 2.0, grads, {"grads": grads}
+
+
+def test_a_tuple_argument_returned_is_the_callers():
+    compiled = tj.jit(_scaled_and_given)
+    for call in range(3):
+        x, grads = np.arange(3.0) + call, (np.ones(2) * call, 3.0)
+        got, want = compiled(x, grads), _scaled_and_given(x.copy(), grads)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] is grads and want[1] is grads
+        assert got[2]["grads"] is grads
     assert compiled.stats()["compiled_calls"] >= 2

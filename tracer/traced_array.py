@@ -154,7 +154,17 @@ class Tracer(ArrayMethods):
 
     # --- where Python needs concrete values: value guards ------------------------------
     def __bool__(self):
-        return self.context.guard(self, "bool", bool(self.value))
+        try:
+            truth = bool(self.value)
+        except ValueError:
+            # NumPy's 'truth value ... is ambiguous': eager raises it too, or does not ('p
+            # in self.params' compares by identity first, and eager's p is the list's own
+            # array): the call runs eagerly, which says which - not an internal error
+            raise trace_error("the truth value of an array with more than one element is "
+                              "ambiguous in the trace ('if' on an array, or 'x in a list of "
+                              "arrays', which eagerly finds the very array by identity); the "
+                              "call runs eagerly") from None
+        return self.context.guard(self, "bool", truth)
 
     def __int__(self):
         try:

@@ -26,6 +26,10 @@ Fixed:
 * Wrong identity: a tuple argument returned as it came (``return loss, grads``) came back
   a new tuple, where NumPy returns the caller's (``argument_writes.returned_containers``
   puts tuples back as it did dicts and lists).
+* Dishonest reason (helper-144): ``p in self.params`` with ``p`` an argument (eagerly
+  found by identity: the list's own array) ran eagerly, rightly, but stats and explain()
+  called it an internal error (NumPy's ambiguous truth value, raised inside the trace):
+  the trace refuses an array's truth value with its reason (``Tracer.__bool__``).
 """
 
 import numpy as np
@@ -158,3 +162,27 @@ def test_a_tuple_argument_returned_is_the_callers():
         assert got[1] is grads and want[1] is grads
         assert got[2]["grads"] is grads
     assert compiled.stats()["compiled_calls"] >= 2
+
+
+class _Model:
+    def __init__(self):
+        self.params = [np.ones(3), np.zeros(3)]
+
+    def step(self, p, x):
+        if p in self.params:
+            return x * 2.0
+        return x
+
+
+def test_an_argument_in_a_list_of_arrays_runs_eagerly_with_its_reason():
+    model = _Model()
+    compiled = tj.jit(model.step)
+    for call in range(2):
+        x = np.arange(3.0) + call
+        np.testing.assert_array_equal(compiled(model.params[0], x), model.step(
+            model.params[0], x))
+    reasons = compiled.stats()["eager_reasons"]
+    assert reasons and not any("internal error" in key for key in reasons), reasons
+    assert "ambiguous" in str(reasons) and "by identity" in str(reasons)
+    with pytest.raises(ValueError, match="ambiguous"):  # (an 'if' on an array: NumPy's)
+        tj.jit(lambda x: 1.0 if x else 0.0)(np.ones(2))

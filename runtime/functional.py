@@ -22,6 +22,8 @@ from .tensor import Tensor, tensor
 
 
 def _leaf_for(value):
+    if value is None:  # an empty subtree, as in JAX: no leaf, and None for its gradient
+        return None
     data = value.data if isinstance(value, Tensor) else value
     array = np.asarray(data)
     if array.dtype.kind != "f":
@@ -57,7 +59,8 @@ def value_and_grad(function, argnums=0, has_aux=False):
                 # The function sees copies with history, not the leaves: NumPy's in-place
                 # writes into an argument (x += 1, x[1:3] *= 2), which a leaf refuses as
                 # in PyTorch, rebind them and the gradient still reaches the leaf.
-                args[position] = pytree.unflatten(treedef, [leaf * 1.0 for leaf in leaves])
+                args[position] = pytree.unflatten(treedef, [
+                    None if leaf is None else leaf * 1.0 for leaf in leaves])
             # Through the rewritten source: buffers filled in place (h[:] = x * 2) keep
             # their gradients instead of losing them to a plain ndarray.
             result = run_eagerly(function, args, kwargs)
@@ -73,8 +76,8 @@ def value_and_grad(function, argnums=0, has_aux=False):
         gradients = tuple(
             pytree.unflatten(
                 treedef,
-                [leaf.grad.data if leaf.grad is not None else np.zeros_like(leaf.data)
-                 for leaf in leaves],
+                [None if leaf is None else leaf.grad.data if leaf.grad is not None
+                 else np.zeros_like(leaf.data) for leaf in leaves],
             )
             for leaves, treedef in (trees[position] for position in positions)
         )

@@ -155,7 +155,8 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
               if is_traced_array(leaf)]
     grads = iter(reverse(context, [value], [np.ones_like(value)], traced))
     gradients = [pytree.unflatten(tree, [
-        next(grads) if is_traced_array(leaf) else np.zeros_like(leaf) for leaf in leaves
+        next(grads) if is_traced_array(leaf) else None if leaf is None else np.zeros_like(leaf)
+        for leaf in leaves
     ]) for leaves, tree in trees]
     grads = gradients[0] if isinstance(argnums, int) else tuple(gradients)
     # eagerly NumPy's values, even of Tensor arguments (runtime.functional.value_and_grad)

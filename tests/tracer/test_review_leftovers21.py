@@ -30,6 +30,10 @@ Fixed:
   found by identity: the list's own array) ran eagerly, rightly, but stats and explain()
   called it an internal error (NumPy's ambiguous truth value, raised inside the trace):
   the trace refuses an array's truth value with its reason (``Tracer.__bool__``).
+* Needless refusal (helper-144): ``value_and_grad`` raised on a ``None`` in the params
+  dict (eagerly too: 'must be floating point, got object'), and under jit ran eagerly;
+  JAX takes None for an empty subtree: so do ``runtime.functional`` and
+  ``autodiff.value_and_grad_traced``, its gradient None.
 """
 
 import numpy as np
@@ -186,3 +190,22 @@ def test_an_argument_in_a_list_of_arrays_runs_eagerly_with_its_reason():
     assert "ambiguous" in str(reasons) and "by identity" in str(reasons)
     with pytest.raises(ValueError, match="ambiguous"):  # (an 'if' on an array: NumPy's)
         tj.jit(lambda x: 1.0 if x else 0.0)(np.ones(2))
+
+
+def _squared_loss(params, x):
+    return ((x @ params["W"]) ** 2).sum()
+
+
+def test_value_and_grad_takes_none_in_params_as_an_empty_subtree():
+    evaluate = tj.value_and_grad(_squared_loss)
+    compiled = tj.jit(evaluate)
+    for call in range(3):
+        params, x = {"W": np.ones((3, 2)) + call, "b": None}, np.arange(12.0).reshape(4, 3)
+        (value, grads), (want_value, want_grads) = compiled(params, x), evaluate(params, x)
+        W = params["W"]  # noqa: N806 - the parameter's name
+        assert value == want_value == _squared_loss(params, x)
+        np.testing.assert_allclose(grads["W"], want_grads["W"])
+        np.testing.assert_allclose(want_grads["W"], 2.0 * x.T @ (x @ W))
+        assert grads["b"] is None and want_grads["b"] is None
+        assert list(grads) == list(params)
+    assert compiled.stats()["compiled_calls"] >= 2

@@ -108,3 +108,18 @@ def all_compiled(f, calls):
 
 def rng_for(seed):
     return np.random.default_rng(seed)
+
+
+def finite_differences(loss, value, eps=1e-6):
+    """Central differences of the NumPy scalar function ``loss`` at ``value``."""
+    value = np.array(value, dtype=np.float64)
+    gradient = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+        saved = value[index]
+        value[index] = saved + eps
+        up = loss(value)
+        value[index] = saved - eps
+        down = loss(value)
+        value[index] = saved
+        gradient[index] = (up - down) / (2 * eps)
+    return gradient

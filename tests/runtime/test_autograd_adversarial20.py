@@ -10,25 +10,11 @@ and, for gradients, central finite differences of the float64 NumPy function.
 from __future__ import annotations
 
 import numpy as np
+from real_model_checks import finite_differences
 
 from tracejit import jit, no_grad, tensor, value_and_grad
 
 EAGER_RTOL, EAGER_ATOL = 1e-11, 1e-13
-
-
-def finite_differences(loss, value, eps=1e-6):
-    """Central differences of the NumPy scalar function ``loss`` at ``value``."""
-    value = value.copy()
-    gradient = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        saved = value[index]
-        value[index] = saved + eps
-        up = loss(value)
-        value[index] = saved - eps
-        down = loss(value)
-        value[index] = saved
-        gradient[index] = (up - down) / (2 * eps)
-    return gradient
 
 
 # --- in-place updates through views ------------------------------------------------------

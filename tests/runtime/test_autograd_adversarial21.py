@@ -11,25 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from real_model_checks import finite_differences
 
 from tracejit import TensorError, jit, nn, no_grad, tensor
 
 EAGER_RTOL, EAGER_ATOL = 1e-11, 1e-13
-
-
-def finite_differences(loss, value, eps=1e-6):
-    """Central differences of the NumPy scalar function ``loss`` at ``value``."""
-    value = np.array(value, dtype=np.float64)
-    gradient = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        saved = value[index]
-        value[index] = saved + eps
-        up = loss(value)
-        value[index] = saved - eps
-        down = loss(value)
-        value[index] = saved
-        gradient[index] = (up - down) / (2 * eps)
-    return gradient
 
 
 def counts(jitted):

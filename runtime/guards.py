@@ -344,7 +344,8 @@ def _guard_statements(spec, source, draws=True):
         tree = source.constant(spec.treedef, "TREE")
         flatten = source.constant(pytree.flatten, "F")
         reads = _structure_reads(spec.treedef, source)
-        if reads is not None and len(reads[1]) == len(spec.leaves):
+        direct = reads is not None and len(reads[1]) == len(spec.leaves)
+        if direct:
             # dicts, lists and tuples of exactly those types and keys read directly;
             # anything else (a subclass) flattens as before, and must match the same way
             conditions, texts = reads
@@ -354,7 +355,7 @@ def _guard_statements(spec, source, draws=True):
             source.indent += 1
         source.add(f"leaves, tree = {flatten}((args, kwargs))")
         source.add(f"if tree != {tree}: return {source.miss}")
-        if reads is not None and len(reads[1]) == len(spec.leaves):
+        if direct:
             source.indent -= 1
     if spec.leaves:  # as many as the structure checked has: one unpacking names them all
         source.add(f"{', '.join(f'leaf{position}' for position in range(len(spec.leaves)))}"

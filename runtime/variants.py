@@ -20,7 +20,7 @@ from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.pending import known_kind
-from tracejit.tracer.tensor_methods import stored_outputs
+from tracejit.tracer.tensor_methods import stored_outputs, written_pairs
 
 from .result_source import result_function
 
@@ -126,8 +126,8 @@ class OutputPlan:
         int, ``self.total += loss.item()``), not as arrays."""
         found = set()
         for write in self.writes:
-            pairs = write.leaves if hasattr(write, "leaves") else ((write.kind, write.value),)
-            found |= {index for kind, index in pairs if kind in ("value", "scalar")}
+            found |= {index for kind, index in written_pairs(write)
+                      if kind in ("value", "scalar")}
         return found
 
     @functools.cached_property

@@ -60,9 +60,13 @@ def stored_outputs(writes):
     for write in writes:
         if isinstance(write, OutsideArrayWrite):
             continue  # (copied into the array the entry guard found)
-        pairs = write.leaves if hasattr(write, "leaves") else ((write.kind, write.value),)
-        found |= {index for kind, index in pairs if kind in ("array", "scalar")}
+        found |= {index for kind, index in written_pairs(write) if kind in ("array", "scalar")}
     return found
+
+
+def written_pairs(write):
+    """``(kind, value)`` of each leaf ``write`` stores (one pair for a write of one leaf)."""
+    return write.leaves if hasattr(write, "leaves") else ((write.kind, write.value),)
 
 
 def note_plain(context, tracers):

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracejit.tracer.primitives import current_context
+from tracejit.tracer.traced_array import trace_error
+
 
 class Optimizer:
     def __init__(self, params, lr):
@@ -25,6 +28,7 @@ class Optimizer:
         self.lr = lr
 
     def zero_grad(self, set_to_none=True):
+        _refuse_inside_a_trace("zero_grad")
         for param in self.params:
             if set_to_none or param.grad is None:
                 param.grad = None
@@ -32,6 +36,7 @@ class Optimizer:
                 param.grad.data[...] = 0
 
     def step(self):
+        _refuse_inside_a_trace("step")
         for index, param in enumerate(self.params):
             if param.grad is not None:
                 self._update(index, param, param.grad.data)
@@ -39,6 +44,17 @@ class Optimizer:
 
     def _update(self, index, param, grad):
         raise NotImplementedError
+
+
+def _refuse_inside_a_trace(method):
+    """An optimizer's ``step()`` or ``zero_grad()`` in a function being traced: this is
+    tracejit's own code, which the front end does not rewrite, so it would update the
+    real parameters, ``.grad`` and state once, during the trace, and the compiled program
+    would hold none of it (every later call skipped the step). The call runs eagerly."""
+    if current_context() is not None:
+        raise trace_error(f"optimizer.{method}() inside a jit function is not supported (the "
+                          "compiled calls would skip its updates); the call runs eagerly. "
+                          "Jit the forward and loss, and step outside")
 
 
 class SGD(Optimizer):

@@ -195,10 +195,18 @@ class Opaque:
     def bounds(self, ranges):
         n_low, n_high = _bounds(self.numerator, ranges)
         d_low, d_high = _bounds(self.denominator, ranges)
+        # Python's ``%`` takes the denominator's sign (``1 % -2 == -1``) and ``//`` floors:
+        # a negative denominator (``i % k == 0`` with ``k = -2``) bounds them from below 0.
+        # (A zero denominator raises when the call computes it.)
+        signs = [(low, high) for low, high in ((max(d_low, 1), d_high), (d_low, min(d_high, -1)))
+                 if low <= high] or [(1, 1)]
         if self.op == "%":
-            return 0, max(d_high - 1, 0)
-        d_low = max(d_low, 1)
-        return n_low // d_high if n_low >= 0 else n_low // d_low, n_high // d_low
+            return (min(0, *(low + 1 for low, _ in signs)),
+                    max(0, *(high - 1 for _, high in signs)))
+        # For a denominator of one sign, n // d is monotone in n and in d: the extremes are
+        # at the corners.
+        corners = [n // d for low, high in signs for d in (low, high) for n in (n_low, n_high)]
+        return min(corners), max(corners)
 
     def __str__(self):
         def numerator(part):

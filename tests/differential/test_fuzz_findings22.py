@@ -1,0 +1,64 @@
+"""Findings of round 22c (fuzzing and hostile inputs: narrow results, dict carries and
+selected appends mixed, values on guards' thresholds, hostile layouts and aliasing,
+processes and threads): each a minimal program or case, eager NumPy against ``jit``.
+
+Fixed here:
+
+* ``if i % k == 0: lst.append(...)`` with a negative ``k`` (Python's ``1 % -2`` is -1) in a
+  loop over a dynamic dim: the bounds of ``i % k`` over the trip symbol's range were taken
+  as ``[0, k - 1]`` whatever k's sign (``dims.Opaque.bounds``), so ``i % -2 == 0`` was
+  decided True for every trip without a guard and the list got every row (7 where NumPy
+  keeps 4). ``//``'s bounds took a positive denominator too. Both now follow Python's
+  signs (the corners of each sign's range).
+"""
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+def _calls(function, argument_sets, **options):
+    """Eager and jit results of each argument set (the jit ones from one function)."""
+    compiled = tj.jit(function, cache="memory", **options)
+    return [(compiled(*arguments), function(*arguments)) for arguments in argument_sets]
+
+
+def _assert_same(got, want):
+    assert type(got) is type(want)
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _assert_same(g, w)
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for key in want:
+            _assert_same(got[key], want[key])
+    else:
+        np.testing.assert_array_equal(got, want)
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+
+
+# --- the loop index modulo a negative number ---------------------------------------------
+def every_kth_row(x, k):
+    rows = []
+    for i in range(x.shape[0]):
+        if i % k == 0:
+            rows.append(x[i] * 2)
+    return rows
+
+
+def every_kth_half(x, k):
+    out = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = x[i] * (i // k)
+    return out
+
+
+@pytest.mark.parametrize("function", [every_kth_row, every_kth_half])
+@pytest.mark.parametrize("k", [-2, 3])
+def test_index_modulo_and_floor_division_by_negative(function, k):
+    rows = np.arange(21.0).reshape(7, 3) if function is every_kth_row else np.arange(7.0)
+    sets = [(rows[:6], k), (rows[:6] + 1, k), (rows, k), (rows[:5], k)]
+    for got, want in _calls(function, sets, dynamic=True):
+        _assert_same(got, want)

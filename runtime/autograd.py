@@ -134,7 +134,7 @@ class IndexNode(Node):
         return "getitem"
 
     def apply(self, g):
-        if self.index is None:
+        if self.index is _RELEASED:  # (not None: x[None] indexes with None)
             raise RuntimeError(_FREED_MESSAGE)
         grad = np.zeros(self.shape, self.dtype)
         if self.repeats:
@@ -144,7 +144,10 @@ class IndexNode(Node):
         return (grad,)
 
     def release(self):
-        self.index = None
+        self.index = _RELEASED
+
+
+_RELEASED = object()  # an IndexNode's index once backward freed it
 
 
 def _check_saved_versions(saved_versions, saved_by):

@@ -170,6 +170,13 @@ class Tensor(ArrayMethods):
         if type(out) is not np.ndarray:
             out = np.asarray(out)
         result = Tensor._wrap(out, _versions_of_base(out, args))
+        base = args[0] if args else None
+        if (isinstance(base, Tensor) and len(args) == 1 and out.base is not None
+                and out.flags.writeable and np.may_share_memory(out, base.data)):
+            # y.reshape(2, 2), y.T: NumPy's views, so in-place updates write through to y
+            # (and see y's rebinds), as those of y[1:] do
+            result._view_of = (base, ViewOp(prim, params))
+            base._note_view(result)
         if prim.vjp is not None and out.dtype.kind == "f" and _grad_mode.enabled:
             parents = tuple(
                 (arg._node or arg) if isinstance(arg, Tensor) and arg.requires_grad else None
@@ -336,8 +343,11 @@ class Tensor(ArrayMethods):
             # writes under no_grad reach y too). (Into a leaf that requires grad PyTorch
             # raises; here the view alone is rebound.)
             base, index = view_of
-            base[index] = result
-            result = base[index]
+            if isinstance(index, ViewOp):
+                base._assign(index.positions(base.shape), result)
+            else:
+                base[index] = result
+            result = _read_view(base, index)
         else:
             view_of = None  # a new buffer, no longer a view of what it viewed before
         # The new buffer's counter too: result's node saved it.
@@ -364,7 +374,7 @@ class Tensor(ArrayMethods):
             view = ref()
             if view is None or view._view_of is None or view._view_of[0] is not self:
                 continue
-            fresh = self[view._view_of[1]]
+            fresh = _read_view(self, view._view_of[1])
             view.data, view._node, view._versions = fresh.data, fresh._node, fresh._versions
             view.requires_grad = fresh.requires_grad
             view._refresh_views()
@@ -392,9 +402,12 @@ class Tensor(ArrayMethods):
                 "a leaf Variable that requires grad is being used in an in-place operation; "
                 "update it under `with no_grad():` or build a new tensor with np.where"
             )
-        # Differentiable assignment: keep self where the index does not point, scatter the
-        # (broadcast) value where it does.
-        selected = np.arange(self.size).reshape(self.shape)[index]
+        self._assign(np.arange(self.size).reshape(self.shape)[index], value)
+
+    def _assign(self, selected, value):
+        """Differentiable assignment of ``value`` (broadcast to ``selected``'s shape) to
+        the flat positions ``selected``: keep self where they do not point, scatter the
+        value where they do."""
         positions = selected.ravel()
         if np.unique(positions).size != positions.size:
             raise IndexError(
@@ -436,6 +449,28 @@ def _versions_of_base(out, args):
         if isinstance(arg, Tensor) and np.may_share_memory(out, arg.data):
             return arg._versions
     return None
+
+
+class ViewOp:
+    """How a view was made from its base by a primitive (``reshape``, ``transpose``):
+    made again from the base's new buffer after a rebind, and the base's flat positions
+    it shows, which an in-place update of the view writes."""
+
+    __slots__ = ("prim", "params")
+
+    def __init__(self, prim, params):
+        self.prim, self.params = prim, params
+
+    def positions(self, shape):
+        return np.asarray(self.prim.impl(np.arange(int(np.prod(shape))).reshape(shape),
+                                         **self.params))
+
+
+def _read_view(base, index):
+    """The view ``index`` (an index, or a ``ViewOp``) of ``base``, as the user took it."""
+    if isinstance(index, ViewOp):
+        return Tensor.__tracejit_bind__(index.prim, (base,), index.params)
+    return base[index]
 
 
 def _plain_index(index):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from real_model_checks import finite_differences
 
 from tracejit import jit, optim, tensor
 
@@ -77,3 +78,60 @@ def test_zero_grad_inside_jit_clears_at_every_call():
         clear(optimizer)
         assert param.grad is None
     assert "optimizer.zero_grad()" in eager_reasons(clear)
+
+
+# --- in-place updates through views made by reshape, .T, swapaxes, flip -------------------
+VIEWS = {
+    "reshape": lambda y: y.reshape(2, 3),
+    "transpose": lambda y: y.reshape(2, 3).T,
+    "transpose_then_slice": lambda y: y.reshape(2, 3).T[1:],
+    "flip": lambda y: np.flip(y),
+    "new_axis": lambda y: y[None],
+}
+
+
+def scaled_through_view(view, w, scale):
+    """``y = w * 1``; the view of ``y`` scaled and shifted in place; ``sum(y * y)``."""
+    y = w * 1.0
+    part = view(y)
+    part *= scale
+    part += 1.0
+    return (y * y).sum(), y
+
+
+@pytest.mark.parametrize("view", VIEWS.values(), ids=VIEWS.keys())
+def test_inplace_update_through_a_view_writes_into_its_base(view):
+    # Only y[1:] wrote through: y.reshape(2, 3) and y.T are NumPy views too (an untracked
+    # update wrote their shared buffer), but a tracked one rebound the view alone, so y,
+    # the loss and both gradients were those of no update at all (PyTorch's and NumPy's
+    # y change). y[None] raised "backward through the graph a second time" at the first
+    # backward: IndexNode took its index None for "freed".
+    start = np.arange(6.0) - 2.0
+    scale_start = np.linspace(0.5, 1.5, view(start).size).reshape(view(start).shape)
+    w = tensor(start, requires_grad=True)
+    scale = tensor(scale_start, requires_grad=True)
+    loss, y = scaled_through_view(view, w, scale)
+    loss.backward()
+    expected_loss, expected_y = scaled_through_view(view, start.copy(), scale_start)
+    np.testing.assert_allclose(y.numpy(), expected_y, rtol=1e-14)
+    np.testing.assert_allclose(loss.item(), expected_loss, rtol=1e-14)
+    np.testing.assert_allclose(
+        w.grad.numpy(),
+        finite_differences(lambda v: scaled_through_view(view, v, scale_start)[0], start),
+        rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        scale.grad.numpy(),
+        finite_differences(lambda s: scaled_through_view(view, start.copy(), s)[0],
+                           scale_start),
+        rtol=1e-6, atol=1e-6)
+
+
+def test_a_reshaped_view_sees_its_base_rebound_by_a_tracked_update():
+    # front = y.reshape(2, 2) kept y's old buffer when y += w (tracked) rebound y.
+    w = tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = w * 2.0
+    front = y.reshape(2, 2).T
+    y += w
+    np.testing.assert_array_equal(front.numpy(), (3.0 * np.arange(1.0, 5.0)).reshape(2, 2).T)
+    (front * front)[0].sum().backward()  # front[0] is y[0] and y[2]: 2 * 9 w there
+    np.testing.assert_allclose(w.grad.numpy(), [18.0, 0.0, 54.0, 0.0])

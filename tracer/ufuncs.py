@@ -59,6 +59,32 @@ def _logaddexp(x, y):
     return np.where(infinite, high, high + np.log1p(np.exp(spread_of(x, y, infinite))))
 
 
+def _hyperbolic(x, odd):
+    """``np.sinh`` (``odd``) or ``np.cosh`` of ``x``, finite wherever NumPy's is.
+
+    ``(exp(x) - exp(-x)) / 2`` overflows in ``exp`` a little before ``sinh`` does
+    (``np.sinh(710.0)`` is 1.1e308, ``np.float32(89)``'s 2.2e38) and cancels near 0
+    (``sinh(1e-8)``). Near 0 to the overflow, ``sinh`` is ``(u + u / (u + 1)) / 2`` of
+    ``u = expm1(|x|)`` and ``cosh`` ``(e + 1 / e) / 2`` of ``e = exp(|x|)``; past it both are
+    ``e / 2``, taken as ``(h / 2) * h`` of ``h = exp(|x| / 2)``. The near forms read ``|x|``
+    clamped below the overflow, so neither warns nor makes a NaN in a gradient there."""
+    size = np.abs(x)
+    limit = float(np.log(np.finfo(dtype_of(x)).max)) - 1.0
+    clamped = np.minimum(size, limit)
+    if odd:
+        grown = np.expm1(clamped)
+        near = (grown + grown / (grown + 1.0)) * 0.5
+    else:
+        grown = np.exp(clamped)
+        near = grown * 0.5 + 0.5 / grown
+    half = np.exp(size * 0.5)
+    magnitude = np.where(size < limit, near, (half * 0.5) * half)
+    if not odd:
+        return magnitude
+    # sinh is odd: the sign of x, and x itself at +-0.0 and NaN
+    return np.where(x < 0, -magnitude, np.where(x > 0, magnitude, x))
+
+
 def high_and_infinite(x, y):
     """``max(x, y)`` and where it is infinite: there logaddexp is ``max(x, y)`` itself
     (NaN propagates through ``max``)."""
@@ -154,8 +180,8 @@ UFUNC_COMPOSITES = {
     # a new array, as NumPy's ufunc makes: a write into +x must not reach x
     np.positive: in_loop_dtypes(np.positive, lambda x: bind(ops.cast_p, x, dtype=dtype_of(x))),
     np.fabs: in_loop_dtypes(np.fabs, lambda x: bind(ops.abs_p, x)),
-    np.sinh: in_loop_dtypes(np.sinh, lambda x: (np.exp(x) - np.exp(-x)) * 0.5),
-    np.cosh: in_loop_dtypes(np.cosh, lambda x: (np.exp(x) + np.exp(-x)) * 0.5),
+    np.sinh: in_loop_dtypes(np.sinh, lambda x: _hyperbolic(x, odd=True)),
+    np.cosh: in_loop_dtypes(np.cosh, lambda x: _hyperbolic(x, odd=False)),
     np.logaddexp: in_loop_dtypes(np.logaddexp, _logaddexp),
     np.logical_xor: lambda x, y: np.not_equal(cast(x, bool), cast(y, bool)),
     np.bitwise_and: _bitwise(ops.bitwise_and_p, lambda x, y: bind(ops.logical_and_p, x, y)),

@@ -10,6 +10,10 @@ Fixed here:
   decided True for every trip without a guard and the list got every row (7 where NumPy
   keeps 4). ``//``'s bounds took a positive denominator too. Both now follow Python's
   signs (the corners of each sign's range).
+* ``np.sinh``/``np.cosh`` were ``(exp(x) -+ exp(-x)) / 2``: inf where NumPy's is finite
+  (``np.sinh(710.0)`` is 1.1e308, float32 ``89.0``'s 2.2e38) and cancelling near 0
+  (``sinh(1e-8)`` off in the 9th digit). ``ufuncs._hyperbolic`` takes ``expm1`` near 0 and
+  ``(h / 2) * h`` of ``h = exp(|x| / 2)`` past ``exp``'s overflow.
 """
 
 import numpy as np
@@ -62,3 +66,18 @@ def test_index_modulo_and_floor_division_by_negative(function, k):
     sets = [(rows[:6], k), (rows[:6] + 1, k), (rows, k), (rows[:5], k)]
     for got, want in _calls(function, sets, dynamic=True):
         _assert_same(got, want)
+
+
+# --- sinh and cosh near exp's overflow and near 0 -----------------------------------------
+@pytest.mark.parametrize("ufunc", [np.sinh, np.cosh])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hyperbolic_functions_finite_where_numpy_is(ufunc, dtype):
+    edge = [89.0, -89.3, 88.9] if dtype == np.float32 else [710.0, -710.4, 709.9]
+    x = np.array([0.0, -0.0, 1e-8, -1.5e-5, 0.7, -20.0, 1e3, np.inf, -np.inf, np.nan] + edge,
+                 dtype)
+    ulps = 8 * np.finfo(dtype).eps
+    with np.errstate(over="ignore"):
+        want = ufunc(x)
+        for got, _ in _calls(ufunc, [(x,)] * 2):
+            np.testing.assert_allclose(got, want, rtol=ulps, atol=0)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -95,9 +95,11 @@ class enable_grad(no_grad):  # noqa: N801
 class Node:
     """A recorded operation. ``parents`` has one entry per input: ``None`` (no gradient
     wanted), the ``Node`` that produced it, or the leaf ``Tensor`` that accumulates it.
-    Subclasses implement ``apply(cotangent) -> one cotangent per parent`` and ``release``."""
+    Subclasses implement ``apply(cotangent) -> one cotangent per parent`` and ``release``.
+    ``retained``, when set (``Tensor.retain_grad()``), is a weak reference to the non-leaf
+    Tensor this node made, whose ``.grad`` gets the node's cotangent."""
 
-    __slots__ = ("parents",)
+    __slots__ = ("parents", "retained")
 
     def apply(self, g):
         raise NotImplementedError
@@ -260,6 +262,9 @@ def backward(tensor, gradient=None, retain_graph=False):
         while ready:
             node = ready.pop()
             g = pending.pop(node, None)
+            retained = getattr(node, "retained", None)
+            if retained is not None and retained() is not None and g is not None:
+                _accumulate(retained(), g)
             cotangents = node.apply(g) if g is not None else (None,) * len(node.parents)
             for parent, value in zip(node.parents, cotangents):
                 if isinstance(parent, Node):

@@ -278,6 +278,37 @@ class Tensor(ArrayMethods):
         self.requires_grad = bool(requires_grad)
         return self
 
+    def retain_grad(self):
+        """Keep this non-leaf Tensor's gradient in ``.grad`` at ``backward()`` (a leaf's is
+        kept anyway), as PyTorch's.
+
+        >>> w = tensor([1.0, 2.0], requires_grad=True)
+        >>> hidden = w * 3
+        >>> hidden.retain_grad()
+        >>> (hidden * hidden).sum().backward()
+        >>> hidden.grad, w.grad
+        (tensor([ 6., 12.]), tensor([18., 36.]))
+        """
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._node is not None:
+            self._node.retained = weakref.ref(self)
+
+    def zero_(self):
+        """Fill with zeros in place (``w.grad.zero_()``), as PyTorch's: a leaf that requires
+        grad only under ``no_grad()``; a tracked non-leaf passes no gradient back."""
+        if not (_grad_mode.enabled and self.requires_grad):
+            self.data[...] = 0
+            self._version += 1
+            return self
+        if self.is_leaf:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation; "
+                "update it under `with no_grad():` or use an out-of-place operation"
+            )
+        self._assign(np.arange(self.size).reshape(self.shape), 0)
+        return self
+
     def detach(self):
         """The same data (and version counter), cut off from the graph."""
         return Tensor._wrap(self.data, self._versions)

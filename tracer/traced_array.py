@@ -416,7 +416,7 @@ class Tracer(ArrayMethods):
 
 # the autograd attributes of tracejit's Tensor that an ndarray does not have
 _TENSOR_ATTRIBUTES = frozenset({"detach", "requires_grad", "requires_grad_", "grad",
-                                "grad_fn", "is_leaf", "backward"})
+                                "grad_fn", "is_leaf", "backward", "retain_grad", "zero_"})
 
 
 # the ndarray attributes that hand out its memory, which NumPy looks up on the instance

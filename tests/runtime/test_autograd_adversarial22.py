@@ -135,3 +135,68 @@ def test_a_reshaped_view_sees_its_base_rebound_by_a_tracked_update():
     np.testing.assert_array_equal(front.numpy(), (3.0 * np.arange(1.0, 5.0)).reshape(2, 2).T)
     (front * front)[0].sum().backward()  # front[0] is y[0] and y[2]: 2 * 9 w there
     np.testing.assert_allclose(w.grad.numpy(), [18.0, 0.0, 54.0, 0.0])
+
+
+# --- retain_grad() and grad.zero_() ---------------------------------------------------------
+def squashed_loss(w, x, weights):
+    hidden = np.tanh(w * x)
+    return hidden, (hidden * hidden * weights).sum()
+
+
+def test_retain_grad_keeps_a_non_leaf_gradient_and_accumulates():
+    # Tensor had no retain_grad (AttributeError), the first thing tried to look at an
+    # activation's gradient; inside jit it was an "internal error" with a traceback.
+    start, x, weights = np.array([0.3, -1.2, 0.8]), np.array([1.5, 0.5, -2.0]), np.arange(3.0)
+    w = tensor(start, requires_grad=True)
+    hidden, loss = squashed_loss(w, x, weights)
+    hidden.retain_grad()
+    loss.backward(retain_graph=True)
+    values = np.tanh(start * x)
+    expected_hidden = finite_differences(lambda h: (h * h * weights).sum(), values)
+    np.testing.assert_allclose(hidden.grad.numpy(), expected_hidden, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(w.grad.numpy(),
+                               finite_differences(lambda v: squashed_loss(v, x, weights)[1],
+                                                  start), rtol=1e-7, atol=1e-9)
+    loss.backward()  # a second backward adds, as into a leaf's .grad
+    np.testing.assert_allclose(hidden.grad.numpy(), 2 * expected_hidden, rtol=1e-7, atol=1e-9)
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        tensor([1.0]).retain_grad()
+
+    jitted = jit(_retained, cache="memory")
+    w = tensor(start, requires_grad=True)
+    hidden = jitted(w, x, weights)
+    np.testing.assert_allclose(hidden.grad.numpy(), expected_hidden, rtol=1e-7, atol=1e-9)
+    assert "x.retain_grad" in eager_reasons(jitted)
+
+
+def _retained(w, x, weights):
+    hidden, loss = squashed_loss(w, x, weights)
+    hidden.retain_grad()
+    loss.backward()
+    return hidden
+
+
+def test_grad_zero_in_place_then_accumulate():
+    # w.grad.zero_() (PyTorch's way to clear a gradient and keep its buffer) had no method.
+    w = tensor([1.0, -2.0, 3.0], requires_grad=True)
+    (w * w).sum().backward()
+    buffer = w.grad
+    assert buffer.zero_() is buffer
+    (w * np.array([1.0, 2.0, 3.0])).sum().backward()
+    assert w.grad is buffer
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        w.zero_()
+
+
+def test_zero_of_a_tracked_non_leaf_passes_no_gradient():
+    start = np.array([0.5, -1.0])
+    w = tensor(start, requires_grad=True)
+    scaled = w * 3.0
+    scaled.zero_()
+    loss = (scaled + w * w).sum()
+    loss.backward()
+    np.testing.assert_array_equal(scaled.numpy(), [0.0, 0.0])
+    np.testing.assert_allclose(w.grad.numpy(),
+                               finite_differences(lambda v: (0 * v + v * v).sum(), start),
+                               rtol=1e-7)

@@ -64,13 +64,7 @@ from .implicit import Path
 from .indexing import update, written_region
 from .ir import Effect
 from .locations import line_prefix, user_location
-from .loop_containers import (
-    StackedDict,
-    StackedList,
-    entry_refusal,
-    is_in_loop,
-    stack_call,
-)
+from .loop_containers import entry_refusal, is_in_loop
 from .loop_generalize import Refused
 from .loop_index import read_at_index
 from .loops import emit_prints, note_unrolled, run_loop
@@ -108,6 +102,7 @@ from .random_draws import draw, is_rng_method, note_method, rng_kind
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
+from .stacked_containers import StackedDict, StackedList, stack_call
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .tensor_methods import tensor_valued
 from .traced_array import INPLACE_UFUNCS, Tracer, trace_error
@@ -290,7 +285,7 @@ def _created(function, shape, *args, dtype=None, context=None, **kwargs):
 
 def _trial_buffer(context, function, args, kwargs):
     """Whether ``function(*args, **kwargs)`` makes a buffer of int sizes inside a loop trip
-    traced for capture (``loops._Trial``): traced, so the body's writes into it are the
+    traced for capture (``loop_trials.Trial``): traced, so the body's writes into it are the
     trip's own. As a NumPy array it was a constant of the trace, and a write into it one
     into an array made before the loop, which refuses the capture (CTC's ``skip =
     np.full(L, -np.inf)`` in its recursion, min-char-rnn's ``x = np.zeros((V, 1)); x[ix] =

@@ -28,7 +28,8 @@ Which reads are relative (a window slot, ``m`` iterations back) and which are fi
 (dict) or position (list) means fixed, the same distance means relative. When a window is
 needed, the two iterations are traced again with it.
 
-After the loop the name holds a ``StackedDict`` or ``StackedList``: reads at an int or a
+After the loop the name holds a ``StackedDict`` or ``StackedList``
+(``tracejit.tracer.stacked_containers``): reads at an int or a
 dim (``hs[len(inputs) - 1]``, ``outs[-1]``) are slices of the buffer; ``np.stack(outs)``
 and ``np.array(outs)`` are the buffer itself; a later captured loop reads them at its own
 index; a list the function returns is made of the buffers after each call
@@ -45,17 +46,26 @@ holding entries that change shape.
 from __future__ import annotations
 
 import operator
-from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
 
 from . import loop_selected_appends, ops
+from .container_entries import (
+    as_tracer,
+    entry_leaves,
+    entry_signature,
+    is_index,
+    number_kind,
+    plain_dim,
+    read_row,
+    rebuild_entry,
+    same_dim,
+    write_row,
+)
 from .conversions import python_number
-from .dims import SymInt, expr_of, value_of
+from .dims import SymInt, value_of
 from .errors import TraceSignal
-from .loop_generalize import Refused
-from .loop_rows import Rows, RowsLayout
-from .pending import known_kind
+from .stacked_containers import StackedDict, StackedList
 from .traced_array import Tracer, trace_error
 
 
@@ -63,108 +73,6 @@ class Refusal(TraceSignal):
     """A container cannot be carried; ``tracejit.tracer.loops`` turns it into ``Refused``."""
 
 
-def _plain(value):
-    """An int for a dim whose expression is a constant (``(s0 - 1) - s0 + 1``)."""
-    if isinstance(value, SymInt) and isinstance(expr_of(value), int):
-        return expr_of(value)
-    return value
-
-
-def _is_index(key):
-    return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
-
-
-def _same_dim(a, b):
-    """``a`` and ``b`` (ints or dims) are the same expression (no guard recorded)."""
-    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
-        return False
-    if not (_is_index(a) or isinstance(a, SymInt)) or not (_is_index(b) or isinstance(b, SymInt)):
-        return False
-    difference = _plain(a - b)
-    return isinstance(difference, (int, np.integer)) and difference == 0
-
-
-def _tracer(context, value):
-    if isinstance(value, Tracer):
-        return value
-    atom, concrete, aval = context.atom(np.asarray(value) if not isinstance(
-        value, (int, float, bool)) else value)
-    return Tracer(context, atom, concrete, aval.shape) if hasattr(atom, "name") else value
-
-
-def _leaves(value):
-    """An entry's arrays and its structure: one array, or tuples of arrays, nested
-    (``caches.append((x, h))``, ``(linear_cache, activation_cache)``). Anything else in a
-    tuple that is no array or number (deeplearning.ai's ``cache = (a_next, a_prev, xt,
-    parameters)``) is kept in the structure as it is: every trip must append that very
-    object (``_same_structure``), and each entry read back holds it."""
-    if type(value) is tuple:
-        parts = [_leaves(item) for item in value]
-        return [leaf for leaves, _ in parts for leaf in leaves], tuple(
-            structure for _, structure in parts)
-    if isinstance(value, (Tracer, np.ndarray, np.generic, int, float, complex)):
-        return [value], None
-    return [], _Kept(value)
-
-
-class _Kept:
-    """An object an entry holds that is no array (a dict of parameters): kept, not stacked."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __eq__(self, other):  # the same object, whatever its == says
-        return isinstance(other, _Kept) and other.value is self.value
-
-    __hash__ = None
-
-
-def _rebuild(leaves, structure):
-    """The entry of ``structure`` (``_leaves``) holding ``leaves``."""
-    rebuilt, rest = _rebuilt(list(leaves), structure)
-    return rebuilt
-
-
-def _rebuilt(leaves, structure):
-    if structure is None:
-        return leaves[0], leaves[1:]
-    if isinstance(structure, _Kept):
-        return structure.value, leaves
-    items = []
-    for part in structure:
-        item, leaves = _rebuilt(leaves, part)
-        items.append(item)
-    return tuple(items), leaves
-
-
-def _read_row(buffer, row):
-    if isinstance(row, SymInt):  # tracer indexing takes dims in slices
-        return buffer[row: row + 1][0]
-    return buffer[row]
-
-
-def _write_row(buffer, row, value):
-    if isinstance(row, SymInt):
-        buffer[row: row + 1] = value[None]
-    else:
-        buffer[row] = value
-
-
-def _number_kind(leaf):
-    """Whether an entry's leaf reads back as a Python number (``float(h.sum())``), not as an
-    array or a NumPy scalar: as ``ContainerCarry.python_numbers`` has it for the entries."""
-    if type(leaf) in (bool, int, float):  # (np.float64 is a float, and stays np.float64)
-        return True
-    aval = getattr(leaf, "aval", None)
-    return aval is not None and bool(aval.weak)
-
-
-def _signature(value):
-    """Shape (as dim expressions) and dtype of an entry's array."""
-    if hasattr(value, "ir_var"):
-        return tuple(expr_of(dim) for dim in value.shape), np.dtype(value.dtype)
-    array = np.asarray(value)
-    return array.shape, array.dtype
 
 
 def snapshot(value):
@@ -199,11 +107,11 @@ class ContainerCarry:
             self._init_dict(before, after)
         else:
             self._init_list(before, after)
-        self.leaves0, self.structure = _leaves(self.entry0)
-        if any(not hasattr(_tracer(context, leaf), "ir_var") for leaf in self.leaves0):
+        self.leaves0, self.structure = entry_leaves(self.entry0)
+        if any(not hasattr(as_tracer(context, leaf), "ir_var") for leaf in self.leaves0):
             raise Refusal(f"`{name}` gets a Python number, not an array, at each step")
-        self.leaves0 = [_tracer(context, leaf) for leaf in self.leaves0]
-        self.signatures = [_signature(leaf) for leaf in self.leaves0]
+        self.leaves0 = [as_tracer(context, leaf) for leaf in self.leaves0]
+        self.signatures = [entry_signature(leaf) for leaf in self.leaves0]
         self.python_numbers = [leaf.aval.weak for leaf in self.leaves0]  # .item() per trip
         # per leaf: the very value iteration 0 appended, in every traced iteration too (an
         # array from outside the loop, ``caches.append((x[t], W))``): one object in every
@@ -215,8 +123,8 @@ class ContainerCarry:
         number stays one (``losses.append(loss.item())`` returns floats, not np.float64).
         An array every step appends as it is (``hs.append(x)``) is that array, not its row:
         eager's entries are it, so a write into it after the loop shows in every entry."""
-        return _rebuild([leaf if invariant else python_number(_read_row(buffer, row), None)
-                         if weak else _read_row(buffer, row)
+        return rebuild_entry([leaf if invariant else python_number(read_row(buffer, row), None)
+                         if weak else read_row(buffer, row)
                          for buffer, weak, invariant, leaf in zip(
                              buffers, self.python_numbers, self.invariant, self.leaves0)],
                         self.structure)
@@ -228,7 +136,7 @@ class ContainerCarry:
                    if key not in old or value is not old[key]]
         if any(key not in after for key in old):
             raise Refusal(f"`{self.name}` loses a key inside the loop")
-        if len(written) != 1 or not _is_index(written[0]):
+        if len(written) != 1 or not is_index(written[0]):
             raise Refusal(f"`{self.name}` is a dict the loop writes {len(written)} keys of in "
                           "one iteration (captured: one key, the loop index plus a constant)")
         if abs(self.step) != 1:
@@ -287,9 +195,9 @@ class ContainerCarry:
             key = self.first + self.offset - (rows + 1) * self.step
             value = self.before.get(key)
             if value is None or not hasattr(value, "shape") or [
-                _signature(leaf) for leaf in _leaves(value)[0]] != self.signatures or (
-                _leaves(value)[1] != self.structure
-            ) or [_number_kind(leaf) for leaf in _leaves(value)[0]] != self.python_numbers:
+                entry_signature(leaf) for leaf in entry_leaves(value)[0]] != self.signatures or (
+                entry_leaves(value)[1] != self.structure
+            ) or [number_kind(leaf) for leaf in entry_leaves(value)[0]] != self.python_numbers:
                 return rows  # (a 0-d array before entries of float(...): read back as one)
             rows += 1
 
@@ -318,14 +226,14 @@ class ContainerCarry:
             buffer = ops.full((self.rows, *leaf.shape), 0, dtype, like=symbolic)
             # a constant trip count and entry shape (range(40) at exact shapes) make a
             # NumPy buffer: a traced one, as the trips write tracers into it
-            slots.append(_tracer(context, buffer))
+            slots.append(as_tracer(context, buffer))
         if self.kind == "list" and not self.pre:
             self.blank_vars = [buffer.ir_var for buffer in slots]
         for trip in range(-self.pre, 1):
             entry = self.history[self.first + self.offset + trip * self.step] if (
                 self.kind == "dict") else self.entry0
-            for buffer, leaf in zip(slots, _leaves(entry)[0]):
-                _write_row(buffer, self.row(trip), _tracer(context, leaf))
+            for buffer, leaf in zip(slots, entry_leaves(entry)[0]):
+                write_row(buffer, self.row(trip), as_tracer(context, leaf))
         self._buffers = list(slots)
         for m in range(1, self.window + 1):
             slots.extend(self.past_entry(m))
@@ -335,8 +243,8 @@ class ContainerCarry:
         """The buffer row of trip ``trip``: dicts in key order (so ``hs[k]`` after the loop
         is row ``k - lowest key``), lists in append order."""
         if self.kind == "list" or self.step > 0:
-            return _plain(trip + self.pre)
-        return _plain(self.count - 1 - trip)
+            return plain_dim(trip + self.pre)
+        return plain_dim(self.count - 1 - trip)
 
     def past_entry(self, m):
         """Iteration 1's window slot ``m``: the entry written ``m`` trips before it."""
@@ -352,10 +260,11 @@ class ContainerCarry:
             if position < 0:
                 raise Refusal(f"`{self.name}` is read {m} entries back before it has them")
             entry = self.history[position]
-        leaves, structure = _leaves(entry)
-        if structure != self.structure or [_signature(leaf) for leaf in leaves] != self.signatures:
+        leaves, structure = entry_leaves(entry)
+        if structure != self.structure or [
+                entry_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
-        return [_tracer(self.context, leaf) for leaf in leaves]
+        return [as_tracer(self.context, leaf) for leaf in leaves]
 
     @property
     def slot_count(self):
@@ -374,19 +283,19 @@ class ContainerCarry:
                           "otherwise")
         if proxy._current is None:
             raise Refusal(f"`{self.name}` is not written in every iteration")
-        leaves, structure = _leaves(proxy._current)
+        leaves, structure = entry_leaves(proxy._current)
         if structure != self.structure:
             raise Refusal(f"`{self.name}`'s entries change structure in the loop")
-        leaves = [_tracer(self.context, leaf) for leaf in leaves]
+        leaves = [as_tracer(self.context, leaf) for leaf in leaves]
         self.invariant = [same and leaf is first for same, leaf, first in zip(
             self.invariant, leaves, self.leaves0)]
         self.trip_leaves = [*self.trip_leaves[-1:], leaves]
-        if [_signature(leaf) for leaf in leaves] != self.signatures:
+        if [entry_signature(leaf) for leaf in leaves] != self.signatures:
             raise Refusal(f"`{self.name}`'s entries change shape or dtype in the loop")
         width = len(self.leaves0)
         buffers = proxy._slots[:width]
         for buffer, leaf in zip(buffers, leaves):
-            _write_row(buffer, self.row(proxy._row_trip), leaf)
+            write_row(buffer, self.row(proxy._row_trip), leaf)
         window = proxy._slots[width:]
         shifted = (leaves + window)[: width * self.window]
         if self.kind == "dict":
@@ -421,7 +330,7 @@ class ContainerCarry:
     def after(self, slot_values):
         buffers = list(slot_values[: len(self.leaves0)])
         if self.kind == "dict":
-            low = _plain(self.start + self.offset - self.pre if self.step > 0 else
+            low = plain_dim(self.start + self.offset - self.pre if self.step > 0 else
                          self.start + self.offset - (self.count - 1))
             return StackedDict(self, buffers, low)
         if self.selected is not None:  # the rows of the trips whose test holds
@@ -494,7 +403,7 @@ class _InLoop:
         # loop's row (first - t) would be >= 0 only up to this call's first index, a shape
         # guard that pinned the length
         start = carry.start if carry.kind == "list" and abs(carry.step) == 1 else carry.first
-        self._row_trip = _plain((t - start) * carry.step if abs(carry.step) == 1 else
+        self._row_trip = plain_dim((t - start) * carry.step if abs(carry.step) == 1 else
                                 (t - start) // carry.step)
         self._trip = (value_of(t) - carry.first) // carry.step
         self._current, self._reads = None, []
@@ -504,7 +413,7 @@ class _InLoop:
         None when that is not the same at every trip (a fixed entry: an int trip)."""
         if not isinstance(trip, SymInt):
             return None
-        distance = _plain(self._row_trip - trip)
+        distance = plain_dim(self._row_trip - trip)
         if not isinstance(distance, int):
             raise Refusal(f"`{self._carry.name}` is read at a key that is not the loop index "
                           "plus a constant")
@@ -567,7 +476,7 @@ class _InLoop:
         if kind == "window" and record[0] == "back" and record[2] == expected:
             width = len(carry.leaves0)
             leaves = self._slots[width * expected: width * (expected + 1)]
-            return _rebuild(leaves, carry.structure)
+            return rebuild_entry(leaves, carry.structure)
         raise Refusal(f"`{carry.name}` is read at {key!r}, where iterations 1 and 2 read "
                       "differently")
 
@@ -605,18 +514,18 @@ class _DictInLoop(_InLoop):
         return self._t + self._carry.offset
 
     def __setitem__(self, key, value):
-        if not _same_dim(key, self._key):
+        if not same_dim(key, self._key):
             raise Refusal(f"`{self._carry.name}[{key!r}] = ...` writes a key that is not the "
                           "loop index plus a constant")
         self._current = value
 
     def __getitem__(self, key):
         carry = self._carry
-        key = _plain(key)
+        key = plain_dim(key)
         if isinstance(key, SymInt):  # hs[t - 1]: a dim of the index
-            trip = _plain((key - carry.offset - carry.first) // carry.step)
+            trip = plain_dim((key - carry.offset - carry.first) // carry.step)
             concrete = value_of(key)
-        elif _is_index(key):
+        elif is_index(key):
             trip, concrete = carry.trip_of_key(key), key
         elif isinstance(key, (str, tuple)):
             trip, concrete = None, key
@@ -653,7 +562,7 @@ class _ListInLoop(_InLoop):
 
     def __setitem__(self, key, value):
         # hs[-1] = hs[-1] - 0.1 * hs[-3]: the entry this iteration appended, corrected
-        if _is_index(key) and key == -1 and self._current is not None:
+        if is_index(key) and key == -1 and self._current is not None:
             self._current = value
             return
         self._refuse("__setitem__")
@@ -663,22 +572,22 @@ class _ListInLoop(_InLoop):
         if self._carry.selected is not None:
             raise Refusal(f"`{self._carry.name}` is read in the loop that appends to it under "
                           "a test of the index")
-        return _plain(len(self._carry.prefix) + self._row_trip
+        return plain_dim(len(self._carry.prefix) + self._row_trip
                       + int(self._current is not None))
 
     def __len__(self):
         return operator.index(self._length())  # an int: specialized (refused at capture)
 
     def __getitem__(self, key):
-        if not _is_index(key):
+        if not is_index(key):
             raise Refusal(f"`{self._carry.name}[{key!r}]` inside the loop (captured: reads "
                           "at an int)")
         length = self._length()
-        position = _plain(int(key) + length) if key < 0 else int(key)
+        position = plain_dim(int(key) + length) if key < 0 else int(key)
         if not 0 <= position < length:
             raise IndexError("list index out of range")
         carry = self._carry
-        trip = _plain(position - len(carry.prefix))
+        trip = plain_dim(position - len(carry.prefix))
         concrete = value_of(position)
 
         def fixed():
@@ -686,251 +595,3 @@ class _ListInLoop(_InLoop):
 
         return self._read(position, trip, fixed)
 
-
-# --- after the loop ---------------------------------------------------------------------
-def _specialize(count, why):
-    if isinstance(count, SymInt):
-        return count.context.specialize(count, why)
-    return count
-
-
-class StackedDict(MutableMapping):
-    """A dict filled by a captured loop: ``d[k]`` reads a row of the loop's buffers."""
-
-    def __init__(self, carry, buffers, low):
-        self._carry, self._buffers, self._low = carry, buffers, low
-        self._rows = carry.rows
-        self._dict = None
-
-    def _row(self, key):
-        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, SymInt)):
-            return None
-        row = _plain(key - self._low)
-        if isinstance(row, int) and row < 0:
-            return None
-        if not isinstance(row, int) and not row >= 0:
-            return None
-        return row if row < self._rows else None
-
-    def __getitem__(self, key):
-        if self._dict is not None:
-            return self._dict[key]
-        row = self._row(key)
-        if row is not None:
-            return self._carry.entry(self._buffers, row)
-        if isinstance(key, SymInt):
-            key = _specialize(key, "a key of a dict filled by a captured loop")
-        return self._carry.before[key]
-
-    def _materialized(self):
-        if self._dict is None:
-            carry = self._carry
-            rows = _specialize(self._rows, "a dict filled by a captured loop was used as a "
-                                           "whole (len, iteration, a new key)")
-            low = _specialize(self._low, "a dict filled by a captured loop was used as a whole")
-            loop_keys = [low + row for row in range(rows)]
-            if carry.step < 0:
-                loop_keys.reverse()
-            covered = set(loop_keys)
-            result = {}
-            for key, value in carry.before.items():
-                result[key] = self[key] if key in covered else value
-            for key in loop_keys:
-                if key not in result:
-                    result[key] = self[key]
-            self._dict = result
-        return self._dict
-
-    def __setitem__(self, key, value):
-        _unchanged_in_a_trip(self._carry)
-        self._materialized()[key] = value
-
-    def __delitem__(self, key):
-        _unchanged_in_a_trip(self._carry)
-        del self._materialized()[key]
-
-    def __iter__(self):
-        return iter(self._materialized())
-
-    def __len__(self):
-        return len(self._materialized())
-
-    def copy(self):
-        return dict(self._materialized())
-
-    def returned_rows(self):
-        """The dict as ``loop_rows.Rows`` of the loop's buffers, when nothing made it a
-        real dict, the trip count is a dim and the keys set before the loop can be stored;
-        else None (a plain dict of its entries is made)."""
-        if self._dict is not None or not isinstance(self._rows, SymInt) or not all(
-                type(key) in (int, str) for key in self._carry.before):
-            return None
-        before = self._carry.before
-        return _rows(self._carry, self._buffers, list(before.values()), tuple(before),
-                     self._low)
-
-    def __repr__(self):
-        return f"StackedDict({self._carry.name}: {self._rows} rows)"
-
-
-class StackedList(MutableSequence):
-    """A list appended to once per iteration of a captured loop: ``lst[k]`` reads a row of
-    the loop's buffers, ``np.stack(lst)`` is the buffer."""
-
-    def __init__(self, carry, buffers, count=None):
-        self._carry, self._buffers = carry, buffers
-        self._prefix = list(carry.prefix)
-        self._count = carry.count if count is None else count  # (the selected rows')
-        self._list = None
-
-    def stacked(self, axis=0):
-        """``np.stack(self, axis)`` without one equation per entry."""
-        if self._list is not None or self._carry.structure is not None or (
-                self._carry.invariant[0]):  # one array n times: np.stack reads it as it is then
-            return None
-        buffer = self._buffers[0]
-        if self._prefix:
-            buffer = np.concatenate([np.stack(self._prefix), buffer])
-        if axis != 0:
-            buffer = np.moveaxis(buffer, 0, axis)
-        return buffer
-
-    def __getitem__(self, key):
-        if self._list is not None:
-            return self._list[key]
-        if isinstance(key, slice) and key == slice(None, None, -1):
-            from .loop_reversed_lists import ReversedStackedList  # cycle: it subclasses this
-
-            return ReversedStackedList(self)  # hs_b[::-1]: the length stays a dim
-        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, SymInt)):
-            return self._materialized()[key]
-        length = _plain(len(self._prefix) + self._count)
-        position = _plain(key + length) if key < 0 else key
-        if position < 0 or not position < length:
-            raise IndexError("list index out of range")
-        if isinstance(position, int) and position < len(self._prefix):
-            return self._prefix[position]
-        row = _plain(position - len(self._prefix))
-        return self._carry.entry(self._buffers, row)
-
-    def _materialized(self):
-        if self._list is None:
-            count = _specialize(self._count, "a list filled by a captured loop was used as a "
-                                             "whole (len, iteration, a change)")
-            self._list = self._prefix + [self[len(self._prefix) + row] for row in range(count)]
-        return self._list
-
-    def __setitem__(self, key, value):
-        _unchanged_in_a_trip(self._carry)
-        self._materialized()[key] = value
-
-    def __delitem__(self, key):
-        _unchanged_in_a_trip(self._carry)
-        del self._materialized()[key]
-
-    def __len__(self):
-        return len(self._materialized())
-
-    def insert(self, index, value):  # (append too)
-        _unchanged_in_a_trip(self._carry)
-        self._materialized().insert(index, value)
-
-    def __iter__(self):
-        return iter(self._materialized())
-
-    def __repr__(self):
-        return f"StackedList({self._carry.name})"
-
-    def returned_rows(self):
-        """The list as ``loop_rows.Rows`` of the loop's buffers, when it holds them all and
-        the trip count is a dim or an int; else None (a plain list of its entries is made).
-        (At a constant trip count too: ``range(2000)`` appending ``float(cost)`` made 2000
-        entries of the trace, each a cast of its own.)"""
-        if self._list is not None or not isinstance(self._count, (SymInt, int)):
-            return None
-        return _rows(self._carry, self._buffers, list(self._prefix))
-
-
-def _unchanged_in_a_trip(carry):
-    """A list or dict one captured loop filled, changed in a traced trip of another loop
-    (``hs.append(...)`` in a second loop over ``t``): no carry of that loop tracks it, and
-    the trip's entries would be symbolic values the trace drops. That loop unrolls."""
-    if getattr(carry.context, "loop_indices", None):
-        raise Refused(f"`{carry.name}`, filled by a captured loop before, is changed in the "
-                      "body")
-
-
-def _rows(carry, buffers, before, keys=None, low=None):
-    """``loop_rows.Rows`` of ``carry``'s ``buffers`` after the entries ``before`` the loop
-    (for a dict, with their ``keys`` and the loop's ``low``est key); None when no entry
-    holds an array of its own trip (no row tells the length)."""
-    leaves = iter(zip(carry.leaves0, carry.python_numbers, carry.invariant, buffers))
-    rows, kept = [], []
-
-    def template(structure):
-        if structure is None:
-            leaf, weak, invariant, buffer = next(leaves)
-            if invariant:  # the same array in every entry: that array, not its rows
-                structure = _Kept(leaf)
-            else:
-                rows.append(buffer)
-                return _entry_kind(leaf, weak)
-        if isinstance(structure, _Kept):
-            kept.append(structure.value)
-            return len(kept) - 1
-        return tuple(template(part) for part in structure)
-
-    entry = template(carry.structure)
-    if not rows:
-        return None
-    layout = RowsLayout(len(before), entry, keys, carry.step < 0 if keys is not None else False)
-    return Rows(layout, [*before, *rows, *kept] + ([low] if keys is not None else []))
-
-
-def _entry_kind(leaf, weak):
-    """How eager holds an entry's array (``loop_rows.KINDS``), from the first trip's."""
-    if weak:
-        return "value"
-    return "scalar" if isinstance(known_kind(leaf.raw_value), np.generic) else "array"
-
-
-def stack_call(function, args, kwargs):
-    """``np.stack(lst)``, ``np.array(lst)``, ``np.asarray(lst)`` of a ``StackedList``: the
-    loop's buffer; None when the call is something else."""
-    if not args or not isinstance(args[0], StackedList):
-        return None
-    if function is np.stack:
-        extra = dict(kwargs)
-        axis = extra.pop("axis", args[1] if len(args) > 1 else 0)
-        if extra or len(args) > 2:
-            return None
-        return args[0].stacked(axis)
-    if function in (np.array, np.asarray) and len(args) <= 2 and set(kwargs) <= {"dtype"}:
-        dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
-        stacked = args[0].stacked(0)  # np.array(accuracies, dtype=np.float32): then cast
-        return stacked if dtype is None else stacked.astype(dtype)
-    return None
-
-
-def plain_containers(value):
-    """``value`` with each list and dict a captured loop filled (``StackedList``,
-    ``StackedDict``) made the plain list or dict of its entries the NumPy code holds,
-    through tuples (namedtuples too), lists and dicts: a function's result leaves the
-    trace as such. A list or dict of a loop over a dynamic length becomes
-    ``loop_rows.Rows``, which the call makes that list or dict of (its length not pinned).
-
-    >>> plain_containers(([1], {"a": (2,)}))
-    ([1], {'a': (2,)})
-    """
-    if isinstance(value, (StackedList, StackedDict)) and (
-            rows := value.returned_rows()) is not None:
-        return Rows(rows.layout, [plain_containers(part) for part in rows.parts])
-    if isinstance(value, StackedList) or type(value) is list:
-        return [plain_containers(item) for item in value]
-    if isinstance(value, StackedDict) or type(value) is dict:
-        return {key: plain_containers(item) for key, item in value.items()}
-    if type(value) is tuple:
-        return tuple(plain_containers(item) for item in value)
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
-        return type(value)(*(plain_containers(item) for item in value))
-    return value

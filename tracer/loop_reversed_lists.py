@@ -25,8 +25,9 @@ import copy
 
 import numpy as np
 
+from .container_entries import plain_dim
 from .dims import SymInt
-from .loop_containers import StackedList, _plain, _specialize
+from .stacked_containers import StackedList, specialize
 
 
 class ReversedStackedList(StackedList):
@@ -51,15 +52,15 @@ class ReversedStackedList(StackedList):
         if self._list is not None or isinstance(key, (bool, np.bool_)) or not isinstance(
                 key, (int, np.integer, SymInt)):
             return self._materialized()[key]  # another slice: of the plain list
-        length = _plain(len(self._prefix) + self._count)
-        position = _plain(key + length) if key < 0 else key
+        length = plain_dim(len(self._prefix) + self._count)
+        position = plain_dim(key + length) if key < 0 else key
         if position < 0 or not position < length:
             raise IndexError("list index out of range")
-        return super().__getitem__(_plain(length - 1 - position))
+        return super().__getitem__(plain_dim(length - 1 - position))
 
     def _materialized(self):
         if self._list is None:
-            count = _specialize(self._count, "a list filled by a captured loop was used as a "
+            count = specialize(self._count, "a list filled by a captured loop was used as a "
                                              "whole (len, iteration, a change)")
             forward = self._prefix + [StackedList.__getitem__(self, len(self._prefix) + row)
                                       for row in range(count)]

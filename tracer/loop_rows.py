@@ -10,7 +10,7 @@ deeplearning.ai's RNN returns its per-step caches::
             caches.append(cache)                  # (a_next, a_prev, xt, parameters)
         return a, y_pred, (caches, x)
 
-Inside the trace ``caches`` is a ``StackedList`` (``tracejit.tracer.loop_containers``): one
+Inside the trace ``caches`` is a ``StackedList`` (``tracejit.tracer.stacked_containers``): one
 buffer per array of an entry, a row per trip. Making it the list of its entries takes the
 trip count as an int, a guard that pins it (one compile per length). The result holds a
 ``Rows`` instead: the program returns the buffers, and ``RowsLayout.build`` (run by

@@ -5,7 +5,8 @@ body, names, locals())`` (``tracejit.tracer.loop_frontend``). At trace time ``ru
 
 1. runs iteration 0 (recorded unrolled: carried values then have their steady shapes
    and dtypes, e.g. ``loss = 0.0`` has become an array);
-2. traces iterations 1 and 2 on fresh block parameters, with real values and the index
+2. traces iterations 1 and 2 (``tracejit.tracer.loop_trials``, each carried name a carry of
+   ``tracejit.tracer.loop_carries``) on fresh block parameters, with real values and the index
    a ``SymInt`` over a fresh index symbol (``tracejit.tracer.loop_index``: slice starts,
    pad configs and ints computed from ``t`` are ``DimExpr``s of it; comparisons and
    specializations of the index must go the same way at every trip, else the loop is
@@ -40,14 +41,16 @@ from . import (
     loop_write_through,
     trial_containers,
 )
-from .dims import SymInt, expr_of, is_int, value_of
+from .dims import SymInt, expr_of, value_of
 from .discontinuities import AMBIGUITY
 from .errors import as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Symbol, Var
 from .loop_autodiff import refusal as unreversible
-from .loop_containers import ContainerCarry, Refusal, note_entry_aliases, snapshot
+from .loop_carries import ArrayCarry, UntouchedCarry, carries_of, follow_replaced, slot_names_of
+from .loop_containers import ContainerCarry, note_entry_aliases, snapshot
 from .loop_generalize import Refused, _generalize
 from .loop_index import IndexRefused, LoopIndex, settle_guards
+from .loop_trials import traced_pair
 from .ops.control import LoopGuardFailed, loop_p, run_body
 from .pending import Pending, force, known_kind
 from .traced_array import Tracer
@@ -325,274 +328,6 @@ def _note(context, where, reason):
     log.info("loop at %s unrolled: %s", where, reason)
 
 
-def _fresh(context, value):
-    var = context.new_var(value.ir_var.aval)
-    tracer = Tracer(context, var, value.lazy_value(), value.shape)
-    context.values[var.name] = (tracer.raw_value, tracer.shape)
-    return tracer
-
-
-# --- carried values: arrays, and the dicts and lists of tracejit.tracer.loop_containers ---------
-class _ArrayCarry:
-    """A carried array: ``h = f(h, x[t])``, ``loss += ...``, ``hs[:, t] = h``."""
-
-    slot_count = 1
-
-    def __init__(self, name, original, value):
-        if not isinstance(value, Tracer):
-            raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
-                          "not an array")
-        self.name, self.original, self.value = name, original, value
-        # the vars of memory it shares, when the body writes it in place (loop_write_through)
-        self.shared = None
-
-    def setup(self):
-        return [self.value]
-
-    def enter(self, t, slots):
-        return slots[0]
-
-    def leave(self, proxy, returned):
-        if not isinstance(returned, Tracer):
-            raise Refused(f"`{self.name}` is a {type(returned).__name__} inside the loop, not "
-                          "an array")
-        return [returned]
-
-    def after(self, finals):
-        tracer = finals[0]
-        if isinstance(self.original, type(tracer)) and self.original is self.value:
-            self.original._update(tracer)  # a buffer written in place: keep the object
-            return self.original
-        if self.shared:  # total = out[0] of a NumPy out: its traced view, written through
-            self.value._update(tracer)
-            return self.value
-        return tracer
-
-
-def _follow_replaced(context, before, after):
-    """A NumPy buffer updated in place by the loop (``a = np.zeros(3); b = a; for t: a +=
-    x[t]``) became a traced copy in iteration 0; another name for the buffer (``b``) reads
-    that copy through ``context.replaced``: it must read the loop's result, as NumPy's
-    in-place update shows it."""
-    for key, target in list(context.replaced.items()):
-        if target is before and after is not before:
-            context.replaced[key] = after
-
-
-def _carries(context, names, originals, snapshots, values, start, stop, step, count):
-    carries = []
-    for name, original, snap, value in zip(names, originals, snapshots, values):
-        if snap is not None:
-            try:
-                carries.append(ContainerCarry(context, name, snap, value, value_of(start),
-                                              start, stop, step, count))
-            except Refusal as refusal:
-                raise Refused(str(refusal)) from None
-        elif is_int(original) and is_int(value):
-            carries.append(_CounterCarry(name, original, value, start, step, count))
-        elif value is original and not isinstance(value, (Tracer, np.ndarray)):
-            # (a NumPy array may be the same object written in place by plain NumPy: g +=
-            # 1 in the body; its trips must run, so it is an array carry)
-            carries.append(_UntouchedCarry(context, name, value))
-        else:
-            carries.append(_ArrayCarry(name, original, _numpy_scalar_traced(context, value)))
-    return carries
-
-
-def _numpy_scalar_traced(context, value):
-    """A NumPy scalar iteration 0 computed from NumPy values alone (``n = n + 1`` from ``n =
-    np.zeros(())``, a counter in a dict of state) as a traced constant: the later trips
-    compute it from the carried value, as for any array. (A NumPy array may be written in
-    place by plain NumPy; a scalar is immutable, so nothing else can see it change.)"""
-    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
-        atom, concrete, aval = context.atom(np.asarray(value))
-        return Tracer(context, atom, concrete, aval.shape)
-    return value
-
-
-def _slot_names(carries):
-    names = []
-    for carry in carries:
-        if isinstance(carry, _ArrayCarry):
-            names.append(carry.name)
-        else:
-            names += [f"{carry.name} (stacked)"] * (carry.slot_count)
-    return names
-
-
-class _CounterCarry:
-    """A carried Python int that moves by the same amount every trip: ``idx += 1`` beside
-    ``col[idx] = ...``, ``pos += W_out`` over an inner loop. It is no slot of the loop: in
-    the body it is the index's affine function ``original + d * trip`` (a ``SymInt``), so
-    writes at it are writes at the index; after the loop it is ``original + d * trips``."""
-
-    slot_count = 0
-
-    def __init__(self, name, original, value, start, step, count):
-        if not is_int(value):
-            raise Refused(f"`{name}` is a {type(value).__name__} after the first iteration, "
-                          "not an int")
-        self.name, self.original, self.step_size = name, original, value - original
-        if isinstance(self.step_size, SymInt) and isinstance(expr_of(self.step_size), int):
-            self.step_size = expr_of(self.step_size)
-        self.start, self.step, self.count = start, step, count
-        self.entry = None
-
-    def setup(self):
-        return []
-
-    def enter(self, t, slots):
-        self.entry = self.original + self.step_size * ((t - self.start) * self.step)
-        return self.entry
-
-    def leave(self, proxy, returned):
-        expected = self.entry + self.step_size
-        if not is_int(returned) or expr_of(returned) != expr_of(expected):
-            raise Refused(f"`{self.name}` is an int that does not move by the same amount "
-                          "every iteration")
-        return []
-
-    def after(self, finals):
-        final = self.original + self.step_size * self.count
-        return expr_of(final) if isinstance(expr_of(final), int) else final
-
-
-class _UntouchedCarry:
-    """A name the body assigns on a path iteration 0 did not take, left as it was (a NumPy
-    array, None, a float): ``dc0 = ...`` only in the ``else`` of ``if t > 0``, whose trip
-    runs after the loop (``_with_last_peeled``). No slot: every trip gives it back as it
-    took it, unwritten, and the body has no guard (every trip takes the traced path), or
-    the capture is refused."""
-
-    slot_count = 0
-
-    def __init__(self, context, name, value):
-        self.context, self.name, self.value = context, name, value
-        # A NumPy array written in place by a traced trip (dh0 += v at t == 0) stands for
-        # a traced copy from then on (context.replaced): not untouched, and the trial's
-        # copy must not outlive a refusal.
-        self.key = id(value)
-        self.replacement = context.replaced.get(self.key)
-
-    def setup(self):
-        return []
-
-    def enter(self, t, slots):
-        return self.value
-
-    def leave(self, proxy, returned):
-        written = self.context.replaced.get(self.key) is not self.replacement
-        if written:
-            if self.replacement is None:
-                del self.context.replaced[self.key]
-            else:
-                self.context.replaced[self.key] = self.replacement
-        if returned is not self.value or written:
-            raise Refused(f"`{self.name}` is assigned in some iterations only")
-        return []
-
-    def after(self, finals):
-        return self.value
-
-
-class _Trial:
-    """One traced iteration: block parameters, outputs (flat slots), the recorded items,
-    the prints it would have written, and the containers' reads."""
-
-    def __init__(self, context, body, t, carries, slots):
-        params = [_fresh(context, value) if isinstance(value, Tracer) else value
-                  for value in slots]
-        self.params = tuple(param.ir_var for param in params)  # before writes rebind them
-        objects, position = [], 0
-        for carry in carries:
-            objects.append(carry.enter(t, params[position: position + carry.slot_count]))
-            position += carry.slot_count
-        mark = len(context.body)
-        saved_prints = getattr(context, "trial_prints", None)
-        self.prints = context.trial_prints = []
-        saved_writes = getattr(context, "trial_writes", None)
-        writes = context.trial_writes = {}  # Tracer._update: arrays written in place
-        context.loop_depth = getattr(context, "loop_depth", 0) + 1
-        try:
-            returned = tuple(body(t, *objects))
-            _check_aliasing(carries, objects, returned, self.params)
-            _check_shared_memory(carries, objects, returned, self.params, slots)
-            outputs = []
-            for carry, proxy, value in zip(carries, objects, returned):
-                outputs += carry.leave(proxy, value)
-        except Refusal as refusal:
-            raise Refused(str(refusal)) from None
-        except (KeyError, IndexError) as error:  # the unrolled run raises it where eager does
-            raise Refused(f"iteration {t} raised {type(error).__name__}: {error}") from None
-        finally:
-            context.loop_depth -= 1
-            context.trial_prints = saved_prints
-            context.trial_writes = saved_writes
-            self.recorded = context.body[mark:]
-            del context.body[mark:]
-            outside = _undo_outside_writes(writes, self.params, self.recorded)
-        if outside:
-            raise Refused("the body writes in place into an array no loop variable holds "
-                          "(`self.h[t] = ...`, `cache['h'][t] = ...` on an array made before "
-                          "the loop)")
-        self.outputs = outputs
-        self.reads = [getattr(proxy, "_reads", None) for proxy in objects]
-
-
-def _undo_outside_writes(writes, params, recorded):
-    """Put back the arrays a trial wrote in place that were made before it and are no
-    block parameter: one held in a dict or an attribute (EpyNN's ``layer.fc['h'][s] =
-    h``, ``self.h[t] = h``), which no carry tracks. Left holding the trial's value (thrown
-    away with the trial) they made the unrolled trips read an undefined var ('uses %46
-    before its definition': the function never compiled). Whether any was put back."""
-    defined = {var.name for var in params} | {
-        item.out.name for item in recorded if isinstance(item, Eqn)}
-    outside = [entry for entry in writes.values() if entry[1].name not in defined]
-    for tracer, var, value, shape in outside:
-        tracer.ir_var, tracer.raw_value, tracer.shape = var, value, shape
-    return bool(outside)
-
-
-def _check_aliasing(carries, objects, returned, param_vars):
-    """``h += x[t]; hs[t] = h`` (or ``outs.append(h)``): NumPy stores one array that the
-    next step updates in place, so every entry ends up the last value. A container entry
-    that is a carried array the body updates in place refuses capture (unrolled, the trace
-    follows the aliasing)."""
-    updated, position = set(), 0
-    for carry, proxy, value in zip(carries, objects, returned):
-        if isinstance(carry, _ArrayCarry) and value is proxy and (
-            value.ir_var is not param_vars[position]
-        ):
-            updated.add(id(value))
-        position += carry.slot_count
-    if not updated:
-        return
-    for carry, proxy in zip(carries, objects):
-        current = getattr(proxy, "_current", None)
-        leaves = current if isinstance(current, tuple) else (current,)
-        if any(id(leaf) in updated for leaf in leaves):
-            raise Refused(f"`{carry.name}` stores an array the loop updates in place (h += "
-                          "...): NumPy's entries all alias it")
-
-
-def _check_shared_memory(carries, objects, returned, param_vars, slots):
-    """A carried array the body writes in place while it is a view of another array, or
-    while a view of it lives that is no carried value (``v = y[1:]`` before ``for t in
-    ...: v[t] = v[t] * 0.5 + y[t]``; ``acc = out[0]`` before ``acc += x[t]``): NumPy's
-    write shows in the other name, where the trip's proxy has no base and no views. Noted
-    on the carry (``shared``: ``tracejit.tracer.loop_write_through``): the capture stands
-    when the body reads none of that memory, and the final value is written into it at
-    exit (``_ArrayCarry.after``)."""
-    position = 0
-    for carry, proxy, value in zip(carries, objects, returned):
-        outer = slots[position] if position < len(slots) else None
-        if isinstance(carry, _ArrayCarry) and isinstance(outer, Tracer) and value is proxy and (
-                value.ir_var is not param_vars[position]):
-            # (the second trial's slots are the first's outputs: noted by the first)
-            carry.shared = carry.shared or loop_write_through.sharing(carry.name, outer, slots)
-        position += carry.slot_count
-
-
 def emit_prints(context, prints):
     """Hand prints (``(stream, text)``) to the enclosing trial (a nested loop), or to the
     trace, which writes them when it succeeds (``write_prints``): a trace that fails is
@@ -611,38 +346,6 @@ def emit_prints(context, prints):
 def write_prints(prints):
     for stream, text in prints:
         getattr(sys, stream).write(text)
-
-
-def _traced_pair(context, body, t1, step, carries, index):
-    """Iterations 1 and 2 traced, the index a ``SymInt`` of ``index`` at trips ``t1`` and
-    ``t1 + step``; containers' reads decided (and traced again with their windows when a
-    read reaches back into earlier iterations)."""
-    inner_names = context.loop_count
-    for attempt in range(2):
-        for carry in carries:
-            if isinstance(carry, ContainerCarry):
-                carry.begin()
-        try:
-            slots = [slot for carry in carries for slot in carry.setup()]
-        except Refusal as refusal:
-            raise Refused(str(refusal)) from None
-        context.loop_count = inner_names  # loops nested in the body: the same index names
-        trial1 = _Trial(context, body, index.at(t1), carries, slots)
-        context.loop_count = inner_names
-        trial2 = _Trial(context, body, index.at(t1 + step), carries, trial1.outputs)
-        if attempt:
-            return slots, trial1, trial2
-        again = False
-        for carry, reads1, reads2 in zip(carries, trial1.reads, trial2.reads):
-            if isinstance(carry, ContainerCarry):
-                try:
-                    again |= carry.decide(reads1, reads2)
-                except Refusal as refusal:
-                    raise Refused(str(refusal)) from None
-        if not again:
-            return slots, trial1, trial2
-    raise AssertionError("unreachable")
-
 
 def _like(final, example):
     """A carried value after the loop as tracing holds such values: a NumPy scalar (what
@@ -700,13 +403,13 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                           spread.snapshots, spread.values, start, stop, step, count, where,
                           spread.entering, watched)
         return spread.regroup(finals)
-    carries = _carries(context, names, originals, snapshots, values, start, stop, step, count)
+    carries = carries_of(context, names, originals, snapshots, values, start, stop, step, count)
     if entering is not None and _first_trip_fits(carries, entering):
         try:
             return _capture_trips(context, body, carries, start, stop, step, where,
                                   from_first=entering, watched=watched)
         except Refused:  # the index decides something at trip 0: peel it after all
-            carries = _carries(context, names, originals, snapshots, values, start, stop, step,
+            carries = carries_of(context, names, originals, snapshots, values, start, stop, step,
                                count)
     return _capture_trips(context, body, carries, start, stop, step, where, from_first=None,
                           watched=watched)
@@ -734,7 +437,7 @@ def _first_trip_fits(carries, entering):
     """Whether the values entering iteration 0 (``entering``: their vars) are what the body
     takes at every trip: arrays (no counters) of the same shapes, dtypes and weak types, and
     lists the body appends to (their buffers enter blank: ``_entering_slots``)."""
-    return all(type(carry) is _ArrayCarry and var is not None
+    return all(type(carry) is ArrayCarry and var is not None
                and var.aval == carry.value.ir_var.aval
                or type(carry) is ContainerCarry and carry.kind == "list"
                for carry, var in zip(carries, entering))
@@ -780,7 +483,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
     journal, watched_before = attribute_writes.watch_local_writes(context)
     held = trial_containers.holding(context.created_objects, watched)
     try:
-        slots, trial1, trial2 = _traced_pair(context, body, t1, step, carries, index)
+        slots, trial1, trial2 = traced_pair(context, body, t1, step, carries, index)
         if from_first is not None:
             _entering_slots(carries, from_first)  # a list read back: peeled after all
         if journal:  # acc = acc.add(x[t]) setting self.total: a trial's value would stay
@@ -795,7 +498,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
             # No loop equation would hold the body, nor its guards (n += 1 under an if on
             # data: the count of the traced path at every call)
             raise Refused("only counters are carried, and the body has guards")
-        if any(type(carry) is _UntouchedCarry for carry in carries) and not (
+        if any(type(carry) is UntouchedCarry for carry in carries) and not (
                 _quiet_items(trial1.recorded) and _quiet_items(trial2.recorded)):
             # A trip whose guard fails would take the path that assigns it, and the trips
             # left after a failed guard carry slots only
@@ -821,7 +524,7 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
     finally:
         attribute_writes.stop_watching(context, journal, watched_before)
         index.close()
-    slot_names = _slot_names(carries)
+    slot_names = slot_names_of(carries)
     equations, free = _generalize(trial1.recorded, trial2.recorded, trial1.params,
                                   trial2.params, index_name)
     results = []
@@ -883,8 +586,8 @@ def _capture_trips(context, body, carries, start, stop, step, where, from_first,
     for carry in carries:
         returned.append(carry.after(tracers[position: position + carry.slot_count]))
         position += carry.slot_count
-        if type(carry) is _ArrayCarry:
-            _follow_replaced(context, carry.value, returned[-1])
+        if type(carry) is ArrayCarry:
+            follow_replaced(context, carry.value, returned[-1])
     note_entry_aliases(context, carries, returned, trial2.outputs)
     log.info("loop at %s captured: %d equation(s) in the body, %d carried, %d read from "
              "outside", where, len(graph.body), len(slots), len(free_vars))

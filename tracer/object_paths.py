@@ -32,9 +32,9 @@ import types
 import numpy as np
 
 from .implicit import Path
-from .loop_containers import StackedList
 from .outside_inputs import container_subclass, is_setting
 from .rewritten_code import callable_object
+from .stacked_containers import StackedList
 
 
 def is_plain_object(value):

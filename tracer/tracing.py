@@ -56,7 +56,6 @@ from .frontend import run_rewritten
 from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, line_prefix, user_location
-from .loop_containers import plain_containers
 from .loops import UNDEFINED, write_prints
 from .numpy_warnings import computed
 from .outside_inputs import OutsideInputs
@@ -67,6 +66,7 @@ from .purity import is_stateful
 from .python_arithmetic import check as check_python_arithmetic
 from .shape_facts import ShapeFacts, unique_guards
 from .shapes import pow2_bucket
+from .stacked_containers import plain_containers
 from .traced_array import Tracer, trace_error
 from .unrepeatable_results import (
     refuse_outside_containers,

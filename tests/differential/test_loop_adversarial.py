@@ -463,7 +463,7 @@ NEVER_COMPILED = {}
 
 
 # append_aliased_state, dict_aliased_state (h += x[t]; hs[t] = h) are fixed: a container
-# entry that the loop updates in place refuses capture (tracer/loops.py _check_aliasing).
+# entry that the loop updates in place refuses capture (tracer/loop_trials.py _check_aliasing).
 ALIASING = {}
 
 

@@ -49,7 +49,7 @@ NumPy's samples to the bit). Internal error: a loop writing in place into an arr
 dict or an attribute (``fc["h"][s] = ...``, ``self.h[t] = ...``, EpyNN's layer caches) left
 the array holding a value of a loop trip traced for capture and thrown away, so the unrolled
 trips read an undefined var ('uses %46 before its definition') and the function never
-compiled past its first shape (``loops._undo_outside_writes``).
+compiled past its first shape (``loop_trials._undo_outside_writes``).
 
 Not fixed (correct, eager or slow): EpyNN's free functions taking the layer
 (``gru_forward(layer, A)``: ``layer.fc['X'] = A`` into a dict an argument object keeps is

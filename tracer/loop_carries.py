@@ -185,4 +185,3 @@ class UntouchedCarry:
 
     def after(self, finals):
         return self.value
-

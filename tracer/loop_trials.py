@@ -154,4 +154,3 @@ def traced_pair(context, body, t1, step, carries, index):
         if not again:
             return slots, trial1, trial2
     raise AssertionError("unreachable")
-

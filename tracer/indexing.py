@@ -355,6 +355,8 @@ def setitem(x, index, value):
     dtype), built from primitives: the value is scattered into place by running
     ``getitem``'s plan backwards, and a mask built the same way selects it over ``x``.
     """
+    if isinstance(value, (list, tuple)) and any_traced(value):
+        value = _sequence_value(value, x.dtype)
     masked = _masked_fill(x, index, value)
     if masked is not None:
         return masked
@@ -502,6 +504,23 @@ def _as_numpy(index):
     raise _NotNumPy(type(index).__name__)
 
 
+def _sequence_value(value, dtype):
+    """The array NumPy makes of a list or tuple of traced values it assigns
+    (``state[i][:3] = (x, num, den)``, RWKV's recurrent state written from a returned
+    tuple): their stack. Refused (eager) where NumPy's conversion into ``dtype`` is not a
+    plain cast: a float into an integer array goes through ``int()``, which raises at NaN
+    where a cast wraps."""
+    from .numpy_api import array_of  # numpy_api builds on this module
+
+    stacked = array_of(list(value))
+    if not np.can_cast(stacked.dtype, dtype, "same_kind"):
+        raise UnsupportedError(f"{line_prefix(user_location())}assigning a list of traced "
+                               f"{stacked.dtype} values into a {np.dtype(dtype)} array "
+                               "(NumPy converts each with int() or bool(), which raise where "
+                               "a compiled cast would not)")
+    return stacked
+
+
 def _without_leading_ones(value, ndim):
     """``value`` without the leading length-1 dims it has beyond the selection's ``ndim``:
     NumPy's assignment drops them (``Y[:, t] = y`` with ``y = Wout @ v`` of shape (1, 1)
@@ -569,6 +588,15 @@ def _placed_mask(index, ndim):
     entries = index if isinstance(index, tuple) else (index,)
     if not entries:
         return None  # x[()] = value
+    if len(entries) > 1 and getattr(entries[0], "dtype", None) == np.bool_ and all(
+            entry is Ellipsis or _full_slice(entry) for entry in entries[1:]):
+        # x[mask, :] = v (pmocz's lattice Boltzmann F[cylinder, :] = bndryF): the mask
+        # alone, when the full slices after it fit x's dims (else NumPy's IndexError)
+        slices = sum(entry is not Ellipsis for entry in entries[1:])
+        if sum(entry is Ellipsis for entry in entries[1:]) > 1 or isinstance(
+                entries[0], (tuple, list)) or ndim_of(entries[0]) + slices > ndim:
+            return None
+        return 0, entries[0]
     *leading, mask = entries
     if getattr(mask, "dtype", None) != np.bool_ or isinstance(mask, (tuple, list)):
         return None
@@ -579,6 +607,11 @@ def _placed_mask(index, ndim):
            and entry.step is None for entry in leading):
         return len(leading), mask
     return None
+
+
+def _full_slice(entry):
+    return (isinstance(entry, slice) and entry.start is None and entry.stop is None
+            and entry.step is None)
 
 
 def _check_converts_as_numpy(value, dtype):

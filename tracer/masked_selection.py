@@ -319,32 +319,35 @@ class MaskedSelection:
         return result
 
     # --- reductions --------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A003
-        return sum_(self, axis, dtype, out, keepdims)
+    # Keywords these do not take (``where=``, ``initial=`` of sum) reach the functions,
+    # which refuse them: the call runs eagerly, where Python's TypeError would have
+    # failed it.
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **more):  # noqa: A003
+        return sum_(self, axis, dtype, out, keepdims, **more)
 
-    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
-        return prod(self, axis, dtype, out, keepdims)
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, **more):
+        return prod(self, axis, dtype, out, keepdims, **more)
 
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        return mean(self, axis, dtype, out, keepdims)
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **more):
+        return mean(self, axis, dtype, out, keepdims, **more)
 
-    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-        return var(self, axis, dtype, out, ddof, keepdims)
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **more):
+        return var(self, axis, dtype, out, ddof, keepdims, **more)
 
-    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-        return std(self, axis, dtype, out, ddof, keepdims)
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **more):
+        return std(self, axis, dtype, out, ddof, keepdims, **more)
 
-    def max(self, axis=None, out=None, keepdims=False):  # noqa: A003
-        return max_(self, axis, out, keepdims)
+    def max(self, axis=None, out=None, keepdims=False, **more):  # noqa: A003
+        return max_(self, axis, out, keepdims, **more)
 
-    def min(self, axis=None, out=None, keepdims=False):  # noqa: A003
-        return min_(self, axis, out, keepdims)
+    def min(self, axis=None, out=None, keepdims=False, **more):  # noqa: A003
+        return min_(self, axis, out, keepdims, **more)
 
-    def any(self, axis=None, out=None, keepdims=False):  # noqa: A003
-        return any_(self, axis, out, keepdims)
+    def any(self, axis=None, out=None, keepdims=False, **more):  # noqa: A003
+        return any_(self, axis, out, keepdims, **more)
 
-    def all(self, axis=None, out=None, keepdims=False):  # noqa: A003
-        return all_(self, axis, out, keepdims)
+    def all(self, axis=None, out=None, keepdims=False, **more):  # noqa: A003
+        return all_(self, axis, out, keepdims, **more)
 
     def clip(self, min=None, max=None, out=None, **kwargs):  # noqa: A002 - NumPy's names
         return clip(self, min, max, out, **kwargs)
@@ -376,7 +379,15 @@ class MaskedSelection:
         raise self._refusal("iterating over it (list(), sum(), a for loop)")
 
     def __getitem__(self, index):
-        raise self._refusal("indexing it")
+        """``x[mask][:, idx]``: an index over the trailing dims only (the selected rows
+        kept whole, as pmocz's lattice Boltzmann code reorders the directions of its
+        boundary cells, ``F[cylinder, :][:, [0, 5, 6, 7, 8, 1, 2, 3, 4]]``) is the same
+        index of the dense values; any index of the selected axis itself is refused."""
+        trailing = _trailing_index(index, len(self._rest))
+        if trailing is None:
+            raise self._refusal("indexing it")
+        dense = self._values[(slice(None),) * self._info.ndim + trailing]
+        return self._derived(dense)
 
     def __setitem__(self, index, value):
         raise self._refusal("assigning into it")
@@ -408,6 +419,37 @@ class MaskedSelection:
         if not name.startswith("_") and hasattr(np.ndarray, name):
             raise self._refusal(f".{name}")
         raise AttributeError(f"'MaskedSelection' object has no attribute {name!r}")
+
+
+def _trailing_index(index, rest_ndim):
+    """The entries of ``index`` after a leading ``:`` or ``...`` when they index only the
+    trailing dims of a selection with ``rest_ndim`` of them: slices, and at most one integer
+    or integer index (with two, NumPy would move their broadcast axes to the front when a
+    slice separates them). None for anything else."""
+    if not isinstance(index, tuple) or not index:
+        return None
+    first, trailing = index[0], index[1:]
+    if not (first is Ellipsis or (isinstance(first, slice) and first == slice(None))):
+        return None
+    if len(trailing) > rest_ndim or (first is not Ellipsis and not trailing):
+        return None
+    others = [entry for entry in trailing if not isinstance(entry, slice)]
+    if len(others) > 1 or not all(_integer_index(entry) for entry in others):
+        return None
+    return tuple(trailing)
+
+
+def _integer_index(entry):
+    """Whether ``entry`` is an integer or an array or list of integers (not a bool)."""
+    if entry is None or entry is Ellipsis or isinstance(entry, (bool, MaskedSelection)):
+        return False
+    dtype = getattr(entry, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(entry).dtype
+        except (TypeError, ValueError):
+            return False
+    return np.dtype(dtype).kind in "iu"
 
 
 def _binary(function):
@@ -555,11 +597,23 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupporte
     return np.sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
 
 
-def _extreme(a, name, axis, keepdims, largest):
+def _extreme(a, name, axis, keepdims, largest, initial=np._NoValue):
     """np.max / np.min: NumPy raises for an empty reduction, so the count is guarded
     nonzero (an empty selection later leaves the compiled code for eager NumPy, which
-    raises) and an empty one raises NumPy's own error here."""
+    raises) and an empty one raises NumPy's own error here. With ``initial`` (``np.max(
+    d[mask], initial=0)``, the guard against an empty selection) none is raised: the
+    extreme of the values and ``initial``, cast to the dtype as NumPy's reduction casts it."""
     over, dense_axes = _reduced_axes(a, axis)
+    if initial is not np._NoValue:
+        if not isinstance(initial, (bool, int, float, np.generic)):
+            raise a._refusal(f"np.{name}(..., initial=) of a {type(initial).__name__}")
+        try:  # NumPy's conversion of it (or its error: -1 for a uint8 array)
+            with np.errstate(all="ignore"):
+                start = getattr(np, name)(np.empty(0, a.dtype), initial=initial)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise as_numpy_would(error) from None
+        result = _filled_extreme(a, axis, keepdims, largest)
+        return (np.maximum if largest else np.minimum)(result, start)
     if over:
         rest = tuple(dim if isinstance(dim, int) else 2 for dim in a._rest)
         try:  # NumPy's verdict on an empty selection of this shape, with its message
@@ -571,6 +625,12 @@ def _extreme(a, name, axis, keepdims, largest):
             size_of(_rest_sizes(a, dense_axes)) == 0 or not bool(a._info.count() > 0)
         ):
             raise as_numpy_would(empty_error)
+    return _filled_extreme(a, axis, keepdims, largest)
+
+
+def _filled_extreme(a, axis, keepdims, largest):
+    """The extreme with the unselected positions filled by the reduction's identity (an
+    empty selection gives that identity)."""
     dtype = np.dtype(a.dtype)
     if dtype.kind == "f":
         fill = -np.inf if largest else np.inf
@@ -590,14 +650,14 @@ def _rest_sizes(a, dense_axes):
             enumerate(a._values.shape) if axis >= masked and axis in dense_axes]
 
 
-def max_(a, axis=None, out=None, keepdims=False, **unsupported):
+def max_(a, axis=None, out=None, keepdims=False, initial=np._NoValue, **unsupported):
     _refuse_out(a, "np.max", out, unsupported)
-    return _extreme(a, "max", axis, keepdims, largest=True)
+    return _extreme(a, "max", axis, keepdims, True, initial)
 
 
-def min_(a, axis=None, out=None, keepdims=False, **unsupported):
+def min_(a, axis=None, out=None, keepdims=False, initial=np._NoValue, **unsupported):
     _refuse_out(a, "np.min", out, unsupported)
-    return _extreme(a, "min", axis, keepdims, largest=False)
+    return _extreme(a, "min", axis, keepdims, False, initial)
 
 
 # --- element-wise functions ----------------------------------------------------------------

@@ -3,8 +3,13 @@
 Positive codes are a guard's index + 1. The three below are the others: a kernel found an
 error NumPy raises too (an index out of range), a guard inside a captured loop's body
 failed at some trip, or a guard inside a loop nested in such a body did (the whole call
-leaves compiled code; ``stats()`` tells them apart).
+leaves compiled code; ``stats()`` tells them apart). ``exit_reason`` names the user's lines
+an exit can come from, found in the program's graph.
 """
+
+import numpy as np
+
+from tracejit.tracer.ir import Eqn, Guard
 
 KERNEL_ERROR = -1
 # The loop codes are far from a program's own statuses (a guard's number + 1, or a kernel's
@@ -28,3 +33,59 @@ def body_exit(code):
     if code in (LOOP_GUARD_FAILED, INNER_LOOP_GUARD_FAILED):
         return INNER_LOOP_GUARD_FAILED
     return KERNEL_ERROR
+
+
+def exit_places(graph, code):
+    """The user's lines (``Location``s, in program order) a side exit ``code`` of the
+    program built from ``graph`` can come from. The code alone does not say which guard or
+    cast it was, but the program's graph holds every candidate: a failing guard of a
+    captured loop's body (``LOOP_GUARD_FAILED``), of a loop nested in such a body at any
+    depth (``INNER_LOOP_GUARD_FAILED``), or a float cast to a narrow integer result
+    (``-NARROW_CAST_OUT_OF_RANGE``, ``codegen/narrow_results.py``). Empty for other codes,
+    or when the graph kept no line.
+
+    >>> import numpy as np
+    >>> from tracejit.tracer import trace
+    >>> def to_uint8(x):
+    ...     return (x * 255).astype(np.uint8)
+    >>> from tracejit.codegen.narrow_results import NARROW_CAST_OUT_OF_RANGE
+    >>> graph = trace(to_uint8, np.zeros(3)).graph
+    >>> [place.source for place in exit_places(graph, -NARROW_CAST_OUT_OF_RANGE)]
+    ['return (x * 255).astype(np.uint8)']
+    """
+    from .narrow_results import NARROW_CAST_OUT_OF_RANGE, is_stored_narrow
+
+    places = []
+    if code == -NARROW_CAST_OUT_OF_RANGE:  # (kernels of loop bodies report KERNEL_ERROR)
+        places = [graph.locations.get(item.out.name) for item in graph.body
+                  if isinstance(item, Eqn) and item.prim.name == "cast" and is_stored_narrow(item)
+                  and np.dtype(item.inputs[0].aval.dtype).kind == "f"]
+    elif code in (LOOP_GUARD_FAILED, INNER_LOOP_GUARD_FAILED):
+        places = _body_guards(graph, 0, 1 if code == LOOP_GUARD_FAILED else 2, set())
+    return list(dict.fromkeys(place for place in places if place is not None))
+
+
+def _body_guards(graph, depth, wanted, seen):
+    """Locations of the guards of loop bodies ``wanted`` levels deep or deeper in ``graph``
+    (at ``depth``); ``seen``: bodies already walked (one per output of a loop)."""
+    places = []
+    for item in graph.body:
+        if isinstance(item, Guard) and depth >= wanted:
+            places.append(item.location)
+        if isinstance(item, Eqn) and item.prim.name == "loop":
+            body = item.params_dict["body"]
+            if id(body) not in seen:
+                seen.add(id(body))
+                places += _body_guards(body, depth + 1, wanted, seen)
+    return places
+
+
+def exit_reason(reason, graph, code, detail=""):
+    """``reason`` (the short form ``stats()`` counts calls under), then the user's lines
+    ``exit_places`` finds for ``code`` and their source, then ``detail``: ``"a guard in an
+    inner loop's body failed: model.py:12: `if x[i, j] > 0:`"``."""
+    places = exit_places(graph, code) if graph is not None else []
+    where = " or ".join(f"{place.file}:{place.line}: `{place.source}`" if place.source
+                        else f"{place.file}:{place.line}" for place in places)
+    text = f"{reason}: {where}" if where else reason
+    return f"{text} {detail}" if detail else text

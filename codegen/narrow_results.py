@@ -48,9 +48,10 @@ from .dtypes import I32, NARROW_MEMORY
 # The dtypes a result may be stored in without compiled code computing in them.
 STORE_ONLY = frozenset(map(np.dtype, ("int8", "uint8", "int16", "uint16")))
 NARROW_CAST_OUT_OF_RANGE = 4  # a kernel status (codegen/pointwise.KernelStatus)
-# Why such a call ran eagerly (``stats()['eager_calls']``)
-NARROW_RANGE_REASON = ("a float cast to a narrow integer result was out of its range or NaN "
-                       "(NumPy's cast is the platform's there)")
+# Why such a call ran eagerly (``stats()['eager_calls']``; ``eager_reasons`` names the
+# casts' lines first, then ``NARROW_RANGE_DETAIL``: ``exit_codes.exit_reason``)
+NARROW_RANGE_REASON = "a float cast to a narrow integer result was out of its range or NaN"
+NARROW_RANGE_DETAIL = "(NumPy's cast is the platform's there)"
 
 
 def is_stored_narrow(eqn):

@@ -31,8 +31,13 @@ from typing import Any, Literal, TypeVar, overload
 
 from tracejit import codegen
 from tracejit.codegen import gc_pause, parallel
+from tracejit.codegen.exit_codes import exit_reason
 from tracejit.codegen.lowering import LAYOUT_EXIT
-from tracejit.codegen.narrow_results import NARROW_CAST_OUT_OF_RANGE, NARROW_RANGE_REASON
+from tracejit.codegen.narrow_results import (
+    NARROW_CAST_OUT_OF_RANGE,
+    NARROW_RANGE_DETAIL,
+    NARROW_RANGE_REASON,
+)
 from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
 
@@ -299,14 +304,18 @@ class JitFunction(Misses):
                 variant.rewind()  # the eager run (or a trace) draws as eager does
                 if taken.code == LAYOUT_EXIT:
                     return self._run_eager(args, kwargs, LAYOUT_REASON)
+                graph = getattr(path.program, "graph", None)  # where the exit's lines are
                 if taken.code == codegen.LOOP_GUARD_FAILED:
-                    return self._loop_guard_exit(variant, args, kwargs)
+                    return self._loop_guard_exit(variant, args, kwargs, exit_reason(
+                        "a guard in a loop body failed", graph, taken.code))
                 if taken.code == codegen.INNER_LOOP_GUARD_FAILED:
                     # (no streak toward tracing the loops unrolled: it read as a kernel
                     # error before, and ran eagerly as this does)
-                    return self._run_eager(args, kwargs, "a guard in an inner loop's body failed")
+                    return self._run_eager(args, kwargs, exit_reason(
+                        "a guard in an inner loop's body failed", graph, taken.code))
                 if taken.code == -NARROW_CAST_OUT_OF_RANGE:
-                    return self._run_eager(args, kwargs, NARROW_RANGE_REASON)
+                    return self._run_eager(args, kwargs, exit_reason(
+                        NARROW_RANGE_REASON, graph, taken.code, NARROW_RANGE_DETAIL))
                 if taken.guard_index is None:
                     return self._run_eager(args, kwargs, "kernel error (eager raises it)")
                 return self._side_exit(variant, path, taken.guard_index, args, kwargs)

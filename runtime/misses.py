@@ -306,7 +306,7 @@ class Misses:
     _loops_unrolled = False
     _dropped_calls = 0  # compiled calls of variants dropped (stats keep counting them)
 
-    def _loop_guard_exit(self, variant, args, kwargs):
+    def _loop_guard_exit(self, variant, args, kwargs, reason="a guard in a loop body failed"):
         """A guard in a captured loop's body failed: a trip decided otherwise than the trips
         the loop was traced on (a max pool's ``if`` on each window's data). After
         ``LOOP_EXIT_STREAK`` such exits of a variant with no compiled call between them
@@ -324,7 +324,7 @@ class Misses:
                 self._drop_variant(variant)
                 log_recompiles.info("%s: guards in loop bodies kept failing; its loops are "
                                     "traced unrolled from now on", self.__qualname__)
-        return self._run_eager(args, kwargs, "a guard in a loop body failed")
+        return self._run_eager(args, kwargs, reason)
 
     def _widen_entry(self, variant, checks):
         """Add ``checks`` (outside values a new path of ``variant`` read, which its entry

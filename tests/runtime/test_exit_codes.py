@@ -1,13 +1,23 @@
 """Side exits that name no guard (``codegen/exit_codes.py``) are told apart in ``stats()``:
 a guard of a loop nested in a captured loop's body is not a kernel error, and a kernel
 error is not a loop's guard (whose streak traces the loops unrolled and drops the
-variant)."""
+variant). Their reasons name the user's line first (``exit_codes.exit_reason``)."""
+
+import inspect
 
 import numpy as np
 import pytest
 
 from tracejit import jit
+from tracejit.codegen.narrow_results import NARROW_RANGE_REASON
 from tracejit.runtime.misses import LOOP_EXIT_STREAK
+
+
+def place_of(function, fragment):
+    """``file:line: `source``` of the line of ``function`` holding ``fragment``."""
+    lines, first = inspect.getsourcelines(function)
+    number = next(n for n, line in enumerate(lines) if fragment in line)
+    return f"{inspect.getsourcefile(function)}:{first + number}: `{lines[number].strip()}`"
 
 
 def signed_grid_sum(x):
@@ -35,6 +45,8 @@ def test_a_guard_failing_in_an_inner_loop_has_its_own_reason():
     stats = f.stats()
     assert stats["eager_calls"] == {
         "a guard in an inner loop's body failed": LOOP_EXIT_STREAK + 1}, f.explain()
+    assert stats["eager_reasons"]["a guard in an inner loop's body failed"] == (
+        "a guard in an inner loop's body failed: " + place_of(signed_grid_sum, "if x[i, j]"))
     assert stats["compiles"] == 1 and stats["variants"] == 1, f.explain()
     assert stats["compiled_calls"] >= 2, f.explain()
 
@@ -58,3 +70,38 @@ def test_a_kernel_error_is_not_a_loop_guard_failing():
     stats = f.stats()
     assert stats["raised_calls"] == LOOP_EXIT_STREAK + 1 and not stats["eager_calls"]
     assert stats["compiles"] == 1 and stats["variants"] == 1, f.explain()
+
+
+def signed_sum(x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 0:  # a guard in the loop's body
+            total = total + x[i]
+        else:
+            total = total - 1.0
+    return total
+
+
+def to_uint8(x):
+    scaled = x * 255
+    return scaled.astype(np.uint8)
+
+
+def test_a_loop_guard_and_a_narrow_cast_name_the_users_line():
+    """Traced on positive entries (and in-range values): a negative entry fails the loop
+    body's guard at one trip, a NaN the uint8 cast; the reasons name those lines, which
+    the program's graph holds (the exit code alone says neither)."""
+    loop = jit(signed_sum, cache=False, dynamic=True)
+    cast = jit(to_uint8, cache=False)
+    mixed = np.array([1.0, 2.0, -3.0, 4.0])
+    for x in (np.ones(4), np.ones(4), mixed):
+        assert loop(x) == signed_sum(x)
+    reason = "a guard in a loop body failed"
+    assert loop.stats()["eager_reasons"] == {
+        reason: f"{reason}: {place_of(signed_sum, 'if x[i] > 0')}"}, loop.explain()
+    with np.errstate(invalid="ignore"):
+        for x in (np.full(3, 0.5), np.full(3, 0.5), np.array([0.5, np.nan, 0.5])):
+            np.testing.assert_array_equal(cast(x), to_uint8(x))
+    assert cast.stats()["eager_reasons"] == {
+        NARROW_RANGE_REASON: f"{NARROW_RANGE_REASON}: {place_of(to_uint8, 'astype')} "
+                             "(NumPy's cast is the platform's there)"}, cast.explain()

@@ -977,8 +977,11 @@ def _with_user_line(error):
         traceback = traceback.tb_next
     if location is None:
         return TraceError(str(error))
-    source = linecache.getline(*location).strip()
-    return TraceError(f"{location[0]}:{location[1]}: {error}\n    {source}")
+    prefix, message = f"{location[0]}:{location[1]}: ", str(error)
+    if message.startswith(prefix):  # raised naming that line already (line_prefix)
+        message = message[len(prefix):]
+    source = linecache.getline(*location).strip()  # (none for exec'd code)
+    return TraceError(f"{prefix}{message}" + (f"\n    {source}" if source else ""))
 
 
 def _parameter_leaves(fn, args, kwargs, top_level):

@@ -32,7 +32,7 @@ import numpy as np
 from .ir import Eqn, Var
 from .ops import cast_p, reshape_p
 from .pending import known_kind
-from .view_writes import _address, index_in, numpy_root
+from .view_writes import _address, index_in, numpy_root, read_again
 
 # The primitives whose NumPy result views their operand (codegen.view_lowering.NUMPY_VIEWS)
 VIEWS = frozenset({"slice", "transpose", "reshape", "flip", "broadcast_to"})
@@ -82,6 +82,33 @@ def distinct_objects(context, out_leaves, output_atoms, atom_positions, argument
                                     view))
             output_atoms[position] = atom = view
         finals[id(leaf)] = atom
+
+
+def refreshed_views(context, out_leaves):
+    """``{result leaf index: traced view}`` for a result that views another result and was
+    made before a write into it that left the view's region alone (``t4 = t3[:-1]``, then
+    ``t3[4] = ...``, the last trip of a loop over ``t3``'s rows). Its value is right, but
+    its IR value views the older value of ``t3`` (a view apart from a write is not read
+    again: ``traced_array._update``), so the results came back unrelated where NumPy's
+    ``t4`` views ``t3``. Read again from the root's final value, it is a view of that."""
+    results = {id(leaf) for leaf in out_leaves if hasattr(leaf, "ir_var")}
+    producers = None
+    found, made = {}, {}  # (a leaf returned twice is one object: read again once)
+    for index, leaf in enumerate(out_leaves):
+        if id(leaf) in made:
+            found[index] = made[id(leaf)]
+            continue
+        if getattr(leaf, "steps", None) is None or not hasattr(leaf, "base_or_none"):
+            continue
+        root = leaf.base_or_none()
+        if root is None or root is leaf or id(root) not in results or not isinstance(
+                leaf.ir_var, Var) or not isinstance(root.ir_var, Var):
+            continue
+        if producers is None:
+            producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
+        if viewed_value(leaf.ir_var, producers).name != root.ir_var.name:
+            found[index] = made[id(leaf)] = read_again(root, leaf)
+    return found
 
 
 def constant_views(context, out_leaves):

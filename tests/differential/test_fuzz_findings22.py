@@ -14,6 +14,12 @@ Fixed here:
   (``np.sinh(710.0)`` is 1.1e308, float32 ``89.0``'s 2.2e38) and cancelling near 0
   (``sinh(1e-8)`` off in the 9th digit). ``ufuncs._hyperbolic`` takes ``expm1`` near 0 and
   ``(h / 2) * h`` of ``h = exp(|x| / 2)`` past ``exp``'s overflow.
+* ``t4 = t3[:-1]`` then a loop writing ``t3``'s rows, returning both (fuzz seed 2200001):
+  at exact shapes (the loop unrolled) the last write, into row 4, left ``t4``'s region
+  alone, so ``t4`` stayed a view of ``t3``'s older value and the compiled results did not
+  share memory where NumPy's ``t4`` views ``t3`` (equal values). A result viewing another
+  result is now read again from its root's final value
+  (``result_identity.refreshed_views``).
 """
 
 import numpy as np
@@ -81,3 +87,28 @@ def test_hyperbolic_functions_finite_where_numpy_is(ufunc, dtype):
         for got, _ in _calls(ufunc, [(x,)] * 2):
             np.testing.assert_allclose(got, want, rtol=ulps, atol=0)
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+# --- a view of a result made before writes that leave it alone ----------------------------
+def rows_filled_after_a_view(x):
+    t3 = x * 1.0
+    t4 = t3[:-1]
+    for i in range(1, t3.shape[0]):
+        t3[i] = t4[i - 1] * 0.5 + 1
+    return t4, t3
+
+
+def last_row_written_after_a_view(x):
+    t3 = x * 1.0
+    t4 = t3[1:3]
+    t3[0] = 2.0
+    return t3, t4, t4
+
+
+def test_a_view_made_before_writes_apart_from_it_still_views_its_base():
+    for function in (rows_filled_after_a_view, last_row_written_after_a_view):
+        sets = [(np.arange(15.0).reshape(5, 3) + k,) for k in range(3)]
+        for got, want in _calls(function, sets):
+            _assert_same(got, want)
+            assert np.shares_memory(got[0], got[1]) == np.shares_memory(want[0], want[1])
+            assert (got[-1] is got[-2]) == (want[-1] is want[-2])

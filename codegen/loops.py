@@ -42,6 +42,7 @@ compiled (logged), and the reference the tests compare against.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -600,13 +601,17 @@ class NativeLoopProgram(LoopProgram):
 
     kind = "native segments and loops"
 
-    def __init__(self, graph, name, build=compile_piece):
+    def __init__(self, graph, name, build=compile_piece, profile=False):
+        """``profile``: the segments and bodies count calls and time per kernel
+        (``profile``; TRACEJIT_PROFILE=1)."""
         if any(isinstance(item, Effect) for item in graph.body):
             # A segment's program prints as soon as it runs, before a later loop or
             # guard could side-exit: the interpreter holds prints to the end instead.
             raise UnsupportedError("print inside a function with a captured loop is not "
                                    "compiled natively yet")
         super().__init__(graph, name)
+        if profile:
+            build = functools.partial(build, profile=True)
         uses = {}
         groups = {}
         for item in graph.body:
@@ -685,6 +690,13 @@ class NativeLoopProgram(LoopProgram):
         self.constant_results = any(isinstance(atom, Var) and atom.name in self.constants
                                     for atom in graph.outputs)
         self.layout_inputs = _layout_inputs(graph)
+        self.profiled = any(program.profiled for program in self.pieces)
+        self.profiled_calls = 0  # counted when profiled (explain()'s profile header)
+
+    def profile(self):
+        """``[(kernel, calls, seconds)]`` of every segment's and body's kernels (a body's
+        count its trips), each shared program once; empty unless built profiled."""
+        return [row for program in self.pieces for row in program.profile()]
 
     @property
     def pieces(self):
@@ -724,6 +736,8 @@ class NativeLoopProgram(LoopProgram):
         bindings = {symbol: np.shape(inputs[position])[axis]
                     for symbol, (position, axis) in self.bindings.items()}
         bindings.update(zip(self.explicit, inputs[len(graph.inputs):]))
+        if self.profiled:
+            self.profiled_calls += 1
         for step in self.steps:
             step.run(env, bindings, SideExit)
         if self.constant_results:
@@ -783,11 +797,11 @@ def _check_layouts(positions, inputs, side_exit):
             raise side_exit(LAYOUT_EXIT)
 
 
-def compile_looped(graph, name=None):
+def compile_looped(graph, name=None, profile=False):
     start = time.perf_counter()
     name = name or graph.name
     try:
-        program = NativeLoopProgram(graph, name)
+        program = NativeLoopProgram(graph, name, profile=profile)
     except UnsupportedError as limit:  # a known limit (a loop nested in a loop body)
         log.info("%s: loop program not compiled natively (%s); it runs interpreted", name,
                  limit)

@@ -237,7 +237,7 @@ def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
     if not optimized:
         graph = optimize(graph, check=check)
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
-        return loops.compile_looped(graph, name)
+        return loops.compile_looped(graph, name, profile)
     # Before scheduling, and kept in ``Program.graph``: the disk cache rebuilds the wrapper
     # from that graph and the wrapper plan (``rebuild_wrapper``; without a plan it
     # reschedules the graph) and must find the same buffers.

@@ -237,7 +237,9 @@ def _profile_lines(program):
     if not rows:
         return []
     total = sum(seconds for _, _, seconds in rows) or 1e-30
-    lines = [f"      profile ({rows[0][1]} calls, {1e3 * total / rows[0][1]:.3f} ms per call "
+    # (a loop program's body kernels count trips: it counts its own calls)
+    calls = getattr(program, "profiled_calls", 0) or rows[0][1]
+    lines = [f"      profile ({calls} calls, {1e3 * total / calls:.3f} ms per call "
              "in kernels):"]
     for kernel, calls, seconds in sorted(rows, key=lambda row: -row[2]):
         lines.append(f"        {kernel.name:32} {1e6 * seconds / calls:10.1f} us/call "

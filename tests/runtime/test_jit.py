@@ -1073,6 +1073,33 @@ def test_profile_counts_calls_and_time_per_kernel(monkeypatch, tmp_path):
     assert again._variants[0].root.program.profile()[0][1] == 1
 
 
+def profiled_loop(x, w):
+    h = np.zeros(w.shape[0])
+    for t in range(x.shape[0]):
+        h = np.tanh(w @ h + x[t])
+    return h * 2.0 - 1.0
+
+
+def test_profile_counts_the_kernels_of_a_program_with_a_loop(monkeypatch):
+    """A captured loop's program is segments and a body program: each is profiled (they
+    reported no kernel at all), a body's kernels once per trip, and explain()'s header
+    counts the program's calls, not the trips."""
+    monkeypatch.setenv("TRACEJIT_PROFILE", "1")
+    compiled = jit(profiled_loop, cache="memory", dynamic=True)
+    x, w = np.ones((6, 4)), np.full((4, 4), 0.1)
+    for _ in range(4):
+        np.testing.assert_allclose(compiled(x, w), profiled_loop(x, w))
+    program = compiled._variants[0].root.program
+    calls = program.profiled_calls
+    expected = {kernel.name: calls * (len(x) if getattr(step, "index", None) else 1)
+                for step in program.steps for kernel in step.program.kernels}
+    rows = program.profile()
+    assert calls >= 3 and len(expected) >= 2 and {
+        kernel.name: count for kernel, count, _ in rows} == expected, rows
+    assert all(seconds > 0 for _, _, seconds in rows)
+    assert f"profile ({calls} calls" in compiled.explain()
+
+
 def test_without_profile_programs_have_no_counters():
     compiled = jit(profiled_block, cache="memory")
     x, w = np.ones((4, 3)), np.ones((3, 2))

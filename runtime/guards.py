@@ -158,6 +158,8 @@ class EntrySpec:
         symbols = {symbol.name: (symbol.low, symbol.high) for symbol in graph.symbols}
         for index, number in trace.drawn_inputs.items():
             inputs[index] = ("draw", number)
+        for index, (leaf, symbol) in trace.count_inputs.items():  # range(num_iterations)
+            inputs[index] = ("count", leaf, symbol)
         if trace.gradients is not None:  # cotangents are the backward's inputs, not the call's
             cotangents = set(trace.gradients.cotangent_inputs)
             inputs = [source for index, source in enumerate(inputs) if index not in cotangents]
@@ -186,6 +188,9 @@ class EntrySpec:
                 lines.append(f"{name}: any {kind.__name__}({bits.__name__}), drawn from")
             else:
                 lines.append(f"{name}: == {leaf.value!r}")
+        for source in map(tuple, self.inputs):
+            if source[0] == "count":
+                where.setdefault(source[2], f"{names[source[1]]}, a loop's trip count")
         for symbol, (low, high) in self.symbols.items():
             seen = f" ({where[symbol]})" if symbol in where else ""
             lines.append(f"{symbol}{seen} in [{low}, {high}]")
@@ -379,6 +384,9 @@ def _guard_statements(spec, source, draws=True):
         source.indent -= 1
         if bound != bound_natively:
             raise AssertionError("entry guard: the native and Python checks bind other dims")
+    for source_key in map(tuple, spec.inputs):
+        if source_key[0] == "count":
+            _count_statements(source, source_key, bound, spec.symbols, values)
     for guard in spec.shape_guards:
         source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, implicit in enumerate(spec.implicit):
@@ -446,6 +454,29 @@ def _guard_statements(spec, source, draws=True):
     if spec.draws is not None:
         _draw_statements(spec.draws, source, bound, values, draws)
     return ", ".join(values[source_key] for source_key in map(tuple, spec.inputs))
+
+
+def _count_carrier(count):
+    """The input a loop's trip count argument gives the program
+    (``tracer.loop_trip_counts``): its shape binds the count's symbol there."""
+    return np.empty((count, 0), np.int8)
+
+
+def _count_statements(source, key, bound, ranges, values):
+    """Bind the symbol of a trip count argument (``("count", leaf, symbol)``, an int the
+    leaf checks accepted) and check its range; its count carrier is the program's input."""
+    _, leaf, symbol = key
+    name = _identifier(symbol, ranges, "a trip count")
+    variable = f"leaf{_literal(leaf, 'a trip count leaf')}"
+    if name in bound:
+        source.add(f"if {variable} != {name}: return {source.miss}")
+    else:
+        bound.add(name)
+        low, high = (_literal(end, f"the range of {name}") for end in ranges[name])
+        source.add(f"{name} = {variable}")
+        source.add(f"if {name} < {low} or {name} > {high}: return {source.miss}")
+    values[key] = f"count{leaf}"
+    source.add(f"count{leaf} = {source.constant(_count_carrier, 'C')}({name})")
 
 
 def _structure_reads(treedef, source):
@@ -635,7 +666,7 @@ def compile_entry(spec, program, variant, result):
     source = _Source(miss="_MISS")
     source.add("def enter(jit, args, kwargs):", depth=0)
     inputs = _guard_statements(spec, source)
-    checked = {position for position, (kind, number) in enumerate(map(tuple, spec.inputs))
+    checked = {position for position, (kind, number, *_) in enumerate(map(tuple, spec.inputs))
                if (spec.leaves[number].kind == "array" if kind == "leaf"
                    else kind == "implicit" and number_type(spec.implicit[number]) is None)}
     inlined = inline_body(program, checked, inputs.split(", ") if spec.inputs else [])

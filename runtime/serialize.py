@@ -470,6 +470,14 @@ def _shape_guard_from_json(data, symbols):
                       _text(data["reason"], "a shape guard's reason"))
 
 
+def _count_input(source, leaves, symbols):
+    """Whether ``source`` is ``["count", leaf, symbol]``: a loop's trip count read from a
+    number argument into a declared symbol (``tracer.loop_trip_counts``)."""
+    return len(source) == 3 and source[0] == "count" and _integer(
+        source[1], "an input") < len(leaves) and leaves[source[1]].kind == "scalar" and (
+        symbol_name(source[2]) in symbols)
+
+
 def spec_from_json(data, fn):
     symbols = {}
     for name, bounds in data["symbols"].items():
@@ -492,11 +500,12 @@ def spec_from_json(data, fn):
                 f"a seed read from argument leaf {getattr(arg, 'leaf', None)!r}")
     inputs = []
     for source in data["inputs"]:
-        _check(isinstance(source, list) and len(source) == 2 and (
+        _check(isinstance(source, list) and (_count_input(source, leaves, symbols) or len(
+            source) == 2 and (
             (source[0] == "leaf" and _integer(source[1], "an input") < len(leaves)) or
             (source[0] == "implicit" and _integer(source[1], "an input") < len(implicit)) or
             (source[0] == "draw" and draws is not None and _integer(
-                source[1], "an input") < draws.outputs)),
+                source[1], "an input") < draws.outputs))),
             f"a program input from {source!r}")
         inputs.append(tuple(source))
     texts = [_text(text, "a shape guard's text") for text in data["shape_guard_text"]]

@@ -118,7 +118,7 @@ class EagerHooks:
     def loop_note(self, line, reason):
         pass
 
-    def append_when(self, container, index, test, value):  # (loop_selected_appends)
+    def append_when(self, container, index, test, value, period=None):  # loop_selected_appends
         if test(index):
             container.append(value)
 

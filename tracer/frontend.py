@@ -41,6 +41,7 @@ from . import (
     list_appends,
     loop_selected_appends,
     loop_sequences,
+    loop_trip_counts,
     loop_while,
     operator_calls,
     ops,
@@ -856,13 +857,21 @@ class Hooks:
 
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
-        return run_loop(self.context, range_function, range_args, body, names, frame_locals,
-                        (body.__code__.co_filename, line), reverse)
+        location = (body.__code__.co_filename, line)
+        counted = loop_trip_counts.counted_bounds(self.context, range_function, range_args)
+        if counted is None:
+            return run_loop(self.context, range_function, range_args, body, names,
+                            frame_locals, location, reverse)
+        # range(num_iterations): the count a dim (tracejit.tracer.loop_trip_counts)
+        return loop_trip_counts.run_counted(
+            self.context, counted[1], f"{location[0]}:{location[1]}",
+            lambda: run_loop(self.context, range_function, counted[0], body, names,
+                             frame_locals, location, reverse))
 
-    def append_when(self, container, index, test, value):
+    def append_when(self, container, index, test, value, period=None):
         """``if test(index): container.append(value)`` in a loop body
         (``tracejit.tracer.loop_selected_appends``)."""
-        loop_selected_appends.append_when(self.context, container, index, test, value)
+        loop_selected_appends.append_when(self.context, container, index, test, value, period)
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):

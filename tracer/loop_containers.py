@@ -167,10 +167,12 @@ class ContainerCarry:
                 a is not b for a, b in zip(after, before)):
             raise Refusal(f"`{self.name}` is a list the loop changes other than by one "
                           "append under a test of the index per iteration")
-        if not all(isinstance(bound, int) for bound in (self.start, self.count)):
+        self.selected = loop_selected_appends.selector(note, self.start, self.count,
+                                                       self.step)
+        if self.selected is None:
             raise Refusal(f"`{self.name}` is appended to under a test of the index in a loop "
-                          "over a dynamic length (the selected trips would pin it)")
-        self.selected = note.test
+                          "over a dynamic length (the selected trips would pin it; a test "
+                          "that repeats, i % 100 == 0, is captured)")
         self.prefix = list(before)
         self.history0 = list(after)
         self.entry0 = note.value

@@ -24,14 +24,19 @@ lambda i: <test>, cost)``:
   trip, and after the loop the list holds the rows of the trips whose test holds, found
   by running the test on the trip indices (plain ints: the trip count of a loop whose
   bounds are Python ints). The compiled call computes every trip's value (``cost`` is
-  computed at every trip in NumPy too); its list is a slice of the buffer.
+  computed at every trip in NumPy too); its list is a slice of the buffer;
+* in a loop whose trip count is a dim (``range(X.shape[1])``, or ``range(num_iterations)``
+  once that argument is one: ``tracejit.tracer.loop_trip_counts``), a test whose outcome
+  repeats every ``P`` indices (``index_period``: ``i % 100 == 0``, ``print_cost and (i + 1)
+  % 10 == 0``) selecting one trip in each ``P`` is the slice ``[c::P]`` of the buffer for
+  every count, and the list's length a dim.
 
 Not rewritten (as written, so the loop unrolls as before): an ``else``, more than the one
 append under the test, a test that calls something or reads a name the body assigns, a
 value that calls anything else (``costs.append(compute_cost(A, Y))``). Refused at capture
-(the loop unrolls): a loop whose bounds are dims (the trips the test selects would pin the
-trip count), a body that reads the list, a buffer of all trips over ``BUFFER_LIMIT`` bytes
-(eager keeps only the selected entries).
+(the loop unrolls): a loop whose bounds are dims with a test that is not periodic (``i ==
+n - 1``: the trips it selects would pin the trip count), a body that reads the list, a
+buffer of all trips over ``BUFFER_LIMIT`` bytes (eager keeps only the selected entries).
 
 >>> import numpy as np
 >>> from tracejit import jit
@@ -51,6 +56,7 @@ trip count), a body that reads the list, a buffer of all trips over ``BUFFER_LIM
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,16 +103,57 @@ def rewrite_selected_appends(node, assigned_before, is_local):
             args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)], vararg=None,
                                kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
             body=test)
+        period = index_period(test, index)
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="append_when",
                                ctx=ast.Load()),
             args=[ast.Name(id=container, ctx=ast.Load()), ast.Name(id=index, ctx=ast.Load()),
                   check, value],
-            keywords=[])
+            keywords=[] if period is None else [
+                ast.keyword(arg="period", value=ast.Constant(period))])
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
     node.body = body
+
+
+def index_period(test, index):
+    """``P`` when the outcome of ``test`` (an expression of the loop index ``index``) repeats
+    every ``P`` indices, whatever the names it reads: every read of the index sits in
+    ``<expr> % K`` with ``K`` a positive int constant and ``<expr>`` the index, int
+    constants, ``+``, ``-`` and ``*`` (so ``<expr>`` moves by a multiple of ``K`` when the
+    index does); ``P`` is the lcm of the ``K``. None otherwise (``i == n - 1``, ``i < 500``).
+
+    >>> index_period(ast.parse("print_cost and (i + 1) % 100 == 0", mode="eval").body, "i")
+    100
+    >>> index_period(ast.parse("i % 10 == 0 or i == n - 1", mode="eval").body, "i") is None
+    True
+    """
+    moduli = []
+
+    def polynomial(node):
+        if isinstance(node, ast.Name):
+            return node.id == index
+        if isinstance(node, ast.Constant):
+            return type(node.value) is int
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, (ast.USub, ast.UAdd)) and polynomial(node.operand)
+        return isinstance(node, ast.BinOp) and isinstance(node.op, (
+            ast.Add, ast.Sub, ast.Mult)) and polynomial(node.left) and polynomial(node.right)
+
+    def periodic(node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(
+                node.right, ast.Constant) and type(node.right.value) is int and (
+                node.right.value > 0) and polynomial(node.left):
+            moduli.append(node.right.value)
+            return True
+        if isinstance(node, ast.Name):
+            return node.id != index
+        return all(periodic(child) for child in ast.iter_child_nodes(node))
+
+    if not periodic(test):
+        return None
+    return math.lcm(*moduli) if moduli else 1
 
 
 def _bound(value, assigned, stored):
@@ -165,6 +212,7 @@ class Taken:
     value: object
     appended: bool
     calls: int = 1
+    period: int = None  # the test's outcome repeats every ``period`` indices (index_period)
 
 
 def forget(context, values):
@@ -181,7 +229,7 @@ def taken(context, container):
     return note if note is not None and note.container is container else None
 
 
-def append_when(context, container, index, test, value):
+def append_when(context, container, index, test, value, period=None):
     """``if test(index): container.append(value)`` as the loop runs it (the module's
     docstring). ``container`` is a real list, or a captured loop's list in a traced trip."""
     select = getattr(container, "append_selected", None)
@@ -195,14 +243,53 @@ def append_when(context, container, index, test, value):
         if note is not None and note.container is container:
             note.calls += 1
         else:
-            notes[id(container)] = Taken(container, test, value, bool(outcome))
+            notes[id(container)] = Taken(container, test, value, bool(outcome), period=period)
     if outcome:
         container.append(value)
 
 
+class Selector:
+    """The index test of a selected append in a loop, called as the test is; ``phase``,
+    for a loop whose trip count is a dim: the one trip in each ``period`` the test selects
+    (``"all"``, ``"none"``), the same for every count (``index_period``)."""
+
+    def __init__(self, test, period=None, phase=None):
+        self.test, self.period, self.phase = test, period, phase
+
+    def __call__(self, index):
+        return self.test(index)
+
+
+def selector(note, start, count, step):
+    """The ``Selector`` of ``note``'s test in a loop over ``range(start, ..., step)`` of
+    ``count`` trips, or None when the trips it selects are not known for every count the
+    loop serves: a count that is a dim needs an int start and a test whose outcome repeats
+    with a period (``i % 100 == 0``), selecting one trip a period, all or none."""
+    if isinstance(start, int) and isinstance(count, int):
+        return Selector(note.test)
+    if not isinstance(start, int) or not isinstance(step, int) or note.period is None:
+        return None
+    outcomes = [note.test(start + trip * step) for trip in range(note.period)]
+    if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
+        return None  # a test reading a run-time value (a traced flag)
+    trips = [trip for trip, outcome in enumerate(outcomes) if outcome]
+    if len(trips) not in (0, 1, note.period):
+        return None
+    phase = "none" if not trips else "all" if len(trips) == note.period else trips[0]
+    return Selector(note.test, note.period, phase)
+
+
 def selection(test, first, count, step):
-    """The trips (0 to ``count - 1``) whose index passes ``test``, as a slice when they are
-    evenly spaced (``i % k == c``), else a list."""
+    """The trips (0 to ``count - 1``) whose index passes ``test`` (a ``Selector``), as a
+    slice when they are evenly spaced (``i % k == c``), else a list; and their number.
+    ``count`` may be a dim when the selector has a ``phase``."""
+    if getattr(test, "phase", None) is not None:
+        if test.phase == "none":
+            return slice(0, 0), 0
+        if test.phase == "all":
+            return slice(0, None), count
+        return slice(test.phase, None, test.period), (
+            count - test.phase + test.period - 1) // test.period
     trips = [trip for trip in range(count) if test(first + trip * step)]
     if len(trips) >= 2:
         stride = trips[1] - trips[0]

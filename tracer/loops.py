@@ -38,6 +38,7 @@ from . import (
     attribute_writes,
     loop_dict_carries,
     loop_selected_appends,
+    loop_trip_counts,
     loop_write_through,
     trial_containers,
 )
@@ -321,6 +322,7 @@ def note_unrolled(context, where, reason):
 
 
 def _note(context, where, reason):
+    loop_trip_counts.before_unrolling(context, where)  # range(num_iterations): pinned instead
     notes = getattr(context, "loop_notes", None)
     if notes is None:
         notes = context.loop_notes = []

@@ -170,6 +170,9 @@ class Trace:
     # graph inputs take their values: input index -> number of the value drawn
     draws: object = None
     drawn_inputs: dict = field(default_factory=dict)
+    # graph input index -> (argument leaf, symbol): a loop's trip count that argument gives
+    # (tracer.loop_trip_counts: the input is an empty array of shape (count, 0))
+    count_inputs: dict = field(default_factory=dict)
     # the generators' states before the trace drew (random_draws.Journal; set by whoever
     # traced inside ``random_draws.journal()``)
     journal: object = None
@@ -959,6 +962,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         output_values=output_values,
         draws=draws,
         drawn_inputs=drawn_inputs,
+        count_inputs=dict(getattr(context, "count_inputs", {})),
         tensor_outputs=tensor_outputs,
         tensor_leaves=frozenset(index for index, position in atom_positions.items()
                                 if position in tensor_outputs),

@@ -1,0 +1,123 @@
+"""Model-style loops that compiled once per call shape or ran unrolled (round 22,
+"still eager or slow"): a training loop's trip count from an argument
+(``tracer/loop_trip_counts.py``) with costs kept every k steps
+(``tracer/loop_selected_appends.py``). Each compares compiled with eager NumPy: results,
+and lists as NumPy leaves them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tracejit import jit
+from tracejit.runtime.guards import compile_guard
+from tracejit.runtime.serialize import InvalidEntry, spec_from_json, spec_to_json
+
+
+def _same(got, want):
+    """Compiled ``got`` is eager ``want``: arrays close, numbers of the same type, lists of
+    the same length, entry by entry."""
+    if isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), (got, want)
+        for a, b in zip(got, want):
+            _same(a, b)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def _data():
+    rng = np.random.default_rng(22)
+    X = rng.standard_normal((3, 20))
+    return X, (rng.random((1, 20)) > 0.5).astype(np.float64)
+
+
+def _fit(X, Y, num_iterations, print_cost=True):
+    w, costs, sevens = np.zeros((X.shape[0], 1)), [], []
+    for i in range(num_iterations):
+        A = np.tanh(w.T @ X)
+        cost = float(np.mean((A - Y) ** 2))
+        w = w - 0.5 * (X @ (A - Y).T) / X.shape[1]
+        if i % 10 == 0:
+            costs.append(cost)
+        if print_cost and (i + 1) % 7 == 0:
+            sevens.append(cost)
+    return w, costs, sevens
+
+
+def test_a_trip_count_argument_compiles_once_for_every_count():
+    """fit(X, Y, 1000), fit(X, Y, 2000), ...: the count was pinned (a constant of each
+    trace: one compile per value, eager past max_variants), and the costs kept under
+    ``i % 10 == 0`` were Python structure of the count. Now the second value makes the count
+    a dim bound at each call and the kept costs a strided slice of the loop's buffer."""
+    X, Y = _data()
+    compiled = jit(_fit)
+    for count in (40, 53, 75):
+        _same(compiled(X, Y, count), _fit(X, Y, count))
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 2, stats
+
+
+def _fit_last(x, num_iterations):
+    w, costs = np.zeros(3), []
+    for i in range(num_iterations):
+        w = w - 0.1 * (w - x)
+        cost = float(np.sum((w - x) ** 2))
+        if i % 10 == 0 or i == num_iterations - 1:  # reads the count: pinned, as before
+            costs.append(cost)
+    return w, costs
+
+
+def test_a_test_that_reads_the_count_pins_it_and_stays_compiled():
+    compiled = jit(_fit_last)
+    for count in (30, 41, 52):
+        _same(compiled(np.ones(3), count), _fit_last(np.ones(3), count))
+    assert compiled.stats()["eager_calls"] == {}
+
+
+def _scan(X):
+    h, kept = np.zeros(X.shape[0]), []
+    for i in range(X.shape[1]):
+        h = np.tanh(h + X[:, i])
+        if i % 4 == 1:
+            kept.append(h.copy())
+    return h, kept
+
+
+def test_a_selected_append_in_a_loop_over_a_dynamic_length_compiles_once_per_bucket():
+    """The trips ``i % 4 == 1`` selects are a slice for every length: the loop was unrolled
+    (one compile per length) because they would pin it."""
+    compiled = jit(_scan, dynamic=True)
+    rng = np.random.default_rng(3)
+    for length in (9, 12, 16):
+        X = rng.standard_normal((3, length))
+        _same(compiled(X), _scan(X))
+    assert compiled.stats()["compiles"] == 1, compiled.stats()
+
+
+def _descend(x, steps):
+    w = np.zeros(3)
+    for _ in range(steps):
+        w = w - 0.1 * (w - x)
+    return w
+
+
+def test_a_trip_count_entry_is_stored_checked_and_refused_when_forged():
+    compiled = jit(_descend, cache=False)
+    for steps in (5, 6):
+        compiled(np.ones(3), steps)
+    spec = compiled._variants[-1].spec
+    counts = [source for source in spec.inputs if source[0] == "count"]
+    assert counts == [("count", 1, counts[0][2])], spec.inputs
+    stored = json.loads(json.dumps(spec_to_json(spec, _descend)))
+    guard = compile_guard(spec_from_json(stored, _descend))
+    assert guard((np.ones(3), 9), {}) is not None
+    assert guard((np.ones(3), 2), {}) is None  # fewer than 3 trips: a trace of its own
+    for forged in (0, 7):  # the array leaf, past the leaves
+        tampered = json.loads(json.dumps(stored))
+        tampered["inputs"] = [["count", forged, counts[0][2]] if source[0] == "count" else
+                              source for source in tampered["inputs"]]
+        with pytest.raises(InvalidEntry):
+            spec_from_json(tampered, _descend)

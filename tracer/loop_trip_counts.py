@@ -1,0 +1,105 @@
+"""A loop's trip count from a number argument: ``for i in range(num_iterations)``.
+
+Training loops take their length as a Python int (``fit(X, Y, num_iterations=2000)``), and
+users call them with 1000, 2000, 2500 steps. With ``dynamic="auto"`` such an argument is
+a run-time input once it is seen with a second value, but a trip count is a number Python
+needs as an int, so it was pinned (``tracejit.tracer.pinned_scalars``): one compile per
+value, and past ``max_variants`` eager calls.
+
+A top-level ``range`` bound that *is* such an argument becomes a dim here instead, as
+``range(x.shape[0])`` is one: a symbol over ``[TRIP_LOW, TRIP_HIGH]`` (one program for
+every count in it), bound at each call from the argument's value. Symbols are bound from
+input shapes (the entry guard and the program wrapper read them there), so the trace takes
+one more input, a *count carrier*: an empty ``int8`` array of shape ``(count, 0)`` that the
+entry guard makes from the argument (``runtime/guards.py``, input source ``("count",
+leaf, symbol)``). Nothing reads its data.
+
+The count stays a dim only where the loop is captured with it: a loop that unrolls (a trip
+count under 3, a body the capture refuses) pins the argument as before, and the function
+is traced again with it constant (``ScalarDecidesShape``).
+
+>>> import numpy as np
+>>> from tracejit import jit
+>>> def descend(x, steps):
+...     w = np.zeros(3)
+...     for i in range(steps):
+...         w = w - 0.1 * (w - x)
+...     return w
+>>> f = jit(descend)
+>>> all(np.allclose(f(np.ones(3), n), descend(np.ones(3), n)) for n in (40, 50, 60, 70))
+True
+>>> f.stats()["compiles"]   # the first call's exact count, then one for every count
+2
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .pinned_scalars import ScalarDecidesShape
+from .traced_array import Tracer
+
+# The counts one program serves: the loop capture needs three trips in the call it traces,
+# and a call with fewer runs a trace of its own (pinned, as before).
+TRIP_LOW, TRIP_HIGH = 3, 2 ** 31 - 1
+
+
+def counted_bounds(context, range_function, range_args):
+    """``(range_args with the count argument a dim, its leaf)`` when a bound of a
+    top-level ``range`` loop is an int argument traced as a run-time input; else None."""
+    if context is None or range_function is not range or getattr(
+            context, "loop_indices", None) or getattr(context, "in_loop_body", 0) or getattr(
+            context, "unroll_loops", False):
+        return None
+    number_leaves = getattr(context, "number_leaves", {})
+    args, leaves = list(range_args), []
+    for position, bound in enumerate(args):
+        if not isinstance(bound, Tracer) or bound.ir_var.name not in number_leaves:
+            continue
+        leaf = number_leaves[bound.ir_var.name]
+        value = bound.value
+        if bound.shape != () or not isinstance(value, (int, np.integer)) or isinstance(
+                value, (bool, np.bool_)) or position == 2 or not (
+                TRIP_LOW <= int(value) <= TRIP_HIGH):
+            return None  # a step, a negative bound, a count too small: pinned as before
+        args[position] = _count_dim(context, bound, leaf, int(value))
+        leaves.append(leaf)
+    return (tuple(args), tuple(leaves)) if leaves else None
+
+
+def _count_dim(context, bound, leaf, value):
+    """The dim of the count argument at ``leaf`` (one per argument and trace)."""
+    dims = context.__dict__.setdefault("count_dims", {})
+    if leaf not in dims:
+        dim = context.new_symbol(value, TRIP_LOW, TRIP_HIGH)
+        context.add_input(np.empty((value, 0), np.int8), (dim, 0))
+        context.count_inputs = {**getattr(context, "count_inputs", {}),
+                                len(context.inputs) - 1: (leaf, dim.expr.symbols().pop())}
+        dims[leaf] = dim
+    return dims[leaf]
+
+
+def run_counted(context, leaves, where, run):
+    """``run()`` (the loop at ``where``, with its count a dim). Where the loop is not
+    captured, the count arguments are pinned and the function traced again
+    (``before_unrolling``), before a trip runs unrolled."""
+    if not getattr(context, "pinnable_scalars", None):
+        return run()  # another path of a variant (runtime SameEntry): nothing to pin
+    counted = context.__dict__.setdefault("counted_loops", {})
+    counted[where] = leaves
+    captured = len(getattr(context, "captured_loops", ()))
+    try:
+        finals = run()
+    finally:
+        counted.pop(where, None)
+    if where not in getattr(context, "captured_loops", ())[captured:]:
+        raise ScalarDecidesShape(tuple(sorted(set(leaves))))  # unrolled without a note
+    return finals
+
+
+def before_unrolling(context, where):
+    """``tracejit.tracer.loops`` is about to unroll the loop at ``where``: a loop whose
+    count is an argument's dim pins that argument instead."""
+    leaves = getattr(context, "counted_loops", {}).get(where)
+    if leaves:
+        raise ScalarDecidesShape(tuple(sorted(set(leaves))))

@@ -328,12 +328,15 @@ def _float32(value):
     return float(np.float32(value))
 
 
-def _float32_parts(value, count):
-    """``value`` (a Fraction) as ``count`` float32s, each the float32 nearest to what the
-    ones before leave."""
+def _float32_parts(value, count, below=False):
+    """``value`` (a positive Fraction) as ``count`` float32s, each the float32 nearest to
+    (or, ``below``, the largest not above) what the ones before leave."""
     parts = []
     for _ in range(count):
-        parts.append(_float32(float(value)))
+        part = np.float32(float(value))
+        if below and fractions.Fraction(float(part)) > value:
+            part = np.nextafter(part, np.float32(0))
+        parts.append(float(part))
         value -= fractions.Fraction(parts[-1])
     return tuple(parts)
 
@@ -342,6 +345,11 @@ _HALF_PI_FRACTION = fractions.Fraction(_pi_bits(200), 1 << 201)
 # pi/2 = C1 + C2 + C3 (+ 2^-75 or so): C1 * q is formed exactly inside a fused multiply-add
 # and |x| - q C1 is exact (both multiples of 2^-23, the result below 1).
 _HALF_PI_F32 = _float32_parts(_HALF_PI_FRACTION, 3)
+# The same with every part rounded down (all positive; 2^-73 left out): tan reduces x with
+# its sign, and then -0.0 must stay -0.0 (q = +0 for it, so each q C_i is a zero of C_i's
+# sign, and -0.0 + +0.0 would be +0.0). C1 keeps its last bit at 2^-23, so x - q C1 is
+# still exact.
+_HALF_PI_F32_BELOW = _float32_parts(_HALF_PI_FRACTION, 3, below=True)
 _TWO_OVER_PI_F32 = _float32(float(1 / _HALF_PI_FRACTION))
 # Adding 1.5 * 2^23 rounds x * 2/pi to an integer held in the low mantissa bits.
 _ROUNDER_F32 = 12582912.0
@@ -355,11 +363,14 @@ _SIN_F32 = (-0.16666653752326965, 0.008332070894539356, -0.00019503067596815526)
 _COS_F32 = (0.04166664183139801, -0.0013887194218114018, 2.4419194232905284e-05)
 
 
-def _reduce_half_pi_float32(builder, magnitude):
+def _reduce_half_pi_float32(builder, magnitude, half_pi=_HALF_PI_F32):
     """|x| below ``FAST_LIMIT_F32`` as ``q pi/2 + (hi + lo)``: q (an integer float and its
-    integer bits) and r as a float-float."""
+    integer bits) and r as a float-float. A negative x may be passed as it is: every step
+    is odd in x (the rounder's ties go to even on both sides), so -x gives -q, -hi, -lo to
+    the bit, and q's low bits are its two's complement's (q mod 4). With ``half_pi`` =
+    ``_HALF_PI_F32_BELOW`` a -0.0 reduces to -0.0."""
     f = Float(magnitude.type)
-    c1, c2, c3 = _HALF_PI_F32
+    c1, c2, c3 = half_pi
     rounded = fma(builder, magnitude, f.const(_TWO_OVER_PI_F32), f.const(_ROUNDER_F32))
     q = builder.fsub(rounded, f.const(_ROUNDER_F32))
     quadrant = builder.bitcast(rounded, f.int)  # the low bits are q's
@@ -478,20 +489,23 @@ def _tan_float32(builder, x):
     """float32 tan below ``FAST_LIMIT_F32``: one reduction to r = hi + lo, tan(r) = hi +
     (hi^3 T(hi^2) + lo (1 + hi^2)) rounded once, and -1/tan(r) in odd quadrants by one
     division: within NumPy's own float32 error (see ``codegen/mathlib.py``), where the
-    float-float quotient this replaced was within 1 ulp at 1.7 times the cost."""
+    float-float quotient this replaced was within 1 ulp at 1.7 times the cost.
+
+    x is reduced with its sign (tan is odd, and so is every step: the same bits as
+    reducing |x| and negating, without a sign mask and a masked negation, two operations on
+    the multiply-add pipes), and the tail is z (hi T + lo) + lo, z = hi^2: hi z T + lo (1 +
+    z) in two fused multiply-adds instead of three (the multiply hi z goes). The loop is
+    bound by its operations on the two multiply-add pipes (on Zen 4 compares into masks,
+    mask moves and masked logic run there too): 18 of them a 16-lane vector against 21."""
     f = Float(x.type)
     magnitude = fabs(builder, x)
-    quadrant, hi, lo = _reduce_half_pi_float32(builder, magnitude)
+    quadrant, hi, lo = _reduce_half_pi_float32(builder, x, _HALF_PI_F32_BELOW)
     z = builder.fmul(hi, hi)
     # lo's factor sec^2(hi) = 1 + tan^2(hi) to 1 + hi^2: lo is below 2^-23 |hi|
-    tail = fma(builder, builder.fmul(hi, z), horner(builder, z, _TAN_F32),
-               fma(builder, lo, z, lo))
+    tail = fma(builder, z, fma(builder, hi, horner(builder, z, _TAN_F32), lo), lo)
     tangent = builder.fadd(hi, tail)
     odd = builder.trunc(quadrant, f.like(I1))
     result = builder.select(odd, builder.fdiv(f.const(-1.0), tangent), tangent)
-    # tan(-x) = -tan(x)
-    negative = builder.icmp_signed("<", builder.bitcast(x, f.int), f.iconst(0))
-    result = builder.select(negative, builder.fneg(result), result)
     rare = builder.fcmp_unordered(">=", magnitude, f.const(FAST_LIMIT_F32))
     return rare_path(builder, "tan", rare, result, x, _tan_wide)
 

@@ -48,6 +48,7 @@ MIN_LINES = 600  # below this the module compiles in ~30 ms: a second thread sav
 # (entries / the chunk function and its micro-kernels) saved ~10% of its compile and ran
 # 1-3% slower (its calls into the chunk function no longer optimized with their callers).
 MIN_SHARE = 0.25
+PYTHON_ENTRY_SUFFIX = "_py"  # python_entry.add_python_entry: ``{entry}_py`` calls ``entry``
 _NAME = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([-\w.$]+))')
 _REFERENCE = re.compile(r'@"?([\w.$]+)')
 _VARIANT_ATTRIBUTE = "vector-function-abi-variant"
@@ -84,13 +85,19 @@ def split(ir_text, parts, min_lines=None, copied_prefixes=()):
     total = sum(len(function.lines) for function in items.functions.values())
     if not items.splittable or total < least:
         return [ir_text]
-    pinned = [name for name, function in items.functions.items() if not function.local]
+    # A program's entry is internal, called by its Python entry ``{entry}_py`` alone
+    # (``python_entry.add_python_entry``), which inlines it: it stays with the exported
+    # functions, and the kernels it calls are the roots.
+    entries = {name[:-len(PYTHON_ENTRY_SUFFIX)] for name, function in items.functions.items()
+               if not function.local and name.endswith(PYTHON_ENTRY_SUFFIX)}
+    pinned = [name for name, function in items.functions.items()
+              if not function.local or name in entries]
     copied_names = tuple(copied_prefixes)
 
     def local_callees(name, roots):
         return [callee for callee in sorted(items.functions[name].calls)
                 if items.functions[callee].local and not callee.startswith(copied_names)
-                and callee not in roots]
+                and callee not in roots and callee not in entries]
 
     roots = []
     for name in pinned:

@@ -35,9 +35,14 @@ METH_FASTCALL = 0x0080
 
 def add_python_entry(module, entry):
     """Add ``{entry}_py``, the ``METH_FASTCALL`` function calling ``entry`` (``i32
-    entry(ptr arrays, i64 dim...)``, defined in ``module``) to it; returns its name."""
+    entry(ptr arrays, i64 dim...)``, defined in ``module``) to it; returns its name.
+    ``entry`` becomes internal: its one caller is ``{entry}_py``, which LLVM then inlines
+    it into, so code generation runs over one function instead of two (each function
+    costs LLVM's code generator ~0.7 ms of fixed work: a chain of 10 ops compiled in
+    ~1 ms less). Nothing links the entry by name: ``program.link`` exports ``{entry}_py``."""
     name = f"{entry}_py"
     target = module.get_global(entry)
+    target.linkage = "internal"
     symbols = len(target.args) - 1
     api = _python_api(module)
     function = ir.Function(module, ir.FunctionType(PTR, [PTR, PTR, I64]), name)

@@ -282,7 +282,10 @@ def _sqrt(ctx, eqn, bounds):
     if not _never_negative(ctx, x):
         carried = ctx.where(ctx.not_(ctx.greater(e, x)), carried, INF)
     u = unit_roundoff(eqn.out.aval.dtype)
-    return ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
+    bound = ctx.plus(ctx.scaled(carried, 1 + 8 * u), ctx.rounding(eqn.out))
+    # an operand with no error there has NumPy's square root to the bit (a distance of a
+    # point to itself: exactly 0 on both sides)
+    return ctx.where(ctx.emit(less_equal_p, e, number(0.0)), number(0.0), bound)
 
 
 # Results no rounding makes negative from operands that are not: a distance's sum of
@@ -503,6 +506,14 @@ def _exact_power_poles(ctx, eqn, ex, bound):
             special = ctx.or_(special, ctx.greater(number(0.0), ctx.add(
                 x, ctx.mul(e, number(INFLATE)))))
     exact = ctx.and_(ctx.not_(ctx.emit(isfinite_p, eqn.out)), special)
+    if float(y.value) > 0:
+        # 0 ** p is 0 for any p > 0 in any rounding: a squared distance from a point to
+        # itself (``(x.T - x) ** 2`` on the diagonal) stays decided against 0, where the
+        # rounding's underflow floor made pmocz's ``inv_r[inv_r > 0]`` a margin exit
+        zero = ctx.emit(equal_p, x, number(0.0))
+        if ex is not None:
+            zero = ctx.and_(zero, ctx.emit(less_equal_p, ctx.as_number(x, ex), number(0.0)))
+        exact = ctx.or_(exact, zero)
     return ctx.where(exact, number(0.0), bound)
 
 

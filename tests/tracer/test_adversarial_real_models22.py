@@ -271,3 +271,34 @@ def test_max_and_min_of_a_selection_with_initial():
     assert f.stats()["compiled_calls"] >= 5, f.explain()
     g = run_calls(lambda v, k: v[k].sum(where=True), [(x, m)])
     assert "where=" in repr(g.stats()["eager_reasons"]), g.explain()
+
+
+# --- pmocz's n-body energy: inverse distances where they are not 0 -------------------------
+def nbody_energy(pos, vel, mass, G):
+    KE = 0.5 * np.sum(np.sum(mass * vel ** 2))
+    x, y, z = pos[:, 0:1], pos[:, 1:2], pos[:, 2:3]
+    dx, dy, dz = x.T - x, y.T - y, z.T - z
+    inv_r = np.sqrt(dx ** 2 + dy ** 2 + dz ** 2)
+    inv_r[inv_r > 0] = 1.0 / inv_r[inv_r > 0]
+    PE = G * np.sum(np.sum(np.triu(-(mass * mass.T) * inv_r, 1)))
+    return KE, PE
+
+
+def _bodies(N, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((N, 3)).astype(dtype), rng.standard_normal((N, 3)).astype(dtype),
+            (20.0 * np.ones((N, 1)) / N).astype(dtype), 1.0)
+
+
+def test_inverse_distances_off_the_diagonal_compile():
+    """Before the fix every call took a guard-margin exit (eager): the distance of a body
+    to itself is exactly 0 on both sides, but ``dx ** 2`` and ``np.sqrt`` of it carried
+    the rounding's underflow floor, so ``inv_r > 0`` was undecided on the diagonal. Two
+    bodies at one place (zeros off the diagonal too), float32."""
+    pos, vel, mass, G = _bodies(5, 0)
+    pos[3] = pos[1]
+    f = run_calls(nbody_energy, [_bodies(4, 1), (pos, vel, mass, G)], **F64)
+    no_internal_errors(f)
+    assert all_compiled(f, 4), f.explain()
+    g = run_calls(nbody_energy, [_bodies(4, 2, np.float32)], rtol=1e-5, atol=1e-5)
+    assert all_compiled(g, 2), g.explain()

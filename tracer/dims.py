@@ -125,7 +125,8 @@ class DimExpr:
         return total
 
     def bounds(self, ranges):
-        """``(low, high)`` over symbols in their inclusive ``ranges`` (all non-negative)."""
+        """``(low, high)`` over symbols in their inclusive ``ranges`` (non-negative; a
+        ``%`` or ``//`` factor may be negative)."""
         low = high = 0
         for monomial, coeff in self.terms:
             m_low = m_high = 1
@@ -133,7 +134,9 @@ class DimExpr:
                 f_low, f_high = ranges[factor] if isinstance(factor, str) else factor.bounds(
                     ranges
                 )
-                m_low, m_high = m_low * f_low, m_high * f_high
+                # (a factor may be negative: i % -2, i // -2)
+                corners = (m_low * f_low, m_low * f_high, m_high * f_low, m_high * f_high)
+                m_low, m_high = min(corners), max(corners)
             if coeff >= 0:
                 low, high = low + coeff * m_low, high + coeff * m_high
             else:

@@ -9,7 +9,8 @@ Fixed here:
   as ``[0, k - 1]`` whatever k's sign (``dims.Opaque.bounds``), so ``i % -2 == 0`` was
   decided True for every trip without a guard and the list got every row (7 where NumPy
   keeps 4). ``//``'s bounds took a positive denominator too. Both now follow Python's
-  signs (the corners of each sign's range).
+  signs (the corners of each sign's range), and a product's bounds (``(i % k) * i``) take
+  the corners of its factors' (``DimExpr.bounds`` took every factor non-negative).
 * ``np.sinh``/``np.cosh`` were ``(exp(x) -+ exp(-x)) / 2``: inf where NumPy's is finite
   (``np.sinh(710.0)`` is 1.1e308, float32 ``89.0``'s 2.2e38) and cancelling near 0
   (``sinh(1e-8)`` off in the 9th digit). ``ufuncs._hyperbolic`` takes ``expm1`` near 0 and
@@ -65,10 +66,19 @@ def every_kth_half(x, k):
     return out
 
 
-@pytest.mark.parametrize("function", [every_kth_row, every_kth_half])
+def rows_where_a_product_is_zero(x, k):
+    rows = []
+    for i in range(x.shape[0]):
+        if (i % k) * i == 0:  # a product with a negative factor
+            rows.append(x[i] * 2)
+    return rows
+
+
+@pytest.mark.parametrize("function", [every_kth_row, every_kth_half,
+                                      rows_where_a_product_is_zero])
 @pytest.mark.parametrize("k", [-2, 3])
 def test_index_modulo_and_floor_division_by_negative(function, k):
-    rows = np.arange(21.0).reshape(7, 3) if function is every_kth_row else np.arange(7.0)
+    rows = np.arange(7.0) if function is every_kth_half else np.arange(21.0).reshape(7, 3)
     sets = [(rows[:6], k), (rows[:6] + 1, k), (rows, k), (rows[:5], k)]
     for got, want in _calls(function, sets, dynamic=True):
         _assert_same(got, want)

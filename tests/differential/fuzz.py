@@ -46,8 +46,13 @@ or an alias of it in the body. Round 19 added ``exit_forms``: exit tests joined 
 ``and``/``or``/``not`` and chained comparisons, Python int counters read after the loop
 (an ``if`` on them, returned), the ``for`` index read after it, ``continue`` with
 assignments before it, several ``break``s. ``--focus exit_loop,random_draw,write_through_loop``
-draws mostly those. A statement that runs over 2 s on the probe is dropped, a program over 300 s
-is noted as a fuzzer error.
+draws mostly those. Round 22 added three kinds drawn only when ``--focus`` names them (so a
+seed draws the program it always drew): ``narrow_result`` (casts to uint8/int8/int16/uint16,
+clipped or leaving the range, narrow buffers written in part, read back widened),
+``dict_carry`` (a dict of fixed keys carried by a loop: rebuilt, updated in place, ``for k
+in p``, a decision on an entry) and ``selected_append`` (``if i % k == c: costs.append(...)``
+with negative k, the last trip, a float cost or an array). A statement that runs over 2 s
+on the probe is dropped, a program over 300 s is noted as a fuzzer error.
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
 (the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
@@ -1042,6 +1047,77 @@ class Builder:
         defines = [base, view] if self.rng.random() < 0.7 else [base]
         return lines, "write-through loop", defines
 
+    # --- round 22: drawn only under --focus (fixed seeds draw the programs they drew) ---
+    def narrow_result(self):
+        """A narrow integer result (``codegen/narrow_results.py``): a float clipped and cast
+        to uint8 (image code's last line), a cast that wraps or leaves the range (NaN, 256.0:
+        a side exit), a narrow buffer written in part, read back after a widening cast."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1)
+        if source is None:
+            return None
+        narrow, wide = self.fresh(), self.fresh()
+        dtype = self.rng.choice(["uint8", "int8", "int16", "uint16"])
+        value = self.rng.choice([
+            f"np.clip({source} * 255, 0, 255).astype(np.uint8)",
+            f"({source} * 100).astype(np.{dtype})",
+            f"{source}.astype(np.{dtype})",
+            f"np.where({source} > 0, {source}, 0).astype(np.{dtype})",
+            f"np.rint(np.clip({source}, -100, 100)).astype(np.{dtype})",
+            f"({source} > 0).astype(np.{dtype})",
+        ])
+        lines = self.rng.choice([
+            [f"{narrow} = {value}"],
+            [f"{narrow} = np.zeros({source}.shape, np.uint8)",
+             f"{narrow}[...] = np.clip({source} * 255, 0, 255).astype(np.uint8)"],
+            [f"{narrow} = np.zeros({source}.shape, np.{dtype})",
+             f"{narrow}[1:] = {value}[1:]"],
+        ])
+        lines = lines + [f"{wide} = {narrow}.astype(" + self.rng.choice(
+            ["np.int32) * 2 - 1", "np.float32) / 255", "np.int64).sum()", "np.float64)"])]
+        return lines, "narrow result", [narrow, wide] if self.rng.random() < 0.6 else [wide]
+
+    def dict_carry(self):
+        """A dict of parameters a loop carries with fixed keys (``loop_dict_carries``): a
+        new dict per trip, entries updated in place, ``for k in p: p[k] -= ...``."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1
+                           and v.dtype.kind == "f")
+        if source is None:
+            return None
+        p, t, key, out = self.fresh(), "i" + self.fresh(), "k" + self.fresh(), self.fresh()
+        bound = self.rng.choice([f"{source}.shape[0]", "3", "7", f"{source}.shape[0] - 1"])
+        row = f"{source}[{t} % {source}.shape[0]]"
+        body = self.rng.choice([
+            [f"    {p} = {{'a': np.tanh({p}['a'] * 0.9 + {row}), 'b': {p}['b'] + "
+             f"{p}['a'].sum() * 0.01}}"],
+            [f"    {p}['a'] = {p}['a'] * 0.5 + {row}",
+             f"    {p}['b'] -= 0.1 * {p}['a'].mean()"],
+            [f"    for {key} in {p}:", f"        {p}[{key}] = {p}[{key}] * 0.9 + 0.1"],
+            [f"    {p} = {{'a': {p}['a'] - 0.1 * ({p}['a'] - {row}), 'b': {p}['b']}}",
+             f"    if {p}['a'].sum() > 0:", f"        {p}['b'] = {p}['b'] + 1.0"],
+        ])
+        lines = [f"{p} = {{'a': np.zeros({source}.shape[1:]), 'b': np.ones(1)}}",
+                 f"for {t} in range({bound}):"] + body + [f"{out} = {p}['a'] * {p}['b']"]
+        return lines, "dict carry", [p, out] if self.rng.random() < 0.5 else [out]
+
+    def selected_append(self):
+        """An append under a test of the loop index (``loop_selected_appends``): every k-th
+        trip (k negative too), the last one, a cost recorded as a float."""
+        source = self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= 1
+                           and v.dtype.kind == "f")
+        if source is None:
+            return None
+        h, costs, t, cost = self.fresh(), self.fresh(), "i" + self.fresh(), self.fresh()
+        bound = self.rng.choice([f"{source}.shape[0]", "12", "40", "5"])
+        test = self.rng.choice([f"{t} % {k} == {c}" for k in (1, 2, 3, -2, 10)
+                                for c in (0, 1)] + [f"{t} == {bound} - 1", f"{t} > 2"])
+        value = self.rng.choice([cost, f"{h}.copy()", f"{h}", f"{cost} * 2.0"])
+        lines = [f"{h} = np.zeros({source}.shape[1:])", f"{costs} = []",
+                 f"for {t} in range({bound}):",
+                 f"    {h} = np.tanh({h} * 0.5 + {source}[{t} % {source}.shape[0]])",
+                 f"    {cost} = float(np.sum({h} ** 2))",
+                 f"    if {test}:", f"        {costs}.append({value})"]
+        return lines, "selected append", [h, costs]
+
     def aliased_returns(self, defined):
         """Extra results that alias others: one value twice, a view and its base, an
         argument and views of it (after in-place updates, too)."""
@@ -1067,7 +1143,8 @@ class Builder:
             self.offset_loops] * 2 + [self.carried_scan] * 2 + [
             self.exit_loop] * 3 + [self.random_draw] * 2 + [self.write_through_loop] * 2 + [
             self.exit_forms] * 3
-        if FOCUS:  # --focus: mostly the named kinds
+        if FOCUS:  # --focus: mostly the named kinds (round 22's only when named)
+            makers += [self.narrow_result, self.dict_carry, self.selected_append]
             makers = [maker for maker in makers if maker.__name__ in FOCUS] * 6 + makers
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:

@@ -154,6 +154,9 @@ def constant_views(context, out_leaves):
             elif (block := _permuted_run(leaf, root)) is not None:  # t.ravel(), t.T
                 run, shape, axes = block
                 found[index] = base.reshape(-1)[run].reshape(shape).transpose(axes)
+            elif (block := _permuted_index(leaf, root)) is not None:  # t[:, ::-1].T
+                where, shape, axes = block
+                found[index] = base[where].reshape(shape).transpose(axes)
     return found
 
 
@@ -205,6 +208,21 @@ def _permuted_run(view, root):
     if remainder or start < 0 or start + view.size > root.size:
         return None
     return slice(start, start + view.size), ordered.shape, tuple(np.argsort(order).tolist())
+
+
+def _permuted_index(view, root):
+    """``(index, shape, axes)`` with ``view`` the very array ``root[index].reshape(shape)
+    .transpose(axes)`` is: a transpose of a basic-indexing view with a negative step
+    (``t[:, ::-1].T``), which neither ``index_in`` nor ``_permuted_run`` reaches alone."""
+    if view.ndim < 2:
+        return None
+    order = sorted(range(view.ndim), key=lambda axis: -abs(view.strides[axis]))
+    if order == list(range(view.ndim)):
+        return None
+    located = index_in(view.transpose(order), root)
+    if located is None:
+        return None
+    return located[0], located[1], tuple(np.argsort(order).tolist())
 
 
 def numpy_copies(context, out_leaves, output_atoms, atom_positions):

@@ -21,6 +21,11 @@ Fixed here:
   share memory where NumPy's ``t4`` views ``t3`` (equal values). A result viewing another
   result is now read again from its root's final value
   (``result_identity.refreshed_views``).
+* ``t8 = np.zeros((3, 2)); t9 = t8[:, ::-1]``, written in a loop that reads no argument,
+  ``return t8, t9.T`` (fuzz seed 2220003): both results are NumPy arrays made in the call,
+  and the transpose of a flipped view was found as neither a basic index nor a permuted
+  block of ``t8`` (``result_identity.constant_views``), so compiled calls returned two
+  unrelated constants. ``_permuted_index`` finds it as a transpose of a basic index.
 """
 
 import numpy as np
@@ -122,3 +127,25 @@ def test_a_view_made_before_writes_apart_from_it_still_views_its_base():
             _assert_same(got, want)
             assert np.shares_memory(got[0], got[1]) == np.shares_memory(want[0], want[1])
             assert (got[-1] is got[-2]) == (want[-1] is want[-2])
+
+
+def flipped_view_of_a_constant_transposed(x):
+    t8 = np.zeros((3, 2))
+    t9 = t8[:, ::-1]
+    for _ in range(x.shape[0]):
+        t9 *= 0.5
+        t9 += t8.mean() * 0.125 + 1.0
+    return t8, t9.T, t8[::-1, :1].T
+
+
+def test_a_transposed_flipped_view_of_an_array_made_in_the_call_views_it():
+    sets = [(np.ones((5, 3)),)] * 3
+    for got, want in _calls(flipped_view_of_a_constant_transposed, sets):
+        _assert_same(got, want)
+        for view in (1, 2):
+            assert np.shares_memory(got[0], got[view])
+            assert [stride for stride, length in zip(got[view].strides, got[view].shape)
+                    if length > 1] == [stride for stride, length in zip(
+                        want[view].strides, want[view].shape) if length > 1]
+        got[1][0, 0] = -7.0  # one array, as in NumPy
+        assert got[0][0, 1] == -7.0

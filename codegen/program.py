@@ -28,7 +28,6 @@ array, so they share its memory exactly as eager results do.
 from __future__ import annotations
 
 import ast
-import builtins
 import ctypes
 import logging
 import sys
@@ -41,6 +40,7 @@ import numpy as np
 from tracejit.tracer.abstract import AbstractArray
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
+from tracejit.tracer.generated_code import Source
 from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.passes import optimize
@@ -372,15 +372,19 @@ def link(program):
     namespace["_recycled"] = _recycler(namespace["_thread"])
     for index, (_, constant) in enumerate(program.graph.constants):
         namespace[f"_c{index}"] = constant.data
-    code = builtins.compile(program.wrapper_source, f"<tracejit program {program.name}>", "exec")
-    exec(code, namespace)
+    source = Source()  # as the other generated functions are (tracer/generated_code.py)
+    source.bind(namespace)
+    for line in program.wrapper_source.splitlines():
+        source.add(line, depth=0)
+    run = source.define("run", f"program {program.name}")
+    namespace = run.__globals__  # the wrapper's functions read what is set here after
     if "run_strict" in namespace:
         relayout = _relayouter(program.graph, program.name, program.profiled,
                                namespace["run_strict"])
         from .numpy_products import layout_inputs  # (numpy_products -> matmul -> here)
 
         namespace["_relayout"] = _layout_checked(relayout, layout_inputs(program.graph))
-    program._run = namespace["run"]
+    program._run = run
     program._library = library
     return program
 

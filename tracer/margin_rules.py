@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from .dims import DimExpr
+from .element_sources import same_element
 from .ir import Literal, Var
 from .ops import (
     any_p,
@@ -121,6 +122,23 @@ FLOAT32_GROUP_DEPTH = 3
 
 # --- rules -----------------------------------------------------------------------------
 def _add(ctx, eqn, bounds):
+    bound = _added(ctx, eqn, bounds)
+    if bound is None or eqn.prim.name != "subtract" or not is_float(eqn.out):
+        return bound
+    # one element of one array minus itself (a body's offset from itself, ``x.T - x``)
+    # is 0 on both sides where it is finite and its bound keeps NumPy's finite too
+    shape = eqn.out.aval.shape
+    same = same_element(ctx, *eqn.inputs, shape)
+    if same is None:
+        return bound
+    a, ea = eqn.inputs[0], ctx.as_number(eqn.inputs[0], bounds[0])
+    exact = ctx.and_(same, ctx.emit(isfinite_p, a))
+    if ea is not None:
+        exact = ctx.and_(exact, ctx.emit(isfinite_p, ea))
+    return ctx.fit(ctx.where(exact, number(0.0), bound), shape)
+
+
+def _added(ctx, eqn, bounds):
     if all(b is None for b in bounds):
         return None
     if is_bool(eqn.out):  # logical or of bools
@@ -1008,7 +1026,9 @@ def _sum(ctx, eqn, bounds):
     orders = ctx.mul(magnitude, number(coefficient))
     bound = ctx.plus(orders, carried, ctx.rounding(eqn.out, absolute=4 * count * eta))
     if e is not None:
-        return bound
+        # zeros with no error (the squared offsets of a point from itself) sum to 0 on
+        # both sides; a NaN magnitude keeps its bound
+        return ctx.where(ctx.emit(less_equal_p, magnitude, number(0.0)), number(0.0), bound)
     # Exact operands summing no magnitude are all zeros (or none): ±0 in any order; with
     # a NaN among them, NaN in any order. Either way the same on both sides.
     return ctx.where(ctx.greater(magnitude, number(0.0)), bound, number(0.0))

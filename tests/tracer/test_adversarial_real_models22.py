@@ -302,3 +302,36 @@ def test_inverse_distances_off_the_diagonal_compile():
     assert all_compiled(f, 4), f.explain()
     g = run_calls(nbody_energy, [_bodies(4, 2, np.float32)], rtol=1e-5, atol=1e-5)
     assert all_compiled(g, 2), g.explain()
+
+
+def drift_then_inverse_distances(pos, vel, dt):
+    """A leapfrog drift by a velocity through tanh (a computed position, with a rounding
+    bound), then pmocz's inverse distances and a boids-style pairwise offset."""
+    pos = pos + np.tanh(vel) * dt
+    x = pos[:, 0:1]
+    dx = x.T - x
+    inv_r = np.sqrt(dx ** 2)
+    inv_r[inv_r > 0] = 1.0 / inv_r[inv_r > 0]
+    diff = pos[:, None, :] - pos[None, :, :]
+    dist = np.sqrt((diff ** 2).sum(-1))
+    near = (dist > 0) & (dist < 1.0)
+    return inv_r.sum(), near.sum(axis=1), np.where(dist > 0, 1 / np.where(dist > 0, dist, 1), 0)
+
+
+def test_a_computed_position_minus_itself_is_exact():
+    """Before the fix every call took a guard-margin exit: the diagonal of ``x.T - x`` and
+    of ``pos[:, None] - pos[None]`` carried the positions' bounds, though each reads one
+    element twice (0 on both sides), so ``inv_r > 0`` and ``dist > 0`` were undecided
+    there (tracer/element_sources.py). Two bodies at one computed place stay undecided
+    (eager decides: their rows need not round alike)."""
+    rng = np.random.default_rng(9)
+
+    def bodies(n):
+        return rng.standard_normal((n, 3)), rng.standard_normal((n, 3)), 0.1
+
+    pos, vel, dt = bodies(4)
+    pos[2], vel[2] = pos[1], vel[1]
+    f = run_calls(drift_then_inverse_distances, [bodies(4), (pos, vel, dt)], **F64)
+    no_internal_errors(f)
+    stats = f.stats()
+    assert stats["compiled_calls"] + stats["traced_calls"] >= 2, f.explain()

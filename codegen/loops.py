@@ -66,7 +66,7 @@ from tracejit.tracer.ops.control import (
 )
 
 from . import loop_sharing, native_loop
-from .exit_codes import KERNEL_ERROR, LOOP_GUARD_FAILED, body_exit
+from .exit_codes import INNER_LOOP_GUARD_FAILED, KERNEL_ERROR, LOOP_GUARD_FAILED, body_exit
 from .lowering import LAYOUT_EXIT
 
 log = logging.getLogger("tracejit.loops")
@@ -177,8 +177,10 @@ def _run_loop(values, params, bindings, side_exit, effects=None):
                             params.get("exit"))
     except IndexError:  # an index out of range: eager decides, as kernels do
         raise side_exit(KERNEL_ERROR) from None
-    except LoopGuardFailed:  # a guard of the body fails: the whole call side-exits
-        raise side_exit(LOOP_GUARD_FAILED) from None
+    except LoopGuardFailed as failure:  # a guard of the body fails: the whole call exits
+        # as compiled code's: a guard of a loop inside the body is an inner loop's
+        raise side_exit(INNER_LOOP_GUARD_FAILED if failure.inner else LOOP_GUARD_FAILED
+                        ) from None
 
 
 # --- native: segments compiled by codegen, loops driven over a compiled body -------------

@@ -8,23 +8,19 @@ call, so a model whose layers are tied after the trace (``net.b = net.a``), or u
 must not run the trace's program. ``SharedObjects`` lists the paths of the dicts, lists
 and objects the trace read or wrote through (after the dicts and lists of the arguments,
 which a path may reach too: ``f(model, model.cache)``), with which of them were one
-object when traced; the entry guard compares that partition (another partition is
-another variant, traced for it).
+object when traced; the entry guard compares that partition (``add_check``: another
+partition is another variant, traced for it).
 
     >>> from tracejit.tracer.implicit import Path
-    >>> class Layer: ...
-    >>> a = Layer()
     >>> shared = SharedObjects((Path(("arg", 0)), Path(("arg", 1))), (0, 0))
-    >>> shared.holds(((a, a), {}), [a, a]), shared.holds(((a, Layer()), {}), [a, Layer()])
-    (True, False)
+    >>> shared.describe()[0]  # f(layer, layer) traced: the two arguments are one object
+    'argument 1 is argument 0'
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-from .generated_code import Source
 from .implicit import Path, steps_expression
 from .object_paths import holds_attributes
 
@@ -42,15 +38,6 @@ class SharedObjects:
     paths: tuple
     labels: tuple
     containers: tuple = ()
-
-    def holds(self, arguments, leaves):
-        """Whether the paths reach one object exactly where they did when traced;
-        ``arguments``: ``(args, kwargs)``, ``leaves``: its flattened leaves."""
-        return self._check(arguments, leaves)
-
-    @functools.cached_property
-    def _check(self):
-        return _compiled_check(self)  # (built when first asked for: not for disk entries)
 
     def name(self, position):
         """What the ``position``-th labelled object is, in words."""
@@ -130,19 +117,10 @@ def _where_text(where):
     return head + "".join(f"[{key!r}]" for key in where[1:])
 
 
-def _compiled_check(shared):
-    """``check(arguments, leaves) -> bool``: ``shared.holds``, as one generated function
-    (``add_check``'s statements)."""
-    source = Source()
-    source.add("def check(arguments, leaves):", depth=0)
-    add_check(source, shared, "return False", ("arguments[0]", "arguments[1]"), "object")
-    source.add("return True")
-    return source.define("check", "shared objects")
-
-
 def add_check(source, shared, fail, arguments=("args", "kwargs"), prefix="shared"):
     """Add to ``source`` (a ``generated_code.Source``) the statements that run ``fail``
-    (text: ``return None``) unless ``shared.holds``: they read each container and path
+    (text: ``return None``) unless the paths reach one object exactly where they did when
+    traced (``shared.labels``): they read each container and path
     once (a path from the longest earlier one it extends) into locals named ``prefix``
     and a number, and compare identities. ``arguments``: the text of the call's ``args``
     and ``kwargs``; the leaves are the local ``leaves``."""

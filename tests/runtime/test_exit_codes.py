@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from tracejit import jit
+from tracejit.codegen import SideExit
+from tracejit.codegen import compile as compile_graph
+from tracejit.codegen.exit_codes import INNER_LOOP_GUARD_FAILED, LOOP_GUARD_FAILED
+from tracejit.codegen.loops import LoopProgram, NativeLoopProgram
 from tracejit.codegen.narrow_results import NARROW_RANGE_REASON
 from tracejit.runtime.misses import LOOP_EXIT_STREAK
+from tracejit.tracer.tracing import trace
 
 
 def place_of(function, fragment):
@@ -49,6 +54,27 @@ def test_a_guard_failing_in_an_inner_loop_has_its_own_reason():
         "a guard in an inner loop's body failed: " + place_of(signed_grid_sum, "if x[i, j]"))
     assert stats["compiles"] == 1 and stats["variants"] == 1, f.explain()
     assert stats["compiled_calls"] >= 2, f.explain()
+
+
+@pytest.mark.parametrize("function, code", [("signed_grid_sum", INNER_LOOP_GUARD_FAILED),
+                                            ("signed_sum", LOOP_GUARD_FAILED)],
+                         ids=["inner loop", "loop"])
+def test_the_reference_interpreter_exits_with_the_compiled_programs_code(function, code):
+    """``LoopProgram`` (the NumPy reference) left a guard failing in an inner loop with
+    ``LOOP_GUARD_FAILED``, whose streak unrolls the function's loops, where the compiled
+    program leaves with ``INNER_LOOP_GUARD_FAILED``, which counts toward none."""
+    function = globals()[function]
+    positive = np.ones((3, 4)) if function is signed_grid_sum else np.ones(4)
+    dynamic = {"x": {axis: (2, 64) for axis in range(positive.ndim)}}
+    native = compile_graph(trace(function, positive, dynamic=dynamic).graph)
+    assert isinstance(native, NativeLoopProgram)
+    mixed = positive.copy()
+    mixed.reshape(-1)[-2] = -5.0
+    for program in (native, LoopProgram(native.graph, native.name)):
+        assert program(positive)[0] == function(positive)
+        with pytest.raises(SideExit) as exited:
+            program(mixed)
+        assert exited.value.code == code, type(program).__name__
 
 
 def integer_power(x, n):

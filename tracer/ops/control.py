@@ -134,12 +134,15 @@ class BodyPlan:
 
 class LoopGuardFailed(TraceSignal):
     """A guard inside a loop body decided differently at iteration ``t`` than when the
-    body was traced: the whole call side-exits (nothing computed so far escapes)."""
+    body was traced: the whole call side-exits (nothing computed so far escapes).
+    ``inner``: the guard is in a loop nested in the body (at any depth), which compiled
+    code tells apart (``codegen.exit_codes.body_exit``): no streak toward unrolling."""
 
     def __init__(self, t, guard):
         where = f" ({guard.location.short})" if guard.location is not None else ""
         super().__init__(f"loop iteration {t}: a guard inside the loop body failed{where}")
         self.t, self.guard = t, guard
+        self.inner = False
 
 
 _CONVERT = {"bool": bool, "margin": bool, "int": int, "index": int, "float": float,
@@ -262,8 +265,12 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
             values = [env[key] if is_var else (_evaluate(key, scope) if is_dim else key)
                       for is_var, is_dim, key in step_.inputs]
             if step_.kind == "loop":
-                result = _loop_impl(*values, bindings=scope, effects=effects,
-                                    **dict(eqn.params))
+                try:
+                    result = _loop_impl(*values, bindings=scope, effects=effects,
+                                        **dict(eqn.params))
+                except LoopGuardFailed as failure:  # a guard of a loop inside this body
+                    failure.inner = True
+                    raise
             else:
                 concrete = step_.params
                 if step_.moving:  # params that follow the index: per trip

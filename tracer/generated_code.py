@@ -1,10 +1,11 @@
 """Python functions written as source text at run time, then ``exec``'d once.
 
-Four hot paths are generated as straight-line Python rather than interpreted from their
+Five hot paths are generated as straight-line Python rather than interpreted from their
 records on every call: the entry guards (``runtime/guards.py``), the writes a compiled
 call stores (``tracer/write_source.py``), the check that paths reach one object as when
-traced (``tracer/shared_objects.py``) and the result of a compiled call
-(``runtime/result_source.py``). ``Source`` is what they share: lines of text, the values
+traced (``tracer/shared_objects.py``), the result of a compiled call
+(``runtime/result_source.py``) and a program's wrapper around its native entry
+(``codegen/program.wrapper_source``, defined by ``codegen/program.link``). ``Source`` is what they share: lines of text, the values
 the text names, and ``define``, which compiles the text and keeps it on the function
 (``function.source``) for ``explain`` and debugging.
 

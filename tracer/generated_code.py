@@ -5,9 +5,9 @@ records on every call: the entry guards (``runtime/guards.py``), the writes a co
 call stores (``tracer/write_source.py``), the check that paths reach one object as when
 traced (``tracer/shared_objects.py``), the result of a compiled call
 (``runtime/result_source.py``) and a program's wrapper around its native entry
-(``codegen/program.wrapper_source``, defined by ``codegen/program.link``). ``Source`` is what they share: lines of text, the values
-the text names, and ``define``, which compiles the text and keeps it on the function
-(``function.source``) for ``explain`` and debugging.
+(``codegen/program.wrapper_source``, defined by ``codegen/program.link``). ``Source`` is
+what they share: lines of text, the values the text names, and ``define``, which compiles
+the text and keeps it on the function (``function.source``) for ``explain`` and debugging.
 
 Values never become text: ``constant(value)`` binds a value to a fresh name and the text
 holds only that name (a spec read from a disk cache cannot write code). Callers put into

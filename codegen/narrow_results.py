@@ -104,8 +104,10 @@ def narrow_cast(kernel, value, source, target):
     if source == np.bool_:
         return builder.zext(value, narrow)
     if source.kind != "f":
-        if source.itemsize * 8 <= narrow.width:  # (int8 -> uint8 only: the same bits)
-            return value if source.itemsize * 8 == narrow.width else builder.sext(value, narrow)
+        if source.itemsize * 8 == narrow.width:  # (int8 <-> uint8: the same bits)
+            return value
+        if source.itemsize * 8 < narrow.width:  # uint8 200 -> int16 200; int8 -1 -> -1
+            return (builder.zext if source.kind == "u" else builder.sext)(value, narrow)
         return builder.trunc(value, narrow)  # NumPy keeps the low bits too
     info = np.iinfo(target)
     low = ir.Constant(value.type, float(info.min))

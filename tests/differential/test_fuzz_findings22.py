@@ -26,6 +26,9 @@ Fixed here:
   and the transpose of a flipped view was found as neither a basic index nor a permuted
   block of ``t8`` (``result_identity.constant_views``), so compiled calls returned two
   unrelated constants. ``_permuted_index`` finds it as a transpose of a basic index.
+* ``u.astype(np.int16)`` (or ``uint16``) of a uint8 argument: the cast to the wider narrow
+  dtype sign-extended (``narrow_results.narrow_cast``), so 200 came back -56 (uint16:
+  65480). An unsigned source is zero-extended now.
 """
 
 import numpy as np
@@ -149,3 +152,17 @@ def test_a_transposed_flipped_view_of_an_array_made_in_the_call_views_it():
                         want[view].strides, want[view].shape) if length > 1]
         got[1][0, 0] = -7.0  # one array, as in NumPy
         assert got[0][0, 1] == -7.0
+
+
+# --- a narrow unsigned value widened into a narrow dtype ---------------------------------
+@pytest.mark.parametrize("source, target", [(np.uint8, np.int16), (np.uint8, np.uint16),
+                                            (np.int8, np.uint16)])
+def test_a_narrow_integer_cast_to_a_wider_narrow_one_keeps_its_value(source, target):
+    info = np.iinfo(source)
+    values = np.array([0, 1, info.max, info.min, info.max // 2 + 1, 100], source)
+
+    def widened(x):
+        return x.astype(target), x[::-1].astype(target)
+
+    for got, want in _calls(widened, [(values,), (values[::-1].copy(),), (values,)]):
+        _assert_same(got, want)

@@ -81,11 +81,15 @@ def _body_guards(graph, depth, wanted, seen):
 
 
 def exit_reason(reason, graph, code, detail=""):
-    """``reason`` (the short form ``stats()`` counts calls under), then the user's lines
-    ``exit_places`` finds for ``code`` and their source, then ``detail``: ``"a guard in an
-    inner loop's body failed: model.py:12: `if x[i, j] > 0:`"``."""
+    """``reason`` (the short form ``stats()`` counts calls under: the text before the first
+    ``:``), then the user's lines ``exit_places`` finds for ``code`` with their source, then
+    ``detail``: ``"a guard in an inner loop's body failed: model.py:12: `if x[i, j] > 0:`"``.
+
+    >>> exit_reason("a guard in a loop body failed", None, LOOP_GUARD_FAILED, "see explain()")
+    'a guard in a loop body failed: see explain()'
+    """
     places = exit_places(graph, code) if graph is not None else []
     where = " or ".join(f"{place.file}:{place.line}: `{place.source}`" if place.source
                         else f"{place.file}:{place.line}" for place in places)
-    text = f"{reason}: {where}" if where else reason
-    return f"{text} {detail}" if detail else text
+    parts = [part for part in (where, detail) if part]
+    return f"{reason}: {'; '.join(parts)}" if parts else reason

@@ -51,7 +51,7 @@ NARROW_CAST_OUT_OF_RANGE = 4  # a kernel status (codegen/pointwise.KernelStatus)
 # Why such a call ran eagerly (``stats()['eager_calls']``; ``eager_reasons`` names the
 # casts' lines first, then ``NARROW_RANGE_DETAIL``: ``exit_codes.exit_reason``)
 NARROW_RANGE_REASON = "a float cast to a narrow integer result was out of its range or NaN"
-NARROW_RANGE_DETAIL = "(NumPy's cast is the platform's there)"
+NARROW_RANGE_DETAIL = "NumPy's cast is the platform's there"
 
 
 def is_stored_narrow(eqn):

@@ -129,5 +129,5 @@ def test_a_loop_guard_and_a_narrow_cast_name_the_users_line():
         for x in (np.full(3, 0.5), np.full(3, 0.5), np.array([0.5, np.nan, 0.5])):
             np.testing.assert_array_equal(cast(x), to_uint8(x))
     assert cast.stats()["eager_reasons"] == {
-        NARROW_RANGE_REASON: f"{NARROW_RANGE_REASON}: {place_of(to_uint8, 'astype')} "
-                             "(NumPy's cast is the platform's there)"}, cast.explain()
+        NARROW_RANGE_REASON: f"{NARROW_RANGE_REASON}: {place_of(to_uint8, 'astype')}; "
+                             "NumPy's cast is the platform's there"}, cast.explain()

@@ -123,17 +123,47 @@ def _origins(context, wrt):
     origins = {}
     for number, tracer in enumerate(wrt):
         origins[tracer.ir_var.name] = origins.get(tracer.ir_var.name, 0) | 1 << number
-    for eqn in context.body:
+    _propagate(context.body, origins)
+    return origins
+
+
+def _propagate(items, origins):
+    """Extend ``origins`` (``_origins``) over the equations among ``items``."""
+    for eqn in items:
         if not isinstance(eqn, Eqn) or (eqn.prim.vjp is None and eqn.prim is not loop_p) or (
                 np.dtype(eqn.out.aval.dtype).kind != "f"):
             continue
-        bits = 0
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                bits |= origins.get(atom.name, 0)
+        entering = [origins.get(atom.name, 0) if isinstance(atom, Var) else 0
+                    for atom in eqn.inputs]
+        bits = _loop_origins(eqn, entering) if eqn.prim is loop_p else 0
+        if eqn.prim is not loop_p:
+            for atom_bits in entering:
+                bits |= atom_bits
         if bits:
             origins[eqn.out.name] = origins.get(eqn.out.name, 0) | bits
-    return origins
+
+
+def _loop_origins(eqn, entering):
+    """The origins of a loop equation's result, through its body: ``h = h.detach()`` at
+    the end of a step leaves the carried ``h`` with none, whatever its step computed from
+    the weights (a loop's result counted as depending on every operand was a Tensor
+    requiring grad where eager's is not). ``entering``: the origins of its operands (the
+    carried values, then the values the body reads). Carried values gain origins trip by
+    trip: iterated until they stop changing."""
+    params = eqn.params_dict
+    body, num_carry = params["body"], params["num_carry"]
+    carried = list(entering[:num_carry])
+    while True:
+        origins = {var.name: bits for var, bits in zip(body.inputs, carried + list(
+            entering[num_carry:])) if bits}
+        _propagate(body.body, origins)
+        after = [bits | (origins.get(atom.name, 0) if isinstance(atom, Var) else 0)
+                 for bits, atom in zip(carried, body.outputs[:num_carry])]
+        if after == carried:
+            break
+        carried = after
+    result = body.outputs[params["output"]]
+    return origins.get(result.name, 0) if isinstance(result, Var) else 0
 
 
 # What trace() takes as its ``backward``: whether to record reverse mode, and how.

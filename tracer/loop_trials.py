@@ -10,7 +10,7 @@ raises where eager does.
 
 from __future__ import annotations
 
-from . import loop_write_through
+from . import loop_write_through, tensor_methods
 from .ir import Eqn
 from .loop_carries import ArrayCarry
 from .loop_containers import ContainerCarry, Refusal
@@ -33,6 +33,9 @@ class Trial:
     def __init__(self, context, body, t, carries, slots):
         params = [_fresh(context, value) if isinstance(value, Tracer) else value
                   for value in slots]
+        tensor_methods.note_stand_ins(context, [  # h.detach() of a carried Tensor
+            (param.ir_var, value) for param, value in zip(params, slots)
+            if isinstance(value, Tracer)])
         self.params = tuple(param.ir_var for param in params)  # before writes rebind them
         objects, position = [], 0
         for carry in carries:
@@ -51,6 +54,9 @@ class Trial:
             outputs = []
             for carry, proxy, value in zip(carries, objects, returned):
                 outputs += carry.leave(proxy, value)
+            # (the next trial's parameters stand for these, recorded until the trial ends)
+            tensor_methods.note_stand_ins(context, [(output.ir_var, output) for output in
+                                                    outputs if isinstance(output, Tracer)])
         except Refusal as refusal:
             raise Refused(str(refusal)) from None
         except (KeyError, IndexError) as error:  # the unrolled run raises it where eager does

@@ -80,6 +80,25 @@ def note_plain(context, tracers):
               if hasattr(tracer, "ir_var") and tracer.ir_var.name not in inputs}
 
 
+def note_stand_ins(context, pairs):
+    """``(var, value)`` pairs: a captured loop's block parameter ``var`` stands for
+    ``value`` in a traced trip (the carried ``h``), and is a Tensor eagerly (and carries
+    gradients) when ``value`` is, so ``h.detach()`` there is the Tensor method, as at the
+    first trip. ``value`` may be a block parameter's or a traced trip's result, whose
+    equations the trace drops later (``note_stand_ins`` them while they are recorded)."""
+    if not getattr(context, "tensor_arguments", False):
+        return
+    known = getattr(context, "stand_ins", {})
+    flags = {}
+    for var, value in pairs:
+        if not hasattr(value, "ir_var"):  # (a Tracer: traced_array imports this module)
+            continue
+        name = value.ir_var.name
+        flags[var.name] = known.get(name) or (tensor_valued(context, value),
+                                             carries_gradient(context, value))
+    context.stand_ins = {**known, **{name: flag for name, flag in flags.items() if any(flag)}}
+
+
 def _depends_on_tensors(context, tracer, gradients_only):
     """Whether ``tracer`` depends on a Tensor input (``gradients_only``: one that requires
     grad, and not through ``stop_gradient``)."""
@@ -93,6 +112,8 @@ def _reached(context, gradients_only):
     caller may stop early)."""
     reached = {name for name, requires_grad in getattr(context, "tensor_inputs", {}).items()
                if requires_grad or not gradients_only}
+    reached |= {name for name, (tensor, gradient) in getattr(context, "stand_ins", {}).items()
+                if (gradient if gradients_only else tensor)}
     for implicit in getattr(context, "implicit_used", {}).values():
         requires_grad = getattr(implicit.value, "requires_grad", None)  # (None: ndarray)
         if requires_grad or (requires_grad is not None and not gradients_only):

@@ -121,3 +121,53 @@ def test_a_trip_count_entry_is_stored_checked_and_refused_when_forged():
                               source for source in tampered["inputs"]]
         with pytest.raises(InvalidEntry):
             spec_from_json(tampered, _descend)
+
+
+def _detached_end(xs, h, W, U):
+    for t in range(xs.shape[0]):
+        h = np.tanh(xs[t] @ W + h @ U)
+        h = h.detach()
+    return h
+
+
+def _truncated_bptt(xs, h, W, U):
+    loss = 0.0
+    for t in range(xs.shape[0]):
+        h = np.tanh(xs[t] @ W + h.detach() @ U)
+        loss = loss + (h ** 2).sum()
+    return h, loss
+
+
+@pytest.mark.parametrize("fn", [_detached_end, _truncated_bptt])
+def test_detach_of_a_carried_tensor_in_a_captured_loop(fn):
+    """``h = h.detach()`` ending a step: the loop's result counted as depending on W and U
+    through the loop (it required grad, and backward filled W.grad, where eager's h has
+    no history). ``h.detach()`` of the carried h read in the step (truncated BPTT) ran
+    eagerly: a traced trip's h was no Tensor to the tracer. Both compiled now, results and
+    gradients as eager's."""
+    from tracejit import tensor
+
+    rng = np.random.default_rng(5)
+    W0, U0 = rng.standard_normal((2, 3, 3)) * 0.5
+    compiled = jit(fn, dynamic=True)
+    for steps in (5, 7):
+        xs = rng.standard_normal((steps, 2, 3))
+        runs = []
+        for run in (compiled, fn):
+            W, U = tensor(W0, requires_grad=True), tensor(U0, requires_grad=True)
+            out = run(tensor(xs), tensor(np.zeros((2, 3))), W, U)
+            last = out[-1] if isinstance(out, tuple) else out
+            if last.requires_grad:
+                last.backward(np.ones_like(last.data))
+            runs.append((out, last.requires_grad, W.grad, U.grad))
+        (got, got_grad, *got_grads), (want, want_grad, *want_grads) = runs
+        assert got_grad == want_grad
+        for a, b in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            assert type(a) is type(b)
+            np.testing.assert_allclose(a.data, b.data, rtol=1e-9, atol=1e-12)
+        for a, b in zip(got_grads, want_grads):
+            assert (a is None) == (b is None)
+            if b is not None:
+                np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+    assert compiled.stats()["eager_calls"] == {}, compiled.stats()

@@ -356,7 +356,8 @@ def test_log2_log10_float64_against_exact_values(name):
 # a polynomial in r = m - 1): measured on every positive float32: log 1.14, log2 1.37,
 # log10 1.36 (NumPy's: 3.83, 2.12, 3.49); tan (no float-float quotient) 1.68 on
 # every float32 of [1e-7, 1000), 2.07 on every one of [1000, 2^20) (NumPy's: 3.35, 3.72;
-# 3.90 at 1.45e24).
+# 3.90 at 1.45e24); since x is reduced with its sign and pi/2's parts are rounded down:
+# 1.694 and 2.087.
 # tanh: 1.08 on every positive float32 up to its saturation since 1 - 2/(e^(2|x|) + 1)
 # replaced e/(e + 2) above 0.7 (1.50 before, at 3.81; NumPy's own: 1.37).
 EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 1.15, "log1p": 0.9,

@@ -109,13 +109,13 @@ class VersionCounter:
 class Tensor(ArrayMethods):
     """An n-dimensional array that can record its history for ``backward()``."""
 
-    __slots__ = ("_data", "requires_grad", "grad", "_node", "_versions", "_view_of",
+    __slots__ = ("_data", "requires_grad", "_grad", "_node", "_versions", "_view_of",
                  "_views", "__weakref__")
     __tracejit_priority__ = 1
 
     def __init__(self, data, requires_grad=False):
         self._data = as_array(data)
-        self.grad = None
+        self._grad = None
         self._node = None
         self._versions = VersionCounter()
         self._view_of = None
@@ -142,12 +142,41 @@ class Tensor(ArrayMethods):
     def data(self, value):
         self._data = as_array(value)
 
+    @property
+    def grad(self):
+        """The gradient ``backward()`` accumulated (a Tensor), or None. Assign None (or
+        a Tensor of this shape and dtype) to reset it, as in PyTorch; an ndarray is
+        wrapped (not copied: later backward calls add into it).
+
+        >>> w = tensor([1.0, 2.0], requires_grad=True)
+        >>> w.grad = np.zeros(2)
+        >>> (w * w).sum().backward()
+        >>> w.grad
+        tensor([2., 4.])
+        """
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                value = Tensor._wrap(as_array(value))
+            if value.shape != self.shape or value.dtype != self.dtype:
+                # backward adds into it in place: another shape would broadcast there or
+                # fail far from here, another dtype cast the sums
+                raise RuntimeError(
+                    f"assigned grad has data of a different size or type: a {value.dtype} "
+                    f"array of shape {value.shape} for a {self.dtype} tensor of shape "
+                    f"{self.shape}"
+                )
+        self._grad = value
+
     @classmethod
     def _wrap(cls, array, versions=None):
         tensor = cls.__new__(cls)
         tensor._data = array
         tensor.requires_grad = False
-        tensor.grad = None
+        tensor._grad = None
         tensor._node = None
         tensor._versions = VersionCounter() if versions is None else versions
         tensor._view_of = None
@@ -368,11 +397,18 @@ class Tensor(ArrayMethods):
 
     def _rebind(self, result):
         view_of = self._view_of
-        if view_of is not None and not (view_of[0].is_leaf and view_of[0].requires_grad):
+        if view_of is not None and view_of[0].is_leaf and view_of[0].requires_grad:
+            # NumPy would change the leaf, which cannot take history; rebinding the view
+            # alone left it apart from its base (v = w[1:]; v *= 10: w unchanged)
+            raise RuntimeError(
+                "a view of a leaf Variable that requires grad is being used in an in-place "
+                "operation; update the leaf under `with no_grad():`, or take the view of a "
+                "copy (w * 1.0)"
+            )
+        if view_of is not None:
             # v = y[1:3]; v *= 2 changes y in NumPy and PyTorch: a differentiable
             # assignment into y, and v is y[1:3] again, a view of y's new buffer (later
-            # writes under no_grad reach y too). (Into a leaf that requires grad PyTorch
-            # raises; here the view alone is rebound.)
+            # writes under no_grad reach y too).
             base, index = view_of
             if isinstance(index, ViewOp):
                 base._assign(index.positions(base.shape), result)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from real_model_checks import finite_differences
 
-from tracejit import jit, optim, tensor
+from tracejit import jit, no_grad, optim, tensor
 
 
 def eager_reasons(jitted):
@@ -200,3 +200,34 @@ def test_zero_of_a_tracked_non_leaf_passes_no_gradient():
     np.testing.assert_allclose(w.grad.numpy(),
                                finite_differences(lambda v: (0 * v + v * v).sum(), start),
                                rtol=1e-7)
+
+
+# --- views of leaves, .grad assignment ------------------------------------------------------
+@pytest.mark.parametrize("view", [lambda w: w[1:], lambda w: w.reshape(3, 1)],
+                         ids=["slice", "reshape"])
+def test_inplace_update_of_a_view_of_a_leaf_raises_as_in_pytorch(view):
+    # v = w[1:]; v *= 10 with w a leaf requiring grad rebound v alone: v was [20, 30] and
+    # w still [1, 2, 3] (NumPy changes w; PyTorch raises, as a leaf cannot take history).
+    w = tensor([1.0, 2.0, 3.0], requires_grad=True)
+    part = view(w)
+    with pytest.raises(RuntimeError, match="view of a leaf Variable"):
+        part *= 10.0
+    np.testing.assert_array_equal(part.numpy().ravel(), w.numpy()[-part.size:])
+    with no_grad():  # PyTorch's way, which writes through to the leaf
+        part *= 10.0
+    np.testing.assert_array_equal(w.numpy(), [1.0, 20.0, 30.0] if part.size == 2
+                                  else [10.0, 20.0, 30.0])
+
+
+def test_grad_assignment_takes_none_a_tensor_or_an_array_of_the_leafs_shape():
+    # w.grad = np.zeros(2) was stored as it was: backward then failed with "attribute
+    # 'data' of 'numpy.ndarray' objects is not writable"; a Tensor of another shape
+    # failed at backward with a broadcast error (PyTorch raises at the assignment).
+    w = tensor([1.0, 2.0], requires_grad=True)
+    w.grad = np.zeros(2)
+    (w * w).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])
+    for wrong in (tensor([0.0, 0.0, 0.0]), np.zeros(2, np.float32)):
+        with pytest.raises(RuntimeError, match="assigned grad"):
+            w.grad = wrong
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])

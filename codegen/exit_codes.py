@@ -11,6 +11,8 @@ import numpy as np
 
 from tracejit.tracer.ir import Eqn, Guard
 
+from .narrow_results import NARROW_CAST_OUT_OF_RANGE, is_stored_narrow
+
 KERNEL_ERROR = -1
 # The loop codes are far from a program's own statuses (a guard's number + 1, or a kernel's
 # error code negated: -1 an index out of range, -2 a negative integer power, -3 out of
@@ -22,7 +24,9 @@ INNER_LOOP_GUARD_FAILED = -(1 << 29) - 1
 def body_exit(code):
     """The code a loop leaves with when its body program left with ``code``: a guard of
     the body (``code > 0``) is the loop's guard failing; a guard of a loop inside the body
-    failing (at any depth) is an inner loop's; anything else is a kernel error.
+    failing (at any depth) is an inner loop's; a float cast to a narrow integer out of its
+    range stays that (NumPy raises nothing there: no kernel error); anything else is a
+    kernel error.
 
     >>> [body_exit(code) for code in (3, LOOP_GUARD_FAILED, -2)] == [
     ...     LOOP_GUARD_FAILED, INNER_LOOP_GUARD_FAILED, KERNEL_ERROR]
@@ -32,6 +36,8 @@ def body_exit(code):
         return LOOP_GUARD_FAILED
     if code in (LOOP_GUARD_FAILED, INNER_LOOP_GUARD_FAILED):
         return INNER_LOOP_GUARD_FAILED
+    if code == -NARROW_CAST_OUT_OF_RANGE:
+        return code
     return KERNEL_ERROR
 
 
@@ -53,30 +59,35 @@ def exit_places(graph, code):
     >>> [place.source for place in exit_places(graph, -NARROW_CAST_OUT_OF_RANGE)]
     ['return (x * 255).astype(np.uint8)']
     """
-    from .narrow_results import NARROW_CAST_OUT_OF_RANGE, is_stored_narrow
-
-    places = []
-    if code == -NARROW_CAST_OUT_OF_RANGE:  # (kernels of loop bodies report KERNEL_ERROR)
-        places = [graph.locations.get(item.out.name) for item in graph.body
-                  if isinstance(item, Eqn) and item.prim.name == "cast" and is_stored_narrow(item)
-                  and np.dtype(item.inputs[0].aval.dtype).kind == "f"]
+    if code == -NARROW_CAST_OUT_OF_RANGE:  # in the graph or in a loop body at any depth
+        places = _places(graph, 0, 0, _is_narrow_cast, set())
     elif code in (LOOP_GUARD_FAILED, INNER_LOOP_GUARD_FAILED):
-        places = _body_guards(graph, 0, 1 if code == LOOP_GUARD_FAILED else 2, set())
+        places = _places(graph, 0, 1 if code == LOOP_GUARD_FAILED else 2,
+                         lambda item: isinstance(item, Guard), set())
+    else:
+        places = []
     return list(dict.fromkeys(place for place in places if place is not None))
 
 
-def _body_guards(graph, depth, wanted, seen):
-    """Locations of the guards of loop bodies ``wanted`` levels deep or deeper in ``graph``
-    (at ``depth``); ``seen``: bodies already walked (one per output of a loop)."""
+def _is_narrow_cast(item):
+    return (isinstance(item, Eqn) and item.prim.name == "cast" and is_stored_narrow(item)
+            and np.dtype(item.inputs[0].aval.dtype).kind == "f")
+
+
+def _places(graph, depth, wanted, chosen, seen):
+    """Locations of the items ``chosen`` picks in ``graph`` (at ``depth`` loops down) and
+    in loop bodies inside it, from ``wanted`` levels down; ``seen``: bodies already walked
+    (a loop has one equation per output, each with the body)."""
     places = []
     for item in graph.body:
-        if isinstance(item, Guard) and depth >= wanted:
-            places.append(item.location)
+        if depth >= wanted and chosen(item):
+            places.append(item.location if isinstance(item, Guard)
+                          else graph.locations.get(item.out.name))
         if isinstance(item, Eqn) and item.prim.name == "loop":
             body = item.params_dict["body"]
             if id(body) not in seen:
                 seen.add(id(body))
-                places += _body_guards(body, depth + 1, wanted, seen)
+                places += _places(body, depth + 1, wanted, chosen, seen)
     return places
 
 

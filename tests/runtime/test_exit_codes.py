@@ -131,3 +131,27 @@ def test_a_loop_guard_and_a_narrow_cast_name_the_users_line():
     assert cast.stats()["eager_reasons"] == {
         NARROW_RANGE_REASON: f"{NARROW_RANGE_REASON}: {place_of(to_uint8, 'astype')}; "
                              "NumPy's cast is the platform's there"}, cast.explain()
+
+
+def summed_uint8(x):
+    total = np.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        total = total + (x[t] * 255).astype(np.uint8)
+    return total
+
+
+def test_a_narrow_cast_in_a_loop_body_is_no_kernel_error():
+    """A NaN cast to uint8 in a captured loop's body left the loop as a kernel error
+    ("kernel error (eager raises it)", where NumPy raises nothing); it is the narrow cast's
+    exit, naming its line in the body."""
+    f = jit(summed_uint8, cache=False, dynamic=True)
+    good = np.linspace(0.0, 1.0, 24).reshape(6, 4)
+    bad = good.copy()
+    bad[3, 1] = np.nan
+    with np.errstate(invalid="ignore"):
+        for x in (good, good, bad):
+            np.testing.assert_array_equal(f(x), summed_uint8(x))
+    stats = f.stats()
+    assert stats["eager_calls"] == {NARROW_RANGE_REASON: 1}, f.explain()
+    assert stats["eager_reasons"][NARROW_RANGE_REASON].startswith(
+        f"{NARROW_RANGE_REASON}: {place_of(summed_uint8, 'astype')}; "), f.explain()

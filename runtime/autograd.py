@@ -51,9 +51,20 @@ class no_grad:  # noqa: N801 - PyTorch's name
     ...     y = tensor([1.0], requires_grad=True) * 2
     >>> y.requires_grad
     False
+    >>> @no_grad
+    ... def predict(w):
+    ...     return w * 2
+    >>> predict(tensor([1.0], requires_grad=True)).requires_grad
+    False
     """
 
     enabled = False
+
+    def __new__(cls, function=None):
+        # @no_grad without parentheses, as PyTorch takes it too: the decorated function
+        if function is not None:
+            return cls()(function)
+        return super().__new__(cls)
 
     def __enter__(self):
         if not self.enabled:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from real_model_checks import finite_differences
 
-from tracejit import jit, no_grad, optim, tensor
+from tracejit import enable_grad, is_grad_enabled, jit, no_grad, optim, tensor
 
 
 def eager_reasons(jitted):
@@ -231,3 +231,29 @@ def test_grad_assignment_takes_none_a_tensor_or_an_array_of_the_leafs_shape():
         with pytest.raises(RuntimeError, match="assigned grad"):
             w.grad = wrong
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])
+
+
+# --- no_grad / enable_grad as decorators and nested contexts --------------------------------
+def test_no_grad_and_enable_grad_decorate_without_parentheses_and_nest():
+    # @no_grad (PyTorch 2's spelling, no parentheses) raised "no_grad() takes no arguments"
+    @no_grad
+    def predict(w):
+        return w * 2
+
+    @enable_grad
+    def tracked(w):
+        return w * 2
+
+    w = tensor([1.0, 2.0], requires_grad=True)
+    assert predict.__name__ == "predict"
+    assert not predict(w).requires_grad
+    with no_grad():
+        assert tracked(w).requires_grad
+        with no_grad():
+            assert not (w * 2).requires_grad
+        with enable_grad():
+            with no_grad():
+                assert not is_grad_enabled()
+            assert is_grad_enabled()
+        assert not is_grad_enabled() and predict(w).numpy().tolist() == [2.0, 4.0]
+    assert is_grad_enabled()

@@ -473,7 +473,9 @@ def _count_statements(source, key, bound, ranges, values):
     else:
         bound.add(name)
         low, high = (_literal(end, f"the range of {name}") for end in ranges[name])
-        source.add(f"{name} = {variable}")
+        # int(): a NumPy int count binds a Python int, as a shape's dim does (its
+        # np.bool_ comparisons would fail the `is not False` shape guards below)
+        source.add(f"{name} = int({variable})")
         source.add(f"if {name} < {low} or {name} > {high}: return {source.miss}")
     values[key] = f"count{leaf}"
     source.add(f"count{leaf} = {source.constant(_count_carrier, 'C')}({name})")

@@ -1,0 +1,68 @@
+"""Adversarial review of round 22's new capabilities (commits since 0e8d4da): the trip
+count argument as a dim (735dca6), guard margins of exact zeros and square roots
+(3d3d31c), refreshed result views (b0863c6), bounds of % and // with a negative k
+(cb6266a), sinh/cosh (531ec33), slices of stacked lists, masked selections over trailing
+dims and ``max(initial=)`` (37322fc), Tensor writes through views (f581b99), the float32
+tan/sin/cos kernels (2948a78, 2389077).
+
+Each call compares compiled with eager NumPy (results, dtypes, types, the arguments
+afterwards) on calls with changing inputs, as the real-model reviews do.
+
+Findings, each fixed with its test here (each fails before its fix): a NumPy int trip
+count (``fit(X, Y, np.int64(n))``, a count read from an array or ``np.arange``) was refused
+by the entry of the very variant traced for it: the count's symbol was bound to the NumPy
+int, so the buffer's shape guard (``8*s0 > limit``) gave an ``np.bool_`` that ``is not
+False``: every such call traced and compiled a new variant and then ran eagerly
+('entry refused its own call').
+
+Probed and equal to eager, not kept (CI budget): trip counts 0, 1, 2, 3, P - 1, P, P + 1,
+negative, a bool, a float (NumPy's TypeError); ``lr / n``, ``i == n - 1``, ``costs[-1]``,
+``len(costs)``, ``range(1, n)``, ``range(n, 0, -1)``, ``range(0, n, 2)``, ``range(n //
+2)``, ``range(n, m)``, a count by keyword and by default, two counts in nested and in
+consecutive loops, ``if flag and i % 5 == 0``, ``range(X.shape[1])`` with a selected
+append; ``(x[:, None] - x[None]) ** p`` for p in 2, 3, 0.5, 1.5, 1 and its square root
+decided against 0 (float64 and float32, with -0.0, denormals, NaN, inf, a value only
+approximately zero); sin, cos, tan, sinh, cosh, tanh, exp of 0, 1, 15, 17 elements and of
+-0.0, denormals, 709-711, 88-90, 2^20, 1e10-1e300, inf, NaN, contiguous, strided and fused
+(float32 tan past 2^20 is up to 16 ulp from NumPy's, but closer to the exact value than
+NumPy's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracejit import jit
+
+
+def _same(got, want):
+    if isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), (got, want)
+        for a, b in zip(got, want):
+            _same(a, b)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+# --- range(num_iterations) (735dca6) ------------------------------------------------------
+def _fit(x, num_iterations):
+    w, costs = np.zeros(3), []
+    for i in range(num_iterations):
+        w = w - 0.1 * (w - x)
+        if i % 4 == 0:
+            costs.append(float(np.sum((w - x) ** 2)))
+    return w, costs
+
+
+def test_a_numpy_int_trip_count_runs_its_own_variant():
+    """Before the fix each NumPy int count traced a new variant whose entry refused it:
+    eager, 'entry refused its own call', and one more compile at every call."""
+    x = np.arange(3.0)
+    compiled = jit(_fit)
+    for count in (5, 6, np.int64(9), np.int64(10), np.int32(4), np.int32(7)):
+        _same(compiled(x, count), _fit(x, count))
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 4, stats

@@ -21,7 +21,7 @@ call does only what its plan has:
     (7, True, array([0., 0.]))
     >>> print(result.source)  # doctest: +ELLIPSIS
     def result(outputs, argument_leaves, wrap, arguments=None):
-        _copyto(_unwrap(argument_leaves[1]), outputs[1])
+        _copy_into(argument_leaves[1], outputs[1])
         leaf0 = wrap(outputs[0])
         leaf1 = _K0
         leaf2 = argument_leaves[1]
@@ -46,13 +46,13 @@ from tracejit.tracer.generated_code import Source
 from tracejit.tracer.result_identity import numpy_result
 from tracejit.tracer.tensor_methods import stored_outputs
 
-from .tensor import unwrap
+from .tensor import copy_into, unwrap
 
 # Nesting of a result's structure written as one expression (Python's parser refuses
 # about 200 levels of brackets); a deeper one is rebuilt by ``pytree.unflatten``.
 _MAX_DEPTH = 40
 
-_NAMES = {"_CallArguments": CallArguments, "_copyto": np.copyto, "_unwrap": unwrap,
+_NAMES = {"_CallArguments": CallArguments, "_copy_into": copy_into, "_unwrap": unwrap,
           "_asarray": np.asarray, "_ndarray": np.ndarray, "_array": np.array,
           "_may_share_memory": np.may_share_memory, "_numpy_result": numpy_result,
           "_diagonal": np.diagonal, "_put_back": put_back, "_unflatten": pytree.unflatten}
@@ -90,7 +90,7 @@ def result_function(plan, views=frozenset(), identity=None):
         write_source.add_statements(source, plan.writes, write_source.argument_leaf_text(
             plan.argument_tree, constant) if known else None)
     for position, index in plan.mutated.items():
-        source.add(f"_copyto(_unwrap(argument_leaves[{_index(position)}]), "
+        source.add(f"_copy_into(argument_leaves[{_index(position)}], "
                    f"outputs[{_index(index)}])")
     replaced = plan.aliases.keys() | plan.outside_aliases.keys()
     names = [f"leaf{position}" for position in range(len(plan.leaves))]

@@ -555,6 +555,17 @@ def unwrap(value):
     return value.data if isinstance(value, Tensor) else value
 
 
+def copy_into(target, value):
+    """``np.copyto`` into an argument a compiled call wrote in place: a Tensor's version
+    counter moves as an eager in-place update's does, so a graph that saved it (or a view
+    of it) before the call raises at backward instead of using the new values."""
+    if isinstance(target, Tensor):
+        np.copyto(target.data, value)
+        target._version += 1
+    else:
+        np.copyto(target, value)
+
+
 def tensor(data, dtype=None, requires_grad=False):
     """A new leaf Tensor from array-like ``data`` (copied), NumPy's dtype unless given.
 

@@ -912,6 +912,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         list_appends.compute_values(context)
         for position, value in new_values.items():
             np.copyto(np.asarray(leaves[position]), value)
+            if hasattr(leaves[position], "_version"):
+                # a Tensor: a graph that saved it must see the write (runtime.tensor's
+                # copy_into, for the compiled calls)
+                leaves[position]._version += 1
         for index, position in aliases.items():
             outputs[index] = leaves[position]
         for index, (position, kind, params) in remade.items():  # return np.diagonal(x)

@@ -257,3 +257,28 @@ def test_no_grad_and_enable_grad_decorate_without_parentheses_and_nest():
             assert is_grad_enabled()
         assert not is_grad_enabled() and predict(w).numpy().tolist() == [2.0, 4.0]
     assert is_grad_enabled()
+
+
+# --- a compiled call's in-place writes into Tensor arguments ---------------------------------
+def scale_in_place(counts, x):
+    counts += 1
+    x[1:] *= 2.0
+    return (x * counts).sum()
+
+
+def test_compiled_writes_into_tensor_arguments_move_their_version_counters():
+    # The compiled call copied its writes into the Tensors' buffers without moving their
+    # version counters: a graph that saved x (here a view of it) before the call used the
+    # new values at backward, a wrong gradient, where eager raises PyTorch's error.
+    jitted = jit(scale_in_place, cache="memory")
+    for function in (scale_in_place, jitted, jitted, jitted):
+        counts, x = tensor(np.array([1, 2, 3])), tensor(np.arange(3.0))
+        for _ in range(3):  # every call, the traced one and the compiled ones
+            saved = (x[1:] * tensor(np.ones(2), requires_grad=True)).sum()
+            function(counts, x)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                saved.backward()
+        np.testing.assert_array_equal(counts.numpy(), [4, 5, 6])
+        np.testing.assert_array_equal(x.numpy(), [0.0, 8.0, 16.0])
+    stats = jitted.stats()
+    assert stats["compiled_calls"] + stats["traced_calls"] == 9

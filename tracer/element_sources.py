@@ -83,9 +83,11 @@ def _index(ctx, axis, out_shape):
 def same_element(ctx, a, b, out_shape):
     """A bool mask over ``out_shape`` (or a bool Literal) of where operands ``a`` and
     ``b`` read one element of one array; None when they do not read one array."""
+    if not isinstance(a, Var) or not isinstance(b, Var):
+        return None
     first, second = sources(ctx, a, out_shape), sources(ctx, b, out_shape)
     if (first is None or second is None or not isinstance(first[0], Var)
-            or first[0] is not second[0] and first[0].name != second[0].name
+            or not isinstance(second[0], Var) or first[0].name != second[0].name
             or len(first[1]) != len(second[1])):
         return None
     mask = None

@@ -454,6 +454,8 @@ class Hooks:
             owner = _owner_of(path, self.objects)
             if owner is not None and attribute_writes.is_number_state(owner, path.steps[-1][1]):
                 return context.number_input(owner, path, value)  # self.t, which calls rebind
+        if path is not None and (numbers := self._number_tuple_state(path, value)) is not None:
+            return numbers
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",
                                                     0) == 1:
             if path is not None and not context.is_implicit(
@@ -501,6 +503,21 @@ class Hooks:
             elif isinstance(value, types.MappingProxyType):
                 self._mapping_proxy(path, value)
         return value
+
+    def _number_tuple_state(self, path, value):
+        """A tuple of numbers an attribute keeps and the calls rebind (gym's CartPole:
+        ``x, x_dot, theta, theta_dot = self.state``, then ``self.state = (x, ...)``;
+        ``attribute_writes.NumberState``): its length guarded, each number a run-time input
+        read through its position, where a setting's values are guarded (a variant per
+        call). None for anything else."""
+        if type(value) is not tuple or not value or not all(_is_number(item) for item in value):
+            return None
+        owner = _owner_of(path, self.objects)
+        if owner is None or not attribute_writes.is_number_state(owner, path.steps[-1][1]):
+            return None
+        self.context.note_outside_value(path, value)  # the length
+        return tuple(self.context.number_input(owner, Path(path.root, (*path.steps, (
+            "item", position))), item) for position, item in enumerate(value))
 
     def _user_container(self, path, value):
         """A ``UserDict`` / ``UserList`` / ``ChainMap`` read from outside: ``len(cfg)``,
@@ -1157,9 +1174,12 @@ class Hooks:
                 owner, name, value, context.outside_copies):
             return  # numpy-ml's C = self.cache; ...; self.cache = C: the same dict stays
         attribute = path.attr(name)
-        if _is_number(getattr(owner, name, None)) and (
+        held = getattr(owner, name, None)
+        if (_is_number(held) or type(held) is tuple and held and all(
+                _is_number(item) for item in held) and not attribute_writes.is_number_state(
+                    owner, name)) and (
             attribute.key in context.outside_values
-        ):  # self.t = self.t + 1: a number read as a setting, rebound
+        ):  # self.t = self.t + 1, self.state = (x, x_dot): numbers read as settings, rebound
             self._number_state(owner, name, attribute, written)
         attribute_writes.note(context, owner, name, value, path)
 

@@ -81,7 +81,9 @@ class OutsideInputs:
         """A number an attribute keeps across calls (``self.t``, which ``self.t += 1``
         rebinds: ``attribute_writes.NumberState``): a run-time scalar input read through
         ``path`` at every call, where a setting would be entry-guarded by value."""
-        key = ("number", id(owner), path.steps[-1][1])
+        # (a number at a position of a tuple the attribute holds: that attribute's too)
+        key = ("number", id(owner), path.steps[-1][1] if path.steps[-1][0] == "attr"
+               else str(path))
         tracer = self.implicit_tracers.get(key)
         if tracer is None:  # a Python number is weak (as an int argument is), NumPy's not
             weak = type(value) in (int, float)

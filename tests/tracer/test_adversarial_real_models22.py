@@ -24,8 +24,13 @@ Each call compares results, dtypes, types and the arguments afterwards with eage
 and an exception eager raises must be raised too.
 """
 
+import math
+
 import numpy as np
-from real_model_checks import all_compiled, no_internal_errors, run_calls
+import pytest
+from real_model_checks import all_compiled, assert_same, no_internal_errors, run_calls
+
+import tracejit as tj
 
 F64 = dict(rtol=1e-9, atol=1e-9)
 
@@ -335,3 +340,70 @@ def test_a_computed_position_minus_itself_is_exact():
     no_internal_errors(f)
     stats = f.stats()
     assert stats["compiled_calls"] + stats["traced_calls"] >= 2, f.explain()
+
+
+def constant_minus_computed(x):
+    y = np.tanh(x)
+    return (1.0 - y > 0.5).sum(), (y - 0.25 < 0).sum()
+
+
+def test_a_constant_minus_a_computed_value_has_its_margin():
+    """An operand that is a constant (a Literal) reads no array: an internal error while
+    the margins looked for one (every call eager) in the first form of the check above."""
+    rng = np.random.default_rng(10)
+    f = run_calls(constant_minus_computed, [(rng.standard_normal(5),)])
+    no_internal_errors(f)
+    assert all_compiled(f, 2), f.explain()
+
+
+# --- gym's CartPole: the state a tuple of Python floats the step rebinds --------------------
+class CartPole:
+    """gym's ``classic_control/cartpole.py`` step (Euler), its state a tuple of floats."""
+
+    def __init__(self, state):
+        self.gravity, self.masscart, self.masspole = 9.8, 1.0, 0.1
+        self.total_mass = self.masspole + self.masscart
+        self.length = 0.5
+        self.polemass_length = self.masspole * self.length
+        self.force_mag, self.tau = 10.0, 0.02
+        self.theta_threshold_radians, self.x_threshold = 12 * 2 * math.pi / 360, 2.4
+        self.state = tuple(float(v) for v in state)
+
+    def step(self, action):
+        x, x_dot, theta, theta_dot = self.state
+        force = self.force_mag if action == 1 else -self.force_mag
+        costheta, sintheta = math.cos(theta), math.sin(theta)
+        temp = (force + self.polemass_length * theta_dot ** 2 * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * costheta ** 2 / self.total_mass))
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        x, x_dot = x + self.tau * x_dot, x_dot + self.tau * xacc
+        theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * thetaacc
+        self.state = (x, x_dot, theta, theta_dot)
+        terminated = bool(x < -self.x_threshold or x > self.x_threshold
+                          or theta < -self.theta_threshold_radians
+                          or theta > self.theta_threshold_radians)
+        return np.array(self.state, dtype=np.float32), 1.0, terminated
+
+
+def test_cartpole_state_tuple_the_step_rebinds_compiles():
+    """Before the fix every call was a new variant (each float of ``self.state`` guarded by
+    value as a setting) until ``max_variants``, then eager. The tuple's numbers are now
+    run-time inputs (its length guarded), and the compiled calls store a tuple of Python
+    floats, as eager does."""
+    eager, compiled = CartPole([0.01, 0.02, -0.03, 0.04]), CartPole([0.01, 0.02, -0.03, 0.04])
+    f = tj.jit(compiled.step, cache="memory")
+    for action in (1, 1, 1, 1, 1, 1, 1, 1):
+        assert_same(f(action), eager.step(action), rtol=1e-6, atol=1e-7)
+        assert compiled.state == eager.state
+        assert [type(v) for v in compiled.state] == [float] * 4
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 6, f.explain()
+    compiled.state = eager.state = (0, 0.5, 0.0, True)  # other types: as eager
+    assert_same(f(0), eager.step(0), rtol=1e-6, atol=1e-7)
+    assert compiled.state == eager.state
+    compiled.state = eager.state = (0.1, 0.2, 0.3)  # another length: eager's error
+    with pytest.raises(ValueError):
+        eager.step(1)
+    with pytest.raises(ValueError):
+        f(1)

@@ -212,16 +212,26 @@ def _local_name(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
-def loop_variables(node, function_node):
-    """The names the loop ``node`` carries, in a stable order."""
-    body = _names(node.body)
+def _loop_node_ids(node):
+    """``id`` of every node of the loop ``node``. A loop over an array's rows runs by index
+    or, for other sequences, as written (tracejit.tracer.loop_sequences): the written twin
+    is part of the loop too."""
     inside = {id(n) for n in ast.walk(node)}
-    # A loop over an array's rows runs by index or, for other sequences, as written
-    # (tracejit.tracer.loop_sequences): the written twin reads nothing after this loop.
-    inside |= {id(n) for n in ast.walk(getattr(node, "tracejit_twin", node))}
-    live_after = {n.id for n in ast.walk(function_node)
-                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                  and id(n) not in inside}
+    twin = getattr(node, "tracejit_twin", None)
+    if twin is not None:
+        inside.update(id(n) for n in ast.walk(twin))
+    return inside
+
+
+def loop_variables(node, function_node, inside=None, names=None):
+    """The names the loop ``node`` carries, in a stable order. ``inside``
+    (``_loop_node_ids(node)``) and ``names`` (the ``ast.Name`` nodes of ``function_node``)
+    when the caller has them already: each is a walk of the function."""
+    body = _names(node.body)
+    inside = _loop_node_ids(node) if inside is None else inside
+    if names is None:
+        names = [n for n in ast.walk(function_node) if isinstance(n, ast.Name)]
+    live_after = {n.id for n in names if isinstance(n.ctx, ast.Load) and id(n) not in inside}
     live_after |= getattr(node, "tracejit_live_after", set())  # hoisted attributes
     assigned = body.stored - {node.target.id}
     carried = assigned & (live_after | _read_before_write(node.body))
@@ -276,22 +286,26 @@ def rewrite_for(rewriter, node):
         return node
     if reason is not None:
         return _noted(node, reason)
-    inside = {id(inner) for inner in ast.walk(node)}
-    inside |= {id(inner) for inner in ast.walk(getattr(node, "tracejit_twin", node))}
+    in_loop = _loop_node_ids(node)
+    inside = set(in_loop)
     # Other loops over the same name (a forward and a backward loop over t) rebind it
     # before they read it; so does a loop already rewritten into a body function of t.
+    # (One walk of the function finds them and its names, which loop_variables reads too.)
+    name_nodes = []
     for other in ast.walk(function_node):
+        if isinstance(other, ast.Name):
+            name_nodes.append(other)
+            continue
         rebinds = isinstance(other, ast.For) and isinstance(other.target, ast.Name) and (
             other.target.id == node.target.id
         ) or isinstance(other, ast.FunctionDef) and node.target.id in {
             arg.arg for arg in other.args.args}
         if rebinds and other is not node:
-            inside |= {id(inner) for inner in ast.walk(other)}
-    if any(isinstance(n, ast.Name) and n.id == node.target.id and id(n) not in inside
-           for n in ast.walk(function_node)):
+            inside.update(id(inner) for inner in ast.walk(other))
+    if any(n.id == node.target.id and id(n) not in inside for n in name_nodes):
         # Python leaves the index at its last value after the loop
         return _noted(node, f"the index `{node.target.id}` is read after the loop")
-    names = loop_variables(node, function_node)
+    names = loop_variables(node, function_node, in_loop, name_nodes)
     iterator = node.iter  # __tracejit__.call(<range>, *args) after the rewrite
     if not (isinstance(iterator, ast.Call) and iterator.args):
         return node

@@ -67,6 +67,7 @@ from tracejit.tracer.ops.control import (
 
 from . import loop_sharing, native_loop
 from .exit_codes import INNER_LOOP_GUARD_FAILED, KERNEL_ERROR, LOOP_GUARD_FAILED, body_exit
+from .loop_regions import Write, nonlinear_in, reads_in_bounds, region_geometry, region_views
 from .lowering import LAYOUT_EXIT
 
 log = logging.getLogger("tracejit.loops")
@@ -265,28 +266,6 @@ class _Segment:
             env[name] = value
 
 
-class _Write:
-    """A buffer written at the index: region start ``base + delta * t`` per axis."""
-
-    def __init__(self, position, config, value_shape):
-        self.position = position
-        self.config = config
-        self.value_shape = value_shape
-
-    def region_of(self, index, bindings, buffer_shape, first, last):
-        """Per axis ``(base, delta, size)``, or None if a trip writes outside the buffer."""
-        axes = []
-        for (low, _, _), size, extent in zip(self.config, self.value_shape, buffer_shape):
-            split = linear_in(low, index)  # checked at build: never None here
-            base, delta = (_evaluate(part, bindings) for part in split)
-            size = _evaluate(size, bindings)
-            for t in (first, last):
-                if base + delta * t < 0 or base + delta * t + size > extent:
-                    return None
-            axes.append((base, delta, size))
-        return axes
-
-
 class _Loop:
     """One loop (every ``loop`` equation sharing its operands and body): the body compiled
     once with the index as a run-time symbol, run by its native driver or from Python."""
@@ -348,7 +327,7 @@ class _Loop:
                        for eqn in items if isinstance(eqn, Eqn)
                        and eqn.prim.name in ("slice", "pad")]
         # x[t % 3]: a param that is not linear in the index is checked at every trip.
-        self.every_trip = any(_nonlinear(value, self.index) for _, params, _ in self.bounds
+        self.every_trip = any(nonlinear_in(value, self.index) for _, params, _ in self.bounds
                               for value in params.values())
         self.checked = {}  # run-time checks and write regions, per bindings and trips
 
@@ -402,9 +381,9 @@ class _Loop:
                 self.checked.clear()
             trips = range(first, last + self.step, self.step) if self.every_trip else (
                 first, last)
-            self.checked[key] = all(_in_bounds(kind, params, shape, {**bindings, self.index: t})
-                                    for kind, params, shape in self.bounds
-                                    for t in trips)
+            self.checked[key] = all(
+                reads_in_bounds(kind, params, shape, {**bindings, self.index: t})
+                for kind, params, shape in self.bounds for t in trips)
         return self.checked[key]
 
     def run(self, env, bindings, side_exit):
@@ -441,11 +420,11 @@ class _Loop:
                 buffers[write.position] = buffer
                 region_axes.append(axes)
                 if self.native is None:
-                    regions.append(_regions(buffer, axes, trips))
+                    regions.append(region_views(buffer, axes, trips))
         if self.exit is not None and trips and bool(carried[self.exit]):
             trips = ()  # done before the first trip (a while loop's trip 0 peeled)
         if self.native is not None and trips:
-            geometry = [(buffers[write.position], *_region_geometry(buffers[write.position],
+            geometry = [(buffers[write.position], *region_geometry(buffers[write.position],
                                                                     axes, trips))
                         for write, axes in zip(self.writes, region_axes)]
             status, _, carried = self.native.run(carried + free, bindings, trips, geometry)
@@ -498,7 +477,7 @@ def loop_body(graph, eqn):
         raise UnsupportedError("print in a loop body (not compiled yet)")
     plan = BodyPlan(body, num_carry)
     kept = [p for p in range(num_carry) if p not in plan.writes]
-    writes = [_Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
+    writes = [Write(p, plan.writes[p][2], plan.writes[p][1].aval.shape)
               for p in sorted(plan.writes)]
     if any(linear_in(low, index) is None for write in writes for low, _, _ in write.config):
         # out[t // 2] = v: the drivers write at base + delta * t (the interpreter runs it)
@@ -537,55 +516,6 @@ def _before_reshapes(body, atom):
             break
         source = eqn.inputs[0]
     return atom if getattr(source, "name", None) in inputs else source
-
-
-def _nonlinear(value, index):
-    if isinstance(value, tuple):
-        return any(_nonlinear(item, index) for item in value)
-    return isinstance(value, DimExpr) and linear_in(value, index) is None
-
-
-def _in_bounds(kind, params, shape, bindings):
-    if kind == "slice":
-        for start, limit, step, dim in zip(params["starts"], params["limits"],
-                                           params["steps"], shape):
-            start, limit = _evaluate(start, bindings), _evaluate(limit, bindings)
-            if step <= 0 or not 0 <= start <= limit <= _evaluate(dim, bindings):
-                return False
-        return True
-    return all(_evaluate(low, bindings) >= 0 and _evaluate(high, bindings) >= 0
-               and _evaluate(interior, bindings) >= 0 for low, high, interior in params["config"])
-
-
-def _region_geometry(buffer, axes, trips):
-    """``(offset, per_trip, sizes)`` of the region written at the first trip, in bytes
-    from the buffer's start, bytes per trip, and elements per axis."""
-    offset = sum((base + delta * trips[0]) * stride
-                 for (base, delta, _), stride in zip(axes, buffer.strides))
-    per_trip = trips.step * sum(delta * stride for (_, delta, _), stride in
-                                zip(axes, buffer.strides))
-    return offset, per_trip, [size for _, _, size in axes]
-
-
-def _regions(buffer, axes, trips):
-    """A view of ``buffer`` whose item ``k`` is the region written at trip ``k`` (the
-    region moves by a fixed number of elements per trip): one ``view[k] = value`` per
-    iteration instead of building a tuple of slices."""
-    sizes = tuple(size for _, _, size in axes)
-    if 0 in sizes:
-        return np.empty((len(trips), *sizes), buffer.dtype)  # nothing to write
-    item = buffer.itemsize
-    offset = sum((base + delta * trips[0]) * stride
-                 for (base, delta, _), stride in zip(axes, buffer.strides)) // item
-    per_trip = trips.step * sum(delta * stride for (_, delta, _), stride in
-                                zip(axes, buffer.strides))
-    shape, strides = (len(trips), *sizes), (per_trip, *buffer.strides)
-    try:  # the constructor checks the view stays inside the buffer; ~10x as_strided's speed
-        return np.ndarray(shape, buffer.dtype, buffer=buffer, offset=offset * item,
-                          strides=strides)
-    except (ValueError, TypeError):
-        origin = buffer.reshape(-1)[offset:]
-        return np.lib.stride_tricks.as_strided(origin, shape, strides, writeable=True)
 
 
 def _operand(atom):

@@ -250,6 +250,9 @@ class Tracer(ArrayMethods):
         )
 
     def numpy(self):
+        if getattr(self.context, "tensor_arguments", False) and (
+                tensor_methods.tensor_valued(self.context, self)):
+            return tensor_methods.as_numpy(self)  # t.detach().numpy() of a Tensor
         return self.__array__()
 
     def __format__(self, spec):
@@ -273,6 +276,15 @@ class Tracer(ArrayMethods):
         if _is_numpy_scalar(self):  # s = x.sum(); s[...] = 0: a NumPy scalar is immutable
             raise as_numpy_would(TypeError(f"'numpy.{self.dtype.type.__name__}' object does "
                                            "not support item assignment"))
+        if _reads_itself_in_turn(self, index, value):
+            # x[1:3] = (x[0], x[1]): NumPy copies a sequence's items into the selection one
+            # by one along its first axis, each read as the earlier ones left it (row 2
+            # gets x[0]'s values); a stack of the items read first would give old x[1]
+            setitem(self, index, value)  # NumPy's errors (a ragged sequence); unused after
+            target = self[index]
+            for position, item in enumerate(value):
+                target[position] = item
+            return
         self._update(setitem(self, index, value), written_region(self, index))
 
     def _inplace(self, operation, other):
@@ -445,6 +457,35 @@ def _is_numpy_scalar(tracer):
     if is_pending(value) and value.like is not None:
         return isinstance(value.like, np.generic)
     return isinstance(tracer.value, np.generic)
+
+
+def _reads_itself_in_turn(x, index, value):
+    """Whether ``x[index] = value`` is a list or tuple (of as many items as the selection's
+    first axis) holding a view of ``x``'s memory, into a selection by basic indexing: NumPy
+    copies such a sequence item by item. An index array copies the items first (NumPy
+    converts the sequence before scattering), as the stack does."""
+    entries = index if isinstance(index, tuple) else (index,)
+    if not isinstance(value, (list, tuple)) or not all(
+            entry is None or entry is Ellipsis or isinstance(entry, slice) or (
+                isinstance(entry, (int, np.integer)) and not isinstance(entry, bool))
+            for entry in entries):
+        return False
+    def root(array):  # (no `or`: the truth value of a traced array raises)
+        base = array.base_or_none()
+        return array if base is None else base
+
+    def shares(item):
+        if isinstance(item, (list, tuple)):
+            return any(shares(inner) for inner in item)
+        return isinstance(item, Tracer) and root(item) is root(x)
+
+    if not any(shares(item) for item in value):
+        return False
+    try:
+        shape = np.broadcast_to(0, tuple(int(dim) for dim in x.shape))[index].shape
+    except (TypeError, IndexError, ValueError):
+        return False  # a symbolic dim, or NumPy's error: the stack raises it
+    return len(shape) > 0 and shape[0] == len(value)
 
 
 

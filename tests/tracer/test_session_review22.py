@@ -66,3 +66,34 @@ def test_a_numpy_int_trip_count_runs_its_own_variant():
         _same(compiled(x, count), _fit(x, count))
     stats = compiled.stats()
     assert stats["eager_calls"] == {} and stats["compiles"] == 4, stats
+
+
+# --- a list or tuple assigned into a slice (37322fc) --------------------------------------
+def _shift_rows(state):
+    state[1:3] = (state[0], state[1])
+    return state
+
+
+def _reverse_rows(state):
+    state[::-1] = [state[0], state[1] * 1, state[2]]
+    return state
+
+
+def _fancy_rows(state):
+    state[[1, 2]] = (state[0], state[1])  # an index array: NumPy converts the tuple first
+    return state
+
+
+def test_a_tuple_of_views_of_the_target_is_copied_in_turn():
+    """NumPy copies ``(state[0], state[1])`` into ``state[1:3]`` item by item, each read
+    after the earlier ones are written (row 2 gets row 0's values). Before the fix the
+    stack read every item first: row 2 kept row 1's old values, in traced and compiled
+    calls."""
+    base = np.arange(12.0).reshape(3, 4)
+    for fn in (_shift_rows, _reverse_rows, _fancy_rows):
+        compiled = jit(fn)
+        for state in (base, base[::-1] * 2, base + 1):
+            eager, jitted = state.copy(), state.copy()
+            _same(compiled(jitted), fn(eager))
+            _same(jitted, eager)
+        assert compiled.stats()["eager_calls"] == {}, compiled.stats()

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import ops
 from .dims import SymInt, SymRange, surely, value_of
-from .errors import TraceError, UnsupportedError, UnsupportedIndexError
+from .errors import TraceError, UnsupportedError, UnsupportedIndexError, as_numpy_would
 from .locations import line_prefix, user_location
 from .ops import ndim_of, shape_of
 from .pending import deferred, is_pending, recording_only
@@ -362,6 +362,8 @@ def setitem(x, index, value):
         return masked
     _check_converts_as_numpy(value, x.dtype)
     plan = IndexPlan(tuple(shape_of(x)), index)
+    if not plan.advanced:
+        _keep_numpy_scalar_in_range(value, x.dtype)
     if isinstance(value, SymInt) and plan.advanced:
         # x[idx[t]] = t + 100 in a captured loop: the index (a dim) as the trace's int, since
         # an index array's scatter takes arrays
@@ -629,6 +631,39 @@ def _check_converts_as_numpy(value, dtype):
     raise UnsupportedError(f"{line_prefix(user_location())}assigning a run-time Python "
                            f"{number} into a {dtype} array (NumPy converts it with int() "
                            "and raises at NaN or past the range; a compiled cast would wrap)")
+
+
+def _keep_numpy_scalar_in_range(value, dtype):
+    """A traced NumPy scalar (``x.sum()``, ``u[0]``) assigned by basic indexing into a
+    signed integer array (``out[0] = x.max()``) goes through Python's ``int`` in NumPy:
+    ``ValueError`` at NaN, ``OverflowError`` at infinity and past the range, where a cast
+    would store a wrapped value. Guards keep it in range (the call runs eagerly, and
+    raises, past them). A 0-d array, a mask or an index array is cast, as NumPy does."""
+    from .traced_array import _is_numpy_scalar  # cycle: traced_array -> here
+
+    aval, dtype = getattr(value, "aval", None), np.dtype(dtype)
+    if aval is None or aval.weak or aval.shape or dtype.kind != "i":
+        return
+    source = np.dtype(aval.dtype)
+    if source.kind not in "iuf" or np.can_cast(source, dtype, "safe") or not (
+            _is_numpy_scalar(value)):
+        return
+    info = np.iinfo(dtype)
+    if source.kind == "f":
+        if bool(np.isnan(value)):
+            raise as_numpy_would(ValueError("cannot convert float NaN to integer"))
+        if bool(np.isinf(value)):
+            raise as_numpy_would(OverflowError("cannot convert float infinity to integer"))
+        # int() truncates: in range is (min - 1, max + 1), where min - 1 is a value of the
+        # float dtype (else from min on: no float lies between the two)
+        below = int(info.min) - 1
+        fits = (bool(value > float(below)) if int(np.array(below, source)) == below
+                else bool(value >= float(info.min))) and bool(value < float(info.max) + 1.0)
+    else:
+        fits = bool(value >= int(info.min)) and bool(value <= int(info.max))
+    if not fits:
+        raise as_numpy_would(OverflowError(
+            f"Python integer {int(value.value)} out of bounds for {dtype}"))
 
 
 def add_at(x, index, value):

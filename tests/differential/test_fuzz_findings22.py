@@ -29,6 +29,12 @@ Fixed here:
 * ``u.astype(np.int16)`` (or ``uint16``) of a uint8 argument: the cast to the wider narrow
   dtype sign-extended (``narrow_results.narrow_cast``), so 200 came back -56 (uint16:
   65480). An unsigned source is zero-extended now.
+* ``out[0] = x.sum()`` (a NumPy scalar, by basic indexing) into a signed integer array:
+  NumPy converts it with Python's ``int`` (``ValueError`` at NaN, ``OverflowError`` at
+  infinity and past the range: an int64 2**31 into int32, a float 3e9), compiled code
+  stored a wrapped value. Guards keep it in range now
+  (``indexing._keep_numpy_scalar_in_range``): past them the call runs eagerly and raises.
+  (A 0-d array, a mask or an index array is cast, as NumPy does; unsigned targets wrap.)
 """
 
 import numpy as np
@@ -166,3 +172,26 @@ def test_a_narrow_integer_cast_to_a_wider_narrow_one_keeps_its_value(source, tar
 
     for got, want in _calls(widened, [(values,), (values[::-1].copy(),), (values,)]):
         _assert_same(got, want)
+
+
+# --- a NumPy scalar stored into a signed integer array goes through int() -----------------
+def sum_into_an_int32_element(x):
+    out = np.zeros(3, np.int32)
+    out[0] = x.sum()
+    out[1:] = x[:2]  # (a slice of an array is cast: no check)
+    return out
+
+
+@pytest.mark.parametrize("dtype, bad", [
+    (np.int64, [2 ** 31, 5]), (np.int64, [-2 ** 31 - 1, 0]), (np.float64, [3e9, 1.0]),
+    (np.float64, [np.nan, 1.0]), (np.float32, [np.inf, 1.0])])
+def test_a_numpy_scalar_into_an_int_element_raises_as_numpy_past_its_range(dtype, bad):
+    compiled = tj.jit(sum_into_an_int32_element, cache="memory")
+    for _ in range(2):
+        good = np.array([1, 2], dtype)
+        _assert_same(compiled(good), sum_into_an_int32_element(good))
+    with np.errstate(all="ignore"):
+        with pytest.raises((OverflowError, ValueError)) as want:
+            sum_into_an_int32_element(np.array(bad, dtype))
+        with pytest.raises(want.type):
+            compiled(np.array(bad, dtype))

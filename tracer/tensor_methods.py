@@ -131,6 +131,15 @@ def _reached(context, gradients_only):
             yield eqn.out.name
 
 
+def as_numpy(tracer):
+    """``tracer.numpy()`` where it is eagerly a Tensor: its buffer as an ndarray, so the
+    value without gradient, and what is computed from it alone is NumPy's (``mask =
+    h.detach().numpy() > 0``), as ``value_and_grad``'s value is."""
+    plain = detach(tracer)
+    note_plain(tracer.context, [plain])
+    return plain
+
+
 def detach(tracer):
     """``tracer.detach()``: the value, with no gradient through it."""
     from .traced_array import note_view  # cycle: traced_array reaches this module

@@ -282,3 +282,44 @@ def test_compiled_writes_into_tensor_arguments_move_their_version_counters():
         np.testing.assert_array_equal(x.numpy(), [0.0, 8.0, 16.0])
     stats = jitted.stats()
     assert stats["compiled_calls"] + stats["traced_calls"] == 9
+
+
+# --- t.detach().numpy() inside jit ------------------------------------------------------------
+def masked_by_numpy(w, x):
+    scores = x @ w
+    mask = scores.detach().numpy() > 0  # NumPy's: no gradient, no Tensor
+    centred = np.tanh(scores).numpy().mean(axis=0)
+    return (scores * mask).sum() + (scores * centred).sum(), mask, centred * 2
+
+
+def test_numpy_of_a_tensor_inside_jit_compiles_as_a_plain_value():
+    # t.detach().numpy() (a mask, a statistic) made every call run eagerly ("a traced
+    # array was converted to a NumPy array"); it is the value without gradient, and what
+    # is computed from it alone is an ndarray, as eagerly. (float64 only: float32 takes
+    # the same path, and a first float32 product builds its GEMM library, 5 s.)
+    jitted = jit(masked_by_numpy, cache="memory")
+    tolerance = 1e-12
+    for seed in (3, 5, 7):  # one shape: one compile
+        rng = np.random.default_rng(seed)
+        start, x = rng.normal(size=(3, 2)), rng.normal(size=(4, 3))
+        results = {}
+        for name, function in (("eager", masked_by_numpy), ("jitted", jitted)):
+            w = tensor(start, requires_grad=True)
+            loss, mask, doubled = function(w, x)
+            loss.backward()
+            results[name] = loss, mask, doubled, w.grad
+        (loss, mask, doubled, grad), expected = results["jitted"], results["eager"]
+        assert [type(value) for value in (mask, doubled)] == [np.ndarray, np.ndarray]
+        np.testing.assert_array_equal(mask, expected[1])
+        np.testing.assert_allclose(doubled, expected[2], rtol=tolerance, atol=tolerance)
+        assert loss.dtype == expected[0].dtype and grad.dtype == expected[3].dtype
+        np.testing.assert_allclose(loss.item(), expected[0].item(), rtol=tolerance)
+        np.testing.assert_allclose(grad.numpy(), expected[3].numpy(), rtol=tolerance,
+                                   atol=tolerance)
+    # the gradient stops at .numpy(), as eagerly
+    mask, centred = (x @ start) > 0, np.tanh(x @ start).mean(axis=0)
+    np.testing.assert_allclose(
+        grad.numpy(), finite_differences(
+            lambda v: ((x @ v) * mask).sum() + ((x @ v) * centred).sum(), start),
+        rtol=1e-6, atol=1e-8)
+    assert jitted.stats()["eager_reasons"] == {}

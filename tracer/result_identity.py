@@ -84,14 +84,17 @@ def distinct_objects(context, out_leaves, output_atoms, atom_positions, argument
         finals[id(leaf)] = atom
 
 
-def refreshed_views(context, out_leaves):
+def refreshed_views(context, out_leaves, arguments=()):
     """``{result leaf index: traced view}`` for a result that views another result and was
     made before a write into it that left the view's region alone (``t4 = t3[:-1]``, then
     ``t3[4] = ...``, the last trip of a loop over ``t3``'s rows). Its value is right, but
     its IR value views the older value of ``t3`` (a view apart from a write is not read
     again: ``traced_array._update``), so the results came back unrelated where NumPy's
-    ``t4`` views ``t3``. Read again from the root's final value, it is a view of that."""
+    ``t4`` views ``t3``. Read again from the root's final value, it is a view of that.
+    A view of an argument (one of the traced ``arguments``) is left to
+    ``argument_views``: the caller's array, not the program's final value, is its base."""
     results = {id(leaf) for leaf in out_leaves if hasattr(leaf, "ir_var")}
+    results -= {id(leaf) for leaf in arguments}
     producers = None
     found, made = {}, {}  # (a leaf returned twice is one object: read again once)
     for index, leaf in enumerate(out_leaves):

@@ -796,7 +796,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         # t = np.zeros(3); return t, t[1:]: views of one constant, as NumPy's share memory
         constant_views = result_identity.constant_views(context, out_leaves)
         # t4 = t3[:-1]; t3[4] = ...: t4 views t3's final value, as NumPy's does
-        constant_views.update(result_identity.refreshed_views(context, out_leaves))
+        constant_views.update(result_identity.refreshed_views(context, out_leaves,
+                                                              traced_leaves))
         for index, leaf in enumerate(out_leaves):
             if _is_output_leaf(leaf):
                 atom, value, aval = context.atom(constant_views.get(index, leaf))

@@ -97,3 +97,25 @@ def test_a_tuple_of_views_of_the_target_is_copied_in_turn():
             _same(compiled(jitted), fn(eager))
             _same(jitted, eager)
         assert compiled.stats()["eager_calls"] == {}, compiled.stats()
+
+
+# --- results viewing results after writes apart from them (b0863c6) -----------------------
+def _view_then_write_apart(x):
+    v = x[:-1]
+    x[-1] = 5.0
+    return v, x
+
+
+def test_a_view_of_an_argument_written_apart_stays_the_callers_view():
+    """``v = x[:-1]; x[-1] = 5.0; return v, x``: NumPy's v views the caller's x. Since
+    b0863c6 v was read again from the program's final x, a new array: the caller's
+    ``v[0] = ...`` no longer reached x. Views of arguments are argument_views' to make."""
+    compiled = jit(_view_then_write_apart)
+    for n in (5, 5, 4):
+        x = np.arange(n * 3.0).reshape(n, 3)
+        eager, jitted = x.copy(), x.copy()
+        got, want = compiled(jitted), _view_then_write_apart(eager)
+        _same(got, want)
+        _same(jitted, eager)
+        assert got[1] is jitted and np.shares_memory(got[0], jitted)
+    assert compiled.stats()["eager_calls"] == {}, compiled.stats()

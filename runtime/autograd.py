@@ -69,6 +69,8 @@ class no_grad:  # noqa: N801 - PyTorch's name
     def __enter__(self):
         if not self.enabled:
             _refuse_inside_a_gradient_trace()
+        elif not _grad_mode.enabled:
+            _refuse_enabling_inside_a_trace()
         self._previous = _grad_mode.enabled
         _grad_mode.enabled = self.enabled
 
@@ -95,6 +97,17 @@ def _refuse_inside_a_gradient_trace():
                           "supported (the trace would differentiate through the block); "
                           "the call runs eagerly. Compute what the block makes outside the "
                           "jit function and pass it in")
+
+
+def _refuse_enabling_inside_a_trace():
+    """``with enable_grad():`` in a function being traced under ``no_grad()``: the trace
+    records no backward (the call's mode is off), so what the block makes from Tensors
+    requiring grad would come back without the history it has eagerly. The call runs
+    eagerly instead."""
+    if current_context() is not None:
+        raise trace_error("`with enable_grad()` in a function called under no_grad() is not "
+                          "supported (the compiled call would return its values without "
+                          "gradients); the call runs eagerly")
 
 
 class enable_grad(no_grad):  # noqa: N801

@@ -323,3 +323,25 @@ def test_numpy_of_a_tensor_inside_jit_compiles_as_a_plain_value():
             lambda v: ((x @ v) * mask).sum() + ((x @ v) * centred).sum(), start),
         rtol=1e-6, atol=1e-8)
     assert jitted.stats()["eager_reasons"] == {}
+
+
+def tracked_inside(w, x):
+    with enable_grad():
+        loss = (w * x).sum()
+    return loss
+
+
+def test_enable_grad_inside_a_jit_function_called_under_no_grad_keeps_the_history():
+    # The call under no_grad() was traced and compiled without a backward, so the loss
+    # the enable_grad block makes came back without history (backward raised "does not
+    # require grad"); eagerly it has one. Such a call now runs eagerly.
+    jitted = jit(tracked_inside, cache="memory")
+    for scale in (1.0, 2.0, 3.0):
+        x = np.arange(3.0) * scale
+        w = tensor(np.ones(3), requires_grad=True)
+        with no_grad():
+            loss = jitted(w, x)
+        assert loss.requires_grad
+        loss.backward()
+        np.testing.assert_array_equal(w.grad.numpy(), x)
+    assert "enable_grad()" in eager_reasons(jitted)

@@ -411,6 +411,7 @@ def update(x, index, value, operation, updated):
     plan = IndexPlan(tuple(shape_of(x)), index)
     if plan.advanced:
         return None
+    _keep_numpy_scalar_in_range(updated, x.dtype)  # x[0] += v: x[0] + v stored by int()
     if isinstance(value, (list, tuple)):  # x[1:3] += [1, 2]: NumPy's array of it
         if any_traced(value):
             return None
@@ -660,6 +661,8 @@ def _keep_numpy_scalar_in_range(value, dtype):
         fits = (bool(value > float(below)) if int(np.array(below, source)) == below
                 else bool(value >= float(info.min))) and bool(value < float(info.max) + 1.0)
     else:
+        if source.itemsize < 8:  # (compiled code computes in int64, not uint8 or uint32)
+            value = value.astype(np.int64)
         fits = bool(value >= int(info.min)) and bool(value <= int(info.max))
     if not fits:
         raise as_numpy_would(OverflowError(

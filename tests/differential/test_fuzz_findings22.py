@@ -35,6 +35,7 @@ Fixed here:
   stored a wrapped value. Guards keep it in range now
   (``indexing._keep_numpy_scalar_in_range``): past them the call runs eagerly and raises.
   (A 0-d array, a mask or an index array is cast, as NumPy does; unsigned targets wrap.)
+  ``out[0] += x[0]`` (int8 plus an int64 scalar) is that store too.
 """
 
 import numpy as np
@@ -180,6 +181,24 @@ def sum_into_an_int32_element(x):
     out[0] = x.sum()
     out[1:] = x[:2]  # (a slice of an array is cast: no check)
     return out
+
+
+def element_updated_past_int8(x):
+    out = np.zeros(3, np.int8)
+    out[1:] += x[:2]  # (an update of a slice is cast)
+    out[0] += x[0]
+    return out
+
+
+def test_an_element_update_raises_as_numpy_past_its_range():
+    compiled = tj.jit(element_updated_past_int8, cache="memory")
+    for _ in range(2):
+        good = np.array([100, 2], np.int64)
+        _assert_same(compiled(good), element_updated_past_int8(good))
+    with pytest.raises(OverflowError):
+        element_updated_past_int8(np.array([300, 2], np.int64))
+    with pytest.raises(OverflowError):
+        compiled(np.array([300, 2], np.int64))
 
 
 @pytest.mark.parametrize("dtype, bad", [

@@ -40,6 +40,14 @@ _grad_mode = _GradMode()
 
 
 def is_grad_enabled():
+    """Whether operations on Tensors are recorded now (not inside ``no_grad()``)."""
+    context = current_context()
+    if context is not None and not any(getattr(context, "tensor_inputs", {}).values()):
+        # A compiled call checks the mode only where a Tensor argument requires grad: a
+        # variant traced with one answer would run under the other.
+        raise trace_error("is_grad_enabled() in a jit function none of whose arguments is a "
+                          "Tensor requiring grad is not supported (the compiled call would "
+                          "not check the mode); the call runs eagerly")
     return _grad_mode.enabled
 
 

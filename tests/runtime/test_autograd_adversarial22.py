@@ -345,3 +345,26 @@ def test_enable_grad_inside_a_jit_function_called_under_no_grad_keeps_the_histor
         loss.backward()
         np.testing.assert_array_equal(w.grad.numpy(), x)
     assert "enable_grad()" in eager_reasons(jitted)
+
+
+def scaled_by_mode(w, x):
+    return w * x if is_grad_enabled() else w * 2.0 * x
+
+
+@pytest.mark.parametrize("requires_grad", [None, False, True], ids=["ndarray", "tensor",
+                                                                     "tracked_tensor"])
+def test_is_grad_enabled_inside_jit_follows_the_mode_of_every_call(requires_grad):
+    # Without a Tensor argument requiring grad the compiled call does not check the mode,
+    # so the variant traced under grad mode ran under no_grad() too: w * x where eager
+    # gives w * 2 x.
+    jitted = jit(scaled_by_mode, cache="memory")
+    x = np.arange(3.0)
+    w = np.ones(3) if requires_grad is None else tensor(np.ones(3), requires_grad=requires_grad)
+    for enabled in (True, False, True, False):
+        if enabled:
+            result = jitted(w, x)
+        else:
+            with no_grad():
+                result = jitted(w, x)
+        np.testing.assert_array_equal(result.numpy() if requires_grad is not None else result,
+                                      x if enabled else 2.0 * x)

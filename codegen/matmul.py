@@ -61,6 +61,7 @@ from .kernel_index import I32, I64, PTR, REASSOCIATE, ZERO, broadcast_index, con
 from .numpy_products import NUMPY_DTYPES, emit_numpy_product, is_decision_product
 from .parallel import POOL_FIELDS, THREADS
 from .schedule import reshaped_buffer
+from .strided_views import matrix_layout, strided_view
 
 
 def matmul_split(kernel):
@@ -95,27 +96,60 @@ def blas_operands(kernel):
     if not blas.openblas() and not own_gemm_shape(kernel) and not own_batched(kernel):
         return None
 
-    def buffer_of(var):
-        return _buffer_read_in_place(kernel, var)
-
     operands = []
     for atom in anchor.inputs:
         if not isinstance(atom, Var) or np.dtype(atom.aval.dtype) not in (
                 np.dtype(anchor.out.aval.dtype), _converted_dtype(anchor.out.aval.dtype)):
             return None
-        if buffer_of(atom) is not None:
-            operands.append((buffer_of(atom), False))
-            continue
-        eqn = producers.get(atom.name)
-        if eqn is None or eqn.prim is not transpose_p:
-            return None
-        base = eqn.inputs[0]
-        if not swaps_last_two_axes(eqn.params_dict["perm"]) or not isinstance(base, Var) or (
-            buffer_of(base) is None
-        ):
-            return None
-        operands.append((buffer_of(base), True))
+        plain = _plain_operand(kernel, atom, producers)
+        if plain is None:
+            strided = strided_operand(kernel, atom)
+            if strided is None:
+                return None
+            plain = (strided.view.buffer.name, strided.transposed)
+        operands.append(plain)
     return tuple(operands)
+
+
+def _plain_operand(kernel, atom, producers):
+    """``(buffer, transposed)`` when ``atom`` is a buffer, a reshape of one, or a transpose
+    (of the last two axes) of either; else None."""
+    if _buffer_read_in_place(kernel, atom) is not None:
+        return _buffer_read_in_place(kernel, atom), False
+    eqn = producers.get(atom.name)
+    if eqn is None or eqn.prim is not transpose_p:
+        return None
+    base = eqn.inputs[0]
+    if not swaps_last_two_axes(eqn.params_dict["perm"]) or not isinstance(base, Var) or (
+        _buffer_read_in_place(kernel, base) is None
+    ):
+        return None
+    return _buffer_read_in_place(kernel, base), True
+
+
+class StridedOperand(NamedTuple):
+    """An operand of a batched product read where it lies (``codegen/strided_views.py``):
+    its ``view`` of a buffer, and its matrix as a GEMM reads it (``transposed``, rows
+    ``ld`` elements apart)."""
+
+    view: object
+    transposed: bool
+    ld: int
+
+
+def strided_operand(kernel, atom):
+    """A ``StridedOperand`` when the own GEMM's batched entry runs this product and
+    ``atom`` (of the product's dtype) is no plain operand but a static strided view of a
+    buffer whose matrix has a unit-stride axis (the schedule left it unstored:
+    ``_read_strided``); else None."""
+    if not own_batched(kernel) or np.dtype(atom.aval.dtype) != np.dtype(
+            kernel.kernel.anchor.out.aval.dtype):
+        return None
+    if _plain_operand(kernel, atom, kernel.producers) is not None:
+        return None
+    view = strided_view(atom, kernel.producers, kernel.schedule.buffers)
+    layout = matrix_layout(view, atom.aval.shape) if view is not None else None
+    return None if layout is None else StridedOperand(view, *layout)
 
 
 class FusedEpilogue(NamedTuple):
@@ -595,17 +629,30 @@ def build_gemm_call(kernel):
             values = [dims.dim(dim) for dim in (m, n, k)]
             lda = values[0] if a_transposed else values[2]
             ldb = values[2] if b_transposed else values[1]
+            # Operands read where they lie (strided views): their own ld, offset, strides
+            strided = [strided_operand(kernel, atom) for atom in (a, b)]
+            lda, ldb = (const(view.ld) if view is not None else ld
+                        for view, ld in zip(strided, (lda, ldb)))
+            a_pointer, b_pointer = (
+                builder.gep(pointers[name], [const(view.view.offset * element)],
+                            source_etype=dt.I8) if view is not None else pointers[name]
+                for view, name in zip(strided, (a_name, b_name)))
             # [rank, (size, a stride, b stride, c stride) per batch dim, reach, depth],
             # in elements (codegen/gemm_batched.py).
             layout = builder.alloca(I64, size=3 + 4 * len(batch))
             entries = [const(len(batch))]
             for position, dim in enumerate(batch):
                 entries.append(dims.dim(dim))
-                for operand_batch, matrix in ((a_batch, m * k), (b_batch, k * n)):
+                for operand_batch, matrix, view in ((a_batch, m * k, strided[0]),
+                                                    (b_batch, k * n, strided[1])):
                     at = position - (len(batch) - len(operand_batch))
                     broadcast = at < 0 or is_unit(operand_batch[at])
-                    entries.append(const(0) if broadcast else dims.dim(
-                        size_of(operand_batch[at + 1:]) * matrix))
+                    if broadcast:
+                        entries.append(const(0))
+                    elif view is not None:
+                        entries.append(const(view.view.strides[at]))
+                    else:
+                        entries.append(dims.dim(size_of(operand_batch[at + 1:]) * matrix))
                 entries.append(dims.dim(size_of(batch[position + 1:]) * (m * n)))
             # C past a causal mask's band is never read; A past it is 0 (causal_band.py)
             for reach in (product_reach(kernel), weights_reach(kernel)):
@@ -616,7 +663,7 @@ def build_gemm_call(kernel):
             bias = pointers[bias_name] if bias_name is not None else ir.Constant(PTR, None)
             builder.call(own_batched_function(program.module, dtype), [
                 const(int(a_transposed)), const(int(b_transposed)), *values,
-                pointers[a_name], lda, pointers[b_name], ldb, pointers[root.name], values[1],
+                a_pointer, lda, b_pointer, ldb, pointers[root.name], values[1],
                 bias, const(activation), dims.dim(size_of(batch)), layout])
 
         if not batch:

@@ -39,6 +39,8 @@ def hoist_attributes(loop, fresh):
     locals_ = {key: fresh() for key in sorted(rebound)}
     replace = _Replace(locals_)
     loop.body = [replace.visit(statement) for statement in loop.body]
+    if isinstance(loop, ast.While):  # while np.linalg.norm(self.theta - old) > eps:
+        loop.test = replace.visit(loop.test)
     loop.tracejit_live_after = set(locals_.values())
     before = [_assign(ast.Name(id=name, ctx=ast.Store()), _attribute(root, attr, ast.Load()),
                       loop) for (root, attr), name in locals_.items()]
@@ -51,6 +53,8 @@ def _rebound_attributes(loop):
     """``{(root, attr)}`` for ``root.attr = ...`` in the body, ``root`` a plain name the
     body does not rebind, hand to a call or call a method of; empty when the body may
     leave early (``return``) or has a nested scope."""
+    if loop.orelse:  # (it runs before the attribute is written back)
+        return set()
     targets, blocked = set(), set()
     stored_names = set()
     for node in _walk(loop.body):
@@ -73,7 +77,7 @@ def _rebound_attributes(loop):
                 blocked.add(func.id)
             for argument in (*node.args, *(keyword.value for keyword in node.keywords)):
                 blocked |= _bare_names(argument)
-    if isinstance(loop.target, ast.Name):
+    if isinstance(getattr(loop, "target", None), ast.Name):  # (a while loop has none)
         stored_names.add(loop.target.id)
     return {(root, attr) for root, attr in targets
             if root not in blocked and root not in stored_names}

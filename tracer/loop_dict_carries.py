@@ -18,6 +18,11 @@ results: the dict iteration 0 wrote into when the body updates it in place (its 
 to the results, as NumPy's last step leaves it), else a new dict (NumPy's last one is a
 new dict too, and nothing else holds it).
 
+A name the body binds to a new dict at every trip that held no dict before the loop
+(``grads, cost = propagate(w, b, X, Y)``, read after the loop; ``best =
+copy.deepcopy(p)``) is carried the same way, key by key (its string keys the same at every
+trip).
+
 Refused (the loop unrolls, ``explain()`` says why): keys that change (added, removed,
 reordered), a dict the body both changes and replaces, a value that is a container
 (a list or dict inside the dict). A dict keyed by the loop index (``hs[t] = h``) is
@@ -94,6 +99,8 @@ def _changed(mapping, items):
 def _dict_name(name, original, snap, after):
     """The ``_DictName`` of a carried name, None when it is no dict of fixed keys (a dict
     keyed by the loop index, a list, an array)."""
+    if snap is None and type(after) is dict and type(original) is not dict:
+        return _made_in_the_loop(name, original, after)
     if snap is None or snap[0] != "dict" or type(after) is not dict:
         return None
     before_items = snap[2]
@@ -107,6 +114,22 @@ def _dict_name(name, original, snap, after):
     if _changed(original, before_items):
         raise Refused(f"`{name}` is changed in place and rebound in the loop")
     return _DictName(name, original, keys, in_place=False)
+
+
+def _made_in_the_loop(name, original, after):
+    """A name the body binds to a new dict of fixed string keys at every trip, unbound or
+    no dict before the loop (``grads, cost = propagate(w, b, X, Y)``, ``best =
+    copy.deepcopy(p)``): a dict of results, carried key by key; None for other dicts."""
+    keys = list(after)
+    if not keys or len(keys) > _MADE_KEYS or not all(type(key) is str for key in keys):
+        return None
+    if not _entries_carried(after):
+        raise Refused(f"`{name}` holds a container (a list or dict) among its values")
+    return _DictName(name, original, keys, in_place=False)
+
+
+# A dict of more keys than this made in a loop is no dict of results (a lookup table)
+_MADE_KEYS = 64
 
 
 class Flattened:
@@ -128,9 +151,9 @@ class Flattened:
                 if entering is not None:
                     self.entering.append(entering[position])
                 continue
-            before = dict(snap[2])
+            before = dict(snap[2]) if snap is not None else {}  # (made in the loop)
             self.names += spread.flat_names()
-            self.originals += [before[key] for key in spread.keys]
+            self.originals += [before.get(key, original) for key in spread.keys]
             self.snapshots += [None] * len(spread.keys)
             self.values += [value[key] for key in spread.keys]
             if entering is not None:

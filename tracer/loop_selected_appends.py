@@ -31,8 +31,13 @@ lambda i: <test>, cost)``:
   % 10 == 0``) selecting one trip in each ``P`` is the slice ``[c::P]`` of the buffer for
   every count, and the list's length a dim.
 
-Not rewritten (as written, so the loop unrolls as before): an ``else``, more than the one
-append under the test, a test that calls something or reads a name the body assigns, a
+Course 1 prints beside the append (``if i % 100 == 0: costs.append(cost); if print_cost:
+print(...)``): ``if <flag>:`` statements after the append, whose flag reads neither the
+index nor a name the loop assigns, become ``if <flag> and <test>: ...`` after the hook, so
+a false flag decides nothing on the index (a true one does: that loop unrolls).
+
+Not rewritten (as written, so the loop unrolls as before): an ``else``, other statements
+beside the append, a test that calls something or reads a name the body assigns, a
 value that calls anything else (``costs.append(compute_cost(A, Y))``). Refused at capture
 (the loop unrolls): a loop whose bounds are dims with a test that is not periodic (``i ==
 n - 1``: the trips it selects would pin the trip count), a body that reads the list, a
@@ -56,6 +61,7 @@ buffer of all trips over ``BUFFER_LIMIT`` bytes (eager keeps only the selected e
 from __future__ import annotations
 
 import ast
+import copy
 import math
 from dataclasses import dataclass
 
@@ -98,7 +104,7 @@ def rewrite_selected_appends(node, assigned_before, is_local):
                 parts[2], assigned_before(node.body[:position]), stored):
             body.append(statement)
             continue
-        container, test, value = parts
+        container, test, value, flagged = parts
         check = ast.Lambda(
             args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)], vararg=None,
                                kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
@@ -114,6 +120,13 @@ def rewrite_selected_appends(node, assigned_before, is_local):
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
+        for inner in flagged:
+            # if <flag> and <test>: the flag first, so a false one decides nothing on the
+            # index (a true one does: the loop unrolls, as it did)
+            both = ast.BoolOp(op=ast.And(), values=[inner.test, copy.deepcopy(test)])
+            guarded = ast.If(test=ast.copy_location(both, inner.test), body=inner.body,
+                             orelse=[])
+            body.append(ast.fix_missing_locations(ast.copy_location(guarded, inner)))
     node.body = body
 
 
@@ -180,9 +193,16 @@ def _plain_value(node):
 
 
 def _selected_append(statement, index, stored):
-    """``(list name, test, value)`` of ``if <test>: <list>.append(<value>)``, or None."""
+    """``(list name, test, value, flagged)`` of ``if <test>: <list>.append(<value>)``,
+    or None. ``flagged``: ``if <flag>: ...`` statements after the append under the test
+    (course 1's ``if print_cost: print(...)``), whose flag reads neither the index nor a
+    name the loop assigns."""
     if not (isinstance(statement, ast.If) and not statement.orelse
-            and len(statement.body) == 1 and isinstance(statement.body[0], ast.Expr)):
+            and statement.body and isinstance(statement.body[0], ast.Expr)):
+        return None
+    flagged = statement.body[1:]
+    if not all(isinstance(inner, ast.If) and not inner.orelse and _is_flag(
+            inner.test, index, stored) for inner in flagged):
         return None
     call = statement.body[0].value
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
@@ -197,7 +217,15 @@ def _selected_append(statement, index, stored):
             return None
         if isinstance(inner, ast.Name) and inner.id != index and inner.id in stored:
             return None
-    return container, statement.test, value
+    return container, statement.test, value, flagged
+
+
+def _is_flag(test, index, stored):
+    """Whether ``test`` is made of names and constants (``print_cost``, ``verbose > 1``)
+    that neither are the index nor are assigned in the loop: the same at every trip."""
+    return all(isinstance(inner, _TEST_NODES) and not (
+        isinstance(inner, ast.Name) and (inner.id == index or inner.id in stored))
+        for inner in ast.walk(test))
 
 
 # --- trace time ----------------------------------------------------------------------------

@@ -149,13 +149,29 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_While(self, node):
         if getattr(node, "tracejit_while", False):
-            return rewrite_while(self, node)  # a data-dependent exit: a loop node
+            return self._exit_loop(node)  # a data-dependent exit: a loop node
         self.generic_visit(node)
         return node
 
+    def _exit_loop(self, node):
+        """A loop with a data-dependent exit (``while_loops.rewrite_while``), with the
+        attributes its body rebinds held in locals (``while True: self.theta += step``,
+        tracer/loop_attributes.py)."""
+        hoisted = hoist_attributes(node, self._fresh_name)
+        if hoisted is None:
+            return rewrite_while(self, node)
+        node.tracejit_read_outside = getattr(node, "tracejit_read_outside", set()) | (
+            node.tracejit_live_after)
+        statements = []
+        for statement in hoisted:
+            visited = rewrite_while(self, statement) if statement is node else self.visit(
+                statement)
+            statements.extend(visited if isinstance(visited, list) else [visited])
+        return statements
+
     def visit_For(self, node):
         if getattr(node, "tracejit_while", False):
-            return rewrite_while(self, node)  # for ... range(n): ... break
+            return self._exit_loop(node)  # for ... range(n): ... break
         if not _over_range(node) and isinstance(node.iter, (ast.Name, ast.Attribute,
                                                             ast.Subscript)):
             # for layer in model: a container class's own __iter__ runs rewritten, so the

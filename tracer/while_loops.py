@@ -95,6 +95,7 @@ from .exit_returns import FLAG as RETURNED
 from .exit_returns import expand_returns
 from .exit_tests import LOGIC, combined
 from .exit_trips import Stop, trip, written_after_refusal, written_trips
+from .loop_attributes import hoist_attributes
 from .loop_frontend import HOOK, loop_variables, unsupported_statements
 
 log = logging.getLogger("tracejit.loops")
@@ -182,7 +183,8 @@ def mark_while_loops(function_node):
     its body becomes one that breaks first (``exit_returns``)."""
     expand_returns(function_node)
     for node in ast.walk(function_node):
-        if isinstance(node, (ast.For, ast.While)) and split_body(node) is not None:
+        if isinstance(node, (ast.For, ast.While)) and (
+                split_body(node) is not None or _splits_when_hoisted(node)):
             if isinstance(node, ast.For) and _index_read_elsewhere(node, function_node):
                 node.tracejit_index_after = True  # carried as a copy (exit_ints)
             node.tracejit_while = True
@@ -190,6 +192,16 @@ def mark_while_loops(function_node):
             node.tracejit_read_outside = {
                 inner.id for inner in ast.walk(function_node)
                 if isinstance(inner, ast.Name) and id(inner) not in inside}
+
+
+def _splits_when_hoisted(loop):
+    """Whether ``loop`` has a shape ``rewrite_while`` handles once the attributes its body
+    rebinds are locals (``while True: self.theta += step; if ...: break``: the front end
+    hoists them, ``loop_attributes``)."""
+    trial = copy.deepcopy(loop)
+    names = (f"__tracejit_hoisted_{number}" for number in itertools.count())
+    return hoist_attributes(trial, names.__next__) is not None and split_body(
+        trial) is not None
 
 
 def _index_read_elsewhere(loop, function_node):
@@ -250,7 +262,8 @@ def rewrite_while(rewriter, node):
     # included) or read before assigned in a trip
     loop = _as_for(node, trip, segments, tests, payloads)
     loop.tracejit_twin = original  # the loop as written reads nothing after itself
-    loop.tracejit_live_after = else_reads
+    # (and the locals holding attributes the body rebinds: written back after the loop)
+    loop.tracejit_live_after = else_reads | getattr(node, "tracejit_live_after", set())
     names = [name for name in loop_variables(loop, function_node) if name != trip]
     # names a segment assigns that a later test or segment reads: handed on within a trip
     handed = set()

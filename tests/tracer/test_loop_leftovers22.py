@@ -171,3 +171,84 @@ def test_detach_of_a_carried_tensor_in_a_captured_loop(fn):
             if b is not None:
                 np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
     assert compiled.stats()["eager_calls"] == {}, compiled.stats()
+
+
+class _GradientDescent:
+    """CS229-style: the parameters on the object, a data-dependent exit."""
+
+    def __init__(self, lr=0.1, eps=1e-8):
+        self.theta, self.lr, self.eps = None, lr, eps
+
+    def fit(self, x, y):
+        n, d = x.shape
+        self.theta = np.zeros(d)
+        while True:
+            step = self.lr * x.T.dot(x.dot(self.theta) - y) / n
+            self.theta -= step
+            if np.linalg.norm(step, 1) < self.eps:
+                break
+        return self.theta
+
+
+def test_an_attribute_updated_in_a_loop_with_a_data_dependent_exit_is_carried():
+    """``self.theta -= step`` in a ``while True`` with a norm exit: an attribute write in
+    the body kept the loop as written, unrolled with a decision per trip (past 256 of them
+    the call ran eagerly). The attribute is a local for the loop's duration now
+    (tracer/loop_attributes.py), and the loop one captured exit loop: compiled once, exact
+    products as NumPy's, so every call takes NumPy's exit trip."""
+    rng = np.random.default_rng(7)
+    model, compiled = _GradientDescent(), jit(_GradientDescent.fit)
+    for _ in range(3):
+        x = np.c_[np.ones(30), rng.random((30, 2))]
+        y = x @ rng.standard_normal(3)
+        want_model = _GradientDescent()
+        want = _GradientDescent.fit(want_model, x, y)
+        got = compiled(model, x, y)
+        assert got is model.theta and want is want_model.theta
+        np.testing.assert_array_equal(model.theta, want_model.theta)
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 1, stats
+
+
+def _propagate(w, b, X, Y):
+    A = np.tanh(w.T @ X + b)
+    cost = np.squeeze(np.mean((A - Y) ** 2))
+    return {"dw": X @ (A - Y).T / X.shape[1], "db": np.mean(A - Y)}, cost
+
+
+def _optimize(w, b, X, Y, num_iterations, learning_rate=0.5, print_cost=False):
+    """Course 1's logistic regression, as written there."""
+    costs = []
+    for i in range(num_iterations):
+        grads, cost = _propagate(w, b, X, Y)
+        dw = grads["dw"]
+        db = grads["db"]
+        w = w - learning_rate * dw
+        b = b - learning_rate * db
+        if i % 10 == 0:
+            costs.append(cost)
+            if print_cost:
+                print("Cost after iteration %i: %f" % (i, cost))
+    params = {"w": w, "b": b}
+    grads = {"dw": dw, "db": db}
+    return params, grads, costs
+
+
+def test_course_one_optimize_with_its_print_flag_compiles_once_for_every_count(capsys):
+    """``grads, cost = propagate(...)`` binds a new dict at every trip (no dict before the
+    loop: refused as no array), and the cost is appended under ``i % 10 == 0`` with an
+    ``if print_cost: print(...)`` beside it (not a lone append: the index decided the
+    path). Now the dict is carried key by key and the print runs under ``print_cost and i
+    % 10 == 0``, deciding nothing on the index when the flag is false."""
+    X, Y = _data()
+    compiled = jit(_optimize)
+    for count in (40, 53, 75):
+        got = compiled(np.zeros((3, 1)), 0.0, X, Y, count)
+        want = _optimize(np.zeros((3, 1)), 0.0, X, Y, count)
+        for got_part, want_part in zip(got[:2], want[:2]):
+            assert list(got_part) == list(want_part)
+            _same(list(got_part.values()), list(want_part.values()))
+        _same(got[2], want[2])
+    assert capsys.readouterr().out == ""
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 2, stats

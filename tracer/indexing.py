@@ -363,7 +363,7 @@ def setitem(x, index, value):
     _check_converts_as_numpy(value, x.dtype)
     plan = IndexPlan(tuple(shape_of(x)), index)
     if not plan.advanced:
-        _keep_numpy_scalar_in_range(value, x.dtype)
+        keep_numpy_scalar_in_range(value, x.dtype)
     if isinstance(value, SymInt) and plan.advanced:
         # x[idx[t]] = t + 100 in a captured loop: the index (a dim) as the trace's int, since
         # an index array's scatter takes arrays
@@ -411,7 +411,7 @@ def update(x, index, value, operation, updated):
     plan = IndexPlan(tuple(shape_of(x)), index)
     if plan.advanced:
         return None
-    _keep_numpy_scalar_in_range(updated, x.dtype)  # x[0] += v: x[0] + v stored by int()
+    keep_numpy_scalar_in_range(updated, x.dtype)  # x[0] += v: x[0] + v stored by int()
     if isinstance(value, (list, tuple)):  # x[1:3] += [1, 2]: NumPy's array of it
         if any_traced(value):
             return None
@@ -634,7 +634,7 @@ def _check_converts_as_numpy(value, dtype):
                            "and raises at NaN or past the range; a compiled cast would wrap)")
 
 
-def _keep_numpy_scalar_in_range(value, dtype):
+def keep_numpy_scalar_in_range(value, dtype):
     """A traced NumPy scalar (``x.sum()``, ``u[0]``) assigned by basic indexing into a
     signed integer array (``out[0] = x.max()``) goes through Python's ``int`` in NumPy:
     ``ValueError`` at NaN, ``OverflowError`` at infinity and past the range, where a cast

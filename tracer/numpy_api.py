@@ -42,7 +42,7 @@ from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
-from .indexing import NARROW_POSITIONS, add_at, getitem
+from .indexing import NARROW_POSITIONS, add_at, getitem, keep_numpy_scalar_in_range
 from .log_reductions import LOG_REDUCTIONS
 from .nan_reductions import (
     nanargmax,
@@ -222,6 +222,7 @@ def array_of(values, dtype=None, **kwargs):
     if not kwargs and values and builtins.all(type(value) in (list, tuple)
                                               for value in values):
         # np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]): a stack of rows
+        _keep_scalars_in_range(builtins.sum((list(row) for row in values), []), dtype)
         rows = [array_of(row) for row in values]
         common = np.result_type(*[dtype_of(row) for row in rows])
         result = stack([astype(row, common) for row in rows])
@@ -233,9 +234,20 @@ def array_of(values, dtype=None, **kwargs):
                          for value in values], dtype, **kwargs)
     parts = [bind(ops.cast_p, value, dtype=np.dtype(np.int64)) if isinstance(value, SymInt)
              else value if is_traced(value) else np.asarray(value) for value in values]
+    _keep_scalars_in_range(values, dtype)
     common = np.result_type(*[dtype_of(part) for part in parts])
     result = stack([astype(part, common) for part in parts])
     return astype(result, dtype) if dtype is not None else result
+
+
+def _keep_scalars_in_range(values, dtype):
+    """``np.array([x.sum(), n], dtype=np.int32)``: NumPy converts each NumPy scalar with
+    Python's ``int`` into a signed integer dtype (raising past its range or at NaN), as an
+    element assignment does (``indexing.keep_numpy_scalar_in_range``)."""
+    if dtype is not None and np.dtype(dtype).kind == "i":
+        for value in values:
+            if is_traced(value):
+                keep_numpy_scalar_in_range(value, dtype)
 
 
 def hstack(tup, dtype=None, casting="same_kind"):

@@ -33,9 +33,10 @@ Fixed here:
   NumPy converts it with Python's ``int`` (``ValueError`` at NaN, ``OverflowError`` at
   infinity and past the range: an int64 2**31 into int32, a float 3e9), compiled code
   stored a wrapped value. Guards keep it in range now
-  (``indexing._keep_numpy_scalar_in_range``): past them the call runs eagerly and raises.
+  (``indexing.keep_numpy_scalar_in_range``): past them the call runs eagerly and raises.
   (A 0-d array, a mask or an index array is cast, as NumPy does; unsigned targets wrap.)
-  ``out[0] += x[0]`` (int8 plus an int64 scalar) is that store too.
+  ``out[0] += x[0]`` (int8 plus an int64 scalar) is that store too, and so is each NumPy
+  scalar in ``np.array([x.sum(), x[0]], dtype=np.int32)`` (``numpy_api.array_of``).
 """
 
 import numpy as np
@@ -214,3 +215,19 @@ def test_a_numpy_scalar_into_an_int_element_raises_as_numpy_past_its_range(dtype
             sum_into_an_int32_element(np.array(bad, dtype))
         with pytest.raises(want.type):
             compiled(np.array(bad, dtype))
+
+
+def scalars_listed_as_int32(x):
+    return np.array([x.sum(), x[0]], dtype=np.int32), np.array([[x.max()], [x.min()]], np.int16)
+
+
+def test_numpy_scalars_listed_into_an_int_array_raise_as_numpy_past_its_range():
+    compiled = tj.jit(scalars_listed_as_int32, cache="memory")
+    for _ in range(2):
+        good = np.array([1, 2], np.int64)
+        _assert_same(compiled(good), scalars_listed_as_int32(good))
+    for bad in ([2 ** 31, 2], [40000, 1]):
+        with pytest.raises(OverflowError):
+            scalars_listed_as_int32(np.array(bad, np.int64))
+        with pytest.raises(OverflowError):
+            compiled(np.array(bad, np.int64))

@@ -70,6 +70,9 @@ import numpy as np
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
 BUFFER_LIMIT = 1 << 26
+# The largest period a test may have when the loop's count is a dim: the selection runs
+# the test on one period's indices when the trace runs (i % print_every, print_every=10**9)
+PERIOD_LIMIT = 1 << 16
 
 HOOK = "__tracejit__"
 
@@ -115,8 +118,10 @@ def rewrite_selected_appends(node, assigned_before, is_local):
                                ctx=ast.Load()),
             args=[ast.Name(id=container, ctx=ast.Load()), ast.Name(id=index, ctx=ast.Load()),
                   check, value],
-            keywords=[] if period is None else [
-                ast.keyword(arg="period", value=ast.Constant(period))])
+            keywords=[] if period is None else [ast.keyword(arg="period", value=(
+                ast.Constant(period) if isinstance(period, int) else ast.Tuple(
+                    elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k
+                          for k in period], ctx=ast.Load())))])
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
@@ -136,11 +141,15 @@ def index_period(test, index):
     ``<expr> % K`` with ``K`` a positive int constant and ``<expr>`` the index, int
     constants, ``+``, ``-`` and ``*`` (so ``<expr>`` moves by a multiple of ``K`` when the
     index does); ``P`` is the lcm of the ``K``. None otherwise (``i == n - 1``, ``i < 500``).
+    Where a ``K`` is a name (``i % print_every == 0``), the moduli's nodes, constants and
+    names, for ``append_when`` to take the lcm of their values when the loop runs.
 
     >>> index_period(ast.parse("print_cost and (i + 1) % 100 == 0", mode="eval").body, "i")
     100
     >>> index_period(ast.parse("i % 10 == 0 or i == n - 1", mode="eval").body, "i") is None
     True
+    >>> [ast.unparse(k) for k in index_period(ast.parse("i % every == 0", mode="eval").body, "i")]
+    ['every']
     """
     moduli = []
 
@@ -160,13 +169,34 @@ def index_period(test, index):
                 node.right.value > 0) and polynomial(node.left):
             moduli.append(node.right.value)
             return True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(
+                node.right, ast.Name) and node.right.id != index and polynomial(node.left):
+            moduli.append(node.right)  # its value when the loop runs (run_period)
+            return True
         if isinstance(node, ast.Name):
             return node.id != index
         return all(periodic(child) for child in ast.iter_child_nodes(node))
 
     if not periodic(test):
         return None
+    if any(isinstance(modulus, ast.Name) for modulus in moduli):
+        return [ast.Constant(modulus) if isinstance(modulus, int) else modulus
+                for modulus in moduli]
     return math.lcm(*moduli) if moduli else 1
+
+
+def run_period(moduli):
+    """The period of a test whose moduli (``index_period``) are these values as the loop
+    runs: their lcm when each is a positive int (an argument the trace holds constant), up
+    to ``PERIOD_LIMIT`` (the selection tries one index per period); else None (a run-time
+    number: as a test with no period)."""
+    if isinstance(moduli, int) or moduli is None:
+        return moduli
+    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) and (
+            0 < k <= PERIOD_LIMIT) for k in moduli):
+        return None
+    period = math.lcm(*map(int, moduli))
+    return period if period <= PERIOD_LIMIT else None
 
 
 def _bound(value, assigned, stored):
@@ -271,7 +301,8 @@ def append_when(context, container, index, test, value, period=None):
         if note is not None and note.container is container:
             note.calls += 1
         else:
-            notes[id(container)] = Taken(container, test, value, bool(outcome), period=period)
+            notes[id(container)] = Taken(container, test, value, bool(outcome),
+                                         period=run_period(period))
     if outcome:
         container.append(value)
 

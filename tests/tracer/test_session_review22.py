@@ -119,3 +119,25 @@ def test_a_view_of_an_argument_written_apart_stays_the_callers_view():
         _same(jitted, eager)
         assert got[1] is jitted and np.shares_memory(got[0], jitted)
     assert compiled.stats()["eager_calls"] == {}, compiled.stats()
+
+
+def _fit_every(x, num_iterations, print_every=10):
+    w, costs = np.zeros(3), []
+    for i in range(num_iterations):
+        w = w - 0.1 * (w - x)
+        if i % print_every == 0:
+            costs.append(float(np.sum((w - x) ** 2)))
+    return w, costs
+
+
+def test_a_period_argument_selects_a_slice_for_every_count():
+    """``if i % print_every == 0`` with ``print_every`` an int argument (a constant of the
+    trace): the test was no period (``index_period`` took constants only), so the count
+    was pinned, one compile per count (eager past max_variants). Now the period is read
+    from the argument when the trace runs (another value is another trace, as before)."""
+    x = np.arange(3.0)
+    compiled = jit(_fit_every)
+    for arguments in ((x, 20), (x, 23), (x, 31), (x, 32, 7), (x, 45, 7), (x, 4, 7)):
+        _same(compiled(*arguments), _fit_every(*arguments))
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 3, stats

@@ -31,9 +31,13 @@ def updated_argument_views(context, out_leaves, traced_leaves, mutated):
     results that are a chain of views of an argument's updated value (its last)."""
     producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
     finals = {traced_leaves[position].ir_var.name: position for position in mutated}
+    from .traced_array import _is_numpy_scalar  # cycle: traced_array -> here
+
     found = {}
     for index, leaf in enumerate(out_leaves):
         var = getattr(leaf, "ir_var", None)
+        if isinstance(var, Var) and not leaf.shape and _is_numpy_scalar(leaf):
+            continue  # z[()] of a 0-d z: a NumPy scalar, a copy (its reshape is no view)
         chain = []
         while isinstance(var, Var) and var.name not in finals:
             eqn = producers.get(var.name)

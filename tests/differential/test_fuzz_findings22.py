@@ -37,6 +37,10 @@ Fixed here:
   (A 0-d array, a mask or an index array is cast, as NumPy does; unsigned targets wrap.)
   ``out[0] += x[0]`` (int8 plus an int64 scalar) is that store too, and so is each NumPy
   scalar in ``np.array([x.sum(), x[0]], dtype=np.int32)`` (``numpy_api.array_of``).
+* ``z += 1; return z[()]`` of a 0-d argument: NumPy's ``z[()]`` is a NumPy scalar (a
+  copy), compiled calls returned a 0-d view of the caller's ``z``: the scalar's copy is a
+  reshape in the IR, which ``argument_views.updated_argument_views`` took for a view of
+  the updated argument. A NumPy scalar result is left alone there now.
 """
 
 import numpy as np
@@ -231,3 +235,19 @@ def test_numpy_scalars_listed_into_an_int_array_raise_as_numpy_past_its_range():
             scalars_listed_as_int32(np.array(bad, np.int64))
         with pytest.raises(OverflowError):
             compiled(np.array(bad, np.int64))
+
+
+# --- a NumPy scalar read from an updated 0-d argument -------------------------------------
+def scalar_of_an_updated_zero_d(z):
+    z += 1
+    z[...] = z * 2
+    return z, z[()]
+
+
+def test_the_scalar_of_an_updated_zero_d_argument_is_a_numpy_scalar():
+    compiled = tj.jit(scalar_of_an_updated_zero_d, cache="memory")
+    for value in (2.0, 3.0, 4.0):
+        z_jit, z_eager = np.asarray(value), np.asarray(value)
+        got, want = compiled(z_jit), scalar_of_an_updated_zero_d(z_eager)
+        _assert_same(got, want)
+        assert got[0] is z_jit and z_jit == z_eager

@@ -41,6 +41,20 @@ Fixed here:
   copy), compiled calls returned a 0-d view of the caller's ``z``: the scalar's copy is a
   reshape in the IR, which ``argument_views.updated_argument_views`` took for a view of
   the updated argument. A NumPy scalar result is left alone there now.
+
+Found and not fixed (reported):
+
+* ``np.cumprod`` of float32 ``[inf, 1e-45, ...]`` past 26 elements: NumPy multiplies in
+  order (``inf * 1e-45`` is inf), the compiled triangle product in another order, where
+  two denormals underflow to 0 first (``inf * 0``: NaN). A scan primitive as ``cumsum``'s
+  would give NumPy's bits.
+* Identity only (values equal): entries of a captured loop's list or dict that are the
+  carried value or rows of an argument (``d[t] = (h, x)``, ``hs.append(h)``), as in round
+  21 (fuzz seeds 2200010, 2200013, 2200021, 2220024).
+* Process hostility held: two processes filling one cache dir, truncated, flipped,
+  swapped, empty, garbage, symlinked or chmod-ed entries, a damaged signing key or runtime
+  object, a pickled function on two Dask workers, six threads calling one function with
+  other shapes (sync and background compiles): results equal to NumPy's throughout.
 """
 
 import numpy as np

@@ -32,6 +32,7 @@ from .loops import UNDEFINED
 from .operator_calls import BINARY, UNARY
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import RewriteUnavailable
+from .view_writes import index_in, numpy_root
 from .while_loops import as_written
 
 
@@ -46,6 +47,9 @@ class EagerHooks:
 
     def __init__(self):
         self.rewritten = {}
+        # id of a NumPy buffer -> (the buffer, its Tensor stand-in) once a nested write
+        # (``state[i][:3] = (x, num, den)``) put a tracked value into it (``set_in``)
+        self.replaced = {}
 
     def load(self, value, descriptor):
         return value
@@ -54,6 +58,8 @@ class EagerHooks:
         return getattr(owner, name)
 
     def local(self, value):
+        if self.replaced and type(value) is np.ndarray:
+            return self._replacement(value)  # a buffer ``set_in`` wrote a Tensor into
         return value
 
     def binary(self, name, left, right):  # (tracejit.tracer.operator_calls)
@@ -123,7 +129,49 @@ class EagerHooks:
             container.append(value)
 
     def set_in(self, array, index, value):
+        """``state[i][:3] = (x, num, den)``: NumPy writes into a view of ``state``, which a
+        Tensor's values cannot enter with their history. Then ``state``'s whole buffer
+        gets a Tensor stand-in that every later read of a name for it (``local``) gives,
+        and the write goes into the same view of the stand-in."""
+        if isinstance(value, (tuple, list)) and any(map(_tracked, value)):
+            value = np.stack(value)  # NumPy's conversion of a sequence of equal shapes
+        if isinstance(array, np.ndarray) and _tracked(value):
+            tracked = self._stand_in(array, type(value))
+            tracked[index] = value
+            array[index] = tracked.data[index]  # other holders (a caller) see the values
+            return
         array[index] = value
+
+    def _stand_in(self, array, tensor_type):
+        """The Tensor standing for NumPy buffer ``array`` (or for the same view of its
+        base's stand-in), made from its values on the first tracked write."""
+        root = numpy_root(array)
+        if root is None:
+            if id(array) not in self.replaced:
+                self.replaced[id(array)] = (array, tensor_type(np.array(array)))
+            return self.replaced[id(array)][1]
+        found = index_in(array, root)
+        if found is None:
+            where = line_prefix(user_location(skip=3))
+            raise TypeError(
+                f"{where}writing a Tensor that requires grad into a view of a NumPy array "
+                "that is not a slice of it (a transpose, reshape or view of other memory) "
+                "would lose its gradient; index the array itself, or build the result with "
+                "np.stack / np.concatenate")
+        index, shape = found
+        return self._stand_in(root, tensor_type)[index].reshape(shape)
+
+    def _replacement(self, array):
+        if id(array) in self.replaced:
+            return self.replaced[id(array)][1]
+        root = numpy_root(array)
+        if root is None or id(root) not in self.replaced:
+            return array
+        found = index_in(array, root)
+        if found is None:
+            return array  # (a transpose of the buffer read after the write: its values)
+        index, shape = found
+        return self.replaced[id(root)][1][index].reshape(shape)
 
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         # a loop the front end rewrote runs as written

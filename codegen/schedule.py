@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Guard, Literal, Var
+from tracejit.tracer.locations import line_prefix
 from tracejit.tracer.ops import (
     reshape_p,
     slice_p,
@@ -963,8 +964,14 @@ def schedule(graph, views_of_results=False):
     for name, buffer in scheduler.buffers.items():
         if buffer.kind not in ("input", "constant") and buffer.dtype in NARROW_MEMORY and (
                 name not in stored_narrow):  # (views: index maps)
-            raise UnsupportedError(f"compiled code would store a {buffer.dtype} view of an "
-                                   "argument; convert the argument first")
+            # (a view of a narrow argument, a transpose of a narrow cast: whatever made it)
+            producer = scheduler.producers.get(name)
+            made_by = f" made by {producer.prim.name}" if producer is not None else ""
+            raise UnsupportedError(
+                f"{line_prefix(graph.locations.get(name))}compiled code would store a "
+                f"{buffer.dtype} array{made_by}; it stores narrow integers only from a cast "
+                "or a move of them (np.where, pad, reshape): convert it first "
+                "(x.astype(np.int32))")
     workspace = _plan_workspace(scheduler, kernels)
     return Schedule(graph, scheduler.producers, scheduler.buffers, kernels, entry_guards,
                     workspace, effect_outputs, scheduler)

@@ -42,3 +42,32 @@ def test_eager_value_and_grad_of_a_tuple_written_into_a_view_of_a_buffer():
     np.testing.assert_allclose(compiled_value, value, rtol=1e-12)
     np.testing.assert_allclose(compiled_x, grad_x, rtol=1e-12)
     np.testing.assert_allclose(compiled_w, grad_w, rtol=1e-12)
+
+
+def _to_bytes(x):
+    out = np.zeros(x.shape, np.uint8)
+    for t in range(len(x)):
+        out[t] = (x[t] * 255).astype(np.uint8)
+    return out
+
+
+def test_a_uint8_buffer_filled_row_by_row_compiles_for_every_length():
+    # (helper-160) with the length dynamic the vectorized loop's rows are reshaped into the
+    # uint8 result, which schedule refused as 'a uint8 view of an argument': every call
+    # after the first ran through the trace, none compiled
+    f = jit(_to_bytes, cache="memory")
+    rng = np.random.default_rng(0)
+    for length in (4, 5, 5, 9, 9):
+        x = rng.random((length, 3))
+        got, want = f(x), _to_bytes(x)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    stats = f.stats()
+    # (a variant's first call may run the trace's program; a repeat runs compiled code)
+    assert stats["compiled_calls"] >= 2 and not stats["eager_calls"], f.explain()
+    assert stats["compiled_calls"] + stats["traced_calls"] == 5, f.explain()
+    # NaN (NumPy's cast is the platform's there) still side-exits to NumPy's own result
+    x = rng.random((9, 3))
+    x[4, 1] = np.nan
+    with np.errstate(invalid="ignore"):
+        got, want = f(x), _to_bytes(x)
+    assert np.array_equal(got, want) and f.stats()["eager_calls"], f.explain()

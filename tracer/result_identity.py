@@ -94,24 +94,45 @@ def refreshed_views(context, out_leaves, arguments=()):
     A view of an argument (one of the traced ``arguments``) is left to
     ``argument_views``: the caller's array, not the program's final value, is its base."""
     results = {id(leaf) for leaf in out_leaves if hasattr(leaf, "ir_var")}
-    results -= {id(leaf) for leaf in arguments}
-    producers = None
+    passed = {id(leaf) for leaf in arguments}
+    results -= passed
+    producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
     found, made = {}, {}  # (a leaf returned twice is one object: read again once)
+    # Views of one root that is no result, viewing different values of it (b = a[:2];
+    # c = b[1:]; a[-1] = 0: c read again after the write, b not): read again together,
+    # or the program's c and b share no memory where NumPy's do
+    by_root = {}
+    for leaf in out_leaves:
+        root = _view_root(leaf)
+        if root is not None and id(root) not in results and id(root) not in passed:
+            by_root.setdefault(id(root), {})[id(leaf)] = viewed_value(leaf.ir_var, producers)
+    apart = {root for root, viewed in by_root.items()
+             if len({value.name for value in viewed.values()}) > 1}
     for index, leaf in enumerate(out_leaves):
         if id(leaf) in made:
             found[index] = made[id(leaf)]
             continue
-        if getattr(leaf, "steps", None) is None or not hasattr(leaf, "base_or_none"):
+        root = _view_root(leaf)
+        if root is None:
             continue
-        root = leaf.base_or_none()
-        if root is None or root is leaf or id(root) not in results or not isinstance(
-                leaf.ir_var, Var) or not isinstance(root.ir_var, Var):
-            continue
-        if producers is None:
-            producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
-        if viewed_value(leaf.ir_var, producers).name != root.ir_var.name:
+        if id(root) in results:
+            stale = viewed_value(leaf.ir_var, producers).name != root.ir_var.name
+        else:
+            stale = id(root) in apart
+        if stale:
             found[index] = made[id(leaf)] = read_again(root, leaf)
     return found
+
+
+def _view_root(leaf):
+    """The traced array ``leaf`` is a view of (by known steps), or None."""
+    if getattr(leaf, "steps", None) is None or not hasattr(leaf, "base_or_none"):
+        return None
+    root = leaf.base_or_none()
+    if root is None or root is leaf or not isinstance(leaf.ir_var, Var) or not isinstance(
+            getattr(root, "ir_var", None), Var):
+        return None
+    return root
 
 
 def constant_views(context, out_leaves):

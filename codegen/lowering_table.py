@@ -137,6 +137,7 @@ LOWERINGS = {
     ops.conv2d_weight_grad_p: Lowering("conv"),
     ops.scatter_add_p: Lowering("scatter"),
     ops.cumsum_p: Lowering("scan"),
+    ops.cumprod_p: Lowering("scan"),
 }
 
 # Primitives compiled without a lowering rule, and where.

@@ -1,7 +1,8 @@
-"""Scan kernels: ``cumsum`` along the last axis, in NumPy's order.
+"""Scan kernels: ``cumsum`` and ``cumprod`` along the last axis, in NumPy's order.
 
 Each running sum adds its elements one after the other, ``out[..., i] = out[..., i - 1] +
-x[..., i]``, the order of ``np.add.accumulate``: no reassociation flags, so LLVM keeps it
+x[..., i]``, the order of ``np.add.accumulate`` (``cumprod``: ``*``, that of
+``np.multiply.accumulate``): no reassociation flags, so LLVM keeps it
 and the result is NumPy's to the bit (``tracejit.tracer.ops.scan``). Rows (all but the last
 axis) are independent: the pool splits the first axis when there is more than one.
 """
@@ -25,7 +26,10 @@ def build_scan(kernel):
     (x,) = eqn.inputs
     dtype = root.aval.dtype
     shape = root.aval.shape
-    add = builder.fadd if dt.is_float(dtype) else builder.add
+    if eqn.prim.name == "cumprod":
+        add = builder.fmul if dt.is_float(dtype) else builder.mul
+    else:
+        add = builder.fadd if dt.is_float(dtype) else builder.add
 
     def step(index):
         value = kernel.value(x, index, dtype)

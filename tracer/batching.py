@@ -215,7 +215,7 @@ def _arg_reduce(batch, eqn, args):
     return batch.emit(eqn.prim, [args[0][0]], **params)
 
 
-@rule("cumsum")
+@rule("cumsum", "cumprod")
 def _scan(batch, eqn, args):
     _static(eqn, batch)  # along the last axis: a leading batch axis leaves it last
     return batch.emit(eqn.prim, [args[0][0]])

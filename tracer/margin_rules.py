@@ -1428,6 +1428,15 @@ def _cumsum(ctx, eqn, bounds):
                     ctx.rounding(eqn.out))
 
 
+def _cumprod(ctx, eqn, bounds):
+    """Compiled running products multiply in NumPy's order (``codegen/scan.py``): NumPy's
+    bits on exact operands. Inexact ones have no error model (a product's relative error
+    grows with each factor, and may underflow on the way): eager decides."""
+    if bounds[0] is None:
+        return None
+    raise Unbounded()
+
+
 def _sum_of_products(ctx, eqn, bounds, depth, contract):
     """The bound of a bilinear ``contract(a, b)`` whose outputs sum ``depth`` products."""
     (a, b), (ea, eb) = eqn.inputs, bounds
@@ -1684,6 +1693,7 @@ RULES = {
     "all": _any_all,
     "matmul": _matmul,
     "cumsum": _cumsum,
+    "cumprod": _cumprod,
     "conv2d": _convolution,
     "conv2d_weight_grad": _convolution,
     "reshape": _mirror,

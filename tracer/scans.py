@@ -7,7 +7,8 @@ symbolic ``n`` per bucket:
 
 * ``cumsum`` is a primitive of its own (``tracejit.tracer.ops.scan``): compiled code adds
   in NumPy's order, so its running sums are NumPy's to the bit, in O(n);
-* ``cumprod`` and ``np.maximum``/``np.minimum.accumulate`` reduce the same triangle: each
+* ``cumprod`` is a scan as ``cumsum`` (``ops.cumprod``): NumPy's order, NumPy's bits;
+* ``np.maximum``/``np.minimum.accumulate`` reduce a triangle: each
   running value is the product (maximum, minimum) of its prefix, the elements after it
   replaced by the reduction's identity;
 * ``sort``/``argsort`` rank every element by counting the elements that sort before it
@@ -104,15 +105,22 @@ def cumsum(a, axis=None, dtype=None, out=None):
 
 
 def cumprod(a, axis=None, dtype=None, out=None):
-    """NumPy's ``cumprod``: each running product is the product of its prefix, the later
-    elements replaced by ones (integers and booleans in int64, as NumPy accumulates them;
-    float products in another order than NumPy's, so they agree within rounding)."""
+    """NumPy's ``cumprod``: a scan primitive multiplying in NumPy's order, so NumPy's bits
+    (integers and booleans in int64, as NumPy accumulates them; an inf meets the
+    denormals one at a time, as in NumPy, and gives inf, not NaN)."""
     if not hasattr(a, "shape"):
         a = np.asarray(a)
     a = _one_element_if_0d(a)
     if dtype is None:
         dtype = np.cumprod(np.zeros(1, dtype_of(a))).dtype  # NumPy's accumulator dtype
-    result = _running(ops.prod_p, a, axis, np.dtype(dtype), 1, "cumprod")
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":  # (compiled code takes no complex values: traced only)
+        result = _running(ops.prod_p, a, axis, dtype, 1, "cumprod")
+    else:  # NumPy's order, so NumPy's bits (tracejit.tracer.ops.scan)
+        x, moved = _scanned_last(a, axis, dtype)
+        # the O(n) scan's gradient is the triangle's, O(n^2): the same limit as before
+        _check_length(shape_of(x)[-1], CUMSUM_LIMIT, "cumprod")
+        result = _back(ops.cumprod(x), moved)
     if out is not None:
         return write_out(out, result, "np.cumprod")
     return result

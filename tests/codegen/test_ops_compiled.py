@@ -251,7 +251,7 @@ def test_every_primitive_has_a_compiled_test():
                   "concatenate", "sliding_window"}  # VIEW_CASES
                | {"loop"}  # tests/tracer/test_loops.py (compiled through tracejit.jit)
                | {"conv2d", "conv2d_weight_grad"}  # tests/tracer/test_conv_ops.py
-               | {"cumsum"})  # tests/codegen/test_scan_kernels.py
+               | {"cumsum", "cumprod"})  # tests/codegen/test_scan_kernels.py
     assert covered == set(PRIMITIVES)
 
 

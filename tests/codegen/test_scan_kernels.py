@@ -1,4 +1,5 @@
-"""Compiled ``np.cumsum`` is NumPy's running sum to the bit (``codegen/scan.py``).
+"""Compiled ``np.cumsum`` is NumPy's running sum to the bit (``codegen/scan.py``), and
+``np.cumprod`` NumPy's running product (the same scan, multiplying).
 
 NumPy adds each element to the running sum before it, in sequence; compiled code adds in
 that order, so results are compared bit for bit: every dtype NumPy accumulates in, every
@@ -105,3 +106,69 @@ def test_a_mask_on_a_float32_running_sum_at_its_threshold_is_numpys():
             for _ in range(2):
                 same_bits(f(x, np.asarray(threshold)), mask(x, np.asarray(threshold)))
     assert f.stats()["compiled_calls"] >= 10 and not f.stats()["eager_calls"], f.explain()
+
+
+# --- cumprod: a scan too, multiplying in NumPy's order ---------------------------------
+def _hostile(dtype, shape, rng):
+    """Values whose products depend on their order: ±inf, NaN, denormals, huge values and
+    (signed) zeros among ordinary ones."""
+    info = np.finfo(dtype)
+    specials = np.array([np.inf, -np.inf, np.nan, info.smallest_subnormal, -info.tiny / 4,
+                         info.max / 2, 0.0, -0.0, 1.5, -0.75, 1e30 if dtype == np.float32
+                         else 1e300], dtype)
+    return rng.choice(specials, size=shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cumprod_of_hostile_values_is_numpys(dtype):
+    """np.cumprod multiplies in sequence: an inf meets each denormal alone (inf), where
+    the triangle product it was composed from multiplied two float32 denormals first,
+    underflowed to 0 and gave NaN past 26 elements (round 22c, helper-158). Running sums
+    of the same values are NumPy's too."""
+    rng = np.random.default_rng(22)
+    x = np.full(27, np.finfo(dtype).smallest_subnormal, dtype)
+    x[0] = np.inf
+    cases = [(x, 0)]
+    for n in (1, 26, 27, 100):
+        data = _hostile(dtype, (3, n), rng)
+        cases += [(data, axis) for axis in (0, 1, -1)]
+        cases.append((np.asarray(data.T), 0))
+    strided = [(data[:, ::-3], 1), (data.T[::2], 0)]  # non-contiguous: reversed, transposed
+
+    def both(x, axis):
+        return np.cumprod(x, axis=axis), np.cumsum(x, axis=axis)
+
+    f = tj.jit(both, cache="memory", max_variants=64, static_argnames=("axis",))
+    with np.errstate(all="ignore"):
+        for args in cases + strided:
+            for _ in range(2):  # the second runs the compiled program
+                for got, want in zip(f(*args), both(*args)):
+                    same_bits(got, want)
+    assert f.stats()["compiled_calls"] >= len(cases) and not f.stats()["eager_calls"], (
+        f.explain())
+
+
+def test_cumprod_of_integers_wraps_as_numpys():
+    rng = np.random.default_rng(23)
+    x = rng.integers(-90, 90, size=(3, 40)).astype(np.int32)
+    calls(lambda x: np.cumprod(x, axis=1), [(x,)])  # int64 accumulator, wrapping
+    calls(lambda x: np.cumprod(x, axis=0, dtype=np.int8), [(x,)])
+    calls(lambda x: np.cumprod(x > 0, axis=1), [(x,)])  # bools in int64
+
+
+def test_gradients_through_a_running_product_with_zeros():
+    """The scan's gradient is the triangle product's: a zero's is the product of the
+    others before each running product, as prod's (PyTorch's rule)."""
+    def loss(x):
+        return np.sum(np.cumprod(x, axis=1) * np.arange(1.0, 6.0))
+
+    x = np.array([[0.5, -1.5, 2.0, 0.75, 1.25], [1.5, 0.0, -0.5, 2.0, 0.0]])
+    value, grad = tj.jit(value_and_grad(loss), cache="memory")(x)
+    want = np.zeros_like(x)
+    weights = np.arange(1.0, 6.0)
+    for r in range(2):
+        for i in range(5):
+            for k in range(i, 5):
+                want[r, i] += weights[k] * np.prod(np.delete(x[r, :k + 1], i))
+    assert value == loss(x)
+    np.testing.assert_allclose(grad, want, rtol=1e-12, atol=1e-15)

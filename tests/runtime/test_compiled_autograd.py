@@ -206,6 +206,8 @@ PRIMITIVE_SAMPLES = {
     "reshape": ((uniform(2, 6),), dict(shape=(3, 4))),
     "scatter_add": ((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
     "cumsum": ((uniform(3, 5),), {}),
+    # fixed values: a draw here would move every later sample of SAMPLE_RNG
+    "cumprod": ((np.array([[0.5, -1.5, 2.0, 0.75], [1.25, -0.5, 1.5, -2.0]]),), {}),
     "sign": ((away_from_zero(2, 3),), {}),
     "sin": ((uniform(2, 3),), {}),
     "slice": ((uniform(5, 7),), dict(starts=(1, 0), limits=(5, 7), steps=(2, 3))),

@@ -164,6 +164,8 @@ SAMPLES = {
     "gather": Call((uniform(4, 5), np.array([[3, -1], [0, 2]])), dict(axis=1)),
     "scatter_add": Call((uniform(2, 3), np.array([0, 4, 0])), dict(axis=1, size=5)),
     "cumsum": Call((uniform(3, 5),), {}),
+    # fixed values: a draw here would move every later sample of SAMPLE_RNG
+    "cumprod": Call((np.array([[0.5, -1.5, 2.0, 0.75], [1.25, -0.5, 1.5, -2.0]]),), {}),
     "matmul": Call((uniform(3, 4), uniform(4, 2)), {}),
     "conv2d": Call((uniform(2, 4, 5, 6), uniform(4, 2, 2, 3)), CONV_PARAMS),
     "conv2d_weight_grad": Call((uniform(2, 4, 5, 6), uniform(2, 4, 3, 5)), CONV_PARAMS),

@@ -76,7 +76,7 @@ from .reductions import (
     reduce_sum,
     sum_p,
 )
-from .scan import cumsum, cumsum_p
+from .scan import cumprod, cumprod_p, cumsum, cumsum_p
 from .structural import (
     broadcast_to,
     broadcast_to_p,

@@ -51,8 +51,15 @@ seed draws the program it always drew): ``narrow_result`` (casts to uint8/int8/i
 clipped or leaving the range, narrow buffers written in part, read back widened),
 ``dict_carry`` (a dict of fixed keys carried by a loop: rebuilt, updated in place, ``for k
 in p``, a decision on an entry) and ``selected_append`` (``if i % k == c: costs.append(...)``
-with negative k, the last trip, a float cost or an array). A statement that runs over 2 s
-on the probe is dropped, a program over 300 s is noted as a fuzzer error.
+with negative k, the last trip, a float cost or an array). Round 22e added, under
+``--focus`` alike: ``reduction_keywords`` (axis tuples, keepdims, where=, initial=, dtype=),
+``einsum_string``, ``window_view`` (im2col by as_strided and sliding_window_view, np.pad
+modes, pooling with argmax masks), ``index_call`` (take, take/put_along_axis,
+searchsorted, digitize, broadcasting np.where), ``bool_reduction`` (any/all over empty),
+``integer_op`` (floor_divide, remainder, powers, shifts, bitwise in int8..uint64),
+``rounding_edge`` (.5 ties, huge values) and ``scalar_promotion`` (NEP 50). A statement
+that runs over 2 s on the probe is dropped, a program over 300 s is noted as a fuzzer
+error.
 
 Each program runs on several argument sets: the probe's shapes four times with fresh data
 (the trace, then compiled code), then sizes that move every dim to other buckets (0, 1,
@@ -1118,6 +1125,182 @@ class Builder:
                  f"    if {test}:", f"        {costs}.append({value})"]
         return lines, "selected append", [h, costs]
 
+    # --- round 22e: drawn only under --focus (fixed seeds draw the programs they drew) ---
+    def _array(self, kinds="fiub", ndim=1):
+        return self.pick(lambda v: isinstance(v, np.ndarray) and v.ndim >= ndim
+                         and v.dtype.kind in kinds)
+
+    def reduction_keywords(self):
+        """Reductions with tuples of axes, ``keepdims``, ``where=``, ``initial=`` and
+        ``dtype=`` (float32 sums in float64, ints in float, a mask from the data)."""
+        a = self._array(ndim=2)
+        if a is None:
+            return None
+        out = self.fresh()
+        reduction = self.rng.choice(["np.sum", "np.max", "np.min", "np.prod", "np.mean",
+                                     "np.any", "np.all", "np.nansum", "np.std"])
+        keywords = self.rng.choice([
+            "axis=(0, 1)", "axis=(-1, 0), keepdims=True", "axis=(1,), keepdims=True",
+            f"axis=0, where={a} > 0", f"axis=(0, 1), where={a} != 0, keepdims=True",
+            "axis=1, initial=0", "axis=None, initial=-5", "axis=0, dtype=np.float64",
+            "axis=-1, dtype=np.float32", "axis=(), keepdims=True", "axis=1, dtype=np.int64",
+            f"where={a} > 0, initial=1", "axis=0, keepdims=True, dtype=np.float64"])
+        return [f"{out} = {reduction}({a}, {keywords})"], "reduction keywords", [out]
+
+    def einsum_string(self):
+        """``np.einsum`` strings: traces, diagonals, transposes, outer and batched
+        products, repeated and implicit output subscripts, ``optimize=``."""
+        a = self._array("f", ndim=2)
+        if a is None:
+            return None
+        b = self._array("f", ndim=1)
+        out = self.fresh()
+        spec = self.rng.choice([
+            f"'ij->ji', {a}", f"'ij->', {a}", f"'ij->j', {a}", f"'ij,ij->i', {a}, {a}",
+            f"'ij,kj->ik', {a}, {a}", f"'ij,ik->jk', {a}, {a}", f"'ij', {a}",
+            f"'ji', {a}", f"'ij,ij', {a}, {a}", f"'...j->...', {a}",
+            f"'ij,i->ij', {a}, {a}[:, 0]", f"'i,j->ij', {a}[0], {a}[:, 0]",
+            f"'ii->i', {a}[:2, :2]", f"'ii', {a}[:2, :2]",
+            f"'ij,jk->ik', {a}, {a}.T, optimize=True",
+            f"'i,i->', {b}, {b}" if b else f"'i,i->', {a}[0], {a}[0]",
+            f"'bi,bj->bij', {a}, {a}"])
+        return [f"{out} = np.einsum({spec})"], "einsum string", [out]
+
+    def window_view(self):
+        """im2col by ``as_strided`` and ``sliding_window_view``, ``np.pad`` modes, and
+        max pooling with an argmax mask (the backward's routing)."""
+        a = self._array("fi", ndim=2)
+        if a is None:
+            return None
+        out, cols, mask = self.fresh(), self.fresh(), self.fresh()
+        choice = self.rng.choice([
+            [f"{cols} = np.lib.stride_tricks.sliding_window_view({a}, (2, 2))",
+             f"{out} = {cols}.reshape({cols}.shape[0], {cols}.shape[1], -1).max(axis=-1)"],
+            [f"{cols} = np.lib.stride_tricks.sliding_window_view({a}, 2, axis=1)",
+             f"{out} = {cols}.mean(axis=-1)"],
+            [f"{cols} = np.lib.stride_tricks.sliding_window_view({a}, (2,), axis=(0,))[::2]",
+             f"{out} = {cols}.sum(axis=-1)"],
+            [f"{cols} = np.lib.stride_tricks.as_strided({a}, shape=({a}.shape[0] - 1, "
+             f"{a}.shape[1] - 1, 2, 2), strides={a}.strides * 2, writeable=False)",
+             f"{out} = {cols}.reshape({cols}.shape[0] * {cols}.shape[1], 4)"],
+            [f"{out} = np.pad({a}, " + self.rng.choice([
+                "1", "((1, 0), (0, 2))", "((1, 1), (2, 2)), mode='reflect'",
+                "1, mode='edge'", "((0, 2), (1, 0)), mode='wrap'",
+                "1, mode='symmetric'", "((1, 2), (0, 1)), constant_values=-1.5",
+                "((1, 1), (1, 1)), mode='maximum'", "((2, 0), (0, 0)), mode='mean'",
+                "((1, 1), (0, 0)), mode='linear_ramp', end_values=3"]) + ")"],
+            [f"{cols} = {a}[:{a}.shape[0] // 2 * 2, :{a}.shape[1] // 2 * 2]",
+             f"{cols} = {cols}.reshape({cols}.shape[0] // 2, 2, {cols}.shape[1] // 2, 2)",
+             f"{out} = {cols}.max(axis=(1, 3))",
+             f"{mask} = {cols} == {out}[:, None, :, None]",
+             f"{out} = {mask} * {out}[:, None, :, None]"],
+            [f"{cols} = {a}.reshape({a}.shape[0], -1)",
+             f"{mask} = np.zeros_like({cols})",
+             f"np.put_along_axis({mask}, np.argmax({cols}, axis=1)[:, None], 1, axis=1)",
+             f"{out} = {mask} * {cols}"],
+        ])
+        return choice, "window view", [out]
+
+    def index_call(self):
+        """``np.take``/``take_along_axis``/``put_along_axis``, ``searchsorted``/
+        ``digitize`` on sorted data, ``np.where`` broadcasting a column and a row."""
+        a = self._array("fi", ndim=2)
+        if a is None:
+            return None
+        out, index = self.fresh(), self.fresh()
+        lines = self.rng.choice([
+            [f"{out} = np.take({a}, [0, -1, 1], axis=1)"],
+            [f"{out} = np.take({a}, np.argsort({a}[0])[:2], axis=1, mode='clip')"],
+            [f"{out} = np.take({a}, [5, -7], mode='wrap')"],
+            [f"{index} = np.argsort({a}, axis=1)",
+             f"{out} = np.take_along_axis({a}, {index}, axis=1)"],
+            [f"{index} = np.argmax({a}, axis=0)[None]",
+             f"{out} = np.take_along_axis({a}, {index}, axis=0)"],
+            [f"{out} = {a}.copy()",
+             f"np.put_along_axis({out}, np.argmin({a}, axis=1)[:, None], 0, axis=1)"],
+            [f"{index} = np.sort({a}[0])",
+             f"{out} = np.searchsorted({index}, {a}[-1], side="
+             + self.rng.choice(["'left')", "'right')"])],
+            [f"{out} = np.digitize({a}, np.array([-1.0, 0.0, 0.5, 2.0]), right="
+             + self.rng.choice(["True)", "False)"])],
+            [f"{out} = np.digitize({a}[0], np.array([3.0, 1.0, 0.0]))"],
+            [f"{out} = np.where({a}[:, :1] > 0, {a}[:1, :], -{a})"],
+            [f"{out} = np.where({a} > 0, 1, 0.5)"],
+            [f"{out} = np.where({a}[0] > {a}[-1], {a}, np.float32(2))"],
+        ])
+        return lines, "index call", [out]
+
+    def bool_reduction(self):
+        """``any``/``all`` over empty slices, axes of length 0, NaN (truthy)."""
+        a = self._array(ndim=1)
+        if a is None:
+            return None
+        out = self.fresh()
+        value = self.rng.choice([
+            f"np.all({a}[:0])", f"np.any({a}[:0], axis=0)", f"np.all({a}[:0], axis=-1)",
+            f"np.any({a} != {a})", f"np.all({a}.astype(bool), axis=0, keepdims=True)",
+            f"np.any(np.isnan({a}), axis=-1)", f"({a}[..., :0] > 0).all(axis=-1)",
+            f"np.logical_and.reduce({a} > 0, axis=0)", f"np.count_nonzero({a}, axis=0)",
+            f"bool(np.all({a} == {a}))"])
+        return [f"{out} = {value}"], "bool reduction", [out]
+
+    def integer_op(self):
+        """Integer ops in int8..uint64: floor_divide and remainder with negative operands
+        and zero divisors, powers of negative bases, shifts past the width, bitwise."""
+        a = self._array("iub")
+        if a is None:
+            a = self._array("f")
+            if a is None:
+                return None
+        dtype = self.rng.choice(["int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                 "int64", "uint64"])
+        x, out = self.fresh(), self.fresh()
+        op = self.rng.choice([
+            f"{x} // np.{dtype}(3)", f"{x} % np.{dtype}(3)", f"np.floor_divide({x}, {x}[::-1])",
+            f"np.remainder({x}, {x}[::-1])", f"{x} ** 2", f"np.power({x}, 3)",
+            f"{x} << np.{dtype}(3)", f"{x} >> np.{dtype}(1)", f"({x} & 5) ^ ({x} | 3)",
+            f"~{x}", f"np.left_shift({x}, {x} % 9)", f"{x} // -2" if "u" not in dtype
+            else f"{x} // 2", f"np.divmod({x}, np.{dtype}(7))[1]", f"{x} * {x}",
+            f"-{x}", f"np.abs({x})", f"{x} - np.{dtype}(200)"])
+        return ([f"{x} = ({a} * 37 - 11).astype(np.{dtype})", f"{out} = {op}"],
+                "integer op", [out])
+
+    def rounding_edge(self):
+        """``np.round``/``rint``/``floor``/``ceil``/``trunc`` on .5 ties, negative ties,
+        decimals and values past 2**52 / 2**23."""
+        a = self._array("f")
+        if a is None:
+            return None
+        x, out = self.fresh(), self.fresh()
+        make = self.rng.choice([f"{a} * 0 + np.arange({a}.shape[-1]) - 2.5",
+                                f"np.floor({a} * 4) / 2 + 0.5", f"{a} * 1e17",
+                                f"{a} * 0 + 2.0 ** 52 + 0.5", f"{a} * 1e7",
+                                f"({a} * 0 + 0.5).astype(np.float32) * 3",
+                                f"{a} * 0 + 16777217.0"])
+        op = self.rng.choice(["np.round({0})", "np.round({0}, 1)", "np.round({0}, -1)",
+                              "np.rint({0})", "np.floor({0})", "np.ceil({0})",
+                              "np.trunc({0})", "np.around({0}, 2)", "{0}.round()",
+                              "np.fix({0})", "np.floor({0}).astype(np.int64)"])
+        return [f"{x} = {make}", f"{out} = {op.format(x)}"], "rounding edge", [out]
+
+    def scalar_promotion(self):
+        """NEP 50: an array with a Python float/int stays its dtype, with a NumPy scalar it
+        promotes (float32 + np.float64(1) is float64); int8 + 300 raises, uint8 - 1 wraps."""
+        a = self._array("fiub")
+        if a is None:
+            return None
+        out = self.fresh()
+        dtype = self.rng.choice(["float32", "int8", "uint8", "int32", "float64", "uint16"])
+        other = self.rng.choice(["1.5", "3", "np.float64(1.5)", "np.float32(2.5)",
+                                 "np.int64(3)", "np.int8(-2)", "np.uint8(200)", "True",
+                                 "300", "-1", "2**40", "np.float16(0.5)", "1e40"])
+        op = self.rng.choice(["+", "*", "-", "/", "//", "**", "<", "%"])
+        value = self.rng.choice([f"{a}.astype(np.{dtype}) {op} {other}",
+                                 f"{other} {op} {a}.astype(np.{dtype})",
+                                 f"np.{dtype}({a}.flat[0]) {op} {other}",
+                                 f"np.maximum({a}.astype(np.{dtype}), {other})"])
+        return [f"{out} = {value}"], "scalar promotion", [out]
+
     def aliased_returns(self, defined):
         """Extra results that alias others: one value twice, a view and its base, an
         argument and views of it (after in-place updates, too)."""
@@ -1144,7 +1327,10 @@ class Builder:
             self.exit_loop] * 3 + [self.random_draw] * 2 + [self.write_through_loop] * 2 + [
             self.exit_forms] * 3
         if FOCUS:  # --focus: mostly the named kinds (round 22's only when named)
-            makers += [self.narrow_result, self.dict_carry, self.selected_append]
+            makers += [self.narrow_result, self.dict_carry, self.selected_append,
+                       self.reduction_keywords, self.einsum_string, self.window_view,
+                       self.index_call, self.bool_reduction, self.integer_op,
+                       self.rounding_edge, self.scalar_promotion]
             makers = [maker for maker in makers if maker.__name__ in FOCUS] * 6 + makers
         attempts = 0
         while len(self.program.statements) < statements and attempts < statements * 6:

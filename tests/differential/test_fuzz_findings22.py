@@ -15,6 +15,9 @@ Fixed here:
   (``np.sinh(710.0)`` is 1.1e308, float32 ``89.0``'s 2.2e38) and cancelling near 0
   (``sinh(1e-8)`` off in the 9th digit). ``ufuncs._hyperbolic`` takes ``expm1`` near 0 and
   ``(h / 2) * h`` of ``h = exp(|x| / 2)`` past ``exp``'s overflow.
+  Their gradients were still inf from there (the backward of ``(h / 2) * h`` of one ``h``
+  multiplied ``e^|x|`` before halving), and cosh's cancelled near 0 (``sinh(1e-8)``'s
+  gradient 1e-8 off, float32's 0): ``h`` is two exps, cosh's near form is in ``expm1``.
 * ``t4 = t3[:-1]`` then a loop writing ``t3``'s rows, returning both (fuzz seed 2200001):
   at exact shapes (the loop unrolled) the last write, into row 4, left ``t4``'s region
   alone, so ``t4`` stayed a view of ``t3``'s older value and the compiled results did not
@@ -131,6 +134,22 @@ def test_hyperbolic_functions_finite_where_numpy_is(ufunc, dtype):
         for got, _ in _calls(ufunc, [(x,)] * 2):
             np.testing.assert_allclose(got, want, rtol=ulps, atol=0)
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("ufunc, derivative", [(np.sinh, np.cosh), (np.cosh, np.sinh)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hyperbolic_gradients_finite_where_numpy_is(ufunc, derivative, dtype):
+    # the derivative is the other function: NumPy's cosh(710.0) is 1.1e308, and the
+    # gradient was inf from |x| 709.8 (float32 88.7); sinh(1e-8) (cosh's) was 1e-8 off
+    edge = [89.0, -89.3, 88.9, 88.0] if dtype == np.float32 else [710.0, -710.4, 709.9, 709.0]
+    x = np.array([0.0, 1e-8, -1.5e-5, 0.7, -20.0] + edge, dtype)
+    ulps = 8 * np.finfo(dtype).eps
+    total = tj.value_and_grad(lambda x: ufunc(x).sum())
+    compiled = tj.jit(total, cache="memory")
+    with np.errstate(over="ignore"):  # the sum overflows, not the gradient
+        want = derivative(x)
+        for gradient in [compiled(x)[1], compiled(x)[1], total(x)[1]]:
+            np.testing.assert_allclose(gradient, want, rtol=ulps, atol=0)
 
 
 # --- a view of a result made before writes that leave it alone ----------------------------

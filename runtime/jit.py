@@ -245,6 +245,14 @@ class JitFunction(Misses):
         if not self._options.disabled:
             self._entries = self._entries + (self._entry_later(variant),)
 
+    def _add_variant_before(self, added, variant):
+        position = self._variants.index(variant)
+        super()._add_variant_before(added, variant)
+        if not self._options.disabled and len(self._entries) + 1 == len(self._variants):
+            self._entries = (self._entries[:position] + (self._entry_later(added),)
+                             + self._entries[position:])
+        self._hints = {}  # a hint would go to the later variant first
+
     def _entry_later(self, variant):
         """``variant``'s ``enter``, built when a call first comes to it (``_entry``): the
         call that traced or loaded the variant runs through ``_run``, so the generated

@@ -356,6 +356,14 @@ class Misses:
                             _guard_label(guard))
             return self._run_eager(args, kwargs, "guard margin")
         label = _guard_label(guard)
+        # A variant after this one may take the call: one traced for the other path of
+        # this guard, which read more of the objects than this variant's entry does
+        # (_grow puts such a variant first). Only later ones: theirs do not try this one.
+        for other in self._variants[self._variants.index(variant) + 1:] if (
+                variant in self._variants) else ():
+            inputs = other.guard(args, kwargs)
+            if inputs is not None:
+                return self._run(other, inputs, args, kwargs)
         with self._lock:
             self._side_exits[label] += 1
             taken = path.exits[guard_index] = path.exits.get(guard_index, 0) + 1
@@ -386,6 +394,13 @@ class Misses:
             return self._eager_instead(traced, signature, args, kwargs)
         entry = EntrySpec.from_trace(traced)
         if not _same_entry(entry, variant.spec):
+            # (gym's CartPole: the terminal branch reads self.steps_beyond_terminated, an
+            # int the root path never reads) a variant of its own, tried before this one
+            if self.options.compile != "background" and self._room():
+                child = self._compile_path(traced, signature)
+                if child is not None:
+                    return self._other_entry(variant, traced, child, signature, leaves,
+                                             args, kwargs)
             log_recompiles.info("%s: the other path of %s needs a different entry; it runs "
                                 "eagerly", self.__qualname__,
                                 _guard_label(path.guards[guard_index]))
@@ -413,6 +428,25 @@ class Misses:
             return self._run_eager(args, kwargs, self._untraceable.get(signature, "side exit"))
         self._counters["traced_calls"] += 1
         return _plain_result(traced, args, kwargs)
+
+    def _other_entry(self, variant, traced, root, signature, leaves, args, kwargs):
+        """Make ``root`` (the compiled other path of a guard of ``variant``, whose trace
+        needs another entry) a variant tried before ``variant``: the calls that take that
+        path pass its entry guard first, and the others go on from its side exit to
+        ``variant`` (``_side_exit`` tries the later variants). Answers the traced call."""
+        added = Variant(EntrySpec.from_trace(traced), None, root)
+        self._add_variant_before(added, variant)
+        log_recompiles.info("%s: compiled variant %d (the other path of a guard, with a "
+                            "different entry)", self.__qualname__, len(self._variants))
+        self._store_to_disk(added, leaves)
+        if root.backward is not None or traced.undecided:
+            return self._run_new(added, args, kwargs, traced)
+        self._counters["traced_calls"] += 1
+        return _plain_result(traced, args, kwargs)
+
+    def _add_variant_before(self, added, variant):
+        position = self._variants.index(variant)
+        self._variants = self._variants[:position] + (added,) + self._variants[position:]
 
     # --- messages ---------------------------------------------------------------------
     def _why_missed(self, leaves):

@@ -347,10 +347,12 @@ def pad(array, pad_width, mode="constant", **kwargs):
     widths ``ops.pad`` gives the array itself, and ``x_pad[...] += ...`` would write into
     the caller's ``x``."""
     allowed = {"constant": {"constant_values"}, "reflect": {"reflect_type"},
-               "symmetric": {"reflect_type"}}.get(mode, set())
-    if mode not in ("constant",) + pad_modes.MODES:
+               "symmetric": {"reflect_type"}, **dict.fromkeys(pad_modes.STATISTICS,
+                                                               {"stat_length"})}.get(mode, set())
+    if mode not in ("constant",) + pad_modes.MODES + tuple(pad_modes.STATISTICS):
         raise UnsupportedError(f"np.pad(mode={mode!r}) is not supported; modes 'constant', "
-                               "'edge', 'reflect', 'symmetric' and 'wrap' are")
+                               "'edge', 'reflect', 'symmetric', 'wrap', 'maximum', 'minimum' "
+                               "and 'mean' are")
     if set(kwargs) - allowed:
         raise as_numpy_would(ValueError(f"unsupported keyword arguments for mode '{mode}': "
                                         f"{set(kwargs) - allowed}"))
@@ -361,6 +363,9 @@ def pad(array, pad_width, mode="constant", **kwargs):
         return _pad_by_blocks(array, pairs, fills)
     widths = np.broadcast_to(np.asarray(_guarded_ints(pad_width), dtype=object),
                              (ndim_of(array), 2))
+    if mode in pad_modes.STATISTICS:
+        return pad_modes.pad_by_statistic(array, [(int(low), int(high)) for low, high in widths],
+                                          mode, **kwargs)
     if mode != "constant":
         return pad_modes.pad_by_index(array, [(int(low), int(high)) for low, high in widths],
                                       mode, **kwargs)

@@ -1,7 +1,8 @@
 """``np.pad``'s index modes ``'edge'``, ``'reflect'``, ``'symmetric'`` and ``'wrap'``: each
 output position along an axis reads one input position, so each padded axis is one
 gather at indices computed from an iota (``numpy_api.pad`` keeps the constant mode; its
-per-axis constants, ``constant_values=((0, 0), (1, 1))``, are filled here).
+per-axis constants, ``constant_values=((0, 0), (1, 1))``, are filled here). The statistic
+modes ``'maximum'``, ``'minimum'`` and ``'mean'`` concatenate each axis' statistic.
 
 The index maps are NumPy's, for any width (a width past the length keeps mirroring or
 wrapping, as NumPy's repeated passes do): with ``j = i - before`` over the output,
@@ -24,6 +25,8 @@ from . import ops
 from .errors import UnsupportedError, as_numpy_would
 
 MODES = ("edge", "reflect", "symmetric", "wrap")
+# the statistic modes, over the whole axis (stat_length=None): NumPy's functions
+STATISTICS = {"maximum": np.max, "minimum": np.min, "mean": np.mean}
 
 
 def pad_by_index(array, widths, mode, reflect_type="even"):
@@ -45,6 +48,51 @@ def pad_by_index(array, widths, mode, reflect_type="even"):
     if result is array:
         return array.copy()
     return result
+
+
+def pad_by_statistic(array, widths, mode, stat_length=None):
+    """``array`` padded by ``widths`` with each axis' ``mode`` statistic (np.pad's
+    'maximum', 'minimum', 'mean'). NumPy pads axis by axis, each statistic taken along its
+    axis over the array as padded so far (the earlier axes' pads included, the corners
+    too), and rounds a mean into an integer dtype: so here.
+
+    >>> import tracejit as tj
+    >>> f = tj.jit(lambda x: np.pad(x, 1, mode="mean"), cache="memory")
+    >>> f(np.array([[1.0, 2.0], [3.0, 5.0]]))[0]
+    array([2.75, 2.  , 3.5 , 2.75])
+    """
+    if stat_length is not None:
+        raise UnsupportedError(f"np.pad(mode={mode!r}, stat_length=...) is not supported; "
+                               "the whole axis (stat_length=None) is")
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in "iuf":
+        raise UnsupportedError(f"np.pad(mode={mode!r}) of {dtype} is not supported")
+    result = array
+    for axis, (before, after) in enumerate(widths):
+        if before == 0 and after == 0:
+            continue
+        if ops.shape_of(result)[axis] == 0:  # a symbolic length compares under a guard
+            raise as_numpy_would(ValueError(
+                f"can't extend empty axis {axis} using modes other than 'constant' or "
+                "'empty'"))
+        statistic = STATISTICS[mode](result, axis=axis, keepdims=True)
+        if dtype.kind in "iu":
+            statistic = np.round(statistic).astype(dtype) if mode == "mean" else statistic
+        parts = [_statistic_block(statistic, result, axis, before)] if before else []
+        parts.append(result)
+        if after:
+            parts.append(_statistic_block(statistic, result, axis, after))
+        result = np.concatenate(parts, axis=axis).astype(dtype, copy=False)
+    if result is array:
+        return array.copy()
+    return result
+
+
+def _statistic_block(statistic, array, axis, width):
+    """``statistic`` (``array``'s, kept along ``axis``) repeated ``width`` times there."""
+    shape = list(ops.shape_of(array))
+    shape[axis] = width
+    return np.broadcast_to(statistic, tuple(shape))
 
 
 def _source_indices(length, before, after, mode, like):

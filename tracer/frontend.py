@@ -1061,6 +1061,7 @@ class Hooks:
             container[index] = value
             return container
         if isinstance(container, np.ndarray) and (is_traced(value) or _traced_index(index) or (
+                type(value) in (list, tuple) and any_traced(value)) or (
                 _exit_trip_write(self.context, container))):
             # A traced position (x[ids[t]] = 1, mask[t] = 1) too: NumPy would read it as a
             # number, one trace per token id or trip.

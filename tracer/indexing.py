@@ -521,6 +521,13 @@ def _sequence_value(value, dtype):
                                f"{stacked.dtype} values into a {np.dtype(dtype)} array "
                                "(NumPy converts each with int() or bool(), which raise where "
                                "a compiled cast would not)")
+    pending = list(value)
+    while pending:  # out[0] = [x.sum(), x[0]] into int32: each NumPy scalar through int()
+        item = pending.pop()
+        if type(item) in (list, tuple):
+            pending.extend(item)
+        else:
+            keep_numpy_scalar_in_range(item, dtype)
     return stacked
 
 

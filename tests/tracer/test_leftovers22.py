@@ -71,3 +71,44 @@ def test_a_uint8_buffer_filled_row_by_row_compiles_for_every_length():
     with np.errstate(invalid="ignore"):
         got, want = f(x), _to_bytes(x)
     assert np.array_equal(got, want) and f.stats()["eager_calls"], f.explain()
+
+
+def _summary_rows(x, k):
+    out = np.zeros((2, 2), x.dtype)
+    out[0] = [x.sum(), x[k]]
+    out[1, :] = (x.max(), 1)
+    return out
+
+
+def test_a_list_of_traced_scalars_stored_into_a_row_of_a_buffer_compiles():
+    # (helper-158) out[0] = [x.sum(), x[0]] into a NumPy buffer made here ran eagerly as
+    # untraceable (the list was converted to a NumPy array); now it is the items' stack
+    for x in (np.linspace(0.0, 1.0, 3), np.linspace(0.0, 1.0, 3, dtype=np.float32)):
+        f = jit(_summary_rows, cache="memory")
+        for k in (0, 0, 2, 2):
+            got, want = f(x, k), _summary_rows(x, k)
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert f.stats()["compiled_calls"] >= 2 and not f.stats()["eager_calls"], f.explain()
+
+
+def test_a_list_of_traced_ints_stored_into_an_int32_row_raises_as_numpy_past_its_range():
+    # NumPy converts each NumPy scalar of the list with int() into int32: OverflowError past
+    # its range, where a compiled cast would wrap
+    def fill(x, k):
+        out = np.zeros((2, 2), np.int32)
+        out[0] = [x.sum(), x[k]]
+        return out
+
+    f = jit(fill, cache="memory")
+    small = np.arange(3)
+    for _ in range(2):
+        assert np.array_equal(f(small, 1), fill(small, 1)) and f(small, 1).dtype == np.int32
+    assert f.stats()["compiled_calls"] >= 1, f.explain()
+    big = np.array([2**40, 1, 2])
+    for function in (fill, f):
+        try:
+            function(big, 0)
+        except OverflowError as error:
+            assert "out of bounds for int32" in str(error)
+        else:
+            raise AssertionError(f"{function} stored a wrapped value")

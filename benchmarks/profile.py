@@ -26,7 +26,8 @@ The transformer block (``examples/transformer_block.py``, the ``transformer_bloc
 is profiled kernel by kernel the same way, best and median, each matmul kernel's GFLOP/s
 against that peak, and the block's FLOP time at it: the floor its products alone set
 (8.2 ms of the ~9.5 the block takes: the rest is the kernels beside them, softmax, layer
-norm and the head split's copies, and the GELU in the MLP's epilogue).
+norm, the values' copy into heads and the merge of the heads (queries and keys are read in
+place: ``codegen/strided_views.py``), and the GELU in the MLP's epilogue).
 """
 
 from __future__ import annotations

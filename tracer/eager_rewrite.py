@@ -42,6 +42,15 @@ def _tracked(value):
         value, "requires_grad", False)
 
 
+def _stacked(value):
+    """A list or tuple holding a tracked value as NumPy converts it when it is assigned
+    (``state[i][:3] = (x, num, den)``): the stack of its items, a Tensor keeping their
+    history, where NumPy's conversion would refuse them; any other value as it is."""
+    if type(value) in (list, tuple) and any(map(_tracked, value)):
+        return np.stack(value)
+    return value
+
+
 class EagerHooks:
     """The hooks of ``tracejit.tracer.frontend.Hooks``, run eagerly (see the module docstring)."""
 
@@ -133,8 +142,7 @@ class EagerHooks:
         Tensor's values cannot enter with their history. Then ``state``'s whole buffer
         gets a Tensor stand-in that every later read of a name for it (``local``) gives,
         and the write goes into the same view of the stand-in."""
-        if isinstance(value, (tuple, list)) and any(map(_tracked, value)):
-            value = np.stack(value)  # NumPy's conversion of a sequence of equal shapes
+        value = _stacked(value)
         if isinstance(array, np.ndarray) and _tracked(value):
             tracked = self._stand_in(array, type(value))
             tracked[index] = value
@@ -201,6 +209,7 @@ class EagerHooks:
         """Writes to outside state simply happen when running eagerly."""
 
     def set_item(self, container, index, value, outside):
+        value = _stacked(value)  # out[0] = [x.sum(), x[0]]
         if isinstance(container, np.ndarray) and _tracked(value):
             if outside or container.base is not None:
                 where = line_prefix(user_location(skip=2))

@@ -112,3 +112,16 @@ def test_a_list_of_traced_ints_stored_into_an_int32_row_raises_as_numpy_past_its
             assert "out of bounds for int32" in str(error)
         else:
             raise AssertionError(f"{function} stored a wrapped value")
+
+
+def test_eager_value_and_grad_of_a_list_of_tensors_stored_into_a_row():
+    # out[0] = [x.sum(), x[0]] in eager value_and_grad raised TensorError as the nested
+    # form did: the list is stacked into a Tensor first
+    def loss(x):
+        out = _summary_rows(x, 0)
+        return (out * out).sum()
+
+    x = np.linspace(0.1, 1.0, 3)
+    value, gradient = tracejit.value_and_grad(loss)(x)
+    assert value == loss(x)
+    np.testing.assert_allclose(gradient, finite_differences(loss, x), rtol=1e-6)

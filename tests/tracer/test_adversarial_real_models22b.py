@@ -14,7 +14,11 @@ backward through time with dicts of gates and ``np.clip(d[k], -5, 5, out=d[k])``
 col2im by ``np.add.at`` with fancy index grids, convolution windows by ``as_strided``
 and ``einsum``, max-pool forward/backward by a reshape mask and by ``argmax`` with
 ``np.unravel_index``, batch norm with running statistics switched between train and
-test modes.
+test modes, dropout layers drawing their masks by ``np.random.rand`` (the global stream
+left as eager leaves it), beam search over Python lists sorted by score and its
+vectorized ``argsort`` form, a Bahdanau attention decoder loop, ``jit(value_and_grad)``
+of an RNN loss against finite differences, and an nnfs-style Sequential train step with
+Adam state keyed by ``layer.name + "_" + k`` and early stopping.
 
 Findings, fixed (each test fails before its fix). Needlessly traced on every call: a
 side exit whose other path reads an attribute the variant's entry does not

@@ -337,7 +337,7 @@ class ContainerCarry:
             return StackedDict(self, buffers, low)
         if self.selected is not None:  # the rows of the trips whose test holds
             rows, count = loop_selected_appends.selection(self.selected, self.first,
-                                                          self.count, self.step)
+                                                          self.count, self.step, buffers[0])
             return StackedList(self, [buffer[rows] for buffer in buffers], count)
         return StackedList(self, buffers)
 

@@ -28,8 +28,9 @@ lambda i: <test>, cost)``:
 * in a loop whose trip count is a dim (``range(X.shape[1])``, or ``range(num_iterations)``
   once that argument is one: ``tracejit.tracer.loop_trip_counts``), a test whose outcome
   repeats every ``P`` indices (``index_period``: ``i % 100 == 0``, ``print_cost and (i + 1)
-  % 10 == 0``) selecting one trip in each ``P`` is the slice ``[c::P]`` of the buffer for
-  every count, and the list's length a dim.
+  % 10 == 0``) selecting one trip in each ``P`` is the rows ``c, c + P, ...`` of the buffer
+  for every count (the slice ``[0::P]``, or an index array past trip 0: a slice from ``c``
+  would guard the count against ``c``), and the list's length a dim.
 
 Course 1 prints beside the append (``if i % 100 == 0: costs.append(cost); if print_cost:
 print(...)``): ``if <flag>:`` statements after the append, whose flag reads neither the
@@ -66,6 +67,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import ops
 
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
@@ -338,7 +341,7 @@ def selector(note, start, count, step):
     return Selector(note.test, note.period, phase)
 
 
-def selection(test, first, count, step):
+def selection(test, first, count, step, like=None):
     """The trips (0 to ``count - 1``) whose index passes ``test`` (a ``Selector``), as a
     slice when they are evenly spaced (``i % k == c``), else a list; and their number.
     ``count`` may be a dim when the selector has a ``phase``."""
@@ -347,8 +350,13 @@ def selection(test, first, count, step):
             return slice(0, 0), 0
         if test.phase == "all":
             return slice(0, None), count
-        return slice(test.phase, None, test.period), (
-            count - test.phase + test.period - 1) // test.period
+        length = (count - test.phase + test.period - 1) // test.period
+        if test.phase and not isinstance(count, int):
+            # rows phase, phase + P, ...: a slice starting at the phase would guard the
+            # count against it (a program for counts under it, at it, past it), the rows'
+            # indices serve every count
+            return ops.iota(length, np.int64, like=like) * test.period + test.phase, length
+        return slice(test.phase, None, test.period), length
     trips = [trip for trip in range(count) if test(first + trip * step)]
     if len(trips) >= 2:
         stride = trips[1] - trips[0]

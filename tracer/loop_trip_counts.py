@@ -6,17 +6,20 @@ a run-time input once it is seen with a second value, but a trip count is a numb
 needs as an int, so it was pinned (``tracejit.tracer.pinned_scalars``): one compile per
 value, and past ``max_variants`` eager calls.
 
-A top-level ``range`` bound that *is* such an argument becomes a dim here instead, as
-``range(x.shape[0])`` is one: a symbol over ``[TRIP_LOW, TRIP_HIGH]`` (one program for
+A top-level ``range`` bound that is such an argument, or it plus or minus an int constant
+(``range(1, epochs + 1)``, ``range(n - 1)``, ``range(start, n)``), becomes a dim here
+instead, as ``range(x.shape[0])`` is one: a symbol over ``[TRIP_LOW, TRIP_HIGH]`` (one program for
 every count in it), bound at each call from the argument's value. Symbols are bound from
 input shapes (the entry guard and the program wrapper read them there), so the trace takes
 one more input, a *count carrier*: an empty ``int8`` array of shape ``(count, 0)`` that the
 entry guard makes from the argument (``runtime/guards.py``, input source ``("count",
 leaf, symbol)``). Nothing reads its data.
 
-The count stays a dim only where the loop is captured with it: a loop that unrolls (a trip
-count under 3, a body the capture refuses) pins the argument as before, and the function
-is traced again with it constant (``ScalarDecidesShape``).
+The count stays a dim only where the loop is captured with it: a loop that unrolls (a body
+the capture refuses) pins the argument as before, and the function is traced again with it
+constant (``ScalarDecidesShape``). A call with fewer than 3 trips (``range(n - 1)`` at
+``n = 3``) traces with the count constant in that trace only; the dim's program serves
+such counts at later calls. Any other form of bound (``n // 2``, ``2 * n``) pins.
 
 >>> import numpy as np
 >>> from tracejit import jit
@@ -36,12 +39,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ir import Literal, Var
 from .pinned_scalars import ScalarDecidesShape
 from .traced_array import Tracer
 
 # The counts one program serves: the loop capture needs three trips in the call it traces,
 # and a call with fewer runs a trace of its own (pinned, as before).
 TRIP_LOW, TRIP_HIGH = 3, 2 ** 31 - 1
+# The constants a bound may add to a count argument (range(1, n + 1)): the bound stays in
+# 64 bits for every count.
+_OFFSET = 2 ** 31
 
 
 def counted_bounds(context, range_function, range_args):
@@ -52,25 +59,65 @@ def counted_bounds(context, range_function, range_args):
             context, "unroll_loops", False):
         return None
     number_leaves = getattr(context, "number_leaves", {})
-    args, leaves = list(range_args), []
+    args, leaves, pinnable = list(range_args), [], False
     for position, bound in enumerate(args):
-        if not isinstance(bound, Tracer) or bound.ir_var.name not in number_leaves:
+        if not isinstance(bound, Tracer):
             continue
-        leaf = number_leaves[bound.ir_var.name]
+        name, offset = _offset_leaf(context, bound, number_leaves)
+        if name is None:
+            continue
+        leaf = number_leaves[name]
         value = bound.value
         if bound.shape != () or not isinstance(value, (int, np.integer)) or isinstance(
                 value, (bool, np.bool_)) or position == 2:
             return None  # a step, not an int: pinned as before
+        value = int(value) - offset  # the argument's own value (range(1, epochs + 1))
         if not TRIP_LOW <= int(value) <= TRIP_HIGH:
-            if bound.ir_var.name in getattr(context, "pinnable_scalars", {}):
+            if name in getattr(context, "pinnable_scalars", {}):
                 # fit(X, Y, 1) between fit(X, Y, 1000) and fit(X, Y, 2000): constant in this
                 # trace only, so the next count is a dim again (a constant for good, the
                 # pin gave one compile per count after it)
                 raise ScalarDecidesShape((leaf,), small_count=True)
             return None
-        args[position] = _count_dim(context, bound, leaf, int(value))
+        args[position] = _count_dim(context, bound, leaf, int(value)) + offset
         leaves.append(leaf)
+        pinnable = pinnable or name in getattr(context, "pinnable_scalars", {})
+    if leaves and pinnable and len(range(*(_concrete(bound) for bound in range_args))) < (
+            TRIP_LOW):
+        # range(n - 1) at n = 3, range(5, n) at n = 6: too few trips to capture the loop in
+        # this trace, so a constant of it only, as a count under TRIP_LOW is (pinned for
+        # good, every later count compiled its own program)
+        raise ScalarDecidesShape(tuple(sorted(set(leaves))), small_count=True)
     return (tuple(args), tuple(leaves)) if leaves else None
+
+
+def _concrete(bound):
+    """The value of a ``range`` bound in this call."""
+    return int(bound.value) if isinstance(bound, Tracer) else int(getattr(
+        bound, "value", bound))
+
+
+def _offset_leaf(context, bound, number_leaves):
+    """``(name of a number argument's input, c)`` when ``bound`` is that argument or that
+    argument plus or minus an int constant ``c`` (``range(1, epochs + 1)``, ``range(n - 1)``:
+    one operation on it, recorded in this trace); else ``(None, 0)`` (any other form keeps
+    pinning the count)."""
+    name = bound.ir_var.name
+    if name in number_leaves:
+        return name, 0
+    for eqn in reversed(context.body):  # the bound was made just before the loop
+        if eqn.out.name != name:
+            continue
+        if eqn.prim.name not in ("add", "subtract") or len(eqn.inputs) != 2:
+            return None, 0
+        (left, right), sign = eqn.inputs, 1 if eqn.prim.name == "add" else -1
+        if eqn.prim.name == "add" and isinstance(left, Literal):
+            left, right = right, left  # 1 + epochs
+        if not (isinstance(left, Var) and left.name in number_leaves and isinstance(
+                right, Literal) and type(right.value) is int and abs(right.value) < _OFFSET):
+            return None, 0  # c - n, n + m, n * 2, n + 1.5: pinned as before
+        return left.name, sign * right.value
+    return None, 0
 
 
 def is_trip_count(value):

@@ -34,7 +34,7 @@ import numpy as np
 
 from tracejit.tracer import ops
 from tracejit.tracer.errors import UnsupportedError
-from tracejit.tracer.ir import Eqn, Var
+from tracejit.tracer.ir import Eqn, Literal, Var
 from tracejit.tracer.locations import line_prefix
 
 from .dtypes import NARROW_MEMORY as NARROW
@@ -55,8 +55,9 @@ def check_narrow_uses(graph):
     for item in graph.body:
         if not isinstance(item, Eqn):
             continue
+        # a NumPy scalar too (bools < np.uint8(200) compare in uint8, a literal of it)
         narrow = [atom for atom in item.inputs
-                  if isinstance(atom, Var) and atom.aval.dtype in NARROW]
+                  if isinstance(atom, (Var, Literal)) and atom.aval.dtype in NARROW]
         computes_in = _computes_in(item, narrow[0].aval.dtype) if narrow else None
         if computes_in is not None:
             raise UnsupportedError(

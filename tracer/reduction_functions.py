@@ -153,15 +153,24 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
         total = sum(cast(a, dtype), axes, keepdims=keepdims, where=where)
         mask = ops.broadcast_to(where, tuple(shape_of(a)))
         count = sum(mask, axes, dtype=dtype, keepdims=keepdims)
-        return total / count
+        return _in_mean_dtype(total / count, dtype)
     count = size_of(shape_of(a)[i] for i in axes)
     total = bind(ops.sum_p, cast(a, dtype), axes=axes, keepdims=bool(keepdims))
-    return total / _as_scalar(count, dtype)
+    return _in_mean_dtype(total / _as_scalar(count, dtype), dtype)
+
+
+def _in_mean_dtype(quotient, dtype):
+    """NumPy divides an integer (or bool) ``dtype=``'s sum into that dtype, casting
+    unsafely: ``np.mean(x, dtype=np.int64)`` is the float quotient truncated, an int64."""
+    return quotient if dtype.kind in "fc" else quotient.astype(dtype)  # a scalar stays one
 
 
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     no_out("var", out)
     dtype = _mean_dtype(a, dtype)
+    if dtype.kind not in "fc":  # integer means and sums of float squares, cast unsafely
+        raise UnsupportedError(f"np.var/np.std with dtype={dtype} (an integer or bool "
+                               "accumulator) is not supported; NumPy runs it")
     a = cast(a, dtype)
     axes = normalize_axes(axis, ndim_of(a))
     centered = a - mean(a, axis=axes, keepdims=True)

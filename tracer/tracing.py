@@ -332,6 +332,8 @@ class TracingContext(ShapeFacts, OutsideInputs):
             return python(*(int(arg) if hasattr(arg, "ir_var") else arg for arg in args))
         if prim.name in _PYTHON_INT_CONVERTED:
             _keep_python_ints_in_range(args, avals)
+        elif prim.name in _COMPARISONS:
+            _compare_python_ints_in_range(args, avals)
         # (decided first: the check forces a pending operand, which compute cannot take)
         lazy = recording_lazily() or any(is_pending(value) for value in values)
         check_python_arithmetic(self, prim, args, values, avals)  # 1.0 / 0.0 raises
@@ -529,6 +531,28 @@ def _keep_python_ints_in_range(args, avals):
                 bool(arg >= low) and bool(arg <= high)):
             raise as_numpy_would(OverflowError(
                 f"Python integer {int(arg.value)} out of bounds for {strong[0]}"))
+
+
+_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater",
+                          "greater_equal"})
+
+
+def _compare_python_ints_in_range(args, avals):
+    """``ids < n`` with ``ids`` int32 and ``n`` a Python int past int32: NumPy compares
+    the values (NEP 50: ``ids < 2**40`` is all True), compiled code would convert ``n`` to
+    int32 and wrap. In range (a guard on a run-time ``n``) it compiles; past it the call
+    runs eagerly."""
+    strong = [aval.dtype for aval in avals if not aval.weak and aval.dtype.kind in "iu"]
+    if not strong or (strong[0] == np.int64):
+        return
+    info = np.iinfo(strong[0])
+    low, high = int(info.min), builtins.min(int(info.max), _INT64_MAX)
+    for arg, aval in zip(args, avals):
+        if aval.weak and aval.dtype.kind in "iu" and not (
+                bool(arg >= low) and bool(arg <= high)):
+            raise UnsupportedError(
+                f"a comparison of a {strong[0]} array with the Python int {int(arg)}, past "
+                f"{strong[0]}'s range: NumPy compares the values, compiled code would wrap")
 
 
 def _fits_int64(prim, args):

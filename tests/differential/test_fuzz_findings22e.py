@@ -1,0 +1,86 @@
+"""Round 22e (helper-163): fuzzing's second front, and the round's leftovers.
+
+Round 22c's leftover, ``np.cumprod`` of float32 ``[inf, 1e-45, ...]`` (NaN compiled where
+NumPy gives inf), is fixed by a scan in NumPy's order; its tests are with cumsum's in
+``tests/codegen/test_scan_kernels.py``.
+
+``fuzz.py`` gained eight statement kinds drawn only under ``--focus`` (reduction keywords,
+einsum strings, im2col windows / pad modes / pooling masks, take / along-axis / searchsorted
+/ digitize / broadcasting where, boolean reductions over empty, integer ops in int8..uint64,
+rounding at ties and huge values, NEP 50 scalar promotion); a direct sweep of the same
+categories (every op on hostile values, each integer dtype, each scalar kind as an argument
+and as a constant) found:
+
+* ``np.mean(x, dtype=np.int64)`` (and int8, bool): NumPy divides the sum into the integer
+  dtype (truncated, an integer NumPy scalar where no axis is left), compiled gave float64;
+  ``np.var``/``np.std`` with an integer ``dtype=`` differed too (now run eagerly);
+* ``ids < 2**40`` with ``ids`` int32 (a Python int past the array's range, an argument or
+  a constant; ``uint64 < -1`` too): NumPy 2 compares the values, compiled code converted
+  the int to int32 and wrapped (all False);
+* ``mask < np.uint8(200)`` with a bool ``mask`` (a NumPy scalar of a narrow dtype): NumPy
+  compares in uint8, compiled code compared the literal wrapped to int8 (all False).
+"""
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+def _same(got, want):
+    assert type(got) is type(want), (type(got), type(want))
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+    np.testing.assert_array_equal(got, want)
+
+
+def _agree(function, *args, calls=3):
+    compiled = tj.jit(function, cache="memory")
+    for _ in range(calls):
+        try:
+            want = function(*args)
+        except Exception as error:  # noqa: BLE001 - NumPy's exception is the expectation
+            with pytest.raises(type(error)):
+                compiled(*args)
+            continue
+        _same(compiled(*args), want)
+    return compiled
+
+
+@pytest.mark.parametrize("keywords", [dict(axis=1, dtype=np.int64), dict(dtype=np.int64),
+                                      dict(axis=0, dtype=np.int32, where=True),
+                                      dict(axis=1, dtype=bool)])
+def test_mean_with_an_integer_dtype_is_numpys(keywords):
+    x = np.array([[1.5, 1.5, -2.7], [3.9, 0.2, 0.1], [-7.0, 0.0, 0.5]])
+    _agree(lambda x: np.mean(x, **keywords), x)
+    _agree(lambda x: x.mean(**keywords) * 2, x)
+
+
+def test_mean_where_with_an_integer_dtype_and_int8_scalars_are_numpys():
+    x = np.array([[1.5, 1.5, -2.7], [3.9, 0.2, 0.1]])
+    _agree(lambda x: np.mean(x, axis=1, dtype=np.int32, where=x > 0), x)
+    _agree(lambda x: np.mean(x.astype(np.int32), dtype=np.int8), x)  # an int8 NumPy scalar
+
+
+@pytest.mark.parametrize("reduction", [np.var, np.std])
+def test_var_and_std_with_an_integer_dtype_are_numpys(reduction):
+    x = np.array([[1.5, 1.5, -2.7], [3.9, 0.2, 0.1]])
+    _agree(lambda x: reduction(x, axis=1, dtype=np.int64), x)  # (std: NumPy raises)
+
+
+def test_a_comparison_with_a_python_int_past_the_arrays_range_is_numpys():
+    ids = np.array([1, 0, -5], np.int32)
+    for other in (2**40, -2**40, 5):
+        _agree(lambda ids, n: (ids < n, n >= ids, ids == n), ids, other)
+        _agree(lambda ids, n=other: (ids < n, ids != n), ids)  # a constant
+    _agree(lambda u: u < -1, np.array([0, 3], np.uint64))
+    compiled = tj.jit(lambda ids, n: ids < n, cache="memory")  # in range, then past it
+    for n in (5, 6, 2**40, 7, -2**40):
+        _same(compiled(ids, n), ids < n)
+
+
+@pytest.mark.parametrize("scalar", [np.uint8(200), np.uint16(40000)])
+def test_bools_compared_with_a_narrow_numpy_scalar_are_numpys(scalar):
+    mask = np.array([True, False, True])
+    _agree(lambda m, s: (m < s, m == s, m >= s), mask, scalar)
+    _agree(lambda m, s=scalar: m < s, mask)  # a constant

@@ -332,9 +332,8 @@ def note_item(context, container, key, value, owner):
                 and _array_value(value)):
             return False  # (a number there is a setting, guarded by value where read)
         key %= len(original)  # self.m[-1] and self.m[2] of three are one position
-    elif type(original) is not dict or not (isinstance(key, (str, int)) and type(
-            key) is not bool) or not _storable(value) or owner is None or not mark_item_state(
-                owner, known[0].steps[-1][1], key):
+    elif type(original) is not dict or not plain_key(key) or not _storable(value) or (
+            owner is None or not mark_item_state(owner, known[0].steps[-1][1], key)):
         return False
     name = Item(key)
     _refuse_in_captured_loop_or_gradients(context, known[0], name, value)
@@ -346,6 +345,18 @@ def note_item(context, container, key, value, owner):
     context.written_paths.add(Path(known[0].root, known[0].steps + (("item", key),)).key)
     original[key] = container[key] = value
     return True
+
+
+def plain_key(key):
+    """A dict key a path can name at every call: a str, an int (not a bool), or a tuple
+    of them (an optimizer's ``self.m[(layer.name, "W")]``).
+
+    >>> plain_key("W"), plain_key(("dense", 0)), plain_key(True), plain_key(1.5)
+    (True, True, False, False)
+    """
+    if type(key) is tuple:
+        return all(map(plain_key, key))
+    return isinstance(key, (str, int)) and type(key) is not bool
 
 
 def _array_value(value):

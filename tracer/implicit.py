@@ -166,7 +166,8 @@ def _scan(value, path, found, depth, seen, objects=None):
                   objects)
     elif isinstance(value, dict):
         for key, item in list(value.items())[:64]:
-            if isinstance(key, (str, int)):
+            if isinstance(key, (str, int)) or type(key) is tuple and all(
+                    isinstance(part, (str, int)) for part in key):
                 _scan(item, Path(path.root, path.steps + (("item", key),)), found, depth + 1,
                       seen, objects)
     elif hasattr(value, "__dict__") and not isinstance(value, np.generic):

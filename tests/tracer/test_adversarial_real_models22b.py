@@ -30,11 +30,10 @@ variants after its own (``_side_exit``), so calls going either way run compiled.
 Needlessly eager: np.pad's ``'maximum'``, ``'minimum'`` and ``'mean'`` modes were
 unsupported (``tracer/pad_modes.pad_by_statistic``; ``stat_length`` still is).
 
-Not fixed (reported; a strict xfail below): an optimizer whose state dict is keyed by a
-tuple (``self.m[(layer.name, k)] = ...``) runs eagerly on every call (outside-dict item
-writes take str and int keys only: ``attribute_writes.note_item``); keyed by
-``layer.name + "_" + k`` the same Sequential train step with Adam and early stopping
-compiles and matches eager. ``id(param)`` keys are in docs/sharp_bits.md.
+Needlessly eager, too: an optimizer whose state dict is keyed by a tuple
+(``self.m[(layer.name, k)] = ...``) ran eagerly on every call (outside-dict item writes
+and the scan for implicit inputs took str and int keys only); a tuple of them is a key
+now (``attribute_writes.plain_key``). ``id(param)`` keys are in docs/sharp_bits.md.
 
 Each call compares results, dtypes, types and the arguments and objects afterwards with
 eager NumPy, and an exception eager raises must be raised too.
@@ -43,7 +42,6 @@ eager NumPy, and an exception eager raises must be raised too.
 import math
 
 import numpy as np
-import pytest
 from real_model_checks import assert_same, no_internal_errors, rng_for, run_calls
 
 import tracejit as tj
@@ -188,9 +186,10 @@ class TupleKeyedMomentum:
             param -= 0.01 * self.m[key]
 
 
-@pytest.mark.xfail(strict=True, reason="an outside dict's item written at a tuple key is "
-                   "outside state: every call runs eagerly (correct)")
 def test_optimizer_state_keyed_by_tuples_compiles():
+    """Every call ran eagerly: an outside dict's item written at a tuple key was outside
+    state. Tuples of str and int keys are paths now (memory cache only: the disk
+    cache's keys take str and int)."""
     eager, compiled = TupleKeyedMomentum(), TupleKeyedMomentum()
     f = tj.jit(compiled.step, cache="memory")
     rng = rng_for(2203)

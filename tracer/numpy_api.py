@@ -585,7 +585,13 @@ def _index_in_range(indices, length, mode):
 
 
 def take_along_axis(arr, indices, axis):
-    """``arr`` gathered along ``axis`` at ``indices`` (same rank, other axes broadcast)."""
+    """``arr`` gathered along ``axis`` at ``indices`` (same rank, other axes broadcast);
+    ``axis=None``: the flattened ``arr`` at 1-d ``indices``, as NumPy."""
+    if axis is None:
+        if ndim_of(indices) != 1:
+            raise as_numpy_would(ValueError(
+                "when axis=None, `indices` must have a single dimension."))
+        arr, axis = ops.reshape(arr, (-1,)), 0
     axis = normalize_axis(axis, ndim_of(arr))
     ndim = ndim_of(arr)
     index = [

@@ -84,3 +84,12 @@ def test_bools_compared_with_a_narrow_numpy_scalar_are_numpys(scalar):
     mask = np.array([True, False, True])
     _agree(lambda m, s: (m < s, m == s, m >= s), mask, scalar)
     _agree(lambda m, s=scalar: m < s, mask)  # a constant
+
+
+def test_take_along_axis_none_is_numpys():
+    """axis=None gathers from the flattened array (an internal TypeError before: the call
+    ran eagerly as a tracejit failure)."""
+    x = np.arange(20.0).reshape(5, 4)[:, ::-1]
+    compiled = _agree(lambda a: np.take_along_axis(a, np.array([3, -1, 0, 19]), axis=None), x)
+    assert compiled.stats()["compiled_calls"] >= 2, compiled.explain()
+    _agree(lambda a: np.take_along_axis(a, np.zeros((1, 1), np.int64), axis=None), x)

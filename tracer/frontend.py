@@ -1174,6 +1174,10 @@ class Hooks:
         if type(owner).__setattr__ is object.__setattr__ and _holds_attribute(
                 owner, name, value, context.outside_copies):
             return  # numpy-ml's C = self.cache; ...; self.cache = C: the same dict stays
+        if _holds_traced_copy(owner, name, value, context):
+            # t = self.theta; t -= step; self.theta = t (and a loop's hoisted attribute,
+            # tracer/loop_attributes.py): the caller's array, written in place, stays there
+            return
         attribute = path.attr(name)
         held = getattr(owner, name, None)
         if (_is_number(held) or type(held) is tuple and held and all(
@@ -1489,6 +1493,17 @@ def _holds_attribute(owner, name, value, copies):
 
 
 _ABSENT = object()
+
+
+def _holds_traced_copy(owner, name, value, context):
+    """Whether ``value`` is the trace's stand-in of the NumPy array at ``owner.name`` (its
+    traced input, or the traced copy of a buffer written in place): NumPy's store binds
+    the same array again, whose in-place writes reach the caller already."""
+    held = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
+    if type(held) is not np.ndarray or not is_traced(value):
+        return False
+    return context.replaced.get(id(held)) is value or (
+        context.is_implicit(held) and context.implicit_tracer(held) is value)
 
 
 def _holds(container, index, value, copies=None):

@@ -97,13 +97,17 @@ def _extreme(prim, combine, a, axis, keepdims, initial, where):
     return combine(_reduce(prim, a, axis, keepdims), initial)
 
 
-def any(a, axis=None, out=None, keepdims=False):  # noqa: A001
+def any(a, axis=None, out=None, keepdims=False, *, where=True):  # noqa: A001
     no_out("any", out)
+    if where is not True:  # the masked-out elements count as False (any's identity)
+        a = _select(where, cast(a, bool), False)
     return _reduce(ops.any_p, a, axis, keepdims)
 
 
-def all(a, axis=None, out=None, keepdims=False):  # noqa: A001
+def all(a, axis=None, out=None, keepdims=False, *, where=True):  # noqa: A001
     no_out("all", out)
+    if where is not True:  # ... as True (all's identity)
+        a = _select(where, cast(a, bool), True)
     return _reduce(ops.all_p, a, axis, keepdims)
 
 

@@ -93,3 +93,16 @@ def test_take_along_axis_none_is_numpys():
     compiled = _agree(lambda a: np.take_along_axis(a, np.array([3, -1, 0, 19]), axis=None), x)
     assert compiled.stats()["compiled_calls"] >= 2, compiled.explain()
     _agree(lambda a: np.take_along_axis(a, np.zeros((1, 1), np.int64), axis=None), x)
+
+
+def test_any_and_all_with_where_are_numpys():
+    """np.any/np.all(where=mask) was an internal TypeError while tracing (the fuzzer's
+    bool_reduction statements, round 22e): masked-out elements count as the identity."""
+    x = np.array([[0.0, np.nan, 2.0], [0.0, 0.0, -1.0]])
+    for function in (lambda x: np.any(x, axis=0, where=x > 0),
+                     lambda x: np.all(x, axis=1, where=x != 0),
+                     lambda x: np.any(x, where=np.array([True, False, False])),
+                     lambda x: np.all(x > -5, where=x > 100),  # nothing selected: True
+                     lambda x: np.any(x, axis=(0, 1), where=x < 0, keepdims=True)):
+        compiled = _agree(function, x)
+        assert compiled.stats()["compiled_calls"] >= 2, compiled.explain()

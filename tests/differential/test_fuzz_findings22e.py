@@ -18,7 +18,19 @@ and as a constant) found:
   a constant; ``uint64 < -1`` too): NumPy 2 compares the values, compiled code converted
   the int to int32 and wrapped (all False);
 * ``mask < np.uint8(200)`` with a bool ``mask`` (a NumPy scalar of a narrow dtype): NumPy
-  compares in uint8, compiled code compared the literal wrapped to int8 (all False).
+  compares in uint8, compiled code compared the literal wrapped to int8 (all False);
+* internal errors while tracing (eager, as tracejit failures): ``np.take_along_axis(a, i,
+  axis=None)`` and ``np.any``/``np.all`` with ``where=`` (the focused fuzzer's only
+  finding: 96 of its 69 programs' calls, seeds 22500001-22500070).
+
+Held (no difference): integer ops in all eight integer dtypes (floor_divide and remainder
+by zero and negatives, powers, shifts, bitwise), rounding at .5 ties and past 2**52,
+einsum strings, sliding windows, as_strided im2col, pad modes, pooling masks, take modes,
+searchsorted, digitize, broadcasting where, any/all over empty axes, and NEP 50 promotion
+of 15 scalar kinds with 8 array dtypes and 8 operators (as arguments, both orders).
+Refused (eager, with a reason), left: np.put_along_axis, np.pad's linear_ramp/median/
+stat_length/reflect_type='odd', np.searchsorted(sorter=), np.nansum/nanmax(initial=,
+where=).
 """
 
 import numpy as np

@@ -45,6 +45,8 @@ def sources(ctx, atom, out_shape):
     while isinstance(atom, Var) and atom.name in ctx.producers:
         eqn = ctx.producers[atom.name]
         name, params = eqn.prim.name, dict(eqn.params)
+        if not eqn.inputs:  # iota, a constant fill: no operand to read back through
+            break
         source = eqn.inputs[0]
         if not isinstance(source, Var):
             break

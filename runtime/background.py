@@ -178,15 +178,16 @@ def _store(jitted, variant, key):
 
 
 def _disk_key(jitted, leaves):
-    """The entry's ``(key, signature)`` as the policy stands now (the trace's), or None."""
+    """The entry's ``(key, signature, opened)`` as the policy stands now (the trace's), or
+    None."""
     if jitted._cache is None:
         return None
     try:
-        key, signature = jitted._disk_key(leaves)
+        keyed = jitted._disk_key(leaves)
     except Exception as error:  # a broken cache never breaks the call
         logger("cache").warning("%s: no disk cache key: %s", jitted.__qualname__, error)
         return None
-    return (key, signature) if key is not None else None
+    return keyed if keyed[0] is not None else None
 
 
 def _result_now(jitted, traced, args, kwargs):

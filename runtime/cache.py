@@ -50,7 +50,9 @@ from .cache_key import (
     _unwrapped,
     cache_key,
     file_digest,  # noqa: F401 - runtime/pickling.py imports it from here
+    number_positions,
     stale_dependency,
+    takes_numbers_at_run_time,
     tracejit_code_digest,
 )
 from .cache_trust import Refused, Rejected, TrustedRoot, split_signed
@@ -164,10 +166,18 @@ class DiskCache:
 
     # --- keys ----------------------------------------------------------------------------
     def key(self, fn, options, policy, leaves):
-        """``(key, signature)`` of a call (``cache_key``). tracejit's own-code digest in
-        it is hashed once per install and kept here (``load_code_digest``)."""
+        """``(key, signature, opened)`` of a call (``cache_key``): ``opened`` is ``(open
+        key, its signature, the number leaves' positions)`` when the call passes numbers,
+        else None. tracejit's own-code digest in them is hashed once per install and kept
+        here (``load_code_digest``)."""
         tracejit_code_digest(self)
-        return cache_key(fn, options, policy, leaves)
+        key, signature = cache_key(fn, options, policy, leaves)
+        positions = number_positions(leaves)
+        opened = None
+        if key is not None and positions:
+            open_key, open_signature = cache_key(fn, options, policy, leaves, positions)
+            opened = (open_key, open_signature, positions)
+        return key, signature, opened
 
     def load_code_digest(self, stamp):
         """The code digest stored for ``stamp`` (``cache_key._files_stamp``), or None."""
@@ -203,9 +213,17 @@ class DiskCache:
         # The LLJIT is made and the per-machine objects linked while the key is taken and
         # the entry read and checked: a hit links next, a miss compiles and links
         machine_objects.link_ahead()
-        key, signature = self.key(fn, options, policy, leaves)
+        key, _, opened = self.key(fn, options, policy, leaves)
         if key is None:
             return None
+        # the entry for these values, else one that takes every number at run time
+        # (filed under the open key: ``_store``); its guard decides whether it applies
+        variant = self._read_variant(root, fn, name, key)
+        if variant is None and opened is not None:
+            variant = self._read_variant(root, fn, name, opened[0])
+        return variant
+
+    def _read_variant(self, root, fn, name, key):
         path = self.entry_path(key)
         start = time.perf_counter()
         try:
@@ -236,16 +254,20 @@ class DiskCache:
         return variant
 
     def store(self, variant, fn, name, keyed):
-        """Write ``variant``'s entry (``fn``'s, logged as ``name``) under ``keyed``: the
-        ``(key, signature)`` that ``key`` gave for the call it was traced from."""
+        """Write ``variant``'s entry (``fn``'s, logged as ``name``) under ``keyed``: what
+        ``key`` gave for the call it was traced from. A variant that takes every number
+        argument at run time is filed under the open key (any values find it), one that
+        pins a number under the key of the call's values."""
         with gc_pause.paused():
             self._store(variant, fn, name, keyed)
 
     def _store(self, variant, fn, name, keyed):
-        key, signature = keyed
+        key, signature, opened = keyed
         if key is None:
             log.debug("%s: kept in memory only: %s", name, signature)
             return
+        if opened is not None and takes_numbers_at_run_time(variant, opened[2]):
+            key, signature = opened[:2]
         blobs = serialize.Blobs()
         try:
             dependencies = _dependencies(variant, fn)

@@ -273,11 +273,33 @@ def stale_dependency(dependencies):
     return None
 
 
-def call_signature(policy, leaves):
+def number_positions(leaves):
+    """Positions of the number leaves (int, float, a NumPy number; not bool) that a variant
+    may take as run-time inputs (``LeafSpec`` kind ``"scalar"``): an *open* key leaves their
+    values out (``cache_key``)."""
+    return [index for index, leaf in enumerate(leaves)
+            if type(leaf) in (int, float) or (is_numpy_number(leaf) and
+                                               not isinstance(leaf, np.bool_))]
+
+
+def takes_numbers_at_run_time(variant, positions):
+    """Whether ``variant``'s entry guard takes every number leaf at ``positions`` as a
+    run-time input (none pinned by value): then its entry applies to any of their values
+    that the guard accepts, and is filed under the open key."""
+    leaves = variant.spec.leaves
+    return bool(positions) and all(
+        index < len(leaves) and leaves[index].kind == "scalar" for index in positions)
+
+
+def call_signature(policy, leaves, open_numbers=()):
     """What the call looks like under the function's shape ``policy`` (``None``: a call
-    whose compiled code cannot be shared across processes, e.g. an object argument)."""
+    whose compiled code cannot be shared across processes, e.g. an object argument).
+    The leaves at ``open_numbers`` are ``["any", type name]``: their values left out."""
     parts = []
     for index, leaf in enumerate(leaves):
+        if index in open_numbers:
+            parts.append(["any", type(leaf).__name__])
+            continue
         array = unwrap(leaf)
         if isinstance(array, np.ndarray):
             dynamic = policy(index, array)
@@ -295,10 +317,15 @@ def call_signature(policy, leaves):
     return parts
 
 
-def cache_key(fn, options, policy, leaves):
+def cache_key(fn, options, policy, leaves, open_numbers=()):
     """``(key, signature)`` of a call of ``fn`` with ``leaves`` under ``options`` and
-    the shape ``policy``; ``(None, reason)`` for a call that stays in memory."""
-    signature = call_signature(policy, leaves)
+    the shape ``policy``; ``(None, reason)`` for a call that stays in memory. The *open*
+    key (``open_numbers``: ``number_positions``) leaves those numbers' values out: it
+    files an entry whose guard takes them all at run time (a training function's
+    ``lr`` and ``num_iterations``), found by a call with any values. Loading one is safe
+    whatever the values: ``Misses._miss`` runs a loaded variant only where its entry
+    guard accepts the call, as a variant compiled in this process."""
+    signature = call_signature(policy, leaves, frozenset(open_numbers))
     if signature is None:
         return None, "an argument is an object"
     identity = source_identity(fn)

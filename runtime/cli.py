@@ -153,6 +153,8 @@ def _signature_text(signature):
             parts.append(f"{np.dtype(dtype).name}[{dims}]" + (
                 " Tensor" if type_name == "Tensor" else "") + (
                 " requires_grad" if leaf[3:] == ["grad"] else ""))
+        elif leaf[0] == "any":  # a number taken at run time (cache_key's open key)
+            parts.append(f"any {leaf[1]}")
         else:
             parts.append(repr(leaf[1]))
     return "(" + ", ".join(parts) + ")"

@@ -499,8 +499,8 @@ class Misses:
                                     error)
 
     def _disk_key(self, leaves):
-        """The disk cache's ``(key, signature)`` for a call with ``leaves``, as the shape
-        policy stands now."""
+        """The disk cache's ``(key, signature, opened)`` for a call with ``leaves``, as the
+        shape policy stands now (``DiskCache.key``)."""
         return self._cache.key(self.fn, self.options, self.policy, leaves)
 
 

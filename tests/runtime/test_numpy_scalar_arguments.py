@@ -95,7 +95,8 @@ def test_a_dynamic_numpy_scalar_variant_round_trips_through_the_disk_cache(tmp_p
         got = again(x, np.float32(value))
         assert compare_results(got, _scale_shift(x, np.float32(value))) is None
     # the first call's variant (1.5, a constant) stays in memory; the dynamic one is read
-    assert again.stats()["disk_hits"] == 1 and again.stats()["compiled_calls"] == 2, (
+    # at the first call (filed under the open key: any value its guard accepts finds it)
+    assert again.stats()["disk_hits"] == 1 and again.stats()["compiled_calls"] == 3, (
         again.stats())
 
 

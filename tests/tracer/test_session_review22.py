@@ -25,11 +25,11 @@ from the program's final x).
 (views of one array that is no result, one read again after a write apart from it, the
 other not) came back sharing no memory where NumPy's do (before this session too).
 
-Reported, not fixed: the gradient of np.sinh and np.cosh is inf at
-|x| = 710 where NumPy's cosh/sinh (the exact derivative) is 1.1e308: the composition's
-backward multiplies exp(|x|/2) twice before halving. A disk entry is keyed by the values
-of number arguments even where they are run-time inputs (``cache_key.call_signature``), so
-a count variant loads from disk only at the count it was stored under.
+Reported and fixed after this review: the gradient of np.sinh and np.cosh was inf at
+|x| = 710 where NumPy's cosh/sinh (the exact derivative) is 1.1e308 (04e4c63); a disk
+entry was keyed by the values of number arguments even where they are run-time inputs, so
+a count variant loaded from disk only at the count it was stored under (a3c7571: such
+entries are filed under a key without the numbers' values).
 
 Probed and equal to eager, not kept (CI budget): trip counts 0, 1, 2, 3, P - 1, P, P + 1,
 negative, a bool, a float (NumPy's TypeError); ``lr / n``, ``i == n - 1``, ``costs[-1]``,

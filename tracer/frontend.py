@@ -885,10 +885,12 @@ class Hooks:
             lambda: run_loop(self.context, range_function, counted[0], body, names,
                              frame_locals, location, reverse))
 
-    def append_when(self, container, index, test, value, period=None):
+    def append_when(self, container, index, test, value, period=None, last=None,
+                    periodic=None):
         """``if test(index): container.append(value)`` in a loop body
         (``tracejit.tracer.loop_selected_appends``)."""
-        loop_selected_appends.append_when(self.context, container, index, test, value, period)
+        loop_selected_appends.append_when(self.context, container, index, test, value, period,
+                                          last, periodic)
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):

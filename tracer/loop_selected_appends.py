@@ -69,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops
+from .dims import expr_of
 
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
@@ -115,7 +116,14 @@ def rewrite_selected_appends(node, assigned_before, is_local):
             args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)], vararg=None,
                                kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
             body=test)
-        period = index_period(test, index)
+        period, last = index_period(test, index), None
+        if period is None:
+            last = last_trip_test(test, index)
+            period = None if last is None else last[1]
+        keywords = [] if last is None else [
+            ast.keyword(arg="last", value=last[2]),
+            ast.keyword(arg="periodic", value=ast.Lambda(args=copy.deepcopy(check.args),
+                                                        body=last[0]))]
         call = ast.Call(
             func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="append_when",
                                ctx=ast.Load()),
@@ -124,7 +132,7 @@ def rewrite_selected_appends(node, assigned_before, is_local):
             keywords=[] if period is None else [ast.keyword(arg="period", value=(
                 ast.Constant(period) if isinstance(period, int) else ast.Tuple(
                     elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k
-                          for k in period], ctx=ast.Load())))])
+                          for k in period], ctx=ast.Load())))] + keywords)
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
@@ -186,6 +194,36 @@ def index_period(test, index):
         return [ast.Constant(modulus) if isinstance(modulus, int) else modulus
                 for modulus in moduli]
     return math.lcm(*moduli) if moduli else 1
+
+
+def last_trip_test(test, index):
+    """``(periodic part, P, bound)`` of ``<periodic> or i == <bound>`` (course code's ``if i %
+    100 == 0 or i == num_iterations - 1``, either order), ``P`` as ``index_period`` gives it
+    and the bound free of the index: the trips it selects are the periodic ones
+    and the trip whose index is the bound (the last one, ``selector`` checks); else None.
+
+    >>> part, period, bound = last_trip_test(
+    ...     ast.parse("i % 100 == 0 or i == n - 1", mode="eval").body, "i")
+    >>> ast.unparse(part), period, ast.unparse(bound)
+    ('i % 100 == 0', 100, 'n - 1')
+    """
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and len(
+            test.values) == 2):
+        return None
+    for periodic, compare in (test.values, test.values[::-1]):
+        if not (isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(
+                compare.ops[0], ast.Eq)):
+            continue
+        left, right = compare.left, compare.comparators[0]
+        if isinstance(right, ast.Name) and right.id == index:
+            left, right = right, left
+        if not (isinstance(left, ast.Name) and left.id == index) or any(
+                isinstance(inner, ast.Name) and inner.id == index for inner in ast.walk(right)):
+            continue
+        period = index_period(periodic, index)
+        if period is not None:
+            return copy.deepcopy(periodic), period, copy.deepcopy(right)
+    return None
 
 
 def run_period(moduli):
@@ -274,6 +312,10 @@ class Taken:
     appended: bool
     calls: int = 1
     period: int = None  # the test's outcome repeats every ``period`` indices (index_period)
+    # ``<periodic> or i == <bound>`` (last_trip_test): the periodic part, and the bound as a
+    # dim (None when it is no count argument's: the loop is not captured over a dim count)
+    periodic: object = None
+    last: object = None
 
 
 def forget(context, values):
@@ -290,13 +332,22 @@ def taken(context, container):
     return note if note is not None and note.container is container else None
 
 
-def append_when(context, container, index, test, value, period=None):
+def append_when(context, container, index, test, value, period=None, last=None,
+                periodic=None):
     """``if test(index): container.append(value)`` as the loop runs it (the module's
-    docstring). ``container`` is a real list, or a captured loop's list in a traced trip."""
+    docstring). ``container`` is a real list, or a captured loop's list in a traced trip.
+    ``last``, ``periodic``: the bound and the periodic part of ``<periodic> or i ==
+    <bound>`` (``last_trip_test``)."""
     select = getattr(container, "append_selected", None)
     if select is not None and select(value):
         return
-    outcome = test(index)
+    last_dim = _count_bound(context, last) if periodic is not None else None
+    if last_dim is not None and type(index) is int:
+        # iteration 0 of a loop over the count's dim: the index against the bound's dim
+        # (decided by the count's range there, a shape guard elsewhere)
+        outcome = bool(periodic(index)) or bool(last_dim == index)
+    else:
+        outcome = test(index)
     if context is not None and type(container) is list and type(index) is int and type(
             outcome) in (bool, np.bool_):
         notes = context.__dict__.setdefault("selected_appends", {})
@@ -305,9 +356,27 @@ def append_when(context, container, index, test, value, period=None):
             note.calls += 1
         else:
             notes[id(container)] = Taken(container, test, value, bool(outcome),
-                                         period=run_period(period))
+                                         period=run_period(period), periodic=periodic,
+                                         last=last_dim)
     if outcome:
         container.append(value)
+
+
+def _count_bound(context, bound):
+    """``bound`` (``num_iterations - 1``) as a dim when it is a count argument's dim plus or
+    minus a constant in a loop over it (``tracejit.tracer.loop_trip_counts``), else None."""
+    from . import loop_trip_counts  # cycle: loop_trip_counts -> traced_array -> ...
+    from .traced_array import Tracer
+
+    if context is None or not isinstance(bound, Tracer) or not getattr(
+            context, "counted_loops", None):
+        return None
+    name, offset = loop_trip_counts._offset_leaf(context, bound, getattr(
+        context, "number_leaves", {}))
+    dims = getattr(context, "count_dims", {})
+    if name is None or context.number_leaves[name] not in dims:
+        return None
+    return dims[context.number_leaves[name]] + offset
 
 
 class Selector:
@@ -315,8 +384,8 @@ class Selector:
     for a loop whose trip count is a dim: the one trip in each ``period`` the test selects
     (``"all"``, ``"none"``), the same for every count (``index_period``)."""
 
-    def __init__(self, test, period=None, phase=None):
-        self.test, self.period, self.phase = test, period, phase
+    def __init__(self, test, period=None, phase=None, last=False):
+        self.test, self.period, self.phase, self.last = test, period, phase, last
 
     def __call__(self, index):
         return self.test(index)
@@ -331,6 +400,16 @@ def selector(note, start, count, step):
         return Selector(note.test)
     if not isinstance(start, int) or not isinstance(step, int) or note.period is None:
         return None
+    if note.periodic is not None:  # <periodic> or i == <bound>: the bound the last index?
+        if note.last is None or expr_of(note.last) != expr_of(start + (count - 1) * step):
+            return None
+        outcomes = [note.periodic(start + trip * step) for trip in range(note.period)]
+        if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
+            return None
+        trips = [trip for trip, outcome in enumerate(outcomes) if outcome]
+        if len(trips) != 1:
+            return None
+        return Selector(note.test, note.period, trips[0], last=True)
     outcomes = [note.test(start + trip * step) for trip in range(note.period)]
     if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
         return None  # a test reading a run-time value (a traced flag)
@@ -351,6 +430,15 @@ def selection(test, first, count, step, like=None):
         if test.phase == "all":
             return slice(0, None), count
         length = (count - test.phase + test.period - 1) // test.period
+        if test.last:
+            # and the last trip when the periodic rows miss it: one row more unless
+            # count - 1 - phase is a multiple of P; the extra row's index, clipped, is
+            # count - 1 (a loop with no trip has no last one: a guard, as NumPy appends none)
+            if not count >= 1:  # (a guard where the count's range holds 0)
+                return slice(0, 0), 0
+            extra = ((count - 1 - test.phase) % test.period + test.period - 1) // test.period
+            rows = ops.iota(length + extra, np.int64, like=like) * test.period + test.phase
+            return np.minimum(rows, count - 1), length + extra
         if test.phase and not isinstance(count, int):
             # rows phase, phase + P, ...: a slice starting at the phase would guard the
             # count against it (a program for counts under it, at it, past it), the rows'

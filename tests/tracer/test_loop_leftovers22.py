@@ -65,7 +65,7 @@ def _fit_last(x, num_iterations):
     for i in range(num_iterations):
         w = w - 0.1 * (w - x)
         cost = float(np.sum((w - x) ** 2))
-        if i % 10 == 0 or i == num_iterations - 1:  # reads the count: pinned, as before
+        if i % 10 == 0 or i == num_iterations - 1:  # the last trip: a dim still (round 22)
             costs.append(cost)
     return w, costs
 

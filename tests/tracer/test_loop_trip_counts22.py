@@ -1,13 +1,15 @@
 """Training loops whose trip count is an argument written another way than ``range(n)``
 (round 22, ``tracer/loop_trip_counts.py``): ``range(1, epochs + 1)``, ``range(n - 1)``,
-``range(start, n)``. Each was a pinned count (one compile per value, eager past
-max_variants) or pinned for good after a call with too few trips. Compiled against eager
-NumPy over counts 0, 1, 2, 3, P - 1, P, P + 1 and large ones: results, the kept costs and
-the argument written in place."""
+``range(start, n)``, and costs kept every P trips and at the last one
+(``tracer/loop_selected_appends.py``: ``if i % P == 0 or i == n - 1``). Each was a pinned
+count (one compile per value, eager past max_variants) or pinned for good after a call with
+too few trips. Compiled against eager NumPy over counts 0, 1, 2, 3, P - 1, P, P + 1 and
+large ones: results, the kept costs and the argument written in place."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tracejit import jit
 
@@ -15,12 +17,12 @@ P = 5  # the period of the kept costs
 
 
 def _course(x, w, n):
-    """The three forms over one count argument (one compile serves all three loops)."""
-    epochs, shortened, started = [], [], []
+    """The forms over one count argument (one compile serves all the loops)."""
+    epochs, shortened, started, finals = [], [], [], []
     for epoch in range(1, n + 1):
         w -= 0.1 * (w - x) / epoch
         cost = float(np.sum((w - x) ** 2))
-        if epoch % P == 0:
+        if epoch % P == 0 or epoch == n:  # rows P - 1, 2P - 1, ... and the last trip
             epochs.append(cost)
     for i in range(n - 1):
         w += 0.05 * (w - x) * (i + 1) / n
@@ -32,7 +34,22 @@ def _course(x, w, n):
         cost = float(np.sum(w))
         if i % P == 0:
             started.append(cost)
-    return epochs, shortened, started
+    for i in range(n):  # Coursera's L_layer_model: every P trips and the last one
+        w += 0.01 * (w - x)
+        cost = float(np.sum(w ** 2))
+        if i % P == 0 or i == n - 1:
+            finals.append(cost)
+    return epochs, shortened, started, finals
+
+
+def _not_last(x, w, n):  # i == n - 2 is no last trip: pinned, one compile per value
+    costs = []
+    for i in range(n):
+        w -= 0.1 * (w - x)
+        cost = float(np.sum(w))
+        if i % P == 0 or i == n - 2:
+            costs.append(cost)
+    return costs
 
 
 def _halves(x, w, n):  # n // 2 is no count a dim can be: pinned, one compile per value
@@ -47,7 +64,7 @@ def _run(compiled, fn, count):
     x = np.linspace(1.0, 2.0, 3)
     w_got, w_want = np.zeros(3), np.zeros(3)
     got, want = compiled(x, w_got, count), fn(x, w_want, count)
-    if fn is _halves:
+    if fn is not _course:
         got, want = (got,), (want,)
     for a, b in zip(got, want, strict=True):
         assert type(a) is list and len(a) == len(b), (count, a, b)
@@ -58,11 +75,11 @@ def _run(compiled, fn, count):
 
 def test_an_offset_count_compiles_once_for_every_count():
     """The first count is a constant of its trace, the second makes the argument a dim
-    (``range(1, n + 1)`` and ``range(n - 1)`` were pinned counts: one compile per value,
-    eager past max_variants); the small counts are constants of their own traces (too few
-    trips to capture a loop: ``range(n - 1)`` at n = 3 and ``range(2, n)`` at n = 3, 4
-    pinned the count for good before), and after them every count, small or large, runs
-    one of the programs already made."""
+    (``range(1, n + 1)``, ``range(n - 1)`` and a kept cost under ``i % P == 0 or i == n -
+    1`` were pinned counts: one compile per value, eager past max_variants); the small
+    counts are constants of their own traces (too few trips to capture a loop: ``range(n -
+    1)`` at n = 3 and ``range(2, n)`` at n = 3, 4 pinned the count for good before), and
+    after them every count, small or large, runs one of the programs already made."""
     compiled = jit(_course)
     for count in (40, 53, 0, 1, 2, 3, P - 1, P, P + 1):
         _run(compiled, _course, count)
@@ -79,9 +96,10 @@ def test_an_offset_count_compiles_once_for_every_count():
     assert before["compiles"] == 5, before
 
 
-def test_a_count_form_that_is_no_dim_keeps_pinning():
-    compiled = jit(_halves)
+@pytest.mark.parametrize("fn", [_halves, _not_last])
+def test_a_count_form_that_is_no_dim_keeps_pinning(fn):
+    compiled = jit(fn)
     for count in (8, 9, 10):
-        _run(compiled, _halves, count)
+        _run(compiled, fn, count)
     stats = compiled.stats()
     assert stats["eager_calls"] == {} and stats["compiles"] == 3, stats

@@ -25,6 +25,7 @@ same program: ``h = self.h`` before the loop, ``h`` in the body, ``self.h = h`` 
 from __future__ import annotations
 
 import ast
+import collections
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -79,8 +80,16 @@ def _rebound_attributes(loop):
                 blocked |= _bare_names(argument)
     if isinstance(getattr(loop, "target", None), ast.Name):  # (a while loop has none)
         stored_names.add(loop.target.id)
+    # another name that may hold the same object (other = self, or both passed in: m.theta
+    # rebound, o.theta read) would read the attribute itself, not the local
+    other_roots = collections.defaultdict(set)
+    for node in _walk(loop.body):
+        if isinstance(node, ast.Attribute):
+            root = node.value.id if isinstance(node.value, ast.Name) else None
+            other_roots[node.attr].add(root)
     return {(root, attr) for root, attr in targets
-            if root not in blocked and root not in stored_names}
+            if root not in blocked and root not in stored_names
+            and other_roots[attr] == {root}}
 
 
 def _bare_names(expression):

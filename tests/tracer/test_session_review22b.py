@@ -11,7 +11,10 @@ caller's array got the values too, but a second holder of it, ``other.theta is
 self.theta``, was left apart from the model from then on). 7ea7f6c's exit loops (and
 loop_attributes' captured loops before them) write ``self.theta -= step`` in the body
 exactly this way once the attribute is hoisted into a local, so CS229's ``while True:``
-gradient descent rebound ``self.theta`` at every compiled call.
+gradient descent rebound ``self.theta`` at every compiled call. Wrong results and a hang:
+loop_attributes hoisted ``model.theta`` while another name for the same object
+(``other.theta``, the object passed twice or ``other = self``) read the attribute in the
+body as it was before the loop; a ``while True`` exit loop reading it never exited.
 """
 
 from __future__ import annotations
@@ -64,3 +67,36 @@ def test_an_attribute_written_in_place_and_stored_back_stays_the_callers_array()
             assert model.theta is holder, function.__name__
             np.testing.assert_array_equal(holder, eager_holder)
         assert compiled.stats()["eager_calls"] == {}, compiled.stats()
+
+
+def _halve_towards(model, other, x, n):
+    """``model`` and ``other`` are one object: ``other.theta`` reads what the trip wrote."""
+    trace = np.zeros(3)
+    for _ in range(n):
+        model.theta = model.theta * 0.5 + x
+        trace = trace + other.theta
+    return trace
+
+
+def _halve_until_close(model, other, x):
+    for _ in range(60):
+        model.theta = model.theta * 0.5 + x
+        if np.abs(other.theta - 2 * x).max() < 1e-3:
+            break
+    return model.theta
+
+
+def test_an_attribute_read_through_another_name_in_the_loop_sees_the_trips_writes():
+    """loop_attributes hoisted ``model.theta`` into a local while ``other.theta`` (the same
+    object passed twice, or ``other = self``) still read the attribute as it was before
+    the loop: wrong sums, and 7ea7f6c's exit loop never saw its exit (60 trips here; a
+    ``while True`` hung). An attribute another name in the body reads is not hoisted."""
+    for function, extra in ((_halve_towards, (5,)), (_halve_until_close, ())):
+        compiled = jit(function, cache="memory")
+        for scale in (1.0, 3.0):
+            eager_model, model = _Model(), _Model()
+            x = np.full(3, scale)
+            want = function(eager_model, eager_model, x, *extra)
+            got = compiled(model, model, x, *extra)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(model.theta, eager_model.theta)

@@ -77,7 +77,7 @@ def test_a_numpy_int_trip_count_runs_its_own_variant():
     """Before the fix each NumPy int count traced a new variant whose entry refused it:
     eager, 'entry refused its own call', and one more compile at every call."""
     x = np.arange(3.0)
-    compiled = jit(_fit)
+    compiled = jit(_fit, cache="memory")
     for count in (5, 6, np.int64(9), np.int64(10), np.int32(4), np.int32(7)):
         _same(compiled(x, count), _fit(x, count))
     stats = compiled.stats()
@@ -164,7 +164,7 @@ def test_a_count_too_small_for_the_loop_leaves_the_next_count_a_dim():
     loop) pinned the argument for good, so every count after it compiled a program of its
     own (eager past max_variants). It is a constant of that trace only now."""
     x = np.arange(3.0)
-    compiled = jit(_fit)
+    compiled = jit(_fit, cache="memory")
     for count in (13, 2, 100, 3, 57):
         _same(compiled(x, count), _fit(x, count))
     stats = compiled.stats()

@@ -30,6 +30,7 @@ import operator
 from .dims import calls_for_the_user
 from .errors import as_numpy_would
 from .locations import is_library, is_tracejit
+from .primitives import is_traced_array
 from .rewritten_code import is_user_function
 from .source_rewrite import HOOK
 
@@ -107,6 +108,10 @@ def _user_methods(methods, kind):
 def binary(call, methods, name, left, right):
     """``left <op> right`` as Python computes it, a method the user wrote run by ``call``
     (``Hooks.call``: rewritten, so what it makes and writes is seen)."""
+    if name == "mod" and isinstance(left, str) and _any_traced_float(right):
+        from .traced_array import FORMATTED_FLOAT, trace_error  # cycle: it imports us
+
+        raise trace_error(FORMATTED_FLOAT)  # "cost %f" % cost: why, at FORMATTED_FLOAT
     left_kind, right_kind = type(left), type(right)
     if not _user_methods(methods, left_kind) and (
             right_kind is left_kind or not _user_methods(methods, right_kind)):
@@ -126,6 +131,14 @@ def binary(call, methods, name, left, right):
             return result
     raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[name]}: "
                     f"'{left_kind.__name__}' and '{right_kind.__name__}'")
+
+
+def _any_traced_float(values):
+    """Whether a ``%`` format's operand (one value, a tuple or a mapping of them) holds a
+    traced float."""
+    items = values.values() if isinstance(values, dict) else (
+        values if isinstance(values, tuple) else (values,))
+    return any(is_traced_array(item) and item.dtype.kind == "f" for item in items)
 
 
 @calls_for_the_user

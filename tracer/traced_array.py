@@ -34,6 +34,18 @@ from .loop_generalize import Refused
 from .pending import Pending, is_pending
 from .primitives import current_context
 
+# A computed float formatted into text ("%f" % cost, f"{loss:.4f}"): guarded on its exact
+# value, the guard failed at nearly every compiled call (new data, or the compiled value a
+# last bit off the traced one), each failure ran the call again eagerly and every few a new
+# path was traced and compiled: a training loop printing its cost ran hundreds of times
+# slower than NumPy. Refused instead (here for f-strings and str(), in
+# operator_calls.binary for %), the call runs eagerly at NumPy's speed, and print() of the
+# value itself (print("cost", cost)) compiles.
+FORMATTED_FLOAT = (
+    "formatting a computed float into text ('%f' % cost, f'{loss:.4f}') would freeze its "
+    "exact value into the compiled code; pass it to print() as its own argument "
+    "(print('cost', cost)), or format it outside the compiled function")
+
 
 def trace_error(message, location=None):
     """A ``TraceError`` that starts with the user's line (the caller's caller, or
@@ -257,12 +269,14 @@ class Tracer(ArrayMethods):
 
     def __format__(self, spec):
         if not self.shape and self.aval.weak:
-            # a Python number (float(loss), an int argument): formatted as Python would,
-            # on its value, guarded as float() of it was before it became a number
+            # a Python int (an int argument, int(count)): formatted as Python would, on
+            # its value, guarded as int() of it was before it became a number; a float
+            # (float(loss)) would be guarded on its exact value: refused (FORMATTED_FLOAT)
             kind = {"b": bool, "i": int, "u": int}.get(self.dtype.kind, float)
-            value = kind(np.asarray(self.value).item())
-            return format(self.context.guard(self, "float" if kind is float else "int",
-                                             value), spec)
+            if kind is float:
+                raise trace_error(FORMATTED_FLOAT)
+            return format(self.context.guard(self, "int", kind(np.asarray(self.value).item())),
+                          spec)
         raise trace_error(
             "formatting a traced array into a string would freeze its value; pass it to "
             "print() as a separate argument (print('loss', loss)) or format it outside"

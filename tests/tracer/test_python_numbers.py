@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from real_model_checks import all_compiled, assert_same, rng_for, run_calls
 
+import tracejit as tj
+
 F64 = {"rtol": 1e-12, "atol": 1e-12}
 
 
@@ -231,9 +233,52 @@ def formatted(x, lr):
     return f"loss {loss:.3f} n={count} lr={lr}", str(loss), loss
 
 
-def test_formatting_a_python_number_gives_pythons_text():
-    """f-strings of a run-time Python number format its value under a guard (as float()
-    of it did when it was a guarded value), not a trace error."""
+def percent_formatted(x):
+    cost = (x ** 2).mean()
+    return x * 2, "cost %f" % cost, "%.2f and %d" % (cost, x.size)
+
+
+def printing_loop(x, num_iterations):
+    w = np.zeros_like(x)
+    for i in range(num_iterations):
+        cost = ((x - w) ** 2).mean()
+        w = w + 0.1 * (x - w)
+        if i % 100 == 0:
+            print("Cost after iteration %i: %f" % (i, cost))
+    return w
+
+
+@pytest.mark.parametrize("model", [formatted, percent_formatted])
+def test_formatting_a_computed_float_runs_eagerly_at_once(model):
+    """A computed float formatted into text (an f-string of ``float(loss)``, ``"%f" %
+    cost``) would be guarded on its exact value, which failed at nearly every compiled call
+    (new data, or the compiled value a last bit off the traced one): every call ran
+    eagerly after the compiled one and every few a new path was traced and compiled. The
+    trace refuses it, naming the line; later calls run eagerly without tracing."""
     rng = rng_for(1108)
-    run_calls(formatted, [(rng.standard_normal(4), 0.1 * (k % 2 + 1)) for k in range(4)],
-              **F64)
+    arguments = [(rng.standard_normal(4), 0.1 * (k % 2 + 1)) for k in range(4)]
+    if model is percent_formatted:
+        arguments = [(x,) for x, _ in arguments]
+    run_calls(model, arguments, **F64)
+    compiled = tj.jit(model, cache="memory")
+    for call in arguments:
+        assert_same(compiled(*call), model(*call), **F64)
+    stats = compiled.stats()
+    assert stats["traced_calls"] == 0 and stats["compiles"] == 0, stats
+    assert "formatting a computed float" in compiled.explain()
+
+
+def test_a_loop_printing_a_formatted_cost_costs_one_short_trace(capsys):
+    """Course code's ``print("Cost after iteration %i: %f" % (i, cost))`` every 100 trips:
+    the trace stops at the first print (trip 0), and the call and every later one run
+    eagerly, printing what NumPy prints (it traced, compiled ~1000 kernels and ran eagerly
+    on most calls, hundreds of times slower than NumPy)."""
+    x = np.linspace(0.0, 1.0, 7)
+    compiled = tj.jit(printing_loop, cache="memory")
+    for count in (300, 300, 250):
+        want = printing_loop(x, count)
+        eager_text = capsys.readouterr().out
+        assert_same(compiled(x, count), want, **F64)
+        assert capsys.readouterr().out == eager_text
+    stats = compiled.stats()
+    assert stats["compiles"] == 0 and stats["traced_calls"] == 0, stats

@@ -314,16 +314,21 @@ def _symbolic_dims(source, spec, bound, ranges):
     """Bind each symbolic dim of ``shape`` (the array's, in the generated code) on first
     sight and check its bucket; later sights must equal it."""
     for axis, dim in enumerate(spec.shape):
-        if not isinstance(dim, str):
-            continue
-        dim = _identifier(dim, ranges, "a dim")
-        if dim in bound:
-            source.add(f"if shape[{axis}] != {dim}: return {source.miss}")
-        else:
-            bound.add(dim)
-            low, high = (_literal(end, f"the bucket of {dim}") for end in ranges[dim])
-            source.add(f"{dim} = shape[{axis}]")
-            source.add(f"if {dim} < {low} or {dim} > {high}: return {source.miss}")
+        if isinstance(dim, str):
+            _bind_symbol(source, _identifier(dim, ranges, "a dim"), f"shape[{axis}]", bound,
+                         ranges)
+
+
+def _bind_symbol(source, name, expression, bound, ranges):
+    """Bind the symbol ``name`` to ``expression`` (a dim of a shape, a trip count) on first
+    sight and check its range (its bucket); later sights must equal it."""
+    if name in bound:
+        source.add(f"if {expression} != {name}: return {source.miss}")
+        return
+    bound.add(name)
+    low, high = (_literal(end, f"the range of {name}") for end in ranges[name])
+    source.add(f"{name} = {expression}")
+    source.add(f"if {name} < {low} or {name} > {high}: return {source.miss}")
 
 
 def compile_guard(spec, draws=True):
@@ -468,15 +473,9 @@ def _count_statements(source, key, bound, ranges, values):
     _, leaf, symbol = key
     name = _identifier(symbol, ranges, "a trip count")
     variable = f"leaf{_literal(leaf, 'a trip count leaf')}"
-    if name in bound:
-        source.add(f"if {variable} != {name}: return {source.miss}")
-    else:
-        bound.add(name)
-        low, high = (_literal(end, f"the range of {name}") for end in ranges[name])
-        # int(): a NumPy int count binds a Python int, as a shape's dim does (its
-        # np.bool_ comparisons would fail the `is not False` shape guards below)
-        source.add(f"{name} = int({variable})")
-        source.add(f"if {name} < {low} or {name} > {high}: return {source.miss}")
+    # int(): a NumPy int count binds a Python int, as a shape's dim does (its np.bool_
+    # comparisons would fail the `is not False` shape guards below)
+    _bind_symbol(source, name, f"int({variable})", bound, ranges)
     values[key] = f"count{leaf}"
     source.add(f"count{leaf} = {source.constant(_count_carrier, 'C')}({name})")
 

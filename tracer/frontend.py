@@ -1023,6 +1023,7 @@ class Hooks:
                               "from outside): whether they are one object is not guarded")
         return same is not negated
 
+    @calls_for_the_user  # str() of a list holding a traced value is the user's text
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):
         stream = {None: "stdout", sys.stdout: "stdout", sys.stderr: "stderr"}.get(file)
         if stream is None:

@@ -108,7 +108,7 @@ def _user_methods(methods, kind):
 def binary(call, methods, name, left, right):
     """``left <op> right`` as Python computes it, a method the user wrote run by ``call``
     (``Hooks.call``: rewritten, so what it makes and writes is seen)."""
-    if name == "mod" and isinstance(left, str) and _any_traced_float(right):
+    if name == "mod" and isinstance(left, (str, bytes)) and _any_traced_float(right):
         from .traced_array import FORMATTED_FLOAT, trace_error  # cycle: it imports us
 
         raise trace_error(FORMATTED_FLOAT)  # "cost %f" % cost: why, at FORMATTED_FLOAT

@@ -402,6 +402,10 @@ class Tracer(ArrayMethods):
         return object.__hash__(self)
 
     def __repr__(self):
+        if current_context() is not None and called_by_user():
+            # repr(loss), "%s" % [loss], print([loss]): the user's text, as __str__ (the
+            # debugging text below, frozen into the program, came back on every call)
+            return self.__format__("")
         return f"Tracer({self.ir_var}: {self.aval}, value={self.value!r})"
 
     def __getattr__(self, name):

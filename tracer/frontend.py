@@ -1074,7 +1074,8 @@ class Hooks:
             traced = self._traced_copy(container)
             traced[index] = value
             return traced
-        if (outside or argument_writes.is_argument_container(self.context, container)) and (
+        if (_caller_container(self.context, container, outside)
+                or argument_writes.is_argument_container(self.context, container)) and (
             not _holds(container, index, value)
             and not argument_writes.note(self.context, container, index, value)
             and not self._note_listed_item(container, index, value)
@@ -1507,6 +1508,17 @@ def _holds_traced_copy(owner, name, value, context):
         return False
     return context.replaced.get(id(held)) is value or (
         context.is_implicit(held) and context.implicit_tracer(held) is value)
+
+
+def _caller_container(context, container, parameter):
+    """Whether ``container[k] = v`` through a parameter name writes the caller's container.
+    A plain dict or list that is neither an argument's (or in one) nor read from outside
+    was made by the trace: a helper's parameter holding the calling function's own dict
+    (the course's ``update_parameters_with_adam(parameters, grads, v, s, t)`` called from
+    ``model``, ``v = {}`` made there) is written like a local one."""
+    return parameter and not (
+        type(container) in (dict, list)
+        and not attribute_writes.is_outside_container(context, container))
 
 
 def _holds(container, index, value, copies=None):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Literal, Var
+from .ir import Eqn, Literal, Var
 from .pinned_scalars import ScalarDecidesShape
 from .traced_array import Tracer
 
@@ -106,7 +106,7 @@ def _offset_leaf(context, bound, number_leaves):
     if name in number_leaves:
         return name, 0
     for eqn in reversed(context.body):  # the bound was made just before the loop
-        if eqn.out.name != name:
+        if not isinstance(eqn, Eqn) or eqn.out.name != name:  # a guard, a print
             continue
         if eqn.prim.name not in ("add", "subtract") or len(eqn.inputs) != 2:
             return None, 0

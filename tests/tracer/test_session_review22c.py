@@ -10,6 +10,9 @@ value, as in ``print(costs)``) turned the traced value into its debugging text,
 returned or printed the first call's text in tracejit's words. Now the trace refuses as
 ``str(loss)`` does and the call runs eagerly. Slow: ``b"%f" % cost`` (bytes) guarded the
 float's exact value as ``"%f" % cost`` did before 3e4d89e (a trace and compile per call).
+Internal error: a trip count argument's offset (``range(epochs - 1)``, 707e693) made before
+a branch or a print reached a guard or an effect where it looked for the offset's equation
+(``'Guard' object has no attribute 'out'``): every call ran eagerly as a tracejit failure.
 """
 
 from __future__ import annotations
@@ -64,3 +67,28 @@ def test_bytes_formatting_a_computed_float_runs_eagerly_at_once():
     stats = compiled.stats()
     assert stats["traced_calls"] == 0 and stats["compiles"] == 0, stats
     assert "formatting a computed float" in compiled.explain()
+
+
+def _fit_to_one_before(x, epochs):
+    last = epochs - 1
+    w = np.zeros_like(x)
+    if x.sum() > 0:  # a guard recorded between the bound and its loop
+        w = w + 1.0
+    print("fitting", x.shape)  # a print too
+    for _ in range(last):
+        w = w * 0.9 + x
+    return w
+
+
+def test_a_count_offset_made_before_a_branch_or_print_is_no_internal_error(capsys):
+    """loop_trip_counts._offset_leaf (707e693) looked for the bound's equation through a
+    body that also holds guards and prints, and read ``.out`` of them: AttributeError, an
+    internal error on every call (eager, never compiled)."""
+    compiled = tj.jit(_fit_to_one_before, cache="memory")
+    for count, sign in ((9, 1.0), (10, -1.0), (11, 1.0)):
+        x = sign * np.arange(3.0)
+        want = _fit_to_one_before(x.copy(), count)
+        eager_text = capsys.readouterr().out
+        assert_same(compiled(x.copy(), count), want)
+        assert capsys.readouterr().out == eager_text
+    assert "internal error" not in (compiled.stats()["eager_calls"] or {}), compiled.explain()

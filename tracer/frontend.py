@@ -923,8 +923,8 @@ class Hooks:
             self.outside_mutation(f"item assignment into an argument's "
                                   f"{type(array).__name__}")
         elif attribute_writes.is_outside_container(self.context, array) and not _holds(
-                array, index, value, self.context.outside_copies) and not self._note_item(array, index, value) and not (
-                self._note_listed_item(array, index, value)):
+                array, index, value, self.context.outside_copies) and not self._note_item(
+                array, index, value) and not self._note_listed_item(array, index, value):
             # self.cache["inner"]["a"] = v: the inner dict is the trace's copy of the
             # outside one (it holds arrays), where the write alone would be lost
             self.outside_mutation(f"item assignment into an outside {type(array).__name__}")

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from tracejit import codegen
-from tracejit import tracer
+from tracejit import codegen, tracer
 from tracejit.tracer.dims import DimExpr
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)

@@ -21,8 +21,7 @@ import pytest
 from compiled_checks import assert_within, bucket_sizes, compiled
 
 import tracejit as tj
-from tracejit import tracer
-from tracejit import nn
+from tracejit import nn, tracer
 
 F32 = np.float32
 

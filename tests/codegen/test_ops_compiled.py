@@ -46,8 +46,7 @@ from compiled_checks import (
     shape_guards_hold,
 )
 
-from tracejit import codegen
-from tracejit import tracer
+from tracejit import codegen, tracer
 from tracejit.tracer import PRIMITIVES, bind
 from tracejit.tracer.errors import UnsupportedError
 

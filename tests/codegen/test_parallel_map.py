@@ -8,13 +8,13 @@ import logging
 
 import numpy as np
 import pytest
+from model_corpus import conv_forward_naive
+from real_model_checks import all_compiled
 
 import tracejit as tj
 from tracejit.tracer.loop_vectorize import run_batched, vectorize_loops
-from tracejit.tracer.ops.control import loop_p, run_body
+from tracejit.tracer.ops.control import run_body
 from tracejit.tracer.tracing import trace
-from model_corpus import conv_forward_naive
-from real_model_checks import all_compiled
 
 
 def conv_four_deep(x, w, b, stride, pad):

@@ -30,8 +30,7 @@ from compiled_checks import assert_same, assert_within, shape_guards_hold
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracejit import codegen
-from tracejit import tracer
+from tracejit import codegen, tracer
 from tracejit.codegen.dtypes import SUPPORTED
 
 FUZZ = int(os.environ.get("TRACEJIT_FUZZ", "0"))

@@ -14,9 +14,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tracejit import codegen
 import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
-from tracejit import jit
+from tracejit import codegen, jit
 
 
 @pytest.fixture

@@ -32,11 +32,11 @@ import warnings
 
 import numpy as np
 import pytest
+from real_model_checks import all_compiled
 
 from tracejit import jit
 from tracejit.testing import assert_compiled_matches_eager, compare_results
 from tracejit.tracer.shapes import pow2_bucket
-from real_model_checks import all_compiled
 
 TRIPS = (0, 1, 2, 3, 5, 7, 13, 16, 17, 31, 32, 33)
 # Fewer trip counts for the small models, still two in some buckets (a trip count that

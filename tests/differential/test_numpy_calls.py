@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from real_model_checks import all_compiled
 
 import tracejit as tj
 from tracejit.testing import assert_compiled_matches_eager
-from real_model_checks import all_compiled
 
 SIZES = (9, 12, 16)  # one bucket: [9, 16]
 

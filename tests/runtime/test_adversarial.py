@@ -146,7 +146,7 @@ def getattr_config():
     CFG_NS.k = 2.0
 
     def f(x):
-        return x * getattr(CFG_NS, "k")
+        return x * CFG_NS.k
 
     return f, _twice_then(lambda: setattr(CFG_NS, "k", 4.0), (X3,))
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracejit import runtime
 import tracejit.runtime.cache  # noqa: F401 (tracejit.runtime.cache)
 import tracejit.runtime.serialize  # noqa: F401 (tracejit.runtime.serialize)
+from tracejit import runtime
 from tracejit.runtime import cli
 from tracejit.runtime.cache import MAGIC, read_entry, read_header
 

@@ -10,15 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from tracejit import codegen
-from tracejit import runtime
+import tracejit.codegen.llvm  # noqa: F401 (tracejit.codegen.llvm)
+import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
 import tracejit.runtime.cache  # noqa: F401 (tracejit.runtime.cache)
-from tracejit import tracer
 import tracejit.tracer.rewritten_code  # noqa: F401 (tracejit.tracer.rewritten_code)
 import tracejit.tracer.tracing  # noqa: F401 (tracejit.tracer.tracing)
-import tracejit.codegen.program  # noqa: F401 (tracejit.codegen.program)
-import tracejit.codegen.llvm  # noqa: F401 (tracejit.codegen.llvm)
-from tracejit import jit, tensor, value_and_grad
+from tracejit import codegen, jit, runtime, tensor, tracer, value_and_grad
 from tracejit.runtime.tensor import TensorError
 
 

@@ -6,12 +6,12 @@ tests/codegen/test_parallel_map.py."""
 
 import numpy as np
 import pytest
+from model_corpus import conv_forward_naive
 
 import tracejit as tj
 from tracejit.tracer.ir import format_graph, parse_graph, verify
 from tracejit.tracer.ops.control import loop_p
 from tracejit.tracer.tracing import trace
-from model_corpus import conv_forward_naive
 
 
 def row_sums(x, w):

@@ -24,6 +24,7 @@ import numpy as np
 from .dims import DimExpr
 from .ir import Eqn, Var
 from .result_identity import VIEWS
+from .traced_array import _is_numpy_scalar
 
 
 def updated_argument_views(context, out_leaves, traced_leaves, mutated):
@@ -31,8 +32,6 @@ def updated_argument_views(context, out_leaves, traced_leaves, mutated):
     results that are a chain of views of an argument's updated value (its last)."""
     producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
     finals = {traced_leaves[position].ir_var.name: position for position in mutated}
-    from .traced_array import _is_numpy_scalar  # cycle: traced_array -> here
-
     found = {}
     for index, leaf in enumerate(out_leaves):
         var = getattr(leaf, "ir_var", None)

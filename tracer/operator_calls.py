@@ -33,6 +33,7 @@ from .locations import is_library, is_tracejit
 from .primitives import is_traced_array
 from .rewritten_code import is_user_function
 from .source_rewrite import HOOK
+from .traced_array import FORMATTED_FLOAT, trace_error
 
 _BINARY_NAMES = {
     ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
@@ -109,8 +110,6 @@ def binary(call, methods, name, left, right):
     """``left <op> right`` as Python computes it, a method the user wrote run by ``call``
     (``Hooks.call``: rewritten, so what it makes and writes is seen)."""
     if name == "mod" and isinstance(left, (str, bytes)) and _any_traced_float(right):
-        from .traced_array import FORMATTED_FLOAT, trace_error  # cycle: it imports us
-
         raise trace_error(FORMATTED_FLOAT)  # "cost %f" % cost: why, at FORMATTED_FLOAT
     left_kind, right_kind = type(left), type(right)
     if not _user_methods(methods, left_kind) and (

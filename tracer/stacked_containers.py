@@ -26,7 +26,26 @@ def specialize(count, why):
     return count
 
 
-class StackedDict(MutableMapping):
+class _Materialized:
+    """What a stacked container does as a whole: its plain list or dict of the entries
+    (``_materialized``, made on first use), changed only outside a traced trip."""
+
+    def __setitem__(self, key, value):
+        _unchanged_in_a_trip(self._carry)
+        self._materialized()[key] = value
+
+    def __delitem__(self, key):
+        _unchanged_in_a_trip(self._carry)
+        del self._materialized()[key]
+
+    def __iter__(self):
+        return iter(self._materialized())
+
+    def __len__(self):
+        return len(self._materialized())
+
+
+class StackedDict(_Materialized, MutableMapping):
     """A dict filled by a captured loop: ``d[k]`` reads a row of the loop's buffers."""
 
     def __init__(self, carry, buffers, low):
@@ -73,20 +92,6 @@ class StackedDict(MutableMapping):
             self._dict = result
         return self._dict
 
-    def __setitem__(self, key, value):
-        _unchanged_in_a_trip(self._carry)
-        self._materialized()[key] = value
-
-    def __delitem__(self, key):
-        _unchanged_in_a_trip(self._carry)
-        del self._materialized()[key]
-
-    def __iter__(self):
-        return iter(self._materialized())
-
-    def __len__(self):
-        return len(self._materialized())
-
     def copy(self):
         return dict(self._materialized())
 
@@ -105,7 +110,7 @@ class StackedDict(MutableMapping):
         return f"StackedDict({self._carry.name}: {self._rows} rows)"
 
 
-class StackedList(MutableSequence):
+class StackedList(_Materialized, MutableSequence):
     """A list appended to once per iteration of a captured loop: ``lst[k]`` reads a row of
     the loop's buffers, ``np.stack(lst)`` is the buffer."""
 
@@ -152,23 +157,9 @@ class StackedList(MutableSequence):
             self._list = self._prefix + [self[len(self._prefix) + row] for row in range(count)]
         return self._list
 
-    def __setitem__(self, key, value):
-        _unchanged_in_a_trip(self._carry)
-        self._materialized()[key] = value
-
-    def __delitem__(self, key):
-        _unchanged_in_a_trip(self._carry)
-        del self._materialized()[key]
-
-    def __len__(self):
-        return len(self._materialized())
-
     def insert(self, index, value):  # (append too)
         _unchanged_in_a_trip(self._carry)
         self._materialized().insert(index, value)
-
-    def __iter__(self):
-        return iter(self._materialized())
 
     def __repr__(self):
         return f"StackedList({self._carry.name})"

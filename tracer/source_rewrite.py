@@ -162,12 +162,7 @@ class _Rewriter(ast.NodeTransformer):
             return rewrite_while(self, node)
         node.tracejit_read_outside = getattr(node, "tracejit_read_outside", set()) | (
             node.tracejit_live_after)
-        statements = []
-        for statement in hoisted:
-            visited = rewrite_while(self, statement) if statement is node else self.visit(
-                statement)
-            statements.extend(visited if isinstance(visited, list) else [visited])
-        return statements
+        return self._hoisted(hoisted, node, rewrite_while)
 
     def visit_For(self, node):
         if getattr(node, "tracejit_while", False):
@@ -183,10 +178,14 @@ class _Rewriter(ast.NodeTransformer):
         if hoisted is None:
             return rewrite_for(self, node)  # loops over range(...) may become IR loops
         # self.h = ... in the body: a local for the loop (tracer/loop_attributes.py)
+        return self._hoisted(hoisted, node, rewrite_for)
+
+    def _hoisted(self, hoisted, node, rewrite):
+        """The statements ``hoist_attributes`` put around loop ``node``, rewritten: the
+        loop by ``rewrite``, the reads and stores of its attributes as any statement."""
         statements = []
         for statement in hoisted:
-            visited = rewrite_for(self, statement) if statement is node else self.visit(
-                statement)
+            visited = rewrite(self, statement) if statement is node else self.visit(statement)
             statements.extend(visited if isinstance(visited, list) else [visited])
         return statements
 

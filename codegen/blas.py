@@ -70,11 +70,15 @@ def openblas():
 # OpenBLAS's idle threads wait for the next call spinning (x86: nops, no yield) for 2**28 TSC
 # cycles, ~0.1 s, before they sleep. A compiled kernel that follows a NumPy matmul shared the
 # cores with that spinning thread: the interleave benchmark's pair ran 1.7-1.8x its parts.
-# 2**20 cycles (~0.4 ms at 2.6 GHz) still covers the gaps between NumPy calls in an eager
-# step: at 2**18 NumPy's batch-64 MLP step (small threaded products between elementwise
-# ops) ran 1.1-1.5x slower than at 2**28 (medians on a loaded machine), and 2**20 kept the
-# pair's CPU time within 1.15x of 2**18's (interleave).
-OPENBLAS_IDLE_SPIN_LOG2 = 20
+# 2**18 cycles (~0.1 ms) still covers the short gaps between NumPy calls in an eager step and
+# lets the worker sleep before a compiled program's next parallel kernel: the batch-64 MLP
+# step's relu-masked product is NumPy's OpenBLAS call (codegen/numpy_products.py), and at
+# 2**20 (~0.4 ms) its worker still spun when the own GEMM of dW1 started, which then ran on
+# one core (0.53 ms against 0.28). The benchmark's worker under SCHED_FIFO (shielded from
+# the shared machine's load), spin 2**20 / 2**18: the compiled step 1.26-1.29 / 0.98-1.03 ms
+# median, NumPy's eager step 2.08-2.15 / 2.15-2.16 ms (2**16 and 2**14: the compiled step
+# the same, the eager one 5% slower); the interleave pair 1.08-1.13x / 1.05x its parts.
+OPENBLAS_IDLE_SPIN_LOG2 = 18
 # tracejit's threads that never call OpenBLAS: their Thread objects, not their idents. An
 # ident is reused by a later thread (in a forked child, the first thread started gets the
 # parent's helper's ident), which would then be taken for tracejit's.
@@ -99,7 +103,7 @@ def _only_python_thread():
 
 @lru_cache(maxsize=None)
 def shorten_openblas_idle_spin():
-    """Let NumPy's OpenBLAS threads sleep ~0.4 ms after each threaded call instead of ~0.1 s,
+    """Let NumPy's OpenBLAS threads sleep ~0.1 ms after each threaded call instead of ~0.1 s,
     so the cores go to tracejit's pool (``codegen/parallel.py`` calls this when it starts
     worker threads; once per process). True when the timeout was changed; False when there
     is nothing to change: no bundled OpenBLAS, a single-threaded or OpenMP one, or a timeout

@@ -16,7 +16,7 @@ all (``tests/codegen/test_numpy_products.py``).
 
 Nor NumPy's call on fewer of OpenBLAS's threads (``openblas_set_num_threads(1)`` around
 it, or its columns cut over tracejit's pool, each a one-thread call), which would spare
-the core OpenBLAS's worker spins on after a threaded call (~0.4 ms: the batch-64 MLP
+the core OpenBLAS's worker spins on after a threaded call (~0.1 ms, ``blas.py``: the batch-64 MLP
 step's ``x @ W1``, 64 x 784 @ 784 x 1024, which its relu mask reads): the bits depend on
 the thread count. ``interface/gemm.c`` runs ``level3.c`` on one thread and
 ``level3_thread.c`` on more; for K between ``GEMM_Q`` and ``2 * GEMM_Q`` the first cuts

@@ -651,6 +651,9 @@ class Hooks:
             args[0].shape and isinstance(args[0].shape[0], SymInt)
         ):  # len(x) of a dynamic dim stays symbolic, like x.shape[0] (range(len(inputs)))
             return args[0].shape[0]
+        if function is len and len(args) == 1 and not kwargs and isinstance(
+                args[0], StackedList):
+            return args[0].length()  # len(costs) after a loop over a count stays a dim
         if function is len and len(args) == 1 and not kwargs and (
                 method := self._container_method(args[0], "__len__")) is not None:
             length = method()  # len(model) of a container class: its len(self._layers)

@@ -14,7 +14,8 @@ another at trips 1 and 2: the loop cannot be captured, and unrolls (seconds for 
 hundred trips). The front end (``rewrite_selected_appends``) turns such a statement, when
 the test reads only the index and names the loop leaves alone, and the value is harmless
 to compute at every trip (names bound by then, arithmetic, ``float(...)``, ``.item()``,
-``.mean()``: ``losses.append(loss.item())``), into ``__tracejit__.append_when(costs, i,
+``.mean()``, elements at constant positions: ``losses.append(loss.item())``,
+``history.append(w[0])``), into ``__tracejit__.append_when(costs, i,
 lambda i: <test>, cost)``:
 
 * run as Python runs it, it is the ``if`` (eagerly, in an unrolled trip, and in a loop's
@@ -88,7 +89,7 @@ _TEST_NODES = (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.C
 
 
 # What the appended value may be made of: computed at every trip, whatever the test says.
-_VALUE_NODES = _TEST_NODES + (ast.Attribute, ast.Call)
+_VALUE_NODES = _TEST_NODES + (ast.Attribute, ast.Call, ast.Subscript)
 _CONVERSIONS = ("float", "int")
 _METHODS = ("item", "mean", "sum", "copy", "squeeze")
 
@@ -250,15 +251,36 @@ def _bound(value, assigned, stored):
 def _plain_value(node):
     """Whether computing ``node`` at a trip whose test fails is harmless: names,
     constants, attributes, arithmetic, and the conversions a recorded cost goes through
-    (``cost``, ``float(cost)``, ``loss.item()``, ``float((err ** 2).mean())``)."""
+    (``cost``, ``float(cost)``, ``loss.item()``, ``float((err ** 2).mean())``), and
+    elements at constant positions (``w[0]``, ``float(W[0, -1])``)."""
+    positions = set()  # the nodes of constant subscript keys (w[0], W[0, -1])
     for inner in ast.walk(node):
-        if isinstance(inner, ast.Call):
+        if id(inner) in positions:
+            continue
+        if isinstance(inner, ast.Subscript):
+            if not _constant_position(inner.slice):
+                return False
+            positions.update(id(part) for part in ast.walk(inner.slice))
+        elif isinstance(inner, ast.Call):
             function = inner.func
             if inner.keywords or not (
                     isinstance(function, ast.Name) and function.id in _CONVERSIONS
                     or isinstance(function, ast.Attribute) and function.attr in _METHODS):
                 return False
         elif not isinstance(inner, _VALUE_NODES):
+            return False
+    return True
+
+
+def _constant_position(key):
+    """Whether ``key`` (a subscript's) is an int constant or a tuple of them (``w[0]``,
+    ``W[0, -1]``): an element of the array every trip holds at one shape, read at a trip
+    whose test fails as harmlessly as the arithmetic around it."""
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    for part in parts:
+        if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.USub):
+            part = part.operand
+        if not (isinstance(part, ast.Constant) and type(part.value) is int):
             return False
     return True
 

@@ -150,6 +150,13 @@ class StackedList(_Materialized, MutableSequence):
         row = plain_dim(position - len(self._prefix))
         return self._carry.entry(self._buffers, row)
 
+    def length(self):
+        """``len(lst)``: a dim while the list is the loop's rows (``len(costs)`` after a
+        loop over a count argument follows the count), its int once materialized."""
+        if self._list is not None:
+            return len(self._list)
+        return plain_dim(len(self._prefix) + self._count)
+
     def _materialized(self):
         if self._list is None:
             count = specialize(self._count, "a list filled by a captured loop was used as a "
@@ -217,11 +224,23 @@ def _entry_kind(leaf, weak):
     return "scalar" if isinstance(known_kind(leaf.raw_value), np.generic) else "array"
 
 
+# NumPy functions that read their first argument as ``np.asarray(a)`` does: over a
+# ``StackedList`` they reduce the loop's buffer (``np.mean(costs)`` of a cost appended at
+# every trip), which is the array NumPy makes of the list.
+_OVER_THE_ARRAY = (np.mean, np.sum, np.max, np.min, np.amax, np.amin, np.std, np.var,
+                   np.argmax, np.argmin, np.average, np.median, np.prod, np.cumsum,
+                   np.nanmean, np.nansum, np.nanmax, np.nanmin, np.any, np.all)
+
+
 def stack_call(function, args, kwargs):
     """``np.stack(lst)``, ``np.array(lst)``, ``np.asarray(lst)`` of a ``StackedList``: the
-    loop's buffer; None when the call is something else."""
+    loop's buffer; ``np.mean(lst)`` (and the other ``_OVER_THE_ARRAY``) the function of
+    it; None when the call is something else."""
     if not args or not isinstance(args[0], StackedList):
         return None
+    if any(function is reduction for reduction in _OVER_THE_ARRAY):
+        stacked = args[0].stacked(0)
+        return None if stacked is None else function(stacked, *args[1:], **kwargs)
     if function is np.stack:
         extra = dict(kwargs)
         axis = extra.pop("axis", args[1] if len(args) > 1 else 0)

@@ -1,0 +1,93 @@
+"""Costs kept by a loop over a count argument and read as a whole after it (round 23,
+``tracer/stacked_containers.py``, ``tracer/loop_selected_appends.py``): ``len(costs)``,
+``np.mean(costs)`` and an element appended at a constant position (``costs.append(w[0])``)
+in the course's training loops. Each pinned the count (one compile per value, eager past
+max_variants) or ran every call eagerly. Compiled against eager NumPy over counts 0, 1,
+2, a prime, the period and the period plus or minus 1, and large ones: results, their
+Python types, the kept costs and the argument written in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracejit import jit
+from tracejit.tracer import stacked_containers
+
+P = 5  # the period of the kept costs
+COUNTS = (40, 53, 0, 1, 2, 3, P - 1, P, P + 1, 97, 1000, 7, 2 * P)
+
+
+def kept_len(X, w, num_iterations):
+    """L_layer_model's costs, and how many were kept (the plot's x axis)."""
+    costs = []
+    for i in range(num_iterations):
+        w -= 0.1 * (w - X)
+        cost = float(np.sum((w - X) ** 2))
+        if i % P == 0:
+            costs.append(cost)
+    return costs, len(costs), len(costs) * P
+
+
+def averaged(X, w, num_iterations):
+    """An epoch loop's costs, and their mean (the course's cost_avg over epochs)."""
+    costs = []
+    for _ in range(num_iterations):
+        w -= 0.1 * (w - X)
+        costs.append(np.sum((w - X) ** 2))
+    return np.mean(costs), np.max(costs), np.sum(costs)
+
+
+def kept_weight(X, w, num_iterations):
+    """A weight recorded every P trips: costs.append(w[0]) (a NumPy float64, not a row)."""
+    history = []
+    for i in range(num_iterations):
+        w = w - 0.1 * (w - X)
+        if i % P == 0:
+            history.append(w[0])
+    return w, history
+
+
+def _same(got, want, count):
+    assert type(got) is type(want), (count, got, want)
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want), (count, got, want)
+        for a, b in zip(got, want):
+            _same(a, b, count)
+    elif isinstance(want, (float, np.floating, np.ndarray)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    else:
+        assert got == want, (count, got, want)
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
+@pytest.mark.parametrize("fn", [kept_len, averaged, kept_weight])
+def test_costs_read_as_a_whole_compile_once_for_every_count(fn):
+    compiled = jit(fn, cache="memory")
+    X = np.linspace(1.0, 2.0, 3)
+    for number, count in enumerate(COUNTS):
+        w_got, w_want = np.zeros(3), np.zeros(3)
+        if fn is averaged and count == 0:
+            with pytest.raises(ValueError):  # np.max of no costs, as NumPy raises
+                compiled(X, w_got, count)
+            continue
+        got, want = compiled(X, w_got, count), fn(X, w_want, count)
+        _same(got, want, count)
+        np.testing.assert_allclose(w_got, w_want, rtol=1e-12, atol=1e-14)
+        if number == 8:
+            before = compiled.stats()
+    stats = compiled.stats()
+    assert not stats["eager_calls"], compiled.explain()
+    # the first count, the dim, and 0, 1, 2 (constants of their traces); then none
+    assert stats["compiles"] == before["compiles"] <= 5, stats
+    assert stats["compiled_calls"] - before["compiled_calls"] == 4, stats
+
+
+def test_the_reductions_over_a_list_read_the_loops_buffer(monkeypatch):
+    """What the fix changed: without reductions over the buffer np.mean(costs) converted
+    the traced list to a NumPy array, and every call ran eagerly."""
+    monkeypatch.setattr(stacked_containers, "_OVER_THE_ARRAY", ())
+    compiled = jit(averaged, cache="memory")
+    for count in (40, 53, 60):
+        compiled(np.ones(3), np.zeros(3), count)
+    assert compiled.stats()["eager_calls"], compiled.stats()

@@ -133,7 +133,7 @@ def _form(loop):
     if loop.orelse:
         return None
     iterable = loop.iter
-    if isinstance(iterable, (ast.Name, ast.Attribute, ast.Subscript)):
+    if isinstance(iterable, (ast.Name, ast.Attribute, ast.Subscript)) or _arange(iterable):
         return "items", None, [iterable]
     if not (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name)
             and iterable.args and not iterable.keywords
@@ -147,6 +147,15 @@ def _form(loop):
     if name == "zip":
         return "zip", iterable, iterable.args
     return None
+
+
+def _arange(iterable):
+    """Whether ``iterable`` is ``np.arange(...)`` (any module name before ``.arange``): RNN
+    code steps through time as ``for t in np.arange(T)``, and ``np.arange`` of a dynamic
+    length is a traced array whose rows are the steps (``np.int64`` numbers, as NumPy
+    iterates them); a length known in the trace gives a NumPy array, iterated as written."""
+    return (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute)
+            and iterable.func.attr == "arange" and isinstance(iterable.func.value, ast.Name))
 
 
 # --- run time ------------------------------------------------------------------------------

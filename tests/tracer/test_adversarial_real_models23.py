@@ -1,0 +1,140 @@
+"""Adversarial real-model tests, round 23a: books and tutorials rounds 1-22 did not read,
+written in their idioms (not pasted) and run eagerly and through ``jit`` on copies of the
+same arguments, over several calls of varying sizes (0, 1, primes, NaN).
+
+Sources read this round: rasbt's python-machine-learning-book (3rd edition): ch02's
+Perceptron (``errors += int(update != 0.0)`` per sample over ``zip(X, y)``), AdalineGD,
+AdalineSGD (``self.rgen.permutation`` shuffles, ``partial_fit``), ch03's
+LogisticRegressionGD, ch12's NeuralNetMLP (one-hot by ``enumerate(y.astype(int))``,
+minibatches over shuffled indices, an ``eval_`` dict of per-epoch lists); mnielsen's
+neural-networks-and-deep-learning ``src/network2.py`` (cost classes with static methods,
+``zip`` over biases and weights, L2 in ``update_mini_batch``, lists of ``(x, y)`` tuples);
+dennybritz's nn-from-scratch (``build_model`` over globals ``X``, ``y``, seeding inside) and
+rnn-tutorial-rnnlm (``RNNNumpy``: ``forward_propagation`` filling ``s`` and ``o`` row by row
+over ``for t in np.arange(T)``, truncated ``bptt``, ``sgd_step``, ``calculate_loss`` over
+sentences of varying length).
+
+Findings, each fixed with its test here (each fails before its fix). Needless recompiles:
+``for t in np.arange(T)`` (T = len(x), the RNN tutorial's time loop) iterated a traced
+array as Python iterates it, one trip per row, so every sentence length was its own
+program; it is now a loop over the arange's rows like ``for xt in x``
+(``tracer/loop_sequences._arange``): one compile per length bucket, as ``range(T)``.
+
+Each call compares results, dtypes, types and the objects' state afterwards with eager
+NumPy; an exception eager raises must be raised too.
+"""
+
+import numpy as np
+from real_model_checks import no_internal_errors
+from state_twins import run_twins
+
+
+def softmax(x):
+    xt = np.exp(x - np.max(x))
+    return xt / np.sum(xt)
+
+
+# --- dennybritz's RNNNumpy: time steps over np.arange(T) ----------------------------------
+class RecurrentLanguageModel:
+    """A vanilla RNN language model over word ids, its state on itself."""
+
+    def __init__(self, word_dim=8, hidden_dim=6, bptt_truncate=4, seed=10):
+        self.word_dim, self.hidden_dim, self.bptt_truncate = word_dim, hidden_dim, bptt_truncate
+        r = np.random.RandomState(seed)
+        self.U = r.uniform(-np.sqrt(1. / word_dim), np.sqrt(1. / word_dim),
+                           (hidden_dim, word_dim))
+        self.V = r.uniform(-np.sqrt(1. / hidden_dim), np.sqrt(1. / hidden_dim),
+                           (word_dim, hidden_dim))
+        self.W = r.uniform(-np.sqrt(1. / hidden_dim), np.sqrt(1. / hidden_dim),
+                           (hidden_dim, hidden_dim))
+
+    def forward_propagation(self, x):
+        T = len(x)
+        s = np.zeros((T + 1, self.hidden_dim))
+        s[-1] = np.zeros(self.hidden_dim)  # the initial state, read as s[t - 1] at t = 0
+        o = np.zeros((T, self.word_dim))
+        for t in np.arange(T):
+            s[t] = np.tanh(self.U[:, x[t]] + self.W.dot(s[t - 1]))
+            o[t] = softmax(self.V.dot(s[t]))
+        return [o, s]
+
+    def predict(self, x):
+        o, s = self.forward_propagation(x)
+        return np.argmax(o, axis=1)
+
+    def bptt(self, x, y):
+        T = len(y)
+        o, s = self.forward_propagation(x)
+        dLdU, dLdV, dLdW = (np.zeros(self.U.shape), np.zeros(self.V.shape),
+                            np.zeros(self.W.shape))
+        delta_o = o
+        delta_o[np.arange(len(y)), y] -= 1.
+        for t in np.arange(T)[::-1]:
+            dLdV += np.outer(delta_o[t], s[t].T)
+            delta_t = self.V.T.dot(delta_o[t]) * (1 - (s[t] ** 2))
+            for bptt_step in np.arange(max(0, t - self.bptt_truncate), t + 1)[::-1]:
+                dLdW += np.outer(delta_t, s[bptt_step - 1])
+                dLdU[:, x[bptt_step]] += delta_t
+                delta_t = self.W.T.dot(delta_t) * (1 - s[bptt_step - 1] ** 2)
+        return [dLdU, dLdV, dLdW]
+
+    def sgd_step(self, x, y, learning_rate):
+        dLdU, dLdV, dLdW = self.bptt(x, y)
+        self.U -= learning_rate * dLdU
+        self.V -= learning_rate * dLdV
+        self.W -= learning_rate * dLdW
+
+    def steps_seen(self, x):
+        """The time steps as NumPy gives them (np.int64), kept and scaled."""
+        kept = []
+        for t in np.arange(len(x)):
+            kept.append(t * 0.5 + x[t])
+        return kept
+
+
+def sentence(r, T):
+    words = r.integers(0, 8, size=T + 1)
+    return words[:-1], words[1:]
+
+
+def test_time_steps_over_np_arange_compile_once_per_length_bucket():
+    r = np.random.default_rng(0)
+    f = run_twins(RecurrentLanguageModel, "forward_propagation",
+                  [(sentence(r, T)[0],) for T in (11, 13, 9, 16, 11)])
+    no_internal_errors(f)
+    # the first call's exact program, then one for the bucket [9, 16], as range(T) does
+    # (was 4: one per length)
+    assert f.stats()["compiles"] == 2, f.explain()
+    assert f.stats()["compiled_calls"] >= 3
+
+
+def test_time_steps_over_np_arange_at_lengths_0_1_2_and_prime():
+    r = np.random.default_rng(1)
+    f = run_twins(RecurrentLanguageModel, "predict",
+                  [(sentence(r, T)[0],) for T in (7, 0, 1, 2, 31, 7, 29)])
+    no_internal_errors(f)
+
+
+def test_the_step_number_from_np_arange_is_numpys_int64():
+    r = np.random.default_rng(2)
+    f = run_twins(RecurrentLanguageModel, "steps_seen",
+                  [(r.standard_normal(T),) for T in (5, 7, 6, 0, 1)])
+    no_internal_errors(f)
+
+
+def test_a_nan_weight_and_nan_inputs_flow_as_in_numpy():
+    def nan_model():
+        model = RecurrentLanguageModel()
+        model.W[0, 0] = np.nan
+        return model
+    r = np.random.default_rng(3)
+    run_twins(nan_model, "forward_propagation", [(sentence(r, T)[0],) for T in (5, 6, 5)])
+
+
+def test_truncated_bptt_and_sgd_steps_match_numpy():
+    r = np.random.default_rng(4)
+    f = run_twins(RecurrentLanguageModel, "sgd_step",
+                  [(*sentence(r, T), 0.005) for T in (6, 6, 1, 2)])
+    no_internal_errors(f)
+    run_twins(lambda: RecurrentLanguageModel(bptt_truncate=1000), "bptt",
+              [sentence(r, T) for T in (4, 4, 3)])

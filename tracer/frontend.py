@@ -102,7 +102,7 @@ from .purity import impure_call, is_stateful
 from .random_draws import draw, is_rng_method, note_method, rng_kind
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
-from .source_rewrite import RewriteUnavailable
+from .source_rewrite import _MUTATING_METHODS, RewriteUnavailable
 from .stacked_containers import StackedDict, StackedList, stack_call
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .tensor_methods import tensor_valued
@@ -630,6 +630,12 @@ class Hooks:
             return self._call_unhashable(function, args, kwargs)
         if function is print:
             return self.print(*args, **kwargs)
+        if isinstance(function, types.BuiltinMethodType) and type(
+                receiver := function.__self__) in (list, dict) and (
+                function.__name__ in _MUTATING_METHODS):
+            # self.hist[self.key].append(w), seen[side].append(w): a container reached by a
+            # key the front end cannot name, so no hook saw the call as a mutation
+            self.mutation_of(f"{type(receiver).__name__}.{function.__name__}(...)", receiver)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
         if function in (memoryview, bytearray) and args and isinstance(args[0], Tracer):

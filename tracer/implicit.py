@@ -140,7 +140,19 @@ def _scan(value, path, found, depth, seen, objects=None):
         return
     if isinstance(value, (str, bytes, int, float, bool, type(None), types.ModuleType, type)):
         return
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+    if isinstance(value, types.FunctionType):
+        # a callback passed in or kept (train(..., callback=note)): what it reads from its
+        # globals and cells is outside state as the function's own is (its appends to a
+        # global dict's list are watched, not left holding traced values)
+        seen.add(id(value))
+        _scan_function(value, found, seen, set(), objects)
+        return
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        seen.add(id(value))  # callback=logger.log: the object it writes, and its globals
+        _scan(value.__self__, path.attr("__self__"), found, depth, seen, objects)
+        _scan_function(value.__func__, found, seen, set(), objects)
+        return
+    if isinstance(value, (types.BuiltinFunctionType, types.MethodType)):
         return
     seen.add(id(value))
     if objects is not None and type(value) in (dict, list):  # a change to it is seen

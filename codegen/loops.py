@@ -536,12 +536,11 @@ class NativeLoopProgram(LoopProgram):
     def __init__(self, graph, name, build=compile_piece, profile=False):
         """``profile``: the segments and bodies count calls and time per kernel
         (``profile``; TRACEJIT_PROFILE=1)."""
-        if any(isinstance(item, Effect) for item in graph.body):
-            # A segment's program prints as soon as it runs, before a later loop or
-            # guard could side-exit: the interpreter holds prints to the end instead.
-            raise UnsupportedError("print inside a function with a captured loop is not "
-                                   "compiled natively yet")
         super().__init__(graph, name)
+        # A segment's program would print as soon as it runs, before a later loop or guard
+        # could side-exit: prints stay out of the segments and are written at the end
+        # (their values read there, like the graph's outputs).
+        self.effects = [item for item in graph.body if isinstance(item, Effect)]
         if profile:
             build = functools.partial(build, profile=True)
         uses = {}
@@ -563,6 +562,8 @@ class NativeLoopProgram(LoopProgram):
             last_read.update((read, position) for read in _reads(item))
         last_read.update((atom.name, len(graph.body)) for atom in graph.outputs
                          if hasattr(atom, "name"))
+        last_read.update((read, len(graph.body)) for effect in self.effects
+                         for read in _reads(effect))
         self.steps, pending, guards = [], [], 0
         guard_offset = 0
         results = {}  # loop key -> {output position: outer var name}
@@ -588,7 +589,8 @@ class NativeLoopProgram(LoopProgram):
                 continue
             if isinstance(item, Guard):
                 guards += 1
-            pending.append(item)
+            if not isinstance(item, Effect):
+                pending.append(item)
         flush(len(graph.body))
         # Segments and loop bodies that differ only in int offsets share a program
         # (``loop_sharing``); pieces are built in step order (``from_pieces`` relies on it).
@@ -672,6 +674,9 @@ class NativeLoopProgram(LoopProgram):
             self.profiled_calls += 1
         for step in self.steps:
             step.run(env, bindings, SideExit)
+        emit([print_text(effect, [_value(atom, env, bindings) if isinstance(atom, Literal)
+                                  else env[atom.name] for atom in effect.inputs])
+              for effect in self.effects])  # once the call cannot side-exit any more
         if self.constant_results:
             for name in self.constants.keys() & {atom.name for atom in graph.outputs
                                                   if isinstance(atom, Var)}:

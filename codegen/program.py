@@ -38,11 +38,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tracejit.tracer.abstract import AbstractArray
+from tracejit.tracer.deferred_text import render_pieces
 from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.generated_code import Source
 from tracejit.tracer.ir import Effect, Eqn, Literal, Var, verify
 from tracejit.tracer.ops import broadcast_to_p
+from tracejit.tracer.ops.control import emit, print_text
 from tracejit.tracer.passes import optimize
 
 from . import gc_pause, llvm, loops, python_entry, wrapper_text
@@ -360,6 +362,8 @@ def link(program):
         "_asarray": np.asarray,
         "_SideExit": SideExit,
         "_sys": sys,
+        "_render_pieces": render_pieces,
+        "_print_rows": _print_rows,
         "_np": np,
         "_thread": threading.local(),
         "_no_workspace": np.empty(64, np.uint8),
@@ -818,12 +822,25 @@ def _output_source(atom, names):
     return source
 
 
+def _print_rows(params, values):
+    emit([print_text(Effect("print", (), params, None), values)])
+
+
 def _print_call(effect, names):
     params = dict(effect.params)
+    if params.get("rows"):  # a line per selected trip (tracejit.tracer.loop_prints)
+        sources = [_output_source(atom, names) for atom in effect.inputs]
+        return _call("_print_rows", ast.Constant(effect.params),
+                     ast.Tuple(elts=sources, ctx=ast.Load()))
     arguments = []
     for kind, value in params["segments"]:
         if kind == "text":
             arguments.append(ast.Constant(value))
+            continue
+        if kind == "formatted":  # rendered from the compiled values (tracer/deferred_text)
+            sources = [_output_source(atom, names) for atom in effect.inputs]
+            arguments.append(_call("_render_pieces", ast.Constant(value),
+                                   ast.Tuple(elts=sources, ctx=ast.Load())))
             continue
         atom = effect.inputs[value]
         source = _output_source(atom, names)

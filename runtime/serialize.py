@@ -36,6 +36,7 @@ from tracejit.tracer import pytree
 from tracejit.tracer.abstract import NUMPY_SCALARS
 from tracejit.tracer.argument_writes import ArgumentWrite, OutsideArrayWrite
 from tracejit.tracer.attribute_writes import AttributeWrite
+from tracejit.tracer.deferred_text import valid_pieces
 from tracejit.tracer.dims import DimExpr, parse_dim
 from tracejit.tracer.implicit import Path as ImplicitPath
 from tracejit.tracer.ir import (
@@ -684,11 +685,15 @@ def check_graph(graph):
         elif isinstance(item, Effect):
             params = dict(item.params)
             _check(item.kind == "print" and params.get("stream") in ("stdout", "stderr") and
-                   isinstance(params.get("sep"), str) and isinstance(params.get("end"), str),
+                   isinstance(params.get("sep"), str) and isinstance(params.get("end"), str)
+                   and params.get("rows", False) in (False, True) and (
+                       not params.get("rows") or item.inputs),
                    "an effect other than a print to stdout or stderr")
             for kind, value in params["segments"]:
                 _check((kind == "text" and isinstance(value, str)) or (
-                    kind == "value" and type(value) is int), "a print's segments")
+                    kind == "value" and type(value) is int) or (
+                    kind == "formatted" and valid_pieces(value, len(item.inputs))),
+                    "a print's segments")
         else:
             variables.append(item.out)
     for var in variables:

@@ -26,6 +26,7 @@ import types
 
 import numpy as np
 
+from . import deferred_text, loop_prints
 from .errors import TraceError
 from .locations import line_prefix, user_location
 from .loops import UNDEFINED
@@ -106,6 +107,24 @@ class EagerHooks:
 
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
+
+    def deferred_text(self, template, values):  # (tracejit.tracer.deferred_text)
+        return deferred_text.as_written(template, values)
+
+    def printed_rows(self, name):  # (tracejit.tracer.loop_prints)
+        return []
+
+    def print_when(self, rows, index, test, entry, shown, period=None, last=None,
+                   periodic=None):
+        if test(index):  # printed at the trip, as written
+            function, layout, sep, end = shown
+            arguments = [deferred_text.as_written(part.template, part.values)
+                         if type(part) is deferred_text.DeferredText else part
+                         for part in loop_prints.printed_arguments(layout, index, entry)]
+            function(*arguments, sep=sep, end=end)
+
+    def print_rows(self, rows, shown, name):
+        pass
 
     def identical(self, left, right, negated):  # y is x (y is not x): Python's answer
         return (left is right) is not negated

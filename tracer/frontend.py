@@ -38,7 +38,9 @@ import numpy as np
 from . import (
     argument_writes,
     attribute_writes,
+    deferred_text,
     list_appends,
+    loop_prints,
     loop_selected_appends,
     loop_sequences,
     loop_trip_counts,
@@ -50,6 +52,7 @@ from . import (
 from .builtin_extremes import select_extreme
 from .constant_methods import instead
 from .conversions import CONVERSIONS, python_number, scalar_type
+from .deferred_text import DeferredText, as_written
 from .dims import SymInt, SymRange, calls_for_the_user, integer_quotient
 from .eager_agreement import (
     TYPE_QUERIES,
@@ -79,6 +82,7 @@ from .object_paths import (
     is_settings_record,
     partial_roots,
 )
+from .ops.control import print_text
 from .out_arguments import check_cast, check_out
 from .outside_inputs import (
     CONTENT_LIMIT,
@@ -359,6 +363,9 @@ class Hooks:
         # for the dicts inside one it reads: self.optim_configs[p]["t"] += 1)
         context.item_state_of = lambda path, value: _item_state(path, value, self.objects)
         self.operator_methods = {}  # class -> the operator methods the user wrote on it
+        self._print_calls = 0  # prints so far, and at each loop_prints list's making
+        self._print_marks = {}
+        self._print_indices = {}  # such a list's trips, while it is a real list
 
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
@@ -636,6 +643,10 @@ class Hooks:
             # self.hist[self.key].append(w), seen[side].append(w): a container reached by a
             # key the front end cannot name, so no hook saw the call as a mutation
             self.mutation_of(f"{type(receiver).__name__}.{function.__name__}(...)", receiver)
+        if any(type(arg) is DeferredText for arg in args):
+            # print("%f" % cost) where `print` names another function: the text as written
+            args = tuple(self._written_text(arg) if type(arg) is DeferredText else arg
+                         for arg in args)
         if function is contextlib.suppress:
             return TraceSuppress(*args)
         if function in (memoryview, bytearray) and args and isinstance(args[0], Tracer):
@@ -901,6 +912,56 @@ class Hooks:
         loop_selected_appends.append_when(self.context, container, index, test, value, period,
                                           last, periodic)
 
+    def printed_rows(self, name):
+        """The list a loop's print under an index test keeps its rows in
+        (``tracejit.tracer.loop_prints``), noting how many prints the trace made so far."""
+        self._print_marks[name] = self._print_calls
+        return []
+
+    def print_when(self, rows, index, test, entry, shown, period=None, last=None,
+                   periodic=None):
+        """``if test(index): print(...)`` in a loop body: ``entry`` (the index and the
+        printed values) kept as ``append_when`` keeps a cost."""
+        length = len(rows) if type(rows) is list else None
+        loop_selected_appends.append_when(self.context, rows, index, test, entry, period,
+                                          last, periodic)
+        if length is not None and len(rows) > length:  # (the rows printed one by one)
+            self._print_indices.setdefault(id(rows), []).append(index)
+
+    @calls_for_the_user
+    def print_rows(self, rows, shown, name):
+        """After the loop: the kept rows printed, one line each (``loop_prints``)."""
+        function, layout, sep, end = shown
+        if function is not print or self._print_marks.pop(name, None) != self._print_calls:
+            raise trace_error("a print under a test of the loop index in a loop that prints "
+                              "something else too (or a `print` that is not the builtin): "
+                              "its lines would be written out of order")
+        if isinstance(rows, StackedList):
+            made = loop_prints.rows_effect(self.context, rows, layout, sep, end,
+                                           user_location(skip=2))
+            if made is not None:
+                effect, values = made
+                try:
+                    text = print_text(effect, values)
+                except Exception as error:  # noqa: BLE001 - eager raises or warns itself
+                    raise trace_error(f"printing the loop's rows raised "
+                                      f"{type(error).__name__}: {error}") from None
+                self.context.body.append(effect)
+                self._print_calls += 1
+                trial = getattr(self.context, "trial_prints", None)
+                if trial is not None:
+                    trial.append(text)
+                else:
+                    emit_prints(self.context, [text])
+                return
+        indices = self._print_indices.pop(id(rows), [])
+        entries = list(rows)
+        if len(indices) != len(entries):
+            raise trace_error("a print under a test of the loop index whose rows are not "
+                              "its trips' (the loop ran another way)")
+        for index, entry in zip(indices, entries):
+            self.print(*loop_prints.printed_arguments(layout, index, entry), sep=sep, end=end)
+
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):
         """A loop with a data-dependent exit (``tracejit.tracer.while_loops``; ``handed``,
@@ -1038,30 +1099,52 @@ class Hooks:
         if stream is None:
             raise trace_error("print(..., file=...) to a file inside a compiled function; "
                            "return the values and write them outside")
-        segments, atoms = [], []
+        segments, atoms, texts = [], [], []
         # In a loop body being captured, ints are values too: print(t, loss) prints the
         # index, which the body generalizes like any other int.
         trial = getattr(self.context, "trial_prints", None)
+
+        def is_value(arg):
+            return is_traced(arg) or isinstance(arg, SymInt) or (
+                trial is not None and isinstance(arg, int) and not isinstance(arg, bool))
+
+        def atom_of(arg):
+            atom, _, _ = self.context.atom(arg)
+            atoms.append(atom)
+            return len(atoms) - 1
+
         for arg in args:
-            if is_traced(arg) or isinstance(arg, SymInt) or (
-                trial is not None and isinstance(arg, int) and not isinstance(arg, bool)
-            ):
-                atom, _, _ = self.context.atom(arg)
-                segments.append(("value", len(atoms)))
-                atoms.append(atom)
+            if type(arg) is DeferredText:  # print("%f" % cost): tracejit.tracer.deferred_text
+                formatted, text = deferred_text.segment(self.context, arg, atom_of, is_value)
+                segments.append(formatted)
+                texts.append(text)
+            elif is_value(arg):
+                segments.append(("value", atom_of(arg)))
+                texts.append(str(arg.value) if is_traced(arg) or isinstance(arg, SymInt)
+                             else str(arg))
             else:
-                segments.append(("text", str(_pinned(arg))))
+                texts.append(str(_pinned(arg)))
+                segments.append(("text", texts[-1]))
         params = (("end", end), ("segments", tuple(segments)), ("sep", sep),
                   ("stream", stream))
         self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))
-        texts = [
-            str(arg.value) if is_traced(arg) or isinstance(arg, SymInt) else str(_pinned(arg))
-            for arg in args
-        ]
+        self._print_calls += 1
         if trial is not None:  # a traced loop iteration: written once the loop is decided
             trial.append((stream, sep.join(texts) + end))
             return
         emit_prints(self.context, [(stream, sep.join(texts) + end)])
+
+    def deferred_text(self, template, values):
+        """A formatting expression written as a ``print`` argument
+        (``tracejit.tracer.deferred_text``): made into text when it is printed."""
+        return DeferredText(template, values)
+
+    def _written_text(self, deferred):
+        """The text of ``deferred`` as Python makes it (a traced float refuses)."""
+        if deferred.template[0] == "%":
+            kind, text, single, _ = deferred.template
+            return self.binary("mod", text, deferred.values[0] if single else deferred.values)
+        return as_written(deferred.template, deferred.values)
 
     # assignments ---------------------------------------------------------------------
     @calls_for_the_user  # d[n] = v with n a dim: stored under the hash d[n] finds

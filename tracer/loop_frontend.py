@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+from .loop_prints import rewrite_selected_prints
 from .loop_selected_appends import rewrite_selected_appends
 
 
@@ -194,7 +195,7 @@ def _appended_names(statements):
                 if name is not None:
                     names.add(name)
             elif (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
-                  and inner.func.attr == "append_when" and inner.args
+                  and inner.func.attr in ("append_when", "print_when") and inner.args
                   and isinstance(inner.func.value, ast.Name) and inner.func.value.id == HOOK):
                 name = _local_name(inner.args[0])  # tracejit.tracer.loop_selected_appends
                 if name is not None:
@@ -277,6 +278,19 @@ def rewrite_for(rewriter, node):
         rewrite_selected_appends(
             node, lambda statements: _walk_straight_line(statements, set())[1],
             scope.is_local)
+        # if i % 100 == 0: print(...) -> a print_when hook call, its rows printed after
+        around = rewrite_selected_prints(
+            node, lambda statements: _walk_straight_line(statements, set())[1], scope)
+        if around is not None:
+            before, after = around
+            rewriter.generic_visit(before)
+            rewriter.generic_visit(after)
+            result = _rewrite_for(rewriter, node, reason, reversed_loop, targets)
+            return [before, *(result if isinstance(result, list) else [result]), after]
+    return _rewrite_for(rewriter, node, reason, reversed_loop, targets)
+
+
+def _rewrite_for(rewriter, node, reason, reversed_loop, targets):
     try:
         rewriter.generic_visit(node)
     finally:

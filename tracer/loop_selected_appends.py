@@ -113,27 +113,8 @@ def rewrite_selected_appends(node, assigned_before, is_local):
             body.append(statement)
             continue
         container, test, value, flagged = parts
-        check = ast.Lambda(
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)], vararg=None,
-                               kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-            body=test)
-        period, last = index_period(test, index), None
-        if period is None:
-            last = last_trip_test(test, index)
-            period = None if last is None else last[1]
-        keywords = [] if last is None else [
-            ast.keyword(arg="last", value=last[2]),
-            ast.keyword(arg="periodic", value=ast.Lambda(args=copy.deepcopy(check.args),
-                                                        body=last[0]))]
-        call = ast.Call(
-            func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="append_when",
-                               ctx=ast.Load()),
-            args=[ast.Name(id=container, ctx=ast.Load()), ast.Name(id=index, ctx=ast.Load()),
-                  check, value],
-            keywords=[] if period is None else [ast.keyword(arg="period", value=(
-                ast.Constant(period) if isinstance(period, int) else ast.Tuple(
-                    elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k
-                          for k in period], ctx=ast.Load())))] + keywords)
+        call = selected_call("append_when", [ast.Name(id=container, ctx=ast.Load())], index,
+                             test, value)
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
@@ -145,6 +126,33 @@ def rewrite_selected_appends(node, assigned_before, is_local):
                              orelse=[])
             body.append(ast.fix_missing_locations(ast.copy_location(guarded, inner)))
     node.body = body
+
+
+def selected_call(hook, leading, index, test, value, trailing=()):
+    """``__tracejit__.<hook>(*leading, <index>, lambda <index>: <test>, <value>,
+    *trailing, period=..., last=..., periodic=...)``: the test's period (``index_period``)
+    or its ``<periodic> or i == <bound>`` parts (``last_trip_test``) as keywords."""
+    check = ast.Lambda(
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=index)], vararg=None,
+                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=test)
+    period, last = index_period(test, index), None
+    if period is None:
+        last = last_trip_test(test, index)
+        period = None if last is None else last[1]
+    keywords = [] if last is None else [
+        ast.keyword(arg="last", value=last[2]),
+        ast.keyword(arg="periodic", value=ast.Lambda(args=copy.deepcopy(check.args),
+                                                    body=last[0]))]
+    call = ast.Call(
+        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=hook,
+                           ctx=ast.Load()),
+        args=[*leading, ast.Name(id=index, ctx=ast.Load()), check, value, *trailing],
+        keywords=[] if period is None else [ast.keyword(arg="period", value=(
+            ast.Constant(period) if isinstance(period, int) else ast.Tuple(
+                elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k
+                      for k in period], ctx=ast.Load())))] + keywords)
+    return call
 
 
 def index_period(test, index):
@@ -429,6 +437,8 @@ def selector(note, start, count, step):
         if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
             return None
         trips = [trip for trip, outcome in enumerate(outcomes) if outcome]
+        if not trips:  # print_cost and i % 100 == 0 or i == n - 1, the flag false
+            return Selector(note.test, note.period, "none", last=True)
         if len(trips) != 1:
             return None
         return Selector(note.test, note.period, trips[0], last=True)
@@ -447,6 +457,10 @@ def selection(test, first, count, step, like=None):
     slice when they are evenly spaced (``i % k == c``), else a list; and their number.
     ``count`` may be a dim when the selector has a ``phase``."""
     if getattr(test, "phase", None) is not None:
+        if test.phase == "none" and test.last:  # the last trip alone (a guard count >= 1
+            if not count >= 1:                    # where the count's range holds 0)
+                return slice(0, 0), 0
+            return ops.iota(1, np.int64, like=like) + (count - 1), 1
         if test.phase == "none":
             return slice(0, 0), 0
         if test.phase == "all":

@@ -27,6 +27,7 @@ import sys
 import textwrap
 import types
 
+from .deferred_text import defer_printed_text
 from .errors import TraceError
 from .if_selects import expand_if_selects
 from .loop_attributes import hoist_attributes
@@ -625,6 +626,7 @@ def _function_node(function):
 def rewrite_tree(function):
     """The rewritten ``FunctionDef`` of ``function`` and its original source."""
     node, source = _function_node(function)
+    node = defer_printed_text(node)  # print("%f" % cost): the text made when printed
     node = expand_sequence_loops(node)  # for xt in x: by index when x is traced
     mark_while_loops(node)  # loops with a data-dependent exit, before any rewrite
     node = expand_if_selects(node)  # if x[i] == m: d[i] = g: a select when x is traced

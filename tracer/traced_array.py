@@ -39,12 +39,12 @@ from .primitives import current_context
 # last bit off the traced one), each failure ran the call again eagerly and every few a new
 # path was traced and compiled: a training loop printing its cost ran hundreds of times
 # slower than NumPy. Refused instead (here for f-strings and str(), in
-# operator_calls.binary for %), the call runs eagerly at NumPy's speed, and print() of the
-# value itself (print("cost", cost)) compiles.
+# operator_calls.binary for %), the call runs eagerly at NumPy's speed. Text formatted as
+# a print() argument is made from the compiled values instead (tracer/deferred_text.py).
 FORMATTED_FLOAT = (
     "formatting a computed float into text ('%f' % cost, f'{loss:.4f}') would freeze its "
-    "exact value into the compiled code; pass it to print() as its own argument "
-    "(print('cost', cost)), or format it outside the compiled function")
+    "exact value into the compiled code; format it as print()'s argument "
+    "(print(f'loss {loss:.4f}') compiles), or outside the compiled function")
 
 
 def trace_error(message, location=None):

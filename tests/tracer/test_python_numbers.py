@@ -268,11 +268,12 @@ def test_formatting_a_computed_float_runs_eagerly_at_once(model):
     assert "formatting a computed float" in compiled.explain()
 
 
-def test_a_loop_printing_a_formatted_cost_costs_one_short_trace(capsys):
-    """Course code's ``print("Cost after iteration %i: %f" % (i, cost))`` every 100 trips:
-    the trace stops at the first print (trip 0), and the call and every later one run
-    eagerly, printing what NumPy prints (it traced, compiled ~1000 kernels and ran eagerly
-    on most calls, hundreds of times slower than NumPy)."""
+def test_a_loop_printing_a_formatted_cost_compiles(capsys):
+    """Course code's ``print("Cost after iteration %i: %f" % (i, cost))`` every 100 trips
+    (it traced, compiled ~1000 kernels and ran eagerly on most calls, hundreds of times
+    slower than NumPy; then 3e4d89e ran it eagerly at once): the print's rows are kept at
+    every trip and printed after the loop from the compiled values
+    (tracer/loop_prints.py, tracer/deferred_text.py), printing what NumPy prints."""
     x = np.linspace(0.0, 1.0, 7)
     compiled = tj.jit(printing_loop, cache="memory")
     for count in (300, 300, 250):
@@ -281,4 +282,4 @@ def test_a_loop_printing_a_formatted_cost_costs_one_short_trace(capsys):
         assert_same(compiled(x, count), want, **F64)
         assert capsys.readouterr().out == eager_text
     stats = compiled.stats()
-    assert stats["compiles"] == 0 and stats["traced_calls"] == 0, stats
+    assert stats["eager_calls"] == {} and stats["compiled_calls"] >= 1, stats

@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..abstract import AbstractArray
+from ..deferred_text import render_pieces
 from ..dims import DimExpr, SymInt
 from ..errors import TraceSignal
 from ..ir import Effect, Guard, Symbol, verify
@@ -155,17 +156,30 @@ def guard_holds(guard, value):
 
 def print_text(effect, values):
     """``(stream, text)`` a print effect writes, from its atoms' ``values`` (what the trace
-    and compiled code print: ``str`` of each value, NumPy scalars for 0-d arrays)."""
+    and compiled code print: ``str`` of each value, NumPy scalars for 0-d arrays; formatted
+    text rendered from them, ``tracejit.tracer.deferred_text``). A ``rows`` effect (a print
+    under a test of a captured loop's index, ``tracejit.tracer.loop_prints``) prints one line
+    per row of its atoms, the trips the test selected."""
     params = dict(effect.params)
+    if params.get("rows"):
+        values = [np.asarray(value) for value in values]
+        return params["stream"], "".join(_line(params, [value[row] for value in values])
+                                         for row in range(len(values[0])))
+    return params["stream"], _line(params, values)
+
+
+def _line(params, values):
     parts = []
     for kind, value in params["segments"]:
         if kind == "text":
             parts.append(value)
+        elif kind == "formatted":  # print("%f" % cost): tracejit.tracer.deferred_text
+            parts.append(render_pieces(value, values))
         else:
             item = values[value]
             parts.append(str(item[()] if isinstance(item, np.ndarray) and not item.shape
                              else item))
-    return params["stream"], params["sep"].join(parts) + params["end"]
+    return params["sep"].join(parts) + params["end"]
 
 
 def emit(effects):

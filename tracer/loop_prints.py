@@ -1,0 +1,210 @@
+"""A print under a test of the loop index: a line per selected trip, written after the loop.
+
+Course training loops print their cost every so many trips::
+
+    for i in range(num_iterations):
+        ...
+        if print_cost and i % 100 == 0 or i == num_iterations - 1:
+            print("Cost after iteration {}: {}".format(i, np.squeeze(cost)))
+
+Traced as written, the test decides on the index (the loop unrolls: seconds of tracing,
+one compile per count). The front end (``rewrite_selected_prints``) turns the loop's one
+print (bare, or alone under an ``if`` whose test reads the index and names the loop leaves
+alone) into the selected appends' machinery (``tracejit.tracer.loop_selected_appends``)::
+
+    __tracejit_printed_L = __tracejit__.printed_rows("__tracejit_printed_L")
+    for i in range(num_iterations):
+        ...
+        __tracejit__.print_when(__tracejit_printed_L, i, lambda i: <test>,
+                                (i, <the printed values>), (print, <layout>, sep, end))
+    __tracejit__.print_rows(__tracejit_printed_L, (print, <layout>, sep, end),
+                            "__tracejit_printed_L")
+
+The entry (the index and the values the print formats, ``deferred_text``'s values or the
+print's own arguments) is kept at every trip, and after a captured loop the list holds the
+selected trips' rows: ``print_rows`` records one print effect over those rows (``rows``:
+a line per row, ``tracejit.tracer.ops.control.print_text``), written by compiled code
+after every guard passed, so the loop compiles natively once for every count. Eagerly the
+hook prints at the trip (``EagerHooks.print_when``); a loop that unrolls prints its rows
+after it. Either way the lines are eager's, in eager's order: another print in the loop
+(a helper's) would land between them, so ``print_rows`` refuses a loop in which anything
+else printed (the call runs eagerly).
+
+Left as written: a second print in the loop, a print under an ``else`` or beside other
+statements, ``file=``, values that call anything but the conversions a cost goes through.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from . import ops
+from .deferred_text import DeferredText, eager_kind, segment
+from .ir import Effect
+from .loop_selected_appends import _TEST_NODES, _bound, _plain_value, selected_call, selection
+
+HOOK = "__tracejit__"
+
+
+# --- front end ---------------------------------------------------------------------------
+def rewrite_selected_prints(node, assigned_before, scope):
+    """``(before, after)`` statements around the loop ``node`` (an ``ast.For`` over
+    ``range``) whose one print this rewrites into a ``print_when`` hook call, or None (the
+    loop as it was). ``assigned_before`` as ``rewrite_selected_appends`` takes it; the
+    hidden list's name joins ``scope``'s assigned names."""
+    index = node.target.id
+    printed = [inner for inner in ast.walk(node) if isinstance(inner, ast.Call) and isinstance(
+        inner.func, ast.Name) and inner.func.id == "print"]
+    if len(printed) != 1:
+        return None
+    stored = {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)
+              and isinstance(inner.ctx, (ast.Store, ast.Del))}
+    for position, statement in enumerate(node.body):
+        found = _printed_statement(statement, printed[0], index, stored)
+        if found is None:
+            continue
+        test, call = found
+        layout, values, sep, end = _layout(call, index)
+        bound = {index, *assigned_before(node.body[:position])}
+        if layout is None or not values or not all(
+                _plain_value(value) and _bound(value, bound, stored) for value in values):
+            return None
+        rows = f"__tracejit_printed_{node.lineno}"
+        scope.assigned.add(rows)
+        shown = ast.Tuple(elts=[ast.Name(id="print", ctx=ast.Load()), ast.Constant(layout),
+                                ast.Constant(sep), ast.Constant(end)], ctx=ast.Load())
+        entry = ast.Tuple(elts=values, ctx=ast.Load())
+        hook = selected_call("print_when", [ast.Name(id=rows, ctx=ast.Load())], index, test,
+                             entry, [shown])
+        node.body[position] = _located(ast.Expr(value=hook), statement)
+        before = ast.Assign(targets=[ast.Name(id=rows, ctx=ast.Store())],
+                            value=_hook_call("printed_rows", ast.Constant(rows)))
+        after = ast.Expr(value=_hook_call("print_rows", ast.Name(id=rows, ctx=ast.Load()),
+                                          _copy(shown), ast.Constant(rows)))
+        return _located(before, node), _located(after, node)
+    return None
+
+
+def _printed_statement(statement, call, index, stored):
+    """``(test, print call)`` when ``statement`` is the print ``call`` alone or alone under
+    an ``if`` whose test reads only the index and names the loop leaves alone."""
+    if isinstance(statement, ast.Expr) and statement.value is call:
+        return ast.Constant(True), call
+    if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1
+            and isinstance(statement.body[0], ast.Expr) and statement.body[0].value is call):
+        return None
+    for inner in ast.walk(statement.test):
+        if not isinstance(inner, _TEST_NODES) or (
+                isinstance(inner, ast.Name) and inner.id != index and inner.id in stored):
+            return None
+    return statement.test, call
+
+
+def _layout(call, index):
+    """``(layout, value expressions, sep, end)`` of a print call: per argument its text, the
+    entry position of its value, or its ``deferred_text`` template and the entry positions
+    of its values (the entry's item 0 is the index); ``(None, ...)`` for one this leaves."""
+    keywords = {keyword.arg: keyword.value for keyword in call.keywords}
+    if not set(keywords) <= {"sep", "end"} or not all(
+            isinstance(value, ast.Constant) and type(value.value) is str
+            for value in keywords.values()):
+        return None, [], None, None
+    sep = keywords["sep"].value if "sep" in keywords else " "
+    end = keywords["end"].value if "end" in keywords else "\n"
+    layout, values = [], []
+
+    def position(value):  # the index is the rows' own (an int is no entry of a list)
+        if isinstance(value, ast.Name) and value.id == index:
+            return 0
+        values.append(value)
+        return len(values)
+
+    for arg in call.args:
+        if isinstance(arg, ast.Constant):
+            layout.append(("text", str(arg.value)))
+        elif _is_deferred(arg):
+            template, parts = arg.args[0].value, arg.args[1].elts
+            layout.append(("deferred", template, tuple(position(part) for part in parts)))
+        elif isinstance(arg, ast.Starred):
+            return None, [], None, None
+        else:
+            layout.append(("value", position(arg)))
+    return tuple(layout), values, sep, end
+
+
+def _is_deferred(node):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+        node.func.attr == "deferred_text") and isinstance(node.func.value, ast.Name) and (
+        node.func.value.id == HOOK) and isinstance(node.args[1], ast.Tuple)
+
+
+def _hook_call(method, *args):
+    return ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method,
+                                       ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def _copy(node):
+    return ast.Tuple(elts=[ast.Name(id="print", ctx=ast.Load()), *node.elts[1:]],
+                     ctx=ast.Load())
+
+
+def _located(statement, where):
+    return ast.fix_missing_locations(ast.copy_location(statement, where))
+
+
+# --- run time -----------------------------------------------------------------------------
+def printed_arguments(layout, index, entry):
+    """The print's arguments for one trip's ``index`` and ``entry`` (formatted text
+    deferred)."""
+    entry = (index, *entry)
+    arguments = []
+    for part in layout:
+        if part[0] == "text":
+            arguments.append(part[1])
+        elif part[0] == "value":
+            arguments.append(entry[part[1]])
+        else:
+            arguments.append(DeferredText(part[1], [entry[k] for k in part[2]]))
+    return arguments
+
+
+def rows_effect(context, rows, layout, sep, end, location):
+    """The print effect of a captured loop's selected rows (``StackedList`` ``rows``) and
+    the text the trace prints; None when the rows are no flat entry of arrays (printed
+    one by one instead)."""
+    carry = rows._carry
+    if rows._list is not None or rows._prefix or carry.structure is None or any(
+            part is not None for part in carry.structure):
+        return None
+    # the selected trips' indices, beside the values: row k of the buffers is trip rows[k]
+    trips, _ = selection(carry.selected, carry.first, carry.count, carry.step,
+                         rows._buffers[0])
+    indices = ops.iota(carry.count, np.int64, like=rows._buffers[0])[trips]
+    buffers = [indices * carry.step + carry.first, *rows._buffers]
+    kinds = [("int",), *(eager_kind(context, leaf) for leaf in carry.leaves0)]
+    atoms = [context.atom(buffer)[0] for buffer in buffers]
+    segments = []
+    for part in layout:
+        if part[0] == "text":
+            segments.append(part)
+        elif part[0] == "value":
+            segments.append(("value", part[1]))
+        else:
+            stand_ins = [_Leaf(k, kinds[k]) for k in part[2]]
+            formatted, _ = segment(context, DeferredText(part[1], stand_ins),
+                                   lambda leaf: leaf.position, lambda value: True,
+                                   kind_of=lambda leaf: leaf.kind)
+            segments.append(formatted)
+    params = (("end", end), ("rows", True), ("segments", tuple(segments)), ("sep", sep),
+              ("stream", "stdout"))
+    effect = Effect("print", tuple(atoms), params, location)
+    return effect, [np.asarray(buffer.value) for buffer in buffers]
+
+
+class _Leaf:
+    """A row buffer standing for a formatted value: its entry position and eager kind."""
+
+    def __init__(self, position, kind):
+        self.position, self.kind = position, kind

@@ -20,7 +20,8 @@ new dict too, and nothing else holds it).
 
 A name the body binds to a new dict at every trip that held no dict before the loop
 (``grads, cost = propagate(w, b, X, Y)``, read after the loop; ``best =
-copy.deepcopy(p)``) is carried the same way, key by key (its string keys the same at every
+copy.deepcopy(p)``), or an empty one (``model = {}`` before ``model = {'W1': W1, ...}``
+at every trip), is carried the same way, key by key (its string keys the same at every
 trip).
 
 Refused (the loop unrolls, ``explain()`` says why): keys that change (added, removed,
@@ -105,6 +106,10 @@ def _dict_name(name, original, snap, after):
         return None
     before_items = snap[2]
     keys = [key for key, _ in before_items]
+    if not keys and after is not original and not original:
+        # model = {} before the loop, model = {'W1': W1, ...} rebound at every trip
+        # (dennybritz's nn-from-scratch): the empty dict is what a loop of no trips leaves
+        return _made_in_the_loop(name, original, after)
     if not keys or list(after) != keys:
         return None  # a dict the loop adds keys to (hs[t] = h): loop_containers'
     if not (_entries_carried(after) and _entries_carried(dict(before_items))):

@@ -342,6 +342,7 @@ class Misses:
     def _drop_variant(self, variant):
         """Forget ``variant`` (and its hit path: ``_entries`` pairs with ``_variants``)."""
         self._dropped_calls += variant.calls
+        variant.dropped = True  # a side exit of its other paths passes over it
         kept = [i for i, known in enumerate(self._variants) if known is not variant]
         if len(self._entries) == len(self._variants):
             self._entries = tuple(self._entries[i] for i in kept)
@@ -356,11 +357,9 @@ class Misses:
                             _guard_label(guard))
             return self._run_eager(args, kwargs, "guard margin")
         label = _guard_label(guard)
-        # A variant after this one may take the call: one traced for the other path of
-        # this guard, which read more of the objects than this variant's entry does
-        # (_grow puts such a variant first). Only later ones: theirs do not try this one.
-        for other in self._variants[self._variants.index(variant) + 1:] if (
-                variant in self._variants) else ():
+        # This variant may be the other path of a guard of a later one, made because it
+        # read more of the objects (_other_entry): the call goes on to that one.
+        for other in variant.exits_to():
             inputs = other.guard(args, kwargs)
             if inputs is not None:
                 return self._run(other, inputs, args, kwargs)
@@ -433,8 +432,8 @@ class Misses:
         """Make ``root`` (the compiled other path of a guard of ``variant``, whose trace
         needs another entry) a variant tried before ``variant``: the calls that take that
         path pass its entry guard first, and the others go on from its side exit to
-        ``variant`` (``_side_exit`` tries the later variants). Answers the traced call."""
-        added = Variant(EntrySpec.from_trace(traced), None, root)
+        ``variant`` (``Variant.exits_to``). Answers the traced call."""
+        added = variant.add_other_path(Variant(EntrySpec.from_trace(traced), None, root))
         self._add_variant_before(added, variant)
         log_recompiles.info("%s: compiled variant %d (the other path of a guard, with a "
                             "different entry)", self.__qualname__, len(self._variants))

@@ -29,6 +29,11 @@ def _identity(value):
     return value
 
 
+def _position(variants, variant):
+    """Where ``variant`` itself is in ``variants`` (a Variant's ``==`` compares fields)."""
+    return next(i for i, known in enumerate(variants) if known is variant)
+
+
 def _wrap_tensor(value):
     from .tensor import Tensor
 
@@ -284,6 +289,13 @@ class Variant:
     # (calls in a row a guard inside a captured loop's body sent eagerly, compiled calls
     # when the last one did)
     loop_exits: tuple = (0, -1)
+    # A guard's other path that read more of the objects than this variant's entry is a
+    # variant of its own, tried before this one (``misses._other_entry``): ``other_paths``
+    # holds those made from this variant, in the order they are tried, and each of them
+    # points back through ``other_path_of``. A side exit goes on along ``exits_to``.
+    other_path_of: Variant | None = field(default=None, compare=False, repr=False)
+    other_paths: list = field(default_factory=list, compare=False, repr=False)
+    dropped: bool = field(default=False, compare=False)  # ``misses._drop_variant``
 
     def __post_init__(self):
         # ``wrap`` makes the outputs that are Tensors eagerly (``OutputPlan.tensors``)
@@ -303,6 +315,36 @@ class Variant:
 
             self._guard = compile_guard(self.spec)
         return self._guard
+
+    def exits_to(self):
+        """The variants a side exit of this one tries, in order: the other paths made after
+        it from the variant it left, then that variant, and so on up. Each comes after the
+        one before it in the function's variants (``_add_variant_before``), so the walk
+        never comes back to a variant that sent the call on.
+
+        >>> from types import SimpleNamespace
+        >>> def variant():
+        ...     return Variant(SimpleNamespace(leaves=[], implicit=[]), None, None)
+        >>> root = variant()
+        >>> first, second = root.add_other_path(variant()), root.add_other_path(variant())
+        >>> names = {id(root): "root", id(first): "first", id(second): "second"}
+        >>> [names[id(v)] for v in first.exits_to()], [names[id(v)] for v in root.exits_to()]
+        (['second', 'root'], [])
+        """
+        variant = self
+        while (left := variant.other_path_of) is not None:
+            later = left.other_paths[_position(left.other_paths, variant) + 1:]
+            yield from (other for other in later if not other.dropped)
+            if not left.dropped:
+                yield left
+            variant = left
+
+    def add_other_path(self, added):
+        """Record ``added`` as a variant made for the other path of one of this one's
+        guards (tried before this one); answers ``added``."""
+        added.other_path_of = self
+        self.other_paths.append(added)
+        return added
 
     def widen(self, outside):
         """Add ``outside`` checks (``EntrySpec.outside``) to the entry guard, rebuilt when

@@ -552,6 +552,40 @@ def test_branch_flip_in_a_bucketed_variant_compiles_the_other_path_for_the_bucke
     assert (stats["variants"], stats["paths"], stats["compiles"]) == (1, 2, 2)
 
 
+class _Counting:
+    """A branch whose other paths write ``self.count``, a number the first path's entry
+    never reads: those paths are variants of their own (``misses._other_entry``)."""
+
+    def __init__(self):
+        self.scale, self.shift, self.count = 3.0, 0.5, 0
+
+    def step(self, x):
+        if x.sum() > 0:
+            return x * 2
+        self.count += 1
+        if x.sum() > -5:
+            return x * self.scale
+        return x - self.shift
+
+
+@pytest.mark.parametrize("signs", [[1, -1, -1, -1, 1, -1, 1, 1, -1, -1, 1, -1] * 3,
+                                   [1, -1, -1, -1, -4, -4, -4, 1, -4, -1, 1, -4, -1] * 3])
+def test_calls_alternating_with_an_other_path_of_another_entry_run_compiled(signs):
+    """A side exit of the variant made for the other path goes on to the variant it left
+    (``Variant.exits_to``): 23 and 22 of these calls ran compiled when it did not (each
+    exit counted, then traced another variant, until max_variants)."""
+    compiled, eager = _Counting(), _Counting()
+    step = jit(compiled.step, cache="memory")
+    rng = np.random.default_rng(0)
+    for sign in signs:
+        x = sign * (np.abs(rng.standard_normal(4)) + 0.1)
+        np.testing.assert_array_equal(step(x), eager.step(x))
+        assert compiled.count == eager.count
+    stats = step.stats()
+    assert stats["compiled_calls"] >= len(signs) - 2, step.explain()
+    assert stats["variants"] <= 3
+
+
 def test_explain_lists_variants_entry_guards_value_guards_and_kernels():
     step = _make_branchy()
     step(np.ones(3))

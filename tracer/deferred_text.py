@@ -44,7 +44,7 @@ import warnings
 
 import numpy as np
 
-from .dims import SymInt
+from .dims import SymInt, calls_for_the_user
 from .locations import user_location
 from .primitives import is_traced_array
 
@@ -151,6 +151,25 @@ class _Printed(ast.NodeVisitor):
         if isinstance(node.func, ast.Name) and node.func.id == "print":
             node.args = [deferred_call(arg) or arg for arg in node.args]
 
+    def visit_Expr(self, node):
+        """``sys.stdout.write("%f" % cost)`` as a statement (its count of characters
+        unused): ``__tracejit__.write_text(sys.stdout.write, <deferred text>)``."""
+        self.generic_visit(node)
+        call = node.value
+        if isinstance(call, ast.Call) and _is_stream_write(call.func) and len(
+                call.args) == 1 and not call.keywords and (
+                text := deferred_call(call.args[0])) is not None:
+            node.value = ast.copy_location(ast.Call(
+                func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="write_text",
+                                   ctx=ast.Load()), args=[call.func, text], keywords=[]), call)
+
+
+def _is_stream_write(node):
+    """``sys.stdout.write`` or ``sys.stderr.write``."""
+    return isinstance(node, ast.Attribute) and node.attr == "write" and isinstance(
+        node.value, ast.Attribute) and node.value.attr in ("stdout", "stderr") and isinstance(
+        node.value.value, ast.Name) and node.value.value.id == "sys"
+
 
 def deferred_call(node):
     """The ``deferred_text`` hook call standing for the formatting expression ``node``, or
@@ -217,6 +236,7 @@ class DeferredText:
         return f"DeferredText({self.template[1]!r})"
 
 
+@calls_for_the_user  # f"{x.shape}" of a dim, "%s" % [loss]: the user's text, as in print
 def as_written(template, values):
     """The text Python makes of the formatting expression (for a ``DeferredText`` that
     is not printed, and eagerly)."""
@@ -229,6 +249,7 @@ def as_written(template, values):
                    for part in parts)
 
 
+@calls_for_the_user
 def format_slot(how, value):
     """One formatted value's text, as the expression formats it: ``("%", "%.4f")`` or
     ``("f", conversion, spec)``."""

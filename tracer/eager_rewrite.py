@@ -121,7 +121,14 @@ class EagerHooks:
             arguments = [deferred_text.as_written(part.template, part.values)
                          if type(part) is deferred_text.DeferredText else part
                          for part in loop_prints.printed_arguments(layout, index, entry)]
-            function(*arguments, sep=sep, end=end)
+            if function is print:
+                print(*arguments, sep=sep, end=end)
+            else:  # a `print` of the user's: the keywords the call wrote (none by default)
+                function(*arguments, **{key: value for key, value, default in (
+                    ("sep", sep, " "), ("end", end, "\n")) if value != default})
+
+    def write_text(self, write, text):  # sys.stdout.write(f"..."), text made as written
+        write(text)
 
     def print_rows(self, rows, shown, name):
         pass

@@ -1139,6 +1139,14 @@ class Hooks:
         (``tracejit.tracer.deferred_text``): made into text when it is printed."""
         return DeferredText(template, values)
 
+    def write_text(self, write, deferred):
+        """``sys.stdout.write(<formatted text>)`` as a statement: a print of the text with
+        no separator or end when ``write`` is the stream's (else called with the text)."""
+        for stream in (sys.stdout, sys.stderr):
+            if write == stream.write:
+                return self.print(deferred, sep="", end="", file=stream)
+        return self.call(write, self._written_text(deferred))
+
     def _written_text(self, deferred):
         """The text of ``deferred`` as Python makes it (a traced float refuses)."""
         if deferred.template[0] == "%":

@@ -19,8 +19,9 @@ from outside is written like a local one (``frontend._caller_container``); a glo
 an attribute's dict passed to the helper is still refused.
 
 Found and not fixed (see the round's report): ``L_layer_model``'s ``print("Cost after
-iteration {}: {}".format(i, np.squeeze(cost)))`` (and the gradient check's ``str(
-difference)``) run the call eagerly, as documented; ``model`` and ``model_adam`` with
+iteration {}: {}".format(i, np.squeeze(cost)))`` ran the call eagerly (it compiles since
+tracer/deferred_text.py and tracer/loop_prints.py, test_deferred_text.py; the gradient
+check's ``str(difference)`` still does, as documented); ``model`` and ``model_adam`` with
 fewer than 32 iterations or epochs unroll them on the first call and reach the kernel
 limit after seconds of tracing; ``gradient_check_n``'s ``difference`` is ill-conditioned
 (``(J_plus - J_minus) / 2e-7``) and a last-bit difference in a compiled cost shows.

@@ -12,6 +12,8 @@ the bit and the text must be equal exactly."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -144,16 +146,18 @@ def every_trip_loop(x, epochs):
 def test_a_loop_printing_every_so_many_trips_compiles_once_for_every_count(
         capsys, function, extra):
     """The print's rows are kept at every trip and printed after the loop: one program
-    for every count past the first (which pins it), each later call compiled."""
+    for every count past the first (which pins it), each later call compiled; counts under
+    3 trips unroll (the rows printed after the loop), 0 prints nothing."""
     compiled = tj.jit(function, cache="memory")
     x = _data(7)
-    for count in (300, 301, 250, 1000, 7, 3, 1000):
+    for count in (300, 301, 250, 1000, 7, 3, 0, 1, 2, 1000):
         got, want, text = _both(capsys, function, compiled, x, count, *extra)
         np.testing.assert_allclose(got, want, rtol=1e-15)
-        assert text
+        assert text or count == 0
     stats = compiled.stats()
-    assert stats["eager_calls"] == {} and stats["compiles"] <= 4, stats
-    assert stats["compiled_calls"] >= 3, stats
+    # (0, 1 and 2 trips are constants of their own traces, as without the print)
+    assert stats["eager_calls"] == {} and stats["compiles"] <= 6, stats
+    assert stats["compiled_calls"] >= 4, stats
 
 
 def guarded_loop(x, num_iterations):
@@ -186,3 +190,71 @@ def test_eager_hooks_print_at_the_trip(capsys):
     got = run_eagerly(printing_loop, (_data(5), 250), {})
     assert capsys.readouterr().out == text
     np.testing.assert_array_equal(got, want)
+
+
+def writing(x):
+    cost = (x ** 2).mean()
+    sys.stdout.write("cost %.5f\n" % cost)  # a statement: its count of characters unused
+    sys.stdout.write(f"[{cost:.2e}]")
+    return x + 1
+
+
+def dims_and_lists(x):
+    total = x.sum()
+    print(f"shape {x.shape} n={x.shape[0]} sum={total:.2f}", "%d rows" % x.shape[0],
+          "{}".format(len(x)), "%s" % ([1, 2],), f"{[int(x.size)]}")
+    return x * 2
+
+
+def test_dims_formatted_in_a_print_are_their_values(capsys):
+    """A dim formatted by the deferred text is its value (the text eager makes), not the
+    symbol's name: the formatting is the user's (``dims.calls_for_the_user``)."""
+    compiled = tj.jit(dims_and_lists, cache="memory")
+    for size in (3, 5, 7, 9, 17):
+        got, want, text = _both(capsys, dims_and_lists, compiled, np.arange(size) / 4.0)
+        np.testing.assert_array_equal(got, want)
+        assert f"shape ({size},)" in text
+
+
+def listed(x):
+    loss = (x ** 2).mean()
+    print(f"{[loss]}")  # repr of a traced float inside the text: refused, as str([loss])
+    return x
+
+
+def test_a_traced_float_inside_a_formatted_container_runs_eagerly(capsys):
+    compiled = tj.jit(listed, cache="memory")
+    for seed in range(2):
+        got, want, text = _both(capsys, listed, compiled, _data(seed))
+        assert "Tracer" not in text
+    assert compiled.stats()["compiles"] == 0
+
+
+def test_formatted_text_written_to_stdout_compiles(capsys):
+    compiled = tj.jit(writing, cache="memory")
+    for seed in range(3):
+        got, want, text = _both(capsys, writing, compiled, _data(seed))
+        np.testing.assert_array_equal(got, want)
+        assert text.startswith("cost ") and text.endswith("]")
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiled_calls"] >= 2, stats
+
+
+def _shout(*parts):
+    print(">>", *parts)
+
+
+def shadowed(x):
+    print = _shout  # noqa: A001 - a `print` that is not the builtin: the text as written
+    cost = (x ** 2).sum()
+    print("total %d" % int(x.size))
+    print(f"{cost:.3f}")
+    return x
+
+
+def test_a_print_that_is_not_the_builtin_gets_the_text_as_written(capsys):
+    compiled = tj.jit(shadowed, cache="memory")
+    for seed in range(2):
+        got, want, _ = _both(capsys, shadowed, compiled, _data(seed))
+        np.testing.assert_array_equal(got, want)
+    assert "formatting a " in compiled.explain()

@@ -58,6 +58,25 @@ def keep_python_int_in_range(x, dtype):
             f"Python integer {int(x.value)} out of bounds for {dtype}"))
 
 
+def python_int_past_range(bound, dtype):
+    """-1 or 1 where ``bound`` is a Python int (a literal, or a run-time one under a guard)
+    below or above the range of the integer ``dtype``, else 0. ``np.clip(ids, 0, 2**40)``
+    with ``ids`` int32 drops the bound that clips nothing, where ``np.minimum`` raises.
+
+    >>> python_int_past_range(2**40, np.int32), python_int_past_range(-3, np.uint8)
+    (1, -1)
+    >>> python_int_past_range(5, np.int32), python_int_past_range(2**40, np.float32)
+    (0, 0)
+    """
+    dtype = np.dtype(dtype)
+    aval = getattr(bound, "aval", None)  # a SymInt (a dim) is traced and holds no aval
+    traced = is_traced(bound) and aval is not None and aval.weak and aval.dtype.kind in "iu"
+    if dtype.kind not in "iu" or not (traced or type(bound) is int):
+        return 0
+    info = np.iinfo(dtype)
+    return -1 if bool(bound < int(info.min)) else 1 if bool(bound > int(info.max)) else 0
+
+
 def _as_ndarray(tracer):
     """``tracer`` with its value a 0-d ndarray, not a NumPy scalar (what ``np.asarray``
     of a scalar gives); a pending value stays pending."""

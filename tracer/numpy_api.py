@@ -35,7 +35,7 @@ from . import (
     statistics,
 )
 from .array_comparisons import array_equal, array_equiv
-from .conversions import keep_python_int_in_range
+from .conversions import keep_python_int_in_range, python_int_past_range
 from .copy_into import copyto
 from .diagonals import diag, diagflat, diagonal, diagonal_offsets, fill_diagonal, trace
 from .dims import SymInt
@@ -520,6 +520,15 @@ def round_(a, decimals=0, out=None):
 def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):  # noqa: A002
     low = a_min if a_min is not None else min
     high = a_max if a_max is not None else max
+    # NumPy drops a Python int bound past an int array's range that clips nothing (low
+    # under it, high over it) and raises OverflowError for one that would clip everything
+    if is_traced(a):
+        if python_int_past_range(low, dtype_of(a)) < 0:
+            low = None
+        if python_int_past_range(high, dtype_of(a)) > 0:
+            high = None
+        if low is None and high is None:
+            return copy(a)
     result = a
     # NumPy's clip ufunc keeps x where it equals a bound (clip(-0.0, 0.0, 1.0) is -0.0) in
     # its loop for one-element bounds; its other loop, and np.maximum/np.minimum (one bound

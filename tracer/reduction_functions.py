@@ -195,4 +195,8 @@ def _as_scalar(count, dtype):
 
 
 def _select(condition, x, y):
+    """``x`` where ``condition`` (a ``where=`` mask) holds, else the identity ``y``. The
+    mask broadcasts to ``x``'s shape, never ``x`` to the mask's: NumPy raises ValueError
+    for ``np.sum(ones((1, 2)), where=mask_5x2)`` (the where-broadcast would sum 5 rows)."""
+    condition = ops.broadcast_to(condition, tuple(shape_of(x)))
     return bind(ops.where_p, condition, x, y)

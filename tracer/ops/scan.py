@@ -33,19 +33,20 @@ def _rule(x):
     return AbstractArray(x.shape, x.dtype)
 
 
+def _scan_primitive(name, numpy_scan, vjp):
+    """A scan along the last axis in the operand's dtype: ``numpy_scan`` (``np.cumsum``,
+    ``np.cumprod``) is its NumPy implementation, ``vjp`` its gradient rule."""
+    return Primitive(name, "scan", impl=lambda x: numpy_scan(x, axis=-1, dtype=x.dtype),
+                     abstract_eval=_rule, vjp=(vjp,))
+
+
 def _vjp(g, x, out):
     # d out[j] / d x[i] = 1 for j >= i: the cotangent's running sum from the end
     last = (ndim_of(g) - 1,)
     return flip(cumsum(flip(g, last)), last)
 
 
-cumsum_p = Primitive(
-    "cumsum",
-    "scan",
-    impl=lambda x: np.cumsum(x, axis=-1, dtype=x.dtype),
-    abstract_eval=_rule,
-    vjp=(_vjp,),
-)
+cumsum_p = _scan_primitive("cumsum", np.cumsum, _vjp)
 
 
 def cumsum(x):
@@ -69,13 +70,7 @@ def _cumprod_vjp(g, x, out):
                 axes=(last + 1,), keepdims=False)
 
 
-cumprod_p = Primitive(
-    "cumprod",
-    "scan",
-    impl=lambda x: np.cumprod(x, axis=-1, dtype=x.dtype),
-    abstract_eval=_rule,
-    vjp=(_cumprod_vjp,),
-)
+cumprod_p = _scan_primitive("cumprod", np.cumprod, _cumprod_vjp)
 
 
 def cumprod(x):

@@ -258,3 +258,34 @@ def test_a_print_that_is_not_the_builtin_gets_the_text_as_written(capsys):
         got, want, _ = _both(capsys, shadowed, compiled, _data(seed))
         np.testing.assert_array_equal(got, want)
     assert "formatting a " in compiled.explain()
+
+
+def course_costs(x, num_iterations, print_cost=False):
+    """L_layer_model's two tests: the print's last trip, and the costs' bound past the end
+    (``i == num_iterations`` never holds in ``range(num_iterations)``)."""
+    w, costs = np.zeros_like(x), []
+    for i in range(0, num_iterations):
+        cost = np.squeeze(((x - w) ** 2).mean())
+        w = w + 0.125 * (x - w)
+        if print_cost and i % 100 == 0 or i == num_iterations - 1:
+            print("Cost after iteration {}: {}".format(i, np.squeeze(cost)))
+        if i % 100 == 0 or i == num_iterations:
+            costs.append(cost)
+    return w, costs
+
+
+@pytest.mark.parametrize("print_cost", [True, False])
+def test_course_costs_and_prints_compile_once_for_every_count(capsys, print_cost):
+    """The costs' bound past the end pinned the count (one compile per value, eager past
+    max_variants); it selects the periodic trips alone now."""
+    compiled = tj.jit(course_costs, cache="memory")
+    x = _data(11)
+    for count in (300, 301, 250, 1000, 450, 999, 17, 1000):
+        (got, got_costs), (want, want_costs), _ = _both(capsys, course_costs, compiled, x,
+                                                        count, print_cost)
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+        assert len(got_costs) == len(want_costs)
+        np.testing.assert_allclose(got_costs, want_costs, rtol=1e-15)
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiles"] <= 3, stats
+    assert stats["compiled_calls"] >= 5, stats

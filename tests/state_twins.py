@@ -24,6 +24,8 @@ def difference(ours, theirs, where="", tol=1e-9):
     if isinstance(ours, (np.generic, float)):
         same = np.isclose(ours, theirs, rtol=tol, atol=tol, equal_nan=True)
         return None if same else f"{where}: {ours!r} vs {theirs!r}"
+    if isinstance(ours, np.random.RandomState):  # a model's self.random: compared by state
+        return difference(list(ours.get_state()), list(theirs.get_state()), where, tol)
     if isinstance(ours, (list, tuple)):
         if len(ours) != len(theirs):
             return f"{where}: length {len(ours)} vs {len(theirs)}"

@@ -25,8 +25,26 @@ loop made ``model`` a container the loop fills, refused as rebound. It is carrie
 key as a dict made in the loop is (``tracer/loop_dict_carries._dict_name``): 2000 passes
 take 40-46 ms compiled against 320 ms in NumPy (loaded machine).
 
+Not fixed (reported; reproducers under /work/h172/scratch/): rasbt's classifiers keep
+their weights on ``self`` and write them in place in the epoch loop (``self.w_[1:] +=
+...`` while ``self.net_input`` reads ``self.w_``; NeuralNetMLP's ``self.w_h -= ...``): a
+captured loop carries local names only (``loop_trials``: "writes in place into an array no
+loop variable holds"; ``loop_frontend``: "the body assigns an attribute"), so the loop
+unrolls: LogisticRegressionGD at the book's ``n_iter=1000`` passes 16384 operations and
+runs eagerly at every call, smaller counts compile once per count. NeuralNetMLP.fit also
+calls ``np.unique`` and ``self.random.shuffle`` (eager by design). AdalineSGD stores a new
+``RandomState`` in ``self.rgen`` at every fit (refused: eager, state equal).
+CrossEntropyCost.fn on saturated activations (``a`` exactly 0 or 1, the case its
+``np.nan_to_num`` is for) takes a guard-margin exit at every call (eager, equal).
+nn-from-scratch's ``print("Loss after iteration %i: %f" % (i, calculate_loss(model)))``
+under ``if print_loss and i % 1000 == 0`` keeps the loop unrolled (a call inside the
+printed values; ``loss = calculate_loss(model)`` before the ``if`` compiles). The RNN's
+truncated ``bptt`` inner loop (``np.arange(max(0, t - k), t + 1)[::-1]``, a trip count
+that follows the outer index) unrolls: one compile per sentence length.
+
 Each call compares results, dtypes, types and the objects' state afterwards with eager
-NumPy; an exception eager raises must be raised too.
+NumPy (a ``RandomState`` by its state: ``state_twins``); an exception eager raises must be
+raised too.
 """
 
 import numpy as np
@@ -192,3 +210,242 @@ def test_a_model_dict_rebuilt_at_every_pass_from_an_empty_one_is_carried():
 def test_a_model_dict_after_no_pass_or_one_pass_is_numpys():
     f = run_calls(build_model, [(3, n) for n in (40, 45, 0, 1, 2, 40)], repeats=1)
     no_internal_errors(f)
+
+
+# --- rasbt's ch02/ch03 classifiers: weights on self, written in place per epoch ----------
+class AdalineGD:
+    def __init__(self, eta=0.01, n_iter=10, random_state=1):
+        self.eta, self.n_iter, self.random_state = eta, n_iter, random_state
+
+    def fit(self, X, y):
+        rgen = np.random.RandomState(self.random_state)
+        self.w_ = rgen.normal(loc=0.0, scale=0.01, size=1 + X.shape[1])
+        self.cost_ = []
+        for i in range(self.n_iter):  # noqa: B007 - as the book writes it
+            output = self.activation(self.net_input(X))
+            errors = (y - output)
+            self.w_[1:] += self.eta * X.T.dot(errors)
+            self.w_[0] += self.eta * errors.sum()
+            self.cost_.append((errors ** 2).sum() / 2.0)
+        return self
+
+    def net_input(self, X):
+        return np.dot(X, self.w_[1:]) + self.w_[0]
+
+    def activation(self, X):
+        return X
+
+    def predict(self, X):
+        return np.where(self.activation(self.net_input(X)) >= 0.0, 1, -1)
+
+
+class LogisticRegressionGD(AdalineGD):
+    def fit(self, X, y):
+        rgen = np.random.RandomState(self.random_state)
+        self.w_ = rgen.normal(loc=0.0, scale=0.01, size=1 + X.shape[1])
+        self.cost_ = []
+        for i in range(self.n_iter):  # noqa: B007 - as the book writes it
+            output = self.activation(self.net_input(X))
+            errors = (y - output)
+            self.w_[1:] += self.eta * X.T.dot(errors)
+            self.w_[0] += self.eta * errors.sum()
+            self.cost_.append(-y.dot(np.log(output)) - ((1 - y).dot(np.log(1 - output))))
+        return self
+
+    def activation(self, z):
+        return 1. / (1. + np.exp(-np.clip(z, -250, 250)))
+
+
+class Perceptron(AdalineGD):
+    def fit(self, X, y):
+        rgen = np.random.RandomState(self.random_state)
+        self.w_ = rgen.normal(loc=0.0, scale=0.01, size=1 + X.shape[1])
+        self.errors_ = []
+        for _ in range(self.n_iter):
+            errors = 0
+            for xi, target in zip(X, y):
+                update = self.eta * (target - self.predict(xi))
+                self.w_[1:] += update * xi
+                self.w_[0] += update
+                errors += int(update != 0.0)
+            self.errors_.append(errors)
+        return self
+
+
+class AdalineSGD(AdalineGD):
+    def __init__(self, eta=0.01, n_iter=3, shuffle=True, random_state=1):
+        super().__init__(eta, n_iter, random_state)
+        self.w_initialized, self.shuffle = False, shuffle
+
+    def fit(self, X, y):
+        self._initialize_weights(X.shape[1])
+        self.cost_ = []
+        for i in range(self.n_iter):  # noqa: B007 - as the book writes it
+            if self.shuffle:
+                X, y = self._shuffle(X, y)
+            cost = []
+            for xi, target in zip(X, y):
+                cost.append(self._update_weights(xi, target))
+            self.cost_.append(sum(cost) / len(y))
+        return self
+
+    def partial_fit(self, X, y):
+        if not self.w_initialized:
+            self._initialize_weights(X.shape[1])
+        if y.ravel().shape[0] > 1:
+            for xi, target in zip(X, y):
+                self._update_weights(xi, target)
+        else:
+            self._update_weights(X, y)
+        return self
+
+    def _shuffle(self, X, y):
+        r = self.rgen.permutation(len(y))
+        return X[r], y[r]
+
+    def _initialize_weights(self, m):
+        self.rgen = np.random.RandomState(self.random_state)
+        self.w_ = self.rgen.normal(loc=0.0, scale=0.01, size=1 + m)
+        self.w_initialized = True
+
+    def _update_weights(self, xi, target):
+        error = (target - self.activation(self.net_input(xi)))
+        self.w_[1:] += self.eta * xi.dot(error)
+        self.w_[0] += self.eta * error
+        return 0.5 * error ** 2
+
+
+def labelled(r, n, labels=(-1, 1), nan=False):
+    X = r.normal(size=(n, 2))
+    y = np.where(X[:, 0] + 0.3 * r.normal(size=n) > 0, labels[1], labels[0])
+    if nan and n:
+        X[n // 2, 0] = np.nan
+    return X, y
+
+
+def test_rasbts_gradient_descent_classifiers_match_numpy_over_sizes():
+    r = np.random.default_rng(5)
+    sets = [labelled(r, n) for n in (13, 13, 1, 0, 37)] + [labelled(r, 13, nan=True)]
+    f = run_twins(lambda: AdalineGD(n_iter=4), "fit", sets)
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 1, f.explain()
+    f = run_twins(lambda: LogisticRegressionGD(n_iter=4), "fit",
+                  [(X, (y > 0).astype(np.int64)) for X, y in sets])
+    no_internal_errors(f)
+    run_twins(LogisticRegressionGD, "predict", [(X,) for X, _ in sets])  # unfitted: raises
+
+
+def test_rasbts_perceptron_and_sgd_adaline_match_numpy_state_and_generator():
+    r = np.random.default_rng(6)
+    sets = [labelled(r, n) for n in (9, 9, 1, 0, 11)]
+    f = run_twins(lambda: Perceptron(n_iter=2), "fit", sets)
+    no_internal_errors(f)
+    # self.rgen made in fit: refused (stored again at every call), eager with equal state
+    run_twins(AdalineSGD, "fit", sets[:3])
+    run_twins(AdalineSGD, "partial_fit", [sets[0], sets[1], (sets[0][0][0], sets[0][1][:1])])
+
+
+# --- mnielsen's network2: cost classes with static methods, zip over layers ---------------
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def sigmoid_prime(z):
+    return sigmoid(z) * (1 - sigmoid(z))
+
+
+class QuadraticCost:
+    @staticmethod
+    def fn(a, y):
+        return 0.5 * np.linalg.norm(a - y) ** 2
+
+    @staticmethod
+    def delta(z, a, y):
+        return (a - y) * sigmoid_prime(z)
+
+
+class CrossEntropyCost:
+    @staticmethod
+    def fn(a, y):
+        return np.sum(np.nan_to_num(-y * np.log(a) - (1 - y) * np.log(1 - a)))
+
+    @staticmethod
+    def delta(z, a, y):
+        return (a - y)
+
+
+class Network:
+    def __init__(self, sizes, cost=CrossEntropyCost):
+        self.num_layers, self.sizes, self.cost = len(sizes), sizes, cost
+        r = np.random.RandomState(0)
+        self.biases = [r.randn(y, 1) for y in sizes[1:]]
+        self.weights = [r.randn(y, x) / np.sqrt(x) for x, y in zip(sizes[:-1], sizes[1:])]
+
+    def feedforward(self, a):
+        for b, w in zip(self.biases, self.weights):
+            a = sigmoid(np.dot(w, a) + b)
+        return a
+
+    def update_mini_batch(self, mini_batch, eta, lmbda, n):
+        nabla_b = [np.zeros(b.shape) for b in self.biases]
+        nabla_w = [np.zeros(w.shape) for w in self.weights]
+        for x, y in mini_batch:
+            delta_nabla_b, delta_nabla_w = self.backprop(x, y)
+            nabla_b = [nb + dnb for nb, dnb in zip(nabla_b, delta_nabla_b)]
+            nabla_w = [nw + dnw for nw, dnw in zip(nabla_w, delta_nabla_w)]
+        self.weights = [(1 - eta * (lmbda / n)) * w - (eta / len(mini_batch)) * nw
+                        for w, nw in zip(self.weights, nabla_w)]
+        self.biases = [b - (eta / len(mini_batch)) * nb for b, nb in zip(self.biases, nabla_b)]
+
+    def backprop(self, x, y):
+        nabla_b = [np.zeros(b.shape) for b in self.biases]
+        nabla_w = [np.zeros(w.shape) for w in self.weights]
+        activation, activations, zs = x, [x], []
+        for b, w in zip(self.biases, self.weights):
+            z = np.dot(w, activation) + b
+            zs.append(z)
+            activation = sigmoid(z)
+            activations.append(activation)
+        delta = (self.cost).delta(zs[-1], activations[-1], y)
+        nabla_b[-1] = delta
+        nabla_w[-1] = np.dot(delta, activations[-2].transpose())
+        for l in range(2, self.num_layers):  # noqa: E741 - as the book writes it
+            sp = sigmoid_prime(zs[-l])
+            delta = np.dot(self.weights[-l + 1].transpose(), delta) * sp
+            nabla_b[-l] = delta
+            nabla_w[-l] = np.dot(delta, activations[-l - 1].transpose())
+        return (nabla_b, nabla_w)
+
+    def accuracy(self, data):
+        results = [(np.argmax(self.feedforward(x)), np.argmax(y)) for (x, y) in data]
+        return sum(int(x == y) for (x, y) in results)
+
+    def total_cost(self, data, lmbda):
+        cost = 0.0
+        for x, y in data:
+            cost += self.cost.fn(self.feedforward(x), y) / len(data)
+        cost += 0.5 * (lmbda / len(data)) * sum(np.linalg.norm(w) ** 2 for w in self.weights)
+        return cost
+
+
+def pairs(r, n, nan=False):
+    out = []
+    for i in range(n):
+        x, y = r.normal(size=(4, 1)), np.zeros((3, 1))
+        y[int(r.integers(3))] = 1.0
+        if nan and i == 0:
+            x[0, 0] = np.nan
+        out.append((x, y))
+    return out
+
+
+def test_network2_mini_batches_costs_and_accuracy_match_numpy():
+    r = np.random.default_rng(7)
+    for cost in (CrossEntropyCost, QuadraticCost):
+        f = run_twins(lambda cost=cost: Network([4, 5, 3], cost), "update_mini_batch",
+                      [(pairs(r, n), 0.5, 0.1, 50) for n in (5, 5, 1, 7)]
+                      + [(pairs(r, 5, nan=True), 0.5, 0.1, 50), ([], 0.5, 0.1, 50)])
+        no_internal_errors(f)
+        run_twins(lambda cost=cost: Network([4, 5, 3], cost), "total_cost",
+                  [(pairs(r, n), 0.1) for n in (5, 5, 2)])
+    run_twins(lambda: Network([4, 6, 5, 3]), "accuracy", [(pairs(r, n),) for n in (5, 5, 3)])

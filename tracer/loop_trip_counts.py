@@ -58,7 +58,8 @@ def counted_bounds(context, range_function, range_args):
             context, "loop_indices", None) or getattr(context, "in_loop_body", 0) or getattr(
             context, "unroll_loops", False):
         return None
-    number_leaves = getattr(context, "number_leaves", {})
+    number_leaves = {**getattr(context, "number_leaves", {}),
+                     **getattr(context, "count_arrays", {})}
     args, leaves, pinnable = list(range_args), [], False
     for position, bound in enumerate(args):
         if not isinstance(bound, Tracer):
@@ -68,6 +69,8 @@ def counted_bounds(context, range_function, range_args):
             continue
         leaf = number_leaves[name]
         value = bound.value
+        if isinstance(value, np.ndarray) and value.shape == ():
+            value = value[()]  # a 0-d array count: np.array(300)
         if bound.shape != () or not isinstance(value, (int, np.integer)) or isinstance(
                 value, (bool, np.bool_)) or position == 2:
             return None  # a step, not an int: pinned as before
@@ -120,6 +123,22 @@ def _offset_leaf(context, bound, number_leaves):
     return None, 0
 
 
+def note_count_array(context, var, leaf):
+    """``var`` is the input of a 0-d integer array argument (``fit(X, Y, np.array(300))``,
+    a count read from a config array): a ``range`` bound over it is a count as an int
+    argument's is, bound at each call by ``int()`` of the argument (the entry guard reads
+    any leaf so), where its ``__index__`` guarded the value (a side exit for every other
+    count). An array is never pinned: a loop over it that unrolls guards the dim's value
+    as a shape."""
+    context.count_arrays = {**getattr(context, "count_arrays", {}), var.name: leaf}
+
+
+def _pinnable(context, leaves):
+    """The leaves among ``leaves`` the runtime can pin (number arguments, not arrays)."""
+    pinnable = set(getattr(context, "pinnable_scalars", {}).values())
+    return tuple(sorted({leaf for leaf in leaves if leaf in pinnable}))
+
+
 def is_trip_count(value):
     """Whether a number argument is a count one program serves (``[TRIP_LOW,
     TRIP_HIGH]``)."""
@@ -152,14 +171,15 @@ def run_counted(context, leaves, where, run):
         finals = run()
     finally:
         counted.pop(where, None)
-    if where not in getattr(context, "captured_loops", ())[captured:]:
-        raise ScalarDecidesShape(tuple(sorted(set(leaves))))  # unrolled without a note
+    if where not in getattr(context, "captured_loops", ())[captured:] and (
+            pinned := _pinnable(context, leaves)):
+        raise ScalarDecidesShape(pinned)  # unrolled without a note
     return finals
 
 
 def before_unrolling(context, where):
     """``tracejit.tracer.loops`` is about to unroll the loop at ``where``: a loop whose
     count is an argument's dim pins that argument instead."""
-    leaves = getattr(context, "counted_loops", {}).get(where)
+    leaves = _pinnable(context, getattr(context, "counted_loops", {}).get(where) or ())
     if leaves:
-        raise ScalarDecidesShape(tuple(sorted(set(leaves))))
+        raise ScalarDecidesShape(leaves)

@@ -35,6 +35,7 @@ from . import (
     attribute_writes,
     generators,
     list_appends,
+    loop_trip_counts,
     pinned_scalars,
     pytree,
     random_draws,
@@ -743,6 +744,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                 else:
                     shape.append(size)
             tracer = context.add_input(array, shape)
+            if array.ndim == 0 and array.dtype.kind in "iu" and isinstance(leaf, np.ndarray):
+                loop_trip_counts.note_count_array(context, tracer.ir_var, position)
             if not isinstance(leaf, np.ndarray):  # a Tensor (tracejit.tracer.tensor_methods)
                 context.tensor_inputs[tracer.ir_var.name] = bool(leaf.requires_grad)
             input_specs.append(InputSpec("array", len(context.inputs) - 1, type(leaf).__name__))

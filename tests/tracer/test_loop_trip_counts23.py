@@ -91,3 +91,22 @@ def test_the_reductions_over_a_list_read_the_loops_buffer(monkeypatch):
     for count in (40, 53, 60):
         compiled(np.ones(3), np.zeros(3), count)
     assert compiled.stats()["eager_calls"], compiled.stats()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_a_count_given_as_a_0d_array_is_a_dim_from_the_first_call(dtype):
+    """fit(X, w, np.array(300)): the count's __index__ guarded its value, so every other
+    count side-exited and ran eagerly (then traced a path of its own). Now the array is
+    a count as an int argument is, a dim from the first call (an array is a run-time
+    input from the start); counts under 3 are traced with their value guarded."""
+    compiled = jit(kept_len, cache="memory")
+    X = np.linspace(1.0, 2.0, 3)
+    for count in (40, 53, 97, 1000, 3, P, P + 1, 7, 0, 1, 2, 40):
+        w_got, w_want = np.zeros(3), np.zeros(3)
+        got = compiled(X, w_got, np.array(count, dtype))
+        want = kept_len(X, w_want, np.array(count, dtype))
+        _same(got, want, count)
+        np.testing.assert_allclose(w_got, w_want, rtol=1e-12, atol=1e-14)
+        if count == 7:
+            stats = compiled.stats()
+            assert stats["compiles"] == 1 and stats["compiled_calls"] == 7, stats

@@ -159,6 +159,9 @@ class EagerHooks:
     def loop_note(self, line, reason):
         pass
 
+    def loop_effect(self, line):  # tracer/loop_effects.py
+        pass
+
     def append_when(self, container, index, test, value, period=None):  # loop_selected_appends
         if test(index):
             container.append(value)

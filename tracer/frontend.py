@@ -40,6 +40,7 @@ from . import (
     attribute_writes,
     deferred_text,
     list_appends,
+    loop_effects,
     loop_prints,
     loop_selected_appends,
     loop_sequences,
@@ -1047,6 +1048,10 @@ class Hooks:
     def loop_note(self, line, reason):
         """A loop over range(...) the front end left as written: explain() says why."""
         note_unrolled(self.context, f"{sys._getframe(1).f_code.co_filename}:{line}", reason)
+
+    def loop_effect(self, line):
+        """Before a call statement under an if in a loop body (tracer/loop_effects.py)."""
+        loop_effects.refuse_in_trial(self.context, line)
 
     # the model's own exception handlers --------------------------------------------------
     # an if on a traced bool whose branches store into arrays (tracer/if_selects.py)

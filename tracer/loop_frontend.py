@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+from .loop_effects import mark_conditional_effects
 from .loop_prints import rewrite_selected_prints
 from .loop_selected_appends import rewrite_selected_appends
 
@@ -117,14 +118,16 @@ def unsupported_body(node):
             and iterator.func.id == "range" and not iterator.keywords
             and 1 <= len(iterator.args) <= 3):
         return "not a loop over range(...) or reversed(range(...))"
-    return unsupported_statements(node)
+    return unsupported_statements(node, effects=True)
 
 
-def unsupported_statements(node):
+def unsupported_statements(node, effects=False):
     """What in the body of the loop ``node`` keeps it from becoming a body function
     (``break``, a call for its side effect, ...), or None. The as-written fallbacks of
     counted ``while`` loops (``tracejit.tracer.loop_while``) do not count: the counted
-    twin runs where capture can happen."""
+    twin runs where capture can happen. With ``effects``, calls under an ``if`` that
+    ``loop_effects.mark_conditional_effects`` marked pass (their hook refuses a trial
+    that reaches them)."""
     for inner in _walk_past_fallbacks(node):
         if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
                               ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
@@ -133,6 +136,7 @@ def unsupported_statements(node):
             return f"the body has {type(inner).__name__.lower()}"
         if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant) and not (
             _appended(inner.value) or _printed(inner.value)
+            or effects and getattr(inner, "tracejit_effect", False)
         ):
             return "the body has an expression statement (a call for its side effect)"
         if isinstance(inner, (ast.Assign, ast.AugAssign)):
@@ -259,6 +263,8 @@ def _noted(node, reason):
 def rewrite_for(rewriter, node):
     """``node`` (an ``ast.For``) with its body rewritten by ``rewriter``, and, when it is a
     loop over ``range`` that may be captured, turned into a ``loop`` hook call."""
+    if getattr(rewriter, "function_node", None) is not None:
+        mark_conditional_effects(node)  # if callback is not None: callback(i, w)
     reason = unsupported_body(node)
     reversed_loop = _range_call(node.iter) is not node.iter  # before visiting rewrites it
     if reason is None and any(isinstance(arg, ast.Starred)

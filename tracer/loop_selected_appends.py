@@ -107,6 +107,10 @@ def rewrite_selected_appends(node, assigned_before, is_local):
               and isinstance(inner.ctx, (ast.Store, ast.Del))}
     body = []
     for position, statement in enumerate(node.body):
+        flagged = _flags_only(statement, index, stored)
+        if flagged is not None:  # if i % 50 == 0: (if verbose: print(...)) (if callback...)
+            body.extend(_flag_first(inner, statement.test) for inner in flagged)
+            continue
         parts = _selected_append(statement, index, stored)
         if parts is None or not is_local(parts[0]) or not _bound(
                 parts[2], assigned_before(node.body[:position]), stored):
@@ -118,13 +122,7 @@ def rewrite_selected_appends(node, assigned_before, is_local):
         rewritten = ast.Expr(value=call)
         ast.copy_location(rewritten, statement)
         body.append(ast.fix_missing_locations(rewritten))
-        for inner in flagged:
-            # if <flag> and <test>: the flag first, so a false one decides nothing on the
-            # index (a true one does: the loop unrolls, as it did)
-            both = ast.BoolOp(op=ast.And(), values=[inner.test, copy.deepcopy(test)])
-            guarded = ast.If(test=ast.copy_location(both, inner.test), body=inner.body,
-                             orelse=[])
-            body.append(ast.fix_missing_locations(ast.copy_location(guarded, inner)))
+        body.extend(_flag_first(inner, test) for inner in flagged)
     node.body = body
 
 
@@ -153,6 +151,33 @@ def selected_call(hook, leading, index, test, value, trailing=()):
                 elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k
                       for k in period], ctx=ast.Load())))] + keywords)
     return call
+
+
+def _flag_first(inner, test):
+    """``if <flag> and <test>:`` for ``inner``, ``if <flag>:`` under ``if <test>:``: the
+    flag first, so a false one decides nothing on the index (a true one does: the loop
+    unrolls, as it did)."""
+    both = ast.BoolOp(op=ast.And(), values=[inner.test, copy.deepcopy(test)])
+    guarded = ast.If(test=ast.copy_location(both, inner.test), body=inner.body, orelse=[])
+    return ast.fix_missing_locations(ast.copy_location(guarded, inner))
+
+
+def _flags_only(statement, index, stored):
+    """The ``if <flag>:`` statements of ``if <test of the index>:`` when they are all its
+    body (SkalskiP's ``if i % 50 == 0:`` holding ``if verbose: print(...)`` and ``if
+    callback is not None: callback(i, params)``), else None. The test is evaluated once
+    per flag instead of once: it reads only the index, constants and names the loop
+    leaves alone, and calls nothing."""
+    if not (isinstance(statement, ast.If) and not statement.orelse and statement.body):
+        return None
+    if not all(isinstance(inner, ast.If) and not inner.orelse and _is_flag(
+            inner.test, index, stored) for inner in statement.body):
+        return None
+    if not _is_test(statement.test, index, stored) or not any(
+            isinstance(inner, ast.Name) and inner.id == index
+            for inner in ast.walk(statement.test)):
+        return None
+    return statement.body
 
 
 def index_period(test, index):
@@ -311,14 +336,18 @@ def _selected_append(statement, index, stored):
             and len(call.args) == 1 and _plain_value(call.args[0]) and not call.keywords):
         return None
     container, value = call.func.value.id, call.args[0]
-    if container in stored or container == index:
+    if container in stored or container == index or not _is_test(statement.test, index,
+                                                                  stored):
         return None
-    for inner in ast.walk(statement.test):
-        if not isinstance(inner, _TEST_NODES):
-            return None
-        if isinstance(inner, ast.Name) and inner.id != index and inner.id in stored:
-            return None
     return container, statement.test, value, flagged
+
+
+def _is_test(test, index, stored):
+    """Whether ``test`` is made of names and constants, and reads no name the loop
+    assigns but the index."""
+    return all(isinstance(inner, _TEST_NODES) and not (
+        isinstance(inner, ast.Name) and inner.id != index and inner.id in stored)
+        for inner in ast.walk(test))
 
 
 def _is_flag(test, index, stored):

@@ -216,7 +216,7 @@ def count_positive(x):
 def python_int_counter(x):
     """A Python int carried through the loop (``n += 1``)."""
     n = 0
-    for t in range(x.shape[0]):
+    for t in range(x.shape[0]):  # noqa: B007 - a counting loop as users write it
         n += 1
     return x.sum(axis=0) * n
 

@@ -90,7 +90,7 @@ def test_calls_never_wait_for_a_held_compile_and_equal_eager(monkeypatch):
     w = rng.standard_normal((8, 3))
     calls = [np.abs(rng.standard_normal((5, 8))) for _ in range(6)]
     for x in calls:  # the compile is held the whole time: a call waiting on it would hang
-        result, seconds = timed(lambda: jitted(x, w))
+        result, seconds = timed(lambda: jitted(x, w))  # noqa: B023 - called at once
         np.testing.assert_array_equal(result, branchy(x, w))
         assert seconds < 5, f"a call took {seconds:.1f} s while the compile was held"
     assert held.wait_started(1) == 1  # one variant queued, not one per call

@@ -165,7 +165,8 @@ Case = namedtuple("Case", "id prim args params")
 # (gather, scatter_add) and where's condition are not floats: they get no gradient.
 # A convolution with every parameter away from its default (stride, padding, dilation,
 # groups); the weight gradient's output gradient has that convolution's output shape.
-CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2),
+                   groups=2)
 
 PRIMITIVE_SAMPLES = {
     "abs": ((away_from_zero(2, 3),), {}),

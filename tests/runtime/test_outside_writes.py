@@ -137,7 +137,7 @@ def test_a_warm_start_from_disk_still_writes(tmp_path, monkeypatch):
     """A second process's view: a new jit object on the same cache directory."""
     monkeypatch.setenv("TRACEJIT_CACHE_DIR", str(tmp_path))
     want = WEIGHTS.copy()
-    for attempt in range(2):
+    for _process in range(2):
         f = tj.jit(through_a_local_name)
         for call in range(3):
             x = np.full(3, call + 1.0)

@@ -253,7 +253,7 @@ def kmeans_vectorized(X, centroids, max_iters):
     """Vectorized update with one-hot counts; stops when no label changes."""
     k = centroids.shape[0]
     labels = np.full(X.shape[0], -1)
-    for it in range(max_iters):
+    for it in range(max_iters):  # noqa: B007 - the model's loop as written
         d = np.linalg.norm(X[:, None, :] - centroids[None], axis=2)
         new_labels = d.argmin(axis=1)
         if np.array_equal(new_labels, labels):
@@ -284,7 +284,7 @@ def logistic_regression_fit(X, y, lr, epochs, tol):
     b = 0.0
     history = []
     prev_loss = np.inf
-    for epoch in range(epochs):
+    for epoch in range(epochs):  # noqa: B007 - the model's loop as written
         p = sigmoid(X @ w + b)
         loss = -np.mean(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))
         history.append(loss)
@@ -423,7 +423,7 @@ def sample_greedy(h, seed_ix, n, Wxh, Whh, Why, bh, by):
     x = np.zeros((vocab, 1))
     x[seed_ix] = 1
     ixes = []
-    for t in range(n):
+    for t in range(n):  # noqa: B007 - min-char-rnn's sample loop as written
         h = np.tanh(np.dot(Wxh, x) + np.dot(Whh, h) + bh)
         y = np.dot(Why, h) + by
         p = np.exp(y) / np.sum(np.exp(y))
@@ -755,7 +755,8 @@ def same_shape_calls(case, rng):
                                     rng.integers(0, 7, 5), rng.integers(0, 7, (5, 2)), 0.1)
                                    for _ in range(6)]
     if case == "momentum":
-        return momentum_in_place, [(rng.standard_normal(5), [rng.standard_normal(5) for _ in range(3)],
+        return momentum_in_place, [(rng.standard_normal(5),
+                                    [rng.standard_normal(5) for _ in range(3)],
                                     {"velocity": rng.standard_normal(5), "momentum": 0.9,
                                      "learning_rate": 0.1}) for _ in range(6)]
     if case == "logistic":

@@ -1337,13 +1337,15 @@ def clipped_lookup(table, ids):
                  id="strides"),
     pytest.param(upstream_broadcast_arrays, lambda n: (np.arange(n * 1.0), np.ones((n, 3))),
                  id="broadcast_arrays"),
-    pytest.param(converged_labels, lambda n: (np.linspace(-1, 1, n), np.arange(n) % 2), id="array_equal"),
+    pytest.param(converged_labels, lambda n: (np.linspace(-1, 1, n), np.arange(n) % 2),
+                 id="array_equal"),
     pytest.param(ids_with_a_python_list,
                  lambda n: (np.arange(20.0).reshape(10, 2), n - 4, np.arange(1, n)),
                  id="concatenate_list"),
     pytest.param(compounded_growth, lambda n: (np.linspace(-0.1, 0.1, n),), id="cumprod"),
     pytest.param(as_rows, lambda n: (np.arange(n * 1.0),), id="atleast_2d"),
-    pytest.param(clipped_lookup, lambda n: (np.arange(10.0).reshape(5, 2), np.arange(n) - 2), id="take_clip"),
+    pytest.param(clipped_lookup, lambda n: (np.arange(10.0).reshape(5, 2), np.arange(n) - 2),
+                 id="take_clip"),
 ])
 def test_common_numpy_calls_of_model_code_compile(model, make):
     f = run_calls(model, [make(5), make(7)])

@@ -38,7 +38,7 @@ def accumulating(Wx, Wh, b, x, h0):
 def carried_only(Wx, Wh, b, x, h0):
     """Only a carried value; the body reads nothing at the index."""
     h = h0
-    for t in range(x.shape[1]):
+    for t in range(x.shape[1]):  # noqa: B007 - the index unread is the case tested
         h = np.tanh(h @ Wh + b)
     return np.sum(h * h) + np.sum(Wx)
 

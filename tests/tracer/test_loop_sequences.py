@@ -119,7 +119,7 @@ def test_a_list_of_layers_iterates_as_written():
 
 def over_dict_and_numpy(x, weights):
     out = x
-    for name, w in weights.items():  # not a sequence loop: as written
+    for name, w in weights.items():  # noqa: B007 - not a sequence loop: as written
         out = out * w
     for scale in np.array([1.0, 2.0, 3.0]):  # a NumPy array made here: as written
         out = out + scale

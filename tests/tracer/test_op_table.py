@@ -148,7 +148,8 @@ Call = namedtuple("Call", "args params")
 
 # A convolution with every parameter away from its default (stride, padding, dilation,
 # groups); the weight gradient's output gradient has that convolution's output shape.
-CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+CONV_PARAMS = dict(kernel=(2, 3), strides=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2),
+                   groups=2)
 
 SAMPLES = {
     "full": Call((), dict(shape=(2, 3), value=1.5, dtype=F64)),

@@ -30,7 +30,8 @@ def counts(x):
 
 
 @pytest.mark.parametrize("model, make", [
-    (step_returning_item, lambda rng, n: (rng.standard_normal((n, 3)), rng.standard_normal((3, 2)))),
+    (step_returning_item,
+     lambda rng, n: (rng.standard_normal((n, 3)), rng.standard_normal((3, 2)))),
     (step_returning_float, lambda rng, n: (rng.standard_normal((n, 3)),
                                            rng.standard_normal((3, 2)), 0.1 * n)),
     (counts, lambda rng, n: (rng.standard_normal(n),)),

@@ -43,6 +43,11 @@ def assert_same(got, want, rtol=1e-10, atol=1e-12, where="result"):
         assert got == want, where
 
 
+def assert_equal(got, want, where="result"):
+    """``assert_same`` to the bit: no tolerance (a NaN equals a NaN)."""
+    assert_same(got, want, rtol=0, atol=0, where=where)
+
+
 def check_calls(function, argument_sets, rtol=1e-10, atol=1e-12, **options):
     """Run ``function`` eagerly and through ``jit`` on copies of each argument tuple;
     results and the arguments afterwards (in-place writes) must agree. Returns the jit

@@ -59,6 +59,7 @@ after it by helper-163: a scan in NumPy's order, 29072d4):
 
 import numpy as np
 import pytest
+from real_model_checks import assert_equal
 
 import tracejit as tj
 
@@ -67,21 +68,6 @@ def _calls(function, argument_sets, **options):
     """Eager and jit results of each argument set (the jit ones from one function)."""
     compiled = tj.jit(function, cache="memory", **options)
     return [(compiled(*arguments), function(*arguments)) for arguments in argument_sets]
-
-
-def _assert_same(got, want):
-    assert type(got) is type(want)
-    if isinstance(want, (list, tuple)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _assert_same(g, w)
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for key in want:
-            _assert_same(got[key], want[key])
-    else:
-        np.testing.assert_array_equal(got, want)
-        assert np.asarray(got).dtype == np.asarray(want).dtype
 
 
 # --- the loop index modulo a negative number ---------------------------------------------
@@ -115,7 +101,7 @@ def test_index_modulo_and_floor_division_by_negative(function, k):
     rows = np.arange(7.0) if function is every_kth_half else np.arange(21.0).reshape(7, 3)
     sets = [(rows[:6], k), (rows[:6] + 1, k), (rows, k), (rows[:5], k)]
     for got, want in _calls(function, sets, dynamic=True):
-        _assert_same(got, want)
+        assert_equal(got, want)
 
 
 # --- sinh and cosh near exp's overflow and near 0 -----------------------------------------
@@ -169,7 +155,7 @@ def test_a_view_made_before_writes_apart_from_it_still_views_its_base():
     for function in (rows_filled_after_a_view, last_row_written_after_a_view):
         sets = [(np.arange(15.0).reshape(5, 3) + k,) for k in range(3)]
         for got, want in _calls(function, sets):
-            _assert_same(got, want)
+            assert_equal(got, want)
             assert np.shares_memory(got[0], got[1]) == np.shares_memory(want[0], want[1])
             assert (got[-1] is got[-2]) == (want[-1] is want[-2])
 
@@ -186,7 +172,7 @@ def flipped_view_of_a_constant_transposed(x):
 def test_a_transposed_flipped_view_of_an_array_made_in_the_call_views_it():
     sets = [(np.ones((5, 3)),)] * 3
     for got, want in _calls(flipped_view_of_a_constant_transposed, sets):
-        _assert_same(got, want)
+        assert_equal(got, want)
         for view in (1, 2):
             assert np.shares_memory(got[0], got[view])
             assert [stride for stride, length in zip(got[view].strides, got[view].shape)
@@ -207,7 +193,7 @@ def test_a_narrow_integer_cast_to_a_wider_narrow_one_keeps_its_value(source, tar
         return x.astype(target), x[::-1].astype(target)
 
     for got, want in _calls(widened, [(values,), (values[::-1].copy(),), (values,)]):
-        _assert_same(got, want)
+        assert_equal(got, want)
 
 
 # --- a NumPy scalar stored into a signed integer array goes through int() -----------------
@@ -229,7 +215,7 @@ def test_an_element_update_raises_as_numpy_past_its_range():
     compiled = tj.jit(element_updated_past_int8, cache="memory")
     for _ in range(2):
         good = np.array([100, 2], np.int64)
-        _assert_same(compiled(good), element_updated_past_int8(good))
+        assert_equal(compiled(good), element_updated_past_int8(good))
     with pytest.raises(OverflowError):
         element_updated_past_int8(np.array([300, 2], np.int64))
     with pytest.raises(OverflowError):
@@ -243,7 +229,7 @@ def test_a_numpy_scalar_into_an_int_element_raises_as_numpy_past_its_range(dtype
     compiled = tj.jit(sum_into_an_int32_element, cache="memory")
     for _ in range(2):
         good = np.array([1, 2], dtype)
-        _assert_same(compiled(good), sum_into_an_int32_element(good))
+        assert_equal(compiled(good), sum_into_an_int32_element(good))
     with np.errstate(all="ignore"):
         with pytest.raises((OverflowError, ValueError)) as want:
             sum_into_an_int32_element(np.array(bad, dtype))
@@ -259,7 +245,7 @@ def test_numpy_scalars_listed_into_an_int_array_raise_as_numpy_past_its_range():
     compiled = tj.jit(scalars_listed_as_int32, cache="memory")
     for _ in range(2):
         good = np.array([1, 2], np.int64)
-        _assert_same(compiled(good), scalars_listed_as_int32(good))
+        assert_equal(compiled(good), scalars_listed_as_int32(good))
     for bad in ([2 ** 31, 2], [40000, 1]):
         with pytest.raises(OverflowError):
             scalars_listed_as_int32(np.array(bad, np.int64))
@@ -279,5 +265,5 @@ def test_the_scalar_of_an_updated_zero_d_argument_is_a_numpy_scalar():
     for value in (2.0, 3.0, 4.0):
         z_jit, z_eager = np.asarray(value), np.asarray(value)
         got, want = compiled(z_jit), scalar_of_an_updated_zero_d(z_eager)
-        _assert_same(got, want)
+        assert_equal(got, want)
         assert got[0] is z_jit and z_jit == z_eager

@@ -22,6 +22,7 @@ names no unrolled loop at its line) and no call may run eagerly.
 import inspect
 
 import numpy as np
+from real_model_checks import assert_same
 
 import tracejit as tj
 from tracejit.tracer.loop_bounds import carry_loop_bounds
@@ -168,20 +169,7 @@ def data(m, seed=0):
 def assert_close(got, want):
     """The same structure and types; values within a few ulp of a short run's rounding
     (sums and products are ordered differently in compiled code)."""
-    assert type(got) is type(want), (got, want)
-    if isinstance(want, (list, tuple)):
-        assert len(got) == len(want), (got, want)
-        for mine, theirs in zip(got, want):
-            assert_close(mine, theirs)
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for key in want:
-            assert_close(got[key], want[key])
-    elif isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
-    else:
-        assert abs(got - want) <= 1e-11 * abs(want) + 1e-13, (got, want)
+    assert_same(got, want, rtol=1e-11, atol=1e-13)
 
 
 def training_loop(function):

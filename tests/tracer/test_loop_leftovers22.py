@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from real_model_checks import assert_same
 
 from tracejit import jit
 from tracejit.runtime.guards import compile_guard
@@ -19,13 +20,7 @@ from tracejit.runtime.serialize import InvalidEntry, spec_from_json, spec_to_jso
 def _same(got, want):
     """Compiled ``got`` is eager ``want``: arrays close, numbers of the same type, lists of
     the same length, entry by entry."""
-    if isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), (got, want)
-        for a, b in zip(got, want):
-            _same(a, b)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert_same(got, want, rtol=1e-9, atol=1e-12)
 
 
 def _data():

@@ -47,20 +47,13 @@ NumPy's).
 from __future__ import annotations
 
 import numpy as np
+from real_model_checks import assert_same
 
 from tracejit import jit
 
 
 def _same(got, want):
-    if isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), (got, want)
-        for a, b in zip(got, want):
-            _same(a, b)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert_same(got, want, rtol=1e-9, atol=1e-12)
 
 
 # --- range(num_iterations) (735dca6) ------------------------------------------------------

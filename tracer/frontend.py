@@ -83,7 +83,6 @@ from .object_paths import (
     is_settings_record,
     partial_roots,
 )
-from .ops.control import print_text
 from .out_arguments import check_cast, check_out
 from .outside_inputs import (
     CONTENT_LIMIT,
@@ -364,9 +363,9 @@ class Hooks:
         # for the dicts inside one it reads: self.optim_configs[p]["t"] += 1)
         context.item_state_of = lambda path, value: _item_state(path, value, self.objects)
         self.operator_methods = {}  # class -> the operator methods the user wrote on it
-        self._print_calls = 0  # prints so far, and at each loop_prints list's making
-        self._print_marks = {}
-        self._print_indices = {}  # such a list's trips, while it is a real list
+        self.print_count = 0  # prints so far, and at each loop_prints list's making
+        self.print_marks = {}
+        self.print_indices = {}  # such a list's trips, while it is a real list
 
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
@@ -916,52 +915,23 @@ class Hooks:
     def printed_rows(self, name):
         """The list a loop's print under an index test keeps its rows in
         (``tracejit.tracer.loop_prints``), noting how many prints the trace made so far."""
-        self._print_marks[name] = self._print_calls
+        self.print_marks[name] = self.print_count
         return []
 
     def print_when(self, rows, index, test, entry, shown, period=None, last=None,
                    periodic=None):
-        """``if test(index): print(...)`` in a loop body: ``entry`` (the index and the
-        printed values) kept as ``append_when`` keeps a cost."""
+        """``if test(index): print(...)`` in a loop body: ``entry`` (the printed values)
+        kept as ``append_when`` keeps a cost."""
         length = len(rows) if type(rows) is list else None
         loop_selected_appends.append_when(self.context, rows, index, test, entry, period,
                                           last, periodic)
         if length is not None and len(rows) > length:  # (the rows printed one by one)
-            self._print_indices.setdefault(id(rows), []).append(index)
+            self.print_indices.setdefault(id(rows), []).append(index)
 
     @calls_for_the_user
     def print_rows(self, rows, shown, name):
         """After the loop: the kept rows printed, one line each (``loop_prints``)."""
-        function, layout, sep, end = shown
-        if function is not print or self._print_marks.pop(name, None) != self._print_calls:
-            raise trace_error("a print under a test of the loop index in a loop that prints "
-                              "something else too (or a `print` that is not the builtin): "
-                              "its lines would be written out of order")
-        if isinstance(rows, StackedList):
-            made = loop_prints.rows_effect(self.context, rows, layout, sep, end,
-                                           user_location(skip=2))
-            if made is not None:
-                effect, values = made
-                try:
-                    text = print_text(effect, values)
-                except Exception as error:  # noqa: BLE001 - eager raises or warns itself
-                    raise trace_error(f"printing the loop's rows raised "
-                                      f"{type(error).__name__}: {error}") from None
-                self.context.body.append(effect)
-                self._print_calls += 1
-                trial = getattr(self.context, "trial_prints", None)
-                if trial is not None:
-                    trial.append(text)
-                else:
-                    emit_prints(self.context, [text])
-                return
-        indices = self._print_indices.pop(id(rows), [])
-        entries = list(rows)
-        if len(indices) != len(entries):
-            raise trace_error("a print under a test of the loop index whose rows are not "
-                              "its trips' (the loop ran another way)")
-        for index, entry in zip(indices, entries):
-            self.print(*loop_prints.printed_arguments(layout, index, entry), sep=sep, end=end)
+        loop_prints.print_rows(self, rows, shown, name, user_location(skip=2))
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):
@@ -1133,7 +1103,7 @@ class Hooks:
         params = (("end", end), ("segments", tuple(segments)), ("sep", sep),
                   ("stream", stream))
         self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))
-        self._print_calls += 1
+        self.print_count += 1
         if trial is not None:  # a traced loop iteration: written once the loop is decided
             trial.append((stream, sep.join(texts) + end))
             return

@@ -44,6 +44,7 @@ from . import ops
 from .deferred_text import DeferredText, eager_kind, segment
 from .ir import Effect
 from .loop_selected_appends import _TEST_NODES, _bound, _plain_value, selected_call, selection
+from .ops.control import print_text
 
 HOOK = "__tracejit__"
 
@@ -152,6 +153,49 @@ def _copy(node):
 
 def _located(statement, where):
     return ast.fix_missing_locations(ast.copy_location(statement, where))
+
+
+# --- trace time ---------------------------------------------------------------------------
+def print_rows(hooks, rows, shown, name, location):
+    """``Hooks.print_rows``: after the loop, one print effect over a captured loop's
+    selected rows, or the rows of an unrolled one printed one by one. Refused (the call
+    runs eagerly) when anything else printed since the loop began (``hooks.print_marks``),
+    or ``print`` is not the builtin."""
+    # cycle: loops -> while_loops -> loop_frontend -> here (the front end's rewrite)
+    from .loops import emit_prints
+    from .stacked_containers import StackedList
+    from .traced_array import trace_error
+
+    function, layout, sep, end = shown
+    if function is not print or hooks.print_marks.pop(name, None) != hooks.print_count:
+        raise trace_error("a print under a test of the loop index in a loop that prints "
+                          "something else too (or a `print` that is not the builtin): "
+                          "its lines would be written out of order")
+    context = hooks.context
+    if isinstance(rows, StackedList):
+        made = rows_effect(context, rows, layout, sep, end, location)
+        if made is not None:
+            effect, values = made
+            try:
+                written = print_text(effect, values)
+            except Exception as error:  # noqa: BLE001 - eager raises or warns itself
+                raise trace_error(f"printing the loop's rows raised {type(error).__name__}: "
+                                  f"{error}") from None
+            context.body.append(effect)
+            hooks.print_count += 1
+            trial = getattr(context, "trial_prints", None)
+            if trial is not None:  # (a loop in a traced trip of another)
+                trial.append(written)
+            else:
+                emit_prints(context, [written])
+            return
+    indices = hooks.print_indices.pop(id(rows), [])
+    entries = list(rows)
+    if len(indices) != len(entries):
+        raise trace_error("a print under a test of the loop index whose rows are not its "
+                          "trips' (the loop ran another way)")
+    for index, entry in zip(indices, entries):
+        hooks.print(*printed_arguments(layout, index, entry), sep=sep, end=end)
 
 
 # --- run time -----------------------------------------------------------------------------

@@ -52,8 +52,10 @@ raised too.
 """
 
 import numpy as np
-from real_model_checks import all_compiled, no_internal_errors, run_calls
+from real_model_checks import all_compiled, finite_differences, no_internal_errors, run_calls
 from state_twins import run_twins
+
+import tracejit as tj
 
 
 def softmax(x):
@@ -147,6 +149,25 @@ def test_the_step_number_from_np_arange_is_numpys_int64():
     f = run_twins(RecurrentLanguageModel, "steps_seen",
                   [(r.standard_normal(T),) for T in (5, 7, 6, 0, 1)])
     no_internal_errors(f)
+
+
+def sequence_loss(W, x):
+    T = len(x)
+    s = np.zeros((T + 1, 3))
+    for t in np.arange(T):
+        s[t] = np.tanh(W[:, x[t]] + W[:, :3].dot(s[t - 1]))
+    return np.sum(s ** 2)
+
+
+def test_gradient_through_time_steps_over_np_arange_matches_finite_differences():
+    r = np.random.default_rng(5)
+    W = r.normal(size=(3, 8)) * 0.5
+    g = tj.jit(tj.grad(sequence_loss), cache="memory")
+    for T in (7, 9, 11):
+        x = r.integers(0, 8, size=T)
+        want = finite_differences(lambda w, x=x: sequence_loss(w, x), W)
+        np.testing.assert_allclose(g(W, x), want, rtol=1e-5, atol=1e-7)
+    assert g.stats()["compiled_calls"] >= 1 and not g.stats()["eager_calls"], g.explain()
 
 
 def test_a_nan_weight_and_nan_inputs_flow_as_in_numpy():

@@ -32,6 +32,7 @@ else printed (the call runs eagerly).
 
 Left as written: a second print in the loop, a print under an ``else`` or beside other
 statements, ``file=``, values that call anything but the conversions a cost goes through.
+(``flush=True`` is taken: the rows are written at once after the loop.)
 """
 
 from __future__ import annotations
@@ -108,9 +109,11 @@ def _layout(call, index):
     entry position of its value, or its ``deferred_text`` template and the entry positions
     of its values (the entry's item 0 is the index); ``(None, ...)`` for one this leaves."""
     keywords = {keyword.arg: keyword.value for keyword in call.keywords}
+    flush = keywords.pop("flush", ast.Constant(False))  # (the rows are written at once)
     if not set(keywords) <= {"sep", "end"} or not all(
             isinstance(value, ast.Constant) and type(value.value) is str
-            for value in keywords.values()):
+            for value in keywords.values()) or not (
+            isinstance(flush, ast.Constant) and type(flush.value) is bool):
         return None, [], None, None
     sep = keywords["sep"].value if "sep" in keywords else " "
     end = keywords["end"].value if "end" in keywords else "\n"

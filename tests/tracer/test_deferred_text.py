@@ -19,6 +19,7 @@ import pytest
 
 import tracejit as tj
 from tracejit.tracer.eager_rewrite import run_eagerly
+from tracejit.tracer.tracing import trace
 
 
 def _data(seed, size=6):
@@ -135,7 +136,7 @@ def every_trip_loop(x, epochs):
     for epoch in range(1, epochs + 1):
         loss = float(((x - w) ** 2).sum())
         w = w + 0.125 * (x - w)
-        print(f"epoch {epoch}: loss {loss:.4f}", end=";")
+        print(f"epoch {epoch}: loss {loss:.4f}", end=";", flush=True)
     return w
 
 
@@ -289,3 +290,11 @@ def test_course_costs_and_prints_compile_once_for_every_count(capsys, print_cost
     stats = compiled.stats()
     assert stats["eager_calls"] == {} and stats["compiles"] <= 3, stats
     assert stats["compiled_calls"] >= 5, stats
+
+
+def test_a_flushed_print_at_every_trip_is_printed_as_rows_after_the_loop():
+    """``flush=True`` (progress lines) is no reason to leave the print in the body, where
+    it kept the loop from running natively: the rows print after the loop."""
+    traced = trace(every_trip_loop, _data(2), 50, dynamic=True)
+    assert any(type(item).__name__ == "Effect" and dict(item.params).get("rows")
+               for item in traced.graph.body)

@@ -71,13 +71,16 @@ def follow_replaced(context, before, after):
             context.replaced[key] = after
 
 
-def carries_of(context, names, originals, snapshots, values, start, stop, step, count):
+def carries_of(context, names, originals, snapshots, values, start, stop, step, count,
+               index_map=None):
+    """The carry of each carried name. ``index_map``: ``(offset, scale)`` when the user's
+    index is ``offset + scale * t`` of the loop's ``t`` (a strided loop), else None."""
     carries = []
     for name, original, snap, value in zip(names, originals, snapshots, values):
         if snap is not None:
             try:
                 carries.append(ContainerCarry(context, name, snap, value, value_of(start),
-                                              start, stop, step, count))
+                                              start, stop, step, count, index_map))
             except Refusal as refusal:
                 raise Refused(str(refusal)) from None
         elif is_int(original) and is_int(value):

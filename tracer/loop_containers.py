@@ -88,13 +88,17 @@ class ContainerCarry:
     """One dict or list the loop fills: its slots, the proxy the body sees in a traced
     iteration, and what the name holds after the loop."""
 
-    def __init__(self, context, name, snap, after, first, start, stop, step, count):
+    def __init__(self, context, name, snap, after, first, start, stop, step, count,
+                 index_map=None):
         kind, original, before = snap
         if after is not original:
             raise Refusal(f"`{name}` is rebound inside the loop")
         self.context, self.name, self.kind = context, name, kind
         self.first, self.start, self.stop, self.step, self.count = (first, start, stop, step,
                                                                     count)
+        # (offset, scale): the user's index is offset + scale * the loop's counter in a
+        # strided loop (range(0, n, 2) runs as a loop over its trip number: loops._strided)
+        self.index_map = index_map or (0, 1)
         self.plan = None  # None: discovery; else the read decisions, in body order
         # the index test of an append under it (tracejit.tracer.loop_selected_appends),
         # else None
@@ -167,8 +171,9 @@ class ContainerCarry:
                 a is not b for a, b in zip(after, before)):
             raise Refusal(f"`{self.name}` is a list the loop changes other than by one "
                           "append under a test of the index per iteration")
-        self.selected = loop_selected_appends.selector(note, self.start, self.count,
-                                                       self.step)
+        offset, scale = self.index_map  # the test reads the user's index
+        self.selected = loop_selected_appends.selector(note, offset + scale * self.start,
+                                                       self.count, scale * self.step)
         if self.selected is None:
             raise Refusal(f"`{self.name}` is appended to under a test of the index in a loop "
                           "over a dynamic length (the selected trips would pin it; a test "
@@ -336,8 +341,10 @@ class ContainerCarry:
                          self.start + self.offset - (self.count - 1))
             return StackedDict(self, buffers, low)
         if self.selected is not None:  # the rows of the trips whose test holds
-            rows, count = loop_selected_appends.selection(self.selected, self.first,
-                                                          self.count, self.step, buffers[0])
+            offset, scale = self.index_map
+            rows, count = loop_selected_appends.selection(
+                self.selected, offset + scale * self.first, self.count, scale * self.step,
+                buffers[0])
             return StackedList(self, [buffer[rows] for buffer in buffers], count)
         return StackedList(self, buffers)
 

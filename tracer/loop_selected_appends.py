@@ -460,6 +460,9 @@ def selector(note, start, count, step):
     if not isinstance(start, int) or not isinstance(step, int) or note.period is None:
         return None
     test = note.test
+    # the test repeats every note.period indices, so every period // gcd(period, step) trips
+    # (i % 4 == 0 in range(0, n, 2): every second trip)
+    period = note.period // math.gcd(note.period, abs(step)) if step else note.period
     if note.periodic is not None and note.last is not None and (
             expr_of(note.last) == expr_of(start + count * step)):
         # i == num_iterations in range(num_iterations) (course 1's costs): never true, the
@@ -468,23 +471,23 @@ def selector(note, start, count, step):
     elif note.periodic is not None:  # <periodic> or i == <bound>: the bound the last index?
         if note.last is None or expr_of(note.last) != expr_of(start + (count - 1) * step):
             return None
-        outcomes = [note.periodic(start + trip * step) for trip in range(note.period)]
+        outcomes = [note.periodic(start + trip * step) for trip in range(period)]
         if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
             return None
         trips = [trip for trip, outcome in enumerate(outcomes) if outcome]
         if not trips:  # print_cost and i % 100 == 0 or i == n - 1, the flag false
-            return Selector(note.test, note.period, "none", last=True)
+            return Selector(note.test, period, "none", last=True)
         if len(trips) != 1:
             return None
-        return Selector(note.test, note.period, trips[0], last=True)
-    outcomes = [test(start + trip * step) for trip in range(note.period)]
+        return Selector(note.test, period, trips[0], last=True)
+    outcomes = [test(start + trip * step) for trip in range(period)]
     if not all(type(outcome) in (bool, np.bool_) for outcome in outcomes):
         return None  # a test reading a run-time value (a traced flag)
     trips = [trip for trip, outcome in enumerate(outcomes) if outcome]
-    if len(trips) not in (0, 1, note.period):
+    if len(trips) not in (0, 1, period):
         return None
-    phase = "none" if not trips else "all" if len(trips) == note.period else trips[0]
-    return Selector(note.test, note.period, phase)
+    phase = "none" if not trips else "all" if len(trips) == period else trips[0]
+    return Selector(note.test, period, phase)
 
 
 def selection(test, first, count, step, like=None):

@@ -282,8 +282,17 @@ def _strided(context, range_function, start, stop, step, reverse, body):
     if isinstance(n, SymInt) and isinstance(expr_of(n), int):
         n = expr_of(n)
     if reverse is not None:
-        return (n,), lambda u, *values: body(start + step * (n - 1 - u), *values)
-    return (n,), lambda u, *values: body(start + step * u, *values)
+        offset, scale = start + step * (n - 1), -step
+    else:
+        offset, scale = start, step
+
+    def by_trip(u, *values):
+        return body(offset + scale * u, *values)
+
+    # what reads the user's index after the trips (a selected append's test: the trips
+    # whose i % 4 == 0 in range(0, n, 2) are u % 2 == 0, not u % 4 == 0)
+    by_trip.index_map = (offset, scale)
+    return (n,), by_trip
 
 
 def _capturable(context, range_function, start, stop, step):
@@ -436,14 +445,16 @@ def _capture(context, body, names, originals, snapshots, values, start, stop, st
                           spread.snapshots, spread.values, start, stop, step, count, where,
                           spread.entering, watched)
         return spread.regroup(finals)
-    carries = carries_of(context, names, originals, snapshots, values, start, stop, step, count)
+    index_map = getattr(body, "index_map", None)  # a strided loop's (_strided)
+    carries = carries_of(context, names, originals, snapshots, values, start, stop, step, count,
+                         index_map)
     if entering is not None and _first_trip_fits(carries, entering):
         try:
             return _capture_trips(context, body, carries, start, stop, step, where,
                                   from_first=entering, watched=watched)
         except Refused:  # the index decides something at trip 0: peel it after all
             carries = carries_of(context, names, originals, snapshots, values, start, stop, step,
-                               count)
+                                 count, index_map)
     return _capture_trips(context, body, carries, start, stop, step, where, from_first=None,
                           watched=watched)
 

@@ -110,3 +110,64 @@ def test_a_count_given_as_a_0d_array_is_a_dim_from_the_first_call(dtype):
         if count == 7:
             stats = compiled.stats()
             assert stats["compiles"] == 1 and stats["compiled_calls"] == 7, stats
+
+
+# --- strided loops: the test reads the user's index, not the trip number -----------------
+def every_fourth_of_even(X, w, n):
+    costs = []
+    for i in range(0, n, 2):
+        w = w - 0.1 * (w - X)
+        if i % 4 == 0:
+            costs.append(float(np.sum(w)))
+    return w, costs
+
+
+def down_by_two(X, w, n):
+    costs = []
+    for i in range(n - 1, -1, -2):
+        w = w - 0.1 * (w - X) * (i + 1)
+        if i % 3 == 0:
+            costs.append(float(np.sum(w)))
+    return w, costs
+
+
+def constant_stride(X, w):
+    costs = []
+    for i in range(1, 100, 3):
+        w = w - 0.01 * (w - X)
+        if i % 2 == 0:
+            costs.append(float(np.sum(w)))
+    return w, costs
+
+
+def over_rows(X, w):
+    costs = []
+    for i in range(1, X.shape[0], 3):
+        w = w - 0.1 * (w - X[i])
+        if i % 2 == 0:
+            costs.append(float(np.sum(w)))
+    return w, costs
+
+
+@pytest.mark.parametrize("fn", [every_fourth_of_even, down_by_two])
+def test_a_strided_loop_keeps_the_costs_its_index_selects(fn):
+    """range(0, n, 2) runs as a loop over its trip number u (i = 2u): the selected rows
+    were found by running 'i % 4 == 0' on u, so the compiled list kept every fourth trip
+    where NumPy keeps every second (7 costs for n = 53, NumPy 14): wrong results."""
+    compiled = jit(fn, cache="memory")
+    X = np.linspace(1.0, 2.0, 3)
+    for count in (40, 53, 0, 1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 60, 97):
+        got, want = compiled(X, np.zeros(3), count), fn(X, np.zeros(3), count)
+        _same(got, want, count)
+    if fn is every_fourth_of_even:  # (down from n - 1, the kept trips follow n % 3: pinned)
+        assert compiled.stats()["compiled_calls"] >= 4, compiled.stats()
+
+
+@pytest.mark.parametrize("fn", [constant_stride, over_rows])
+def test_a_strided_loop_over_a_constant_or_a_shape_keeps_the_selected_costs(fn):
+    compiled = jit(fn, cache="memory", dynamic=True)
+    for rows in (40, 53, 60, 97):
+        X = np.linspace(1.0, 2.0, 3 * rows).reshape(rows, 3)
+        got, want = compiled(X, np.zeros(3)), fn(X, np.zeros(3))
+        _same(got, want, rows)
+    assert compiled.stats()["compiled_calls"] >= 2, compiled.stats()

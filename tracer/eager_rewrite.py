@@ -162,7 +162,8 @@ class EagerHooks:
     def loop_effect(self, line):  # tracer/loop_effects.py
         pass
 
-    def append_when(self, container, index, test, value, period=None):  # loop_selected_appends
+    def append_when(self, container, index, test, value, period=None, last=None,
+                    periodic=None):  # tracejit.tracer.loop_selected_appends
         if test(index):
             container.append(value)
 

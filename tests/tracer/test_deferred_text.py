@@ -298,3 +298,36 @@ def test_a_flushed_print_at_every_trip_is_printed_as_rows_after_the_loop():
     traced = trace(every_trip_loop, _data(2), 50, dynamic=True)
     assert any(type(item).__name__ == "Effect" and dict(item.params).get("rows")
                for item in traced.graph.body)
+
+
+def loss_with_costs(w, x, n):
+    costs = []
+    for i in range(n):
+        w = w - 0.125 * (w - x)
+        cost = ((w - x) ** 2).sum()
+        if i % 10 == 0 or i == n - 1:  # append_when(..., last=, periodic=)
+            costs.append(float(cost))
+        if i % 10 == 0:
+            print("cost %.6f" % cost)
+    return ((w - x) ** 2).sum(), costs
+
+
+def test_value_and_grad_through_the_rewritten_source_keeps_costs_and_prints(capsys):
+    """``value_and_grad`` runs the rewritten source eagerly (``EagerHooks``): its
+    ``append_when`` took no ``last``/``periodic`` (bfee6cb), so a course loop keeping its
+    costs at the last trip raised TypeError where NumPy runs; the print hooks print at the
+    trip."""
+    x = _data(4)
+    w = np.zeros_like(x)
+    (value, costs), gradient = tj.value_and_grad(loss_with_costs, has_aux=True)(w, x, 25)
+    text = capsys.readouterr().out
+    want_value, want_costs = loss_with_costs(w, x, 25)
+    assert capsys.readouterr().out == text and text.count("\n") == 3
+    np.testing.assert_allclose(float(value), want_value, rtol=1e-12)
+    np.testing.assert_allclose(costs, want_costs, rtol=1e-12)
+    assert len(costs) == 4 and np.shape(gradient) == w.shape
+    step = 1e-6
+    finite = [(loss_with_costs(w + step * e, x, 25)[0] - loss_with_costs(w - step * e, x, 25)[0])
+              / (2 * step) for e in np.eye(w.size)]
+    capsys.readouterr()
+    np.testing.assert_allclose(np.asarray(gradient), finite, rtol=1e-5, atol=1e-9)

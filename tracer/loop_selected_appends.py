@@ -427,12 +427,11 @@ def _count_bound(context, bound):
     from . import loop_trip_counts  # cycle: loop_trip_counts -> traced_array -> ...
     from .traced_array import Tracer
 
-    if context is None or not isinstance(bound, Tracer) or not getattr(
-            context, "counted_loops", None):
+    if context is None or not isinstance(bound, Tracer) or not context.trip_counts.running:
         return None
     name, offset = loop_trip_counts._offset_leaf(context, bound, getattr(
         context, "number_leaves", {}))
-    dims = getattr(context, "count_dims", {})
+    dims = context.trip_counts.dims
     if name is None or context.number_leaves[name] not in dims:
         return None
     return dims[context.number_leaves[name]] + offset

@@ -37,6 +37,8 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .ir import Eqn, Literal, Var
@@ -51,6 +53,22 @@ TRIP_LOW, TRIP_HIGH = 3, 2 ** 31 - 1
 _OFFSET = 2 ** 31
 
 
+@dataclass
+class TripCounts:
+    """What one trace keeps of its count arguments (``TracingContext.trip_counts``)."""
+
+    # the leaf of a count argument -> its dim (one per argument and trace: ``_count_dim``)
+    dims: dict = field(default_factory=dict)
+    # the count carriers' input positions -> (leaf, symbol): ``Trace.count_inputs``, which
+    # the entry guard makes them from
+    inputs: dict = field(default_factory=dict)
+    # the input of a 0-d integer array argument -> its leaf (``note_count_array``)
+    arrays: dict = field(default_factory=dict)
+    # the loops over a count running now, where -> the counts' leaves (``run_counted``):
+    # ``before_unrolling`` pins them, ``loop_selected_appends`` reads their dims
+    running: dict = field(default_factory=dict)
+
+
 def counted_bounds(context, range_function, range_args):
     """``(range_args with the count argument a dim, its leaf)`` when a bound of a
     top-level ``range`` loop is an int argument traced as a run-time input; else None."""
@@ -58,8 +76,7 @@ def counted_bounds(context, range_function, range_args):
             context, "loop_indices", None) or getattr(context, "in_loop_body", 0) or getattr(
             context, "unroll_loops", False):
         return None
-    number_leaves = {**getattr(context, "number_leaves", {}),
-                     **getattr(context, "count_arrays", {})}
+    number_leaves = {**getattr(context, "number_leaves", {}), **context.trip_counts.arrays}
     args, leaves, pinnable = list(range_args), [], False
     for position, bound in enumerate(args):
         if not isinstance(bound, Tracer):
@@ -130,7 +147,7 @@ def note_count_array(context, var, leaf):
     any leaf so), where its ``__index__`` guarded the value (a side exit for every other
     count). An array is never pinned: a loop over it that unrolls guards the dim's value
     as a shape."""
-    context.count_arrays = {**getattr(context, "count_arrays", {}), var.name: leaf}
+    context.trip_counts.arrays[var.name] = leaf
 
 
 def _pinnable(context, leaves):
@@ -148,14 +165,13 @@ def is_trip_count(value):
 
 def _count_dim(context, bound, leaf, value):
     """The dim of the count argument at ``leaf`` (one per argument and trace)."""
-    dims = context.__dict__.setdefault("count_dims", {})
-    if leaf not in dims:
+    counts = context.trip_counts
+    if leaf not in counts.dims:
         dim = context.new_symbol(value, TRIP_LOW, TRIP_HIGH)
         context.add_input(np.empty((value, 0), np.int8), (dim, 0))
-        context.count_inputs = {**getattr(context, "count_inputs", {}),
-                                len(context.inputs) - 1: (leaf, dim.expr.symbols().pop())}
-        dims[leaf] = dim
-    return dims[leaf]
+        counts.inputs[len(context.inputs) - 1] = (leaf, dim.expr.symbols().pop())
+        counts.dims[leaf] = dim
+    return counts.dims[leaf]
 
 
 def run_counted(context, leaves, where, run):
@@ -164,7 +180,7 @@ def run_counted(context, leaves, where, run):
     (``before_unrolling``), before a trip runs unrolled."""
     if not getattr(context, "pinnable_scalars", None):
         return run()  # another path of a variant (runtime SameEntry): nothing to pin
-    counted = context.__dict__.setdefault("counted_loops", {})
+    counted = context.trip_counts.running
     counted[where] = leaves
     captured = len(getattr(context, "captured_loops", ()))
     try:
@@ -180,6 +196,6 @@ def run_counted(context, leaves, where, run):
 def before_unrolling(context, where):
     """``tracejit.tracer.loops`` is about to unroll the loop at ``where``: a loop whose
     count is an argument's dim pins that argument instead."""
-    leaves = _pinnable(context, getattr(context, "counted_loops", {}).get(where) or ())
+    leaves = _pinnable(context, context.trip_counts.running.get(where) or ())
     if leaves:
         raise ScalarDecidesShape(leaves)

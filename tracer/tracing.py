@@ -248,6 +248,7 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.keep_alive = []
         self.values = Values()  # var name -> (real value, live shape): for reverse-mode autodiff
         self.locations = {}  # var name -> the user's Location (Graph.locations)
+        self.trip_counts = loop_trip_counts.TripCounts()  # range(num_iterations)
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------
@@ -994,7 +995,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         output_values=output_values,
         draws=draws,
         drawn_inputs=drawn_inputs,
-        count_inputs=dict(getattr(context, "count_inputs", {})),
+        count_inputs=dict(context.trip_counts.inputs),
         tensor_outputs=tensor_outputs,
         tensor_leaves=frozenset(index for index, position in atom_positions.items()
                                 if position in tensor_outputs),

@@ -2,9 +2,15 @@
 ``tracer/stacked_containers.py``, ``tracer/loop_selected_appends.py``): ``len(costs)``,
 ``np.mean(costs)`` and an element appended at a constant position (``costs.append(w[0])``)
 in the course's training loops. Each pinned the count (one compile per value, eager past
-max_variants) or ran every call eagerly. Compiled against eager NumPy over counts 0, 1,
-2, a prime, the period and the period plus or minus 1, and large ones: results, their
-Python types, the kept costs and the argument written in place."""
+max_variants) or ran every call eagerly; so did a count given as a 0-d array
+(``np.array(300)``: its value guarded). Compiled against eager NumPy over counts 0, 1, 2,
+a prime, the period and the period plus or minus 1, and large ones: results, their Python
+types, the kept costs and the argument written in place.
+
+Wrong results fixed here: a strided loop (``range(0, n, 2)``, ``range(1, T, 3)``) kept the
+costs its trip number selects, not its index. Left pinned (correct, a compile per count):
+``i == n - 1`` in ``range(0, n, 2)`` (the last trip's index follows n's parity) and a
+reversed stride whose kept trips follow ``n % P``."""
 
 from __future__ import annotations
 
@@ -171,3 +177,26 @@ def test_a_strided_loop_over_a_constant_or_a_shape_keeps_the_selected_costs(fn):
         got, want = compiled(X, np.zeros(3)), fn(X, np.zeros(3))
         _same(got, want, rows)
     assert compiled.stats()["compiled_calls"] >= 2, compiled.stats()
+
+
+def last_of_even(X, w, n):
+    costs = []
+    for i in range(0, n, 2):
+        w = w - 0.1 * (w - X)
+        if i % P == 0 or i == n - 1:
+            costs.append(float(np.sum(w)))
+    return w, costs
+
+
+def test_a_strided_loop_whose_last_test_follows_the_counts_parity_keeps_pinning():
+    """range(0, n, 2) with 'i == n - 1': the last index 2 * ((n + 1) // 2 - 1) is n - 1
+    for odd n only (even n keep no last cost), so no one selection serves every count; a
+    guard on n's parity would give two programs, not done: the count is pinned (a compile
+    per value, eager past max_variants), with eager's results."""
+    compiled = jit(last_of_even, cache="memory")
+    X = np.linspace(1.0, 2.0, 3)
+    for count in (40, 53, 41, 0, 1, 7):
+        got, want = compiled(X, np.zeros(3), count), last_of_even(X, np.zeros(3), count)
+        _same(got, want, count)
+    stats = compiled.stats()
+    assert stats["compiles"] == 6 and not stats["eager_calls"], stats

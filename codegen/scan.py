@@ -9,6 +9,8 @@ axis) are independent: the pool splits the first axis when there is more than on
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import dtypes as dt
 from .kernel_index import IndexComponent, const, size_of
 
@@ -28,6 +30,8 @@ def build_scan(kernel):
     shape = root.aval.shape
     if eqn.prim.name == "cumprod":
         add = builder.fmul if dt.is_float(dtype) else builder.mul
+    elif np.dtype(dtype) == np.bool_:  # NumPy adds booleans as "or" (True + True is True,
+        add = builder.or_              # np.cumsum(x, dtype=bool)); an i1 add wraps to 0
     else:
         add = builder.fadd if dt.is_float(dtype) else builder.add
 

@@ -17,7 +17,10 @@ Found:
   ``a`` broadcast to n rows (any masked reduction: sum, prod, max, min, any, all, mean);
 * ``np.clip(ids, 0, big)`` with ``ids`` int32 and ``big`` a Python int past int32 (an
   argument on the first call, or a literal): NumPy drops the bound that clips nothing,
-  the trace raised OverflowError from np.minimum (internal error, every such call eager).
+  the trace raised OverflowError from np.minimum (internal error, every such call eager);
+* ``np.cumsum(x, dtype=bool)`` (``np.add.accumulate`` of a mask, ``nancumsum``): NumPy adds
+  booleans as "or" (True + True is True), the compiled scan added 1-bit ints (wrapping to
+  False after two Trues).
 
 ``test_fuzz23_sample`` runs a seeded sample of the generators (a few seconds).
 """
@@ -81,6 +84,15 @@ def test_clip_with_a_python_int_past_the_dtype(bounds):
     ids = np.array([1, -5, 7, 0], np.int32)
     _agree(literal, (ids,), (ids[::-1],))
     _agree(argument, (ids, low, high), (ids, 0, 2), (ids, low, high))
+
+
+@pytest.mark.parametrize("scan", [
+    lambda a: np.cumsum(a, axis=1, dtype=bool), lambda a: np.cumsum(a, dtype=bool),
+    lambda a: a.cumsum(axis=0, dtype=bool), lambda a: np.add.accumulate(a > 0, axis=1),
+    lambda a: np.nancumsum(a, axis=1, dtype=bool), lambda a: np.cumsum(a != 0, axis=1) > 1])
+def test_cumsum_of_booleans_in_bool_is_a_running_or(scan):
+    a = np.array([[1.0, 2.0, 3.0, 0.0], [0.0, -1.0, 0.0, 5.0], [0.0, 0.0, 0.0, 0.0]])
+    _agree(scan, (a,), (a,), (a[::-1, ::2],), (np.asfortranarray(a),))
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from tracejit.tracer import numpy_api
+from tracejit.tracer import numpy_api, ufunc_calls
 from tracejit.tracer.array_methods import ArrayMethods
 from tracejit.tracer.errors import TracejitError
 from tracejit.tracer.locations import is_tracejit, line_prefix, user_location
@@ -228,7 +228,7 @@ class Tensor(ArrayMethods):
         op = eager_ops.UFUNCS.get(ufunc)
         if op is not None and method == "__call__" and not kwargs:
             return Tensor.__tracejit_bind__(op, inputs, {})
-        return numpy_api.array_ufunc(ufunc, method, *inputs, **kwargs)
+        return ufunc_calls.array_ufunc(ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         op = eager_ops.FUNCTIONS.get(func)

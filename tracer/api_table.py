@@ -6,7 +6,7 @@ differ, so the documentation cannot drift from the code. Regenerate with
     python -m tracejit.tracer.api_table > docs/numpy_api.md
 
 Rows come from ``numpy_api.UFUNCS`` (one primitive each), ``UFUNC_COMPOSITES``,
-``UFUNC_REDUCTIONS`` (``np.add.reduce`` and friends), ``UFUNC_ACCUMULATIONS``,
+``ufunc_calls.UFUNC_REDUCTIONS`` (``np.add.reduce`` and friends), ``UFUNC_ACCUMULATIONS``,
 ``FOREIGN_UFUNCS``,
 ``numpy_api.FUNCTIONS``, the creation functions the front end traces with symbolic sizes,
 the methods of ``array_methods.ArrayMethods``, and what a boolean-mask selection of traced
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import array_methods, masked_selection, numpy_api
+from . import array_methods, masked_selection, numpy_api, ufunc_calls
 from .primitives import PRIMITIVES
 
 HEADER = """# The NumPy API tracejit traces
@@ -57,9 +57,9 @@ def _rows():
     composed = [(f"`np.{ufunc.__name__}`", "composed from primitives")
                 for ufunc in numpy_api.UFUNC_COMPOSITES]
     reductions = [(f"`np.{ufunc.__name__}.reduce`", f"as `np.{implementation.__name__}`")
-                  for ufunc, implementation in numpy_api.UFUNC_REDUCTIONS.items()]
+                  for ufunc, implementation in ufunc_calls.UFUNC_REDUCTIONS.items()]
     accumulations = [(f"`np.{ufunc.__name__}.accumulate`", "a running reduction "
-                      "(`tracer/scans.py`)") for ufunc in numpy_api.UFUNC_ACCUMULATIONS]
+                      "(`tracer/scans.py`)") for ufunc in ufunc_calls.UFUNC_ACCUMULATIONS]
     accumulations.append(("`.outer` of any two-operand ufunc above (`np.add.outer`)",
                           "the ufunc of the first operand, reshaped with one axis per axis "
                           "of the second, and the second"))

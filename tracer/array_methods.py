@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import numpy_api, ops
+from . import numpy_api, ops, ufunc_calls
 from .indexing import getitem
 from .pending import known_kind
 from .primitives import bind
@@ -112,7 +112,7 @@ class ArrayMethods:
     __array_priority__ = 1000
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return numpy_api.array_ufunc(ufunc, method, *inputs, **kwargs)
+        return ufunc_calls.array_ufunc(ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         return numpy_api.array_function(func, args, kwargs)

@@ -353,7 +353,7 @@ class SymInt:
         return current_context().process(prim, args, params)  # np.arange(n): no operand
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .numpy_api import array_ufunc  # cycle: numpy_api -> dims
+        from .ufunc_calls import array_ufunc  # cycle: ufunc_calls -> dims
 
         return array_ufunc(ufunc, method, *inputs, **kwargs)
 

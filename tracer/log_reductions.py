@@ -27,6 +27,7 @@ import numpy as np
 
 from .dims import SymInt, value_of
 from .errors import UnsupportedError, as_numpy_would
+from .numpy_api import array_of
 from .ops import dtype_of, ndim_of, shape_of
 
 MAX_UNROLLED = 64
@@ -39,8 +40,6 @@ def _fold(ufunc):
             raise UnsupportedError(f"{name} with {', '.join(sorted(options))} is not "
                                    "supported on tracejit arrays")
         if type(array) in (list, tuple):
-            from .numpy_api import array_of  # cycle: numpy_api holds this module's table
-
             array = array_of(array)  # np.logaddexp.reduce(terms) of a list of scalars
         if not hasattr(array, "dtype") or np.dtype(dtype_of(array)).kind != "f":
             raise UnsupportedError(f"{name} of a non-float array is not supported")

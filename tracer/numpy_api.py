@@ -3,8 +3,8 @@
 
 Two tables, ``UFUNCS`` (with the other ufunc tables, in ``tracejit.tracer.ufuncs``) and
 ``FUNCTIONS``, map NumPy's own callables to implementations with NumPy's signatures;
-``array_ufunc`` and ``array_function`` are the
-``__array_ufunc__`` / ``__array_function__`` bodies that Tensor and the tracer share.
+``array_function`` is the ``__array_function__`` body that Tensor and the tracer share
+(``tracejit.tracer.ufunc_calls.array_ufunc`` is the ``__array_ufunc__`` one).
 Composites (mean, var, clip, stack, eye, ...) are written here with primitives, so their
 gradients and fusion come for free.
 
@@ -42,8 +42,7 @@ from .dims import SymInt
 from .einsum import einsum, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
-from .indexing import NARROW_POSITIONS, add_at, getitem, keep_numpy_scalar_in_range
-from .log_reductions import LOG_REDUCTIONS
+from .indexing import NARROW_POSITIONS, getitem, keep_numpy_scalar_in_range
 from .nan_reductions import (
     nanargmax,
     nanargmin,
@@ -74,19 +73,12 @@ from .reduction_functions import (  # the reductions are numpy_api's too (FUNCTI
     sum,
     var,
 )
-from .scans import (
-    argsort,
-    cumprod,
-    cumsum,
-    maximum_accumulate,
-    minimum_accumulate,
-    one_accumulated_axis,
-    sort,
-)
+from .scans import argsort, cumprod, cumsum, sort
 from .shape_functions import atleast_1d, atleast_2d, atleast_3d, broadcast_arrays
 from .shapes import ShapeError, normalize_axes, normalize_axis, size_of
 from .ufuncs import FOREIGN_UFUNCS as FOREIGN_UFUNCS  # the tables are numpy_api's too
-from .ufuncs import UFUNC_COMPOSITES, UFUNCS, cast, foreign_ufunc
+from .ufuncs import UFUNC_COMPOSITES, cast
+from .ufuncs import UFUNCS as UFUNCS
 
 shape_of, ndim_of, dtype_of = ops.shape_of, ops.ndim_of, ops.dtype_of
 
@@ -965,128 +957,6 @@ def ndim(a):
 
 def size(a, axis=None):
     return size_of(shape_of(a)) if axis is None else shape_of(a)[axis]
-
-
-# --- ufuncs ----------------------------------------------------------------------------
-# ``ufunc.reduce`` as the matching reduction.
-UFUNC_REDUCTIONS = {
-    np.add: sum,
-    np.multiply: prod,
-    np.maximum: max,
-    np.minimum: min,
-    np.logical_and: all,
-    np.logical_or: any,
-}
-
-
-# ``ufunc.accumulate`` as the matching running reduction (axis 0 by default).
-def _accumulation(running):
-    def accumulate(array, axis=0, dtype=None, out=None):
-        return running(array, one_accumulated_axis(array, axis), dtype, out)
-
-    return accumulate
-
-
-UFUNC_ACCUMULATIONS = {
-    np.add: _accumulation(cumsum),
-    np.multiply: _accumulation(cumprod),
-    np.maximum: maximum_accumulate,
-    np.minimum: minimum_accumulate,
-}
-
-
-def _ufunc_at(ufunc, target, index, value):
-    """``np.add.at(target, index, value)`` (and ``np.subtract.at``) on a tracejit array:
-    unbuffered, so repeated positions add every value (an embedding's backward). The
-    front end passes NumPy buffers made in the function here as their traced copies."""
-    if isinstance(target, np.ndarray):
-        raise UnsupportedError(f"np.{ufunc.__name__}.at into a NumPy array that is not a "
-                               "buffer of this function; write into an array it creates")
-    if ufunc is np.subtract:
-        value = np.negative(value)
-    updated = add_at(target, index, value)
-    if hasattr(target, "_update"):  # a tracer: every name for it sees the write
-        target._update(updated)
-    else:  # a Tensor: a differentiable assignment
-        target[...] = updated
-
-
-def array_ufunc(ufunc, method, *inputs, **kwargs):
-    """The body of ``__array_ufunc__`` for tracejit arrays."""
-    name = f"np.{ufunc.__name__}"
-    if method == "reduce" and ufunc in UFUNC_REDUCTIONS:
-        kwargs = {
-            key: value for key, value in kwargs.items() if value is not None or key == "axis"
-        }
-        kwargs.setdefault("axis", 0)  # ufunc.reduce reduces axis 0 by default
-        return UFUNC_REDUCTIONS[ufunc](*inputs, **kwargs)
-    if method == "reduce" and ufunc in LOG_REDUCTIONS:  # HMMs in log space: NumPy's fold
-        return LOG_REDUCTIONS[ufunc](*inputs, **{
-            key: value for key, value in kwargs.items() if value is not None or key == "axis"})
-    if method == "accumulate" and ufunc in UFUNC_ACCUMULATIONS:
-        if len(inputs) != 1:
-            raise TypeError(f"{name}.accumulate takes one array")
-        out = kwargs.pop("out", None)
-        out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-        return UFUNC_ACCUMULATIONS[ufunc](*inputs, out=out, **kwargs)
-    if method == "at" and ufunc in (np.add, np.subtract) and len(inputs) == 3 and not kwargs:
-        return _ufunc_at(ufunc, *inputs)
-    if method == "outer" and ufunc.nin == 2 and len(inputs) == 2 and not kwargs:
-        # every pair: the first operand's axes, then the second's
-        first, second = (as_array(value) for value in inputs)
-        first = ops.reshape(first, tuple(shape_of(first)) + (1,) * ndim_of(second))
-        return array_ufunc(ufunc, "__call__", first, second)
-    if method != "__call__":
-        raise UnsupportedError(f"{name}.{method} is not supported on tracejit arrays")
-    out = kwargs.pop("out", None)
-    if out is not None and not [item for item in out if item is not None]:
-        out = None  # (out=(None,) is no out; this module's all and sum are NumPy's)
-    if out is not None and len(out) != 1:
-        raise UnsupportedError(
-            f"{name}(..., out=...) with several outputs is not supported on tracejit "
-            "arrays; assign the results"
-        )
-    dtype = kwargs.pop("dtype", None)
-    if kwargs:
-        raise UnsupportedError(f"{name} keyword arguments {sorted(kwargs)} are not supported")
-    if ufunc in UFUNCS:
-        result = bind(UFUNCS[ufunc], *inputs)
-        if getattr(result, "aval", None) is not None and result.aval.weak:
-            # np.sqrt(python_float) is a NumPy scalar: strong, unlike the operators' result.
-            result = bind(ops.cast_p, result, dtype=result.dtype)
-    elif ufunc in UFUNC_COMPOSITES:
-        result = UFUNC_COMPOSITES[ufunc](*inputs)
-    elif (foreign := foreign_ufunc(ufunc)) is not None:
-        result = foreign(*inputs)
-    else:
-        raise UnsupportedError(
-            f"{name} is not supported by tracejit yet (no primitive or composition for it); "
-            "convert with .numpy() for plain NumPy, or write it with supported ops"
-        )
-    result = astype(result, dtype) if dtype is not None else result
-    if out is None and all(_scalar_operand(operand) for operand in inputs):
-        result = _as_numpy_scalar(result)  # np.sqrt(len(x)): np.float64, not a 0-d array
-    return result if out is None else write_out(out[0], result, name)
-
-
-def _scalar_operand(operand):
-    """A Python number, a dim, a NumPy scalar, or a traced one of these: a ufunc of only
-    such operands gives a NumPy scalar."""
-    if isinstance(operand, SymInt) or not is_traced(operand):
-        return not hasattr(operand, "shape") or isinstance(operand, np.generic)
-    from .traced_array import Tracer, _is_numpy_scalar  # cycle: traced_array -> numpy_api
-
-    return isinstance(operand, Tracer) and not operand.shape and (
-        operand.aval.weak or _is_numpy_scalar(operand))
-
-
-def _as_numpy_scalar(result):
-    from .traced_array import Tracer, _numpy_scalar  # cycle: traced_array -> numpy_api
-
-    if isinstance(result, Tracer) and not result.shape:
-        result.value = _numpy_scalar(result)
-    return result
-
 
 
 FUNCTIONS = {

@@ -3,7 +3,7 @@
 ``UFUNCS`` maps a ufunc to its one primitive (``np.tanh`` -> ``tanh``); ``UFUNC_COMPOSITES``
 composes the others from primitives in the dtypes NumPy's own loop would use;
 ``FOREIGN_UFUNCS`` names other libraries' ufuncs (``scipy.special.erf``) by module and
-attribute. ``tracejit.tracer.numpy_api.array_ufunc`` dispatches through these tables.
+attribute. ``tracejit.tracer.ufunc_calls.array_ufunc`` dispatches through these tables.
 
 >>> UFUNCS[np.tanh].name, np.sinh in UFUNC_COMPOSITES
 ('tanh', True)

@@ -239,8 +239,13 @@ def loop_variables(node, function_node, inside=None, names=None):
     live_after = {n.id for n in names if isinstance(n.ctx, ast.Load) and id(n) not in inside}
     live_after |= getattr(node, "tracejit_live_after", set())  # hoisted attributes
     assigned = body.stored - {node.target.id}
-    carried = assigned & (live_after | _read_before_write(node.body))
-    carried |= _appended_names(node.body) - {node.target.id}
+    early = _read_before_write(node.body)
+    carried = assigned & (live_after | early)
+    # a list the body appends to, unless each trip binds it anew before using it and
+    # nothing reads it after the loop (gy910210's forward = [(None, None, X)], appended
+    # per layer: the list of one trip)
+    carried |= {name for name in _appended_names(node.body) - {node.target.id}
+                if name not in assigned or name in live_after or name in early}
     return sorted(carried)
 
 

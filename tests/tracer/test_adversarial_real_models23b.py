@@ -29,7 +29,14 @@ each, so a false flag asks nothing about the index (``loop_selected_appends``).
 """
 
 import numpy as np
-from real_model_checks import all_compiled, assert_same, jitted, no_internal_errors, rng_for
+from real_model_checks import (
+    all_compiled,
+    assert_same,
+    jitted,
+    no_internal_errors,
+    rng_for,
+    run_calls,
+)
 
 # --- SkalskiP's NumPy deep net ---------------------------------------------------------------
 ARCHITECTURE = [
@@ -284,3 +291,34 @@ def test_a_callback_appending_under_a_kept_key_runs_eagerly_not_leaking_tracers(
         got = f(np.arange(3.0), lambda i, v, log=jit_seen: log.append(v))
         assert_same(got, want)
         assert_same(jit_seen, eager_seen, where="default list")
+
+
+# --- gy910210's neural-network-from-scratch: a list of a trip's layer outputs ---------------
+def fit_with_forward_list(X, y, W1, W2, epochs, lr):
+    """Each epoch binds ``forward = [(None, X)]`` anew and appends a ``(mul, out)`` tuple
+    per layer, reading ``forward[len(forward) - 1]`` and ``forward[i]`` back."""
+    for _epoch in range(epochs):
+        forward = [(None, X)]
+        for W in (W1, W2):
+            z = forward[len(forward) - 1][1] @ W
+            forward.append((z, np.tanh(z)))
+        d2 = (forward[-1][1] - y) * (1 - forward[2][1] ** 2)
+        g2 = forward[1][1].T @ d2
+        g1 = X.T @ ((d2 @ W2.T) * (1 - forward[1][1] ** 2))
+        W1 = W1 - lr * g1
+        W2 = W2 - lr * g2
+    return W1, W2
+
+
+def test_a_list_each_trip_binds_anew_and_appends_to_is_not_carried():
+    """Before the fix the list was a carried value ('`forward` is a list after the first
+    iteration, not an array'): the epoch loop unrolled, one compile per count and eager
+    past the kernel limit (3 compiles, 1 compiled call of 5). A list the body binds before
+    using it and nothing reads after the loop is the trip's own now."""
+    rng = rng_for(2304)
+    X, y = rng.standard_normal((20, 3)), rng.standard_normal((20, 1))
+    W1, W2 = rng.standard_normal((3, 4)) * 0.3, rng.standard_normal((4, 1)) * 0.3
+    f = run_calls(fit_with_forward_list, [(X, y, W1, W2, n, 0.01) for n in (40, 53, 97, 40, 300)],
+                  repeats=1)
+    no_internal_errors(f)
+    assert f.stats()["compiles"] <= 2 and f.stats()["compiled_calls"] >= 3, f.explain()

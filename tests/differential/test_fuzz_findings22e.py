@@ -35,22 +35,14 @@ where=).
 
 import numpy as np
 import pytest
-from real_model_checks import assert_equal
+from real_model_checks import assert_equal, run_calls
 
 import tracejit as tj
 
 
 def _agree(function, *args, calls=3):
-    compiled = tj.jit(function, cache="memory")
-    for _ in range(calls):
-        try:
-            want = function(*args)
-        except Exception as error:  # noqa: BLE001 - NumPy's exception is the expectation
-            with pytest.raises(type(error)):
-                compiled(*args)
-            continue
-        assert_equal(compiled(*args), want)
-    return compiled
+    """``calls`` calls eagerly and compiled, equal to the bit (or raising as NumPy does)."""
+    return run_calls(function, [args], rtol=0, atol=0, repeats=calls)
 
 
 @pytest.mark.parametrize("keywords", [dict(axis=1, dtype=np.int64), dict(dtype=np.int64),

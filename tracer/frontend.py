@@ -1100,6 +1100,10 @@ class Hooks:
             else:
                 texts.append(str(_pinned(arg)))
                 segments.append(("text", texts[-1]))
+        if atoms and np.get_printoptions() != self.context.print_options:
+            raise trace_error("print of a traced value under NumPy print options set inside "
+                              "the function (np.printoptions / np.set_printoptions): compiled "
+                              "code prints after the call, under the caller's options")
         params = (("end", end), ("segments", tuple(segments)), ("sep", sep),
                   ("stream", stream))
         self.context.body.append(Effect("print", tuple(atoms), params, user_location(skip=2)))

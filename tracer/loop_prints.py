@@ -229,7 +229,9 @@ def rows_effect(context, rows, layout, sep, end, location):
     trips, _ = selection(carry.selected, carry.first, carry.count, carry.step,
                          rows._buffers[0])
     indices = ops.iota(carry.count, np.int64, like=rows._buffers[0])[trips]
-    buffers = [indices * carry.step + carry.first, *rows._buffers]
+    # a strided loop runs over its trip number: the printed index is offset + scale * it
+    offset, scale = carry.index_map
+    buffers = [offset + scale * (indices * carry.step + carry.first), *rows._buffers]
     kinds = [("int",), *(eager_kind(context, leaf) for leaf in carry.leaves0)]
     atoms = [context.atom(buffer)[0] for buffer in buffers]
     segments = []

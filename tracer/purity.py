@@ -41,6 +41,8 @@ _IMPURE_BUILTINS = {
     "input", "open", "id", "exec", "eval", "compile", "globals", "locals", "vars",
     "setattr", "delattr", "breakpoint", "__import__", "exit", "quit", "help",
 }
+# NumPy functions that change NumPy's global settings: compiled code would not change them.
+_NUMPY_SETTINGS = (np.set_printoptions, np.seterr, np.seterrcall, np.setbufsize)
 # Receivers whose methods compute (mutating methods on outside containers are refused by
 # the front end's rewrite before they get here).
 _VALUE_TYPES = (
@@ -78,6 +80,8 @@ def impure_call(function, args, kwargs):
         return "builtins.id"  # optimizer's state keyed by id(param) would miss)
     if any(_is_traced(value) for value in (*args, *kwargs.values())):
         return None  # recorded through the array protocols, never frozen
+    if any(function is setting for setting in _NUMPY_SETTINGS):
+        return _name(function)
     if isinstance(function, functools.partial):
         return impure_call(function.func, (*function.args, *args),
                            {**function.keywords, **kwargs})

@@ -249,6 +249,9 @@ class TracingContext(ShapeFacts, OutsideInputs):
         self.values = Values()  # var name -> (real value, live shape): for reverse-mode autodiff
         self.locations = {}  # var name -> the user's Location (Graph.locations)
         self.trip_counts = loop_trip_counts.TripCounts()  # range(num_iterations)
+        # compiled code renders printed arrays after the call, under the options then in
+        # force: a print under options the function set itself refuses (Hooks.print)
+        self.print_options = np.get_printoptions()
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------

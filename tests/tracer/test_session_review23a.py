@@ -1,0 +1,97 @@
+"""Session review 23a: the printing and loop-capture work of round 23, attacked with
+eager-vs-compiled programs (deferred text, loop prints, strided trip counts).
+
+- A strided loop printing under a test of its index (``for i in range(1, n, 3): if i % 2
+  == 0: print(f"it {i}: ...")``) printed the trip number (1, 3, 5) where NumPy prints the
+  index (4, 10, 16): b6e8a10 runs such a loop over its trip number and ``loop_prints``'
+  rows took the index from the counter.
+- A print under ``with np.printoptions(precision=2)`` in the function printed at full
+  precision from compiled calls (compiled code prints after the call, under the caller's
+  options); ``np.set_printoptions`` inside the function was skipped by compiled calls.
+
+Each test compares the printed text and the results with eager NumPy. The data are dyadic,
+so compiled values equal NumPy's to the bit and the text must be equal exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tracejit as tj
+
+
+def _data(seed, size=6):
+    return np.random.default_rng(seed).integers(-8, 9, size) / 8.0
+
+
+def _both(capsys, function, compiled, *args):
+    want = function(*args)
+    eager_text = capsys.readouterr().out
+    got = compiled(*args)
+    assert capsys.readouterr().out == eager_text
+    np.testing.assert_array_equal(got, want)
+    return eager_text
+
+
+def strided_printing(x, n):
+    w = x.copy()
+    for i in range(1, n, 3):
+        w = w * 0.5
+        cost = (w ** 2).sum()
+        if i % 2 == 0:
+            print(f"it {i}: {cost:.5e}", i)
+    return w
+
+
+def reversed_strided_printing(x, n):
+    w = x.copy()
+    for i in range(n, 0, -2):
+        w = w * 0.5
+        if i % 3 == 0:
+            print("it %d" % i, (w ** 2).sum())
+    return w
+
+
+def test_a_strided_loop_prints_its_index_not_its_trip_number(capsys):
+    compiled = tj.jit(strided_printing, cache="memory")
+    for count in (7, 13, 11, 17, 40, 41, 2, 3):
+        text = _both(capsys, strided_printing, compiled, _data(0), count)
+        assert text.count("\n") == len([i for i in range(1, count, 3) if i % 2 == 0])
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiled_calls"] >= 4, stats
+
+
+def test_a_reversed_strided_loop_prints_its_index(capsys):
+    compiled = tj.jit(reversed_strided_printing, cache="memory")
+    for count in (7, 13, 11, 17, 40, 41, 2, 3):
+        _both(capsys, reversed_strided_printing, compiled, _data(1), count)
+
+
+def printed_with_options(x):
+    with np.printoptions(precision=2):
+        print(x / 3)
+        print(f"{x / 3}", "{}".format((x / 3).sum()))
+    return x * 2
+
+
+def sets_print_options(x):
+    np.set_printoptions(precision=3)
+    return x * 2
+
+
+def test_a_print_under_print_options_set_in_the_function_prints_what_eager_prints(capsys):
+    compiled = tj.jit(printed_with_options, cache="memory")
+    for seed in range(3):
+        _both(capsys, printed_with_options, compiled, _data(seed))
+    assert compiled.stats()["compiled_calls"] == 0  # runs eagerly: the options are its own
+
+
+def test_set_printoptions_in_the_function_is_not_skipped_by_compiled_calls():
+    compiled = tj.jit(sets_print_options, cache="memory")
+    before = np.get_printoptions()
+    try:
+        for seed in range(3):
+            np.set_printoptions(precision=8)
+            np.testing.assert_array_equal(compiled(_data(seed)), _data(seed) * 2)
+            assert np.get_printoptions()["precision"] == 3
+    finally:
+        np.set_printoptions(**before)

@@ -397,5 +397,16 @@ class Variant:
 
             symbols = {name: (low, high) if high <= 1 else (2, 2 ** 62)
                        for name, (low, high) in self.spec.symbols.items()}
-            self._any_bucket = compile_guard(replace(self.spec, symbols=symbols), draws=False)
+            guard = compile_guard(replace(self.spec, symbols=symbols), draws=False)
+
+            def any_bucket(args, kwargs):
+                # A shape guard may divide by a dim its own bucket keeps nonzero
+                # (im2col's reshape(N*oh*ow, -1): size % (N*oh*ow)); in another bucket
+                # that dim may be 0, and the call is no sibling.
+                try:
+                    return guard(args, kwargs)
+                except ZeroDivisionError:
+                    return None
+
+            self._any_bucket = any_bucket
         return self._any_bucket

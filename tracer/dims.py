@@ -255,7 +255,7 @@ def _exact_quotient(numerator, denominator):
     """``numerator / denominator`` if every term divides exactly, else ``None``."""
     d_terms = _terms_of(denominator)
     if len(d_terms) != 1:
-        return DimExpr.make({(): 1}) if numerator == denominator else None
+        return _term_times(numerator, denominator)
     (d_monomial, d_coeff), = d_terms.items()
     quotient = {}
     for monomial, coeff in _terms_of(numerator).items():
@@ -270,12 +270,50 @@ def _exact_quotient(numerator, denominator):
     return DimExpr.make(quotient)
 
 
+def _split_multiples(numerator, denominator):
+    """``(whole, rest)`` with ``numerator == denominator * whole + rest``: the terms of
+    ``numerator`` whose coefficients ``denominator`` (a positive int) divides, and the
+    others (the constant reduced to ``0 <= c < denominator``). ``(k*a + 3) // k`` is then
+    ``a + 3 // k`` for every int ``a``: a strided slice's length over a padded size
+    (``(2*((h - 3) // 2) + 3) // 2`` is ``(h - 3) // 2 + 1``) needs no guard."""
+    whole, rest = {}, {}
+    for monomial, coeff in _terms_of(numerator).items():
+        quotient, remainder = divmod(coeff, denominator)
+        if monomial and remainder:
+            rest[monomial] = coeff
+        else:
+            whole[monomial] = quotient
+            if remainder:
+                rest[monomial] = remainder
+    return DimExpr.make(whole), DimExpr.make(rest)
+
+
+def _term_times(numerator, denominator):
+    """The one-term ``q`` with ``numerator == q * denominator`` (both polynomials), else
+    None: ``q`` divides the leading terms (``144*(a*b + a + b + 1)`` over ``2*(a*b + a +
+    b + 1)`` is 72: the columns of an im2col's ``reshape(N*oh*ow, -1)``)."""
+    n_terms, d_terms = _terms_of(numerator), _terms_of(denominator)
+    if len(n_terms) != len(d_terms):
+        return None
+    (n_monomial, n_coeff), (d_monomial, d_coeff) = (
+        min(terms.items(), key=_term_key) for terms in (n_terms, d_terms))
+    quotient = _exact_quotient(DimExpr.make({n_monomial: n_coeff}),
+                               DimExpr.make({d_monomial: d_coeff}))
+    if quotient is None or quotient == 0:
+        return None
+    return quotient if _as_expr(quotient * denominator) == _as_expr(numerator) else None
+
+
 def floordiv(numerator, denominator):
     if isinstance(numerator, int) and isinstance(denominator, int):
         return numerator // denominator
     exact = _exact_quotient(numerator, denominator)
     if exact is not None:
         return exact
+    if isinstance(denominator, int) and denominator > 0:
+        whole, rest = _split_multiples(numerator, denominator)
+        if whole != 0:
+            return whole + floordiv(rest, denominator)
     return DimExpr({(Opaque("//", numerator, denominator),): 1})
 
 
@@ -284,6 +322,10 @@ def mod(numerator, denominator):
         return numerator % denominator
     if _exact_quotient(numerator, denominator) is not None:
         return 0
+    if isinstance(denominator, int) and denominator > 0:
+        whole, rest = _split_multiples(numerator, denominator)
+        if whole != 0:
+            return mod(rest, denominator)
     return DimExpr({(Opaque("%", numerator, denominator),): 1})
 
 
@@ -677,6 +719,43 @@ def _integer_comparison(op, bound):
 def decide_by_bounds(difference, op, ranges):
     """``difference op 0`` when it is the same for every value in the symbols' ranges;
     ``None`` when it depends on where in the ranges the values fall."""
+    answer = _decide_over(difference, op, ranges)
+    if answer is None and isinstance(difference, DimExpr):
+        relaxed = _floors_relaxed(difference, ranges)
+        if relaxed is not None:
+            answer = _decide_over(relaxed[0], op, relaxed[1])
+    return answer
+
+
+def _floors_relaxed(difference, ranges):
+    """``(expr, ranges)``: ``difference`` times a positive int, each term ``c*(e // k)``
+    (``k`` a positive int) written as ``(e - r)*c/k`` with a new symbol ``r``, the
+    remainder, in ``[0, k - 1]``; ``None`` when there is no such term. Its sign is
+    ``difference``'s for some ``r``, so what holds over the new ranges holds for
+    ``difference``, and ``e`` may cancel where bounds of the floor alone could not: a
+    strided slice's last element ``2*((h - 3) // 2) + 2`` is below ``h`` for every ``h``
+    (``h - 3 - r + 2 - h = -1 - r``)."""
+    expr, ranges = difference, dict(ranges)
+    for count in range(8):
+        floor = next(((monomial[0], coeff) for monomial, coeff in _terms_of(expr).items()
+                      if len(monomial) == 1 and isinstance(monomial[0], Opaque)
+                      and monomial[0].op == "//" and isinstance(monomial[0].denominator, int)
+                      and monomial[0].denominator > 0), None)
+        if floor is None:
+            break
+        (factor, coeff), k = floor, floor[0].denominator
+        scale = k // math.gcd(coeff, k)
+        remainder = f"%r{count}"  # no symbol's name (names are identifiers)
+        ranges[remainder] = (0, k - 1)
+        term = DimExpr({(factor,): coeff * scale})
+        expr = expr * scale - term + (coeff * scale // k) * (
+            factor.numerator - DimExpr.symbol(remainder))
+        if isinstance(expr, int):
+            break
+    return (expr, ranges) if expr is not difference else None
+
+
+def _decide_over(difference, op, ranges):
     if isinstance(difference, int):
         return _COMPARE[op](difference, 0)
     low, high = difference.bounds(ranges)

@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from . import ops
-from .dims import SymInt, SymRange, surely, value_of
+from .dims import SymInt, SymRange, is_int, surely, value_of
 from .errors import TraceError, UnsupportedError, UnsupportedIndexError, as_numpy_would
 from .locations import line_prefix, user_location
 from .ops import ndim_of, shape_of
@@ -64,7 +64,9 @@ def normalize_slice(entry, dim):
 
     if step > 0:
         start = bound(entry.start, 0, 0, dim)
-        limit = bound(entry.stop, dim, 0, dim)
+        limit = _unclipped_limit(entry.stop, start, step, dim)
+        if limit is None:
+            limit = bound(entry.stop, dim, 0, dim)
         return start, (limit if limit > start else start), step, False
     start = bound(entry.start, dim - 1, -1, dim - 1)
     stop = bound(entry.stop, -1, -1, dim - 1)
@@ -72,6 +74,20 @@ def normalize_slice(entry, dim):
     if count == 0:
         return 0, 0, 1, False
     return start - (count - 1) * -step, start + 1, -step, True
+
+
+def _unclipped_limit(stop, start, step, dim):
+    """One past the last element ``range(start, stop, step)`` selects when, for every size
+    of the bucket, that element lies inside ``dim`` (so clipping ``stop`` to ``dim``
+    selects the same elements), else None. im2col's ``xp[y : y + 2*oh : 2]`` stops past
+    the padded size or not by the size's parity, with the same elements either way:
+    clipping would guard the parity and compile each bucket up to four times."""
+    if step == 1 or not isinstance(stop, SymInt) and not isinstance(dim, SymInt):
+        return None
+    if not (is_int(stop) and surely(stop, ">", start) and surely(start, ">=", 0)):
+        return None
+    last = start + (stop - start - 1) // step * step
+    return last + 1 if surely(last, "<", dim) else None
 
 
 def _expand(index, ndim):

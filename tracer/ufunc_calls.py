@@ -18,13 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .dims import SymInt
 from .errors import UnsupportedError
 from .indexing import add_at
 from .log_reductions import LOG_REDUCTIONS
 from .numpy_api import astype
 from .out_arguments import write_out
-from .primitives import as_array, bind, is_traced
+from .primitives import as_array, bind
 from .reduction_functions import all, any, max, min, prod, sum
 from .scans import (
     cumprod,
@@ -133,21 +132,11 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
             "convert with .numpy() for plain NumPy, or write it with supported ops"
         )
     result = astype(result, dtype) if dtype is not None else result
-    if out is None and all(_scalar_operand(operand) for operand in inputs):
-        result = _as_numpy_scalar(result)  # np.sqrt(len(x)): np.float64, not a 0-d array
+    if out is None:
+        # a 0-d result is a NumPy scalar, as NumPy's ufuncs give one for any 0-d operands
+        # (np.sqrt(len(x)), np.sqrt(x.sum()), np.sqrt(np.array(4.0)): np.float64)
+        result = _as_numpy_scalar(result)
     return result if out is None else write_out(out[0], result, name)
-
-
-def _scalar_operand(operand):
-    """A Python number, a dim, a NumPy scalar, or a traced one of these: a ufunc of only
-    such operands gives a NumPy scalar."""
-    if isinstance(operand, SymInt) or not is_traced(operand):
-        return not hasattr(operand, "shape") or isinstance(operand, np.generic)
-    # cycle: traced_array -> array_methods -> ufunc_calls
-    from .traced_array import Tracer, _is_numpy_scalar
-
-    return isinstance(operand, Tracer) and not operand.shape and (
-        operand.aval.weak or _is_numpy_scalar(operand))
 
 
 def _as_numpy_scalar(result):

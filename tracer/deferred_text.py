@@ -290,9 +290,13 @@ def segment(context, deferred, atom_of, is_value, kind_of=None):
                 pieces.append(("slot", atom_of(value), how, kind_of(value)))
                 continue
             slot_kind = eager_kind(context, value)
-            shown = _checked_render(how, slot_kind, _concrete(value))
+            shown = _checked_render(how, slot_kind, concrete(value))
             pieces.append(("slot", atom_of(value), how, slot_kind))
             texts.append(shown)
+            continue
+        if how in _AS_STR and (shape := dims_pieces(value, atom_of)) is not None:
+            pieces.extend(shape)  # f"{x.shape}"
+            texts.append(format_slot(how, concrete(value)))
             continue
         if _traced_float_in(value):
             raise trace_error(FORMATTED_FLOAT, _location())
@@ -301,6 +305,35 @@ def segment(context, deferred, atom_of, is_value, kind_of=None):
         texts.append(shown)
     pieces = _joined(pieces)
     return ("formatted", pieces), None if kind_of is not None else "".join(texts)
+
+
+# formatting a tuple of ints as str() does
+_AS_STR = (("f", "", ""), ("f", "s", ""), ("f", "r", ""), ("%", "%s"), ("%", "%r"))
+
+
+def dims_pieces(value, atom_of):
+    """The pieces printing a tuple or list of ints and dims (``x.shape``) as ``str`` does,
+    each dim a slot its atom (from ``atom_of``) fills at run time, so one program serves
+    every size; None for any other value, or one holding no dim.
+
+    >>> dims_pieces((SymInt("s0", 6, None), 3), lambda dim: 0)
+    (('text', '('), ('slot', 0, ('f', '', ''), ('int',)), ('text', ', 3)'))
+    >>> dims_pieces((1, 2), None) is None
+    True
+    """
+    if type(value) not in (tuple, list) or not any(isinstance(item, SymInt) for item in value) \
+            or not all(type(item) is int or isinstance(item, SymInt) for item in value):
+        return None
+    closing = ",)" if len(value) == 1 else ")"
+    opening, closing = ("(", closing) if type(value) is tuple else ("[", "]")
+    pieces = [("text", opening)]
+    for position, item in enumerate(value):
+        if position:
+            pieces.append(("text", ", "))
+        pieces.append(("slot", atom_of(item), ("f", "", ""), ("int",)) if isinstance(
+            item, SymInt) else ("text", str(item)))
+    pieces.append(("text", closing))
+    return _joined(pieces)
 
 
 def _location():
@@ -327,9 +360,13 @@ def eager_kind(context, value):
     return ("scalar", np.dtype(python).name)
 
 
-def _concrete(value):
+def concrete(value):
+    """``value`` with its dims made their values now, with no guard (the text is made
+    again at run time)."""
     if isinstance(value, SymInt):
         return int(value.value)
+    if type(value) in (tuple, list):
+        return type(value)(concrete(item) for item in value)
     return getattr(value, "value", value)
 
 

@@ -1093,6 +1093,9 @@ class Hooks:
                 formatted, text = deferred_text.segment(self.context, arg, atom_of, is_value)
                 segments.append(formatted)
                 texts.append(text)
+            elif (shape := deferred_text.dims_pieces(arg, atom_of)) is not None:
+                segments.append(("formatted", shape))  # print(x.shape): one program
+                texts.append(str(deferred_text.concrete(arg)))  # for every size
             elif is_value(arg):
                 segments.append(("value", atom_of(arg)))
                 texts.append(str(arg.value) if is_traced(arg) or isinstance(arg, SymInt)
@@ -1557,9 +1560,10 @@ def _owner_of(path, objects=None):
 
 
 def _pinned(value):
-    """``value`` with the dims inside its tuples and lists made ints (print(x.shape)
-    prints ``(3, 2)``, as NumPy does, not ``(s0, 2)``): the call's text then holds those
-    sizes, so the trace guards them (one more compile per size, for a debug print)."""
+    """``value`` with the dims inside its tuples and lists made ints (print([x.shape])
+    prints ``[(3, 2)]``, as NumPy does, not ``[(s0, 2)]``): the call's text then holds those
+    sizes, so the trace guards them (one more compile per size). A flat tuple or list,
+    print(x.shape), is rendered at run time instead (``deferred_text.dims_pieces``)."""
     if isinstance(value, SymInt):
         return int(value)
     if type(value) in (tuple, list):

@@ -95,3 +95,21 @@ def test_set_printoptions_in_the_function_is_not_skipped_by_compiled_calls():
             assert np.get_printoptions()["precision"] == 3
     finally:
         np.set_printoptions(**before)
+
+
+def shapes(x, w):
+    h = x @ w
+    print("X", x.shape, "h", h.shape, [h.shape[1], 2], (x.shape[0],))
+    print(f"{h.shape} {x.shape!r}", "{}".format(w.shape), "%s" % (h.shape,))
+    return h
+
+
+def test_a_printed_shape_compiles_once_for_every_size(capsys):
+    """print(x.shape) pinned every size (the text held them: one compile per size, eager
+    past max_variants); its dims are now slots rendered at run time, as print(x.shape[0])."""
+    compiled = tj.jit(shapes, cache="memory")
+    for rows in (5, 7, 9, 13, 10, 6, 11):
+        x = _data(rows, rows * 3).reshape(rows, 3)
+        _both(capsys, shapes, compiled, x, np.ones((3, 2)))
+    stats = compiled.stats()
+    assert stats["compiles"] <= 3 and stats["compiled_calls"] >= 4, stats

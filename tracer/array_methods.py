@@ -296,3 +296,8 @@ class ArrayMethods:
 
     def repeat(self, repeats, axis=None):
         return numpy_api.repeat(self, repeats, axis=axis)
+
+    def take(self, indices, axis=None, out=None, mode="raise"):
+        # x.take(indices=range(i, min(i + bs, n)), axis=0): SkalskiP's generate_batches;
+        # np.take's path, which turns a range or list into an index array as NumPy does
+        return np.take(self, indices, axis=axis, out=out, mode=mode)

@@ -322,3 +322,40 @@ def test_a_list_each_trip_binds_anew_and_appends_to_is_not_carried():
                   repeats=1)
     no_internal_errors(f)
     assert f.stats()["compiles"] <= 2 and f.stats()["compiled_calls"] >= 3, f.explain()
+
+
+# --- SkalskiP's CNN package: minibatches by x.take(indices=range(...)) from a generator -----
+def generate_batches(x, y, batch_size):
+    for i in range(0, x.shape[0], batch_size):
+        yield (x.take(indices=range(i, min(i + batch_size, x.shape[0])), axis=0),
+               y.take(indices=range(i, min(i + batch_size, y.shape[0])), axis=0))
+
+
+def softmax_epoch(x, y, W, bs, lr):
+    """Sequential.train's epoch: batches from the generator, ``y_hat[n_start:n_end, :] =
+    y_hat_batch`` filled in place, accuracy and clipped cross-entropy after."""
+    y_hat = np.zeros_like(y)
+    for idx, (x_batch, y_batch) in enumerate(generate_batches(x, y, bs)):
+        z = x_batch @ W
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        p = e / np.sum(e, axis=1, keepdims=True)
+        W = W - lr * x_batch.T @ (p - y_batch) / x_batch.shape[0]
+        n_start = idx * bs
+        y_hat[n_start:n_start + p.shape[0], :] = p
+    acc = (np.argmax(y_hat, axis=1) == np.argmax(y, axis=1)).mean()
+    return W, y_hat, acc, -np.sum(y * np.log(np.clip(y_hat, 1e-20, 1.0))) / y.shape[0]
+
+
+def test_minibatches_by_the_take_method_of_a_range_compile():
+    """Before the fix ``x.take`` of a traced array was unsupported: every call ran
+    eagerly. It is ``np.take`` now (a range as NumPy makes it an index array); batch
+    sizes that do not divide the length, one short batch, a single batch."""
+    rng = rng_for(2305)
+
+    def data(n, bs):
+        return (rng.standard_normal((n, 4)), np.eye(3)[rng.integers(0, 3, n)],
+                rng.standard_normal((4, 3)) * 0.1, bs, 0.1)
+
+    f = run_calls(softmax_epoch, [data(64, 16), data(7, 16), data(33, 8)])
+    no_internal_errors(f)
+    assert not f.stats()["eager_calls"] and f.stats()["compiled_calls"] >= 3, f.explain()

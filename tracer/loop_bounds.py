@@ -21,10 +21,9 @@ A carried value that enters exact and that one trip on exact values leaves exact
 arithmetic, products by NumPy's own BLAS calls: gradient descent's ``w - lr * X.T @ (X @
 w - y) / n``, power iteration's ``w / np.linalg.norm(w)``) is NumPy's to the bit at every
 trip, by induction: it carries no bound (the loop's ``exact`` param lists it), so a loop
-of hundreds of trips decides as NumPy does with no margin to outgrow. In a loop with a
-data-dependent exit, products a bound is carried through take ``|A| @ |B|`` bounds
-(``full_products``), not the cheap row-norm ones, whose looseness compounds trip after
-trip.
+of hundreds of trips decides as NumPy does with no margin to outgrow. Products a bound
+is carried through take ``|A| @ |B|`` bounds (``full_products``), not the cheap row-norm
+ones, whose looseness compounds trip after trip.
 
 A float32 product takes the cheap contraction bound here as a float64 one does, whatever
 its operands (``W @ h`` of a carried ``h``; at the top level only exact operands'). A value
@@ -216,12 +215,13 @@ def _bound_loop(graph, first):
     if not wanted and not _decisions(body):
         return graph, _key(first)
     outer = _Slice(graph, cheap=True)
-    # A loop with a data-dependent exit runs as many trips as its data asks (hundreds,
-    # for a solver), so its products take |A| @ |B| bounds (margin_rules._matmul), the
-    # initial ones too: the cheap rule's looseness compounds trip after trip. (A counted
-    # loop keeps the cheap rule: an extra product per product and trip.)
-    full_products = params.get("exit") is not None
-    outer.full_products = full_products
+    # A loop's products take |A| @ |B| bounds (margin_rules._matmul), the initial ones
+    # too: the cheap rule's looseness compounds trip after trip. A solver's exit ran
+    # eagerly after ~7 trips; a counted loop too, at a few hundred (course 1's
+    # L_layer_model: its relu masks' margin guards failed from trip ~270 with the cheap
+    # rule's bound near 1e-4, past 1000 trips with these). It costs a product of
+    # magnitudes per bounded product and trip (~25% of that model's compiled call).
+    outer.full_products = True
     # A float32 product a loop's decisions read takes a bound as a float64 one does: with
     # no model, the decision would be NumPy's alone (margin_rules._float32_modelled).
     outer.float32_products = True
@@ -276,7 +276,7 @@ def _bound_loop(graph, first):
             or entry is not None and entry.bound(first.inputs[position]) is None)}
     while True:
         ctx = _Slice(scoped, cheap=True)
-        ctx.full_products = full_products
+        ctx.full_products = True
         ctx.float32_products = True
         ctx.infinite = infinite
         ctx.emitter.next_number = outer.emitter.next_number

@@ -64,6 +64,20 @@ FOLD_TAIL_INSTRUCTIONS = 600
 # remainder runs, the vector epilogue is kept: without it a chain of 10 on 1000 elements
 # ran 4% slower.
 WIDTH_HINT_INSTRUCTIONS = 64
+# A flat pointwise loop LLVM vectorizes (the width hint's conditions) whose body has this
+# many instructions or more (one math function: log2 31, tanh 36, erf 48, x ** y 67;
+# x * 2 + 1 has 8) runs two vectors an iteration (``llvm.loop.interleave.count`` 2; LLVM's
+# cost model picks 1 for them). Those bodies are long dependent chains (tanh: about 60
+# cycles from load to store), and on the 2-core AVX-512 host (Zen 5: full-width 512-bit
+# multiply-adds, two a cycle) one chain a vector leaves the pipes idle. One thread, CPU
+# time, float32[65536] (in cache), variants interleaved in one process, load 15-18: tanh
+# -7%, log2 -7%, log10 -5%, log -6%, exp -5%, tan -7%, x ** y -9%, erf -5% (4 vectors:
+# -11%, but tanh and log2 lose their gain), the chain of 10 -16%, gelu -8%, x * 2 + 1 the
+# same; LLVM time the same (chain of 10: 24 ms). ``ALIGNED_CHUNK`` holds whole pairs of
+# vectors, so aligned chunks still need no remainder. (On Zen 4, whose 512-bit operations
+# take two halves, helper-153 measured no gain for log10 and tan and register spills in
+# x ** y: docs/experiments/float32_math_pipes.)
+INTERLEAVE_INSTRUCTIONS = 24
 # Kernels whose inner loop nests get a row-invariant block (``codegen/row_hoist.py``):
 # the loop nests of these kinds are ``loops``' own.
 HOIST_KINDS = ("pointwise", "reduce")
@@ -232,12 +246,15 @@ class KernelBuilder:
             hints["llvm.loop.vectorize.predicate.enable"] = True
         lanes = self._vector_lanes(first_block[0])
         single_block = first_block[0] is first_block[-1]
-        if lanes and flat and single_block and not self.errors and (
+        vectorizes = lanes and flat and not self.errors
+        if vectorizes and single_block and (
                 hints or whole_vectors and size >= WIDTH_HINT_INSTRUCTIONS):
             hints["llvm.loop.vectorize.width"] = lanes
             self.aligned_chunks = self.aligned_chunks or flat
             if whole_vectors and split:
                 self._assume_aligned(self.start, self.end)
+        if vectorizes and size >= INTERLEAVE_INSTRUCTIONS:
+            hints["llvm.loop.interleave.count"] = 2
         if hints:
             set_loop_hints(back_edge, hints)
 

@@ -6,6 +6,8 @@ and the results still equal NumPy's at sizes that leave every kind of remainder.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from compiled_checks import bucket_sizes, compiled
@@ -99,6 +101,31 @@ def test_a_flat_chain_with_a_remainder_keeps_its_vector_epilogue(size):
                        values((size,), np.float32, 0), dynamic=False)
     assert WIDTH not in program.llvm_ir
     assert "vec.epilog" in program.optimized_ir
+
+
+INTERLEAVE = "llvm.loop.interleave.count"
+
+
+@pytest.mark.parametrize("size", [4096, 1000, 100003])
+def test_a_flat_math_loop_runs_two_vectors_an_iteration(size):
+    """A flat loop of one math function (tanh: a long dependent chain a vector) runs two
+    vectors an iteration (``INTERLEAVE_INSTRUCTIONS``); a short body (x * 2 + 1) is left
+    to LLVM's cost model. The results equal NumPy's at sizes with and without remainders."""
+    x = values((size,), np.float32, 0)
+    program = compiled(("compile size", "interleave", size), lambda v: np.tanh(v), x,
+                       dynamic=False)
+    assert program.llvm_ir.count(INTERLEAVE) == 1
+    assert program.llvm_ir.split(INTERLEAVE)[1].split("}")[0].split()[-1] == "2"
+    lanes = re.findall(r"store <(\d+) x float>", program.optimized_ir)
+    widest = max(lanes, key=int)
+    assert lanes.count(widest) == 2 or int(widest) < 4, lanes  # scalar-only targets: none
+    short = compiled(("compile size", "no interleave", size), lambda v: v * 2 + 1, x,
+                     dynamic=False)
+    assert INTERLEAVE not in short.llvm_ir
+    for seed in range(2):
+        x = values((size,), np.float32, seed + 1)
+        (actual,) = program(x)
+        np.testing.assert_allclose(actual, np.tanh(x), rtol=3e-7, atol=0)
 
 
 def _unrolled_backward(dH, C):

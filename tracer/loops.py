@@ -38,6 +38,7 @@ import numpy as np
 
 from . import (
     attribute_writes,
+    container_holders,
     loop_dict_carries,
     loop_selected_appends,
     loop_trip_counts,
@@ -207,6 +208,10 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         return _unrolled(body, iterator(range_args), values, context)
     trips = (stop - start) * step if step in (1, -1) else None
     if isinstance(trips, SymInt) and not (trips >= 1):  # a shape guard for the peeled step
+        return _unrolled(body, iterator(range_args), values, context)
+    held = container_holders.held_elsewhere(names, values, frame_locals)
+    if held:  # self.cost_ = cost = [] before cost.append(c): the loop's list is a new one
+        _note(context, where, held)
         return _unrolled(body, iterator(range_args), values, context)
     first = value_of(start)
     originals = values

@@ -29,6 +29,12 @@ loop made ``model`` a container the loop fills, refused as rebound. It is carrie
 key as a dict made in the loop is (``tracer/loop_dict_carries._dict_name``): 2000 passes
 take 40-46 ms compiled against 320 ms in NumPy (loaded machine).
 
+A wrong result: a list a captured loop appends to that something else also holds
+(``self.cost_ = cost = []``, the local form of rasbt's ``self.cost_.append``; ``kept =
+hist``; ``hist = record["hist"]``) kept iteration 0's entry alone there on compiled calls
+(the loop binds its name to a new stacked list). Such a loop now runs unrolled
+(``tracer/container_holders.py``; correct, its count pinned).
+
 Not fixed (reported; reproducers under /work/h172/scratch/): rasbt's classifiers keep
 their weights on ``self`` and write them in place in the epoch loop (``self.w_[1:] +=
 ...`` while ``self.net_input`` reads ``self.w_``; NeuralNetMLP's ``self.w_h -= ...``): a
@@ -362,3 +368,50 @@ def test_rasbts_perceptron_and_sgd_adaline_match_numpy_state_and_generator():
     # self.rgen made in fit: refused (stored again at every call), eager with equal state
     run_twins(AdalineSGD, "fit", sets[:3])
     run_twins(AdalineSGD, "partial_fit", [sets[0], sets[1], (sets[0][0][0], sets[0][1][:1])])
+
+
+# --- a list the loop appends to, also held by an attribute, a dict or another name --------
+class Fitted:
+    pass
+
+
+def halvings_kept_on_an_object(x, box, n):
+    box.hist = hist = []  # rasbt's idiom with a local: self.cost_ = cost = []
+    for i in range(n):  # noqa: B007
+        x = x * 0.5
+        hist.append(x.sum())
+    return x
+
+
+def halvings_kept_under_another_name(x, n):
+    hist = []
+    kept = hist
+    for i in range(n):  # noqa: B007
+        x = x * 0.5
+        hist.append(x.sum())
+    return kept
+
+
+def halvings_kept_in_a_dict(x, n):
+    record = {"hist": []}
+    hist = record["hist"]
+    for i in range(n):  # noqa: B007
+        x = x * 0.5
+        hist.append(x.sum())
+    return record
+
+
+def test_a_list_a_captured_loop_fills_keeps_every_entry_where_else_it_is_held():
+    # compiled calls left the other holders with iteration 0's entry alone (length 1)
+    x = np.arange(3.0)
+    f = run_calls(halvings_kept_under_another_name, [(x, n) for n in (10, 12, 15)])
+    no_internal_errors(f)
+    f = run_calls(halvings_kept_in_a_dict, [(x, n) for n in (10, 12, 15)])
+    no_internal_errors(f)
+    g = tj.jit(halvings_kept_on_an_object, cache="memory")
+    for n in (10, 12, 15):
+        ours, theirs = Fitted(), Fitted()
+        g(x, ours, n)
+        halvings_kept_on_an_object(x, theirs, n)
+        assert len(ours.hist) == len(theirs.hist) == n
+        np.testing.assert_allclose(ours.hist, theirs.hist)

@@ -1,0 +1,54 @@
+"""Lists and dicts a loop fills that something else holds too: such a loop is not captured.
+
+A captured loop hands back the list it fills as a new, stacked list (``StackedList``: the
+rows of its buffers), bound to the loop's name. Another holder of the list made before
+the loop keeps the old object, which saw iteration 0's entry alone::
+
+    self.cost_ = cost = []          # or: kept = hist; record = {"hist": []}; hist = record["hist"]
+    for i in range(self.n_iter):
+        ...
+        cost.append(c)              # eager: self.cost_ is cost, n_iter entries
+
+so compiled calls left ``self.cost_`` with one entry. Such a loop runs unrolled, as
+written (correct; its count is pinned). Holders looked for: another local name, and any
+dict, list or object that refers to the list (``gc.get_referrers``); tuples, frames and
+cells are the loop machinery's own (the carried values, the function's frame and names).
+
+>>> def fill(also_in_a_dict):
+...     hist = []
+...     record = {"hist": hist} if also_in_a_dict else None
+...     return held_elsewhere(["hist"], (hist,), {"hist": hist})
+>>> fill(False) is None
+True
+>>> fill(True).startswith("`hist` is also held by a dict")
+True
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+
+# The carried values (tuples), the function's frame and the cells of its names (the front
+# end's loop bodies are nested functions reading them): the loop's name itself
+_MACHINERY = (tuple, types.FrameType, types.CellType)
+
+
+def held_elsewhere(names, values, frame_locals):
+    """Why a list or dict the loop carries under one of ``names`` is not the loop's own
+    (another name, a container or an object holds it too), or None."""
+    internal = {id(frame_locals)}
+    for name, value in zip(names, values):
+        if type(value) not in (list, dict):
+            continue
+        for other, held in frame_locals.items():  # (a comprehension's cell would hold it)
+            if held is value and other != name:
+                return (f"`{name}` is also `{other}`: its entries would be the first trip's "
+                        "alone there")
+        for holder in gc.get_referrers(value):
+            if id(holder) in internal or isinstance(holder, _MACHINERY):
+                continue
+            return (f"`{name}` is also held by a {type(holder).__name__} (an attribute, an "
+                    "entry or another name): its entries would be the first trip's alone "
+                    "there")
+    return None

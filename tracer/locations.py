@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import site
 import sys
 import sysconfig
 
@@ -23,8 +24,17 @@ _INTERNAL_DIRS = tuple(
 
 
 def _library_prefixes():
+    """The standard library and every site-packages folder this interpreter imports from:
+    its own, the user's (``pip install --user``), and ones put on ``sys.path`` by a ``.pth``
+    file or PYTHONPATH (a venv layered on another's packages), so an error raised inside
+    NumPy installed there is not taken for the user's own code."""
     paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(path.rstrip("/") + "/" for path in paths if path)
+    paths.update(getattr(site, "getsitepackages", list)())
+    if site.ENABLE_USER_SITE:
+        paths.add(site.getusersitepackages())
+    paths.update(path for path in sys.path
+                 if os.path.basename(path.rstrip(os.sep)) in ("site-packages", "dist-packages"))
+    return tuple(path.rstrip(os.sep) + os.sep for path in paths if path)
 
 
 _LIBRARY_PREFIXES = _library_prefixes()

@@ -9,7 +9,8 @@ the loop keeps the old object, which saw iteration 0's entry alone::
         ...
         cost.append(c)              # eager: self.cost_ is cost, n_iter entries
 
-so compiled calls left ``self.cost_`` with one entry. Such a loop runs unrolled, as
+so compiled calls left ``self.cost_`` with one entry (a dict keyed by the index, ``hs[t] =
+h``, likewise). Such a loop runs unrolled, as
 written (correct; its count is pinned). Holders looked for: another local name, and any
 dict, list or object that refers to the list (``gc.get_referrers``); tuples, frames and
 cells are the loop machinery's own (the carried values, the function's frame and names).
@@ -39,7 +40,7 @@ def held_elsewhere(names, values, frame_locals):
     (another name, a container or an object holds it too), or None."""
     internal = {id(frame_locals)}
     for name, value in zip(names, values):
-        if type(value) not in (list, dict):
+        if type(value) not in (list, dict) or _parameters(value):
             continue
         for other, held in frame_locals.items():  # (a comprehension's cell would hold it)
             if held is value and other != name:
@@ -52,3 +53,11 @@ def held_elsewhere(names, values, frame_locals):
                     "entry or another name): its entries would be the first trip's alone "
                     "there")
     return None
+
+
+def _parameters(value):
+    """A dict of named entries (``{"W1": ..., "b1": ...}``): ``loop_dict_carries`` writes
+    its results into this very dict when the body updates it in place, and a body that
+    rebinds the name leaves it alone, as NumPy does."""
+    return type(value) is dict and value and all(type(key) is str for key in value)
+

@@ -41,7 +41,11 @@ their weights on ``self`` and write them in place in the epoch loop (``self.w_[1
 captured loop carries local names only (``loop_trials``: "writes in place into an array no
 loop variable holds"; ``loop_frontend``: "the body assigns an attribute"), so the loop
 unrolls: LogisticRegressionGD at the book's ``n_iter=1000`` passes 16384 operations and
-runs eagerly at every call, smaller counts compile once per count. NeuralNetMLP.fit also
+runs eagerly at every call, smaller counts compile once per count. Rewritten with ``w =
+self.w_`` and a local ``costs`` list the loop is captured, but ``self.cost_ = costs`` after
+it is refused ('a StackedList written into an attribute cannot be stored again at every
+call': eager); ``self.cost_.append`` in the body is refused by the capture (a call for its
+side effect). NeuralNetMLP.fit also
 calls ``np.unique`` and ``self.random.shuffle`` (eager by design). AdalineSGD stores a new
 ``RandomState`` in ``self.rgen`` at every fit (refused: eager, state equal).
 CrossEntropyCost.fn on saturated activations (``a`` exactly 0 or 1, the case its

@@ -46,6 +46,11 @@ class Trial:
         self.prints = context.trial_prints = []
         saved_writes = getattr(context, "trial_writes", None)
         writes = context.trial_writes = {}  # Tracer._update: arrays written in place
+        # a captured loop's list another loop's trial made a list of (costs.append in a
+        # second loop): its entries are reads the trial records and throws away, so the
+        # list is the rows again after it (else the unrolled trips read undefined vars)
+        saved_materialized = getattr(context, "trial_materialized", None)
+        materialized = context.trial_materialized = []
         context.loop_depth = getattr(context, "loop_depth", 0) + 1
         try:
             returned = tuple(body(t, *objects))
@@ -65,6 +70,9 @@ class Trial:
             context.loop_depth -= 1
             context.trial_prints = saved_prints
             context.trial_writes = saved_writes
+            context.trial_materialized = saved_materialized
+            for stacked in materialized:
+                stacked.forget_entries()
             self.recorded = context.body[mark:]
             del context.body[mark:]
             outside = _undo_outside_writes(writes, self.params, self.recorded)

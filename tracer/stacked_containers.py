@@ -162,7 +162,15 @@ class StackedList(_Materialized, MutableSequence):
             count = specialize(self._count, "a list filled by a captured loop was used as a "
                                              "whole (len, iteration, a change)")
             self._list = self._prefix + [self[len(self._prefix) + row] for row in range(count)]
+            trial = getattr(self._carry.context, "trial_materialized", None)
+            if trial is not None:  # its entries are the trial's reads: put back after it
+                trial.append(self)  # (loop_trials.Trial)
         return self._list
+
+    def forget_entries(self):
+        """The list is the loop's rows again: its entries were a loop trial's reads, thrown
+        away with the trial (``loop_trials.Trial``)."""
+        self._list = None
 
     def insert(self, index, value):  # (append too)
         _unchanged_in_a_trip(self._carry)

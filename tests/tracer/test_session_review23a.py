@@ -113,3 +113,30 @@ def test_a_printed_shape_compiles_once_for_every_size(capsys):
         _both(capsys, shapes, compiled, x, np.ones((3, 2)))
     stats = compiled.stats()
     assert stats["compiles"] <= 3 and stats["compiled_calls"] >= 4, stats
+
+
+def costs_kept_by_two_loops(x, n):
+    w = x.copy()
+    costs = []
+    for _ in range(n):
+        w = w * 0.5
+        costs.append(w.sum())
+    for i in range(n - 1, 0, -3):
+        if i % 2 == 0:
+            costs.append(-w.sum() * i)
+    return w, costs
+
+
+def test_a_list_a_captured_loop_filled_appended_to_by_a_second_loop():
+    """With the count a 0-d array (ffda0d1: never pinned), the second loop's trial made
+    the first loop's rows a list of reads it then threw away; the unrolled trips appended
+    to that list ('return uses %38 before its definition': internal error, eager)."""
+    compiled = tj.jit(costs_kept_by_two_loops, cache="memory")
+    for count in (40, 53, 7, 97):
+        got = compiled(_data(count), np.array(count))
+        want = costs_kept_by_two_loops(_data(count), np.array(count))
+        np.testing.assert_array_equal(got[0], want[0])
+        assert len(got[1]) == len(want[1]) and all(
+            type(a) is type(b) and a == b for a, b in zip(got[1], want[1]))
+    stats = compiled.stats()
+    assert stats["eager_calls"] == {} and stats["compiled_calls"] >= 2, stats

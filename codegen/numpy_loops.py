@@ -1,0 +1,204 @@
+"""NumPy's own inner loops for float64/float32 math ufuncs, callable from compiled code,
+so a compiled ``exp``/``log``/``tanh``/... has NumPy's bits (an experiment: nothing in
+lowering calls it yet; ``docs/experiments/numpy_exact_math/README.md``).
+
+Why: a value that feeds a guard or a mask through a loop carries a worst-case error bound
+(``tracer/loop_bounds.py``) when its math is our own (a few ulp from NumPy's SIMD exp/log);
+with NumPy's loop the value is NumPy's to the bit and carries none.
+
+Where the loops are: a ufunc is a ``PyUFuncObject`` (public C layout of NumPy 2.x,
+``numpy/ufuncobject.h``): ``PyObject_HEAD; int nin, nout, nargs, identity;
+PyUFuncGenericFunction *functions; void **data; int ntypes, reserved1; const char *name;
+char *types; ...``. NumPy runs the FIRST entry whose types match (``exp`` lists ``d->d``
+twice; the second is a libm loop with other bits). Each loop is
+``void loop(char **args, npy_intp *dims, npy_intp *steps, void *data)``: pure C, no GIL.
+
+``loop(name, dtype)`` is that entry, or None when the layout does not read back as the
+ufunc (name, nin, nout, the type string) or the loop's output on a hostile probe (NaN,
++-Inf, denormals, huge, odd offsets and lengths) differs from the ufunc's in any bit: then
+the caller keeps its own implementation.
+
+>>> import numpy as np
+>>> found = loop("exp", np.float64)
+>>> x = np.array([0.0, 1.0, -745.2, np.nan])
+>>> found is None or np.array_equal(found.run(x).view(np.int64), np.exp(x).view(np.int64))
+True
+
+Compiled code imports ``symbol_name(name, dtype)`` (the loop) and its ``_data`` cell by
+symbol (``symbols(object_code)``), so object code stays relocatable; ``emit_call`` builds
+the ``args``/``dims``/``steps`` arrays on the stack for one chunk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from llvmlite import ir
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+# The math ufuncs that qualify: one NumPy loop per call, elementwise, no state.
+UNARY = ("exp", "log", "tanh", "log1p", "expm1", "sin", "cos", "tan", "arcsin", "arccos",
+         "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "exp2", "log2", "log10",
+         "sqrt", "cbrt")
+BINARY = ("power", "arctan2", "hypot")
+LETTER = {np.dtype(np.float64): "d", np.dtype(np.float32): "f"}
+
+
+class _UFunc(ctypes.Structure):
+    _fields_ = [("ob_refcnt", ctypes.c_ssize_t), ("ob_type", ctypes.c_void_p),
+                ("nin", ctypes.c_int), ("nout", ctypes.c_int), ("nargs", ctypes.c_int),
+                ("identity", ctypes.c_int), ("functions", ctypes.POINTER(ctypes.c_void_p)),
+                ("data", ctypes.POINTER(ctypes.c_void_p)), ("ntypes", ctypes.c_int),
+                ("reserved1", ctypes.c_int), ("name", ctypes.c_char_p),
+                ("types", ctypes.POINTER(ctypes.c_char))]
+
+
+_LOOP = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
+                         ctypes.POINTER(ctypes.c_ssize_t), ctypes.POINTER(ctypes.c_ssize_t),
+                         ctypes.c_void_p)
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    dtype: np.dtype
+    nin: int
+    function: int   # address of the inner loop
+    data: int       # its ``void *data`` (0 for NULL)
+    # A cell holding ``data``: compiled code loads it through an imported symbol.
+    data_cell: ctypes.c_void_p
+
+    def run(self, *inputs):
+        """The loop on contiguous ``inputs`` through ctypes (for checks)."""
+        inputs = [np.ascontiguousarray(x, self.dtype) for x in inputs]
+        out = np.empty_like(inputs[0])
+        arrays = (*inputs, out)
+        args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        steps = (ctypes.c_ssize_t * len(arrays))(*[self.dtype.itemsize] * len(arrays))
+        _LOOP(self.function)(args, (ctypes.c_ssize_t * 1)(out.size), steps,
+                             self.data or None)
+        return out
+
+
+def _entry(ufunc, signature):
+    """(function, data) of the first entry of ``ufunc.types`` equal to ``signature``,
+    read from the C struct after checking it describes this ufunc; None otherwise."""
+    struct = _UFunc.from_address(id(ufunc))
+    if (struct.nin, struct.nout, struct.ntypes) != (ufunc.nin, ufunc.nout, ufunc.ntypes):
+        return None
+    if struct.name != ufunc.__name__.encode():
+        return None
+    nargs = ufunc.nin + ufunc.nout
+    letters = ufunc.types  # 'dd->d'; the C array is nargs type numbers per entry
+    if signature not in letters:
+        return None
+    index = letters.index(signature)
+    numbers = [np.dtype(c).num for c in signature.replace("->", "")]
+    raw = [struct.types[index * nargs + i][0] for i in range(nargs)]
+    if raw != numbers or not struct.functions[index]:
+        return None
+    return struct.functions[index], (struct.data[index] if struct.data else None) or 0
+
+
+def _probe(dtype, nin, name):
+    """Hostile inputs: NaN, +-Inf, +-0, denormals, the largest and smallest, near the
+    overflow and underflow edges, and a spread of normal values."""
+    info = np.finfo(dtype)
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, info.smallest_subnormal,
+               -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0,
+               709.78, -745.1, 88.7, -103.9, 1e-300, 0.5, 2.0, 1e300]
+    rng = np.random.default_rng(20261128)
+    spread = np.concatenate([rng.standard_normal(3000) * 30, rng.standard_normal(1000),
+                             np.exp(rng.uniform(-700, 700, 1000))])
+    with np.errstate(all="ignore"):
+        first = np.concatenate([special, spread]).astype(dtype)
+        if nin == 1:
+            return (first,)
+        second = np.roll(first, 7)
+        if name == "power":
+            second = np.concatenate([[0.5, 2.0, 3.0, -1.0, 0.0, np.nan, np.inf, 1.7],
+                                     rng.standard_normal(first.size - 8) * 4]).astype(dtype)
+        return first, second
+
+
+def _bits(a):
+    return a.view(np.int64 if a.dtype == np.float64 else np.int32)
+
+
+def _agrees(found, ufunc, inputs):
+    """The loop's output equals the ufunc's in every bit, whole and in odd chunks."""
+    with np.errstate(all="ignore"):
+        expected = _bits(ufunc(*inputs))
+        if not np.array_equal(_bits(found.run(*inputs)), expected):
+            return False
+        for start, length in ((1, 255), (3, 7), (17, 1), (5, 1023)):
+            chunk = [x[start:start + length] for x in inputs]
+            if not np.array_equal(_bits(found.run(*chunk)), expected[start:start + length]):
+                return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def loop(name, dtype):
+    """NumPy's loop for ``np.<name>`` on ``dtype`` (float64 or float32), checked bit for
+    bit on the probe at first use; None where it cannot be found or does not agree."""
+    dtype = np.dtype(dtype)
+    ufunc = getattr(np, name, None)
+    if not isinstance(ufunc, np.ufunc) or dtype not in LETTER or ufunc.nout != 1:
+        return None
+    letter = LETTER[dtype]
+    entry = _entry(ufunc, letter * ufunc.nin + "->" + letter)
+    if entry is None:
+        return None
+    function, data = entry
+    found = Loop(name, dtype, ufunc.nin, function, data, ctypes.c_void_p(data or None))
+    return found if _agrees(found, ufunc, _probe(dtype, ufunc.nin, name)) else None
+
+
+def symbol_name(name, dtype):
+    return f"tj_np_{name}_{LETTER[np.dtype(dtype)]}"
+
+
+def symbols(object_code=b""):
+    """``{symbol: address}`` of the loops (and their data cells) ``object_code`` names."""
+    imports = {}
+    for name in UNARY + BINARY:
+        for dtype in LETTER:
+            symbol = symbol_name(name, dtype)
+            if symbol.encode() not in object_code:
+                continue
+            found = loop(name, dtype)
+            if found is None:
+                raise LookupError(f"NumPy's {name} loop for {dtype} is not usable")
+            imports[symbol] = found.function
+            imports[symbol + "_data"] = ctypes.addressof(found.data_cell)
+    return imports
+
+
+def emit_call(builder, name, dtype, pointers, count):
+    """Call NumPy's loop for ``np.<name>`` on ``count`` contiguous elements: ``pointers``
+    are the inputs' then the output's addresses (``ptr``). Emits only symbol references;
+    the caller checks ``loop(name, dtype)`` is not None before choosing this path."""
+    module = builder.module
+    symbol = symbol_name(name, dtype)
+    function_type = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR])
+    function = module.globals.get(symbol) or ir.Function(module, function_type, symbol)
+    cell = module.globals.get(symbol + "_data")
+    if cell is None:
+        cell = ir.GlobalVariable(module, PTR, symbol + "_data")
+        cell.linkage = "external"
+    itemsize = np.dtype(dtype).itemsize
+    # The slots go in the entry block: an alloca in a loop body grows the stack per trip.
+    with builder.goto_block(builder.function.entry_basic_block):
+        args = builder.alloca(PTR, len(pointers))
+        steps = builder.alloca(I64, len(pointers))
+        dims = builder.alloca(I64)
+    for i, pointer in enumerate(pointers):
+        builder.store(pointer, builder.gep(args, [I64(i)], source_etype=PTR))
+        builder.store(I64(itemsize), builder.gep(steps, [I64(i)], source_etype=I64))
+    builder.store(count, dims)
+    builder.call(function, [args, dims, steps, builder.load(cell, typ=PTR)])

@@ -15,19 +15,14 @@ so compiled values equal NumPy's to the bit and the text must be equal exactly."
 from __future__ import annotations
 
 import numpy as np
+from test_deferred_text import _both as _printed_as_eager
+from test_deferred_text import _data
 
 import tracejit as tj
 
 
-def _data(seed, size=6):
-    return np.random.default_rng(seed).integers(-8, 9, size) / 8.0
-
-
 def _both(capsys, function, compiled, *args):
-    want = function(*args)
-    eager_text = capsys.readouterr().out
-    got = compiled(*args)
-    assert capsys.readouterr().out == eager_text
+    got, want, eager_text = _printed_as_eager(capsys, function, compiled, *args)
     np.testing.assert_array_equal(got, want)
     return eager_text
 

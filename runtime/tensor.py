@@ -503,6 +503,11 @@ class Tensor(ArrayMethods):
     def __str__(self):
         return str(self.data)
 
+    def __format__(self, spec):
+        # f"{cost:.4f}" in a function tracejit.grad runs eagerly: formatted as NumPy
+        # formats the array (a 0-d one as its number), not refused by object.__format__
+        return format(self.data, spec)
+
 
 _grad_mode = autograd._grad_mode
 

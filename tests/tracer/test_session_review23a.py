@@ -135,3 +135,37 @@ def test_a_list_a_captured_loop_filled_appended_to_by_a_second_loop():
             type(a) is type(b) and a == b for a, b in zip(got[1], want[1]))
     stats = compiled.stats()
     assert stats["eager_calls"] == {} and stats["compiled_calls"] >= 2, stats
+
+
+def reported_loss(w, x, n):
+    total = 0.0
+    for i in range(n):
+        cost = (np.tanh(x @ w) ** 2).mean()
+        total = total + cost
+        x = x * 0.75
+        if i % 3 == 0:
+            print(f"step {i}: {cost:.6f}", "{:.3f}".format(cost), "%.4f" % cost)
+    return total
+
+
+def test_value_and_grad_of_a_function_printing_a_formatted_cost(capsys):
+    """tracejit.value_and_grad runs the function eagerly on Tensors: f"{cost:.6f}" raised
+    TypeError (Tensor had no __format__) where NumPy prints."""
+    rng = np.random.default_rng(3)
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((5, 3))
+    for count in (4, 7):
+        want = reported_loss(w, x, count)
+        eager_text = capsys.readouterr().out
+        value, gradient = tj.value_and_grad(reported_loss)(w, x, count)
+        assert capsys.readouterr().out == eager_text and eager_text.count("\n") == (
+            count + 2) // 3
+        assert abs(value - want) <= 1e-12 * abs(want)
+        step, central = 1e-6, np.zeros_like(w)
+        for k in np.ndindex(w.shape):
+            up, down = w.copy(), w.copy()
+            up[k] += step
+            down[k] -= step
+            central[k] = (reported_loss(up, x, count) - reported_loss(down, x, count)) / (
+                2 * step)
+        capsys.readouterr()
+        np.testing.assert_allclose(gradient, central, rtol=1e-6, atol=1e-8)

@@ -32,6 +32,7 @@ from .scans import (
     minimum_accumulate,
     one_accumulated_axis,
 )
+from .ufunc_dtypes import loop_operands
 from .ufuncs import UFUNC_COMPOSITES, UFUNCS, foreign_ufunc
 
 shape_of, ndim_of = ops.shape_of, ops.ndim_of
@@ -117,6 +118,8 @@ def array_ufunc(ufunc, method, *inputs, **kwargs):
     dtype = kwargs.pop("dtype", None)
     if kwargs:
         raise UnsupportedError(f"{name} keyword arguments {sorted(kwargs)} are not supported")
+    if dtype is not None:  # the loop's dtype: the operands are cast first (ufunc_dtypes)
+        inputs = loop_operands(ufunc, inputs, dtype, astype)
     if ufunc in UFUNCS:
         result = bind(UFUNCS[ufunc], *inputs)
         if getattr(result, "aval", None) is not None and result.aval.weak:

@@ -20,7 +20,12 @@ Found:
   the trace raised OverflowError from np.minimum (internal error, every such call eager);
 * ``np.cumsum(x, dtype=bool)`` (``np.add.accumulate`` of a mask, ``nancumsum``): NumPy adds
   booleans as "or" (True + True is True), the compiled scan added 1-bit ints (wrapping to
-  False after two Trues).
+  False after two Trues);
+* a ufunc's ``dtype=`` cast the result, where NumPy runs the loop in that dtype:
+  ``np.add(mask_a, mask_b, dtype=np.float32)`` was 1.0 where NumPy gives 2.0,
+  ``np.negative(mask, dtype=np.float32)`` and ``np.multiply(ids, 2**33, dtype=np.float64)``
+  were internal errors, ``np.add(x, y, dtype=np.int32)`` of floats computed where NumPy
+  raises (``tracer/ufunc_dtypes.py`` resolves NumPy's loop).
 
 ``test_fuzz23_sample`` runs a seeded sample of the generators (a few seconds).
 """
@@ -93,6 +98,20 @@ def test_clip_with_a_python_int_past_the_dtype(bounds):
 def test_cumsum_of_booleans_in_bool_is_a_running_or(scan):
     a = np.array([[1.0, 2.0, 3.0, 0.0], [0.0, -1.0, 0.0, 5.0], [0.0, 0.0, 0.0, 0.0]])
     _agree(scan, (a,), (a,), (a[::-1, ::2],), (np.asfortranarray(a),))
+
+
+@pytest.mark.parametrize("ufunc_call", [
+    lambda a, b, s: np.add(a > 0, b > 0, dtype=np.float32),
+    lambda a, b, s: np.add(a > 0, b > 0, dtype=np.int32),
+    lambda a, b, s: np.multiply(a > 0, s, dtype=np.float64),
+    lambda a, b, s: np.negative(a > 0, dtype=np.float32),
+    lambda a, b, s: np.multiply(a.astype(np.int32), s, dtype=np.float64),
+    lambda a, b, s: np.add(a, b, dtype=np.int32),  # NumPy's UFuncTypeError (same_kind)
+    lambda a, b, s: np.subtract(a, s, dtype=np.float32)])
+def test_ufunc_dtype_is_the_loop_dtype(ufunc_call):
+    a = np.array([[1.5, -2.0, 0.0], [3.0, 0.5, -1.0]])
+    b = np.array([2.0, 1.0, -3.0])
+    _agree(ufunc_call, (a, b, 3), (a, b, 2**33), (a[::-1], b, 3), (a, b, -1))
 
 
 @pytest.mark.parametrize("seed", range(6))

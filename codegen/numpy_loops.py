@@ -32,6 +32,8 @@ the ``args``/``dims``/``steps`` arrays on the stack for one chunk.
 from __future__ import annotations
 
 import ctypes
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -179,10 +181,22 @@ def symbols(object_code=b""):
     return imports
 
 
-def emit_call(builder, name, dtype, pointers, count):
-    """Call NumPy's loop for ``np.<name>`` on ``count`` contiguous elements: ``pointers``
-    are the inputs' then the output's addresses (``ptr``). Emits only symbol references;
-    the caller checks ``loop(name, dtype)`` is not None before choosing this path."""
+@contextmanager
+def _stack_frame(builder):
+    """Allocas made inside are freed after (``llvm.stacksave``/``stackrestore``): an
+    alloca in a loop body otherwise grows the stack every trip. (Allocas in the entry
+    block would need every kernel builder to leave it open; this does not.)"""
+    module = builder.module
+    save = module.globals.get("llvm.stacksave.p0") or ir.Function(
+        module, ir.FunctionType(PTR, []), "llvm.stacksave.p0")
+    restore = module.globals.get("llvm.stackrestore.p0") or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [PTR]), "llvm.stackrestore.p0")
+    saved = builder.call(save, [])
+    yield
+    builder.call(restore, [saved])
+
+
+def _call(builder, name, dtype, pointers, count):
     module = builder.module
     symbol = symbol_name(name, dtype)
     function_type = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR])
@@ -192,13 +206,54 @@ def emit_call(builder, name, dtype, pointers, count):
         cell = ir.GlobalVariable(module, PTR, symbol + "_data")
         cell.linkage = "external"
     itemsize = np.dtype(dtype).itemsize
-    # The slots go in the entry block: an alloca in a loop body grows the stack per trip.
-    with builder.goto_block(builder.function.entry_basic_block):
-        args = builder.alloca(PTR, len(pointers))
-        steps = builder.alloca(I64, len(pointers))
-        dims = builder.alloca(I64)
+    # (inside the caller's ``_stack_frame``)
+    args = builder.alloca(PTR, len(pointers))
+    steps = builder.alloca(I64, len(pointers))
+    dims = builder.alloca(I64)
     for i, pointer in enumerate(pointers):
         builder.store(pointer, builder.gep(args, [I64(i)], source_etype=PTR))
         builder.store(I64(itemsize), builder.gep(steps, [I64(i)], source_etype=I64))
     builder.store(count, dims)
     builder.call(function, [args, dims, steps, builder.load(cell, typ=PTR)])
+
+
+def emit_call(builder, name, dtype, pointers, count):
+    """Call NumPy's loop for ``np.<name>`` on ``count`` contiguous elements: ``pointers``
+    are the inputs' then the output's addresses (``ptr``). Emits only symbol references;
+    the caller checks ``loop(name, dtype)`` is not None before choosing this path."""
+    with _stack_frame(builder):
+        _call(builder, name, dtype, pointers, count)
+
+
+# The switch: ``TRACEJIT_NUMPY_MATH=1`` lowers float64 and float32 scalar math through
+# NumPy's loops (``pointwise.math_function``). Off by default until the suites pass with
+# it on; margins (``tracer/margin_rules.ULP_VS_NUMPY``) do not use it yet, so either
+# setting is sound, and cached code of either setting stays correct.
+SCALAR_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin",
+                    "cos", "tan")
+
+
+def enabled():
+    return os.environ.get("TRACEJIT_NUMPY_MATH", "0") == "1"
+
+
+def scalar_loop(name, value_type):
+    """NumPy's loop for ``np.<name>`` on one scalar of ``value_type`` when the switch is on
+    and the loop passed its check; None otherwise (vectors keep our own math)."""
+    dtype = {"double": np.float64, "float": np.float32}.get(str(value_type))
+    if not enabled() or dtype is None or name not in SCALAR_FUNCTIONS:
+        return None
+    return loop(name, dtype)
+
+
+def emit_scalar(builder, name, dtype, *values):
+    """``np.<name>(*values)`` on scalars, through NumPy's loop with a count of 1 (the
+    self-check and tests/codegen/test_numpy_loops.py check one-element calls)."""
+    element = values[0].type
+    with _stack_frame(builder):
+        slots = [builder.alloca(element) for _ in range(len(values) + 1)]
+        for slot, value in zip(slots, values):
+            builder.store(value, slot)
+        _call(builder, name, dtype, slots, I64(1))
+        result = builder.load(slots[-1], typ=element)
+    return result

@@ -16,7 +16,7 @@ from llvmlite import ir
 from tracejit.tracer.ops import cast_p, stop_gradient_p, where_p
 
 from . import dtypes as dt
-from . import mathlib
+from . import mathlib, numpy_loops
 from .dtypes import constant, is_float
 from .kernel_index import as_bool, broadcast_index
 from .narrow_results import NARROW_CAST_OUT_OF_RANGE, STORE_ONLY, narrow_cast
@@ -77,6 +77,9 @@ def sign(ctx, x):
 
 def math_function(name):
     def rule(ctx, x):
+        found = numpy_loops.scalar_loop(name, x.type)  # TRACEJIT_NUMPY_MATH=1 only
+        if found is not None:
+            return numpy_loops.emit_scalar(ctx.builder, name, found.dtype, x)
         return getattr(mathlib, name)(ctx.builder, x)
 
     return rule

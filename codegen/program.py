@@ -342,11 +342,12 @@ def _c_order(array, dtype):
 def link(program):
     """Load the object code and build the wrapper (also after loading from disk, where
     ``program.wrapper_source`` is ``rebuild_wrapper``'s, never text read from disk)."""
-    from . import blas
+    from . import blas, numpy_loops
     from .parallel import pool
 
     entry = f"{_symbol_safe(program.graph.name)}_entry_py"  # python_entry.add_python_entry
-    imports = {**pool().symbols(), **blas.symbols(program.object_code)}
+    imports = {**pool().symbols(), **blas.symbols(program.object_code),
+               **numpy_loops.symbols(program.object_code)}
     counters = profile_symbol(_symbol_safe(program.graph.name))
     exports = [entry, counters] if program.profiled else [entry]
     exports += program.exports

@@ -131,3 +131,35 @@ def test_many_chunks_keep_the_stack_flat():
     with np.errstate(all="ignore"):
         expected = np.exp(x) * 2.0 + 1.0
     assert np.array_equal(run(x).view(np.int64), expected.view(np.int64))
+
+
+def steps(x, w):
+    """Float64 math a loss and its gradient use, into a mask (what a guard reads)."""
+    z = x * w
+    a = 1.0 / (1.0 + np.exp(-z))
+    cost = np.log(a + 1e-3) + np.tanh(z) + np.log1p(np.abs(z)) + np.sin(z) + np.expm1(z)
+    return cost, cost > 0.5
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_switch_gives_compiled_math_numpys_bits(monkeypatch, switch):
+    """With ``TRACEJIT_NUMPY_MATH=1`` compiled float64 math equals eager NumPy in every
+    bit on hostile data; without it our own math differs somewhere (so the first half of
+    this test can fail)."""
+    from tracejit import jit
+
+    monkeypatch.setenv("TRACEJIT_NUMPY_MATH", switch)
+    x = hostile(np.float64, 20000, seed=11)
+    x[~np.isfinite(x)] = 0.5
+    x = np.clip(x, -700, 700)
+    w = np.full_like(x, 0.75)
+    with np.errstate(all="ignore"):
+        eager, eager_mask = steps(x, w)
+        compiled = jit(steps, cache="memory")
+        for _ in range(3):
+            got, mask = compiled(x, w)
+    assert compiled.stats()["compiled_calls"] >= 2, compiled.explain()
+    same = np.array_equal(got.view(np.int64), eager.view(np.int64))
+    assert same == (switch == "1")
+    if switch == "1":
+        assert np.array_equal(mask, eager_mask)

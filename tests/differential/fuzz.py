@@ -1497,16 +1497,9 @@ def run_one(function, source, params, sets, dynamic):
         if legacy_state() != eager_state:
             return "random state differs", f"{where}: np.random's state after the call"
         if eager_error is not None or jit_error is not None:
-            if eager_error is None:
-                return "jit raised", (f"{where}: {type(jit_error).__name__}: {jit_error}\n"
-                                      + "".join(traceback.format_exception(jit_error))[-3000:])
-            if jit_error is None:
-                return "jit did not raise", (f"{where}: eager raised "
-                                             f"{type(eager_error).__name__}: {eager_error}")
-            if not isinstance(jit_error, type(eager_error)):
-                return "other exception", (f"{where}: eager {type(eager_error).__name__}: "
-                                           f"{eager_error}; jit {type(jit_error).__name__}: "
-                                           f"{jit_error}")
+            problem = exception_difference(where, eager_error, jit_error)
+            if problem:
+                return problem
             continue
         scale, count = scale_of(leaves(want), arguments)
         count += max(sizes.values())
@@ -1533,6 +1526,21 @@ def run_one(function, source, params, sets, dynamic):
         refused = "compiled code computes in" in details or "compiled code supports" in details
         if "internal error" in reason or ("not compiled" in reason and not refused):
             return "internal error", f"{reason}: {compiled.explain()[-3000:]}"
+    return None
+
+
+def exception_difference(where, eager_error, jit_error):
+    """None where both raised the same type of exception, else (kind, text)."""
+    if eager_error is None:
+        return "jit raised", (f"{where}: {type(jit_error).__name__}: {jit_error}\n"
+                              + "".join(traceback.format_exception(jit_error))[-3000:])
+    if jit_error is None:
+        return "jit did not raise", (f"{where}: eager raised "
+                                     f"{type(eager_error).__name__}: {eager_error}")
+    if not isinstance(jit_error, type(eager_error)):
+        return "other exception", (f"{where}: eager {type(eager_error).__name__}: "
+                                   f"{eager_error}; jit {type(jit_error).__name__}: "
+                                   f"{jit_error}")
     return None
 
 

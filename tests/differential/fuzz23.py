@@ -243,6 +243,17 @@ def loop_forms(rng):
     return Drawn("loop_forms", source, make, calls=10, float32=dtype == "float32")
 
 
+def _one_result(params, lines, test):
+    """``program(params)`` running ``lines`` and returning ``out`` and ``side``: which
+    branch of ``if test:`` ran (1 or 2, compared exactly), or 0 without a test."""
+    if test:
+        lines = lines + [f"if {test}:", "    side = 1", "else:", "    side = 2"]
+    else:
+        lines = lines + ["side = 0"]
+    lines.append("return out, side")
+    return f"def program({params}):\n" + "".join(f"    {line}\n" for line in lines)
+
+
 # --- (b) dtype mixes -------------------------------------------------------------------------
 SCALAR_KINDS = ("int", "float", "f32", "i64", "zerod", "zerod_i", "u8", "bool")
 
@@ -269,6 +280,11 @@ def dtype_mix(rng):
         "np.argmax(a + b, axis=0)", "a.astype(np.float32) + s", "np.float32(s) * a",
         "np.asarray(s) + a", "np.true_divide(a, 3)", "np.mean(a, axis=-1, keepdims=True)",
         "np.where(b, a, 0)", "np.sort(a, axis=0)", "a.max(axis=(0, 1), keepdims=True)",
+        # round 23's sweep findings: a bool running sum, a ufunc's loop dtype, big bounds
+        "np.cumsum(a, axis=-1, dtype=bool)", "np.add.accumulate(a > s, axis=0)",
+        "np.add(a, b, dtype=np.float32)", "np.multiply(a, s, dtype=np.float64)",
+        "np.negative(a > 0, dtype=np.float32)", "np.clip(a, 0, 2**40)",
+        "np.clip(a, -2**40, s)",
     ])
     shape_a = rng.choice([("n", "m"), ("n", 1), (1, "m"), ("m",), (1,), ("n", "m")])
     shape_b = rng.choice([("n", "m"), ("m",), (1,), ("n", 1), ("n", "m")])
@@ -277,12 +293,8 @@ def dtype_mix(rng):
     lines = [f"out = {op}"]
     if extra:
         lines.append(extra)
-    if rng.random() < 0.3:  # a decision on the mix: which branch ran is returned
-        lines += ["if np.sum(out) > 0:", "    side = 1", "else:", "    side = 2"]
-    else:
-        lines.append("side = 0")
-    lines.append("return out, side")
-    source = "def program(a, b, s):\n" + "".join(f"    {line}\n" for line in lines)
+    branch = rng.random() < 0.3  # a decision on the mix: which branch ran is returned
+    source = _one_result("a, b, s", lines, "np.sum(out) > 0" if branch else None)
     sizes = [(int(rng.choice((2, 3, 5))), int(rng.choice((2, 3, 7))))]
     sizes += [(int(rng.choice(PRIMES)), int(rng.choice(PRIMES))) for _ in range(3)]
     layouts = [rng.choice(["C", "F", "rev", "every_other"]) for _ in range(4)]
@@ -327,13 +339,8 @@ def hostile_values(rng):
     if "argsort" in op or "sort(" in op or "accumulate" in op or "cumsum" in op:
         op = op.replace("axis=None", "axis=-1")
     branch = rng.random() < 0.4
-    lines = [f"out = {op}"]
-    if branch:
-        lines += ["if np.any(np.asarray(out) > 0):", "    side = 1", "else:", "    side = 2"]
-    else:
-        lines.append("side = 0")
-    lines.append("return out, side")
-    source = "def program(a, b):\n" + "".join(f"    {line}\n" for line in lines)
+    source = _one_result("a, b", [f"out = {op}"],
+                         "np.any(np.asarray(out) > 0)" if branch else None)
     sizes = [(int(rng.choice((2, 3, 5))), int(rng.choice((2, 3, 7))))]
     sizes += [(int(rng.choice((1, 2, 3, 5, 7, 11))), int(rng.choice((1, 2, 3, 5))))
               for _ in range(3)]
@@ -385,16 +392,9 @@ def check(program, dynamic="auto"):
                   for arg in eager_args]
         where = f"call {call} (arguments {shapes})"
         if eager_error is not None or jit_error is not None:
-            if eager_error is None:
-                return "jit raised", (f"{where}: {type(jit_error).__name__}: {jit_error}\n"
-                                      + "".join(traceback.format_exception(jit_error))[-3000:])
-            if jit_error is None:
-                return "jit did not raise", (f"{where}: eager raised "
-                                             f"{type(eager_error).__name__}: {eager_error}")
-            if not isinstance(jit_error, type(eager_error)):
-                return "other exception", (f"{where}: eager {type(eager_error).__name__}: "
-                                           f"{eager_error}; jit {type(jit_error).__name__}: "
-                                           f"{jit_error}")
+            problem = fuzz.exception_difference(where, eager_error, jit_error)
+            if problem:
+                return problem
             continue
         scale, count = fuzz.scale_of(fuzz.leaves(want), eager_args)
         problem = fuzz.difference(got, want, scale, count + 16, program.float32)

@@ -37,6 +37,9 @@ class ArrayCarry:
         self.name, self.original, self.value = name, original, value
         # the vars of memory it shares, when the body writes it in place (loop_write_through)
         self.shared = None
+        # a traced trip bound the name to another array: the loop does not write the
+        # original in place even when iteration 0 left it as it was ('if i > 0: x = x + W')
+        self.rebound = False
 
     def setup(self):
         return [self.value]
@@ -48,11 +51,13 @@ class ArrayCarry:
         if not isinstance(returned, Tracer):
             raise Refused(f"`{self.name}` is a {type(returned).__name__} inside the loop, not "
                           "an array")
+        self.rebound = self.rebound or returned is not proxy
         return [returned]
 
     def after(self, finals):
         tracer = finals[0]
-        if isinstance(self.original, type(tracer)) and self.original is self.value:
+        if (isinstance(self.original, type(tracer)) and self.original is self.value
+                and not self.rebound):
             self.original._update(tracer)  # a buffer written in place: keep the object
             return self.original
         if self.shared:  # total = out[0] of a NumPy out: its traced view, written through

@@ -44,6 +44,14 @@ def _index_error(index, axis, dim):
 
 
 def _clamp(value, low, high):
+    """``value`` clipped to ``[low, high]``. A dim that is ``high`` or past it for every size
+    of the bucket clips without a guard, though ``value > high`` is open: the last of
+    np.array_split-like chunks, ``x[2*c : 3*c]`` with ``c = (n + 2) // 3``, stops at ``n``
+    or past it by ``n % 3`` (``3*c > n`` guarded would give two programs per bucket)."""
+    if surely(value, ">=", high):
+        return high
+    if surely(value, "<=", low):
+        return low
     return low if value < low else high if value > high else value
 
 

@@ -32,7 +32,6 @@ the ``args``/``dims``/``steps`` arrays on the stack for one chunk.
 from __future__ import annotations
 
 import ctypes
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -225,16 +224,25 @@ def emit_call(builder, name, dtype, pointers, count):
         _call(builder, name, dtype, pointers, count)
 
 
-# The switch: ``TRACEJIT_NUMPY_MATH=1`` lowers float64 and float32 scalar math through
-# NumPy's loops (``pointwise.math_function``). Off by default until the suites pass with
-# it on; margins (``tracer/margin_rules.ULP_VS_NUMPY``) do not use it yet, so either
-# setting is sound, and cached code of either setting stays correct.
+# The switch: ``TRACEJIT_NUMPY_MATH=1`` (read at the runtime's edge and handed over by
+# ``runtime.config.configure_codegen``: codegen reads no environment itself) lowers float64
+# and float32 scalar math through NumPy's loops (``pointwise.math_function``). Off by
+# default until the suites pass with it on; margins (``tracer/margin_rules.ULP_VS_NUMPY``)
+# do not use it yet, so either setting is sound, and cached code of either setting stays
+# correct.
 SCALAR_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin",
                     "cos", "tan")
+_switch = False
+
+
+def set_numpy_math(on):
+    """Turn the switch on or off for the functions compiled from now on."""
+    global _switch
+    _switch = bool(on)
 
 
 def enabled():
-    return os.environ.get("TRACEJIT_NUMPY_MATH", "0") == "1"
+    return _switch
 
 
 def scalar_loop(name, value_type):

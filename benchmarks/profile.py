@@ -17,10 +17,11 @@ the wall time per call, the time inside each kernel, and what is left outside th
 The batch-64 MLP step (``benchmarks.mlp_step``'s ``mlp_b64`` row) is also profiled under
 the GEMM settings ``auto`` and ``own`` interleaved, step by step: each kernel's best and
 median time over the steps (a best is what a step takes when nothing else holds up the
-cores), and the step against its FLOP time at one core's peak (CPU time) times the
-threads. Under ``auto`` the first product, which the relu mask reads, is NumPy's own
-OpenBLAS call (``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for
-~0.1 ms after it (``codegen/blas.py``; at its old 2**20 cycles, ~0.4 ms, into dW1's own GEMM).
+cores), and the step against its FLOP time at the measured peak (``mlp_step.peak_gflops``:
+the faster of one core's rate times the threads and the all-thread rate). Under ``auto``
+the first product, which the relu mask reads, is NumPy's own OpenBLAS call
+(``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for ~0.1 ms
+after it (``codegen/blas.py``; at its old 2**20 cycles, ~0.4 ms, into dW1's own GEMM).
 
 The transformer block (``examples/transformer_block.py``, the ``transformer_block`` row)
 is profiled kernel by kernel the same way, best and median, each matmul kernel's GFLOP/s
@@ -162,13 +163,13 @@ def mlp_batch_64(runs, batch=64):
     """Where the batch-64 step's time goes under ``auto`` and ``own``, kernel by kernel."""
     from tracejit.codegen.parallel import thread_count
 
-    from .mlp_step import core_peak, step_flops
+    from .mlp_step import peak_gflops, step_flops
 
-    peak = core_peak() * thread_count()
+    peak, who, _ = peak_gflops(thread_count())
     flop_ms = step_flops(batch) / peak / 1e6
     print(f"\nMLP train step batch {batch}, GEMM settings interleaved, {runs} steps each: "
-          f"its matmul FLOPs take {flop_ms:.3f} ms at {peak:.0f} GFLOP/s (one core's, CPU "
-          f"time, x {thread_count()} threads); best / median ms")
+          f"its matmul FLOPs take {flop_ms:.3f} ms at {peak:.0f} GFLOP/s ({who}); "
+          "best / median ms")
     for setting, (walls, kernels) in step_profiles(batch, ("auto", "own"), runs).items():
         best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
         print(f"  {setting}: step {best:.3f} / {median:.3f} ({best / flop_ms:.2f}x / "
@@ -203,11 +204,11 @@ def matmul_flops(jitted):
 def transformer(runs):
     """The transformer block (the transformer_block row), kernel by kernel, best and
     median over ``runs`` calls, eager NumPy's calls in between: each matmul kernel's
-    GFLOP/s against the peak (one core's, CPU time, x threads), and the block's FLOP time
+    GFLOP/s against the peak (``mlp_step.peak_gflops``), and the block's FLOP time
     there, the floor its products alone set."""
     from tracejit.codegen.parallel import thread_count
 
-    from .mlp_step import core_peak
+    from .mlp_step import peak_gflops
 
     example = w.transformer_example()
     rng = np.random.default_rng(w.SEED)
@@ -226,14 +227,14 @@ def transformer(runs):
         jitted(*arguments)  # NumPy's threads have had a call to settle
         _timed_call(jitted, arguments, walls, kernels)
     flops = matmul_flops(jitted)
-    peak = core_peak() * thread_count()
+    peak, who, _ = peak_gflops(thread_count())
     floor = sum(flops.values()) / peak / 1e6
     best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
     print(f"\ntransformer block {sizes['batch']}x{sizes['seq']}x{sizes['d_model']}, "
           f"{runs} calls: {best:.3f} / {median:.3f} ms best / median (eager NumPy "
           f"{min(eager) * 1e3:.3f} / {np.median(eager) * 1e3:.3f}); its products take "
-          f"{floor:.3f} ms at {peak:.0f} GFLOP/s (one core's, CPU time, x "
-          f"{thread_count()} threads), causal bands counted whole; best / median ms")
+          f"{floor:.3f} ms at {peak:.0f} GFLOP/s ({who}), causal bands counted whole; "
+          "best / median ms")
     rest = 0.0
     for name, seconds in sorted(kernels.items(), key=lambda row: -min(row[1])):
         note = ""

@@ -45,10 +45,9 @@ import warnings
 import numpy as np
 
 from .dims import SymInt, calls_for_the_user
+from .hook_calls import hook_call
 from .locations import user_location
 from .primitives import is_traced_array
-
-HOOK = "__tracejit__"
 
 # One conversion of printf-style formatting: %[flags][width][.precision][length]type. A
 # mapping key (%(name)s) or a star width (%*d) reads the arguments another way: not
@@ -159,9 +158,7 @@ class _Printed(ast.NodeVisitor):
         if isinstance(call, ast.Call) and _is_stream_write(call.func) and len(
                 call.args) == 1 and not call.keywords and (
                 text := deferred_call(call.args[0])) is not None:
-            node.value = ast.copy_location(ast.Call(
-                func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="write_text",
-                                   ctx=ast.Load()), args=[call.func, text], keywords=[]), call)
+            node.value = ast.copy_location(hook_call("write_text", call.func, text), call)
 
 
 def _is_stream_write(node):
@@ -178,10 +175,8 @@ def deferred_call(node):
     if found is None:
         return None
     template, values = found
-    call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
-                                       attr="deferred_text", ctx=ast.Load()),
-                    args=[ast.Constant(template), ast.Tuple(elts=values, ctx=ast.Load())],
-                    keywords=[])
+    call = hook_call("deferred_text", ast.Constant(template),
+                     ast.Tuple(elts=values, ctx=ast.Load()))
     return ast.fix_missing_locations(ast.copy_location(call, node))
 
 

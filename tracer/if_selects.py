@@ -32,9 +32,8 @@ from __future__ import annotations
 import ast
 import copy
 
+from .hook_calls import hook_call
 from .loop_sequences import expand_statements
-
-HOOK = "__tracejit__"
 
 
 def expand_if_selects(function_node):
@@ -44,11 +43,6 @@ def expand_if_selects(function_node):
     expand_statements(function_node, lambda statement: (
         expander.expand(statement) if _qualifies(statement) else None))
     return function_node
-
-
-def _hook(method, *args):
-    return ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method,
-                                       ctx=ast.Load()), args=list(args), keywords=[])
 
 
 def _is_store(statement):
@@ -94,7 +88,7 @@ class _Expander:
             old = ast.Subscript(value=copy.deepcopy(target.value),
                                 slice=copy.deepcopy(target.slice), ctx=ast.Load())
             values = (store.value, old) if taken else (old, store.value)
-            return ast.Assign(targets=[target], value=_hook("select", name(), *values))
+            return ast.Assign(targets=[target], value=hook_call("select", name(), *values))
 
         stores = [selected(item, True) for item in statement.body]
         stores += [selected(item, False) for item in statement.orelse]
@@ -104,7 +98,7 @@ class _Expander:
                       for item in statement.body + statement.orelse]
         replacement = [
             ast.Assign(targets=[name(ast.Store)], value=statement.test),
-            ast.If(test=_hook("selects", name(), *containers), body=stores,
+            ast.If(test=hook_call("selects", name(), *containers), body=stores,
                    orelse=[as_written]),
         ]
         for node in replacement:

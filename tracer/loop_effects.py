@@ -48,9 +48,8 @@ from __future__ import annotations
 
 import ast
 
+from .hook_calls import hook_call, is_hook_call
 from .loop_generalize import Refused
-
-HOOK = "__tracejit__"
 
 
 def mark_conditional_effects(node):
@@ -93,15 +92,11 @@ def is_effect_call(statement):
     if isinstance(function, ast.Attribute) and function.attr == "append" and isinstance(
             function.value, ast.Name) and len(statement.value.args) == 1:
         return False
-    return not (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
-                and function.value.id == HOOK)
+    return not is_hook_call(statement.value)
 
 
 def _hook_call(statement):
-    hook = ast.Expr(ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop_effect",
-                           ctx=ast.Load()),
-        args=[ast.Constant(statement.lineno)], keywords=[]))
+    hook = ast.Expr(hook_call("loop_effect", ast.Constant(statement.lineno)))
     hook.tracejit_effect = True
     return ast.fix_missing_locations(ast.copy_location(hook, statement))
 

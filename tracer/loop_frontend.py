@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+from .hook_calls import HOOK
 from .loop_effects import mark_conditional_effects
 from .loop_prints import rewrite_selected_prints
 from .loop_selected_appends import rewrite_selected_appends
@@ -250,7 +251,6 @@ def loop_variables(node, function_node, inside=None, names=None):
 
 
 # --- the front end's rewrite ---------------------------------------------------------
-HOOK = "__tracejit__"
 
 
 def _noted(node, reason):

@@ -43,11 +43,10 @@ import numpy as np
 
 from . import ops
 from .deferred_text import DeferredText, eager_kind, segment
+from .hook_calls import hook_call, is_hook_call
 from .ir import Effect
 from .loop_selected_appends import _TEST_NODES, _bound, _plain_value, selected_call, selection
 from .ops.control import print_text
-
-HOOK = "__tracejit__"
 
 
 # --- front end ---------------------------------------------------------------------------
@@ -82,8 +81,8 @@ def rewrite_selected_prints(node, assigned_before, scope):
                              entry, [shown])
         node.body[position] = _located(ast.Expr(value=hook), statement)
         before = ast.Assign(targets=[ast.Name(id=rows, ctx=ast.Store())],
-                            value=_hook_call("printed_rows", ast.Constant(rows)))
-        after = ast.Expr(value=_hook_call("print_rows", ast.Name(id=rows, ctx=ast.Load()),
+                            value=hook_call("printed_rows", ast.Constant(rows)))
+        after = ast.Expr(value=hook_call("print_rows", ast.Name(id=rows, ctx=ast.Load()),
                                           _copy(shown), ast.Constant(rows)))
         return _located(before, node), _located(after, node)
     return None
@@ -139,14 +138,7 @@ def _layout(call, index):
 
 
 def _is_deferred(node):
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-        node.func.attr == "deferred_text") and isinstance(node.func.value, ast.Name) and (
-        node.func.value.id == HOOK) and isinstance(node.args[1], ast.Tuple)
-
-
-def _hook_call(method, *args):
-    return ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method,
-                                       ctx=ast.Load()), args=list(args), keywords=[])
+    return is_hook_call(node, "deferred_text") and isinstance(node.args[1], ast.Tuple)
 
 
 def _copy(node):

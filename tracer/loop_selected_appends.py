@@ -71,6 +71,7 @@ import numpy as np
 
 from . import ops
 from .dims import expr_of
+from .hook_calls import HOOK
 
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
@@ -79,7 +80,6 @@ BUFFER_LIMIT = 1 << 26
 # the test on one period's indices when the trace runs (i % print_every, print_every=10**9)
 PERIOD_LIMIT = 1 << 16
 
-HOOK = "__tracejit__"
 
 # What a test may be made of: arithmetic and comparisons of names and constants (no call,
 # no subscript: running it again on other indices must have no effect and read nothing

@@ -29,10 +29,10 @@ import operator
 
 from .dims import calls_for_the_user
 from .errors import as_numpy_would
+from .hook_calls import hook_call
 from .locations import is_library, is_tracejit
 from .primitives import is_traced_array
 from .rewritten_code import is_user_function
-from .source_rewrite import HOOK
 from .traced_array import FORMATTED_FLOAT, trace_error
 
 _BINARY_NAMES = {
@@ -69,7 +69,7 @@ class _Operators(ast.NodeTransformer):
         if name is None or (isinstance(node.left, ast.Constant)
                             and isinstance(node.right, ast.Constant)):
             return node  # 2 ** 10: constants only
-        return ast.copy_location(_hook("binary", ast.Constant(name), node.left, node.right),
+        return ast.copy_location(hook_call("binary", ast.Constant(name), node.left, node.right),
                                  node)
 
     def visit_UnaryOp(self, node):
@@ -77,12 +77,7 @@ class _Operators(ast.NodeTransformer):
         name = _UNARY_NAMES.get(type(node.op))
         if name is None or isinstance(node.operand, ast.Constant):
             return node  # -1, not x
-        return ast.copy_location(_hook("unary", ast.Constant(name), node.operand), node)
-
-
-def _hook(method, *args):
-    return ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=method,
-                                       ctx=ast.Load()), args=list(args), keywords=[])
+        return ast.copy_location(hook_call("unary", ast.Constant(name), node.operand), node)
 
 
 def route_operators(function_node):

@@ -29,14 +29,13 @@ import types
 
 from .deferred_text import defer_printed_text
 from .errors import TraceError
+from .hook_calls import HOOK
 from .if_selects import expand_if_selects
 from .loop_attributes import hoist_attributes
 from .loop_frontend import _range_call, rewrite_for
 from .loop_sequences import expand_sequence_loops
 from .unpacking import needs_split, split_targets
 from .while_loops import mark_while_loops, rewrite_while
-
-HOOK = "__tracejit__"
 
 _MUTATING_METHODS = {
     "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",

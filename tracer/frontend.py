@@ -49,6 +49,7 @@ from . import (
     operator_calls,
     ops,
     python_math,
+    unseen_prints,
 )
 from .builtin_extremes import select_extreme
 from .constant_methods import instead
@@ -872,7 +873,7 @@ class Hooks:
             self.functions[function.__code__] = (
                 function.__qualname__, function.__code__.co_filename, None
             )
-            return function
+            return unseen_prints.watched(self.context, function)  # its print() is the builtin
         self.functions[function.__code__] = (
             function.__qualname__, function.__code__.co_filename, source
         )

@@ -74,6 +74,7 @@ from .unrepeatable_results import (
     refuse_traced_callable,
     refuse_unrebuilt,
 )
+from .unseen_prints import unseen_print
 from .view_writes import KeptRoot, steps_of
 
 # Primitives whose NumPy result is a view of their first operand (basic indexing & co).
@@ -804,6 +805,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         shared_objects.note(context, (args, kwargs), leaves)  # self.a.fc is self.b.fc?
         if (error := generators.finalizer_error(context)) is not None:
             raise error  # raised in a generator's finally, where Python only reports it
+        if (error := unseen_print(context)) is not None:
+            raise error  # (refused where it printed; the user's code caught it)
         left = generators.unfinished(context) or strided_views.escaped(context)
         if left is not None:  # a generator would run on after the trace; x.strides kept
             raise UnsupportedError(left)

@@ -249,11 +249,11 @@ class ArrayMethods:
     def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
         return numpy_api.mean(self, axis, dtype, out, keepdims, where=where)
 
-    def var(self, axis=None, ddof=0, keepdims=False):
-        return numpy_api.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
+        return numpy_api.var(self, axis, dtype, out, ddof, keepdims, where=where)
 
-    def std(self, axis=None, ddof=0, keepdims=False):
-        return numpy_api.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
+        return numpy_api.std(self, axis, dtype, out, ddof, keepdims, where=where)
 
     def max(self, axis=None, out=None, keepdims=False, initial=None, where=True):
         return numpy_api.max(self, axis, out, keepdims, initial, where)

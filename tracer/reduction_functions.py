@@ -163,21 +163,44 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     return _in_mean_dtype(total / _as_scalar(count, dtype), dtype)
 
 
+_mean = mean  # var's own ``mean=`` keyword hides the function there
+
+
 def _in_mean_dtype(quotient, dtype):
     """NumPy divides an integer (or bool) ``dtype=``'s sum into that dtype, casting
     unsafely: ``np.mean(x, dtype=np.int64)`` is the float quotient truncated, an int64."""
     return quotient if dtype.kind in "fc" else quotient.astype(dtype)  # a scalar stays one
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=np._NoValue, correction=np._NoValue):
+    """np.var, ``where=`` masks and NumPy 2's ``correction=`` (ddof's other name) too.
+
+    >>> x = np.array([[1.0, 5.0, 3.0], [3.0, -2.0, 4.0]])
+    >>> var(x, axis=1, where=x > 0, ddof=1).tolist()
+    [4.0, 0.5]
+    """
     no_out("var", out)
+    if mean is not np._NoValue:
+        raise UnsupportedError("np.var/np.std(..., mean=) is not supported on tracejit "
+                               "arrays; NumPy runs it")
+    ddof = _ddof(ddof, correction)
     dtype = _mean_dtype(a, dtype)
     if dtype.kind not in "fc":  # integer means and sums of float squares, cast unsafely
         raise UnsupportedError(f"np.var/np.std with dtype={dtype} (an integer or bool "
                                "accumulator) is not supported; NumPy runs it")
     a = cast(a, dtype)
     axes = normalize_axes(axis, ndim_of(a))
-    centered = a - mean(a, axis=axes, keepdims=True)
+    if where is not True:
+        # NumPy's _var: the mean and the squares over the unmasked elements, divided by
+        # max(count - ddof, 0) per output element (NaN or inf where too few are left)
+        count = sum(ops.broadcast_to(where, tuple(shape_of(a))), axes, dtype=dtype,
+                    keepdims=True)
+        centered = a - sum(a, axes, keepdims=True, where=where) / count
+        squares = sum(centered * centered, axes, keepdims=keepdims, where=where)
+        divisor = np.maximum(count - _as_scalar(ddof, dtype), _as_scalar(0, dtype))
+        return squares / (divisor if keepdims else ops.reshape(divisor, shape_of(squares)))
+    centered = a - _mean(a, axis=axes, keepdims=True)
     count = size_of(shape_of(a)[i] for i in axes) - ddof
     if count < 0:  # NumPy divides by max(n - ddof, 0): nan or inf, never a sign flip
         count = 0
@@ -185,8 +208,20 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     return squares / _as_scalar(count, dtype)
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return np.sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims))
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=np._NoValue, correction=np._NoValue):
+    return np.sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
+                       where=where, mean=mean, correction=correction))
+
+
+def _ddof(ddof, correction):
+    """NumPy 2's ``correction=`` is ``ddof=`` by another name; both at once is an error."""
+    if correction is np._NoValue:
+        return ddof
+    if ddof != 0:
+        raise as_numpy_would(ValueError("ddof and correction can't be provided "
+                                        "simultaneously."))
+    return correction
 
 
 def _as_scalar(count, dtype):

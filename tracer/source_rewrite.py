@@ -577,13 +577,24 @@ def _lambda_node(function, module, line=None, first_line=1):
     return ast.copy_location(node, lambda_node)
 
 
-def _lambda_function_node(function, source):
-    """A lambda's ``def``: from its lines alone, or, where they do not parse on their own
-    (a lambda inside a dict or call spanning lines), from its whole file."""
+def _lambda_function_node(function, source, margin=0):
+    """A lambda's ``def``: from its lines alone (``source``, dedented by ``margin``
+    columns), or, where they do not parse on their own (a lambda inside a dict or call
+    spanning lines), from its whole file.
+
+    The lines' tree is put at the file's lines and columns before the lambda is looked
+    for, so a line holding several lambdas with the same parameters (``fs = [lambda a:
+    a + 1,`` then ``lambda a: a * 10`` below it) gives the one whose body the code starts
+    at: the lines' own numbering took the next line's lambda for the first's."""
     line = function.__code__.co_firstlineno
     try:
-        node = _lambda_node(function, ast.parse(source))
-        ast.increment_lineno(node, line - 1)
+        tree = ast.parse(source)
+        ast.increment_lineno(tree, line - 1)
+        for child in ast.walk(tree):
+            if hasattr(child, "col_offset"):
+                child.col_offset += margin
+                child.end_col_offset += margin
+        node = _lambda_node(function, tree, line)
     except (SyntaxError, RewriteUnavailable):
         filename = inspect.getsourcefile(function)
         lines = linecache.getlines(filename, function.__globals__) if filename else []
@@ -604,11 +615,13 @@ def _lambda_function_node(function, source):
 
 def _function_node(function):
     try:
-        source = textwrap.dedent(inspect.getsource(function))
+        written = inspect.getsource(function)
     except (OSError, TypeError) as error:
         raise RewriteUnavailable(f"source unavailable: {error}") from None
+    source = textwrap.dedent(written)
     if function.__code__.co_name == "<lambda>":
-        return _lambda_function_node(function, source)
+        margin = len(written.split("\n", 1)[0]) - len(source.split("\n", 1)[0])
+        return _lambda_function_node(function, source, margin)
     try:
         module = ast.parse(source)
     except SyntaxError:

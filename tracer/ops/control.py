@@ -222,10 +222,18 @@ class _Step:
             self.moving.append((key, value))
         self.params = fixed
         shape = item.out.aval.shape
+        self.weak = item.out.aval.weak and not shape
         try:
             self.shape = None if _mentions(shape, index) else tuple(_evaluate(shape, bindings))
         except KeyError:
             self.shape = None
+
+
+def _python_number(value):
+    """A weak scalar's value as the Python number it stands for (the trace holds them so):
+    a 0-d array or NumPy scalar in its place is not weak to NumPy 2, so ``h_f32 / (i + 1)``
+    with ``i`` a carried counter computed in float64."""
+    return np.asarray(value).item()
 
 
 def _mentions(value, symbol):
@@ -258,11 +266,15 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
     carried = [np.array(value) if position in plan.writes else value
                for position, value in enumerate(carried)]
     params = body.inputs
+    weak = [var.aval.weak and not var.aval.shape for var in params]
+    free = [_python_number(value) if weak[num_carry + position] else value
+            for position, value in enumerate(free)]
     steps = [_Step(item, index, bindings) for item in plan.items]
     for t in range(start, stop, step):
         scope = dict(bindings)
         scope[index] = t
-        env = {var.name: value for var, value in zip(params, (*carried, *free))}
+        env = {var.name: _python_number(value) if is_weak else value
+               for var, value, is_weak in zip(params, (*carried, *free), weak)}
         for step_ in steps:
             eqn = step_.item
             if step_.kind == "guard":
@@ -291,6 +303,8 @@ def run_body(body, index, start, stop, step, num_carry, carried, free, bindings,
                     concrete = {**concrete, **{key: _evaluate(value, scope)
                                                for key, value in step_.moving}}
                 result = eqn.prim.impl(*values, **concrete)
+                if step_.weak:
+                    result = _python_number(result)
             expected = step_.shape if step_.shape is not None else tuple(
                 _evaluate(eqn.out.aval.shape, scope))
             if np.shape(result) != expected:

@@ -475,7 +475,10 @@ def _power(ctx, eqn, bounds):
         if ex is None and ey is None:
             return None
         raise Unbounded()
-    if ey is not None or (ex is not None and not isinstance(y, Literal)):
+    # (a dim's literal, np.power(beta1, t) with t an int the loop counts, is no number
+    # here: an exponent the trip decides)
+    constant = isinstance(y, Literal) and not isinstance(y.value, DimExpr)
+    if ey is not None or (ex is not None and not constant):
         raise Unbounded()
 
     def carry(ctx, eqn, x, e):
@@ -503,7 +506,7 @@ def _power(ctx, eqn, bounds):
                          ctx.where(ctx.greater(x, e), grown, near_zero))
 
     bound = _math(carry)(ctx, eqn, [ex])
-    return _exact_power_poles(ctx, eqn, ex, bound) if isinstance(y, Literal) else bound
+    return _exact_power_poles(ctx, eqn, ex, bound) if constant else bound
 
 
 def _exact_power_poles(ctx, eqn, ex, bound):

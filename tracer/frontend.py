@@ -896,15 +896,18 @@ class Hooks:
     # loops ---------------------------------------------------------------------------
     def loop(self, range_function, range_args, body, names, frame_locals, line, reverse=None):
         location = (body.__code__.co_filename, line)
+        # the user's code calls this hook with its own locals(): which of its names are
+        # cells (container_holders counts the references to a list the loop fills)
+        frame_code = sys._getframe(1).f_code
         counted = loop_trip_counts.counted_bounds(self.context, range_function, range_args)
         if counted is None:
             return run_loop(self.context, range_function, range_args, body, names,
-                            frame_locals, location, reverse)
+                            frame_locals, location, reverse, frame_code)
         # range(num_iterations): the count a dim (tracejit.tracer.loop_trip_counts)
         return loop_trip_counts.run_counted(
             self.context, counted[1], f"{location[0]}:{location[1]}",
             lambda: run_loop(self.context, range_function, counted[0], body, names,
-                             frame_locals, location, reverse))
+                             frame_locals, location, reverse, frame_code))
 
     def append_when(self, container, index, test, value, period=None, last=None,
                     periodic=None):

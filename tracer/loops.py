@@ -148,19 +148,21 @@ def _locations(context, body):
 
 
 def run_loop(context, range_function, range_args, body, names, frame_locals, location,
-             reverse=None):
+             reverse=None, frame_code=None):
     """Run (and, when it can, capture) one loop; returns the carried names' values.
     ``reverse`` is the ``reversed`` the user's code called (``for t in
-    reversed(range(...))``), or None. While it runs, buffer writes (``hs[:, t] = h``)
+    reversed(range(...))``), or None. ``frame_code``: the code of the frame whose
+    ``locals()`` ``frame_locals`` is (the front end's call; ``container_holders``), None
+    for a dict made here. While it runs, buffer writes (``hs[:, t] = h``)
     compute their values only when read (``in_loop_body``: a copy of the whole buffer per
     traced trip otherwise)."""
     if context is None:
         return _run_loop(context, range_function, range_args, body, names, frame_locals,
-                         location, reverse)
+                         location, reverse, frame_code=frame_code)
     context.in_loop_body = getattr(context, "in_loop_body", 0) + 1
     try:
         return _run_loop(context, range_function, range_args, body, names, frame_locals,
-                         location, reverse)
+                         location, reverse, frame_code=frame_code)
     finally:
         context.in_loop_body -= 1
 
@@ -171,8 +173,7 @@ class _RefusedByIndex(Refused):
 
 
 def _run_loop(context, range_function, range_args, body, names, frame_locals, location,
-              reverse, peel_last=True):
-    values = tuple(frame_locals.get(name, UNDEFINED) for name in names)
+              reverse, peel_last=True, frame_code=None, machinery=()):
     where = f"{location[0]}:{location[1]}"
 
     def iterator(args):
@@ -180,11 +181,13 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         return reverse(trips) if reverse is not None else trips
 
     if reverse is not None and (reverse is not reversed or range_function is not range):
-        return _unrolled(body, iterator(range_args), values, context)
+        return _unrolled(body, iterator(range_args), _carried(names, frame_locals), context)
     start, stop, step = _bounds(range_args)
     strided = _strided(context, range_function, start, stop, step, reverse, body)
-    if strided is not None:
-        return run_loop(context, range, strided[0], strided[1], names, frame_locals, location)
+    if strided is not None:  # (no tuple of the carried values here: it would hold them)
+        return run_loop(context, range, strided[0], strided[1], names, frame_locals, location,
+                        frame_code=frame_code)
+    values = _carried(names, frame_locals)
     if reverse is not None:
         if isinstance(step, SymInt) or step not in (1, -1):
             return _unrolled(body, iterator(range_args), values, context)
@@ -209,7 +212,8 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     trips = (stop - start) * step if step in (1, -1) else None
     if isinstance(trips, SymInt) and not (trips >= 1):  # a shape guard for the peeled step
         return _unrolled(body, iterator(range_args), values, context)
-    held = container_holders.held_elsewhere(names, values, frame_locals)
+    held = container_holders.held_elsewhere(names, values, frame_locals, frame_code,
+                                            machinery)
     if held:  # self.cost_ = cost = [] before cost.append(c): the loop's list is a new one
         _note(context, where, held)
         return _unrolled(body, iterator(range_args), values, context)
@@ -258,13 +262,18 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         return _unrolled(body, range(first + step, stop, step), values, context)
 
 
+def _carried(names, frame_locals):
+    return tuple(frame_locals.get(name, UNDEFINED) for name in names)
+
+
 def _with_last_peeled(context, body, names, values, start, stop, step, location):
     """The trips ``range(start, stop, step)`` (``|step| == 1``, at least two: the caller's
     loop ran three) as a loop over all but the last, which runs unrolled after it at its
     index (a dim when the bounds are: ``T - 1`` of a forward loop)."""
     last = stop - step
     middle = _run_loop(context, range, (start, last, step), body, names,
-                       dict(zip(names, values)), location, None, peel_last=False)
+                       dict(zip(names, values)), location, None, peel_last=False,
+                       machinery=(values,))
     return tuple(body(last, *middle))
 
 

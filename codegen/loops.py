@@ -735,10 +735,18 @@ def _check_layouts(positions, inputs, side_exit):
 
 
 def compile_looped(graph, name=None, profile=False):
+    from .program import ProgramTooLarge
+
     start = time.perf_counter()
     name = name or graph.name
     try:
         program = NativeLoopProgram(graph, name, profile=profile)
+    except ProgramTooLarge:
+        # A segment past the kernel limit (a loop unrolled around the captured ones) runs
+        # eagerly, as a straight program past it does: the interpreter below runs its
+        # thousands of operations one NumPy call each, tens of times slower than eager
+        # (trekhleb's MLP train: 1.5 s a call where NumPy takes 0.04 s).
+        raise
     except UnsupportedError as limit:  # a known limit (a loop nested in a loop body)
         log.info("%s: loop program not compiled natively (%s); it runs interpreted", name,
                  limit)

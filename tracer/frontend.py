@@ -797,6 +797,13 @@ class Hooks:
             return _created(function, *args, context=self.context, **kwargs)
         if _is_random(function, args, kwargs):
             if _draws(function):  # np.random.rand(n, m), rng.random(x.shape), seed
+                if getattr(function, "__name__", "") == "shuffle" and args and type(
+                        args[0]) is np.ndarray and not self.context.is_implicit(args[0]) and (
+                        id(args[0]) not in self.context.implicit_candidates) and not getattr(
+                        self.context, "loop_indices", None):  # (a trip draws: unrolled)
+                    # np.random.shuffle(idx) of idx = np.arange(n) made here: into its traced
+                    # copy, which every later read of idx sees (as np.add.at's above)
+                    args = (self._traced_copy(args[0]), *args[1:])
                 return draw(self.context, function, args, kwargs, self.objects.path_of)
             if not _enters(function):  # a generator handed to library code
                 name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))

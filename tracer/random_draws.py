@@ -27,9 +27,10 @@ and the arguments: numbers, strings, dtypes, and sizes whose symbolic dims are c
 again from the call's shapes.
 
 Refused (the function runs eagerly, and ``explain()`` names the line): a traced array as
-a distribution's parameter (a traced scalar is specialized under a guard), ``out=``,
-``shuffle`` and anything else that writes into an array, and a draw inside a loop being
-captured (the loop runs unrolled: a per-trip draw in order is what eager does).
+a distribution's parameter (a traced scalar is specialized under a guard), ``out=``
+and anything else that writes into an array (but ``shuffle`` of a traced array: a
+``permutation`` draw and a write, ``_shuffle``), and a draw inside a loop being captured
+(the loop runs unrolled: a per-trip draw in order is what eager does).
 
 >>> import numpy as np
 >>> from tracejit.tracer import trace
@@ -496,6 +497,8 @@ def draw(context, function, args, kwargs, find_path):
                        where, _legacy_state())
     owner = getattr(function, "__self__", None)
     kind = rng_kind(owner)
+    if kind is not None and name == "shuffle" and getattr(owner, name, None) == function:
+        return _shuffle(context, owner, args, kwargs, find_path, location)
     if kind is None or name not in _table(kind) or getattr(owner, name, None) != function:
         raise _refusal(f"{_qualified(function)} is not a draw tracejit replays "
                        f"(it replays {kind or 'np.random'} methods that return new values)",
@@ -514,6 +517,24 @@ def draw(context, function, args, kwargs, find_path):
                            location)
         rng = ("path", path)
     return _record(context, "draw", rng, kind, name, args, kwargs, where, owner)
+
+
+def _shuffle(context, owner, args, kwargs, find_path, location):
+    """``rng.shuffle(x)`` of an array the function holds (``np.random.shuffle(idx)`` before
+    its mini-batches): NumPy shuffles the first axis with exactly the draws
+    ``rng.permutation(len(x))`` makes (RandomState and Generator alike, any rank), so it is
+    that draw, replayed like any other, and the write ``x[...] = x[order]``. An array read
+    from outside (a global, an attribute) is refused, as ``HELD[...] = v`` is."""
+    array = args[0] if len(args) == 1 else None
+    if kwargs or not is_traced(array) or not getattr(array, "shape", ()):
+        raise _refusal("shuffle of anything but an array the function computes or is "
+                       "passed (as its only argument) is not replayed", location)
+    root = array.base_or_none() or array
+    if context.outside_array(root) is not None:  # a global's or an attribute's: as a write
+        raise _refusal("shuffle of an array read from outside writes outside state; "  # there
+                       "shuffle a copy and return it", location)
+    order = draw(context, owner.permutation, (array.shape[0],), {}, find_path)
+    array[...] = array[order]
 
 
 def _qualified(function):

@@ -1,0 +1,132 @@
+"""Adversarial real-model tests, round 24: public NumPy model code not tried before, in its
+own idioms, run eagerly and through ``jit``.
+
+Sources read this round: trekhleb's homemade-machine-learning (``MultilayerPerceptron``:
+static methods called through the class, thetas kept in dicts keyed by layer index and
+unrolled into one vector by ``np.hstack`` in a loop, ``gradient_descent`` appending each
+cost, ``back_propagation`` looping over examples with per-example dicts of activations,
+``bitwise_labels[example_index][labels[example_index][0]] = 1``, costs summed over
+``predictions[bitwise_labels == 1]``); wiseodd's hipsternet (``NeuralNet`` with class-level
+dicts of loss and activation functions, ``FeedForwardNet`` with batch norm running averages
+written into ``self.bn_caches`` and dropout by ``np.random.binomial``, the RNN/LSTM
+``train_step`` over ``zip(X_train, y_train)`` with lists of caches walked by ``reversed``,
+its solvers' dicts of moments).
+
+Findings fixed here (each test fails before its fix). Slower than eager: a program with
+captured loops whose straight part between them passed the kernel limit (trekhleb's
+``train``: the cost's per-example loop unrolled around the captured backpropagation loop,
+1177 kernels) ran in the NumPy interpreter of loop programs, one NumPy call per operation
+(1.5 s a call where NumPy takes 0.04 s); it now runs eagerly, as a straight program past
+the limit does (codegen/loops.compile_looped).
+
+Needlessly eager: ``np.random.shuffle(starts)`` (joelnet's ``BatchIterator``, and the
+``idx = np.arange(n); np.random.shuffle(idx)`` before mini-batches of many tutorials) ran
+every call eagerly. NumPy shuffles the first axis with exactly the draws
+``permutation(len(x))`` makes, for ``RandomState`` and ``Generator``, so a shuffle of an
+array the function holds is now that replayed draw and the write ``x[...] = x[order]``
+(tracer/random_draws._shuffle; an array made in the call is written through its traced
+copy, as ``np.add.at`` into one is).
+"""
+
+import sys
+
+import numpy as np
+from real_model_checks import all_compiled, assert_same, jitted
+
+import tracejit.codegen.program  # noqa: F401 - the module whose limit the test lowers
+
+
+# --- trekhleb: a captured loop beside a straight part past the kernel limit ---------------
+def recurrent_then_stacked(x, W):
+    h = np.zeros(W.shape[0])
+    for t in range(x.shape[0]):  # captured: one loop node
+        h = np.tanh(W @ h + x[t])
+    for _ in range(12):  # a constant range: unrolled, a product kernel each
+        h = W @ h
+    return h
+
+
+def test_a_looped_program_past_the_kernel_limit_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(sys.modules["tracejit.codegen.program"], "KERNEL_LIMIT", 8)
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((4, 4)) * 0.3
+    f = jitted(recurrent_then_stacked)
+    for steps in (6, 6, 6, 9, 9):
+        x = rng.standard_normal((steps, 4))
+        assert_same(f(x, W), recurrent_then_stacked(x, W))
+    stats = f.stats()
+    # Never the interpreter (a 'compiled' call running NumPy op by op): eager, with why.
+    assert stats["compiled_calls"] == 0 and stats["compiles"] == 0, stats
+    assert stats["eager_calls"]["too large to compile"] == 3, stats
+
+
+# --- joelnet: np.random.shuffle before the mini-batches ----------------------------------
+def shuffled_epoch(w, X, y, batch_size):
+    order = np.arange(X.shape[0])
+    np.random.shuffle(order)
+    X, y = X[order], y[order]
+    loss = 0.0
+    for start in range(0, X.shape[0], batch_size):
+        xb, yb = X[start:start + batch_size], y[start:start + batch_size]
+        err = xb @ w - yb
+        w = w - 0.1 * xb.T @ err / len(xb)
+        loss += float((err ** 2).mean())
+    return w, loss
+
+
+def shuffle_argument_rows(X, rng):
+    rng.shuffle(X)  # the caller's array, in place, as NumPy does
+    return X[:2].sum(axis=0)
+
+
+def test_a_shuffle_of_an_array_the_function_holds_compiles_with_numpys_draws():
+    rng = np.random.default_rng(1)
+    f = jitted(shuffled_epoch)
+    calls = 0
+    for n in (32, 32, 32, 20, 48, 48):
+        X, y, w = rng.standard_normal((n, 3)), rng.standard_normal(n), np.zeros(3)
+        np.random.seed(n)
+        want, after = shuffled_epoch(w, X, y, 8), np.random.rand()
+        np.random.seed(n)
+        got = f(w, X, y, 8)
+        assert_same(got, want)
+        assert np.random.rand() == after  # the global stream moved as eager's did
+        calls += 1
+    assert all_compiled(f, calls) and f.stats()["compiled_calls"] >= 3, f.stats()
+    g = jitted(shuffle_argument_rows)
+    for n in (6, 6, 9):
+        X = rng.standard_normal((n, 2))
+        eager_X, jit_X = X.copy(), X.copy()
+        eager_rng, jit_rng = np.random.default_rng(n), np.random.default_rng(n)
+        assert_same(g(jit_X, jit_rng), shuffle_argument_rows(eager_X, eager_rng))
+        assert_same(jit_X, eager_X, where="the argument shuffled in place")
+        assert jit_rng.random() == eager_rng.random()
+    assert all_compiled(g, 3), g.stats()
+
+
+HELD = np.arange(6.0)
+
+
+def shuffle_outside(x):
+    np.random.shuffle(HELD)  # a global: NumPy's write into it runs eagerly, as before
+    return x + HELD
+
+
+def shuffle_a_list(x):
+    names = [0, 1, 2, 3]
+    np.random.shuffle(names)
+    return x * names[0]
+
+
+def test_a_shuffle_of_outside_state_or_a_list_runs_eagerly_with_numpys_result():
+    for function, argument in ((shuffle_outside, np.ones(6)), (shuffle_a_list, 2.0)):
+        f = jitted(function)
+        for seed in (0, 1, 2):
+            start = HELD.copy()
+            np.random.seed(seed)
+            want, eager_held = function(argument), HELD.copy()
+            HELD[:] = start
+            np.random.seed(seed)
+            assert_same(f(argument), want)
+            assert_same(HELD, eager_held, where="the global shuffled")
+        assert f.stats()["compiled_calls"] == 0, f.stats()

@@ -43,8 +43,9 @@ import operator
 
 import numpy as np
 
+from .hook_calls import HOOK, is_hook_call
+
 LOGIC = "__tracejit_logic"  # the name of the Logic parameter of the combined test
-HOOK = "__tracejit__"  # the rewritten code's hooks (source_rewrite.HOOK)
 
 _COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
                 ast.NotEq: "!="}
@@ -99,9 +100,7 @@ def _call(method, args, keywords=()):
 def _calls_allclose(node):
     """``__tracejit__.call(<...allclose>, ...)``: a call the rewrite routed through the
     hooks whose function is spelled ``allclose`` (``Logic.call`` checks it is NumPy's)."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "call" and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == HOOK and node.args and any(
+    return (is_hook_call(node, "call") and node.args and any(
                 isinstance(inner, ast.Attribute) and inner.attr == "allclose"
                 or isinstance(inner, ast.Name) and inner.id == "allclose"
                 for inner in ast.walk(node.args[0])))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from .hook_calls import HOOK
+from .hook_calls import hook_call, is_hook_call
 from .loop_effects import mark_conditional_effects
 from .loop_prints import rewrite_selected_prints
 from .loop_selected_appends import rewrite_selected_appends
@@ -57,9 +57,7 @@ def _nested_body_names(visitor, node):
 def _nested_hook_reads(visitor, node):
     """``__tracejit__.loop(range, args, body, ("out", ...), locals(), line)`` reads the
     names it carries through ``locals()``: they are loads of the enclosing body."""
-    func = node.func
-    if (isinstance(func, ast.Attribute) and func.attr in ("loop", "while_loop")
-            and isinstance(func.value, ast.Name) and func.value.id == HOOK
+    if ((is_hook_call(node, "loop") or is_hook_call(node, "while_loop"))
             and len(node.args) >= 4 and isinstance(node.args[3], ast.Tuple)):
         visitor.loaded |= {element.value for element in node.args[3].elts
                            if isinstance(element, ast.Constant)
@@ -199,9 +197,8 @@ def _appended_names(statements):
                 name = _local_name(inner.value)
                 if name is not None:
                     names.add(name)
-            elif (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
-                  and inner.func.attr in ("append_when", "print_when") and inner.args
-                  and isinstance(inner.func.value, ast.Name) and inner.func.value.id == HOOK):
+            elif ((is_hook_call(inner, "append_when") or is_hook_call(inner, "print_when"))
+                  and inner.args):
                 name = _local_name(inner.args[0])  # tracejit.tracer.loop_selected_appends
                 if name is not None:
                     names.add(name)
@@ -211,9 +208,7 @@ def _appended_names(statements):
 def _local_name(node):
     """The name ``node`` reads: ``outs``, also once the front end has rewritten the load
     to ``__tracejit__.local(outs)``; else None."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "local" and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == HOOK and len(node.args) == 1):
+    if is_hook_call(node, "local") and len(node.args) == 1:
         node = node.args[0]
     return node.id if isinstance(node, ast.Name) else None
 
@@ -258,10 +253,7 @@ def _noted(node, reason):
     over ``range``; other loops are not candidates)."""
     if reason.startswith("not a loop over range"):
         return node
-    note = ast.Expr(ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop_note",
-                           ctx=ast.Load()),
-        args=[ast.Constant(node.lineno), ast.Constant(reason)], keywords=[]))
+    note = ast.Expr(hook_call("loop_note", ast.Constant(node.lineno), ast.Constant(reason)))
     return [ast.fix_missing_locations(ast.copy_location(note, node)), node]
 
 
@@ -354,14 +346,12 @@ def _rewrite_for(rewriter, node, reason, reversed_loop, targets):
         decorator_list=[],
         returns=None,
     )
-    call = ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="loop",
-                           ctx=ast.Load()),
-        args=[range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()),
-              ast.Name(id=body_name, ctx=ast.Load()),
-              ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
-              ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
-              ast.Constant(node.lineno)],
+    call = hook_call(
+        "loop", range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()),
+        ast.Name(id=body_name, ctx=ast.Load()),
+        ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
+        ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
+        ast.Constant(node.lineno),
         keywords=[ast.keyword(arg="reverse", value=reverse)]
         if not (isinstance(reverse, ast.Constant) and reverse.value is None) else [],
     )

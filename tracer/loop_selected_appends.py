@@ -71,7 +71,7 @@ import numpy as np
 
 from . import ops
 from .dims import expr_of
-from .hook_calls import HOOK
+from .hook_calls import hook_call
 
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
@@ -142,10 +142,8 @@ def selected_call(hook, leading, index, test, value, trailing=()):
         ast.keyword(arg="last", value=last[2]),
         ast.keyword(arg="periodic", value=ast.Lambda(args=copy.deepcopy(check.args),
                                                     body=last[0]))]
-    call = ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr=hook,
-                           ctx=ast.Load()),
-        args=[*leading, ast.Name(id=index, ctx=ast.Load()), check, value, *trailing],
+    call = hook_call(
+        hook, *leading, ast.Name(id=index, ctx=ast.Load()), check, value, *trailing,
         keywords=[] if period is None else [ast.keyword(arg="period", value=(
             ast.Constant(period) if isinstance(period, int) else ast.Tuple(
                 elts=[ast.Name(id=k.id, ctx=ast.Load()) if isinstance(k, ast.Name) else k

@@ -37,7 +37,8 @@ from __future__ import annotations
 import ast
 import copy
 
-from .loop_frontend import HOOK, unsupported_statements
+from .hook_calls import hook_call
+from .loop_frontend import unsupported_statements
 from .loop_while import expand_counted_while
 from .ops import shape_of
 
@@ -92,8 +93,7 @@ class _Expander:
             return ast.Name(id=name, ctx=ast.Load())
 
         def hook(method, *args):
-            return ast.Call(func=ast.Attribute(value=load(HOOK), attr=method, ctx=ast.Load()),
-                            args=[ast.Constant(kind), *args], keywords=[])
+            return hook_call(method, ast.Constant(kind), *args)
 
         bind = ast.Assign(targets=[ast.Name(id=sequences, ctx=ast.Store())],
                           value=ast.Tuple(elts=list(sources), ctx=ast.Load()))

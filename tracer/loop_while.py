@@ -45,7 +45,8 @@ import ast
 import copy
 
 from .dims import SymInt, expr_of, is_int
-from .loop_frontend import HOOK, unsupported_statements
+from .hook_calls import hook_call
+from .loop_frontend import unsupported_statements
 
 # comparison -> (sign of g = left - right in h(k) <= 0, offset): ``l < r`` is
 # ``l - r + 1 <= 0`` for ints, ``l >= r`` is ``r - l <= 0``.
@@ -78,10 +79,8 @@ def expand_counted_while(loop, function_node):
 
     count = ast.Assign(
         targets=[ast.Name(id=trips, ctx=ast.Store())],
-        value=ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
-                                          attr="while_trips", ctx=ast.Load()),
-                       args=[ast.Constant(_NORMAL_FORMS[type(test.ops[0])]), g_at(0), g_at(1)],
-                       keywords=[]))
+        value=hook_call("while_trips", ast.Constant(_NORMAL_FORMS[type(test.ops[0])]),
+                        g_at(0), g_at(1)))
     counted = ast.For(
         target=ast.Name(id=index, ctx=ast.Store()),
         iter=ast.Call(func=ast.Name(id="range", ctx=ast.Load()),

@@ -95,8 +95,9 @@ from .exit_returns import FLAG as RETURNED
 from .exit_returns import expand_returns
 from .exit_tests import LOGIC, combined
 from .exit_trips import Stop, trip, written_after_refusal, written_trips
+from .hook_calls import hook_call
 from .loop_attributes import hoist_attributes
-from .loop_frontend import HOOK, loop_variables, unsupported_statements
+from .loop_frontend import loop_variables, unsupported_statements
 
 log = logging.getLogger("tracejit.loops")
 
@@ -328,14 +329,12 @@ def rewrite_while(rewriter, node):
     else:
         kind = "true" if exits[0][0] != "until" else "while"
     broke = f"__tracejit_broke_{line}"
-    call = ast.Call(
-        func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="while_loop",
-                           ctx=ast.Load()),
-        args=[range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()), functions,
-              ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
-              ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
-              ast.Constant(line), ast.Constant(kind),
-              ast.Tuple(elts=[ast.Constant(name) for name in handed], ctx=ast.Load())],
+    call = hook_call(
+        "while_loop", range_function, ast.Tuple(elts=list(range_args), ctx=ast.Load()),
+        functions, ast.Tuple(elts=[ast.Constant(name) for name in names], ctx=ast.Load()),
+        ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]),
+        ast.Constant(line), ast.Constant(kind),
+        ast.Tuple(elts=[ast.Constant(name) for name in handed], ctx=ast.Load()),
         keywords=[ast.keyword(arg="ints", value=ast.Tuple(
             elts=[ast.Constant(name) for name in ints], ctx=ast.Load()))] if ints else [])
     target = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store()) for name in (*names, broke)],

@@ -48,6 +48,7 @@ from tracejit.tracer.ops.control import emit, print_text
 from tracejit.tracer.passes import optimize
 
 from . import gc_pause, llvm, loops, python_entry, wrapper_text
+from .compile_estimate import estimate_compile
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
@@ -215,14 +216,16 @@ def _symbol_safe(name):
 
 
 def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # noqa: A001
-            wrapper=None, trusted=False, extend=None):
+            wrapper=None, trusted=False, extend=None, admit=None):
     """Compile ``graph`` (any bucket of its symbols) to a ``Program``; with ``profile``,
     the program counts calls and time per kernel (``Program.profile()``). ``optimized``:
     the graph already went through ``optimize`` (run again, guard margins would be added
     twice and guard numbers change); ``wrapper(schedule, entry)`` replaces ``wrapper_source``;
     ``trusted``: the caller passes arrays of the inputs' dtypes (``wrapper_source``);
     ``extend(schedule, module, name)`` adds native functions to the module (a loop driver over
-    the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``."""
+    the raw entry, ``codegen/native_loop.py``) and returns ``(exports, description)``;
+    ``admit(estimate)`` is shown the optimized graph's ``CompileEstimate`` before anything
+    is lowered, and may raise to stop the compile (the runtime's compile-cost policy)."""
     from .parallel import pool
 
     # The pool every program links with starts now, not at link: starting it stops
@@ -230,14 +233,17 @@ def compile(graph, name=None, check=True, profile=False, *, optimized=False,  # 
     # ~0.1 s after the trace's last product, on the cores that lowering and LLVM need.
     pool()
     with gc_pause.paused():  # a compile's garbage dies by reference counting
-        return _compile(graph, name, check, profile, optimized, wrapper, trusted, extend)
+        return _compile(graph, name, check, profile, optimized, wrapper, trusted, extend,
+                        admit)
 
 
-def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend):
+def _compile(graph, name, check, profile, optimized, wrapper, trusted, extend, admit=None):
     times = {}
     start = time.perf_counter()
     if not optimized:
         graph = optimize(graph, check=check)
+    if admit is not None:
+        admit(estimate_compile(graph))
     if loops.has_loops(graph):  # segments and loop bodies compiled apart (codegen/loops.py)
         return loops.compile_looped(graph, name, profile)
     # Before scheduling, and kept in ``Program.graph``: the disk cache rebuilds the wrapper

@@ -149,6 +149,7 @@ def _build_variant(jitted, pending, traced, signature, key):
         variant = Variant(pending.spec, pending.guard, path,
                           bucket_sibling=pending.bucket_sibling)
         jitted._add_variant(variant)
+        jitted._made = jitted._made + (variant,)
         log.info("%s: compiled variant %d in the background", jitted.__qualname__,
                  len(jitted._variants))
     _store(jitted, variant, key)

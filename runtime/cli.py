@@ -308,6 +308,12 @@ def command_stats(args, out):
               f"{row.get('raised_calls', 0)}; compiles "
               f"{row.get('compiles', 0)}, loaded from disk {row.get('disk_hits', 0)}",
               file=out)
+        policy = [f"{row[key]} {what}" for key, what in (
+            ("background_compiles", "compiled in the background (long)"),
+            ("refused_compiles", "not compiled (too costly)"),
+            ("storm_calls", "eager in a recompile storm")) if row.get(key)]
+        if policy:
+            print(f"  compile cost: {', '.join(policy)}", file=out)
         for reason, count in sorted(eager.items()):
             print(f"  eager: {count} x {reason}", file=out)
         for guard, count in sorted(row.get("side_exits", {}).items()):

@@ -7,7 +7,8 @@ codegen's process-wide settings are handed to it here (``configure_codegen``).
                          else ~/.cache/tracejit)
     TRACEJIT_DISABLE=1   run every jit function eagerly
     TRACEJIT_LOG=recompiles,guards,kernels,cache   log those topics to stderr
-    TRACEJIT_COMPILE=background   the default of jit's ``compile`` option (else "sync")
+    TRACEJIT_COMPILE=auto|sync|background   the default of jit's ``compile`` option
+                         (else "auto")
     TRACEJIT_NUM_THREADS     the thread pool's size (default: the cores this process may use)
     TRACEJIT_GEMM=auto|own|blas   the float32 GEMM of 2-D products (``codegen/blas.py``)
     TRACEJIT_GEMM_ISA=avx512|avx2   the own GEMM's instruction set (default: the host's best)
@@ -99,10 +100,13 @@ class Options:
     loops: str = "capture"
     static_argnames: tuple = ()  # arguments specialized by value (as in JAX)
     static_argnums: tuple = ()
-    # "sync" | "background": a new variant's first call returns the trace's result and its
-    # LLVM compile runs on a daemon thread; calls before it is ready run eagerly
-    # (runtime/background.py). Not part of the cache key: the code is the same.
-    compile: str = "sync"
+    # "auto" | "sync" | "background". "background": a new variant's first call returns the
+    # trace's result and its LLVM compile runs on a daemon thread; calls before it is ready
+    # run eagerly (runtime/background.py). "sync": every call waits for its compile.
+    # "auto": sync unless the compile is estimated long (then background) or would take
+    # minutes (then not at all), and no compiling through a recompile storm
+    # (runtime/compile_policy.py). Not part of the cache key: the code is the same.
+    compile: str = "auto"
     profile: bool = False  # TRACEJIT_PROFILE=1: programs count time per kernel (explain())
     cache_dir: str = field(default_factory=default_cache_dir)
     cache_max: int = DEFAULT_CACHE_MAX  # TRACEJIT_CACHE_MAX: entries kept, in bytes (LRU)
@@ -118,7 +122,7 @@ class Options:
                 "buckets, max_variants, hot_exit, cache, fallback, check, static_argnames, "
                 "static_argnums, loops and compile"
             )
-        options.setdefault("compile", environ.get("TRACEJIT_COMPILE", "") or "sync")
+        options.setdefault("compile", environ.get("TRACEJIT_COMPILE", "") or "auto")
         for name, kind in (("static_argnames", str), ("static_argnums", int)):
             if name in options:
                 value = options[name]
@@ -162,8 +166,9 @@ class Options:
             raise OptionError(f"loops must be 'unroll' or 'capture', not {self.loops!r}")
         if self.fallback not in ("eager", "raise"):
             raise OptionError(f"fallback must be 'eager' or 'raise', not {self.fallback!r}")
-        if self.compile not in ("sync", "background"):
-            raise OptionError(f"compile must be 'sync' or 'background', not {self.compile!r}")
+        if self.compile not in ("auto", "sync", "background"):
+            raise OptionError("compile must be 'auto', 'sync' or 'background', not "
+                              f"{self.compile!r}")
 
     @property
     def disk_cache(self):

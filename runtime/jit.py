@@ -63,7 +63,7 @@ def jit(fn: _Function, *, dynamic: bool | Literal["auto"] = ...,
         fallback: Literal["eager", "raise"] = ..., check: bool = ...,
         static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
         loops: Literal["capture", "unroll"] = ...,
-        compile: Literal["sync", "background"] = ...) -> JitFunction: ...
+        compile: Literal["auto", "sync", "background"] = ...) -> JitFunction: ...
 
 
 @overload
@@ -73,7 +73,8 @@ def jit(fn: None = None, *, dynamic: bool | Literal["auto"] = ...,
         fallback: Literal["eager", "raise"] = ..., check: bool = ...,
         static_argnames: str | Sequence[str] = ..., static_argnums: int | Sequence[int] = ...,
         loops: Literal["capture", "unroll"] = ...,
-        compile: Literal["sync", "background"] = ...) -> Callable[[_Function], JitFunction]: ...
+        compile: Literal["auto", "sync", "background"] = ...
+        ) -> Callable[[_Function], JitFunction]: ...
 
 
 def jit(fn=None, **options):
@@ -83,9 +84,12 @@ def jit(fn=None, **options):
     ``max_variants`` (8), ``hot_exit`` (2), ``cache`` (True | "memory" | False),
     ``fallback`` ("eager" | "raise"), ``check`` (False | True), ``static_argnames`` /
     ``static_argnums`` (specialize by value), ``loops`` ("capture" | "unroll"),
-    ``compile`` ("sync" | "background": a new variant's first call returns the traced
-    result, or runs eagerly when a decision the trace took may not be eager's, and LLVM
-    runs on a daemon thread; calls before it is ready run eagerly).
+    ``compile`` ("auto" | "sync" | "background": a new variant's first call returns the
+    traced result, or runs eagerly when a decision the trace took may not be eager's, and
+    LLVM runs on a daemon thread; calls before it is ready run eagerly. "auto" waits for
+    a compile unless it is estimated long (then background) or minutes long (then the
+    calls run eagerly, with a warning), and stops compiling in a recompile storm:
+    ``runtime/compile_policy.py``; "sync" always waits).
 
     A jit function pickles (by reference when its module imports it, else by value with
     cloudpickle), so it runs in ``multiprocessing`` and Dask tasks; see ``tracejit.dask``.
@@ -427,6 +431,8 @@ class JitFunction(Misses):
             self._reasons.clear()
             self._loop_notes.clear()
             self._warned_limit = False
+            self._made = ()
+            self._warned_cost = self._warned_storm = False
             self.policy = ShapePolicy(self.options, self.fn)
             self._counters.clear()
             self._eager.clear()
@@ -439,7 +445,10 @@ class JitFunction(Misses):
         """Counters: calls = compiled_calls + traced_calls (a trace computed the result) +
         eager calls (``eager_calls`` by short reason; ``eager_reasons`` holds each one's
         full text) + raised_calls (the function raised, as it does eagerly); compiles,
-        disk_hits, variants, paths, side_exits (by guard), compile_seconds."""
+        disk_hits, variants, paths, side_exits (by guard), compile_seconds; and what the
+        compile-cost policy did (``runtime/compile_policy.py``): background_compiles (long
+        compiles sent to the compile thread), refused_compiles (too costly: those calls run
+        eagerly) and storm_calls (misses run eagerly in a recompile storm)."""
         return {
             "calls": self.calls,
             "compiled_calls": self.compiled_calls,
@@ -453,6 +462,9 @@ class JitFunction(Misses):
             "paths": sum(variant.path_count for variant in self._variants),
             "side_exits": dict(self._side_exits),
             "compile_seconds": round(self._compile_seconds, 6),
+            "background_compiles": self._counters["background_compiles"],
+            "refused_compiles": self._counters["refused_compiles"],
+            "storm_calls": self._counters["storm_calls"],
         }
 
     def explain(self):
@@ -473,8 +485,9 @@ class JitFunction(Misses):
                         "calls": path.calls,
                         "side_exits": {str(g): n for g, n in path.exits.items()},
                     } for prefix, path in variant.root.walk()}}
-        snapshot = {key: current[key] for key in ("calls", "compiled_calls", "traced_calls",
-                                                  "raised_calls", "compiles", "disk_hits")}
+        snapshot = {key: current[key] for key in (
+            "calls", "compiled_calls", "traced_calls", "raised_calls", "compiles", "disk_hits",
+            "background_compiles", "refused_compiles", "storm_calls")}
         snapshot.update(eager_calls=current["eager_calls"], side_exits=current["side_exits"],
                         entries=entries)
         deltas = _subtract(snapshot, getattr(self, "_flushed", {}))

@@ -37,8 +37,9 @@ from tracejit.tracer.pinned_scalars import ScalarDecidesShape
 from tracejit.tracer.shared_objects import argument_containers
 from tracejit.tracer.tracing import Trace
 
-from . import background, diagnostics
+from . import background, compile_policy, diagnostics
 from .autograd import is_grad_enabled
+from .compile_policy import CompileBudget, CompileDeferred, CompileRefused
 from .config import logger
 from .guards import EntrySpec
 from .shape_policy import SameEntry, _is_array, _same_entry
@@ -92,6 +93,9 @@ class Misses:
                     variant.bucket_sibling = sibling
                     self._add_variant(variant)
                     return self._run(variant, inputs, args, kwargs)
+            if compile_policy.in_storm(self._made, self.options.compile):
+                self._note_storm()
+                return self._run_eager(args, kwargs, "recompile storm")
             reason = self._why_missed(leaves)
             # lazy: a captured loop's remaining trips wait (tracejit.tracer.pending); the
             # program compiled below computes the result instead
@@ -104,11 +108,18 @@ class Misses:
             if self.options.compile == "background":  # LLVM on the compile thread
                 return background.compile_variant_later(self, traced, signature, args, kwargs,
                                                         bucket_sibling=sibling)
-            path = self._compile_path(traced, signature)
+            path = self._compile_path(traced, signature, may_defer=not shared)
+            if path is DEFERRED:  # long: LLVM on the compile thread (compile_policy)
+                self._counters["background_compiles"] += 1
+                log_recompiles.info("%s: compiling variant %d in the background (%s)",
+                                    self.__qualname__, len(self._variants) + 1, reason)
+                return background.compile_variant_later(self, traced, signature, args, kwargs,
+                                                        bucket_sibling=sibling)
             if path is not None:
                 spec = EntrySpec.from_trace(traced)
                 variant = Variant(spec, None, path, bucket_sibling=sibling)
                 self._add_variant(variant)
+                self._made = self._made + (variant,)
                 log_recompiles.info("%s: compiled variant %d (%s)", self.__qualname__,
                                     len(self._variants), reason)
                 self._store_to_disk(variant, leaves)
@@ -117,7 +128,9 @@ class Misses:
                 # or the trace's decisions may not be eager's (the program's margins decide).
                 if shared or path.backward is not None or traced.undecided or (
                         traced.pending and not has_effects(traced.graph)):
-                    return self._run_new(variant, args, kwargs, traced)
+                    result = self._run_new(variant, args, kwargs, traced)
+                    variant.born_calls = variant.calls  # (a storm counts later calls)
+                    return result
             elif shared or traced.gradients is not None or traced.undecided:
                 traced.rewind_draws()
                 return self._run_eager(args, kwargs, self._untraceable.get(signature, RAISED))
@@ -248,22 +261,34 @@ class Misses:
         self._reasons[reason] = str(error)
         log("%s runs eagerly: %s", self.__qualname__, error)
 
-    def _compile_path(self, traced, signature):
+    def _compile_path(self, traced, signature, may_defer=False):
+        """The compiled ``Path`` of ``traced``; None when it is not compiled (the reason is
+        kept for its signature); ``DEFERRED`` when ``may_defer`` and the compile-cost policy
+        sends it to the background thread (``runtime/compile_policy.py``)."""
         start = time.perf_counter()
         backward, plan, residual_bytes = None, traced.gradients, 0
+        budget = CompileBudget(self.options.compile, may_defer)
         try:
             if plan is None:
                 program = codegen.compile(traced.graph, name=self.__name__, check="final",
-                                          profile=self.options.profile)
+                                          profile=self.options.profile, admit=budget.admit)
             else:
                 split = partition(traced.graph, plan.forward_outputs, plan.cotangent_inputs)
                 note_partition(traced.graph, split.forward)  # backward masks read products
                 program = codegen.compile(split.forward, name=self.__name__, check="final",
-                                          profile=self.options.profile)
+                                          profile=self.options.profile, admit=budget.admit)
                 backward = codegen.compile(split.backward, name=self.__name__ + "_backward",
                                            check="final",
-                                           profile=self.options.profile)
+                                           profile=self.options.profile, admit=budget.admit)
                 residual_bytes = split.residual_bytes(traced.symbol_values)
+        except CompileDeferred:
+            return DEFERRED
+        except CompileRefused as refused:
+            if self.options.fallback == "raise":
+                raise UnsupportedError(f"{compile_policy.where(self.fn, traced.captured_loops)}"
+                                       f": too costly to compile: {refused.estimate}") from None
+            self._refuse(signature, refused.estimate, traced)
+            return None
         except Exception as error:  # a compiler limitation or bug: never the user's problem
             if self.options.fallback == "raise":
                 raise
@@ -283,7 +308,29 @@ class Misses:
                          program.compile_seconds["total"] * 1e3)
         return Path(program, OutputPlan.from_trace(traced), program.graph.guards,
                     traced.functions, backward=backward, gradients=plan,
-                    residual_bytes=residual_bytes)
+                    residual_bytes=residual_bytes, estimate=budget.estimate)
+
+    def _refuse(self, signature, estimate, traced):
+        """Calls with ``signature`` run eagerly: compiling them would cost ``estimate``;
+        warned once per function."""
+        self._counters["refused_compiles"] += 1
+        reason = f"too costly to compile: {estimate}"
+        self._untraceable[signature] = reason
+        self._reasons[reason] = str(estimate)
+        log_recompiles.info("%s runs eagerly: %s", self.__qualname__, reason)
+        if not self._warned_cost:
+            self._warned_cost = True
+            compile_policy.warn_refused(self.fn, self.__qualname__, estimate,
+                                        traced.captured_loops, _user_stacklevel())
+
+    def _note_storm(self):
+        self._counters["storm_calls"] += 1
+        if not self._warned_storm:
+            self._warned_storm = True
+            log_recompiles.info("%s: recompile storm: new cases run eagerly",
+                                self.__qualname__)
+            compile_policy.warn_storm(self.fn, self.__qualname__, self._made,
+                                      _user_stacklevel())
 
     def _add_variant(self, variant):
         self._variants = self._variants + (variant,)
@@ -305,6 +352,11 @@ class Misses:
     # traced unrolled from then on (``_loop_guard_exit``).
     _loops_unrolled = False
     _dropped_calls = 0  # compiled calls of variants dropped (stats keep counting them)
+    # The compile-cost policy's state (runtime/compile_policy.py): the variants compiled on
+    # a miss, in the order they were made (a storm is read from the last ones), and
+    # whether its notes were given.
+    _made = ()
+    _warned_cost = _warned_storm = False
 
     def _loop_guard_exit(self, variant, args, kwargs, reason="a guard in a loop body failed"):
         """A guard in a captured loop's body failed: a trip decided otherwise than the trips
@@ -414,7 +466,11 @@ class Misses:
         if self.options.compile == "background":
             return background.grow_later(self, variant, path, guard_index, traced, signature,
                                          args, kwargs)
-        child = self._compile_path(traced, signature)
+        child = self._compile_path(traced, signature, may_defer=True)
+        if child is DEFERRED:  # long: LLVM on the compile thread (compile_policy)
+            self._counters["background_compiles"] += 1
+            return background.grow_later(self, variant, path, guard_index, traced, signature,
+                                         args, kwargs)
         if child is not None:
             path.children[guard_index] = child
             log_recompiles.info("%s: compiled the other path of %s", self.__qualname__,
@@ -504,6 +560,8 @@ class Misses:
 
 
 RAISED = "raised while tracing: the eager run raises it too"
+# ``_compile_path``'s answer when the compile goes to the background thread.
+DEFERRED = object()
 
 
 @dataclass

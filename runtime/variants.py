@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracejit.codegen.compile_estimate import NOTHING, CompileEstimate
 from tracejit.codegen.schedule import input_view, result_views
 from tracejit.tracer import pytree
 from tracejit.tracer.abstract import PYTHON_SCALARS
@@ -175,6 +176,8 @@ class Path:
     backward: object = None  # the backward program, for calls that need gradients
     gradients: object = None  # tracejit.tracer.gradient_trace.GradientPlan
     residual_bytes: int = 0
+    # what compiling it was estimated to cost (codegen.compile_estimate; runtime/compile_policy)
+    estimate: CompileEstimate = NOTHING
 
     def __post_init__(self):
         # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]) or of another
@@ -296,6 +299,9 @@ class Variant:
     other_path_of: Variant | None = field(default=None, compare=False, repr=False)
     other_paths: list = field(default_factory=list, compare=False, repr=False)
     dropped: bool = field(default=False, compare=False)  # ``misses._drop_variant``
+    # compiled calls when the call that made it returned (later ones reuse it: a
+    # recompile storm is variants never reused, runtime/compile_policy.in_storm)
+    born_calls: int = field(default=0, compare=False)
 
     def __post_init__(self):
         # ``wrap`` makes the outputs that are Tensors eagerly (``OutputPlan.tensors``)
@@ -375,6 +381,11 @@ class Variant:
     def calls(self):
         """Compiled calls of this variant: each ran one path of its tree."""
         return sum(path.calls for _, path in self.root.walk())
+
+    @property
+    def estimate(self):
+        """What compiling its root path was estimated to cost."""
+        return self.root.estimate
 
     @property
     def path_count(self):

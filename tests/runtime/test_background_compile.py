@@ -245,7 +245,7 @@ def test_lower_waits_for_the_background_compile():
 def test_the_option_and_its_environment_default():
     assert Options.build(compile="background").compile == "background"
     assert Options.build(environ={"TRACEJIT_COMPILE": "background"}).compile == "background"
-    assert Options.build(environ={}).compile == "sync"
+    assert Options.build(environ={}).compile == "auto"
     assert "compile" not in Options.build(compile="background").key_fields()
     with pytest.raises(OptionError, match="'sync' or 'background'"):
         jit(compile="later")

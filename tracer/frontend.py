@@ -624,6 +624,13 @@ class Hooks:
                 return self._made_in_this_call(value) or (
                     isinstance(value, types.FunctionType)
                     and any(constant is value.__code__ for constant in outer.f_code.co_consts))
+            if outer.f_code in self.originals and type(value) in (dict, list) and any(
+                    held is value for held in outer.f_locals.values()):
+                # log = make_logger(hist): a closure made by a function that returned, over
+                # a list a frame of this call still holds (hist = [] there). As outside state
+                # its appends were left for compiled calls to replay (on the first call's
+                # list), and the trace's len(hist) missed them.
+                return self._made_in_this_call(value)
             if outer.f_code is self.top:
                 return False
             outer = outer.f_back
@@ -632,9 +639,10 @@ class Hooks:
     # calls ---------------------------------------------------------------------------
     @calls_for_the_user
     def call(self, function, *args, **kwargs):
-        if type(function).__hash__ is None:
+        if not _hashable(function):
             # a @dataclass layer (eq=True makes it unhashable) in `for layer in layers: x =
-            # layer(x)`: no table below holds it, and looking it up there raised TypeError
+            # layer(x)`, a weakref to a list (`history()`, hashed as its referent): no table
+            # below holds it, and looking it up there raised TypeError
             return self._call_unhashable(function, args, kwargs)
         if function is print:
             return self.print(*args, **kwargs)
@@ -1511,6 +1519,16 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _hashable(function):
+    if type(function).__hash__ is None:
+        return False
+    try:
+        hash(function)
+    except TypeError:
+        return False
+    return True
 
 
 def _own_method(owner, what):

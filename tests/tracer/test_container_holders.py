@@ -10,13 +10,19 @@ closure (``size = make_getter(hist)``, a callback), taken for the loop's own. Ea
 compiled with a wrong length (eager n). Holders are now read from the reference count
 (each of the machinery's references verified, the rest a holder); the first test of each
 pair fails before.
+
+Found on the way (callbacks, weakrefs): a closure a factory made over the function's own
+list (``log = make_logger(hist)``) appended as if to outside state (replayed by compiled
+calls on the first call's list; the trace's ``len(hist)`` missed it), and calling a weakref
+to a list subclass was an internal error (hashing it hashes the referent).
 """
 
 import sys
 import threading
+import weakref
 
 import numpy as np
-from real_model_checks import run_calls
+from real_model_checks import no_internal_errors, run_calls
 
 import tracejit as tj
 from tracejit.tracer import container_holders
@@ -263,3 +269,46 @@ def test_explain_names_the_untracked_holder():
     f(np.arange(3.0), 10)
     assert "does not track" in f.explain()
 
+
+class History(list):
+    """A list subclass (a weakref needs one): the loop does not capture it as a list."""
+
+
+def read_through_a_weakref(x, n):
+    hist = History()
+    seen = weakref.ref(hist)
+    for i in range(n):  # noqa: B007
+        x = x * 0.5
+        hist.append(x.sum())
+    return len(seen()), list(hist)
+
+
+def test_a_weakref_called_in_the_function_is_no_internal_error():
+    # calling it hashed the weakref (call's table lookups), which hashes its referent: an
+    # internal error, TypeError: unhashable type: 'History'
+    f = run_calls(read_through_a_weakref, COUNTS[:3])
+    no_internal_errors(f)
+
+
+# --- a callback made by a factory, appending to the function's own list -----------------
+def _make_logger(h):
+    def log(value):
+        h.append(value)
+    return log
+
+
+def logged_through_a_callback(x, n):
+    hist = [x.sum()]
+    log = _make_logger(hist)
+    for i in range(n):  # noqa: B007
+        x = x * 0.5
+        log(x.max())
+    log(x.min())
+    return len(hist), hist[-1]
+
+
+def test_a_callback_appending_to_the_functions_own_list():
+    # the closure's list was taken for outside state (a closure variable no frame of the
+    # call holds as its cell): its appends were left to compiled calls to replay, on the
+    # first call's list, and the trace's len(hist) was 1
+    run_calls(logged_through_a_callback, [(np.arange(3.0), n) for n in (0, 1, 3)])

@@ -631,6 +631,24 @@ def _is_dynamic_scalar(dynamic, argument, argument_names, leaf_index):
     return argument in dynamic or name in dynamic
 
 
+def _argument(fn, name, position, call, argument_names):
+    """Leaf ``position`` of ``call`` (``(args, kwargs)``), refused, as the user finds it:
+    the function's file and line first, then its parameter's name (``"f.py:3: argument `x`
+    of f"``; ``"an entry of argument `params`"`` for a leaf of a tuple, list or dict)."""
+    code = getattr(fn, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}: " if code is not None else ""
+    args, kwargs = call
+    argument = pytree.argument_positions(args, kwargs)[position]
+    value = args[argument] if isinstance(argument, int) else kwargs[argument]
+    entry = "" if _is_array_leaf(value) else "an entry of "
+    if isinstance(argument, int) and argument < len(argument_names) and (
+            argument_names[argument] is not None):
+        argument = argument_names[argument]
+    if isinstance(argument, str):
+        return f"{where}{entry}argument `{argument}` of {name}"
+    return f"{where}{entry}argument {argument} of {name}"
+
+
 def _argument_names(fn, args, kwargs, partial=False):
     """The parameter of ``fn`` each argument binds to, in order, or ``None`` where the
     signature cannot be read or does not take these arguments (with ``partial``, missing
@@ -713,27 +731,30 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                 # np.matrix multiplies with *, a masked array skips masked entries: compiled
                 # code computes with plain ndarrays, so a subclass runs as the user wrote it.
                 raise TraceError(
-                    f"argument {position} of {name} is a {type(leaf).__module__}."
-                    f"{type(leaf).__qualname__}, an ndarray subclass; compiled functions "
-                    "take plain ndarrays (np.asarray(x) to compile)"
+                    f"{_argument(fn, name, position, (args, kwargs), argument_names)} is a "
+                    f"{type(leaf).__module__}.{type(leaf).__qualname__}, an ndarray "
+                    "subclass; compiled functions take plain ndarrays (np.asarray(x) to "
+                    "compile)"
                 )
             array = np.asarray(leaf)
             if array.dtype.kind not in "biuf":
                 raise TraceError(
-                    f"argument {position} of {name} is an array of {array.dtype}; compiled "
-                    "functions take boolean, integer and float arrays"
+                    f"{_argument(fn, name, position, (args, kwargs), argument_names)} is an array "
+                    f"of {array.dtype}; compiled functions take boolean, integer and float "
+                    "arrays"
                 )
             if not array.dtype.isnative:
                 raise TraceError(
-                    f"argument {position} of {name} is a {array.dtype.name} array in "
-                    "non-native byte order; compiled code reads native byte order. Convert "
-                    "it with x.astype(x.dtype.newbyteorder('=')) to compile"
+                    f"{_argument(fn, name, position, (args, kwargs), argument_names)} is a "
+                    f"{array.dtype.name} array in non-native byte order; compiled code reads "
+                    "native byte order. Convert it with x.astype(x.dtype.newbyteorder('=')) "
+                    "to compile"
                 )
             if array.dtype not in COMPILED_DTYPES + NARROW_DTYPES:  # (kernels refuse it)
                 raise TraceError(
-                    f"argument {position} of {name} is a {array.dtype} array; compiled code "
-                    "holds bool, int32, int64, float32 and float64 arrays. Pass "
-                    "x.astype(np.float32) (or np.int32) to compile"
+                    f"{_argument(fn, name, position, (args, kwargs), argument_names)} is a "
+                    f"{array.dtype} array; compiled code holds bool, int32, int64, float32 "
+                    "and float64 arrays. Pass x.astype(np.float32) (or np.int32) to compile"
                 )
             argument, argument_name = top_level[position], None
             if isinstance(argument, int) and argument < len(argument_names):

@@ -192,6 +192,11 @@ def _median_of_axes(a, axis, keepdims):
     merged = 1
     for number in axes:
         merged = merged * shape[number]
+    if kept and any(shape[number] == 0 for number in kept):
+        # NumPy reshapes to kept + (-1,), which a size-0 array cannot infer
+        dims = ", ".join(str(shape[number]) for number in kept)
+        raise as_numpy_would(ValueError(f"cannot reshape array of size 0 into shape "
+                                        f"({dims},newaxis)"))
     moved = np.transpose(a, kept + list(axes))
     result = median(np.reshape(moved, tuple(shape[number] for number in kept) + (merged,)),
                     axis=-1)

@@ -20,6 +20,9 @@ keepdims, broadcasting ``where=`` masks, ``initial``, ``ddof``), ``promote_inpla
   ran through the loop's NumPy reference with the carried counter as a 0-d int64 array,
   which NumPy 2 does not treat as weak (``ops.control.run_body`` now holds weak scalars as
   Python numbers, as the trace does); compiled calls were right;
+* ``np.median(a, axis=(2, 0))`` of a (3, 0, 2) array: NumPy raises ValueError (its
+  reshape to ``kept + (-1,)`` cannot infer -1 at size 0), compiled code returned an empty
+  array;
 * a lambda in a list spanning lines near the top of its file (``fs = [lambda a: a + 1,``
   with ``lambda a: a * 10`` on the next line) compiled another lambda's body: the lambda's
   own lines were searched with their own numbering, so line 2 of the snippet was taken for
@@ -97,6 +100,19 @@ def test_var_with_mean_keyword_runs_eagerly_with_a_reason():
     a = np.arange(6.0).reshape(2, 3)
     compiled = _agree(centered, (a,), (a * 2,))
     assert "mean=" in " ".join(compiled.stats()["eager_reasons"].values())
+
+
+# --- np.median over several axes of an empty array --------------------------------------------
+@pytest.mark.parametrize("axis", [(2, 0), (0, 1), (1, 2), (-1, -3), (0, 1, 2)])
+def test_median_over_axes_of_an_empty_array_raises_where_numpy_does(axis):
+    # NumPy merges the axes by reshape(kept + (-1,)), which a size-0 array with a kept dim
+    # of 0 cannot infer (ValueError); compiled code merged by the known product
+    def median(a):
+        return np.median(a, axis=axis)
+
+    full = np.arange(30.0).reshape(3, 5, 2)
+    _agree(median, (full,), (np.ones((3, 0, 2)),), (np.ones((0, 4, 2)),), (full[::-1],),
+           (np.ones((2, 3, 0)),))
 
 
 # --- a carried counter is a Python int in the trips after the traced ones ------------------------

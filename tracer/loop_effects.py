@@ -84,15 +84,19 @@ def is_effect_call(statement):
     (those have their own handling: ``loop_frontend``)."""
     if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
         return False
-    if getattr(statement, "tracejit_effect", False):
-        return False
-    function = statement.value.func
-    if isinstance(function, ast.Name) and function.id == "print":
-        return False
-    if isinstance(function, ast.Attribute) and function.attr == "append" and isinstance(
-            function.value, ast.Name) and len(statement.value.args) == 1:
+    if getattr(statement, "tracejit_effect", False) or is_append_or_print(statement):
         return False
     return not is_hook_call(statement.value)
+
+
+def is_append_or_print(statement):
+    """``name.append(value)`` or ``print(...)`` as a statement."""
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+        return False
+    function = statement.value.func
+    return (isinstance(function, ast.Name) and function.id == "print") or (
+        isinstance(function, ast.Attribute) and function.attr == "append"
+        and isinstance(function.value, ast.Name) and len(statement.value.args) == 1)
 
 
 def _hook_call(statement):

@@ -72,6 +72,7 @@ import numpy as np
 from . import ops
 from .dims import expr_of
 from .hook_calls import hook_call
+from .loop_effects import is_append_or_print
 
 # The buffer holds every trip's entry where eager keeps the selected ones: past this many
 # bytes the loop is not captured this way (it unrolls).
@@ -105,6 +106,8 @@ def rewrite_selected_appends(node, assigned_before, is_local):
     index = node.target.id
     stored = {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)
               and isinstance(inner.ctx, (ast.Store, ast.Del))}
+    node.body = [part for statement in node.body
+                 for part in _one_effect_each(statement, index, stored)]
     body = []
     for position, statement in enumerate(node.body):
         flagged = _flags_only(statement, index, stored)
@@ -158,6 +161,25 @@ def _flag_first(inner, test):
     both = ast.BoolOp(op=ast.And(), values=[inner.test, copy.deepcopy(test)])
     guarded = ast.If(test=ast.copy_location(both, inner.test), body=inner.body, orelse=[])
     return ast.fix_missing_locations(ast.copy_location(guarded, inner))
+
+
+def _one_effect_each(statement, index, stored):
+    """``if <test of the index>:`` holding only appends and prints (course 1's ``if i % 100
+    == 0: print(...); costs.append(cost)``) as one such ``if`` for each, which the appends'
+    and the prints' rewrites take one by one; ``[statement]`` otherwise. The test is
+    evaluated once per statement instead of once: it reads only the index, constants and
+    names the loop leaves alone, and calls nothing, so it gives the same answer each time
+    (an append changes no name)."""
+    if not (isinstance(statement, ast.If) and not statement.orelse
+            and len(statement.body) > 1 and all(is_append_or_print(inner)
+                                                for inner in statement.body)):
+        return [statement]
+    if not _is_test(statement.test, index, stored) or not any(
+            isinstance(inner, ast.Name) and inner.id == index
+            for inner in ast.walk(statement.test)):
+        return [statement]
+    return [ast.copy_location(ast.If(test=copy.deepcopy(statement.test), body=[inner],
+                                     orelse=[]), statement) for inner in statement.body]
 
 
 def _flags_only(statement, index, stored):

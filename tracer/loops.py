@@ -376,12 +376,12 @@ def note_unrolled(context, where, reason):
 
 
 def _note(context, where, reason):
+    log.info("loop at %s unrolled: %s", where, reason)  # (before: a count it pins retraces)
     loop_trip_counts.before_unrolling(context, where)  # range(num_iterations): pinned instead
     notes = getattr(context, "loop_notes", None)
     if notes is None:
         notes = context.loop_notes = []
     notes.append(f"loop at {where} unrolled: {reason}")
-    log.info("loop at %s unrolled: %s", where, reason)
 
 
 def emit_prints(context, prints):

@@ -185,6 +185,21 @@ def _draws(function):
         getattr(function, "__module__", "") or "").startswith("numpy.random")
 
 
+# Builtins and container methods whose answer for an object depends on its identity (its
+# default hash, equality and repr): an object from outside passed to them is pinned.
+_IDENTITY_FUNCTIONS = (hash, repr, str, format, ascii)
+_IDENTITY_METHODS = frozenset(("get", "index", "count", "__contains__", "__getitem__", "pop",
+                               "setdefault", "remove", "discard"))
+
+
+def _observes_identity(function):
+    if any(function is known for known in _IDENTITY_FUNCTIONS):
+        return True
+    return isinstance(function, types.BuiltinMethodType) and type(
+        function.__self__) in (dict, list, tuple, set, frozenset) and (
+        function.__name__ in _IDENTITY_METHODS)
+
+
 def _is_logging(function):
     owner = getattr(function, "__self__", None)
     return isinstance(owner, (logging.Logger, logging.LoggerAdapter)) or getattr(
@@ -652,6 +667,8 @@ class Hooks:
             # self.hist[self.key].append(w), seen[side].append(w): a container reached by a
             # key the front end cannot name, so no hook saw the call as a mutation
             self.mutation_of(f"{type(receiver).__name__}.{function.__name__}(...)", receiver)
+        if _observes_identity(function):  # SCALE.get(self.act), repr(self.act)
+            self.objects.pin_identity(*args, *kwargs.values())
         if any(type(arg) is DeferredText for arg in args):
             # print("%f" % cost) where `print` names another function: the text as written
             args = tuple(self._written_text(arg) if type(arg) is DeferredText else arg
@@ -1014,6 +1031,7 @@ class Hooks:
         method = self._container_method(container, "__getitem__")
         if method is not None:
             return method(key)
+        self.objects.pin_identity(key)  # SCALE[self.act]: hashed by its identity
         if type(container) is np.ndarray and any(
                 is_traced(part) for part in (key if isinstance(key, tuple) else (key,))):
             atom, _, _ = self.context.atom(self.local(container))
@@ -1078,6 +1096,8 @@ class Hooks:
         self.W``): the trace holds them as separate inputs whatever they are, and which
         arguments are one object is not part of a variant's entry guards."""
         same = left is right
+        if holds_attributes(left) and holds_attributes(right):  # self.out is layer
+            self.objects.pin_identity(left, right)
         if not same and isinstance(left, Tracer) and isinstance(right, Tracer) and (
                 contiguous_copy_of(left, right) or contiguous_copy_of(right, left)):
             raise trace_error("np.ascontiguousarray(x) is x: NumPy's answer is x's layout, "
@@ -1120,6 +1140,7 @@ class Hooks:
                 texts.append(str(arg.value) if is_traced(arg) or isinstance(arg, SymInt)
                              else str(arg))
             else:
+                self.objects.pin_identity(arg)  # print(self.act): its repr, by identity
                 texts.append(str(_pinned(arg)))
                 segments.append(("text", texts[-1]))
         if atoms and np.get_printoptions() != self.context.print_options:

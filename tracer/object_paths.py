@@ -89,9 +89,11 @@ class ObjectPaths:
     def __init__(self, context):
         self.context = context
         self.known = {}
+        self.paths = {}  # id(object) -> {path key: Path}: every path it was found at
 
     def note(self, path, value):
         self.known[id(value)] = (path, value)
+        self.paths.setdefault(id(value), {})[path.key] = path  # (one object, many names)
 
     def at(self, path):
         """The object known by ``path`` (an argument's object, ``Path(("arg", 1))``), or
@@ -144,6 +146,20 @@ class ObjectPaths:
         owner = Path(path.root, path.steps[:-1])
         guard_class(context, owner, receiver)
         self.note(owner, receiver)
+
+    def pin_identity(self, *values):
+        """The objects among ``values`` found through a path, whose identity the trace
+        observed (``layer is self.head``, ``SCALE[self.act]``, ``SCALE.get(self.act)``,
+        ``repr(self.act)``), must be those very objects at later calls: their class guard
+        alone let another object of the class take the answer the trace took for this one
+        (a wrong result). Callables are guarded by identity where they are read already."""
+        for value in values:
+            if not holds_attributes(value) or callable(value):
+                continue
+            path = self.path_of(value)
+            paths = [*self.paths.get(id(value), {}).values(), *([path] if path else [])]
+            for found in paths:  # (self.a is GLOBAL_A when they are one object: both)
+                self.context.note_outside_value(found, value, identity=True)
 
     def through(self, value, steps):
         """The path of ``value`` followed by ``steps`` (``state["optimizer"].lr``) through

@@ -21,7 +21,11 @@ cores), and the step against its FLOP time at the measured peak (``mlp_step.peak
 the faster of one core's rate times the threads and the all-thread rate). Under ``auto``
 the first product, which the relu mask reads, is NumPy's own OpenBLAS call
 (``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for ~0.1 ms
-after it (``codegen/blas.py``; at its old 2**20 cycles, ~0.4 ms, into dW1's own GEMM).
+after it (``codegen/blas.py``; at its old 2**20 cycles, ~0.4 ms, into dW1's own GEMM);
+with the product at OpenBLAS's rate the step cannot go below ``mlp_step.mask_product_floor``
+× its FLOP time, printed as the 'auto' floor. Under ``own`` the mask's check against the
+own product's bound fails on ordinary data and the step runs eagerly (its eager calls are
+printed).
 
 The transformer block (``examples/transformer_block.py``, the ``transformer_block`` row)
 is profiled kernel by kernel the same way, best and median, each matmul kernel's GFLOP/s
@@ -145,6 +149,10 @@ def step_profiles(batch, settings, steps):
             walls, kernels = profiles[setting]
             jitted(*arguments)  # the previous setting's threads have had a step to settle
             _timed_call(jitted, arguments, walls, kernels)
+    for setting, jitted in compiled.items():
+        eager = jitted.stats()["eager_calls"]
+        if eager:  # 'own': the relu mask's check on the own product fails (eager steps)
+            print(f"  {setting}: eager calls {eager}")
     return profiles
 
 
@@ -163,13 +171,17 @@ def mlp_batch_64(runs, batch=64):
     """Where the batch-64 step's time goes under ``auto`` and ``own``, kernel by kernel."""
     from tracejit.codegen.parallel import thread_count
 
-    from .mlp_step import peak_gflops, step_flops
+    from .mlp_step import mask_product_floor, peak_gflops, step_flops
 
-    peak, who, _ = peak_gflops(thread_count())
+    peak, who, peaks = peak_gflops(thread_count())
     flop_ms = step_flops(batch) / peak / 1e6
     print(f"\nMLP train step batch {batch}, GEMM settings interleaved, {runs} steps each: "
           f"its matmul FLOPs take {flop_ms:.3f} ms at {peak:.0f} GFLOP/s ({who}); "
           "best / median ms")
+    if peaks.get("OpenBLAS"):
+        print(f"  'auto' floor: the relu mask's product at OpenBLAS's {peaks['OpenBLAS']:.0f} "
+              f"GFLOP/s, the rest at the peak: "
+              f"{mask_product_floor(batch, peak, peaks['OpenBLAS']):.2f}x FLOP time")
     for setting, (walls, kernels) in step_profiles(batch, ("auto", "own"), runs).items():
         best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
         print(f"  {setting}: step {best:.3f} / {median:.3f} ({best / flop_ms:.2f}x / "

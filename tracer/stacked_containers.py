@@ -9,6 +9,7 @@ real dict or list of its entries, specializing the trip count.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import MutableMapping, MutableSequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from .dims import SymInt
 from .loop_generalize import Refused
 from .loop_rows import Rows, RowsLayout
 from .pending import known_kind
+from .primitives import is_traced_array
 
 
 def specialize(count, why):
@@ -64,6 +66,10 @@ class StackedDict(_Materialized, MutableMapping):
         return row if row < self._rows else None
 
     def __getitem__(self, key):
+        if is_traced_array(key) and key.dtype.kind in "iu" and not key.shape:
+            # hs[n - 1] with n a Python int argument: the dict hashes its int, so its value
+            # (guarded), not the tracer (a KeyError: an internal error)
+            key = operator.index(key)
         if self._dict is not None:
             return self._dict[key]
         row = self._row(key)

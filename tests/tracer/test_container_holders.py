@@ -314,3 +314,21 @@ def test_a_callback_appending_to_the_functions_own_list():
     # call holds as its cell): its appends were left to compiled calls to replay, on the
     # first call's list, and the trace's len(hist) was 1
     run_calls(logged_through_a_callback, [(np.arange(3.0), n) for n in (0, 1, 3)])
+
+
+# --- a dict a captured loop filled, read at a key computed from an int argument ----------
+def last_step(x, n):
+    hs = {}
+    for t in range(n):
+        x = x * 0.5
+        hs[t] = x
+    return hs[n - 1]
+
+
+def test_a_stacked_dict_read_at_a_traced_int_key():
+    # n - 1 is a traced int (n a Python int argument): StackedDict looked it up in the dict
+    # of keys set before the loop, KeyError, an internal error at every call; now its value
+    # (guarded, as hashing it as a dict key does eagerly): one program per n
+    f = run_calls(last_step, [(np.arange(3.0), n) for n in (10, 12, 15, 1, 0)])
+    no_internal_errors(f)
+    assert f.stats()["compiled_calls"] >= 3

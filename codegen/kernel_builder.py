@@ -40,6 +40,7 @@ from .kernel_index import (
 from .kernel_kinds import build_kernel
 from .lowering_table import LOWERINGS
 from .math_rare_path import vector_bits
+from .numpy_math_chunks import chunk_value
 from .parallel_entry import ALIGNED_CHUNK, entry_function
 from .row_fusion import RowScratch, scratch_value
 from .row_hoist import close_hoist, compute_hoisted, open_hoist
@@ -121,6 +122,8 @@ class KernelBuilder:
         self.stage_values = {}  # a stage's value for the current row (row_fusion)
         self.errors = {}
         self.overrides = {}  # a value read from another buffer: the product an epilogue reads
+        # a value NumPy's loop computed for the open chunk: (scratch, chunk start)
+        self.chunk_results = {}  # (codegen/numpy_math_chunks.py)
         self.row_scratch = RowScratch()
         self.prologue = None  # code the entry runs before the (parallel) body: BLAS calls
         self.aligned_chunks = False  # split the flat loop in multiples of ALIGNED_CHUNK
@@ -339,6 +342,8 @@ class KernelBuilder:
             return self.stage_values[name]
         if name in self.overrides:
             return self.load(self.overrides[name], index, var.aval.dtype)
+        if name in self.chunk_results and isinstance(index, FlatIndex):
+            return chunk_value(self, name, index, var.aval.dtype)
         if name in self.schedule.buffers and name != self.kernel.root.name:
             return self.load(name, index, var.aval.dtype)
         key = self._key(name, index)

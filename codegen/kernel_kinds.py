@@ -17,6 +17,7 @@ from typing import Callable
 from . import conv
 from .kernel_index import FlatIndex, const, reduced_axes, size_of
 from .matmul import build_matmul, matmul_split
+from .numpy_math_chunks import build_chunked, exact_equations
 from .reductions import build_reduce, reduce_split
 from .row_fusion import rows
 from .scan import build_scan, scan_split
@@ -48,13 +49,16 @@ def pointwise_split(kernel):
 
 def build_pointwise(kernel):
     """One loop nest over the root's shape: rows with their stages first, a single flat
-    loop when everything is elementwise on same-shaped buffers, else nested loops."""
+    loop when everything is elementwise on same-shaped buffers (in chunks where NumPy's
+    loops compute some of it: ``numpy_math_chunks``), else nested loops."""
     root = kernel.kernel.root
     eqn = kernel.root_eqn()
     shape = root.aval.shape
     if kernel.kernel.stages:
         rows(kernel, shape, lambda index: kernel.store(
             root.name, index, kernel.compute(eqn, index), root.aval.dtype))
+    elif kernel.flat_ok(root) and (equations := exact_equations(kernel, root)):
+        build_chunked(kernel, root, eqn, equations, split=bool(shape))
     elif kernel.flat_ok(root):
         kernel.loop(kernel.dim(size_of(shape)) if shape else const(1),
                     lambda ix: kernel.store(root.name, FlatIndex(ix.value),

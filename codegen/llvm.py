@@ -134,8 +134,13 @@ def _emit_object(machine, module):
 
 
 def host_description():
-    """What compiled code depends on: part of every disk cache key."""
-    return dict(_described_host())
+    """What compiled code depends on: part of every disk cache key. With the math NumPy's
+    loops compute (``numpy_loops.setting``): margins of code traced under one setting are
+    not those of another; the loops themselves are found at link time in this process's
+    NumPy (whose version the key holds too), never addresses baked into the code."""
+    from . import numpy_loops
+
+    return {**_described_host(), "numpy_math": numpy_loops.setting()}
 
 
 @lru_cache(maxsize=None)

@@ -1,6 +1,6 @@
 """NumPy's own inner loops for float64/float32 math ufuncs, callable from compiled code,
-so a compiled ``exp``/``log``/``tanh``/... has NumPy's bits (an experiment: nothing in
-lowering calls it yet; ``docs/experiments/numpy_exact_math/README.md``).
+so a compiled ``exp``/``log``/``tanh``/... has NumPy's bits (``pointwise.math_function``
+lowers through it; ``docs/experiments/numpy_exact_math/README.md``).
 
 Why: a value that feeds a guard or a mask through a loop carries a worst-case error bound
 (``tracer/loop_bounds.py``) when its math is our own (a few ulp from NumPy's SIMD exp/log);
@@ -38,6 +38,8 @@ from functools import lru_cache
 
 import numpy as np
 from llvmlite import ir
+
+from tracejit.tracer import exact_math
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
@@ -160,6 +162,11 @@ def loop(name, dtype):
     return found if _agrees(found, ufunc, _probe(dtype, ufunc.nin, name)) else None
 
 
+class Unusable(ValueError):
+    """Code that calls a NumPy loop this process cannot use (a cache entry made under
+    another NumPy: the disk cache then recompiles it)."""
+
+
 def symbol_name(name, dtype):
     return f"tj_np_{name}_{LETTER[np.dtype(dtype)]}"
 
@@ -174,7 +181,7 @@ def symbols(object_code=b""):
                 continue
             found = loop(name, dtype)
             if found is None:
-                raise LookupError(f"NumPy's {name} loop for {dtype} is not usable")
+                raise Unusable(f"NumPy's {name} loop for {dtype} is not usable here")
             imports[symbol] = found.function
             imports[symbol + "_data"] = ctypes.addressof(found.data_cell)
     return imports
@@ -224,39 +231,63 @@ def emit_call(builder, name, dtype, pointers, count):
         _call(builder, name, dtype, pointers, count)
 
 
-# The switch: ``TRACEJIT_NUMPY_MATH=1`` (read at the runtime's edge and handed over by
-# ``runtime.config.configure_codegen``: codegen reads no environment itself) lowers float64
-# and float32 scalar math through NumPy's loops (``pointwise.math_function``). Off by
-# default until the suites pass with it on; margins (``tracer/margin_rules.ULP_VS_NUMPY``)
-# do not use it yet, so either setting is sound, and cached code of either setting stays
-# correct.
-SCALAR_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin",
-                    "cos", "tan")
-_switch = False
+# The setting (``TRACEJIT_NUMPY_MATH``, read at the runtime's edge and handed over by
+# ``runtime.config.configure_codegen``: codegen reads no environment itself): the dtypes
+# whose math functions below compiled code computes with NumPy's loops in every lowering
+# (chunks in flat kernels, ``codegen/numpy_math_chunks.py``; one element per call
+# elsewhere), so their results are NumPy's bits and carry no margin
+# (``tracer/exact_math``). float64 by default: NumPy's AVX-512 float64 loops run as fast
+# as our own (docs/experiments/numpy_exact_math). float32 only on request: our own float32
+# math is 2.5x faster than NumPy's. A loop that fails its check keeps our own math (and
+# its margin) for that function.
+EXACT_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin",
+                   "cos", "tan")
+SETTINGS = {"0": (), "1": (np.dtype(np.float64),),
+            "all": (np.dtype(np.float64), np.dtype(np.float32))}
+DEFAULT_SETTING = "1"
+_setting = DEFAULT_SETTING
 
 
-def set_numpy_math(on):
-    """Turn the switch on or off for the functions compiled from now on."""
-    global _switch
-    _switch = bool(on)
+def set_numpy_math(setting):
+    """Lower the math of ``SETTINGS[setting]``'s dtypes through NumPy's loops for the
+    functions compiled from now on (None: the default); the tracer's margins follow."""
+    global _setting
+    _setting = DEFAULT_SETTING if setting in (None, "") else str(setting)
 
 
-def enabled():
-    return _switch
+def setting():
+    """The setting's dtypes (``["float64"]``), part of the disk cache key
+    (``llvm.host_description``); an unknown setting is named as given."""
+    if _setting not in SETTINGS:
+        return [f"unknown {_setting!r}"]
+    return [str(dtype) for dtype in SETTINGS[_setting]]
 
 
-def scalar_loop(name, value_type):
-    """NumPy's loop for ``np.<name>`` on one scalar of ``value_type`` when the switch is on
-    and the loop passed its check; None otherwise (vectors keep our own math)."""
-    dtype = {"double": np.float64, "float": np.float32}.get(str(value_type))
-    if not enabled() or dtype is None or name not in SCALAR_FUNCTIONS:
+def exact_loop(name, dtype):
+    """NumPy's loop for ``np.<name>`` on ``dtype`` when the setting lowers it so and the
+    loop passed its check; None otherwise (our own math)."""
+    if _setting not in SETTINGS:  # compiling fails: the function runs eagerly
+        raise ValueError(f"TRACEJIT_NUMPY_MATH must be one of {', '.join(SETTINGS)}, "
+                         f"not {_setting!r}")
+    dtype = np.dtype(dtype)
+    if name not in EXACT_FUNCTIONS or dtype not in SETTINGS[_setting]:
         return None
     return loop(name, dtype)
 
 
+def _exact(name, dtype):
+    """What the tracer's margins ask (``tracer/exact_math``): an unknown setting claims
+    nothing (compiling fails on it anyway)."""
+    return _setting in SETTINGS and exact_loop(name, dtype) is not None
+
+
+exact_math.set_source(_exact)
+
+
 def emit_scalar(builder, name, dtype, *values):
     """``np.<name>(*values)`` on scalars, through NumPy's loop with a count of 1 (the
-    self-check and tests/codegen/test_numpy_loops.py check one-element calls)."""
+    self-check and tests/codegen/test_numpy_loops.py check one-element calls): where a
+    value is computed one element at a time (reductions, nested loops, epilogues)."""
     element = values[0].type
     with _stack_frame(builder):
         slots = [builder.alloca(element) for _ in range(len(values) + 1)]

@@ -70,7 +70,7 @@ from tracejit.tracer import margin_rules
 from tracejit.tracer.discontinuities import AMBIGUITY, _meets_at_threshold, _selects
 from tracejit.tracer.ir import Eqn, Guard, Var
 
-from . import blas
+from . import blas, numpy_loops
 from .counted_loop import counted_loop
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -128,14 +128,19 @@ def _continuous_selects(graph):
                 yield item.out.name
 
 
-def _deciding_vars(graph, outputs_decide):
-    """Names of the values in ``graph`` from which a decision is reachable."""
+def _deciding_vars(graph, outputs_decide, margins=True):
+    """Names of the values in ``graph`` from which a decision is reachable (``margins``:
+    margin guards count as decisions, as they do for products)."""
     continuous = set(_continuous_selects(graph))
+    if not margins:
+        continuous |= _margin_internal(graph)
     deciding = set()
     if outputs_decide:
         deciding.update(atom.name for atom in graph.outputs if isinstance(atom, Var))
     for item in reversed(graph.body):
         if isinstance(item, Guard):
+            if item.convert == "margin" and not margins:
+                continue
             if isinstance(item.predicate, Var):
                 deciding.add(item.predicate.name)
             continue
@@ -148,6 +153,38 @@ def _deciding_vars(graph, outputs_decide):
         if decides:
             deciding.update(atom.name for atom in item.inputs if isinstance(atom, Var))
     return deciding
+
+
+def _margin_internal(graph):
+    """Names of the values only margin guards read, directly or through each other: a
+    margin's bound equations and comparisons (``tracer/guard_margins``)."""
+    readers = {}
+    for item in graph.body:
+        if isinstance(item, Guard):
+            if isinstance(item.predicate, Var):
+                readers.setdefault(item.predicate.name, []).append(
+                    _MARGIN if item.convert == "margin" else None)
+        elif isinstance(item, Eqn):
+            for atom in item.inputs:
+                if isinstance(atom, Var):
+                    readers.setdefault(atom.name, []).append(item.out.name)
+        else:  # an effect (print)
+            for atom in getattr(item, "inputs", ()):
+                if isinstance(atom, Var):
+                    readers.setdefault(atom.name, []).append(None)
+    for atom in graph.outputs:
+        if isinstance(atom, Var):
+            readers.setdefault(atom.name, []).append(None)
+    internal = set()
+    for item in reversed(graph.body):
+        if isinstance(item, Eqn) and item.prim.name != "loop":
+            found = readers.get(item.out.name)
+            if found and all(reader is _MARGIN or reader in internal for reader in found):
+                internal.add(item.out.name)
+    return internal
+
+
+_MARGIN = object()
 
 
 def note_loop(graph, loop_eqn):
@@ -170,7 +207,8 @@ def note_partition(joint, forward):
     forward saves its products for the backward, whose masks (relu's ``pre > 0``) decide on
     them there, out of the forward graph's sight; they count as decided on in
     ``forward``."""
-    _decided_in_backward.setdefault(forward.name, set()).update(decision_products(joint))
+    _decided_in_backward.setdefault(forward.name, set()).update(
+        decision_products(joint) | decision_math(joint))
 
 
 def note_segments(graph, segments):
@@ -181,7 +219,7 @@ def note_segments(graph, segments):
     the program a ``loop_sharing`` group builds for it, by position). ``segments`` are
     ``(segment graph, shared graph or None)`` pairs. Else compiled code summed it in
     another order than NumPy while ``tracer/margin_rules.py`` took it as NumPy's bits."""
-    decided = decision_products(graph)
+    decided = decision_products(graph) | decision_math(graph)
     for own, shared in segments:
         positions = [n for n, item in enumerate(own.body)
                      if isinstance(item, Eqn) and item.out.name in decided]
@@ -202,6 +240,29 @@ def decision_products(graph):
         item.out.name for item in graph.body
         if isinstance(item, Eqn) and item.prim.name == "matmul"
         and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES and item.out.name in deciding)
+
+
+def decision_math(graph):
+    """The names of the math results in ``graph`` that reach a decision and that NumPy's
+    own loops compute (``codegen/numpy_loops.exact_loop``: float64 ``exp``, ``log``,
+    ``tanh``, ... by default), as ``decision_products`` names the products. The margins
+    take those as NumPy's bits (``tracer/exact_math``); the others keep our faster math,
+    and so do the margins' own bound equations (a margin guard is no decision here: its
+    bound is inflated for its own rounding, and no margin is taken of it).
+
+    >>> from tracejit.tracer.tracing import trace
+    >>> def loss(x):
+    ...     return np.exp(x).sum(), np.log(x) > 0
+    >>> names = decision_math(trace(loss, np.ones(3)).graph)
+    >>> len(names) == (numpy_loops.exact_loop("log", np.float64) is not None)
+    True
+    """
+    deciding = _deciding_vars(graph, graph.name in _deciding_bodies, margins=False)
+    deciding |= _decided_in_backward.get(graph.name, set())
+    return frozenset(
+        item.out.name for item in graph.body
+        if isinstance(item, Eqn) and item.out.name in deciding and numpy_loops.exact_loop(
+            item.prim.name, item.out.aval.dtype) is not None)
 
 
 def layout_inputs(graph):
@@ -319,6 +380,16 @@ def _has_product(graph):
         (item.prim.name == "matmul" and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES)
         or (item.prim.name == "loop" and _has_product(item.params_dict["body"])))
         for item in graph.body)
+
+
+def computes_with_numpy(kernel, eqn):
+    """True when ``eqn`` (a math equation in ``kernel``'s program) reaches a decision and
+    NumPy's loop computes it (``decision_math``)."""
+    schedule = kernel.schedule
+    found = getattr(schedule, "_decision_math", None)
+    if found is None:
+        found = schedule._decision_math = decision_math(schedule.graph)
+    return eqn.out.name in found
 
 
 def is_decision_product(kernel):

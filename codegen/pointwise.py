@@ -76,10 +76,14 @@ def sign(ctx, x):
 
 
 def math_function(name):
+    """``np.<name>``: NumPy's own loop for a value a decision reads, where the setting
+    makes it exact (``numpy_products.decision_math``; one element per call here: flat
+    kernels call it on chunks before this rule is reached, ``numpy_math_chunks``), else
+    our math library."""
+
     def rule(ctx, x):
-        found = numpy_loops.scalar_loop(name, x.type)  # TRACEJIT_NUMPY_MATH=1 only
-        if found is not None:
-            return numpy_loops.emit_scalar(ctx.builder, name, found.dtype, x)
+        if ctx.numpy_math():
+            return numpy_loops.emit_scalar(ctx.builder, name, ctx.dtype, x)
         return getattr(mathlib, name)(ctx.builder, x)
 
     return rule
@@ -326,8 +330,17 @@ def identity(ctx, x):
 class RuleContext:
     """What a pointwise rule sees: the builder, the loop dtype, error reporting."""
 
-    def __init__(self, kernel, dtype):
+    def __init__(self, kernel, dtype, eqn=None):
         self.kernel, self.builder, self.dtype = kernel, kernel.ir_builder, np.dtype(dtype)
+        self.eqn = eqn
+
+    def numpy_math(self):
+        """The equation is math NumPy's own loop computes (``decision_math``)."""
+        from .numpy_products import computes_with_numpy
+
+        return self.eqn is not None and is_float(self.dtype) and numpy_loops.exact_loop(
+            self.eqn.prim.name, self.dtype) is not None and computes_with_numpy(
+                self.kernel, self.eqn)
 
     def report_if(self, condition, code):
         self.kernel.report_if(condition, code)
@@ -357,7 +370,7 @@ def lower_pointwise(kernel, eqn, index, rule):
         for atom, dtype in zip(eqn.inputs, operand_dtypes)
     ]
     dtype = operand_dtypes[-1] if eqn.prim is where_p else operand_dtypes[0]
-    return rule(RuleContext(kernel, dtype), *operands)
+    return rule(RuleContext(kernel, dtype, eqn), *operands)
 
 
 def lower_cast(kernel, eqn, index):

@@ -50,6 +50,7 @@ from .kernel_index import IndexComponent, broadcast_index
 from .lowering_table import LOWERINGS
 from .narrow_inputs import check_narrow_uses, is_narrow_view
 from .narrow_results import narrow_results
+from .numpy_math_chunks import give_buffers
 from .numpy_products import decision_products
 from .parallel_entry import ALIGNED_CHUNK
 from .strided_views import batched_reads_strided, matrix_layout, strided_view, view_base
@@ -306,6 +307,7 @@ class _Scheduler:
         for item in self.graph.equations:
             if LOWERINGS[item.prim].kernel == "matmul":
                 self._shared_epilogue(item.out)
+        give_buffers(self)  # math NumPy's loops compute, on chunks
 
     def _shared_epilogue(self, product):
         """Give a buffer to the one pointwise value computed from a product (its bias

@@ -213,9 +213,9 @@ def configure_logging(spec):
 def configure_codegen(environ=os.environ):
     """Hand codegen the process-wide settings it takes from the environment (it reads
     none itself): the thread pool's size, the float32 GEMM's choice and instruction
-    set, and the experimental NumPy math switch. ``Options.build`` calls it for every jit
-    function (codegen used to read them whenever it compiled, so a variable set before a
-    function is made still counts).
+    set, and which math runs through NumPy's own loops (``TRACEJIT_NUMPY_MATH``).
+    ``Options.build`` calls it for every jit function (codegen used to read them whenever
+    it compiled, so a variable set before a function is made still counts).
     Codegen checks them where it uses them, as before (a bad value makes compiling fail
     and the function run eagerly), and fixes the GEMM's two at their first use. Codegen
     used alone keeps its defaults."""
@@ -224,8 +224,8 @@ def configure_codegen(environ=os.environ):
     parallel.set_thread_count(environ.get("TRACEJIT_NUM_THREADS", "").strip() or None)
     blas.set_gemm_setting(environ.get("TRACEJIT_GEMM", "").strip().lower() or None)
     gemm.set_isa(environ.get("TRACEJIT_GEMM_ISA", "").strip().lower() or None)
-    # experimental, off by default (docs/experiments/numpy_exact_math)
-    numpy_loops.set_numpy_math(environ.get("TRACEJIT_NUMPY_MATH", "").strip() == "1")
+    # 1 (the default): float64 math is NumPy's bits; 0: our own; all: float32's too
+    numpy_loops.set_numpy_math(environ.get("TRACEJIT_NUMPY_MATH", "").strip() or None)
 
 
 def logger(topic):

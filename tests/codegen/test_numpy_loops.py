@@ -149,7 +149,7 @@ def test_switch_gives_compiled_math_numpys_bits(monkeypatch, switch):
     from tracejit import jit
     from tracejit.codegen import numpy_loops
 
-    monkeypatch.setattr(numpy_loops, "_switch", numpy_loops._switch)  # put back after
+    monkeypatch.setattr(numpy_loops, "_setting", numpy_loops._setting)  # put back after
     monkeypatch.setenv("TRACEJIT_NUMPY_MATH", switch)  # jit() hands it to codegen
     x = hostile(np.float64, 20000, seed=11)
     x[~np.isfinite(x)] = 0.5

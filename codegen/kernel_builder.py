@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracejit.tracer.dims import DimExpr
-from tracejit.tracer.ir import Literal, Var
+from tracejit.tracer.ir import Literal
 
 from . import dtypes as dt
 from .counted_loop import counted_loop, instructions_from, set_loop_hints
@@ -33,6 +33,7 @@ from .kernel_index import (
     FusionConflict,
     IndexComponent,
     const,
+    elementwise_over_buffers,
     index_add,
     index_mul,
     is_inner,
@@ -377,23 +378,4 @@ class KernelBuilder:
 
     def flat_ok(self, root):
         """A single flat loop when the expression is elementwise on same-shaped buffers."""
-        shape = tuple(root.aval.shape)
-        stack, seen = [root], set()
-        while stack:
-            var = stack.pop()
-            if var.name in seen:
-                continue
-            seen.add(var.name)
-            if var.name in self.schedule.buffers and var.name != root.name:
-                if tuple(var.aval.shape) not in (shape, ()):
-                    return False
-                continue
-            eqn = self.producers[var.name]
-            if eqn.prim.kind != "pointwise":
-                return False
-            for atom in eqn.inputs:
-                if isinstance(atom, Var):
-                    if tuple(atom.aval.shape) not in (shape, ()):
-                        return False
-                    stack.append(atom)
-        return True
+        return elementwise_over_buffers(root, self.schedule.buffers, self.producers)

@@ -21,6 +21,8 @@ from collections import namedtuple
 import numpy as np
 from llvmlite import ir
 
+from tracejit.tracer.ir import Var
+
 from . import dtypes as dt
 
 I1, I32, I64 = dt.I1, dt.I32, dt.I64
@@ -119,6 +121,31 @@ def size_of(shape):
     for dim in shape:
         size = size * dim
     return size
+
+
+def elementwise_over_buffers(root, buffers, producers):
+    """``root`` is computed elementwise from ``buffers`` of its shape or 0-d ones, so one
+    flat loop computes it (``KernelBuilder.flat_ok``; ``numpy_math_chunks``)."""
+    shape = tuple(root.aval.shape)
+    stack, seen = [root], set()
+    while stack:
+        var = stack.pop()
+        if var.name in seen:
+            continue
+        seen.add(var.name)
+        if var.name in buffers and var.name != root.name:
+            if tuple(var.aval.shape) not in (shape, ()):
+                return False
+            continue
+        eqn = producers[var.name]
+        if eqn.prim.kind != "pointwise":
+            return False
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                if tuple(atom.aval.shape) not in (shape, ()):
+                    return False
+                stack.append(atom)
+    return True
 
 
 def is_flat(index):

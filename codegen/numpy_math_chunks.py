@@ -30,7 +30,7 @@ from tracejit.tracer.ir import Literal, Var
 from . import dtypes as dt
 from . import numpy_loops
 from .counted_loop import counted_loop
-from .kernel_index import FlatIndex, const, size_of
+from .kernel_index import FlatIndex, const, elementwise_over_buffers, size_of
 from .numpy_products import computes_with_numpy
 from .pointwise import loop_dtypes
 
@@ -214,20 +214,4 @@ def _read_flat(scheduler, var, readers):
 
 def _elementwise_chain(scheduler, top):
     """``top`` is computed elementwise from buffers of its shape (or 0-d ones)."""
-    shape = tuple(top.aval.shape)
-    stack, seen = [top], set()
-    while stack:
-        var = stack.pop()
-        if var.name in seen:
-            continue
-        seen.add(var.name)
-        if tuple(var.aval.shape) not in (shape, ()):
-            return False
-        if var is not top and (var.name in scheduler.buffers or (
-                var.name not in scheduler.producers)):
-            continue
-        eqn = scheduler.producers[var.name]
-        if eqn.prim.kind != "pointwise":
-            return False
-        stack.extend(atom for atom in eqn.inputs if isinstance(atom, Var))
-    return True
+    return elementwise_over_buffers(top, scheduler.buffers, scheduler.producers)

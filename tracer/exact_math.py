@@ -16,6 +16,8 @@ which are the ones a margin asks about.
 >>> is_exact("exp", np.float64), is_exact("exp", np.float32), is_exact("log", np.float64)
 (True, False, False)
 >>> set_source(before)
+
+A margin asks ``exact_result``: also where NumPy's loop reads the operand (layouts).
 """
 
 from __future__ import annotations
@@ -32,3 +34,25 @@ def set_source(exact):
 
 def is_exact(name, dtype):
     return bool(_source[0](name, np.dtype(dtype)))
+
+
+# Primitives whose NumPy result is a fresh array (C- or F-ordered, positive strides) or a
+# scalar. NumPy's SIMD loops give other bits on some layouts: np.exp(x[::-1]) and
+# np.log(x[::-1]) (a negative stride) fall back to libm's scalar functions, so a value
+# computed from an argument, a view (a slice, flip, transpose, broadcast) or a body's
+# input is NumPy's bits only as NumPy's layout has it: those keep their bound.
+_FRESH_KINDS = ("pointwise", "reduction", "matmul", "conv", "scan", "index", "creation")
+
+
+def exact_result(eqn, producers):
+    """``eqn`` (a math function) gives NumPy's bits: the function is exact and NumPy reads
+    its operand from an array it made itself (``producers``: the graph's equations by
+    output name)."""
+    operand = eqn.inputs[0]
+    producer = producers.get(getattr(operand, "name", None))
+    if producer is None or producer.prim.kind not in _FRESH_KINDS:
+        return False
+    if producer.prim.name == "stop_gradient" or (producer.prim.name == "cast" and (
+            producer.inputs[0].aval.dtype == producer.out.aval.dtype)):
+        return False  # the same array
+    return is_exact(eqn.prim.name, eqn.out.aval.dtype)

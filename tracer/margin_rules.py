@@ -22,7 +22,7 @@ import numpy as np
 
 from .dims import DimExpr
 from .element_sources import same_element
-from .exact_math import is_exact
+from .exact_math import exact_result
 from .ir import Literal, Var
 from .ops import (
     any_p,
@@ -359,7 +359,7 @@ def _math(carry, absolute=0.0, lowest=None):
         if len(bounds) > 1 and bounds[1] is not None:
             raise Unbounded()
         own = None
-        if not is_exact(eqn.prim.name, eqn.out.aval.dtype):  # NumPy's loop: no error
+        if not exact_result(eqn, ctx.producers):  # NumPy's loop on its array: no error
             ulps = ULP_VS_NUMPY[eqn.prim.name]
             own = ctx.rounding(eqn.out, ulps=ulps / 2.0, absolute=absolute * unit_roundoff(
                 eqn.out.aval.dtype))

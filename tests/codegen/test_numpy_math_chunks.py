@@ -37,7 +37,7 @@ def flat_chain(x):
 
 
 def two_functions(x):
-    y = np.exp(np.log(np.abs(x) + 1.0) * 0.5) + np.tanh(x)
+    y = np.exp(np.log(np.abs(x) + 1.0) * 0.5) + np.tanh(x * 0.5)
     return y, y > 1.0
 
 
@@ -103,7 +103,7 @@ def _switched(monkeypatch, setting):
 
 
 def guarded(x):
-    if np.tanh(x).max() > 0.5:
+    if np.tanh(x * 2.0).max() > 0.5:
         return np.exp(x)
     return x
 
@@ -113,6 +113,27 @@ def test_a_guard_on_numpys_math_needs_no_margin(monkeypatch, setting):
     _switched(monkeypatch, setting)
     margins = _margins(guarded, np.linspace(-1.0, 2.0, 50))
     assert (margins == []) == (setting == "1"), margins
+
+
+def of_the_argument(x):
+    y = np.exp(x)
+    return y, y > 2.0
+
+
+def test_math_of_an_argument_keeps_its_margin():
+    """NumPy's loop gives other bits on some layouts of its operand (np.exp of a reversed
+    view falls back to libm's exp: an ulp off on ~1 in 10 elements here), and an argument
+    is what the caller passed, so a decision on np.exp(x) keeps its margin; one on an
+    array NumPy made itself (x * 2.0) needs none."""
+    x = hostile((5000,), seed=9)
+    with np.errstate(all="ignore"):
+        assert _margins(of_the_argument, x)
+        compiled = jit(of_the_argument, cache="memory")
+        reversed_view = x[::-1]
+        for _ in range(3):
+            got = compiled(reversed_view)
+        want = of_the_argument(reversed_view)
+    assert np.array_equal(got[1], want[1])
 
 
 def test_switched_off_the_margins_send_these_calls_eagerly(monkeypatch):

@@ -109,11 +109,11 @@ def _holder(name, value, unexplained, cell_allowed, skipped, frame):
         return (f"`{name}` is also held by a {type(holder).__name__} (an attribute, an entry, "
                 "a closure or another name): its entries would be the first trip's alone "
                 "there")
-    if unexplained > frame:  # (negative: a count we do not understand; not captured either)
+    if unexplained > frame:
         return (f"`{name}` is also held by something the garbage collector does not track (a "
                 "NumPy object array, a slice, a caller's or another thread's frame): its "
                 "entries would be the first trip's alone there")
-    if unexplained < frame:
+    if unexplained < frame:  # a count we do not understand: not captured either
         return f"`{name}`: its reference count is below what the loop itself holds"
     return None
 

@@ -1423,7 +1423,14 @@ class Hooks:
         target = root
         for step, key in descriptor[2]:
             target = getattr(target, key) if step == "attr" else target[key]
-        path = self._path(descriptor, sys._getframe(1))
+        frame = sys._getframe(1)
+        path = self._path(descriptor, frame)
+        if path is not None and path.root[0] == "closure" and self._made_by_this_trace(frame):
+            # log = make_logger(m.history), then log(v): its cell is made anew at every
+            # call, so an append replayed through it would go to the first call's list (and
+            # the trace's own len(hist) missed it): appended if the call made the list,
+            # else refused as any outside mutation is
+            path = None
         created = path is not None and path.root[0] == "self" and (
             attribute_writes.is_local_object(self.context, path.root[1]))
         if path is not None and not created and list_appends.note(self.context, path, target,
@@ -1432,6 +1439,13 @@ class Hooks:
         if path is not None or not self._made_in_this_call(target):
             self.outside_mutation(what)
         return self.call(getattr(target, method), value)
+
+    def _made_by_this_trace(self, frame):
+        """Whether the user function running in ``frame`` was made by code this trace ran
+        rewritten (a closure a factory returned during the call), not before the call."""
+        function = self.originals.get(frame.f_code)
+        return function is not None and any(
+            _nests(code, function.__code__) for code in self.originals)
 
     def update_attr(self, owner, name, value, operation, written):
         """``owner.name op= value`` with an array there: NumPy writes into that array and
@@ -1540,6 +1554,15 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _nests(code, inner):
+    """Whether ``inner`` is a code object nested (at any depth) in ``code``'s constants."""
+    for constant in code.co_consts:
+        if constant is inner or (isinstance(constant, types.CodeType)
+                                 and _nests(constant, inner)):
+            return True
+    return False
 
 
 def _hashable(function):

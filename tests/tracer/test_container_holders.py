@@ -13,8 +13,11 @@ pair fails before.
 
 Found on the way (callbacks, weakrefs): a closure a factory made over the function's own
 list (``log = make_logger(hist)``) appended as if to outside state (replayed by compiled
-calls on the first call's list; the trace's ``len(hist)`` missed it), and calling a weakref
-to a list subclass was an internal error (hashing it hashes the referent).
+calls on the first call's list; the trace's ``len(hist)`` missed it), and so did one over
+an argument's list (``log = make_logger(model["history"])``: now refused, eager); calling a
+weakref to a list subclass was an internal error (hashing it hashes the referent); and a
+dict a captured loop filled, read at ``hs[n - 1]`` with ``n`` an int argument, was an
+internal error.
 """
 
 import sys
@@ -314,6 +317,20 @@ def test_a_callback_appending_to_the_functions_own_list():
     # call holds as its cell): its appends were left to compiled calls to replay, on the
     # first call's list, and the trace's len(hist) was 1
     run_calls(logged_through_a_callback, [(np.arange(3.0), n) for n in (0, 1, 3)])
+
+
+def logged_into_the_arguments_list(x, model):
+    hist = model["history"]
+    log = _make_logger(hist)  # a closure this call made, over the argument's list
+    log(x.sum())
+    return len(hist)
+
+
+def test_a_callback_made_in_the_call_appending_to_an_arguments_list():
+    # its append was recorded for compiled calls to replay through the closure's cell (made
+    # anew at every call: the replay went to the first call's list) and the trace's own
+    # len(hist) missed it (eager 1, 2, 3; traced 0, 1, 2)
+    run_calls(logged_into_the_arguments_list, [(np.arange(3.0), {"history": [1.0]})] * 3)
 
 
 # --- a dict a captured loop filled, read at a key computed from an int argument ----------

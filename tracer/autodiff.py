@@ -123,6 +123,15 @@ def value_and_grad_traced(function, args, kwargs, argnums, has_aux):
     recorded into the current trace (``jit(value_and_grad(loss))`` is one program)."""
     context = current_context()
     positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for position in positions:
+        for leaf in pytree.flatten(args[position])[0]:
+            dtype = leaf.dtype if is_traced_array(leaf) else np.asarray(
+                getattr(leaf, "data", leaf)).dtype
+            if leaf is not None and dtype.kind != "f":
+                # as the eager value_and_grad refuses it (runtime.functional._leaf_for):
+                # an int argument's gradient came out as zeros in its dtype
+                raise TypeError(f"grad: differentiated arguments must be floating point, "
+                                f"got {dtype}; cast with .astype(np.float64)")
     # Through the trace's front end (buffers filled in place, calls checked), as if the
     # function had been called from the traced code. Loops stay captured: their reverse
     # is a loop (tracejit.tracer.loop_autodiff).

@@ -635,7 +635,7 @@ def _argument(fn, name, position, call, argument_names):
     """Leaf ``position`` of ``call`` (``(args, kwargs)``), refused, as the user finds it:
     the function's file and line first, then its parameter's name (``"f.py:3: argument `x`
     of f"``; ``"an entry of argument `params`"`` for a leaf of a tuple, list or dict)."""
-    code = getattr(fn, "__code__", None)
+    code = getattr(inspect.unwrap(fn), "__code__", None)  # value_and_grad(loss): loss's
     where = f"{code.co_filename}:{code.co_firstlineno}: " if code is not None else ""
     args, kwargs = call
     argument = pytree.argument_positions(args, kwargs)[position]

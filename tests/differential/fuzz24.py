@@ -266,6 +266,13 @@ GRAD_STEPS = [
     "h = (x @ w) * (x @ w)", "h = np.where(x @ w > 0, x @ w, 0.1 * (x @ w))",
     "h = np.sqrt((x @ w) ** 2 + 1)", "h = np.log(1 + np.exp(x @ w))",
     "h = np.abs(x @ w)", "h = np.clip(x @ w, -0.5, 0.5)", "h = (x @ w) / (1 + np.abs(x @ w))",
+    # recurrences over x's rows: a captured loop, one with a break on data, a buffer of rows
+    "h = np.zeros((1, w.shape[1]))\nfor t in range(len(x)):\n"
+    "    h = np.tanh(h * 0.5 + x[t:t + 1] @ w)",
+    "h = np.zeros((1, w.shape[1]))\nfor t in range(len(x)):\n"
+    "    h = np.tanh(h * 0.5 + x[t:t + 1] @ w)\n    if h.sum() > 1.5:\n        break",
+    "h = np.zeros((len(x), w.shape[1]))\nfor t in range(len(x)):\n"
+    "    h[t] = np.tanh(x[t] @ w + (h[t - 1] if t else 0))",
 ]
 GRAD_MIDDLE = [
     "h = h - h.mean(axis=0, keepdims=True)", "h = h[:, ::-1]", "h = h.T.T * 2",
@@ -284,7 +291,7 @@ GRAD_LOSS = ["np.sum(h ** 2)", "np.mean(h)", "h.sum() * 0.5", "np.sum(h * y)",
 
 def tensor_grad(rng):
     middles = [rng.choice(GRAD_MIDDLE) for _ in range(int(rng.choice([0, 1, 2])))]
-    lines = [rng.choice(GRAD_STEPS)]
+    lines = rng.choice(GRAD_STEPS).split("\n")
     for middle in middles:
         lines += middle.split("\n")
     loss = rng.choice(GRAD_LOSS)

@@ -55,3 +55,40 @@ def test_a_refused_argument_is_named_after_the_users_line(case, where):
     named = "argument `x` of scaled" if where == "x" else (
         "an entry of argument `params` of scaled")
     assert line + named in reason and text in reason, reason
+
+
+def loss(w, x):
+    return np.sum(np.tanh(x @ w) ** 2)
+
+
+def test_a_refused_argument_of_a_differentiated_function_names_the_users_function():
+    # value_and_grad's wrapper lives in tracejit: the message named runtime/functional.py
+    step = tj.jit(tj.value_and_grad(loss), cache="memory")
+    value, gradient = step(np.ones((3, 2)), np.ones((4, 3), np.float16))
+    want_value, want_gradient = tj.value_and_grad(loss)(np.ones((3, 2)),
+                                                        np.ones((4, 3), np.float16))
+    assert value == want_value
+    np.testing.assert_array_equal(gradient, want_gradient)
+    line = f"{loss.__code__.co_filename}:{loss.__code__.co_firstlineno}: argument `x` of loss"
+    assert line in step.explain(), step.explain()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, bool])
+@pytest.mark.parametrize("argnums", [0, (0, 1)])
+def test_jit_value_and_grad_of_an_integer_argument_raises_as_eagerly(dtype, argnums):
+    # Compiled, the gradient with respect to an int array came out as zeros of its dtype
+    # where value_and_grad raises TypeError (its arguments must be floating point)
+    step = tj.jit(tj.value_and_grad(loss, argnums=argnums), cache="memory")
+    w, x = np.ones((3, 2), dtype), np.ones((4, 3))
+    with pytest.raises(TypeError, match="floating point"):
+        tj.value_and_grad(loss, argnums=argnums)(w, x)
+    for _ in range(3):
+        with pytest.raises(TypeError, match="floating point"):
+            step(w, x)
+    value, gradient = step(w.astype(np.float64), x)  # and a float call still compiles
+    want_value, want_gradient = tj.value_and_grad(loss, argnums=argnums)(
+        w.astype(np.float64), x)
+    assert value == want_value
+    gradient, want_gradient = (gradient, want_gradient) if argnums == 0 else (
+        gradient[0], want_gradient[0])
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-12)

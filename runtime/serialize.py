@@ -689,11 +689,9 @@ def check_graph(graph):
                    and params.get("rows", False) in (False, True) and (
                        not params.get("rows") or item.inputs),
                    "an effect other than a print to stdout or stderr")
-            for kind, value in params["segments"]:
-                _check((kind == "text" and isinstance(value, str)) or (
-                    kind == "value" and type(value) is int) or (
-                    kind == "formatted" and valid_pieces(value, len(item.inputs))),
-                    "a print's segments")
+            _check_segments(params["segments"], len(item.inputs))
+            if "groups" in params:  # several prints' rows (tracer.loop_prints.merged_effect)
+                _check_groups(params, len(item.inputs))
         else:
             variables.append(item.out)
     for var in variables:
@@ -702,6 +700,35 @@ def check_graph(graph):
         if isinstance(atom, Literal) and isinstance(atom.value, DimExpr):
             _check_dims((atom.value,), declared, "a result")
     return graph
+
+
+def _check_segments(segments, width):
+    """A print's segments: texts, atom positions and formatted pieces over ``width``
+    atoms."""
+    _check(isinstance(segments, tuple), "a print's segments")
+    for segment in segments:
+        _check(isinstance(segment, tuple) and len(segment) == 2, "a print's segments")
+        kind, value = segment
+        _check((kind == "text" and isinstance(value, str)) or (
+            kind == "value" and type(value) is int and 0 <= value < width) or (
+            kind == "formatted" and valid_pieces(value, width)), "a print's segments")
+
+
+def _check_groups(params, width):
+    """A merged rows print: ``order`` +-1, and groups of (segments, sep, end, width) whose
+    widths (each at least the printed index) cover the effect's atoms."""
+    groups = params["groups"]
+    _check(params.get("rows") is True and params.get("order") in (1, -1) and isinstance(
+        groups, tuple) and groups, "a merged print's groups")
+    total = 0
+    for group in groups:
+        _check(isinstance(group, tuple) and len(group) == 4, "a merged print's groups")
+        segments, sep, end, count = group
+        _check(isinstance(sep, str) and isinstance(end, str) and type(count) is int
+               and count >= 1, "a merged print's groups")
+        _check_segments(segments, count)
+        total += count
+    _check(total == width, "a merged print's groups")
 
 
 def program_from_json(data, blobs):

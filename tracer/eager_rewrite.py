@@ -111,8 +111,8 @@ class EagerHooks:
     def deferred_text(self, template, values):  # (tracejit.tracer.deferred_text)
         return deferred_text.as_written(template, values)
 
-    def printed_rows(self, name):  # (tracejit.tracer.loop_prints)
-        return []
+    def printed_rows(self, names):  # (tracejit.tracer.loop_prints)
+        return tuple([] for _ in names)
 
     def print_when(self, rows, index, test, entry, shown, period=None, last=None,
                    periodic=None):
@@ -130,7 +130,7 @@ class EagerHooks:
     def write_text(self, write, text):  # sys.stdout.write(f"..."), text made as written
         write(text)
 
-    def print_rows(self, rows, shown, name):
+    def print_rows(self, rows, shown, names):
         pass
 
     def identical(self, left, right, negated):  # y is x (y is not x): Python's answer

@@ -381,7 +381,8 @@ class Hooks:
         self.operator_methods = {}  # class -> the operator methods the user wrote on it
         self.print_count = 0  # prints so far, and at each loop_prints list's making
         self.print_marks = {}
-        self.print_indices = {}  # such a list's trips, while it is a real list
+        self.print_indices = {}  # such a list's (order kept, trip), while it is a real list
+        self.print_kept = 0
 
     def local(self, value):
         """A local variable's value as the trace must see it: a NumPy buffer written
@@ -948,11 +949,12 @@ class Hooks:
         loop_selected_appends.append_when(self.context, container, index, test, value, period,
                                           last, periodic)
 
-    def printed_rows(self, name):
-        """The list a loop's print under an index test keeps its rows in
+    def printed_rows(self, names):
+        """The lists a loop's prints under index tests keep their rows in, one a name
         (``tracejit.tracer.loop_prints``), noting how many prints the trace made so far."""
-        self.print_marks[name] = self.print_count
-        return []
+        for name in names:
+            self.print_marks[name] = self.print_count
+        return tuple([] for _ in names)
 
     def print_when(self, rows, index, test, entry, shown, period=None, last=None,
                    periodic=None):
@@ -961,13 +963,14 @@ class Hooks:
         length = len(rows) if type(rows) is list else None
         loop_selected_appends.append_when(self.context, rows, index, test, entry, period,
                                           last, periodic)
-        if length is not None and len(rows) > length:  # (the rows printed one by one)
-            self.print_indices.setdefault(id(rows), []).append(index)
+        if length is not None and len(rows) > length:  # (the rows printed one by one,
+            self.print_kept += 1                         # the loop's prints' in trip order)
+            self.print_indices.setdefault(id(rows), []).append((self.print_kept, index))
 
     @calls_for_the_user
-    def print_rows(self, rows, shown, name):
+    def print_rows(self, rows, shown, names):
         """After the loop: the kept rows printed, one line each (``loop_prints``)."""
-        loop_prints.print_rows(self, rows, shown, name, user_location(skip=2))
+        loop_prints.print_rows(self, rows, shown, names, user_location(skip=2))
 
     def while_loop(self, range_function, range_args, functions, names, frame_locals, line,
                    kind, handed, ints=()):

@@ -48,22 +48,29 @@ from .ir import Effect
 from .loop_selected_appends import _TEST_NODES, _bound, _plain_value, selected_call, selection
 from .ops.control import print_text
 
+# The most prints one loop's rows are kept for (each a list of its own)
+_PRINTS = 8
 
 # --- front end ---------------------------------------------------------------------------
 def rewrite_selected_prints(node, assigned_before, scope):
     """``(before, after)`` statements around the loop ``node`` (an ``ast.For`` over
-    ``range``) whose one print this rewrites into a ``print_when`` hook call, or None (the
-    loop as it was). ``assigned_before`` as ``rewrite_selected_appends`` takes it; the
-    hidden list's name joins ``scope``'s assigned names."""
+    ``range``) whose prints this rewrites into ``print_when`` hook calls, or None (the loop
+    as it was): every print of the loop, each alone under its own index test or bare in
+    the body, keeps its rows in a list of its own, and ``print_rows`` prints them all after
+    the loop, in the trips' order. ``assigned_before`` as ``rewrite_selected_appends`` takes
+    it; the hidden lists' names join ``scope``'s assigned names."""
     index = node.target.id
     printed = [inner for inner in ast.walk(node) if isinstance(inner, ast.Call) and isinstance(
         inner.func, ast.Name) and inner.func.id == "print"]
-    if len(printed) != 1:
+    if not printed or len(printed) > _PRINTS:
         return None
     stored = {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)
               and isinstance(inner.ctx, (ast.Store, ast.Del))}
+    rewritten = {}  # body position -> the print_when statement
+    names, shown = [], []
     for position, statement in enumerate(node.body):
-        found = _printed_statement(statement, printed[0], index, stored)
+        found = next((found for call in printed if (
+            found := _printed_statement(statement, call, index, stored)) is not None), None)
         if found is None:
             continue
         test, call = found
@@ -72,20 +79,32 @@ def rewrite_selected_prints(node, assigned_before, scope):
         if layout is None or not values or not all(
                 _plain_value(value) and _bound(value, bound, stored) for value in values):
             return None
-        rows = f"__tracejit_printed_{node.lineno}"
-        scope.assigned.add(rows)
-        shown = ast.Tuple(elts=[ast.Name(id="print", ctx=ast.Load()), ast.Constant(layout),
-                                ast.Constant(sep), ast.Constant(end)], ctx=ast.Load())
+        rows = f"__tracejit_printed_{node.lineno}_{len(names)}"
+        names.append(rows)
+        shown.append(ast.Tuple(elts=[ast.Name(id="print", ctx=ast.Load()),
+                                     ast.Constant(layout), ast.Constant(sep),
+                                     ast.Constant(end)], ctx=ast.Load()))
         entry = ast.Tuple(elts=values, ctx=ast.Load())
         hook = selected_call("print_when", [ast.Name(id=rows, ctx=ast.Load())], index, test,
-                             entry, [shown])
-        node.body[position] = _located(ast.Expr(value=hook), statement)
-        before = ast.Assign(targets=[ast.Name(id=rows, ctx=ast.Store())],
-                            value=hook_call("printed_rows", ast.Constant(rows)))
-        after = ast.Expr(value=hook_call("print_rows", ast.Name(id=rows, ctx=ast.Load()),
-                                          _copy(shown), ast.Constant(rows)))
-        return _located(before, node), _located(after, node)
-    return None
+                             entry, [shown[-1]])
+        rewritten[position] = _located(ast.Expr(value=hook), statement)
+    if len(names) != len(printed):
+        return None  # a print elsewhere (under an else, beside other statements)
+    for position, statement in rewritten.items():
+        node.body[position] = statement
+    scope.assigned.update(names)
+    before = ast.Assign(targets=[_names(names, ast.Store)],
+                        value=hook_call("printed_rows", ast.Constant(tuple(names))))
+    after = ast.Expr(value=hook_call("print_rows", _names(names, ast.Load),
+                                      ast.Tuple(elts=[_copy(one) for one in shown],
+                                                ctx=ast.Load()),
+                                      ast.Constant(tuple(names))))
+    return _located(before, node), _located(after, node)
+
+
+def _names(names, context):
+    return ast.Tuple(elts=[ast.Name(id=name, ctx=context()) for name in names],
+                     ctx=context())
 
 
 def _printed_statement(statement, call, index, stored):
@@ -151,26 +170,30 @@ def _located(statement, where):
 
 
 # --- trace time ---------------------------------------------------------------------------
-def print_rows(hooks, rows, shown, name, location):
+def print_rows(hooks, rows, shown, names, location):
     """``Hooks.print_rows``: after the loop, one print effect over a captured loop's
-    selected rows, or the rows of an unrolled one printed one by one. Refused (the call
-    runs eagerly) when anything else printed since the loop began (``hooks.print_marks``),
-    or ``print`` is not the builtin."""
+    selected rows (of every print of the loop: ``rows``, ``shown`` and ``names`` hold one
+    item a print), or the rows of an unrolled one printed one by one in the order the trips
+    kept them. Refused (the call runs eagerly) when anything else printed since the loop
+    began (``hooks.print_marks``), or ``print`` is not the builtin."""
     # cycle: loops -> while_loops -> loop_frontend -> here (the front end's rewrite)
     from .loops import emit_prints
     from .stacked_containers import StackedList
     from .traced_array import trace_error
 
-    function, layout, sep, end = shown
-    if function is not print or hooks.print_marks.pop(name, None) != hooks.print_count:
+    marks = [hooks.print_marks.pop(name, None) for name in names]
+    if any(one[0] is not print for one in shown) or any(
+            mark != hooks.print_count for mark in marks):
         raise trace_error("a print under a test of the loop index in a loop that prints "
                           "something else too (or a `print` that is not the builtin): "
                           "its lines would be written out of order")
     context = hooks.context
-    if isinstance(rows, StackedList):
-        made = rows_effect(context, rows, layout, sep, end, location)
-        if made is not None:
-            effect, values = made
+    if all(isinstance(one, StackedList) for one in rows):
+        made = [rows_effect(context, one, layout, sep, end, location)
+                for one, (_, layout, sep, end) in zip(rows, shown)]
+        if all(one is not None for one in made):
+            effect, values = made[0] if len(made) == 1 else merged_effect(
+                made, _direction(rows[0]._carry), location)
             try:
                 written = print_text(effect, values)
             except Exception as error:  # noqa: BLE001 - eager raises or warns itself
@@ -184,13 +207,39 @@ def print_rows(hooks, rows, shown, name, location):
             else:
                 emit_prints(context, [written])
             return
-    indices = hooks.print_indices.pop(id(rows), [])
-    entries = list(rows)
-    if len(indices) != len(entries):
-        raise trace_error("a print under a test of the loop index whose rows are not its "
-                          "trips' (the loop ran another way)")
-    for index, entry in zip(indices, entries):
+    lines = []
+    for one, (_, layout, sep, end) in zip(rows, shown):
+        kept = hooks.print_indices.pop(id(one), [])
+        entries = list(one)
+        if len(kept) != len(entries):
+            raise trace_error("a print under a test of the loop index whose rows are not its "
+                              "trips' (the loop ran another way)")
+        lines += [(order, layout, sep, end, index, entry)
+                  for (order, index), entry in zip(kept, entries)]
+    for _, layout, sep, end, index, entry in sorted(lines, key=lambda line: line[0]):
         hooks.print(*printed_arguments(layout, index, entry), sep=sep, end=end)
+
+
+def _direction(carry):
+    """1 when a captured loop's printed index grows trip by trip, -1 when it falls."""
+    _, scale = carry.index_map
+    return 1 if scale * carry.step > 0 else -1
+
+
+def merged_effect(made, direction, location):
+    """One print effect over several prints' rows effects (``rows_effect``): each row's
+    line goes where its trip printed it, the trips in order (``direction``: the printed
+    index, atom 0 of each, grows or falls trip by trip) and in a trip the prints in the
+    body's order (``ops.control.print_text``'s ``groups``)."""
+    atoms, values, groups = [], [], []
+    for effect, effect_values in made:
+        params = dict(effect.params)
+        groups.append((params["segments"], params["sep"], params["end"], len(effect.inputs)))
+        atoms += effect.inputs
+        values += effect_values
+    params = (("end", ""), ("groups", tuple(groups)), ("order", direction), ("rows", True),
+              ("segments", ()), ("sep", ""), ("stream", "stdout"))
+    return Effect("print", tuple(atoms), params, location), values
 
 
 # --- run time -----------------------------------------------------------------------------
@@ -217,12 +266,13 @@ def rows_effect(context, rows, layout, sep, end, location):
     if rows._list is not None or rows._prefix or carry.structure is None or any(
             part is not None for part in carry.structure):
         return None
-    # the selected trips' indices, beside the values: row k of the buffers is trip rows[k]
-    trips, _ = selection(carry.selected, carry.first, carry.count, carry.step,
-                         rows._buffers[0])
-    indices = ops.iota(carry.count, np.int64, like=rows._buffers[0])[trips]
-    # a strided loop runs over its trip number: the printed index is offset + scale * it
+    # the selected trips' indices, beside the values: row k of the buffers is trip rows[k].
+    # A strided loop runs over its trip number: the test reads, and the line prints, the
+    # user's index offset + scale * it (the rows were selected so: ContainerCarry.after)
     offset, scale = carry.index_map
+    trips, _ = selection(carry.selected, offset + scale * carry.first, carry.count,
+                         scale * carry.step, rows._buffers[0])
+    indices = ops.iota(carry.count, np.int64, like=rows._buffers[0])[trips]
     buffers = [offset + scale * (indices * carry.step + carry.first), *rows._buffers]
     kinds = [("int",), *(eager_kind(context, leaf) for leaf in carry.leaves0)]
     atoms = [context.atom(buffer)[0] for buffer in buffers]

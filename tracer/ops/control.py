@@ -161,11 +161,29 @@ def print_text(effect, values):
     under a test of a captured loop's index, ``tracejit.tracer.loop_prints``) prints one line
     per row of its atoms, the trips the test selected."""
     params = dict(effect.params)
+    if params.get("groups"):  # several prints' rows: each line where its trip printed it
+        return params["stream"], _merged_rows(params, values)
     if params.get("rows"):
         values = [np.asarray(value) for value in values]
         return params["stream"], "".join(_line(params, [value[row] for value in values])
                                          for row in range(len(values[0])))
     return params["stream"], _line(params, values)
+
+
+def _merged_rows(params, values):
+    """The lines of a ``groups`` effect (``loop_prints.merged_effect``): each group a
+    print's rows (its width of atoms, the printed index first), ordered by trip (the index
+    times ``order``) and, within a trip, by the print's place in the body."""
+    lines, start = [], 0
+    for place, (segments, sep, end, width) in enumerate(params["groups"]):
+        group = [np.asarray(value) for value in values[start:start + width]]
+        start += width
+        shown = {"segments": segments, "sep": sep, "end": end}
+        lines += [(params["order"] * int(group[0][row]), place,
+                   _line(shown, [value[row] for value in group]))
+                  for row in range(len(group[0]))]
+    lines.sort(key=lambda line: line[:2])
+    return "".join(line[2] for line in lines)
 
 
 def _line(params, values):

@@ -13,9 +13,10 @@ bodies; seconds of an idle core) to ``CompileBudget.admit``, which decides:
   how to force the compile.
 
 A recompile storm stops compiling too: when the last ``STORM_COMPILES`` variants a
-function made were never called again (each call brought new list lengths or values to
-specialize on, as an EM step over ragged Python lists does) and their estimates add up to
-``STORM_SECONDS``, a new miss runs eagerly instead of compiling (``recompile storm`` in
+function made (new size buckets aside) were never called again (each call brought new
+list lengths or values to specialize on, as an EM step over ragged Python lists does) and
+their compiles add up to ``STORM_SECONDS`` (estimated or measured, whichever is longer), a
+new miss runs eagerly instead of compiling (``recompile storm`` in
 ``stats()["eager_calls"]``), with one warning. It lifts as soon as one of those variants
 takes a call. ``jit(compile="sync")`` waits for every compile and never stops for a
 storm; ``compile="background"`` never waits. Refusing is always safe: the eager run is
@@ -46,7 +47,7 @@ BACKGROUND_SECONDS = 8.0
 REFUSE_SECONDS = 60.0
 # A storm: this many variants in a row never called again, estimated this long in all.
 STORM_COMPILES = 3
-STORM_SECONDS = 3.0
+STORM_SECONDS = 10.0
 
 
 class CompileDeferred(Exception):
@@ -87,11 +88,21 @@ class CompileBudget:
 def in_storm(made, mode):
     """Whether a new variant should not be compiled: ``made`` holds the function's
     variants in the order they were made (each with ``estimate`` and ``born_calls``)."""
+    # (another size bucket of a variant is no storm: buckets are few, and a sweep over
+    # sizes makes one each before any is reused)
+    made = [variant for variant in made if not variant.bucket_sibling]
     if mode != "auto" or len(made) < STORM_COMPILES:
         return False
     recent = made[-STORM_COMPILES:]
     return (not any(variant.calls > variant.born_calls for variant in recent)
-            and sum(variant.estimate.seconds for variant in recent) >= STORM_SECONDS)
+            and _seconds(recent) >= STORM_SECONDS)
+
+
+def _seconds(variants):
+    """What the compiles of ``variants`` cost: each the longer of its estimate and its
+    measured time (a loaded machine takes several times the estimate: the HMM's EM step,
+    estimated at a few seconds a variant, took 7-30 s at load 20)."""
+    return sum(max(variant.estimate.seconds, variant.compile_seconds) for variant in variants)
 
 
 def where(fn, loops=()):
@@ -114,8 +125,8 @@ def warn_refused(fn, qualname, estimate, loops, stacklevel):
 
 
 def warn_storm(fn, qualname, made, stacklevel):
-    recent = made[-STORM_COMPILES:]
-    seconds = sum(variant.estimate.seconds for variant in recent)
+    recent = [variant for variant in made if not variant.bucket_sibling][-STORM_COMPILES:]
+    seconds = _seconds(recent)
     warnings.warn(
         f"{where(fn)}: tracejit function {qualname} stops compiling new variants: its last "
         f"{len(recent)} compiles (about {seconds:.0f} s) were never called again (each call "

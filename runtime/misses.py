@@ -308,7 +308,8 @@ class Misses:
                          program.compile_seconds["total"] * 1e3)
         return Path(program, OutputPlan.from_trace(traced), program.graph.guards,
                     traced.functions, backward=backward, gradients=plan,
-                    residual_bytes=residual_bytes, estimate=budget.estimate)
+                    residual_bytes=residual_bytes, estimate=budget.estimate,
+                    compile_seconds=time.perf_counter() - start)
 
     def _refuse(self, signature, estimate, traced):
         """Calls with ``signature`` run eagerly: compiling them would cost ``estimate``;

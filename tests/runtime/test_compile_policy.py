@@ -137,7 +137,7 @@ def test_a_recompile_storm_stops_compiling_until_a_variant_is_reused(monkeypatch
 
 
 def test_no_storm_under_sync_or_when_the_compiles_are_cheap(monkeypatch):
-    f = jit(ragged, cache="memory", max_variants=20)  # the real threshold: cheap compiles
+    f = jit(ragged, cache="memory", max_variants=20)
     g = jit(ragged, cache="memory", max_variants=20, compile="sync")
     monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
     with warnings.catch_warnings():
@@ -145,12 +145,25 @@ def test_no_storm_under_sync_or_when_the_compiles_are_cheap(monkeypatch):
         for count in range(1, 7):
             same(g(_rows(count)), ragged(_rows(count)))
     assert g.stats()["compiles"] == 6 and g.stats()["storm_calls"] == 0
-    monkeypatch.undo()
+    # cheap: a few equations each, far from a storm's seconds even on a loaded machine
+    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 30.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for count in range(1, 7):
             same(f(_rows(count)), ragged(_rows(count)))
     assert f.stats()["compiles"] == 6 and f.stats()["storm_calls"] == 0
+
+
+def test_a_sweep_over_size_buckets_is_no_storm(monkeypatch):
+    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
+    f = jit(scaled, cache="memory", dynamic=True, max_variants=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for size in (3, 5, 9, 17, 33, 65):  # a new bucket each, none reused
+            x = np.linspace(-1, 1, size)
+            same(f(x), scaled(x))
+    stats = f.stats()
+    assert stats["compiles"] == 6 and stats["storm_calls"] == 0
 
 
 def test_reset_forgets_the_storm(monkeypatch):

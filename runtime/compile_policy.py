@@ -15,12 +15,12 @@ bodies; seconds of an idle core) to ``CompileBudget.admit``, which decides:
 A recompile storm stops compiling too: when the last ``STORM_COMPILES`` variants a
 function made (new size buckets aside) were never called again (each call brought new
 list lengths or values to specialize on, as an EM step over ragged Python lists does) and
-their compiles add up to ``STORM_SECONDS`` (estimated or measured, whichever is longer), a
-new miss runs eagerly instead of compiling (``recompile storm`` in
-``stats()["eager_calls"]``), with one warning. It lifts as soon as one of those variants
-takes a call. ``jit(compile="sync")`` waits for every compile and never stops for a
-storm; ``compile="background"`` never waits. Refusing is always safe: the eager run is
-NumPy's.
+each was estimated at ``STORM_COMPILE_SECONDS`` or more, a new miss runs eagerly instead
+of compiling (``recompile storm`` in ``stats()["eager_calls"]``), with one warning. It
+lifts as soon as one of those variants takes a call. Estimates, not measured times,
+decide, so what compiles does not depend on the machine's load. ``jit(compile="sync")``
+waits for every compile and never stops for a storm; ``compile="background"`` never
+waits. Refusing is always safe: the eager run is NumPy's.
 
 >>> from tracejit.codegen.compile_estimate import CompileEstimate
 >>> CompileBudget("auto", may_defer=True).admit(CompileEstimate(100, 0, 0))   # 0.1 s: now
@@ -45,9 +45,12 @@ from tracejit.codegen.compile_estimate import NOTHING
 # every call left compiled code through a relu mask's margin and ran eagerly).
 BACKGROUND_SECONDS = 8.0
 REFUSE_SECONDS = 60.0
-# A storm: this many variants in a row never called again, estimated this long in all.
+# A storm: this many variants in a row never called again, each estimated this long. The
+# HMM EM step's variants estimate 1.3-1.7 s (they took 7-30 s each at load 20); a small
+# model's train step (nnfs, 290 equations: 0.3 s), swept over batch sizes and optimizer
+# counters in the tests, is no storm.
 STORM_COMPILES = 3
-STORM_SECONDS = 10.0
+STORM_COMPILE_SECONDS = 1.0
 
 
 class CompileDeferred(Exception):
@@ -95,14 +98,7 @@ def in_storm(made, mode):
         return False
     recent = made[-STORM_COMPILES:]
     return (not any(variant.calls > variant.born_calls for variant in recent)
-            and _seconds(recent) >= STORM_SECONDS)
-
-
-def _seconds(variants):
-    """What the compiles of ``variants`` cost: each the longer of its estimate and its
-    measured time (a loaded machine takes several times the estimate: the HMM's EM step,
-    estimated at a few seconds a variant, took 7-30 s at load 20)."""
-    return sum(max(variant.estimate.seconds, variant.compile_seconds) for variant in variants)
+            and all(variant.estimate.seconds >= STORM_COMPILE_SECONDS for variant in recent))
 
 
 def where(fn, loops=()):
@@ -126,7 +122,7 @@ def warn_refused(fn, qualname, estimate, loops, stacklevel):
 
 def warn_storm(fn, qualname, made, stacklevel):
     recent = [variant for variant in made if not variant.bucket_sibling][-STORM_COMPILES:]
-    seconds = _seconds(recent)
+    seconds = sum(variant.estimate.seconds for variant in recent)
     warnings.warn(
         f"{where(fn)}: tracejit function {qualname} stops compiling new variants: its last "
         f"{len(recent)} compiles (about {seconds:.0f} s) were never called again (each call "
@@ -137,5 +133,5 @@ def warn_storm(fn, qualname, made, stacklevel):
         RuntimeWarning, stacklevel=stacklevel)
 
 
-__all__ = ["BACKGROUND_SECONDS", "REFUSE_SECONDS", "STORM_COMPILES", "STORM_SECONDS",
+__all__ = ["BACKGROUND_SECONDS", "REFUSE_SECONDS", "STORM_COMPILES", "STORM_COMPILE_SECONDS",
            "CompileBudget", "CompileDeferred", "CompileRefused", "in_storm"]

@@ -308,8 +308,7 @@ class Misses:
                          program.compile_seconds["total"] * 1e3)
         return Path(program, OutputPlan.from_trace(traced), program.graph.guards,
                     traced.functions, backward=backward, gradients=plan,
-                    residual_bytes=residual_bytes, estimate=budget.estimate,
-                    compile_seconds=time.perf_counter() - start)
+                    residual_bytes=residual_bytes, estimate=budget.estimate)
 
     def _refuse(self, signature, estimate, traced):
         """Calls with ``signature`` run eagerly: compiling them would cost ``estimate``;

@@ -176,10 +176,8 @@ class Path:
     backward: object = None  # the backward program, for calls that need gradients
     gradients: object = None  # tracejit.tracer.gradient_trace.GradientPlan
     residual_bytes: int = 0
-    # what compiling it was estimated to cost (codegen.compile_estimate), and took
-    # (runtime/compile_policy reads both)
+    # what compiling it was estimated to cost (codegen.compile_estimate; runtime/compile_policy)
     estimate: CompileEstimate = NOTHING
-    compile_seconds: float = 0.0
 
     def __post_init__(self):
         # Outputs the wrapper returns as NumPy views of inputs (x.T, x[1:]) or of another
@@ -388,11 +386,6 @@ class Variant:
     def estimate(self):
         """What compiling its root path was estimated to cost."""
         return self.root.estimate
-
-    @property
-    def compile_seconds(self):
-        """What compiling its root path took (on whichever thread compiled it)."""
-        return self.root.compile_seconds
 
     @property
     def path_count(self):

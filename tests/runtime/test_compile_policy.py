@@ -114,7 +114,7 @@ def _rows(count):
 
 
 def test_a_recompile_storm_stops_compiling_until_a_variant_is_reused(monkeypatch):
-    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
+    monkeypatch.setattr(compile_policy, "STORM_COMPILE_SECONDS", 0.0)
     f = jit(ragged, cache="memory", max_variants=20)
     for count in (1, 2, 3):  # three variants, none called again
         same(f(_rows(count)), ragged(_rows(count)))
@@ -139,14 +139,14 @@ def test_a_recompile_storm_stops_compiling_until_a_variant_is_reused(monkeypatch
 def test_no_storm_under_sync_or_when_the_compiles_are_cheap(monkeypatch):
     f = jit(ragged, cache="memory", max_variants=20)
     g = jit(ragged, cache="memory", max_variants=20, compile="sync")
-    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
+    monkeypatch.setattr(compile_policy, "STORM_COMPILE_SECONDS", 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for count in range(1, 7):
             same(g(_rows(count)), ragged(_rows(count)))
     assert g.stats()["compiles"] == 6 and g.stats()["storm_calls"] == 0
-    # cheap: a few equations each, far from a storm's seconds even on a loaded machine
-    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 30.0)
+    # cheap: a few equations each (estimates far under STORM_COMPILE_SECONDS)
+    monkeypatch.undo()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for count in range(1, 7):
@@ -155,7 +155,7 @@ def test_no_storm_under_sync_or_when_the_compiles_are_cheap(monkeypatch):
 
 
 def test_a_sweep_over_size_buckets_is_no_storm(monkeypatch):
-    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
+    monkeypatch.setattr(compile_policy, "STORM_COMPILE_SECONDS", 0.0)
     f = jit(scaled, cache="memory", dynamic=True, max_variants=20)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -167,7 +167,7 @@ def test_a_sweep_over_size_buckets_is_no_storm(monkeypatch):
 
 
 def test_reset_forgets_the_storm(monkeypatch):
-    monkeypatch.setattr(compile_policy, "STORM_SECONDS", 0.0)
+    monkeypatch.setattr(compile_policy, "STORM_COMPILE_SECONDS", 0.0)
     f = jit(ragged, cache="memory", max_variants=20)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -279,9 +279,46 @@ def einsum(*arguments, out=None, optimize=False, dtype=None, order="K", casting=
     return result
 
 
+def numpy_tensordot(a, b, axes=2):
+    """``np.tensordot`` as the user calls it: where the contracted axes are a's last and
+    b's first, in order, NumPy reshapes both to matrices (views of C-ordered operands) and
+    multiplies them by ``np.dot``, which makes the BLAS call its matmul makes (bit for bit:
+    ``tests/tracer/test_unmodelled_branches.py``). Traced the same way, the product is a
+    matmul of the user's line, so a decision on it is NumPy's call and needs no check
+    (``margin_rules._numpy_matmul``), as for ``x @ w``; other axes go through the einsum
+    path (transposed copies: NumPy's own order, checked)."""
+    count = _leading_count(a, b, axes)
+    if not count or count > min(ndim_of(a), ndim_of(b)) or any(
+            x != y for x, y in zip(shape_of(a)[ndim_of(a) - count:], shape_of(b)[:count])):
+        return tensordot(a, b, axes)
+    kept_a, summed = shape_of(a)[:ndim_of(a) - count], shape_of(a)[ndim_of(a) - count:]
+    kept_b = shape_of(b)[count:]
+    product = ops.matmul(ops.reshape(a, (_product(kept_a), _product(summed))),
+                         ops.reshape(b, (_product(summed), _product(kept_b))))
+    return ops.reshape(product, tuple(kept_a) + tuple(kept_b))
+
+
+def _leading_count(a, b, axes):
+    """N when ``axes`` contracts a's last N axes with b's first N, in order; else None."""
+    if isinstance(axes, (int, np.integer)):
+        return int(axes)
+    try:
+        a_axes, b_axes = ([axis] if isinstance(axis, (int, np.integer)) else list(axis)
+                          for axis in axes)
+        a_axes = [normalize_axis(axis, ndim_of(a)) for axis in a_axes]
+        b_axes = [normalize_axis(axis, ndim_of(b)) for axis in b_axes]
+    except (TypeError, ValueError, IndexError):
+        return None  # (the einsum path raises NumPy's error)
+    count = len(a_axes)
+    if len(b_axes) == count and a_axes == list(range(ndim_of(a) - count, ndim_of(a))) and (
+            b_axes == list(range(count))):
+        return count
+    return None
+
+
 def tensordot(a, b, axes=2):
     """NumPy's ``tensordot``: ``axes`` an int N (a's last N with b's first N) or a pair of
-    axis sequences."""
+    axis sequences, composed as an einsum (``numpy_tensordot`` is ``np.tensordot``'s)."""
     if isinstance(axes, (int, np.integer)):
         count = int(axes)
         if count < 0:

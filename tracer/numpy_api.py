@@ -39,7 +39,7 @@ from .conversions import keep_python_int_in_range, python_int_past_range
 from .copy_into import copyto
 from .diagonals import diag, diagflat, diagonal, diagonal_offsets, fill_diagonal, trace
 from .dims import SymInt
-from .einsum import einsum, tensordot
+from .einsum import einsum, numpy_tensordot, tensordot
 from .errors import UnsupportedError, as_numpy_would
 from .flat_index import ravel_multi_index, unravel_index
 from .indexing import NARROW_POSITIONS, getitem, keep_numpy_scalar_in_range
@@ -1024,7 +1024,7 @@ FUNCTIONS = {
     np.dot: dot,
     np.outer: outer,
     np.einsum: einsum,
-    np.tensordot: tensordot,
+    np.tensordot: numpy_tensordot,
     np.linalg.norm: norm,
     np.repeat: repeat,
     np.tile: tile,

@@ -84,3 +84,68 @@ def test_ordinary_data_with_an_unmodelled_branch_is_checked_not_refused():
     jitted, results = calls(einsum_layer, (x, w1, w2, d), "auto")
     np.testing.assert_allclose(results[-1], einsum_layer(x, w1, w2, d), rtol=1e-5, atol=1e-6)
     assert jitted.stats()["compiled_calls"] >= 2, jitted.stats()
+
+
+def tensordot_layer(x, w1, w2, d):
+    pre = np.tensordot(x, w1, 1)
+    hidden = np.maximum(pre, 0)
+    return np.where(pre > 0, (hidden @ w2) @ w2.T + d, 0)
+
+
+def tensordot_pairs_layer(x, w1, w2, d):
+    pre = np.tensordot(x, w1, axes=([-1], [0]))
+    return np.where(pre > 0, (np.maximum(pre, 0) @ w2) @ w2.T + d, 0)
+
+
+@pytest.mark.parametrize("function", [tensordot_layer, tensordot_pairs_layer])
+@pytest.mark.parametrize("rows, half, columns", [(64, 96, 128), (1, 131, 67), (256, 392, 512)])
+def test_a_mask_on_tensordot_is_numpys_and_compiled(function, rows, half, columns):
+    """np.tensordot of a's last axis with b's first is NumPy's np.dot of the two matrices,
+    the BLAS call its matmul makes: compiled, the mask decides as NumPy's even on ties."""
+    arguments = tied_inputs(rows, half, columns)
+    expected = function(*arguments)
+    jitted, results = calls(function, arguments, "auto")
+    for result in results:
+        np.testing.assert_array_equal(result != 0, expected != 0)
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+    stats = jitted.stats()
+    assert stats["compiled_calls"] == 2 and not stats["eager_calls"], stats
+
+
+def test_a_mask_on_a_batched_tensordot_decides_as_numpy():
+    """A 3-D x against a matrix: NumPy reshapes x to rows (a view) for the same call."""
+    x, w1, w2, d = tied_inputs(48, 96, 128)
+    x3, d3 = x.reshape(6, 8, -1), d.reshape(6, 8, -1)
+    expected = tensordot_layer(x3, w1, w2, d3)
+    jitted, results = calls(tensordot_layer, (x3, w1, w2, d3), "auto")
+    np.testing.assert_array_equal(results[-1] != 0, expected != 0)
+    assert jitted.stats()["compiled_calls"] == 2, jitted.stats()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpys_tensordot_and_dot_are_its_matmul_bit_for_bit(dtype):
+    """What ``numpy_tensordot`` rests on, for the shapes NumPy's matmul treats apart (one
+    row or column: gemv; one element: dot; x @ x.T: syrk; else gemm)."""
+    rng = np.random.default_rng(0)
+    for m, k, n in [(1, 784, 1), (1, 300, 257), (130, 300, 1), (64, 784, 1024), (7, 1, 33),
+                    (33, 1000, 33), (257, 5, 130)]:
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        expected = (a @ b).view(np.uint8)
+        np.testing.assert_array_equal(np.tensordot(a, b, 1).view(np.uint8), expected)
+        np.testing.assert_array_equal(np.dot(a, b).view(np.uint8), expected)
+        square = rng.standard_normal((m, k)).astype(dtype)
+        np.testing.assert_array_equal(np.tensordot(square, square.T, 1), square @ square.T)
+
+
+def test_inner_of_a_3d_array_keeps_its_check():
+    """np.inner(x, v) of a 3-D x sums by NumPy's own dot loop, not BLAS: its mask is still
+    checked (here: eager calls on ties), never taken as NumPy's matmul."""
+    def inner_mask(x, v, d):
+        return np.where(np.inner(x, v) > 0, d * 2, 0)
+
+    x, w1, _, _ = tied_inputs(48, 96, 4)
+    x3, v = x.reshape(6, 8, -1), np.ascontiguousarray(w1[:, 0])
+    d = np.ones((6, 8), np.float32)
+    _, results = calls(inner_mask, (x3, v, d), "auto")
+    np.testing.assert_array_equal(results[-1], inner_mask(x3, v, d))

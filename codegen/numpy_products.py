@@ -257,6 +257,8 @@ def decision_math(graph):
     >>> len(names) == (numpy_loops.exact_loop("log", np.float64) is not None)
     True
     """
+    if not any(item.prim.name in numpy_loops.EXACT_FUNCTIONS for item in graph.equations):
+        return frozenset()  # (no walk: most programs)
     deciding = _deciding_vars(graph, graph.name in _deciding_bodies, margins=False)
     deciding |= _decided_in_backward.get(graph.name, set())
     return frozenset(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numpy_api, ops, ufunc_calls
+from .errors import as_numpy_would
 from .indexing import getitem
 from .pending import known_kind
 from .primitives import bind
@@ -232,6 +233,13 @@ class ArrayMethods:
 
     def ravel(self, order="C"):
         return a_new_view(self, numpy_api.ravel(self, order))
+
+    def fill(self, value):
+        """``x.fill(v)``: every element set to the scalar ``v`` in place, as ``x[...] = v``
+        (a view's base too); a sequence or an array of one element is NumPy's ValueError."""
+        if (value.ndim if hasattr(value, "ndim") else np.ndim(value)) != 0:
+            raise as_numpy_would(ValueError("setting an array element with a sequence."))
+        self[...] = value
 
     def astype(self, dtype, copy=True):
         return numpy_api.astype(self, dtype, copy=copy)

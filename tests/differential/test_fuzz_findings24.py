@@ -23,6 +23,8 @@ keepdims, broadcasting ``where=`` masks, ``initial``, ``ddof``), ``promote_inpla
 * ``np.median(a, axis=(2, 0))`` of a (3, 0, 2) array: NumPy raises ValueError (its
   reshape to ``kept + (-1,)`` cannot infer -1 at size 0), compiled code returned an empty
   array;
+* not a wrong result: ``v.fill(value)`` of a traced array ran eagerly; it now compiles as
+  ``v[...] = value`` (an argument's ``x.fill`` stays refused by the front end, eager);
 * a lambda in a list spanning lines near the top of its file (``fs = [lambda a: a + 1,``
   with ``lambda a: a * 10`` on the next line) compiled another lambda's body: the lambda's
   own lines were searched with their own numbering, so line 2 of the snippet was taken for
@@ -113,6 +115,54 @@ def test_median_over_axes_of_an_empty_array_raises_where_numpy_does(axis):
     full = np.arange(30.0).reshape(3, 5, 2)
     _agree(median, (full,), (np.ones((3, 0, 2)),), (np.ones((0, 4, 2)),), (full[::-1],),
            (np.ones((2, 3, 0)),))
+
+
+# --- x.fill through views ----------------------------------------------------------------------
+def fill_a_strided_view(x):
+    base = x.copy()
+    view = base[1:, ::2]
+    view.fill(0.25)
+    return base, view
+
+
+def fill_a_transpose_with_a_traced_value(x):
+    base = x.copy()
+    base.T.fill(x.sum())
+    return base
+
+
+def fill_then_write_rows(x, n):
+    out = np.empty((n, x.shape[1]), x.dtype)
+    out.fill(-1)
+    for i in range(1, n):
+        out[i] = x[i % len(x)] * 2
+    return out
+
+
+def fill_an_int_copy_with_a_float(x):
+    ints = x.astype(np.int32)
+    ints.fill(2.7)  # cast as NumPy casts it: 2
+    return ints
+
+
+def fill_with_a_sequence(x):
+    base = x.copy()
+    base.fill(np.ones(1))  # NumPy's ValueError
+    return base
+
+
+@pytest.mark.parametrize("function", [fill_a_strided_view, fill_a_transpose_with_a_traced_value,
+                                      fill_then_write_rows, fill_an_int_copy_with_a_float,
+                                      fill_with_a_sequence])
+def test_fill_compiles_as_a_write_of_every_element(function):
+    # view_writes drew v.fill(0.25): 'x.fill of a traced array is not supported' (eager)
+    x = np.arange(12.0).reshape(3, 4)
+    calls = [(x,), (x[::-1],), (np.asfortranarray(x),)]
+    if function is fill_then_write_rows:
+        calls = [(x, 5), (x, 5), (x[::-1], 7), (x, 1)]
+    compiled = _agree(function, *calls)
+    if function is not fill_with_a_sequence:
+        assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
 
 
 # --- a carried counter is a Python int in the trips after the traced ones ------------------------

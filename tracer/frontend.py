@@ -976,9 +976,18 @@ class Hooks:
                    kind, handed, ints=()):
         """A loop with a data-dependent exit (``tracejit.tracer.while_loops``; ``handed``,
         the names ``pre`` hands on within a trip, are in the functions already)."""
-        return run_while(self.context, range_function, range_args, functions, names,
-                         frame_locals, (functions[0][0].__code__.co_filename, line), kind,
-                         ints=ints)
+        location = (functions[0][0].__code__.co_filename, line)
+        counted = loop_trip_counts.counted_bounds(self.context, range_function,
+                                                  range_args) if kind == "for" else None
+        if counted is None:
+            return run_while(self.context, range_function, range_args, functions, names,
+                             frame_locals, location, kind, ints=ints)
+        # for i in range(num_iterations) with a break: the count a dim, as for a loop
+        # without one (tracejit.tracer.loop_trip_counts)
+        return loop_trip_counts.run_counted(
+            self.context, counted[1], f"{location[0]}:{location[1]}",
+            lambda: run_while(self.context, range_function, counted[0], functions, names,
+                              frame_locals, location, kind, ints=ints))
 
     def set_in(self, array, index, value):
         """``container[key][index] = value`` with ``array = container[key]``: a NumPy

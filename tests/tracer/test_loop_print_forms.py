@@ -184,3 +184,22 @@ def test_a_merged_print_read_from_disk_is_checked(groups, order, width):
         serialize._check_groups(params, width)
     good = {"groups": (((("value", 0),), " ", "\n", 1),), "order": 1, "rows": True}
     serialize._check_groups(good, 1)
+
+
+def until_converged(x, num_iterations):
+    """A training loop with a data-dependent exit over a count argument, printing."""
+    for i in range(num_iterations):
+        previous = x
+        x = x * 0.5 + 1.0
+        print("step", i, x.sum())
+        if np.abs(x - previous).max() < 1e-3:
+            break
+    return x, []
+
+
+def test_a_loop_with_a_break_over_a_count_argument_compiles_once_for_every_count(capsys):
+    # counts under and past the trip where the exit is taken (12 for these inputs)
+    stats = _over_counts(capsys, until_converged, (6, 9, 13, 7, 20, 5, 40))
+    # before: the count was pinned (a compile per count: 7 compiles)
+    assert stats["compiles"] <= 2 and stats["eager_calls"] == {}, stats
+    assert stats["compiled_calls"] >= 5, stats

@@ -189,3 +189,30 @@ def test_code_naming_an_unusable_loop_is_not_linked(monkeypatch):
     monkeypatch.setattr(numpy_loops, "loop", lambda name, dtype: None)
     with pytest.raises(ValueError):
         numpy_loops.symbols(b"... tj_np_exp_d ...")
+
+
+def masked_loss(x):
+    e = np.exp(x * 2.0)
+    kept = np.where(e > 2.0, e, 0.0)
+    return (kept * np.tanh(x * 0.5)).sum()
+
+
+def test_a_differentiated_mask_on_numpys_exp_compiles_and_decides_as_numpy():
+    """The joint graph is split into forward and backward programs; the mask's exp (values
+    within ulps of 2.0) is NumPy's in both, so every call compiles with no margin exit
+    (with our own exp each took the margin's exit) and the mask is NumPy's: the value is
+    and the gradient within rounding of eager's (a flipped element would move them by
+    ~0.3)."""
+    import tracejit as tj
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.log(2.0) / 2.0 + rng.standard_normal(20000) * 1e-15,
+                        rng.standard_normal(20000)])
+    compiled = jit(tj.value_and_grad(masked_loss), cache="memory")
+    for _ in range(3):
+        value, grad = compiled(x)
+    want_value, want_grad = tj.value_and_grad(masked_loss)(x)
+    stats = compiled.stats()
+    assert stats["compiled_calls"] >= 2 and not stats["eager_calls"], stats
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-12, atol=1e-11)

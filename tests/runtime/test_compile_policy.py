@@ -200,3 +200,22 @@ def test_the_estimate_counts_each_loop_body_once_and_its_bounds():
     assert decided.bound_equations > 0 and plain.bound_equations == 0
     assert decided.seconds > plain.seconds
     assert plain.equations < 20  # the body once, not once per loop output
+
+
+def test_cache_stats_prints_what_the_policy_did(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from tracejit.runtime import cli
+
+    row = {"function": "em_step", "module": "hmm", "file": "hmm.py", "calls": 9,
+           "compiles": 3, "eager_calls": {"recompile storm": 6}, "storm_calls": 6,
+           "background_compiles": 1, "refused_compiles": 0}
+    monkeypatch.setattr(cli, "_cache", lambda args: SimpleNamespace(
+        persisted_stats=lambda: [row]))
+    out = io.StringIO()
+    assert cli.command_stats(SimpleNamespace(json=False), out) == 0
+    text = out.getvalue()
+    assert ("compile cost: 1 compiled in the background (long), 6 eager in a recompile storm"
+            in text)
+    assert "eager: 6 x recompile storm" in text

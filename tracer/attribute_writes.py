@@ -293,12 +293,28 @@ def _may_carry_a_graph(leaf):
     return aval is not None and not aval.weak and aval.dtype.kind in "fc"
 
 
+def carried_by_loops(context):
+    """How many loops being captured carry each attribute, by ``(id(owner), name)``
+    (``loop_attribute_carries``; a nest of loops over the same weights: a Perceptron's
+    epochs over its samples). A write there in a traced trip is the carry's: ``note``
+    sets it and records nothing."""
+    carried = getattr(context, "carried_attributes", None)
+    if carried is None:
+        carried = context.carried_attributes = collections.Counter()
+    return carried
+
+
 def note(context, owner, name, value, path):
     """Set ``owner.name = value`` for the trace and record it; ``path`` finds ``owner``
     again at every call. Raises ``Refused`` in a trip traced for capture (the loop
     unrolls: each trip's write is then a write of this trace). The peeled first trip and
     unrolled trips are this trace's own, so their writes (a method of ``self`` called in
-    the body, ``self.h = ...; self.steps += 1``) are recorded like any other."""
+    the body, ``self.h = ...; self.steps += 1``) are recorded like any other. An attribute
+    the loop carries (``loop_attribute_carries``) is set for the trip alone."""
+    carried = getattr(context, "carried_attributes", None)
+    if carried and carried[(id(owner), name)] > 0:
+        setattr(owner, name, value)
+        return
     _refuse_in_captured_loop_or_gradients(context, path, name, value)
     key = (id(owner), name)
     if key not in context.attribute_originals:

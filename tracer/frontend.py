@@ -40,6 +40,7 @@ from . import (
     attribute_writes,
     deferred_text,
     list_appends,
+    loop_attribute_carries,
     loop_effects,
     loop_prints,
     loop_selected_appends,
@@ -1435,6 +1436,8 @@ class Hooks:
         target = root
         for step, key in descriptor[2]:
             target = getattr(target, key) if step == "attr" else target[key]
+        if loop_attribute_carries.stands_in(self.context, target):
+            return getattr(target, method)(value)  # self.cost_ carried by a loop
         frame = sys._getframe(1)
         path = self._path(descriptor, frame)
         if path is not None and path.root[0] == "closure" and self._made_by_this_trace(frame):

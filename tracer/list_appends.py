@@ -163,12 +163,41 @@ def note(context, path, target, method, value):
     return True
 
 
+class Extended:
+    """An appended value that is a captured loop's entries: the list is extended by them
+    (``self.cost_.append(cost)`` at every trip: ``loop_attribute_carries``). ``items`` is
+    the entries' list, or the ``loop_rows.Rows`` a call makes it of."""
+
+    def __init__(self, items):
+        self.items = items
+
+
+def _method_and_value(value):
+    if type(value) is Extended:
+        return "extend", value.items
+    return "append", value
+
+
+def replace_by_rows(context, appended, rows):
+    """Replace the records ``appended`` (iteration 0's appends to one list) by one extend
+    of the list by ``rows``, the loop's entries from iteration 0 on."""
+    records = context.list_appends
+    first = next(position for position, record in enumerate(records)
+                 if record is appended[0])
+    kept = [record for record in records if not any(record is old for old in appended)]
+    path, target, _, location = appended[0]
+    kept.insert(first, (path, target, Extended(rows), location))
+    records[:] = kept
+
+
 def read_back(context, value):
     """``value`` as a read of it must see it: a list this call appended to (``self.X[-1]``
     after ``self.X.append(x)``) is its ``AppendedTail``; any other value is itself."""
     if id(value) not in getattr(context, "appended_lists", {}):
         return value
     items = [item for _, target, item, _ in context.list_appends if target is value]
+    if any(type(item) is Extended for item in items):
+        raise _unknown_part()  # (a loop's entries: their number is the trip count)
     return AppendedTail(items)
 
 
@@ -295,6 +324,7 @@ def collect(context, output_atoms):
     appends = []
     stored = [value for _, _, _, value, _ in getattr(context, "attribute_writes", {}).values()]
     for path, target, value, _ in getattr(context, "list_appends", ()):
+        method, value = _method_and_value(value)
         flat, tree = pytree.flatten(value)
         leaves = []
         for leaf, argument in _appended_leaves(context, flat):
@@ -304,7 +334,7 @@ def collect(context, output_atoms):
                 leaves.append(("static", leaf))
             else:
                 leaves.append(output_leaf(context, leaf, output_atoms))
-        appends.append(ListAppend(path, "append", tree, tuple(leaves),
+        appends.append(ListAppend(path, method, tree, tuple(leaves),
                                   stored_by_the_call=any(_holds(written, target)
                                                          for written in stored)))
     return appends
@@ -323,7 +353,7 @@ def _appended_leaves(context, flat):
 def compute_values(context):
     """Compute now every value ``apply`` will append (see ``argument_writes.compute_values``)."""
     for _, _, value, _ in getattr(context, "list_appends", ()):
-        for leaf in pytree.flatten(value)[0]:
+        for leaf in pytree.flatten(_method_and_value(value)[1])[0]:
             if hasattr(leaf, "ir_var"):
                 force(leaf.raw_value)
 
@@ -333,6 +363,7 @@ def apply(context, leaves):
     leaves, appended themselves where the function appended an argument array)."""
     callers = {id(leaf) for leaf in leaves if type(leaf) is np.ndarray}
     for _, target, value, _ in getattr(context, "list_appends", ()):
+        method, value = _method_and_value(value)
         flat, tree = pytree.flatten(value)
         concrete = []
         for leaf, argument in _appended_leaves(context, flat):
@@ -344,7 +375,7 @@ def apply(context, leaves):
                 concrete.append(int(leaf.value))
             else:  # (a NumPy array the function made: that object, as eager appends it)
                 concrete.append(leaf)
-        _stored_anew(context, target).append(pytree.unflatten(tree, concrete))
+        getattr(_stored_anew(context, target), method)(pytree.unflatten(tree, concrete))
     context.list_appends = []
 
 

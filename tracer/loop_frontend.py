@@ -134,7 +134,8 @@ def unsupported_statements(node, effects=False):
                               ast.Try, ast.With, ast.While)):
             return f"the body has {type(inner).__name__.lower()}"
         if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant) and not (
-            _appended(inner.value) or _printed(inner.value)
+            _appended(inner.value) or _appended_to_attribute(inner.value)
+            or _printed(inner.value)
             or effects and getattr(inner, "tracejit_effect", False)
         ):
             return "the body has an expression statement (a call for its side effect)"
@@ -142,11 +143,22 @@ def unsupported_statements(node, effects=False):
             targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
             for target in targets:
                 for part in ast.walk(target):
-                    if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store):
-                        return "the body assigns an attribute"
+                    if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store) and (
+                            not _rooted_at_a_name(part)):
+                        return "the body assigns an attribute of an expression"
                     if isinstance(part, ast.Starred):
                         return "the body has a starred assignment"
     return None
+
+
+def _rooted_at_a_name(attribute):
+    """``self.w`` or ``self.layer.b``: an attribute of an object a name holds, which the
+    trace carries when the loop writes it (``tracejit.tracer.loop_attribute_carries``; a
+    write it does not carry refuses the capture at trace time, and the loop unrolls)."""
+    owner = attribute.value
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    return isinstance(owner, ast.Name)
 
 
 def _walk_past_fallbacks(node):
@@ -178,6 +190,18 @@ def _appended(call):
             and len(call.args) == 1 and not call.keywords):
         return call.func.value.id
     return None
+
+
+def _appended_to_attribute(call):
+    """``self.cost_.append(value)``: an append to a list an object keeps (carried by the
+    loop at trace time, ``tracejit.tracer.loop_attribute_carries``, or refused there)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append" and len(call.args) == 1 and not call.keywords):
+        return False
+    owner = call.func.value
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    return isinstance(owner, ast.Name) and isinstance(call.func.value, ast.Attribute)
 
 
 def _printed(call):

@@ -39,6 +39,7 @@ import numpy as np
 from . import (
     attribute_writes,
     container_holders,
+    loop_attribute_carries,
     loop_dict_carries,
     loop_selected_appends,
     loop_trip_counts,
@@ -225,6 +226,7 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     snapshots = [snapshot(value) for value in values]
     loop_selected_appends.forget(context, values)  # appends under an index test: this loop's
     recorded = len(context.body)
+    attributes = loop_attribute_carries.watch(context, frame_locals)  # self.w_[1:] += ...
     # Iteration 0, recorded unrolled; at a dim-valued start (a reversed loop's T - 1) the
     # index is that dim, so what it reads follows the trip count.
     values = tuple(body(start if isinstance(start, SymInt) else first, *values))
@@ -238,9 +240,24 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
         # lists the body may fill through a closure (def note(v): hist.append(v)): watched
         watched = [value for name, value in frame_locals.items()
                    if name not in names and type(value) in trial_containers.KINDS]
-        finals = _capture(context, body, names, originals, snapshots, values, start, stop,
-                          step, trips if trips is not None else count, where, entering,
-                          watched)
+        # and those self keeps (self.params["b2"] -= ... rebinds an entry in a trial)
+        watched += loop_attribute_carries.held_containers(frame_locals)
+        carried = loop_attribute_carries.carried_after(
+            context, attributes, frame_locals, values, lambda why: _note(context, where, why))
+        if carried is None:
+            finals = _capture(context, body, names, originals, snapshots, values, start,
+                              stop, step, trips if trips is not None else count, where,
+                              entering, watched)
+        else:
+            finals = _capture(context, carried.wrap(body, len(names)),
+                              (*names, *carried.names()), (*originals, *carried.originals),
+                              (*snapshots, *carried.snapshots),
+                              (*values, *carried.afters), start, stop, step,
+                              trips if trips is not None else count, where,
+                              None if entering is None else [*entering, *carried.entering],
+                              watched)
+            carried.store(finals[len(names):])
+            finals = finals[:len(names)]
         # explain(): a note a trace on exact shapes made for this loop is outdated now
         context.captured_loops = (*getattr(context, "captured_loops", ()), where)
         return finals

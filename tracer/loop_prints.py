@@ -8,17 +8,17 @@ Course training loops print their cost every so many trips::
             print("Cost after iteration {}: {}".format(i, np.squeeze(cost)))
 
 Traced as written, the test decides on the index (the loop unrolls: seconds of tracing,
-one compile per count). The front end (``rewrite_selected_prints``) turns the loop's one
+one compile per count). The front end (``rewrite_selected_prints``) turns the loop's
 print (bare, or alone under an ``if`` whose test reads the index and names the loop leaves
 alone) into the selected appends' machinery (``tracejit.tracer.loop_selected_appends``)::
 
-    __tracejit_printed_L = __tracejit__.printed_rows("__tracejit_printed_L")
+    (__tracejit_printed_L_0,) = __tracejit__.printed_rows(("__tracejit_printed_L_0",))
     for i in range(num_iterations):
         ...
-        __tracejit__.print_when(__tracejit_printed_L, i, lambda i: <test>,
-                                (i, <the printed values>), (print, <layout>, sep, end))
-    __tracejit__.print_rows(__tracejit_printed_L, (print, <layout>, sep, end),
-                            "__tracejit_printed_L")
+        __tracejit__.print_when(__tracejit_printed_L_0, i, lambda i: <test>,
+                                (<the printed values>), (print, <layout>, sep, end))
+    __tracejit__.print_rows((__tracejit_printed_L_0,), ((print, <layout>, sep, end),),
+                            ("__tracejit_printed_L_0",))
 
 The entry (the index and the values the print formats, ``deferred_text``'s values or the
 print's own arguments) is kept at every trip, and after a captured loop the list holds the
@@ -30,8 +30,12 @@ after it. Either way the lines are eager's, in eager's order: another print in t
 (a helper's) would land between them, so ``print_rows`` refuses a loop in which anything
 else printed (the call runs eagerly).
 
-Left as written: a second print in the loop, a print under an ``else`` or beside other
-statements, ``file=``, values that call anything but the conversions a cost goes through.
+Several prints (each alone under its own index test, or bare) keep a list each, and
+``print_rows`` prints them as one effect whose lines follow the trips' order
+(``merged_effect``). Left as written: a print under an ``else`` or beside other statements
+(an append beside it is split off first: ``loop_selected_appends``), a print in a helper,
+``file=``, values that call anything but the conversions a cost goes through, a print of
+the index and constants alone (no kept value).
 (``flush=True`` is taken: the rows are written at once after the loop.)
 """
 

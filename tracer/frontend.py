@@ -1018,7 +1018,14 @@ class Hooks:
             # self.cache["inner"]["a"] = v: the inner dict is the trace's copy of the
             # outside one (it holds arrays), where the write alone would be lost
             self.outside_mutation(f"item assignment into an outside {type(array).__name__}")
-        array[index] = value
+        if not is_traced(array):
+            array[index] = value
+            return
+        self.context.temporary_view = array  # Y[i][j] = v: Y[i] is the expression's alone
+        try:
+            array[index] = value
+        finally:
+            self.context.temporary_view = None
 
     def iterate(self, iterable):
         """What ``for item in iterable`` walks: a container class's ``__iter__`` runs

@@ -27,12 +27,33 @@ class _Names(ast.NodeVisitor):
     def visit_Name(self, node):
         (self.loaded if isinstance(node.ctx, ast.Load) else self.stored).add(node.id)
 
+    def visit_Expr(self, node):
+        # Y[i][labels[i]] = 1 (the front end's set_in hook): a write into Y through a view
+        # no name holds, so Y is written in place like Y[i, labels[i]] = 1 (carried)
+        if is_hook_call(node.value, "set_in") and node.value.args and (
+                root := _subscript_root(node.value.args[0])) is not None:
+            self.stored.add(root)
+        self.generic_visit(node)
+
     def visit_FunctionDef(self, node):
         _nested_body_names(self, node)
 
     def visit_Call(self, node):
         _nested_hook_reads(self, node)
         self.generic_visit(node)
+
+
+def _subscript_root(node):
+    """``Y`` of ``Y[i]`` or ``Y[i][j]`` (as written, or as the front end's ``index``,
+    ``item_at``, ``load`` and ``local`` hook calls), else None."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif node.args if any(is_hook_call(node, name) for name in (
+                "index", "item_at", "load", "local")) else False:
+            node = node.args[0]
+        else:
+            return node.id if isinstance(node, ast.Name) else None
 
 
 def _names(nodes):

@@ -351,9 +351,14 @@ class Tracer(ArrayMethods):
                 "to a copy instead: x = x.copy()",
                 user_location(skip=3),
             )
+        # A view no name holds (Y[i] of ``Y[i][labels[i]] = 1``, Hooks.set_in) is written
+        # and dropped: only the root's write remains, a carry like ``Y[i, labels[i]] = 1``.
+        temporary = root is not self and self.steps is not None and (
+            getattr(self.context, "temporary_view", None) is self)
         stale = [view for view in root.views or () if view.steps is not None and not (
-            view_writes.apart(view.region, written))]
-        if (root is not self or stale) and getattr(self.context, "loop_indices", None):
+            view_writes.apart(view.region, written)) and not (temporary and view is self)]
+        if ((root is not self and not temporary) or stale) and getattr(
+                self.context, "loop_indices", None):
             # a trip's views are names the loop's carries do not track: unrolled instead
             raise Refused("a write through a view, or into an array a view of it shows")
         trial_writes = getattr(self.context, "trial_writes", None)

@@ -27,6 +27,14 @@ array the function holds is now that replayed draw and the write ``x[...] = x[or
 (tracer/random_draws._shuffle; an array made in the call is written through its traced
 copy, as ``np.add.at`` into one is).
 
+A compile per length: trekhleb's one-hot ``bitwise_labels[example_index][labels[
+example_index][0]] = 1`` in a loop over examples wrote through the temporary row view
+``bitwise_labels[example_index]``, which loop capture refused (a write through a view), and
+the loop unrolled: one compile per number of examples (6 over 6 sizes). A view no name
+holds is now written and dropped (``Tracer._update``: ``Hooks.set_in`` marks it), and the
+front end counts the chain's root as written in the body, so it is carried
+(``loop_frontend._subscript_root``): 2 compiles, as ``Y[i, j] = 1`` has.
+
 Wrong results: an object reached through an attribute or a global is guarded by its class,
 so the trace's answer to a question about its identity stood for any object of that class:
 ``self.last is self.head`` (a layer stack that skips the activation after its last layer),
@@ -204,3 +212,37 @@ def test_the_identity_of_an_object_from_an_attribute_is_guarded_where_the_trace_
         assert_same(g(block, x), block_gain(block, x))
         assert_same(h(block, x), block_named(block, x))
     assert f.stats()["compiled_calls"] >= 2 and g.stats()["compiled_calls"] >= 2
+
+
+# --- trekhleb: a one-hot written through a temporary row view in a loop --------------------
+def bitwise_labels_cost(predictions, labels):
+    num_examples, num_labels = predictions.shape
+    bitwise_labels = np.zeros((num_examples, num_labels))
+    for example_index in range(num_examples):
+        bitwise_labels[example_index][labels[example_index][0]] = 1
+    bit_set_cost = np.sum(np.log(predictions) * bitwise_labels)
+    bit_not_set_cost = np.sum(np.log(1 - predictions) * (1 - bitwise_labels))
+    return (-1 / num_examples) * (bit_set_cost + bit_not_set_cost), bitwise_labels
+
+
+def grid_through_rows(x):
+    out = np.zeros(x.shape)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i][j] = x[i, j] ** 2 + i
+    return out
+
+
+def test_a_write_through_a_temporary_row_view_is_captured_in_the_loop():
+    rng = np.random.default_rng(4)
+    f, g = jitted(bitwise_labels_cost), jitted(grid_through_rows)
+    sizes = (30, 31, 29, 27, 25, 32)
+    for n in sizes:
+        predictions = rng.uniform(0.05, 0.95, (n, 3))
+        labels = rng.integers(0, 3, (n, 1))
+        assert_same(f(predictions, labels), bitwise_labels_cost(predictions, labels))
+        x = rng.standard_normal((n % 5 + 3, 4))
+        assert_same(g(x), grid_through_rows(x))
+    # 30 exact, then one program for the bucket (16, 32]: not one per length
+    assert f.stats()["compiles"] == 2 and all_compiled(f, len(sizes)), f.explain()
+    assert g.stats()["compiles"] <= 3 and all_compiled(g, len(sizes)), g.explain()

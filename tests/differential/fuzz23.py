@@ -408,12 +408,14 @@ def check(program, dynamic="auto"):
     for reason in stats.get("eager_calls") or {}:
         refused = "compiled code computes in" in details or "compiled code supports" in details
         if "internal error" in reason or ("not compiled" in reason and not refused):
-            return "internal error", f"{reason}: {compiled.explain()[-3000:]}"
+            return "internal error", (f"{reason}: {stats['eager_reasons'].get(reason)}\n"
+                                      f"{compiled.explain()[-3000:]}")
     return None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(draw=draw, check=check, description=None):
+    """The offline loop (fuzz24.py runs its own families through it)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--families", default="")

@@ -42,10 +42,8 @@ Run offline::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 import traceback
 import warnings
 
@@ -430,41 +428,5 @@ def draw(seed, families=None):
     return FAMILIES[rng.choice(names)](rng)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--families", default="")
-    parser.add_argument("--show", type=int)
-    args = parser.parse_args()
-    import logging
-
-    logging.getLogger("tracejit").setLevel(logging.CRITICAL)
-    logging.getLogger("tracejit").propagate = False
-    warnings.simplefilter("ignore")
-    families = [name for name in args.families.split(",") if name] or None
-    if args.show is not None:
-        print(draw(args.show, families).source)
-        return
-    deadline, seed, seen, programs = time.time() + args.minutes * 60, args.seed, set(), 0
-    while time.time() < deadline:
-        seed += 1
-        program = draw(seed, families)
-        try:
-            with fuzz.time_limit(120):
-                result = check(program)
-        except Exception as error:  # noqa: BLE001 - the fuzzer's own trouble, noted
-            result = ("fuzzer error", "".join(traceback.format_exception(error))[-1500:])
-        programs += 1
-        if result is not None:
-            kind, text = result
-            key = (kind, program.source)
-            if key not in seen:
-                seen.add(key)
-                print(f"[seed {seed}] {program.family} {kind}\n{program.source}"
-                      f"{text[:1200]}\n", flush=True)
-    print(f"done: {programs} programs, {len(seen)} findings", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    fuzz23.main(draw, check, __doc__.splitlines()[0])

@@ -35,17 +35,12 @@ hist``; ``hist = record["hist"]``) kept iteration 0's entry alone there on compi
 (the loop binds its name to a new stacked list). Such a loop now runs unrolled
 (``tracer/container_holders.py``; correct, its count pinned).
 
-Not fixed (reported; reproducers under /work/h172/scratch/): rasbt's classifiers keep
-their weights on ``self`` and write them in place in the epoch loop (``self.w_[1:] +=
-...`` while ``self.net_input`` reads ``self.w_``; NeuralNetMLP's ``self.w_h -= ...``): a
-captured loop carries local names only (``loop_trials``: "writes in place into an array no
-loop variable holds"; ``loop_frontend``: "the body assigns an attribute"), so the loop
-unrolls: LogisticRegressionGD at the book's ``n_iter=1000`` passes 16384 operations and
-runs eagerly at every call, smaller counts compile once per count. Rewritten with ``w =
-self.w_`` and a local ``costs`` list the loop is captured, but ``self.cost_ = costs`` after
-it is refused ('a StackedList written into an attribute cannot be stored again at every
-call': eager); ``self.cost_.append`` in the body is refused by the capture (a call for its
-side effect). NeuralNetMLP.fit also
+Since round 24 (``tracer/loop_attribute_carries.py``, tests in
+``test_loop_attribute_carries.py``) rasbt's epoch loops, which write ``self.w_`` in place
+while ``self.net_input`` reads it and append to ``self.cost_``, are captured: the loop
+carries the attributes (LogisticRegressionGD at the book's ``n_iter=1000``: one compile,
+no eager call; before, every call ran eagerly). Not fixed (reported; reproducers under
+/work/h172/scratch/): NeuralNetMLP.fit also
 calls ``np.unique`` and ``self.random.shuffle`` (eager by design). AdalineSGD stores a new
 ``RandomState`` in ``self.rgen`` at every fit (refused: eager, state equal).
 CrossEntropyCost.fn on saturated activations (``a`` exactly 0 or 1, the case its

@@ -2,71 +2,17 @@
 idioms of Raschka's book classifiers (tracer/loop_attribute_carries.py): each model is run
 eagerly and through ``jit`` (``state_twins``: results and the objects' whole state after
 every call) at trip counts 0, 1 and primes, and the loop is one captured loop, compiled
-once for a trip count, whatever its length."""
+once for a trip count, whatever its length. AdalineGD, LogisticRegressionGD (with its
+clip) and the Perceptron (``errors += int(update != 0.0)`` over ``zip(X, y)``) are
+test_adversarial_real_models23's."""
 
 import numpy as np
 import pytest
 from state_twins import run_twins
 
-
-class AdalineGD:
-    """Full-batch gradient descent on the squared error; weights and bias in one vector."""
-
-    def __init__(self, eta=0.01, n_iter=10, seed=1):
-        self.eta, self.n_iter, self.seed = eta, n_iter, seed
-
-    def fit(self, X, y):
-        rgen = np.random.RandomState(self.seed)
-        self.w_ = rgen.normal(loc=0.0, scale=0.01, size=1 + X.shape[1])
-        self.cost_ = []
-        for _ in range(self.n_iter):
-            output = self.activation(self.net_input(X))
-            errors = y - output
-            self.w_[1:] += self.eta * X.T.dot(errors)
-            self.w_[0] += self.eta * errors.sum()
-            self.cost_.append(self.cost(y, output, errors))
-        return self
-
-    def net_input(self, X):
-        return np.dot(X, self.w_[1:]) + self.w_[0]
-
-    def activation(self, z):
-        return z
-
-    def cost(self, y, output, errors):
-        return (errors ** 2).sum() / 2.0
-
-
-class LogisticRegressionGD(AdalineGD):
-    def activation(self, z):
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -250, 250)))
-
-    def cost(self, y, output, errors):
-        return -y.dot(np.log(output)) - (1 - y).dot(np.log(1 - output))
-
-
-class Perceptron:
-    """Rosenblatt's rule, one sample at a time; the misclassified count per epoch."""
-
-    def __init__(self, eta=0.1, n_iter=10, seed=1):
-        self.eta, self.n_iter, self.seed = eta, n_iter, seed
-
-    def fit(self, X, y):
-        rgen = np.random.RandomState(self.seed)
-        self.w_ = rgen.normal(loc=0.0, scale=0.01, size=1 + X.shape[1])
-        self.errors_ = []
-        for _ in range(self.n_iter):
-            errors = 0
-            for xi, target in zip(X, y):
-                update = self.eta * (target - self.predict(xi))
-                self.w_[1:] += update * xi
-                self.w_[0] += update
-                errors += int(update != 0.0)
-            self.errors_.append(errors)
-        return self
-
-    def predict(self, X):
-        return np.where(np.dot(X, self.w_[1:]) + self.w_[0] >= 0.0, 1, -1)
+# the book's own classes, as round 23 wrote them (weights from a seeded RandomState,
+# self.w_[1:] += ..., self.cost_.append / self.errors_.append)
+from test_adversarial_real_models23 import AdalineGD, LogisticRegressionGD, Perceptron
 
 
 class SeparateBias:

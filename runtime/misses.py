@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracejit import codegen
+from tracejit.codegen.compile_estimate import estimate_compile
 from tracejit.codegen.numpy_products import note_partition
 from tracejit.tracer import pytree, random_draws
 from tracejit.tracer.argument_writes import put_back
@@ -32,6 +33,7 @@ from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.gradient_trace import trace_with_gradients
 from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
+from tracejit.tracer.passes import optimize
 from tracejit.tracer.pending import has_effects
 from tracejit.tracer.pinned_scalars import ScalarDecidesShape
 from tracejit.tracer.shared_objects import argument_containers
@@ -275,11 +277,17 @@ class Misses:
             else:
                 split = partition(traced.graph, plan.forward_outputs, plan.cotangent_inputs)
                 note_partition(traced.graph, split.forward)  # backward masks read products
-                program = codegen.compile(split.forward, name=self.__name__, check="final",
-                                          profile=self.options.profile, admit=budget.admit)
-                backward = codegen.compile(split.backward, name=self.__name__ + "_backward",
-                                           check="final",
-                                           profile=self.options.profile, admit=budget.admit)
+                # Both halves are estimated before either is lowered: a backward that makes
+                # the pair long would otherwise find the forward compiled already (the call
+                # waited for it, and the compile thread compiles it again)
+                halves = [optimize(half, check="final") for half in (split.forward,
+                                                                     split.backward)]
+                for half in halves:
+                    budget.admit(estimate_compile(half))
+                program, backward = (
+                    codegen.compile(half, name=name, check="final", optimized=True,
+                                    profile=self.options.profile)
+                    for half, name in zip(halves, (self.__name__, self.__name__ + "_backward")))
                 residual_bytes = split.residual_bytes(traced.symbol_values)
         except CompileDeferred:
             return DEFERRED

@@ -39,12 +39,13 @@ the call to NumPy.
 >>> from tracejit.tracer.ir import Eqn
 >>> from tracejit.tracer.tracing import trace
 >>> def count(x, th):
-...     h, hits = np.zeros(x.shape[1]), np.zeros(x.shape[1])
+...     h, hits = np.zeros(x.shape[1], x.dtype), np.zeros(x.shape[1])
 ...     for t in range(x.shape[0]):
 ...         hits = hits + np.where(h > th, 1.0, -100.0)
-...         h = np.tanh(h + x[t])
+...         h = np.tanh(h + x[t])  # float32: our own math, a few ulp from NumPy's
 ...     return hits
->>> graph = trace(count, np.ones((5, 3)), np.zeros(3), dynamic=True).graph
+>>> x, th = np.ones((5, 3), np.float32), np.zeros(3, np.float32)
+>>> graph = trace(count, x, th, dynamic=True).graph
 >>> loop = next(eqn for eqn in carry_loop_bounds(graph).equations if eqn.prim.name == "loop")
 >>> loop.params_dict["num_carry"], loop.params_dict["bounds"]
 (3, ((0, 2),))

@@ -61,6 +61,36 @@ def returned_broadcasts(context, out_leaves, traced_leaves, mutated):
         if any(eqn.prim.name == "broadcast_to" for eqn in chain)}
 
 
+def broadcasts_of_results(context, out_leaves, excluded=()):
+    """``{result leaf: (the result leaf it views, [view equations outwards])}`` for a
+    result that is ``np.broadcast_to`` (through other views) of another result's value:
+    the trace's value of that primitive is a writable copy, so the traced call returned
+    ``v`` apart from ``base`` in ``return np.broadcast_to(base[:, :1], base.shape), base``
+    where NumPy's (and the compiled call's) ``v`` is a read-only view of ``base``."""
+    producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
+    results = {}
+    for index, leaf in enumerate(out_leaves):
+        if isinstance(getattr(leaf, "ir_var", None), Var):
+            results.setdefault(leaf.ir_var.name, index)
+    found = {}
+    for index, leaf in enumerate(out_leaves):
+        var = getattr(leaf, "ir_var", None)
+        if index in excluded or not isinstance(var, Var) or (
+                not leaf.shape and _is_numpy_scalar(leaf)):
+            continue
+        chain = []
+        while isinstance(var, Var) and (not chain or var.name not in results):
+            eqn = producers.get(var.name)
+            if eqn is None or eqn.prim.name not in VIEWS or not _always_a_view(eqn):
+                break
+            chain.append(eqn)
+            var = eqn.inputs[0]
+        if isinstance(var, Var) and results.get(var.name, index) != index and any(
+                eqn.prim.name == "broadcast_to" for eqn in chain):
+            found[index] = (results[var.name], chain[::-1])
+    return found
+
+
 def _always_a_view(eqn):
     """Whether the wrapper can write NumPy's op as Python (positive slice steps)."""
     name = eqn.prim.name

@@ -986,6 +986,12 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
                                                        bindings)
             if index in contiguous and index in remade:  # NumPy's of that view
                 outputs[index] = result_identity.numpy_result(*remade[index][1:], outputs[index])
+        if not (differentiated or context.tensor_arguments):
+            # return np.broadcast_to(base[:, :1], shape), base: a read-only view of base
+            for index, (root, chain) in argument_views.broadcasts_of_results(
+                    context, out_leaves, views.keys() | broadcasts.keys()).items():
+                outputs[index] = argument_views.numpy_view(
+                    chain, np.asarray(outputs[root]), context.symbol_values())
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
         for index, array in argument_writes.aliased_outside_arrays(context, out_leaves).items():
             outputs[index] = array  # (its place may hold what the trace wrote there)

@@ -23,6 +23,9 @@ keepdims, broadcasting ``where=`` masks, ``initial``, ``ddof``), ``promote_inpla
 * ``np.median(a, axis=(2, 0))`` of a (3, 0, 2) array: NumPy raises ValueError (its
   reshape to ``kept + (-1,)`` cannot infer -1 at size 0), compiled code returned an empty
   array;
+* ``return np.broadcast_to(base[:, :1], base.shape), base`` with ``base`` made in the
+  call: the traced (first) call returned a writable copy apart from ``base`` where NumPy
+  and compiled calls give a read-only view of it (``argument_views.broadcasts_of_results``);
 * not a wrong result: ``v.fill(value)`` of a traced array ran eagerly; it now compiles as
   ``v[...] = value`` (an argument's ``x.fill`` stays refused by the front end, eager);
 * a lambda in a list spanning lines near the top of its file (``fs = [lambda a: a + 1,``
@@ -163,6 +166,32 @@ def test_fill_compiles_as_a_write_of_every_element(function):
     compiled = _agree(function, *calls)
     if function is not fill_with_a_sequence:
         assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
+
+
+# --- a broadcast of another result --------------------------------------------------------------
+BROADCASTS = {
+    "column": lambda base: np.broadcast_to(base[:, :1], base.shape),
+    "stacked": lambda base: np.broadcast_to(base, (4,) + base.shape),
+}  # (base[0] broadcast, or a broadcast's .T: compiled calls copy, scratch/repro_broadcast_T.py)
+
+
+@pytest.mark.parametrize("view", BROADCASTS.values(), ids=BROADCASTS.keys())
+def test_a_broadcast_of_another_result_is_its_read_only_view_on_the_traced_call(view):
+    # fuzz24 view_writes (seed 20024): the traced call returned the broadcast as a writable
+    # copy apart from base (the primitive's trace value is a copy); compiled calls and
+    # NumPy give a read-only view of base
+    def broadcast_of_a_result(x):
+        base = x * 2
+        return view(base), base
+
+    compiled = tj.jit(broadcast_of_a_result, cache="memory")
+    for x in (np.arange(6.0).reshape(3, 2), np.ones((3, 2)), np.arange(6.0).reshape(3, 2)):
+        got, want = compiled(x), broadcast_of_a_result(x)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+            assert g.flags.writeable == w.flags.writeable and g.strides == w.strides
+        assert np.shares_memory(*got) and np.shares_memory(*want)
+    assert compiled.stats()["compiled_calls"] == 2
 
 
 # --- a carried counter is a Python int in the trips after the traced ones ------------------------

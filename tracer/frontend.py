@@ -1133,6 +1133,10 @@ class Hooks:
         if stream is None:
             raise trace_error("print(..., file=...) to a file inside a compiled function; "
                            "return the values and write them outside")
+        if getattr(sys, stream) is not self.context.streams[stream]:
+            raise trace_error(f"print() while the function has redirected sys.{stream} "
+                              "(contextlib.redirect_stdout?): compiled calls print to the "
+                              "caller's stream; return the text and write it outside")
         segments, atoms, texts = [], [], []
         # In a loop body being captured, ints are values too: print(t, loss) prints the
         # index, which the body generalizes like any other int.

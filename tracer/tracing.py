@@ -24,6 +24,7 @@ import builtins
 import inspect
 import linecache
 import operator
+import sys
 import weakref
 from dataclasses import dataclass, field
 
@@ -253,6 +254,9 @@ class TracingContext(ShapeFacts, OutsideInputs):
         # compiled code renders printed arrays after the call, under the options then in
         # force: a print under options the function set itself refuses (Hooks.print)
         self.print_options = np.get_printoptions()
+        # and to the streams of the call: a print after the function redirected stdout
+        # (contextlib.redirect_stdout(buffer)) refuses (Hooks.print)
+        self.streams = {"stdout": sys.stdout, "stderr": sys.stderr}
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------

@@ -27,12 +27,15 @@ checks ``unseen_print`` at its end too, for code that caught the error::
 
 (Only while such a function runs: the rewritten code's globals read the real stream,
 which compiled calls' guards find again. Library functions run as written too and are
-not watched. stderr is left alone: NumPy's warnings raised while tracing go there.)
+not watched. stderr is watched the same way (``print(..., file=sys.stderr)``), except for
+the warnings module's writes: NumPy's warnings raised while tracing go there.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import sys
 import threading
 
@@ -53,7 +56,7 @@ class WatchedStdout:
         self._thread = threading.get_ident()
 
     def write(self, text):
-        if threading.get_ident() != self._thread:
+        if threading.get_ident() != self._thread or _from_warnings():
             return self.stream.write(text)
         if not text:
             return 0
@@ -70,21 +73,68 @@ class WatchedStdout:
         return getattr(self.stream, name)
 
 
+def _from_warnings():
+    """Whether the write is ``warnings.showwarning``'s (NumPy's RuntimeWarning while the
+    trace computes a value): it reaches the stream, as outside a watched function; the
+    warning registry shows it once however the call then runs."""
+    return sys._getframe(2).f_globals.get("__name__") == "warnings"
+
+
+@contextlib.contextmanager
+def _watching(context):
+    """``sys.stdout`` and ``sys.stderr`` ``WatchedStdout``s inside the block; each stream
+    is put back after it unless the block left another."""
+    out, err = WatchedStdout(sys.stdout, context), WatchedStdout(sys.stderr, context)
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        if sys.stdout is out:
+            sys.stdout = out.stream
+        if sys.stderr is err:
+            sys.stderr = err.stream
+
+
 def watched(context, function):
     """``function`` (run as written by a trace) with ``sys.stdout`` a ``WatchedStdout``
-    while it runs; the stream is put back after it unless the function left another."""
+    while it runs. A generator function's body runs at each step of the generator it
+    returns, after the call: each step is watched."""
+    if inspect.isgeneratorfunction(function):
+        @functools.wraps(function)
+        def steps(*args, **kwargs):
+            with _watching(context):
+                generator = function(*args, **kwargs)
+            return (yield from _watched_steps(context, generator))
+
+        return steps
 
     @functools.wraps(function)
     def run(*args, **kwargs):
-        stream = WatchedStdout(sys.stdout, context)
-        sys.stdout = stream
-        try:
+        with _watching(context):
             return function(*args, **kwargs)
-        finally:
-            if sys.stdout is stream:
-                sys.stdout = stream.stream
 
     return run
+
+
+def _watched_steps(context, generator):
+    """``yield from generator`` with each of its steps (send, throw, close) watched."""
+    step = functools.partial(generator.send, None)
+    while True:
+        try:
+            with _watching(context):
+                value = step()
+        except StopIteration as stop:
+            return stop.value
+        try:
+            sent = yield value
+        except GeneratorExit:
+            with _watching(context):
+                generator.close()
+            raise
+        except BaseException as error:  # noqa: BLE001 - thrown in: the generator's to handle
+            step = functools.partial(generator.throw, error)
+        else:
+            step = functools.partial(generator.send, sent)
 
 
 def unseen_print(context):

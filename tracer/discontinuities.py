@@ -146,7 +146,10 @@ def _compare(ctx, eqn, bounds):
         u = unit_roundoff(select.out.aval.dtype)  # (not the where's result: not yet there)
         meet = ctx.add(ctx.mul(ctx.add(ea, eb), number(INFLATE)),
                        ctx.mul(ctx.add(ctx.abs(a), ctx.abs(b)), number(4 * u)))
-        apart = ctx.not_(ctx.emit(less_equal_p, ctx.abs(ctx.sub(a, b)), meet))
+        # (a gap that is not finite is never rounding: with a branch infinite, meet is too,
+        # and np.where(pre > 0, scores, -np.inf) flipped unchecked)
+        gap = ctx.abs(ctx.sub(a, b))
+        apart = ctx.not_(ctx.and_(ctx.emit(isfinite_p, gap), ctx.emit(less_equal_p, gap, meet)))
         jump = ctx.and_(ctx.fit(undecided, select.out.aval.shape), apart)
         jumps = jump if jumps is None else ctx.or_(jumps, jump)
     return jumps, undecided, max(ctx.position[select.out.name] for select in selects)

@@ -413,6 +413,37 @@ def check(program, dynamic="auto"):
     return None
 
 
+def agree(function, *calls, rtol=0.0):
+    """Each call's arguments, eager vs compiled: the same values (dtype, shape, type; a
+    tuple leaf by leaf; within ``rtol``) or the same exception; no internal error. The
+    findings tests' check; returns the jit function."""
+    import pytest
+
+    import tracejit as tj
+
+    compiled = tj.jit(function, cache="memory")
+    for args in calls:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                want = function(*args)
+            except Exception as error:  # noqa: BLE001 - NumPy's exception is the expectation
+                with pytest.raises(type(error)):
+                    compiled(*args)
+                continue
+            got = compiled(*args)
+        pairs = zip(got, want) if type(want) is tuple else [(got, want)]
+        for got_leaf, want_leaf in pairs:
+            assert type(got_leaf) is type(want_leaf), (got_leaf, want_leaf)
+            got_leaf, want_leaf = np.asarray(got_leaf), np.asarray(want_leaf)
+            assert got_leaf.dtype == want_leaf.dtype, (got_leaf, want_leaf)
+            assert got_leaf.shape == want_leaf.shape, (got_leaf, want_leaf)
+            np.testing.assert_allclose(got_leaf, want_leaf, rtol=rtol, equal_nan=True)
+    reasons = compiled.stats().get("eager_calls") or {}
+    assert not any("internal" in reason for reason in reasons), compiled.explain()
+    return compiled
+
+
 def main(draw=draw, check=check, description=None):
     """The offline loop (fuzz24.py runs its own families through it)."""
     parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])

@@ -36,31 +36,12 @@ import sys
 import numpy as np
 import pytest
 
-import tracejit as tj
-
 sys.path.insert(0, os.path.dirname(__file__))
 import fuzz23  # noqa: E402 - beside this file
 
 
 def _agree(function, *calls):
-    """Each call's arguments, eager vs compiled: the same values or the same exception;
-    no internal error."""
-    compiled = tj.jit(function, cache="memory")
-    for args in calls:
-        try:
-            want = function(*args)
-        except Exception as error:  # noqa: BLE001 - NumPy's exception is the expectation
-            with pytest.raises(type(error)):
-                compiled(*args)
-            continue
-        got = compiled(*args)
-        assert type(got) is type(want)
-        got, want = np.asarray(got), np.asarray(want)
-        assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
-        np.testing.assert_array_equal(got, want)
-    reasons = compiled.stats().get("eager_calls") or {}
-    assert not any("internal" in reason for reason in reasons), compiled.explain()
-    return compiled
+    return fuzz23.agree(function, *calls)
 
 
 @pytest.mark.parametrize("reduction", [

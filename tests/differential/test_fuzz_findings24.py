@@ -40,7 +40,6 @@ keepdims, broadcasting ``where=`` masks, ``initial``, ``ddof``), ``promote_inpla
 import importlib.util
 import os
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -48,33 +47,12 @@ import pytest
 import tracejit as tj
 
 sys.path.insert(0, os.path.dirname(__file__))
-import fuzz24  # noqa: E402 - beside this file
+import fuzz23  # noqa: E402 - beside this file
+import fuzz24  # noqa: E402
 
 
 def _agree(function, *calls, rtol=1e-12):
-    """Each call's arguments, eager vs compiled: the same values (dtype, shape, type) or
-    the same exception; no internal error; returns the jit function."""
-    compiled = tj.jit(function, cache="memory")
-    for args in calls:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                want = function(*args)
-            except Exception as error:  # noqa: BLE001 - NumPy's exception is the expectation
-                with pytest.raises(type(error)):
-                    compiled(*args)
-                continue
-            got = compiled(*args)
-        pairs = zip(got, want) if type(want) is tuple else [(got, want)]
-        for got_leaf, want_leaf in pairs:
-            assert type(got_leaf) is type(want_leaf), (got_leaf, want_leaf)
-            got_leaf, want_leaf = np.asarray(got_leaf), np.asarray(want_leaf)
-            assert got_leaf.dtype == want_leaf.dtype, (got_leaf, want_leaf)
-            assert got_leaf.shape == want_leaf.shape, (got_leaf, want_leaf)
-            np.testing.assert_allclose(got_leaf, want_leaf, rtol=rtol, equal_nan=True)
-    reasons = compiled.stats().get("eager_calls") or {}
-    assert not any("internal" in reason for reason in reasons), compiled.explain()
-    return compiled
+    return fuzz23.agree(function, *calls, rtol=rtol)
 
 
 # --- np.var / np.std with where= ----------------------------------------------------------------

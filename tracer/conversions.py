@@ -203,6 +203,11 @@ def python_number(x, kind):
     if any(not isinstance(dim, int) or dim != 1 for dim in shape_of(x)):
         return None
     dtype = dtype_of(x)
+    if kind is not None and shape_of(x):
+        try:  # int(p[0]) of a (1,)-shaped p: NumPy 2 refuses arrays of ndim > 0, as eager
+            kind(np.zeros(shape_of(x), dtype))
+        except TypeError as error:
+            raise as_numpy_would(error) from None
     if kind is float and dtype.kind in "biuf":
         target = np.dtype(np.float64)
     elif kind is None and dtype.kind == "f":

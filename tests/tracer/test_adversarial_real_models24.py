@@ -35,6 +35,13 @@ holds is now written and dropped (``Tracer._update``: ``Hooks.set_in`` marks it)
 front end counts the chain's root as written in the body, so it is carried
 (``loop_frontend._subscript_root``): 2 compiles, as ``Y[i, j] = 1`` has.
 
+A result where NumPy raises: TheAlgorithms' ``TwoHiddenLayerNeuralNetwork.predict`` returns
+``int((self.layer_between_second_hidden_layer_and_output > 0.6)[0])``, an ``int()`` of a
+(1,)-shaped array, which NumPy 2 refuses (TypeError: only 0-dimensional arrays can be
+converted to Python scalars); the trace made it a run-time int and returned 1
+(``conversions.python_number`` took any one-element array for ``int``/``float``; ``.item()``
+is still one).
+
 Wrong results: an object reached through an attribute or a global is guarded by its class,
 so the trace's answer to a question about its identity stood for any object of that class:
 ``self.last is self.head`` (a layer stack that skips the activation after its last layer),
@@ -49,7 +56,8 @@ with objects of identity equality (not hooked by the front end).
 import sys
 
 import numpy as np
-from real_model_checks import all_compiled, assert_same, jitted
+import pytest
+from real_model_checks import all_compiled, assert_same, jitted, run_calls
 
 import tracejit.codegen.program  # noqa: F401 - the module whose limit the test lowers
 
@@ -246,3 +254,30 @@ def test_a_write_through_a_temporary_row_view_is_captured_in_the_loop():
     # 30 exact, then one program for the bucket (16, 32]: not one per length
     assert f.stats()["compiles"] == 2 and all_compiled(f, len(sizes)), f.explain()
     assert g.stats()["compiles"] <= 3 and all_compiled(g, len(sizes)), g.explain()
+
+
+# --- TheAlgorithms: int() of a one-element array of rank 1 ----------------------------------
+def sigmoid(value):
+    return 1 / (1 + np.exp(-value))
+
+
+def predict_class(weights, input_arr):
+    output = sigmoid(np.dot(sigmoid(np.dot(input_arr, weights[0])), weights[1]))
+    return int((output > 0.6)[0])
+
+
+def loss_as_float(a, y):
+    cost = -(np.dot(y, np.log(a).T) + np.dot(1 - y, np.log(1 - a).T)) / y.shape[1]
+    return float(cost), cost.item()
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_int_and_float_of_an_array_of_rank_one_or_more_raise_as_numpy_does(rows):
+    rng = np.random.default_rng(5)
+    weights = (rng.random((3, 4)), rng.random((4, 1)))
+    samples = [(weights, rng.random((rows, 3))) for _ in range(3)]
+    f = run_calls(predict_class, samples)  # NumPy 2: TypeError on every call
+    assert not f.stats()["compiled_calls"], f.stats()
+    a = rng.uniform(0.1, 0.9, (1, 5))
+    y = (rng.random((1, 5)) > 0.5).astype(float)
+    run_calls(loss_as_float, [(a, y), (a * 0.9, y)])

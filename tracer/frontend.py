@@ -108,7 +108,7 @@ from .purity import impure_call, is_stateful
 from .random_draws import draw, is_rng_method, note_method, rng_kind
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
-from .source_rewrite import _MUTATING_METHODS, RewriteUnavailable
+from .source_rewrite import _MUTATING_METHODS, COMPARED, RewriteUnavailable
 from .stacked_containers import StackedDict, StackedList, stack_call
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .tensor_methods import tensor_valued
@@ -1126,6 +1126,18 @@ class Hooks:
             raise trace_error("`is` of two arrays from the caller (arguments, or arrays read "
                               "from outside): whether they are one object is not guarded")
         return same is not negated
+
+    def compared(self, left, right, op):
+        """``left == right``, ``!=``, ``in``, ``not in`` in the user's code, answered as
+        written. An object compared whose equality is its identity (the default ``__eq__``:
+        ``layer == self.last``, ``self.act in ACTIVATIONS``) is guarded by identity where it
+        was found through a path: its class guard alone let another object of the class
+        take the trace's answer (a wrong result)."""
+        if op in ("in", "not in") and type(right) in (list, tuple, set, frozenset, dict):
+            self.objects.pin_identity(left, *right)
+        else:
+            self.objects.pin_identity(left, right)
+        return COMPARED[op](left, right)
 
     @calls_for_the_user  # str() of a list holding a traced value is the user's text
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

@@ -23,6 +23,7 @@ import copy
 import functools
 import inspect
 import linecache
+import operator
 import sys
 import textwrap
 import types
@@ -119,6 +120,11 @@ def _computed_key(key):
     parts = key.elts if isinstance(key, ast.Tuple) else [key]
     return not any(isinstance(part, ast.Slice) for part in parts) and not all(
         isinstance(part, ast.Constant) for part in parts)
+
+
+_EQUALITY = {ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in"}
+COMPARED = {"==": operator.eq, "!=": operator.ne, "in": lambda item, container: item in container,
+            "not in": lambda item, container: item not in container}
 
 
 def _hook(method, *args, node):
@@ -409,6 +415,11 @@ class _Rewriter(ast.NodeTransformer):
             # y is x: the trace's arrays are not NumPy's objects (Hooks.identical)
             return _hook("identical", node.left, node.comparators[0],
                          ast.Constant(isinstance(node.ops[0], ast.IsNot)), node=node)
+        if len(node.ops) == 1 and type(node.ops[0]) in _EQUALITY:
+            # layer == self.last, self.act in ACTIVATIONS: an object's default equality is
+            # its identity, which the trace must guard (Hooks.compared)
+            return _hook("compared", node.left, node.comparators[0],
+                         ast.Constant(_EQUALITY[type(node.ops[0])]), node=node)
         return node
 
     def visit_AugAssign(self, node):

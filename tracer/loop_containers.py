@@ -46,6 +46,7 @@ holding entries that change shape.
 from __future__ import annotations
 
 import operator
+from collections.abc import MutableMapping, MutableSequence, MutableSet
 
 import numpy as np
 
@@ -73,6 +74,18 @@ class Refusal(TraceSignal):
     """A container cannot be carried; ``tracejit.tracer.loops`` turns it into ``Refused``."""
 
 
+
+
+def uncarried(names, values):
+    """Why a container the loop fills under one of ``names`` cannot be carried (a deque, a
+    list subclass, a set: the same object after every trip, so a captured loop would keep
+    the traced trips' entries alone), or None. Lists and dicts are carried (``snapshot``)."""
+    for name, value in zip(names, values):
+        if isinstance(value, (MutableSequence, MutableMapping, MutableSet)) and type(
+                value) not in (list, dict):
+            return (f"`{name}` is a {type(value).__name__}: a loop carries the lists and "
+                    "dicts it fills, not other containers")
+    return None
 
 
 def snapshot(value):

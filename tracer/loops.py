@@ -52,7 +52,7 @@ from .errors import TraceTooLarge, as_numpy_would
 from .ir import Effect, Eqn, Graph, Guard, Location, Symbol, Var
 from .loop_autodiff import refusal as unreversible
 from .loop_carries import ArrayCarry, UntouchedCarry, carries_of, follow_replaced, slot_names_of
-from .loop_containers import ContainerCarry, note_entry_aliases, snapshot
+from .loop_containers import ContainerCarry, note_entry_aliases, snapshot, uncarried
 from .loop_generalize import Refused, _generalize
 from .loop_index import IndexRefused, LoopIndex, settle_guards
 from .loop_trials import traced_pair
@@ -213,8 +213,8 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
     trips = (stop - start) * step if step in (1, -1) else None
     if isinstance(trips, SymInt) and not (trips >= 1):  # a shape guard for the peeled step
         return _unrolled(body, iterator(range_args), values, context)
-    held = container_holders.held_elsewhere(names, values, frame_locals, frame_code,
-                                            machinery)
+    held = uncarried(names, values) or container_holders.held_elsewhere(
+        names, values, frame_locals, frame_code, machinery)
     if held:  # self.cost_ = cost = [] before cost.append(c): the loop's list is a new one
         _note(context, where, held)
         return _unrolled(body, iterator(range_args), values, context)

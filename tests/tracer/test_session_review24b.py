@@ -16,12 +16,14 @@ several calls; each fails before its fix.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import tracejit as tj
 
@@ -90,6 +92,7 @@ def test_print_to_stderr_in_a_function_without_source_is_written_at_every_call(c
 WARNS = """
 import warnings
 import numpy as np
+import pytest
 import tracejit as tj
 warnings.simplefilter("always")
 namespace = {"np": np}
@@ -145,3 +148,47 @@ def test_a_print_under_the_callers_redirect_still_compiles(capsys):
         assert compiled_buffer.getvalue() == eager_buffer.getvalue()
         np.testing.assert_array_equal(got, want)
     assert compiled.stats()["compiled_calls"] >= 2, compiled.stats()
+
+
+# A loop filling a container that is not a list or dict (a deque, a list subclass, an
+# OrderedDict): the name was carried as the same object after every trip, so a captured
+# loop kept the traced trips' entries alone (eager len 7 and 11, compiled 3), and an
+# OrderedDict filled at the index was an internal error. Such a loop runs unrolled now
+# (loop_containers.uncarried).
+
+
+class History(list):
+    pass
+
+
+def fills_a_deque(x, n):
+    kept = collections.deque()
+    for t in range(n):
+        kept.append(x.sum() * t)
+    return len(kept), float(sum(kept))
+
+
+def fills_a_list_subclass(x, n):
+    kept = History()
+    for t in range(n):
+        kept.append((x * t).sum())
+    return len(kept), float(sum(kept))
+
+
+def fills_an_ordered_dict(x, n):
+    states = collections.OrderedDict()
+    h = x
+    for t in range(n):
+        h = np.tanh(h * 0.5 + 0.1)
+        states[t] = h
+    return len(states), float(sum(state.sum() for state in states.values()))
+
+
+@pytest.mark.parametrize("function", [fills_a_deque, fills_a_list_subclass,
+                                      fills_an_ordered_dict])
+def test_a_loop_filling_another_container_matches_eager(function):
+    compiled = tj.jit(function, cache="memory")
+    x = np.linspace(0.1, 1.0, 4)
+    for count in [5, 7, 3, 1, 11, 0, 7]:
+        assert compiled(x, count) == function(x, count), count
+    assert compiled.stats()["eager_calls"] == {}, compiled.stats()

@@ -9,7 +9,7 @@ new interpreter whose ``TRACEJIT_CACHE_DIR`` is a new, empty directory, so nothi
 warm but the operating system's file cache; import time is not counted. Per process:
 
 * ``eager``: the first call of the plain NumPy step, and the median of the next calls;
-* ``sync``: ``jit(step)``: its first call (trace + LLVM) and the next (native);
+* ``sync``: ``jit(step, compile="sync")``: its first call (trace + LLVM) and the next (native);
 * ``background``: ``jit(step, compile="background")``: its first call (the trace, whose
   NumPy result is returned), then calls in a loop as a training loop would make them:
   how many ran eagerly while LLVM worked, and when the first native call ended;
@@ -100,7 +100,7 @@ def _child(mode, step_name):
     if mode == "gil":  # before the compile thread exists
         solo_before = _python_rate(0.3)
         control = _rate_beside_control(0.5)
-    function = {"eager": plain, "sync": jit(plain),
+    function = {"eager": plain, "sync": jit(plain, compile="sync"),
                 "background": jit(plain, compile="background"),
                 "gil": jit(plain, compile="background")}[mode]
 

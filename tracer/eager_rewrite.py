@@ -32,7 +32,7 @@ from .locations import line_prefix, user_location
 from .loops import UNDEFINED
 from .operator_calls import BINARY, UNARY
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
-from .source_rewrite import COMPARED, RewriteUnavailable
+from .source_rewrite import RewriteUnavailable, compared
 from .view_writes import index_in, numpy_root
 from .while_loops import as_written
 
@@ -137,7 +137,7 @@ class EagerHooks:
         return (left is right) is not negated
 
     def compared(self, left, right, op):  # layer == self.last, x in seen: Python's answer
-        return COMPARED[op](left, right)
+        return compared(left, right, op)
 
     def selects(self, condition, *containers):  # if x[i] == m: d[i] = g runs as written
         return False

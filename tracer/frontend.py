@@ -108,7 +108,7 @@ from .purity import impure_call, is_stateful
 from .random_draws import draw, is_rng_method, note_method, rng_kind
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
-from .source_rewrite import _MUTATING_METHODS, COMPARED, RewriteUnavailable
+from .source_rewrite import _MUTATING_METHODS, RewriteUnavailable, compared
 from .stacked_containers import StackedDict, StackedList, stack_call
 from .strided_views import as_strided, is_as_strided, is_byte_strides
 from .tensor_methods import tensor_valued
@@ -1137,7 +1137,7 @@ class Hooks:
             self.objects.pin_identity(left, *right)
         else:
             self.objects.pin_identity(left, right)
-        return COMPARED[op](left, right)
+        return compared(left, right, op)
 
     @calls_for_the_user  # str() of a list holding a traced value is the user's text
     def print(self, *args, sep=" ", end="\n", file=None, flush=False):

@@ -23,12 +23,12 @@ import copy
 import functools
 import inspect
 import linecache
-import operator
 import sys
 import textwrap
 import types
 
 from .deferred_text import defer_printed_text
+from .dims import calls_for_the_user
 from .errors import TraceError
 from .hook_calls import HOOK
 from .if_selects import expand_if_selects
@@ -123,8 +123,19 @@ def _computed_key(key):
 
 
 _EQUALITY = {ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in"}
-COMPARED = {"==": operator.eq, "!=": operator.ne, "in": lambda item, container: item in container,
-            "not in": lambda item, container: item not in container}
+
+
+@calls_for_the_user  # `n in {5, 6}` hashes a dim as the user's lookup (dims._from_user)
+def compared(left, right, op):
+    """``left <op> right`` for the ops of ``_EQUALITY``, as the user's code would: a dim
+    hashed here (``n in {5, 6}``) is specialized to its value, as in the user's frame."""
+    if op == "==":
+        return left == right
+    if op == "!=":
+        return left != right
+    if op == "in":
+        return left in right
+    return left not in right
 
 
 def _hook(method, *args, node):

@@ -394,6 +394,14 @@ class SymInt:
                 return arg.context.process(prim, args, params)
         return current_context().process(prim, args, params)  # np.arange(n): no operand
 
+    # copy.deepcopy(len(x)) is the int itself, as for an int: a copy would copy the trace's
+    # context, so the guards its comparisons record would go to a copy nobody checks
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         from .ufunc_calls import array_ufunc  # cycle: ufunc_calls -> dims
 

@@ -138,16 +138,18 @@ def unsupported_body(node):
             and iterator.func.id == "range" and not iterator.keywords
             and 1 <= len(iterator.args) <= 3):
         return "not a loop over range(...) or reversed(range(...))"
-    return unsupported_statements(node, effects=True)
+    return unsupported_statements(node, effects=True, attributes=True)
 
 
-def unsupported_statements(node, effects=False):
+def unsupported_statements(node, effects=False, attributes=False):
     """What in the body of the loop ``node`` keeps it from becoming a body function
     (``break``, a call for its side effect, ...), or None. The as-written fallbacks of
     counted ``while`` loops (``tracejit.tracer.loop_while``) do not count: the counted
     twin runs where capture can happen. With ``effects``, calls under an ``if`` that
     ``loop_effects.mark_conditional_effects`` marked pass (their hook refuses a trial
-    that reaches them)."""
+    that reaches them). With ``attributes``, ``self.cost_.append(x)`` and ``self.w = ...``
+    pass: a counted loop's trips carry them (``loop_attribute_carries``); a loop with an
+    exit (``while_loops``) carries none, and its trials would leave them written."""
     for inner in _walk_past_fallbacks(node):
         if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
                               ast.Global, ast.Nonlocal, ast.FunctionDef, ast.Lambda,
@@ -155,7 +157,7 @@ def unsupported_statements(node, effects=False):
                               ast.Try, ast.With, ast.While)):
             return f"the body has {type(inner).__name__.lower()}"
         if isinstance(inner, ast.Expr) and not isinstance(inner.value, ast.Constant) and not (
-            _appended(inner.value) or _appended_to_attribute(inner.value)
+            _appended(inner.value) or attributes and _appended_to_attribute(inner.value)
             or _printed(inner.value)
             or effects and getattr(inner, "tracejit_effect", False)
         ):
@@ -165,8 +167,8 @@ def unsupported_statements(node, effects=False):
             for target in targets:
                 for part in ast.walk(target):
                     if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store) and (
-                            not _rooted_at_a_name(part)):
-                        return "the body assigns an attribute of an expression"
+                            not (attributes and _rooted_at_a_name(part))):
+                        return "the body assigns an attribute"
                     if isinstance(part, ast.Starred):
                         return "the body has a starred assignment"
     return None

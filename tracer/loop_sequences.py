@@ -83,7 +83,8 @@ class _Expander:
     def expand(self, loop):
         """``[assignment, if]`` for a loop over an array's rows, else None."""
         form = _form(loop)
-        if form is None or unsupported_statements(loop) is not None or self._read_after(loop):
+        if form is None or unsupported_statements(
+                loop, attributes=True) is not None or self._read_after(loop):
             return None
         kind, call, sources = form
         tag = f"{loop.lineno}_{loop.col_offset}"

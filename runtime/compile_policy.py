@@ -53,20 +53,18 @@ STORM_COMPILES = 3
 STORM_COMPILE_SECONDS = 1.0
 
 
-class CompileDeferred(Exception):
+class _CompileCost(Exception):
+    def __init__(self, estimate):
+        super().__init__(str(estimate))
+        self.estimate = estimate
+
+
+class CompileDeferred(_CompileCost):
     """The compile is long: it goes to the background thread (``Misses._compile_path``)."""
 
-    def __init__(self, estimate):
-        super().__init__(str(estimate))
-        self.estimate = estimate
 
-
-class CompileRefused(Exception):
+class CompileRefused(_CompileCost):
     """The compile would take minutes: its calls run eagerly."""
-
-    def __init__(self, estimate):
-        super().__init__(str(estimate))
-        self.estimate = estimate
 
 
 class CompileBudget:
@@ -91,14 +89,17 @@ class CompileBudget:
 def in_storm(made, mode):
     """Whether a new variant should not be compiled: ``made`` holds the function's
     variants in the order they were made (each with ``estimate`` and ``born_calls``)."""
-    # (another size bucket of a variant is no storm: buckets are few, and a sweep over
-    # sizes makes one each before any is reused)
-    made = [variant for variant in made if not variant.bucket_sibling]
-    if mode != "auto" or len(made) < STORM_COMPILES:
+    recent = _recent(made)
+    if mode != "auto" or len(recent) < STORM_COMPILES:
         return False
-    recent = made[-STORM_COMPILES:]
     return (not any(variant.calls > variant.born_calls for variant in recent)
             and all(variant.estimate.seconds >= STORM_COMPILE_SECONDS for variant in recent))
+
+
+def _recent(made):
+    """The last ``STORM_COMPILES`` variants ``made``, size buckets of a variant aside (no
+    storm: buckets are few, and a sweep over sizes makes one each before any is reused)."""
+    return [variant for variant in made if not variant.bucket_sibling][-STORM_COMPILES:]
 
 
 def where(fn, loops=()):
@@ -121,7 +122,7 @@ def warn_refused(fn, qualname, estimate, loops, stacklevel):
 
 
 def warn_storm(fn, qualname, made, stacklevel):
-    recent = [variant for variant in made if not variant.bucket_sibling][-STORM_COMPILES:]
+    recent = _recent(made)
     seconds = sum(variant.estimate.seconds for variant in recent)
     warnings.warn(
         f"{where(fn)}: tracejit function {qualname} stops compiling new variants: its last "

@@ -36,7 +36,6 @@ False
 from __future__ import annotations
 
 import ctypes
-import sys
 import weakref
 
 import numpy as np
@@ -168,7 +167,11 @@ def layout_ok():
     array.flags.writeable = True
     reference = weakref.ref(view)
     fresh = np.empty(3)
-    return (word(id(fresh) + REFCOUNT) == sys.getrefcount(fresh) - 1
+    # Held by one name, then by a list too: the word is the count of owners. Not
+    # sys.getrefcount, which may or may not count its own argument (3.14 borrows it).
+    alone = word(id(fresh) + REFCOUNT)
+    held = [fresh]
+    return (alone == 1 and word(id(fresh) + REFCOUNT) == 2 and held[0] is fresh
             and word(id(slots) + LIST_SIZE) == 1 and word(word(id(slots) + LIST_ITEMS)) == id(array)
             and word(id(array) + TYPE) == id(np.ndarray)
             and word(id(array) + DESCR) == id(array.dtype)

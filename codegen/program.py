@@ -47,7 +47,7 @@ from tracejit.tracer.ops import broadcast_to_p
 from tracejit.tracer.ops.control import emit, print_text
 from tracejit.tracer.passes import optimize
 
-from . import gc_pause, llvm, loops, python_entry, wrapper_text
+from . import gc_pause, llvm, loops, python_entry, recycled_outputs, wrapper_text
 from .compile_estimate import estimate_compile
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
@@ -380,7 +380,7 @@ def link(program):
     for var in (*program.graph.inputs, *(eqn.out for eqn in program.graph.equations)):
         # Dtype objects: NumPy parses a "<f4" on every np.empty and np.asarray (~0.1 us).
         namespace[_dtype_name(var.aval.dtype)] = var.aval.dtype
-    namespace["_recycled"] = _recycler(namespace["_thread"])
+    namespace["_recycled"] = recycled_outputs.for_thread(namespace["_thread"])
     for index, (_, constant) in enumerate(program.graph.constants):
         namespace[f"_c{index}"] = constant.data
     source = Source()  # as the other generated functions are (tracer/generated_code.py)
@@ -763,40 +763,12 @@ def _relayouter(graph, name, profile, strict):
     return relayout
 
 
-RECYCLE_BYTES = 1 << 20
-
-
 def _may_be_large(buffer, graph):
     """Outputs of a megabyte or more (at the top of their bucket) are recycled."""
     size = buffer.nbytes
     if not isinstance(size, int):
         size = size.bounds(graph.ranges)[1]
-    return size >= RECYCLE_BYTES
-
-
-def _recycler(thread_state):
-    """``recycled(slot, shape, dtype)``: an output array, reusing one this thread returned
-    earlier if nobody holds it any more (only this pool references it). Fresh large
-    arrays are page-faulted on first touch - as slow as the kernel that fills them;
-    caching allocators (JAX, PyTorch) avoid that the same way."""
-    getrefcount = sys.getrefcount
-
-    def recycled(slot, shape, dtype):
-        pools = getattr(thread_state, "outputs", None)
-        if pools is None:
-            pools = thread_state.outputs = {}
-        pool = pools.setdefault(slot, [])
-        for array in pool:
-            # 3 references: the pool's list, this loop's name, getrefcount's argument.
-            if getrefcount(array) == 3 and array.shape == shape:
-                return array
-        array = np.empty(shape, dtype)
-        if len(pool) >= 2:
-            pool.pop(0)
-        pool.append(array)
-        return array
-
-    return recycled
+    return size >= recycled_outputs.RECYCLE_BYTES
 
 
 def _workspace_statements(size):

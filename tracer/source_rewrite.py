@@ -550,7 +550,10 @@ def _file_lambdas(text, first_line=1):
 
 def _last_line(code):
     """The last source line ``code`` or a function nested in it covers (None if unknown)."""
-    ends = [end for _, end, _, _ in code.co_positions() if end is not None]
+    if hasattr(code, "co_positions"):
+        ends = [end for _, end, _, _ in code.co_positions() if end is not None]
+    else:  # Python 3.10: line numbers only, from co_lines
+        ends = [line for _, _, line in code.co_lines() if line is not None]
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             ends.append(_last_line(constant))
@@ -585,6 +588,8 @@ def _lambda_node(function, module, line=None, first_line=1):
     found = [node for node in lambdas
              if tuple(arg.arg for arg in node.args.args) == names
              and line in (None, node.lineno)]
+    if len(found) > 1 and not hasattr(code, "co_positions"):  # Python 3.10: no columns
+        raise RewriteUnavailable("the lambda's line holds other lambdas with its parameters")
     if len(found) > 1:  # the same parameters twice on a line: where its body starts
         starts = {(lineno, column) for lineno, _, column, _ in code.co_positions()}
         found = [node for node in found if (node.body.lineno, node.body.col_offset) in starts]

@@ -408,7 +408,9 @@ def concatenate(arrays, axis=0):
     if axis is None:
         arrays = tuple(reshape(a, (-1,)) for a in arrays)
         axis = 0
-    axis = normalize_axis(axis, max(ndim_of(arrays[0]), 1))
+    if ndim_of(arrays[0]) == 0:  # one 0-d array too: NumPy raises before anything else
+        raise ShapeError("zero-dimensional arrays cannot be concatenated")
+    axis = normalize_axis(axis, ndim_of(arrays[0]))
     if len(arrays) == 1:
         return arrays[0]
     return bind(concatenate_p, *arrays, axis=axis)

@@ -49,6 +49,54 @@ def computed(name, impl, *args, **params):
         raise
 
 
+try:  # NumPy 2's np.errstate sets a context variable: a new object whenever modes change
+    from numpy._core._multiarray_umath import _extobj_contextvar as _ERROR_STATE
+except ImportError:  # (a private name: without it, the modes themselves are compared)
+    _ERROR_STATE = None
+
+
+def error_state():
+    """A token for NumPy's floating-point error modes in force now (``np.errstate``'s),
+    cheap to compare by identity; ``ErrorModes`` keeps one with the modes it stands for."""
+    return _ERROR_STATE.get() if _ERROR_STATE is not None else tuple(np.geterr().items())
+
+
+class ErrorModes:
+    """NumPy's floating-point error modes at a call, and which the function set since.
+
+    Compiled code checks no floating-point flags, so a function raising FloatingPointError
+    on its own terms (``with np.errstate(divide="raise"): try: ... except
+    FloatingPointError:``) would return what the trace saw where NumPy raises: a trace
+    refuses an operation under a ``"raise"``, ``"call"`` or ``"log"`` mode the function set
+    (the caller's modes at the call are docs/sharp_bits.md's, not refused; tracejit's own
+    ``np.errstate(all="ignore")`` blocks set nothing that counts).
+
+    >>> modes = ErrorModes()
+    >>> modes.set_since() is None
+    True
+    >>> with np.errstate(divide="raise"):
+    ...     modes.set_since()
+    "np.errstate(divide='raise')"
+    >>> with np.errstate(all="ignore"):
+    ...     modes.set_since() is None
+    True
+    """
+
+    def __init__(self):
+        self.token, self.modes = error_state(), np.geterr()
+
+    def set_since(self):
+        """``np.errstate(...)`` text of the modes compiled code cannot honour that were set
+        since the call began, else None."""
+        if error_state() is self.token:
+            return None
+        chosen = {kind: mode for kind, mode in np.geterr().items()
+                  if mode in ("raise", "call", "log") and mode != self.modes.get(kind)}
+        if not chosen:
+            return None
+        return "np.errstate(" + ", ".join(f"{kind}={mode!r}" for kind, mode in chosen.items()) + ")"
+
+
 def _warn_from_user_code(name, error, flag):
     frame, level = sys._getframe(1), 2
     while frame is not None and is_internal(frame.f_code.co_filename):

@@ -59,7 +59,7 @@ from .implicit import find_implicit_inputs
 from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, line_prefix, user_location
 from .loops import UNDEFINED, write_prints
-from .numpy_warnings import computed
+from .numpy_warnings import ErrorModes, computed
 from .outside_inputs import OutsideInputs
 from .passes import decisions_may_differ
 from .pending import deferred, force, is_pending, recording_lazily
@@ -257,6 +257,9 @@ class TracingContext(ShapeFacts, OutsideInputs):
         # and to the streams of the call: a print after the function redirected stdout
         # (contextlib.redirect_stdout(buffer)) refuses (Hooks.print)
         self.streams = {"stdout": sys.stdout, "stderr": sys.stderr}
+        # and to NumPy's error modes of the call: modes the function itself sets to raise
+        # refuse (bind; compiled code checks no floating-point flags)
+        self.error_modes = ErrorModes()
         self.finished = False
 
     # --- vars and atoms ----------------------------------------------------------------
@@ -347,6 +350,11 @@ class TracingContext(ShapeFacts, OutsideInputs):
         # (decided first: the check forces a pending operand, which compute cannot take)
         lazy = recording_lazily() or any(is_pending(value) for value in values)
         check_python_arithmetic(self, prim, args, values, avals)  # 1.0 / 0.0 raises
+        modes = self.error_modes.set_since()
+        if modes is not None:
+            raise trace_error(f"{prim.name} under {modes} set inside the function: "
+                              "compiled code checks no floating-point flags, so it would "
+                              "not raise FloatingPointError where NumPy does")
         concrete = {key: _concrete_param(value) for key, value in params.items()}
         if prim.kind == "control":  # a loop replayed by reverse mode, maybe in a loop body:
             concrete["bindings"] = self.symbol_values()  # its body may read outer indices

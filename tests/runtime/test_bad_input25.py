@@ -1,0 +1,94 @@
+"""Bad input, round 25 (helper-202): errors the user's code raises on its own terms.
+
+Probed and found right (no change): exceptions the user's code raises inside loops
+(ValueError from a test on data, ZeroDivisionError, IndexError past the end, assert with a
+message, matmul shape mismatches after a few trips) raise eager's type and message, and the
+objects, lists and arrays the loop wrote before the raise are left as eager leaves them;
+``try``/``except IndexError`` around an index the trace would take runs eagerly with a
+reason; ``try``/``except KeyError`` around a ``raise`` on data compiles with a side exit.
+
+Found: ``np.errstate(divide="raise")`` (or ``"call"``, ``"log"``) entered inside the jitted
+function was honoured by the traced call only: compiled calls returned ``inf``/``nan``
+where NumPy raises FloatingPointError, and a ``try: ... except FloatingPointError:`` in the
+function took the other branch (a wrong value, silently).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tracejit as tj
+
+
+def guarded_reciprocal(x):
+    with np.errstate(divide="raise"):
+        try:
+            y = 1.0 / x
+        except FloatingPointError:
+            y = x
+    return y
+
+
+def strict_sqrt(x):
+    with np.errstate(invalid="raise"):
+        return np.sqrt(x) * 2
+
+
+def counted_logs(x):
+    calls = []
+    with np.errstate(divide="call", call=lambda kind, flag: calls.append(kind)):
+        y = np.log(x)
+    return y, len(calls)
+
+
+def quiet_log(x):
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+def _outcome(function, x):
+    try:
+        return "returned", function(x)
+    except FloatingPointError as error:
+        return "raised", str(error)
+
+
+@pytest.mark.parametrize("function, bad", [
+    (guarded_reciprocal, np.array([1.0, 0.0, 2.0])),
+    (strict_sqrt, np.array([1.0, -1.0, 4.0])),
+    (counted_logs, np.array([1.0, 0.0, 3.0])),
+], ids=["try_except", "raise", "call"])
+def test_errstate_set_inside_the_function_is_honoured_at_every_call(function, bad):
+    compiled = tj.jit(function, cache="memory")
+    good = np.array([1.0, 2.0, 4.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in [good, good * 2, bad, good, bad, good * 3]:
+            want, got = _outcome(function, x.copy()), _outcome(compiled, x.copy())
+            assert want[0] == got[0], (x, want, got)
+            if want[0] == "raised":
+                assert got[1] == want[1]
+                continue
+            for want_leaf, got_leaf in zip(np.atleast_1d(want[1]) if not isinstance(
+                    want[1], tuple) else want[1], np.atleast_1d(got[1]) if not isinstance(
+                    got[1], tuple) else got[1]):
+                np.testing.assert_array_equal(got_leaf, want_leaf)
+    reason = compiled.explain()
+    assert "set inside the function" in reason and function.__code__.co_filename in reason
+
+
+def test_errstate_ignore_inside_the_function_still_compiles():
+    compiled = tj.jit(quiet_log, cache="memory")
+    for x in [np.array([1.0, 2.0]), np.array([0.0, 3.0]), np.array([2.0, 0.0])]:
+        np.testing.assert_allclose(compiled(x), quiet_log(x), rtol=1e-15)
+    assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
+
+
+def test_the_callers_raise_mode_does_not_refuse_the_trace():
+    """(docs/sharp_bits.md: the caller's np.errstate is honoured by traced calls only.)"""
+    compiled = tj.jit(lambda x: np.sqrt(x) + 1, cache="memory")
+    with np.errstate(all="raise"):
+        for x in [np.array([1.0, 4.0]), np.array([9.0, 16.0]), np.array([4.0, 1.0])]:
+            np.testing.assert_allclose(compiled(x), np.sqrt(x) + 1, rtol=1e-15)
+    assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()

@@ -17,9 +17,11 @@
 
 Each workload runs NumPy eager, tracejit and, when they are importable, torch eager,
 torch.compile, jax.jit, numba and numexpr (where the peer is meaningful; see
-``benchmarks.peers``), in one process, round-robin, after warm-up; the figure is the median
-sample (each sample comes after a pause and an untimed call: see
-``harness.measure_interleaved``). Every result is checked against NumPy eager. Each of
+``benchmarks.peers``), in one process, round-robin, after warm-up, every library's pool on
+the same thread count (``peers.same_threads``; a note lists them); the figure is the median
+sample (each sample comes after a pause and an untimed call, and reads the process's page
+faults, preemptions and CPU per call: see ``harness.measure_interleaved``). Every result is
+checked against NumPy eager. Each of
 workloads 1-6 has a fresh worker process of its own (so a crash is reported instead of
 ending the run, and no workload inherits another's address space or thread pools);
 workload 7 starts a fresh process per measurement, and 11-14 run in fresh processes of
@@ -80,14 +82,22 @@ def _reference_loss():
 def run_here(key, quick, unrolled_rnn):
     """Build one of workloads 1-6 with its peers and measure it in this process."""
     settings = _settings(quick)
+    threads = peers.same_threads()
     rng = np.random.default_rng(SEED)
     workload = BUILDERS[key](rng, unrolled=unrolled_rnn) if key == "rnn" else BUILDERS[key](rng)
     workload.candidates += peers.candidates_for(workload)
     calls = key == "call_overhead"
-    return run_workload(workload,
-                        rounds=settings["call_rounds" if calls else "rounds"],
-                        sample_seconds=settings["call_sample_seconds" if calls
-                                                else "sample_seconds"])
+    result = run_workload(workload,
+                          rounds=settings["call_rounds" if calls else "rounds"],
+                          sample_seconds=settings["call_sample_seconds" if calls
+                                                  else "sample_seconds"])
+    if peers.xla_threads():
+        threads["XLA"] = peers.xla_threads()
+    result["threads"] = threads
+    result["notes"].append("threads per library (one process; each candidate's pool idle "
+                           "while another runs): " + ", ".join(
+                               f"{name} {count}" for name, count in threads.items()))
+    return result
 
 
 def _crashed(key, reason):

@@ -11,14 +11,15 @@ the median sample.
 >>> x = np.ones(4)
 >>> timing = measure_interleaved([Candidate("numpy", lambda: x + 1)], rounds=3,
 ...                              sample_seconds=0.001)
->>> sorted(timing["numpy"])
-['calls_per_sample', 'median_s', 'samples_s']
+>>> sorted(timing["numpy"])[:3]
+['calls_per_sample', 'cpu_ms_per_call', 'faults_per_call']
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ import numpy as np
 
 NUMPY = "NumPy eager"
 TRACEJIT = "tracejit"
+# Per call, medians over a row's samples (``measure_interleaved``).
+USAGE_FIELDS = ("faults_per_call", "preemptions_per_call", "cpu_ms_per_call")
 
 
 @dataclass
@@ -116,16 +119,32 @@ def median_per_call(calls, repeats, target_seconds, probe=20):
     return {name: statistics.median(values) for name, values in samples.items()}, number
 
 
-def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seconds=0.15):
+def _usage():
+    """This process's minor page faults, involuntary context switches and CPU seconds (all
+    threads) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_nivcsw, usage.ru_utime + usage.ru_stime
+
+
+def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seconds=0.15,
+                        min_calls=1):
     """Median seconds per call of each candidate, timed round-robin in one process.
 
     Each candidate is first called ``warmup`` times (compiles, caches, thread pools), then
-    the calls per sample are chosen so that one sample lasts about ``sample_seconds``.
-    Before each sample the process sleeps ``pause_seconds`` and then calls the candidate
-    once, untimed. The pause lets the worker threads the previous candidate left
-    spin-waiting go to sleep (OpenBLAS's spin for about 0.1 s after a call; interleaved
-    without the pause, torch.compile's MLP step measured 22 ms instead of 11); the untimed
-    call wakes the candidate's own threads, so it is not charged for waking them either.
+    the calls per sample are chosen so that one sample lasts about ``sample_seconds`` (and
+    holds at least ``min_calls``). Before each sample the process sleeps ``pause_seconds``
+    and then calls the candidate once, untimed. The pause lets the worker threads the
+    previous candidate left spin-waiting go to sleep (OpenBLAS's spin for about 0.1 s after
+    a call; interleaved without the pause, torch.compile's MLP step measured 22 ms instead
+    of 11); the untimed call wakes the candidate's own threads, so it is not charged for
+    waking them either.
+
+    Each sample also reads the process's resource usage, so a slow row says why: per call,
+    the median over samples of the minor page faults (fresh memory: the allocator gave
+    pages back), the involuntary context switches (``preemptions``: a thread of this
+    process lost its core, to another process or to another of its own threads, such as a
+    library's pool spinning) and the CPU milliseconds of all threads (above the wall time
+    × the candidate's threads: something else in the process ran).
     """
     for candidate in candidates:
         for _ in range(warmup):
@@ -133,18 +152,25 @@ def measure_interleaved(candidates, rounds, sample_seconds, warmup=3, pause_seco
     numbers = {}
     for candidate in candidates:
         once = min(seconds_per_call(candidate.call, 1) for _ in range(3))
-        numbers[candidate.name] = max(1, int(sample_seconds / max(once, 1e-9)))
+        numbers[candidate.name] = max(min_calls, int(sample_seconds / max(once, 1e-9)))
     samples = {candidate.name: [] for candidate in candidates}
+    usage = {candidate.name: [] for candidate in candidates}
     for round_index in range(rounds):
         shift = round_index % len(candidates)
         for candidate in candidates[shift:] + candidates[:shift]:
             time.sleep(pause_seconds)
             candidate.call()
             number = numbers[candidate.name]
+            before = _usage()
             samples[candidate.name].append(seconds_per_call(candidate.call, number))
+            usage[candidate.name].append([(after - start) / number
+                                          for after, start in zip(_usage(), before)])
     return {
         name: dict(median_s=statistics.median(values), samples_s=values,
-                   calls_per_sample=numbers[name])
+                   calls_per_sample=numbers[name],
+                   faults_per_call=statistics.median(row[0] for row in usage[name]),
+                   preemptions_per_call=statistics.median(row[1] for row in usage[name]),
+                   cpu_ms_per_call=statistics.median(row[2] for row in usage[name]) * 1e3)
         for name, values in samples.items()
     }
 
@@ -169,6 +195,8 @@ class Workload:
     notes: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)  # the arrays every candidate reads
+    # Each sample holds at least this many calls (``measure_interleaved``'s ``min_calls``).
+    min_calls: int = 1
 
 
 def _describe(error):
@@ -205,8 +233,8 @@ def run_workload(workload, rounds, sample_seconds, pause_seconds=0.15):
             candidate.info["dtypes"] = f"returns {', '.join(sorted({str(d) for d in dtypes}))}"
         checked.append((candidate, compared))
     timed = [candidate for candidate, _ in checked]
-    timing = (measure_interleaved(timed, rounds, sample_seconds, pause_seconds=pause_seconds)
-              if timed else {})
+    timing = (measure_interleaved(timed, rounds, sample_seconds, pause_seconds=pause_seconds,
+                                  min_calls=workload.min_calls) if timed else {})
     scale = 1e6 if workload.unit == "µs" else 1e3
     for candidate, compared in checked:
         if candidate.after_run is not None:
@@ -223,6 +251,7 @@ def run_workload(workload, rounds, sample_seconds, pause_seconds=0.15):
         rows[candidate.name] = dict(status=status, median=measured["median_s"] * scale,
                                     samples=[value * scale for value in measured["samples_s"]],
                                     calls_per_sample=measured["calls_per_sample"],
+                                    **{name: measured[name] for name in USAGE_FIELDS},
                                     max_rel_diff=difference,
                                     first_call_ms=first_calls[candidate.name] * 1e3)
     numpy_median = next((rows[c.name]["median"] for c in workload.candidates

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 
 import numpy as np
 
@@ -404,6 +405,54 @@ NOT_RUN = {"rnn": {"torch.compile": "not run, as in DESIGN.md §6 (recompiles pe
                               "numexpr": "no matmul"},
            "transformer_block": {"numba": "only BLAS calls around its loops",
                                  "numexpr": "no matmul"}}
+
+
+def same_threads():
+    """Put every library's thread pool on as many threads as tracejit's (its
+    ``TRACEJIT_NUM_THREADS``, or the cores this process may use) and return what each one
+    then has, ``{library: threads}``: NumPy's OpenBLAS (threadpoolctl), torch's intra-op
+    pool (``torch.set_num_threads``) and tracejit's pool. XLA's CPU pool is one thread per
+    core and is fixed when jax starts; its count is read off the process's threads
+    (``tf_XLAEigen``) by ``xla_threads`` once jax has run. So no row of a workload is timed
+    with more threads than another: a workload's candidates share one process.
+
+    >>> counts = same_threads()
+    >>> counts["tracejit"] >= 1 and set(counts) >= {"tracejit"}
+    True
+    """
+    from tracejit.codegen.parallel import thread_count
+    from tracejit.runtime.config import configure_codegen
+
+    configure_codegen()  # TRACEJIT_NUM_THREADS, as the runtime reads it
+    threads = thread_count()
+    counts = {"tracejit": threads}
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
+        threadpool_limits(threads, user_api="blas")
+        blas = [pool["num_threads"] for pool in threadpool_info()
+                if pool.get("user_api") == "blas" and "numpy" in pool.get("filepath", "")]
+        if blas:
+            counts["OpenBLAS"] = blas[0]
+    if _installed("torch"):
+        torch = importlib.import_module("torch")
+        torch.set_num_threads(threads)
+        counts["torch"] = torch.get_num_threads()
+    return counts
+
+
+def xla_threads():
+    """The threads of XLA's CPU pool in this process (Linux: their names), or None."""
+    try:
+        names = []
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+    except OSError:
+        return None
+    return sum(name.startswith("tf_XLAEigen") for name in names) or None
 
 
 def candidates_for(workload):

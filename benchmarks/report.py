@@ -69,11 +69,25 @@ def _facts(row, unit):
         parts.append(f"{info['disk_hits']} disk hit")
     if info.get("side_exits"):
         parts.append(f"side exits {info['side_exits']}")
+    if row.get("cpu_ms_per_call") is not None and unit == "ms":
+        parts.append(_usage(row))
     if "warm_call_ms" in info:
         extra = row["median"] - info["warm_call_ms"] if row["median"] else None
         parts.append(f"then {_with_unit(info['warm_call_ms'])}/call (the first call: "
                      f"{_with_unit(extra, signed=True)})")
     return ", ".join(parts)
+
+
+def _usage(row):
+    """A sample's resource use per call (``harness.measure_interleaved``), in a few words:
+    CPU of all the process's threads, page faults, preemptions.
+
+    >>> _usage(dict(cpu_ms_per_call=20.94, faults_per_call=0.0, preemptions_per_call=0.25))
+    'per call: CPU 20.9 ms, 0 page faults, 0.25 preemptions'
+    """
+    return (f"per call: CPU {row['cpu_ms_per_call']:.3g} ms, "
+            f"{row['faults_per_call']:.3g} page faults, "
+            f"{row['preemptions_per_call']:.3g} preemptions")
 
 
 def _first_calls(result):

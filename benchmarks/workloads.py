@@ -192,6 +192,11 @@ def mlp_workload(rng):
         title=TITLES["mlp_train_step"],
         target="≤ jax.jit under either OpenBLAS kernel; ≤ 1.3× FLOP time at peak",
         normalize=mlp_gradients(weights),
+        # A sample of 4 steps or more, as the batch-512 row's (benchmarks.mlp_step): with one
+        # step per 20 ms sample the idle runs since e4e1a20 put NumPy's median at 24.8-26.9
+        # ms against a best of 11.7-13.9 and the batch-512 row's 12.0-14.0 (the same step);
+        # the rows of 3+ calls a sample spread 1.03-1.25x (jax.jit, tracejit's batch rows).
+        min_calls=4,
         candidates=[
             Candidate(NUMPY, lambda: mlp_train_step(x, labels, *weights, LEARNING_RATE),
                       note="hand-written backward"),

@@ -17,8 +17,13 @@ OpenBLAS reports (threadpoolctl) and the load average before and after.
 Candidates, checked against NumPy eager (the loss and the gradients implied by the update)
 and timed round-robin by ``harness.run_workload`` (wall time, a pause before each sample):
 NumPy eager; tracejit's ``@jit`` of the hand-written step with the default GEMM rule
-(``auto``), with the own GEMM forced (``own``) and with OpenBLAS forced (``blas``); and
-``jax.jit`` of value_and_grad plus the SGD update (``benchmarks.peers.jax_mlp_step``).
+(``auto``: the own GEMM for the four products no decision reads, NumPy's OpenBLAS call for
+``x @ w1``, which the relu mask reads; a note counts them from the compiled program) and
+with OpenBLAS for every product (``blas``), so the two rows set the own GEMM against
+OpenBLAS on the same products; and ``jax.jit`` of value_and_grad plus the SGD update
+(``benchmarks.peers.jax_mlp_step``). The ``own`` setting is not timed: it puts the mask's
+product on the own GEMM too, checked against that product's bound, which ordinary data
+fails (efd8dae), so every call ran eagerly and the row timed NumPy plus a failed guard.
 
 The peak: the faster of two measurements. One core's rate times the thread count, where
 one core's is OpenBLAS on a 1024³ float32 product limited to one thread (threadpoolctl),
@@ -35,8 +40,7 @@ epilogue of dW1's product computes it per row panel, so dW1 itself is never stor
 ``x @ w1`` (49% of the FLOPs) is NumPy's OpenBLAS call, so the mask decides as NumPy's;
 a note gives the floor that sets (``mask_product_floor``: that product at OpenBLAS's
 2048³ rate, the rest at the peak): with OpenBLAS's Haswell kernel on this Zen 5 host about
-1.37×, above the issue's 1.3×. Under ``own`` that mask is checked against the own
-product's bound, which ordinary data fails: those steps run eagerly (their status says so).
+1.37×, above the issue's 1.3×.
 
 ``python -m benchmarks`` runs the same workloads (keys ``mlp_b64``, ``mlp_b512``,
 ``mlp_b4096``) under the OpenBLAS setting of its own environment.
@@ -173,10 +177,12 @@ def mlp_workload(batch, peak=None, blas_kernel=None, blas_rate=None):
     weights = [inputs[name] for name in ("w1", "b1", "w2", "b2")]
     candidates = [Candidate(NUMPY, lambda: mlp_train_step(x, labels, *weights, LEARNING_RATE),
                             note="hand-written backward")]
-    for setting in ("auto", "own", "blas"):
+    split = None
+    for setting in ("auto", "blas"):
         compiled = jit(cache="memory")(mlp_train_step)
         with blas.gemm_override(setting):  # the first call compiles under the setting
             compiled(x, labels, *weights, LEARNING_RATE)
+        split = split or product_split(compiled)
         candidates.append(Candidate(
             f"tracejit GEMM {setting}", peer=TRACEJIT, after_run=_tracejit_info(compiled),
             call=lambda compiled=compiled: compiled(x, labels, *weights, LEARNING_RATE),
@@ -195,19 +201,57 @@ def mlp_workload(batch, peak=None, blas_kernel=None, blas_rate=None):
     if peak:
         notes.append(f"measured peak {peak[0]:.0f} GFLOP/s ({peak[1]}): the step's matmul "
                      f"FLOPs take {step_flops(batch) / peak[0] / 1e6:.3f} ms")
+    products, decided = split
+    notes.append(f"of the step's {products} products, {decided} read by a decision (the relu "
+                 "mask) call NumPy's OpenBLAS routine under both settings, for NumPy's bits; "
+                 f"the other {products - decided} run on the own GEMM under 'auto' (its rule: "
+                 "benchmarks/gemm.py) and on OpenBLAS under 'blas'. The 'own' setting (the "
+                 "mask's product on the own GEMM too, checked against its bound) is not "
+                 "timed: ordinary data fails the check, so it ran eagerly")
     if peak and blas_rate:
         notes.append(
             f"the relu mask's product x @ w1 ({mask_product_flops(batch) / step_flops(batch):.0%}"
             f" of the FLOPs) is NumPy's OpenBLAS call under 'auto', so the mask decides as "
             f"NumPy's: at OpenBLAS's {blas_rate:.0f} GFLOP/s ({PEAK_SIZE}³, all threads) and "
             f"the rest at the peak, 'auto' cannot go below "
-            f"{mask_product_floor(batch, peak[0], blas_rate):.2f}× FLOP time; under 'own' "
-            "the mask is checked against the own product's bound (eager calls when it "
-            "fails: the status)")
+            f"{mask_product_floor(batch, peak[0], blas_rate):.2f}× FLOP time")
     return Workload(inputs=inputs, key=f"mlp_b{batch}", title=f"MLP train step batch {batch}",
                     target="≤ jax.jit and ≤ 1.3× FLOP time at peak",
                     normalize=mlp_gradients(weights), candidates=candidates, notes=notes,
                     skipped=skipped)
+
+
+def product_split(jitted):
+    """``(products, decided)``: the float32 matmuls of ``jitted``'s compiled programs, and
+    how many of them a decision reads (``codegen/numpy_products.decision_products``: those
+    are NumPy's own OpenBLAS call under the default rule).
+
+    >>> from tracejit import jit
+    >>> from tracejit.codegen import blas
+    >>> def layer(x, w):
+    ...     pre = x @ w
+    ...     return np.where(pre > 0, pre @ w.T, 0)
+    >>> jitted = jit(cache="memory")(layer)
+    >>> x = np.ones((4, 3), np.float32)
+    >>> with blas.gemm_override("auto"):
+    ...     _ = jitted(x, np.ones((3, 3), np.float32))
+    >>> product_split(jitted)
+    (2, 1)
+    """
+    from tracejit.codegen.numpy_products import decision_products
+
+    products = decided = 0
+    for variant in jitted._variants:
+        for _, path in variant.root.walk():
+            for program in (path.program, path.backward):
+                if program is None:
+                    continue
+                decisions = decision_products(program.graph)
+                for equation in program.graph.equations:
+                    if equation.prim.name == "matmul":
+                        products += 1
+                        decided += equation.out.name in decisions
+    return products, decided
 
 
 def _blas_kernel():

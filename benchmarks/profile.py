@@ -15,7 +15,7 @@ the wall time per call, the time inside each kernel, and what is left outside th
   matmul kernels call), so the matmul kernels' time can be read against the gemm's own.
 
 The batch-64 MLP step (``benchmarks.mlp_step``'s ``mlp_b64`` row) is also profiled under
-the GEMM settings ``auto`` and ``own`` interleaved, step by step: each kernel's best and
+the GEMM settings ``auto`` and ``blas`` interleaved, step by step: each kernel's best and
 median time over the steps (a best is what a step takes when nothing else holds up the
 cores), and the step against its FLOP time at the measured peak (``mlp_step.peak_gflops``:
 the faster of one core's rate times the threads and the all-thread rate). Under ``auto``
@@ -23,9 +23,10 @@ the first product, which the relu mask reads, is NumPy's own OpenBLAS call
 (``codegen/numpy_products.py``), and OpenBLAS's worker spins on its core for ~0.1 ms
 after it (``codegen/blas.py``; at its old 2**20 cycles, ~0.4 ms, into dW1's own GEMM);
 with the product at OpenBLAS's rate the step cannot go below ``mlp_step.mask_product_floor``
-× its FLOP time, printed as the 'auto' floor. Under ``own`` the mask's check against the
-own product's bound fails on ordinary data and the step runs eagerly (its eager calls are
-printed).
+× its FLOP time, printed as the 'auto' floor. Under ``blas`` every product is OpenBLAS's,
+so the two settings' kernels set the own GEMM against OpenBLAS product by product (not
+``own``: it puts the mask's product on the own GEMM too, whose check against its bound
+fails on ordinary data, and the step runs eagerly).
 
 The transformer block (``examples/transformer_block.py``, the ``transformer_block`` row)
 is profiled kernel by kernel the same way, best and median, each matmul kernel's GFLOP/s
@@ -151,7 +152,7 @@ def step_profiles(batch, settings, steps):
             _timed_call(jitted, arguments, walls, kernels)
     for setting, jitted in compiled.items():
         eager = jitted.stats()["eager_calls"]
-        if eager:  # 'own': the relu mask's check on the own product fails (eager steps)
+        if eager:  # ('own': the relu mask's check on the own product fails)
             print(f"  {setting}: eager calls {eager}")
     return profiles
 
@@ -168,7 +169,7 @@ def _timed_call(jitted, arguments, walls, kernels):
 
 
 def mlp_batch_64(runs, batch=64):
-    """Where the batch-64 step's time goes under ``auto`` and ``own``, kernel by kernel."""
+    """Where the batch-64 step's time goes under ``auto`` and ``blas``, kernel by kernel."""
     from tracejit.codegen.parallel import thread_count
 
     from .mlp_step import mask_product_floor, peak_gflops, step_flops
@@ -182,7 +183,7 @@ def mlp_batch_64(runs, batch=64):
         print(f"  'auto' floor: the relu mask's product at OpenBLAS's {peaks['OpenBLAS']:.0f} "
               f"GFLOP/s, the rest at the peak: "
               f"{mask_product_floor(batch, peak, peaks['OpenBLAS']):.2f}x FLOP time")
-    for setting, (walls, kernels) in step_profiles(batch, ("auto", "own"), runs).items():
+    for setting, (walls, kernels) in step_profiles(batch, ("auto", "blas"), runs).items():
         best, median = min(walls) * 1e3, float(np.median(walls)) * 1e3
         print(f"  {setting}: step {best:.3f} / {median:.3f} ({best / flop_ms:.2f}x / "
               f"{median / flop_ms:.2f}x FLOP time)")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from . import math_tanh
 from .dtypes import F32, F64
 from .math_core import (
     Float,
@@ -306,8 +307,9 @@ def _tanh_float32(builder, magnitude):
 
 def tanh(builder, x):
     """float64: expm1(2|x|) / (expm1(2|x|) + 2), sign restored; float32 see
-    ``_tanh_float32``. With |x| clamped where tanh rounds to 1, 2^n stays a normal float
-    and the exponential needs none of its range handling: one scale, no selects. float32's
+    ``math_tanh`` (AVX-512: polynomials from tables) or ``_tanh_float32``. With |x|
+    clamped where tanh rounds to 1, 2^n stays a normal float and the exponential needs
+    none of its range handling: one scale, no selects. float32's
     clamp keeps NaN (a NaN |x| fails the compare: one min instruction on x86, its operand
     order), which flows through the arithmetic to the result (float32 takes 2^n from the
     bits, no conversion); float64 clamps NaN too (its conversion of n to an integer must
@@ -318,7 +320,8 @@ def tanh(builder, x):
     if f.element == F32:
         magnitude = builder.select(builder.fcmp_ordered(">", magnitude, clamp), clamp,
                                    magnitude)
-        result = _tanh_float32(builder, magnitude)
+        tables = math_tanh.use_tables(x)
+        result = (math_tanh.tanh_tables if tables else _tanh_float32)(builder, magnitude)
     else:
         magnitude = minimum(builder, magnitude, clamp)
         n, r = reduce_ln2(builder, builder.fmul(magnitude, f.const(2.0)))

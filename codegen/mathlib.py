@@ -10,7 +10,7 @@ it (``math_rare_path``). The algorithms live in modules named for them:
     math_log    log, log1p, log2,    math_pow    x ** y
                 log10
     math_erf    erf                  math_core   the shared pieces
-                                     math_rare_path  slow paths per vector
+    math_tanh   float32 tanh         math_rare_path  slow paths per vector
                                      math_table  tables read by permutes
                                      math_scale  v 2^n rounded once
 
@@ -44,8 +44,11 @@ rounded result (NumPy's own float32 SIMD exp, log and log1p are up to 2-4 ulp of
                                               a power of two (a r exact), Q of degree 8;
                                               both exact at powers of b
     tanh       2 ulp    3 ulp      1 ulp      expm1(2|x|) / (expm1(2|x|) + 2), sign restored;
-                                              float32: 1 - 2 / (e^(2|x|) + 1), below 0.7
-                                              an odd polynomial
+                                              float32 on AVX-512: a polynomial of degree 5
+                                              per quarter binade of |x|, from 32-entry
+                                              tables by permutes (no division); elsewhere
+                                              1 - 2 / (e^(2|x|) + 1), below 0.7 an odd
+                                              polynomial
     sin, cos   2 ulp    2 ulp      1 ulp      float32 |x| < 2^20: Cody-Waite by pi/2 in
                                               float-float; else Payne-Hanek by pi/2 (no
                                               branches), fdlibm kernels
@@ -86,10 +89,10 @@ tail into two multiply-adds: 1.694 on every float32 of [1e-7, 1000), 2.087 on ev
 Measured on every float32 (``test_float32_every_float``), in fractions of an ulp of the
 exact result: exp 1.02 (its normal results, at x = -27.378; 0.75 on denormal results,
 0.50 on its rare path, x > 70), expm1 1.46, log1p 0.876 (every float32 of its fast path,
-(-1, 2^100), at x = 0.2743; 0.86 with fdlibm's two divisions before), tanh 1.08 (every
-positive float32; 1.50 with e/(e + 2) before), sin 0.91 and cos 0.96 (their fast path;
-the float64 reduction beyond it), erf 0.81 (0.743 on [0.875, 3.92] with two intervals);
-on every 997th float32 and the edges of the fast paths
+(-1, 2^100), at x = 0.2743; 0.86 with fdlibm's two divisions before), tanh 0.992 (every
+positive float32, the tables; 1.08 by the exponential, 1.50 with e/(e + 2) before), sin
+0.91 and cos 0.96 (their fast path; the float64 reduction beyond it), erf 0.81 (0.743 on
+[0.875, 3.92] with two intervals); on every 997th float32 and the edges of the fast paths
 (``test_float32_fractional_ulp_bound``): exp2 0.99; float32 pow within 0.56 ulp on 39
 million pairs (0.76 where the result is denormal: rounded twice, as exp's). float64
 results are bit for bit those of the library before the float32 fast paths (checked on

@@ -55,7 +55,7 @@ import numpy as np
 import pytest
 from compiled_checks import F32, F64, assert_same, compiled, dtype_id, ulp_distance
 
-from tracejit.codegen import math_exp, math_log, math_trig
+from tracejit.codegen import math_exp, math_log, math_table, math_tanh, math_trig
 from tracejit.tracer import ops
 from tracejit.tracer.ops import special
 
@@ -359,7 +359,9 @@ def test_log2_log10_float64_against_exact_values(name):
 # 3.90 at 1.45e24); since x is reduced with its sign and pi/2's parts are rounded down:
 # 1.694 and 2.087.
 # tanh: 1.08 on every positive float32 up to its saturation since 1 - 2/(e^(2|x|) + 1)
-# replaced e/(e + 2) above 0.7 (1.50 before, at 3.81; NumPy's own: 1.37).
+# replaced e/(e + 2) above 0.7 (1.50 before, at 3.81; NumPy's own: 1.37); read from tables
+# on AVX-512 hosts (``math_tanh``): 0.992 on every positive float32
+# (``test_float32_tanh_paths`` checks the other path).
 EXACT_FRACTIONAL_ULP_FLOAT32 = {"exp": 1.1, "exp2": 1.1, "expm1": 1.5, "log": 1.15, "log1p": 0.9,
                                 "log2": 1.4, "log10": 1.4, "tanh": 1.1, "sin": 1.0,
                                 "cos": 1.0, "tan": 2.1, "erf": 0.85}
@@ -1063,8 +1065,10 @@ def test_float32_power_fast_paths(path, monkeypatch):
 # float32 divisions a vector of each function's fast path: the divider takes ~8 cycles a
 # 16-lane vector on the AVX-512 host, so a second one bounded log1p's loop (fdlibm's
 # s = f/(2 + f) besides c/u: 0.42 ms a 1024x1024 call on one core, 0.35 with one).
-FLOAT32_DIVISIONS = {"log1p": 1, "tanh": 1, "log": 0, "log2": 0, "log10": 0, "exp": 0,
-                     "erf": 0}
+# tanh: none where it reads its polynomials from tables (AVX-512, ``math_tanh``), else the
+# one of 1 - 2/(e^(2|x|) + 1).
+FLOAT32_DIVISIONS = {"log1p": 1, "tanh": 0 if math_table.permutes() else 1, "log": 0, "log2": 0,
+                     "log10": 0, "exp": 0, "erf": 0}
 
 
 @pytest.mark.parametrize("name", sorted(FLOAT32_DIVISIONS))
@@ -1082,6 +1086,65 @@ def test_float32_fast_paths_divide_as_stated(name):
     per_vector = {width: widths.count(width) / stores.count(width) for width in widths}
     expected = FLOAT32_DIVISIONS[name]
     assert set(per_vector.values()) == ({expected} if expected else set()), per_vector
+
+TANH_PATHS = {  # (math_tanh.USE_TABLES, math_table.permutes)
+    "tables": (True, True), "tables lane by lane": (True, False), "exponential": (False, True)}
+
+
+@pytest.mark.parametrize("path", list(TANH_PATHS))
+def test_float32_tanh_paths(path, monkeypatch):
+    """Both float32 tanh codes, the tables AVX-512 hosts read (``math_tanh``) and the
+    exponential's code the others run (and the tables read lane by lane, as on a host
+    without the permutes: bit for bit the permutes' results), within the fractional bound
+    of the exact result on every 997th float32 and every float32 near the tables' first
+    interval and the exponential's series edge, NumPy's NaN, infinities and zeros exactly,
+    and the sign restored bit for bit (odd sizes: scalar remainders)."""
+    def program_of(path):
+        return compiled(("mathlib-tanh-paths", path), lambda x: np.tanh(x),
+                        np.ones(SWEEP_SIZE, F32))
+
+    def evaluate_on(program, values):
+        outputs = []
+        for start in range(0, values.size, SWEEP_SIZE):
+            chunk = values[start:start + SWEEP_SIZE]
+            padding = np.zeros(max(0, SWEEP_SIZE // 2 + 1 - chunk.size), F32)
+            (result,) = program(np.concatenate([chunk, padding]))
+            outputs.append(result[:chunk.size])
+        return np.concatenate(outputs)
+
+    tables, permuted = TANH_PATHS[path]
+    monkeypatch.setattr(math_tanh, "USE_TABLES", tables)
+    values = np.concatenate([float32_bits(0, 0x7F800000, 997),
+                             around_edge(math_exp.TANH_SMALL_LIMIT_F32),
+                             around_edge(0.046875), around_edge(9.5),
+                             np.array([0.0, np.inf, np.nan], F32)])
+    values = values[:values.size // 2]  # the positive half: the sign is checked below
+    if not permuted:
+        if not math_table.permutes():
+            pytest.skip("the permutes' results to compare with need an AVX-512 host")
+        by_permutes = evaluate_on(program_of(path.replace(" lane by lane", "")), values)
+        monkeypatch.setattr(math_table, "permutes", lambda: False)
+    program = program_of(path)
+    actual = evaluate_on(program, values)
+    if not permuted:
+        assert "vpermi2var" not in program.optimized_ir
+        assert (actual.view(np.uint32) == by_permutes.view(np.uint32)).all()
+    negated = evaluate_on(program, -values)
+    assert (negated.view(np.uint32) == (-actual).view(np.uint32)).all()
+    exact = np.tanh(values.astype(np.float64))
+    special = ~np.isfinite(values) | (values == 0)
+    assert_same(actual[special], np.tanh(values[special]), 0, values[special],
+                f"tanh float32 ({path}) at NaN, inf and 0")
+    ordinary = ~special & (exact != 0)
+    spacing = np.spacing(np.abs(exact[ordinary]).astype(F32)).astype(np.float64)
+    errors = np.abs(actual[ordinary] - exact[ordinary]) / spacing
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= EXACT_FRACTIONAL_ULP_FLOAT32["tanh"], (
+        f"tanh float32 ({path}): {errors[worst]:.3f} ulp at x = {values[ordinary][worst]!r}")
+    for size in (SWEEP_SIZE // 2 + 3, SWEEP_SIZE // 2 + 13):
+        (part,) = program(values[:size])
+        assert (part.view(np.uint32) == actual[:size].view(np.uint32)).all(), size
+
 
 # --- float32 sums ----------------------------------------------------------------------
 def summation_inputs():

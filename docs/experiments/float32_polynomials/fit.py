@@ -3,7 +3,8 @@
 the float32 pow of ``docs/experiments/float32_pow``): the coefficients those modules hold are
 this script's output.
 
-    python docs/experiments/float32_polynomials/fit.py log   (or log1p, tan, tanh)
+    python docs/experiments/float32_polynomials/fit.py log   (or log1p, tan, tanh,
+                                                              tanh_tables)
 
 A fit is a linear program on a dense grid (minimize the largest weighted error; HiGHS via
 scipy, scaled so its tolerances sit far below the error), then the coefficients are rounded
@@ -37,6 +38,8 @@ def minimax(target, basis, weight, grid, scale=2.0**24):
                      bounds=[(None, None)] * (count + 1), method="highs",
                      options=dict(primal_feasibility_tolerance=1e-10,
                                   dual_feasibility_tolerance=1e-10))
+    if result.x is None:  # HiGHS gave up (a few of tanh_tables' intervals): rescale
+        return minimax(target, basis, weight, grid, scale / 16)
     return result.x[:count] / sizes
 
 
@@ -132,6 +135,55 @@ def fit_tanh():
     print(f"tanh: within 2^{np.log2(float(error.max())):.2f}: {coefficients}")
 
 
+def fit_tanh_tables():
+    """The float32 tanh's 32 intervals of |x| (``codegen/math_tanh.py``): entry k >= 1 is
+    [lo, hi) with (bits(lo) >> 21) = 489 + k (four a binade from 0.046875; the last one
+    ends at the clamp, 9.5), entry 0 [0, 0.046875). Each gets a center near its middle
+    whose tanh is nearest a float32 (c0 = that float32: its rounding adds next to nothing)
+    and c1..c5 for y = |x| - center of the least degree within 0.02 ulp (weight: 1/ulp of
+    tanh), zeros above; entry 0 is odd (center 0: c1 y + c3 y^3 + c5 y^5). Printed as the
+    module's tuples."""
+    def from_bits(bits):
+        return float(np.array(bits, np.uint32).view(np.float32))
+
+    base, degree = 489, 5
+    centers, columns = [], [[] for _ in range(degree + 1)]
+    for k in range(32):
+        low = 0.0 if k == 0 else from_bits((base + k) << 21)
+        high = min(from_bits((base + k + 1) << 21), 9.5)
+        center = 0.0 if k == 0 else _nearest_float32_tanh(low, high)
+        c0 = float(np.float32(mpmath.tanh(center)))
+        grid = grid_on(low, high)
+        exact = np.array([float(mpmath.tanh(mpmath.mpf(x))) for x in grid])
+        weight = 2.0**-24 / np.spacing(exact.astype(np.float32)).astype(np.float64)
+        powers = range(1, degree + 1, 2) if k == 0 else range(1, degree + 1)
+        basis = [lambda y, j=j: y**j for j in powers]
+        for count in range(1, len(basis) + 1):
+            coefficients, error = fit_float32(exact - c0, basis[:count], weight, grid - center)
+            if error * 2**24 <= 0.02:
+                break
+        row = dict(zip(powers, coefficients))
+        centers.append(center)
+        columns[0].append(c0)
+        for j in range(1, degree + 1):
+            columns[j].append(row.get(j, 0.0))
+        print(f"# {k:2d} [{low:.6g}, {high:.6g}): within {error * 2**24:.3f} ulp", file=sys.stderr)
+    print(f"_CENTERS = {tuple(centers)}")
+    print(f"_COEFFICIENTS = {tuple(tuple(column) for column in columns)}")
+
+
+def _nearest_float32_tanh(low, high):
+    """A float32 in the middle quarter of [low, high) whose tanh is nearest a float32."""
+    first, last = (int(np.array(np.float32(v)).view(np.uint32)) for v in (low, high))
+    middle, span = (first + last) // 2, max(1, (last - first) // 8)
+    candidates = np.arange(middle - span, middle + span,
+                           max(1, span // 2000)).astype(np.uint32).view(np.float32)
+    values = np.tanh(candidates.astype(np.float64))
+    rounded = values.astype(np.float32)
+    distance = np.abs(values - rounded) / np.spacing(rounded).astype(np.float64)
+    return float(candidates[int(np.argmin(distance))])
+
+
 def fit_pow():
     """float32 x ** y (``docs/experiments/float32_pow``, not kept): atanh(s)/s = 1 + z A(z),
     z = s^2 up to the three-way split's largest s (A of degree 2; weight: the error
@@ -163,4 +215,4 @@ def fit_pow():
 
 if __name__ == "__main__":
     {"log": fit_logs, "log1p": fit_log1p, "tan": fit_tan, "tanh": fit_tanh,
-     "pow": fit_pow}[sys.argv[1]]()
+     "tanh_tables": fit_tanh_tables, "pow": fit_pow}[sys.argv[1]]()

@@ -189,6 +189,50 @@ def mlp_batch_64(runs, batch=64):
               f"{median / flop_ms:.2f}x FLOP time)")
         for name, seconds in sorted(kernels.items(), key=lambda row: -min(row[1]))[:6]:
             print(f"    {name:34} {min(seconds) * 1e3:7.3f} / {np.median(seconds) * 1e3:7.3f}")
+    print("  the two big products alone, best ms (the own GEMM without its SGD epilogue):")
+    for name, seconds in product_references(batch, runs).items():
+        print(f"    {name:58} {seconds * 1e3:7.3f}")
+
+
+def product_references(batch, runs):
+    """Best wall seconds of the step's two big products called alone: ``x @ w1`` by NumPy
+    (under 'auto' the relu mask's product is this very call), ``dW1 = x.T @ d_pre`` on
+    the own GEMM and by NumPy, and the own GEMM's ``dW1`` right after NumPy's ``x @ w1``,
+    as in the step, where OpenBLAS's worker still spins on a core (``codegen/blas.py``).
+    Set against the step's kernels they split its time into the floor (NumPy's product),
+    the own GEMM's rate at this shape, the wait on OpenBLAS's spinning worker and the
+    rest."""
+    from tracejit.codegen import gemm
+
+    from .mlp_step import mlp_inputs
+
+    inputs = mlp_inputs(np.random.default_rng(batch), batch)
+    x, w1 = inputs["x"], inputs["w1"]
+    d_pre = np.maximum(x @ w1, 0)
+    forward, d_w1 = np.empty_like(d_pre), np.empty_like(w1)
+    calls = {"NumPy x @ w1": lambda: np.matmul(x, w1, out=forward),
+             "NumPy x.T @ d_pre": lambda: np.matmul(x.T, d_pre, out=d_w1)}
+    if gemm.supported():
+        own = gemm.prepared(x.T, d_pre, d_w1)
+        calls["own GEMM x.T @ d_pre"] = own
+
+        def after_numpy():
+            np.matmul(x, w1, out=forward)
+            start = time.perf_counter()
+            own()
+            return time.perf_counter() - start
+        calls["own GEMM x.T @ d_pre right after NumPy's x @ w1 (timed alone)"] = after_numpy
+    best = {}
+    for name, call in calls.items():
+        call()
+        time.sleep(0.05)  # the previous call's threads stop spinning
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            inside = call()
+            times.append(inside if isinstance(inside, float) else time.perf_counter() - start)
+        best[name] = min(times)
+    return best
 
 
 def matmul_flops(jitted):

@@ -76,6 +76,9 @@ DIRECT_TRANSPOSED_A_FLOATS = 1 << 20
 # 0.15-0.17 ms). Under load a split can wait on a preempted thread (0.2-0.9 ms measured
 # for these products when 1 << 23 was chosen); the batch-64 step's 0.65M ones stay whole.
 PARALLEL_WORK = 1 << 20
+# Chunks a thread of a split direct product (B small and read in place: nothing packed),
+# cut along C's rows (``entry_function``).
+DIRECT_CHUNKS_PER_THREAD = 4
 
 # The chunk function's context: the epilogue entry's 13 arguments, how the work is split,
 # then the combine entry's four (the scale as its float64 bits).
@@ -515,18 +518,32 @@ def entry_function(emitter, chunk):
     function = emitter.function(isa.combine_entry, [*ENTRY_ARGUMENTS, PTR, I64,
                                                     *COMBINE_ARGUMENTS], internal=False)
     *arguments, other, ldo, combine, scale = function.args
-    m, n, k = arguments[2:5]
+    trans_a, trans_b, m, n, k = arguments[:5]
     builder, context, store, threads = entry_prologue(function, CONTEXT_FIELDS, arguments,
                                                       (m, n), pool, [other, ldo, combine,
                                                                      scale])
     # Every chunk packs its own copy of the operand it is not split along, so: one chunk
     # per thread, split along the longer of m and n (the smaller operand is packed twice).
-    # Direct products, which pack nothing, were cut into 4 chunks a thread (3e9ad46) so a
-    # thread held up by OpenBLAS's spinning worker would leave chunks to the other: the
-    # batch-64 MLP step's dW1 + update after NumPy's product gained 0.04-0.1 ms in one
+    # Direct products, which pack nothing, were cut into 4 column chunks a thread (3e9ad46)
+    # so a thread held up by OpenBLAS's spinning worker would leave chunks to the other:
+    # the batch-64 MLP step's dW1 + update after NumPy's product gained 0.04-0.1 ms in one
     # series, but the same product under the own setting lost 0.05-0.25 ms in others
-    # (likely: narrower column chunks stream W1's rows in 512-byte runs), so it stays whole.
-    by_columns = builder.icmp_signed(">", n, m)
+    # (likely: narrower column chunks stream W1's rows in 512-byte runs). So a product whose
+    # small B is read in place (``direct_condition`` on all of C's rows) is cut along the
+    # rows instead, into DIRECT_CHUNKS_PER_THREAD chunks a thread when C has a row panel
+    # for each: W1's rows stay whole, and the chunks go to the threads as they come free.
+    # dW1 at batch 64 (784 x 64 @ 64 x 1024, update fused) right after NumPy's x @ w1,
+    # under chrt -f 10, best / median ms, two alternating processes each: 0.363-0.373 /
+    # 0.373-0.375 with one column chunk a thread, 0.313-0.316 / 0.317-0.320 with 4 row
+    # chunks; alone 0.274-0.289 either way; the compiled step 0.885-0.891 / 0.907-0.918
+    # against 0.823-0.860 / 0.837-0.872 (batch 512, whose dW1 is packed: 5.25-5.40 /
+    # 5.33-5.48 against 5.23-5.27 / 5.29-5.37).
+    direct_rows = builder.and_(
+        builder.icmp_signed(">=", m, builder.mul(threads, c64(
+            DIRECT_CHUNKS_PER_THREAD * isa.mr))),
+        builder.and_(builder.icmp_signed("<=", builder.mul(k, n), c64(DIRECT_B_FLOATS)),
+                     direct_condition(builder, trans_a, trans_b, m, n, k)))
+    by_columns = builder.and_(builder.icmp_signed(">", n, m), builder.not_(direct_rows))
     extent = builder.select(by_columns, n, m)
     step = builder.select(by_columns, c64(isa.nr), c64(isa.mr))
     work = builder.mul(builder.mul(m, n), k)
@@ -542,7 +559,9 @@ def entry_function(emitter, chunk):
 
     builder.position_at_end(spread)
     store(SPLIT_BY_COLUMNS, builder.zext(by_columns, I64))
-    per_thread = builder.sdiv(builder.add(extent, builder.sub(threads, c64(1))), threads)
+    chunks = builder.select(direct_rows, builder.mul(threads, c64(DIRECT_CHUNKS_PER_THREAD)),
+                            threads)
+    per_thread = builder.sdiv(builder.add(extent, builder.sub(chunks, c64(1))), chunks)
     chunk_size = builder.mul(builder.sdiv(builder.add(per_thread, builder.sub(step, c64(1))),
                                           step), step)
     builder.call(parallel_for, [pool, chunk, context, extent, chunk_size])

@@ -174,6 +174,14 @@ def test_products_just_past_the_split_threshold(m, n, trans_a, trans_b, isa):
     (37, 1031, 257, False, 1031),  # odd: column chunks end inside a register tile
     (131, 521, 23, True, 600),     # primes, transposed A, B a column slice (ldb 600)
     (781, 29, 47, True, 29),       # split by rows over a small B
+    # split by rows into several chunks a thread (DIRECT_CHUNKS_PER_THREAD) though C is
+    # wider than tall: the batch-64 MLP step's dW1 (B at DIRECT_B_FLOATS exactly), primes
+    # with a transposed A and a column slice of B, an untransposed A, and C one row more
+    # (AVX-512) than a row panel for every chunk (a last chunk of one row)
+    (784, 1024, 64, True, 1024),
+    (523, 997, 61, True, 1000),
+    (257, 509, 127, False, 509),
+    (65, 1031, 63, False, 1031),
 ])
 def test_split_direct_products_have_the_bits_of_single_rows(m, n, k, trans_a, b_columns,
                                                             isa):

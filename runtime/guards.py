@@ -159,7 +159,9 @@ class EntrySpec:
         for index, number in trace.drawn_inputs.items():
             inputs[index] = ("draw", number)
         for index, (leaf, symbol) in trace.count_inputs.items():  # range(num_iterations)
-            inputs[index] = ("count", leaf, symbol)
+            # (range(self.n_iter): the count is the implicit input's, count_attributes)
+            inputs[index] = ("count_implicit", leaf[1], symbol) if type(leaf) is tuple else (
+                "count", leaf, symbol)
         if trace.gradients is not None:  # cotangents are the backward's inputs, not the call's
             cotangents = set(trace.gradients.cotangent_inputs)
             inputs = [source for index, source in enumerate(inputs) if index not in cotangents]
@@ -191,6 +193,9 @@ class EntrySpec:
         for source in map(tuple, self.inputs):
             if source[0] == "count":
                 where.setdefault(source[2], f"{names[source[1]]}, a loop's trip count")
+            elif source[0] == "count_implicit":
+                where.setdefault(source[2], f"{self.implicit[source[1]].path}, a loop's "
+                                 "trip count")
         for symbol, (low, high) in self.symbols.items():
             seen = f" ({where[symbol]})" if symbol in where else ""
             lines.append(f"{symbol}{seen} in [{low}, {high}]")
@@ -392,8 +397,6 @@ def _guard_statements(spec, source, draws=True):
     for source_key in map(tuple, spec.inputs):
         if source_key[0] == "count":
             _count_statements(source, source_key, bound, spec.symbols, values)
-    for guard in spec.shape_guards:
-        source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, implicit in enumerate(spec.implicit):
         variable = f"implicit{number}"
         source.add("try:")
@@ -410,6 +413,11 @@ def _guard_statements(spec, source, draws=True):
                                                       requires_grad=implicit.requires_grad),
                           bound, spec.symbols)
         values[("implicit", number)] = variable
+    for source_key in map(tuple, spec.inputs):
+        if source_key[0] == "count_implicit":  # range(self.n_iter): read above
+            _count_statements(source, source_key, bound, spec.symbols, values)
+    for guard in spec.shape_guards:  # (after every symbol is bound)
+        source.add(f"if {_relation(guard, bound)}: return {source.miss}")
     for number, (path, kind, value) in enumerate(spec.outside):
         variable = f"outside{number}"
         if kind == "has":  # hasattr(layer, "cache") decided the trace: the same answer
@@ -470,14 +478,15 @@ def _count_carrier(count):
 def _count_statements(source, key, bound, ranges, values):
     """Bind the symbol of a trip count argument (``("count", leaf, symbol)``, an int the
     leaf checks accepted) and check its range; its count carrier is the program's input."""
-    _, leaf, symbol = key
+    kind, leaf, symbol = key
     name = _identifier(symbol, ranges, "a trip count")
-    variable = f"leaf{_literal(leaf, 'a trip count leaf')}"
+    reads = "implicit" if kind == "count_implicit" else "leaf"  # count_attributes' or not
+    variable = f"{reads}{_literal(leaf, 'a trip count leaf')}"
     # int(): a NumPy int count binds a Python int, as a shape's dim does (its np.bool_
     # comparisons would fail the `is not False` shape guards below)
     _bind_symbol(source, name, f"int({variable})", bound, ranges)
-    values[key] = f"count{leaf}"
-    source.add(f"count{leaf} = {source.constant(_count_carrier, 'C')}({name})")
+    values[key] = f"count{variable}"
+    source.add(f"count{variable} = {source.constant(_count_carrier, 'C')}({name})")
 
 
 def _structure_reads(treedef, source):

@@ -45,6 +45,11 @@ class ShapePolicy:
         # trip counts pinned while too small for a loop to be captured over them: a run-time
         # input again at a count a loop takes (tracejit.tracer.loop_trip_counts)
         self.small_counts = set()
+        # int attributes traces read (tracejit.tracer.count_attributes), by path: the first
+        # value, those seen with another (trip counts read at run time), and those a trace
+        # needed as a Python int (settings for good)
+        self.first_attributes, self.counting_attributes = {}, set()
+        self.pinned_attributes = set()
         self.parameter_names = _parameter_names(fn)
         self.leaf_arguments = {}
 
@@ -105,6 +110,20 @@ class ShapePolicy:
             self.small_counts.difference_update(leaf_indices)
         self.dynamic_scalars.difference_update(leaf_indices)
 
+    def count_attribute(self, where, value):
+        """Whether the int attribute at ``where`` (its path's text) is read as a run-time
+        trip count: seen with a second value, and never needed as a Python int."""
+        if self.mode is False or where in self.pinned_attributes:
+            return False
+        if self.first_attributes.setdefault(where, value) != value:
+            self.counting_attributes.add(where)
+        return where in self.counting_attributes
+
+    def pin_count_attributes(self, wheres):
+        """The count attributes at ``wheres`` decide more than trip counts: settings."""
+        self.pinned_attributes.update(wheres)
+        self.counting_attributes.difference_update(wheres)
+
     def bucket(self, size, edges):
         if edges in (None, "pow2"):
             return pow2_bucket(size)
@@ -149,6 +168,11 @@ class SameEntry:
     def scalar_is_dynamic(self, leaf_index):
         leaves = self.spec.leaves
         return leaf_index < len(leaves) and leaves[leaf_index].kind == "scalar"
+
+    def count_attribute(self, where, value):
+        """Whether the variant reads the int attribute at ``where`` as a trip count."""
+        return where in {str(self.spec.implicit[source[1]].path) for source in map(
+            tuple, self.spec.inputs) if source[0] == "count_implicit"}
 
 
 def _parameter_names(fn):

@@ -38,6 +38,7 @@ import numpy as np
 from . import (
     argument_writes,
     attribute_writes,
+    count_attributes,
     deferred_text,
     list_appends,
     loop_attribute_carries,
@@ -479,6 +480,9 @@ class Hooks:
             owner = _owner_of(path, self.objects)
             if owner is not None and attribute_writes.is_number_state(owner, path.steps[-1][1]):
                 return context.number_input(owner, path, value)  # self.t, which calls rebind
+            if owner is not None and (count := count_attributes.read(
+                    context, owner, path, value)) is not None:
+                return count  # range(self.n_iter), n_iter seen with two values
         if path is not None and (numbers := self._number_tuple_state(path, value)) is not None:
             return numbers
         if isinstance(value, np.ndarray) or getattr(type(value), "__tracejit_priority__",

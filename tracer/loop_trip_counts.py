@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import count_attributes
 from .ir import Eqn, Literal, Var
 from .pinned_scalars import ScalarDecidesShape
 from .traced_array import Tracer
@@ -67,6 +68,9 @@ class TripCounts:
     # the loops over a count running now, where -> the counts' leaves (``run_counted``):
     # ``before_unrolling`` pins them, ``loop_selected_appends`` reads their dims
     running: dict = field(default_factory=dict)
+    # the input of a count attribute (``self.n_iter``) -> its path's text
+    # (``tracejit.tracer.count_attributes``: its leaf is ``("attribute", input name)``)
+    attributes: dict = field(default_factory=dict)
 
 
 def counted_bounds(context, range_function, range_args):
@@ -76,7 +80,8 @@ def counted_bounds(context, range_function, range_args):
             context, "loop_indices", None) or getattr(context, "in_loop_body", 0) or getattr(
             context, "unroll_loops", False):
         return None
-    number_leaves = {**getattr(context, "number_leaves", {}), **context.trip_counts.arrays}
+    number_leaves = {**getattr(context, "number_leaves", {}), **context.trip_counts.arrays,
+                     **count_attributes.leaves(context)}
     args, leaves, pinnable = list(range_args), [], False
     for position, bound in enumerate(args):
         if not isinstance(bound, Tracer):
@@ -93,6 +98,7 @@ def counted_bounds(context, range_function, range_args):
             return None  # a step, not an int: pinned as before
         value = int(value) - offset  # the argument's own value (range(1, epochs + 1))
         if not TRIP_LOW <= int(value) <= TRIP_HIGH:
+            count_attributes.pin(context, (leaf,))  # range(self.n_iter - 5): a setting
             if name in getattr(context, "pinnable_scalars", {}):
                 # fit(X, Y, 1) between fit(X, Y, 1000) and fit(X, Y, 2000): constant in this
                 # trace only, so the next count is a dim again (a constant for good, the
@@ -101,9 +107,11 @@ def counted_bounds(context, range_function, range_args):
             return None
         args[position] = _count_dim(context, bound, leaf, int(value)) + offset
         leaves.append(leaf)
-        pinnable = pinnable or name in getattr(context, "pinnable_scalars", {})
+        pinnable = pinnable or name in getattr(context, "pinnable_scalars", {}) or (
+            count_attributes.is_attribute(leaf))
     if leaves and pinnable and len(range(*(_concrete(bound) for bound in range_args))) < (
             TRIP_LOW):
+        count_attributes.pin(context, leaves)
         # range(n - 1) at n = 3, range(5, n) at n = 6: too few trips to capture the loop in
         # this trace, so a constant of it only, as a count under TRIP_LOW is (pinned for
         # good, every later count compiled its own program)
@@ -151,9 +159,20 @@ def note_count_array(context, var, leaf):
 
 
 def _pinnable(context, leaves):
-    """The leaves among ``leaves`` the runtime can pin (number arguments, not arrays)."""
+    """The leaves among ``leaves`` the runtime can pin (number arguments, not arrays).
+    Count attributes among them are made settings here (``count_attributes.pin``)."""
+    count_attributes.pin(context, leaves)
     pinnable = set(getattr(context, "pinnable_scalars", {}).values())
     return tuple(sorted({leaf for leaf in leaves if leaf in pinnable}))
+
+
+def trace_inputs(context):
+    """``Trace.count_inputs``: the count carriers' input positions -> (leaf, symbol), a count
+    attribute's leaf given as ``("implicit", its number among the implicit inputs)``."""
+    numbers = {key: number for number, key in enumerate(context.implicit_used)}
+    return {index: ((("implicit", numbers[count_attributes.implicit_key(context, leaf[1])])
+                     if count_attributes.is_attribute(leaf) else leaf), symbol)
+            for index, (leaf, symbol) in context.trip_counts.inputs.items()}
 
 
 def is_trip_count(value):
@@ -178,7 +197,7 @@ def run_counted(context, leaves, where, run):
     """``run()`` (the loop at ``where``, with its count a dim). Where the loop is not
     captured, the count arguments are pinned and the function traced again
     (``before_unrolling``), before a trip runs unrolled."""
-    if not getattr(context, "pinnable_scalars", None):
+    if not getattr(context, "pinnable_scalars", None) and not context.trip_counts.attributes:
         return run()  # another path of a variant (runtime SameEntry): nothing to pin
     counted = context.trip_counts.running
     counted[where] = leaves

@@ -172,6 +172,8 @@ class OutsideInputs:
         unused = {key for key, implicit in self.implicit_used.items()
                   if self.inputs[implicit.input_index].name not in used
                   and key not in self.outside_mutations  # its guard finds it for the write
+                  and self.inputs[implicit.input_index].name not in (
+                      self.trip_counts.attributes)  # its guard binds a loop's trip count
                   and not getattr(implicit.value, "requires_grad", False)}
         if not unused:
             return
@@ -182,6 +184,8 @@ class OutsideInputs:
                 renumber[index] = len(kept)
                 kept.append(var)
         self.inputs = kept
+        self.trip_counts.inputs = {renumber[index]: count for index, count in (
+            self.trip_counts.inputs.items())}  # (count carriers after a dropped input)
         self.implicit_used = {
             key: ImplicitInput(implicit.path, renumber[implicit.input_index], implicit.value)
             for key, implicit in self.implicit_used.items() if key not in unused}

@@ -32,6 +32,7 @@ stays a guard.
 
 from __future__ import annotations
 
+from . import count_attributes
 from .errors import TraceSignal
 from .ir import Var
 
@@ -63,11 +64,14 @@ def note_input(context, var, leaf_index, dynamic):
 def check_guard(context, atom, convert):
     """Raise ``ScalarDecidesShape`` when a ``convert`` guard on ``atom`` makes a value
     computed from pinnable number inputs a Python int."""
-    inputs = getattr(context, "pinnable_scalars", None)
+    inputs = {**getattr(context, "pinnable_scalars", {}), **count_attributes.leaves(context)}
     if not inputs or convert not in _PINNING or not isinstance(atom, Var):
         return
     sources = _sources(context, inputs)
     leaves = sources.get(atom.name)
+    if leaves:
+        count_attributes.pin(context, leaves)  # self.n_iter as a slice bound: a setting
+        leaves = [leaf for leaf in leaves if not count_attributes.is_attribute(leaf)]
     if leaves:
         raise ScalarDecidesShape(tuple(sorted(leaves)))
 
@@ -77,8 +81,8 @@ def _sources(context, inputs):
     (extended incrementally: the body only grows while tracing)."""
     state = context.__dict__.setdefault("_pinnable_sources", [0, {}])
     done, sources = state
-    if not sources:
-        sources.update({name: frozenset((leaf,)) for name, leaf in inputs.items()})
+    for name, leaf in inputs.items():  # (a count attribute's input is made mid-trace)
+        sources.setdefault(name, frozenset((leaf,)))
     body = context.body
     for eqn in body[done:]:
         out = getattr(eqn, "out", None)

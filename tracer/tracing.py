@@ -727,6 +727,8 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
     # Loops stay captured in traces that record gradients too (tracejit.tracer.loop_autodiff), but
     # a loop whose body loop_autodiff cannot reverse is unrolled (tracejit.tracer.loops asks).
     context.unroll_loops = not capture_loops
+    # which int attributes are loop counts read at run time (tracer.count_attributes)
+    context.count_policy = dynamic if hasattr(dynamic, "count_attribute") else None
     context.records_gradients = backward is not None and backward.wanted(leaves, implicit)
     # best effort, for dynamic={"x": ...}
     argument_names = _argument_names(fn, args, kwargs, partial=True) or [None] * len(args)
@@ -1040,7 +1042,7 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         output_values=output_values,
         draws=draws,
         drawn_inputs=drawn_inputs,
-        count_inputs=dict(context.trip_counts.inputs),
+        count_inputs=loop_trip_counts.trace_inputs(context),
         tensor_outputs=tensor_outputs,
         tensor_leaves=frozenset(index for index, position in atom_positions.items()
                                 if position in tensor_outputs),

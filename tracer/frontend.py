@@ -106,7 +106,15 @@ from .outside_inputs import (
 from .pending import known_kind
 from .primitives import any_traced, current_context, is_traced, is_traced_array
 from .purity import impure_call, is_stateful
-from .random_draws import draw, is_rng_method, note_method, rng_kind
+from .random_draws import (
+    UNSEEN_DRAW,
+    draw,
+    is_rng_method,
+    note_method,
+    rng_kind,
+    shuffled_arguments,
+    unseen_code_draws,
+)
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
 from .source_rewrite import _MUTATING_METHODS, RewriteUnavailable, compared
@@ -828,13 +836,7 @@ class Hooks:
             return _created(function, *args, context=self.context, **kwargs)
         if _is_random(function, args, kwargs):
             if _draws(function):  # np.random.rand(n, m), rng.random(x.shape), seed
-                if getattr(function, "__name__", "") == "shuffle" and args and type(
-                        args[0]) is np.ndarray and not self.context.is_implicit(args[0]) and (
-                        id(args[0]) not in self.context.implicit_candidates) and not getattr(
-                        self.context, "loop_indices", None):  # (a trip draws: unrolled)
-                    # np.random.shuffle(idx) of idx = np.arange(n) made here: into its traced
-                    # copy, which every later read of idx sees (as np.add.at's above)
-                    args = (self._traced_copy(args[0]), *args[1:])
+                args = shuffled_arguments(self.context, function, args, self._traced_copy)
                 return draw(self.context, function, args, kwargs, self.objects.path_of)
             if not _enters(function):  # a generator handed to library code
                 name = getattr(function, "__qualname__", getattr(function, "__name__", "it"))
@@ -911,6 +913,8 @@ class Hooks:
             self.functions[function.__code__] = (
                 function.__qualname__, function.__code__.co_filename, None
             )
+            if unseen_code_draws(function.__code__):  # default_rng() there: not watched
+                raise trace_error(f"{function.__qualname__}: {UNSEEN_DRAW}") from None
             return unseen_prints.watched(self.context, function)  # its print() is the builtin
         self.functions[function.__code__] = (
             function.__qualname__, function.__code__.co_filename, source

@@ -52,6 +52,7 @@ import contextlib
 import operator
 import sys
 import threading
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -444,19 +445,59 @@ def unseen_draw(watched, journal):
     (its states are put back first), else None. ``watched`` None: np.random was not
     imported before the trace; imported by it with nothing recorded, something drew."""
     if watched is None:
-        unseen = _random_module() is not None and not journal.states
-        return _UNSEEN if unseen else None
+        unseen = _random_module() is not None and not journal.states and (
+            _drawn_since_import())
+        return UNSEEN_DRAW if unseen else None
     moved = [rng for rng, state in watched
              if id(rng) not in journal.states and not _same_state(_full_state(rng), state)]
     if not moved:
         return None
     for rng, state in watched:
         put_back(("state", rng, state))
-    return _UNSEEN
+    return UNSEEN_DRAW
 
 
-_UNSEEN = ("the function draws random numbers the trace cannot see (its source is "
+UNSEEN_DRAW = ("the function draws random numbers the trace cannot see (its source is "
            "unavailable: defined by exec or in the REPL?); define it in a file")
+
+
+def _drawn_since_import():
+    """Whether np.random's global generator, imported during the trace, has drawn: its
+    state is no longer the one its seed sequence made (anything may import np.random, as
+    numpy_loops' probe once did: an import alone is no draw)."""
+    random = _random_module()
+    bits = _legacy_state()._bit_generator
+    seeds = getattr(bits, "seed_seq", None)
+    if type(bits) is not random.MT19937 or type(seeds) is not random.SeedSequence:
+        return True  # seeded some other way: it may have drawn
+    return not _same_state(_full_state(_legacy_state()), _full_state(random.RandomState(
+        random.MT19937(seeds))))
+
+
+# The names code run as written (no source to rewrite) draws by: np.random's makers and
+# draws, ``random`` (np.random, Python's module). (np.power's "power" is no draw there.)
+_DRAW_NAMES = frozenset({*_MAKERS, *LEGACY, *GENERATOR, "random", "seed", "shuffle",
+                         "permuted", "Generator", "SeedSequence", "bytes"}) - {"power"}
+
+
+def unseen_code_draws(code):
+    """Whether a function run as written (its source is unavailable: exec, the REPL) may
+    draw random numbers: it, or a function it defines, names a draw. A generator it makes,
+    ``np.random.default_rng()``, is no generator the trace can watch
+    (``watch_unseen``): its numbers would be frozen into the compiled code.
+
+    >>> unseen_code_draws(compile("rng = np.random.default_rng()", "<exec>", "exec"))
+    True
+    >>> unseen_code_draws(compile("y = np.power(x, 2)", "<exec>", "exec"))
+    False
+    """
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        if _DRAW_NAMES.intersection(current.co_names):
+            return True
+        pending.extend(item for item in current.co_consts if isinstance(item, types.CodeType))
+    return False
 
 
 def _full_state(rng):
@@ -517,6 +558,19 @@ def draw(context, function, args, kwargs, find_path):
                            location)
         rng = ("path", path)
     return _record(context, "draw", rng, kind, name, args, kwargs, where, owner)
+
+
+def shuffled_arguments(context, function, args, traced_copy):
+    """The arguments ``draw`` takes for ``function(*args)``: ``np.random.shuffle(idx)`` of
+    an ndarray the function made (``idx = np.arange(n)``, nothing read from outside)
+    shuffles its traced copy (``traced_copy``, the front end's: every later read of ``idx``
+    sees it, as ``np.add.at``'s do); else ``args``. Not in a loop being captured (a draw
+    there unrolls it)."""
+    if getattr(function, "__name__", "") != "shuffle" or not args or type(
+            args[0]) is not np.ndarray or context.is_implicit(args[0]) or id(
+            args[0]) in context.implicit_candidates or getattr(context, "loop_indices", None):
+        return args
+    return (traced_copy(args[0]), *args[1:])
 
 
 def _shuffle(context, owner, args, kwargs, find_path, location):

@@ -29,6 +29,7 @@ inside the function) is written as Python writes it: nothing reaches the caller.
 from __future__ import annotations
 
 import collections
+import types
 import weakref
 from dataclasses import dataclass
 
@@ -302,6 +303,29 @@ def carried_by_loops(context):
     if carried is None:
         carried = context.carried_attributes = collections.Counter()
     return carried
+
+
+def class_code(owner, name, hook="__setattr__"):
+    """The code of ``owner``'s class that writing (``hook="__delattr__"``: deleting)
+    ``owner.name`` runs - ``'CountingSets.__setattr__'``, ``'Model.w_'`` (a property's
+    setter, any data descriptor of the user's) - or None for a plain write. A trace runs
+    it with traced values, and a failed trace then an eager run would run it twice: such a
+    write of an outside object is refused before it runs."""
+    kind = type(owner)
+    if getattr(kind, hook) is not getattr(object, hook):
+        return f"{kind.__name__}.{hook}"
+    for klass in kind.__mro__:
+        if name in vars(klass):
+            descriptor = type(vars(klass)[name])
+            if descriptor not in _STORED_DESCRIPTORS and (
+                    hasattr(descriptor, "__set__") or hasattr(descriptor, "__delete__")):
+                return f"{klass.__name__}.{name}"
+            return None
+    return None
+
+
+# __slots__ members and C getset attributes: storage, no code of the user's class
+_STORED_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)
 
 
 def note(context, owner, name, value, path):

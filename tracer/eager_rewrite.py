@@ -29,6 +29,7 @@ import numpy as np
 from . import deferred_text, loop_prints
 from .errors import TraceError
 from .locations import line_prefix, user_location
+from .loop_attributes import plain_attributes
 from .loops import UNDEFINED
 from .operator_calls import BINARY, UNARY
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
@@ -107,6 +108,9 @@ class EagerHooks:
 
     def print(self, *args, **kwargs):
         print(*args, **kwargs)
+
+    def hoistable(self, *pairs):  # (tracejit.tracer.loop_attributes)
+        return plain_attributes(*pairs)
 
     def deferred_text(self, template, values):  # (tracejit.tracer.deferred_text)
         return deferred_text.as_written(template, values)

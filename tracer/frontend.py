@@ -72,6 +72,7 @@ from .implicit import Path
 from .indexing import update, written_region
 from .ir import Effect
 from .locations import line_prefix, user_location
+from .loop_attributes import plain_attributes
 from .loop_containers import entry_refusal, is_in_loop
 from .loop_generalize import Refused
 from .loop_index import read_at_index
@@ -208,6 +209,12 @@ def _observes_identity(function):
     return isinstance(function, types.BuiltinMethodType) and type(
         function.__self__) in (dict, list, tuple, set, frozenset) and (
         function.__name__ in _IDENTITY_METHODS)
+
+
+def _observes_equality(function):
+    """Whether ``function`` (one ``_observes_identity`` names) compares or hashes its
+    arguments (``SCALE.get(key)``, ``hash(key)``), not only shows them (``repr``)."""
+    return function is hash or isinstance(function, types.BuiltinMethodType)
 
 
 def _is_logging(function):
@@ -682,7 +689,8 @@ class Hooks:
             # key the front end cannot name, so no hook saw the call as a mutation
             self.mutation_of(f"{type(receiver).__name__}.{function.__name__}(...)", receiver)
         if _observes_identity(function):  # SCALE.get(self.act), repr(self.act)
-            self.objects.pin_identity(*args, *kwargs.values())
+            self.objects.pin_identity(*args, *kwargs.values(),
+                                      equality=_observes_equality(function))
         if any(type(arg) is DeferredText for arg in args):
             # print("%f" % cost) where `print` names another function: the text as written
             args = tuple(self._written_text(arg) if type(arg) is DeferredText else arg
@@ -1059,7 +1067,7 @@ class Hooks:
         method = self._container_method(container, "__getitem__")
         if method is not None:
             return method(key)
-        self.objects.pin_identity(key)  # SCALE[self.act]: hashed by its identity
+        self.objects.pin_identity(key, equality=True)  # SCALE[self.act]: hashed by identity
         if type(container) is np.ndarray and any(
                 is_traced(part) for part in (key if isinstance(key, tuple) else (key,))):
             atom, _, _ = self.context.atom(self.local(container))
@@ -1114,6 +1122,13 @@ class Hooks:
             if attribute.key not in self.context.written_paths:
                 self.context.note_presence(attribute, False)
 
+    def hoistable(self, *pairs):
+        """Whether a loop may hold the attributes ``pairs`` (``(owner, name)``) in locals
+        (tracer/loop_attributes.py). The answer rests on each owner's class, which the
+        class guards of the objects a path finds (and the trace's own code, for one made
+        in the call) pin."""
+        return plain_attributes(*pairs)
+
     # effects -------------------------------------------------------------------------
     def identical(self, left, right, negated):
         """``left is right`` (``is not`` when ``negated``) in the user's code. The trace's
@@ -1142,9 +1157,9 @@ class Hooks:
         was found through a path: its class guard alone let another object of the class
         take the trace's answer (a wrong result)."""
         if op in ("in", "not in") and type(right) in (list, tuple, set, frozenset, dict):
-            self.objects.pin_identity(left, *right)
+            self.objects.pin_identity(left, *right, equality=True)
         else:
-            self.objects.pin_identity(left, right)
+            self.objects.pin_identity(left, right, equality=True)
         return compared(left, right, op)
 
     @calls_for_the_user  # str() of a list holding a traced value is the user's text
@@ -1341,6 +1356,7 @@ class Hooks:
         path = self.objects.path_of(owner)
         if path is None:
             return self.outside_mutation(written)
+        _refuse_class_code(owner, name, written)
         if type(owner).__setattr__ is object.__setattr__ and _holds_attribute(
                 owner, name, value, context.outside_copies):
             return  # numpy-ml's C = self.cache; ...; self.cache = C: the same dict stays
@@ -1367,6 +1383,7 @@ class Hooks:
         path = self.objects.path_of(owner)
         if path is None:
             return self.outside_mutation(written)
+        _refuse_class_code(owner, name, written, "__delattr__")
         attribute_writes.note_delete(self.context, owner, name, path)
 
     def del_item(self, container, index, written):
@@ -1500,6 +1517,8 @@ class Hooks:
         every compiled call: ``argument_writes.OutsideArrayWrite``). Anything else there
         (``self.t += 1``) rebinds it: a number an object keeps is a run-time input of
         the trace and the new value a write (``attribute_writes.NumberState``)."""
+        if not attribute_writes.is_local_object(self.context, owner):
+            _refuse_class_code(owner, name, written)  # (eager binds the array again)
         current = getattr(owner, name)
         if (_is_number(current) or _is_traced_number(current) or isinstance(
                 current, SymInt)) and attribute_writes.is_local_object(self.context, owner):
@@ -1600,6 +1619,14 @@ class Hooks:
             f"`{what}` changes state outside the compiled function; compiled runs would skip "
             "it. Return the new value instead"
         )
+
+
+def _refuse_class_code(owner, name, written, hook="__setattr__"):
+    """Refuse ``written`` (``self.w_ = ...`` of an outside object) before it runs code of
+    the object's class (``attribute_writes.class_code``): that code runs once, eagerly."""
+    if (code := attribute_writes.class_code(owner, name, hook)) is not None:
+        raise trace_error(f"`{written}` runs {code}, code of the object's class that the "
+                          "trace cannot follow; the call runs eagerly")
 
 
 def _nests(code, inner):

@@ -103,9 +103,13 @@ def _objects(frame_locals):
 
 
 def _users(value):
-    """An object of a class a class statement of the user's made, with a ``__dict__``."""
+    """An object of a class a class statement of the user's made, with a ``__dict__``,
+    whose attributes are read and written as Python does: no ``__setattr__`` or
+    ``__getattribute__`` of the class (a carry sets the attribute at every trip, where
+    eager's in-place writes set nothing)."""
     kind = type(value)
-    return bool(kind.__flags__ & _HEAP_TYPE) and not isinstance(
+    return bool(kind.__flags__ & _HEAP_TYPE) and kind.__setattr__ is object.__setattr__ and (
+        kind.__getattribute__ is object.__getattribute__) and not isinstance(
         value, (type, types.ModuleType, types.FunctionType, types.MethodType, np.ndarray,
                 Tracer)) and type(getattr(value, "__dict__", None)) is dict
 

@@ -20,12 +20,30 @@ same program: ``h = self.h`` before the loop, ``h`` in the body, ``self.h = h`` 
     for t in range(n):
         _h = _h * 2 + x[t]
     self.h = _h
+
+Only a plain attribute may be held so: one that ``self.__dict__`` holds, of an object whose
+class neither defines ``__setattr__`` or ``__getattribute__`` nor has a data descriptor of
+that name (a property whose setter clips, a ``__slots__`` member). Every other write runs
+the class's code, at every trip. The front end keeps the loop as written beside the
+hoisted one and the ``hoistable`` hook (``plain_attributes``, asked when the loop starts)
+picks one::
+
+    >>> class Clipped:
+    ...     w = property(lambda self: self._w, lambda self, v: setattr(self, "_w", v % 1))
+    >>> class Plain:
+    ...     pass
+    >>> clipped, plain = Clipped(), Plain()
+    >>> clipped.w = plain.w = 1.5
+    >>> plain_attributes((plain, "w")), plain_attributes((clipped, "w"), (plain, "w"))
+    (True, False)
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+
+from .attribute_writes import class_code
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -43,11 +61,27 @@ def hoist_attributes(loop, fresh):
     if isinstance(loop, ast.While):  # while np.linalg.norm(self.theta - old) > eps:
         loop.test = replace.visit(loop.test)
     loop.tracejit_live_after = set(locals_.values())
+    loop.tracejit_hoisted = sorted(locals_)  # the (root, attr) held in locals
     before = [_assign(ast.Name(id=name, ctx=ast.Store()), _attribute(root, attr, ast.Load()),
                       loop) for (root, attr), name in locals_.items()]
     after = [_assign(_attribute(root, attr, ast.Store()), ast.Name(id=name, ctx=ast.Load()),
                      loop) for (root, attr), name in locals_.items()]
     return [*before, loop, *after]
+
+
+def plain_attributes(*pairs):
+    """Whether every ``(owner, name)`` of ``pairs`` is a plain attribute (see the module
+    docstring), which a loop may hold in a local: reading and writing it runs no code of
+    the owner's class."""
+    return all(_plain(owner, name) for owner, name in pairs)
+
+
+def _plain(owner, name):
+    if type(owner).__getattribute__ is not object.__getattribute__ or class_code(
+            owner, name) is not None:
+        return False  # (a module's, a class's own attributes: their type's hooks too)
+    state = getattr(owner, "__dict__", None)
+    return type(state) is dict and name in state  # (not a __slots__ member)
 
 
 def _rebound_attributes(loop):

@@ -31,9 +31,11 @@ import types
 
 import numpy as np
 
+from .errors import TraceError
 from .implicit import Path
+from .locations import line_prefix, user_location
 from .outside_inputs import container_subclass, is_setting
-from .rewritten_code import callable_object
+from .rewritten_code import callable_object, is_user_function
 from .stacked_containers import StackedList
 
 
@@ -147,17 +149,26 @@ class ObjectPaths:
         guard_class(context, owner, receiver)
         self.note(owner, receiver)
 
-    def pin_identity(self, *values):
+    def pin_identity(self, *values, equality=False):
         """The objects among ``values`` found through a path, whose identity the trace
         observed (``layer is self.head``, ``SCALE[self.act]``, ``SCALE.get(self.act)``,
         ``repr(self.act)``), must be those very objects at later calls: their class guard
         alone let another object of the class take the answer the trace took for this one
-        (a wrong result). Callables are guarded by identity where they are read already."""
+        (a wrong result). Callables are guarded by identity where they are read already.
+        With ``equality`` (``==``, ``in``, a dict's lookup), an object whose class defines
+        its own ``__eq__`` or ``__hash__`` refuses the trace: the answer reads the object's
+        state in code the trace does not see (``self.mode == self.ref`` comparing their
+        ``.v``), so the same object with another state would take the traced answer."""
         for value in values:
             if not holds_attributes(value) or callable(value):
                 continue
             path = self.path_of(value)
             paths = [*self.paths.get(id(value), {}).values(), *([path] if path else [])]
+            if equality and paths and own_equality(value):
+                raise TraceError(f"{line_prefix(user_location())}a {type(value).__name__} "
+                                 "compared or hashed with its class's own __eq__/__hash__, "
+                                 "which reads state the trace cannot guard; the call runs "
+                                 "eagerly")
             for found in paths:  # (self.a is GLOBAL_A when they are one object: both)
                 self.context.note_outside_value(found, value, identity=True)
 
@@ -177,6 +188,14 @@ class ObjectPaths:
             return None
         known, count = found
         return Path(known.root, known.steps + tuple(steps[count:]))
+
+
+def own_equality(value):
+    """Whether ``value``'s class defines ``__eq__`` or ``__hash__`` in the user's code
+    (a dataclass's generated ``__eq__`` too), not ``object``'s identity."""
+    kind = type(value)
+    return is_user_function(getattr(kind, "__eq__", None)) or is_user_function(
+        getattr(kind, "__hash__", None))
 
 
 def class_path(path):

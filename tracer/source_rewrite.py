@@ -30,13 +30,13 @@ import types
 from .deferred_text import defer_printed_text
 from .dims import calls_for_the_user
 from .errors import TraceError
-from .hook_calls import HOOK
+from .hook_calls import HOOK, hook_call
 from .if_selects import expand_if_selects
 from .loop_attributes import hoist_attributes
 from .loop_frontend import _range_call, rewrite_for
 from .loop_sequences import expand_sequence_loops
 from .unpacking import needs_split, split_targets
-from .while_loops import mark_while_loops, rewrite_while
+from .while_loops import mark_while_loops, rewrite_while, split_body
 
 _MUTATING_METHODS = {
     "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
@@ -174,12 +174,16 @@ class _Rewriter(ast.NodeTransformer):
         """A loop with a data-dependent exit (``while_loops.rewrite_while``), with the
         attributes its body rebinds held in locals (``while True: self.theta += step``,
         tracer/loop_attributes.py)."""
-        hoisted = hoist_attributes(node, self._fresh_name)
+        as_written = copy.deepcopy(node)
+        hoisted = None if getattr(node, "tracejit_unhoisted", False) else hoist_attributes(
+            node, self._fresh_name)
         if hoisted is None:
             return rewrite_while(self, node)
         node.tracejit_read_outside = getattr(node, "tracejit_read_outside", set()) | (
             node.tracejit_live_after)
-        return self._hoisted(hoisted, node, rewrite_while)
+        if split_body(as_written) is None:  # (it splits only with the attributes hoisted)
+            as_written.tracejit_while = False
+        return self._hoisted(hoisted, node, rewrite_while, as_written)
 
     def visit_For(self, node):
         if getattr(node, "tracejit_while", False):
@@ -191,20 +195,32 @@ class _Rewriter(ast.NodeTransformer):
             node.iter = ast.copy_location(ast.Call(
                 func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="iterate",
                                    ctx=ast.Load()), args=[node.iter], keywords=[]), node.iter)
-        hoisted = hoist_attributes(node, self._fresh_name) if _over_range(node) else None
+        as_written = copy.deepcopy(node)
+        hoisted = hoist_attributes(node, self._fresh_name) if _over_range(node) and not (
+            getattr(node, "tracejit_unhoisted", False)) else None
         if hoisted is None:
             return rewrite_for(self, node)  # loops over range(...) may become IR loops
         # self.h = ... in the body: a local for the loop (tracer/loop_attributes.py)
-        return self._hoisted(hoisted, node, rewrite_for)
+        return self._hoisted(hoisted, node, rewrite_for, as_written)
 
-    def _hoisted(self, hoisted, node, rewrite):
-        """The statements ``hoist_attributes`` put around loop ``node``, rewritten: the
-        loop by ``rewrite``, the reads and stores of its attributes as any statement."""
+    def _hoisted(self, hoisted, node, rewrite, as_written):
+        """``if <the attributes are plain>: <hoisted> else: <as_written>``, rewritten: the
+        statements ``hoist_attributes`` put around loop ``node`` (the loop by ``rewrite``,
+        the reads and stores of its attributes as any statement), and the loop as written
+        (a property's setter, a ``__setattr__`` runs at every trip:
+        ``loop_attributes.plain_attributes``)."""
         statements = []
         for statement in hoisted:
             visited = rewrite(self, statement) if statement is node else self.visit(statement)
             statements.extend(visited if isinstance(visited, list) else [visited])
-        return statements
+        as_written.tracejit_unhoisted = True
+        unhoisted = self.visit(as_written)
+        test = hook_call("hoistable", *[
+            ast.Tuple(elts=[ast.Name(id=root, ctx=ast.Load()), ast.Constant(attr)],
+                      ctx=ast.Load()) for root, attr in node.tracejit_hoisted])
+        choice = ast.If(test=self.visit(test), body=statements, orelse=(
+            unhoisted if isinstance(unhoisted, list) else [unhoisted]))
+        return ast.fix_missing_locations(ast.copy_location(choice, node))
 
     # Loads from outside the function (globals, closure cells, the arguments' attributes)
     # go through ``load``: arrays become traced implicit inputs there, and Python scalars

@@ -29,7 +29,7 @@ from tracejit.codegen.numpy_products import note_partition
 from tracejit.tracer import pytree, random_draws
 from tracejit.tracer.argument_writes import put_back
 from tracejit.tracer.attribute_writes import NumberState
-from tracejit.tracer.errors import TraceError, TracejitError, UnsupportedError
+from tracejit.tracer.errors import NotReversible, TraceError, TracejitError, UnsupportedError
 from tracejit.tracer.gradient_trace import trace_with_gradients
 from tracejit.tracer.locations import is_library, is_tracejit
 from tracejit.tracer.partition import partition
@@ -165,15 +165,20 @@ class Misses:
         start = time.perf_counter()
         try:
             retries = 0
+            capture = self.options.loops == "capture" and not self._loops_unrolled
             while True:
                 try:
                     traced = trace_with_gradients(
                         self.fn, *args, dynamic=dynamic, name=self.__name__,
-                        grad=is_grad_enabled(), lazy=lazy,
-                        capture_loops=self.options.loops == "capture" and not (
-                            self._loops_unrolled), check_decisions=True,
-                        call_kwargs=kwargs, effects=effects)
+                        grad=is_grad_enabled(), lazy=lazy, capture_loops=capture,
+                        check_decisions=True, call_kwargs=kwargs, effects=effects)
                     break
+                except NotReversible as refusal:  # a triangular nest: its trips one by one
+                    if not capture:
+                        raise
+                    random_draws.rewind_open()
+                    capture = False
+                    self._loop_notes[f"loops unrolled for gradients: {refusal}"] = None
                 except NumberState as state:  # self.t += 1: again, self.t a run-time input
                     random_draws.rewind_open()  # the next trace draws from the start again
                     retries += 1

@@ -16,6 +16,11 @@ class UnsupportedIndexError(UnsupportedError, IndexError):
     that repeat a position): an ``IndexError`` too, as NumPy's indexing errors are."""
 
 
+class NotReversible(UnsupportedError):
+    """Reverse mode cannot run through a captured loop (its backward differs by trip): the
+    runtime traces the call again with the loops unrolled, each trip differentiated apart."""
+
+
 class TraceSignal(Exception):
     """Raised inside a trace to stop or restart it (a loop that cannot be captured, a
     number attribute to read as a run-time input): never the model's error, so a

@@ -47,7 +47,7 @@ import numpy as np
 
 from .abstract import AbstractArray
 from .dims import DimExpr, wrap
-from .errors import UnsupportedError
+from .errors import NotReversible
 from .ir import Eqn, Graph, Var
 from .loop_generalize import Refused, _generalize
 from .loop_index import _active
@@ -83,7 +83,7 @@ def _substitute(value, name, replacement):
             elif name not in factor.symbols():  # H // 2: no index inside, kept as it is
                 product = product * DimExpr({(factor,): 1})
             else:  # floor division or modulo of the index: not affine
-                raise UnsupportedError("reverse mode through a loop whose index appears "
+                raise NotReversible("reverse mode through a loop whose index appears "
                                        "inside a floor division or modulo")
         total = total + product
     return total
@@ -219,7 +219,7 @@ def loop_vjp(context, group, cotangents, needs):
     body, index, step = params["body"], params["index"], params["step"]
     reason = refusal(body)
     if reason is not None:
-        raise UnsupportedError(f"reverse mode through a loop: {reason}")
+        raise NotReversible(f"reverse mode through a loop: {reason}")
     plan = _Plan(group, cotangents, needs)
     if not plan.live:
         return {}
@@ -230,7 +230,7 @@ def loop_vjp(context, group, cotangents, needs):
     stop_value = stop_value.evaluate(bindings) if isinstance(stop_value, DimExpr) else (
         stop_value)
     if len(range(t1, stop_value, step)) < 2:
-        raise UnsupportedError("reverse mode through a loop traced with fewer than 2 trips")
+        raise NotReversible("reverse mode through a loop traced with fewer than 2 trips")
     joint = _joint_body(context, plan, body, index, t1, step, bindings)
     return _record(context, plan, joint, bindings)
 
@@ -369,7 +369,7 @@ def _replay(context, plan, body, index, t, carried, bindings):
         outputs.append(value(atom))
     for position in plan.live:
         if not isinstance(outputs[position], Tracer):
-            raise UnsupportedError("reverse mode through a loop whose carried value is a "
+            raise NotReversible("reverse mode through a loop whose carried value is a "
                                    "constant in the body")
     seeds = [_fresh(context, outputs[p].ir_var.aval, np.ones_like(np.asarray(
         outputs[p].value)), bindings) for p in plan.live]
@@ -396,11 +396,11 @@ def _joint_body(context, plan, body, index, t1, step, bindings):
         general, free = _generalize(first.items, second.items, first.params, second.params,
                                     index, samples=(t1, step))
     except Refused as refusal:
-        raise UnsupportedError(f"reverse mode through a loop: the body's backward is not "
+        raise NotReversible(f"reverse mode through a loop: the body's backward is not "
                                f"the same in every iteration ({refusal})") from None
     for gradient1, gradient2 in zip(first.gradients, second.gradients):
         if general.renames.get(gradient2.ir_var.name, gradient2.ir_var) != gradient1.ir_var:
-            raise UnsupportedError("reverse mode through a loop: a gradient is computed "
+            raise NotReversible("reverse mode through a loop: a gradient is computed "
                                    "differently in iterations 1 and 2")
     return _Joint(
         equations=general.body, free=free, params=first.params[:plan.num_carry],
@@ -441,7 +441,7 @@ def _record(context, plan, joint, bindings):
         if name in param_position:
             position = param_position[name]
             if position in plan.writes:
-                raise UnsupportedError("reverse mode through a loop whose backward reads a "
+                raise NotReversible("reverse mode through a loop whose backward reads a "
                                        "buffer written at the index")
             stacked_carry.setdefault(position, set()).add("in")
         elif name in output_position:
@@ -564,7 +564,7 @@ def _record(context, plan, joint, bindings):
             out = build.write(accumulator, *write)
         else:
             if gradient.aval.dtype != accumulator.aval.dtype:
-                raise UnsupportedError("reverse mode through a loop: a gradient of another "
+                raise NotReversible("reverse mode through a loop: a gradient of another "
                                        "dtype than its value")
             out = build.emit(add_p, (accumulator, gradient), {}, accumulator.aval.shape,
                              accumulator.aval.dtype)
@@ -672,7 +672,7 @@ def _rewrite_forward(context, plan, stacked_carry, stacked_values, slot, rows, b
         param = context.new_var(init.ir_var.aval)
         value = body.outputs[position]
         if not isinstance(value, Var):
-            raise UnsupportedError("reverse mode through a loop that carries a constant")
+            raise NotReversible("reverse mode through a loop that carries a constant")
         value_row = build.emit(reshape_p, (value,), {"shape": (1, *shape)}, (1, *shape),
                                var.aval.dtype)
         writes.append(build.write(param, value_row, _row_config(slot + 1, rows["carry"],
@@ -727,7 +727,7 @@ def _rewrite_forward(context, plan, stacked_carry, stacked_values, slot, rows, b
         replaced.append(Eqn(loop_p, operands, tuple(sorted(new.items())), out))
     low, high = min(positions), max(positions)
     if high - low + 1 != len(group):
-        raise UnsupportedError("reverse mode through a loop whose results are recorded "
+        raise NotReversible("reverse mode through a loop whose results are recorded "
                                "apart")
     context.body[low:high + 1] = list(created) + replaced
     for (kind, key), out in zip(order, outs):

@@ -32,6 +32,9 @@ Families (``FAMILIES``):
 * ``ties``: ``argmax`` / ``argmin`` / ``argsort`` / ``unique`` / ``sort`` on data with many
   ties (small ints, rounded floats, -0.0 beside 0.0), ``cumsum`` / ``cumprod`` along axes,
   ``einsum`` in several spellings;
+* ``grad_loops``: losses of Tensors through loops with ``continue``/``break``, rows
+  appended then stacked, triangular nests, dict state, ``cumsum``/``cumprod``/``einsum``,
+  differentiated as ``fuzz24.check_grad`` does;
 * ``guard_flip``: one function with branches on data and shapes, called with inputs that
   take each branch in turn and sizes 0/1/primes alternating, prints compared too.
 
@@ -376,6 +379,39 @@ def guard_flip(rng):
     return Drawn("guard_flip", _source("x", lines), make, calls=12)
 
 
+# --- gradients through loops ------------------------------------------------------------------
+GRAD_LOOPS = [
+    # continue on data, a break on data, a while loop
+    "h = np.zeros((1, w.shape[1]))\nfor t in range(len(x)):\n    if x[t].sum() < 0:\n"
+    "        continue\n    h = np.tanh(h + x[t:t + 1] @ w)",
+    "h = np.zeros((1, w.shape[1]))\nt = 0\nwhile t < len(x):\n"
+    "    h = np.tanh(h * 0.5 + x[t:t + 1] @ w)\n    t += 1\n    if h.sum() > 1:\n"
+    "        break",
+    # rows appended, then stacked or concatenated
+    "rows = []\nfor t in range(len(x)):\n    rows.append(np.tanh(x[t] @ w))\nh = np.stack(rows)",
+    "rows = []\nfor t in range(len(x)):\n    rows.append(x[t:t + 1] @ w * (t + 1))\n"
+    "h = np.concatenate(rows, axis=0)",
+    # a triangular nest, a dict of state
+    "h = np.zeros((len(x), w.shape[1]))\nfor i in range(len(x)):\n    for j in range(i + 1):\n"
+    "        h[i] = h[i] + np.tanh(x[j] @ w) / (i + 1)",
+    "state = {'h': np.zeros(w.shape[1]), 'n': 0}\nfor t in range(len(x)):\n"
+    "    state['h'] = np.tanh(state['h'] * 0.5 + x[t] @ w)\n    state['n'] += 1\n"
+    "h = state['h'][None] * state['n']",
+    # a running sum and an einsum
+    "h = np.cumsum(x @ w, axis=0)", "h = np.einsum('ij,jk->ik', x, w) ** 2",
+    "h = np.cumprod(1 + 0.1 * np.tanh(x @ w), axis=0)",
+]
+
+
+def grad_loops(rng):
+    lines = rng.choice(GRAD_LOOPS).split("\n")
+    lines.append(f"return {rng.choice(fuzz24.GRAD_LOSS[:6])}")
+    if "y" in lines[-1]:
+        lines.insert(-1, "y = np.ones_like(h) * 0.5")
+    drawn = fuzz24.tensor_grad(rng)  # its argument maker: w (k, m), x (n, k)
+    return Drawn("grad_loops", _source("w, x", lines), drawn.make, calls=drawn.calls)
+
+
 # --- comparing --------------------------------------------------------------------------------
 def check_prints(program):
     """Each call's printed text, eager vs compiled (the values ``check_values`` compares)."""
@@ -401,6 +437,8 @@ def check_prints(program):
 
 
 def check(program):
+    if program.family == "grad_loops":
+        return fuzz24.check_grad(program)
     problem = fuzz24.check_values(program)
     if problem is None and "print(" in program.source:
         problem = check_prints(program)
@@ -410,7 +448,8 @@ def check(program):
 FAMILIES = {"skip_loops": skip_loops, "triangular": triangular,
             "stacked_lists": stacked_lists, "dict_state": dict_state,
             "carried_views": carried_views, "int_edges": int_edges, "nan_select": nan_select,
-            "ties": ties, "guard_flip": guard_flip}
+            "ties": ties, "guard_flip": guard_flip,
+            "grad_loops": grad_loops}
 
 
 def draw(seed, families=None):

@@ -139,6 +139,9 @@ def _build_variant(jitted, pending, traced, signature, key):
         pending.error = error
         log.warning("%s: background compile failed", jitted.__qualname__, exc_info=True)
         return
+    except BaseException:  # interrupted: its calls must not wait for it forever, eagerly
+        _forget(jitted, pending)  # (the next such call traces and queues it again)
+        raise
     with jitted._lock:
         _forget(jitted, pending)
         if path is None or pending.generation != jitted._generation:
@@ -164,6 +167,10 @@ def _build_path(jitted, variant, path, guard_index, marker, traced, signature, k
     except Exception:
         log.warning("%s: background compile failed", jitted.__qualname__, exc_info=True)
         child = None
+    except BaseException:  # interrupted: the exit grows again when next hot
+        with jitted._lock:
+            jitted._growing.discard(marker)
+        raise
     with jitted._lock:
         jitted._growing.discard(marker)
         if child is None or generation != jitted._generation:

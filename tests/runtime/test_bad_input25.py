@@ -10,7 +10,10 @@ reason; ``try``/``except KeyError`` around a ``raise`` on data compiles with a s
 Found: ``np.errstate(divide="raise")`` (or ``"call"``, ``"log"``) entered inside the jitted
 function was honoured by the traced call only: compiled calls returned ``inf``/``nan``
 where NumPy raises FloatingPointError, and a ``try: ... except FloatingPointError:`` in the
-function took the other branch (a wrong value, silently).
+function took the other branch (a wrong value, silently). And a KeyboardInterrupt ending a
+compile on the background compile thread left the function eager at every later call.
+Probed and right: a full (ENOSPC) or read-only (EROFS) cache directory warns once and
+compiles in memory; a populated read-only cache still loads.
 """
 
 import warnings
@@ -91,4 +94,36 @@ def test_the_callers_raise_mode_does_not_refuse_the_trace():
     with np.errstate(all="raise"):
         for x in [np.array([1.0, 4.0]), np.array([9.0, 16.0]), np.array([4.0, 1.0])]:
             np.testing.assert_allclose(compiled(x), np.sqrt(x) + 1, rtol=1e-15)
+    assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
+
+
+# --- an interrupted background compile ------------------------------------------------------------
+def interrupted_model(x):
+    return np.tanh(x * 2.0).sum(axis=0) + x[0]
+
+
+def test_an_interrupted_background_compile_is_queued_again(monkeypatch):
+    """A KeyboardInterrupt (any BaseException) ending a compile on the compile thread left
+    its pending variant in place: every later call it takes ran eagerly ('compiling in
+    the background') and the function never compiled."""
+    import threading
+
+    from tracejit.codegen import llvm
+    from tracejit.runtime import background
+
+    compile_part, interrupts = llvm._compile_part, []
+
+    def interrupted(*arguments):
+        if not interrupts and threading.current_thread().name == "tracejit-compile":
+            interrupts.append(True)
+            raise KeyboardInterrupt
+        return compile_part(*arguments)
+
+    monkeypatch.setattr(llvm, "_compile_part", interrupted)
+    compiled = tj.jit(interrupted_model, cache="memory", compile="background")
+    x = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
+    for _ in range(4):
+        np.testing.assert_allclose(compiled(x), interrupted_model(x), rtol=1e-12)
+        assert background.wait_idle(60)
+    assert interrupts
     assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()

@@ -32,7 +32,7 @@ from tracejit.tracer.abstract import is_numpy_number
 from tracejit.tracer.implicit import find_implicit_inputs
 from tracejit.tracer.locations import is_tracejit
 
-from . import serialize
+from . import object_arguments, serialize
 from .autograd import is_grad_enabled
 from .cache_entries import FORMAT
 from .tensor import unwrap
@@ -312,6 +312,8 @@ def call_signature(policy, leaves, open_numbers=()):
             parts.append([type(leaf).__name__, leaf])
         elif is_numpy_number(leaf):
             parts.append([type(leaf).__name__, leaf.item()])
+        elif (address := object_arguments.class_address(leaf)) is not None:
+            parts.append(["object", address["module"], address["qualname"]])
         else:
             return None
     return parts

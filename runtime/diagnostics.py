@@ -104,6 +104,11 @@ def mismatch(spec, leaves, names=None):
             if not _same_static(leaf, leaf_spec.value):
                 return f"{name}: {leaf_spec.value!r} -> {leaf!r} (specialized on its value)"
             continue
+        if leaf_spec.kind == "instance":
+            if type(leaf) is not leaf_spec.value:
+                return (f"{name}: {leaf_spec.value.__qualname__} -> {type(leaf).__qualname__}"
+                        " (guarded by its class)")
+            continue
         if leaf_spec.kind == "scalar":
             continue
         shape, dtype = _leaf_shape(leaf)

@@ -40,6 +40,8 @@ from tracejit.tracer.dims import DimExpr
 from tracejit.tracer.generated_code import Source
 from tracejit.tracer.ir import format_shape_guard
 
+from . import object_arguments
+
 JSON_TYPES = (type(None), bool, int, float, str)
 
 
@@ -62,7 +64,8 @@ def is_json_value(value):
 @dataclass
 class LeafSpec:
     """One leaf of the arguments: ``array`` (``type_name`` ndarray or Tensor), ``scalar``
-    (a Python scalar passed as a dynamic input) or ``static`` (specialized on its value)."""
+    (a Python scalar passed as a dynamic input), ``static`` (specialized on its value) or
+    ``instance`` (an object of the class ``value``: ``object_arguments``)."""
 
     kind: str
     type_name: str = ""
@@ -140,6 +143,8 @@ class EntrySpec:
             elif spec.kind == "scalar":
                 leaves.append(LeafSpec("scalar", spec.type_name))
                 inputs[spec.input_index] = ("leaf", position)
+            elif object_arguments.classed(spec.value, _held(trace)):  # self: its class
+                leaves.append(LeafSpec("instance", spec.type_name, value=type(spec.value)))
             else:  # (a set is checked against a copy: flags.add(1) between calls changes it)
                 value = spec.value
                 if compared_by_value(value):
@@ -185,6 +190,8 @@ class EntrySpec:
                         where.setdefault(dim, f"{name}.shape[{axis}]")
             elif leaf.kind == "scalar":
                 lines.append(f"{name}: any {leaf.type_name} (dynamic)")
+            elif leaf.kind == "instance":
+                lines.append(f"{name}: any {leaf.value.__qualname__} object")
             elif leaf.generator is not None:
                 kind, bits = leaf.generator
                 lines.append(f"{name}: any {kind.__name__}({bits.__name__}), drawn from")
@@ -570,6 +577,9 @@ def _leaf_checks(source, spec, bound, native=False):
             if scalar is int:  # an int past int64 (2**63): no run-time input holds it
                 source.add(f"if not {INT64_LOW} <= {variable} <= {INT64_HIGH}: "
                            f"return {source.miss}")
+        elif leaf.kind == "instance":  # an object: its class (object_arguments)
+            source.add(f"if type({variable}) is not {source.constant(leaf.value, 'T')}: "
+                       f"return {source.miss}")
         elif leaf.generator is not None:  # drawn from at its path: any of its kind
             kind, bits = (source.constant(value, "T") for value in leaf.generator)
             held = "bit_generator" if leaf.generator[0] is np.random.Generator else (
@@ -594,13 +604,17 @@ def _leaf_checks(source, spec, bound, native=False):
     return len(source.lines) > start
 
 
-def _holds(trace, value):
-    """Whether the trace's result or its writes hold ``value`` itself (a generator
-    returned, ``self.rng = rng``): those give back the object the trace saw, so the
-    variant is for that object alone."""
-    held = [*trace.output_statics.values(), *(
+def _held(trace):
+    """The values the trace's result and its writes hold as they are (``return self``, a
+    generator returned, ``self.rng = rng``): those give back the object the trace saw, so
+    a variant is for that object alone."""
+    return [*trace.output_statics.values(), *(
         write.value for write in trace.argument_writes if write.kind == "static")]
-    return any(item is value for item in held)
+
+
+def _holds(trace, value):
+    """Whether the trace's result or its writes hold ``value`` itself (``_held``)."""
+    return any(item is value for item in _held(trace))
 
 
 def _native_arrays(spec):

@@ -317,6 +317,13 @@ def path_from_json(data, fn):
 def spec_to_json(spec, fn):
     leaves = []
     for leaf in spec.leaves:
+        if leaf.kind == "instance":  # an object: its class, by where it is imported from
+            address = import_address(leaf.value)
+            if address is None:
+                raise NotSerializable(f"an argument of class {leaf.type_name}, which no "
+                                      "import path finds")
+            leaves.append({"kind": "instance", "type": leaf.type_name, "value": address})
+            continue
         if leaf.kind == "static" and not is_json_value(leaf.value):
             raise NotSerializable(f"an argument of type {type(leaf.value).__name__} (compiled "
                                   "for that object only)")
@@ -451,6 +458,12 @@ def _leaf_from_json(leaf, symbols, number):
         _check(type_name in ("int", "float") or type_name in NUMPY_SCALARS,
                f"{what}: a scalar of type {type_name!r}")
         return LeafSpec("scalar", type_name)
+    if kind == "instance":
+        address = _address(leaf["value"])
+        value = _resolve_function(address)
+        _check(isinstance(value, type) and value.__name__ == type_name,
+               f"{what}: {address['module']}.{address['qualname']} is no class {type_name}")
+        return LeafSpec("instance", type_name, value=value)
     _check(kind == "static" and is_json_value(leaf["value"]), f"{what} of kind {kind!r}")
     value = _tuples(leaf["value"])
     _check(type(value).__name__ == type_name, f"{what}: a {type_name} holding "

@@ -345,11 +345,20 @@ def note(context, owner, name, value, path):
         context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
                                             if hasattr(owner, "__dict__") else
                                             getattr(owner, name, _MISSING))
-        context.note_outside_value(path, owner, identity=True)  # the same object each call
+        _guard_owner(context, path, owner)
     context.attribute_writes.pop(key, None)  # the last write, in write order
     context.attribute_writes[key] = (path, owner, name, value, user_location())
     context.written_paths.add(path.attr(name).key)
     setattr(owner, name, value)
+
+
+def _guard_owner(context, path, owner):
+    """The object a write goes to is found again through ``path`` at every call and the
+    write stored there (``AttributeWrite.store``), so any object of its class will do:
+    ``self.cache = x`` of a jitted method lands on the call's ``self``
+    (``runtime.object_arguments``). Guarded by class as ``object_paths.guard_class``
+    guards (that module imports this one)."""
+    context.note_outside_value(path.attr("__class__"), type(owner), identity=True)
 
 
 def note_item(context, container, key, value, owner):
@@ -429,7 +438,7 @@ def note_delete(context, owner, name, path):
         context.attribute_originals[key] = (owner, name, vars(owner).get(name, _MISSING)
                                             if hasattr(owner, "__dict__") else
                                             getattr(owner, name, _MISSING))
-        context.note_outside_value(path, owner, identity=True)  # the same object each call
+        _guard_owner(context, path, owner)
     delattr(owner, name)  # (missing: the AttributeError eager raises)
     context.attribute_writes.pop(key, None)
     context.attribute_writes[key] = (path, owner, name, DELETED, user_location())

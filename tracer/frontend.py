@@ -118,6 +118,7 @@ from .random_draws import (
 )
 from .result_identity import contiguous_copy_of
 from .rewritten_code import bind, callable_object, is_user_function, rewritten_code
+from .shared_objects import note_same
 from .source_rewrite import _MUTATING_METHODS, RewriteUnavailable, compared
 from .stacked_containers import StackedDict, StackedList, stack_call
 from .strided_views import as_strided, is_as_strided, is_byte_strides
@@ -199,6 +200,8 @@ def _draws(function):
 # Builtins and container methods whose answer for an object depends on its identity (its
 # default hash, equality and repr): an object from outside passed to them is pinned.
 _IDENTITY_FUNCTIONS = (hash, repr, str, format, ascii)
+# Calls that read no more of an object than its class (guarded with it where found)
+_CLASS_QUERIES = (isinstance, issubclass, type, callable, super, getattr, hasattr, setattr)
 _IDENTITY_METHODS = frozenset(("get", "index", "count", "__contains__", "__getitem__", "pop",
                                "setdefault", "remove", "discard"))
 
@@ -507,6 +510,12 @@ class Hooks:
             ):  # reached by a path the up-front scan did not walk (deep attributes, slots;
                 # a Tensor parameter too, or compiled calls would keep its first values)
                 context.implicit_candidates[id(value)] = (path, value)
+            elif path is not None:
+                # one input for an array found at two paths (tied weights, a layer passed
+                # as two arguments), read through the first: one array there at later calls
+                used = context.implicit_used.get(id(value))
+                note_same(context, used.path if used is not None else (
+                    context.implicit_candidates[id(value)][0]), path)
             return context.implicit_tracer(value) if context.is_implicit(value) else value
         subclass = container_subclass(value) is not None and not is_settings_record(value)
         if subclass and (overridden := overridden_reads(value)):
@@ -860,6 +869,11 @@ class Hooks:
                     "skip it. Return the value and log it outside, or use print (replayed)"
                 )
         elif not _enters(function):
+            if not any(function is query for query in _CLASS_QUERIES):
+                # "{0.act}".format(self), copy.copy(self.opt): code the trace does not see
+                # reads the object, so no guard follows what it read there; the object
+                # itself, found through a path, must be this one at later calls
+                self.objects.pin_identity(*args, *kwargs.values(), callables=True)
             impure = impure_call(function, args, kwargs)
             if impure is not None:
                 raise trace_error(

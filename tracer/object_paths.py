@@ -26,6 +26,7 @@ its class holds (``guard_method``, ``ObjectPaths.method_read``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import types
 
@@ -63,6 +64,61 @@ def holds_attributes(value):
         functools.partial))
 
 
+# Py_TPFLAGS_HEAPTYPE: a class made by a class statement (not a builtin or C type, whose
+# objects may keep state no attribute path reaches: a Generator, a file, a lock)
+_HEAP_TYPE = 1 << 9
+
+
+# The methods a class may define and still be guarded by class: the ones the trace runs
+# rewritten (``__call__``, operators: ``operator_calls``), or that run at the entry guard's
+# own reads (``__getattr__``) or at no read at all (``__init__``, pickling, copying, whose
+# callers are calls the trace pins objects at). Any other (``__bool__``, ``__lt__``,
+# ``__str__`` under an f-string, ``__iter__`` under unpacking, ``__enter__``) Python calls
+# where no hook sees it, reading attributes no guard follows: such objects keep their
+# identity guard.
+_ROUTED_METHODS = frozenset((
+    "__init__", "__new__", "__call__", "__getattr__", "__setattr__", "__delattr__",
+    "__post_init__", "__init_subclass__", "__class_getitem__", "__subclasshook__",
+    "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__",
+    "__deepcopy__", "__del__", "__neg__", "__pos__", "__invert__",
+    *(f"__{prefix}{name}__" for prefix in ("", "r") for name in (
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+        "xor", "lshift", "rshift"))))
+
+
+def _methods_routed(kind):
+    """Whether every special method ``kind``'s classes define (below ``object``) is one
+    of ``_ROUTED_METHODS``; a special name holding no callable (``__slots__``, ``__hash__
+    = None``) is no method."""
+    for base in kind.__mro__[:-1]:
+        for name, member in vars(base).items():
+            if name.startswith("__") and name.endswith("__") and (
+                    name not in _ROUTED_METHODS) and (callable(member) or isinstance(
+                        member, (staticmethod, classmethod, property))):
+                return False
+    return True
+
+
+def guarded_by_class(value):
+    """Whether an object the trace reads through a path (an argument, an item of a list
+    from outside) is entry-guarded by its class, not its identity: an object of a class
+    statement, whose attributes the trace reads through that path (arrays as inputs,
+    settings by value, nested objects by class), so any object of the class with the same
+    structure takes the variant. Not a class or an enum member (compared by identity),
+    nor an object whose class defines special methods Python calls unseen
+    (``_ROUTED_METHODS``).
+
+    >>> class Dense:
+    ...     pass
+    >>> guarded_by_class(Dense()), guarded_by_class(len), guarded_by_class(Dense)
+    (True, False, False)
+    """
+    kind = type(value)
+    return holds_attributes(value) and not isinstance(value, (type, enum.Enum)) and bool(
+        kind.__flags__ & _HEAP_TYPE) and not getattr(kind, "__tracejit_priority__", 0) and (
+        _methods_routed(kind))
+
+
 def partial_roots(fn):
     """``{parameter name: Path}`` of the arguments a ``functools.partial`` of a Python
     function binds: read from the partial object at every call, like defaults."""
@@ -94,6 +150,9 @@ class ObjectPaths:
         self.paths = {}  # id(object) -> {path key: Path}: every path it was found at
 
     def note(self, path, value):
+        known = self.known.get(id(value))
+        if known is not None and known[1] is value:  # (one object, two paths: the same)
+            _same(self.context, known[0], path)
         self.known[id(value)] = (path, value)
         self.paths.setdefault(id(value), {})[path.key] = path  # (one object, many names)
 
@@ -127,7 +186,9 @@ class ObjectPaths:
         for key, item in value.items() if isinstance(value, dict) else enumerate(value):
             where = Path(path.root, path.steps + (("item", key),))
             if holds_attributes(item):
-                self.known.setdefault(id(item), (where, item))
+                known = self.known.setdefault(id(item), (where, item))
+                if known[0] is not where:  # [layer, layer]: read through the first
+                    _same(self.context, known[0], where)
             elif type(item) in (list, tuple, dict) and depth > 1:
                 self.remember_container(where, item, depth - 1)
 
@@ -149,18 +210,19 @@ class ObjectPaths:
         guard_class(context, owner, receiver)
         self.note(owner, receiver)
 
-    def pin_identity(self, *values, equality=False):
+    def pin_identity(self, *values, equality=False, callables=False):
         """The objects among ``values`` found through a path, whose identity the trace
         observed (``layer is self.head``, ``SCALE[self.act]``, ``SCALE.get(self.act)``,
         ``repr(self.act)``), must be those very objects at later calls: their class guard
         alone let another object of the class take the answer the trace took for this one
-        (a wrong result). Callables are guarded by identity where they are read already.
+        (a wrong result). Callables are guarded by identity where they are read already,
+        unless ``callables`` (an argument's layer handed to code the trace does not see).
         With ``equality`` (``==``, ``in``, a dict's lookup), an object whose class defines
         its own ``__eq__`` or ``__hash__`` refuses the trace: the answer reads the object's
         state in code the trace does not see (``self.mode == self.ref`` comparing their
         ``.v``), so the same object with another state would take the traced answer."""
         for value in values:
-            if not holds_attributes(value) or callable(value):
+            if not holds_attributes(value) or callable(value) and not callables:
                 continue
             path = self.path_of(value)
             paths = [*self.paths.get(id(value), {}).values(), *([path] if path else [])]
@@ -196,6 +258,12 @@ def own_equality(value):
     kind = type(value)
     return is_user_function(getattr(kind, "__eq__", None)) or is_user_function(
         getattr(kind, "__hash__", None))
+
+
+def _same(context, first, second):
+    from .shared_objects import note_same  # (shared_objects imports this module)
+
+    note_same(context, first, second)
 
 
 def class_path(path):

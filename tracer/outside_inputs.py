@@ -430,9 +430,14 @@ def note_contents(context, path, value, budget=None, state=frozenset()):
                 where, item) if type(item) is dict and hasattr(
                     context, "item_state_of") else frozenset())
         elif _chosen_object(item):  # for layer in self.layers: which layer is which
+            from .object_paths import guarded_by_class  # (it imports this module)
+
             budget[0] -= 1
-            context.note_outside_value(Path(path.root, path.steps + (("item", key),)), item,
-                                       identity=True)
+            where = Path(path.root, path.steps + (("item", key),))
+            if guarded_by_class(item):  # a layer: read through its path, of its class
+                context.note_outside_value(where.attr("__class__"), type(item), identity=True)
+            else:  # a function: the one the trace inlined
+                context.note_outside_value(where, item, identity=True)
 
 
 def _written_items(context, path, value):

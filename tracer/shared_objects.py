@@ -75,6 +75,23 @@ class SharedObjects:
                 "reaches through another path")
 
 
+def note_same(context, first, second):
+    """The trace found one object (an array, a layer) at two paths and reads it through
+    ``first`` alone (one input, one path to its attributes): later calls must find one
+    object at both, or their reads of ``second`` would see ``first``'s (tied weights
+    untied, ``f([layer, layer])`` traced, then ``f([layer, other])``).
+
+    >>> from types import SimpleNamespace
+    >>> context = SimpleNamespace(outside_values={})
+    >>> note_same(context, Path(("arg", 0)), Path(("arg", 1)))
+    >>> [line for _, _, shared in context.outside_values.values() for line in shared.describe()][0]
+    'argument 1 is argument 0'
+    """
+    if first.key != second.key:
+        context.outside_values.setdefault(f"same:{first.key}|{second.key}", (
+            second, "shared", SharedObjects((first, second), (0, 0))))
+
+
 def partition(objects, key=id):
     """Per object, the position of the first one that is it (whose ``key`` is its own).
 

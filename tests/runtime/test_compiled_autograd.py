@@ -700,7 +700,8 @@ def test_gradients_reach_tensor_attributes_of_a_model_object():
                 for param in model.parameters():
                     param -= 0.3 * param.grad
     after = TinyModel.loss.stats()
-    assert after["compiles"] - before["compiles"] == 1  # one model object, one variant
+    # one variant at most: another test's TinyModel of these shapes may have compiled it
+    assert after["compiles"] - before["compiles"] <= 1
     assert after["compiled_calls"] - before["compiled_calls"] == 3
     assert after["eager_calls"] == before["eager_calls"]
 

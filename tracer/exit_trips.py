@@ -420,7 +420,9 @@ def _kept(context, value):
     """``value`` as it is now, safe from in-place writes the rest of the trip makes."""
     from .traced_array import Tracer  # cycle: traced_array -> ... -> source_rewrite -> here
     if isinstance(value, Tracer):
-        return context.tracer_for(value.ir_var)
+        kept = context.tracer_for(value.ir_var)
+        kept.raw_value = value.raw_value  # (of its kind: z += v keeps a 0-d array one)
+        return kept
     if isinstance(value, np.ndarray):
         return value.copy()
     return value

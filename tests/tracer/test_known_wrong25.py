@@ -7,8 +7,9 @@ attributes in locals (tracer/loop_attributes.py), and a write that runs the clas
 is refused before it runs (``attribute_writes.class_code``), so that code runs as often
 as eager runs it.
 
-An object compared or hashed by its class's own ``__eq__``/``__hash__`` (its state,
-which no guard reads) runs eagerly."""
+A 0-d array carried past a loop's ``break`` stays a 0-d array; an object compared or
+hashed by its class's own ``__eq__``/``__hash__`` (its state, which no guard reads) runs
+eagerly."""
 
 import collections
 import dataclasses
@@ -211,6 +212,35 @@ def test_a_property_setter_in_a_loop_keeps_its_value_and_gradient():
     for rows in (4, 4, 6, 5):
         assert f(w, X[:rows]) == pytest.approx(damped_loss(w, X[:rows]), rel=1e-12)
     assert f.stats()["compiled_calls"] >= 1, f.explain()
+
+
+def summed_until_argmax(x, n):
+    """fuzz24 carry_break seed 40181, reduced: a 0-d array updated in place in a loop
+    with a data-dependent break, beside a Python float carried."""
+    h = x[0] * 0
+    total = 0.0
+    z = np.asarray(0.0)
+    for i in range(n):
+        h = np.tanh(h * 0.8 + x[i % len(x)])
+        total = total * 0.9 + float(h[0])
+        z += h.min()
+        if int(np.argmax(h)) == 0:
+            break
+    return h, total, z
+
+
+def test_a_zero_d_array_carried_past_a_break_stays_an_array():
+    """Before: the second call returned ``z`` as an np.float64 where NumPy has a 0-d
+    ndarray (exit_trips._kept copied the carried value as its var's NumPy scalar)."""
+    rng = np.random.default_rng(3)
+    f = tj.jit(summed_until_argmax, cache="memory")
+    for n in (0, 8, 5, 6, 1):
+        x = rng.normal(size=(5, 3)).astype(np.float32)
+        got, want = f(x, n), summed_until_argmax(x, n)
+        assert [type(value) for value in got] == [type(value) for value in want], n
+        for ours, theirs in zip(got, want):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    assert f.stats()["compiled_calls"] >= 3, f.explain()
 
 
 class Key:

@@ -21,7 +21,8 @@ holds plus everyone else's. The machinery's, each one verified, not assumed:
 * the user's frame, one reference: its fast local of the loop's name, or the cell of that
   name when a nested function reads it (``frame_code`` says which; None when
   ``frame_locals`` is a dict the machinery made, and then no frame reference is allowed),
-* ``machinery``: an earlier attempt's carried tuple (``_with_last_peeled``).
+* ``machinery``: an earlier attempt's carried tuples and frame locals, whose user frame
+  is then ``frame_code``'s (``_with_last_peeled``).
 
 When the count is exactly that, nobody else holds the list and no search is made (the
 common case, O(1)). Otherwise ``gc.get_referrers`` names a holder the garbage collector
@@ -128,7 +129,9 @@ def _other_name(name, value, frame_locals):
 
 
 def _flat(containers):
-    return [held for container in containers for held in container]
+    """What ``containers`` (tuples, and dicts: their values) hold."""
+    return [held for container in containers for held in (
+        container.values() if type(container) is dict else container)]
 
 
 def _entries(container, value):

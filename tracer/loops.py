@@ -269,7 +269,8 @@ def _run_loop(context, range_function, range_args, body, names, frame_locals, lo
             # if t > 0 in reversed(range(T)): the trips after iteration 0 but the last as a
             # loop (captured when the index takes one path there), then the last unrolled
             return _with_last_peeled(context, body, names, values, start + step, stop, step,
-                                     location)
+                                     location, frame_code, (frame_locals, originals, *(
+                                         kept for kept in snapshots if kept is not None)))
         _note(context, where, str(refusal))
         # The remaining trips at dims the trip count guards: a reversed loop's start is a
         # dim (range(T - 1, -1, -1)), and its later trips as plain ints would freeze the
@@ -283,14 +284,17 @@ def _carried(names, frame_locals):
     return tuple(frame_locals.get(name, UNDEFINED) for name in names)
 
 
-def _with_last_peeled(context, body, names, values, start, stop, step, location):
+def _with_last_peeled(context, body, names, values, start, stop, step, location,
+                      frame_code=None, holders=()):
     """The trips ``range(start, stop, step)`` (``|step| == 1``, at least two: the caller's
     loop ran three) as a loop over all but the last, which runs unrolled after it at its
-    index (a dim when the bounds are: ``T - 1`` of a forward loop)."""
+    index (a dim when the bounds are: ``T - 1`` of a forward loop). ``frame_code`` and
+    ``holders`` (the first attempt's frame locals, carried tuple and snapshots) are the machinery's
+    references to the lists the loop fills (``container_holders``), with ``values``."""
     last = stop - step
     middle = _run_loop(context, range, (start, last, step), body, names,
                        dict(zip(names, values)), location, None, peel_last=False,
-                       machinery=(values,))
+                       frame_code=frame_code, machinery=(values, *holders))
     return tuple(body(last, *middle))
 
 

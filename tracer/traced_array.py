@@ -401,6 +401,11 @@ class Tracer(ArrayMethods):
         if called_by_user():
             if not self.shape and (self.aval.weak or _is_numpy_scalar(self)) or getattr(
                     self.context, "tensor_arguments", True):
+                from .pinned_scalars import check_guard  # (it imports this module's users)
+
+                # TABLE[self.n_iter], TABLE[n]: a number argument or count attribute a
+                # dict lookup needs as a Python int is a constant, traced again
+                check_guard(self.context, self.ir_var, "int")
                 raise trace_error("a traced value used as a dict key or set member (hashed) "
                                   "is not supported; the call runs eagerly")
             raise as_numpy_would(TypeError("unhashable type: 'numpy.ndarray'"))

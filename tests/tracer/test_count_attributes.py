@@ -193,3 +193,32 @@ def test_another_path_of_a_counted_variant_reads_the_count_too():
     stats = f.stats()
     assert set(stats["eager_calls"]) <= {"side exit"} and stats["compiles"] <= 3, f.explain()
     assert "path [exit at guard" in f.explain() and stats["compiled_calls"] >= 3, f.explain()
+
+
+TABLE = {5: 1.0, 7: 2.0, 9: 3.0, 11: 4.0}
+
+
+class Keyed:
+    def __init__(self):
+        self.n_iter = 5
+
+    def fit(self, x):
+        for _ in range(self.n_iter):
+            x = x * 0.5 + TABLE[self.n_iter]  # a dict lookup needs the count as an int
+        return x
+
+
+def keyed_by_argument(x, n):
+    return x * TABLE[n]
+
+
+def test_a_count_used_as_a_dict_key_is_a_setting_again():
+    # (before the lookup pinned it, every call after the second value ran eagerly,
+    # 'a traced value used as a dict key'; an int argument likewise)
+    x = np.ones(2)
+    f = twins(Keyed, "fit", [(attributes(n_iter=n), (x,)) for n in (5, 7, 9, 11, 7, 5)])
+    assert not f.stats()["eager_calls"], f.explain()
+    g = jit(keyed_by_argument, cache="memory")
+    for n in (5, 7, 9, 11, 7, 5):
+        np.testing.assert_array_equal(g(x, n), keyed_by_argument(x, n))
+    assert not g.stats()["eager_calls"], g.explain()

@@ -70,7 +70,21 @@ def set_loop_hints(back_edge, hints):
 def instructions_from(block, skip=()):
     """Instructions in ``block`` and every block appended after it (but those whose id is
     in ``skip``: blocks emitted meanwhile outside the loop): the size of a loop body whose
-    first block is ``block``, once it is emitted."""
+    first block is ``block``, once it is emitted. A call the loop vectorizer widens into
+    code inlined after it (``math_table.vectorizable_function``: the float32 tanh's
+    tables) counts as its scalar function's instructions too, as if written in the loop."""
     blocks = block.function.blocks
-    return sum(len(later.instructions) for later in blocks[blocks.index(block):]
-               if id(later) not in skip)
+    return sum(len(later.instructions) + sum(map(_widened_body, later.instructions))
+               for later in blocks[blocks.index(block):] if id(later) not in skip)
+
+
+def _widened_body(instruction):
+    """The instructions of the function a vectorizable call calls, else 0 (a rare path's
+    slow function too, ``math_rare_path``: the loop seldom runs it)."""
+    callee = getattr(instruction, "callee", None)
+    if not isinstance(callee, ir.Function) or not callee.blocks or callee.name.startswith(
+            "tracejit_slow_") or not any(
+            "vector-function-abi-variant" in str(attribute)
+            for attribute in getattr(instruction, "attributes", ())):
+        return 0
+    return sum(len(block.instructions) for block in callee.blocks)

@@ -25,7 +25,10 @@ float32 tables (``table_lookup_float32``) hold 32 entries, read 16 lanes at a ti
 ``vpermi2ps`` (two registers of 16 floats), the width float32 loops vectorize at; the
 float32 x ** y reads five of them (``math_pow._pow_float32_wide``).
 
->>> from llvmlite import ir
+>>> from functools import lru_cache
+
+import numpy as np
+from llvmlite import ir
 >>> from tracejit.codegen.dtypes import F64, I32
 >>> module = ir.Module()
 >>> kernel = ir.Function(module, ir.FunctionType(F64, [I32]), "kernel")
@@ -38,6 +41,9 @@ True
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
 from llvmlite import ir
 from llvmlite.ir.instructions import CallInstrAttributes
 
@@ -55,8 +61,33 @@ class _CallAttributes(CallInstrAttributes):
         set.add(self, name)
 
 
+@lru_cache(maxsize=None)
+def _constant_vector(element_bits, values, start=0, stop=None):
+    """``values[start:stop]`` (``values`` a tuple) as a constant vector of float32 or
+    float64, formatted once per process: a kernel that reads tables made and printed 32
+    constants a read (the float32 tanh's seven tables cost a chain of ten ops' first call
+    ~3 ms of lowering and printing before)."""
+    element = F32 if element_bits == 32 else F64
+    texts = _element_texts(element_bits, values)[start:stop]
+    text = "<" + ", ".join(texts) + ">"
+    formatted = ir.FormattedConstant(ir.VectorType(element, len(texts)), text)
+    formatted.constant = text  # a vector type splats the text into lanes: undo that
+    return formatted
+
+
+@lru_cache(maxsize=None)
+def _element_texts(element_bits, values):
+    """LLVM's text of each float: the bits of its value as a double (float32 values are
+    exact doubles), as llvmlite writes them, without an object and two struct calls a
+    value. The halves of a table (``_permuted_float32``) are slices of its tuple."""
+    name = "float" if element_bits == 32 else "double"
+    bits = np.asarray(values, np.float32 if element_bits == 32 else np.float64).astype(
+        np.float64).view(np.uint64)
+    return tuple(f"{name} 0x{int(b):016X}" for b in bits)
+
+
 def _table_vector(values):
-    return ir.Constant(ir.VectorType(F64, TABLE_SIZE), [ir.Constant(F64, v) for v in values])
+    return _constant_vector(64, tuple(values))
 
 
 def _lanewise(builder, table, index):
@@ -76,8 +107,7 @@ def _permuted(builder, values, index):
     if not permutes() or lanes % 8:
         return _lanewise(builder, _table_vector(values), index)
     vector8 = ir.VectorType(F64, 8)
-    low, high = (ir.Constant(vector8, [ir.Constant(F64, v) for v in half])
-                 for half in (values[:8], values[8:]))
+    low, high = (_constant_vector(64, tuple(values), *part) for part in ((0, 8), (8, 16)))
     intrinsic = "llvm.x86.avx512.vpermi2var.pd.512"
     function = builder.module.globals.get(intrinsic) or ir.Function(
         builder.module, ir.FunctionType(vector8, [vector8, ir.VectorType(I64, 8), vector8]),
@@ -94,38 +124,46 @@ def _permuted(builder, values, index):
         ir.VectorType(I32, 16), [ir.Constant(I32, j) for j in range(16)]))
 
 
-def _vectorizable_read(builder, stem, table, index, read, widths):
-    """A call of the scalar function ``tracejit_<stem>`` (``read(builder, scalar index)``,
-    internal) at ``index`` that the loop vectorizer may widen to its vector variants of
-    ``widths`` lanes (``read(builder, vector index)``; external until ``codegen.llvm``
-    inlines them, after the vectorizer has called them)."""
+def vectorizable_function(builder, stem, argument, result_element, compute, widths):
+    """A call of the scalar function ``tracejit_<stem>`` (``compute(builder, scalar
+    argument)``, internal) at ``argument`` that the loop vectorizer may widen to its vector
+    variants of ``widths`` lanes (``compute(builder, vector argument)``; external until
+    ``codegen.llvm`` inlines them, after the vectorizer has called them). ``compute`` must
+    give each lane the scalar function's result."""
     module = builder.module
-    element = table.type.element
+    element = argument.type
     scalar = module.globals.get(f"tracejit_{stem}")
     if scalar is None:
-        scalar = ir.Function(module, ir.FunctionType(element, [I32]), f"tracejit_{stem}")
+        scalar = ir.Function(module, ir.FunctionType(result_element, [element]),
+                             f"tracejit_{stem}")
         scalar.linkage = "internal"
         for attribute in ("noinline", "nounwind", "readnone"):
             scalar.attributes.add(attribute)
         body = ir.IRBuilder(scalar.append_basic_block("entry"))
-        body.ret(read(body, scalar.args[0]))
+        body.ret(compute(body, scalar.args[0]))
     variants = []
     for lanes in widths:
         full = f"{VECTOR_VARIANT_PREFIX}{stem}_n{lanes}"
         if module.globals.get(full) is None:
             function = ir.Function(module, ir.FunctionType(
-                ir.VectorType(element, lanes), [ir.VectorType(I32, lanes)]), full)
+                ir.VectorType(result_element, lanes), [ir.VectorType(element, lanes)]), full)
             function.attributes.add("nounwind")
             function.attributes.add("readnone")
             body = ir.IRBuilder(function.append_basic_block("entry"))
-            body.ret(read(body, function.args[0]))
+            body.ret(compute(body, function.args[0]))
         variants.append(full)
     mapping = ",".join(f"_ZGV_LLVM_N{lanes}v_{scalar.name}({variant})"
                        for lanes, variant in zip(widths, variants))
-    call = builder.call(scalar, [index])
+    call = builder.call(scalar, [argument])
     call.attributes = _CallAttributes(
         ["nounwind", "memory(none)", f'"vector-function-abi-variant"="{mapping}"'])
     return call
+
+
+def _vectorizable_read(builder, stem, table, index, read, widths):
+    """``read(builder, index)`` (scalar or vector) as a call the loop vectorizer widens to
+    its variants of ``widths`` lanes (``vectorizable_function``)."""
+    return vectorizable_function(builder, stem, index, table.type.element, read, widths)
 
 
 def permutes():
@@ -167,8 +205,7 @@ TABLE_SIZE_FLOAT32 = 32
 
 
 def _table_vector_float32(values):
-    return ir.Constant(ir.VectorType(F32, TABLE_SIZE_FLOAT32),
-                       [ir.Constant(F32, v) for v in values])
+    return _constant_vector(32, tuple(values))
 
 
 def _low_bits(builder, index):
@@ -185,8 +222,7 @@ def _permuted_float32(builder, values, index):
     if not permutes():
         return _lanewise(builder, _table_vector_float32(values), _low_bits(builder, index))
     vector16 = ir.VectorType(F32, 16)
-    low, high = (ir.Constant(vector16, [ir.Constant(F32, v) for v in half])
-                 for half in (values[:16], values[16:]))
+    low, high = (_constant_vector(32, tuple(values), *part) for part in ((0, 16), (16, 32)))
     intrinsic = "llvm.x86.avx512.vpermi2var.ps.512"
     function = builder.module.globals.get(intrinsic) or ir.Function(
         builder.module, ir.FunctionType(vector16, [vector16, ir.VectorType(I32, 16), vector16]),
@@ -208,6 +244,16 @@ def _permuted_float32(builder, values, index):
             [ir.Constant(I32, j) for j in range(2 * a.type.count)]))
             for a, b in zip(pieces[0::2], pieces[1::2])]
     return pieces[0]
+
+
+def read_float32(builder, values, index):
+    """``values[index & 31]`` read at once: a permute for a vector ``index`` (lane by lane
+    on hosts without them), an element of a constant vector for a scalar one. For code
+    inside a function that ``vectorizable_function`` widens (``table_lookup_float32``
+    makes each read such a call of its own)."""
+    if isinstance(index.type, ir.VectorType):
+        return _permuted_float32(builder, values, index)
+    return builder.extract_element(_table_vector_float32(values), _low_bits(builder, index))
 
 
 def table_lookup_float32(builder, name, values, index):

@@ -116,7 +116,10 @@ def test_a_flat_math_loop_runs_two_vectors_an_iteration(size):
                        dynamic=False)
     assert program.llvm_ir.count(INTERLEAVE) == 1
     assert program.llvm_ir.split(INTERLEAVE)[1].split("}")[0].split()[-1] == "2"
-    lanes = re.findall(r"store <(\d+) x float>", program.optimized_ir)
+    # the vector loop's own stores (LLVM may keep a vector epilogue for a remainder: the
+    # float32 tanh's tables are a call its cost model finds cheap, ``math_tanh``)
+    body = re.split(r"\n(?=[\w.]+:)", program.optimized_ir.split("\nvector.body:", 1)[-1])[0]
+    lanes = re.findall(r"store <(\d+) x float>", body)
     widest = max(lanes, key=int)
     assert lanes.count(widest) == 2 or int(widest) < 4, lanes  # scalar-only targets: none
     short = compiled(("compile size", "no interleave", size), lambda v: v * 2 + 1, x,

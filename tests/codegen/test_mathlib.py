@@ -956,8 +956,9 @@ def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     and a float32 rare path (``math_rare_path``) costs a vector one branch: its vector
     variants are inlined, and the only calls left are to the slow path's own functions
     (``tracejit_slow_*``, out of line, called where a lane needs them) and to the scalar
-    reads of a table (``math_table``: a scalar remainder's; vector code permutes) and
-    scalings (``math_scale``: vector code scales by vscalefps)."""
+    reads of a table (``math_table``: a scalar remainder's; vector code permutes), the
+    float32 tanh's polynomial from its tables (``math_tanh``, likewise) and scalings
+    (``math_scale``: vector code scales by vscalefps)."""
     shape = (64, 64) if name == "exp-row-sum" else (4096,)
     program = compiled(("mathlib-vectorized", name, dtype), function,
                        np.ones(shape, dtype), np.ones(shape, dtype))
@@ -965,7 +966,7 @@ def test_kernels_using_the_math_library_are_vectorized(name, function, dtype):
     assert f" x {element}>" in program.optimized_ir
     calls = calls_in(program.optimized_ir)
     assert all(callee.startswith("tracejit_slow_") or callee.startswith(
-        ("tracejit_table_", "tracejit_scale_")) and not result.startswith("<")
+        ("tracejit_table_", "tracejit_tanh_", "tracejit_scale_")) and not result.startswith("<")
         for result, callee in calls), calls
     assert "@tracejit_vv_" not in program.optimized_ir  # inlined, then dropped
 

@@ -227,6 +227,27 @@ def _is_logging(function):
     ) == "logging"
 
 
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+               "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+               "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+
+
+def _writes_a_record(function, args):
+    """Whether a logging call (``log.warning("diverged")``, ``logging.info(...)``) writes a
+    record now: its logger is enabled for its level. Compiled calls would not write it
+    again; one below the level writes nothing eagerly either (``log.debug`` in production).
+    """
+    name = getattr(function, "__name__", "")
+    level = args[0] if name == "log" and args and isinstance(args[0], int) else (
+        _LOG_LEVELS.get(name))
+    if level is None:
+        return False
+    owner = getattr(function, "__self__", None)
+    if not isinstance(owner, (logging.Logger, logging.LoggerAdapter)):
+        owner = logging.getLogger()  # logging.warning(...): the root logger's
+    return owner.isEnabledFor(level)
+
+
 def _enters(function):
     """The trace runs this call's body itself (a user function, method or layer object),
     so its own calls are checked in turn."""
@@ -867,6 +888,11 @@ class Hooks:
                 raise trace_error(
                     "logging a traced value inside a compiled function: compiled runs would "
                     "skip it. Return the value and log it outside, or use print (replayed)"
+                )
+            if _writes_a_record(function, args):
+                raise trace_error(
+                    "logging inside a compiled function: compiled runs would not write the "
+                    "record again. Log outside, or use print (replayed at every call)"
                 )
         elif not _enters(function):
             if not any(function is query for query in _CLASS_QUERIES):

@@ -12,10 +12,13 @@ function was honoured by the traced call only: compiled calls returned ``inf``/`
 where NumPy raises FloatingPointError, and a ``try: ... except FloatingPointError:`` in the
 function took the other branch (a wrong value, silently). And a KeyboardInterrupt ending a
 compile on the background compile thread left the function eager at every later call.
+A record logged through a logger a call returns (``logging.getLogger(name).warning(...)``,
+``logging.warning(...)``) was written by the traced call only.
 Probed and right: a full (ENOSPC) or read-only (EROFS) cache directory warns once and
 compiles in memory; a populated read-only cache still loads.
 """
 
+import logging
 import warnings
 
 import numpy as np
@@ -126,4 +129,46 @@ def test_an_interrupted_background_compile_is_queued_again(monkeypatch):
         np.testing.assert_allclose(compiled(x), interrupted_model(x), rtol=1e-12)
         assert background.wait_idle(60)
     assert interrupts
+    assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()
+
+
+# --- logging inside the function ----------------------------------------------------------------
+def logs_when_positive(x):
+    if x.sum() > 0:
+        logging.getLogger("tracejit_test_user").warning("positive %d", 1)
+    return x * 2
+
+
+def logs_at_root(x):
+    logging.warning("root step")
+    return x * 2
+
+
+def logs_below_its_level(x):
+    logging.getLogger("tracejit_test_user").debug("step")
+    return x * 2
+
+
+@pytest.mark.parametrize("function", [logs_when_positive, logs_at_root])
+def test_a_record_logged_inside_the_function_is_logged_at_every_call(function, caplog):
+    """A record from a logger reached by a call (``logging.getLogger(name).warning``,
+    ``logging.warning``) was written by the traced call only: compiled calls skipped it."""
+    compiled = tj.jit(function, cache="memory")
+    for sign in [1, 1, -1, 2, 3]:
+        x = np.ones(2) * sign
+        caplog.clear()
+        function(x)
+        eager = [record.getMessage() for record in caplog.records]
+        caplog.clear()
+        np.testing.assert_array_equal(compiled(x), x * 2)
+        got = [record.getMessage() for record in caplog.records
+               if not record.name.startswith("tracejit.")]
+        assert got == eager, (sign, got, eager)
+    assert "logging inside a compiled function" in compiled.explain()
+
+
+def test_a_logging_call_below_its_level_still_compiles():
+    compiled = tj.jit(logs_below_its_level, cache="memory")
+    for sign in [1, 2, 3]:
+        np.testing.assert_array_equal(compiled(np.ones(2) * sign), np.ones(2) * sign * 2)
     assert compiled.stats()["compiled_calls"] >= 1, compiled.explain()

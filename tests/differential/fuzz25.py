@@ -60,12 +60,7 @@ import fuzz  # noqa: E402 - beside this file, not a package
 import fuzz23  # noqa: E402
 import fuzz24  # noqa: E402
 from fuzz23 import Drawn, data, layout  # noqa: E402
-
-LAYOUTS = ("C", "F", "rev", "every_other")
-
-
-def _source(params, lines):
-    return f"def program({params}):\n" + "".join(f"    {line}\n" for line in lines)
+from fuzz24 import LAYOUTS, _source  # noqa: E402
 
 
 def _indent(lines, pad="    "):
@@ -262,6 +257,15 @@ def int_edges(rng):
     return Drawn("int_edges", source, make, calls=8)
 
 
+def _one_op(rng, op, afterwards, tests):
+    """``program(a, b)`` computing ``out = op``, sometimes one of ``afterwards`` after it,
+    with one of ``tests`` deciding a branch (``fuzz23._one_result``)."""
+    lines = [f"out = {op}"]
+    if rng.random() < 0.3:
+        lines.append(rng.choice(afterwards))
+    return fuzz23._one_result("a, b", lines, rng.choice(tests))
+
+
 # --- NaN through selections -------------------------------------------------------------------
 NAN_OPS = [
     "np.where(a > 0, a, b)", "np.where(np.isnan(a), 0.0, a)", "np.where(a != a, b, a)",
@@ -279,13 +283,9 @@ NAN_OPS = [
 
 def nan_select(rng):
     dtype = rng.choice(["float64", "float32", "float64"])
-    op = rng.choice(NAN_OPS)
-    lines = [f"out = {op}"]
-    if rng.random() < 0.3:
-        lines.append(rng.choice(["out = out * 2", "out = np.asarray(out)[::-1]",
-                                 "out = out.astype(np.float32)"]))
-    source = fuzz23._one_result("a, b", lines, rng.choice(
-        [None, None, "np.nansum(out) > 0", "np.isnan(out).any()"]))
+    source = _one_op(rng, rng.choice(NAN_OPS), ["out = out * 2", "out = np.asarray(out)[::-1]",
+                                                "out = out.astype(np.float32)"],
+                     [None, None, "np.nansum(out) > 0", "np.isnan(out).any()"])
     sizes = _shapes(rng, rows=(0, 1, 2, 3, 5, 7), cols=(1, 2, 3))
     b_shape = rng.choice(["same", "row", "one"])
     seed = int(rng.integers(0, 2**31))
@@ -319,14 +319,10 @@ TIE_OPS = [
 
 def ties(rng):
     dtype = rng.choice(["float64", "float32", "int32", "int64", "float64"])
-    op = rng.choice(TIE_OPS)
-    lines = [f"out = {op}"]
-    if rng.random() < 0.3:
-        lines.append(rng.choice(["out = out + 1", "out = np.asarray(out)[::-1]",
-                                 "out = out * 2"]))
-    source = fuzz23._one_result("a, b", lines, rng.choice(
-        [None, None, "np.sum(out) > 0", "int(np.asarray(out).ravel()[0]) == 0 "
-         "if np.size(out) else False"]))
+    source = _one_op(rng, rng.choice(TIE_OPS), ["out = out + 1", "out = np.asarray(out)[::-1]",
+                                                "out = out * 2"],
+                     [None, None, "np.sum(out) > 0", "int(np.asarray(out).ravel()[0]) == 0 "
+                      "if np.size(out) else False"])
     sizes = _shapes(rng, rows=(1, 2, 3, 5, 7), cols=(1, 2, 3, 4))
     seed = int(rng.integers(0, 2**31))
 

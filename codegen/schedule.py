@@ -36,6 +36,7 @@ from tracejit.tracer.errors import UnsupportedError
 from tracejit.tracer.ir import Effect, Eqn, Guard, Literal, Var
 from tracejit.tracer.locations import line_prefix
 from tracejit.tracer.ops import (
+    broadcast_to_p,
     reshape_p,
     slice_p,
     swaps_last_two_axes,
@@ -185,8 +186,10 @@ def result_views(graph, producers=None):
     chain of NumPy views (``NUMPY_VIEWS``, static or symbolic parameters) of a value
     computed here that another output also is or views (``return y, y[1:]``, ``h.T,
     h[:, -1]``): the root gets an output array and the wrapper makes these outputs from it
-    with NumPy, so they share its memory as NumPy's results do. (A view no other output
-    shares a root with is computed into an array of its own: nothing can tell.)
+    with NumPy, so they share its memory as NumPy's results do. So does a chain holding
+    ``np.broadcast_to`` (``np.broadcast_to(x.sum(0), shape).T``): NumPy's is a read-only
+    view, which a write into it tells. (Another view no other output shares a root with is
+    computed into an array of its own: nothing can tell.)
 
     >>> import numpy as np
     >>> from tracejit.tracer import trace
@@ -208,7 +211,8 @@ def result_views(graph, producers=None):
     for root, _ in chains.values():
         sharing[root.name] = sharing.get(root.name, 0) + 1
     return {name: (root, chain) for name, (root, chain) in chains.items()
-            if chain and sharing[root.name] > 1}
+            if chain and (sharing[root.name] > 1 or any(
+                eqn.prim is broadcast_to_p for eqn in chain))}
 
 
 def _static_params(eqn):

@@ -62,11 +62,14 @@ def returned_broadcasts(context, out_leaves, traced_leaves, mutated):
 
 
 def broadcasts_of_results(context, out_leaves, excluded=()):
-    """``{result leaf: (the result leaf it views, [view equations outwards])}`` for a
-    result that is ``np.broadcast_to`` (through other views) of another result's value:
-    the trace's value of that primitive is a writable copy, so the traced call returned
-    ``v`` apart from ``base`` in ``return np.broadcast_to(base[:, :1], base.shape), base``
-    where NumPy's (and the compiled call's) ``v`` is a read-only view of ``base``."""
+    """``{result leaf: (root, [view equations outwards])}`` for a result that is
+    ``np.broadcast_to`` (through other views) of another result's value (``root`` that
+    result leaf) or of a value the call computed and returns no other way (``root`` its
+    var): the trace's value of that primitive is a writable copy, so the traced call
+    returned ``v`` apart from ``base`` in ``return np.broadcast_to(base[:, :1], base.shape),
+    base`` where NumPy's (and the compiled call's) ``v`` is a read-only view of ``base``,
+    and ``np.broadcast_to(x.sum(0), shape).T`` writable (``codegen.schedule.result_views``
+    makes both views for compiled calls)."""
     producers = {item.out.name: item for item in context.body if isinstance(item, Eqn)}
     results = {}
     for index, leaf in enumerate(out_leaves):
@@ -85,9 +88,13 @@ def broadcasts_of_results(context, out_leaves, excluded=()):
                 break
             chain.append(eqn)
             var = eqn.inputs[0]
-        if isinstance(var, Var) and results.get(var.name, index) != index and any(
-                eqn.prim.name == "broadcast_to" for eqn in chain):
+        if not isinstance(var, Var) or not any(eqn.prim.name == "broadcast_to"
+                                               for eqn in chain):
+            continue
+        if results.get(var.name, index) != index:
             found[index] = (results[var.name], chain[::-1])
+        elif var.name not in results and var.name in producers:
+            found[index] = (var, chain[::-1])
     return found
 
 

@@ -1004,8 +1004,10 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
             # return np.broadcast_to(base[:, :1], shape), base: a read-only view of base
             for index, (root, chain) in argument_views.broadcasts_of_results(
                     context, out_leaves, views.keys() | broadcasts.keys()).items():
+                base = outputs[root] if type(root) is int else force(
+                    context.values[root.name][0])  # (np.broadcast_to(x.sum(0), shape))
                 outputs[index] = argument_views.numpy_view(
-                    chain, np.asarray(outputs[root]), context.symbol_values())
+                    chain, np.asarray(base), context.symbol_values())
         argument_writes.apply(context, args, kwargs)  # config["t"] += 1 reaches the caller
         for index, array in argument_writes.aliased_outside_arrays(context, out_leaves).items():
             outputs[index] = array  # (its place may hold what the trace wrote there)

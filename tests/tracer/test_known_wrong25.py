@@ -7,9 +7,9 @@ attributes in locals (tracer/loop_attributes.py), and a write that runs the clas
 is refused before it runs (``attribute_writes.class_code``), so that code runs as often
 as eager runs it.
 
-A 0-d array carried past a loop's ``break`` stays a 0-d array; an object compared or
-hashed by its class's own ``__eq__``/``__hash__`` (its state, which no guard reads) runs
-eagerly."""
+A 0-d array carried past a loop's ``break`` stays a 0-d array; ``np.broadcast_to`` of a
+value the call computes is NumPy's read-only view of it; an object compared or hashed by
+its class's own ``__eq__``/``__hash__`` (its state, which no guard reads) runs eagerly."""
 
 import collections
 import dataclasses
@@ -241,6 +241,32 @@ def test_a_zero_d_array_carried_past_a_break_stays_an_array():
         for ours, theirs in zip(got, want):
             np.testing.assert_allclose(ours, theirs, rtol=1e-6)
     assert f.stats()["compiled_calls"] >= 3, f.explain()
+
+
+BROADCASTS = {
+    "column_sums": lambda x: np.broadcast_to(x.sum(0), (3, x.shape[1])),
+    "transposed": lambda x: np.broadcast_to(x.sum(0), (3, x.shape[1])).T,
+    "sliced": lambda x: np.broadcast_to(x.sum(0), (3, x.shape[1]))[1:],
+    "of_a_scalar": lambda x: np.broadcast_to(x.max(), (2, 2)),
+}
+
+
+@pytest.mark.parametrize("function", BROADCASTS.values(), ids=BROADCASTS.keys())
+def test_a_broadcast_of_a_computed_value_is_a_read_only_view(function):
+    """Before: traced and compiled calls returned a writable copy (a write into it went
+    through where NumPy raises 'assignment destination is read-only'); now NumPy's view of
+    the value the program computes (``codegen.schedule.result_views``)."""
+    f = tj.jit(function, cache="memory")
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = rng.normal(size=(4, 3))
+        got, want = f(x), function(x)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert (got.flags.writeable, got.strides) == (want.flags.writeable, want.strides)
+        for result in (got, want):
+            with pytest.raises(ValueError, match="read-only"):
+                result[0, 0] = 1.0
+    assert f.stats()["compiled_calls"] == 2, f.explain()
 
 
 class Key:

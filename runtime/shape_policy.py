@@ -170,9 +170,10 @@ class SameEntry:
         return leaf_index < len(leaves) and leaves[leaf_index].kind == "scalar"
 
     def count_attribute(self, where, value):
-        """Whether the variant reads the int attribute at ``where`` as a trip count."""
-        return where in {str(self.spec.implicit[source[1]].path) for source in map(
-            tuple, self.spec.inputs) if source[0] == "count_implicit"}
+        """Whether the variant reads the int attribute at ``where`` at run time (a trip
+        count, or arithmetic on it)."""
+        return where in {str(spec.path) for spec in self.spec.implicit
+                         if spec.type_name == "int" and not spec.shape}
 
 
 def _parameter_names(fn):

@@ -222,3 +222,23 @@ def test_a_count_used_as_a_dict_key_is_a_setting_again():
     for n in (5, 7, 9, 11, 7, 5):
         np.testing.assert_array_equal(g(x, n), keyed_by_argument(x, n))
     assert not g.stats()["eager_calls"], g.explain()
+
+
+class Scaled:
+    def __init__(self):
+        self.n_iter = 3
+
+    def fit(self, x):
+        w = x * self.n_iter  # read at run time once it changed, though no loop counts it
+        if w.sum() > 10:  # a side exit: the other path reads it the same way
+            return w * 2
+        return w - 1
+
+
+def test_another_path_reads_a_counted_attribute_used_in_arithmetic_at_run_time():
+    calls = [(attributes(n_iter=n), (np.full(3, x),)) for n, x in (
+        (3, 0.1), (4, 0.1), (5, 0.1), (6, 3.0), (7, 3.0), (8, 0.1), (9, 3.0), (10, 3.0))]
+    f = twins(Scaled, "fit", calls)
+    stats = f.stats()
+    # (before: the exit's path guarded the value, a compile per value after it: 5)
+    assert stats["compiles"] <= 3 and set(stats["eager_calls"]) <= {"side exit"}, f.explain()

@@ -1391,7 +1391,16 @@ class Hooks:
         cannot find again) outside state it refuses."""
         context = self.context
         if attribute_writes.is_local_object(context, owner):
-            attribute_writes.set_local(context, owner, name, value)
+            if attribute_writes.class_code(owner, name) is None:
+                attribute_writes.set_local(context, owner, name, value)
+                return
+            # an object made here with a property (clipping its value, counting writes in
+            # a global): its setter runs rewritten, so what it writes goes through the
+            # hooks (a global's count refused) and compiled calls make it too
+            setter = _property_setter(owner, name)
+            if setter is None:  # (a __setattr__, a descriptor's __set__)
+                _refuse_class_code(owner, name, written)
+            self.call(setter, owner, value)
             return
         path = self.objects.path_of(owner)
         if path is None:
@@ -1418,6 +1427,7 @@ class Hooks:
         """``del owner.name``: on an object made in this call, as Python does it; on one
         from outside, a deletion the compiled call makes too (``attribute_writes``)."""
         if attribute_writes.is_local_object(self.context, owner):
+            _refuse_class_code(owner, name, written, "__delattr__")
             attribute_writes.set_local(self.context, owner, name)
             return
         path = self.objects.path_of(owner)
@@ -1667,6 +1677,18 @@ def _refuse_class_code(owner, name, written, hook="__setattr__"):
     if (code := attribute_writes.class_code(owner, name, hook)) is not None:
         raise trace_error(f"`{written}` runs {code}, code of the object's class that the "
                           "trace cannot follow; the call runs eagerly")
+
+
+def _property_setter(owner, name):
+    """The setter of the property ``name`` of ``owner``'s class when it is a function of
+    the user's (which the trace runs rewritten) and the class has no ``__setattr__``;
+    else None."""
+    found = next((vars(klass)[name] for klass in type(owner).__mro__
+                  if name in vars(klass)), None)
+    if type(owner).__setattr__ is object.__setattr__ and isinstance(found, property) and (
+            is_user_function(found.fset)):
+        return found.fset
+    return None
 
 
 def _nests(code, inner):

@@ -328,3 +328,53 @@ def test_an_own_eq_or_hash_reading_changed_state_answers_as_eager(make, change):
         if call == 2:
             change(ours), change(theirs)
         np.testing.assert_array_equal(f(x), theirs.forward(x))
+
+
+class CountedOnWrite:
+    """A ``__setattr__`` counting writes in a global, of an object the call makes."""
+
+    def __setattr__(self, name, value):
+        WRITES["made here"] += 1
+        object.__setattr__(self, name, value)
+
+
+class CountedSetter:
+    """A property whose setter counts writes in a global, of an object the call makes."""
+
+    @property
+    def w(self):
+        return self._w
+
+    @w.setter
+    def w(self, value):
+        WRITES["setter"] += 1
+        self._w = value
+
+
+def made_with_a_hook(x):
+    model = CountedOnWrite()
+    model.w = x * 2
+    return model.w.sum()
+
+
+def made_with_a_setter(x):
+    model = CountedSetter()
+    for t in range(x.shape[0]):
+        model.w = x[t] * 2
+    return model.w
+
+
+@pytest.mark.parametrize("function, key", [(made_with_a_hook, "made here"),
+                                           (made_with_a_setter, "setter")])
+def test_class_code_of_an_object_made_in_the_call_runs_at_every_call(function, key):
+    """Before: compiled calls ran neither the ``__setattr__`` nor the setter (0 writes
+    counted where eager counts 1 or 4 a call). The setter now runs rewritten (its global
+    count refuses the trace); a ``__setattr__`` is refused."""
+    f = tj.jit(function, cache="memory")
+    for call in range(4):
+        x = np.random.default_rng(call).normal(size=(4, 3))
+        before = WRITES[key]
+        want = function(x)
+        eager = WRITES[key] - before
+        np.testing.assert_allclose(f(x), want, rtol=1e-12)
+        assert WRITES[key] - before - eager == eager, f.explain()

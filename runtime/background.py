@@ -104,7 +104,7 @@ def compile_variant_later(jitted, traced, signature, args, kwargs, bucket_siblin
     jitted._pending = jitted._pending + (pending,)
     _compiler().submit(lambda: _build_variant(jitted, pending, traced, signature, key),
                        f"{jitted.__qualname__} variant")
-    return _result_now(jitted, traced, args, kwargs)
+    return result_now(jitted, traced, args, kwargs)
 
 
 def grow_later(jitted, variant, path, guard_index, traced, signature, args, kwargs):
@@ -119,7 +119,7 @@ def grow_later(jitted, variant, path, guard_index, traced, signature, args, kwar
         lambda: _build_path(jitted, variant, path, guard_index, marker, traced, signature,
                             key, generation),
         f"{jitted.__qualname__} path")
-    return _result_now(jitted, traced, args, kwargs)
+    return result_now(jitted, traced, args, kwargs)
 
 
 def wait_idle(timeout=None):
@@ -198,7 +198,9 @@ def _disk_key(jitted, leaves):
     return keyed if keyed[0] is not None else None
 
 
-def _result_now(jitted, traced, args, kwargs):
+def result_now(jitted, traced, args, kwargs, reason="compiling in the background"):
+    """The call's result when its variant is not compiled now: the trace's, or an eager
+    run (a result carrying an autograd graph, or an undecided trace) noted as ``reason``."""
     from .jit import _plain_result
 
     if traced.gradients is not None or traced.undecided:
@@ -206,7 +208,7 @@ def _result_now(jitted, traced, args, kwargs):
         # trace's plain values do not; the eager run records one. Undecided: the trace
         # computed no result (a decision it took may not be eager's).
         traced.rewind_draws()  # the eager run draws them again
-        return jitted._run_eager(args, kwargs, "compiling in the background")
+        return jitted._run_eager(args, kwargs, reason)
     jitted._counters["traced_calls"] += 1
     return _plain_result(traced, args, kwargs)
 

@@ -17,7 +17,12 @@ function made (new size buckets aside) were never called again (each call brough
 list lengths or values to specialize on, as an EM step over ragged Python lists does) and
 each was estimated at ``STORM_COMPILE_SECONDS`` or more, a new miss runs eagerly instead
 of compiling (``recompile storm`` in ``stats()["eager_calls"]``), with one warning. It
-lifts as soon as one of those variants takes a call. Estimates, not measured times,
+lifts as soon as one of those variants takes a call. Before a storm builds, a function
+that has made a variant and never called one again compiles nothing estimated at
+``UNPROVEN_SECONDS`` or more: the call takes the trace's result and the variant's guard
+is kept, and a later call it takes (or a reuse of any variant) compiles it. Such
+variants count toward a storm as compiled ones do, so a storm pays one long compile and
+two traces, not ``STORM_COMPILES`` compiles. Estimates, not measured times,
 decide, so what compiles does not depend on the machine's load. ``jit(compile="sync")``
 waits for every compile and never stops for a storm; ``compile="background"`` never
 waits. Refusing is always safe: the eager run is NumPy's.
@@ -52,6 +57,11 @@ REFUSE_SECONDS = 60.0
 # counters in the tests, is no storm.
 STORM_COMPILES = 3
 STORM_COMPILE_SECONDS = 1.0
+# A compile estimated this long or more waits until the function has shown reuse, once it
+# has a variant: one of its variants called again, or a later call this variant's guard
+# takes (``unproven``). A storm's second and third long compiles (HMM EM: 7-30 s each
+# under load) are then traces alone.
+UNPROVEN_SECONDS = STORM_COMPILE_SECONDS
 
 
 class _CompileCost(Exception):
@@ -68,13 +78,31 @@ class CompileRefused(_CompileCost):
     """The compile would take minutes: its calls run eagerly."""
 
 
+class CompileUnproven(_CompileCost):
+    """The compile is long and the function has not shown it reuses a variant: the call
+    takes the trace's result, and a later call of this variant compiles it."""
+
+
+class Unproven:
+    """A long variant traced and left uncompiled until a call comes back to it: its entry
+    ``guard`` (checks only) and ``estimate``; counted among a function's recent variants
+    for a storm (never called again, as far as the storm rule reads)."""
+
+    calls = born_calls = 0
+    bucket_sibling = False
+
+    def __init__(self, guard, estimate):
+        self.guard, self.estimate = guard, estimate
+
+
 class CompileBudget:
     """``codegen.compile``'s ``admit`` for one variant or path (a forward and a backward
     program add up): ``mode`` is the ``compile`` option; ``may_defer``: the caller can hand
-    the compile to the background thread (a call's thread can; that thread cannot)."""
+    the compile to the background thread (a call's thread can; that thread cannot);
+    ``unproven``: a long compile waits for reuse (``unproven``)."""
 
-    def __init__(self, mode, may_defer=False):
-        self.mode, self.may_defer = mode, may_defer
+    def __init__(self, mode, may_defer=False, unproven=False):
+        self.mode, self.may_defer, self.unproven = mode, may_defer, unproven
         self.estimate = NOTHING
 
     def admit(self, estimate):
@@ -83,6 +111,8 @@ class CompileBudget:
             return
         if self.estimate.seconds >= REFUSE_SECONDS:
             raise CompileRefused(self.estimate)
+        if self.unproven and self.estimate.seconds >= UNPROVEN_SECONDS:
+            raise CompileUnproven(self.estimate)
         if self.may_defer and self.estimate.seconds >= BACKGROUND_SECONDS:
             raise CompileDeferred(self.estimate)
 
@@ -95,6 +125,14 @@ def in_storm(made, mode):
         return False
     return (not any(variant.calls > variant.born_calls for variant in recent)
             and all(variant.estimate.seconds >= STORM_COMPILE_SECONDS for variant in recent))
+
+
+def unproven(made, mode):
+    """Whether a new variant's long compile should wait for reuse: the function has made
+    variants (new size buckets aside), and none was called again."""
+    made = [variant for variant in made if not variant.bucket_sibling]
+    return mode == "auto" and bool(made) and not any(
+        variant.calls > variant.born_calls for variant in made)
 
 
 def _recent(made):
@@ -136,4 +174,5 @@ def warn_storm(fn, qualname, made, stacklevel):
 
 
 __all__ = ["BACKGROUND_SECONDS", "REFUSE_SECONDS", "STORM_COMPILES", "STORM_COMPILE_SECONDS",
-           "CompileBudget", "CompileDeferred", "CompileRefused", "in_storm"]
+           "UNPROVEN_SECONDS", "CompileBudget", "CompileDeferred", "CompileRefused",
+           "CompileUnproven", "Unproven", "in_storm", "unproven"]

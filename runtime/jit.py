@@ -431,7 +431,7 @@ class JitFunction(Misses):
             self._reasons.clear()
             self._loop_notes.clear()
             self._warned_limit = False
-            self._made = ()
+            self._made = self._candidates = ()
             self._warned_cost = self._warned_storm = False
             self.policy = ShapePolicy(self.options, self.fn)
             self._counters.clear()

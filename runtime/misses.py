@@ -41,9 +41,9 @@ from tracejit.tracer.tracing import Trace
 
 from . import background, compile_policy, diagnostics
 from .autograd import is_grad_enabled
-from .compile_policy import CompileBudget, CompileDeferred, CompileRefused
+from .compile_policy import CompileBudget, CompileDeferred, CompileRefused, CompileUnproven
 from .config import logger
-from .guards import EntrySpec
+from .guards import EntrySpec, compile_guard
 from .shape_policy import SameEntry, _is_array, _same_entry
 from .tensor import unwrap
 from .variants import OutputPlan, Path, Variant, _wrap_tensor
@@ -95,7 +95,9 @@ class Misses:
                     variant.bucket_sibling = sibling
                     self._add_variant(variant)
                     return self._run(variant, inputs, args, kwargs)
-            if compile_policy.in_storm(self._made, self.options.compile):
+            returned = self._candidate_for(args, kwargs)  # a long variant left uncompiled
+            if returned is None and compile_policy.in_storm(self._made + self._candidates,
+                                                            self.options.compile):
                 self._note_storm()
                 return self._run_eager(args, kwargs, "recompile storm")
             reason = self._why_missed(leaves)
@@ -110,7 +112,20 @@ class Misses:
             if self.options.compile == "background":  # LLVM on the compile thread
                 return background.compile_variant_later(self, traced, signature, args, kwargs,
                                                         bucket_sibling=sibling)
-            path = self._compile_path(traced, signature, may_defer=not shared)
+            path = self._compile_path(traced, signature, may_defer=not shared,
+                                      unproven=not shared and not sibling and returned is None
+                                      and compile_policy.unproven(self._made,
+                                                                  self.options.compile))
+            if returned is not None:  # reuse shown: compiled now, its guard kept no more
+                self._candidates = tuple(item for item in self._candidates
+                                         if item is not returned)
+            if isinstance(path, CompileUnproven):  # long, no reuse yet: it waits for a call
+                self._candidates = (*self._candidates[-7:], compile_policy.Unproven(
+                    compile_guard(EntrySpec.from_trace(traced), draws=False), path.estimate))
+                log_recompiles.info("%s: variant %d waits for reuse before compiling (%s)",
+                                    self.__qualname__, len(self._variants) + 1, reason)
+                return background.result_now(self, traced, args, kwargs,
+                                             "long compile waits for reuse")
             if path is DEFERRED:  # long: LLVM on the compile thread (compile_policy)
                 self._counters["background_compiles"] += 1
                 log_recompiles.info("%s: compiling variant %d in the background (%s)",
@@ -268,13 +283,21 @@ class Misses:
         self._reasons[reason] = str(error)
         log("%s runs eagerly: %s", self.__qualname__, error)
 
-    def _compile_path(self, traced, signature, may_defer=False):
+    def _candidate_for(self, args, kwargs):
+        """The long variant traced before and left uncompiled (``compile_policy.Unproven``)
+        whose guard takes this call, or None: a call coming back to it is the reuse its
+        compile waited for."""
+        return next((item for item in self._candidates
+                     if item.guard(args, kwargs) is not None), None)
+
+    def _compile_path(self, traced, signature, may_defer=False, unproven=False):
         """The compiled ``Path`` of ``traced``; None when it is not compiled (the reason is
         kept for its signature); ``DEFERRED`` when ``may_defer`` and the compile-cost policy
-        sends it to the background thread (``runtime/compile_policy.py``)."""
+        sends it to the background thread (``runtime/compile_policy.py``); the
+        ``CompileUnproven`` when ``unproven`` and it is long."""
         start = time.perf_counter()
         backward, plan, residual_bytes = None, traced.gradients, 0
-        budget = CompileBudget(self.options.compile, may_defer)
+        budget = CompileBudget(self.options.compile, may_defer, unproven)
         try:
             if plan is None:
                 program = codegen.compile(traced.graph, name=self.__name__, check="final",
@@ -296,6 +319,8 @@ class Misses:
                 residual_bytes = split.residual_bytes(traced.symbol_values)
         except CompileDeferred:
             return DEFERRED
+        except CompileUnproven as waits:
+            return waits
         except CompileRefused as refused:
             if self.options.fallback == "raise":
                 raise UnsupportedError(f"{compile_policy.where(self.fn, traced.captured_loops)}"
@@ -370,6 +395,7 @@ class Misses:
     # whether its notes were given.
     _made = ()
     _warned_cost = _warned_storm = False
+    _candidates = ()  # entry guards of long variants left uncompiled until reused
 
     def _loop_guard_exit(self, variant, args, kwargs, reason="a guard in a loop body failed"):
         """A guard in a captured loop's body failed: a trip decided otherwise than the trips

@@ -219,3 +219,51 @@ def test_cache_stats_prints_what_the_policy_did(monkeypatch):
     assert ("compile cost: 1 compiled in the background (long), 6 eager in a recompile storm"
             in text)
     assert "eager: 6 x recompile storm" in text
+
+
+def test_a_long_compile_waits_until_the_function_shows_reuse(monkeypatch):
+    # every estimate counts as long: after the first variant, a new one compiles only when
+    # a call comes back to it (or to any variant made): a storm pays one compile, not three
+    monkeypatch.setattr(compile_policy, "UNPROVEN_SECONDS", 0.0)
+    f = jit(ragged, cache="memory", max_variants=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no storm warning: nothing piles up
+        for count in (1, 2, 3, 4, 5):
+            same(f(_rows(count)), ragged(_rows(count)))
+    stats = f.stats()
+    assert (stats["compiles"], stats["traced_calls"], stats["storm_calls"]) == (1, 5, 0)
+    assert not stats["eager_calls"]
+    same(f(_rows(3)), ragged(_rows(3)))  # the variant for 3 rows again: compiled now
+    assert f.stats()["compiles"] == 2
+    same(f(_rows(3)), ragged(_rows(3)))
+    assert f.stats()["compiled_calls"] == 1
+    same(f(_rows(7)), ragged(_rows(7)))  # reuse shown: new cases compile at once
+    assert f.stats()["compiles"] == 3
+
+
+def test_a_first_variant_that_is_reused_lets_long_compiles_through(monkeypatch):
+    monkeypatch.setattr(compile_policy, "UNPROVEN_SECONDS", 0.0)
+    f = jit(ragged, cache="memory", max_variants=20)
+    for count in (1, 1, 2, 3):
+        same(f(_rows(count)), ragged(_rows(count)))
+    assert f.stats()["compiles"] == 3
+    g = jit(ragged, cache="memory", max_variants=20, compile="sync")  # sync: every case
+    for count in (1, 2, 3):
+        same(g(_rows(count)), ragged(_rows(count)))
+    assert g.stats()["compiles"] == 3
+
+
+def test_a_storm_of_long_variants_pays_one_compile_and_two_traces(monkeypatch):
+    monkeypatch.setattr(compile_policy, "UNPROVEN_SECONDS", 0.0)
+    monkeypatch.setattr(compile_policy, "STORM_COMPILE_SECONDS", 0.0)
+    f = jit(ragged, cache="memory", max_variants=20)
+    with pytest.warns(RuntimeWarning, match="stops compiling new variants"):
+        for count in (1, 2, 3, 4, 5):
+            same(f(_rows(count)), ragged(_rows(count)))
+    stats = f.stats()
+    assert (stats["compiles"], stats["traced_calls"], stats["storm_calls"]) == (1, 3, 2)
+    same(f(_rows(2)), ragged(_rows(2)))  # back to a traced case: compiled, the storm lifts
+    assert f.stats()["compiles"] == 2 and f.stats()["storm_calls"] == 2
+    f.reset()  # forgets the uncompiled variants too
+    same(f(_rows(3)), ragged(_rows(3)))
+    assert f.stats()["compiles"] == 1

@@ -126,6 +126,8 @@ def tree_to_json(tree):
         if layout.keys is not None:
             data.update(keys=list(layout.keys), descending=layout.descending)
         return {"rows": data}
+    if tree.kind == "object":
+        raise NotSerializable(f"a {tree.keys[0].__name__} made in the call")
     if tree.keys is not None:
         raise NotSerializable("a namedtuple in the arguments or results")
     return {tree.kind: [tree_to_json(child) for child in tree.children]}

@@ -552,11 +552,12 @@ def collect(context, output_atoms, is_leaf):
     every call (an arbitrary object: eager makes a new one per call); its message starts
     with the user's line that wrote it."""
     writes = []
+    expand = made_here(context, seen=set())
     for path, _, name, value, location in getattr(context, "attribute_writes", {}).values():
         if value is DELETED:
             writes.append(AttributeWrite(path, name, None, (), deleted=True))
             continue
-        flat, tree = pytree.flatten(value)
+        flat, tree = pytree.flatten(value, expand)
         leaves = []
         for leaf in flat:
             if not is_leaf(leaf):
@@ -575,11 +576,39 @@ def _plain(value):
     return value is None or isinstance(value, (str, bytes, *PYTHON_SCALARS))
 
 
+def made_here(context, seen=None):
+    """``pytree.flatten``'s ``expand`` for written values: an object this call made, of a
+    plain class, is a node rebuilt at every call from its attributes, as eager makes a
+    new one per call (early tinygrad's ``t.grad = Tensor(g)`` in ``backward``). With
+    ``seen``, an object met twice stays a leaf (refused): rebuilt twice it would be two."""
+
+    def expand(value):
+        if not (is_local_object(context, value) and _rebuildable(value)):
+            return None
+        if seen is not None:
+            if id(value) in seen:
+                return None
+            seen.add(id(value))
+        state = vars(value)
+        return type(value), list(state), list(state.values())
+
+    return expand
+
+
+def _rebuildable(value):
+    """An instance that ``object.__new__`` and its ``__dict__`` make again: no metaclass
+    ``__call__``, ``__new__``, ``__setattr__`` or ``__slots__`` of its own."""
+    cls = type(value)
+    return type(cls).__call__ is type.__call__ and cls.__new__ is object.__new__ and (
+        cls.__setattr__ is object.__setattr__) and hasattr(value, "__dict__") and not any(
+        "__slots__" in vars(klass) for klass in cls.__mro__[:-1])
+
+
 def _written_leaves(context, value):
     """``value``'s leaves, a NumPy buffer the trace then wrote into (``self.w =
     np.zeros(n)``, then ``self.w -= lr * dw``: the write goes to the buffer's traced copy)
     read as that copy, as ``context.atom`` reads it for the compiled calls' outputs."""
-    flat, tree = pytree.flatten(value)
+    flat, tree = pytree.flatten(value, made_here(context))
     return [written_value(context, leaf) for leaf in flat], tree
 
 

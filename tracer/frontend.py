@@ -38,6 +38,7 @@ import numpy as np
 from . import (
     argument_writes,
     attribute_writes,
+    constructors,
     count_attributes,
     deferred_text,
     list_appends,
@@ -52,6 +53,7 @@ from . import (
     ops,
     python_math,
     unseen_prints,
+    user_partials,
 )
 from .builtin_extremes import select_extreme
 from .constant_methods import instead
@@ -252,7 +254,8 @@ def _enters(function):
     """The trace runs this call's body itself (a user function, method or layer object),
     so its own calls are checked in turn."""
     target = function.__func__ if isinstance(function, types.MethodType) else function
-    return is_user_function(target) or callable_object(function)
+    return is_user_function(target) or callable_object(function) or user_partials.enters(
+        function)
 
 
 def _converted(function, args, kwargs):
@@ -938,6 +941,11 @@ class Hooks:
         inline = getattr(function, "__tracejit_inline__", None)
         if inline is not None:  # a jit function called while tracing: traced through, as
             return self.function_for(inline)  # a plain helper (its own trace would nest)
+        if user_partials.enters(function):  # x.dot(w) of a partialmethod(Function.apply)
+            return user_partials.entered(function, self.function_for)
+        if constructors.plain_user_class(function):  # Tensor(data): its __init__ rewritten
+            return constructors.constructor(self.context, function,
+                                            self.function_for(function.__init__))
         if callable_object(function):  # a layer instance: enter its __call__
             if (path := self.objects.path_of(function)) is not None:
                 guard_method(self.context, path, function, "__call__")  # a patched class

@@ -41,6 +41,8 @@ class TreeDef:
                 self.children,
             )
         )
+        if self.kind == "object":  # keys: (class, attribute names)
+            return f"{self.keys[0].__name__}({', '.join(self.keys[1])}: {inner})"
         return {"tuple": f"({inner})", "list": f"[{inner}]", "dict": f"{{{inner}}}",
                 "rows": f"rows({inner})"}[self.kind]
 
@@ -48,26 +50,35 @@ class TreeDef:
 LEAF = TreeDef("leaf", None, ())
 
 
-def flatten(tree):
-    """Leaves in order (dicts in insertion order) and the structure to rebuild them."""
+def flatten(tree, expand=None):
+    """Leaves in order (dicts in insertion order) and the structure to rebuild them.
+    ``expand(leaf)``, when given, may answer an object's ``(class, names, values)``: the
+    object is a node that ``unflatten`` makes anew (``object.__new__`` and its attributes,
+    as ``tracer.attribute_writes`` rebuilds a Tensor the call made)."""
     leaves = []
-    return leaves, _flatten_into(tree, leaves)
+    return leaves, _flatten_into(tree, leaves, expand)
 
 
-def _flatten_into(tree, leaves):
+def _flatten_into(tree, leaves, expand=None):
     if isinstance(tree, (tuple, list)):
         kind = "list" if isinstance(tree, list) else "tuple"
         named = type(tree) if hasattr(tree, "_fields") else None  # a namedtuple keeps its class
-        return TreeDef(kind, named, tuple(_flatten_into(item, leaves) for item in tree))
+        return TreeDef(kind, named, tuple(_flatten_into(item, leaves, expand)
+                                          for item in tree))
     if isinstance(tree, dict):
         items = [(_static_key(key), value) for key, value in tree.items()]
         mapping = type(tree) if type(tree) in REBUILT_MAPPINGS else None
         return TreeDef("dict", tuple(key for key, _ in items),
-                       tuple(_flatten_into(value, leaves) for _, value in items), mapping)
+                       tuple(_flatten_into(value, leaves, expand) for _, value in items),
+                       mapping)
     # (after the containers: argument trees flattened at every call never hold one)
     if getattr(type(tree), "__tracejit_rows__", False):  # a loop's list (tracer.loop_rows)
-        return TreeDef("rows", tree.layout, tuple(_flatten_into(part, leaves)
+        return TreeDef("rows", tree.layout, tuple(_flatten_into(part, leaves, expand)
                                                   for part in tree.parts))
+    if expand is not None and (parts := expand(tree)) is not None:
+        cls, names, values = parts
+        return TreeDef("object", (cls, tuple(names)), tuple(
+            _flatten_into(value, leaves, expand) for value in values))
     leaves.append(tree)
     return LEAF
 
@@ -91,6 +102,11 @@ def _build(treedef, leaves):
     children = [_build(child, leaves) for child in treedef.children]
     if treedef.kind == "rows":  # keys: a loop_rows.RowsLayout, which makes the list
         return treedef.keys.build(children)
+    if treedef.kind == "object":  # keys: (class, attribute names)
+        cls, names = treedef.keys
+        made = object.__new__(cls)
+        vars(made).update(zip(names, children))
+        return made
     if treedef.kind == "dict":
         built = dict(zip(treedef.keys, children))
         return built if treedef.mapping is None else treedef.mapping(built)
@@ -116,6 +132,8 @@ def leaf_paths(treedef):
             accessors = [f"[{key!r}]" for key in node.keys]
         elif node.kind == "rows":  # a loop's list: its parts (tracer.loop_rows)
             accessors = [f"<part {position}>" for position in range(len(node.children))]
+        elif node.kind == "object":  # an object rebuilt: its attributes
+            accessors = [f".{name}" for name in node.keys[1]]
         elif node.keys is not None:  # a namedtuple
             accessors = [f".{field}" for field in node.keys._fields]
         else:

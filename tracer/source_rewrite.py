@@ -333,7 +333,10 @@ class _Rewriter(ast.NodeTransformer):
                 # config.setdefault('lr', 1e-2) in every course optimizer: no change when
                 # the key is there
                 return _hook("setdefault_argument", what, owner, *node.args, node=node)
-            return _then(_hook("outside_mutation", what, owner, node=node), node)
+            # neuron.update(I, dt) of the user's class passes the check (Hooks._own_method):
+            # through Hooks.call, so the method runs rewritten as its other methods do
+            return _then(_hook("outside_mutation", what, owner, node=node),
+                         _hooked_call(func, node))
         if (isinstance(original, ast.Attribute) and original.attr == "setdefault"
                 and 1 <= len(node.args) <= 2 and not node.keywords
                 and _is_load_chain(original.value)):
@@ -346,17 +349,8 @@ class _Rewriter(ast.NodeTransformer):
                 and _is_load_chain(original.value)):  # self.history.append(loss)
             what = ast.Constant(f"{ast.unparse(original)}(...)")
             check = _hook("mutation_of", what, self.visit(receiver), node=node)
-            call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()),
-                                               attr="call", ctx=ast.Load()),
-                            args=[func, *node.args], keywords=node.keywords)
-            return _then(check, ast.copy_location(call, node))
-        call = ast.Call(
-            func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
-                               ctx=ast.Load()),
-            args=[func, *node.args],
-            keywords=node.keywords,
-        )
-        return ast.copy_location(call, node)
+            return _then(check, _hooked_call(func, node))
+        return _hooked_call(func, node)
 
     def _append_to_outside(self, original, node):
         """``LOSSES.append(loss)``, ``self.hs.append(h)``, ``self.d["Z"].extend(zs)`` on a
@@ -500,6 +494,14 @@ def _refused_statement(written, node):
     (eager runs of rewritten code, whose hook lets it through, still perform it)."""
     refusal = ast.Expr(_hook("outside_mutation", ast.Constant(written), node=node))
     return [ast.copy_location(refusal, node), node]
+
+
+def _hooked_call(func, node):
+    """``Hooks.call(func, *args, **kwargs)`` for the call ``node`` (its arguments visited)."""
+    call = ast.Call(func=ast.Attribute(value=ast.Name(id=HOOK, ctx=ast.Load()), attr="call",
+                                       ctx=ast.Load()),
+                    args=[func, *node.args], keywords=node.keywords)
+    return ast.copy_location(call, node)
 
 
 def _then(first, second):

@@ -364,3 +364,31 @@ def test_a_user_method_named_update_runs_rewritten():
         assert_same(vars(compiled), vars(eager), where="the neuron after the call")
     assert all_compiled(f, 4) and f.stats()["compiled_calls"] >= 2, f.explain()
 
+
+# --- Izhikevich's network: v ** 2 in a loop deciding spikes --------------------------------
+def spiking_network(v, u, drive, a, b, c, d):
+    fired_total = np.zeros(v.shape[0])
+    for t in range(drive.shape[0]):
+        fired = v >= 30.0
+        fired_total = fired_total + fired
+        v = np.where(fired, c, v)
+        u = np.where(fired, u + d, u)
+        v = v + 0.5 * (0.04 * v ** 2 + 5 * v + 140 - u + drive[t])  # two half steps
+        v = v + 0.5 * (0.04 * v ** 2 + 5 * v + 140 - u + drive[t])
+        u = u + a * (b * v - u)
+    return v, fired_total
+
+
+def test_a_spiking_loop_over_v_squared_stays_compiled():
+    # v ** 2 took 8 ulp a step against NumPy's in the loop's bound on v, so the threshold
+    # guard v >= 30 failed within 50 trips: every call ran eagerly after the compiled one.
+    # NumPy squares (x * x) for one exponent 2, as codegen does: v is exact now
+    rng = np.random.default_rng(0)
+    n = 40
+    a, b, c, d = 0.02, 0.2, -65 + 15 * rng.random(n) ** 2, 8 - 6 * rng.random(n) ** 2
+    f = jitted(spiking_network)
+    for steps in (50, 50, 60, 64, 64):
+        v, drive = np.full(n, -65.0), 5 * rng.standard_normal((steps, n))
+        assert_same(f(v, b * v, drive, a, b, c, d), spiking_network(v, b * v, drive, a, b, c, d),
+                    rtol=0, atol=0)
+    assert all_compiled(f, 5) and f.stats()["compiled_calls"] >= 3, f.explain()

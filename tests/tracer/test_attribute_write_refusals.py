@@ -13,12 +13,14 @@ from tracejit.tracer.errors import TraceError
 
 
 class _Box:
-    pass
+    # slots: an object compiled calls cannot make again from its __dict__ (a plain object
+    # made in the call is rebuilt per call: tracer/attribute_writes.made_here)
+    __slots__ = ()
 
 
 class _Holder:
     def forward(self, x):
-        self.state = _Box()  # an arbitrary object: eager makes a new one per call
+        self.state = _Box()  # an object eager makes anew per call, the program cannot
         return x * 2
 
 

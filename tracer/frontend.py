@@ -497,6 +497,11 @@ class Hooks:
         are inputs and its settings guarded, as ``self.blocks[0].attn.W`` would be."""
         if is_python_number(owner):
             python_number_attribute(owner, name)  # lr.shape of a float argument raises
+        if attribute_writes.is_local_object(self.context, owner) and (
+                getter := _property_getter(owner, name)) is not None:
+            # a property of an object made here: its getter runs rewritten, so what it
+            # reads and changes meets the hooks (compiled calls skipped a count it kept)
+            return self.call(getter, owner)
         value = getattr(owner, name)
         known = self.objects.path_of(owner)
         if known is None:
@@ -1691,12 +1696,26 @@ def _property_setter(owner, name):
     """The setter of the property ``name`` of ``owner``'s class when it is a function of
     the user's (which the trace runs rewritten) and the class has no ``__setattr__``;
     else None."""
-    found = next((vars(klass)[name] for klass in type(owner).__mro__
-                  if name in vars(klass)), None)
+    found = _class_attribute(owner, name)
     if type(owner).__setattr__ is object.__setattr__ and isinstance(found, property) and (
             is_user_function(found.fset)):
         return found.fset
     return None
+
+
+def _property_getter(owner, name):
+    """The getter of the property ``name`` of ``owner``'s class when it is a function of
+    the user's and the class has no ``__getattribute__``; else None."""
+    found = _class_attribute(owner, name)
+    if type(owner).__getattribute__ is object.__getattribute__ and isinstance(
+            found, property) and is_user_function(found.fget):
+        return found.fget
+    return None
+
+
+def _class_attribute(owner, name):
+    return next((vars(klass)[name] for klass in type(owner).__mro__
+                 if name in vars(klass)), None)
 
 
 def _nests(code, inner):

@@ -351,6 +351,23 @@ class CountedSetter:
         self._w = value
 
 
+class CountedGetter:
+    """A property whose getter counts reads in a global, of an object the call makes."""
+
+    def __init__(self):
+        self._h = np.ones(3)
+
+    @property
+    def h(self):
+        WRITES["getter"] += 1
+        return self._h
+
+
+def made_with_a_getter(x):
+    model = CountedGetter()
+    return x * model.h + model.h
+
+
 def made_with_a_hook(x):
     model = CountedOnWrite()
     model.w = x * 2
@@ -365,11 +382,12 @@ def made_with_a_setter(x):
 
 
 @pytest.mark.parametrize("function, key", [(made_with_a_hook, "made here"),
-                                           (made_with_a_setter, "setter")])
+                                           (made_with_a_setter, "setter"),
+                                           (made_with_a_getter, "getter")])
 def test_class_code_of_an_object_made_in_the_call_runs_at_every_call(function, key):
-    """Before: compiled calls ran neither the ``__setattr__`` nor the setter (0 writes
-    counted where eager counts 1 or 4 a call). The setter now runs rewritten (its global
-    count refuses the trace); a ``__setattr__`` is refused."""
+    """Before: compiled calls ran neither the ``__setattr__``, the setter nor the getter
+    (0 counted where eager counts 1, 4 or 2 a call). Setter and getter now run rewritten
+    (their global count refuses the trace); a ``__setattr__`` is refused."""
     f = tj.jit(function, cache="memory")
     for call in range(4):
         x = np.random.default_rng(call).normal(size=(4, 3))

@@ -608,8 +608,9 @@ def _held(trace):
     """The values the trace's result and its writes hold as they are (``return self``, a
     generator returned, ``self.rng = rng``): those give back the object the trace saw, so
     a variant is for that object alone."""
-    return [*trace.output_statics.values(), *(
-        write.value for write in trace.argument_writes if write.kind == "static")]
+    return [*(value for index, value in trace.output_statics.items()
+              if index not in trace.output_aliases),  # (``return self``: the call's own)
+            *(write.value for write in trace.argument_writes if write.kind == "static")]
 
 
 def _holds(trace, value):

@@ -903,10 +903,14 @@ def outputs_from_json(data, implicit_paths=(), fn=None):
         mutated[_integer(position, "a mutated argument")] = _integer(index, "an output")
     aliases = {}
     for position, argument in data.get("aliases", []):
-        _check(_integer(argument, "an aliased argument") in mutated,
-               "a result aliasing an argument the program does not update")
-        aliases[_integer(position, "an aliased result")] = argument
-    _check(all(position < len(leaves) for position in aliases), "an alias of no result")
+        position = _integer(position, "an aliased result")
+        _check(position < len(leaves), "an alias of no result")
+        # an argument the program updates, or the object argument itself (``return self``,
+        # whose leaf is an "instance": _check_returned_objects)
+        _check(_integer(argument, "an aliased argument") in mutated or (
+            leaves[position] == ("static", None)),
+            "a result aliasing an argument the program does not update")
+        aliases[position] = argument
     writes = [_write_from_json(write, implicit_paths, fn) for write in data.get("writes", [])]
     containers = []
     for place, where in data.get("containers", []):
@@ -963,6 +967,15 @@ def _check_outputs(plan, count, has_backward):
     _check(has_backward or used == set(range(count)), "results that ignore the program")
 
 
+def _check_returned_objects(plan, spec):
+    """A result that is an argument the program does not update (``return self``) is an
+    object argument guarded by its class (``tracer.tracing.returned_objects``)."""
+    for argument in plan.aliases.values():
+        if argument not in plan.mutated:
+            _check(argument < len(spec.leaves) and spec.leaves[argument].kind == "instance",
+                   "a result aliasing an argument that is no object")
+
+
 def variant_to_json(variant, fn, blobs):
     paths = []
     for prefix, path in variant.root.walk():
@@ -997,6 +1010,7 @@ def variant_from_json(data, fn, blobs):
         outputs = outputs_from_json(entry["outputs"], [item.path for item in spec.implicit],
                                     fn)
         _check_outputs(outputs, len(program.graph.outputs), "backward" in entry)
+        _check_returned_objects(outputs, spec)
         path = Path(program, outputs, program.graph.guards, functions)
         if "backward" in entry:
             plan = entry["gradients"]

@@ -90,8 +90,9 @@ class OutputPlan:
         if flat is None:
             flat, _ = pytree.flatten(trace.outputs)
         for position, value in enumerate(flat):
-            if position in trace.output_statics:
-                leaves.append(("static", trace.output_statics[position]))
+            if position in trace.output_statics:  # (None where an alias gives it)
+                leaves.append(("static", None if position in trace.output_aliases
+                               else trace.output_statics[position]))
                 continue
             value = known_kind(value)  # computed by the program: a value of its kind tells
             if value is None:

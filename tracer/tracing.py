@@ -60,6 +60,7 @@ from .ir import Constant, Eqn, Graph, Guard, Literal, Var, verify
 from .locations import is_internal, line_prefix, user_location
 from .loops import UNDEFINED, write_prints
 from .numpy_warnings import ErrorModes, computed
+from .object_paths import guarded_by_class
 from .outside_inputs import OutsideInputs
 from .passes import decisions_may_differ
 from .pending import deferred, force, is_pending, recording_lazily
@@ -485,6 +486,16 @@ def _is_output_leaf(leaf):
         type(leaf) in PYTHON_SCALARS)
 
 
+def returned_objects(statics, leaves):
+    """``{result leaf: argument leaf}`` for the static results that are an object argument
+    itself (``return self``), of a class its variant guards by class
+    (``object_paths.guarded_by_class``): the result is the call's argument, not the traced
+    one."""
+    return {index: position for index, value in statics.items()
+            for position, leaf in enumerate(leaves)
+            if value is leaf and guarded_by_class(leaf)}
+
+
 def _static_result(leaf):
     """A result the program does not compute, as eager has it: a ``range`` or ``slice``
     over a dynamic dim holds its value (specialized), not the symbol."""
@@ -897,6 +908,9 @@ def trace(fn, *args, dynamic=None, implicit=None, name=None, check=False, backwa
         # ``w -= lr * dw; return w``: that result is the caller's array itself, as in NumPy
         aliases = {index: position for index, leaf in enumerate(out_leaves)
                    for position in mutated if leaf is traced_leaves[position]}
+        # ``return self`` (a fit returning its estimator): the call's own argument, so the
+        # variant serves every object of the class (runtime/object_arguments.py)
+        aliases.update(returned_objects(statics, leaves))
         # ``return w.T`` after it: NumPy's view of the caller's array (argument_views)
         differentiated = backward is not None and any(
             getattr(leaf, "requires_grad", False) for leaf in leaves)

@@ -234,14 +234,18 @@ _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.
                "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
 
 
-def _writes_a_record(function, args):
+def _writes_a_record(function, args, kwargs):
     """Whether a logging call (``log.warning("diverged")``, ``logging.info(...)``) writes a
     record now: its logger is enabled for its level. Compiled calls would not write it
     again; one below the level writes nothing eagerly either (``log.debug`` in production).
     """
     name = getattr(function, "__name__", "")
-    level = args[0] if name == "log" and args and isinstance(args[0], int) else (
-        _LOG_LEVELS.get(name))
+    if name == "log":  # log.log(logging.WARNING, ...) or log.log(level=..., msg=...)
+        level = args[0] if args else kwargs.get("level")
+        if not isinstance(level, int):
+            return True  # (logging raises for it: eager says so)
+    else:
+        level = _LOG_LEVELS.get(name)
     if level is None:
         return False
     owner = getattr(function, "__self__", None)
@@ -897,7 +901,7 @@ class Hooks:
                     "logging a traced value inside a compiled function: compiled runs would "
                     "skip it. Return the value and log it outside, or use print (replayed)"
                 )
-            if _writes_a_record(function, args):
+            if _writes_a_record(function, args, kwargs):
                 raise trace_error(
                     "logging inside a compiled function: compiled runs would not write the "
                     "record again. Log outside, or use print (replayed at every call)"

@@ -229,7 +229,12 @@ def _exact_zero(ctx, x, ex, y, ey, smallest=None):
 
 
 def _square(ctx, eqn, bounds):
-    (x,), (e,) = eqn.inputs, bounds
+    return _squared(ctx, eqn, eqn.inputs[0], bounds[0])
+
+
+def _squared(ctx, eqn, x, e):
+    """``x * x`` on both sides (``np.square``, ``x ** 2``): operands ``e`` apart give
+    squares ``2 |x| e + e^2`` apart, plus each side's own rounding of its square."""
     if e is None:
         return None
     e = ctx.as_number(x, e)
@@ -517,11 +522,9 @@ def _power(ctx, eqn, bounds):
         # v ** 2 (0.04 * v ** 2 + 5 * v + 140 of an Izhikevich neuron): NumPy squares for
         # one exponent 2 and codegen's power is x * x, one IEEE rounding each, so equal
         # operands give equal results; only the operand's own bound is carried (with 8 ulp
-        # a step, a spiking loop's threshold guard failed after some 30 trips)
-        if ex is None:
-            return None
-        base = eqn.inputs[0]
-        return ctx.scaled(carry(ctx, eqn, base, ctx.as_number(base, ex)), 1 + 2.0**-16)
+        # a step, a spiking loop's threshold guard failed after some 30 trips): np.square's
+        # bound, whose rounding term an inexact operand needs
+        return _squared(ctx, eqn, eqn.inputs[0], ex)
     bound = _math(carry)(ctx, eqn, [ex])
     return _exact_power_poles(ctx, eqn, ex, bound) if constant else bound
 

@@ -149,7 +149,12 @@ def logs_below_its_level(x):
     return x * 2
 
 
-@pytest.mark.parametrize("function", [logs_when_positive, logs_at_root])
+def logs_by_keyword_level(x):  # Logger.log's level by keyword (review 25b)
+    logging.getLogger("tracejit_test_user").log(level=logging.WARNING, msg="step")
+    return x * 2
+
+
+@pytest.mark.parametrize("function", [logs_when_positive, logs_at_root, logs_by_keyword_level])
 def test_a_record_logged_inside_the_function_is_logged_at_every_call(function, caplog):
     """A record from a logger reached by a call (``logging.getLogger(name).warning``,
     ``logging.warning``) was written by the traced call only: compiled calls skipped it."""

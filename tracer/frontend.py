@@ -82,6 +82,7 @@ from .loops import emit_prints, note_unrolled, run_loop
 from .numpy_api import FUNCTIONS, arange, array_of, eye, full, full_like, identity, tri
 from .object_paths import (
     ObjectPaths,
+    called_by_class,
     guard_class,
     guard_method,
     holds_attributes,
@@ -486,7 +487,7 @@ class Hooks:
             return value
         if path is not None and callable(value) and not isinstance(
             value, (NOT_GUARDED_CALLABLES, np.ndarray)
-        ) and not through_module(path):
+        ) and not through_module(path) and not called_by_class(value):
             # ACTIVATION = np.tanh: the trace inlined this function; rebinding the name
             # must not leave compiled code computing the old one.
             context.note_outside_value(path, value, identity=True)
@@ -581,7 +582,8 @@ class Hooks:
         elif path is not None and is_settings_record(value):
             # layer.config a namedtuple of settings: config._replace(scale=0.5) is a change
             context.outside_values.setdefault(path.key, (path, "value", value))
-        elif path is not None and is_plain_object(value) and not callable(value):
+        elif path is not None and is_plain_object(value) and (
+                not callable(value) or called_by_class(value)):
             self.objects.note(path, value)
             guard_class(context, path, value)  # isinstance(self.optimizer, MomentumSGD)
             if isinstance(value, tuple(USER_CONTAINERS)):

@@ -119,6 +119,22 @@ def guarded_by_class(value):
         _methods_routed(kind))
 
 
+def called_by_class(value):
+    """A callable object of a class statement whose ``__call__`` the trace enters (an
+    activation object, ``self.activation = Sigmoid()``): read through its path and guarded
+    by its class and that ``__call__`` as other nested objects are, so ten layers each
+    holding its own ``Sigmoid()`` share one variant. A plain function stays guarded by
+    identity where it is read.
+
+    >>> class Sigmoid:
+    ...     def __call__(self, z):
+    ...         return z
+    >>> called_by_class(Sigmoid()), called_by_class(len), called_by_class(lambda z: z)
+    (True, False, False)
+    """
+    return callable_object(value) and guarded_by_class(value)
+
+
 def partial_roots(fn):
     """``{parameter name: Path}`` of the arguments a ``functools.partial`` of a Python
     function binds: read from the partial object at every call, like defaults."""
@@ -222,7 +238,8 @@ class ObjectPaths:
         state in code the trace does not see (``self.mode == self.ref`` comparing their
         ``.v``), so the same object with another state would take the traced answer."""
         for value in values:
-            if not holds_attributes(value) or callable(value) and not callables:
+            if not holds_attributes(value) or callable(value) and not callables and not (
+                    guarded_by_class(value)):  # (a function: pinned where it was read)
                 continue
             path = self.path_of(value)
             paths = [*self.paths.get(id(value), {}).values(), *([path] if path else [])]

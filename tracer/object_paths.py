@@ -292,8 +292,16 @@ def guard_class(context, path, value):
     """The object at ``path`` must be of ``value``'s class at later calls: the trace
     inlined that class's methods and answered ``isinstance``/``type`` queries for it, so
     ``self.optimizer = MomentumSGD(lr)`` replacing ``PlainSGD(lr)`` (equal settings) is a
-    different trace."""
+    different trace. An object whose class statement defines special methods Python calls
+    where no hook sees them (``if self.gate:`` runs ``__bool__``, ``_ROUTED_METHODS``) is
+    guarded by identity as well: another object of the class may answer otherwise. (Not
+    a subclass of a builtin container, ``class Config(dict)``: its contents are guarded
+    at that path.)"""
     context.note_outside_value(class_path(path), type(value), identity=True)
+    kind = type(value)
+    if all(base.__flags__ & _HEAP_TYPE for base in kind.__mro__[:-1]) and (
+            not _methods_routed(kind)):
+        context.note_outside_value(path, value, identity=True)
 
 
 def guard_method(context, path, receiver, name):

@@ -213,7 +213,9 @@ def result_views(graph, producers=None):
         sharing[root.name] = sharing.get(root.name, 0) + 1
     return {name: (root, chain) for name, (root, chain) in chains.items()
             if chain and (sharing[root.name] > 1 or any(
-                eqn.prim is broadcast_to_p for eqn in chain))}
+                eqn.prim is broadcast_to_p and eqn.out.name in graph.locations
+                for eqn in chain))}  # (the user's np.broadcast_to: rows a loop stacked
+    # from one value are broadcasts too, but eager made each row its own array)
 
 
 def _static_params(eqn):

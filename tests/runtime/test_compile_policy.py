@@ -183,7 +183,9 @@ def test_the_estimate_counts_each_loop_body_once_and_its_bounds():
     def relu_loop(x, w):
         for _ in range(x.shape[0]):
             x = np.maximum(w @ x, 0.0)
-            x = x / (x.sum() + 1.0)  # our sum's order is not NumPy's: a rounding bound
+            # float32 tanh is ours, a few ulp from NumPy's: a rounding bound (a float64
+            # one, or the user's own x.sum() since d42010c, is NumPy's loop: none)
+            x = np.tanh(x.astype(np.float32)).astype(np.float64)
             x = np.where(x > 0.1, x, 0.0)
         return x
 

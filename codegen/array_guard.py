@@ -35,14 +35,14 @@ import numpy as np
 from llvmlite import ir
 
 from . import llvm, output_reuse, parallel, python_entry
-from .lowering import ARRAY_DATA_OFFSET
+from .lowering import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 NAME = "tj_arrays_match"
 # PyArrayObject (NumPy's ABI, numpy/ndarraytypes.h): data at 16, nd (int) at 24, dimensions
-# at 32, descr at 56; ob_type at 8 (CPython's PyObject). Tuple items start at 24.
-TYPE_OFFSET, NDIM_OFFSET, DIMS_OFFSET, DESCR_OFFSET, TUPLE_ITEMS_OFFSET = 8, 24, 32, 56, 24
+# at 32, descr at 56; ob_type at 8 (CPython's PyObject). Tuple items: lowering's, measured.
+TYPE_OFFSET, NDIM_OFFSET, DIMS_OFFSET, DESCR_OFFSET = 8, 24, 32, 56
 ANY_DIM = -1
 
 

@@ -18,6 +18,8 @@ right after the kernel that computed its predicate. It returns 0, ``g + 1`` when
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from llvmlite import ir
 
@@ -42,7 +44,21 @@ from .parallel import POOL_FIELDS
 
 # CPython and NumPy object layouts the program reads (checked at import by
 # tracejit.codegen.program).
-TUPLE_ITEMS_OFFSET = 24
+
+
+def _tuple_items_offset():
+    """Where a tuple's items start: 24 up to CPython 3.13, 32 from 3.14 (tuples keep their
+    hash), measured here rather than assumed."""
+    first, second = object(), object()
+    pair = (first, second)
+    for offset in range(16, 72, 8):
+        if (ctypes.c_void_p.from_address(id(pair) + offset).value == id(first)
+                and ctypes.c_void_p.from_address(id(pair) + offset + 8).value == id(second)):
+            return offset
+    return None  # (program's layout check refuses this interpreter)
+
+
+TUPLE_ITEMS_OFFSET = _tuple_items_offset()
 ARRAY_DATA_OFFSET = 16
 ARRAY_FLAGS_OFFSET = 64  # an int; bit NPY_ARRAY_C_CONTIGUOUS is 1
 C_CONTIGUOUS = 1

@@ -52,6 +52,7 @@ from .compile_estimate import estimate_compile
 from .lowering import (
     ARRAY_FLAGS_OFFSET,
     LAYOUT_EXIT,
+    TUPLE_ITEMS_OFFSET,
     ProgramLowering,
     profile_symbol,
     program_slots,
@@ -81,7 +82,8 @@ def _check_object_layout():
     CPython and NumPy ABIs); confirm them once."""
     array = np.arange(3.0)
     items = (array,)
-    item = ctypes.c_void_p.from_address(id(items) + 24).value
+    item = (None if TUPLE_ITEMS_OFFSET is None
+            else ctypes.c_void_p.from_address(id(items) + TUPLE_ITEMS_OFFSET).value)
     data = ctypes.c_void_p.from_address(id(array) + 16).value
     flags = [ctypes.c_int.from_address(id(a) + ARRAY_FLAGS_OFFSET).value
              for a in (array, array[::2], np.broadcast_to(array, (2, 3)))]

@@ -1348,6 +1348,14 @@ class Builder:
         return self.program
 
 
+def draw_family(table, seed, families=None):
+    """A program from one of ``table``'s generator families (``{name: make(rng)}``), chosen
+    by ``seed`` among ``families`` (all by default): fuzz23/24/25's ``draw``."""
+    rng = Chooser(seed)
+    names = list(families or table)
+    return table[rng.choice(names)](rng)
+
+
 def draw_program(seed):
     rng = Chooser(seed)
     params = draw_params(rng)

@@ -363,9 +363,7 @@ FAMILIES = {"counted_loop": counted_loop, "loop_forms": loop_forms, "dtype_mix":
 
 
 def draw(seed, families=None):
-    rng = fuzz.Chooser(seed)
-    names = list(families or FAMILIES)
-    return FAMILIES[rng.choice(names)](rng)
+    return fuzz.draw_family(FAMILIES, seed, families)
 
 
 # --- comparing -------------------------------------------------------------------------------

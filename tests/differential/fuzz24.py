@@ -423,9 +423,7 @@ FAMILIES = {"view_writes": view_writes, "carry_break": carry_break,
 
 
 def draw(seed, families=None):
-    rng = fuzz.Chooser(seed)
-    names = list(families or FAMILIES)
-    return FAMILIES[rng.choice(names)](rng)
+    return fuzz.draw_family(FAMILIES, seed, families)
 
 
 if __name__ == "__main__":

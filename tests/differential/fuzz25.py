@@ -449,9 +449,7 @@ FAMILIES = {"skip_loops": skip_loops, "triangular": triangular,
 
 
 def draw(seed, families=None):
-    rng = fuzz.Chooser(seed)
-    names = list(families or FAMILIES)
-    return FAMILIES[rng.choice(names)](rng)
+    return fuzz.draw_family(FAMILIES, seed, families)
 
 
 if __name__ == "__main__":

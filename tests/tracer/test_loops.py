@@ -254,15 +254,14 @@ def test_guards_in_segments_keep_the_graph_numbering():
     x = np.ones((6, 3))
     program = compile_graph(trace(guards_around_a_loop, x, dynamic=True).graph)
     assert isinstance(program, NativeLoopProgram)
-    # (x[0].sum() is the user's sum of a row: NumPy's add loop, no margin; tracer/numpy_sums)
-    assert [guard.convert for guard in program.graph.guards] == ["bool", "margin", "bool"]
+    assert [guard.convert for guard in program.graph.guards] == ["margin", "bool"] * 2
     # h is (a, -a, 0) after trip 1 (tanh(0.5) taken back out), then stays so: its sum is
     # within the bound the loop carries of 0
     near_zero = np.zeros((6, 3))
     near_zero[0] = (1.0, -1.0, 0.25)
     near_zero[1, 2] = -np.tanh(0.5) / 2
     program(x)
-    for value, number in ((-x, 0), (near_zero, 1)):  # before the loop; after it (its margin)
+    for value, number in ((-x, 1), (near_zero, 2)):  # before the loop; after it (its margin)
         with pytest.raises(SideExit) as exit:
             program(value)
         assert exit.value.guard_index == number

@@ -231,8 +231,7 @@ class _Segment:
         # The outer graph's shape guards hold here too: shape rules re-checked by the
         # verifier may need them (s0 == 3 decides a broadcast).
         self.graph = Graph(name, tuple(inputs), tuple(used_constants), tuple(items),
-                           tuple(outputs), graph.symbols, shape_guards=graph.shape_guards,
-                           locations=graph.locations)  # (numpy_sums: the user's sums)
+                           tuple(outputs), graph.symbols, shape_guards=graph.shape_guards)
         self.name = name
         self.inputs = [var.name for var in inputs]
         self.outputs = [var.name for var in outputs]
@@ -501,8 +500,7 @@ def loop_body(graph, eqn):
     # The index last: it is the wrapper's last explicit argument.
     symbols = (*outer, *(s for s in body.symbols if s.name != index), index_symbol)
     body_graph = Graph(body.name, tuple(inputs), body.constants, items, tuple(outputs),
-                       symbols, shape_guards=graph.shape_guards, check_vars=body.check_vars,
-                       locations=body.locations)  # (numpy_sums: the user's sums)
+                       symbols, shape_guards=graph.shape_guards, check_vars=body.check_vars)
     return LoopBody(kept, writes, items, body_graph)
 
 

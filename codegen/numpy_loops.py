@@ -48,8 +48,6 @@ UNARY = ("exp", "log", "tanh", "log1p", "expm1", "sin", "cos", "tan", "arcsin", 
          "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "exp2", "log2", "log10",
          "sqrt", "cbrt")
 BINARY = ("power", "arctan2", "hypot")
-# Loops called in their reduce mode (``reduce_loop``): ``np.add.reduce``'s pairwise sum.
-REDUCING = ("add",)
 LETTER = {np.dtype(np.float64): "d", np.dtype(np.float32): "f"}
 
 
@@ -76,16 +74,6 @@ class Loop:
     data: int       # its ``void *data`` (0 for NULL)
     # A cell holding ``data``: compiled code loads it through an imported symbol.
     data_cell: ctypes.c_void_p
-
-    def reduce(self, row):
-        """``0 + pairwise_sum(row)``: the loop in its reduce mode (the accumulator is the
-        first input and the output, with steps of 0), as ``np.add.reduce`` calls it."""
-        row = np.ascontiguousarray(row, self.dtype)
-        total = np.zeros(1, self.dtype)
-        args = (ctypes.c_void_p * 3)(total.ctypes.data, row.ctypes.data, total.ctypes.data)
-        steps = (ctypes.c_ssize_t * 3)(0, self.dtype.itemsize, 0)
-        _LOOP(self.function)(args, (ctypes.c_ssize_t * 1)(row.size), steps, self.data or None)
-        return total[0]
 
     def run(self, *inputs):
         """The loop on contiguous ``inputs`` through ctypes (for checks)."""
@@ -181,34 +169,6 @@ def loop(name, dtype):
     return found if _agrees(found, ufunc, _probe(dtype, ufunc.nin, name)) else None
 
 
-@lru_cache(maxsize=None)
-def reduce_loop(dtype):
-    """NumPy's ``add`` loop for ``dtype`` when its reduce mode on a contiguous row gives
-    ``np.sum``'s bits (``Loop.reduce``: checked on rows of every pairwise path, with NaN,
-    infinities, signed zeros and huge values), else None."""
-    found = loop("add", dtype)
-    if found is None:
-        return None
-    values = _probe(np.dtype(dtype), 1, "add")[0]
-    with np.errstate(all="ignore"):
-        for start, length in ((20, 0), (20, 1), (20, 7), (20, 8), (21, 127), (20, 128),
-                              (23, 129), (20, 300), (0, 20), (3, 1000), (0, values.size)):
-            row = values[start:start + length]
-            if _bits(np.array([found.reduce(row)])) != _bits(np.array([np.sum(row)])):
-                return None
-        zeros = np.array([-0.0, -0.0], dtype)
-        if _bits(np.array([found.reduce(zeros)])) != _bits(np.array([np.sum(zeros)])):
-            return None
-    return found
-
-
-def emit_reduce_call(builder, dtype, total, row, count):
-    """``*total += pairwise_sum(row[:count])`` by NumPy's ``add`` loop (``reduce_loop``):
-    ``total`` and ``row`` are pointers to ``dtype`` elements, the row contiguous."""
-    with _stack_frame(builder):
-        _call(builder, "add", dtype, [total, row, total], count, steps=(0, None, 0))
-
-
 class Unusable(ValueError):
     """Code that calls a NumPy loop this process cannot use (a cache entry made under
     another NumPy: the disk cache then recompiles it)."""
@@ -221,7 +181,7 @@ def symbol_name(name, dtype):
 def symbols(object_code=b""):
     """``{symbol: address}`` of the loops (and their data cells) ``object_code`` names."""
     imports = {}
-    for name in UNARY + BINARY + REDUCING:
+    for name in UNARY + BINARY:
         for dtype in LETTER:
             symbol = symbol_name(name, dtype)
             if symbol.encode() not in object_code:
@@ -249,7 +209,7 @@ def _stack_frame(builder):
     builder.call(restore, [saved])
 
 
-def _call(builder, name, dtype, pointers, count, steps=None):
+def _call(builder, name, dtype, pointers, count):
     module = builder.module
     symbol = symbol_name(name, dtype)
     function_type = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR])
@@ -260,14 +220,12 @@ def _call(builder, name, dtype, pointers, count, steps=None):
         cell.linkage = "external"
     itemsize = np.dtype(dtype).itemsize
     # (inside the caller's ``_stack_frame``)
-    # ``steps``: bytes between elements per pointer (None: contiguous)
-    strides = [itemsize if step is None else step for step in (steps or [None] * len(pointers))]
     args = builder.alloca(PTR, len(pointers))
     steps = builder.alloca(I64, len(pointers))
     dims = builder.alloca(I64)
     for i, pointer in enumerate(pointers):
         builder.store(pointer, builder.gep(args, [I64(i)], source_etype=PTR))
-        builder.store(I64(strides[i]), builder.gep(steps, [I64(i)], source_etype=I64))
+        builder.store(I64(itemsize), builder.gep(steps, [I64(i)], source_etype=I64))
     builder.store(count, dims)
     builder.call(function, [args, dims, steps, builder.load(cell, typ=PTR)])
 

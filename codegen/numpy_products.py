@@ -66,7 +66,7 @@ from types import SimpleNamespace
 import numpy as np
 from llvmlite import ir
 
-from tracejit.tracer import margin_rules, numpy_sums
+from tracejit.tracer import margin_rules
 from tracejit.tracer.discontinuities import AMBIGUITY, _meets_at_threshold, _selects
 from tracejit.tracer.ir import Eqn, Guard, Var
 
@@ -208,7 +208,7 @@ def note_partition(joint, forward):
     them there, out of the forward graph's sight; they count as decided on in
     ``forward``."""
     _decided_in_backward.setdefault(forward.name, set()).update(
-        decision_products(joint) | decision_math(joint) | decision_sums(joint))
+        decision_products(joint) | decision_math(joint))
 
 
 def note_segments(graph, segments):
@@ -219,7 +219,7 @@ def note_segments(graph, segments):
     the program a ``loop_sharing`` group builds for it, by position). ``segments`` are
     ``(segment graph, shared graph or None)`` pairs. Else compiled code summed it in
     another order than NumPy while ``tracer/margin_rules.py`` took it as NumPy's bits."""
-    decided = decision_products(graph) | decision_math(graph) | decision_sums(graph)
+    decided = decision_products(graph) | decision_math(graph)
     for own, shared in segments:
         positions = [n for n, item in enumerate(own.body)
                      if isinstance(item, Eqn) and item.out.name in decided]
@@ -267,23 +267,6 @@ def decision_math(graph):
             item.prim.name, item.out.aval.dtype) is not None)
 
 
-def decision_sums(graph):
-    """The names of the float sums in ``graph`` that reach a decision and that the user
-    wrote as NumPy's ``add.reduce`` over trailing rows (``tracer/numpy_sums``): compiled
-    code computes them by NumPy's own ``add`` loop (``codegen/numpy_sums.py``), as
-    ``decision_products`` names the products its BLAS calls compute. The margins take the
-    sums of exact operands among them as NumPy's bits; the others keep their bound, and
-    so do the margins' own sums (no marker)."""
-    if not any(_numpy_sum(graph, item) for item in graph.equations):
-        return frozenset()  # (no walk: most programs)
-    deciding = _deciding_vars(graph, graph.name in _deciding_bodies, margins=False)
-    deciding |= _decided_in_backward.get(graph.name, set())
-    return frozenset(
-        item.out.name for item in graph.body
-        if isinstance(item, Eqn) and item.prim.name == "sum" and item.out.name in deciding
-        and numpy_sums.numpy_order(SimpleNamespace(graph=graph), item, lambda *_: True))
-
-
 def layout_inputs(graph):
     """Positions of ``graph``'s inputs whose memory layout a decision on a NumPy product
     may see. NumPy hands a Fortran-ordered, transposed or strided operand to BLAS as it is
@@ -298,7 +281,7 @@ def layout_inputs(graph):
         isinstance(item, Eqn) and item.prim.name == "loop" and _has_product(
             item.params_dict["body"]) and _has_decision(item.params_dict["body"])
         for item in graph.body)
-    if not deciding_loop and not decision_products(graph) and not decision_sums(graph):
+    if not deciding_loop and not decision_products(graph):
         return ()
     deciding = _deciding_vars(graph, False)
     read = _product_layouts(graph)
@@ -354,8 +337,6 @@ def _product_layouts(graph, carried=None):
             continue
         if item.prim.name == "matmul" and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES:
             roots.extend(item.inputs)
-        elif _numpy_sum(graph, item):  # NumPy's add.reduce reads it in place too
-            roots.extend(item.inputs)
         elif item.prim.name == "loop":
             body = item.params_dict["body"]
             inner = _product_layouts(body, _carried(item))
@@ -396,18 +377,11 @@ def _layout_sources(graph, roots, carried):
 
 
 def _has_product(graph):
-    """A float ``matmul`` (or a sum NumPy's add loop computes) in ``graph``, or in a loop
-    body in it."""
+    """A float ``matmul`` in ``graph``, or in a loop body in it."""
     return any(isinstance(item, Eqn) and (
         (item.prim.name == "matmul" and np.dtype(item.out.aval.dtype) in NUMPY_DTYPES)
-        or _numpy_sum(graph, item)
         or (item.prim.name == "loop" and _has_product(item.params_dict["body"])))
         for item in graph.body)
-
-
-def _numpy_sum(graph, eqn):
-    """``eqn`` is a sum the user wrote as NumPy's ``add.reduce`` (``tracer/numpy_sums``)."""
-    return eqn.prim.name == "sum" and numpy_sums.is_marked(graph, eqn)
 
 
 def computes_with_numpy(kernel, eqn):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel_index import ZERO, is_leading, is_unit, reduced_axes, size_of
-from .numpy_sums import build_numpy_sum, is_numpy_sum
 from .reducer import Reducer
 from .row_fusion import plan_row_scratch, reduce_row
 
@@ -31,9 +30,6 @@ def reduce_split(kernel):
 
 def build_reduce(kernel):
     """The loop nest of a reduction kernel (its root is the reduction)."""
-    if is_numpy_sum(kernel):  # a sum a decision reads: NumPy's own loop, NumPy's bits
-        build_numpy_sum(kernel)
-        return
     eqn = kernel.root_eqn()
     root = kernel.kernel.root
     source_shape = eqn.inputs[0].aval.shape

@@ -53,7 +53,6 @@ from .narrow_inputs import check_narrow_uses, is_narrow_view
 from .narrow_results import narrow_results
 from .numpy_math_chunks import give_buffers
 from .numpy_products import decision_products
-from .numpy_sums import give_sum_buffers
 from .parallel_entry import ALIGNED_CHUNK
 from .strided_views import batched_reads_strided, matrix_layout, strided_view, view_base
 from .view_lowering import NUMPY_VIEWS, split_reshape_groups, unit_reshape_index
@@ -315,7 +314,6 @@ class _Scheduler:
             if LOWERINGS[item.prim].kernel == "matmul":
                 self._shared_epilogue(item.out)
         give_buffers(self)  # math NumPy's loops compute, on chunks
-        give_sum_buffers(self)  # sums NumPy's add loop computes, on rows in memory
 
     def _shared_epilogue(self, product):
         """Give a buffer to the one pointwise value computed from a product (its bias

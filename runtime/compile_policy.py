@@ -29,7 +29,7 @@ waits. Refusing is always safe: the eager run is NumPy's.
 
 >>> from tracejit.codegen.compile_estimate import CompileEstimate
 >>> CompileBudget("auto", may_defer=True).admit(CompileEstimate(100, 0, 0))   # 0.1 s: now
->>> try:   # L_layer_model at the course's size before numpy_sums: 841 of 975 bounds
+>>> try:   # L_layer_model at the course's size: 975 equations, 841 of them bounds
 ...     CompileBudget("auto", may_defer=True).admit(CompileEstimate(975, 841, 1))
 ... except CompileDeferred as deferred:
 ...     print(round(deferred.estimate.seconds, 1))
@@ -47,8 +47,7 @@ from tracejit.codegen.compile_estimate import NOTHING
 # past which it is not done at all. Coursera's L_layer_model estimates 5 s on its 4-3-1
 # test net (6.5 s measured at load 2.5, 13.6 s at load 8-17) and 9 s at the course's
 # size (layers [12288, 20, 7, 5, 1]: 48-69 s measured on the loaded machine, after which
-# every call left compiled code through a relu mask's margin and ran eagerly). Since its
-# sums are NumPy's add loop (tracer/numpy_sums.py) it carries no bound: ~0.1 s.
+# every call left compiled code through a relu mask's margin and ran eagerly).
 BACKGROUND_SECONDS = 8.0
 REFUSE_SECONDS = 60.0
 # A storm: this many variants in a row never called again, each estimated this long. The

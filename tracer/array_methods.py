@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import numpy_api, numpy_sums, ops, ufunc_calls
+from . import numpy_api, ops, ufunc_calls
 from .errors import as_numpy_would
 from .indexing import getitem
 from .pending import known_kind
@@ -107,11 +107,6 @@ def _axes_arguments(axes):
     return axes
 
 
-# NumPy functions whose float sum is NumPy's add.reduce of the first argument
-# (``numpy_sums``): positional dtype/where are not looked for (those stay unmarked).
-_SUMS = (np.sum, np.mean)
-
-
 class ArrayMethods:
     __slots__ = ()
     # NumPy defers binary operators to us (ndarray + tensor -> tensor).
@@ -121,12 +116,6 @@ class ArrayMethods:
         return ufunc_calls.array_ufunc(ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func in _SUMS and args:  # the user's np.sum / np.mean: NumPy's add.reduce
-            before = numpy_sums.start()
-            result = numpy_api.array_function(func, args, kwargs)
-            numpy_sums.note_user_sums(before, args[0], kwargs.get("dtype"),
-                                      kwargs.get("where", True))
-            return result
         return numpy_api.array_function(func, args, kwargs)
 
     __add__, __radd__ = _keeping_quotient(ops.add_p, 1)
@@ -260,19 +249,13 @@ class ArrayMethods:
 
     # --- reductions and friends --------------------------------------------------------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
-        before = numpy_sums.start()
-        result = numpy_api.sum(self, axis, dtype, out, keepdims, initial, where)
-        numpy_sums.note_user_sums(before, self, dtype, where)
-        return result
+        return numpy_api.sum(self, axis, dtype, out, keepdims, initial, where)
 
     def prod(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
         return numpy_api.prod(self, axis, dtype, out, keepdims, initial, where)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
-        before = numpy_sums.start()
-        result = numpy_api.mean(self, axis, dtype, out, keepdims, where=where)
-        numpy_sums.note_user_sums(before, self, dtype, where)
-        return result
+        return numpy_api.mean(self, axis, dtype, out, keepdims, where=where)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
         return numpy_api.var(self, axis, dtype, out, ddof, keepdims, where=where)

@@ -16,14 +16,13 @@ guard (expected False) on "some element lies within its bound of a jump": when i
 the call runs eagerly, so NumPy decides, as a guard margin does for an ``if``. Once the
 check passed, the equation's result is NumPy's exactly, so its consumers see no bound.
 
-Why checks and not NumPy's summation order: NumPy's order is what some values get where
-a decision reads them (its BLAS calls for products, ``codegen/numpy_products.py``; its add
-loop for the user's sums over trailing axes, ``tracer/numpy_sums.py``; its math loops for
-float64, ``tracer/exact_math.py``), but not every one (a sum over leading axes, tracejit's
-own composites, float32 math), so that cannot make the class correct; a check can, at the
-cost of a few fused pointwise operations and one ``any`` per discontinuous equation.
-Contractions get a cheap bound here (``_Slice(cheap=True)``: a row's L1 norm times a
-column's largest magnitude, not ``|A| @ |B|``), so the check never costs another matmul.
+Why checks and not NumPy's summation order: reproducing NumPy's pairwise sum would make a
+contiguous 1-D float64 ``sum`` bit-equal, but not an axis reduction of a 2-D array, a float32
+sum (ours accumulates in float64), a mean (a reciprocal multiply), a matmul (BLAS's order)
+or a math function, so it cannot make the class correct; a check can, at the cost of a few
+fused pointwise operations and one ``any`` per discontinuous equation. Contractions get a
+cheap bound here (``_Slice(cheap=True)``: a row's L1 norm times a column's largest
+magnitude, not ``|A| @ |B|``), so the check never costs another matmul.
 On ordinary data the checks hold (elements are far from jumps compared with ~1e-13
 relative), so calls stay compiled; ``tests/tracer/test_discontinuities.py`` checks both.
 
@@ -62,12 +61,9 @@ else reading it) is checked only where a flip would move the result beyond round
 >>> import numpy as np
 >>> from tracejit.tracer.tracing import trace
 >>> from tracejit.tracer.passes import optimize
->>> t = trace(lambda x: np.floor(x.sum(axis=0) * 10), np.full((45, 2), 0.1))
+>>> t = trace(lambda x: np.floor(x.sum() * 10), np.full(45, 0.1))
 >>> [g.convert for g in optimize(t.graph).guards]
 ['margin']
-
-(A sum over leading axes: the user's sums over trailing axes that a decision reads are
-NumPy's own add loop, ``tracer/numpy_sums.py``, and carry no bound.)
 """
 
 from __future__ import annotations

@@ -157,9 +157,7 @@ class Location:
     source: str = ""
     # The NumPy function an equation stands in for, when NumPy computes it otherwise
     # (``"np.einsum"``: a matmul its contraction became, which NumPy does not compute by
-    # its matmul's BLAS calls; ``tracejit.tracer.margin_rules._matmul``); for a sum,
-    # ``"np.add.reduce"``: the user's np.sum, which NumPy's add loop computes
-    # (``tracejit.tracer.numpy_sums``).
+    # its matmul's BLAS calls; ``tracejit.tracer.margin_rules._matmul``).
     via: str = ""
 
     def __str__(self):
@@ -353,19 +351,9 @@ def format_graph(graph):
     lines += [
         f"  const {var}: {format_aval(var.aval)} = {constant}" for var, constant in graph.constants
     ]
-    lines += [f"  {format_item(item)}{_via(graph, item)}" for item in graph.body]
+    lines += [f"  {format_item(item)}" for item in graph.body]
     lines.append("  return " + ", ".join(str(atom) for atom in graph.outputs))
     return "\n".join(lines)
-
-
-def _via(graph, item):
-    """A sum's ``via`` (``"np.add.reduce"``: NumPy's add loop computes it where a decision
-    reads it, ``tracejit.tracer.numpy_sums``) as a comment ``parse_graph`` reads back: a
-    program loaded from the disk cache is scheduled as the one compiled was."""
-    if not isinstance(item, Eqn) or item.prim.name != "sum":
-        return ""
-    location = graph.locations.get(item.out.name)
-    return f"  # via {location.via}" if location is not None and location.via else ""
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -534,7 +522,6 @@ def parse_graph(text, constants=None):
     reader = _Reader(env)
     lines, reader.blocks = _fold_blocks(lines, constants)
     symbols, shape_guards, inputs, consts, body, outputs = [], [], [], [], [], None
-    locations = {}
     for raw in lines[1:]:
         code, comment = _split_comment(raw)
         keyword, _, rest = code.partition(" ")
@@ -594,14 +581,12 @@ def parse_graph(text, constants=None):
             var = Var(var_name.strip(), parse_aval(type_text))
             env[var.name] = var
             body.append(Eqn(PRIMITIVES[prim_name], atoms, params, var))
-            if comment and comment.startswith("via "):  # (_via)
-                locations[var.name] = Location("", 0, via=comment[len("via "):].strip())
         else:
             raise ParseError(f"cannot read line: {raw!r}")
     if outputs is None:
         raise ParseError("the graph has no 'return' line")
     return Graph(name, tuple(inputs), tuple(consts), tuple(body), outputs, tuple(symbols),
-                 tuple(shape_guards), locations=locations)
+                 tuple(shape_guards))
 
 
 def _fold_blocks(lines, constants):

@@ -25,7 +25,6 @@ from .dims import DimExpr
 from .element_sources import same_element
 from .exact_math import exact_result
 from .ir import Literal, Var
-from .numpy_sums import numpy_order
 from .ops import (
     any_p,
     broadcast_to_p,
@@ -1044,8 +1043,6 @@ def _sum(ctx, eqn, bounds):
         # (a - m) and its square round on each side: 8 u relative per term.
         return ctx.plus(_sum(ctx, eqn, [None]), ctx.mul(squares, number(8 * u * INFLATE)),
                         shift)
-    if e is None and numpy_order(ctx, eqn, _c_ordered):
-        return None  # NumPy's add.reduce, by its own loop (tracer/numpy_sums.py)
     if not is_float(eqn.out):
         if e is None:
             return None  # integer sums wrap the same in any order

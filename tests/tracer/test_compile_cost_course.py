@@ -1,10 +1,8 @@
 """The compile-cost policy on Coursera's L_layer_model (course 1 week 4): at the course's
-depth its training loop carried rounding bounds that made the program long to compile (the
+depth its training loop carries rounding bounds that make the program long to compile (the
 first call waited 48-69 s on the loaded machine for a program whose calls then left
-through a relu mask's margin and ran eagerly), so jit(compile="auto") sent it to the
-background thread (runtime/compile_policy.py). Since its sums are NumPy's add loop
-(tracer/numpy_sums.py) the weights are NumPy's bits at every trip: no bound, a short
-compile the call waits for. No timing: the test reads the estimate.
+through a relu mask's margin and ran eagerly); jit(compile="auto") sends such a compile to
+the background thread (runtime/compile_policy.py). No timing: the test reads the estimate.
 """
 
 from __future__ import annotations
@@ -38,18 +36,23 @@ def _estimates(monkeypatch, *args, **kwargs):
     return seen, result
 
 
-def test_the_course_sized_l_layer_model_is_a_short_compile(monkeypatch):
+def test_the_course_sized_l_layer_model_compiles_in_the_background(monkeypatch):
     """Coursera's L_layer_model at the course's depth (layers [12288, 20, 7, 5, 1]; the
-    width changes no equation) and the 4-3-1 net of the tests: no bound equations, and an
-    estimate far below the background thread's (before: 975 equations of which 841 bounds
-    at the course's depth, sent to the background, its calls then eager)."""
+    width changes no equation) is estimated long enough for the background thread: its
+    first call waited 48-69 s for a program whose calls then ran eagerly. The 4-3-1 net of
+    the tests stays a compile the call waits for."""
     rng = np.random.default_rng(0)
-    for dims in ([30, 20, 7, 5, 1], [4, 3, 1]):
+    deep, small = [30, 20, 7, 5, 1], [4, 3, 1]
+    for dims in (deep, small):
         X = rng.standard_normal((dims[0], 16))
         Y = (rng.random((1, 16)) > 0.5).astype(float)
         seen, (parameters, costs) = _estimates(monkeypatch, X, Y, dims, num_iterations=300)
         expected, expected_costs = L_layer_model(X, Y, dims, num_iterations=300)
         for name, value in expected.items():
             np.testing.assert_array_equal(parameters[name], value)
-        assert sum(estimate.seconds for estimate in seen) < compile_policy.BACKGROUND_SECONDS
-        assert sum(estimate.bound_equations for estimate in seen) == 0, seen
+        seconds = sum(estimate.seconds for estimate in seen)
+        if dims is deep:
+            assert seconds >= compile_policy.BACKGROUND_SECONDS
+            assert seen[0].bound_equations > seen[0].equations // 2
+        else:
+            assert seconds < compile_policy.BACKGROUND_SECONDS

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracejit.codegen.numpy_loops import reduce_loop
 from tracejit.tracer import trace
 from tracejit.tracer.exact_math import is_exact
 from tracejit.tracer.guard_margins import (
@@ -79,9 +78,6 @@ ROUNDED = {
 # Rounded only by their math, which in float64 is NumPy's own loop on an array NumPy made
 # (np.outer's; tracer/exact_math.py). np.tanh(x) of the argument keeps its bound.
 NUMPY_MATH = {"count of argmin": "exp", "any of argmax": "exp"}
-# The user's np.sum / x.mean() of an array: NumPy's add loop computes them where a decision
-# reads them (tracer/numpy_sums.py), so on exact operands they carry no bound.
-NUMPY_SUMS = ("sum", "mean", "int of sum", "float truth")
 
 
 @pytest.mark.parametrize("name", sorted(EXACT))
@@ -96,8 +92,7 @@ def test_guards_on_rounded_values_get_a_margin_checked_first(name, dtype):
     traced = trace(branch(ROUNDED[name]), np.linspace(-1, 2, 7).astype(dtype), dynamic=True)
     graph = optimize(traced.graph)
     verify(graph)
-    if name in NUMPY_MATH and is_exact(NUMPY_MATH[name], dtype) or (
-            name in NUMPY_SUMS and reduce_loop(dtype) is not None):
+    if name in NUMPY_MATH and is_exact(NUMPY_MATH[name], dtype):
         assert margins(graph) == []  # NumPy's bits: no bound
         return
     body = list(graph.body)

@@ -486,9 +486,7 @@ def test_the_other_path_of_a_seeded_function_compiles_with_the_seed_read_from_th
              for number, seed in enumerate(range(10))]
     compiled = jit(seeded_branch, cache=False)
     assert_same_as_eager(seeded_branch, compiled, calls)
-    stats = compiled.stats()  # (a variant's first call may hand back its trace's result)
-    assert stats["compiled_calls"] + stats["traced_calls"] >= 9, compiled.explain()
-    assert sum(stats["eager_calls"].values()) <= 1, compiled.explain()
+    assert compiled.stats()["compiled_calls"] >= 8, compiled.explain()
 
 
 def test_draws_in_a_function_without_source_are_not_baked_in():

@@ -239,7 +239,10 @@ def _squared(ctx, eqn, x, e):
     e = ctx.as_number(x, e)
     carried = ctx.add(ctx.mul(ctx.abs(x), ctx.scaled(e, 2.0)), ctx.mul(e, e))
     u = unit_roundoff(eqn.out.aval.dtype)
-    return ctx.plus(ctx.scaled(carried, 1 + 4 * u), ctx.rounding(eqn.out))
+    bound = ctx.plus(ctx.scaled(carried, 1 + 4 * u), ctx.rounding(eqn.out))
+    # an element with no error (bound 0: x - x on the diagonal of x.T - x) is squared to
+    # the same bits on both sides: it carries none (a NaN bound stays)
+    return ctx.where(ctx.emit(less_equal_p, e, number(0.0)), number(0.0), bound)
 
 
 def _true_divide(ctx, eqn, bounds):

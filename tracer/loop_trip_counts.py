@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import count_attributes
+from . import (
+    count_attributes,
+    pinned_scalars,  # (which imports count_attributes, which imports this)
+)
 from .ir import Eqn, Literal, Var
-from .pinned_scalars import ScalarDecidesShape
 from .traced_array import Tracer
 
 # The counts one program serves: the loop capture needs three trips in the call it traces,
@@ -103,7 +105,7 @@ def counted_bounds(context, range_function, range_args):
                 # fit(X, Y, 1) between fit(X, Y, 1000) and fit(X, Y, 2000): constant in this
                 # trace only, so the next count is a dim again (a constant for good, the
                 # pin gave one compile per count after it)
-                raise ScalarDecidesShape((leaf,), small_count=True)
+                raise pinned_scalars.ScalarDecidesShape((leaf,), small_count=True)
             return None
         args[position] = _count_dim(context, bound, leaf, int(value)) + offset
         leaves.append(leaf)
@@ -115,7 +117,7 @@ def counted_bounds(context, range_function, range_args):
         # range(n - 1) at n = 3, range(5, n) at n = 6: too few trips to capture the loop in
         # this trace, so a constant of it only, as a count under TRIP_LOW is (pinned for
         # good, every later count compiled its own program)
-        raise ScalarDecidesShape(tuple(sorted(set(leaves))), small_count=True)
+        raise pinned_scalars.ScalarDecidesShape(tuple(sorted(set(leaves))), small_count=True)
     return (tuple(args), tuple(leaves)) if leaves else None
 
 
@@ -208,7 +210,7 @@ def run_counted(context, leaves, where, run):
         counted.pop(where, None)
     if where not in getattr(context, "captured_loops", ())[captured:] and (
             pinned := _pinnable(context, leaves)):
-        raise ScalarDecidesShape(pinned)  # unrolled without a note
+        raise pinned_scalars.ScalarDecidesShape(pinned)  # unrolled without a note
     return finals
 
 
@@ -217,4 +219,4 @@ def before_unrolling(context, where):
     count is an argument's dim pins that argument instead."""
     leaves = _pinnable(context, context.trip_counts.running.get(where) or ())
     if leaves:
-        raise ScalarDecidesShape(leaves)
+        raise pinned_scalars.ScalarDecidesShape(leaves)

@@ -18,11 +18,11 @@ list lengths or values to specialize on, as an EM step over ragged Python lists 
 each was estimated at ``STORM_COMPILE_SECONDS`` or more, a new miss runs eagerly instead
 of compiling (``recompile storm`` in ``stats()["eager_calls"]``), with one warning. It
 lifts as soon as one of those variants takes a call. Before a storm builds, a function
-that has made a variant and never called one again compiles nothing estimated at
+that has made two variants and never called one again compiles nothing estimated at
 ``UNPROVEN_SECONDS`` or more: the call takes the trace's result and the variant's guard
 is kept, and a later call it takes (or a reuse of any variant) compiles it. Such
-variants count toward a storm as compiled ones do, so a storm pays one long compile and
-two traces, not ``STORM_COMPILES`` compiles. Estimates, not measured times,
+variants count toward a storm as compiled ones do, so a storm pays two long compiles and
+a trace, not ``STORM_COMPILES`` compiles. Estimates, not measured times,
 decide, so what compiles does not depend on the machine's load. ``jit(compile="sync")``
 waits for every compile and never stops for a storm; ``compile="background"`` never
 waits. Refusing is always safe: the eager run is NumPy's.
@@ -128,9 +128,11 @@ def in_storm(made, mode):
 
 def unproven(made, mode):
     """Whether a new variant's long compile should wait for reuse: the function has made
-    variants (new size buckets aside), and none was called again."""
+    two variants or more (new size buckets aside), and none was called again. (One is not
+    enough: with ``dynamic="auto"`` the first variant has exact shapes and the second call
+    of another size makes them symbolic, a variant the first never had a chance to be.)"""
     made = [variant for variant in made if not variant.bucket_sibling]
-    return mode == "auto" and bool(made) and not any(
+    return mode == "auto" and len(made) >= 2 and not any(
         variant.calls > variant.born_calls for variant in made)
 
 

@@ -6,6 +6,8 @@ codegen's process-wide settings are handed to it here (``configure_codegen``).
     TRACEJIT_CACHE_DIR   where compiled code is kept (default $XDG_CACHE_HOME/tracejit,
                          else ~/.cache/tracejit)
     TRACEJIT_DISABLE=1   run every jit function eagerly
+    TRACEJIT_UNVALIDATED_PYTHON=1   compile on a Python tracejit's suite has not passed on
+                         (3.14 and later; without it, jit functions run eagerly there)
     TRACEJIT_LOG=recompiles,guards,kernels,cache   log those topics to stderr
     TRACEJIT_COMPILE=auto|sync|background   the default of jit's ``compile`` option
                          (else "auto")
@@ -27,6 +29,33 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 LOG_TOPICS = ("recompiles", "guards", "kernels", "cache", "loops")
+
+# The newest Python the test suite passes on. On CPython 3.14 (built from Ubuntu's source
+# package, 2026-11-28) it showed wrong results (a dict subclass read whole from outside
+# kept a stale value; a caller's frame holding a list was not found as a holder: 3.14
+# counts references differently), so jit functions run eagerly there unless the user
+# opts in: eager NumPy is never wrong.
+VALIDATED_PYTHON = (3, 13)
+_warned_python = []
+
+
+def unvalidated_python(environ):
+    """The reason jit functions run eagerly on this Python, or None."""
+    if sys.version_info[:2] <= VALIDATED_PYTHON or environ.get(
+            "TRACEJIT_UNVALIDATED_PYTHON", "") not in ("", "0"):
+        return None
+    version = ".".join(map(str, sys.version_info[:2]))
+    reason = f"Python {version} not yet validated, TRACEJIT_UNVALIDATED_PYTHON=1 compiles"
+    if not _warned_python:
+        _warned_python.append(reason)
+        import warnings
+
+        warnings.warn(
+            f"tracejit's tests pass on Python 3.10 to {VALIDATED_PYTHON[0]}."
+            f"{VALIDATED_PYTHON[1]}, not yet on {version}: jit functions run eagerly "
+            "(NumPy). Set TRACEJIT_UNVALIDATED_PYTHON=1 to compile anyway.",
+            RuntimeWarning, stacklevel=4)
+    return reason
 
 
 class OptionError(ValueError):
@@ -128,7 +157,8 @@ class Options:
                 value = options[name]
                 options[name] = (value,) if isinstance(value, kind) else tuple(value)
         built = Options(
-            disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0"),
+            disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0") or bool(
+                unvalidated_python(environ)),
             profile=environ.get("TRACEJIT_PROFILE", "") not in ("", "0"),
             cache_dir=default_cache_dir(environ),
             cache_max=default_cache_max(environ),

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import functools
 import io
+import os
 import sys
 import threading
 import types
@@ -42,7 +43,7 @@ from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
 
 from . import background, diagnostics
-from .config import Options, logger
+from .config import Options, logger, unvalidated_python
 from .guards import MISS, compile_entry
 from .misses import Misses, _overlapping, _repeated_containers
 from .misses import _plain_result as _plain_result  # runtime/background.py imports it here
@@ -203,7 +204,8 @@ class JitFunction(Misses):
             return self._miss(args, kwargs)
         if not entries:
             if self._options.disabled:
-                return self._run_eager(args, kwargs, "disabled (TRACEJIT_DISABLE)")
+                return self._run_eager(args, kwargs, "disabled (" + (
+                    unvalidated_python(os.environ) or "TRACEJIT_DISABLE") + ")")
             return self._miss(args, kwargs)
         # many buckets: first the variant these shapes took last time
         key = tuple([getattr(arg, "shape", None) for arg in args])

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from dataclasses import asdict, dataclass, field
 
 LOG_TOPICS = ("recompiles", "guards", "kernels", "cache", "loops")
@@ -48,10 +49,8 @@ def unvalidated_python(environ):
     reason = f"Python {version} not yet validated, TRACEJIT_UNVALIDATED_PYTHON=1 compiles"
     if not _warned_python:
         _warned_python.append(reason)
-        import warnings
-
         warnings.warn(
-            f"tracejit's tests pass on Python 3.10 to {VALIDATED_PYTHON[0]}."
+            f"tracejit is validated up to Python {VALIDATED_PYTHON[0]}."
             f"{VALIDATED_PYTHON[1]}, not yet on {version}: jit functions run eagerly "
             "(NumPy). Set TRACEJIT_UNVALIDATED_PYTHON=1 to compile anyway.",
             RuntimeWarning, stacklevel=4)
@@ -121,7 +120,7 @@ class Options:
     cache: object = True
     fallback: str = "eager"
     check: bool = False
-    disabled: bool = False
+    disabled: str = ""  # why every call runs eagerly ("": it compiles)
     # "capture" | "unroll": loops over a dynamic range become one loop node, compiled once
     # per bucket whatever the trip count and run by a native driver (codegen/native_loop.py;
     # loops with independent iterations become whole-array kernels, tracer/loop_vectorize).
@@ -157,8 +156,8 @@ class Options:
                 value = options[name]
                 options[name] = (value,) if isinstance(value, kind) else tuple(value)
         built = Options(
-            disabled=environ.get("TRACEJIT_DISABLE", "") not in ("", "0") or bool(
-                unvalidated_python(environ)),
+            disabled=("TRACEJIT_DISABLE" if environ.get("TRACEJIT_DISABLE", "") not in (
+                "", "0") else unvalidated_python(environ) or ""),
             profile=environ.get("TRACEJIT_PROFILE", "") not in ("", "0"),
             cache_dir=default_cache_dir(environ),
             cache_max=default_cache_max(environ),

@@ -22,7 +22,6 @@ import contextlib
 import copy
 import functools
 import io
-import os
 import sys
 import threading
 import types
@@ -43,7 +42,7 @@ from tracejit.tracer import pytree
 from tracejit.tracer.errors import TracejitError
 
 from . import background, diagnostics
-from .config import Options, logger, unvalidated_python
+from .config import Options, logger
 from .guards import MISS, compile_entry
 from .misses import Misses, _overlapping, _repeated_containers
 from .misses import _plain_result as _plain_result  # runtime/background.py imports it here
@@ -204,8 +203,7 @@ class JitFunction(Misses):
             return self._miss(args, kwargs)
         if not entries:
             if self._options.disabled:
-                return self._run_eager(args, kwargs, "disabled (" + (
-                    unvalidated_python(os.environ) or "TRACEJIT_DISABLE") + ")")
+                return self._run_eager(args, kwargs, f"disabled ({self._options.disabled})")
             return self._miss(args, kwargs)
         # many buckets: first the variant these shapes took last time
         key = tuple([getattr(arg, "shape", None) for arg in args])

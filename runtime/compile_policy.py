@@ -57,7 +57,7 @@ REFUSE_SECONDS = 60.0
 STORM_COMPILES = 3
 STORM_COMPILE_SECONDS = 1.0
 # A compile estimated this long or more waits until the function has shown reuse, once it
-# has a variant: one of its variants called again, or a later call this variant's guard
+# has two variants: one of its variants called again, or a later call this variant's guard
 # takes (``unproven``). A storm's second and third long compiles (HMM EM: 7-30 s each
 # under load) are then traces alone.
 UNPROVEN_SECONDS = STORM_COMPILE_SECONDS
@@ -131,15 +131,20 @@ def unproven(made, mode):
     two variants or more (new size buckets aside), and none was called again. (One is not
     enough: with ``dynamic="auto"`` the first variant has exact shapes and the second call
     of another size makes them symbolic, a variant the first never had a chance to be.)"""
-    made = [variant for variant in made if not variant.bucket_sibling]
+    made = _own_variants(made)
     return mode == "auto" and len(made) >= 2 and not any(
         variant.calls > variant.born_calls for variant in made)
 
 
+def _own_variants(made):
+    """The variants ``made`` that are not another size bucket of a variant (no storm:
+    buckets are few, and a sweep over sizes makes one each before any is reused)."""
+    return [variant for variant in made if not variant.bucket_sibling]
+
+
 def _recent(made):
-    """The last ``STORM_COMPILES`` variants ``made``, size buckets of a variant aside (no
-    storm: buckets are few, and a sweep over sizes makes one each before any is reused)."""
-    return [variant for variant in made if not variant.bucket_sibling][-STORM_COMPILES:]
+    """The last ``STORM_COMPILES`` of ``_own_variants(made)``."""
+    return _own_variants(made)[-STORM_COMPILES:]
 
 
 def where(fn, loops=()):
